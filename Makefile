@@ -1,0 +1,34 @@
+# gpuledger — `make demo` and `make test` work on a fresh machine: they build .venv when absent.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export GPULEDGER_WAREHOUSE ?= data/gpuledger.duckdb
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+
+.PHONY: demo test install test-deps bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/python -c "import gpuledger, warehouse, polars, duckdb, dagster, streamlit"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test-deps:
+	bash scripts/install-test-deps.sh
+
+test: install test-deps
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/gpuledger simulate warehouse --gpus 256 --days 7 --seed 42
+	$(BIN)/gpuledger summary
+
+bench: install
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf data reports .pytest_cache

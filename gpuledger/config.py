@@ -1,0 +1,245 @@
+"""The gpuledger config file: org tree, shares, budgets, rate card and policy defaults.
+
+One YAML file, validated with pydantic so an error names the field and says what would fix it.
+Chosen by ``--config``, else ``$GPULEDGER_CONFIG``, else ``./gpuledger.yaml``, else the example
+shipped in the package (``gpuledger/data/example-config.yaml``).
+"""
+
+from __future__ import annotations
+
+import calendar
+import os
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import polars as pl
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+CONFIG_ENV = "GPULEDGER_CONFIG"
+LOCAL_CONFIG = Path("gpuledger.yaml")
+Tier = Literal["reserved", "on-demand", "spot"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OrgNode(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    shares: float = Field(default=1.0, gt=0)
+    kind: str | None = None  # org / program / project; inferred from depth when absent
+    description: str | None = None
+    children: list[OrgNode] = Field(default_factory=list)
+
+    def walk(self, parent: str | None = None, depth: int = 0):
+        """(node, parent name, depth) for this node and every descendant, depth-first."""
+        yield self, parent, depth
+        for child in self.children:
+            yield from child.walk(self.name, depth + 1)
+
+
+class Budget(_Strict):
+    node: str
+    gpu_hours: Decimal = Field(ge=0)
+    period: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}$")
+    start: date | None = None
+    end: date | None = None
+
+    @model_validator(mode="after")
+    def _one_period(self) -> Budget:
+        if self.period:
+            if self.start or self.end:
+                raise ValueError("give either `period: YYYY-MM` or `start`/`end`, not both")
+            year, month = map(int, self.period.split("-"))
+            if not 1 <= month <= 12:
+                raise ValueError(f"period {self.period!r}: month must be 01..12")
+            self.start = date(year, month, 1)
+            self.end = self.start + timedelta(days=calendar.monthrange(year, month)[1])
+        elif not (self.start and self.end):
+            raise ValueError("a budget needs `period: YYYY-MM` or both `start` and `end` dates")
+        if self.end <= self.start:
+            raise ValueError(f"budget end {self.end} must be after start {self.start}")
+        return self
+
+
+class Rate(_Strict):
+    gpu_model: str = Field(min_length=1)
+    tier: Tier = "reserved"
+    price_per_gpu_hour: Decimal = Field(ge=0, decimal_places=6)
+    effective_from: date
+    budget_weight: float = Field(default=1.0, gt=0)
+    currency: str | None = None
+
+    @field_validator("price_per_gpu_hour", mode="before")
+    @classmethod
+    def _no_float_money(cls, value):
+        # A YAML float (2.1) is already inexact; insist on a string or an integer.
+        if isinstance(value, float):
+            raise ValueError(f'write the price as a quoted string, e.g. "{value}", so it stays exact')
+        return value
+
+
+class UsagePolicy(_Strict):
+    mode: Literal["decay", "window"] = "decay"
+    window_days: float = Field(default=7, gt=0)
+    half_life_days: float = Field(default=7, gt=0)
+
+
+class FundingPolicy(_Strict):
+    min_runtime_cap_hours: float = Field(default=8, ge=0)
+
+
+class SquattingPolicy(_Strict):
+    idle_threshold_ratio: float = Field(default=0.01, ge=0, le=1)
+    sustained_minutes: float = Field(default=60, gt=0)
+    grace_minutes: float = Field(default=30, ge=0)
+    warn_minutes: float = Field(default=60, gt=0)
+    second_warn_minutes: float = Field(default=105, gt=0)
+    preempt_minutes: float = Field(default=120, gt=0)
+    min_coverage_ratio: float = Field(default=0.8, gt=0, le=1)
+    exempt_namespaces: list[str] = Field(default_factory=list)
+    exempt_kinds: list[str] = Field(default_factory=list)
+    exempt_labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SquattingPolicy:
+        if not self.warn_minutes < self.second_warn_minutes < self.preempt_minutes:
+            raise ValueError(
+                "squatting stages must grow: warn_minutes < second_warn_minutes < preempt_minutes "
+                "(a warning always comes before a preemption)"
+            )
+        return self
+
+
+class ChargebackPolicy(_Strict):
+    idle_cost: Literal["line", "spread"] = "line"
+    default_tier: Tier = "reserved"
+
+
+class EnforcementPolicy(_Strict):
+    dry_run: bool = True
+    max_actions_per_cycle: int = Field(default=10, ge=0)
+
+
+class Policy(_Strict):
+    usage: UsagePolicy = Field(default_factory=UsagePolicy)
+    funding: FundingPolicy = Field(default_factory=FundingPolicy)
+    squatting: SquattingPolicy = Field(default_factory=SquattingPolicy)
+    chargeback: ChargebackPolicy = Field(default_factory=ChargebackPolicy)
+    enforcement: EnforcementPolicy = Field(default_factory=EnforcementPolicy)
+
+
+class Config(_Strict):
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    org: OrgNode
+    budgets: list[Budget] = Field(default_factory=list)
+    rate_card: list[Rate] = Field(default_factory=list)
+    policy: Policy = Field(default_factory=Policy)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Config:
+        seen: set[str] = set()
+        for node, _, _ in self.org.walk():
+            if node.name in seen:
+                raise ValueError(f"org: node name {node.name!r} appears twice; names must be unique")
+            seen.add(node.name)
+        for i, budget in enumerate(self.budgets):
+            if budget.node not in seen:
+                raise ValueError(f"budgets[{i}].node: {budget.node!r} is not in the org tree")
+        rates = set()
+        for i, rate in enumerate(self.rate_card):
+            key = (rate.gpu_model, rate.tier, rate.effective_from)
+            if key in rates:
+                raise ValueError(f"rate_card[{i}]: a second price for {key}; keep one per date")
+            rates.add(key)
+        return self
+
+    # --- views used by the warehouse loader, the simulator and the analytics --------------
+    def projects(self) -> list[str]:
+        """Leaf nodes: the names jobs may charge to."""
+        return [n.name for n, _, _ in self.org.walk() if not n.children]
+
+    def node_names(self) -> set[str]:
+        return {n.name for n, _, _ in self.org.walk()}
+
+    def org_frame(self) -> pl.DataFrame:
+        rows = []
+        for node, parent, depth in self.org.walk():
+            kind = node.kind or ("org" if depth == 0 else "project" if not node.children else "program")
+            rows.append((node.name, parent, kind, node.shares, node.description))
+        return pl.DataFrame(
+            rows, schema=["node", "parent", "kind", "shares", "description"], orient="row"
+        )
+
+    def budgets_frame(self) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "node": [b.node for b in self.budgets],
+                "period_start": [b.start for b in self.budgets],
+                "period_end": [b.end for b in self.budgets],
+                "budget_gpu_hours": [b.gpu_hours for b in self.budgets],
+            },
+            schema={"node": pl.String, "period_start": pl.Date, "period_end": pl.Date,
+                    "budget_gpu_hours": pl.Decimal(18, 3)},
+        )
+
+    def rate_card_frame(self) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "gpu_model": [r.gpu_model for r in self.rate_card],
+                "tier": [r.tier for r in self.rate_card],
+                "effective_from": [datetime.combine(r.effective_from, datetime.min.time()) for r in self.rate_card],
+                "price_per_gpu_hour": [r.price_per_gpu_hour for r in self.rate_card],
+                "currency": [r.currency or self.currency for r in self.rate_card],
+                "budget_weight": [r.budget_weight for r in self.rate_card],
+            },
+            schema={"gpu_model": pl.String, "tier": pl.String, "effective_from": pl.Datetime("us"),
+                    "price_per_gpu_hour": pl.Decimal(18, 6), "currency": pl.String,
+                    "budget_weight": pl.Float64},
+        )
+
+
+class ConfigError(ValueError):
+    """The config file is unreadable or invalid; the message names the file and field."""
+
+
+def resolve_config_path(path: str | os.PathLike | None = None) -> Path:
+    """--config, else $GPULEDGER_CONFIG, else ./gpuledger.yaml, else the packaged example."""
+    chosen = path or os.environ.get(CONFIG_ENV)
+    if chosen:
+        return Path(chosen)
+    if LOCAL_CONFIG.exists():
+        return LOCAL_CONFIG
+    return Path(str(resources.files("gpuledger.data") / "example-config.yaml"))
+
+
+def _describe(error: ValidationError, source: Path) -> str:
+    lines = [f"{source}: {error.error_count()} problem(s) in the config"]
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        lines.append(f"  - {where}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    source = resolve_config_path(path)
+    try:
+        raw = yaml.safe_load(source.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such config file (see `gpuledger config example`)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping with at least an `org:` tree")
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from None
+
+
+def example_config_text() -> str:
+    return (resources.files("gpuledger.data") / "example-config.yaml").read_text()

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# System packages the tests use as real parts: Prometheus (and promtool) from Debian.
+# Idempotent and quiet when everything is already there. Needs root (CI and sessions run as root).
+set -euo pipefail
+need=()
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-test-deps: need root to apt-get install ${need[*]}" >&2
+    exit 1
+  fi
+  echo "install-test-deps: installing ${need[*]} (Debian packages)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
