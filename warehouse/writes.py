@@ -25,6 +25,7 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
     "budgets": ("node", "period_start"),
     "rate_card": ("gpu_model", "tier", "effective_from"),
     "quarantine": ("source", "location", "raw_md5"),
+    "ingest_checkpoints": ("source", "scope"),
 }
 
 SAMPLE_METRIC_COLUMNS = (

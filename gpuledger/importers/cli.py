@@ -1,0 +1,43 @@
+"""`gpuledger import ...`: files of job records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+import warehouse
+from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
+from gpuledger.importers.jobs_csv import CsvHeaderError, read_jobs_csv
+
+app = typer.Typer(help="Import job records from files.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+@app.command("jobs")
+def import_jobs(
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="generic job CSV (see README)"),
+    warehouse_file: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Import a generic job CSV. Bad rows go to quarantine with line numbers; good rows land;
+    re-importing the same file changes nothing."""
+    cfg = config_or_exit(config)
+    try:
+        parsed = read_jobs_csv(file, set(cfg.projects()))
+    except CsvHeaderError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
+        warehouse.replace_reference(con, cfg.org_frame(), cfg.budgets_frame(), cfg.rate_card_frame())
+        warehouse.upsert(con, "jobs", parsed.jobs)
+        warehouse.quarantine(con, parsed.rejected)
+    console.print(
+        f"{file}: {parsed.rows_read} rows read, {parsed.jobs.height} jobs imported, "
+        f"{len(parsed.rejected)} quarantined"
+    )
+    for bad in parsed.rejected[:20]:
+        console.print(f"  {bad.location}: {bad.reason}")
+    if len(parsed.rejected) > 20:
+        console.print(f"  ... and {len(parsed.rejected) - 20} more: `gpuledger quarantine --source jobs-csv`")

@@ -1,0 +1,157 @@
+"""The generic job CSV: one row per job, for clusters whose scheduler gpuledger does not read.
+
+Columns (header names; order free):
+  required  job_id, cluster, project, user, gpu_model, gpus, start_time, end_time
+  optional  submit_time, name, kind, min_runtime, priority, state, namespace
+``gpus`` may be fractional (0.46 of a shared GPU, 0.142857 for a 1g MIG slice). Times are ISO-8601
+(an offset or Z is converted to UTC; none means UTC) or epoch seconds; an empty ``end_time`` means
+still running. ``min_runtime`` is seconds or 4h / 2h30m / HH:MM:SS.
+
+A row that cannot be read goes to quarantine with its line number and reason; the rows beside it
+land. Importing the same file again changes nothing (jobs are keyed by cluster + job_id).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from gpuledger.timeparse import parse_duration_s, parse_utc
+from warehouse import QuarantineRow
+
+SOURCE = "jobs-csv"
+REQUIRED = ("job_id", "cluster", "project", "user", "gpu_model", "gpus", "start_time", "end_time")
+OPTIONAL = ("submit_time", "name", "kind", "min_runtime", "priority", "state", "namespace")
+JOB_SCHEMA = {
+    "cluster": pl.String, "job_id": pl.String, "project": pl.String, "user_name": pl.String,
+    "name": pl.String, "kind": pl.String, "gpu_model": pl.String, "gpus": pl.Float64,
+    "min_runtime_s": pl.Int64, "submit_time": pl.Datetime("us"), "start_time": pl.Datetime("us"),
+    "end_time": pl.Datetime("us"), "state": pl.String, "priority": pl.Int64,
+    "namespace": pl.String, "source": pl.String, "updated_at": pl.Datetime("us"),
+}
+
+
+class CsvHeaderError(ValueError):
+    """The file's header lacks a required column: nothing can be read from it."""
+
+
+@dataclass
+class ParsedJobs:
+    jobs: pl.DataFrame
+    rejected: list[QuarantineRow] = field(default_factory=list)
+    rows_read: int = 0
+
+
+def _row_to_job(row: dict[str, str], projects: set[str], now: datetime) -> dict:
+    """One CSV row -> one jobs row; raises ValueError naming the field that is wrong."""
+
+    def text(name: str) -> str | None:
+        value = (row.get(name) or "").strip()
+        return value or None
+
+    def time_field(name: str) -> datetime | None:
+        value = text(name)
+        if value is None:
+            return None
+        try:
+            return parse_utc(value)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+
+    for name in ("job_id", "cluster", "project", "gpu_model", "start_time"):
+        if text(name) is None:
+            raise ValueError(f"{name}: empty; every job needs one")
+    project = text("project")
+    if project not in projects:
+        raise ValueError(
+            f"project: {project!r} is not a project in the org tree; add it to the config or fix the row"
+        )
+    try:
+        gpus = float(text("gpus") or "")
+    except ValueError:
+        raise ValueError(f"gpus: {row.get('gpus')!r} is not a number") from None
+    if not gpus > 0 or gpus != gpus or gpus == float("inf"):
+        raise ValueError(f"gpus: {gpus} must be a positive number of GPUs (fractions allowed)")
+    start, end, submit = time_field("start_time"), time_field("end_time"), time_field("submit_time")
+    if end is not None and end < start:
+        raise ValueError(f"end_time: {end.isoformat()} is before start_time {start.isoformat()}")
+    if submit is not None and submit > start:
+        raise ValueError(f"submit_time: {submit.isoformat()} is after start_time {start.isoformat()}")
+    min_runtime = text("min_runtime")
+    try:
+        min_runtime_s = parse_duration_s(min_runtime) if min_runtime else None
+    except ValueError as exc:
+        raise ValueError(f"min_runtime: {exc}") from None
+    priority = text("priority")
+    try:
+        priority_value = int(priority) if priority else None
+    except ValueError:
+        raise ValueError(f"priority: {priority!r} is not an integer") from None
+    return {
+        "cluster": text("cluster"), "job_id": text("job_id"), "project": project,
+        "user_name": text("user"), "name": text("name"), "kind": text("kind"),
+        "gpu_model": text("gpu_model"), "gpus": gpus, "min_runtime_s": min_runtime_s,
+        "submit_time": submit, "start_time": start, "end_time": end,
+        "state": text("state") or ("RUNNING" if end is None else "COMPLETED"),
+        "priority": priority_value, "namespace": text("namespace"), "source": SOURCE,
+        "updated_at": now,
+    }
+
+
+def parse_jobs_csv(
+    text: str, location: str, projects: set[str], *, now: datetime | None = None
+) -> ParsedJobs:
+    """Parse the whole CSV text. ``location`` (the file name) prefixes every quarantine line number."""
+    now = (now or datetime.now(UTC)).replace(tzinfo=None)
+    lines = text.splitlines()
+    reader = csv.DictReader(io.StringIO(text), restkey="__extra__")
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    reader.fieldnames = header
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise CsvHeaderError(
+            f"{location}:1: header lacks required column(s) {', '.join(missing)}; "
+            f"expected at least {', '.join(REQUIRED)}"
+        )
+    good: dict[tuple[str, str], tuple[int, dict, str]] = {}
+    rejected: list[QuarantineRow] = []
+    rows_read = 0
+    for row in reader:
+        rows_read += 1
+        line_no = reader.line_num  # physical line where this record ended (1 = header)
+        raw = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
+        where = f"{location}:{line_no}"
+        try:
+            if row.get("__extra__"):
+                raise ValueError(f"{len(header) + len(row['__extra__'])} fields but the header has {len(header)}")
+            absent = [c for c in header if row.get(c) is None]
+            if absent:
+                raise ValueError(f"missing column(s) {', '.join(absent)} (row has too few fields)")
+            job = _row_to_job(row, projects, now)
+        except ValueError as exc:
+            rejected.append(QuarantineRow(SOURCE, where, raw, str(exc)))
+            continue
+        key = (job["cluster"], job["job_id"])
+        if key in good and good[key][2] != raw:
+            rejected.append(QuarantineRow(
+                SOURCE, where, raw,
+                f"job_id: {key[1]!r} on cluster {key[0]!r} already given at line {good[key][0]} "
+                "with other values; keep one row per job",
+            ))
+            continue
+        good.setdefault(key, (line_no, job, raw))
+    frame = pl.DataFrame([job for _, job, _ in good.values()], schema=JOB_SCHEMA, orient="row")
+    return ParsedJobs(jobs=frame, rejected=rejected, rows_read=rows_read)
+
+
+def read_jobs_csv(path: Path, projects: set[str], *, now: datetime | None = None) -> ParsedJobs:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CsvHeaderError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_jobs_csv(text, str(path), projects, now=now)

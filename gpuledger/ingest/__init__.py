@@ -1,0 +1,1 @@
+"""Bringing real sources into the warehouse: DCGM scrapes, Prometheus, Kubernetes, Slurm, NVML."""

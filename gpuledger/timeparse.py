@@ -1,0 +1,44 @@
+"""Reading times and durations from user input. Everything becomes naive UTC (the warehouse's)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.IGNORECASE)
+_UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_utc(text: str) -> datetime:
+    """ISO-8601 (offset or Z converted to UTC; no offset means UTC) or epoch seconds -> naive UTC.
+
+    Raises ValueError with a message saying what was expected.
+    """
+    value = text.strip()
+    if not value:
+        raise ValueError("empty time")
+    if re.fullmatch(r"-?\d+(\.\d+)?", value):
+        return datetime.fromtimestamp(float(value), UTC).replace(tzinfo=None)
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a time: use ISO-8601 (2026-11-01T08:00:00Z) or epoch seconds"
+        ) from None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed
+
+
+def parse_duration_s(text: str) -> int:
+    """'4h', '2h30m', '90m', '1d', 'HH:MM:SS' or plain seconds -> whole seconds."""
+    value = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", value):
+        return round(float(value))
+    if re.fullmatch(r"\d+:\d{2}:\d{2}", value):
+        h, m, s = map(int, value.split(":"))
+        return h * 3600 + m * 60 + s
+    parts = _DURATION_PART.findall(value)
+    if parts and _DURATION_PART.sub("", value).strip() == "":
+        return round(sum(float(n) * _UNIT_S[u.lower()] for n, u in parts))
+    raise ValueError(f"{value!r} is not a duration: use seconds, 4h, 2h30m, 90m or HH:MM:SS")

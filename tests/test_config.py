@@ -1,0 +1,70 @@
+import pytest
+import yaml
+
+from gpuledger.config import ConfigError, example_config_text, load_config
+
+
+def _write(tmp_path, data):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _minimal():
+    return {"org": {"name": "acme", "children": [{"name": "a", "shares": 2}, {"name": "b", "shares": 1}]}}
+
+
+def test_example_config_is_valid_and_describes_a_tree(example_config):
+    assert "llm-pretrain" in example_config.projects()
+    org = example_config.org_frame()
+    assert org.filter(org["parent"].is_null())["node"].to_list() == ["acme"]
+    # Every budget names a node of the tree; November 2026 has 30 days.
+    budgets = example_config.budgets_frame()
+    assert set(budgets["node"]) <= example_config.node_names()
+    assert {(r["period_end"] - r["period_start"]).days for r in budgets.iter_rows(named=True)} == {30}
+    assert example_config_text().startswith("# gpuledger configuration")
+
+
+def test_defaults_apply_when_policy_is_left_out(tmp_path):
+    cfg = load_config(_write(tmp_path, _minimal()))
+    assert cfg.policy.squatting.idle_threshold_ratio == 0.01
+    assert (cfg.policy.squatting.warn_minutes, cfg.policy.squatting.second_warn_minutes,
+            cfg.policy.squatting.preempt_minutes) == (60, 105, 120)
+    assert cfg.policy.usage.half_life_days == 7 and cfg.policy.enforcement.dry_run is True
+
+
+@pytest.mark.parametrize(
+    "change, field, hint",
+    [
+        (lambda d: d.update(budgets=[{"node": "zzz", "period": "2026-11", "gpu_hours": 5}]),
+         "budgets[0].node", "not in the org tree"),
+        (lambda d: d.update(rate_card=[{"gpu_model": "H100", "price_per_gpu_hour": 2.1,
+                                        "effective_from": "2026-01-01"}]),
+         "rate_card.0.price_per_gpu_hour", "quoted string"),
+        (lambda d: d.update(rate_card=[{"gpu_model": "H100", "tier": "cheap", "price_per_gpu_hour": "2",
+                                        "effective_from": "2026-01-01"}]),
+         "rate_card.0.tier", "'reserved', 'on-demand' or 'spot'"),
+        (lambda d: d["org"]["children"].append({"name": "a"}), "(top level)", "appears twice"),
+        (lambda d: d.update(policy={"squatting": {"warn_minutes": 130}}), "policy.squatting",
+         "warning always comes before"),
+        (lambda d: d.update(budgets=[{"node": "a", "gpu_hours": 5}]), "budgets.0", "period: YYYY-MM"),
+        (lambda d: d.update(colour="red"), "colour", "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_config_names_the_field_and_the_fix(tmp_path, change, field, hint):
+    data = _minimal()
+    change(data)
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, data))
+    message = str(err.value)
+    assert str(tmp_path / "cfg.yaml") in message
+    assert field in message and hint in message
+
+
+def test_unreadable_files_say_which(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("org: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
