@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export GPULEDGER_WAREHOUSE ?= data/gpuledger.duckdb
-export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+export DAGSTER_HOME ?= $(CURDIR)
 
 .PHONY: demo test install test-deps bench clean
 

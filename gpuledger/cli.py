@@ -11,6 +11,8 @@ import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
 from gpuledger.config import example_config_text, resolve_config_path
 from gpuledger.importers.cli import app as import_app
+from gpuledger.ingest.cli import app as ingest_app
+from gpuledger.ingest.nvml_cli import agent_command
 from gpuledger.simulator.cli import app as simulate_app
 
 app = typer.Typer(
@@ -23,6 +25,8 @@ config_app = typer.Typer(help="Check or print the config file (org tree, budgets
 app.add_typer(config_app, name="config")
 app.add_typer(import_app, name="import")
 app.add_typer(simulate_app, name="simulate")
+app.add_typer(ingest_app, name="ingest")
+app.command("agent")(agent_command)
 console = Console()
 
 
@@ -79,7 +83,7 @@ def summary(warehouse_file: WarehouseOpt = None) -> None:
               (SELECT max(ts) FROM gpu_samples)                               AS last_sample_utc,
               (SELECT count(*) FROM quarantine)                               AS quarantined_lines
             """
-        ).fetchone()
+        ).fetchall()[0]
         names = [d[0] for d in con.description]
     table = Table(title=f"gpuledger warehouse {warehouse_path(warehouse_file)}")
     table.add_column("figure")

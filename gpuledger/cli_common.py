@@ -16,7 +16,7 @@ WarehouseOpt = Annotated[
         "--warehouse",
         "-w",
         envvar=WAREHOUSE_ENV,
-        help=f"DuckDB warehouse file [env {WAREHOUSE_ENV}; default data/gpuledger.duckdb]",
+        help=f"DuckDB warehouse file (env {WAREHOUSE_ENV}; default data/gpuledger.duckdb)",
         show_default=False,
     ),
 ]
@@ -26,7 +26,7 @@ ConfigOpt = Annotated[
         "--config",
         "-c",
         envvar=CONFIG_ENV,
-        help=f"config YAML [env {CONFIG_ENV}; default ./gpuledger.yaml, else the packaged example]",
+        help=f"config YAML (env {CONFIG_ENV}; default ./gpuledger.yaml, else the packaged example)",
         show_default=False,
     ),
 ]

@@ -25,19 +25,23 @@ SLURM_CONF_FILE="$DIR/etc/slurm.conf"
 
 log() { echo "slurm-rig: $*" >&2; }
 die() { log "$*"; exit 1; }
+trap 'log "failed at line $LINENO: $BASH_COMMAND (logs under $DIR/log)"' ERR
 
 # --- helpers -----------------------------------------------------------------------------------
 
-listening_ports() {  # decimal local ports in LISTEN state (tcp and tcp6)
-  awk 'NR > 1 && $4 == "0A" { split($2, a, ":"); print strtonum("0x" a[2]) }' \
-    /proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u
+used_ports() {  # decimal local ports of every TCP socket (tcp and tcp6), any state
+  local hex
+  awk 'FNR > 1 && $2 ~ /:/ { split($2, a, ":"); print a[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u |
+    while read -r hex; do echo $(( 16#$hex )); done
 }
 
-free_port() {  # a port nobody listens on and that this rig has not handed out yet
-  local taken port
-  taken=" $(listening_ports | tr '\n' ' ') ${USED_PORTS:-} "
+free_port() {  # a port below the kernel's ephemeral range that no socket uses and not yet handed out
+  local taken port low
+  low=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  (( low > 11000 )) || low=32768
+  taken=" $(used_ports | tr '\n' ' ') ${USED_PORTS:-} "
   while :; do
-    port=$(( 20000 + RANDOM % 40000 ))
+    port=$(( 10000 + RANDOM % (low - 10000) ))
     [[ $taken == *" $port "* ]] || break
   done
   USED_PORTS="${USED_PORTS:-} $port"
@@ -74,7 +78,10 @@ stop_pid() {  # pid file, exe pattern, name: SIGTERM, wait, SIGKILL as a last re
   pid=$(<"$pidfile")
   kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || { log "stopped $name (pid $pid)"; rm -f "$pidfile"; return 0; }
+    # Gone, or a zombie that nobody reaps (PID 1 in a container may not).
+    if ! kill -0 "$pid" 2>/dev/null || [[ $(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) == Z ]]; then
+      log "stopped $name (pid $pid)"; rm -f "$pidfile"; return 0
+    fi
     sleep 0.1
   done
   log "$name (pid $pid) ignored SIGTERM for 10 s; sending SIGKILL"
@@ -120,7 +127,7 @@ start_munge() {
     --socket="$DIR/munge-socket/munge.socket" \
     --pid-file="$DIR/munge/munged.pid" \
     --log-file="$DIR/munge/munged.log" \
-    --seed-file="$DIR/munge/munged.seed" </dev/null >/dev/null 2>&1
+    --seed-file="$DIR/munge/munged.seed" </dev/null >>"$DIR/log/daemons.out" 2>&1
   wait_for 10 "munged" test -S "$DIR/munge-socket/munge.socket"
   # munged writes its pid file in its own (munge-owned) directory; keep a copy beside the others.
   wait_for 5 "munged pid file" test -s "$DIR/munge/munged.pid"
@@ -142,7 +149,7 @@ start_mariadb() {
     --bind-address=127.0.0.1 --port="$port" --socket="$DIR/mysql-run/mysqld.sock" \
     --pid-file="$DIR/mysql-run/mariadbd.pid" --log-error="$DIR/log/mariadbd.log" \
     --skip-name-resolve --innodb-buffer-pool-size=64M --innodb-flush-log-at-trx-commit=0 \
-    </dev/null >/dev/null 2>&1 &
+    </dev/null >>"$DIR/log/daemons.out" 2>&1 &
   disown
   wait_for 30 "mariadbd" test -S "$DIR/mysql-run/mysqld.sock"
   wait_for 30 "mariadbd to answer" mariadb --no-defaults -S "$DIR/mysql-run/mysqld.sock" -u root -e "SELECT 1"
@@ -242,7 +249,7 @@ EOF
 start_slurm() {
   export SLURM_CONF=$SLURM_CONF_FILE
   if ! pid_alive "$DIR/run/slurmdbd.pid" 'slurmdbd*'; then
-    slurmdbd </dev/null >/dev/null 2>&1
+    slurmdbd </dev/null >>"$DIR/log/daemons.out" 2>&1
     wait_for 30 "slurmdbd" bash -c "sacctmgr -n -P show cluster >/dev/null"
   fi
   # Register the cluster before slurmctld starts so it gets its id without a restart.
@@ -256,25 +263,41 @@ start_slurm() {
       >/dev/null 2>&1 || true
   done
   if ! pid_alive "$DIR/run/slurmctld.pid" 'slurmctld*'; then
-    slurmctld </dev/null >/dev/null 2>&1
+    slurmctld </dev/null >>"$DIR/log/daemons.out" 2>&1
     wait_for 30 "slurmctld" scontrol ping
   fi
   if ! pid_alive "$DIR/run/slurmd.pid" 'slurmd*'; then
-    slurmd </dev/null >/dev/null 2>&1
+    slurmd </dev/null >>"$DIR/log/daemons.out" 2>&1
   fi
   wait_for 30 "node $NODE to be idle" bash -c \
     "sinfo -h -n '$NODE' -o '%t' | grep -Eq '^(idle|mix|alloc)'"
 }
 
+check_path() {  # munged and mariadbd run as their own users: they must reach DIR
+  local p=$DIR
+  while [[ $p != / ]]; do
+    p=$(dirname "$p")
+    if [[ -e $p ]] && (( ( 0$(stat -c %a "$p") & 01 ) == 0 )); then
+      die "$p is not searchable by other users (mode $(stat -c %a "$p")); munge and mysql could not reach $DIR. Choose a DIR outside it (e.g. /tmp/gpuledger-slurm)"
+    fi
+  done
+}
+
 cmd_start() {
   local t0=$SECONDS
   [[ $(id -u) == 0 ]] || die "needs root (installs packages, runs daemons as root and munge)"
+  check_path
   install -d -m 755 "$DIR" "$DIR/log" "$DIR/run"
   install_packages
   local t_install=$(( SECONDS - t0 ))
   start_munge
   start_mariadb
-  if ! pid_alive "$DIR/run/slurmctld.pid" 'slurmctld*'; then
+  if ! { pid_alive "$DIR/run/slurmdbd.pid" 'slurmdbd*' && pid_alive "$DIR/run/slurmctld.pid" 'slurmctld*' \
+         && pid_alive "$DIR/run/slurmd.pid" 'slurmd*'; }; then
+    # Fresh ports mean fresh configs: restart whatever half of Slurm is still up with them.
+    stop_pid "$DIR/run/slurmd.pid" 'slurmd*' slurmd
+    stop_pid "$DIR/run/slurmctld.pid" 'slurmctld*' slurmctld
+    stop_pid "$DIR/run/slurmdbd.pid" 'slurmdbd*' slurmdbd
     write_configs
   fi
   start_slurm
@@ -294,11 +317,13 @@ cmd_stop() {
         bash -c '[ -z "$(squeue -h -t running,completing -o %i)" ]' || true
     fi
   fi
-  stop_pid "$DIR/run/slurmd.pid" 'slurmd*' slurmd
-  stop_pid "$DIR/run/slurmctld.pid" 'slurmctld*' slurmctld
+  # Pairs stop together (each daemon takes ~2 s); slurmdbd outlives slurmctld, the database and
+  # munge outlive slurmdbd.
+  stop_pid "$DIR/run/slurmd.pid" 'slurmd*' slurmd & stop_pid "$DIR/run/slurmctld.pid" 'slurmctld*' slurmctld
+  wait
   stop_pid "$DIR/run/slurmdbd.pid" 'slurmdbd*' slurmdbd
-  stop_pid "$DIR/run/mariadbd.pid" 'mariadbd' mariadbd
-  stop_pid "$DIR/run/munged.pid" 'munged' munged
+  stop_pid "$DIR/run/mariadbd.pid" 'mariadbd' mariadbd & stop_pid "$DIR/run/munged.pid" 'munged' munged
+  wait
 }
 
 cmd_status() {
@@ -316,7 +341,7 @@ cmd_status() {
 case $CMD in
   start) cmd_start ;;
   stop) cmd_stop ;;
-  status) cmd_status ;;
+  status) trap - ERR; cmd_status ;;
   env) cat "$DIR/env" ;;
   *) die "usage: $0 start|stop|status|env [DIR]" ;;
 esac

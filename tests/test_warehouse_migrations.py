@@ -1,7 +1,7 @@
 import datetime as dt
 
 import duckdb
-import polars as pl
+import pytest
 
 import warehouse
 from warehouse.db import apply_migrations, migrations
@@ -20,24 +20,27 @@ def test_migrations_apply_to_an_empty_file(warehouse_file):
     assert applied == [v for v, _, _ in migrations()]
 
 
-def test_migrations_upgrade_a_file_at_the_previous_version_keeping_its_rows(warehouse_file):
-    versions = [v for v, _, _ in migrations()]
-    previous = versions[-2]
+def _job_columns(con):
+    return {r[0] for r in con.execute("DESCRIBE jobs").fetchall()}
+
+
+@pytest.mark.parametrize("previous", [v for v, _, _ in migrations()][:-1])
+def test_migrations_upgrade_an_older_file_keeping_its_rows(warehouse_file, previous):
+    latest = migrations()[-1][0]
     warehouse_file.parent.mkdir(parents=True)
     con = duckdb.connect(str(warehouse_file))
     apply_migrations(con, target=previous)
     assert warehouse.schema_version(con) == previous
-    assert "ingest_checkpoints" not in _tables(con)
-    warehouse.upsert(con, "jobs", pl.DataFrame({
-        "cluster": ["c1"], "job_id": ["42"], "project": ["p"], "gpus": [2.0], "source": ["test"],
-        "updated_at": [dt.datetime(2026, 11, 1)],
-    }))
+    assert "qos" not in _job_columns(con)  # added by 003
+    con.execute("INSERT INTO jobs (cluster, job_id, project, gpus, source, updated_at) "
+                "VALUES ('c1', '42', 'p', 2.0, 'test', TIMESTAMP '2026-11-01 00:00:00')")
     con.close()
 
     with warehouse.open_writer(warehouse_file) as con:
-        assert warehouse.schema_version(con) == versions[-1]
+        assert warehouse.schema_version(con) == latest
         assert "ingest_checkpoints" in _tables(con)
-        assert con.execute("SELECT job_id, gpus FROM jobs").fetchall() == [("42", 2.0)]
+        assert {"qos", "partition", "time_limit_s", "priority_class"} <= _job_columns(con)
+        assert con.execute("SELECT job_id, gpus, qos FROM jobs").fetchall() == [("42", 2.0, None)]
     # Opening again applies nothing more.
     with warehouse.open_writer(warehouse_file) as con:
         assert apply_migrations(con) == []

@@ -57,10 +57,10 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     """Highest applied migration, 0 for an empty file."""
     exists = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if not exists:
         return 0
-    return con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+    return con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0][0]
 
 
 def apply_migrations(con: duckdb.DuckDBPyConnection, target: int | None = None) -> list[str]:

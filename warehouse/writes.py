@@ -139,9 +139,9 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
     batch = samples.select([c for c in wanted if c in samples.columns]).with_columns(
         pl.lit(source).alias("source")
     )
-    before = con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0]
+    before = con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
     upsert(con, "gpu_samples", batch, on_conflict="ignore")
-    return con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] - before
+    return con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0] - before
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ def quarantine(
 
 def table_counts(con: duckdb.DuckDBPyConnection, tables: Sequence[str] = tuple(NATURAL_KEYS)) -> dict[str, int]:
     """Row count of each table, for summaries and idempotency checks."""
-    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in tables}
 
 
 def replace_reference(

@@ -1,0 +1,274 @@
+"""Usage attribution: per job, per GPU, per hour — allocated, active, idle, unknown GPU-hours, energy.
+
+Units: GPU-hours (one whole GPU for one hour; a MIG slice counts by ``gpus.gpu_fraction``, a shared
+GPU by ``job_allocations.gpu_fraction``, both multiply), energy in kWh, ratios 0..1.
+
+Samples are aggregated once per (GPU, hour); whole-hour pieces of allocations use those
+aggregates and partial hours (where allocations start or end) go back to the raw samples of just
+those GPU-hours, so a job that starts at 10:30 on a GPU busy for someone else until then is not
+blamed or credited for the first half hour.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from gpuledger.analytics.intervals import split_by_hour
+from gpuledger.analytics.tree import rollup_to_nodes
+
+# Best first (design.md "Input facts"): gpu_util reads 100 % for one busy SM and 0 on MIG.
+SIGNALS = [
+    ("sm_active", "sm_active_ratio"),
+    ("gr_engine_active", "gr_engine_active_ratio"),
+    ("gpu_util", "gpu_util_ratio"),
+]
+J_PER_KWH = 3_600_000.0
+USAGE_COLS = ["gpu_hours_allocated", "gpu_hours_active", "gpu_hours_idle", "gpu_hours_unknown", "energy_kwh"]
+
+
+def gpu_inventory(gpus: pl.LazyFrame) -> pl.LazyFrame:
+    """The columns of ``gpus`` the analytics use, with ``is_mig`` and ``tier`` (= pricing_tier)."""
+    names = gpus.collect_schema().names()
+    mig_id = pl.col("mig_instance_id") if "mig_instance_id" in names else pl.lit(-1)
+    return gpus.select(
+        "gpu_id",
+        "cluster",
+        pl.col("gpu_uuid") if "gpu_uuid" in names else pl.col("gpu_id").cast(pl.String).alias("gpu_uuid"),
+        pl.col("host") if "host" in names else pl.lit(None, pl.String).alias("host"),
+        "model",
+        pl.col("mig_profile") if "mig_profile" in names else pl.lit(None, pl.String).alias("mig_profile"),
+        pl.col("gpu_fraction").fill_null(1.0).alias("device_fraction"),
+        (mig_id.fill_null(-1) >= 0).alias("is_mig"),
+        (pl.col("pricing_tier") if "pricing_tier" in names else pl.lit(None, pl.String))
+        .fill_null("reserved")
+        .alias("tier"),
+    )
+
+
+def allocated_pieces(
+    job_allocations: pl.LazyFrame,
+    gpus: pl.LazyFrame,
+    *,
+    now: datetime,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> pl.LazyFrame:
+    """Allocations cut into hourly pieces, clipped to [start, end) and to ``now`` (open ends).
+
+    One row per (cluster, job_id, gpu_id, allocation start_time, hour) with ``piece_start``,
+    ``piece_end``, ``piece_s`` (seconds), the device's ``model``/``tier``/``device_fraction`` and
+    ``gpu_hours_allocated`` = piece_s / 3600 × device_fraction × allocation gpu_fraction.
+    """
+    inv = gpu_inventory(gpus).drop("cluster")
+    return (
+        split_by_hour(
+            job_allocations.select(
+                "cluster", "job_id", "gpu_id", "start_time", "end_time",
+                pl.col("gpu_fraction").fill_null(1.0).alias("alloc_fraction"),
+            ),
+            now=now, start=start, end=end,
+        )
+        .join(inv, on="gpu_id", how="left")
+        .with_columns(pl.col("device_fraction").fill_null(1.0), pl.col("tier").fill_null("reserved"),
+                      pl.col("is_mig").fill_null(False))
+        .with_columns(
+            gpu_hours_allocated=pl.col("piece_s") / 3600.0 * pl.col("device_fraction") * pl.col("alloc_fraction")
+        )
+    )
+
+
+def _reset_aware_increment(e: pl.Expr) -> pl.Expr:
+    """Σ of counter increments along ``e`` (already in time order): a drop is a reset, so the
+    increment is the new value itself."""
+    d = e.diff()
+    return pl.when(d >= 0).then(d).otherwise(e).slice(1).sum()
+
+
+def hourly_samples(gpu_samples: pl.LazyFrame) -> pl.LazyFrame:
+    """Per (gpu_id, hour): sums and counts of every activity signal, sample count, and energy.
+
+    ``s_energy_j`` is the counter increase of the samples in the hour, each sample's increment
+    counted from the sample before it (in an earlier hour for the first one); a drop means the
+    counter reset (driver reload) and the increment is the new value. ``prev_last`` is the last
+    counter value before the hour.
+    """
+    e = pl.col("energy_total_j").sort_by("ts").drop_nulls()
+    sig = [col for _, col in SIGNALS]
+    return (
+        gpu_samples.select("gpu_id", "ts", *sig, "energy_total_j")
+        .group_by("gpu_id", pl.col("ts").dt.truncate("1h").alias("hour"))
+        .agg(
+            pl.len().alias("s_n"),
+            *(pl.col(col).clip(0.0, 1.0).sum().alias(f"s_{name}") for name, col in SIGNALS),
+            *(pl.col(col).count().alias(f"s_n_{name}") for name, col in SIGNALS),
+            e.first().alias("e_first"),
+            e.last().alias("e_last"),
+            _reset_aware_increment(e).alias("e_inside"),
+        )
+        .sort("gpu_id", "hour")
+        .with_columns(prev_last=pl.col("e_last").forward_fill().shift(1).over("gpu_id"))
+        .with_columns(
+            s_energy_j=pl.col("e_inside").fill_null(0.0)
+            + pl.when(pl.col("prev_last").is_null() | pl.col("e_first").is_null()).then(0.0)
+            .when(pl.col("e_first") >= pl.col("prev_last")).then(pl.col("e_first") - pl.col("prev_last"))
+            .otherwise(pl.col("e_first"))
+        )
+        .drop("e_first", "e_inside", "e_last")
+    )
+
+
+_SUM_COLS = ["n", *(name for name, _ in SIGNALS), *(f"n_{name}" for name, _ in SIGNALS), "energy_j"]
+
+
+def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.LazyFrame) -> pl.LazyFrame:
+    """Add w_<sum> columns: sums over the samples with piece_start <= ts < piece_end.
+
+    Whole-hour pieces (most of them) take the hourly aggregate; the few partial hours at the
+    edges of allocations go back to the raw samples of just those (gpu, hour) pairs, so a job that
+    starts at 10:30 is judged on 10:30-11:00 only.
+    """
+    full_hour = (pl.col("piece_start") == pl.col("hour")) & (pl.col("piece_s") == 3600.0)
+    full = (
+        pieces.filter(full_hour)
+        .join(hourly, on=["gpu_id", "hour"], how="left")
+        .with_columns(pl.col(f"s_{c}").fill_null(0).alias(f"w_{c}") for c in _SUM_COLS)
+        .drop(*(f"s_{c}" for c in _SUM_COLS), "prev_last")
+    )
+    partial = pieces.filter(~full_hour)
+    keys = partial.select("gpu_id", "hour").unique()
+    sig = [col for _, col in SIGNALS]
+    raw = (
+        gpu_samples.select("gpu_id", "ts", *sig, "energy_total_j")
+        .with_columns(hour=pl.col("ts").dt.truncate("1h"))
+        .join(keys, on=["gpu_id", "hour"], how="semi")
+        .join(hourly.select("gpu_id", "hour", "prev_last"), on=["gpu_id", "hour"], how="left")
+        .sort("gpu_id", "ts")
+        .with_columns(
+            _prev=pl.col("energy_total_j").forward_fill().shift(1).over("gpu_id", "hour")
+            .fill_null(pl.col("prev_last"))
+        )
+        .with_columns(
+            _inc=pl.when(pl.col("energy_total_j").is_null() | pl.col("_prev").is_null()).then(0.0)
+            .when(pl.col("energy_total_j") >= pl.col("_prev")).then(pl.col("energy_total_j") - pl.col("_prev"))
+            .otherwise(pl.col("energy_total_j"))
+        )
+    )
+    in_piece = (
+        partial.select("_pid", "gpu_id", "hour", "piece_start", "piece_end")
+        .join(raw, on=["gpu_id", "hour"], how="inner")
+        .filter((pl.col("ts") >= pl.col("piece_start")) & (pl.col("ts") < pl.col("piece_end")))
+        .group_by("_pid")
+        .agg(
+            pl.len().alias("w_n"),
+            *(pl.col(col).clip(0.0, 1.0).sum().alias(f"w_{name}") for name, col in SIGNALS),
+            *(pl.col(col).count().alias(f"w_n_{name}") for name, col in SIGNALS),
+            pl.col("_inc").sum().alias("w_energy_j"),
+        )
+    )
+    partial = partial.join(in_piece, on="_pid", how="left")
+    cast = [pl.col(f"w_{c}").cast(pl.Float64).fill_null(0.0) for c in _SUM_COLS]
+    return pl.concat([full.with_columns(cast), partial.with_columns(cast)], how="diagonal_relaxed")
+
+
+def _activity_from_window() -> list[pl.Expr]:
+    signal = pl.lit(None, pl.String)
+    ratio = pl.lit(None, pl.Float64)
+    for name, _ in reversed(SIGNALS):
+        has = pl.col(f"w_n_{name}") > 0
+        if name == "gpu_util":  # meaningless on MIG (always 0): treat as absent there
+            has = has & ~pl.col("is_mig")
+        signal = pl.when(has).then(pl.lit(name)).otherwise(signal)
+        ratio = pl.when(has).then(pl.col(f"w_{name}") / pl.col(f"w_n_{name}")).otherwise(ratio)
+    return [signal.alias("activity_signal"), ratio.alias("activity_ratio")]
+
+
+def attribute_usage(
+    job_allocations: pl.LazyFrame,
+    gpus: pl.LazyFrame,
+    gpu_samples: pl.LazyFrame,
+    *,
+    now: datetime,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> pl.LazyFrame:
+    """Per (cluster, job_id, gpu_id, hour): allocated / active / idle / unknown GPU-hours and energy.
+
+    Columns: cluster, job_id, gpu_id, hour, model, tier, is_mig, gpu_hours_allocated,
+    gpu_hours_active, gpu_hours_idle, gpu_hours_unknown, energy_kwh, activity_ratio (mean of the
+    signal used, 0..1), activity_signal (sm_active / gr_engine_active / gpu_util, NULL when no
+    signal), sample_count. A piece with no samples is allocated with unknown activity: its
+    active and idle hours are 0 and its hours go to ``gpu_hours_unknown``. Energy is the device's
+    counter increase over the piece × the device fraction × the allocation fraction (shared GPUs
+    split it by allocation fraction); NULL when no energy samples.
+    """
+    pieces = allocated_pieces(job_allocations, gpus, now=now, start=start, end=end).with_row_index("_pid")
+    w = _window_sums(pieces, gpu_samples, hourly_samples(gpu_samples))
+    has_samples = pl.col("w_n") > 0
+    alloc = pl.col("gpu_hours_allocated")
+    return (
+        w.with_columns(_activity_from_window())
+        .with_columns(
+            gpu_hours_active=pl.when(pl.col("activity_ratio").is_not_null())
+            .then(alloc * pl.col("activity_ratio")).otherwise(0.0),
+            gpu_hours_unknown=pl.when(pl.col("activity_ratio").is_null()).then(alloc).otherwise(0.0),
+            energy_kwh=pl.when(has_samples)
+            # MIG instances repeat the device's counter: an instance gets its compute fraction.
+            .then(pl.col("w_energy_j") * pl.col("device_fraction") * pl.col("alloc_fraction") / J_PER_KWH)
+            .otherwise(None),
+        )
+        .with_columns(
+            gpu_hours_idle=pl.when(pl.col("activity_ratio").is_not_null())
+            .then(alloc - pl.col("gpu_hours_active")).otherwise(0.0)
+        )
+        .group_by("cluster", "job_id", "gpu_id", "hour")
+        .agg(
+            pl.col("model", "tier", "is_mig").first(),
+            pl.col(USAGE_COLS).sum(),
+            # allocation-weighted mean over the hour's pieces (usually one)
+            pl.when(alloc.filter(pl.col("activity_ratio").is_not_null()).sum() > 0)
+            .then((pl.col("activity_ratio") * alloc).sum()
+                  / alloc.filter(pl.col("activity_ratio").is_not_null()).sum())
+            .otherwise(None)
+            .alias("activity_ratio"),
+            pl.col("activity_signal").drop_nulls().first(),
+            pl.col("w_n").sum().cast(pl.Int64).alias("sample_count"),
+            pl.col("energy_kwh").is_not_null().any().alias("_has_energy"),
+        )
+        .with_columns(pl.when(pl.col("_has_energy")).then(pl.col("energy_kwh")).otherwise(None).alias("energy_kwh"))
+        .drop("_has_energy")
+    )
+
+
+def rollup_usage(
+    attribution: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    *,
+    by: str = "project",
+    org_nodes: pl.LazyFrame | None = None,
+    per_hour: bool = False,
+) -> pl.LazyFrame:
+    """Sum attributed usage by ``job``, ``user``, ``project`` or ``node`` (every org tree node).
+
+    Units as in :func:`attribute_usage`; adds ``efficiency_ratio`` = active / (allocated − unknown).
+    With ``per_hour`` the ``hour`` column is kept as a key.
+    """
+    job_keys = jobs.select("cluster", "job_id", "project", "user_name")
+    enriched = attribution.join(job_keys, on=["cluster", "job_id"], how="left").with_columns(
+        pl.col("project").fill_null("(no job record)")
+    )
+    hour = ["hour"] if per_hour else []
+    keys = {"job": ["cluster", "job_id", "project", "user_name"], "user": ["user_name"],
+            "project": ["project"], "node": ["project"]}.get(by)
+    if keys is None:
+        raise ValueError(f"by={by!r}: choose job, user, project or node")
+    out = enriched.group_by([*keys, *hour]).agg(pl.col(USAGE_COLS).sum())
+    if by == "node":
+        if org_nodes is None:
+            raise ValueError("by='node' needs org_nodes")
+        out = rollup_to_nodes(out, org_nodes, sum_cols=USAGE_COLS, keys=hour)
+    known = pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown")
+    return out.with_columns(
+        efficiency_ratio=pl.when(known > 0).then(pl.col("gpu_hours_active") / known).otherwise(None)
+    )

@@ -1,0 +1,198 @@
+"""Budget burn per org node and funding per job.
+
+Budgets are in normalised GPU-hours: allocated GPU-hours × the rate card's ``budget_weight`` for
+the device's model and tier as of each hour (1.0 when the rate card has no row for them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from gpuledger.analytics.attribution import allocated_pieces
+from gpuledger.analytics.tree import Tree, closure
+
+BURN_WINDOW = timedelta(days=7)
+MIN_RUNTIME_CAP = timedelta(hours=8)
+
+
+def weighted_pieces(pieces: pl.LazyFrame, rate_card: pl.LazyFrame) -> pl.LazyFrame:
+    """Add ``budget_weight`` (as of the piece start, by model and tier) and ``gpu_hours_normalized``."""
+    rates = rate_card.select(
+        pl.col("gpu_model").alias("model"), "tier",
+        pl.col("effective_from").cast(pl.Datetime("us")).alias("_eff"), "budget_weight",
+    ).sort("_eff")
+    return (
+        pieces.with_columns(pl.col("piece_start").cast(pl.Datetime("us")).alias("_eff"))
+        .sort("_eff")
+        .join_asof(rates, on="_eff", by=["model", "tier"], strategy="backward", check_sortedness=False)
+        .drop("_eff")
+        .with_columns(pl.col("budget_weight").fill_null(1.0))
+        .with_columns(gpu_hours_normalized=pl.col("gpu_hours_allocated") * pl.col("budget_weight"))
+    )
+
+
+def budget_burn(
+    job_allocations: pl.LazyFrame,
+    gpus: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    org_nodes: pl.LazyFrame | pl.DataFrame,
+    budgets: pl.LazyFrame,
+    rate_card: pl.LazyFrame,
+    *,
+    as_of: datetime,
+    burn_window: timedelta = BURN_WINDOW,
+) -> pl.LazyFrame:
+    """Per org node with a budget period containing ``as_of`` (directly or through descendants).
+
+    Columns (all GPU quantities in normalised GPU-hours): node, period_start, period_end (dates,
+    end exclusive), budget_gpu_hours (the node's own budget, else the sum of its descendants'
+    for the same period), consumed_gpu_hours (subtree, since period start up to as_of),
+    remaining_gpu_hours, burn_gpu_hours_per_day (consumed in the last ``burn_window`` inside the
+    period ÷ its days), projected_exhaustion (UTC datetime; NULL when not burning or exhausted),
+    status: exhausted (remaining ≤ 0) / at-risk (projected before period end) / funded.
+    """
+    tree = Tree.from_frame(org_nodes)
+    clo = closure(org_nodes)
+    active = (
+        budgets.select("node", "period_start", "period_end",
+                       pl.col("budget_gpu_hours").cast(pl.Float64))
+        .filter((pl.col("period_start").cast(pl.Datetime("us")) <= as_of)
+                & (pl.col("period_end").cast(pl.Datetime("us")) > as_of))
+        .collect()
+    )
+    # Own budget, else the sum of descendants' budgets of the same period.
+    own = {(r["node"]): r for r in active.iter_rows(named=True)}
+    rows = []
+    for node, _ in tree.walk():
+        if node in own:
+            r = own[node]
+            rows.append((node, r["period_start"], r["period_end"], r["budget_gpu_hours"], True))
+            continue
+        below = [own[n] for n in own if node in tree.ancestors(n)[1:]]
+        periods = {(r["period_start"], r["period_end"]) for r in below}
+        for ps, pe in sorted(periods):
+            total = sum(r["budget_gpu_hours"] for r in below if (r["period_start"], r["period_end"]) == (ps, pe))
+            rows.append((node, ps, pe, total, False))
+    nodes = pl.LazyFrame(rows, schema={"node": pl.String, "period_start": pl.Date, "period_end": pl.Date,
+                                       "budget_gpu_hours": pl.Float64, "budget_own": pl.Boolean},
+                         orient="row")
+    if not rows:
+        return nodes.with_columns(
+            *(pl.lit(None, pl.Float64).alias(c) for c in
+              ("consumed_gpu_hours", "remaining_gpu_hours", "burn_gpu_hours_per_day")),
+            pl.lit(None, pl.Datetime("us")).alias("projected_exhaustion"), pl.lit(None, pl.String).alias("status"),
+        )
+    earliest = min(r[1] for r in rows)
+    start = datetime.combine(earliest, datetime.min.time())
+    pieces = weighted_pieces(
+        allocated_pieces(job_allocations, gpus, now=as_of, start=start, end=as_of), rate_card
+    ).join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
+    per_project_hour = pieces.group_by("project", "piece_start", "piece_end").agg(
+        pl.col("gpu_hours_normalized").sum()
+    )
+    burn_start = as_of - burn_window
+    joined = (
+        nodes.join(clo, left_on="node", right_on="ancestor", how="left", suffix="_leaf")
+        .join(per_project_hour, left_on="node_leaf", right_on="project", how="inner")
+        .filter(pl.col("piece_start") >= pl.col("period_start").cast(pl.Datetime("us")))
+        .filter(pl.col("piece_start") < pl.col("period_end").cast(pl.Datetime("us")))
+    )
+    # Pieces are hour-grained; the burn window start may cut one, so weight by the overlap.
+    overlap = (
+        (pl.col("piece_end") - pl.max_horizontal(pl.col("piece_start"), pl.lit(burn_start),
+                                                  pl.col("period_start").cast(pl.Datetime("us"))))
+        .dt.total_microseconds().clip(lower_bound=0)
+        / (pl.col("piece_end") - pl.col("piece_start")).dt.total_microseconds()
+    )
+    consumed = joined.group_by("node", "period_start").agg(
+        consumed_gpu_hours=pl.col("gpu_hours_normalized").sum(),
+        _burn=(pl.col("gpu_hours_normalized") * overlap).sum(),
+    )
+    burn_days = pl.min_horizontal(
+        pl.lit(burn_window.total_seconds()),
+        (pl.lit(as_of) - pl.col("period_start").cast(pl.Datetime("us"))).dt.total_microseconds() / 1e6,
+    ) / 86400.0
+    remaining = pl.col("budget_gpu_hours") - pl.col("consumed_gpu_hours")
+    exhaustion = pl.lit(as_of) + pl.duration(
+        microseconds=(pl.col("remaining_gpu_hours") / pl.col("burn_gpu_hours_per_day") * 86400e6).cast(pl.Int64)
+    )
+    return (
+        nodes.join(consumed, on=["node", "period_start"], how="left")
+        .with_columns(pl.col("consumed_gpu_hours", "_burn").fill_null(0.0))
+        .with_columns(
+            remaining_gpu_hours=remaining,
+            burn_gpu_hours_per_day=pl.when(burn_days > 0).then(pl.col("_burn") / burn_days).otherwise(0.0),
+        )
+        .with_columns(
+            projected_exhaustion=pl.when((pl.col("remaining_gpu_hours") > 0) & (pl.col("burn_gpu_hours_per_day") > 0))
+            .then(exhaustion).otherwise(None)
+        )
+        .with_columns(
+            status=pl.when(pl.col("remaining_gpu_hours") <= 0).then(pl.lit("exhausted"))
+            .when(pl.col("projected_exhaustion") < pl.col("period_end").cast(pl.Datetime("us")))
+            .then(pl.lit("at-risk"))
+            .otherwise(pl.lit("funded"))
+        )
+        .drop("_burn")
+    )
+
+
+def job_funding(
+    jobs: pl.LazyFrame,
+    burn: pl.LazyFrame,
+    org_nodes: pl.LazyFrame | pl.DataFrame,
+    *,
+    now: datetime,
+    min_runtime_cap: timedelta = MIN_RUNTIME_CAP,
+) -> pl.LazyFrame:
+    """Per job not yet ended (end_time NULL or after ``now``): is it funded, and protected until when?
+
+    Funded = every node on the project's path that has a budget (own, from ``budget_burn``) has
+    remaining > 0, at least one has, and the job declares min_runtime_s > 0. Columns: cluster,
+    job_id, project, funded, unfunded_reason, min_runtime_s_effective (capped at
+    ``min_runtime_cap``), protected_until (start + effective min runtime; NULL when not
+    running or not funded), protected (funded and now < protected_until).
+    """
+    tree = Tree.from_frame(org_nodes)
+    b = burn.filter(pl.col("budget_own")).select("node", "remaining_gpu_hours").collect()
+    remaining = dict(b.iter_rows())
+    verdict = []
+    for project in tree.parent:
+        chain = [n for n in tree.ancestors(project) if n in remaining]
+        if not chain:
+            verdict.append((project, False, "no budget"))
+        elif any(remaining[n] <= 0 for n in chain):
+            dry = next(n for n in chain if remaining[n] <= 0)
+            verdict.append((project, False, f"budget exhausted at {dry}"))
+        else:
+            verdict.append((project, True, None))
+    budget_ok = pl.LazyFrame(verdict, schema={"project": pl.String, "budget_ok": pl.Boolean,
+                                              "unfunded_reason": pl.String}, orient="row")
+    cap_s = int(min_runtime_cap.total_seconds())
+    eff = pl.min_horizontal(pl.col("min_runtime_s").fill_null(0), pl.lit(cap_s))
+    return (
+        jobs.filter(pl.col("end_time").is_null() | (pl.col("end_time") > now))
+        .select("cluster", "job_id", "project", "start_time", "min_runtime_s")
+        .join(budget_ok, on="project", how="left")
+        .with_columns(
+            pl.when(pl.col("budget_ok").is_null()).then(pl.lit("project not in org tree"))
+            .otherwise(pl.col("unfunded_reason")).alias("unfunded_reason"),
+            pl.col("budget_ok").fill_null(False),
+            min_runtime_s_effective=eff.cast(pl.Int64),
+        )
+        .with_columns(
+            funded=pl.col("budget_ok") & (pl.col("min_runtime_s_effective") > 0),
+            unfunded_reason=pl.when(~pl.col("budget_ok")).then(pl.col("unfunded_reason"))
+            .when(pl.col("min_runtime_s_effective") <= 0).then(pl.lit("no minimum runtime declared"))
+            .otherwise(None),
+        )
+        .with_columns(
+            protected_until=pl.when(pl.col("funded") & pl.col("start_time").is_not_null())
+            .then(pl.col("start_time") + pl.duration(seconds=pl.col("min_runtime_s_effective")))
+            .otherwise(None)
+        )
+        .with_columns(protected=pl.col("protected_until").fill_null(pl.lit(now)) > pl.lit(now))
+        .drop("budget_ok", "start_time", "min_runtime_s")
+    )

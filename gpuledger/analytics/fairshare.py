@@ -1,0 +1,156 @@
+"""Hierarchical fair share (Slurm's Fair Tree), Ai2's occupancy ratio and the delivery ratio.
+
+At every level siblings compare their share s with their usage u, both normalised among the
+siblings: level fair share LF = s / u (∞ with no usage). Walking the tree depth-first with
+children in descending LF (ties by name) orders the projects; rank 1 is served first and the
+fair-share factor is (N − rank + 1) / N for N projects (1.0 best). Leaves with identical LF at
+every level share a rank.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+import polars as pl
+
+from gpuledger.analytics.attribution import allocated_pieces
+from gpuledger.analytics.capacity import capacity_hourly
+from gpuledger.analytics.intervals import split_by_hour
+from gpuledger.analytics.tree import Tree, rollup_to_nodes
+
+SSHARE_COLUMNS = [
+    "node", "parent", "depth", "kind", "shares_raw", "shares_norm", "share_global",
+    "usage_raw_gpu_hours", "usage_norm", "usage_effective", "level_fs", "fs_rank", "fairshare_factor",
+]
+
+
+def fair_share(
+    org_nodes: pl.LazyFrame | pl.DataFrame,
+    node_usage: pl.LazyFrame,
+    *,
+    usage_col: str = "gpu_hours_decayed",
+) -> pl.LazyFrame:
+    """The tree shaped like ``sshare -l``, one row per org node in fair-tree (queue) order.
+
+    ``node_usage`` has ``node`` and ``usage_col`` (GPU-hours; e.g. from usage.node_usage — decayed
+    or window). Columns: node, parent, depth, kind, shares_raw, shares_norm (among siblings),
+    share_global (product of shares_norm to the root), usage_raw_gpu_hours, usage_norm
+    (÷ all usage), usage_effective (÷ siblings' usage), level_fs (s/u, inf with no usage),
+    fs_rank and fairshare_factor (projects only), order (row position).
+    """
+    tree = Tree.from_frame(org_nodes)
+    used = dict(node_usage.select("node", usage_col).collect().iter_rows())
+    usage = {n: float(used.get(n) or 0.0) for n in tree.parent}
+    # A node's usage is its subtree's. A rolled-up frame already says so; a per-project frame
+    # leaves inner nodes at 0, so they take the sum of their children.
+    for node, _ in sorted(tree.walk(), key=lambda x: -x[1]):
+        if tree.children[node]:
+            usage[node] = max(usage[node], sum(usage[c] for c in tree.children[node]))
+    total = sum(usage[r] for r in tree.roots)
+
+    shares_norm, usage_eff, level_fs = {}, {}, {}
+    for up in [None, *tree.parent]:
+        siblings = tree.roots if up is None else tree.children[up]
+        s_sum = sum(tree.shares[c] for c in siblings)
+        u_sum = sum(usage[c] for c in siblings)
+        for c in siblings:
+            shares_norm[c] = tree.shares[c] / s_sum if s_sum > 0 else 0.0
+            usage_eff[c] = usage[c] / u_sum if u_sum > 0 else 0.0
+            if usage_eff[c] > 0:
+                level_fs[c] = shares_norm[c] / usage_eff[c]
+            else:
+                level_fs[c] = math.inf if shares_norm[c] > 0 else 0.0
+
+    def by_lf(nodes):
+        return sorted(nodes, key=lambda n: (-level_fs[n], n))
+
+    order = list(tree.walk(order=by_lf))
+    rank, fs_rank, prev_key = 0, {}, None
+    leaves = [n for n, _ in order if not tree.children[n]]
+    for position, leaf in enumerate(leaves, start=1):
+        key = tuple(level_fs[a] for a in reversed(tree.ancestors(leaf)))
+        if key != prev_key:
+            rank = position
+        fs_rank[leaf], prev_key = rank, key
+    n_leaves = len(leaves)
+
+    rows = []
+    for position, (node, depth) in enumerate(order):
+        glob = math.prod(shares_norm[a] for a in tree.ancestors(node))
+        r = fs_rank.get(node)
+        rows.append((
+            node, tree.parent[node], depth, tree.kind[node], float(tree.shares[node]), shares_norm[node], glob,
+            usage[node], usage[node] / total if total > 0 else 0.0, usage_eff[node], level_fs[node],
+            r, None if r is None else (n_leaves - r + 1) / n_leaves, position,
+        ))
+    schema = {
+        "node": pl.String, "parent": pl.String, "depth": pl.Int32, "kind": pl.String,
+        "shares_raw": pl.Float64, "shares_norm": pl.Float64, "share_global": pl.Float64,
+        "usage_raw_gpu_hours": pl.Float64, "usage_norm": pl.Float64, "usage_effective": pl.Float64,
+        "level_fs": pl.Float64, "fs_rank": pl.Int32, "fairshare_factor": pl.Float64, "order": pl.Int32,
+    }
+    return pl.LazyFrame(rows, schema=schema, orient="row")
+
+
+def delivery(
+    jobs: pl.LazyFrame,
+    job_allocations: pl.LazyFrame,
+    gpus: pl.LazyFrame,
+    org_nodes: pl.LazyFrame | pl.DataFrame,
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+) -> pl.LazyFrame:
+    """Per org node over [start, end): what its share promised and what it got, in GPU-hours.
+
+    Per project and hour: entitled = share_global × installed capacity; demand = GPUs its jobs
+    requested from submit to end (queued time included); owed = min(entitled, demand);
+    delivered = min(allocated, owed). Summed over hours, then up the tree. Columns: node,
+    gpu_hours_entitled, gpu_hours_demand, gpu_hours_owed, gpu_hours_allocated,
+    gpu_hours_delivered, delivery_ratio (delivered ÷ owed; NULL when nothing was owed),
+    occupancy_ratio (Ai2's sort key: allocated ÷ entitled; lower = more deserving).
+    """
+    shares = fair_share(org_nodes, pl.LazyFrame({"node": [], "u": []}, schema={"node": pl.String, "u": pl.Float64}),
+                        usage_col="u").select("node", "share_global")
+    tree = Tree.from_frame(org_nodes)
+    leaves = pl.LazyFrame({"project": tree.leaves()}, schema={"project": pl.String})
+    cap = capacity_hourly(gpus, start=start, end=end, by=()).select("hour", "gpu_hours_capacity")
+    entitled = (
+        leaves.join(shares.rename({"node": "project"}), on="project")
+        .join(cap, how="cross")
+        .with_columns(gpu_hours_entitled=pl.col("share_global") * pl.col("gpu_hours_capacity"))
+        .select("project", "hour", "gpu_hours_entitled")
+    )
+    job_cols = jobs.select(
+        "cluster", "job_id", "project", "gpus", "end_time",
+        pl.coalesce("submit_time", "start_time").alias("submit_time"),
+    ).filter(pl.col("submit_time").is_not_null())
+    demand = (
+        split_by_hour(job_cols, start_col="submit_time", end_col="end_time", now=now, start=start, end=end)
+        .group_by("project", "hour")
+        .agg(gpu_hours_demand=(pl.col("gpus") * pl.col("piece_s") / 3600.0).sum())
+    )
+    allocated = (
+        allocated_pieces(job_allocations, gpus, now=now, start=start, end=end)
+        .join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
+        .group_by("project", "hour")
+        .agg(pl.col("gpu_hours_allocated").sum())
+    )
+    hourly = (
+        entitled.join(demand, on=["project", "hour"], how="full", coalesce=True)
+        .join(allocated, on=["project", "hour"], how="full", coalesce=True)
+        .with_columns(pl.col("gpu_hours_entitled", "gpu_hours_demand", "gpu_hours_allocated").fill_null(0.0))
+        .with_columns(gpu_hours_owed=pl.min_horizontal("gpu_hours_entitled", "gpu_hours_demand"))
+        .with_columns(gpu_hours_delivered=pl.min_horizontal("gpu_hours_allocated", "gpu_hours_owed"))
+    )
+    cols = ["gpu_hours_entitled", "gpu_hours_demand", "gpu_hours_owed", "gpu_hours_allocated",
+            "gpu_hours_delivered"]
+    per_project = hourly.group_by("project").agg(pl.col(cols).sum())
+    return rollup_to_nodes(per_project, org_nodes, sum_cols=cols).with_columns(
+        delivery_ratio=pl.when(pl.col("gpu_hours_owed") > 0)
+        .then(pl.col("gpu_hours_delivered") / pl.col("gpu_hours_owed")).otherwise(None),
+        occupancy_ratio=pl.when(pl.col("gpu_hours_entitled") > 0)
+        .then(pl.col("gpu_hours_allocated") / pl.col("gpu_hours_entitled")).otherwise(None),
+    )

@@ -1,0 +1,82 @@
+"""Usage over time per org node: a sliding window and exponential decay (half-life).
+
+Units: allocated GPU-hours. Decayed usage weights every instant t before ``as_of`` by
+2^(−(as_of − t)/H); each piece's weight is integrated exactly over the piece, so a weight never
+exceeds 1 and decayed usage over a window never exceeds window usage over the same window.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from gpuledger.analytics.attribution import allocated_pieces
+from gpuledger.analytics.tree import rollup_to_nodes
+
+DEFAULT_WINDOW = timedelta(days=7)
+DEFAULT_HALF_LIFE = timedelta(days=7)
+
+
+def decay_weight(as_of: datetime, half_life: timedelta) -> pl.Expr:
+    """Mean of 2^(−age/H) over [piece_start, piece_end): (H/ln 2)(2^(−a_end/H) − 2^(−a_start/H)) / len."""
+    h_s = half_life.total_seconds()
+    age_start = (pl.lit(as_of) - pl.col("piece_start")).dt.total_microseconds() / 1e6
+    age_end = (pl.lit(as_of) - pl.col("piece_end")).dt.total_microseconds() / 1e6
+    length = age_start - age_end
+    integral = (h_s / math.log(2)) * ((-age_end / h_s * math.log(2)).exp() - (-age_start / h_s * math.log(2)).exp())
+    return pl.when(length > 0).then(integral / length).otherwise(pl.lit(2.0).pow(-age_end / h_s))
+
+
+def project_usage(
+    job_allocations: pl.LazyFrame,
+    gpus: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    *,
+    as_of: datetime,
+    window: timedelta = DEFAULT_WINDOW,
+    half_life: timedelta = DEFAULT_HALF_LIFE,
+    decay_horizon: timedelta | None = None,
+) -> pl.LazyFrame:
+    """Per project: ``gpu_hours_window`` (allocated GPU-hours in [as_of − window, as_of)) and
+    ``gpu_hours_decayed`` (all allocations before ``as_of``, or within ``decay_horizon``, decayed).
+    """
+    horizon_start = None if decay_horizon is None else as_of - decay_horizon
+    pieces = allocated_pieces(job_allocations, gpus, now=as_of, start=horizon_start, end=as_of)
+    # Cut at the window start itself, which need not be an hour boundary.
+    win = allocated_pieces(job_allocations, gpus, now=as_of, start=as_of - window, end=as_of)
+    projects = jobs.select("cluster", "job_id", "project")
+    decayed = (
+        pieces.with_columns(w=decay_weight(as_of, half_life))
+        .join(projects, on=["cluster", "job_id"], how="left")
+        .group_by("project")
+        .agg(gpu_hours_decayed=(pl.col("gpu_hours_allocated") * pl.col("w")).sum())
+    )
+    windowed = (
+        win.join(projects, on=["cluster", "job_id"], how="left")
+        .group_by("project")
+        .agg(gpu_hours_window=pl.col("gpu_hours_allocated").sum())
+    )
+    return (
+        decayed.join(windowed, on="project", how="full", coalesce=True)
+        .with_columns(pl.col("project").fill_null("(no job record)"),
+                      pl.col("gpu_hours_window", "gpu_hours_decayed").fill_null(0.0))
+    )
+
+
+def node_usage(
+    job_allocations: pl.LazyFrame,
+    gpus: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    org_nodes: pl.LazyFrame,
+    *,
+    as_of: datetime,
+    window: timedelta = DEFAULT_WINDOW,
+    half_life: timedelta = DEFAULT_HALF_LIFE,
+    decay_horizon: timedelta | None = None,
+) -> pl.LazyFrame:
+    """:func:`project_usage` rolled up to every org node: node, gpu_hours_window, gpu_hours_decayed."""
+    per_project = project_usage(job_allocations, gpus, jobs, as_of=as_of, window=window,
+                                half_life=half_life, decay_horizon=decay_horizon)
+    return rollup_to_nodes(per_project, org_nodes, sum_cols=["gpu_hours_window", "gpu_hours_decayed"])

@@ -1,0 +1,73 @@
+"""Utilization: how much of the installed capacity was allocated and how much was busy.
+
+Percentages are 0..100 of installed capacity (physical GPUs × hours; MIG slices count by their
+fraction of the physical GPU). Active GPU-hours only count devices with samples; the hours with
+unknown activity are reported beside them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from gpuledger.analytics.capacity import capacity_hourly
+
+_SUMS = ["gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown"]
+
+
+def _pct(num: str, den: str) -> pl.Expr:
+    return pl.when(pl.col(den) > 0).then(100.0 * pl.col(num) / pl.col(den)).otherwise(None)
+
+
+def utilization_hourly(
+    attribution: pl.LazyFrame,
+    gpus: pl.LazyFrame,
+    *,
+    start: datetime,
+    end: datetime,
+    by: tuple[str, ...] = ("cluster", "model"),
+) -> pl.LazyFrame:
+    """Per ``by`` keys (from cluster, model, tier; ``()`` for the whole fleet) and hour of [start, end).
+
+    ``attribution`` is :func:`attribution.attribute_usage` output. Columns: *by, hour,
+    gpu_hours_capacity, gpu_hours_allocated, gpu_hours_active, gpu_hours_unknown,
+    allocation_pct, active_pct (of capacity), active_of_allocated_pct (of the allocated hours
+    with known activity).
+    """
+    cap = capacity_hourly(gpus, start=start, end=end, by=by).select(*by, "hour", "gpu_hours_capacity")
+    used = (
+        attribution.filter((pl.col("hour") >= start.replace(minute=0, second=0, microsecond=0)) & (pl.col("hour") < end))
+        .group_by(*by, "hour").agg(pl.col(_SUMS).sum())
+    )
+    return (
+        cap.join(used, on=[*by, "hour"], how="full", coalesce=True)
+        .with_columns(pl.col("gpu_hours_capacity", *_SUMS).fill_null(0.0))
+        .with_columns(_known=pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown"))
+        .with_columns(
+            allocation_pct=_pct("gpu_hours_allocated", "gpu_hours_capacity"),
+            active_pct=_pct("gpu_hours_active", "gpu_hours_capacity"),
+            active_of_allocated_pct=_pct("gpu_hours_active", "_known"),
+        )
+        .drop("_known")
+        .sort(*by, "hour")
+    )
+
+
+def utilization_by_kind(attribution: pl.LazyFrame, jobs: pl.LazyFrame, *, by: tuple[str, ...] = ()) -> pl.LazyFrame:
+    """Per workload kind (jobs.kind; NULL → "unknown") and ``by`` keys: allocated, active and
+    unknown GPU-hours, share_of_allocated_pct (of all allocated hours in the group), and
+    active_of_allocated_pct."""
+    kinds = jobs.select("cluster", "job_id", pl.col("kind").fill_null("unknown"))
+    out = (
+        attribution.join(kinds, on=["cluster", "job_id"], how="left")
+        .with_columns(pl.col("kind").fill_null("unknown"))
+        .group_by(*by, "kind").agg(pl.col(_SUMS).sum())
+        .with_columns(_known=pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown"),
+                      _total=pl.col("gpu_hours_allocated").sum().over(list(by)) if by
+                      else pl.col("gpu_hours_allocated").sum())
+    )
+    return out.with_columns(
+        share_of_allocated_pct=_pct("gpu_hours_allocated", "_total"),
+        active_of_allocated_pct=_pct("gpu_hours_active", "_known"),
+    ).drop("_known", "_total").sort(*by, "kind")

@@ -1,0 +1,380 @@
+"""A line-tolerant parser for dcgm-exporter's Prometheus text format, and the long -> wide step that
+both DCGM sources (the ``/metrics`` scrape and the Prometheus backfill) share.
+
+Why our own parser: ``prometheus_client.parser`` raises on the first bad line, so one truncated or
+mis-quoted line would sink a whole scrape. This parser reads line by line, sends each bad line to
+quarantine with a reason, and is also faster (benchmarks/ingest_bench.py, BENCHMARKS.md "Ingestion"),
+mostly because a GPU's label set is parsed once and reused by all of its metric lines.
+
+What is refused (one ``Reject`` per line, the rest of the page still lands):
+
+* truncated lines, unbalanced quotes, malformed label sets, a value that is not a number;
+* NaN / +-Inf values; negative or absurd values (a ratio above 1 after unit conversion, power above
+  5 kW, ...). DCGM *blank* sentinels are not refused: they become NULL (``gpuledger.dcgm``);
+* label values longer than ``MAX_LABEL_LEN`` characters;
+* a series repeated in one page (the first copy is kept);
+* an explicit timestamp more than ``max_future_s`` after the scrape time;
+* a DCGM series without a device identity (no ``UUID`` or no host label).
+
+Unknown metrics are not refused: non-DCGM families (``go_*``, ``process_*``) are skipped silently,
+DCGM fields the warehouse does not store (``DCGM_FI_DEV_XID_ERRORS``, PCIe counters, ...) are counted
+in ``ParsedPage.unknown_dcgm`` so the caller can report them, since a default exporter sends ~25
+families and quarantining the unstored ones on every scrape would drown the real problems.
+
+Label spellings: ``Hostname`` / ``hostname``; Kubernetes ``namespace`` / ``pod_namespace``,
+``pod`` / ``pod_name``, ``container`` / ``container_name``; Prometheus' ``exported_*`` renames win
+over the plain label (the plain one then names the scrape target, not the GPU's workload).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from gpuledger import dcgm
+from gpuledger.ingest.model_keys import gpu_model_key
+
+MAX_LABEL_LEN = 1024  # characters; real DCGM labels are < 100, a 10 kB label is garbage
+DEFAULT_MAX_FUTURE_S = 300.0
+
+# Series attributes, in the order of the tuples ``normalize_labels`` returns.
+SERIES_COLUMNS = ("gpu_uuid", "mig_instance_id", "host", "gpu_index", "pci_bus_id", "model_name",
+                  "mig_profile", "namespace", "pod", "container", "hpc_job")
+SERIES_SCHEMA = {"gpu_uuid": pl.String, "mig_instance_id": pl.Int32, "host": pl.String,
+                 "gpu_index": pl.Int32, "pci_bus_id": pl.String, "model_name": pl.String,
+                 "mig_profile": pl.String, "namespace": pl.String, "pod": pl.String,
+                 "container": pl.String, "hpc_job": pl.String}
+JOB_COLUMNS = ("namespace", "pod", "container", "hpc_job")
+DEVICE_ATTRS = ("host", "gpu_index", "pci_bus_id", "model_name", "mig_profile")
+
+# Kubernetes label spellings, most trusted first.
+_K8S_SPELLINGS = {
+    "namespace": ("exported_namespace", "namespace", "pod_namespace", "exported_pod_namespace"),
+    "pod": ("exported_pod", "pod", "pod_name", "exported_pod_name"),
+    "container": ("exported_container", "container", "container_name", "exported_container_name"),
+}
+
+# Plausible range of each meaning in its base unit (ratio, bytes, W, J, Hz, C); outside -> refused.
+VALUE_BOUNDS: dict[str, tuple[float, float]] = {
+    "sm_active": (0.0, 1.0), "gr_engine_active": (0.0, 1.0), "tensor_active": (0.0, 1.0),
+    "dram_active": (0.0, 1.0), "gpu_util": (0.0, 1.0),
+    "fb_used": (0.0, 2.0 * 2**40), "fb_free": (0.0, 2.0 * 2**40), "fb_reserved": (0.0, 2.0 * 2**40),
+    "power": (0.0, 5000.0), "energy": (0.0, math.inf),
+    "sm_clock_hz": (0.0, 10e9), "gpu_temp_c": (-40.0, 200.0),
+}
+_RATIO_SLACK = 1e-9
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(?:,|\Z)')
+_ESCAPE = re.compile(r"\\(.)")
+_ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
+
+
+@dataclass(frozen=True)
+class Reject:
+    """One refused input line: its 1-based line number, raw text and why it was refused."""
+
+    line_no: int
+    raw_text: str
+    reason: str
+
+
+@dataclass
+class ParsedPage:
+    """A parsed page: ``samples`` in long form (one row per kept line), refused lines and counts.
+
+    ``samples`` columns: line_no, metric, value (exported unit, blanks kept), ts (Datetime ms, UTC)
+    and the SERIES_COLUMNS.
+    """
+
+    samples: pl.DataFrame
+    rejects: list[Reject] = field(default_factory=list)
+    unknown_dcgm: Counter = field(default_factory=Counter)
+    lines: int = 0
+    skipped_other: int = 0
+
+
+def _unescape(value: str) -> str:
+    return _ESCAPE.sub(lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), value)
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """``gpu="0",UUID="GPU-.."`` -> dict. Raises ValueError naming the character where it fails."""
+    out: dict[str, str] = {}
+    pos, end = 0, len(text)
+    while pos < end:
+        if text[pos:].strip() == "":
+            break
+        m = _LABEL.match(text, pos)
+        if m is None:
+            raise ValueError(f"malformed label set at character {pos} (unbalanced quote, missing '=' "
+                             "or ',')")
+        name, value = m.group(1), m.group(2)
+        if name in out:
+            raise ValueError(f"label {name!r} appears twice")
+        out[name] = _unescape(value) if "\\" in value else value
+        pos = m.end()
+    return out
+
+
+def normalize_labels(labels: dict[str, str], *, drop_plain_k8s: bool = False) -> tuple:
+    """Exporter labels -> a SERIES_COLUMNS tuple. Raises ValueError for a series that names no device
+    or carries an oversize label. ``drop_plain_k8s``: the plain namespace/pod/container labels name the
+    scrape target (Prometheus renamed the exporter's to exported_*), so only exported_* count."""
+    for key, value in labels.items():
+        if len(value) > MAX_LABEL_LEN:
+            raise ValueError(f"label {key!r} is {len(value)} characters (limit {MAX_LABEL_LEN})")
+    uuid = labels.get("UUID") or labels.get("uuid")
+    host = dcgm.host_from_labels(labels)
+    if not uuid or not host:
+        raise ValueError("series names no device: needs a UUID and a Hostname/hostname label")
+    mig_id = labels.get("GPU_I_ID")
+    try:
+        mig = int(mig_id) if mig_id not in (None, "") else -1
+        gpu_index = int(labels["gpu"]) if labels.get("gpu", "") != "" else None
+    except ValueError:
+        raise ValueError(f"GPU_I_ID {mig_id!r} / gpu {labels.get('gpu')!r} is not an integer") from None
+    k8s = {}
+    for column, spellings in _K8S_SPELLINGS.items():
+        k8s[column] = None
+        for key in spellings:
+            if drop_plain_k8s and not key.startswith("exported_"):
+                continue
+            if labels.get(key):
+                k8s[column] = labels[key]
+                break
+    return (uuid, mig, host, gpu_index, labels.get("pci_bus_id") or None,
+            labels.get("modelName") or None, labels.get("GPU_I_PROFILE") or None,
+            k8s["namespace"], k8s["pod"], k8s["container"], labels.get("hpc_job") or None)
+
+
+def _field_checks() -> dict[str, tuple]:
+    """metric -> (low, high) in the exported unit, plus the blank test's type."""
+    checks = {}
+    for f in dcgm.FIELDS:
+        lo, hi = VALUE_BOUNDS.get(f.meaning, (-math.inf, math.inf))
+        factor = dcgm.UNIT_TO_BASE[f.unit]
+        slack = _RATIO_SLACK if hi == 1.0 else 0.0
+        checks[f.metric] = (lo / factor, (hi + slack) / factor, f.dcgm_type, f.meaning, f.unit)
+    return checks
+
+
+FIELD_CHECKS = _field_checks()
+
+
+def _is_blank(value: float, dcgm_type: str) -> bool:
+    if value >= dcgm.SENTINEL_FLOOR:
+        return True
+    if dcgm_type == "fp64":
+        return value >= dcgm.DCGM_FP64_BLANK
+    if dcgm_type == "int32":
+        return dcgm.DCGM_INT32_BLANK <= value <= 0x7FFFFFFF
+    return False
+
+
+def value_problem(metric: str, value: float) -> str | None:
+    """Why a (finite or not) value of a catalogued metric is refused, or None when it is fine."""
+    if value != value or value in (math.inf, -math.inf):
+        return f"non-finite value {value!r}"
+    lo, hi, dcgm_type, meaning, unit = FIELD_CHECKS[metric]
+    if _is_blank(value, dcgm_type):
+        return None  # DCGM blank: stored as NULL
+    if value < lo:
+        return f"value {value!r} {unit} below the plausible range of {meaning} (>= {lo:g})"
+    if value > hi:
+        return f"value {value!r} {unit} above the plausible range of {meaning} (<= {hi:g})"
+    return None
+
+
+def parse_exposition(
+    text: str,
+    *,
+    scrape_ms: int,
+    max_future_s: float = DEFAULT_MAX_FUTURE_S,
+) -> ParsedPage:
+    """Parse a dcgm-exporter page. Samples without an explicit timestamp get ``scrape_ms``
+    (epoch milliseconds). Every line is either kept, skipped (comment, non-DCGM family, unstored DCGM
+    field) or refused with a reason; nothing raises on bad input."""
+    checks = FIELD_CHECKS
+    series_index: dict[str, int | str] = {}  # label text -> series number, or the reason it is refused
+    series_rows: list[tuple] = []
+    canonical: dict[tuple, int] = {}  # normalized label tuple + sorted labels -> series number
+    seen: set[tuple[str, int]] = set()
+    rejects: list[Reject] = []
+    unknown: Counter = Counter()
+    out_line: list[int] = []
+    out_metric: list[str] = []
+    out_series: list[int] = []
+    out_value: list[float] = []
+    out_ts: list[int] = []
+    future_limit = scrape_ms + int(max_future_s * 1000)
+    skipped = 0
+    lines = text.split("\n")
+    for no, line in enumerate(lines, 1):
+        if not line or line[0] == "#":
+            continue
+        if line[-1] == "\r":
+            line = line[:-1]
+        if not line.strip():
+            continue
+        brace = line.find("{")
+        name = line[:brace] if brace >= 0 else line.split(None, 1)[0]
+        if not name.startswith("DCGM_FI_"):
+            if _METRIC_NAME.match(name.strip()):
+                skipped += 1
+            else:
+                rejects.append(Reject(no, line, f"not a sample line: bad metric name {name[:80]!r}"))
+            continue
+        if name not in checks:
+            if _METRIC_NAME.match(name):
+                unknown[name] += 1
+            else:
+                rejects.append(Reject(no, line, f"bad metric name {name[:80]!r}"))
+            continue
+        if brace < 0:
+            rejects.append(Reject(no, line, "DCGM sample without labels: cannot tell which GPU"))
+            continue
+        close = line.rfind("}")
+        if close < brace:
+            rejects.append(Reject(no, line, "truncated line: label set never closed with '}'"))
+            continue
+        rest = line[close + 1:].split()
+        if not rest or len(rest) > 2:
+            rejects.append(Reject(no, line, "truncated line: expected 'value [timestamp]' after the labels"))
+            continue
+        label_text = line[brace + 1:close]
+        key = series_index.get(label_text)
+        if key is None:
+            try:
+                labels = parse_labels(label_text)
+                row = normalize_labels(labels)
+                full = (row, tuple(sorted(labels.items())))
+                key = canonical.get(full)
+                if key is None:
+                    key = canonical[full] = len(series_rows)
+                    series_rows.append(row)
+            except ValueError as exc:
+                key = str(exc)
+            series_index[label_text] = key
+        if key.__class__ is str:
+            rejects.append(Reject(no, line, key))
+            continue
+        try:
+            value = float(rest[0])
+        except ValueError:
+            rejects.append(Reject(no, line, f"value {rest[0][:40]!r} is not a number"))
+            continue
+        if len(rest) == 2:
+            try:
+                ts = int(rest[1])
+            except ValueError:
+                rejects.append(Reject(no, line, f"timestamp {rest[1][:40]!r} is not integer milliseconds"))
+                continue
+            if ts > future_limit:
+                rejects.append(Reject(no, line, f"timestamp {ts} ms is {(ts - scrape_ms) / 3.6e6:.1f} h "
+                                                f"after the scrape time (limit {max_future_s:g} s)"))
+                continue
+        else:
+            ts = scrape_ms
+        problem = value_problem(name, value)
+        if problem:
+            rejects.append(Reject(no, line, problem))
+            continue
+        if (name, key) in seen:
+            rejects.append(Reject(no, line, "duplicate series in one scrape (the first copy is kept)"))
+            continue
+        seen.add((name, key))
+        out_line.append(no)
+        out_metric.append(name)
+        out_series.append(key)
+        out_value.append(value)
+        out_ts.append(ts)
+    samples = _long_frame(out_line, out_metric, out_series, out_value, out_ts, series_rows)
+    return ParsedPage(samples, rejects, unknown, len(lines), skipped)
+
+
+def series_frame(rows: Iterable[tuple]) -> pl.DataFrame:
+    """SERIES_COLUMNS tuples -> a frame with a ``series`` number column."""
+    rows = list(rows)
+    frame = pl.DataFrame(rows, schema=SERIES_SCHEMA, orient="row") if rows else pl.DataFrame(
+        schema=SERIES_SCHEMA)
+    return frame.with_row_index("series").with_columns(pl.col("series").cast(pl.Int64))
+
+
+def _long_frame(line_no, metric, series, value, ts_ms, series_rows) -> pl.DataFrame:
+    samples = pl.DataFrame(
+        {"line_no": line_no, "metric": metric, "series": series, "value": value, "ts": ts_ms},
+        schema={"line_no": pl.Int64, "metric": pl.String, "series": pl.Int64, "value": pl.Float64,
+                "ts": pl.Int64},
+    ).with_columns(pl.col("ts").cast(pl.Datetime("ms")))
+    return samples.join(series_frame(series_rows), on="series", how="left").drop("series")
+
+
+def long_to_wide(long: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """Long samples (metric, value, ts, SERIES_COLUMNS) -> one cleaned row per (GPU device, ts).
+
+    * ``hpc_job`` copies (one copy of every series per job on the GPU) collapse to one sample per
+      (device, ts), the warehouse's natural key; the row keeps the smallest job id (and its pod
+      labels), so the choice does not depend on line order.
+    * Units, sentinels, fb_total and host spellings go through ``gpuledger.dcgm.clean_wide``.
+    * MIG: power and energy are device-level; every instance repeats its GPU's value. Only the
+      instance with the lowest GPU_I_ID present at that ts keeps them, the others get NULL, so a sum
+      over rows counts each physical GPU once (see ``device_level_once``).
+
+    Returns gpu_uuid, mig_instance_id, ts (Datetime us), the device attributes, the job labels and the
+    gpu_samples metric columns.
+    """
+    lf = long.lazy().with_columns(pl.col("ts").cast(pl.Datetime("us")))
+    key = ["gpu_uuid", "mig_instance_id", "ts"]
+    order = [*key, "hpc_job", "pod", "namespace", "container"]
+    lf = lf.sort(order, nulls_last=True)
+    labels = lf.group_by(key).agg([pl.col(c).first() for c in (*DEVICE_ATTRS, *JOB_COLUMNS)])
+    values = lf.group_by([*key, "metric"]).agg(pl.col("value").first()).collect()
+    if values.is_empty():
+        return pl.DataFrame(schema={**{k: SERIES_SCHEMA[k] for k in key[:2]}, "ts": pl.Datetime("us")})
+    wide = values.pivot(on="metric", index=key, values="value", aggregate_function="first")
+    wide = wide.lazy().join(labels, on=key, how="left")
+    cleaned = dcgm.clean_wide(wide, host_column="host")
+    return device_level_once(cleaned).sort(key).collect()
+
+
+def device_level_once(samples: pl.LazyFrame) -> pl.LazyFrame:
+    """NULL the device-level columns (power_w, energy_total_j) on every MIG instance except the one
+    with the lowest GPU_I_ID at each (gpu_uuid, ts); whole GPUs (mig_instance_id -1) keep theirs."""
+    names = samples.collect_schema().names()
+    cols = [c for c in ("power_w", "energy_total_j") if c in names]
+    if not cols:
+        return samples
+    holder = pl.col("mig_instance_id") == pl.col("mig_instance_id").min().over(["gpu_uuid", "ts"])
+    return samples.with_columns([pl.when(holder).then(pl.col(c)).otherwise(None).alias(c) for c in cols])
+
+
+def mig_fraction(profile: str | None, model: str | None) -> float:
+    """Compute share of a MIG profile: ``3g.40gb`` on a 7-slice GPU = 3/7 (A30: 4 slices)."""
+    if not profile:
+        return 1.0
+    m = re.match(r"(\d+)g\.", profile)
+    if not m:
+        return 1.0
+    slices = 4 if model == "A30" else 7
+    return min(1.0, int(m.group(1)) / slices)
+
+
+def inventory_from_wide(wide: pl.DataFrame, cluster: str) -> pl.DataFrame:
+    """gpus rows (for warehouse.register_gpus) from the newest attributes of each device in ``wide``,
+    with first_seen / last_seen of this batch."""
+    last = (wide.sort("ts").group_by(["gpu_uuid", "mig_instance_id"])
+            .agg([pl.col(c).drop_nulls().last() for c in DEVICE_ATTRS]
+                 + [pl.col("ts").min().alias("first_seen"), pl.col("ts").max().alias("last_seen")]))
+    models = [gpu_model_key(n) or "unknown" for n in last["model_name"].to_list()]
+    fractions = [mig_fraction(p, m) for p, m in zip(last["mig_profile"].to_list(), models, strict=True)]
+    return last.with_columns(
+        pl.lit(cluster).alias("cluster"),
+        pl.Series("model", models, dtype=pl.String),
+        pl.Series("gpu_fraction", fractions, dtype=pl.Float64),
+    )

@@ -1,0 +1,585 @@
+"""Kubernetes objects → ``jobs`` rows. Pure functions: no API calls, no warehouse, time injected.
+
+A pod (or a Kueue Workload) as the API server serves it — a JSON dict, or a client model object —
+goes in; a :class:`JobRecord`, a :class:`Rejected` (quarantine it, with the field named) or
+``None`` (no GPU asked for: not ours) comes out.
+
+Choices, and why:
+
+* **One row per pod**, ``job_id = "<namespace>/<pod name>"``. Every pod that held GPUs is charged for
+  exactly its own GPUs and lifetime, so multi-pod jobs (PyTorchJob workers, JobSets) and retried
+  pods add up without any cross-pod aggregation state. ``name`` holds the controlling owner's name
+  (the Job / PyTorchJob / ReplicaSet; the pod's own name for a bare pod), so analytics group the
+  pods of one job by ``(namespace, name)``.
+* **Kueue Workloads** become rows ``job_id = "<namespace>/workload/<workload name>"`` with
+  ``source = "kueue"`` (a pod name cannot contain "/", so the keys never collide). They carry what
+  pods cannot: queued demand before admission, the Kueue priority the enforcement hook edits, the
+  admission state. Their ``start_time`` stays NULL on purpose — the GPU-hours of an admitted
+  workload are its pods' rows, and a start time here would count them twice. ``end_time`` is the
+  ``Finished`` condition's time.
+* GPUs: ``nvidia.com/gpu`` counts 1 each; ``nvidia.com/mig-<c>g.<mem>gb`` counts by compute slices,
+  ``c/7`` (``c/4`` for the A30's 1g.6gb / 2g.12gb / 4g.24gb). Containers are summed; init
+  containers run one at a time, so the pod holds max(Σ containers, max init container).
+* A structural fault that hides whether the pod asks for GPUs is rejected; a bad field in a pod
+  that asks for no GPU is ignored with the pod (it is not ours to judge).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from gpuledger.ingest.model_keys import gpu_model_key
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+# Owner kinds → job kind when the pod carries no gpuledger.io/kind label.
+TRAINING_OWNERS = frozenset(
+    {"PyTorchJob", "TFJob", "MPIJob", "JAXJob", "XGBoostJob", "PaddleJob", "TrainJob", "JobSet", "RayJob"}
+)
+BATCH_OWNERS = frozenset({"Job", "CronJob"})
+SERVING_OWNERS = frozenset({"ReplicaSet", "Deployment", "StatefulSet", "InferenceService", "LeaderWorkerSet"})
+INTERACTIVE_OWNERS = frozenset({"Notebook", "RayCluster"})
+TRAINING_POD_LABELS = ("training.kubeflow.org/job-name", "jobset.sigs.k8s.io/jobset-name")
+NOTEBOOK_POD_LABELS = ("notebook-name",)
+
+_MIG = re.compile(r"^(?:(?P<ci>\d+)c\.)?(?P<gi>\d+)g\.(?P<mem>\d+)gb(?:\+[a-z0-9]+)*$")
+_A30_PROFILES = frozenset({"1g.6gb", "2g.12gb", "4g.24gb"})
+_DURATION = re.compile(
+    r"^(?:(?P<d>\d+(?:\.\d+)?)d)?(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?$"
+)
+
+
+@dataclass(frozen=True)
+class MappingOptions:
+    """Where a cluster keeps the facts gpuledger needs on its pods."""
+
+    project_label: str = "gpuledger.io/project"
+    user_label: str = "gpuledger.io/user"
+    kind_label: str = "gpuledger.io/kind"
+    min_runtime_annotation: str = "gpuledger.io/min-runtime"
+    namespace_projects: Mapping[str, str] = field(default_factory=dict)
+
+
+DEFAULT_OPTIONS = MappingOptions()
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One ``jobs`` row (times naive UTC). ``priority_class`` is written once the table has the
+    column (the 001 schema does not); until then it is dropped at the warehouse edge."""
+
+    cluster: str
+    job_id: str
+    project: str
+    user_name: str | None
+    name: str | None
+    kind: str | None
+    gpu_model: str | None
+    gpus: float
+    min_runtime_s: int | None
+    submit_time: datetime | None
+    start_time: datetime | None
+    end_time: datetime | None
+    state: str | None
+    priority: int | None
+    namespace: str | None
+    source: str
+    updated_at: datetime
+    priority_class: str | None = None
+
+    def as_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An object that cannot be read: where it is (namespace/name) and what is wrong, field first."""
+
+    location: str
+    reason: str
+
+
+class _Malformed(ValueError):
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+
+
+# --- small readers ------------------------------------------------------------------------------
+
+
+def as_dict(obj: Any) -> Any:
+    """A client model object (V1Pod, ...) as the API's camelCase JSON dict; dicts pass through."""
+    if obj is None or isinstance(obj, Mapping):
+        return obj
+    if hasattr(obj, "to_dict") and hasattr(obj, "attribute_map"):
+        from kubernetes.client import ApiClient  # only needed for model objects
+
+        return ApiClient().sanitize_for_serialization(obj)
+    return obj
+
+
+def raw_text(obj: Any) -> str:
+    """The object as stable JSON for the quarantine (server bookkeeping fields left out)."""
+    obj = as_dict(obj)
+    if isinstance(obj, Mapping):
+        obj = dict(obj)
+        meta = obj.get("metadata")
+        if isinstance(meta, Mapping):
+            obj["metadata"] = {k: v for k, v in meta.items() if k not in ("managedFields", "resourceVersion")}
+    try:
+        return json.dumps(obj, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(obj)
+
+
+def _mapping(value: Any, path: str, *, required: bool = False) -> Mapping:
+    if value is None and not required:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _Malformed(path, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, path: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Malformed(path, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _string(value: Any, path: str, *, required: bool = False) -> str | None:
+    if value is None or value == "":
+        if required:
+            raise _Malformed(path, "missing")
+        return None
+    if not isinstance(value, str):
+        raise _Malformed(path, f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def parse_time(value: Any, path: str) -> datetime | None:
+    """RFC 3339 (``2026-11-29T10:00:00Z``) → naive UTC datetime; None stays None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        stamp = value
+    elif isinstance(value, str):
+        try:
+            stamp = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise _Malformed(path, f"{value!r} is not an RFC 3339 time like 2026-11-29T10:00:00Z") from None
+    else:
+        raise _Malformed(path, f"expected an RFC 3339 time string, got {type(value).__name__}")
+    if stamp.tzinfo is not None:
+        stamp = stamp.astimezone(UTC).replace(tzinfo=None)
+    return stamp
+
+
+def parse_duration_s(value: Any, path: str) -> int | None:
+    """``"4h"``, ``"30m"``, ``"1h30m"``, ``"2d"``, ``"90s"`` or plain seconds ``"5400"`` → seconds."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        raise _Malformed(path, f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            match = _DURATION.match(text)
+            if not match or not any(match.groupdict().values()):
+                raise _Malformed(
+                    path, f'{value!r} is not a duration; write e.g. "4h", "30m", "1h30m" or seconds'
+                ) from None
+            parts = {k: float(v) for k, v in match.groupdict().items() if v}
+            seconds = (
+                parts.get("d", 0) * 86400
+                + parts.get("h", 0) * 3600
+                + parts.get("m", 0) * 60
+                + parts.get("s", 0)
+            )
+    if seconds < 0:
+        raise _Malformed(path, f"{value!r} is negative")
+    return int(round(seconds))
+
+
+def _quantity(value: Any, path: str) -> Decimal:
+    """An extended-resource quantity: a non-negative whole number (the API refuses fractions)."""
+    if isinstance(value, bool):
+        raise _Malformed(path, f"{value!r} is not a GPU count")
+    try:
+        if isinstance(value, int | float):
+            amount = Decimal(str(value))
+        else:
+            from kubernetes.utils import parse_quantity
+
+            amount = parse_quantity(value)
+    except (ValueError, InvalidOperation, TypeError):
+        raise _Malformed(path, f'{value!r} is not a GPU count (a whole number such as "1")') from None
+    if amount < 0 or amount != amount.to_integral_value():
+        raise _Malformed(path, f"{value!r} must be a whole, non-negative number of devices")
+    return amount
+
+
+def mig_fraction(profile: str) -> float | None:
+    """Share of a physical GPU held by a MIG profile (``"3g.40gb"`` → 3/7); None if unknown."""
+    match = _MIG.match(profile)
+    if not match:
+        return None
+    slices = int(match.group("ci") or match.group("gi"))
+    base = profile.split("+")[0]
+    if match.group("ci"):
+        base = base.split(".", 1)[1]
+    total = 4 if base in _A30_PROFILES else 7
+    return min(slices / total, 1.0)
+
+
+def gpus_requested(pod_spec: Mapping, path: str = "spec") -> tuple[float, list[str]]:
+    """(GPUs the pod holds, MIG profiles asked for). Units: whole-GPU equivalents."""
+
+    def container_gpus(container: Any, where: str) -> tuple[float, list[str]]:
+        container = _mapping(container, where, required=True)
+        resources = _mapping(container.get("resources"), f"{where}.resources")
+        requests = _mapping(resources.get("requests"), f"{where}.resources.requests")
+        limits = _mapping(resources.get("limits"), f"{where}.resources.limits")
+        total, profiles = 0.0, []
+        # Extended resources need a limit; the request, when given, must equal it.
+        for key in sorted(set(requests) | set(limits)):
+            if key != GPU_RESOURCE and not key.startswith(MIG_RESOURCE_PREFIX):
+                continue
+            source, raw = ("requests", requests[key]) if key in requests else ("limits", limits[key])
+            count = float(_quantity(raw, f"{where}.resources.{source}[{key!r}]"))
+            if key == GPU_RESOURCE:
+                total += count
+                continue
+            profile = key[len(MIG_RESOURCE_PREFIX) :]
+            fraction = mig_fraction(profile)
+            if fraction is None:
+                raise _Malformed(
+                    f"{where}.resources.{source}[{key!r}]",
+                    "unknown MIG profile; expected nvidia.com/mig-<N>g.<M>gb such as mig-1g.10gb",
+                )
+            total += count * fraction
+            if count:
+                profiles.append(profile)
+        return total, profiles
+
+    main, profiles = 0.0, []
+    for i, container in enumerate(_list(pod_spec.get("containers"), f"{path}.containers")):
+        amount, found = container_gpus(container, f"{path}.containers[{i}]")
+        main += amount
+        profiles += found
+    init = 0.0
+    for i, container in enumerate(_list(pod_spec.get("initContainers"), f"{path}.initContainers")):
+        amount, found = container_gpus(container, f"{path}.initContainers[{i}]")
+        init = max(init, amount)
+        profiles += found
+    return round(max(main, init), 6), sorted(set(profiles))
+
+
+def _controller(meta: Mapping) -> tuple[str | None, str | None]:
+    owners = _list(meta.get("ownerReferences"), "metadata.ownerReferences")
+    chosen = None
+    for i, owner in enumerate(owners):
+        owner = _mapping(owner, f"metadata.ownerReferences[{i}]")
+        if owner.get("controller") is True:
+            chosen = owner
+            break
+        chosen = chosen or owner
+    if not chosen:
+        return None, None
+    return chosen.get("kind"), chosen.get("name")
+
+
+def job_kind(labels: Mapping, owner_kind: str | None, kind_label: str) -> str | None:
+    """training / batch / inference / interactive: the label if set, else a guess from the owner."""
+    if labels.get(kind_label):
+        return str(labels[kind_label])
+    if owner_kind in TRAINING_OWNERS or any(label in labels for label in TRAINING_POD_LABELS):
+        return "training"
+    if owner_kind in INTERACTIVE_OWNERS or any(label in labels for label in NOTEBOOK_POD_LABELS):
+        return "interactive"
+    if owner_kind in BATCH_OWNERS:
+        return "batch"
+    if owner_kind in SERVING_OWNERS:
+        return "inference"
+    if owner_kind is None:
+        return "interactive"  # a bare pod: someone's shell or notebook
+    return None
+
+
+def _product_from_affinity(spec: Mapping) -> str | None:
+    affinity = spec.get("affinity")
+    if not isinstance(affinity, Mapping):
+        return None
+    required = (affinity.get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    values: set[str] = set()
+    for term in required.get("nodeSelectorTerms") or []:
+        for expr in (term or {}).get("matchExpressions") or []:
+            if expr.get("key") == GPU_PRODUCT_LABEL and expr.get("operator") == "In":
+                values.update(expr.get("values") or [])
+    return values.pop() if len(values) == 1 else None
+
+
+def _gpu_model(spec: Mapping, node_products: Mapping[str, str]) -> str | None:
+    selector = spec.get("nodeSelector")
+    product = selector.get(GPU_PRODUCT_LABEL) if isinstance(selector, Mapping) else None
+    if not product and isinstance(spec.get("nodeName"), str):
+        product = node_products.get(spec["nodeName"])
+    if not product:
+        product = _product_from_affinity(spec)
+    return gpu_model_key(product) if isinstance(product, str) else None
+
+
+def _priority(spec: Mapping, path: str) -> int | None:
+    value = spec.get("priority")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Malformed(path, f"expected an integer, got {value!r}")
+    return value
+
+
+def _project(labels: Mapping, namespace: str, options: MappingOptions) -> str:
+    label = labels.get(options.project_label)
+    if isinstance(label, str) and label:
+        return label
+    return options.namespace_projects.get(namespace) or namespace
+
+
+def _location(obj: Any, prefix: str = "") -> str:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return f"{prefix}<no metadata>"
+    ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else "<no namespace>"
+    name = meta.get("name") if isinstance(meta.get("name"), str) else f"<no name, uid {meta.get('uid')}>"
+    return f"{prefix}{ns}/{name}"
+
+
+# --- pods ---------------------------------------------------------------------------------------
+
+
+def map_pod(
+    pod: Any,
+    *,
+    cluster: str,
+    now: datetime,
+    options: MappingOptions = DEFAULT_OPTIONS,
+    node_products: Mapping[str, str] | None = None,
+    deleted: bool = False,
+) -> JobRecord | Rejected | None:
+    """A pod → its ``jobs`` row; ``Rejected`` when it cannot be read; None when it asks for no GPU.
+
+    ``deleted`` marks a pod the API server has removed: a pod deleted before it finished ends at
+    its last container's finish, else its deletion time, else ``now``; its state is "Deleted".
+    ``node_products`` maps node name → ``nvidia.com/gpu.product`` label, for pods whose own spec
+    does not pin a GPU product. ``now`` (naive UTC) stamps ``updated_at``.
+    """
+    pod = as_dict(pod)
+    location = _location(pod)
+    try:
+        if not isinstance(pod, Mapping):
+            raise _Malformed("(pod)", f"expected a Pod object, got {type(pod).__name__}")
+        meta = _mapping(pod.get("metadata"), "metadata", required=True)
+        spec = _mapping(pod.get("spec"), "spec", required=True)
+        gpus, _profiles = gpus_requested(spec)
+        if gpus <= 0:
+            return None
+        name = _string(meta.get("name"), "metadata.name", required=True)
+        namespace = _string(meta.get("namespace"), "metadata.namespace", required=True)
+        labels = _mapping(meta.get("labels"), "metadata.labels")
+        annotations = _mapping(meta.get("annotations"), "metadata.annotations")
+        status = _mapping(pod.get("status"), "status")
+        owner_kind, owner_name = _controller(meta)
+        phase = _string(status.get("phase"), "status.phase") or "Pending"
+        submit = parse_time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
+        if submit is None:
+            raise _Malformed("metadata.creationTimestamp", "missing")
+        start = parse_time(status.get("startTime"), "status.startTime")
+        end = None
+        state = phase
+        if phase in FINISHED_PHASES or deleted:
+            end = _finish_time(status)
+            if end is None:
+                end = parse_time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp")
+            if end is None and phase in FINISHED_PHASES:
+                end = _last_condition_time(status)
+            if end is None:
+                end = now
+            if deleted and phase not in FINISHED_PHASES:
+                state = "Deleted"
+        min_runtime = parse_duration_s(
+            annotations.get(options.min_runtime_annotation),
+            f"metadata.annotations[{options.min_runtime_annotation!r}]",
+        )
+        return JobRecord(
+            cluster=cluster,
+            job_id=f"{namespace}/{name}",
+            project=_project(labels, namespace, options),
+            user_name=_string(labels.get(options.user_label), f"metadata.labels[{options.user_label!r}]"),
+            name=owner_name if isinstance(owner_name, str) and owner_name else name,
+            kind=job_kind(labels, owner_kind, options.kind_label),
+            gpu_model=_gpu_model(spec, node_products or {}),
+            gpus=gpus,
+            min_runtime_s=min_runtime,
+            submit_time=submit,
+            start_time=start,
+            end_time=end,
+            state=state,
+            priority=_priority(spec, "spec.priority"),
+            namespace=namespace,
+            source="kubernetes",
+            updated_at=now,
+            priority_class=_string(spec.get("priorityClassName"), "spec.priorityClassName"),
+        )
+    except _Malformed as problem:
+        return Rejected(location, f"pod {location}: {problem}")
+
+
+def _finish_time(status: Mapping) -> datetime | None:
+    latest = None
+    for i, item in enumerate(_list(status.get("containerStatuses"), "status.containerStatuses")):
+        item = _mapping(item, f"status.containerStatuses[{i}]")
+        terminated = _mapping(
+            _mapping(item.get("state"), f"status.containerStatuses[{i}].state").get("terminated"),
+            f"status.containerStatuses[{i}].state.terminated",
+        )
+        stamp = parse_time(
+            terminated.get("finishedAt"), f"status.containerStatuses[{i}].state.terminated.finishedAt"
+        )
+        if stamp and (latest is None or stamp > latest):
+            latest = stamp
+    return latest
+
+
+def _last_condition_time(status: Mapping) -> datetime | None:
+    latest = None
+    for i, cond in enumerate(_list(status.get("conditions"), "status.conditions")):
+        cond = _mapping(cond, f"status.conditions[{i}]")
+        stamp = parse_time(cond.get("lastTransitionTime"), f"status.conditions[{i}].lastTransitionTime")
+        if stamp and (latest is None or stamp > latest):
+            latest = stamp
+    return latest
+
+
+def node_gpu_products(nodes: list[Any]) -> dict[str, str]:
+    """Node name → its ``nvidia.com/gpu.product`` label, for nodes that have one."""
+    products = {}
+    for node in nodes:
+        node = as_dict(node)
+        meta = node.get("metadata") if isinstance(node, Mapping) else None
+        if not isinstance(meta, Mapping):
+            continue
+        labels = meta.get("labels")
+        if isinstance(labels, Mapping) and isinstance(labels.get(GPU_PRODUCT_LABEL), str):
+            products[str(meta.get("name"))] = labels[GPU_PRODUCT_LABEL]
+    return products
+
+
+# --- Kueue workloads ----------------------------------------------------------------------------
+
+_WORKLOAD_STATES = ("Finished", "Admitted", "Evicted", "QuotaReserved")
+
+
+def map_workload(
+    workload: Any,
+    *,
+    cluster: str,
+    now: datetime,
+    options: MappingOptions = DEFAULT_OPTIONS,
+) -> JobRecord | Rejected | None:
+    """A Kueue ``Workload`` (kueue.x-k8s.io/v1beta1) → its ``jobs`` row; see the module notes for why
+    its ``start_time`` is always NULL. None when its pod sets ask for no GPU."""
+    workload = as_dict(workload)
+    location = _location(workload, "workload ")
+    try:
+        if not isinstance(workload, Mapping):
+            raise _Malformed("(workload)", f"expected a Workload object, got {type(workload).__name__}")
+        meta = _mapping(workload.get("metadata"), "metadata", required=True)
+        spec = _mapping(workload.get("spec"), "spec", required=True)
+        gpus = 0.0
+        labels: dict = {}
+        annotations: dict = {}
+        gpu_model = None
+        for i, pod_set in enumerate(_list(spec.get("podSets"), "spec.podSets")):
+            pod_set = _mapping(pod_set, f"spec.podSets[{i}]", required=True)
+            count = pod_set.get("count", 1)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise _Malformed(
+                    f"spec.podSets[{i}].count", f"expected a non-negative integer, got {count!r}"
+                )
+            template = _mapping(pod_set.get("template"), f"spec.podSets[{i}].template", required=True)
+            tmeta = _mapping(template.get("metadata"), f"spec.podSets[{i}].template.metadata")
+            tspec = _mapping(template.get("spec"), f"spec.podSets[{i}].template.spec", required=True)
+            per_pod, _ = gpus_requested(tspec, f"spec.podSets[{i}].template.spec")
+            gpus += per_pod * count
+            if per_pod:
+                labels = {
+                    **_mapping(tmeta.get("labels"), f"spec.podSets[{i}].template.metadata.labels"),
+                    **labels,
+                }
+                annotations = {
+                    **_mapping(tmeta.get("annotations"), f"spec.podSets[{i}].template.metadata.annotations"),
+                    **annotations,
+                }
+                gpu_model = gpu_model or _gpu_model(tspec, {})
+        if gpus <= 0:
+            return None
+        name = _string(meta.get("name"), "metadata.name", required=True)
+        namespace = _string(meta.get("namespace"), "metadata.namespace", required=True)
+        labels = {**labels, **_mapping(meta.get("labels"), "metadata.labels")}
+        annotations = {**annotations, **_mapping(meta.get("annotations"), "metadata.annotations")}
+        owner_kind, owner_name = _controller(meta)
+        status = _mapping(workload.get("status"), "status")
+        conditions: dict[str, datetime | None] = {}
+        for i, cond in enumerate(_list(status.get("conditions"), "status.conditions")):
+            cond = _mapping(cond, f"status.conditions[{i}]", required=True)
+            if cond.get("status") == "True" and isinstance(cond.get("type"), str):
+                conditions[cond["type"]] = parse_time(
+                    cond.get("lastTransitionTime"), f"status.conditions[{i}].lastTransitionTime"
+                )
+        state = next((s for s in _WORKLOAD_STATES if s in conditions), "Pending")
+        if spec.get("active") is False and state != "Finished":
+            state = "Inactive"
+        submit = parse_time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
+        if submit is None:
+            raise _Malformed("metadata.creationTimestamp", "missing")
+        return JobRecord(
+            cluster=cluster,
+            job_id=f"{namespace}/workload/{name}",
+            project=_project(labels, namespace, options),
+            user_name=_string(labels.get(options.user_label), f"metadata.labels[{options.user_label!r}]"),
+            name=owner_name if isinstance(owner_name, str) and owner_name else name,
+            kind=job_kind(labels, owner_kind, options.kind_label),
+            gpu_model=gpu_model,
+            gpus=round(gpus, 6),
+            min_runtime_s=parse_duration_s(
+                annotations.get(options.min_runtime_annotation),
+                f"metadata.annotations[{options.min_runtime_annotation!r}]",
+            ),
+            submit_time=submit,
+            start_time=None,
+            end_time=conditions.get("Finished") or (now if "Finished" in conditions else None),
+            state=state,
+            priority=_priority(spec, "spec.priority"),
+            namespace=namespace,
+            source="kueue",
+            updated_at=now,
+            priority_class=_string(spec.get("priorityClassName"), "spec.priorityClassName"),
+        )
+    except _Malformed as problem:
+        return Rejected(location, f"{location}: {problem}")

@@ -1,0 +1,201 @@
+"""Ingesting dcgm-exporter ``/metrics`` pages: fetch targets concurrently, parse line-tolerantly,
+clean through the shared DCGM catalog and write idempotently.
+
+* Fetch: one thread per target; a timeout, a refused connection or an HTTP 5xx is retried with
+  exponential backoff; a target that still fails is reported (stderr via the CLI, and a quarantine
+  row with source ``scrape``, location = URL) while the other targets are ingested.
+* Samples carry the exposition's own timestamp when the line has one, else the scrape time (the
+  moment the response arrived, UTC, milliseconds).
+* Every refused line becomes a quarantine row (source ``scrape``, location ``URL:line``, raw text,
+  reason). The same page ingested twice changes no row counts: samples are keyed (gpu_id, ts) with
+  the first value kept, quarantine rows (source, location, raw text).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import requests
+
+import warehouse
+from gpuledger.ingest.dcgm_writes import store_wide
+from gpuledger.ingest.exposition_parser import DEFAULT_MAX_FUTURE_S, long_to_wide, parse_exposition
+
+SOURCE = "scrape"
+DEFAULT_CLUSTER = "default"
+RETRYABLE_STATUS = range(500, 600)
+
+
+@dataclass
+class FetchResult:
+    """One target's fetch: the page text and when it arrived, or the error after all attempts."""
+
+    url: str
+    text: str | None
+    scrape_ms: int
+    attempts: int
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class IngestStats:
+    """What one page (or a batch of pages) did to the warehouse."""
+
+    pages: int = 0
+    failed_targets: int = 0
+    lines: int = 0
+    samples_parsed: int = 0
+    samples_new: int = 0
+    quarantined: int = 0
+    unknown_dcgm: Counter = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: IngestStats) -> None:
+        for name in ("pages", "failed_targets", "lines", "samples_parsed", "samples_new", "quarantined"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.unknown_dcgm.update(other.unknown_dcgm)
+        self.errors.extend(other.errors)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def fetch_target(
+    url: str,
+    *,
+    timeout_s: float = 10.0,
+    retries: int = 3,
+    backoff_s: float = 0.5,
+    session: requests.Session | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> FetchResult:
+    """GET ``url``; retry a timeout, refused connection or 5xx up to ``retries`` more times, waiting
+    ``backoff_s``, 2x, 4x ... between attempts. Never raises for network trouble: the result says."""
+    http = session or requests
+    error = None
+    attempt = 0
+    for attempt in range(1, retries + 2):
+        try:
+            response = http.get(url, timeout=timeout_s)
+            if response.status_code in RETRYABLE_STATUS:
+                error = f"HTTP {response.status_code} from {url}"
+            elif response.status_code != 200:
+                return FetchResult(url, None, _now_ms(), attempt,
+                                   f"HTTP {response.status_code} from {url} (not retried)")
+            else:
+                return FetchResult(url, response.text, _now_ms(), attempt)
+        except requests.Timeout:
+            error = f"timed out after {timeout_s:g} s: {url}"
+        except requests.ConnectionError as exc:
+            reason = "connection refused" if "refused" in str(exc).lower() else "connection failed"
+            error = f"{reason}: {url}"
+        except requests.RequestException as exc:
+            return FetchResult(url, None, _now_ms(), attempt, f"{type(exc).__name__}: {exc}")
+        if attempt <= retries:
+            sleep(backoff_s * 2 ** (attempt - 1))
+    return FetchResult(url, None, _now_ms(), attempt, f"{error} (gave up after {attempt} attempts)")
+
+
+def fetch_targets(urls: Sequence[str], *, max_workers: int = 32, **kwargs) -> list[FetchResult]:
+    """Fetch every target concurrently (threads); results in the order of ``urls``."""
+    if not urls:
+        return []
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(urls))) as pool:
+        return list(pool.map(lambda u: fetch_target(u, **kwargs), urls))
+
+
+def ingest_page(
+    con,
+    text: str,
+    *,
+    location: str,
+    scrape_ms: int,
+    cluster: str = DEFAULT_CLUSTER,
+    max_future_s: float = DEFAULT_MAX_FUTURE_S,
+    source: str = SOURCE,
+) -> IngestStats:
+    """Parse one page, write its good samples and quarantine its bad lines, in one transaction."""
+    parsed = parse_exposition(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
+    wide = long_to_wide(parsed.samples)
+    rows = [warehouse.QuarantineRow(source, f"{location}:{r.line_no}", r.raw_text, r.reason)
+            for r in parsed.rejects]
+    con.execute("BEGIN TRANSACTION")
+    try:
+        new = store_wide(con, wide, cluster=cluster, source=source)
+        warehouse.quarantine(con, rows)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return IngestStats(pages=1, lines=parsed.lines, samples_parsed=parsed.samples.height,
+                       samples_new=new, quarantined=len(rows), unknown_dcgm=parsed.unknown_dcgm)
+
+
+def record_failure(con, result: FetchResult, *, source: str = SOURCE) -> None:
+    """A target that could not be scraped: one quarantine row (location = URL) naming the error."""
+    when = datetime.fromtimestamp(result.scrape_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    warehouse.quarantine(con, [warehouse.QuarantineRow(
+        source, result.url, f"GET {result.url} at {when}", result.error or "unknown error")])
+
+
+def ingest_results(con, results: Iterable[FetchResult], *, cluster: str = DEFAULT_CLUSTER,
+                   max_future_s: float = DEFAULT_MAX_FUTURE_S) -> IngestStats:
+    """Ingest fetched pages; failed fetches are recorded and counted, never raised."""
+    total = IngestStats()
+    for result in results:
+        if not result.ok:
+            record_failure(con, result)
+            total.add(IngestStats(failed_targets=1, errors=[result.error]))
+            continue
+        total.add(ingest_page(con, result.text, location=result.url, scrape_ms=result.scrape_ms,
+                              cluster=cluster, max_future_s=max_future_s))
+    return total
+
+
+def scrape(
+    urls: Sequence[str],
+    *,
+    warehouse_path=None,
+    cluster: str = DEFAULT_CLUSTER,
+    interval_s: float = 30.0,
+    count: int = 1,
+    timeout_s: float = 10.0,
+    retries: int = 3,
+    backoff_s: float = 0.5,
+    publish_every: int = 10,
+    on_round: Callable[[int, IngestStats], None] | None = None,
+) -> IngestStats:
+    """Scrape ``urls`` ``count`` times (>= 1), one round every ``interval_s`` seconds.
+
+    Each round fetches concurrently, then takes the writer briefly. The reader snapshot is published
+    every ``publish_every`` rounds and after the last one (publishing copies the whole file, too
+    costly per scrape).
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, not {count}")
+    total = IngestStats()
+    next_at = time.monotonic()
+    session = requests.Session()
+    for round_no in range(1, count + 1):
+        results = fetch_targets(urls, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
+                                session=session)
+        publish = round_no == count or round_no % max(1, publish_every) == 0
+        with warehouse.open_writer(warehouse_path, publish=publish) as con:
+            stats = ingest_results(con, results, cluster=cluster)
+        total.add(stats)
+        if on_round:
+            on_round(round_no, stats)
+        if round_no < count:
+            next_at += interval_s
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    return total

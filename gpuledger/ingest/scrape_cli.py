@@ -1,0 +1,104 @@
+"""`gpuledger ingest scrape` and `gpuledger ingest prometheus`: DCGM samples from live exporters or
+from a Prometheus server's history."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from gpuledger.cli_common import WarehouseOpt, warehouse_path
+from gpuledger.ingest import prometheus as prom
+from gpuledger.ingest import scrape as scraping
+from gpuledger.timeparse import parse_duration_s, parse_utc
+
+app = typer.Typer(help="Ingest DCGM samples: scrape dcgm-exporter endpoints or backfill from Prometheus.",
+                  no_args_is_help=True)
+console = Console(stderr=True)
+
+ClusterOpt = Annotated[str, typer.Option("--cluster", help="cluster name the GPUs are registered under")]
+
+
+def _duration(text: str, option: str) -> int:
+    try:
+        return parse_duration_s(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+
+
+@app.command("scrape")
+def scrape_cmd(
+    urls: Annotated[list[str], typer.Argument(help="dcgm-exporter /metrics URLs")],
+    interval: Annotated[float, typer.Option("--interval", help="seconds between scrape rounds")] = 30.0,
+    count: Annotated[int, typer.Option("--count", help="scrape rounds", min=1)] = 1,
+    timeout: Annotated[float, typer.Option("--timeout", help="per-request timeout, seconds")] = 10.0,
+    retries: Annotated[int, typer.Option("--retries", help="retries after a timeout, refusal or 5xx", min=0)] = 3,
+    backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)")] = 0.5,
+    publish_every: Annotated[int, typer.Option("--publish-every", help="publish the reader snapshot every N rounds (and after the last)", min=1)] = 10,
+    cluster: ClusterOpt = scraping.DEFAULT_CLUSTER,
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Scrape dcgm-exporter endpoints concurrently and store their samples; failing targets are
+    retried with backoff, reported on stderr and in quarantine, and never stop the others."""
+
+    def report(round_no: int, stats: scraping.IngestStats) -> None:
+        for error in stats.errors:
+            console.print(f"[red]scrape failed[/red]: {error}")
+        unknown = ", ".join(f"{k} x{v}" for k, v in sorted(stats.unknown_dcgm.items()))
+        console.print(f"round {round_no}/{count}: {stats.pages} pages, {stats.samples_new} new samples, "
+                      f"{stats.quarantined} lines quarantined, {stats.failed_targets} targets failed"
+                      + (f"; DCGM fields not stored: {unknown}" if unknown else ""))
+
+    total = scraping.scrape(urls, warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
+                            interval_s=interval, count=count, timeout_s=timeout, retries=retries,
+                            backoff_s=backoff, publish_every=publish_every, on_round=report)
+    if total.failed_targets:
+        raise typer.Exit(1 if total.pages == 0 else 0)
+
+
+@app.command("prometheus")
+def prometheus_cmd(
+    url: Annotated[str, typer.Option("--url", help="Prometheus base URL, e.g. http://prometheus:9090")],
+    start: Annotated[str, typer.Option("--start", help="UTC start, ISO-8601 or epoch seconds")],
+    end: Annotated[str, typer.Option("--end", help="UTC end (exclusive), ISO-8601 or epoch seconds")],
+    step: Annotated[str, typer.Option("--step", help="sample grid, e.g. 30s (the exporter's interval)")] = "30s",
+    chunk: Annotated[str, typer.Option("--chunk", help="time per query and per transaction, e.g. 1h")] = "1h",
+    workers: Annotated[int, typer.Option("--workers", help="concurrent queries", min=1)] = 4,
+    progress: Annotated[str, typer.Option("--progress", help="bar, lines (one line per chunk) or none")] = "bar",
+    cluster: ClusterOpt = prom.DEFAULT_CLUSTER,
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Backfill DCGM samples from Prometheus' HTTP API in resumable chunks (rerun after an
+    interruption to continue where it stopped)."""
+    try:
+        t0, t1 = parse_utc(start), parse_utc(end)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    step_s, chunk_s = _duration(step, "--step"), _duration(chunk, "--chunk")
+    if progress not in ("bar", "lines", "none"):
+        raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
+    bar = Progress(TextColumn("[bold]backfill"), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
+                   TextColumn("{task.fields[samples]} samples"), TimeElapsedColumn(), TimeRemainingColumn(),
+                   console=console, disable=progress != "bar")
+    task = bar.add_task("backfill", total=None, samples=0)
+
+    def on_chunk(end_s: int, total: int, stats: prom.BackfillStats) -> None:
+        bar.update(task, total=total, completed=stats.chunks_done + stats.chunks_skipped,
+                   samples=stats.samples_new)
+        if progress == "lines":
+            print(f"chunk {prom._iso(end_s)} done {stats.chunks_done + stats.chunks_skipped}/{total} "
+                  f"new {stats.samples_new}", flush=True)
+
+    try:
+        with bar:
+            stats = prom.backfill(url, t0, t1, step_s=step_s, chunk_s=chunk_s,
+                                  warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
+                                  workers=workers, on_chunk=on_chunk)
+    except prom.PrometheusError as exc:
+        console.print(f"[red]backfill stopped[/red]: {exc}\nrerun the same command to continue.")
+        raise typer.Exit(1) from None
+    console.print(f"backfill {url}: {stats.chunks_done} chunks ingested, {stats.chunks_skipped} already done, "
+                  f"{stats.samples_new} new samples, {stats.quarantined} quarantined; metrics: "
+                  f"{', '.join(stats.metrics) or 'none found'}")

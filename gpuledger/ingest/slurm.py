@@ -1,0 +1,574 @@
+"""Slurm job records from ``sacct``: a file export or a live call, both into the ``jobs`` table.
+
+Two formats are read, with one mapping:
+
+* ``sacct -a -X --parsable2 --format=<SACCT_FIELDS>`` — ``|``-separated, one header line. Columns
+  are found by header name, so any order and extra columns work; JobID, Account, State and one of
+  AllocTRES / ReqTRES are required. Times are Slurm's local-time strings
+  (``2026-11-29T21:22:33``); they are read in the zone given as ``tz`` (default UTC) and stored
+  as naive UTC. ``Unknown`` / ``None`` / empty mean no time (a running job has ``End=Unknown``).
+* ``sacct -a -X --json`` — Slurm 22.05's ``openapi/dbv0.0.38`` document (times are epoch
+  seconds, 0 = not set) and the later shapes (``{"set": .., "number": ..}`` numbers, a list of
+  states) alike. No time zone is involved.
+
+Mapping: Account → project, User → user_name, JobName → name, the GPU count and model from the
+TRES string (``gres/gpu=2``, ``gres/gpu:h100=2`` → gpus 2, gpu_model H100; MIG types such as
+``gres/gpu:nvidia_a100_3g.40gb=1`` count 3/7 of a GPU each). AllocTRES is used once a job has an
+allocation, ReqTRES before that (pending, or cancelled before it started), so ``gpus`` is what
+the job holds or asks for. State "CANCELLED by 123" → CANCELLED. The cluster is the export's own
+(Cluster column / JSON ``cluster``); the caller's ``cluster`` fills it where the export has none.
+
+Jobs without GPUs are skipped and counted, as are job steps (``123.batch``: sacct without -X).
+A line or job that cannot be read goes to quarantine (source ``slurm-sacct``, location
+``file:line`` / ``file:job ID`` / ``sacct:ID``, the reason naming the field) and the others land.
+Writes are upserts on (cluster, job_id): re-importing changes no row counts, and a newer export
+updates a job (RUNNING → COMPLETED, End filled in).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from fractions import Fraction
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import duckdb
+import polars as pl
+
+from gpuledger.ingest.model_keys import gpu_model_key
+from warehouse import QuarantineRow, quarantine, upsert
+
+SOURCE = "slurm-sacct"
+LIVE_ORIGIN = "sacct"
+
+# The documented field list for parsable exports and the live call. TimelimitRaw is minutes
+# (or UNLIMITED / Partition_Limit); QOS, Partition and the time limit ride along in the parsed
+# frame (qos, partition, time_limit_s) but reach the warehouse only where `jobs` has those columns.
+SACCT_FIELDS = (
+    "JobID", "JobName", "Cluster", "Account", "User", "AllocTRES", "ReqTRES",
+    "Submit", "Start", "End", "State", "QOS", "Partition", "Priority", "TimelimitRaw",
+)
+REQUIRED_FIELDS = ("JobID", "Account", "State")
+_FREE_TEXT_FIELDS = ("JobName", "Comment", "AdminComment", "SystemComment", "WCKey", "Reason")
+
+JOB_SCHEMA: dict[str, pl.DataType] = {
+    "cluster": pl.String, "job_id": pl.String, "project": pl.String, "user_name": pl.String,
+    "name": pl.String, "kind": pl.String, "gpu_model": pl.String, "gpus": pl.Float64,
+    "min_runtime_s": pl.Int64, "submit_time": pl.Datetime("us"), "start_time": pl.Datetime("us"),
+    "end_time": pl.Datetime("us"), "state": pl.String, "priority": pl.Int64,
+    "namespace": pl.String, "source": pl.String, "updated_at": pl.Datetime("us"),
+    # Not (yet) columns of `jobs`; kept for callers and dropped on write when the table lacks them.
+    "qos": pl.String, "partition": pl.String, "time_limit_s": pl.Int64,
+}
+
+_NO_TIME = {"", "unknown", "none", "n/a"}
+_JOB_ID = re.compile(r"^\d+(?:_(?:\d+|\[[0-9,%\-]+\]))?(?:\+\d+)?$")
+_STEP_ID = re.compile(r"^\d+(?:_(?:\d+|\[[0-9,%\-]+\]))?(?:\+\d+)?\.[A-Za-z0-9_\-]+$")
+_STATE = re.compile(r"^[A-Z][A-Z_]*$")
+_MIG_PROFILE = re.compile(r"(?<![0-9])([1-7])g\.\d+gb", re.IGNORECASE)
+
+
+class SacctFormatError(ValueError):
+    """The export as a whole cannot be read (no header, not JSON): nothing in it can be imported."""
+
+
+class SacctCallError(RuntimeError):
+    """Running ``sacct`` failed: not installed, no controller/database, or a bad time range."""
+
+
+@dataclass
+class SlurmBatch:
+    """What one export held: job rows for ``jobs``, rejects for ``quarantine``, and counts."""
+
+    jobs: pl.DataFrame
+    rejected: list[QuarantineRow] = field(default_factory=list)
+    records_read: int = 0      # job records seen (steps excluded)
+    skipped_no_gpu: int = 0    # jobs that neither hold nor ask for a GPU
+    skipped_steps: int = 0     # step lines (123.batch, 123.0) of an export made without -X
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    jobs_offered: int
+    jobs_new: int
+    quarantined: int
+
+
+# --- field readers: each raises ValueError naming the field and what would fix it ---------------
+
+
+def parse_tres_gpus(tres: str, field_name: str = "AllocTRES") -> tuple[float, str | None]:
+    """GPUs (fractional for MIG slices) and model key in a TRES string; (0, None) without GPUs.
+
+    ``billing=21,cpu=1,gres/gpu:h100=2,gres/gpu=2,node=1`` → (2.0, "H100"). Several types in one
+    job give their model keys joined by "+" (``A100+H100``), sorted.
+    """
+    total: int | None = None
+    typed: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in tres.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{field_name}: {item!r} is not key=value in {tres!r}")
+        key = key.strip().lower()
+        if key != "gres/gpu" and not key.startswith("gres/gpu:"):
+            continue
+        try:
+            count = int(value)
+        except ValueError:
+            raise ValueError(f"{field_name}: GPU count {value!r} in {item!r} is not a whole number") from None
+        if count < 0:
+            raise ValueError(f"{field_name}: negative GPU count in {item!r}")
+        if key == "gres/gpu":
+            total = count
+        else:
+            typed[key.removeprefix("gres/gpu:")] = typed.get(key.removeprefix("gres/gpu:"), 0) + count
+    return _gpus_and_model(total, typed)
+
+
+def _gpus_and_model(total: int | None, typed: dict[str, int]) -> tuple[float, str | None]:
+    typed = {t: c for t, c in typed.items() if c > 0}
+    models = sorted({gpu_model_key(t) or t.upper() for t in typed})
+    model = "+".join(models) if models else None
+    mig = {t: c for t, c in typed.items() if _MIG_PROFILE.search(t)}
+    if mig:
+        # A MIG slice counts by its compute slices out of 7 (design.md, "Units and definitions").
+        gpus = sum(Fraction(int(_MIG_PROFILE.search(t).group(1)), 7) * c for t, c in mig.items())
+        gpus += sum(c for t, c in typed.items() if t not in mig)
+        return float(gpus), model
+    whole = sum(typed.values())
+    return float(max(total or 0, whole)), model
+
+
+def _local_time(value: str, field_name: str, zone: ZoneInfo) -> datetime | None:
+    text = value.strip()
+    if text.lower() in _NO_TIME:
+        return None
+    try:
+        parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        raise ValueError(
+            f"{field_name}: {text!r} is not a Slurm time (YYYY-MM-DDTHH:MM:SS, Unknown or None); "
+            "export with SLURM_TIME_FORMAT unset or =standard"
+        ) from None
+    return parsed.replace(tzinfo=zone).astimezone(UTC).replace(tzinfo=None)
+
+
+def _state(value: str | None, field_name: str = "State") -> str:
+    text = (value or "").strip()
+    # "CANCELLED by 123" carries who cancelled; the state is the first word.
+    word = text.split()[0] if text else ""
+    if not _STATE.match(word):
+        raise ValueError(f"{field_name}: {text!r} is not a Slurm job state (e.g. RUNNING, COMPLETED)")
+    return word
+
+
+def _optional_int(value: str, field_name: str) -> int | None:
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{field_name}: {text!r} is not a whole number") from None
+
+
+def _time_limit_s(value: str) -> int | None:
+    text = value.strip()
+    # UNLIMITED / Partition_Limit / empty: no limit of the job's own.
+    return int(text) * 60 if text.isdigit() else None
+
+
+def _zone(tz: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"time zone {tz!r} is unknown: use an IANA name such as UTC or Europe/Berlin") from None
+
+
+def _job_row(
+    *, cluster, job_id, project, user, name, gpus, model, submit, start, end, state, qos,
+    partition, priority, time_limit_s, now,
+) -> dict:
+    return {
+        "cluster": cluster, "job_id": job_id, "project": project, "user_name": user or None,
+        "name": name or None, "kind": None, "gpu_model": model, "gpus": gpus, "min_runtime_s": None,
+        "submit_time": submit, "start_time": start, "end_time": end, "state": state,
+        "priority": priority, "namespace": None, "source": SOURCE, "updated_at": now,
+        "qos": qos or None, "partition": partition or None, "time_limit_s": time_limit_s,
+    }
+
+
+def _frame(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=JOB_SCHEMA, orient="row") if rows else pl.DataFrame(schema=JOB_SCHEMA)
+
+
+def _now(now: datetime | None) -> datetime:
+    """The import's updated_at, naive UTC."""
+    now = now or datetime.now(UTC)
+    return now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo else now
+
+
+# --- parsable2 ---------------------------------------------------------------------------------
+
+
+def parse_parsable(
+    text: str,
+    *,
+    origin: str,
+    cluster: str | None = None,
+    tz: str = "UTC",
+    now: datetime | None = None,
+) -> SlurmBatch:
+    """Read ``sacct --parsable2`` output (header line first). ``origin`` is the file name, or
+    ``"sacct"`` for a live call (quarantine locations then name the job id).
+
+    Raises SacctFormatError when the header lacks a required field or the zone is unknown.
+    """
+    try:
+        zone = _zone(tz)
+    except ValueError as exc:
+        raise SacctFormatError(str(exc)) from None
+    stamp = _now(now)
+    lines = text.splitlines()
+    header_no = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if header_no is None:
+        return SlurmBatch(jobs=_frame([]), warnings=[f"{origin}: empty sacct output"])
+    header = [h.strip() for h in lines[header_no].split("|")]
+    index = {name.lower(): i for i, name in enumerate(header)}
+    missing = [f for f in REQUIRED_FIELDS if f.lower() not in index]
+    if "alloctres" not in index and "reqtres" not in index:
+        missing.append("AllocTRES (or ReqTRES)")
+    if missing:
+        raise SacctFormatError(
+            f"{origin}:{header_no + 1}: the header lacks {', '.join(missing)}; export with "
+            f"sacct -a -X --parsable2 --format={','.join(SACCT_FIELDS)}"
+        )
+    free_text = [f for f in _FREE_TEXT_FIELDS if f.lower() in index]
+
+    batch = SlurmBatch(jobs=_frame([]))
+    rows: list[dict] = []
+    for line_no, line in enumerate(lines[header_no + 1:], start=header_no + 2):
+        if not line.strip():
+            continue
+        values = line.split("|")
+        first = values[0].strip()
+        location = f"{LIVE_ORIGIN}:{first}" if origin == LIVE_ORIGIN and first else f"{origin}:{line_no}"
+        if _STEP_ID.match(first):
+            batch.skipped_steps += 1
+            continue
+        batch.records_read += 1
+        try:
+            values = _fit_fields(values, header, free_text)
+            record = dict(zip((h.lower() for h in header), values, strict=True))
+            row = _parsable_record_to_row(record, cluster, zone, stamp)
+        except ValueError as exc:
+            batch.rejected.append(QuarantineRow(SOURCE, location, line, str(exc)))
+            continue
+        if row is None:
+            batch.skipped_no_gpu += 1
+        else:
+            rows.append(row)
+    batch.jobs = _frame(rows)
+    return batch
+
+
+def _fit_fields(values: list[str], header: list[str], free_text: list[str]) -> list[str]:
+    """Line fields matched to the header. parsable2 does not escape "|", so a job name holding
+    one splits into extra fields; with exactly one free-text column they are joined back."""
+    if len(values) == len(header):
+        return values
+    extra = len(values) - len(header)
+    if extra > 0 and len(free_text) == 1:
+        at = [h.lower() for h in header].index(free_text[0].lower())
+        return values[:at] + ["|".join(values[at:at + extra + 1])] + values[at + extra + 1:]
+    hint = " (a '|' inside a free-text field such as JobName or Comment?)" if extra > 0 else ""
+    raise ValueError(f"line has {len(values)} field(s), the header {len(header)}{hint}")
+
+
+def _parsable_record_to_row(record: dict[str, str], cluster: str | None, zone: ZoneInfo, now: datetime):
+    get = lambda name: (record.get(name.lower()) or "").strip()  # noqa: E731
+    job_id = get("JobID")
+    if not _JOB_ID.match(job_id):
+        raise ValueError(f"JobID: {job_id!r} is not a Slurm job id (123, 123_4, 123+0)")
+    gpus, model = _gpus_from_tres(get("AllocTRES"), get("ReqTRES"), "alloctres" in record)
+    if gpus <= 0:
+        return None  # skipped and counted: GPU-time accounting has nothing to say about it
+    state = _state(get("State"))
+    project = get("Account")
+    if not project:
+        raise ValueError("Account: empty; the account is the job's project (sacctmgr add account)")
+    the_cluster = get("Cluster") or cluster
+    if not the_cluster:
+        raise ValueError("Cluster: not in the export; pass --cluster or add Cluster to --format")
+    submit = _local_time(get("Submit"), "Submit", zone)
+    start = _local_time(get("Start"), "Start", zone)
+    end = _local_time(get("End"), "End", zone)
+    priority = _optional_int(get("Priority"), "Priority")
+    return _job_row(
+        cluster=the_cluster, job_id=job_id, project=project, user=get("User"), name=get("JobName"),
+        gpus=gpus, model=model, submit=submit, start=start, end=end, state=state, qos=get("QOS"),
+        partition=get("Partition"), priority=priority, time_limit_s=_time_limit_s(get("TimelimitRaw")),
+        now=now,
+    )
+
+
+def _gpus_from_tres(alloc: str, req: str, has_alloc: bool) -> tuple[float, str | None]:
+    # What a job holds once it has an allocation, else what it asks for.
+    if has_alloc and alloc:
+        return parse_tres_gpus(alloc, "AllocTRES")
+    return parse_tres_gpus(req, "ReqTRES")
+
+
+# --- JSON --------------------------------------------------------------------------------------
+
+
+def _number(value, field_name: str) -> int | None:
+    """22.05 writes plain numbers; 23.02+ writes {"set": bool, "infinite": bool, "number": n}."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{field_name}: {value!r} is not a number")
+    return int(value)
+
+
+def _epoch(value, field_name: str) -> datetime | None:
+    seconds = _number(value, field_name)
+    if not seconds:  # 0 = not set (a pending job's start, a running job's end)
+        return None
+    return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+
+
+def _json_tres(entries, field_name: str) -> tuple[float, str | None]:
+    if entries is None:
+        return 0.0, None
+    if not isinstance(entries, list):
+        raise ValueError(f"{field_name}: expected a list of TRES entries, got {type(entries).__name__}")
+    total: int | None = None
+    typed: dict[str, int] = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("type") != "gres":
+            continue
+        name = str(entry.get("name") or "").lower()
+        if name != "gpu" and not name.startswith("gpu:"):
+            continue
+        count = _number(entry.get("count"), f"{field_name} {name}") or 0
+        if name == "gpu":
+            total = count
+        else:
+            typed[name.removeprefix("gpu:")] = typed.get(name.removeprefix("gpu:"), 0) + count
+    return _gpus_and_model(total, typed)
+
+
+def _json_job_id(job: dict) -> str:
+    job_id = _number(job.get("job_id"), "job_id")
+    if job_id is None:
+        raise ValueError("job_id: missing")
+    array = job.get("array") or {}
+    array_job = _number(array.get("job_id"), "array.job_id")
+    if array_job:
+        task = array.get("task_id")
+        task_id = _number(task, "array.task_id") if task is not None else None
+        if task_id is not None:
+            return f"{array_job}_{task_id}"
+        if array.get("task"):
+            return f"{array_job}_[{array['task']}]"
+    het = job.get("het") or {}
+    het_job = _number(het.get("job_id"), "het.job_id")
+    offset = het.get("job_offset")
+    if het_job and offset is not None:
+        return f"{het_job}+{_number(offset, 'het.job_offset')}"
+    return str(job_id)
+
+
+def _json_state(job: dict) -> str:
+    state = job.get("state")
+    current = state.get("current") if isinstance(state, dict) else state
+    if isinstance(current, list):  # 23.11+: a list of flags, the base state first
+        current = current[0] if current else None
+    return _state(current if isinstance(current, str) else None, "state.current")
+
+
+def _json_record_to_row(job: dict, cluster: str | None, now: datetime):
+    job_id = _json_job_id(job)
+    tres = job.get("tres") or {}
+    if not isinstance(tres, dict):
+        raise ValueError("tres: expected an object with allocated / requested")
+    # What a job holds once it has an allocation, else what it asks for.
+    gpus, model = _json_tres(tres.get("allocated"), "tres.allocated")
+    if gpus <= 0 and not tres.get("allocated"):
+        gpus, model = _json_tres(tres.get("requested"), "tres.requested")
+    if gpus <= 0:
+        return None
+    state = _json_state(job)
+    association = job.get("association") or {}
+    project = job.get("account") or association.get("account")
+    if not project:
+        raise ValueError("account: empty; the account is the job's project (sacctmgr add account)")
+    the_cluster = job.get("cluster") or association.get("cluster") or cluster
+    if not the_cluster:
+        raise ValueError("cluster: not in the export; pass --cluster")
+    times = job.get("time") or {}
+    if not isinstance(times, dict):
+        raise ValueError("time: expected an object with submission / start / end")
+    submit = _epoch(times.get("submission"), "time.submission")
+    start = _epoch(times.get("start"), "time.start")
+    end = _epoch(times.get("end"), "time.end")
+    priority = _number(job.get("priority"), "priority")
+    limit_min = _number(times.get("limit"), "time.limit")
+    return _job_row(
+        cluster=str(the_cluster), job_id=job_id, project=str(project),
+        user=job.get("user") or association.get("user"), name=job.get("name"), gpus=gpus, model=model,
+        submit=submit, start=start, end=end, state=state, qos=job.get("qos"),
+        partition=job.get("partition"), priority=priority,
+        time_limit_s=limit_min * 60 if limit_min is not None else None, now=now,
+    )
+
+
+def parse_json(
+    text: str,
+    *,
+    origin: str,
+    cluster: str | None = None,
+    now: datetime | None = None,
+) -> SlurmBatch:
+    """Read ``sacct --json`` output. A job that cannot be read is quarantined with its JSON text.
+
+    Raises SacctFormatError when the document is not JSON or has no ``jobs`` list.
+    """
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SacctFormatError(
+            f"{origin}:{exc.lineno}: not JSON ({exc.msg} at column {exc.colno}); "
+            "export with sacct -a -X --json, or use --format parsable"
+        ) from None
+    jobs = document.get("jobs") if isinstance(document, dict) else None
+    if not isinstance(jobs, list):
+        raise SacctFormatError(f"{origin}: no 'jobs' list; is this `sacct --json` output?")
+    stamp = _now(now)
+    batch = SlurmBatch(jobs=_frame([]))
+    for err in document.get("errors") or []:
+        batch.warnings.append(f"sacct reported: {err}")
+    rows: list[dict] = []
+    for i, job in enumerate(jobs):
+        batch.records_read += 1
+        raw_id = job.get("job_id") if isinstance(job, dict) else None
+        label = raw_id if isinstance(raw_id, int | str) and not isinstance(raw_id, bool) else None
+        if origin == LIVE_ORIGIN and label is not None:
+            location = f"{LIVE_ORIGIN}:{label}"
+        elif label is not None:
+            location = f"{origin}:job {label}"
+        else:
+            location = f"{origin}:jobs[{i}]"
+        try:
+            if not isinstance(job, dict):
+                raise ValueError(f"jobs[{i}]: expected an object, got {type(job).__name__}")
+            row = _json_record_to_row(job, cluster, stamp)
+        except (ValueError, TypeError, AttributeError) as exc:
+            batch.rejected.append(
+                QuarantineRow(SOURCE, location, json.dumps(job, sort_keys=True, default=str), str(exc))
+            )
+            continue
+        if row is None:
+            batch.skipped_no_gpu += 1
+        else:
+            rows.append(row)
+    batch.jobs = _frame(rows)
+    return batch
+
+
+# --- sources -----------------------------------------------------------------------------------
+
+
+def detect_format(text: str) -> str:
+    """'json' when the text starts with '{', else 'parsable'."""
+    return "json" if text.lstrip()[:1] == "{" else "parsable"
+
+
+def parse_sacct(
+    text: str, *, fmt: str, origin: str, cluster: str | None = None, tz: str = "UTC",
+    now: datetime | None = None,
+) -> SlurmBatch:
+    """Either format; ``fmt`` is 'json', 'parsable' or 'auto'."""
+    chosen = detect_format(text) if fmt == "auto" else fmt
+    if chosen == "json":
+        return parse_json(text, origin=origin, cluster=cluster, now=now)
+    if chosen == "parsable":
+        return parse_parsable(text, origin=origin, cluster=cluster, tz=tz, now=now)
+    raise ValueError(f"format must be json, parsable or auto, not {fmt!r}")
+
+
+def sacct_command(fmt: str, start: str, end: str, sacct: str = "sacct") -> list[str]:
+    """The documented call: all users, allocations only (-X), the time window, one format."""
+    command = [sacct, "-a", "-X", "-S", start, "-E", end]
+    if fmt == "json":
+        return [*command, "--json"]
+    return [*command, "--parsable2", f"--format={','.join(SACCT_FIELDS)}"]
+
+
+def run_sacct(
+    fmt: str, start: str, end: str, *, tz: str = "UTC", sacct: str = "sacct", timeout_s: float = 300.0,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run ``sacct`` and return its output. sacct prints local times of its TZ, so TZ is set to
+    ``tz`` (the zone the parser then reads them in) and SLURM_TIME_FORMAT to ISO ('standard')."""
+    _zone(tz)
+    command = sacct_command(fmt, start, end, sacct)
+    call_env = {**os.environ, **(env or {}), "TZ": tz, "SLURM_TIME_FORMAT": "standard"}
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, env=call_env, check=False
+        )
+    except FileNotFoundError:
+        raise SacctCallError(
+            f"{sacct!r} not found: install slurm-client (and point SLURM_CONF at the cluster), "
+            "or import an export with --file"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise SacctCallError(f"`{' '.join(command)}` did not answer in {timeout_s:.0f} s") from None
+    if done.returncode != 0:
+        raise SacctCallError(
+            f"`{' '.join(command)}` exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}"
+        )
+    return done.stdout
+
+
+# --- warehouse ---------------------------------------------------------------------------------
+
+
+def write_batch(con: duckdb.DuckDBPyConnection, batch: SlurmBatch) -> WriteResult:
+    """Upsert the batch's jobs on (cluster, job_id) and store its rejects. Columns the ``jobs``
+    table does not have (qos, partition, time_limit_s until a migration adds them) are left out."""
+    columns = {r[0] for r in con.execute("DESCRIBE jobs").fetchall()}
+    frame = batch.jobs.select([c for c in batch.jobs.columns if c in columns])
+    before = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0]
+    offered = upsert(con, "jobs", frame)
+    after = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0]
+    stored = quarantine(con, batch.rejected)
+    return WriteResult(jobs_offered=offered, jobs_new=after - before, quarantined=stored)
+
+
+def summary_line(batch: SlurmBatch, result: WriteResult, origin: str) -> str:
+    return (
+        f"{origin}: {batch.records_read} job records, {result.jobs_offered} GPU jobs written "
+        f"({result.jobs_new} new, {result.jobs_offered - result.jobs_new} updated), "
+        f"{batch.skipped_no_gpu} without GPUs skipped, {batch.skipped_steps} step lines skipped, "
+        f"{len(batch.rejected)} quarantined"
+    )
+
+
+__all__: Sequence[str] = (
+    "SACCT_FIELDS", "SOURCE", "SacctCallError", "SacctFormatError", "SlurmBatch", "WriteResult",
+    "detect_format", "parse_json", "parse_parsable", "parse_sacct", "parse_tres_gpus",
+    "run_sacct", "sacct_command", "summary_line", "write_batch",
+)

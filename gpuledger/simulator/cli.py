@@ -1,0 +1,132 @@
+"""`gpuledger simulate ...`: build the deterministic cluster and write it to the warehouse, serve it
+as live dcgm-exporter endpoints, or write it as an OpenMetrics file for Prometheus backfill."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+import warehouse
+from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
+from gpuledger.simulator.scenario import DEFAULT_CLUSTER, DEFAULT_START, build_cluster, to_epoch_s
+
+app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (same seed => same data).",
+                  no_args_is_help=True)
+console = Console(stderr=True)
+
+GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the cluster (8 per node)", min=8)]
+SeedOpt = Annotated[int, typer.Option("--seed", help="random seed; same seed and options => same output")]
+IntervalOpt = Annotated[int, typer.Option("--interval", help="sample interval in seconds", min=1)]
+ClusterOpt = Annotated[str, typer.Option("--cluster", help="cluster name written to the warehouse")]
+CleanOpt = Annotated[bool, typer.Option("--clean/--dirty",
+                                        help="--clean leaves out the planted dirt (gaps, blanks, resets, host spellings)")]
+
+
+def _parse_start(text: str | None, default: datetime) -> datetime:
+    if not text:
+        return default
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not an ISO date/time such as 2026-11-01T00:00:00") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return moment
+
+
+@app.command("warehouse")
+def simulate_warehouse(
+    gpus: GpusOpt = 256,
+    days: Annotated[float, typer.Option("--days", help="days to simulate", min=0.01)] = 7.0,
+    start: Annotated[str | None, typer.Option("--start", help="window start, ISO, UTC [default 2026-11-01T00:00:00]")] = None,
+    seed: SeedOpt = 1,
+    interval: IntervalOpt = 30,
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    clean: CleanOpt = False,
+    warehouse_file: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Write the org config, inventory, jobs, allocations and samples into the warehouse (idempotent)."""
+    from gpuledger.simulator.to_warehouse import write_simulation
+
+    cfg = config_or_exit(config)
+    began = time.monotonic()
+    sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=days,
+                        interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
+    path = warehouse_path(warehouse_file)
+    with Progress(TextColumn("[bold]simulate[/] {task.description}"), BarColumn(),
+                  TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=console) as progress:
+        task = progress.add_task(f"{sim.hardware.n_devices} devices, {sim.workload.jobs.height} jobs",
+                                 total=sim.end_s - sim.start_s)
+        with warehouse.open_writer(path) as con:
+            counts = write_simulation(con, sim, on_chunk=lambda done, total: progress.update(task, completed=done))
+    console.print(f"warehouse {path}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items())
+                  + f" ({time.monotonic() - began:.1f} s)")
+
+
+@app.command("serve")
+def simulate_serve(
+    port: Annotated[int, typer.Option("--port", help="first port; node i listens on port+i")] = 9400,
+    gpus: GpusOpt = 256,
+    seed: SeedOpt = 1,
+    interval: IntervalOpt = 30,
+    speed: Annotated[float, typer.Option("--speed", help="simulated seconds per wall second", min=0.0)] = 1.0,
+    sim_start: Annotated[str | None, typer.Option("--sim-start", help="simulated time at launch, ISO UTC [default: now]")] = None,
+    days: Annotated[float, typer.Option("--days", help="days of jobs after the simulated start")] = 7.0,
+    bind: Annotated[str, typer.Option("--bind", help="address to listen on")] = "127.0.0.1",
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    clean: CleanOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Serve live dcgm-exporter /metrics endpoints, one port per node, until Ctrl-C."""
+    from gpuledger.simulator.exporter import SimClock, start_exporters
+
+    cfg = config_or_exit(config)
+    now = _parse_start(sim_start, datetime.now(UTC).replace(tzinfo=None, microsecond=0))
+    # jobs start a day before the simulated "now", so the cluster is busy when serving begins
+    sim = build_cluster(seed=seed, gpus=gpus, start=now - timedelta(days=1), days=days + 1,
+                        interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
+    handle = start_exporters(sim, port, SimClock(now, speed), host=bind)
+    console.print(f"serving {len(handle.urls)} node exporters: {handle.urls[0]} .. {handle.urls[-1]} "
+                  f"(simulated start {now.isoformat()}Z, speed x{speed}); Ctrl-C stops")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        handle.stop()
+
+
+@app.command("openmetrics")
+def simulate_openmetrics(
+    out: Annotated[Path, typer.Option("--out", help="OpenMetrics file to write")],
+    hours: Annotated[float, typer.Option("--hours", help="hours of samples", min=0.01)] = 1.0,
+    gpus: GpusOpt = 256,
+    start: Annotated[str | None, typer.Option("--start", help="start, ISO, UTC [default 2026-11-01T00:00:00]")] = None,
+    seed: SeedOpt = 1,
+    interval: IntervalOpt = 30,
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    clean: CleanOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Write an OpenMetrics file for `promtool tsdb create-blocks-from openmetrics FILE DIR`."""
+    from gpuledger.simulator.exposition import write_openmetrics
+
+    cfg = config_or_exit(config)
+    sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=hours / 24,
+                        interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as handle:
+        n = write_openmetrics(sim, handle, sim.start_s, sim.end_s)
+    console.print(f"{out}: {n:,} samples, {sim.start.isoformat()}Z .. {sim.end.isoformat()}Z")
+
+
+__all__ = ["app", "to_epoch_s"]
