@@ -10,6 +10,7 @@ from rich.table import Table
 import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
 from gpuledger.config import example_config_text, resolve_config_path
+from gpuledger.analytics import cli as analytics_cli
 from gpuledger.importers.cli import app as import_app
 from gpuledger.ingest.cli import app as ingest_app
 from gpuledger.ingest.nvml_cli import agent_command
@@ -27,6 +28,10 @@ app.add_typer(import_app, name="import")
 app.add_typer(simulate_app, name="simulate")
 app.add_typer(ingest_app, name="ingest")
 app.command("agent")(agent_command)
+app.add_typer(analytics_cli.report_app, name="report")
+app.command("fairshare")(analytics_cli.fairshare)
+app.command("budget")(analytics_cli.budget)
+app.command("squatters")(analytics_cli.squatters)
 console = Console()
 
 

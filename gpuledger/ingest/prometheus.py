@@ -32,9 +32,7 @@ import requests
 import warehouse
 from gpuledger import dcgm
 from gpuledger.ingest.dcgm_writes import store_wide
-from gpuledger.ingest.exposition_parser import (
-    FIELD_CHECKS, SERIES_COLUMNS, long_to_wide, normalize_labels, series_frame,
-)
+from gpuledger.ingest.exposition_parser import FIELD_CHECKS, long_to_wide, normalize_labels, series_frame
 
 SOURCE = "prometheus"
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses query_range beyond this resolution
@@ -266,5 +264,4 @@ def backfill(
 
 
 __all__ = ["BACKFILL_METRICS", "BackfillStats", "PrometheusError", "backfill", "checkpoint_scope",
-           "chunk_bounds", "discover_metrics", "long_from_results", "query_chunk", "split_invalid",
-           "SERIES_COLUMNS"]
+           "chunk_bounds", "discover_metrics", "long_from_results", "query_chunk", "split_invalid"]

@@ -1,0 +1,141 @@
+"""Ready-to-show analytics over a warehouse connection: the one place the CLI, dashboards,
+pipelines and benchmarks get their tables from. Each function reads what it needs (DuckDB filters
+by time), runs the pure polars functions, and collects once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import duckdb
+import polars as pl
+
+from gpuledger.analytics.attribution import attribute_usage, rollup_usage
+from gpuledger.analytics.budget import budget_burn, job_funding
+from gpuledger.analytics.chargeback import chargeback_lines, period_bounds
+from gpuledger.analytics.fairshare import delivery, fair_share
+from gpuledger.analytics.load import load_tables
+from gpuledger.analytics.squatting import squatting_findings
+from gpuledger.analytics.usage import node_usage
+from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
+from gpuledger.config import Policy
+
+DAY = timedelta(days=1)
+
+
+def data_now(con: duckdb.DuckDBPyConnection) -> datetime:
+    """"Now" for the data: the newest sample or job time (a replayed or simulated week ends there),
+    never later than the wall clock. Naive UTC."""
+    newest = con.execute(
+        "SELECT greatest((SELECT max(ts) FROM gpu_samples), (SELECT max(greatest(start_time, "
+        "coalesce(end_time, start_time))) FROM jobs))"
+    ).fetchall()[0][0]
+    wall = datetime.now(UTC).replace(tzinfo=None)
+    return min(newest, wall) if newest is not None else wall
+
+
+def chargeback_report(
+    con: duckdb.DuckDBPyConnection, period: str, *, level: str = "project", policy: Policy | None = None,
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """Chargeback lines for a period (``2026-10``, ``2026-10-05``, ``2026-W41``, ``A..B``).
+
+    Columns: period, period_start, period_end, line_kind, the level's keys, gpu_model, tier,
+    gpu_hours (allocated GPU-hours; idle GPU-hours on idle lines), amount (exact decimal), currency.
+    """
+    policy = policy or Policy()
+    start, end = period_bounds(period)
+    now = now or data_now(con)
+    t = load_tables(con, start=start, end=end, samples=False)
+    lines = chargeback_lines(
+        t.job_allocations, t.gpus, t.jobs, t.rate_card, start=start, end=end, now=now, level=level,
+        org_nodes=t.org_nodes, idle_cost=policy.chargeback.idle_cost,
+    ).collect()
+    named = lines.rename({"gpu_hours_allocated": "gpu_hours"})
+    return named.select(pl.lit(period).alias("period"), *named.columns)
+
+
+def usage_report(
+    con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime, by: str = "project",
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """Allocated / active / idle / unknown GPU-hours and energy (kWh) per job, user, project or
+    org node over [start, end)."""
+    now = now or data_now(con)
+    t = load_tables(con, start=start, end=end)
+    attribution = attribute_usage(t.job_allocations, t.gpus, t.gpu_samples, now=now, start=start, end=end)
+    out = rollup_usage(attribution, t.jobs, by=by, org_nodes=t.org_nodes).collect()
+    return out.sort("gpu_hours_allocated", descending=True)
+
+
+def fairshare_report(
+    con: duckdb.DuckDBPyConnection, *, policy: Policy | None = None, as_of: datetime | None = None,
+) -> pl.DataFrame:
+    """The org tree in queue order, shaped like ``sshare -l``, with window and decayed usage, the
+    delivery ratio and Ai2's occupancy ratio over the usage window."""
+    policy = policy or Policy()
+    as_of = as_of or data_now(con)
+    window = timedelta(days=policy.usage.window_days)
+    t = load_tables(con, start=as_of - max(window, 10 * timedelta(days=policy.usage.half_life_days)),
+                    end=as_of, samples=False)
+    usage = node_usage(t.job_allocations, t.gpus, t.jobs, t.org_nodes, as_of=as_of, window=window,
+                       half_life=timedelta(days=policy.usage.half_life_days))
+    usage_col = "gpu_hours_decayed" if policy.usage.mode == "decay" else "gpu_hours_window"
+    tree = fair_share(t.org_nodes, usage, usage_col=usage_col)
+    delivered = delivery(t.jobs, t.job_allocations, t.gpus, t.org_nodes, start=as_of - window,
+                         end=as_of, now=as_of).select("node", "delivery_ratio", "occupancy_ratio")
+    usage_cols = usage.select("node", "gpu_hours_window", "gpu_hours_decayed")
+    return (tree.join(usage_cols, on="node", how="left").join(delivered, on="node", how="left")
+            .sort("order").collect())
+
+
+def budget_report(
+    con: duckdb.DuckDBPyConnection, *, as_of: datetime | None = None,
+) -> pl.DataFrame:
+    """Budget burn per org node for the periods containing ``as_of`` (normalised GPU-hours)."""
+    as_of = as_of or data_now(con)
+    t = load_tables(con, end=as_of + DAY, samples=False)
+    return budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card,
+                       as_of=as_of).collect()
+
+
+def funding_report(
+    con: duckdb.DuckDBPyConnection, *, policy: Policy | None = None, now: datetime | None = None,
+) -> pl.DataFrame:
+    """Per running job: funded or not (and why), protected until when."""
+    policy = policy or Policy()
+    now = now or data_now(con)
+    t = load_tables(con, end=now + DAY, samples=False)
+    burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card, as_of=now)
+    return job_funding(t.jobs, burn, t.org_nodes, now=now,
+                       min_runtime_cap=timedelta(hours=policy.funding.min_runtime_cap_hours)).collect()
+
+
+def squatters_report(
+    con: duckdb.DuckDBPyConnection, *, policy: Policy | None = None, now: datetime | None = None,
+    lookback: timedelta = timedelta(hours=6), include_exempt: bool = False,
+) -> pl.DataFrame:
+    """Idle-GPU findings for jobs running at ``now``, worst first."""
+    policy = policy or Policy()
+    now = now or data_now(con)
+    t = load_tables(con, start=now - lookback, end=now + timedelta(seconds=1))
+    findings = squatting_findings(t.jobs, t.job_allocations, t.gpus, t.gpu_samples, t.rate_card, now=now,
+                                  policy=policy.squatting, lookback=lookback,
+                                  include_exempt=include_exempt).collect()
+    return findings.sort(["finding", "idle_minutes"], descending=[True, True])
+
+
+def utilization_report(
+    con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime, by: str = "model",
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """Allocation % and active % of capacity per hour, by GPU model (``by="model"``), for the whole
+    fleet (``"cluster"``), or allocated/active GPU-hours per workload kind (``"kind"``)."""
+    now = now or data_now(con)
+    t = load_tables(con, start=start, end=end)
+    attribution = attribute_usage(t.job_allocations, t.gpus, t.gpu_samples, now=now, start=start, end=end)
+    if by == "kind":
+        return utilization_by_kind(attribution, t.jobs).collect()
+    keys = {"model": ("cluster", "model"), "cluster": ("cluster",), "fleet": ()}.get(by)
+    if keys is None:
+        raise ValueError(f"by={by!r}: choose model, cluster, fleet or kind")
+    return utilization_hourly(attribution, t.gpus, start=start, end=end, by=keys).sort("hour").collect()

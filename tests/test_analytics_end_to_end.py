@@ -1,0 +1,101 @@
+"""The simulator's week of 256 GPUs through the CLI: chargeback reconciles to the cent, the
+planted squatters are found and busy jobs are not, fair share and budgets cover every project.
+
+One simulation (about a minute) serves every test in this module."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+import warehouse
+from gpuledger.analytics import reports
+
+pytestmark = pytest.mark.slow
+WEEK_START = datetime(2026, 11, 1)
+WEEK_END = WEEK_START + timedelta(days=7)
+BUSY_KINDS = ("training", "fine-tune", "batch", "inference")
+
+
+def _gpuledger(*args, env_file):
+    result = subprocess.run([sys.executable, "-m", "gpuledger.cli", *args, "--warehouse", str(env_file)],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def week(tmp_path_factory):
+    path = tmp_path_factory.mktemp("week") / "gpuledger.duckdb"
+    _gpuledger("simulate", "warehouse", "--gpus", "256", "--days", "7", "--seed", "42",
+               "--start", WEEK_START.isoformat(), env_file=path)
+    return path
+
+
+def test_chargeback_csv_from_the_cli_reconciles_to_the_cent(week, tmp_path):
+    out = tmp_path / "chargeback.csv"
+    period = f"{WEEK_START.date()}..{WEEK_END.date()}"
+    _gpuledger("report", "chargeback", "--period", period, "--format", "csv", "--out", str(out),
+               env_file=week)
+    with out.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {"period", "project", "gpu_model", "gpu_hours", "amount", "currency"} <= set(rows[0])
+    total = sum(Decimal(r["amount"]) for r in rows)
+    assert all(Decimal(r["amount"]) == Decimal(r["amount"]).quantize(Decimal("0.01")) for r in rows)
+    # Independently: every physical GPU (MIG-split ones once) × 168 h × its model's reserved price,
+    # each GPU's cost rounded to the cent as in the capacity invariant's sum of exact products.
+    with warehouse.open_reader(week) as con:
+        capacity = con.execute(
+            """SELECT sum(168 * r.price_per_gpu_hour) FROM
+                 (SELECT DISTINCT cluster, gpu_uuid, model, pricing_tier FROM gpus) g
+               JOIN rate_card r ON r.gpu_model = g.model AND r.tier = g.pricing_tier"""
+        ).fetchall()[0][0]
+        physical = con.execute("SELECT count(DISTINCT gpu_uuid) FROM gpus").fetchall()[0][0]
+    assert physical == 256
+    assert total == Decimal(capacity).quantize(Decimal("0.01"))
+    charged = [r for r in rows if r["line_kind"] == "charge"]
+    assert {r["currency"] for r in rows} == {"USD"} and len(charged) > 10
+
+
+def test_planted_squatters_are_found_and_busy_jobs_are_not(week):
+    with warehouse.open_reader(week) as con:
+        planted = {r[0] for r in con.execute("SELECT job_id FROM jobs WHERE name LIKE 'squat-%'").fetchall()}
+        busy = {r[0] for r in con.execute(
+            "SELECT job_id FROM jobs WHERE kind IN ('training', 'fine-tune', 'batch', 'inference') "
+            "AND name NOT LIKE 'squat-%' AND start_time IS NOT NULL").fetchall()}
+        flagged: dict[str, str] = {}
+        rank = {"info": 0, "warning": 1, "second-warning": 2, "preempt-eligible": 3}
+        # Look every 30 minutes across the week, as an on-call cycle would.
+        now = WEEK_START + timedelta(hours=2)
+        while now <= WEEK_END:
+            found = reports.squatters_report(con, now=now)
+            for row in found.filter(found["finding"] == "squatting").iter_rows(named=True):
+                best = flagged.get(row["job_id"], "info")
+                flagged[row["job_id"]] = max(best, row["severity"], key=rank.get)
+            now += timedelta(minutes=30)
+    assert len(planted) >= 4
+    # Every planted squatter idles for hours: each reaches preemption eligibility (120 min).
+    assert {j: flagged.get(j) for j in planted} == {j: "preempt-eligible" for j in planted}
+    # No busy job is ever called a squatter.
+    assert busy and not (busy & set(flagged))
+
+
+def test_fair_share_and_budgets_cover_every_project(week, example_config):
+    with warehouse.open_reader(week) as con:
+        tree = reports.fairshare_report(con)
+        burn = reports.budget_report(con)
+    projects = set(example_config.projects())
+    ranked = tree.filter(tree["fs_rank"].is_not_null())
+    assert set(ranked["node"]) == projects
+    assert sorted(ranked["fs_rank"].to_list()) == list(range(1, len(projects) + 1))
+    assert set(burn["node"]) >= projects
+    assert burn["status"].is_in(["funded", "at-risk", "exhausted"]).all()
+    # The planted end-of-week squatter is running at the data's "now".
+    with warehouse.open_reader(week) as con:
+        live = reports.squatters_report(con)
+    assert live.filter(live["finding"] == "squatting").height >= 1
