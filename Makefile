@@ -26,6 +26,13 @@ test: install test-deps
 demo: install
 	$(BIN)/gpuledger simulate warehouse --gpus 256 --days 7 --seed 42
 	$(BIN)/gpuledger summary
+	$(BIN)/gpuledger fairshare
+	$(BIN)/gpuledger budget
+	$(BIN)/gpuledger squatters
+	mkdir -p reports
+	$(BIN)/gpuledger report chargeback --period 2026-11 --format csv --out reports/chargeback-2026-11.csv
+	$(BIN)/gpuledger report chargeback --period 2026-11 --format parquet --out reports/chargeback-2026-11.parquet
+	@echo "reports written to reports/; the warehouse is $(GPULEDGER_WAREHOUSE)"
 
 bench: install
 	$(BIN)/python benchmarks/run.py

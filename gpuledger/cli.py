@@ -120,5 +120,14 @@ def quarantine_list(
     console.print(table)
 
 
+def main() -> None:
+    """The `gpuledger` program: known problems end in one line naming the fix, not a traceback."""
+    try:
+        app()
+    except warehouse.WarehouseError as exc:
+        Console(stderr=True).print(f"[red]gpuledger: {exc}[/red]")
+        raise SystemExit(2) from None
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -165,3 +165,24 @@ def test_allocated_at_least_active(allocs, sample_rows):
     # allocated = active + idle + unknown, piece by piece
     total = df["gpu_hours_active"] + df["gpu_hours_idle"] + df["gpu_hours_unknown"]
     assert ((total - df["gpu_hours_allocated"]).abs() < 1e-9).all()
+
+
+def test_energy_reset_inside_a_whole_hour():
+    inv = gpus([{"gpu_id": 1}])
+    al = allocations([("R", 1, at(9), at(12))])
+    # 09:00-09:59 +100 J a minute from 5000 J (last 10,900); 10:00 11,000 J; 10:01-10:19 keeps rising
+    # to 12,900 J; 10:20 the driver reloads: 30 J, then +100 J a minute to 10:59 (3,930 J).
+    rows = [{"gpu_id": 1, "ts": at(9, m), "sm": 1.0, "energy": 5000.0 + 100 * m} for m in range(60)]
+    rows += [{"gpu_id": 1, "ts": at(10, m), "sm": 1.0,
+              "energy": 11_000.0 + 100 * m if m < 20 else 30.0 + 100 * (m - 20)} for m in range(60)]
+    df = attribute_usage(al, inv, samples(rows), now=at(12)).collect()
+    h9 = df.filter(pl.col("hour") == at(9))["energy_kwh"][0]
+    h10 = df.filter(pl.col("hour") == at(10))["energy_kwh"][0]
+    # Hour 9: 59 increments of 100 J (the first sample has nothing before it) = 5,900 J.
+    assert h9 == pytest.approx(5_900 / 3.6e6)
+    # Hour 10: 10:00 counts 100 J from 09:59; 10:01-10:19 19 × 100; 10:20 reset counts 30 J;
+    # 10:21-10:59 39 × 100 -> 100 + 1,900 + 30 + 3,900 = 5,930 J.
+    assert h10 == pytest.approx(5_930 / 3.6e6)
+    # Hour 11: held, no samples: allocated, energy and activity unknown.
+    h11 = df.filter(pl.col("hour") == at(11)).to_dicts()[0]
+    assert h11["energy_kwh"] is None and h11["gpu_hours_unknown"] == pytest.approx(1.0)

@@ -29,6 +29,8 @@ JOBS = jobs([
     {"job_id": "J7", "project": "p2", "start": NOV(20), "min_runtime_s": 3_600},
     {"job_id": "J8", "project": "p3", "start": NOV(20), "min_runtime_s": 0},
 ])
+# J6, J7 and J8 have no device allocations (as jobs from the CSV importer, Kubernetes or Slurm):
+# each counts as 1 H100 (jobs.gpus, jobs.gpu_model) from its start: J6 1 h, J7 24 h, J8 24 h.
 ALLOCS = allocations([
     ("J1", 1, NOV(1), NOV(11)),         # H100 240 h × 1.0 = 240
     ("J2", 2, NOV(14), None),           # B200 168 h to as_of × 2.0 = 336
@@ -53,24 +55,27 @@ def test_burn_rate_projection_and_status():
     assert p1["burn_gpu_hours_per_day"] == pytest.approx(48)
     assert abs((p1["projected_exhaustion"] - NOV(29, 20)).total_seconds()) < 1
     assert p1["status"] == "at-risk"
-    # p2 used its 100 exactly: exhausted, nothing burning now.
-    assert b["p2"]["remaining_gpu_hours"] == pytest.approx(0)
+    # p2: J3's 100 + J7's 24 (job level) = 124 of 100: exhausted, no projection.
+    assert b["p2"]["consumed_gpu_hours"] == pytest.approx(124)
+    assert b["p2"]["remaining_gpu_hours"] == pytest.approx(-24)
     assert b["p2"]["status"] == "exhausted"
     assert b["p2"]["projected_exhaustion"] is None
-    # p3: 24 of 500, 24/7 a day -> 476 / (24/7) = 138.8 days: funded.
-    assert b["p3"]["burn_gpu_hours_per_day"] == pytest.approx(24 / 7)
+    # p3: J4 24 + J6 1 + J8 24 = 49 of 500, all in the last 7 days: 7 a day -> 451 / 7 = 64.4 days: funded.
+    assert b["p3"]["consumed_gpu_hours"] == pytest.approx(49)
+    assert b["p3"]["burn_gpu_hours_per_day"] == pytest.approx(49 / 7)
     assert b["p3"]["status"] == "funded"
 
 
 def test_budget_rolls_up_the_tree():
     b = _burn()
-    # prog has no budget of its own: p1 + p2 = 1100, consumed 676, burn 48/day -> same date as p1.
+    # prog has no budget of its own: p1 + p2 = 1100, consumed 576 + 124 = 700, burn 48 + 24/7 a day
+    # -> 400 left lasts 7.8 days, past as_of but before Dec 1: at risk.
     assert b["prog"]["budget_gpu_hours"] == pytest.approx(1100)
-    assert b["prog"]["consumed_gpu_hours"] == pytest.approx(676)
+    assert b["prog"]["consumed_gpu_hours"] == pytest.approx(700)
     assert b["prog"]["status"] == "at-risk"
-    # acme has its own 10000; consumed everything below: 576 + 100 + 24 = 700.
+    # acme has its own 10000; consumed everything below: 576 + 124 + 49 = 749.
     assert b["acme"]["budget_gpu_hours"] == pytest.approx(10_000)
-    assert b["acme"]["consumed_gpu_hours"] == pytest.approx(700)
+    assert b["acme"]["consumed_gpu_hours"] == pytest.approx(749)
     assert b["acme"]["status"] == "funded"
     assert b["p1"]["period_start"] == date(2026, 11, 1)  # October's budget row is not the active one
 

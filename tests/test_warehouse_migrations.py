@@ -31,14 +31,14 @@ def test_migrations_upgrade_an_older_file_keeping_its_rows(warehouse_file, previ
     con = duckdb.connect(str(warehouse_file))
     apply_migrations(con, target=previous)
     assert warehouse.schema_version(con) == previous
-    assert "qos" not in _job_columns(con)  # added by 003
+    assert ("qos" in _job_columns(con)) == (previous >= 3)  # added by 003
     con.execute("INSERT INTO jobs (cluster, job_id, project, gpus, source, updated_at) "
                 "VALUES ('c1', '42', 'p', 2.0, 'test', TIMESTAMP '2026-11-01 00:00:00')")
     con.close()
 
     with warehouse.open_writer(warehouse_file) as con:
         assert warehouse.schema_version(con) == latest
-        assert "ingest_checkpoints" in _tables(con)
+        assert {"ingest_checkpoints", "gpu_hourly"} <= _tables(con)
         assert {"qos", "partition", "time_limit_s", "priority_class"} <= _job_columns(con)
         assert con.execute("SELECT job_id, gpus, qos FROM jobs").fetchall() == [("42", 2.0, None)]
     # Opening again applies nothing more.
@@ -52,3 +52,19 @@ def test_reader_sees_published_snapshot_not_the_live_file(warehouse_file):
     assert warehouse.snapshot_path(warehouse_file).exists()
     with warehouse.open_reader(warehouse_file) as con:
         assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 1
+
+
+def test_a_reader_refuses_an_older_schema_and_says_what_to_run(warehouse_file):
+    warehouse_file.parent.mkdir(parents=True)
+    con = duckdb.connect(str(warehouse_file))
+    apply_migrations(con, target=migrations()[0][0])
+    con.close()
+    with pytest.raises(warehouse.WarehouseError, match="run `gpuledger migrate`"):
+        with warehouse.open_reader(warehouse_file):
+            pass
+
+
+def test_a_reader_of_a_missing_warehouse_says_how_to_make_one(tmp_path):
+    with pytest.raises(warehouse.WarehouseError, match="gpuledger simulate warehouse"):
+        with warehouse.open_reader(tmp_path / "absent.duckdb"):
+            pass

@@ -6,13 +6,16 @@ Everything that touches the DuckDB file goes through this package (design.md, "S
 from warehouse.db import (
     WAREHOUSE_ENV,
     DEFAULT_WAREHOUSE,
+    WarehouseError,
     apply_migrations,
     open_reader,
     open_writer,
     resolve_warehouse_path,
     schema_version,
     snapshot_path,
+    transaction,
 )
+from warehouse.rollups import refresh_gpu_hourly, refresh_gpu_hourly_for
 from warehouse.writes import (
     QuarantineRow,
     quarantine,
@@ -25,18 +28,22 @@ from warehouse.writes import (
 
 __all__ = [
     "WAREHOUSE_ENV",
+    "WarehouseError",
     "DEFAULT_WAREHOUSE",
     "QuarantineRow",
     "apply_migrations",
     "open_reader",
     "open_writer",
     "quarantine",
+    "refresh_gpu_hourly",
+    "refresh_gpu_hourly_for",
     "register_gpus",
     "replace_reference",
     "table_counts",
     "resolve_warehouse_path",
     "schema_version",
     "snapshot_path",
+    "transaction",
     "upsert",
     "write_samples",
 ]

@@ -29,6 +29,10 @@ DEFAULT_WAREHOUSE = Path("data/gpuledger.duckdb")
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
 
+class WarehouseError(RuntimeError):
+    """The warehouse cannot be used as asked; the message says what to run or fix."""
+
+
 def resolve_warehouse_path(path: str | os.PathLike | None = None) -> Path:
     """The warehouse file: the argument, else $GPULEDGER_WAREHOUSE, else ./data/gpuledger.duckdb."""
     chosen = path or os.environ.get(WAREHOUSE_ENV) or DEFAULT_WAREHOUSE
@@ -91,6 +95,33 @@ def apply_migrations(con: duckdb.DuckDBPyConnection, target: int | None = None) 
     return applied
 
 
+# Connections inside a transaction opened by `transaction` (DuckDB cannot be asked, and a failed
+# nested BEGIN aborts the outer transaction, so nesting is tracked here).
+_IN_TRANSACTION: set[int] = set()
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """A transaction around the block, or the enclosing one when this connection is already in a
+    `transaction` block (so a writer can group several writes, e.g. a chunk and its checkpoint,
+    and each write still stands alone). Writers open transactions only through this."""
+    key = id(con)
+    if key in _IN_TRANSACTION:
+        yield
+        return
+    con.execute("BEGIN TRANSACTION")
+    _IN_TRANSACTION.add(key)
+    try:
+        yield
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    else:
+        con.execute("COMMIT")
+    finally:
+        _IN_TRANSACTION.discard(key)
+
+
 @contextlib.contextmanager
 def _writer_lock(path: Path, timeout_s: float) -> Iterator[None]:
     lock_file = Path(f"{path}.lock")
@@ -103,7 +134,7 @@ def _writer_lock(path: Path, timeout_s: float) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(
+                    raise WarehouseError(
                         f"another gpuledger writer has held {lock_file} for {timeout_s:.0f} s; "
                         "wait for it to finish or raise the timeout"
                     ) from None
@@ -162,13 +193,19 @@ def open_reader(path: str | os.PathLike | None = None) -> Iterator[duckdb.DuckDB
     if not source.exists():
         source = path
     if not source.exists():
-        raise FileNotFoundError(
+        raise WarehouseError(
             f"no warehouse at {path}: run `gpuledger simulate warehouse` or an import first, "
             f"or point --warehouse / ${WAREHOUSE_ENV} at an existing file"
         )
     con = duckdb.connect(str(source), read_only=True)
     try:
         con.execute("SET TimeZone = 'UTC'")
+        have, want = schema_version(con), migrations()[-1][0]
+        if have < want:
+            raise WarehouseError(
+                f"warehouse {path} is at schema version {have}, this gpuledger needs {want}: "
+                "run `gpuledger migrate` (readers never change the file)"
+            )
         yield con
     finally:
         con.close()

@@ -14,6 +14,9 @@ from datetime import UTC, datetime
 import duckdb
 import polars as pl
 
+from warehouse.db import transaction
+from warehouse.rollups import refresh_gpu_hourly_for
+
 # Natural keys of every table; `upsert` uses them to dedupe a batch before it reaches DuckDB
 # (DuckDB refuses to update the same row twice in one statement).
 NATURAL_KEYS: dict[str, tuple[str, ...]] = {
@@ -26,6 +29,7 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
     "rate_card": ("gpu_model", "tier", "effective_from"),
     "quarantine": ("source", "location", "raw_md5"),
     "ingest_checkpoints": ("source", "scope"),
+    "gpu_hourly": ("gpu_id", "hour"),  # rollup, kept by warehouse.rollups.refresh_gpu_hourly
 }
 
 SAMPLE_METRIC_COLUMNS = (
@@ -128,7 +132,8 @@ def register_gpus(con: duckdb.DuckDBPyConnection, inventory: pl.DataFrame) -> pl
 
 
 def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source: str) -> int:
-    """Insert cleaned samples (``gpu_id``, ``ts`` and any metric / label columns).
+    """Insert cleaned samples (``gpu_id``, ``ts`` and any metric / label columns) and refresh the
+    ``gpu_hourly`` rollup of the hours they touch, in one transaction (the caller's, if open).
 
     The first value stored for a (gpu_id, ts) wins, so re-ingesting is a no-op and a late copy of
     a sample cannot overwrite it. Returns the number of rows that were new.
@@ -139,9 +144,13 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
     batch = samples.select([c for c in wanted if c in samples.columns]).with_columns(
         pl.lit(source).alias("source")
     )
-    before = con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
-    upsert(con, "gpu_samples", batch, on_conflict="ignore")
-    return con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0] - before
+    with transaction(con):
+        before = con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
+        upsert(con, "gpu_samples", batch, on_conflict="ignore")
+        added = con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0] - before
+        if added:
+            refresh_gpu_hourly_for(con, batch)
+    return added
 
 
 @dataclass(frozen=True)
@@ -192,12 +201,7 @@ def replace_reference(
     The config file is the source of truth for reference data, so a node or rate removed from it
     disappears here too; facts (samples, jobs) are never touched.
     """
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         for table, frame in (("org_nodes", org_nodes), ("budgets", budgets), ("rate_card", rate_card)):
-            con.execute(f"DELETE FROM {table}")
+            con.execute(f"DELETE FROM {table}").fetchall()
             upsert(con, table, frame)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise

@@ -15,6 +15,7 @@ from datetime import datetime
 
 import polars as pl
 
+from gpuledger.analytics.allocations import DEFAULT_TIER, allocation_intervals, gpu_inventory
 from gpuledger.analytics.intervals import split_by_hour
 from gpuledger.analytics.tree import rollup_to_nodes
 
@@ -28,25 +29,6 @@ J_PER_KWH = 3_600_000.0
 USAGE_COLS = ["gpu_hours_allocated", "gpu_hours_active", "gpu_hours_idle", "gpu_hours_unknown", "energy_kwh"]
 
 
-def gpu_inventory(gpus: pl.LazyFrame) -> pl.LazyFrame:
-    """The columns of ``gpus`` the analytics use, with ``is_mig`` and ``tier`` (= pricing_tier)."""
-    names = gpus.collect_schema().names()
-    mig_id = pl.col("mig_instance_id") if "mig_instance_id" in names else pl.lit(-1)
-    return gpus.select(
-        "gpu_id",
-        "cluster",
-        pl.col("gpu_uuid") if "gpu_uuid" in names else pl.col("gpu_id").cast(pl.String).alias("gpu_uuid"),
-        pl.col("host") if "host" in names else pl.lit(None, pl.String).alias("host"),
-        "model",
-        pl.col("mig_profile") if "mig_profile" in names else pl.lit(None, pl.String).alias("mig_profile"),
-        pl.col("gpu_fraction").fill_null(1.0).alias("device_fraction"),
-        (mig_id.fill_null(-1) >= 0).alias("is_mig"),
-        (pl.col("pricing_tier") if "pricing_tier" in names else pl.lit(None, pl.String))
-        .fill_null("reserved")
-        .alias("tier"),
-    )
-
-
 def allocated_pieces(
     job_allocations: pl.LazyFrame,
     gpus: pl.LazyFrame,
@@ -54,25 +36,20 @@ def allocated_pieces(
     now: datetime,
     start: datetime | None = None,
     end: datetime | None = None,
+    jobs: pl.LazyFrame | None = None,
+    default_tier: str = DEFAULT_TIER,
 ) -> pl.LazyFrame:
     """Allocations cut into hourly pieces, clipped to [start, end) and to ``now`` (open ends).
 
     One row per (cluster, job_id, gpu_id, allocation start_time, hour) with ``piece_start``,
-    ``piece_end``, ``piece_s`` (seconds), the device's ``model``/``tier``/``device_fraction`` and
-    ``gpu_hours_allocated`` = piece_s / 3600 × device_fraction × allocation gpu_fraction.
+    ``piece_end``, ``piece_s`` (seconds), the device's ``model``/``tier``/``device_fraction``,
+    ``allocation_level`` and ``gpu_hours_allocated`` = piece_s / 3600 × device_fraction ×
+    alloc_fraction. With ``jobs``, jobs that have no device allocation count too (gpu_id NULL,
+    see allocations.py).
     """
-    inv = gpu_inventory(gpus).drop("cluster")
     return (
-        split_by_hour(
-            job_allocations.select(
-                "cluster", "job_id", "gpu_id", "start_time", "end_time",
-                pl.col("gpu_fraction").fill_null(1.0).alias("alloc_fraction"),
-            ),
-            now=now, start=start, end=end,
-        )
-        .join(inv, on="gpu_id", how="left")
-        .with_columns(pl.col("device_fraction").fill_null(1.0), pl.col("tier").fill_null("reserved"),
-                      pl.col("is_mig").fill_null(False))
+        split_by_hour(allocation_intervals(job_allocations, gpus, jobs, default_tier=default_tier),
+                      now=now, start=start, end=end)
         .with_columns(
             gpu_hours_allocated=pl.col("piece_s") / 3600.0 * pl.col("device_fraction") * pl.col("alloc_fraction")
         )
@@ -86,28 +63,61 @@ def _reset_aware_increment(e: pl.Expr) -> pl.Expr:
     return pl.when(d >= 0).then(d).otherwise(e).slice(1).sum()
 
 
-def hourly_samples(gpu_samples: pl.LazyFrame) -> pl.LazyFrame:
-    """Per (gpu_id, hour): sums and counts of every activity signal, sample count, and energy.
+# The shape of the warehouse table gpu_hourly (migration 004) and of hourly_rollup().
+HOURLY_COLS = [
+    "s_n",
+    *(f"s_{name}" for name, _ in SIGNALS),
+    *(f"s_n_{name}" for name, _ in SIGNALS),
+    "e_first", "e_last", "e_inside",
+]
 
-    ``s_energy_j`` is the counter increase of the samples in the hour, each sample's increment
-    counted from the sample before it (in an earlier hour for the first one); a drop means the
-    counter reset (driver reload) and the increment is the new value. ``prev_last`` is the last
-    counter value before the hour.
+
+def hourly_rollup(gpu_samples: pl.LazyFrame) -> pl.LazyFrame:
+    """Per (gpu_id, hour): the sums the analytics need, shaped like the warehouse's ``gpu_hourly``.
+
+    Columns: gpu_id, hour, s_n (samples), s_<signal> (Σ of the signal clipped to 0..1),
+    s_n_<signal> (samples with the signal), e_first / e_last (first and last energy counter
+    value in the hour, J), e_inside (Σ of the counter's increments between the hour's samples,
+    a drop counted as a reset: the new value; 0 with one energy sample, NULL with none). Only an
+    hour whose minimum is below its first value is walked for resets; a dip that stays above the
+    first value is jitter, and the increase is last − first.
+    ``warehouse.refresh_gpu_hourly`` computes the same in SQL.
     """
-    e = pl.col("energy_total_j").sort_by("ts").drop_nulls()
+    e_sorted = pl.col("energy_total_j").sort_by("ts").drop_nulls()
     sig = [col for _, col in SIGNALS]
     return (
         gpu_samples.select("gpu_id", "ts", *sig, "energy_total_j")
         .group_by("gpu_id", pl.col("ts").dt.truncate("1h").alias("hour"))
         .agg(
-            pl.len().alias("s_n"),
+            pl.len().cast(pl.Int64).alias("s_n"),
             *(pl.col(col).clip(0.0, 1.0).sum().alias(f"s_{name}") for name, col in SIGNALS),
-            *(pl.col(col).count().alias(f"s_n_{name}") for name, col in SIGNALS),
-            e.first().alias("e_first"),
-            e.last().alias("e_last"),
-            _reset_aware_increment(e).alias("e_inside"),
+            *(pl.col(col).count().cast(pl.Int64).alias(f"s_n_{name}") for name, col in SIGNALS),
+            e_sorted.first().alias("e_first"),
+            e_sorted.last().alias("e_last"),
+            pl.col("energy_total_j").min().alias("_e_min"),
+            _reset_aware_increment(e_sorted).alias("_e_walked"),
         )
-        .sort("gpu_id", "hour")
+        # As the SQL: only an hour whose minimum is below its first value can hold a reset; any
+        # other dip is jitter and the hour's increase is last − first.
+        .with_columns(
+            e_inside=pl.when(pl.col("e_first").is_null()).then(None)
+            .when(pl.col("_e_min") < pl.col("e_first")).then(pl.col("_e_walked"))
+            .otherwise(pl.col("e_last") - pl.col("e_first"))
+        )
+        .drop("_e_min", "_e_walked")
+    )
+
+
+def hourly_energy(rollup: pl.LazyFrame) -> pl.LazyFrame:
+    """Rollup rows (:func:`hourly_rollup` / ``gpu_hourly``) → with ``prev_last`` and ``s_energy_j``.
+
+    ``s_energy_j`` is the counter increase of the hour's samples, each counted from the sample
+    before it (in an earlier hour for the first one); a drop means the counter reset (driver
+    reload) and the increment is the new value. ``prev_last`` is the last counter value of an
+    earlier hour of the same GPU present in ``rollup`` (so read one hour before the range).
+    """
+    return (
+        rollup.sort("gpu_id", "hour")
         .with_columns(prev_last=pl.col("e_last").forward_fill().shift(1).over("gpu_id"))
         .with_columns(
             s_energy_j=pl.col("e_inside").fill_null(0.0)
@@ -117,6 +127,12 @@ def hourly_samples(gpu_samples: pl.LazyFrame) -> pl.LazyFrame:
         )
         .drop("e_first", "e_inside", "e_last")
     )
+
+
+def hourly_samples(gpu_samples: pl.LazyFrame) -> pl.LazyFrame:
+    """Per (gpu_id, hour): sums and counts of every activity signal, sample count, and energy
+    (``s_energy_j``, ``prev_last``): :func:`hourly_energy` of :func:`hourly_rollup`."""
+    return hourly_energy(hourly_rollup(gpu_samples))
 
 
 _SUM_COLS = ["n", *(name for name, _ in SIGNALS), *(f"n_{name}" for name, _ in SIGNALS), "energy_j"]
@@ -129,6 +145,8 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
     edges of allocations go back to the raw samples of just those (gpu, hour) pairs, so a job that
     starts at 10:30 is judged on 10:30-11:00 only.
     """
+    no_device = pieces.filter(pl.col("gpu_id").is_null())
+    pieces = pieces.filter(pl.col("gpu_id").is_not_null())
     full_hour = (pl.col("piece_start") == pl.col("hour")) & (pl.col("piece_s") == 3600.0)
     full = (
         pieces.filter(full_hour)
@@ -169,7 +187,19 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
     )
     partial = partial.join(in_piece, on="_pid", how="left")
     cast = [pl.col(f"w_{c}").cast(pl.Float64).fill_null(0.0) for c in _SUM_COLS]
-    return pl.concat([full.with_columns(cast), partial.with_columns(cast)], how="diagonal_relaxed")
+    no_device = no_device.with_columns(pl.lit(0.0).alias(f"w_{c}") for c in _SUM_COLS)
+    return pl.concat([full.with_columns(cast), partial.with_columns(cast), no_device], how="diagonal_relaxed")
+
+
+def partial_hour_keys(pieces: pl.LazyFrame) -> pl.LazyFrame:
+    """The (gpu_id, hour) pairs of :func:`allocated_pieces` output that cover less than the whole
+    hour on a device: the only GPU-hours whose raw samples attribution still needs when it reads
+    the hourly rollup."""
+    return (
+        pieces.filter(pl.col("gpu_id").is_not_null()
+                      & ((pl.col("piece_start") != pl.col("hour")) | (pl.col("piece_s") != 3600.0)))
+        .select("gpu_id", "hour").unique()
+    )
 
 
 def _activity_from_window() -> list[pl.Expr]:
@@ -192,19 +222,32 @@ def attribute_usage(
     now: datetime,
     start: datetime | None = None,
     end: datetime | None = None,
+    jobs: pl.LazyFrame | None = None,
+    default_tier: str = DEFAULT_TIER,
+    hourly: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """Per (cluster, job_id, gpu_id, hour): allocated / active / idle / unknown GPU-hours and energy.
 
-    Columns: cluster, job_id, gpu_id, hour, model, tier, is_mig, gpu_hours_allocated,
+    Columns: cluster, job_id, gpu_id, hour, model, tier, is_mig, allocation_level (device / job),
+    gpu_hours_allocated,
     gpu_hours_active, gpu_hours_idle, gpu_hours_unknown, energy_kwh, activity_ratio (mean of the
     signal used, 0..1), activity_signal (sm_active / gr_engine_active / gpu_util, NULL when no
     signal), sample_count. A piece with no samples is allocated with unknown activity: its
     active and idle hours are 0 and its hours go to ``gpu_hours_unknown``. Energy is the device's
     counter increase over the piece × the device fraction × the allocation fraction (shared GPUs
     split it by allocation fraction); NULL when no energy samples.
+
+    ``jobs`` (optional, recommended): jobs without device allocations then count too, with
+    gpu_id NULL, model jobs.gpu_model, tier ``default_tier`` and unknown activity (allocations.py).
+    ``hourly`` (optional): the warehouse's ``gpu_hourly`` rollup (:func:`hourly_rollup` shape,
+    starting an hour before the range so the first hour's energy has its predecessor); whole
+    hours then read it and ``gpu_samples`` need only hold the samples of the partial hours
+    (:func:`partial_hour_keys`), which is what keeps a week of 1,000 GPUs fast.
     """
-    pieces = allocated_pieces(job_allocations, gpus, now=now, start=start, end=end).with_row_index("_pid")
-    w = _window_sums(pieces, gpu_samples, hourly_samples(gpu_samples))
+    pieces = allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
+                              default_tier=default_tier).with_row_index("_pid")
+    rollup = hourly if hourly is not None else hourly_rollup(gpu_samples)
+    w = _window_sums(pieces, gpu_samples, hourly_energy(rollup))
     has_samples = pl.col("w_n") > 0
     alloc = pl.col("gpu_hours_allocated")
     return (
@@ -224,7 +267,7 @@ def attribute_usage(
         )
         .group_by("cluster", "job_id", "gpu_id", "hour")
         .agg(
-            pl.col("model", "tier", "is_mig").first(),
+            pl.col("model", "tier", "is_mig", "allocation_level").first(),
             pl.col(USAGE_COLS).sum(),
             # allocation-weighted mean over the hour's pieces (usually one)
             pl.when(alloc.filter(pl.col("activity_ratio").is_not_null()).sum() > 0)

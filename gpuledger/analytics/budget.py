@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from gpuledger.analytics.allocations import DEFAULT_TIER
 from gpuledger.analytics.attribution import allocated_pieces
 from gpuledger.analytics.tree import Tree, closure
 
@@ -43,6 +44,7 @@ def budget_burn(
     *,
     as_of: datetime,
     burn_window: timedelta = BURN_WINDOW,
+    default_tier: str = DEFAULT_TIER,
 ) -> pl.LazyFrame:
     """Per org node with a budget period containing ``as_of`` (directly or through descendants).
 
@@ -52,6 +54,7 @@ def budget_burn(
     remaining_gpu_hours, burn_gpu_hours_per_day (consumed in the last ``burn_window`` inside the
     period ÷ its days), projected_exhaustion (UTC datetime; NULL when not burning or exhausted),
     status: exhausted (remaining ≤ 0) / at-risk (projected before period end) / funded.
+    Jobs without device allocations count by jobs.gpus at ``default_tier`` (allocations.py).
     """
     tree = Tree.from_frame(org_nodes)
     clo = closure(org_nodes)
@@ -87,7 +90,8 @@ def budget_burn(
     earliest = min(r[1] for r in rows)
     start = datetime.combine(earliest, datetime.min.time())
     pieces = weighted_pieces(
-        allocated_pieces(job_allocations, gpus, now=as_of, start=start, end=as_of), rate_card
+        allocated_pieces(job_allocations, gpus, now=as_of, start=start, end=as_of, jobs=jobs,
+                         default_tier=default_tier), rate_card
     ).join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
     per_project_hour = pieces.group_by("project", "piece_start", "piece_end").agg(
         pl.col("gpu_hours_normalized").sum()

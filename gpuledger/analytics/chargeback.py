@@ -6,7 +6,9 @@ allocated is ``idle`` cost: its own line, or spread over the jobs that used the 
 (cluster, model, tier) in proportion to their charges. Invariant, per currency and period:
 Σ charge lines + idle = Σ capacity × price, rounded half-up to the cent — raw amounts keep 12
 decimals and lines are rounded with the largest-remainder method. Project and org-node lines are
-sums of the rounded job lines, so every level adds up to the same total.
+sums of the rounded job lines, so every level adds up to the same total. Job-level allocations
+(jobs without devices) on a cluster with no inventory of their model are charged with no idle
+line beside them (see chargeback_lines).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import date, datetime, timedelta
 
 import polars as pl
 
+from gpuledger.analytics.allocations import DEFAULT_TIER
 from gpuledger.analytics.attribution import allocated_pieces
 from gpuledger.analytics.capacity import capacity_hourly
 from gpuledger.analytics.money import CENTS, RAW, largest_remainder_cents, price_as_of, to_raw
@@ -84,6 +87,7 @@ def chargeback_lines(
     level: str = "job",
     org_nodes: pl.LazyFrame | pl.DataFrame | None = None,
     idle_cost: str = "line",
+    default_tier: str = DEFAULT_TIER,
 ) -> pl.LazyFrame:
     """Chargeback lines for [start, end); allocations still open are counted up to ``now``.
 
@@ -96,8 +100,16 @@ def chargeback_lines(
     job_id, project, user_name; project: project; node: node, depth), gpu_model, tier, currency,
     gpu_hours_allocated (idle lines: idle GPU-hours), amount (Decimal, cents),
     idle_amount_included (Decimal cents of spread idle inside ``amount``; 0 with ``line``).
-    Job lines carry no cluster on idle lines... idle lines have job_id/project NULL and their
-    cluster set. Raises ValueError when a GPU's model/tier has no rate in force.
+    Idle lines (job level) have job_id/project NULL and their cluster set; at project level they
+    are project "(idle)". Raises ValueError when a GPU's model/tier has no rate in force.
+
+    Jobs without device allocations (allocations.py) are charged jobs.gpus × hours at
+    jobs.gpu_model and ``default_tier``; one with no gpu_model cannot be priced and is left out.
+    Their hours come out of the idle of the same (cluster, model, tier): idle may go negative
+    when job records claim more GPUs than the inventory holds (the line shows the
+    over-allocation; it is never spread). Where the cluster has no inventory of that model and
+    tier there is no capacity and no idle line: those charges are on top of Σ capacity × price,
+    so the invariant reads Σ charges + idle = Σ capacity × price + Σ charges without capacity.
     """
     if idle_cost not in ("line", "spread"):
         raise ValueError(f"idle_cost={idle_cost!r}: choose line or spread")
@@ -112,7 +124,8 @@ def chargeback_lines(
     # Allocations on devices missing from the inventory (model NULL) cannot be priced or fit the
     # capacity; they are left out of chargeback (attribution still shows them).
     pieces = price_as_of(
-        allocated_pieces(job_allocations, gpus, now=now, start=start, end=end).filter(pl.col("model").is_not_null()),
+        allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
+                         default_tier=default_tier).filter(pl.col("model").is_not_null()),
         rate_card,
     )
     _check_rates(pieces)
@@ -136,22 +149,25 @@ def chargeback_lines(
         spread = (
             charges.join(idle.select(*keys, pl.col("amount_raw").alias("_idle"),
                                      pl.col("_charged")), on=keys, how="left")
+            .with_columns(_spreads=(pl.col("_charged") > zero) & (pl.col("_idle") >= zero))
             .with_columns(
-                _share=pl.when(pl.col("_charged") > zero)
+                _share=pl.when(pl.col("_spreads"))
                 .then(pl.col("_idle") * pl.col("amount_raw") / pl.col("_charged")).otherwise(zero)
             )
             # Decimal division rounds; the last few 1e-12 go to the group's largest charge so the
             # spread parts add up to the idle amount exactly.
             .with_columns(_rank=pl.col("amount_raw").rank("ordinal", descending=True).over(keys))
             .with_columns(
-                _share=pl.col("_share") + pl.when((pl.col("_rank") == 1) & (pl.col("_charged") > zero))
+                _share=pl.col("_share") + pl.when((pl.col("_rank") == 1) & pl.col("_spreads"))
                 .then(pl.col("_idle") - pl.col("_share").sum().over(keys)).otherwise(zero)
             )
         )
         charges = spread.with_columns(
             _idle_raw=pl.col("_share"), amount_raw=pl.col("amount_raw") + pl.col("_share")
-        ).drop("_idle", "_charged", "_share", "_rank")
-        idle = idle.filter(pl.col("_charged").is_null() | (pl.col("_charged") <= zero))
+        ).drop("_idle", "_charged", "_share", "_rank", "_spreads")
+        # Negative idle (allocations beyond the inventory) is never spread: it stays on its line.
+        idle = idle.filter(pl.col("_charged").is_null() | (pl.col("_charged") <= zero)
+                           | (pl.col("amount_raw") < zero))
     else:
         charges = charges.with_columns(_idle_raw=zero)
     job_meta = jobs.select("cluster", "job_id", "project", "user_name")

@@ -14,6 +14,7 @@ from datetime import datetime
 
 import polars as pl
 
+from gpuledger.analytics.allocations import DEFAULT_TIER
 from gpuledger.analytics.attribution import allocated_pieces
 from gpuledger.analytics.capacity import capacity_hourly
 from gpuledger.analytics.intervals import split_by_hour
@@ -102,12 +103,14 @@ def delivery(
     start: datetime,
     end: datetime,
     now: datetime,
+    default_tier: str = DEFAULT_TIER,
 ) -> pl.LazyFrame:
     """Per org node over [start, end): what its share promised and what it got, in GPU-hours.
 
     Per project and hour: entitled = share_global × installed capacity; demand = GPUs its jobs
     requested from submit to end (queued time included); owed = min(entitled, demand);
-    delivered = min(allocated, owed). Summed over hours, then up the tree. Columns: node,
+    delivered = min(allocated, owed); allocated includes jobs without device allocations
+    (allocations.py). Summed over hours, then up the tree. Columns: node,
     gpu_hours_entitled, gpu_hours_demand, gpu_hours_owed, gpu_hours_allocated,
     gpu_hours_delivered, delivery_ratio (delivered ÷ owed; NULL when nothing was owed),
     occupancy_ratio (Ai2's sort key: allocated ÷ entitled; lower = more deserving).
@@ -133,7 +136,8 @@ def delivery(
         .agg(gpu_hours_demand=(pl.col("gpus") * pl.col("piece_s") / 3600.0).sum())
     )
     allocated = (
-        allocated_pieces(job_allocations, gpus, now=now, start=start, end=end)
+        allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
+                         default_tier=default_tier)
         .join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
         .group_by("project", "hour")
         .agg(pl.col("gpu_hours_allocated").sum())

@@ -7,10 +7,12 @@ the rest. Works on any DuckDB connection, e.g. ``warehouse.open_reader(path)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import duckdb
 import polars as pl
+
+from warehouse.rollups import hour_span, rollup_frame
 
 _SAMPLE_COLS = (
     "gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, tensor_active_ratio, dram_active_ratio, "
@@ -63,10 +65,85 @@ def load_tables(
         ),
         job_allocations=_frame(
             con,
-            "SELECT * FROM job_allocations WHERE start_time < ? AND (end_time IS NULL OR end_time > ?)",
-            [hi, lo],
+            # Also every allocation of a loaded job, so a job with devices outside the range is
+            # not mistaken for one without any (allocations.py counts those by jobs.gpus).
+            "SELECT * FROM job_allocations a WHERE (a.start_time < ? AND (a.end_time IS NULL OR a.end_time > ?)) "
+            "OR EXISTS (SELECT 1 FROM jobs j WHERE j.cluster = a.cluster AND j.job_id = a.job_id "
+            "AND coalesce(j.submit_time, j.start_time) < ? AND (j.end_time IS NULL OR j.end_time > ?))",
+            [hi, lo, hi, lo],
         ),
         org_nodes=_frame(con, "SELECT node, parent, kind, shares, description FROM org_nodes"),
         budgets=_frame(con, "SELECT * FROM budgets"),
         rate_card=_frame(con, "SELECT * FROM rate_card ORDER BY effective_from"),
     )
+
+
+def load_hourly(
+    con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime, verify: bool = True
+) -> pl.LazyFrame:
+    """The ``gpu_hourly`` rollup for the hours of [start − 1 h, end) (the extra hour gives the
+    first hour's energy its predecessor), shaped as attribution.hourly_rollup.
+
+    With ``verify`` the rollup's sample count is checked against ``gpu_samples`` over the span
+    (two counts, milliseconds); when they differ (a writer that did not refresh, or a warehouse
+    older than migration 004) the rollup is computed from the samples on the fly instead.
+    """
+    lo, hi = hour_span(start - timedelta(hours=1), end)
+    stored = con.sql(
+        "SELECT * FROM gpu_hourly WHERE hour >= $lo AND hour < $hi ORDER BY gpu_id, hour",
+        params={"lo": lo, "hi": hi},
+    )
+    if verify:
+        n_rollup = con.execute("SELECT coalesce(sum(s_n), 0) FROM gpu_hourly WHERE hour >= $lo AND hour < $hi",
+                               {"lo": lo, "hi": hi}).fetchall()[0][0]
+        n_samples = con.execute("SELECT count(*) FROM gpu_samples WHERE ts >= $lo AND ts < $hi",
+                                {"lo": lo, "hi": hi}).fetchall()[0][0]
+        if n_rollup != n_samples:
+            return rollup_frame(con, lo, hi)
+    return stored.pl().lazy()
+
+
+def load_samples_for_hours(
+    con: duckdb.DuckDBPyConnection, keys: pl.LazyFrame | pl.DataFrame, *, columns: str = _SAMPLE_COLS
+) -> pl.LazyFrame:
+    """The raw samples of just the (gpu_id, hour) pairs in ``keys`` (e.g.
+    attribution.partial_hour_keys): DuckDB filters, so polars never holds the rest."""
+    frame = keys.lazy().select(pl.col("gpu_id").cast(pl.Int32), pl.col("hour").cast(pl.Datetime("us"))).collect()
+    if frame.is_empty():
+        return con.sql(f"SELECT {columns} FROM gpu_samples WHERE false").pl().lazy()
+    lo, hi = frame["hour"].min(), frame["hour"].max() + timedelta(hours=1)
+    con.register("_wanted_hours", frame.to_arrow())
+    try:
+        out = con.sql(
+            f"SELECT {', '.join('s.' + c.strip() for c in columns.split(','))} FROM gpu_samples s "
+            "SEMI JOIN _wanted_hours w ON s.gpu_id = w.gpu_id AND date_trunc('hour', s.ts) = w.hour "
+            "WHERE s.ts >= $lo AND s.ts < $hi ORDER BY s.gpu_id, s.ts",
+            params={"lo": lo, "hi": hi},
+        ).pl()
+    finally:
+        con.unregister("_wanted_hours")
+    return out.lazy()
+
+
+def load_samples(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime,
+                 columns: str = _SAMPLE_COLS) -> pl.LazyFrame:
+    """Raw samples in [start, end), e.g. the squatting detector's recent lookback."""
+    return con.sql(f"SELECT {columns} FROM gpu_samples WHERE ts >= $lo AND ts < $hi ORDER BY gpu_id, ts",
+                   params={"lo": start, "hi": end}).pl().lazy()
+
+
+def load_sample_buckets(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime,
+                        bucket: timedelta = timedelta(minutes=1)) -> pl.LazyFrame:
+    """Samples in [start, end) pre-averaged by DuckDB into ``bucket``-long buckets per GPU: one row
+    per (gpu_id, bucket start as ``ts``) with the mean of each activity signal and the bucket's last
+    fb_used_bytes — what squatting.squatting_findings makes of raw samples with the same bucket,
+    at half the rows or less. Pass it to squatting_findings with the same ``bucket``."""
+    every_us = int(bucket / timedelta(microseconds=1))
+    return con.sql(
+        "SELECT gpu_id, time_bucket(to_microseconds($every), ts, $origin) AS ts, "
+        "avg(sm_active_ratio) AS sm_active_ratio, avg(gr_engine_active_ratio) AS gr_engine_active_ratio, "
+        "avg(gpu_util_ratio) AS gpu_util_ratio, "
+        "arg_max(fb_used_bytes, ts) FILTER (WHERE fb_used_bytes IS NOT NULL) AS fb_used_bytes "
+        "FROM gpu_samples WHERE ts >= $lo AND ts < $hi GROUP BY ALL ORDER BY gpu_id, ts",
+        params={"every": every_us, "origin": datetime(1970, 1, 1), "lo": start, "hi": end},
+    ).pl().lazy()

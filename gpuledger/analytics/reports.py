@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 import duckdb
 import polars as pl
 
-from gpuledger.analytics.attribution import attribute_usage, rollup_usage
+from gpuledger.analytics.attribution import allocated_pieces, attribute_usage, partial_hour_keys, rollup_usage
 from gpuledger.analytics.budget import budget_burn, job_funding
 from gpuledger.analytics.chargeback import chargeback_lines, period_bounds
 from gpuledger.analytics.fairshare import delivery, fair_share
-from gpuledger.analytics.load import load_tables
+from gpuledger.analytics.load import Tables, load_hourly, load_sample_buckets, load_samples_for_hours, load_tables
 from gpuledger.analytics.squatting import squatting_findings
 from gpuledger.analytics.usage import node_usage
 from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
@@ -33,6 +33,20 @@ def data_now(con: duckdb.DuckDBPyConnection) -> datetime:
     return min(newest, wall) if newest is not None else wall
 
 
+def attribution(
+    con: duckdb.DuckDBPyConnection, t: Tables, *, start: datetime, end: datetime, now: datetime,
+    policy: Policy,
+) -> pl.LazyFrame:
+    """attribute_usage over [start, end) the fast way: whole GPU-hours from the ``gpu_hourly``
+    rollup, raw samples only for the hours an allocation covers in part."""
+    tier = policy.chargeback.default_tier
+    pieces = allocated_pieces(t.job_allocations, t.gpus, now=now, start=start, end=end, jobs=t.jobs,
+                              default_tier=tier)
+    partial = load_samples_for_hours(con, partial_hour_keys(pieces).collect())
+    return attribute_usage(t.job_allocations, t.gpus, partial, now=now, start=start, end=end, jobs=t.jobs,
+                           default_tier=tier, hourly=load_hourly(con, start=start, end=end))
+
+
 def chargeback_report(
     con: duckdb.DuckDBPyConnection, period: str, *, level: str = "project", policy: Policy | None = None,
     now: datetime | None = None,
@@ -49,6 +63,7 @@ def chargeback_report(
     lines = chargeback_lines(
         t.job_allocations, t.gpus, t.jobs, t.rate_card, start=start, end=end, now=now, level=level,
         org_nodes=t.org_nodes, idle_cost=policy.chargeback.idle_cost,
+        default_tier=policy.chargeback.default_tier,
     ).collect()
     named = lines.rename({"gpu_hours_allocated": "gpu_hours"})
     return named.select(pl.lit(period).alias("period"), *named.columns)
@@ -56,14 +71,15 @@ def chargeback_report(
 
 def usage_report(
     con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime, by: str = "project",
-    now: datetime | None = None,
+    policy: Policy | None = None, now: datetime | None = None,
 ) -> pl.DataFrame:
     """Allocated / active / idle / unknown GPU-hours and energy (kWh) per job, user, project or
     org node over [start, end)."""
+    policy = policy or Policy()
     now = now or data_now(con)
-    t = load_tables(con, start=start, end=end)
-    attribution = attribute_usage(t.job_allocations, t.gpus, t.gpu_samples, now=now, start=start, end=end)
-    out = rollup_usage(attribution, t.jobs, by=by, org_nodes=t.org_nodes).collect()
+    t = load_tables(con, start=start, end=end, samples=False)
+    used = attribution(con, t, start=start, end=end, now=now, policy=policy)
+    out = rollup_usage(used, t.jobs, by=by, org_nodes=t.org_nodes).collect()
     return out.sort("gpu_hours_allocated", descending=True)
 
 
@@ -77,25 +93,28 @@ def fairshare_report(
     window = timedelta(days=policy.usage.window_days)
     t = load_tables(con, start=as_of - max(window, 10 * timedelta(days=policy.usage.half_life_days)),
                     end=as_of, samples=False)
+    tier = policy.chargeback.default_tier
     usage = node_usage(t.job_allocations, t.gpus, t.jobs, t.org_nodes, as_of=as_of, window=window,
-                       half_life=timedelta(days=policy.usage.half_life_days))
+                       half_life=timedelta(days=policy.usage.half_life_days), default_tier=tier)
     usage_col = "gpu_hours_decayed" if policy.usage.mode == "decay" else "gpu_hours_window"
     tree = fair_share(t.org_nodes, usage, usage_col=usage_col)
     delivered = delivery(t.jobs, t.job_allocations, t.gpus, t.org_nodes, start=as_of - window,
-                         end=as_of, now=as_of).select("node", "delivery_ratio", "occupancy_ratio")
+                         end=as_of, now=as_of, default_tier=tier).select("node", "delivery_ratio",
+                                                                          "occupancy_ratio")
     usage_cols = usage.select("node", "gpu_hours_window", "gpu_hours_decayed")
     return (tree.join(usage_cols, on="node", how="left").join(delivered, on="node", how="left")
             .sort("order").collect())
 
 
 def budget_report(
-    con: duckdb.DuckDBPyConnection, *, as_of: datetime | None = None,
+    con: duckdb.DuckDBPyConnection, *, policy: Policy | None = None, as_of: datetime | None = None,
 ) -> pl.DataFrame:
     """Budget burn per org node for the periods containing ``as_of`` (normalised GPU-hours)."""
+    policy = policy or Policy()
     as_of = as_of or data_now(con)
     t = load_tables(con, end=as_of + DAY, samples=False)
     return budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card,
-                       as_of=as_of).collect()
+                       as_of=as_of, default_tier=policy.chargeback.default_tier).collect()
 
 
 def funding_report(
@@ -105,7 +124,8 @@ def funding_report(
     policy = policy or Policy()
     now = now or data_now(con)
     t = load_tables(con, end=now + DAY, samples=False)
-    burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card, as_of=now)
+    burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card, as_of=now,
+                       default_tier=policy.chargeback.default_tier)
     return job_funding(t.jobs, burn, t.org_nodes, now=now,
                        min_runtime_cap=timedelta(hours=policy.funding.min_runtime_cap_hours)).collect()
 
@@ -117,8 +137,10 @@ def squatters_report(
     """Idle-GPU findings for jobs running at ``now``, worst first."""
     policy = policy or Policy()
     now = now or data_now(con)
-    t = load_tables(con, start=now - lookback, end=now + timedelta(seconds=1))
-    findings = squatting_findings(t.jobs, t.job_allocations, t.gpus, t.gpu_samples, t.rate_card, now=now,
+    t = load_tables(con, start=now - lookback, end=now + timedelta(seconds=1), samples=False)
+    # Samples averaged into the detector's 1-minute buckets by DuckDB (same findings as raw).
+    buckets = load_sample_buckets(con, start=now - lookback, end=now + timedelta(seconds=1))
+    findings = squatting_findings(t.jobs, t.job_allocations, t.gpus, buckets, t.rate_card, now=now,
                                   policy=policy.squatting, lookback=lookback,
                                   include_exempt=include_exempt).collect()
     return findings.sort(["finding", "idle_minutes"], descending=[True, True])
@@ -126,16 +148,17 @@ def squatters_report(
 
 def utilization_report(
     con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime, by: str = "model",
-    now: datetime | None = None,
+    policy: Policy | None = None, now: datetime | None = None,
 ) -> pl.DataFrame:
     """Allocation % and active % of capacity per hour, by GPU model (``by="model"``), for the whole
     fleet (``"cluster"``), or allocated/active GPU-hours per workload kind (``"kind"``)."""
+    policy = policy or Policy()
     now = now or data_now(con)
-    t = load_tables(con, start=start, end=end)
-    attribution = attribute_usage(t.job_allocations, t.gpus, t.gpu_samples, now=now, start=start, end=end)
+    t = load_tables(con, start=start, end=end, samples=False)
+    used = attribution(con, t, start=start, end=end, now=now, policy=policy)
     if by == "kind":
-        return utilization_by_kind(attribution, t.jobs).collect()
+        return utilization_by_kind(used, t.jobs).collect()
     keys = {"model": ("cluster", "model"), "cluster": ("cluster",), "fleet": ()}.get(by)
     if keys is None:
         raise ValueError(f"by={by!r}: choose model, cluster, fleet or kind")
-    return utilization_hourly(attribution, t.gpus, start=start, end=end, by=keys).sort("hour").collect()
+    return utilization_hourly(used, t.gpus, start=start, end=end, by=keys).sort("hour").collect()

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from gpuledger.analytics.allocations import DEFAULT_TIER
 from gpuledger.analytics.attribution import allocated_pieces
 from gpuledger.analytics.tree import rollup_to_nodes
 
@@ -38,14 +39,18 @@ def project_usage(
     window: timedelta = DEFAULT_WINDOW,
     half_life: timedelta = DEFAULT_HALF_LIFE,
     decay_horizon: timedelta | None = None,
+    default_tier: str = DEFAULT_TIER,
 ) -> pl.LazyFrame:
     """Per project: ``gpu_hours_window`` (allocated GPU-hours in [as_of − window, as_of)) and
     ``gpu_hours_decayed`` (all allocations before ``as_of``, or within ``decay_horizon``, decayed).
+    Jobs without device allocations count by their jobs.gpus (allocations.py).
     """
     horizon_start = None if decay_horizon is None else as_of - decay_horizon
-    pieces = allocated_pieces(job_allocations, gpus, now=as_of, start=horizon_start, end=as_of)
+    pieces = allocated_pieces(job_allocations, gpus, now=as_of, start=horizon_start, end=as_of, jobs=jobs,
+                              default_tier=default_tier)
     # Cut at the window start itself, which need not be an hour boundary.
-    win = allocated_pieces(job_allocations, gpus, now=as_of, start=as_of - window, end=as_of)
+    win = allocated_pieces(job_allocations, gpus, now=as_of, start=as_of - window, end=as_of, jobs=jobs,
+                           default_tier=default_tier)
     projects = jobs.select("cluster", "job_id", "project")
     decayed = (
         pieces.with_columns(w=decay_weight(as_of, half_life))
@@ -75,8 +80,9 @@ def node_usage(
     window: timedelta = DEFAULT_WINDOW,
     half_life: timedelta = DEFAULT_HALF_LIFE,
     decay_horizon: timedelta | None = None,
+    default_tier: str = DEFAULT_TIER,
 ) -> pl.LazyFrame:
     """:func:`project_usage` rolled up to every org node: node, gpu_hours_window, gpu_hours_decayed."""
     per_project = project_usage(job_allocations, gpus, jobs, as_of=as_of, window=window,
-                                half_life=half_life, decay_horizon=decay_horizon)
+                                half_life=half_life, decay_horizon=decay_horizon, default_tier=default_tier)
     return rollup_to_nodes(per_project, org_nodes, sum_cols=["gpu_hours_window", "gpu_hours_decayed"])

@@ -19,25 +19,34 @@ Labels: Prometheus renames a series' labels that collide with target labels to `
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import chain
+from operator import itemgetter
 
+import numpy as np
+import orjson
 import polars as pl
 import requests
 
 import warehouse
 from gpuledger import dcgm
 from gpuledger.ingest.dcgm_writes import store_wide
-from gpuledger.ingest.exposition_parser import FIELD_CHECKS, long_to_wide, normalize_labels, series_frame
+from gpuledger.ingest.exposition_parser import (FIELD_CHECKS, normalize_labels, series_frame,
+                                                 series_long_to_wide)
 
 SOURCE = "prometheus"
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses query_range beyond this resolution
 DEFAULT_CHUNK_S = 3600
 DEFAULT_CLUSTER = "default"
+WRITER_HOLD_S = 20.0  # longest a backfill keeps the writer lock before letting other writers in
 _K8S_EXPORTED = ("exported_namespace", "exported_pod", "exported_container", "exported_pod_name",
                  "exported_pod_namespace", "exported_container_name")
 
@@ -91,7 +100,11 @@ def _get_json(session: requests.Session, url: str, params: dict, *, timeout_s: f
         try:
             response = session.get(url, params=params, timeout=timeout_s)
             if response.status_code < 500:
-                body = response.json()
+                try:
+                    body = orjson.loads(response.content)  # several times faster than json / requests
+                except orjson.JSONDecodeError:
+                    raise PrometheusError(f"{url} {params}: HTTP {response.status_code}, not JSON: "
+                                          f"{response.text[:200]}") from None
                 if body.get("status") != "success":
                     raise PrometheusError(f"{url} {params}: {body.get('errorType')}: {body.get('error')}")
                 return body["data"]
@@ -109,28 +122,65 @@ def discover_metrics(session: requests.Session, url: str, **kw) -> list[str]:
     return [m for m in BACKFILL_METRICS if m in names]
 
 
+def _range_params(selector: str, a: int, b: int, step_s: int) -> dict:
+    last = a + ((b - 1 - a) // step_s) * step_s
+    return {"query": f"last_over_time({selector}[{step_s * 1000 - 1}ms])", "start": a, "end": last,
+            "step": step_s}
+
+
 def query_chunk(session, url: str, metric: str, a: int, b: int, step_s: int, **kw) -> list[dict]:
     """Raw query_range result for one metric on the grid points a, a+step, ... < b."""
     if b <= a:
         return []
-    last = a + ((b - 1 - a) // step_s) * step_s
-    params = {"query": f'last_over_time({{__name__="{metric}"}}[{step_s * 1000 - 1}ms])',
-              "start": a, "end": last, "step": step_s}
+    params = _range_params(f'{{__name__="{metric}"}}', a, b, step_s)
     data = _get_json(session, f"{url.rstrip('/')}/api/v1/query_range", params, **kw)
     return data.get("result", [])
 
 
+def query_chunk_all(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int,
+                    **kw) -> dict[str, list[dict]] | None:
+    """{metric: query_range result} for all ``metrics`` with ONE query (a ``__name__`` regex), on the
+    grid points a, a+step, ... < b. ``last_over_time`` keeps ``__name__`` (Prometheus >= 2.26), so the
+    series still say which metric they are; None when this server drops it (then ask per metric)."""
+    out: dict[str, list[dict]] = {m: [] for m in metrics}
+    if b <= a or not metrics:
+        return out
+    names = "|".join(m for m in metrics)  # catalogued names: [A-Z0-9_] only, nothing to escape
+    params = _range_params(f'{{__name__=~"{names}"}}', a, b, step_s)
+    data = _get_json(session, f"{url.rstrip('/')}/api/v1/query_range", params, **kw)
+    for s in data.get("result", []):
+        name = s["metric"].get("__name__")
+        if name not in out:
+            return None
+        out[name].append(s)
+    return out
+
+
 def long_from_results(results: dict[str, list[dict]], *, url: str) -> tuple[pl.DataFrame, list]:
     """{metric: query_range result} -> (long samples like ``parse_exposition``'s, quarantine rows)."""
+    points, series, rejects = points_from_results(results, url=url)
+    return points.join(series, on="series", how="left").drop("series"), rejects
+
+
+def points_from_results(results: dict[str, list[dict]], *,
+                        url: str) -> tuple[pl.DataFrame, pl.DataFrame, list]:
+    """{metric: query_range result} -> (good samples: metric, series, ts, value; the ``series_frame``
+    they point into; quarantine rows). The points are flattened and parsed in bulk (polars), not one
+    Python float at a time."""
     # targets whose plain k8s labels are the target's own (Prometheus renamed the exporter's)
     renamed_targets = {(s["metric"].get("instance"), s["metric"].get("job"))
                        for series in results.values() for s in series
                        if any(k in s["metric"] for k in _K8S_EXPORTED)}
     cache: dict[tuple, int | str] = {}
     rows: list[tuple] = []
-    metric_col, series_col, ts_col, value_col = [], [], [], []
+    metric_names = list(results)
+    # one entry per kept series; the points are flattened once, in C, below
+    series_metric: list[int] = []
+    series_key: list[int] = []
+    lengths: list[int] = []
+    point_lists: list[list] = []
     rejects: list[warehouse.QuarantineRow] = []
-    for metric, series in results.items():
+    for metric_no, (metric, series) in enumerate(results.items()):
         for s in series:
             labels = s["metric"]
             drop = (labels.get("instance"), labels.get("job")) in renamed_targets
@@ -143,32 +193,48 @@ def long_from_results(results: dict[str, list[dict]], *, url: str) -> tuple[pl.D
                 except ValueError as exc:
                     key = str(exc)
                 cache[key_labels] = key
-            values = s.get("values", [])
+            values = s.get("values") or []
             if isinstance(key, str):
                 rejects.append(warehouse.QuarantineRow(
                     SOURCE, f"{url} {metric}", f"{metric}{labels} ({len(values)} points)", key))
                 continue
-            metric_col.append(metric)
-            series_col.append((key, len(values)))
-            ts_col.extend(int(round(p[0] * 1000)) for p in values)
-            value_col.extend(float(p[1]) for p in values)
-    lengths = [n for _, n in series_col]
-    frame = pl.DataFrame({
-        "metric": pl.Series([m for m, (_, n) in zip(metric_col, series_col, strict=True) for _ in range(n)],
-                            dtype=pl.String),
-        "series": pl.Series([k for k, n in series_col for _ in range(n)], dtype=pl.Int64),
-        "ts": pl.Series(ts_col, dtype=pl.Int64),
-        "value": pl.Series(value_col, dtype=pl.Float64),
-    }) if sum(lengths) else pl.DataFrame(schema={"metric": pl.String, "series": pl.Int64,
-                                                  "ts": pl.Int64, "value": pl.Float64})
-    frame = frame.with_columns(pl.col("ts").cast(pl.Datetime("ms"))).join(
-        series_frame(rows), on="series", how="left")
+            if values:
+                series_metric.append(metric_no)
+                series_key.append(key)
+                lengths.append(len(values))
+                point_lists.append(values)
+    if point_lists:
+        points = list(chain.from_iterable(point_lists))  # [[t, "v"], ...]
+        per_series = np.arange(len(lengths)).repeat(lengths)
+        frame = pl.DataFrame({
+            "metric": pl.Series(metric_names, dtype=pl.String).gather(
+                np.asarray(series_metric, dtype=np.int64)[per_series]),
+            "series": pl.Series(np.asarray(series_key, dtype=np.int64)[per_series]),
+            # Prometheus timestamps are seconds (int or float), values strings ("NaN", "+Inf" too)
+            "ts": _epoch_ms(list(map(itemgetter(0), points))),
+            "value": pl.Series(list(map(itemgetter(1), points)), dtype=pl.String).cast(pl.Float64),
+        })
+    else:
+        frame = pl.DataFrame(schema={"metric": pl.String, "series": pl.Int64, "ts": pl.Int64,
+                                     "value": pl.Float64})
+    frame = frame.with_columns(pl.col("ts").cast(pl.Datetime("ms")))
+    series = series_frame(rows)
     good, bad = split_invalid(frame)
+    if bad.height:
+        bad = bad.join(series, on="series", how="left")
     for r in bad.iter_rows(named=True):
         where = f"{url} {r['metric']}{{UUID={r['gpu_uuid']},GPU_I_ID={r['mig_instance_id']}}}@{r['ts']:%Y-%m-%dT%H:%M:%S.%fZ}"
         rejects.append(warehouse.QuarantineRow(
             SOURCE, where, f"{r['metric']} {r['value']!r} {r['ts']:%Y-%m-%dT%H:%M:%S.%fZ}", r["reason"]))
-    return good.drop("series"), rejects
+    return good, series, rejects
+
+
+def _epoch_ms(seconds: list) -> pl.Series:
+    """Prometheus timestamps (whole seconds come as ints, others as floats) -> epoch ms."""
+    try:
+        return pl.Series(seconds, dtype=pl.Int64) * 1000
+    except (TypeError, pl.exceptions.PolarsError):
+        return (pl.Series(seconds, dtype=pl.Float64, strict=False) * 1000).round().cast(pl.Int64)
 
 
 def split_invalid(long: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -194,9 +260,9 @@ def split_invalid(long: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def read_checkpoint(con, scope: str) -> str | None:
-    row = con.execute("SELECT position FROM ingest_checkpoints WHERE source = ? AND scope = ?",
-                      [SOURCE, scope]).fetchone()
-    return row[0] if row else None
+    rows = con.execute("SELECT position FROM ingest_checkpoints WHERE source = ? AND scope = ?",
+                       [SOURCE, scope]).fetchall()
+    return rows[0][0] if rows else None
 
 
 def backfill(
@@ -214,6 +280,7 @@ def backfill(
     retries: int = 3,
     backoff_s: float = 1.0,
     on_chunk: Callable[[int, int, BackfillStats], None] | None = None,
+    compress: bool = False,
 ) -> BackfillStats:
     """Pull DCGM samples in [start, end) (naive UTC) from the Prometheus at ``url`` into the
     warehouse; resumes after the last chunk an earlier run finished. ``on_chunk(end_s, total, stats)``
@@ -229,39 +296,71 @@ def backfill(
     chunks = chunk_bounds(start_s, end_s, step_s, chunk_s)
     kw = {"timeout_s": timeout_s, "retries": retries, "backoff_s": backoff_s}
     session = requests.Session()
+    if not compress:
+        # on the same host or a fast network, gzip costs Prometheus and us more CPU than it saves
+        session.headers["Accept-Encoding"] = "identity"
     chosen = list(metrics) if metrics else discover_metrics(session, url, **kw)
     stats = BackfillStats(chunks_total=len(chunks), metrics=chosen)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for a, b in chunks:
-            if done_s is not None and b <= done_s:
-                stats.chunks_skipped += 1
-                continue
-            fetched = dict(zip(chosen, pool.map(
-                lambda m, a=a, b=b: query_chunk(session, url, m, a, b, step_s, **kw), chosen), strict=True))
-            long, rejects = long_from_results(fetched, url=url)
-            wide = long_to_wide(long)
-            with warehouse.open_writer(warehouse_path, publish=False) as con:
-                con.execute("BEGIN TRANSACTION")
-                try:
+    todo = [(a, b) for a, b in chunks if done_s is None or b > done_s]
+    stats.chunks_skipped = len(chunks) - len(todo)
+    per_metric = False  # set once the server turns out to drop __name__ from last_over_time
+
+    def fetch(a: int, b: int) -> tuple[pl.DataFrame, list, int]:
+        """Query, decode and clean one chunk (runs on a worker, ahead of the writes)."""
+        nonlocal per_metric
+        fetched = None if per_metric else query_chunk_all(session, url, chosen, a, b, step_s, **kw)
+        if fetched is None:
+            per_metric = True
+            fetched = {m: query_chunk(session, url, m, a, b, step_s, **kw) for m in chosen}
+        points, series, rejects = points_from_results(fetched, url=url)
+        return series_long_to_wide(points, series), rejects, points.height
+
+    # Decoding builds millions of small lists; the cyclic GC would rescan them over and over (it is
+    # 3/4 of the decode time) and they hold no cycles, so it is paused for the run.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    # Chunks are fetched up to ``workers`` ahead (Prometheus evaluates and our JSON decoding overlap
+    # the DuckDB writes) but committed strictly in order, so the checkpoint is always a prefix.
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, contextlib.ExitStack() as held:
+        pending: deque = deque()
+        queue = iter(todo)
+        con, opened_at = None, 0.0
+        try:
+            while True:
+                while len(pending) < max(1, workers) and (nxt := next(queue, None)) is not None:
+                    pending.append((nxt[1], pool.submit(fetch, *nxt)))
+                if not pending:
+                    break
+                b, future = pending.popleft()
+                wide, rejects, points = future.result()
+                if con is None:  # one writer connection for several chunks, each its own transaction
+                    con, opened_at = held.enter_context(
+                        warehouse.open_writer(warehouse_path, publish=False)), time.monotonic()
+                with warehouse.transaction(con):  # the chunk and its checkpoint, or neither
                     new = store_wide(con, wide, cluster=cluster, source=SOURCE)
                     warehouse.quarantine(con, rejects)
                     warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
                         "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
                         "updated_at": [datetime.now(UTC).replace(tzinfo=None)]}))
-                    con.execute("COMMIT")
-                except Exception:
-                    con.execute("ROLLBACK")
-                    raise
-            stats.chunks_done += 1
-            stats.points += long.height
-            stats.samples_new += new
-            stats.quarantined += len(rejects)
-            if on_chunk:
-                on_chunk(b, len(chunks), stats)
+                if time.monotonic() - opened_at > WRITER_HOLD_S:
+                    held.close()  # let other writers (the live scrape) in between chunks
+                    con = None
+                stats.chunks_done += 1
+                stats.points += points
+                stats.samples_new += new
+                stats.quarantined += len(rejects)
+                if on_chunk:
+                    on_chunk(b, len(chunks), stats)
+        finally:
+            for _, future in pending:
+                future.cancel()
+            if gc_was_enabled:
+                gc.enable()
     with warehouse.open_writer(warehouse_path, publish=True):
         pass  # publish the reader snapshot once, at the end
     return stats
 
 
 __all__ = ["BACKFILL_METRICS", "BackfillStats", "PrometheusError", "backfill", "checkpoint_scope",
-           "chunk_bounds", "discover_metrics", "long_from_results", "query_chunk", "split_invalid"]
+           "chunk_bounds", "discover_metrics", "long_from_results", "points_from_results", "query_chunk",
+           "query_chunk_all", "split_invalid"]

@@ -129,14 +129,9 @@ def ingest_page(
     wide = long_to_wide(parsed.samples)
     rows = [warehouse.QuarantineRow(source, f"{location}:{r.line_no}", r.raw_text, r.reason)
             for r in parsed.rejects]
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with warehouse.transaction(con):
         new = store_wide(con, wide, cluster=cluster, source=source)
         warehouse.quarantine(con, rows)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     return IngestStats(pages=1, lines=parsed.lines, samples_parsed=parsed.samples.height,
                        samples_new=new, quarantined=len(rows), unknown_dcgm=parsed.unknown_dcgm)
 

@@ -275,7 +275,7 @@ def _demand(cfg: Config, hw: Hardware, placer: _Placer, rng: np.random.Generator
         submit = start_s + int(rng.uniform(0.02, 0.6) * (end_s - start_s))
         if k == n_squat - 1 and end_s - start_s > 6 * 3600:
             # one squatter still idling when the window ends, so "now" always has a finding
-            submit = end_s - int(2.5 * 3600)
+            submit = end_s - 4 * 3600
         jobs.append(JobSpec(project, users(project)[k % 4], f"squat-{project}-{k}", "interactive", SQUAT,
                             pool, count, int(rng.uniform(5, 12) * 3600), submit, 2000, 0, "k8s"))
     return jobs, chains
