@@ -1,11 +1,19 @@
 """Backfilling DCGM samples from a Prometheus server's HTTP API, resumable after any interruption.
 
-For each time chunk and each catalogued DCGM metric the server holds, one ``/api/v1/query_range``
-call asks for ``last_over_time(METRIC[step - 1ms])`` on a grid aligned to ``step`` (epoch-aligned).
+For each time chunk, ONE ``/api/v1/query_range`` call asks for
+``last_over_time({__name__=~"M1|M2|..."}[step - 1ms])`` (every catalogued DCGM metric the server
+holds; ``last_over_time`` keeps ``__name__``, and a server that drops it is asked per metric instead)
+on a grid aligned to ``step`` (epoch-aligned).
 So each grid point t carries the last raw sample in (t - step, t]: exactly the sample when the
 exporter's timestamps sit on the grid, one sample per step otherwise, and *nothing* where the scrape
 had a gap (a plain ``METRIC`` query would repeat the previous value for 5 minutes of lookback and
 invent samples). Chunks keep responses small and under Prometheus' 11,000 points per series.
+
+Speed (benchmarks/ingest_bench.py, BENCHMARKS.md "Ingestion"): chunks are fetched and decoded on
+``workers`` threads ahead of the writes; responses are decoded with orjson, uncompressed by default,
+with the cyclic GC paused (millions of small acyclic lists); the points are flattened and parsed in
+bulk (polars) and pivoted on integer keys (``series_long_to_wide``); one writer connection serves
+several chunks (released every ``WRITER_HOLD_S`` so other writers get in).
 
 Each chunk is written in its own writer transaction together with its ``ingest_checkpoints`` row
 (source ``prometheus``, scope = URL + range + step, position = the chunk's end), so a SIGKILL leaves
@@ -275,7 +283,7 @@ def backfill(
     warehouse_path=None,
     cluster: str = DEFAULT_CLUSTER,
     metrics: Sequence[str] | None = None,
-    workers: int = 4,
+    workers: int = 2,
     timeout_s: float = 60.0,
     retries: int = 3,
     backoff_s: float = 1.0,
@@ -285,7 +293,9 @@ def backfill(
     """Pull DCGM samples in [start, end) (naive UTC) from the Prometheus at ``url`` into the
     warehouse; resumes after the last chunk an earlier run finished. ``on_chunk(end_s, total, stats)``
     is called after each chunk commits. Raises PrometheusError when the server keeps failing (rerun
-    to continue)."""
+    to continue). ``workers``: chunks fetched and decoded ahead of the writes (each holds one chunk's
+    response in memory, ~300 MB for 1,024 GPUs x 1 h). ``compress``: ask for gzip (worth it only
+    over a slow link; on the same host it costs Prometheus and the decoder ~2x CPU)."""
     start_s, end_s = int(_epoch_s(start)), int(_epoch_s(end))
     if end_s <= start_s:
         raise ValueError(f"--end {_iso(end_s)} must be after --start {_iso(start_s)}")

@@ -1,0 +1,106 @@
+"""The Prometheus backfill's bulk decode path (no server needed): ``points_from_results`` +
+``series_long_to_wide`` give exactly what the per-sample path (``long_from_results`` + ``long_to_wide``)
+gives, on results with job copies of a series, MIG instances, gaps, blanks and refused values."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+
+import polars as pl
+from polars.testing import assert_frame_equal
+
+from gpuledger.ingest.exposition_parser import long_to_wide, series_long_to_wide
+from gpuledger.ingest.prometheus import long_from_results, points_from_results, query_chunk_all
+
+METRICS = ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
+           "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+T0 = 1_796_040_000
+
+
+def _value(rng: random.Random, metric: str) -> str:
+    roll = rng.random()
+    if roll < 0.02:
+        return rng.choice(["NaN", "+Inf", "-1"])  # refused
+    if roll < 0.04:
+        return "9.999999e+300" if "SM_ACTIVE" in metric else "2147483647"  # DCGM blanks -> NULL
+    if "SM_ACTIVE" in metric:
+        return repr(round(rng.random(), 3))
+    return str(rng.randint(0, 700))
+
+
+def _results(seed: int) -> dict[str, list[dict]]:
+    rng = random.Random(seed)
+    devices = []
+    for g in range(6):
+        mig = ["-1"] if g % 3 else ["1", "2", "9"]
+        for m in mig:
+            labels = {"UUID": f"GPU-{g}", "Hostname": f"node-{g // 4}", "gpu": str(g % 4),
+                      "instance": f"node-{g // 4}:9400", "job": "dcgm", "modelName": "NVIDIA H100 80GB HBM3"}
+            if m != "-1":
+                labels |= {"GPU_I_ID": m, "GPU_I_PROFILE": "3g.40gb"}
+            devices.append(labels)
+    results: dict[str, list[dict]] = {m: [] for m in METRICS}
+    for labels in devices:
+        # 0-3 job copies of the device's series (Slurm hpc_job or Kubernetes pod), each with gaps
+        copies = [{}] if rng.random() < 0.3 else [
+            rng.choice([{"hpc_job": str(rng.randint(1, 9))},
+                        {"pod": f"p{rng.randint(1, 3)}", "namespace": rng.choice(["a", "b"])}])
+            for _ in range(rng.randint(1, 3))]
+        copies = [dict(c) for c in {tuple(sorted(c.items())) for c in map(dict, copies)}]  # distinct series
+        copies.sort(key=lambda c: sorted(c.items()))
+        for metric in METRICS:
+            for extra in copies:
+                steps = [T0 + 30 * k for k in range(40) if rng.random() > 0.15]
+                results[metric].append({"metric": {"__name__": metric, **labels, **extra},
+                                        "values": [[t, _value(rng, metric)] for t in steps]})
+    return results
+
+
+def test_bulk_path_matches_the_per_sample_path():
+    for seed in range(8):
+        results = _results(seed)
+        long, rejects = long_from_results(results, url="http://p")
+        points, series, rejects_bulk = points_from_results(results, url="http://p")
+        assert rejects == rejects_bulk and rejects
+        slow = long_to_wide(long)
+        fast = series_long_to_wide(points, series)
+        assert sorted(fast.columns) == sorted(slow.columns)
+        assert_frame_equal(fast.select(slow.columns), slow)
+
+
+def test_float_timestamps_and_empty_results():
+    results = {"DCGM_FI_DEV_GPU_UTIL": [{"metric": {"UUID": "GPU-1", "Hostname": "n1"},
+                                         "values": [[T0 + 0.5, "50"], [T0 + 30, "60"]]}]}
+    points, series, _ = points_from_results(results, url="http://p")
+    assert points["ts"].dt.epoch("ms").to_list() == [T0 * 1000 + 500, (T0 + 30) * 1000]
+    wide = series_long_to_wide(points, series)
+    assert wide["gpu_util_ratio"].to_list() == [0.5, 0.6]
+    empty, series, _ = points_from_results({"DCGM_FI_DEV_GPU_UTIL": []}, url="http://p")
+    assert series_long_to_wide(empty, series).is_empty()
+    assert isinstance(series_long_to_wide(empty, series), pl.DataFrame)
+
+
+class _FakeSession:
+    def __init__(self, result):
+        self.body = orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
+        self.params = []
+
+    def get(self, url, params, timeout):
+        self.params.append(params)
+        return type("R", (), {"status_code": 200, "content": self.body, "text": ""})()
+
+
+def test_one_query_for_all_metrics_and_the_fallback_when_the_name_is_dropped():
+    series = {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": "GPU-1", "Hostname": "n1"},
+              "values": [[T0, "5"]]}
+    session = _FakeSession([series])
+    got = query_chunk_all(session, "http://p", ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"],
+                          T0, T0 + 60, 30, timeout_s=1, retries=0, backoff_s=0)
+    assert got == {"DCGM_FI_DEV_GPU_UTIL": [series], "DCGM_FI_DEV_POWER_USAGE": []}
+    assert session.params == [{"query": 'last_over_time({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE"}'
+                                        '[29999ms])', "start": T0, "end": T0 + 30, "step": 30}]
+    nameless = _FakeSession([{"metric": {"UUID": "GPU-1", "Hostname": "n1"}, "values": [[T0, "5"]]}])
+    assert query_chunk_all(nameless, "http://p", ["DCGM_FI_DEV_GPU_UTIL"], T0, T0 + 60, 30,
+                           timeout_s=1, retries=0, backoff_s=0) is None
