@@ -31,8 +31,8 @@ from gpuledger.analytics.budget import budget_burn, job_funding  # noqa: E402
 from gpuledger.analytics.chargeback import chargeback_lines  # noqa: E402
 from gpuledger.analytics.fairshare import delivery, fair_share  # noqa: E402
 from gpuledger.analytics.load import (  # noqa: E402
+    load_device_activity,
     load_hourly,
-    load_sample_buckets,
     load_samples_for_hours,
     load_tables,
 )
@@ -107,10 +107,10 @@ def full_recompute(con, tm: Timer, *, now: datetime, group: str = "full") -> dic
     burn = tm.step(group, "budget burn", lambda: budget_burn(allocs, gpus, jobs, t.org_nodes, t.budgets,
                                                                        t.rate_card, as_of=now).collect())
     tm.step(group, "job funding", lambda: job_funding(jobs, burn.lazy(), t.org_nodes, now=now).collect())
-    recent = tm.step(group, "load last 6 h, 1-min buckets (SQL)", lambda: load_sample_buckets(con, start=now - timedelta(hours=6),
-                                                                              end=now).collect().lazy())
-    tm.step(group, "squatting (6 h, 1-min buckets)", lambda: squatting_findings(
-        jobs, allocs, gpus, recent, t.rate_card, now=now).collect())
+    evidence = tm.step(group, "squatting evidence: 6 h of held devices (SQL)", lambda: load_device_activity(
+        con, jobs, allocs, gpus, now=now, lookback=timedelta(hours=6)).collect().lazy())
+    tm.step(group, "squatting findings (polars)", lambda: squatting_findings(
+        jobs, allocs, gpus, evidence, t.rate_card, now=now).collect())
     tm.step(group, "chargeback (the week, job lines)", lambda: chargeback_lines(
         allocs, gpus, jobs, t.rate_card, start=start, end=end, now=now).collect())
     return {"tables": t, "jobs": jobs, "allocs": allocs, "gpus": gpus}
@@ -138,9 +138,10 @@ def incremental(con, tm: Timer, ctx: dict, *, now: datetime) -> None:
 
     tm.step(g, "attribution + utilization (touched hours)", attribution_of_touched_hours)
     t = ctx["tables"]
-    tm.step(g, "squatting (6 h, 1-min buckets)", lambda: squatting_findings(
-        jobs, allocs, gpus, load_sample_buckets(con, start=now - timedelta(hours=6), end=now), t.rate_card,
-        now=now).collect())
+    six_hours = timedelta(hours=6)
+    tm.step(g, "squatting (6 h evidence in SQL + findings)", lambda: squatting_findings(
+        jobs, allocs, gpus, load_device_activity(con, jobs, allocs, gpus, now=now, lookback=six_hours),
+        t.rate_card, now=now).collect())
 
 
 def table(tm: Timer, baseline_s: float) -> str:

@@ -1,19 +1,26 @@
-"""Idle squatting: every rule and exemption on hand-built jobs (default policy unless stated)."""
+"""Idle squatting: every rule and exemption on hand-built jobs (default policy unless stated).
+
+The samples go through the production path: an in-memory DuckDB holds them as ``gpu_samples``,
+load_device_activity reduces them to evidence per held device, squatting_findings judges. Activity
+is judged sample by sample (see the squatting module's docstring)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+import duckdb
 import polars as pl
 import pytest
 
-from gpuledger.analytics.squatting import squatting_findings
+from gpuledger.analytics.load import load_device_activity
+from gpuledger.analytics.squatting import ACTIVITY_COLUMNS, squatting_findings
 from gpuledger.config import SquattingPolicy
 from tests._analytics_frames import allocations, at, every, gpus, jobs, rate_card, samples
 
 NOW = at(10)
 M = timedelta(minutes=1)
+S = timedelta(seconds=1)
 GIB = 2**30
 RATES = rate_card([("H100", "reserved", datetime(2026, 1, 1), "2.10")])
 POLICY = SquattingPolicy(exempt_namespaces=["kube-system"], exempt_kinds=["interactive"],
@@ -25,29 +32,41 @@ def ago(minutes: float) -> datetime:
 
 
 class Cluster:
-    """Collects jobs, allocations and per-minute samples for the scenario."""
+    """Collects jobs, allocations and samples (one a minute unless stated) for the scenario."""
 
     def __init__(self):
         self.gpu_rows, self.alloc_rows, self.job_rows, self.sample_rows = [], [], [], []
         self.next_gpu = 1
 
     def job(self, job_id, *, started=240, idle_for=(130,), signal="sm", low=0.0, high=0.7,
-            step=M, mig=None, **job_kw):
-        """One GPU per entry of idle_for: active until `idle_for` minutes ago, then `low`."""
+            step=M, mig=None, offset=timedelta(0), **job_kw):
+        """One GPU per entry of idle_for: active until `idle_for` minutes ago, then `low`. Samples
+        each `step` (active ones each minute at most), all `offset` late."""
         self.job_rows.append({"job_id": job_id, "project": "p", "start": ago(started), **job_kw})
         for idle in idle_for:
-            g = self.next_gpu
-            self.next_gpu += 1
-            self.gpu_rows.append({"gpu_id": g, **(mig or {})})
+            g = self.gpu(mig)
             self.alloc_rows.append((job_id, g, ago(started), None))
-            self.sample_rows += every(g, ago(started), ago(idle), **{signal: high, "fb": 10 * GIB})
-            self.sample_rows += every(g, ago(idle), NOW, step, **{signal: low, "fb": 40 * GIB})
+            self.sample_rows += every(g, ago(started) + offset, ago(idle), min(step, M),
+                                      **{signal: high, "fb": 10 * GIB})
+            self.sample_rows += every(g, ago(idle) + offset, NOW, step, **{signal: low, "fb": 40 * GIB})
         return self
+
+    def gpu(self, mig=None):
+        g = self.next_gpu
+        self.next_gpu += 1
+        self.gpu_rows.append({"gpu_id": g, **(mig or {})})
+        return g
+
+    def activity(self, policy=POLICY):
+        con = duckdb.connect()
+        con.register("gpu_samples", samples(self.sample_rows).collect())
+        return load_device_activity(con, jobs(self.job_rows), allocations(self.alloc_rows),
+                                    gpus(self.gpu_rows), now=NOW, policy=policy).collect()
 
     def findings(self, policy=POLICY, **kw):
         return {r["job_id"]: r for r in squatting_findings(
-            jobs(self.job_rows), allocations(self.alloc_rows), gpus(self.gpu_rows), samples(self.sample_rows),
-            RATES, now=NOW, policy=policy, **kw).collect().to_dicts()}
+            jobs(self.job_rows), allocations(self.alloc_rows), gpus(self.gpu_rows),
+            self.activity(policy).lazy(), RATES, now=NOW, policy=policy, **kw).collect().to_dicts()}
 
 
 def test_severity_stages_and_waste():
@@ -122,7 +141,7 @@ def test_exemptions_by_namespace_kind_and_label():
 
 
 def test_stale_data_guard():
-    # Idle samples only every 5 minutes: 12 of the last 60 one-minute buckets = 20 % < 80 %.
+    # Idle samples only every 5 minutes: 12 of the last 60 clock minutes have one = 20 % < 80 %.
     c = Cluster().job("sparse", idle_for=(130,), step=5 * M)
     assert "sparse" not in c.findings()
     # Lowering the bar to 15 % lets the finding through.
@@ -137,3 +156,116 @@ def test_mig_instances_are_judged_on_their_own():
     assert f["mig-idle"]["finding"] == "squatting"
     assert f["mig-idle"]["activity_signal"] == "gr_engine_active"
     assert f["mig-idle"]["gpu_hours_idle"] == pytest.approx(13 / 6 / 7)
+
+
+def test_idle_since_is_the_first_idle_sample_after_the_last_active_one():
+    # 30-second samples, 15 s past the minute. "j": active samples up to ago(130) − 15 s, idle ones
+    # from ago(130) + 15 s -> idle since ago(129.75): 129.75 min = 2.1625 GPU-h × 2.10 = 4.54125,
+    # 4.54 in cents. (The former 1-minute buckets said ago(130), the start of the first idle bucket.)
+    # "edge": idle ones from ago(120) + 15 s -> 119.75 min, not yet the 120 of preempt-eligible.
+    c = (Cluster().job("j", idle_for=(130,), step=30 * S, offset=15 * S)
+         .job("edge", idle_for=(120,), step=30 * S, offset=15 * S))
+    evidence = {r["job_id"]: r for r in c.activity().to_dicts()}
+    assert evidence["j"]["last_active"] == ago(130) - 15 * S
+    assert evidence["j"]["idle_since"] == ago(130) + 15 * S
+    assert evidence["j"]["covered_minutes"] == 60  # two samples in each of the last 60 clock minutes
+    f = c.findings()
+    j = f["j"]
+    assert j["idle_since"] == ago(130) + 15 * S and j["idle_minutes"] == pytest.approx(129.75)
+    assert j["severity"] == "preempt-eligible"
+    assert j["gpu_hours_idle"] == pytest.approx(2.1625) and j["idle_cost"] == Decimal("4.54")
+    assert f["edge"]["idle_minutes"] == pytest.approx(119.75) and f["edge"]["severity"] == "second-warning"
+
+
+def test_one_active_sample_resets_the_idle_window():
+    # 30-second samples at 0.001 since 130 min ago, but 0.015 at ago(40). Its minute averages
+    # (0.015 + 0.001) / 2 = 0.008 < 0.01, so 1-minute buckets called the job idle for 130 min;
+    # sample by sample it was last active at ago(40), idle since ago(39.5): 39.5 < 60, no finding.
+    c = Cluster().job("blip", idle_for=(130,), step=30 * S, low=0.001)
+    blip = next(r for r in c.sample_rows if r["ts"] == ago(40))
+    blip["sm"] = 0.015
+    ev = c.activity().row(0, named=True)
+    assert (ev["last_active"], ev["idle_since"]) == (ago(40), ago(40) + 30 * S)
+    assert "blip" not in c.findings()
+    # Without the blip: idle for 130 min.
+    blip["sm"] = 0.001
+    assert c.findings()["blip"]["idle_minutes"] == pytest.approx(130)
+
+
+def test_best_signal_nan_and_gpu_util_on_mig():
+    mig = {"uuid": "GPU-M", "mig": 1, "fraction": 1 / 7, "profile": "1g.10gb"}
+    c = (Cluster().job("sm-over-gr", idle_for=(130,)).job("nan-sm", idle_for=(130,), signal="gr")
+         .job("util", idle_for=(130,), signal="util")
+         .job("mig-util", idle_for=(130,), signal="util", mig=mig))
+    for r in c.sample_rows:
+        if r["gpu_id"] == 1:
+            r["gr"] = 0.5  # busy by gr_engine_active, idle by sm_active: sm_active wins
+        if r["gpu_id"] == 2:
+            r["sm"] = float("nan")  # a NaN reading is no reading: judged on gr_engine_active
+    f = c.findings()
+    assert f["sm-over-gr"]["activity_signal"] == "sm_active"
+    assert f["sm-over-gr"]["severity"] == "preempt-eligible"
+    assert f["nan-sm"]["activity_signal"] == "gr_engine_active"
+    assert f["util"]["activity_signal"] == "gpu_util"
+    # gpu_util means nothing on a MIG instance: no reading, no evidence, no judgement.
+    assert "mig-util" not in f and "mig-util" not in set(c.activity()["job_id"])
+
+
+def test_a_device_without_data_blocks_the_jobs_finding():
+    # Two GPUs, one idle 130 min, the other without a single sample: stale, so neither
+    # squatting nor partial-idle.
+    c = Cluster().job("half-blind", idle_for=(130,))
+    c.alloc_rows.append(("half-blind", c.gpu(), ago(240), None))
+    assert "half-blind" not in c.findings()
+    c.sample_rows += every(2, ago(240), NOW, sm=0.0)  # with its samples: idle 210 min, since grace end
+    f = c.findings()["half-blind"]
+    assert (f["finding"], f["gpus_idle"], f["gpus_total"]) == ("squatting", 2, 2)
+    assert f["idle_since"] == ago(130)  # the later of ago(130) and ago(210)
+    assert f["gpu_hours_idle"] == pytest.approx((130 + 210) / 60)
+
+
+def test_coverage_counts_clock_minutes_not_samples():
+    # 30-second idle samples since 130 min ago, none in [ago(60), ago(45)): the last 60 clock
+    # minutes hold 90 samples but only 45 minutes have one: 45 / 60 = 75 % < 80 %.
+    c = Cluster().job("gappy", idle_for=(130,), step=30 * S)
+    c.sample_rows = [r for r in c.sample_rows if not ago(60) <= r["ts"] < ago(45)]
+    assert c.activity()["covered_minutes"].to_list() == [45]
+    assert "gappy" not in c.findings()
+    # At a 75 % bar it is judged; the gap does not break idleness (no active sample in it).
+    f = c.findings(POLICY.model_copy(update={"min_coverage_ratio": 0.75}))["gappy"]
+    assert f["idle_since"] == ago(130) and f["severity"] == "preempt-eligible"
+
+
+def test_a_gap_after_the_last_activity_is_not_idle_time():
+    # Active until ago(130), no samples in [ago(130), ago(110)), idle samples from ago(110): idle
+    # since the first idle sample, ago(110) -> 110 min, a second warning (not 130, preempt-eligible).
+    c = Cluster().job("gap", idle_for=(130,))
+    c.sample_rows = [r for r in c.sample_rows if not ago(130) <= r["ts"] < ago(110)]
+    f = c.findings()["gap"]
+    assert f["idle_since"] == ago(110) and f["idle_minutes"] == pytest.approx(110)
+    assert f["severity"] == "second-warning"
+
+
+def test_judged_from_the_later_of_grace_end_and_allocation_start():
+    # Started 240 min ago; GPU 1 idle since ago(130). GPU 2 joined the job 80 min ago and was idle
+    # from its first sample: judged from its allocation, ago(80) (grace ended at ago(210)).
+    # Both idle -> squatting since the later, ago(80): 80 min, a warning; (130 + 80) / 60 GPU-h.
+    c = Cluster().job("grown", idle_for=(130,))
+    g = c.gpu()
+    c.alloc_rows.append(("grown", g, ago(80), None))
+    c.sample_rows += every(g, ago(240), NOW, sm=0.0)  # samples from before it joined: not judged
+    f = c.findings()["grown"]
+    assert (f["finding"], f["severity"], f["idle_since"]) == ("squatting", "warning", ago(80))
+    assert f["gpu_hours_idle"] == pytest.approx(210 / 60)
+
+
+def test_evidence_shape_and_only_running_jobs():
+    # A finished job and a released device are not judged; the evidence has one row per held device.
+    c = Cluster().job("running", idle_for=(130,)).job("done", idle_for=(130,), end=ago(5))
+    c.job("released", idle_for=(130, 130))
+    c.alloc_rows[-1] = ("released", 4, ago(240), ago(1))
+    ev = c.activity()
+    assert dict(ev.schema) == ACTIVITY_COLUMNS
+    assert sorted(zip(ev["job_id"], ev["gpu_id"])) == [("released", 3), ("running", 1)]
+    f = c.findings()
+    assert set(f) == {"running", "released"} and f["released"]["gpus_total"] == 1

@@ -12,6 +12,8 @@ from datetime import datetime, timedelta
 import duckdb
 import polars as pl
 
+from gpuledger.analytics.squatting import ACTIVITY_COLUMNS, LOOKBACK, held_devices
+from gpuledger.config import SquattingPolicy
 from warehouse.rollups import hour_span, rollup_frame
 
 _SAMPLE_COLS = (
@@ -127,23 +129,100 @@ def load_samples_for_hours(
 
 def load_samples(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime,
                  columns: str = _SAMPLE_COLS) -> pl.LazyFrame:
-    """Raw samples in [start, end), e.g. the squatting detector's recent lookback."""
+    """Raw samples in [start, end)."""
     return con.sql(f"SELECT {columns} FROM gpu_samples WHERE ts >= $lo AND ts < $hi ORDER BY gpu_id, ts",
                    params={"lo": start, "hi": end}).pl().lazy()
 
 
-def load_sample_buckets(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime,
-                        bucket: timedelta = timedelta(minutes=1)) -> pl.LazyFrame:
-    """Samples in [start, end) pre-averaged by DuckDB into ``bucket``-long buckets per GPU: one row
-    per (gpu_id, bucket start as ``ts``) with the mean of each activity signal and the bucket's last
-    fb_used_bytes — what squatting.squatting_findings makes of raw samples with the same bucket,
-    at half the rows or less. Pass it to squatting_findings with the same ``bucket``."""
-    every_us = int(bucket / timedelta(microseconds=1))
-    return con.sql(
-        "SELECT gpu_id, time_bucket(to_microseconds($every), ts, $origin) AS ts, "
-        "avg(sm_active_ratio) AS sm_active_ratio, avg(gr_engine_active_ratio) AS gr_engine_active_ratio, "
-        "avg(gpu_util_ratio) AS gpu_util_ratio, "
-        "arg_max(fb_used_bytes, ts) FILTER (WHERE fb_used_bytes IS NOT NULL) AS fb_used_bytes "
-        "FROM gpu_samples WHERE ts >= $lo AND ts < $hi GROUP BY ALL ORDER BY gpu_id, ts",
-        params={"every": every_us, "origin": datetime(1970, 1, 1), "lo": start, "hi": end},
-    ).pl().lazy()
+def load_device_activity(
+    con: duckdb.DuckDBPyConnection,
+    jobs: pl.LazyFrame,
+    job_allocations: pl.LazyFrame,
+    gpus: pl.LazyFrame,
+    *,
+    now: datetime,
+    policy: SquattingPolicy | None = None,
+    lookback: timedelta = LOOKBACK,
+) -> pl.LazyFrame:
+    """The squatting evidence (squatting.ACTIVITY_COLUMNS) of every device held at ``now`` by a
+    running job (squatting.held_devices), from ``gpu_samples`` in [now − max(lookback, sustained),
+    now): DuckDB aggregates the lookback of just those devices (no buckets, no window functions)
+    and returns one row per (cluster, job_id, gpu_id) with at least one judged sample — the input
+    of squatting.squatting_findings. Definitions: the squatting module's docstring.
+
+    ``gpu_samples`` is whatever the connection calls that (the warehouse table, or a registered
+    frame with gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, gpu_util_ratio,
+    fb_used_bytes)."""
+    p = policy or SquattingPolicy()
+    sustained = timedelta(minutes=p.sustained_minutes)
+    held = (
+        held_devices(jobs, job_allocations, gpus, now=now, policy=p, lookback=lookback)
+        .filter(pl.col("gpu_id").is_not_null())
+        .select(pl.col("cluster").cast(pl.String), pl.col("job_id").cast(pl.String),
+                pl.col("gpu_id").cast(pl.Int32), pl.col("judged_from").cast(pl.Datetime("us")), "is_mig")
+        .with_row_index("k")
+        .collect()
+    )
+    if held.is_empty():
+        return pl.DataFrame(schema=ACTIVITY_COLUMNS).lazy()
+    cov_from = now - sustained
+    base = cov_from.replace(second=0, microsecond=0)  # clock minute m ↦ bit m − base
+    epoch = datetime(1970, 1, 1, tzinfo=base.tzinfo)
+    con.register("_squat_held", held.select("k", "gpu_id", "judged_from", "is_mig").to_arrow())
+    try:
+        out = con.sql(_ACTIVITY_SQL, params={
+            "lo": now - max(lookback, sustained), "now": now, "thr": p.idle_threshold_ratio,
+            "cov_from": cov_from, "base_us": (base - epoch) // timedelta(microseconds=1),
+            "bits": -(-(now - base) // MINUTE),
+        }).pl()
+    finally:
+        con.unregister("_squat_held")
+    signal = pl.col("sig").replace_strict(dict(enumerate(_SIGNALS, 1)), return_dtype=pl.String)
+    return (
+        held.join(out, on="k", how="inner")
+        .with_columns(activity_signal=signal)
+        .select(list(ACTIVITY_COLUMNS))
+        .cast(ACTIVITY_COLUMNS)
+        .lazy()
+    )
+
+
+MINUTE = timedelta(minutes=1)
+_SIGNALS = ("sm_active", "gr_engine_active", "gpu_util")  # best first; attribution.SIGNALS' names
+# s: the lookback of the held devices (NaN = no reading, gpu_util dropped on MIG); sig: each
+# device's best signal (1, 2, 3 = _SIGNALS) over the whole lookback; a: the judged samples of each
+# held (job, device) k — from its judged_from on, with a reading of that signal; per: last active
+# sample, distinct clock minutes covered since cov_from (a bitstring, bit = minute − base),
+# memory; then the first judged sample after the last active one. One scan of the lookback.
+_ACTIVITY_SQL = """
+WITH d AS (SELECT gpu_id, bool_or(is_mig) AS is_mig FROM _squat_held GROUP BY gpu_id),
+s AS MATERIALIZED (
+    SELECT s.gpu_id, s.ts, s.fb_used_bytes AS fb,
+           CASE WHEN NOT isnan(s.sm_active_ratio) THEN s.sm_active_ratio END AS sm,
+           CASE WHEN NOT isnan(s.gr_engine_active_ratio) THEN s.gr_engine_active_ratio END AS gr,
+           CASE WHEN NOT d.is_mig AND NOT isnan(s.gpu_util_ratio) THEN s.gpu_util_ratio END AS util
+    FROM gpu_samples s JOIN d ON s.gpu_id = d.gpu_id
+    WHERE s.ts >= $lo AND s.ts < $now
+),
+sig AS (
+    SELECT gpu_id,
+           CASE WHEN count(sm) > 0 THEN 1 WHEN count(gr) > 0 THEN 2 WHEN count(util) > 0 THEN 3 END AS sig
+    FROM s GROUP BY gpu_id
+),
+a AS MATERIALIZED (
+    SELECT h.k, g.sig, s.ts, s.fb, CASE g.sig WHEN 1 THEN s.sm WHEN 2 THEN s.gr ELSE s.util END AS act
+    FROM _squat_held h JOIN sig g ON g.gpu_id = h.gpu_id
+    JOIN s ON s.gpu_id = h.gpu_id AND s.ts >= h.judged_from
+    WHERE CASE g.sig WHEN 1 THEN s.sm WHEN 2 THEN s.gr ELSE s.util END IS NOT NULL
+),
+per AS (
+    SELECT k, any_value(sig) AS sig, max(ts) FILTER (WHERE act >= $thr) AS last_active,
+           coalesce(bit_count(bitstring_agg((epoch_us(ts) - $base_us) // 60000000, 0, $bits)
+                              FILTER (WHERE ts >= $cov_from)), 0) AS covered_minutes,
+           arg_max(fb, ts) FILTER (WHERE fb IS NOT NULL) AS fb_used_bytes
+    FROM a GROUP BY k
+)
+SELECT per.k, per.sig, per.last_active, min(a.ts) AS idle_since, per.covered_minutes, per.fb_used_bytes
+FROM per LEFT JOIN a ON a.k = per.k AND a.ts > coalesce(per.last_active, '-infinity'::TIMESTAMP)
+GROUP BY ALL
+"""

@@ -13,7 +13,13 @@ from gpuledger.analytics.attribution import allocated_pieces, attribute_usage, p
 from gpuledger.analytics.budget import budget_burn, job_funding
 from gpuledger.analytics.chargeback import chargeback_lines, period_bounds
 from gpuledger.analytics.fairshare import delivery, fair_share
-from gpuledger.analytics.load import Tables, load_hourly, load_sample_buckets, load_samples_for_hours, load_tables
+from gpuledger.analytics.load import (
+    Tables,
+    load_device_activity,
+    load_hourly,
+    load_samples_for_hours,
+    load_tables,
+)
 from gpuledger.analytics.squatting import squatting_findings
 from gpuledger.analytics.usage import node_usage
 from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
@@ -138,11 +144,11 @@ def squatters_report(
     policy = policy or Policy()
     now = now or data_now(con)
     t = load_tables(con, start=now - lookback, end=now + timedelta(seconds=1), samples=False)
-    # Samples averaged into the detector's 1-minute buckets by DuckDB (same findings as raw).
-    buckets = load_sample_buckets(con, start=now - lookback, end=now + timedelta(seconds=1))
-    findings = squatting_findings(t.jobs, t.job_allocations, t.gpus, buckets, t.rate_card, now=now,
-                                  policy=policy.squatting, lookback=lookback,
-                                  include_exempt=include_exempt).collect()
+    # DuckDB reduces the lookback of the held devices to one evidence row each; polars judges.
+    activity = load_device_activity(con, t.jobs, t.job_allocations, t.gpus, now=now, policy=policy.squatting,
+                                    lookback=lookback)
+    findings = squatting_findings(t.jobs, t.job_allocations, t.gpus, activity, t.rate_card, now=now,
+                                  policy=policy.squatting, include_exempt=include_exempt).collect()
     return findings.sort(["finding", "idle_minutes"], descending=[True, True])
 
 

@@ -1,11 +1,26 @@
 """Idle squatting: jobs holding GPUs that do nothing.
 
-Judged per device (a MIG instance on its own) on ``bucket``-long buckets (default 1 min) over a
-recent ``lookback`` only. A device is idle when its activity (best signal present in the
-lookback: sm_active > gr_engine_active > gpu_util, gpu_util ignored on MIG) stays below the
-threshold in every bucket with data since its last active bucket, counted from the end of the
-start-up grace, for at least the sustained window. Too few buckets with data in the sustained
-window (stale-data guard) means no judgement for that device, and then none for its job.
+Judged per device (a MIG instance on its own), sample by sample, over a recent ``lookback`` only.
+Two steps:
+
+1. :func:`gpuledger.analytics.load.load_device_activity` — DuckDB, one aggregate pass over the
+   lookback restricted to the devices of :func:`held_devices` — gives per held device its
+   *evidence* (see :data:`ACTIVITY_COLUMNS`).
+2. :func:`squatting_findings` — polars on those ~1 row per held device — judges devices and jobs.
+
+Definitions (per (job, device) held at ``now``):
+
+* ``judged_from`` = max(job start + grace, allocation start, now − max(lookback, sustained)).
+* Activity = the best signal the device reports anywhere in [now − max(lookback, sustained), now):
+  sm_active > gr_engine_active > gpu_util (gpu_util ignored on MIG). A NaN reading counts as no
+  reading. Only samples in [judged_from, now) with a reading of that signal are judged.
+* A sample is *active* when its activity ≥ the threshold, *idle* below it.
+* ``idle_since`` = the first judged sample after the last active one (the first judged sample
+  if none was active); NULL when the last judged sample is active.
+* The device is idle when ``now − idle_since ≥ sustained``: every judged sample since then is idle.
+* Stale-data guard: the judged samples at or after now − sustained fall in ``covered_minutes``
+  distinct clock minutes; fewer than min_coverage_ratio × sustained minutes means no judgement
+  for that device, and then none for its job (a held device without any sample is stale too).
 """
 
 from __future__ import annotations
@@ -14,12 +29,23 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from gpuledger.analytics.attribution import SIGNALS, gpu_inventory
+from gpuledger.analytics.allocations import gpu_inventory
 from gpuledger.analytics.money import CENTS, price_as_of, to_raw
 from gpuledger.config import SquattingPolicy
 
 SQUATTING = "squatting"
 PARTIAL = "partial-idle"
+LOOKBACK = timedelta(hours=6)
+PER_DEVICE = ["cluster", "job_id", "gpu_id"]
+#: The evidence per held device that load_device_activity returns and squatting_findings judges.
+ACTIVITY_COLUMNS = {
+    "cluster": pl.String, "job_id": pl.String, "gpu_id": pl.Int32,
+    "activity_signal": pl.String,  # sm_active, gr_engine_active or gpu_util; NULL: no reading at all
+    "last_active": pl.Datetime("us"),  # last judged sample ≥ threshold (NULL: none)
+    "idle_since": pl.Datetime("us"),  # first judged sample after last_active (NULL: none)
+    "covered_minutes": pl.Int64,  # distinct clock minutes with a judged sample in the sustained window
+    "fb_used_bytes": pl.Int64,  # last non-null fb_used_bytes of the judged samples
+}
 
 
 def _exemptions(jobs: pl.LazyFrame, policy: SquattingPolicy, job_labels: pl.LazyFrame | None) -> pl.LazyFrame:
@@ -44,22 +70,64 @@ def _exemptions(jobs: pl.LazyFrame, policy: SquattingPolicy, job_labels: pl.Lazy
     return out
 
 
+def held_devices(
+    jobs: pl.LazyFrame,
+    job_allocations: pl.LazyFrame,
+    gpus: pl.LazyFrame,
+    *,
+    now: datetime,
+    policy: SquattingPolicy | None = None,
+    lookback: timedelta = LOOKBACK,
+) -> pl.LazyFrame:
+    """Devices held at ``now`` by jobs running at ``now``: one row per (cluster, job_id, gpu_id)
+    (the earliest open allocation row when there are several). A device-less allocation
+    (gpu_id NULL) stays: it has no samples, so its job is never judged (stale-data guard).
+
+    Columns: cluster, job_id, gpu_id, project, user_name, namespace, job_kind, job_start,
+    alloc_start, alloc_fraction, model, device_fraction, is_mig, tier, judged_from (see the module
+    docstring).
+    """
+    p = policy or SquattingPolicy()
+    lb_start = now - max(lookback, timedelta(minutes=p.sustained_minutes))
+    grace = timedelta(minutes=p.grace_minutes)
+    running = jobs.filter(
+        pl.col("start_time").is_not_null() & (pl.col("start_time") <= now)
+        & (pl.col("end_time").is_null() | (pl.col("end_time") > now))
+    ).select("cluster", "job_id", "project", "user_name", "namespace", pl.col("kind").alias("job_kind"),
+             pl.col("start_time").alias("job_start"))
+    return (
+        job_allocations.filter((pl.col("start_time") <= now)
+                               & (pl.col("end_time").is_null() | (pl.col("end_time") > now)))
+        .select("cluster", "job_id", "gpu_id", pl.col("start_time").alias("alloc_start"),
+                pl.col("gpu_fraction").fill_null(1.0).alias("alloc_fraction"))
+        .sort("alloc_start")
+        .unique(subset=PER_DEVICE, keep="first", maintain_order=True)
+        .join(running, on=["cluster", "job_id"], how="inner")
+        .join(gpu_inventory(gpus).select("gpu_id", "model", "device_fraction", "is_mig", "tier"), on="gpu_id",
+              how="left")
+        .with_columns(pl.col("device_fraction").fill_null(1.0), pl.col("is_mig").fill_null(False),
+                      pl.col("tier").fill_null("reserved"),
+                      judged_from=pl.max_horizontal(pl.col("job_start") + pl.lit(grace),
+                                                    pl.col("alloc_start"), pl.lit(lb_start)))
+    )
+
+
 def squatting_findings(
     jobs: pl.LazyFrame,
     job_allocations: pl.LazyFrame,
     gpus: pl.LazyFrame,
-    gpu_samples: pl.LazyFrame,
+    device_activity: pl.LazyFrame,
     rate_card: pl.LazyFrame,
     *,
     now: datetime,
     policy: SquattingPolicy | None = None,
     job_labels: pl.LazyFrame | None = None,
-    bucket: timedelta = timedelta(minutes=1),
-    lookback: timedelta = timedelta(hours=6),
     include_exempt: bool = False,
 ) -> pl.LazyFrame:
     """Findings per running job at ``now``: all GPUs idle (``squatting``) or some (``partial-idle``).
 
+    ``device_activity``: the evidence per held device (:data:`ACTIVITY_COLUMNS`), from
+    :func:`gpuledger.analytics.load.load_device_activity` with the same ``now`` and ``policy``.
     ``job_labels`` (optional): cluster, job_id, key, value — matched against
     ``policy.exempt_labels``. Columns: cluster, job_id, project, user_name, namespace, job_kind,
     finding, severity (squatting: warning ≥ warn_minutes, second-warning ≥ second_warn_minutes,
@@ -68,81 +136,22 @@ def squatting_findings(
     devices' starts), idle_minutes (now − idle_since), gpu_hours_idle (Σ over idle devices of
     their idle time × fractions), idle_cost (Decimal cents at the price in force now), currency,
     fb_used_bytes_idle (memory held on the idle devices, last sample), activity_signal (signals
-    used, comma-joined), exempt, exempt_reason. Idle time is capped at ``lookback``.
+    used, comma-joined), exempt, exempt_reason. Idle time is capped at the evidence's lookback.
     """
     p = policy or SquattingPolicy()
-    thr = p.idle_threshold_ratio
     sustained = timedelta(minutes=p.sustained_minutes)
-    grace = timedelta(minutes=p.grace_minutes)
-    lb_start = now - max(lookback, sustained)
-    every = f"{int(bucket / timedelta(microseconds=1))}us"
-
-    running = jobs.filter(
-        pl.col("start_time").is_not_null() & (pl.col("start_time") <= now)
-        & (pl.col("end_time").is_null() | (pl.col("end_time") > now))
-    ).select("cluster", "job_id", "project", "user_name", "namespace", pl.col("kind").alias("job_kind"),
-             pl.col("start_time").alias("job_start"))
-    held = (
-        job_allocations.filter((pl.col("start_time") <= now) & (pl.col("end_time").is_null() | (pl.col("end_time") > now)))
-        .select("cluster", "job_id", "gpu_id", pl.col("start_time").alias("alloc_start"),
-                pl.col("gpu_fraction").fill_null(1.0).alias("alloc_fraction"))
-        .join(running, on=["cluster", "job_id"], how="inner")
-        .join(gpu_inventory(gpus).drop("cluster"), on="gpu_id", how="left")
-        .with_columns(pl.col("device_fraction").fill_null(1.0), pl.col("is_mig").fill_null(False),
-                      pl.col("tier").fill_null("reserved"))
+    held = held_devices(jobs, job_allocations, gpus, now=now, policy=p)
+    expected = max(1, round(p.sustained_minutes))  # clock minutes in the sustained window
+    keys = held.collect_schema()
+    evidence = device_activity.select(
+        *(pl.col(k).cast(keys[k]) for k in PER_DEVICE), "activity_signal", "idle_since", "covered_minutes",
+        "fb_used_bytes",
     )
-    mig = held.select("gpu_id", "is_mig").unique()
-    buckets = (
-        gpu_samples.filter((pl.col("ts") >= lb_start) & (pl.col("ts") < now))
-        .join(mig, on="gpu_id", how="inner")
-        .with_columns(
-            pl.when(pl.col("is_mig")).then(None).otherwise(pl.col("gpu_util_ratio")).alias("gpu_util_ratio"),
-            pl.col("ts").dt.truncate(every).alias("bucket"),
-        )
-        .group_by("gpu_id", "bucket")
-        .agg(*(pl.col(c).mean().alias(n) for n, c in SIGNALS),
-             pl.col("fb_used_bytes").sort_by("ts").drop_nulls().last().alias("fb_used_bytes"))
-    )
-    signal = pl.lit(None, pl.String)
-    for name, _ in reversed(SIGNALS):
-        signal = pl.when(pl.col(name).is_not_null().any().over("gpu_id")).then(pl.lit(name)).otherwise(signal)
-    activity = pl.lit(None, pl.Float64)
-    for name, _ in SIGNALS:
-        activity = pl.when(pl.col("activity_signal") == name).then(pl.col(name)).otherwise(activity)
-    buckets = (
-        buckets.with_columns(activity_signal=signal)
-        .with_columns(activity_ratio=activity)
-        .filter(pl.col("activity_ratio").is_not_null())
-    )
-    per_gpu_key = ["cluster", "job_id", "gpu_id"]
-    judged_from = pl.max_horizontal(pl.col("job_start") + pl.lit(grace), pl.col("alloc_start"), pl.lit(lb_start))
-    per_device = (
-        held.join(buckets, on="gpu_id", how="inner")
-        .filter(pl.col("bucket") >= judged_from.dt.truncate(every))
-        .with_columns(
-            _last_active=pl.col("bucket").filter(pl.col("activity_ratio") >= thr).max().over(per_gpu_key)
-        )
-        .group_by(per_gpu_key)
-        .agg(
-            pl.col("bucket").filter(
-                (pl.col("activity_ratio") < thr)
-                & (pl.col("_last_active").is_null() | (pl.col("bucket") > pl.col("_last_active")))
-            ).min().alias("_idle_from"),
-            pl.col("bucket").filter(pl.col("bucket") >= pl.lit(now - sustained)).n_unique().alias("_covered"),
-            pl.col("fb_used_bytes").sort_by("bucket").drop_nulls().last().alias("fb_used_bytes"),
-            pl.col("activity_signal").first(),
-        )
-    )
-    expected = max(1, round(sustained / bucket))
     devices = (
-        held.join(per_device, on=per_gpu_key, how="left")
+        held.join(evidence, on=PER_DEVICE, how="left")
+        .with_columns(stale=pl.col("covered_minutes").fill_null(0) / expected < p.min_coverage_ratio)
         .with_columns(
-            stale=pl.col("_covered").fill_null(0) / expected < p.min_coverage_ratio,
-            # idle from the later of the run's first bucket and the end of grace
-            idle_since=pl.max_horizontal(pl.col("_idle_from"), judged_from),
-        )
-        .with_columns(
-            idle=~pl.col("stale") & pl.col("_idle_from").is_not_null()
+            idle=~pl.col("stale") & pl.col("idle_since").is_not_null()
             & ((pl.lit(now) - pl.col("idle_since")) >= pl.lit(sustained))
         )
         .with_columns(
