@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 import warehouse
-from gpuledger.ingest.energy import energy_per_interval_j
+from gpuledger.analytics.energy import energy_per_interval_j
 from gpuledger.ingest.exposition_parser import long_to_wide, parse_exposition
 from gpuledger.ingest.scrape import fetch_target, ingest_page, scrape
 from gpuledger.ingest.scrape_cli import app

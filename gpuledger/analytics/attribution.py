@@ -15,6 +15,7 @@ from datetime import datetime
 
 import polars as pl
 
+from gpuledger.analytics.energy import counter_increment
 from gpuledger.analytics.allocations import DEFAULT_TIER, allocation_intervals, gpu_inventory
 from gpuledger.analytics.intervals import split_by_hour
 from gpuledger.analytics.tree import rollup_to_nodes
@@ -59,8 +60,7 @@ def allocated_pieces(
 def _reset_aware_increment(e: pl.Expr) -> pl.Expr:
     """Σ of counter increments along ``e`` (already in time order): a drop is a reset, so the
     increment is the new value itself."""
-    d = e.diff()
-    return pl.when(d >= 0).then(d).otherwise(e).slice(1).sum()
+    return counter_increment(e, e.shift(1)).slice(1).sum()
 
 
 # The shape of the warehouse table gpu_hourly (migration 004) and of hourly_rollup().
@@ -122,17 +122,10 @@ def hourly_energy(rollup: pl.LazyFrame) -> pl.LazyFrame:
         .with_columns(
             s_energy_j=pl.col("e_inside").fill_null(0.0)
             + pl.when(pl.col("prev_last").is_null() | pl.col("e_first").is_null()).then(0.0)
-            .when(pl.col("e_first") >= pl.col("prev_last")).then(pl.col("e_first") - pl.col("prev_last"))
-            .otherwise(pl.col("e_first"))
+            .otherwise(counter_increment(pl.col("e_first"), pl.col("prev_last")))
         )
         .drop("e_first", "e_inside", "e_last")
     )
-
-
-def hourly_samples(gpu_samples: pl.LazyFrame) -> pl.LazyFrame:
-    """Per (gpu_id, hour): sums and counts of every activity signal, sample count, and energy
-    (``s_energy_j``, ``prev_last``): :func:`hourly_energy` of :func:`hourly_rollup`."""
-    return hourly_energy(hourly_rollup(gpu_samples))
 
 
 _SUM_COLS = ["n", *(name for name, _ in SIGNALS), *(f"n_{name}" for name, _ in SIGNALS), "energy_j"]

@@ -81,6 +81,8 @@ def _cell(value) -> str:
         return "inf" if value == float("inf") else f"{value:,.3f}"
     if isinstance(value, Decimal):
         return f"{value:,.2f}"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M")
     return str(value)
 
 
@@ -145,7 +147,8 @@ def fairshare(
     cfg = config_or_exit(config)
     with _open(warehouse_file) as con:
         frame = reports.fairshare_report(con, policy=cfg.policy, as_of=_time(now))
-    _show(frame, fmt, out, f"fair share ({cfg.policy.usage.mode} usage)")
+    _show(frame, fmt, out, f"fair share ({cfg.policy.usage.mode} usage, GPU-hours)",
+          terminal_drop=("order", "share_global", "usage_norm"))
 
 
 def budget(
@@ -174,4 +177,5 @@ def squatters(
     cfg = config_or_exit(config)
     with _open(warehouse_file) as con:
         frame = reports.squatters_report(con, policy=cfg.policy, now=_time(now), include_exempt=include_exempt)
-    _show(frame, fmt, out, "idle GPU findings")
+    _show(frame, fmt, out, "idle GPU findings (UTC)",
+          terminal_drop=("cluster", "currency", "exempt", "exempt_reason", "namespace"))

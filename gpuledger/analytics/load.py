@@ -127,13 +127,6 @@ def load_samples_for_hours(
     return out.lazy()
 
 
-def load_samples(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime,
-                 columns: str = _SAMPLE_COLS) -> pl.LazyFrame:
-    """Raw samples in [start, end)."""
-    return con.sql(f"SELECT {columns} FROM gpu_samples WHERE ts >= $lo AND ts < $hi ORDER BY gpu_id, ts",
-                   params={"lo": start, "hi": end}).pl().lazy()
-
-
 def load_device_activity(
     con: duckdb.DuckDBPyConnection,
     jobs: pl.LazyFrame,

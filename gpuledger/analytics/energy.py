@@ -3,12 +3,20 @@
 ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (``gpu_samples.energy_total_j``) counts joules since the
 driver loaded; a driver reload restarts it from 0. A drop is a reset: the energy of that interval is
 the new value itself (what was counted since the reset), never a negative difference. Pure polars,
-LazyFrame in, LazyFrame out, so the analytics, the CLI and the benchmarks share it.
+LazyFrame in, LazyFrame out. The rule lives in :func:`counter_increment`; attribution's hourly
+sums and the warehouse's gpu_hourly SQL (warehouse/rollups.py) apply the same rule.
 """
 
 from __future__ import annotations
 
 import polars as pl
+
+
+def counter_increment(value: pl.Expr, previous: pl.Expr) -> pl.Expr:
+    """Joules between two readings of the energy counter: the difference, or the new reading
+    itself when the counter dropped (a reset)."""
+    step = value - previous
+    return pl.when(step < 0).then(value).otherwise(step)
 
 
 def energy_per_interval_j(
@@ -25,10 +33,8 @@ def energy_per_interval_j(
     sorted by (``by``, ``ts``)."""
     value = pl.col(counter)
     previous = value.forward_fill().shift(1).over(by)
-    step = value - previous
     return samples.sort([by, ts]).with_columns(
         pl.when(value.is_null() | previous.is_null()).then(None)
-        .when(step < 0).then(value)
-        .otherwise(step)
+        .otherwise(counter_increment(value, previous))
         .alias(out)
     )
