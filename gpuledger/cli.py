@@ -11,6 +11,7 @@ import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
 from gpuledger.config import example_config_text, resolve_config_path
 from gpuledger.analytics import cli as analytics_cli
+from gpuledger.analytics import reports
 from gpuledger.importers.cli import app as import_app
 from gpuledger.ingest.cli import app as ingest_app
 from gpuledger.ingest.nvml_cli import agent_command
@@ -74,26 +75,11 @@ def config_load(config: ConfigOpt = None, warehouse_file: WarehouseOpt = None) -
 def summary(warehouse_file: WarehouseOpt = None) -> None:
     """What the warehouse holds: GPUs, jobs, allocated GPU-hours, samples, quarantined lines."""
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
-        figures = con.execute(
-            """
-            SELECT
-              (SELECT count(*) FROM gpus WHERE mig_instance_id = -1)          AS physical_gpus,
-              (SELECT count(*) FROM gpus WHERE mig_instance_id <> -1)         AS mig_instances,
-              (SELECT count(*) FROM jobs)                                     AS jobs,
-              (SELECT coalesce(sum(gpu_fraction * date_diff('second', a.start_time,
-                         coalesce(a.end_time, (SELECT max(ts) FROM gpu_samples)))) / 3600.0, 0)
-                 FROM job_allocations a)                                      AS gpu_hours_allocated,
-              (SELECT count(*) FROM gpu_samples)                              AS samples,
-              (SELECT min(ts) FROM gpu_samples)                               AS first_sample_utc,
-              (SELECT max(ts) FROM gpu_samples)                               AS last_sample_utc,
-              (SELECT count(*) FROM quarantine)                               AS quarantined_lines
-            """
-        ).fetchall()[0]
-        names = [d[0] for d in con.description]
+        figures = reports.warehouse_summary(con)
     table = Table(title=f"gpuledger warehouse {warehouse_path(warehouse_file)}")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    for name, value in zip(names, figures, strict=True):
+    for name, value in figures.items():
         shown = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
         table.add_row(name, shown)
     console.print(table)

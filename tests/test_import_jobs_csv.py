@@ -79,3 +79,18 @@ def test_conflicting_duplicate_job_rows_quarantine_the_later_one():
     assert parsed.jobs["gpus"].to_list() == [1.0]
     assert [r.location for r in parsed.rejected] == ["f.csv:4"]
     assert "already given at line 2" in parsed.rejected[0].reason
+
+
+def test_summary_counts_imported_jobs_gpu_hours(tmp_path, warehouse_file):
+    from gpuledger.analytics.reports import warehouse_summary
+
+    csv_file = tmp_path / "jobs.csv"
+    shutil.copy(FIXTURE, csv_file)
+    _import(csv_file, warehouse_file)
+    with warehouse.open_reader(warehouse_file) as con:
+        figures = warehouse_summary(con)
+    # "Now" is the newest job time: j8's end, 2026-10-02T22:00Z.
+    # j1: 16 GPUs x 10 h = 160; j2 (running): 0.46 x 46 h = 21.16; j8: 0.142857 x 48 h = 6.857136.
+    assert figures["as_of_utc"] == dt.datetime(2026, 10, 2, 22)
+    assert figures["jobs"] == 3
+    assert figures["gpu_hours_allocated"] == pytest.approx(188.017136, abs=1e-9)

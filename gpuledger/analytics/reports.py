@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import duckdb
 import polars as pl
 
+from gpuledger.analytics.allocations import allocation_intervals
 from gpuledger.analytics.attribution import allocated_pieces, attribute_usage, partial_hour_keys, rollup_usage
 from gpuledger.analytics.budget import budget_burn, job_funding
 from gpuledger.analytics.chargeback import chargeback_lines, period_bounds
@@ -37,6 +38,32 @@ def data_now(con: duckdb.DuckDBPyConnection) -> datetime:
     ).fetchall()[0][0]
     wall = datetime.now(UTC).replace(tzinfo=None)
     return min(newest, wall) if newest is not None else wall
+
+
+def warehouse_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
+    """What the warehouse holds: devices, jobs, allocated GPU-hours up to the data's "now"
+    (device-level and job-level allocations, as the analytics count them), samples, quarantine."""
+    counts = con.execute(
+        """SELECT (SELECT count(DISTINCT (cluster, gpu_uuid)) FROM gpus),
+                  (SELECT count(*) FROM gpus WHERE mig_instance_id <> -1),
+                  (SELECT count(*) FROM jobs),
+                  (SELECT count(*) FROM gpu_samples),
+                  (SELECT min(ts) FROM gpu_samples), (SELECT max(ts) FROM gpu_samples),
+                  (SELECT count(*) FROM quarantine)"""
+    ).fetchall()[0]
+    now = data_now(con)
+    t = load_tables(con, end=now, samples=False)
+    held = allocation_intervals(t.job_allocations, t.gpus, t.jobs).select(
+        ((pl.min_horizontal(pl.col("end_time").fill_null(now), pl.lit(now)) - pl.col("start_time"))
+         .dt.total_seconds().clip(lower_bound=0) / 3600.0
+         * pl.col("alloc_fraction") * pl.col("device_fraction")).sum()
+    ).collect().item()
+    names = ("physical_gpus", "mig_instances", "jobs", "samples", "first_sample_utc", "last_sample_utc",
+             "quarantined_lines")
+    figures = dict(zip(names, counts, strict=True))
+    figures["gpu_hours_allocated"] = float(held or 0.0)
+    figures["as_of_utc"] = now
+    return figures
 
 
 def attribution(
