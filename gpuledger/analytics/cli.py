@@ -125,14 +125,15 @@ def usage(
 
 @report_app.command("utilization")
 def utilization(
-    start: str | None = typer.Option(None, help="UTC start (default: 24 h before the newest data)"),
-    end: str | None = typer.Option(None, help="UTC end, exclusive (default: the newest data)"),
+    start: str | None = typer.Option(None, help="UTC start (default: 24 h before --end)"),
+    end: str | None = typer.Option(None, help="UTC end, exclusive (default: the hour of the newest data)"),
     by: str = typer.Option("model", help="model, cluster, fleet (per hour) or kind (workload kinds)"),
     fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Allocation % and active % of GPU capacity by hour, MIG slices included."""
     with _open(warehouse_file) as con:
-        hi = _time(end) or reports.data_now(con)
+        # Default: the last 24 whole hours before the newest data.
+        hi = _time(end) or reports.data_now(con).replace(minute=0, second=0, microsecond=0)
         lo = _time(start) or hi - timedelta(days=1)
         frame = reports.utilization_report(con, start=lo, end=hi, by=by)
     _show(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC")
