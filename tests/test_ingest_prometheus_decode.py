@@ -7,12 +7,13 @@ from __future__ import annotations
 import random
 
 import orjson
-
 import polars as pl
+import pytest
 from polars.testing import assert_frame_equal
 
 from gpuledger.ingest.exposition_parser import long_to_wide, series_long_to_wide
-from gpuledger.ingest.prometheus import long_from_results, points_from_results, query_chunk_all
+from gpuledger.ingest.prometheus import (_NotPlainMatrix, long_from_results, points_from_matrix_json,
+                                         points_from_results, query_chunk_all, query_chunk_all_raw)
 
 METRICS = ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
            "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
@@ -104,3 +105,52 @@ def test_one_query_for_all_metrics_and_the_fallback_when_the_name_is_dropped():
     nameless = _FakeSession([{"metric": {"UUID": "GPU-1", "Hostname": "n1"}, "values": [[T0, "5"]]}])
     assert query_chunk_all(nameless, "http://p", ["DCGM_FI_DEV_GPU_UTIL"], T0, T0 + 60, 30,
                            timeout_s=1, retries=0, backoff_s=0) is None
+
+
+def _body(results: dict[str, list[dict]], **extra) -> bytes:
+    flat = [s for series in results.values() for s in series]
+    return orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": flat}, **extra})
+
+
+def _same_wide(a, b) -> None:
+    wa, wb = series_long_to_wide(a[0], a[1]), series_long_to_wide(b[0], b[1])
+    assert_frame_equal(wa.select(sorted(wa.columns)), wb.select(sorted(wb.columns)))
+    assert sorted(map(repr, a[2])) == sorted(map(repr, b[2]))
+
+
+def test_bulk_json_reader_matches_the_generic_decoder():
+    for seed in range(4):
+        results = _results(seed)
+        # float timestamps, an exporter without a device identity (refused), an empty result
+        results["DCGM_FI_DEV_GPU_UTIL"].append({"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0"},
+                                                "values": [[T0 + 0.25, "5"], [T0 + 30.5, "6"]]})
+        results["DCGM_FI_DEV_GPU_UTIL"][0]["values"][0][0] = T0 + 0.125
+        got = points_from_matrix_json(_body(results), METRICS, url="http://p")
+        _same_wide(got, points_from_results(results, url="http://p"))
+    assert points_from_matrix_json(_body({}), METRICS, url="http://p")[0].is_empty()
+
+
+def test_bulk_json_reader_is_exact_for_awkward_label_values_and_refuses_unusual_bodies():
+    results = _results(1)
+    # JSON escapes every '"' inside a string, so the separators the reader splits on cannot occur there
+    for k, pod in enumerate(['we"ird]]},{"metric":{', '},"values":[[', "a}b\\n{ü"]):
+        results["DCGM_FI_DEV_FB_USED"][k]["metric"]["pod"] = pod
+    _same_wide(points_from_matrix_json(_body(results), METRICS, url="http://p"),
+               points_from_results(results, url="http://p"))
+    for body in (_body(_results(2), warnings=["x"]), b'{"status":"error","error":"bad"}',
+                 _body({"x": [{"metric": {"__name__": "DCGM_FI_DEV_FB_USED"}, "values": [[T0, "5"]],
+                               "histograms": []}]})):
+        with pytest.raises(_NotPlainMatrix):
+            points_from_matrix_json(body, METRICS, url="http://p")
+    nameless = _body({"x": [{"metric": {"UUID": "GPU-1", "Hostname": "n1"}, "values": [[T0, "5"]]}]})
+    assert points_from_matrix_json(nameless, METRICS, url="http://p") is None
+
+
+def test_raw_query_uses_the_generic_decoder_for_an_unusual_body():
+    results = _results(3)
+    flat = [s for series in results.values() for s in series]
+    session = _FakeSession(flat)
+    session.body = session.body[:-1] + b',"warnings":["w"]}'  # valid JSON the bulk reader does not take
+    got = query_chunk_all_raw(session, "http://p", list(METRICS), T0, T0 + 1200, 30,
+                              timeout_s=1, retries=0, backoff_s=0)
+    _same_wide(got, points_from_results(results, url="http://p"))

@@ -9,11 +9,14 @@ exporter's timestamps sit on the grid, one sample per step otherwise, and *nothi
 had a gap (a plain ``METRIC`` query would repeat the previous value for 5 minutes of lookback and
 invent samples). Chunks keep responses small and under Prometheus' 11,000 points per series.
 
-Speed (benchmarks/ingest_bench.py, BENCHMARKS.md "Ingestion"): chunks are fetched and decoded on
-``workers`` threads ahead of the writes; responses are decoded with orjson, uncompressed by default,
-with the cyclic GC paused (millions of small acyclic lists); the points are flattened and parsed in
-bulk (polars) and pivoted on integer keys (``series_long_to_wide``); one writer connection serves
-several chunks (released every ``WRITER_HOLD_S`` so other writers get in).
+Speed (benchmarks/ingest_bench.py, BENCHMARKS.md "Ingestion"): each chunk is fetched, decoded and
+reshaped in one of ``workers`` worker processes (``gpuledger.ingest._prometheus_worker``: fresh
+interpreters, own GIL, cyclic GC off) ahead of the writes, and comes back as Arrow IPC bytes; this
+process only writes, in order. Responses are asked uncompressed by default and read in bulk
+(``points_from_matrix_json``: label sets once each with orjson, all points as one CSV text for
+polars' reader; any body not in Prometheus' plain matrix layout goes through orjson), and pivoted
+on integer keys (``series_long_to_wide``); one writer connection serves several chunks (released
+every ``WRITER_HOLD_S`` so other writers get in).
 
 Each chunk is written in its own writer transaction together with its ``ingest_checkpoints`` row
 (source ``prometheus``, scope = URL + range + step, position = the chunk's end), so a SIGKILL leaves
@@ -33,7 +36,6 @@ import io
 import math
 import os
 import pickle
-import re
 import struct
 import subprocess
 import sys
@@ -253,8 +255,7 @@ def points_from_matrix_json(content: bytes, metrics: Sequence[str], *,
             key = label_text[:name_at] + label_text[name_end + 1:]
             label_set = parsed.get(key)
             if label_set is None:
-                label_set = parsed[key] = orjson.loads(label_text)
-                label_set.pop("__name__")
+                label_set = parsed[key] = orjson.loads(label_text)  # its __name__: the first series'
             labels.append(label_set)
             series_metric.append(metric_no)
             values = piece[end + len(_LABELS_END):]
@@ -330,6 +331,8 @@ def _points_from_parts(metric_names: list[str], series_metric: list[int], labels
             by_id[id(label_set)] = key
         if isinstance(key, str):
             metric = metric_names[series_metric[i]]
+            if "__name__" in label_set:  # a label set the bulk decoder shares between metrics
+                label_set = {**label_set, "__name__": metric}
             rejects.append(warehouse.QuarantineRow(
                 SOURCE, f"{url} {metric}", f"{metric}{label_set} ({lengths[i]} points)", key))
             keep[i] = False
@@ -480,6 +483,12 @@ class _ChunkPool:
     def __init__(self, workers: int) -> None:
         self.size, self.idle, self.all = workers, deque(), []
 
+    def start(self) -> None:
+        """Start every worker now (their imports then overlap the caller's set-up)."""
+        while len(self.all) < self.size:
+            self.all.append(_ChunkWorker())
+            self.idle.append(self.all[-1])
+
     def submit(self, fn, **job):
         if not self.idle:
             if len(self.all) >= self.size:
@@ -547,70 +556,73 @@ def backfill(
     start_s, end_s = int(_epoch_s(start)), int(_epoch_s(end))
     if end_s <= start_s:
         raise ValueError(f"--end {_iso(end_s)} must be after --start {_iso(start_s)}")
-    scope = checkpoint_scope(url, start, end, step_s)
-    with warehouse.open_writer(warehouse_path, publish=False) as con:
-        position = read_checkpoint(con, scope)
-    done_s = int(_epoch_s(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
-    chunks = chunk_bounds(start_s, end_s, step_s, chunk_s)
-    kw = {"timeout_s": timeout_s, "retries": retries, "backoff_s": backoff_s}
-    session = _new_session(compress)
-    chosen = list(metrics) if metrics else discover_metrics(session, url, **kw)
-    stats = BackfillStats(chunks_total=len(chunks), metrics=chosen)
-    todo = [(a, b) for a, b in chunks if done_s is None or b > done_s]
-    stats.chunks_skipped = len(chunks) - len(todo)
+    with _chunk_pool(workers, processes) as pool:
+        if isinstance(pool, _ChunkPool):
+            pool.start()  # the workers' imports overlap the checkpoint read and metric discovery
+        scope = checkpoint_scope(url, start, end, step_s)
+        with warehouse.open_writer(warehouse_path, publish=False) as con:
+            position = read_checkpoint(con, scope)
+        done_s = int(_epoch_s(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
+        chunks = chunk_bounds(start_s, end_s, step_s, chunk_s)
+        kw = {"timeout_s": timeout_s, "retries": retries, "backoff_s": backoff_s}
+        session = _new_session(compress)
+        chosen = list(metrics) if metrics else discover_metrics(session, url, **kw)
+        stats = BackfillStats(chunks_total=len(chunks), metrics=chosen)
+        todo = [(a, b) for a, b in chunks if done_s is None or b > done_s]
+        stats.chunks_skipped = len(chunks) - len(todo)
 
-    # Chunks are fetched and decoded up to ``workers`` ahead (Prometheus evaluating, our decoding
-    # and the DuckDB writes overlap) but committed strictly in order, so the checkpoint is always a
-    # prefix. With ``processes`` (default) each chunk is fetched, decoded and reshaped in a worker
-    # process (own GIL; the wide frame comes back as Arrow IPC bytes) and this process only writes.
-    job = dict(url=url, metrics=chosen, step_s=step_s, kw=kw, compress=compress)
-    gc_was_enabled = gc.isenabled()
-    if not processes:
-        gc.disable()  # see _decode_chunk: the decode's millions of small lists hold no cycles
-    with _chunk_pool(workers, processes) as pool, contextlib.ExitStack() as held:
-        pending: deque = deque()
-        queue = iter(todo)
-        con, opened_at = None, 0.0
-        per_metric = False  # set once the server turns out to drop __name__ from last_over_time
+        # Chunks are fetched and decoded up to ``workers`` ahead (Prometheus evaluating, our decoding
+        # and the DuckDB writes overlap) but committed strictly in order, so the checkpoint is always a
+        # prefix. With ``processes`` (default) each chunk is fetched, decoded and reshaped in a worker
+        # process (own GIL; the wide frame comes back as Arrow IPC bytes) and this process only writes.
+        job = dict(url=url, metrics=chosen, step_s=step_s, kw=kw, compress=compress)
+        gc_was_enabled = gc.isenabled()
+        if not processes:
+            gc.disable()  # see _decode_chunk: the decode's millions of small lists hold no cycles
+        with contextlib.ExitStack() as held:
+            pending: deque = deque()
+            queue = iter(todo)
+            con, opened_at = None, 0.0
+            per_metric = False  # set once the server turns out to drop __name__ from last_over_time
 
-        def refill() -> None:
-            while len(pending) < max(1, workers) and (nxt := next(queue, None)) is not None:
-                run = _chunk_in_worker if processes else _decode_chunk
-                pending.append((nxt[1], pool.submit(run, a=nxt[0], b=nxt[1], per_metric=per_metric, **job)))
+            def refill() -> None:
+                while len(pending) < max(1, workers) and (nxt := next(queue, None)) is not None:
+                    run = _chunk_in_worker if processes else _decode_chunk
+                    pending.append((nxt[1], pool.submit(run, a=nxt[0], b=nxt[1], per_metric=per_metric, **job)))
 
-        try:
-            refill()
-            while pending:
-                b, future = pending.popleft()
-                wide, rejects, points, dropped_name = future.result()
-                per_metric = per_metric or dropped_name
-                refill()  # the worker just freed starts on the next chunk while this one is written
-                if isinstance(wide, bytes):
-                    wide = pl.read_ipc(io.BytesIO(wide))
-                if con is None:  # one writer connection for several chunks, each its own transaction
-                    con, opened_at = held.enter_context(
-                        warehouse.open_writer(warehouse_path, publish=False)), time.monotonic()
-                with warehouse.transaction(con):  # the chunk and its checkpoint, or neither
-                    new = store_wide(con, wide, cluster=cluster, source=SOURCE)
-                    warehouse.quarantine(con, rejects)
-                    warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
-                        "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
-                        "updated_at": [datetime.now(UTC).replace(tzinfo=None)]}))
-                del wide
-                if time.monotonic() - opened_at > WRITER_HOLD_S:
-                    held.close()  # let other writers (the live scrape) in between chunks
-                    con = None
-                stats.chunks_done += 1
-                stats.points += points
-                stats.samples_new += new
-                stats.quarantined += len(rejects)
-                if on_chunk:
-                    on_chunk(b, len(chunks), stats)
-        finally:
-            for _, future in pending:
-                future.cancel()
-            if gc_was_enabled:
-                gc.enable()
+            try:
+                refill()
+                while pending:
+                    b, future = pending.popleft()
+                    wide, rejects, points, dropped_name = future.result()
+                    per_metric = per_metric or dropped_name
+                    refill()  # the worker just freed starts on the next chunk while this one is written
+                    if isinstance(wide, bytes):
+                        wide = pl.read_ipc(io.BytesIO(wide))
+                    if con is None:  # one writer connection for several chunks, each its own transaction
+                        con, opened_at = held.enter_context(
+                            warehouse.open_writer(warehouse_path, publish=False)), time.monotonic()
+                    with warehouse.transaction(con):  # the chunk and its checkpoint, or neither
+                        new = store_wide(con, wide, cluster=cluster, source=SOURCE)
+                        warehouse.quarantine(con, rejects)
+                        warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
+                            "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
+                            "updated_at": [datetime.now(UTC).replace(tzinfo=None)]}))
+                    del wide
+                    if time.monotonic() - opened_at > WRITER_HOLD_S:
+                        held.close()  # let other writers (the live scrape) in between chunks
+                        con = None
+                    stats.chunks_done += 1
+                    stats.points += points
+                    stats.samples_new += new
+                    stats.quarantined += len(rejects)
+                    if on_chunk:
+                        on_chunk(b, len(chunks), stats)
+            finally:
+                for _, future in pending:
+                    future.cancel()
+                if gc_was_enabled:
+                    gc.enable()
     with warehouse.open_writer(warehouse_path, publish=True):
         pass  # publish the reader snapshot once, at the end
     return stats

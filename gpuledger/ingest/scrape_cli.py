@@ -65,7 +65,7 @@ def prometheus_cmd(
     end: Annotated[str, typer.Option("--end", help="UTC end (exclusive), ISO-8601 or epoch seconds")],
     step: Annotated[str, typer.Option("--step", help="sample grid, e.g. 30s (the exporter's interval)")] = "30s",
     chunk: Annotated[str, typer.Option("--chunk", help="time per query and per transaction, e.g. 1h")] = "1h",
-    workers: Annotated[int, typer.Option("--workers", help="chunks fetched ahead of the writes (memory: ~300 MB each at 1,024 GPUs x 1 h)", min=1)] = 2,
+    workers: Annotated[int, typer.Option("--workers", help="worker processes fetching and decoding chunks ahead of the writes (memory: ~450 MB each at 1,024 GPUs x 1 h chunks)", min=1)] = 2,
     gzip: Annotated[bool, typer.Option("--gzip/--no-gzip", help="ask Prometheus for gzip (only worth it over a slow link)")] = False,
     progress: Annotated[str, typer.Option("--progress", help="bar, lines (one line per chunk) or none")] = "bar",
     cluster: ClusterOpt = prom.DEFAULT_CLUSTER,
