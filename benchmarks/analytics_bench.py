@@ -36,7 +36,7 @@ from gpuledger.analytics.load import (  # noqa: E402
     load_samples_for_hours,
     load_tables,
 )
-from warehouse.rollups import refresh_gpu_hourly, refresh_gpu_hourly_for  # noqa: E402
+from warehouse.rollups import refresh_gpu_hourly  # noqa: E402
 from gpuledger.analytics.squatting import squatting_findings  # noqa: E402
 from gpuledger.analytics.usage import node_usage  # noqa: E402
 from gpuledger.analytics.utilization import utilization_hourly  # noqa: E402
@@ -124,8 +124,8 @@ def incremental(con, tm: Timer, ctx: dict, *, now: datetime) -> None:
     con.execute("DELETE FROM gpu_samples WHERE ts >= $lo AND ts < $hi", {"lo": lo, "hi": now}).fetchall()
     refresh_gpu_hourly(con, lo, now)  # as it was before those 5 minutes arrived
     g = "incremental"
-    tm.step(g, f"ingest {batch.height:,} samples", lambda: write_samples(con, batch, "simulator"))
-    tm.step(g, "refresh gpu_hourly (touched hours)", lambda: refresh_gpu_hourly_for(con, batch))
+    tm.step(g, f"ingest {batch.height:,} samples (+ gpu_hourly refresh of the touched hours)",
+            lambda: write_samples(con, batch, "simulator"))
     hour = lo.replace(minute=0, second=0, microsecond=0)
     jobs, allocs, gpus = ctx["jobs"], ctx["allocs"], ctx["gpus"]
 
