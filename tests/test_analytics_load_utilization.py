@@ -33,7 +33,7 @@ def small_warehouse(tmp_path):
                    ('c1', 'old', 'p', 'bob', 'batch', 1, ?, ?, ?, 'test', ?)""",
                     [T(10), T(10), T(11), T(12), T(10), T(10), T(12), T(1), T(1), T(2), T(12)])
         con.execute("""
-            INSERT INTO job_allocations VALUES
+            INSERT INTO job_allocations (cluster, job_id, gpu_id, start_time, end_time, gpu_fraction) VALUES
               ('c1', 'train', 1, ?, ?, 1.0), ('c1', 'serve', 3, ?, NULL, 1.0), ('c1', 'old', 1, ?, ?, 1.0)""",
                     [T(10), T(11), T(10), T(1), T(2)])
         rows = []

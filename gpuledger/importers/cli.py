@@ -10,6 +10,7 @@ from rich.console import Console
 import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
 from gpuledger.importers.jobs_csv import CsvHeaderError, read_jobs_csv
+from gpuledger.ingest.device_links import link_devices_for_jobs
 
 app = typer.Typer(help="Import job records from files.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -32,6 +33,7 @@ def import_jobs(
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         warehouse.replace_reference(con, cfg.org_frame(), cfg.budgets_frame(), cfg.rate_card_frame())
         warehouse.upsert(con, "jobs", parsed.jobs)
+        link_devices_for_jobs(con, parsed.jobs)
         warehouse.quarantine(con, parsed.rejected)
     console.print(
         f"{file}: {parsed.rows_read} rows read, {parsed.jobs.height} jobs imported, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 import warehouse
+from gpuledger.ingest.device_links import link_devices_for_samples
 from gpuledger.ingest.exposition_parser import inventory_from_wide
 
 
@@ -32,4 +33,7 @@ def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str) -> int:
         con.unregister("_seen_batch")
     samples = wide.join(seen.select("gpu_uuid", "mig_instance_id", "gpu_id"),
                         on=["gpu_uuid", "mig_instance_id"], how="left")
-    return warehouse.write_samples(con, samples, source)
+    new = warehouse.write_samples(con, samples, source)
+    if new:
+        link_devices_for_samples(con, samples)  # pods / Slurm jobs named by the labels get devices
+    return new

@@ -36,6 +36,7 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
 import warehouse
+from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.k8s_mapping import (
     DEFAULT_OPTIONS,
     JobRecord,
@@ -142,7 +143,9 @@ def write_batch(
 ) -> tuple[int, int]:
     """Upsert job rows and quarantine rejects on an open writer. Returns (rows offered, rejects)."""
     columns = [r[0] for r in con.execute("DESCRIBE jobs").fetchall()]
-    written = warehouse.upsert(con, "jobs", jobs_frame(records, columns))
+    frame = jobs_frame(records, columns)
+    written = warehouse.upsert(con, "jobs", frame)
+    link_devices_for_jobs(con, frame)  # devices from the pod labels on samples already stored
     quarantined = warehouse.quarantine(
         con,
         [warehouse.QuarantineRow(QUARANTINE_SOURCE, r.location, text, r.reason) for r, text in rejects],

@@ -40,6 +40,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import duckdb
 import polars as pl
 
+from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.model_keys import gpu_model_key
 from warehouse import QuarantineRow, quarantine, upsert
 
@@ -553,6 +554,7 @@ def write_batch(con: duckdb.DuckDBPyConnection, batch: SlurmBatch) -> WriteResul
     frame = batch.jobs.select([c for c in batch.jobs.columns if c in columns])
     before = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0]
     offered = upsert(con, "jobs", frame)
+    link_devices_for_jobs(con, frame)  # devices from the hpc_job labels on samples already stored
     after = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0]
     stored = quarantine(con, batch.rejected)
     return WriteResult(jobs_offered=offered, jobs_new=after - before, quarantined=stored)
