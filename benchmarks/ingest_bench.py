@@ -79,9 +79,8 @@ def scrape_ingest(text: str, scrape_ms: int) -> dict:
         wide = long_to_wide(parsed.samples)
         t2 = time.perf_counter()
         with warehouse.open_writer(path, publish=False) as con:
-            con.execute("BEGIN TRANSACTION")
-            new = store_wide(con, wide, cluster="bench", source="scrape")
-            con.execute("COMMIT")
+            with warehouse.transaction(con):
+                new = store_wide(con, wide, cluster="bench", source="scrape")
         t3 = time.perf_counter()
     return {"lines": parsed.samples.height, "devices": wide.height, "new": new, "parse_s": t1 - t0,
             "clean_s": t2 - t1, "write_s": t3 - t2, "total_s": t3 - t0}
