@@ -142,3 +142,21 @@ def test_a_scraped_page_links_its_pods_to_known_jobs(warehouse_file):
             "JOIN gpus g USING (gpu_id)").fetchall()
     # Only the labelled GPU is linked, from the scrape's time; the unlabelled one is nobody's.
     assert rows == [("research/trainer-7", "GPU-x0", scraped_at, 1.0, "labels")]
+
+
+def test_link_devices_command_backfills_links(warehouse_file):
+    from typer.testing import CliRunner
+
+    from gpuledger.cli import app
+
+    with warehouse.open_writer(warehouse_file) as con:
+        ids = _setup(con)
+        # Samples written without linking (as an older gpuledger or a bulk load would leave them).
+        con.execute("INSERT INTO gpu_samples (gpu_id, ts, sm_active_ratio, namespace, pod, source) "
+                    "VALUES (?, ?, 0.5, 'research', 'pretrain-0', 'bulk')", [ids["GPU-a"], _at(5)]).fetchall()
+    result = CliRunner().invoke(app, ["ingest", "link-devices", "--start", "2026-11-02T10:00:00Z",
+                                      "--end", "2026-11-02T11:00:00Z", "--warehouse", str(warehouse_file)])
+    assert result.exit_code == 0, result.output
+    with warehouse.open_reader(warehouse_file) as con:
+        assert con.execute("SELECT job_id, start_time FROM job_allocations").fetchall() == [
+            ("research/pretrain-0", _at(5))]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from gpuledger.ingest import kubernetes_cli, scrape_cli, slurm_cli
+from gpuledger.ingest import kubernetes_cli, link_cli, scrape_cli, slurm_cli
 
 app = typer.Typer(
     help="Bring metrics and job records from real sources into the warehouse.", no_args_is_help=True
 )
-for source_app in (scrape_cli.app, kubernetes_cli.app, slurm_cli.app):
+for source_app in (scrape_cli.app, kubernetes_cli.app, slurm_cli.app, link_cli.app):
     app.registered_commands.extend(source_app.registered_commands)
