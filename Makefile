@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 	$(BIN)/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
-	$(BIN)/python -c "import gpuledger, warehouse, polars, duckdb, dagster, streamlit"
+	$(BIN)/python -c "import gpuledger.warehouse, polars, duckdb, dagster, streamlit, kubernetes"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -36,12 +36,12 @@ from gpuledger.analytics.load import (  # noqa: E402
     load_samples_for_hours,
     load_tables,
 )
-from warehouse.rollups import refresh_gpu_hourly  # noqa: E402
+from gpuledger.warehouse.rollups import refresh_gpu_hourly  # noqa: E402
 from gpuledger.analytics.squatting import squatting_findings  # noqa: E402
 from gpuledger.analytics.usage import node_usage  # noqa: E402
 from gpuledger.analytics.utilization import utilization_hourly  # noqa: E402
-from warehouse.db import apply_migrations  # noqa: E402
-from warehouse.writes import write_samples  # noqa: E402
+from gpuledger.warehouse.db import apply_migrations  # noqa: E402
+from gpuledger.warehouse.writes import write_samples  # noqa: E402
 
 GPUS, DAYS, START = 1024, 7, datetime(2026, 11, 1)
 END = START + timedelta(days=DAYS)

@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 import polars as pl  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-import warehouse  # noqa: E402
-from gpuledger.ingest.dcgm_writes import store_wide  # noqa: E402
-from gpuledger.ingest.exposition_parser import long_to_wide, parse_exposition  # noqa: E402
-from gpuledger.ingest.prometheus import backfill  # noqa: E402
+from gpuledger import warehouse  # noqa: E402
+from gpuledger.ingest.metrics.writes import store_wide  # noqa: E402
+from gpuledger.ingest.metrics.exposition import long_to_wide, parse_exposition  # noqa: E402
+from gpuledger.ingest.metrics.prometheus.backfill import backfill  # noqa: E402
 from gpuledger.simulator import build_cluster, metrics_page, write_openmetrics  # noqa: E402
 
 

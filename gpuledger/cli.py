@@ -7,14 +7,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
 from gpuledger.config import example_config_text, resolve_config_path
 from gpuledger.analytics import cli as analytics_cli
 from gpuledger.analytics import reports
-from gpuledger.importers.cli import app as import_app
+from gpuledger.ingest.jobs.csv_cli import app as import_app
 from gpuledger.ingest.cli import app as ingest_app
-from gpuledger.ingest.nvml_cli import agent_command
+from gpuledger.ingest.metrics.nvml_cli import agent_command
 from gpuledger.simulator.cli import app as simulate_app
 
 app = typer.Typer(

@@ -26,7 +26,7 @@ from gpuledger.analytics.budget import budget_burn
 from gpuledger.analytics.chargeback import chargeback_lines, chargeback_totals
 from gpuledger.analytics.fairshare import delivery
 from gpuledger.analytics.load import load_hourly, load_samples_for_hours
-from warehouse.rollups import refresh_gpu_hourly
+from gpuledger.warehouse.rollups import refresh_gpu_hourly
 from gpuledger.analytics.usage import project_usage
 from gpuledger.analytics.utilization import utilization_hourly
 from tests._analytics_frames import allocations, at, budgets, every, gpus, jobs, org, rate_card, samples
@@ -183,7 +183,7 @@ def _sample_rows():
 
 @pytest.fixture()
 def con(tmp_path):
-    import warehouse
+    from gpuledger import warehouse
 
     with warehouse.open_writer(tmp_path / "wh.duckdb", publish=False) as c:
         rows = pl.DataFrame(samples(_sample_rows()).collect())
@@ -233,7 +233,7 @@ def test_load_hourly_falls_back_when_the_rollup_is_behind(con):
 
 
 def test_simulator_keeps_the_rollup_fresh(tmp_path):
-    import warehouse
+    from gpuledger import warehouse
     from gpuledger.config import load_config
     from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.to_warehouse import write_simulation

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-import polars as pl
 import pytest
 
 from gpuledger.analytics.budget import budget_burn, job_funding

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import pytest
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.analytics import reports
 
 pytestmark = pytest.mark.slow

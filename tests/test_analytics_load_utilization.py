@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.analytics.attribution import attribute_usage
 from gpuledger.analytics.chargeback import chargeback_lines
 from gpuledger.analytics.load import load_tables

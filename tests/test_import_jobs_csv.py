@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import warehouse
-from gpuledger.importers.cli import app
-from gpuledger.importers.jobs_csv import CsvHeaderError, parse_jobs_csv
-from warehouse.writes import table_counts
+from gpuledger import warehouse
+from gpuledger.ingest.jobs.csv_cli import app
+from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, parse_jobs_csv
+from gpuledger.warehouse.writes import table_counts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "jobs_malformed.csv"
 

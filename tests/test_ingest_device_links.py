@@ -6,7 +6,7 @@ import datetime as dt
 
 import polars as pl
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.analytics import reports
 from gpuledger.ingest.device_links import link_devices
 
@@ -122,7 +122,7 @@ def test_a_kubernetes_squatter_is_found_once_its_devices_are_linked(warehouse_fi
 
 
 def test_a_scraped_page_links_its_pods_to_known_jobs(warehouse_file):
-    from gpuledger.ingest.scrape import ingest_page
+    from gpuledger.ingest.metrics.scrape import ingest_page
 
     page = (
         '# TYPE DCGM_FI_PROF_SM_ACTIVE gauge\n'

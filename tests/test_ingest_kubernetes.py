@@ -15,8 +15,8 @@ from datetime import datetime
 import pytest
 from typer.testing import CliRunner
 
-import warehouse
-from gpuledger.ingest.k8s_mapping import (
+from gpuledger import warehouse
+from gpuledger.ingest.jobs.k8s_mapping import (
     JobRecord,
     MappingOptions,
     Rejected,
@@ -25,8 +25,8 @@ from gpuledger.ingest.k8s_mapping import (
     mig_fraction,
     parse_duration_s,
 )
-from gpuledger.ingest.kubernetes import IngestStats, KubernetesIngest, api_client
-from gpuledger.ingest.kubernetes_cli import app as kubernetes_app
+from gpuledger.ingest.jobs.kubernetes import IngestStats, KubernetesIngest, api_client
+from gpuledger.ingest.jobs.kubernetes_cli import app as kubernetes_app
 
 try:  # tests/ as a package or as a rootdir on sys.path, whichever the layout gives
     from tests.k8s_standin import POD_LIST, KubeStandIn

@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-import warehouse
-from gpuledger.ingest.nvml import read_devices, readings_frames, write_readings
-from gpuledger.ingest.nvml_cli import app as nvml_app
-from gpuledger.ingest.nvml_cli import run_agent
+from gpuledger import warehouse
+from gpuledger.ingest.metrics.nvml import read_devices, readings_frames, write_readings
+from gpuledger.ingest.metrics.nvml_cli import app as nvml_app
+from gpuledger.ingest.metrics.nvml_cli import run_agent
 
 GIB = 2**30
 TS = datetime(2026, 11, 29, 12, 0, 0)
@@ -172,7 +172,7 @@ def test_no_driver_exits_1_with_one_line(tmp_path):
 
 
 def test_no_driver_in_a_real_process(tmp_path):
-    code = "from gpuledger.ingest.nvml_cli import app; app()"
+    code = "from gpuledger.ingest.metrics.nvml_cli import app; app()"
     proc = subprocess.run(
         [sys.executable, "-c", code, "agent", "--once", "--warehouse", str(tmp_path / "w.duckdb")],
         capture_output=True,

@@ -14,10 +14,11 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-import warehouse
-from gpuledger.ingest.exposition_parser import SERIES_COLUMNS
-from gpuledger.ingest.prometheus import backfill, chunk_bounds, long_from_results
-from gpuledger.ingest.scrape import ingest_page, scrape
+from gpuledger import warehouse
+from gpuledger.ingest.metrics.exposition import SERIES_COLUMNS
+from gpuledger.ingest.metrics.prometheus.backfill import backfill, chunk_bounds
+from gpuledger.ingest.metrics.prometheus.decode import long_from_results
+from gpuledger.ingest.metrics.scrape import ingest_page, scrape
 from gpuledger.simulator import SimClock, build_cluster, metrics_page, start_exporters, write_openmetrics
 from gpuledger.simulator.scenario import from_epoch_s
 from tests.helpers.prometheus_rig import PrometheusRig, have_prometheus
@@ -91,7 +92,7 @@ def test_backfill_agrees_with_direct_scrape_sample_for_sample(rig, tmp_path):
 
 
 def _backfill_cmd(prom_url: str, path, start: datetime, end: datetime) -> list[str]:
-    return [sys.executable, "-c", "from gpuledger.ingest.scrape_cli import app; app()", "prometheus",
+    return [sys.executable, "-c", "from gpuledger.ingest.metrics.scrape_cli import app; app()", "prometheus",
             "--url", prom_url, "--start", start.isoformat() + "Z", "--end", end.isoformat() + "Z",
             "--step", "30s", "--chunk", "5m", "--progress", "lines", "--warehouse", str(path)]
 

@@ -11,9 +11,11 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from gpuledger.ingest.exposition_parser import long_to_wide, series_long_to_wide
-from gpuledger.ingest.prometheus import (_NotPlainMatrix, long_from_results, points_from_matrix_json,
-                                         points_from_results, query_chunk_all, query_chunk_all_raw)
+from gpuledger.ingest.metrics.exposition import long_to_wide, series_long_to_wide
+from gpuledger.ingest.metrics.prometheus.chunk import query_chunk_all_raw
+from gpuledger.ingest.metrics.prometheus.client import query_chunk_all
+from gpuledger.ingest.metrics.prometheus.decode import (_NotPlainMatrix, long_from_results,
+                                                         points_from_matrix_json, points_from_results)
 
 METRICS = ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
            "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")

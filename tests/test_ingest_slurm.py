@@ -25,8 +25,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import warehouse
-from gpuledger.ingest.slurm import (
+from gpuledger import warehouse
+from gpuledger.ingest.jobs.slurm import (
     SACCT_FIELDS,
     SacctFormatError,
     parse_json,
@@ -34,7 +34,7 @@ from gpuledger.ingest.slurm import (
     parse_tres_gpus,
     run_sacct,
 )
-from gpuledger.ingest.slurm_cli import app as slurm_app
+from gpuledger.ingest.jobs.slurm_cli import app as slurm_app
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -276,7 +276,7 @@ def test_live_call_runs_the_documented_sacct(tmp_path, warehouse_file):
 
 
 def test_live_call_failure_is_reported(tmp_path):
-    from gpuledger.ingest.slurm import SacctCallError
+    from gpuledger.ingest.jobs.slurm import SacctCallError
 
     with pytest.raises(SacctCallError, match="not found: install slurm-client"):
         run_sacct("parsable", "now-1hour", "now", sacct=str(tmp_path / "no-sacct"))
@@ -350,7 +350,7 @@ def _wait_for_states(rig, wanted: dict[str, str], deadline_s: float = 60.0) -> N
 
 def _ingest_live(rig, warehouse_path: Path, *extra: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "gpuledger.ingest.slurm_cli", "ingest", "slurm", "--live",
+        [sys.executable, "-m", "gpuledger.ingest.jobs.slurm_cli", "ingest", "slurm", "--live",
          "--start", "now-1hour", "-w", str(warehouse_path), *extra],
         capture_output=True, text=True, env=rig["env"], cwd=REPO, timeout=120, check=False,
     )

@@ -14,14 +14,13 @@ import pytest
 from polars.testing import assert_frame_equal
 from prometheus_client.parser import text_string_to_metric_families
 
-import warehouse
-from gpuledger import dcgm
+from gpuledger import warehouse
+from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.simulator import (
     build_cluster, fixed_clock, metrics_page, raw_samples, start_exporters, write_openmetrics,
     write_simulation,
 )
 from gpuledger.simulator.dirt import energy_reset_at
-from gpuledger.simulator.scenario import to_epoch_s
 
 START = datetime(2026, 11, 1)
 

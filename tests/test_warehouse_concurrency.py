@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-import warehouse
+from gpuledger import warehouse
 
 HELPER = [sys.executable, "-m", "tests.helpers.sample_writer"]
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,10 +1,9 @@
-import datetime as dt
 
 import duckdb
 import pytest
 
-import warehouse
-from warehouse.db import apply_migrations, migrations
+from gpuledger import warehouse
+from gpuledger.warehouse.db import apply_migrations, migrations
 
 
 def _tables(con):

@@ -3,8 +3,8 @@ import datetime as dt
 import polars as pl
 import pytest
 
-import warehouse
-from warehouse.writes import table_counts
+from gpuledger import warehouse
+from gpuledger.warehouse.writes import table_counts
 
 
 def test_samples_keep_the_first_value_and_reingest_changes_nothing(warehouse_file):

@@ -3,7 +3,7 @@
 Everything that touches the DuckDB file goes through this package (design.md, "Storage rules").
 """
 
-from warehouse.db import (
+from gpuledger.warehouse.db import (
     WAREHOUSE_ENV,
     DEFAULT_WAREHOUSE,
     WarehouseError,
@@ -15,8 +15,8 @@ from warehouse.db import (
     snapshot_path,
     transaction,
 )
-from warehouse.rollups import refresh_gpu_hourly, refresh_gpu_hourly_for
-from warehouse.writes import (
+from gpuledger.warehouse.rollups import refresh_gpu_hourly, refresh_gpu_hourly_for
+from gpuledger.warehouse.writes import (
     QuarantineRow,
     quarantine,
     register_gpus,

@@ -46,7 +46,7 @@ def snapshot_path(path: str | os.PathLike) -> Path:
 def migrations() -> list[tuple[int, str, str]]:
     """(version, file name, SQL) for every migration shipped in warehouse/migrations, in order."""
     found = []
-    for entry in resources.files("warehouse.migrations").iterdir():
+    for entry in resources.files("gpuledger.warehouse.migrations").iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
             found.append((int(match.group(1)), entry.name, entry.read_text()))

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import duckdb
 import polars as pl
 
-from warehouse.db import transaction
+from gpuledger.warehouse.db import transaction
 
 HOUR = timedelta(hours=1)
 

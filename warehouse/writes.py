@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 import duckdb
 import polars as pl
 
-from warehouse.db import transaction
-from warehouse.rollups import refresh_gpu_hourly_for
+from gpuledger.warehouse.db import transaction
+from gpuledger.warehouse.rollups import refresh_gpu_hourly_for
 
 # Natural keys of every table; `upsert` uses them to dedupe a batch before it reaches DuckDB
 # (DuckDB refuses to update the same row twice in one statement).

@@ -16,7 +16,7 @@ from datetime import datetime
 import polars as pl
 
 from gpuledger.analytics.energy import counter_increment
-from gpuledger.analytics.allocations import DEFAULT_TIER, allocation_intervals, gpu_inventory
+from gpuledger.analytics.allocations import DEFAULT_TIER, allocation_intervals
 from gpuledger.analytics.intervals import split_by_hour
 from gpuledger.analytics.tree import rollup_to_nodes
 

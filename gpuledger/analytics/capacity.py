@@ -11,7 +11,7 @@ from datetime import datetime
 
 import polars as pl
 
-from gpuledger.analytics.attribution import gpu_inventory
+from gpuledger.analytics.allocations import gpu_inventory
 from gpuledger.analytics.intervals import hour_grid
 
 

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.analytics import reports
 from gpuledger.analytics.chargeback import period_bounds
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path

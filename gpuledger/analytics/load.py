@@ -14,7 +14,7 @@ import polars as pl
 
 from gpuledger.analytics.squatting import ACTIVITY_COLUMNS, LOOKBACK, held_devices
 from gpuledger.config import SquattingPolicy
-from warehouse.rollups import hour_span, rollup_frame
+from gpuledger.warehouse.rollups import hour_span, rollup_frame
 
 _SAMPLE_COLS = (
     "gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, tensor_active_ratio, dram_active_ratio, "

@@ -1,1 +1,3 @@
-"""Bringing real sources into the warehouse: DCGM scrapes, Prometheus, Kubernetes, Slurm, NVML."""
+"""Bringing real sources into the warehouse. ``metrics/``: what devices did (DCGM scrape,
+Prometheus, NVML). ``jobs/``: who held them (Kubernetes, Slurm, job CSV). ``device_links``
+joins the two."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from gpuledger.ingest import kubernetes_cli, link_cli, scrape_cli, slurm_cli
+from gpuledger.ingest import link_cli
+from gpuledger.ingest.jobs import kubernetes_cli, slurm_cli
+from gpuledger.ingest.metrics import scrape_cli
 
 app = typer.Typer(
     help="Bring metrics and job records from real sources into the warehouse.", no_args_is_help=True

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 import duckdb
 import polars as pl
 
-from warehouse import transaction
+from gpuledger.warehouse import transaction
 
 SOURCE = "labels"
 

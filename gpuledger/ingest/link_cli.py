@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.cli_common import WarehouseOpt, warehouse_path
 from gpuledger.ingest.device_links import link_devices
 from gpuledger.timeparse import parse_utc

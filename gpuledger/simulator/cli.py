@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
 from gpuledger.simulator.scenario import DEFAULT_CLUSTER, DEFAULT_START, build_cluster, to_epoch_s
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuledger.dcgm import DCGM_INT64_BLANK
+from gpuledger.ingest.metrics.dcgm_fields import DCGM_INT64_BLANK
 from gpuledger.simulator.noise import SALT, uniform
 
 GAP_NODE_HOUR_RATE = 0.03

@@ -14,7 +14,7 @@ from typing import TextIO
 import numpy as np
 import polars as pl
 
-from gpuledger import dcgm
+from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.simulator import dirt
 from gpuledger.simulator.cluster import DRIVER_VERSION
 from gpuledger.simulator.labels import job_labels

@@ -1,5 +1,5 @@
 """Write a simulated cluster into the warehouse: reference data, inventory, jobs, allocations and
-samples in time chunks, through the same cleaner a real scrape uses (gpuledger.dcgm.clean_wide).
+samples in time chunks, through the same cleaner a real scrape uses (gpuledger.ingest.metrics.dcgm_fields.clean_wide).
 
 Idempotent: every table is written on its natural key, so a rerun changes no row counts. Dirt is
 cleaned, not skipped: blanks become NULL, host spellings are canonicalized before samples are matched
@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import polars as pl
 
-import warehouse
-from gpuledger import dcgm
+from gpuledger import warehouse
+from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.simulator import dirt
 from gpuledger.simulator.labels import job_labels
 from gpuledger.simulator.scenario import SimCluster

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-import warehouse
+from gpuledger import warehouse
 
 
 def main(path: str, marker: str, batches: int, rows: int, first_gpu_id: int) -> None:

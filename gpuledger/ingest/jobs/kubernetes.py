@@ -12,7 +12,7 @@ The API side follows the client-go informer pattern with the official ``kubernet
    a watch stream ends (they change rarely; one pod watch keeps this a single connection).
 
 Objects are read as raw JSON (``_preload_content=False`` / ``Watch(return_type="object")``) so a
-malformed object is quarantined by :func:`~gpuledger.ingest.k8s_mapping.map_pod` instead of
+malformed object is quarantined by :func:`~gpuledger.ingest.jobs.k8s_mapping.map_pod` instead of
 failing the client's model deserialisation for the whole page. Mapping lives in ``k8s_mapping``.
 """
 
@@ -35,9 +35,9 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.ingest.device_links import link_devices_for_jobs
-from gpuledger.ingest.k8s_mapping import (
+from gpuledger.ingest.jobs.k8s_mapping import (
     DEFAULT_OPTIONS,
     JobRecord,
     MappingOptions,

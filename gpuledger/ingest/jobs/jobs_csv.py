@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from gpuledger.timeparse import parse_duration_s, parse_utc
-from warehouse import QuarantineRow
+from gpuledger.warehouse import QuarantineRow
 
 SOURCE = "jobs-csv"
 REQUIRED = ("job_id", "cluster", "project", "user", "gpu_model", "gpus", "start_time", "end_time")

@@ -17,8 +17,8 @@ from kubernetes import client as k8s
 from kubernetes.config import ConfigException
 
 from gpuledger.cli_common import WarehouseOpt, warehouse_path
-from gpuledger.ingest.k8s_mapping import MappingOptions
-from gpuledger.ingest.kubernetes import IngestStats, KubernetesIngest, api_client
+from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
+from gpuledger.ingest.jobs.kubernetes import IngestStats, KubernetesIngest, api_client
 
 app = typer.Typer(help="Read job records from a scheduler into the warehouse.", no_args_is_help=True)
 

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.cli_common import WarehouseOpt, warehouse_path
-from gpuledger.ingest.nvml import (
+from gpuledger.ingest.metrics.nvml import (
     DeviceReading,
     NoDriverError,
     NoGpuError,

@@ -1,6 +1,6 @@
-"""A worker process of the Prometheus backfill (``gpuledger.ingest.prometheus.backfill``).
+"""A worker process of the Prometheus backfill (``gpuledger.ingest.metrics.prometheus.backfill``).
 
-Started as ``python -m gpuledger.ingest._prometheus_worker`` (a fresh interpreter: no fork of a
+Started as ``python -m gpuledger.ingest.metrics.prometheus.worker`` (a fresh interpreter: no fork of a
 process holding DuckDB / polars threads, and, unlike multiprocessing's spawn, the caller's main
 script is not re-imported). It reads jobs from stdin and answers each on stdout, one at a time:
 8-byte little-endian length + pickle, the answer being ``(True, result)`` or ``(False, exception)``.
@@ -19,7 +19,7 @@ import traceback
 def main() -> None:
     # Decoding builds many small objects and no cycles; the cyclic GC would only rescan them.
     gc.disable()
-    from gpuledger.ingest.prometheus import _chunk_in_worker
+    from gpuledger.ingest.metrics.prometheus.chunk import _chunk_in_worker
 
     jobs, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the answer stream

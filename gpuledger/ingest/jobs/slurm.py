@@ -42,7 +42,7 @@ import polars as pl
 
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.model_keys import gpu_model_key
-from warehouse import QuarantineRow, quarantine, upsert
+from gpuledger.warehouse import QuarantineRow, quarantine, upsert
 
 SOURCE = "slurm-sacct"
 LIVE_ORIGIN = "sacct"

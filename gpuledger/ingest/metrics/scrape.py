@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 
 import requests
 
-import warehouse
-from gpuledger.ingest.dcgm_writes import store_wide
-from gpuledger.ingest.exposition_parser import DEFAULT_MAX_FUTURE_S, long_to_wide, parse_exposition
+from gpuledger import warehouse
+from gpuledger.ingest.metrics.writes import store_wide
+from gpuledger.ingest.metrics.exposition import DEFAULT_MAX_FUTURE_S, long_to_wide, parse_exposition
 
 SOURCE = "scrape"
 DEFAULT_CLUSTER = "default"

@@ -8,9 +8,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.cli_common import WarehouseOpt, warehouse_path
-from gpuledger.ingest.slurm import (
+from gpuledger.ingest.jobs.slurm import (
     LIVE_ORIGIN,
     SACCT_FIELDS,
     SacctCallError,
@@ -85,7 +85,7 @@ def slurm(
 
 
 if __name__ == "__main__":
-    # Standalone, shaped like the real CLI: `python -m gpuledger.ingest.slurm_cli ingest slurm ...`.
+    # Standalone, shaped like the real CLI: `python -m gpuledger.ingest.jobs.slurm_cli ingest slurm ...`.
     root = typer.Typer(add_completion=False)
     root.add_typer(app, name="ingest")
     root()

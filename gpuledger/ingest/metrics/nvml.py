@@ -26,8 +26,8 @@ from typing import Any
 
 import polars as pl
 
-import warehouse
-from gpuledger.ingest.k8s_mapping import mig_fraction
+from gpuledger import warehouse
+from gpuledger.ingest.jobs.k8s_mapping import mig_fraction
 from gpuledger.ingest.model_keys import gpu_model_key
 
 SOURCE = "nvml"

@@ -10,7 +10,7 @@ What is refused (one ``Reject`` per line, the rest of the page still lands):
 
 * truncated lines, unbalanced quotes, malformed label sets, a value that is not a number;
 * NaN / +-Inf values; negative or absurd values (a ratio above 1 after unit conversion, power above
-  5 kW, ...). DCGM *blank* sentinels are not refused: they become NULL (``gpuledger.dcgm``);
+  5 kW, ...). DCGM *blank* sentinels are not refused: they become NULL (``gpuledger.ingest.metrics.dcgm_fields``);
 * label values longer than ``MAX_LABEL_LEN`` characters;
 * a series repeated in one page (the first copy is kept);
 * an explicit timestamp more than ``max_future_s`` after the scrape time;
@@ -28,7 +28,6 @@ over the plain label (the plain one then names the scrape target, not the GPU's 
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -37,7 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from gpuledger import dcgm
+from gpuledger.ingest.metrics import dcgm_fields as dcgm
+from gpuledger.ingest.metrics.values import FIELD_CHECKS, value_problem
 from gpuledger.ingest.model_keys import gpu_model_key
 
 MAX_LABEL_LEN = 1024  # characters; real DCGM labels are < 100, a 10 kB label is garbage
@@ -60,16 +60,6 @@ _K8S_SPELLINGS = {
     "pod": ("exported_pod", "pod", "pod_name", "exported_pod_name"),
     "container": ("exported_container", "container", "container_name", "exported_container_name"),
 }
-
-# Plausible range of each meaning in its base unit (ratio, bytes, W, J, Hz, C); outside -> refused.
-VALUE_BOUNDS: dict[str, tuple[float, float]] = {
-    "sm_active": (0.0, 1.0), "gr_engine_active": (0.0, 1.0), "tensor_active": (0.0, 1.0),
-    "dram_active": (0.0, 1.0), "gpu_util": (0.0, 1.0),
-    "fb_used": (0.0, 2.0 * 2**40), "fb_free": (0.0, 2.0 * 2**40), "fb_reserved": (0.0, 2.0 * 2**40),
-    "power": (0.0, 5000.0), "energy": (0.0, math.inf),
-    "sm_clock_hz": (0.0, 10e9), "gpu_temp_c": (-40.0, 200.0),
-}
-_RATIO_SLACK = 1e-9
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(?:,|\Z)')
@@ -153,44 +143,6 @@ def normalize_labels(labels: dict[str, str], *, drop_plain_k8s: bool = False) ->
     return (uuid, mig, host, gpu_index, labels.get("pci_bus_id") or None,
             labels.get("modelName") or None, labels.get("GPU_I_PROFILE") or None,
             k8s["namespace"], k8s["pod"], k8s["container"], labels.get("hpc_job") or None)
-
-
-def _field_checks() -> dict[str, tuple]:
-    """metric -> (low, high) in the exported unit, plus the blank test's type."""
-    checks = {}
-    for f in dcgm.FIELDS:
-        lo, hi = VALUE_BOUNDS.get(f.meaning, (-math.inf, math.inf))
-        factor = dcgm.UNIT_TO_BASE[f.unit]
-        slack = _RATIO_SLACK if hi == 1.0 else 0.0
-        checks[f.metric] = (lo / factor, (hi + slack) / factor, f.dcgm_type, f.meaning, f.unit)
-    return checks
-
-
-FIELD_CHECKS = _field_checks()
-
-
-def _is_blank(value: float, dcgm_type: str) -> bool:
-    if value >= dcgm.SENTINEL_FLOOR:
-        return True
-    if dcgm_type == "fp64":
-        return value >= dcgm.DCGM_FP64_BLANK
-    if dcgm_type == "int32":
-        return dcgm.DCGM_INT32_BLANK <= value <= 0x7FFFFFFF
-    return False
-
-
-def value_problem(metric: str, value: float) -> str | None:
-    """Why a (finite or not) value of a catalogued metric is refused, or None when it is fine."""
-    if value != value or value in (math.inf, -math.inf):
-        return f"non-finite value {value!r}"
-    lo, hi, dcgm_type, meaning, unit = FIELD_CHECKS[metric]
-    if _is_blank(value, dcgm_type):
-        return None  # DCGM blank: stored as NULL
-    if value < lo:
-        return f"value {value!r} {unit} below the plausible range of {meaning} (>= {lo:g})"
-    if value > hi:
-        return f"value {value!r} {unit} above the plausible range of {meaning} (<= {hi:g})"
-    return None
 
 
 def parse_exposition(
@@ -323,7 +275,7 @@ def long_to_wide(long: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     * ``hpc_job`` copies (one copy of every series per job on the GPU) collapse to one sample per
       (device, ts), the warehouse's natural key; the row keeps the smallest job id (and its pod
       labels), so the choice does not depend on line order.
-    * Units, sentinels, fb_total and host spellings go through ``gpuledger.dcgm.clean_wide``.
+    * Units, sentinels, fb_total and host spellings go through ``gpuledger.ingest.metrics.dcgm_fields.clean_wide``.
     * MIG: power and energy are device-level; every instance repeats its GPU's value. Only the
       instance with the lowest GPU_I_ID present at that ts keeps them, the others get NULL, so a sum
       over rows counts each physical GPU once (see ``device_level_once``).

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger.cli_common import WarehouseOpt, warehouse_path
-from gpuledger.ingest import prometheus as prom
-from gpuledger.ingest import scrape as scraping
+from gpuledger.ingest.metrics.prometheus import backfill as prom
+from gpuledger.ingest.metrics import scrape as scraping
 from gpuledger.timeparse import parse_duration_s, parse_utc
 
 app = typer.Typer(help="Ingest DCGM samples: scrape dcgm-exporter endpoints or backfill from Prometheus.",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import polars as pl
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.ingest.device_links import link_devices_for_samples
-from gpuledger.ingest.exposition_parser import inventory_from_wide
+from gpuledger.ingest.metrics.exposition import inventory_from_wide
 
 
 def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str) -> int:

@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-import warehouse
+from gpuledger import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
-from gpuledger.importers.jobs_csv import CsvHeaderError, read_jobs_csv
+from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
 from gpuledger.ingest.device_links import link_devices_for_jobs
 
 app = typer.Typer(help="Import job records from files.", no_args_is_help=True)

@@ -1,0 +1,68 @@
+"""One backfill chunk, fetched and decoded: what a worker (process or thread) runs ahead of the
+writes. The result is the wide frame the warehouse writer takes."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Sequence
+
+import polars as pl
+
+from gpuledger.ingest.metrics.exposition import series_long_to_wide
+from gpuledger.ingest.metrics.prometheus.client import (_get_body, _new_session, _parse_json,
+                                                         _range_params, query_chunk)
+from gpuledger.ingest.metrics.prometheus.decode import (_NotPlainMatrix, points_from_matrix_json,
+                                                         points_from_results)
+
+
+def query_chunk_all_raw(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int,
+                        **kw) -> tuple[pl.DataFrame, pl.DataFrame, list] | None:
+    """``points_from_results(query_chunk_all(...))`` without building the JSON's millions of small
+    Python lists: Prometheus' matrix JSON is parsed in bulk (``points_from_matrix_json``). None when
+    this server drops ``__name__`` (then ask per metric)."""
+    if b <= a or not metrics:
+        return points_from_results({m: [] for m in metrics}, url=url)
+    query = f"{url.rstrip('/')}/api/v1/query_range"
+    params = _range_params(f'{{__name__=~"{"|".join(metrics)}"}}', a, b, step_s)
+    status, content = _get_body(session, query, params, **kw)
+    try:
+        return points_from_matrix_json(content, metrics, url=url)
+    except _NotPlainMatrix:  # an error, or JSON we do not read in bulk: the generic path decides
+        data = _parse_json(query, params, status, content)
+    out: dict[str, list[dict]] = {m: [] for m in metrics}
+    for series in data.get("result", []):
+        name = series["metric"].get("__name__")
+        if name not in out:
+            return None
+        out[name].append(series)
+    return points_from_results(out, url=url)
+
+
+_SESSIONS = threading.local()
+
+
+def _decode_chunk(*, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, kw: dict,
+                  compress: bool, per_metric: bool) -> tuple[pl.DataFrame, list, int, bool]:
+    """Query, decode and reshape one chunk: (wide frame, quarantine rows, points, whether the server
+    drops ``__name__`` so the chunk was asked per metric). Runs ahead of the writes, on a worker."""
+    session = getattr(_SESSIONS, "session", None)
+    if session is None or _SESSIONS.compress != compress:  # one session per worker thread / process
+        session = _SESSIONS.session = _new_session(compress)
+        _SESSIONS.compress = compress
+    decoded = None if per_metric else query_chunk_all_raw(session, url, metrics, a, b, step_s, **kw)
+    if decoded is None:
+        per_metric = True
+        fetched = {m: query_chunk(session, url, m, a, b, step_s, **kw) for m in metrics}
+        decoded = points_from_results(fetched, url=url)
+        del fetched
+    points, series, rejects = decoded
+    return series_long_to_wide(points, series), rejects, points.height, per_metric
+
+
+def _chunk_in_worker(**job) -> tuple[bytes, list, int, bool]:
+    """``_decode_chunk`` in a worker process; the wide frame travels back as Arrow IPC bytes."""
+    wide, rejects, points, per_metric = _decode_chunk(**job)
+    buffer = io.BytesIO()
+    wide.write_ipc(buffer)
+    return buffer.getvalue(), rejects, points, per_metric
