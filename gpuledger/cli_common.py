@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gpuledger.config import CONFIG_ENV, ConfigError, load_config
-from gpuledger.warehouse import WAREHOUSE_ENV, resolve_warehouse_path
+from gpuledger.warehouse.paths import WAREHOUSE_ENV, resolve_warehouse_path
 
 WarehouseOpt = Annotated[
     Path | None,

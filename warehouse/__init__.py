@@ -3,28 +3,41 @@
 Everything that touches the DuckDB file goes through this package (design.md, "Storage rules").
 """
 
-from gpuledger.warehouse.db import (
-    WAREHOUSE_ENV,
-    DEFAULT_WAREHOUSE,
-    WarehouseError,
-    apply_migrations,
-    open_reader,
-    open_writer,
-    resolve_warehouse_path,
-    schema_version,
-    snapshot_path,
-    transaction,
-)
-from gpuledger.warehouse.rollups import refresh_gpu_hourly, refresh_gpu_hourly_for
-from gpuledger.warehouse.writes import (
-    QuarantineRow,
-    quarantine,
-    register_gpus,
-    replace_reference,
-    table_counts,
-    upsert,
-    write_samples,
-)
+# Names resolve on first use (PEP 562), so `from gpuledger import warehouse` costs nothing until a
+# command really opens the file: `gpuledger --help` must not import DuckDB and polars.
+_HOMES = {
+    "WAREHOUSE_ENV": "paths",
+    "DEFAULT_WAREHOUSE": "paths",
+    "WarehouseError": "db",
+    "apply_migrations": "db",
+    "open_reader": "db",
+    "open_writer": "db",
+    "resolve_warehouse_path": "paths",
+    "schema_version": "db",
+    "snapshot_path": "db",
+    "transaction": "db",
+    "refresh_gpu_hourly": "rollups",
+    "refresh_gpu_hourly_for": "rollups",
+    "QuarantineRow": "writes",
+    "quarantine": "writes",
+    "register_gpus": "writes",
+    "replace_reference": "writes",
+    "table_counts": "writes",
+    "upsert": "writes",
+    "write_samples": "writes",
+}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'gpuledger.warehouse' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"gpuledger.warehouse.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "WAREHOUSE_ENV",

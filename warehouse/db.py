@@ -24,19 +24,13 @@ from pathlib import Path
 
 import duckdb
 
-WAREHOUSE_ENV = "GPULEDGER_WAREHOUSE"
-DEFAULT_WAREHOUSE = Path("data/gpuledger.duckdb")
+from gpuledger.warehouse.paths import DEFAULT_WAREHOUSE, WAREHOUSE_ENV, resolve_warehouse_path  # noqa: F401
+
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
 
 class WarehouseError(RuntimeError):
     """The warehouse cannot be used as asked; the message says what to run or fix."""
-
-
-def resolve_warehouse_path(path: str | os.PathLike | None = None) -> Path:
-    """The warehouse file: the argument, else $GPULEDGER_WAREHOUSE, else ./data/gpuledger.duckdb."""
-    chosen = path or os.environ.get(WAREHOUSE_ENV) or DEFAULT_WAREHOUSE
-    return Path(chosen)
 
 
 def snapshot_path(path: str | os.PathLike) -> Path:
