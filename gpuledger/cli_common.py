@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gpuledger.config import CONFIG_ENV, ConfigError, load_config
+from gpuledger.config_files import CONFIG_ENV
 from gpuledger.warehouse.paths import WAREHOUSE_ENV, resolve_warehouse_path
 
 WarehouseOpt = Annotated[
@@ -38,6 +38,8 @@ def warehouse_path(option: Path | None) -> Path:
 
 def config_or_exit(option: Path | None):
     """Load the config, or print its validation errors and exit 2."""
+    from gpuledger.config import ConfigError, load_config  # pydantic + polars: only when needed
+
     try:
         return load_config(option)
     except ConfigError as exc:

@@ -11,7 +11,6 @@ import calendar
 import os
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -19,8 +18,12 @@ import polars as pl
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-CONFIG_ENV = "GPULEDGER_CONFIG"
-LOCAL_CONFIG = Path("gpuledger.yaml")
+from gpuledger.config_files import (  # noqa: F401  (re-exported: callers import them from here)
+    CONFIG_ENV,
+    LOCAL_CONFIG,
+    example_config_text,
+    resolve_config_path,
+)
 Tier = Literal["reserved", "on-demand", "spot"]
 
 
@@ -207,16 +210,6 @@ class ConfigError(ValueError):
     """The config file is unreadable or invalid; the message names the file and field."""
 
 
-def resolve_config_path(path: str | os.PathLike | None = None) -> Path:
-    """--config, else $GPULEDGER_CONFIG, else ./gpuledger.yaml, else the packaged example."""
-    chosen = path or os.environ.get(CONFIG_ENV)
-    if chosen:
-        return Path(chosen)
-    if LOCAL_CONFIG.exists():
-        return LOCAL_CONFIG
-    return Path(str(resources.files("gpuledger.data") / "example-config.yaml"))
-
-
 def _describe(error: ValidationError, source: Path) -> str:
     lines = [f"{source}: {error.error_count()} problem(s) in the config"]
     for item in error.errors():
@@ -241,5 +234,3 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(_describe(exc, source)) from None
 
 
-def example_config_text() -> str:
-    return (resources.files("gpuledger.data") / "example-config.yaml").read_text()
