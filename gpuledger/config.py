@@ -24,6 +24,8 @@ from gpuledger.config_files import (  # noqa: F401  (re-exported: callers import
     example_config_text,
     resolve_config_path,
 )
+from gpuledger.errors import UsageError
+
 Tier = Literal["reserved", "on-demand", "spot"]
 
 
@@ -136,12 +138,68 @@ class Policy(_Strict):
     enforcement: EnforcementPolicy = Field(default_factory=EnforcementPolicy)
 
 
+class ScrapeSource(_Strict):
+    """dcgm-exporter /metrics endpoints scraped by the pipelines' ingest (one round per run)."""
+
+    targets: list[str] = Field(min_length=1)
+    cluster: str = "default"
+    timeout_s: float = Field(default=10.0, gt=0)
+    retries: int = Field(default=1, ge=0)
+
+
+class PrometheusSource(_Strict):
+    """A Prometheus server holding DCGM series, backfilled one day partition at a time."""
+
+    url: str = Field(min_length=1)
+    cluster: str = "default"
+    step_s: int = Field(default=30, gt=0)
+
+
+class KubernetesSource(_Strict):
+    """A Kubernetes cluster whose GPU pods and Kueue Workloads become job rows."""
+
+    kubeconfig: str | None = None  # default: $KUBECONFIG, ~/.kube/config, else in-cluster
+    context: str | None = None
+    cluster: str = "default"
+    project_label: str = "gpuledger.io/project"
+    user_label: str = "gpuledger.io/user"
+    namespace_projects: dict[str, str] = Field(default_factory=dict)
+
+
+class SlurmSource(_Strict):
+    """Slurm accounting: a live ``sacct`` call over the last ``lookback_hours``, or an export file."""
+
+    sacct: str = "sacct"
+    file: str | None = None  # a saved `sacct -a -X --json` / `--parsable2` export instead of a live call
+    lookback_hours: float = Field(default=24, gt=0)
+    tz: str = "UTC"
+    cluster: str | None = None
+
+
+class JobsCsvSource(_Strict):
+    """A folder watched for generic job CSV files (one import per new or changed file)."""
+
+    folder: str = Field(min_length=1)
+    pattern: str = "*.csv"
+
+
+class Sources(_Strict):
+    """Where the pipelines ingest from; a source left out is skipped (and says so)."""
+
+    scrape: ScrapeSource | None = None
+    prometheus: PrometheusSource | None = None
+    kubernetes: KubernetesSource | None = None
+    slurm: SlurmSource | None = None
+    jobs_csv: JobsCsvSource | None = None
+
+
 class Config(_Strict):
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     org: OrgNode
     budgets: list[Budget] = Field(default_factory=list)
     rate_card: list[Rate] = Field(default_factory=list)
     policy: Policy = Field(default_factory=Policy)
+    sources: Sources = Field(default_factory=Sources)
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
@@ -206,7 +264,7 @@ class Config(_Strict):
         )
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):  # a ValueError too; exit 2 at the CLI
     """The config file is unreadable or invalid; the message names the file and field."""
 
 

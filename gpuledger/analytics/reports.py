@@ -104,15 +104,17 @@ def chargeback_report(
 
 def usage_report(
     con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime, by: str = "project",
-    policy: Policy | None = None, now: datetime | None = None,
+    policy: Policy | None = None, now: datetime | None = None, per_hour: bool = False,
 ) -> pl.DataFrame:
     """Allocated / active / idle / unknown GPU-hours and energy (kWh) per job, user, project or
-    org node over [start, end)."""
+    org node over [start, end); with ``per_hour`` one row per key and UTC ``hour``."""
     policy = policy or Policy()
     now = now or data_now(con)
     t = load_tables(con, start=start, end=end, samples=False)
     used = attribution(con, t, start=start, end=end, now=now, policy=policy)
-    out = rollup_usage(used, t.jobs, by=by, org_nodes=t.org_nodes).collect()
+    out = rollup_usage(used, t.jobs, by=by, org_nodes=t.org_nodes, per_hour=per_hour).collect()
+    if per_hour:
+        return out.sort(["hour", "gpu_hours_allocated"], descending=[False, True])
     return out.sort("gpu_hours_allocated", descending=True)
 
 
