@@ -3,15 +3,19 @@ this file only assembles them and holds the few commands about the warehouse its
 
 from __future__ import annotations
 
+import os
+
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpuledger import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
-from gpuledger.config import example_config_text, resolve_config_path
+from gpuledger.errors import GpuledgerError, printable
+from gpuledger.config_files import example_config_text, resolve_config_path
 from gpuledger.analytics import cli as analytics_cli
-from gpuledger.analytics import reports
+from gpuledger.lazy import lazy_import
 from gpuledger.ingest.jobs.csv_cli import app as import_app
 from gpuledger.ingest.cli import app as ingest_app
 from gpuledger.ingest.metrics.nvml_cli import agent_command
@@ -34,6 +38,9 @@ app.command("fairshare")(analytics_cli.fairshare)
 app.command("budget")(analytics_cli.budget)
 app.command("squatters")(analytics_cli.squatters)
 console = Console()
+DEBUG_ENV = "GPULEDGER_DEBUG"
+_debug = False  # set by the --debug option
+reports = lazy_import("gpuledger.analytics.reports")
 
 
 @app.command()
@@ -89,7 +96,7 @@ def summary(warehouse_file: WarehouseOpt = None) -> None:
 def quarantine_list(
     warehouse_file: WarehouseOpt = None,
     source: str | None = typer.Option(None, help="only this source, e.g. jobs-csv or scrape"),
-    limit: int = typer.Option(20, help="rows to show"),
+    limit: int = typer.Option(20, min=0, help="rows to show"),
 ) -> None:
     """Show quarantined input: where it came from, why it was refused, the raw text."""
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
@@ -101,19 +108,52 @@ def quarantine_list(
     table = Table(title="quarantine")
     for col in ("source", "location", "reason", "raw text"):
         table.add_column(col)
-    for row in rows:
-        table.add_row(*[str(v) for v in row])
+    for row in rows:  # Text, not markup: raw input may hold "[/x]"; never raw bytes to the terminal
+        table.add_row(*[Text(printable(str(v))) for v in row])
     console.print(table)
 
 
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", envvar=DEBUG_ENV,
+                               help=f"show the Python traceback of an error (env {DEBUG_ENV}=1)"),
+) -> None:
+    """gpuledger: GPU-time analytics, fair share, budgets, chargeback and idle-GPU enforcement."""
+    global _debug
+    _debug = debug
+
+
+def _known_exit_code(exc: BaseException) -> int | None:
+    """The exit code of a problem whose message says what to fix; None for anything else."""
+    if isinstance(exc, GpuledgerError):  # ConfigError too
+        return exc.exit_code
+    # Checked by name: importing their modules here would load DuckDB for `--help`.
+    if type(exc).__name__ == "WarehouseError":
+        return getattr(exc, "exit_code", 2)
+    if type(exc).__name__ == "MissingExtra":
+        return getattr(exc, "exit_code", 1)
+    return None
+
+
 def main() -> None:
-    """The `gpuledger` program: known problems end in one line naming the fix, not a traceback."""
+    """The `gpuledger` program: a known problem (a user's mistake, a broken environment, a source
+    answering wrongly) ends in ONE line naming the file, line, field or option and the fix, exit 2
+    for a usage error and 1 for a failed run; anything else in one "internal error" line. With
+    --debug (or $GPULEDGER_DEBUG=1) the traceback is shown instead."""
     try:
         app()
-    except warehouse.WarehouseError as exc:
-        Console(stderr=True).print(f"[red]gpuledger: {exc}[/red]")
-        raise SystemExit(2) from None
-
+    except Exception as exc:  # noqa: BLE001 - the one error boundary of the program
+        if _debug or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes"):
+            raise
+        code = _known_exit_code(exc)
+        lines = (str(exc).strip() or type(exc).__name__).splitlines()
+        if code is None:
+            code = 1
+            lines = [f"internal error: {type(exc).__name__}: {lines[0]}; rerun with --debug and report it"]
+        # a config error lists one problem per line; raw text from a source is escaped
+        typer.secho("\n".join(f"gpuledger: {printable(lines[0])}" if i == 0 else printable(line)
+                              for i, line in enumerate(lines)), err=True, fg="red")
+        raise SystemExit(code) from None
 
 if __name__ == "__main__":
     main()

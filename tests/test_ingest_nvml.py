@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from gpuledger import warehouse
 from gpuledger.ingest.metrics.nvml import read_devices, readings_frames, write_readings
 from gpuledger.ingest.metrics.nvml_cli import app as nvml_app
-from gpuledger.ingest.metrics.nvml_cli import run_agent
+from gpuledger.ingest.metrics.agent import run_agent
 
 GIB = 2**30
 TS = datetime(2026, 11, 29, 12, 0, 0)

@@ -10,17 +10,20 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
-from gpuledger.analytics.chargeback import period_bounds
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
+from gpuledger.lazy import lazy_import
 from gpuledger.timeparse import parse_utc
+
+reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
+if TYPE_CHECKING:
+    import polars as pl
 
 report_app = typer.Typer(help="Reports over a period: chargeback, usage, utilization.", no_args_is_help=True)
 console = Console()
@@ -99,6 +102,8 @@ def chargeback(
 ) -> None:
     """Chargeback lines: allocated GPU-hours × price (model, tier, as of each hour), exact to the
     cent, idle capacity on its own line or spread (config policy.chargeback.idle_cost)."""
+    from gpuledger.analytics.chargeback import period_bounds
+
     cfg = config_or_exit(config)
     try:
         period_bounds(period)

@@ -8,7 +8,6 @@ from rich.console import Console
 
 from gpuledger import warehouse
 from gpuledger.cli_common import WarehouseOpt, warehouse_path
-from gpuledger.ingest.device_links import link_devices
 from gpuledger.timeparse import parse_utc
 
 app = typer.Typer()
@@ -22,6 +21,8 @@ def link_devices_command(
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Give Kubernetes pods and Slurm jobs the devices DCGM's pod / hpc_job labels saw them on."""
+    from gpuledger.ingest.device_links import link_devices
+
     try:
         lo, hi = parse_utc(start), parse_utc(end)
     except ValueError as exc:

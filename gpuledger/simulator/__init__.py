@@ -9,10 +9,33 @@ Python API::
     write_openmetrics(sim, fh, sim.start_s, sim.end_s)
 """
 
-from gpuledger.simulator.exporter import Exporters, SimClock, fixed_clock, start_exporters
-from gpuledger.simulator.exposition import metrics_page, write_openmetrics
-from gpuledger.simulator.scenario import SimCluster, build_cluster, from_epoch_s, to_epoch_s
-from gpuledger.simulator.to_warehouse import raw_samples, write_simulation
+# Names resolve on first use (PEP 562): the CLI imports this package for --help without numpy.
+_HOMES = {
+    "Exporters": "exporter",
+    "SimClock": "exporter",
+    "fixed_clock": "exporter",
+    "start_exporters": "exporter",
+    "metrics_page": "exposition",
+    "write_openmetrics": "exposition",
+    "SimCluster": "scenario",
+    "build_cluster": "scenario",
+    "from_epoch_s": "scenario",
+    "to_epoch_s": "scenario",
+    "raw_samples": "to_warehouse",
+    "write_simulation": "to_warehouse",
+}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'gpuledger.simulator' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"gpuledger.simulator.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Exporters", "SimClock", "SimCluster", "build_cluster", "fixed_clock", "from_epoch_s",

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from gpuledger import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
-from gpuledger.simulator.scenario import DEFAULT_CLUSTER, DEFAULT_START, build_cluster, to_epoch_s
+from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START
 
 app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (same seed => same data).",
                   no_args_is_help=True)
@@ -53,6 +53,7 @@ def simulate_warehouse(
     config: ConfigOpt = None,
 ) -> None:
     """Write the org config, inventory, jobs, allocations and samples into the warehouse (idempotent)."""
+    from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.to_warehouse import write_simulation
 
     cfg = config_or_exit(config)
@@ -86,6 +87,7 @@ def simulate_serve(
     config: ConfigOpt = None,
 ) -> None:
     """Serve live dcgm-exporter /metrics endpoints, one port per node, until Ctrl-C."""
+    from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.exporter import SimClock, start_exporters
 
     cfg = config_or_exit(config)
@@ -118,6 +120,7 @@ def simulate_openmetrics(
     config: ConfigOpt = None,
 ) -> None:
     """Write an OpenMetrics file for `promtool tsdb create-blocks-from openmetrics FILE DIR`."""
+    from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.exposition import write_openmetrics
 
     cfg = config_or_exit(config)
@@ -129,4 +132,4 @@ def simulate_openmetrics(
     console.print(f"{out}: {n:,} samples, {sim.start.isoformat()}Z .. {sim.end.isoformat()}Z")
 
 
-__all__ = ["app", "to_epoch_s"]
+__all__ = ["app"]

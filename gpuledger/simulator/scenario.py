@@ -9,8 +9,7 @@ from gpuledger.config import Config, load_config
 from gpuledger.simulator.cluster import Hardware, build_hardware
 from gpuledger.simulator.workload import Workload, simulate_workload
 
-DEFAULT_START = datetime(2026, 11, 1)
-DEFAULT_CLUSTER = "sim"
+from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START  # noqa: F401, E402
 
 
 def to_epoch_s(moment: datetime) -> int:

@@ -9,8 +9,6 @@ from rich.console import Console
 
 from gpuledger import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
-from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
-from gpuledger.ingest.device_links import link_devices_for_jobs
 
 app = typer.Typer(help="Import job records from files.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -24,6 +22,9 @@ def import_jobs(
 ) -> None:
     """Import a generic job CSV. Bad rows go to quarantine with line numbers; good rows land;
     re-importing the same file changes nothing."""
+    from gpuledger.ingest.device_links import link_devices_for_jobs
+    from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
+
     cfg = config_or_exit(config)
     try:
         parsed = read_jobs_csv(file, set(cfg.projects()))

@@ -13,12 +13,9 @@ from typing import Annotated
 
 import typer
 import yaml
-from kubernetes import client as k8s
-from kubernetes.config import ConfigException
 
 from gpuledger.cli_common import WarehouseOpt, warehouse_path
 from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
-from gpuledger.ingest.jobs.kubernetes import IngestStats, KubernetesIngest, api_client
 
 app = typer.Typer(help="Read job records from a scheduler into the warehouse.", no_args_is_help=True)
 
@@ -60,7 +57,7 @@ def parse_namespace_map(values: list[str]) -> dict[str, str]:
     return mapping
 
 
-def _summary(stats: IngestStats) -> str:
+def _summary(stats) -> str:
     return (
         f"{stats.pods_listed} pods and {stats.workloads_listed} workloads listed, {stats.watch_events} watch "
         f"events; {stats.jobs_written} job rows written, {stats.quarantined} quarantined, "
@@ -101,6 +98,13 @@ def ingest_kubernetes_command(
 ) -> None:
     """List (and with --watch, follow) pods requesting nvidia.com/gpu or MIG slices, plus Kueue
     Workloads, into the warehouse's jobs table. Re-running changes no row counts."""
+    from gpuledger.extras import require
+
+    k8s = require("kubernetes.client")  # the [kubernetes] extra; a clear message when it is missing
+    from kubernetes.config import ConfigException
+
+    from gpuledger.ingest.jobs.kubernetes import KubernetesIngest, api_client
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     options = MappingOptions(
         project_label=project_label,

@@ -10,16 +10,6 @@ from rich.console import Console
 
 from gpuledger import warehouse
 from gpuledger.cli_common import WarehouseOpt, warehouse_path
-from gpuledger.ingest.jobs.slurm import (
-    LIVE_ORIGIN,
-    SACCT_FIELDS,
-    SacctCallError,
-    SacctFormatError,
-    parse_sacct,
-    run_sacct,
-    summary_line,
-    write_batch,
-)
 
 app = typer.Typer(help="Bring job records into the warehouse.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
@@ -55,6 +45,17 @@ def slurm(
     Unreadable lines go to quarantine (source slurm-sacct) beside the good ones; re-importing
     changes nothing, and a newer export updates a job's state and end time.
     """
+    from gpuledger.ingest.jobs.slurm import (
+        LIVE_ORIGIN,
+        SACCT_FIELDS,
+        SacctCallError,
+        SacctFormatError,
+        parse_sacct,
+        run_sacct,
+        summary_line,
+        write_batch,
+    )
+
     if (file is None) == (not live):
         console.print("[red]give exactly one of --file F or --live[/red]")
         raise typer.Exit(2)

@@ -27,7 +27,7 @@ from gpuledger.ingest.metrics.writes import store_wide
 from gpuledger.ingest.metrics.exposition import DEFAULT_MAX_FUTURE_S, long_to_wide, parse_exposition
 
 SOURCE = "scrape"
-DEFAULT_CLUSTER = "default"
+from gpuledger.ingest import DEFAULT_CLUSTER  # noqa: E402,F401
 RETRYABLE_STATUS = range(500, 600)
 
 

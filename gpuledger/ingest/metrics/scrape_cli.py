@@ -10,9 +10,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger.cli_common import WarehouseOpt, warehouse_path
-from gpuledger.ingest.metrics.prometheus import backfill as prom
-from gpuledger.ingest.metrics import scrape as scraping
+from gpuledger.ingest import DEFAULT_CLUSTER
+from gpuledger.lazy import lazy_import
 from gpuledger.timeparse import parse_duration_s, parse_utc
+
+# polars / DuckDB behind these load when a command runs, not for --help
+prom = lazy_import("gpuledger.ingest.metrics.prometheus.backfill")
+scraping = lazy_import("gpuledger.ingest.metrics.scrape")
 
 app = typer.Typer(help="Ingest DCGM samples: scrape dcgm-exporter endpoints or backfill from Prometheus.",
                   no_args_is_help=True)
@@ -37,7 +41,7 @@ def scrape_cmd(
     retries: Annotated[int, typer.Option("--retries", help="retries after a timeout, refusal or 5xx", min=0)] = 3,
     backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)")] = 0.5,
     publish_every: Annotated[int, typer.Option("--publish-every", help="publish the reader snapshot every N rounds (and after the last)", min=1)] = 10,
-    cluster: ClusterOpt = scraping.DEFAULT_CLUSTER,
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Scrape dcgm-exporter endpoints concurrently and store their samples; failing targets are
@@ -68,7 +72,7 @@ def prometheus_cmd(
     workers: Annotated[int, typer.Option("--workers", help="worker processes fetching and decoding chunks ahead of the writes (memory: ~450 MB each at 1,024 GPUs x 1 h chunks)", min=1)] = 2,
     gzip: Annotated[bool, typer.Option("--gzip/--no-gzip", help="ask Prometheus for gzip (only worth it over a slow link)")] = False,
     progress: Annotated[str, typer.Option("--progress", help="bar, lines (one line per chunk) or none")] = "bar",
-    cluster: ClusterOpt = prom.DEFAULT_CLUSTER,
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Backfill DCGM samples from Prometheus' HTTP API in resumable chunks (rerun after an

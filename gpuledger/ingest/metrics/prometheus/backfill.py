@@ -44,16 +44,17 @@ from datetime import UTC, datetime
 import polars as pl
 
 from gpuledger import warehouse
+from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.ingest.metrics.prometheus.chunk import _chunk_in_worker, _decode_chunk
-from gpuledger.ingest.metrics.prometheus.client import (BACKFILL_METRICS, PrometheusError, _new_session,
-                                                         discover_metrics)
+from gpuledger.errors import UsageError
+from gpuledger.ingest.metrics.prometheus.client import (BACKFILL_METRICS, NotPrometheusAnswer,
+                                                         PrometheusError, _new_session, discover_metrics)
 from gpuledger.ingest.metrics.prometheus.decode import SOURCE
 from gpuledger.ingest.metrics.prometheus.pool import _chunk_pool, _ChunkPool
 from gpuledger.ingest.metrics.writes import store_wide
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses query_range beyond this resolution
 DEFAULT_CHUNK_S = 3600
-DEFAULT_CLUSTER = "default"
 WRITER_HOLD_S = 20.0  # longest a backfill keeps the writer lock before letting other writers in
 
 
@@ -85,7 +86,7 @@ def chunk_bounds(start_s: int, end_s: int, step_s: int, chunk_s: int) -> list[tu
     """[a, b) chunks on the step grid covering [start_s, end_s): a grid point t is in one chunk
     only. ``chunk_s`` is rounded down to whole steps and capped at 11,000 points."""
     if step_s <= 0:
-        raise ValueError(f"step must be positive, not {step_s} s")
+        raise UsageError(f"--step must be at least 1 s, not {step_s} s")
     first = math.ceil(start_s / step_s) * step_s
     width = max(step_s, min(chunk_s - chunk_s % step_s, step_s * MAX_POINTS_PER_SERIES))
     return [(a, min(a + width, end_s)) for a in range(first, end_s, width)]
@@ -124,7 +125,9 @@ def backfill(
     over a slow link; on the same host it costs Prometheus and the decoder ~2x CPU)."""
     start_s, end_s = int(_epoch_s(start)), int(_epoch_s(end))
     if end_s <= start_s:
-        raise ValueError(f"--end {_iso(end_s)} must be after --start {_iso(start_s)}")
+        raise UsageError(f"--end {_iso(end_s)} must be after --start {_iso(start_s)}")
+    if step_s <= 0 or chunk_s <= 0:
+        raise UsageError(f"--step and --chunk must be at least 1 s, not {step_s} s and {chunk_s} s")
     with _chunk_pool(workers, processes) as pool:
         if isinstance(pool, _ChunkPool):
             pool.start()  # the workers' imports overlap the checkpoint read and metric discovery
@@ -136,6 +139,11 @@ def backfill(
         kw = {"timeout_s": timeout_s, "retries": retries, "backoff_s": backoff_s}
         session = _new_session(compress)
         chosen = list(metrics) if metrics else discover_metrics(session, url, **kw)
+        if not chosen:  # recording the range as done would lose it for good once the series arrive
+            raise NotPrometheusAnswer(
+                f"{url} holds no DCGM series (none of the {len(BACKFILL_METRICS)} catalogued metrics, "
+                "e.g. DCGM_FI_DEV_GPU_UTIL); nothing was recorded: check --url, or that this Prometheus "
+                "scrapes dcgm-exporter")
         stats = BackfillStats(chunks_total=len(chunks), metrics=chosen)
         todo = [(a, b) for a, b in chunks if done_s is None or b > done_s]
         stats.chunks_skipped = len(chunks) - len(todo)
@@ -197,5 +205,5 @@ def backfill(
     return stats
 
 
-__all__ = ["BACKFILL_METRICS", "BackfillStats", "PrometheusError", "backfill", "checkpoint_scope",
+__all__ = ["BACKFILL_METRICS", "BackfillStats", "NotPrometheusAnswer", "PrometheusError", "backfill", "checkpoint_scope",
            "chunk_bounds", "read_checkpoint"]

@@ -1,0 +1,24 @@
+"""Modules that load on first use, so `gpuledger --help` (and every command's `--help`) does not pay
+for polars, DuckDB or the Kubernetes client. The stdlib's own recipe (importlib.util.LazyLoader):
+the module object exists at once and runs its code on the first attribute access."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+
+def lazy_import(name: str) -> ModuleType:
+    """``name`` as a module that is executed on first attribute access (already imported: as is)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
