@@ -277,6 +277,15 @@ def attribute_usage(
     )
 
 
+_NANO = 1e9  # rollup_usage sums in integer nano-units
+
+
+def _null_aware_sums() -> list[pl.Expr]:
+    # energy: NULL when every summed row is NULL; the hour figures are never NULL.
+    return [pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).otherwise(None).alias(c)
+            if c == "energy_kwh" else pl.col(c).sum() for c in USAGE_COLS]
+
+
 def rollup_usage(
     attribution: pl.LazyFrame,
     jobs: pl.LazyFrame,
@@ -289,21 +298,30 @@ def rollup_usage(
 
     Units as in :func:`attribute_usage`; adds ``efficiency_ratio`` = active / (allocated − unknown).
     With ``per_hour`` the ``hour`` column is kept as a key.
+
+    Sums are exact and order-free: each figure is counted in whole nano-units (1e-9 GPU-hour /
+    kWh) and summed as integers, so a parallel group-by gives the same digits on every run and a
+    node equals the sum of its projects to the last digit. Energy stays NULL where none of the
+    summed rows has any (unknown, not zero).
     """
     job_keys = jobs.select("cluster", "job_id", "project", "user_name")
     enriched = attribution.join(job_keys, on=["cluster", "job_id"], how="left").with_columns(
-        pl.col("project").fill_null("(no job record)")
+        pl.col("project").fill_null("(no job record)"),
+        *((pl.col(c) * _NANO).round(0).cast(pl.Int64).alias(c) for c in USAGE_COLS),
     )
     hour = ["hour"] if per_hour else []
     keys = {"job": ["cluster", "job_id", "project", "user_name"], "user": ["user_name"],
             "project": ["project"], "node": ["project"]}.get(by)
     if keys is None:
         raise ValueError(f"by={by!r}: choose job, user, project or node")
-    out = enriched.group_by([*keys, *hour]).agg(pl.col(USAGE_COLS).sum())
+    out = enriched.group_by([*keys, *hour]).agg(_null_aware_sums())
     if by == "node":
         if org_nodes is None:
             raise ValueError("by='node' needs org_nodes")
-        out = rollup_to_nodes(out, org_nodes, sum_cols=USAGE_COLS, keys=hour)
+        out = rollup_to_nodes(out, org_nodes, sum_cols=USAGE_COLS, keys=hour, sum_exprs=_null_aware_sums())
+    # Back to float through Decimal: a float division by 1e9 is not correctly rounded in polars.
+    out = out.with_columns((pl.col(c).cast(pl.Decimal(38, 9)) / 1_000_000_000).cast(pl.Float64).alias(c)
+                           for c in USAGE_COLS)
     known = pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown")
     return out.with_columns(
         efficiency_ratio=pl.when(known > 0).then(pl.col("gpu_hours_active") / known).otherwise(None)

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpuledger import warehouse
+from gpuledger import tables, table_views, warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
 from gpuledger.lazy import lazy_import
 from gpuledger.timeparse import parse_utc
@@ -26,9 +26,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 report_app = typer.Typer(help="Reports over a period: chargeback, usage, utilization.", no_args_is_help=True)
-console = Console()
-if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-    console = Console(width=220)
+console = Console(stderr=True)
 
 
 class Format(str, Enum):
@@ -39,7 +37,9 @@ class Format(str, Enum):
 
 
 FormatOpt = typer.Option(Format.table, "--format", "-f", help="table (terminal), csv, parquet or json")
-OutOpt = typer.Option(None, "--out", "-o", help="file to write (csv / parquet / json); default stdout for csv/json")
+OutOpt = typer.Option(None, "--out", "-o", help="file to write (table as plain text, csv, parquet, json); default stdout")
+WideOpt = tables.WideOpt
+ColumnsOpt = tables.ColumnsOpt
 NowOpt = typer.Option(None, "--now", help="evaluate as of this UTC time (default: the newest data)")
 
 
@@ -52,17 +52,15 @@ def _time(text: str | None) -> datetime | None:
         raise typer.BadParameter(str(exc)) from None
 
 
-def _show(frame: pl.DataFrame, fmt: Format, out: Path | None, title: str,
-          terminal_drop: tuple[str, ...] = ()) -> None:
+def _show(frame: pl.DataFrame, fmt: Format, out: Path | None, title: str, view: tables.View,
+          wide: bool = False, columns: str | None = None) -> None:
+    names = tables.parse_columns(columns)
     if fmt is Format.table:
-        frame = frame.drop([c for c in terminal_drop if c in frame.columns])
-        table = Table(title=title)
-        for col in frame.columns:
-            table.add_column(col, justify="right" if frame[col].dtype.is_numeric() else "left")
-        for row in frame.iter_rows():
-            table.add_row(*[_cell(v) for v in row])
-        console.print(table)
+        tables.print_table(frame, view, title=title, wide=wide, columns=names, out=out)
         return
+    if names is not None:  # csv / parquet / json: the named columns, in that order
+        tables.check_columns(frame, names)
+        frame = frame.select(names)
     if fmt is Format.parquet:
         if out is None:
             raise typer.BadParameter("parquet needs --out FILE")
@@ -77,18 +75,6 @@ def _show(frame: pl.DataFrame, fmt: Format, out: Path | None, title: str,
         console.print(f"wrote {frame.height} rows to {out}", style="dim")
 
 
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return "inf" if value == float("inf") else f"{value:,.3f}"
-    if isinstance(value, Decimal):
-        return f"{value:,.2f}"
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M")
-    return str(value)
-
-
 def _open(warehouse_file: Path | None):
     return warehouse.open_reader(warehouse_path(warehouse_file))
 
@@ -98,6 +84,7 @@ def chargeback(
     period: str = typer.Option(..., "--period", "-p", help="YYYY-MM, YYYY-MM-DD, YYYY-Www or START..END"),
     level: str = typer.Option("project", help="job, project or node (every org tree node)"),
     fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
+    wide: bool = WideOpt, columns: str | None = ColumnsOpt,
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Chargeback lines: allocated GPU-hours × price (model, tier, as of each hour), exact to the
@@ -111,8 +98,7 @@ def chargeback(
         raise typer.BadParameter(str(exc), param_hint="--period") from None
     with _open(warehouse_file) as con:
         lines = reports.chargeback_report(con, period, level=level, policy=cfg.policy, now=_time(now))
-    _show(lines, fmt, out, f"chargeback {period} by {level} (UTC)",
-          terminal_drop=("period_start", "period_end", "idle_amount_included"))
+    _show(lines, fmt, out, f"chargeback {period} by {level} (UTC)", table_views.CHARGEBACK, wide, columns)
 
 
 @report_app.command("usage")
@@ -120,12 +106,13 @@ def usage(
     start: str = typer.Option(..., help="UTC start (ISO-8601 or epoch s)"),
     end: str = typer.Option(..., help="UTC end, exclusive"),
     by: str = typer.Option("project", help="job, user, project or node"),
-    fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: WarehouseOpt = None,
+    fmt: Format = FormatOpt, out: Path | None = OutOpt, wide: bool = WideOpt, columns: str | None = ColumnsOpt,
+    warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Allocated, active, idle and unknown GPU-hours, efficiency and energy (kWh)."""
     with _open(warehouse_file) as con:
         frame = reports.usage_report(con, start=_time(start), end=_time(end), by=by)
-    _show(frame, fmt, out, f"GPU usage by {by}")
+    _show(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
 
 
 @report_app.command("utilization")
@@ -133,7 +120,8 @@ def utilization(
     start: str | None = typer.Option(None, help="UTC start (default: 24 h before --end)"),
     end: str | None = typer.Option(None, help="UTC end, exclusive (default: the hour of the newest data)"),
     by: str = typer.Option("model", help="model, cluster, fleet (per hour) or kind (workload kinds)"),
-    fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: WarehouseOpt = None,
+    fmt: Format = FormatOpt, out: Path | None = OutOpt, wide: bool = WideOpt, columns: str | None = ColumnsOpt,
+    warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Allocation % and active % of GPU capacity by hour, MIG slices included."""
     with _open(warehouse_file) as con:
@@ -141,11 +129,12 @@ def utilization(
         hi = _time(end) or reports.data_now(con).replace(minute=0, second=0, microsecond=0)
         lo = _time(start) or hi - timedelta(days=1)
         frame = reports.utilization_report(con, start=lo, end=hi, by=by)
-    _show(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC")
+    _show(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide, columns)
 
 
 def fairshare(
     fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
+    wide: bool = WideOpt, columns: str | None = ColumnsOpt,
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Hierarchical fair share like `sshare -l`: shares, usage, level FS, rank and factor, plus the
@@ -153,13 +142,14 @@ def fairshare(
     cfg = config_or_exit(config)
     with _open(warehouse_file) as con:
         frame = reports.fairshare_report(con, policy=cfg.policy, as_of=_time(now))
-    _show(frame, fmt, out, f"fair share ({cfg.policy.usage.mode} usage, GPU-hours)",
-          terminal_drop=("order", "share_global", "usage_norm"))
+    _show(frame, fmt, out, f"fair share ({cfg.policy.usage.mode} usage, GPU-hours)", table_views.FAIRSHARE,
+          wide, columns)
 
 
 def budget(
     fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
     jobs: bool = typer.Option(False, "--jobs", help="per running job: funded or not, protected until"),
+    wide: bool = WideOpt, columns: str | None = ColumnsOpt,
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Budget burn per org node: consumed, remaining, 7-day burn rate, projected exhaustion, status
@@ -170,12 +160,16 @@ def budget(
             frame = reports.funding_report(con, policy=cfg.policy, now=_time(now))
         else:
             frame = reports.budget_report(con, as_of=_time(now))
-    _show(frame, fmt, out, "job funding" if jobs else "budget burn")
+    if jobs:
+        _show(frame, fmt, out, "job funding (UTC)", table_views.FUNDING, wide, columns)
+    else:
+        _show(frame, fmt, out, "budget burn (normalised GPU-hours, UTC)", table_views.BUDGET, wide, columns)
 
 
 def squatters(
     fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
     include_exempt: bool = typer.Option(False, help="also list exempt jobs (marked)"),
+    wide: bool = WideOpt, columns: str | None = ColumnsOpt,
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Jobs sitting on idle GPUs right now: idle GPUs, idle since, wasted GPU-hours and cost,
@@ -183,5 +177,4 @@ def squatters(
     cfg = config_or_exit(config)
     with _open(warehouse_file) as con:
         frame = reports.squatters_report(con, policy=cfg.policy, now=_time(now), include_exempt=include_exempt)
-    _show(frame, fmt, out, "idle GPU findings (UTC)",
-          terminal_drop=("cluster", "currency", "exempt", "exempt_reason", "namespace"))
+    _show(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)

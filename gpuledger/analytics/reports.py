@@ -10,7 +10,13 @@ import duckdb
 import polars as pl
 
 from gpuledger.analytics.allocations import allocation_intervals
-from gpuledger.analytics.attribution import allocated_pieces, attribute_usage, partial_hour_keys, rollup_usage
+from gpuledger.analytics.attribution import (
+    USAGE_COLS,
+    allocated_pieces,
+    attribute_usage,
+    partial_hour_keys,
+    rollup_usage,
+)
 from gpuledger.analytics.budget import budget_burn, job_funding
 from gpuledger.analytics.chargeback import chargeback_lines, period_bounds
 from gpuledger.analytics.fairshare import delivery, fair_share
@@ -29,15 +35,18 @@ from gpuledger.config import Policy
 DAY = timedelta(days=1)
 
 
-def data_now(con: duckdb.DuckDBPyConnection) -> datetime:
-    """"Now" for the data: the newest sample or job time (a replayed or simulated week ends there),
-    never later than the wall clock. Naive UTC."""
+def data_now(con: duckdb.DuckDBPyConnection, *, wall: datetime | None = None) -> datetime:
+    """"Now" for the data: the newest sample or job event (submit, start, end) that is not in the
+    future (a replayed or simulated week ends there); the wall clock when there is none. A single
+    row stamped in the future is ignored rather than moving "now" for every report. Naive UTC."""
+    wall = wall or datetime.now(UTC).replace(tzinfo=None)
     newest = con.execute(
-        "SELECT greatest((SELECT max(ts) FROM gpu_samples), (SELECT max(greatest(start_time, "
-        "coalesce(end_time, start_time))) FROM jobs))"
+        "SELECT greatest((SELECT max(ts) FROM gpu_samples WHERE ts <= $wall), "
+        "(SELECT max(t) FROM (SELECT unnest([submit_time, start_time, end_time]) AS t FROM jobs) "
+        "WHERE t <= $wall))",
+        {"wall": wall},
     ).fetchall()[0][0]
-    wall = datetime.now(UTC).replace(tzinfo=None)
-    return min(newest, wall) if newest is not None else wall
+    return newest if newest is not None else wall
 
 
 def warehouse_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
@@ -113,9 +122,12 @@ def usage_report(
     t = load_tables(con, start=start, end=end, samples=False)
     used = attribution(con, t, start=start, end=end, now=now, policy=policy)
     out = rollup_usage(used, t.jobs, by=by, org_nodes=t.org_nodes, per_hour=per_hour).collect()
+    # Ties broken by the row's keys, so the same data always prints in the same order.
+    keys = [c for c in out.columns if c not in USAGE_COLS and c not in ("efficiency_ratio", "hour")]
     if per_hour:
-        return out.sort(["hour", "gpu_hours_allocated"], descending=[False, True])
-    return out.sort("gpu_hours_allocated", descending=True)
+        return out.sort(["hour", "gpu_hours_allocated", *keys],
+                        descending=[False, True, *([False] * len(keys))], nulls_last=True)
+    return out.sort(["gpu_hours_allocated", *keys], descending=[True, *([False] * len(keys))], nulls_last=True)
 
 
 def fairshare_report(

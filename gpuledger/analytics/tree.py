@@ -74,11 +74,13 @@ def closure(org_nodes: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
 
 
 def rollup_to_nodes(per_project: pl.LazyFrame, org_nodes, *, project_col: str = "project",
-                    sum_cols: list[str], keys: list[str] = ()) -> pl.LazyFrame:
+                    sum_cols: list[str], keys: list[str] = (),
+                    sum_exprs: list[pl.Expr] | None = None) -> pl.LazyFrame:
     """Sum ``sum_cols`` of a per-project frame into every org node (``node`` column).
 
     Projects absent from the tree roll up only to themselves (reported, not dropped).
-    Nodes without data get zeros.
+    Nodes without data get zeros. ``sum_exprs`` replaces the plain sums (e.g. NULL-aware ones);
+    columns it leaves NULL stay NULL on nodes without data.
     """
     clo = closure(org_nodes)
     known = clo.select("node").unique()
@@ -93,12 +95,13 @@ def rollup_to_nodes(per_project: pl.LazyFrame, org_nodes, *, project_col: str = 
         per_project.rename({project_col: "node"})
         .join(clo, on="node", how="inner")
         .group_by(["ancestor", *keys])
-        .agg(pl.col(c).sum() for c in sum_cols)
+        .agg(sum_exprs if sum_exprs is not None else [pl.col(c).sum() for c in sum_cols])
         .rename({"ancestor": "node"})
     )
     if keys:
         return out
     all_nodes = clo.select(pl.col("ancestor").alias("node")).unique()
+    zero = sum_cols if sum_exprs is None else [c for c in sum_cols if c != "energy_kwh"]
     return all_nodes.join(out, on="node", how="left").with_columns(
-        pl.col(c).fill_null(0) for c in sum_cols
+        pl.col(c).fill_null(0) for c in zero
     )
