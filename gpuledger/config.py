@@ -276,14 +276,42 @@ def _describe(error: ValidationError, source: Path) -> str:
     return "\n".join(lines)
 
 
-def load_config(path: str | os.PathLike | None = None) -> Config:
-    source = resolve_config_path(path)
+class _Loader(yaml.SafeLoader):
+    """YAML without the timestamp rule: dates stay text and pydantic parses them, so an impossible
+    date (2026-02-30) is reported against its field instead of failing inside the YAML reader."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _read_text(source: Path) -> str:
     try:
-        raw = yaml.safe_load(source.read_text())
+        return source.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such config file (see `gpuledger config example`)") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source}: is a directory; pass the config YAML file itself "
+                          "(--config FILE)") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not a YAML text file (byte {exc.start} is not UTF-8); pass "
+                          "the config YAML (see `gpuledger config example`)") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the config ({exc.strerror or exc})") from None
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    source = resolve_config_path(path)
+    text = _read_text(source)
+    try:
+        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else str(source)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping with at least an `org:` tree")
     try:

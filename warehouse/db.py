@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 
 from gpuledger.warehouse.paths import DEFAULT_WAREHOUSE, WAREHOUSE_ENV, resolve_warehouse_path  # noqa: F401
+from gpuledger.warehouse.paths import check_reader_path, check_writer_path
 
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -160,6 +161,7 @@ def open_writer(
     (DuckDB checkpoints it) and, with ``publish``, copied to the reader snapshot.
     """
     path = resolve_warehouse_path(path)
+    check_writer_path(path)  # a directory, /dev/null, an unwritable place: one line, not DuckDB's
     path.parent.mkdir(parents=True, exist_ok=True)
     with _writer_lock(path, lock_timeout_s):
         con = duckdb.connect(str(path))
@@ -183,6 +185,7 @@ def open_reader(path: str | os.PathLike | None = None) -> Iterator[duckdb.DuckDB
     warehouse written by another tool.
     """
     path = resolve_warehouse_path(path)
+    check_reader_path(path)
     source = snapshot_path(path)
     if not source.exists():
         source = path

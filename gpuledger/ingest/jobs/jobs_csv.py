@@ -109,8 +109,13 @@ def parse_jobs_csv(
     """Parse the whole CSV text. ``location`` (the file name) prefixes every quarantine line number."""
     now = (now or datetime.now(UTC)).replace(tzinfo=None)
     lines = text.splitlines()
-    reader = csv.DictReader(io.StringIO(text), restkey="__extra__")
-    header = [h.strip() for h in (reader.fieldnames or [])]
+    source_lines = _CountedLines(text)
+    reader = csv.DictReader(source_lines, restkey="__extra__")
+    try:
+        fieldnames = reader.fieldnames
+    except csv.Error as exc:
+        raise CsvHeaderError(f"{location}:1: the header cannot be read as CSV ({exc})") from None
+    header = [h.strip() for h in (fieldnames or [])]
     reader.fieldnames = header
     missing = [c for c in REQUIRED if c not in header]
     if missing:
@@ -121,7 +126,18 @@ def parse_jobs_csv(
     good: dict[tuple[str, str], tuple[int, dict, str]] = {}
     rejected: list[QuarantineRow] = []
     rows_read = 0
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # e.g. a field over the csv module's limit: this row only
+            rows_read += 1
+            bad_line = source_lines.count  # the reader stops inside the line it could not read
+            raw = lines[bad_line - 1] if 0 < bad_line <= len(lines) else ""
+            rejected.append(QuarantineRow(SOURCE, f"{location}:{bad_line}", _cut(raw),
+                                          f"unreadable CSV row ({exc}, line {len(raw):,} characters)"))
+            continue
         rows_read += 1
         line_no = reader.line_num  # physical line where this record ended (1 = header)
         raw = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
@@ -149,9 +165,35 @@ def parse_jobs_csv(
     return ParsedJobs(jobs=frame, rejected=rejected, rows_read=rows_read)
 
 
+class _CountedLines:
+    """The text's lines for csv.reader, counting how many it has taken (the physical line number
+    of a row the reader fails on: its own ``line_num`` lags by the failing line)."""
+
+    def __init__(self, text: str) -> None:
+        self._lines = iter(io.StringIO(text))
+        self.count = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._lines)
+        self.count += 1
+        return line
+
+
+MAX_RAW_CHARS = 4096  # a quarantined line is kept up to this long (a runaway field can be megabytes)
+
+
+def _cut(raw: str) -> str:
+    return raw if len(raw) <= MAX_RAW_CHARS else raw[:MAX_RAW_CHARS] + f"… ({len(raw):,} characters)"
+
+
 def read_jobs_csv(path: Path, projects: set[str], *, now: datetime | None = None) -> ParsedJobs:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise CsvHeaderError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise CsvHeaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
     return parse_jobs_csv(text, str(path), projects, now=now)

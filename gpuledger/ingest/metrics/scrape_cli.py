@@ -27,7 +27,17 @@ ClusterOpt = Annotated[str, typer.Option("--cluster", help="cluster name the GPU
 
 def _duration(text: str, option: str) -> int:
     try:
-        return parse_duration_s(text)
+        seconds = parse_duration_s(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+    if seconds < 1:
+        raise typer.BadParameter(f"{text!r} is under a second; give at least 1s", param_hint=option)
+    return seconds
+
+
+def _utc(text: str, option: str):
+    try:
+        return parse_utc(text)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
 
@@ -77,10 +87,9 @@ def prometheus_cmd(
 ) -> None:
     """Backfill DCGM samples from Prometheus' HTTP API in resumable chunks (rerun after an
     interruption to continue where it stopped)."""
-    try:
-        t0, t1 = parse_utc(start), parse_utc(end)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    t0, t1 = _utc(start, "--start"), _utc(end, "--end")
+    if t1 <= t0:
+        raise typer.BadParameter(f"{end} is not after --start {start}", param_hint="--end")
     step_s, chunk_s = _duration(step, "--step"), _duration(chunk, "--chunk")
     if progress not in ("bar", "lines", "none"):
         raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
@@ -102,7 +111,9 @@ def prometheus_cmd(
                                   warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
                                   workers=workers, on_chunk=on_chunk, compress=gzip)
     except prom.PrometheusError as exc:
-        console.print(f"[red]backfill stopped[/red]: {exc}\nrerun the same command to continue.")
+        # one line; the text is the server's, so no rich markup in it
+        hint = "; the chunks before it are saved: rerun the same command to continue" if exc.resumable else ""
+        typer.secho(f"gpuledger: backfill stopped: {exc}{hint}", err=True, fg="red")
         raise typer.Exit(1) from None
     console.print(f"backfill {url}: {stats.chunks_done} chunks ingested, {stats.chunks_skipped} already done, "
                   f"{stats.samples_new} new samples, {stats.quarantined} quarantined; metrics: "

@@ -205,5 +205,5 @@ def backfill(
     return stats
 
 
-__all__ = ["BACKFILL_METRICS", "BackfillStats", "NotPrometheusAnswer", "PrometheusError", "backfill", "checkpoint_scope",
-           "chunk_bounds", "read_checkpoint"]
+__all__ = ["BACKFILL_METRICS", "BackfillStats", "NotPrometheusAnswer", "PrometheusError", "backfill",
+           "checkpoint_scope", "chunk_bounds", "read_checkpoint"]

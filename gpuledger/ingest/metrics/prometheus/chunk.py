@@ -10,8 +10,9 @@ from collections.abc import Sequence
 import polars as pl
 
 from gpuledger.ingest.metrics.exposition import series_long_to_wide
-from gpuledger.ingest.metrics.prometheus.client import (_get_body, _new_session, _parse_json,
-                                                         _range_params, query_chunk)
+from gpuledger.ingest.metrics.prometheus.client import (NotPrometheusAnswer, _get_body, _new_session,
+                                                         _parse_json, _range_params, matrix_result,
+                                                         query_chunk)
 from gpuledger.ingest.metrics.prometheus.decode import (_NotPlainMatrix, points_from_matrix_json,
                                                          points_from_results)
 
@@ -31,12 +32,23 @@ def query_chunk_all_raw(session, url: str, metrics: Sequence[str], a: int, b: in
     except _NotPlainMatrix:  # an error, or JSON we do not read in bulk: the generic path decides
         data = _parse_json(query, params, status, content)
     out: dict[str, list[dict]] = {m: [] for m in metrics}
-    for series in data.get("result", []):
+    for series in matrix_result(data, query):
         name = series["metric"].get("__name__")
         if name not in out:
             return None
         out[name].append(series)
-    return points_from_results(out, url=url)
+    return _decoded(out, url=url)
+
+
+def _decoded(results: dict[str, list[dict]], *, url: str):
+    """``points_from_results``, with points that are not [time, "value"] pairs reported as the bad
+    answer they are (and the chunk left undone), not as a crash of the decoder."""
+    try:
+        return points_from_results(results, url=url)
+    except (TypeError, IndexError, KeyError, ValueError, pl.exceptions.PolarsError) as exc:
+        raise NotPrometheusAnswer(
+            f"{url.rstrip('/')}/api/v1/query_range: a series' values are not [time, \"value\"] pairs "
+            f"({type(exc).__name__}); nothing was recorded for this range") from None
 
 
 _SESSIONS = threading.local()
@@ -54,7 +66,7 @@ def _decode_chunk(*, url: str, metrics: Sequence[str], a: int, b: int, step_s: i
     if decoded is None:
         per_metric = True
         fetched = {m: query_chunk(session, url, m, a, b, step_s, **kw) for m in metrics}
-        decoded = points_from_results(fetched, url=url)
+        decoded = _decoded(fetched, url=url)
         del fetched
     points, series, rejects = decoded
     return series_long_to_wide(points, series), rejects, points.height, per_metric

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import orjson
 import requests
 
+from gpuledger.errors import RunError, UsageError, printable
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 
 # Metrics worth asking for: those that feed a gpu_samples column (fb free/reserved feed fb_total).
@@ -22,8 +23,25 @@ BACKFILL_METRICS = tuple(f.metric for f in dcgm.FIELDS
                          if f.column is not None or f.meaning in dcgm.FB_PARTS)
 
 
-class PrometheusError(RuntimeError):
+class PrometheusError(RunError):
     """The server refused or failed a query after retries; the message names the query."""
+
+    resumable = True  # the chunks before it are saved: rerunning the command continues
+
+
+class NotPrometheusAnswer(PrometheusError):
+    """The server answered, but not as Prometheus' HTTP API does (an HTML page, other JSON, a result
+    that is not the matrix ``query_range`` returns). Never retried, and the chunk is not recorded as
+    done: a rerun against the right server still fetches it."""
+
+    resumable = False  # rerunning against the same server gives the same answer
+
+
+_CHECK_URL = "check --url names the Prometheus server itself, e.g. http://prometheus:9090"
+
+
+def _endpoint(url: str) -> str:
+    return url.split("?", 1)[0]
 
 
 def _new_session(compress: bool) -> requests.Session:
@@ -44,23 +62,59 @@ def _get_body(session: requests.Session, url: str, params: dict, *, timeout_s: f
             response = session.get(url, params=params, timeout=timeout_s)
             if response.status_code < 500:
                 return response.status_code, response.content
-            error = f"HTTP {response.status_code}: {response.text[:200]}"
-        except (requests.Timeout, requests.ConnectionError) as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            first = response.text.strip().splitlines()[:1]
+            error = f"HTTP {response.status_code}" + (f" ({printable(first[0], limit=100)})" if first else "")
+        except requests.Timeout:
+            error = f"no answer within {timeout_s:g} s"
+        except requests.ConnectionError as exc:
+            error = "connection refused" if "refused" in str(exc).lower() else f"cannot connect ({type(exc).__name__})"
+        except requests.RequestException as exc:  # MissingSchema, InvalidURL: the URL itself is wrong
+            raise UsageError(f"--url {url.split('/api/v1/')[0]}: {exc}; write it as http://HOST:9090") from None
         if attempt < retries:
             time.sleep(backoff_s * 2 ** attempt)
-    raise PrometheusError(f"{url} {params}: {error} (after {retries + 1} attempts)")
+    raise PrometheusError(f"{_endpoint(url)}: {error} (after {retries + 1} attempts)")
 
 
-def _parse_json(url: str, params: dict, status: int, content: bytes) -> dict:
+def _parse_json(url: str, params: dict, status: int, content: bytes):
+    """The ``data`` of a successful Prometheus API answer. NotPrometheusAnswer when the body is not
+    Prometheus' JSON envelope; PrometheusError (naming the server's errorType) when it says error."""
     try:
         body = orjson.loads(content)  # several times faster than json / requests
     except orjson.JSONDecodeError:
-        text = content[:200].decode("utf-8", "replace")
-        raise PrometheusError(f"{url} {params}: HTTP {status}, not JSON: {text}") from None
-    if body.get("status") != "success":
-        raise PrometheusError(f"{url} {params}: {body.get('errorType')}: {body.get('error')}")
+        head = content.lstrip()[:1]
+        kind = ("an HTML page" if head == b"<" else "an empty body" if not content.strip()
+                else f"{len(content):,} bytes of something else (starting {printable(content[:40].decode('utf-8', 'replace'))!r})")
+        raise NotPrometheusAnswer(f"{_endpoint(url)} answered HTTP {status} with {kind}, not Prometheus' "
+                                  f"JSON API; {_CHECK_URL}") from None
+    if not isinstance(body, dict) or body.get("status") not in ("success", "error"):
+        raise NotPrometheusAnswer(f"{_endpoint(url)} answered HTTP {status} with JSON that is not "
+                                  f"Prometheus' API envelope (no \"status\"); {_CHECK_URL}")
+    if body["status"] != "success":
+        error = printable(str(body.get("error")), limit=300)
+        raise PrometheusError(f"{_endpoint(url)} refused the query (HTTP {status}, "
+                              f"{body.get('errorType')}: {error})")
+    if "data" not in body:
+        raise NotPrometheusAnswer(f"{_endpoint(url)} answered \"success\" without \"data\"; {_CHECK_URL}")
     return body["data"]
+
+
+def matrix_result(data, url: str) -> list[dict]:
+    """The series of a ``query_range`` answer's ``data``: a matrix of {"metric": {...}, "values":
+    [...]}. Anything else (a vector, a scalar, a malformed series) raises NotPrometheusAnswer: it
+    must never be taken for "no samples in this range", or the range would be recorded as done."""
+    kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+    result = data.get("result") if isinstance(data, dict) else None
+    if kind != "matrix" or not isinstance(result, list):
+        raise NotPrometheusAnswer(
+            f"{_endpoint(url)}: query_range answered with a {kind!r} result, not a matrix; nothing "
+            f"was recorded for this range; {_CHECK_URL} (not a proxy that rewrites answers)")
+    for series in result:
+        if not (isinstance(series, dict) and isinstance(series.get("metric"), dict)
+                and isinstance(series.get("values"), list)):
+            raise NotPrometheusAnswer(
+                f"{_endpoint(url)}: a query_range series is not {{\"metric\": {{...}}, \"values\": [...]}} "
+                f"(got {printable(str(series), limit=80)}); nothing was recorded for this range")
+    return result
 
 
 def _get_json(session: requests.Session, url: str, params: dict, **kw) -> dict:
@@ -69,8 +123,11 @@ def _get_json(session: requests.Session, url: str, params: dict, **kw) -> dict:
 
 def discover_metrics(session: requests.Session, url: str, **kw) -> list[str]:
     """The catalogued DCGM metrics the server has series for (both field generations)."""
-    names = set(_get_json(session, f"{url.rstrip('/')}/api/v1/label/__name__/values", {}, **kw))
-    return [m for m in BACKFILL_METRICS if m in names]
+    endpoint = f"{url.rstrip('/')}/api/v1/label/__name__/values"
+    names = _get_json(session, endpoint, {}, **kw)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise NotPrometheusAnswer(f"{endpoint}: the label values are not a list of names; {_CHECK_URL}")
+    return [m for m in BACKFILL_METRICS if m in set(names)]
 
 
 def _range_params(selector: str, a: int, b: int, step_s: int) -> dict:
@@ -84,8 +141,8 @@ def query_chunk(session, url: str, metric: str, a: int, b: int, step_s: int, **k
     if b <= a:
         return []
     params = _range_params(f'{{__name__="{metric}"}}', a, b, step_s)
-    data = _get_json(session, f"{url.rstrip('/')}/api/v1/query_range", params, **kw)
-    return data.get("result", [])
+    endpoint = f"{url.rstrip('/')}/api/v1/query_range"
+    return matrix_result(_get_json(session, endpoint, params, **kw), endpoint)
 
 
 def query_chunk_all(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int,
@@ -98,8 +155,8 @@ def query_chunk_all(session, url: str, metrics: Sequence[str], a: int, b: int, s
         return out
     names = "|".join(m for m in metrics)  # catalogued names: [A-Z0-9_] only, nothing to escape
     params = _range_params(f'{{__name__=~"{names}"}}', a, b, step_s)
-    data = _get_json(session, f"{url.rstrip('/')}/api/v1/query_range", params, **kw)
-    for s in data.get("result", []):
+    endpoint = f"{url.rstrip('/')}/api/v1/query_range"
+    for s in matrix_result(_get_json(session, endpoint, params, **kw), endpoint):
         name = s["metric"].get("__name__")
         if name not in out:
             return None
