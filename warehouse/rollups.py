@@ -15,52 +15,15 @@ from datetime import datetime, timedelta
 import duckdb
 import polars as pl
 
+from gpuledger.sql import load_sql
+
 from gpuledger.warehouse.db import transaction
 
 HOUR = timedelta(hours=1)
 
 # Σ of reset-aware increments = (last − first) + Σ over drops of the value before the drop:
 # increments d ≥ 0 count as d, a drop (reset) counts the new value e_i = d_i + e_{i−1}.
-_ROLLUP_SELECT = """
-WITH s AS (
-    SELECT gpu_id, ts, date_trunc('hour', ts) AS hour,
-           sm_active_ratio, gr_engine_active_ratio, gpu_util_ratio, energy_total_j
-    FROM gpu_samples
-    WHERE ts >= $lo AND ts < $hi
-),
-agg AS (
-    SELECT gpu_id, hour,
-           count(*) AS s_n,
-           coalesce(sum(least(greatest(sm_active_ratio, 0.0), 1.0)), 0.0) AS s_sm_active,
-           coalesce(sum(least(greatest(gr_engine_active_ratio, 0.0), 1.0)), 0.0) AS s_gr_engine_active,
-           coalesce(sum(least(greatest(gpu_util_ratio, 0.0), 1.0)), 0.0) AS s_gpu_util,
-           count(sm_active_ratio) AS s_n_sm_active,
-           count(gr_engine_active_ratio) AS s_n_gr_engine_active,
-           count(gpu_util_ratio) AS s_n_gpu_util,
-           arg_min(energy_total_j, ts) FILTER (WHERE energy_total_j IS NOT NULL) AS e_first,
-           arg_max(energy_total_j, ts) FILTER (WHERE energy_total_j IS NOT NULL) AS e_last,
-           min(energy_total_j) AS e_min
-    FROM s
-    GROUP BY gpu_id, hour
-),
--- Only hours whose minimum is below their first value can hold a drop; walk just those.
-suspect AS (SELECT gpu_id, hour FROM agg WHERE e_min < e_first),
-drops AS (
-    SELECT gpu_id, hour, sum(prev) AS drop_sum
-    FROM (
-        SELECT s.gpu_id, s.hour, s.energy_total_j AS e,
-               lag(s.energy_total_j) OVER (PARTITION BY s.gpu_id, s.hour ORDER BY s.ts) AS prev
-        FROM s SEMI JOIN suspect USING (gpu_id, hour)
-        WHERE s.energy_total_j IS NOT NULL
-    )
-    WHERE e < prev
-    GROUP BY gpu_id, hour
-)
-SELECT agg.gpu_id, agg.hour, s_n, s_sm_active, s_gr_engine_active, s_gpu_util,
-       s_n_sm_active, s_n_gr_engine_active, s_n_gpu_util, e_first, e_last,
-       CASE WHEN e_first IS NULL THEN NULL ELSE e_last - e_first + coalesce(drop_sum, 0.0) END AS e_inside
-FROM agg LEFT JOIN drops USING (gpu_id, hour)
-"""
+_ROLLUP_SELECT = load_sql(__package__, "gpu_hourly_select.sql")
 
 
 def hour_span(start: datetime, end: datetime) -> tuple[datetime, datetime]:

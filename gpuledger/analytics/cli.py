@@ -1,22 +1,21 @@
 """Analytics commands: `gpuledger report ...`, `fairshare`, `budget`, `squatters`.
 
-Tables print to the terminal; `--format csv|parquet|json --out FILE` writes them for other tools.
+Tables print to the terminal (gpuledger/tables.py: the default columns fit 80 columns, `--wide` shows
+all, `--columns a,b` picks); `--format csv|parquet|json --out FILE` writes them for other tools.
 Times are UTC; "now" defaults to the newest data in the warehouse (see reports.data_now).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from decimal import Decimal
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from gpuledger import tables, table_views, warehouse
+from gpuledger import table_views, tables, warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
 from gpuledger.lazy import lazy_import
 from gpuledger.timeparse import parse_utc

@@ -37,6 +37,7 @@ from kubernetes import watch as k8s_watch
 
 from gpuledger import warehouse
 from gpuledger.ingest.device_links import link_devices_for_jobs
+from gpuledger.ingest.tiers import node_label_rows, store_node_labels
 from gpuledger.ingest.jobs.k8s_mapping import (
     DEFAULT_OPTIONS,
     JobRecord,
@@ -126,24 +127,18 @@ class _Batch:
         return len(self.records) + len(self.rejects)
 
 
-def jobs_frame(records: list[JobRecord], columns: list[str] | None = None) -> pl.DataFrame:
-    """Records as a frame typed like ``jobs``; ``columns`` keeps only those the table has."""
-    frame = (
-        pl.DataFrame([r.as_row() for r in records], schema=JOB_SCHEMA, orient="row")
-        if records
-        else (pl.DataFrame(schema=JOB_SCHEMA))
-    )
-    if columns is not None:
-        frame = frame.select([c for c in JOB_SCHEMA if c in columns])
-    return frame
+def jobs_frame(records: list[JobRecord]) -> pl.DataFrame:
+    """Records as a frame typed like ``jobs``."""
+    if not records:
+        return pl.DataFrame(schema=JOB_SCHEMA)
+    return pl.DataFrame([r.as_row() for r in records], schema=JOB_SCHEMA, orient="row")
 
 
 def write_batch(
     con, records: list[JobRecord], rejects: list[tuple[Rejected, str]], *, now: datetime
 ) -> tuple[int, int]:
     """Upsert job rows and quarantine rejects on an open writer. Returns (rows offered, rejects)."""
-    columns = [r[0] for r in con.execute("DESCRIBE jobs").fetchall()]
-    frame = jobs_frame(records, columns)
+    frame = jobs_frame(records)
     written = warehouse.upsert(con, "jobs", frame)
     link_devices_for_jobs(con, frame)  # devices from the pod labels on samples already stored
     quarantined = warehouse.quarantine(
@@ -180,6 +175,7 @@ class KubernetesIngest:
         self.page_size = page_size
         self.clock = clock
         self.node_products: dict[str, str] = {}
+        self.node_labels: pl.DataFrame | None = None  # rows for node_labels, stored on the next full sync
         self.kueue_available: bool | None = None
         self._watch: k8s_watch.Watch | None = None
 
@@ -216,6 +212,8 @@ class KubernetesIngest:
     def refresh_nodes(self) -> None:
         nodes, _ = self._list(self.core.list_node)
         self.node_products = node_gpu_products(nodes)
+        # Node labels (capacity type, ...) decide the pricing tier of the devices on each node.
+        self.node_labels = node_label_rows(nodes, cluster=self.cluster, now=self.clock())
 
     def list_workloads(self) -> list[Any]:
         """Kueue Workloads in every namespace; [] when Kueue is not installed (404)."""
@@ -242,6 +240,8 @@ class KubernetesIngest:
             written, quarantined = write_batch(con, list(batch.records.values()), batch.rejects, now=now)
             if listed_pod_ids is not None:
                 stats.vanished_closed += self._close_vanished(con, listed_pod_ids, now)
+                if self.node_labels is not None:
+                    store_node_labels(con, self.node_labels)  # and re-tier this cluster's devices
         stats.jobs_written += written
         stats.quarantined += quarantined
 

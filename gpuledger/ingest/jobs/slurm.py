@@ -548,13 +548,15 @@ def run_sacct(
 
 
 def write_batch(con: duckdb.DuckDBPyConnection, batch: SlurmBatch) -> WriteResult:
-    """Upsert the batch's jobs on (cluster, job_id) and store its rejects. Columns the ``jobs``
-    table does not have (qos, partition, time_limit_s until a migration adds them) are left out."""
-    columns = {r[0] for r in con.execute("DESCRIBE jobs").fetchall()}
-    frame = batch.jobs.select([c for c in batch.jobs.columns if c in columns])
+    """Upsert the batch's jobs on (cluster, job_id) and store its rejects."""
+    frame = batch.jobs
     before = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0]
     offered = upsert(con, "jobs", frame)
     link_devices_for_jobs(con, frame)  # devices from the hpc_job labels on samples already stored
+    from gpuledger.ingest.tiers import apply_tier_rules
+
+    for cluster in frame["cluster"].unique().to_list() if frame.height else []:
+        apply_tier_rules(con, cluster=cluster)  # partition rules price the jobs without devices
     after = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0]
     stored = quarantine(con, batch.rejected)
     return WriteResult(jobs_offered=offered, jobs_new=after - before, quarantined=stored)
