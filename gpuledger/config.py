@@ -211,6 +211,13 @@ class Config(_Strict):
         for i, budget in enumerate(self.budgets):
             if budget.node not in seen:
                 raise ValueError(f"budgets[{i}].node: {budget.node!r} is not in the org tree")
+            # Two budgets of one node at one time: which one counts would be a guess.
+            for j, other in enumerate(self.budgets[:i]):
+                if other.node == budget.node and other.start < budget.end and budget.start < other.end:
+                    raise ValueError(
+                        f"budgets[{j}] and budgets[{i}]: node {budget.node!r} has two budgets that overlap "
+                        f"({other.start}..{other.end} and {budget.start}..{budget.end}, ends exclusive); "
+                        "merge them or make the periods meet end to start")
         rates = set()
         for i, rate in enumerate(self.rate_card):
             key = (rate.gpu_model, rate.tier, rate.effective_from)

@@ -93,3 +93,58 @@ def test_job_funding_and_protection():
     assert not f["J7"]["protected"]
     # J8: no minimum runtime.
     assert not f["J8"]["funded"] and f["J8"]["unfunded_reason"] == "no minimum runtime declared"
+
+
+# --- issue 8, item 10: roll up once; overlapping budgets; models the rate card cannot weigh ------
+
+def test_budgets_roll_up_once():
+    # org (no budget) → program (100 h) → project (60 h), and a sibling project q (40 h) under org.
+    tree = org([("org", None, 1), ("program", "org", 1), ("project", "program", 1), ("q", "org", 1)])
+    nov = (date(2026, 11, 1), date(2026, 12, 1))
+    b = budgets([("program", *nov, "100"), ("project", *nov, "60"), ("q", *nov, "40")])
+    got = {r["node"]: r for r in budget_burn(allocations([]), INV, jobs([]), tree, b, RATES, as_of=AS_OF)
+           .collect().to_dicts()}
+    # program keeps its own 100 (it caps the 60 below it); org has none of its own: program's 100 + q's 40
+    # = 140. Today org adds every budget below it: 100 + 60 + 40 = 200.
+    assert got["program"]["budget_gpu_hours"] == pytest.approx(100)
+    assert got["project"]["budget_gpu_hours"] == pytest.approx(60)
+    assert got["org"]["budget_gpu_hours"] == pytest.approx(140)
+    assert (got["org"]["budget_own"], got["program"]["budget_own"]) == (False, True)
+
+
+def test_two_budgets_of_a_node_at_one_time_are_an_error():
+    from gpuledger.config import Config
+
+    org_tree = {"name": "acme", "children": [{"name": "p1"}]}
+    with pytest.raises(ValueError, match=r"budgets\[0\].*budgets\[1\]|budgets\[1\].*budgets\[0\]"):
+        Config.model_validate({"org": org_tree, "budgets": [
+            {"node": "p1", "gpu_hours": "100", "period": "2026-11"},
+            {"node": "p1", "gpu_hours": "50", "start": "2026-11-15", "end": "2026-12-15"},
+        ]})
+    # Back to back is fine: November, then December.
+    Config.model_validate({"org": org_tree, "budgets": [
+        {"node": "p1", "gpu_hours": "100", "period": "2026-11"},
+        {"node": "p1", "gpu_hours": "50", "period": "2026-12"},
+    ]})
+    # In the analytics, a warehouse holding both names both periods.
+    b = budgets([("p1", date(2026, 11, 1), date(2026, 12, 1), "100"),
+                 ("p1", date(2026, 11, 15), date(2026, 12, 15), "50")])
+    with pytest.raises(ValueError, match="2026-11-01..2026-12-01 and 2026-11-15..2026-12-15"):
+        budget_burn(allocations([]), INV, jobs([]), TREE, b, RATES, as_of=AS_OF).collect()
+
+
+def test_budgets_name_the_models_they_could_not_weigh():
+    inv = gpus([{"gpu_id": 1}, {"gpu_id": 2, "model": "A30"}])
+    al = allocations([("H", 1, NOV(20), NOV(20, 10)), ("A", 2, NOV(20), NOV(20, 4))])
+    jb = jobs([{"job_id": "H", "project": "p1", "start": NOV(20), "end": NOV(20, 10)},
+               {"job_id": "A", "project": "p1", "start": NOV(20), "end": NOV(20, 4), "model": "A30"},
+               # a job-level row with no model at all: 2 h on 1 GPU
+               {"job_id": "N", "project": "p1", "start": NOV(20), "end": NOV(20, 2), "model": None}])
+    got = {r["node"]: r for r in budget_burn(al, inv, jb, TREE, BUDGETS, RATES, as_of=AS_OF).collect().to_dicts()}
+    # H100 10 h × 1.0 weighed; A30 4 h and the model-less 2 h are not in the rate card: counted at
+    # 1.0 (consumed 10 + 4 + 2 = 16) and listed: 6 unweighted GPU-hours, models "(no model), A30".
+    assert got["p1"]["consumed_gpu_hours"] == pytest.approx(16)
+    assert got["p1"]["unweighted_gpu_hours"] == pytest.approx(6)
+    assert got["p1"]["unweighted_models"] == "(no model), A30"
+    assert got["acme"]["unweighted_models"] == "(no model), A30"     # rolled up the tree
+    assert got["p3"]["unweighted_models"] is None and got["p3"]["unweighted_gpu_hours"] == 0

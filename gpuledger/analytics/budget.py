@@ -1,7 +1,14 @@
 """Budget burn per org node and funding per job.
 
 Budgets are in normalised GPU-hours: allocated GPU-hours × the rate card's ``budget_weight`` for
-the device's model and tier as of each hour (1.0 when the rate card has no row for them).
+the device's model and tier as of each hour. Hours the rate card cannot weigh (a model or tier it
+has no row for, or no model at all) count at weight 1.0 and are listed per node
+(``unweighted_gpu_hours``, ``unweighted_models``), never folded in silently.
+
+Roll-up, once: a node with its own budget for a period shows that budget (it caps everything
+below); a node without one shows the sum of its children's budgets for that period, where each
+child contributes its own budget if it has one, else its own children's sum — so no budget is
+added twice.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ MIN_RUNTIME_CAP = timedelta(hours=8)
 
 
 def weighted_pieces(pieces: pl.LazyFrame, rate_card: pl.LazyFrame) -> pl.LazyFrame:
-    """Add ``budget_weight`` (as of the piece start, by model and tier) and ``gpu_hours_normalized``."""
+    """Add ``budget_weight`` (as of the piece start, by model and tier), ``weighed`` (False where the
+    rate card has no weight for the piece: it counts at 1.0) and ``gpu_hours_normalized``."""
     rates = rate_card.select(
         pl.col("gpu_model").alias("model"), "tier",
         pl.col("effective_from").cast(pl.Datetime("us")).alias("_eff"), "budget_weight",
@@ -29,6 +37,7 @@ def weighted_pieces(pieces: pl.LazyFrame, rate_card: pl.LazyFrame) -> pl.LazyFra
         .sort("_eff")
         .join_asof(rates, on="_eff", by=["model", "tier"], strategy="backward", check_sortedness=False)
         .drop("_eff")
+        .with_columns(weighed=pl.col("budget_weight").is_not_null())
         .with_columns(pl.col("budget_weight").fill_null(1.0))
         .with_columns(gpu_hours_normalized=pl.col("gpu_hours_allocated") * pl.col("budget_weight"))
     )
@@ -53,7 +62,11 @@ def budget_burn(
     for the same period), consumed_gpu_hours (subtree, since period start up to as_of),
     remaining_gpu_hours, burn_gpu_hours_per_day (consumed in the last ``burn_window`` inside the
     period ÷ its days), projected_exhaustion (UTC datetime; NULL when not burning or exhausted),
-    status: exhausted (remaining ≤ 0) / at-risk (projected before period end) / funded.
+    status: exhausted (remaining ≤ 0) / at-risk (projected before period end) / funded,
+    unweighted_gpu_hours (allocated GPU-hours of consumed the rate card could not weigh, counted
+    at 1.0) and unweighted_models (their models, comma-separated; NULL when none).
+    budget_gpu_hours rolls up once (module notes); two own budgets of a node containing
+    ``as_of`` raise ValueError naming both.
     Jobs without device allocations count by jobs.gpus at ``default_tier`` (allocations.py).
     """
     tree = Tree.from_frame(org_nodes)
@@ -65,19 +78,31 @@ def budget_burn(
                 & (pl.col("period_end").cast(pl.Datetime("us")) > as_of))
         .collect()
     )
-    # Own budget, else the sum of descendants' budgets of the same period.
-    own = {(r["node"]): r for r in active.iter_rows(named=True)}
-    rows = []
-    for node, _ in tree.walk():
+    own: dict[str, dict] = {}
+    for r in active.iter_rows(named=True):
+        if r["node"] in own:  # the config refuses this; a hand-filled warehouse may not
+            other = own[r["node"]]
+            raise ValueError(
+                f"budgets: node {r['node']!r} has two budgets covering {as_of:%Y-%m-%d %H:%M}: "
+                f"{other['period_start']}..{other['period_end']} and {r['period_start']}..{r['period_end']}; "
+                "keep one budget per node and time")
+        own[r["node"]] = r
+    # Bottom-up, once: own budget, else the sum of the children's (own-or-rolled) budgets.
+    rolled: dict[str, dict[tuple, float]] = {}
+    for node, _ in sorted(tree.walk(), key=lambda x: -x[1]):
         if node in own:
             r = own[node]
-            rows.append((node, r["period_start"], r["period_end"], r["budget_gpu_hours"], True))
+            rolled[node] = {(r["period_start"], r["period_end"]): r["budget_gpu_hours"]}
             continue
-        below = [own[n] for n in own if node in tree.ancestors(n)[1:]]
-        periods = {(r["period_start"], r["period_end"]) for r in below}
-        for ps, pe in sorted(periods):
-            total = sum(r["budget_gpu_hours"] for r in below if (r["period_start"], r["period_end"]) == (ps, pe))
-            rows.append((node, ps, pe, total, False))
+        sums: dict[tuple, float] = {}
+        for child in tree.children[node]:
+            for period, amount in rolled.get(child, {}).items():
+                sums[period] = sums.get(period, 0.0) + amount
+        rolled[node] = sums
+    rows = []
+    for node, _ in tree.walk():
+        for (ps, pe), total in sorted(rolled[node].items()):
+            rows.append((node, ps, pe, total, node in own))
     nodes = pl.LazyFrame(rows, schema={"node": pl.String, "period_start": pl.Date, "period_end": pl.Date,
                                        "budget_gpu_hours": pl.Float64, "budget_own": pl.Boolean},
                          orient="row")
@@ -86,6 +111,7 @@ def budget_burn(
             *(pl.lit(None, pl.Float64).alias(c) for c in
               ("consumed_gpu_hours", "remaining_gpu_hours", "burn_gpu_hours_per_day")),
             pl.lit(None, pl.Datetime("us")).alias("projected_exhaustion"), pl.lit(None, pl.String).alias("status"),
+            pl.lit(None, pl.Float64).alias("unweighted_gpu_hours"), pl.lit(None, pl.String).alias("unweighted_models"),
         )
     earliest = min(r[1] for r in rows)
     start = datetime.combine(earliest, datetime.min.time())
@@ -94,7 +120,9 @@ def budget_burn(
                          default_tier=default_tier), rate_card
     ).join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
     per_project_hour = pieces.group_by("project", "piece_start", "piece_end").agg(
-        pl.col("gpu_hours_normalized").sum()
+        pl.col("gpu_hours_normalized").sum(),
+        _unweighted=pl.col("gpu_hours_allocated").filter(~pl.col("weighed")).sum(),
+        _models=pl.col("model").fill_null("(no model)").filter(~pl.col("weighed")).unique(),
     )
     burn_start = as_of - burn_window
     joined = (
@@ -113,6 +141,8 @@ def budget_burn(
     consumed = joined.group_by("node", "period_start").agg(
         consumed_gpu_hours=pl.col("gpu_hours_normalized").sum(),
         _burn=(pl.col("gpu_hours_normalized") * overlap).sum(),
+        unweighted_gpu_hours=pl.col("_unweighted").sum(),
+        unweighted_models=pl.col("_models").list.explode(keep_nulls=False, empty_as_null=False).unique().sort().str.join(", "),
     )
     burn_days = pl.min_horizontal(
         pl.lit(burn_window.total_seconds()),
@@ -124,7 +154,8 @@ def budget_burn(
     )
     return (
         nodes.join(consumed, on=["node", "period_start"], how="left")
-        .with_columns(pl.col("consumed_gpu_hours", "_burn").fill_null(0.0))
+        .with_columns(pl.col("consumed_gpu_hours", "_burn", "unweighted_gpu_hours").fill_null(0.0),
+                      pl.col("unweighted_models").replace("", None))
         .with_columns(
             remaining_gpu_hours=remaining,
             burn_gpu_hours_per_day=pl.when(burn_days > 0).then(pl.col("_burn") / burn_days).otherwise(0.0),
