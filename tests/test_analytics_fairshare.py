@@ -153,3 +153,34 @@ def test_adding_usage_never_raises_fair_share_rank(shares, usage, target, extra)
                           .select("node", "fs_rank").drop_nulls().iter_rows())[target]
     # rank 1 is served first; more usage may only move the project down (a larger number).
     assert rank(after_u) >= rank(before_u)
+
+
+# --- issue 8, item 12: Fair Tree ties (slurm.schedmd.com/fair_tree.html, "Ties") ---------------
+
+def test_tied_sibling_accounts_have_their_children_ranked_together():
+    tree = org([("acme", None, 1), ("A", "acme", 1), ("a1", "A", 1), ("a2", "A", 1),
+                ("B", "acme", 1), ("b1", "B", 1), ("b2", "B", 1)])
+    df = fair_share(tree, _usage(a1=40, a2=10, b1=30, b2=20), usage_col="u").collect()
+    rows = {r["node"]: r for r in df.to_dicts()}
+    # A and B: s = 0.5, u = 50/100 = 0.5 -> LF 1.0 each: tied, so their children are merged.
+    assert rows["A"]["level_fs"] == rows["B"]["level_fs"] == 1.0
+    # Within their own parent: a1 0.5/0.8 = 0.625, a2 0.5/0.2 = 2.5, b1 0.5/0.6 = 0.8333, b2 0.5/0.4 = 1.25.
+    # Ranked together: a2 (2.5), b2 (1.25), b1 (0.833), a1 (0.625). By name (today) A's two would
+    # come first: a2, a1, b2, b1.
+    leaves = df.filter(pl.col("fs_rank").is_not_null()).sort("order")
+    assert leaves["node"].to_list() == ["a2", "b2", "b1", "a1"]
+    assert leaves["fs_rank"].to_list() == [1, 2, 3, 4]
+    assert leaves["fairshare_factor"].to_list() == pytest.approx([1.0, 0.75, 0.5, 0.25])
+    assert df.sort("order")["node"].to_list() == ["acme", "A", "B", "a2", "b2", "b1", "a1"]
+
+
+def test_project_tied_with_an_account_goes_first_and_shares_the_rank():
+    # acme -> x (project) and Y (account) -> y1, y2; x and Y: s = 0.5, u = 0.5 -> LF 1.0, tied.
+    tree = org([("acme", None, 1), ("x", "acme", 1), ("Y", "acme", 1), ("y1", "Y", 1), ("y2", "Y", 1)])
+    df = fair_share(tree, _usage(x=10, y1=5, y2=5), usage_col="u").collect()
+    ranks = dict(df.filter(pl.col("fs_rank").is_not_null()).select("node", "fs_rank").iter_rows())
+    # The project sorts before the tied account; Y's best project (y1, y2: LF 1.0 each, tied with
+    # each other too) starts tied with x: all three share rank 1. Today "Y" < "x" by name puts Y
+    # first and x gets rank 3.
+    assert ranks == {"x": 1, "y1": 1, "y2": 1}
+    assert df.sort("order")["node"].to_list() == ["acme", "x", "Y", "y1", "y2"]

@@ -2,9 +2,12 @@
 
 At every level siblings compare their share s with their usage u, both normalised among the
 siblings: level fair share LF = s / u (∞ with no usage). Walking the tree depth-first with
-children in descending LF (ties by name) orders the projects; rank 1 is served first and the
-fair-share factor is (N − rank + 1) / N for N projects (1.0 best). Leaves with identical LF at
-every level share a rank.
+children in descending LF orders the projects; rank 1 is served first and the fair-share factor
+is (N − rank + 1) / N for N projects (1.0 best). Ties follow SchedMD's Fair Tree
+(slurm.schedmd.com/fair_tree.html, "Ties"): sibling projects with equal LF share a rank; sibling
+inner nodes with equal LF have their children merged and ranked together (each child keeps the
+LF computed under its own parent); a project tied with a sibling inner node sorts first and
+shares its rank with that node's best project. Names only fix the print order of exact ties.
 """
 
 from __future__ import annotations
@@ -63,21 +66,13 @@ def fair_share(
             else:
                 level_fs[c] = math.inf if shares_norm[c] > 0 else 0.0
 
-    def by_lf(nodes):
-        return sorted(nodes, key=lambda n: (-level_fs[n], n))
-
-    order = list(tree.walk(order=by_lf))
-    rank, fs_rank, prev_key = 0, {}, None
-    leaves = [n for n, _ in order if not tree.children[n]]
-    for position, leaf in enumerate(leaves, start=1):
-        key = tuple(level_fs[a] for a in reversed(tree.ancestors(leaf)))
-        if key != prev_key:
-            rank = position
-        fs_rank[leaf], prev_key = rank, key
-    n_leaves = len(leaves)
+    order, fs_rank = _fair_tree_order(tree, level_fs)
+    n_leaves = len(fs_rank)
+    depth_of = dict(tree.walk())
 
     rows = []
-    for position, (node, depth) in enumerate(order):
+    for position, node in enumerate(order):
+        depth = depth_of[node]
         glob = math.prod(shares_norm[a] for a in tree.ancestors(node))
         r = fs_rank.get(node)
         rows.append((
@@ -92,6 +87,44 @@ def fair_share(
         "level_fs": pl.Float64, "fs_rank": pl.Int32, "fairshare_factor": pl.Float64, "order": pl.Int32,
     }
     return pl.LazyFrame(rows, schema=schema, orient="row")
+
+
+def _fair_tree_order(tree: Tree, level_fs: dict[str, float]) -> tuple[list[str], dict[str, int]]:
+    """Every node in queue order and each project's rank (1 = best), by Fair Tree's rules."""
+    order: list[str] = []
+    fs_rank: dict[str, int] = {}
+    next_rank = 1  # what the rank would be with no ties (Slurm's ``rnt``, counted up here)
+    rank = 0
+
+    def visit(siblings: list[str], starts_tied: bool) -> None:
+        nonlocal next_rank, rank
+        # Descending LF; on equal LF projects before inner nodes (rule 3), then by name.
+        ranked = sorted(siblings, key=lambda n: (-level_fs[n], bool(tree.children[n]), n))
+        prev = None
+        i = 0
+        while i < len(ranked):
+            node = ranked[i]
+            tied = starts_tied if i == 0 else prev == level_fs[node]
+            if not tree.children[node]:
+                if not tied:
+                    rank = next_rank
+                fs_rank[node] = rank
+                next_rank += 1
+                order.append(node)
+            else:
+                last = i
+                while (last + 1 < len(ranked) and tree.children[ranked[last + 1]]
+                       and level_fs[ranked[last + 1]] == level_fs[node]):
+                    last += 1
+                merged = ranked[i:last + 1]
+                order.extend(merged)
+                visit([c for m in merged for c in tree.children[m]], tied)
+                i = last
+            prev = level_fs[node]
+            i += 1
+
+    visit(list(tree.roots), False)
+    return order, fs_rank
 
 
 def delivery(

@@ -131,6 +131,35 @@ def allocations_frame(sim: SimCluster, gpu_ids: np.ndarray) -> pl.DataFrame:
     )
 
 
+def close_earlier_windows(con, sim: SimCluster) -> int:
+    """End the jobs an earlier simulated window of this cluster left open where that window ended.
+
+    The simulator does not carry jobs from one window into the next: a job still running (or
+    pending) when its window ended would otherwise hold its GPUs for ever, on top of the new
+    window's jobs on the same GPUs. Such jobs become CANCELLED at their window's end (their
+    ``updated_at``), their open allocations end there too. Jobs of this window or a later one
+    (updated_at after this window's start) are left alone, so a rerun of a window is idempotent.
+    Returns the number of jobs closed.
+    """
+    args = [sim.cluster, SOURCE, sim.start]
+    stale = con.execute(
+        "SELECT * FROM jobs WHERE cluster = ? AND source = ? AND end_time IS NULL AND updated_at <= ?", args,
+    ).pl()
+    if stale.is_empty():
+        return 0
+    ended = stale.with_columns(pl.col("updated_at").alias("end_time"), pl.lit("CANCELLED").alias("state"))
+    held = con.execute(
+        "SELECT a.*, j.updated_at AS _window_end FROM job_allocations a JOIN jobs j USING (cluster, job_id) "
+        "WHERE j.cluster = ? AND j.source = ? AND j.end_time IS NULL AND j.updated_at <= ? AND a.end_time IS NULL",
+        args,
+    ).pl()
+    warehouse.upsert(con, "jobs", ended)
+    if held.height:
+        warehouse.upsert(con, "job_allocations",
+                         held.with_columns(pl.col("_window_end").alias("end_time")).drop("_window_end"))
+    return stale.height
+
+
 def write_simulation(
     con,
     sim: SimCluster,
@@ -153,6 +182,7 @@ def write_simulation(
         registered.select("gpu_uuid", "mig_instance_id", "gpu_id"), on=["gpu_uuid", "mig_instance_id"])
     gpu_ids = np.zeros(sim.hardware.n_devices, dtype=np.int64)
     gpu_ids[ids["device_idx"].to_numpy()] = ids["gpu_id"].to_numpy()
+    close_earlier_windows(con, sim)
     warehouse.upsert(con, "jobs", jobs_frame(sim))
     warehouse.upsert(con, "job_allocations", allocations_frame(sim, gpu_ids))
     devices = registered.select("host", "gpu_uuid", "mig_instance_id", "gpu_id")

@@ -281,6 +281,18 @@ def _demand(cfg: Config, hw: Hardware, placer: _Placer, rng: np.random.Generator
     return jobs, chains
 
 
+ID_ORIGIN_S = 1_577_836_800  # 2020-01-01 UTC
+JOBS_PER_WINDOW = 1_000_000
+
+
+def job_id_tag(start_s: int) -> int:
+    """Minutes from 2020-01-01 UTC to the window start: job ids begin with it, so windows with
+    different starts (a simulation extended with a later --start) never share a job id, and a
+    rerun of the same window writes the same ids (idempotent). Slurm ids are tag × 10^6 + index,
+    Kubernetes ids ``k8s-<tag>-<index>``."""
+    return (start_s - ID_ORIGIN_S) // 60
+
+
 def simulate_workload(cfg: Config, hw: Hardware, seed: int, start_s: int, end_s: int) -> Workload:
     """Generate demand for [start_s, end_s) and place it greedily; deterministic for a seed."""
     rng = np.random.default_rng([seed, 7])
@@ -376,7 +388,7 @@ def _assemble(hw, specs, started, rng, seed, start_s, end_s) -> Workload:
     np.add.at(gpus_of, alloc_job, dev_fraction[lane_dev[alloc_lane]] * lane_share[alloc_lane])
 
     rows = []
-    base_id = 100000 + int(seed % 1000) * 1000
+    tag = job_id_tag(start_s)
     for idx, spec in enumerate(specs):
         s = int(job_start[idx])
         if s < 0:
@@ -394,9 +406,9 @@ def _assemble(hw, specs, started, rng, seed, start_s, end_s) -> Workload:
         else:
             state = "FAILED" if spec.behaviour == FAILING else "COMPLETED"
         if spec.scheduler == "slurm":
-            job_id, namespace = str(base_id + idx), None
+            job_id, namespace = str(tag * JOBS_PER_WINDOW + idx), None
         else:
-            job_id, namespace = f"k8s-{idx:06d}", spec.project
+            job_id, namespace = f"k8s-{tag}-{idx}", spec.project
         rows.append((job_id, spec.project, spec.user, spec.name, spec.kind,
                      spec.pool.split(":")[1] if spec.pool.startswith("whole:") else "H100",
                      round(gpus, 6), spec.min_runtime_s, spec.submit_s, s if s >= 0 else None, end,
