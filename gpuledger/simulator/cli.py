@@ -20,12 +20,23 @@ app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (sa
                   no_args_is_help=True)
 console = Console(stderr=True)
 
-GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the cluster (8 per node)", min=8)]
+GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the cluster, rounded up to whole 8-GPU nodes", min=8)]
 SeedOpt = Annotated[int, typer.Option("--seed", help="random seed; same seed and options => same output")]
 IntervalOpt = Annotated[int, typer.Option("--interval", help="sample interval in seconds", min=1)]
 ClusterOpt = Annotated[str, typer.Option("--cluster", help="cluster name written to the warehouse")]
 CleanOpt = Annotated[bool, typer.Option("--clean/--dirty",
                                         help="--clean leaves out the planted dirt (gaps, blanks, resets, host spellings)")]
+
+
+def _whole_nodes(gpus: int) -> None:
+    """Say how --gpus becomes nodes when it is not a whole number of them (the cluster is built of
+    8-GPU nodes), rather than silently changing the count."""
+    from gpuledger.simulator.cluster import GPUS_PER_NODE
+
+    nodes = -(-gpus // GPUS_PER_NODE)
+    if gpus % GPUS_PER_NODE:
+        console.print(f"simulate: --gpus {gpus} rounds up to whole nodes: {nodes} nodes × {GPUS_PER_NODE} GPUs "
+                      f"= {nodes * GPUS_PER_NODE} GPUs")
 
 
 def _parse_start(text: str | None, default: datetime) -> datetime:
@@ -58,6 +69,7 @@ def simulate_warehouse(
 
     cfg = config_or_exit(config)
     began = time.monotonic()
+    _whole_nodes(gpus)
     sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=days,
                         interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
     path = warehouse_path(warehouse_file)
@@ -93,6 +105,7 @@ def simulate_serve(
     cfg = config_or_exit(config)
     now = _parse_start(sim_start, datetime.now(UTC).replace(tzinfo=None, microsecond=0))
     # jobs start a day before the simulated "now", so the cluster is busy when serving begins
+    _whole_nodes(gpus)
     sim = build_cluster(seed=seed, gpus=gpus, start=now - timedelta(days=1), days=days + 1,
                         interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
     handle = start_exporters(sim, port, SimClock(now, speed), host=bind)
@@ -124,6 +137,7 @@ def simulate_openmetrics(
     from gpuledger.simulator.exposition import write_openmetrics
 
     cfg = config_or_exit(config)
+    _whole_nodes(gpus)
     sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=hours / 24,
                         interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,173 @@
+"""Which columns each report shows in the terminal, under which header, with which unit.
+
+The default set answers the report's question and fits 80 columns (as `sshare` / `sreport` do);
+``--wide`` adds the rest. Column names are the machine names (csv / parquet / json keep them);
+headers carry the units. A report column missing here still shows under ``--wide``.
+"""
+
+from __future__ import annotations
+
+from gpuledger.tables import Column, View
+
+GPU_H = "GPU-h"  # allocated GPU-hours: one whole GPU held for one hour
+NORM_LEGEND = "nGPU-h = normalised GPU-hours (GPU-hours × the model's rate-card weight), the budget unit"
+OWN_LEGEND = "own budget: yes = the node's own budget, no = the sum of its descendants' budgets"
+
+
+def _h(name: str, header: str, *, default: bool = True, decimals: int = 1) -> Column:
+    return Column(name, header, "num", decimals=decimals, default=default)
+
+
+FAIRSHARE = View(
+    columns=(
+        Column("node", "node", key=True),
+        _h("shares_norm", "share", decimals=3),
+        _h("usage_effective", "usage\n(eff.)", decimals=3),
+        _h("level_fs", "level\nFS", decimals=3),
+        Column("fs_rank", "rank", "int"),
+        _h("fairshare_factor", "FS\nfactor", decimals=3),
+        _h("usage_raw_gpu_hours", f"usage\n{GPU_H}"),
+        _h("delivery_ratio", "delivered\n/owed", decimals=3),
+        _h("occupancy_ratio", "occupancy", default=False, decimals=3),
+        Column("parent", "parent", default=False),
+        Column("depth", "depth", "int", default=False),
+        Column("kind", "kind", default=False),
+        _h("shares_raw", "shares\n(raw)", default=False),
+        _h("share_global", "share of\ncluster", default=False, decimals=3),
+        _h("usage_norm", "usage\n(norm.)", default=False, decimals=3),
+        Column("order", "order", "int", default=False),
+        _h("gpu_hours_window", f"window\n{GPU_H}", default=False),
+        _h("gpu_hours_decayed", f"decayed\n{GPU_H}", default=False),
+    ),
+    notes=(("usage_raw_gpu_hours", f"{GPU_H} = allocated GPU-hours; share and usage are fractions of the node's siblings"),),
+    indent=("node", "depth"),
+)
+
+BUDGET = View(
+    columns=(
+        Column("node", "node", key=True),
+        Column("period_start", "period\nstart", "date", default=False),
+        Column("period_end", "period end\n(exclusive)", "date", default=False),
+        _h("budget_gpu_hours", "budget\nnGPU-h"),
+        Column("budget_own", "own\nbudget", "bool", default=False),
+        _h("consumed_gpu_hours", "consumed\nnGPU-h"),
+        _h("remaining_gpu_hours", "remaining\nnGPU-h"),
+        _h("burn_gpu_hours_per_day", "burn\nnGPU-h/d"),
+        Column("projected_exhaustion", "exhausts\n(UTC)", "date"),
+        Column("status", "status"),
+    ),
+    notes=(("", NORM_LEGEND), ("budget_own", OWN_LEGEND)),
+)
+
+FUNDING = View(
+    columns=(
+        Column("cluster", "cluster", default=False),
+        Column("job_id", "job", key=True),
+        Column("project", "project"),
+        Column("funded", "funded", "bool"),
+        Column("protected_until", "protected until\n(UTC)", "datetime"),
+        Column("protected", "protected\nnow", "bool", default=False),
+        Column("min_runtime_s_effective", "min runtime\n(s)", "int", default=False),
+        Column("unfunded_reason", "why unfunded", wrap=True),
+    ),
+)
+
+SQUATTERS = View(
+    columns=(
+        Column("cluster", "cluster", default=False),
+        Column("job_id", "job", key=True),
+        Column("project", "project"),
+        Column("user_name", "user", default=False),
+        Column("namespace", "namespace", default=False),
+        Column("job_kind", "kind", default=False),
+        Column("finding", "finding", default=False),
+        Column("severity", "severity"),
+        Column("gpus_idle", "GPUs\nidle", "int"),
+        Column("gpus_total", "GPUs\nheld", "int"),
+        Column("idle_since", "idle since\n(UTC)", "datetime", default=False),
+        _h("idle_minutes", "idle\nmin", decimals=0),
+        _h("gpu_hours_idle", f"wasted\n{GPU_H}"),
+        Column("idle_cost", "cost\n({currency})", "money"),
+        Column("currency", "currency", default=False),
+        Column("fb_used_bytes_idle", "memory\nGiB", "gib"),
+        Column("activity_signal", "signal", default=False),
+        Column("exempt", "exempt", "bool", default=False),
+        Column("exempt_reason", "exempt because", default=False),
+    ),
+    notes=(("fb_used_bytes_idle", "memory = GPU memory held on the idle GPUs, GiB = 2^30 bytes"),),
+)
+
+_CHARGE_TAIL = (
+    Column("gpu_model", "model"),
+    Column("tier", "tier"),
+    Column("gpu_hours", f"alloc.\n{GPU_H}", "num", decimals=2),
+    Column("amount", "amount\n({currency})", "money"),
+    Column("currency", "currency", default=False),
+    Column("idle_amount_included", "idle incl.\n({currency})", "money", default=False),
+)
+CHARGEBACK = View(
+    columns=(
+        Column("period", "period", default=False),
+        Column("period_start", "period start\n(UTC)", "datetime", default=False),
+        Column("period_end", "period end\n(UTC, excl.)", "datetime", default=False),
+        Column("line_kind", "line"),
+        Column("cluster", "cluster", default=False),
+        Column("job_id", "job", key=True),
+        Column("node", "node", key=True),
+        Column("project", "project", key=True),
+        Column("user_name", "user", default=False),
+        *_CHARGE_TAIL,
+    ),
+    notes=(("gpu_hours", f"{GPU_H} = allocated GPU-hours; an idle line is installed capacity nobody held"),),
+)
+
+_USAGE_FIGURES = (
+    _h("gpu_hours_allocated", f"allocated\n{GPU_H}"),
+    _h("gpu_hours_active", f"active\n{GPU_H}"),
+    _h("gpu_hours_idle", f"idle\n{GPU_H}"),
+    _h("gpu_hours_unknown", f"no data\n{GPU_H}"),
+    _h("efficiency_ratio", "efficiency\n(active/alloc)", decimals=3),
+    _h("energy_kwh", "energy\nkWh"),
+)
+USAGE = View(
+    columns=(
+        Column("hour", "hour\n(UTC)", "datetime", key=True),
+        Column("cluster", "cluster", default=False),
+        Column("job_id", "job", key=True),
+        Column("node", "node", key=True),
+        Column("project", "project", key=True),
+        Column("user_name", "user", key=True),
+        *_USAGE_FIGURES,
+    ),
+    notes=(("gpu_hours_allocated", f"{GPU_H} = GPU-hours; efficiency = active ÷ allocated"),
+           ("gpu_hours_unknown", "no data = allocated GPU-hours without activity samples")),
+)
+
+UTILIZATION = View(
+    columns=(
+        Column("hour", "hour\n(UTC)", "datetime", key=True),
+        Column("cluster", "cluster", key=True),
+        Column("model", "model", key=True),
+        Column("kind", "kind", key=True),
+        _h("gpu_hours_capacity", f"capacity\n{GPU_H}"),
+        _h("gpu_hours_allocated", f"allocated\n{GPU_H}"),
+        _h("gpu_hours_active", f"active\n{GPU_H}"),
+        _h("gpu_hours_unknown", f"no data\n{GPU_H}", default=False),
+        _h("share_of_allocated_pct", "share of\nalloc. %"),
+        _h("allocation_pct", "allocated\n%"),
+        _h("active_pct", "active\n%"),
+        _h("active_of_allocated_pct", "active of\nalloc. %"),
+    ),
+)
+
+SUMMARY = View(columns=(Column("figure", "figure", key=True), Column("value", "value", key=True)))
+
+QUARANTINE = View(
+    columns=(
+        Column("quarantined_at", "quarantined\n(UTC)", "datetime", default=False),
+        Column("source", "source", key=True),
+        Column("location", "location", key=True),
+        Column("reason", "reason", wrap=True),
+        Column("raw_text", "raw text (first 80 characters)", wrap=True),
+    ),
+)
