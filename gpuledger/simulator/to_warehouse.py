@@ -142,16 +142,16 @@ def close_earlier_windows(con, sim: SimCluster) -> int:
     Returns the number of jobs closed.
     """
     args = [sim.cluster, SOURCE, sim.start]
-    stale = con.execute(
-        "SELECT * FROM jobs WHERE cluster = ? AND source = ? AND end_time IS NULL AND updated_at <= ?", args,
+    stale = con.sql(  # duckdb 2.0: relations (not execute results) hand over to polars
+        "SELECT * FROM jobs WHERE cluster = ? AND source = ? AND end_time IS NULL AND updated_at <= ?", params=args,
     ).pl()
     if stale.is_empty():
         return 0
     ended = stale.with_columns(pl.col("updated_at").alias("end_time"), pl.lit("CANCELLED").alias("state"))
-    held = con.execute(
+    held = con.sql(
         "SELECT a.*, j.updated_at AS _window_end FROM job_allocations a JOIN jobs j USING (cluster, job_id) "
         "WHERE j.cluster = ? AND j.source = ? AND j.end_time IS NULL AND j.updated_at <= ? AND a.end_time IS NULL",
-        args,
+        params=args,
     ).pl()
     warehouse.upsert(con, "jobs", ended)
     if held.height:
