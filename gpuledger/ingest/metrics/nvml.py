@@ -27,7 +27,7 @@ from typing import Any
 import polars as pl
 
 from gpuledger import warehouse
-from gpuledger.ingest.jobs.k8s_mapping import mig_fraction
+from gpuledger.ingest.mig import mig_fraction
 from gpuledger.ingest.model_keys import gpu_model_key
 
 SOURCE = "nvml"
@@ -80,7 +80,8 @@ def start(nvml: Any = None) -> Any:
         try:
             import pynvml as nvml
         except ImportError as exc:  # the nvidia-ml-py package itself is missing
-            raise NoDriverError(f"the nvidia-ml-py package is not installed ({exc})") from None
+            raise NoDriverError("the nvidia-ml-py package is not installed: "
+                                f"pip install 'gpuledger[agent]' ({exc})") from None
     try:
         nvml.nvmlInit()
     except getattr(nvml, "NVMLError", Exception) as exc:
@@ -153,7 +154,7 @@ def read_devices(nvml: Any) -> list[DeviceReading]:
                     pci_bus_id=bus_id,
                     model_name=name,
                     mig_profile=profile,
-                    gpu_fraction=(mig_fraction(profile) if profile else None) or 1.0,
+                    gpu_fraction=(mig_fraction(profile, name) if profile else None) or 1.0,
                     gpu_util_ratio=_util(nvml, mig),  # NVML reports none on MIG: NULL
                     fb_used_bytes=mig_used,
                     fb_total_bytes=mig_total,
@@ -233,6 +234,10 @@ def write_readings(con, inventory: pl.DataFrame, samples: pl.DataFrame) -> int:
     if inventory.is_empty():
         return 0
     ids = warehouse.register_gpus(con, inventory).select("gpu_uuid", "mig_instance_id", "gpu_id")
+    from gpuledger.ingest.tiers import apply_tier_rules
+
+    for cluster in inventory["cluster"].unique().to_list():
+        apply_tier_rules(con, cluster=cluster)  # pricing tier from the stored config's rules
     keyed = samples.join(ids, on=["gpu_uuid", "mig_instance_id"], how="inner")
     return warehouse.write_samples(con, keyed.drop("gpu_uuid", "mig_instance_id"), source=SOURCE)
 
