@@ -7,13 +7,12 @@ import os
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from gpuledger import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
 from gpuledger.errors import GpuledgerError, printable
 from gpuledger.config_files import example_config_text, resolve_config_path
+from gpuledger import table_views, tables
 from gpuledger.analytics import cli as analytics_cli
 from gpuledger.lazy import lazy_import
 from gpuledger.ingest.jobs.csv_cli import app as import_app
@@ -81,15 +80,12 @@ def config_load(config: ConfigOpt = None, warehouse_file: WarehouseOpt = None) -
 @app.command()
 def summary(warehouse_file: WarehouseOpt = None) -> None:
     """What the warehouse holds: GPUs, jobs, allocated GPU-hours, samples, quarantined lines."""
+    import polars as pl
+
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         figures = reports.warehouse_summary(con)
-    table = Table(title=f"gpuledger warehouse {warehouse_path(warehouse_file)}")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for name, value in figures.items():
-        shown = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
-        table.add_row(name, shown)
-    console.print(table)
+    frame = pl.DataFrame({"figure": list(figures), "value": [tables.format_value(v) for v in figures.values()]})
+    tables.print_table(frame, table_views.SUMMARY, title=f"gpuledger warehouse {warehouse_path(warehouse_file)}")
 
 
 @app.command("quarantine")
@@ -97,20 +93,21 @@ def quarantine_list(
     warehouse_file: WarehouseOpt = None,
     source: str | None = typer.Option(None, help="only this source, e.g. jobs-csv or scrape"),
     limit: int = typer.Option(20, min=0, help="rows to show"),
+    wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
 ) -> None:
     """Show quarantined input: where it came from, why it was refused, the raw text."""
+    import polars as pl
+
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         rows = con.execute(
-            "SELECT source, location, reason, left(raw_text, 80) FROM quarantine "
-            "WHERE ? IS NULL OR source = ? ORDER BY quarantined_at DESC, location LIMIT ?",
+            "SELECT quarantined_at, source, location, reason, left(raw_text, 80) FROM quarantine "
+            "WHERE ? IS NULL OR source = ? ORDER BY quarantined_at DESC, source, location, reason, raw_text LIMIT ?",
             [source, source, limit],
         ).fetchall()
-    table = Table(title="quarantine")
-    for col in ("source", "location", "reason", "raw text"):
-        table.add_column(col)
-    for row in rows:  # Text, not markup: raw input may hold "[/x]"; never raw bytes to the terminal
-        table.add_row(*[Text(printable(str(v))) for v in row])
-    console.print(table)
+    names = ("quarantined_at", "source", "location", "reason", "raw_text")
+    # never raw bytes or control characters to the terminal
+    frame = pl.DataFrame([[r[0], *(printable(str(v)) for v in r[1:])] for r in rows], schema=names, orient="row")
+    tables.print_table(frame, table_views.QUARANTINE, title="quarantine (newest first)", wide=wide, columns=columns)
 
 
 @app.callback()
