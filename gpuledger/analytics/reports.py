@@ -35,6 +35,24 @@ from gpuledger.config import Policy
 DAY = timedelta(days=1)
 
 
+def ordered(frame: pl.DataFrame, by: list[str], descending: list[bool] | None = None) -> pl.DataFrame:
+    """``frame`` sorted by ``by``, then by every other column: a full key, so the same data comes
+    out in the same row order on every run (csv output byte for byte)."""
+    rest = [c for c in frame.columns if c not in by]
+    desc = [*(descending or [False] * len(by)), *([False] * len(rest))]
+    return frame.sort([*by, *rest], descending=desc, nulls_last=True)
+
+
+def tree_position(org_nodes: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """node -> its position in the org tree walked depth-first, children by name (the order
+    `gpuledger budget` lists nodes in: each parent above its children)."""
+    from gpuledger.analytics.tree import Tree
+
+    nodes = [node for node, _ in Tree.from_frame(org_nodes).walk()]
+    return pl.DataFrame({"node": nodes, "_tree_pos": list(range(len(nodes)))},
+                        schema={"node": pl.String, "_tree_pos": pl.Int64})
+
+
 def data_now(con: duckdb.DuckDBPyConnection, *, wall: datetime | None = None) -> datetime:
     """"Now" for the data: the newest sample or job event (submit, start, end) that is not in the
     future (a replayed or simulated week ends there); the wall clock when there is none. A single
@@ -160,8 +178,10 @@ def budget_report(
     policy = policy or Policy()
     as_of = as_of or data_now(con)
     t = load_tables(con, end=as_of + DAY, samples=False)
-    return budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card,
+    burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card,
                        as_of=as_of, default_tier=policy.chargeback.default_tier).collect()
+    placed = burn.join(tree_position(t.org_nodes), on="node", how="left")
+    return ordered(placed, ["_tree_pos", "period_start"]).drop("_tree_pos")
 
 
 def funding_report(
@@ -173,8 +193,9 @@ def funding_report(
     t = load_tables(con, end=now + DAY, samples=False)
     burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card, as_of=now,
                        default_tier=policy.chargeback.default_tier)
-    return job_funding(t.jobs, burn, t.org_nodes, now=now,
-                       min_runtime_cap=timedelta(hours=policy.funding.min_runtime_cap_hours)).collect()
+    funding = job_funding(t.jobs, burn, t.org_nodes, now=now,
+                          min_runtime_cap=timedelta(hours=policy.funding.min_runtime_cap_hours)).collect()
+    return ordered(funding, ["cluster", "job_id"])
 
 
 def squatters_report(
@@ -190,7 +211,7 @@ def squatters_report(
                                     lookback=lookback)
     findings = squatting_findings(t.jobs, t.job_allocations, t.gpus, activity, t.rate_card, now=now,
                                   policy=policy.squatting, include_exempt=include_exempt).collect()
-    return findings.sort(["finding", "idle_minutes"], descending=[True, True])
+    return ordered(findings, ["finding", "idle_minutes", "cluster", "job_id"], [True, True, False, False])
 
 
 def utilization_report(
@@ -204,8 +225,8 @@ def utilization_report(
     t = load_tables(con, start=start, end=end, samples=False)
     used = attribution(con, t, start=start, end=end, now=now, policy=policy)
     if by == "kind":
-        return utilization_by_kind(used, t.jobs).collect()
+        return ordered(utilization_by_kind(used, t.jobs).collect(), ["kind"])
     keys = {"model": ("cluster", "model"), "cluster": ("cluster",), "fleet": ()}.get(by)
     if keys is None:
         raise ValueError(f"by={by!r}: choose model, cluster, fleet or kind")
-    return utilization_hourly(used, t.gpus, start=start, end=end, by=keys).sort("hour").collect()
+    return ordered(utilization_hourly(used, t.gpus, start=start, end=end, by=keys).collect(), ["hour", *keys])
