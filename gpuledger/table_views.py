@@ -122,12 +122,12 @@ CHARGEBACK = View(
 )
 
 _USAGE_FIGURES = (
-    _h("gpu_hours_allocated", f"allocated\n{GPU_H}"),
+    _h("gpu_hours_allocated", f"alloc.\n{GPU_H}"),
     _h("gpu_hours_active", f"active\n{GPU_H}"),
     _h("gpu_hours_idle", f"idle\n{GPU_H}"),
-    _h("gpu_hours_unknown", f"no data\n{GPU_H}"),
-    _h("efficiency_ratio", "efficiency\n(active/alloc)", decimals=3),
-    _h("energy_kwh", "energy\nkWh"),
+    _h("efficiency_ratio", "effic-\niency", decimals=3),
+    _h("gpu_hours_unknown", f"no data\n{GPU_H}", default=False),
+    _h("energy_kwh", "energy\nkWh", default=False),
 )
 USAGE = View(
     columns=(
@@ -139,7 +139,7 @@ USAGE = View(
         Column("user_name", "user", key=True),
         *_USAGE_FIGURES,
     ),
-    notes=(("gpu_hours_allocated", f"{GPU_H} = GPU-hours; efficiency = active ÷ allocated"),
+    notes=(("gpu_hours_allocated", f"{GPU_H} = GPU-hours; efficiency = active ÷ allocated GPU-hours"),
            ("gpu_hours_unknown", "no data = allocated GPU-hours without activity samples")),
 )
 
@@ -150,14 +150,16 @@ UTILIZATION = View(
         Column("model", "model", key=True),
         Column("kind", "kind", key=True),
         _h("gpu_hours_capacity", f"capacity\n{GPU_H}"),
-        _h("gpu_hours_allocated", f"allocated\n{GPU_H}"),
+        _h("gpu_hours_allocated", f"alloc.\n{GPU_H}"),
         _h("gpu_hours_active", f"active\n{GPU_H}"),
         _h("gpu_hours_unknown", f"no data\n{GPU_H}", default=False),
         _h("share_of_allocated_pct", "share of\nalloc. %"),
-        _h("allocation_pct", "allocated\n%"),
+        _h("allocation_pct", "alloc.\n%"),
         _h("active_pct", "active\n%"),
-        _h("active_of_allocated_pct", "active of\nalloc. %"),
+        _h("active_of_allocated_pct", "active/\nalloc. %"),
     ),
+    notes=(("allocation_pct", f"% of installed capacity; {GPU_H} = GPU-hours, MIG slices by compute slices"),
+           ("share_of_allocated_pct", "share of alloc. = this kind's part of all allocated GPU-hours")),
 )
 
 SUMMARY = View(columns=(Column("figure", "figure", key=True), Column("value", "value", key=True)))

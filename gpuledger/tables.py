@@ -291,8 +291,9 @@ def _row_lines(shown, cells, widths, gap, row) -> list[str]:
     for c in shown:
         text = cells[c.name][row]
         if c.wrap and len(text) > widths[c.name]:
-            pieces.append(textwrap.wrap(text, widths[c.name], break_long_words=True, break_on_hyphens=False,
-                                        replace_whitespace=False, drop_whitespace=False) or [""])
+            # at spaces only: a word longer than the column overflows it rather than being split
+            pieces.append(textwrap.wrap(text, widths[c.name], break_long_words=False, break_on_hyphens=False)
+                          or [""])
         else:
             pieces.append([text])
     height = max(len(p) for p in pieces)
