@@ -14,6 +14,7 @@ from gpuledger.errors import GpuledgerError, printable
 from gpuledger.config_files import example_config_text, resolve_config_path
 from gpuledger import table_views, tables
 from gpuledger.analytics import cli as analytics_cli
+from gpuledger.ledger import cli as ledger_cli
 from gpuledger.lazy import lazy_import
 from gpuledger.ingest.jobs.csv_cli import app as import_app
 from gpuledger.ingest.cli import app as ingest_app
@@ -33,6 +34,7 @@ app.add_typer(simulate_app, name="simulate")
 app.add_typer(ingest_app, name="ingest")
 app.command("agent")(agent_command)
 app.add_typer(analytics_cli.report_app, name="report")
+app.add_typer(ledger_cli.period_app, name="period")
 app.command("fairshare")(analytics_cli.fairshare)
 app.command("budget")(analytics_cli.budget)
 app.command("squatters")(analytics_cli.squatters)
@@ -67,14 +69,8 @@ def config_example() -> None:
     typer.echo(example_config_text(), nl=False)
 
 
-@config_app.command("load")
-def config_load(config: ConfigOpt = None, warehouse_file: WarehouseOpt = None) -> None:
-    """Write the config's org tree, budgets and rate card into the warehouse."""
-    cfg = config_or_exit(config)
-    with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
-        warehouse.replace_reference(con, cfg.org_frame(), cfg.budgets_frame(), cfg.rate_card_frame())
-    console.print(f"loaded {len(cfg.node_names())} org nodes, {len(cfg.budgets)} budgets, "
-                  f"{len(cfg.rate_card)} rates")
+config_app.command("load")(ledger_cli.config_load)
+config_app.command("versions")(ledger_cli.config_versions)
 
 
 @app.command()

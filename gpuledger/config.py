@@ -120,9 +120,31 @@ class SquattingPolicy(_Strict):
         return self
 
 
+class TierRule(_Strict):
+    """A device (or Slurm job) gets ``tier`` when every condition given here matches; the first
+    matching rule of ``policy.chargeback.tier_rules`` wins, else the cloud providers' capacity-type
+    node labels (gpuledger.ingest.tiers), else ``default_tier``."""
+
+    tier: Tier
+    cluster: str | None = None  # glob on the cluster name, e.g. "aws-*"
+    host: str | None = None  # glob on the canonical host (short, lower case), e.g. "spot-*"
+    node_labels: dict[str, str] = Field(default_factory=dict)  # Kubernetes node labels; all must match
+    partition: str | None = None  # glob on the Slurm partition; prices that partition's jobs
+
+    @model_validator(mode="after")
+    def _has_condition(self) -> TierRule:
+        if not (self.cluster or self.host or self.node_labels or self.partition):
+            raise ValueError(
+                "a tier rule needs at least one of cluster, host, node_labels or partition "
+                "(for everything else set policy.chargeback.default_tier)"
+            )
+        return self
+
+
 class ChargebackPolicy(_Strict):
     idle_cost: Literal["line", "spread"] = "line"
     default_tier: Tier = "reserved"
+    tier_rules: list[TierRule] = Field(default_factory=list)
 
 
 class EnforcementPolicy(_Strict):
@@ -327,3 +349,24 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(_describe(exc, source)) from None
 
 
+def parse_config_text(text: str, source: str | os.PathLike = "(stored config)") -> Config:
+    """Validate config YAML given as text: a file's, or the copy the warehouse keeps of the
+    config it was loaded from (gpuledger.ledger.config_versions)."""
+    source = Path(source)
+    try:
+        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping with at least an `org:` tree")
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from None
+
+
+def read_config_file(path: str | os.PathLike | None = None) -> tuple[Config, str, Path]:
+    """(config, the file's text, its path), the file chosen as load_config chooses it."""
+    source = resolve_config_path(path)
+    cfg = load_config(source)  # its error messages (YAML line:column) for a bad file
+    return cfg, _read_text(source), source

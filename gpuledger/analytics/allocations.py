@@ -62,7 +62,9 @@ def job_level_allocations(
             pl.lit(None, pl.String).alias("mig_profile"),
             pl.lit(1.0).alias("device_fraction"),
             pl.lit(False).alias("is_mig"),
-            pl.lit(default_tier).alias("tier"),
+            # A Slurm partition rule may price the job (jobs.pricing_tier, gpuledger.ingest.tiers).
+            (pl.col("pricing_tier").fill_null(default_tier) if "pricing_tier" in jobs.collect_schema().names()
+             else pl.lit(default_tier)).alias("tier"),
             pl.lit(JOB).alias("allocation_level"),
         )
     )

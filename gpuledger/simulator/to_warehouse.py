@@ -16,7 +16,7 @@ import polars as pl
 from gpuledger import warehouse
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.simulator import dirt
-from gpuledger.simulator.labels import job_labels
+from gpuledger.simulator.labels import job_labels, node_labels
 from gpuledger.simulator.scenario import SimCluster
 from gpuledger.simulator.signals import raw_values
 
@@ -131,6 +131,18 @@ def allocations_frame(sim: SimCluster, gpu_ids: np.ndarray) -> pl.DataFrame:
     )
 
 
+def node_label_frame(sim: SimCluster) -> pl.DataFrame:
+    """node_labels rows for the simulated nodes (as the Kubernetes ingest would store them)."""
+    import json
+
+    labels = node_labels(sim)
+    return pl.DataFrame({"cluster": [sim.cluster] * len(labels), "host": list(labels),
+                         "labels_json": [json.dumps(v, sort_keys=True) for v in labels.values()],
+                         "updated_at": [sim.end] * len(labels)},
+                        schema={"cluster": pl.String, "host": pl.String, "labels_json": pl.String,
+                                "updated_at": pl.Datetime("us")})
+
+
 def close_earlier_windows(con, sim: SimCluster) -> int:
     """End the jobs an earlier simulated window of this cluster left open where that window ended.
 
@@ -171,13 +183,19 @@ def write_simulation(
 
     Returns the warehouse's row counts afterwards.
     """
-    cfg = sim.config
-    warehouse.replace_reference(con, cfg.org_frame(), cfg.budgets_frame(), cfg.rate_card_frame())
+    from gpuledger.ingest.tiers import apply_tier_rules, store_node_labels
+    from gpuledger.ledger.config_versions import ensure_config
+
+    # The warehouse's config must be the simulation's (stored when the warehouse has none): a
+    # simulation never replaces a config behind the user's back.
+    ensure_config(con, sim.config, source="(simulator)")
     inventory = sim.hardware.inventory().with_columns(
         pl.lit(sim.start).cast(pl.Datetime("us")).alias("first_seen"),
         pl.lit(sim.end).cast(pl.Datetime("us")).alias("last_seen"),
     )
     registered = warehouse.register_gpus(con, inventory)
+    store_node_labels(con, node_label_frame(sim))  # capacity-type labels -> pricing tiers
+    apply_tier_rules(con, cluster=sim.cluster)
     ids = sim.hardware.devices.select("gpu_uuid", "mig_instance_id", "device_idx").join(
         registered.select("gpu_uuid", "mig_instance_id", "gpu_id"), on=["gpu_uuid", "mig_instance_id"])
     gpu_ids = np.zeros(sim.hardware.n_devices, dtype=np.int64)

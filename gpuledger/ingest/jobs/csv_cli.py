@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from gpuledger import warehouse
-from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
+from gpuledger.cli_common import ConfigOpt, WarehouseOpt, warehouse_config, warehouse_path
 
 app = typer.Typer(help="Import job records from files.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -25,16 +25,19 @@ def import_jobs(
     from gpuledger.ingest.device_links import link_devices_for_jobs
     from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
 
-    cfg = config_or_exit(config)
-    try:
-        parsed = read_jobs_csv(file, set(cfg.projects()))
-    except CsvHeaderError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+    from gpuledger.ingest.tiers import apply_tier_rules
+
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
-        warehouse.replace_reference(con, cfg.org_frame(), cfg.budgets_frame(), cfg.rate_card_frame())
+        # The warehouse's own config (only `config load` replaces it; an empty one takes the file's).
+        cfg = warehouse_config(con, config, write=True)
+        try:
+            parsed = read_jobs_csv(file, set(cfg.projects()))
+        except CsvHeaderError as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from None
         warehouse.upsert(con, "jobs", parsed.jobs)
         link_devices_for_jobs(con, parsed.jobs)
+        apply_tier_rules(con)  # cluster rules price jobs without devices
         warehouse.quarantine(con, parsed.rejected)
     console.print(
         f"{file}: {parsed.rows_read} rows read, {parsed.jobs.height} jobs imported, "

@@ -1,0 +1,324 @@
+"""The config the warehouse was loaded from, kept as numbered versions.
+
+The warehouse, not the working folder, is where a command finds the org tree, budgets, rate card
+and policy: a report or an import run in a folder without ``gpuledger.yaml`` must not silently
+swap in the packaged example. So:
+
+* :func:`load_version` (``gpuledger config load``) is the only thing that replaces the current
+  reference tables (org_nodes / budgets / rate_card). It adds a version — content as loaded,
+  content hash, source path, who and when — plus copies of that version's rate card and budgets,
+  an audit row, and returns what changed (printed by the CLI).
+* :func:`config_for_command` gives a command the stored config. An explicit ``--config`` (or
+  ``$GPULEDGER_CONFIG``) that differs from it is refused with the fix (run ``config load``); only
+  an empty warehouse takes the file's config (the packaged example included), and says so.
+
+A version's hash is over the *validated* content (canonical JSON), so a comment or a reordered
+key in the YAML is not a new version; a changed price is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import yaml
+
+from gpuledger.config import Config, parse_config_text, read_config_file
+from gpuledger.config_files import packaged_example_path
+from gpuledger.errors import UsageError
+from gpuledger.ledger import audit
+from gpuledger.warehouse.db import transaction
+from gpuledger.warehouse.writes import replace_reference
+
+LIBRARY_SOURCE = "(library)"
+
+
+class ConfigMismatch(UsageError):
+    """An explicit config file differs from the one the warehouse holds."""
+
+
+def fingerprint(cfg: Config) -> str:
+    """sha256 of the validated config as canonical JSON (sorted keys): the content hash."""
+    canonical = json.dumps(cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def config_as_text(cfg: Config) -> str:
+    """YAML of a config that came with no file text (library callers)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+
+
+@dataclass(frozen=True)
+class StoredConfig:
+    version: int
+    content_sha256: str
+    source_path: str
+    loaded_at: datetime
+    loaded_by: str
+    content_text: str
+
+    @cached_property
+    def config(self) -> Config:
+        return parse_config_text(self.content_text, f"warehouse config version {self.version}")
+
+    def describe(self) -> str:
+        return (f"config version {self.version} (sha256 {self.content_sha256[:12]}, loaded from "
+                f"{self.source_path} at {self.loaded_at:%Y-%m-%d %H:%M} UTC by {self.loaded_by})")
+
+
+def _has_table(con: duckdb.DuckDBPyConnection) -> bool:
+    return bool(con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'config_versions'"
+    ).fetchall()[0][0])
+
+
+def stored_config(con: duckdb.DuckDBPyConnection, version: int | None = None) -> StoredConfig | None:
+    """The latest config version (or ``version``); None for a warehouse never given a config."""
+    if not _has_table(con):
+        return None
+    row = con.execute(
+        "SELECT version, content_sha256, source_path, loaded_at, loaded_by, content_text FROM config_versions "
+        "WHERE ? IS NULL OR version = ? ORDER BY version DESC LIMIT 1", [version, version],
+    ).fetchall()
+    return StoredConfig(*row[0]) if row else None
+
+
+def config_versions(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Every version: version, content_sha256, source_path, loaded_at, loaded_by, changes."""
+    return con.sql("SELECT version, content_sha256, source_path, loaded_at, loaded_by, changes "
+                   "FROM config_versions ORDER BY version").pl()
+
+
+def rate_card_version(con: duckdb.DuckDBPyConnection, version: int) -> pl.DataFrame:
+    """The rate card as it stood in config ``version`` (rate_card table shape)."""
+    return con.sql("SELECT gpu_model, tier, effective_from, price_per_gpu_hour, currency, budget_weight "
+                   "FROM rate_card_versions WHERE version = ? ORDER BY effective_from",
+                   params=[version]).pl()
+
+
+# --- what changed ------------------------------------------------------------------------------
+
+def _rates(cfg: Config) -> dict[tuple, tuple]:
+    return {(r.gpu_model, r.tier, r.effective_from): (r.price_per_gpu_hour, r.currency or cfg.currency,
+                                                       r.budget_weight) for r in cfg.rate_card}
+
+
+def _budgets(cfg: Config) -> dict[tuple, tuple]:
+    return {(b.node, b.start): (b.end, b.gpu_hours) for b in cfg.budgets}
+
+
+def _nodes(cfg: Config) -> dict[str, tuple]:
+    return {n.name: (parent, n.shares) for n, parent, _ in cfg.org.walk()}
+
+
+def config_changes(old: Config | None, new: Config) -> list[str]:
+    """One line per change from ``old`` to ``new``: nodes, prices, budgets, tier rules, policy."""
+    if old is None:
+        return [f"first config: {len(new.node_names())} org nodes, {len(new.budgets)} budgets, "
+                f"{len(new.rate_card)} rates"]
+    out: list[str] = []
+    on, nn = _nodes(old), _nodes(new)
+    out += [f"node added: {n} (under {nn[n][0]})" for n in sorted(nn.keys() - on.keys())]
+    out += [f"node removed: {n}" for n in sorted(on.keys() - nn.keys())]
+    for n in sorted(on.keys() & nn.keys()):
+        if on[n][0] != nn[n][0]:
+            out.append(f"node moved: {n} from {on[n][0]} to {nn[n][0]}")
+        if on[n][1] != nn[n][1]:
+            out.append(f"shares changed: {n} {on[n][1]:g} -> {nn[n][1]:g}")
+    orates, nrates = _rates(old), _rates(new)
+    for key in sorted(nrates.keys() - orates.keys()):
+        out.append(f"price added: {key[0]}/{key[1]} from {key[2]} {nrates[key][0]} {nrates[key][1]}")
+    for key in sorted(orates.keys() - nrates.keys()):
+        out.append(f"price removed: {key[0]}/{key[1]} from {key[2]} (was {orates[key][0]} {orates[key][1]})")
+    for key in sorted(orates.keys() & nrates.keys()):
+        (op, oc, ow), (np_, nc, nw) = orates[key], nrates[key]
+        if (op, oc) != (np_, nc):
+            out.append(f"price changed: {key[0]}/{key[1]} from {key[2]} {op} {oc} -> {np_} {nc}")
+        if ow != nw:
+            out.append(f"budget weight changed: {key[0]}/{key[1]} from {key[2]} {ow:g} -> {nw:g}")
+    ob, nb = _budgets(old), _budgets(new)
+    for key in sorted(nb.keys() - ob.keys()):
+        out.append(f"budget added: {key[0]} {key[1]}..{nb[key][0]} {nb[key][1]} h")
+    for key in sorted(ob.keys() - nb.keys()):
+        out.append(f"budget removed: {key[0]} {key[1]}..{ob[key][0]} (was {ob[key][1]} h)")
+    for key in sorted(ob.keys() & nb.keys()):
+        if ob[key] != nb[key]:
+            out.append(f"budget changed: {key[0]} {key[1]}: {ob[key][1]} h -> {nb[key][1]} h"
+                       + (f", end {ob[key][0]} -> {nb[key][0]}" if ob[key][0] != nb[key][0] else ""))
+    if old.currency != new.currency:
+        out.append(f"currency changed: {old.currency} -> {new.currency}")
+    opol, npol = old.policy.model_dump(mode="json"), new.policy.model_dump(mode="json")
+    if opol["chargeback"]["tier_rules"] != npol["chargeback"]["tier_rules"]:
+        out.append(f"tier rules changed: {len(opol['chargeback']['tier_rules'])} -> "
+                   f"{len(npol['chargeback']['tier_rules'])} rules (devices re-tiered)")
+    for section in npol:
+        for key, value in npol[section].items():
+            if key != "tier_rules" and opol.get(section, {}).get(key) != value:
+                out.append(f"policy changed: {section}.{key} {opol.get(section, {}).get(key)!r} -> {value!r}")
+    return out
+
+
+def _pair_windows(cfg: Config) -> dict[tuple[str, str], list[tuple[datetime, datetime | None]]]:
+    """Per (model, tier): [effective_from, next effective_from) windows."""
+    by_pair: dict[tuple[str, str], list] = {}
+    for r in sorted(cfg.rate_card, key=lambda r: r.effective_from):
+        by_pair.setdefault((r.gpu_model, r.tier), []).append(
+            datetime.combine(r.effective_from, datetime.min.time()))
+    return {pair: [(d, ds[i + 1] if i + 1 < len(ds) else None) for i, d in enumerate(ds)]
+            for pair, ds in by_pair.items()}
+
+
+def repriced_windows(old: Config, new: Config) -> list[tuple[str, str, datetime, datetime | None]]:
+    """(model, tier, from, until) spans whose price in force differs between the two rate cards."""
+    out = []
+    ow, nw = _pair_windows(old), _pair_windows(new)
+    orates, nrates = _rates(old), _rates(new)
+
+    def price_at(windows, rates, pair, t):
+        for lo, hi in windows.get(pair, []):
+            if lo <= t and (hi is None or t < hi):
+                return rates[(pair[0], pair[1], lo.date())][:2]
+        return None
+
+    for pair in set(ow) | set(nw):
+        cuts = sorted({lo for lo, _ in ow.get(pair, [])} | {lo for lo, _ in nw.get(pair, [])})
+        for i, t in enumerate(cuts):
+            if price_at(ow, orates, pair, t) != price_at(nw, nrates, pair, t):
+                out.append((pair[0], pair[1], t, cuts[i + 1] if i + 1 < len(cuts) else None))
+    return sorted(out, key=lambda w: (w[0], w[1], w[2]))
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+@dataclass
+class LoadResult:
+    version: int  # the version now current
+    added: bool  # False when the content equals the current version's
+    changes: list[str] = field(default_factory=list)
+    closed_periods_affected: list[str] = field(default_factory=list)  # kept as issued; need a correction
+    open_periods_repriced: list[str] = field(default_factory=list)  # past open months now priced anew
+
+
+def load_version(
+    con: duckdb.DuckDBPyConnection, cfg: Config, *, text: str | None = None, source: str | Path = LIBRARY_SOURCE,
+    by: str | None = None, now: datetime | None = None,
+) -> LoadResult:
+    """Make ``cfg`` the warehouse's current config: a new version unless its content hash equals
+    the current one. Replaces org_nodes / budgets / rate_card, keeps the version's rate card and
+    budgets, re-applies the tier rules to every device, audits the load. Closed periods are not
+    touched: their statements stay as issued (see :mod:`gpuledger.ledger.periods`)."""
+    from gpuledger.ingest.tiers import apply_tier_rules  # ingest imports the ledger: import here
+
+    sha = fingerprint(cfg)
+    now = now or audit.utc_now()
+    who = audit.actor(by)
+    with transaction(con):
+        current = stored_config(con)
+        if current is not None and current.content_sha256 == sha:
+            return LoadResult(version=current.version, added=False)
+        old = current.config if current else None
+        changes = config_changes(old, cfg)
+        version = (current.version if current else 0) + 1
+        con.execute(
+            "INSERT INTO config_versions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [version, sha, str(source), now, who, text if text is not None else config_as_text(cfg),
+             "\n".join(changes)],
+        )
+        rates, budgets = cfg.rate_card_frame(), cfg.budgets_frame()
+        for table, frame in (("rate_card_versions", rates), ("budget_versions", budgets)):
+            if frame.height:
+                con.register("_version_rows", frame.with_columns(pl.lit(version).alias("version")).to_arrow())
+                try:
+                    names = ", ".join(["version", *frame.columns])
+                    con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM _version_rows")
+                finally:
+                    con.unregister("_version_rows")
+        replace_reference(con, cfg.org_frame(), budgets, rates)
+        apply_tier_rules(con, cfg.policy.chargeback)
+        closed, repriced = _periods_touched(con, old, cfg, now)
+        audit.record(con, who=who, action="config-load", subject=f"config v{version}",
+                     detail=f"sha256 {sha} from {source}; " + "; ".join(changes), at=now)
+    return LoadResult(version=version, added=True, changes=changes, closed_periods_affected=closed,
+                      open_periods_repriced=repriced)
+
+
+def _periods_touched(con, old: Config | None, new: Config, now: datetime) -> tuple[list[str], list[str]]:
+    """Closed periods whose prices in force changed (they keep their statement), and past months
+    still open that the change re-prices (said aloud, not silently)."""
+    if old is None:
+        return [], []
+    from gpuledger.ledger.periods import closed_periods, next_month  # periods imports this module
+
+    windows = repriced_windows(old, new)
+    tiers_changed = (old.policy.chargeback.model_dump() != new.policy.chargeback.model_dump())
+    closed = closed_periods(con)
+    hit_closed = []
+    for period, (start, end) in closed.items():
+        if tiers_changed or any(lo < end and (hi is None or hi > start) for _, _, lo, hi in windows):
+            hit_closed.append(period)
+    hit_open = []
+    if windows:
+        first = min(lo for _, _, lo, _ in windows)
+        start = datetime(first.year, first.month, 1)
+        while (end := next_month(start)) <= now:  # months that are over
+            name = f"{start:%Y-%m}"
+            if name not in closed and any(lo < end and (hi is None or hi > start) for _, _, lo, hi in windows):
+                hit_open.append(name)
+            start = end
+    return sorted(hit_closed), sorted(hit_open)
+
+
+# --- which config a command uses ---------------------------------------------------------------
+
+def config_for_command(
+    con: duckdb.DuckDBPyConnection, option: Path | None, *, write: bool, by: str | None = None,
+) -> tuple[Config, str | None]:
+    """(the config a command must use, a note to print or None).
+
+    The warehouse's stored config when it has one; ``option`` (an explicit ``--config`` or
+    ``$GPULEDGER_CONFIG``) must then have the same content, else :class:`ConfigMismatch` says to
+    run ``gpuledger config load``. A warehouse without a config: writers (``write=True``) load the
+    file's config as version 1 and say so (the packaged example is named as such); readers use it
+    for this run only.
+    """
+    current = stored_config(con)
+    if current is not None:
+        if option is not None:
+            cfg, _, path = read_config_file(option)
+            if fingerprint(cfg) != current.content_sha256:
+                raise ConfigMismatch(
+                    f"--config {path} differs from the warehouse's {current.describe()}; run "
+                    f"`gpuledger config load --config {path}` to replace it (it prints what changes), "
+                    "or leave --config out to use the stored one"
+                )
+        return current.config, None
+    cfg, text, path = read_config_file(option)
+    example = Path(path).resolve() == packaged_example_path().resolve()
+    what = f"{path} (the packaged example config)" if example else str(path)
+    if not write:
+        return cfg, f"note: the warehouse holds no config yet; using {what} for this run"
+    result = load_version(con, cfg, text=text, source=path, by=by)
+    return cfg, (f"the warehouse had no config: loaded {what} as config version {result.version} "
+                 "(replace it with `gpuledger config load --config FILE`)")
+
+
+def ensure_config(con: duckdb.DuckDBPyConnection, cfg: Config, *, source: str | Path = LIBRARY_SOURCE,
+                  by: str | None = None) -> int:
+    """For writers handed a Config (the simulator): store it when the warehouse has none, accept it
+    when it equals the stored one, refuse it otherwise (only `config load` replaces a config).
+    Returns the current version."""
+    current = stored_config(con)
+    if current is None:
+        return load_version(con, cfg, source=source, by=by).version
+    if current.content_sha256 != fingerprint(cfg):
+        raise ConfigMismatch(
+            f"this config differs from the warehouse's {current.describe()}; load it first with "
+            "`gpuledger config load --config FILE` (it prints what changes)"
+        )
+    return current.version

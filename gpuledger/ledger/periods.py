@@ -1,0 +1,366 @@
+"""Closed periods: a month's chargeback statement, frozen once issued, changed only by corrections.
+
+* :func:`close_period` stores the month's lines at every level (job, project, node) exactly as
+  ``reports.chargeback_report`` produces them with the warehouse's current config, with a sha256
+  over the lines, the config version, who and when (revision 0). A month that is not over cannot
+  be closed; a closed one cannot be closed again.
+* :func:`correct_period` re-computes the month with today's config and data and stores only the
+  differences against what was issued (all revisions so far) as ``credit`` (amount < 0) and
+  ``debit`` (amount > 0) lines of a new revision, with the reason, who and when. Issued lines never
+  change, so what finance signed stays readable and the corrections explain every cent since.
+* :func:`statement_lines` is the one place statements are read (CLI, finance reports,
+  dashboards): a closed month's issued lines plus its corrections, or computed lines for an open
+  period. Stored lines are checked against their checksum on every read.
+
+What "the rates known when it was closed" means: a closed month keeps the lines priced by the
+config version current at its close (recorded per revision). A later config load — even one with
+an effective_from inside that month — changes open periods only; ``config load`` names the closed
+months it would have re-priced, and a correction is how they are re-issued.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+import duckdb
+import polars as pl
+
+from gpuledger.config import Config, Policy
+from gpuledger.errors import RunError, UsageError
+from gpuledger.ledger import audit
+from gpuledger.ledger.config_versions import stored_config
+from gpuledger.warehouse.db import transaction
+
+LEVELS = ("job", "project", "node")
+# Summed by corrections; every other column of a line is part of its identity.
+QUANTITIES = ("gpu_hours", "amount", "idle_amount_included")
+# Describe a line rather than identify it (as of when it was computed, derived from its kind).
+DESCRIPTIVE = ("billed_through", "provisional", "billed", "note", "revision", "correction_of")
+_DTYPE_TEXT = re.compile(r"^[A-Za-z0-9_(), ='.]*$")
+
+
+class PeriodError(UsageError):
+    """A period cannot be closed or corrected as asked; the message says what would."""
+
+
+def month_bounds(period: str) -> tuple[datetime, datetime]:
+    """[start, end) of ``YYYY-MM``; statements are issued per calendar month (UTC)."""
+    m = re.fullmatch(r"(\d{4})-(\d{2})", period.strip())
+    if not m or not 1 <= int(m[2]) <= 12:
+        raise PeriodError(f"period {period!r}: statements are per calendar month, give YYYY-MM (e.g. 2026-10)")
+    start = datetime(int(m[1]), int(m[2]), 1)
+    return start, next_month(start)
+
+
+def next_month(moment: datetime) -> datetime:
+    first = datetime(moment.year, moment.month, 1)
+    return (first + timedelta(days=32)).replace(day=1)
+
+
+def closed_periods(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[datetime, datetime]]:
+    """Closed months → [start, end)."""
+    rows = con.execute("SELECT period, period_start, period_end FROM statement_revisions "
+                       "WHERE revision = 0 ORDER BY period").fetchall()
+    return {p: (s, e) for p, s, e in rows}
+
+
+def is_closed(con: duckdb.DuckDBPyConnection, period: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM statement_revisions WHERE period = ? AND revision = 0",
+                            [period]).fetchall()[0][0])
+
+
+# --- serialising lines ------------------------------------------------------------------------
+
+def _plain(value):
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return value
+
+
+def _line_json(row: dict) -> str:
+    return json.dumps({k: _plain(v) for k, v in row.items()}, sort_keys=True, separators=(",", ":"))
+
+
+def _dtype(text: str) -> pl.DataType:
+    if not _DTYPE_TEXT.match(text):
+        raise RunError(f"statement column type {text!r} is not a polars type; the warehouse was altered")
+    return eval(text, {"__builtins__": {}}, {k: getattr(pl, k) for k in dir(pl) if k[0].isupper()})  # noqa: S307
+
+
+def _typed(value, dtype: pl.DataType):
+    if value is None:
+        return None
+    if isinstance(dtype, pl.Decimal):
+        return Decimal(value)
+    if isinstance(dtype, pl.Datetime):
+        return datetime.fromisoformat(value)
+    if dtype == pl.Date:
+        return date.fromisoformat(value)
+    return value
+
+
+def _checksum(encoded: list[tuple[str, str]]) -> str:
+    return hashlib.sha256("\n".join(f"{level}\t{line}" for level, line in encoded).encode()).hexdigest()
+
+
+def _store_revision(
+    con, period: str, revision: int, frames: dict[str, pl.DataFrame], *, start: datetime, end: datetime,
+    config_version: int | None, who: str, at: datetime, reason: str | None, data_now: datetime | None,
+) -> str:
+    encoded: list[tuple[str, str]] = []
+    rows = []
+    for level in LEVELS:
+        frame = frames[level]
+        for line_no, row in enumerate(frame.iter_rows(named=True)):
+            text = _line_json(row)
+            encoded.append((level, text))
+            rows.append((period, revision, level, line_no, row["line_kind"], row.get("currency"),
+                         row.get("amount"), text))
+    sha = _checksum(encoded)
+    columns = {level: [[c, str(t)] for c, t in frames[level].schema.items()] for level in LEVELS}
+    con.execute(
+        "INSERT INTO statement_revisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [period, revision, start, end, config_version, at, who, reason, data_now, len(rows), sha,
+         json.dumps(columns)],
+    )
+    if rows:
+        con.executemany("INSERT INTO statement_lines VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return sha
+
+
+def _issued(con, period: str) -> dict[int, dict[str, pl.DataFrame]]:
+    """Every stored revision of ``period``: revision → level → frame, each checked against its sha."""
+    revisions = con.execute("SELECT revision, lines_sha256, columns_json, line_count FROM statement_revisions "
+                            "WHERE period = ? ORDER BY revision", [period]).fetchall()
+    out: dict[int, dict[str, pl.DataFrame]] = {}
+    for revision, sha, columns_json, count in revisions:
+        stored = con.execute("SELECT level, line_json FROM statement_lines WHERE period = ? AND revision = ? "
+                             "ORDER BY array_position(['job', 'project', 'node'], level), line_no",
+                             [period, revision]).fetchall()
+        if len(stored) != count or _checksum(stored) != sha:
+            raise RunError(f"statement {period} revision {revision}: its lines do not match their sha256 "
+                           f"{sha[:12]}; the warehouse was altered outside gpuledger (restore it from a backup)")
+        columns = json.loads(columns_json)
+        out[revision] = {}
+        for level in LEVELS:
+            schema = {c: _dtype(t) for c, t in columns[level]}
+            decoded = [json.loads(text) for lvl, text in stored if lvl == level]
+            out[revision][level] = pl.DataFrame(
+                [{c: _typed(row.get(c), t) for c, t in schema.items()} for row in decoded],
+                schema=schema, orient="row",
+            )
+    return out
+
+
+# --- computing, closing, correcting -----------------------------------------------------------
+
+def compute_lines(con, period: str, cfg: Config, *, now: datetime | None = None) -> dict[str, pl.DataFrame]:
+    """The period's chargeback lines at every level with the warehouse's current reference data."""
+    from gpuledger.analytics.reports import chargeback_report
+
+    return {level: chargeback_report(con, period, level=level, policy=cfg.policy, now=now) for level in LEVELS}
+
+
+def _current_config(con) -> tuple[Config, int | None]:
+    stored = stored_config(con)
+    if stored is None:
+        raise PeriodError("the warehouse holds no config: run `gpuledger config load --config FILE` before "
+                          "issuing statements, so they say which rates priced them")
+    return stored.config, stored.version
+
+
+def close_period(
+    con: duckdb.DuckDBPyConnection, period: str, *, by: str | None = None, now: datetime | None = None,
+    data_now: datetime | None = None, allow_provisional: bool = False,
+) -> dict:
+    """Freeze ``period`` (YYYY-MM): store its lines (revision 0) with a checksum, audit it.
+
+    ``now`` is the wall clock (UTC; injected by tests): a month that has not ended by then is
+    refused. ``data_now`` is the data's "now" the lines are computed at (default: the newest data);
+    when the data ends before the month does, the statement would be provisional (idle billed only
+    up to the data) and is refused unless ``allow_provisional``.
+    Returns period, revision, lines, sha256, config_version, totals (currency → amount).
+    """
+    start, end = month_bounds(period)
+    now = now or audit.utc_now()
+    if end > now:
+        raise PeriodError(f"period {period} is not over (it ends {end:%Y-%m-%d %H:%M} UTC); close it after that")
+    with transaction(con):
+        if is_closed(con, period):
+            raise PeriodError(_closed_message(con, period))
+        cfg, version = _current_config(con)
+        frames = compute_lines(con, period, cfg, now=data_now)
+        project = frames["project"]
+        if not allow_provisional and "provisional" in project.columns and project["provisional"].any():
+            through = project["billed_through"].max() if "billed_through" in project.columns else None
+            raise PeriodError(
+                f"period {period}: the warehouse's data ends at {through:%Y-%m-%d %H:%M} UTC, before the month "
+                f"does, so its statement is provisional; ingest the rest first (or close it anyway with "
+                f"--provisional)")
+        who = audit.actor(by)
+        sha = _store_revision(con, period, 0, frames, start=start, end=end, config_version=version, who=who,
+                              at=now, reason=None, data_now=data_now)
+        totals = _totals(frames["project"])
+        audit.record(con, who=who, action="period-close", subject=period,
+                     detail=f"revision 0, config v{version}, sha256 {sha}, totals {totals}", at=now)
+    return {"period": period, "revision": 0, "lines": sum(f.height for f in frames.values()), "sha256": sha,
+            "config_version": version, "totals": totals}
+
+
+def _closed_message(con, period: str) -> str:
+    at, who = con.execute("SELECT issued_at, issued_by FROM statement_revisions WHERE period = ? AND revision = 0",
+                          [period]).fetchall()[0]
+    return (f"period {period} is already closed (issued {at:%Y-%m-%d %H:%M} UTC by {who}); to re-issue it "
+            f"after a change run `gpuledger period correct {period} --reason \"...\"`")
+
+
+def _totals(frame: pl.DataFrame) -> dict[str, str]:
+    if frame.is_empty():
+        return {}
+    sums = frame.group_by("currency").agg(pl.col("amount").sum()).sort("currency")
+    return {c: str(a) for c, a in sums.iter_rows()}
+
+
+def _keys(frame: pl.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c not in QUANTITIES and c not in DESCRIPTIVE]
+
+
+def _effective(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Issued lines plus corrections, summed per line identity (a correction counts towards the
+    line kind it corrects)."""
+    parts = []
+    for frame in frames:
+        if "correction_of" in frame.columns:
+            frame = frame.with_columns(line_kind=pl.coalesce("correction_of", "line_kind")).drop("correction_of")
+        parts.append(frame)
+    whole = pl.concat(parts, how="diagonal_relaxed")
+    present = [q for q in QUANTITIES if q in whole.columns]
+    others = [c for c in whole.columns if c in DESCRIPTIVE]
+    return whole.group_by(_keys(whole), maintain_order=True).agg(
+        [pl.col(q).sum().cast(whole.schema[q]) for q in present] + [pl.col(c).last() for c in others])
+
+
+def _differences(issued: pl.DataFrame, fresh: pl.DataFrame) -> pl.DataFrame:
+    """Correction lines (fresh − issued per line identity), in ``fresh``'s columns + correction_of."""
+    keys = [k for k in _keys(fresh) if k in issued.columns]
+    old = issued.select(*keys, *[pl.col(c).alias(f"_old_{c}") for c in issued.columns
+                                 if c not in keys and c in fresh.columns])
+    joined = fresh.join(old, on=keys, how="full", coalesce=True, nulls_equal=True)
+    fixes = []
+    for c in fresh.columns:
+        before = f"_old_{c}"
+        if c in QUANTITIES:
+            zero = pl.lit(0).cast(fresh.schema[c])
+            old_value = pl.col(before).fill_null(zero) if before in joined.columns else zero
+            fixes.append((pl.col(c).fill_null(zero) - old_value).cast(fresh.schema[c]).alias(c))
+        elif before in joined.columns:  # descriptive: today's, else as issued (a line that vanished)
+            fixes.append(pl.coalesce(c, before).alias(c))
+    diff = joined.with_columns(fixes).drop([c for c in joined.columns if c.startswith("_old_")])
+    hours = pl.col("gpu_hours").abs() > 1e-9 if "gpu_hours" in diff.columns else pl.lit(False)
+    diff = diff.filter((pl.col("amount").fill_null(0) != 0) | hours)
+    sign = pl.when(pl.col("amount").fill_null(0) != 0).then(pl.col("amount") > 0).otherwise(pl.col("gpu_hours") > 0)
+    return diff.with_columns(correction_of=pl.col("line_kind"),
+                             line_kind=pl.when(sign).then(pl.lit("debit")).otherwise(pl.lit("credit"))
+                             ).select(*fresh.columns, "correction_of")
+
+
+def correct_period(
+    con: duckdb.DuckDBPyConnection, period: str, *, reason: str, by: str | None = None,
+    now: datetime | None = None, data_now: datetime | None = None,
+) -> dict | None:
+    """Re-issue closed ``period`` with today's config and data: store the differences from what
+    was issued as credit / debit lines of the next revision, with ``reason``, who and when.
+    Returns the revision's summary, or None when nothing differs (nothing is stored)."""
+    if not reason or not reason.strip():
+        raise PeriodError("--reason: say why the statement is re-issued (it is kept in the audit trail)")
+    start, end = month_bounds(period)
+    now = now or audit.utc_now()
+    with transaction(con):
+        if not is_closed(con, period):
+            raise PeriodError(f"period {period} is not closed, so nothing was issued to correct: its report is "
+                              f"computed from the current config (freeze it with `gpuledger period close {period}`)")
+        issued = _issued(con, period)
+        cfg, version = _current_config(con)
+        fresh = compute_lines(con, period, cfg, now=data_now)
+        corrections = {level: _differences(_effective([issued[r][level] for r in sorted(issued)]), fresh[level])
+                       for level in LEVELS}
+        if all(f.is_empty() for f in corrections.values()):
+            return None
+        revision = max(issued) + 1
+        who = audit.actor(by)
+        sha = _store_revision(con, period, revision, corrections, start=start, end=end, config_version=version,
+                              who=who, at=now, reason=reason.strip(), data_now=data_now)
+        net = _totals(corrections["project"])
+        audit.record(con, who=who, action="period-correct", subject=period, reason=reason.strip(),
+                     detail=f"revision {revision}, config v{version}, sha256 {sha}, net {net}", at=now)
+    return {"period": period, "revision": revision, "lines": sum(f.height for f in corrections.values()),
+            "sha256": sha, "config_version": version, "net": net,
+            "credit_lines": corrections["project"].filter(pl.col("line_kind") == "credit").height,
+            "debit_lines": corrections["project"].filter(pl.col("line_kind") == "debit").height}
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+def statement_lines(
+    con: duckdb.DuckDBPyConnection, period: str, *, level: str = "project", policy: Policy | None = None,
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """The statement of ``period`` at ``level``: for a closed month the issued lines (revision 0)
+    followed by every correction's credit / debit lines; otherwise computed now (revision NULL).
+
+    Columns: those of ``reports.chargeback_report`` plus ``revision`` (Int32) and ``correction_of``
+    (the line kind a credit / debit corrects). Summed per currency, ``amount`` is what is owed as
+    of the latest revision. ``policy`` is used for open periods only; default the stored config's.
+    """
+    if level not in LEVELS:
+        raise UsageError(f"level={level!r}: choose job, project or node")
+    if re.fullmatch(r"\d{4}-\d{2}", period.strip()) and is_closed(con, period.strip()):
+        issued = _issued(con, period.strip())
+        parts = []
+        for revision in sorted(issued):
+            frame = issued[revision][level]
+            if "correction_of" not in frame.columns:
+                frame = frame.with_columns(pl.lit(None, pl.String).alias("correction_of"))
+            parts.append(frame.with_columns(pl.lit(revision, pl.Int32).alias("revision")))
+        whole = pl.concat(parts, how="diagonal_relaxed")
+        head = [c for c in whole.columns if c not in ("revision", "correction_of")]
+        return whole.select(*head, "revision", "correction_of")
+    from gpuledger.analytics.reports import chargeback_report
+
+    if policy is None:
+        stored = stored_config(con)
+        policy = stored.config.policy if stored else None
+    lines = chargeback_report(con, period, level=level, policy=policy, now=now)
+    return lines.with_columns(pl.lit(None, pl.Int32).alias("revision"),
+                              pl.lit(None, pl.String).alias("correction_of"))
+
+
+def period_list(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Closed months: period, revisions, closed_at / closed_by, last revision's time, who and
+    reason, config version, and the statement's total per currency as of its latest revision."""
+    heads = con.sql(
+        """SELECT r0.period, count(*)::INTEGER AS revisions, min(r.issued_at) AS closed_at,
+                  arg_min(r.issued_by, r.revision) AS closed_by, max(r.issued_at) AS last_issued_at,
+                  arg_max(r.issued_by, r.revision) AS last_issued_by, arg_max(r.reason, r.revision) AS last_reason,
+                  arg_max(r.config_version, r.revision) AS config_version,
+                  arg_max(r.lines_sha256, r.revision) AS last_sha256
+           FROM statement_revisions r0 JOIN statement_revisions r USING (period)
+           WHERE r0.revision = 0 GROUP BY r0.period, r0.revision"""
+    ).pl()
+    totals = con.sql(
+        "SELECT period, currency, sum(amount) AS total FROM statement_lines WHERE level = 'project' "
+        "GROUP BY period, currency"
+    ).pl()
+    if totals.height:
+        totals = totals.with_columns(total=pl.col("currency") + pl.lit(" ") + pl.col("total").cast(pl.String)) \
+            .group_by("period").agg(pl.col("total").sort().str.join(", "))
+        heads = heads.join(totals, on="period", how="left")
+    else:
+        heads = heads.with_columns(pl.lit(None, pl.String).alias("total"))
+    return heads.sort("period")
