@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from gpuledger.ingest.mig import mig_fraction
 from gpuledger.simulator.noise import SALT, hash64
 
 GPUS_PER_NODE = 8
@@ -166,7 +167,7 @@ def build_hardware(seed: int, gpus: int, cluster: str, start_s: int, span_s: int
                     lanes_dev.append(len(rows))
                     lanes_share.append(1.0)
                     rows.append(base | dict(mig_instance_id=gi, mig_profile=profile,
-                                            gpu_fraction=slices / 7, fb_total_mib=mem_mib,
+                                            gpu_fraction=mig_fraction(profile, model.key), fb_total_mib=mem_mib,
                                             fb_reserved_mib=0))
             else:
                 n_lanes = 2 if roles[node] == "shared" else 1

@@ -17,8 +17,8 @@ Choices, and why:
   admission state. Their ``start_time`` stays NULL on purpose — the GPU-hours of an admitted
   workload are its pods' rows, and a start time here would count them twice. ``end_time`` is the
   ``Finished`` condition's time.
-* GPUs: ``nvidia.com/gpu`` counts 1 each; ``nvidia.com/mig-<c>g.<mem>gb`` counts by compute slices,
-  ``c/7`` (``c/4`` for the A30's 1g.6gb / 2g.12gb / 4g.24gb). Containers are summed; init
+* GPUs: ``nvidia.com/gpu`` counts 1 each; ``nvidia.com/mig-<c>g.<mem>gb`` counts by compute slices
+  (:func:`gpuledger.ingest.mig.mig_fraction`: ``c/7``, ``c/4`` on an A30). Containers are summed; init
   containers run one at a time, so the pod holds max(Σ containers, max init container).
 * A structural fault that hides whether the pod asks for GPUs is rejected; a bad field in a pod
   that asks for no GPU is ignored with the pod (it is not ours to judge).
@@ -34,6 +34,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from gpuledger.ingest import mig
+from gpuledger.ingest.mig import find_profile
 from gpuledger.ingest.model_keys import gpu_model_key
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -51,8 +53,6 @@ INTERACTIVE_OWNERS = frozenset({"Notebook", "RayCluster"})
 TRAINING_POD_LABELS = ("training.kubeflow.org/job-name", "jobset.sigs.k8s.io/jobset-name")
 NOTEBOOK_POD_LABELS = ("notebook-name",)
 
-_MIG = re.compile(r"^(?:(?P<ci>\d+)c\.)?(?P<gi>\d+)g\.(?P<mem>\d+)gb(?:\+[a-z0-9]+)*$")
-_A30_PROFILES = frozenset({"1g.6gb", "2g.12gb", "4g.24gb"})
 _DURATION = re.compile(
     r"^(?:(?P<d>\d+(?:\.\d+)?)d)?(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?$"
 )
@@ -233,17 +233,12 @@ def _quantity(value: Any, path: str) -> Decimal:
     return amount
 
 
-def mig_fraction(profile: str) -> float | None:
-    """Share of a physical GPU held by a MIG profile (``"3g.40gb"`` → 3/7); None if unknown."""
-    match = _MIG.match(profile)
-    if not match:
+def mig_fraction(profile: str, model: str | None = None) -> float | None:
+    """Share of a physical GPU held by a MIG resource's profile (``"3g.40gb"`` → 3/7); None unless
+    the whole name is a profile (``mig-3g.40gb-extra`` is not). The rule: gpuledger.ingest.mig."""
+    if find_profile(profile) != profile.lower():
         return None
-    slices = int(match.group("ci") or match.group("gi"))
-    base = profile.split("+")[0]
-    if match.group("ci"):
-        base = base.split(".", 1)[1]
-    total = 4 if base in _A30_PROFILES else 7
-    return min(slices / total, 1.0)
+    return mig.mig_fraction(profile, model)
 
 
 def gpus_requested(pod_spec: Mapping, path: str = "spec") -> tuple[float, list[str]]:

@@ -13,7 +13,8 @@ Two formats are read, with one mapping:
 
 Mapping: Account → project, User → user_name, JobName → name, the GPU count and model from the
 TRES string (``gres/gpu=2``, ``gres/gpu:h100=2`` → gpus 2, gpu_model H100; MIG types such as
-``gres/gpu:nvidia_a100_3g.40gb=1`` count 3/7 of a GPU each). AllocTRES is used once a job has an
+``gres/gpu:nvidia_a100_3g.40gb=1`` count 3/7 of a GPU each, an A30's ``2g.12gb`` 2/4: the rule lives
+in gpuledger.ingest.mig). AllocTRES is used once a job has an
 allocation, ReqTRES before that (pending, or cancelled before it started), so ``gpus`` is what
 the job holds or asks for. State "CANCELLED by 123" → CANCELLED. The cluster is the export's own
 (Cluster column / JSON ``cluster``); the caller's ``cluster`` fills it where the export has none.
@@ -41,6 +42,7 @@ import duckdb
 import polars as pl
 
 from gpuledger.ingest.device_links import link_devices_for_jobs
+from gpuledger.ingest.mig import find_profile, mig_fraction
 from gpuledger.ingest.model_keys import gpu_model_key
 from gpuledger.warehouse import QuarantineRow, quarantine, upsert
 
@@ -71,7 +73,6 @@ _NO_TIME = {"", "unknown", "none", "n/a"}
 _JOB_ID = re.compile(r"^\d+(?:_(?:\d+|\[[0-9,%\-]+\]))?(?:\+\d+)?$")
 _STEP_ID = re.compile(r"^\d+(?:_(?:\d+|\[[0-9,%\-]+\]))?(?:\+\d+)?\.[A-Za-z0-9_\-]+$")
 _STATE = re.compile(r"^[A-Z][A-Z_]*$")
-_MIG_PROFILE = re.compile(r"(?<![0-9])([1-7])g\.\d+gb", re.IGNORECASE)
 
 
 class SacctFormatError(ValueError):
@@ -136,11 +137,14 @@ def _gpus_and_model(total: int | None, typed: dict[str, int]) -> tuple[float, st
     typed = {t: c for t, c in typed.items() if c > 0}
     models = sorted({gpu_model_key(t) or t.upper() for t in typed})
     model = "+".join(models) if models else None
-    mig = {t: c for t, c in typed.items() if _MIG_PROFILE.search(t)}
-    if mig:
-        # A MIG slice counts by its compute slices out of 7 (design.md, "Units and definitions").
-        gpus = sum(Fraction(int(_MIG_PROFILE.search(t).group(1)), 7) * c for t, c in mig.items())
-        gpus += sum(c for t, c in typed.items() if t not in mig)
+    mig_share = {t: mig_fraction(find_profile(t), gpu_model_key(t)) for t in typed if find_profile(t)}
+    if mig_share:
+        # A MIG slice counts by its compute slices of its model (gpuledger.ingest.mig: 3g = 3/7, A30 2g = 2/4).
+        unknown = [t for t, share in mig_share.items() if share is None]
+        if unknown:
+            raise ValueError(f"GPU type {unknown[0]!r}: more MIG slices than its GPU model has")
+        gpus = sum(Fraction(mig_share[t]).limit_denominator(28) * c for t, c in typed.items() if t in mig_share)
+        gpus += sum(c for t, c in typed.items() if t not in mig_share)
         return float(gpus), model
     whole = sum(typed.values())
     return float(max(total or 0, whole)), model

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from gpuledger.ingest import mig
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.ingest.metrics.values import FIELD_CHECKS, value_problem
 from gpuledger.ingest.model_keys import gpu_model_key
@@ -371,14 +372,9 @@ def device_level_once(samples: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def mig_fraction(profile: str | None, model: str | None) -> float:
-    """Compute share of a MIG profile: ``3g.40gb`` on a 7-slice GPU = 3/7 (A30: 4 slices)."""
-    if not profile:
-        return 1.0
-    m = re.match(r"(\d+)g\.", profile)
-    if not m:
-        return 1.0
-    slices = 4 if model == "A30" else 7
-    return min(1.0, int(m.group(1)) / slices)
+    """Compute share of a device: its MIG profile's (gpuledger.ingest.mig: ``3g.40gb`` = 3/7, an
+    A30's ``2g.12gb`` = 2/4); 1.0 for a whole GPU or a profile no rule knows."""
+    return mig.mig_fraction(profile, model) or 1.0 if profile else 1.0
 
 
 def inventory_from_wide(wide: pl.DataFrame, cluster: str) -> pl.DataFrame:
