@@ -1,0 +1,18 @@
+"""The gpuledger code location: one `Definitions` assembled from the domain folders under `defs/`.
+
+`dg check defs`, `dg dev` and `dagster dev` find it through `[tool.dg]` in pyproject.toml. Each
+domain (ingest, usage, fairshare, budgets, squatting, chargeback; enforcement, reports and alerts
+later) keeps its assets, checks, schedules and sensors side by side; the package is walked and
+every definition found is collected, so a new domain folder needs no edit here. Resources are built
+once, from the environment (defs/resources.py).
+"""
+
+import dagster as dg
+
+from gpuledger.pipelines import defs as defs_package
+from gpuledger.pipelines.defs.resources import resources_from_env
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.load_definitions_from_package_module(defs_package, resources=resources_from_env())

@@ -1,0 +1,1 @@
+"""Dagster definitions by domain; see ../definitions.py."""

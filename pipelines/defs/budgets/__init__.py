@@ -1,0 +1,1 @@
+"""Budgets: burn-down snapshots per org node, and their consistency down the tree."""

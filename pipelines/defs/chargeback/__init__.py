@@ -1,0 +1,1 @@
+"""Chargeback: monthly statements (closed months as issued, with their corrections), reconciled."""

@@ -1,0 +1,35 @@
+"""Monthly chargeback statements at project level, one month per partition, from the ledger's
+``statement_lines`` (the one place statements are read: a closed month's issued lines and
+corrections, an open month computed by reports.chargeback_report). Issued on the 1st for the month
+before (chargeback/schedules.py); rematerializing a month replaces its rows exactly."""
+
+import dagster as dg
+
+from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
+from gpuledger.pipelines.defs.partitions import monthly_partitions
+from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
+from gpuledger.pipelines.defs.tables import replace_partition, stamped
+
+
+@dg.asset(partitions_def=monthly_partitions, deps=INGEST_DEPS, group_name="chargeback", kinds={"duckdb", "polars"})
+def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehouse,
+                          gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
+    """Charge lines per project, GPU model and tier plus the idle line; Σ amount = Σ capacity ×
+    price (table chargeback_statements)."""
+    import polars as pl
+
+    from gpuledger.ledger.periods import statement_lines
+
+    period = context.partition_key[:7]  # YYYY-MM-DD partition key -> YYYY-MM
+    cfg = gpuledger_config.load()
+    with warehouse.reader() as con:
+        lines = statement_lines(con, period, level="project", cfg=cfg)
+    with warehouse.writer() as con:
+        deleted, inserted = replace_partition(con, "chargeback_statements", period, stamped(lines.drop("period"),
+                                                                                              period=period))
+    totals = {f"amount_{currency}": str(amount) for currency, amount in
+              lines.group_by("currency").agg(pl.col("amount").sum()).rows()} if lines.height else {}
+    return dg.MaterializeResult(metadata={
+        "table": "chargeback_statements", "period": period, "rows": inserted, "rows_replaced": deleted,
+        "closed": bool(lines.height and lines["revision"].is_not_null().any()), **totals,
+    })

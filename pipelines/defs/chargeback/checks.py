@@ -1,0 +1,43 @@
+"""Chargeback checks: every stored month reconciles to the cent — Σ charges + idle (+ corrections)
+= Σ installed capacity × price (analytics.chargeback.chargeback_totals) — and no idle line is
+negative (which would mean job records claim more GPUs than the inventory holds)."""
+
+import dagster as dg
+
+from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
+from gpuledger.pipelines.defs.resources import Warehouse
+from gpuledger.pipelines.defs.tables import sql
+
+PACKAGE = "gpuledger.pipelines.defs.chargeback"
+
+
+@dg.asset_check(asset=chargeback_statements, description="Σ charges + idle = Σ capacity × price, per month "
+                "and currency, to the cent")
+def chargeback_reconciles(warehouse: Warehouse) -> dg.AssetCheckResult:
+    from gpuledger.analytics.chargeback import chargeback_totals
+    from gpuledger.analytics.load import load_tables
+
+    mismatches, checked = [], 0
+    with warehouse.reader() as con:
+        stored = con.execute(sql(PACKAGE, "statement_totals")).fetchall()
+        capacity: dict = {}
+        for period, start, end, currency, amount, _ in stored:
+            if period not in capacity:
+                t = load_tables(con, start=start, end=end, samples=False)
+                capacity[period] = dict(chargeback_totals(t.gpus, t.rate_card, start=start, end=end)
+                                        .select("currency", "capacity_amount").collect().rows())
+            expected = capacity[period].get(currency)
+            checked += 1
+            if expected is None or amount != expected:
+                mismatches.append(f"{period} {currency}: statement {amount} vs capacity × price {expected}")
+    return dg.AssetCheckResult(passed=not mismatches, metadata={
+        "months_currencies_checked": checked, "mismatches": "; ".join(mismatches) or "none"})
+
+
+@dg.asset_check(asset=chargeback_statements, description="no negative idle line in any stored month")
+def chargeback_no_negative_idle(warehouse: Warehouse) -> dg.AssetCheckResult:
+    with warehouse.reader() as con:
+        stored = con.execute(sql(PACKAGE, "statement_totals")).fetchall()
+    negative = {f"{period} {currency}": int(n) for period, _, _, currency, _, n in stored if n}
+    return dg.AssetCheckResult(passed=not negative, severity=dg.AssetCheckSeverity.WARN,
+                               metadata={"negative_idle_lines": str(negative) if negative else "none"})

@@ -1,0 +1,175 @@
+"""Ingest assets: the raw warehouse tables, fed from the sources named in the config's ``sources``.
+
+Each asset calls the ingest package (the same code the ``gpuledger ingest`` / ``import`` commands
+run), is idempotent (raw tables keep their natural keys, so the same input twice changes nothing)
+and reports rows written and quarantined as metadata. A source the config leaves out is skipped:
+the materialization succeeds and says so (``skipped`` in the metadata and the log).
+"""
+
+from datetime import timedelta
+from pathlib import Path
+
+import dagster as dg
+
+from gpuledger.pipelines.defs.partitions import daily_partitions, window
+from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
+
+GROUP = "ingest"
+
+# Dynamic partitions of csv_jobs: one per file of the watched folder (its path relative to the
+# folder), added by job_csv_sensor.
+job_csv_files = dg.DynamicPartitionsDefinition(name="job_csv_files")
+
+
+def skipped(context: dg.AssetExecutionContext, config: GpuledgerConfig, key: str) -> dg.MaterializeResult:
+    message = (f"skipped: the config {config.describe()} has no `sources.{key}` "
+               f"(README \"Pipelines\" shows how to add one)")
+    context.log.info(message)
+    return dg.MaterializeResult(metadata={"skipped": message, "rows_written": 0, "rows_quarantined": 0})
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb"})
+def reference_tables(warehouse: Warehouse, gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
+    """The org tree, budgets and rate card of the config file (org_nodes, budgets, rate_card),
+    loaded through the ledger: a new config version (audited, by "dagster") only when the file's
+    content changed; closed periods keep their issued statements."""
+    from gpuledger.ledger.config_versions import load_version
+
+    cfg = gpuledger_config.load()
+    with warehouse.writer() as con:
+        loaded = load_version(con, cfg, source=gpuledger_config.describe(), by="dagster")
+    return dg.MaterializeResult(metadata={
+        "config": gpuledger_config.describe(), "config_version": loaded.version,
+        "new_version": loaded.added, "org_nodes": len(cfg.node_names()), "budgets": len(cfg.budgets),
+        "rates": len(cfg.rate_card), "rows_quarantined": 0,
+    })
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb"})
+def dcgm_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
+                 gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
+    """One scrape round of the dcgm-exporter targets in ``sources.scrape`` into gpu_samples (and
+    the GPU inventory, device links, hourly rollup). A target that fails is quarantined and
+    counted; the others are ingested."""
+    from gpuledger.ingest.metrics.scrape import scrape
+
+    source = gpuledger_config.load().sources.scrape
+    if source is None:
+        return skipped(context, gpuledger_config, "scrape")
+    stats = scrape(source.targets, warehouse_path=warehouse.path, cluster=source.cluster, count=1,
+                   timeout_s=source.timeout_s, retries=source.retries, backoff_s=0.2)
+    for error in stats.errors:
+        context.log.warning(error)
+    return dg.MaterializeResult(metadata={
+        "targets": len(source.targets), "failed_targets": stats.failed_targets, "pages": stats.pages,
+        "samples_parsed": stats.samples_parsed, "rows_written": stats.samples_new,
+        "rows_quarantined": stats.quarantined,
+    })
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb", "prometheus"}, partitions_def=daily_partitions)
+def prometheus_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
+                       gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
+    """One UTC day of DCGM samples backfilled from the Prometheus in ``sources.prometheus`` into
+    gpu_samples. Resumable (per-chunk checkpoints); rerunning a finished day changes nothing."""
+    from gpuledger.ingest.metrics.prometheus.backfill import backfill
+
+    source = gpuledger_config.load().sources.prometheus
+    if source is None:
+        return skipped(context, gpuledger_config, "prometheus")
+    start, end = window(context)
+    stats = backfill(source.url, start, end, step_s=source.step_s, warehouse_path=warehouse.path,
+                     cluster=source.cluster, workers=1, processes=False)
+    return dg.MaterializeResult(metadata={
+        "url": source.url, "chunks_done": stats.chunks_done, "chunks_skipped": stats.chunks_skipped,
+        "points": stats.points, "rows_written": stats.samples_new, "rows_quarantined": stats.quarantined,
+    })
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb", "kubernetes"})
+def kubernetes_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
+                    gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
+    """GPU pods and Kueue Workloads of the cluster in ``sources.kubernetes`` as job rows (one
+    list pass; pods gone since the last pass are closed)."""
+    source = gpuledger_config.load().sources.kubernetes
+    if source is None:
+        return skipped(context, gpuledger_config, "kubernetes")
+    from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
+    from gpuledger.ingest.jobs.kubernetes import KubernetesIngest, api_client
+
+    options = MappingOptions(project_label=source.project_label, user_label=source.user_label,
+                             namespace_projects=dict(source.namespace_projects))
+    ingest = KubernetesIngest(api_client(source.kubeconfig, source.context), cluster=source.cluster,
+                              warehouse_path=warehouse.path, options=options)
+    stats = ingest.sync()
+    return dg.MaterializeResult(metadata={
+        "pods_listed": stats.pods_listed, "workloads_listed": stats.workloads_listed,
+        "ignored_without_gpus": stats.ignored, "vanished_closed": stats.vanished_closed,
+        "rows_written": stats.jobs_written, "rows_quarantined": stats.quarantined,
+    })
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb", "slurm"})
+def slurm_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
+               gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
+    """Slurm accounting records holding or asking for GPUs (``sources.slurm``): a live ``sacct``
+    over the last ``lookback_hours``, or a saved export file."""
+    source = gpuledger_config.load().sources.slurm
+    if source is None:
+        return skipped(context, gpuledger_config, "slurm")
+    from gpuledger.ingest.jobs.slurm import LIVE_ORIGIN, parse_sacct, run_sacct, summary_line, write_batch
+
+    if source.file:
+        text, origin, fmt = Path(source.file).read_text(encoding="utf-8", errors="replace"), source.file, "auto"
+    else:
+        hours = timedelta(hours=source.lookback_hours).total_seconds() / 3600
+        text = run_sacct("parsable", f"now-{int(round(hours * 60))}minutes", "now", tz=source.tz, sacct=source.sacct)
+        origin, fmt = LIVE_ORIGIN, "parsable"
+    batch = parse_sacct(text, fmt=fmt, origin=origin, cluster=source.cluster, tz=source.tz)
+    for warning in batch.warnings:
+        context.log.warning(warning)
+    with warehouse.writer() as con:
+        result = write_batch(con, batch)
+    context.log.info(summary_line(batch, result, origin))
+    return dg.MaterializeResult(metadata={
+        "records_read": batch.records_read, "jobs_new": result.jobs_new,
+        "rows_written": result.jobs_offered, "rows_quarantined": result.quarantined,
+    })
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb", "csv"}, partitions_def=job_csv_files)
+def csv_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
+             gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
+    """One job CSV file of the watched folder (``sources.jobs_csv``; the partition key is the
+    file's path under the folder) imported into jobs; bad rows quarantined with their line numbers. Re-importing
+    a file changes nothing; a changed file updates its jobs."""
+    from gpuledger import warehouse as wh
+    from gpuledger.ingest.device_links import link_devices_for_jobs
+    from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
+
+    cfg = gpuledger_config.load()
+    if cfg.sources.jobs_csv is None:
+        return skipped(context, gpuledger_config, "jobs_csv")
+    path = Path(cfg.sources.jobs_csv.folder) / context.partition_key
+    try:
+        parsed = read_jobs_csv(path, set(cfg.projects()))
+    except CsvHeaderError as exc:
+        # the whole file is unreadable: one quarantine row naming it, and the run says why
+        with warehouse.writer() as con:
+            stored = wh.quarantine(con, [wh.QuarantineRow("jobs-csv", str(path), "", str(exc))])
+        context.log.error(str(exc))
+        return dg.MaterializeResult(metadata={"file": str(path), "error": str(exc), "rows_read": 0,
+                                              "rows_written": 0, "rows_quarantined": stored})
+    with warehouse.writer() as con:
+        wh.upsert(con, "jobs", parsed.jobs)
+        link_devices_for_jobs(con, parsed.jobs)
+        stored = wh.quarantine(con, parsed.rejected)
+    for bad in parsed.rejected[:20]:
+        context.log.warning(f"{bad.location}: {bad.reason}")
+    return dg.MaterializeResult(metadata={
+        "file": str(path), "rows_read": parsed.rows_read, "rows_written": parsed.jobs.height,
+        "rows_quarantined": stored,
+    })
+
+
+INGEST_ASSETS = [reference_tables, dcgm_samples, kubernetes_jobs, slurm_jobs]  # the every-minute job

@@ -1,0 +1,32 @@
+"""Time partitions shared by the domains (UTC).
+
+* ``daily_partitions``: samples and the analytics that are time-bound (usage, utilization,
+  fair-share and budget snapshots); ``end_offset=1`` keeps today as a partition, refreshed as the
+  day goes on and final after midnight.
+* ``monthly_partitions``: chargeback statements; only whole months (the statement for a month is
+  issued on the 1st of the next).
+
+The first partition is ``$GPULEDGER_PARTITIONS_START`` (a date, default 2026-01-01).
+"""
+
+import os
+from datetime import UTC, datetime
+
+import dagster as dg
+
+PARTITIONS_START_ENV = "GPULEDGER_PARTITIONS_START"
+PARTITIONS_START = os.environ.get(PARTITIONS_START_ENV, "2026-01-01")
+
+daily_partitions = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START, timezone="UTC", end_offset=1)
+monthly_partitions = dg.MonthlyPartitionsDefinition(start_date=PARTITIONS_START[:8] + "01", timezone="UTC")
+
+
+def naive_utc(moment: datetime) -> datetime:
+    """The warehouse's convention: naive datetimes holding UTC."""
+    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+
+
+def window(context: dg.AssetExecutionContext) -> tuple[datetime, datetime]:
+    """The partition's [start, end) as naive UTC."""
+    span = context.partition_time_window
+    return naive_utc(span.start), naive_utc(span.end)

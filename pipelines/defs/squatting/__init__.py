@@ -1,0 +1,1 @@
+"""Squatting: idle-GPU findings with their lifecycle (opened, each severity change, resolved)."""

@@ -1,0 +1,259 @@
+"""The Dagster pipelines in-process: every asset materializes on a small simulated cluster (16 GPUs
+x 6 hours), and each materialized table equals what the analytics functions return on the same
+data; rematerializing a partition replaces it exactly; ingest assets skip sources the config
+leaves out and ingest the ones it names (live simulated exporters, a Kubernetes stand-in, a Slurm
+export, a folder of job CSVs)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from gpuledger import warehouse
+from gpuledger.analytics import reports
+from gpuledger.config import example_config_text, load_config
+from gpuledger.pipelines.defs.automation import DAILY_ANALYTICS
+from gpuledger.pipelines.defs.budgets.checks import budgets_consistent_down_tree
+from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
+from gpuledger.pipelines.defs.chargeback.checks import chargeback_no_negative_idle, chargeback_reconciles
+from gpuledger.pipelines.defs.ingest import checks as ingest_checks
+from gpuledger.pipelines.defs.ingest.assets import (csv_jobs, dcgm_samples, job_csv_files, kubernetes_jobs,
+                                                    prometheus_samples, reference_tables, slurm_jobs)
+from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
+from gpuledger.pipelines.defs.squatting.assets import squatting_findings
+from gpuledger.pipelines.defs.usage.checks import job_usage_no_negative_idle, project_usage_no_negative_idle
+from gpuledger.simulator import build_cluster, fixed_clock, start_exporters
+from gpuledger.simulator.scenario import to_epoch_s
+from gpuledger.simulator.to_warehouse import write_simulation
+
+START = datetime(2026, 11, 1)
+DAY = "2026-11-01"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return build_cluster(seed=7, gpus=16, start=START, days=0.25, config=load_config(None))
+
+
+@pytest.fixture
+def sim_warehouse(tmp_path, sim):
+    path = tmp_path / "wh" / "gpuledger.duckdb"
+    with warehouse.open_writer(path) as con:
+        write_simulation(con, sim)
+    return path
+
+
+def resources_for(path: Path, config: Path | None = None) -> dict:
+    return {"warehouse": Warehouse(path=str(path)),
+            "gpuledger_config": GpuledgerConfig(path=str(config) if config else None)}
+
+
+def materialize(assets, path, *, config=None, **kwargs) -> dg.ExecuteInProcessResult:
+    result = dg.materialize(assets, resources=resources_for(path, config), instance=kwargs.pop("instance", None)
+                            or dg.DagsterInstance.ephemeral(), **kwargs)
+    assert result.success
+    return result
+
+
+def table(path: Path, name: str, where: str = "", params: list | None = None) -> pl.DataFrame:
+    with warehouse.open_reader(path) as con:
+        return con.execute(f"SELECT * FROM {name} {where}", params or []).pl()
+
+
+def same_rows(stored: pl.DataFrame, expected: pl.DataFrame, keys: list[str]) -> None:
+    """The stored table (minus the pipeline's stamp columns) holds exactly ``expected``'s rows."""
+    stored = stored.drop([c for c in ("day", "materialized_at", "as_of", "period") if c in stored.columns])
+    expected = expected.select([c for c in stored.columns if c in expected.columns])
+    assert set(stored.columns) == set(expected.columns), (stored.columns, expected.columns)
+    assert_frame_equal(stored.select(expected.columns).sort(keys, nulls_last=True),
+                       expected.sort(keys, nulls_last=True), check_dtypes=False, abs_tol=1e-9)
+
+
+def metadata(result: dg.ExecuteInProcessResult, asset) -> dict:
+    [event] = result.asset_materializations_for_node(asset.op.name)
+    return {k: v.value for k, v in event.metadata.items()}
+
+
+def test_daily_analytics_equal_the_reports_and_replace_their_partition(sim_warehouse):
+    checks = [job_usage_no_negative_idle, project_usage_no_negative_idle, budgets_consistent_down_tree]
+    result = materialize([*DAILY_ANALYTICS, *checks], sim_warehouse, partition_key=DAY)
+    evaluations = result.get_asset_check_evaluations()
+    assert len(evaluations) == len(checks) and all(e.passed for e in evaluations), evaluations
+
+    start, end = START, START + timedelta(days=1)
+    with warehouse.open_reader(sim_warehouse) as con:
+        now = reports.data_now(con)
+        jobs = reports.usage_report(con, start=start, end=end, by="job", per_hour=True)
+        projects = reports.usage_report(con, start=start, end=end, by="project", per_hour=True)
+        utilization = reports.utilization_report(con, start=start, end=end, by="model")
+        fairshare = reports.fairshare_report(con, as_of=now).rename({"order": "queue_order"})
+        budgets = reports.budget_report(con, as_of=now)
+    assert jobs.height > 0 and jobs["gpu_hours_allocated"].sum() > 0
+    same_rows(table(sim_warehouse, "usage_hourly_jobs"), jobs, ["hour", "cluster", "job_id"])
+    same_rows(table(sim_warehouse, "usage_hourly_projects"), projects, ["hour", "project"])
+    same_rows(table(sim_warehouse, "utilization_hourly"), utilization, ["hour", "cluster", "model"])
+    same_rows(table(sim_warehouse, "fairshare_snapshots"), fairshare, ["node"])
+    same_rows(table(sim_warehouse, "budget_snapshots"), budgets, ["node", "period_start"])
+    assert table(sim_warehouse, "fairshare_snapshots")["as_of"].unique().to_list() == [now]
+    assert metadata(result, DAILY_ANALYTICS[0])["rows"] == jobs.height
+
+    # A stray row in the partition and a second materialization: the partition is exactly the new rows.
+    with warehouse.open_writer(sim_warehouse) as con:
+        con.execute("INSERT INTO usage_hourly_jobs (day, hour, cluster, job_id, gpu_hours_allocated, "
+                    "materialized_at) VALUES (?, ?, 'sim', 'stray', 99, ?)", [start.date(), start, start])
+    again = materialize(DAILY_ANALYTICS, sim_warehouse, partition_key=DAY)
+    assert metadata(again, DAILY_ANALYTICS[0])["rows_replaced"] == jobs.height + 1
+    same_rows(table(sim_warehouse, "usage_hourly_jobs"), jobs, ["hour", "cluster", "job_id"])
+    assert table(sim_warehouse, "budget_snapshots").height == budgets.height
+
+    # A day the data has not reached yet: nothing to snapshot, no rows, no error.
+    later = materialize([DAILY_ANALYTICS[3]], sim_warehouse, partition_key="2026-11-05")
+    assert metadata(later, DAILY_ANALYTICS[3])["as_of_utc"] == "no data yet"
+    assert table(sim_warehouse, "fairshare_snapshots", "WHERE day = ?", ["2026-11-05"]).height == 0
+
+
+def test_monthly_statement_equals_the_ledger_and_reconciles(sim_warehouse):
+    from gpuledger.ledger.periods import statement_lines
+
+    checks = [chargeback_reconciles, chargeback_no_negative_idle]
+    result = materialize([chargeback_statements, *checks], sim_warehouse, partition_key="2026-11-01")
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    with warehouse.open_reader(sim_warehouse) as con:
+        expected = statement_lines(con, "2026-11", level="project", cfg=load_config(None))
+    stored = table(sim_warehouse, "chargeback_statements")
+    assert stored["period"].unique().to_list() == ["2026-11"]
+    same_rows(stored, expected, ["line_kind", "project", "gpu_model", "tier"])
+    assert stored["amount"].sum() == expected["amount"].sum()
+    materialize([chargeback_statements], sim_warehouse, partition_key="2026-11-01")
+    assert table(sim_warehouse, "chargeback_statements").height == expected.height
+
+    # A wrong amount stored: the reconciliation check says so.
+    with warehouse.open_writer(sim_warehouse) as con:
+        con.execute("UPDATE chargeback_statements SET amount = amount + 0.01 WHERE line_kind = 'idle'")
+    failed = dg.materialize([chargeback_statements, chargeback_reconciles], resources=resources_for(sim_warehouse),
+                            selection=dg.AssetSelection.checks(chargeback_reconciles), raise_on_error=False)
+    [evaluation] = failed.get_asset_check_evaluations()
+    assert not evaluation.passed and "2026-11" in evaluation.metadata["mismatches"].value
+
+
+def test_squatting_lifecycle_over_three_evaluations(sim_warehouse, sim):
+    """Evaluated at three moments, the episodes agree with squatters_report at each, and every
+    change is one event; the same moment twice changes nothing."""
+    instance = dg.DagsterInstance.ephemeral()
+    moments = [sim.start + timedelta(hours=h) for h in (3, 4, 6)]
+    expected = {}
+    with warehouse.open_reader(sim_warehouse) as con:
+        for moment in moments:
+            expected[moment] = reports.squatters_report(con, now=moment)
+    assert any(f.height for f in expected.values()), "the simulated cluster should have squatters"
+    for moment in moments:
+        materialize([squatting_findings], sim_warehouse, instance=instance,
+                    run_config={"ops": {"squatting_findings": {"config": {"as_of": moment.isoformat()}}}})
+    episodes = table(sim_warehouse, "squatting_findings")
+    events = table(sim_warehouse, "squatting_finding_events")
+    last = expected[moments[-1]]
+    open_now = episodes.filter(pl.col("resolved_at").is_null())
+    same_rows(open_now.drop("first_seen", "last_seen", "resolved_at"), last, ["cluster", "job_id"])
+    # an independent replay of the lifecycle: opened when first found, resolved when no longer
+    # found, severity-changed when a continuing finding's severity or kind moves
+    replay, was = set(), {}
+    for moment in moments:
+        now_found = {(r["cluster"], r["job_id"]): (r["finding"], r["severity"])
+                     for r in expected[moment].iter_rows(named=True)}
+        for key, state in now_found.items():
+            if key not in was:
+                replay.add((*key, "opened", moment))
+            elif was[key] != state:
+                replay.add((*key, "severity-changed", moment))
+        replay |= {(*key, "resolved", moment) for key in was if key not in now_found}
+        was = now_found
+    assert set(events.select("cluster", "job_id", "event", "event_time").rows()) == replay
+    assert episodes.select("cluster", "job_id", "first_seen").is_unique().all()
+
+    before = (episodes.height, events.height)
+    repeat = materialize([squatting_findings], sim_warehouse, instance=instance,
+                         run_config={"ops": {"squatting_findings": {"config": {"as_of": moments[-1].isoformat()}}}})
+    assert "skipped" in metadata(repeat, squatting_findings)
+    assert (table(sim_warehouse, "squatting_findings").height,
+            table(sim_warehouse, "squatting_finding_events").height) == before
+
+
+def test_ingest_assets_skip_sources_the_config_leaves_out(tmp_path):
+    path = tmp_path / "wh.duckdb"
+    unpartitioned = [reference_tables, dcgm_samples, kubernetes_jobs, slurm_jobs]
+    checks = [ingest_checks.dcgm_samples_fresh, ingest_checks.kubernetes_jobs_fresh, ingest_checks.slurm_jobs_fresh,
+              ingest_checks.dcgm_samples_unique]
+    result = materialize([*unpartitioned, *checks], path)
+    for asset in unpartitioned[1:]:
+        assert "has no `sources." in metadata(result, asset)["skipped"]
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    backfill = materialize([prometheus_samples], path, partition_key=DAY)
+    assert "sources.prometheus" in metadata(backfill, prometheus_samples)["skipped"]
+
+
+def _config_with_sources(tmp_path: Path, sources: str) -> Path:
+    path = tmp_path / "gpuledger.yaml"
+    path.write_text(example_config_text() + "\nsources:\n" + sources)
+    return path
+
+
+def test_ingest_assets_write_from_live_sources_and_are_idempotent(tmp_path, sim):
+    from tests.k8s_standin import KubeStandIn
+    from tests.test_ingest_kubernetes import make_pod
+
+    standin = KubeStandIn().start()
+    standin.nodes = [{"metadata": {"name": "node-h100", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}]
+    standin.add_pod(make_pod("train-0", labels={"gpuledger.io/project": "llm-pretrain"}, gpus=8))
+    standin.add_pod(make_pod("broken", gpus="two"))
+    kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
+    path = tmp_path / "wh.duckdb"
+    try:
+        with start_exporters(sim, port=0, clock=fixed_clock(to_epoch_s(sim.start) + 1800), nodes=[0, 1]) as live:
+            config = _config_with_sources(tmp_path, (
+                f"  scrape: {{targets: [{', '.join(live.urls)}, 'http://127.0.0.1:9/metrics'], cluster: sim,"
+                " retries: 0, timeout_s: 2}\n"
+                f"  kubernetes: {{kubeconfig: '{kubeconfig}', cluster: k8s}}\n"
+                f"  slurm: {{file: '{FIXTURES / 'slurm' / 'sacct-parsable2-running.txt'}'}}\n"))
+            assets = [reference_tables, dcgm_samples, kubernetes_jobs, slurm_jobs]
+            checks = [ingest_checks.dcgm_samples_unique, ingest_checks.kubernetes_jobs_fresh]
+            first = materialize([*assets, *checks], path, config=config)
+            second = materialize(assets, path, config=config)
+    finally:
+        standin.close()
+    scrape = metadata(first, dcgm_samples)
+    assert scrape["failed_targets"] == 1 and scrape["rows_written"] == 16 and scrape["rows_quarantined"] >= 1
+    assert metadata(second, dcgm_samples)["rows_written"] == 0  # the same page again: nothing new
+    k8s = metadata(first, kubernetes_jobs)
+    assert (k8s["rows_written"], k8s["rows_quarantined"]) == (1, 1)
+    assert metadata(first, slurm_jobs)["rows_written"] >= 1
+    assert all(e.passed for e in first.get_asset_check_evaluations())
+    with warehouse.open_reader(path) as con:
+        counts = warehouse.table_counts(con, ("gpu_samples", "jobs"))
+        assert con.execute("SELECT count(*) FROM jobs WHERE cluster = 'k8s'").fetchone()[0] == 1
+    assert counts["gpu_samples"] == 16
+
+
+def test_csv_jobs_partition_imports_one_file(tmp_path):
+    folder = tmp_path / "incoming"
+    folder.mkdir()
+    (folder / "jobs.csv").write_text(
+        "job_id,cluster,project,user,gpu_model,gpus,start_time,end_time\n"
+        "j1,c1,llm-pretrain,ann,H100,8,2026-11-01T00:00:00Z,2026-11-01T02:00:00Z\n"
+        "j2,c1,no-such-project,bob,H100,1,2026-11-01T00:00:00Z,\n")
+    config = _config_with_sources(tmp_path, f"  jobs_csv: {{folder: '{folder}'}}\n")
+    path = tmp_path / "wh.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(job_csv_files.name, ["jobs.csv"])
+    for _ in range(2):
+        result = materialize([csv_jobs, ingest_checks.csv_jobs_fresh], path, config=config, instance=instance,
+                             partition_key="jobs.csv")
+        assert (metadata(result, csv_jobs)["rows_written"], metadata(result, csv_jobs)["rows_quarantined"]) == (1, 1)
+    with warehouse.open_reader(path) as con:
+        assert con.execute("SELECT job_id FROM jobs").fetchall() == [("j1",)]
+        assert con.execute("SELECT count(*) FROM quarantine WHERE source = 'jobs-csv'").fetchone()[0] == 1
