@@ -184,10 +184,11 @@ def render(
         lines.extend(_row_lines(shown, cells, widths, gap, row))
     if frame.height == 0:
         lines.append("(no rows)")
-    if hidden:
-        lines.append(f"hidden to fit {width} columns: {', '.join(hidden)} (--wide or --columns shows them)")
+    below = [f"hidden to fit {width} columns: {', '.join(hidden)} (--wide or --columns shows them)"] if hidden else []
     names = {c.name for c in shown}
-    lines.extend(text for column, text in view.notes if column == "" or column in names)
+    below += [text for column, text in view.notes if column == "" or column in names]
+    for text in below:  # prose under the table keeps to the width too
+        lines.extend(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) if width else [text])
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
