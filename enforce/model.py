@@ -1,0 +1,144 @@
+"""What enforcement decides from and what it decides: plain records, no I/O, no heavy imports.
+
+Times are naive UTC datetimes; GPUs are whole-GPU equivalents (a 3g MIG slice is 3/7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+SET_PRIORITY = "set-priority"
+WARN = "warn"
+PREEMPT = "preempt"
+NONE = "none"
+ACTIONS = (SET_PRIORITY, WARN, PREEMPT, NONE)
+REQUEUE = "requeue"
+STOP = "stop"
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """One job that has not ended: running (``start_time`` set) or waiting for GPUs."""
+
+    cluster: str
+    job_id: str
+    project: str
+    running: bool
+    gpus: float
+    gpu_model: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    kind: str | None = None
+    source: str | None = None  # kubernetes (a pod) / kueue (a Workload) / slurm / simulator / ...
+    user_name: str | None = None
+    start_time: datetime | None = None
+    submit_time: datetime | None = None
+    declared_priority: int | None = None  # the job's own priority (orders only within its project)
+    observed_priority: int | None = None  # what the scheduler reports now (Kueue: spec.priority)
+    funded: bool = False
+    unfunded_reason: str | None = None
+    protected_until: datetime | None = None  # start + capped minimum runtime, funded jobs only
+    fs_rank: int | None = None  # the project's fair-share rank, 1 = served first
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    requeue_flag: bool | None = None  # Slurm's Requeue=1
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.cluster, self.job_id)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A squatting finding for a running job (gpuledger.analytics.squatting)."""
+
+    cluster: str
+    job_id: str
+    finding: str  # squatting / partial-idle
+    severity: str  # info / warning / second-warning / preempt-eligible
+    idle_since: datetime
+    idle_minutes: float
+    gpus_idle: int
+    gpus_total: int
+    gpu_hours_idle: float = 0.0
+    idle_cost: str | None = None  # exact decimal as text, e.g. "25.14"
+    currency: str | None = None
+
+
+@dataclass(frozen=True)
+class Warning:
+    """A warning recorded earlier (enforcement_warnings)."""
+
+    idle_since: datetime
+    stage: str
+    warned_at: datetime
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """What enforcement did to a job before (enforcement_job_state)."""
+
+    applied_priority: int | None = None
+    declared_priority: int | None = None
+    preemptions: int = 0
+    last_preempted_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything one cycle decides from."""
+
+    now: datetime
+    jobs: list[JobFacts]
+    findings: list[Finding] = field(default_factory=list)
+    warnings: dict[tuple[str, str], list[Warning]] = field(default_factory=dict)
+    history: dict[tuple[str, str], JobHistory] = field(default_factory=dict)
+    free_gpus: dict[tuple[str, str | None], float] = field(default_factory=dict)  # (cluster, model) -> idle GPUs
+    fs_projects: int = 0  # projects ranked by fair share (N)
+    data_as_of: datetime | None = None  # newest sample / job event (stale-data guard)
+
+
+@dataclass
+class Action:
+    """One planned action. ``reason`` is for the researcher; ``figures`` are the numbers behind it."""
+
+    action: str
+    cluster: str
+    job_id: str
+    project: str | None
+    reason: str
+    rule: str
+    priority: int | None = None
+    mode: str | None = None  # preempt: requeue / stop
+    funded: bool | None = None
+    min_runtime_until: datetime | None = None
+    warned_at: datetime | None = None
+    dry_run: bool = True
+    name: str | None = None
+    namespace: str | None = None
+    source: str | None = None
+    kind: str | None = None
+    stage: str | None = None  # warn: the squatting stage warned about
+    idle_since: datetime | None = None
+    figures: dict = field(default_factory=dict)
+    action_id: str | None = None  # set when the plan is recorded
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for k, v in out.items():
+            if isinstance(v, datetime):
+                out[k] = v.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> Action:
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown field(s) {sorted(unknown)}")
+        values = dict(data)
+        for k in ("min_runtime_until", "warned_at", "idle_since"):
+            if values.get(k):
+                values[k] = datetime.strptime(values[k].rstrip("Z"), "%Y-%m-%dT%H:%M:%S")
+        return cls(**values)

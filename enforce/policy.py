@@ -1,0 +1,348 @@
+"""Enforcement decisions: a Situation and the policy in, a list of Actions out. Pure: no I/O, no
+clock (``situation.now`` is injected), so every rule and rail is a table test
+(tests/test_enforce_policy.py).
+
+Rules (design.md "The rules", Enforcement):
+
+* **set-priority** — one integer per job, higher served first. Bands: production inference (exempt)
+  on top, then funded, then unfunded; inside a band the project's fair-share rank orders jobs; the
+  job's own declared priority orders only among its project's jobs (its rank among the project's
+  distinct declared values), so declaring everything HIGH buys nothing. Planned when the value
+  differs from what gpuledger last set, or when Kueue reports another value (a
+  WorkloadPriorityClass change rewrote it: the value is set again).
+* **warn** — a squatter reaching a stage (warning / second-warning / preempt-eligible), once per
+  stage and idle episode.
+* **preempt** — requeue when the job declares it resumes (checkpoint label / annotation, Slurm
+  Requeue=1), else stop: squatters past the last stage with a recorded warning at least
+  ``warn_before_preempt_minutes`` earlier; running jobs that are not protected (unfunded, or funded
+  past their minimum runtime) and rank below funded work waiting for GPUs of their kind that the
+  idle GPUs cannot serve.
+* **none** — recorded with why, so ``gpuledger enforce explain`` can answer.
+
+Rails: the kill switch; exemptions (namespaces, kinds, labels); never preempt a funded job inside
+its minimum runtime (a funded squatter gets a warning instead — the safer rail wins); the
+stale-data guard; per-cycle and per-project caps on preemptions; demand preemption only when the
+waiting job can be served completely (freeing part of what it needs helps nobody).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from gpuledger.enforce.model import (
+    NONE,
+    PREEMPT,
+    REQUEUE,
+    SET_PRIORITY,
+    STOP,
+    WARN,
+    Action,
+    Finding,
+    JobFacts,
+    Situation,
+)
+
+# Priority bands; Kueue priorities are int32. Inside a band: fair-share position × 1000 + the
+# job's position inside its project (< 1000), so up to 399 projects fit below the next band.
+EXEMPT_BASE = 1_000_000
+FUNDED_BASE = 500_000
+UNFUNDED_BASE = 100_000
+PROJECT_STEP = 1000
+STAGES = ("warning", "second-warning", "preempt-eligible")
+TRUE = ("true", "1", "yes", "enabled")
+
+
+def _fmt(t: datetime | None) -> str:
+    return "-" if t is None else f"{t:%Y-%m-%d %H:%M}Z"
+
+
+def exemption(job: JobFacts, policy) -> str | None:
+    """Why the job may never be preempted (and sits on top), or None."""
+    if job.namespace and job.namespace in policy.exempt_namespaces:
+        return f"namespace {job.namespace} is exempt"
+    if job.kind and job.kind in policy.exempt_kinds:
+        return f"kind {job.kind} is exempt (production inference is never preempted)"
+    for key, value in policy.exempt_labels.items():
+        if job.labels.get(key) == value:
+            return f"label {key}={value} is exempt"
+    return None
+
+
+def resumable(job: JobFacts, policy) -> bool:
+    """The job declares it can resume from a checkpoint, so a preemption requeues it."""
+    return (str(job.labels.get(policy.checkpoint_label, "")).lower() in TRUE
+            or str(job.annotations.get(policy.checkpoint_annotation, "")).lower() in TRUE
+            or bool(job.requeue_flag))
+
+
+def protected(job: JobFacts, now: datetime) -> bool:
+    """Funded and inside its minimum runtime: never preempted."""
+    return bool(job.funded and job.protected_until is not None and now < job.protected_until)
+
+
+def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tuple[int, str]]:
+    """(priority, explanation) per job; see the module docstring for the bands."""
+    n = max(situation.fs_projects, 1)
+    declared: dict[str, list[int]] = defaultdict(list)
+    for job in situation.jobs:
+        d = _declared(job, situation)
+        if d is not None:
+            declared[job.project].append(d)
+    order = {p: sorted(set(v)) for p, v in declared.items()}
+    out = {}
+    for job in situation.jobs:
+        d = _declared(job, situation)
+        within = 0 if d is None else min(order[job.project].index(d), PROJECT_STEP - 1)
+        exempt = exemption(job, policy)
+        rank = job.fs_rank if job.fs_rank is not None else n + 1
+        fair = max(n - rank + 1, 0) * PROJECT_STEP
+        if exempt:
+            value, band = EXEMPT_BASE + within, f"exempt ({exempt}): on top"
+        elif job.funded:
+            value, band = FUNDED_BASE + fair + within, "funded: above unfunded work"
+        else:
+            value, band = UNFUNDED_BASE + fair + within, f"unfunded ({job.unfunded_reason or 'not funded'})"
+        rank_words = f"project {job.project} ranks {job.fs_rank} of {n} by fair share" if job.fs_rank \
+            else f"project {job.project} has no fair-share rank"
+        within_words = "" if d is None else (
+            f"; its declared priority {d} is #{within + 1} of {len(order[job.project])} distinct values "
+            f"in the project (it orders only the project's own jobs)")
+        out[job.key] = (value, f"{band}; {rank_words}{within_words}")
+    return out
+
+
+def _declared(job: JobFacts, situation: Situation) -> int | None:
+    h = situation.history.get(job.key)
+    if h is not None and h.declared_priority is not None:
+        return h.declared_priority
+    return job.declared_priority
+
+
+def decide(situation: Situation, policy) -> list[Action]:
+    """The cycle's actions, every job at least once (``none`` with why when nothing is done).
+
+    ``policy`` is a :class:`gpuledger.config.EnforcementPolicy`. Order: set-priority, warn,
+    preempt, none, each by job key — stable, so equal inputs give equal plans.
+    """
+    now = situation.now
+    jobs = sorted(situation.jobs, key=lambda j: j.key)
+    if policy.kill_switch:
+        return [_act(NONE, j, "the kill switch is on (policy.enforcement.kill_switch): enforcement does nothing",
+                     "kill-switch", policy) for j in jobs]
+    targets = target_priorities(situation, policy)
+    findings = {(f.cluster, f.job_id): f for f in situation.findings}
+    stale = _stale(situation, policy)
+    actions: list[Action] = []
+    notes: dict[tuple[str, str], list[str]] = defaultdict(list)  # why nothing else happened
+    proposals: list[tuple[Action, JobFacts]] = []  # preemptions before caps
+
+    for job in jobs:
+        value, why = targets[job.key]
+        figures = {"priority": value, "fs_rank": job.fs_rank, "fs_projects": situation.fs_projects,
+                   "declared_priority": _declared(job, situation)}
+        hist = situation.history.get(job.key)
+        applied = hist.applied_priority if hist else None
+        drifted = (job.source == "kueue" and applied is not None and job.observed_priority is not None
+                   and job.observed_priority != applied)
+        if applied != value or drifted:
+            was = (f"; Kueue reports {job.observed_priority} (a WorkloadPriorityClass change rewrote it), "
+                   f"so it is set again" if drifted and applied == value else "")
+            actions.append(_act(SET_PRIORITY, job, f"priority {value}: {why}{was}", "priority", policy,
+                                priority=value, figures=figures))
+        else:
+            notes[job.key].append(f"priority {value} already set ({why})")
+
+        if not job.running:
+            continue
+        exempt = exemption(job, policy)
+        finding = findings.get(job.key)
+        if finding is None or finding.finding != "squatting" or finding.severity not in STAGES:
+            if finding is not None and finding.finding == "squatting":
+                notes[job.key].append(f"idle {finding.idle_minutes:.0f} min, below the first warning stage")
+            continue
+        if exempt:
+            notes[job.key].append(f"idle {finding.idle_minutes:.0f} min on {finding.gpus_idle} GPU(s) but "
+                                  f"{exempt}")
+            continue
+        squat = _squat_figures(finding)
+        warned = [w for w in situation.warnings.get(job.key, []) if w.idle_since >= finding.idle_since]
+        warned_stages = {w.stage for w in warned}
+        stage = finding.severity
+        if stage != "preempt-eligible":
+            if stage in warned_stages:
+                notes[job.key].append(f"already warned ({stage}) at {_fmt(_when(warned, stage))}")
+            else:
+                actions.append(_act(WARN, job, _warn_words(finding, stage), f"squatting-{stage}", policy,
+                                    stage=stage, idle_since=finding.idle_since, figures=squat))
+            continue
+        # preempt-eligible: the rails, safest first
+        if protected(job, now):
+            reason = (f"{_warn_words(finding, stage)}; funded and inside its minimum runtime until "
+                      f"{_fmt(job.protected_until)}, so a warning instead of a preemption")
+            if stage in warned_stages:
+                notes[job.key].append(reason + f" (warned at {_fmt(_when(warned, stage))})")
+            else:
+                actions.append(_act(WARN, job, reason, "squatting-protected", policy, stage=stage,
+                                    idle_since=finding.idle_since, figures=squat))
+            continue
+        earliest = min((w.warned_at for w in warned), default=None)
+        need = timedelta(minutes=policy.warn_before_preempt_minutes)
+        if earliest is None:
+            actions.append(_act(WARN, job, f"{_warn_words(finding, stage)}; a preemption needs a warning at "
+                                f"least {policy.warn_before_preempt_minutes:g} min earlier, so a warning now",
+                                "squatting-warn-first", policy, stage=stage, idle_since=finding.idle_since,
+                                figures=squat))
+            continue
+        if now - earliest < need:
+            notes[job.key].append(f"warned at {_fmt(earliest)}; preemption may follow from "
+                                  f"{_fmt(earliest + need)} (warn_before_preempt_minutes)")
+            continue
+        if stale:
+            notes[job.key].append(f"would be preempted as a squatter, but {stale}")
+            continue
+        reason = (f"squatting: all {finding.gpus_idle} GPU(s) idle for {finding.idle_minutes:.0f} min "
+                  f"({finding.gpu_hours_idle:.1f} idle GPU-hours"
+                  f"{f', {finding.idle_cost} {finding.currency}' if finding.idle_cost else ''}); "
+                  f"warned at {_fmt(earliest)}")
+        proposals.append((_act(PREEMPT, job, reason, "squatter", policy, warned_at=earliest,
+                               idle_since=finding.idle_since, figures=squat), job))
+
+    proposals += _demand_preemptions(situation, policy, targets, {j.key for _, j in proposals}, stale, notes)
+    actions += _capped(proposals, situation, policy, notes)
+    # A none row explains what was not done: every job without an action, and every job with a
+    # reason why it was not warned or preempted (explain answers from it).
+    acted = {(a.cluster, a.job_id) for a in actions}
+    for job in jobs:
+        disruption = [n for n in notes[job.key] if not n.startswith("priority ")]
+        if job.key not in acted or disruption:
+            words = "; ".join(notes[job.key] if job.key not in acted else disruption) or "nothing to do"
+            actions.append(_act(NONE, job, words, "nothing", policy, figures={"priority": targets[job.key][0]}))
+    rank = {SET_PRIORITY: 0, WARN: 1, PREEMPT: 2, NONE: 3}
+    return sorted(actions, key=lambda a: (rank[a.action], a.cluster, a.job_id))
+
+
+def _stale(situation: Situation, policy) -> str | None:
+    if situation.data_as_of is None:
+        return "there is no data to judge from (stale-data guard)"
+    age = (situation.now - situation.data_as_of).total_seconds() / 60
+    if age > policy.max_data_age_minutes:
+        return (f"the newest data is {age:.0f} min old (limit {policy.max_data_age_minutes:g}, "
+                "policy.enforcement.max_data_age_minutes): no preemption on stale data")
+    return None
+
+
+def _when(warned, stage):
+    return min(w.warned_at for w in warned if w.stage == stage)
+
+
+def _warn_words(f: Finding, stage: str) -> str:
+    return (f"{stage}: all {f.gpus_idle} GPU(s) idle since {_fmt(f.idle_since)} ({f.idle_minutes:.0f} min, "
+            f"{f.gpu_hours_idle:.1f} idle GPU-hours{f', {f.idle_cost} {f.currency}' if f.idle_cost else ''})")
+
+
+def _squat_figures(f: Finding) -> dict:
+    return {"idle_minutes": round(f.idle_minutes, 1), "gpus_idle": f.gpus_idle, "gpus_total": f.gpus_total,
+            "gpu_hours_idle": round(f.gpu_hours_idle, 3), "idle_cost": f.idle_cost, "currency": f.currency,
+            "severity": f.severity}
+
+
+def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]], stale, notes):
+    """Unprotected running work below funded jobs that wait for GPUs the idle ones cannot give."""
+    now = situation.now
+    waiting = [j for j in situation.jobs if not j.running and (j.funded or exemption(j, policy))]
+    waiting.sort(key=lambda j: (-targets[j.key][0], j.submit_time or now, j.key))
+    free = dict(situation.free_gpus)
+    taken: set[tuple[str, str]] = set()
+    freed: dict[tuple[str, str | None], float] = defaultdict(float)
+    for job in situation.jobs:  # squatters already chosen free their GPUs
+        if job.key in already:
+            freed[(job.cluster, job.gpu_model)] += job.gpus
+            taken.add(job.key)
+    out = []
+    for w in waiting:
+        pool = (w.cluster, w.gpu_model)
+        need = w.gpus
+        use = min(free.get(pool, 0.0), need)
+        free[pool] = free.get(pool, 0.0) - use
+        need -= use
+        use = min(freed[pool], need)
+        freed[pool] -= use
+        need -= use
+        if need <= 1e-9:
+            continue
+        w_priority = targets[w.key][0]
+        candidates = [j for j in situation.jobs
+                      if j.running and j.key not in taken and (j.cluster, j.gpu_model) == pool
+                      and targets[j.key][0] < w_priority and not exemption(j, policy) and not protected(j, now)]
+        candidates.sort(key=lambda j: (targets[j.key][0], -(j.start_time or now).timestamp(), j.key))
+        chosen, got = [], 0.0
+        for c in candidates:
+            if got >= need - 1e-9:
+                break
+            chosen.append(c)
+            got += c.gpus
+        if got < need - 1e-9:
+            for c in chosen:
+                notes[c.key].append(f"ranks below waiting funded job {w.job_id}, but preempting all "
+                                    f"{got:g} GPU(s) that could go would not free the {need:g} it needs")
+            continue
+        freed[pool] += got - need
+        for c in chosen:
+            taken.add(c.key)
+            if stale:
+                notes[c.key].append(f"ranks below waiting funded job {w.job_id}, but {stale}")
+                continue
+            if c.funded:
+                rule, why = "past-min-runtime", (f"funded, but past its minimum runtime "
+                                                 f"(protected until {_fmt(c.protected_until)})")
+            else:
+                rule, why = "unfunded-burst", f"unfunded ({c.unfunded_reason or 'not funded'}), running on burst"
+            reason = (f"{why}; holds {c.gpus:g} {c.gpu_model or ''} GPU(s) that funded job {w.job_id} "
+                      f"(project {w.project}, priority {w_priority}) is waiting for "
+                      f"(needs {w.gpus:g}, {w.gpus - need:g} idle); this job's priority is {targets[c.key][0]}")
+            out.append((_act(PREEMPT, c, reason, rule, policy,
+                             figures={"priority": targets[c.key][0], "waiting_job": w.job_id,
+                                      "waiting_priority": w_priority, "waiting_gpus": w.gpus,
+                                      "gpus": c.gpus}), c))
+    return out
+
+
+def _capped(proposals, situation, policy, notes) -> list[Action]:
+    """Squatters first (costliest first), then demand preemptions in the order chosen."""
+    squatters = sorted((p for p in proposals if p[0].rule == "squatter"),
+                       key=lambda p: (-float(p[0].figures.get("idle_cost") or 0), p[0].job_id))
+    ordered = squatters + [p for p in proposals if p[0].rule != "squatter"]
+    per_project: dict[str, int] = defaultdict(int)
+    out, total = [], 0
+    for action, job in ordered:
+        if total >= policy.max_actions_per_cycle:
+            notes[job.key].append(f"would be preempted ({action.reason}), but the cap of "
+                                  f"{policy.max_actions_per_cycle} preemptions per cycle is reached; next cycle")
+            continue
+        if per_project[job.project] >= policy.max_preemptions_per_project:
+            notes[job.key].append(f"would be preempted ({action.reason}), but project {job.project} reached "
+                                  f"the cap of {policy.max_preemptions_per_project} preemptions per cycle; "
+                                  "next cycle")
+            continue
+        per_project[job.project] += 1
+        total += 1
+        hist = situation.history.get(job.key)
+        if hist and hist.preemptions:
+            action.reason += f" (preempted {hist.preemptions} time(s) before)"
+            action.figures["preemptions_before"] = hist.preemptions
+        out.append(action)
+    return out
+
+
+def _act(kind: str, job: JobFacts, reason: str, rule: str, policy, **extra) -> Action:
+    mode = None
+    if kind == PREEMPT:
+        mode = REQUEUE if resumable(job, policy) else STOP
+        extra["reason"] = reason + ("; it resumes from its checkpoint, so it is requeued" if mode == REQUEUE
+                                    else "; it declares no checkpointing, so it is stopped")
+        reason = extra.pop("reason")
+    return Action(action=kind, cluster=job.cluster, job_id=job.job_id, project=job.project, reason=reason,
+                  rule=rule, mode=mode, funded=job.funded, min_runtime_until=job.protected_until,
+                  dry_run=policy.dry_run, name=job.name, namespace=job.namespace, source=job.source,
+                  kind=job.kind, **extra)
