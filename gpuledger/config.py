@@ -148,8 +148,23 @@ class ChargebackPolicy(_Strict):
 
 
 class EnforcementPolicy(_Strict):
-    dry_run: bool = True
-    max_actions_per_cycle: int = Field(default=10, ge=0)
+    """The safety rails of gpuledger.enforce (README "Enforcement")."""
+
+    dry_run: bool = True  # plans are recorded, nothing is sent to a scheduler unless `apply --yes`
+    kill_switch: bool = False  # true: every cycle plans `none` ("kill switch on") and apply acts on nothing
+    max_actions_per_cycle: int = Field(default=10, ge=0)  # preemptions per cycle (warn / set-priority disrupt nothing)
+    max_preemptions_per_project: int = Field(default=3, ge=0)  # per cycle
+    exempt_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+    exempt_kinds: list[str] = Field(default_factory=lambda: ["inference"])  # production inference: never preempted, on top
+    exempt_labels: dict[str, str] = Field(default_factory=dict)
+    warn_before_preempt_minutes: float = Field(default=15, ge=0)  # a squatter's warning at least this long before
+    max_data_age_minutes: float = Field(default=15, gt=0)  # stale-data guard: older data plans no preemption
+    checkpoint_label: str = "gpuledger.io/checkpointing"  # "true" on a pod / workload: it resumes, so requeue
+    checkpoint_annotation: str = "gpuledger.io/checkpointing"
+    slurm_qos_funded: str | None = None  # also set this QOS on funded pending Slurm jobs (Nice always)
+    slurm_qos_unfunded: str | None = None
+    pipeline_apply: bool = False  # the Dagster apply asset acts only when true ...
+    pipeline_backend: Literal["kueue", "kubernetes", "slurm"] | None = None  # ... on this backend
 
 
 class Policy(_Strict):
