@@ -47,7 +47,8 @@ class Column:
     ``name`` is the frame's (and csv's) column name; ``header`` the terminal header, lines split by
     "\\n", units in it ("{currency}" is filled from the frame's currency column). ``kind`` picks the
     cell format; ``decimals`` for "num" and "gib". ``default``: shown without --wide. ``key``: an
-    identifying column, never hidden to fit. ``wrap``: free text that may wrap inside its column.
+    identifying column, never hidden to fit. ``wrap``: free text that may wrap inside its column,
+    at spaces; ``wrap="anywhere"`` also inside a word (raw input lines, which are not names).
     """
 
     name: str
@@ -56,7 +57,7 @@ class Column:
     decimals: int = 1
     default: bool = True
     key: bool = False
-    wrap: bool = False
+    wrap: bool | str = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -132,6 +133,11 @@ def _implicit(frame: pl.DataFrame, name: str) -> Column:
     return Column(name, name, default=False)  # formatted by the value's own type
 
 
+def resolve(frame: pl.DataFrame, view: View, name: str) -> Column:
+    """How column ``name`` of ``frame`` shows: as the view declares it, else as its type says."""
+    return view.column(name) or _implicit(frame, name)
+
+
 def parse_columns(text: str | None) -> list[str] | None:
     """``--columns a,b,c`` as a list (None when not given)."""
     if text is None:
@@ -162,7 +168,7 @@ def render(
     """The table as text lines (ending in a newline). ``width`` None: no limit."""
     check_columns(frame, columns)
     if columns is not None:
-        chosen = [view.column(n) or _implicit(frame, n) for n in columns]
+        chosen = [resolve(frame, view, n) for n in columns]
     else:
         declared = [c for c in view.columns if c.name in frame.columns]
         extra = [_implicit(frame, n) for n in frame.columns if view.column(n) is None]
@@ -293,8 +299,8 @@ def _row_lines(shown, cells, widths, gap, row) -> list[str]:
         text = cells[c.name][row]
         if c.wrap and len(text) > widths[c.name]:
             # at spaces only: a word longer than the column overflows it rather than being split
-            pieces.append(textwrap.wrap(text, widths[c.name], break_long_words=False, break_on_hyphens=False)
-                          or [""])
+            pieces.append(textwrap.wrap(text, widths[c.name], break_long_words=c.wrap == "anywhere",
+                                        break_on_hyphens=False) or [""])
         else:
             pieces.append([text])
     height = max(len(p) for p in pieces)
