@@ -170,6 +170,6 @@ QUARANTINE = View(
         Column("source", "source", key=True),
         Column("location", "location", key=True),
         Column("reason", "reason", wrap=True),
-        Column("raw_text", "raw text (first 80 characters)", wrap="anywhere"),
+        Column("raw_text", "raw text\n(first 80 characters)", wrap="anywhere"),
     ),
 )

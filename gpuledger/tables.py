@@ -180,7 +180,7 @@ def render(
     headers = {c.name: _header_lines(c.header, currency) for c in chosen}
     natural = {c.name: max([len(h) for h in headers[c.name]] + [len(v) for v in cells[c.name]]) for c in chosen}
 
-    widths, gap, hidden = _fit(chosen, natural, headers, width, explicit)
+    widths, gap, hidden = _fit(chosen, natural, headers, cells, width, explicit)
     shown = [c for c in chosen if c.name not in hidden]
     lines: list[str] = []
     if title:
@@ -234,7 +234,7 @@ def _cells(frame: pl.DataFrame, view: View, column: Column) -> list[str]:
     return out
 
 
-def _fit(chosen, natural, headers, width, explicit):
+def _fit(chosen, natural, headers, cells, width, explicit):
     """Column widths, the gap between columns, and the default columns hidden to fit ``width``."""
     widths = dict(natural)
 
@@ -252,8 +252,10 @@ def _fit(chosen, natural, headers, width, explicit):
         rest = total([c for c in chosen if not c.wrap], 1) + len(wrapping)
         each = max(20, (width - rest) // len(wrapping))
         for c in wrapping:
-            longest_word = max([len(w) for w in headers[c.name]], default=1)
-            widths[c.name] = min(natural[c.name], max(each, longest_word))
+            # never narrower than the header, nor (wrapping at spaces) than the longest word
+            words = [] if c.wrap == "anywhere" else [len(w) for v in cells[c.name] for w in v.split()]
+            floor = max([len(h) for h in headers[c.name]] + words)
+            widths[c.name] = min(natural[c.name], max(each, floor))
         if total(chosen, 1) <= width:
             return widths, 1, []
     if explicit:
