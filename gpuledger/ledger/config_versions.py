@@ -161,6 +161,12 @@ def config_changes(old: Config | None, new: Config) -> list[str]:
         for key, value in npol[section].items():
             if key != "tier_rules" and opol.get(section, {}).get(key) != value:
                 out.append(f"policy changed: {section}.{key} {opol.get(section, {}).get(key)!r} -> {value!r}")
+    odump, ndump = old.model_dump(mode="json"), new.model_dump(mode="json")
+    for section in sorted(set(odump) | set(ndump)):
+        if section not in ("currency", "org", "budgets", "rate_card", "policy") and odump.get(section) != ndump.get(section):
+            out.append(f"{section} changed")
+    if not out:
+        out.append("no change to the tree, prices, budgets or policy (the content differs elsewhere)")
     return out
 
 
