@@ -397,7 +397,7 @@ def test_live_ingest_from_a_real_slurm(slurm_rig, warehouse_file):
 def test_warehouse_rows_readable_with_plain_duckdb(warehouse_file):
     """The stored jobs are ordinary rows: a reader sees the types the analytics expect."""
     assert ingest("--file", str(FIXTURES / "sacct-later.json"), "-w", str(warehouse_file)).exit_code == 0
-    con = duckdb.connect(str(warehouse.snapshot_path(warehouse_file)), read_only=True)
+    con = duckdb.connect(str(warehouse_file), read_only=True)  # no writer holds it now
     try:
         types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns "
                                  "WHERE table_name = 'jobs'").fetchall())

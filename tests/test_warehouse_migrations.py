@@ -45,10 +45,13 @@ def test_migrations_upgrade_an_older_file_keeping_its_rows(warehouse_file, previ
         assert apply_migrations(con) == []
 
 
-def test_reader_sees_published_snapshot_not_the_live_file(warehouse_file):
+def test_reader_reads_the_live_file_and_no_copy_is_made(warehouse_file):
+    # An older gpuledger's whole-file copy: the next writer removes it, nothing reads it.
+    warehouse_file.parent.mkdir(parents=True)
+    warehouse.snapshot_path(warehouse_file).write_bytes(b"stale copy")
     with warehouse.open_writer(warehouse_file) as con:
         warehouse.quarantine(con, [warehouse.QuarantineRow("t", "f:1", "x", "bad")])
-    assert warehouse.snapshot_path(warehouse_file).exists()
+    assert not warehouse.snapshot_path(warehouse_file).exists()
     with warehouse.open_reader(warehouse_file) as con:
         assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 1
 

@@ -1,22 +1,26 @@
-"""Opening the warehouse: one writer at a time, readers that never block it.
+"""Opening the warehouse: one writer at a time, readers that queue briefly instead of failing.
 
 DuckDB lets one process hold a read-write connection, and that blocks every other process,
-readers included (shared/notes/duckdb-here.md). So:
+readers included (shared/notes/duckdb-here.md). So readers and writers share the live file under a
+reader/writer lock across processes (warehouse/access.py):
 
-* Writers take an exclusive ``flock`` on ``<file>.lock`` before opening the file, which queues
-  writers from any process instead of failing them; they hold the file only for their unit of work.
-* When a writer closes, it publishes a consistent copy, ``<file>.snapshot``. Readers open that copy
-  read-only, so a dashboard or report never holds the live file and never waits on a writer.
+* A writer takes the file exclusively (waiting writers are preferred over new readers, so a stream
+  of readers cannot starve it) and holds it only for its unit of work; a long writer lets waiting
+  readers in between chunks (:func:`yield_to_readers`), so no reader waits much over a second.
+* Readers open the live file read-only under a shared lock: they see every committed write as soon
+  as its writer lets go, never a partial one (DuckDB replays a crashed writer's WAL), never a
+  DuckDB lock error. Nothing is copied, so no write costs time in proportion to the file's size.
+* A damaged file ends in one line naming it and the fix; there is no older copy to fall back on.
 * Schema changes are numbered ``migrations/NNN_name.sql`` files, applied in order on open.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
-import shutil
+import struct
+import threading
 import time
 from collections.abc import Iterator
 from importlib import resources
@@ -24,6 +28,7 @@ from pathlib import Path
 
 import duckdb
 
+from gpuledger.warehouse.access import WarehouseLocks
 from gpuledger.warehouse.paths import DEFAULT_WAREHOUSE, WAREHOUSE_ENV, resolve_warehouse_path  # noqa: F401
 from gpuledger.warehouse.paths import check_reader_path, check_writer_path
 
@@ -34,7 +39,21 @@ class WarehouseError(RuntimeError):
     """The warehouse cannot be used as asked; the message says what to run or fix."""
 
 
+class WarehouseBusyError(WarehouseError):
+    """A writer held the file longer than the caller would wait (or is still creating it)."""
+
+    exit_code = 1
+
+
+class WarehouseCorruptError(WarehouseError):
+    """The file is not a readable DuckDB database: damaged, truncated, or not a database."""
+
+    exit_code = 1
+
+
 def snapshot_path(path: str | os.PathLike) -> Path:
+    """Where gpuledger before the reader/writer lock published whole-file copies for readers.
+    Nothing reads it any more; writers delete a leftover one (it could be as big as the file)."""
     return Path(f"{path}.snapshot")
 
 
@@ -117,35 +136,160 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         _IN_TRANSACTION.discard(key)
 
 
-@contextlib.contextmanager
-def _writer_lock(path: Path, timeout_s: float) -> Iterator[None]:
-    lock_file = Path(f"{path}.lock")
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a+") as handle:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise WarehouseError(
-                        f"another gpuledger writer has held {lock_file} for {timeout_s:.0f} s; "
-                        "wait for it to finish or raise the timeout"
-                    ) from None
-                time.sleep(0.05)
+# Phrases of DuckDB's errors for a file it cannot read as a database. Matched on the message:
+# DuckDB raises them as IOException or plain Error, beside unrelated errors of the same types.
+_DAMAGED = ("not a valid DuckDB database file", "Could not read enough bytes", "Corrupt database file",
+            "does not match stored checksum")
+_OTHER_VERSION = "version number"
+_LOCK_CONFLICT = "Could not set lock on file"
+_REINGEST = ("`gpuledger simulate warehouse`, `gpuledger ingest …` and `gpuledger import jobs …` "
+             "write a new one")
+
+
+def _unreadable(path: Path, exc: BaseException) -> WarehouseError | None:
+    """The one-line error for a damaged file (or one of another DuckDB storage version); None
+    when ``exc`` is something else."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    reason = message.removeprefix("IO Error: ").replace(f'"{path}"', "the file")
+    if any(phrase in message for phrase in _DAMAGED):
+        return WarehouseCorruptError(
+            f"warehouse {path} is damaged ({reason[:120]}): restore it from a backup, or move it "
+            f"aside and re-ingest ({_REINGEST})")
+    if _OTHER_VERSION in message and "database file" in message:
+        return WarehouseCorruptError(
+            f"warehouse {path} was written by another DuckDB storage version ({reason[:120]}): "
+            "open it with the gpuledger / DuckDB that wrote it, or restore or re-ingest it")
+    return None
+
+
+_HEADERS_SIZE = 3 * 4096  # DuckDB's main header and its two alternating database headers
+
+
+def _truncation(path: Path) -> str | None:
+    """Why ``path`` looks cut short, or None. DuckDB files are the headers plus whole blocks of
+    the size each database header records; a copy or a disk that stopped early leaves a ragged
+    tail, which DuckDB itself only notices when a query reaches it (a writer might never). A cheap
+    check (reads 12 KiB); skipped when the headers are not laid out as DuckDB 1.x/2.x writes them."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(_HEADERS_SIZE)
+    except OSError:
+        return None
+    if len(head) < _HEADERS_SIZE or head[8:12] != b"DUCK":
+        return None  # DuckDB says what is wrong with that
+    headers = [struct.unpack_from("<QQqqQQ", head, offset) for offset in (4096, 8192)]
+    _, _, _, _, _, block_alloc = max(headers, key=lambda h: h[1])  # the newer iteration is live
+    if not (16384 <= block_alloc <= 1 << 30 and block_alloc & (block_alloc - 1) == 0):
+        return None
+    if (size - _HEADERS_SIZE) % block_alloc:
+        return (f"its {size:,} bytes are not whole {block_alloc // 1024} KiB DuckDB blocks: "
+                "the file was cut short")
+    return None
+
+
+def _connect(path: Path, *, read_only: bool, deadline: float) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect`` under our lock. A DuckDB lock conflict then means a process outside the
+    protocol (an older gpuledger, a duckdb shell) holds the file: retried until ``deadline``."""
+    cut = _truncation(path)
+    if cut is not None:
+        raise WarehouseCorruptError(
+            f"warehouse {path} is damaged ({cut}): restore it from a backup, or move it aside and "
+            f"re-ingest ({_REINGEST})")
+    while True:
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            con = duckdb.connect(str(path), read_only=read_only)
+            con.execute("SET TimeZone = 'UTC'")
+            return con
+        except duckdb.Error as exc:
+            if _LOCK_CONFLICT not in str(exc):
+                problem = _unreadable(path, exc)
+                if problem is not None:
+                    raise problem from exc
+                raise
+            if time.monotonic() >= deadline:
+                holder = re.search(r"PID (\d+)", str(exc))
+                raise WarehouseBusyError(
+                    f"warehouse {path} is held by a process that does not take gpuledger's lock"
+                    f"{f' (PID {holder.group(1)})' if holder else ''}: close it (a duckdb shell?) "
+                    "and try again") from None
+            time.sleep(0.05)
 
 
-def _publish_snapshot(path: Path) -> None:
-    """Copy the closed (checkpointed) file to <file>.snapshot atomically (write then rename)."""
-    target = snapshot_path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.copyfile(path, tmp)
-    os.replace(tmp, target)
+# Which thread of this process holds the writer of a file (resolved path): a reader or a second
+# writer of that file opened in the same thread would wait for itself, so it is refused at once.
+_HELD: dict[str, int] = {}
+_HELD_GUARD = threading.Lock()
+
+
+def _refuse_nested(path: Path, what: str) -> str:
+    key = os.path.realpath(path)
+    with _HELD_GUARD:
+        if _HELD.get(key) == threading.get_ident():
+            raise WarehouseError(
+                f"{what} of {path} inside an open_writer of the same file in the same thread would "
+                "wait for itself: use the writer's connection")
+    return key
+
+
+class WriterConnection:
+    """What open_writer yields: its DuckDB connection (every attribute is the connection's) plus
+    :meth:`yield_to_readers`, which may replace the connection underneath between chunks."""
+
+    def __init__(self, path: Path, locks: WarehouseLocks, lock_timeout_s: float) -> None:
+        self._path, self._locks, self._lock_timeout_s = path, locks, lock_timeout_s
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._held_since = 0.0
+
+    def __getattr__(self, name: str):
+        con = self.__dict__.get("_con")
+        if con is None:
+            raise WarehouseError(f"the writer of {self.__dict__.get('_path')} is closed; open a new one")
+        return getattr(con, name)
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The current DuckDB connection itself (valid until the next yield_to_readers)."""
+        return self._con
+
+    def _take(self) -> None:
+        """Wait for the file (writers before new readers), then open it read-write."""
+        if not self._locks.acquire_writer(time.monotonic() + self._lock_timeout_s):
+            info = self._locks.writer_info()
+            raise WarehouseBusyError(
+                f"another gpuledger writer{f' (PID {info.pid})' if info else ''} has held "
+                f"{self._path} for {self._lock_timeout_s:.0f} s; wait for it to finish or raise the timeout")
+        try:
+            self._con = _connect(self._path, read_only=False,
+                                 deadline=time.monotonic() + min(self._lock_timeout_s, 30.0))
+        except BaseException:
+            self._locks.release_writer()
+            raise
+        self._held_since = time.monotonic()
+
+    def _let_go(self) -> None:
+        """Close the connection (DuckDB checkpoints: cost ~ what this writer changed) and unlock."""
+        if self._con is not None:
+            con, self._con = self._con, None
+            try:
+                con.close()
+            finally:
+                self._locks.release_writer()
+
+    def yield_to_readers(self, *, after_s: float = 1.0, max_wait_s: float = 0.5) -> bool:
+        """Between the chunks of a long write: when readers are waiting and this writer has held
+        the file ``after_s`` seconds or more, close it (committed chunks become visible), let those
+        readers in (up to ``max_wait_s`` for them to start), then take the file back. Otherwise
+        nothing happens (two system calls). A reader so waits about ``after_s`` plus one chunk.
+        Never inside a transaction. Returns whether it yielded."""
+        if id(self) in _IN_TRANSACTION:
+            raise RuntimeError("yield_to_readers inside a transaction would split it; call it between transactions")
+        if time.monotonic() - self._held_since < after_s or not self._locks.readers_waiting():
+            return False
+        self._let_go()
+        self._locks.let_readers_in(max_wait_s)
+        self._take()
+        return True
 
 
 @contextlib.contextmanager
@@ -154,55 +298,104 @@ def open_writer(
     *,
     publish: bool = True,
     lock_timeout_s: float = 600.0,
-) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-write connection, migrated, held only for the ``with`` block.
+) -> Iterator[WriterConnection]:
+    """A read-write connection to the live file, migrated, held only for the ``with`` block.
 
-    Writers from any process queue on the lock file. On a clean exit the file is closed
-    (DuckDB checkpoints it) and, with ``publish``, copied to the reader snapshot.
+    Writers from any process queue (as do readers, behind a waiting writer); on exit the file is
+    closed and readers see everything committed. Long writers call ``con.yield_to_readers()``
+    between chunks. ``publish`` is ignored: readers no longer read a published copy.
     """
+    del publish  # kept so callers from the snapshot era keep working
     path = resolve_warehouse_path(path)
     check_writer_path(path)  # a directory, /dev/null, an unwritable place: one line, not DuckDB's
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _writer_lock(path, lock_timeout_s):
-        con = duckdb.connect(str(path))
-        ok = False
+    key = _refuse_nested(path, "open_writer")
+    locks = WarehouseLocks(path)
+    writer = WriterConnection(path, locks, lock_timeout_s)
+    try:
+        writer._take()
+        if schema_version(writer.connection) == 0:
+            locks.mark_state(creating=True)  # readers that cannot wait say so
+        with _HELD_GUARD:
+            _HELD[key] = threading.get_ident()
         try:
-            con.execute("SET TimeZone = 'UTC'")
-            apply_migrations(con)
-            yield con
-            ok = True
+            apply_migrations(writer.connection)
+            with contextlib.suppress(FileNotFoundError):
+                snapshot_path(path).unlink()  # a whole-file copy from before; nothing reads it
+            yield writer
+        except duckdb.Error as exc:  # a damaged block can surface in any later statement
+            problem = _unreadable(path, exc)
+            if problem is None:
+                raise
+            raise problem from exc
         finally:
-            con.close()
-        if ok and publish:
-            _publish_snapshot(path)
+            with _HELD_GUARD:
+                _HELD.pop(key, None)
+            writer._let_go()
+    finally:
+        locks.close()
+
+
+def yield_to_readers(con, *, after_s: float = 1.0, max_wait_s: float = 0.5) -> bool:
+    """``con.yield_to_readers(...)`` for a connection from open_writer; False (nothing to do) for
+    a bare DuckDB connection, which no other gpuledger process can be waiting for."""
+    if isinstance(con, WriterConnection):
+        return con.yield_to_readers(after_s=after_s, max_wait_s=max_wait_s)
+    return False
 
 
 @contextlib.contextmanager
-def open_reader(path: str | os.PathLike | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short read-only connection to the published snapshot; never blocks or waits on writers.
-
-    Falls back to the live file (read-only) when no snapshot has been published yet, e.g. a
-    warehouse written by another tool.
+def open_reader(
+    path: str | os.PathLike | None = None,
+    *,
+    wait_s: float = 30.0,
+    creating_wait_s: float = 2.0,
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short read-only connection to the live file under a shared lock: it sees every committed
+    write, never a partial one. Waits for a writer that holds the file (writers hold it for one
+    unit of work, long ones let readers in every ~1 s), up to ``wait_s`` seconds; for a warehouse
+    whose first write is still running, up to ``creating_wait_s``. Hold it briefly: a writer
+    waits for the readers that are in. Raises WarehouseError with one line for what it cannot read.
     """
     path = resolve_warehouse_path(path)
     check_reader_path(path)
-    source = snapshot_path(path)
-    if not source.exists():
-        source = path
-    if not source.exists():
-        raise WarehouseError(
-            f"no warehouse at {path}: run `gpuledger simulate warehouse` or an import first, "
-            f"or point --warehouse / ${WAREHOUSE_ENV} at an existing file"
-        )
-    con = duckdb.connect(str(source), read_only=True)
+    _refuse_nested(path, "open_reader")
+    locks = WarehouseLocks(path)
     try:
-        con.execute("SET TimeZone = 'UTC'")
-        have, want = schema_version(con), migrations()[-1][0]
-        if have < want:
-            raise WarehouseError(
-                f"warehouse {path} is at schema version {have}, this gpuledger needs {want}: "
-                "run `gpuledger migrate` (readers never change the file)"
-            )
-        yield con
+        started = time.monotonic()
+        got = locks.acquire_reader(started + min(wait_s, creating_wait_s))
+        if not got:
+            info = locks.writer_info()
+            if info is not None and (info.creating or not path.exists()):
+                raise WarehouseBusyError(
+                    f"the warehouse {path} is being created by PID {info.pid}; try again in a moment")
+            got = locks.acquire_reader(started + wait_s)
+        if not got:
+            info = locks.writer_info()
+            raise WarehouseBusyError(
+                f"warehouse {path} has been held by a writer{f' (PID {info.pid})' if info else ''} "
+                f"for more than {wait_s:.0f} s; try again when it finishes")
+        try:
+            if not path.exists():
+                raise WarehouseError(
+                    f"no warehouse at {path}: run `gpuledger simulate warehouse` or an import first, "
+                    f"or point --warehouse / ${WAREHOUSE_ENV} at an existing file")
+            con = _connect(path, read_only=True, deadline=started + wait_s)
+            try:
+                have, want = schema_version(con), migrations()[-1][0]
+                if have < want:
+                    raise WarehouseError(
+                        f"warehouse {path} is at schema version {have}, this gpuledger needs {want}: "
+                        "run `gpuledger migrate` (readers never change the file)")
+                yield con
+            except duckdb.Error as exc:  # a damaged block can surface in any later query
+                problem = _unreadable(path, exc)
+                if problem is None:
+                    raise
+                raise problem from exc
+            finally:
+                con.close()
+        finally:
+            locks.release_reader()
     finally:
-        con.close()
+        locks.close()

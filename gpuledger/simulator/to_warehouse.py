@@ -208,6 +208,7 @@ def write_simulation(
     total = sim.end_s - sim.start_s
     for t_end, raw in delivered_batches(sim, cells):
         warehouse.write_samples(con, clean_samples(raw, devices, labels), SOURCE)
+        warehouse.yield_to_readers(con, after_s=0.5)  # a chunk takes ~1 s: readers wait < 2 s
         if on_chunk:
             on_chunk(t_end - sim.start_s, total)
     return warehouse.table_counts(con)

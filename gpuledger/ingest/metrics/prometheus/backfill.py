@@ -15,8 +15,8 @@ interpreters, own GIL, cyclic GC off) ahead of the writes, and comes back as Arr
 process only writes, in order. Responses are asked uncompressed by default and read in bulk
 (``points_from_matrix_json``: label sets once each with orjson, all points as one CSV text for
 polars' reader; any body not in Prometheus' plain matrix layout goes through orjson), and pivoted
-on integer keys (``series_long_to_wide``); one writer connection serves several chunks (released
-every ``WRITER_HOLD_S`` so other writers get in).
+on integer keys (``series_long_to_wide``); the writer holds the warehouse only while it writes a
+chunk (it lets go while it waits for the next one), so readers and other writers get in between.
 
 Each chunk is written in its own writer transaction together with its ``ingest_checkpoints`` row
 (source ``prometheus``, scope = URL + range + step, position = the chunk's end), so a SIGKILL leaves
@@ -35,7 +35,6 @@ import contextlib
 import gc
 import io
 import math
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +54,6 @@ from gpuledger.ingest.metrics.writes import store_wide
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses query_range beyond this resolution
 DEFAULT_CHUNK_S = 3600
-WRITER_HOLD_S = 20.0  # longest a backfill keeps the writer lock before letting other writers in
 
 
 @dataclass
@@ -159,7 +157,7 @@ def backfill(
         with contextlib.ExitStack() as held:
             pending: deque = deque()
             queue = iter(todo)
-            con, opened_at = None, 0.0
+            con = None
             per_metric = False  # set once the server turns out to drop __name__ from last_over_time
 
             def refill() -> None:
@@ -171,14 +169,16 @@ def backfill(
                 refill()
                 while pending:
                     b, future = pending.popleft()
+                    if con is not None:  # let go while the next chunk decodes: readers, other writers
+                        held.close()
+                        con = None
                     wide, rejects, points, dropped_name = future.result()
                     per_metric = per_metric or dropped_name
                     refill()  # the worker just freed starts on the next chunk while this one is written
                     if isinstance(wide, bytes):
                         wide = pl.read_ipc(io.BytesIO(wide))
-                    if con is None:  # one writer connection for several chunks, each its own transaction
-                        con, opened_at = held.enter_context(
-                            warehouse.open_writer(warehouse_path, publish=False)), time.monotonic()
+                    if con is None:  # held only while this chunk is written (readers wait < 2 s)
+                        con = held.enter_context(warehouse.open_writer(warehouse_path))
                     with warehouse.transaction(con):  # the chunk and its checkpoint, or neither
                         new = store_wide(con, wide, cluster=cluster, source=SOURCE)
                         warehouse.quarantine(con, rejects)
@@ -186,9 +186,6 @@ def backfill(
                             "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
                             "updated_at": [datetime.now(UTC).replace(tzinfo=None)]}))
                     del wide
-                    if time.monotonic() - opened_at > WRITER_HOLD_S:
-                        held.close()  # let other writers (the live scrape) in between chunks
-                        con = None
                     stats.chunks_done += 1
                     stats.points += points
                     stats.samples_new += new
@@ -200,8 +197,6 @@ def backfill(
                     future.cancel()
                 if gc_was_enabled:
                     gc.enable()
-    with warehouse.open_writer(warehouse_path, publish=True):
-        pass  # publish the reader snapshot once, at the end
     return stats
 
 
