@@ -5,11 +5,8 @@ Light at import (typer, rich): DuckDB, polars and pydantic load when a command r
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, warehouse_path
 
@@ -21,13 +18,16 @@ ByOpt = typer.Option(None, "--by", help="who acts, for the audit trail (default:
 
 
 def _table(title: str, columns: list[str], rows) -> None:
-    table = Table(title=title)
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*["" if v is None else f"{v:%Y-%m-%d %H:%M}" if isinstance(v, datetime) else str(v)
-                        for v in row])
-    console.print(table)
+    """Print through gpuledger/tables.py (fits the terminal, never cuts a value): the first column
+    identifies the row, the others may wrap at spaces when the terminal is narrow."""
+    import polars as pl
+
+    from gpuledger import tables
+
+    text = [[tables.format_value(v) for v in row] for row in rows]
+    frame = pl.DataFrame(text, schema=[(c, pl.String) for c in columns], orient="row")
+    view = tables.View(columns=tuple(tables.Column(c, c, key=i == 0, wrap=i > 0) for i, c in enumerate(columns)))
+    tables.print_table(frame, view, title=title)
 
 
 def config_load(config: ConfigOpt = None, warehouse_file: WarehouseOpt = None, by: str | None = ByOpt) -> None:
