@@ -164,6 +164,7 @@ def render(
     wide: bool = False,
     columns: list[str] | None = None,
     bold: bool = False,
+    hint: str = "--wide or --columns shows them",
 ) -> str:
     """The table as text lines (ending in a newline). ``width`` None: no limit."""
     check_columns(frame, columns)
@@ -190,7 +191,7 @@ def render(
         lines.extend(_row_lines(shown, cells, widths, gap, row))
     if frame.height == 0:
         lines.append("(no rows)")
-    below = [f"hidden to fit {width} columns: {', '.join(hidden)} (--wide or --columns shows them)"] if hidden else []
+    below = [f"hidden to fit {width} columns: {', '.join(hidden)} ({hint})"] if hidden else []
     names = {c.name for c in shown}
     below += [text for column, text in view.notes if column == "" or column in names]
     for text in below:  # prose under the table keeps to the width too
@@ -246,18 +247,21 @@ def _fit(chosen, natural, headers, cells, width, explicit):
     for gap in (2, 1):
         if total(chosen, gap) <= width:
             return widths, gap, []
-    # Free text wraps: give it what the other columns leave, but keep it readable (>= 20).
-    wrapping = [c for c in chosen if c.wrap]
-    if wrapping:
-        rest = total([c for c in chosen if not c.wrap], 1) + len(wrapping)
-        each = max(20, (width - rest) // len(wrapping))
-        for c in wrapping:
-            # never narrower than the header, nor (wrapping at spaces) than the longest word
+    # Free text wraps: narrow the widest wrapping column a character at a time, never below its
+    # header, its longest word (wrapping at spaces) or 10 characters.
+    floors = {}
+    for c in chosen:
+        if c.wrap:
             words = [] if c.wrap == "anywhere" else [len(w) for v in cells[c.name] for w in v.split()]
-            floor = max([len(h) for h in headers[c.name]] + words)
-            widths[c.name] = min(natural[c.name], max(each, floor))
-        if total(chosen, 1) <= width:
-            return widths, 1, []
+            floors[c.name] = min(natural[c.name], max([10] + [len(h) for h in headers[c.name]] + words))
+    while total(chosen, 1) > width:
+        room = [n for n in floors if widths[n] > floors[n]]
+        if not room:
+            break
+        widest = max(room, key=lambda n: widths[n] - floors[n])
+        widths[widest] -= 1
+    if total(chosen, 1) <= width:
+        return widths, 1, []
     if explicit:
         return widths, 1, []  # asked for: wider than the terminal rather than hidden
     shown = list(chosen)
@@ -330,11 +334,14 @@ def print_table(
     wide: bool = False,
     columns: str | list[str] | None = None,
     out: Path | None = None,
+    hint: str = "--wide or --columns shows them",
 ) -> None:
-    """Render and print the table, or write it as plain text (no colour codes) to ``out``."""
+    """Render and print the table, or write it as plain text (no colour codes) to ``out``.
+    ``hint`` says how to see columns hidden to fit (for a command without --wide / --columns)."""
     names = parse_columns(columns) if isinstance(columns, str) or columns is None else columns
     to_terminal = out is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    text = render(frame, view, title=title, width=terminal_width(), wide=wide, columns=names, bold=to_terminal)
+    text = render(frame, view, title=title, width=terminal_width(), wide=wide, columns=names, bold=to_terminal,
+                  hint=hint)
     if out is None:
         typer.echo(text, nl=False)
         return

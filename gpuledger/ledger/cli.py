@@ -27,7 +27,7 @@ def _table(title: str, columns: list[str], rows) -> None:
     text = [[tables.format_value(v) for v in row] for row in rows]
     frame = pl.DataFrame(text, schema=[(c, pl.String) for c in columns], orient="row")
     view = tables.View(columns=tuple(tables.Column(c, c, key=i == 0, wrap=i > 0) for i, c in enumerate(columns)))
-    tables.print_table(frame, view, title=title)
+    tables.print_table(frame, view, title=title, hint="a wider terminal or COLUMNS=200 shows them")
 
 
 def config_load(config: ConfigOpt = None, warehouse_file: WarehouseOpt = None, by: str | None = ByOpt) -> None:
