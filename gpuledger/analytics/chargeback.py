@@ -30,7 +30,18 @@ IDLE = "(idle)"
 
 def period_bounds(period: str) -> tuple[datetime, datetime]:
     """[start, end) in UTC of ``YYYY-MM`` (month), ``YYYY-MM-DD`` (day), ``YYYY-Www`` (ISO week,
-    Monday start) or ``START..END`` (custom, ISO dates or datetimes, end exclusive)."""
+    Monday start) or ``START..END`` (custom, ISO dates or datetimes, end exclusive). ValueError
+    naming the period and the accepted forms for anything else (2026-02-30, 2026-W60, x..y)."""
+    try:
+        return _period_bounds(period)
+    except ValueError as exc:
+        if str(exc).startswith("period "):
+            raise
+        raise ValueError(f"period {period!r}: {exc}; use YYYY-MM, YYYY-MM-DD, YYYY-Www or START..END "
+                         "with dates that exist") from None
+
+
+def _period_bounds(period: str) -> tuple[datetime, datetime]:
     text = period.strip()
     if ".." in text:
         lo, hi = (datetime.fromisoformat(p) for p in text.split("..", 1))

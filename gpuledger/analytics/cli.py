@@ -16,9 +16,9 @@ import typer
 from rich.console import Console
 
 from gpuledger import table_views, tables, warehouse
-from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
+from gpuledger.cli_common import (ConfigOpt, WarehouseOpt, check_range, config_or_exit, out_file,
+                                  utc_option, utc_range, warehouse_path)
 from gpuledger.lazy import lazy_import
-from gpuledger.timeparse import parse_utc
 
 reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
 if TYPE_CHECKING:
@@ -36,19 +36,25 @@ class Format(str, Enum):
 
 
 FormatOpt = typer.Option(Format.table, "--format", "-f", help="table (terminal), csv, parquet or json")
-OutOpt = typer.Option(None, "--out", "-o", help="file to write (table as plain text, csv, parquet, json); default stdout")
+OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value), help="file to write (table as plain text, csv, parquet, json); default stdout")
 WideOpt = tables.WideOpt
 ColumnsOpt = tables.ColumnsOpt
 NowOpt = typer.Option(None, "--now", help="evaluate as of this UTC time (default: the newest data)")
 
 
-def _time(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        return parse_utc(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+def _time(text: str | None, option: str = "--now") -> datetime | None:
+    return utc_option(text, option)
+
+
+def _one_of(*choices: str):
+    """An option callback: a usage error naming the option and its choices for anything else."""
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(f"{value!r}: choose {', '.join(choices)}")
+        return value
+
+    return check
 
 
 def _show(frame: pl.DataFrame, fmt: Format, out: Path | None, title: str, view: tables.View,
@@ -83,7 +89,8 @@ def _open(warehouse_file: Path | None):
 @report_app.command("chargeback")
 def chargeback(
     period: str = typer.Option(..., "--period", "-p", help="YYYY-MM, YYYY-MM-DD, YYYY-Www or START..END"),
-    level: str = typer.Option("project", help="job, project or node (every org tree node)"),
+    level: str = typer.Option("project", callback=_one_of("job", "project", "node"),
+                              help="job, project or node (every org tree node)"),
     fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
     wide: bool = WideOpt, columns: str | None = ColumnsOpt,
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
@@ -106,13 +113,15 @@ def chargeback(
 def usage(
     start: str = typer.Option(..., help="UTC start (ISO-8601 or epoch s)"),
     end: str = typer.Option(..., help="UTC end, exclusive"),
-    by: str = typer.Option("project", help="job, user, project or node"),
+    by: str = typer.Option("project", callback=_one_of("job", "user", "project", "node"),
+                           help="job, user, project or node"),
     fmt: Format = FormatOpt, out: Path | None = OutOpt, wide: bool = WideOpt, columns: str | None = ColumnsOpt,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Allocated, active, idle and unknown GPU-hours, efficiency and energy (kWh)."""
+    lo, hi = utc_range(start, end)
     with _open(warehouse_file) as con:
-        frame = reports.usage_report(con, start=_time(start), end=_time(end), by=by)
+        frame = reports.usage_report(con, start=lo, end=hi, by=by)
     _show(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
 
 
@@ -120,15 +129,18 @@ def usage(
 def utilization(
     start: str | None = typer.Option(None, help="UTC start (default: 24 h before --end)"),
     end: str | None = typer.Option(None, help="UTC end, exclusive (default: the hour of the newest data)"),
-    by: str = typer.Option("model", help="model, cluster, fleet (per hour) or kind (workload kinds)"),
+    by: str = typer.Option("model", callback=_one_of("model", "cluster", "fleet", "kind"),
+                           help="model, cluster, fleet (per hour) or kind (workload kinds)"),
     fmt: Format = FormatOpt, out: Path | None = OutOpt, wide: bool = WideOpt, columns: str | None = ColumnsOpt,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Allocation % and active % of GPU capacity by hour, MIG slices included."""
+    lo, hi = utc_range(start, end)
     with _open(warehouse_file) as con:
         # Default: the last 24 whole hours before the newest data.
-        hi = _time(end) or reports.data_now(con).replace(minute=0, second=0, microsecond=0)
-        lo = _time(start) or hi - timedelta(days=1)
+        hi = hi or reports.data_now(con).replace(minute=0, second=0, microsecond=0)
+        lo = lo or hi - timedelta(days=1)
+        check_range(lo, hi)  # a --start after the newest data, with no --end
         frame = reports.utilization_report(con, start=lo, end=hi, by=by)
     _show(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide, columns)
 

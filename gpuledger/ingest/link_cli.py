@@ -7,8 +7,7 @@ import typer
 from rich.console import Console
 
 from gpuledger import warehouse
-from gpuledger.cli_common import WarehouseOpt, warehouse_path
-from gpuledger.timeparse import parse_utc
+from gpuledger.cli_common import WarehouseOpt, utc_range, warehouse_path
 
 app = typer.Typer()
 console = Console(stderr=True)
@@ -23,10 +22,7 @@ def link_devices_command(
     """Give Kubernetes pods and Slurm jobs the devices DCGM's pod / hpc_job labels saw them on."""
     from gpuledger.ingest.device_links import link_devices
 
-    try:
-        lo, hi = parse_utc(start), parse_utc(end)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    lo, hi = utc_range(start, end)
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         written = link_devices(con, start=lo, end=hi)
     console.print(f"{written} job x device intervals derived from sample labels in [{lo}, {hi}) UTC")

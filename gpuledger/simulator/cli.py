@@ -3,6 +3,8 @@ as live dcgm-exporter endpoints, or write it as an OpenMetrics file for Promethe
 
 from __future__ import annotations
 
+import errno
+import socket
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger import warehouse
-from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
+from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, out_file, warehouse_path
+from gpuledger.errors import RunError, UsageError
 from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START
 
 app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (same seed => same data).",
@@ -39,13 +42,14 @@ def _whole_nodes(gpus: int) -> None:
                       f"= {nodes * GPUS_PER_NODE} GPUs")
 
 
-def _parse_start(text: str | None, default: datetime) -> datetime:
+def _parse_start(text: str | None, default: datetime, option: str = "--start") -> datetime:
     if not text:
         return default
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not an ISO date/time such as 2026-11-01T00:00:00") from None
+        raise typer.BadParameter(f"{text!r} is not an ISO date/time such as 2026-11-01T00:00:00",
+                                 param_hint=option) from None
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC).replace(tzinfo=None)
     return moment
@@ -84,9 +88,25 @@ def simulate_warehouse(
                   + f" ({time.monotonic() - began:.1f} s)")
 
 
+def _listen_error(exc: OSError, bind: str, port: int, nodes: int) -> Exception:
+    """Why the exporters could not listen, as the option to change."""
+    ports = f"{port}..{port + nodes - 1}" if port else "free ports"
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return UsageError(f"--bind {bind}: not an address of this host ({exc.strerror or exc}); "
+                          "use 127.0.0.1, 0.0.0.0 or one of this host's addresses")
+    if exc.errno == errno.EADDRINUSE:
+        return RunError(f"--port: a port in {ports} on {bind} is already in use (another exporter or "
+                        f"`simulate serve`?); choose another --port (node i listens on --port + i)")
+    if exc.errno == errno.EACCES:
+        return RunError(f"--port {port}: permission denied to listen on {bind}:{ports} (ports under "
+                        "1024 need root); choose --port 1024 or higher")
+    return RunError(f"cannot listen on {bind}:{ports} ({exc.strerror or exc}); check --bind and --port")
+
+
 @app.command("serve")
 def simulate_serve(
-    port: Annotated[int, typer.Option("--port", help="first port; node i listens on port+i")] = 9400,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
+                                      help="first port; node i listens on port+i (0: any free ports)")] = 9400,
     gpus: GpusOpt = 256,
     seed: SeedOpt = 1,
     interval: IntervalOpt = 30,
@@ -103,12 +123,19 @@ def simulate_serve(
     from gpuledger.simulator.exporter import SimClock, start_exporters
 
     cfg = config_or_exit(config)
-    now = _parse_start(sim_start, datetime.now(UTC).replace(tzinfo=None, microsecond=0))
+    now = _parse_start(sim_start, datetime.now(UTC).replace(tzinfo=None, microsecond=0), "--sim-start")
     # jobs start a day before the simulated "now", so the cluster is busy when serving begins
     _whole_nodes(gpus)
     sim = build_cluster(seed=seed, gpus=gpus, start=now - timedelta(days=1), days=days + 1,
                         interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
-    handle = start_exporters(sim, port, SimClock(now, speed), host=bind)
+    nodes = len(sim.hardware.node_host)
+    if port and port + nodes - 1 > 65535:
+        raise typer.BadParameter(f"{nodes} nodes need ports {port}..{port + nodes - 1}, past 65535; "
+                                 f"use --port {65536 - nodes} or lower", param_hint="--port")
+    try:
+        handle = start_exporters(sim, port, SimClock(now, speed), host=bind)
+    except OSError as exc:
+        raise _listen_error(exc, bind, port, nodes) from None
     console.print(f"serving {len(handle.urls)} node exporters: {handle.urls[0]} .. {handle.urls[-1]} "
                   f"(simulated start {now.isoformat()}Z, speed x{speed}); Ctrl-C stops")
     try:
@@ -122,7 +149,8 @@ def simulate_serve(
 
 @app.command("openmetrics")
 def simulate_openmetrics(
-    out: Annotated[Path, typer.Option("--out", help="OpenMetrics file to write")],
+    out: Annotated[Path, typer.Option("--out", callback=lambda value: out_file(value),
+                                      help="OpenMetrics file to write (its directory must exist)")],
     hours: Annotated[float, typer.Option("--hours", help="hours of samples", min=0.01)] = 1.0,
     gpus: GpusOpt = 256,
     start: Annotated[str | None, typer.Option("--start", help="start, ISO, UTC [default 2026-11-01T00:00:00]")] = None,
@@ -140,7 +168,6 @@ def simulate_openmetrics(
     _whole_nodes(gpus)
     sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=hours / 24,
                         interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
-    out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w") as handle:
         n = write_openmetrics(sim, handle, sim.start_s, sim.end_s)
     console.print(f"{out}: {n:,} samples, {sim.start.isoformat()}Z .. {sim.end.isoformat()}Z")

@@ -70,10 +70,11 @@ def slurm(
             origin = str(file)
         batch = parse_sacct(text, fmt=chosen, origin=origin, cluster=cluster, tz=tz)
     except (SacctFormatError, SacctCallError, ValueError) as exc:
-        console.print(f"[red]{exc}[/red]")
+        typer.secho(f"gpuledger: {exc}", err=True, fg="red")  # not rich markup: sacct's own words
         if isinstance(exc, SacctFormatError):
             console.print(f"expected fields: {','.join(SACCT_FIELDS)}")
-        raise typer.Exit(2) from None
+        # sacct missing or failing is a failed run; an unreadable export is the user's to fix
+        raise typer.Exit(1 if isinstance(exc, SacctCallError) else 2) from None
     for warning in batch.warnings:
         console.print(f"[yellow]{warning}[/yellow]")
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:

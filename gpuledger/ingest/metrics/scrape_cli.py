@@ -9,10 +9,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from gpuledger.cli_common import WarehouseOpt, warehouse_path
+from gpuledger.cli_common import WarehouseOpt, utc_range, warehouse_path
 from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.lazy import lazy_import
-from gpuledger.timeparse import parse_duration_s, parse_utc
+from gpuledger.timeparse import parse_duration_s
 
 # polars / DuckDB behind these load when a command runs, not for --help
 prom = lazy_import("gpuledger.ingest.metrics.prometheus.backfill")
@@ -35,21 +35,14 @@ def _duration(text: str, option: str) -> int:
     return seconds
 
 
-def _utc(text: str, option: str):
-    try:
-        return parse_utc(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint=option) from None
-
-
 @app.command("scrape")
 def scrape_cmd(
     urls: Annotated[list[str], typer.Argument(help="dcgm-exporter /metrics URLs")],
-    interval: Annotated[float, typer.Option("--interval", help="seconds between scrape rounds")] = 30.0,
+    interval: Annotated[float, typer.Option("--interval", help="seconds between scrape rounds", min=0)] = 30.0,
     count: Annotated[int, typer.Option("--count", help="scrape rounds", min=1)] = 1,
-    timeout: Annotated[float, typer.Option("--timeout", help="per-request timeout, seconds")] = 10.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="per-request timeout, seconds", min=0.001)] = 10.0,
     retries: Annotated[int, typer.Option("--retries", help="retries after a timeout, refusal or 5xx", min=0)] = 3,
-    backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)")] = 0.5,
+    backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)", min=0)] = 0.5,
     publish_every: Annotated[int, typer.Option("--publish-every", help="publish the reader snapshot every N rounds (and after the last)", min=1)] = 10,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     warehouse_file: WarehouseOpt = None,
@@ -87,9 +80,7 @@ def prometheus_cmd(
 ) -> None:
     """Backfill DCGM samples from Prometheus' HTTP API in resumable chunks (rerun after an
     interruption to continue where it stopped)."""
-    t0, t1 = _utc(start, "--start"), _utc(end, "--end")
-    if t1 <= t0:
-        raise typer.BadParameter(f"{end} is not after --start {start}", param_hint="--end")
+    t0, t1 = utc_range(start, end)
     step_s, chunk_s = _duration(step, "--step"), _duration(chunk, "--chunk")
     if progress not in ("bar", "lines", "none"):
         raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
