@@ -214,7 +214,9 @@ def test_map_pod_fields():
         node_products={"node-h100": "NVIDIA-H100-80GB-HBM3"},
     )
     assert isinstance(record, JobRecord)
-    assert (record.job_id, record.project, record.user_name, record.name) == (
+    # Identity is the pod uid; the name is what people and DCGM labels see (issue 8, item 8).
+    assert (record.job_id, record.scheduler_job) == ("uid-ml-vision-train-0", "ml-vision/train-0")
+    assert (record.scheduler_job, record.project, record.user_name, record.name) == (
         "ml-vision/train-0",
         "vision",
         "bo",
@@ -318,7 +320,8 @@ def ingest(standin, tmp_path):
 def _jobs(ingest: KubernetesIngest) -> dict[str, dict]:
     with warehouse.open_reader(ingest.warehouse_path) as con:
         frame = con.sql("SELECT * FROM jobs ORDER BY job_id").pl()
-    return {row["job_id"]: row for row in frame.iter_rows(named=True)}
+    # Keyed by the scheduler's name (namespace/pod); job_id is the pod uid.
+    return {row["scheduler_job"] or row["job_id"]: row for row in frame.iter_rows(named=True)}
 
 
 def _counts(ingest: KubernetesIngest) -> dict[str, int]:
@@ -483,7 +486,7 @@ def test_cli_once(standin, tmp_path):
     assert "6 job rows written, 1 quarantined" in result.output
     with warehouse.open_reader(wh) as con:
         assert con.execute("SELECT count(*) FROM jobs WHERE cluster = 'c1'").fetchone()[0] == 6
-        assert con.execute("SELECT project FROM jobs WHERE job_id = 'ml-nlp/mig-a'").fetchone()[0] == "nlp"
+        assert con.execute("SELECT project FROM jobs WHERE scheduler_job = 'ml-nlp/mig-a'").fetchone()[0] == "nlp"
 
 
 def test_cli_unreachable_server(tmp_path):

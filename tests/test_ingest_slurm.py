@@ -33,6 +33,7 @@ from gpuledger.ingest.jobs.slurm import (
     parse_parsable,
     parse_tres_gpus,
     run_sacct,
+    write_batch,
 )
 from gpuledger.ingest.jobs.slurm_cli import app as slurm_app
 
@@ -269,7 +270,7 @@ def test_live_call_runs_the_documented_sacct(tmp_path, warehouse_file):
                     "--start", "2026-11-29T00:00", "--end", "now", "-w", str(warehouse_file))
     assert result.exit_code == 0, result.output
     assert calls.read_text().strip() == (
-        "TZ=America/New_York SLURM_TIME_FORMAT=standard -a -X -S 2026-11-29T00:00 -E now "
+        "TZ=America/New_York SLURM_TIME_FORMAT=standard -a -X -D -S 2026-11-29T00:00 -E now "
         f"--parsable2 --format={','.join(SACCT_FIELDS)}"
     )
     assert jobs_by_id(warehouse_file)["1"]["submit_time"] == datetime(2026, 11, 29, 21, 22, 33)

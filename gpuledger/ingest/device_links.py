@@ -5,7 +5,9 @@ would count them by `jobs.gpus` with activity unknown, and idle-GPU detection co
 them. dcgm-exporter already says which pod (`namespace`/`pod`) or Slurm job (`hpc_job`) runs on
 each device, so the allocation is derived here: for every job of the `jobs` table seen in those
 labels, one `job_allocations` row per device, from the first labelled sample (never before the
-job's start) to the job's end (NULL while it runs), marked `source = 'labels'`.
+job's start) to the job's end (NULL while it runs), marked `source = 'labels'`. Labels carry the
+scheduler's name (`jobs.scheduler_job`), which a recreated pod or a requeued Slurm job repeats, so
+a sample belongs to the run of that name whose start..end holds its time.
 
 Only derived rows are ever rewritten; a job whose allocations came from its scheduler (or the
 simulator) is left alone. Re-running over any window changes nothing that is already right: an
@@ -32,13 +34,16 @@ CREATE OR REPLACE TEMP TABLE _device_links AS
 WITH labelled AS (
     SELECT s.gpu_id, s.ts,
            CASE WHEN s.pod IS NOT NULL THEN coalesce(s.namespace, '') || '/' || s.pod ELSE s.hpc_job END
-               AS job_id
+               AS scheduler_job
     FROM gpu_samples s
     WHERE s.ts >= $lo AND s.ts < $hi AND (s.pod IS NOT NULL OR s.hpc_job IS NOT NULL)
 ),
-observed AS (
-    SELECT g.cluster, l.job_id, l.gpu_id, min(l.ts) AS first_ts
+observed AS (  -- a label names a run by the scheduler's name and the sample's time: a recreated
+               -- pod or a requeued Slurm job repeats the name, each run owns only its own samples
+    SELECT g.cluster, j.job_id, l.gpu_id, min(l.ts) AS first_ts
     FROM labelled l JOIN gpus g USING (gpu_id)
+    JOIN jobs j ON j.cluster = g.cluster AND coalesce(j.scheduler_job, j.job_id) = l.scheduler_job
+         AND l.ts >= coalesce(j.start_time, j.submit_time, l.ts) AND (j.end_time IS NULL OR l.ts <= j.end_time)
     GROUP BY ALL
 ),
 scheduled AS (  -- jobs whose devices their scheduler already told us: not ours to derive

@@ -6,9 +6,12 @@ goes in; a :class:`JobRecord`, a :class:`Rejected` (quarantine it, with the fiel
 
 Choices, and why:
 
-* **One row per pod**, ``job_id = "<namespace>/<pod name>"``. Every pod that held GPUs is charged for
-  exactly its own GPUs and lifetime, so multi-pod jobs (PyTorchJob workers, JobSets) and retried
-  pods add up without any cross-pod aggregation state. ``name`` holds the controlling owner's name
+* **One row per pod**, ``job_id = <pod uid>``, ``scheduler_job = "<namespace>/<pod name>"`` (shown to
+  people, matched to DCGM's pod labels by time). A pod recreated under the same name (StatefulSets,
+  operators) has a new uid, so it is a new job and the earlier pod keeps its hours. Every pod that
+  held GPUs is charged for exactly its own GPUs and lifetime, so multi-pod jobs (PyTorchJob
+  workers, JobSets) and retried pods add up without any cross-pod aggregation state. A pod the
+  API serves without a uid (hand-made objects) falls back to its name. ``name`` holds the controlling owner's name
   (the Job / PyTorchJob / ReplicaSet; the pod's own name for a bare pod), so analytics group the
   pods of one job by ``(namespace, name)``.
 * **Kueue Workloads** become rows ``job_id = "<namespace>/workload/<workload name>"`` with
@@ -34,6 +37,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from gpuledger.ingest import mig
+from gpuledger.ingest.mig import find_profile
 from gpuledger.ingest import mig
 from gpuledger.ingest.mig import find_profile
 from gpuledger.ingest.model_keys import gpu_model_key
@@ -95,6 +100,7 @@ class JobRecord:
     source: str
     updated_at: datetime
     priority_class: str | None = None
+    scheduler_job: str | None = None  # namespace/pod name (or namespace/workload/name): not unique
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -421,9 +427,11 @@ def map_pod(
             annotations.get(options.min_runtime_annotation),
             f"metadata.annotations[{options.min_runtime_annotation!r}]",
         )
+        uid = _string(meta.get("uid"), "metadata.uid")
         return JobRecord(
             cluster=cluster,
-            job_id=f"{namespace}/{name}",
+            job_id=uid or f"{namespace}/{name}",
+            scheduler_job=f"{namespace}/{name}",
             project=_project(labels, namespace, options),
             user_name=_string(labels.get(options.user_label), f"metadata.labels[{options.user_label!r}]"),
             name=owner_name if isinstance(owner_name, str) and owner_name else name,
@@ -556,6 +564,7 @@ def map_workload(
         return JobRecord(
             cluster=cluster,
             job_id=f"{namespace}/workload/{name}",
+            scheduler_job=f"{namespace}/workload/{name}",
             project=_project(labels, namespace, options),
             user_name=_string(labels.get(options.user_label), f"metadata.labels[{options.user_label!r}]"),
             name=owner_name if isinstance(owner_name, str) and owner_name else name,

@@ -74,6 +74,7 @@ JOB_SCHEMA: dict[str, pl.DataType] = {
     "source": pl.String,
     "updated_at": pl.Datetime("us"),
     "priority_class": pl.String,
+    "scheduler_job": pl.String,
 }
 
 
@@ -139,6 +140,7 @@ def write_batch(
 ) -> tuple[int, int]:
     """Upsert job rows and quarantine rejects on an open writer. Returns (rows offered, rejects)."""
     frame = jobs_frame(records)
+    _rekey_legacy_rows(con, frame)
     written = warehouse.upsert(con, "jobs", frame)
     link_devices_for_jobs(con, frame)  # devices from the pod labels on samples already stored
     quarantined = warehouse.quarantine(
@@ -147,6 +149,26 @@ def write_batch(
         now=now,
     )
     return written, quarantined
+
+
+def _rekey_legacy_rows(con, frame: pl.DataFrame) -> None:
+    """Rows written before pods were keyed by uid (job_id = namespace/name) are the same pod as an
+    incoming uid row with that name and creation time: drop the old key (and the allocations derived
+    under it, which linking derives again) so the pod is not counted twice."""
+    if frame.is_empty() or "scheduler_job" not in frame.columns:
+        return
+    same = frame.filter(pl.col("job_id") != pl.col("scheduler_job")).select(
+        "cluster", "job_id", "scheduler_job", "submit_time")
+    if same.is_empty():
+        return
+    con.register("_k8s_rekey", same.to_arrow())
+    try:
+        old = ("SELECT j.cluster, j.job_id FROM jobs j JOIN _k8s_rekey r ON j.cluster = r.cluster "
+               "AND j.job_id = r.scheduler_job AND j.submit_time = r.submit_time AND j.source = 'kubernetes'")
+        con.execute(f"DELETE FROM job_allocations WHERE source = 'labels' AND (cluster, job_id) IN ({old})")
+        con.execute(f"DELETE FROM jobs WHERE (cluster, job_id) IN ({old})")
+    finally:
+        con.unregister("_k8s_rekey")
 
 
 class KubernetesIngest:
@@ -278,8 +300,8 @@ class KubernetesIngest:
             )
             batch.add(result, pod, stats)
             meta = pod.get("metadata") if isinstance(pod, dict) else None
-            if isinstance(meta, dict):
-                listed.add(f"{meta.get('namespace')}/{meta.get('name')}")
+            if isinstance(meta, dict):  # the job_id map_pod gives it: the uid, else the name
+                listed.add(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
         for workload in workloads:
             batch.add(
                 map_workload(workload, cluster=self.cluster, now=now, options=self.options), workload, stats

@@ -43,6 +43,7 @@ import polars as pl
 
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.mig import find_profile, mig_fraction
+from gpuledger.ingest.mig import find_profile, mig_fraction
 from gpuledger.ingest.model_keys import gpu_model_key
 from gpuledger.warehouse import QuarantineRow, quarantine, upsert
 
@@ -67,6 +68,7 @@ JOB_SCHEMA: dict[str, pl.DataType] = {
     "namespace": pl.String, "source": pl.String, "updated_at": pl.Datetime("us"),
     # Not (yet) columns of `jobs`; kept for callers and dropped on write when the table lacks them.
     "qos": pl.String, "partition": pl.String, "time_limit_s": pl.Int64,
+    "scheduler_job": pl.String,  # the JobID every run of a requeued job shares (job_id: one run)
 }
 
 _NO_TIME = {"", "unknown", "none", "n/a"}
@@ -183,6 +185,27 @@ def _optional_int(value: str, field_name: str) -> int | None:
         raise ValueError(f"{field_name}: {text!r} is not a whole number") from None
 
 
+_SLURM_DURATION = re.compile(r"^(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
+
+
+def _slurm_duration_s(value: str, field_name: str) -> int | None:
+    """A Slurm time (``--time-min``): minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS → seconds."""
+    text = (value or "").strip()
+    if text.lower() in _NO_TIME or text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    match = _SLURM_DURATION.match(text)
+    if not match:
+        raise ValueError(f"{field_name}: {text!r} is not a Slurm time (minutes, HH:MM:SS or D-HH:MM:SS)")
+    d, a, b, c = (int(x) if x else None for x in match.group("d", "a", "b", "c"))
+    if d is not None:  # D-HH[:MM[:SS]]
+        return ((d * 24 + a) * 60 + (b or 0)) * 60 + (c or 0)
+    if c is not None:
+        return (a * 60 + b) * 60 + c
+    if b is not None:  # MM:SS
+        return a * 60 + b
+    return a * 60
+
+
 def _time_limit_s(value: str) -> int | None:
     text = value.strip()
     # UNLIMITED / Partition_Limit / empty: no limit of the job's own.
@@ -198,15 +221,37 @@ def _zone(tz: str) -> ZoneInfo:
 
 def _job_row(
     *, cluster, job_id, project, user, name, gpus, model, submit, start, end, state, qos,
-    partition, priority, time_limit_s, now,
+    partition, priority, time_limit_s, now, min_runtime_s=None,
 ) -> dict:
     return {
-        "cluster": cluster, "job_id": job_id, "project": project, "user_name": user or None,
-        "name": name or None, "kind": None, "gpu_model": model, "gpus": gpus, "min_runtime_s": None,
+        "cluster": cluster, "job_id": job_id, "scheduler_job": job_id, "project": project,
+        "user_name": user or None, "name": name or None, "kind": None, "gpu_model": model, "gpus": gpus,
+        "min_runtime_s": min_runtime_s,
         "submit_time": submit, "start_time": start, "end_time": end, "state": state,
         "priority": priority, "namespace": None, "source": SOURCE, "updated_at": now,
         "qos": qos or None, "partition": partition or None, "time_limit_s": time_limit_s,
     }
+
+
+def run_id(job_id: str, start: datetime) -> str:
+    """The job_id of an earlier run of a requeued job: ``123@2026-12-01T06:49:39`` (its start)."""
+    return f"{job_id}@{start:%Y-%m-%dT%H:%M:%S}"
+
+
+def split_runs(rows: list[dict]) -> list[dict]:
+    """A requeued job appears once per run in ``sacct -D`` (same JobID; the earlier runs REQUEUED,
+    each with its own Start and End — Slurm resets Submit to the requeue time). The latest run keeps
+    the JobID as job_id; every earlier run gets :func:`run_id`, so its GPU-hours stay."""
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        runs.setdefault((row["cluster"], row["job_id"]), []).append(row)
+    for same in runs.values():
+        if len(same) < 2:
+            continue
+        same.sort(key=lambda r: (r["start_time"] is None, r["start_time"] or r["submit_time"] or datetime.min))
+        for earlier in same[:-1]:
+            earlier["job_id"] = run_id(earlier["job_id"], earlier["start_time"] or earlier["submit_time"])
+    return rows
 
 
 def _frame(rows: list[dict]) -> pl.DataFrame:
@@ -279,7 +324,7 @@ def parse_parsable(
             batch.skipped_no_gpu += 1
         else:
             rows.append(row)
-    batch.jobs = _frame(rows)
+    batch.jobs = _frame(split_runs(rows))
     return batch
 
 
@@ -319,7 +364,7 @@ def _parsable_record_to_row(record: dict[str, str], cluster: str | None, zone: Z
         cluster=the_cluster, job_id=job_id, project=project, user=get("User"), name=get("JobName"),
         gpus=gpus, model=model, submit=submit, start=start, end=end, state=state, qos=get("QOS"),
         partition=get("Partition"), priority=priority, time_limit_s=_time_limit_s(get("TimelimitRaw")),
-        now=now,
+        now=now, min_runtime_s=_slurm_duration_s(get("TimeMin"), "TimeMin"),
     )
 
 
@@ -430,12 +475,15 @@ def _json_record_to_row(job: dict, cluster: str | None, now: datetime):
     end = _epoch(times.get("end"), "time.end")
     priority = _number(job.get("priority"), "priority")
     limit_min = _number(times.get("limit"), "time.limit")
+    # --time-min, in minutes, where the export carries it (sacct 22.05 does not).
+    minimum = _number(times.get("minimum", job.get("time_minimum")), "time.minimum")
     return _job_row(
         cluster=str(the_cluster), job_id=job_id, project=str(project),
         user=job.get("user") or association.get("user"), name=job.get("name"), gpus=gpus, model=model,
         submit=submit, start=start, end=end, state=state, qos=job.get("qos"),
         partition=job.get("partition"), priority=priority,
         time_limit_s=limit_min * 60 if limit_min is not None else None, now=now,
+        min_runtime_s=minimum * 60 if minimum else None,
     )
 
 
@@ -488,7 +536,7 @@ def parse_json(
             batch.skipped_no_gpu += 1
         else:
             rows.append(row)
-    batch.jobs = _frame(rows)
+    batch.jobs = _frame(split_runs(rows))
     return batch
 
 
@@ -515,7 +563,8 @@ def parse_sacct(
 
 def sacct_command(fmt: str, start: str, end: str, sacct: str = "sacct") -> list[str]:
     """The documented call: all users, allocations only (-X), the time window, one format."""
-    command = [sacct, "-a", "-X", "-S", start, "-E", end]
+    # -D: every run of a requeued job, so an earlier run keeps its GPU-hours.
+    command = [sacct, "-a", "-X", "-D", "-S", start, "-E", end]
     if fmt == "json":
         return [*command, "--json"]
     return [*command, "--parsable2", f"--format={','.join(SACCT_FIELDS)}"]
@@ -551,10 +600,53 @@ def run_sacct(
 # --- warehouse ---------------------------------------------------------------------------------
 
 
+def keep_earlier_runs(con: duckdb.DuckDBPyConnection, frame: pl.DataFrame) -> int:
+    """Before a job's row is overwritten by a later run (an export without -D shows only the
+    latest run of a requeued job), move the stored run to its own :func:`run_id` so its GPU-hours
+    stay: it ended at its End if known, else when the new run was queued (Slurm resets Submit on
+    requeue), else when the new run started. Its allocations move with it. Returns runs kept."""
+    if frame.is_empty():
+        return 0
+    con.register("_slurm_incoming", frame.select("cluster", "job_id", "submit_time", "start_time",
+                                                 "updated_at").to_arrow())
+    try:
+        con.execute(
+            """CREATE OR REPLACE TEMP TABLE _slurm_runs AS
+               SELECT j.cluster, j.job_id,
+                      j.job_id || '@' || strftime(j.start_time, '%Y-%m-%dT%H:%M:%S') AS run_job_id,
+                      coalesce(j.end_time, CASE WHEN i.submit_time > j.start_time THEN i.submit_time END,
+                               i.start_time, i.updated_at) AS run_end,
+                      j.end_time IS NULL AS was_open
+               FROM jobs j JOIN _slurm_incoming i ON j.cluster = i.cluster AND j.job_id = i.job_id
+               WHERE j.source = 'slurm-sacct' AND j.start_time IS NOT NULL
+                 AND (i.start_time IS NULL OR i.start_time > j.start_time)""")
+    finally:
+        con.unregister("_slurm_incoming")
+    kept = con.execute("SELECT count(*) FROM _slurm_runs").fetchall()[0][0]
+    if kept:
+        jobs_cols = [r[0] for r in con.execute("DESCRIBE jobs").fetchall()]
+        pick = {"job_id": "r.run_job_id", "end_time": "r.run_end",
+                "state": "CASE WHEN r.was_open THEN 'REQUEUED' ELSE j.state END"}
+        select = ", ".join(pick.get(c, f"j.{c}") for c in jobs_cols)
+        join = "JOIN _slurm_runs r ON j.cluster = r.cluster AND j.job_id = r.job_id"
+        con.execute(f"INSERT OR IGNORE INTO jobs ({', '.join(jobs_cols)}) SELECT {select} FROM jobs j {join}")
+        alloc_cols = [r[0] for r in con.execute("DESCRIBE job_allocations").fetchall()]
+        pick = {"job_id": "r.run_job_id", "end_time": "coalesce(j.end_time, r.run_end)"}
+        select = ", ".join(pick.get(c, f"j.{c}") for c in alloc_cols)
+        con.execute(f"INSERT OR IGNORE INTO job_allocations ({', '.join(alloc_cols)}) "
+                    f"SELECT {select} FROM job_allocations j {join}")
+        for table in ("job_allocations", "jobs"):
+            con.execute(f"DELETE FROM {table} WHERE (cluster, job_id) IN (SELECT cluster, job_id FROM _slurm_runs)")
+    con.execute("DROP TABLE _slurm_runs")
+    return kept
+
+
 def write_batch(con: duckdb.DuckDBPyConnection, batch: SlurmBatch) -> WriteResult:
     """Upsert the batch's jobs on (cluster, job_id) and store its rejects."""
-    frame = batch.jobs
+    columns = {r[0] for r in con.execute("DESCRIBE jobs").fetchall()}
+    frame = batch.jobs.select([c for c in batch.jobs.columns if c in columns])
     before = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0]
+    keep_earlier_runs(con, frame)
     offered = upsert(con, "jobs", frame)
     link_devices_for_jobs(con, frame)  # devices from the hpc_job labels on samples already stored
     from gpuledger.ingest.tiers import apply_tier_rules
