@@ -499,3 +499,47 @@ def test_cli_unreachable_server(tmp_path):
     )
     assert result.exit_code == 1
     assert "cannot reach" in result.output
+
+
+# --- issue 8, item 8: a recreated pod is a new job --------------------------------------------
+
+def _recreated(uid: str, created: str, finished: str | None) -> dict:
+    pod = make_pod("train-0", gpus=2, phase="Succeeded" if finished else "Running", finished_at=finished)
+    pod["metadata"]["uid"] = uid
+    pod["metadata"]["creationTimestamp"] = created
+    pod["status"]["startTime"] = created
+    return pod
+
+
+def test_a_pod_recreated_under_the_same_name_is_a_new_job(warehouse_file):
+    import polars as pl
+
+    from gpuledger.ingest.jobs.kubernetes import write_batch
+
+    def t(h, m=0):
+        return datetime(2026, 11, 29, h, m)
+
+    # A StatefulSet-style pod "ml-vision/train-0" on 2 GPUs ran 08:00-12:00 (4 h × 2 = 8 GPU-hours);
+    # its replacement, same name, new uid, runs from 12:30.
+    first = map_pod(_recreated("uid-1", "2026-11-29T08:00:00Z", "2026-11-29T12:00:00Z"), cluster=CLUSTER, now=t(12))
+    second = map_pod(_recreated("uid-2", "2026-11-29T12:30:00Z", None), cluster=CLUSTER, now=t(13, 30))
+    inv = pl.DataFrame({"cluster": [CLUSTER] * 2, "gpu_uuid": ["GPU-a", "GPU-b"], "host": ["n1"] * 2,
+                        "model": ["H100"] * 2, "first_seen": [t(7)] * 2})
+    minutes = [t(8) + (t(0, 5) - t(0)) * k for k in range(12 * 5)]          # 08:00 .. 12:55, every 5 min
+    minutes = [m for m in minutes if m < t(12) or m >= t(12, 30)]
+    with warehouse.open_writer(warehouse_file) as con:
+        ids = warehouse.register_gpus(con, inv)["gpu_id"].to_list()
+        warehouse.write_samples(con, pl.DataFrame({
+            "gpu_id": [g for g in ids for _ in minutes], "ts": minutes * 2, "sm_active_ratio": [0.5] * (2 * len(minutes)),
+            "namespace": ["ml-vision"] * (2 * len(minutes)), "pod": ["train-0"] * (2 * len(minutes)),
+        }, schema_overrides={"ts": pl.Datetime("us")}), "scrape")
+        write_batch(con, [first], [], now=t(12))
+        write_batch(con, [second], [], now=t(13, 30))
+        jobs = con.execute("SELECT job_id, scheduler_job, start_time, end_time FROM jobs ORDER BY start_time").fetchall()
+        hours = dict(con.execute(
+            "SELECT job_id, sum(epoch(coalesce(end_time, TIMESTAMP '2026-11-29 13:30') - start_time) / 3600 "
+            "* gpu_fraction) FROM job_allocations GROUP BY job_id").fetchall())
+    # Two jobs, one name. Today the second overwrites the first (job_id = namespace/name) and the
+    # derived allocations are clipped to 12:30: 2 GPUs × 1 h = 2 GPU-hours instead of 8 + 2.
+    assert jobs == [("uid-1", "ml-vision/train-0", t(8), t(12)), ("uid-2", "ml-vision/train-0", t(12, 30), None)]
+    assert hours == pytest.approx({"uid-1": 8.0, "uid-2": 2.0})

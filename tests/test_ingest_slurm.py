@@ -407,3 +407,65 @@ def test_warehouse_rows_readable_with_plain_duckdb(warehouse_file):
         con.close()
     assert types["end_time"] == "TIMESTAMP" and types["gpus"] == "DOUBLE"
     assert total == 3.0  # jobs 1 (2 GPUs) and 8 (1 GPU)
+
+
+# --- issue 8, item 8: a requeued job's earlier run keeps its GPU-hours -------------------------
+# Fixtures from the rig (2026-12-01): `sbatch --gres=gpu:h100:2 --time=60 --time-min=30`, running
+# from 06:49:39, `scontrol requeue 1` at 06:49:51, running again from 06:50:05. With -D sacct shows
+# both runs (REQUEUED 06:49:39..06:49:51, then RUNNING; Slurm reset Submit to 06:49:51); without
+# it only the latest run.
+
+REQUEUE_NOW = datetime(2026, 12, 1, 6, 51, 5)
+
+
+def _runs(con):
+    return con.execute("SELECT job_id, scheduler_job, state, start_time, end_time, gpus FROM jobs "
+                       "ORDER BY start_time").fetchall()
+
+
+def test_sacct_duplicates_keep_each_run(warehouse_file):
+    batch = parse_parsable(fixture_text("sacct-parsable2-requeued.txt"), origin="requeued.txt", now=REQUEUE_NOW)
+    assert batch.jobs["job_id"].to_list() == ["1@2026-12-01T06:49:39", "1"]
+    assert batch.jobs["scheduler_job"].to_list() == ["1", "1"]
+    as_json = parse_json(fixture_text("sacct-requeued.json"), origin="requeued.json", now=REQUEUE_NOW)
+    assert sorted(as_json.jobs["job_id"].to_list()) == ["1", "1@2026-12-01T06:49:39"]
+    with warehouse.open_writer(warehouse_file) as con:
+        write_batch(con, batch)
+        runs = _runs(con)
+    # Run 1: 12 s on 2 GPUs; run 2 still running. Today the second line overwrites the first.
+    assert [(r[0], r[2], r[4]) for r in runs] == [
+        ("1@2026-12-01T06:49:39", "REQUEUED", datetime(2026, 12, 1, 6, 49, 51)),
+        ("1", "RUNNING", None),
+    ]
+
+
+def test_an_export_without_duplicates_does_not_erase_the_earlier_run(warehouse_file):
+    # First import while run 1 ran: the REQUEUED line as it read then (RUNNING, End Unknown).
+    header, run1, _run2 = fixture_text("sacct-parsable2-requeued.txt").splitlines()
+    running = run1.replace("|2026-12-01T06:49:51|REQUEUED|", "|Unknown|RUNNING|")
+    with warehouse.open_writer(warehouse_file) as con:
+        write_batch(con, parse_parsable(f"{header}\n{running}\n", origin="first.txt",
+                                        now=datetime(2026, 12, 1, 6, 49, 45)))
+        # Then an export made without -D: only run 2 (Submit reset to the requeue time, 06:49:51).
+        write_batch(con, parse_parsable(fixture_text("sacct-parsable2-requeued-latest-only.txt"),
+                                        origin="latest.txt", now=REQUEUE_NOW))
+        runs = _runs(con)
+        # Reading again with -D changes nothing: the earlier run already has its own row.
+        write_batch(con, parse_parsable(fixture_text("sacct-parsable2-requeued.txt"), origin="d.txt",
+                                        now=REQUEUE_NOW))
+        assert _runs(con) == runs
+    # Run 1 kept, ended at the requeue (the new Submit): 06:49:39..06:49:51 on 2 GPUs = 12 s × 2.
+    assert [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in runs] == [
+        ("1@2026-12-01T06:49:39", "1", "REQUEUED", datetime(2026, 12, 1, 6, 49, 39),
+         datetime(2026, 12, 1, 6, 49, 51), 2.0),
+        ("1", "1", "RUNNING", datetime(2026, 12, 1, 6, 50, 5), None, 2.0),
+    ]
+
+
+def test_time_min_is_the_minimum_runtime():
+    text = ("JobID|Account|State|AllocTRES|Cluster|TimeMin\n"
+            "7|proj-a|RUNNING|gres/gpu=1|c|00:30:00\n8|proj-a|RUNNING|gres/gpu=1|c|1-02:00:00\n"
+            "9|proj-a|RUNNING|gres/gpu=1|c|45\n10|proj-a|RUNNING|gres/gpu=1|c|\n")
+    batch = parse_parsable(text, origin="t")
+    # 30 min = 1800 s; 1 day 2 h = 93,600 s; "45" is minutes = 2,700 s; empty = none.
+    assert batch.jobs["min_runtime_s"].to_list() == [1800, 93_600, 2700, None]

@@ -39,8 +39,6 @@ from typing import Any
 
 from gpuledger.ingest import mig
 from gpuledger.ingest.mig import find_profile
-from gpuledger.ingest import mig
-from gpuledger.ingest.mig import find_profile
 from gpuledger.ingest.model_keys import gpu_model_key
 
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -43,7 +43,6 @@ import polars as pl
 
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.mig import find_profile, mig_fraction
-from gpuledger.ingest.mig import find_profile, mig_fraction
 from gpuledger.ingest.model_keys import gpu_model_key
 from gpuledger.warehouse import QuarantineRow, quarantine, upsert
 
