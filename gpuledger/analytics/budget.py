@@ -59,7 +59,8 @@ def budget_burn(
 
     Columns (all GPU quantities in normalised GPU-hours): node, period_start, period_end (dates,
     end exclusive), budget_gpu_hours (the node's own budget, else the sum of its descendants'
-    for the same period), consumed_gpu_hours (subtree, since period start up to as_of),
+    for the same period), budget_own (True: budget_gpu_hours is the node's own budget; False: it
+    is the sum of its descendants' budgets), consumed_gpu_hours (subtree, since period start up to as_of),
     remaining_gpu_hours, burn_gpu_hours_per_day (consumed in the last ``burn_window`` inside the
     period ÷ its days), projected_exhaustion (UTC datetime; NULL when not burning or exhausted),
     status: exhausted (remaining ≤ 0) / at-risk (projected before period end) / funded,
