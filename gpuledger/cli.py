@@ -20,6 +20,7 @@ from gpuledger.ingest.jobs.csv_cli import app as import_app
 from gpuledger.ingest.cli import app as ingest_app
 from gpuledger.ingest.metrics.nvml_cli import agent_command
 from gpuledger.simulator.cli import app as simulate_app
+from gpuledger.pipelines.cli import app as pipelines_app
 
 app = typer.Typer(
     help="gpuledger: GPU-time analytics, fair share, budgets, chargeback and idle-GPU enforcement.",
@@ -35,6 +36,7 @@ app.add_typer(ingest_app, name="ingest")
 app.command("agent")(agent_command)
 app.add_typer(analytics_cli.report_app, name="report")
 app.add_typer(ledger_cli.period_app, name="period")
+app.add_typer(pipelines_app, name="pipelines")
 app.command("fairshare")(analytics_cli.fairshare)
 app.command("budget")(analytics_cli.budget)
 app.command("squatters")(analytics_cli.squatters)

@@ -16,7 +16,7 @@ from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
 from gpuledger.analytics import reports
-from gpuledger.config import example_config_text, load_config
+from gpuledger.config import example_config_text, load_config, read_config_file
 from gpuledger.pipelines.defs.automation import DAILY_ANALYTICS
 from gpuledger.pipelines.defs.budgets.checks import budgets_consistent_down_tree
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
@@ -36,15 +36,24 @@ DAY = "2026-11-01"
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-@pytest.fixture(scope="module")
-def sim():
-    return build_cluster(seed=7, gpus=16, start=START, days=0.25, config=load_config(None))
+@pytest.fixture
+def config_file():
+    return read_config_file(None)  # (config, text, path) of the packaged example
 
 
 @pytest.fixture
-def sim_warehouse(tmp_path, sim):
+def sim(config_file):
+    return build_cluster(seed=7, gpus=16, start=START, days=0.25, config=config_file[0])
+
+
+@pytest.fixture
+def sim_warehouse(tmp_path, sim, config_file):
+    from gpuledger.ledger.config_versions import load_version
+
     path = tmp_path / "wh" / "gpuledger.duckdb"
+    cfg, text, source = config_file
     with warehouse.open_writer(path) as con:
+        load_version(con, cfg, text=text, source=source)  # as `gpuledger simulate warehouse` stores it
         write_simulation(con, sim)
     return path
 
@@ -63,7 +72,7 @@ def materialize(assets, path, *, config=None, **kwargs) -> dg.ExecuteInProcessRe
 
 def table(path: Path, name: str, where: str = "", params: list | None = None) -> pl.DataFrame:
     with warehouse.open_reader(path) as con:
-        return con.execute(f"SELECT * FROM {name} {where}", params or []).pl()
+        return con.sql(f"SELECT * FROM {name} {where}", params=params or None).pl()
 
 
 def same_rows(stored: pl.DataFrame, expected: pl.DataFrame, keys: list[str]) -> None:
@@ -106,7 +115,7 @@ def test_daily_analytics_equal_the_reports_and_replace_their_partition(sim_wareh
     # A stray row in the partition and a second materialization: the partition is exactly the new rows.
     with warehouse.open_writer(sim_warehouse) as con:
         con.execute("INSERT INTO usage_hourly_jobs (day, hour, cluster, job_id, gpu_hours_allocated, "
-                    "materialized_at) VALUES (?, ?, 'sim', 'stray', 99, ?)", [start.date(), start, start])
+                    "materialized_at) VALUES (?, ?, 'sim', 'stray', 99, ?)", [start.date(), start, start]).fetchall()
     again = materialize(DAILY_ANALYTICS, sim_warehouse, partition_key=DAY)
     assert metadata(again, DAILY_ANALYTICS[0])["rows_replaced"] == jobs.height + 1
     same_rows(table(sim_warehouse, "usage_hourly_jobs"), jobs, ["hour", "cluster", "job_id"])
@@ -125,7 +134,7 @@ def test_monthly_statement_equals_the_ledger_and_reconciles(sim_warehouse):
     result = materialize([chargeback_statements, *checks], sim_warehouse, partition_key="2026-11-01")
     assert all(e.passed for e in result.get_asset_check_evaluations())
     with warehouse.open_reader(sim_warehouse) as con:
-        expected = statement_lines(con, "2026-11", level="project", cfg=load_config(None))
+        expected = statement_lines(con, "2026-11", level="project", policy=load_config(None).policy)
     stored = table(sim_warehouse, "chargeback_statements")
     assert stored["period"].unique().to_list() == ["2026-11"]
     same_rows(stored, expected, ["line_kind", "project", "gpu_model", "tier"])
@@ -135,7 +144,7 @@ def test_monthly_statement_equals_the_ledger_and_reconciles(sim_warehouse):
 
     # A wrong amount stored: the reconciliation check says so.
     with warehouse.open_writer(sim_warehouse) as con:
-        con.execute("UPDATE chargeback_statements SET amount = amount + 0.01 WHERE line_kind = 'idle'")
+        con.execute("UPDATE chargeback_statements SET amount = amount + 0.01 WHERE line_kind = 'idle'").fetchall()
     failed = dg.materialize([chargeback_statements, chargeback_reconciles], resources=resources_for(sim_warehouse),
                             selection=dg.AssetSelection.checks(chargeback_reconciles), raise_on_error=False)
     [evaluation] = failed.get_asset_check_evaluations()

@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 
 from gpuledger import warehouse as wh
-from gpuledger.config import CONFIG_ENV, Config, load_config, resolve_config_path
+from gpuledger.config import CONFIG_ENV, Config, load_config, read_config_file, resolve_config_path
 
 
 class Warehouse(dg.ConfigurableResource):
@@ -44,6 +44,10 @@ class GpuledgerConfig(dg.ConfigurableResource):
 
     def load(self) -> Config:
         return load_config(self.path)
+
+    def read(self) -> tuple[Config, str, Path]:
+        """(the config, the file's text, the file) — the text is what the ledger stores."""
+        return read_config_file(self.path)
 
     def describe(self) -> str:
         return str(resolve_config_path(self.path))

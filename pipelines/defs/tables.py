@@ -42,7 +42,7 @@ def insert_frame(con, table: str, frame: pl.DataFrame) -> int:
     names = ", ".join(f'"{c}"' for c in columns)
     con.register("_materialized_rows", frame.select(columns).to_arrow())
     try:
-        con.execute(f'INSERT INTO "{table}" ({names}) SELECT {names} FROM _materialized_rows')
+        con.execute(f'INSERT INTO "{table}" ({names}) SELECT {names} FROM _materialized_rows').fetchall()
     finally:
         con.unregister("_materialized_rows")
     return frame.height
@@ -54,7 +54,7 @@ def replace_partition(con, table: str, key: object, frame: pl.DataFrame) -> tupl
     column = PARTITION_COLUMN[table]
     with warehouse.transaction(con):
         deleted = con.execute(f'SELECT count(*) FROM "{table}" WHERE "{column}" = ?', [key]).fetchall()[0][0]
-        con.execute(f'DELETE FROM "{table}" WHERE "{column}" = ?', [key])
+        con.execute(f'DELETE FROM "{table}" WHERE "{column}" = ?', [key]).fetchall()
         inserted = insert_frame(con, table, frame)
     return deleted, inserted
 

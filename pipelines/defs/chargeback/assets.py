@@ -23,7 +23,7 @@ def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehous
     period = context.partition_key[:7]  # YYYY-MM-DD partition key -> YYYY-MM
     cfg = gpuledger_config.load()
     with warehouse.reader() as con:
-        lines = statement_lines(con, period, level="project", cfg=cfg)
+        lines = statement_lines(con, period, level="project", policy=cfg.policy)
     with warehouse.writer() as con:
         deleted, inserted = replace_partition(con, "chargeback_statements", period, stamped(lines.drop("period"),
                                                                                               period=period))

@@ -1,5 +1,6 @@
 """Chargeback checks: every stored month reconciles to the cent — Σ charges + idle (+ corrections)
-= Σ installed capacity × price (analytics.chargeback.chargeback_totals) — and no idle line is
+= Σ installed capacity × price (analytics.chargeback.chargeback_totals) over the month, or up to
+the data's "now" for a month still open (as the statement counts it) — and no idle line is
 negative (which would mean job records claim more GPUs than the inventory holds)."""
 
 import dagster as dg
@@ -16,13 +17,16 @@ PACKAGE = "gpuledger.pipelines.defs.chargeback"
 def chargeback_reconciles(warehouse: Warehouse) -> dg.AssetCheckResult:
     from gpuledger.analytics.chargeback import chargeback_totals
     from gpuledger.analytics.load import load_tables
+    from gpuledger.analytics.reports import data_now
 
     mismatches, checked = [], 0
     with warehouse.reader() as con:
         stored = con.execute(sql(PACKAGE, "statement_totals")).fetchall()
+        now = data_now(con)
         capacity: dict = {}
         for period, start, end, currency, amount, _ in stored:
             if period not in capacity:
+                end = min(end, now)  # a month still open is stated up to the data's "now"
                 t = load_tables(con, start=start, end=end, samples=False)
                 capacity[period] = dict(chargeback_totals(t.gpus, t.rate_card, start=start, end=end)
                                         .select("currency", "capacity_amount").collect().rows())

@@ -29,17 +29,20 @@ def skipped(context: dg.AssetExecutionContext, config: GpuledgerConfig, key: str
 
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"})
-def reference_tables(warehouse: Warehouse, gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
+def reference_tables(context: dg.AssetExecutionContext, warehouse: Warehouse,
+                     gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """The org tree, budgets and rate card of the config file (org_nodes, budgets, rate_card),
     loaded through the ledger: a new config version (audited, by "dagster") only when the file's
     content changed; closed periods keep their issued statements."""
     from gpuledger.ledger.config_versions import load_version
 
-    cfg = gpuledger_config.load()
+    cfg, text, source = gpuledger_config.read()
     with warehouse.writer() as con:
-        loaded = load_version(con, cfg, source=gpuledger_config.describe(), by="dagster")
+        loaded = load_version(con, cfg, text=text, source=source, by="dagster")
+    for change in loaded.changes:
+        context.log.info(f"config change: {change}")
     return dg.MaterializeResult(metadata={
-        "config": gpuledger_config.describe(), "config_version": loaded.version,
+        "config": str(source), "config_version": loaded.version,
         "new_version": loaded.added, "org_nodes": len(cfg.node_names()), "budgets": len(cfg.budgets),
         "rates": len(cfg.rate_card), "rows_quarantined": 0,
     })
@@ -63,7 +66,8 @@ def dcgm_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
     return dg.MaterializeResult(metadata={
         "targets": len(source.targets), "failed_targets": stats.failed_targets, "pages": stats.pages,
         "samples_parsed": stats.samples_parsed, "rows_written": stats.samples_new,
-        "rows_quarantined": stats.quarantined,
+        # refused lines, plus one row per target that could not be scraped (scrape.record_failure)
+        "rows_quarantined": stats.quarantined + stats.failed_targets,
     })
 
 

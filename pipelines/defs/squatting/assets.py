@@ -36,18 +36,18 @@ def squatting_findings(context: dg.AssetExecutionContext, config: SquattingEvalu
             context.log.info(message)
             return dg.MaterializeResult(metadata={"evaluated_at_utc": now.isoformat(), "skipped": message})
         findings = reports.squatters_report(con, policy=policy, now=now)
-        open_episodes = con.execute(sql(PACKAGE, "open_episodes")).pl()
+        open_episodes = con.sql(sql(PACKAGE, "open_episodes")).pl()
     episodes, events = advance_lifecycle(open_episodes, findings, now=now)
     with warehouse.writer() as con, wh.transaction(con):
         latest = con.execute(sql(PACKAGE, "last_evaluation")).fetchall()[0][0]
         if latest is not None and latest >= now:  # another run evaluated meanwhile
             raise dg.Failure(f"squatting was evaluated at {latest.isoformat()} meanwhile; nothing to do at "
                              f"{now.isoformat()}")
-        con.execute(sql(PACKAGE, "close_open_episodes"))
+        con.execute(sql(PACKAGE, "close_open_episodes")).fetchall()
         insert_frame(con, "squatting_findings", episodes)
         insert_frame(con, "squatting_finding_events", events)
         con.execute(sql(PACKAGE, "record_evaluation"),
-                    {"evaluated_at": now, "findings": findings.height, "recorded_at": utc_now()})
+                    {"evaluated_at": now, "findings": findings.height, "recorded_at": utc_now()}).fetchall()
     counts = dict(events["event"].value_counts().rows()) if events.height else {}
     open_now = episodes.filter(episodes["resolved_at"].is_null())
     return dg.MaterializeResult(metadata={

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# `make dev`: a live demo. The simulator serves dcgm-exporter endpoints (one port per node), the
+# Dagster webserver and daemon run the pipelines with schedules and sensors on: samples arrive every
+# minute, analytics refresh every five, squatting findings appear. Ctrl-C stops every process this
+# script started.
+#
+#   GPUS=16 EXPORTER_PORT=9400 UI_PORT=3000 scripts/dev.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BIN=${BIN:-$ROOT/.venv/bin}
+GPUS=${GPUS:-16}
+EXPORTER_PORT=${EXPORTER_PORT:-9400}
+UI_PORT=${UI_PORT:-3000}
+DEV_DIR=${DEV_DIR:-$ROOT/data/dev}
+SIM_START=${SIM_START:-$(date -u +%Y-%m-%dT%H:%M:%S)}
+
+export DAGSTER_HOME=${DAGSTER_HOME:-$ROOT}          # ./dagster.yaml; runs and logs under .dagster/
+export GPULEDGER_WAREHOUSE=${GPULEDGER_WAREHOUSE:-$DEV_DIR/gpuledger.duckdb}
+export GPULEDGER_CONFIG=$DEV_DIR/gpuledger.yaml
+mkdir -p "$DEV_DIR"
+"$BIN/python" scripts/dev_setup.py --out "$DEV_DIR" --gpus "$GPUS" --port "$EXPORTER_PORT" --sim-start "$SIM_START"
+
+pids=()
+stop() {
+    trap - INT TERM EXIT
+    for pid in "${pids[@]}"; do
+        kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    echo "make dev: stopped the exporters and Dagster"
+}
+trap stop INT TERM EXIT
+
+# each in its own process group (set -m), so stopping one stops everything it started
+set -m
+"$BIN/gpuledger" simulate serve --gpus "$GPUS" --port "$EXPORTER_PORT" --sim-start "$SIM_START" \
+    --config "$GPULEDGER_CONFIG" &
+pids+=($!)
+"$BIN/dagster" dev -m gpuledger.pipelines.definitions --host 127.0.0.1 --port "$UI_PORT" &
+pids+=($!)
+set +m
+
+cat <<MSG
+
+  Dagster UI:   http://127.0.0.1:$UI_PORT   (Automation: ingest_schedule every minute,
+                analytics_schedule / squatting_schedule every 5 minutes, job_csv_sensor)
+  exporters:    http://127.0.0.1:$EXPORTER_PORT/metrics ... ($GPUS simulated GPUs)
+  warehouse:    $GPULEDGER_WAREHOUSE      config: $GPULEDGER_CONFIG
+  Ctrl-C stops everything.
+
+MSG
+wait -n "${pids[@]}" || true
