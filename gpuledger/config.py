@@ -94,8 +94,26 @@ class UsagePolicy(_Strict):
     half_life_days: float = Field(default=7, gt=0)
 
 
+class MinRuntimeRule(_Strict):
+    """A minimum runtime for Slurm jobs of a QOS and/or partition that declare none (sacct does
+    not report --time-min): `{qos: high, hours: 4}`, `{partition: gpu, qos: normal, hours: 1}`."""
+
+    qos: str | None = None
+    partition: str | None = None
+    hours: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _names_something(self) -> MinRuntimeRule:
+        if not (self.qos or self.partition):
+            raise ValueError("a minimum-runtime rule needs `qos`, `partition` or both")
+        return self
+
+
 class FundingPolicy(_Strict):
     min_runtime_cap_hours: float = Field(default=8, ge=0)
+    # Most specific rule wins (QOS and partition, then QOS, then partition); the job's own
+    # minimum (TimeMin) wins over any rule; the cap applies to both.
+    slurm_min_runtime: list[MinRuntimeRule] = Field(default_factory=list)
 
 
 class SquattingPolicy(_Strict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
+import polars as pl
 import pytest
 
 from gpuledger.analytics.budget import budget_burn, job_funding
@@ -148,3 +149,44 @@ def test_budgets_name_the_models_they_could_not_weigh():
     assert got["p1"]["unweighted_models"] == "(no model), A30"
     assert got["acme"]["unweighted_models"] == "(no model), A30"     # rolled up the tree
     assert got["p3"]["unweighted_models"] is None and got["p3"]["unweighted_gpu_hours"] == 0
+
+
+# --- issue 8, item 11: Slurm jobs can be funded ------------------------------------------------
+
+def test_slurm_jobs_take_their_minimum_runtime_from_config_rules():
+    from gpuledger.config import MinRuntimeRule
+
+    base = {"project": "p1", "start": NOV(20, 22)}
+    jb = jobs([{**base, "job_id": "S1"}, {**base, "job_id": "S2"}, {**base, "job_id": "S3"},
+               {**base, "job_id": "S4", "min_runtime_s": 600}, {**base, "job_id": "K1"}]).with_columns(
+        source=pl.Series(["slurm-sacct"] * 4 + ["kubernetes"]),
+        qos=pl.Series(["high", "normal", "normal", "high", None]),
+        partition=pl.Series(["gpu", "gpu", "debug", "gpu", None]),
+    )
+    rules = [MinRuntimeRule(qos="high", hours=4), MinRuntimeRule(partition="gpu", hours=1),
+             MinRuntimeRule(qos="normal", partition="debug", hours=0.5), MinRuntimeRule(qos="high", hours=12)]
+    as_tuples = [(r.qos, r.partition, int(r.hours * 3600)) for r in rules]
+    burn = budget_burn(ALLOCS, INV, JOBS, TREE, BUDGETS, RATES, as_of=AS_OF)
+    f = {r["job_id"]: r for r in job_funding(jb, burn, TREE, now=AS_OF, min_runtime_rules=as_tuples)
+         .collect().to_dicts()}
+    # S1 (high, gpu): the QOS rule beats the partition rule: 4 h (the first high rule), funded and
+    # protected from 22:00 until 02:00, past now (00:00).
+    assert f["S1"]["min_runtime_s_effective"] == 4 * 3600 and f["S1"]["funded"] and f["S1"]["protected"]
+    # S2 (normal, gpu): only the partition rule: 1 h -> until 23:00, no longer protected at 00:00.
+    assert f["S2"]["min_runtime_s_effective"] == 3600 and f["S2"]["funded"] and not f["S2"]["protected"]
+    # S3 (normal, debug): the rule naming both: 30 min.
+    assert f["S3"]["min_runtime_s_effective"] == 1800
+    # S4 declares its own 10 min (TimeMin): it wins over every rule.
+    assert f["S4"]["min_runtime_s_effective"] == 600
+    # Kubernetes jobs are not Slurm's: no rule applies, no minimum -> unfunded, as before.
+    assert f["K1"]["unfunded_reason"] == "no minimum runtime declared"
+    # Without rules (today) every Slurm job is unfunded for want of a minimum runtime.
+    plain = job_funding(jb, burn, TREE, now=AS_OF).collect()
+    assert plain.filter(pl.col("job_id") == "S1")["funded"].item() is False
+
+
+def test_rules_must_name_a_qos_or_partition():
+    from gpuledger.config import MinRuntimeRule
+
+    with pytest.raises(ValueError, match="needs `qos`, `partition` or both"):
+        MinRuntimeRule(hours=2)

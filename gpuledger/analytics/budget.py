@@ -13,6 +13,7 @@ added twice.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import polars as pl
@@ -175,6 +176,30 @@ def budget_burn(
     )
 
 
+def _with_rule_minimum(jobs: pl.LazyFrame, rules: Sequence[tuple[str | None, str | None, int]]) -> pl.LazyFrame:
+    """Fill min_runtime_s of Slurm jobs that have none from the most specific matching rule."""
+    names = jobs.collect_schema().names()
+    if not rules or "source" not in names:
+        return jobs
+    qos = pl.col("qos") if "qos" in names else pl.lit(None, pl.String)
+    partition = pl.col("partition") if "partition" in names else pl.lit(None, pl.String)
+    # Both named first, then QOS only, then partition only: the first match in that order wins.
+    ranked = sorted(rules, key=lambda r: 0 if r[0] and r[1] else 1 if r[0] else 2)
+    from_rule = pl.lit(None, pl.Int64)
+    for rule_qos, rule_partition, seconds in reversed(ranked):
+        match = pl.lit(True)
+        if rule_qos:
+            match = match & (qos == rule_qos)
+        if rule_partition:
+            match = match & (partition == rule_partition)
+        from_rule = pl.when(match.fill_null(False)).then(pl.lit(seconds, pl.Int64)).otherwise(from_rule)
+    slurm = pl.col("source") == "slurm-sacct"
+    return jobs.with_columns(
+        min_runtime_s=pl.when(pl.col("min_runtime_s").is_null() & slurm).then(from_rule)
+        .otherwise(pl.col("min_runtime_s"))
+    )
+
+
 def job_funding(
     jobs: pl.LazyFrame,
     burn: pl.LazyFrame,
@@ -182,6 +207,7 @@ def job_funding(
     *,
     now: datetime,
     min_runtime_cap: timedelta = MIN_RUNTIME_CAP,
+    min_runtime_rules: Sequence[tuple[str | None, str | None, int]] = (),
 ) -> pl.LazyFrame:
     """Per job not yet ended (end_time NULL or after ``now``): is it funded, and protected until when?
 
@@ -190,7 +216,12 @@ def job_funding(
     job_id, project, funded, unfunded_reason, min_runtime_s_effective (capped at
     ``min_runtime_cap``), protected_until (start + effective min runtime; NULL when not
     running or not funded), protected (funded and now < protected_until).
+
+    ``min_runtime_rules`` — (qos, partition, seconds), None matching any — give Slurm jobs that
+    declare no minimum runtime one: the most specific matching rule (both named, then QOS, then
+    partition). A job's own min_runtime_s (TimeMin, an annotation) always wins.
     """
+    jobs = _with_rule_minimum(jobs, min_runtime_rules)
     tree = Tree.from_frame(org_nodes)
     b = burn.filter(pl.col("budget_own")).select("node", "remaining_gpu_hours").collect()
     remaining = dict(b.iter_rows())

@@ -193,8 +193,10 @@ def funding_report(
     t = load_tables(con, end=now + DAY, samples=False)
     burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card, as_of=now,
                        default_tier=policy.chargeback.default_tier)
+    rules = [(r.qos, r.partition, int(r.hours * 3600)) for r in policy.funding.slurm_min_runtime]
     funding = job_funding(t.jobs, burn, t.org_nodes, now=now,
-                          min_runtime_cap=timedelta(hours=policy.funding.min_runtime_cap_hours)).collect()
+                          min_runtime_cap=timedelta(hours=policy.funding.min_runtime_cap_hours),
+                          min_runtime_rules=rules).collect()
     return ordered(funding, ["cluster", "job_id"])
 
 
