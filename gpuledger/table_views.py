@@ -53,10 +53,13 @@ BUDGET = View(
         _h("consumed_gpu_hours", "consumed\nnGPU-h"),
         _h("remaining_gpu_hours", "remaining\nnGPU-h"),
         _h("burn_gpu_hours_per_day", "burn\nnGPU-h/d"),
+        _h("unweighted_gpu_hours", f"unweighted\n{GPU_H}", default=False),
+        Column("unweighted_models", "unweighted\nmodels", default=False),
         Column("projected_exhaustion", "exhausts\n(UTC)", "date"),
         Column("status", "status"),
     ),
-    notes=(("", NORM_LEGEND), ("budget_own", OWN_LEGEND)),
+    notes=(("", NORM_LEGEND), ("budget_own", OWN_LEGEND),
+           ("unweighted_gpu_hours", "unweighted: GPU-hours of models the rate card has no weight for, counted at 1")),
 )
 
 FUNDING = View(
