@@ -128,13 +128,11 @@ def test_daily_analytics_equal_the_reports_and_replace_their_partition(sim_wareh
 
 
 def test_monthly_statement_equals_the_ledger_and_reconciles(sim_warehouse):
-    from gpuledger.ledger.periods import statement_lines
-
     checks = [chargeback_reconciles, chargeback_no_negative_idle]
     result = materialize([chargeback_statements, *checks], sim_warehouse, partition_key="2026-11-01")
     assert all(e.passed for e in result.get_asset_check_evaluations())
     with warehouse.open_reader(sim_warehouse) as con:
-        expected = statement_lines(con, "2026-11", level="project", policy=load_config(None).policy)
+        expected = reports.statement_report(con, "2026-11", level="project", policy=load_config(None).policy)
     stored = table(sim_warehouse, "chargeback_statements")
     assert stored["period"].unique().to_list() == ["2026-11"]
     same_rows(stored, expected, ["line_kind", "project", "gpu_model", "tier"])
@@ -223,7 +221,8 @@ def test_ingest_assets_write_from_live_sources_and_are_idempotent(tmp_path, sim)
     kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
     path = tmp_path / "wh.duckdb"
     try:
-        with start_exporters(sim, port=0, clock=fixed_clock(to_epoch_s(sim.start) + 1800), nodes=[0, 1]) as live:
+        with start_exporters(sim, port=0, clock=fixed_clock(to_epoch_s(sim.start) + 1800), nodes=[0, 1],
+                             timestamps=True) as live:  # sample times from the page: the same page twice
             config = _config_with_sources(tmp_path, (
                 f"  scrape: {{targets: [{', '.join(live.urls)}, 'http://127.0.0.1:9/metrics'], cluster: sim,"
                 " retries: 0, timeout_s: 2}\n"

@@ -1,7 +1,8 @@
 """Monthly chargeback statements at project level, one month per partition, from the ledger's
 ``statement_lines`` (the one place statements are read: a closed month's issued lines and
 corrections, an open month computed by reports.chargeback_report). Issued on the 1st for the month
-before (chargeback/schedules.py); rematerializing a month replaces its rows exactly."""
+before (chargeback/schedules.py); rematerializing a month replaces its rows exactly. Read through
+``reports.statement_report``, as the finance statements and dashboards read it."""
 
 import dagster as dg
 
@@ -18,12 +19,12 @@ def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehous
     price (table chargeback_statements)."""
     import polars as pl
 
-    from gpuledger.ledger.periods import statement_lines
+    from gpuledger.analytics import reports
 
     period = context.partition_key[:7]  # YYYY-MM-DD partition key -> YYYY-MM
     cfg = gpuledger_config.load()
     with warehouse.reader() as con:
-        lines = statement_lines(con, period, level="project", policy=cfg.policy)
+        lines = reports.statement_report(con, period, level="project", policy=cfg.policy)
     with warehouse.writer() as con:
         deleted, inserted = replace_partition(con, "chargeback_statements", period, stamped(lines.drop("period"),
                                                                                               period=period))
