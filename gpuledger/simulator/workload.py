@@ -389,6 +389,9 @@ def _assemble(hw, specs, started, rng, seed, start_s, end_s) -> Workload:
 
     rows = []
     tag = job_id_tag(start_s)
+    if n >= JOBS_PER_WINDOW:  # the index would run into the next minute's ids
+        raise ValueError(f"{n:,} jobs in one simulated window; simulate at most {JOBS_PER_WINDOW - 1:,} "
+                         "(fewer --gpus or --days per run, extending with a later --start)")
     for idx, spec in enumerate(specs):
         s = int(job_start[idx])
         if s < 0:
