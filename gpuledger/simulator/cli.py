@@ -67,7 +67,8 @@ def simulate_warehouse(
     warehouse_file: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Write the org config, inventory, jobs, allocations and samples into the warehouse (idempotent)."""
+    """Write the org config, inventory, jobs, allocations and samples into the warehouse. Idempotent:
+    the same window again changes nothing; a later --start appends (job ids carry the window start)."""
     from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.to_warehouse import write_simulation
 
