@@ -158,3 +158,15 @@ def test_loading_the_same_content_is_not_a_new_version(october):
         again = load(con, CONFIG_V1 + "\n# a comment changes nothing\n", at=NOV5)
         assert not again.added and again.version == 1
         assert config_versions(con).height == 1
+
+
+def test_library_writers_store_a_config_once_and_refuse_a_different_one(warehouse_file, example_config):
+    from gpuledger.ledger.config_versions import ConfigMismatch, ensure_config, fingerprint
+
+    with warehouse.open_writer(warehouse_file) as con:
+        assert ensure_config(con, example_config) == 1
+        assert ensure_config(con, example_config) == 1  # the same content: no new version
+        # the stored text (generated: no file) parses back to the same content
+        assert fingerprint(stored_config(con).config) == fingerprint(example_config)
+        with pytest.raises(ConfigMismatch, match="gpuledger config load --config FILE"):
+            ensure_config(con, example_config.model_copy(update={"currency": "EUR"}))

@@ -50,8 +50,18 @@ def fingerprint(cfg: Config) -> str:
 
 
 def config_as_text(cfg: Config) -> str:
-    """YAML of a config that came with no file text (library callers)."""
-    return yaml.safe_dump(cfg.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+    """YAML of a config that came with no file text (library callers); parses back to the same
+    content hash."""
+    data = cfg.model_dump(mode="json", exclude_defaults=True)
+    for budget in data.get("budgets", []):
+        if budget.get("period"):  # start / end were derived from it by the validator
+            budget.pop("start", None)
+            budget.pop("end", None)
+    text = yaml.safe_dump(data, sort_keys=False)
+    if fingerprint(parse_config_text(text, "(generated config text)")) != fingerprint(cfg):
+        raise RuntimeError("config_as_text: the generated YAML does not parse back to the same config; "
+                           "pass the file's text to load_version instead")
+    return text
 
 
 @dataclass(frozen=True)
@@ -269,8 +279,11 @@ def _periods_touched(con, old: Config | None, new: Config, now: datetime) -> tup
         if tiers_changed or any(lo < end and (hi is None or hi > start) for _, _, lo, hi in windows):
             hit_closed.append(period)
     hit_open = []
-    if windows:
-        first = min(lo for _, _, lo, _ in windows)
+    # Months before the warehouse's first device or job hold nothing to re-price.
+    data_from = con.execute("SELECT least((SELECT min(first_seen) FROM gpus), "
+                            "(SELECT min(coalesce(start_time, submit_time)) FROM jobs))").fetchall()[0][0]
+    if windows and data_from is not None:
+        first = max(min(lo for _, _, lo, _ in windows), data_from)
         start = datetime(first.year, first.month, 1)
         while (end := next_month(start)) <= now:  # months that are over
             name = f"{start:%Y-%m}"
