@@ -184,8 +184,8 @@ def render(
     widths, gap, hidden = _fit(chosen, natural, headers, cells, width, explicit)
     shown = [c for c in chosen if c.name not in hidden]
     lines: list[str] = []
-    if title:
-        lines.append(typer.style(title, bold=True) if bold else title)
+    for text in _prose(title, width) if title else []:
+        lines.append(typer.style(text, bold=True) if bold else text)
     lines.extend(_header_block(shown, headers, widths, gap, bold))
     for row in range(frame.height):
         lines.extend(_row_lines(shown, cells, widths, gap, row))
@@ -194,9 +194,14 @@ def render(
     below = [f"hidden to fit {width} columns: {', '.join(hidden)} ({hint})"] if hidden else []
     names = {c.name for c in shown}
     below += [text for column, text in view.notes if column == "" or column in names]
-    for text in below:  # prose under the table keeps to the width too
-        lines.extend(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) if width else [text])
+    for text in below:
+        lines.extend(_prose(text, width))
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _prose(text: str, width: int | None) -> list[str]:
+    """A title or note kept to the width, wrapped at spaces (a long path stays whole)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) if width else [text]
 
 
 def _single_currency(frame: pl.DataFrame, view: View) -> str | None:
