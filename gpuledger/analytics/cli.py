@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 
 from gpuledger import table_views, tables, warehouse
-from gpuledger.cli_common import (ConfigOpt, WarehouseOpt, check_range, config_or_exit, out_file,
-                                  utc_option, utc_range, warehouse_path)
+from gpuledger.cli_common import (ConfigOpt, WarehouseOpt, check_range, out_file, utc_option, utc_range,
+                                  warehouse_config, warehouse_path)
 from gpuledger.lazy import lazy_import
 
 reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
@@ -99,13 +99,14 @@ def chargeback(
     cent, idle capacity on its own line or spread (config policy.chargeback.idle_cost)."""
     from gpuledger.analytics.chargeback import period_bounds
 
-    cfg = config_or_exit(config)
     try:
         period_bounds(period)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--period") from None
     with _open(warehouse_file) as con:
-        lines = reports.chargeback_report(con, period, level=level, policy=cfg.policy, now=_time(now))
+        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
+        # A closed month reads its issued lines and corrections (gpuledger.ledger.periods).
+        lines = reports.statement_report(con, period, level=level, policy=cfg.policy, now=_time(now))
     _show(lines, fmt, out, f"chargeback {period} by {level} (UTC)", table_views.CHARGEBACK, wide, columns)
 
 
@@ -152,8 +153,8 @@ def fairshare(
 ) -> None:
     """Hierarchical fair share like `sshare -l`: shares, usage, level FS, rank and factor, plus the
     delivery ratio (delivered ÷ owed GPU-hours) and occupancy over the usage window."""
-    cfg = config_or_exit(config)
     with _open(warehouse_file) as con:
+        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
         frame = reports.fairshare_report(con, policy=cfg.policy, as_of=_time(now))
     _show(frame, fmt, out, f"fair share ({cfg.policy.usage.mode} usage, GPU-hours)", table_views.FAIRSHARE,
           wide, columns)
@@ -167,8 +168,8 @@ def budget(
 ) -> None:
     """Budget burn per org node: consumed, remaining, 7-day burn rate, projected exhaustion, status
     (normalised GPU-hours)."""
-    cfg = config_or_exit(config)
     with _open(warehouse_file) as con:
+        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
         if jobs:
             frame = reports.funding_report(con, policy=cfg.policy, now=_time(now))
         else:
@@ -187,7 +188,7 @@ def squatters(
 ) -> None:
     """Jobs sitting on idle GPUs right now: idle GPUs, idle since, wasted GPU-hours and cost,
     memory held, severity (warning / second-warning / preempt-eligible)."""
-    cfg = config_or_exit(config)
     with _open(warehouse_file) as con:
+        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
         frame = reports.squatters_report(con, policy=cfg.policy, now=_time(now), include_exempt=include_exempt)
     _show(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)

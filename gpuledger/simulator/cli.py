@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger import warehouse
-from gpuledger.cli_common import ConfigOpt, WarehouseOpt, config_or_exit, out_file, warehouse_path
+from gpuledger.cli_common import (ConfigOpt, WarehouseOpt, config_or_exit, out_file, warehouse_config,
+                                  warehouse_path)
 from gpuledger.errors import RunError, UsageError
 from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START
 
@@ -72,18 +73,19 @@ def simulate_warehouse(
     from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.to_warehouse import write_simulation
 
-    cfg = config_or_exit(config)
     began = time.monotonic()
     _whole_nodes(gpus)
-    sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=days,
-                        interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
     path = warehouse_path(warehouse_file)
-    with Progress(TextColumn("[bold]simulate[/] {task.description}"), BarColumn(),
-                  TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=console) as progress:
-        task = progress.add_task(f"{sim.hardware.n_devices} devices, {sim.workload.jobs.height} jobs",
-                                 total=sim.end_s - sim.start_s)
-        with warehouse.open_writer(path) as con:
+    with warehouse.open_writer(path) as con:
+        # The warehouse's own config (only `config load` replaces it; an empty one takes the file's).
+        cfg = warehouse_config(con, config, write=True)
+        sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=days,
+                            interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
+        with Progress(TextColumn("[bold]simulate[/] {task.description}"), BarColumn(),
+                      TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=console) as progress:
+            task = progress.add_task(f"{sim.hardware.n_devices} devices, {sim.workload.jobs.height} jobs",
+                                     total=sim.end_s - sim.start_s)
             counts = write_simulation(con, sim, on_chunk=lambda done, total: progress.update(task, completed=done))
     console.print(f"warehouse {path}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items())
                   + f" ({time.monotonic() - began:.1f} s)")
