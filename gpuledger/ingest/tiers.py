@@ -130,10 +130,11 @@ def _stored_policy(con: duckdb.DuckDBPyConnection) -> ChargebackPolicy:
 
 
 def apply_tier_rules(con: duckdb.DuckDBPyConnection, policy: ChargebackPolicy | None = None, *,
-                     cluster: str | None = None) -> int:
-    """Set ``gpus.pricing_tier`` of every device (of ``cluster``) and ``jobs.pricing_tier`` of every
-    job with a partition from the rules (``policy``, default the warehouse's stored config).
-    Returns the number of devices whose tier changed."""
+                     cluster: str | None = None, jobs: bool = True) -> int:
+    """Set ``gpus.pricing_tier`` of every device (of ``cluster``) and, with ``jobs``, the
+    ``jobs.pricing_tier`` of its jobs from the rules (``policy``, default the warehouse's stored
+    config). Sample writers pass ``jobs=False`` (they add devices, not jobs). Returns the number of
+    devices whose tier changed."""
     policy = policy or _stored_policy(con)
     hosts = con.execute(
         "SELECT DISTINCT g.cluster, g.host, n.labels_json, g.pricing_tier FROM gpus g "
@@ -146,6 +147,8 @@ def apply_tier_rules(con: duckdb.DuckDBPyConnection, policy: ChargebackPolicy | 
     if changed:
         con.executemany("UPDATE gpus SET pricing_tier = ? WHERE cluster = ? AND host = ?",
                         [(tier, c, h) for c, h, tier in changed])
+    if not jobs:
+        return len(changed)
     # Jobs: one decision per (cluster, partition); only rows whose tier changes are written.
     parts = con.execute("SELECT DISTINCT cluster, partition FROM jobs WHERE ? IS NULL OR cluster = ?",
                         [cluster, cluster]).fetchall()
@@ -153,4 +156,4 @@ def apply_tier_rules(con: duckdb.DuckDBPyConnection, policy: ChargebackPolicy | 
         tier = job_tier(policy, cluster=c, partition=p)
         con.execute("UPDATE jobs SET pricing_tier = ? WHERE cluster = ? AND partition IS NOT DISTINCT FROM ? "
                     "AND pricing_tier IS DISTINCT FROM ?", [tier, c, p, tier])
-    return sum(1 for _ in changed)
+    return len(changed)

@@ -237,7 +237,7 @@ def write_readings(con, inventory: pl.DataFrame, samples: pl.DataFrame) -> int:
     from gpuledger.ingest.tiers import apply_tier_rules
 
     for cluster in inventory["cluster"].unique().to_list():
-        apply_tier_rules(con, cluster=cluster)  # pricing tier from the stored config's rules
+        apply_tier_rules(con, cluster=cluster, jobs=False)  # pricing tier from the stored config's rules
     keyed = samples.join(ids, on=["gpu_uuid", "mig_instance_id"], how="inner")
     return warehouse.write_samples(con, keyed.drop("gpu_uuid", "mig_instance_id"), source=SOURCE)
 

@@ -21,7 +21,7 @@ def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str) -> int:
         return 0
     inventory = inventory_from_wide(wide, cluster)
     registered = warehouse.register_gpus(con, inventory.drop("first_seen", "last_seen"))
-    apply_tier_rules(con, cluster=cluster)  # pricing tier from the stored config's rules
+    apply_tier_rules(con, cluster=cluster, jobs=False)  # pricing tier from the stored config's rules
     seen = inventory.select("gpu_uuid", "mig_instance_id", "first_seen", "last_seen").join(
         registered.select("gpu_uuid", "mig_instance_id", "gpu_id"), on=["gpu_uuid", "mig_instance_id"])
     con.register("_seen_batch", seen.to_arrow())
