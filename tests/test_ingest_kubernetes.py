@@ -543,3 +543,19 @@ def test_a_pod_recreated_under_the_same_name_is_a_new_job(warehouse_file):
     # derived allocations are clipped to 12:30: 2 GPUs × 1 h = 2 GPU-hours instead of 8 + 2.
     assert jobs == [("uid-1", "ml-vision/train-0", t(8), t(12)), ("uid-2", "ml-vision/train-0", t(12, 30), None)]
     assert hours == pytest.approx({"uid-1": 8.0, "uid-2": 2.0})
+
+
+def test_sync_stores_node_labels_and_prices_a_spot_node_spot(standin, ingest):
+    # Issue 8 item 7: the node's Karpenter capacity-type label makes its GPU spot (today: every
+    # device stays reserved, whatever its node is).
+    import polars as pl
+
+    standin.nodes[0]["metadata"]["labels"]["karpenter.sh/capacity-type"] = "spot"
+    with warehouse.open_writer(ingest.warehouse_path) as con:
+        warehouse.register_gpus(con, pl.DataFrame({"cluster": [CLUSTER], "gpu_uuid": ["GPU-1"],
+                                                   "host": ["node-h100"], "model": ["H100"]}))
+    _seed(standin)
+    ingest.sync()
+    with warehouse.open_reader(ingest.warehouse_path) as con:
+        assert con.execute("SELECT host, pricing_tier FROM gpus").fetchall() == [("node-h100", "spot")]
+        assert sorted(h for (h,) in con.execute("SELECT host FROM node_labels").fetchall()) == ["node-cpu", "node-h100"]
