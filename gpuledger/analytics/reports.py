@@ -139,7 +139,9 @@ def usage_report(
     now = now or data_now(con)
     t = load_tables(con, start=start, end=end, samples=False)
     used = attribution(con, t, start=start, end=end, now=now, policy=policy)
-    out = rollup_usage(used, t.jobs, by=by, org_nodes=t.org_nodes, per_hour=per_hour).collect()
+    # in-memory engine: polars 2.1's streaming engine (the default) sums this plan, which reads
+    # the lazy attribution in two branches, differently on every run (../shared/notes/tables.md)
+    out = rollup_usage(used, t.jobs, by=by, org_nodes=t.org_nodes, per_hour=per_hour).collect(engine="in-memory")
     # Ties broken by the row's keys, so the same data always prints in the same order.
     keys = [c for c in out.columns if c not in USAGE_COLS and c not in ("efficiency_ratio", "hour")]
     if per_hour:
