@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export GPULEDGER_WAREHOUSE ?= data/gpuledger.duckdb
 export DAGSTER_HOME ?= $(CURDIR)
 
-.PHONY: demo test install test-deps bench clean
+.PHONY: demo dev test install test-deps bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ demo: install
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format csv --out reports/chargeback-2026-11.csv
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format parquet --out reports/chargeback-2026-11.parquet
 	@echo "reports written to reports/; the warehouse is $(GPULEDGER_WAREHOUSE)"
+	$(BIN)/gpuledger pipelines run-once
+
+# The live demo: simulated dcgm-exporter endpoints + Dagster (webserver and daemon, schedules and
+# sensors on, DAGSTER_HOME this folder); Ctrl-C stops everything. GPUS=, UI_PORT=, EXPORTER_PORT=.
+dev: install
+	bash scripts/dev.sh
 
 bench: install
 	$(BIN)/python benchmarks/run.py

@@ -51,8 +51,10 @@ def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, inst
                  "gpuledger_config": GpuledgerConfig(path=str(Path(config_path).absolute()) if config_path else None)}
     out = RunOnceResult()
 
-    def run(assets, what: str, **kwargs) -> None:
-        result = dg.materialize(assets, resources=resources, instance=instance, **kwargs)
+    def run(assets, what: str, run_config: dict | None = None, **kwargs) -> None:
+        quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # steps; errors still show
+        result = dg.materialize(assets, resources=resources, instance=instance, run_config={**quiet, **(run_config or {})},
+                                **kwargs)
         out.runs += 1
         if not result.success:
             raise RuntimeError(f"run {result.run_id} ({what}) failed; see `dagster dev` or the log above")
