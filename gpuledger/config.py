@@ -185,12 +185,20 @@ class EnforcementPolicy(_Strict):
     pipeline_backend: Literal["kueue", "kubernetes", "slurm"] | None = None  # ... on this backend
 
 
+class JobInputPolicy(_Strict):
+    """What a job record may claim before it is quarantined (gpuledger/ingest/jobs/checks.py)."""
+
+    max_gpus_per_job: float = Field(default=4096, gt=0)
+    clock_skew_minutes: float = Field(default=10, ge=0)  # how far in the future a start / end may lie
+
+
 class Policy(_Strict):
     usage: UsagePolicy = Field(default_factory=UsagePolicy)
     funding: FundingPolicy = Field(default_factory=FundingPolicy)
     squatting: SquattingPolicy = Field(default_factory=SquattingPolicy)
     chargeback: ChargebackPolicy = Field(default_factory=ChargebackPolicy)
     enforcement: EnforcementPolicy = Field(default_factory=EnforcementPolicy)
+    jobs: JobInputPolicy = Field(default_factory=JobInputPolicy)
 
 
 class ScrapeSource(_Strict):

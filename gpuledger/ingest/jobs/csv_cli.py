@@ -23,6 +23,7 @@ def import_jobs(
     """Import a generic job CSV. Bad rows go to quarantine with line numbers; good rows land;
     re-importing the same file changes nothing."""
     from gpuledger.ingest.device_links import link_devices_for_jobs
+    from gpuledger.ingest.jobs.checks import job_limits
     from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
 
     from gpuledger.ingest.tiers import apply_tier_rules
@@ -31,7 +32,7 @@ def import_jobs(
         # The warehouse's own config (only `config load` replaces it; an empty one takes the file's).
         cfg = warehouse_config(con, config, write=True)
         try:
-            parsed = read_jobs_csv(file, set(cfg.projects()))
+            parsed = read_jobs_csv(file, set(cfg.projects()), limits=job_limits(con, cfg.policy))
         except CsvHeaderError as exc:
             console.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None

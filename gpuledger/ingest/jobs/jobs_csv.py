@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 
+from gpuledger.ingest.jobs.checks import JobLimits, job_problem
 from gpuledger.timeparse import parse_duration_s, parse_utc
 from gpuledger.warehouse import QuarantineRow
 
@@ -47,7 +48,7 @@ class ParsedJobs:
     rows_read: int = 0
 
 
-def _row_to_job(row: dict[str, str], projects: set[str], now: datetime) -> dict:
+def _row_to_job(row: dict[str, str], now: datetime) -> dict:
     """One CSV row -> one jobs row; raises ValueError naming the field that is wrong."""
 
     def text(name: str) -> str | None:
@@ -66,11 +67,7 @@ def _row_to_job(row: dict[str, str], projects: set[str], now: datetime) -> dict:
     for name in ("job_id", "cluster", "project", "gpu_model", "start_time"):
         if text(name) is None:
             raise ValueError(f"{name}: empty; every job needs one")
-    project = text("project")
-    if project not in projects:
-        raise ValueError(
-            f"project: {project!r} is not a project in the org tree; add it to the config or fix the row"
-        )
+    project = text("project")  # a project of the tree? checks.job_problem, as for every source
     try:
         gpus = float(text("gpus") or "")
     except ValueError:
@@ -104,10 +101,17 @@ def _row_to_job(row: dict[str, str], projects: set[str], now: datetime) -> dict:
 
 
 def parse_jobs_csv(
-    text: str, location: str, projects: set[str], *, now: datetime | None = None
+    text: str, location: str, projects: set[str], *, now: datetime | None = None,
+    limits: JobLimits | None = None,
 ) -> ParsedJobs:
-    """Parse the whole CSV text. ``location`` (the file name) prefixes every quarantine line number."""
+    """Parse the whole CSV text. ``location`` (the file name) prefixes every quarantine line number.
+    Rows must also pass :func:`gpuledger.ingest.jobs.checks.job_problem` under ``limits`` (from the
+    warehouse: checks.job_limits), else under the org tree's ``projects`` alone."""
     now = (now or datetime.now(UTC)).replace(tzinfo=None)
+    if limits is None:
+        limits = JobLimits(projects=frozenset(projects))
+    elif limits.projects is None:
+        limits = replace(limits, projects=frozenset(projects))
     lines = text.splitlines()
     source_lines = _CountedLines(text)
     reader = csv.DictReader(source_lines, restkey="__extra__")
@@ -148,7 +152,10 @@ def parse_jobs_csv(
             absent = [c for c in header if row.get(c) is None]
             if absent:
                 raise ValueError(f"missing column(s) {', '.join(absent)} (row has too few fields)")
-            job = _row_to_job(row, projects, now)
+            job = _row_to_job(row, now)
+            problem = job_problem(job, limits, now=now)
+            if problem:
+                raise ValueError(problem)
         except ValueError as exc:
             rejected.append(QuarantineRow(SOURCE, where, raw, str(exc)))
             continue
@@ -189,11 +196,13 @@ def _cut(raw: str) -> str:
     return raw if len(raw) <= MAX_RAW_CHARS else raw[:MAX_RAW_CHARS] + f"… ({len(raw):,} characters)"
 
 
-def read_jobs_csv(path: Path, projects: set[str], *, now: datetime | None = None) -> ParsedJobs:
+def read_jobs_csv(
+    path: Path, projects: set[str], *, now: datetime | None = None, limits: JobLimits | None = None
+) -> ParsedJobs:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise CsvHeaderError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise CsvHeaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-    return parse_jobs_csv(text, str(path), projects, now=now)
+    return parse_jobs_csv(text, str(path), projects, now=now, limits=limits)

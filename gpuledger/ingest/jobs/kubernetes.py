@@ -37,6 +37,7 @@ from kubernetes import watch as k8s_watch
 
 from gpuledger import warehouse
 from gpuledger.ingest.device_links import link_devices_for_jobs
+from gpuledger.ingest.jobs.checks import job_limits, screen_jobs
 from gpuledger.ingest.tiers import node_label_rows, store_node_labels
 from gpuledger.ingest.jobs.k8s_mapping import (
     DEFAULT_OPTIONS,
@@ -138,8 +139,13 @@ def jobs_frame(records: list[JobRecord]) -> pl.DataFrame:
 def write_batch(
     con, records: list[JobRecord], rejects: list[tuple[Rejected, str]], *, now: datetime
 ) -> tuple[int, int]:
-    """Upsert job rows and quarantine rejects on an open writer. Returns (rows offered, rejects)."""
+    """Upsert job rows and quarantine rejects on an open writer. Returns (rows offered, rejects).
+    Rows the warehouse's limits refuse (checks.job_problem) are quarantined with the rejects."""
     frame = jobs_frame(records)
+    if frame.height:
+        frame, refused = screen_jobs(frame, job_limits(con), now=now, source=QUARANTINE_SOURCE,
+                                     locations=[r.scheduler_job or r.job_id for r in records])
+        rejects = [*rejects, *((Rejected(q.location, q.reason), q.raw_text) for q in refused)]
     _rekey_legacy_rows(con, frame)
     written = warehouse.upsert(con, "jobs", frame)
     link_devices_for_jobs(con, frame)  # devices from the pod labels on samples already stored

@@ -42,6 +42,7 @@ import duckdb
 import polars as pl
 
 from gpuledger.ingest.device_links import link_devices_for_jobs
+from gpuledger.ingest.jobs.checks import job_limits, screen_jobs
 from gpuledger.ingest.mig import find_profile, mig_fraction
 from gpuledger.ingest.model_keys import gpu_model_key
 from gpuledger.warehouse import QuarantineRow, quarantine, upsert
@@ -68,6 +69,8 @@ JOB_SCHEMA: dict[str, pl.DataType] = {
     # Not (yet) columns of `jobs`; kept for callers and dropped on write when the table lacks them.
     "qos": pl.String, "partition": pl.String, "time_limit_s": pl.Int64,
     "scheduler_job": pl.String,  # the JobID every run of a requeued job shares (job_id: one run)
+    # Where the row came from and its text, for the write-time checks' quarantine (never written).
+    "_location": pl.String, "_raw": pl.String,
 }
 
 _NO_TIME = {"", "unknown", "none", "n/a"}
@@ -322,7 +325,7 @@ def parse_parsable(
         if row is None:
             batch.skipped_no_gpu += 1
         else:
-            rows.append(row)
+            rows.append({**row, "_location": location, "_raw": line})
     batch.jobs = _frame(split_runs(rows))
     return batch
 
@@ -534,7 +537,7 @@ def parse_json(
         if row is None:
             batch.skipped_no_gpu += 1
         else:
-            rows.append(row)
+            rows.append({**row, "_location": location, "_raw": json.dumps(job, sort_keys=True, default=str)})
     batch.jobs = _frame(split_runs(rows))
     return batch
 
@@ -641,9 +644,18 @@ def keep_earlier_runs(con: duckdb.DuckDBPyConnection, frame: pl.DataFrame) -> in
 
 
 def write_batch(con: duckdb.DuckDBPyConnection, batch: SlurmBatch) -> WriteResult:
-    """Upsert the batch's jobs on (cluster, job_id) and store its rejects."""
+    """Upsert the batch's jobs on (cluster, job_id) and store its rejects. Rows the warehouse's
+    limits refuse (checks.job_problem: an account that is not a project of the tree, a future end,
+    absurd GPU counts, unknown models) join the rejects, counted in ``batch.rejected``."""
     columns = {r[0] for r in con.execute("DESCRIBE jobs").fetchall()}
-    frame = batch.jobs.select([c for c in batch.jobs.columns if c in columns])
+    jobs = batch.jobs
+    if jobs.height:
+        now = jobs["updated_at"].max()
+        jobs, refused = screen_jobs(jobs, job_limits(con), now=now, source=SOURCE,
+                                    locations=jobs["_location"].to_list(), raw_texts=jobs["_raw"].to_list(),
+                                    project_field="Account")
+        batch.rejected.extend(refused)
+    frame = jobs.select([c for c in jobs.columns if c in columns])
     before = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0]
     keep_earlier_runs(con, frame)
     offered = upsert(con, "jobs", frame)
