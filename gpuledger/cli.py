@@ -122,10 +122,11 @@ def _known_exit_code(exc: BaseException) -> int | None:
     """The exit code of a problem whose message says what to fix; None for anything else."""
     if isinstance(exc, GpuledgerError):  # ConfigError too
         return exc.exit_code
-    # Checked by name: importing their modules here would load DuckDB for `--help`.
-    if type(exc).__name__ == "WarehouseError":
+    # Checked by name (subclasses too): importing their modules here would load DuckDB for `--help`.
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "WarehouseError" in names:
         return getattr(exc, "exit_code", 2)
-    if type(exc).__name__ == "MissingExtra":
+    if "MissingExtra" in names:
         return getattr(exc, "exit_code", 1)
     return None
 

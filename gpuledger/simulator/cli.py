@@ -115,7 +115,7 @@ def simulate_serve(
     interval: IntervalOpt = 30,
     speed: Annotated[float, typer.Option("--speed", help="simulated seconds per wall second", min=0.0)] = 1.0,
     sim_start: Annotated[str | None, typer.Option("--sim-start", help="simulated time at launch, ISO UTC [default: now]")] = None,
-    days: Annotated[float, typer.Option("--days", help="days of jobs after the simulated start")] = 7.0,
+    days: Annotated[float, typer.Option("--days", help="days of jobs after the simulated start", min=0)] = 7.0,
     bind: Annotated[str, typer.Option("--bind", help="address to listen on")] = "127.0.0.1",
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     clean: CleanOpt = False,

@@ -42,7 +42,7 @@ def parse_namespace_map(values: list[str]) -> dict[str, str]:
         path = Path(value)
         try:
             loaded = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise typer.BadParameter(
                 f"{value!r} is neither NAMESPACE=PROJECT nor a readable YAML file ({exc})",
                 param_hint="--namespace-map",
@@ -113,7 +113,7 @@ def ingest_kubernetes_command(
     )
     try:
         api = api_client(kubeconfig, context)
-    except (ConfigException, OSError, TypeError) as exc:
+    except (ConfigException, OSError, TypeError, UnicodeDecodeError, yaml.YAMLError) as exc:
         typer.echo(
             f"gpuledger ingest kubernetes: cannot load the kubeconfig ({exc}); "
             "pass --kubeconfig / --context or run inside the cluster",
