@@ -163,6 +163,9 @@ class ChargebackPolicy(_Strict):
     idle_cost: Literal["line", "spread"] = "line"
     default_tier: Tier = "reserved"
     tier_rules: list[TierRule] = Field(default_factory=list)
+    # A device no longer seen is capacity (and costs idle) until last_seen + this grace, unless
+    # the inventory retires it explicitly (gpus.retired_at); so a scrape gap does not retire it.
+    retire_after_hours: float = Field(default=24, ge=0)
 
 
 class EnforcementPolicy(_Strict):

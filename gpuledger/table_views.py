@@ -120,6 +120,10 @@ CHARGEBACK = View(
         Column("project", "project", key=True),
         Column("user_name", "user", default=False),
         *_CHARGE_TAIL,
+        Column("billed", "in total", "bool", default=False),
+        Column("billed_through", "billed through\n(UTC)", "datetime", default=False),
+        Column("provisional", "provisional", "bool", default=False),
+        Column("note", "note", default=False, wrap=True),
     ),
     notes=(("gpu_hours", f"{GPU_H} = allocated GPU-hours; an idle line is installed capacity nobody held"),),
 )

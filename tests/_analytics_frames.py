@@ -15,7 +15,8 @@ def at(hours: float = 0, minutes: float = 0, base: datetime = T0) -> datetime:
 
 
 def gpus(rows: list[dict]) -> pl.LazyFrame:
-    """rows: gpu_id, and optionally uuid, mig (instance id), profile, fraction, model, tier, cluster."""
+    """rows: gpu_id, and optionally uuid, mig (instance id), profile, fraction, model, tier, cluster,
+    first_seen, last_seen, retired_at."""
     return pl.LazyFrame(
         {
             "gpu_id": [r["gpu_id"] for r in rows],
@@ -28,9 +29,13 @@ def gpus(rows: list[dict]) -> pl.LazyFrame:
             "gpu_fraction": [float(r.get("fraction", 1.0)) for r in rows],
             "pricing_tier": [r.get("tier", "reserved") for r in rows],
             "first_seen": [r.get("first_seen") for r in rows],
+            "last_seen": [r.get("last_seen") for r in rows],
+            "retired_at": [r.get("retired_at") for r in rows],
         },
         schema_overrides={"gpu_id": pl.Int32, "mig_instance_id": pl.Int32, "mig_profile": pl.String,
-                          "first_seen": pl.Datetime("us")},
+                          "first_seen": pl.Datetime("us"), "last_seen": pl.Datetime("us"),
+                          "retired_at": pl.Datetime("us"), "gpu_fraction": pl.Float64,
+                          **{c: pl.String for c in ("cluster", "gpu_uuid", "host", "model", "pricing_tier")}},
     )
 
 

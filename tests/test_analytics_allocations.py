@@ -132,19 +132,23 @@ def test_mixed_period_reconciles_to_the_cent():
     assert spread.filter(pl.col("job_id") == "L")["amount"].to_list() == [Decimal("21.00")]
 
 
-def test_job_level_beyond_the_inventory_makes_idle_negative():
-    # 1 GPU installed; a job record says 3 GPUs all day: charges 72 h = 151.20, capacity 50.40,
-    # idle −48 h = −100.80, so charges + idle = capacity still holds to the cent.
+def test_job_level_beyond_the_inventory_is_over_allocated():
+    # 1 GPU installed; a job record says 3 GPUs all day: charges 72 h = 151.20 stand. Capacity
+    # is 24 h = 50.40, so 48 h = 100.80 are over-allocated: a memo line naming the job, not the
+    # negative idle line of before (issue 8 item 4: idle never goes negative silently).
+    # charges + idle (0) = capacity + over-allocated: 151.20 = 50.40 + 100.80.
     inv = gpus([{"gpu_id": 1}])
     jb = jobs([{"job_id": "BIG", "project": "p", "gpus": 3, "start": at(0), "end": at(24)}])
     for mode in ("line", "spread"):
         df = chargeback_lines(allocations([]), inv, jb, RATES, start=DAY[0], end=DAY[1], now=NOW,
                               idle_cost=mode).collect()
         rows = {r["line_kind"]: r for r in df.to_dicts()}
+        assert set(rows) == {"charge", "over-allocated"}
         assert rows["charge"]["amount"] == Decimal("151.20")
-        assert rows["idle"]["amount"] == Decimal("-100.80")  # never spread
-        assert rows["idle"]["gpu_hours_allocated"] == pytest.approx(-48)
-        assert df["amount"].sum() == Decimal("50.40")
+        over = rows["over-allocated"]
+        assert (over["gpu_hours_allocated"], over["amount"], over["note"], over["billed"]) == (
+            pytest.approx(48), Decimal("100.80"), "jobs: BIG", False)
+        assert df.filter(pl.col("billed"))["amount"].sum() == Decimal("151.20")
 
 
 def test_budget_delivery_and_utilization_count_job_level():

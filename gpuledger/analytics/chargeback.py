@@ -1,14 +1,24 @@
 """Chargeback: who owes what for a period, in exact decimal money that adds up to the cluster's cost.
 
-Charge = allocated GPU-hours × price(model, tier) in force at each hour (as-of join on the rate
-card's effective_from). Installed capacity (physical GPUs × hours, see capacity.py) not
-allocated is ``idle`` cost: its own line, or spread over the jobs that used the same
-(cluster, model, tier) in proportion to their charges. Invariant, per currency and period:
-Σ charge lines + idle = Σ capacity × price, rounded half-up to the cent — raw amounts keep 12
-decimals and lines are rounded with the largest-remainder method. Project and org-node lines are
-sums of the rounded job lines, so every level adds up to the same total. Job-level allocations
-(jobs without devices) on a cluster with no inventory of their model are charged with no idle
-line beside them (see chargeback_lines).
+Charge = allocated GPU-hours × price(model, tier) in force at each clock hour (as-of join on the
+rate card's effective_from, at the hour's start). Capacity is what existed (capacity.py: a device
+from first seen until retired). Per (cluster, model, tier) and hour, capacity not allocated is
+``idle`` cost (its own line, or spread over the jobs of that cluster, model and tier in
+proportion to their charges); allocation beyond capacity is ``over-allocated`` (a memo line
+naming the jobs, never negative idle). So, exactly in the raw amounts (12 decimals), per
+(cluster, model, tier): Σ charges + idle = Σ capacity × price + over-allocated.
+
+Rounding is top-down, one tree per currency: the total is the exact total rounded half-up, and
+each node is split among its children by largest remainder of their exact amounts — org tree
+nodes (roots, ..., projects), then project × model × tier (and the idle model × tier lines), then
+job lines (idle: cluster lines). Every line at every level is within a cent of exact and
+children add up to their parent; job, project and node levels read the same rounded tree.
+
+Nothing is dropped: allocations that cannot be priced (device not in the inventory, job without
+a GPU model, model/tier without a rate) and capacity without a rate are ``unpriced`` lines with
+their GPU-hours and the reason. A cluster with no device inventory at all has unknown capacity:
+its charges stand, no idle or over-allocation is computed, and a ``capacity-unknown`` memo line
+says so. A period not over at ``now`` is provisional: capacity (so idle) is billed only up to now.
 """
 
 from __future__ import annotations
@@ -16,14 +26,15 @@ from __future__ import annotations
 import calendar
 import re
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 
 import polars as pl
 
-from gpuledger.analytics.allocations import DEFAULT_TIER
+from gpuledger.analytics.allocations import DEFAULT_TIER, DEVICE
 from gpuledger.analytics.attribution import allocated_pieces
-from gpuledger.analytics.capacity import capacity_hourly
-from gpuledger.analytics.money import CENTS, RAW, largest_remainder_cents, price_as_of, to_raw
-from gpuledger.analytics.tree import closure
+from gpuledger.analytics.capacity import DEFAULT_RETIRE_GRACE, capacity_hourly
+from gpuledger.analytics.money import CENTS, RAW, half_up_cents, price_as_of, round_tree, to_raw
+from gpuledger.analytics.tree import Tree, closure
 
 IDLE = "(idle)"
 
@@ -65,25 +76,40 @@ def _period_bounds(period: str) -> tuple[datetime, datetime]:
     )
 
 
-def _check_rates(priced: pl.LazyFrame) -> None:
-    missing = priced.filter(pl.col("price_per_gpu_hour").is_null()).select("model", "tier").unique().collect()
-    if missing.height:
-        pairs = ", ".join(f"{m}/{t}" for m, t in missing.iter_rows())
-        raise ValueError(
-            f"rate card: no price in force for {pairs} during the period; add a rate_card entry "
-            "with an effective_from on or before the period start"
-        )
+LINE_KINDS = ("charge", "idle", "over-allocated", "capacity-unknown", "unpriced")
+BILLED_KINDS = ("charge", "idle")  # the statement's total; the other kinds are memo lines
+OVER = "(over-allocated)"
+CAPACITY_UNKNOWN = "(capacity unknown)"
+NO_JOB_RECORD = "(no job record)"
+_PAD = "\x00"  # a level a branch of the rounding tree does not have (a pass-through node)
+_OVER_TOLERANCE = Decimal("0.000000001")  # GPU-hours: float noise of MIG fractions is not over
 
 
-def capacity_cost(gpus: pl.LazyFrame, rate_card: pl.LazyFrame, *, start: datetime, end: datetime) -> pl.LazyFrame:
-    """Installed capacity priced per hour: cluster, model, tier, hour, gpu_hours_capacity,
-    price_per_gpu_hour, currency, amount_raw (Decimal, 12 places)."""
-    cap = capacity_hourly(gpus, start=start, end=end).with_columns(
+def capacity_cost(gpus: pl.LazyFrame, rate_card: pl.LazyFrame, *, start: datetime, end: datetime,
+                  retire_grace: timedelta = DEFAULT_RETIRE_GRACE) -> pl.LazyFrame:
+    """Capacity priced per hour: cluster, model, tier, hour, gpu_hours_capacity,
+    price_per_gpu_hour, currency (NULL where no rate is in force), amount_raw (Decimal, 12
+    places). Each hour at the rate in force at its start (or at ``start``)."""
+    cap = capacity_hourly(gpus, start=start, end=end, retire_grace=retire_grace).with_columns(
         _at=pl.max_horizontal(pl.col("hour"), pl.lit(start))
     )
     return price_as_of(cap, rate_card, at="_at").drop("_at").with_columns(
         amount_raw=to_raw(pl.col("gpu_hours_capacity")) * pl.col("price_per_gpu_hour")
     )
+
+
+def _with_org_paths(lines: pl.LazyFrame, org_nodes) -> tuple[pl.LazyFrame, int]:
+    """``lines`` with p1..pD: the org path of its ``project``, root first, padded; a project not
+    in the tree (and the idle / no-job-record lines) is its own root. Returns (frame, D)."""
+    tree = Tree.from_frame(org_nodes) if org_nodes is not None else None
+    paths = {n: list(reversed(tree.ancestors(n))) for n in tree.parent} if tree else {}
+    depth = max((len(v) for v in paths.values()), default=1)
+    cols = [f"p{i}" for i in range(1, depth + 1)]
+    rows = [[name, *(path + [_PAD] * (depth - len(path)))] for name, path in paths.items()]
+    frame = pl.LazyFrame(rows, schema={"project": pl.String, **{c: pl.String for c in cols}}, orient="row")
+    joined = lines.join(frame, on="project", how="left").with_columns(
+        pl.col("p1").fill_null(pl.col("project")), *(pl.col(c).fill_null(_PAD) for c in cols[1:]))
+    return joined, depth
 
 
 def chargeback_lines(
@@ -99,148 +125,309 @@ def chargeback_lines(
     org_nodes: pl.LazyFrame | pl.DataFrame | None = None,
     idle_cost: str = "line",
     default_tier: str = DEFAULT_TIER,
+    retire_grace: timedelta = DEFAULT_RETIRE_GRACE,
 ) -> pl.LazyFrame:
     """Chargeback lines for [start, end); allocations still open are counted up to ``now``.
 
-    ``level``: ``job`` (one line per job, model, tier), ``project``, or ``node`` (every org node:
-    its subtree's lines). ``idle_cost``: ``line`` (an ``idle`` line per cluster, model and tier)
-    or ``spread`` (idle cost added to the jobs of the same cluster, model and tier in proportion
-    to their charge; capacity nobody used stays on an idle line).
+    ``level``: ``job`` (one line per cluster, job, model, tier), ``project`` (project × model ×
+    tier) or ``node`` (one line per org node: its subtree). ``idle_cost``: ``line`` (an idle line
+    per cluster, model and tier) or ``spread`` (idle added to the jobs of the same cluster, model
+    and tier in proportion to their charges; capacity nobody used stays on an idle line).
+    ``org_nodes`` gives the rounding tree (without it every project is a root); ``node`` needs it.
 
-    Columns: period_start, period_end, line_kind (charge / idle), the level's keys (job: cluster,
-    job_id, project, user_name; project: project; node: node, depth), gpu_model, tier, currency,
-    gpu_hours_allocated (idle lines: idle GPU-hours), amount (Decimal, cents),
-    idle_amount_included (Decimal cents of spread idle inside ``amount``; 0 with ``line``).
-    Idle lines (job level) have job_id/project NULL and their cluster set; at project level they
-    are project "(idle)". Raises ValueError when a GPU's model/tier has no rate in force.
-
-    Jobs without device allocations (allocations.py) are charged jobs.gpus × hours at
-    jobs.gpu_model and ``default_tier``; one with no gpu_model cannot be priced and is left out.
-    Their hours come out of the idle of the same (cluster, model, tier): idle may go negative
-    when job records claim more GPUs than the inventory holds (the line shows the
-    over-allocation; it is never spread). Where the cluster has no inventory of that model and
-    tier there is no capacity and no idle line: those charges are on top of Σ capacity × price,
-    so the invariant reads Σ charges + idle = Σ capacity × price + Σ charges without capacity.
+    Columns: period_start, period_end, billed_through (min(end, now): capacity is billed up to
+    it), provisional (the period is not over at ``now``), line_kind (charge / idle /
+    over-allocated / capacity-unknown / unpriced), billed (charge and idle lines: they make the
+    total; the others are memo lines), the level's keys (job: cluster, job_id, project,
+    user_name; project: project; node: node), gpu_model, tier, currency, gpu_hours_allocated
+    (idle lines: idle GPU-hours; over-allocated: GPU-hours beyond capacity; unpriced: GPU-hours
+    that could not be priced; capacity-unknown: the charged GPU-hours), amount (Decimal cents;
+    NULL on unpriced and capacity-unknown lines), idle_amount_included (cents of spread idle
+    inside ``amount``, rounded top-down the same way), note (the reason of an unpriced line, the
+    jobs of an over-allocated one, ...). Memo lines at project / node level are named
+    "(idle)", "(over-allocated)", "(capacity unknown)".
     """
     if idle_cost not in ("line", "spread"):
         raise ValueError(f"idle_cost={idle_cost!r}: choose line or spread")
     if level not in ("job", "project", "node"):
         raise ValueError(f"level={level!r}: choose job, project or node")
-    keys = ["cluster", "model", "tier", "currency"]
-    cap = capacity_cost(gpus, rate_card, start=start, end=end)
-    _check_rates(cap)
-    cap_totals = cap.group_by(keys).agg(
-        gpu_hours_capacity=pl.col("gpu_hours_capacity").sum(), capacity_raw=pl.col("amount_raw").sum()
-    )
-    # Allocations on devices missing from the inventory (model NULL) cannot be priced or fit the
-    # capacity; they are left out of chargeback (attribution still shows them).
-    pieces = price_as_of(
+    if level == "node" and org_nodes is None:
+        raise ValueError("level='node' needs org_nodes")
+    billed_end = min(end, max(now, start))
+    keys = ["cluster", "model", "tier"]
+    zero = pl.lit(0).cast(RAW)
+
+    # Capacity per (cluster, model, tier, hour); clusters with any inventory have known capacity.
+    cap = capacity_hourly(gpus, start=start, end=billed_end, retire_grace=retire_grace).select(
+        *keys, "hour", cap_raw=to_raw(pl.col("gpu_hours_capacity")))
+    known = gpus.select(pl.col("cluster").cast(pl.String)).unique().with_columns(_known=pl.lit(True))
+    pieces = (
         allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
-                         default_tier=default_tier).filter(pl.col("model").is_not_null()),
-        rate_card,
+                         default_tier=default_tier)
+        .join(known, on="cluster", how="left")
+        .select("job_id", "gpu_id", "allocation_level", *keys, "hour", "gpu_hours_allocated",
+                a_raw=to_raw(pl.col("gpu_hours_allocated")), _known=pl.col("_known").fill_null(False))
     )
-    _check_rates(pieces)
+    # One price per (model, tier, hour): charges, capacity and over-allocation use the same one.
+    hours = pl.concat([pieces.select("model", "tier", "hour"), cap.select("model", "tier", "hour")]) \
+        .filter(pl.col("model").is_not_null()).unique()
+    prices = price_as_of(hours.with_columns(_at=pl.max_horizontal(pl.col("hour"), pl.lit(start))),
+                         rate_card, at="_at").drop("_at")
+    # Materialised once here: every line kind below reads these two frames (a lazy plan would
+    # recompute the hourly cut for each of them).
+    pieces = pieces.join(prices, on=["model", "tier", "hour"], how="left", nulls_equal=False).collect().lazy()
+
+    # Per hour of a known cluster: idle = capacity not allocated, over = allocated beyond it.
+    per_hour = (
+        cap.join(pieces.filter(pl.col("_known") & pl.col("model").is_not_null())
+                 .group_by(*keys, "hour").agg(alloc_raw=pl.col("a_raw").sum()),
+                 on=[*keys, "hour"], how="full", coalesce=True)
+        .with_columns(pl.col("cap_raw").fill_null(zero), pl.col("alloc_raw").fill_null(zero))
+        .with_columns(_diff=pl.col("alloc_raw") - pl.col("cap_raw"))
+        .with_columns(
+            over_h=pl.when(pl.col("_diff") > pl.lit(_OVER_TOLERANCE).cast(RAW)).then(pl.col("_diff")).otherwise(zero),
+            idle_h=pl.when(pl.col("_diff") < zero).then(-pl.col("_diff")).otherwise(zero),
+        )
+        .join(prices, on=["model", "tier", "hour"], how="left")
+    ).collect().lazy()
+    priced_hour = pl.col("price_per_gpu_hour").is_not_null()
+
     charges = (
-        pieces.with_columns(amount_raw=to_raw(pl.col("gpu_hours_allocated")) * pl.col("price_per_gpu_hour"))
-        .group_by("job_id", *keys)
-        .agg(pl.col("gpu_hours_allocated").sum(), pl.col("amount_raw").sum())
-    )
-    used = charges.group_by(keys).agg(
-        _alloc=pl.col("gpu_hours_allocated").sum(), _charged=pl.col("amount_raw").sum()
+        pieces.filter(priced_hour)
+        .with_columns(amount_raw=pl.col("a_raw") * pl.col("price_per_gpu_hour"))
+        .group_by("job_id", *keys, "currency")
+        .agg(pl.col("gpu_hours_allocated").sum(), pl.col("amount_raw").sum(), pl.col("_known").first())
     )
     idle = (
-        cap_totals.join(used, on=keys, how="left")
-        .with_columns(
-            gpu_hours_allocated=pl.col("gpu_hours_capacity") - pl.col("_alloc").fill_null(0.0),
-            amount_raw=pl.col("capacity_raw") - pl.col("_charged").fill_null(pl.lit(0).cast(RAW)),
-        )
+        per_hour.filter(priced_hour & (pl.col("idle_h") > zero))
+        .group_by(*keys, "currency")
+        .agg(gpu_hours_allocated=pl.col("idle_h").sum().cast(pl.Float64),
+             amount_raw=(pl.col("idle_h") * pl.col("price_per_gpu_hour")).sum())
     )
-    zero = pl.lit(0).cast(RAW)
+    over_hours = per_hour.filter(pl.col("over_h") > zero)
+    over_jobs = (
+        pieces.join(over_hours.select(*keys, "hour"), on=[*keys, "hour"], how="semi")
+        .group_by(*keys).agg(note=pl.lit("jobs: ") + pl.col("job_id").unique().sort().str.join(", "))
+    )
+    over = (
+        over_hours.group_by(*keys, "currency")
+        .agg(gpu_hours_allocated=pl.col("over_h").sum().cast(pl.Float64),
+             amount_raw=(pl.col("over_h") * pl.col("price_per_gpu_hour")).sum())
+        .join(over_jobs, on=keys, how="left")
+    )
+    cap_unknown = (
+        charges.filter(~pl.col("_known")).group_by(*keys, "currency")
+        .agg(pl.col("gpu_hours_allocated").sum())
+        .with_columns(note=pl.lit("cluster ") + pl.col("cluster")
+                      + pl.lit(" has no device inventory: capacity unknown, its charges stand, "
+                               "no idle or over-allocation computed"))
+    )
+    # Unpriced: allocations (per job and reason) and idle capacity without a rate.
+    no_rate = pl.lit("no price for ") + pl.col("model") + pl.lit("/") + pl.col("tier") + pl.lit(" in the rate card")
+    reason = (
+        pl.when(pl.col("model").is_null() & (pl.col("allocation_level") == DEVICE))
+        .then(pl.lit("device ") + pl.col("gpu_id").cast(pl.String) + pl.lit(" not in the inventory"))
+        .when(pl.col("model").is_null()).then(pl.lit("job record names no GPU model"))
+        .otherwise(no_rate)
+    )
+    unpriced = pl.concat([
+        pieces.filter(~priced_hour).with_columns(note=reason)
+        .group_by("job_id", *keys, "note").agg(pl.col("gpu_hours_allocated").sum()),
+        per_hour.filter(~priced_hour & (pl.col("idle_h") > zero))
+        .with_columns(note=no_rate + pl.lit(" (idle capacity)"), job_id=pl.lit(None, pl.String))
+        .group_by("job_id", *keys, "note")
+        .agg(gpu_hours_allocated=pl.col("idle_h").sum().cast(pl.Float64)),
+    ], how="diagonal_relaxed")
+
+    charges = charges.drop("_known").with_columns(_idle_raw=zero)
     if idle_cost == "spread":
+        group = [*keys, "currency"]
         spread = (
-            charges.join(idle.select(*keys, pl.col("amount_raw").alias("_idle"),
-                                     pl.col("_charged")), on=keys, how="left")
-            .with_columns(_spreads=(pl.col("_charged") > zero) & (pl.col("_idle") >= zero))
-            .with_columns(
-                _share=pl.when(pl.col("_spreads"))
-                .then(pl.col("_idle") * pl.col("amount_raw") / pl.col("_charged")).otherwise(zero)
-            )
-            # Decimal division rounds; the last few 1e-12 go to the group's largest charge so the
-            # spread parts add up to the idle amount exactly.
-            .with_columns(_rank=pl.col("amount_raw").rank("ordinal", descending=True).over(keys))
-            .with_columns(
-                _share=pl.col("_share") + pl.when((pl.col("_rank") == 1) & pl.col("_spreads"))
-                .then(pl.col("_idle") - pl.col("_share").sum().over(keys)).otherwise(zero)
-            )
+            charges.join(idle.select(*group, pl.col("amount_raw").alias("_idle")), on=group, how="left")
+            .with_columns(_charged=pl.col("amount_raw").sum().over(group))
+            .with_columns(_spreads=pl.col("_idle").is_not_null() & (pl.col("_charged") > zero))
+            .with_columns(_share=pl.when(pl.col("_spreads"))
+                          .then(pl.col("_idle") * pl.col("amount_raw") / pl.col("_charged")).otherwise(zero))
+            # Decimal division rounds at 1e-12; the group's largest charge takes the last few so
+            # the spread parts add up to the idle amount exactly.
+            .with_columns(_rank=pl.col("amount_raw").rank("ordinal", descending=True).over(group))
+            .with_columns(_share=pl.col("_share") + pl.when((pl.col("_rank") == 1) & pl.col("_spreads"))
+                          .then(pl.col("_idle") - pl.col("_share").sum().over(group)).otherwise(zero))
         )
-        charges = spread.with_columns(
-            _idle_raw=pl.col("_share"), amount_raw=pl.col("amount_raw") + pl.col("_share")
-        ).drop("_idle", "_charged", "_share", "_rank", "_spreads")
-        # Negative idle (allocations beyond the inventory) is never spread: it stays on its line.
-        idle = idle.filter(pl.col("_charged").is_null() | (pl.col("_charged") <= zero)
-                           | (pl.col("amount_raw") < zero))
-    else:
-        charges = charges.with_columns(_idle_raw=zero)
-    job_meta = jobs.select("cluster", "job_id", "project", "user_name")
-    lines = pl.concat(
-        [
-            charges.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(line_kind=pl.lit("charge")),
-            idle.select(*keys, "gpu_hours_allocated", "amount_raw").with_columns(
-                line_kind=pl.lit("idle"), job_id=pl.lit(None, pl.String), project=pl.lit(None, pl.String),
-                user_name=pl.lit(None, pl.String), _idle_raw=pl.col("amount_raw"),
-            ),
-        ],
-        how="diagonal_relaxed",
-    )
-    lines = largest_remainder_cents(lines, raw_col="amount_raw", group=["currency"],
-                                    order=["line_kind", "cluster", "job_id", "model", "tier"])
-    # Split each rounded amount into its idle part (rounded alone; the charge part is the rest).
-    lines = lines.with_columns(
-        idle_amount_included=pl.when(pl.col("line_kind") == "idle").then(pl.col("amount"))
-        .otherwise(pl.col("_idle_raw").round(2).cast(CENTS))
-    ).drop("_idle_raw", "amount_raw")
-    lines = lines.rename({"model": "gpu_model"}).with_columns(
-        period_start=pl.lit(start), period_end=pl.lit(end)
-    )
-    tail = ["gpu_model", "tier", "currency", "gpu_hours_allocated", "amount", "idle_amount_included"]
+        spread_groups = spread.filter(pl.col("_spreads")).select(group).unique()
+        charges = spread.with_columns(_idle_raw=pl.col("_share"),
+                                      amount_raw=pl.col("amount_raw") + pl.col("_share")) \
+            .drop("_idle", "_charged", "_share", "_rank", "_spreads")
+        idle = idle.join(spread_groups, on=group, how="anti")
+
+    # The rounding tree: currency → org path → project × model × tier → job line.
+    job_meta = jobs.select("cluster", "job_id", "project", "user_name").unique(["cluster", "job_id"])
+    charges = charges.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
+        pl.col("project").fill_null(NO_JOB_RECORD), line_kind=pl.lit("charge"))
+    idle = idle.with_columns(line_kind=pl.lit("idle"), job_id=pl.lit(None, pl.String),
+                             project=pl.lit(IDLE), user_name=pl.lit(None, pl.String), _idle_raw=pl.col("amount_raw"))
+    billed = pl.concat([charges, idle], how="diagonal_relaxed")
+    billed, depth = _with_org_paths(billed, org_nodes)
+    model_tier = pl.col("model") + pl.lit("|") + pl.col("tier")
+    path = ["currency", *(f"p{i}" for i in range(1, depth + 1)), "_mt", "_leaf"]
+    leaves = billed.with_columns(
+        _mt=model_tier,
+        _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), model_tier], separator="|"),
+    ).collect().lazy()
+    levels = round_tree(leaves, path=path, amounts={"amount_raw": "amount", "_idle_raw": "idle_amount_included"},
+                        sums=["gpu_hours_allocated"])
+    meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "model", "tier")
+    over_levels = round_tree(over.filter(pl.col("currency").is_not_null()).with_columns(
+        _mt=model_tier, _leaf=pl.col("cluster") + pl.lit("|") + model_tier),
+        path=["currency", "_mt", "_leaf"], amounts={"amount_raw": "amount"}, sums=["gpu_hours_allocated"])
+    over_meta = over.select("currency", *keys, "note", _mt=model_tier, _leaf=pl.col("cluster") + pl.lit("|") + model_tier)
+    over_unpriced = over.filter(pl.col("currency").is_null())  # over-allocated in hours without a rate
+
+    tail = ["gpu_model", "tier", "currency", "gpu_hours_allocated", "amount", "idle_amount_included", "note"]
+    null_money = {"amount": pl.lit(None, CENTS), "idle_amount_included": pl.lit(None, CENTS)}
+
+    def memo_per_model(lf: pl.LazyFrame) -> pl.LazyFrame:  # cluster lines -> model × tier lines
+        return lf.group_by("currency", "model", "tier").agg(
+            pl.col("gpu_hours_allocated").sum(), pl.col("note").unique().sort().str.join("; "))
+
+    def memo_total(lf: pl.LazyFrame) -> pl.LazyFrame:  # cluster lines -> one line per currency
+        return lf.group_by("currency").agg(
+            pl.col("gpu_hours_allocated").sum(), pl.col("note").unique().sort().str.join("; "))
+
     if level == "job":
-        return lines.select("period_start", "period_end", "line_kind", "cluster", "job_id", "project",
-                            "user_name", *tail).sort("line_kind", "cluster", "job_id", "gpu_model", "tier",
-                                                     nulls_last=True)
-    sums = [pl.col("gpu_hours_allocated").sum(), pl.col("amount").sum().cast(CENTS),
-            pl.col("idle_amount_included").sum().cast(CENTS)]
-    group = ["period_start", "period_end", "line_kind", "gpu_model", "tier", "currency"]
-    per_project = (
-        lines.with_columns(project=pl.when(pl.col("line_kind") == "idle").then(pl.lit(IDLE))
-                           .otherwise(pl.col("project").fill_null("(no job record)")))
-        .group_by("project", *group).agg(sums)
-    )
-    if level == "project":
-        return per_project.select("period_start", "period_end", "line_kind", "project", *tail).sort(
-            "line_kind", "project", "gpu_model", "tier")
-    if org_nodes is None:
-        raise ValueError("level='node' needs org_nodes")
-    clo = closure(org_nodes)
-    extra = (
-        per_project.select(pl.col("project").alias("node")).unique()
-        .join(clo.select("node").unique(), on="node", how="anti")
-        .with_columns(ancestor=pl.col("node"), levels_up=pl.lit(0, pl.Int32))
-        .select("ancestor", "node", "levels_up")
-    )
-    clo = pl.concat([clo, extra])
+        key_cols = ["cluster", "job_id", "project", "user_name"]
+        frames = [
+            levels[-1].join(meta, on=path, how="left", nulls_equal=True).with_columns(note=pl.lit(None, pl.String)),
+            over_levels[-1].join(over_meta, on=["currency", "_mt", "_leaf"], how="left")
+            .with_columns(line_kind=pl.lit("over-allocated"), idle_amount_included=pl.lit(0).cast(CENTS)),
+            over_unpriced.with_columns(line_kind=pl.lit("over-allocated"), **null_money),
+            cap_unknown.with_columns(line_kind=pl.lit("capacity-unknown"), **null_money),
+            unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
+                line_kind=pl.lit("unpriced"), currency=pl.lit(None, pl.String),
+                project=pl.when(pl.col("job_id").is_null()).then(pl.lit(IDLE))
+                .otherwise(pl.col("project").fill_null(NO_JOB_RECORD)), **null_money),
+        ]
+    elif level == "project":
+        key_cols = ["project"]
+        proj = levels[-2].join(meta.unique([*path[:-1]]).drop("_leaf"), on=path[:-1], how="left")
+        frames = [
+            proj.with_columns(note=pl.lit(None, pl.String)),
+            over_levels[1].join(over_meta.unique(["currency", "_mt"]).select("currency", "_mt", "model", "tier"),
+                                on=["currency", "_mt"], how="left")
+            .join(over_meta.group_by("currency", "_mt").agg(pl.col("note").sort().str.join("; ")),
+                  on=["currency", "_mt"], how="left")
+            .with_columns(line_kind=pl.lit("over-allocated"), project=pl.lit(OVER),
+                          idle_amount_included=pl.lit(0).cast(CENTS)),
+            memo_per_model(over_unpriced).with_columns(
+                line_kind=pl.lit("over-allocated"), project=pl.lit(OVER), **null_money),
+            memo_per_model(cap_unknown).with_columns(
+                line_kind=pl.lit("capacity-unknown"), project=pl.lit(CAPACITY_UNKNOWN), **null_money),
+            unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
+                project=pl.when(pl.col("job_id").is_null()).then(pl.lit(IDLE))
+                .otherwise(pl.col("project").fill_null(NO_JOB_RECORD)))
+            .group_by("project", "model", "tier", "note").agg(pl.col("gpu_hours_allocated").sum())
+            .with_columns(line_kind=pl.lit("unpriced"), currency=pl.lit(None, pl.String), **null_money),
+        ]
+    else:
+        key_cols = ["node"]
+        node_frames = []
+        for k in range(1, depth + 1):
+            lv = levels[k].filter(pl.col(f"p{k}") != _PAD)
+            kind = pl.when(pl.col(f"p{k}") == IDLE).then(pl.lit("idle")).otherwise(pl.lit("charge"))
+            node_frames.append(lv.select("currency", pl.col(f"p{k}").alias("node"), "gpu_hours_allocated",
+                                         "amount", "idle_amount_included", line_kind=kind))
+        clo = closure(org_nodes)
+        unpriced_proj = unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
+            project=pl.when(pl.col("job_id").is_null()).then(pl.lit(IDLE))
+            .otherwise(pl.col("project").fill_null(NO_JOB_RECORD)))
+        unpriced_nodes = (
+            unpriced_proj.join(clo, left_on="project", right_on="node", how="left")
+            .with_columns(node=pl.coalesce("ancestor", "project"))
+            .group_by("node", "note").agg(pl.col("gpu_hours_allocated").sum())
+        )
+        frames = [
+            *(f.with_columns(note=pl.lit(None, pl.String)) for f in node_frames),
+            over_levels[0].join(over_meta.group_by("currency").agg(pl.col("note").sort().str.join("; ")),
+                                on="currency", how="left")
+            .with_columns(line_kind=pl.lit("over-allocated"), node=pl.lit(OVER),
+                          idle_amount_included=pl.lit(0).cast(CENTS)),
+            memo_total(over_unpriced).with_columns(line_kind=pl.lit("over-allocated"), node=pl.lit(OVER),
+                                                   **null_money),
+            memo_total(cap_unknown).with_columns(line_kind=pl.lit("capacity-unknown"),
+                                                 node=pl.lit(CAPACITY_UNKNOWN), **null_money),
+            unpriced_nodes.with_columns(line_kind=pl.lit("unpriced"), currency=pl.lit(None, pl.String),
+                                        **null_money),
+        ]
+    out = pl.concat(frames, how="diagonal_relaxed")
+    names = out.collect_schema().names()
+    out = out.with_columns(*(pl.lit(None, pl.String).alias(c) for c in ("model", "tier") if c not in names))
+    rank = {k: i for i, k in enumerate(LINE_KINDS)}
     return (
-        per_project.join(clo, left_on="project", right_on="node", how="inner")
-        .group_by(pl.col("ancestor").alias("node"), *group).agg(sums)
-        .select("period_start", "period_end", "line_kind", "node", *tail)
-        .sort("line_kind", "node", "gpu_model", "tier")
+        out.rename({"model": "gpu_model"})
+        .with_columns(
+            pl.col("amount").cast(CENTS), pl.col("idle_amount_included").cast(CENTS),
+            pl.col("gpu_hours_allocated").cast(pl.Float64),
+            period_start=pl.lit(start), period_end=pl.lit(end), billed_through=pl.lit(billed_end),
+            provisional=pl.lit(end > now), billed=pl.col("line_kind").is_in(BILLED_KINDS),
+            _rank=pl.col("line_kind").replace_strict(rank, return_dtype=pl.Int32),
+        )
+        .sort("_rank", *key_cols, "gpu_model", "tier", "currency", "note", nulls_last=True)
+        .select("period_start", "period_end", "billed_through", "provisional", "line_kind", "billed",
+                *key_cols, *tail)
     )
 
 
-def chargeback_totals(gpus: pl.LazyFrame, rate_card: pl.LazyFrame, *, start: datetime, end: datetime) -> pl.LazyFrame:
+def statement_notes(lines: pl.DataFrame) -> tuple[list[str], list[str]]:
+    """What a reader of these chargeback lines must be told: (notes, warnings), one line each.
+
+    Notes: the period is provisional; clusters of unknown capacity; over-allocation beyond
+    capacity (outside the total). Warnings: GPU-hours that could not be priced, naming the
+    models and devices (the unpriced lines have the detail)."""
+    notes: list[str] = []
+    warnings: list[str] = []
+    if lines.is_empty():
+        return notes, warnings
+    hours = "gpu_hours" if "gpu_hours" in lines.columns else "gpu_hours_allocated"
+    if "provisional" in lines.columns and lines["provisional"].any():
+        row = lines.row(0, named=True)
+        notes.append(
+            f"provisional: the period runs to {row['period_end']:%Y-%m-%d %H:%M} UTC and the data to "
+            f"{row['billed_through']:%Y-%m-%d %H:%M}; capacity (idle) is billed only up to then, and "
+            "the lines change as data arrives")
+    kind = lines["line_kind"]
+    unknown = lines.filter(kind == "capacity-unknown")
+    if unknown.height:
+        clusters = sorted({c for note in unknown["note"].drop_nulls() for c in re.findall(r"cluster (\S+) has", note)})
+        notes.append(f"capacity unknown for cluster {', '.join(clusters)} (no device inventory): its charges "
+                     "stand; no idle or over-allocation is computed for it")
+    over = lines.filter(kind == "over-allocated")
+    if over.height:
+        money = ", ".join(f"{amount:,.2f} {cur}" for cur, amount in
+                          over.filter(pl.col("currency").is_not_null()).group_by("currency")
+                          .agg(pl.col("amount").sum()).sort("currency").iter_rows())
+        notes.append(f"over-allocated: {over[hours].sum():,.3f} GPU-hours allocated beyond capacity"
+                     + (f" ({money}, a memo outside the total)" if money else "")
+                     + "; the over-allocated lines name the jobs")
+    unpriced = lines.filter(kind == "unpriced")
+    if unpriced.height:
+        reasons = unpriced.group_by("note").agg(pl.col(hours).sum()).sort("note")
+        devices = sorted({int(d) for n in reasons["note"] for d in re.findall(r"^device (\d+) not in", n)})
+        other = [f"{n} ({h:,.3f} h)" for n, h in reasons.iter_rows() if not re.match(r"^device \d+ not in", n)]
+        if devices:
+            dev_hours = reasons.filter(pl.col("note").str.contains(r"^device \d+ not in"))[hours].sum()
+            other.append(f"device{'s' if len(devices) > 1 else ''} {', '.join(map(str, devices))} not in the "
+                         f"inventory ({dev_hours:,.3f} h)")
+        warnings.append(f"{unpriced[hours].sum():,.3f} GPU-hours unpriced, not billed: " + "; ".join(other))
+    return notes, warnings
+
+
+def chargeback_totals(gpus: pl.LazyFrame, rate_card: pl.LazyFrame, *, start: datetime, end: datetime,
+                      retire_grace: timedelta = DEFAULT_RETIRE_GRACE) -> pl.LazyFrame:
     """Per currency: gpu_hours_capacity and capacity_amount (Σ capacity × price, cents half-up) —
-    what the chargeback lines of the period add up to."""
-    cap = capacity_cost(gpus, rate_card, start=start, end=end)
-    return cap.group_by("currency").agg(
-        pl.col("gpu_hours_capacity").sum(),
-        ((pl.col("amount_raw").sum() * 100 + pl.lit(0.5).cast(RAW)).floor() / 100).cast(CENTS).alias("capacity_amount"),
+    what the billed chargeback lines of the period add up to when nothing is over-allocated and
+    every cluster has an inventory. Capacity without a rate is left out (chargeback lists it as
+    unpriced)."""
+    cap = capacity_cost(gpus, rate_card, start=start, end=end, retire_grace=retire_grace)
+    return cap.filter(pl.col("currency").is_not_null()).group_by("currency").agg(
+        pl.col("gpu_hours_capacity").sum(), half_up_cents(pl.col("amount_raw").sum()).alias("capacity_amount"),
     )

@@ -97,7 +97,7 @@ def chargeback(
 ) -> None:
     """Chargeback lines: allocated GPU-hours × price (model, tier, as of each hour), exact to the
     cent, idle capacity on its own line or spread (config policy.chargeback.idle_cost)."""
-    from gpuledger.analytics.chargeback import period_bounds
+    from gpuledger.analytics.chargeback import period_bounds, statement_notes
 
     try:
         period_bounds(period)
@@ -108,6 +108,11 @@ def chargeback(
         # A closed month reads its issued lines and corrections (gpuledger.ledger.periods).
         lines = reports.statement_report(con, period, level=level, policy=cfg.policy, now=_time(now))
     _show(lines, fmt, out, f"chargeback {period} by {level} (UTC)", table_views.CHARGEBACK, wide, columns)
+    notes, warnings = statement_notes(lines)
+    for note in notes:  # beside the table; on stderr when stdout carries csv / json
+        console.print(note) if fmt is Format.table else typer.echo(note, err=True)
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
 
 
 @report_app.command("usage")

@@ -1,7 +1,9 @@
 """Exact money: Decimal columns, prices as of a time, cent rounding that keeps totals.
 
-Raw amounts are polars Decimal(38, 12); lines are rounded to cents with the largest-remainder
-method, so the rounded lines of a group add up exactly to the group's rounded total.
+Raw amounts are polars Decimal(38, 12). The one home for rounding money: half-up to the cent
+(polars' own ``Decimal.round`` rounds half to even, 0.005 -> 0.00, so it is never used on money),
+and the largest-remainder split that rounds a total top-down through a tree of lines, so every
+node is within a cent of its exact amount and children add up to their parent exactly.
 """
 
 from __future__ import annotations
@@ -45,6 +47,41 @@ def round_half_up_cents(value: Decimal) -> Decimal:
     return value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
 
 
+def _half_up_int_cents(expr: pl.Expr) -> pl.Expr:
+    """Integer cents of a Decimal amount, half away from zero (0.005 -> 1, -0.005 -> -1)."""
+    half = pl.lit(Decimal("0.5")).cast(RAW)
+    cents = expr.cast(RAW) * 100
+    return (pl.when(cents >= 0).then((cents + half).floor()).otherwise(-((-cents + half).floor()))
+            .cast(pl.Int128))
+
+
+def half_up_cents(expr: pl.Expr) -> pl.Expr:
+    """A Decimal amount rounded to cents half-up (Decimal(38, 2)); NULL stays NULL."""
+    return (_half_up_int_cents(expr).cast(CENTS) * pl.lit(Decimal("0.01"))).cast(CENTS)
+
+
+def _split_cents(lf: pl.LazyFrame, *, raw_col: str, group: list[str], order: list[str],
+                 target: pl.Expr) -> pl.LazyFrame:
+    """Add integer ``_cents``: each row its floor in cents, then the ``target`` cents of its
+    ``group`` left over go one each to the largest remainders (ties by ``order``)."""
+    cents = pl.col(raw_col) * 100
+    desc = [False] * len(group) + [True] + [False] * len(order)
+    return (
+        lf.with_columns(_floor=cents.floor().cast(pl.Int128))
+        .with_columns(_rem=(cents - pl.col("_floor").cast(RAW)).cast(pl.Float64), _target=target)
+        .with_columns(_floors=pl.col("_floor").sum().over(group) if group else pl.col("_floor").sum())
+        .sort([*group, "_rem", *order], descending=desc, nulls_last=True)
+        .with_columns(_pos=pl.int_range(pl.len()).over(group) if group else pl.int_range(pl.len()))
+        .with_columns(_cents=pl.col("_floor")
+                      + (pl.col("_pos") < (pl.col("_target") - pl.col("_floors"))).cast(pl.Int128))
+        .drop("_floor", "_rem", "_target", "_floors", "_pos")
+    )
+
+
+def _cents_col(name: str) -> pl.Expr:
+    return (pl.col("_cents").cast(CENTS) * pl.lit(Decimal("0.01"))).cast(CENTS).alias(name)
+
+
 def largest_remainder_cents(lf: pl.LazyFrame, *, raw_col: str, group: list[str], order: list[str],
                             out_col: str = "amount") -> pl.LazyFrame:
     """Round ``raw_col`` to cents so that each ``group`` sums to its total rounded half-up.
@@ -52,22 +89,37 @@ def largest_remainder_cents(lf: pl.LazyFrame, *, raw_col: str, group: list[str],
     Every line gets its floor in cents; the cents left over go one each to the lines with the
     largest remainders (ties broken by ``order`` columns, so the result is deterministic).
     """
-    cents = pl.col(raw_col) * 100
-    return (
-        lf.with_columns(_floor=cents.floor().cast(pl.Int128))
-        .with_columns(_rem=(cents - pl.col("_floor").cast(RAW)).cast(pl.Float64))
-        .with_columns(
-            _target=(pl.col(raw_col).sum() * 100 + pl.lit(Decimal("0.5")).cast(RAW)).floor().cast(pl.Int128)
-            .over(group),
-            _floors=pl.col("_floor").sum().over(group),
-        )
-        .sort([*group, "_rem", *order], descending=[False] * len(group) + [True] + [False] * len(order),
-              nulls_last=True)
-        .with_columns(_pos=pl.int_range(pl.len()).over(group))
-        .with_columns(
-            (pl.col("_floor") + (pl.col("_pos") < (pl.col("_target") - pl.col("_floors"))).cast(pl.Int128))
-            .alias("_cents")
-        )
-        .with_columns((pl.col("_cents").cast(CENTS) * pl.lit(Decimal("0.01"))).cast(CENTS).alias(out_col))
-        .drop("_floor", "_rem", "_target", "_floors", "_pos", "_cents")
-    )
+    total = _half_up_int_cents(pl.col(raw_col).sum())
+    return (_split_cents(lf, raw_col=raw_col, group=group, order=order,
+                         target=total.over(group) if group else total)
+            .with_columns(_cents_col(out_col)).drop("_cents"))
+
+
+def round_tree(leaves: pl.LazyFrame, *, path: list[str], amounts: dict[str, str],
+               sums: list[str] = ()) -> list[pl.LazyFrame]:
+    """Round a tree of amounts top-down: the root is its exact total rounded half-up; each node's
+    cents are split among its children by largest remainder of their exact amounts.
+
+    ``leaves`` has one row per leaf, the ``path`` columns (non-NULL strings: root first, leaf
+    last; a level a branch does not have repeats a placeholder, a pass-through node) and the raw
+    columns of ``amounts`` ({raw column: rounded column}, each rounded on its own). Returns one
+    frame per level k: path[:k+1], each raw column (Σ exact), its rounded column (Decimal
+    cents) and the ``sums`` columns summed (each level materialised). Every node is within a cent of its exact amount (a
+    child gets its floor or one cent more, and only one with a remainder gets more) and the
+    children of a node add up to it exactly.
+    """
+    levels: list[pl.LazyFrame] = []
+    for k in range(len(path)):
+        keys = path[: k + 1]
+        nodes = leaves.group_by(keys).agg(*(pl.col(c).sum() for c in [*amounts, *sums]))
+        for raw, out in amounts.items():
+            if k == 0:
+                nodes = nodes.with_columns(_cents=_half_up_int_cents(pl.col(raw)))
+            else:
+                parent = levels[-1].select(*path[:k], (pl.col(out).cast(RAW) * 100).cast(pl.Int128)
+                                           .alias("_parent"))
+                nodes = _split_cents(nodes.join(parent, on=path[:k], how="left"), raw_col=raw,
+                                     group=path[:k], order=[path[k]], target=pl.col("_parent")).drop("_parent")
+            nodes = nodes.with_columns(_cents_col(out)).drop("_cents")
+        levels.append(nodes.collect().lazy())  # each level feeds the next: computed once
+    return levels

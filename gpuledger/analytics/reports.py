@@ -113,8 +113,11 @@ def chargeback_report(
 ) -> pl.DataFrame:
     """Chargeback lines for a period (``2026-10``, ``2026-10-05``, ``2026-W41``, ``A..B``).
 
-    Columns: period, period_start, period_end, line_kind, the level's keys, gpu_model, tier,
-    gpu_hours (allocated GPU-hours; idle GPU-hours on idle lines), amount (exact decimal), currency.
+    Columns: period, then chargeback_lines' (period_start, period_end, billed_through,
+    provisional, line_kind, billed, the level's keys, gpu_model, tier, currency, note) with
+    gpu_hours (allocated GPU-hours; idle GPU-hours on idle lines) and amount (exact decimal). A
+    period not over at ``now`` (default: the newest data) is provisional and bills capacity only
+    up to ``now``. See chargeback.statement_notes for what to tell the reader.
     """
     policy = policy or Policy()
     start, end = period_bounds(period)
@@ -124,6 +127,7 @@ def chargeback_report(
         t.job_allocations, t.gpus, t.jobs, t.rate_card, start=start, end=end, now=now, level=level,
         org_nodes=t.org_nodes, idle_cost=policy.chargeback.idle_cost,
         default_tier=policy.chargeback.default_tier,
+        retire_grace=timedelta(hours=policy.chargeback.retire_after_hours),
     ).collect()
     named = lines.rename({"gpu_hours_allocated": "gpu_hours"})
     return named.select(pl.lit(period).alias("period"), *named.columns)

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from gpuledger.analytics.allocations import gpu_inventory
-from gpuledger.analytics.money import CENTS, price_as_of, to_raw
+from gpuledger.analytics.money import half_up_cents, price_as_of, to_raw
 from gpuledger.config import SquattingPolicy
 
 SQUATTING = "squatting"
@@ -183,7 +183,7 @@ def squatting_findings(
             finding=pl.when(pl.col("gpus_idle") == pl.col("gpus_total")).then(pl.lit(SQUATTING))
             .otherwise(pl.lit(PARTIAL)),
             idle_minutes=minutes,
-            idle_cost=pl.col("_cost").round(2).cast(CENTS),
+            idle_cost=half_up_cents(pl.col("_cost")),  # half-up: polars rounds half to even
         )
         .with_columns(
             severity=pl.when(pl.col("finding") == PARTIAL).then(pl.lit("info"))
