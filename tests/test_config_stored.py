@@ -33,7 +33,7 @@ def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
     env["GPULEDGER_WAREHOUSE"] = str(tmp_path / "w.duckdb")
     env["COLUMNS"] = "200"
     return subprocess.run([sys.executable, "-m", "gpuledger.cli", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
 
 
 def _query(tmp_path, sql: str) -> list[tuple]:

@@ -15,7 +15,7 @@ def actor(by: str | None = None) -> str:
         return by
     try:
         return getpass.getuser()
-    except Exception:  # no passwd entry (containers): the environment's word, else unknown
+    except (KeyError, OSError):  # no passwd entry (containers): the environment's word, else unknown
         return os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
 
 

@@ -130,8 +130,8 @@ def _nodes(cfg: Config) -> dict[str, tuple]:
 def config_changes(old: Config | None, new: Config) -> list[str]:
     """One line per change from ``old`` to ``new``: nodes, prices, budgets, tier rules, policy."""
     if old is None:
-        return [f"first config: {len(new.node_names())} org nodes, {len(new.budgets)} budgets, "
-                f"{len(new.rate_card)} rates"]
+        return [(f"first config: {len(new.node_names())} org nodes, {len(new.budgets)} budgets, "
+                 f"{len(new.rate_card)} rates")]
     out: list[str] = []
     on, nn = _nodes(old), _nodes(new)
     out += [f"node added: {n} (under {nn[n][0]})" for n in sorted(nn.keys() - on.keys())]

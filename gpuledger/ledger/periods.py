@@ -40,7 +40,6 @@ LEVELS = ("job", "project", "node")
 QUANTITIES = ("gpu_hours", "amount", "idle_amount_included")
 # Describe a line rather than identify it (as of when it was computed, derived from its kind).
 DESCRIPTIVE = ("billed_through", "provisional", "billed", "note", "revision", "correction_of")
-_DTYPE_TEXT = re.compile(r"^[A-Za-z0-9_(), ='.]*$")
 
 
 class PeriodError(UsageError):
@@ -87,10 +86,21 @@ def _line_json(row: dict) -> str:
     return json.dumps({k: _plain(v) for k, v in row.items()}, sort_keys=True, separators=(",", ":"))
 
 
+_PLAIN_DTYPES = {name: getattr(pl, name) for name in (
+    "String", "Boolean", "Float32", "Float64", "Int8", "Int16", "Int32", "Int64", "Int128", "UInt8", "UInt16",
+    "UInt32", "UInt64", "Date", "Time", "Null")}
+
+
 def _dtype(text: str) -> pl.DataType:
-    if not _DTYPE_TEXT.match(text):
-        raise RunError(f"statement column type {text!r} is not a polars type; the warehouse was altered")
-    return eval(text, {"__builtins__": {}}, {k: getattr(pl, k) for k in dir(pl) if k[0].isupper()})  # noqa: S307
+    """The polars dtype whose str() is ``text`` (the types chargeback lines use)."""
+    if text in _PLAIN_DTYPES:
+        return _PLAIN_DTYPES[text]
+    if m := re.fullmatch(r"Decimal\(precision=(\d+), scale=(\d+)\)", text):
+        return pl.Decimal(int(m[1]), int(m[2]))
+    if m := re.fullmatch(r"Datetime\(time_unit='(ns|us|ms)', time_zone=(?:None|'([^']+)')\)", text):
+        return pl.Datetime(m[1], m[2])
+    raise RunError(f"statement column type {text!r}: not one gpuledger stores; the warehouse was altered "
+                   "or written by a newer gpuledger (upgrade it)")
 
 
 def _typed(value, dtype: pl.DataType):
