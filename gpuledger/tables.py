@@ -145,6 +145,9 @@ def parse_columns(text: str | None) -> list[str] | None:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise UsageError("--columns: give one or more column names separated by commas, e.g. --columns node,status")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"--columns: {', '.join(twice)} named more than once; name each column once")
     return names
 
 
