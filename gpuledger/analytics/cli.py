@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 report_app = typer.Typer(help="Reports over a period: chargeback, usage, utilization.", no_args_is_help=True)
-console = Console(stderr=True)
+console = Console()  # tables print through gpuledger/tables.py; this is for lines beside them
 
 
 class Format(str, Enum):
