@@ -186,3 +186,61 @@ def test_energy_reset_inside_a_whole_hour():
     # Hour 11: held, no samples: allocated, energy and activity unknown.
     h11 = df.filter(pl.col("hour") == at(11)).to_dicts()[0]
     assert h11["energy_kwh"] is None and h11["gpu_hours_unknown"] == pytest.approx(1.0)
+
+
+# --- issue 8, item 9: MIG energy whatever the source's convention ------------------------------
+# One physical GPU "G" split into a 3g instance (gpu_id 11, 3/7) and a 1g instance (gpu_id 12, 1/7),
+# plus NVML's whole-GPU row (gpu_id 10, instance -1). The device uses 7,000 J an hour. Job J3 holds
+# the 3g instance, J1 the 1g one, 10:00-11:00. Right: J3 3/7 × 7,000 = 3,000 J, J1 1,000 J.
+
+MIG_INV = gpus([{"gpu_id": 10, "uuid": "G", "mig": -1}, {"gpu_id": 11, "uuid": "G", "mig": 1, "profile": "3g.40gb",
+                 "fraction": 3 / 7}, {"gpu_id": 12, "uuid": "G", "mig": 7, "profile": "1g.10gb", "fraction": 1 / 7}])
+MIG_ALLOCS = allocations([("J3", 11, at(10), at(11)), ("J1", 12, at(10), at(11))])
+MIG_JOBS = jobs([{"job_id": "J3", "project": "p", "start": at(10), "end": at(11)},
+                 {"job_id": "J1", "project": "p", "start": at(10), "end": at(11)}])
+
+
+def _mig_energy(counters: dict[int, float | None]) -> dict[str, float | None]:
+    """counters: gpu_id -> J per hour of its counter (None: that row has no counter). Samples every
+    10 min from 09:00 (so 10:00's first reading has a predecessor) to 10:50."""
+    rows = []
+    for gpu_id in (11, 12):
+        for k in range(12):
+            t = at(9) + timedelta(minutes=10 * k)
+            rate = counters.get(gpu_id)
+            rows.append({"gpu_id": gpu_id, "ts": t, "sm": 0.5,
+                         "energy": None if rate is None else 1e6 + rate * k / 6})
+    if counters.get(10) is not None:
+        rows += [{"gpu_id": 10, "ts": at(9) + timedelta(minutes=10 * k), "energy": 1e6 + counters[10] * k / 6}
+                 for k in range(12)]
+    out = attribute_usage(MIG_ALLOCS, MIG_INV, samples(rows), now=at(12), jobs=MIG_JOBS).collect()
+    return {r["job_id"]: (None if r["energy_kwh"] is None else r["energy_kwh"] * 3.6e6)
+            for r in out.to_dicts()}
+
+
+@pytest.mark.parametrize("convention", ["lowest instance only (scrape)", "repeated on every instance",
+                                        "whole-GPU row only (NVML)"])
+def test_mig_energy_is_split_by_compute_whatever_the_convention(convention):
+    counters = {"lowest instance only (scrape)": {11: None, 12: 7000.0},   # GI 7 < ... here the 1g holds it
+                "repeated on every instance": {11: 7000.0, 12: 7000.0},
+                "whole-GPU row only (NVML)": {10: 7000.0}}[convention]
+    got = _mig_energy(counters)
+    # Today: with the counter on the 1g only, J3 gets 0 J (its instance has samples, no counter);
+    # with NVML's whole-GPU row, both get 0.
+    assert got["J3"] == pytest.approx(3000.0)
+    assert got["J1"] == pytest.approx(1000.0)
+
+
+def test_mig_energy_per_instance_counters_are_the_instances_own():
+    # Each instance with its own counter: 2,500 J and 600 J; today J3 gets 2,500 × 3/7 = 1,071 J.
+    got = _mig_energy({11: 2500.0, 12: 600.0})
+    assert got["J3"] == pytest.approx(2500.0) and got["J1"] == pytest.approx(600.0)
+
+
+def test_energy_that_cannot_be_apportioned_is_null_never_zero():
+    # No energy counter anywhere (an old board, a DCGM blank): unknown. Today it reads 0 kWh.
+    got = _mig_energy({})
+    assert got == {"J3": None, "J1": None}
+    whole = attribute_usage(allocations([("W", 1, at(10), at(11))]), gpus([{"gpu_id": 1}]),
+                            samples(every(1, at(9), at(11), timedelta(minutes=10), sm=0.5)), now=at(12)).collect()
+    assert whole["energy_kwh"].to_list() == [None]

@@ -122,9 +122,50 @@ def hourly_energy(rollup: pl.LazyFrame) -> pl.LazyFrame:
         .with_columns(
             s_energy_j=pl.col("e_inside").fill_null(0.0)
             + pl.when(pl.col("prev_last").is_null() | pl.col("e_first").is_null()).then(0.0)
-            .otherwise(counter_increment(pl.col("e_first"), pl.col("prev_last")))
+            .otherwise(counter_increment(pl.col("e_first"), pl.col("prev_last"))),
+            energy_seen=pl.col("e_last").is_not_null(),
         )
         .drop("e_first", "e_inside", "e_last")
+    )
+
+
+def mig_hourly_energy(energy: pl.LazyFrame, gpus: pl.LazyFrame) -> pl.LazyFrame:
+    """Joules per (MIG instance gpu_id, hour), whatever convention the source used for the energy
+    counter, which on MIG belongs to the physical GPU:
+
+    * on the whole GPU's own row (mig_instance_id -1; NVML) or on one instance only (a scrape keeps
+      it on the lowest GPU_I_ID) or repeated, equal, on every instance (raw dcgm-exporter): the
+      device's energy, split by compute fraction (a 3g instance 3/7 of it);
+    * different on each instance (a source with per-instance counters): the instance's own.
+
+    ``energy`` is :func:`hourly_energy` output. ``mig_energy_j`` is NULL where the physical GPU had no
+    energy reading that hour: unknown, never 0. Columns: gpu_id, hour, mig_energy_j.
+    """
+    names = gpus.collect_schema().names()
+    inv = gpus.select(
+        pl.col("gpu_id").cast(pl.Int32), "cluster", "gpu_uuid",
+        (pl.col("mig_instance_id") if "mig_instance_id" in names else pl.lit(-1)).fill_null(-1).alias("_mig"),
+        pl.col("gpu_fraction").fill_null(1.0).alias("_fraction"),
+    )
+    e = energy.select(pl.col("gpu_id").cast(pl.Int32), "hour", "s_energy_j", "energy_seen").join(inv, on="gpu_id")
+    seen = e.filter(pl.col("energy_seen"))
+    inst = pl.col("s_energy_j").filter(pl.col("_mig") >= 0)
+    per_device = seen.group_by("cluster", "gpu_uuid", "hour").agg(
+        _whole=pl.col("s_energy_j").filter(pl.col("_mig") < 0).first(),
+        _n=inst.len(), _hi=inst.max(), _lo=inst.min(),
+    ).with_columns(
+        # Equal readings on every instance are one device counter repeated (1 mJ of float slack).
+        _repeated=(pl.col("_hi") - pl.col("_lo")) <= 1e-3 + 1e-9 * pl.col("_hi").abs(),
+    ).with_columns(
+        _own=pl.col("_whole").is_null() & (pl.col("_n") > 1) & ~pl.col("_repeated"),
+        _device_j=pl.coalesce("_whole", "_hi"),
+    )
+    return (
+        e.filter(pl.col("_mig") >= 0)
+        .join(per_device, on=["cluster", "gpu_uuid", "hour"], how="left")
+        .select("gpu_id", "hour", mig_energy_j=pl.when(pl.col("_own"))
+                .then(pl.when(pl.col("energy_seen")).then(pl.col("s_energy_j")))
+                .otherwise(pl.col("_device_j") * pl.col("_fraction")))
     )
 
 
@@ -145,7 +186,8 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
         pieces.filter(full_hour)
         .join(hourly, on=["gpu_id", "hour"], how="left")
         .with_columns(pl.col(f"s_{c}").fill_null(0).alias(f"w_{c}") for c in _SUM_COLS)
-        .drop(*(f"s_{c}" for c in _SUM_COLS), "prev_last")
+        .with_columns(w_energy_seen=pl.col("energy_seen").fill_null(False))
+        .drop(*(f"s_{c}" for c in _SUM_COLS), "prev_last", "energy_seen")
     )
     partial = pieces.filter(~full_hour)
     keys = partial.select("gpu_id", "hour").unique()
@@ -176,11 +218,13 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
             *(pl.col(col).clip(0.0, 1.0).sum().alias(f"w_{name}") for name, col in SIGNALS),
             *(pl.col(col).count().alias(f"w_n_{name}") for name, col in SIGNALS),
             pl.col("_inc").sum().alias("w_energy_j"),
+            (pl.col("energy_total_j").count() > 0).alias("w_energy_seen"),
         )
     )
-    partial = partial.join(in_piece, on="_pid", how="left")
+    partial = partial.join(in_piece, on="_pid", how="left").with_columns(pl.col("w_energy_seen").fill_null(False))
     cast = [pl.col(f"w_{c}").cast(pl.Float64).fill_null(0.0) for c in _SUM_COLS]
-    no_device = no_device.with_columns(pl.lit(0.0).alias(f"w_{c}") for c in _SUM_COLS)
+    no_device = no_device.with_columns(*(pl.lit(0.0).alias(f"w_{c}") for c in _SUM_COLS),
+                                       pl.lit(False).alias("w_energy_seen"))
     return pl.concat([full.with_columns(cast), partial.with_columns(cast), no_device], how="diagonal_relaxed")
 
 
@@ -240,8 +284,9 @@ def attribute_usage(
     pieces = allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
                               default_tier=default_tier).with_row_index("_pid")
     rollup = hourly if hourly is not None else hourly_rollup(gpu_samples)
-    w = _window_sums(pieces, gpu_samples, hourly_energy(rollup))
-    has_samples = pl.col("w_n") > 0
+    energy = hourly_energy(rollup)
+    w = _window_sums(pieces, gpu_samples, energy).join(
+        mig_hourly_energy(energy, gpus), on=["gpu_id", "hour"], how="left")
     alloc = pl.col("gpu_hours_allocated")
     return (
         w.with_columns(_activity_from_window())
@@ -249,8 +294,11 @@ def attribute_usage(
             gpu_hours_active=pl.when(pl.col("activity_ratio").is_not_null())
             .then(alloc * pl.col("activity_ratio")).otherwise(0.0),
             gpu_hours_unknown=pl.when(pl.col("activity_ratio").is_null()).then(alloc).otherwise(0.0),
-            energy_kwh=pl.when(has_samples)
-            # MIG instances repeat the device's counter: an instance gets its compute fraction.
+            # MIG: the instance's share of its GPU's energy in the hour (mig_hourly_energy), for the
+            # piece's part of the hour. A whole GPU: its counter over the piece. NULL when unknown.
+            energy_kwh=pl.when(pl.col("is_mig"))
+            .then(pl.col("mig_energy_j") * pl.col("piece_s") / 3600.0 * pl.col("alloc_fraction") / J_PER_KWH)
+            .when(pl.col("w_energy_seen"))
             .then(pl.col("w_energy_j") * pl.col("device_fraction") * pl.col("alloc_fraction") / J_PER_KWH)
             .otherwise(None),
         )
