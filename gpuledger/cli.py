@@ -20,6 +20,7 @@ from gpuledger.ingest.jobs.csv_cli import app as import_app
 from gpuledger.ingest.cli import app as ingest_app
 from gpuledger.ingest.metrics.nvml_cli import agent_command
 from gpuledger.simulator.cli import app as simulate_app
+from gpuledger.warehouse_cli import app as warehouse_app
 from gpuledger.pipelines.cli import app as pipelines_app
 
 app = typer.Typer(
@@ -33,6 +34,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(import_app, name="import")
 app.add_typer(simulate_app, name="simulate")
 app.add_typer(ingest_app, name="ingest")
+app.add_typer(warehouse_app, name="warehouse")
 app.command("agent")(agent_command)
 app.add_typer(analytics_cli.report_app, name="report")
 app.add_typer(ledger_cli.period_app, name="period")
@@ -77,13 +79,18 @@ config_app.command("versions")(ledger_cli.config_versions)
 
 @app.command()
 def summary(warehouse_file: WarehouseOpt = None) -> None:
-    """What the warehouse holds: GPUs, jobs, allocated GPU-hours, samples, quarantined lines."""
+    """What the warehouse holds: GPUs, jobs, allocated GPU-hours, samples, quarantined lines, and
+    disk use per table."""
     import polars as pl
+
+    from gpuledger.warehouse_cli import DISK, disk_use_frame
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         figures = reports.warehouse_summary(con)
+        disk = disk_use_frame(con)
     frame = pl.DataFrame({"figure": list(figures), "value": [tables.format_value(v) for v in figures.values()]})
     tables.print_table(frame, table_views.SUMMARY, title=f"gpuledger warehouse {warehouse_path(warehouse_file)}")
+    tables.print_table(disk, DISK, title="disk use per table")
 
 
 @app.command("quarantine")

@@ -188,6 +188,13 @@ class EnforcementPolicy(_Strict):
     pipeline_backend: Literal["kueue", "kubernetes", "slurm"] | None = None  # ... on this backend
 
 
+class RetentionPolicy(_Strict):
+    """How long the warehouse keeps raw samples (warehouse/retention.py, `gpuledger warehouse
+    prune`). Rollups, jobs, findings, statements and the audit trail are always kept."""
+
+    raw_sample_days: float = Field(default=35, gt=0)  # counted back from the newest sample
+
+
 class JobInputPolicy(_Strict):
     """What a job record may claim before it is quarantined (gpuledger/ingest/jobs/checks.py)."""
 
@@ -202,6 +209,7 @@ class Policy(_Strict):
     chargeback: ChargebackPolicy = Field(default_factory=ChargebackPolicy)
     enforcement: EnforcementPolicy = Field(default_factory=EnforcementPolicy)
     jobs: JobInputPolicy = Field(default_factory=JobInputPolicy)
+    retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
 
 
 class ScrapeSource(_Strict):

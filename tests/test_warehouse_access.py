@@ -40,7 +40,7 @@ def _migrated(path: Path) -> Path:
 
 def _count(path) -> int:
     with warehouse.open_reader(path) as con:
-        return con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0]
+        return con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
 
 
 def test_a_writer_and_a_reader_in_two_processes_queue_and_every_row_lands_once(warehouse_file):
@@ -58,7 +58,7 @@ def test_a_writer_and_a_reader_in_two_processes_queue_and_every_row_lands_once(w
     seen = [int(line.split()[1]) for line in r_out.split("\n") if line.startswith("seen")]
     assert all(n % rows == 0 for n in seen) and seen == sorted(seen)  # whole sessions, in order
     with warehouse.open_reader(warehouse_file) as con:
-        total, distinct = con.execute("SELECT count(*), count(DISTINCT (gpu_id, ts)) FROM gpu_samples").fetchone()
+        total, distinct = con.execute("SELECT count(*), count(DISTINCT (gpu_id, ts)) FROM gpu_samples").fetchall()[0]
     assert total == distinct == batches * rows
 
 

@@ -82,18 +82,18 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def apply_migrations(con: duckdb.DuckDBPyConnection, target: int | None = None) -> list[str]:
-    """Apply every migration above the file's version (up to ``target``), each in a transaction.
-
-    Returns the names applied. Safe to call on every open.
+    """Apply every migration the file has not had (up to ``target``), in order, each in a
+    transaction. A missing lower number is applied too (numbers are reserved per change and may
+    land out of order). Returns the names applied. Safe to call on every open.
     """
     con.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
         " version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
     )
-    current = schema_version(con)
+    done = {r[0] for r in con.execute("SELECT version FROM schema_migrations").fetchall()}
     applied = []
     for version, name, sql in migrations():
-        if version <= current or (target is not None and version > target):
+        if version in done or (target is not None and version > target):
             continue
         con.execute("BEGIN TRANSACTION")
         try:
@@ -382,10 +382,15 @@ def open_reader(
                     f"or point --warehouse / ${WAREHOUSE_ENV} at an existing file")
             con = _connect(path, read_only=True, deadline=started + wait_s)
             try:
-                have, want = schema_version(con), migrations()[-1][0]
-                if have < want:
+                have, shipped = schema_version(con), [v for v, _, _ in migrations()]
+                done = set()
+                if have:
+                    done = {r[0] for r in con.execute("SELECT version FROM schema_migrations").fetchall()}
+                missing = [v for v in shipped if v not in done]
+                if missing:
                     raise WarehouseError(
-                        f"warehouse {path} is at schema version {have}, this gpuledger needs {want}: "
+                        f"warehouse {path} is at schema version {have} without migration(s) "
+                        f"{', '.join(map(str, missing))}, this gpuledger needs {shipped[-1]}: "
                         "run `gpuledger migrate` (readers never change the file)")
                 yield con
             except duckdb.Error as exc:  # a damaged block can surface in any later query

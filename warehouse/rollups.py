@@ -35,14 +35,31 @@ def hour_span(start: datetime, end: datetime) -> tuple[datetime, datetime]:
     return lo, hi
 
 
+def final_before(con: duckdb.DuckDBPyConnection) -> datetime | None:
+    """The hour below which ``gpu_hourly`` is final: raw samples there were pruned (retention,
+    migration 010), so the rollup is the record and is never rebuilt from what is left. None when
+    nothing was pruned (or on a connection without the table)."""
+    has = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'retention_marks'").fetchall()[0][0]
+    if not has:  # checked, not caught: a failed statement would abort the caller's transaction
+        return None
+    return con.execute(
+        "SELECT max(pruned_before) FROM retention_marks WHERE table_name = 'gpu_samples'").fetchall()[0][0]
+
+
 def refresh_gpu_hourly(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> int:
     """Re-aggregate every hour touched by [start, end) (naive UTC) from ``gpu_samples`` into
     ``gpu_hourly``, in one transaction (the caller's, if one is open). Idempotent. Returns the
-    number of (gpu_id, hour) rows written. Rebuilds an older warehouse's rollup too.
+    number of (gpu_id, hour) rows written. Rebuilds an older warehouse's rollup too. Hours below
+    :func:`final_before` are left as they are.
     """
     if end <= start:
         return 0
     lo, hi = hour_span(start, end)
+    floor = final_before(con)
+    if floor is not None and lo < floor:
+        lo = floor
+        if hi <= lo:
+            return 0
     with transaction(con):
         con.execute("DELETE FROM gpu_hourly WHERE hour >= $lo AND hour < $hi", {"lo": lo, "hi": hi}).fetchall()
         con.execute(f"INSERT INTO gpu_hourly {_ROLLUP_SELECT}", {"lo": lo, "hi": hi}).fetchall()

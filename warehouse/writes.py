@@ -15,7 +15,7 @@ import duckdb
 import polars as pl
 
 from gpuledger.warehouse.db import transaction
-from gpuledger.warehouse.rollups import refresh_gpu_hourly_for
+from gpuledger.warehouse.rollups import final_before, refresh_gpu_hourly_for
 
 # Natural keys of every table; `upsert` uses them to dedupe a batch before it reaches DuckDB
 # (DuckDB refuses to update the same row twice in one statement).
@@ -136,7 +136,9 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
     ``gpu_hourly`` rollup of the hours they touch, in one transaction (the caller's, if open).
 
     The first value stored for a (gpu_id, ts) wins, so re-ingesting is a no-op and a late copy of
-    a sample cannot overwrite it. Returns the number of rows that were new.
+    a sample cannot overwrite it. Samples older than the retention's pruned hours
+    (rollups.final_before) are not stored: their hours' rollups are final (a re-ingest of history
+    already pruned). Returns the number of rows that were new.
     """
     if samples.is_empty():
         return 0
@@ -144,6 +146,11 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
     batch = samples.select([c for c in wanted if c in samples.columns]).with_columns(
         pl.lit(source).alias("source")
     )
+    floor = final_before(con)
+    if floor is not None:
+        batch = batch.filter(pl.col("ts") >= floor)
+        if batch.is_empty():
+            return 0
     with transaction(con):
         before = con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
         upsert(con, "gpu_samples", batch, on_conflict="ignore")

@@ -16,7 +16,7 @@ from gpuledger.sql import load_sql
 
 from gpuledger.analytics.squatting import ACTIVITY_COLUMNS, LOOKBACK, held_devices
 from gpuledger.config import SquattingPolicy
-from gpuledger.warehouse.rollups import hour_span, rollup_frame
+from gpuledger.warehouse.rollups import final_before, hour_span, rollup_frame
 
 _SAMPLE_COLS = (
     "gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, tensor_active_ratio, dram_active_ratio, "
@@ -90,7 +90,9 @@ def load_hourly(
 
     With ``verify`` the rollup's sample count is checked against ``gpu_samples`` over the span
     (two counts, milliseconds); when they differ (a writer that did not refresh, or a warehouse
-    older than migration 004) the rollup is computed from the samples on the fly instead.
+    older than migration 004) the rollup is computed from the samples on the fly instead. Hours
+    whose raw samples retention pruned (before ``final_before``) are the rollup's alone: read,
+    never checked or recomputed.
     """
     lo, hi = hour_span(start - timedelta(hours=1), end)
     stored = con.sql(
@@ -98,12 +100,19 @@ def load_hourly(
         params={"lo": lo, "hi": hi},
     )
     if verify:
-        n_rollup = con.execute("SELECT coalesce(sum(s_n), 0) FROM gpu_hourly WHERE hour >= $lo AND hour < $hi",
-                               {"lo": lo, "hi": hi}).fetchall()[0][0]
-        n_samples = con.execute("SELECT count(*) FROM gpu_samples WHERE ts >= $lo AND ts < $hi",
-                                {"lo": lo, "hi": hi}).fetchall()[0][0]
-        if n_rollup != n_samples:
-            return rollup_frame(con, lo, hi)
+        floor = final_before(con)
+        check_lo = max(lo, floor) if floor is not None else lo
+        if check_lo < hi:
+            span = {"lo": check_lo, "hi": hi}
+            n_rollup = con.execute("SELECT coalesce(sum(s_n), 0) FROM gpu_hourly WHERE hour >= $lo AND hour < $hi",
+                                   span).fetchall()[0][0]
+            n_samples = con.execute("SELECT count(*) FROM gpu_samples WHERE ts >= $lo AND ts < $hi",
+                                    span).fetchall()[0][0]
+            if n_rollup != n_samples:
+                if check_lo == lo:
+                    return rollup_frame(con, lo, hi)
+                final = stored.filter(f"hour < TIMESTAMP '{check_lo.isoformat(sep=' ')}'").pl()
+                return pl.concat([final, rollup_frame(con, check_lo, hi).collect()], how="vertical_relaxed").lazy()
     return stored.pl().lazy()
 
 

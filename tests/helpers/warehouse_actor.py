@@ -57,7 +57,7 @@ def main(mode: str, path: str, *args: str) -> None:
         seen = -1
         while seen < total:
             with warehouse.open_reader(path) as con:
-                seen = con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0]
+                seen = con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
             say(f"seen {seen}")
     else:
         raise SystemExit(f"unknown mode {mode}")

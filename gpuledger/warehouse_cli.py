@@ -1,0 +1,76 @@
+"""`gpuledger warehouse …`: keeping the warehouse itself — raw-sample retention, disk use per table.
+Light at import (the warehouse and polars load when a command runs)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpuledger import tables, warehouse
+from gpuledger.cli_common import ConfigOpt, WarehouseOpt, warehouse_config, warehouse_path
+from gpuledger.tables import Column, View
+
+app = typer.Typer(help="Keep the warehouse: prune raw samples past the retention, show disk use per table.",
+                  no_args_is_help=True)
+
+DISK = View(
+    columns=(
+        Column("table", "table", key=True),
+        Column("rows", "rows", "int", key=True),
+        Column("disk_mib", "disk\n(MiB)", "num", key=True),
+    ),
+    notes=(("", "disk: DuckDB pragma_storage_info blocks of the table's columns (256 KiB each, a shared "
+                "block split by segment count); indexes and catalog are their own line"),),
+)
+
+
+def disk_use_frame(con):
+    """Disk use per table, then the indexes-and-metadata and free lines (MiB), for the terminal."""
+    import polars as pl
+
+    uses, totals = warehouse.table_disk_use(con)
+    mib = 1024 * 1024
+    rows = [(u.table, u.rows, u.bytes / mib) for u in uses if u.rows or u.bytes]
+    empty = sum(1 for u in uses if not (u.rows or u.bytes))
+    if empty:
+        rows.append((f"({empty} empty tables)", 0, 0.0))
+    rows += [("(indexes, catalog)", None, totals["indexes_and_metadata_bytes"] / mib),
+             ("(free blocks)", None, totals["free_bytes"] / mib),
+             ("(file)", None, totals["file_bytes"] / mib)]
+    return pl.DataFrame(rows, schema={"table": pl.String, "rows": pl.Int64, "disk_mib": pl.Float64}, orient="row")
+
+
+@app.command("disk")
+def disk(warehouse_file: WarehouseOpt = None) -> None:
+    """Disk use per table (MiB) and the file's totals."""
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_reader(path) as con:
+        frame = disk_use_frame(con)
+    tables.print_table(frame, DISK, title=f"disk use of {path}")
+
+
+@app.command("prune")
+def prune(
+    keep_days: Annotated[float | None, typer.Option(
+        "--keep-days", min=0.01,
+        help="keep raw samples this many days back from the newest [default: the config's "
+             "policy.retention.raw_sample_days, 35]")] = None,
+    warehouse_file: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Delete raw samples older than the retention whose hourly rollups are complete (the partial
+    hours at allocation edges stay: reports read those raw). Rollups, jobs, findings and
+    statements are kept; reports of the pruned period do not change."""
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path) as con:
+        days = keep_days if keep_days is not None else (
+            warehouse_config(con, config, write=True).policy.retention.raw_sample_days)
+        stats = warehouse.prune_raw_samples(con, keep_days=days)
+    if stats.pruned_before is None:
+        typer.echo(f"warehouse {path}: no raw samples older than {days:g} days to prune")
+        return
+    typer.echo(f"warehouse {path}: pruned raw samples before {stats.pruned_before.isoformat()}Z "
+               f"({days:g} days kept): {stats.rows_deleted:,} deleted, {stats.rows_kept:,} kept for "
+               f"partial hours, {stats.hours_completed:,} hourly rollups completed first. DuckDB reuses "
+               "the freed blocks for new data (the file does not shrink).")
