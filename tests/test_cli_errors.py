@@ -288,6 +288,8 @@ class _FakeSource:
     'html'   an HTML page for every path (a login portal, a Grafana, a typo'd URL),
     'vector' Prometheus' label values, but query_range answers with an instant vector,
     'good'   a real matrix: four samples of one GPU at T0, T0+30, T0+60, T0+90,
+    'json'   JSON that is not Prometheus' envelope; 'no-dcgm' a Prometheus without DCGM series;
+    'bad-values' a matrix whose points are not [time, "value"] pairs,
     'page'   /metrics as HTML ('page-binary': as text/plain full of NUL bytes)."""
 
     def __init__(self, mode: str):
@@ -317,8 +319,12 @@ class _FakeSource:
             return "text/html; charset=utf-8", html
         if self.mode == "page-binary":
             return "text/plain; version=0.0.4", b"\x00\x01\x02GPU\xff\xfe" * 40
+        if self.mode == "json":
+            return "application/json", b'{"hello": "world"}'
         if path.startswith("/api/v1/label/__name__/values"):
-            data = ["DCGM_FI_DEV_GPU_UTIL", "up"]
+            data = ["up"] if self.mode == "no-dcgm" else ["DCGM_FI_DEV_GPU_UTIL", "up"]
+        elif self.mode == "bad-values":
+            data = {"resultType": "matrix", "result": [{"metric": SERIES, "values": [["soon"], [T0]]}]}
         elif self.mode == "vector":
             data = {"resultType": "vector", "result": [{"metric": SERIES, "value": [T0, "50"]}]}
         else:
@@ -349,14 +355,23 @@ def _backfill(url: str, warehouse_file: Path, cwd: Path) -> Ran:
                     "--workers", "1", "--progress", "none", "-w", str(warehouse_file)], cwd)
 
 
-def test_backfill_from_a_server_that_is_not_prometheus_says_so(source, tmp_path):
-    server = source("html")
-    ran = _backfill(server.url, tmp_path / "w.duckdb", tmp_path)
+@pytest.mark.parametrize("mode,says", [
+    ("html", "answered HTTP 200 with an HTML page, not Prometheus' JSON API"),
+    ("json", "not Prometheus' API envelope"),
+    ("no-dcgm", "holds no DCGM series"),
+    ("bad-values", "values are not [time, \"value\"] pairs"),
+])
+def test_backfill_from_a_source_that_answers_wrongly_says_so_and_records_nothing(source, tmp_path, mode, says):
+    server = source(mode)
+    warehouse_file = tmp_path / "w.duckdb"
+    ran = _backfill(server.url, warehouse_file, tmp_path)
     assert ran.code == 1 and "Traceback" not in ran.stderr, ran.stderr
     lines = ran.stderr.strip().splitlines()
-    assert len(lines) == 1, ran.stderr  # not the HTML page
-    assert "an HTML page, not Prometheus' JSON API" in lines[0] and "--url" in lines[0]
-    assert "<html" not in ran.stderr and "rerun" not in ran.stderr
+    assert len(lines) == 1, ran.stderr  # one line: never the page itself
+    assert says in lines[0] and ("--url" in lines[0] or "nothing was recorded" in lines[0]), lines[0]
+    assert "<html" not in ran.stderr and "rerun the same command" not in ran.stderr
+    with duckdb.connect(str(warehouse_file), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM ingest_checkpoints").fetchone() == (0,)
 
 
 def test_a_result_that_is_not_a_matrix_is_an_error_and_the_range_is_not_checkpointed(source, tmp_path):
