@@ -269,3 +269,14 @@ def test_evidence_shape_and_only_running_jobs():
     assert sorted(zip(ev["job_id"], ev["gpu_id"])) == [("released", 3), ("running", 1)]
     f = c.findings()
     assert set(f) == {"running", "released"} and f["released"]["gpus_total"] == 1
+
+
+def test_idle_cost_rounds_half_up():
+    # Issue 8 item 2: 90 idle minutes on one GPU at 0.03 = 1.5 × 0.03 = 0.045 exactly, half-up
+    # 0.05; polars' Decimal.round (half to even) gave 0.04.
+    rates = rate_card([("H100", "reserved", datetime(2026, 1, 1), "0.03")])
+    c = Cluster().job("j", idle_for=(90,))
+    found = squatting_findings(jobs(c.job_rows), allocations(c.alloc_rows), gpus(c.gpu_rows),
+                               c.activity().lazy(), rates, now=NOW, policy=POLICY).collect().to_dicts()
+    assert found[0]["gpu_hours_idle"] == pytest.approx(1.5)
+    assert found[0]["idle_cost"] == Decimal("0.05")
