@@ -559,3 +559,18 @@ def test_sync_stores_node_labels_and_prices_a_spot_node_spot(standin, ingest):
     with warehouse.open_reader(ingest.warehouse_path) as con:
         assert con.execute("SELECT host, pricing_tier FROM gpus").fetchall() == [("node-h100", "spot")]
         assert sorted(h for (h,) in con.execute("SELECT host FROM node_labels").fetchall()) == ["node-cpu", "node-h100"]
+
+
+def test_rows_keyed_by_name_before_uids_are_not_counted_twice(warehouse_file):
+    import dataclasses
+
+    from gpuledger.ingest.jobs.kubernetes import write_batch
+
+    record = map_pod(_recreated("uid-1", "2026-11-29T08:00:00Z", None), cluster=CLUSTER, now=NOW)
+    legacy = dataclasses.replace(record, job_id="ml-vision/train-0")   # as written before uids
+    with warehouse.open_writer(warehouse_file) as con:
+        write_batch(con, [legacy], [], now=NOW)
+        write_batch(con, [record], [], now=NOW)
+        rows = con.execute("SELECT job_id, scheduler_job FROM jobs").fetchall()
+    # The same pod (same name, same creation time): one row, under its uid.
+    assert rows == [("uid-1", "ml-vision/train-0")]
