@@ -146,6 +146,9 @@ def write_batch(
         frame, refused = screen_jobs(frame, job_limits(con), now=now, source=QUARANTINE_SOURCE,
                                      locations=[r.scheduler_job or r.job_id for r in records])
         rejects = [*rejects, *((Rejected(q.location, q.reason), q.raw_text) for q in refused)]
+    # Only the columns the table has (a warehouse migrated past 009 before 008 existed lacks scheduler_job).
+    columns = {r[0] for r in con.execute("DESCRIBE jobs").fetchall()}
+    frame = frame.select([c for c in frame.columns if c in columns])
     _rekey_legacy_rows(con, frame)
     written = warehouse.upsert(con, "jobs", frame)
     link_devices_for_jobs(con, frame)  # devices from the pod labels on samples already stored
