@@ -26,7 +26,7 @@ def agent_command(
     write_every: Annotated[
         int,
         typer.Option(
-            min=1, help="sampling rounds gathered per warehouse write (each write publishes a snapshot)"
+            min=1, help="sampling rounds gathered per warehouse write (readers see each write when it ends)"
         ),
     ] = 6,
     count: Annotated[

@@ -181,6 +181,7 @@ def ingest_results(con, results: Iterable[FetchResult], *, cluster: str = DEFAUL
             continue
         total.add(ingest_page(con, result.text, location=result.url, scrape_ms=result.scrape_ms,
                               cluster=cluster, max_future_s=max_future_s))
+        warehouse.yield_to_readers(con)  # a round of many pages takes seconds: readers get turns
     return total
 
 
@@ -199,9 +200,9 @@ def scrape(
 ) -> IngestStats:
     """Scrape ``urls`` ``count`` times (>= 1), one round every ``interval_s`` seconds.
 
-    Each round fetches concurrently, then takes the writer briefly. The reader snapshot is published
-    every ``publish_every`` rounds and after the last one (publishing copies the whole file, too
-    costly per scrape).
+    Each round fetches concurrently, then takes the writer briefly (letting waiting readers in
+    between pages); readers see each round as soon as it is written. ``publish_every`` is ignored
+    (kept for callers: there is no reader snapshot to publish any more).
     """
     if count < 1:
         raise ValueError(f"count must be at least 1, not {count}")
@@ -211,8 +212,7 @@ def scrape(
     for round_no in range(1, count + 1):
         results = fetch_targets(urls, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
                                 session=session)
-        publish = round_no == count or round_no % max(1, publish_every) == 0
-        with warehouse.open_writer(warehouse_path, publish=publish) as con:
+        with warehouse.open_writer(warehouse_path) as con:
             stats = ingest_results(con, results, cluster=cluster)
         total.add(stats)
         if on_round:

@@ -43,7 +43,7 @@ def scrape_cmd(
     timeout: Annotated[float, typer.Option("--timeout", help="per-request timeout, seconds", min=0.001)] = 10.0,
     retries: Annotated[int, typer.Option("--retries", help="retries after a timeout, refusal or 5xx", min=0)] = 3,
     backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)", min=0)] = 0.5,
-    publish_every: Annotated[int, typer.Option("--publish-every", help="publish the reader snapshot every N rounds (and after the last)", min=1)] = 10,
+    publish_every: Annotated[int, typer.Option("--publish-every", help="ignored: readers see every round as it is written (kept for scripts)", min=1)] = 10,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     warehouse_file: WarehouseOpt = None,
 ) -> None:

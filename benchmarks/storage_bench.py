@@ -1,0 +1,257 @@
+"""Storage benchmarks (not a test): the write path as history grows, and reader latency under writers.
+
+    .venv/bin/python benchmarks/storage_bench.py                  # both parts, 256 GPUs, ~8 min
+    .venv/bin/python benchmarks/storage_bench.py --part write     # 1 vs 7 days of history only
+    .venv/bin/python benchmarks/storage_bench.py --part readers --seconds 120 --writer-every 30
+
+1. Write path: one scrape round of every node's exposition page (256 GPUs = 302 devices incl. MIG),
+   written as ``gpuledger ingest scrape`` writes it (``open_writer`` + ``ingest_results`` + close),
+   into a warehouse holding 1 day and 7 days of simulated history. Reported per round: lock + open
+   + migrate, ingest, close (DuckDB checkpoint), and what the old design added on top (a whole-file
+   copy to ``<file>.snapshot``, timed with ``shutil.copyfile`` on the same file).
+2. Readers: 4 reader processes querying in a loop (``open_reader`` + two dashboard-style queries),
+   while a writer process writes a scrape round every ``--writer-every`` seconds, then while a long
+   writer (a backfill-like session of ~1 s chunks that yields to readers) runs. Latency = from
+   asking for the reader to the last query's rows (wait + queries), p50 / p99 / max.
+
+Histories are simulated once and cached under data/bench/ or $GPULEDGER_BENCH_CACHE (``--gpus``,
+seed 1, start 2026-11-01). The machine is shared: compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpuledger import warehouse  # noqa: E402
+
+START = datetime(2026, 11, 1)
+CACHE = Path(os.environ.get("GPULEDGER_BENCH_CACHE", ROOT / "data" / "bench"))  # histories, built once
+
+
+def history(gpus: int, days: int) -> Path:
+    """A cached warehouse with ``days`` of simulated history (built once)."""
+    from gpuledger.simulator import build_cluster
+    from gpuledger.simulator.to_warehouse import write_simulation
+
+    path = CACHE / f"storage-{gpus}gpus-{days}d.duckdb"
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".building")
+        t = time.perf_counter()
+        sim = build_cluster(seed=1, gpus=gpus, start=START, days=days)
+        with warehouse.open_writer(tmp) as con:
+            write_simulation(con, sim)
+        for side in (".lock", ".gate", ".readers"):
+            Path(f"{tmp}{side}").unlink(missing_ok=True)
+        tmp.rename(path)
+        print(f"built {path.name} in {time.perf_counter() - t:.0f} s", flush=True)
+    return path
+
+
+def round_pages(gpus: int, days: int, round_no: int) -> list:
+    """FetchResults of one scrape round just after the history ends (one page per node)."""
+    from gpuledger.ingest.metrics.scrape import FetchResult
+    from gpuledger.simulator import build_cluster, metrics_page
+
+    sim = build_cluster(seed=1, gpus=gpus, start=START, days=days)
+    t = sim.end_s + 30 * round_no
+    return [FetchResult(url=f"http://node-{n}:9400/metrics", text=metrics_page(sim, n, t), scrape_ms=(t + 1) * 1000,
+                        attempts=1) for n in range(len(sim.hardware.node_host))]
+
+
+def write_round(path: Path, results) -> dict:
+    from gpuledger.ingest.metrics.scrape import ingest_results
+
+    t0 = time.perf_counter()
+    with warehouse.open_writer(path) as con:
+        t1 = time.perf_counter()
+        stats = ingest_results(con, results, cluster="sim")
+        t2 = time.perf_counter()
+    t3 = time.perf_counter()
+    return {"open_s": t1 - t0, "ingest_s": t2 - t1, "close_s": t3 - t2, "total_s": t3 - t0,
+            "new": stats.samples_new}
+
+
+def write_part(gpus: int, rounds: int) -> dict:
+    out = {}
+    for days in (1, 7):
+        src = history(gpus, days)
+        pages = [round_pages(gpus, days, r) for r in range(1, rounds + 1)]
+        with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+            path = Path(tmp) / "w.duckdb"
+            shutil.copyfile(src, path)
+            with warehouse.open_writer(path):
+                pass  # page cache warm, migrations current: as a running ingest finds it
+            figures = [write_round(path, results) for results in pages]
+            copies = []
+            for _ in range(3):
+                t = time.perf_counter()
+                shutil.copyfile(path, Path(tmp) / "copy.snapshot")
+                copies.append(time.perf_counter() - t)
+            size = path.stat().st_size
+        med = {k: statistics.median(f[k] for f in figures) for k in ("open_s", "ingest_s", "close_s", "total_s")}
+        out[days] = {**med, "max_total_s": max(f["total_s"] for f in figures), "new": figures[0]["new"],
+                     "size_mb": size / 1e6, "copy_s": statistics.median(copies)}
+        r = out[days]
+        print(f"{days} day(s) of history ({r['size_mb']:.0f} MB): round median {r['total_s'] * 1e3:.0f} ms "
+              f"(open {r['open_s'] * 1e3:.0f} + ingest {r['ingest_s'] * 1e3:.0f} + close {r['close_s'] * 1e3:.0f}), "
+              f"max {r['max_total_s'] * 1e3:.0f} ms, {r['new']} rows; the old snapshot copy would add "
+              f"{r['copy_s'] * 1e3:.0f} ms", flush=True)
+    ratio = out[7]["total_s"] / out[1]["total_s"]
+    old_ratio = (out[7]["total_s"] + out[7]["copy_s"]) / (out[1]["total_s"] + out[1]["copy_s"])
+    print(f"write path 7 d / 1 d: {ratio:.2f} (with the old whole-file copy: {old_ratio:.2f})", flush=True)
+    return out
+
+
+READ_QUERIES = (
+    # hourly SM activity of the newest day (the dashboard's utilization chart) ...
+    "SELECT hour, sum(s_sm_active) / nullif(sum(s_n_sm_active), 0) FROM gpu_hourly "
+    "WHERE hour >= (SELECT max(hour) FROM gpu_hourly) - INTERVAL 24 HOUR GROUP BY hour ORDER BY hour",
+    # ... and the newest 10 minutes of raw samples (what a freshness check reads)
+    "SELECT count(*), max(ts) FROM gpu_samples WHERE ts >= (SELECT max(ts) FROM gpu_samples) - INTERVAL 10 MINUTE",
+)
+
+
+def reader_main(path: str, seconds: float, out: str) -> None:
+    """One reader process: query in a loop for ``seconds``; latencies (s) and errors to ``out``."""
+    lat, waits, errors = [], [], []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.perf_counter()
+        try:
+            with warehouse.open_reader(path) as con:
+                t1 = time.perf_counter()
+                for q in READ_QUERIES:
+                    con.execute(q).fetchall()
+            t2 = time.perf_counter()
+            lat.append(t2 - t0)
+            waits.append(t1 - t0)
+        except Exception as exc:  # noqa: BLE001 - counted, the benchmark's point
+            errors.append(f"{type(exc).__name__}: {exc}")
+        time.sleep(0.05)  # a dashboard refreshes, it does not spin
+    Path(out).write_text(json.dumps({"latency_s": lat, "wait_s": waits, "errors": errors}))
+
+
+def scrape_writer_main(path: str, gpus: int, days: int, seconds: float, every: float, out: str) -> None:
+    holds = []
+    pages = [round_pages(gpus, days, 100 + r) for r in range(int(seconds // every) + 1)]
+    t_next = time.monotonic() + every / 2
+    end = time.monotonic() + seconds
+    for results in pages:
+        time.sleep(max(0.0, t_next - time.monotonic()))
+        if time.monotonic() >= end:
+            break
+        holds.append(write_round(Path(path), results)["total_s"])
+        t_next += every
+    Path(out).write_text(json.dumps({"holds_s": holds}))
+
+
+def long_writer_main(path: str, seconds: float, out: str) -> None:
+    """A backfill-like writer: one session, ~1 s chunks of samples, yielding between chunks."""
+    import numpy as np
+    import polars as pl
+
+    yields, chunks, batches, n = 0, 0, 0, 20_000
+    t0 = np.datetime64("2027-01-01T00:00:00", "us")  # after the history: new rows, no conflicts
+    end = time.monotonic() + seconds
+    with warehouse.open_writer(path) as con:
+        while time.monotonic() < end:
+            c_end = time.monotonic() + 1.0
+            with warehouse.transaction(con):  # a chunk: batches for ~1 s, one transaction
+                while time.monotonic() < c_end:
+                    warehouse.write_samples(con, pl.DataFrame({
+                        "gpu_id": np.full(n, 1, dtype=np.int32),
+                        "ts": t0 + (np.arange(n) + batches * n) * np.timedelta64(1, "s"),
+                        "sm_active_ratio": np.linspace(0, 1, n)}), "bench")
+                    batches += 1
+            chunks += 1
+            yields += con.yield_to_readers()
+    Path(out).write_text(json.dumps({"chunks": chunks, "yields": yields}))
+
+
+def _pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def run_readers(path: Path, seconds: float, writer: list[str], tmp: Path, label: str) -> dict:
+    me = [sys.executable, str(Path(__file__).resolve())]
+    readers = [subprocess.Popen([*me, "--reader", str(path), str(seconds), str(tmp / f"r{i}.json")], cwd=ROOT)
+               for i in range(4)]
+    w = subprocess.Popen([*me, *writer, str(tmp / "w.json")], cwd=ROOT)
+    for p in (*readers, w):
+        assert p.wait() == 0, f"benchmark process failed ({p.args})"
+    lat, waits, errors = [], [], []
+    for i in range(4):
+        r = json.loads((tmp / f"r{i}.json").read_text())
+        lat += r["latency_s"]
+        waits += r["wait_s"]
+        errors += r["errors"]
+    w_out = json.loads((tmp / "w.json").read_text())
+    res = {"reads": len(lat), "errors": len(errors), "p50_ms": _pct(lat, 0.5) * 1e3, "p99_ms": _pct(lat, 0.99) * 1e3,
+           "max_ms": max(lat) * 1e3 if lat else float("nan"), "wait_p99_ms": _pct(waits, 0.99) * 1e3,
+           "wait_max_ms": max(waits) * 1e3 if waits else float("nan"), "writer": w_out}
+    print(f"{label}: {res['reads']} reads by 4 readers, {res['errors']} errors; latency p50 {res['p50_ms']:.0f} ms, "
+          f"p99 {res['p99_ms']:.0f} ms, max {res['max_ms']:.0f} ms (waiting for the file: p99 "
+          f"{res['wait_p99_ms']:.0f} ms, max {res['wait_max_ms']:.0f} ms); writer {w_out}", flush=True)
+    if errors:
+        print("  first error:", errors[0], flush=True)
+    return res
+
+
+def readers_part(gpus: int, seconds: float, every: float) -> dict:
+    out = {}
+    src = history(gpus, 7)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp_name:
+        tmp = Path(tmp_name)
+        path = tmp / "w.duckdb"
+        shutil.copyfile(src, path)
+        with warehouse.open_writer(path):
+            pass
+        out["baseline"] = run_readers(path, min(30.0, seconds), ["--idle-writer"], tmp, "no writer (baseline)")
+        out["scrape"] = run_readers(
+            path, seconds, ["--scrape-writer", str(path), str(gpus), "7", str(seconds), str(every)], tmp,
+            f"a scrape round every {every:g} s for {seconds:g} s")
+        out["long"] = run_readers(path, min(60.0, seconds), ["--long-writer", str(path), str(min(60.0, seconds))], tmp,
+                                  "a long writer (1 s chunks, one session, yields between chunks)")
+    return out
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--reader"]:
+        return reader_main(sys.argv[2], float(sys.argv[3]), sys.argv[4])
+    if sys.argv[1:2] == ["--scrape-writer"]:
+        a = sys.argv[2:]
+        return scrape_writer_main(a[0], int(a[1]), int(a[2]), float(a[3]), float(a[4]), a[5])
+    if sys.argv[1:2] == ["--long-writer"]:
+        return long_writer_main(sys.argv[2], float(sys.argv[3]), sys.argv[4])
+    if sys.argv[1:2] == ["--idle-writer"]:
+        return Path(sys.argv[2]).write_text(json.dumps({}))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--part", choices=["write", "readers", "both"], default="both")
+    ap.add_argument("--gpus", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=8, help="scrape rounds timed per history length")
+    ap.add_argument("--seconds", type=float, default=120.0, help="reader run length")
+    ap.add_argument("--writer-every", type=float, default=30.0, help="seconds between scrape rounds")
+    args = ap.parse_args()
+    if args.part in ("write", "both"):
+        write_part(args.gpus, args.rounds)
+    if args.part in ("readers", "both"):
+        readers_part(args.gpus, args.seconds, args.writer_every)
+
+
+if __name__ == "__main__":
+    main()
