@@ -105,7 +105,7 @@ def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tup
             value, band = UNFUNDED_BASE + fair + within, f"unfunded ({job.unfunded_reason or 'not funded'})"
         rank_words = f"project {job.project} ranks {job.fs_rank} of {n} by fair share" if job.fs_rank \
             else f"project {job.project} has no fair-share rank"
-        within_words = "" if d is None else (
+        within_words = "" if d is None or len(order[job.project]) < 2 else (
             f"; its declared priority {d} is #{within + 1} of {len(order[job.project])} distinct values "
             f"in the project (it orders only the project's own jobs)")
         out[job.key] = (value, f"{band}; {rank_words}{within_words}")
@@ -140,7 +140,7 @@ def decide(situation: Situation, policy) -> list[Action]:
     for job in jobs:
         value, why = targets[job.key]
         figures = {"priority": value, "fs_rank": job.fs_rank, "fs_projects": situation.fs_projects,
-                   "declared_priority": _declared(job, situation)}
+                   "declared_priority": _declared(job, situation), "running": job.running}
         hist = situation.history.get(job.key)
         applied = hist.applied_priority if hist else None
         drifted = (job.source == "kueue" and applied is not None and job.observed_priority is not None
@@ -166,7 +166,9 @@ def decide(situation: Situation, policy) -> list[Action]:
                                   f"{exempt}")
             continue
         squat = _squat_figures(finding)
-        warned = [w for w in situation.warnings.get(job.key, []) if w.idle_since >= finding.idle_since]
+        # warnings issued during this idle stretch (idle_since may move later when the evidence's
+        # lookback caps it; a warning issued while the job was already idle still counts)
+        warned = [w for w in situation.warnings.get(job.key, []) if w.warned_at >= finding.idle_since]
         warned_stages = {w.stage for w in warned}
         stage = finding.severity
         if stage != "preempt-eligible":
@@ -260,6 +262,7 @@ def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]
             freed[(job.cluster, job.gpu_model)] += job.gpus
             taken.add(job.key)
     out = []
+    short: set[tuple[str, str]] = set()
     for w in waiting:
         pool = (w.cluster, w.gpu_model)
         need = w.gpus
@@ -284,21 +287,24 @@ def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]
             got += c.gpus
         if got < need - 1e-9:
             for c in chosen:
-                notes[c.key].append(f"ranks below waiting funded job {w.job_id}, but preempting all "
-                                    f"{got:g} GPU(s) that could go would not free the {need:g} it needs")
+                if c.key not in short:  # once per job: the first (highest) waiting job it ranks below
+                    short.add(c.key)
+                    notes[c.key].append(f"ranks below waiting {_waiting_words(w, policy)} {w.job_id}, but "
+                                        f"preempting all {got:g} GPU(s) that could go would not free the "
+                                        f"{need:g} it needs")
             continue
         freed[pool] += got - need
         for c in chosen:
             taken.add(c.key)
             if stale:
-                notes[c.key].append(f"ranks below waiting funded job {w.job_id}, but {stale}")
+                notes[c.key].append(f"ranks below waiting {_waiting_words(w, policy)} {w.job_id}, but {stale}")
                 continue
             if c.funded:
                 rule, why = "past-min-runtime", (f"funded, but past its minimum runtime "
                                                  f"(protected until {_fmt(c.protected_until)})")
             else:
                 rule, why = "unfunded-burst", f"unfunded ({c.unfunded_reason or 'not funded'}), running on burst"
-            reason = (f"{why}; holds {c.gpus:g} {c.gpu_model or ''} GPU(s) that funded job {w.job_id} "
+            reason = (f"{why}; holds {c.gpus:g} {c.gpu_model or ''} GPU(s) that {_waiting_words(w, policy)} {w.job_id} "
                       f"(project {w.project}, priority {w_priority}) is waiting for "
                       f"(needs {w.gpus:g}, {w.gpus - need:g} idle); this job's priority is {targets[c.key][0]}")
             out.append((_act(PREEMPT, c, reason, rule, policy,
@@ -306,6 +312,10 @@ def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]
                                       "waiting_priority": w_priority, "waiting_gpus": w.gpus,
                                       "gpus": c.gpus}), c))
     return out
+
+
+def _waiting_words(w: JobFacts, policy) -> str:
+    return "funded job" if w.funded else "exempt job"
 
 
 def _capped(proposals, situation, policy, notes) -> list[Action]:

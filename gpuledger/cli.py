@@ -17,6 +17,7 @@ from gpuledger.analytics import cli as analytics_cli
 from gpuledger.ledger import cli as ledger_cli
 from gpuledger.lazy import lazy_import
 from gpuledger.ingest.jobs.csv_cli import app as import_app
+from gpuledger.enforce.cli import app as enforce_app
 from gpuledger.ingest.cli import app as ingest_app
 from gpuledger.ingest.metrics.nvml_cli import agent_command
 from gpuledger.simulator.cli import app as simulate_app
@@ -38,6 +39,7 @@ app.add_typer(warehouse_app, name="warehouse")
 app.command("agent")(agent_command)
 app.add_typer(analytics_cli.report_app, name="report")
 app.add_typer(ledger_cli.period_app, name="period")
+app.add_typer(enforce_app, name="enforce")
 app.add_typer(pipelines_app, name="pipelines")
 app.command("fairshare")(analytics_cli.fairshare)
 app.command("budget")(analytics_cli.budget)

@@ -13,6 +13,13 @@ Kueue Workloads without patching anything:
   ``gone_as_http=True``, a plain HTTP 410 Status response).
 * ``GET /api/v1/nodes`` and ``GET /apis/kueue.x-k8s.io/v1beta1/workloads`` — lists.
 
+For enforcement (gpuledger.enforce.backends): Kueue ``v1beta2`` Workloads (``GET`` list / get,
+``PATCH`` as ``application/merge-patch+json``), ``POST .../events``, ``POST .../pods/<p>/eviction``
+honouring PodDisruptionBudgets (429 with a ``DisruptionBudget`` cause when none may be disrupted, 500
+when several select the pod), ``dryRun=All`` (validated, nothing stored), a bearer token (401
+without it, ``forbid`` gives 403) and one-shot faults (``fail_next``). Every such request, with its
+body, is in ``calls``.
+
 Tests drive it from their own thread (``add_pod``, ``modify_pod``, ``delete_pod``, ``bookmark``,
 ``compact``) and synchronise on ``requests`` (a queue of every request served), never on sleeps.
 """
@@ -30,6 +37,7 @@ from urllib.parse import parse_qs, urlparse
 POD_LIST = "/api/v1/pods"
 NODE_LIST = "/api/v1/nodes"
 WORKLOAD_LIST = "/apis/kueue.x-k8s.io/v1beta1/workloads"
+KUEUE_V1BETA2 = "/apis/kueue.x-k8s.io/v1beta2"
 
 
 class KubeStandIn:
@@ -43,6 +51,14 @@ class KubeStandIn:
         self._events: list[tuple[int, str, dict]] = []  # (rv, type, object)
         self.nodes: list[dict] = []
         self.workloads: list[dict] = []
+        # enforcement: v1beta2 Workloads by (namespace, name), PodDisruptionBudgets, Events, calls
+        self.kueue_workloads: dict[tuple[str, str], dict] = {}
+        self.pdbs: list[dict] = []
+        self.events: list[dict] = []
+        self.calls: list[dict] = []  # {"method", "path", "query", "body", "content_type"}
+        self.token: str | None = None  # when set, requests need "Authorization: Bearer <token>"
+        self.forbid = False  # every enforcement request answered 403
+        self.fail_next: dict[tuple[str, str], tuple[int, dict]] = {}  # (method, path) -> one answer
         self.gone_as_http = gone_as_http
         self.requests: queue.Queue[tuple[str, dict[str, str]]] = queue.Queue()
         self._closed = False
@@ -171,6 +187,105 @@ class KubeStandIn:
                 yield rv, kind, obj
 
 
+def _status(code: int, reason: str, message: str, details: dict | None = None) -> dict:
+    out = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+           "reason": reason, "code": code}
+    if details:
+        out["details"] = details
+    return out
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch (null deletes a key)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _selects(pdb: dict, pod: dict) -> bool:
+    meta = pod.get("metadata") or {}
+    if (pdb.get("metadata") or {}).get("namespace") != meta.get("namespace"):
+        return False
+    wanted = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    labels = meta.get("labels") or {}
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+
+def _enforcement_request(state: KubeStandIn, method: str, path: str, query: dict[str, str], body,
+                         content_type: str) -> tuple[int, dict]:
+    """The answer to one enforcement request (see the module docstring); dryRun=All stores nothing."""
+    dry = query.get("dryRun") == "All"
+    parts = path.strip("/").split("/")
+    with state._lock:
+        # /apis/kueue.x-k8s.io/v1beta2/workloads (all namespaces)
+        if method == "GET" and parts == ["apis", "kueue.x-k8s.io", "v1beta2", "workloads"]:
+            items = [copy.deepcopy(w) for _, w in sorted(state.kueue_workloads.items())]
+            return 200, {"kind": "WorkloadList", "apiVersion": "kueue.x-k8s.io/v1beta2",
+                         "metadata": {"resourceVersion": str(state._rv)}, "items": items}
+        # /apis/kueue.x-k8s.io/v1beta2/namespaces/<ns>/workloads/<name>
+        if parts[:3] == ["apis", "kueue.x-k8s.io", "v1beta2"] and len(parts) == 7 and parts[5] == "workloads":
+            key = (parts[4], parts[6])
+            current = state.kueue_workloads.get(key)
+            if current is None:
+                return 404, _status(404, "NotFound", f'workloads.kueue.x-k8s.io "{key[1]}" not found')
+            if method == "GET":
+                return 200, copy.deepcopy(current)
+            if method == "PATCH":
+                if content_type.split(";")[0] != "application/merge-patch+json":
+                    return 415, _status(415, "UnsupportedMediaType", f"unsupported patch type {content_type}")
+                patched = merge_patch(current, body)
+                if dry:
+                    return 200, patched
+                state._rv += 1
+                patched["metadata"]["resourceVersion"] = str(state._rv)
+                state.kueue_workloads[key] = patched
+                return 200, copy.deepcopy(patched)
+        # /api/v1/namespaces/<ns>/events
+        if method == "POST" and len(parts) == 5 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "events":
+            event = copy.deepcopy(body)
+            meta = event.setdefault("metadata", {})
+            if not meta.get("name"):
+                meta["name"] = f"{meta.get('generateName', 'event.')}{len(state.events):05d}"
+            meta["namespace"] = parts[3]
+            if not dry:
+                state.events.append(event)
+            return 201, event
+        # /api/v1/namespaces/<ns>/pods/<name>/eviction
+        if (method == "POST" and len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"]
+                and parts[4] == "pods" and parts[6] == "eviction"):
+            key = (parts[3], parts[5])
+            pod = state._pods.get(key)
+            if pod is None:
+                return 404, _status(404, "NotFound", f'pods "{key[1]}" not found')
+            budgets = [b for b in state.pdbs if _selects(b, pod)]
+            if len(budgets) > 1:
+                return 500, _status(500, "InternalError", "This pod has more than one PodDisruptionBudget, "
+                                                          "which the eviction subresource does not support.")
+            if budgets and int((budgets[0].get("status") or {}).get("disruptionsAllowed", 0)) <= 0:
+                name = budgets[0]["metadata"]["name"]
+                return 429, _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+                                    "disruption budget.",
+                                    {"causes": [{"reason": "DisruptionBudget",
+                                                 "message": f"The disruption budget {name} needs 1 healthy pods "
+                                                            "and has 1 currently"}]})
+            if not dry:
+                if budgets:
+                    budgets[0]["status"]["disruptionsAllowed"] -= 1
+                state._pods.pop(key, None)
+                state._record("DELETED", pod)
+            return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+    return 404, _status(404, "NotFound", f"{method} {path} not found")
+
+
+KubeStandIn.enforcement_request = _enforcement_request
+
+
 def _status_410(rv: str) -> dict:
     return {
         "kind": "Status",
@@ -217,6 +332,8 @@ def _handler_for(state: KubeStandIn):
                 return self._json(
                     200, state.list_page(state.workloads, "WorkloadList", "kueue.x-k8s.io/v1beta1", query)
                 )
+            if url.path.startswith(KUEUE_V1BETA2):
+                return self._enforcement("GET", url.path, query, None)
             self._json(
                 404,
                 {
@@ -228,6 +345,33 @@ def _handler_for(state: KubeStandIn):
                     "message": f"{url.path} not found",
                 },
             )
+
+        def _body(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            return json.loads(raw) if raw else None
+
+        def do_PATCH(self):  # noqa: N802
+            url = urlparse(self.path)
+            self._enforcement("PATCH", url.path, {k: v[-1] for k, v in parse_qs(url.query).items()}, self._body())
+
+        def do_POST(self):  # noqa: N802
+            url = urlparse(self.path)
+            self._enforcement("POST", url.path, {k: v[-1] for k, v in parse_qs(url.query).items()}, self._body())
+
+        def _enforcement(self, method: str, path: str, query: dict[str, str], body) -> None:
+            state.calls.append({"method": method, "path": path, "query": query, "body": body,
+                                "content_type": self.headers.get("Content-Type")})
+            if state.token is not None and self.headers.get("Authorization") != f"Bearer {state.token}":
+                return self._json(401, _status(401, "Unauthorized", "Unauthorized"))
+            if state.forbid:
+                return self._json(403, _status(403, "Forbidden", f"{method} {path} is forbidden"))
+            fault = state.fail_next.pop((method, path), None)
+            if fault is not None:
+                return self._json(*fault)
+            code, answer = state.enforcement_request(method, path, query, body,
+                                                     self.headers.get("Content-Type") or "")
+            self._json(code, answer)
 
         def _watch(self, query: dict[str, str]) -> None:
             since = int(query.get("resourceVersion") or 0)

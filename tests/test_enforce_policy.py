@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-
-from gpuledger.config import EnforcementPolicy
 from gpuledger.enforce.model import Finding, JobFacts, JobHistory, Situation, Warning
 from gpuledger.enforce.policy import decide
+
+from gpuledger.config import EnforcementPolicy
 
 NOW = datetime(2026, 11, 7, 12, 0)
 H = timedelta(hours=1)
@@ -110,7 +110,7 @@ def test_squatter_is_warned_once_per_stage(minutes, severity):
     first = decide(situation(jobs, findings=[squat("sq", minutes, severity)]), policy())
     (warn,) = by_job(first, "warn")["sq"]
     assert warn.stage == severity and warn.idle_since == NOW - minutes * M
-    assert f"all 8 GPU(s) idle since" in warn.reason and f"{minutes} min" in warn.reason
+    assert "all 8 GPU(s) idle since" in warn.reason and f"{minutes} min" in warn.reason
     earlier = {("c", "sq"): [Warning(NOW - minutes * M, severity, NOW - 5 * M)]}
     again = decide(situation(jobs, findings=[squat("sq", minutes, severity)], warnings=earlier), policy())
     assert "warn" not in kinds(again, "sq")
@@ -129,6 +129,15 @@ def test_squatter_warned_too_recently_waits():
                      policy())
     assert "preempt" not in kinds(actions, "sq")
     assert "preemption may follow from 2026-11-07 12:05Z" in by_job(actions, "none")["sq"][0].reason
+
+
+def test_warning_counts_while_the_job_stays_idle_even_if_idle_since_moves():
+    # warned 70 min ago while idle; the finding's idle_since is now capped by the lookback to 60 min ago
+    warned = {("c", "sq"): [Warning(NOW - 130 * M, "warning", NOW - 70 * M)]}
+    f = squat("sq", 360, "preempt-eligible")
+    f = Finding(**{**f.__dict__, "idle_since": NOW - 360 * M})
+    actions = decide(situation([job("sq")], findings=[f], warnings=warned), policy())
+    assert "preempt" in kinds(actions, "sq")
 
 
 def test_warning_of_an_earlier_idle_episode_does_not_count():

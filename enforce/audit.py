@@ -1,0 +1,190 @@
+"""The enforcement audit trail in the warehouse (migration 011): planned and applied actions,
+warnings issued, and per job the priority gpuledger set and its preemption count.
+
+Writes go through ``warehouse.transaction`` on an ``open_writer`` connection; each function
+writes whole rows in one transaction, so a failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+
+from gpuledger.enforce.model import NONE, PREEMPT, SET_PRIORITY, WARN, Action, JobHistory, Warning
+
+from gpuledger import warehouse
+
+DONE = "done"
+#: Outcomes after which an action is never performed again (idempotent apply).
+FINAL = ("done", "unchanged")  # skipped is not: another backend may act on it
+
+
+def _wall() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _has_tables(con) -> bool:
+    return bool(con.execute("SELECT count(*) FROM information_schema.tables "
+                            "WHERE table_name = 'enforcement_audit'").fetchone()[0])
+
+
+def plan_id_for(actions: list[Action], now: datetime) -> str:
+    """Same cycle and same actions -> same id: recording a plan twice records it once."""
+    digest = hashlib.sha256(repr([(a.action, a.cluster, a.job_id, a.rule, a.priority, a.mode, a.stage, a.reason)
+                                  for a in actions]).encode())
+    return f"{now:%Y%m%dT%H%M%SZ}-{digest.hexdigest()[:10]}"
+
+
+def number(actions: list[Action], now: datetime) -> str:
+    """Give every action its id ``<plan_id>:<n>``; returns the plan id."""
+    for a in actions:
+        a.action_id = None
+    plan_id = plan_id_for(actions, now)
+    for n, a in enumerate(actions):
+        a.action_id = f"{plan_id}:{n}"
+    return plan_id
+
+
+def _row(a: Action, *, phase: str, attempt: int, plan_id: str, now: datetime, outcome: str,
+         error: str | None = None, backend: str | None = None, dry_run: bool | None = None) -> list:
+    return [a.action_id, phase, attempt, plan_id, now, _wall(), a.action, a.cluster, a.job_id, a.project,
+            a.reason, a.rule, a.priority, a.mode, a.funded, a.min_runtime_until, a.warned_at,
+            a.dry_run if dry_run is None else dry_run, backend, outcome, error,
+            json.dumps(a.figures, sort_keys=True, default=str)]
+
+
+_COLUMNS = ("action_id", "phase", "attempt", "plan_id", "planned_at", "recorded_at", "action", "cluster", "job_id",
+            "project", "reason", "rule", "priority", "mode", "funded", "min_runtime_until", "warned_at", "dry_run",
+            "backend", "outcome", "error", "inputs")
+
+
+def _insert(con, rows: list[list]) -> None:
+    """Many audit rows at once (a cycle plans one per job: thousands), through Arrow, not row by row."""
+    if not rows:
+        return
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist([dict(zip(_COLUMNS, r, strict=True)) for r in rows],
+                                 schema=pa.schema(list(zip(_COLUMNS, _types(), strict=True))))
+    con.register("_audit_rows", table)
+    try:
+        con.execute("INSERT OR IGNORE INTO enforcement_audit SELECT * FROM _audit_rows")
+    finally:
+        con.unregister("_audit_rows")
+
+
+def _types():
+    import pyarrow as pa
+
+    ts, s = pa.timestamp("us"), pa.string()
+    return (s, s, pa.int32(), s, ts, ts, s, s, s, s, s, s, pa.int64(), s, pa.bool_(), ts, ts, pa.bool_(), s, s, s, s)
+
+
+def record_plan(con, actions: list[Action], *, now: datetime) -> str:
+    """Audit rows for a planned cycle and the warnings it issues (a warning is a notification, so
+    it is issued in dry run too: the warning history is what a later preemption relies on)."""
+    plan_id = number(actions, now)
+    # A `none` row is stored when its reason differs from the job's last one: a quiet job costs
+    # one row, not one per cycle (explain shows the latest, with the time it was first planned).
+    last_none = {} if not _has_tables(con) else {
+        (c, j): r for c, j, r in con.execute(
+            "SELECT cluster, job_id, arg_max(reason, planned_at) FROM enforcement_audit "
+            "WHERE phase = 'planned' AND action = 'none' AND planned_at <= $now GROUP BY ALL", {"now": now}).fetchall()}
+    kept = [a for a in actions if a.action != NONE or last_none.get((a.cluster, a.job_id)) != a.reason]
+    with warehouse.transaction(con):
+        _insert(con, [_row(a, phase="planned", attempt=0, plan_id=plan_id, now=now, outcome="planned")
+                      for a in kept])
+        warns = [[a.cluster, a.job_id, a.idle_since, a.stage, now, a.action_id] for a in actions
+                 if a.action == WARN and a.idle_since is not None and a.stage]
+        if warns:
+            con.executemany("INSERT OR IGNORE INTO enforcement_warnings VALUES (?, ?, ?, ?, ?, ?)", warns)
+    return plan_id
+
+
+def done_ids(con, action_ids: list[str]) -> set[str]:
+    """Actions a non-dry-run apply already finished (never performed twice)."""
+    if not action_ids or not _has_tables(con):
+        return set()
+    rows = con.execute(
+        "SELECT DISTINCT action_id FROM enforcement_audit WHERE phase = 'applied' AND NOT dry_run "
+        "AND outcome IN ('done', 'unchanged') AND list_contains($ids, action_id)",
+        {"ids": action_ids}).fetchall()
+    return {r[0] for r in rows}
+
+
+def record_applied(con, results: list[tuple[Action, str, str | None]], *, backend: str, dry_run: bool,
+                   now: datetime) -> None:
+    """Audit rows for one apply run, and the job state its real actions changed, in one transaction.
+    ``results``: (action, outcome, error)."""
+    if not results:
+        return
+    with warehouse.transaction(con):
+        attempt = {}
+        for aid, n in con.execute(
+                "SELECT action_id, max(attempt) FROM enforcement_audit WHERE list_contains($ids, action_id) "
+                "GROUP BY action_id", {"ids": [a.action_id for a, _, _ in results]}).fetchall():
+            attempt[aid] = n
+        rows = []
+        for a, outcome, error in results:
+            plan_id = a.action_id.rsplit(":", 1)[0]
+            rows.append(_row(a, phase="applied", attempt=attempt.get(a.action_id, 0) + 1, plan_id=plan_id,
+                             now=now, outcome=outcome, error=error, backend=backend, dry_run=dry_run))
+        _insert(con, rows)
+        if dry_run:
+            return
+        for a, outcome, _ in results:
+            if outcome != DONE:
+                continue
+            # the first change keeps the job's own (declared) priority, which orders it in its project
+            con.execute("INSERT OR IGNORE INTO enforcement_job_state (cluster, job_id, declared_priority) "
+                        "SELECT ?, ?, (SELECT priority FROM jobs WHERE cluster = ? AND job_id = ?)",
+                        [a.cluster, a.job_id, a.cluster, a.job_id])
+            if a.action == SET_PRIORITY:
+                con.execute("UPDATE enforcement_job_state SET applied_priority = ?, applied_at = ? "
+                            "WHERE cluster = ? AND job_id = ?", [a.priority, _wall(), a.cluster, a.job_id])
+            elif a.action == PREEMPT:
+                con.execute("UPDATE enforcement_job_state SET preemptions = preemptions + 1, "
+                            "last_preempted_at = ? WHERE cluster = ? AND job_id = ?",
+                            [_wall(), a.cluster, a.job_id])
+
+
+def load_warnings(con) -> dict[tuple[str, str], list[Warning]]:
+    if not _has_tables(con):
+        return {}
+    out: dict[tuple[str, str], list[Warning]] = {}
+    for cluster, job_id, idle_since, stage, warned_at in con.execute(
+            "SELECT cluster, job_id, idle_since, stage, warned_at FROM enforcement_warnings "
+            "ORDER BY warned_at").fetchall():
+        out.setdefault((cluster, job_id), []).append(Warning(idle_since, stage, warned_at))
+    return out
+
+
+def load_history(con) -> dict[tuple[str, str], JobHistory]:
+    if not _has_tables(con):
+        return {}
+    return {(c, j): JobHistory(applied_priority=ap, declared_priority=dp, preemptions=n or 0,
+                               last_preempted_at=lp)
+            for c, j, ap, dp, n, lp in con.execute(
+                "SELECT cluster, job_id, applied_priority, declared_priority, preemptions, last_preempted_at "
+                "FROM enforcement_job_state").fetchall()}
+
+
+def job_rows(con, job_id: str, cluster: str | None = None, limit: int = 50) -> list[dict]:
+    """The newest audit rows of a job, newest first (for explain)."""
+    if not _has_tables(con):
+        return []
+    cur = con.execute(
+        "SELECT * FROM enforcement_audit WHERE job_id = $job AND ($cluster IS NULL OR cluster = $cluster) "
+        "ORDER BY planned_at DESC, recorded_at DESC, phase DESC LIMIT $limit",
+        {"job": job_id, "cluster": cluster, "limit": limit})
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def preemption_counts(con) -> list[tuple[str, str, int, datetime | None]]:
+    """(cluster, job_id, preemptions, last) for every job preempted at least once, most first."""
+    if not _has_tables(con):
+        return []
+    return con.execute("SELECT cluster, job_id, preemptions, last_preempted_at FROM enforcement_job_state "
+                       "WHERE preemptions > 0 ORDER BY preemptions DESC, cluster, job_id").fetchall()

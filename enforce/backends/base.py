@@ -1,0 +1,63 @@
+"""The one interface every backend implements, and the outcome of one action.
+
+A backend acts on one action at a time; each method takes ``dry_run`` and, when it is true, says
+what it would do and calls nothing (the plan-level dry run). Backends that have one also support
+the API server's own dry run (``server_dry_run``): the request is sent with ``dryRun=All`` and the
+server validates it without changing anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuledger.enforce.model import Action
+
+from gpuledger.errors import RunError
+
+DONE = "done"
+DRY_RUN = "dry-run"
+SERVER_DRY_RUN = "server-dry-run"
+UNCHANGED = "unchanged"
+REFUSED = "refused"  # e.g. a PodDisruptionBudget said no: retried next cycle, never forced
+ERROR = "error"
+SKIPPED = "skipped"  # this backend cannot act on this job (another scheduler's, or no such action)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    outcome: str
+    detail: str
+    error: str | None = None
+
+
+class CredentialError(RunError):
+    """The scheduler refused who we are (expired token, no permission): nothing more is tried."""
+
+
+class Backend:
+    """Base class: ``handles`` says whether this backend can act on a job; the three verbs act."""
+
+    name = "backend"
+    server_dry_run = False
+
+    def prepare(self, *, dry_run: bool) -> list[str]:
+        """Called once per apply run before the actions (e.g. re-queue what an earlier run
+        deactivated). Returns lines describing what it did."""
+        return []
+
+    def handles(self, action: Action) -> str | None:
+        """None when this backend can act on the action's job, else why not."""
+        return None
+
+    def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
+        return Outcome(SKIPPED, f"{self.name} cannot change a job's priority")
+
+    def warn(self, action: Action, *, dry_run: bool) -> Outcome:
+        return Outcome(SKIPPED, f"{self.name} has no way to warn")
+
+    def preempt(self, action: Action, *, dry_run: bool) -> Outcome:
+        return Outcome(SKIPPED, f"{self.name} cannot preempt")
+
+
+class BackendUnavailable(RunError):
+    """The scheduler cannot be reached at all: nothing more is tried this run."""

@@ -1,0 +1,85 @@
+"""What the Kueue and eviction backends share: the API client, Events saying why, and turning the
+client's errors into outcomes (one action's API error) or a CredentialError (stop everything)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from gpuledger.enforce.backends.base import CredentialError
+
+from gpuledger.extras import require
+
+COMPONENT = "gpuledger"
+#: Annotations gpuledger writes on the objects it acts on (why, so `kubectl describe` shows it).
+ANN_PRIORITY = "gpuledger.io/priority"
+ANN_REASON = "gpuledger.io/reason"
+ANN_WARNING = "gpuledger.io/warning"
+ANN_WARNED_AT = "gpuledger.io/warned-at"
+ANN_PREEMPTED = "gpuledger.io/preempted"
+ANN_REQUEUE = "gpuledger.io/requeue"  # "pending": deactivated by gpuledger, to be re-activated
+MAX_MESSAGE = 1000  # Event messages are limited (1 KiB is what kubectl shows comfortably)
+
+
+def client_modules():
+    return require("kubernetes.client"), require("kubernetes.config")
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None):
+    """The official client from a kubeconfig (else $KUBECONFIG / ~/.kube/config / in-cluster).
+    An unusable credential (expired exec plugin, unreadable token) is a CredentialError."""
+    client_modules()
+    from gpuledger.ingest.jobs.kubernetes import api_client as make
+
+    try:
+        return make(kubeconfig, context)
+    except Exception as exc:
+        if type(exc).__name__ in ("ConfigException", "ApiException", "FileNotFoundError"):
+            raise CredentialError(f"Kubernetes credentials: {str(exc).splitlines()[0]}; refresh them "
+                                  "(kubectl config view / --kubeconfig) and retry") from None
+        raise
+
+
+def api_error(exc) -> tuple[int | None, str]:
+    """(HTTP status, the server's message) of an ApiException."""
+    status = getattr(exc, "status", None)
+    message = getattr(exc, "reason", None) or str(exc)
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            data = json.loads(body)
+            message = data.get("message") or message
+        except (ValueError, AttributeError):
+            pass
+    return status, str(message).splitlines()[0] if message else ""
+
+
+def raise_if_credential(exc, what: str) -> None:
+    """401 / 403: nothing else will work either, so stop the run with one line naming the fix."""
+    status, message = api_error(exc)
+    if status == 401:
+        raise CredentialError(f"{what}: the API server says 401 Unauthorized ({message}); the credential "
+                              "expired or is wrong — refresh the kubeconfig token and retry") from None
+    if status == 403:
+        raise CredentialError(f"{what}: the API server says 403 Forbidden ({message}); grant the "
+                              "ServiceAccount the rules in deploy/kubernetes/rbac.yaml") from None
+
+
+def is_api_exception(exc) -> bool:
+    return type(exc).__name__ == "ApiException"
+
+
+def event(client, core, *, namespace: str, kind: str, api_version: str, name: str, uid: str | None, reason: str,
+          message: str, event_type: str = "Normal", dry_run: str | None = None):
+    """A core/v1 Event on the object, so `kubectl describe` and the owner see why. ``client`` is the
+    kubernetes.client module, ``core`` a CoreV1Api."""
+    now = datetime.now(UTC)
+    body = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name=f"{name}.gpuledger-", namespace=namespace),
+        involved_object=client.V1ObjectReference(api_version=api_version, kind=kind, name=name,
+                                                 namespace=namespace, uid=uid),
+        reason=reason, message=message[:MAX_MESSAGE], type=event_type,
+        source=client.V1EventSource(component=COMPONENT), reporting_component=COMPONENT,
+        reporting_instance=COMPONENT, first_timestamp=now, last_timestamp=now, count=1,
+    )
+    return core.create_namespaced_event(namespace, body, dry_run=dry_run)

@@ -1,0 +1,127 @@
+"""Plain Kubernetes: preemption through the Eviction API, which honours PodDisruptionBudgets.
+
+* preempt: ``POST pods/<p>/eviction``. A 429 (a PodDisruptionBudget allows no disruption now) is
+  recorded as ``refused`` and tried again next cycle — never forced with a delete. A 500 (several
+  budgets select the pod) is an error naming the fix. The pod's controller (Job, JobSet, ...)
+  recreates it, so an eviction is a requeue for controlled pods and a stop for bare ones.
+* warn: a Warning Event on the pod.
+* set-priority: a pod's priority cannot change after creation — skipped (use Kueue or Slurm).
+"""
+
+from __future__ import annotations
+
+import json
+
+from gpuledger.enforce.backends import k8s_common as k8s
+from gpuledger.enforce.backends.base import (
+    DONE,
+    DRY_RUN,
+    ERROR,
+    REFUSED,
+    SERVER_DRY_RUN,
+    SKIPPED,
+    Backend,
+    BackendUnavailable,
+    Outcome,
+)
+from gpuledger.enforce.model import Action
+
+GRACE_S = 30
+
+
+def pod_ref(action: Action) -> tuple[str, str] | None:
+    """(namespace, pod name): the row's namespace and name, else a ``<ns>/<pod>`` job id."""
+    if action.source == "kubernetes" and action.namespace and action.name:
+        return action.namespace, action.name
+    parts = action.job_id.split("/")
+    if len(parts) == 2 and action.source in (None, "kubernetes"):
+        return parts[0], parts[1]
+    return None
+
+
+class EvictionBackend(Backend):
+    name = "kubernetes"
+
+    def __init__(self, *, api=None, kubeconfig: str | None = None, context: str | None = None,
+                 server_dry_run: bool = False, grace_period_s: int = GRACE_S) -> None:
+        self.client, _ = k8s.client_modules()
+        self._api = api
+        self._config = (kubeconfig, context)
+        self.server_dry_run = server_dry_run
+        self.grace_period_s = grace_period_s
+
+    def _core(self):
+        if self._api is None:
+            self._api = k8s.api_client(*self._config)
+        return self.client.CoreV1Api(self._api)
+
+    def handles(self, action: Action) -> str | None:
+        if pod_ref(action) is None:
+            return f"not a Kubernetes pod (source {action.source or 'unknown'}); use the backend of its scheduler"
+        return None
+
+    def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
+        return Outcome(SKIPPED, "a pod's priority cannot change after it is created; run Kueue (--backend kueue) "
+                                "to enforce priorities")
+
+    def warn(self, action: Action, *, dry_run: bool) -> Outcome:
+        ns, name = pod_ref(action)
+        if dry_run:
+            return Outcome(DRY_RUN, f"would emit a Warning Event on pod {ns}/{name}")
+
+        def call():
+            k8s.event(self.client, self._core(), namespace=ns, kind="Pod", api_version="v1", name=name, uid=None,
+                      reason="GpuledgerIdleWarning", message=action.reason, event_type="Warning",
+                      dry_run="All" if self.server_dry_run else None)
+            return Outcome(SERVER_DRY_RUN if self.server_dry_run else DONE, f"Warning Event on pod {ns}/{name}")
+        return self._guard(action, call)
+
+    def preempt(self, action: Action, *, dry_run: bool) -> Outcome:
+        ns, name = pod_ref(action)
+        if dry_run:
+            return Outcome(DRY_RUN, f"would evict pod {ns}/{name} (honouring its PodDisruptionBudgets)")
+
+        def call():
+            c = self.client
+            body = c.V1Eviction(api_version="policy/v1", kind="Eviction",
+                                metadata=c.V1ObjectMeta(name=name, namespace=ns),
+                                delete_options=c.V1DeleteOptions(grace_period_seconds=self.grace_period_s))
+            core = self._core()
+            core.create_namespaced_pod_eviction(name, ns, body, dry_run="All" if self.server_dry_run else None)
+            k8s.event(c, core, namespace=ns, kind="Pod", api_version="v1", name=name, uid=None,
+                      reason="GpuledgerPreempted", message=f"evicted: {action.reason}", event_type="Warning",
+                      dry_run="All" if self.server_dry_run else None)
+            return Outcome(SERVER_DRY_RUN if self.server_dry_run else DONE, f"evicted pod {ns}/{name}")
+        return self._guard(action, call)
+
+    def _guard(self, action: Action, call) -> Outcome:
+        try:
+            return call()
+        except Exception as exc:
+            if k8s.is_api_exception(exc):
+                k8s.raise_if_credential(exc, f"{action.action} {action.job_id}")
+                status, message = k8s.api_error(exc)
+                if status == 429 and _disruption_budget(exc):
+                    return Outcome(REFUSED, "a PodDisruptionBudget allows no disruption now; tried again next "
+                                            "cycle, never forced", error=f"429 {message}")
+                if status == 429:
+                    return Outcome(REFUSED, "the API server asked to slow down; tried again next cycle",
+                                   error=f"429 {message}")
+                if status == 500 and "PodDisruptionBudget" in message:
+                    return Outcome(ERROR, "several PodDisruptionBudgets select this pod; the eviction API refuses "
+                                          "until only one does (fix the budgets' selectors)", error=f"500 {message}")
+                if status == 404:
+                    return Outcome(SKIPPED, f"pod {action.job_id} no longer exists", error=f"404 {message}")
+                return Outcome(ERROR, f"{action.action} failed", error=f"{status} {message}")
+            if type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
+                raise BackendUnavailable(f"{action.action} {action.job_id}: cannot reach the Kubernetes API server "
+                                         f"({exc.__class__.__name__}); check the kubeconfig's server") from None
+            raise
+
+
+def _disruption_budget(exc) -> bool:
+    try:
+        causes = (json.loads(exc.body or "{}").get("details") or {}).get("causes") or []
+    except ValueError:
+        return False
+    return any(c.get("reason") == "DisruptionBudget" for c in causes)

@@ -1,0 +1,199 @@
+"""Kueue (``kueue.x-k8s.io/v1beta2``): priorities and preemption on Workload objects.
+
+* set-priority: merge-patch ``spec.priority`` (always mutable; a pending workload is re-sorted, an
+  admitted one may be preempted by Kueue for higher-priority work). A workload that references a
+  WorkloadPriorityClass has its ``spec.priority`` rewritten by Kueue when that class's value
+  changes: gpuledger keeps the value it set (enforcement_job_state) and sets it again when the
+  ingested priority differs (policy "drift"), rather than the alpha ``priority-boost`` annotation.
+* warn: annotate the workload and emit a Warning Event.
+* preempt: ``spec.active=false`` (Kueue evicts, reason Deactivated). To requeue, the workload is
+  marked ``gpuledger.io/requeue: pending`` and a later apply run (``prepare``) sets
+  ``spec.active=true`` once Kueue reports it evicted — flipping it back at once could race the
+  eviction.
+Every change carries the reason as an annotation and an Event.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gpuledger.enforce.backends import k8s_common as k8s
+from gpuledger.enforce.backends.base import (
+    DONE,
+    DRY_RUN,
+    ERROR,
+    SERVER_DRY_RUN,
+    SKIPPED,
+    UNCHANGED,
+    Backend,
+    BackendUnavailable,
+    Outcome,
+)
+from gpuledger.enforce.model import REQUEUE, Action
+
+GROUP, VERSION, PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
+API_VERSION = f"{GROUP}/{VERSION}"
+WPC_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
+
+
+def workload_ref(action: Action) -> tuple[str, str] | None:
+    """(namespace, name) of the job's Workload: ingested Kueue rows are ``<ns>/workload/<name>``."""
+    parts = action.job_id.split("/")
+    if len(parts) == 3 and parts[1] == "workload":
+        return parts[0], parts[2]
+    if action.source == "kueue" and action.namespace and action.name:
+        return action.namespace, action.name
+    return None
+
+
+class KueueBackend(Backend):
+    name = "kueue"
+
+    def __init__(self, *, api=None, kubeconfig: str | None = None, context: str | None = None,
+                 server_dry_run: bool = False) -> None:
+        self.client, _ = k8s.client_modules()
+        self._api = api
+        self._config = (kubeconfig, context)
+        self.server_dry_run = server_dry_run
+
+    def _apis(self):
+        if self._api is None:
+            self._api = k8s.api_client(*self._config)
+        return self.client.CustomObjectsApi(self._api), self.client.CoreV1Api(self._api)
+
+    @property
+    def _dry(self) -> str | None:
+        return "All" if self.server_dry_run else None
+
+    def handles(self, action: Action) -> str | None:
+        if workload_ref(action) is None:
+            return f"not a Kueue Workload (source {action.source or 'unknown'}); use the backend of its scheduler"
+        return None
+
+    # --- the verbs ----------------------------------------------------------------------------
+    def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
+        ns, name = workload_ref(action)
+        if dry_run:
+            return Outcome(DRY_RUN, f"would patch Workload {ns}/{name} spec.priority={action.priority}")
+        return self._guard(action, lambda: self._set_priority(action, ns, name))
+
+    def _set_priority(self, action, ns, name):
+        custom, core = self._apis()
+        wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        spec = wl.get("spec") or {}
+        note = ""
+        if spec.get("priorityClassSource") == WPC_SOURCE:
+            note = (f"; it references WorkloadPriorityClass {spec.get('priorityClassName')}, whose value changes "
+                    "rewrite spec.priority: gpuledger sets it again then")
+        if spec.get("priority") == action.priority:
+            return Outcome(UNCHANGED, f"Workload {ns}/{name} already has priority {action.priority}{note}")
+        body = {"spec": {"priority": action.priority},
+                "metadata": {"annotations": {k8s.ANN_PRIORITY: str(action.priority),
+                                             k8s.ANN_REASON: action.reason[:k8s.MAX_MESSAGE]}}}
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry)
+        k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
+                  uid=(wl.get("metadata") or {}).get("uid"), reason="GpuledgerPriority",
+                  message=f"priority {spec.get('priority')} -> {action.priority}: {action.reason}", dry_run=self._dry)
+        return Outcome(self._done, f"Workload {ns}/{name} priority {spec.get('priority')} -> {action.priority}{note}")
+
+    def warn(self, action: Action, *, dry_run: bool) -> Outcome:
+        ns, name = workload_ref(action)
+        if dry_run:
+            return Outcome(DRY_RUN, f"would annotate Workload {ns}/{name} and emit a Warning Event")
+        return self._guard(action, lambda: self._warn(action, ns, name))
+
+    def _warn(self, action, ns, name):
+        custom, core = self._apis()
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"metadata": {"annotations": {k8s.ANN_WARNING: f"{action.stage}: {action.reason}"[:k8s.MAX_MESSAGE],
+                                             k8s.ANN_WARNED_AT: stamp}}}
+        wl = custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry)
+        k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
+                  uid=(wl.get("metadata") or {}).get("uid"), reason="GpuledgerIdleWarning",
+                  message=action.reason, event_type="Warning", dry_run=self._dry)
+        return Outcome(self._done, f"warned on Workload {ns}/{name} ({action.stage})")
+
+    def preempt(self, action: Action, *, dry_run: bool) -> Outcome:
+        ns, name = workload_ref(action)
+        if dry_run:
+            return Outcome(DRY_RUN, f"would set Workload {ns}/{name} spec.active=false ({action.mode})")
+        return self._guard(action, lambda: self._preempt(action, ns, name))
+
+    def _preempt(self, action, ns, name):
+        custom, core = self._apis()
+        wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        if (wl.get("spec") or {}).get("active") is False:
+            return Outcome(UNCHANGED, f"Workload {ns}/{name} is already deactivated")
+        annotations = {k8s.ANN_PREEMPTED: action.reason[:k8s.MAX_MESSAGE]}
+        if action.mode == REQUEUE:
+            annotations[k8s.ANN_REQUEUE] = "pending"
+        body = {"spec": {"active": False}, "metadata": {"annotations": annotations}}
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry)
+        k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
+                  uid=(wl.get("metadata") or {}).get("uid"), reason="GpuledgerPreempted",
+                  message=f"deactivated ({action.mode}): {action.reason}", event_type="Warning", dry_run=self._dry)
+        then = "re-activated by the next apply once evicted" if action.mode == REQUEUE else "left deactivated"
+        return Outcome(self._done, f"Workload {ns}/{name} spec.active=false ({then})")
+
+    def prepare(self, *, dry_run: bool) -> list[str]:
+        """Re-activate the workloads gpuledger deactivated to requeue, once Kueue evicted them."""
+        lines = []
+        try:
+            custom, core = self._apis()
+            listed = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        except Exception as exc:
+            self._fatal(exc, "listing Kueue Workloads")
+            raise
+        for wl in listed.get("items") or []:
+            meta, spec = wl.get("metadata") or {}, wl.get("spec") or {}
+            if (meta.get("annotations") or {}).get(k8s.ANN_REQUEUE) != "pending" or spec.get("active") is not False:
+                continue
+            if not _evicted(wl):
+                continue
+            ns, name = meta.get("namespace"), meta.get("name")
+            if dry_run:
+                lines.append(f"would re-activate Workload {ns}/{name} (requeue)")
+                continue
+            body = {"spec": {"active": True}, "metadata": {"annotations": {k8s.ANN_REQUEUE: None}}}
+            try:
+                custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry)
+                k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
+                          uid=meta.get("uid"), reason="GpuledgerRequeued",
+                          message="re-activated after preemption: it resumes from its checkpoint", dry_run=self._dry)
+                lines.append(f"re-activated Workload {ns}/{name} (requeue)")
+            except Exception as exc:  # noqa: BLE001
+                self._fatal(exc, f"re-activating Workload {ns}/{name}")
+                lines.append(f"could not re-activate Workload {ns}/{name}: {k8s.api_error(exc)[1]}")
+        return lines
+
+    # --- errors ------------------------------------------------------------------------------
+    @property
+    def _done(self) -> str:
+        return SERVER_DRY_RUN if self.server_dry_run else DONE
+
+    def _fatal(self, exc, what: str) -> None:
+        if k8s.is_api_exception(exc):
+            k8s.raise_if_credential(exc, what)
+        elif type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
+            raise BackendUnavailable(f"{what}: cannot reach the Kubernetes API server ({exc.__class__.__name__}); "
+                                     "check the kubeconfig's server and the network") from None
+
+    def _guard(self, action: Action, call) -> Outcome:
+        try:
+            return call()
+        except Exception as exc:
+            if not k8s.is_api_exception(exc) and not (type(exc).__module__.startswith("urllib3")
+                                                      or isinstance(exc, OSError)):
+                raise
+            self._fatal(exc, f"{action.action} {action.job_id}")
+            status, message = k8s.api_error(exc)
+            if status == 404:
+                return Outcome(SKIPPED, f"Workload {action.job_id} no longer exists", error=f"404 {message}")
+            return Outcome(ERROR, f"{action.action} failed", error=f"{status} {message}")
+
+
+def _evicted(wl: dict) -> bool:
+    for cond in (wl.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
+            return False
+    return True
