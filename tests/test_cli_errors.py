@@ -253,9 +253,14 @@ def test_a_csv_field_over_the_csv_limit_is_quarantined_and_the_rest_lands(place,
 def test_quarantine_never_prints_raw_control_bytes(tmp_path):
     jobs = tmp_path / "jobs.csv"
     # ESC [31m would turn the terminal red; BEL rings it; [/x] would be rich markup
-    jobs.write_text(_JOBS_HEADER + "j1,c1,no-such-project,\x1b[31m\x07[/x],H100,1,2026-11-01T00:00:00Z,\n")
+    jobs.write_text(_JOBS_HEADER + "j1,c1,no-such-project,\x1b[31m\x07[/x],H100,1,2026-11-01T00:00:00Z,\n"
+                    "j2,c1,vision-gen,\x1b[2Jbo,H100,1,2026-11-01T00:00:00Z,\n")
     warehouse_file = tmp_path / "w.duckdb"
-    assert run_cli(["import", "jobs", str(jobs), "-w", str(warehouse_file)], tmp_path).code == 0
+    imported = run_cli(["import", "jobs", str(jobs), "-w", str(warehouse_file)], tmp_path)
+    assert imported.code == 0, imported.stderr
+    # a name with control characters is refused at the door, so no report table ever shows it
+    assert "0 jobs imported, 2 quarantined" in imported.text
+    assert "user_name: '\\x1b[2Jbo' holds control characters" in imported.text
     shown = run_cli(["quarantine", "-w", str(warehouse_file)], tmp_path, COLUMNS="250")
     assert shown.code == 0, shown.stderr
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout

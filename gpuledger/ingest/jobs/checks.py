@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from gpuledger.errors import printable
 from gpuledger.ingest.model_keys import KNOWN_MODELS
 from gpuledger.warehouse import QuarantineRow
 
@@ -79,6 +80,9 @@ def job_problem(row: Mapping[str, Any], limits: JobLimits, *, now: datetime,
 
     ``now`` is the import's time (naive UTC); ``project_field`` names the source's own field
     for the project (Slurm: ``Account``)."""
+    for column, value in row.items():  # an escape sequence or NUL in a name reaches every terminal table
+        if isinstance(value, str) and not value.isprintable():
+            return f"{column}: '{printable(value, limit=60)}' holds control characters; fix the row"
     for column in ("submit_time", "start_time", "end_time"):
         stamp = row.get(column)
         if stamp is not None and stamp < EARLIEST:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gpuledger import warehouse
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, warehouse_config, warehouse_path
@@ -34,7 +35,7 @@ def import_jobs(
         try:
             parsed = read_jobs_csv(file, set(cfg.projects()), limits=job_limits(con, cfg.policy))
         except CsvHeaderError as exc:
-            console.print(f"[red]{exc}[/red]")
+            console.print(f"[red]{escape(str(exc))}[/red]")
             raise typer.Exit(2) from None
         warehouse.upsert(con, "jobs", parsed.jobs)
         link_devices_for_jobs(con, parsed.jobs)
@@ -45,6 +46,6 @@ def import_jobs(
         f"{len(parsed.rejected)} quarantined"
     )
     for bad in parsed.rejected[:20]:
-        console.print(f"  {bad.location}: {bad.reason}")
+        console.print(f"  {bad.location}: {bad.reason}", markup=False)  # the reason quotes the row
     if len(parsed.rejected) > 20:
         console.print(f"  ... and {len(parsed.rejected) - 20} more: `gpuledger quarantine --source jobs-csv`")

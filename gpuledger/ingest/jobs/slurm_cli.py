@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gpuledger import warehouse
 from gpuledger.cli_common import WarehouseOpt, warehouse_path
@@ -76,12 +77,12 @@ def slurm(
         # sacct missing or failing is a failed run; an unreadable export is the user's to fix
         raise typer.Exit(1 if isinstance(exc, SacctCallError) else 2) from None
     for warning in batch.warnings:
-        console.print(f"[yellow]{warning}[/yellow]")
+        console.print(f"[yellow]{escape(warning)}[/yellow]")
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         result = write_batch(con, batch)
     console.print(summary_line(batch, result, origin))
     for bad in batch.rejected[:20]:
-        console.print(f"  {bad.location}: {bad.reason}")
+        console.print(f"  {bad.location}: {bad.reason}", markup=False)  # the reason quotes the row
     if len(batch.rejected) > 20:
         console.print(f"  ... and {len(batch.rejected) - 20} more: `gpuledger quarantine --source slurm-sacct`")
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger.cli_common import WarehouseOpt, utc_range, warehouse_path
@@ -52,7 +53,7 @@ def scrape_cmd(
 
     def report(round_no: int, stats: scraping.IngestStats) -> None:
         for error in stats.errors:
-            console.print(f"[red]scrape failed[/red]: {error}")
+            console.print(f"[red]scrape failed[/red]: {escape(error)}")
         unknown = ", ".join(f"{k} x{v}" for k, v in sorted(stats.unknown_dcgm.items()))
         console.print(f"round {round_no}/{count}: {stats.pages} pages, {stats.samples_new} new samples, "
                       f"{stats.quarantined} lines quarantined, {stats.failed_targets} targets failed"
