@@ -18,7 +18,8 @@ from gpuledger import table_views, tables, warehouse
 from gpuledger.analytics import reports
 from gpuledger.cli import app
 from gpuledger.config import load_config
-from gpuledger.simulator import build_cluster, write_simulation
+from gpuledger.simulator import build_cluster, to_epoch_s, write_simulation
+from gpuledger.simulator.workload import job_id_tag
 
 START = datetime(2026, 11, 1)
 END = datetime(2026, 11, 1, 6)  # the simulation's end: --days 0.25
@@ -221,6 +222,9 @@ def test_extended_simulation_appends(tmp_path):
     later = build_cluster(seed=1, gpus=16, start=START + timedelta(hours=3), days=0.125, config=cfg)
     ids_first, ids_later = set(first.workload.jobs["job_id"]), set(later.workload.jobs["job_id"])
     assert not ids_first & ids_later  # the window start is part of every id
+    # 2020-01-01 .. 2026-11-01: 2192 days to 2026 + 304 in it = 2496 days × 1440 = 3,594,240 minutes
+    assert job_id_tag(to_epoch_s(START)) == 3_594_240 and job_id_tag(to_epoch_s(later.start)) == 3_594_420
+    assert "k8s-3594240-0" in ids_first and "k8s-3594420-0" in ids_later
     with warehouse.open_writer(path) as con:
         write_simulation(con, first)
         open_before = con.execute("SELECT count(*) FROM jobs WHERE end_time IS NULL").fetchall()[0][0]
