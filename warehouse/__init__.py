@@ -34,12 +34,18 @@ _HOMES = {
 }
 
 
+
 def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'gpuledger.warehouse' has no attribute {name!r}")
     from importlib import import_module
 
+    home = _HOMES.get(name)
+    if home is None and not name.startswith("_"):
+        from importlib.util import find_spec
+
+        if find_spec(f"gpuledger.warehouse.{name}") is not None:  # `warehouse.writes.X` and the like
+            return import_module(f"gpuledger.warehouse.{name}")
+    if home is None:
+        raise AttributeError(f"module 'gpuledger.warehouse' has no attribute {name!r}")
     value = getattr(import_module(f"gpuledger.warehouse.{home}"), name)
     globals()[name] = value
     return value
