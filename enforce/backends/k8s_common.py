@@ -66,7 +66,8 @@ def raise_if_credential(exc, what: str) -> None:
 
 
 def is_api_exception(exc) -> bool:
-    return type(exc).__name__ == "ApiException"
+    """An HTTP error answer (the client raises subclasses per status: UnauthorizedException, ...)."""
+    return any(c.__name__ == "ApiException" for c in type(exc).__mro__)
 
 
 def event(client, core, *, namespace: str, kind: str, api_version: str, name: str, uid: str | None, reason: str,

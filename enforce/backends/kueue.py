@@ -136,7 +136,10 @@ class KueueBackend(Backend):
         return Outcome(self._done, f"Workload {ns}/{name} spec.active=false ({then})")
 
     def prepare(self, *, dry_run: bool) -> list[str]:
-        """Re-activate the workloads gpuledger deactivated to requeue, once Kueue evicted them."""
+        """Re-activate the workloads gpuledger deactivated to requeue, once Kueue evicted them.
+        A dry run calls nothing, this included."""
+        if dry_run:
+            return []
         lines = []
         try:
             custom, core = self._apis()
@@ -151,9 +154,6 @@ class KueueBackend(Backend):
             if not _evicted(wl):
                 continue
             ns, name = meta.get("namespace"), meta.get("name")
-            if dry_run:
-                lines.append(f"would re-activate Workload {ns}/{name} (requeue)")
-                continue
             body = {"spec": {"active": True}, "metadata": {"annotations": {k8s.ANN_REQUEUE: None}}}
             try:
                 custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry)
