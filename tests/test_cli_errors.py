@@ -189,6 +189,7 @@ def corpus(place, request):
         return dict(pool.map(one, [c for c in CASES if c[0] in wanted]))
 
 
+@pytest.mark.slow  # ~50 program starts (about 15 s on two quiet cores, all in the `corpus` fixture)
 @pytest.mark.parametrize("name,args,code,words", CASES, ids=[c[0] for c in CASES])
 def test_bad_invocation_ends_in_one_line_naming_the_fix(corpus, name, args, code, words):
     ran = corpus[name]
