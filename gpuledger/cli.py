@@ -15,6 +15,7 @@ from gpuledger.config_files import example_config_text, resolve_config_path
 from gpuledger import table_views, tables
 from gpuledger.analytics import cli as analytics_cli
 from gpuledger.ledger import cli as ledger_cli
+from gpuledger.reports import cli as reports_cli
 from gpuledger.lazy import lazy_import
 from gpuledger.ingest.jobs.csv_cli import app as import_app
 from gpuledger.enforce.cli import app as enforce_app
@@ -38,6 +39,8 @@ app.add_typer(ingest_app, name="ingest")
 app.add_typer(warehouse_app, name="warehouse")
 app.command("agent")(agent_command)
 app.add_typer(analytics_cli.report_app, name="report")
+analytics_cli.report_app.command("statement")(reports_cli.statement)
+analytics_cli.report_app.command("weekly")(reports_cli.weekly)
 app.add_typer(ledger_cli.period_app, name="period")
 app.add_typer(enforce_app, name="enforce")
 app.add_typer(pipelines_app, name="pipelines")

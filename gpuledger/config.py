@@ -202,6 +202,41 @@ class JobInputPolicy(_Strict):
     clock_skew_minutes: float = Field(default=10, ge=0)  # how far in the future a start / end may lie
 
 
+class QuietHours(_Strict):
+    """UTC clock times; alerts below ``urgent_severity`` raised inside are held until ``end``."""
+
+    start: str = Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")  # e.g. "22:00"
+    end: str = Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")  # e.g. "07:00" (the next morning when before start)
+    urgent_severity: Literal["warning", "second-warning", "preempt-eligible"] = "preempt-eligible"
+
+
+class AlertsPolicy(_Strict):
+    """Who hears about squatters and budgets (gpuledger.alerts). Channels are names only: each one's
+    URL (an apprise URL, with any credentials) comes from ``$GPULEDGER_ALERT_<NAME>_URL`` or the
+    secrets file ``$GPULEDGER_SECRETS_FILE``, never from this file."""
+
+    on_call: list[str] = Field(default_factory=list)  # channels every alert goes to
+    owner_channel: str | None = None  # an e-mail channel; the owner's address is filled in per alert
+    owners: dict[str, str] = Field(default_factory=dict)  # user -> e-mail address
+    owner_address_template: str | None = None  # e.g. "{user}@example.org", for users not in `owners`
+    teams: dict[str, list[str]] = Field(default_factory=dict)  # project -> channels for its daily digest
+    min_severity: Literal["warning", "second-warning", "preempt-eligible"] = "warning"
+    quiet_hours: QuietHours | None = None
+    digest_hour_utc: int = Field(default=8, ge=0, le=23)  # the digest of the day before goes out then
+    budget_thresholds_pct: list[float] = Field(default_factory=lambda: [80.0, 100.0])
+    dashboard_url: str | None = None  # links in alerts, e.g. "https://gpuledger.example.org"
+    max_attempts: int = Field(default=12, ge=1)
+    retry_base_seconds: float = Field(default=30, gt=0)  # backoff: base × 2^(attempt-1), capped at 1 h
+
+
+class ReportsPolicy(_Strict):
+    """Finance statements (gpuledger.reports): whether the monthly statement is e-mailed, to which
+    channel (an e-mail channel; its URL from the environment like the alert channels)."""
+
+    finance_channel: str | None = None
+    top_squatters: int = Field(default=5, ge=1)  # per business unit in the weekly summary
+
+
 class Policy(_Strict):
     usage: UsagePolicy = Field(default_factory=UsagePolicy)
     funding: FundingPolicy = Field(default_factory=FundingPolicy)
@@ -210,6 +245,8 @@ class Policy(_Strict):
     enforcement: EnforcementPolicy = Field(default_factory=EnforcementPolicy)
     jobs: JobInputPolicy = Field(default_factory=JobInputPolicy)
     retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
+    alerts: AlertsPolicy = Field(default_factory=AlertsPolicy)
+    reports: ReportsPolicy = Field(default_factory=ReportsPolicy)
 
 
 class ScrapeSource(_Strict):

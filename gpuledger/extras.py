@@ -13,6 +13,9 @@ EXTRAS = {
     "dagster": ("pipelines", "the Dagster pipelines"),
     "streamlit": ("dashboards", "the dashboards"),
     "openpyxl": ("reports", "XLSX statements"),
+    "jinja2": ("reports", "HTML statements"),
+    "apprise": ("alerts", "delivering alerts and e-mail"),
+    "prometheus_client": ("alerts", "`gpuledger metrics serve`"),
 }
 
 

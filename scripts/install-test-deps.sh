@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# System packages the tests use as real parts: Prometheus (and promtool) from Debian.
+# System packages the tests use as real parts: Prometheus (and promtool) and Chromium from Debian.
 # Idempotent and quiet when everything is already there. Needs root (CI and sessions run as root).
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# headless Chromium renders the HTML finance statement in tests (driven by Playwright, which cannot
+# download its own browser here); DejaVu gives it fonts to draw the text with
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-test-deps: need root to apt-get install ${need[*]}" >&2

@@ -1,0 +1,353 @@
+"""A month's finance statement as data: the ledger's project × GPU model × tier lines with usage
+beside them, grouped by business unit, GPU-hours by Slurm partition and by host, the month over
+month history and the reconciliation (Σ charges + idle + corrections = Σ capacity × price).
+
+Units: GPU-hours (one whole GPU for one hour), money in exact decimals (cents, rounded half-up by
+the ledger; nothing here rounds money again — sums of cent amounts are exact).
+
+A *business unit* is a child of the org tree's root (the level finance bills); a project's unit is
+its ancestor at that level. Idle capacity and the memo lines (over-allocated, capacity unknown)
+belong to the whole org, not to a unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import duckdb
+import polars as pl
+
+from gpuledger.errors import UsageError
+
+ORG_LINES = "(org)"  # business_unit of idle and memo lines
+UNASSIGNED = "(unassigned)"  # business_unit of a project not in the org tree
+BILLED = ("charge", "idle", "credit", "debit")
+KIND_ORDER = {k: i for i, k in enumerate(("charge", "idle", "credit", "debit", "over-allocated",
+                                          "capacity-unknown", "unpriced"))}
+LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours",
+                "gpu_hours_active", "efficiency_ratio", "amount", "idle_amount_included", "billed", "revision",
+                "correction_of", "provisional", "note"]
+HISTORY_MONTHS = 3  # this month and the two before it, where the inventory existed
+
+
+@dataclass
+class Reconciliation:
+    """Per currency: what the statement adds up to and what the capacity costs."""
+
+    currency: str
+    charges: Decimal
+    idle: Decimal
+    corrections: Decimal
+    total: Decimal
+    capacity_gpu_hours: float | None
+    capacity_amount: Decimal | None
+    over_allocated: Decimal
+
+    @property
+    def difference(self) -> Decimal | None:
+        if self.capacity_amount is None:
+            return None
+        return self.total - self.capacity_amount - self.over_allocated
+
+    @property
+    def reconciles(self) -> bool:
+        return self.difference == Decimal("0.00")
+
+    def sentence(self) -> str:
+        c = self.currency
+        left = f"charges {self.charges:,.2f} + idle {self.idle:,.2f}"
+        if self.corrections:
+            left += f" + corrections {self.corrections:,.2f}"
+        if self.capacity_amount is None:
+            return f"{c}: {left} = {self.total:,.2f}; capacity unknown, nothing to reconcile against"
+        right = f"capacity {self.capacity_gpu_hours:,.3f} GPU-hours × price = {self.capacity_amount:,.2f}"
+        if self.over_allocated:
+            right += f" + over-allocated {self.over_allocated:,.2f}"
+        verdict = "reconciles to the cent" if self.reconciles else f"DOES NOT reconcile: off by {self.difference:,.2f}"
+        return f"{c}: {left} = {self.total:,.2f}; {right}; {verdict}"
+
+
+@dataclass
+class Statement:
+    period: str
+    period_start: datetime
+    period_end: datetime
+    scope: str  # the org root's name, or the business unit / node of --node
+    closed: bool
+    provisional: bool
+    revision: int | None  # the latest revision of a closed month; None when computed
+    config_version: int | None
+    billed_through: datetime  # the data's end inside the month (the statement's one timestamp)
+    lines: pl.DataFrame  # LINE_COLUMNS
+    units: list[str]  # business units, tree order
+    usage: pl.DataFrame  # project, model, tier, partition, host: allocated / active / unknown GPU-hours
+    history: pl.DataFrame  # period, currency, line_kind (charge / idle / corrections), amount, gpu_hours
+    reconciliation: list[Reconciliation] = field(default_factory=list)  # org scope only
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.closed:
+            return f"closed (revision {self.revision})"
+        return "provisional" if self.provisional else "open (computed, not yet closed)"
+
+    def unit_lines(self, unit: str) -> pl.DataFrame:
+        return self.lines.filter(pl.col("business_unit") == unit)
+
+    @property
+    def by_partition(self) -> pl.DataFrame:
+        """GPU-hours per Slurm partition and GPU model (empty when no job names a partition)."""
+        if not self.usage.height or self.usage["partition"].is_null().all():
+            return pl.DataFrame()
+        return _grouped_usage(self.usage, "partition", "(no partition)")
+
+    @property
+    def by_host(self) -> pl.DataFrame:
+        """GPU-hours per host (node) and GPU model."""
+        return _grouped_usage(self.usage, "host", "(no device record)") if self.usage.height else pl.DataFrame()
+
+    def for_unit(self, unit: str) -> Statement:
+        """This statement cut to one business unit: its lines and usage; no reconciliation (idle
+        capacity is the org's) and no month-over-month history."""
+        lines = self.unit_lines(unit)
+        projects = set(lines["project"].drop_nulls().to_list())
+        return Statement(
+            period=self.period, period_start=self.period_start, period_end=self.period_end, scope=unit,
+            closed=self.closed, provisional=self.provisional, revision=self.revision,
+            config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
+            usage=self.usage.filter(pl.col("project").is_in(list(projects))), history=self.history.clear(),
+            notes=[n for n in self.notes if n.startswith("provisional")])
+
+    def totals(self, frame: pl.DataFrame | None = None) -> dict[str, Decimal]:
+        """Σ amount of the billed lines per currency (what is owed)."""
+        frame = self.lines if frame is None else frame
+        billed = frame.filter(pl.col("line_kind").is_in(BILLED) & pl.col("currency").is_not_null())
+        return {c: Decimal(a) for c, a in billed.group_by("currency").agg(pl.col("amount").sum())
+                .sort("currency").iter_rows()}
+
+
+def business_units(org_nodes: pl.DataFrame) -> tuple[str, dict[str, str], list[str]]:
+    """(root name, node -> its business unit, units in tree order). A root with no children is its
+    own and only unit; several roots are each a unit."""
+    from gpuledger.analytics.tree import Tree
+
+    tree = Tree.from_frame(org_nodes)
+    roots = sorted(tree.roots)
+    if len(roots) == 1 and tree.children[roots[0]]:
+        root = roots[0]
+        units = [n for n, depth in tree.walk() if depth == 1]
+    else:
+        root = roots[0] if len(roots) == 1 else "org"
+        units = [n for n, depth in tree.walk() if depth == 0]
+    unit_of = {}
+    for node in tree.parent:
+        chain = tree.ancestors(node)  # node .. root
+        hit = next((n for n in chain if n in units), None)
+        unit_of[node] = hit if hit is not None else ORG_LINES  # the root itself
+    return root, unit_of, units
+
+
+def subtree(org_nodes: pl.DataFrame, node: str) -> set[str]:
+    from gpuledger.analytics.tree import Tree
+
+    tree = Tree.from_frame(org_nodes)
+    return {n for n in tree.parent if node in tree.ancestors(n)}
+
+
+def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> pl.DataFrame:
+    """Per allocation piece's (project, model, tier, partition, host): allocated and active GPU-hours."""
+    from gpuledger.analytics.reports import attribution
+
+    used = attribution(con, t, start=start, end=end, now=now, policy=policy)
+    jobs = t.jobs.select("cluster", "job_id", "project", "partition").unique(["cluster", "job_id"])
+    hosts = t.gpus.select(pl.col("gpu_id").cast(pl.Int32), "host")
+    return (
+        used.join(jobs, on=["cluster", "job_id"], how="left")
+        .join(hosts, on="gpu_id", how="left")
+        .group_by("project", "model", "tier", "partition", "host")
+        .agg(pl.col("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown").sum())
+        # in-memory engine: the streaming one sums in a different order on every run (notes/tables.md)
+        .collect(engine="in-memory")
+    )
+
+
+def _round_hours(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    # GPU-hours to the microhour (3.6 ms): float sums of the same data in another order must not
+    # make two regenerations differ
+    return frame.with_columns(pl.col(c).round(6) for c in cols if c in frame.columns)
+
+
+def _grouped_usage(usage: pl.DataFrame, key: str, missing: str) -> pl.DataFrame:
+    out = (usage.with_columns(pl.col(key).fill_null(missing))
+           .group_by(key, pl.col("model").alias("gpu_model"))
+           .agg(pl.col("gpu_hours_allocated").sum().alias("gpu_hours"),
+                pl.col("gpu_hours_active").sum(), pl.col("gpu_hours_unknown").sum())
+           .with_columns(efficiency_ratio=pl.when(pl.col("gpu_hours") - pl.col("gpu_hours_unknown") > 1e-9)
+                         .then(pl.col("gpu_hours_active") / (pl.col("gpu_hours") - pl.col("gpu_hours_unknown")))
+                         .otherwise(None)))
+    return _round_hours(out, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio"]) \
+        .sort(key, "gpu_model", nulls_last=True)
+
+
+def _config_version(con, period: str, closed: bool) -> int | None:
+    from gpuledger.ledger.config_versions import stored_config
+
+    if closed:
+        row = con.execute("SELECT config_version FROM statement_revisions WHERE period = ? "
+                          "ORDER BY revision DESC LIMIT 1", [period]).fetchall()
+        return row[0][0] if row else None
+    stored = stored_config(con)
+    return stored.version if stored else None
+
+
+def _capacity(con, t, *, start: datetime, end: datetime, config_version: int | None, closed: bool,
+              retire_grace: timedelta) -> dict[str, tuple[float, Decimal]]:
+    """currency -> (capacity GPU-hours, Σ capacity × price) over [start, end), priced by the rate
+    card the statement was priced with (a closed month: its latest revision's config version)."""
+    from gpuledger.analytics.chargeback import chargeback_totals
+    from gpuledger.ledger.config_versions import rate_card_version
+
+    rate_card = t.rate_card
+    if closed and config_version is not None:
+        rate_card = rate_card_version(con, config_version).lazy()
+    totals = chargeback_totals(t.gpus, rate_card, start=start, end=end, retire_grace=retire_grace).collect()
+    return {c: (h, Decimal(a)) for c, h, a in totals.select("currency", "gpu_hours_capacity", "capacity_amount")
+            .iter_rows()}
+
+
+def _history(con, period: str, start: datetime, policy, first_seen: datetime | None) -> pl.DataFrame:
+    """Charge, idle and correction amounts and GPU-hours per month for this month and the two
+    before it (months before the first device was seen are left out)."""
+    from gpuledger.analytics.reports import statement_report
+    from gpuledger.ledger.periods import month_bounds
+
+    months = []
+    moment = start
+    for _ in range(HISTORY_MONTHS):
+        months.append(f"{moment:%Y-%m}")
+        moment = (moment - timedelta(days=1)).replace(day=1)
+    rows = []
+    for month in reversed(months):
+        m_start, m_end = month_bounds(month)
+        if month != period and (first_seen is None or first_seen >= m_end):
+            continue
+        lines = statement_report(con, month, level="project", policy=policy)
+        billed = lines.filter(pl.col("line_kind").is_in(BILLED) & pl.col("currency").is_not_null())
+        billed = billed.with_columns(line_kind=pl.when(pl.col("line_kind").is_in(["credit", "debit"]))
+                                     .then(pl.lit("corrections")).otherwise(pl.col("line_kind")))
+        agg = billed.group_by("currency", "line_kind").agg(pl.col("amount").sum(), pl.col("gpu_hours").sum())
+        rows.append(agg.with_columns(period=pl.lit(month)))
+    schema = {"period": pl.String, "currency": pl.String, "line_kind": pl.String, "amount": pl.Decimal(38, 2),
+              "gpu_hours": pl.Float64}
+    if not rows:
+        return pl.DataFrame(schema=schema)
+    out = pl.concat([r.select(list(schema)) for r in rows], how="vertical_relaxed")
+    return _round_hours(out, ["gpu_hours"]).sort("period", "currency", "line_kind")
+
+
+def build_statement(
+    con: duckdb.DuckDBPyConnection, period: str, *, node: str | None = None, policy=None,
+    now: datetime | None = None,
+) -> Statement:
+    """The statement of ``period`` (YYYY-MM) for the whole org, or for ``node`` and its subtree.
+
+    Lines come from ``reports.statement_report`` (a closed month: its frozen issued lines and
+    corrections); active GPU-hours and efficiency are computed from the activity data beside them
+    (they are not billed). ``now`` is the data's "now" for an open month (default: the newest data).
+    """
+    from gpuledger.analytics.chargeback import statement_notes
+    from gpuledger.analytics.load import load_tables
+    from gpuledger.analytics.reports import data_now, statement_report
+    from gpuledger.ledger.config_versions import stored_config
+    from gpuledger.ledger.periods import is_closed, month_bounds
+
+    start, end = month_bounds(period)
+    if policy is None:
+        stored = stored_config(con)
+        from gpuledger.config import Policy
+
+        policy = stored.config.policy if stored else Policy()
+    now = now or data_now(con)
+    closed = is_closed(con, period)
+    lines = statement_report(con, period, level="project", policy=policy, now=now)
+    t = load_tables(con, start=start, end=end, samples=False)
+    org_nodes = t.org_nodes.collect()
+    root, unit_of, units = business_units(org_nodes)
+    billed_through = lines["billed_through"].max() if lines.height else min(end, now)
+    usage_end = min(end, billed_through or end)
+    usage = (_usage(con, t, start=start, end=usage_end, now=min(now, usage_end), policy=policy)
+             if usage_end > start else pl.DataFrame(schema={
+                 "project": pl.String, "model": pl.String, "tier": pl.String, "partition": pl.String,
+                 "host": pl.String, "gpu_hours_allocated": pl.Float64, "gpu_hours_active": pl.Float64,
+                 "gpu_hours_unknown": pl.Float64}))
+    # efficiency over the GPU-hours whose activity is known (hours without samples are neither
+    # active nor idle: counting them as 0 % would blame a job for a scrape gap)
+    per_line = usage.group_by("project", "model", "tier").agg(
+        pl.col("gpu_hours_active").sum(),
+        (pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown")).sum().alias("_alloc"))
+    special = {"(idle)", "(over-allocated)", "(capacity unknown)"}
+    unit_expr = (pl.when(pl.col("project").is_in(list(special)) | pl.col("project").is_null()).then(pl.lit(ORG_LINES))
+                 .otherwise(pl.col("project").replace_strict(unit_of, default=UNASSIGNED, return_dtype=pl.String)))
+    joined = (
+        lines.join(per_line, left_on=["project", "gpu_model", "tier"], right_on=["project", "model", "tier"],
+                   how="left", nulls_equal=True)
+        .with_columns(
+            business_unit=unit_expr,
+            gpu_hours_active=pl.when(pl.col("line_kind") == "charge").then(pl.col("gpu_hours_active")),
+            efficiency_ratio=pl.when((pl.col("line_kind") == "charge") & (pl.col("_alloc") > 0))
+            .then(pl.col("gpu_hours_active") / pl.col("_alloc")),
+        )
+    )
+    if node is not None:
+        names = set(org_nodes["node"].to_list())
+        if node not in names:
+            raise UsageError(f"--node {node!r}: not a node of the org tree; choose one of "
+                             f"{', '.join(sorted(names))}")
+        members = subtree(org_nodes, node)
+        joined = joined.filter(pl.col("project").is_in(list(members)))
+        units = [node] if node not in units else [node]
+        joined = joined.with_columns(business_unit=pl.lit(node))
+        usage = usage.filter(pl.col("project").is_in(list(members)))
+        scope = node
+    else:
+        scope = root
+    out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "efficiency_ratio"]).with_columns(
+        _rank=pl.col("line_kind").replace_strict(KIND_ORDER, default=99, return_dtype=pl.Int32))
+    out = out.sort("_rank", "business_unit", "project", "gpu_model", "tier", "currency", "revision", "note",
+                   nulls_last=True).select(LINE_COLUMNS)
+    version = _config_version(con, period, closed)
+    revision = int(lines["revision"].max()) if closed and lines.height else None
+    st = Statement(
+        period=period, period_start=start, period_end=end, scope=scope, closed=closed,
+        provisional=bool(lines.height and lines["provisional"].any()) and not closed,
+        revision=revision, config_version=version, billed_through=billed_through or end, lines=out,
+        units=units, usage=usage, history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item()),
+    )
+    st.notes, st.warnings = statement_notes(lines)
+    if node is None:
+        cap = _capacity(con, t, start=start, end=min(end, st.billed_through), config_version=version,
+                        closed=closed, retire_grace=timedelta(hours=policy.chargeback.retire_after_hours))
+        st.reconciliation = _reconcile(out, cap)
+    return st
+
+
+def _reconcile(lines: pl.DataFrame, capacity: dict[str, tuple[float, Decimal]]) -> list[Reconciliation]:
+    zero = Decimal("0.00")
+    out = []
+    currencies = sorted(set(lines["currency"].drop_nulls().to_list()) | set(capacity))
+    for c in currencies:
+        mine = lines.filter(pl.col("currency") == c)
+
+        def total(kinds, frame=mine):
+            return Decimal(frame.filter(pl.col("line_kind").is_in(kinds))["amount"].sum() or 0).quantize(zero)
+
+        charges, idle = total(["charge"]), total(["idle"])
+        corrections = total(["credit", "debit"])
+        hours, amount = capacity.get(c, (None, None))
+        out.append(Reconciliation(currency=c, charges=charges, idle=idle, corrections=corrections,
+                                  total=charges + idle + corrections, capacity_gpu_hours=hours,
+                                  capacity_amount=amount, over_allocated=total(["over-allocated"])))
+    return out
