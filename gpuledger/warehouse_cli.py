@@ -20,8 +20,8 @@ DISK = View(
         Column("rows", "rows", "int", key=True),
         Column("disk_mib", "disk\n(MiB)", "num", key=True),
     ),
-    notes=(("", "disk: DuckDB pragma_storage_info blocks of the table's columns (256 KiB each, a shared "
-                "block split by segment count); indexes and catalog are their own line"),),
+    notes=(("", ("disk: DuckDB pragma_storage_info blocks of the table's columns (256 KiB each, a shared "
+                 "block split by segment count); indexes and catalog are their own line")),),
 )
 
 

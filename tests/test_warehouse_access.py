@@ -50,7 +50,7 @@ def test_a_writer_and_a_reader_in_two_processes_queue_and_every_row_lands_once(w
     batches, rows = 8, 20_000
     writer = _actor("sessions", warehouse_file, batches, rows, 7)
     reader = _actor("read-until", warehouse_file, batches * rows)
-    w_out, w_err = writer.communicate(timeout=300)
+    _, w_err = writer.communicate(timeout=300)
     r_out, r_err = reader.communicate(timeout=300)
     assert writer.returncode == 0, w_err
     assert reader.returncode == 0, r_err
@@ -107,7 +107,7 @@ def test_a_steady_stream_of_readers_does_not_starve_a_writer(warehouse_file):
             assert not errors, errors
             time.sleep(0.01)
         writer = _actor("sessions", warehouse_file, 5, 1_000, 3)
-        out, err = writer.communicate(timeout=120)
+        _, err = writer.communicate(timeout=120)
         assert writer.returncode == 0, err
         before = list(reads)
         while min(r - b for r, b in zip(reads, before, strict=True)) < 1:  # readers still get in
@@ -147,6 +147,12 @@ def test_a_reader_inside_a_writer_of_the_same_file_is_refused_at_once(warehouse_
         with pytest.raises(warehouse.WarehouseError, match="use the writer's connection"):
             with warehouse.open_reader(warehouse_file):
                 pass
+    with warehouse.open_reader(warehouse_file):  # and the other way round
+        with pytest.raises(warehouse.WarehouseError, match="close the reader first"):
+            with warehouse.open_writer(warehouse_file):
+                pass
+    with warehouse.open_writer(warehouse_file):  # nothing is left marked
+        pass
 
 
 def test_yield_to_readers_refuses_to_split_a_transaction(warehouse_file):

@@ -216,9 +216,11 @@ def _connect(path: Path, *, read_only: bool, deadline: float) -> duckdb.DuckDBPy
             time.sleep(0.05)
 
 
-# Which thread of this process holds the writer of a file (resolved path): a reader or a second
-# writer of that file opened in the same thread would wait for itself, so it is refused at once.
+# Which thread of this process holds the writer of a file (resolved path), and how many readers
+# each thread has open: a reader or writer of that file opened inside a writer in the same thread,
+# or a writer inside a reader, would wait for itself, so it is refused at once.
 _HELD: dict[str, int] = {}
+_READING: dict[tuple[str, int], int] = {}
 _HELD_GUARD = threading.Lock()
 
 
@@ -229,7 +231,25 @@ def _refuse_nested(path: Path, what: str) -> str:
             raise WarehouseError(
                 f"{what} of {path} inside an open_writer of the same file in the same thread would "
                 "wait for itself: use the writer's connection")
+        if what == "open_writer" and _READING.get((key, threading.get_ident())):
+            raise WarehouseError(
+                f"open_writer of {path} inside an open_reader of the same file in the same thread "
+                "would wait for itself: close the reader first")
     return key
+
+
+@contextlib.contextmanager
+def _reading(key: str) -> Iterator[None]:
+    me = (key, threading.get_ident())
+    with _HELD_GUARD:
+        _READING[me] = _READING.get(me, 0) + 1
+    try:
+        yield
+    finally:
+        with _HELD_GUARD:
+            _READING[me] -= 1
+            if not _READING[me]:
+                del _READING[me]
 
 
 class WriterConnection:
@@ -359,7 +379,7 @@ def open_reader(
     """
     path = resolve_warehouse_path(path)
     check_reader_path(path)
-    _refuse_nested(path, "open_reader")
+    key = _refuse_nested(path, "open_reader")
     locks = WarehouseLocks(path)
     try:
         started = time.monotonic()
@@ -392,7 +412,8 @@ def open_reader(
                         f"warehouse {path} is at schema version {have} without migration(s) "
                         f"{', '.join(map(str, missing))}, this gpuledger needs {shipped[-1]}: "
                         "run `gpuledger migrate` (readers never change the file)")
-                yield con
+                with _reading(key):
+                    yield con
             except duckdb.Error as exc:  # a damaged block can surface in any later query
                 problem = _unreadable(path, exc)
                 if problem is None:
