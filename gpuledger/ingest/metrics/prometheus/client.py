@@ -63,11 +63,13 @@ def _get_body(session: requests.Session, url: str, params: dict, *, timeout_s: f
             if response.status_code < 500:
                 return response.status_code, response.content
             first = response.text.strip().splitlines()[:1]
-            error = f"HTTP {response.status_code}" + (f" ({printable(first[0], limit=100)})" if first else "")
+            error = f"HTTP {response.status_code}" + (f" ({printable(first[0], limit=100)})"
+                                                       if first else "")
         except requests.Timeout:
             error = f"no answer within {timeout_s:g} s"
         except requests.ConnectionError as exc:
-            error = "connection refused" if "refused" in str(exc).lower() else f"cannot connect ({type(exc).__name__})"
+            error = ("connection refused" if "refused" in str(exc).lower()
+                     else f"cannot connect ({type(exc).__name__})")
         except requests.RequestException as exc:  # MissingSchema, InvalidURL: the URL itself is wrong
             raise UsageError(f"--url {url.split('/api/v1/')[0]}: {exc}; write it as http://HOST:9090") from None
         if attempt < retries:
@@ -81,9 +83,9 @@ def _parse_json(url: str, params: dict, status: int, content: bytes):
     try:
         body = orjson.loads(content)  # several times faster than json / requests
     except orjson.JSONDecodeError:
-        head = content.lstrip()[:1]
+        head, start = content.lstrip()[:1], printable(content[:40].decode("utf-8", "replace"))
         kind = ("an HTML page" if head == b"<" else "an empty body" if not content.strip()
-                else f"{len(content):,} bytes of something else (starting {printable(content[:40].decode('utf-8', 'replace'))!r})")
+                else f"{len(content):,} bytes of something else (starting {start!r})")
         raise NotPrometheusAnswer(f"{_endpoint(url)} answered HTTP {status} with {kind}, not Prometheus' "
                                   f"JSON API; {_CHECK_URL}") from None
     if not isinstance(body, dict) or body.get("status") not in ("success", "error"):
