@@ -122,13 +122,17 @@ def test_mixed_period_reconciles_to_the_cent():
     assert idle["cluster"].to_list() == ["c1"]
     total = chargeback_totals(inv, RATES, start=DAY[0], end=DAY[1]).collect()["capacity_amount"][0]
     assert total == Decimal("100.80")
-    assert df["amount"].sum() == total + Decimal("21.00")
+    # The billed lines (charge, idle) add up to c1's capacity plus c2's charges; c2's capacity is
+    # unknown, which its memo line (outside the total) says with those same 21.00.
+    assert df.filter(pl.col("billed"))["amount"].sum() == total + Decimal("21.00")
+    memo = df.filter(pl.col("line_kind") == "capacity-unknown")
+    assert memo.select("cluster", "amount", "billed").rows() == [("c2", Decimal("21.00"), False)]
     c1 = df.filter(pl.col("cluster") == "c1")["amount"].sum()
     assert c1 == total
     # Spread: c1's idle goes to J and K by charge (21.00 : 9.66); L untouched; same total.
     spread = chargeback_lines(al, inv, jb, RATES, start=DAY[0], end=DAY[1], now=NOW, idle_cost="spread").collect()
     assert spread.filter(pl.col("line_kind") == "idle").height == 0
-    assert spread["amount"].sum() == df["amount"].sum()
+    assert spread.filter(pl.col("billed"))["amount"].sum() == df.filter(pl.col("billed"))["amount"].sum()
     assert spread.filter(pl.col("job_id") == "L")["amount"].to_list() == [Decimal("21.00")]
 
 

@@ -239,6 +239,16 @@ def test_every_level_matches_the_oracle(world, start_min, len_min, now_min, idle
     assert set(over_hours) == set(want["over_h"])
     assert all(abs(over_hours[k] - float(v)) < 1e-6 for k, v in want["over_h"].items())
     assert all(_near(over_amount.get(k, Decimal(0)), v) for k, v in want["over"].items())
+    # c2 has no inventory (nor c1 without devices): its charges stand, and its memo lines
+    # (outside the total) state them.
+    unknown = {(r["cluster"], r["gpu_model"], r["tier"]): r["amount"]
+               for r in job.filter(kind == "capacity-unknown").to_dicts()}
+    unknown_exact = defaultdict(Fraction)
+    for (c, _, m, t), v in want["charge"].items():
+        if c not in {d["cluster"] for d in world["devices"]}:
+            unknown_exact[(c, m, t)] += v
+    assert set(unknown) == set(unknown_exact) and all(_near(unknown[k], v) for k, v in unknown_exact.items())
+    assert not job.filter(kind.is_in(["over-allocated", "capacity-unknown", "unpriced"]))["billed"].any()
     # Per (cluster, model, tier) of a cluster with an inventory: charges + idle = capacity × price
     # + over-allocated, exactly in the oracle and within a cent per rounded line in the result.
     groups = defaultdict(list)

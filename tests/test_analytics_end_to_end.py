@@ -9,7 +9,7 @@ import csv
 import subprocess
 import sys
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
@@ -45,19 +45,28 @@ def test_chargeback_csv_from_the_cli_reconciles_to_the_cent(week, tmp_path):
     with out.open() as handle:
         rows = list(csv.DictReader(handle))
     assert {"period", "project", "gpu_model", "gpu_hours", "amount", "currency"} <= set(rows[0])
-    total = sum(Decimal(r["amount"]) for r in rows)
+    # The total is the billed lines (charge, idle); memo lines (over-allocated, unpriced, capacity
+    # unknown) stand outside it, and the simulator makes none.
+    assert {r["line_kind"] for r in rows} <= {"charge", "idle"}
+    total = sum(Decimal(r["amount"]) for r in rows if r["billed"] == "true")
     assert all(Decimal(r["amount"]) == Decimal(r["amount"]).quantize(Decimal("0.01")) for r in rows)
-    # Independently: every physical GPU (MIG-split ones once) × 168 h × its model's reserved price,
-    # each GPU's cost rounded to the cent as in the capacity invariant's sum of exact products.
+    # The data ends at the last sample (23:59:30 on the 7th), so the week is provisional and its
+    # capacity is billed to then: 167 h 59.5 min (issue 7: no idle billed past the newest data).
+    [through] = {datetime.fromisoformat(r["billed_through"]) for r in rows}
+    hours = Decimal(int((through - WEEK_START).total_seconds())) / 3600
+    assert {r["provisional"] for r in rows} == {"true" if through < WEEK_END else "false"}
+    # Independently: every physical GPU (MIG-split ones once) × those hours × its model's price in
+    # its tier, the exact sum rounded half-up to the cent.
     with warehouse.open_reader(week) as con:
-        capacity = con.execute(
-            """SELECT sum(168 * r.price_per_gpu_hour) FROM
+        prices = con.execute(
+            """SELECT r.price_per_gpu_hour FROM
                  (SELECT DISTINCT cluster, gpu_uuid, model, pricing_tier FROM gpus) g
                JOIN rate_card r ON r.gpu_model = g.model AND r.tier = g.pricing_tier"""
-        ).fetchall()[0][0]
+        ).fetchall()
         physical = con.execute("SELECT count(DISTINCT gpu_uuid) FROM gpus").fetchall()[0][0]
-    assert physical == 256
-    assert total == Decimal(capacity).quantize(Decimal("0.01"))
+    assert physical == 256 == len(prices)
+    exact = sum(hours * Decimal(p) for (p,) in prices)
+    assert total == exact.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
     charged = [r for r in rows if r["line_kind"] == "charge"]
     assert {r["currency"] for r in rows} == {"USD"} and len(charged) > 10
 

@@ -217,7 +217,7 @@ def chargeback_lines(
     )
     cap_unknown = (
         charges.filter(~pl.col("_known")).group_by(*keys, "currency")
-        .agg(pl.col("gpu_hours_allocated").sum())
+        .agg(pl.col("gpu_hours_allocated").sum(), pl.col("amount_raw").sum())
         .with_columns(note=pl.lit("cluster ") + pl.col("cluster")
                       + pl.lit(" has no device inventory: capacity unknown, its charges stand, "
                                "no idle or over-allocation computed"))
@@ -277,10 +277,23 @@ def chargeback_lines(
     levels = round_tree(leaves, path=path, amounts={"amount_raw": "amount", "_idle_raw": "idle_amount_included"},
                         sums=["gpu_hours_allocated"])
     meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "model", "tier")
-    over_levels = round_tree(over.filter(pl.col("currency").is_not_null()).with_columns(
-        _mt=model_tier, _leaf=pl.col("cluster") + pl.lit("|") + model_tier),
-        path=["currency", "_mt", "_leaf"], amounts={"amount_raw": "amount"}, sums=["gpu_hours_allocated"])
-    over_meta = over.select("currency", *keys, "note", _mt=model_tier, _leaf=pl.col("cluster") + pl.lit("|") + model_tier)
+    # Memo lines with money, outside the total: over-allocation, and the charges of clusters of
+    # unknown capacity (what the total holds beyond capacity × price). Rounded top-down per kind.
+    memo = pl.concat([
+        over.filter(pl.col("currency").is_not_null()).with_columns(line_kind=pl.lit("over-allocated")),
+        cap_unknown.with_columns(line_kind=pl.lit("capacity-unknown")),
+    ], how="diagonal_relaxed").with_columns(_mt=model_tier, _leaf=pl.col("cluster") + pl.lit("|") + model_tier)
+    memo_path = ["line_kind", "currency", "_mt", "_leaf"]
+    memo_levels = round_tree(memo, path=memo_path, amounts={"amount_raw": "amount"}, sums=["gpu_hours_allocated"])
+    memo_meta = memo.select(*memo_path, *keys, "note")
+    memo_name = pl.when(pl.col("line_kind") == "over-allocated").then(pl.lit(OVER)).otherwise(pl.lit(CAPACITY_UNKNOWN))
+    zero_idle = {"idle_amount_included": pl.lit(0).cast(CENTS)}
+
+    def memo_level(k: int) -> pl.LazyFrame:  # memo lines rolled up to level k, notes joined
+        on = memo_path[: k + 1]
+        extra = memo_meta.group_by(on).agg(pl.col("model", "tier").first(), pl.col("note").unique().sort().str.join("; "))
+        return memo_levels[k].join(extra, on=on, how="left").with_columns(**zero_idle)
+
     over_unpriced = over.filter(pl.col("currency").is_null())  # over-allocated in hours without a rate
 
     tail = ["gpu_model", "tier", "currency", "gpu_hours_allocated", "amount", "idle_amount_included", "note"]
@@ -298,10 +311,8 @@ def chargeback_lines(
         key_cols = ["cluster", "job_id", "project", "user_name"]
         frames = [
             levels[-1].join(meta, on=path, how="left", nulls_equal=True).with_columns(note=pl.lit(None, pl.String)),
-            over_levels[-1].join(over_meta, on=["currency", "_mt", "_leaf"], how="left")
-            .with_columns(line_kind=pl.lit("over-allocated"), idle_amount_included=pl.lit(0).cast(CENTS)),
+            memo_levels[-1].join(memo_meta, on=memo_path, how="left").with_columns(**zero_idle),
             over_unpriced.with_columns(line_kind=pl.lit("over-allocated"), **null_money),
-            cap_unknown.with_columns(line_kind=pl.lit("capacity-unknown"), **null_money),
             unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
                 line_kind=pl.lit("unpriced"), currency=pl.lit(None, pl.String),
                 project=pl.when(pl.col("job_id").is_null()).then(pl.lit(IDLE))
@@ -312,16 +323,9 @@ def chargeback_lines(
         proj = levels[-2].join(meta.unique([*path[:-1]]).drop("_leaf"), on=path[:-1], how="left")
         frames = [
             proj.with_columns(note=pl.lit(None, pl.String)),
-            over_levels[1].join(over_meta.unique(["currency", "_mt"]).select("currency", "_mt", "model", "tier"),
-                                on=["currency", "_mt"], how="left")
-            .join(over_meta.group_by("currency", "_mt").agg(pl.col("note").sort().str.join("; ")),
-                  on=["currency", "_mt"], how="left")
-            .with_columns(line_kind=pl.lit("over-allocated"), project=pl.lit(OVER),
-                          idle_amount_included=pl.lit(0).cast(CENTS)),
+            memo_level(2).with_columns(project=memo_name),
             memo_per_model(over_unpriced).with_columns(
                 line_kind=pl.lit("over-allocated"), project=pl.lit(OVER), **null_money),
-            memo_per_model(cap_unknown).with_columns(
-                line_kind=pl.lit("capacity-unknown"), project=pl.lit(CAPACITY_UNKNOWN), **null_money),
             unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
                 project=pl.when(pl.col("job_id").is_null()).then(pl.lit(IDLE))
                 .otherwise(pl.col("project").fill_null(NO_JOB_RECORD)))
@@ -347,14 +351,9 @@ def chargeback_lines(
         )
         frames = [
             *(f.with_columns(note=pl.lit(None, pl.String)) for f in node_frames),
-            over_levels[0].join(over_meta.group_by("currency").agg(pl.col("note").sort().str.join("; ")),
-                                on="currency", how="left")
-            .with_columns(line_kind=pl.lit("over-allocated"), node=pl.lit(OVER),
-                          idle_amount_included=pl.lit(0).cast(CENTS)),
+            memo_level(1).drop("model", "tier").with_columns(node=memo_name),
             memo_total(over_unpriced).with_columns(line_kind=pl.lit("over-allocated"), node=pl.lit(OVER),
                                                    **null_money),
-            memo_total(cap_unknown).with_columns(line_kind=pl.lit("capacity-unknown"),
-                                                 node=pl.lit(CAPACITY_UNKNOWN), **null_money),
             unpriced_nodes.with_columns(line_kind=pl.lit("unpriced"), currency=pl.lit(None, pl.String),
                                         **null_money),
         ]

@@ -25,11 +25,13 @@ def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehous
     cfg = gpuledger_config.load()
     with warehouse.reader() as con:
         lines = reports.statement_report(con, period, level="project", policy=cfg.policy)
+    # Unpriced lines have GPU-hours and no amount; the table's amount is NOT NULL: 0, their kind says why.
+    stored = lines.drop("period").with_columns(pl.col("amount").fill_null(0))
     with warehouse.writer() as con:
-        deleted, inserted = replace_partition(con, "chargeback_statements", period, stamped(lines.drop("period"),
-                                                                                              period=period))
+        deleted, inserted = replace_partition(con, "chargeback_statements", period, stamped(stored, period=period))
+    billed = lines.filter(pl.col("billed").fill_null(True)) if "billed" in lines.columns else lines
     totals = {f"amount_{currency}": str(amount) for currency, amount in
-              lines.group_by("currency").agg(pl.col("amount").sum()).rows()} if lines.height else {}
+              billed.group_by("currency").agg(pl.col("amount").sum()).rows() if currency} if lines.height else {}
     return dg.MaterializeResult(metadata={
         "table": "chargeback_statements", "period": period, "rows": inserted, "rows_replaced": deleted,
         "closed": bool(lines.height and lines["revision"].is_not_null().any()), **totals,

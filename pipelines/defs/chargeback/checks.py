@@ -1,7 +1,8 @@
 """Chargeback checks: every stored month reconciles to the cent — Σ charges + idle (+ corrections)
 = Σ installed capacity × price (analytics.chargeback.chargeback_totals) over the month, or up to
-the data's "now" for a month still open (as the statement counts it) — and no idle line is
-negative (which would mean job records claim more GPUs than the inventory holds)."""
+the data's "now" for a month still open (as the statement counts it), plus what the statement's
+memo lines state beyond capacity (over-allocated, charges of clusters of unknown capacity) — and
+no idle line is negative."""
 
 import dagster as dg
 
@@ -24,13 +25,14 @@ def chargeback_reconciles(warehouse: Warehouse) -> dg.AssetCheckResult:
         stored = con.execute(sql(PACKAGE, "statement_totals")).fetchall()
         now = data_now(con)
         capacity: dict = {}
-        for period, start, end, currency, amount, _ in stored:
+        for period, start, end, currency, amount, _, beyond_capacity in stored:
             if period not in capacity:
                 end = min(end, now)  # a month still open is stated up to the data's "now"
                 t = load_tables(con, start=start, end=end, samples=False)
                 capacity[period] = dict(chargeback_totals(t.gpus, t.rate_card, start=start, end=end)
                                         .select("currency", "capacity_amount").collect().rows())
-            expected = capacity[period].get(currency)
+            expected = capacity[period].get(currency, 0 if beyond_capacity else None)
+            expected = None if expected is None else expected + beyond_capacity
             checked += 1
             if expected is None or amount != expected:
                 mismatches.append(f"{period} {currency}: statement {amount} vs capacity × price {expected}")
@@ -42,6 +44,6 @@ def chargeback_reconciles(warehouse: Warehouse) -> dg.AssetCheckResult:
 def chargeback_no_negative_idle(warehouse: Warehouse) -> dg.AssetCheckResult:
     with warehouse.reader() as con:
         stored = con.execute(sql(PACKAGE, "statement_totals")).fetchall()
-    negative = {f"{period} {currency}": int(n) for period, _, _, currency, _, n in stored if n}
+    negative = {f"{period} {currency}": int(n) for period, _, _, currency, _, n, _ in stored if n}
     return dg.AssetCheckResult(passed=not negative, severity=dg.AssetCheckSeverity.WARN,
                                metadata={"negative_idle_lines": str(negative) if negative else "none"})
