@@ -1,0 +1,54 @@
+"""One alert cycle: plan from the warehouse (open squatting episodes, the day's digest, budget
+burn), write the new alerts to the outbox, deliver what is due. The CLI (`gpuledger alerts run`)
+and the Dagster sensor (pipelines/defs/alerts) both run this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpuledger import warehouse
+from gpuledger.alerts.outbox import DeliveryReport, deliver, enqueue
+
+
+@dataclass
+class CycleReport:
+    planned: int
+    new: int
+    delivery: DeliveryReport
+
+
+def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
+    """Every alert the warehouse's state calls for at ``now`` (the data's "now")."""
+    from gpuledger.alerts.plan import budget_alerts, digest_alerts, squatting_alerts
+    from gpuledger.analytics.reports import budget_report, squatters_report
+
+    evaluated = con.execute("SELECT count(*) FROM squatting_evaluations").fetchall()[0][0]
+    if evaluated:  # the pipeline materializes episodes with their lifecycle
+        episodes = con.sql("SELECT * FROM squatting_findings").pl()
+        open_now = episodes.filter(episodes["resolved_at"].is_null())
+    else:  # no pipeline: evaluate now; idle_since marks the episode
+        episodes = None
+        open_now = squatters_report(con, policy=policy, now=now)
+    alerts = squatting_alerts(open_now, policy, now=now, squatting=policy.squatting,
+                              enforcement=policy.enforcement, currency=currency)
+    if episodes is not None:
+        alerts += digest_alerts(episodes, policy, now=now)
+    alerts += budget_alerts(budget_report(con, policy=policy, as_of=now), policy, now=now)
+    return alerts
+
+
+def run_alert_cycle(path, policy, *, now: datetime | None = None, clock: datetime | None = None,
+                    notifier_for=None, currency: str = "USD") -> CycleReport:
+    """Plan at ``now`` (default: the data's newest time), enqueue, deliver at ``clock`` (default:
+    the wall clock)."""
+    from gpuledger.alerts.channels import notifier_for as default_notifier
+    from gpuledger.analytics.reports import data_now
+
+    with warehouse.open_reader(path) as con:
+        now = now or data_now(con)
+        alerts = plan_alerts(con, policy, now=now, currency=currency)
+    new = enqueue(path, alerts)
+    report = deliver(path, notifier_for or default_notifier, now=clock, max_attempts=policy.alerts.max_attempts,
+                     retry_base_seconds=policy.alerts.retry_base_seconds)
+    return CycleReport(planned=len(alerts), new=new, delivery=report)

@@ -1,0 +1,186 @@
+"""Which alerts the findings and budgets call for — pure functions of frames, policy and "now"
+(UTC, naive). The idempotency key says what an alert is about, so planning the same state again
+gives the same keys and the outbox sends nothing new:
+
+* squatting: ``squatting|cluster|job|episode start|severity|channel|recipient`` — one per finding
+  and severity; a raised severity is a new key (one more alert), a severity that falls and rises
+  back is not;
+* digest: ``digest|project|day|channel`` — the day before, per team, after ``digest_hour_utc``;
+* budget: ``budget|node|period start|80 / 100 / exhaustion|channel``.
+
+Quiet hours hold alerts below ``quiet_hours.urgent_severity`` (and every budget and digest alert)
+until they end; the owner of a job hears of it by e-mail (``owners`` map, else the template).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+
+import polars as pl
+
+from gpuledger.alerts.outbox import Alert
+
+SEVERITY_RANK = {"info": 0, "warning": 1, "second-warning": 2, "preempt-eligible": 3}
+
+
+def _clock(text: str) -> time:
+    h, m = text.split(":")
+    return time(int(h), int(m))
+
+
+def quiet_until(now: datetime, quiet) -> datetime | None:
+    """The end of the quiet hours ``now`` falls in, or None outside them (UTC clock times)."""
+    if quiet is None:
+        return None
+    start, end, t = _clock(quiet.start), _clock(quiet.end), now.time()
+    today_end = datetime.combine(now.date(), end)
+    if start < end:
+        return today_end if start <= t < end else None
+    if t >= start:  # overnight: 22:00 -> 07:00 the next morning
+        return today_end + timedelta(days=1)
+    return today_end if t < end else None
+
+
+def _not_before(now: datetime, policy, urgent: bool) -> datetime:
+    until = quiet_until(now, policy.quiet_hours)
+    return until if until is not None and not urgent else now
+
+
+def owner_address(user: str | None, policy) -> str | None:
+    if not user:
+        return None
+    if user in policy.owners:
+        return policy.owners[user]
+    return policy.owner_address_template.format(user=user) if policy.owner_address_template else None
+
+
+def _recipients(policy, user: str | None) -> list[tuple[str, str | None]]:
+    out = [(c, None) for c in policy.on_call]
+    address = owner_address(user, policy)
+    if policy.owner_channel and address:
+        out.append((policy.owner_channel, address))
+    return out
+
+
+def _ts(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M") if value is not None else "?"
+
+
+def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting=None, enforcement=None,
+                     currency: str = "USD") -> list[Alert]:
+    """One alert per open episode at its current severity, to on-call and the owner.
+
+    ``episodes``: squatting_findings rows (open ones: resolved_at NULL), or squatters_report rows
+    (then ``idle_since`` marks the episode). ``squatting`` (SquattingPolicy) gives what happens next
+    and when; ``enforcement`` whether preemption is dry run."""
+    alerts = policy.alerts
+    floor = SEVERITY_RANK[alerts.min_severity]
+    out: list[Alert] = []
+    if episodes.is_empty():
+        return out
+    if "resolved_at" in episodes.columns:
+        episodes = episodes.filter(pl.col("resolved_at").is_null())
+    for ep in episodes.sort("cluster", "job_id").iter_rows(named=True):
+        severity = ep["severity"]
+        if SEVERITY_RANK.get(severity, 0) < floor:
+            continue
+        episode = ep.get("first_seen") or ep["idle_since"]
+        idle_since = ep.get("idle_since")
+        nxt = ""
+        if squatting is not None and idle_since is not None:
+            second = idle_since + timedelta(minutes=squatting.second_warn_minutes)
+            preempt = idle_since + timedelta(minutes=squatting.preempt_minutes)
+            if severity == "warning":
+                nxt = f"second warning at {_ts(second)} UTC, eligible for preemption at {_ts(preempt)} UTC"
+            elif severity == "second-warning":
+                nxt = f"eligible for preemption at {_ts(preempt)} UTC"
+            else:
+                dry = enforcement is not None and enforcement.dry_run
+                nxt = ("eligible for preemption now; enforcement is in dry run (it records, does not preempt)"
+                       if dry else "eligible for preemption now: the next enforcement cycle may preempt it")
+        rule = (f"{ep.get('finding', 'squatting')}: GPUs under {squatting.idle_threshold_ratio:g} activity for "
+                f"{squatting.sustained_minutes:g} min after {squatting.grace_minutes:g} min grace"
+                if squatting is not None else ep.get("finding", "squatting"))
+        cost = ep.get("idle_cost")
+        cur = ep.get("currency") or currency
+        link = (f"{alerts.dashboard_url.rstrip('/')}/squatters?cluster={ep['cluster']}&job={ep['job_id']}"
+                if alerts.dashboard_url else None)
+        wasted = ep.get("gpu_hours_idle") or 0.0
+        subject = f"[{severity}] job {ep['job_id']} ({ep.get('project')}) holds {ep.get('gpus_idle')} idle GPUs"
+        lines = [
+            f"job {ep['job_id']} on {ep['cluster']}, owner {ep.get('user_name')}, project {ep.get('project')}",
+            f"{ep.get('gpus_idle')} of {ep.get('gpus_total')} GPUs idle since {_ts(idle_since)} UTC",
+            f"wasted {wasted:,.2f} GPU-hours" + (f", {cost:,.2f} {cur}" if cost is not None else ""),
+            f"rule: {rule}", f"severity: {severity}",
+        ]
+        if nxt:
+            lines.append(f"next: {nxt}")
+        if link:
+            lines.append(f"dashboard: {link}")
+        payload = {"job_id": ep["job_id"], "cluster": ep["cluster"], "project": ep.get("project"),
+                   "owner": ep.get("user_name"), "severity": severity, "gpus_idle": ep.get("gpus_idle"),
+                   "gpus_total": ep.get("gpus_total"), "idle_since": idle_since, "gpu_hours_idle": wasted,
+                   "idle_cost": None if cost is None else str(cost), "next": nxt, "dashboard": link}
+        urgent = (alerts.quiet_hours is not None
+                  and SEVERITY_RANK[severity] >= SEVERITY_RANK[alerts.quiet_hours.urgent_severity])
+        for channel, recipient in _recipients(alerts, ep.get("user_name")):
+            key = f"squatting|{ep['cluster']}|{ep['job_id']}|{episode:%Y-%m-%dT%H:%M:%S}|{severity}|{channel}|{recipient or ''}"
+            out.append(Alert(key=key, kind="squatting", channel=channel, recipient=recipient, severity=severity,
+                             subject=subject, body="\n".join(lines), created_at=now,
+                             not_before=_not_before(now, alerts, urgent), payload=payload))
+    return out
+
+
+def digest_alerts(episodes: pl.DataFrame, policy, *, now: datetime) -> list[Alert]:
+    """The day before's squatting, one message per project (team), once ``digest_hour_utc`` passed.
+    ``episodes``: squatting_findings rows of any state."""
+    alerts = policy.alerts
+    if now.hour < alerts.digest_hour_utc or episodes.is_empty():
+        return []
+    day = now.date() - timedelta(days=1)
+    lo, hi = datetime.combine(day, time()), datetime.combine(now.date(), time())
+    seen = episodes.filter((pl.col("first_seen") < hi) & (pl.col("resolved_at").fill_null(pl.col("last_seen")) >= lo))
+    out = []
+    for (project,), rows in sorted(seen.group_by(["project"]), key=lambda g: str(g[0][0])):
+        rows = rows.sort("gpu_hours_idle", "job_id", descending=[True, False], nulls_last=True)
+        wasted = rows["gpu_hours_idle"].sum() or 0.0
+        body = [f"{rows.height} idle-GPU findings for project {project} on {day}, {wasted:,.2f} GPU-hours wasted:"]
+        body += [f"- job {r['job_id']} ({r['user_name']}): {r['severity']}, {r['gpus_idle']} of {r['gpus_total']} "
+                 f"GPUs idle since {_ts(r['idle_since'])}, {r['gpu_hours_idle'] or 0:,.2f} GPU-hours"
+                 for r in rows.iter_rows(named=True)]
+        for channel in alerts.teams.get(project, alerts.on_call):
+            out.append(Alert(key=f"digest|{project}|{day}|{channel}", kind="digest", channel=channel,
+                             subject=f"idle GPUs digest {day}: {project}", body="\n".join(body), created_at=now,
+                             not_before=_not_before(now, alerts, False),
+                             payload={"project": project, "day": str(day), "findings": rows.height,
+                                      "gpu_hours_idle": wasted}))
+    return out
+
+
+def budget_alerts(burn: pl.DataFrame, policy, *, now: datetime) -> list[Alert]:
+    """A node passing each threshold (% of its budget consumed) and a projected exhaustion before
+    its period ends. ``burn``: reports.budget_report rows (normalised GPU-hours)."""
+    alerts = policy.alerts
+    out = []
+    for b in burn.sort("node", "period_start").iter_rows(named=True):
+        budget = b["budget_gpu_hours"]
+        if not budget:
+            continue
+        pct = 100.0 * b["consumed_gpu_hours"] / budget
+        figures = (f"{b['consumed_gpu_hours']:,.1f} of {budget:,.1f} normalised GPU-hours consumed ({pct:.1f} %) "
+                   f"in {b['period_start']} .. {b['period_end']}, burning {b['burn_gpu_hours_per_day'] or 0:,.1f}/day")
+        hits = [(f"{t:g}", f"budget {b['node']}: {t:g} % consumed") for t in sorted(alerts.budget_thresholds_pct)
+                if pct >= t]
+        exhaustion = b.get("projected_exhaustion")
+        if b.get("status") == "at-risk" and exhaustion is not None:
+            hits.append(("exhaustion", f"budget {b['node']}: projected to run out {_ts(exhaustion)} UTC, "
+                                       f"before its period ends {b['period_end']}"))
+        for level, subject in hits:
+            for channel in [*alerts.on_call, *(c for c in alerts.teams.get(b["node"], []) if c not in alerts.on_call)]:
+                out.append(Alert(key=f"budget|{b['node']}|{b['period_start']}|{level}|{channel}", kind="budget",
+                                 channel=channel, severity=level, subject=subject,
+                                 body=f"{subject}\n{figures}", created_at=now,
+                                 not_before=_not_before(now, alerts, False),
+                                 payload={"node": b["node"], "level": level, "consumed_pct": round(pct, 3),
+                                          "projected_exhaustion": exhaustion}))
+    return out

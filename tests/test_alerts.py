@@ -1,0 +1,214 @@
+"""On-call and owner alerts (issue 11 §2) against real receivers started here: a local HTTP server
+(the JSON webhook) and aiosmtpd (SMTP). One alert per finding and severity, nothing new on a
+second tick, one more when the severity rises, retried while the receiver is down and delivered
+once it is back — none lost, none doubled."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime, timedelta
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import polars as pl
+import pytest
+
+from gpuledger import warehouse
+from gpuledger.alerts.cycle import run_alert_cycle
+from gpuledger.alerts.outbox import deliver, wall_now
+from gpuledger.alerts.plan import budget_alerts, digest_alerts, quiet_until, squatting_alerts
+from gpuledger.config import parse_config_text
+from tests._statement_fixtures import CONFIG, october
+from tests.helpers.prometheus_rig import free_port
+
+ALERTS = """
+policy:
+  alerts:
+    on_call: [oncall-hook, oncall-mail]
+    owner_channel: owner-mail
+    owners: {u: owner-u@example.org}
+    dashboard_url: https://gpuledger.example.org
+    retry_base_seconds: 60
+"""
+T0 = datetime(2026, 10, 5, 10, 0)
+
+
+class Receiver:
+    """A real HTTP server recording every POST body; stop() closes the port, start() reopens it."""
+
+    def __init__(self, port: int):
+        self.port, self.bodies, self.server = port, [], None
+
+    def start(self):
+        bodies = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receivers(monkeypatch):
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.handlers import Message
+
+    mails = []
+
+    class Keep(Message):
+        def handle_message(self, message):
+            mails.append(message)
+
+    smtp_port = free_port()
+    controller = Controller(Keep(), hostname="127.0.0.1", port=smtp_port)
+    controller.start()
+    hook = Receiver(free_port())
+    hook.start()
+    mail = f"mailto://127.0.0.1:{smtp_port}?from=gpuledger@example.org&to=oncall@example.org&secure=no&mode=insecure"
+    monkeypatch.setenv("GPULEDGER_ALERT_ONCALL_HOOK_URL", f"json://127.0.0.1:{hook.port}/hook")
+    monkeypatch.setenv("GPULEDGER_ALERT_ONCALL_MAIL_URL", mail)
+    monkeypatch.setenv("GPULEDGER_ALERT_OWNER_MAIL_URL", mail)
+    yield hook, mails
+    controller.stop()
+    hook.stop() if hook.server else None
+
+
+def wait_for(check, what: str, timeout_s: float = 20.0):
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s} s for {what}")
+        time.sleep(0.05)
+
+
+def _episode(con, severity: str):
+    """An open squatting episode of alpha-1 (owner u): 1 of 1 GPU idle since Oct 5 09:00."""
+    con.execute("DELETE FROM squatting_findings")
+    con.execute(
+        "INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, project, user_name, finding, "
+        "severity, gpus_total, gpus_idle, idle_since, idle_minutes, gpu_hours_idle, idle_cost, currency) "
+        "VALUES ('c1', 'alpha-1', '2026-10-05 10:00', '2026-10-05 10:00', 'alpha', 'u', 'squatting', ?, 1, 1, "
+        "'2026-10-05 09:00', 60, 1.5, 3.00, 'USD')", [severity])
+    con.execute("INSERT OR IGNORE INTO squatting_evaluations VALUES ('2026-10-05 10:00', 1, '2026-10-05 10:00')")
+
+
+def test_alerts_reach_real_receivers_once_per_severity_and_survive_a_receiver_outage(warehouse_file, receivers):
+    hook, mails = receivers
+    october(warehouse_file)
+    policy = parse_config_text(CONFIG + ALERTS).policy
+    with warehouse.open_writer(warehouse_file) as con:
+        _episode(con, "warning")
+    first = run_alert_cycle(warehouse_file, policy, now=T0)
+    # squatting: on-call webhook, on-call e-mail, the owner's e-mail; budget: acme (the root rolls up
+    # alpha's 1000) consumed 236 by Oct 5 10:00 and burns 53.4/day: out on Oct 19, before Nov 1 —
+    # to both on-call channels
+    assert (first.new, first.delivery.sent, first.delivery.retried) == (5, 5, 0)
+    wait_for(lambda: len(mails) == 3, "three e-mails")
+    assert sorted(b["title"] for b in hook.bodies) == [
+        "[warning] job alpha-1 (alpha) holds 1 idle GPUs",
+        "budget acme: projected to run out 2026-10-19 17:09 UTC, before its period ends 2026-11-01"]
+    squat = lambda: [b for b in hook.bodies if b["title"].startswith("[")]  # noqa: E731
+    body = squat()[0]
+    assert body["title"] == "[warning] job alpha-1 (alpha) holds 1 idle GPUs"
+    for fact in ("owner u, project alpha", "1 of 1 GPUs idle since 2026-10-05 09:00 UTC",
+                 "wasted 1.50 GPU-hours, 3.00 USD", "rule: squatting: GPUs under 0.01 activity for 60 min",
+                 "next: second warning at 2026-10-05 10:45 UTC, eligible for preemption at 2026-10-05 11:00 UTC",
+                 "dashboard: https://gpuledger.example.org/squatters?cluster=c1&job=alpha-1"):
+        assert fact in body["message"], fact
+    assert sorted(m["To"] for m in mails) == ["oncall@example.org", "oncall@example.org", "owner-u@example.org"]
+
+    # a second tick over the same state sends nothing new
+    again = run_alert_cycle(warehouse_file, policy, now=T0 + timedelta(minutes=1))
+    assert (again.new, again.delivery.sent) == (0, 0)
+    assert len(hook.bodies) == 2 and len(mails) == 3
+
+    # the severity rises: one more alert per recipient
+    with warehouse.open_writer(warehouse_file) as con:
+        _episode(con, "second-warning")
+    raised = run_alert_cycle(warehouse_file, policy, now=T0 + timedelta(minutes=45))
+    assert (raised.new, raised.delivery.sent) == (3, 3)
+    wait_for(lambda: len(mails) == 5, "five e-mails")
+    assert [b["title"][:16] for b in squat()] == ["[warning] job al", "[second-warning]"]
+
+    # the webhook receiver goes down: its alert is kept and retried with backoff, the e-mails go
+    hook.stop()
+    with warehouse.open_writer(warehouse_file) as con:
+        _episode(con, "preempt-eligible")
+    clock = wall_now()
+    down = run_alert_cycle(warehouse_file, policy, now=T0 + timedelta(minutes=60), clock=clock)
+    assert (down.new, down.delivery.sent, down.delivery.retried) == (3, 2, 1)
+    from gpuledger.alerts.channels import notifier_for
+
+    # not due before its backoff (60 s) has passed
+    assert deliver(warehouse_file, notifier_for, now=clock + timedelta(seconds=30)).sent == 0
+    hook.start()  # back on the same port
+    back = deliver(warehouse_file, notifier_for, now=clock + timedelta(seconds=61))
+    assert (back.sent, back.retried) == (1, 0)
+    assert deliver(warehouse_file, notifier_for, now=clock + timedelta(hours=2)).sent == 0
+    assert [b["title"].split("]")[0] for b in squat()] == ["[warning", "[second-warning", "[preempt-eligible"]
+    wait_for(lambda: len(mails) == 7, "seven e-mails")
+    with warehouse.open_reader(warehouse_file) as con:
+        status = dict(con.execute("SELECT status, count(*) FROM alert_outbox GROUP BY status").fetchall())
+        attempts = con.execute("SELECT attempt, ok FROM alert_deliveries WHERE idempotency_key LIKE "
+                               "'%preempt-eligible|oncall-hook|' ORDER BY attempt").fetchall()
+    assert status == {"sent": 11}
+    assert attempts == [(1, False), (2, True)]
+
+
+def test_quiet_hours_hold_non_urgent_alerts_until_they_end():
+    policy = parse_config_text(CONFIG + ALERTS + "    quiet_hours: {start: '22:00', end: '07:00'}\n").policy
+    assert quiet_until(datetime(2026, 10, 5, 23, 0), policy.alerts.quiet_hours) == datetime(2026, 10, 6, 7, 0)
+    assert quiet_until(datetime(2026, 10, 6, 6, 59), policy.alerts.quiet_hours) == datetime(2026, 10, 6, 7, 0)
+    assert quiet_until(datetime(2026, 10, 6, 7, 0), policy.alerts.quiet_hours) is None
+    night = datetime(2026, 10, 5, 23, 30)
+    frame = pl.DataFrame({"cluster": ["c1", "c1"], "job_id": ["j1", "j2"], "first_seen": [night, night],
+                          "resolved_at": [None, None], "idle_since": [night - timedelta(hours=1)] * 2,
+                          "severity": ["warning", "preempt-eligible"], "user_name": ["u", "u"],
+                          "project": ["alpha", "alpha"], "gpus_idle": [1, 1], "gpus_total": [1, 1],
+                          "gpu_hours_idle": [1.0, 2.0], "idle_cost": [None, None], "currency": ["USD", "USD"]})
+    held = {a.payload["job_id"]: a.not_before for a in squatting_alerts(frame, policy, now=night,
+                                                                        squatting=policy.squatting)}
+    assert held == {"j1": datetime(2026, 10, 6, 7, 0), "j2": night}  # preempt-eligible is urgent
+
+
+def test_daily_digest_per_team_and_budget_thresholds():
+    policy = parse_config_text(CONFIG + ALERTS + "    teams: {alpha: [alpha-team]}\n").policy
+    d = datetime(2026, 10, 4, 12, 0)
+    episodes = pl.DataFrame({"cluster": ["c1"] * 3, "job_id": ["a1", "a2", "b1"], "project": ["alpha", "alpha", "beta"],
+                             "user_name": ["u", "v", "w"], "severity": ["warning", "preempt-eligible", "warning"],
+                             "first_seen": [d, d, d - timedelta(days=2)], "last_seen": [d, d, d - timedelta(days=2)],
+                             "resolved_at": [None, d + timedelta(hours=1), d - timedelta(days=2)],
+                             "idle_since": [d, d, d], "gpus_idle": [1, 2, 1], "gpus_total": [1, 2, 1],
+                             "gpu_hours_idle": [1.0, 4.0, 1.0]})
+    assert digest_alerts(episodes, policy, now=datetime(2026, 10, 5, 7, 0)) == []  # before digest_hour_utc 08
+    (digest,) = digest_alerts(episodes, policy, now=datetime(2026, 10, 5, 8, 0))  # beta's was two days ago
+    assert digest.key == "digest|alpha|2026-10-04|alpha-team"
+    assert "2 idle-GPU findings for project alpha on 2026-10-04, 5.00 GPU-hours wasted" in digest.body
+    assert digest.body.index("job a2") < digest.body.index("job a1")  # worst first
+    # alpha: 850 of 1000 (85 %) and projected to run out Oct 20, before Nov 1; beta: 1100 of 1000
+    burn = pl.DataFrame({"node": ["alpha", "beta"], "period_start": ["2026-10-01"] * 2,
+                         "period_end": ["2026-11-01"] * 2, "budget_gpu_hours": [1000.0, 1000.0],
+                         "consumed_gpu_hours": [850.0, 1100.0], "burn_gpu_hours_per_day": [30.0, 40.0],
+                         "projected_exhaustion": [datetime(2026, 10, 20), None], "status": ["at-risk", "exhausted"]})
+    keys = {a.key for a in budget_alerts(burn, policy, now=d)}
+    assert keys == {"budget|alpha|2026-10-01|80|oncall-hook", "budget|alpha|2026-10-01|80|oncall-mail",
+                    "budget|alpha|2026-10-01|exhaustion|oncall-hook", "budget|alpha|2026-10-01|exhaustion|oncall-mail",
+                    "budget|beta|2026-10-01|80|oncall-hook", "budget|beta|2026-10-01|80|oncall-mail",
+                    "budget|beta|2026-10-01|100|oncall-hook", "budget|beta|2026-10-01|100|oncall-mail",
+                    "budget|alpha|2026-10-01|80|alpha-team", "budget|alpha|2026-10-01|exhaustion|alpha-team"}
+    assert Decimal("85.0") == Decimal(str(next(a for a in budget_alerts(burn, policy, now=d)
+                                               if a.key.endswith("80|oncall-hook")).payload["consumed_pct"]))
