@@ -51,7 +51,15 @@ def _row(a: Action, *, phase: str, attempt: int, plan_id: str, now: datetime, ou
     return [a.action_id, phase, attempt, plan_id, now, _wall(), a.action, a.cluster, a.job_id, a.project,
             a.reason, a.rule, a.priority, a.mode, a.funded, a.min_runtime_until, a.warned_at,
             a.dry_run if dry_run is None else dry_run, backend, outcome, error,
-            json.dumps(a.figures, sort_keys=True, default=str)]
+            json.dumps({**a.figures, TARGET: _target(a)}, sort_keys=True, default=str)]
+
+
+TARGET = "_target"  # in `inputs`: what a backend needs to find the job again (load_plan)
+
+
+def _target(a: Action) -> dict:
+    return {"name": a.name, "namespace": a.namespace, "source": a.source, "kind": a.kind, "stage": a.stage,
+            "idle_since": a.idle_since.strftime("%Y-%m-%dT%H:%M:%S") if a.idle_since else None}
 
 
 _COLUMNS = ("action_id", "phase", "attempt", "plan_id", "planned_at", "recorded_at", "action", "cluster", "job_id",
@@ -188,3 +196,36 @@ def preemption_counts(con) -> list[tuple[str, str, int, datetime | None]]:
         return []
     return con.execute("SELECT cluster, job_id, preemptions, last_preempted_at FROM enforcement_job_state "
                        "WHERE preemptions > 0 ORDER BY preemptions DESC, cluster, job_id").fetchall()
+
+
+def load_plan(con, plan_id: str | None = None) -> tuple[str | None, datetime | None, list[Action]]:
+    """(plan_id, planned_at, actions) of a recorded plan, the newest when ``plan_id`` is None
+    (its ``none`` rows are left out: nothing to act on)."""
+    if not _has_tables(con):
+        return None, None, []
+    if plan_id is None:
+        row = con.execute("SELECT plan_id FROM enforcement_audit WHERE phase = 'planned' "
+                          "ORDER BY planned_at DESC, recorded_at DESC LIMIT 1").fetchone()
+        if row is None:
+            return None, None, []
+        plan_id = row[0]
+    cur = con.execute("SELECT * FROM enforcement_audit WHERE plan_id = $p AND phase = 'planned' AND action <> 'none' "
+                      "ORDER BY attempt, action_id", {"p": plan_id})
+    names = [d[0] for d in cur.description]
+    actions, planned_at = [], None
+    for values in cur.fetchall():
+        r = dict(zip(names, values, strict=True))
+        planned_at = r["planned_at"]
+        figures = json.loads(r["inputs"] or "{}")
+        target = figures.pop(TARGET, {}) or {}
+        idle = target.get("idle_since")
+        actions.append(Action(
+            action=r["action"], cluster=r["cluster"], job_id=r["job_id"], project=r["project"], reason=r["reason"],
+            rule=r["rule"], priority=r["priority"], mode=r["mode"], funded=r["funded"],
+            min_runtime_until=r["min_runtime_until"], warned_at=r["warned_at"], dry_run=r["dry_run"],
+            name=target.get("name"), namespace=target.get("namespace"), source=target.get("source"),
+            kind=target.get("kind"), stage=target.get("stage"),
+            idle_since=datetime.strptime(idle, "%Y-%m-%dT%H:%M:%S") if idle else None,
+            figures=figures, action_id=r["action_id"]))
+    actions.sort(key=lambda a: int(a.action_id.rsplit(":", 1)[1]))
+    return plan_id, planned_at, actions

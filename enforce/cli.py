@@ -59,7 +59,7 @@ def _now(con, text: str | None) -> datetime:
 
 def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record: bool = True):
     """Gather, decide, record: (actions, plan_id, now, cfg, situation)."""
-    from gpuledger.enforce import audit, inputs, policy
+    from gpuledger.enforce import cycle
 
     if record:  # brings the schema up to date (readers never change the file), briefly
         with warehouse.open_writer(path):
@@ -67,12 +67,8 @@ def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record:
     with warehouse.open_reader(path) as con:
         cfg = warehouse_config(con, config, write=False)
         now = _now(con, now_text)
-        situation = inputs.gather(con, cfg, now=now)
-    actions = policy.decide(situation, cfg.policy.enforcement)
-    plan_id = None
-    if record:
-        with warehouse.open_writer(path) as con:
-            plan_id = audit.record_plan(con, actions, now=now)
+    actions, plan_id, situation = cycle.plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path),
+                                             cfg, now, record=record)
     return actions, plan_id, now, cfg, situation
 
 
@@ -125,9 +121,8 @@ def apply(
 ) -> None:
     """Act on a plan through one backend. Without --yes (or while policy.enforcement.dry_run is
     true) it is a dry run. Applying the same plan twice performs each action once."""
-    from gpuledger.enforce import audit
     from gpuledger.enforce import backends as registry
-    from gpuledger.enforce.apply import apply_actions
+    from gpuledger.enforce import cycle
     from gpuledger.enforce.backends import planfile
 
     path = warehouse_path(warehouse_file)
@@ -159,11 +154,8 @@ def apply(
             raise UsageError("--backend plan-file needs --out FILE (where the actions go)")
         options = {"out": out}
     chosen = registry.get(backend.value, **options)
-    with warehouse.open_reader(path) as con:
-        done = audit.done_ids(con, [a.action_id for a in actions if a.action_id])
-    run = apply_actions(actions, chosen, dry_run=dry_run, already_done=done)
-    with warehouse.open_writer(path) as con:
-        audit.record_applied(con, run.audit_rows(), backend=chosen.name, dry_run=dry_run, now=planned_at)
+    run = cycle.apply_plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path), actions,
+                           chosen, dry_run=dry_run, planned_at=planned_at)
     if backend is BackendName.plan_file and not dry_run:
         chosen.finish(planned_at)
     for line in run.prepared:
@@ -209,6 +201,7 @@ def explain(
         extra += f" ({r['mode']})" if r["mode"] else ""
         typer.echo(f"  {r['action']}{extra}: {r['reason']}")
         figures = json.loads(r["inputs"] or "{}")
+        figures.pop("_target", None)
         if figures:
             typer.echo("    figures: " + ", ".join(f"{k}={v}" for k, v in sorted(figures.items()) if v is not None))
         if r["min_runtime_until"] is not None:
