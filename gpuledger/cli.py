@@ -155,6 +155,10 @@ def main() -> None:
             raise
         code = _known_exit_code(exc)
         lines = (str(exc).strip() or type(exc).__name__).splitlines()
+        if code is None and isinstance(exc, OSError) and exc.filename:
+            # the environment refused a file (disk full, read-only, permissions): it names the file
+            code, lines = 1, [f"{exc.filename}: {exc.strerror or exc}; check the path, its permissions "
+                              "and the free disk space"]
         if code is None:
             code = 1
             lines = [f"internal error: {type(exc).__name__}: {lines[0]}; rerun with --debug and report it"]

@@ -229,6 +229,23 @@ def test_an_unexpected_error_is_one_internal_error_line(monkeypatch, capsys):
     assert err == ["gpuledger: internal error: KeyError: 'surprise'; rerun with --debug and report it"]
 
 
+def test_a_file_the_environment_refuses_is_one_line_naming_it(monkeypatch, capsys):
+    # e.g. the disk filling up while a report is written: no traceback, the file named
+    from gpuledger import cli
+
+    def full_disk():
+        raise OSError(28, "No space left on device", "reports/chargeback.csv")
+
+    monkeypatch.setattr(cli, "app", full_disk)
+    monkeypatch.delenv("GPULEDGER_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as stop:
+        cli.main()
+    assert stop.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "gpuledger: reports/chargeback.csv: No space left on device; check the path, its permissions "
+        "and the free disk space"]
+
+
 # --- cases with their own set-up -----------------------------------------------------------------
 _JOBS_HEADER = "job_id,cluster,project,user,gpu_model,gpus,start_time,end_time\n"
 
