@@ -74,3 +74,31 @@ def prune(
                f"({days:g} days kept): {stats.rows_deleted:,} deleted, {stats.rows_kept:,} kept for "
                f"partial hours, {stats.hours_completed:,} hourly rollups completed first. DuckDB reuses "
                "the freed blocks for new data (the file does not shrink).")
+
+
+@app.command("retire-gpu")
+def retire_gpu(
+    gpu_uuid: Annotated[str, typer.Argument(help="the physical GPU's UUID (GPU-...); its MIG instances go with it")],
+    at: Annotated[str | None, typer.Option(
+        "--at", help="UTC time it left (ISO-8601 or epoch s) [default: now]")] = None,
+    cluster: Annotated[str | None, typer.Option(help="the cluster, when the UUID is in several")] = None,
+    undo: Annotated[bool, typer.Option("--undo", help="clear the entry: back to last seen + the grace")] = False,
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Retire a device explicitly: it is capacity (and costs idle) only until then. Without an
+    entry a device counts until its last sample plus policy.chargeback.retire_after_hours."""
+    from datetime import UTC, datetime
+
+    from gpuledger.timeparse import parse_utc
+
+    when = None
+    if not undo:
+        try:
+            when = parse_utc(at) if at else datetime.now(UTC).replace(tzinfo=None)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--at") from None
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path) as con:
+        where, rows = warehouse.retire_gpu(con, gpu_uuid, at=when, cluster=cluster)
+    what = "no longer retired" if undo else f"retired at {when.isoformat()}Z"
+    typer.echo(f"warehouse {path}: GPU {gpu_uuid} of cluster {where} {what} ({rows} inventory rows)")

@@ -22,6 +22,7 @@ _HOMES = {
     "WriterConnection": "db",
     "prune_raw_samples": "retention",
     "table_disk_use": "retention",
+    "retire_gpu": "inventory",
     "refresh_gpu_hourly": "rollups",
     "refresh_gpu_hourly_for": "rollups",
     "QuarantineRow": "writes",
