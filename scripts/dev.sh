@@ -22,12 +22,20 @@ mkdir -p "$DEV_DIR"
 "$BIN/python" scripts/dev_setup.py --out "$DEV_DIR" --gpus "$GPUS" --port "$EXPORTER_PORT" --sim-start "$SIM_START"
 
 pids=()
+groups_alive() {
+    local pid
+    for pid in "${pids[@]}"; do kill -0 -- "-$pid" 2>/dev/null && return 0; done
+    return 1
+}
 stop() {
     trap - INT TERM EXIT
-    for pid in "${pids[@]}"; do
-        kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    local pid
+    # SIGINT first: what Ctrl-C sends, and what `dagster dev` shuts its webserver, daemon, code
+    # server and runs down on; whatever is left after 30 s is killed.
+    for pid in "${pids[@]}"; do kill -INT -- "-$pid" 2>/dev/null || true; done
+    for _ in $(seq 60); do groups_alive || break; sleep 0.5; done
+    for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
     echo "make dev: stopped the exporters and Dagster"
 }
 trap stop INT TERM EXIT
