@@ -32,6 +32,9 @@ demo: install
 	mkdir -p reports
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format csv --out reports/chargeback-2026-11.csv
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format parquet --out reports/chargeback-2026-11.parquet
+	@echo "enforcement over the simulated week (a dry run): each squatter warned, then preempted; exempt inference never"
+	$(BIN)/gpuledger enforce replay --every 1h --only-when-idle
+	$(BIN)/gpuledger enforce plan --now data --format json --out reports/enforcement-plan.json
 	@echo "reports written to reports/; the warehouse is $(GPULEDGER_WAREHOUSE)"
 	$(BIN)/gpuledger pipelines run-once
 

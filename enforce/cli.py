@@ -235,8 +235,8 @@ def preemptions(warehouse_file: WarehouseOpt = None) -> None:
 
 @app.command("replay")
 def replay(
-    start: str = typer.Option(..., "--start", help="first cycle (UTC time)"),
-    end: str = typer.Option(..., "--end", help="last cycle at or before this time"),
+    start: str | None = typer.Option(None, "--start", help="first cycle (UTC time; default: the first sample)"),
+    end: str | None = typer.Option(None, "--end", help="last cycle at or before this time (default: the newest data)"),
     every: str = typer.Option("15m", "--every", help="cycle interval, e.g. 15m"),
     only_when_idle: bool = typer.Option(False, "--only-when-idle",
                                         help="plan only the cycles with a squatting finding (fast; the "
@@ -245,11 +245,15 @@ def replay(
                                                        "past minimum runtime), not only their count"),
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
-    """Plan cycles over past data as the pipeline would have (each plan recorded, so a squatter's
-    warning is followed by its preemption). Prints each squatter's warn and preempt the first cycle
-    it is planned, then a summary. Past data does not react to the plans: a preempted job stays in it."""
+    """What the policy would have done over past data, cycle by cycle, as a dry run: the warnings it
+    issues are kept in memory (so a squatter's warning is followed by its preemption) and nothing is
+    recorded or sent. Prints each squatter's warn and preempt the first cycle it is planned, then a
+    summary. Past data does not react to the plans: a preempted job stays in it."""
+    import dataclasses
     from datetime import timedelta
 
+    from gpuledger.enforce import inputs, policy
+    from gpuledger.enforce.model import Warning
     from gpuledger.enforce.policy import exemption
 
     from gpuledger.cli_common import check_range
@@ -263,7 +267,19 @@ def replay(
     path = warehouse_path(warehouse_file)
     with warehouse.open_writer(path):  # the schema up to date before the first read
         pass
+    if lo is None or hi is None:
+        from gpuledger.analytics import reports
+
+        with warehouse.open_reader(path) as con:
+            first = con.execute("SELECT min(ts) FROM gpu_samples").fetchone()[0]
+            newest = reports.data_now(con)
+        if first is None and lo is None:
+            raise UsageError("the warehouse holds no samples: give --start")
+        lo = lo or first.replace(minute=0, second=0, microsecond=0) + step
+        hi = hi or newest
+        check_range(lo, hi)
     seen: set[tuple] = set()
+    memory: dict = {}  # (cluster, job_id) -> [Warning]: this replay's own warning history
     warned, preempted, squatters, demand, exempt_running = set(), set(), set(), set(), set()
     cycles = planned = 0
     at = lo
@@ -273,7 +289,14 @@ def replay(
             at += step
             continue
         planned += 1
-        actions, _, _, cfg, situation = plan_cycle(path, config, at.strftime("%Y-%m-%dT%H:%M:%S"))
+        with warehouse.open_reader(path) as con:
+            cfg = warehouse_config(con, config, write=False)
+            situation = dataclasses.replace(inputs.gather(con, cfg, now=at), warnings=memory, history={})
+        rails = cfg.policy.enforcement.model_copy(update={"dry_run": True})
+        actions = policy.decide(situation, rails)
+        for a in actions:
+            if a.action == "warn" and a.idle_since is not None:
+                memory.setdefault((a.cluster, a.job_id), []).append(Warning(a.idle_since, a.stage, at))
         names = {j.key: j.name for j in situation.jobs}
         exempt_running |= {j.key for j in situation.jobs
                            if j.running and exemption(j, cfg.policy.enforcement)}
