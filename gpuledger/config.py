@@ -304,6 +304,17 @@ class Sources(_Strict):
     jobs_csv: JobsCsvSource | None = None
 
 
+class DashboardAccess(_Strict):
+    """Who sees what on the Streamlit dashboards when sign-in is on (sign-in e-mail addresses,
+    compared case-insensitively). Admins and finance see everything; a lead sees the jobs, users
+    and spend of the projects under the org nodes listed for them, and the org-level aggregates;
+    anyone else signed in sees the aggregates only."""
+
+    admins: list[str] = Field(default_factory=list)
+    finance: list[str] = Field(default_factory=list)
+    leads: dict[str, list[str]] = Field(default_factory=dict)  # e-mail -> org nodes (projects or programs)
+
+
 class Config(_Strict):
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     org: OrgNode
@@ -311,6 +322,7 @@ class Config(_Strict):
     rate_card: list[Rate] = Field(default_factory=list)
     policy: Policy = Field(default_factory=Policy)
     sources: Sources = Field(default_factory=Sources)
+    dashboards: DashboardAccess = Field(default_factory=DashboardAccess)
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
@@ -335,6 +347,10 @@ class Config(_Strict):
             if key in rates:
                 raise ValueError(f"rate_card[{i}]: a second price for {key}; keep one per date")
             rates.add(key)
+        for lead, nodes in self.dashboards.leads.items():
+            unknown = [n for n in nodes if n not in seen]
+            if unknown:
+                raise ValueError(f"dashboards.leads[{lead!r}]: {', '.join(map(repr, unknown))} not in the org tree")
         return self
 
     # --- views used by the warehouse loader, the simulator and the analytics --------------

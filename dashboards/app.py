@@ -1,0 +1,56 @@
+"""The gpuledger dashboards: `streamlit run dashboards/app.py` (`make dashboard`).
+
+Builds the navigation, signs the user in (Streamlit's OIDC when the secrets have an ``[auth]``
+section; local mode with a banner otherwise), sets the shared sidebar filters and runs the page.
+The app only reads: every page's data comes from gpuledger.dashboards.queries through ui's caches.
+"""
+
+import streamlit as st
+
+from gpuledger.dashboards import access, ui
+
+st.set_page_config(page_title="gpuledger", page_icon="📊", layout="wide")
+
+PAGES = [
+    st.Page("app_pages/utilization.py", title="Utilization", url_path="utilization", default=True),
+    st.Page("app_pages/fair_share.py", title="Fair share", url_path="fair-share"),
+    st.Page("app_pages/budgets.py", title="Budgets", url_path="budgets"),
+    st.Page("app_pages/chargeback.py", title="Chargeback", url_path="chargeback"),
+    st.Page("app_pages/squatters.py", title="Squatters", url_path="squatters"),
+    st.Page("app_pages/my_team.py", title="My team", url_path="my-team"),
+    st.Page("app_pages/enforcement.py", title="Enforcement", url_path="enforcement"),
+]
+
+auth = ui.auth_section()
+local = auth is None
+if not local and not st.user.get("is_logged_in", False):
+    ui.sign_in(auth)
+
+try:
+    config = ui.load_config()
+except Exception as exc:  # an invalid config: say which field, never a traceback  # noqa: BLE001
+    st.error(f"The gpuledger config cannot be read: {exc}")
+    st.stop()
+
+path = ui.warehouse_path()
+state = ui.warehouse_state(path)
+page = st.navigation(PAGES)
+if not state.ready:
+    st.session_state.pop(ui.CTX_KEY, None)
+    ui.show_not_ready(state)
+    st.stop()
+
+email = None if local else st.user.get("email")
+viewer = access.viewer_for(email, config.dashboards, state.parent_of, local=local)
+if local:
+    st.info("Local mode: no sign-in is configured (no `[auth]` in .streamlit/secrets.toml), so everyone "
+            "sees everything. Configure OIDC sign-in before sharing this dashboard.", icon="🔓")
+else:
+    who = {"admin": "admin: sees everything", "finance": "finance: sees everything",
+           "lead": f"team lead of {', '.join(viewer.led_nodes)}",
+           "viewer": "org-level figures only (not a lead, admin or finance in the config)"}[viewer.role]
+    st.sidebar.markdown(f"Signed in as **{email}** ({who})")
+    st.sidebar.button("Log out", on_click=st.logout)
+
+st.session_state[ui.CTX_KEY] = ui.sidebar(state, viewer, local, config.policy)
+page.run()

@@ -1,0 +1,62 @@
+from datetime import timedelta
+
+import polars as pl
+import streamlit as st
+
+from gpuledger.dashboards import charts, ui
+
+ctx = ui.context()
+if ctx is not None:
+    st.title("Budgets")
+    snap = ui.budgets_latest(ctx.path, ctx.end)
+    if not snap.height:
+        st.info("No budget snapshot up to the end of this period: run `gpuledger pipelines run-once`.")
+        st.stop()
+    as_of = snap["as_of"][0]
+    st.caption(f"As of {as_of:%Y-%m-%d %H:%M} UTC; budgets in normalised GPU-hours (GPU-hours × the rate card's "
+               "model weight); burn rate over the last 7 days.")
+    # a lead sees their projects and the programs above them (org-level aggregates), not other teams
+    keep = ui.visible_nodes(ctx)
+    shown = snap.filter(pl.col("node").is_in(list(keep)))
+    counts = {s: int((shown["status"] == s).sum()) for s in ("funded", "at-risk", "exhausted")}
+    a, b, c = st.columns(3)
+    a.metric("Funded", f"{counts['funded']} nodes")
+    b.metric("At risk (exhausts before period end)", f"{counts['at-risk']} nodes")
+    c.metric("Exhausted", f"{counts['exhausted']} nodes")
+    ui.restricted_note(ctx, "budgets")
+
+    st.altair_chart(charts.budget_vs_consumed(shown, "Budget vs consumed per node"), width="stretch")
+    st.caption("Each node's budget for its period beside what its jobs (and its children's) have consumed so far.")
+    st.dataframe(shown.select("node", "status", "period_start", "period_end", "budget_gpu_hours", "consumed_gpu_hours",
+                              "remaining_gpu_hours", "burn_gpu_hours_per_day", "projected_exhaustion", "budget_own"),
+                 hide_index=True, column_config={
+                     "budget_gpu_hours": st.column_config.NumberColumn("budget (norm. GPU-h)", format="%.1f"),
+                     "consumed_gpu_hours": st.column_config.NumberColumn("consumed (norm. GPU-h)", format="%.1f"),
+                     "remaining_gpu_hours": st.column_config.NumberColumn("remaining (norm. GPU-h)", format="%.1f"),
+                     "burn_gpu_hours_per_day": st.column_config.NumberColumn("burn (norm. GPU-h/day)", format="%.1f"),
+                     "projected_exhaustion": st.column_config.DatetimeColumn("projected exhaustion (UTC)",
+                                                                             format="YYYY-MM-DD HH:mm"),
+                     "budget_own": st.column_config.CheckboxColumn("own budget")})
+
+    st.subheader("Burn-down")
+    with_budget = shown.filter(pl.col("budget_gpu_hours").is_not_null())
+    if with_budget.height:
+        choice = st.selectbox("Node", with_budget["node"].to_list(), key="burn_node")
+        row = with_budget.filter(pl.col("node") == choice).row(0, named=True)
+        history = ui.budget_history(ctx.path, choice, row["period_start"], ctx.end)
+        projection = pl.DataFrame({"as_of": [row["as_of"]], "remaining_gpu_hours": [row["remaining_gpu_hours"]]})
+        if row["projected_exhaustion"] is not None:
+            end_at = min(row["projected_exhaustion"], row["as_of"] + timedelta(days=400))
+            left = row["remaining_gpu_hours"] - (row["burn_gpu_hours_per_day"] or 0) * (end_at - row["as_of"]).total_seconds() / 86400
+            projection = pl.concat([projection, pl.DataFrame({"as_of": [end_at], "remaining_gpu_hours": [max(left, 0.0)]})])
+        st.altair_chart(charts.burn_down(history, projection, float(row["budget_gpu_hours"]),
+                                         f"{choice}: remaining budget"), width="stretch")
+        ex = row["projected_exhaustion"]
+        st.caption(f"Solid: remaining budget at each daily snapshot; dashed: the 7-day burn rate carried forward "
+                   f"({'runs out ' + f'{ex:%Y-%m-%d}' if ex else 'never runs out at this rate'}; period ends "
+                   f"{row['period_end']:%Y-%m-%d}).")
+        st.markdown(
+            f"**When {choice} runs out:** its jobs become *unfunded*. They keep running while GPUs would "
+            "otherwise idle, but they lose the protection of their minimum runtime, enforcement lowers their "
+            "priority below funded work, and they may be preempted when funded jobs are waiting. New jobs still "
+            "queue; they start only on spare capacity until the next budget period.")

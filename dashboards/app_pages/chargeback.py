@@ -1,0 +1,73 @@
+import polars as pl
+import streamlit as st
+
+from gpuledger.dashboards import charts, queries, ui
+
+MIME = {".csv": "text/csv", ".parquet": "application/vnd.apache.parquet",
+        ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", ".html": "text/html"}
+
+ctx = ui.context()
+if ctx is not None:
+    st.title("Chargeback")
+    periods = sorted(set(ctx.state.periods) | set(queries.months_between(ctx.start, ctx.end)), reverse=True)
+    period = st.selectbox("Month", periods, key="cb_period")
+    root = ctx.state.root
+    if ctx.viewer.sees_everything:
+        node = None if ctx.node in (None, root) else ctx.node
+    elif ctx.viewer.led_nodes:
+        node = st.selectbox("Your node", list(ctx.viewer.led_nodes), key="cb_node")
+    else:
+        node = None
+    if not ctx.viewer.sees_everything and not ctx.viewer.led_nodes:
+        org = ui.statement(ctx.path, period, None)
+        st.metric("Org total", " + ".join(ui.money(a, c) for c, a in org.totals.items()) or "–")
+        st.info("Statement lines are shown to finance, admins and team leads (for their own projects).")
+        st.stop()
+    view = ui.statement(ctx.path, period, node)
+    st.caption(f"Statement {view.period} for {view.scope}: **{view.status}**, data through "
+               f"{view.billed_through:%Y-%m-%d %H:%M} UTC. Amounts are exact (cents, rounded half-up once).")
+    cols = st.columns(3)
+    cols[0].metric("Total billed", " + ".join(ui.money(a, c) for c, a in view.totals.items()) or "–")
+    cols[1].metric("Status", "closed" if view.closed else "provisional" if view.provisional else "open")
+    if view.reconciles is None:
+        cols[2].metric("Reconciliation", "org statement only")
+    else:
+        cols[2].metric("Reconciliation", "reconciles to the cent" if view.reconciles else "DOES NOT reconcile")
+    if not ctx.viewer.sees_everything:
+        org = ui.statement(ctx.path, period, None)
+        st.caption("Org total (all teams): " + " + ".join(ui.money(a, c) for c, a in org.totals.items()))
+    for sentence in view.reconciliation:
+        st.caption(sentence)
+    for note in view.notes:
+        st.caption(note)
+
+    lines = view.lines
+    billed = lines.filter(pl.col("line_kind").is_in(["charge", "idle", "credit", "debit"]) & pl.col("currency").is_not_null())
+    if billed.height:
+        currency = billed["currency"][0]
+        bars = (billed.filter(pl.col("currency") == currency)
+                .group_by("line_kind", "project").agg(pl.col("amount").sum().cast(pl.Float64), pl.col("gpu_hours").sum())
+                .with_columns(label=pl.col("project").fill_null("(idle)")))
+        st.altair_chart(charts.amount_bars(bars, "Amount per project", currency), width="stretch")
+        st.caption("What each project owes this month (idle capacity is the org's own line).")
+        by_model = (billed.group_by("gpu_model", "tier", "line_kind", "currency")
+                    .agg(pl.col("gpu_hours").sum(), pl.col("amount").sum()).sort("gpu_model", "tier", "line_kind"))
+        st.subheader("By GPU model and tier")
+        st.dataframe(by_model, hide_index=True, column_config={
+            "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.2f"),
+            "amount": st.column_config.NumberColumn("amount", format="%.2f")})
+    st.subheader("Lines")
+    kinds = sorted(lines["line_kind"].unique().to_list()) if lines.height else []
+    pick = st.multiselect("Line kinds", kinds, default=kinds, key="cb_kinds")
+    st.dataframe(lines.filter(pl.col("line_kind").is_in(pick)), hide_index=True, column_config={
+        "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.3f"),
+        "gpu_hours_active": st.column_config.NumberColumn("active GPU-hours", format="%.3f"),
+        "efficiency_ratio": st.column_config.NumberColumn("efficiency (%)", format="percent"),
+        "amount": st.column_config.NumberColumn("amount", format="%.2f"),
+        "idle_amount_included": st.column_config.NumberColumn("idle spread in", format="%.2f")})
+    st.caption("Unpriced, over-allocated and capacity-unknown lines are memo lines: shown, not billed.")
+    st.subheader("Downloads (identical to the finance statement files)")
+    dl = st.columns(max(len(view.files), 1))
+    for i, (name, data) in enumerate(sorted(view.files.items())):
+        dl[i].download_button(name, data, file_name=name, mime=MIME.get(name[name.rfind("."):], "application/octet-stream"),
+                              key=f"dl_{name}")

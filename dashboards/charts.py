@@ -1,0 +1,108 @@
+"""Altair charts for the pages (no Streamlit here). Each takes a polars frame the queries return and
+names its units on the axes; the page puts a one-line caption under each."""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+# The heatmap and the hourly series of a 1,024-GPU week pass Altair's 5,000-row guard; the frames
+# are already cut to what is drawn (heatmap_devices), so the guard would only get in the way.
+alt.data_transformers.disable_max_rows()
+
+STATE_COLORS = {"held, idle": "#d62728", "held, no data": "#ff9896", "held, busy": "#2ca02c", "free": "#e8e8e8"}
+STATUS_COLORS = {"funded": "#2ca02c", "at-risk": "#ff7f0e", "exhausted": "#d62728"}
+
+
+def pct_over_time(frame: pl.DataFrame, color: str | None, title: str) -> alt.Chart:
+    """Lines of ``pct`` (0..100 % of capacity) per hour; dashed = active, solid = allocated."""
+    enc = dict(
+        x=alt.X("hour:T", title="hour (UTC)"),
+        y=alt.Y("pct:Q", title="% of installed capacity", scale=alt.Scale(domain=[0, 100])),
+        strokeDash=alt.StrokeDash("measure:N", title="measure", sort=["allocated", "active"]),
+        tooltip=[alt.Tooltip("hour:T", format="%Y-%m-%d %H:00"), "measure:N",
+                 alt.Tooltip("pct:Q", format=".1f", title="%")],
+    )
+    if color:
+        enc["color"] = alt.Color(f"{color}:N", title=color)
+        enc["tooltip"].insert(1, f"{color}:N")
+    return alt.Chart(frame, title=title).mark_line().encode(**enc).properties(height=260)
+
+
+def stacked_hours(frame: pl.DataFrame, value: str, color: str, title: str, y_title: str) -> alt.Chart:
+    return alt.Chart(frame, title=title).mark_area().encode(
+        x=alt.X("hour:T", title="hour (UTC)"),
+        y=alt.Y(f"{value}:Q", title=y_title, stack=True),
+        color=alt.Color(f"{color}:N", title=color),
+        tooltip=[alt.Tooltip("hour:T", format="%Y-%m-%d %H:00"), f"{color}:N", alt.Tooltip(f"{value}:Q", format=".2f")],
+    ).properties(height=240)
+
+
+def device_heatmap(frame: pl.DataFrame, title: str) -> alt.Chart:
+    domain = list(STATE_COLORS)
+    rows = frame["device"].n_unique() if frame.height else 1
+    return alt.Chart(frame, title=title).mark_rect().encode(
+        x=alt.X("hour:T", title="hour (UTC)"),
+        y=alt.Y("device:N", title="device (cluster/host/GPU)", sort=None),
+        color=alt.Color("state:N", title="state", scale=alt.Scale(domain=domain, range=[STATE_COLORS[d] for d in domain])),
+        tooltip=["device:N", alt.Tooltip("hour:T", format="%Y-%m-%d %H:00"), "state:N",
+                 alt.Tooltip("activity_ratio:Q", format=".0%", title="activity"),
+                 alt.Tooltip("held_fraction:Q", format=".0%", title="held")],
+    ).properties(height=min(max(12 * rows, 120), 900))
+
+
+def ratio_over_time(frame: pl.DataFrame, value: str, title: str, y_title: str) -> alt.Chart:
+    base = alt.Chart(frame, title=title).mark_line(point=True).encode(
+        x=alt.X("as_of:T", title="snapshot (UTC)"),
+        y=alt.Y(f"{value}:Q", title=y_title, axis=alt.Axis(format="%")),
+        color=alt.Color("node:N", title="project"),
+        tooltip=["node:N", alt.Tooltip("as_of:T", format="%Y-%m-%d %H:%M"), alt.Tooltip(f"{value}:Q", format=".1%")],
+    ).properties(height=260)
+    rule = alt.Chart(pl.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
+    return base + rule
+
+
+def budget_vs_consumed(frame: pl.DataFrame, title: str) -> alt.Chart:
+    long = frame.select("node", "status", "budget_gpu_hours", "consumed_gpu_hours").unpivot(
+        index=["node", "status"], variable_name="measure", value_name="gpu_hours").with_columns(
+        pl.col("measure").replace({"budget_gpu_hours": "budget", "consumed_gpu_hours": "consumed"}))
+    return alt.Chart(long, title=title).mark_bar().encode(
+        y=alt.Y("node:N", title="org node", sort=None),
+        x=alt.X("gpu_hours:Q", title="normalised GPU-hours"),
+        yOffset=alt.YOffset("measure:N", sort=["budget", "consumed"]),
+        color=alt.Color("measure:N", title="", sort=["budget", "consumed"]),
+        tooltip=["node:N", "measure:N", alt.Tooltip("gpu_hours:Q", format=",.1f"), "status:N"],
+    ).properties(height=max(28 * frame.height, 120))
+
+
+def burn_down(history: pl.DataFrame, projection: pl.DataFrame, budget: float, title: str) -> alt.Chart:
+    """Remaining budget per snapshot (solid), the projection to exhaustion at the 7-day burn rate
+    (dashed) and zero."""
+    actual = alt.Chart(history).mark_line(point=True).encode(
+        x=alt.X("as_of:T", title="date (UTC)"),
+        y=alt.Y("remaining_gpu_hours:Q", title="remaining budget (normalised GPU-hours)",
+                scale=alt.Scale(domain=[0, max(budget, 1.0)])),
+        tooltip=[alt.Tooltip("as_of:T", format="%Y-%m-%d %H:%M"), alt.Tooltip("remaining_gpu_hours:Q", format=",.1f"),
+                 "status:N"])
+    projected = alt.Chart(projection).mark_line(strokeDash=[6, 4], color="#ff7f0e").encode(
+        x="as_of:T", y="remaining_gpu_hours:Q",
+        tooltip=[alt.Tooltip("as_of:T", format="%Y-%m-%d %H:%M", title="projected"),
+                 alt.Tooltip("remaining_gpu_hours:Q", format=",.1f")])
+    return (actual + projected).properties(title=title, height=260)
+
+
+def amount_bars(frame: pl.DataFrame, title: str, currency: str) -> alt.Chart:
+    return alt.Chart(frame, title=title).mark_bar().encode(
+        y=alt.Y("label:N", title="", sort="-x"),
+        x=alt.X("amount:Q", title=f"amount ({currency})"),
+        color=alt.Color("line_kind:N", title="line"),
+        tooltip=["label:N", "line_kind:N", alt.Tooltip("amount:Q", format=",.2f"), alt.Tooltip("gpu_hours:Q", format=",.2f")],
+    ).properties(height=max(22 * frame.height, 120))
+
+
+def hbar(frame: pl.DataFrame, y: str, x: str, title: str, x_title: str, color: str | None = None) -> alt.Chart:
+    enc = dict(y=alt.Y(f"{y}:N", title=y, sort="-x"), x=alt.X(f"{x}:Q", title=x_title),
+               tooltip=[f"{y}:N", alt.Tooltip(f"{x}:Q", format=",.2f")])
+    if color:
+        enc["color"] = alt.Color(f"{color}:N", title=color)
+    return alt.Chart(frame, title=title).mark_bar().encode(**enc).properties(height=max(24 * frame.height, 100))

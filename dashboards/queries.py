@@ -1,0 +1,378 @@
+"""The dashboards' reads: plain functions over the warehouse file (no Streamlit), each opening a
+short read-only connection through ``gpuledger.warehouse.open_reader`` (so the pipeline's writer is
+never blocked for long) and binding every input as a parameter. SQL lives in ``sql/*.sql`` beside
+this module. Pages read the tables the Dagster pipelines materialize; only the chargeback statement
+is built on demand, by the same function the finance statement files come from.
+
+Units: GPU-hours (one whole GPU for one hour), budget GPU-hours normalised by the rate card's model
+weights, ratios 0..1 unless a name ends in ``_pct`` (0..100), money as exact decimals."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import polars as pl
+
+from gpuledger import warehouse
+
+HOUR = timedelta(hours=1)
+
+
+@cache
+def sql(name: str) -> str:
+    return resources.files("gpuledger.dashboards").joinpath("sql", f"{name}.sql").read_text()
+
+
+def _frame(con, name: str, **params) -> pl.DataFrame:
+    return con.sql(sql(name), params=params).pl()
+
+
+def read(path: str, name: str, **params) -> pl.DataFrame:
+    """Run ``sql/<name>.sql`` with ``params`` on a short reader of ``path``."""
+    with warehouse.open_reader(path) as con:
+        return _frame(con, name, **params)
+
+
+def _has_table(con, table: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+                            [table]).fetchall()[0][0])
+
+
+# --- what is there ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WarehouseState:
+    """Enough to draw the sidebar and to tell an empty warehouse from a ready one."""
+
+    path: str
+    problem: str | None  # why nothing can be shown (missing file, no analytics yet): what to run
+    data_now: datetime | None
+    first_hour: datetime | None
+    last_hour: datetime | None
+    clusters: tuple[str, ...]
+    parent_of: dict  # org node -> parent (None for the root)
+    kind_of: dict  # org node -> org / program / project
+    periods: tuple[str, ...]  # months with a materialized statement, newest first
+    counts: dict
+
+    @property
+    def ready(self) -> bool:
+        return self.problem is None
+
+    @property
+    def root(self) -> str | None:
+        return next((n for n, p in self.parent_of.items() if p is None), None)
+
+    def projects(self) -> list[str]:
+        parents = {p for p in self.parent_of.values() if p is not None}
+        return sorted(n for n in self.parent_of if n not in parents)
+
+
+NEXT_STEPS = ("`make demo` (a simulated week), or `gpuledger simulate warehouse` then "
+              "`gpuledger pipelines run-once`; for real data the ingest commands and the Dagster "
+              "pipelines (`make dev`)")
+
+
+def warehouse_state(path: str) -> WarehouseState:
+    """The warehouse's state for the dashboards. A missing, unreadable or not yet analysed
+    warehouse comes back with ``problem`` set to one sentence saying what to run."""
+    from gpuledger.analytics.reports import data_now
+
+    empty = dict(data_now=None, first_hour=None, last_hour=None, clusters=(), parent_of={}, kind_of={},
+                 periods=(), counts={})
+    if not Path(path).exists():
+        return WarehouseState(path, f"There is no warehouse at `{path}` yet. Run {NEXT_STEPS}.", **empty)
+    try:
+        with warehouse.open_reader(path) as con:
+            row = con.execute(sql("state")).fetchall()[0]
+            names = [d[0] for d in con.description]
+            counts = dict(zip(names, row, strict=True))
+            tree = con.execute("SELECT node, parent, kind FROM org_nodes ORDER BY node").fetchall()
+            clusters = tuple(r[0] for r in con.execute(
+                "SELECT DISTINCT cluster FROM gpus UNION SELECT DISTINCT cluster FROM jobs ORDER BY 1").fetchall())
+            periods = tuple(r[0] for r in con.execute(
+                "SELECT DISTINCT period FROM chargeback_statements ORDER BY period DESC").fetchall())
+            now = data_now(con)
+    except warehouse.WarehouseError as exc:
+        return WarehouseState(path, f"{exc}", **empty)
+    state = WarehouseState(
+        path=path, problem=None, data_now=now, first_hour=counts["first_hour"], last_hour=counts["last_hour"],
+        clusters=clusters, parent_of={n: p for n, p, _ in tree}, kind_of={n: k for n, _, k in tree},
+        periods=periods, counts=counts)
+    if not counts["samples"] and not counts["jobs"]:
+        problem = f"The warehouse `{path}` holds no GPU samples or jobs yet. Run {NEXT_STEPS}."
+    elif not counts["utilization_rows"] or not counts["fairshare_rows"]:
+        problem = (f"The warehouse `{path}` holds data but no analytics yet: run `gpuledger pipelines run-once` "
+                   "(or let the Dagster schedules of `make dev` materialize them).")
+    else:
+        return state
+    return WarehouseState(**{**state.__dict__, "problem": problem})
+
+
+# --- utilization -------------------------------------------------------------------------------
+
+def utilization(path: str, start: datetime, end: datetime, clusters: tuple[str, ...]) -> pl.DataFrame:
+    """Capacity, allocated and active GPU-hours per hour, cluster and model."""
+    return read(path, "utilization", start=start, end=end, clusters=list(clusters))
+
+
+def utilization_totals(hourly: pl.DataFrame) -> dict[str, float | None]:
+    """Over the frame: capacity / allocated / active / idle GPU-hours, allocated % and active % of
+    capacity, active % of allocated (unknown-activity hours count in neither active nor idle)."""
+    cap = float(hourly["gpu_hours_capacity"].sum()) if hourly.height else 0.0
+    alloc = float(hourly["gpu_hours_allocated"].sum()) if hourly.height else 0.0
+    active = float(hourly["gpu_hours_active"].fill_null(0).sum()) if hourly.height else 0.0
+    return {
+        "gpu_hours_capacity": cap, "gpu_hours_allocated": alloc, "gpu_hours_active": active,
+        "gpu_hours_unallocated": max(cap - alloc, 0.0),
+        "allocation_pct": 100 * alloc / cap if cap else None,
+        "active_pct": 100 * active / cap if cap else None,
+        "active_of_allocated_pct": 100 * active / alloc if alloc else None,
+    }
+
+
+def utilization_by(hourly: pl.DataFrame, key: str | None) -> pl.DataFrame:
+    """Allocated % and active % of capacity per hour, summed over everything but ``key``
+    (``cluster``, ``model`` or None for the fleet); long form: hour, key, measure, pct."""
+    keys = ["hour", *([key] if key else [])]
+    grouped = hourly.group_by(keys).agg(pl.col("gpu_hours_capacity").sum(), pl.col("gpu_hours_allocated").sum(),
+                                        pl.col("gpu_hours_active").fill_null(0).sum())
+    out = grouped.with_columns(
+        allocated=pl.when(pl.col("gpu_hours_capacity") > 0)
+        .then(100 * pl.col("gpu_hours_allocated") / pl.col("gpu_hours_capacity")),
+        active=pl.when(pl.col("gpu_hours_capacity") > 0)
+        .then(100 * pl.col("gpu_hours_active") / pl.col("gpu_hours_capacity")),
+    ).unpivot(index=keys, on=["allocated", "active"], variable_name="measure", value_name="pct")
+    return out.sort([*keys, "measure"])
+
+
+def usage_by_kind(path: str, start: datetime, end: datetime, clusters: tuple[str, ...]) -> pl.DataFrame:
+    """Allocated / active GPU-hours per hour and workload kind."""
+    return read(path, "usage_by_kind", start=start, end=end, clusters=list(clusters))
+
+
+def device_hours(path: str, start: datetime, end: datetime, clusters: tuple[str, ...], now: datetime,
+                 idle_below: float) -> pl.DataFrame:
+    """Per device and hour: activity ratio, held fraction, and a state for the heatmap: ``held,
+    idle`` (held half the hour or more, activity under ``idle_below``), ``held, busy``, ``held,
+    no data``, ``free``."""
+    frame = read(path, "gpu_hours", start=start, end=end, clusters=list(clusters), now=now)
+    return frame.with_columns(
+        device=pl.concat_str([pl.col("cluster"), pl.col("host"), pl.col("gpu_index").cast(pl.String)], separator="/")
+        + pl.when(pl.col("mig_profile").is_not_null()).then(pl.lit(" ") + pl.col("mig_profile")).otherwise(pl.lit("")),
+        state=pl.when(pl.col("held_fraction") < 0.5).then(pl.lit("free"))
+        .when(pl.col("activity_ratio").is_null()).then(pl.lit("held, no data"))
+        .when(pl.col("activity_ratio") < idle_below).then(pl.lit("held, idle"))
+        .otherwise(pl.lit("held, busy")),
+    )
+
+
+def heatmap_devices(devices: pl.DataFrame, limit: int) -> tuple[pl.DataFrame, int]:
+    """The ``limit`` devices with the most held-but-idle hours (then by name), and how many
+    devices there were: a heatmap of 1,024 rows would hide what it is for."""
+    total = devices["device"].n_unique() if devices.height else 0
+    ranked = (devices.group_by("device").agg((pl.col("state") == "held, idle").sum().alias("idle_held_hours"))
+              .sort(["idle_held_hours", "device"], descending=[True, False]).head(limit))
+    return devices.join(ranked.select("device"), on="device", how="semi"), total
+
+
+def mig_summary(devices: pl.DataFrame) -> pl.DataFrame:
+    """MIG instances per model and profile: count, GPU equivalents (compute slices), held
+    GPU-hours (held fraction × slice share) and held % of their capacity over the period."""
+    mig = devices.filter(pl.col("mig_profile").is_not_null())
+    if not mig.height:
+        return pl.DataFrame(schema={"model": pl.String, "mig_profile": pl.String, "instances": pl.UInt32,
+                                    "gpu_equivalents": pl.Float64, "gpu_hours_held": pl.Float64, "held_pct": pl.Float64})
+    per = mig.group_by("model", "mig_profile").agg(
+        pl.col("device").n_unique().alias("instances"),
+        (pl.col("held_fraction") * pl.col("gpu_fraction")).sum().alias("gpu_hours_held"),
+        pl.col("gpu_fraction").sum().alias("_cap_hours"),
+    )
+    eq = mig.unique("device").group_by("model", "mig_profile").agg(pl.col("gpu_fraction").sum().alias("gpu_equivalents"))
+    return (per.join(eq, on=["model", "mig_profile"])
+            .with_columns(held_pct=100 * pl.col("gpu_hours_held") / pl.col("_cap_hours"))
+            .select("model", "mig_profile", "instances", "gpu_equivalents", "gpu_hours_held", "held_pct")
+            .sort("model", "mig_profile"))
+
+
+# --- fair share -------------------------------------------------------------------------------
+
+def fairshare_latest(path: str, end: datetime) -> pl.DataFrame:
+    return read(path, "fairshare_latest", end=end)
+
+
+def fairshare_history(path: str, start: datetime, end: datetime) -> pl.DataFrame:
+    return read(path, "fairshare_history", start=start, end=end)
+
+
+def _fmt_lf(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return "∞ (no usage)" if value == float("inf") else f"{value:.2f}"
+
+
+def queue_reasons(tree: pl.DataFrame) -> pl.DataFrame:
+    """Per project in queue order, why it is there: at every level from the root down, its
+    ancestor's share s and usage u among siblings (normalised), LF = s / u and its place among the
+    siblings (descending LF, as the depth-first walk takes them)."""
+    rows = {r["node"]: r for r in tree.iter_rows(named=True)}
+    siblings: dict[str | None, list[dict]] = {}
+    for r in rows.values():
+        siblings.setdefault(r["parent"], []).append(r)
+    for group in siblings.values():
+        group.sort(key=lambda r: r["queue_order"])
+    out = []
+    for r in sorted(rows.values(), key=lambda r: r["queue_order"]):
+        if r["kind"] != "project" and any(c["parent"] == r["node"] for c in rows.values()):
+            continue
+        chain, node = [], r
+        while node is not None and node["parent"] is not None:
+            chain.append(node)
+            node = rows.get(node["parent"])
+        steps = []
+        for level in reversed(chain):
+            group = siblings[level["parent"]]
+            place = [g["node"] for g in group].index(level["node"]) + 1
+            steps.append(
+                f"{level['node']}: share {level['shares_norm']:.0%} vs usage {level['usage_norm'] or 0:.0%} of "
+                f"{level['parent']} → LF {_fmt_lf(level['level_fs'])}, {place} of {len(group)}")
+        out.append({"queue_position": len(out) + 1, "project": r["node"], "fs_rank": r["fs_rank"],
+                    "fairshare_factor": r["fairshare_factor"], "why": "; ".join(steps)})
+    return pl.DataFrame(out, schema={"queue_position": pl.Int64, "project": pl.String, "fs_rank": pl.Int64,
+                                     "fairshare_factor": pl.Float64, "why": pl.String})
+
+
+# --- budgets ----------------------------------------------------------------------------------
+
+def budgets_latest(path: str, end: datetime) -> pl.DataFrame:
+    return read(path, "budgets_latest", end=end)
+
+
+def budget_history(path: str, node: str, period_start, end: datetime) -> pl.DataFrame:
+    return read(path, "budget_history", node=node, period_start=period_start, end=end)
+
+
+# --- squatters --------------------------------------------------------------------------------
+
+def squatting_open(path: str, clusters: tuple[str, ...]) -> pl.DataFrame:
+    return read(path, "squatting_open", clusters=list(clusters))
+
+
+def finding_history(path: str, job_keys: tuple[str, ...]) -> dict[str, pl.DataFrame]:
+    """For the jobs ``cluster/job_id``: lifecycle events, alerts (the outbox, when the alerts
+    migration is there) and enforcement rows."""
+    keys = list(job_keys)
+    with warehouse.open_reader(path) as con:
+        events = _frame(con, "finding_events", job_keys=keys)
+        actions = _frame(con, "enforcement_for_jobs", job_keys=keys)
+        if _has_table(con, "alert_outbox"):
+            alerts = con.sql(
+                "SELECT created_at, kind, severity, channel, recipient, status, attempts, sent_at, subject, "
+                "coalesce(json_extract_string(payload_json, '$.cluster'), '') || '/' || "
+                "json_extract_string(payload_json, '$.job_id') AS job_key "
+                "FROM alert_outbox WHERE kind = 'squatting' AND list_contains($job_keys::VARCHAR[], "
+                "coalesce(json_extract_string(payload_json, '$.cluster'), '') || '/' || "
+                "json_extract_string(payload_json, '$.job_id')) ORDER BY created_at",
+                params={"job_keys": keys}).pl()
+        else:
+            alerts = pl.DataFrame()
+    return {"events": events, "alerts": alerts, "enforcement": actions}
+
+
+# --- enforcement, my team ---------------------------------------------------------------------
+
+def enforcement(path: str, start: datetime, end: datetime | None, clusters: tuple[str, ...]) -> pl.DataFrame:
+    """Audit rows planned in [start, end); ``end`` None: up to the wall clock (a plan made today
+    over a replayed week is stamped with today)."""
+    return read(path, "enforcement_audit", start=start, end=end, clusters=list(clusters))
+
+
+def open_jobs(path: str, projects: tuple[str, ...], clusters: tuple[str, ...], now: datetime) -> pl.DataFrame:
+    return read(path, "open_jobs", projects=list(projects), clusters=list(clusters), now=now)
+
+
+def project_usage(path: str, start: datetime, end: datetime, projects: tuple[str, ...]) -> pl.DataFrame:
+    return read(path, "project_usage", start=start, end=end, projects=list(projects))
+
+
+def user_waste(path: str, start: datetime, end: datetime, projects: tuple[str, ...],
+               clusters: tuple[str, ...]) -> pl.DataFrame:
+    return read(path, "user_waste", start=start, end=end, projects=list(projects), clusters=list(clusters))
+
+
+def priority_why(jobs: pl.DataFrame, budgets: pl.DataFrame, tree: pl.DataFrame) -> pl.DataFrame:
+    """``jobs`` with a ``why`` column: the enforcement plan's own reason when one was planned,
+    else the project's budget status and fair-share rank (what that plan would weigh)."""
+    ranks = {r["node"]: r["fs_rank"] for r in tree.iter_rows(named=True) if r["fs_rank"] is not None}
+    of = len(ranks)
+    status = {r["node"]: r["status"] for r in budgets.iter_rows(named=True)}
+    why = []
+    for r in jobs.iter_rows(named=True):
+        if r["priority_reason"]:
+            why.append(r["priority_reason"])
+            continue
+        budget = status.get(r["project"])
+        rank = ranks.get(r["project"])
+        parts = [f"budget {budget}" if budget else "no budget of its own",
+                 f"fair-share rank {rank} of {of}" if rank else "not ranked by fair share"]
+        if not r["min_runtime_s"]:
+            parts.append("no minimum runtime declared (preemptible)")
+        why.append("; ".join(parts) + " (no enforcement plan yet)")
+    return jobs.with_columns(why=pl.Series(why, dtype=pl.String))
+
+
+# --- chargeback -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StatementView:
+    period: str
+    scope: str
+    status: str  # closed (revision n) / provisional / open
+    closed: bool
+    provisional: bool
+    billed_through: datetime
+    lines: pl.DataFrame
+    totals: dict  # currency -> Decimal (billed lines)
+    reconciliation: tuple[str, ...]  # one sentence per currency (org scope)
+    reconciles: bool | None  # None: not checked for a subtree
+    notes: tuple[str, ...]
+    files: dict  # file name -> bytes, exactly what `gpuledger report statement` writes
+
+
+def statement(path: str, period: str, node: str | None) -> StatementView:
+    """The finance statement of ``period`` (YYYY-MM) for the org or ``node``'s subtree, with its
+    files' bytes (the same writer as the finance statement set, so a download is byte-identical)."""
+    from gpuledger.reports.files import write_statement_files
+    from gpuledger.reports.statement import build_statement
+
+    with warehouse.open_reader(path) as con:
+        st = build_statement(con, period, node=node)
+    stem = f"statement-{st.period}-{_slug(st.scope)}"
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {p.name: p.read_bytes() for p in write_statement_files(st, Path(tmp), stem)}
+    return StatementView(
+        period=st.period, scope=st.scope, status=st.status, closed=st.closed, provisional=st.provisional,
+        billed_through=st.billed_through, lines=st.lines, totals=st.totals(),
+        reconciliation=tuple(r.sentence() for r in st.reconciliation),
+        reconciles=all(r.reconciles for r in st.reconciliation) if st.reconciliation else None,
+        notes=tuple([*st.notes, *st.warnings]), files=files)
+
+
+def _slug(name: str) -> str:
+    from gpuledger.reports.files import _slug as slug
+
+    return slug(name)
+
+
+def months_between(start: datetime, end: datetime) -> list[str]:
+    """YYYY-MM of every month [start, end) touches."""
+    out, y, m = [], start.year, start.month
+    while datetime(y, m, 1) < end:
+        out.append(f"{y:04d}-{m:02d}")
+        y, m = (y + 1, 1) if m == 12 else (y, m + 1)
+    return out
