@@ -135,8 +135,11 @@ class WarehouseLocks:
         """Write this writer's PID in the gate it holds, and whether the file is still being
         created (readers then give up sooner: there is nothing to read yet)."""
         gate = self._fds["gate"]
-        os.ftruncate(gate, 0)
-        os.pwrite(gate, f"{os.getpid()} {'creating' if creating else 'writing'}\n".encode(), 0)
+        try:
+            os.ftruncate(gate, 0)
+            os.pwrite(gate, f"{os.getpid()} {'creating' if creating else 'writing'}\n".encode(), 0)
+        except OSError:
+            pass  # a gate file we may lock but not write (another user's): the PID is only for messages
 
     def release_writer(self) -> None:
         for name in ("lock", "gate"):  # this order: a reader through the gate finds .lock free

@@ -238,6 +238,14 @@ def _refuse_nested(path: Path, what: str) -> str:
     return key
 
 
+_LAST = threading.local()  # this thread's last open_reader: seconds it waited for the lock
+
+
+def last_reader_wait_s() -> float | None:
+    """How long this thread's last ``open_reader`` waited for writers (benchmarks, diagnostics)."""
+    return getattr(_LAST, "wait_s", None)
+
+
 @contextlib.contextmanager
 def _reading(key: str) -> Iterator[None]:
     me = (key, threading.get_ident())
@@ -395,6 +403,7 @@ def open_reader(
             raise WarehouseBusyError(
                 f"warehouse {path} has been held by a writer{f' (PID {info.pid})' if info else ''} "
                 f"for more than {wait_s:.0f} s; try again when it finishes")
+        _LAST.wait_s = time.monotonic() - started
         try:
             if not path.exists():
                 raise WarehouseError(
