@@ -7,6 +7,8 @@ every definition found is collected, so a new domain folder needs no edit here. 
 once, from the environment (defs/resources.py).
 """
 
+import warnings
+
 import dagster as dg
 
 from gpuledger.pipelines import defs as defs_package
@@ -15,4 +17,9 @@ from gpuledger.pipelines.defs.resources import resources_from_env
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return dg.load_definitions_from_package_module(defs_package, resources=resources_from_env())
+    # The package loader is marked "preview"; `load_defs`, which it replaces, is deprecated, and
+    # `load_from_defs_folder` resolves the folder from the project layout, which the package-dir
+    # mapping breaks (see pyproject.toml [tool.dg]). The warning would print on every code load.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return dg.load_definitions_from_package_module(defs_package, resources=resources_from_env())

@@ -30,6 +30,7 @@ from gpuledger.pipelines.defs.usage.checks import job_usage_no_negative_idle, pr
 from gpuledger.simulator import build_cluster, fixed_clock, start_exporters
 from gpuledger.simulator.scenario import to_epoch_s
 from gpuledger.simulator.to_warehouse import write_simulation
+from tests.helpers.prometheus_rig import PrometheusRig, have_prometheus
 
 START = datetime(2026, 11, 1)
 DAY = "2026-11-01"
@@ -265,3 +266,40 @@ def test_csv_jobs_partition_imports_one_file(tmp_path):
     with warehouse.open_reader(path) as con:
         assert con.execute("SELECT job_id FROM jobs").fetchall() == [("j1",)]
         assert con.execute("SELECT count(*) FROM quarantine WHERE source = 'jobs-csv'").fetchone()[0] == 1
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(not have_prometheus(), reason="needs the Debian prometheus package (install-test-deps.sh)")
+def test_prometheus_samples_backfill_one_day_from_a_real_prometheus(tmp_path):
+    """A day partition backfilled from a real Prometheus holding an hour of simulated history
+    equals the plain backfill of that day; the same partition again writes nothing."""
+    from gpuledger.ingest.metrics.prometheus.backfill import backfill
+    from gpuledger.simulator import write_openmetrics
+
+    day = (datetime.utcnow() - timedelta(days=1)).replace(hour=10, minute=0, second=0, microsecond=0)  # noqa: DTZ003
+    history = build_cluster(seed=9, gpus=8, start=day, days=1 / 24, config=load_config(None))
+    om = tmp_path / "history.om"
+    with open(om, "w") as handle:
+        write_openmetrics(history, handle, history.start_s, history.end_s)
+    with PrometheusRig(tmp_path / "prom", [], history_file=om) as prom:
+        prom.wait_for(lambda: prom.scalar("count(count_over_time(DCGM_FI_DEV_GPU_UTIL[2d]))"), 60, "history loaded")
+        config = _config_with_sources(tmp_path, f"  prometheus: {{url: '{prom.url}', cluster: hist}}\n")
+        path = tmp_path / "wh.duckdb"
+        key = day.strftime("%Y-%m-%d")
+        first = materialize([prometheus_samples, ingest_checks.prometheus_samples_unique], path, config=config,
+                            partition_key=key)
+        again = materialize([prometheus_samples], path, config=config, partition_key=key)
+        plain = tmp_path / "plain.duckdb"
+        start = day.replace(hour=0)
+        backfill(prom.url, start, start + timedelta(days=1), warehouse_path=plain, cluster="hist", processes=False)
+    written = metadata(first, prometheus_samples)["rows_written"]
+    assert written > 0 and metadata(again, prometheus_samples)["rows_written"] == 0
+    assert all(e.passed for e in first.get_asset_check_evaluations())
+    query = ("SELECT gpu_uuid, mig_instance_id, ts, gpu_util_ratio, power_w FROM gpu_samples JOIN gpus USING (gpu_id) "
+             "ORDER BY ALL")
+    with warehouse.open_reader(path) as con:
+        via_asset = con.sql(query).pl()
+    with warehouse.open_reader(plain) as con:
+        via_backfill = con.sql(query).pl()
+    assert via_asset.height == written
+    assert_frame_equal(via_asset, via_backfill)

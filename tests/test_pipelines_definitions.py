@@ -112,3 +112,19 @@ def test_ingest_cadence_is_configurable(cron, tmp_path):
          "print(s.cron_schedule)"], env={**os.environ, "GPULEDGER_INGEST_CRON": cron},
         capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == cron and time.monotonic() - started < 120
+
+
+def test_the_repositorys_dagster_yaml_is_a_valid_instance(tmp_path, monkeypatch):
+    """`make dev` runs with DAGSTER_HOME = the repository: its dagster.yaml must build an instance
+    whose storage, artifact and compute-log settings all load."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", tmp_path / "dagster.yaml")
+    monkeypatch.chdir(tmp_path)  # its storage paths are relative to the folder Dagster runs in
+    instance = dg.DagsterInstance.from_config(str(tmp_path))
+    try:
+        assert type(instance.compute_log_manager).__name__ == "LocalComputeLogManager"
+        assert instance.get_runs() == []
+    finally:
+        instance.dispose()
