@@ -15,6 +15,7 @@ from gpuledger.enforce import audit
 from gpuledger.enforce.model import Finding, JobFacts, Situation
 
 from gpuledger.analytics import reports
+from gpuledger.analytics.squatting import LOOKBACK
 from gpuledger.config import Config
 
 _JOBS = """
@@ -57,7 +58,8 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
         Finding(cluster=r["cluster"], job_id=r["job_id"], finding=r["finding"], severity=r["severity"],
                 idle_since=r["idle_since"], idle_minutes=float(r["idle_minutes"]), gpus_idle=int(r["gpus_idle"]),
                 gpus_total=int(r["gpus_total"]), gpu_hours_idle=float(r["gpu_hours_idle"] or 0),
-                idle_cost=None if r["idle_cost"] is None else str(r["idle_cost"]), currency=r["currency"])
+                idle_cost=None if r["idle_cost"] is None else str(r["idle_cost"]), currency=r["currency"],
+                capped=float(r["idle_minutes"]) >= LOOKBACK.total_seconds() / 60 - 1)
         for r in reports.squatters_report(con, policy=policy, now=now, include_exempt=True).iter_rows(named=True)
         if r["idle_since"] is not None
     ]

@@ -64,6 +64,7 @@ class Finding:
     gpu_hours_idle: float = 0.0
     idle_cost: str | None = None  # exact decimal as text, e.g. "25.14"
     currency: str | None = None
+    capped: bool = False  # idle for the whole evidence lookback: idle_since is the lookback's start
 
 
 @dataclass(frozen=True)

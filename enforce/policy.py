@@ -50,6 +50,7 @@ FUNDED_BASE = 500_000
 UNFUNDED_BASE = 100_000
 PROJECT_STEP = 1000
 STAGES = ("warning", "second-warning", "preempt-eligible")
+CAPPED_WARNING_WINDOW = timedelta(hours=24)
 TRUE = ("true", "1", "yes", "enabled")
 
 
@@ -166,9 +167,11 @@ def decide(situation: Situation, policy) -> list[Action]:
                                   f"{exempt}")
             continue
         squat = _squat_figures(finding)
-        # warnings issued during this idle stretch (idle_since may move later when the evidence's
-        # lookback caps it; a warning issued while the job was already idle still counts)
-        warned = [w for w in situation.warnings.get(job.key, []) if w.warned_at >= finding.idle_since]
+        # warnings issued during this idle stretch; when it is longer than the evidence's lookback
+        # its start is unknown (idle_since moves with the lookback), so warnings of the last
+        # CAPPED_WARNING_WINDOW count
+        since = min(finding.idle_since, now - CAPPED_WARNING_WINDOW) if finding.capped else finding.idle_since
+        warned = [w for w in situation.warnings.get(job.key, []) if w.warned_at >= since]
         warned_stages = {w.stage for w in warned}
         stage = finding.severity
         if stage != "preempt-eligible":

@@ -131,13 +131,16 @@ def test_squatter_warned_too_recently_waits():
     assert "preemption may follow from 2026-11-07 12:05Z" in by_job(actions, "none")["sq"][0].reason
 
 
-def test_warning_counts_while_the_job_stays_idle_even_if_idle_since_moves():
-    # warned 70 min ago while idle; the finding's idle_since is now capped by the lookback to 60 min ago
-    warned = {("c", "sq"): [Warning(NOW - 130 * M, "warning", NOW - 70 * M)]}
-    f = squat("sq", 360, "preempt-eligible")
-    f = Finding(**{**f.__dict__, "idle_since": NOW - 360 * M})
-    actions = decide(situation([job("sq")], findings=[f], warnings=warned), policy())
+def test_warning_counts_when_the_idle_stretch_outlasts_the_lookback():
+    # idle for the whole 6 h lookback: idle_since is the lookback's start (it moves every cycle),
+    # so the warning issued 7 h ago, when the job had been idle 60 min, still counts (24 h window)
+    warned = {("c", "sq"): [Warning(NOW - 8 * H, "warning", NOW - 7 * H)]}
+    capped = Finding(**{**squat("sq", 360, "preempt-eligible").__dict__, "capped": True})
+    actions = decide(situation([job("sq")], findings=[capped], warnings=warned), policy())
     assert "preempt" in kinds(actions, "sq")
+    # not capped: a stretch that began 6 h ago is a new one, the older warning does not count
+    fresh = squat("sq", 360, "preempt-eligible")
+    assert "preempt" not in kinds(decide(situation([job("sq")], findings=[fresh], warnings=warned), policy()), "sq")
 
 
 def test_warning_of_an_earlier_idle_episode_does_not_count():
