@@ -414,8 +414,8 @@ def statement_notes(lines: pl.DataFrame) -> tuple[list[str], list[str]]:
         other = [f"{n} ({h:,.3f} h)" for n, h in reasons.iter_rows() if not re.match(r"^device \d+ not in", n)]
         if devices:
             dev_hours = reasons.filter(pl.col("note").str.contains(r"^device \d+ not in"))[hours].sum()
-            other.append(f"device{'s' if len(devices) > 1 else ''} {', '.join(map(str, devices))} not in the "
-                         f"inventory ({dev_hours:,.3f} h)")
+            named = ", ".join(map(str, devices[:12])) + (f" and {len(devices) - 12} more" if len(devices) > 12 else "")
+            other.append(f"device{'s' if len(devices) > 1 else ''} {named} not in the inventory ({dev_hours:,.3f} h)")
         warnings.append(f"{unpriced[hours].sum():,.3f} GPU-hours unpriced, not billed: " + "; ".join(other))
     return notes, warnings
 
