@@ -142,10 +142,15 @@ def chargeback_lines(
     user_name; project: project; node: node), gpu_model, tier, currency, gpu_hours_allocated
     (idle lines: idle GPU-hours; over-allocated: GPU-hours beyond capacity; unpriced: GPU-hours
     that could not be priced; capacity-unknown: the charged GPU-hours), amount (Decimal cents;
-    NULL on unpriced and capacity-unknown lines), idle_amount_included (cents of spread idle
-    inside ``amount``, rounded top-down the same way), note (the reason of an unpriced line, the
-    jobs of an over-allocated one, ...). Memo lines at project / node level are named
-    "(idle)", "(over-allocated)", "(capacity unknown)".
+    NULL on unpriced lines and on over-allocation in hours without a rate; on a
+    capacity-unknown line the charges it explains, again outside the total),
+    idle_amount_included (cents of spread idle inside ``amount``, rounded top-down the same
+    way), note (the reason of an unpriced line, the jobs of an over-allocated one, ...). Lines
+    not of a project at project / node level are named "(idle)", "(over-allocated)",
+    "(capacity unknown)"; unpriced idle capacity is under "(idle)".
+
+    Per currency: Σ billed = Σ capacity × price + Σ over-allocated + Σ capacity-unknown, to the
+    cent of the exact amounts (each line within a cent of exact)."""
     """
     if idle_cost not in ("line", "spread"):
         raise ValueError(f"idle_cost={idle_cost!r}: choose line or spread")
