@@ -150,7 +150,7 @@ def chargeback_lines(
     "(capacity unknown)"; unpriced idle capacity is under "(idle)".
 
     Per currency: Σ billed = Σ capacity × price + Σ over-allocated + Σ capacity-unknown, to the
-    cent of the exact amounts (each line within a cent of exact)."""
+    cent of the exact amounts (each line within a cent of exact).
     """
     if idle_cost not in ("line", "spread"):
         raise ValueError(f"idle_cost={idle_cost!r}: choose line or spread")
