@@ -16,6 +16,8 @@ from gpuledger import table_views, tables
 from gpuledger.analytics import cli as analytics_cli
 from gpuledger.ledger import cli as ledger_cli
 from gpuledger.reports import cli as reports_cli
+from gpuledger.alerts.cli import alerts_app
+from gpuledger.metrics.cli import metrics_app
 from gpuledger.lazy import lazy_import
 from gpuledger.ingest.jobs.csv_cli import app as import_app
 from gpuledger.enforce.cli import app as enforce_app
@@ -44,6 +46,8 @@ analytics_cli.report_app.command("weekly")(reports_cli.weekly)
 app.add_typer(ledger_cli.period_app, name="period")
 app.add_typer(enforce_app, name="enforce")
 app.add_typer(pipelines_app, name="pipelines")
+app.add_typer(alerts_app, name="alerts")
+app.add_typer(metrics_app, name="metrics")
 app.command("fairshare")(analytics_cli.fairshare)
 app.command("budget")(analytics_cli.budget)
 app.command("squatters")(analytics_cli.squatters)
@@ -149,10 +153,26 @@ def main() -> None:
     for a usage error and 1 for a failed run; anything else in one "internal error" line. With
     --debug (or $GPULEDGER_DEBUG=1) the traceback is shown instead."""
     try:
-        app()
+        # not standalone: typer's own usage errors come here too, to be told in one line; a
+        # command's typer.Exit(n) comes back as n (commands return None, so anything else is a code)
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            raise SystemExit(code)
+    except typer.Abort:
+        typer.secho("gpuledger: aborted", err=True, fg="red")
+        raise SystemExit(1) from None
     except Exception as exc:  # noqa: BLE001 - the one error boundary of the program
         if _debug or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes"):
             raise
+        if isinstance(exc, typer.TyperException) and hasattr(exc, "format_message"):
+            # an option typer/click refused: which command, what is wrong, where the help is
+            ctx = getattr(exc, "ctx", None)
+            where = ctx.command_path if ctx is not None else "gpuledger"
+            message = " ".join(exc.format_message().split())
+            hint = f" (see `{where} --help`)" if exc.exit_code == 2 else ""
+            if message:  # empty: a group called without a command, whose help was just shown
+                typer.secho(f"{where}: {printable(message)}{hint}", err=True, fg="red")
+            raise SystemExit(exc.exit_code) from None
         code = _known_exit_code(exc)
         lines = (str(exc).strip() or type(exc).__name__).splitlines()
         if code is None and isinstance(exc, OSError) and exc.filename:

@@ -15,6 +15,7 @@ business units, three GPUs on three hosts, Slurm partitions on the jobs.
   idle H100: 2 × 744 − 264 = 1224 h × 2.00 = 2448.00;  idle A100: 744 − 240 = 504 h × 1.00 = 504.00
   total 480 + 48 + 240 + 2448 + 504 = 3720.00 = capacity (1488 h × 2.00 + 744 h × 1.00 = 2976 + 744)
   research 528.00, product 240.00, the org's idle 2952.00
+  budgets: alpha 1000 for October; beta 100 for November (as of the data's end, Nov 3: 24 used, 76 left)
   GPU-h2 reports sm_active 0.5 all of Oct 1 (every 30 s): gamma-1 is active 12 of 24 h, 50 %;
   the other jobs have no samples: activity unknown, efficiency not stated.
 """
@@ -45,6 +46,7 @@ org:
         - {name: beta, shares: 1}
 budgets:
   - {node: alpha, period: 2026-10, gpu_hours: 1000}
+  - {node: beta, period: 2026-11, gpu_hours: 100}
 rate_card:
   - {gpu_model: H100, tier: reserved, price_per_gpu_hour: "2.00", effective_from: 2026-01-01}
   - {gpu_model: A100, tier: reserved, price_per_gpu_hour: "1.00", effective_from: 2026-01-01}

@@ -109,10 +109,19 @@ def test_workbook_sheets_add_up_to_the_csv(month, tmp_path):
 
 
 def test_regenerating_gives_byte_identical_files_and_a_closed_month_reads_its_frozen_lines(month, tmp_path):
+    import time
+    import zipfile
+
     first, second = tmp_path / "a", tmp_path / "b"
     _write(month, first)
-    _write(month, second)
+    real = time.time
+    with pytest.MonkeyPatch.context() as mp:  # the second run a day later by the clock
+        mp.setattr(time, "time", lambda: real() + 86400)
+        _write(month, second)
     assert _all_bytes(first) == _all_bytes(second)
+    # the workbook's zip entries carry the statement's own time (the data's end), not the clock's
+    stamps = {i.date_time for i in zipfile.ZipFile(first / "statement-2026-10-acme.xlsx").infolist()}
+    assert stamps == {(2026, 11, 1, 0, 0, 0)}
     with warehouse.open_writer(month) as con:
         periods.close_period(con, "2026-10", by="finance", now=datetime(2026, 11, 5))
     closed_a, closed_b = tmp_path / "closed-a", tmp_path / "closed-b"

@@ -1,0 +1,1 @@
+"""gpuledger's own figures in Prometheus text format (`gpuledger metrics serve`)."""

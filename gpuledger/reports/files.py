@@ -61,6 +61,12 @@ class _FixedTimeZip(zipfile.ZipFile):
             zinfo_or_arcname = info
         return super().writestr(zinfo_or_arcname, data, compress_type, compresslevel)
 
+    def write(self, filename, arcname=None, compress_type=None, compresslevel=None):
+        # worksheets go through a temporary file, whose mtime would be the entry's time
+        with open(filename, "rb") as fh:
+            data = fh.read()
+        return self.writestr(arcname or Path(filename).name, data)
+
 
 def _sheet_name(name: str, used: set[str]) -> str:
     base = re.sub(r"[\[\]:*?/\\]", "_", name)[:31] or "unit"

@@ -1,0 +1,110 @@
+"""A prometheus_client collector over the warehouse: each scrape reads a short-lived reader
+connection (never blocks the writer) and the same analytics the CLI prints, cached for
+``cache_s`` so a fast scrape interval does not recompute them every second.
+
+Metrics (labels in braces; GPU quantities in GPU-hours, budgets in normalised GPU-hours):
+  gpuledger_fairshare_factor{node}            0..1, hierarchical fair-share factor
+  gpuledger_fairshare_rank{node}              rank in the queue order (1 = first)
+  gpuledger_delivery_ratio{node}              delivered ÷ owed GPU-hours over the usage window
+  gpuledger_budget_remaining_gpu_hours{node}  remaining budget in the current period
+  gpuledger_budget_consumed_ratio{node}       consumed ÷ budget
+  gpuledger_budget_projected_exhaustion_timestamp_seconds{node}  Unix time (absent when not burning)
+  gpuledger_squatters{severity}               jobs on idle GPUs now, by severity
+  gpuledger_wasted_gpu_hours{project}         idle GPU-hours held by the current squatters
+  gpuledger_alerts_outbox{status}             alerts in the outbox by status
+  gpuledger_data_timestamp_seconds            the data's "now" the figures are computed at
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from calendar import timegm
+from pathlib import Path
+
+
+def _unix(moment) -> float:
+    return float(timegm(moment.timetuple())) + moment.microsecond / 1e6
+
+
+def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[dict, float]]]]:
+    """(name, help, [(labels, value)]) for every metric, from the warehouse at ``path``."""
+    from gpuledger import warehouse
+    from gpuledger.analytics import reports
+    from gpuledger.ledger.config_versions import stored_config
+
+    with warehouse.open_reader(path) as con:
+        if policy is None:
+            stored = stored_config(con)
+            policy = stored.config.policy if stored else None
+        now = reports.data_now(con)
+        fs = reports.fairshare_report(con, policy=policy, as_of=now)
+        burn = reports.budget_report(con, policy=policy, as_of=now)
+        squat = reports.squatters_report(con, policy=policy, now=now)
+        outbox = con.execute("SELECT status, count(*) FROM alert_outbox GROUP BY status ORDER BY status").fetchall()
+
+    def series(frame, col, key="node"):
+        return [({key: str(r[key])}, float(r[col])) for r in frame.iter_rows(named=True)
+                if r[col] is not None and not (isinstance(r[col], float) and math.isnan(r[col]))]
+
+    burn = burn.with_columns((burn["consumed_gpu_hours"] / burn["budget_gpu_hours"]).alias("_ratio")) \
+        if burn.height else burn
+    exhaustion = [({"node": r["node"]}, _unix(r["projected_exhaustion"])) for r in burn.iter_rows(named=True)
+                  if r["projected_exhaustion"] is not None]
+    by_sev = {s: 0 for s in ("warning", "second-warning", "preempt-eligible")}
+    wasted: dict[str, float] = {}
+    for r in squat.iter_rows(named=True):
+        by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + 1
+        wasted[str(r["project"])] = wasted.get(str(r["project"]), 0.0) + float(r["gpu_hours_idle"] or 0.0)
+    return [
+        ("gpuledger_fairshare_factor", "Hierarchical fair-share factor, 0..1", series(fs, "fairshare_factor")),
+        ("gpuledger_fairshare_rank", "Rank in the fair-share queue order (1 = first)", series(fs, "fs_rank")),
+        ("gpuledger_delivery_ratio", "Delivered / owed GPU-hours over the usage window", series(fs, "delivery_ratio")),
+        ("gpuledger_budget_remaining_gpu_hours", "Budget remaining in the current period (normalised GPU-hours)",
+         series(burn, "remaining_gpu_hours") if burn.height else []),
+        ("gpuledger_budget_consumed_ratio", "Budget consumed / budget", series(burn, "_ratio") if burn.height else []),
+        ("gpuledger_budget_projected_exhaustion_timestamp_seconds", "When the budget runs out at the current burn",
+         exhaustion),
+        ("gpuledger_squatters", "Jobs holding idle GPUs now, by severity",
+         [({"severity": s}, float(n)) for s, n in sorted(by_sev.items())]),
+        ("gpuledger_wasted_gpu_hours", "Idle GPU-hours held by the current squatters",
+         [({"project": p}, v) for p, v in sorted(wasted.items())]),
+        ("gpuledger_alerts_outbox", "Alerts in the outbox by status", [({"status": s}, float(n)) for s, n in outbox]),
+        ("gpuledger_data_timestamp_seconds", "The data's now the figures are computed at", [({}, _unix(now))]),
+    ]
+
+
+class LedgerCollector:
+    """prometheus_client custom collector; figures cached for ``cache_s`` seconds."""
+
+    def __init__(self, path: Path, *, policy=None, cache_s: float = 30.0):
+        self.path, self.policy, self.cache_s = path, policy, cache_s
+        self._lock = threading.Lock()
+        self._at, self._figures = -math.inf, []
+
+    def figures(self):
+        with self._lock:
+            if time.monotonic() - self._at > self.cache_s:
+                self._figures = compute_figures(self.path, self.policy)
+                self._at = time.monotonic()
+            return self._figures
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        for name, doc, samples in self.figures():
+            labels = sorted({k for lab, _ in samples for k in lab})
+            family = GaugeMetricFamily(name, doc, labels=labels)
+            for lab, value in samples:
+                family.add_metric([lab[k] for k in labels], value)
+            yield family
+
+
+def serve(path: Path, *, port: int, host: str = "0.0.0.0", policy=None, cache_s: float = 30.0):
+    """Serve /metrics until interrupted; returns (server, thread) — the caller waits."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(LedgerCollector(path, policy=policy, cache_s=cache_s))
+    return start_http_server(port, addr=host, registry=registry)
