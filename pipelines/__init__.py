@@ -1,3 +1,4 @@
-"""Dagster definitions (assets, partitions, schedules, sensors) over the analytics in
-gpuledger.analytics.reports. Not built yet: the orchestration issue adds them here; `dagster.yaml`
-at the top is the instance config they will run under."""
+"""The Dagster code location: `definitions.py` assembles the `Definitions` from the domain folders
+under `defs/` (ingest, usage, fairshare, budgets, squatting, chargeback), each keeping its assets,
+checks, schedules, sensors and SQL side by side; `cli.py` / `run_once.py` run the graph once in
+process. Dagster is imported only here: a GPU node installs gpuledger[agent] without it."""

@@ -6,7 +6,6 @@ and reports rows written and quarantined as metadata. A source the config leaves
 the materialization succeeds and says so (``skipped`` in the metadata and the log).
 """
 
-from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -126,8 +125,8 @@ def slurm_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
     if source.file:
         text, origin, fmt = Path(source.file).read_text(encoding="utf-8", errors="replace"), source.file, "auto"
     else:
-        hours = timedelta(hours=source.lookback_hours).total_seconds() / 3600
-        text = run_sacct("parsable", f"now-{int(round(hours * 60))}minutes", "now", tz=source.tz, sacct=source.sacct)
+        minutes = max(1, round(source.lookback_hours * 60))  # sacct: now-<count>minutes
+        text = run_sacct("parsable", f"now-{minutes}minutes", "now", tz=source.tz, sacct=source.sacct)
         origin, fmt = LIVE_ORIGIN, "parsable"
     batch = parse_sacct(text, fmt=fmt, origin=origin, cluster=source.cluster, tz=source.tz)
     for warning in batch.warnings:
