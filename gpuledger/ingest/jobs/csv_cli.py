@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from gpuledger import warehouse
+from gpuledger.errors import UsageError
 from gpuledger.cli_common import ConfigOpt, WarehouseOpt, warehouse_config, warehouse_path
 
 app = typer.Typer(help="Import job records from files.", no_args_is_help=True)
@@ -35,8 +35,7 @@ def import_jobs(
         try:
             parsed = read_jobs_csv(file, set(cfg.projects()), limits=job_limits(con, cfg.policy))
         except CsvHeaderError as exc:
-            console.print(f"[red]{escape(str(exc))}[/red]")
-            raise typer.Exit(2) from None
+            raise UsageError(str(exc)) from None  # one line, printed by the CLI's error boundary
         warehouse.upsert(con, "jobs", parsed.jobs)
         link_devices_for_jobs(con, parsed.jobs)
         apply_tier_rules(con)  # cluster rules price jobs without devices
