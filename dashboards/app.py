@@ -9,7 +9,7 @@ import streamlit as st
 
 from gpuledger.dashboards import access, ui
 
-st.set_page_config(page_title="gpuledger", page_icon="📊", layout="wide")
+st.set_page_config(page_title="gpuledger", layout="wide")
 
 PAGES = [
     st.Page("app_pages/utilization.py", title="Utilization", url_path="utilization", default=True),
@@ -44,7 +44,7 @@ email = None if local else st.user.get("email")
 viewer = access.viewer_for(email, config.dashboards, state.parent_of, local=local)
 if local:
     st.info("Local mode: no sign-in is configured (no `[auth]` in .streamlit/secrets.toml), so everyone "
-            "sees everything. Configure OIDC sign-in before sharing this dashboard.", icon="🔓")
+            "sees everything. Configure OIDC sign-in before sharing this dashboard.")
 else:
     who = {"admin": "admin: sees everything", "finance": "finance: sees everything",
            "lead": f"team lead of {', '.join(viewer.led_nodes)}",

@@ -30,11 +30,11 @@ if ctx is not None:
     queued = jobs.filter(pl.col("status") == "queued")
     mine = budgets.filter(pl.col("node").is_in(team_nodes + projects))
     a, b, c, d = st.columns(4)
-    a.metric("Running jobs", f"{running.height} jobs ({running['gpus'].sum() or 0:g} GPUs)")
+    a.metric("Running jobs", f"{running.height} jobs", help=f"holding {running['gpus'].sum() or 0:g} GPUs")
     b.metric("Queued jobs", f"{queued.height} jobs")
     team_budget = mine.filter(pl.col("node").is_in(team_nodes))
     left = team_budget["remaining_gpu_hours"].sum() if team_budget.height else None
-    c.metric("Budget left", f"{left:,.1f} norm. GPU-h" if left is not None else "no budget")
+    c.metric("Budget left (normalised GPU-h)", f"{left:,.1f}" if left is not None else "no budget")
     idle = usage["gpu_hours_idle"].sum() if usage.height else 0.0
     d.metric("Idle GPU-hours (waste)", ui.hours(idle))
 
