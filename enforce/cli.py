@@ -57,8 +57,9 @@ def _now(con, text: str | None) -> datetime:
     return utc_option(text, "--now") or _wall()
 
 
-def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record: bool = True):
-    """Gather, decide, record: (actions, plan_id, now, cfg, situation)."""
+def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record: bool = True, observe=None):
+    """Gather, decide, record: (actions, plan_id, now, cfg, situation). ``observe``: a backend whose
+    live view (labels, annotations, Requeue flag, current priority) joins the inputs."""
     from gpuledger.enforce import cycle
 
     if record:  # brings the schema up to date (readers never change the file), briefly
@@ -67,8 +68,9 @@ def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record:
     with warehouse.open_reader(path) as con:
         cfg = warehouse_config(con, config, write=False)
         now = _now(con, now_text)
+    observed = observe.observe() if observe is not None else None
     actions, plan_id, situation = cycle.plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path),
-                                             cfg, now, record=record)
+                                             cfg, now, record=record, observed=observed)
     return actions, plan_id, now, cfg, situation
 
 
@@ -96,12 +98,23 @@ def plan(
     show_none: bool = typer.Option(True, "--none/--no-none", help="list the jobs where nothing is done, with why"),
     record: bool = typer.Option(True, "--record/--no-record",
                                 help="record the plan (audit rows, warnings issued) in the warehouse"),
+    observe: BackendName | None = typer.Option(None, "--observe",
+                                               help="read the jobs' labels / annotations / Requeue flag and "
+                                                    "current priority from this scheduler first (reads only)"),
+    kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="kubeconfig file (with --observe)"),
+    context: str | None = typer.Option(None, "--context", help="kubeconfig context (with --observe)"),
     wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
-    """Decide this cycle's actions (set-priority / warn / preempt / none) with the reasons; calls no
-    scheduler. The JSON is what `apply --plan FILE` reads."""
-    actions, plan_id, at, _, _ = plan_cycle(warehouse_path(warehouse_file), config, now, record=record)
+    """Decide this cycle's actions (set-priority / warn / preempt / none) with the reasons; changes
+    nothing in any scheduler. The JSON is what `apply --plan FILE` reads."""
+    from gpuledger.enforce import backends as registry
+
+    seer = None
+    if observe is not None and observe is not BackendName.plan_file:
+        seer = registry.get(observe.value, **({"kubeconfig": kubeconfig, "context": context}
+                                              if observe in (BackendName.kueue, BackendName.kubernetes) else {}))
+    actions, plan_id, at, _, _ = plan_cycle(warehouse_path(warehouse_file), config, now, record=record, observe=seer)
     _print_plan(actions, plan_id, at, fmt, out, show_none=show_none, wide=wide, columns=columns)
 
 
@@ -126,16 +139,10 @@ def apply(
     from gpuledger.enforce.backends import planfile
 
     path = warehouse_path(warehouse_file)
-    if plan_file is not None:
-        plan_id, planned_at, actions = planfile.read(plan_file)
-        with warehouse.open_reader(path) as con:
-            cfg = warehouse_config(con, config, write=False)
-        if any(a.action_id is None for a in actions if a.action != "none"):
-            raise UsageError(f"--plan {plan_file}: actions without action_id; write the plan with "
-                             "`gpuledger enforce plan --format json` (it records them)")
-        planned_at = planned_at or _wall()
-    else:
-        actions, plan_id, planned_at, cfg, _ = plan_cycle(path, config, now)
+    with warehouse.open_writer(path):  # the schema up to date (readers never change the file)
+        pass
+    with warehouse.open_reader(path) as con:
+        cfg = warehouse_config(con, config, write=False)
     policy = cfg.policy.enforcement
     if policy.kill_switch:
         typer.echo("the kill switch is on (policy.enforcement.kill_switch): nothing is applied")
@@ -154,6 +161,15 @@ def apply(
             raise UsageError("--backend plan-file needs --out FILE (where the actions go)")
         options = {"out": out}
     chosen = registry.get(backend.value, **options)
+    if plan_file is not None:
+        plan_id, planned_at, actions = planfile.read(plan_file)
+        if any(a.action_id is None for a in actions if a.action != "none"):
+            raise UsageError(f"--plan {plan_file}: actions without action_id; write the plan with "
+                             "`gpuledger enforce plan --format json` (it records them)")
+        planned_at = planned_at or _wall()
+    else:  # plan this cycle; acting for real, with the scheduler's live view (a dry run calls nothing)
+        seer = None if dry_run or backend is BackendName.plan_file else chosen
+        actions, plan_id, planned_at, _, _ = plan_cycle(path, config, now, observe=seer)
     run = cycle.apply_plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path), actions,
                            chosen, dry_run=dry_run, planned_at=planned_at)
     if backend is BackendName.plan_file and not dry_run:

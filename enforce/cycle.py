@@ -4,28 +4,29 @@ backend and record the outcomes. Time is passed in."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Callable
 
-from gpuledger.config import Config
 from gpuledger.enforce import audit, inputs, policy
 from gpuledger.enforce.apply import ApplyRun, apply_actions
 from gpuledger.enforce.model import Action, Situation
 
+from gpuledger.config import Config
+
 Opener = Callable[[], AbstractContextManager]
 
 
-def decide_at(con, cfg: Config, now: datetime) -> tuple[list[Action], Situation]:
-    situation = inputs.gather(con, cfg, now=now)
+def decide_at(con, cfg: Config, now: datetime, observed: dict | None = None) -> tuple[list[Action], Situation]:
+    situation = inputs.gather(con, cfg, now=now, observed=observed)
     return policy.decide(situation, cfg.policy.enforcement), situation
 
 
-def plan(reader: Opener, writer: Opener, cfg: Config, now: datetime, *, record: bool = True
-         ) -> tuple[list[Action], str | None, Situation]:
-    """(actions, plan_id or None when not recorded, situation)."""
+def plan(reader: Opener, writer: Opener, cfg: Config, now: datetime, *, record: bool = True,
+         observed: dict | None = None) -> tuple[list[Action], str | None, Situation]:
+    """(actions, plan_id or None when not recorded, situation). ``observed``: Backend.observe()."""
     with reader() as con:
-        actions, situation = decide_at(con, cfg, now)
+        actions, situation = decide_at(con, cfg, now, observed)
     plan_id = None
     if record:
         with writer() as con:

@@ -45,9 +45,10 @@ FROM installed i LEFT JOIN held h USING (cluster, model)
 
 
 def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
-           observed: dict[tuple[str, str], dict] | None = None) -> Situation:
-    """The Situation at ``now`` (naive UTC). ``observed``: per (cluster, job_id) what a backend saw
-    live — ``labels``, ``annotations``, ``requeue_flag`` — for the checkpointing declaration."""
+           observed: dict[str, dict] | None = None) -> Situation:
+    """The Situation at ``now`` (naive UTC). ``observed``: per job id what a backend saw live
+    (Backend.observe: ``labels``, ``annotations``, ``requeue_flag``, ``priority``) — the
+    checkpointing declaration and the scheduler's current priority."""
     observed = observed or {}
     policy = cfg.policy
     funding = {(r["cluster"], r["job_id"]): r
@@ -68,13 +69,14 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
         (cluster, job_id, project, name, namespace, kind, source, user, gpus, model, start, submit,
          priority) = row
         fund = funding.get((cluster, job_id), {})
-        seen = observed.get((cluster, job_id), {})
+        seen = observed.get(job_id, {})
         running = start is not None and start <= now
         jobs.append(JobFacts(
             cluster=cluster, job_id=job_id, project=project, running=running, gpus=float(gpus), gpu_model=model,
             name=name, namespace=namespace, kind=kind, source=source, user_name=user,
             start_time=start if running else None, submit_time=submit,
-            declared_priority=priority, observed_priority=seen.get("priority", priority),
+            declared_priority=priority,
+            observed_priority=seen["priority"] if seen.get("priority") is not None else priority,
             funded=bool(fund.get("funded")), unfunded_reason=fund.get("unfunded_reason"),
             protected_until=fund.get("protected_until") if running else None, fs_rank=ranks.get(project),
             labels=seen.get("labels") or {}, annotations=seen.get("annotations") or {},

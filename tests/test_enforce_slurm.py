@@ -9,13 +9,12 @@ import subprocess
 import time
 
 import pytest
-
 from gpuledger.enforce.apply import apply_actions
 from gpuledger.enforce.backends.slurm import SlurmBackend, nice_for
 from gpuledger.enforce.model import Action
 
 try:
-    from tests.test_ingest_slurm import slurm_rig  # noqa: F401 - the fixture, shared
+    from tests.test_ingest_slurm import slurm_rig
 except ImportError:
     from test_ingest_slurm import slurm_rig  # noqa: F401
 
@@ -56,7 +55,7 @@ def submit(rig, *extra: str) -> str:
 
 
 def action(kind: str, job_id: str, **kw) -> Action:
-    return Action(action=kind, cluster="gpuledger", job_id=job_id, project="proj-a", source="slurm",
+    return Action(action=kind, cluster="gpuledger", job_id=job_id, project="proj-a", source="slurm-sacct",
                   reason=kw.pop("reason", f"{kind} because"), rule="test", action_id=f"p:{job_id}:{kind}", **kw)
 
 
@@ -125,3 +124,13 @@ def test_dry_run_runs_no_command(slurm_rig, jobs):
                         SlurmBackend(env=slurm_rig["env"], scancel="/nonexistent/scancel"), dry_run=True)
     assert [(o.outcome, o.detail) for _, o in run.results] == [("dry-run", f"would run: /nonexistent/scancel {running}")]
     assert job_fields(slurm_rig, running)["JobState"] == "RUNNING"
+
+
+def test_observe_reads_the_requeue_flag(slurm_rig, jobs):
+    running, pending = jobs
+    seen = SlurmBackend(env=slurm_rig["env"]).observe()
+    # the rig's slurm.conf sets JobRequeue=1, so every batch job may be requeued
+    assert seen[running] == {"requeue_flag": True} and seen[pending] == {"requeue_flag": True}
+    assert SlurmBackend().handles(action("preempt", running)) is None  # ingested rows say slurm-sacct
+    assert SlurmBackend().handles(Action(action="preempt", cluster="c", job_id="ml/p", project="p", reason="r",
+                                         rule="t", source="kubernetes")) is not None

@@ -49,6 +49,11 @@ class Backend:
         """None when this backend can act on the action's job, else why not."""
         return None
 
+    def observe(self) -> dict[str, dict]:
+        """What the scheduler says about its jobs now, by gpuledger job id: ``labels``,
+        ``annotations`` (a declared checkpoint), ``requeue_flag``, ``priority``. Reads only."""
+        return {}
+
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
         return Outcome(SKIPPED, f"{self.name} cannot change a job's priority")
 

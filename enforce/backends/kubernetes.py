@@ -60,6 +60,22 @@ class EvictionBackend(Backend):
             return f"not a Kubernetes pod (source {action.source or 'unknown'}); use the backend of its scheduler"
         return None
 
+    def observe(self) -> dict[str, dict]:
+        try:
+            pods = self._core().list_pod_for_all_namespaces()
+        except Exception as exc:
+            if k8s.is_api_exception(exc):
+                k8s.raise_if_credential(exc, "listing pods")
+            raise
+        out = {}
+        for pod in pods.items:
+            meta = pod.metadata
+            seen = {"labels": dict(meta.labels or {}), "annotations": dict(meta.annotations or {})}
+            out[f"{meta.namespace}/{meta.name}"] = seen
+            if meta.uid:  # pod rows may be keyed by uid
+                out[meta.uid] = seen
+        return out
+
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
         return Outcome(SKIPPED, "a pod's priority cannot change after it is created; run Kueue (--backend kueue) "
                                 "to enforce priorities")

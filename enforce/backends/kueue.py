@@ -70,6 +70,27 @@ class KueueBackend(Backend):
             return f"not a Kueue Workload (source {action.source or 'unknown'}); use the backend of its scheduler"
         return None
 
+    def observe(self) -> dict[str, dict]:
+        custom, _ = self._apis()
+        try:
+            listed = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        except Exception as exc:
+            self._fatal(exc, "listing Kueue Workloads")
+            raise
+        out = {}
+        for wl in listed.get("items") or []:
+            meta, spec = wl.get("metadata") or {}, wl.get("spec") or {}
+            labels, annotations = {}, {}
+            for pod_set in spec.get("podSets") or []:  # the pods' own labels, then the workload's
+                tmeta = (pod_set.get("template") or {}).get("metadata") or {}
+                labels |= tmeta.get("labels") or {}
+                annotations |= tmeta.get("annotations") or {}
+            labels |= meta.get("labels") or {}
+            annotations |= meta.get("annotations") or {}
+            out[f"{meta.get('namespace')}/workload/{meta.get('name')}"] = {
+                "labels": labels, "annotations": annotations, "priority": spec.get("priority")}
+        return out
+
     # --- the verbs ----------------------------------------------------------------------------
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
         ns, name = workload_ref(action)

@@ -49,9 +49,30 @@ class SlurmBackend(Backend):
         self.qos_funded, self.qos_unfunded = qos_funded, qos_unfunded
 
     def handles(self, action: Action) -> str | None:
-        if action.source not in (None, "slurm") or not _JOB_ID.match(action.job_id):
+        if (action.source and not action.source.startswith("slurm")) or not _JOB_ID.match(action.job_id):
             return f"not a Slurm job (source {action.source or 'unknown'}, id {action.job_id})"
         return None
+
+    def observe(self) -> dict[str, dict]:
+        """Every job ``scontrol show job -o`` lists, with its Requeue flag (Requeue=1: it may be
+        requeued, so a preemption requeues it)."""
+        env = None if self.env is None else {**os.environ, **self.env}
+        try:
+            done = subprocess.run([self.scontrol, "show", "job", "-o"], capture_output=True, text=True,
+                                  timeout=TIMEOUT_S, env=env, check=False)
+        except FileNotFoundError:
+            raise BackendUnavailable(f"{self.scontrol}: not found; install the Slurm client tools") from None
+        if done.returncode != 0:
+            raise BackendUnavailable(f"scontrol show job: {done.stderr.strip() or done.returncode}")
+        out = {}
+        for line in done.stdout.splitlines():
+            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+            job_id = fields.get("JobId")
+            if job_id:
+                if fields.get("ArrayTaskId") and fields.get("ArrayJobId"):
+                    job_id = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}"
+                out[job_id] = {"requeue_flag": fields.get("Requeue") == "1"}
+        return out
 
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
         args = [f"JobId={action.job_id}", f"Nice={nice_for(action.priority)}"]
