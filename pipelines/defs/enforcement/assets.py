@@ -11,7 +11,6 @@
 from datetime import datetime
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
@@ -27,15 +26,23 @@ def enforcement_plan(context: dg.AssetExecutionContext, config: EnforcementCycle
                      gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """This cycle's set-priority / warn / preempt / none actions with their reasons (table
     enforcement_audit, phase planned; warnings in enforcement_warnings)."""
-    from gpuledger.analytics import reports
     from gpuledger.enforce import cycle
+
+    from gpuledger.analytics import reports
 
     cfg = gpuledger_config.load()
     with warehouse.writer():  # the schema up to date before reading
         pass
     with warehouse.reader() as con:
         now = datetime.fromisoformat(config.as_of) if config.as_of else reports.data_now(con)
-    actions, plan_id, _ = cycle.plan(warehouse.reader, warehouse.writer, cfg, now)
+    observed = None
+    rails = cfg.policy.enforcement
+    if rails.pipeline_apply and rails.pipeline_backend:  # the live view for the checkpoint declarations
+        try:
+            observed = _backend(cfg).observe()
+        except Exception as exc:  # noqa: BLE001 - planning goes on without it (preemptions then stop)
+            context.log.warning(f"could not read the {rails.pipeline_backend} jobs' labels: {exc}")
+    actions, plan_id, _ = cycle.plan(warehouse.reader, warehouse.writer, cfg, now, observed=observed)
     counts = {k: sum(1 for a in actions if a.action == k) for k in ("set-priority", "warn", "preempt", "none")}
     context.log.info(f"plan {plan_id} at {now.isoformat()}: {counts}")
     return dg.MaterializeResult(metadata={
@@ -51,7 +58,6 @@ def enforcement_actions(context: dg.AssetExecutionContext, warehouse: Warehouse,
     """The newest plan applied through the configured backend (enforcement_audit, phase applied);
     does nothing unless policy.enforcement.pipeline_apply is true."""
     from gpuledger.enforce import audit, cycle
-    from gpuledger.enforce import backends as registry
 
     cfg = gpuledger_config.load()
     rails = cfg.policy.enforcement
@@ -65,13 +71,7 @@ def enforcement_actions(context: dg.AssetExecutionContext, warehouse: Warehouse,
         plan_id, planned_at, actions = audit.load_plan(con)
     if plan_id is None:
         return dg.MaterializeResult(metadata={"applied": False, "why_not": "no plan recorded yet"})
-    options: dict = {}
-    if rails.pipeline_backend in ("kueue", "kubernetes"):
-        source = cfg.sources.kubernetes
-        options = {"kubeconfig": source.kubeconfig if source else None, "context": source.context if source else None}
-    else:
-        options = {"qos_funded": rails.slurm_qos_funded, "qos_unfunded": rails.slurm_qos_unfunded}
-    backend = registry.get(rails.pipeline_backend, **options)
+    backend = _backend(cfg)
     run = cycle.apply_plan(warehouse.reader, warehouse.writer, actions, backend, dry_run=rails.dry_run,
                            planned_at=planned_at)
     if run.fatal is not None:
@@ -84,3 +84,16 @@ def enforcement_actions(context: dg.AssetExecutionContext, warehouse: Warehouse,
         "performed": run.performed, "already_done": len(run.already_done),
         **{f"outcome_{k.replace('-', '_')}": v for k, v in outcomes.items()},
     })
+
+
+def _backend(cfg):
+    """The configured backend (Kubernetes credentials from sources.kubernetes)."""
+    from gpuledger.enforce import backends as registry
+
+    rails = cfg.policy.enforcement
+    if rails.pipeline_backend in ("kueue", "kubernetes"):
+        source = cfg.sources.kubernetes
+        return registry.get(rails.pipeline_backend, kubeconfig=source.kubeconfig if source else None,
+                            context=source.context if source else None)
+    return registry.get(rails.pipeline_backend, qos_funded=rails.slurm_qos_funded,
+                        qos_unfunded=rails.slurm_qos_unfunded)
