@@ -17,7 +17,7 @@ from gpuledger.pipelines.defs.budgets.checks import budgets_consistent_down_tree
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.chargeback.checks import chargeback_no_negative_idle, chargeback_reconciles
 from gpuledger.pipelines.defs.ingest import checks as ingest_checks
-from gpuledger.pipelines.defs.ingest.assets import INGEST_ASSETS, csv_jobs, job_csv_files
+from gpuledger.pipelines.defs.ingest.assets import INGEST_ASSETS, csv_jobs, job_csv_partitions
 from gpuledger.pipelines.defs.ingest.sensors import folder_signatures
 from gpuledger.pipelines.defs.partitions import monthly_partitions
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
@@ -66,7 +66,7 @@ def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, inst
     source = resources["gpuledger_config"].load().sources.jobs_csv
     if source and Path(source.folder).is_dir():
         files = sorted(folder_signatures(Path(source.folder), source.pattern))
-        instance.add_dynamic_partitions(job_csv_files.name, files)
+        instance.add_dynamic_partitions(job_csv_partitions.name, files)
         for name in files:
             run([csv_jobs, ingest_checks.csv_jobs_fresh], f"ingest: job CSV {name}", partition_key=name)
 

@@ -22,7 +22,7 @@ from gpuledger.pipelines.defs.budgets.checks import budgets_consistent_down_tree
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.chargeback.checks import chargeback_no_negative_idle, chargeback_reconciles
 from gpuledger.pipelines.defs.ingest import checks as ingest_checks
-from gpuledger.pipelines.defs.ingest.assets import (csv_jobs, dcgm_samples, job_csv_files, kubernetes_jobs,
+from gpuledger.pipelines.defs.ingest.assets import (csv_jobs, dcgm_samples, job_csv_partitions, kubernetes_jobs,
                                                     prometheus_samples, reference_tables, slurm_jobs)
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
@@ -221,6 +221,9 @@ def test_ingest_assets_write_from_live_sources_and_are_idempotent(tmp_path, sim)
     standin.add_pod(make_pod("broken", gpus="two"))
     kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
     path = tmp_path / "wh.duckdb"
+    sacct = tmp_path / "sacct.txt"  # a real sacct export, its accounts renamed to projects of the org tree
+    sacct.write_text((FIXTURES / "slurm" / "sacct-parsable2-running.txt").read_text()
+                     .replace("proj-a", "llm-pretrain").replace("proj-b", "vision-gen"))
     try:
         with start_exporters(sim, port=0, clock=fixed_clock(to_epoch_s(sim.start) + 1800), nodes=[0, 1],
                              timestamps=True) as live:  # sample times from the page: the same page twice
@@ -228,7 +231,7 @@ def test_ingest_assets_write_from_live_sources_and_are_idempotent(tmp_path, sim)
                 f"  scrape: {{targets: [{', '.join(live.urls)}, 'http://127.0.0.1:9/metrics'], cluster: sim,"
                 " retries: 0, timeout_s: 2}\n"
                 f"  kubernetes: {{kubeconfig: '{kubeconfig}', cluster: k8s}}\n"
-                f"  slurm: {{file: '{FIXTURES / 'slurm' / 'sacct-parsable2-running.txt'}'}}\n"))
+                f"  slurm: {{file: '{sacct}'}}\n"))
             assets = [reference_tables, dcgm_samples, kubernetes_jobs, slurm_jobs]
             checks = [ingest_checks.dcgm_samples_unique, ingest_checks.kubernetes_jobs_fresh]
             first = materialize([*assets, *checks], path, config=config)
@@ -258,7 +261,7 @@ def test_csv_jobs_partition_imports_one_file(tmp_path):
     config = _config_with_sources(tmp_path, f"  jobs_csv: {{folder: '{folder}'}}\n")
     path = tmp_path / "wh.duckdb"
     instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(job_csv_files.name, ["jobs.csv"])
+    instance.add_dynamic_partitions(job_csv_partitions.name, ["jobs.csv"])
     for _ in range(2):
         result = materialize([csv_jobs, ingest_checks.csv_jobs_fresh], path, config=config, instance=instance,
                              partition_key="jobs.csv")

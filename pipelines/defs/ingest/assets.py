@@ -17,7 +17,7 @@ GROUP = "ingest"
 
 # Dynamic partitions of csv_jobs: one per file of the watched folder (its path relative to the
 # folder), added by job_csv_sensor.
-job_csv_files = dg.DynamicPartitionsDefinition(name="job_csv_files")
+job_csv_partitions = dg.DynamicPartitionsDefinition(name="job_csv_files")
 
 
 def skipped(context: dg.AssetExecutionContext, config: GpuledgerConfig, key: str) -> dg.MaterializeResult:
@@ -140,7 +140,7 @@ def slurm_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
     })
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "csv"}, partitions_def=job_csv_files)
+@dg.asset(group_name=GROUP, kinds={"duckdb", "csv"}, partitions_def=job_csv_partitions)
 def csv_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
              gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """One job CSV file of the watched folder (``sources.jobs_csv``; the partition key is the

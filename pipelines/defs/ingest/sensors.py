@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gpuledger.pipelines.defs.ingest.assets import csv_jobs, job_csv_files
+from gpuledger.pipelines.defs.ingest.assets import csv_jobs, job_csv_partitions
 from gpuledger.pipelines.defs.resources import GpuledgerConfig
 
 
@@ -42,7 +42,7 @@ def job_csv_sensor(context: dg.SensorEvaluationContext, gpuledger_config: Gpuled
     return dg.SensorResult(
         run_requests=[dg.RunRequest(partition_key=name, run_key=f"{name}@{now[name]}") for name in changed],
         # adding a key the instance already has is a no-op, so changed files need no lookup
-        dynamic_partitions_requests=[job_csv_files.build_add_request(changed)],
+        dynamic_partitions_requests=[job_csv_partitions.build_add_request(changed)],
         cursor=json.dumps(now, sort_keys=True),
     )
 
