@@ -8,9 +8,11 @@ import json
 from gpuledger import warehouse
 
 try:
-    from tests.test_enforce_kubernetes import CONFIG, _audit, _cli, kueue_warehouse  # noqa: F401
+    from tests.test_enforce_kubernetes import (CONFIG, NOW, WL, _audit, _cli, kubeconfig,  # noqa: F401
+                                               kueue_warehouse, server, workload)
 except ImportError:
-    from test_enforce_kubernetes import CONFIG, _audit, _cli, kueue_warehouse  # noqa: F401
+    from test_enforce_kubernetes import (CONFIG, NOW, WL, _audit, _cli, kubeconfig,  # noqa: F401
+                                         kueue_warehouse, server, workload)
 
 AT = "2026-11-20T12:00:00"
 
@@ -76,3 +78,43 @@ def test_explain_unknown_job_and_bad_plan_file_are_one_line_usage_errors(kueue_w
     assert "no enforcement record" in subprocess.run(
         [sys.executable, "-m", "gpuledger.cli", "enforce", "explain", "nope", "-w", str(kueue_warehouse)],
         capture_output=True, text=True, timeout=120, check=False).stderr
+
+
+def test_real_preemption_is_counted_and_an_api_error_is_recorded(server, kueue_warehouse, tmp_path):
+    from datetime import timedelta
+
+    kc = kubeconfig(server, tmp_path / "kc")
+    with warehouse.open_writer(kueue_warehouse) as con:  # funded work waiting for 8 H100s
+        con.execute("INSERT INTO jobs (cluster, job_id, project, name, namespace, kind, gpu_model, gpus, "
+                    "min_runtime_s, submit_time, state, priority, source, updated_at) VALUES ('k', "
+                    "'ml/workload/waiting', 'funded-proj', 'waiting', 'ml', 'training', 'H100', 8, 3600, ?, "
+                    "'PENDING', 10, 'kueue', ?)", [NOW - timedelta(minutes=5), NOW])
+    for n in ("funded", "burst", "waiting"):
+        server.kueue_workloads[("ml", n)] = workload(n, priority=10)
+    # the funded workload's priority patch fails once: recorded, the others go on
+    server.fail_next[("PATCH", f"{WL}/funded")] = (500, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                        "reason": "InternalError", "code": 500,
+                                                        "message": "etcd timed out"})
+    out = _cli("enforce", "apply", "--backend", "kueue", "--yes", "--kubeconfig", str(kc), "--now", AT,
+               "-w", str(kueue_warehouse))
+    assert out.exit_code == 0, out.output
+    assert "applied: 3 action(s) performed, 0 already done before, 1 failed or refused" in out.output
+    rows = _audit(kueue_warehouse)
+    assert ("applied", "set-priority", "ml/workload/funded", "error", False, "500 etcd timed out") in rows
+    assert ("applied", "preempt", "ml/workload/burst", "done", False, None) in rows
+    assert server.kueue_workloads[("ml", "burst")]["spec"]["active"] is False
+    counted = _cli("enforce", "preemptions", "-w", str(kueue_warehouse)).output
+    assert counted.split()[:2] == ["1", "k/ml/workload/burst"]
+    # the failed action is tried again by the next apply of the same plan; the done ones are not
+    plan_id = _audit(kueue_warehouse, "SELECT DISTINCT plan_id FROM enforcement_audit")[0][0]
+    plan = tmp_path / "p.json"
+    with warehouse.open_reader(kueue_warehouse) as con:
+        from gpuledger.enforce import audit
+        from gpuledger.enforce.backends.planfile import to_json
+
+        pid, at, actions = audit.load_plan(con, plan_id)
+    plan.write_text(to_json(actions, plan_id=pid, planned_at=at))
+    again = _cli("enforce", "apply", "--plan", str(plan), "--backend", "kueue", "--yes", "--kubeconfig", str(kc),
+                 "-w", str(kueue_warehouse))
+    assert "applied: 1 action(s) performed, 3 already done before" in again.output
+    assert server.kueue_workloads[("ml", "funded")]["spec"]["priority"] > 500_000
