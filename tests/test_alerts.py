@@ -5,12 +5,8 @@ once it is back — none lost, none doubled."""
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from datetime import datetime, timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import polars as pl
 import pytest
@@ -21,7 +17,7 @@ from gpuledger.alerts.outbox import deliver, wall_now
 from gpuledger.alerts.plan import budget_alerts, digest_alerts, quiet_until, squatting_alerts
 from gpuledger.config import parse_config_text
 from tests._statement_fixtures import CONFIG, october
-from tests.helpers.prometheus_rig import free_port
+from tests.helpers.alert_receivers import receivers_fixture, wait_for  # noqa: F401  (the receivers fixture)
 
 ALERTS = """
 policy:
@@ -33,66 +29,6 @@ policy:
     retry_base_seconds: 60
 """
 T0 = datetime(2026, 10, 5, 10, 0)
-
-
-class Receiver:
-    """A real HTTP server recording every POST body; stop() closes the port, start() reopens it."""
-
-    def __init__(self, port: int):
-        self.port, self.bodies, self.server = port, [], None
-
-    def start(self):
-        bodies = self.bodies
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        ThreadingHTTPServer.allow_reuse_address = True
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receivers(monkeypatch):
-    from aiosmtpd.controller import Controller
-    from aiosmtpd.handlers import Message
-
-    mails = []
-
-    class Keep(Message):
-        def handle_message(self, message):
-            mails.append(message)
-
-    smtp_port = free_port()
-    controller = Controller(Keep(), hostname="127.0.0.1", port=smtp_port)
-    controller.start()
-    hook = Receiver(free_port())
-    hook.start()
-    mail = f"mailto://127.0.0.1:{smtp_port}?from=gpuledger@example.org&to=oncall@example.org&secure=no&mode=insecure"
-    monkeypatch.setenv("GPULEDGER_ALERT_ONCALL_HOOK_URL", f"json://127.0.0.1:{hook.port}/hook")
-    monkeypatch.setenv("GPULEDGER_ALERT_ONCALL_MAIL_URL", mail)
-    monkeypatch.setenv("GPULEDGER_ALERT_OWNER_MAIL_URL", mail)
-    yield hook, mails
-    controller.stop()
-    hook.stop() if hook.server else None
-
-
-def wait_for(check, what: str, timeout_s: float = 20.0):
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout_s} s for {what}")
-        time.sleep(0.05)
 
 
 def _episode(con, severity: str):
@@ -121,7 +57,7 @@ def test_alerts_reach_real_receivers_once_per_severity_and_survive_a_receiver_ou
     assert sorted(b["title"] for b in hook.bodies) == [
         "[warning] job alpha-1 (alpha) holds 1 idle GPUs",
         "budget acme: projected to run out 2026-10-19 17:09 UTC, before its period ends 2026-11-01"]
-    squat = lambda: [b for b in hook.bodies if b["title"].startswith("[")]  # noqa: E731
+    squat = lambda: [b for b in hook.bodies if b["title"].startswith("[")]
     body = squat()[0]
     assert body["title"] == "[warning] job alpha-1 (alpha) holds 1 idle GPUs"
     for fact in ("owner u, project alpha", "1 of 1 GPUs idle since 2026-10-05 09:00 UTC",
@@ -212,3 +148,29 @@ def test_daily_digest_per_team_and_budget_thresholds():
                     "budget|alpha|2026-10-01|80|alpha-team", "budget|alpha|2026-10-01|exhaustion|alpha-team"}
     assert Decimal("85.0") == Decimal(str(next(a for a in budget_alerts(burn, policy, now=d)
                                                if a.key.endswith("80|oncall-hook")).payload["consumed_pct"]))
+
+
+def test_a_slack_compatible_webhook_gets_text(receivers, monkeypatch):
+    """apprise's mmost:// posts Slack's {"text": ...} shape to /hooks/<token> (Mattermost and
+    Slack-compatible receivers take it)."""
+    from gpuledger.alerts.channels import notifier_for
+
+    hook, _ = receivers
+    monkeypatch.setenv("GPULEDGER_ALERT_ONCALL_SLACK_URL", f"mmost://127.0.0.1:{hook.port}/t0ken")
+    notifier_for("oncall-slack").send("[warning] job j1", "2 of 4 GPUs idle since 09:00 UTC")
+    assert hook.paths == ["/hooks/t0ken"]
+    assert "2 of 4 GPUs idle since 09:00 UTC" in hook.bodies[0]["text"]
+
+
+def test_a_channel_without_a_url_names_where_to_put_it(monkeypatch, tmp_path):
+    from gpuledger.alerts.channels import channel_url
+    from gpuledger.errors import RunError
+
+    monkeypatch.delenv("GPULEDGER_ALERT_PAGER_URL", raising=False)
+    monkeypatch.delenv("GPULEDGER_SECRETS_FILE", raising=False)
+    with pytest.raises(RunError, match=r"\$GPULEDGER_ALERT_PAGER_URL .* \$GPULEDGER_SECRETS_FILE"):
+        channel_url("pager")
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text("channels: {pager: 'json://10.0.0.1:9000/x'}\n")
+    monkeypatch.setenv("GPULEDGER_SECRETS_FILE", str(secrets))
+    assert channel_url("pager") == "json://10.0.0.1:9000/x"

@@ -5,21 +5,22 @@ aiosmtpd); the alerts sensor sends once per finding and severity — a second ti
 from __future__ import annotations
 
 import email
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
-
-from gpuledger import warehouse
 from gpuledger.pipelines.defs.alerts.sensors import alerts_sensor
 from gpuledger.pipelines.defs.reports.assets import finance_statement_files, weekly_summary_files
 from gpuledger.pipelines.defs.reports.schedules import finance_statement_schedule, weekly_summary_schedule
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
+
+from gpuledger import warehouse
 from tests._statement_fixtures import CONFIG, october
-from tests.test_alerts import ALERTS, _episode, receivers, wait_for  # noqa: F401  (fixture)
+from tests.helpers.alert_receivers import receivers_fixture, wait_for  # noqa: F401  (the receivers fixture)
+from tests.test_alerts import ALERTS, _episode
 
 
 def _at(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 def test_statement_schedules_pick_the_month_before_and_the_week_just_ended():
@@ -42,7 +43,7 @@ def _resources(warehouse_file, tmp_path, extra: str = ""):
 
 def test_monthly_statement_asset_writes_the_same_bytes_and_mails_finance(warehouse_file, tmp_path, receivers,
                                                                          monkeypatch):
-    hook, mails = receivers
+    _, mails = receivers
     october(warehouse_file)
     monkeypatch.setenv("GPULEDGER_STATEMENTS_DIR", str(tmp_path / "statements"))
     monkeypatch.setenv("GPULEDGER_ALERT_FINANCE_URL",

@@ -173,8 +173,8 @@ def budget_alerts(burn: pl.DataFrame, policy, *, now: datetime) -> list[Alert]:
                 if pct >= t]
         exhaustion = b.get("projected_exhaustion")
         if b.get("status") == "at-risk" and exhaustion is not None:
-            hits.append(("exhaustion", f"budget {b['node']}: projected to run out {_ts(exhaustion)} UTC, "
-                                       f"before its period ends {b['period_end']}"))
+            hits.append(("exhaustion", (f"budget {b['node']}: projected to run out {_ts(exhaustion)} UTC, "
+                                        f"before its period ends {b['period_end']}")))
         for level, subject in hits:
             for channel in [*alerts.on_call, *(c for c in alerts.teams.get(b["node"], []) if c not in alerts.on_call)]:
                 out.append(Alert(key=f"budget|{b['node']}|{b['period_start']}|{level}|{channel}", kind="budget",

@@ -13,16 +13,16 @@ def _fmt(x: float) -> str:
 
 
 def stacked_bars(title: str, categories: list[str], series: list[tuple[str, list[float]]], *, unit: str,
-                 width: int = 640, bar_h: int = 22) -> str:
+                 width: int = 760, bar_h: int = 22) -> str:
     """Horizontal stacked bars: one bar per category, one segment per series (label, values).
     Values below zero are drawn as zero (corrections are listed in the tables, not drawn)."""
     label_w, pad, legend_h = 170, 8, 22
-    plot_w = width - label_w - 90
+    plot_w = width - label_w - 150  # room for the total printed after the bar
     totals = [sum(max(v[i], 0.0) for _, v in series) for i in range(len(categories))]
     peak = max(totals, default=0.0) or 1.0
     height = 30 + legend_h + len(categories) * (bar_h + pad) + pad
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, sans-serif" font-size="12">',
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
+              f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, sans-serif" font-size="12">'),
              f"<title>{escape(title)}</title>",
              f'<text x="0" y="16" font-size="14" font-weight="bold">{escape(title)}</text>']
     x = 0

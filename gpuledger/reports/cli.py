@@ -4,6 +4,7 @@ Light at import: polars, DuckDB, openpyxl and jinja2 load when a command runs.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -17,14 +18,17 @@ console = Console()
 def _out_dir(path: Path) -> Path:
     if path.exists() and not path.is_dir():
         raise typer.BadParameter(f"{path} exists and is not a directory; give a folder", param_hint="--out")
-    if not path.parent.is_dir():
-        raise typer.BadParameter(f"directory {path.parent} does not exist; create it first", param_hint="--out")
+    try:  # made here, before any work, so a folder that cannot be made is a usage error
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot create {path} ({exc.strerror or exc}); choose another folder",
+                                 param_hint="--out") from None
     return path
 
 
 def statement(
-    period: str = typer.Option(..., "--period", "-p", help="the month, YYYY-MM"),
-    out: Path = typer.Option(..., "--out", "-o", help="folder to write the statement files into"),
+    period: Annotated[str, typer.Option("--period", "-p", help="the month, YYYY-MM")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="folder to write the statement files into")],
     node: str | None = typer.Option(None, "--node", help="one business unit / org tree node only"),
     email: bool = typer.Option(False, "--email", help="also e-mail the files to policy.reports.finance_channel"),
     now: str | None = typer.Option(None, "--now", help="the data's 'now' for an open month (default: newest data)"),
@@ -59,8 +63,8 @@ def statement(
 
 
 def weekly(
-    week: str = typer.Option(..., "--week", help="ISO week, YYYY-Www"),
-    out: Path = typer.Option(..., "--out", "-o", help="folder to write the summary into"),
+    week: Annotated[str, typer.Option("--week", help="ISO week, YYYY-Www")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="folder to write the summary into")],
     now: str | None = typer.Option(None, "--now", help="the data's 'now' (default: newest data)"),
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:

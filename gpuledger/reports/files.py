@@ -121,7 +121,7 @@ def _write_table(ws, frame: pl.DataFrame, start_row: int, *, total_label: str | 
 
 
 SHEET_COLUMNS = ["line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours", "gpu_hours_active",
-                 "efficiency_ratio", "amount", "revision", "correction_of", "note"]
+                 "gpu_hours_unknown", "efficiency_ratio", "amount", "revision", "correction_of", "note"]
 
 
 def unit_totals(st: Statement) -> pl.DataFrame:
@@ -131,7 +131,7 @@ def unit_totals(st: Statement) -> pl.DataFrame:
     order = {u: i for i, u in enumerate([*st.units, ORG_LINES])}
     return (billed.group_by("business_unit", "currency")
             .agg(pl.col("gpu_hours").sum().round(6), pl.col("gpu_hours_active").sum().round(6),
-                 pl.col("amount").sum())
+                 pl.col("gpu_hours_unknown").sum().round(6), pl.col("amount").sum())
             .with_columns(_o=pl.col("business_unit").replace_strict(order, default=len(order), return_dtype=pl.Int32))
             .sort("_o", "business_unit", "currency").drop("_o"))
 
@@ -257,10 +257,11 @@ def render_html(st: Statement) -> str:
         if mine.is_empty():
             continue
         hours, active = mine["gpu_hours"].sum(), mine["gpu_hours_active"].sum()
+        known = hours - (mine["gpu_hours_unknown"].sum() or 0.0)  # efficiency over hours with activity data
         amounts = {c: a for c, a in mine.select("currency", "amount").iter_rows()}
         unit_rows.append({"name": "idle capacity and memo lines" if name == ORG_LINES else name, "total": False,
-                          "gpu_hours": f"{hours:,.3f}", "active": f"{active:,.3f}" if active else "",
-                          "efficiency": f"{active / hours:.1%}" if active and hours and name != ORG_LINES else "",
+                          "gpu_hours": f"{hours:,.3f}", "active": f"{active:,.3f}" if name != ORG_LINES else "",
+                          "efficiency": f"{active / known:.1%}" if known > 1e-9 and name != ORG_LINES else "",
                           "amounts": [f"{amounts[c]:,.2f}" if c in amounts else "" for c in currencies]})
     owed = st.totals()
     unit_rows.append({"name": "total owed", "total": True, "gpu_hours": f"{totals['gpu_hours'].sum():,.3f}",

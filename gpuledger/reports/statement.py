@@ -27,7 +27,7 @@ BILLED = ("charge", "idle", "credit", "debit")
 KIND_ORDER = {k: i for i, k in enumerate(("charge", "idle", "credit", "debit", "over-allocated",
                                           "capacity-unknown", "unpriced"))}
 LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours",
-                "gpu_hours_active", "efficiency_ratio", "amount", "idle_amount_included", "billed", "revision",
+                "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", "amount", "idle_amount_included", "billed", "revision",
                 "correction_of", "provisional", "note"]
 HISTORY_MONTHS = 3  # this month and the two before it, where the inventory existed
 
@@ -231,7 +231,7 @@ def _history(con, period: str, start: datetime, policy, first_seen: datetime | N
         moment = (moment - timedelta(days=1)).replace(day=1)
     rows = []
     for month in reversed(months):
-        m_start, m_end = month_bounds(month)
+        _, m_end = month_bounds(month)
         if month != period and (first_seen is None or first_seen >= m_end):
             continue
         lines = statement_report(con, month, level="project", policy=policy)
@@ -286,7 +286,7 @@ def build_statement(
     # efficiency over the GPU-hours whose activity is known (hours without samples are neither
     # active nor idle: counting them as 0 % would blame a job for a scrape gap)
     per_line = usage.group_by("project", "model", "tier").agg(
-        pl.col("gpu_hours_active").sum(),
+        pl.col("gpu_hours_active").sum(), pl.col("gpu_hours_unknown").sum(),
         (pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown")).sum().alias("_alloc"))
     special = {"(idle)", "(over-allocated)", "(capacity unknown)"}
     unit_expr = (pl.when(pl.col("project").is_in(list(special)) | pl.col("project").is_null()).then(pl.lit(ORG_LINES))
@@ -297,6 +297,7 @@ def build_statement(
         .with_columns(
             business_unit=unit_expr,
             gpu_hours_active=pl.when(pl.col("line_kind") == "charge").then(pl.col("gpu_hours_active")),
+            gpu_hours_unknown=pl.when(pl.col("line_kind") == "charge").then(pl.col("gpu_hours_unknown")),
             efficiency_ratio=pl.when((pl.col("line_kind") == "charge") & (pl.col("_alloc") > 0))
             .then(pl.col("gpu_hours_active") / pl.col("_alloc")),
         )
@@ -308,13 +309,13 @@ def build_statement(
                              f"{', '.join(sorted(names))}")
         members = subtree(org_nodes, node)
         joined = joined.filter(pl.col("project").is_in(list(members)))
-        units = [node] if node not in units else [node]
+        units = [node]
         joined = joined.with_columns(business_unit=pl.lit(node))
         usage = usage.filter(pl.col("project").is_in(list(members)))
         scope = node
     else:
         scope = root
-    out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "efficiency_ratio"]).with_columns(
+    out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio"]).with_columns(
         _rank=pl.col("line_kind").replace_strict(KIND_ORDER, default=99, return_dtype=pl.Int32))
     out = out.sort("_rank", "business_unit", "project", "gpu_model", "tier", "currency", "revision", "note",
                    nulls_last=True).select(LINE_COLUMNS)

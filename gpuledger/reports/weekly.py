@@ -42,12 +42,12 @@ class WeeklySummary:
 def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now: datetime | None = None,
                  top: int | None = None) -> WeeklySummary:
     """The summary of ISO week ``week`` (YYYY-Www)."""
+    import re
+
     from gpuledger.analytics.chargeback import period_bounds
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.reports import budget_report, data_now, statement_report
     from gpuledger.errors import UsageError
-
-    import re
 
     if not re.fullmatch(r"\d{4}-W\d{2}", week.strip()):
         raise UsageError(f"--week {week!r}: give an ISO week YYYY-Www (e.g. 2026-W44)")
@@ -56,8 +56,8 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
     except ValueError as exc:
         raise UsageError(f"--week: {exc}") from None
     if policy is None:
-        from gpuledger.ledger.config_versions import stored_config
         from gpuledger.config import Policy
+        from gpuledger.ledger.config_versions import stored_config
 
         stored = stored_config(con)
         policy = stored.config.policy if stored else Policy()

@@ -6,7 +6,6 @@ cursor records the last tick's counts (for the UI), not state the sending depend
 import json
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 
 

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.partitions import PARTITIONS_START, monthly_partitions
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse

@@ -4,7 +4,6 @@ before; the weekly summary on Mondays (03:00 UTC) for the week that just ended."
 from datetime import timedelta
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.reports.assets import finance_statement_files, weekly_summary_files
 
 finance_statement_job = dg.define_asset_job("finance_statement_job", selection=[finance_statement_files])
