@@ -183,3 +183,60 @@ def test_html_statement_renders_in_headless_chromium(month, tmp_path):
     low, high = image.getextrema()
     colors = image.getcolors(maxcolors=1 << 16)
     assert high - low > 100 and (colors is None or len(colors) > 10)  # not blank
+
+
+def test_a_corrected_month_states_its_corrections_and_still_reconciles(month, tmp_path):
+    """Closed at 2.00 / 1.00 (3720.00), then re-priced from Oct 6 00:00 (120 h in) to H100 2.50,
+    A100 0.80 and corrected. The whole month at the new rate card is its capacity × price:
+      H100: 2 GPUs × 120 h × 2.00 + 2 × 624 h × 2.50 = 480.00 + 3120.00 = 3600.00
+      A100:     1 × 120 h × 1.00 + 1 × 624 h × 0.80 = 120.00 +  499.20 =  619.20
+    total 4219.20, so the corrections net +499.20 (alpha's charge +60.00 among them: 120 h at
+    2.50 instead of 2.00), and issued + corrections reconcile to it."""
+    from tests._ledger_fixtures import load
+    from tests._statement_fixtures import CONFIG
+
+    with warehouse.open_writer(month) as con:
+        periods.close_period(con, "2026-10", by="finance", now=datetime(2026, 11, 5))
+        load(con, CONFIG + '  - {gpu_model: H100, tier: reserved, price_per_gpu_hour: "2.50", effective_from: '
+             '2026-10-06}\n  - {gpu_model: A100, tier: reserved, price_per_gpu_hour: "0.80", effective_from: '
+             '2026-10-06}\n', at=datetime(2026, 11, 10))
+        fixed = periods.correct_period(con, "2026-10", reason="October prices", by="finance",
+                                       now=datetime(2026, 11, 10))
+    assert fixed["net"] == {"USD": "499.20"}
+    manifest = _write(month, tmp_path / "oct")
+    (rec,) = manifest["reconciliation"]
+    assert manifest["revision"] == 1 and manifest["config_version"] == 2
+    assert (rec["charges"], rec["idle"], rec["corrections"], rec["total"], rec["capacity_amount"]) == \
+        ("768.00", "2952.00", "499.20", "4219.20", "4219.20")
+    assert rec["reconciles"] and manifest["totals"] == {"USD": "4219.20"}
+    lines = pl.read_csv(tmp_path / "oct" / "statement-2026-10-acme.csv", schema_overrides={"amount": pl.String})
+    debit = lines.filter((pl.col("line_kind") == "debit") & (pl.col("project") == "alpha"))
+    assert debit["amount"].to_list() == ["60.00"] and debit["correction_of"].to_list() == ["charge"]
+
+
+def test_weekly_summary_per_business_unit_with_top_squatters(month, tmp_path):
+    """ISO week 2026-W40 (Sep 28 – Oct 5 00:00): alpha-1 and beta-1 hold 96 h each from Oct 1
+    (H100 192.00, A100 96.00), gamma-1 24 h (48.00). research: 120 GPU-hours, 240.00; product: 96 h,
+    96.00. Squatting episodes seeded in the week: research's worst is alpha-1 (3.0 idle GPU-hours)
+    before gamma-1 (1.0); product's only one is beta-1."""
+    from typer.testing import CliRunner
+
+    from gpuledger.cli import app
+
+    with warehouse.open_writer(month) as con:
+        for job_id, project, hours in (("alpha-1", "alpha", 3.0), ("gamma-1", "gamma", 1.0), ("beta-1", "beta", 2.0)):
+            con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, project, user_name, "
+                        "finding, severity, gpus_total, gpus_idle, gpu_hours_idle, idle_cost, currency) VALUES "
+                        "('c1', ?, '2026-10-01 12:00', '2026-10-01 14:00', ?, 'u', 'squatting', 'warning', 1, 1, ?, "
+                        "NULL, 'USD')", [job_id, project, hours])
+    out = tmp_path / "w40"
+    result = CliRunner().invoke(app, ["report", "weekly", "--week", "2026-W40", "--out", str(out),
+                                      "--warehouse", str(month)])
+    assert result.exit_code == 0, result.output
+    units = pl.read_csv(out / "weekly-2026-W40.csv", schema_overrides={"spend": pl.String})
+    got = {r["business_unit"]: (r["gpu_hours"], D(r["spend"])) for r in units.iter_rows(named=True)}
+    assert got["research"] == (120.0, D("240.00")) and got["product"] == (96.0, D("96.00"))
+    squat = pl.read_csv(out / "weekly-2026-W40-squatters.csv")
+    assert squat.select("business_unit", "rank", "job_id").rows() == [
+        ("product", 1, "beta-1"), ("research", 1, "alpha-1"), ("research", 2, "gamma-1")]
+    assert json.loads((out / "manifest.json").read_text())["week"] == "2026-W40"
