@@ -156,7 +156,7 @@ def test_sign_in_end_to_end_lead_sees_own_team_finance_sees_all(dashboard_wareho
         context, page = _sign_in(browser, server, "vision-lead@example.com")
         page.goto(f"{server.url}/my-team")
         settled(page)
-        page.wait_for_selector("[data-testid=stDataFrame] td", timeout=60_000)
+        page.wait_for_selector("[data-testid=stDataFrame] td", state="attached", timeout=60_000)
         cells = _cells(page)
         assert vision_jobs <= cells, vision_jobs - cells
         assert not llm_jobs & cells, llm_jobs & cells
@@ -170,7 +170,7 @@ def test_sign_in_end_to_end_lead_sees_own_team_finance_sees_all(dashboard_wareho
         context, page = _sign_in(browser, server, "finance@example.com")
         page.goto(f"{server.url}/enforcement")
         settled(page)
-        page.wait_for_selector("[data-testid=stDataFrame] td", timeout=60_000)
+        page.wait_for_selector("[data-testid=stDataFrame] td", state="attached", timeout=60_000)
         shown = page.locator("[data-testid=stMetric]").first.inner_text()
         with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
             count = con.execute("SELECT count(*) FROM enforcement_audit").fetchall()[0][0]
