@@ -59,6 +59,7 @@ TARGET = "_target"  # in `inputs`: what a backend needs to find the job again (l
 
 def _target(a: Action) -> dict:
     return {"name": a.name, "namespace": a.namespace, "source": a.source, "kind": a.kind, "stage": a.stage,
+            "scheduler_job": a.scheduler_job,
             "idle_since": a.idle_since.strftime("%Y-%m-%dT%H:%M:%S") if a.idle_since else None}
 
 
@@ -224,7 +225,7 @@ def load_plan(con, plan_id: str | None = None) -> tuple[str | None, datetime | N
             rule=r["rule"], priority=r["priority"], mode=r["mode"], funded=r["funded"],
             min_runtime_until=r["min_runtime_until"], warned_at=r["warned_at"], dry_run=r["dry_run"],
             name=target.get("name"), namespace=target.get("namespace"), source=target.get("source"),
-            kind=target.get("kind"), stage=target.get("stage"),
+            kind=target.get("kind"), stage=target.get("stage"), scheduler_job=target.get("scheduler_job"),
             idle_since=datetime.strptime(idle, "%Y-%m-%dT%H:%M:%S") if idle else None,
             figures=figures, action_id=r["action_id"]))
     actions.sort(key=lambda a: int(a.action_id.rsplit(":", 1)[1]))

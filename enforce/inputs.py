@@ -8,7 +8,7 @@ not ended by then, waiting when it was submitted but not yet started.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import duckdb
 from gpuledger.enforce import audit
@@ -20,13 +20,17 @@ from gpuledger.config import Config
 
 _JOBS = """
 SELECT cluster, job_id, project, name, namespace, kind, source, user_name, gpus, gpu_model,
-       start_time, submit_time, priority
+       start_time, submit_time, priority, scheduler_job, state
 FROM jobs
 WHERE coalesce(submit_time, start_time) <= $now
   AND (end_time IS NULL OR end_time > $now)
-  AND (start_time IS NOT NULL OR state IS NULL OR upper(state) IN ('PENDING', 'QUEUED', 'SUSPENDED'))
+  AND (start_time IS NOT NULL OR state IS NULL
+       OR upper(state) IN ('PENDING', 'QUEUED', 'SUSPENDED', 'ADMITTED', 'QUOTARESERVED', 'EVICTED'))
 ORDER BY cluster, job_id
 """
+#: Kueue Workload states (ingest.jobs.k8s_mapping) in which the workload holds its quota: it runs
+#: as its pods, which the workload stands for here.
+KUEUE_ADMITTED = ("ADMITTED", "QUOTARESERVED")
 
 # Whole-GPU equivalents installed at `now` minus those held at `now`, per (cluster, model).
 _FREE = """
@@ -64,23 +68,27 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
         for r in reports.squatters_report(con, policy=policy, now=now, include_exempt=True).iter_rows(named=True)
         if r["idle_since"] is not None
     ]
+    rows = [dict(zip(_NAMES, r, strict=True)) for r in con.execute(_JOBS, {"now": now}).fetchall()]
+    rows, findings = _kueue_workloads_stand_for_their_pods(rows, findings, now)
     jobs = []
-    for row in con.execute(_JOBS, {"now": now}).fetchall():
-        (cluster, job_id, project, name, namespace, kind, source, user, gpus, model, start, submit,
-         priority) = row
-        fund = funding.get((cluster, job_id), {})
-        seen = observed.get(job_id, {})
+    for r in rows:
+        fund = funding.get((r["cluster"], r["job_id"]), {})
+        seen = observed.get(r["job_id"]) or observed.get(r["scheduler_job"] or "", {})
+        start = r["start_time"]
         running = start is not None and start <= now
+        protected_until = fund.get("protected_until")
+        if r.get("_derived_start") and fund.get("funded"):  # a workload: its pods' start + its minimum runtime
+            protected_until = start + timedelta(seconds=int(fund.get("min_runtime_s_effective") or 0))
         jobs.append(JobFacts(
-            cluster=cluster, job_id=job_id, project=project, running=running, gpus=float(gpus), gpu_model=model,
-            name=name, namespace=namespace, kind=kind, source=source, user_name=user,
-            start_time=start if running else None, submit_time=submit,
-            declared_priority=priority,
-            observed_priority=seen["priority"] if seen.get("priority") is not None else priority,
+            cluster=r["cluster"], job_id=r["job_id"], project=r["project"], running=running, gpus=float(r["gpus"]),
+            gpu_model=r["gpu_model"], name=r["name"], namespace=r["namespace"], kind=r["kind"], source=r["source"],
+            user_name=r["user_name"], start_time=start if running else None, submit_time=r["submit_time"],
+            declared_priority=r["priority"],
+            observed_priority=seen["priority"] if seen.get("priority") is not None else r["priority"],
             funded=bool(fund.get("funded")), unfunded_reason=fund.get("unfunded_reason"),
-            protected_until=fund.get("protected_until") if running else None, fs_rank=ranks.get(project),
+            protected_until=protected_until if running else None, fs_rank=ranks.get(r["project"]),
             labels=seen.get("labels") or {}, annotations=seen.get("annotations") or {},
-            requeue_flag=seen.get("requeue_flag"),
+            requeue_flag=seen.get("requeue_flag"), scheduler_job=r["scheduler_job"],
         ))
     free = {(c, m): float(f) for c, m, f in con.execute(_FREE, {"now": now}).fetchall()}
     return Situation(
@@ -88,6 +96,47 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
         history=audit.load_history(con), free_gpus=free, fs_projects=len(ranks),
         data_as_of=reports.data_now(con, wall=now) if _has_data(con, now) else None,
     )
+
+
+_NAMES = ("cluster", "job_id", "project", "name", "namespace", "kind", "source", "user_name", "gpus", "gpu_model",
+          "start_time", "submit_time", "priority", "scheduler_job", "state")
+
+
+def _kueue_workloads_stand_for_their_pods(rows: list[dict], findings: list[Finding], now: datetime):
+    """An admitted Kueue Workload runs as its pods: the workload row (no start time by design) is the
+    job enforcement acts on — started when its first running pod did, squatting when every one of
+    its pods squats (the shortest idle stretch counts) — and its pods (same cluster, namespace and
+    owner name) leave the list, so one job is never acted on twice."""
+    admitted = {(r["cluster"], r["namespace"], r["name"]): r for r in rows
+                if r["source"] == "kueue" and str(r["state"] or "").upper() in KUEUE_ADMITTED}
+    if not admitted:
+        return rows, findings
+    pods: dict[tuple, list[dict]] = {}
+    kept = []
+    for r in rows:
+        key = (r["cluster"], r["namespace"], r["name"])
+        if r["source"] == "kubernetes" and key in admitted and r["start_time"] is not None:
+            pods.setdefault(key, []).append(r)
+        else:
+            kept.append(r)
+    by_job = {(f.cluster, f.job_id): f for f in findings}
+    out_findings = [f for f in findings if not any((f.cluster, f.job_id) == (p["cluster"], p["job_id"])
+                                                   for ps in pods.values() for p in ps)]
+    for key, workload in admitted.items():
+        members = pods.get(key, [])
+        if not members:  # quota reserved, pods not running yet: neither running nor waiting for GPUs
+            kept.remove(workload)
+            continue
+        workload["start_time"] = min(p["start_time"] for p in members)
+        workload["_derived_start"] = True
+        squats = [by_job.get((p["cluster"], p["job_id"])) for p in members]
+        if all(f is not None and f.finding == "squatting" for f in squats):
+            least = min(squats, key=lambda f: f.idle_minutes)
+            out_findings.append(Finding(**{**least.__dict__, "job_id": workload["job_id"],
+                                           "gpus_idle": sum(f.gpus_idle for f in squats),
+                                           "gpus_total": sum(f.gpus_total for f in squats),
+                                           "gpu_hours_idle": sum(f.gpu_hours_idle for f in squats)}))
+    return kept, out_findings
 
 
 def _has_data(con, now) -> bool:

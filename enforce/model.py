@@ -43,6 +43,7 @@ class JobFacts:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     requeue_flag: bool | None = None  # Slurm's Requeue=1
+    scheduler_job: str | None = None  # the scheduler's own name: namespace/pod, namespace/workload/name, JobID
 
     @property
     def key(self) -> tuple[str, str]:
@@ -122,6 +123,7 @@ class Action:
     kind: str | None = None
     stage: str | None = None  # warn: the squatting stage warned about
     idle_since: datetime | None = None
+    scheduler_job: str | None = None  # namespace/pod for a pod (its job_id may be the pod uid)
     figures: dict = field(default_factory=dict)
     action_id: str | None = None  # set when the plan is recorded
 

@@ -358,4 +358,4 @@ def _act(kind: str, job: JobFacts, reason: str, rule: str, policy, **extra) -> A
     return Action(action=kind, cluster=job.cluster, job_id=job.job_id, project=job.project, reason=reason,
                   rule=rule, mode=mode, funded=job.funded, min_runtime_until=job.protected_until,
                   dry_run=policy.dry_run, name=job.name, namespace=job.namespace, source=job.source,
-                  kind=job.kind, **extra)
+                  kind=job.kind, scheduler_job=job.scheduler_job, **extra)

@@ -75,6 +75,8 @@ def action(kind: str, job_id: str, **kw) -> Action:
     name = job_id.rpartition("/")[2]
     kw.setdefault("namespace", "ml")
     kw.setdefault("name", name)
+    if kw["source"] == "kubernetes":  # pod rows: job_id may be the uid, scheduler_job is namespace/pod
+        kw.setdefault("scheduler_job", job_id)
     return Action(action=kind, cluster="k", job_id=job_id, project="p", reason=kw.pop("reason", f"{kind} because"),
                   rule="test", action_id=kw.pop("action_id", f"plan:{job_id}:{kind}"), **kw)
 

@@ -30,12 +30,14 @@ GRACE_S = 30
 
 
 def pod_ref(action: Action) -> tuple[str, str] | None:
-    """(namespace, pod name): the row's namespace and name, else a ``<ns>/<pod>`` job id."""
-    if action.source == "kubernetes" and action.namespace and action.name:
-        return action.namespace, action.name
-    parts = action.job_id.split("/")
-    if len(parts) == 2 and action.source in (None, "kubernetes"):
-        return parts[0], parts[1]
+    """(namespace, pod name) from the row's ``scheduler_job`` (``<ns>/<pod>``; the job id may be the
+    pod uid and ``name`` the owner's), else a ``<ns>/<pod>`` job id."""
+    if action.source not in (None, "kubernetes"):
+        return None
+    for ref in (action.scheduler_job, action.job_id):
+        parts = (ref or "").split("/")
+        if len(parts) == 2 and all(parts):
+            return parts[0], parts[1]
     return None
 
 
