@@ -174,3 +174,48 @@ def test_a_channel_without_a_url_names_where_to_put_it(monkeypatch, tmp_path):
     secrets.write_text("channels: {pager: 'json://10.0.0.1:9000/x'}\n")
     monkeypatch.setenv("GPULEDGER_SECRETS_FILE", str(secrets))
     assert channel_url("pager") == "json://10.0.0.1:9000/x"
+
+
+def test_alerts_cli_runs_a_cycle_and_lists_the_outbox(warehouse_file, receivers):
+    from typer.testing import CliRunner
+
+    from gpuledger.cli import app
+    from tests._ledger_fixtures import load
+
+    hook, mails = receivers
+    october(warehouse_file)
+    with warehouse.open_writer(warehouse_file) as con:
+        load(con, CONFIG + ALERTS, at=datetime(2026, 10, 1))  # the warehouse's config names the channels
+        _episode(con, "second-warning")
+    runner = CliRunner()
+    done = runner.invoke(app, ["alerts", "run", "--now", "2026-10-05T10:00:00", "--warehouse", str(warehouse_file)])
+    assert done.exit_code == 0, done.output
+    assert "5 alerts planned, 5 new; sent 5, retrying 0, failed 0" in " ".join(done.output.split())
+    wait_for(lambda: len(mails) == 3, "three e-mails")
+    assert sorted(b["title"][:16] for b in hook.bodies) == ["[second-warning]", "budget acme: pro"]
+    listed = runner.invoke(app, ["alerts", "outbox", "--status", "sent", "--columns", "kind,severity,channel,status",
+                                 "--warehouse", str(warehouse_file)])
+    assert listed.exit_code == 0, listed.output
+    assert listed.output.count("squatting") == 3 and listed.output.count("budget") == 2
+
+
+def test_quiet_hours_defer_delivery_in_the_outbox(warehouse_file, receivers):
+    """Raised at 23:30 inside quiet hours 22:00–07:00: the warning waits in the outbox until 07:00."""
+    from gpuledger.alerts.channels import notifier_for
+    from gpuledger.alerts.outbox import enqueue
+
+    hook, _ = receivers
+    with warehouse.open_writer(warehouse_file):
+        pass  # create and migrate
+    policy = parse_config_text(CONFIG + "policy:\n  alerts:\n    on_call: [oncall-hook]\n"
+                               "    quiet_hours: {start: '22:00', end: '07:00'}\n").policy
+    night = datetime(2026, 10, 5, 23, 30)
+    frame = pl.DataFrame({"cluster": ["c1"], "job_id": ["j1"], "first_seen": [night], "resolved_at": [None],
+                          "idle_since": [night - timedelta(hours=1)], "severity": ["warning"], "user_name": ["u"],
+                          "project": ["alpha"], "gpus_idle": [1], "gpus_total": [1], "gpu_hours_idle": [1.0],
+                          "idle_cost": [None], "currency": ["USD"]})
+    assert enqueue(warehouse_file, squatting_alerts(frame, policy, now=night, squatting=policy.squatting)) == 1
+    assert deliver(warehouse_file, notifier_for, now=datetime(2026, 10, 6, 6, 59)).sent == 0
+    assert hook.bodies == []
+    assert deliver(warehouse_file, notifier_for, now=datetime(2026, 10, 6, 7, 0)).sent == 1
+    assert len(hook.bodies) == 1
