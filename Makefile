@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export GPULEDGER_WAREHOUSE ?= data/gpuledger.duckdb
 export DAGSTER_HOME ?= $(CURDIR)
+DASHBOARD_PORT ?= 8501
 
-.PHONY: demo dev test install test-deps bench clean
+.PHONY: demo dev dashboard test install test-deps bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,9 +38,19 @@ demo: install
 	$(BIN)/gpuledger enforce plan --now data --format json --out reports/enforcement-plan.json
 	@echo "reports written to reports/; the warehouse is $(GPULEDGER_WAREHOUSE)"
 	$(BIN)/gpuledger pipelines run-once
+	@echo ""
+	@echo "dashboards on this demo data: make dashboard, then open http://127.0.0.1:$(DASHBOARD_PORT)"
+	@echo "(local mode: no sign-in; pages /utilization /fair-share /budgets /chargeback /squatters /my-team /enforcement)"
+
+# The Streamlit dashboards on $(GPULEDGER_WAREHOUSE) (read-only; local mode unless
+# .streamlit/secrets.toml has an [auth] section). DASHBOARD_PORT= to move it.
+dashboard: install
+	$(BIN)/streamlit run dashboards/app.py --server.headless true --server.address 127.0.0.1 \
+		--server.port $(DASHBOARD_PORT) --browser.gatherUsageStats false
 
 # The live demo: simulated dcgm-exporter endpoints + Dagster (webserver and daemon, schedules and
-# sensors on, DAGSTER_HOME this folder); Ctrl-C stops everything. GPUS=, UI_PORT=, EXPORTER_PORT=.
+# sensors on, DAGSTER_HOME this folder) + the dashboards; Ctrl-C stops everything. GPUS=, UI_PORT=,
+# EXPORTER_PORT=, DASHBOARD_PORT=.
 dev: install
 	bash scripts/dev.sh
 

@@ -12,6 +12,7 @@ BIN=${BIN:-$ROOT/.venv/bin}
 GPUS=${GPUS:-16}
 EXPORTER_PORT=${EXPORTER_PORT:-9400}
 UI_PORT=${UI_PORT:-3000}
+DASHBOARD_PORT=${DASHBOARD_PORT:-8501}
 DEV_DIR=${DEV_DIR:-$ROOT/data/dev}
 SIM_START=${SIM_START:-$(date -u +%Y-%m-%dT%H:%M:%S)}
 
@@ -36,7 +37,7 @@ stop() {
     for _ in $(seq 60); do groups_alive || break; sleep 0.5; done
     for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    echo "make dev: stopped the exporters and Dagster"
+    echo "make dev: stopped the exporters, Dagster and the dashboards"
 }
 trap stop INT TERM EXIT
 
@@ -47,12 +48,16 @@ set -m
 pids+=($!)
 "$BIN/dagster" dev -m gpuledger.pipelines.definitions --host 127.0.0.1 --port "$UI_PORT" &
 pids+=($!)
+"$BIN/streamlit" run dashboards/app.py --server.headless true --server.address 127.0.0.1 \
+    --server.port "$DASHBOARD_PORT" --browser.gatherUsageStats false &
+pids+=($!)
 set +m
 
 cat <<MSG
 
   Dagster UI:   http://127.0.0.1:$UI_PORT   (Automation: ingest_schedule every minute,
                 analytics_schedule / squatting_schedule every 5 minutes, job_csv_sensor)
+  dashboards:   http://127.0.0.1:$DASHBOARD_PORT   (Streamlit, local mode; figures refresh every minute)
   exporters:    http://127.0.0.1:$EXPORTER_PORT/metrics ... ($GPUS simulated GPUs)
   warehouse:    $GPULEDGER_WAREHOUSE      config: $GPULEDGER_CONFIG
   Ctrl-C stops everything.
