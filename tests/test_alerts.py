@@ -219,3 +219,22 @@ def test_quiet_hours_defer_delivery_in_the_outbox(warehouse_file, receivers):
     assert hook.bodies == []
     assert deliver(warehouse_file, notifier_for, now=datetime(2026, 10, 6, 7, 0)).sent == 1
     assert len(hook.bodies) == 1
+
+
+def test_the_alert_says_what_enforcement_did(warehouse_file):
+    """A preemption enforcement planned (dry run) for the job is named in its alert."""
+    from gpuledger.alerts.cycle import plan_alerts
+
+    october(warehouse_file)
+    with warehouse.open_writer(warehouse_file) as con:
+        _episode(con, "preempt-eligible")
+        con.execute("INSERT INTO enforcement_audit (action_id, phase, attempt, plan_id, planned_at, recorded_at, "
+                    "action, cluster, job_id, reason, dry_run, outcome) VALUES ('p1:1', 'planned', 0, 'p1', "
+                    "'2026-10-05 09:55', '2026-10-05 09:55', 'preempt', 'c1', 'alpha-1', 'idle 120 min', true, "
+                    "'planned')")
+    policy = parse_config_text(CONFIG + ALERTS).policy
+    with warehouse.open_reader(warehouse_file) as con:
+        alerts = plan_alerts(con, policy, now=T0)
+    (squat, *_) = [a for a in alerts if a.kind == "squatting"]
+    assert "enforcement: preemption planned (dry run) at 2026-10-05 09:55 UTC" in squat.body
+    assert "next: eligible for preemption now; enforcement is in dry run" in squat.body

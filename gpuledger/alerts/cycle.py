@@ -31,11 +31,25 @@ def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
         episodes = None
         open_now = squatters_report(con, policy=policy, now=now)
     alerts = squatting_alerts(open_now, policy, now=now, squatting=policy.squatting,
-                              enforcement=policy.enforcement, currency=currency)
+                              enforcement=policy.enforcement, currency=currency,
+                              enforcement_log=enforcement_log(con, now=now))
     if episodes is not None:
         alerts += digest_alerts(episodes, policy, now=now)
     alerts += budget_alerts(budget_report(con, policy=policy, as_of=now), policy, now=now)
     return alerts
+
+
+def enforcement_log(con, *, now: datetime) -> dict[tuple[str, str], str]:
+    """(cluster, job_id) -> the latest warn / preempt action gpuledger.enforce recorded for the job
+    up to ``now`` (table enforcement_audit), in words: what the alert says enforcement did."""
+    rows = con.execute(
+        "SELECT cluster, job_id, action, planned_at, outcome, dry_run FROM enforcement_audit "
+        "WHERE action IN ('warn', 'preempt') AND planned_at <= ? "
+        "QUALIFY row_number() OVER (PARTITION BY cluster, job_id ORDER BY planned_at DESC, phase DESC, attempt DESC) = 1",
+        [now]).fetchall()
+    words = {"warn": "warned", "preempt": "preemption"}
+    return {(c, j): f"{words[a]} {outcome}{' (dry run)' if dry and outcome != 'dry-run' else ''} at "
+                    f"{at:%Y-%m-%d %H:%M} UTC" for c, j, a, at, outcome, dry in rows}
 
 
 def run_alert_cycle(path, policy, *, now: datetime | None = None, clock: datetime | None = None,

@@ -67,12 +67,13 @@ def _ts(value) -> str:
 
 
 def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting=None, enforcement=None,
-                     currency: str = "USD") -> list[Alert]:
+                     currency: str = "USD", enforcement_log: dict | None = None) -> list[Alert]:
     """One alert per open episode at its current severity, to on-call and the owner.
 
     ``episodes``: squatting_findings rows (open ones: resolved_at NULL), or squatters_report rows
     (then ``idle_since`` marks the episode). ``squatting`` (SquattingPolicy) gives what happens next
-    and when; ``enforcement`` whether preemption is dry run."""
+    and when; ``enforcement`` whether preemption is dry run; ``enforcement_log`` maps (cluster,
+    job_id) to what gpuledger.enforce last did about the job (its audit trail), said in the alert."""
     alerts = policy.alerts
     floor = SEVERITY_RANK[alerts.min_severity]
     out: list[Alert] = []
@@ -115,6 +116,8 @@ def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting
         ]
         if nxt:
             lines.append(f"next: {nxt}")
+        if enforcement_log and (ep["cluster"], ep["job_id"]) in enforcement_log:
+            lines.append(f"enforcement: {enforcement_log[(ep['cluster'], ep['job_id'])]}")
         if link:
             lines.append(f"dashboard: {link}")
         payload = {"job_id": ep["job_id"], "cluster": ep["cluster"], "project": ep.get("project"),
