@@ -30,3 +30,20 @@ def window(context: dg.AssetExecutionContext) -> tuple[datetime, datetime]:
     """The partition's [start, end) as naive UTC."""
     span = context.partition_time_window
     return naive_utc(span.start), naive_utc(span.end)
+
+
+def partition_windows(context: dg.AssetExecutionContext) -> list[tuple[str, datetime, datetime]]:
+    """(key, start, end) of every partition the run materializes, naive UTC: one for a scheduled
+    run, each day (month) of the range for a single-run backfill (`dg launch --partition-range`,
+    or a backfill from the UI)."""
+    definition = context.assets_def.partitions_def
+    out = []
+    for key in context.partition_keys:
+        span = definition.time_window_for_partition_key(key)
+        out.append((key, naive_utc(span.start), naive_utc(span.end)))
+    return out
+
+
+# Each run of a time-partitioned asset may cover a range of partitions (one run for a backfill);
+# the bodies replace each partition on its own, so a range equals its partitions one by one.
+single_run = dg.BackfillPolicy.single_run()

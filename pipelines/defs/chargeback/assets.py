@@ -7,12 +7,13 @@ before (chargeback/schedules.py); rematerializing a month replaces its rows exac
 import dagster as dg
 
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
-from gpuledger.pipelines.defs.partitions import monthly_partitions
+from gpuledger.pipelines.defs.partitions import monthly_partitions, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.tables import replace_partition, stamped
 
 
-@dg.asset(partitions_def=monthly_partitions, deps=INGEST_DEPS, group_name="chargeback", kinds={"duckdb", "polars"})
+@dg.asset(partitions_def=monthly_partitions, backfill_policy=single_run, deps=INGEST_DEPS, group_name="chargeback",
+          kinds={"duckdb", "polars"})
 def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehouse,
                           gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Charge lines per project, GPU model and tier plus the idle line; Σ amount = Σ capacity ×
@@ -21,18 +22,26 @@ def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehous
 
     from gpuledger.analytics import reports
 
-    period = context.partition_key[:7]  # YYYY-MM-DD partition key -> YYYY-MM
     cfg = gpuledger_config.load()
-    with warehouse.reader() as con:
-        lines = reports.statement_report(con, period, level="project", policy=cfg.policy)
-    # Unpriced lines have GPU-hours and no amount; the table's amount is NOT NULL: 0, their kind says why.
-    stored = lines.drop("period").with_columns(pl.col("amount").fill_null(0))
-    with warehouse.writer() as con:
-        deleted, inserted = replace_partition(con, "chargeback_statements", period, stamped(stored, period=period))
-    billed = lines.filter(pl.col("billed").fill_null(True)) if "billed" in lines.columns else lines
-    totals = {f"amount_{currency}": str(amount) for currency, amount in
-              billed.group_by("currency").agg(pl.col("amount").sum()).rows() if currency} if lines.height else {}
-    return dg.MaterializeResult(metadata={
-        "table": "chargeback_statements", "period": period, "rows": inserted, "rows_replaced": deleted,
-        "closed": bool(lines.height and lines["revision"].is_not_null().any()), **totals,
-    })
+    metadata: dict = {"table": "chargeback_statements", "rows": 0, "rows_replaced": 0, "closed": []}
+    for key in context.partition_keys:  # one month, or each month of a single-run backfill
+        period = key[:7]  # YYYY-MM-DD partition key -> YYYY-MM
+        with warehouse.reader() as con:
+            lines = reports.statement_report(con, period, level="project", policy=cfg.policy)
+        # Unpriced lines have GPU-hours and no amount; the table's amount is NOT NULL: 0, their kind says why.
+        stored = lines.drop("period").with_columns(pl.col("amount").fill_null(0))
+        with warehouse.writer() as con:
+            deleted, inserted = replace_partition(con, "chargeback_statements", period,
+                                                  stamped(stored, period=period))
+        metadata["rows"] += inserted
+        metadata["rows_replaced"] += deleted
+        if lines.height and lines["revision"].is_not_null().any():
+            metadata["closed"].append(period)
+        billed = lines.filter(pl.col("billed").fill_null(True)) if "billed" in lines.columns else lines
+        for currency, amount in (billed.group_by("currency").agg(pl.col("amount").sum()).rows()
+                                 if lines.height else []):
+            if currency:
+                metadata[f"amount_{period}_{currency}"] = str(amount)
+    metadata["periods"] = ", ".join(key[:7] for key in context.partition_keys)
+    metadata["closed"] = ", ".join(metadata["closed"]) or "none"
+    return dg.MaterializeResult(metadata=metadata)

@@ -4,7 +4,7 @@
 import dagster as dg
 
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
-from gpuledger.pipelines.defs.partitions import daily_partitions, window
+from gpuledger.pipelines.defs.partitions import daily_partitions, partition_windows, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.tables import replace_partition, stamped
 
@@ -18,25 +18,36 @@ def snapshot_time(con, start, end):
     return None if now < start else min(end, now)
 
 
-@dg.asset(partitions_def=daily_partitions, deps=INGEST_DEPS, group_name="fairshare", kinds={"duckdb", "polars"})
+def materialize_snapshots(context, warehouse: Warehouse, table: str, report) -> dg.MaterializeResult:
+    """For each day of the run: ``report(con, as_of)`` as of the day's snapshot time, replacing
+    the day's rows (no rows for a day the data has not reached)."""
+    import polars as pl
+
+    rows = replaced = 0
+    taken = []
+    for _, start, end in partition_windows(context):
+        with warehouse.reader() as con:
+            as_of = snapshot_time(con, start, end)
+            frame = report(con, as_of) if as_of else pl.DataFrame()
+        with warehouse.writer() as con:
+            deleted, inserted = replace_partition(con, table, start.date(),
+                                                  stamped(frame, day=start.date(), as_of=as_of) if as_of else frame)
+        rows, replaced = rows + inserted, replaced + deleted
+        if as_of:
+            taken.append(as_of.isoformat())
+    return dg.MaterializeResult(metadata={
+        "table": table, "partitions": len(context.partition_keys), "rows": rows, "rows_replaced": replaced,
+        "as_of_utc": ", ".join(taken) if taken else "no data yet"})
+
+
+@dg.asset(partitions_def=daily_partitions, backfill_policy=single_run, deps=INGEST_DEPS, group_name="fairshare",
+          kinds={"duckdb", "polars"})
 def fairshare_snapshots(context: dg.AssetExecutionContext, warehouse: Warehouse,
                         gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Per org node: shares, usage, level fair share, rank, fair-share factor, queue order,
     delivery and occupancy ratios (table fairshare_snapshots)."""
-    import polars as pl
-
     from gpuledger.analytics import reports
 
-    start, end = window(context)
     policy = gpuledger_config.load().policy
-    with warehouse.reader() as con:
-        as_of = snapshot_time(con, start, end)
-        frame = (reports.fairshare_report(con, policy=policy, as_of=as_of).rename({"order": "queue_order"})
-                 if as_of else pl.DataFrame())
-    with warehouse.writer() as con:
-        deleted, inserted = replace_partition(con, "fairshare_snapshots", start.date(),
-                                              stamped(frame, day=start.date(), as_of=as_of) if as_of else frame)
-    return dg.MaterializeResult(metadata={
-        "table": "fairshare_snapshots", "as_of_utc": as_of.isoformat() if as_of else "no data yet",
-        "rows": inserted, "rows_replaced": deleted,
-    })
+    return materialize_snapshots(context, warehouse, "fairshare_snapshots", lambda con, as_of: (
+        reports.fairshare_report(con, policy=policy, as_of=as_of).rename({"order": "queue_order"})))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gpuledger.pipelines.defs.partitions import daily_partitions, window
+from gpuledger.pipelines.defs.partitions import daily_partitions, single_run, window
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 
 GROUP = "ingest"
@@ -70,7 +70,8 @@ def dcgm_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
     })
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "prometheus"}, partitions_def=daily_partitions)
+@dg.asset(group_name=GROUP, kinds={"duckdb", "prometheus"}, partitions_def=daily_partitions,
+          backfill_policy=single_run)
 def prometheus_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
                        gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """One UTC day of DCGM samples backfilled from the Prometheus in ``sources.prometheus`` into
