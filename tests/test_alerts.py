@@ -238,3 +238,32 @@ def test_the_alert_says_what_enforcement_did(warehouse_file):
     (squat, *_) = [a for a in alerts if a.kind == "squatting"]
     assert "enforcement: preemption planned (dry run) at 2026-10-05 09:55 UTC" in squat.body
     assert "next: eligible for preemption now; enforcement is in dry run" in squat.body
+
+
+def test_an_alert_left_pending_is_delivered_by_a_new_process(warehouse_file, receivers):
+    """Nothing lost across a restart: the webhook is down when the alert is raised; a fresh
+    `gpuledger alerts deliver` process sends it once the receiver is back, and only once."""
+    import subprocess
+    import sys
+
+    hook, mails = receivers
+    october(warehouse_file)
+    with warehouse.open_writer(warehouse_file) as con:
+        _episode(con, "warning")
+    policy = parse_config_text(CONFIG + ALERTS).policy
+    hook.stop()
+    # the failed attempt is stamped two minutes ago, so its retry (60 s backoff) is due now
+    down = run_alert_cycle(warehouse_file, policy, now=T0, clock=wall_now() - timedelta(minutes=2))
+    assert (down.new, down.delivery.retried) == (5, 2)  # the squatting and the budget alert to the webhook
+    hook.start()
+
+    def deliver_in_a_new_process() -> str:
+        done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "alerts", "deliver", "--warehouse",
+                               str(warehouse_file)], check=False, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return " ".join(done.stdout.split())
+
+    assert deliver_in_a_new_process() == "sent 2, retrying 0, failed 0"
+    assert deliver_in_a_new_process() == "sent 0, retrying 0, failed 0"
+    assert sorted(b["title"][:9] for b in hook.bodies) == ["[warning]", "budget ac"]
+    wait_for(lambda: len(mails) == 3, "three e-mails")
