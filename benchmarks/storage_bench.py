@@ -23,6 +23,7 @@ seed 1, start 2026-11-01). The machine is shared: compare ratios within one run.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -63,12 +64,19 @@ def history(gpus: int, days: int) -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=2)
+def _simulation(gpus: int, days: int):
+    from gpuledger.simulator import build_cluster
+
+    return build_cluster(seed=1, gpus=gpus, start=START, days=days)
+
+
 def round_pages(gpus: int, days: int, round_no: int) -> list:
     """FetchResults of one scrape round just after the history ends (one page per node)."""
     from gpuledger.ingest.metrics.scrape import FetchResult
-    from gpuledger.simulator import build_cluster, metrics_page
+    from gpuledger.simulator import metrics_page
 
-    sim = build_cluster(seed=1, gpus=gpus, start=START, days=days)
+    sim = _simulation(gpus, days)
     t = sim.end_s + 30 * round_no
     return [FetchResult(url=f"http://node-{n}:9400/metrics", text=metrics_page(sim, n, t), scrape_ms=(t + 1) * 1000,
                         attempts=1) for n in range(len(sim.hardware.node_host))]
@@ -157,22 +165,28 @@ def reader_main(path: str, seconds: float, out: str) -> None:
     Path(out).write_text(json.dumps({"latency_s": lat, "wait_s": waits, "open_s": opens, "errors": errors}))
 
 
-def scrape_writer_main(path: str, gpus: int, days: int, seconds: float, every: float, out: str) -> None:
+def scrape_writer_main(path: str, pages_file: str, seconds: float, every: float, out: str) -> None:
+    import pickle
+
     holds = []
-    pages = [round_pages(gpus, days, 100 + r) for r in range(int(seconds // every) + 1)]
-    t_next = time.monotonic() + every / 2
-    end = time.monotonic() + seconds
+    started = time.monotonic()  # the readers started with this process
+    pages = pickle.loads(Path(pages_file).read_bytes())  # made before the readers started
+    t_next = started + every / 2
+    end = started + seconds
     for results in pages:
         time.sleep(max(0.0, t_next - time.monotonic()))
         if time.monotonic() >= end:
             break
+        if not holds:
+            first = time.monotonic() - started
         holds.append(write_round(Path(path), results)["total_s"])
         t_next += every
-    Path(out).write_text(json.dumps({"holds_s": holds}))
+    Path(out).write_text(json.dumps({"holds_s": [round(h, 2) for h in holds],
+                                     "first_write_after_s": round(first, 1) if holds else None}))
 
 
-def long_writer_main(path: str, seconds: float, out: str) -> None:
-    """A backfill-like writer: one session, ~1 s chunks of samples, yielding between chunks."""
+def long_writer_main(path: str, seconds: float, out: str, chunk_s: float = 1.0) -> None:
+    """A backfill-like writer: one session, ``chunk_s`` chunks of samples, yielding between chunks."""
     import numpy as np
     import polars as pl
 
@@ -181,8 +195,8 @@ def long_writer_main(path: str, seconds: float, out: str) -> None:
     end = time.monotonic() + seconds
     with warehouse.open_writer(path) as con:
         while time.monotonic() < end:
-            c_end = time.monotonic() + 1.0
-            with warehouse.transaction(con):  # a chunk: batches for ~1 s, one transaction
+            c_end = time.monotonic() + chunk_s
+            with warehouse.transaction(con):  # a chunk: batches for ~chunk_s, one transaction
                 while time.monotonic() < c_end:
                     warehouse.write_samples(con, pl.DataFrame({
                         "gpu_id": np.full(n, 1, dtype=np.int32),
@@ -190,7 +204,7 @@ def long_writer_main(path: str, seconds: float, out: str) -> None:
                         "sm_active_ratio": np.linspace(0, 1, n)}), "bench")
                     batches += 1
             chunks += 1
-            yields += con.yield_to_readers()
+            yields += con.yield_to_readers(after_s=min(1.0, chunk_s))
     Path(out).write_text(json.dumps({"chunks": chunks, "yields": yields}))
 
 
@@ -228,7 +242,7 @@ def run_readers(path: Path, seconds: float, writer: list[str], tmp: Path, label:
     return res
 
 
-def readers_part(gpus: int, seconds: float, every: float) -> dict:
+def readers_part(gpus: int, seconds: float, every: float, chunk_s: float = 1.0) -> dict:
     out = {}
     src = history(gpus, 7)
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp_name:
@@ -238,11 +252,16 @@ def readers_part(gpus: int, seconds: float, every: float) -> dict:
         with warehouse.open_writer(path):
             pass
         out["baseline"] = run_readers(path, min(30.0, seconds), ["--idle-writer"], tmp, "no writer (baseline)")
+        import pickle
+
+        pages = tmp / "pages.pkl"  # the rounds' exposition pages, made outside the timed window
+        pages.write_bytes(pickle.dumps([round_pages(gpus, 7, 100 + r) for r in range(int(seconds // every) + 1)]))
         out["scrape"] = run_readers(
-            path, seconds, ["--scrape-writer", str(path), str(gpus), "7", str(seconds), str(every)], tmp,
+            path, seconds, ["--scrape-writer", str(path), str(pages), str(seconds), str(every)], tmp,
             f"a scrape round every {every:g} s for {seconds:g} s")
-        out["long"] = run_readers(path, min(60.0, seconds), ["--long-writer", str(path), str(min(60.0, seconds))], tmp,
-                                  "a long writer (1 s chunks, one session, yields between chunks)")
+        out["long"] = run_readers(path, min(60.0, seconds),
+                                  ["--long-writer", str(path), str(min(60.0, seconds)), str(chunk_s)], tmp,
+                                  f"a long writer ({chunk_s:g} s chunks, one session, yields between chunks)")
     return out
 
 
@@ -289,9 +308,9 @@ def main() -> None:
         return reader_main(sys.argv[2], float(sys.argv[3]), sys.argv[4])
     if sys.argv[1:2] == ["--scrape-writer"]:
         a = sys.argv[2:]
-        return scrape_writer_main(a[0], int(a[1]), int(a[2]), float(a[3]), float(a[4]), a[5])
+        return scrape_writer_main(a[0], a[1], float(a[2]), float(a[3]), a[4])
     if sys.argv[1:2] == ["--long-writer"]:
-        return long_writer_main(sys.argv[2], float(sys.argv[3]), sys.argv[4])
+        return long_writer_main(sys.argv[2], float(sys.argv[3]), sys.argv[5], float(sys.argv[4]))
     if sys.argv[1:2] == ["--idle-writer"]:
         return Path(sys.argv[2]).write_text(json.dumps({}))
     ap = argparse.ArgumentParser()
@@ -300,11 +319,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8, help="scrape rounds timed per history length")
     ap.add_argument("--seconds", type=float, default=120.0, help="reader run length")
     ap.add_argument("--writer-every", type=float, default=30.0, help="seconds between scrape rounds")
+    ap.add_argument("--long-chunk-s", type=float, default=1.0, help="chunk length of the long writer")
     args = ap.parse_args()
     if args.part in ("write", "both"):
         write_part(args.gpus, args.rounds)
     if args.part in ("readers", "both"):
-        readers_part(args.gpus, args.seconds, args.writer_every)
+        readers_part(args.gpus, args.seconds, args.writer_every, args.long_chunk_s)
     if args.part == "parquet":
         parquet_part(args.gpus)
 

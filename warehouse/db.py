@@ -304,7 +304,7 @@ class WriterConnection:
             finally:
                 self._locks.release_writer()
 
-    def yield_to_readers(self, *, after_s: float = 1.0, max_wait_s: float = 0.5) -> bool:
+    def yield_to_readers(self, *, after_s: float = 0.5, max_wait_s: float = 0.5) -> bool:
         """Between the chunks of a long write: when readers are waiting and this writer has held
         the file ``after_s`` seconds or more, close it (committed chunks become visible), let those
         readers in (up to ``max_wait_s`` for them to start), then take the file back. Otherwise
@@ -364,7 +364,7 @@ def open_writer(
         locks.close()
 
 
-def yield_to_readers(con, *, after_s: float = 1.0, max_wait_s: float = 0.5) -> bool:
+def yield_to_readers(con, *, after_s: float = 0.5, max_wait_s: float = 0.5) -> bool:
     """``con.yield_to_readers(...)`` for a connection from open_writer; False (nothing to do) for
     a bare DuckDB connection, which no other gpuledger process can be waiting for."""
     if isinstance(con, WriterConnection):
@@ -381,7 +381,7 @@ def open_reader(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A short read-only connection to the live file under a shared lock: it sees every committed
     write, never a partial one. Waits for a writer that holds the file (writers hold it for one
-    unit of work, long ones let readers in every ~1 s), up to ``wait_s`` seconds; for a warehouse
+    unit of work, long ones let readers in about every 0.5 s plus a chunk), up to ``wait_s`` seconds; for a warehouse
     whose first write is still running, up to ``creating_wait_s``. Hold it briefly: a writer
     waits for the readers that are in. Raises WarehouseError with one line for what it cannot read.
     """
