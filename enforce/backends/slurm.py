@@ -34,6 +34,11 @@ _DOWN = ("Unable to contact slurm controller", "Socket timed out", "Connection r
 TIMEOUT_S = 60
 
 
+def _jid(action: Action) -> str:
+    """The Slurm JobID (``scheduler_job``; the row's job_id names one run of a requeued job)."""
+    return action.scheduler_job or action.job_id
+
+
 def nice_for(priority: int) -> int:
     """Slurm Nice for a gpuledger priority (higher priority, lower nice; never negative)."""
     return max(0, (EXEMPT_BASE - int(priority)) // 100)
@@ -49,8 +54,8 @@ class SlurmBackend(Backend):
         self.qos_funded, self.qos_unfunded = qos_funded, qos_unfunded
 
     def handles(self, action: Action) -> str | None:
-        if (action.source and not action.source.startswith("slurm")) or not _JOB_ID.match(action.job_id):
-            return f"not a Slurm job (source {action.source or 'unknown'}, id {action.job_id})"
+        if (action.source and not action.source.startswith("slurm")) or not _JOB_ID.match(_jid(action)):
+            return f"not a Slurm job (source {action.source or 'unknown'}, id {_jid(action)})"
         return None
 
     def observe(self) -> dict[str, dict]:
@@ -75,7 +80,7 @@ class SlurmBackend(Backend):
         return out
 
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
-        args = [f"JobId={action.job_id}", f"Nice={nice_for(action.priority)}"]
+        args = [f"JobId={_jid(action)}", f"Nice={nice_for(action.priority)}"]
         qos = self.qos_funded if action.funded else self.qos_unfunded
         if qos and not action.figures.get("running"):
             args.append(f"QOS={qos}")
@@ -84,13 +89,13 @@ class SlurmBackend(Backend):
 
     def warn(self, action: Action, *, dry_run: bool) -> Outcome:
         text = f"gpuledger {action.stage or 'warning'}: {action.reason}"[:500].replace('"', "'")
-        return self._run(action, [self.scontrol, "update", f"JobId={action.job_id}", f"AdminComment={text}"],
+        return self._run(action, [self.scontrol, "update", f"JobId={_jid(action)}", f"AdminComment={text}"],
                          dry_run, "AdminComment set")
 
     def preempt(self, action: Action, *, dry_run: bool) -> Outcome:
         if action.mode == REQUEUE:
-            return self._run(action, [self.scontrol, "requeue", action.job_id], dry_run, "requeued")
-        return self._run(action, [self.scancel, action.job_id], dry_run, "cancelled")
+            return self._run(action, [self.scontrol, "requeue", _jid(action)], dry_run, "requeued")
+        return self._run(action, [self.scancel, _jid(action)], dry_run, "cancelled")
 
     def _run(self, action: Action, command: list[str], dry_run: bool, what: str) -> Outcome:
         shown = " ".join(command)
