@@ -49,36 +49,33 @@ def test_alerts_reach_real_receivers_once_per_severity_and_survive_a_receiver_ou
     with warehouse.open_writer(warehouse_file) as con:
         _episode(con, "warning")
     first = run_alert_cycle(warehouse_file, policy, now=T0)
-    # squatting: on-call webhook, on-call e-mail, the owner's e-mail; budget: acme (the root rolls up
-    # alpha's 1000) consumed 236 by Oct 5 10:00 and burns 53.4/day: out on Oct 19, before Nov 1 —
-    # to both on-call channels
-    assert (first.new, first.delivery.sent, first.delivery.retried) == (5, 5, 0)
-    wait_for(lambda: len(mails) == 3, "three e-mails")
-    assert sorted(b["title"] for b in hook.bodies) == [
-        "[warning] job alpha-1 (alpha) holds 1 idle GPUs",
-        "budget acme: projected to run out 2026-10-19 17:09 UTC, before its period ends 2026-11-01"]
-    squat = lambda: [b for b in hook.bodies if b["title"].startswith("[")]
-    body = squat()[0]
+    # squatting: on-call webhook, on-call e-mail, the owner's e-mail. No budget alert: alpha's own
+    # 1000 has 106 used by Oct 5 10:00 (10.6 %) at 24 a day, out Nov 11, after its period (only
+    # acme's roll-up of it would run out before: budgets alert on the node that holds them)
+    assert (first.new, first.delivery.sent, first.delivery.retried) == (3, 3, 0)
+    wait_for(lambda: len(mails) == 2, "two e-mails")
+    assert [b["title"] for b in hook.bodies] == ["[warning] job alpha-1 (alpha) holds 1 idle GPUs"]
+    body = hook.bodies[0]
     assert body["title"] == "[warning] job alpha-1 (alpha) holds 1 idle GPUs"
     for fact in ("owner u, project alpha", "1 of 1 GPUs idle since 2026-10-05 09:00 UTC",
                  "wasted 1.50 GPU-hours, 3.00 USD", "rule: squatting: GPUs under 0.01 activity for 60 min",
                  "next: second warning at 2026-10-05 10:45 UTC, eligible for preemption at 2026-10-05 11:00 UTC",
                  "dashboard: https://gpuledger.example.org/squatters?cluster=c1&job=alpha-1"):
         assert fact in body["message"], fact
-    assert sorted(m["To"] for m in mails) == ["oncall@example.org", "oncall@example.org", "owner-u@example.org"]
+    assert sorted(m["To"] for m in mails) == ["oncall@example.org", "owner-u@example.org"]
 
     # a second tick over the same state sends nothing new
     again = run_alert_cycle(warehouse_file, policy, now=T0 + timedelta(minutes=1))
     assert (again.new, again.delivery.sent) == (0, 0)
-    assert len(hook.bodies) == 2 and len(mails) == 3
+    assert len(hook.bodies) == 1 and len(mails) == 2
 
     # the severity rises: one more alert per recipient
     with warehouse.open_writer(warehouse_file) as con:
         _episode(con, "second-warning")
     raised = run_alert_cycle(warehouse_file, policy, now=T0 + timedelta(minutes=45))
     assert (raised.new, raised.delivery.sent) == (3, 3)
-    wait_for(lambda: len(mails) == 5, "five e-mails")
-    assert [b["title"][:16] for b in squat()] == ["[warning] job al", "[second-warning]"]
+    wait_for(lambda: len(mails) == 4, "four e-mails")
+    assert [b["title"][:16] for b in hook.bodies] == ["[warning] job al", "[second-warning]"]
 
     # the webhook receiver goes down: its alert is kept and retried with backoff, the e-mails go
     hook.stop()
@@ -95,13 +92,13 @@ def test_alerts_reach_real_receivers_once_per_severity_and_survive_a_receiver_ou
     back = deliver(warehouse_file, notifier_for, now=clock + timedelta(seconds=61))
     assert (back.sent, back.retried) == (1, 0)
     assert deliver(warehouse_file, notifier_for, now=clock + timedelta(hours=2)).sent == 0
-    assert [b["title"].split("]")[0] for b in squat()] == ["[warning", "[second-warning", "[preempt-eligible"]
-    wait_for(lambda: len(mails) == 7, "seven e-mails")
+    assert [b["title"].split("]")[0] for b in hook.bodies] == ["[warning", "[second-warning", "[preempt-eligible"]
+    wait_for(lambda: len(mails) == 6, "six e-mails")
     with warehouse.open_reader(warehouse_file) as con:
         status = dict(con.execute("SELECT status, count(*) FROM alert_outbox GROUP BY status").fetchall())
         attempts = con.execute("SELECT attempt, ok FROM alert_deliveries WHERE idempotency_key LIKE "
                                "'%preempt-eligible|oncall-hook|' ORDER BY attempt").fetchall()
-    assert status == {"sent": 11}
+    assert status == {"sent": 9}
     assert attempts == [(1, False), (2, True)]
 
 
@@ -140,6 +137,9 @@ def test_daily_digest_per_team_and_budget_thresholds():
                          "period_end": ["2026-11-01"] * 2, "budget_gpu_hours": [1000.0, 1000.0],
                          "consumed_gpu_hours": [850.0, 1100.0], "burn_gpu_hours_per_day": [30.0, 40.0],
                          "projected_exhaustion": [datetime(2026, 10, 20), None], "status": ["at-risk", "exhausted"]})
+    # research's budget is alpha's rolled up (budget_own false): its alerts would repeat alpha's
+    rolled = burn.head(1).with_columns(node=pl.lit("research"), consumed_gpu_hours=pl.lit(2000.0))
+    burn = pl.concat([burn.with_columns(budget_own=pl.lit(True)), rolled.with_columns(budget_own=pl.lit(False))])
     keys = {a.key for a in budget_alerts(burn, policy, now=d)}
     assert keys == {"budget|alpha|2026-10-01|80|oncall-hook", "budget|alpha|2026-10-01|80|oncall-mail",
                     "budget|alpha|2026-10-01|exhaustion|oncall-hook", "budget|alpha|2026-10-01|exhaustion|oncall-mail",
@@ -190,13 +190,13 @@ def test_alerts_cli_runs_a_cycle_and_lists_the_outbox(warehouse_file, receivers)
     runner = CliRunner()
     done = runner.invoke(app, ["alerts", "run", "--now", "2026-10-05T10:00:00", "--warehouse", str(warehouse_file)])
     assert done.exit_code == 0, done.output
-    assert "5 alerts planned, 5 new; sent 5, retrying 0, failed 0" in " ".join(done.output.split())
-    wait_for(lambda: len(mails) == 3, "three e-mails")
-    assert sorted(b["title"][:16] for b in hook.bodies) == ["[second-warning]", "budget acme: pro"]
+    assert "3 alerts planned, 3 new; sent 3, retrying 0, failed 0" in " ".join(done.output.split())
+    wait_for(lambda: len(mails) == 2, "two e-mails")
+    assert [b["title"][:16] for b in hook.bodies] == ["[second-warning]"]
     listed = runner.invoke(app, ["alerts", "outbox", "--status", "sent", "--columns", "kind,severity,channel,status",
                                  "--warehouse", str(warehouse_file)])
     assert listed.exit_code == 0, listed.output
-    assert listed.output.count("squatting") == 3 and listed.output.count("budget") == 2
+    assert listed.output.count("squatting") == 3 and "budget" not in listed.output
 
 
 def test_quiet_hours_defer_delivery_in_the_outbox(warehouse_file, receivers):
@@ -254,7 +254,7 @@ def test_an_alert_left_pending_is_delivered_by_a_new_process(warehouse_file, rec
     hook.stop()
     # the failed attempt is stamped two minutes ago, so its retry (60 s backoff) is due now
     down = run_alert_cycle(warehouse_file, policy, now=T0, clock=wall_now() - timedelta(minutes=2))
-    assert (down.new, down.delivery.retried) == (5, 2)  # the squatting and the budget alert to the webhook
+    assert (down.new, down.delivery.retried) == (3, 1)  # the webhook's; the two e-mails went
     hook.start()
 
     def deliver_in_a_new_process() -> str:
@@ -263,7 +263,7 @@ def test_an_alert_left_pending_is_delivered_by_a_new_process(warehouse_file, rec
         assert done.returncode == 0, done.stderr
         return " ".join(done.stdout.split())
 
-    assert deliver_in_a_new_process() == "sent 2, retrying 0, failed 0"
+    assert deliver_in_a_new_process() == "sent 1, retrying 0, failed 0"
     assert deliver_in_a_new_process() == "sent 0, retrying 0, failed 0"
-    assert sorted(b["title"][:9] for b in hook.bodies) == ["[warning]", "budget ac"]
-    wait_for(lambda: len(mails) == 3, "three e-mails")
+    assert [b["title"][:9] for b in hook.bodies] == ["[warning]"]
+    wait_for(lambda: len(mails) == 2, "two e-mails")

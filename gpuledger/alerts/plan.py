@@ -162,12 +162,14 @@ def digest_alerts(episodes: pl.DataFrame, policy, *, now: datetime) -> list[Aler
 
 def budget_alerts(burn: pl.DataFrame, policy, *, now: datetime) -> list[Alert]:
     """A node passing each threshold (% of its budget consumed) and a projected exhaustion before
-    its period ends. ``burn``: reports.budget_report rows (normalised GPU-hours)."""
+    its period ends. ``burn``: reports.budget_report rows (normalised GPU-hours). Only nodes with a
+    budget of their own: an ancestor whose budget is the sum of its descendants' would repeat
+    their alerts (budget_own false)."""
     alerts = policy.alerts
     out = []
     for b in burn.sort("node", "period_start").iter_rows(named=True):
         budget = b["budget_gpu_hours"]
-        if not budget:
+        if not budget or b.get("budget_own") is False:
             continue
         pct = 100.0 * b["consumed_gpu_hours"] / budget
         figures = (f"{b['consumed_gpu_hours']:,.1f} of {budget:,.1f} normalised GPU-hours consumed ({pct:.1f} %) "
