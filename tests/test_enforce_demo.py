@@ -26,12 +26,17 @@ def run(*args: str, env: dict) -> str:
     return done.stdout
 
 
-def test_simulated_week_squatters_warned_then_preempted_inference_never(tmp_path):
-    env = {**os.environ, "GPULEDGER_WAREHOUSE": str(tmp_path / "w.duckdb"), "COLUMNS": "200"}
+@pytest.fixture(scope="module")
+def week(tmp_path_factory) -> dict:
+    env = {**os.environ, "GPULEDGER_WAREHOUSE": str(tmp_path_factory.mktemp("week") / "w.duckdb"), "COLUMNS": "200"}
     env.pop("GPULEDGER_CONFIG", None)
     # 16 GPUs, one sample a minute (the stale-data guard wants 80 % of the minutes covered)
     run("simulate", "warehouse", "--gpus", "16", "--days", "7", "--interval", "60", "--seed", "7", env=env)
-    out = run("enforce", "replay", "--every", "1h", "--only-when-idle", env=env)
+    return env
+
+
+def test_simulated_week_squatters_warned_then_preempted_inference_never(week):
+    out = run("enforce", "replay", "--every", "1h", "--only-when-idle", env=week)
     lines = [m.groupdict() for m in map(LINE.match, out.splitlines()) if m]
     squatters = sorted({ln["name"] for ln in lines if ln["name"].startswith("squat-")})
     assert len(squatters) == 4, out  # the simulator plants max(4, GPUs // 64) squatters
@@ -49,3 +54,19 @@ def test_simulated_week_squatters_warned_then_preempted_inference_never(tmp_path
     summary = out.strip().splitlines()[-1]
     exempt = re.search(r"(\d+) exempt job\(s\) running .*: warned (\d+), preempted (\d+)", summary)
     assert exempt and int(exempt.group(1)) >= 1 and exempt.group(2, 3) == ("0", "0"), summary
+
+
+def test_the_warning_history_survives_between_runs(week):
+    """Two separate `plan` processes: the first warns the squatter (recorded in the warehouse), the
+    second, 55 minutes later, preempts it relying on that warning."""
+    import json
+
+    first = json.loads(run("enforce", "plan", "--format", "json", "--now", "2026-11-07T21:45:00", env=week))
+    (warn,) = [a for a in first["actions"] if a["action"] == "warn" and a["name"] == "squat-llm-posttrain-3"]
+    assert warn["stage"] == "warning"  # idle since 20:30: 75 min
+    later = json.loads(run("enforce", "plan", "--format", "json", "--now", "2026-11-07T22:40:00", env=week))
+    (pre,) = [a for a in later["actions"] if a["action"] == "preempt" and a["job_id"] == warn["job_id"]
+              and a["rule"] == "squatter"]
+    assert pre["warned_at"] == "2026-11-07T21:45:00Z" and "warned at 2026-11-07 21:45Z" in pre["reason"]
+    explained = run("enforce", "explain", warn["job_id"], env=week)
+    assert "warned (warning) at 2026-11-07 21:45Z" in explained and "relies on the warning at" in explained
