@@ -339,3 +339,19 @@ def test_prometheus_samples_backfill_one_day_from_a_real_prometheus(tmp_path):
         via_backfill = con.sql(query).pl()
     assert via_asset.height == written
     assert_frame_equal(via_asset, via_backfill)
+
+
+def test_a_run_migrates_a_warehouse_that_is_behind(tmp_path):
+    """Readers never change the file, so the Warehouse resource brings it up to date (one short
+    writer) before a run's steps read it."""
+    import duckdb
+
+    from gpuledger.warehouse.db import migrations
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    warehouse.apply_migrations(con, target=8)  # a file written before the materialized tables
+    con.close()
+    materialize([DAILY_ANALYTICS[3]], path, partition_key=DAY)
+    with warehouse.open_reader(path) as con:
+        assert warehouse.schema_version(con) == migrations()[-1][0]

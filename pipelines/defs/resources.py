@@ -24,6 +24,18 @@ class Warehouse(dg.ConfigurableResource):
 
     path: str
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Before a run's first step: a warehouse that is missing or behind this gpuledger's
+        migrations is created / migrated by one short writer, so readers in any step never
+        refuse it (they do not change the file)."""
+        try:
+            with wh.open_reader(self.path):
+                return
+        except wh.WarehouseError:
+            pass
+        with wh.open_writer(self.path):
+            pass
+
     @contextlib.contextmanager
     def writer(self) -> Iterator:
         """A migrated read-write connection for one unit of work (the project's writer lock)."""
