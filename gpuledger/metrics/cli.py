@@ -27,9 +27,12 @@ def serve(
     from gpuledger.metrics.exporter import serve as start
 
     path = warehouse_path(warehouse_file)
+    if not path.is_file():
+        raise RunError(f"warehouse {path} does not exist; give --warehouse (or $GPULEDGER_WAREHOUSE) or create it "
+                       "with `gpuledger migrate`")
     try:
         start(path, port=port, host=host, cache_s=cache_s)
     except OSError as exc:
-        raise RunError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose another port")
+        raise RunError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose another port") from None
     typer.echo(f"serving gpuledger metrics from {path} on http://{host}:{port}/metrics", err=True)
     threading.Event().wait()
