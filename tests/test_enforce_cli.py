@@ -118,3 +118,11 @@ def test_real_preemption_is_counted_and_an_api_error_is_recorded(server, kueue_w
                  "-w", str(kueue_warehouse))
     assert "applied: 1 action(s) performed, 3 already done before" in again.output
     assert server.kueue_workloads[("ml", "funded")]["spec"]["priority"] > 500_000
+
+
+def test_a_quiet_dry_run_cycle_stores_only_what_changed(kueue_warehouse, tmp_path):
+    _load(tmp_path, kueue_warehouse, CONFIG.replace("    dry_run: false", "    dry_run: true"))
+    for at in ("2026-11-20T12:00:00", "2026-11-20T12:05:00", "2026-11-20T12:10:00"):
+        assert _cli("enforce", "plan", "--now", at, "-w", str(kueue_warehouse)).exit_code == 0
+    # 2 set-priority rows the first cycle; the same dry-run decisions later add nothing
+    assert _audit(kueue_warehouse, "SELECT count(DISTINCT plan_id), count(*) FROM enforcement_audit") == [(1, 2)]
