@@ -463,3 +463,11 @@ def test_cli_burst_preempted_for_waiting_funded_work_requeued_when_it_checkpoint
     assert pre["mode"] == "requeue" and "resumes from its checkpoint" in pre["reason"]
     assert "waiting for" in pre["reason"] and pre["figures"]["waiting_job"] == "ml/workload/waiting"
     assert calls(server, "PATCH") == []  # planning changes nothing
+
+
+def test_unusable_kubeconfig_is_a_one_line_credential_error(tmp_path):
+    bad = tmp_path / "kc"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\nusers: []\ncontexts: []\n")
+    with pytest.raises(CredentialError) as caught:
+        KueueBackend(kubeconfig=str(bad)).observe()
+    assert "Kubernetes credentials" in str(caught.value) and "\n" not in str(caught.value)

@@ -72,6 +72,7 @@ def jobs(slurm_rig):
 def test_nice_and_qos_show_in_scontrol_and_sprio(slurm_rig, jobs):
     running, pending = jobs
     backend = SlurmBackend(env=slurm_rig["env"], qos_funded="high")
+    qos_factor_before = int(sh(slurm_rig, "sprio", "-h", "-j", pending, "-o", "%Q").split()[0])
     # 503,000 (funded) -> Nice (1,000,000 - 503,000) // 100 = 4,970
     assert nice_for(503_000) == 4970 and nice_for(1_000_000) == 0
     plan = [action("set-priority", pending, priority=503_000, funded=True, figures={"running": False}),
@@ -82,8 +83,10 @@ def test_nice_and_qos_show_in_scontrol_and_sprio(slurm_rig, jobs):
     waiting, busy = job_fields(slurm_rig, pending), job_fields(slurm_rig, running)
     assert (waiting["Nice"], waiting["QOS"]) == ("4970", "high")
     assert (busy["Nice"], busy["QOS"]) == ("4970", "normal")  # Slurm refuses QOS on a running job: not sent
-    job_id, nice = sh(slurm_rig, "sprio", "-h", "-j", pending, "-o", "%i|%N").split("|")
+    job_id, nice, qos_factor = sh(slurm_rig, "sprio", "-h", "-j", pending, "-o", "%i|%N|%Q").split("|")
     assert (job_id.strip(), nice.strip()) == (pending, "4970")
+    # the rig's QOS "high" carries priority: its factor shows in sprio once the job is in it
+    assert int(qos_factor) > qos_factor_before, (qos_factor_before, qos_factor)
 
 
 def test_requeue_returns_the_job_to_pending_with_one_restart(slurm_rig, jobs):
