@@ -240,3 +240,33 @@ def test_weekly_summary_per_business_unit_with_top_squatters(month, tmp_path):
     assert squat.select("business_unit", "rank", "job_id").rows() == [
         ("product", 1, "beta-1"), ("research", 1, "alpha-1"), ("research", 2, "gamma-1")]
     assert json.loads((out / "manifest.json").read_text())["week"] == "2026-W40"
+
+
+def test_every_line_has_a_sheet_even_a_project_outside_the_tree(month, tmp_path):
+    """A job whose project the org tree lacks (stray-1: 10 h on GPU-h2, Oct 20 00:00–10:00, at 2.00
+    = 20.00, taken out of idle, so still 3720.00 in all) gets a sheet of its own: the workbook
+    still adds up to the CSV."""
+    import openpyxl
+
+    from tests._ledger_fixtures import job
+
+    with warehouse.open_writer(month) as con:
+        gpu = con.execute("SELECT gpu_id FROM gpus WHERE gpu_uuid = 'GPU-h2'").fetchall()[0][0]
+        job(con, "stray-1", "stray", gpu, datetime(2026, 10, 20), datetime(2026, 10, 20, 10))
+    out = tmp_path / "oct"
+    manifest = _write(month, out)
+    assert manifest["totals"] == {"USD": "3720.00"} and manifest["reconciliation"][0]["reconciles"]
+    lines = pl.read_csv(out / "statement-2026-10-acme.csv", schema_overrides={"amount": pl.String})
+    wb = openpyxl.load_workbook(out / "statement-2026-10-acme.xlsx")
+    total = D(0)
+    for name in wb.sheetnames[1:]:
+        ws = wb[name]
+        header = [c.value for c in ws[1]]
+        if "line_kind" not in header:
+            continue
+        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)]
+        total += sum(D(str(r["amount"])) for r in rows if r["line_kind"] not in (None, "total") and r["amount"] is not None)
+    assert total == sum(D(a) for a in lines["amount"].drop_nulls())
+    assert "Projects outside the tree" in wb.sheetnames
+    stray = lines.filter(pl.col("project") == "stray")
+    assert stray.select("business_unit", "amount").rows() == [("(unassigned)", "20.00")]

@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from gpuledger.reports.chart import stacked_bars
-from gpuledger.reports.statement import BILLED, ORG_LINES, Statement
+from gpuledger.reports.statement import BILLED, ORG_LINES, UNASSIGNED, Statement
 
 MANIFEST = "manifest.json"
 HOUR_COLS = ("gpu_hours", "gpu_hours_active", "gpu_hours_unknown")
@@ -128,7 +128,7 @@ def unit_totals(st: Statement) -> pl.DataFrame:
     """Per business unit (and the org's own idle / memo lines) and currency: GPU-hours and amount
     of the billed lines."""
     billed = st.lines.filter(pl.col("line_kind").is_in(BILLED) & pl.col("currency").is_not_null())
-    order = {u: i for i, u in enumerate([*st.units, ORG_LINES])}
+    order = {u: i for i, u in enumerate(st.sections)}
     return (billed.group_by("business_unit", "currency")
             .agg(pl.col("gpu_hours").sum().round(6), pl.col("gpu_hours_active").sum().round(6),
                  pl.col("gpu_hours_unknown").sum().round(6), pl.col("amount").sum())
@@ -169,11 +169,10 @@ def write_xlsx(st: Statement, path: Path) -> Path:
         nxt += 1
     ws.column_dimensions["A"].width = 18
     ws.column_dimensions["B"].width = 24
-    for unit in [*st.units, ORG_LINES]:
+    for unit in st.sections:
         frame = st.unit_lines(unit).select(SHEET_COLUMNS)
-        if unit == ORG_LINES and frame.is_empty():
-            continue
-        sheet = wb.create_sheet(_sheet_name("Idle and memo" if unit == ORG_LINES else unit, used))
+        title = {ORG_LINES: "Idle and memo", UNASSIGNED: "Projects outside the tree"}.get(unit, unit)
+        sheet = wb.create_sheet(_sheet_name(title, used))
         _write_table(sheet, frame, 1, total_label="total")
         sheet.column_dimensions["B"].width = 22
     for extra, title in ((st.by_partition, "By partition"), (st.by_host, "By host")):
@@ -252,7 +251,7 @@ def render_html(st: Statement) -> str:
     totals = unit_totals(st)
     currencies = sorted(set(totals["currency"].to_list()))
     unit_rows = []
-    for name in [*st.units, ORG_LINES]:
+    for name in st.sections:
         mine = totals.filter(pl.col("business_unit") == name)
         if mine.is_empty():
             continue

@@ -94,6 +94,13 @@ class Statement:
             return f"closed (revision {self.revision})"
         return "provisional" if self.provisional else "open (computed, not yet closed)"
 
+    @property
+    def sections(self) -> list[str]:
+        """The business units, then lines of projects outside the tree (UNASSIGNED) and the org's
+        own idle / memo lines (ORG_LINES) where there are any: every line belongs to one section."""
+        present = set(self.lines["business_unit"].to_list())
+        return [*self.units, *(s for s in (UNASSIGNED, ORG_LINES) if s in present)]
+
     def unit_lines(self, unit: str) -> pl.DataFrame:
         return self.lines.filter(pl.col("business_unit") == unit)
 
