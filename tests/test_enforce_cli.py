@@ -8,11 +8,29 @@ import json
 from gpuledger import warehouse
 
 try:
-    from tests.test_enforce_kubernetes import (CONFIG, NOW, WL, _audit, _cli, kubeconfig,  # noqa: F401
-                                               kueue_warehouse, server, workload)
+    from tests.test_enforce_kubernetes import (
+        CONFIG,
+        NOW,
+        WL,
+        _audit,
+        _cli,
+        kubeconfig,
+        kueue_warehouse,
+        server,
+        workload,
+    )
 except ImportError:
-    from test_enforce_kubernetes import (CONFIG, NOW, WL, _audit, _cli, kubeconfig,  # noqa: F401
-                                         kueue_warehouse, server, workload)
+    from test_enforce_kubernetes import (  # noqa: F401
+        CONFIG,
+        NOW,
+        WL,
+        _audit,
+        _cli,
+        kubeconfig,
+        kueue_warehouse,
+        server,
+        workload,
+    )
 
 AT = "2026-11-20T12:00:00"
 
