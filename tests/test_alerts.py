@@ -240,6 +240,7 @@ def test_the_alert_says_what_enforcement_did(warehouse_file):
     assert "next: eligible for preemption now; enforcement is in dry run" in squat.body
 
 
+@pytest.mark.slow  # two program starts
 def test_an_alert_left_pending_is_delivered_by_a_new_process(warehouse_file, receivers):
     """Nothing lost across a restart: the webhook is down when the alert is raised; a fresh
     `gpuledger alerts deliver` process sends it once the receiver is back, and only once."""
