@@ -80,3 +80,5 @@ def weekly(
         summary = build_weekly(con, week, policy=cfg.policy, now=utc_option(now, "--now"))
     manifest = write_weekly(summary, out)
     console.print(f"weekly summary {week}: {len(manifest['files'])} files in {out}")
+    for note in summary.notes:
+        console.print(note)

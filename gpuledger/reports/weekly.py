@@ -21,6 +21,7 @@ WEEKLY_TEMPLATE = """<!DOCTYPE html>
 th,td{border:1px solid #ddd;padding:3px 8px}th{background:#f2f2f2}td.num{text-align:right}</style></head>
 <body><h1>{{ title }}</h1><p>{{ start }} to {{ end }} (UTC, end exclusive){% if provisional %}
 · provisional: the data ends {{ through }} UTC{% endif %}</p>
+{% for n in notes %}<p>{{ n }}</p>{% endfor %}
 {% for t in tables %}<h2>{{ t.title }}</h2><table><tr>{% for c in t.columns %}<th>{{ c }}</th>{% endfor %}</tr>
 {% for row in t.rows %}<tr>{% for v in row %}<td{% if v.num %} class="num"{% endif %}>{{ v.text }}</td>{% endfor %}</tr>
 {% endfor %}</table>
@@ -37,6 +38,7 @@ class WeeklySummary:
     billed_through: datetime
     units: pl.DataFrame  # business_unit, currency, gpu_hours, spend, budget figures
     squatters: pl.DataFrame  # business_unit, rank, cluster, job_id, project, user_name, severity, ...
+    notes: list[str]
 
 
 def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now: datetime | None = None,
@@ -97,8 +99,13 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
              .filter(pl.col("rank") <= top))
     squat = squat.select("business_unit", "rank", *[c for c in squat.columns if c not in ("business_unit", "rank")])
     through = lines["billed_through"].max() if lines.height else as_of
+    evaluations = con.execute("SELECT count(*) FROM squatting_evaluations WHERE evaluated_at >= ? AND evaluated_at < ?",
+                              [start, end]).fetchall()[0][0]
+    notes = [] if evaluations or squat.height else [
+        ("no squatting evaluation was recorded in this week, so no squatters are listed: the pipelines' "
+         "squatting_findings asset records them (`gpuledger squatters` shows the current ones)")]
     return WeeklySummary(week=week, start=start, end=end, provisional=bool(end > now), billed_through=through,
-                         units=table, squatters=squat)
+                         units=table, squatters=squat, notes=notes)
 
 
 def write_weekly(ws: WeeklySummary, out: Path) -> dict:
@@ -119,7 +126,7 @@ def write_weekly(ws: WeeklySummary, out: Path) -> dict:
                        "rows": _rows(ws.squatters)})
     html = env.from_string(WEEKLY_TEMPLATE).render(
         title=f"GPU weekly summary {ws.week}", start=f"{ws.start:%Y-%m-%d}", end=f"{ws.end:%Y-%m-%d}",
-        provisional=ws.provisional, through=f"{ws.billed_through:%Y-%m-%d %H:%M}", tables=tables)
+        provisional=ws.provisional, through=f"{ws.billed_through:%Y-%m-%d %H:%M}", tables=tables, notes=ws.notes)
     (out / f"weekly-{ws.week}.html").write_text(html)
     files.append(out / f"weekly-{ws.week}.html")
     manifest = {"week": ws.week, "start": f"{ws.start:%Y-%m-%dT%H:%M:%S}Z", "end": f"{ws.end:%Y-%m-%dT%H:%M:%S}Z",
