@@ -70,3 +70,4 @@ def test_a_reader_of_a_missing_warehouse_says_how_to_make_one(tmp_path):
     with pytest.raises(warehouse.WarehouseError, match="gpuledger simulate warehouse"):
         with warehouse.open_reader(tmp_path / "absent.duckdb"):
             pass
+    assert list(tmp_path.iterdir()) == []  # and leaves no lock files beside a mistyped path

@@ -389,6 +389,10 @@ def open_reader(
     check_reader_path(path)
     key = _refuse_nested(path, "open_reader")
     locks = WarehouseLocks(path)
+    if not path.exists() and not locks.gate_file.exists():  # no file and no writer making one
+        raise WarehouseError(
+            f"no warehouse at {path}: run `gpuledger simulate warehouse` or an import first, "
+            f"or point --warehouse / ${WAREHOUSE_ENV} at an existing file")
     try:
         started = time.monotonic()
         got = locks.acquire_reader(started + min(wait_s, creating_wait_s))
