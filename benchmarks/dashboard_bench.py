@@ -38,6 +38,7 @@ def build(folder: Path, gpus: int, days: float, env: dict) -> dict[str, float]:
 
 
 def time_pages(repeats: int) -> list[tuple[str, float, float]]:
+    os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")  # AppTest's bare-mode warnings, once per run
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 

@@ -12,7 +12,7 @@ from gpuledger.dashboards import access, ui
 st.set_page_config(page_title="gpuledger", layout="wide")
 
 PAGES = [
-    st.Page("app_pages/utilization.py", title="Utilization", url_path="utilization", default=True),
+    st.Page("app_pages/utilization.py", title="Utilization", url_path="utilization"),
     st.Page("app_pages/fair_share.py", title="Fair share", url_path="fair-share"),
     st.Page("app_pages/budgets.py", title="Budgets", url_path="budgets"),
     st.Page("app_pages/chargeback.py", title="Chargeback", url_path="chargeback"),
@@ -34,7 +34,13 @@ except Exception as exc:  # an invalid config: say which field, never a tracebac
 
 path = ui.warehouse_path()
 state = ui.warehouse_state(path)
-page = st.navigation(PAGES)
+# The default page owns "/", so it is a redirect to /utilization, and the menu is drawn here
+# without it.
+HOME = st.Page("app_pages/home.py", title="gpuledger", default=True)
+page = st.navigation([HOME, *PAGES], position="hidden")
+for listed in PAGES:
+    st.sidebar.page_link(listed)
+st.sidebar.divider()
 if not state.ready:
     st.session_state.pop(ui.CTX_KEY, None)
     ui.show_not_ready(state)

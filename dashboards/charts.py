@@ -63,16 +63,19 @@ def ratio_over_time(frame: pl.DataFrame, value: str, title: str, y_title: str) -
 
 
 def budget_vs_consumed(frame: pl.DataFrame, title: str) -> alt.Chart:
-    long = frame.select("node", "status", "budget_gpu_hours", "consumed_gpu_hours").unpivot(
-        index=["node", "status"], variable_name="measure", value_name="gpu_hours").with_columns(
-        pl.col("measure").replace({"budget_gpu_hours": "budget", "consumed_gpu_hours": "consumed"}))
-    return alt.Chart(long, title=title).mark_bar().encode(
+    """Consumed as % of each node's budget (a bar per node, coloured by status); budgets differ by
+    orders of magnitude, so side-by-side absolute bars would hide the small nodes."""
+    data = frame.filter(pl.col("budget_gpu_hours") > 0).with_columns(
+        consumed_pct=100 * pl.col("consumed_gpu_hours") / pl.col("budget_gpu_hours"))
+    domain = list(STATUS_COLORS)
+    return alt.Chart(data, title=title).mark_bar().encode(
         y=alt.Y("node:N", title="org node", sort=None),
-        x=alt.X("gpu_hours:Q", title="normalised GPU-hours"),
-        yOffset=alt.YOffset("measure:N", sort=["budget", "consumed"]),
-        color=alt.Color("measure:N", title="", sort=["budget", "consumed"]),
-        tooltip=["node:N", "measure:N", alt.Tooltip("gpu_hours:Q", format=",.1f"), "status:N"],
-    ).properties(height=max(28 * frame.height, 120))
+        x=alt.X("consumed_pct:Q", title="consumed (% of the period's budget)"),
+        color=alt.Color("status:N", title="status", scale=alt.Scale(domain=domain, range=[STATUS_COLORS[d] for d in domain])),
+        tooltip=["node:N", "status:N", alt.Tooltip("consumed_pct:Q", format=".1f", title="consumed %"),
+                 alt.Tooltip("consumed_gpu_hours:Q", format=",.1f", title="consumed (norm. GPU-h)"),
+                 alt.Tooltip("budget_gpu_hours:Q", format=",.1f", title="budget (norm. GPU-h)")],
+    ).properties(height=max(24 * data.height, 120))
 
 
 def burn_down(history: pl.DataFrame, projection: pl.DataFrame, budget: float, title: str) -> alt.Chart:
@@ -93,11 +96,11 @@ def burn_down(history: pl.DataFrame, projection: pl.DataFrame, budget: float, ti
 
 def amount_bars(frame: pl.DataFrame, title: str, currency: str) -> alt.Chart:
     return alt.Chart(frame, title=title).mark_bar().encode(
-        y=alt.Y("label:N", title="", sort="-x"),
+        y=alt.Y("label:N", title="", sort="-x", axis=alt.Axis(labelOverlap=False, labelLimit=220)),
         x=alt.X("amount:Q", title=f"amount ({currency})"),
         color=alt.Color("line_kind:N", title="line"),
         tooltip=["label:N", "line_kind:N", alt.Tooltip("amount:Q", format=",.2f"), alt.Tooltip("gpu_hours:Q", format=",.2f")],
-    ).properties(height=max(22 * frame.height, 120))
+    ).properties(height=max(30 * frame.height, 120))
 
 
 def hbar(frame: pl.DataFrame, y: str, x: str, title: str, x_title: str, color: str | None = None) -> alt.Chart:

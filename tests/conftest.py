@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuledger.config import load_config
+from tests.helpers.dashboard_rig import dashboard_warehouse  # noqa: F401 - one session fixture for both dashboard test files
 
 
 @pytest.fixture

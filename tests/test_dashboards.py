@@ -18,7 +18,7 @@ from gpuledger import warehouse
 from gpuledger.analytics import reports
 from gpuledger.config import DashboardAccess
 from gpuledger.dashboards import access, queries
-from tests.helpers.dashboard_rig import APP, LEADS, dashboard_warehouse, run_cli  # noqa: F401 - fixture
+from tests.helpers.dashboard_rig import APP, LEADS, run_cli
 
 AUTH = {"redirect_uri": "http://127.0.0.1:8501/oauth2callback", "cookie_secret": "test-secret",
         "client_id": "gpuledger", "client_secret": "x",
@@ -153,7 +153,7 @@ def test_chargeback_total_equals_the_statement_and_files_equal_the_finance_set(o
     total = sum((Decimal(a) for a in billed["amount"]), Decimal("0"))
     shown = metrics(at)
     assert shown["Total billed"] == f"{total:,.2f} USD"
-    assert shown["Reconciliation"] == "reconciles to the cent"
+    assert shown["Reconciliation (to the cent)"] == "reconciles"
     assert shown["Status"] == "provisional"  # November is not over at the data's "now"
     # downloads: byte for byte what `gpuledger report statement` writes for finance
     run_cli(on_rig, "report", "statement", "--period", period, "--out", str(tmp_path / "finance"))

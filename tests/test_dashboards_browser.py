@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger import warehouse
-from tests.helpers.dashboard_rig import BIN, LEADS, Server, dashboard_warehouse, free_port, run_cli, wait_http  # noqa: F401
+from tests.helpers.dashboard_rig import BIN, LEADS, Server, free_port, run_cli, wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -77,6 +77,7 @@ def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser
             page.wait_for_selector("[data-testid=stMetric]", timeout=60_000)
             assert page.locator("h1").first.inner_text() == title
             assert page.locator(ERRORS).count() == 0, f"{path}: {page.locator(ERRORS).first.inner_text()}"
+            assert page.url == f"{server.url}/{path}" and page.get_by_text("Page not found").count() == 0
             png = page.screenshot(path=str(tmp_path / f"{path}.png"), full_page=True)
             colours, ink = not_blank(png)
             assert colours > 20 and ink > 0.02, f"{path}: screenshot looks blank ({colours} colours, {ink:.1%} ink)"

@@ -26,7 +26,7 @@ if ctx is not None:
     ui.restricted_note(ctx, "budgets")
 
     st.altair_chart(charts.budget_vs_consumed(shown, "Budget vs consumed per node"), width="stretch")
-    st.caption("Each node's budget for its period beside what its jobs (and its children's) have consumed so far.")
+    st.caption("How much of its budget each node (its jobs and its children's) has used so far this period.")
     st.dataframe(shown.select("node", "status", "period_start", "period_end", "budget_gpu_hours", "consumed_gpu_hours",
                               "remaining_gpu_hours", "burn_gpu_hours_per_day", "projected_exhaustion", "budget_own"),
                  hide_index=True, column_config={

@@ -32,7 +32,7 @@ if ctx is not None:
     if view.reconciles is None:
         cols[2].metric("Reconciliation", "org statement only")
     else:
-        cols[2].metric("Reconciliation", "reconciles to the cent" if view.reconciles else "DOES NOT reconcile")
+        cols[2].metric("Reconciliation (to the cent)", "reconciles" if view.reconciles else "DOES NOT reconcile")
     if not ctx.viewer.sees_everything:
         org = ui.statement(ctx.path, period, None)
         st.caption("Org total (all teams): " + " + ".join(ui.money(a, c) for c, a in org.totals.items()))

@@ -44,9 +44,13 @@ class Rig:
         return env
 
 
-def run_cli(rig: Rig, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(BIN / "gpuledger"), *args], env=rig.env(), capture_output=True, text=True,
-                          timeout=timeout)
+def run_cli(rig: Rig, *args: str, timeout: float = 600, stored_config: bool = False) -> subprocess.CompletedProcess:
+    """``gpuledger ARGS`` on the rig; ``stored_config``: without $GPULEDGER_CONFIG (the config
+    version the warehouse stores)."""
+    env = rig.env()
+    if stored_config:
+        env.pop("GPULEDGER_CONFIG")
+    done = subprocess.run([str(BIN / "gpuledger"), *args], env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"gpuledger {' '.join(args)}: {done.stderr[-2000:]}"
     return done
 
@@ -62,7 +66,7 @@ def build(folder: Path, *, gpus: int = 16, days: float = 2) -> Rig:
     rig = Rig(folder, folder / "gpuledger.duckdb", config)
     run_cli(rig, "simulate", "warehouse", "--gpus", str(gpus), "--days", str(days), "--seed", "3")
     run_cli(rig, "pipelines", "run-once")
-    run_cli(rig, "enforce", "plan")
+    run_cli(rig, "enforce", "plan", stored_config=True)
     return rig
 
 
