@@ -10,7 +10,6 @@ once, from the environment (defs/resources.py).
 import warnings
 
 import dagster as dg
-
 from gpuledger.pipelines import defs as defs_package
 from gpuledger.pipelines.defs.resources import resources_from_env
 

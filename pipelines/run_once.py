@@ -11,7 +11,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.automation import DAILY_ANALYTICS
 from gpuledger.pipelines.defs.budgets.checks import budgets_consistent_down_tree
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements

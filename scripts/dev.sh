@@ -23,21 +23,33 @@ mkdir -p "$DEV_DIR"
 "$BIN/python" scripts/dev_setup.py --out "$DEV_DIR" --gpus "$GPUS" --port "$EXPORTER_PORT" --sim-start "$SIM_START"
 
 pids=()
-groups_alive() {
+descendants() {  # every process below the given ones (Dagster runs may sit in their own groups)
+    local pid child
+    for pid in "$@"; do
+        for child in $(ps -o pid= --ppid "$pid" 2>/dev/null); do
+            echo "$child"
+            descendants "$child"
+        done
+    done
+}
+any_alive() {
     local pid
     for pid in "${pids[@]}"; do kill -0 -- "-$pid" 2>/dev/null && return 0; done
+    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done
     return 1
 }
 stop() {
     trap - INT TERM EXIT
-    local pid
+    local pid tree
+    tree=$(descendants "${pids[@]}")
     # SIGINT first: what Ctrl-C sends, and what `dagster dev` shuts its webserver, daemon, code
     # server and runs down on; whatever is left after 30 s is killed.
     for pid in "${pids[@]}"; do kill -INT -- "-$pid" 2>/dev/null || true; done
-    for _ in $(seq 60); do groups_alive || break; sleep 0.5; done
+    for _ in $(seq 60); do any_alive $tree || break; sleep 0.5; done
     for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+    for pid in $tree; do kill -KILL "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    echo "make dev: stopped the exporters, Dagster and the dashboards"
+    echo "make dev: stopped the exporters and Dagster"
 }
 trap stop INT TERM EXIT
 

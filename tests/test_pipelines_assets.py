@@ -12,21 +12,28 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
-
-from gpuledger import warehouse
-from gpuledger.analytics import reports
-from gpuledger.config import example_config_text, load_config, read_config_file
 from gpuledger.pipelines.defs.automation import DAILY_ANALYTICS
 from gpuledger.pipelines.defs.budgets.checks import budgets_consistent_down_tree
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.chargeback.checks import chargeback_no_negative_idle, chargeback_reconciles
 from gpuledger.pipelines.defs.ingest import checks as ingest_checks
-from gpuledger.pipelines.defs.ingest.assets import (csv_jobs, dcgm_samples, job_csv_partitions, kubernetes_jobs,
-                                                    prometheus_samples, reference_tables, slurm_jobs)
+from gpuledger.pipelines.defs.ingest.assets import (
+    csv_jobs,
+    dcgm_samples,
+    job_csv_partitions,
+    kubernetes_jobs,
+    prometheus_samples,
+    reference_tables,
+    slurm_jobs,
+)
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
 from gpuledger.pipelines.defs.usage.checks import job_usage_no_negative_idle, project_usage_no_negative_idle
+from polars.testing import assert_frame_equal
+
+from gpuledger import warehouse
+from gpuledger.analytics import reports
+from gpuledger.config import example_config_text, load_config, read_config_file
 from gpuledger.simulator import build_cluster, fixed_clock, start_exporters
 from gpuledger.simulator.scenario import to_epoch_s
 from gpuledger.simulator.to_warehouse import write_simulation
@@ -345,7 +352,6 @@ def test_a_run_migrates_a_warehouse_that_is_behind(tmp_path):
     """Readers never change the file, so the Warehouse resource brings it up to date (one short
     writer) before a run's steps read it."""
     import duckdb
-
     from gpuledger.warehouse.db import migrations
 
     path = tmp_path / "old.duckdb"

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 import pytest
-
-from gpuledger.config import example_config_text
 from gpuledger.pipelines.definitions import defs as build_defs
 from gpuledger.pipelines.defs.automation import analytics_schedule, squatting_schedule
 from gpuledger.pipelines.defs.chargeback.schedules import statements_schedule
 from gpuledger.pipelines.defs.ingest.schedules import ingest_schedule
 from gpuledger.pipelines.defs.ingest.sensors import job_csv_sensor
 from gpuledger.pipelines.defs.resources import GpuledgerConfig
+
+from gpuledger.config import example_config_text
 
 ASSETS = {"reference_tables", "dcgm_samples", "prometheus_samples", "kubernetes_jobs", "slurm_jobs", "csv_jobs",
           "job_usage_hourly", "project_usage_hourly", "utilization_hourly", "fairshare_snapshots",
@@ -54,7 +54,7 @@ def test_job_csv_sensor_cursor(tmp_path):
         result = job_csv_sensor(context)
         return result, context
 
-    first, ctx = tick(None)
+    first, _ = tick(None)
     assert not first.run_requests  # an empty folder
     (folder / "a.csv").write_text("job_id\n")
     (folder / "b.csv").write_text("job_id\n")
@@ -79,7 +79,7 @@ def test_job_csv_sensor_skips_without_a_folder():
 
 
 def _at(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 def test_schedules_request_the_right_partitions():
@@ -109,8 +109,8 @@ def test_ingest_cadence_is_configurable(cron, tmp_path):
 
     started = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-c", "from gpuledger.pipelines.defs.ingest.schedules import ingest_schedule as s; "
-         "print(s.cron_schedule)"], env={**os.environ, "GPULEDGER_INGEST_CRON": cron},
+        [sys.executable, "-c", ("from gpuledger.pipelines.defs.ingest.schedules import ingest_schedule as s; "
+                                "print(s.cron_schedule)")], env={**os.environ, "GPULEDGER_INGEST_CRON": cron},
         capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == cron and time.monotonic() - started < 120
 

@@ -85,7 +85,7 @@ def test_dagster_dev_runs_a_launched_run_and_a_scheduled_tick(tmp_path):
     env = {**os.environ, "DAGSTER_HOME": str(home), "GPULEDGER_WAREHOUSE": str(wh),
            "GPULEDGER_INGEST_CRON": "* * * * *", "DAGSTER_DISABLE_TELEMETRY": "1"}
     env.pop("GPULEDGER_CONFIG", None)
-    log = open(tmp_path / "dagster-dev.log", "w")
+    log = open(tmp_path / "dagster-dev.log", "w")  # noqa: SIM115 - open for the server's whole life
     dagster = Path(sys.executable).with_name("dagster")
     proc = subprocess.Popen([str(dagster), "dev", "-m", LOCATION_MODULE, "--host", "127.0.0.1", "--port", str(port)],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

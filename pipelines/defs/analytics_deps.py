@@ -3,9 +3,14 @@
 mapped by time."""
 
 import dagster as dg
-
-from gpuledger.pipelines.defs.ingest.assets import (csv_jobs, dcgm_samples, kubernetes_jobs, prometheus_samples,
-                                                    reference_tables, slurm_jobs)
+from gpuledger.pipelines.defs.ingest.assets import (
+                                                    csv_jobs,
+                                                    dcgm_samples,
+                                                    kubernetes_jobs,
+                                                    prometheus_samples,
+                                                    reference_tables,
+                                                    slurm_jobs,
+)
 
 INGEST_DEPS = [
     dg.AssetDep(reference_tables), dg.AssetDep(dcgm_samples), dg.AssetDep(kubernetes_jobs),

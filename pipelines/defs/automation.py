@@ -6,7 +6,6 @@ import os
 from datetime import timedelta
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.budgets.assets import budget_snapshots
 from gpuledger.pipelines.defs.fairshare.assets import fairshare_snapshots
 from gpuledger.pipelines.defs.ingest.schedules import in_flight
@@ -18,7 +17,8 @@ DAILY_ANALYTICS = [job_usage_hourly, project_usage_hourly, utilization_hourly, f
 
 analytics_job = dg.define_asset_job("analytics_job", selection=DAILY_ANALYTICS,
                                     description="Usage, utilization, fair-share and budget snapshots of one day.")
-squatting_job = dg.define_asset_job("squatting_job", selection=[squatting_findings])
+squatting_job = dg.define_asset_job("squatting_job", selection=[squatting_findings],
+                                    executor_def=dg.in_process_executor)  # one step: no process per step
 
 
 def days_to_refresh(context: dg.ScheduleEvaluationContext) -> list[str]:

@@ -2,7 +2,6 @@
 burn-down history per org node and budget period."""
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.fairshare.assets import materialize_snapshots
 from gpuledger.pipelines.defs.partitions import daily_partitions, single_run

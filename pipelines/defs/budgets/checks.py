@@ -1,7 +1,6 @@
 """Budget checks: the snapshots are consistent down the org tree (see tree_consistency.sql)."""
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.budgets.assets import budget_snapshots
 from gpuledger.pipelines.defs.resources import Warehouse
 from gpuledger.pipelines.defs.tables import sql

@@ -5,7 +5,6 @@ before (chargeback/schedules.py); rematerializing a month replaces its rows exac
 ``reports.statement_report``, as the finance statements and dashboards read it."""
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import monthly_partitions, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse

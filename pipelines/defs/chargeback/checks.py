@@ -5,7 +5,6 @@ memo lines state beyond capacity (over-allocated, charges of clusters of unknown
 no idle line is negative."""
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.resources import Warehouse
 from gpuledger.pipelines.defs.tables import sql

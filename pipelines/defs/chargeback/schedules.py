@@ -3,7 +3,6 @@
 from datetime import timedelta
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 
 statements_job = dg.define_asset_job("statements_job", selection=[chargeback_statements])

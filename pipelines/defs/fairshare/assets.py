@@ -2,7 +2,6 @@
 "now", replaced on every refresh until the day is over), kept per day for the dashboards' history."""
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import daily_partitions, partition_windows, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse

@@ -9,7 +9,6 @@ the materialization succeeds and says so (``skipped`` in the metadata and the lo
 from pathlib import Path
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.partitions import daily_partitions, single_run, window
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 

@@ -8,9 +8,13 @@ Freshness limits are ages of the newest row, wall clock, UTC.
 from datetime import timedelta
 
 import dagster as dg
-
-from gpuledger.pipelines.defs.ingest.assets import (csv_jobs, dcgm_samples, kubernetes_jobs, prometheus_samples,
-                                                    slurm_jobs)
+from gpuledger.pipelines.defs.ingest.assets import (
+    csv_jobs,
+    dcgm_samples,
+    kubernetes_jobs,
+    prometheus_samples,
+    slurm_jobs,
+)
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.tables import sql, utc_now
 

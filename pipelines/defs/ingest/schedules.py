@@ -6,7 +6,6 @@ import os
 from datetime import timedelta
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.ingest.assets import INGEST_ASSETS, prometheus_samples
 
 INGEST_CRON_ENV = "GPULEDGER_INGEST_CRON"
@@ -14,7 +13,9 @@ INGEST_CRON = os.environ.get(INGEST_CRON_ENV, "* * * * *")
 _IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
               dg.DagsterRunStatus.STARTED]
 
-ingest_job = dg.define_asset_job("ingest_job", selection=INGEST_ASSETS,
+# In one process: a round every minute cannot afford a fresh interpreter per step (seconds each
+# on a small machine); the steps are short and write through the same writer lock anyway.
+ingest_job = dg.define_asset_job("ingest_job", selection=INGEST_ASSETS, executor_def=dg.in_process_executor,
                                  description="Reference tables, one DCGM scrape round, Kubernetes, Slurm.")
 prometheus_backfill_job = dg.define_asset_job("prometheus_backfill_job", selection=[prometheus_samples])
 

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.ingest.assets import csv_jobs, job_csv_partitions
 from gpuledger.pipelines.defs.resources import GpuledgerConfig
 

@@ -6,7 +6,6 @@ resolved. Evaluations only move forward: one at or before the latest recorded ch
 from datetime import datetime
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import naive_utc
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse

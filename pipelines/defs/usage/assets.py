@@ -3,7 +3,6 @@
 cover a range of days (single-run backfill): each day is computed and replaced on its own."""
 
 import dagster as dg
-
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import daily_partitions, partition_windows, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
