@@ -26,6 +26,7 @@ from gpuledger.ingest.metrics.nvml_cli import agent_command
 from gpuledger.simulator.cli import app as simulate_app
 from gpuledger.warehouse_cli import app as warehouse_app
 from gpuledger.pipelines.cli import app as pipelines_app
+from gpuledger.whatif.cli import app as whatif_app
 
 app = typer.Typer(
     help="gpuledger: GPU-time analytics, fair share, budgets, chargeback and idle-GPU enforcement.",
@@ -48,6 +49,7 @@ app.add_typer(enforce_app, name="enforce")
 app.add_typer(pipelines_app, name="pipelines")
 app.add_typer(alerts_app, name="alerts")
 app.add_typer(metrics_app, name="metrics")
+app.add_typer(whatif_app, name="whatif")
 app.command("fairshare")(analytics_cli.fairshare)
 app.command("budget")(analytics_cli.budget)
 app.command("squatters")(analytics_cli.squatters)

@@ -237,6 +237,32 @@ class ReportsPolicy(_Strict):
     top_squatters: int = Field(default=5, ge=1)  # per business unit in the weekly summary
 
 
+class WhatIfPolicy(_Strict):
+    """Defaults of `gpuledger whatif` (gpuledger.whatif), each overridable on the command line."""
+
+    checkpoint_interval_minutes: float = Field(default=60, gt=0)  # a preempted job that resumes loses at most this
+    resumable_kinds: list[str] = Field(default_factory=lambda: ["training", "fine-tune"])  # kinds that checkpoint
+    cycle_minutes: float = Field(default=15, gt=0)  # how often the simulated enforcement cycle runs
+    spot_interruptions_per_hour: float = Field(default=0.05, ge=0)  # per job on spot (a Poisson rate)
+
+
+class HardwareCost(_Strict):
+    """What owning a GPU costs, for the break-even month of `gpuledger whatif procurement`:
+    the purchase price per GPU and its running cost (power, hosting, support) per GPU-hour."""
+
+    gpu_model: str = Field(min_length=1)
+    purchase_price_per_gpu: Decimal = Field(ge=0, decimal_places=2)
+    running_cost_per_gpu_hour: Decimal = Field(ge=0, decimal_places=6)
+    currency: str | None = None
+
+    @field_validator("purchase_price_per_gpu", "running_cost_per_gpu_hour", mode="before")
+    @classmethod
+    def _no_float_money(cls, value):
+        if isinstance(value, float):
+            raise ValueError(f'write the amount as a quoted string, e.g. "{value}", so it stays exact')
+        return value
+
+
 class Policy(_Strict):
     usage: UsagePolicy = Field(default_factory=UsagePolicy)
     funding: FundingPolicy = Field(default_factory=FundingPolicy)
@@ -247,6 +273,7 @@ class Policy(_Strict):
     retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
     alerts: AlertsPolicy = Field(default_factory=AlertsPolicy)
     reports: ReportsPolicy = Field(default_factory=ReportsPolicy)
+    whatif: WhatIfPolicy = Field(default_factory=WhatIfPolicy)
 
 
 class ScrapeSource(_Strict):
@@ -320,6 +347,7 @@ class Config(_Strict):
     org: OrgNode
     budgets: list[Budget] = Field(default_factory=list)
     rate_card: list[Rate] = Field(default_factory=list)
+    hardware: list[HardwareCost] = Field(default_factory=list)  # owning costs (whatif procurement)
     policy: Policy = Field(default_factory=Policy)
     sources: Sources = Field(default_factory=Sources)
     dashboards: DashboardAccess = Field(default_factory=DashboardAccess)

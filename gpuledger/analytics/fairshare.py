@@ -34,6 +34,7 @@ def fair_share(
     node_usage: pl.LazyFrame,
     *,
     usage_col: str = "gpu_hours_decayed",
+    tree: Tree | None = None,
 ) -> pl.LazyFrame:
     """The tree shaped like ``sshare -l``, one row per org node in fair-tree (queue) order.
 
@@ -41,9 +42,11 @@ def fair_share(
     or window). Columns: node, parent, depth, kind, shares_raw, shares_norm (among siblings),
     share_global (product of shares_norm to the root), usage_raw_gpu_hours, usage_norm
     (÷ all usage), usage_effective (÷ siblings' usage), level_fs (s/u, inf with no usage),
-    fs_rank and fairshare_factor (projects only), order (row position).
+    fs_rank and fairshare_factor (projects only), order (row position). ``tree``: the
+    ``Tree.from_frame(org_nodes)`` already built, for a caller ranking many times (the what-if
+    simulator, once per cycle).
     """
-    tree = Tree.from_frame(org_nodes)
+    tree = tree or Tree.from_frame(org_nodes)
     used = dict(node_usage.select("node", usage_col).collect().iter_rows())
     usage = {n: float(used.get(n) or 0.0) for n in tree.parent}
     # A node's usage is its subtree's. A rolled-up frame already says so; a per-project frame

@@ -1,0 +1,344 @@
+"""The discrete-event loop: replay a trace on an inventory under one policy.
+
+Events, in this order at equal times: a job's finish, a submission, the enforcement cycle (every
+``cycle_minutes``; policies 2 and 3 only). After each event the freed or fed pool is filled:
+waiting jobs in queue order, each placed when it fits (backfill: a job that does not fit does not
+block the ones behind it; the scheduler looks past at most ``backfill_depth`` of them).
+
+Queue order: policy 1, declared priority (higher first), then submission; policies 2 and 3, the
+priority enforce sets (funded above unfunded, fair-share rank, declared priority inside the
+project), then submission. A preempted job goes back to the queue with its submission time (as
+Slurm requeues); one that resumes has lost the work since its last checkpoint (every
+``checkpoint_interval_minutes`` of its own runtime), one that does not starts over. A squatter
+reclaimed by policy 3 is stopped: its owner had left it idle, and it does not come back.
+
+Deterministic: no clock, no randomness beyond the trace; ties broken by job id.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import timedelta
+
+from gpuledger.enforce.model import PREEMPT, WARN
+
+from gpuledger.config import Config
+from gpuledger.whatif import policies
+from gpuledger.whatif.inventory import EPS, PoolState, pool_label
+from gpuledger.whatif.model import FAIR_SHARE, POLICIES, PRIORITY, RECLAIM, JobOutcome, Params, RunResult, Segment, Trace
+from gpuledger.whatif.usage import UsageTracker
+
+FINISH, SUBMIT, CYCLE = 0, 1, 2
+
+
+def effective_policy(cfg: Config, params: Params):
+    """(usage policy, funding cap s, squatting policy) with the run's overrides applied."""
+    usage = cfg.policy.usage.model_copy(update={k: v for k, v in {
+        "mode": params.usage_mode, "window_days": params.window_days, "half_life_days": params.half_life_days,
+    }.items() if v is not None})
+    cap_h = cfg.policy.funding.min_runtime_cap_hours if params.min_runtime_cap_hours is None \
+        else params.min_runtime_cap_hours
+    squatting = cfg.policy.squatting
+    if params.idle_threshold_ratio is not None:
+        squatting = squatting.model_copy(update={"idle_threshold_ratio": params.idle_threshold_ratio})
+    return usage, int(cap_h * 3600), squatting
+
+
+def org_nodes_frame(cfg: Config, params: Params):
+    frame = cfg.org_frame()
+    if params.share_overrides:
+        import polars as pl
+
+        known = set(frame["node"])
+        for node, _ in params.share_overrides:
+            if node not in known:
+                raise ValueError(f"share override {node!r}: no such node in the org tree")
+        over = dict(params.share_overrides)
+        frame = frame.with_columns(
+            shares=pl.struct("node", "shares").map_elements(
+                lambda r: float(over.get(r["node"], r["shares"])), return_dtype=pl.Float64))
+    return frame
+
+
+class Simulation:
+    def __init__(self, trace: Trace, cfg: Config, policy: str, params: Params | None = None,
+                 progress: Callable[[float], None] | None = None):
+        if policy not in POLICIES:
+            raise ValueError(f"policy {policy!r}: choose one of {', '.join(POLICIES)}")
+        self.trace, self.cfg, self.policy = trace, cfg, policy
+        self.params = params or Params()
+        self.progress = progress
+        self.enforcement = cfg.policy.enforcement
+        usage_policy, self.cap_s, self.squatting = effective_policy(cfg, self.params)
+        self.org_nodes = org_nodes_frame(cfg, self.params)
+        from gpuledger.analytics.tree import Tree
+
+        self.tree = Tree.from_frame(self.org_nodes)
+        self.jobs = list(trace.jobs)
+        self.out = [JobOutcome(job=j) for j in self.jobs]
+        self.index = {j.job_id: i for i, j in enumerate(self.jobs)}
+        pools = trace.inventory.pools()
+        self.pool_devices = {p: [d.device_id for d in devs] for p, devs in pools.items()}
+        self.pools = {p: PoolState(ids) for p, ids in self.pool_devices.items()}
+        self.waiting: dict[tuple, list[tuple]] = defaultdict(list)  # pool -> sorted [(key, idx)]
+        self.key: dict[int, tuple] = {}
+        self.running: dict[int, tuple[int, float, list[int]]] = {}  # idx -> (seg start, progress, device idx)
+        self.progress_s = [0.0] * len(self.jobs)
+        self.gen = [0] * len(self.jobs)
+        self.events: list[tuple] = []
+        self.seq = 0
+        projects = sorted({j.project for j in self.jobs} | set(cfg.projects()))
+        self.usage = UsageTracker(projects, mode=usage_policy.mode, window_s=usage_policy.window_days * 86400,
+                                  half_life_s=usage_policy.half_life_days * 86400)
+        self.weights = policies.budget_weights(cfg, trace.origin)
+        self.funding = policies.Funding(cfg, trace.origin, self.org_nodes, self.cap_s, projects)
+        self.budget_rate: dict[str, float] = defaultdict(float)
+        self.now = 0
+        self.verdict: dict[str, tuple[bool, str | None]] = {}
+        self.ranks: dict[str, int] = {}
+        self.fs_projects = 0
+        self.prio: dict[tuple, int] = {}  # priority_key -> enforce's priority
+        self.reps: dict[tuple, policies.JobView] = {}
+        # what a job's priority depends on besides its project's funding and rank (policies.priority_key)
+        self.static = [(j.cluster, j.project, j.declared_priority, j.kind, j.namespace, j.resumable,
+                        min(j.min_runtime_s or 0, self.cap_s) > 0) for j in self.jobs]
+        self.warnings: dict = {}
+        self.preempt_count: dict[tuple[str, str], int] = {}
+        self.applied: dict[str, int] = {}
+        self.actions: dict[str, int] = defaultdict(int)
+        self.decide_calls = 0
+        self.managed = policy in (FAIR_SHARE, RECLAIM)
+
+    # --- events ------------------------------------------------------------------------
+    def _push(self, t: int, kind: int, idx: int = -1) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.jobs[idx].job_id if idx >= 0 else "", self.seq, idx,
+                                     self.gen[idx] if idx >= 0 else 0))
+
+    def run(self) -> RunResult:
+        horizon = self.trace.horizon_s
+        for i, j in enumerate(self.jobs):
+            if j.submit_s < horizon:
+                self._push(max(j.submit_s, 0), SUBMIT, i)
+        if self.managed:
+            self._push(0, CYCLE)
+        step = max(60, int(self.params.cycle_minutes * 60))
+        shown = 0.0
+        while self.events:
+            t, kind, _, _, idx, gen = heapq.heappop(self.events)
+            if t >= horizon:
+                break
+            self._advance(t)
+            if kind == FINISH:
+                if gen != self.gen[idx] or idx not in self.running:
+                    continue
+                self._stop(idx, "done")
+                self.out[idx].done_s = t
+                self._fill(self.jobs[idx].pool)
+            elif kind == SUBMIT:
+                self._enqueue(idx)
+                self._fill(self.jobs[idx].pool)
+            else:
+                self._cycle()
+                if t + step < horizon:
+                    self._push(t + step, CYCLE)
+            if self.progress and t - shown >= 3600:
+                shown = t
+                self.progress(t / horizon)
+        self._advance(horizon)
+        for idx in sorted(self.running):
+            self._stop(idx, "horizon")
+        if self.progress:
+            self.progress(1.0)
+        return RunResult(policy=self.policy, params=self.params, trace=self.trace, outcomes=self.out,
+                         decide_calls=self.decide_calls, actions=dict(self.actions))
+
+    def _advance(self, t: int) -> None:
+        if t <= self.now:
+            return
+        dt = t - self.now
+        self.usage.advance(t)
+        for p, r in self.budget_rate.items():
+            if r:
+                self.funding.consumed[p] = self.funding.consumed.get(p, 0.0) + r * dt / 3600.0
+        self.now = t
+
+    # --- queue -------------------------------------------------------------------------
+    def _queue_key(self, idx: int) -> tuple:
+        j = self.jobs[idx]
+        if self.managed:
+            return (-self._priority_of(idx), j.submit_s, j.job_id)
+        return (-(j.declared_priority or 0), j.submit_s, j.job_id)
+
+    def _priority_of(self, idx: int) -> int:
+        key = self.static[idx]
+        if key not in self.prio:  # a new kind of job since the cycle: rank it with the others
+            self.reps[key] = self._view(idx)
+            self.prio = policies.priorities(self.reps, self.fs_projects, self.trace.origin, self.enforcement)
+        return self.prio[key]
+
+    def _enqueue(self, idx: int) -> None:
+        k = self._queue_key(idx)
+        self.key[idx] = k
+        bisect.insort(self.waiting[self.jobs[idx].pool], (k, idx))
+
+    def _fill(self, pool) -> None:
+        state = self.pools.get(pool)
+        queue = self.waiting.get(pool)
+        if state is None or not queue:
+            return
+        misses, i = 0, 0
+        while i < len(queue) and state.free_units > EPS:
+            idx = queue[i][1]
+            j = self.jobs[idx]
+            taken = state.take(j.units, j.unit_size)
+            if taken is not None:
+                del queue[i]
+                self._start(idx, taken)
+                continue
+            misses += 1
+            if misses > self.params.backfill_depth:
+                break
+            i += 1
+
+    # --- a job's life ------------------------------------------------------------------
+    def _start(self, idx: int, taken: list[int]) -> None:
+        j = self.jobs[idx]
+        self.running[idx] = (self.now, self.progress_s[idx], taken)
+        o = self.out[idx]
+        if o.first_start_s is None:
+            o.first_start_s = self.now
+        self.usage.hold(j.project, j.gpus)
+        self.budget_rate[j.project] += j.gpus * self.weights.get(j.pool[1], 1.0)
+        self.gen[idx] += 1
+        self._push(self.now + max(1, int(round(j.work_s - self.progress_s[idx]))), FINISH, idx)
+
+    def _stop(self, idx: int, why: str) -> float:
+        """End the job's current segment; its progress at the end (s)."""
+        j = self.jobs[idx]
+        start, p0, taken = self.running.pop(idx)
+        p1 = p0 + (self.now - start)
+        devices = self.pool_devices[j.pool]
+        self.out[idx].segments.append(Segment(start, self.now, tuple(devices[i] for i in taken), p0, p1, why))
+        self.pools[j.pool].give_back(taken, j.unit_size)
+        self.usage.release(j.project, j.gpus)
+        self.budget_rate[j.project] -= j.gpus * self.weights.get(j.pool[1], 1.0)
+        self.progress_s[idx] = p1
+        self.gen[idx] += 1
+        return p1
+
+    def _preempt(self, idx: int, resumes: bool) -> None:
+        j = self.jobs[idx]
+        p1 = self._stop(idx, "preempted")
+        ckpt = max(1.0, self.params.checkpoint_interval_minutes * 60)
+        p_new = (p1 // ckpt) * ckpt if resumes else 0.0
+        o = self.out[idx]
+        o.preemptions += 1
+        o.lost_gpu_hours += j.gpus * (p1 - p_new) / 3600
+        o.lost_active_gpu_hours += j.gpus * j.active_seconds(p_new, p1) / 3600
+        self.progress_s[idx] = p_new
+        self.preempt_count[(j.cluster, j.job_id)] = self.preempt_count.get((j.cluster, j.job_id), 0) + 1
+        self._enqueue(idx)
+
+    def _reclaim(self, idx: int) -> None:
+        self._stop(idx, "squatter-reclaimed")
+        self.out[idx].reclaimed = True
+
+    # --- the enforcement cycle (policies 2 and 3) ------------------------------------------
+    def _view(self, idx: int) -> policies.JobView:
+        j = self.jobs[idx]
+        ok, why = self.verdict.get(j.project, (False, "no budget"))
+        eff = min(j.min_runtime_s or 0, self.cap_s)
+        funded = ok and eff > 0
+        reason = None if funded else (why if not ok else "no minimum runtime declared")
+        run = self.running.get(idx)
+        start = run[0] if run else None
+        return policies.JobView(job=j, running=run is not None, start_s=start, funded=funded, unfunded_reason=reason,
+                                protected_until_s=start + eff if (funded and start is not None) else None,
+                                fs_rank=self.ranks.get(j.project))
+
+    def _cycle(self) -> None:
+        t = self.now
+        self.verdict = self.funding.verdicts(t)
+        self.ranks, self.fs_projects = policies.fs_ranks(self.org_nodes, self.usage.usage(), self.tree)
+        # enforce's priority per kind of job present (policies.priorities): same value for the same key
+        self.reps, self.prio = {}, {}
+        for idx in [*self.running, *(i for q in self.waiting.values() for _, i in q)]:
+            key = self.static[idx]
+            if key not in self.reps:
+                self.reps[key] = self._view(idx)
+        if self.reps:
+            self.prio = policies.priorities(self.reps, self.fs_projects, self.trace.origin, self.enforcement)
+        for queue in self.waiting.values():
+            queue[:] = sorted(((-self.prio[self.static[idx]], self.jobs[idx].submit_s, self.jobs[idx].job_id), idx)
+                              for _, idx in queue)
+        head = [idx for q in self.waiting.values() for _, idx in q[: self.params.queue_head]]
+        findings = []
+        if self.policy == RECLAIM:
+            for idx in sorted(self.running):
+                start, p0, _ = self.running[idx]
+                f = policies.squat_finding(self.jobs[idx], seg_start_s=start, progress_start_s=p0, now_s=t,
+                                           origin=self.trace.origin,
+                                           threshold=self.squatting.idle_threshold_ratio, squatting=self.squatting)
+                if f is not None:
+                    findings.append(f)
+        # Demand preemption weighs like against like (one pool), so the cycle needs the running jobs
+        # of pools where funded (or exempt) work waits and does not fit, and the squatters.
+        head_views = {idx: self._view(idx) for idx in head}
+        short = {self.jobs[i].pool for i, v in head_views.items()
+                 if (v.funded or _exempt(self.jobs[i], self.enforcement))
+                 and not self.pools[self.jobs[i].pool].fits(self.jobs[i].units, self.jobs[i].unit_size)}
+        squatters = {(f.cluster, f.job_id) for f in findings}
+        chosen = [i for i in sorted(self.running)
+                  if self.jobs[i].pool in short or (self.jobs[i].cluster, self.jobs[i].job_id) in squatters]
+        if not chosen:
+            self._fill_all()
+            return  # nothing a cycle could do: no squatter, no funded work short of GPUs
+        views = {i: self._view(i) for i in chosen}
+        views.update(head_views)
+        running_views = [views[i] for i in chosen]
+        free = {(pool[0], pool_label(pool)): s.free_units for pool, s in self.pools.items()}
+        actions = policies.cycle_actions(
+            origin=self.trace.origin, now_s=t, views=running_views + [views[i] for i in head], findings=findings,
+            warnings=self.warnings, preemptions=self.preempt_count, applied=self.applied, free=free,
+            fs_projects=self.fs_projects, policy=self.enforcement)
+        self.decide_calls += 1
+        now = self.trace.origin + timedelta(seconds=t)
+        for a in actions:
+            if a.priority is not None:
+                self.applied[a.job_id] = a.priority
+            if a.action == WARN:
+                policies.record_warning(self.warnings, a, now)
+                self.out[self.index[a.job_id]].warnings += 1
+                self.actions["warn"] += 1
+            elif a.action == PREEMPT:
+                idx = self.index[a.job_id]
+                if idx not in self.running:
+                    continue
+                self.actions[f"preempt:{a.rule}"] += 1
+                if a.rule == "squatter":
+                    self._reclaim(idx)
+                else:
+                    self._preempt(idx, resumes=a.mode == "requeue")
+        self._fill_all()
+
+    def _fill_all(self) -> None:
+        for pool in sorted(self.pools, key=lambda p: (p[0], p[1], p[2] or "")):
+            self._fill(pool)
+
+
+def _exempt(job, enforcement) -> bool:
+    return bool((job.kind and job.kind in enforcement.exempt_kinds)
+                or (job.namespace and job.namespace in enforcement.exempt_namespaces))
+
+
+def simulate(trace: Trace, cfg: Config, policy: str, params: Params | None = None,
+             progress: Callable[[float], None] | None = None) -> RunResult:
+    """Replay ``trace`` under ``policy`` (model.PRIORITY / FAIR_SHARE / RECLAIM)."""
+    return Simulation(trace, cfg, policy, params, progress).run()
+
+
+__all__ = ["simulate", "Simulation", "PRIORITY", "FAIR_SHARE", "RECLAIM"]

@@ -1,0 +1,177 @@
+"""A run's figures. Every figure states its unit; GPU-hours are whole-GPU equivalents × hours.
+
+* delivery per project — :func:`gpuledger.analytics.fairshare.delivery` (the live definition:
+  owed = share of capacity capped hour by hour at the project's demand, delivered = min(allocated,
+  owed)) over the run's own jobs and allocations; ``worst_delivery_ratio`` is the lowest among
+  projects that were owed anything;
+* occupancy — allocated ÷ installed GPU-hours;
+* useful GPU-hours — active GPU-hours (allocated × activity ratio) of work that was kept: the
+  active part of work thrown away by preemptions is left out;
+* waits — first start − submission, hours, p50 / p90 per job class; a job never started counts
+  with its wait so far (a lower bound), so starving work is not hidden;
+* preemptions, and the allocated GPU-hours of work they threw away;
+* squatted GPU-hours — allocated GPU-hours of jobs whose GPUs were all idle (activity under the
+  idle threshold) past the start-up grace.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from gpuledger.whatif.model import JobOutcome, RunResult, SimJob
+
+SMALL, MEDIUM, LARGE = "small", "medium", "large"
+SMALL_MAX_GPUS = 1.0  # a debug job: one GPU or less ...
+SMALL_MAX_HOURS = 2.0  # ... for at most two hours
+LARGE_MIN_GPUS = 8.0
+
+
+def job_class(job: SimJob) -> str:
+    """small (≤ 1 GPU and ≤ 2 h: debug work), large (≥ 8 GPUs), else medium."""
+    if job.gpus <= SMALL_MAX_GPUS + 1e-9 and job.work_s <= SMALL_MAX_HOURS * 3600:
+        return SMALL
+    if job.gpus >= LARGE_MIN_GPUS - 1e-9:
+        return LARGE
+    return MEDIUM
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between order statistics (numpy's default)."""
+    if not values:
+        return None
+    v = sorted(values)
+    pos = (len(v) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def idle_seconds(job: SimJob, p0: float, p1: float, threshold: float) -> float:
+    """Seconds of progress [p0, p1) with activity under ``threshold``."""
+    total, t = 0.0, p0
+    while t < p1:
+        i = int(t // 3600)
+        edge = min(p1, (i + 1) * 3600) if i < len(job.activity) else p1
+        if job.activity_at(t) < threshold:
+            total += edge - t
+        t = edge
+    return total
+
+
+def squatted_gpu_hours(outcomes: list[JobOutcome], *, threshold: float, grace_s: float) -> float:
+    total = 0.0
+    for o in outcomes:
+        for s in o.segments:
+            p_from = s.progress_start_s + grace_s
+            if p_from < s.progress_end_s:
+                total += o.job.gpus * idle_seconds(o.job, p_from, s.progress_end_s, threshold) / 3600
+    return total
+
+
+def frames(result: RunResult):
+    """(jobs, job_allocations, gpus) in the warehouse's shapes, for the analytics."""
+    import polars as pl
+
+    origin = result.trace.origin
+    at = (lambda s: None if s is None else origin + timedelta(seconds=s))
+    jobs, allocs = [], []
+    for o in result.outcomes:
+        j = o.job
+        ended = o.segments[-1].end_s if o.segments and o.segments[-1].ended_by != "horizon" else None
+        jobs.append((j.cluster, j.job_id, j.project, j.kind, j.pool[1], float(j.gpus), j.min_runtime_s,
+                     at(j.submit_s), at(o.first_start_s), at(ended) if (o.done_s is not None or o.reclaimed) else None,
+                     "whatif"))
+        for s in o.segments:
+            for d in s.devices:
+                allocs.append((j.cluster, j.job_id, d, at(s.start_s), at(s.end_s), float(j.unit_size)))
+    jobs_f = pl.DataFrame(jobs, orient="row", schema={
+        "cluster": pl.String, "job_id": pl.String, "project": pl.String, "kind": pl.String, "gpu_model": pl.String,
+        "gpus": pl.Float64, "min_runtime_s": pl.Int64, "submit_time": pl.Datetime("us"),
+        "start_time": pl.Datetime("us"), "end_time": pl.Datetime("us"), "source": pl.String})
+    alloc_f = pl.DataFrame(allocs, orient="row", schema={
+        "cluster": pl.String, "job_id": pl.String, "gpu_id": pl.Int32, "start_time": pl.Datetime("us"),
+        "end_time": pl.Datetime("us"), "gpu_fraction": pl.Float64})
+    devs = result.trace.inventory.devices
+    gpus_f = pl.DataFrame({
+        "gpu_id": [d.device_id for d in devs], "cluster": [d.pool[0] for d in devs],
+        "gpu_uuid": [d.gpu_uuid for d in devs],
+        "mig_instance_id": [(-1 if d.pool[2] is None else i) for i, d in enumerate(devs)],
+        "host": ["whatif"] * len(devs), "model": [d.pool[1] for d in devs], "mig_profile": [d.pool[2] for d in devs],
+        "gpu_fraction": [float(d.fraction) for d in devs], "pricing_tier": [d.tier for d in devs],
+        "first_seen": [None] * len(devs), "last_seen": [None] * len(devs), "retired_at": [None] * len(devs),
+    }, schema_overrides={"gpu_id": pl.Int32, "first_seen": pl.Datetime("us"), "last_seen": pl.Datetime("us"),
+                         "retired_at": pl.Datetime("us"), "mig_profile": pl.String})
+    return jobs_f, alloc_f, gpus_f
+
+
+def project_delivery(result: RunResult, org_nodes):
+    """Per project (leaves): owed, allocated, delivered GPU-hours and delivery_ratio."""
+    import polars as pl
+
+    from gpuledger.analytics.fairshare import delivery
+
+    jobs_f, alloc_f, gpus_f = frames(result)
+    start = result.trace.origin
+    end = start + timedelta(seconds=result.trace.horizon_s)
+    out = delivery(jobs_f.lazy(), alloc_f.lazy(), gpus_f.lazy(), org_nodes, start=start, end=end, now=end).collect()
+    leaves = set(org_nodes.filter(~pl.col("node").is_in(org_nodes["parent"].drop_nulls().implode()))["node"])
+    return (out.filter(pl.col("node").is_in(sorted(leaves)))
+            .select(pl.col("node").alias("project"), "gpu_hours_entitled", "gpu_hours_demand", "gpu_hours_owed",
+                    "gpu_hours_allocated", "gpu_hours_delivered", "delivery_ratio")
+            .sort("project"))
+
+
+def summarize(result: RunResult, org_nodes, squatting) -> dict:
+    """The figures of one run (see the module docstring), keyed with their units."""
+    trace = result.trace
+    hours = trace.horizon_s / 3600
+    capacity = trace.inventory.physical_gpus() * hours
+    allocated = active = lost = lost_active = 0.0
+    waits: dict[str, list[float]] = {SMALL: [], MEDIUM: [], LARGE: []}
+    started = {SMALL: 0, MEDIUM: 0, LARGE: 0}
+    preemptions = done = reclaimed = 0
+    for o in result.outcomes:
+        j = o.job
+        for s in o.segments:
+            allocated += j.gpus * (s.end_s - s.start_s) / 3600
+            active += j.gpus * j.active_seconds(s.progress_start_s, s.progress_end_s) / 3600
+        lost += o.lost_gpu_hours
+        lost_active += o.lost_active_gpu_hours
+        preemptions += o.preemptions
+        done += o.done_s is not None
+        reclaimed += o.reclaimed
+        c = job_class(j)
+        if j.submit_s < trace.horizon_s:
+            first = o.first_start_s if o.first_start_s is not None else trace.horizon_s
+            started[c] += o.first_start_s is not None
+            waits[c].append(max(0, first - j.submit_s) / 3600)
+    deliv = project_delivery(result, org_nodes)
+    owed = deliv.filter(deliv["gpu_hours_owed"] > 1e-9)
+    worst = owed.sort("delivery_ratio").row(0, named=True) if owed.height else None
+    total_owed = float(owed["gpu_hours_owed"].sum()) if owed.height else 0.0
+    out = {
+        "policy": result.policy,
+        "capacity_gpu_hours": capacity,
+        "allocated_gpu_hours": allocated,
+        "occupancy_ratio": allocated / capacity if capacity else None,
+        "active_gpu_hours": active,
+        "useful_gpu_hours": active - lost_active,
+        "owed_gpu_hours": total_owed,
+        "delivered_gpu_hours": float(owed["gpu_hours_delivered"].sum()) if owed.height else 0.0,
+        "delivery_ratio": (float(owed["gpu_hours_delivered"].sum()) / total_owed) if total_owed else None,
+        "worst_delivery_ratio": None if worst is None else worst["delivery_ratio"],
+        "worst_project": None if worst is None else worst["project"],
+        "preemptions": preemptions,
+        "lost_gpu_hours": lost,
+        "squatted_gpu_hours": squatted_gpu_hours(result.outcomes, threshold=squatting.idle_threshold_ratio,
+                                                 grace_s=squatting.grace_minutes * 60),
+        "squatters_reclaimed": reclaimed,
+        "jobs_done": done,
+        "jobs": len(result.outcomes),
+    }
+    for c in (SMALL, MEDIUM, LARGE):
+        out[f"wait_p50_hours_{c}"] = _quantile(waits[c], 0.5)
+        out[f"wait_p90_hours_{c}"] = _quantile(waits[c], 0.9)
+        out[f"jobs_{c}"] = len(waits[c])
+        out[f"jobs_started_{c}"] = started[c]
+    return out, deliv
