@@ -6,7 +6,6 @@ The app only reads: every page's data comes from gpuledger.dashboards.queries th
 """
 
 import streamlit as st
-
 from gpuledger.dashboards import access, ui
 
 st.set_page_config(page_title="gpuledger", layout="wide")

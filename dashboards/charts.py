@@ -16,13 +16,13 @@ STATUS_COLORS = {"funded": "#2ca02c", "at-risk": "#ff7f0e", "exhausted": "#d6272
 
 def pct_over_time(frame: pl.DataFrame, color: str | None, title: str) -> alt.Chart:
     """Lines of ``pct`` (0..100 % of capacity) per hour; dashed = active, solid = allocated."""
-    enc = dict(
-        x=alt.X("hour:T", title="hour (UTC)"),
-        y=alt.Y("pct:Q", title="% of installed capacity", scale=alt.Scale(domain=[0, 100])),
-        strokeDash=alt.StrokeDash("measure:N", title="measure", sort=["allocated", "active"]),
-        tooltip=[alt.Tooltip("hour:T", format="%Y-%m-%d %H:00"), "measure:N",
-                 alt.Tooltip("pct:Q", format=".1f", title="%")],
-    )
+    enc = {
+        "x": alt.X("hour:T", title="hour (UTC)"),
+        "y": alt.Y("pct:Q", title="% of installed capacity", scale=alt.Scale(domain=[0, 100])),
+        "strokeDash": alt.StrokeDash("measure:N", title="measure", sort=["allocated", "active"]),
+        "tooltip": [alt.Tooltip("hour:T", format="%Y-%m-%d %H:00"), "measure:N",
+                    alt.Tooltip("pct:Q", format=".1f", title="%")],
+    }
     if color:
         enc["color"] = alt.Color(f"{color}:N", title=color)
         enc["tooltip"].insert(1, f"{color}:N")
@@ -102,10 +102,3 @@ def amount_bars(frame: pl.DataFrame, title: str, currency: str) -> alt.Chart:
         tooltip=["label:N", "line_kind:N", alt.Tooltip("amount:Q", format=",.2f"), alt.Tooltip("gpu_hours:Q", format=",.2f")],
     ).properties(height=max(30 * frame.height, 120))
 
-
-def hbar(frame: pl.DataFrame, y: str, x: str, title: str, x_title: str, color: str | None = None) -> alt.Chart:
-    enc = dict(y=alt.Y(f"{y}:N", title=y, sort="-x"), x=alt.X(f"{x}:Q", title=x_title),
-               tooltip=[f"{y}:N", alt.Tooltip(f"{x}:Q", format=",.2f")])
-    if color:
-        enc["color"] = alt.Color(f"{color}:N", title=color)
-    return alt.Chart(frame, title=title).mark_bar().encode(**enc).properties(height=max(24 * frame.height, 100))

@@ -83,8 +83,8 @@ def warehouse_state(path: str) -> WarehouseState:
     warehouse comes back with ``problem`` set to one sentence saying what to run."""
     from gpuledger.analytics.reports import data_now
 
-    empty = dict(data_now=None, first_hour=None, last_hour=None, clusters=(), parent_of={}, kind_of={},
-                 periods=(), counts={})
+    empty = {"data_now": None, "first_hour": None, "last_hour": None, "clusters": (), "parent_of": {},
+             "kind_of": {}, "periods": (), "counts": {}}
     if not Path(path).exists():
         return WarehouseState(path, f"There is no warehouse at `{path}` yet. Run {NEXT_STEPS}.", **empty)
     try:
@@ -360,7 +360,7 @@ def statement(path: str, period: str, node: str | None) -> StatementView:
         billed_through=st.billed_through, lines=st.lines, totals=st.totals(),
         reconciliation=tuple(r.sentence() for r in st.reconciliation),
         reconciles=all(r.reconciles for r in st.reconciliation) if st.reconciliation else None,
-        notes=tuple([*st.notes, *st.warnings]), files=files)
+        notes=(*st.notes, *st.warnings), files=files)
 
 
 def _slug(name: str) -> str:

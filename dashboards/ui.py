@@ -10,7 +10,6 @@ from datetime import date, datetime, time, timedelta
 
 import polars as pl
 import streamlit as st
-
 from gpuledger.dashboards import access, queries
 
 TTL_S = int(os.environ.get("GPULEDGER_DASHBOARD_TTL_S", "60"))

@@ -12,12 +12,12 @@ from decimal import Decimal
 import polars as pl
 import pytest
 import streamlit as st
+from gpuledger.dashboards import access, queries
 from streamlit.testing.v1 import AppTest
 
 from gpuledger import warehouse
 from gpuledger.analytics import reports
 from gpuledger.config import DashboardAccess
-from gpuledger.dashboards import access, queries
 from tests.helpers.dashboard_rig import APP, LEADS, run_cli
 
 AUTH = {"redirect_uri": "http://127.0.0.1:8501/oauth2callback", "cookie_secret": "test-secret",
@@ -107,7 +107,7 @@ def test_utilization_headline_equals_the_analytics(on_rig):
 
 def test_fair_share_tree_equals_the_analytics(on_rig):
     at = page(app(), "fair_share")
-    _, end, now = window(at)
+    _, _, now = window(at)
     with warehouse.open_reader(on_rig.warehouse) as con:
         expected = reports.fairshare_report(con, as_of=now)
     tree = frame(at, 0)
@@ -150,7 +150,7 @@ def test_chargeback_total_equals_the_statement_and_files_equal_the_finance_set(o
     with warehouse.open_reader(on_rig.warehouse) as con:
         lines = reports.statement_report(con, period)
     billed = lines.filter(pl.col("line_kind").is_in(["charge", "idle", "credit", "debit"]))
-    total = sum((Decimal(a) for a in billed["amount"]), Decimal("0"))
+    total = sum((Decimal(a) for a in billed["amount"]), Decimal(0))
     shown = metrics(at)
     assert shown["Total billed"] == f"{total:,.2f} USD"
     assert shown["Reconciliation (to the cent)"] == "reconciles"
@@ -277,9 +277,9 @@ def test_a_warehouse_without_analytics_says_run_the_pipelines(tmp_path, monkeypa
     monkeypatch.setenv("GPULEDGER_WAREHOUSE", str(path))
     at = page(AppTest.from_file(str(APP), default_timeout=60).run(), "budgets")
     assert any("no GPU samples or jobs" in w.value for w in at.warning)
+    from gpuledger.config import load_config
     from gpuledger.simulator import build_cluster
     from gpuledger.simulator.to_warehouse import write_simulation
-    from gpuledger.config import load_config
 
     with warehouse.open_writer(path) as con:
         write_simulation(con, build_cluster(seed=1, gpus=2, start=datetime(2026, 11, 1), days=0.05,

@@ -110,7 +110,7 @@ def _sign_in(browser, server: Server, email: str):
     page.fill("input[name=sub]", email)  # the mock makes a user whose e-mail claim is the subject
     page.get_by_role("button", name="Authorize").click()
     page.wait_for_url(f"{server.url}/**", timeout=60_000)
-    page.wait_for_selector(f"text=Signed in as", timeout=60_000)
+    page.wait_for_selector("text=Signed in as", timeout=60_000)
     return context, page
 
 

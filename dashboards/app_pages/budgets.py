@@ -2,7 +2,6 @@ from datetime import timedelta
 
 import polars as pl
 import streamlit as st
-
 from gpuledger.dashboards import charts, ui
 
 ctx = ui.context()

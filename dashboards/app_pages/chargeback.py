@@ -1,6 +1,5 @@
 import polars as pl
 import streamlit as st
-
 from gpuledger.dashboards import charts, queries, ui
 
 MIME = {".csv": "text/csv", ".parquet": "application/vnd.apache.parquet",

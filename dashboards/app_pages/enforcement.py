@@ -1,6 +1,5 @@
 import polars as pl
 import streamlit as st
-
 from gpuledger.dashboards import ui
 
 ctx = ui.context()

@@ -1,5 +1,4 @@
 import streamlit as st
-
 from gpuledger.dashboards import charts, queries, ui
 
 ctx = ui.context()

@@ -1,6 +1,5 @@
 import polars as pl
 import streamlit as st
-
 from gpuledger.dashboards import access, queries, ui
 
 ctx = ui.context()

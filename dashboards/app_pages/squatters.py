@@ -1,14 +1,13 @@
 import polars as pl
 import streamlit as st
-
 from gpuledger.dashboards import ui
 
 ctx = ui.context()
 if ctx is not None:
     st.title("Squatters")
     last = ctx.state.counts.get("last_squatting_evaluation")
-    st.caption(f"Jobs holding GPUs that stay idle, as of the last evaluation "
-               f"({'%s UTC' % f'{last:%Y-%m-%d %H:%M}' if last else 'none yet'}); idle = under "
+    when = f"{last:%Y-%m-%d %H:%M} UTC" if last else "none yet"
+    st.caption(f"Jobs holding GPUs that stay idle, as of the last evaluation ({when}); idle = under "
                f"{ctx.idle_below:.0%} activity through the sustained window.")
     findings = ui.squatting_open(ctx.path, ctx.clusters)
     everyone = findings
