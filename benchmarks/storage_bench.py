@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/storage_bench.py --part write     # 1 vs 7 days of history only
     .venv/bin/python benchmarks/storage_bench.py --part readers --seconds 120 --writer-every 30
     .venv/bin/python benchmarks/storage_bench.py --part parquet   # the alternative design, measured
+    .venv/bin/python benchmarks/storage_bench.py --part simulate  # readers during `simulate warehouse`
 
 1. Write path: one scrape round of every node's exposition page (256 GPUs = 302 devices incl. MIG),
    written as ``gpuledger ingest scrape`` writes it (``open_writer`` + ``ingest_results`` + close),
@@ -303,6 +304,36 @@ def parquet_part(gpus: int) -> dict:
     return res
 
 
+def simulate_part(gpus: int, days: float) -> dict:
+    """A real long writer: ``gpuledger simulate warehouse`` into a new file while one reader reads
+    in a loop; the reader's waits for it (the first read waits for the first chunk)."""
+    from gpuledger.warehouse.db import last_reader_wait_s
+
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        path = Path(tmp) / "sim.duckdb"
+        t0 = time.perf_counter()
+        writer = subprocess.Popen([sys.executable, "-m", "gpuledger.cli", "simulate", "warehouse", "--gpus", str(gpus),
+                                   "--days", str(days), "--warehouse", str(path)], cwd=ROOT,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        waits, counts = [], set()
+        while writer.poll() is None:
+            if not Path(f"{path}.gate").exists():
+                time.sleep(0.01)  # the command is still starting
+                continue
+            with warehouse.open_reader(path, creating_wait_s=30) as con:
+                counts.add(con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0])
+            waits.append(last_reader_wait_s())
+            time.sleep(0.05)
+        assert writer.wait() == 0
+        elapsed = time.perf_counter() - t0
+    res = {"reads": len(waits), "distinct_counts": len(counts), "wait_p50_ms": _pct(waits, 0.5) * 1e3,
+           "wait_max_ms": max(waits) * 1e3 if waits else float("nan"), "elapsed_s": elapsed}
+    print(f"simulate warehouse --gpus {gpus} --days {days:g} ({elapsed:.1f} s) with a reader in a loop: "
+          f"{res['reads']} reads saw {res['distinct_counts']} different sample counts; wait for the writer "
+          f"p50 {res['wait_p50_ms']:.0f} ms, max {res['wait_max_ms']:.0f} ms", flush=True)
+    return res
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--reader"]:
         return reader_main(sys.argv[2], float(sys.argv[3]), sys.argv[4])
@@ -314,7 +345,7 @@ def main() -> None:
     if sys.argv[1:2] == ["--idle-writer"]:
         return Path(sys.argv[2]).write_text(json.dumps({}))
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", choices=["write", "readers", "parquet", "both"], default="both")
+    ap.add_argument("--part", choices=["write", "readers", "parquet", "simulate", "both"], default="both")
     ap.add_argument("--gpus", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=8, help="scrape rounds timed per history length")
     ap.add_argument("--seconds", type=float, default=120.0, help="reader run length")
@@ -327,6 +358,8 @@ def main() -> None:
         readers_part(args.gpus, args.seconds, args.writer_every, args.long_chunk_s)
     if args.part == "parquet":
         parquet_part(args.gpus)
+    if args.part == "simulate":
+        simulate_part(args.gpus, 1.0)
 
 
 if __name__ == "__main__":
