@@ -86,7 +86,8 @@ def warehouse_state(path: str) -> WarehouseState:
     empty = {"data_now": None, "first_hour": None, "last_hour": None, "clusters": (), "parent_of": {},
              "kind_of": {}, "periods": (), "counts": {}}
     if not Path(path).exists():
-        return WarehouseState(path, f"There is no warehouse at `{path}` yet. Run {NEXT_STEPS}.", **empty)
+        return WarehouseState(path, f"There is no warehouse at `{path}` yet. Run {NEXT_STEPS}. Under `make dev` "
+                                    "the first ingest run creates it within a minute: reload then.", **empty)
     try:
         with warehouse.open_reader(path) as con:
             row = con.execute(sql("state")).fetchall()[0]

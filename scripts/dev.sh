@@ -49,7 +49,7 @@ stop() {
     for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
     for pid in $tree; do kill -KILL "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    echo "make dev: stopped the exporters and Dagster"
+    echo "make dev: stopped the exporters, Dagster and the dashboards"
 }
 trap stop INT TERM EXIT
 
