@@ -78,6 +78,14 @@ def _period_bounds(period: str) -> tuple[datetime, datetime]:
 
 LINE_KINDS = ("charge", "idle", "over-allocated", "capacity-unknown", "unpriced")
 BILLED_KINDS = ("charge", "idle")  # the statement's total; the other kinds are memo lines
+
+
+def billed(frame: pl.DataFrame | pl.LazyFrame) -> pl.Expr:
+    """True on the lines that make a statement's total: charge and idle lines, and the credit /
+    debit lines that correct them (a correction of a memo line is a memo line too)."""
+    names = frame.collect_schema().names()
+    kind = pl.coalesce("correction_of", "line_kind") if "correction_of" in names else pl.col("line_kind")
+    return kind.is_in(BILLED_KINDS)
 OVER = "(over-allocated)"
 CAPACITY_UNKNOWN = "(capacity unknown)"
 NO_JOB_RECORD = "(no job record)"

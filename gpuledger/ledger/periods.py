@@ -233,7 +233,9 @@ def _closed_message(con, period: str) -> str:
 def _totals(frame: pl.DataFrame) -> dict[str, str]:
     if frame.is_empty():
         return {}
-    sums = frame.group_by("currency").agg(pl.col("amount").sum()).sort("currency")
+    from gpuledger.analytics.chargeback import billed
+
+    sums = frame.filter(billed(frame)).group_by("currency").agg(pl.col("amount").sum()).sort("currency")
     return {c: str(a) for c, a in sums.iter_rows()}
 
 
@@ -365,6 +367,7 @@ def period_list(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     ).pl()
     totals = con.sql(
         "SELECT period, currency, sum(amount) AS total FROM statement_lines WHERE level = 'project' "
+        "AND coalesce(json_extract_string(line_json, '$.correction_of'), line_kind) IN ('charge', 'idle') "
         "GROUP BY period, currency"
     ).pl()
     if totals.height:

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import polars as pl
 
+from gpuledger.analytics.chargeback import billed as is_billed
+
 from gpuledger.reports.chart import stacked_bars
-from gpuledger.reports.statement import BILLED, ORG_LINES, UNASSIGNED, Statement
+from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
 
 MANIFEST = "manifest.json"
 HOUR_COLS = ("gpu_hours", "gpu_hours_active", "gpu_hours_unknown")
@@ -106,7 +108,7 @@ def _write_table(ws, frame: pl.DataFrame, start_row: int, *, total_label: str | 
                 cell.number_format = "0.0%"
         r += 1
     if total_label is not None and "amount" in frame.columns:
-        billed = frame.filter(pl.col("line_kind").is_in(BILLED)) if "line_kind" in frame.columns else frame
+        billed = frame.filter(is_billed(frame)) if "line_kind" in frame.columns else frame
         sums = billed.group_by("currency").agg(pl.col("amount").sum(), pl.col("gpu_hours").sum()).sort("currency")
         for currency, amount, hours in sums.iter_rows():
             ws.cell(row=r, column=1, value=total_label).font = bold
@@ -127,7 +129,7 @@ SHEET_COLUMNS = ["line_kind", "project", "gpu_model", "tier", "currency", "gpu_h
 def unit_totals(st: Statement) -> pl.DataFrame:
     """Per business unit (and the org's own idle / memo lines) and currency: GPU-hours and amount
     of the billed lines."""
-    billed = st.lines.filter(pl.col("line_kind").is_in(BILLED) & pl.col("currency").is_not_null())
+    billed = st.lines.filter(is_billed(st.lines) & pl.col("currency").is_not_null())
     order = {u: i for i, u in enumerate(st.sections)}
     return (billed.group_by("business_unit", "currency")
             .agg(pl.col("gpu_hours").sum().round(6), pl.col("gpu_hours_active").sum().round(6),

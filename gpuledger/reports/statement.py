@@ -19,11 +19,12 @@ from decimal import Decimal
 import duckdb
 import polars as pl
 
+from gpuledger.analytics.chargeback import billed as is_billed
+
 from gpuledger.errors import UsageError
 
 ORG_LINES = "(org)"  # business_unit of idle and memo lines
 UNASSIGNED = "(unassigned)"  # business_unit of a project not in the org tree
-BILLED = ("charge", "idle", "credit", "debit")
 KIND_ORDER = {k: i for i, k in enumerate(("charge", "idle", "credit", "debit", "over-allocated",
                                           "capacity-unknown", "unpriced"))}
 LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours",
@@ -131,7 +132,7 @@ class Statement:
     def totals(self, frame: pl.DataFrame | None = None) -> dict[str, Decimal]:
         """Σ amount of the billed lines per currency (what is owed)."""
         frame = self.lines if frame is None else frame
-        billed = frame.filter(pl.col("line_kind").is_in(BILLED) & pl.col("currency").is_not_null())
+        billed = frame.filter(is_billed(frame) & pl.col("currency").is_not_null())
         return {c: Decimal(a) for c, a in billed.group_by("currency").agg(pl.col("amount").sum())
                 .sort("currency").iter_rows()}
 
@@ -242,7 +243,7 @@ def _history(con, period: str, start: datetime, policy, first_seen: datetime | N
         if month != period and (first_seen is None or first_seen >= m_end):
             continue
         lines = statement_report(con, month, level="project", policy=policy)
-        billed = lines.filter(pl.col("line_kind").is_in(BILLED) & pl.col("currency").is_not_null())
+        billed = lines.filter(is_billed(lines) & pl.col("currency").is_not_null())
         billed = billed.with_columns(line_kind=pl.when(pl.col("line_kind").is_in(["credit", "debit"]))
                                      .then(pl.lit("corrections")).otherwise(pl.col("line_kind")))
         agg = billed.group_by("currency", "line_kind").agg(pl.col("amount").sum(), pl.col("gpu_hours").sum())

@@ -13,7 +13,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from gpuledger.reports.statement import BILLED, ORG_LINES, UNASSIGNED, business_units
+from gpuledger.analytics.chargeback import billed as is_billed
+
+from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
 
 WEEKLY_TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
@@ -71,7 +73,7 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
     unit_expr = (pl.when(pl.col("project").is_in(["(idle)", "(over-allocated)", "(capacity unknown)"]))
                  .then(pl.lit(ORG_LINES))
                  .otherwise(pl.col("project").replace_strict(unit_of, default=UNASSIGNED, return_dtype=pl.String)))
-    billed = lines.filter(pl.col("line_kind").is_in(BILLED) & pl.col("currency").is_not_null()) \
+    billed = lines.filter(is_billed(lines) & pl.col("currency").is_not_null()) \
         .with_columns(business_unit=unit_expr)
     spend = billed.group_by("business_unit", "currency").agg(
         pl.col("gpu_hours").filter(pl.col("line_kind") == "charge").sum().round(6),
