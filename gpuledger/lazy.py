@@ -22,3 +22,23 @@ def lazy_import(name: str) -> ModuleType:
     sys.modules[name] = module
     loader.exec_module(module)
     return module
+
+
+def lazy_attributes(package: str, homes: dict[str, str], namespace: dict):
+    """A module ``__getattr__`` (PEP 562) for ``package``: ``homes`` maps a public name to the
+    submodule that defines it, imported on first use and kept in ``namespace`` (the package's
+    ``globals()``); submodules themselves resolve as attributes too (``warehouse.writes.X``)."""
+    from importlib import import_module
+    from importlib.util import find_spec
+
+    def __getattr__(name: str):
+        home = homes.get(name)
+        if home is None:
+            if not name.startswith("_") and find_spec(f"{package}.{name}") is not None:
+                return import_module(f"{package}.{name}")
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(import_module(f"{package}.{home}"), name)
+        namespace[name] = value
+        return value
+
+    return __getattr__

@@ -3,6 +3,8 @@
 Everything that touches the DuckDB file goes through this package (design.md, "Storage rules").
 """
 
+from gpuledger.lazy import lazy_attributes
+
 # Names resolve on first use (PEP 562), so `from gpuledger import warehouse` costs nothing until a
 # command really opens the file: `gpuledger --help` must not import DuckDB and polars.
 _HOMES = {
@@ -36,20 +38,7 @@ _HOMES = {
 
 
 
-def __getattr__(name: str):
-    from importlib import import_module
-
-    home = _HOMES.get(name)
-    if home is None and not name.startswith("_"):
-        from importlib.util import find_spec
-
-        if find_spec(f"gpuledger.warehouse.{name}") is not None:  # `warehouse.writes.X` and the like
-            return import_module(f"gpuledger.warehouse.{name}")
-    if home is None:
-        raise AttributeError(f"module 'gpuledger.warehouse' has no attribute {name!r}")
-    value = getattr(import_module(f"gpuledger.warehouse.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes("gpuledger.warehouse", _HOMES, globals())
 
 
 __all__ = [

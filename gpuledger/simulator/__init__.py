@@ -9,6 +9,8 @@ Python API::
     write_openmetrics(sim, fh, sim.start_s, sim.end_s)
 """
 
+from gpuledger.lazy import lazy_attributes
+
 # Names resolve on first use (PEP 562): the CLI imports this package for --help without numpy.
 _HOMES = {
     "Exporters": "exporter",
@@ -26,15 +28,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'gpuledger.simulator' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"gpuledger.simulator.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes("gpuledger.simulator", _HOMES, globals())
 
 
 __all__ = [
