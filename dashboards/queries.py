@@ -157,6 +157,18 @@ def usage_by_kind(path: str, start: datetime, end: datetime, clusters: tuple[str
     return read(path, "usage_by_kind", start=start, end=end, clusters=list(clusters))
 
 
+def kind_pct(kinds: pl.DataFrame, hourly: pl.DataFrame) -> pl.DataFrame:
+    """Per hour and workload kind: allocated and active GPU-hours as % of that hour's installed
+    capacity (the clusters of ``hourly``)."""
+    capacity = hourly.group_by("hour").agg(pl.col("gpu_hours_capacity").sum())
+    return (kinds.join(capacity, on="hour", how="left")
+            .with_columns(allocated_pct=pl.when(pl.col("gpu_hours_capacity") > 0)
+                          .then(100 * pl.col("gpu_hours_allocated") / pl.col("gpu_hours_capacity")),
+                          active_pct=pl.when(pl.col("gpu_hours_capacity") > 0)
+                          .then(100 * pl.col("gpu_hours_active") / pl.col("gpu_hours_capacity")))
+            .sort("hour", "kind"))
+
+
 def device_hours(path: str, start: datetime, end: datetime, clusters: tuple[str, ...], now: datetime,
                  idle_below: float) -> pl.DataFrame:
     """Per device and hour: activity ratio, held fraction, and a state for the heatmap: ``held,
@@ -362,6 +374,22 @@ def statement(path: str, period: str, node: str | None) -> StatementView:
         reconciliation=tuple(r.sentence() for r in st.reconciliation),
         reconciles=all(r.reconciles for r in st.reconciliation) if st.reconciliation else None,
         notes=(*st.notes, *st.warnings), files=files)
+
+
+def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple[str, ...] | None) -> pl.DataFrame:
+    """Chargeback lines (project × model × tier, idle and memo lines) for any [start, end), by
+    the ledger's chargeback with the warehouse's stored policy; ``projects``: only their lines
+    (None: all, idle included). Not a statement: no files, nothing frozen."""
+    from gpuledger.analytics.reports import chargeback_report
+    from gpuledger.ledger.config_versions import stored_config
+
+    with warehouse.open_reader(path) as con:
+        stored = stored_config(con)
+        lines = chargeback_report(con, f"{start.isoformat()}..{end.isoformat()}", level="project",
+                                  policy=stored.config.policy if stored else None)
+    if projects is not None:
+        lines = lines.filter(pl.col("project").is_in(list(projects)))
+    return lines
 
 
 def _slug(name: str) -> str:

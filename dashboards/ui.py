@@ -36,6 +36,7 @@ open_jobs = _cached(queries.open_jobs)
 project_usage = _cached(queries.project_usage)
 user_waste = _cached(queries.user_waste)
 statement = _cached(queries.statement)
+chargeback_period = _cached(queries.chargeback_period)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

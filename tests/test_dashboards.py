@@ -163,6 +163,42 @@ def test_chargeback_total_equals_the_statement_and_files_equal_the_finance_set(o
         assert (tmp_path / "finance" / name).read_bytes() == data, name
 
 
+def test_chargeback_for_any_period_equals_the_ledger(on_rig):
+    at = page(app(), "chargeback")
+    at.radio(key="cb_mode").set_value("the sidebar's period (lines only)").run()
+    assert not at.exception
+    start, end, _ = window(at)
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        from gpuledger.ledger.config_versions import stored_config
+
+        lines = reports.chargeback_report(con, f"{start.isoformat()}..{end.isoformat()}",
+                                          policy=stored_config(con).config.policy)
+    total = sum((Decimal(a) for a, b in zip(lines["amount"], lines["billed"], strict=True) if b), Decimal(0))
+    assert metrics(at)["Total"] == f"{total:,.2f} USD"
+    assert frame(at, 0).height == lines.height
+
+
+def test_a_findings_history_shows_its_events_alerts_and_enforcement(on_rig):
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        cluster, job = con.execute("SELECT cluster, job_id FROM squatting_findings WHERE resolved_at IS NULL "
+                                   "ORDER BY job_id DESC LIMIT 1").fetchall()[0]
+        events = con.execute("SELECT count(*) FROM squatting_finding_events WHERE cluster = ? AND job_id = ?",
+                             [cluster, job]).fetchall()[0][0]
+        alerts = con.execute("SELECT count(*) FROM alert_outbox WHERE kind = 'squatting' AND "
+                             "json_extract_string(payload_json, '$.job_id') = ?", [job]).fetchall()[0][0]
+        actions = con.execute("SELECT count(*) FROM enforcement_audit WHERE cluster = ? AND job_id = ?",
+                              [cluster, job]).fetchall()[0][0]
+    assert events and alerts, "the rig's squatter should have lifecycle events and an alert in the outbox"
+    at = AppTest.from_file(str(APP), default_timeout=120).run()
+    at.query_params["cluster"], at.query_params["job"] = cluster, job  # the link an alert carries
+    page(at, "squatters")
+    assert at.selectbox(key="sq_job").value == f"{cluster}/{job}"
+    assert frame(at, 1).height == events
+    assert frame(at, 2).height == alerts
+    if actions:
+        assert frame(at, 3).height == actions
+
+
 def test_squatters_equal_the_analytics_at_the_last_evaluation(on_rig):
     at = page(app(), "squatters")
     with warehouse.open_reader(on_rig.warehouse) as con:

@@ -81,8 +81,15 @@ def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser
             png = page.screenshot(path=str(tmp_path / f"{path}.png"), full_page=True)
             colours, ink = not_blank(png)
             assert colours > 20 and ink > 0.02, f"{path}: screenshot looks blank ({colours} colours, {ink:.1%} ink)"
-        charts = {p: None for p in ("utilization", "fair-share", "budgets", "chargeback")}
-        for path in charts:
+        # an alert's link opens its finding's history
+        with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
+            cluster, job = con.execute("SELECT cluster, job_id FROM squatting_findings WHERE resolved_at IS NULL "
+                                       "ORDER BY job_id LIMIT 1").fetchall()[0]
+        page.goto(f"{server.url}/squatters?cluster={cluster}&job={job}")
+        settled(page)
+        page.get_by_text("A finding's history").wait_for(timeout=60_000)
+        assert f"{cluster}/{job}" in page.locator("[data-testid=stSelectbox]").last.inner_text()
+        for path in ("utilization", "fair-share", "budgets", "chargeback"):
             page.goto(f"{server.url}/{path}")
             settled(page)
             page.wait_for_selector("[data-testid=stVegaLiteChart] canvas, [data-testid=stVegaLiteChart] svg",

@@ -8,6 +8,23 @@ MIME = {".csv": "text/csv", ".parquet": "application/vnd.apache.parquet",
 ctx = ui.context()
 if ctx is not None:
     st.title("Chargeback")
+    mode = st.radio("Show", ["the month's statement", "the sidebar's period (lines only)"], horizontal=True,
+                    key="cb_mode")
+    if mode.startswith("the sidebar"):
+        whole = ctx.viewer.sees_everything and ctx.node in (None, ctx.state.root)
+        lines = ui.chargeback_period(ctx.path, ctx.start, ctx.end, None if whole else ctx.projects)
+        billed = lines.filter(pl.col("billed") & pl.col("currency").is_not_null()) if lines.height else lines
+        totals = billed.group_by("currency").agg(pl.col("amount").sum()).sort("currency") if billed.height else billed
+        st.caption(f"Chargeback lines for {ctx.period_label} ({'the whole org' if whole else ', '.join(ctx.projects)}), "
+                   "computed now by the ledger's rules; monthly statements are what finance is billed from.")
+        st.metric("Total", " + ".join(ui.money(r["amount"], r["currency"]) for r in totals.iter_rows(named=True))
+                  if totals.height else "0.00")
+        st.dataframe(lines, hide_index=True, column_config={
+            "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.3f"),
+            "amount": st.column_config.NumberColumn("amount", format="%.2f")})
+        st.caption("Allocated GPU-hours × price (model, tier, as of each hour); idle capacity on its own line "
+                   "for the whole org.")
+        st.stop()
     periods = sorted(set(ctx.state.periods) | set(queries.months_between(ctx.start, ctx.end)), reverse=True)
     period = st.selectbox("Month", periods, key="cb_period")
     root = ctx.state.root

@@ -40,7 +40,9 @@ if ctx is not None:
                      "fb_used_bytes_idle": st.column_config.NumberColumn("memory held (bytes)", format="%d")})
     st.subheader("A finding's history")
     keys = [f"{r['cluster']}/{r['job_id']}" for r in findings.iter_rows(named=True)]
-    key = st.selectbox("Job", keys, key="sq_job")
+    # alerts link here as /squatters?cluster=C&job=J
+    linked = f"{st.query_params.get('cluster', '')}/{st.query_params.get('job', '')}"
+    key = st.selectbox("Job", keys, index=keys.index(linked) if linked in keys else 0, key="sq_job")
     history = ui.finding_history(ctx.path, (key,))
     st.markdown("**Lifecycle** (warn → second warning → eligible for preemption)")
     st.dataframe(history["events"], hide_index=True)

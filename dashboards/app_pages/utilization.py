@@ -27,9 +27,12 @@ if ctx is not None:
 
     kinds = ui.usage_by_kind(ctx.path, ctx.start, ctx.end, ctx.clusters)
     if kinds.height:
-        st.altair_chart(charts.stacked_hours(kinds, "gpu_hours_allocated", "kind", "Allocated GPU-hours by workload kind",
-                                             "allocated GPU-hours per hour"), width="stretch")
-        st.caption("How the held GPUs split between training, fine-tuning, batch, inference and interactive work.")
+        measure = st.radio("Workload kinds: measure", ["allocated", "active"], horizontal=True, key="kind_measure")
+        st.altair_chart(charts.stacked_hours(queries.kind_pct(kinds, hourly), f"{measure}_pct", "kind",
+                                             f"{measure.capitalize()} % of capacity by workload kind",
+                                             f"{measure} (% of installed capacity)"), width="stretch")
+        st.caption(f"How the {'held' if measure == 'allocated' else 'busy'} share of the installed GPUs splits "
+                   "between training, fine-tuning, batch, inference and interactive work.")
         per_kind = kinds.group_by("kind").agg(pl.col("gpu_hours_allocated").sum(), pl.col("gpu_hours_active").sum()).with_columns(
             active_of_allocated_pct=100 * pl.col("gpu_hours_active") / pl.col("gpu_hours_allocated")).sort("kind")
         st.dataframe(per_kind, hide_index=True, column_config={

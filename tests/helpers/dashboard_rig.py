@@ -1,7 +1,7 @@
 """A small simulated warehouse for the dashboard tests, built the way a user builds one (the CLI:
 simulate, the pipelines' run-once, an enforcement plan), and a real `streamlit run` server on it.
 
-Roles in its config: admin@ / finance@ see everything; vision-lead@ leads the `vision` program
+Alerts of its squatters wait in the outbox (the receiver is down). Roles in its config: admin@ / finance@ see everything; vision-lead@ leads the `vision` program
 (vision-gen, vision-eval), llm-lead@ leads `llm` (llm-pretrain, llm-posttrain)."""
 
 from __future__ import annotations
@@ -20,14 +20,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 APP = ROOT / "dashboards" / "app.py"
-ROLES = """
-dashboards:
-  admins: [admin@example.com]
-  finance: [finance@example.com]
-  leads:
-    vision-lead@example.com: [vision]
-    LLM-Lead@example.com: [llm]
-"""
+ROLES = {"admins": ["admin@example.com"], "finance": ["finance@example.com"],
+         "leads": {"vision-lead@example.com": ["vision"], "LLM-Lead@example.com": ["llm"]}}
+# squatting alerts go to an on-call channel whose receiver is down (port 9): the outbox keeps them,
+# retrying, which is what the Squatters page shows per finding
+ALERT_URL = "json://127.0.0.1:9/hook"
 LEADS = {"vision-lead@example.com": ("vision-gen", "vision-eval"), "llm-lead@example.com": ("llm-pretrain", "llm-posttrain")}
 
 
@@ -40,7 +37,8 @@ class Rig:
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULEDGER_", "STREAMLIT_"))}
         env.update(GPULEDGER_WAREHOUSE=str(self.warehouse), GPULEDGER_CONFIG=str(self.config),
-                   DAGSTER_HOME=str(self.folder / "dagster"), NO_COLOR="1", COLUMNS="200", **extra)
+                   DAGSTER_HOME=str(self.folder / "dagster"), GPULEDGER_ALERT_ONCALL_URL=ALERT_URL, NO_COLOR="1",
+                   COLUMNS="200", **extra)
         return env
 
 
@@ -57,17 +55,23 @@ def run_cli(rig: Rig, *args: str, timeout: float = 600, stored_config: bool = Fa
 
 
 def build(folder: Path, *, gpus: int = 16, days: float = 2) -> Rig:
+    import yaml
+
     from gpuledger.config import example_config_text
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "dagster").mkdir(exist_ok=True)
     (folder / "dagster" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     config = folder / "gpuledger.yaml"
-    config.write_text(example_config_text() + ROLES)
+    raw = yaml.safe_load(example_config_text())
+    raw["dashboards"] = ROLES
+    raw.setdefault("policy", {}).setdefault("alerts", {})["on_call"] = ["oncall"]
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
     rig = Rig(folder, folder / "gpuledger.duckdb", config)
     run_cli(rig, "simulate", "warehouse", "--gpus", str(gpus), "--days", str(days), "--seed", "3")
     run_cli(rig, "pipelines", "run-once")
     run_cli(rig, "enforce", "plan", stored_config=True)
+    run_cli(rig, "alerts", "run", stored_config=True)
     return rig
 
 
