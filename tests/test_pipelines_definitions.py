@@ -20,7 +20,8 @@ from gpuledger.config import example_config_text
 ASSETS = {"reference_tables", "dcgm_samples", "prometheus_samples", "kubernetes_jobs", "slurm_jobs", "csv_jobs",
           "job_usage_hourly", "project_usage_hourly", "utilization_hourly", "fairshare_snapshots",
           "budget_snapshots", "squatting_findings", "chargeback_statements",
-          "enforcement_plan", "enforcement_actions", "finance_statement_files", "weekly_summary_files"}
+          "enforcement_plan", "enforcement_actions", "finance_statement_files", "weekly_summary_files",
+          "raw_sample_retention"}
 
 
 def test_definitions_load_and_validate():
@@ -34,7 +35,8 @@ def test_definitions_load_and_validate():
     assert {s.name for s in repo.schedule_defs} == {"ingest_schedule", "analytics_schedule", "squatting_schedule",
                                                      "statements_schedule", "prometheus_backfill_schedule",
                                                      "enforcement_plan_schedule", "enforcement_apply_schedule",
-                                                     "finance_statement_schedule", "weekly_summary_schedule"}
+                                                     "finance_statement_schedule", "weekly_summary_schedule",
+                                                     "retention_schedule"}
     assert {s.name for s in repo.sensor_defs} >= {"job_csv_sensor", "alerts_sensor"}
     for name in ("ingest_schedule", "analytics_schedule", "squatting_schedule", "statements_schedule"):
         assert repo.get_schedule_def(name).default_status == dg.DefaultScheduleStatus.RUNNING
