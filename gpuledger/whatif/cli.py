@@ -156,8 +156,8 @@ def schedule(
     fmt: Format = typer.Option(Format.table, "--format", help="table or json on stdout"),
     json_out: Path | None = JsonOpt,
     progress: bool = ProgressOpt,
-    path: Path | None = WarehouseOpt,
-    config: Path | None = ConfigOpt,
+    path: WarehouseOpt = None,
+    config: ConfigOpt = None,
 ) -> None:
     """Replay the warehouse's jobs on its GPUs (or --inventory) under policies 1/2/3, side by side:
     delivered ÷ owed per project, occupancy, useful GPU-hours, waits, preemptions, squatting."""
@@ -227,8 +227,8 @@ def procurement(
     fmt: Format = typer.Option(Format.table, "--format", help="table or json on stdout"),
     json_out: Path | None = JsonOpt,
     progress: bool = ProgressOpt,
-    path: Path | None = WarehouseOpt,
-    config: Path | None = ConfigOpt,
+    path: WarehouseOpt = None,
+    config: ConfigOpt = None,
 ) -> None:
     """Price the served demand under capacity mixes (on-demand; reserved + on-demand; reserved + spot
     for checkpointable training + on-demand) and the break-even month of owning the GPUs."""

@@ -83,8 +83,11 @@ class Simulation:
         pools = trace.inventory.pools()
         self.pool_devices = {p: [d.device_id for d in devs] for p, devs in pools.items()}
         self.pools = {p: PoolState(ids) for p, ids in self.pool_devices.items()}
-        self.waiting: dict[tuple, list[tuple]] = defaultdict(list)  # pool -> sorted [(key, idx)]
-        self.key: dict[int, tuple] = {}
+        # pool -> priority key -> [(submit_s, job_id, idx)] in submission order
+        self.waiting: dict[tuple, dict[tuple, list]] = defaultdict(dict)
+        self.bands: dict[tuple, list[list[tuple]]] = {}  # pool -> group keys by descending priority
+        self.ending: dict[tuple, list[tuple]] = defaultdict(list)  # pool -> running [(ends_s, job_id, idx)]
+        self.ends_at: dict[int, int] = {}
         self.running: dict[int, tuple[int, float, list[int]]] = {}  # idx -> (seg start, progress, device idx)
         self.progress_s = [0.0] * len(self.jobs)
         self.gen = [0] * len(self.jobs)
@@ -104,7 +107,7 @@ class Simulation:
         self.reps: dict[tuple, policies.JobView] = {}
         # what a job's priority depends on besides its project's funding and rank (policies.priority_key)
         self.static = [(j.cluster, j.project, j.declared_priority, j.kind, j.namespace, j.resumable,
-                        min(j.min_runtime_s or 0, self.cap_s) > 0) for j in self.jobs]
+                        min(self._min_runtime(j), self.cap_s) > 0) for j in self.jobs]
         self.warnings: dict = {}
         self.preempt_count: dict[tuple[str, str], int] = {}
         self.applied: dict[str, int] = {}
@@ -167,42 +170,109 @@ class Simulation:
         self.now = t
 
     # --- queue -------------------------------------------------------------------------
-    def _queue_key(self, idx: int) -> tuple:
-        j = self.jobs[idx]
-        if self.managed:
-            return (-self._priority_of(idx), j.submit_s, j.job_id)
-        return (-(j.declared_priority or 0), j.submit_s, j.job_id)
-
-    def _priority_of(self, idx: int) -> int:
-        key = self.static[idx]
+    def _group_priority(self, key: tuple, idx: int) -> int:
+        """The queue priority of a group of waiting jobs (higher first)."""
+        if not self.managed:
+            return -0 if self.jobs[idx].declared_priority is None else self.jobs[idx].declared_priority
         if key not in self.prio:  # a new kind of job since the cycle: rank it with the others
             self.reps[key] = self._view(idx)
             self.prio = policies.priorities(self.reps, self.fs_projects, self.trace.origin, self.enforcement)
+            self.bands.clear()
         return self.prio[key]
 
     def _enqueue(self, idx: int) -> None:
-        k = self._queue_key(idx)
-        self.key[idx] = k
-        bisect.insort(self.waiting[self.jobs[idx].pool], (k, idx))
+        """Waiting jobs are kept per pool in groups of one priority key (policies.priority_key),
+        each in submission order, which never changes: a cycle re-ranks groups, not jobs."""
+        j = self.jobs[idx]
+        groups = self.waiting[j.pool]
+        key = self.static[idx]
+        if key not in groups:
+            groups[key] = []
+            self.bands.pop(j.pool, None)
+        bisect.insort(groups[key], (j.submit_s, j.job_id, idx))
+        self._group_priority(key, idx)
+
+    def _queue(self, pool):
+        """Waiting jobs of ``pool`` in queue order: (entry, group list), lazily."""
+        groups = self.waiting.get(pool)
+        if not groups:
+            return
+        bands = self.bands.get(pool)
+        if bands is None:
+            by_value: dict[int, list] = defaultdict(list)
+            for key, entries in groups.items():
+                if entries:
+                    by_value[self._group_priority(key, entries[0][2])].append(key)
+            bands = self.bands[pool] = [sorted(by_value[v]) for v in sorted(by_value, reverse=True)]
+        # lazily: callers change the lists only after they stop iterating
+        for keys in bands:
+            lists = [groups[k] for k in keys]
+            if len(lists) == 1:
+                yield from ((e, lists[0]) for e in lists[0])
+            else:
+                yield from heapq.merge(*(_tagged(lst) for lst in lists), key=lambda x: x[0])
+
+    def _head(self, pool, n: int) -> list[int]:
+        out = []
+        for entry, _ in self._queue(pool):
+            out.append(entry[2])
+            if len(out) >= n:
+                break
+        return out
 
     def _fill(self, pool) -> None:
+        """Start waiting jobs in queue order while they fit. The first that does not fit gets a
+        reservation (EASY backfill, as Slurm's backfill does): the time its GPUs will be free by
+        the running jobs' ends (their runtimes are known here; a live scheduler uses time limits);
+        a job behind it starts now only if it ends by then or fits in what the reservation leaves.
+        The scheduler looks past at most ``backfill_depth`` jobs that cannot start."""
         state = self.pools.get(pool)
-        queue = self.waiting.get(pool)
-        if state is None or not queue:
+        if state is None or state.free_units <= EPS or not self.waiting.get(pool):
             return
-        misses, i = 0, 0
-        while i < len(queue) and state.free_units > EPS:
-            idx = queue[i][1]
+        misses = 0
+        placed = []
+        shadow, spare = None, 0.0
+        for entry, lst in self._queue(pool):
+            idx = entry[2]
             j = self.jobs[idx]
+            need = j.units * j.unit_size
+            if shadow is not None:
+                ends = self.now + j.work_s - self.progress_s[idx]
+                if not (ends <= shadow or need <= spare + EPS) or not state.fits(j.units, j.unit_size):
+                    misses += 1
+                    if misses > self.params.backfill_depth:
+                        break
+                    continue
+                if ends > shadow:
+                    spare -= need
             taken = state.take(j.units, j.unit_size)
             if taken is not None:
-                del queue[i]
+                placed.append((entry, lst))
                 self._start(idx, taken)
+                if state.free_units <= EPS:
+                    break
                 continue
+            shadow, spare = self._reservation(pool, need)
             misses += 1
             if misses > self.params.backfill_depth:
                 break
-            i += 1
+        for entry, lst in placed:
+            lst.pop(bisect.bisect_left(lst, entry))
+            if not lst:
+                self.bands.pop(pool, None)
+
+    def _reservation(self, pool, need: float) -> tuple[float, float]:
+        """(when ``need`` device shares of ``pool`` are free as running jobs end, what is left then)."""
+        free, shadow = self.pools[pool].free_units, float(self.now)
+        for ends, _, idx in self.ending[pool]:
+            if free >= need - EPS:
+                break
+            j = self.jobs[idx]
+            free += j.units * j.unit_size
+            shadow = float(ends)
+        if free < need - EPS:
+            return float("inf"), 0.0
+        return shadow, free - need
 
     # --- a job's life ------------------------------------------------------------------
     def _start(self, idx: int, taken: list[int]) -> None:
@@ -214,12 +284,17 @@ class Simulation:
         self.usage.hold(j.project, j.gpus)
         self.budget_rate[j.project] += j.gpus * self.weights.get(j.pool[1], 1.0)
         self.gen[idx] += 1
-        self._push(self.now + max(1, int(round(j.work_s - self.progress_s[idx]))), FINISH, idx)
+        ends = self.now + max(1, int(round(j.work_s - self.progress_s[idx])))
+        self._push(ends, FINISH, idx)
+        bisect.insort(self.ending[j.pool], (ends, j.job_id, idx))
+        self.ends_at[idx] = ends
 
     def _stop(self, idx: int, why: str) -> float:
         """End the job's current segment; its progress at the end (s)."""
         j = self.jobs[idx]
         start, p0, taken = self.running.pop(idx)
+        ending = self.ending[j.pool]
+        ending.pop(bisect.bisect_left(ending, (self.ends_at.pop(idx), j.job_id, idx)))
         p1 = p0 + (self.now - start)
         devices = self.pool_devices[j.pool]
         self.out[idx].segments.append(Segment(start, self.now, tuple(devices[i] for i in taken), p0, p1, why))
@@ -251,7 +326,7 @@ class Simulation:
     def _view(self, idx: int) -> policies.JobView:
         j = self.jobs[idx]
         ok, why = self.verdict.get(j.project, (False, "no budget"))
-        eff = min(j.min_runtime_s or 0, self.cap_s)
+        eff = min(self._min_runtime(j), self.cap_s)
         funded = ok and eff > 0
         reason = None if funded else (why if not ok else "no minimum runtime declared")
         run = self.running.get(idx)
@@ -260,22 +335,25 @@ class Simulation:
                                 protected_until_s=start + eff if (funded and start is not None) else None,
                                 fs_rank=self.ranks.get(j.project))
 
+    def _min_runtime(self, j) -> int:
+        """The job's declared minimum runtime (s), or the what-if default for jobs that declare none."""
+        return j.min_runtime_s or int(self.params.default_min_runtime_hours * 3600)
+
     def _cycle(self) -> None:
         t = self.now
         self.verdict = self.funding.verdicts(t)
         self.ranks, self.fs_projects = policies.fs_ranks(self.org_nodes, self.usage.usage(), self.tree)
         # enforce's priority per kind of job present (policies.priorities): same value for the same key
         self.reps, self.prio = {}, {}
-        for idx in [*self.running, *(i for q in self.waiting.values() for _, i in q)]:
+        firsts = [entries[0][2] for groups in self.waiting.values() for entries in groups.values() if entries]
+        for idx in [*self.running, *firsts]:
             key = self.static[idx]
             if key not in self.reps:
                 self.reps[key] = self._view(idx)
         if self.reps:
             self.prio = policies.priorities(self.reps, self.fs_projects, self.trace.origin, self.enforcement)
-        for queue in self.waiting.values():
-            queue[:] = sorted(((-self.prio[self.static[idx]], self.jobs[idx].submit_s, self.jobs[idx].job_id), idx)
-                              for _, idx in queue)
-        head = [idx for q in self.waiting.values() for _, idx in q[: self.params.queue_head]]
+        self.bands.clear()
+        head = [i for pool in sorted(self.waiting, key=_pool_order) for i in self._head(pool, self.params.queue_head)]
         findings = []
         if self.policy == RECLAIM:
             for idx in sorted(self.running):
@@ -291,9 +369,23 @@ class Simulation:
         short = {self.jobs[i].pool for i, v in head_views.items()
                  if (v.funded or _exempt(self.jobs[i], self.enforcement))
                  and not self.pools[self.jobs[i].pool].fits(self.jobs[i].units, self.jobs[i].unit_size)}
-        squatters = {(f.cluster, f.job_id) for f in findings}
-        chosen = [i for i in sorted(self.running)
-                  if self.jobs[i].pool in short or (self.jobs[i].cluster, self.jobs[i].job_id) in squatters]
+        # ... and of those only the ones a preemption may touch: protected and exempt jobs are never
+        # candidates (decide's rails), and a candidate must rank below the best waiting funded job
+        best = defaultdict(lambda: -1)
+        for i, v in head_views.items():
+            if (v.funded or _exempt(self.jobs[i], self.enforcement)) and self.jobs[i].pool in short:
+                best[self.jobs[i].pool] = max(best[self.jobs[i].pool], self.prio[self.static[i]])
+        squatters = {(f.cluster, f.job_id) for f in findings if f.severity in policies.STAGE_ORDER}
+        chosen = []
+        for i in sorted(self.running):
+            j = self.jobs[i]
+            if (j.cluster, j.job_id) in squatters:
+                chosen.append(i)
+            elif j.pool in short and self.prio[self.static[i]] < best[j.pool] and not _exempt(j, self.enforcement):
+                v = self._view(i)
+                if not (v.funded and v.protected_until_s is not None and t < v.protected_until_s):
+                    chosen.append(i)
+        findings = [f for f in findings if (f.cluster, f.job_id) in squatters]
         if not chosen:
             self._fill_all()
             return  # nothing a cycle could do: no squatter, no funded work short of GPUs
@@ -326,8 +418,18 @@ class Simulation:
         self._fill_all()
 
     def _fill_all(self) -> None:
-        for pool in sorted(self.pools, key=lambda p: (p[0], p[1], p[2] or "")):
+        for pool in sorted(self.pools, key=_pool_order):
             self._fill(pool)
+
+
+def _tagged(entries: list):
+    """(entry, the list it is in), for each entry in order."""
+    for e in entries:
+        yield e, entries
+
+
+def _pool_order(pool) -> tuple:
+    return (pool[0], pool[1], pool[2] or "")
 
 
 def _exempt(job, enforcement) -> bool:

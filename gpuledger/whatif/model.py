@@ -79,6 +79,8 @@ class Params:
     ``checkpoint_interval_minutes``: a preempted job that resumes loses the work since its last
     checkpoint; one that does not starts over. ``resumable_kinds``: job kinds that checkpoint.
     ``share_overrides``: org node -> raw shares, replacing the config's (a what-if split).
+    ``default_min_runtime_hours``: a minimum runtime for jobs that declare none (what if every job
+    had to declare one), capped like the declared ones.
     """
 
     usage_mode: str | None = None  # decay / window; None: the config's
@@ -92,6 +94,7 @@ class Params:
     checkpoint_interval_minutes: float = 60.0
     resumable_kinds: tuple[str, ...] = ("training", "fine-tune")
     share_overrides: tuple[tuple[str, float], ...] = ()
+    default_min_runtime_hours: float = 0.0  # what if jobs that declare none declared this (0: as recorded)
     seed: int = 1
 
     def with_(self, **changes) -> Params:

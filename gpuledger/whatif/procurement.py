@@ -181,7 +181,7 @@ def price_mixes(pieces: list[DemandPiece], horizon_s: int, rate_card, *, at: dat
         burst = [max(0.0, a - r) for a, _ in hours]
         m = MixCost(model, RESERVED_OD, reserved_gpus=r, reserved_gpu_hours=float(r * len(hours)),
                     on_demand_gpu_hours=sum(burst), currency=cur)
-        if rs is None and r:
+        if rs is None and r > 0:
             m.unpriced.append(f"{model} has no reserved price")
         m.cost = cents(Decimal(r * len(hours)) * (rs[0] if rs else Decimal(0))
                        + _dec(sum(burst)) * (od[0] if od else Decimal(0)))
@@ -202,7 +202,7 @@ def price_mixes(pieces: list[DemandPiece], horizon_s: int, rate_card, *, at: dat
         m = MixCost(model, RESERVED_SPOT, reserved_gpus=r, reserved_gpu_hours=float(r * len(hours)),
                     on_demand_gpu_hours=sum(od_h), spot_gpu_hours=sum(spot_h) + lost_h, spot_interruptions=n_int,
                     spot_lost_gpu_hours=lost_h, currency=cur)
-        if sp is None and sum(spot_h) > 0:
+        if sp is None and sum(spot_h) > 1e-6:
             m.unpriced.append(f"{model} has no spot price")
         m.cost = cents(Decimal(r * len(hours)) * (rs[0] if rs else Decimal(0))
                        + _dec(sum(od_h)) * (od[0] if od else Decimal(0))

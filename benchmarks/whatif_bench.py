@@ -1,0 +1,106 @@
+"""What-if benchmark (issue 13): a simulated month replayed under the three scheduling policies.
+
+Builds (once, cached under data/bench/) the simulator's month of ``--gpus`` GPUs (clean, seed 1,
+samples every ``--interval`` s: the what-if reads job records and the hourly rollup, so the sample
+interval changes the build time, not what is measured), then times: reading the trace, and each
+policy's simulation and metrics. Prints the side-by-side figures and writes a markdown table to
+data/bench/whatif-<gpus>.md.
+
+    .venv/bin/python benchmarks/whatif_bench.py --gpus 1024            # the "under 2 minutes" check
+    .venv/bin/python benchmarks/whatif_bench.py --gpus 256 --interval 30  # the 256-GPU month's figures
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import duckdb  # noqa: E402
+
+from gpuledger.ledger.config_versions import config_for_command  # noqa: E402
+from gpuledger.whatif import metrics  # noqa: E402
+from gpuledger.whatif.engine import effective_policy, org_nodes_frame, simulate  # noqa: E402
+from gpuledger.whatif.model import POLICIES, Params  # noqa: E402
+from gpuledger.whatif.trace import load_trace  # noqa: E402
+
+START = datetime(2026, 11, 1)
+FIGURES = ("worst_delivery_ratio", "worst_project", "delivery_ratio", "occupancy_ratio", "useful_gpu_hours",
+           "allocated_gpu_hours", "wait_p90_hours_small", "wait_p90_hours_large", "preemptions", "lost_gpu_hours",
+           "squatted_gpu_hours", "squatters_reclaimed")
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpus", type=int, default=1024)
+    ap.add_argument("--days", type=float, default=30)
+    ap.add_argument("--interval", type=int, default=300)
+    ap.add_argument("--warehouse", type=Path, default=None, help="an existing warehouse instead of the cached build")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--half-life-days", type=float, default=None)
+    ap.add_argument("--window-days", type=float, default=None)
+    ap.add_argument("--usage-mode", default=None)
+    ap.add_argument("--min-runtime-cap-hours", type=float, default=None)
+    ap.add_argument("--default-min-runtime-hours", type=float, default=0.0)
+    args = ap.parse_args()
+    db = args.warehouse or ROOT / "data" / "bench" / f"month{args.gpus}-i{args.interval}.duckdb"
+    if not db.exists():
+        db.parent.mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        subprocess.run([str(ROOT / ".venv" / "bin" / "gpuledger"), "simulate", "warehouse", "--gpus", str(args.gpus),
+                        "--days", str(args.days), "--start", START.isoformat(), "--clean", "--interval",
+                        str(args.interval), "--warehouse", str(db)], check=True)
+        print(f"built {db} in {time.perf_counter() - t:.0f} s", flush=True)
+    end = START + timedelta(days=args.days)
+    params = Params(usage_mode=args.usage_mode, half_life_days=args.half_life_days, window_days=args.window_days,
+                    min_runtime_cap_hours=args.min_runtime_cap_hours,
+                    default_min_runtime_hours=args.default_min_runtime_hours)
+    con = duckdb.connect(str(db), read_only=True)
+    cfg, _ = config_for_command(con, None, write=False)
+    t = time.perf_counter()
+    trace = load_trace(con, cfg, start=START, end=end, params=params)
+    con.close()
+    rows = [("read trace", time.perf_counter() - t, f"{len(trace.jobs)} jobs, {trace.inventory.physical_gpus()} GPUs, "
+             f"{sum(j.activity_source == 'samples' for j in trace.jobs)} with activity from samples")]
+    print(rows[-1], flush=True)
+    summaries = []
+    org, squatting = org_nodes_frame(cfg, params), effective_policy(cfg, params)[2]
+    for policy in args.policies.split(","):
+        t = time.perf_counter()
+        result = simulate(trace, cfg, policy, params)
+        sim_s = time.perf_counter() - t
+        t = time.perf_counter()
+        summary, _ = metrics.summarize(result, org, squatting)
+        rows.append((f"simulate {policy}", sim_s, f"{result.decide_calls} enforce cycles decided, {result.actions}"))
+        rows.append((f"metrics {policy}", time.perf_counter() - t, ""))
+        summaries.append(summary)
+        print(rows[-2], rows[-1], flush=True)
+    built = f"{db.name}" if args.warehouse else f"built: samples every {args.interval} s"
+    lines = [f"# What-if benchmark: {args.gpus} GPUs, {args.days:g} days ({built})", "",
+             f"params: {params}", "", "| step | wall s | notes |", "|---|---:|---|"]
+    lines += [f"| {name} | {secs:.1f} | {note} |" for name, secs, note in rows]
+    lines += ["", f"peak RSS {_rss_mib():.0f} MiB", "", "| figure | " + " | ".join(s["policy"] for s in summaries) + " |",
+              "|---|" + "---:|" * len(summaries)]
+    for f in FIGURES:
+        cells = [s[f] for s in summaries]
+        lines.append(f"| {f} | " + " | ".join(f"{c:,.3f}" if isinstance(c, float) else str(c) for c in cells) + " |")
+    text = "\n".join(lines) + "\n"
+    out = ROOT / "data" / "bench" / f"whatif-{args.gpus}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
