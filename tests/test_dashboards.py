@@ -386,6 +386,20 @@ def test_heatmap_keeps_the_devices_that_idle_most():
     assert total == 3 and sorted(set(shown["device"])) == ["a", "b"]
 
 
+def test_mig_summary_by_hand():
+    # one A100 split into two 3g instances (3/7 of a GPU each) over 2 hours: instance a held the
+    # whole first hour, b half of the second -> held 3/7 × (1 + 0.5) = 9/14 GPU-h of a capacity of
+    # 2 instances × 3/7 × 2 h = 12/7 GPU-h, i.e. 37.5 %; 6/7 GPU equivalents
+    devices = pl.DataFrame({"device": ["a", "a", "b", "b", "whole"], "model": ["A100"] * 5,
+                            "mig_profile": ["3g.40gb"] * 4 + [None], "gpu_fraction": [3 / 7] * 4 + [1.0],
+                            "held_fraction": [1.0, 0.0, 0.0, 0.5, 1.0]})
+    row = queries.mig_summary(devices).row(0, named=True)
+    assert row["instances"] == 2
+    assert row["gpu_equivalents"] == pytest.approx(6 / 7)
+    assert row["gpu_hours_held"] == pytest.approx(9 / 14)
+    assert row["held_pct"] == pytest.approx(37.5)
+
+
 def test_months_between():
     assert queries.months_between(datetime(2026, 11, 28), datetime(2027, 1, 2)) == ["2026-11", "2026-12", "2027-01"]
     assert queries.months_between(datetime(2026, 11, 1), datetime(2026, 11, 1) + timedelta(days=30)) == ["2026-11"]
