@@ -17,35 +17,15 @@ from gpuledger.enforce.model import Finding, JobFacts, Situation
 from gpuledger.analytics import reports
 from gpuledger.analytics.squatting import LOOKBACK
 from gpuledger.config import Config
+from gpuledger.sql import load_sql
 
-_JOBS = """
-SELECT cluster, job_id, project, name, namespace, kind, source, user_name, gpus, gpu_model,
-       start_time, submit_time, priority, scheduler_job, state
-FROM jobs
-WHERE coalesce(submit_time, start_time) <= $now
-  AND (end_time IS NULL OR end_time > $now)
-  AND (start_time IS NOT NULL OR state IS NULL
-       OR upper(state) IN ('PENDING', 'QUEUED', 'SUSPENDED', 'ADMITTED', 'QUOTARESERVED', 'EVICTED'))
-ORDER BY cluster, job_id
-"""
+_JOBS = load_sql(__package__, "running_and_queued_jobs.sql")
 #: Kueue Workload states (ingest.jobs.k8s_mapping) in which the workload holds its quota: it runs
 #: as its pods, which the workload stands for here.
 KUEUE_ADMITTED = ("ADMITTED", "QUOTARESERVED")
 
 # Whole-GPU equivalents installed at `now` minus those held at `now`, per (cluster, model).
-_FREE = """
-WITH installed AS (
-    SELECT cluster, model, sum(gpu_fraction) AS capacity FROM gpus
-    WHERE (first_seen IS NULL OR first_seen <= $now) AND (retired_at IS NULL OR retired_at > $now)
-    GROUP BY ALL),
-held AS (
-    SELECT g.cluster, g.model, sum(a.gpu_fraction * g.gpu_fraction) AS held
-    FROM job_allocations a JOIN gpus g USING (gpu_id)
-    WHERE a.start_time <= $now AND (a.end_time IS NULL OR a.end_time > $now)
-    GROUP BY ALL)
-SELECT i.cluster, i.model, greatest(i.capacity - coalesce(h.held, 0), 0)
-FROM installed i LEFT JOIN held h USING (cluster, model)
-"""
+_FREE = load_sql(__package__, "free_gpus.sql")
 
 
 def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,

@@ -24,43 +24,15 @@ import duckdb
 import polars as pl
 
 from gpuledger.warehouse import transaction
+from gpuledger.sql import load_sql
 
 SOURCE = "labels"
 
 # Samples in the window whose labels name a job, joined to the jobs that exist, with any earlier
 # derived interval, so the result is the merged interval per (cluster, job_id, gpu_id).
-_LINKS = """
-CREATE OR REPLACE TEMP TABLE _device_links AS
-WITH labelled AS (
-    SELECT s.gpu_id, s.ts,
-           CASE WHEN s.pod IS NOT NULL THEN coalesce(s.namespace, '') || '/' || s.pod ELSE s.hpc_job END
-               AS scheduler_job
-    FROM gpu_samples s
-    WHERE s.ts >= $lo AND s.ts < $hi AND (s.pod IS NOT NULL OR s.hpc_job IS NOT NULL)
-),
-observed AS (  -- a label names a run by the scheduler's name and the sample's time: a recreated
-               -- pod or a requeued Slurm job repeats the name, each run owns only its own samples
-    SELECT g.cluster, j.job_id, l.gpu_id, min(l.ts) AS first_ts
-    FROM labelled l JOIN gpus g USING (gpu_id)
-    JOIN jobs j ON j.cluster = g.cluster AND coalesce(j.scheduler_job, j.job_id) = l.scheduler_job
-         AND l.ts >= coalesce(j.start_time, j.submit_time, l.ts) AND (j.end_time IS NULL OR l.ts <= j.end_time)
-    GROUP BY ALL
-),
-scheduled AS (  -- jobs whose devices their scheduler already told us: not ours to derive
-    SELECT DISTINCT cluster, job_id FROM job_allocations WHERE source IS DISTINCT FROM 'labels'
-)
-SELECT o.cluster, o.job_id, o.gpu_id,
-       greatest(least(o.first_ts, coalesce(a.start_time, o.first_ts)),
-                coalesce(j.start_time, o.first_ts)) AS start_time,
-       j.end_time,
-       j.gpus
-FROM observed o
-JOIN jobs j ON j.cluster = o.cluster AND j.job_id = o.job_id
-ANTI JOIN scheduled x ON x.cluster = o.cluster AND x.job_id = o.job_id
-LEFT JOIN (SELECT cluster, job_id, gpu_id, min(start_time) AS start_time FROM job_allocations
-           WHERE source = 'labels' GROUP BY ALL) a
-       ON a.cluster = o.cluster AND a.job_id = o.job_id AND a.gpu_id = o.gpu_id
-"""
+_LINKS = load_sql(__package__, "device_links.sql")
+# Spread each touched job's GPUs over the compute of every device it was seen on.
+_FRACTIONS = load_sql(__package__, "device_link_fractions.sql")
 
 
 def link_devices(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> int:
@@ -81,18 +53,7 @@ def link_devices(con: duckdb.DuckDBPyConnection, *, start: datetime, end: dateti
                 "INSERT INTO job_allocations (cluster, job_id, gpu_id, start_time, end_time, gpu_fraction, source) "
                 "SELECT cluster, job_id, gpu_id, start_time, end_time, 1.0, 'labels' FROM _device_links"
             ).fetchall()
-            # Spread each touched job's GPUs over the compute of every device it was seen on.
-            con.execute(
-                """UPDATE job_allocations a SET gpu_fraction = least(1.0, f.gpus / f.compute)
-                   FROM (SELECT a.cluster, a.job_id, any_value(j.gpus) AS gpus,
-                                sum(g.gpu_fraction) AS compute
-                         FROM job_allocations a JOIN gpus g USING (gpu_id)
-                         JOIN jobs j ON j.cluster = a.cluster AND j.job_id = a.job_id
-                         WHERE a.source = 'labels'
-                           AND (a.cluster, a.job_id) IN (SELECT cluster, job_id FROM _device_links)
-                         GROUP BY a.cluster, a.job_id) f
-                   WHERE a.source = 'labels' AND a.cluster = f.cluster AND a.job_id = f.job_id"""
-            ).fetchall()
+            con.execute(_FRACTIONS).fetchall()
         con.execute("DROP TABLE _device_links").fetchall()
     return written
 
