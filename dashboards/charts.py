@@ -40,15 +40,16 @@ def stacked_hours(frame: pl.DataFrame, value: str, color: str, title: str, y_tit
 
 def device_heatmap(frame: pl.DataFrame, title: str) -> alt.Chart:
     domain = list(STATE_COLORS)
-    rows = frame["device"].n_unique() if frame.height else 1
-    return alt.Chart(frame, title=title).mark_rect().encode(
+    cells = frame.with_columns(hour_end=pl.col("hour") + pl.duration(hours=1))
+    return alt.Chart(cells, title=title).mark_rect().encode(
         x=alt.X("hour:T", title="hour (UTC)"),
+        x2="hour_end:T",
         y=alt.Y("device:N", title="device (cluster/host/GPU)", sort=None),
         color=alt.Color("state:N", title="state", scale=alt.Scale(domain=domain, range=[STATE_COLORS[d] for d in domain])),
         tooltip=["device:N", alt.Tooltip("hour:T", format="%Y-%m-%d %H:00"), "state:N",
                  alt.Tooltip("activity_ratio:Q", format=".0%", title="activity"),
                  alt.Tooltip("held_fraction:Q", format=".0%", title="held")],
-    ).properties(height=min(max(12 * rows, 120), 900))
+    ).properties(height=alt.Step(16))
 
 
 def ratio_over_time(frame: pl.DataFrame, value: str, title: str, y_title: str) -> alt.Chart:
