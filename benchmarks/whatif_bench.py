@@ -23,18 +23,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import duckdb  # noqa: E402
+import duckdb
 
-from gpuledger.ledger.config_versions import config_for_command  # noqa: E402
-from gpuledger.whatif import metrics  # noqa: E402
-from gpuledger.whatif.engine import effective_policy, org_nodes_frame, simulate  # noqa: E402
-from gpuledger.whatif.model import POLICIES, Params  # noqa: E402
-from gpuledger.whatif.trace import load_trace  # noqa: E402
+from gpuledger.ledger.config_versions import config_for_command
+from gpuledger.whatif import metrics
+from gpuledger.whatif.engine import effective_policy, org_nodes_frame, simulate
+from gpuledger.whatif.model import POLICIES, Params
+from gpuledger.whatif.trace import load_trace
 
 START = datetime(2026, 11, 1)
-FIGURES = ("worst_delivery_ratio", "worst_project", "delivery_ratio", "occupancy_ratio", "useful_gpu_hours",
-           "allocated_gpu_hours", "wait_p90_hours_small", "wait_p90_hours_large", "preemptions", "lost_gpu_hours",
-           "squatted_gpu_hours", "squatters_reclaimed")
+FIGURES = (
+    "worst_delivery_ratio",
+    "worst_project",
+    "delivery_ratio",
+    "occupancy_ratio",
+    "useful_gpu_hours",
+    "allocated_gpu_hours",
+    "wait_p90_hours_small",
+    "wait_p90_hours_large",
+    "preemptions",
+    "lost_gpu_hours",
+    "squatted_gpu_hours",
+    "squatters_reclaimed",
+)
 
 
 def _rss_mib() -> float:
@@ -46,7 +57,9 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=1024)
     ap.add_argument("--days", type=float, default=30)
     ap.add_argument("--interval", type=int, default=300)
-    ap.add_argument("--warehouse", type=Path, default=None, help="an existing warehouse instead of the cached build")
+    ap.add_argument(
+        "--warehouse", type=Path, default=None, help="an existing warehouse instead of the cached build"
+    )
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--half-life-days", type=float, default=None)
     ap.add_argument("--window-days", type=float, default=None)
@@ -58,21 +71,49 @@ def main() -> None:
     if not db.exists():
         db.parent.mkdir(parents=True, exist_ok=True)
         t = time.perf_counter()
-        subprocess.run([str(ROOT / ".venv" / "bin" / "gpuledger"), "simulate", "warehouse", "--gpus", str(args.gpus),
-                        "--days", str(args.days), "--start", START.isoformat(), "--clean", "--interval",
-                        str(args.interval), "--warehouse", str(db)], check=True)
+        subprocess.run(
+            [
+                str(ROOT / ".venv" / "bin" / "gpuledger"),
+                "simulate",
+                "warehouse",
+                "--gpus",
+                str(args.gpus),
+                "--days",
+                str(args.days),
+                "--start",
+                START.isoformat(),
+                "--clean",
+                "--interval",
+                str(args.interval),
+                "--warehouse",
+                str(db),
+            ],
+            check=True,
+        )
         print(f"built {db} in {time.perf_counter() - t:.0f} s", flush=True)
     end = START + timedelta(days=args.days)
-    params = Params(usage_mode=args.usage_mode, half_life_days=args.half_life_days, window_days=args.window_days,
-                    min_runtime_cap_hours=args.min_runtime_cap_hours,
-                    default_min_runtime_hours=args.default_min_runtime_hours)
+    params = Params(
+        usage_mode=args.usage_mode,
+        half_life_days=args.half_life_days,
+        window_days=args.window_days,
+        min_runtime_cap_hours=args.min_runtime_cap_hours,
+        default_min_runtime_hours=args.default_min_runtime_hours,
+    )
     con = duckdb.connect(str(db), read_only=True)
     cfg, _ = config_for_command(con, None, write=False)
     t = time.perf_counter()
     trace = load_trace(con, cfg, start=START, end=end, params=params)
     con.close()
-    rows = [("read trace", time.perf_counter() - t, f"{len(trace.jobs)} jobs, {trace.inventory.physical_gpus()} GPUs, "
-             f"{sum(j.activity_source == 'samples' for j in trace.jobs)} with activity from samples")]
+    rows = [
+        (
+            "read trace",
+            time.perf_counter() - t,
+            (
+                f"{len(trace.jobs)} jobs, {trace.inventory.physical_gpus()} GPUs, "
+                f"{sum(j.activity_source == 'samples' for j in trace.jobs)} with activity from samples"
+            ),
+        )
+    ]
     print(rows[-1], flush=True)
     summaries = []
     org, squatting = org_nodes_frame(cfg, params), effective_policy(cfg, params)[2]
@@ -82,19 +123,34 @@ def main() -> None:
         sim_s = time.perf_counter() - t
         t = time.perf_counter()
         summary, _ = metrics.summarize(result, org, squatting)
-        rows.append((f"simulate {policy}", sim_s, f"{result.decide_calls} enforce cycles decided, {result.actions}"))
+        rows.append(
+            (f"simulate {policy}", sim_s, f"{result.decide_calls} enforce cycles decided, {result.actions}")
+        )
         rows.append((f"metrics {policy}", time.perf_counter() - t, ""))
         summaries.append(summary)
         print(rows[-2], rows[-1], flush=True)
     built = f"{db.name}" if args.warehouse else f"built: samples every {args.interval} s"
-    lines = [f"# What-if benchmark: {args.gpus} GPUs, {args.days:g} days ({built})", "",
-             f"params: {params}", "", "| step | wall s | notes |", "|---|---:|---|"]
+    lines = [
+        f"# What-if benchmark: {args.gpus} GPUs, {args.days:g} days ({built})",
+        "",
+        f"params: {params}",
+        "",
+        "| step | wall s | notes |",
+        "|---|---:|---|",
+    ]
     lines += [f"| {name} | {secs:.1f} | {note} |" for name, secs, note in rows]
-    lines += ["", f"peak RSS {_rss_mib():.0f} MiB", "", "| figure | " + " | ".join(s["policy"] for s in summaries) + " |",
-              "|---|" + "---:|" * len(summaries)]
+    lines += [
+        "",
+        f"peak RSS {_rss_mib():.0f} MiB",
+        "",
+        "| figure | " + " | ".join(s["policy"] for s in summaries) + " |",
+        "|---|" + "---:|" * len(summaries),
+    ]
     for f in FIGURES:
         cells = [s[f] for s in summaries]
-        lines.append(f"| {f} | " + " | ".join(f"{c:,.3f}" if isinstance(c, float) else str(c) for c in cells) + " |")
+        lines.append(
+            f"| {f} | " + " | ".join(f"{c:,.3f}" if isinstance(c, float) else str(c) for c in cells) + " |"
+        )
     text = "\n".join(lines) + "\n"
     out = ROOT / "data" / "bench" / f"whatif-{args.gpus}.md"
     out.parent.mkdir(parents=True, exist_ok=True)

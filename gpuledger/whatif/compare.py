@@ -47,12 +47,24 @@ SUMMARY_ROWS = (
     ("squatters_reclaimed", "squatters reclaimed"),
     ("jobs_done", "jobs done"),
 )
-SWEEPABLE = ("window_days", "half_life_days", "min_runtime_cap_hours", "idle_threshold_ratio",
-             "checkpoint_interval_minutes", "cycle_minutes", "shares")
+SWEEPABLE = (
+    "window_days",
+    "half_life_days",
+    "min_runtime_cap_hours",
+    "idle_threshold_ratio",
+    "checkpoint_interval_minutes",
+    "cycle_minutes",
+    "shares",
+)
 
 
-def compare(trace: Trace, cfg, params: Params | None = None, policies: tuple[str, ...] = POLICIES,
-            progress: Callable[[str, float], None] | None = None) -> list[tuple[dict, object]]:
+def compare(
+    trace: Trace,
+    cfg,
+    params: Params | None = None,
+    policies: tuple[str, ...] = POLICIES,
+    progress: Callable[[str, float], None] | None = None,
+) -> list[tuple[dict, object]]:
     """[(summary, delivery frame)] per policy, in the order asked."""
     params = params or Params()
     org = org_nodes_frame(cfg, params)
@@ -71,23 +83,41 @@ def side_by_side(runs: list[tuple[dict, object]]) -> dict:
     import polars as pl
 
     names = [s["policy"] for s, _ in runs]
-    summary = pl.DataFrame({
-        "metric": [m for m, _ in SUMMARY_ROWS],
-        "label": [label for _, label in SUMMARY_ROWS],
-        **{p: [_cell(s.get(m)) for m, _ in SUMMARY_ROWS] for p, (s, _) in zip(names, runs, strict=True)},
-    })
+    summary = pl.DataFrame(
+        {
+            "metric": [m for m, _ in SUMMARY_ROWS],
+            "label": [label for _, label in SUMMARY_ROWS],
+            **{p: [_cell(s.get(m)) for m, _ in SUMMARY_ROWS] for p, (s, _) in zip(names, runs, strict=True)},
+        }
+    )
     projects = None
     for p, (_, deliv) in zip(names, runs, strict=True):
-        part = deliv.select("project", pl.col("gpu_hours_owed").alias(f"{p}_owed_gpu_hours"),
-                            pl.col("gpu_hours_delivered").alias(f"{p}_delivered_gpu_hours"),
-                            pl.col("delivery_ratio").alias(f"{p}_delivery_ratio"))
+        part = deliv.select(
+            "project",
+            pl.col("gpu_hours_owed").alias(f"{p}_owed_gpu_hours"),
+            pl.col("gpu_hours_delivered").alias(f"{p}_delivered_gpu_hours"),
+            pl.col("delivery_ratio").alias(f"{p}_delivery_ratio"),
+        )
         projects = part if projects is None else projects.join(part, on="project", how="full", coalesce=True)
-    waits = pl.DataFrame([
-        {"policy": s["policy"], "job_class": c, "jobs": s[f"jobs_{c}"], "jobs_started": s[f"jobs_started_{c}"],
-         "wait_p50_hours": s[f"wait_p50_hours_{c}"], "wait_p90_hours": s[f"wait_p90_hours_{c}"]}
-        for s, _ in runs for c in (metrics.SMALL, metrics.MEDIUM, metrics.LARGE)])
-    return {"summary": summary, "projects": projects.sort("project") if projects is not None else None,
-            "waits": waits}
+    waits = pl.DataFrame(
+        [
+            {
+                "policy": s["policy"],
+                "job_class": c,
+                "jobs": s[f"jobs_{c}"],
+                "jobs_started": s[f"jobs_started_{c}"],
+                "wait_p50_hours": s[f"wait_p50_hours_{c}"],
+                "wait_p90_hours": s[f"wait_p90_hours_{c}"],
+            }
+            for s, _ in runs
+            for c in (metrics.SMALL, metrics.MEDIUM, metrics.LARGE)
+        ]
+    )
+    return {
+        "summary": summary,
+        "projects": projects.sort("project") if projects is not None else None,
+        "waits": waits,
+    }
 
 
 def _cell(v):
@@ -96,8 +126,16 @@ def _cell(v):
     return "-" if v is None else str(v)
 
 
-def sweep(trace: Trace, cfg, parameter: str, values: list, *, policy: str, params: Params | None = None,
-          progress: Callable[[str, float], None] | None = None) -> list[dict]:
+def sweep(
+    trace: Trace,
+    cfg,
+    parameter: str,
+    values: list,
+    *,
+    policy: str,
+    params: Params | None = None,
+    progress: Callable[[str, float], None] | None = None,
+) -> list[dict]:
     """One run per value of ``parameter`` (a Params field, or ``shares``: values are
     ``node:shares`` override lists); rows of the value and the headline figures."""
     if parameter not in SWEEPABLE:
@@ -105,31 +143,80 @@ def sweep(trace: Trace, cfg, parameter: str, values: list, *, policy: str, param
     base = params or Params()
     rows = []
     for value in values:
-        p = base.with_(share_overrides=tuple(value)) if parameter == "shares" else base.with_(**{parameter: value})
+        p = (
+            base.with_(share_overrides=tuple(value))
+            if parameter == "shares"
+            else base.with_(**{parameter: value})
+        )
         label = ",".join(f"{n}:{s:g}" for n, s in value) if parameter == "shares" else value
-        (summary, _), = compare(trace, cfg, p, (policy,),
-                                progress=(lambda pol, f, v=label: progress(f"{parameter}={v}", f)) if progress else None)
-        rows.append({"value": label, **{k: summary[k] for k in (
-            "worst_delivery_ratio", "worst_project", "delivery_ratio", "occupancy_ratio", "useful_gpu_hours",
-            "wait_p90_hours_small", "wait_p90_hours_large", "preemptions", "lost_gpu_hours", "squatted_gpu_hours")}})
+        ((summary, _),) = compare(
+            trace,
+            cfg,
+            p,
+            (policy,),
+            progress=(lambda pol, f, v=label: progress(f"{parameter}={v}", f)) if progress else None,
+        )
+        rows.append(
+            {
+                "value": label,
+                **{
+                    k: summary[k]
+                    for k in (
+                        "worst_delivery_ratio",
+                        "worst_project",
+                        "delivery_ratio",
+                        "occupancy_ratio",
+                        "useful_gpu_hours",
+                        "wait_p90_hours_small",
+                        "wait_p90_hours_large",
+                        "preemptions",
+                        "lost_gpu_hours",
+                        "squatted_gpu_hours",
+                    )
+                },
+            }
+        )
     return rows
 
 
-def to_json(trace: Trace, params: Params, runs: list[tuple[dict, object]], sweep_rows: list[dict] | None = None,
-            *, sweep_parameter: str | None = None, sweep_policy: str | None = None) -> str:
+def to_json(
+    trace: Trace,
+    params: Params,
+    runs: list[tuple[dict, object]],
+    sweep_rows: list[dict] | None = None,
+    *,
+    sweep_parameter: str | None = None,
+    sweep_policy: str | None = None,
+) -> str:
     end = trace.origin + timedelta(seconds=trace.horizon_s)
     doc = {
         "format": FORMAT,
-        "trace": {"start": f"{trace.origin:%Y-%m-%dT%H:%M:%SZ}", "end": f"{end:%Y-%m-%dT%H:%M:%SZ}",
-                  "hours": trace.horizon_s / 3600, "jobs": len(trace.jobs),
-                  "physical_gpus": trace.inventory.physical_gpus(),
-                  "activity_from_samples": sum(j.activity_source == "samples" for j in trace.jobs),
-                  "skipped": [{"job_id": j, "reason": r} for j, r in trace.skipped]},
+        "trace": {
+            "start": f"{trace.origin:%Y-%m-%dT%H:%M:%SZ}",
+            "end": f"{end:%Y-%m-%dT%H:%M:%SZ}",
+            "hours": trace.horizon_s / 3600,
+            "jobs": len(trace.jobs),
+            "physical_gpus": trace.inventory.physical_gpus(),
+            "activity_from_samples": sum(j.activity_source == "samples" for j in trace.jobs),
+            "skipped": [{"job_id": j, "reason": r} for j, r in trace.skipped],
+        },
         "params": {f.name: _plain(getattr(params, f.name)) for f in fields(params)},
-        "policies": [{"policy": s["policy"], "title": POLICY_TITLES[s["policy"]], "summary": _rounded(s),
-                      "projects": [_rounded(r) for r in d.to_dicts()]} for s, d in runs],
-        "sweep": None if sweep_rows is None else {"parameter": sweep_parameter, "policy": sweep_policy,
-                                                   "rows": [_rounded(r) for r in sweep_rows]},
+        "policies": [
+            {
+                "policy": s["policy"],
+                "title": POLICY_TITLES[s["policy"]],
+                "summary": _rounded(s),
+                "projects": [_rounded(r) for r in d.to_dicts()],
+            }
+            for s, d in runs
+        ],
+        "sweep": None
+        if sweep_rows is None
+        else {
+            "parameter": sweep_parameter,
+            "policy": sweep_policy,
+            "rows": [_rounded(r) for r in sweep_rows],
+        },
     }
     return json.dumps(doc, indent=1, sort_keys=False, default=str) + "\n"
 
@@ -161,4 +248,4 @@ def frames_from_json(text: str) -> dict:
     return out
 
 
-__all__ = ["compare", "side_by_side", "sweep", "to_json", "frames_from_json", "FORMAT", "asdict"]
+__all__ = ["FORMAT", "asdict", "compare", "frames_from_json", "side_by_side", "sweep", "to_json"]

@@ -23,12 +23,21 @@ from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
 
-from gpuledger.enforce.model import PREEMPT, WARN
-
 from gpuledger.config import Config
+from gpuledger.enforce.model import PREEMPT, WARN
 from gpuledger.whatif import policies
 from gpuledger.whatif.inventory import EPS, PoolState, pool_label
-from gpuledger.whatif.model import FAIR_SHARE, POLICIES, PRIORITY, RECLAIM, JobOutcome, Params, RunResult, Segment, Trace
+from gpuledger.whatif.model import (
+    FAIR_SHARE,
+    POLICIES,
+    PRIORITY,
+    RECLAIM,
+    JobOutcome,
+    Params,
+    RunResult,
+    Segment,
+    Trace,
+)
 from gpuledger.whatif.usage import UsageTracker
 
 FINISH, SUBMIT, CYCLE = 0, 1, 2
@@ -36,11 +45,22 @@ FINISH, SUBMIT, CYCLE = 0, 1, 2
 
 def effective_policy(cfg: Config, params: Params):
     """(usage policy, funding cap s, squatting policy) with the run's overrides applied."""
-    usage = cfg.policy.usage.model_copy(update={k: v for k, v in {
-        "mode": params.usage_mode, "window_days": params.window_days, "half_life_days": params.half_life_days,
-    }.items() if v is not None})
-    cap_h = cfg.policy.funding.min_runtime_cap_hours if params.min_runtime_cap_hours is None \
+    usage = cfg.policy.usage.model_copy(
+        update={
+            k: v
+            for k, v in {
+                "mode": params.usage_mode,
+                "window_days": params.window_days,
+                "half_life_days": params.half_life_days,
+            }.items()
+            if v is not None
+        }
+    )
+    cap_h = (
+        cfg.policy.funding.min_runtime_cap_hours
+        if params.min_runtime_cap_hours is None
         else params.min_runtime_cap_hours
+    )
     squatting = cfg.policy.squatting
     if params.idle_threshold_ratio is not None:
         squatting = squatting.model_copy(update={"idle_threshold_ratio": params.idle_threshold_ratio})
@@ -59,13 +79,21 @@ def org_nodes_frame(cfg: Config, params: Params):
         over = dict(params.share_overrides)
         frame = frame.with_columns(
             shares=pl.struct("node", "shares").map_elements(
-                lambda r: float(over.get(r["node"], r["shares"])), return_dtype=pl.Float64))
+                lambda r: float(over.get(r["node"], r["shares"])), return_dtype=pl.Float64
+            )
+        )
     return frame
 
 
 class Simulation:
-    def __init__(self, trace: Trace, cfg: Config, policy: str, params: Params | None = None,
-                 progress: Callable[[float], None] | None = None):
+    def __init__(
+        self,
+        trace: Trace,
+        cfg: Config,
+        policy: str,
+        params: Params | None = None,
+        progress: Callable[[float], None] | None = None,
+    ):
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r}: choose one of {', '.join(POLICIES)}")
         self.trace, self.cfg, self.policy = trace, cfg, policy
@@ -94,8 +122,12 @@ class Simulation:
         self.events: list[tuple] = []
         self.seq = 0
         projects = sorted({j.project for j in self.jobs} | set(cfg.projects()))
-        self.usage = UsageTracker(projects, mode=usage_policy.mode, window_s=usage_policy.window_days * 86400,
-                                  half_life_s=usage_policy.half_life_days * 86400)
+        self.usage = UsageTracker(
+            projects,
+            mode=usage_policy.mode,
+            window_s=usage_policy.window_days * 86400,
+            half_life_s=usage_policy.half_life_days * 86400,
+        )
         self.weights = policies.budget_weights(cfg, trace.origin)
         self.funding = policies.Funding(cfg, trace.origin, self.org_nodes, self.cap_s, projects)
         self.budget_rate: dict[str, float] = defaultdict(float)
@@ -106,8 +138,18 @@ class Simulation:
         self.prio: dict[tuple, int] = {}  # priority_key -> enforce's priority
         self.reps: dict[tuple, policies.JobView] = {}
         # what a job's priority depends on besides its project's funding and rank (policies.priority_key)
-        self.static = [(j.cluster, j.project, j.declared_priority, j.kind, j.namespace, j.resumable,
-                        min(self._min_runtime(j), self.cap_s) > 0) for j in self.jobs]
+        self.static = [
+            (
+                j.cluster,
+                j.project,
+                j.declared_priority,
+                j.kind,
+                j.namespace,
+                j.resumable,
+                min(self._min_runtime(j), self.cap_s) > 0,
+            )
+            for j in self.jobs
+        ]
         self.warnings: dict = {}
         self.preempt_count: dict[tuple[str, str], int] = {}
         self.applied: dict[str, int] = {}
@@ -118,8 +160,17 @@ class Simulation:
     # --- events ------------------------------------------------------------------------
     def _push(self, t: int, kind: int, idx: int = -1) -> None:
         self.seq += 1
-        heapq.heappush(self.events, (t, kind, self.jobs[idx].job_id if idx >= 0 else "", self.seq, idx,
-                                     self.gen[idx] if idx >= 0 else 0))
+        heapq.heappush(
+            self.events,
+            (
+                t,
+                kind,
+                self.jobs[idx].job_id if idx >= 0 else "",
+                self.seq,
+                idx,
+                self.gen[idx] if idx >= 0 else 0,
+            ),
+        )
 
     def run(self) -> RunResult:
         horizon = self.trace.horizon_s
@@ -156,8 +207,14 @@ class Simulation:
             self._stop(idx, "horizon")
         if self.progress:
             self.progress(1.0)
-        return RunResult(policy=self.policy, params=self.params, trace=self.trace, outcomes=self.out,
-                         decide_calls=self.decide_calls, actions=dict(self.actions))
+        return RunResult(
+            policy=self.policy,
+            params=self.params,
+            trace=self.trace,
+            outcomes=self.out,
+            decide_calls=self.decide_calls,
+            actions=dict(self.actions),
+        )
 
     def _advance(self, t: int) -> None:
         if t <= self.now:
@@ -284,7 +341,7 @@ class Simulation:
         self.usage.hold(j.project, j.gpus)
         self.budget_rate[j.project] += j.gpus * self.weights.get(j.pool[1], 1.0)
         self.gen[idx] += 1
-        ends = self.now + max(1, int(round(j.work_s - self.progress_s[idx])))
+        ends = self.now + max(1, round(j.work_s - self.progress_s[idx]))
         self._push(ends, FINISH, idx)
         bisect.insort(self.ending[j.pool], (ends, j.job_id, idx))
         self.ends_at[idx] = ends
@@ -331,9 +388,15 @@ class Simulation:
         reason = None if funded else (why if not ok else "no minimum runtime declared")
         run = self.running.get(idx)
         start = run[0] if run else None
-        return policies.JobView(job=j, running=run is not None, start_s=start, funded=funded, unfunded_reason=reason,
-                                protected_until_s=start + eff if (funded and start is not None) else None,
-                                fs_rank=self.ranks.get(j.project))
+        return policies.JobView(
+            job=j,
+            running=run is not None,
+            start_s=start,
+            funded=funded,
+            unfunded_reason=reason,
+            protected_until_s=start + eff if (funded and start is not None) else None,
+            fs_rank=self.ranks.get(j.project),
+        )
 
     def _min_runtime(self, j) -> int:
         """The job's declared minimum runtime (s), or the what-if default for jobs that declare none."""
@@ -353,22 +416,35 @@ class Simulation:
         if self.reps:
             self.prio = policies.priorities(self.reps, self.fs_projects, self.trace.origin, self.enforcement)
         self.bands.clear()
-        head = [i for pool in sorted(self.waiting, key=_pool_order) for i in self._head(pool, self.params.queue_head)]
+        head = [
+            i
+            for pool in sorted(self.waiting, key=_pool_order)
+            for i in self._head(pool, self.params.queue_head)
+        ]
         findings = []
         if self.policy == RECLAIM:
             for idx in sorted(self.running):
                 start, p0, _ = self.running[idx]
-                f = policies.squat_finding(self.jobs[idx], seg_start_s=start, progress_start_s=p0, now_s=t,
-                                           origin=self.trace.origin,
-                                           threshold=self.squatting.idle_threshold_ratio, squatting=self.squatting)
+                f = policies.squat_finding(
+                    self.jobs[idx],
+                    seg_start_s=start,
+                    progress_start_s=p0,
+                    now_s=t,
+                    origin=self.trace.origin,
+                    threshold=self.squatting.idle_threshold_ratio,
+                    squatting=self.squatting,
+                )
                 if f is not None:
                     findings.append(f)
         # Demand preemption weighs like against like (one pool), so the cycle needs the running jobs
         # of pools where funded (or exempt) work waits and does not fit, and the squatters.
         head_views = {idx: self._view(idx) for idx in head}
-        short = {self.jobs[i].pool for i, v in head_views.items()
-                 if (v.funded or _exempt(self.jobs[i], self.enforcement))
-                 and not self.pools[self.jobs[i].pool].fits(self.jobs[i].units, self.jobs[i].unit_size)}
+        short = {
+            self.jobs[i].pool
+            for i, v in head_views.items()
+            if (v.funded or _exempt(self.jobs[i], self.enforcement))
+            and not self.pools[self.jobs[i].pool].fits(self.jobs[i].units, self.jobs[i].unit_size)
+        }
         # ... and of those only the ones a preemption may touch: protected and exempt jobs are never
         # candidates (decide's rails), and a candidate must rank below the best waiting funded job
         best = defaultdict(lambda: -1)
@@ -381,7 +457,11 @@ class Simulation:
             j = self.jobs[i]
             if (j.cluster, j.job_id) in squatters:
                 chosen.append(i)
-            elif j.pool in short and self.prio[self.static[i]] < best[j.pool] and not _exempt(j, self.enforcement):
+            elif (
+                j.pool in short
+                and self.prio[self.static[i]] < best[j.pool]
+                and not _exempt(j, self.enforcement)
+            ):
                 v = self._view(i)
                 if not (v.funded and v.protected_until_s is not None and t < v.protected_until_s):
                     chosen.append(i)
@@ -394,9 +474,17 @@ class Simulation:
         running_views = [views[i] for i in chosen]
         free = {(pool[0], pool_label(pool)): s.free_units for pool, s in self.pools.items()}
         actions = policies.cycle_actions(
-            origin=self.trace.origin, now_s=t, views=running_views + [views[i] for i in head], findings=findings,
-            warnings=self.warnings, preemptions=self.preempt_count, applied=self.applied, free=free,
-            fs_projects=self.fs_projects, policy=self.enforcement)
+            origin=self.trace.origin,
+            now_s=t,
+            views=running_views + [views[i] for i in head],
+            findings=findings,
+            warnings=self.warnings,
+            preemptions=self.preempt_count,
+            applied=self.applied,
+            free=free,
+            fs_projects=self.fs_projects,
+            policy=self.enforcement,
+        )
         self.decide_calls += 1
         now = self.trace.origin + timedelta(seconds=t)
         for a in actions:
@@ -433,14 +521,21 @@ def _pool_order(pool) -> tuple:
 
 
 def _exempt(job, enforcement) -> bool:
-    return bool((job.kind and job.kind in enforcement.exempt_kinds)
-                or (job.namespace and job.namespace in enforcement.exempt_namespaces))
+    return bool(
+        (job.kind and job.kind in enforcement.exempt_kinds)
+        or (job.namespace and job.namespace in enforcement.exempt_namespaces)
+    )
 
 
-def simulate(trace: Trace, cfg: Config, policy: str, params: Params | None = None,
-             progress: Callable[[float], None] | None = None) -> RunResult:
+def simulate(
+    trace: Trace,
+    cfg: Config,
+    policy: str,
+    params: Params | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> RunResult:
     """Replay ``trace`` under ``policy`` (model.PRIORITY / FAIR_SHARE / RECLAIM)."""
     return Simulation(trace, cfg, policy, params, progress).run()
 
 
-__all__ = ["simulate", "Simulation", "PRIORITY", "FAIR_SHARE", "RECLAIM"]
+__all__ = ["FAIR_SHARE", "PRIORITY", "RECLAIM", "Simulation", "simulate"]

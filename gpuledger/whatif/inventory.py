@@ -25,7 +25,7 @@ def pool_key(cluster: str, model: str, mig_profile: str | None) -> tuple[str, st
 def pool_label(pool: tuple[str, str, str | None]) -> str:
     """``H100`` or ``H100 mig 3g.40gb`` (the cluster is left out; pools of several clusters
     carry it: ``b/H100``)."""
-    cluster, model, profile = pool
+    _cluster, model, profile = pool
     return f"{model} mig {profile}" if profile else model
 
 
@@ -63,13 +63,17 @@ class Inventory:
         for i, row in enumerate(rows):
             for key in ("model", "count"):
                 if key not in row:
-                    raise ValueError(f"inventory row {i + 1}: `{key}` is missing (need cluster, model, count)")
+                    raise ValueError(
+                        f"inventory row {i + 1}: `{key}` is missing (need cluster, model, count)"
+                    )
             cluster, model = str(row.get("cluster") or "sim"), str(row["model"])
             profile = row.get("mig_profile") or None
             try:
                 count = int(row["count"])
             except (TypeError, ValueError):
-                raise ValueError(f"inventory row {i + 1}: count {row['count']!r} is not a whole number") from None
+                raise ValueError(
+                    f"inventory row {i + 1}: count {row['count']!r} is not a whole number"
+                ) from None
             if count < 0:
                 raise ValueError(f"inventory row {i + 1}: count {count} is negative")
             tier = str(row.get("tier") or "reserved")
@@ -78,12 +82,16 @@ class Inventory:
             if profile:
                 frac = mig_fraction(profile, model)
                 if frac is None:
-                    raise ValueError(f"inventory row {i + 1}: mig_profile {profile!r} is no MIG profile of {model}")
+                    raise ValueError(
+                        f"inventory row {i + 1}: mig_profile {profile!r} is no MIG profile of {model}"
+                    )
                 fraction, per_gpu = frac, max(1, int(1 / frac + EPS))
             for g in range(count):
                 uuid = f"{cluster}-{model}-{profile or 'whole'}-{i}-{g}"
                 for _ in range(per_gpu):
-                    devices.append(Device(len(devices) + 1, pool_key(cluster, model, profile), fraction, uuid, tier))
+                    devices.append(
+                        Device(len(devices) + 1, pool_key(cluster, model, profile), fraction, uuid, tier)
+                    )
         return cls(devices)
 
 

@@ -73,34 +73,82 @@ def frames(result: RunResult):
     import polars as pl
 
     origin = result.trace.origin
-    at = (lambda s: None if s is None else origin + timedelta(seconds=s))
+    at = lambda s: None if s is None else origin + timedelta(seconds=s)
     jobs, allocs = [], []
     for o in result.outcomes:
         j = o.job
         ended = o.segments[-1].end_s if o.segments and o.segments[-1].ended_by != "horizon" else None
-        jobs.append((j.cluster, j.job_id, j.project, j.kind, j.pool[1], float(j.gpus), j.min_runtime_s,
-                     at(j.submit_s), at(o.first_start_s), at(ended) if (o.done_s is not None or o.reclaimed) else None,
-                     "whatif"))
+        jobs.append(
+            (
+                j.cluster,
+                j.job_id,
+                j.project,
+                j.kind,
+                j.pool[1],
+                float(j.gpus),
+                j.min_runtime_s,
+                at(j.submit_s),
+                at(o.first_start_s),
+                at(ended) if (o.done_s is not None or o.reclaimed) else None,
+                "whatif",
+            )
+        )
         for s in o.segments:
             for d in s.devices:
                 allocs.append((j.cluster, j.job_id, d, at(s.start_s), at(s.end_s), float(j.unit_size)))
-    jobs_f = pl.DataFrame(jobs, orient="row", schema={
-        "cluster": pl.String, "job_id": pl.String, "project": pl.String, "kind": pl.String, "gpu_model": pl.String,
-        "gpus": pl.Float64, "min_runtime_s": pl.Int64, "submit_time": pl.Datetime("us"),
-        "start_time": pl.Datetime("us"), "end_time": pl.Datetime("us"), "source": pl.String})
-    alloc_f = pl.DataFrame(allocs, orient="row", schema={
-        "cluster": pl.String, "job_id": pl.String, "gpu_id": pl.Int32, "start_time": pl.Datetime("us"),
-        "end_time": pl.Datetime("us"), "gpu_fraction": pl.Float64})
+    jobs_f = pl.DataFrame(
+        jobs,
+        orient="row",
+        schema={
+            "cluster": pl.String,
+            "job_id": pl.String,
+            "project": pl.String,
+            "kind": pl.String,
+            "gpu_model": pl.String,
+            "gpus": pl.Float64,
+            "min_runtime_s": pl.Int64,
+            "submit_time": pl.Datetime("us"),
+            "start_time": pl.Datetime("us"),
+            "end_time": pl.Datetime("us"),
+            "source": pl.String,
+        },
+    )
+    alloc_f = pl.DataFrame(
+        allocs,
+        orient="row",
+        schema={
+            "cluster": pl.String,
+            "job_id": pl.String,
+            "gpu_id": pl.Int32,
+            "start_time": pl.Datetime("us"),
+            "end_time": pl.Datetime("us"),
+            "gpu_fraction": pl.Float64,
+        },
+    )
     devs = result.trace.inventory.devices
-    gpus_f = pl.DataFrame({
-        "gpu_id": [d.device_id for d in devs], "cluster": [d.pool[0] for d in devs],
-        "gpu_uuid": [d.gpu_uuid for d in devs],
-        "mig_instance_id": [(-1 if d.pool[2] is None else i) for i, d in enumerate(devs)],
-        "host": ["whatif"] * len(devs), "model": [d.pool[1] for d in devs], "mig_profile": [d.pool[2] for d in devs],
-        "gpu_fraction": [float(d.fraction) for d in devs], "pricing_tier": [d.tier for d in devs],
-        "first_seen": [None] * len(devs), "last_seen": [None] * len(devs), "retired_at": [None] * len(devs),
-    }, schema_overrides={"gpu_id": pl.Int32, "first_seen": pl.Datetime("us"), "last_seen": pl.Datetime("us"),
-                         "retired_at": pl.Datetime("us"), "mig_profile": pl.String})
+    gpus_f = pl.DataFrame(
+        {
+            "gpu_id": [d.device_id for d in devs],
+            "cluster": [d.pool[0] for d in devs],
+            "gpu_uuid": [d.gpu_uuid for d in devs],
+            "mig_instance_id": [(-1 if d.pool[2] is None else i) for i, d in enumerate(devs)],
+            "host": ["whatif"] * len(devs),
+            "model": [d.pool[1] for d in devs],
+            "mig_profile": [d.pool[2] for d in devs],
+            "gpu_fraction": [float(d.fraction) for d in devs],
+            "pricing_tier": [d.tier for d in devs],
+            "first_seen": [None] * len(devs),
+            "last_seen": [None] * len(devs),
+            "retired_at": [None] * len(devs),
+        },
+        schema_overrides={
+            "gpu_id": pl.Int32,
+            "first_seen": pl.Datetime("us"),
+            "last_seen": pl.Datetime("us"),
+            "retired_at": pl.Datetime("us"),
+            "mig_profile": pl.String,
+        },
+    )
     return jobs_f, alloc_f, gpus_f
 
 
@@ -113,12 +161,23 @@ def project_delivery(result: RunResult, org_nodes):
     jobs_f, alloc_f, gpus_f = frames(result)
     start = result.trace.origin
     end = start + timedelta(seconds=result.trace.horizon_s)
-    out = delivery(jobs_f.lazy(), alloc_f.lazy(), gpus_f.lazy(), org_nodes, start=start, end=end, now=end).collect()
+    out = delivery(
+        jobs_f.lazy(), alloc_f.lazy(), gpus_f.lazy(), org_nodes, start=start, end=end, now=end
+    ).collect()
     leaves = set(org_nodes.filter(~pl.col("node").is_in(org_nodes["parent"].drop_nulls().implode()))["node"])
-    return (out.filter(pl.col("node").is_in(sorted(leaves)))
-            .select(pl.col("node").alias("project"), "gpu_hours_entitled", "gpu_hours_demand", "gpu_hours_owed",
-                    "gpu_hours_allocated", "gpu_hours_delivered", "delivery_ratio")
-            .sort("project"))
+    return (
+        out.filter(pl.col("node").is_in(sorted(leaves)))
+        .select(
+            pl.col("node").alias("project"),
+            "gpu_hours_entitled",
+            "gpu_hours_demand",
+            "gpu_hours_owed",
+            "gpu_hours_allocated",
+            "gpu_hours_delivered",
+            "delivery_ratio",
+        )
+        .sort("project")
+    )
 
 
 def summarize(result: RunResult, org_nodes, squatting) -> dict:
@@ -163,8 +222,9 @@ def summarize(result: RunResult, org_nodes, squatting) -> dict:
         "worst_project": None if worst is None else worst["project"],
         "preemptions": preemptions,
         "lost_gpu_hours": lost,
-        "squatted_gpu_hours": squatted_gpu_hours(result.outcomes, threshold=squatting.idle_threshold_ratio,
-                                                 grace_s=squatting.grace_minutes * 60),
+        "squatted_gpu_hours": squatted_gpu_hours(
+            result.outcomes, threshold=squatting.idle_threshold_ratio, grace_s=squatting.grace_minutes * 60
+        ),
         "squatters_reclaimed": reclaimed,
         "jobs_done": done,
         "jobs": len(result.outcomes),

@@ -17,10 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from gpuledger.config import Config
 from gpuledger.enforce.model import Finding, JobFacts, JobHistory, Situation, Warning
 from gpuledger.enforce.policy import decide, target_priorities
-
-from gpuledger.config import Config
 from gpuledger.whatif.inventory import pool_label
 from gpuledger.whatif.model import SimJob
 
@@ -56,10 +55,18 @@ class Funding:
         from gpuledger.analytics.tree import Tree
 
         self.tree = Tree.from_frame(self.org_nodes)
-        self.subtree = {n: [p for p in self.tree.leaves() if n in self.tree.ancestors(p)] for n in self.tree.parent}
-        self.budgets = [(b.node, (datetime.combine(b.start, datetime.min.time()) - self.origin).total_seconds(),
-                         (datetime.combine(b.end, datetime.min.time()) - self.origin).total_seconds(),
-                         float(b.gpu_hours)) for b in self.cfg.budgets]
+        self.subtree = {
+            n: [p for p in self.tree.leaves() if n in self.tree.ancestors(p)] for n in self.tree.parent
+        }
+        self.budgets = [
+            (
+                b.node,
+                (datetime.combine(b.start, datetime.min.time()) - self.origin).total_seconds(),
+                (datetime.combine(b.end, datetime.min.time()) - self.origin).total_seconds(),
+                float(b.gpu_hours),
+            )
+            for b in self.cfg.budgets
+        ]
 
     def _sub(self, node: str) -> float:
         return sum(self.consumed.get(p, 0.0) for p in self.subtree.get(node, ()))
@@ -80,8 +87,9 @@ class Funding:
         key = (tuple(sorted(remaining)), tuple(sorted(n for n, r in remaining.items() if r <= 0)))
         if key != self._key:
             self._key = key
-            self._verdict = _job_funding_verdicts(self.projects, remaining, self.org_nodes,
-                                                  self.origin + timedelta(seconds=t), self.cap_s)
+            self._verdict = _job_funding_verdicts(
+                self.projects, remaining, self.org_nodes, self.origin + timedelta(seconds=t), self.cap_s
+            )
         return self._verdict
 
 
@@ -90,18 +98,37 @@ def _job_funding_verdicts(projects, remaining, org_nodes, now, cap_s) -> dict[st
 
     from gpuledger.analytics.budget import job_funding
 
-    burn = pl.LazyFrame({"node": list(remaining), "remaining_gpu_hours": list(remaining.values()),
-                         "budget_own": [True] * len(remaining)},
-                        schema={"node": pl.String, "remaining_gpu_hours": pl.Float64, "budget_own": pl.Boolean})
+    burn = pl.LazyFrame(
+        {
+            "node": list(remaining),
+            "remaining_gpu_hours": list(remaining.values()),
+            "budget_own": [True] * len(remaining),
+        },
+        schema={"node": pl.String, "remaining_gpu_hours": pl.Float64, "budget_own": pl.Boolean},
+    )
     # one probe job per project that declares a minimum runtime: funded == the budget verdict
-    probes = pl.LazyFrame({"cluster": ["whatif"] * len(projects), "job_id": projects, "project": projects,
-                           "start_time": [None] * len(projects), "end_time": [None] * len(projects),
-                           "min_runtime_s": [1] * len(projects)},
-                          schema={"cluster": pl.String, "job_id": pl.String, "project": pl.String,
-                                  "start_time": pl.Datetime("us"), "end_time": pl.Datetime("us"),
-                                  "min_runtime_s": pl.Int64})
+    probes = pl.LazyFrame(
+        {
+            "cluster": ["whatif"] * len(projects),
+            "job_id": projects,
+            "project": projects,
+            "start_time": [None] * len(projects),
+            "end_time": [None] * len(projects),
+            "min_runtime_s": [1] * len(projects),
+        },
+        schema={
+            "cluster": pl.String,
+            "job_id": pl.String,
+            "project": pl.String,
+            "start_time": pl.Datetime("us"),
+            "end_time": pl.Datetime("us"),
+            "min_runtime_s": pl.Int64,
+        },
+    )
     out = job_funding(probes, burn, org_nodes, now=now, min_runtime_cap=timedelta(seconds=max(cap_s, 1)))
-    return {r["project"]: (bool(r["funded"]), r["unfunded_reason"]) for r in out.collect().iter_rows(named=True)}
+    return {
+        r["project"]: (bool(r["funded"]), r["unfunded_reason"]) for r in out.collect().iter_rows(named=True)
+    }
 
 
 def fs_ranks(org_nodes, usage: dict[str, float], tree=None) -> tuple[dict[str, int], int]:
@@ -110,8 +137,9 @@ def fs_ranks(org_nodes, usage: dict[str, float], tree=None) -> tuple[dict[str, i
 
     from gpuledger.analytics.fairshare import fair_share
 
-    frame = pl.LazyFrame({"node": list(usage), "u": list(usage.values())},
-                         schema={"node": pl.String, "u": pl.Float64})
+    frame = pl.LazyFrame(
+        {"node": list(usage), "u": list(usage.values())}, schema={"node": pl.String, "u": pl.Float64}
+    )
     ranked = fair_share(org_nodes, frame, usage_col="u", tree=tree).collect()
     ranks = {n: r for n, r in zip(ranked["node"], ranked["fs_rank"], strict=True) if r is not None}
     return ranks, len(ranks)
@@ -134,13 +162,26 @@ def job_facts(v: JobView, origin: datetime, checkpoint_label: str) -> JobFacts:
     """The enforce record of a simulated job. ``gpus`` counts devices of its pool (a MIG pool's
     instances), ``gpu_model`` names the pool, so demand preemption weighs like against like."""
     j = v.job
-    at = (lambda s: None if s is None else origin + timedelta(seconds=s))
+    at = lambda s: None if s is None else origin + timedelta(seconds=s)
     return JobFacts(
-        cluster=j.cluster, job_id=j.job_id, project=j.project, running=v.running, gpus=j.units * j.unit_size,
-        gpu_model=pool_label(j.pool), name=j.name, namespace=j.namespace, kind=j.kind, source="whatif",
-        user_name=j.user_name, start_time=at(v.start_s), submit_time=at(j.submit_s),
-        declared_priority=j.declared_priority, funded=v.funded, unfunded_reason=v.unfunded_reason,
-        protected_until=at(v.protected_until_s), fs_rank=v.fs_rank,
+        cluster=j.cluster,
+        job_id=j.job_id,
+        project=j.project,
+        running=v.running,
+        gpus=j.units * j.unit_size,
+        gpu_model=pool_label(j.pool),
+        name=j.name,
+        namespace=j.namespace,
+        kind=j.kind,
+        source="whatif",
+        user_name=j.user_name,
+        start_time=at(v.start_s),
+        submit_time=at(j.submit_s),
+        declared_priority=j.declared_priority,
+        funded=v.funded,
+        unfunded_reason=v.unfunded_reason,
+        protected_until=at(v.protected_until_s),
+        fs_rank=v.fs_rank,
         labels={checkpoint_label: "true"} if j.resumable else {},
     )
 
@@ -160,14 +201,31 @@ def priorities(reps: dict[tuple, JobView], fs_projects: int, origin: datetime, p
     facts = []
     for i, v in enumerate(reps.values()):
         f = job_facts(v, origin, policy.checkpoint_label)
-        facts.append(JobFacts(**{**f.__dict__, "job_id": f"rep{i}", "running": False, "start_time": None,
-                                 "protected_until": None}))
+        facts.append(
+            JobFacts(
+                **{
+                    **f.__dict__,
+                    "job_id": f"rep{i}",
+                    "running": False,
+                    "start_time": None,
+                    "protected_until": None,
+                }
+            )
+        )
     targets = target_priorities(Situation(now=origin, jobs=facts, fs_projects=fs_projects), policy)
     return {k: targets[(f.cluster, f.job_id)][0] for k, f in zip(reps, facts, strict=True)}
 
 
-def squat_finding(job: SimJob, *, seg_start_s: int, progress_start_s: float, now_s: int, origin: datetime,
-                  threshold: float, squatting) -> Finding | None:
+def squat_finding(
+    job: SimJob,
+    *,
+    seg_start_s: int,
+    progress_start_s: float,
+    now_s: int,
+    origin: datetime,
+    threshold: float,
+    squatting,
+) -> Finding | None:
     """The squatting finding analytics.squatting would make for a running job at ``now_s``, or None:
     every GPU of a job shares its activity here, so the job squats when it stays under
     ``threshold`` for ``sustained_minutes`` after the start-up grace; severity by the stages."""
@@ -183,28 +241,63 @@ def squat_finding(job: SimJob, *, seg_start_s: int, progress_start_s: float, now
     minutes = (now_s - idle_since) / 60
     if minutes < squatting.sustained_minutes:
         return None
-    severity = ("preempt-eligible" if minutes >= squatting.preempt_minutes else
-                "second-warning" if minutes >= squatting.second_warn_minutes else
-                "warning" if minutes >= squatting.warn_minutes else "info")
-    return Finding(cluster=job.cluster, job_id=job.job_id, finding="squatting", severity=severity,
-                   idle_since=origin + timedelta(seconds=idle_since), idle_minutes=minutes,
-                   gpus_idle=job.units, gpus_total=job.units, gpu_hours_idle=minutes / 60 * job.gpus)
+    severity = (
+        "preempt-eligible"
+        if minutes >= squatting.preempt_minutes
+        else "second-warning"
+        if minutes >= squatting.second_warn_minutes
+        else "warning"
+        if minutes >= squatting.warn_minutes
+        else "info"
+    )
+    return Finding(
+        cluster=job.cluster,
+        job_id=job.job_id,
+        finding="squatting",
+        severity=severity,
+        idle_since=origin + timedelta(seconds=idle_since),
+        idle_minutes=minutes,
+        gpus_idle=job.units,
+        gpus_total=job.units,
+        gpu_hours_idle=minutes / 60 * job.gpus,
+    )
 
 
-def cycle_actions(*, origin: datetime, now_s: int, views: list[JobView], findings: list[Finding],
-                  warnings: dict, preemptions: dict[tuple[str, str], int], applied: dict[str, int],
-                  free: dict[tuple[str, str], float], fs_projects: int, policy) -> list:
+def cycle_actions(
+    *,
+    origin: datetime,
+    now_s: int,
+    views: list[JobView],
+    findings: list[Finding],
+    warnings: dict,
+    preemptions: dict[tuple[str, str], int],
+    applied: dict[str, int],
+    free: dict[tuple[str, str], float],
+    fs_projects: int,
+    policy,
+) -> list:
     """enforce.policy.decide on the simulated situation; its Actions as they are."""
     now = origin + timedelta(seconds=now_s)
     facts = [job_facts(v, origin, policy.checkpoint_label) for v in views]
-    history = {f.key: JobHistory(applied_priority=applied.get(f.job_id), preemptions=preemptions.get(f.key, 0))
-               for f in facts}
-    situation = Situation(now=now, jobs=facts, findings=findings, warnings=warnings, history=history,
-                          free_gpus=free, fs_projects=fs_projects, data_as_of=now)
+    history = {
+        f.key: JobHistory(applied_priority=applied.get(f.job_id), preemptions=preemptions.get(f.key, 0))
+        for f in facts
+    }
+    situation = Situation(
+        now=now,
+        jobs=facts,
+        findings=findings,
+        warnings=warnings,
+        history=history,
+        free_gpus=free,
+        fs_projects=fs_projects,
+        data_as_of=now,
+    )
     return decide(situation, policy)
 
 
 def record_warning(warnings: dict, action, now: datetime) -> None:
     """What the audit would record for a warn action (enforcement_warnings)."""
     warnings.setdefault((action.cluster, action.job_id), []).append(
-        Warning(idle_since=action.idle_since, stage=action.stage, warned_at=now))
+        Warning(idle_since=action.idle_since, stage=action.stage, warned_at=now)
+    )

@@ -102,8 +102,10 @@ def optimal_reserved(demand: list[float], reserved: Decimal, on_demand: Decimal)
     v = sorted(demand)
     best, best_cost = 0, None
     # the optimum is the q-quantile; check the whole numbers around it
-    centre = v[min(len(v) - 1, max(0, int(math.ceil(q * len(v))) - 1))]
-    for r in sorted({0, math.floor(centre), math.ceil(centre), math.floor(centre) - 1, math.ceil(centre) + 1}):
+    centre = v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
+    for r in sorted(
+        {0, math.floor(centre), math.ceil(centre), math.floor(centre) - 1, math.ceil(centre) + 1}
+    ):
         if r < 0:
             continue
         cost = Decimal(r * len(v)) * reserved + _dec(sum(max(0.0, d - r) for d in v)) * on_demand
@@ -154,10 +156,19 @@ def spot_loss(spot_s: float, offsets: list[float], checkpoint_s: float) -> tuple
     return lost, n
 
 
-def price_mixes(pieces: list[DemandPiece], horizon_s: int, rate_card, *, at: date, currency: str = "USD",
-                reserved_gpus: dict[str, int] | None = None, interruptions_per_hour: float = 0.0,
-                checkpoint_interval_minutes: float = 60.0, seed: int = 1,
-                interruptions: dict[str, list[float]] | None = None) -> list[MixCost]:
+def price_mixes(
+    pieces: list[DemandPiece],
+    horizon_s: int,
+    rate_card,
+    *,
+    at: date,
+    currency: str = "USD",
+    reserved_gpus: dict[str, int] | None = None,
+    interruptions_per_hour: float = 0.0,
+    checkpoint_interval_minutes: float = 60.0,
+    seed: int = 1,
+    interruptions: dict[str, list[float]] | None = None,
+) -> list[MixCost]:
     """Cost of each mix per model (module docstring)."""
     prices = prices_at(rate_card, at)
     demand = hourly_demand(pieces, horizon_s)
@@ -179,12 +190,20 @@ def price_mixes(pieces: list[DemandPiece], horizon_s: int, rate_card, *, at: dat
         if r is None:
             r = optimal_reserved([a for a, _ in hours], rs[0], od[0]) if (rs and od) else 0
         burst = [max(0.0, a - r) for a, _ in hours]
-        m = MixCost(model, RESERVED_OD, reserved_gpus=r, reserved_gpu_hours=float(r * len(hours)),
-                    on_demand_gpu_hours=sum(burst), currency=cur)
+        m = MixCost(
+            model,
+            RESERVED_OD,
+            reserved_gpus=r,
+            reserved_gpu_hours=float(r * len(hours)),
+            on_demand_gpu_hours=sum(burst),
+            currency=cur,
+        )
         if rs is None and r > 0:
             m.unpriced.append(f"{model} has no reserved price")
-        m.cost = cents(Decimal(r * len(hours)) * (rs[0] if rs else Decimal(0))
-                       + _dec(sum(burst)) * (od[0] if od else Decimal(0)))
+        m.cost = cents(
+            Decimal(r * len(hours)) * (rs[0] if rs else Decimal(0))
+            + _dec(sum(burst)) * (od[0] if od else Decimal(0))
+        )
         out.append(m)
         # spot for the checkpointable burst: reserved is filled by work that cannot checkpoint first
         spot_h = [min(max(0.0, a - r), c) if a - c < r else c for a, c in hours]
@@ -199,14 +218,24 @@ def price_mixes(pieces: list[DemandPiece], horizon_s: int, rate_card, *, at: dat
             lost_s, k = spot_loss(spot_s, offsets, checkpoint_interval_minutes * 60)
             lost_h += gpus * lost_s / 3600
             n_int += k
-        m = MixCost(model, RESERVED_SPOT, reserved_gpus=r, reserved_gpu_hours=float(r * len(hours)),
-                    on_demand_gpu_hours=sum(od_h), spot_gpu_hours=sum(spot_h) + lost_h, spot_interruptions=n_int,
-                    spot_lost_gpu_hours=lost_h, currency=cur)
+        m = MixCost(
+            model,
+            RESERVED_SPOT,
+            reserved_gpus=r,
+            reserved_gpu_hours=float(r * len(hours)),
+            on_demand_gpu_hours=sum(od_h),
+            spot_gpu_hours=sum(spot_h) + lost_h,
+            spot_interruptions=n_int,
+            spot_lost_gpu_hours=lost_h,
+            currency=cur,
+        )
         if sp is None and sum(spot_h) > 1e-6:
             m.unpriced.append(f"{model} has no spot price")
-        m.cost = cents(Decimal(r * len(hours)) * (rs[0] if rs else Decimal(0))
-                       + _dec(sum(od_h)) * (od[0] if od else Decimal(0))
-                       + _dec(sum(spot_h) + lost_h) * (sp[0] if sp else Decimal(0)))
+        m.cost = cents(
+            Decimal(r * len(hours)) * (rs[0] if rs else Decimal(0))
+            + _dec(sum(od_h)) * (od[0] if od else Decimal(0))
+            + _dec(sum(spot_h) + lost_h) * (sp[0] if sp else Decimal(0))
+        )
         out.append(m)
     return out
 
@@ -242,8 +271,15 @@ class BreakEven:
     currency: str
 
 
-def break_even(mixes: list[MixCost], pieces: list[DemandPiece], horizon_s: int, hardware,
-               *, owned_gpus: dict[str, int] | None = None, max_months: int = 120) -> list[BreakEven]:
+def break_even(
+    mixes: list[MixCost],
+    pieces: list[DemandPiece],
+    horizon_s: int,
+    hardware,
+    *,
+    owned_gpus: dict[str, int] | None = None,
+    max_months: int = 120,
+) -> list[BreakEven]:
     """Per model with a ``hardware`` entry: when owning N GPUs (the peak hourly demand, or given)
     costs no more in total than renting the same demand with the cheapest mix."""
     demand = hourly_demand(pieces, horizon_s)
@@ -254,7 +290,9 @@ def break_even(mixes: list[MixCost], pieces: list[DemandPiece], horizon_s: int, 
         if model not in demand:
             continue
         n = (owned_gpus or {}).get(model) or math.ceil(max(a for a, _ in demand[model]) - 1e-9)
-        cheapest = min((m for m in mixes if m.model == model and not m.unpriced), key=lambda m: m.cost, default=None)
+        cheapest = min(
+            (m for m in mixes if m.model == model and not m.unpriced), key=lambda m: m.cost, default=None
+        )
         if cheapest is None:
             continue
         rent = cents(cheapest.cost * scale)
@@ -265,14 +303,21 @@ def break_even(mixes: list[MixCost], pieces: list[DemandPiece], horizon_s: int, 
             if purchase + running * k <= rent * k:
                 month = k
                 break
-        out.append(BreakEven(model, n, purchase, running, rent, cheapest.mix, month, hw.currency or cheapest.currency))
+        out.append(
+            BreakEven(
+                model, n, purchase, running, rent, cheapest.mix, month, hw.currency or cheapest.currency
+            )
+        )
     return out
 
 
 def pieces_from_run(result) -> list[DemandPiece]:
     """The demand a schedule run served: one piece per segment."""
-    return [DemandPiece(o.job.job_id, o.job.pool[1], o.job.gpus, s.start_s, s.end_s, o.job.resumable)
-            for o in result.outcomes for s in o.segments]
+    return [
+        DemandPiece(o.job.job_id, o.job.pool[1], o.job.gpus, s.start_s, s.end_s, o.job.resumable)
+        for o in result.outcomes
+        for s in o.segments
+    ]
 
 
 def start_date(origin: datetime) -> date:
@@ -282,8 +327,17 @@ def start_date(origin: datetime) -> date:
 FORMAT = "gpuledger.whatif.procurement/1"
 
 
-def to_json(mixes: list[MixCost], even: list[BreakEven], totals, *, start: datetime, end: datetime, policy: str,
-            interruptions_per_hour: float, checkpoint_interval_minutes: float) -> str:
+def to_json(
+    mixes: list[MixCost],
+    even: list[BreakEven],
+    totals,
+    *,
+    start: datetime,
+    end: datetime,
+    policy: str,
+    interruptions_per_hour: float,
+    checkpoint_interval_minutes: float,
+) -> str:
     """``gpuledger.whatif.procurement/1``: {"format", "start", "end", "policy", "spot_interruptions_per_hour",
     "checkpoint_interval_minutes", "mixes": [per model and mix], "totals": [per mix], "break_even": [...]};
     money as decimal strings, GPU-hours as numbers."""
@@ -292,9 +346,15 @@ def to_json(mixes: list[MixCost], even: list[BreakEven], totals, *, start: datet
     def plain(d):
         return {k: (str(v) if isinstance(v, Decimal) else v) for k, v in d.items()}
 
-    doc = {"format": FORMAT, "start": f"{start:%Y-%m-%dT%H:%M:%SZ}", "end": f"{end:%Y-%m-%dT%H:%M:%SZ}",
-           "policy": policy, "spot_interruptions_per_hour": interruptions_per_hour,
-           "checkpoint_interval_minutes": checkpoint_interval_minutes,
-           "mixes": [plain(m.__dict__) for m in mixes], "totals": [plain(r) for r in totals.to_dicts()],
-           "break_even": [plain(e.__dict__) for e in even]}
+    doc = {
+        "format": FORMAT,
+        "start": f"{start:%Y-%m-%dT%H:%M:%SZ}",
+        "end": f"{end:%Y-%m-%dT%H:%M:%SZ}",
+        "policy": policy,
+        "spot_interruptions_per_hour": interruptions_per_hour,
+        "checkpoint_interval_minutes": checkpoint_interval_minutes,
+        "mixes": [plain(m.__dict__) for m in mixes],
+        "totals": [plain(r) for r in totals.to_dicts()],
+        "break_even": [plain(e.__dict__) for e in even],
+    }
     return json.dumps(doc, indent=1) + "\n"

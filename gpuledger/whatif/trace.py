@@ -83,13 +83,19 @@ _MATCH_SLURM = "s.hpc_job = coalesce(j.scheduler_job, j.job_id)"
 # a pod: namespace/pod as the Kubernetes ingest records it (jobs.scheduler_job), else a pod named
 # after its job plus the controller's five-character suffix (the simulator's pods)
 _MATCH_POD = "coalesce(s.namespace, '') || '/' || s.pod = j.scheduler_job"
-_MATCH_POD_NAME = ("regexp_replace(s.pod, '-[0-9a-z]{5}$', '') = j.name AND s.namespace = j.namespace "
-                   "AND j.scheduler_job IS NULL")
+_MATCH_POD_NAME = (
+    "regexp_replace(s.pod, '-[0-9a-z]{5}$', '') = j.name AND s.namespace = j.namespace "
+    "AND j.scheduler_job IS NULL"
+)
 
 
 def inventory_from_warehouse(con, *, start: datetime, end: datetime) -> Inventory:
-    devices = [Device(int(gid), pool_key(cl, model, prof), float(frac), uuid, tier or "reserved")
-               for gid, cl, uuid, model, prof, frac, tier in con.execute(_GPUS, {"start": start, "end": end}).fetchall()]
+    devices = [
+        Device(int(gid), pool_key(cl, model, prof), float(frac), uuid, tier or "reserved")
+        for gid, cl, uuid, model, prof, frac, tier in con.execute(
+            _GPUS, {"start": start, "end": end}
+        ).fetchall()
+    ]
     return Inventory(devices)
 
 
@@ -113,8 +119,10 @@ def inventory_from_file(path: Path) -> Inventory:
             raise UsageError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
         rows = raw.get("gpus") if isinstance(raw, dict) else raw
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise UsageError(f"{path}: expected a list of rows (or `gpus:` with one) like "
-                             "{cluster: sim, model: H100, count: 64}")
+            raise UsageError(
+                f"{path}: expected a list of rows (or `gpus:` with one) like "
+                "{cluster: sim, model: H100, count: 64}"
+            )
     try:
         return Inventory.from_counts(rows)
     except ValueError as exc:
@@ -133,16 +141,26 @@ def _units(gpus: float, fraction: float) -> tuple[int, float]:
     return 1, per_device
 
 
-def load_trace(con, cfg, *, start: datetime, end: datetime, params: Params | None = None,
-               inventory: Inventory | None = None, samples: bool = True) -> Trace:
+def load_trace(
+    con,
+    cfg,
+    *,
+    start: datetime,
+    end: datetime,
+    params: Params | None = None,
+    inventory: Inventory | None = None,
+    samples: bool = True,
+) -> Trace:
     """The jobs of [start, end) as a Trace (see the module docstring). ``samples=False`` reads
     activity from gpu_hourly only (jobs without device allocations then go by kind)."""
     params = params or Params()
     args = {"start": start, "end": end}
     inv = inventory or inventory_from_warehouse(con, start=start, end=end)
     if not inv.devices:
-        raise UsageError("the inventory is empty: the warehouse has no GPUs in the range "
-                         "(give --inventory FILE, or load samples first)")
+        raise UsageError(
+            "the inventory is empty: the warehouse has no GPUs in the range "
+            "(give --inventory FILE, or load samples first)"
+        )
     pools = inv.pools()
     fraction = {p: devs[0].fraction for p, devs in pools.items()}
     held: dict[tuple[str, str], Counter] = defaultdict(Counter)
@@ -165,15 +183,35 @@ def load_trace(con, cfg, *, start: datetime, end: datetime, params: Params | Non
         if r[11] is not None and r[12] is not None:
             runtimes[r[5]].append((r[12] - r[11]).total_seconds())
     jobs, skipped = [], []
-    for (cl, jid, project, user, name, kind, ns, gpu_model, gpus, min_rt, submit, st, en, prio, _source) in rows:
+    for (
+        cl,
+        jid,
+        project,
+        user,
+        name,
+        kind,
+        ns,
+        gpu_model,
+        gpus,
+        min_rt,
+        submit,
+        st,
+        en,
+        prio,
+        _source,
+    ) in rows:
         if (cl, jid) in held:
             (model, prof), _ = max(held[(cl, jid)].items(), key=lambda kv: (kv[1], kv[0][0], kv[0][1] or ""))
         else:
             prof = find_profile(gpu_model) or find_profile(name)
-            model = _model_key(gpu_model) or (models_by_cluster[cl].most_common(1)[0][0] if models_by_cluster[cl] else None)
+            model = _model_key(gpu_model) or (
+                models_by_cluster[cl].most_common(1)[0][0] if models_by_cluster[cl] else None
+            )
         pool = pool_key(cl, model, prof)
         if pool not in pools:
-            skipped.append((jid, f"no {model}{' ' + prof if prof else ''} GPUs of cluster {cl} in the inventory"))
+            skipped.append(
+                (jid, f"no {model}{' ' + prof if prof else ''} GPUs of cluster {cl} in the inventory")
+            )
             continue
         frac = fraction[pool] if prof else 1.0
         if prof and mig_fraction(prof, model):
@@ -199,15 +237,35 @@ def load_trace(con, cfg, *, start: datetime, end: datetime, params: Params | Non
         else:
             profile, source = (default,), "kind"
         submit_s = max(0, int((submit - start).total_seconds()))
-        jobs.append(SimJob(
-            job_id=jid, project=project, submit_s=submit_s, work_s=int(round(work)), pool=pool, units=units,
-            unit_size=size, gpus=units * size * (frac if prof else 1.0), cluster=cl, kind=kind, name=name,
-            namespace=ns, user_name=user, declared_priority=None if prio is None else int(prio),
-            min_runtime_s=int(min_rt or 0), resumable=(kind or "") in params.resumable_kinds,
-            activity=profile, activity_source=source,
-        ))
-    return Trace(origin=start, horizon_s=int((end - start).total_seconds()), jobs=tuple(jobs), inventory=inv,
-                 skipped=tuple(skipped))
+        jobs.append(
+            SimJob(
+                job_id=jid,
+                project=project,
+                submit_s=submit_s,
+                work_s=round(work),
+                pool=pool,
+                units=units,
+                unit_size=size,
+                gpus=units * size * (frac if prof else 1.0),
+                cluster=cl,
+                kind=kind,
+                name=name,
+                namespace=ns,
+                user_name=user,
+                declared_priority=None if prio is None else int(prio),
+                min_runtime_s=int(min_rt or 0),
+                resumable=(kind or "") in params.resumable_kinds,
+                activity=profile,
+                activity_source=source,
+            )
+        )
+    return Trace(
+        origin=start,
+        horizon_s=int((end - start).total_seconds()),
+        jobs=tuple(jobs),
+        inventory=inv,
+        skipped=tuple(skipped),
+    )
 
 
 def _model_key(gpu_model: str | None) -> str | None:

@@ -16,7 +16,9 @@ from collections import defaultdict, deque
 
 
 class UsageTracker:
-    def __init__(self, projects: list[str], *, mode: str, window_s: float, half_life_s: float, origin_s: float = 0):
+    def __init__(
+        self, projects: list[str], *, mode: str, window_s: float, half_life_s: float, origin_s: float = 0
+    ):
         self.mode = mode
         self.window_s = window_s
         self.half_life_s = half_life_s
