@@ -32,4 +32,5 @@ if ctx is not None:
     st.dataframe(shown, hide_index=True, column_config={
         "planned_at": st.column_config.DatetimeColumn("cycle (UTC)", format="YYYY-MM-DD HH:mm"),
         "recorded_at": st.column_config.DatetimeColumn("recorded (UTC)", format="YYYY-MM-DD HH:mm:ss"),
+        "priority": st.column_config.NumberColumn("priority (scheduler units)"),
         "reason": st.column_config.TextColumn("reason", width="large")})

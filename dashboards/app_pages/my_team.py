@@ -79,6 +79,8 @@ if ctx is not None:
     acts = ui.enforcement(ctx.path, ctx.start, ctx.open_end, ctx.clusters).filter(pl.col("project").is_in(projects)).head(20)
     if acts.height:
         st.dataframe(acts.select("planned_at", "phase", "action", "outcome", "job_id", "project", "reason"),
-                     hide_index=True, column_config={"reason": st.column_config.TextColumn("reason", width="large")})
+                     hide_index=True, column_config={
+                         "planned_at": st.column_config.DatetimeColumn("cycle (UTC)", format="YYYY-MM-DD HH:mm"),
+                         "reason": st.column_config.TextColumn("reason", width="large")})
     else:
         st.caption("No enforcement action on your jobs in this period.")

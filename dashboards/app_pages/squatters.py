@@ -45,14 +45,23 @@ if ctx is not None:
     key = st.selectbox("Job", keys, index=keys.index(linked) if linked in keys else 0, key="sq_job")
     history = ui.finding_history(ctx.path, (key,))
     st.markdown("**Lifecycle** (warn → second warning → eligible for preemption)")
-    st.dataframe(history["events"], hide_index=True)
+    st.dataframe(history["events"], hide_index=True, column_config={
+        "first_seen": st.column_config.DatetimeColumn("episode since (UTC)", format="YYYY-MM-DD HH:mm"),
+        "event_time": st.column_config.DatetimeColumn("evaluated (UTC)", format="YYYY-MM-DD HH:mm"),
+        "idle_minutes": st.column_config.NumberColumn("idle (min)", format="%.0f")})
     st.markdown("**Alerts sent**")
     if history["alerts"].height:
-        st.dataframe(history["alerts"], hide_index=True)
+        st.dataframe(history["alerts"], hide_index=True, column_config={
+            "created_at": st.column_config.DatetimeColumn("raised (UTC)", format="YYYY-MM-DD HH:mm"),
+            "sent_at": st.column_config.DatetimeColumn("sent (UTC)", format="YYYY-MM-DD HH:mm"),
+            "attempts": st.column_config.NumberColumn("delivery attempts")})
     else:
         st.caption("No alert recorded for this job (none raised yet, or alerts are not configured).")
     st.markdown("**Enforcement**")
     if history["enforcement"].height:
-        st.dataframe(history["enforcement"], hide_index=True)
+        st.dataframe(history["enforcement"], hide_index=True, column_config={
+            "planned_at": st.column_config.DatetimeColumn("cycle (UTC)", format="YYYY-MM-DD HH:mm"),
+            "priority": st.column_config.NumberColumn("priority (scheduler units)"),
+            "reason": st.column_config.TextColumn("reason", width="large")})
     else:
         st.caption("No enforcement action planned or applied for this job.")
