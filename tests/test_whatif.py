@@ -423,7 +423,51 @@ def test_whatif_commands_over_a_simulated_warehouse(tmp_path):
     assert done.exit_code == 0, done.output
     doc = json.loads(done.stdout)
     assert {m["mix"] for m in doc["mixes"]} == set(procurement.MIXES)
+    svg = tmp_path / "sweep.svg"
+    done = runner.invoke(
+        app,
+        [
+            "whatif",
+            "schedule",
+            "--warehouse",
+            str(db),
+            "--policies",
+            "reclaim",
+            "--sweep",
+            "idle_threshold_ratio=0.01,0.2",
+            "--chart",
+            str(svg),
+            "--no-progress",
+        ],
+    )
+    assert done.exit_code == 0, done.output
+    assert "sweep idle_threshold_ratio (reclaim)" in done.output and svg.read_text().startswith("<svg")
     bad = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--policies", "lottery"])
     assert bad.exit_code == 2 and "lottery" in bad.output
     bad = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--sweep", "colour=1,2"])
     assert bad.exit_code == 2 and "colour" in bad.output
+
+
+def test_an_inventory_file_names_what_is_wrong(tmp_path):
+    from gpuledger.errors import UsageError
+    from gpuledger.whatif.trace import inventory_from_file
+
+    good = tmp_path / "inv.yaml"
+    good.write_text(
+        "gpus:\n  - {cluster: a, model: H100, count: 2}\n  - {cluster: a, model: H100, count: 1, "
+        "mig_profile: 3g.40gb}\n"
+    )
+    inv = inventory_from_file(good)
+    # two whole GPUs, and one GPU carved into two 3g.40gb instances (3/7 each; 3/7 × 2 fits in 7/7)
+    assert inv.physical_gpus() == 3 and len(inv.devices) == 4
+    assert inv.capacity_gpus() == pytest.approx(2 + 6 / 7)
+    csv = tmp_path / "inv.csv"
+    csv.write_text("cluster,model,count\na,B200,8\n")
+    assert inventory_from_file(csv).physical_gpus() == 8
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {model: H100}\n")
+    with pytest.raises(UsageError, match="row 1: `count` is missing"):
+        inventory_from_file(bad)
+    bad.write_text("- {model: H100, count: 1, mig_profile: 9g.90gb}\n")
+    with pytest.raises(UsageError, match="no MIG profile of H100"):
+        inventory_from_file(bad)

@@ -214,6 +214,12 @@ def schedule(
     seed: int = typer.Option(1, "--seed", help="seed (runs are deterministic for a seed)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json on stdout"),
     json_out: Path | None = JsonOpt,
+    chart: Path | None = typer.Option(
+        None,
+        "--chart",
+        callback=lambda v: out_file(v, "--chart"),
+        help="with --sweep: an SVG chart of it here",
+    ),
     progress: bool = ProgressOpt,
     path: WarehouseOpt = None,
     config: ConfigOpt = None,
@@ -273,6 +279,11 @@ def schedule(
     if json_out:
         json_out.write_text(text, encoding="utf-8")
         typer.echo(f"wrote {json_out}", err=True)
+    if chart and rows:
+        chart.write_text(compare.sweep_chart(rows, sweep_spec[0], sweep_policy), encoding="utf-8")
+        typer.echo(f"wrote {chart}", err=True)
+    elif chart:
+        typer.echo("--chart draws a sweep: give --sweep PARAMETER=V1,V2,...", err=True)
     if fmt == Format.json:
         typer.echo(text, nl=False)
         return

@@ -249,3 +249,17 @@ def frames_from_json(text: str) -> dict:
 
 
 __all__ = ["FORMAT", "asdict", "compare", "frames_from_json", "side_by_side", "sweep", "to_json"]
+
+
+def sweep_chart(rows: list[dict], parameter: str, policy: str) -> str:
+    """An SVG bar chart of a sweep: the worst project's and all projects' delivered ÷ owed per
+    value (deterministic bytes, gpuledger.reports.chart)."""
+    from gpuledger.reports.chart import stacked_bars
+
+    worst = stacked_bars(
+        f"{parameter} sweep ({policy}): worst project delivered ÷ owed",
+        [f"{parameter}={r['value']}" for r in rows],
+        [("worst project, ratio", [float(r["worst_delivery_ratio"] or 0.0) for r in rows])],
+        unit="ratio",
+    )
+    return worst
