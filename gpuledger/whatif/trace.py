@@ -12,7 +12,8 @@ activity per hour of runtime, and the inventory (the warehouse's, or one from a 
   where gpu_hourly covers it; a job without device allocations, from the samples its scheduler
   label names (Slurm ``hpc_job``, a pod's namespace/pod); else by kind (:data:`KIND_ACTIVITY`).
 
-Jobs submitted before the range and not ended by its start are submitted at its start.
+Jobs submitted before the range and not ended by its start are submitted at its start; one that
+was already running then replays what was left of it (its runtime and activity from the start).
 """
 
 from __future__ import annotations
@@ -220,8 +221,11 @@ def load_trace(
         if units > len(pools[pool]):
             skipped.append((jid, f"asks {units} devices of {pool[1]}, the inventory has {len(pools[pool])}"))
             continue
+        skip_h = 0  # a job already running at the range's start replays what was left of it
         if st is not None:
-            work = ((en or end) - st).total_seconds()
+            work = ((en or end) - max(st, start)).total_seconds()
+            if st < start:
+                skip_h = int((start - st.replace(minute=0, second=0, microsecond=0)).total_seconds() // 3600)
         else:
             known = runtimes.get(kind) or []
             work = statistics.median(known) if known else 3600.0
@@ -230,9 +234,9 @@ def load_trace(
             continue
         acts = activity.get((cl, jid))
         default = KIND_ACTIVITY.get(kind or "", DEFAULT_ACTIVITY)
-        if acts:
-            n = max(max(acts) + 1, int(-(-work // 3600)))
-            profile = tuple(acts.get(h, default) for h in range(n))
+        if acts and max(acts) >= skip_h:
+            n = max(max(acts) + 1 - skip_h, int(-(-work // 3600)))
+            profile = tuple(acts.get(h + skip_h, default) for h in range(n))
             source = "samples"
         else:
             profile, source = (default,), "kind"
