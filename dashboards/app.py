@@ -20,6 +20,11 @@ PAGES = [
     st.Page("app_pages/enforcement.py", title="Enforcement", url_path="enforcement"),
 ]
 
+# The default page owns "/", so it is a redirect to /utilization, and the menu is drawn below
+# without it. Registered before sign-in, so a deep link (an alert's /squatters?...) is known.
+HOME = st.Page("app_pages/home.py", title="gpuledger", default=True)
+page = st.navigation([HOME, *PAGES], position="hidden")
+
 auth = ui.auth_section()
 local = auth is None
 if not local and not st.user.get("is_logged_in", False):
@@ -33,10 +38,6 @@ except Exception as exc:  # an invalid config: say which field, never a tracebac
 
 path = ui.warehouse_path()
 state = ui.warehouse_state(path)
-# The default page owns "/", so it is a redirect to /utilization, and the menu is drawn here
-# without it.
-HOME = st.Page("app_pages/home.py", title="gpuledger", default=True)
-page = st.navigation([HOME, *PAGES], position="hidden")
 for listed in PAGES:
     st.sidebar.page_link(listed)
 st.sidebar.divider()

@@ -157,6 +157,7 @@ def test_sign_in_end_to_end_lead_sees_own_team_finance_sees_all(dashboard_wareho
         page.goto(f"{server.url}/my-team")
         page.get_by_role("button", name="Log in").wait_for(timeout=60_000)
         assert page.locator("[data-testid=stMetric]").count() == 0
+        assert page.get_by_text("Page not found").count() == 0
         page.close()
 
         vision, llm = LEADS["vision-lead@example.com"], LEADS["llm-lead@example.com"]
