@@ -36,8 +36,12 @@ demo: install
 	@echo "enforcement over the simulated week (a dry run): each squatter warned, then preempted; exempt inference never"
 	$(BIN)/gpuledger enforce replay --every 1h --only-when-idle
 	$(BIN)/gpuledger enforce plan --now data --format json --out reports/enforcement-plan.json
-	@echo "reports written to reports/; the warehouse is $(GPULEDGER_WAREHOUSE)"
+	$(BIN)/gpuledger report statement --period 2026-11 --out reports/statement-2026-11
 	$(BIN)/gpuledger pipelines run-once
+	@echo ""
+	@echo "reports in reports/: the November finance statement (open reports/statement-2026-11/*.html;"
+	@echo "XLSX, CSV, Parquet and manifest.json beside it), chargeback CSV / Parquet, the enforcement plan;"
+	@echo "the warehouse is $(GPULEDGER_WAREHOUSE)"
 	@echo ""
 	@echo "dashboards on this demo data: make dashboard, then open http://127.0.0.1:$(DASHBOARD_PORT)"
 	@echo "(local mode: no sign-in; pages /utilization /fair-share /budgets /chargeback /squatters /my-team /enforcement)"
