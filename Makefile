@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export GPULEDGER_WAREHOUSE ?= data/gpuledger.duckdb
 export DAGSTER_HOME ?= $(CURDIR)
+# where the dashboards' /what-if page looks for `gpuledger whatif schedule --json` results
+export GPULEDGER_WHATIF_DIR ?= reports/whatif
 DASHBOARD_PORT ?= 8501
 
 .PHONY: demo dev dashboard test install test-deps bench clean
@@ -38,13 +40,18 @@ demo: install
 	$(BIN)/gpuledger enforce plan --now data --format json --out reports/enforcement-plan.json
 	$(BIN)/gpuledger report statement --period 2026-11 --out reports/statement-2026-11
 	$(BIN)/gpuledger pipelines run-once
+# the scheduling what-if of the whole simulated week (7,133 jobs on 256 GPUs, policies 1/2/3: a few
+# seconds) for the dashboards' /what-if page
+	mkdir -p $(GPULEDGER_WHATIF_DIR)
+	$(BIN)/gpuledger whatif schedule --no-progress --json $(GPULEDGER_WHATIF_DIR)/schedule.json
 	@echo ""
 	@echo "reports in reports/: the November finance statement (open reports/statement-2026-11/*.html;"
-	@echo "XLSX, CSV, Parquet and manifest.json beside it), chargeback CSV / Parquet, the enforcement plan;"
+	@echo "XLSX, CSV, Parquet and manifest.json beside it), chargeback CSV / Parquet, the enforcement plan,"
+	@echo "the what-if of the week under three scheduling policies ($(GPULEDGER_WHATIF_DIR)/schedule.json);"
 	@echo "the warehouse is $(GPULEDGER_WAREHOUSE)"
 	@echo ""
 	@echo "dashboards on this demo data: make dashboard, then open http://127.0.0.1:$(DASHBOARD_PORT)"
-	@echo "(local mode: no sign-in; pages /utilization /fair-share /budgets /chargeback /squatters /my-team /enforcement)"
+	@echo "(local mode: no sign-in; pages /utilization /fair-share /budgets /chargeback /squatters /my-team /enforcement /what-if)"
 
 # The Streamlit dashboards on $(GPULEDGER_WAREHOUSE) (read-only; local mode unless
 # .streamlit/secrets.toml has an [auth] section). DASHBOARD_PORT= to move it.

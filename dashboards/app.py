@@ -18,6 +18,7 @@ PAGES = [
     st.Page("app_pages/squatters.py", title="Squatters", url_path="squatters"),
     st.Page("app_pages/my_team.py", title="My team", url_path="my-team"),
     st.Page("app_pages/enforcement.py", title="Enforcement", url_path="enforcement"),
+    st.Page("app_pages/what_if.py", title="What-if", url_path="what-if"),
 ]
 
 # The default page owns "/", so it is a redirect to /utilization, and the menu is drawn below

@@ -103,3 +103,44 @@ def amount_bars(frame: pl.DataFrame, title: str, currency: str) -> alt.Chart:
         tooltip=["label:N", "line_kind:N", alt.Tooltip("amount:Q", format=",.2f"), alt.Tooltip("gpu_hours:Q", format=",.2f")],
     ).properties(height=max(30 * frame.height, 120))
 
+
+
+def whatif_delivery(frame: pl.DataFrame, title: str) -> alt.Chart:
+    """Delivered ÷ owed per project, a bar per policy side by side, and the 100 % line."""
+    bars = alt.Chart(frame).mark_bar().encode(
+        y=alt.Y("project:N", title="project", sort=None),
+        yOffset=alt.YOffset("policy:N", sort=None),
+        x=alt.X("delivery_ratio:Q", title="delivered ÷ owed GPU-hours", axis=alt.Axis(format="%")),
+        color=alt.Color("policy:N", title="policy", sort=None),
+        tooltip=["project:N", "policy:N", alt.Tooltip("delivery_ratio:Q", format=".1%", title="delivered ÷ owed"),
+                 alt.Tooltip("owed_gpu_hours:Q", format=",.1f", title="owed (GPU-h)"),
+                 alt.Tooltip("delivered_gpu_hours:Q", format=",.1f", title="delivered (GPU-h)")])
+    rule = alt.Chart(pl.DataFrame({"x": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(x="x:Q")
+    projects = frame["project"].n_unique() if frame.height else 1
+    return (bars + rule).properties(title=title, height=max(18 * frame.height, 40 * projects, 120))
+
+
+def whatif_waits(frame: pl.DataFrame, title: str) -> alt.Chart:
+    """Wait p90 (bars) and p50 (black ticks) in hours per job class, a bar per policy."""
+    enc = {"x": alt.X("job_class:N", title="job class", sort=["small", "medium", "large"]),
+           "xOffset": alt.XOffset("policy:N", sort=None)}
+    tooltip = ["job_class:N", "policy:N", alt.Tooltip("wait_p50_hours:Q", format=".2f", title="p50 (h)"),
+               alt.Tooltip("wait_p90_hours:Q", format=".2f", title="p90 (h)"), alt.Tooltip("jobs:Q", title="jobs")]
+    p90 = alt.Chart(frame).mark_bar().encode(
+        **enc, y=alt.Y("wait_p90_hours:Q", title="wait (hours)"),
+        color=alt.Color("policy:N", title="policy", sort=None), tooltip=tooltip)
+    p50 = alt.Chart(frame).mark_tick(color="black", thickness=2).encode(**enc, y="wait_p50_hours:Q", tooltip=tooltip)
+    return (p90 + p50).properties(title=title, height=260)
+
+
+def whatif_sweep(frame: pl.DataFrame, parameter: str, title: str) -> alt.Chart:
+    """The worst project's and all projects' delivered ÷ owed per swept value."""
+    data = frame.select(pl.col("value").cast(pl.Utf8),
+                        pl.col("worst_delivery_ratio").cast(pl.Float64).alias("worst project"),
+                        pl.col("delivery_ratio").cast(pl.Float64).alias("all projects")).unpivot(
+        index="value", variable_name="measure", value_name="ratio")
+    return alt.Chart(data, title=title).mark_line(point=True).encode(
+        x=alt.X("value:N", title=parameter, sort=None),
+        y=alt.Y("ratio:Q", title="delivered ÷ owed GPU-hours", axis=alt.Axis(format="%")),
+        color=alt.Color("measure:N", title=""),
+        tooltip=["value:N", "measure:N", alt.Tooltip("ratio:Q", format=".1%")]).properties(height=260)

@@ -405,3 +405,71 @@ def months_between(start: datetime, end: datetime) -> list[str]:
         out.append(f"{y:04d}-{m:02d}")
         y, m = (y + 1, 1) if m == 12 else (y, m + 1)
     return out
+
+
+# --- what-if result files (the /what-if page; `gpuledger whatif schedule --json FILE`) -------------
+WHATIF_COMMAND = "gpuledger whatif schedule --json reports/whatif/schedule.json"
+
+
+def whatif_dir() -> Path:
+    """Where the page looks for result files: ``$GPULEDGER_WHATIF_DIR``, default reports/whatif/."""
+    import os
+
+    return Path(os.environ.get("GPULEDGER_WHATIF_DIR") or "reports/whatif")
+
+
+def newest_whatif(folder: Path) -> Path | None:
+    """The newest ``*.json`` in ``folder`` of format ``gpuledger.whatif.schedule/1``, or None."""
+    import json
+
+    from gpuledger.whatif.compare import FORMAT
+
+    try:
+        files = sorted(folder.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+    except OSError:
+        return None
+    for file in files:
+        try:
+            if json.loads(file.read_text()).get("format") == FORMAT:
+                return file
+        except (OSError, ValueError, AttributeError):
+            continue
+    return None
+
+
+def whatif_result(text: str) -> dict:
+    """The frames of ``gpuledger.whatif.compare.frames_from_json`` plus ``titles`` (policy → title)
+    and ``sweep_parameter`` / ``sweep_policy``; ValueError when the text is not such a file."""
+    import json
+
+    from gpuledger.whatif.compare import frames_from_json
+
+    out = frames_from_json(text)
+    doc = json.loads(text)
+    out["titles"] = {p["policy"]: p.get("title") or p["policy"] for p in doc["policies"]}
+    sweep = doc.get("sweep") or {}
+    out["sweep_parameter"], out["sweep_policy"] = sweep.get("parameter"), sweep.get("policy")
+    return out
+
+
+def whatif_long(frames: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(project, policy, owed, delivered, ratio) and (policy, job_class, p50, p90) in long form,
+    policies by their titles, for the charts."""
+    titles = frames["titles"]
+    projects = frames["projects"]
+    rows = []
+    for policy, title in titles.items():
+        if projects is None or f"{policy}_delivery_ratio" not in projects.columns:
+            continue
+        rows.append(projects.select(
+            "project", pl.lit(title).alias("policy"),
+            pl.col(f"{policy}_owed_gpu_hours").cast(pl.Float64).alias("owed_gpu_hours"),
+            pl.col(f"{policy}_delivered_gpu_hours").cast(pl.Float64).alias("delivered_gpu_hours"),
+            pl.col(f"{policy}_delivery_ratio").cast(pl.Float64).alias("delivery_ratio")))
+    delivery = pl.concat(rows) if rows else pl.DataFrame(
+        schema={"project": pl.Utf8, "policy": pl.Utf8, "owed_gpu_hours": pl.Float64,
+                "delivered_gpu_hours": pl.Float64, "delivery_ratio": pl.Float64})
+    waits = frames["waits"].with_columns(pl.col("policy").replace_strict(titles, default=pl.col("policy")),
+                                         pl.col("wait_p50_hours").cast(pl.Float64),
+                                         pl.col("wait_p90_hours").cast(pl.Float64))
+    return delivery, waits

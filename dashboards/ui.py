@@ -37,6 +37,7 @@ project_usage = _cached(queries.project_usage)
 user_waste = _cached(queries.user_waste)
 statement = _cached(queries.statement)
 chargeback_period = _cached(queries.chargeback_period)
+whatif_result = _cached(queries.whatif_result)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 PAGES = {"utilization": "Utilization", "fair-share": "Fair share", "budgets": "Budgets", "chargeback": "Chargeback",
-         "squatters": "Squatters", "my-team": "My team", "enforcement": "Enforcement"}
+         "squatters": "Squatters", "my-team": "My team", "enforcement": "Enforcement", "what-if": "What-if"}
 ERRORS = "[data-testid=stException], [data-testid=stAlertContentError]"
 
 
@@ -68,6 +68,10 @@ def not_blank(png: bytes) -> tuple[int, float]:
 
 
 def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser, tmp_path):
+    # /what-if reads reports/whatif/*.json under the server's folder (GPULEDGER_WHATIF_DIR's default)
+    (tmp_path / "reports" / "whatif").mkdir(parents=True)
+    run_cli(dashboard_warehouse, "whatif", "schedule", "--json", str(tmp_path / "reports" / "whatif" / "schedule.json"),
+            "--no-progress")
     server = Server(dashboard_warehouse, tmp_path)
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -89,7 +93,7 @@ def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser
         settled(page)
         page.get_by_text("A finding's history").wait_for(timeout=60_000)
         assert page.locator("input[aria-label=Job]").input_value() == f"{cluster}/{job}"
-        for path in ("utilization", "fair-share", "budgets", "chargeback"):
+        for path in ("utilization", "fair-share", "budgets", "chargeback", "what-if"):
             page.goto(f"{server.url}/{path}")
             settled(page)
             page.wait_for_selector("[data-testid=stVegaLiteChart] canvas, [data-testid=stVegaLiteChart] svg",

@@ -1,0 +1,85 @@
+# /what-if: the scheduling what-if's policies side by side, read from a result file of
+# `gpuledger whatif schedule --json FILE` (format gpuledger.whatif.schedule/1): the newest one in
+# $GPULEDGER_WHATIF_DIR (default reports/whatif/) or one the user uploads. Org-level aggregates only
+# (projects and job classes, no jobs or users), so every signed-in role sees the whole page.
+import streamlit as st
+from gpuledger.dashboards import charts, queries, ui
+
+ctx = ui.context()
+if ctx is not None:
+    st.title("What-if")
+    st.caption("The same job trace replayed under each scheduling policy, side by side: what a choice of budgets, "
+               "shares and reclaim rules would have delivered. The sidebar's filters do not apply: the file "
+               "covers the range it was run on.")
+    folder = queries.whatif_dir()
+    uploaded = st.file_uploader("Or open another what-if result file (JSON)", type=["json"], key="whatif_upload")
+    found = queries.newest_whatif(folder)
+    if uploaded is not None:
+        text, source = uploaded.getvalue().decode("utf-8", errors="replace"), f"uploaded file `{uploaded.name}`"
+    elif found is not None:
+        text, source = found.read_text(), f"`{found}`"
+    else:
+        st.info(f"No what-if result in `{folder}/` yet. Run\n\n`{queries.WHATIF_COMMAND}`\n\n"
+                "(`make demo` does), or upload a file written by `gpuledger whatif schedule --json FILE`; "
+                "set `GPULEDGER_WHATIF_DIR` to read another folder.")
+        st.stop()
+    try:
+        frames = ui.whatif_result(text)
+    except (ValueError, KeyError, TypeError) as exc:
+        st.warning(f"{source} is not a what-if schedule result: {exc}")
+        st.stop()
+    trace, titles = frames["trace"], frames["titles"]
+    st.caption(f"From {source}: {trace['jobs']:,} jobs on {trace['physical_gpus']:,} GPUs, "
+               f"{trace['start']} – {trace['end']} ({trace['hours']:,.0f} h)."
+               + (f" {len(trace['skipped'])} jobs skipped." if trace.get("skipped") else ""))
+    summary = frames["summary"]
+    by_metric = {row["metric"]: row for row in summary.iter_rows(named=True)}
+
+    def number(metric: str, policy: str) -> float | None:
+        value = by_metric[metric][policy]
+        return None if value in (None, "-") else float(value.replace(",", ""))
+
+    for column, (policy, title) in zip(st.columns(len(titles)), titles.items(), strict=True):
+        column.markdown(f"**{title}** (`{policy}`)")
+        worst = number("worst_delivery_ratio", policy)
+        column.metric(f"{policy}: worst project delivered ÷ owed", ui.pct(None if worst is None else 100 * worst),
+                      help=f"worst project: {by_metric['worst_project'][policy]}")
+        column.metric(f"{policy}: useful GPU-hours", ui.hours(number("useful_gpu_hours", policy)))
+        occupancy = number("occupancy_ratio", policy)
+        column.metric(f"{policy}: occupancy", ui.pct(None if occupancy is None else 100 * occupancy))
+
+    st.subheader("Side by side")
+    st.dataframe(summary.drop("metric").rename({p: t for p, t in titles.items() if p in summary.columns}),
+                 hide_index=True, column_config={"label": st.column_config.TextColumn("figure (unit)", width="large")})
+    st.caption("Each figure carries its unit; GPU-h = one whole GPU held for one hour; useful = active GPU-hours of "
+               "work kept; small = ≤ 1 GPU and ≤ 2 h, large = ≥ 8 GPUs.")
+
+    delivery, waits = queries.whatif_long(frames)
+    st.subheader("Delivered ÷ owed per project")
+    if delivery.height:
+        st.altair_chart(charts.whatif_delivery(delivery, "Delivered ÷ owed GPU-hours per project and policy"),
+                        width="stretch")
+        st.caption("How much of the GPU time each project was owed (its share, capped by its demand) each policy "
+                   "delivered; the dashed line is 100 %.")
+        st.dataframe(delivery, hide_index=True, column_config={
+            "owed_gpu_hours": st.column_config.NumberColumn("owed (GPU-h)", format="%.1f"),
+            "delivered_gpu_hours": st.column_config.NumberColumn("delivered (GPU-h)", format="%.1f"),
+            "delivery_ratio": st.column_config.NumberColumn("delivered ÷ owed (ratio)", format="%.3f")})
+    else:
+        st.caption("The file has no project delivery rows.")
+
+    st.subheader("Waits by job class")
+    st.altair_chart(charts.whatif_waits(waits, "Wait before start (hours): p90 bars, p50 ticks"),
+                    width="stretch")
+    st.caption("How long jobs waited to start, per job class and policy: bars are the 90th percentile, black ticks "
+               "the median; a job never started counts its wait so far.")
+
+    sweep = frames["sweep"]
+    if sweep is not None and sweep.height:
+        parameter, on = frames["sweep_parameter"] or "value", frames["sweep_policy"] or "?"
+        st.subheader(f"Sweep of {parameter} ({titles.get(on, on)})")
+        st.altair_chart(charts.whatif_sweep(sweep, parameter, f"Delivered ÷ owed per {parameter} value"),
+                        width="stretch")
+        st.caption(f"How the worst project's and all projects' delivered ÷ owed change as {parameter} changes, "
+                   f"one run of policy {on} per value.")
+        st.dataframe(sweep, hide_index=True)

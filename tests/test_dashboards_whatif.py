@@ -1,0 +1,96 @@
+"""The /what-if page (issue 13 §1) in AppTest: on a result file written by the real
+`gpuledger whatif schedule --json` over the dashboards' small simulated warehouse (16 GPUs × 2 days,
+tests/helpers/dashboard_rig.py), the figures it shows equal `frames_from_json` of that file; a
+sweep file draws the sweep chart; without a file it says what to run."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+import streamlit as st
+from gpuledger.dashboards import queries
+from streamlit.testing.v1 import AppTest
+
+from gpuledger.whatif.compare import frames_from_json
+from tests.helpers.dashboard_rig import APP, run_cli
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    st.cache_data.clear()  # process-global across AppTest instances
+    yield
+    st.cache_data.clear()
+
+
+@pytest.fixture(scope="module")
+def whatif_files(dashboard_warehouse, tmp_path_factory):
+    """A folder with the default run's file (and an older non-what-if JSON that the page skips),
+    and a folder with a sweep's file."""
+    folder = tmp_path_factory.mktemp("whatif")
+    (folder / "zz-other.json").write_text('{"format": "something else"}')
+    run_cli(dashboard_warehouse, "whatif", "schedule", "--json", str(folder / "schedule.json"), "--no-progress")
+    sweeps = tmp_path_factory.mktemp("whatif-sweep")
+    run_cli(dashboard_warehouse, "whatif", "schedule", "--policies", "reclaim", "--sweep",
+            "idle_threshold_ratio=0.01,0.2", "--json", str(sweeps / "sweep.json"), "--no-progress")
+    return folder, sweeps
+
+
+def open_page(rig, monkeypatch, folder) -> AppTest:
+    monkeypatch.setenv("GPULEDGER_WAREHOUSE", str(rig.warehouse))
+    monkeypatch.setenv("GPULEDGER_CONFIG", str(rig.config))
+    monkeypatch.setenv("GPULEDGER_WHATIF_DIR", str(folder))
+    at = AppTest.from_file(str(APP), default_timeout=120).run()
+    at.switch_page("app_pages/what_if.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert at.title[0].value == "What-if"
+    return at
+
+
+def test_the_page_shows_the_files_figures(dashboard_warehouse, whatif_files, monkeypatch):
+    folder, _ = whatif_files
+    # the newest what-if file, not the newer-named JSON of another format
+    assert queries.newest_whatif(folder) == folder / "schedule.json"
+    at = open_page(dashboard_warehouse, monkeypatch, folder)
+    frames = frames_from_json((folder / "schedule.json").read_text())
+    summary = {row["metric"]: row for row in frames["summary"].iter_rows(named=True)}
+    policies = [c for c in frames["summary"].columns if c not in ("metric", "label")]
+    assert policies == ["priority", "fair-share", "reclaim"]
+    shown = {m.label: m.value for m in at.metric}
+    for policy in policies:
+        worst = float(summary["worst_delivery_ratio"][policy])
+        useful = float(summary["useful_gpu_hours"][policy].replace(",", ""))
+        occupancy = float(summary["occupancy_ratio"][policy])
+        assert shown[f"{policy}: worst project delivered ÷ owed"] == f"{100 * worst:.1f} %"
+        assert shown[f"{policy}: useful GPU-hours"] == f"{useful:,.1f} GPU-h"
+        assert shown[f"{policy}: occupancy"] == f"{100 * occupancy:.1f} %"
+        # the worst shown is the worst project's ratio in the projects frame
+        assert worst == pytest.approx(frames["projects"][f"{policy}_delivery_ratio"].min(), abs=5e-4)
+    table = pl.from_pandas(at.dataframe[0].value.reset_index(drop=True))
+    assert table["label"].to_list() == frames["summary"]["label"].to_list()  # every figure, with its unit
+    assert table.width == 1 + len(policies)
+    delivery = pl.from_pandas(at.dataframe[1].value.reset_index(drop=True))
+    for policy, title in zip(policies, table.columns[1:], strict=True):
+        mine = delivery.filter(pl.col("policy") == title).sort("project")
+        want = frames["projects"].sort("project")
+        assert mine["project"].to_list() == want["project"].to_list()
+        assert mine["delivery_ratio"].to_list() == pytest.approx(want[f"{policy}_delivery_ratio"].to_list())
+    assert len(at.get("vega_lite_chart")) == 2  # delivery and waits; no sweep in this file
+    captions = " ".join(c.value for c in at.caption)
+    assert "delivered" in captions and "90th percentile" in captions
+
+
+def test_a_sweep_file_draws_the_sweep(dashboard_warehouse, whatif_files, monkeypatch):
+    _, sweeps = whatif_files
+    at = open_page(dashboard_warehouse, monkeypatch, sweeps)
+    frames = frames_from_json((sweeps / "sweep.json").read_text())
+    assert frames["sweep"].height == 2
+    assert len(at.get("vega_lite_chart")) == 3
+    assert any("idle_threshold_ratio" in s.value for s in at.subheader)
+    assert list(at.metric[0].label.split(":")[:1]) == ["reclaim"]
+
+
+def test_without_a_file_it_says_what_to_run(dashboard_warehouse, tmp_path, monkeypatch):
+    at = open_page(dashboard_warehouse, monkeypatch, tmp_path / "none-here")
+    assert not at.metric
+    assert any("gpuledger whatif schedule --json reports/whatif/schedule.json" in i.value for i in at.info)
