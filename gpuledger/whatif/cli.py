@@ -89,7 +89,8 @@ def _pairs(values: list[str] | None, option: str, cast=float) -> dict:
     return out
 
 
-def _params(cfg, *, seed, checkpoint, cycle, usage_mode, window, half_life, cap, idle, shares):
+def _params(cfg, *, seed, checkpoint, cycle=None, usage_mode=None, window=None, half_life=None, cap=None,
+            idle=None, shares=None):
     from gpuledger.whatif.model import Params
 
     w = cfg.policy.whatif
@@ -107,6 +108,19 @@ def _params(cfg, *, seed, checkpoint, cycle, usage_mode, window, half_life, cap,
         share_overrides=tuple(sorted(_pairs(shares, "--share").items())),
         seed=seed,
     )
+
+
+def _load(path, config, start, end, inventory, **params):
+    """(config, params, trace, start, end) of a what-if run: the warehouse's stored config, the range
+    (defaults filled in from the data), the jobs."""
+    from gpuledger.whatif.trace import inventory_from_file, load_trace
+
+    inv = inventory_from_file(inventory) if inventory else None
+    with warehouse.open_reader(warehouse_path(path)) as con:
+        cfg = warehouse_config(con, config, write=False)
+        lo, hi = _range(con, start, end)
+        chosen = _params(cfg, **params)
+        return cfg, chosen, load_trace(con, cfg, start=lo, end=hi, params=chosen, inventory=inv), lo, hi
 
 
 def _sweep_values(text: str) -> tuple[str, list]:
@@ -228,8 +242,6 @@ def schedule(
     delivered ÷ owed per project, occupancy, useful GPU-hours, waits, preemptions, squatting."""
     from gpuledger import tables
     from gpuledger.whatif import compare
-    from gpuledger.whatif.trace import inventory_from_file, load_trace
-
     chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
     for p in (*chosen, sweep_policy):
         if p not in POLICY_NAMES:
@@ -239,23 +251,11 @@ def schedule(
         raise typer.BadParameter(
             f"{sweep_spec[0]!r}: sweep one of {', '.join(compare.SWEEPABLE)}", param_hint="--sweep"
         )
-    inv = inventory_from_file(inventory) if inventory else None
-    with warehouse.open_reader(warehouse_path(path)) as con:
-        cfg = warehouse_config(con, config, write=False)
-        lo, hi = _range(con, start, end)
-        params = _params(
-            cfg,
-            seed=seed,
-            checkpoint=checkpoint_minutes,
-            cycle=cycle_minutes,
-            usage_mode=usage_mode,
-            window=window_days,
-            half_life=half_life_days,
-            cap=min_runtime_cap_hours,
-            idle=idle_threshold,
-            shares=share,
-        )
-        trace = load_trace(con, cfg, start=lo, end=hi, params=params, inventory=inv)
+    cfg, params, trace, lo, hi = _load(path, config, start, end, inventory, seed=seed,
+                                       checkpoint=checkpoint_minutes, cycle=cycle_minutes,
+                                       usage_mode=usage_mode, window=window_days,
+                                       half_life=half_life_days, cap=min_runtime_cap_hours,
+                                       idle=idle_threshold, shares=share)
     try:
         with _Bar(progress) as bar:
             runs = compare.compare(trace, cfg, params, chosen, progress=bar)
@@ -347,28 +347,12 @@ def procurement(
     from gpuledger import tables
     from gpuledger.whatif import procurement as proc
     from gpuledger.whatif.engine import simulate
-    from gpuledger.whatif.trace import inventory_from_file, load_trace
     from gpuledger.whatif.views import break_even_view, mixes_frame, mixes_view
 
     if policy not in POLICY_NAMES:
         raise typer.BadParameter(f"{policy!r}: choose from {', '.join(POLICY_NAMES)}", param_hint="--policy")
-    inv = inventory_from_file(inventory) if inventory else None
-    with warehouse.open_reader(warehouse_path(path)) as con:
-        cfg = warehouse_config(con, config, write=False)
-        lo, hi = _range(con, start, end)
-        params = _params(
-            cfg,
-            seed=seed,
-            checkpoint=checkpoint_minutes,
-            cycle=None,
-            usage_mode=None,
-            window=None,
-            half_life=None,
-            cap=None,
-            idle=None,
-            shares=None,
-        )
-        trace = load_trace(con, cfg, start=lo, end=hi, params=params, inventory=inv)
+    cfg, params, trace, lo, hi = _load(path, config, start, end, inventory, seed=seed,
+                                       checkpoint=checkpoint_minutes)
     with _Bar(progress) as bar:
         result = simulate(trace, cfg, policy, params, progress=lambda f: bar(policy, f))
     pieces = proc.pieces_from_run(result)
