@@ -72,6 +72,8 @@ def frames(result: RunResult):
     """(jobs, job_allocations, gpus) in the warehouse's shapes, for the analytics."""
     import polars as pl
 
+    from gpuledger.warehouse.job_columns import job_schema
+
     origin = result.trace.origin
     at = lambda s: None if s is None else origin + timedelta(seconds=s)
     jobs, allocs = [], []
@@ -99,19 +101,8 @@ def frames(result: RunResult):
     jobs_f = pl.DataFrame(
         jobs,
         orient="row",
-        schema={
-            "cluster": pl.String,
-            "job_id": pl.String,
-            "project": pl.String,
-            "kind": pl.String,
-            "gpu_model": pl.String,
-            "gpus": pl.Float64,
-            "min_runtime_s": pl.Int64,
-            "submit_time": pl.Datetime("us"),
-            "start_time": pl.Datetime("us"),
-            "end_time": pl.Datetime("us"),
-            "source": pl.String,
-        },
+        schema=job_schema("cluster", "job_id", "project", "kind", "gpu_model", "gpus", "min_runtime_s",
+                          "submit_time", "start_time", "end_time", "source"),
     )
     alloc_f = pl.DataFrame(
         allocs,

@@ -97,6 +97,7 @@ def _job_funding_verdicts(projects, remaining, org_nodes, now, cap_s) -> dict[st
     import polars as pl
 
     from gpuledger.analytics.budget import job_funding
+    from gpuledger.warehouse.job_columns import job_schema
 
     burn = pl.LazyFrame(
         {
@@ -116,14 +117,7 @@ def _job_funding_verdicts(projects, remaining, org_nodes, now, cap_s) -> dict[st
             "end_time": [None] * len(projects),
             "min_runtime_s": [1] * len(projects),
         },
-        schema={
-            "cluster": pl.String,
-            "job_id": pl.String,
-            "project": pl.String,
-            "start_time": pl.Datetime("us"),
-            "end_time": pl.Datetime("us"),
-            "min_runtime_s": pl.Int64,
-        },
+        schema=job_schema("cluster", "job_id", "project", "start_time", "end_time", "min_runtime_s"),
     )
     out = job_funding(probes, burn, org_nodes, now=now, min_runtime_cap=timedelta(seconds=max(cap_s, 1)))
     return {

@@ -24,17 +24,12 @@ import polars as pl
 from gpuledger.ingest.jobs.checks import JobLimits, job_problem
 from gpuledger.timeparse import parse_duration_s, parse_utc
 from gpuledger.warehouse import QuarantineRow
+from gpuledger.warehouse.job_columns import JOB_CORE
 
 SOURCE = "jobs-csv"
 REQUIRED = ("job_id", "cluster", "project", "user", "gpu_model", "gpus", "start_time", "end_time")
 OPTIONAL = ("submit_time", "name", "kind", "min_runtime", "priority", "state", "namespace")
-JOB_SCHEMA = {
-    "cluster": pl.String, "job_id": pl.String, "project": pl.String, "user_name": pl.String,
-    "name": pl.String, "kind": pl.String, "gpu_model": pl.String, "gpus": pl.Float64,
-    "min_runtime_s": pl.Int64, "submit_time": pl.Datetime("us"), "start_time": pl.Datetime("us"),
-    "end_time": pl.Datetime("us"), "state": pl.String, "priority": pl.Int64,
-    "namespace": pl.String, "source": pl.String, "updated_at": pl.Datetime("us"),
-}
+JOB_SCHEMA = dict(JOB_CORE)
 
 
 class CsvHeaderError(ValueError):

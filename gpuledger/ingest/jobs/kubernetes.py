@@ -49,6 +49,7 @@ from gpuledger.ingest.jobs.k8s_mapping import (
     node_gpu_products,
     raw_text,
 )
+from gpuledger.warehouse.job_columns import JOB_CORE, job_schema
 
 log = logging.getLogger(__name__)
 
@@ -56,27 +57,7 @@ QUARANTINE_SOURCE = "kubernetes"
 KUEUE_GROUP, KUEUE_VERSION, KUEUE_PLURAL = "kueue.x-k8s.io", "v1beta1", "workloads"
 HTTP_GONE = 410
 
-JOB_SCHEMA: dict[str, pl.DataType] = {
-    "cluster": pl.String,
-    "job_id": pl.String,
-    "project": pl.String,
-    "user_name": pl.String,
-    "name": pl.String,
-    "kind": pl.String,
-    "gpu_model": pl.String,
-    "gpus": pl.Float64,
-    "min_runtime_s": pl.Int64,
-    "submit_time": pl.Datetime("us"),
-    "start_time": pl.Datetime("us"),
-    "end_time": pl.Datetime("us"),
-    "state": pl.String,
-    "priority": pl.Int64,
-    "namespace": pl.String,
-    "source": pl.String,
-    "updated_at": pl.Datetime("us"),
-    "priority_class": pl.String,
-    "scheduler_job": pl.String,
-}
+JOB_SCHEMA: dict[str, pl.DataType] = {**JOB_CORE, **job_schema("priority_class", "scheduler_job")}
 
 
 def utc_now() -> datetime:

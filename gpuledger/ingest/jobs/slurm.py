@@ -46,6 +46,7 @@ from gpuledger.ingest.jobs.checks import job_limits, screen_jobs
 from gpuledger.ingest.mig import find_profile, mig_fraction
 from gpuledger.ingest.model_keys import gpu_model_key
 from gpuledger.warehouse import QuarantineRow, quarantine, upsert
+from gpuledger.warehouse.job_columns import JOB_CORE, job_schema
 
 SOURCE = "slurm-sacct"
 LIVE_ORIGIN = "sacct"
@@ -61,14 +62,9 @@ REQUIRED_FIELDS = ("JobID", "Account", "State")
 _FREE_TEXT_FIELDS = ("JobName", "Comment", "AdminComment", "SystemComment", "WCKey", "Reason")
 
 JOB_SCHEMA: dict[str, pl.DataType] = {
-    "cluster": pl.String, "job_id": pl.String, "project": pl.String, "user_name": pl.String,
-    "name": pl.String, "kind": pl.String, "gpu_model": pl.String, "gpus": pl.Float64,
-    "min_runtime_s": pl.Int64, "submit_time": pl.Datetime("us"), "start_time": pl.Datetime("us"),
-    "end_time": pl.Datetime("us"), "state": pl.String, "priority": pl.Int64,
-    "namespace": pl.String, "source": pl.String, "updated_at": pl.Datetime("us"),
-    # Not (yet) columns of `jobs`; kept for callers and dropped on write when the table lacks them.
-    "qos": pl.String, "partition": pl.String, "time_limit_s": pl.Int64,
-    "scheduler_job": pl.String,  # the JobID every run of a requeued job shares (job_id: one run)
+    **JOB_CORE,
+    # scheduler_job: the JobID every run of a requeued job shares (job_id: one run)
+    **job_schema("qos", "partition", "time_limit_s", "scheduler_job"),
     # Where the row came from and its text, for the write-time checks' quarantine (never written).
     "_location": pl.String, "_raw": pl.String,
 }
