@@ -466,10 +466,16 @@ def _read_text(source: Path) -> str:
 
 def load_config(path: str | os.PathLike | None = None) -> Config:
     source = resolve_config_path(path)
-    text = _read_text(source)
+    return parse_config_text(_read_text(source), source)
+
+
+def parse_config_text(text: str, source: str | os.PathLike = "(stored config)") -> Config:
+    """Validate config YAML given as text: a file's, or the copy the warehouse keeps of the
+    config it was loaded from (gpuledger.ledger.config_versions)."""
+    source = Path(source)
     try:
         raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
+    except yaml.YAMLError as exc:  # where it went wrong as file:line:column
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else str(source)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -482,24 +488,8 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(_describe(exc, source)) from None
 
 
-def parse_config_text(text: str, source: str | os.PathLike = "(stored config)") -> Config:
-    """Validate config YAML given as text: a file's, or the copy the warehouse keeps of the
-    config it was loaded from (gpuledger.ledger.config_versions)."""
-    source = Path(source)
-    try:
-        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a mapping with at least an `org:` tree")
-    try:
-        return Config.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, source)) from None
-
-
 def read_config_file(path: str | os.PathLike | None = None) -> tuple[Config, str, Path]:
     """(config, the file's text, its path), the file chosen as load_config chooses it."""
     source = resolve_config_path(path)
-    cfg = load_config(source)  # its error messages (YAML line:column) for a bad file
-    return cfg, _read_text(source), source
+    text = _read_text(source)
+    return parse_config_text(text, source), text, source
