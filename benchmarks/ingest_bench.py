@@ -71,14 +71,14 @@ def ours_vs_client(text: str, scrape_ms: int) -> dict:
 def scrape_ingest(text: str, scrape_ms: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.duckdb"
-        with warehouse.open_writer(path, publish=False):
+        with warehouse.open_writer(path):
             pass  # create + migrate outside the timing
         t0 = time.perf_counter()
         parsed = parse_exposition(text, scrape_ms=scrape_ms)
         t1 = time.perf_counter()
         wide = long_to_wide(parsed.samples)
         t2 = time.perf_counter()
-        with warehouse.open_writer(path, publish=False) as con:
+        with warehouse.open_writer(path) as con:
             with warehouse.transaction(con):
                 new = store_wide(con, wide, cluster="bench", source="scrape")
         t3 = time.perf_counter()

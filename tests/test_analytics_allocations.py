@@ -193,7 +193,7 @@ def _sample_rows():
 def con(tmp_path):
     from gpuledger import warehouse
 
-    with warehouse.open_writer(tmp_path / "wh.duckdb", publish=False) as c:
+    with warehouse.open_writer(tmp_path / "wh.duckdb") as c:
         rows = pl.DataFrame(samples(_sample_rows()).collect())
         warehouse.write_samples(c, rows, "test")
         yield c
@@ -248,7 +248,7 @@ def test_simulator_keeps_the_rollup_fresh(tmp_path):
 
     sim = build_cluster(seed=3, gpus=8, start=datetime(2026, 11, 1), days=0.25, interval_s=60,
                         cluster="sim", config=load_config(None), dirt=True)
-    with warehouse.open_writer(tmp_path / "sim.duckdb", publish=False) as c:
+    with warehouse.open_writer(tmp_path / "sim.duckdb") as c:
         write_simulation(c, sim, cells=2_000)
         stored = c.sql("SELECT * FROM gpu_hourly ORDER BY gpu_id, hour").pl()
         fresh = c.sql("SELECT * FROM gpu_samples").pl()

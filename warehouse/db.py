@@ -324,16 +324,14 @@ class WriterConnection:
 def open_writer(
     path: str | os.PathLike | None = None,
     *,
-    publish: bool = True,
     lock_timeout_s: float = 600.0,
 ) -> Iterator[WriterConnection]:
     """A read-write connection to the live file, migrated, held only for the ``with`` block.
 
     Writers from any process queue (as do readers, behind a waiting writer); on exit the file is
     closed and readers see everything committed. Long writers call ``con.yield_to_readers()``
-    between chunks. ``publish`` is ignored: readers no longer read a published copy.
+    between chunks.
     """
-    del publish  # kept so callers from the snapshot era keep working
     path = resolve_warehouse_path(path)
     check_writer_path(path)  # a directory, /dev/null, an unwritable place: one line, not DuckDB's
     path.parent.mkdir(parents=True, exist_ok=True)

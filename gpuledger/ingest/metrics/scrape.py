@@ -195,14 +195,12 @@ def scrape(
     timeout_s: float = 10.0,
     retries: int = 3,
     backoff_s: float = 0.5,
-    publish_every: int = 10,
     on_round: Callable[[int, IngestStats], None] | None = None,
 ) -> IngestStats:
     """Scrape ``urls`` ``count`` times (>= 1), one round every ``interval_s`` seconds.
 
     Each round fetches concurrently, then takes the writer briefly (letting waiting readers in
-    between pages); readers see each round as soon as it is written. ``publish_every`` is ignored
-    (kept for callers: there is no reader snapshot to publish any more).
+    between pages); readers see each round as soon as it is written.
     """
     if count < 1:
         raise ValueError(f"count must be at least 1, not {count}")

@@ -44,7 +44,6 @@ def scrape_cmd(
     timeout: Annotated[float, typer.Option("--timeout", help="per-request timeout, seconds", min=0.001)] = 10.0,
     retries: Annotated[int, typer.Option("--retries", help="retries after a timeout, refusal or 5xx", min=0)] = 3,
     backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)", min=0)] = 0.5,
-    publish_every: Annotated[int, typer.Option("--publish-every", help="ignored: readers see every round as it is written (kept for scripts)", min=1)] = 10,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
@@ -61,7 +60,7 @@ def scrape_cmd(
 
     total = scraping.scrape(urls, warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
                             interval_s=interval, count=count, timeout_s=timeout, retries=retries,
-                            backoff_s=backoff, publish_every=publish_every, on_round=report)
+                            backoff_s=backoff, on_round=report)
     if total.failed_targets:
         raise typer.Exit(1 if total.pages == 0 else 0)
 

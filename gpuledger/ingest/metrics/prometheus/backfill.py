@@ -130,7 +130,7 @@ def backfill(
         if isinstance(pool, _ChunkPool):
             pool.start()  # the workers' imports overlap the checkpoint read and metric discovery
         scope = checkpoint_scope(url, start, end, step_s)
-        with warehouse.open_writer(warehouse_path, publish=False) as con:
+        with warehouse.open_writer(warehouse_path) as con:
             position = read_checkpoint(con, scope)
         done_s = int(_epoch_s(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
         chunks = chunk_bounds(start_s, end_s, step_s, chunk_s)
