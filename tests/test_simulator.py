@@ -234,6 +234,35 @@ def test_openmetrics_file_accepted_by_promtool(tmp_path):
     assert str(n) in done.stdout  # the block summary lists every sample
 
 
+def test_openmetrics_family_subset_streamed_holds_the_same_samples():
+    """--metrics / --stream (the Prometheus side-by-side benchmark's week files): the streamed
+    file of one family holds exactly that family's lines of the whole-span file, each series in
+    time order; blanks=False drops exactly the blank-sentinel lines."""
+    import io
+
+    small = build_cluster(seed=3, gpus=16, start=START, days=3 / 24)
+    family = "DCGM_FI_PROF_SM_ACTIVE"
+    whole, streamed, no_blanks = io.StringIO(), io.StringIO(), io.StringIO()
+    write_openmetrics(small, whole, small.start_s, small.end_s)
+    n = write_openmetrics(small, streamed, small.start_s, small.end_s, metrics=[family], stream=True,
+                          chunk_steps=100)  # 360 steps: chunks of 100, 100, 100, 60
+    kept = write_openmetrics(small, no_blanks, small.start_s, small.end_s, metrics=[family], blanks=False)
+    ours = [ln for ln in whole.getvalue().splitlines() if ln.startswith(family + "{")]
+    lines = streamed.getvalue().splitlines()
+    samples = [ln for ln in lines if not ln.startswith("#")]
+    assert sorted(samples) == sorted(ours) and n == len(ours) > 0
+    assert lines[-1] == "# EOF" and sum(ln.startswith("# TYPE") for ln in lines) == 1
+    last: dict[str, int] = {}
+    for ln in samples:  # per series, timestamps strictly increase across the interleaved chunks
+        series, t = ln.rsplit("} ", 1)[0], int(ln.rsplit(" ", 1)[1])
+        assert t > last.get(series, -1)
+        last[series] = t
+    blank = [ln for ln in ours if ln.split("} ")[1].split(" ")[0] == "9.223372036854776e+18"]
+    assert kept == len(ours) - len(blank)
+    with pytest.raises(ValueError, match="not an exported family"):
+        write_openmetrics(small, io.StringIO(), small.start_s, small.end_s, metrics=["DCGM_FI_NOPE"])
+
+
 def test_cli_commands_have_help():
     from typer.testing import CliRunner
 

@@ -161,18 +161,29 @@ def simulate_openmetrics(
     interval: IntervalOpt = 30,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     clean: CleanOpt = False,
+    metrics: Annotated[str | None, typer.Option(
+        "--metrics", help="comma-separated DCGM families to write, e.g. DCGM_FI_PROF_SM_ACTIVE [default: all 12]")] = None,
+    stream: Annotated[bool, typer.Option(
+        "--stream", help="write every 240 sample times as computed (2 h at 30 s: memory of a chunk, not of the span)")] = False,
     config: ConfigOpt = None,
 ) -> None:
     """Write an OpenMetrics file for `promtool tsdb create-blocks-from openmetrics FILE DIR`."""
     from gpuledger.simulator.scenario import build_cluster
-    from gpuledger.simulator.exposition import write_openmetrics
+    from gpuledger.simulator.exposition import EXPORTED, write_openmetrics
 
+    families = None
+    if metrics is not None:
+        families = [m.strip() for m in metrics.split(",") if m.strip()]
+        unknown = [m for m in families if m not in EXPORTED]
+        if unknown or not families:
+            raise UsageError(f"--metrics: {', '.join(unknown) or 'no family named'} is not an exported family; "
+                             f"choose from {', '.join(EXPORTED)}")
     cfg = config_or_exit(config)
     _whole_nodes(gpus)
     sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=hours / 24,
                         interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
     with open(out, "w") as handle:
-        n = write_openmetrics(sim, handle, sim.start_s, sim.end_s)
+        n = write_openmetrics(sim, handle, sim.start_s, sim.end_s, metrics=families, stream=stream)
     console.print(f"{out}: {n:,} samples, {sim.start.isoformat()}Z .. {sim.end.isoformat()}Z")
 
 

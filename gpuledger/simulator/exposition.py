@@ -8,7 +8,7 @@ device the Kubernetes ``container`` / ``namespace`` / ``pod`` or the Slurm ``hpc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TextIO
 
 import numpy as np
@@ -111,32 +111,60 @@ def metrics_page(sim, node: int, t: int, *, timestamps: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_openmetrics(sim, out: TextIO, t0: int, t1: int, *, chunk_steps: int = 240) -> int:
+def write_openmetrics(sim, out: TextIO, t0: int, t1: int, *, chunk_steps: int = 240,
+                      metrics: Sequence[str] | None = None, stream: bool = False, blanks: bool = True) -> int:
     """Write an OpenMetrics file for [t0, t1) epoch s: every family once, each series' samples in
     time order with timestamps (seconds), scrape gaps missing, ``# EOF`` last. Returns samples written.
+
+    ``metrics``: only these families (default all of ``EXPORTED``). ``stream``: write each chunk of
+    ``chunk_steps`` timestamps as soon as it is computed (memory of one chunk, not of the span);
+    families and series then interleave chunk by chunk, which ``promtool tsdb create-blocks-from
+    openmetrics`` accepts (each series stays in time order). ``blanks=False`` leaves DCGM's blank
+    readings out (no sample) instead of writing the sentinel value, which PromQL's sums and maxima
+    would otherwise take as a reading of 9.2e18.
 
     The energy counter is exported as a gauge (its exporter name lacks OpenMetrics' ``_total``
     suffix; Prometheus stores it the same way either way).
     """
+    families = tuple(EXPORTED if metrics is None else metrics)
+    unknown = [m for m in families if m not in EXPORTED]
+    if unknown:
+        raise ValueError(f"not an exported family: {', '.join(unknown)} (known: {', '.join(EXPORTED)})")
     ts = np.arange(t0 - (t0 - sim.start_s) % sim.interval_s, t1, sim.interval_s, dtype=np.int64)
     ts = ts[ts >= t0]
-    parts = [series_frame(sim, ts[i:i + chunk_steps], None, gaps=True)
-             for i in range(0, len(ts), chunk_steps)]
-    frame = pl.concat(parts) if parts else pl.DataFrame()
+    chunks = (series_frame(sim, ts[i:i + chunk_steps], None, gaps=True) for i in range(0, len(ts), chunk_steps))
+    if not stream:
+        parts = list(chunks)
+        chunks = iter([pl.concat(parts)] if parts else [])
     written = 0
-    for metric in EXPORTED:
-        field = dcgm.FIELDS_BY_METRIC[metric]
-        out.write(f"# HELP {metric} {field.help}\n")
-        out.write(f"# TYPE {metric} gauge\n")
-        if frame.is_empty():
-            continue
-        lines = (frame.select("labels", "t", _value_expr(metric))
-                 .sort(["labels", "t"], maintain_order=True)
-                 .select(pl.concat_str([pl.lit(metric + "{"), pl.col("labels"), pl.lit("} "),
-                                        pl.col("value"), pl.lit(" "), pl.col("t").cast(pl.String)])
-                         .alias("line"))["line"])
-        out.write("\n".join(lines.to_list()))
-        out.write("\n")
-        written += len(lines)
+    headed: set[str] = set()
+    for frame in chunks:
+        for metric in families:
+            lines = _sample_lines(frame, metric, blanks)
+            if metric not in headed:
+                headed.add(metric)
+                out.write(f"# HELP {metric} {dcgm.FIELDS_BY_METRIC[metric].help}\n")
+                out.write(f"# TYPE {metric} gauge\n")
+            if lines:
+                out.write("\n".join(lines))
+                out.write("\n")
+            written += len(lines)
+    for metric in families:  # a span without samples still names its families
+        if metric not in headed:
+            out.write(f"# HELP {metric} {dcgm.FIELDS_BY_METRIC[metric].help}\n")
+            out.write(f"# TYPE {metric} gauge\n")
     out.write("# EOF\n")
     return written
+
+
+def _sample_lines(frame: pl.DataFrame, metric: str, blanks: bool) -> list[str]:
+    """One family's sample lines of ``frame``, by series then time."""
+    if frame.is_empty():
+        return []
+    if not blanks:
+        frame = frame.filter(pl.col(metric) < dcgm.SENTINEL_FLOOR)
+    return (frame.select("labels", "t", _value_expr(metric))
+            .sort(["labels", "t"], maintain_order=True)
+            .select(pl.concat_str([pl.lit(metric + "{"), pl.col("labels"), pl.lit("} "),
+                                   pl.col("value"), pl.lit(" "), pl.col("t").cast(pl.String)])
+                    .alias("line"))["line"].to_list())
