@@ -65,6 +65,10 @@ dashboard: install
 dev: install
 	bash scripts/dev.sh
 
+# Issue 14's benchmarks (not part of `make test`; an hour or more): each script in its own process,
+# then bench/results.json and the generated block of BENCHMARKS.md. BENCH_SIZES=256,1024 and
+# BENCH_ONLY=analytics,prometheus (ingest analytics prometheus dashboard storage whatif) narrow it;
+# a partial run merges into results.json.
 bench: install
 	$(BIN)/python benchmarks/run.py
 

@@ -6,11 +6,16 @@ the median of the loads after it (what a user clicking around sees within the ca
 
     .venv/bin/python benchmarks/dashboard_bench.py --gpus 1024 --days 7
     .venv/bin/python benchmarks/dashboard_bench.py --warehouse /tmp/w/gpuledger.duckdb --reuse
+    .venv/bin/python benchmarks/dashboard_bench.py --warehouse W --reuse --json OUT   (make bench)
+
+--json OUT also writes the figures as {"gpus", "warehouse", "devices", "jobs", "hours", "repeats",
+"build_s": {step: s}, "pages": {page: {"first_load_s", "warm_s", "warm_runs_s"}}} (seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -37,7 +42,7 @@ def build(folder: Path, gpus: int, days: float, env: dict) -> dict[str, float]:
             "enforce plan": _cli(env, "enforce", "plan")}
 
 
-def time_pages(repeats: int) -> list[tuple[str, float, float]]:
+def time_pages(repeats: int) -> list[tuple[str, float, list[float]]]:
     os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")  # AppTest's bare-mode warnings, once per run
     import streamlit as st
     from streamlit.testing.v1 import AppTest
@@ -58,7 +63,7 @@ def time_pages(repeats: int) -> list[tuple[str, float, float]]:
             at.run()
             warm.append(time.monotonic() - started)
             assert not at.exception, [e.value for e in at.exception]
-        out.append((name, first, statistics.median(warm)))
+        out.append((name, first, warm))
     return out
 
 
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warehouse", type=Path, default=Path("/tmp/gpuledger-dashboard-bench/gpuledger.duckdb"))
     parser.add_argument("--reuse", action="store_true", help="time pages on an existing, analysed warehouse")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON to this file")
     args = parser.parse_args(argv if argv is not None else [] if __name__ != "__main__" else None)
 
     folder = args.warehouse.parent
@@ -77,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     env.pop("GPULEDGER_CONFIG", None)
     os.environ.update(GPULEDGER_WAREHOUSE=str(args.warehouse))
     os.environ.pop("GPULEDGER_CONFIG", None)
+    steps: dict[str, float] = {}
     if not args.reuse:
         if args.warehouse.exists():
             args.warehouse.unlink()
@@ -94,8 +101,17 @@ def main(argv: list[str] | None = None) -> None:
     print(f"warehouse {args.warehouse}: {devices:,} devices, {jobs:,} jobs, {hours} hours of analytics\n")
     print("| page | first load, caches empty (s) | later loads, median of "
           f"{args.repeats} (s) |\n|---|---|---|")
+    pages = {}
     for name, first, warm in time_pages(args.repeats):
-        print(f"| {name} | {first:.2f} | {warm:.2f} |", flush=True)
+        pages[name] = {"first_load_s": round(first, 4), "warm_s": round(statistics.median(warm), 4),
+                       "warm_runs_s": [round(w, 4) for w in warm]}
+        print(f"| {name} | {first:.2f} | {statistics.median(warm):.2f} |", flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "gpus": args.gpus, "warehouse": str(args.warehouse), "devices": devices, "jobs": jobs, "hours": hours,
+            "repeats": args.repeats, "build_s": {k: round(v, 2) for k, v in steps.items()}, "pages": pages},
+            indent=2) + "\n")
 
 
 if __name__ == "__main__":

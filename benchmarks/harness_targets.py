@@ -1,0 +1,80 @@
+"""Issue 14's targets evaluated from the numbers in bench/results.json (pure: results in, rows out).
+A target whose figure is absent is listed as not measured (met: null), never as met."""
+
+from __future__ import annotations
+
+QUESTION_SPEEDUP = 20.0      # gpuledger's warm path >= 20x faster than Prometheus, answers agreeing
+FULL_LIMITS = {"1024": (1.0, 2 * 1024), "4096": (5.0, 8 * 1024)}   # seconds, MiB
+INCREMENTAL_LIMIT = {"1024": 0.1}                                  # seconds
+FULL_VS_SCAN_LIMIT = 20.0
+INGEST_PER_CORE = 1_000_000  # samples/s/core, exposition text -> warehouse
+DASHBOARD_WARM_LIMIT = 2.0   # issue 12: each page under 2 s after the first load
+
+
+def _num(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _at_most(target: str, measured, limit: float, unit: str, section: str) -> dict:
+    m = _num(measured)
+    return {"target": target, "measured": m, "limit": limit, "unit": unit, "section": section,
+            "met": None if m is None else m <= limit,
+            "factor": None if m is None or limit == 0 else round(m / limit, 3)}
+
+
+def _at_least(target: str, measured, limit: float, unit: str, section: str) -> dict:
+    m = _num(measured)
+    return {"target": target, "measured": m, "limit": limit, "unit": unit, "section": section,
+            "met": None if m is None else m >= limit,
+            "factor": None if m is None or limit == 0 else round(m / limit, 3)}
+
+
+def speedup(fig: dict) -> float | None:
+    """Prometheus seconds over gpuledger's warm seconds, computed here so the direction is certain;
+    the script's own "ratio" only when one of the two times is absent."""
+    prom, ours = _num(fig.get("prometheus_s")), _num(fig.get("gpuledger_s"))
+    if prom is not None and ours:
+        return prom / ours
+    return _num(fig.get("ratio"))
+
+
+def evaluate(results: dict) -> list[dict]:
+    """One row per target and size: target, measured, limit, unit, met (true / false / null when not
+    measured), factor (measured / limit: above 1 misses an "at most", below 1 an "at least")."""
+    rows = []
+    for size in sorted(results.get("questions") or {}, key=int):
+        for question, fig in sorted(results["questions"][size].items()):
+            row = _at_least(f"{question} at {int(size):,} GPUs: gpuledger warm path >= 20x faster than "
+                            "Prometheus, answers agreeing", speedup(fig), QUESTION_SPEEDUP, "x",
+                            f"questions/{size}")
+            row["agree"] = fig.get("agree")
+            if row["met"] is not None and fig.get("agree") is not True:
+                row["met"] = False  # fast but disagreeing (or agreement unknown) is not met
+            rows.append(row)
+    analytics = results.get("analytics") or {}
+    for size, (seconds, mib) in FULL_LIMITS.items():
+        fig = analytics.get(size, {})
+        rows.append(_at_most(f"full 7-day recompute at {int(size):,} GPUs <= {seconds:g} s",
+                             fig.get("full_recompute_s"), seconds, "s", f"analytics/{size}"))
+        rows.append(_at_most(f"full 7-day recompute at {int(size):,} GPUs <= {mib // 1024} GiB peak RSS",
+                             fig.get("peak_rss_mib"), mib, "MiB", f"analytics/{size}"))
+    for size, seconds in INCREMENTAL_LIMIT.items():
+        rows.append(_at_most(f"incremental 5-minute update at {int(size):,} GPUs <= {seconds:g} s",
+                             analytics.get(size, {}).get("incremental_s"), seconds, "s", f"analytics/{size}"))
+    for size in sorted(analytics, key=int):
+        fig = analytics[size]
+        full, scan = _num(fig.get("full_recompute_s")), _num(fig.get("scan_floor_s"))
+        ratio = full / scan if full is not None and scan else _num(fig.get("full_vs_scan"))
+        rows.append(_at_most(f"full recompute at {int(size):,} GPUs within 20x of the bare scan", ratio,
+                             FULL_VS_SCAN_LIMIT, "x", f"analytics/{size}"))
+    ingest = results.get("ingest") or {}
+    rows.append(_at_least("ingest >= 1 M samples/s/core, exposition text -> warehouse",
+                          ingest.get("end_to_end_samples_per_s_per_core"), INGEST_PER_CORE, "samples/s/core",
+                          "ingest"))
+    for size in sorted(results.get("dashboard") or {}, key=int):
+        for page, fig in results["dashboard"][size].items():
+            if isinstance(fig, dict):
+                rows.append(_at_most(f"dashboard page {page} at {int(size):,} GPUs < 2 s after the first load "
+                                     "(issue 12)", fig.get("warm_s"), DASHBOARD_WARM_LIMIT, "s",
+                                     f"dashboard/{size}"))
+    return rows
