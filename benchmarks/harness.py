@@ -18,9 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from machine import git_commit, load_average, machine, utc_now
 
@@ -69,9 +69,9 @@ class Part:
 
 def rel(path: Path | str, root: Path) -> str:
     """A path as the command line that reproduces a figure should spell it: relative to the repo."""
-    p = Path(path)
+    p = Path(os.path.abspath(path))  # not resolve(): .venv/bin/python is a symlink out of the repo
     try:
-        return str(p.resolve().relative_to(root.resolve()))
+        return str(p.relative_to(os.path.abspath(root)))
     except ValueError:
         return str(p)
 
@@ -92,7 +92,7 @@ def accepts_json(ctx: Context, script: Path) -> bool:
         return False
     try:
         out = subprocess.run([ctx.python, str(script), "--help"], capture_output=True, text=True,
-                             timeout=120, cwd=ctx.root)
+                             timeout=120, cwd=ctx.root, check=False)
     except subprocess.TimeoutExpired:
         return False
     return out.returncode == 0 and "--json" in out.stdout
@@ -160,13 +160,11 @@ def problems(kind: str, data: dict) -> list[str]:
 
 # --- the dashboard's warehouse ----------------------------------------------------------------
 
-def _missing_migrations(path: Path, root: Path) -> list[int] | None:
+def _missing_migrations(path: Path) -> list[int] | None:
     """Migrations this code ships that the file lacks (readers refuse such a file); None when it
     cannot be read now."""
     import duckdb
-
-    sys.path.insert(0, str(root))
-    from warehouse.db import migrations  # noqa: PLC0415  (the repo's own, only when needed)
+    from gpuledger.warehouse.db import migrations
 
     try:
         con = duckdb.connect(str(path), read_only=True)
@@ -184,7 +182,7 @@ def _missing_migrations(path: Path, root: Path) -> list[int] | None:
 def _gpuledger(ctx: Context, env: dict, *args: str) -> None:
     cmd = [ctx.gpuledger, *args]
     ctx.echo(f"  $ {shlex.join([rel(c, ctx.root) if '/' in c else c for c in cmd])}")
-    out = subprocess.run(cmd, env=env, cwd=ctx.root, capture_output=True, text=True)
+    out = subprocess.run(cmd, env=env, cwd=ctx.root, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         tail = (out.stderr or out.stdout).strip().splitlines()[-5:]
         raise HarnessError(f"`gpuledger {' '.join(args)}` failed (exit {out.returncode}): {' / '.join(tail)}")
@@ -192,13 +190,13 @@ def _gpuledger(ctx: Context, env: dict, *args: str) -> None:
 
 def dashboard_warehouse(ctx: Context, gpus: int, notes: list[str]) -> Path:
     """A materialized copy of weekN for the dashboards (they read the pipelines' tables): the
-    Prometheus bench's copy when it is there, complete (no WAL, untouched for 2 minutes) and on
-    this code's schema; else our own under data/bench/harness/, made once per dataset build
+    Prometheus bench's copy when it is complete (its build writes FILE.done last) and on this
+    code's schema; else our own under data/bench/harness/, made once per dataset build
     (copy, `pipelines run-once`, `enforce plan`) and migrated before each use. The shared
     datasets are never written."""
     theirs = ctx.data_dir / PROM_MATERIALIZED.format(gpus=gpus)
-    if theirs.exists() and not Path(f"{theirs}.wal").exists() and time.time() - theirs.stat().st_mtime > 120:
-        if _missing_migrations(theirs, ctx.root) == []:
+    if theirs.exists() and Path(f"{theirs}.done").exists():
+        if _missing_migrations(theirs) == []:
             notes.append(f"warehouse: {rel(theirs, ctx.root)} (the Prometheus bench's materialized copy)")
             return theirs
         notes.append(f"{rel(theirs, ctx.root)} lacks migrations of this code; using the harness's own copy")
@@ -334,10 +332,11 @@ def run_part(ctx: Context, part: Part, results: dict) -> dict:
         return {**record, "status": "failed", "error": why, "output_tail": list(tail)[-20:]}
     try:
         data = json.loads(out.read_text())
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
+        problem = None if isinstance(data, dict) else "not a JSON object"
     except (OSError, ValueError) as exc:
-        why = f"exit 0 but no usable JSON at {rel(out, ctx.root)}: {exc}"
+        problem = str(exc)
+    if problem:
+        why = f"exit 0 but no usable JSON at {rel(out, ctx.root)}: {problem}"
         ctx.echo(f"== {part.name}: FAILED ({why})")
         return {**record, "status": "failed", "error": why, "output_tail": list(tail)[-20:]}
     warnings = problems(part.kind, data)

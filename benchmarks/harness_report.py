@@ -19,7 +19,9 @@ def _f(value) -> str:
         return f"{value:,}"
     if isinstance(value, float):
         a = abs(value)
-        return f"{value:,.0f}" if a >= 100 else f"{value:.1f}" if a >= 10 else f"{value:.2f}" if a >= 1 else f"{value:.3g}"
+        if a >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.1f}" if a >= 10 else f"{value:.2f}" if a >= 1 else f"{value:.3f}" if a >= 0.01 else f"{value:.2g}"
     return str(value)
 
 
@@ -40,7 +42,11 @@ def _source(results: dict, section: str) -> str:
 
 def _sources_of(results: dict, prefix: str) -> list[str]:
     seen, out = set(), []
-    for section in sorted(results.get("sources") or {}):
+    def order(section: str):  # "analytics/256" before "analytics/1024"
+        head, _, size = section.partition("/")
+        return head, int(size) if size.isdigit() else 0, size
+
+    for section in sorted(results.get("sources") or {}, key=order):
         if section == prefix or section.startswith(prefix + "/"):
             line = _source(results, section)
             if line and line not in seen:
@@ -66,11 +72,11 @@ def render(results: dict) -> str:
         "",
         "### Latest `make bench` figures (generated)",
         "",
-        f"Machine: {m.get('cores', '?')} cores ({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB; Python "
+        (f"Machine: {m.get('cores', '?')} cores ({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB; Python "
         f"{m.get('python', '?')}, polars {m.get('polars', '?')}, DuckDB {m.get('duckdb', '?')}, Prometheus "
         f"{m.get('prometheus', '?')}. Last run {results.get('date', '?')} at {results.get('commit', '?')}: "
         f"`{results.get('command', '?')}`. Each table names the run that produced it (parts of a partial "
-        "run are merged, so dates can differ); load = the 1-minute load average when it started.",
+        "run are merged, so dates can differ); load = the 1-minute load average when it started."),
         "",
     ]
     targets = results.get("targets") or []
@@ -157,7 +163,7 @@ def _fmt_measured(t: dict) -> str:
     if v is None:
         return "–"
     if t["unit"] == "x":
-        return f"{v:,.1f}×"
+        return f"{v:,.1f}×" + (" (answers differ)" if t.get("agree") is False else "")
     if t["unit"] == "MiB":
         return f"{v:,.0f} MiB"
     if t["unit"] == "samples/s/core":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -41,7 +41,7 @@ def _version(package: str) -> str | None:
 
 def _prometheus_version(binary: str = "prometheus") -> str | None:
     try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     first = (out.stdout or out.stderr).splitlines()
@@ -75,11 +75,11 @@ def git_commit(root: Path) -> str:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                              text=True, timeout=20, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=20).stdout.strip()
+                               capture_output=True, text=True, timeout=20, check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return rev + ("+dirty" if dirty else "")
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
