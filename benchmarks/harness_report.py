@@ -103,6 +103,13 @@ def render(results: dict) -> str:
                              str(fig.get("difference", "")) or "–"])
         lines += _table(["question", "GPUs", "gpuledger warm", "gpuledger CLI", "Prometheus", "Prometheus cold",
                          "speed-up", "agree", "difference"], rows)
+        datasets = results.get("prometheus_datasets") or {}
+        keys = sorted({k for d in datasets.values() if isinstance(d, dict) for k, v in d.items()
+                       if isinstance(v, (int, float, str, bool))})
+        if keys:
+            lines += ["Datasets of the comparison:", ""]
+            lines += _table(["GPUs", *keys], [[f"{int(n):,}", *[datasets[n].get(k) for k in keys]]
+                                              for n in sorted(datasets, key=int)])
         lines += _sources_of(results, "questions")
     analytics = results.get("analytics") or {}
     if analytics:
@@ -117,6 +124,14 @@ def render(results: dict) -> str:
                          "–" if ratio is None else f"{ratio:,.1f}×"])
         lines += _table(["GPUs", "full recompute s", "peak RSS MiB", "incremental s", "incremental peak RSS MiB",
                          "bare scan s", "full ÷ scan"], rows)
+        for size in sorted(analytics, key=int):  # where the time goes: the largest steps
+            steps = [st for st in analytics[size].get("steps") or [] if isinstance(st, dict)
+                     and isinstance(st.get("wall_s"), (int, float)) and "total" not in str(st.get("step"))]
+            top = sorted(steps, key=lambda st: -st["wall_s"])[:5]
+            if top:
+                lines.append(f"Largest steps at {int(size):,} GPUs: "
+                             + "; ".join(f"{st['step']} {_f(st['wall_s'])} s" for st in top) + ".")
+        lines.append("")
         lines += _sources_of(results, "analytics")
     ingest = results.get("ingest") or {}
     if ingest:
@@ -151,8 +166,10 @@ def render(results: dict) -> str:
     if bad:
         lines += ["**Parts not measured in their latest attempt**", ""]
         for r in bad:
+            last = next((x for x in reversed(r.get("output_tail") or []) if x.strip()), "")
             lines.append(f"- {r['name']}: {r['status']} ({r.get('error', '')}), {r.get('date', '')}"
-                         + (f" — `{r['command']}`" if r.get("command") else ""))
+                         + (f" — `{r['command']}`" if r.get("command") else "")
+                         + (f"; last output: `{last.strip()[:200]}`" if last else ""))
         lines.append("")
     lines.append(END)
     return "\n".join(lines)
@@ -162,6 +179,8 @@ def _fmt_measured(t: dict) -> str:
     v = t.get("measured")
     if v is None:
         return "–"
+    if t.get("page"):
+        return f"{_f(v)} {t['unit']} ({t['page']})"
     if t["unit"] == "x":
         return f"{v:,.1f}×" + (" (answers differ)" if t.get("agree") is False else "")
     if t["unit"] == "MiB":

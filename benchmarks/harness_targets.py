@@ -42,6 +42,9 @@ def evaluate(results: dict) -> list[dict]:
     """One row per target and size: target, measured, limit, unit, met (true / false / null when not
     measured), factor (measured / limit: above 1 misses an "at most", below 1 an "at least")."""
     rows = []
+    if not results.get("questions"):
+        rows.append(_at_least("each question: gpuledger warm path >= 20x faster than Prometheus, answers "
+                              "agreeing", None, QUESTION_SPEEDUP, "x", "questions"))
     for size in sorted(results.get("questions") or {}, key=int):
         for question, fig in sorted(results["questions"][size].items()):
             row = _at_least(f"{question} at {int(size):,} GPUs: gpuledger warm path >= 20x faster than "
@@ -61,8 +64,8 @@ def evaluate(results: dict) -> list[dict]:
     for size, seconds in INCREMENTAL_LIMIT.items():
         rows.append(_at_most(f"incremental 5-minute update at {int(size):,} GPUs <= {seconds:g} s",
                              analytics.get(size, {}).get("incremental_s"), seconds, "s", f"analytics/{size}"))
-    for size in sorted(analytics, key=int):
-        fig = analytics[size]
+    for size in sorted(set(analytics) | {"256", "1024", "4096"}, key=int):
+        fig = analytics.get(size, {})
         full, scan = _num(fig.get("full_recompute_s")), _num(fig.get("scan_floor_s"))
         ratio = full / scan if full is not None and scan else _num(fig.get("full_vs_scan"))
         rows.append(_at_most(f"full recompute at {int(size):,} GPUs within 20x of the bare scan", ratio,
@@ -72,9 +75,14 @@ def evaluate(results: dict) -> list[dict]:
                           ingest.get("end_to_end_samples_per_s_per_core"), INGEST_PER_CORE, "samples/s/core",
                           "ingest"))
     for size in sorted(results.get("dashboard") or {}, key=int):
-        for page, fig in results["dashboard"][size].items():
-            if isinstance(fig, dict):
-                rows.append(_at_most(f"dashboard page {page} at {int(size):,} GPUs < 2 s after the first load "
-                                     "(issue 12)", fig.get("warm_s"), DASHBOARD_WARM_LIMIT, "s",
-                                     f"dashboard/{size}"))
+        warm = {page: _num(fig.get("warm_s")) for page, fig in results["dashboard"][size].items()
+                if isinstance(fig, dict)}
+        measured = [(w, page) for page, w in warm.items() if w is not None]
+        slowest = max(measured) if measured else (None, None)
+        row = _at_most(f"every dashboard page at {int(size):,} GPUs < 2 s after the first load (issue 12; "
+                       "the slowest page)", slowest[0], DASHBOARD_WARM_LIMIT, "s", f"dashboard/{size}")
+        row["page"] = slowest[1]
+        if None in warm.values():
+            row["met"] = None  # a page without a figure may be the slow one
+        rows.append(row)
     return rows
