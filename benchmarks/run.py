@@ -23,9 +23,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import PARTS, SIZES, Context, header, merge_runs, plan, run_part  # noqa: E402
-from harness_report import render, replace_block  # noqa: E402
-from harness_targets import evaluate  # noqa: E402
+from harness import PARTS, Context, header, merge_runs, plan, run_part
+from harness_report import render, replace_block
+from harness_targets import evaluate
 
 ROOT = HERE.parent
 
