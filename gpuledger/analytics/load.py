@@ -12,10 +12,9 @@ from datetime import datetime, timedelta
 import duckdb
 import polars as pl
 
-from gpuledger.sql import load_sql
-
 from gpuledger.analytics.squatting import ACTIVITY_COLUMNS, LOOKBACK, held_devices
 from gpuledger.config import SquattingPolicy
+from gpuledger.sql import load_sql
 from gpuledger.warehouse.rollups import final_before, hour_span, rollup_frame
 
 _SAMPLE_COLS = (
@@ -116,22 +115,40 @@ def load_hourly(
     return stored.pl().lazy()
 
 
+# The raw-sample columns attribution reads (attribution._window_sums): a partial hour needs
+# nothing else, and fewer columns are most of the cost of materializing them.
+ATTRIBUTION_SAMPLE_COLS = "gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, gpu_util_ratio, energy_total_j"
+_US_PER_HOUR = 3_600_000_000
+
+
 def load_samples_for_hours(
-    con: duckdb.DuckDBPyConnection, keys: pl.LazyFrame | pl.DataFrame, *, columns: str = _SAMPLE_COLS
+    con: duckdb.DuckDBPyConnection, keys: pl.LazyFrame | pl.DataFrame, *, columns: str = ATTRIBUTION_SAMPLE_COLS
 ) -> pl.LazyFrame:
     """The raw samples of just the (gpu_id, hour) pairs in ``keys`` (e.g.
-    attribution.partial_hour_keys): DuckDB filters, so polars never holds the rest."""
+    attribution.partial_hour_keys), sorted by gpu_id, ts: DuckDB filters, so polars never holds
+    the rest. ``columns`` defaults to what attribution reads.
+
+    DuckDB still reads gpu_id and ts of every sample in the keys' span, so the per-row work is
+    kept to integer arithmetic: each (gpu_id, hour) becomes one BIGINT (hours since the span's
+    start × 2^32 + gpu_id + 2^31, exact for any INTEGER gpu_id) and the semi join is on that —
+    ~4× cheaper than joining on (gpu_id, date_trunc('hour', ts)).
+    """
     frame = keys.lazy().select(pl.col("gpu_id").cast(pl.Int32), pl.col("hour").cast(pl.Datetime("us"))).collect()
     if frame.is_empty():
         return con.sql(f"SELECT {columns} FROM gpu_samples WHERE false").pl().lazy()
     lo, hi = frame["hour"].min(), frame["hour"].max() + timedelta(hours=1)
-    con.register("_wanted_hours", frame.to_arrow())
+    wanted = frame.select(
+        k=((pl.col("hour") - lo).dt.total_microseconds() // _US_PER_HOUR) * 2**32
+        + pl.col("gpu_id").cast(pl.Int64) + 2**31
+    ).unique()
+    con.register("_wanted_hours", wanted.to_arrow())
     try:
         out = con.sql(
             f"SELECT {', '.join('s.' + c.strip() for c in columns.split(','))} FROM gpu_samples s "
-            "SEMI JOIN _wanted_hours w ON s.gpu_id = w.gpu_id AND date_trunc('hour', s.ts) = w.hour "
+            "SEMI JOIN _wanted_hours w "
+            f"ON ((epoch_us(s.ts) - $lo_us) // {_US_PER_HOUR}) * 4294967296 + s.gpu_id + 2147483648 = w.k "
             "WHERE s.ts >= $lo AND s.ts < $hi ORDER BY s.gpu_id, s.ts",
-            params={"lo": lo, "hi": hi},
+            params={"lo": lo, "hi": hi, "lo_us": (lo - datetime(1970, 1, 1)) // timedelta(microseconds=1)},
         ).pl()
     finally:
         con.unregister("_wanted_hours")

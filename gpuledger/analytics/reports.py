@@ -19,6 +19,7 @@ from gpuledger.analytics.attribution import (
 )
 from gpuledger.analytics.budget import budget_burn, job_funding
 from gpuledger.analytics.chargeback import chargeback_lines, period_bounds
+from gpuledger.analytics.collect import ENGINE
 from gpuledger.analytics.fairshare import delivery, fair_share
 from gpuledger.analytics.load import (
     Tables,
@@ -84,7 +85,7 @@ def warehouse_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
         ((pl.min_horizontal(pl.col("end_time").fill_null(now), pl.lit(now)) - pl.col("start_time"))
          .dt.total_seconds().clip(lower_bound=0) / 3600.0
          * pl.col("alloc_fraction") * pl.col("device_fraction")).sum()
-    ).collect().item()
+    ).collect(engine=ENGINE).item()
     names = ("physical_gpus", "mig_instances", "jobs", "samples", "first_sample_utc", "last_sample_utc",
              "quarantined_lines")
     figures = dict(zip(names, counts, strict=True))
@@ -102,7 +103,7 @@ def attribution(
     tier = policy.chargeback.default_tier
     pieces = allocated_pieces(t.job_allocations, t.gpus, now=now, start=start, end=end, jobs=t.jobs,
                               default_tier=tier)
-    partial = load_samples_for_hours(con, partial_hour_keys(pieces).collect())
+    partial = load_samples_for_hours(con, partial_hour_keys(pieces).collect(engine=ENGINE))
     return attribute_usage(t.job_allocations, t.gpus, partial, now=now, start=start, end=end, jobs=t.jobs,
                            default_tier=tier, hourly=load_hourly(con, start=start, end=end))
 
@@ -128,7 +129,7 @@ def chargeback_report(
         org_nodes=t.org_nodes, idle_cost=policy.chargeback.idle_cost,
         default_tier=policy.chargeback.default_tier,
         retire_grace=timedelta(hours=policy.chargeback.retire_after_hours),
-    ).collect()
+    ).collect(engine=ENGINE)
     named = lines.rename({"gpu_hours_allocated": "gpu_hours"})
     return named.select(pl.lit(period).alias("period"), *named.columns)
 
@@ -174,7 +175,7 @@ def fairshare_report(
                                                                           "occupancy_ratio")
     usage_cols = usage.select("node", "gpu_hours_window", "gpu_hours_decayed")
     return (tree.join(usage_cols, on="node", how="left").join(delivered, on="node", how="left")
-            .sort("order").collect())
+            .sort("order").collect(engine=ENGINE))
 
 
 def budget_report(
@@ -185,7 +186,7 @@ def budget_report(
     as_of = as_of or data_now(con)
     t = load_tables(con, end=as_of + DAY, samples=False)
     burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card,
-                       as_of=as_of, default_tier=policy.chargeback.default_tier).collect()
+                       as_of=as_of, default_tier=policy.chargeback.default_tier).collect(engine=ENGINE)
     placed = burn.join(tree_position(t.org_nodes), on="node", how="left")
     return ordered(placed, ["_tree_pos", "period_start"]).drop("_tree_pos")
 
@@ -202,7 +203,7 @@ def funding_report(
     rules = [(r.qos, r.partition, int(r.hours * 3600)) for r in policy.funding.slurm_min_runtime]
     funding = job_funding(t.jobs, burn, t.org_nodes, now=now,
                           min_runtime_cap=timedelta(hours=policy.funding.min_runtime_cap_hours),
-                          min_runtime_rules=rules).collect()
+                          min_runtime_rules=rules).collect(engine=ENGINE)
     return ordered(funding, ["cluster", "job_id"])
 
 
@@ -218,7 +219,7 @@ def squatters_report(
     activity = load_device_activity(con, t.jobs, t.job_allocations, t.gpus, now=now, policy=policy.squatting,
                                     lookback=lookback)
     findings = squatting_findings(t.jobs, t.job_allocations, t.gpus, activity, t.rate_card, now=now,
-                                  policy=policy.squatting, include_exempt=include_exempt).collect()
+                                  policy=policy.squatting, include_exempt=include_exempt).collect(engine=ENGINE)
     return ordered(findings, ["finding", "idle_minutes", "cluster", "job_id"], [True, True, False, False])
 
 
@@ -233,11 +234,11 @@ def utilization_report(
     t = load_tables(con, start=start, end=end, samples=False)
     used = attribution(con, t, start=start, end=end, now=now, policy=policy)
     if by == "kind":
-        return ordered(utilization_by_kind(used, t.jobs).collect(), ["kind"])
+        return ordered(utilization_by_kind(used, t.jobs).collect(engine=ENGINE), ["kind"])
     keys = {"model": ("cluster", "model"), "cluster": ("cluster",), "fleet": ()}.get(by)
     if keys is None:
         raise ValueError(f"by={by!r}: choose model, cluster, fleet or kind")
-    return ordered(utilization_hourly(used, t.gpus, start=start, end=end, by=keys).collect(), ["hour", *keys])
+    return ordered(utilization_hourly(used, t.gpus, start=start, end=end, by=keys).collect(engine=ENGINE), ["hour", *keys])
 
 
 def statement_report(
