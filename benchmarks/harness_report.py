@@ -124,13 +124,17 @@ def render(results: dict) -> str:
                          "–" if ratio is None else f"{ratio:,.1f}×"])
         lines += _table(["GPUs", "full recompute s", "peak RSS MiB", "incremental s", "incremental peak RSS MiB",
                          "bare scan s", "full ÷ scan"], rows)
-        for size in sorted(analytics, key=int):  # where the time goes: the largest steps
+        for size in sorted(analytics, key=int):  # where the time goes: the largest steps of each group
             steps = [st for st in analytics[size].get("steps") or [] if isinstance(st, dict)
                      and isinstance(st.get("wall_s"), (int, float)) and "total" not in str(st.get("step"))]
-            top = sorted(steps, key=lambda st: -st["wall_s"])[:5]
-            if top:
-                lines.append(f"Largest steps at {int(size):,} GPUs: "
-                             + "; ".join(f"{st['step']} {_f(st['wall_s'])} s" for st in top) + ".")
+            groups: dict[str, list] = {}
+            for st in steps:  # "full: attribution" -> group "full"
+                group, _, name = str(st["step"]).rpartition(": ") if ": " in str(st["step"]) else ("", "", st["step"])
+                groups.setdefault(group.split(":")[0], []).append((st["wall_s"], name))
+            parts = [(f"{group}: " if group else "") + ", ".join(f"{name} {_f(w)} s" for w, name in sorted(g)[::-1][:4])
+                     for group, g in groups.items() if group in ("full", "incremental", "")]
+            if parts:
+                lines.append(f"Largest steps at {int(size):,} GPUs: " + "; ".join(parts) + ".  ")
         lines.append("")
         lines += _sources_of(results, "analytics")
     ingest = results.get("ingest") or {}
