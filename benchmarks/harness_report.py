@@ -99,10 +99,20 @@ def render(results: dict) -> str:
                 s = speedup(fig)
                 rows.append([q, f"{int(size):,}", fig.get("gpuledger_s"), fig.get("gpuledger_cli_s"),
                              fig.get("prometheus_s"), fig.get("prometheus_cold_s"),
-                             "–" if s is None else f"{s:,.1f}×", fig.get("agree"),
-                             str(fig.get("difference", "")) or "–"])
+                             "–" if s is None else f"{s:,.1f}×", fig.get("agree")])
         lines += _table(["question", "GPUs", "gpuledger warm", "gpuledger CLI", "Prometheus", "Prometheus cold",
-                         "speed-up", "agree", "difference"], rows)
+                         "speed-up", "agree"], rows)
+        notes = []  # the bench's own words on tolerance and differences, once per distinct text
+        for q in names:
+            for size in sorted(questions, key=int):
+                fig = questions[size].get(q) or {}
+                for key in ("tolerance", "difference"):
+                    text = " ".join(str(fig.get(key) or "").split())
+                    if text and text not in {"0", "0.0"} and (q, key, text) not in {(a, b, c) for a, b, c, _ in notes}:
+                        notes.append((q, key, text, size))
+        if notes:
+            lines += [f"- {q} ({int(size):,} GPUs) {key}: {text[:600]}{'…' if len(text) > 600 else ''}"
+                      for q, key, text, size in notes] + [""]
         datasets = results.get("prometheus_datasets") or {}
         keys = sorted({k for d in datasets.values() if isinstance(d, dict) for k, v in d.items()
                        if isinstance(v, (int, float, str, bool))})
