@@ -52,6 +52,7 @@ class Context:
     gpuledger: str = str(Path(sys.executable).parent / "gpuledger")
     timeout_s: float = 3 * 3600
     dashboard_gpus: int = DASHBOARD_GPUS
+    part_args: dict[str, list[str]] = field(default_factory=dict)  # extra options per part
     echo: Callable[[str], None] = print
 
 
@@ -263,9 +264,23 @@ def plan(ctx: Context, only: list[str], sizes: list[int]) -> list[Part]:
             parts.append(Part(kind, kind, script, OPTIONAL[kind], _store_whole(kind),
                               skip=None if ok else f"{script.name} {'absent' if not script.exists() else 'takes no --json yet'}"))
     for part in parts:
+        part.args = [*part.args, *ctx.part_args.get(part.kind, [])]
         if part.skip is None and not part.script.exists():
             part.skip = f"{rel(part.script, ctx.root)} not found"
     return parts
+
+
+def parse_part_args(items: list[str]) -> dict[str, list[str]]:
+    """["prometheus=--days-4096 2", "analytics=--repeat 1"] -> {"prometheus": ["--days-4096", "2"], ...}:
+    options handed to one part's script as they are (recorded in its command line)."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        kind, sep, args = item.partition("=")
+        if not sep or kind.strip() not in PARTS:
+            raise ValueError(f"part arguments {item!r}: write PART=ARGS with PART one of {', '.join(PARTS)}, "
+                             "e.g. 'prometheus=--days-4096 2'")
+        out.setdefault(kind.strip(), []).extend(shlex.split(args))
+    return out
 
 
 # --- running one part -------------------------------------------------------------------------

@@ -3,6 +3,7 @@ generated block of BENCHMARKS.md (issue 14).
 
     make bench                                   # everything at 256, 1,024 and 4,096 GPUs
     BENCH_SIZES=256,1024 make bench              # fewer sizes (BENCH_ONLY= to pick parts)
+    BENCH_PART_ARGS='prometheus=--days-4096 2' make bench   # options for one part's script
     .venv/bin/python benchmarks/run.py --sizes 256,1024 --only analytics,prometheus
     .venv/bin/python benchmarks/run.py --render-only   # BENCHMARKS.md again from results.json
 
@@ -23,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import PARTS, Context, header, merge_runs, plan, run_part
+from harness import PARTS, Context, header, merge_runs, parse_part_args, plan, run_part
 from harness_report import render, replace_block
 from harness_targets import evaluate
 
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="GPU counts (default: $BENCH_SIZES or 256,1024,4096)")
     ap.add_argument("--only", type=lambda t: _csv(t, PARTS), default=_csv(os.environ.get("BENCH_ONLY") or ",".join(PARTS), PARTS),
                     help=f"parts to run (default: $BENCH_ONLY or all: {','.join(PARTS)})")
+    ap.add_argument("--part-args", action="append", default=None, metavar="PART=ARGS",
+                    help="extra options for one part's script, e.g. 'prometheus=--days-4096 2' (repeatable; "
+                         "default: $BENCH_PART_ARGS, items separated by ';')")
     ap.add_argument("--dashboard-gpus", type=int, default=1024)
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results.json")
     ap.add_argument("--benchmarks-md", type=Path, default=ROOT / "BENCHMARKS.md")
@@ -83,7 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.render_only:
         write_outputs(results, args.results, args.benchmarks_md)
         return 0
-    ctx = Context(root=ROOT, scripts_dir=args.scripts_dir, data_dir=args.data_dir,
+    items = args.part_args if args.part_args is not None else \
+        [x for x in (os.environ.get("BENCH_PART_ARGS") or "").split(";") if x.strip()]
+    try:
+        part_args = parse_part_args(items)
+    except ValueError as exc:
+        ap.error(str(exc))
+    ctx = Context(root=ROOT, part_args=part_args, scripts_dir=args.scripts_dir, data_dir=args.data_dir,
                   raw_dir=args.raw_dir or args.data_dir / "harness" / "raw", gpuledger=args.gpuledger,
                   timeout_s=args.timeout, dashboard_gpus=args.dashboard_gpus,
                   echo=lambda line: print(line, flush=True))

@@ -126,9 +126,10 @@ def _target(results, prefix):
 
 
 def test_full_run_results_targets_and_markdown(rig, capsys):
-    rc = rig["run"].main(rig["base"])
+    rc = rig["run"].main([*rig["base"], "--part-args", "analytics=--repeat 1"])
     assert rc == 0
     results = json.loads(rig["results"].read_text())
+    assert all(a[:2] == ["--warehouse", a[1]] and a[2:4] == ["--repeat", "1"] for a in _args(rig, "analytics_bench"))
 
     # machine and provenance
     assert set(results["machine"]) >= {"cores", "memory_gib", "cpu", "python", "polars", "duckdb", "prometheus"}
@@ -243,6 +244,9 @@ def test_no_json_is_a_failure_and_bad_options_are_named(rig, capsys):
     with pytest.raises(SystemExit):
         rig["run"].main([*rig["base"], "--only", "ingest,nonsense"])
     assert "unknown part(s) nonsense" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        rig["run"].main([*rig["base"], "--part-args", "--days-4096 2"])
+    assert "write PART=ARGS" in capsys.readouterr().err
 
 
 def test_replace_block_needs_the_markers():
