@@ -82,14 +82,34 @@ class ParsedPage:
     """A parsed page: ``samples`` in long form (one row per kept line), refused lines and counts.
 
     ``samples`` columns: line_no, metric, value (exported unit, blanks kept), ts (Datetime ms, UTC)
-    and the SERIES_COLUMNS.
+    and the SERIES_COLUMNS. The bulk parser also keeps the compact form it built ``samples`` from:
+    ``points`` (line_no, metric, series, value, ts) and ``series`` (a ``series_frame``), which
+    ``series_long_to_wide`` takes without the per-sample label columns; ``samples`` is then made
+    on first use.
     """
 
-    samples: pl.DataFrame
+    _samples: pl.DataFrame | None
     rejects: list[Reject] = field(default_factory=list)
     unknown_dcgm: Counter = field(default_factory=Counter)
     lines: int = 0
     skipped_other: int = 0
+    points: pl.DataFrame | None = None
+    series: pl.DataFrame | None = None
+
+    @classmethod
+    def from_points(cls, points: pl.DataFrame, series: pl.DataFrame, rejects: list[Reject],
+                    unknown: Counter, lines: int, skipped: int) -> ParsedPage:
+        return cls(None, rejects, unknown, lines, skipped, points, series)
+
+    @property
+    def samples(self) -> pl.DataFrame:
+        if self._samples is None:
+            self._samples = self.points.join(self.series, on="series", how="left").drop("series")
+        return self._samples
+
+    @property
+    def sample_count(self) -> int:
+        return (self.points if self._samples is None else self._samples).height
 
 
 def _unescape(value: str) -> str:
@@ -154,55 +174,87 @@ def parse_exposition(
 ) -> ParsedPage:
     """Parse a dcgm-exporter page. Samples without an explicit timestamp get ``scrape_ms``
     (epoch milliseconds). Every line is either kept, skipped (comment, non-DCGM family, unstored DCGM
-    field) or refused with a reason; nothing raises on bad input."""
-    checks = FIELD_CHECKS
+    field) or refused with a reason; nothing raises on bad input.
+
+    The bulk parser (``exposition_bulk``) handles the well-formed lines with whole-column polars
+    operations and sends every other line through ``line_verdict``, the per-line rules of
+    ``parse_exposition_lines``; both give the same page (tests/test_ingest_exposition_bulk.py)."""
+    from gpuledger.ingest.metrics.exposition_bulk import parse_exposition_bulk
+
+    return parse_exposition_bulk(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
+
+
+# line_verdict's answers (besides a sample tuple): a skipped line, or an unknown DCGM field's name
+SKIP = "skip"
+UNKNOWN = "unknown"
+
+
+def line_verdict(no: int, line: str, scrape_ms: int, future_limit: int, max_future_s: float,
+                 series_key) -> tuple | Reject | None:
+    """What one raw line of a page is: None (comment or blank), ``(SKIP,)`` (non-DCGM family),
+    ``(UNKNOWN, name)`` (DCGM field the warehouse does not store), a ``Reject``, or the sample
+    ``(name, key, value, ts_ms)``. ``series_key(label_text)`` -> a series key, or a str: the reason
+    the label set is refused. The duplicate check is the caller's (it needs the whole page)."""
+    if not line or line[0] == "#":
+        return None
+    if line[-1] == "\r":
+        line = line[:-1]
+    if not line.strip():
+        return None
+    brace = line.find("{")
+    name = line[:brace] if brace >= 0 else line.split(None, 1)[0]
+    if not name.startswith("DCGM_FI_"):
+        if _METRIC_NAME.match(name.strip()):
+            return (SKIP,)
+        return Reject(no, line, f"not a sample line: bad metric name {name[:80]!r}")
+    if name not in FIELD_CHECKS:
+        if _METRIC_NAME.match(name):
+            return (UNKNOWN, name)
+        return Reject(no, line, f"bad metric name {name[:80]!r}")
+    if brace < 0:
+        return Reject(no, line, "DCGM sample without labels: cannot tell which GPU")
+    close = line.rfind("}")
+    if close < brace:
+        return Reject(no, line, "truncated line: label set never closed with '}'")
+    rest = line[close + 1:].split()
+    if not rest or len(rest) > 2:
+        return Reject(no, line, "truncated line: expected 'value [timestamp]' after the labels")
+    key = series_key(line[brace + 1:close])
+    if key.__class__ is str:
+        return Reject(no, line, key)
+    try:
+        value = float(rest[0])
+    except ValueError:
+        return Reject(no, line, f"value {rest[0][:40]!r} is not a number")
+    if len(rest) == 2:
+        try:
+            ts = int(rest[1])
+        except ValueError:
+            return Reject(no, line, f"timestamp {rest[1][:40]!r} is not integer milliseconds")
+        if ts > future_limit:
+            return Reject(no, line, f"timestamp {ts} ms is {(ts - scrape_ms) / 3.6e6:.1f} h "
+                                    f"after the scrape time (limit {max_future_s:g} s)")
+    else:
+        ts = scrape_ms
+    problem = value_problem(name, value)
+    if problem:
+        return Reject(no, line, problem)
+    return (name, key, value, ts)
+
+
+def parse_exposition_lines(
+    text: str,
+    *,
+    scrape_ms: int,
+    max_future_s: float = DEFAULT_MAX_FUTURE_S,
+) -> ParsedPage:
+    """``parse_exposition`` one line at a time in Python: the reference the bulk parser is held to,
+    ~8x slower. A GPU's label set is parsed once and reused by all of its metric lines."""
     series_index: dict[str, int | str] = {}  # label text -> series number, or the reason it is refused
     series_rows: list[tuple] = []
     canonical: dict[tuple, int] = {}  # normalized label tuple + sorted labels -> series number
-    seen: set[tuple[str, int]] = set()
-    rejects: list[Reject] = []
-    unknown: Counter = Counter()
-    out_line: list[int] = []
-    out_metric: list[str] = []
-    out_series: list[int] = []
-    out_value: list[float] = []
-    out_ts: list[int] = []
-    future_limit = scrape_ms + int(max_future_s * 1000)
-    skipped = 0
-    lines = text.split("\n")
-    for no, line in enumerate(lines, 1):
-        if not line or line[0] == "#":
-            continue
-        if line[-1] == "\r":
-            line = line[:-1]
-        if not line.strip():
-            continue
-        brace = line.find("{")
-        name = line[:brace] if brace >= 0 else line.split(None, 1)[0]
-        if not name.startswith("DCGM_FI_"):
-            if _METRIC_NAME.match(name.strip()):
-                skipped += 1
-            else:
-                rejects.append(Reject(no, line, f"not a sample line: bad metric name {name[:80]!r}"))
-            continue
-        if name not in checks:
-            if _METRIC_NAME.match(name):
-                unknown[name] += 1
-            else:
-                rejects.append(Reject(no, line, f"bad metric name {name[:80]!r}"))
-            continue
-        if brace < 0:
-            rejects.append(Reject(no, line, "DCGM sample without labels: cannot tell which GPU"))
-            continue
-        close = line.rfind("}")
-        if close < brace:
-            rejects.append(Reject(no, line, "truncated line: label set never closed with '}'"))
-            continue
-        rest = line[close + 1:].split()
-        if not rest or len(rest) > 2:
-            rejects.append(Reject(no, line, "truncated line: expected 'value [timestamp]' after the labels"))
-            continue
-        label_text = line[brace + 1:close]
+
+    def series_key(label_text: str) -> int | str:
         key = series_index.get(label_text)
         if key is None:
             try:
@@ -216,32 +268,36 @@ def parse_exposition(
             except ValueError as exc:
                 key = str(exc)
             series_index[label_text] = key
-        if key.__class__ is str:
-            rejects.append(Reject(no, line, key))
+        return key
+
+    seen: set[tuple[str, int]] = set()
+    rejects: list[Reject] = []
+    unknown: Counter = Counter()
+    out_line: list[int] = []
+    out_metric: list[str] = []
+    out_series: list[int] = []
+    out_value: list[float] = []
+    out_ts: list[int] = []
+    future_limit = scrape_ms + int(max_future_s * 1000)
+    skipped = 0
+    lines = text.split("\n")
+    for no, line in enumerate(lines, 1):
+        verdict = line_verdict(no, line, scrape_ms, future_limit, max_future_s, series_key)
+        if verdict is None:
             continue
-        try:
-            value = float(rest[0])
-        except ValueError:
-            rejects.append(Reject(no, line, f"value {rest[0][:40]!r} is not a number"))
+        if verdict.__class__ is Reject:
+            rejects.append(verdict)
             continue
-        if len(rest) == 2:
-            try:
-                ts = int(rest[1])
-            except ValueError:
-                rejects.append(Reject(no, line, f"timestamp {rest[1][:40]!r} is not integer milliseconds"))
-                continue
-            if ts > future_limit:
-                rejects.append(Reject(no, line, f"timestamp {ts} ms is {(ts - scrape_ms) / 3.6e6:.1f} h "
-                                                f"after the scrape time (limit {max_future_s:g} s)"))
-                continue
-        else:
-            ts = scrape_ms
-        problem = value_problem(name, value)
-        if problem:
-            rejects.append(Reject(no, line, problem))
+        if verdict[0] is SKIP:
+            skipped += 1
             continue
+        if verdict[0] is UNKNOWN:
+            unknown[verdict[1]] += 1
+            continue
+        name, key, value, ts = verdict
         if (name, key) in seen:
-            rejects.append(Reject(no, line, "duplicate series in one scrape (the first copy is kept)"))
+            rejects.append(Reject(no, lines[no - 1].removesuffix("\r"),
+                                  "duplicate series in one scrape (the first copy is kept)"))
             continue
         seen.add((name, key))
         out_line.append(no)

@@ -1,0 +1,147 @@
+"""The bulk exposition parser (``exposition_bulk``, what ``parse_exposition`` runs) gives exactly the
+page the per-line reference (``parse_exposition_lines``) gives: same samples (values, series labels,
+line numbers, order), same refused lines with the same reasons, same counts. Held on the bad-input
+corpus, on simulator pages (MIG, hpc_job copies, host spellings, explicit timestamps) and on lines
+mutated in the ways that push a line off the bulk path (escapes, blanks, reordered or repeated
+labels, CRLF, odd numbers, non-ASCII)."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from gpuledger.ingest.metrics.exposition import parse_exposition, parse_exposition_lines
+from gpuledger.ingest.metrics.exposition_bulk import canonical_key, parse_exposition_bulk
+from gpuledger.simulator import build_cluster, metrics_page
+
+CORPUS = Path(__file__).parent / "fixtures" / "exposition" / "bad_corpus.prom"
+SCRAPE_MS = 1796040000000  # 2026-11-30T12:00:00Z
+
+
+def assert_same_page(text: str, scrape_ms: int = SCRAPE_MS, max_future_s: float = 300.0):
+    ref = parse_exposition_lines(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
+    bulk = parse_exposition_bulk(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
+    assert_frame_equal(bulk.samples, ref.samples)
+    assert bulk.rejects == ref.rejects
+    assert bulk.unknown_dcgm == ref.unknown_dcgm
+    assert (bulk.lines, bulk.skipped_other) == (ref.lines, ref.skipped_other)
+    return ref, bulk
+
+
+def test_corpus_same_as_reference():
+    ref, bulk = assert_same_page(CORPUS.read_text())
+    assert len(ref.rejects) == 14 and ref.samples.height > 0  # the corpus' 14 bad lines (test_ingest_scrape)
+
+
+def test_corpus_with_crlf_and_no_final_newline():
+    assert_same_page(CORPUS.read_text().replace("\n", "\r\n"))
+    assert_same_page(CORPUS.read_text().rstrip("\n"))
+
+
+@pytest.mark.parametrize("text", ["", "\n", "\n\n", "# only a comment", "\r", "   \n\t", "{", "}", "} 1",
+                                  "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP{} 1", "x{y} 1", "{a=\"b\"} 1"])
+def test_degenerate_pages(text):
+    assert_same_page(text)
+
+
+@pytest.fixture(scope="module")
+def sim_pages():
+    sim = build_cluster(seed=3, gpus=64, start=datetime(2026, 11, 1), days=0.05)
+    t = sim.start_s + 1800
+    return [metrics_page(sim, node, t) for node in range(len(sim.hardware.node_host))], t
+
+
+def test_simulator_pages_same_as_reference(sim_pages):
+    pages, t = sim_pages
+    text = "".join(pages)
+    ref, bulk = assert_same_page(text, scrape_ms=t * 1000)
+    assert ref.samples.height > 500 and not ref.rejects
+    # nothing went the slow way: every label set was read in bulk (the series numbers are dense)
+    assert bulk.series.height == ref.samples.select(pl.exclude("line_no", "metric", "value", "ts")).unique().height
+
+
+def test_simulator_pages_with_timestamps(sim_pages):
+    sim = build_cluster(seed=3, gpus=64, start=datetime(2026, 11, 1), days=0.05)
+    t = sim.start_s + 1800
+    text = metrics_page(sim, 0, t, timestamps=True) + metrics_page(sim, 1, t, timestamps=True)
+    assert_same_page(text, scrape_ms=t * 1000)
+    assert_same_page(text, scrape_ms=t * 1000 - 3_600_000)  # all an hour in the future: refused
+    assert parse_exposition_bulk(text, scrape_ms=t * 1000 - 3_600_000).samples.is_empty()
+
+
+def _mutate(line: str, rng: random.Random) -> str:
+    """One of the changes that push a line off the bulk path (or keep it on it, other spelling)."""
+    if not line.startswith("DCGM_FI_"):
+        return line
+    head, _, tail = line.partition("{")
+    labels, _, rest = tail.rpartition("}")
+    pairs = labels.split('",')
+    kind = rng.randrange(16)
+    if kind == 0:
+        rng.shuffle(pairs)  # same series, other order: must be the same series number
+        pairs = [p if p.endswith('"') else p + '"' for p in pairs]
+        labels = ",".join(p.rstrip('"') + '"' for p in pairs)
+    elif kind == 1:
+        labels = labels.replace('="', ' = "', 1)
+    elif kind == 2:
+        labels = labels.replace('pod="', 'pod="a\\"b', 1).replace('modelName="', 'modelName="x\\\\y', 1)
+    elif kind == 3:
+        labels = labels + "," + labels.split(",")[0]  # a repeated label
+    elif kind == 4:
+        rest = rest.replace(" ", "\t ", 1)
+    elif kind == 5:
+        rest = rng.choice([" NaN", " +Inf", " 1e999", " 1_0", " 0x10", " 1.5.", " -0", " +.5", " 5.",
+                           " 9223372036854775807", " 2147483647", " 140737488355330"])
+    elif kind == 6:
+        rest = rest + rng.choice([" 1796040000000", " 1796049999999", " 17960400000001", " x", " 1 2"])
+    elif kind == 7:
+        labels = labels.replace('Hostname="', 'Hostname="Ünïcode-', 1)
+    elif kind == 8:
+        labels = labels.replace('UUID="', 'uuid="', 1)
+    elif kind == 9:
+        labels = labels.replace('gpu="', 'gpu="x', 1)
+    elif kind == 10:
+        labels = labels + ',pod="p=1"'
+    elif kind == 11:
+        labels = labels + ","
+    elif kind == 12:
+        head = head.replace("DCGM_FI_DEV_", "DCGM_FI_DEV_UNSTORED_", 1)
+    elif kind == 13:
+        labels = labels.replace('Hostname="', 'Hostname=".', 1)
+    elif kind == 14:
+        return line + "\r"
+    else:
+        labels = labels.replace('"', "", 1)  # unbalanced quote
+    return f"{head}{{{labels}}}{rest}"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_mutated_lines_same_as_reference(sim_pages, seed):
+    pages, t = sim_pages
+    rng = random.Random(seed)
+    lines = "".join(pages[:3]).split("\n")
+    mutated = [(_mutate(line, rng) if rng.random() < 0.3 else line) for line in lines]
+    mutated += rng.sample(mutated, 40)  # repeated lines: duplicate series, first copy kept
+    mutated.insert(5, "go_goroutines 12")
+    mutated.insert(9, 'process_cpu{x="1"} 3')
+    mutated.insert(11, "  DCGM_FI_DEV_GPU_TEMP{} 1")
+    ref, bulk = assert_same_page("\n".join(mutated), scrape_ms=t * 1000)
+    assert ref.rejects and ref.samples.height > 100  # the mutations bit, the rest landed
+
+
+def test_canonical_key_is_order_free_and_matches_the_bulk_key():
+    a = canonical_key({"gpu": "0", "UUID": "GPU-1", "Hostname": "n"})
+    assert a == canonical_key({"Hostname": "n", "UUID": "GPU-1", "gpu": "0"})
+    assert a != canonical_key({"gpu": "0", "UUID": "GPU-1", "Hostname": "m"})
+    assert canonical_key({"a": 'x"'}).startswith("\x00")  # cannot collide with a simple text's key
+
+
+def test_parse_exposition_is_the_bulk_parser():
+    text = CORPUS.read_text()
+    assert_frame_equal(parse_exposition(text, scrape_ms=SCRAPE_MS).samples,
+                       parse_exposition_lines(text, scrape_ms=SCRAPE_MS).samples)
