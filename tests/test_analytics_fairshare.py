@@ -105,15 +105,58 @@ def test_delivery_ratio_and_occupancy():
     al = allocations([*(("J1", g, at(1), at(2)) for g in (1, 2, 3, 4)), ("J2", 1, at(0, 30), at(1))])
     df = delivery(jb, al, inv, tree, start=at(0), end=at(2), now=at(3)).collect()
     rows = {r["node"]: r for r in df.to_dicts()}
-    # p1: entitled 0.75 × 4 = 3 GPU-h each hour; demand 4 and 4 -> owed 3 + 3 = 6;
-    # allocated 0 then 4 -> delivered min(0,3) + min(4,3) = 3 -> ratio 0.5; occupancy 4 / 6.
+    # p1: entitled 0.75 × 4 = 3 GPU-h each hour; demand 4 and 4 -> owed 3 + 3 = 6; allocated 0
+    # then 4. Settled over the range (one period): delivered min(4, 6) = 4 -> 4/6; hour by hour
+    # min(0,3) + min(4,3) = 3 -> 0.5. Occupancy 4 / 6.
     p1 = rows["p1"]
-    assert (p1["gpu_hours_owed"], p1["gpu_hours_delivered"], p1["delivery_ratio"]) == pytest.approx((6, 3, 0.5))
+    assert (p1["gpu_hours_owed"], p1["gpu_hours_delivered"], p1["delivery_ratio"]) == pytest.approx((6, 4, 4 / 6))
+    assert (p1["gpu_hours_delivered_hourly"], p1["delivery_ratio_hourly"]) == pytest.approx((3, 0.5))
     assert p1["occupancy_ratio"] == pytest.approx(4 / 6)
     # p2: entitled 1 per hour; demand 0.5 in hour 0 -> owed 0.5, delivered 0.5 -> 1.0; occupancy 0.5/2.
     p2 = rows["p2"]
     assert (p2["gpu_hours_owed"], p2["delivery_ratio"], p2["occupancy_ratio"]) == pytest.approx((0.5, 1.0, 0.25))
-    assert rows["root"]["delivery_ratio"] == pytest.approx(3.5 / 6.5)
+    assert rows["root"]["delivery_ratio"] == pytest.approx(4.5 / 6.5)
+    assert rows["root"]["delivery_ratio_hourly"] == pytest.approx(3.5 / 6.5)
+    # Settled hour by hour instead, delivered is the hourly figure.
+    hourly = {r["node"]: r for r in delivery(jb, al, inv, tree, start=at(0), end=at(2), now=at(3),
+                                             settle=timedelta(hours=1)).collect().to_dicts()}
+    assert hourly["p1"]["delivery_ratio"] == pytest.approx(0.5)
+
+
+def test_delivery_time_slicing_settles_over_the_period_not_the_hour():
+    # Fair share time-slices a backlogged cluster: p and q (50/50 of 2 GPUs, both wanting 2 GPUs
+    # for 4 h) are served in turn, p hours 0 and 2, q hours 1 and 3, both GPUs each time.
+    inv = gpus([{"gpu_id": 1}, {"gpu_id": 2}])
+    tree = org([("root", None, 1), ("p", "root", 1), ("q", "root", 1)])
+    jb = jobs([{"job_id": f"{x}{h}", "project": x, "gpus": 2, "submit": at(0), "start": at(h), "end": at(h + 1)}
+               for x, hours in (("p", (0, 2)), ("q", (1, 3))) for h in hours])
+    al = allocations([(f"{x}{h}", g, at(h), at(h + 1)) for x, hours in (("p", (0, 2)), ("q", (1, 3)))
+                      for h in hours for g in (1, 2)])
+    # Entitled 1 GPU-h each hour. p wants 4 GPUs in hour 0 (p0 runs, p2 waits), 2 in hours 1-2,
+    # none in hour 3 -> owed 1+1+1+0 = 3; q wants 4, 4, 2, 2 -> owed 4. Allocated 4 each.
+    # Settled over 2 h periods: p min(2, 2) + min(2, 1) = 3 -> 1.0; q min(2, 2) + min(2, 2) = 4 -> 1.0.
+    # Hour by hour: p min(2,1) + 0 + min(2,1) = 2 -> 2/3; q 0 + 1 + 0 + 1 = 2 -> 0.5, though each
+    # got its half of every 2 h.
+    rows = {r["node"]: r for r in delivery(jb, al, inv, tree, start=at(0), end=at(4), now=at(5),
+                                           settle=timedelta(hours=2)).collect().to_dicts()}
+    assert (rows["p"]["gpu_hours_owed"], rows["q"]["gpu_hours_owed"]) == pytest.approx((3, 4))
+    assert (rows["p"]["delivery_ratio"], rows["p"]["delivery_ratio_hourly"]) == pytest.approx((1.0, 2 / 3))
+    assert (rows["q"]["delivery_ratio"], rows["q"]["delivery_ratio_hourly"]) == pytest.approx((1.0, 0.5))
+    # A surplus in one period does not pay for a shortfall in the next: p served hours 0 and 1,
+    # q hours 2 and 3.
+    jb2 = jobs([{"job_id": f"{x}{h}", "project": x, "gpus": 2, "submit": at(0), "start": at(h), "end": at(h + 1)}
+                for x, hours in (("p", (0, 1)), ("q", (2, 3))) for h in hours])
+    al2 = allocations([(f"{x}{h}", g, at(h), at(h + 1)) for x, hours in (("p", (0, 1)), ("q", (2, 3)))
+                       for h in hours for g in (1, 2)])
+    rows2 = {r["node"]: r for r in delivery(jb2, al2, inv, tree, start=at(0), end=at(4), now=at(5),
+                                            settle=timedelta(hours=2)).collect().to_dicts()}
+    # p: hours 0-1 owed 1 + 1 (demand 4 then 2), allocated 4 -> delivered 2; hours 2-3 no demand
+    # (its jobs ended at 02:00), owed 0 -> 2 of 2, 1.0. q: hours 0-1 owed 1 + 1 (waiting),
+    # allocated 0; hours 2-3 owed 2, allocated 4 -> 2. Delivered 2 of 4 -> 0.5.
+    assert (rows2["p"]["gpu_hours_owed"], rows2["p"]["delivery_ratio"]) == pytest.approx((2, 1.0))
+    assert (rows2["q"]["gpu_hours_owed"], rows2["q"]["delivery_ratio"]) == pytest.approx((4, 0.5))
+    with pytest.raises(ValueError, match="settle"):
+        delivery(jb, al, inv, tree, start=at(0), end=at(4), now=at(5), settle=timedelta(0))
 
 
 @settings(max_examples=50, deadline=None)

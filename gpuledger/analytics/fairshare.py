@@ -13,7 +13,7 @@ shares its rank with that node's best project. Names only fix the print order of
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import polars as pl
 
@@ -140,16 +140,23 @@ def delivery(
     end: datetime,
     now: datetime,
     default_tier: str = DEFAULT_TIER,
+    settle: timedelta | None = None,
 ) -> pl.LazyFrame:
     """Per org node over [start, end): what its share promised and what it got, in GPU-hours.
 
     Per project and hour: entitled = share_global × installed capacity; demand = GPUs its jobs
-    requested from submit to end (queued time included); owed = min(entitled, demand);
-    delivered = min(allocated, owed); allocated includes jobs without device allocations
-    (allocations.py). Summed over hours, then up the tree. Columns: node,
-    gpu_hours_entitled, gpu_hours_demand, gpu_hours_owed, gpu_hours_allocated,
-    gpu_hours_delivered, delivery_ratio (delivered ÷ owed; NULL when nothing was owed),
-    occupancy_ratio (Ai2's sort key: allocated ÷ entitled; lower = more deserving).
+    requested from submit to end (queued time included); owed = min(entitled, demand), so an hour
+    the project did not want is not owed. Allocated includes jobs without device allocations
+    (allocations.py). Delivered is settled per period of ``settle`` from ``start`` (None: the whole
+    range is one period): min(allocated, owed) over the period. Fair share promises a share of
+    usage over its window (Ai2's W, Slurm's half-life), not of every hour: rank-ordered service
+    time-slices a backlogged cluster, and an hourly cap would count a project served 2 GPUs then
+    0 against 1 owed each hour as half delivered. The stricter hour-by-hour figure is kept
+    beside it (gpu_hours_delivered_hourly, delivery_ratio_hourly). Summed up the tree. Columns:
+    node, gpu_hours_entitled, gpu_hours_demand, gpu_hours_owed, gpu_hours_allocated,
+    gpu_hours_delivered, gpu_hours_delivered_hourly, delivery_ratio (delivered ÷ owed; NULL when
+    nothing was owed), delivery_ratio_hourly, occupancy_ratio (Ai2's sort key: allocated ÷
+    entitled; lower = more deserving).
     """
     shares = fair_share(org_nodes, pl.LazyFrame({"node": [], "u": []}, schema={"node": pl.String, "u": pl.Float64}),
                         usage_col="u").select("node", "share_global")
@@ -183,14 +190,26 @@ def delivery(
         .join(allocated, on=["project", "hour"], how="full", coalesce=True)
         .with_columns(pl.col("gpu_hours_entitled", "gpu_hours_demand", "gpu_hours_allocated").fill_null(0.0))
         .with_columns(gpu_hours_owed=pl.min_horizontal("gpu_hours_entitled", "gpu_hours_demand"))
+        .with_columns(gpu_hours_delivered_hourly=pl.min_horizontal("gpu_hours_allocated", "gpu_hours_owed"))
+    )
+    period_s = (end - start).total_seconds() if settle is None else settle.total_seconds()
+    if period_s <= 0:
+        raise ValueError(f"delivery: settle must be a positive period, got {settle}")
+    hour_cols = ["gpu_hours_entitled", "gpu_hours_demand", "gpu_hours_owed", "gpu_hours_allocated",
+                 "gpu_hours_delivered_hourly"]
+    settled = (
+        hourly.with_columns(period=((pl.col("hour") - pl.lit(start)).dt.total_seconds() // period_s))
+        .group_by("project", "period")
+        .agg(pl.col(hour_cols).sum())
         .with_columns(gpu_hours_delivered=pl.min_horizontal("gpu_hours_allocated", "gpu_hours_owed"))
     )
-    cols = ["gpu_hours_entitled", "gpu_hours_demand", "gpu_hours_owed", "gpu_hours_allocated",
-            "gpu_hours_delivered"]
-    per_project = hourly.group_by("project").agg(pl.col(cols).sum())
+    cols = [*hour_cols, "gpu_hours_delivered"]
+    per_project = settled.group_by("project").agg(pl.col(cols).sum())
+    ratio = lambda col: (pl.when(pl.col("gpu_hours_owed") > 0)
+                         .then(pl.col(col) / pl.col("gpu_hours_owed")).otherwise(None))
     return rollup_to_nodes(per_project, org_nodes, sum_cols=cols).with_columns(
-        delivery_ratio=pl.when(pl.col("gpu_hours_owed") > 0)
-        .then(pl.col("gpu_hours_delivered") / pl.col("gpu_hours_owed")).otherwise(None),
+        delivery_ratio=ratio("gpu_hours_delivered"),
+        delivery_ratio_hourly=ratio("gpu_hours_delivered_hourly"),
         occupancy_ratio=pl.when(pl.col("gpu_hours_entitled") > 0)
         .then(pl.col("gpu_hours_allocated") / pl.col("gpu_hours_entitled")).otherwise(None),
     )

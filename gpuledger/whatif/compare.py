@@ -58,6 +58,12 @@ SWEEPABLE = (
 )
 
 
+def settle_period(usage) -> timedelta:
+    """The period delivery is settled over: the usage window W (design.md: Ai2's sort key and the
+    delivery ratio are figures of the window), in either usage mode."""
+    return timedelta(days=usage.window_days)
+
+
 def compare(
     trace: Trace,
     cfg,
@@ -68,12 +74,13 @@ def compare(
     """[(summary, delivery frame)] per policy, in the order asked."""
     params = params or Params()
     org = org_nodes_frame(cfg, params)
-    squatting = effective_policy(cfg, params)[2]
+    usage, _, squatting = effective_policy(cfg, params)
+    settle = settle_period(usage)
     out = []
     for policy in policies:
         tick = (lambda f, p=policy: progress(p, f)) if progress else None
         result = simulate(trace, cfg, policy, params, progress=tick)
-        out.append(metrics.summarize(result, org, squatting))
+        out.append(metrics.summarize(result, org, squatting, settle))
     return out
 
 

@@ -2,8 +2,9 @@
 
 * delivery per project — :func:`gpuledger.analytics.fairshare.delivery` (the live definition:
   owed = share of capacity capped hour by hour at the project's demand, delivered = min(allocated,
-  owed)) over the run's own jobs and allocations; ``worst_delivery_ratio`` is the lowest among
-  projects that were owed anything;
+  owed) settled per usage window W, as fair share promises it) over the run's own jobs and
+  allocations; ``worst_delivery_ratio`` is the lowest among projects that were owed anything
+  (the hour-by-hour figure beside it: ``worst_delivery_ratio_hourly``);
 * occupancy — allocated ÷ installed GPU-hours;
 * useful GPU-hours — active GPU-hours (allocated × activity ratio) of work that was kept: the
   active part of work thrown away by preemptions is left out;
@@ -143,8 +144,9 @@ def frames(result: RunResult):
     return jobs_f, alloc_f, gpus_f
 
 
-def project_delivery(result: RunResult, org_nodes):
-    """Per project (leaves): owed, allocated, delivered GPU-hours and delivery_ratio."""
+def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = None):
+    """Per project (leaves): owed, allocated, delivered GPU-hours and delivery_ratio, delivered
+    settled per ``settle`` (the usage window; None: the whole run is one period)."""
     import polars as pl
 
     from gpuledger.analytics.fairshare import delivery
@@ -153,7 +155,7 @@ def project_delivery(result: RunResult, org_nodes):
     start = result.trace.origin
     end = start + timedelta(seconds=result.trace.horizon_s)
     out = delivery(
-        jobs_f.lazy(), alloc_f.lazy(), gpus_f.lazy(), org_nodes, start=start, end=end, now=end
+        jobs_f.lazy(), alloc_f.lazy(), gpus_f.lazy(), org_nodes, start=start, end=end, now=end, settle=settle
     ).collect()
     leaves = set(org_nodes.filter(~pl.col("node").is_in(org_nodes["parent"].drop_nulls().implode()))["node"])
     return (
@@ -166,13 +168,16 @@ def project_delivery(result: RunResult, org_nodes):
             "gpu_hours_allocated",
             "gpu_hours_delivered",
             "delivery_ratio",
+            "gpu_hours_delivered_hourly",
+            "delivery_ratio_hourly",
         )
         .sort("project")
     )
 
 
-def summarize(result: RunResult, org_nodes, squatting) -> dict:
-    """The figures of one run (see the module docstring), keyed with their units."""
+def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None = None) -> dict:
+    """The figures of one run (see the module docstring), keyed with their units. ``settle``:
+    the period delivery is settled over (engine.effective_policy's usage window)."""
     trace = result.trace
     hours = trace.horizon_s / 3600
     capacity = trace.inventory.physical_gpus() * hours
@@ -195,9 +200,10 @@ def summarize(result: RunResult, org_nodes, squatting) -> dict:
             first = o.first_start_s if o.first_start_s is not None else trace.horizon_s
             started[c] += o.first_start_s is not None
             waits[c].append(max(0, first - j.submit_s) / 3600)
-    deliv = project_delivery(result, org_nodes)
+    deliv = project_delivery(result, org_nodes, settle)
     owed = deliv.filter(deliv["gpu_hours_owed"] > 1e-9)
-    worst = owed.sort("delivery_ratio").row(0, named=True) if owed.height else None
+    worst = owed.sort("delivery_ratio", "project").row(0, named=True) if owed.height else None
+    worst_h = owed.sort("delivery_ratio_hourly", "project").row(0, named=True) if owed.height else None
     total_owed = float(owed["gpu_hours_owed"].sum()) if owed.height else 0.0
     out = {
         "policy": result.policy,
@@ -211,6 +217,9 @@ def summarize(result: RunResult, org_nodes, squatting) -> dict:
         "delivery_ratio": (float(owed["gpu_hours_delivered"].sum()) / total_owed) if total_owed else None,
         "worst_delivery_ratio": None if worst is None else worst["delivery_ratio"],
         "worst_project": None if worst is None else worst["project"],
+        "delivery_ratio_hourly": (float(owed["gpu_hours_delivered_hourly"].sum()) / total_owed) if total_owed else None,
+        "worst_delivery_ratio_hourly": None if worst_h is None else worst_h["delivery_ratio_hourly"],
+        "worst_project_hourly": None if worst_h is None else worst_h["project"],
         "preemptions": preemptions,
         "lost_gpu_hours": lost,
         "squatted_gpu_hours": squatted_gpu_hours(
