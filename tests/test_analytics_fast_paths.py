@@ -95,3 +95,57 @@ def test_in_memory_engine_gives_the_streaming_figures(sim_con):
                            jobs=j, hourly=load_hourly(con, start=START, end=NOW))
     fast, plain = collect(plan), plan.collect(engine="streaming")
     assert_frame_equal(fast.sort(KEY, nulls_last=True), plain.sort(KEY, nulls_last=True), abs_tol=1e-9)
+
+
+def _plain_demand(jobs: pl.LazyFrame, *, start, end, now) -> pl.DataFrame:
+    # What fairshare.delivery computed before demand.demand_hourly: every job cut into hours.
+    from gpuledger.analytics.intervals import split_by_hour
+
+    cols = jobs.select("project", "gpus", "end_time", pl.coalesce("submit_time", "start_time").alias("submit_time"))
+    return collect(split_by_hour(cols.filter(pl.col("submit_time").is_not_null()), start_col="submit_time",
+                                 end_col="end_time", now=now, start=start, end=end)
+                   .group_by("project", "hour").agg(gpu_hours_demand=(pl.col("gpus") * pl.col("piece_s") / 3600.0)
+                                                    .sum()))
+
+
+def _same_demand(got: pl.DataFrame, want: pl.DataFrame) -> None:
+    key = ["project", "hour"]
+    nonzero = pl.col("gpu_hours_demand") != 0
+    assert_frame_equal(got.filter(nonzero).sort(key), want.filter(nonzero).sort(key), check_dtypes=False,
+                       rel_tol=1e-12, abs_tol=1e-12)
+
+
+def test_demand_by_steps_equals_demand_by_pieces_on_a_simulated_cluster(sim_con):
+    from gpuledger.analytics.demand import demand_hourly
+
+    _, frames, _ = sim_con
+    j = frames["jobs"]
+    # The whole range, and one whose edges and "now" fall inside hours.
+    for start, end, now in ((START, NOW, NOW), (START + timedelta(minutes=17), NOW - timedelta(minutes=43),
+                                                 NOW - timedelta(hours=1, minutes=5))):
+        want = _plain_demand(j, start=start, end=end, now=now)
+        assert want.height > 0
+        _same_demand(collect(demand_hourly(j, start=start, end=end, now=now)), want)
+
+
+def test_demand_by_hand():
+    from gpuledger.analytics.demand import demand_hourly
+
+    at = lambda h, m=0: START + timedelta(hours=h, minutes=m)
+    j = pl.LazyFrame({
+        "project": ["p", "p", "q", "q", "r"],
+        "gpus": [2.0, 0.5, 1.0, 3.0, 1.0],
+        # p: 2 GPUs 00:30-03:00 (a head, two whole hours); 0.5 GPU 01:00-01:15 (inside an hour).
+        # q: 1 GPU 01:00-∞ (queued, never ended: until now 03:20); 3 GPUs 02:10-02:40 submitted.
+        # r: neither submit nor start time: never counted.
+        "submit_time": [at(0, 30), at(1), at(1), at(2, 10), None],
+        "start_time": [at(1), at(1), None, at(2, 20), None],
+        "end_time": [at(3), at(1, 15), None, at(2, 40), at(2)],
+    })
+    got = collect(demand_hourly(j, start=at(0), end=at(4), now=at(3, 20)))
+    rows = {(r["project"], r["hour"]): r["gpu_hours_demand"] for r in got.to_dicts()}
+    # p: hour 0: 2 × 0.5 = 1; hour 1: 2 + 0.5 × 0.25 = 2.125; hour 2: 2.
+    # q: hour 1: 1; hour 2: 1 + 3 × 0.5 = 2.5; hour 3: 1 × 20/60 = 1/3.
+    assert rows == pytest.approx({("p", at(0)): 1.0, ("p", at(1)): 2.125, ("p", at(2)): 2.0,
+                                  ("q", at(1)): 1.0, ("q", at(2)): 2.5, ("q", at(3)): 1 / 3})
+    _same_demand(got, _plain_demand(j, start=at(0), end=at(4), now=at(3, 20)))
