@@ -42,13 +42,13 @@ def build(folder: Path, gpus: int, days: float, env: dict) -> dict[str, float]:
             "enforce plan": _cli(env, "enforce", "plan")}
 
 
-def time_pages(repeats: int) -> list[tuple[str, float, list[float]]]:
+def time_pages(repeats: int, pages: list[str]) -> list[tuple[str, float, list[float]]]:
     os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")  # AppTest's bare-mode warnings, once per run
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
     out = []
-    for name in PAGES:
+    for name in pages:
         st.cache_data.clear()
         at = AppTest.from_file(str(ROOT / "dashboards" / "app.py"), default_timeout=600)
         at.run()  # the entry script and the default page, so the page's own first load is what is timed
@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reuse", action="store_true", help="time pages on an existing, analysed warehouse")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON to this file")
+    parser.add_argument("--whatif-dir", type=Path, default=None,
+                        help="a folder with a `gpuledger whatif schedule --json` result: the what-if page is timed too")
     args = parser.parse_args(argv if argv is not None else [] if __name__ != "__main__" else None)
 
     folder = args.warehouse.parent
@@ -101,8 +103,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"warehouse {args.warehouse}: {devices:,} devices, {jobs:,} jobs, {hours} hours of analytics\n")
     print("| page | first load, caches empty (s) | later loads, median of "
           f"{args.repeats} (s) |\n|---|---|---|")
+    names = list(PAGES)
+    if args.whatif_dir is not None and any(args.whatif_dir.glob("*.json")):
+        os.environ["GPULEDGER_WHATIF_DIR"] = str(args.whatif_dir)  # the page reads the newest file there
+        names.append("what_if")
     pages = {}
-    for name, first, warm in time_pages(args.repeats):
+    for name, first, warm in time_pages(args.repeats, names):
         pages[name] = {"first_load_s": round(first, 4), "warm_s": round(statistics.median(warm), 4),
                        "warm_runs_s": [round(w, 4) for w in warm]}
         print(f"| {name} | {first:.2f} | {statistics.median(warm):.2f} |", flush=True)

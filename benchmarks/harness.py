@@ -227,6 +227,39 @@ def dashboard_warehouse(ctx: Context, gpus: int, notes: list[str]) -> Path:
     return ours
 
 
+def whatif_result(ctx: Context, warehouse: Path, gpus: int, notes: list[str]) -> Path | None:
+    """A folder holding `gpuledger whatif schedule --json` of the warehouse's week, for the what-if
+    page (it draws such a file); made once per warehouse build. None, with a note, when it fails:
+    the other pages are still timed."""
+    folder = ctx.data_dir / "harness" / f"whatif{gpus}"
+    result, marker = folder / "schedule.json", folder / "schedule.json.source"
+    built = Path(f"{warehouse}.done")
+    stamp = f"{warehouse}\n{built.read_text() if built.exists() else warehouse.stat().st_mtime}"
+    if result.exists() and marker.exists() and marker.read_text() == stamp:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    result.unlink(missing_ok=True)
+    env = {**os.environ, "GPULEDGER_WAREHOUSE": str(warehouse), "NO_COLOR": "1"}
+    env.pop("GPULEDGER_CONFIG", None)
+    try:
+        _gpuledger(ctx, env, "whatif", "schedule", "--no-progress", "--json", str(result))
+    except HarnessError as exc:
+        notes.append(f"what-if page not timed: {exc}")
+        return None
+    if not result.exists():
+        notes.append(f"what-if page not timed: `gpuledger whatif schedule` wrote no {rel(result, ctx.root)}")
+        return None
+    marker.write_text(stamp)
+    return folder
+
+
+def dashboard_inputs(ctx: Context, gpus: int, notes: list[str]) -> list[str]:
+    warehouse = dashboard_warehouse(ctx, gpus, notes)
+    args = ["--warehouse", rel(warehouse, ctx.root)]
+    whatif = whatif_result(ctx, warehouse, gpus, notes)
+    return args + (["--whatif-dir", rel(whatif, ctx.root)] if whatif else [])
+
+
 # --- the plan ---------------------------------------------------------------------------------
 
 def plan(ctx: Context, only: list[str], sizes: list[int]) -> list[Part]:
@@ -255,8 +288,7 @@ def plan(ctx: Context, only: list[str], sizes: list[int]) -> list[Part]:
         elif kind == "dashboard":
             n = ctx.dashboard_gpus
             part = Part(f"dashboard {n}", kind, s / "dashboard_bench.py", ["--gpus", str(n), "--reuse"], _store_dashboard(n))
-            part.prepare = lambda part=part, n=n: ["--warehouse", rel(dashboard_warehouse(ctx, n, part.notes),
-                                                                      ctx.root)]
+            part.prepare = lambda part=part, n=n: dashboard_inputs(ctx, n, part.notes)
             parts.append(part)
         else:
             script = s / f"{kind}_bench.py"

@@ -104,7 +104,9 @@ def rig(tmp_path):
         (data / f"week{n}.duckdb.done").write_text("2026-12-01T09:00:00Z\n")
     (data / "week4096.duckdb.tmp").write_bytes(b"half")
     gpuledger = tmp_path / "gpuledger"
-    gpuledger.write_text(f'#!/bin/sh\necho "$GPULEDGER_WAREHOUSE $*" >> {log}/gpuledger.log\n')
+    # the stand-in CLI logs its calls; `whatif schedule ... --json FILE` writes FILE
+    gpuledger.write_text(f'#!/bin/sh\necho "$GPULEDGER_WAREHOUSE $*" >> {log}/gpuledger.log\n'
+                         'if [ "$1" = whatif ]; then for last; do :; done; echo "{{}}" > "$last"; fi\n')
     gpuledger.chmod(gpuledger.stat().st_mode | stat.S_IEXEC)
     md = tmp_path / "BENCHMARKS.md"
     md.write_text(MD)
@@ -157,11 +159,14 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     # the dashboards read a materialized copy, never the shared dataset
     copy = rig["data"] / "harness" / "week1024-materialized.duckdb"
     calls = (rig["log"] / "gpuledger.log").read_text().splitlines()
-    assert calls == [f"{copy} pipelines run-once", f"{copy} enforce plan"]
+    whatif = rig["data"] / "harness" / "whatif1024"
+    assert calls == [f"{copy} pipelines run-once", f"{copy} enforce plan",
+                     f"{copy} whatif schedule --no-progress --json {whatif / 'schedule.json'}"]
     assert copy.read_bytes() == b"shared dataset 1024"
     assert (rig["data"] / "week1024.duckdb").read_bytes() == b"shared dataset 1024"
     dash = _args(rig, "dashboard_bench")[0]
     assert dash[dash.index("--warehouse") + 1].endswith("harness/week1024-materialized.duckdb") and "--reuse" in dash
+    assert dash[dash.index("--whatif-dir") + 1].endswith("harness/whatif1024")  # the what-if page's input
 
     # targets, from the numbers above (derivations beside ANALYTICS / QUESTIONS / INGEST / DASHBOARD)
     t = _target(results, "full 7-day recompute at 1,024 GPUs <= 1 s")
@@ -228,11 +233,12 @@ def test_partial_run_merges_and_a_failed_part_is_recorded(rig, monkeypatch):
     assert "ingest: failed (exit status 3)" in rig["md"].read_text()
     assert "last output: `boom: simulated failure`" in rig["md"].read_text()
 
-    # the dashboard again: the materialized copy is reused (migrated, not rebuilt)
+    # the dashboard again: the materialized copy and the what-if result are reused (migrated, not rebuilt)
     monkeypatch.delenv("FAKE_FAIL")
     assert run.main([*rig["base"], "--only", "dashboard"]) == 0
     calls = (rig["log"] / "gpuledger.log").read_text().splitlines()
-    assert [c.split(" ", 1)[1] for c in calls] == ["pipelines run-once", "enforce plan", "migrate"]
+    assert [c.split(" ")[1:3] for c in calls] == [["pipelines", "run-once"], ["enforce", "plan"],
+                                                   ["whatif", "schedule"], ["migrate"]]
 
 
 def test_no_json_is_a_failure_and_bad_options_are_named(rig, capsys):
@@ -284,7 +290,9 @@ def test_dashboard_uses_the_prometheus_bench_copy_when_complete_and_current(rig)
     assert rig["run"].main([*rig["base"], "--only", "dashboard"]) == 0
     dash = _args(rig, "dashboard_bench")[-1]
     assert dash[dash.index("--warehouse") + 1].endswith("prom/week1024-materialized.duckdb")
-    assert (rig["log"] / "gpuledger.log").read_text() == calls_before
+    # nothing writes it: the only call is the what-if replay, which reads it
+    new_calls = (rig["log"] / "gpuledger.log").read_text()[len(calls_before):].splitlines()
+    assert [c.split(" ")[:3] for c in new_calls] == [[str(theirs), "whatif", "schedule"]]
     results = json.loads(rig["results"].read_text())
     assert "Prometheus bench's materialized copy" in {r["name"]: r for r in results["runs"]}["dashboard 1024"]["notes"][0]
     # on an older schema than this code's (readers would refuse it): back to the harness's own copy
