@@ -20,7 +20,7 @@ import polars as pl
 from gpuledger.analytics.allocations import DEFAULT_TIER
 from gpuledger.analytics.attribution import allocated_pieces
 from gpuledger.analytics.capacity import capacity_hourly
-from gpuledger.analytics.intervals import split_by_hour
+from gpuledger.analytics.demand import demand_hourly
 from gpuledger.analytics.tree import Tree, rollup_to_nodes
 
 SSHARE_COLUMNS = [
@@ -169,15 +169,7 @@ def delivery(
         .with_columns(gpu_hours_entitled=pl.col("share_global") * pl.col("gpu_hours_capacity"))
         .select("project", "hour", "gpu_hours_entitled")
     )
-    job_cols = jobs.select(
-        "cluster", "job_id", "project", "gpus", "end_time",
-        pl.coalesce("submit_time", "start_time").alias("submit_time"),
-    ).filter(pl.col("submit_time").is_not_null())
-    demand = (
-        split_by_hour(job_cols, start_col="submit_time", end_col="end_time", now=now, start=start, end=end)
-        .group_by("project", "hour")
-        .agg(gpu_hours_demand=(pl.col("gpus") * pl.col("piece_s") / 3600.0).sum())
-    )
+    demand = demand_hourly(jobs, start=start, end=end, now=now)  # no per-hour pieces of queued jobs
     allocated = (
         allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
                          default_tier=default_tier)
