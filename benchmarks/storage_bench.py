@@ -17,8 +17,11 @@
    asking for the reader to the last query's rows, p50 / p99 / max; of it, the time spent waiting
    for writers (``warehouse.db.last_reader_wait_s``).
 
-Histories are simulated once and cached under data/bench/ or $GPULEDGER_BENCH_CACHE (``--gpus``,
-seed 1, start 2026-11-01). The machine is shared: compare ratios within one run.
+Histories are simulated once and cached under data/bench/storage/ or $GPULEDGER_BENCH_CACHE
+(``--gpus``, seed 1, start 2026-11-01); the readers part copies data/bench/week256.duckdb (the
+bench datasets' 7-day 256-GPU week) when it is complete, never writing to it. ``--json OUT``
+writes the figures (readers, long_writer, write_path, command) for benchmarks/harness.py. The
+machine is shared: compare ratios within one run, and read the load averages it records.
 """
 
 from __future__ import annotations
@@ -39,10 +42,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuledger import warehouse  # noqa: E402
+from gpuledger import warehouse
 
 START = datetime(2026, 11, 1)
-CACHE = Path(os.environ.get("GPULEDGER_BENCH_CACHE", ROOT / "data" / "bench"))  # histories, built once
+CACHE = Path(os.environ.get("GPULEDGER_BENCH_CACHE", ROOT / "data" / "bench" / "storage"))  # own histories, scratch copies
 
 
 def history(gpus: int, days: int) -> Path:
@@ -145,9 +148,9 @@ READ_QUERIES = (
 
 def reader_main(path: str, seconds: float, out: str) -> None:
     """One reader process: query in a loop for ``seconds``; latencies (s) and errors to ``out``."""
-    from gpuledger.warehouse.db import last_reader_wait_s
+    from gpuledger.warehouse.db import last_reader_wait_s, last_reader_wait_span
 
-    lat, waits, opens, errors = [], [], [], []
+    lat, waits, opens, errors, spans = [], [], [], [], []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         t0 = time.perf_counter()
@@ -159,11 +162,13 @@ def reader_main(path: str, seconds: float, out: str) -> None:
             t2 = time.perf_counter()
             lat.append(t2 - t0)
             waits.append(last_reader_wait_s())
+            spans.append(last_reader_wait_span())  # (asked at, s behind writers at the gate, s for the file)
             opens.append(t1 - t0)
         except Exception as exc:  # noqa: BLE001 - counted, the benchmark's point
             errors.append(f"{type(exc).__name__}: {exc}")
         time.sleep(0.05)  # a dashboard refreshes, it does not spin
-    Path(out).write_text(json.dumps({"latency_s": lat, "wait_s": waits, "open_s": opens, "errors": errors}))
+    Path(out).write_text(json.dumps({"latency_s": lat, "wait_s": waits, "open_s": opens, "errors": errors,
+                                     "spans": spans}))
 
 
 def scrape_writer_main(path: str, pages_file: str, seconds: float, every: float, out: str) -> None:
@@ -182,36 +187,94 @@ def scrape_writer_main(path: str, pages_file: str, seconds: float, every: float,
             first = time.monotonic() - started
         holds.append(write_round(Path(path), results)["total_s"])
         t_next += every
+    from gpuledger.warehouse.db import writer_phases
+
     Path(out).write_text(json.dumps({"holds_s": [round(h, 2) for h in holds],
-                                     "first_write_after_s": round(first, 1) if holds else None}))
+                                     "first_write_after_s": round(first, 1) if holds else None,
+                                     "phases": writer_phases()}))
 
 
-def long_writer_main(path: str, seconds: float, out: str, chunk_s: float = 1.0) -> None:
-    """A backfill-like writer: one session, ``chunk_s`` chunks of samples, yielding between chunks."""
+def long_writer_main(path: str, seconds: float, out: str, chunk_s: float = 1.0, sizing: str = "budget") -> None:
+    """A backfill-like writer: one session, chunks of 20,000-sample batches in one transaction
+    each, yielding between chunks. ``sizing`` "fixed": every chunk lasts ``chunk_s`` (as the
+    simulator's and the backfill's fixed-size chunks do); "budget": at most ``chunk_s``, cut to
+    what is left of the writer's turn (``turn_left_s``) so readers queued at the turn's start
+    get in within the budget."""
     import numpy as np
     import polars as pl
+    from gpuledger.warehouse.db import writer_phases
 
     yields, chunks, batches, n = 0, 0, 0, 20_000
+    batch_s, commit_s = [], []  # the last batches' and commits' durations: what to keep back
     t0 = np.datetime64("2027-01-01T00:00:00", "us")  # after the history: new rows, no conflicts
     end = time.monotonic() + seconds
     with warehouse.open_writer(path) as con:
         while time.monotonic() < end:
-            c_end = time.monotonic() + chunk_s
-            with warehouse.transaction(con):  # a chunk: batches for ~chunk_s, one transaction
-                while time.monotonic() < c_end:
+            span = chunk_s if sizing == "fixed" else min(chunk_s, con.turn_left_s() - max(commit_s, default=0.0))
+            c_end = time.monotonic() + span
+            with warehouse.transaction(con):  # a chunk: batches for ~span, one transaction
+                while True:
+                    b = time.monotonic()
                     warehouse.write_samples(con, pl.DataFrame({
                         "gpu_id": np.full(n, 1, dtype=np.int32),
                         "ts": t0 + (np.arange(n) + batches * n) * np.timedelta64(1, "s"),
                         "sm_active_ratio": np.linspace(0, 1, n)}), "bench")
                     batches += 1
+                    batch_s = [*batch_s[-2:], time.monotonic() - b]
+                    if time.monotonic() + (max(batch_s) if sizing == "budget" else 0.0) >= c_end:
+                        break  # at least one batch per chunk: the writer always progresses
+                c = time.monotonic()
+            commit_s = [*commit_s[-2:], time.monotonic() - c]
             chunks += 1
             yields += con.yield_to_readers(after_s=min(1.0, chunk_s))
-    Path(out).write_text(json.dumps({"chunks": chunks, "yields": yields}))
+    Path(out).write_text(json.dumps({"chunks": chunks, "yields": yields, "batches": batches,
+                                     "sizing": sizing, "phases": writer_phases()}))
 
 
 def _pct(values, q):
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+PHASE_NAMES = ("gate", "drain", "open", "work", "close", "let_in")
+
+
+def attribute_waits(spans: list, phases: list, top: float = 0.99) -> dict:
+    """Where the longest reader waits went: each wait at the gate, [asked, asked + gate s], is
+    laid over the writer's phases (same monotonic clock across processes) and its overlap with
+    each summed; "other" is what no phase covers (polling, the reader's own scheduling). For the
+    waits at or above the ``top`` quantile, and for the longest one; milliseconds."""
+    waits = sorted((s for s in spans if s), key=lambda s: s[1])
+    if not waits:
+        return {}
+    cut = waits[min(len(waits) - 1, int(top * len(waits)))][1]
+
+    def split(span):
+        a, b = span[0], span[0] + span[1]
+        parts = dict.fromkeys(PHASE_NAMES, 0.0)
+        for name, p0, p1 in phases:
+            parts[name] += max(0.0, min(b, p1) - max(a, p0))
+        parts["other"] = max(0.0, (b - a) - sum(parts.values()))
+        return parts
+
+    tail = [split(s) for s in waits if s[1] >= cut and s[1] > 0]
+    mean = {k: 1e3 * sum(t[k] for t in tail) / len(tail) for k in (*PHASE_NAMES, "other")} if tail else {}
+    return {"top_quantile": top, "n": len(tail), "mean_ms_of_top": mean,
+            "longest_ms": {k: 1e3 * v for k, v in split(waits[-1]).items()}, "longest_total_ms": 1e3 * waits[-1][1]}
+
+
+def phase_stats(phases: list) -> dict:
+    """Per writer phase: count, p50, max (ms); turns (gate taken to let go, close included)."""
+    out = {}
+    for name in PHASE_NAMES:
+        d = sorted(p1 - p0 for n, p0, p1 in phases if n == name)
+        if d:
+            out[name] = {"n": len(d), "p50_ms": 1e3 * _pct(d, 0.5), "max_ms": 1e3 * d[-1]}
+    return out
+
+
+def _fmt_parts(parts: dict) -> str:
+    return ", ".join(f"{k} {v:.0f}" for k, v in parts.items() if v >= 0.5) or "nothing"
 
 
 def run_readers(path: Path, seconds: float, writer: list[str], tmp: Path, label: str) -> dict:
@@ -221,48 +284,93 @@ def run_readers(path: Path, seconds: float, writer: list[str], tmp: Path, label:
     w = subprocess.Popen([*me, *writer, str(tmp / "w.json")], cwd=ROOT)
     for p in (*readers, w):
         assert p.wait() == 0, f"benchmark process failed ({p.args})"
-    lat, waits, opens, errors = [], [], [], []
+    lat, waits, opens, errors, spans = [], [], [], [], []
     for i in range(4):
         r = json.loads((tmp / f"r{i}.json").read_text())
         lat += r["latency_s"]
         waits += r["wait_s"]
         opens += r["open_s"]
         errors += r["errors"]
+        spans += r["spans"]
     w_out = json.loads((tmp / "w.json").read_text())
+    phases = w_out.pop("phases", [])
     res = {"reads": len(lat), "errors": len(errors), "p50_ms": _pct(lat, 0.5) * 1e3, "p99_ms": _pct(lat, 0.99) * 1e3,
            "max_ms": max(lat) * 1e3 if lat else float("nan"), "wait_p99_ms": _pct(waits, 0.99) * 1e3,
            "wait_max_ms": max(waits) * 1e3 if waits else float("nan"), "open_p50_ms": _pct(opens, 0.5) * 1e3,
-           "open_p99_ms": _pct(opens, 0.99) * 1e3, "writer": w_out}
+           "open_p99_ms": _pct(opens, 0.99) * 1e3, "seconds": seconds, "writer": w_out,
+           "writer_phases": phase_stats(phases), "wait_split": attribute_waits(spans, phases)}
     print(f"{label}: {res['reads']} reads by 4 readers, {res['errors']} errors; latency p50 {res['p50_ms']:.0f} ms, "
           f"p99 {res['p99_ms']:.0f} ms, max {res['max_ms']:.0f} ms; of it waiting for writers: p99 "
           f"{res['wait_p99_ms']:.0f} ms, max {res['wait_max_ms']:.0f} ms; open_reader in all (wait + DuckDB "
           f"open + schema check): p50 {res['open_p50_ms']:.0f} ms, p99 {res['open_p99_ms']:.0f} ms; writer "
           f"{w_out}", flush=True)
+    if phases:
+        print("  writer phases (n, p50 / max ms): " + "; ".join(
+            f"{k} {v['n']}, {v['p50_ms']:.0f} / {v['max_ms']:.0f}" for k, v in res["writer_phases"].items()), flush=True)
+        split = res["wait_split"]
+        if split:
+            print(f"  the top 1 % of waits ({split['n']}), mean ms: {_fmt_parts(split['mean_ms_of_top'])}; the "
+                  f"longest ({split['longest_total_ms']:.0f} ms): {_fmt_parts(split['longest_ms'])}", flush=True)
     if errors:
         print("  first error:", errors[0], flush=True)
     return res
 
 
-def readers_part(gpus: int, seconds: float, every: float, chunk_s: float = 1.0) -> dict:
+LEAD_WEEK = ROOT / "data" / "bench" / "week256.duckdb"  # the lead's 7-day 256-GPU history: copied, never written
+
+
+def week_source(gpus: int) -> Path:
+    """The 7-day history the readers part copies: the lead's ready week256 (when complete) for
+    256 GPUs, else one built here."""
+    if gpus == 256 and Path(f"{LEAD_WEEK}.done").exists():
+        return LEAD_WEEK
+    return history(gpus, 7)
+
+
+def _copy_warehouse(src: Path, dst: Path) -> None:
+    shutil.copyfile(src, dst)
+    if Path(f"{src}.wal").exists():
+        shutil.copyfile(f"{src}.wal", f"{dst}.wal")
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def readers_part(gpus: int, seconds: float, every: float, chunk_s: float = 1.0, sizing: str = "budget",
+                 long_seconds: float = 60.0, baseline_seconds: float = 30.0) -> dict:
     out = {}
-    src = history(gpus, 7)
+    src = week_source(gpus)
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp_name:
         tmp = Path(tmp_name)
         path = tmp / "w.duckdb"
-        shutil.copyfile(src, path)
+        _copy_warehouse(src, path)
         with warehouse.open_writer(path):
             pass
-        out["baseline"] = run_readers(path, min(30.0, seconds), ["--idle-writer"], tmp, "no writer (baseline)")
+        out["source"] = str(src.relative_to(ROOT) if src.is_relative_to(ROOT) else src)
+        before = _load()
+        out["baseline"] = run_readers(path, min(baseline_seconds, seconds), ["--idle-writer"], tmp,
+                                      "no writer (baseline)")
+        out["baseline"]["load_avg"] = {"before": before, "after": _load()}
         import pickle
 
         pages = tmp / "pages.pkl"  # the rounds' exposition pages, made outside the timed window
         pages.write_bytes(pickle.dumps([round_pages(gpus, 7, 100 + r) for r in range(int(seconds // every) + 1)]))
+        before = _load()
         out["scrape"] = run_readers(
             path, seconds, ["--scrape-writer", str(path), str(pages), str(seconds), str(every)], tmp,
             f"a scrape round every {every:g} s for {seconds:g} s")
-        out["long"] = run_readers(path, min(60.0, seconds),
-                                  ["--long-writer", str(path), str(min(60.0, seconds)), str(chunk_s)], tmp,
-                                  f"a long writer ({chunk_s:g} s chunks, one session, yields between chunks)")
+        out["scrape"]["writer_every_s"] = every
+        out["scrape"]["load_avg"] = {"before": before, "after": _load()}
+        print(f"  load average before / after: {before} / {out['scrape']['load_avg']['after']}", flush=True)
+        if long_seconds > 0:
+            before = _load()
+            out["long"] = run_readers(path, long_seconds,
+                                      ["--long-writer", str(path), str(long_seconds), str(chunk_s), sizing], tmp,
+                                      f"a long writer ({sizing} chunks of at most {chunk_s:g} s, one session, "
+                                      "yields between chunks)")
+            out["long"]["load_avg"] = {"before": before, "after": _load()}
+            print(f"  load average before / after: {before} / {out['long']['load_avg']['after']}", flush=True)
     return out
 
 
@@ -341,7 +449,8 @@ def main() -> None:
         a = sys.argv[2:]
         return scrape_writer_main(a[0], a[1], float(a[2]), float(a[3]), a[4])
     if sys.argv[1:2] == ["--long-writer"]:
-        return long_writer_main(sys.argv[2], float(sys.argv[3]), sys.argv[5], float(sys.argv[4]))
+        a = sys.argv[2:]
+        return long_writer_main(a[0], float(a[1]), a[4], float(a[2]), a[3])
     if sys.argv[1:2] == ["--idle-writer"]:
         return Path(sys.argv[2]).write_text(json.dumps({}))
     ap = argparse.ArgumentParser()
@@ -350,16 +459,31 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8, help="scrape rounds timed per history length")
     ap.add_argument("--seconds", type=float, default=120.0, help="reader run length")
     ap.add_argument("--writer-every", type=float, default=30.0, help="seconds between scrape rounds")
-    ap.add_argument("--long-chunk-s", type=float, default=1.0, help="chunk length of the long writer")
+    ap.add_argument("--long-chunk-s", type=float, default=1.0, help="(longest) chunk of the long writer")
+    ap.add_argument("--long-sizing", choices=["budget", "fixed"], default="budget",
+                    help="long writer chunks cut to the turn budget left, or always --long-chunk-s")
+    ap.add_argument("--long-seconds", type=float, default=60.0, help="long writer run length (0: none)")
+    ap.add_argument("--json", metavar="OUT", help="write the figures as JSON to OUT")
     args = ap.parse_args()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    result = {"command": " ".join(["benchmarks/storage_bench.py", *sys.argv[1:]]), "gpus": args.gpus}
     if args.part in ("write", "both"):
-        write_part(args.gpus, args.rounds)
+        result["write_path"] = write_part(args.gpus, args.rounds)
     if args.part in ("readers", "both"):
-        readers_part(args.gpus, args.seconds, args.writer_every, args.long_chunk_s)
+        r = readers_part(args.gpus, args.seconds, args.writer_every, args.long_chunk_s, args.long_sizing,
+                         args.long_seconds)
+        result["readers"] = r["scrape"]
+        result["readers_baseline"] = r["baseline"]
+        result["history"] = r["source"]
+        if "long" in r:
+            result["long_writer"] = {**r["long"], "chunk_s": args.long_chunk_s, "sizing": args.long_sizing}
     if args.part == "parquet":
-        parquet_part(args.gpus)
+        result["parquet"] = parquet_part(args.gpus)
     if args.part == "simulate":
-        simulate_part(args.gpus, 1.0)
+        result["simulate"] = simulate_part(args.gpus, 1.0)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

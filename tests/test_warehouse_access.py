@@ -4,6 +4,7 @@ starved by readers, and a file being created or damaged ends in one line naming 
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -180,6 +181,73 @@ def test_a_reader_waits_for_a_short_writer_then_sees_its_commit(warehouse_file):
     assert holder.wait(timeout=60) == 0
     reader.join(timeout=60)
     assert result == {"n": 0}
+
+
+def _wait_until_a_reader_queues(path) -> None:
+    locks = WarehouseLocks(path)
+    try:
+        deadline = time.monotonic() + 60
+        while not locks.readers_waiting():  # the reader holds .readers while it waits
+            assert time.monotonic() < deadline, "the reader never queued"
+            time.sleep(0.01)
+    finally:
+        locks.close()
+
+
+def test_a_writer_yields_when_one_more_chunk_would_overrun_its_turn_budget(warehouse_file):
+    """The turn budget counts from when the writer shut new readers out: a writer that has held the
+    file less than ``after_s`` still lets a queued reader in when one more chunk would take the
+    turn past ``budget_s``, and not when it would not. The reader sees the chunks committed so far;
+    the writer gets the file back and goes on (a chunk per turn: it is never starved)."""
+    from gpuledger.warehouse.db import writer_phases
+
+    _migrated(warehouse_file)
+    with warehouse.open_writer(warehouse_file) as con:
+        warehouse.write_samples(con, batch(1, 0, 1000), "t")
+        reader = _actor("read-until", warehouse_file, 0)  # one read, queued behind this writer
+        _wait_until_a_reader_queues(warehouse_file)
+        assert con.turn_left_s(budget_s=0.0) == 0.0 and con.turn_left_s(budget_s=1e9) > 0
+        assert con.yield_to_readers(after_s=1e9, budget_s=1e9) is False  # neither limit reached
+        assert reader.poll() is None  # still queued: it cannot get in while the writer holds the file
+        # max_wait_s: let_in waits until the reader holds the file however slow the machine is
+        assert con.yield_to_readers(after_s=1e9, budget_s=0.0, max_wait_s=60) is True
+        out, err = reader.communicate(timeout=120)
+        assert reader.returncode == 0, err
+        assert out.split() == ["seen", "1000"]  # the chunk committed before the yield, nothing later
+        warehouse.write_samples(con, batch(1, 1000, 1000), "t")  # the writer has the file back
+    assert _count(warehouse_file) == 2000
+    # The phases of that yield and of the end, in order, each within its own start and end.
+    tail = writer_phases()[-8:]
+    assert [name for name, _, _ in tail] == ["work", "close", "let_in", "gate", "drain", "open", "work", "close"]
+    assert all(a <= b for _, a, b in tail) and all(x[2] <= y[1] for x, y in itertools.pairwise(tail))
+
+
+def test_a_reader_behind_a_writer_is_told_its_wait_was_at_the_gate(warehouse_file):
+    """last_reader_wait_span splits a reader's wait: behind writers (at the gate) and then for the
+    file itself (0 but against a writer that ignores the gate); together the whole wait."""
+    from gpuledger.warehouse.db import last_reader_wait_s, last_reader_wait_span
+
+    _migrated(warehouse_file)
+    holder = _actor("hold", warehouse_file, stdin=subprocess.PIPE)
+    _expect_line(holder, "held")
+    result = {}
+
+    def read():
+        _count(warehouse_file)
+        result.update(span=last_reader_wait_span(), wait=last_reader_wait_s(), done=time.monotonic())
+
+    reader = threading.Thread(target=read)
+    asked_before = time.monotonic()
+    reader.start()
+    _wait_until_a_reader_queues(warehouse_file)
+    holder.stdin.write("go\n")
+    holder.stdin.flush()
+    assert holder.wait(timeout=60) == 0
+    reader.join(timeout=60)
+    asked, at_gate, for_file = result["span"]
+    assert asked_before <= asked <= result["done"]
+    assert at_gate > 0  # it queued at the gate until the holder let go
+    assert at_gate + for_file == pytest.approx(result["wait"])
 
 
 # --- the warehouse error cases of issue 7 -----------------------------------------------------------

@@ -92,6 +92,11 @@ class WarehouseLocks:
         self.gate_file = Path(f"{path}.gate")
         self.readers_file = Path(f"{path}.readers")
         self._fds: dict[str, int] = {}
+        # When (time.monotonic(), one clock for every process on Linux) the last acquire_* took
+        # each lock, and how long a reader waited at the gate and then for the file: where a
+        # wait went (benchmarks, diagnostics).
+        self.gate_at = self.locked_at = 0.0
+        self.gate_wait_s = self.lock_wait_s = 0.0
 
     # --- side files ---------------------------------------------------------------------------
     def _fd(self, name: str, *, create: bool) -> int | None:
@@ -125,10 +130,12 @@ class WarehouseLocks:
             raise PermissionError(f"cannot create the lock files beside {self.path}")
         if not _poll(gate, fcntl.LOCK_EX, deadline):
             return False
+        self.gate_at = time.monotonic()  # from here new readers wait for this writer
         self.mark_state(creating=False)
         if not _poll(lock, fcntl.LOCK_EX, deadline):
             fcntl.flock(gate, fcntl.LOCK_UN)
             return False
+        self.locked_at = time.monotonic()
         return True
 
     def mark_state(self, *, creating: bool) -> None:
@@ -176,13 +183,21 @@ class WarehouseLocks:
         waiting = self._fd("readers", create=True)
         if waiting is not None:
             fcntl.flock(waiting, fcntl.LOCK_SH)  # only a writer's momentary LOCK_NB probe conflicts
+        started = time.monotonic()
+        self.gate_wait_s = self.lock_wait_s = 0.0
         try:
             if gate is not None and not _poll(gate, fcntl.LOCK_EX, deadline):
+                self.gate_wait_s = time.monotonic() - started
                 return False
+            self.gate_at = time.monotonic()
+            self.gate_wait_s = self.gate_at - started
             try:
                 # The gate is free only when no writer holds or wants the file, so this is
                 # immediate except against a writer that does not use the gate (older gpuledger).
-                return _poll(lock, fcntl.LOCK_SH, deadline)
+                got = _poll(lock, fcntl.LOCK_SH, deadline)
+                self.locked_at = time.monotonic()
+                self.lock_wait_s = self.locked_at - self.gate_at
+                return got
             finally:
                 if gate is not None:
                     fcntl.flock(gate, fcntl.LOCK_UN)
