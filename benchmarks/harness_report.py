@@ -172,9 +172,8 @@ def render(results: dict) -> str:
     for key, title in (("storage", "Storage: readers under writers"), ("whatif", "What-if")):
         part = results.get(key)
         if part:
-            lines += [f"**{title}** (the script's top-level figures)", ""]
-            lines += _table(["figure", "value"], [[k, _f(v)] for k, v in part.items()
-                                                  if isinstance(v, (int, float, str, bool))])
+            lines += [f"**{title}** (the script's figures, as it names them)", ""]
+            lines += _table(["figure", "value"], [[k, _f(v)] for k, v in _flat(part)][:60])
             lines += _sources_of(results, key)
     bad = [r for r in results.get("runs") or [] if r.get("status") != "ok"]
     if bad:
@@ -187,6 +186,17 @@ def render(results: dict) -> str:
         lines.append("")
     lines.append(END)
     return "\n".join(lines)
+
+
+def _flat(data: dict, prefix: str = "", depth: int = 3):
+    """(dotted key, scalar) pairs of a script's JSON, nested dicts included to `depth`; lists and
+    long texts are left to results.json."""
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and depth > 1:
+            yield from _flat(value, name + ".", depth - 1)
+        elif isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= 120):
+            yield name, value
 
 
 def _fmt_measured(t: dict) -> str:
