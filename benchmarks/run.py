@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpuledger", default=str(Path(sys.executable).parent / "gpuledger"))
     ap.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per part before it is killed")
     ap.add_argument("--render-only", action="store_true", help="only regenerate BENCHMARKS.md from results.json")
+    ap.add_argument("--dry-run", action="store_true", help="print the parts and their commands; run nothing")
     args = ap.parse_args(argv)
 
     results = json.loads(args.results.read_text()) if args.results.exists() else {}
@@ -97,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
                   raw_dir=args.raw_dir or args.data_dir / "harness" / "raw", gpuledger=args.gpuledger,
                   timeout_s=args.timeout, dashboard_gpus=args.dashboard_gpus,
                   echo=lambda line: print(line, flush=True))
+    if args.dry_run:
+        for part in plan(ctx, args.only, args.sizes):
+            line = part.skip and f"skipped: {part.skip}" or shlex.join(
+                [os.path.relpath(ctx.python, ROOT), os.path.relpath(part.script, ROOT), *part.args, "--json", "OUT"])
+            print(f"{part.name}: {line}" + ("  (+ the warehouse it reads, chosen when it runs)" if part.prepare else ""))
+        return 0
     invoked = shlex.join([os.path.relpath(sys.executable, ROOT), "benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])])
     command = f"make bench ({invoked})" if os.environ.get("MAKELEVEL") else invoked
     results.update(header(ctx, command))

@@ -256,6 +256,15 @@ def test_no_json_is_a_failure_and_bad_options_are_named(rig, capsys):
     assert "write PART=ARGS" in capsys.readouterr().err
 
 
+def test_dry_run_lists_the_plan_and_runs_nothing(rig, capsys):
+    assert rig["run"].main([*rig["base"], "--dry-run", "--sizes", "1024,4096", "--only", "analytics,dashboard"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("analytics 1024: ") and "analytics_bench.py --warehouse" in out[0]
+    assert out[1].startswith("analytics 4096: skipped: ") and out[2].startswith("dashboard 1024: ")
+    assert not rig["results"].exists() and not (rig["log"] / "analytics_bench.args").exists()
+    assert rig["md"].read_text() == MD
+
+
 def test_replace_block_needs_the_markers():
     sys.path.insert(0, str(BENCH))
     from harness_report import BEGIN, END, replace_block
