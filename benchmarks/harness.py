@@ -12,48 +12,27 @@ import collections
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness_context import Context, HarnessError, dataset, dataset_ready, rel
+from harness_inputs import dashboard_inputs
 from machine import git_commit, load_average, machine, utc_now
 
 PARTS = ["ingest", "analytics", "prometheus", "dashboard", "storage", "whatif"]
 # optional scripts: run only when they accept --json (probed), else skipped with a note
 OPTIONAL = {"storage": ["--part", "readers"], "whatif": []}
 SIZES = [256, 1024, 4096]
-DASHBOARD_GPUS = 1024
-# the Prometheus helper's copy of week1024 after `gpuledger pipelines run-once`
-PROM_MATERIALIZED = "prom/week{gpus}-materialized.duckdb"
 REQUIRED = {
     "analytics": ["full_recompute_s", "incremental_s", "peak_rss_mib", "scan_floor_s"],
     "question": ["gpuledger_s", "prometheus_s", "agree"],
     "ingest": ["parse_samples_per_s_per_core", "write_samples_per_s_per_core"],
 }
-
-
-class HarnessError(Exception):
-    """A part could not be prepared (dataset missing, materialization failed): one line."""
-
-
-@dataclass
-class Context:
-    root: Path                      # the repository (commands are recorded relative to it)
-    scripts_dir: Path               # where the *_bench.py scripts are
-    data_dir: Path                  # data/bench: weekN.duckdb(.done), prom/, harness/
-    raw_dir: Path                   # each script's JSON output
-    python: str = sys.executable
-    gpuledger: str = str(Path(sys.executable).parent / "gpuledger")
-    timeout_s: float = 3 * 3600
-    dashboard_gpus: int = DASHBOARD_GPUS
-    part_args: dict[str, list[str]] = field(default_factory=dict)  # extra options per part
-    echo: Callable[[str], None] = print
 
 
 @dataclass
@@ -66,24 +45,6 @@ class Part:
     prepare: Callable[[], list[str]] | None = None  # extra args found at run time (a warehouse)
     skip: str | None = None
     notes: list[str] = field(default_factory=list)
-
-
-def rel(path: Path | str, root: Path) -> str:
-    """A path as the command line that reproduces a figure should spell it: relative to the repo."""
-    p = Path(os.path.abspath(path))  # not resolve(): .venv/bin/python is a symlink out of the repo
-    try:
-        return str(p.relative_to(os.path.abspath(root)))
-    except ValueError:
-        return str(p)
-
-
-def dataset(ctx: Context, gpus: int) -> Path:
-    return ctx.data_dir / f"week{gpus}.duckdb"
-
-
-def dataset_ready(ctx: Context, gpus: int) -> bool:
-    """The background build writes weekN.duckdb.done once the file is complete."""
-    return (ctx.data_dir / f"week{gpus}.duckdb.done").exists()
 
 
 def accepts_json(ctx: Context, script: Path) -> bool:
@@ -157,107 +118,6 @@ def problems(kind: str, data: dict) -> list[str]:
     elif kind == "dashboard" and not data.get("pages", data):
         out.append("no pages")
     return out
-
-
-# --- the dashboard's warehouse ----------------------------------------------------------------
-
-def _missing_migrations(path: Path) -> list[int] | None:
-    """Migrations this code ships that the file lacks (readers refuse such a file); None when it
-    cannot be read now."""
-    import duckdb
-    from gpuledger.warehouse.db import migrations
-
-    try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error:
-        return None
-    try:
-        done = {r[0] for r in con.execute("SELECT version FROM schema_migrations").fetchall()}
-    except duckdb.Error:
-        done = set()
-    finally:
-        con.close()
-    return [v for v, _, _ in migrations() if v not in done]
-
-
-def _gpuledger(ctx: Context, env: dict, *args: str) -> None:
-    cmd = [ctx.gpuledger, *args]
-    ctx.echo(f"  $ {shlex.join([rel(c, ctx.root) if '/' in c else c for c in cmd])}")
-    out = subprocess.run(cmd, env=env, cwd=ctx.root, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-5:]
-        raise HarnessError(f"`gpuledger {' '.join(args)}` failed (exit {out.returncode}): {' / '.join(tail)}")
-
-
-def dashboard_warehouse(ctx: Context, gpus: int, notes: list[str]) -> Path:
-    """A materialized copy of weekN for the dashboards (they read the pipelines' tables): the
-    Prometheus bench's copy when it is complete (its build writes FILE.done last) and on this
-    code's schema; else our own under data/bench/harness/, made once per dataset build
-    (copy, `pipelines run-once`, `enforce plan`) and migrated before each use. The shared
-    datasets are never written."""
-    theirs = ctx.data_dir / PROM_MATERIALIZED.format(gpus=gpus)
-    if theirs.exists() and Path(f"{theirs}.done").exists():
-        if _missing_migrations(theirs) == []:
-            notes.append(f"warehouse: {rel(theirs, ctx.root)} (the Prometheus bench's materialized copy)")
-            return theirs
-        notes.append(f"{rel(theirs, ctx.root)} lacks migrations of this code; using the harness's own copy")
-    source, source_done = dataset(ctx, gpus), ctx.data_dir / f"week{gpus}.duckdb.done"
-    if not source_done.exists():
-        raise HarnessError(f"{rel(source, ctx.root)} is not built yet ({rel(source_done, ctx.root)} missing)")
-    folder = ctx.data_dir / "harness"
-    ours, ours_done = folder / f"week{gpus}-materialized.duckdb", folder / f"week{gpus}-materialized.duckdb.done"
-    env = {**os.environ, "GPULEDGER_WAREHOUSE": str(ours), "DAGSTER_HOME": str(folder / "dagster"), "NO_COLOR": "1"}
-    env.pop("GPULEDGER_CONFIG", None)
-    if ours_done.exists() and ours_done.read_text() == source_done.read_text() and ours.exists():
-        _gpuledger(ctx, env, "migrate")
-        notes.append(f"warehouse: {rel(ours, ctx.root)} (copy of {rel(source, ctx.root)}, materialized earlier)")
-        return ours
-    (folder / "dagster").mkdir(parents=True, exist_ok=True)
-    ours_done.unlink(missing_ok=True)
-    for suffix in ("", ".wal"):
-        Path(f"{ours}{suffix}").unlink(missing_ok=True)
-        if Path(f"{source}{suffix}").exists():
-            shutil.copyfile(f"{source}{suffix}", f"{ours}{suffix}")
-    ctx.echo(f"  materializing a copy of {rel(source, ctx.root)} for the dashboards (once per dataset)")
-    _gpuledger(ctx, env, "pipelines", "run-once")
-    _gpuledger(ctx, env, "enforce", "plan")
-    ours_done.write_text(source_done.read_text())
-    notes.append(f"warehouse: {rel(ours, ctx.root)} (copy of {rel(source, ctx.root)}, then "
-                 "`gpuledger pipelines run-once` and `gpuledger enforce plan`)")
-    return ours
-
-
-def whatif_result(ctx: Context, warehouse: Path, gpus: int, notes: list[str]) -> Path | None:
-    """A folder holding `gpuledger whatif schedule --json` of the warehouse's week, for the what-if
-    page (it draws such a file); made once per warehouse build. None, with a note, when it fails:
-    the other pages are still timed."""
-    folder = ctx.data_dir / "harness" / f"whatif{gpus}"
-    result, marker = folder / "schedule.json", folder / "schedule.json.source"
-    built = Path(f"{warehouse}.done")
-    stamp = f"{warehouse}\n{built.read_text() if built.exists() else warehouse.stat().st_mtime}"
-    if result.exists() and marker.exists() and marker.read_text() == stamp:
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    result.unlink(missing_ok=True)
-    env = {**os.environ, "GPULEDGER_WAREHOUSE": str(warehouse), "NO_COLOR": "1"}
-    env.pop("GPULEDGER_CONFIG", None)
-    try:
-        _gpuledger(ctx, env, "whatif", "schedule", "--no-progress", "--json", str(result))
-    except HarnessError as exc:
-        notes.append(f"what-if page not timed: {exc}")
-        return None
-    if not result.exists():
-        notes.append(f"what-if page not timed: `gpuledger whatif schedule` wrote no {rel(result, ctx.root)}")
-        return None
-    marker.write_text(stamp)
-    return folder
-
-
-def dashboard_inputs(ctx: Context, gpus: int, notes: list[str]) -> list[str]:
-    warehouse = dashboard_warehouse(ctx, gpus, notes)
-    args = ["--warehouse", rel(warehouse, ctx.root)]
-    whatif = whatif_result(ctx, warehouse, gpus, notes)
-    return args + (["--whatif-dir", rel(whatif, ctx.root)] if whatif else [])
 
 
 # --- the plan ---------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import PARTS, Context, header, merge_runs, parse_part_args, plan, run_part
+from harness import PARTS, SIZES, Context, header, merge_runs, parse_part_args, plan, run_part
 from harness_report import render, replace_block
 from harness_targets import evaluate
 
@@ -65,7 +65,7 @@ def write_outputs(results: dict, results_path: Path, md_path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--sizes", type=_sizes, default=_sizes(os.environ.get("BENCH_SIZES") or "256,1024,4096"),
+    ap.add_argument("--sizes", type=_sizes, default=_sizes(os.environ.get("BENCH_SIZES") or ",".join(map(str, SIZES))),
                     help="GPU counts (default: $BENCH_SIZES or 256,1024,4096)")
     ap.add_argument("--only", type=lambda t: _csv(t, PARTS), default=_csv(os.environ.get("BENCH_ONLY") or ",".join(PARTS), PARTS),
                     help=f"parts to run (default: $BENCH_ONLY or all: {','.join(PARTS)})")

@@ -311,3 +311,5 @@ def test_dashboard_uses_the_prometheus_bench_copy_when_complete_and_current(rig)
     assert rig["run"].main([*rig["base"], "--only", "dashboard"]) == 0
     dash = _args(rig, "dashboard_bench")[-1]
     assert dash[dash.index("--warehouse") + 1].endswith("harness/week1024-materialized.duckdb")
+    notes = {r["name"]: r for r in json.loads(rig["results"].read_text())["runs"]}["dashboard 1024"]["notes"]
+    assert "lacks migration(s)" in notes[0]
