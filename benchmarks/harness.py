@@ -247,7 +247,9 @@ def run_part(ctx: Context, part: Part, results: dict) -> dict:
         ctx.echo(f"== {part.name}: FAILED ({why})")
         return {**record, "status": "failed", "error": why, "output_tail": list(tail)[-20:]}
     warnings = problems(part.kind, data)
-    source = {k: record[k] for k in ("name", "command", "date", "commit", "load_avg_before", "wall_s")}
+    box = ctx.machine or {}
+    source = {**{k: record[k] for k in ("name", "command", "date", "commit", "load_avg_before", "wall_s")},
+              "machine": {k: box.get(k) for k in ("cores", "memory_gib", "cpu")}}
     sections = part.store(results, data, source)
     for section in sections:
         results.setdefault("sources", {})[section] = source
@@ -266,4 +268,5 @@ def merge_runs(old: list[dict], new: list[dict]) -> list[dict]:
 
 
 def header(ctx: Context, command: str) -> dict:
-    return {"machine": machine(), "date": utc_now(), "commit": git_commit(ctx.root), "command": command}
+    ctx.machine = machine()
+    return {"machine": ctx.machine, "date": utc_now(), "commit": git_commit(ctx.root), "command": command}

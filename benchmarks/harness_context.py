@@ -28,6 +28,7 @@ class Context:
     dashboard_gpus: int = DASHBOARD_GPUS
     part_args: dict[str, list[str]] = field(default_factory=dict)  # extra options per part
     echo: Callable[[str], None] = print
+    machine: dict | None = None     # this run's machine (machine.machine()), stored with every section
 
 
 def rel(path: Path | str, root: Path) -> str:

@@ -35,8 +35,10 @@ def _source(results: dict, section: str) -> str:
     src = (results.get("sources") or {}).get(section)
     if not src:
         return ""
-    load = src.get("load_avg_before")
+    load, box, now = src.get("load_avg_before"), src.get("machine") or {}, results.get("machine") or {}
+    other = box and any(box.get(k) != now.get(k) for k in box)  # measured on another box than the header's
     return (f"`{src['command']}` — {src['date']}, {src['commit']}"
+            + (f", on {box.get('cores')} cores ({box.get('cpu')}), {box.get('memory_gib')} GiB" if other else "")
             + (f", load {load[0]:.2f}" if load else "") + (f", {src['wall_s']:.0f} s" if src.get("wall_s") else ""))
 
 

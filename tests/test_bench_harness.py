@@ -144,6 +144,7 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
         assert runs[name]["process_peak_rss_mib"] > 0 and "--json" in runs[name]["command"]
     assert "--warehouse" in runs["analytics 256"]["command"] and "week256.duckdb" in runs["analytics 256"]["command"]
     assert results["sources"]["analytics/1024"]["command"] == runs["analytics 1024"]["command"]
+    assert results["sources"]["analytics/1024"]["machine"]["cores"] == results["machine"]["cores"]
     assert set(results["sources"]) >= {"ingest", "analytics/256", "analytics/1024", "questions/256",
                                        "questions/1024", "dashboard/1024", "whatif"}
 
