@@ -159,8 +159,8 @@ def render(results: dict) -> str:
                  ("ratio_vs_prometheus_client", "ours ÷ `prometheus_client` (parsing)")]
         rows = [[label, _rate(ingest[k]) if k.endswith("per_core") and isinstance(ingest[k], (int, float))
                  else _f(ingest[k])] for k, label in known if k in ingest]
-        rows += [[k, _f(v)] for k, v in ingest.items()
-                 if k not in dict(known) and isinstance(v, (int, float, str, bool))]
+        rows += [[k, _rate(v) if k.endswith("per_s_per_core") and isinstance(v, (int, float)) else _f(v)]
+                 for k, v in _flat(ingest) if k not in dict(known)]
         lines += _table(["what", "figure"], rows)
         lines += _sources_of(results, "ingest")
     dashboard = results.get("dashboard") or {}
