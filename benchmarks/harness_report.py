@@ -160,7 +160,7 @@ def render(results: dict) -> str:
         rows = [[label, _rate(ingest[k]) if k.endswith("per_core") and isinstance(ingest[k], (int, float))
                  else _f(ingest[k])] for k, label in known if k in ingest]
         rows += [[k, _rate(v) if k.endswith("per_s_per_core") and isinstance(v, (int, float)) else _f(v)]
-                 for k, v in _flat(ingest) if k not in dict(known)]
+                 for k, v in _flat(ingest, depth=1) if k not in dict(known)]  # details stay in results.json
         lines += _table(["what", "figure"], rows)
         lines += _sources_of(results, "ingest")
     dashboard = results.get("dashboard") or {}
@@ -195,6 +195,8 @@ def _flat(data: dict, prefix: str = "", depth: int = 3):
     long texts are left to results.json."""
     for key, value in data.items():
         name = f"{prefix}{key}"
+        if key == "command":  # the harness's own command line is printed under the table
+            continue
         if isinstance(value, dict) and depth > 1:
             yield from _flat(value, name + ".", depth - 1)
         elif isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= 120):
