@@ -192,13 +192,15 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
         .drop(*(f"s_{c}" for c in _SUM_COLS), "prev_last", "energy_seen")
     )
     partial = pieces.filter(~full_hour)
-    keys = partial.select("gpu_id", "hour").unique()
+    # The partial hours with their predecessor's last counter value: one small table, so the raw
+    # samples meet a few thousand keys once instead of the whole rollup.
+    keys = partial.select("gpu_id", "hour").unique().join(
+        hourly.select("gpu_id", "hour", "prev_last"), on=["gpu_id", "hour"], how="left")
     sig = [col for _, col in SIGNALS]
     raw = (
         gpu_samples.select("gpu_id", "ts", *sig, "energy_total_j")
         .with_columns(hour=pl.col("ts").dt.truncate("1h"))
-        .join(keys, on=["gpu_id", "hour"], how="semi")
-        .join(hourly.select("gpu_id", "hour", "prev_last"), on=["gpu_id", "hour"], how="left")
+        .join(keys, on=["gpu_id", "hour"], how="inner")
         .sort("gpu_id", "ts")
         .with_columns(
             _prev=pl.col("energy_total_j").forward_fill().shift(1).over("gpu_id", "hour")
