@@ -1,30 +1,49 @@
-"""Ingestion benchmarks (not a test): DCGM scrape throughput, parser comparison, Prometheus backfill.
+"""Ingestion benchmarks (not a test): exposition parsing and warehouse writes per core, the parser
+against ``prometheus_client``, scrape rounds, Prometheus backfill.
 
-    POLARS_MAX_THREADS=1 .venv/bin/python benchmarks/ingest_bench.py [--gpus 10240] [--skip-backfill]
+    .venv/bin/python benchmarks/ingest_bench.py --json OUT        # what `make bench` runs (< 2 min)
+    .venv/bin/python benchmarks/ingest_bench.py --skip-backfill   # the per-core figures, printed
     .venv/bin/python benchmarks/ingest_bench.py --backfill-only [--backfill-gpus 1024 --backfill-hours 3]
     .venv/bin/python benchmarks/ingest_bench.py --backfill-only --backfill-url http://127.0.0.1:9090 \
         --backfill-start 2026-11-27T00:00:00 --backfill-hours 6 --backfill-gpus 1024   # a loaded server
 
-1. Scrape ingest of one scrape round of ~10,000 GPUs' exposition text (parse + clean + write into a
-   fresh warehouse, one transaction) against the 15 s budget (a 30 s collect interval, half of it).
-2. Our line-tolerant parser vs ``prometheus_client.parser.text_string_to_metric_families`` on the same
-   text: one 8-GPU node page, and the whole batch.
-3. Prometheus backfill: a real Prometheus loaded with simulated history (promtool blocks), backfilled
-   through the HTTP API; the rate is extrapolated to a week of 1,024 GPUs at 30 s. Run it WITHOUT
-   taskset / POLARS_MAX_THREADS=1: the target is "on this 2-core box, Prometheus on the same box", and
-   the backfill overlaps Prometheus, JSON decoding and DuckDB writes on both cores.
+A *sample* is one metric value line of a dcgm-exporter page (one family x one device); a warehouse
+row holds one device's stored fields at one time (the simulator sends 12 families per device, 10
+stored; a default exporter ~25, the unstored ones only counted).
 
-Run the scrape part with POLARS_MAX_THREADS=1 (and ideally `taskset -c 0`) for the one-core figure.
+1. Per core (the process pins itself to CPU 0 and polars to one thread unless --no-pin; the
+   backfill keeps both cores): samples/s of (a) parsing exposition text, ours and
+   ``prometheus_client.parser.text_string_to_metric_families`` on the same text, (b) the warehouse
+   write of the parsed result (wide rows + devices + samples + rollup + commit), (c) end to end,
+   text -> committed rows. Pages: the simulator's ``metrics_page`` for every node of ``--gpus``
+   GPUs, ingested as scrape rounds 30 s apart into one warehouse (round 1 registers the devices;
+   the headline figures are the median of the later, steady rounds), and the same pages widened to
+   a default dcgm-exporter's ~25 families.
+2. Prometheus backfill: a real Prometheus loaded with simulated history (promtool blocks), backfilled
+   through the HTTP API; the rate is extrapolated to a week of 1,024 GPUs at 30 s. Not pinned: the
+   target is "on this 2-core box, Prometheus on the same box". Skipped with --json unless --backfill.
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
-import tempfile
-import time
-from datetime import datetime, timedelta
-from pathlib import Path
+
+# pin before polars is imported (its thread pool is sized at import)
+_PIN = "--no-pin" not in sys.argv and "--backfill-only" not in sys.argv and (
+    "--json" in sys.argv or "--skip-backfill" in sys.argv or "--pin" in sys.argv)
+if _PIN:
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    os.sched_setaffinity(0, {0})
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from datetime import datetime, timedelta  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,9 +52,10 @@ import polars as pl  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from gpuledger import warehouse  # noqa: E402
-from gpuledger.ingest.metrics.writes import store_wide  # noqa: E402
-from gpuledger.ingest.metrics.exposition import long_to_wide, parse_exposition  # noqa: E402
+from gpuledger.ingest.metrics.exposition import parse_exposition, parse_exposition_lines, wide_rows  # noqa: E402
 from gpuledger.ingest.metrics.prometheus.backfill import backfill  # noqa: E402
+from gpuledger.ingest.metrics.scrape import ingest_page  # noqa: E402
+from gpuledger.ingest.metrics.writes import store_wide  # noqa: E402
 from gpuledger.simulator import build_cluster, metrics_page, write_openmetrics  # noqa: E402
 
 
@@ -48,42 +68,160 @@ def best_of(fn, repeat: int = 3) -> tuple[float, object]:
     return best, out
 
 
-def exposition_batch(gpus: int) -> tuple[str, str, int]:
-    """(one node page, one text holding every node's page for ~``gpus`` GPUs, scrape ms). Built from
-    a 1,024-GPU simulation, copied with distinct host names and UUIDs up to ``gpus``."""
+@functools.lru_cache(maxsize=1)
+def _node_pages() -> tuple[tuple[str, ...], int]:
     sim = build_cluster(seed=5, gpus=1024, start=datetime(2026, 11, 1), days=0.1)
     t = sim.start_s + 3600
-    pages = [metrics_page(sim, node, t) for node in range(len(sim.hardware.node_host))]
+    return tuple(metrics_page(sim, node, t) for node in range(len(sim.hardware.node_host))), t
+
+
+def exposition_batch(gpus: int, *, with_pages: bool = False) -> tuple:
+    """(one node page, one text holding every node's page for ~``gpus`` GPUs, scrape ms[, the node
+    pages]). Built from a 1,024-GPU simulation (MIG, hpc_job copies, both host spellings), copied
+    with distinct host names and UUIDs up to ``gpus`` (whole 1,024s, at least one)."""
+    base, t = _node_pages()
     copies = max(1, round(gpus / 1024))
-    text = "".join(p.replace('Hostname="node-', f'Hostname="c{k}-node-')
-                   .replace('hostname="node-', f'hostname="c{k}-node-')
-                   .replace('UUID="GPU-', f'UUID="GPU-{k:02d}')
-                   for k in range(copies) for p in pages)
-    return pages[0], text, t * 1000
+    pages = [p.replace('Hostname="node-', f'Hostname="c{k}-node-')
+             .replace('hostname="node-', f'hostname="c{k}-node-')
+             .replace('UUID="GPU-', f'UUID="GPU-{k:02d}')
+             for k in range(copies) for p in base]
+    text = "".join(pages)
+    return (base[0], text, t * 1000, pages) if with_pages else (base[0], text, t * 1000)
 
 
-def ours_vs_client(text: str, scrape_ms: int) -> dict:
-    t_ours, parsed = best_of(lambda: parse_exposition(text, scrape_ms=scrape_ms))
-    t_client, n_client = best_of(lambda: sum(len(f.samples) for f in text_string_to_metric_families(text)))
-    return {"ours_s": t_ours, "client_s": t_client, "samples": parsed.samples.height, "client_samples": n_client}
+# dcgm-exporter's default counters that the simulator does not send (default-counters.csv): a
+# default page holds these too, ~25 families in all; none is stored, each is counted per line
+EXTRA_DEFAULT_FAMILIES = (
+    "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_PROF_PCIE_TX_BYTES",
+)
 
 
-def scrape_ingest(text: str, scrape_ms: int) -> dict:
+def default_exporter_page(page: str) -> str:
+    """A simulator page widened to a default dcgm-exporter's family list: each extra family repeats
+    the GPU_TEMP family's series with its own name and a small integer value."""
+    lines = page.split("\n")
+    temp = [ln for ln in lines if ln.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    out = [page.rstrip("\n")]
+    for k, family in enumerate(EXTRA_DEFAULT_FAMILIES):
+        out.append(f"# HELP {family} {family} (default counter, not stored).")
+        out.append(f"# TYPE {family} gauge")
+        out.extend(f"{family}{{{ln[len('DCGM_FI_DEV_GPU_TEMP{'):ln.rindex('}')]}}} {k}" for ln in temp)
+    return "\n".join(out) + "\n"
+
+
+def sample_lines(text: str) -> int:
+    """Samples in a page: its metric value lines (not comments, not blank)."""
+    return sum(1 for ln in text.split("\n") if ln and ln[0] != "#")
+
+
+def parse_rates(text: str, scrape_ms: int, *, client: bool = True, repeat: int = 3) -> dict:
+    """samples/s of our parser (best of ``repeat``), of the per-line reference, and of
+    prometheus_client (one run: it is ~10x slower) on the same text."""
+    samples = sample_lines(text)
+    t_ours, parsed = best_of(lambda: parse_exposition(text, scrape_ms=scrape_ms), repeat)
+    out = {"samples": samples, "kept": parsed.sample_count, "ours_s": t_ours, "ours_per_s": samples / t_ours}
+    t_lines, _ = best_of(lambda: parse_exposition_lines(text, scrape_ms=scrape_ms), 1)
+    out.update(lines_s=t_lines, lines_per_s=samples / t_lines)
+    if client:
+        t_client, n_client = best_of(lambda: sum(len(f.samples) for f in text_string_to_metric_families(text)), 1)
+        out.update(client_s=t_client, client_per_s=n_client / t_client, client_samples=n_client)
+    return out
+
+
+def scrape_rounds(text: str, scrape_ms: int, rounds: int) -> list[dict]:
+    """Ingest ``text`` as ``rounds`` scrape rounds 30 s apart into one fresh warehouse, each round
+    one ingest (parse, wide rows, devices, samples, rollup, commit) timed in its steps."""
+    out = []
+    samples = sample_lines(text)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.duckdb"
         with warehouse.open_writer(path):
             pass  # create + migrate outside the timing
-        t0 = time.perf_counter()
-        parsed = parse_exposition(text, scrape_ms=scrape_ms)
-        t1 = time.perf_counter()
-        wide = long_to_wide(parsed.samples)
-        t2 = time.perf_counter()
         with warehouse.open_writer(path) as con:
-            with warehouse.transaction(con):
-                new = store_wide(con, wide, cluster="bench", source="scrape")
-        t3 = time.perf_counter()
-    return {"lines": parsed.samples.height, "devices": wide.height, "new": new, "parse_s": t1 - t0,
-            "clean_s": t2 - t1, "write_s": t3 - t2, "total_s": t3 - t0}
+            for r in range(rounds):
+                ms = scrape_ms + r * 30_000
+                t0 = time.perf_counter()
+                parsed = parse_exposition(text, scrape_ms=ms)
+                t1 = time.perf_counter()
+                wide = wide_rows(parsed)
+                t2 = time.perf_counter()
+                with warehouse.transaction(con):
+                    new = store_wide(con, wide, cluster="bench", source="scrape")
+                t3 = time.perf_counter()
+                out.append({"round": r + 1, "samples": samples, "rows": wide.height, "new": new,
+                            "parse_s": t1 - t0, "wide_s": t2 - t1, "store_s": t3 - t2,
+                            "write_s": t3 - t1, "total_s": t3 - t0})
+    return out
+
+
+def per_page_round(pages: list[str], scrape_ms: int) -> dict:
+    """One round the way `gpuledger ingest scrape` does it: one ``ingest_page`` (own transaction) per
+    node page, after a first round that registered the devices."""
+    samples = sum(sample_lines(p) for p in pages)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "w.duckdb"
+        with warehouse.open_writer(path) as con:
+            for p in pages:
+                ingest_page(con, p, location="bench", scrape_ms=scrape_ms, cluster="bench")
+            t = time.perf_counter()
+            for p in pages:
+                ingest_page(con, p, location="bench", scrape_ms=scrape_ms + 30_000, cluster="bench")
+            elapsed = time.perf_counter() - t
+    return {"pages": len(pages), "samples": samples, "total_s": elapsed, "per_s": samples / elapsed}
+
+
+def _steady(rounds: list[dict], key: str) -> float:
+    later = rounds[1:] or rounds
+    return statistics.median(r[key] for r in later)
+
+
+def ingest_figures(gpus: int, rounds: int, *, client: bool = True, exporter_gpus: int = 2048,
+                   page_gpus: int = 1024) -> dict:
+    """The per-core figures (module docstring, part 1)."""
+    t = time.perf_counter()
+    node_page, text, scrape_ms, pages = exposition_batch(gpus, with_pages=True)
+    build_s = time.perf_counter() - t
+    parse = parse_rates(text, scrape_ms, client=client)
+    rs = scrape_rounds(text, scrape_ms, rounds)
+    samples = rs[0]["samples"]
+    parse_s, write_s, total_s = (_steady(rs, k) for k in ("parse_s", "write_s", "total_s"))
+    _, ex_text, _ = exposition_batch(exporter_gpus)[:3]
+    ex_text = "".join(default_exporter_page(p) for p in _pages_of(ex_text))
+    ex_parse = parse_rates(ex_text, scrape_ms, client=client, repeat=2)
+    ex_rounds = scrape_rounds(ex_text, scrape_ms, 3)
+    page_round = per_page_round(pages[:max(1, page_gpus // 8)], scrape_ms)
+    out = {
+        "parse_samples_per_s_per_core": samples / parse_s,
+        "write_samples_per_s_per_core": samples / write_s,
+        "end_to_end_samples_per_s_per_core": samples / total_s,
+        "samples": samples,
+        "gpus": gpus,
+        "devices": rs[0]["rows"],
+        "pinned": _PIN,
+        "steady_round_s": total_s,
+        "first_round_s": rs[0]["total_s"],
+        "default_exporter_end_to_end_samples_per_s_per_core": ex_rounds[0]["samples"] / _steady(ex_rounds, "total_s"),
+        "default_exporter_parse_samples_per_s_per_core": ex_rounds[0]["samples"] / _steady(ex_rounds, "parse_s"),
+        "per_page_ingest_samples_per_s_per_core": page_round["per_s"],
+        "details": {"build_s": build_s, "parse": parse, "rounds": rs, "default_exporter": {
+            "gpus": exporter_gpus, "parse": ex_parse, "rounds": ex_rounds}, "per_page_round": page_round},
+    }
+    if client:
+        out["prometheus_client_samples_per_s_per_core"] = parse["client_per_s"]
+        out["ratio_vs_prometheus_client"] = parse["ours_per_s"] / parse["client_per_s"]
+        out["default_exporter_ratio_vs_prometheus_client"] = ex_parse["ours_per_s"] / ex_parse["client_per_s"]
+    return out
+
+
+def _pages_of(text: str) -> list[str]:
+    """Split a batch text back into node pages (each starts with the first family's HELP line)."""
+    marker = "# HELP DCGM_FI_DEV_SM_CLOCK "
+    parts = text.split(marker)
+    return [marker + p for p in parts[1:]]
 
 
 WEEK_STEPS = 7 * 86400 // 30  # grid points of a week at 30 s
@@ -143,7 +281,16 @@ def week_estimates(bf: dict, gpus: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gpus", type=int, default=10240)
+    ap.add_argument("--gpus", type=int, default=10240, help="GPUs of the scrape text (whole 1,024s)")
+    ap.add_argument("--rounds", type=int, default=4, help="scrape rounds ingested (the first registers devices)")
+    ap.add_argument("--exporter-gpus", type=int, default=2048, help="GPUs of the default-exporter-shaped text")
+    ap.add_argument("--page-gpus", type=int, default=1024, help="GPUs of the one-ingest-per-page round")
+    ap.add_argument("--no-client", action="store_true", help="skip prometheus_client (slow: ~10x ours)")
+    ap.add_argument("--json", type=Path, metavar="OUT", help="write the per-core figures as JSON to OUT "
+                    "(pins itself to one core; the backfill is skipped unless --backfill)")
+    ap.add_argument("--backfill", action="store_true", help="with --json: run the backfill part too")
+    ap.add_argument("--pin", action="store_true", help="pin to CPU 0, polars on one thread (read at start)")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin (the default for --backfill-only)")
     ap.add_argument("--backfill-gpus", type=int, default=1024)
     ap.add_argument("--backfill-hours", type=float, default=3.0)
     ap.add_argument("--backfill-workers", type=int, default=2)
@@ -153,9 +300,18 @@ def main() -> None:
     ap.add_argument("--skip-backfill", action="store_true")
     ap.add_argument("--backfill-only", action="store_true")
     args = ap.parse_args()
-    print(f"polars threads: {pl.thread_pool_size()}")
+    print(f"polars threads: {pl.thread_pool_size()}, pinned: {_PIN}, load average {os.getloadavg()[0]:.2f}")
     if not args.backfill_only:
-        scrape_benchmarks(args.gpus)
+        figures = ingest_figures(args.gpus, args.rounds, client=not args.no_client,
+                                 exporter_gpus=args.exporter_gpus, page_gpus=args.page_gpus)
+        print_figures(figures)
+        if args.json:
+            figures["command"] = " ".join(["benchmarks/ingest_bench.py", *sys.argv[1:]])
+            figures["load_average_1m"] = os.getloadavg()[0]
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(figures, indent=2) + "\n")
+            if not args.backfill:
+                return
     if args.skip_backfill:
         return
     if args.backfill_url:
@@ -182,19 +338,29 @@ def main() -> None:
           f"a week = {wk['steady_s'] / 60:.1f} min (start-up once + the steady rate)")
 
 
-def scrape_benchmarks(gpus: int) -> None:
-    node_page, batch, scrape_ms = exposition_batch(gpus)
-    node = ours_vs_client(node_page, scrape_ms)
-    print(f"parser, one 8-GPU node page ({node['samples']} samples): ours {node['ours_s'] * 1e3:.2f} ms, "
-          f"prometheus_client {node['client_s'] * 1e3:.2f} ms ({node['client_s'] / node['ours_s']:.1f}x)")
-    whole = ours_vs_client(batch, scrape_ms)
-    print(f"parser, {gpus} GPUs ({whole['samples']} samples, {len(batch) / 1e6:.1f} MB): "
-          f"ours {whole['ours_s']:.2f} s, prometheus_client {whole['client_s']:.2f} s "
-          f"({whole['client_s'] / whole['ours_s']:.1f}x)")
-    ing = scrape_ingest(batch, scrape_ms)
-    print(f"scrape ingest, {gpus} GPUs: {ing['lines']} lines -> {ing['devices']} device rows: "
-          f"parse {ing['parse_s']:.2f} s + clean {ing['clean_s']:.2f} s + write {ing['write_s']:.2f} s "
-          f"= {ing['total_s']:.2f} s (budget 15 s)")
+def print_figures(f: dict) -> None:
+    d = f["details"]
+    p, ex = d["parse"], d["default_exporter"]
+    client = (f", prometheus_client {p['client_per_s'] / 1e6:.3f} M/s (ours {f['ratio_vs_prometheus_client']:.1f}x)"
+              if "client_per_s" in p else "")
+    print(f"parse, {f['gpus']} GPUs ({p['samples']} samples): ours {p['ours_per_s'] / 1e6:.2f} M/s "
+          f"(best of 3, {p['ours_s'] * 1e3:.0f} ms), per-line reference {p['lines_per_s'] / 1e6:.3f} M/s{client}")
+    for r in d["rounds"]:
+        print(f"  round {r['round']}: {r['samples']} samples -> {r['rows']} rows ({r['new']} new): parse "
+              f"{r['parse_s'] * 1e3:.0f} ms + wide {r['wide_s'] * 1e3:.0f} ms + store {r['store_s'] * 1e3:.0f} ms "
+              f"= {r['total_s'] * 1e3:.0f} ms")
+    print(f"steady rounds (median of rounds 2..): parse {f['parse_samples_per_s_per_core'] / 1e6:.2f} M/s, "
+          f"write {f['write_samples_per_s_per_core'] / 1e6:.2f} M/s, end to end "
+          f"{f['end_to_end_samples_per_s_per_core'] / 1e6:.2f} M samples/s/core (target 1 M)")
+    ep = ex["parse"]
+    client = (f", prometheus_client {ep['client_per_s'] / 1e6:.3f} M/s (ours {ep['ours_per_s'] / ep['client_per_s']:.1f}x)"
+              if "client_per_s" in ep else "")
+    print(f"default-exporter shape, {ex['gpus']} GPUs ({ep['samples']} samples, {len(EXTRA_DEFAULT_FAMILIES) + 12} "
+          f"families): parse {ep['ours_per_s'] / 1e6:.2f} M/s{client}; end to end "
+          f"{f['default_exporter_end_to_end_samples_per_s_per_core'] / 1e6:.2f} M/s")
+    pr = d["per_page_round"]
+    print(f"one ingest_page per node page ({pr['pages']} pages, {pr['samples']} samples): {pr['total_s']:.2f} s "
+          f"= {pr['per_s'] / 1e6:.3f} M/s")
 
 
 if __name__ == "__main__":

@@ -141,7 +141,26 @@ def test_canonical_key_is_order_free_and_matches_the_bulk_key():
     assert canonical_key({"a": 'x"'}).startswith("\x00")  # cannot collide with a simple text's key
 
 
-def test_parse_exposition_is_the_bulk_parser():
-    text = CORPUS.read_text()
-    assert_frame_equal(parse_exposition(text, scrape_ms=SCRAPE_MS).samples,
-                       parse_exposition_lines(text, scrape_ms=SCRAPE_MS).samples)
+def test_parse_exposition_same_as_reference_small_and_large(sim_pages):
+    from gpuledger.ingest.metrics.exposition import BULK_FROM_CHARS
+    pages, t = sim_pages
+    for text in (CORPUS.read_text(), "".join(pages)):  # a small text goes line by line, a large one in bulk
+        got = parse_exposition(text, scrape_ms=t * 1000)
+        assert_frame_equal(got.samples, parse_exposition_lines(text, scrape_ms=t * 1000).samples)
+        assert (got.points is not None) and (got.series is not None)
+    assert len(CORPUS.read_text()) < BULK_FROM_CHARS < len("".join(pages))
+
+
+def _wide_same(parsed):
+    from gpuledger.ingest.metrics.exposition import long_to_wide, series_long_to_wide
+    slow = long_to_wide(parsed.samples)
+    fast = series_long_to_wide(parsed.points, parsed.series)
+    assert_frame_equal(fast.select(sorted(fast.columns)), slow.select(sorted(slow.columns)))
+    return fast
+
+
+def test_wide_rows_from_the_series_numbers_equal_long_to_wide(sim_pages):
+    pages, t = sim_pages
+    wide = _wide_same(parse_exposition_bulk("".join(pages), scrape_ms=t * 1000))
+    assert wide["mig_instance_id"].max() >= 0 and wide["hpc_job"].drop_nulls().len() > 0  # MIG and Slurm rows
+    _wide_same(parse_exposition_bulk(CORPUS.read_text(), scrape_ms=SCRAPE_MS))

@@ -70,7 +70,8 @@ def upsert(
     missing = [k for k in keys if k not in frame.columns]
     if missing:
         raise ValueError(f"rows for {table} lack key column(s) {missing}")
-    unknown = [c for c in frame.columns if c not in _columns(con, table)]
+    have = set(_columns(con, table))  # one DESCRIBE, not one per column
+    unknown = [c for c in frame.columns if c not in have]
     if unknown:
         raise ValueError(f"rows for {table} carry column(s) the table does not have: {unknown}")
     batch = frame.unique(subset=list(keys), keep="last", maintain_order=True)

@@ -43,6 +43,8 @@ from gpuledger.ingest.model_keys import gpu_model_key
 
 MAX_LABEL_LEN = 1024  # characters; real DCGM labels are < 100, a 10 kB label is garbage
 DEFAULT_MAX_FUTURE_S = 300.0
+# below this many characters (~200 sample lines) parse_exposition reads line by line: faster there
+BULK_FROM_CHARS = 50_000
 
 # Series attributes, in the order of the tuples ``normalize_labels`` returns.
 SERIES_COLUMNS = ("gpu_uuid", "mig_instance_id", "host", "gpu_index", "pci_bus_id", "model_name",
@@ -178,7 +180,10 @@ def parse_exposition(
 
     The bulk parser (``exposition_bulk``) handles the well-formed lines with whole-column polars
     operations and sends every other line through ``line_verdict``, the per-line rules of
-    ``parse_exposition_lines``; both give the same page (tests/test_ingest_exposition_bulk.py)."""
+    ``parse_exposition_lines``; both give the same page (tests/test_ingest_exposition_bulk.py). A
+    small text (one 8-GPU node's page is ~25 kB) goes line by line, where that is quicker."""
+    if len(text) < BULK_FROM_CHARS:  # one small page: the bulk path's fixed cost (~90 polars calls) is more
+        return parse_exposition_lines(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
     from gpuledger.ingest.metrics.exposition_bulk import parse_exposition_bulk
 
     return parse_exposition_bulk(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
@@ -305,8 +310,8 @@ def parse_exposition_lines(
         out_series.append(key)
         out_value.append(value)
         out_ts.append(ts)
-    samples = _long_frame(out_line, out_metric, out_series, out_value, out_ts, series_rows)
-    return ParsedPage(samples, rejects, unknown, len(lines), skipped)
+    points = _points_frame(out_line, out_metric, out_series, out_value, out_ts)
+    return ParsedPage.from_points(points, series_frame(series_rows), rejects, unknown, len(lines), skipped)
 
 
 def series_frame(rows: Iterable[tuple]) -> pl.DataFrame:
@@ -317,13 +322,12 @@ def series_frame(rows: Iterable[tuple]) -> pl.DataFrame:
     return frame.with_row_index("series").with_columns(pl.col("series").cast(pl.Int64))
 
 
-def _long_frame(line_no, metric, series, value, ts_ms, series_rows) -> pl.DataFrame:
-    samples = pl.DataFrame(
+def _points_frame(line_no, metric, series, value, ts_ms) -> pl.DataFrame:
+    return pl.DataFrame(
         {"line_no": line_no, "metric": metric, "series": series, "value": value, "ts": ts_ms},
         schema={"line_no": pl.Int64, "metric": pl.String, "series": pl.Int64, "value": pl.Float64,
                 "ts": pl.Int64},
     ).with_columns(pl.col("ts").cast(pl.Datetime("ms")))
-    return samples.join(series_frame(series_rows), on="series", how="left").drop("series")
 
 
 def long_to_wide(long: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
@@ -416,6 +420,15 @@ def series_long_to_wide(points: pl.DataFrame, series: pl.DataFrame) -> pl.DataFr
     return device_level_once(cleaned).sort(key).collect()
 
 
+def wide_rows(parsed: ParsedPage) -> pl.DataFrame:
+    """A parsed page's cleaned (device, ts) rows: from its series numbers when the bulk parser kept
+    them (integer dedup and pivot, no per-sample label columns), else ``long_to_wide``. The two agree
+    (tests/test_ingest_exposition_bulk.py)."""
+    if parsed.points is not None and parsed.series is not None:
+        return series_long_to_wide(parsed.points, parsed.series)
+    return long_to_wide(parsed.samples)
+
+
 def device_level_once(samples: pl.LazyFrame) -> pl.LazyFrame:
     """NULL the device-level columns (power_w, energy_total_j) on every MIG instance except the one
     with the lowest GPU_I_ID at each (gpu_uuid, ts); whole GPUs (mig_instance_id -1) keep theirs."""
@@ -439,10 +452,12 @@ def inventory_from_wide(wide: pl.DataFrame, cluster: str) -> pl.DataFrame:
     last = (wide.sort("ts").group_by(["gpu_uuid", "mig_instance_id"])
             .agg([pl.col(c).drop_nulls().last() for c in DEVICE_ATTRS]
                  + [pl.col("ts").min().alias("first_seen"), pl.col("ts").max().alias("last_seen")]))
-    models = [gpu_model_key(n) or "unknown" for n in last["model_name"].to_list()]
-    fractions = [mig_fraction(p, m) for p, m in zip(last["mig_profile"].to_list(), models, strict=True)]
-    return last.with_columns(
-        pl.lit(cluster).alias("cluster"),
-        pl.Series("model", models, dtype=pl.String),
-        pl.Series("gpu_fraction", fractions, dtype=pl.Float64),
-    )
+    # a few distinct models and profiles among thousands of devices: map each distinct value once
+    names = last["model_name"].unique()
+    model_of = pl.Series([gpu_model_key(n) or "unknown" for n in names.to_list()], dtype=pl.String)
+    models = last["model_name"].replace_strict(names, model_of, return_dtype=pl.String)
+    pairs = pl.DataFrame({"mig_profile": last["mig_profile"], "model": models}).unique()
+    pairs = pairs.with_columns(pl.Series("gpu_fraction", [
+        mig_fraction(p, m) for p, m in pairs.select("mig_profile", "model").iter_rows()], dtype=pl.Float64))
+    return last.with_columns(pl.lit(cluster).alias("cluster"), models.alias("model")).join(
+        pairs, on=["mig_profile", "model"], how="left", nulls_equal=True, maintain_order="left")

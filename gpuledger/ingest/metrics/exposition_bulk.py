@@ -46,13 +46,14 @@ from gpuledger.ingest.metrics.values import FIELD_CHECKS
 METRICS = tuple(FIELD_CHECKS)  # metric code = position here
 _METRIC_ENUM = pl.Enum(METRICS)
 _METRIC_NAMES = pl.Series(METRICS, dtype=pl.String)
+_CODES = pl.Series(range(len(METRICS)), dtype=pl.Int64)
 _LO = np.array([FIELD_CHECKS[m][0] for m in METRICS])
 _HI = np.array([FIELD_CHECKS[m][1] for m in METRICS])
 _FP64 = np.array([FIELD_CHECKS[m][2] == "fp64" for m in METRICS])
 _INT32 = np.array([FIELD_CHECKS[m][2] == "int32" for m in METRICS])
 
-# ' value' or ' value timestamp' after the '}', in the forms Python's float / int read the same way
-_TAIL = r"^ [-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?(?: -?[0-9]{1,18})?$"
+# 'value' or 'value timestamp' after the '} ', in the forms Python's float / int read the same way
+_TAIL = r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?(?: -?[0-9]{1,18})?$"
 # a label set parse_labels reads verbatim: name="value" pairs, no escapes, no blanks around them;
 # no '=' in a value, no trailing ',' (the pieces then split exactly on '",' and '="')
 _SIMPLE_LABELS = r'^(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n=]*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n=]*")*)?$'
@@ -205,22 +206,26 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
     # one trailing '\r' is not part of the line (line_verdict strips it too)
     cr = nonempty & ~comment & (buf[np.maximum(ends - 1, 0)] == 13) if size else nonempty
     ends_s = ends - cr
-    opens, closes = np.flatnonzero(buf == 123), np.flatnonzero(buf == 125)
-    o_lo, o_hi = np.searchsorted(opens, starts), np.searchsorted(opens, ends_s)
-    c_lo, c_hi = np.searchsorted(closes, starts), np.searchsorted(closes, ends_s)
-    candidate = ~comment & (o_hi - o_lo == 1) & (c_hi - c_lo == 1)
-    brace = np.where(candidate, opens[np.minimum(o_lo, len(opens) - 1)] if len(opens) else 0, starts)
-    close = np.where(candidate, closes[np.minimum(c_lo, len(closes) - 1)] if len(closes) else 0, starts)
-    candidate &= (brace < close) & (brace > starts)
+    # '{', '}' and every non-ASCII byte in one scan; a candidate line holds exactly two of them:
+    # a '{' after its name, then a '}' followed by a space (non-ASCII lines take the slow path)
+    marks = np.flatnonzero(buf >= 123)
+    lo, hi = np.searchsorted(marks, starts), np.searchsorted(marks, ends_s)
+    candidate = ~comment & (hi - lo == 2)
+    at = np.minimum(lo, max(len(marks) - 2, 0))
+    brace = marks[at] if len(marks) >= 2 else np.zeros(n_lines, np.int64)
+    close = marks[at + 1] if len(marks) >= 2 else np.zeros(n_lines, np.int64)
+    candidate &= (brace > starts) & (buf[brace] == 123) & (buf[close] == 125) if len(marks) >= 2 else False
+    candidate &= buf[np.minimum(close + 1, size - 1)] == 32 if size else False
+    candidate &= close + 2 < ends_s
     brace = np.where(candidate, brace, starts)
     close = np.where(candidate, close, starts)
-    # per line: name | '{' | labels | '}' | tail | '\r' + '\n' (degenerate for non-candidates)
+    # per line: name | '{' | labels | '} ' | tail | '\r' + '\n' (degenerate for non-candidates)
     cuts = np.empty(6 * n_lines + 1, dtype=np.int64)
     cuts[0::6][:n_lines] = starts
     cuts[1::6] = brace
     cuts[2::6] = np.where(candidate, brace + 1, starts)
     cuts[3::6] = close
-    cuts[4::6] = np.where(candidate, close + 1, starts)
+    cuts[4::6] = np.where(candidate, close + 2, starts)
     cuts[5::6] = np.where(candidate, ends_s, starts)
     cuts[-1] = size
     segs = _segments(data, cuts)
@@ -229,14 +234,19 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
     labels = segs.gather_every(6, 2).gather(cand_idx)
     tails = segs.gather_every(6, 4).gather(cand_idx)
 
-    code = names.cast(_METRIC_ENUM, strict=False)
+    code = names.cast(_METRIC_ENUM, strict=False).to_physical().cast(pl.Int64)
     known = code.is_not_null()
     tail_ok = tails.str.contains(_TAIL)
-    parts = tails.str.strip_chars_start(" ").str.split_exact(" ", 1).struct.unnest()
-    value = parts["field_0"].cast(pl.Float64, strict=False).to_numpy()
-    ts_col = parts["field_1"]
-    has_ts = ts_col.is_not_null().to_numpy()
-    ts = ts_col.cast(pl.Int64, strict=False).fill_null(scrape_ms).to_numpy()
+    value_s = tails.cast(pl.Float64, strict=False)  # null where a timestamp follows
+    stamped = (value_s.is_null() & tail_ok).to_numpy()
+    value = value_s.to_numpy()
+    has_ts = np.zeros(len(cand_idx), dtype=bool)
+    ts = np.full(len(cand_idx), scrape_ms, dtype=np.int64)
+    if stamped.any():
+        parts = tails.filter(pl.Series(stamped)).str.split_exact(" ", 1).struct.unnest()
+        value[stamped] = parts["field_0"].cast(pl.Float64, strict=False).to_numpy()
+        ts[stamped] = parts["field_1"].cast(pl.Int64, strict=False).fill_null(scrape_ms).to_numpy()
+        has_ts = stamped
 
     # lines the bulk path settles: unknown DCGM fields and other families (by a plain name)
     unknown: Counter = Counter()
@@ -272,7 +282,7 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
             simple = sets.filter(pl.Series(ok))
             number_of_text[ok] = series.add_frame(simple["key"], simple.select(SERIES_COLUMNS))
         series_no[good_idx] = number_of_text[text_no.to_numpy()]
-    codes = code.to_physical().fill_null(0).cast(pl.Int64).to_numpy()
+    codes = code.fill_null(0).to_numpy()
     v_ok = np.isfinite(value) & _value_ok(codes, value)
     future_limit = scrape_ms + int(max_future_s * 1000)
     fast = good & (series_no >= 0) & v_ok & (~has_ts | (ts <= future_limit))
