@@ -71,3 +71,25 @@ def test_a_round_is_written_in_batches_and_failed_targets_still_recorded(tmp_pat
     with warehouse.open_reader(tmp_path / "w.duckdb") as con:
         assert con.execute("SELECT count(*) FROM quarantine WHERE location = 'http://down/metrics'").fetchone()[0] == 1
     assert _contents(tmp_path / "w.duckdb")[0].height == stats.samples_new
+
+
+def test_later_rounds_update_changed_devices_only(tmp_path):
+    """Round 2 changes one GPU's PCI bus id: that device's rows change (same gpu_id), every other
+    device is left as it was (last_seen aside); a new GPU gets a new id."""
+    text, loc, ms = _pages()[0]
+    first_uuid = text.split('UUID="', 1)[1].split('"', 1)[0]
+    changed = text.replace(f'UUID="{first_uuid}",pci_bus_id="', f'UUID="{first_uuid}",pci_bus_id="1')
+    added = changed + text.split("\n")[2].replace(first_uuid, "GPU-new-one") + "\n"
+    path = tmp_path / "w.duckdb"
+    with warehouse.open_writer(path) as con:
+        ingest_page(con, text, location=loc, scrape_ms=ms, cluster="c")
+        before = con.sql("SELECT * FROM gpus ORDER BY gpu_id").pl()
+        ingest_page(con, added, location=loc, scrape_ms=ms + 30_000, cluster="c")
+        after = con.sql("SELECT * FROM gpus ORDER BY gpu_id").pl()
+    assert after.height == before.height + 1 and after["gpu_uuid"][-1] == "GPU-new-one"
+    kept = after.head(before.height)
+    moved = kept.filter(kept["gpu_uuid"] == first_uuid)
+    assert moved["pci_bus_id"].to_list() == ["1" + before.filter(before["gpu_uuid"] == first_uuid)["pci_bus_id"][0]] * moved.height
+    others = ~kept["gpu_uuid"].is_in([first_uuid])
+    assert_frame_equal(kept.filter(others).drop("last_seen"), before.filter(~before["gpu_uuid"].is_in([first_uuid])).drop("last_seen"))
+    assert (kept["last_seen"] > before["last_seen"]).all()  # every device seen again 30 s later

@@ -20,7 +20,7 @@ def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str) -> int:
     if wide.is_empty():
         return 0
     inventory = inventory_from_wide(wide, cluster)
-    registered = warehouse.register_gpus(con, inventory.drop("first_seen", "last_seen"))
+    registered = _register_changed(con, inventory.drop("first_seen", "last_seen"))
     apply_tier_rules(con, cluster=cluster, jobs=False)  # pricing tier from the stored config's rules
     seen = inventory.select("gpu_uuid", "mig_instance_id", "first_seen", "last_seen").join(
         registered.select("gpu_uuid", "mig_instance_id", "gpu_id"), on=["gpu_uuid", "mig_instance_id"])
@@ -39,3 +39,29 @@ def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str) -> int:
     if new:
         link_devices_for_samples(con, samples)  # pods / Slurm jobs named by the labels get devices
     return new
+
+
+_KEYS = ["cluster", "gpu_uuid", "mig_instance_id"]
+
+
+def _register_changed(con, inventory: pl.DataFrame) -> pl.DataFrame:
+    """``register_gpus`` for the devices that are new or whose attributes changed; the others (every
+    device, every round, once a cluster is known) only have their gpu_id read. Same table after, but
+    DuckDB's ON CONFLICT DO UPDATE costs ~0.1 ms a row even when nothing changes (1 s a round at
+    12,000 devices)."""
+    con.register("_device_batch", inventory.select(_KEYS).to_arrow())
+    try:
+        cols = ", ".join(f"g.{c}" for c in inventory.columns)
+        stored = con.sql(f"SELECT g.gpu_id, {cols} FROM gpus g JOIN _device_batch b USING (cluster, gpu_uuid, "
+                         "mig_instance_id)").pl()
+    finally:
+        con.unregister("_device_batch")
+    stored = stored.cast({c: inventory.schema[c] for c in inventory.columns})
+    same = stored.join(inventory, on=inventory.columns, how="semi", nulls_equal=True)
+    changed = inventory.join(same, on=_KEYS, how="anti")
+    if changed.is_empty():
+        return inventory.join(same.select(*_KEYS, "gpu_id"), on=_KEYS, how="left")
+    new = warehouse.register_gpus(con, changed)
+    new_ids = new.select(*_KEYS, "gpu_id").cast({"gpu_id": same.schema["gpu_id"]})
+    ids = pl.concat([same.select(*_KEYS, "gpu_id"), new_ids])
+    return inventory.join(ids, on=_KEYS, how="left")
