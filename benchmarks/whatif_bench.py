@@ -2,17 +2,21 @@
 
 Builds (once, cached under data/bench/) the simulator's month of ``--gpus`` GPUs (clean, seed 1,
 samples every ``--interval`` s: the what-if reads job records and the hourly rollup, so the sample
-interval changes the build time, not what is measured), then times: reading the trace, and each
-policy's simulation and metrics. Prints the side-by-side figures and writes a markdown table to
-data/bench/whatif-<gpus>.md.
+interval changes the build time and, through the hourly activity of the few jobs with samples,
+the useful GPU-hours by a fraction of a percent), then times: reading the trace, and each policy's
+simulation and metrics. Prints the side-by-side figures, writes a markdown table to
+data/bench/whatif-<gpus>.md and, with ``--json OUT``, the figures per policy (worst project
+delivered ÷ owed and its name, all projects, the hour-by-hour figures beside them, useful
+GPU-hours, simulate seconds) and the peak RSS.
 
+    .venv/bin/python benchmarks/whatif_bench.py --gpus 256 --json out.json  # the 256-GPU month's figures
     .venv/bin/python benchmarks/whatif_bench.py --gpus 1024            # the "under 2 minutes" check
-    .venv/bin/python benchmarks/whatif_bench.py --gpus 256 --interval 30  # the 256-GPU month's figures
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import subprocess
 import sys
@@ -27,6 +31,7 @@ import duckdb
 
 from gpuledger.ledger.config_versions import config_for_command
 from gpuledger.whatif import metrics
+from gpuledger.whatif.compare import settle_period
 from gpuledger.whatif.engine import effective_policy, org_nodes_frame, simulate
 from gpuledger.whatif.model import POLICIES, Params
 from gpuledger.whatif.trace import load_trace
@@ -36,6 +41,9 @@ FIGURES = (
     "worst_delivery_ratio",
     "worst_project",
     "delivery_ratio",
+    "worst_delivery_ratio_hourly",
+    "worst_project_hourly",
+    "delivery_ratio_hourly",
     "occupancy_ratio",
     "useful_gpu_hours",
     "allocated_gpu_hours",
@@ -66,6 +74,7 @@ def main() -> None:
     ap.add_argument("--usage-mode", default=None)
     ap.add_argument("--min-runtime-cap-hours", type=float, default=None)
     ap.add_argument("--default-min-runtime-hours", type=float, default=0.0)
+    ap.add_argument("--json", type=Path, default=None, help="write the figures per policy here")
     args = ap.parse_args()
     db = args.warehouse or ROOT / "data" / "bench" / f"month{args.gpus}-i{args.interval}.duckdb"
     if not db.exists():
@@ -115,14 +124,17 @@ def main() -> None:
         )
     ]
     print(rows[-1], flush=True)
-    summaries = []
-    org, squatting = org_nodes_frame(cfg, params), effective_policy(cfg, params)[2]
+    summaries, sim_seconds = [], {}
+    org = org_nodes_frame(cfg, params)
+    usage, _, squatting = effective_policy(cfg, params)
+    settle = settle_period(usage)
     for policy in args.policies.split(","):
         t = time.perf_counter()
         result = simulate(trace, cfg, policy, params)
         sim_s = time.perf_counter() - t
         t = time.perf_counter()
-        summary, _ = metrics.summarize(result, org, squatting)
+        summary, _ = metrics.summarize(result, org, squatting, settle)
+        sim_seconds[policy] = sim_s
         rows.append(
             (f"simulate {policy}", sim_s, f"{result.decide_calls} enforce cycles decided, {result.actions}")
         )
@@ -133,7 +145,7 @@ def main() -> None:
     lines = [
         f"# What-if benchmark: {args.gpus} GPUs, {args.days:g} days ({built})",
         "",
-        f"params: {params}",
+        f"params: {params}; delivery settled per {settle.days:g} days",
         "",
         "| step | wall s | notes |",
         "|---|---:|---|",
@@ -156,6 +168,25 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)
+    if args.json:
+        keep = ("worst_delivery_ratio", "worst_project", "delivery_ratio", "worst_delivery_ratio_hourly",
+                "worst_project_hourly", "delivery_ratio_hourly", "useful_gpu_hours", "occupancy_ratio",
+                "preemptions", "lost_gpu_hours", "squatted_gpu_hours")
+        report = {
+            "gpus": args.gpus,
+            "days": args.days,
+            "warehouse": str(db),
+            "jobs": len(trace.jobs),
+            "settle_days": settle.total_seconds() / 86400,
+            "read_trace_seconds": rows[0][1],
+            "peak_rss_mib": _rss_mib(),
+            "policies": {
+                s["policy"]: {**{k: s[k] for k in keep}, "simulate_seconds": sim_seconds[s["policy"]]}
+                for s in summaries
+            },
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

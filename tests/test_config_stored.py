@@ -19,9 +19,9 @@ from gpuledger.config_files import example_config_text
 CSV = "job_id,cluster,project,user,gpu_model,gpus,start_time,end_time\nz-1,c1,zeta,ann,H100,1,2026-10-01T00:00:00Z,2026-10-01T04:00:00Z\n"
 
 
-def _custom(price: str = "9.99", zeta: bool = True, pretrain_budget: str = "60000") -> str:
+def _custom(price: str = "9.99", zeta: bool = True, pretrain_budget: str = "102000") -> str:
     text = example_config_text().replace('price_per_gpu_hour: "2.10"', f'price_per_gpu_hour: "{price}"')
-    text = text.replace("{node: llm-pretrain, period: 2026-11, gpu_hours: 60000}",
+    text = text.replace("{node: llm-pretrain, period: 2026-11, gpu_hours: 102000}",
                         f"{{node: llm-pretrain, period: 2026-11, gpu_hours: {pretrain_budget}}}")
     if zeta:
         text = text.replace("- {name: ci-evals, shares: 40}", "- {name: ci-evals, shares: 40}\n        - {name: zeta, shares: 10}")
@@ -78,7 +78,7 @@ def test_import_without_config_keeps_the_stored_config_and_only_config_load_repl
     assert "loaded as config version 2" in out
     assert "price changed: H100/reserved from 2026-01-01 9.99 USD -> 8.00 USD" in out
     assert "node removed: zeta" in out
-    assert "budget changed: llm-pretrain 2026-11-01: 60000 h -> 50000 h" in out
+    assert "budget changed: llm-pretrain 2026-11-01: 102000 h -> 50000 h" in out
     again = _run(tmp_path, "config", "load", "--config", "custom.yaml")
     assert "unchanged" in again.stdout
     assert _query(tmp_path, "SELECT count(*) FROM config_versions") == [(2,)]

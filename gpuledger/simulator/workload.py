@@ -2,7 +2,10 @@
 
 Demand per project follows the config's shares (the product of normalised shares down the tree),
 about ``DEMAND_FACTOR`` times what the cluster can run; a greedy scheduler places what fits, in
-priority then submit order, with limited backfill, and queues the rest. Times are epoch seconds
+priority then submit order, with limited backfill, and queues the rest. Every job but a squatter
+declares a minimum runtime (design.md: without one a job is never funded, so a project of evals
+or notebooks could never use its budget): training and inference the 8 h cap, a fine-tune (it
+checkpoints) up to 2 h, batch evals and notebook sessions (they do not) their whole runtime. Times are epoch seconds
 (UTC). Ground truth for tests and demos: squatters are named ``squat-...`` and failing jobs end in
 state FAILED within minutes.
 """
@@ -244,8 +247,9 @@ def _demand(cfg: Config, hw: Hardware, placer: _Placer, rng: np.random.Generator
                     count = int(rng.choice([1, 1, 2, 4, 8]))
                     dur = int(rng.uniform(0.3, 1.8) * 3600)
                     fail = rng.random() < 0.08
+                    # no checkpoints: preempted, it starts over, so it declares its whole runtime
                     spec = JobSpec(project, user, f"{project}-eval-{k}", "batch", BATCH, pool, count, dur,
-                                   submit, 100, 0, "k8s")
+                                   submit, 100, dur, "k8s")
                 else:  # interactive
                     fail = False
                     dur = int(rng.uniform(0.5, 6) * 3600)
@@ -257,8 +261,9 @@ def _demand(cfg: Config, hw: Hardware, placer: _Placer, rng: np.random.Generator
                         pool, count = "shared", 1
                     else:
                         count = 1
+                    # a session asked for dur: its user is at the keyboard for all of it
                     spec = JobSpec(project, user, f"nb-{user}-{k}", "interactive", INTERACTIVE, pool, count,
-                                   dur, submit, 150, 0, "k8s")
+                                   dur, submit, 150, dur, "k8s")
                 if fail:
                     spec.behaviour, spec.duration_s = FAILING, int(rng.uniform(60, 600))
                     spec.name = spec.name + "-fail"
