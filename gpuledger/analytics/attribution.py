@@ -147,7 +147,7 @@ def mig_hourly_energy(energy: pl.LazyFrame, gpus: pl.LazyFrame) -> pl.LazyFrame:
         (pl.col("mig_instance_id") if "mig_instance_id" in names else pl.lit(-1)).fill_null(-1).alias("_mig"),
         pl.col("gpu_fraction").fill_null(1.0).alias("_fraction"),
     ).filter(  # only devices with MIG instances have an answer here: skip the other GPUs' hours
-        (pl.col("_mig").max().over("cluster", "gpu_uuid") >= 0)
+        pl.col("_mig").max().over("cluster", "gpu_uuid") >= 0
     )
     e = energy.select(pl.col("gpu_id").cast(pl.Int32), "hour", "s_energy_j", "energy_seen").join(inv, on="gpu_id")
     seen = e.filter(pl.col("energy_seen"))

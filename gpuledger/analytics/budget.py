@@ -20,6 +20,7 @@ import polars as pl
 
 from gpuledger.analytics.allocations import DEFAULT_TIER
 from gpuledger.analytics.attribution import allocated_pieces
+from gpuledger.analytics.collect import ENGINE
 from gpuledger.analytics.tree import Tree, closure
 
 BURN_WINDOW = timedelta(days=7)
@@ -78,7 +79,7 @@ def budget_burn(
                        pl.col("budget_gpu_hours").cast(pl.Float64))
         .filter((pl.col("period_start").cast(pl.Datetime("us")) <= as_of)
                 & (pl.col("period_end").cast(pl.Datetime("us")) > as_of))
-        .collect()
+        .collect(engine=ENGINE)
     )
     own: dict[str, dict] = {}
     for r in active.iter_rows(named=True):
@@ -223,7 +224,7 @@ def job_funding(
     """
     jobs = _with_rule_minimum(jobs, min_runtime_rules)
     tree = Tree.from_frame(org_nodes)
-    b = burn.filter(pl.col("budget_own")).select("node", "remaining_gpu_hours").collect()
+    b = burn.filter(pl.col("budget_own")).select("node", "remaining_gpu_hours").collect(engine=ENGINE)
     remaining = dict(b.iter_rows())
     verdict = []
     for project in tree.parent:

@@ -33,6 +33,7 @@ import polars as pl
 from gpuledger.analytics.allocations import DEFAULT_TIER, DEVICE
 from gpuledger.analytics.attribution import allocated_pieces
 from gpuledger.analytics.capacity import DEFAULT_RETIRE_GRACE, capacity_hourly
+from gpuledger.analytics.collect import ENGINE
 from gpuledger.analytics.money import CENTS, RAW, half_up_cents, price_as_of, round_tree, to_raw
 from gpuledger.analytics.tree import Tree, closure
 
@@ -188,7 +189,7 @@ def chargeback_lines(
                          rate_card, at="_at").drop("_at")
     # Materialised once here: every line kind below reads these two frames (a lazy plan would
     # recompute the hourly cut for each of them).
-    pieces = pieces.join(prices, on=["model", "tier", "hour"], how="left", nulls_equal=False).collect().lazy()
+    pieces = pieces.join(prices, on=["model", "tier", "hour"], how="left", nulls_equal=False).collect(engine=ENGINE).lazy()
 
     # Per hour of a known cluster: idle = capacity not allocated, over = allocated beyond it.
     per_hour = (
@@ -202,7 +203,7 @@ def chargeback_lines(
             idle_h=pl.when(pl.col("_diff") < zero).then(-pl.col("_diff")).otherwise(zero),
         )
         .join(prices, on=["model", "tier", "hour"], how="left")
-    ).collect().lazy()
+    ).collect(engine=ENGINE).lazy()
     priced_hour = pl.col("price_per_gpu_hour").is_not_null()
 
     charges = (
@@ -286,7 +287,7 @@ def chargeback_lines(
     leaves = billed.with_columns(
         _mt=model_tier,
         _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), model_tier], separator="|"),
-    ).collect().lazy()
+    ).collect(engine=ENGINE).lazy()
     levels = round_tree(leaves, path=path, amounts={"amount_raw": "amount", "_idle_raw": "idle_amount_included"},
                         sums=["gpu_hours_allocated"])
     meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "model", "tier")

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 import duckdb
 import polars as pl
 
+from gpuledger.analytics.collect import ENGINE
 from gpuledger.analytics.squatting import ACTIVITY_COLUMNS, LOOKBACK, held_devices
 from gpuledger.config import SquattingPolicy
 from gpuledger.sql import load_sql
@@ -111,7 +112,7 @@ def load_hourly(
                 if check_lo == lo:
                     return rollup_frame(con, lo, hi)
                 final = stored.filter(f"hour < TIMESTAMP '{check_lo.isoformat(sep=' ')}'").pl()
-                return pl.concat([final, rollup_frame(con, check_lo, hi).collect()], how="vertical_relaxed").lazy()
+                return pl.concat([final, rollup_frame(con, check_lo, hi).collect(engine=ENGINE)], how="vertical_relaxed").lazy()
     return stored.pl().lazy()
 
 
@@ -133,7 +134,7 @@ def load_samples_for_hours(
     start × 2^32 + gpu_id + 2^31, exact for any INTEGER gpu_id) and the semi join is on that —
     ~4× cheaper than joining on (gpu_id, date_trunc('hour', ts)).
     """
-    frame = keys.lazy().select(pl.col("gpu_id").cast(pl.Int32), pl.col("hour").cast(pl.Datetime("us"))).collect()
+    frame = keys.lazy().select(pl.col("gpu_id").cast(pl.Int32), pl.col("hour").cast(pl.Datetime("us"))).collect(engine=ENGINE)
     if frame.is_empty():
         return con.sql(f"SELECT {columns} FROM gpu_samples WHERE false").pl().lazy()
     lo, hi = frame["hour"].min(), frame["hour"].max() + timedelta(hours=1)
@@ -182,7 +183,7 @@ def load_device_activity(
         .select(pl.col("cluster").cast(pl.String), pl.col("job_id").cast(pl.String),
                 pl.col("gpu_id").cast(pl.Int32), pl.col("judged_from").cast(pl.Datetime("us")), "is_mig")
         .with_row_index("k")
-        .collect()
+        .collect(engine=ENGINE)
     )
     if held.is_empty():
         return pl.DataFrame(schema=ACTIVITY_COLUMNS).lazy()

@@ -12,6 +12,8 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import polars as pl
 
+from gpuledger.analytics.collect import ENGINE
+
 RAW = pl.Decimal(38, 12)
 CENTS = pl.Decimal(38, 2)
 
@@ -121,5 +123,5 @@ def round_tree(leaves: pl.LazyFrame, *, path: list[str], amounts: dict[str, str]
                 nodes = _split_cents(nodes.join(parent, on=path[:k], how="left"), raw_col=raw,
                                      group=path[:k], order=[path[k]], target=pl.col("_parent")).drop("_parent")
             nodes = nodes.with_columns(_cents_col(out)).drop("_cents")
-        levels.append(nodes.collect().lazy())  # each level feeds the next: computed once
+        levels.append(nodes.collect(engine=ENGINE).lazy())  # each level feeds the next: computed once
     return levels
