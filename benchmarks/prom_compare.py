@@ -232,7 +232,7 @@ def compare_values(ours: dict[str, float], theirs: dict[str, float], *, rel: flo
     """Per key |prometheus - (gpuledger - shift[key])| <= max(abs_, rel × |gpuledger|) + allowance[key]
     (``shift``: what Prometheus cannot see by construction, e.g. the time of missing samples)."""
     allowance, shift = allowance or {}, shift or {}
-    rows, worst, bad = [], 0.0, []
+    rows, worst, worst_key, bad = [], 0.0, None, []
     for k in sorted(set(ours) | set(theirs)):
         g, p = ours.get(k, 0.0), theirs.get(k, 0.0)
         diff = p - g
@@ -240,7 +240,10 @@ def compare_values(ours: dict[str, float], theirs: dict[str, float], *, rel: flo
         ok = abs(diff + shift.get(k, 0.0)) <= limit + 1e-9
         rows.append({"key": k, "gpuledger": g, "prometheus": p, "diff": diff, "shift": shift.get(k, 0.0),
                      "limit": limit, "ok": ok})
-        worst = max(worst, abs(diff) / abs(g) if g else (0.0 if not diff else math.inf))
+        rel_k = abs(diff) / abs(g) if g else (0.0 if not diff else math.inf)
+        if rel_k >= worst:
+            worst, worst_key = rel_k, k
         if not ok:
             bad.append(k)
-    return {"agree": not bad, "rows": rows, "worst_rel": worst, "failing": bad}
+    return {"agree": not bad, "rows": rows, "worst_rel": worst, "worst_rel_key": worst_key if rows else None,
+            "failing": bad}

@@ -254,7 +254,8 @@ def run_dataset(n: int, args) -> tuple[dict, dict]:
         thr = policy.squatting.idle_threshold_ratio
         pq_idle = pc.PROMQL["idle"].format(thr=thr)
         now = facts["last_evaluation"] if span_days == args.days else end - timedelta(seconds=30)
-        instants = [now - timedelta(hours=h) for h in args.idle_hours_back]
+        back = args.idle_hours_back or [0, 1, *range(6, int(span_days * 24), 6)]  # every 6 h over the span
+        instants = [now - timedelta(hours=h) for h in back if now - timedelta(hours=h) > START + timedelta(hours=1.5)]
         per_instant, prom_idle_first = [], None
         for i, t in enumerate(instants):
             at = pc.epoch(t) - 0.001  # [t - 60 min, t) like gpuledger's judged samples
@@ -367,14 +368,16 @@ def _times(gl: list[float], cli: list[float], prom: list[float], prom_cold: floa
 
 
 def _entry(gl, cli, prom, cold, cmp: dict, promql: str, tolerance: str, why: str) -> dict:
-    worst = sorted(cmp["rows"], key=lambda r: -abs(r["diff"]))[:3]
+    # the rows nearest their limit first: how close the agreement came to failing
+    worst = sorted(cmp["rows"], key=lambda r: -abs(r["diff"] + r["shift"]) / r["limit"] if r["limit"] else 0)[:3]
     detail = ", ".join(f"{r['key']}: gpuledger {r['gpuledger']:.4g} vs prometheus {r['prometheus']:.4g}"
                        + (f" (gap {r['shift']:.3g})" if r.get("shift") else "") + f" (limit {r['limit']:.3g})"
                        for r in worst)
     return {**_times(gl, cli, prom, cold), "agree": cmp["agree"], "tolerance": tolerance, "promql": promql,
-            "difference": f"{why}. Largest: {detail}; worst relative {cmp['worst_rel']:.2%}"
+            "difference": f"{why}. Nearest their limits: {detail}; largest relative difference "
+                          f"{cmp['worst_rel']:.2%} ({cmp['worst_rel_key']})"
                           + (f"; FAILING: {', '.join(cmp['failing'])}" if cmp["failing"] else ""),
-            "compared": len(cmp["rows"])}
+            "compared": len(cmp["rows"]), "worst_rows": worst}
 
 
 def _idle_compare(t: datetime, ours: dict, theirs: dict) -> dict:
@@ -419,8 +422,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--days", type=float, default=DAYS, help="days the weekN warehouses hold")
     parser.add_argument("--seed", type=int, default=1, help="the seed they were simulated with")
     parser.add_argument("--days-4096", type=float, default=None, help="a shorter span at 4,096 GPUs")
-    parser.add_argument("--idle-hours-back", type=float, nargs="+", default=[0, 1, 3, 6, 12, 24, 48, 96],
-                        help="idle question instants: hours before the last squatting evaluation")
+    parser.add_argument("--idle-hours-back", type=float, nargs="+", default=None,
+                        help="idle question instants: hours before the last squatting evaluation "
+                             "[default: 0, 1 and every 6 h over the span]")
     parser.add_argument("--rel-hours", type=float, default=0.01)
     parser.add_argument("--abs-activity", type=float, default=0.005)
     parser.add_argument("--abs-util-pp", type=float, default=0.1)
