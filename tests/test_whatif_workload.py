@@ -54,25 +54,29 @@ def test_a_never_started_job_that_cannot_checkpoint_runs_its_declared_minimum(tm
         ("eval", "b", "batch", 1800, at(0), None, None),         # never started, declares 30 min
         ("ft", "b", "fine-tune", 1800, at(0), None, None),       # never started, but checkpoints
         ("nb", "b", "interactive", 0, at(0), None, None),        # never started, declares nothing
+        ("svc", "b", "inference", 28800, at(0), None, None),     # never started, exempt: never preempted
     ]
     with warehouse.open_writer(db) as con:
         for jid, project, kind, mr, sub, st, en in rows:
             con.execute(
                 "INSERT INTO jobs (cluster, job_id, project, name, kind, gpu_model, gpus, min_runtime_s, "
                 "submit_time, start_time, end_time, state, priority, source, updated_at) "
-                "VALUES ('c', ?, ?, ?, ?, 'H100', 1, ?, ?, ?, ?, ?, 100, 'csv', ?)",
-                [jid, project, jid, kind, mr, sub, st, en, "COMPLETED" if en else "PENDING", at(0)],
+                "VALUES (?, ?, ?, ?, ?, 'H100', 1, ?, ?, ?, ?, ?, 100, 'csv', ?)",
+                ["d" if kind == "inference" else "c", jid, project, jid, kind, mr, sub, st, en,
+                 "COMPLETED" if en else "PENDING", at(0)],
             )
     inv_file = tmp_path / "inv.yaml"
-    inv_file.write_text("gpus:\n  - {cluster: c, model: H100, count: 1}\n")
+    # the service runs on a cluster of its own, so the one GPU of `c` is the others' alone
+    inv_file.write_text("gpus:\n  - {cluster: c, model: H100, count: 1}\n  - {cluster: d, model: H100, count: 1}\n")
     cfg = _config()
     with warehouse.open_reader(db) as con:
         trace = load_trace(con, cfg, start=START, end=at(8), params=Params(),
                            inventory=inventory_from_file(inv_file))
     work = {j.job_id: j.work_s for j in trace.jobs}
     # eval: its declared 1800 s, not the batch median 7200 s. ft resumes from checkpoints, nb
-    # declares nothing: the median of their kind (fine-tune: none ran -> 1 h; interactive: 1 h).
-    assert work == {"ran": 7200, "eval": 1800, "ft": 3600, "nb": 3600}
+    # declares nothing, svc is exempt (inference, never preempted): the median of their kind, and
+    # none of those kinds ran -> 1 h each.
+    assert work == {"ran": 7200, "eval": 1800, "ft": 3600, "nb": 3600, "svc": 3600}
     # Replayed on the one GPU under fair share. At 0 all four wait; no usage, so the ranks tie and
     # funded work (all but nb, which declares no minimum runtime) goes in submission then id order:
     # eval 0-0.5 h. Then b has usage and a none: ran 0.5-2.5 h (protected all its 2 h). Then b's
@@ -82,4 +86,4 @@ def test_a_never_started_job_that_cannot_checkpoint_runs_its_declared_minimum(tm
     r = simulate(trace, cfg, FAIR_SHARE)
     got = {o.job.job_id: (o.first_start_s, o.done_s, o.preemptions) for o in r.outcomes}
     assert got == {"eval": (0, 1800, 0), "ran": (1800, 9000, 0), "ft": (9000, 12600, 0),
-                   "nb": (12600, 16200, 0)}
+                   "nb": (12600, 16200, 0), "svc": (0, 3600, 0)}

@@ -6,8 +6,9 @@ activity per hour of runtime, and the inventory (the warehouse's, or one from a 
 * units — devices of the pool: whole GPUs = the GPU count; MIG = GPU count ÷ the profile's
   fraction (gpuledger.ingest.mig); a shared GPU (< 1 and no MIG) is one device, that share of it;
 * work — end − start as recorded; still running at the range's end: up to that end (a lower
-  bound); never started: its declared minimum runtime when it cannot checkpoint (the runtime it
-  says it needs), else the median runtime of its kind in the trace (else 1 h);
+  bound); never started: its declared minimum runtime when it cannot checkpoint and is not of a
+  kind exempt from preemption (the runtime it says it needs), else the median runtime of its kind
+  in the trace (else 1 h);
 * activity — per hour of its runtime, the mean over its devices of the best signal the hourly
   rollup has (SM active, then graphics engine active, then GPU utilisation; attribution.SIGNALS),
   where gpu_hourly covers it; a job without device allocations, from the samples its scheduler
@@ -184,6 +185,7 @@ def load_trace(
     for r in rows:
         if r[11] is not None and r[12] is not None:
             runtimes[r[5]].append((r[12] - r[11]).total_seconds())
+    exempt_kinds = set(cfg.policy.enforcement.exempt_kinds)
     jobs, skipped = [], []
     for (
         cl,
@@ -227,10 +229,11 @@ def load_trace(
             work = ((en or end) - max(st, start)).total_seconds()
             if st < start:
                 skip_h = int((start - st.replace(minute=0, second=0, microsecond=0)).total_seconds() // 3600)
-        elif min_rt and (kind or "") not in params.resumable_kinds:
-            # never started, cannot checkpoint, declares a minimum runtime: that is the runtime it
-            # says it needs (preempted sooner it loses everything). The kind's median instead would
-            # make it outlive its protection, be preempted and start over at every cycle past it.
+        elif min_rt and (kind or "") not in params.resumable_kinds and (kind or "") not in exempt_kinds:
+            # never started, cannot checkpoint, may be preempted, declares a minimum runtime: that is
+            # the runtime it says it needs (preempted sooner it loses everything). The kind's median
+            # instead would make it outlive its protection, be preempted and start over at every
+            # cycle past it. (An exempt service is never preempted: its median stands.)
             work = float(min_rt)
         else:
             known = runtimes.get(kind) or []
