@@ -164,3 +164,23 @@ def test_wide_rows_from_the_series_numbers_equal_long_to_wide(sim_pages):
     wide = _wide_same(parse_exposition_bulk("".join(pages), scrape_ms=t * 1000))
     assert wide["mig_instance_id"].max() >= 0 and wide["hpc_job"].drop_nulls().len() > 0  # MIG and Slurm rows
     _wide_same(parse_exposition_bulk(CORPUS.read_text(), scrape_ms=SCRAPE_MS))
+
+
+def test_pages_parsed_together_same_as_each_alone(sim_pages):
+    """parse_pages_bulk: each page keeps its own line numbers, scrape time (one page's explicit
+    timestamps are in the future of its own scrape time only), duplicates and refusals."""
+    from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
+    pages, t = sim_pages
+    sim = build_cluster(seed=3, gpus=64, start=datetime(2026, 11, 1), days=0.05)
+    stamped = metrics_page(sim, 1, t, timestamps=True)
+    batch = [(pages[0], t * 1000), (CORPUS.read_text(), SCRAPE_MS), (stamped, t * 1000 - 3_600_000),
+             (pages[0] + pages[0].split("\n", 3)[2], t * 1000)]  # no final newline, one duplicate line
+    got = parse_pages_bulk(batch)
+    for k, (text, ms) in enumerate(batch):
+        ref = parse_exposition_lines(text, scrape_ms=ms)
+        mine = got.points.filter(pl.col("page") == k).drop("page").join(got.series, on="series", how="left", maintain_order="left").drop("series")
+        assert_frame_equal(mine, ref.samples)
+        assert [r for pg, r in got.rejects if pg == k] == ref.rejects
+        assert got.lines[k] == ref.lines
+    assert [pg for pg, _ in got.rejects].count(3) == 1  # the repeated line of the last page
+    assert got.points.filter(pl.col("page") == 2).is_empty()  # an hour ahead of its scrape: refused

@@ -37,7 +37,10 @@ def _contents(path):
     return samples, gpus, quarantine
 
 
-def test_batched_pages_store_what_page_by_page_stores(tmp_path):
+@pytest.mark.parametrize("bulk_from", [0, 10**9])  # all pages in one bulk parse / each page line by line
+def test_batched_pages_store_what_page_by_page_stores(tmp_path, monkeypatch, bulk_from):
+    import gpuledger.ingest.metrics.scrape as scrape
+    monkeypatch.setattr(scrape, "BULK_FROM_CHARS", bulk_from)
     pages = _pages()
     one, many = tmp_path / "one.duckdb", tmp_path / "many.duckdb"
     with warehouse.open_writer(one) as con:

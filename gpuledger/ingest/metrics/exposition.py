@@ -106,7 +106,7 @@ class ParsedPage:
     @property
     def samples(self) -> pl.DataFrame:
         if self._samples is None:
-            self._samples = self.points.join(self.series, on="series", how="left").drop("series")
+            self._samples = self.points.join(self.series, on="series", how="left", maintain_order="left").drop("series")
         return self._samples
 
     @property

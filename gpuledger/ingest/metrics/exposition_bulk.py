@@ -21,6 +21,7 @@ result equals ``parse_exposition_lines`` (tests/test_ingest_exposition_bulk.py).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -186,20 +187,56 @@ def _segments(data: bytes, cuts: np.ndarray) -> pl.Series:
     return pl.from_arrow(arr)
 
 
+@dataclass
+class ParsedPages:
+    """Several pages parsed in one go (``parse_pages_bulk``): ``points`` has a ``page`` column (the
+    page's position) and each page's own line numbers; ``rejects`` are ``(page, Reject)``."""
+
+    points: pl.DataFrame
+    series: pl.DataFrame
+    rejects: list[tuple[int, Reject]]
+    unknown_dcgm: Counter
+    lines: list[int]
+    skipped_other: int
+
+
 def parse_exposition_bulk(text: str, *, scrape_ms: int,
                           max_future_s: float = DEFAULT_MAX_FUTURE_S) -> ParsedPage:
     """``parse_exposition``, in bulk (module docstring). Same result as ``parse_exposition_lines``."""
+    got = parse_pages_bulk([(text, scrape_ms)], max_future_s=max_future_s)
+    if got is None:
+        from gpuledger.ingest.metrics.exposition import parse_exposition_lines
+        return parse_exposition_lines(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
+    return ParsedPage.from_points(got.points.drop("page"), got.series, [r for _, r in got.rejects],
+                                  got.unknown_dcgm, got.lines[0], got.skipped_other)
+
+
+def parse_pages_bulk(pages: list[tuple[str, int]], *,
+                     max_future_s: float = DEFAULT_MAX_FUTURE_S) -> ParsedPages | None:
+    """Pages ``(text, scrape_ms)`` parsed in one bulk pass, each by its own rules (its line numbers,
+    its scrape time and future limit, duplicates within the page), the series numbered across all.
+    A scrape round of 1,280 node pages costs one pass, not 1,280. None when the text cannot be read
+    in bulk (lone surrogates, a 64-bit hash collision): parse each page line by line then."""
+    if not pages:
+        return ParsedPages(pl.DataFrame(schema={"page": pl.Int64, "line_no": pl.Int64, "metric": pl.String,
+                                                "series": pl.Int64, "value": pl.Float64, "ts": pl.Datetime("ms")}),
+                           _Series().frame(), [], Counter(), [], 0)
+    text = "\n".join(t for t, _ in pages)
+    page_lines = np.array([t.count("\n") + 1 for t, _ in pages], dtype=np.int64)
+    page_first = np.concatenate(([0], np.cumsum(page_lines)[:-1]))  # global index of each page's line 1
+    page_ms = np.array([ms for _, ms in pages], dtype=np.int64)
+    future_ms = int(max_future_s * 1000)
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: only the per-line parser can name those lines
-        from gpuledger.ingest.metrics.exposition import parse_exposition_lines
-        return parse_exposition_lines(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
+        return None
     buf = np.frombuffer(data, dtype=np.uint8)
     size = len(buf)
     newline = np.flatnonzero(buf == 10)
     starts = np.concatenate(([0], newline + 1))
     ends = np.concatenate((newline, [size]))
     n_lines = len(starts)
+    page_of_line = np.repeat(np.arange(len(pages)), page_lines)
     nonempty = ends > starts
     first = buf[np.minimum(starts, max(size - 1, 0))] if size else np.zeros(n_lines, np.uint8)
     comment = nonempty & (first == 35)  # '#'
@@ -241,11 +278,12 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
     stamped = (value_s.is_null() & tail_ok).to_numpy()
     value = value_s.to_numpy()
     has_ts = np.zeros(len(cand_idx), dtype=bool)
-    ts = np.full(len(cand_idx), scrape_ms, dtype=np.int64)
+    cand_page = page_of_line[cand_idx]
+    ts = page_ms[cand_page]
     if stamped.any():
         parts = tails.filter(pl.Series(stamped)).str.split_exact(" ", 1).struct.unnest()
         value[stamped] = parts["field_0"].cast(pl.Float64, strict=False).to_numpy()
-        ts[stamped] = parts["field_1"].cast(pl.Int64, strict=False).fill_null(scrape_ms).to_numpy()
+        ts[stamped] = parts["field_1"].cast(pl.Int64, strict=False).fill_null(0).to_numpy()
         has_ts = stamped
 
     # lines the bulk path settles: unknown DCGM fields and other families (by a plain name)
@@ -273,8 +311,7 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
         uniq_h, uniq_text = h.filter(firsts), lab.filter(firsts)
         text_no = h.replace_strict(uniq_h, pl.int_range(len(uniq_h), eager=True), return_dtype=pl.Int64)
         if not (lab == uniq_text.gather(text_no)).all():  # a 64-bit hash collision: be exact instead
-            from gpuledger.ingest.metrics.exposition import parse_exposition_lines
-            return parse_exposition_lines(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
+            return None
         sets = _simple_label_sets(uniq_text)
         ok = sets["ok"].to_numpy()
         number_of_text = np.full(len(uniq_text), -1, dtype=np.int64)
@@ -284,8 +321,7 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
         series_no[good_idx] = number_of_text[text_no.to_numpy()]
     codes = code.fill_null(0).to_numpy()
     v_ok = np.isfinite(value) & _value_ok(codes, value)
-    future_limit = scrape_ms + int(max_future_s * 1000)
-    fast = good & (series_no >= 0) & v_ok & (~has_ts | (ts <= future_limit))
+    fast = good & (series_no >= 0) & v_ok & (~has_ts | (ts <= page_ms[cand_page] + future_ms))
     fast_lines = cand_idx[fast]
 
     # the per-line rules for every other line that is not a comment or an empty line
@@ -296,16 +332,19 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
     if len(settled):
         slow[settled[~other_slow.to_numpy()]] = False
     slow_idx = np.flatnonzero(slow)
-    rejects: list[Reject] = []
+    rejects: list[tuple[int, Reject]] = []
     slow_samples: list[tuple] = []
     if len(slow_idx):
         for i in slow_idx.tolist():
             line = data[starts[i]:ends[i]].decode("utf-8")
-            verdict = line_verdict(i + 1, line, scrape_ms, future_limit, max_future_s, series.key_of_text)
+            pg = int(page_of_line[i])
+            ms = int(page_ms[pg])
+            verdict = line_verdict(i + 1 - int(page_first[pg]), line, ms, ms + future_ms, max_future_s,
+                                   series.key_of_text)
             if verdict is None:
                 continue
             if verdict.__class__ is Reject:
-                rejects.append(verdict)
+                rejects.append((pg, verdict))
             elif verdict[0] is SKIP:
                 skipped += 1
             elif verdict[0] is UNKNOWN:
@@ -313,7 +352,7 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
             else:
                 slow_samples.append((i + 1, METRICS.index(verdict[0]), *verdict[1:]))
 
-    line_no = fast_lines + 1
+    line_no = fast_lines + 1  # global, 1-based, until the end
     m_code, s_no, vals, stamps = codes[fast], series_no[fast], value[fast], ts[fast]
     if slow_samples:
         extra = np.array([s[0] for s in slow_samples], dtype=np.int64)
@@ -323,20 +362,24 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
         s_no = np.concatenate((s_no, [s[2] for s in slow_samples]))[order]
         vals = np.concatenate((vals, [s[3] for s in slow_samples]))[order]
         stamps = np.concatenate((stamps, [s[4] for s in slow_samples]))[order]
-    cell = pl.Series(s_no * len(METRICS) + m_code)
+    page = page_of_line[line_no - 1]
+    cell = pl.Series((page * (series.count + 1) + s_no) * len(METRICS) + m_code)  # duplicates: per page
     keep = cell.is_first_distinct().to_numpy()
     if not keep.all():
         for no in line_no[~keep].tolist():
             raw = data[starts[no - 1]:ends_s[no - 1]].decode("utf-8")
-            rejects.append(Reject(no, raw, "duplicate series in one scrape (the first copy is kept)"))
-        line_no, m_code, s_no, vals, stamps = (a[keep] for a in (line_no, m_code, s_no, vals, stamps))
-    rejects.sort(key=lambda r: r.line_no)
+            pg = int(page_of_line[no - 1])
+            rejects.append((pg, Reject(no - int(page_first[pg]), raw,
+                                       "duplicate series in one scrape (the first copy is kept)")))
+        line_no, m_code, s_no, vals, stamps, page = (
+            a[keep] for a in (line_no, m_code, s_no, vals, stamps, page))
+    rejects.sort(key=lambda r: (r[0], r[1].line_no))
     points = pl.DataFrame({
-        "line_no": line_no, "metric": _METRIC_NAMES.gather(m_code),
+        "page": page, "line_no": line_no - page_first[page], "metric": _METRIC_NAMES.gather(m_code),
         "series": s_no, "value": vals, "ts": stamps,
-    }, schema={"line_no": pl.Int64, "metric": pl.String, "series": pl.Int64, "value": pl.Float64,
-               "ts": pl.Int64}).with_columns(pl.col("ts").cast(pl.Datetime("ms")))
-    return ParsedPage.from_points(points, series.frame(), rejects, unknown, n_lines, skipped)
+    }, schema={"page": pl.Int64, "line_no": pl.Int64, "metric": pl.String, "series": pl.Int64,
+               "value": pl.Float64, "ts": pl.Int64}).with_columns(pl.col("ts").cast(pl.Datetime("ms")))
+    return ParsedPages(points, series.frame(), rejects, unknown, page_lines.tolist(), skipped)
 
 
 def _value_ok(codes: np.ndarray, value: np.ndarray) -> np.ndarray:

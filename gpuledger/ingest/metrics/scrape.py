@@ -25,7 +25,14 @@ import requests
 
 from gpuledger import warehouse
 from gpuledger.ingest.metrics.writes import store_wide
-from gpuledger.ingest.metrics.exposition import DEFAULT_MAX_FUTURE_S, parse_exposition, wide_rows
+from gpuledger.ingest.metrics.exposition import (
+    BULK_FROM_CHARS,
+    DEFAULT_MAX_FUTURE_S,
+    parse_exposition,
+    series_long_to_wide,
+    wide_rows,
+)
+from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
 
 SOURCE = "scrape"
 from gpuledger.ingest import DEFAULT_CLUSTER  # noqa: E402,F401
@@ -170,6 +177,8 @@ def ingest_pages(
     one device registration, one sample insert and one rollup refresh. A write costs ~0.1 s however
     few rows it holds, so one per page would cap a round at ~10 pages/s. Same rows as ingesting the
     pages one after another: a (device, ts) in two pages keeps the first page's row."""
+    if sum(len(t) for t, _, _ in pages) >= BULK_FROM_CHARS:
+        return _ingest_pages_bulk(con, pages, cluster=cluster, max_future_s=max_future_s, source=source)
     stats = IngestStats()
     wides, rows = [], []
     for text, location, scrape_ms in pages:
@@ -189,6 +198,42 @@ def ingest_pages(
         stats.samples_new = store_wide(con, wide, cluster=cluster, source=source)
         warehouse.quarantine(con, rows)
     return stats
+
+
+def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source: str) -> IngestStats:
+    """``ingest_pages`` with all pages parsed in one bulk pass (``parse_pages_bulk``) and one wide
+    step; falls back to page by page where the bulk parser cannot read the text."""
+    parsed = parse_pages_bulk([(t, ms) for t, _, ms in pages], max_future_s=max_future_s)
+    if parsed is None:
+        return sum_stats(ingest_pages(con, [p], cluster=cluster, max_future_s=max_future_s, source=source)
+                         for p in pages)
+    points = first_page_wins(parsed.points, parsed.series)
+    wide = series_long_to_wide(points.drop("page"), parsed.series)
+    rows = [warehouse.QuarantineRow(source, f"{pages[pg][1]}:{r.line_no}", r.raw_text, r.reason)
+            for pg, r in parsed.rejects]
+    with warehouse.transaction(con):
+        new = store_wide(con, wide, cluster=cluster, source=source)
+        warehouse.quarantine(con, rows)
+    return IngestStats(pages=len(pages), lines=sum(parsed.lines), samples_parsed=parsed.points.height,
+                       samples_new=new, quarantined=len(rows), unknown_dcgm=parsed.unknown_dcgm)
+
+
+def first_page_wins(points: pl.DataFrame, series: pl.DataFrame) -> pl.DataFrame:
+    """Drop the points of a (device, ts) that an earlier page already holds: ingested one page after
+    another, the first page's row would be kept whole (samples are keyed (gpu_id, ts))."""
+    if points.is_empty() or points["page"].n_unique() == 1:
+        return points
+    device = series.select(pl.struct("gpu_uuid", "mig_instance_id").rank("dense").alias("device"))["device"]
+    dev = device.to_numpy()[points["series"].to_numpy()]
+    tagged = points.with_columns(_dev=pl.Series(dev))
+    return tagged.filter(pl.col("page") == pl.col("page").min().over("_dev", "ts")).drop("_dev")
+
+
+def sum_stats(parts) -> IngestStats:
+    total = IngestStats()
+    for part in parts:
+        total.add(part)
+    return total
 
 
 # a round's pages are written in batches of about this many characters (~40k samples), so readers
