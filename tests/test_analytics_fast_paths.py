@@ -1,7 +1,8 @@
 """The analytics' fast paths give what the plain paths give, on a simulated cluster.
 
-- ``load.load_samples_for_hours`` finds the partial GPU-hours' samples with one integer key per
-  (gpu_id, hour) instead of joining on (gpu_id, date_trunc('hour', ts)): same rows, same order.
+- ``load.load_samples_for_hours`` finds the partial GPU-hours' samples with a pushed-down
+  ``gpu_id IN (...)`` per wanted hour, or (many hours) one integer key per (gpu_id, hour),
+  instead of joining on (gpu_id, date_trunc('hour', ts)): same rows, same order, both ways.
 - attribution from the rollup + those samples equals attribution from every raw sample.
 - the in-memory engine the entry points collect with (analytics.collect) gives the streaming
   engine's figures.
@@ -45,7 +46,16 @@ def _keys(frames):
                                                       start=START, end=NOW, jobs=frames["jobs"])))
 
 
-def test_integer_key_loader_equals_the_date_trunc_join(sim_con):
+@pytest.fixture(params=["per-hour IN filters", "integer-key semi join"])
+def loader_path(request, monkeypatch):
+    from gpuledger.analytics import load
+
+    if request.param == "integer-key semi join":
+        monkeypatch.setattr(load, "MAX_HOUR_BRANCHES", 0)
+    return request.param
+
+
+def test_loader_equals_the_date_trunc_join(sim_con, loader_path):
     con, frames, everything = sim_con
     keys = _keys(frames)
     # The simulated jobs start and end mid-hour, so there are partial GPU-hours to look up.
@@ -67,7 +77,7 @@ def test_integer_key_loader_equals_the_date_trunc_join(sim_con):
     assert got.height == in_keys.height
 
 
-def test_loader_handles_no_keys_and_an_unknown_device(sim_con):
+def test_loader_handles_no_keys_and_an_unknown_device(sim_con, loader_path):
     con, _, _ = sim_con
     empty = pl.DataFrame(schema={"gpu_id": pl.Int32, "hour": pl.Datetime("us")})
     assert collect(load_samples_for_hours(con, empty)).height == 0
