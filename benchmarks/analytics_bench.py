@@ -166,9 +166,10 @@ def incremental(con, tm: Timer, ctx: dict, *, now: datetime) -> int:
 def scan_floor(con, *, start: datetime, now: datetime) -> tuple[float, str]:
     """A bare DuckDB scan (count and sum/max of every column, nothing materialized in Python) of
     exactly the rows and columns the full recompute reads, best of 3. Raw samples of partial
-    GPU-hours: without an index DuckDB must read gpu_id and ts over the span to find them, then
-    their value columns; the floor is those two bare scans (the rows are located once, outside
-    the timing, into a temp table of their values)."""
+    GPU-hours: without an index DuckDB must read gpu_id and ts of every sample in the hours that
+    hold them to find them (one UNION ALL branch per hour, as load_samples_for_hours reads them;
+    DuckDB starts each branch in ~1 ms), then their value columns; the floor is those two bare
+    scans (the rows are located once, outside the timing, into a temp table of their values)."""
     t = load_tables(con, start=start, end=now, samples=False)
     jobs, allocs, gpus = (collect(f).lazy() for f in (t.jobs, t.job_allocations, t.gpus))
     keys = collect(partial_hour_keys(allocated_pieces(allocs, gpus, now=now, start=start, end=now, jobs=jobs)))
@@ -179,15 +180,19 @@ def scan_floor(con, *, start: datetime, now: datetime) -> tuple[float, str]:
                 "SEMI JOIN _floor_keys k ON s.gpu_id = k.gpu_id AND date_trunc('hour', s.ts) = k.hour")
     con.unregister("_floor_keys")
     n_partial = con.execute("SELECT count(*) FROM _floor_partial").fetchall()[0][0]
-    lo_k, hi_k = keys["hour"].min(), keys["hour"].max() + timedelta(hours=1)
-    p = {"lo": start - timedelta(hours=1), "hi": now, "sq": now - SIX_HOURS, "klo": lo_k, "khi": hi_k}
+    hours = keys["hour"].unique().sort().to_list()
+    p = {"lo": start - timedelta(hours=1), "hi": now, "sq": now - SIX_HOURS}
+    for i, h in enumerate(hours):
+        p[f"h{i}"], p[f"e{i}"] = h, h + timedelta(hours=1)
+    in_hours = " UNION ALL ".join(f"SELECT count(*) AS n, sum(gpu_id) AS g, max(ts) AS t FROM gpu_samples "
+                                  f"WHERE ts >= $h{i} AND ts < $e{i}" for i in range(len(hours)))
     parts = [
         ("gpu_hourly of the span, every column",
          ("SELECT count(*), sum(s_n), sum(s_sm_active), sum(s_gr_engine_active), sum(s_gpu_util), "
          "sum(s_n_sm_active), sum(s_n_gr_engine_active), sum(s_n_gpu_util), sum(e_first), sum(e_last), "
          "sum(e_inside), max(gpu_id), max(hour) FROM gpu_hourly WHERE hour >= $lo AND hour < $hi")),
-        ("gpu_id and ts of the raw samples over the partial hours' span (to find them)",
-         "SELECT count(*), max(gpu_id), max(ts) FROM gpu_samples WHERE ts >= $klo AND ts < $khi"),
+        (f"gpu_id and ts of every raw sample in the {len(hours)} hours holding partial GPU-hours (to find them)",
+         f"SELECT sum(n), sum(g), max(t) FROM ({in_hours})"),
         (f"the {len(values)} value columns of the {n_partial:,} raw samples of the {keys.height:,} partial GPU-hours",
          f"SELECT count(*), {', '.join(f'sum({c})' for c in values)} FROM _floor_partial"),
         ("the 6 h squatting lookback of devices held at now (gpu_id, ts, 3 signals, fb_used)",
