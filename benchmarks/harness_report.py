@@ -175,7 +175,7 @@ def render(results: dict) -> str:
         part = results.get(key)
         if part:
             lines += [f"**{title}** (the script's figures, as it names them)", ""]
-            lines += _table(["figure", "value"], [[k, _f(v)] for k, v in _flat(part)][:60])
+            lines += _generic(part)
             lines += _sources_of(results, key)
     bad = [r for r in results.get("runs") or [] if r.get("status") != "ok"]
     if bad:
@@ -188,6 +188,33 @@ def render(results: dict) -> str:
         lines.append("")
     lines.append(END)
     return "\n".join(lines)
+
+
+def _scalar(value) -> bool:
+    return isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= 120)
+
+
+def _pivot(columns: dict[str, dict], label: str) -> list[str]:
+    """Dicts side by side: a row per key (in order of first appearance), a column per dict."""
+    keys = list(dict.fromkeys(k for col in columns.values() for k, v in col.items() if _scalar(v) and k != "command"))
+    return _table([label, *columns], [[k, *[_f(col.get(k)) for col in columns.values()]] for k in keys[:40]])
+
+
+def _generic(part: dict) -> list[str]:
+    """A script's JSON whose shape the harness does not know: its top-level figures, then its
+    groups of figures side by side (e.g. the what-if's policies, the storage's reader runs);
+    deeper levels and lists stay in results.json."""
+    out = []
+    top = [[k, _f(v)] for k, v in part.items() if _scalar(v) and k != "command"]
+    if top:
+        out += _table(["figure", "value"], top)
+    flat = {k: v for k, v in part.items() if isinstance(v, dict) and not all(isinstance(x, dict) for x in v.values())}
+    if flat:
+        out += _pivot(flat, "figure")
+    for k, v in part.items():
+        if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
+            out += _pivot(v, k)
+    return out
 
 
 def _flat(data: dict, prefix: str = "", depth: int = 3):

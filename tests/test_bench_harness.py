@@ -64,7 +64,8 @@ INGEST = {"": {"parse_samples_per_s_per_core": 2.0e6, "write_samples_per_s_per_c
 DASHBOARD = {"": {"gpus": 1024, "pages": {
     "utilization": {"first_load_s": 0.9, "warm_s": 0.5, "warm_runs_s": [0.5]},   # <= 2 s: met
     "chargeback": {"first_load_s": 3.0, "warm_s": 2.5, "warm_runs_s": [2.5]}}}}  # 2.5 > 2: missed
-WHATIF = {"": {"simulate_priority_s": 12.5, "policies": 3, "priority": {"delivered_over_owed": 0.816}}}
+WHATIF = {"": {"read_trace_s": 2.5, "jobs": 3,
+               "policies": {"priority": {"delivery_ratio": 0.816}, "reclaim": {"delivery_ratio": 0.905}}}}
 
 MD = """# Benchmarks
 
@@ -153,7 +154,7 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     assert results["questions"]["256"]["idle_pods"]["agree"] is False
     assert results["ingest"]["end_to_end_samples_per_s_per_core"] == 1.2e6
     assert results["dashboard"]["1024"]["chargeback"]["warm_s"] == 2.5
-    assert results["whatif"]["policies"] == 3
+    assert results["whatif"]["jobs"] == 3
     # only the built sizes went to the Prometheus bench, in one run
     assert _args(rig, "prometheus_bench")[0][:4] == ["--gpus", "256", "--gpus", "1024"]
 
@@ -202,7 +203,8 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     assert "**missed**" in block and "| 1,024 | 1.25 | 1,800 |" in block and "50.0×" in block
     assert runs["analytics 1024"]["command"] in block
     assert "analytics 4096: skipped" in block
-    assert "| priority.delivered_over_owed | 0.816 |" in block  # nested figures of an optional part
+    # an optional part's groups of figures side by side
+    assert "| policies | priority | reclaim |" in block and "| delivery_ratio | 0.816 | 0.905 |" in block
     assert "Largest steps at 1,024 GPUs: full: attribution 0.400 s." in block  # totals left out
     assert "== analytics 1024: ok" in capsys.readouterr().out  # progress as it goes
 
