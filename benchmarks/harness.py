@@ -223,6 +223,10 @@ def run_part(ctx: Context, part: Part, results: dict) -> dict:
     timer.start()
     try:
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not all children's
+    except BaseException:  # Ctrl-C: the script runs in its own session, so the terminal's SIGINT
+        _kill_group(proc.pid)  # does not reach it; stop it and what it started, then give up
+        os.waitpid(proc.pid, 0)
+        raise
     finally:
         timer.cancel()
     proc.returncode = os.waitstatus_to_exitcode(status)

@@ -316,3 +316,53 @@ def test_dashboard_uses_the_prometheus_bench_copy_when_complete_and_current(rig)
     assert dash[dash.index("--warehouse") + 1].endswith("harness/week1024-materialized.duckdb")
     notes = {r["name"]: r for r in json.loads(rig["results"].read_text())["runs"]}["dashboard 1024"]["notes"]
     assert "lacks migration(s)" in notes[0]
+
+
+SLOW = """\
+import os, sys, time
+open({pidfile!r}, "w").write(str(os.getpid()))
+print("started", flush=True)
+time.sleep(120)
+"""
+
+
+def _dead(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_part_past_its_timeout_is_killed_and_recorded(rig):
+    pidfile = rig["log"] / "ingest.pid"
+    (Path(rig["base"][1]) / "ingest_bench.py").write_text(SLOW.format(pidfile=str(pidfile)))
+    assert rig["run"].main([*rig["base"], "--only", "ingest", "--timeout", "3"]) == 1
+    ingest = {r["name"]: r for r in json.loads(rig["results"].read_text())["runs"]}["ingest"]
+    assert ingest["status"] == "failed" and ingest["error"] == "timed out after 3 s"
+    assert _dead(int(pidfile.read_text()))
+
+
+def test_ctrl_c_stops_the_running_script_too(rig, monkeypatch):
+    import os
+    import time
+
+    import harness
+
+    pidfile = rig["log"] / "ingest.pid"
+    (Path(rig["base"][1]) / "ingest_bench.py").write_text(SLOW.format(pidfile=str(pidfile)))
+    real_wait4 = os.wait4
+
+    def interrupted(pid, options):  # Ctrl-C arrives once the script is running
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() and time.monotonic() < deadline:
+            real_wait4(pid, os.WNOHANG)
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(harness.os, "wait4", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rig["run"].main([*rig["base"], "--only", "ingest"])
+    assert _dead(int(pidfile.read_text()))
