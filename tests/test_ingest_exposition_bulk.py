@@ -184,3 +184,22 @@ def test_pages_parsed_together_same_as_each_alone(sim_pages):
         assert got.lines[k] == ref.lines
     assert [pg for pg, _ in got.rejects].count(3) == 1  # the repeated line of the last page
     assert got.points.filter(pl.col("page") == 2).is_empty()  # an hour ahead of its scrape: refused
+
+
+def test_label_cache_gives_what_a_fresh_parse_gives(sim_pages, monkeypatch):
+    """Round 2 reads its label sets from the cache round 1 filled (plus one new device's, a miss);
+    the page is the same as the reference's either way, and a full cache starts again."""
+    import gpuledger.ingest.metrics.exposition_bulk as bulk
+    pages, t = sim_pages
+    monkeypatch.setattr(bulk, "_cache", None)
+    text = "".join(pages)
+    assert_same_page(text, scrape_ms=t * 1000)
+    filled = bulk._cache.height
+    assert filled > 0
+    first = text.split('UUID="', 1)[1].split('"', 1)[0]
+    extra = "\n".join(ln.replace(first, "GPU-not-seen-before") for ln in text.split("\n") if first in ln)
+    assert_same_page(text + extra + "\n", scrape_ms=t * 1000 + 30_000)
+    assert bulk._cache.height > filled  # the new label texts were added
+    monkeypatch.setattr(bulk, "_CACHE_ROWS", 1)
+    assert_same_page(text, scrape_ms=t * 1000)
+    assert bulk._cache.height <= filled + 100
