@@ -139,6 +139,13 @@ _cache: pl.DataFrame | None = None
 _cache_lock = threading.Lock()
 
 
+def clear_label_cache() -> None:
+    """Forget the label texts read so far (benchmarks: a cold parse)."""
+    global _cache
+    with _cache_lock:
+        _cache = None
+
+
 def _label_sets_cached(texts: pl.Series) -> pl.DataFrame:
     """``_simple_label_sets(texts)`` (same rows, same order), from the cache where it can."""
     global _cache
