@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -181,18 +182,22 @@ def scan_floor(con, *, start: datetime, now: datetime) -> tuple[float, str]:
     con.unregister("_floor_keys")
     n_partial = con.execute("SELECT count(*) FROM _floor_partial").fetchall()[0][0]
     hours = keys["hour"].unique().sort().to_list()
-    p = {"lo": start - timedelta(hours=1), "hi": now, "sq": now - SIX_HOURS}
+    p = {"lo": start - timedelta(hours=1), "hi": now, "sq": now - SIX_HOURS, "klo": min(hours, default=start),
+         "khi": max(hours, default=start - timedelta(hours=1)) + timedelta(hours=1)}
     for i, h in enumerate(hours):
         p[f"h{i}"], p[f"e{i}"] = h, h + timedelta(hours=1)
     in_hours = " UNION ALL ".join(f"SELECT count(*) AS n, sum(gpu_id) AS g, max(ts) AS t FROM gpu_samples "
-                                  f"WHERE ts >= $h{i} AND ts < $e{i}" for i in range(len(hours)))
+                                  f"WHERE ts >= $h{i} AND ts < $e{i}" for i in range(len(hours))) \
+        or "SELECT 0 AS n, 0 AS g, NULL AS t"
     parts = [
         ("gpu_hourly of the span, every column",
          ("SELECT count(*), sum(s_n), sum(s_sm_active), sum(s_gr_engine_active), sum(s_gpu_util), "
          "sum(s_n_sm_active), sum(s_n_gr_engine_active), sum(s_n_gpu_util), sum(e_first), sum(e_last), "
          "sum(e_inside), max(gpu_id), max(hour) FROM gpu_hourly WHERE hour >= $lo AND hour < $hi")),
-        (f"gpu_id and ts of every raw sample in the {len(hours)} hours holding partial GPU-hours (to find them)",
-         f"SELECT sum(n), sum(g), max(t) FROM ({in_hours})"),
+        ((f"gpu_id and ts of every raw sample in the {len(hours)} hours holding partial GPU-hours (to find them; "
+          "the cheaper of one branch per hour, as the loader reads them, and one scan of the hours' whole span)"),
+         [f"SELECT sum(n), sum(g), max(t) FROM ({in_hours})",
+          "SELECT count(*), sum(gpu_id), max(ts) FROM gpu_samples WHERE ts >= $klo AND ts < $khi"]),
         (f"the {len(values)} value columns of the {n_partial:,} raw samples of the {keys.height:,} partial GPU-hours",
          f"SELECT count(*), {', '.join(f'sum({c})' for c in values)} FROM _floor_partial"),
         ("the 6 h squatting lookback of devices held at now (gpu_id, ts, 3 signals, fb_used)",
@@ -206,14 +211,17 @@ def scan_floor(con, *, start: datetime, now: datetime) -> tuple[float, str]:
          "        WHERE start_time < $hi AND (end_time IS NULL OR end_time > $lo)), "
          "       (SELECT count(*) + count(model) + count(gpu_uuid) FROM gpus)")),
     ]
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _, sql in parts:
-            con.execute(sql, {k: v for k, v in p.items() if f"${k}" in sql}).fetchall()
-        best = min(best, time.perf_counter() - t0)
+    floor = 0.0
+    for _, sqls in parts:  # each part: its best of 3 (the cheapest alternative)
+        best = float("inf")
+        for sql in [sqls] if isinstance(sqls, str) else sqls:
+            for _ in range(3):
+                t0 = time.perf_counter()
+                con.execute(sql, {k: v for k, v in p.items() if re.search(rf"\${k}\b", sql)}).fetchall()
+                best = min(best, time.perf_counter() - t0)
+        floor += best
     con.execute("DROP TABLE _floor_partial")
-    return best, "bare DuckDB scans (count + sum/max of each column) of: " + "; ".join(name for name, _ in parts)
+    return floor, "bare DuckDB scans (count + sum/max of each column) of: " + "; ".join(name for name, _ in parts)
 
 
 def _copy_warehouse(src: Path, into: Path) -> Path:
@@ -273,7 +281,7 @@ def _measure(con, warehouse: Path, *, repeat: int) -> dict:
         "scan_floor_s": round(floor_s, 4),
         "full_vs_scan": round(full.total / floor_s, 2),
         "incremental_vs_scan": round(inc.total / floor_s, 2),
-        "scan_floor_what": f"{floor_what} (best of 3; both ratios are against this one floor)",
+        "scan_floor_what": f"{floor_what} (each part's best of 3; both ratios are against this one floor)",
         "steps": steps,
         "command": shlex.join([".venv/bin/python", "benchmarks/analytics_bench.py", *sys.argv[1:]]),
         "_context": {"samples": n, "devices": devices, "start": start.isoformat(), "now": now.isoformat(),
