@@ -225,6 +225,7 @@ def ingest_figures(gpus: int, rounds: int, *, client: bool = True, exporter_gpus
     if client:
         out["prometheus_client_samples_per_s_per_core"] = parse["client_per_s"]
         out["ratio_vs_prometheus_client"] = parse["ours_per_s"] / parse["client_per_s"]
+        out["ratio_vs_prometheus_client_cold"] = parse["cold_per_s"] / parse["client_per_s"]
         out["default_exporter_ratio_vs_prometheus_client"] = ex_parse["ours_per_s"] / ex_parse["client_per_s"]
     return out
 

@@ -76,6 +76,18 @@ def canonical_key(labels: dict[str, str]) -> str:
     return '",'.join(sorted(f'{k}="{v}' for k, v in labels.items()))
 
 
+_IP_CHARS = frozenset("0123456789.")
+
+
+def _canonical_host(name: str) -> str | None:
+    """``dcgm.canonical_host``, without its IP-address parse (7 us) for a name that cannot be one."""
+    text = name.strip().lower().rstrip(".")
+    head = text.split("%")[0]
+    if ":" in head or (head and _IP_CHARS.issuperset(head)):
+        return dcgm.canonical_host(name)
+    return text.split(".", 1)[0] if text else None
+
+
 def _nonempty(column: str) -> pl.Expr:
     return pl.when(pl.col(column) != "").then(pl.col(column))  # ``labels.get(x) or None``
 
@@ -111,7 +123,7 @@ def _simple_label_sets(texts: pl.Series) -> pl.DataFrame:
     )
     hosts = frame["host_raw"].drop_nulls().unique()
     frame = frame.with_columns(host=pl.col("host_raw").replace_strict(
-        hosts, pl.Series([dcgm.canonical_host(h) for h in hosts.to_list()], dtype=pl.String),
+        hosts, pl.Series([_canonical_host(h) for h in hosts.to_list()], dtype=pl.String),
         default=None, return_dtype=pl.String))
     mig_ok = pl.col("GPU_I_ID").fill_null("").is_in([""]) | pl.col("GPU_I_ID").str.contains(_INT)
     gpu_ok = pl.col("gpu").fill_null("").is_in([""]) | pl.col("gpu").str.contains(_INT)
