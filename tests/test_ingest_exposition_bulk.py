@@ -174,7 +174,8 @@ def test_pages_parsed_together_same_as_each_alone(sim_pages):
     sim = build_cluster(seed=3, gpus=64, start=datetime(2026, 11, 1), days=0.05)
     stamped = metrics_page(sim, 1, t, timestamps=True)
     batch = [(pages[0], t * 1000), (CORPUS.read_text(), SCRAPE_MS), (stamped, t * 1000 - 3_600_000),
-             (pages[0] + pages[0].split("\n", 3)[2], t * 1000)]  # no final newline, one duplicate line
+             (pages[0] + pages[0].split("\n", 3)[2], t * 1000),  # no final newline, one duplicate line
+             ("", t * 1000), ("\n", t * 1000), (pages[1], t * 1000)]
     got = parse_pages_bulk(batch)
     for k, (text, ms) in enumerate(batch):
         ref = parse_exposition_lines(text, scrape_ms=ms)

@@ -270,22 +270,24 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
         return ParsedPages(pl.DataFrame(schema={"page": pl.Int64, "line_no": pl.Int64, "metric": pl.String,
                                                 "series": pl.Int64, "value": pl.Float64, "ts": pl.Datetime("ms")}),
                            _Series().frame(), [], Counter(), [], 0)
-    text = "\n".join(t for t, _ in pages)
-    page_lines = np.array([t.count("\n") + 1 for t, _ in pages], dtype=np.int64)
-    page_first = np.concatenate(([0], np.cumsum(page_lines)[:-1]))  # global index of each page's line 1
-    page_ms = np.array([ms for _, ms in pages], dtype=np.int64)
-    future_ms = int(max_future_s * 1000)
     try:
-        data = text.encode("utf-8")
+        encoded = [t.encode("utf-8") for t, _ in pages]
     except UnicodeEncodeError:  # lone surrogates: only the per-line parser can name those lines
         return None
+    data = encoded[0] if len(encoded) == 1 else b"\n".join(encoded)
+    page_ms = np.array([ms for _, ms in pages], dtype=np.int64)
+    future_ms = int(max_future_s * 1000)
     buf = np.frombuffer(data, dtype=np.uint8)
     size = len(buf)
     newline = np.flatnonzero(buf == 10)
     starts = np.concatenate(([0], newline + 1))
     ends = np.concatenate((newline, [size]))
     n_lines = len(starts)
-    page_of_line = np.repeat(np.arange(len(pages)), page_lines)
+    # each page's first byte, then which page each line is in and the global index of its line 1
+    page_start = np.concatenate(([0], np.cumsum([len(e) + 1 for e in encoded])[:-1]))
+    page_of_line = np.searchsorted(page_start, starts, side="right") - 1
+    page_first = np.searchsorted(starts, page_start)
+    page_lines = np.diff(np.concatenate((page_first, [n_lines])))
     nonempty = ends > starts
     first = buf[np.minimum(starts, max(size - 1, 0))] if size else np.zeros(n_lines, np.uint8)
     comment = nonempty & (first == 35)  # '#'
