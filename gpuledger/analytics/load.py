@@ -130,8 +130,9 @@ def load_samples_for_hours(
     con: duckdb.DuckDBPyConnection, keys: pl.LazyFrame | pl.DataFrame, *, columns: str = ATTRIBUTION_SAMPLE_COLS
 ) -> pl.LazyFrame:
     """The raw samples of just the (gpu_id, hour) pairs in ``keys`` (e.g.
-    attribution.partial_hour_keys), sorted by gpu_id, ts: DuckDB filters, so polars never holds
-    the rest. ``columns`` defaults to what attribution reads.
+    attribution.partial_hour_keys), in no set order (attribution sorts what it keeps; sorting
+    here too was ~15 % of the lookup): DuckDB filters, so polars never holds the rest.
+    ``columns`` defaults to what attribution reads.
 
     Without an index DuckDB reads gpu_id and ts of the samples in the wanted hours, so the
     per-row work is kept small: per wanted hour a pushed-down ``gpu_id IN (...)`` filter (up to
@@ -155,8 +156,7 @@ def load_samples_for_hours(
                             f"AND s.gpu_id IN ({', '.join(str(int(g)) for g in ids)})")
         if not branches:
             return con.sql(f"SELECT {columns} FROM gpu_samples WHERE false").pl().lazy()
-        return con.sql(f"SELECT * FROM ({' UNION ALL '.join(branches)}) ORDER BY gpu_id, ts",
-                       params=params).pl().lazy()
+        return con.sql(" UNION ALL ".join(branches), params=params).pl().lazy()
     lo, hi = frame["hour"].min(), frame["hour"].max() + timedelta(hours=1)
     wanted = frame.select(
         k=((pl.col("hour") - lo).dt.total_microseconds() // _US_PER_HOUR) * 2**32
@@ -167,7 +167,7 @@ def load_samples_for_hours(
         out = con.sql(
             f"SELECT {cols} FROM gpu_samples s SEMI JOIN _wanted_hours w "
             f"ON ((epoch_us(s.ts) - $lo_us) // {_US_PER_HOUR}) * 4294967296 + s.gpu_id + 2147483648 = w.k "
-            "WHERE s.ts >= $lo AND s.ts < $hi ORDER BY s.gpu_id, s.ts",
+            "WHERE s.ts >= $lo AND s.ts < $hi",
             params={"lo": lo, "hi": hi, "lo_us": (lo - datetime(1970, 1, 1)) // timedelta(microseconds=1)},
         ).pl()
     finally:
