@@ -186,7 +186,7 @@ def _steady(rounds: list[dict], key: str) -> float:
 
 
 def ingest_figures(gpus: int, rounds: int, *, client: bool = True, exporter_gpus: int = 4096,
-                   page_gpus: int = 1024) -> dict:
+                   page_gpus: int = 10240) -> dict:
     """The per-core figures (module docstring, part 1)."""
     t = time.perf_counter()
     node_page, text, scrape_ms, pages = exposition_batch(gpus, with_pages=True)
@@ -201,7 +201,8 @@ def ingest_figures(gpus: int, rounds: int, *, client: bool = True, exporter_gpus
     ex_parse = parse_rates(ex_text, scrape_ms, client=client, repeat=2)
     clear_label_cache()
     ex_rounds = scrape_rounds(ex_text, scrape_ms, 3)
-    page_round = per_page_round(pages[:max(1, page_gpus // 8)], scrape_ms)
+    _, _, _, round_pages = exposition_batch(page_gpus, with_pages=True)
+    page_round = per_page_round(round_pages, scrape_ms)
     out = {
         "parse_samples_per_s_per_core": samples / parse_s,
         "write_samples_per_s_per_core": samples / write_s,
@@ -297,7 +298,7 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=10240, help="GPUs of the scrape text (whole 1,024s)")
     ap.add_argument("--rounds", type=int, default=4, help="scrape rounds ingested (the first registers devices)")
     ap.add_argument("--exporter-gpus", type=int, default=4096, help="GPUs of the default-exporter-shaped text")
-    ap.add_argument("--page-gpus", type=int, default=1024, help="GPUs of the one-ingest-per-page round")
+    ap.add_argument("--page-gpus", type=int, default=10240, help="GPUs of the round of node pages (ingest_results)")
     ap.add_argument("--no-client", action="store_true", help="skip prometheus_client (slow: ~10x ours)")
     ap.add_argument("--json", type=Path, metavar="OUT", help="write the per-core figures as JSON to OUT "
                     "(pins itself to one core; the backfill is skipped unless --backfill)")
