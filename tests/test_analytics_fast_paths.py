@@ -50,8 +50,11 @@ def _keys(frames):
 def loader_path(request, monkeypatch):
     from gpuledger.analytics import load
 
+    # Which path a lookup takes is a cost estimate (load._branches_pay); force each one here.
     if request.param == "integer-key semi join":
         monkeypatch.setattr(load, "MAX_HOUR_BRANCHES", 0)
+    else:
+        monkeypatch.setattr(load, "ROWS_PER_BRANCH", -1)
     return request.param
 
 
@@ -159,3 +162,23 @@ def test_demand_by_hand():
     assert rows == pytest.approx({("p", at(0)): 1.0, ("p", at(1)): 2.125, ("p", at(2)): 2.0,
                                   ("q", at(1)): 1.0, ("q", at(2)): 2.5, ("q", at(3)): 1 / 3})
     _same_demand(got, _plain_demand(j, start=at(0), end=at(4), now=at(3, 20)))
+
+
+def test_branches_pay_only_when_they_skip_enough_samples(sim_con, monkeypatch):
+    from gpuledger.analytics import load
+
+    con, _, _ = sim_con
+    # Wanting hours 0 and 5 of the 6: two branches skip hours 1-4, which the one semi join over
+    # the span 00:00-06:00 would read. They pay when each costs less than half of those samples.
+    per_hour = dict(con.execute("SELECT hour, sum(s_n) FROM gpu_hourly GROUP BY hour").fetchall())
+    skipped = sum(n for h, n in per_hour.items() if START + timedelta(hours=1) <= h < START + timedelta(hours=5))
+    assert skipped > 0
+    two = pl.Series("hour", [START, START + timedelta(hours=5)], dtype=pl.Datetime("us"))
+    monkeypatch.setattr(load, "ROWS_PER_BRANCH", (skipped - 1) / 2)
+    assert load._branches_pay(con, two)
+    monkeypatch.setattr(load, "ROWS_PER_BRANCH", skipped / 2)
+    assert not load._branches_pay(con, two)
+    # One wanted hour skips nothing; no hours, nothing to branch on.
+    monkeypatch.setattr(load, "ROWS_PER_BRANCH", 0)
+    assert not load._branches_pay(con, two[:1])
+    assert not load._branches_pay(con, two[:0])

@@ -120,10 +120,26 @@ def load_hourly(
 # nothing else, and fewer columns are most of the cost of materializing them.
 ATTRIBUTION_SAMPLE_COLS = "gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, gpu_util_ratio, energy_total_j"
 _US_PER_HOUR = 3_600_000_000
-# Up to this many wanted hours, one UNION ALL branch per hour: "ts in the hour AND gpu_id IN
-# (...)" is a filter DuckDB pushes into the scan (zone maps skip unwanted hours; the value
-# columns are read only for rows that pass). Beyond it (a long range), one integer-key semi join.
+# One UNION ALL branch per wanted hour ("ts in the hour AND gpu_id IN (...)", pushed into the
+# scan: zone maps skip the unwanted hours) costs DuckDB ~2 ms to start, about what the one
+# integer-key semi join spends on ~150k rows (~14 ns a row, 2 cores): so branches only when the
+# hours they skip hold more than that per branch, and never more than MAX_HOUR_BRANCHES.
 MAX_HOUR_BRANCHES = 200
+ROWS_PER_BRANCH = 150_000
+
+
+def _branches_pay(con: duckdb.DuckDBPyConnection, hours: pl.Series) -> bool:
+    """Do per-hour branches skip enough samples to beat one semi join over the hours' span?
+    Sample counts per hour from the gpu_hourly rollup (cheap); without it, no."""
+    if not 0 < hours.len() <= MAX_HOUR_BRANCHES:
+        return False
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'gpu_hourly'").fetchall()[0][0]:
+        return False
+    lo, hi = hours.min(), hours.max() + timedelta(hours=1)
+    per_hour = con.sql("SELECT hour, sum(s_n) AS n FROM gpu_hourly WHERE hour >= $lo AND hour < $hi GROUP BY hour",
+                       params={"lo": lo, "hi": hi}).pl()
+    skipped = per_hour.filter(~pl.col("hour").is_in(hours.implode()))["n"].sum()
+    return skipped > ROWS_PER_BRANCH * hours.len()
 
 
 def load_samples_for_hours(
@@ -135,10 +151,10 @@ def load_samples_for_hours(
     ``columns`` defaults to what attribution reads.
 
     Without an index DuckDB reads gpu_id and ts of the samples in the wanted hours, so the
-    per-row work is kept small: per wanted hour a pushed-down ``gpu_id IN (...)`` filter (up to
-    MAX_HOUR_BRANCHES hours), else one semi join on a BIGINT per (gpu_id, hour) (hours since the
-    first wanted hour × 2^32 + gpu_id + 2^31, exact for any INTEGER gpu_id) — both several
-    times cheaper than joining on (gpu_id, date_trunc('hour', ts)).
+    per-row work is kept small: per wanted hour a pushed-down ``gpu_id IN (...)`` filter (when
+    that skips enough hours: _branches_pay), else one semi join on a BIGINT per (gpu_id, hour)
+    (hours since the first wanted hour × 2^32 + gpu_id + 2^31, exact for any INTEGER gpu_id) —
+    both several times cheaper than joining on (gpu_id, date_trunc('hour', ts)).
     """
     frame = keys.lazy().select(pl.col("gpu_id").cast(pl.Int32), pl.col("hour").cast(pl.Datetime("us"))).collect(
         engine=ENGINE)
@@ -146,7 +162,7 @@ def load_samples_for_hours(
         return con.sql(f"SELECT {columns} FROM gpu_samples WHERE false").pl().lazy()
     cols = ", ".join("s." + c.strip() for c in columns.split(","))
     per_hour = frame.drop_nulls().group_by("hour").agg(pl.col("gpu_id").unique().sort()).sort("hour")
-    if per_hour.height <= MAX_HOUR_BRANCHES:
+    if _branches_pay(con, per_hour["hour"]):
         params: dict[str, object] = {}
         branches = []
         for i, (hour, ids) in enumerate(per_hour.iter_rows()):
@@ -154,8 +170,6 @@ def load_samples_for_hours(
             # ids are the Int32 column's values: integers, safe to inline
             branches.append(f"SELECT {cols} FROM gpu_samples s WHERE s.ts >= $lo{i} AND s.ts < $hi{i} "
                             f"AND s.gpu_id IN ({', '.join(str(int(g)) for g in ids)})")
-        if not branches:
-            return con.sql(f"SELECT {columns} FROM gpu_samples WHERE false").pl().lazy()
         return con.sql(" UNION ALL ".join(branches), params=params).pl().lazy()
     lo, hi = frame["hour"].min(), frame["hour"].max() + timedelta(hours=1)
     wanted = frame.select(
