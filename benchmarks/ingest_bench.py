@@ -200,7 +200,7 @@ def ingest_figures(gpus: int, rounds: int, *, client: bool = True, exporter_gpus
     ex_text = "".join(default_exporter_page(p) for p in _pages_of(ex_text))
     ex_parse = parse_rates(ex_text, scrape_ms, client=client, repeat=2)
     clear_label_cache()
-    ex_rounds = scrape_rounds(ex_text, scrape_ms, 3)
+    ex_rounds = scrape_rounds(ex_text, scrape_ms, 5)
     _, _, _, round_pages = exposition_batch(page_gpus, with_pages=True)
     page_round = per_page_round(round_pages, scrape_ms)
     out = {
@@ -296,7 +296,7 @@ def week_estimates(bf: dict, gpus: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, default=10240, help="GPUs of the scrape text (whole 1,024s)")
-    ap.add_argument("--rounds", type=int, default=4, help="scrape rounds ingested (the first registers devices)")
+    ap.add_argument("--rounds", type=int, default=6, help="scrape rounds ingested (the first registers devices)")
     ap.add_argument("--exporter-gpus", type=int, default=4096, help="GPUs of the default-exporter-shaped text")
     ap.add_argument("--page-gpus", type=int, default=10240, help="GPUs of the round of node pages (ingest_results)")
     ap.add_argument("--no-client", action="store_true", help="skip prometheus_client (slow: ~10x ours)")

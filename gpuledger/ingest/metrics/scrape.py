@@ -236,11 +236,11 @@ def sum_stats(parts) -> IngestStats:
     return total
 
 
-# a round's pages are written in batches of about this many characters (~32 MB: a 10,240-GPU round,
-# ~145k samples, ~0.3 s to parse and write on one core), so readers still get turns between batches
-# (yield_to_readers) while each write carries many pages: a write costs ~0.05 s however few rows it
-# holds (benchmarks/ingest_bench.py: 10 MB batches ingest such a round at 0.27 M samples/s, 32 MB at 0.44)
-BATCH_CHARS = 32_000_000
+# a round's pages are written in batches of about this many characters (64 MB: a 10,240-GPU round of
+# dcgm-exporter pages, ~40 MB and ~145k samples, in one write of ~0.3 s on one core), so readers still
+# get turns between batches (yield_to_readers) while each write carries many pages: a write costs
+# ~0.05 s however few rows it holds (a 10,240-GPU round in 10 MB batches: 0.27 M samples/s, in one: 0.44)
+BATCH_CHARS = 64_000_000
 
 
 def record_failure(con, result: FetchResult, *, source: str = SOURCE) -> None:
