@@ -32,6 +32,8 @@ SUMMARY_ROWS = (
     ("worst_delivery_ratio", "worst project delivered ÷ owed"),
     ("worst_project", "worst project"),
     ("delivery_ratio", "all projects delivered ÷ owed"),
+    ("worst_delivery_ratio_hourly", "worst project delivered ÷ owed, hour by hour"),
+    ("delivery_ratio_hourly", "all projects delivered ÷ owed, hour by hour"),
     ("occupancy_ratio", "occupancy (allocated ÷ installed)"),
     ("useful_gpu_hours", "useful (active, kept) GPU-h"),
     ("allocated_gpu_hours", "allocated GPU-h"),

@@ -40,7 +40,8 @@ def projects_view(policies: tuple[str, ...]) -> View:
             (
                 "",
                 (
-                    "owed = the project's share of capacity capped hour by hour at its demand "
+                    "owed = the project's share of capacity capped hour by hour at its demand; "
+                    "delivered = allocated up to owed, settled per usage window "
                     "(analytics.fairshare.delivery)"
                 ),
             ),
