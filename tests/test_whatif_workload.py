@@ -36,12 +36,18 @@ def test_simulated_jobs_declare_a_minimum_runtime_but_squatters():
 
 
 def _config() -> Config:
-    text = "\n".join([
-        "org:", "  name: acme", "  children:", "    - {name: a, shares: 1}", "    - {name: b, shares: 1}",
-        "budgets:", "  - {node: a, period: 2026-11, gpu_hours: 1000}", "  - {node: b, period: 2026-11, gpu_hours: 1000}",
-        "rate_card:",
-        '  - {gpu_model: H100, tier: reserved, price_per_gpu_hour: "2.00", effective_from: 2026-01-01}',
-    ])
+    text = """
+org:
+  name: acme
+  children:
+    - {name: a, shares: 1}
+    - {name: b, shares: 1}
+budgets:
+  - {node: a, period: 2026-11, gpu_hours: 1000}
+  - {node: b, period: 2026-11, gpu_hours: 1000}
+rate_card:
+  - {gpu_model: H100, tier: reserved, price_per_gpu_hour: "2.00", effective_from: 2026-01-01}
+"""
     return parse_config_text(text)
 
 
