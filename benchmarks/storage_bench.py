@@ -146,13 +146,14 @@ READ_QUERIES = (
 )
 
 
-def reader_main(path: str, seconds: float, out: str) -> None:
-    """One reader process: query in a loop for ``seconds``; latencies (s) and errors to ``out``."""
+def reader_main(path: str, seconds: float, out: str, stop: str | None = None) -> None:
+    """One reader process: query in a loop for ``seconds`` (or until the file ``stop`` exists);
+    latencies (s) and errors to ``out``."""
     from gpuledger.warehouse.db import last_reader_wait_s, last_reader_wait_span
 
     lat, waits, opens, errors, spans = [], [], [], [], []
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end and not (stop and Path(stop).exists()):
         t0 = time.perf_counter()
         try:
             with warehouse.open_reader(path) as con:
@@ -277,12 +278,24 @@ def _fmt_parts(parts: dict) -> str:
     return ", ".join(f"{k} {v:.0f}" for k, v in parts.items() if v >= 0.5) or "nothing"
 
 
-def run_readers(path: Path, seconds: float, writer: list[str], tmp: Path, label: str) -> dict:
+def run_readers(path: Path, seconds: float, writer: list[str], tmp: Path, label: str, *,
+                until_writer_done: bool = False) -> dict:
+    """4 reader processes for ``seconds`` (or, ``until_writer_done``, until the writer process
+    exits) beside one writer process; their figures, and where their waits went."""
     me = [sys.executable, str(Path(__file__).resolve())]
-    readers = [subprocess.Popen([*me, "--reader", str(path), str(seconds), str(tmp / f"r{i}.json")], cwd=ROOT)
-               for i in range(4)]
+    stop = tmp / "stop" if until_writer_done else None
+    if stop is not None:
+        stop.unlink(missing_ok=True)
+        seconds = 3600.0
+    readers = [subprocess.Popen([*me, "--reader", str(path), str(seconds), str(tmp / f"r{i}.json"),
+                                 *([str(stop)] if stop else [])], cwd=ROOT) for i in range(4)]
     w = subprocess.Popen([*me, *writer, str(tmp / "w.json")], cwd=ROOT)
-    for p in (*readers, w):
+    try:
+        assert w.wait() == 0, f"benchmark process failed ({w.args})"
+    finally:
+        if stop is not None:
+            stop.write_text("")  # the readers stop (also when the writer failed)
+    for p in readers:
         assert p.wait() == 0, f"benchmark process failed ({p.args})"
     lat, waits, opens, errors, spans = [], [], [], [], []
     for i in range(4):
@@ -363,14 +376,16 @@ def readers_part(gpus: int, seconds: float, every: float, chunk_s: float = 1.0, 
         out["scrape"]["writer_every_s"] = every
         out["scrape"]["load_avg"] = {"before": before, "after": _load()}
         print(f"  load average before / after: {before} / {out['scrape']['load_avg']['after']}", flush=True)
-        if long_seconds > 0:
+        for kind in (("fixed", "budget") if sizing == "both" else (sizing,)) if long_seconds > 0 else ():
+            key = "long" if kind == sizing or kind == "budget" else "long_fixed"
             before = _load()
-            out["long"] = run_readers(path, long_seconds,
-                                      ["--long-writer", str(path), str(long_seconds), str(chunk_s), sizing], tmp,
-                                      f"a long writer ({sizing} chunks of at most {chunk_s:g} s, one session, "
-                                      "yields between chunks)")
-            out["long"]["load_avg"] = {"before": before, "after": _load()}
-            print(f"  load average before / after: {before} / {out['long']['load_avg']['after']}", flush=True)
+            out[key] = run_readers(path, long_seconds,
+                                   ["--long-writer", str(path), str(long_seconds), str(chunk_s), kind], tmp,
+                                   f"a long writer ({kind} chunks of at most {chunk_s:g} s, one session, "
+                                   "yields between chunks)")
+            out[key]["load_avg"] = {"before": before, "after": _load()}
+            out[key]["sizing"] = kind
+            print(f"  load average before / after: {before} / {out[key]['load_avg']['after']}", flush=True)
     return out
 
 
@@ -412,39 +427,61 @@ def parquet_part(gpus: int) -> dict:
     return res
 
 
-def simulate_part(gpus: int, days: float) -> dict:
-    """A real long writer: ``gpuledger simulate warehouse`` into a new file while one reader reads
-    in a loop; the reader's waits for it (the first read waits for the first chunk)."""
-    from gpuledger.warehouse.db import last_reader_wait_s
+def sim_writer_main(path: str, gpus: int, days: float, cells: int, trace: str) -> None:
+    """A real long writer, as ``gpuledger simulate warehouse`` writes: write_simulation with
+    ``cells`` device x time cells per chunk (the cluster is built before the lock is taken, so the
+    first chunk is a chunk); its writer phases to ``trace``."""
+    from datetime import timedelta
 
-    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        path = Path(tmp) / "sim.duckdb"
-        t0 = time.perf_counter()
-        writer = subprocess.Popen([sys.executable, "-m", "gpuledger.cli", "simulate", "warehouse", "--gpus", str(gpus),
-                                   "--days", str(days), "--warehouse", str(path)], cwd=ROOT,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        waits, counts = [], set()
-        while writer.poll() is None:
-            if not Path(f"{path}.gate").exists():
-                time.sleep(0.01)  # the command is still starting
-                continue
-            with warehouse.open_reader(path, creating_wait_s=30) as con:
-                counts.add(con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0])
-            waits.append(last_reader_wait_s())
-            time.sleep(0.05)
-        assert writer.wait() == 0
-        elapsed = time.perf_counter() - t0
-    res = {"reads": len(waits), "distinct_counts": len(counts), "wait_p50_ms": _pct(waits, 0.5) * 1e3,
-           "wait_max_ms": max(waits) * 1e3 if waits else float("nan"), "elapsed_s": elapsed}
-    print(f"simulate warehouse --gpus {gpus} --days {days:g} ({elapsed:.1f} s) with a reader in a loop: "
-          f"{res['reads']} reads saw {res['distinct_counts']} different sample counts; wait for the writer "
-          f"p50 {res['wait_p50_ms']:.0f} ms, max {res['wait_max_ms']:.0f} ms", flush=True)
-    return res
+    from gpuledger.warehouse.db import writer_phases
+
+    from gpuledger.ledger.config_versions import config_for_command
+    from gpuledger.simulator import build_cluster
+    from gpuledger.simulator.to_warehouse import write_simulation
+
+    with warehouse.open_reader(path) as con:  # the warehouse's stored config, as the command uses
+        cfg, _ = config_for_command(con, None, write=False)
+    sim = build_cluster(seed=1, gpus=gpus, start=START + timedelta(days=7), days=days, config=cfg)  # the week after
+    with warehouse.open_writer(path) as con:
+        write_simulation(con, sim, cells=cells)
+    Path(trace).write_text(json.dumps({"cells": cells, "phases": writer_phases()}))
+
+
+def simulate_part(gpus: int, days: float, cells_list: list[int]) -> dict:
+    """Readers during a real long writer: the simulator writing ``days`` into a copy of the 7-day
+    history (as ``simulate warehouse`` into an existing warehouse, the next week), with 4
+    readers in a loop; once per chunk size in ``cells_list`` (write_simulation's ``cells``)."""
+    from gpuledger.simulator.to_warehouse import CELLS_PER_CHUNK
+
+    out = {}
+    src = week_source(gpus)
+    for cells in cells_list or [CELLS_PER_CHUNK]:
+        with tempfile.TemporaryDirectory(dir=CACHE) as tmp_name:
+            tmp = Path(tmp_name)
+            path = tmp / "w.duckdb"
+            _copy_warehouse(src, path)
+            with warehouse.open_writer(path):
+                pass
+            before = _load()
+            t0 = time.perf_counter()
+            res = run_readers(path, 0, ["--sim-writer", str(path), str(gpus), str(days), str(cells)], tmp,
+                              f"simulator writing {days:g} day(s) of {gpus} GPUs, {cells:,}-cell chunks",
+                              until_writer_done=True)
+            res["elapsed_s"] = time.perf_counter() - t0
+            res["cells"] = cells
+            res["load_avg"] = {"before": before, "after": _load()}
+            print(f"  {res['elapsed_s']:.1f} s in all; load average before / after: {before} / "
+                  f"{res['load_avg']['after']}", flush=True)
+            out[str(cells)] = res
+    return out
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--reader"]:
-        return reader_main(sys.argv[2], float(sys.argv[3]), sys.argv[4])
+        return reader_main(sys.argv[2], float(sys.argv[3]), sys.argv[4], *sys.argv[5:6])
+    if sys.argv[1:2] == ["--sim-writer"]:
+        a = sys.argv[2:]
+        return sim_writer_main(a[0], int(a[1]), float(a[2]), int(a[3]), a[4])
     if sys.argv[1:2] == ["--scrape-writer"]:
         a = sys.argv[2:]
         return scrape_writer_main(a[0], a[1], float(a[2]), float(a[3]), a[4])
@@ -460,9 +497,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0, help="reader run length")
     ap.add_argument("--writer-every", type=float, default=30.0, help="seconds between scrape rounds")
     ap.add_argument("--long-chunk-s", type=float, default=1.0, help="(longest) chunk of the long writer")
-    ap.add_argument("--long-sizing", choices=["budget", "fixed"], default="budget",
-                    help="long writer chunks cut to the turn budget left, or always --long-chunk-s")
+    ap.add_argument("--long-sizing", choices=["budget", "fixed", "both"], default="budget",
+                    help="long writer chunks cut to the turn budget left, or always --long-chunk-s, or "
+                         "both one after the other (fixed first)")
     ap.add_argument("--long-seconds", type=float, default=60.0, help="long writer run length (0: none)")
+    ap.add_argument("--sim-days", type=float, default=1.0, help="days the simulate part writes")
+    ap.add_argument("--sim-cells", type=lambda v: [int(x) for x in v.split(",")], default=[],
+                    help="simulate part: write_simulation chunk sizes to compare, e.g. 200000,100000")
     ap.add_argument("--json", metavar="OUT", help="write the figures as JSON to OUT")
     args = ap.parse_args()
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -476,11 +517,13 @@ def main() -> None:
         result["readers_baseline"] = r["baseline"]
         result["history"] = r["source"]
         if "long" in r:
-            result["long_writer"] = {**r["long"], "chunk_s": args.long_chunk_s, "sizing": args.long_sizing}
+            result["long_writer"] = {**r["long"], "chunk_s": args.long_chunk_s}
+        if "long_fixed" in r:
+            result["long_writer_fixed"] = {**r["long_fixed"], "chunk_s": args.long_chunk_s}
     if args.part == "parquet":
         result["parquet"] = parquet_part(args.gpus)
     if args.part == "simulate":
-        result["simulate"] = simulate_part(args.gpus, 1.0)
+        result["simulate"] = simulate_part(args.gpus, args.sim_days, args.sim_cells)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")

@@ -222,6 +222,21 @@ def test_a_writer_yields_when_one_more_chunk_would_overrun_its_turn_budget(wareh
     assert all(a <= b for _, a, b in tail) and all(x[2] <= y[1] for x, y in itertools.pairwise(tail))
 
 
+def test_a_process_told_to_trace_writes_its_writer_phases_when_it_exits(warehouse_file, tmp_path):
+    """$GPULEDGER_LOCK_TRACE: a writer process (as a CLI command a benchmark runs) leaves its
+    phases as JSON: per writer session gate, drain, open, work, close, in that order."""
+    import json
+
+    _migrated(warehouse_file)
+    trace = tmp_path / "phases.json"
+    writer = subprocess.run([*ACTOR, "sessions", str(warehouse_file), "2", "10", "1"], cwd=ROOT, check=False,
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "GPULEDGER_LOCK_TRACE": str(trace)})
+    assert writer.returncode == 0, writer.stderr
+    names = [name for name, _, _ in json.loads(trace.read_text())]
+    assert names == ["gate", "drain", "open", "work", "close"] * 2
+
+
 def test_a_reader_behind_a_writer_is_told_its_wait_was_at_the_gate(warehouse_file):
     """last_reader_wait_span splits a reader's wait: behind writers (at the gate) and then for the
     file itself (0 but against a writer that ignores the gate); together the whole wait."""

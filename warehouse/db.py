@@ -292,6 +292,23 @@ def writer_phases() -> list[tuple[str, float, float]]:
     return list(_PHASES)
 
 
+def _dump_phases_at_exit(target: str) -> None:
+    """$GPULEDGER_LOCK_TRACE=FILE: a process (a CLI command a benchmark runs) writes its writer
+    phases to FILE as JSON when it exits, so where readers waited can be read from outside."""
+    import atexit
+    import json
+
+    def dump() -> None:
+        with contextlib.suppress(OSError):
+            Path(target).write_text(json.dumps(writer_phases()))
+
+    atexit.register(dump)
+
+
+if os.environ.get("GPULEDGER_LOCK_TRACE"):
+    _dump_phases_at_exit(os.environ["GPULEDGER_LOCK_TRACE"])
+
+
 def _recent_max(values: collections.deque[float]) -> float:
     return max(values) if values else 0.0
 
