@@ -131,7 +131,7 @@ ROWS_PER_BRANCH = 150_000
 def _branches_pay(con: duckdb.DuckDBPyConnection, hours: pl.Series) -> bool:
     """Do per-hour branches skip enough samples to beat one semi join over the hours' span?
     Sample counts per hour from the gpu_hourly rollup (cheap); without it, no."""
-    if not 0 < hours.len() <= MAX_HOUR_BRANCHES:
+    if not 1 < hours.len() <= MAX_HOUR_BRANCHES:  # one hour's span skips nothing
         return False
     if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'gpu_hourly'").fetchall()[0][0]:
         return False
