@@ -2,5 +2,6 @@
 
 No Dagster or Streamlit here; the pipelines, CLI and dashboards call these. Modules:
 intervals (hour splitting), attribution (per job/GPU/hour usage), usage (window and decay),
-fairshare, budget, squatting, chargeback, money, capacity, utilization, tree, load.
+fairshare, demand (GPUs asked for per project and hour), budget, squatting, chargeback, money, capacity,
+utilization, tree, load; collect (the polars engine the entry points collect with).
 """
