@@ -35,9 +35,11 @@ GROUP = "namespace, hpc_job, GPU_I_PROFILE"
 PROMQL = {
     "gpu_hours": f"sum by ({GROUP}) (count_over_time({METRIC}[{{w}}]))",
     "activity": f"sum by ({GROUP}) (sum_over_time({METRIC}[{{w}}]))",
-    # Idle for the sustained window, and the device was already this job's 90 min ago (30 min
-    # grace + 60 min sustained: gpuledger judges a job only from its start + grace).
-    "idle": f"(max_over_time({METRIC}[60m]) < {{thr}}) and ({METRIC} offset 90m)",
+    # Idle for the sustained window, the device was already this job's 90 min ago (30 min grace +
+    # 60 min sustained: gpuledger judges a job only from its start + grace), and it still is (a
+    # range function answers for a series that ended inside the window: without the last term a
+    # job that finished idle 30 minutes ago would still be listed).
+    "idle": f"(max_over_time({METRIC}[60m]) < {{thr}}) and ({METRIC} offset 90m) and {METRIC}",
     # devices (not series: a host-label respelling splits one device into two series) per job
     "held": f"count by (namespace, pod, hpc_job) (count by (namespace, pod, hpc_job, UUID, GPU_I_ID) ({METRIC}))",
     # Per device (UUID + MIG instance) mean over the hour, summed per profile: the device's

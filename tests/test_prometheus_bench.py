@@ -78,7 +78,7 @@ def test_side_by_side_on_a_tiny_cluster_agrees(dashboard_warehouse, tmp_path):
     shutil.copyfile(dashboard_warehouse.warehouse, data / "week16-materialized.duckdb")  # already analysed
     (data / "week16-materialized.duckdb.done").write_text("{}")
     args = argparse.Namespace(source_dir=source, data_dir=data, days=2.0, seed=3, days_4096=None, repeats=1,
-                              cli_repeats=0, idle_hours_back=[0, 0.5, 12], rel_hours=0.01, abs_activity=0.005,
+                              cli_repeats=0, idle_hours_back=None, rel_hours=0.01, abs_activity=0.005,
                               abs_util_pp=0.5)
     dataset, questions = pb.run_dataset(16, args)
     # 16 GPUs (+ MIG instances) × 2 days × 2,880 samples/day, a few scrape gaps and blanks missing
