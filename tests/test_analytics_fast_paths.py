@@ -1,7 +1,7 @@
 """The analytics' fast paths give what the plain paths give, on a simulated cluster.
 
-- ``load.load_samples_for_hours`` finds the partial GPU-hours' samples with a pushed-down
-  ``gpu_id IN (...)`` per wanted hour, or (many hours) one integer key per (gpu_id, hour),
+- ``load.load_samples_for_hours`` finds the partial GPU-hours' samples with one scan branch per
+  wanted hour (its gpu_id list bound), or one integer key per (gpu_id, hour),
   instead of joining on (gpu_id, date_trunc('hour', ts)): the same rows, both ways.
 - attribution from the rollup + those samples equals attribution from every raw sample.
 - the in-memory engine the entry points collect with (analytics.collect) gives the streaming
@@ -46,7 +46,7 @@ def _keys(frames):
                                                       start=START, end=NOW, jobs=frames["jobs"])))
 
 
-@pytest.fixture(params=["per-hour IN filters", "integer-key semi join"])
+@pytest.fixture(params=["per-hour branches", "integer-key semi join"])
 def loader_path(request, monkeypatch):
     from gpuledger.analytics import load
 
