@@ -2,9 +2,10 @@
 both DCGM sources (the ``/metrics`` scrape and the Prometheus backfill) share.
 
 Why our own parser: ``prometheus_client.parser`` raises on the first bad line, so one truncated or
-mis-quoted line would sink a whole scrape. This parser reads line by line, sends each bad line to
-quarantine with a reason, and is also faster (benchmarks/ingest_bench.py, BENCHMARKS.md "Ingestion"),
-mostly because a GPU's label set is parsed once and reused by all of its metric lines.
+mis-quoted line would sink a whole scrape. This parser judges each line on its own, sends each bad
+line to quarantine with a reason, and is also much faster (benchmarks/ingest_bench.py, BENCHMARKS.md
+"Ingestion"): the rules are ``line_verdict``'s, applied line by line by ``parse_exposition_lines`` and,
+for a large text, to whole columns by ``exposition_bulk`` (each distinct label set parsed once).
 
 What is refused (one ``Reject`` per line, the rest of the page still lands):
 
