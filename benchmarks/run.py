@@ -63,11 +63,11 @@ def write_outputs(results: dict, results_path: Path, md_path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(description="make bench: run the benchmarks, write bench/results.json and the "
+                                             "generated block of BENCHMARKS.md",
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--sizes", type=_sizes, default=_sizes(os.environ.get("BENCH_SIZES") or ",".join(map(str, SIZES))),
-                    help="GPU counts (default: $BENCH_SIZES or 256,1024,4096)")
-    ap.add_argument("--only", type=lambda t: _csv(t, PARTS), default=_csv(os.environ.get("BENCH_ONLY") or ",".join(PARTS), PARTS),
+    ap.add_argument("--sizes", type=_sizes, default=None, help="GPU counts (default: $BENCH_SIZES or 256,1024,4096)")
+    ap.add_argument("--only", type=lambda t: _csv(t, PARTS), default=None,
                     help=f"parts to run (default: $BENCH_ONLY or all: {','.join(PARTS)})")
     ap.add_argument("--part-args", action="append", default=None, metavar="PART=ARGS",
                     help="extra options for one part's script, e.g. 'prometheus=--days-4096 2' (repeatable; "
@@ -83,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--render-only", action="store_true", help="only regenerate BENCHMARKS.md from results.json")
     ap.add_argument("--dry-run", action="store_true", help="print the parts and their commands; run nothing")
     args = ap.parse_args(argv)
+    try:  # the environment's defaults, checked like the options
+        if args.sizes is None:
+            args.sizes = _sizes(os.environ.get("BENCH_SIZES") or ",".join(map(str, SIZES)))
+        if args.only is None:
+            args.only = _csv(os.environ.get("BENCH_ONLY") or ",".join(PARTS), PARTS)
+    except argparse.ArgumentTypeError as exc:
+        ap.error(f"$BENCH_SIZES / $BENCH_ONLY: {exc}")
 
     results = json.loads(args.results.read_text()) if args.results.exists() else {}
     if args.render_only:

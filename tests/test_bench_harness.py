@@ -245,7 +245,7 @@ def test_partial_run_merges_and_a_failed_part_is_recorded(rig, monkeypatch):
                                                    ["whatif", "schedule"], ["migrate"]]
 
 
-def test_no_json_is_a_failure_and_bad_options_are_named(rig, capsys):
+def test_no_json_is_a_failure_and_bad_options_are_named(rig, capsys, monkeypatch):
     script = Path(rig["base"][1]) / "ingest_bench.py"
     script.write_text("print('forgot the json')\n")
     assert rig["run"].main([*rig["base"], "--only", "ingest"]) == 1
@@ -257,6 +257,10 @@ def test_no_json_is_a_failure_and_bad_options_are_named(rig, capsys):
     with pytest.raises(SystemExit):
         rig["run"].main([*rig["base"], "--part-args", "--days-4096 2"])
     assert "write PART=ARGS" in capsys.readouterr().err
+    monkeypatch.setenv("BENCH_SIZES", "256,lots")
+    with pytest.raises(SystemExit):
+        rig["run"].main(rig["base"])
+    assert "$BENCH_SIZES / $BENCH_ONLY: --sizes wants GPU counts" in capsys.readouterr().err
 
 
 def test_dry_run_lists_the_plan_and_runs_nothing(rig, capsys):
