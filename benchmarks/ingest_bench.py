@@ -36,28 +36,28 @@ if _PIN:
     os.environ["POLARS_MAX_THREADS"] = "1"
     os.sched_setaffinity(0, {0})
 
-import argparse  # noqa: E402
-import functools  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from datetime import datetime, timedelta  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import functools
+import json
+import statistics
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import polars as pl  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+import polars as pl
+from prometheus_client.parser import text_string_to_metric_families
 
-from gpuledger import warehouse  # noqa: E402
-from gpuledger.ingest.metrics.exposition import parse_exposition, parse_exposition_lines, wide_rows  # noqa: E402
-from gpuledger.ingest.metrics.exposition_bulk import clear_label_cache  # noqa: E402
-from gpuledger.ingest.metrics.prometheus.backfill import backfill  # noqa: E402
-from gpuledger.ingest.metrics.scrape import FetchResult, ingest_results  # noqa: E402
-from gpuledger.ingest.metrics.writes import store_wide  # noqa: E402
-from gpuledger.simulator import build_cluster, metrics_page, write_openmetrics  # noqa: E402
+from gpuledger import warehouse
+from gpuledger.ingest.metrics.exposition import parse_exposition, parse_exposition_lines, wide_rows
+from gpuledger.ingest.metrics.exposition_bulk import clear_label_cache
+from gpuledger.ingest.metrics.prometheus.backfill import backfill
+from gpuledger.ingest.metrics.scrape import FetchResult, ingest_results
+from gpuledger.ingest.metrics.writes import store_wide
+from gpuledger.simulator import build_cluster, metrics_page, write_openmetrics
 
 
 def best_of(fn, repeat: int = 3) -> tuple[float, object]:
@@ -189,7 +189,7 @@ def ingest_figures(gpus: int, rounds: int, *, client: bool = True, exporter_gpus
                    page_gpus: int = 10240) -> dict:
     """The per-core figures (module docstring, part 1)."""
     t = time.perf_counter()
-    node_page, text, scrape_ms, pages = exposition_batch(gpus, with_pages=True)
+    _, text, scrape_ms = exposition_batch(gpus)
     build_s = time.perf_counter() - t
     parse = parse_rates(text, scrape_ms, client=client)
     clear_label_cache()  # round 1 is a cold start: new devices, label sets not yet seen

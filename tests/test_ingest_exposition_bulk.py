@@ -34,7 +34,7 @@ def assert_same_page(text: str, scrape_ms: int = SCRAPE_MS, max_future_s: float 
 
 
 def test_corpus_same_as_reference():
-    ref, bulk = assert_same_page(CORPUS.read_text())
+    ref, _ = assert_same_page(CORPUS.read_text())
     assert len(ref.rejects) == 14 and ref.samples.height > 0  # the corpus' 14 bad lines (test_ingest_scrape)
 
 
@@ -130,7 +130,7 @@ def test_mutated_lines_same_as_reference(sim_pages, seed):
     mutated.insert(5, "go_goroutines 12")
     mutated.insert(9, 'process_cpu{x="1"} 3')
     mutated.insert(11, "  DCGM_FI_DEV_GPU_TEMP{} 1")
-    ref, bulk = assert_same_page("\n".join(mutated), scrape_ms=t * 1000)
+    ref, _ = assert_same_page("\n".join(mutated), scrape_ms=t * 1000)
     assert ref.rejects and ref.samples.height > 100  # the mutations bit, the rest landed
 
 

@@ -39,7 +39,7 @@ def _contents(path):
 
 @pytest.mark.parametrize("bulk_from", [0, 10**9])  # all pages in one bulk parse / each page line by line
 def test_batched_pages_store_what_page_by_page_stores(tmp_path, monkeypatch, bulk_from):
-    import gpuledger.ingest.metrics.scrape as scrape
+    from gpuledger.ingest.metrics import scrape
     monkeypatch.setattr(scrape, "BULK_FROM_CHARS", bulk_from)
     pages = _pages()
     one, many = tmp_path / "one.duckdb", tmp_path / "many.duckdb"
@@ -59,7 +59,7 @@ def test_batched_pages_store_what_page_by_page_stores(tmp_path, monkeypatch, bul
 @pytest.mark.parametrize(("batch_chars", "batches"), [(10**9, [4]), (1, [1, 1, 1, 1])])
 def test_a_round_is_written_in_batches_and_failed_targets_still_recorded(tmp_path, monkeypatch, batch_chars,
                                                                          batches):
-    import gpuledger.ingest.metrics.scrape as scrape
+    from gpuledger.ingest.metrics import scrape
     pages = _pages()
     calls = []
     real = scrape.ingest_pages

@@ -24,7 +24,6 @@ import polars as pl
 import requests
 
 from gpuledger import warehouse
-from gpuledger.ingest.metrics.writes import store_wide
 from gpuledger.ingest.metrics.exposition import (
     BULK_FROM_CHARS,
     DEFAULT_MAX_FUTURE_S,
@@ -33,9 +32,11 @@ from gpuledger.ingest.metrics.exposition import (
     wide_rows,
 )
 from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
+from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"
-from gpuledger.ingest import DEFAULT_CLUSTER  # noqa: E402,F401
+from gpuledger.ingest import DEFAULT_CLUSTER
+
 RETRYABLE_STATUS = range(500, 600)
 
 
