@@ -162,11 +162,12 @@ def _label_sets_cached(texts: pl.Series) -> pl.DataFrame:
     """``_simple_label_sets(texts)`` (same rows, same order), from the cache where it can."""
     global _cache
     frame = pl.DataFrame({"labels": texts})
-    if _cache is None:
+    cache = _cache  # one snapshot: another thread may replace the global meanwhile
+    if cache is None:
         missing = frame.hstack(_simple_label_sets(texts))
         sets = missing.drop("labels")
     else:
-        found = frame.join(_cache, on="labels", how="left", maintain_order="left")
+        found = frame.join(cache, on="labels", how="left", maintain_order="left")
         hit = found["ok"].is_not_null()  # ok is never null in the cache
         if hit.all():
             return found.drop("labels")
