@@ -141,8 +141,8 @@ def render(results: dict) -> str:
                      and isinstance(st.get("wall_s"), (int, float)) and "total" not in str(st.get("step"))]
             groups: dict[str, list] = {}
             for st in steps:  # "full: attribution" -> group "full"
-                group, _, name = str(st["step"]).rpartition(": ") if ": " in str(st["step"]) else ("", "", st["step"])
-                groups.setdefault(group.split(":")[0], []).append((st["wall_s"], name))
+                group, _, name = str(st["step"]).partition(": ") if ": " in str(st["step"]) else ("", "", st["step"])
+                groups.setdefault(group, []).append((st["wall_s"], name))
             parts = [(f"{group}: " if group else "") + ", ".join(f"{name} {_f(w)} s" for w, name in sorted(g)[::-1][:4])
                      for group, g in groups.items() if group in ("full", "incremental", "")]
             if parts:
