@@ -201,7 +201,7 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
         gpu_samples.select("gpu_id", "ts", *sig, "energy_total_j")
         .with_columns(hour=pl.col("ts").dt.truncate("1h"))
         .join(keys, on=["gpu_id", "hour"], how="inner")
-        .sort("gpu_id", "ts")
+        .sort("ts")  # time order within each (gpu_id, hour), all the window below needs
         .with_columns(
             _prev=pl.col("energy_total_j").forward_fill().shift(1).over("gpu_id", "hour")
             .fill_null(pl.col("prev_last"))
