@@ -4,7 +4,9 @@
     .venv/bin/python benchmarks/storage_bench.py --part write     # 1 vs 7 days of history only
     .venv/bin/python benchmarks/storage_bench.py --part readers --seconds 120 --writer-every 30
     .venv/bin/python benchmarks/storage_bench.py --part parquet   # the alternative design, measured
-    .venv/bin/python benchmarks/storage_bench.py --part simulate  # readers during `simulate warehouse`
+    .venv/bin/python benchmarks/storage_bench.py --part simulate --sim-cells 200000,100000
+    .venv/bin/python benchmarks/storage_bench.py --part readers --seconds 600 --writer-every 30 \
+        --long-sizing both --json data/bench/storage/readers.json      # issue 9 §5 in full
 
 1. Write path: one scrape round of every node's exposition page (256 GPUs = 302 devices incl. MIG),
    written as ``gpuledger ingest scrape`` writes it (``open_writer`` + ``ingest_results`` + close),
@@ -13,9 +15,13 @@
    copy to ``<file>.snapshot``, timed with ``shutil.copyfile`` on the same file).
 2. Readers: 4 reader processes querying in a loop (``open_reader`` + two dashboard-style queries),
    while a writer process writes a scrape round every ``--writer-every`` seconds, then while a long
-   writer (a backfill-like session of ~1 s chunks that yields to readers) runs. Latency = from
-   asking for the reader to the last query's rows, p50 / p99 / max; of it, the time spent waiting
-   for writers (``warehouse.db.last_reader_wait_s``).
+   writer (a backfill-like session of chunks of 20,000-row batches that yields to readers; chunks
+   of ``--long-chunk-s``, or cut to the writer's turn budget, ``--long-sizing``) runs. Latency =
+   from asking for the reader to the last query's rows, p50 / p99 / max; of it, the time spent
+   waiting for writers at the gate, and where that went: each reader's wait laid over the writer's
+   recorded phases (drain, open, work, close, let_in; ``warehouse.db.writer_phases``).
+3. ``--part simulate``: the same readers during ``write_simulation`` of the next day (a real long
+   writer), once per ``--sim-cells`` chunk size.
 
 Histories are simulated once and cached under data/bench/storage/ or $GPULEDGER_BENCH_CACHE
 (``--gpus``, seed 1, start 2026-11-01); the readers part copies data/bench/week256.duckdb (the
