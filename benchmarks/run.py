@@ -128,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwrote {os.path.relpath(args.results, ROOT)} and {os.path.relpath(args.benchmarks_md, ROOT)}: "
           f"{len(new_runs) - len(failed) - len(skipped)} parts ok, failed: {failed or 'none'}, skipped: "
           f"{skipped or 'none'}; targets met {len(met)} of {len(results['targets'])}", flush=True)
+    for t in results["targets"]:
+        if t["met"] is False:
+            print(f"  missed: {t['target']}: {t['measured']:.4g} {t['unit']} against {t['limit']:g} "
+                  f"({t['factor']:.2f}× the limit)", flush=True)
     return 1 if failed else 0
 
 

@@ -206,7 +206,9 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     # an optional part's groups of figures side by side
     assert "| policies | priority | reclaim |" in block and "| delivery_ratio | 0.816 | 0.905 |" in block
     assert "Largest steps at 1,024 GPUs: full: attribution 0.400 s." in block  # totals left out
-    assert "== analytics 1024: ok" in capsys.readouterr().out  # progress as it goes
+    out = capsys.readouterr().out
+    assert "== analytics 1024: ok" in out  # progress as it goes
+    assert "missed: full 7-day recompute at 1,024 GPUs <= 1 s: 1.25 s against 1 (1.25× the limit)" in out
 
 
 def test_partial_run_merges_and_a_failed_part_is_recorded(rig, monkeypatch):
