@@ -79,8 +79,10 @@ def simulate_warehouse(
     with warehouse.open_writer(path) as con:
         # The warehouse's own config (only `config load` replaces it; an empty one takes the file's).
         cfg = warehouse_config(con, config, write=True)
-        sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=days,
-                            interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
+    # The cluster is built outside the lock (seconds at 4,096 GPUs): readers are not kept waiting.
+    sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=days,
+                        interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
+    with warehouse.open_writer(path) as con:
         with Progress(TextColumn("[bold]simulate[/] {task.description}"), BarColumn(),
                       TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),
                       console=console) as progress:

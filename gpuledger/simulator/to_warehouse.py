@@ -21,7 +21,7 @@ from gpuledger.simulator.scenario import SimCluster
 from gpuledger.simulator.signals import raw_values
 
 SOURCE = "simulator"
-CELLS_PER_CHUNK = 200_000  # device x timestamp cells per chunk (~70 MB; ~0.5 s written: readers get turns)
+CELLS_PER_CHUNK = 100_000  # device x timestamp cells per chunk (~35 MB): a chunk fits a reader's turn (BENCHMARKS, Storage)
 _EPOCH_US = 1_000_000
 
 
