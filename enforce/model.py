@@ -97,6 +97,8 @@ class Situation:
     warnings: dict[tuple[str, str], list[Warning]] = field(default_factory=dict)
     history: dict[tuple[str, str], JobHistory] = field(default_factory=dict)
     free_gpus: dict[tuple[str, str | None], float] = field(default_factory=dict)  # (cluster, model) -> idle GPUs
+    # (cluster, model) -> GPUs with nothing on them; None: unknown (free_gpus serves whole-GPU jobs too)
+    free_whole_gpus: dict[tuple[str, str | None], float] | None = None
     fs_projects: int = 0  # projects ranked by fair share (N)
     data_as_of: datetime | None = None  # newest sample / job event (stale-data guard)
 

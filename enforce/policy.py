@@ -16,7 +16,12 @@ Rules (design.md "The rules", Enforcement):
   Requeue=1), else stop: squatters past the last stage with a recorded warning at least
   ``warn_before_preempt_minutes`` earlier; running jobs that are not protected (unfunded, or funded
   past their minimum runtime) and rank below funded work waiting for GPUs of their kind that the
-  idle GPUs cannot serve.
+  idle GPUs cannot serve. Victims are chosen where the least work is lost (``victim_order``: lost
+  GPU-minutes, from the job's start and ``checkpoint_interval_minutes``); a funded job past its
+  minimum runtime goes only within ``max_lost_minutes`` of a checkpoint (else at a later cycle); no
+  victim holds more GPUs than the waiting job still misses (``victim_fit``: the rest would sit idle,
+  held for the victim's own restart); a job of whole GPUs counts only wholly idle GPUs
+  (``Situation.free_whole_gpus``, when known); one waiting job's victims go together or not at all.
 * **none** — recorded with why, so ``gpuledger enforce explain`` can answer.
 
 Rails: the kill switch; exemptions (namespaces, kinds, labels); never preempt a funded job inside
@@ -80,6 +85,14 @@ def resumable(job: JobFacts, policy) -> bool:
 def protected(job: JobFacts, now: datetime) -> bool:
     """Funded and inside its minimum runtime: never preempted."""
     return bool(job.funded and job.protected_until is not None and now < job.protected_until)
+
+
+def lost_minutes(job: JobFacts, now: datetime, policy) -> float:
+    """Minutes of work a preemption now throws away: a resumable job loses what it did since its
+    last checkpoint (every ``checkpoint_interval_minutes`` since it started), any other job all of
+    its runtime."""
+    ran = max((now - (job.start_time or now)).total_seconds() / 60, 0.0)
+    return ran % policy.checkpoint_interval_minutes if resumable(job, policy) else ran
 
 
 def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tuple[int, str]]:
@@ -258,19 +271,26 @@ def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]
     waiting = [j for j in situation.jobs if not j.running and (j.funded or exemption(j, policy))]
     waiting.sort(key=lambda j: (-targets[j.key][0], j.submit_time or now, j.key))
     free = dict(situation.free_gpus)
+    # a job of whole GPUs fits only on wholly idle ones (free_whole_gpus, when known): idle halves of
+    # shared GPUs do not add up to a GPU, and stopping a fractional job seldom empties its GPU
+    whole_free = None if situation.free_whole_gpus is None else dict(situation.free_whole_gpus)
     taken: set[tuple[str, str]] = set()
     freed: dict[tuple[str, str | None], float] = defaultdict(float)
     for job in situation.jobs:  # squatters already chosen free their GPUs
         if job.key in already:
-            freed[(job.cluster, job.gpu_model)] += job.gpus
+            freed[(job.cluster, job.gpu_model)] += job.gpus if whole_free is None or _whole(job) else 0.0
             taken.add(job.key)
     out = []
     short: set[tuple[str, str]] = set()
     for w in waiting:
         pool = (w.cluster, w.gpu_model)
         need = w.gpus
-        use = min(free.get(pool, 0.0), need)
+        whole = whole_free is not None and _whole(w)
+        idle = min(free.get(pool, 0.0), whole_free.get(pool, 0.0)) if whole else free.get(pool, 0.0)
+        use = min(idle, need)
         free[pool] = free.get(pool, 0.0) - use
+        if whole_free is not None:  # whole idle GPUs are idle shares too
+            whole_free[pool] = min(whole_free.get(pool, 0.0) - (use if whole else 0.0), free[pool])
         need -= use
         use = min(freed[pool], need)
         freed[pool] -= use
@@ -280,12 +300,29 @@ def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]
         w_priority = targets[w.key][0]
         candidates = [j for j in situation.jobs
                       if j.running and j.key not in taken and (j.cluster, j.gpu_model) == pool
-                      and targets[j.key][0] < w_priority and not exemption(j, policy) and not protected(j, now)]
-        candidates.sort(key=lambda j: (targets[j.key][0], -(j.start_time or now).timestamp(), j.key))
+                      and targets[j.key][0] < w_priority and not exemption(j, policy) and not protected(j, now)
+                      and (not whole or _whole(j))]
+        if policy.max_lost_minutes is not None:  # work that would be thrown away: not worth a preemption
+            for c in candidates:
+                lost = lost_minutes(c, now, policy)
+                if _too_costly(c, now, policy) and c.key not in short:
+                    short.add(c.key)
+                    notes[c.key].append(f"ranks below waiting {_waiting_words(w, policy)} {w.job_id}, but a "
+                                        f"preemption now would lose {lost:.0f} min of work (more than "
+                                        f"max_lost_minutes {policy.max_lost_minutes:g})")
+            candidates = [c for c in candidates if not _too_costly(c, now, policy)]
+        if policy.victim_order == "least-lost-work":  # least work thrown away first (GPU-minutes)
+            candidates.sort(key=lambda j: (lost_minutes(j, now, policy) * j.gpus, targets[j.key][0], j.key))
+        else:  # lowest priority first, then the most recently started (Kueue's order)
+            candidates.sort(key=lambda j: (targets[j.key][0], -(j.start_time or now).timestamp(), j.key))
         chosen, got = [], 0.0
         for c in candidates:
             if got >= need - 1e-9:
                 break
+            # within-need: a victim larger than what is still missing would leave the rest of its GPUs
+            # idle, held for its own restart (a scheduler reserves them for the requeued job)
+            if policy.victim_fit == "within-need" and c.gpus > need - got + 1e-9:
+                continue
             chosen.append(c)
             got += c.gpus
         if got < need - 1e-9:
@@ -313,8 +350,23 @@ def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]
             out.append((_act(PREEMPT, c, reason, rule, policy,
                              figures={"priority": targets[c.key][0], "waiting_job": w.job_id,
                                       "waiting_priority": w_priority, "waiting_gpus": w.gpus,
-                                      "gpus": c.gpus}), c))
+                                      "gpus": c.gpus, "lost_minutes": round(lost_minutes(c, now, policy), 1)}),
+                        c))
     return out
+
+
+def _too_costly(job: JobFacts, now: datetime, policy) -> bool:
+    """A funded job past its minimum runtime whose preemption now would lose more than
+    ``max_lost_minutes`` of work: it waits for its next checkpoint. Unfunded work runs on burst
+    and goes whenever funded work needs its GPUs."""
+    if policy.max_lost_minutes is None or not job.funded:
+        return False
+    return lost_minutes(job, now, policy) > policy.max_lost_minutes + 1e-9
+
+
+def _whole(job: JobFacts) -> bool:
+    """The job holds whole GPUs (1, 2, 8 ...), not slices or fractions of them."""
+    return job.gpus >= 1 - 1e-9 and abs(job.gpus - round(job.gpus)) < 1e-9
 
 
 def _waiting_words(w: JobFacts, policy) -> str:
@@ -322,29 +374,43 @@ def _waiting_words(w: JobFacts, policy) -> str:
 
 
 def _capped(proposals, situation, policy, notes) -> list[Action]:
-    """Squatters first (costliest first), then demand preemptions in the order chosen."""
+    """Squatters first (costliest first), then demand preemptions in the order chosen. The victims
+    chosen for one waiting job go all together or not at all: part of them would free too little
+    for it to start, and their work would be lost for nothing."""
     squatters = sorted((p for p in proposals if p[0].rule == "squatter"),
                        key=lambda p: (-float(p[0].figures.get("idle_cost") or 0), p[0].job_id))
-    ordered = squatters + [p for p in proposals if p[0].rule != "squatter"]
+    groups: dict[object, list] = {}
+    for p in proposals:
+        if p[0].rule != "squatter":
+            groups.setdefault(p[0].figures.get("waiting_job"), []).append(p)
     per_project: dict[str, int] = defaultdict(int)
-    out, total = [], 0
-    for action, job in ordered:
-        if total >= policy.max_actions_per_cycle:
-            notes[job.key].append(f"would be preempted ({action.reason}), but the cap of "
-                                  f"{policy.max_actions_per_cycle} preemptions per cycle is reached; next cycle")
+    out: list[Action] = []
+    for group in [[p] for p in squatters] + list(groups.values()):
+        add: dict[str, int] = defaultdict(int)
+        for _, job in group:
+            add[job.project] += 1
+        over = None
+        if len(out) + len(group) > policy.max_actions_per_cycle:
+            over = f"the cap of {policy.max_actions_per_cycle} preemptions per cycle is reached"
+        else:
+            full = [p for p, n in add.items() if per_project[p] + n > policy.max_preemptions_per_project]
+            if full:
+                over = (f"project {full[0]} reached the cap of {policy.max_preemptions_per_project} "
+                        "preemptions per cycle")
+        if over:
+            also = (f" (with the {len(group) - 1} other job(s) that {group[0][0].figures.get('waiting_job')} "
+                    "needs freed; a part would not let it start)") if len(group) > 1 else ""
+            for action, job in group:
+                notes[job.key].append(f"would be preempted ({action.reason}), but {over}{also}; next cycle")
             continue
-        if per_project[job.project] >= policy.max_preemptions_per_project:
-            notes[job.key].append(f"would be preempted ({action.reason}), but project {job.project} reached "
-                                  f"the cap of {policy.max_preemptions_per_project} preemptions per cycle; "
-                                  "next cycle")
-            continue
-        per_project[job.project] += 1
-        total += 1
-        hist = situation.history.get(job.key)
-        if hist and hist.preemptions:
-            action.reason += f" (preempted {hist.preemptions} time(s) before)"
-            action.figures["preemptions_before"] = hist.preemptions
-        out.append(action)
+        for p, n in add.items():
+            per_project[p] += n
+        for action, job in group:
+            hist = situation.history.get(job.key)
+            if hist and hist.preemptions:
+                action.reason += f" (preempted {hist.preemptions} time(s) before)"
+                action.figures["preemptions_before"] = hist.preemptions
+            out.append(action)
     return out
 
 

@@ -182,6 +182,11 @@ class EnforcementPolicy(_Strict):
     max_data_age_minutes: float = Field(default=15, gt=0)  # stale-data guard: older data plans no preemption
     checkpoint_label: str = "gpuledger.io/checkpointing"  # "true" on a pod / workload: it resumes, so requeue
     checkpoint_annotation: str = "gpuledger.io/checkpointing"
+    # demand preemption: which unprotected jobs go first, and how much work one may throw away
+    victim_order: Literal["priority", "least-lost-work"] = "least-lost-work"
+    checkpoint_interval_minutes: float = Field(default=60, gt=0)  # a resumable job checkpoints this often
+    max_lost_minutes: float | None = Field(default=5, ge=0)  # a funded victim loses at most this much work (None: any)
+    victim_fit: Literal["any", "within-need"] = "within-need"  # within-need: no victim larger than the GPUs still missing
     slurm_qos_funded: str | None = None  # also set this QOS on funded pending Slurm jobs (Nice always)
     slurm_qos_unfunded: str | None = None
     pipeline_apply: bool = False  # the Dagster apply asset acts only when true ...

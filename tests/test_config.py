@@ -31,6 +31,30 @@ def test_defaults_apply_when_policy_is_left_out(tmp_path):
     assert (cfg.policy.squatting.warn_minutes, cfg.policy.squatting.second_warn_minutes,
             cfg.policy.squatting.preempt_minutes) == (60, 105, 120)
     assert cfg.policy.usage.half_life_days == 7 and cfg.policy.enforcement.dry_run is True
+    e = cfg.policy.enforcement
+    assert (e.checkpoint_interval_minutes, e.max_lost_minutes, e.victim_order, e.victim_fit) == (
+        60, 5, "least-lost-work", "within-need")
+
+
+def test_example_config_states_the_demand_preemption_defaults(example_config):
+    # the packaged example spells out every demand-preemption key at its default
+    e = example_config.policy.enforcement
+    assert (e.checkpoint_interval_minutes, e.max_lost_minutes, e.victim_order, e.victim_fit) == (
+        60, 5, "least-lost-work", "within-need")
+    assert "max_lost_minutes: 5" in example_config_text() and "victim_fit: within-need" in example_config_text()
+
+
+def test_demand_preemption_keys_reject_bad_values(tmp_path):
+    for bad, field in (({"victim_fit": "best"}, "victim_fit"), ({"max_lost_minutes": -1}, "max_lost_minutes"),
+                       ({"checkpoint_interval_minutes": 0}, "checkpoint_interval_minutes")):
+        data = _minimal()
+        data["policy"] = {"enforcement": bad}
+        with pytest.raises(ConfigError) as err:
+            load_config(_write(tmp_path, data))
+        assert field in str(err.value)
+    data = _minimal()
+    data["policy"] = {"enforcement": {"max_lost_minutes": None}}  # null: a victim may lose any amount
+    assert load_config(_write(tmp_path, data)).policy.enforcement.max_lost_minutes is None
 
 
 @pytest.mark.parametrize(

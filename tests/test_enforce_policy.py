@@ -16,6 +16,7 @@ from gpuledger.enforce.policy import decide
 from gpuledger.config import EnforcementPolicy
 
 NOW = datetime(2026, 11, 7, 12, 0)
+CKPT = "gpuledger.io/checkpointing"
 H = timedelta(hours=1)
 M = timedelta(minutes=1)
 
@@ -245,7 +246,8 @@ def test_idle_gpus_serve_waiting_work_before_any_preemption():
 
 def test_funded_inside_min_runtime_never_preempted_past_it_may_be():
     inside = job("inside", "p3", funded=True, protected_until=NOW + H)
-    past = job("past", "p3", funded=True, protected_until=NOW - H)
+    # resumable, started 10 h ago: just at a checkpoint (every 60 min), so nothing is lost
+    past = job("past", "p3", funded=True, protected_until=NOW - H, labels={CKPT: "true"})
     waiting = job("want", "p1", running=False, funded=True, gpus=8)
     actions = decide(situation([inside, past, waiting]), policy())
     assert "preempt" not in kinds(actions, "inside")
@@ -269,6 +271,75 @@ def test_lowest_priority_preempted_first_and_no_more_than_needed():
     jobs = [job("u1", "p1", gpus=8), job("u3", "p3", gpus=8), job("want", "p2", running=False, funded=True, gpus=8)]
     pre = [a.job_id for a in decide(situation(jobs), policy()) if a.action == "preempt"]
     assert pre == ["u3"]  # 101000 < 103000: u3 goes, u1 stays
+
+
+# --- checkpoint-aware, size-fit demand preemption ---------------------------------------------------
+# `want` (p1, funded, rank 1: priority 503000) waits for 8 H100; none are idle. Running, all of p3
+# (funded 501000 / unfunded 101000), checkpoint every 60 min (the default):
+#   ckpt  funded, resumable, started 10 h 03 min ago -> loses 603 mod 60 =  3 min × 8 GPUs =   24 GPU-min
+#   mid   funded, resumable, started 10 h 30 min ago -> loses 30 min × 8                 =  240 GPU-min
+#   norsm funded, no checkpoint, started 10 h ago    -> loses all 600 min × 8            = 4800 GPU-min
+#   big   unfunded, 16 GPUs, no checkpoint, 10 h ago -> loses 600 × 16                   = 9600 GPU-min
+# Defaults: mid and norsm lose more than max_lost_minutes (5) and wait for a checkpoint; big holds
+# 16 > the 8 missing (victim_fit within-need: 8 of its GPUs would sit idle, held for its restart);
+# ckpt goes. Kueue's order (victim_order priority, victim_fit any, no loss limit) takes the lowest
+# priority first: big (101000 < 501000), 16 GPUs >= 8, and throws away 9600 GPU-min.
+def _ckpt_jobs():
+    past = {"funded": True, "protected_until": NOW - 5 * H}
+    return [job("ckpt", "p3", start_time=NOW - 10 * H - 3 * M, labels={CKPT: "true"}, **past),
+            job("mid", "p3", start_time=NOW - 10 * H - 30 * M, labels={CKPT: "true"}, **past),
+            job("norsm", "p3", **past),
+            job("big", "p3", gpus=16),
+            job("want", "p1", running=False, funded=True, gpus=8, submit_time=NOW - H)]
+
+
+def test_demand_preemption_takes_the_job_just_past_its_checkpoint():
+    actions = decide(situation(_ckpt_jobs()), policy())
+    assert [a.job_id for a in actions if a.action == "preempt"] == ["ckpt"]
+    (pre,) = by_job(actions, "preempt")["ckpt"]
+    assert pre.mode == "requeue" and pre.figures["lost_minutes"] == 3.0
+    nones = by_job(actions, "none")
+    assert "would lose 30 min of work (more than max_lost_minutes 5)" in nones["mid"][0].reason
+    assert "would lose 600 min of work" in nones["norsm"][0].reason
+    # Kueue's order: the lowest priority first, whatever it throws away
+    old = decide(situation(_ckpt_jobs()), policy(victim_order="priority", victim_fit="any", max_lost_minutes=None))
+    assert [a.job_id for a in old if a.action == "preempt"] == ["big"]
+    # least work lost first, no loss limit, any size: ckpt (24 GPU-min) before mid (240)
+    least = decide(situation(_ckpt_jobs()), policy(victim_fit="any", max_lost_minutes=None))
+    assert [a.job_id for a in least if a.action == "preempt"] == ["ckpt"]
+
+
+def test_unfunded_burst_is_not_spared_by_the_loss_limit():
+    # design.md: unfunded work may be preempted. Alone below `want`, big (no checkpoint, 600 min in)
+    # still goes when it fits the need: want needs 16 here.
+    jobs = [job("big", "p3", gpus=16), job("want", "p1", running=False, funded=True, gpus=16)]
+    assert [a.job_id for a in decide(situation(jobs), policy()) if a.action == "preempt"] == ["big"]
+
+
+def test_victims_of_one_waiting_job_go_together_or_not_at_all():
+    # want needs 16; two 8-GPU p3 jobs at a checkpoint would free them, but p3 may lose only one job
+    # a cycle (max_preemptions_per_project 1): one alone frees 8 of 16, want still cannot start, so
+    # neither goes (before, the first went and its work was lost for nothing).
+    past = {"funded": True, "protected_until": NOW - H, "labels": {CKPT: "true"}}
+    jobs = [job("v1", "p3", **past), job("v2", "p3", **past),
+            job("want", "p1", running=False, funded=True, gpus=16)]
+    actions = decide(situation(jobs), policy(max_preemptions_per_project=1))
+    assert "preempt" not in {a.action for a in actions}
+    assert "project p3 reached the cap of 1" in by_job(actions, "none")["v1"][0].reason
+    assert [a.job_id for a in decide(situation(jobs), policy(max_preemptions_per_project=2))
+            if a.action == "preempt"] == ["v1", "v2"]
+
+
+def test_whole_gpu_job_counts_only_wholly_idle_gpus():
+    # 8 idle H100 shares, of which 4 whole GPUs (the rest halves beside shared jobs). want needs 8
+    # whole GPUs: 4 idle + 4 to free. half (0.5 of a shared GPU) frees no whole GPU; four (4 GPUs)
+    # does: four goes, half stays. Without free_whole_gpus the 8 shares look like enough: nothing.
+    jobs = [job("half", "p3", gpus=0.5), job("four", "p3", gpus=4),
+            job("want", "p1", running=False, funded=True, gpus=8)]
+    fit = decide(situation(jobs, free_gpus={("c", "H100"): 8}, free_whole_gpus={("c", "H100"): 4}), policy())
+    assert [a.job_id for a in fit if a.action == "preempt"] == ["four"]
+    blind = decide(situation(jobs, free_gpus={("c", "H100"): 8}), policy())
+    assert "preempt" not in {a.action for a in blind}
 
 
 def test_preemption_count_is_in_the_reason():

@@ -233,6 +233,35 @@ def test_burst_into_idle_capacity_is_reclaimed_when_funded_work_arrives(kind, lo
     assert outcome(r1, "burst").preemptions == 0
 
 
+# --- a funded job past its minimum runtime is preempted at its checkpoint ----------------------------
+# 8 H100, two funded projects of equal share. `a` runs a resumable 8-GPU training job of 10 h from 0
+# (minimum runtime 1 h, checkpoint every 60 min); `b` submits a funded 8-GPU job of 1 h at 7500 s.
+# b has no usage, so it ranks first: its job ranks above a's, which is past its minimum runtime
+# from 3600. Cycles every 900 s. Today's rule (max_lost_minutes 5): at 8100 a's job is 135 min in,
+# 15 min past its checkpoint -> spared; 9000: 30; 9900: 45; at 10800 (180 min) it is at a
+# checkpoint -> preempted, nothing lost. b's job runs 10800-14400; a's resumes with 10800 s kept
+# and needs 25200 s more: done at 39600. With no loss limit it goes at 8100 with 7200 s kept:
+# 900 s × 8 GPUs = 2 GPU-h lost, b's job runs 8100-11700, a's done at 11700 + 28800 = 40500.
+@pytest.mark.parametrize(
+    "max_lost, preempted_at, lost, train_done", [(5, 10800, 0.0, 39600), (None, 8100, 2.0, 40500)]
+)
+def test_a_funded_job_past_its_minimum_runtime_goes_at_its_checkpoint(max_lost, preempted_at, lost, train_done):
+    inv = Inventory.from_counts([{"model": "H100", "count": 8}])
+    jobs = (
+        job("train", "a", 0, 10 * H, gpus=8, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
+        job("want", "b", 7500, H, gpus=8, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
+    )
+    cfg = config({"a": 50, "b": 50}, {"a": 1000, "b": 1000}, enforcement={"max_lost_minutes": max_lost})
+    r = simulate(Trace(ORIGIN, 24 * H, jobs, inv), cfg, FAIR_SHARE)
+    train, want = outcome(r, "train"), outcome(r, "want")
+    assert (want.first_start_s, want.done_s) == (preempted_at, preempted_at + H)
+    assert [(s.start_s, s.end_s, s.ended_by) for s in train.segments] == [
+        (0, preempted_at, "preempted"),
+        (preempted_at + H, train_done, "done"),
+    ]
+    assert train.lost_gpu_hours == pytest.approx(lost) and r.actions == {"preempt:past-min-runtime": 1}
+
+
 # --- a spot interruption of a checkpointed job -------------------------------------------------------
 # 10 h of demand on H100: a checkpointed training job on 4 GPUs and a job that cannot checkpoint on
 # 2, both for the whole 10 h; 2 reserved GPUs. Prices: reserved 2.10, on-demand 3.90, spot 1.45.

@@ -99,7 +99,11 @@ class Simulation:
         self.trace, self.cfg, self.policy = trace, cfg, policy
         self.params = params or Params()
         self.progress = progress
-        self.enforcement = cfg.policy.enforcement
+        # the replay's jobs checkpoint every params.checkpoint_interval_minutes: enforce's victim choice
+        # weighs the work a preemption throws away by the same interval
+        self.enforcement = cfg.policy.enforcement.model_copy(
+            update={"checkpoint_interval_minutes": self.params.checkpoint_interval_minutes}
+        )
         usage_policy, self.cap_s, self.squatting = effective_policy(cfg, self.params)
         self.org_nodes = org_nodes_frame(cfg, self.params)
         from gpuledger.analytics.tree import Tree
@@ -473,6 +477,7 @@ class Simulation:
         views.update(head_views)
         running_views = [views[i] for i in chosen]
         free = {(pool[0], pool_label(pool)): s.free_units for pool, s in self.pools.items()}
+        free_whole = {(pool[0], pool_label(pool)): float(s.whole_free_units) for pool, s in self.pools.items()}
         actions = policies.cycle_actions(
             origin=self.trace.origin,
             now_s=t,
@@ -482,6 +487,7 @@ class Simulation:
             preemptions=self.preempt_count,
             applied=self.applied,
             free=free,
+            free_whole=free_whole,
             fs_projects=self.fs_projects,
             policy=self.enforcement,
         )

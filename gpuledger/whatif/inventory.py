@@ -114,6 +114,11 @@ class PoolState:
     def size(self) -> int:
         return len(self.device_ids)
 
+    @property
+    def whole_free_units(self) -> int:
+        """Devices with nothing on them: all a job of whole devices can use."""
+        return len(self._in_heap)
+
     def fits(self, units: int, unit_size: float) -> bool:
         if unit_size >= 1 - EPS:
             return len(self._in_heap) >= units

@@ -267,6 +267,7 @@ def cycle_actions(
     preemptions: dict[tuple[str, str], int],
     applied: dict[str, int],
     free: dict[tuple[str, str], float],
+    free_whole: dict[tuple[str, str], float] | None = None,
     fs_projects: int,
     policy,
 ) -> list:
@@ -284,6 +285,7 @@ def cycle_actions(
         warnings=warnings,
         history=history,
         free_gpus=free,
+        free_whole_gpus=free_whole,
         fs_projects=fs_projects,
         data_as_of=now,
     )
