@@ -26,6 +26,8 @@ KUEUE_ADMITTED = ("ADMITTED", "QUOTARESERVED")
 
 # Whole-GPU equivalents installed at `now` minus those held at `now`, per (cluster, model).
 _FREE = load_sql(__package__, "free_gpus.sql")
+# GPUs with nothing on them, per (cluster, model): what a job of whole GPUs can start on.
+_FREE_WHOLE = load_sql(__package__, "free_whole_gpus.sql")
 
 
 def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
@@ -71,9 +73,10 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
             requeue_flag=seen.get("requeue_flag"), scheduler_job=r["scheduler_job"],
         ))
     free = {(c, m): float(f) for c, m, f in con.execute(_FREE, {"now": now}).fetchall()}
+    whole = {(c, m): float(f) for c, m, f in con.execute(_FREE_WHOLE, {"now": now}).fetchall()}
     return Situation(
         now=now, jobs=jobs, findings=findings, warnings=audit.load_warnings(con),
-        history=audit.load_history(con), free_gpus=free, fs_projects=len(ranks),
+        history=audit.load_history(con), free_gpus=free, free_whole_gpus=whole, fs_projects=len(ranks),
         data_as_of=reports.data_now(con, wall=now) if _has_data(con, now) else None,
     )
 

@@ -74,3 +74,23 @@ def test_workload_squats_only_when_all_its_pods_do():
     assert (f.job_id, f.idle_minutes, f.gpus_idle, f.gpus_total) == ("ml/workload/train", 130, 8, 8)
     _, partial = _kueue_workloads_stand_for_their_pods([dict(r) for r in rows], [squat("p0", 150)], NOW)
     assert partial == []  # one pod still works: the workload is not squatting
+
+
+def test_wholly_idle_gpus_are_counted_apart_from_idle_shares(tmp_path):
+    # 3 whole H100 and a 1g MIG instance (1/7) of a fourth on host n1: gpu 1 fully held, gpu 2 half held
+    # (a shared GPU), gpu 3 and the MIG instance idle. Idle shares: 3 + 1/7 − 1 − 0.5 = 1.643;
+    # wholly idle GPUs: only gpu 3 (gpu 2's free half and the MIG slice cannot host a whole-GPU job).
+    path = tmp_path / "w.duckdb"
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    assert _cli("config", "load", "--config", str(tmp_path / "c.yaml"), "-w", str(path)).exit_code == 0
+    with warehouse.open_writer(path) as con:
+        for gid, mig, frac in ((1, -1, 1.0), (2, -1, 1.0), (3, -1, 1.0), (4, 1, 1 / 7)):
+            con.execute("INSERT INTO gpus (gpu_id, cluster, gpu_uuid, mig_instance_id, host, model, gpu_fraction) "
+                        "VALUES (?, 'k', ?, ?, 'n1', 'H100', ?)", [gid, f"GPU-{gid}", mig, frac])
+        for job_id, gid, frac in (("a", 1, 1.0), ("b", 2, 0.5)):
+            con.execute("INSERT INTO job_allocations (cluster, job_id, gpu_id, start_time, gpu_fraction) "
+                        "VALUES ('k', ?, ?, ?, ?)", [job_id, gid, NOW - H, frac])
+    with warehouse.open_reader(path) as con:
+        s = gather(con, parse_config_text(CONFIG), now=NOW)
+    assert abs(s.free_gpus[("k", "H100")] - (3 + 1 / 7 - 1.5)) < 1e-9
+    assert s.free_whole_gpus == {("k", "H100"): 1.0}
