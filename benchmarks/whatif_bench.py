@@ -75,6 +75,13 @@ def main() -> None:
     ap.add_argument("--min-runtime-cap-hours", type=float, default=None)
     ap.add_argument("--default-min-runtime-hours", type=float, default=0.0)
     ap.add_argument("--json", type=Path, default=None, help="write the figures per policy here")
+    ap.add_argument(
+        "--enforcement",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="override a policy.enforcement key, e.g. max_lost_minutes=null or victim_fit='\"any\"'",
+    )
     args = ap.parse_args()
     db = args.warehouse or ROOT / "data" / "bench" / f"month{args.gpus}-i{args.interval}.duckdb"
     if not db.exists():
@@ -110,6 +117,10 @@ def main() -> None:
     )
     con = duckdb.connect(str(db), read_only=True)
     cfg, _ = config_for_command(con, None, write=False)
+    if args.enforcement:  # a candidate rule: the warehouse's config with these enforcement keys changed
+        over = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.enforcement)}
+        enf = cfg.policy.enforcement.model_validate({**cfg.policy.enforcement.model_dump(), **over})
+        cfg = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"enforcement": enf})})
     t = time.perf_counter()
     trace = load_trace(con, cfg, start=START, end=end, params=params)
     con.close()
@@ -145,7 +156,8 @@ def main() -> None:
     lines = [
         f"# What-if benchmark: {args.gpus} GPUs, {args.days:g} days ({built})",
         "",
-        f"params: {params}; delivery settled per {settle.days:g} days",
+        f"params: {params}; delivery settled per {settle.days:g} days"
+        + (f"; enforcement overrides {args.enforcement}" if args.enforcement else ""),
         "",
         "| step | wall s | notes |",
         "|---|---:|---|",
