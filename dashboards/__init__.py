@@ -3,7 +3,7 @@
 * ``app.py`` — the entry script: sign-in (OIDC or local mode), navigation, sidebar filters;
 * ``app_pages/`` — one script per page; pages only draw;
 * ``queries.py`` + ``sql/`` — every read, over the tables the pipelines materialize, through
-  ``warehouse.open_reader`` with bound parameters (no Streamlit);
+  ``warehouse.kept_reader`` (a reader kept between calls) with bound parameters (no Streamlit);
 * ``ui.py`` — the cached reads (TTL), the page context, what to show when there is no data;
 * ``access.py`` — who sees what, from the config's ``dashboards:`` roles (no Streamlit);
 * ``charts.py`` — the Altair charts (no Streamlit).

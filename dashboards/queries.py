@@ -1,6 +1,6 @@
-"""The dashboards' reads: plain functions over the warehouse file (no Streamlit), each opening a
-short read-only connection through ``gpuledger.warehouse.open_reader`` (so the pipeline's writer is
-never blocked for long) and binding every input as a parameter. SQL lives in ``sql/*.sql`` beside
+"""The dashboards' reads: plain functions over the warehouse file (no Streamlit), each reading
+through ``gpuledger.warehouse.kept_reader`` (a read-only connection kept between calls and given up
+within 50 ms when the pipeline's writer wants the file) and binding every input as a parameter. SQL lives in ``sql/*.sql`` beside
 this module. Pages read the tables the Dagster pipelines materialize; only the chargeback statement
 is built on demand, by the same function the finance statement files come from.
 
@@ -33,8 +33,8 @@ def _frame(con, name: str, **params) -> pl.DataFrame:
 
 
 def read(path: str, name: str, **params) -> pl.DataFrame:
-    """Run ``sql/<name>.sql`` with ``params`` on a short reader of ``path``."""
-    with warehouse.open_reader(path) as con:
+    """Run ``sql/<name>.sql`` with ``params`` on the kept reader of ``path``."""
+    with warehouse.kept_reader(path) as con:
         return _frame(con, name, **params)
 
 
@@ -89,7 +89,7 @@ def warehouse_state(path: str) -> WarehouseState:
         return WarehouseState(path, f"There is no warehouse at `{path}` yet. Run {NEXT_STEPS}. Under `make dev` "
                                     "the first ingest run creates it within a minute: reload then.", **empty)
     try:
-        with warehouse.open_reader(path) as con:
+        with warehouse.kept_reader(path) as con:
             row = con.execute(sql("state")).fetchall()[0]
             names = [d[0] for d in con.description]
             counts = dict(zip(names, row, strict=True))
@@ -280,7 +280,7 @@ def finding_history(path: str, job_keys: tuple[str, ...]) -> dict[str, pl.DataFr
     """For the jobs ``cluster/job_id``: lifecycle events, alerts (the outbox, when the alerts
     migration is there) and enforcement rows."""
     keys = list(job_keys)
-    with warehouse.open_reader(path) as con:
+    with warehouse.kept_reader(path) as con:
         events = _frame(con, "finding_events", job_keys=keys)
         actions = _frame(con, "enforcement_for_jobs", job_keys=keys)
         if _has_table(con, "alert_outbox"):
@@ -363,7 +363,7 @@ def statement(path: str, period: str, node: str | None) -> StatementView:
     from gpuledger.reports.files import write_statement_files
     from gpuledger.reports.statement import build_statement
 
-    with warehouse.open_reader(path) as con:
+    with warehouse.kept_reader(path) as con:
         st = build_statement(con, period, node=node)
     stem = f"statement-{st.period}-{_slug(st.scope)}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -383,7 +383,7 @@ def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple
     from gpuledger.analytics.reports import chargeback_report
     from gpuledger.ledger.config_versions import stored_config
 
-    with warehouse.open_reader(path) as con:
+    with warehouse.kept_reader(path) as con:
         stored = stored_config(con)
         lines = chargeback_report(con, f"{start.isoformat()}..{end.isoformat()}", level="project",
                                   policy=stored.config.policy if stored else None)

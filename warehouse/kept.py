@@ -1,0 +1,161 @@
+"""A read-only connection a warm process keeps between calls, given up as soon as a writer wants the file.
+
+Opening the DuckDB file (lock, connect, schema check) costs 20-40 ms; a dashboard question
+answered from the materialized tables costs 2-5 ms (BENCHMARKS.md, "Side by side with
+Prometheus"). So a process that asks many questions (the dashboards, a benchmark) keeps one
+``open_reader`` open in a holder thread and hands out cursors of it. The lock protocol is
+unchanged: the holder holds the file shared like any reader, so no writer can commit while it is
+kept (what it reads is the newest committed data), and it lets go within ``poll_s`` of a writer
+taking the gate (``<file>.gate``), or once the calls in flight finish. Callers arriving while it
+lets go take a plain ``open_reader``, which waits behind the writer: writers keep their preference.
+The holder thread opened the reader, so ``open_writer`` in a caller's thread is not refused as a
+writer nested in a reader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+POLL_S = 0.05  # how soon the kept reader notices a waiting writer (one flock probe per poll)
+IDLE_S = 30.0  # unused this long, the file is let go (nothing is held by a quiet process)
+
+
+def _writer_wants(gate_fd: int | None) -> bool:
+    """Does a writer hold or wait for the file? A writer holds the gate exclusively for its whole
+    turn; a reader passing through holds it for a moment (then this errs on letting go)."""
+    if gate_fd is None:
+        return False
+    try:
+        fcntl.flock(gate_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(gate_fd, fcntl.LOCK_UN)
+    return False
+
+
+class KeptReader:
+    """One warehouse file's kept reader. Use :func:`kept_reader` (one per file and process)."""
+
+    def __init__(self, path: Path, *, poll_s: float = POLL_S, idle_s: float = IDLE_S) -> None:
+        self.path = path
+        self.poll_s, self.idle_s = poll_s, idle_s
+        self._guard = threading.Lock()
+        self._con = None  # the holder's connection while it is open and not letting go
+        self._users = 0
+        self._last_used = 0.0
+        self._gate_fd: int | None = None
+        self.opened = 0  # how many times the file was opened (tests, benchmarks)
+
+    def _gate(self) -> int | None:
+        if self._gate_fd is None:
+            try:
+                self._gate_fd = os.open(f"{self.path}.gate", os.O_RDONLY)
+            except OSError:
+                return None  # no gate yet: no writer has used this file
+        return self._gate_fd
+
+    def _hold(self, handed: queue.Queue) -> None:
+        from gpuledger.warehouse.db import open_reader
+
+        try:
+            with open_reader(self.path) as con:
+                with self._guard:
+                    self._con, self._last_used = con, time.monotonic()
+                    self.opened += 1
+                handed.put(con)
+                while True:
+                    time.sleep(self.poll_s)
+                    with self._guard:
+                        if self._con is not None and (_writer_wants(self._gate())
+                                                      or time.monotonic() - self._last_used > self.idle_s):
+                            self._con = None  # no new callers; the ones in flight finish first
+                        if self._con is None and self._users == 0:
+                            return
+        except BaseException as exc:  # noqa: BLE001 - the caller waiting for the connection raises it
+            with self._guard:
+                self._con = None
+            handed.put(exc)
+
+    def _take(self):
+        """A connection for one call: the kept one, a newly kept one, or None (a writer wants the
+        file, or the holder is letting go: the caller opens a plain reader)."""
+        with self._guard:
+            if self._con is not None:
+                self._users += 1
+                return self._con
+            if self._users or _writer_wants(self._gate()):
+                return None
+            self._users += 1  # counted before the holder starts, so it cannot let go under us
+        handed: queue.Queue = queue.Queue()
+        threading.Thread(target=self._hold, args=(handed,), name=f"kept-reader {self.path.name}",
+                         daemon=True).start()
+        got = handed.get()
+        if isinstance(got, BaseException):
+            with self._guard:
+                self._users -= 1
+            raise got
+        return got
+
+    def _give_back(self) -> None:
+        with self._guard:
+            self._users -= 1
+            self._last_used = time.monotonic()
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator:
+        con = self._take()
+        if con is None:
+            from gpuledger.warehouse.db import open_reader
+
+            with open_reader(self.path) as plain:
+                yield plain
+            return
+        import duckdb
+
+        from gpuledger.warehouse.db import _unreadable
+
+        try:
+            cursor = con.cursor()  # one per call: threads never share one
+            try:
+                cursor.execute("SET TimeZone = 'UTC'")  # a cursor does not inherit the session's
+                yield cursor
+            except duckdb.Error as exc:  # a damaged block can surface in any query, as in open_reader
+                problem = _unreadable(self.path, exc)
+                if problem is None:
+                    raise
+                raise problem from exc
+            finally:
+                cursor.close()
+        finally:
+            self._give_back()
+
+    def release(self) -> None:
+        """Let the file go as soon as the calls in flight finish (tests, shutdown)."""
+        with self._guard:
+            self._con = None
+
+
+_KEPT: dict[str, KeptReader] = {}
+_KEPT_GUARD = threading.Lock()
+
+
+def kept_reader(path=None) -> contextlib.AbstractContextManager:
+    """``with kept_reader(path) as con:`` — like ``open_reader``, but the file stays open between
+    calls of this process until a writer wants it (see the module's docstring)."""
+    from gpuledger.warehouse.paths import check_reader_path, resolve_warehouse_path
+
+    resolved = resolve_warehouse_path(path)
+    check_reader_path(resolved)
+    key = os.path.realpath(resolved)
+    with _KEPT_GUARD:
+        kept = _KEPT.get(key)
+        if kept is None:
+            kept = _KEPT[key] = KeptReader(resolved)
+    return kept.reader()
