@@ -118,7 +118,6 @@ class KeptReader:
                 yield plain
             return
         import duckdb
-
         from gpuledger.warehouse.db import _unreadable
 
         try:
