@@ -49,6 +49,17 @@ def _poll(fd: int, op: int, deadline: float) -> bool:
             delay = min(delay * 2, _POLL_MAX_S)
 
 
+def held_against(fd: int, op: int) -> bool:
+    """Does another open file hold a lock that ``op`` on ``fd`` would wait for? A momentary
+    non-blocking try, let go at once (two system calls)."""
+    try:
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
 def _open_side_file(path: Path, *, create: bool) -> int | None:
     """An fd for a side file; None when it does not exist and cannot be made (a read-only place:
     then no writer can be at work there either)."""
@@ -157,14 +168,7 @@ class WarehouseLocks:
     def readers_waiting(self) -> bool:
         """Is any reader waiting for the file now? (Two system calls.)"""
         fd = self._fd("readers", create=True)
-        if fd is None:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
+        return fd is not None and held_against(fd, fcntl.LOCK_EX)
 
     def let_readers_in(self, max_wait_s: float) -> None:
         """After release_writer: wait (at most ``max_wait_s``) until the readers that were waiting

@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from gpuledger.warehouse.access import held_against
+
 POLL_S = 0.05  # how soon the kept reader notices a waiting writer (one flock probe per poll)
 IDLE_S = 30.0  # unused this long, the file is let go (nothing is held by a quiet process)
 
@@ -30,14 +32,7 @@ IDLE_S = 30.0  # unused this long, the file is let go (nothing is held by a quie
 def _writer_wants(gate_fd: int | None) -> bool:
     """Does a writer hold or wait for the file? A writer holds the gate exclusively for its whole
     turn; a reader passing through holds it for a moment (then this errs on letting go)."""
-    if gate_fd is None:
-        return False
-    try:
-        fcntl.flock(gate_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    fcntl.flock(gate_fd, fcntl.LOCK_UN)
-    return False
+    return gate_fd is not None and held_against(gate_fd, fcntl.LOCK_SH)
 
 
 class KeptReader:
