@@ -302,15 +302,14 @@ def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]
                       if j.running and j.key not in taken and (j.cluster, j.gpu_model) == pool
                       and targets[j.key][0] < w_priority and not exemption(j, policy) and not protected(j, now)
                       and (not whole or _whole(j))]
-        if policy.max_lost_minutes is not None:  # work that would be thrown away: not worth a preemption
-            for c in candidates:
-                lost = lost_minutes(c, now, policy)
-                if _too_costly(c, now, policy) and c.key not in short:
-                    short.add(c.key)
-                    notes[c.key].append(f"ranks below waiting {_waiting_words(w, policy)} {w.job_id}, but a "
-                                        f"preemption now would lose {lost:.0f} min of work (more than "
-                                        f"max_lost_minutes {policy.max_lost_minutes:g})")
-            candidates = [c for c in candidates if not _too_costly(c, now, policy)]
+        costly = {c.key for c in candidates if _too_costly(c, now, policy)}  # would throw away too much work
+        for c in candidates:
+            if c.key in costly and c.key not in short:
+                short.add(c.key)
+                notes[c.key].append(f"ranks below waiting {_waiting_words(w, policy)} {w.job_id}, but a "
+                                    f"preemption now would lose {lost_minutes(c, now, policy):.0f} min of work "
+                                    f"(more than max_lost_minutes {policy.max_lost_minutes:g})")
+        candidates = [c for c in candidates if c.key not in costly]
         if policy.victim_order == "least-lost-work":  # least work thrown away first (GPU-minutes)
             candidates.sort(key=lambda j: (lost_minutes(j, now, policy) * j.gpus, targets[j.key][0], j.key))
         else:  # lowest priority first, then the most recently started (Kueue's order)
