@@ -403,3 +403,32 @@ def test_mig_summary_by_hand():
 def test_months_between():
     assert queries.months_between(datetime(2026, 11, 28), datetime(2027, 1, 2)) == ["2026-11", "2026-12", "2027-01"]
     assert queries.months_between(datetime(2026, 11, 1), datetime(2026, 11, 1) + timedelta(days=30)) == ["2026-11"]
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3, queries.SMALL_ROWS - 1, queries.SMALL_ROWS, queries.SMALL_ROWS + 5])
+def test_result_frames_equal_arrows_at_every_size_and_type(rows):
+    """result_frame builds short results from tuples; it must equal the Arrow conversion exactly
+    (types, nulls, decimals, both timestamp kinds), below, at and above SMALL_ROWS."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    query = ("SELECT range::BIGINT AS n, range::INTEGER AS i, 'p' || range AS project, "
+             "CASE WHEN range % 2 = 0 THEN NULL ELSE range / 3 END AS ratio, "
+             "(range / 7)::DECIMAL(38, 2) AS cost, TIMESTAMP '2026-11-01' + INTERVAL (range) MINUTE AS ts, "
+             "TIMESTAMPTZ '2026-11-01 00:00:00+00' AS tz, DATE '2026-11-01' AS day, range % 2 = 0 AS even "
+             f"FROM range({rows})")
+    got = queries.result_frame(con.execute(query))
+    want = pl.from_arrow(con.execute(query).to_arrow_table())
+    assert got.schema == want.schema
+    assert got.equals(want) and got.height == rows
+
+
+def test_result_frames_of_other_types_go_through_arrow():
+    import duckdb
+
+    con = duckdb.connect()
+    query = "SELECT [1, 2] AS gpus, {'a': 1} AS s, 'x' AS name"  # a list and a struct: not by tuples
+    got = queries.result_frame(con.execute(query))
+    assert got.schema == {"gpus": pl.List(pl.Int32), "s": pl.Struct({"a": pl.Int32}), "name": pl.String}
+    assert got.row(0) == ([1, 2], {"a": 1}, "x")

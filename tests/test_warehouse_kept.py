@@ -91,3 +91,27 @@ def test_a_missing_warehouse_is_the_same_one_line_error_as_open_reader(tmp_path)
     missing = tmp_path / "nowhere.duckdb"
     with pytest.raises(warehouse.WarehouseError, match="no warehouse at"), warehouse.kept_reader(missing):
         pass
+
+
+def test_a_thread_reuses_its_cursor_and_a_nested_call_gets_its_own(kept):
+    for _ in range(3):
+        with kept.reader() as con:
+            assert _count(con) == 10
+    assert kept.cursors_made == 1  # three calls, one cursor: the saving the reuse is for
+    with kept.reader() as outer:
+        pending = outer.execute("SELECT gpu_id FROM gpu_samples ORDER BY ts")
+        with kept.reader() as inner:
+            assert inner is not outer  # a shared cursor would lose the outer result below
+            assert _count(inner) == 10
+        assert len(pending.fetchall()) == 10
+    assert kept.cursors_made == 2
+
+
+def test_cursors_are_dropped_with_the_file_and_made_again_after(kept, warehouse_file):
+    with kept.reader() as con:
+        assert _count(con) == 10
+    with warehouse.open_writer(warehouse_file) as con:  # the holder lets go (and closes its cursors)
+        warehouse.write_samples(con, batch(3, 0, 4), "kept-test")
+    with kept.reader() as con:
+        assert _count(con) == 14  # a cursor of the new connection sees the write
+    assert kept.opened == 2 and kept.cursors_made == 2

@@ -10,6 +10,11 @@ taking the gate (``<file>.gate``), or once the calls in flight finish. Callers a
 lets go take a plain ``open_reader``, which waits behind the writer: writers keep their preference.
 The holder thread opened the reader, so ``open_writer`` in a caller's thread is not refused as a
 writer nested in a reader.
+
+Each thread keeps its cursor (one DuckDB connection of the kept database) for as long as the file
+is kept: a new cursor plus its ``SET TimeZone`` costs ~0.2 ms, as much as a small question itself.
+A nested call in the same thread gets a cursor of its own. Calls leave their cursor as they found
+it (they read; what they register they unregister).
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ class KeptReader:
         self._users = 0
         self._last_used = 0.0
         self._gate_fd: int | None = None
+        self._cursors: dict[int, object] = {}  # thread ident -> its idle cursor of the kept connection
         self.opened = 0  # how many times the file was opened (tests, benchmarks)
+        self.cursors_made = 0  # tests: cursors are reused within a thread
 
     def _gate(self) -> int | None:
         if self._gate_fd is None:
@@ -72,7 +79,10 @@ class KeptReader:
                                                       or time.monotonic() - self._last_used > self.idle_s):
                             self._con = None  # no new callers; the ones in flight finish first
                         if self._con is None and self._users == 0:
-                            return
+                            cursors, self._cursors = list(self._cursors.values()), {}
+                            break
+                for cursor in cursors:  # before the connection closes: nobody is using them
+                    cursor.close()
         except BaseException as exc:  # noqa: BLE001 - the caller waiting for the connection raises it
             with self._guard:
                 self._con = None
@@ -115,19 +125,28 @@ class KeptReader:
         import duckdb
         from gpuledger.warehouse.db import _unreadable
 
+        ident = threading.get_ident()
+        cursor = None
         try:
-            cursor = con.cursor()  # one per call: threads never share one
-            try:
+            with self._guard:  # this thread's idle cursor, taken out while in use (nested calls)
+                cursor = self._cursors.pop(ident, None)
+            if cursor is None:
+                cursor = con.cursor()  # threads never share one
+                self.cursors_made += 1
                 cursor.execute("SET TimeZone = 'UTC'")  # a cursor does not inherit the session's
+            try:
                 yield cursor
             except duckdb.Error as exc:  # a damaged block can surface in any query, as in open_reader
                 problem = _unreadable(self.path, exc)
                 if problem is None:
                     raise
                 raise problem from exc
-            finally:
-                cursor.close()
         finally:
+            with self._guard:
+                if cursor is not None and ident not in self._cursors:
+                    self._cursors[ident], cursor = cursor, None  # kept for this thread's next call
+            if cursor is not None:
+                cursor.close()  # a nested call's own cursor
             self._give_back()
 
     def release(self) -> None:
