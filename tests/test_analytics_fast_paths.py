@@ -6,6 +6,9 @@
 - attribution from the rollup + those samples equals attribution from every raw sample.
 - the in-memory engine the entry points collect with (analytics.collect) gives the streaming
   engine's figures.
+- ``load.load_device_activity`` judging the sustained window first gives the one pass over the
+  whole lookback's evidence, at moments through the simulated day (jobs starting and ending,
+  the simulator's gaps and dirt).
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ from polars.testing import assert_frame_equal
 
 from gpuledger.analytics.attribution import allocated_pieces, attribute_usage, partial_hour_keys
 from gpuledger.analytics.collect import collect
-from gpuledger.analytics.load import ATTRIBUTION_SAMPLE_COLS, load_hourly, load_samples_for_hours, load_tables
+from gpuledger.analytics.load import (
+    ATTRIBUTION_SAMPLE_COLS,
+    load_device_activity,
+    load_hourly,
+    load_samples_for_hours,
+    load_tables,
+)
 
 START = datetime(2026, 11, 1)
 NOW = START + timedelta(hours=6)
@@ -108,6 +117,24 @@ def test_in_memory_engine_gives_the_streaming_figures(sim_con):
                            jobs=j, hourly=load_hourly(con, start=START, end=NOW))
     fast, plain = collect(plan), plan.collect(engine="streaming")
     assert_frame_equal(fast.sort(KEY, nulls_last=True), plain.sort(KEY, nulls_last=True), abs_tol=1e-9)
+
+
+@pytest.mark.parametrize("hours", [0.75, 1.5, 2 + 17 / 60, 3.5, 4 + 1 / 120, 6])
+def test_squatting_evidence_sustained_window_first_equals_one_pass(sim_con, monkeypatch, hours):
+    from gpuledger.analytics import load
+    from gpuledger.config import SquattingPolicy
+
+    con, frames, _ = sim_con
+    j, a, g = frames["jobs"], frames["job_allocations"], frames["gpus"]
+    now = START + timedelta(hours=hours)
+    # A 45-minute grace and a 50-minute window judge devices the default policy leaves for later.
+    for policy in (SquattingPolicy(), SquattingPolicy(grace_minutes=45, sustained_minutes=50)):
+        monkeypatch.setattr(load, "SUSTAINED_FIRST", True)
+        first = collect(load_device_activity(con, j, a, g, now=now, policy=policy))
+        monkeypatch.setattr(load, "SUSTAINED_FIRST", False)
+        reference = collect(load_device_activity(con, j, a, g, now=now, policy=policy))
+        assert reference.height > 0 or policy.grace_minutes == 45  # none judged yet at 45 min
+        assert_frame_equal(first.sort("cluster", "job_id", "gpu_id"), reference.sort("cluster", "job_id", "gpu_id"))
 
 
 def _plain_demand(jobs: pl.LazyFrame, *, start, end, now) -> pl.DataFrame:

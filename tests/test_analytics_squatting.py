@@ -2,17 +2,22 @@
 
 The samples go through the production path: an in-memory DuckDB holds them as ``gpu_samples``,
 load_device_activity reduces them to evidence per held device, squatting_findings judges. Activity
-is judged sample by sample (see the squatting module's docstring)."""
+is judged sample by sample (see the squatting module's docstring). Every test runs twice: with the
+loader's sustained window first (the product's path) and with one pass over the whole lookback
+(load.SUSTAINED_FIRST = False, the reference); a randomized test compares the two directly."""
 
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 import duckdb
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
+from gpuledger.analytics import load
 from gpuledger.analytics.load import load_device_activity
 from gpuledger.analytics.squatting import ACTIVITY_COLUMNS, squatting_findings
 from gpuledger.config import SquattingPolicy
@@ -25,6 +30,12 @@ GIB = 2**30
 RATES = rate_card([("H100", "reserved", datetime(2026, 1, 1), "2.10")])
 POLICY = SquattingPolicy(exempt_namespaces=["kube-system"], exempt_kinds=["interactive"],
                          exempt_labels={"team": "infra"})
+
+
+@pytest.fixture(autouse=True, params=["sustained window first", "one pass over the lookback"])
+def evidence_path(request, monkeypatch):
+    monkeypatch.setattr(load, "SUSTAINED_FIRST", request.param == "sustained window first")
+    return request.param
 
 
 def ago(minutes: float) -> datetime:
@@ -280,3 +291,72 @@ def test_idle_cost_rounds_half_up():
                                c.activity().lazy(), rates, now=NOW, policy=POLICY).collect().to_dicts()
     assert found[0]["gpu_hours_idle"] == pytest.approx(1.5)
     assert found[0]["idle_cost"] == Decimal("0.05")
+
+
+def test_a_better_signal_before_the_window_outranks_the_windows():
+    # sm_active readings until ago(90), gr_engine_active only since (an exporter reconfigured):
+    # the lookback's best signal is sm_active, so only the sm samples are judged — active until
+    # ago(130), idle (sm 0.0) from ago(130) to ago(90). The window [ago(60), now) reads no sm:
+    # covered_minutes 0, stale, no finding, though gr says idle for the last 90 minutes.
+    c = Cluster().job("switched", idle_for=(130,))
+    for r in c.sample_rows:
+        if r["ts"] >= ago(90):
+            r["gr"], r["sm"] = r.pop("sm"), None
+    ev = c.activity().row(0, named=True)
+    assert ev["activity_signal"] == "sm_active"
+    assert (ev["last_active"], ev["idle_since"], ev["covered_minutes"]) == (ago(131), ago(130), 0)
+    assert "switched" not in c.findings()
+    # gr_engine_active readings before the window, gpu_util only in it: judged on gr.
+    c = Cluster().job("to-util", idle_for=(130,), signal="gr")
+    for r in c.sample_rows:
+        if r["ts"] >= ago(90):
+            r["util"], r["gr"] = r.pop("gr"), None
+    assert c.activity()["activity_signal"].to_list() == ["gr_engine_active"]
+
+
+def _random_cluster(rng: random.Random) -> Cluster:
+    """Devices with every feature the evidence reads, drawn at random: 30 s or 1 min samples with
+    gaps, NaN readings, signals that change (sm → gr, gr → util, none for a while), null memory
+    readings, activity that stops or blips, MIG instances, shared devices, allocations and jobs
+    that start inside the sustained window or after the grace, some already over."""
+    c = Cluster()
+    for n in range(40):
+        mig = {"uuid": f"GPU-M{n // 3}", "mig": n % 3, "fraction": 1 / 7} if rng.random() < 0.2 else None
+        g = c.gpu(mig)
+        for share in range(2 if rng.random() < 0.2 else 1):
+            job_id = f"j{n}-{share}"
+            started = rng.choice([420, 300, 150, 95, 61, 50, 20])
+            end = ago(rng.choice([1, 30])) if rng.random() < 0.1 else None
+            c.job_rows.append({"job_id": job_id, "project": "p", "start": ago(started), "end": end})
+            alloc_from = ago(started - rng.choice([0, 0, 10, 70, 200]) if started > 200 else started)
+            c.alloc_rows.append((job_id, g, alloc_from, None, 0.5 if share else 1.0))
+        step = rng.choice([30 * S, M])
+        switch = ago(rng.choice([400, 200, 90, 59, 30, 5]))
+        before, after = rng.choice([("sm", "sm"), ("gr", "gr"), ("sm", "gr"), ("gr", "util"), ("util", "util"),
+                                    ("sm", None), (None, "gr"), ("util", "gr")])
+        stop = ago(rng.choice([500, 300, 130, 61, 59, 20, 2, 0]))
+        gap = (ago(rng.choice([200, 100, 62, 40])), rng.choice([0, 5, 25]) * M)
+        no_fb_from = ago(rng.choice([600, 70, 60, 0, 0, 0]))  # memory readings stop
+        t = ago(420) + rng.randrange(60) * S
+        while t < NOW:
+            if not gap[0] <= t < gap[0] + gap[1]:
+                signal = before if t < switch else after
+                no_fb = t >= no_fb_from or rng.random() < 0.1
+                row = {"gpu_id": g, "ts": t, "fb": None if no_fb else rng.randrange(1, 80) * GIB}
+                if signal is not None:
+                    busy = t < stop or rng.random() < 0.02
+                    row[signal] = float("nan") if rng.random() < 0.05 else (0.6 if busy else 0.0)
+                c.sample_rows.append(row)
+            t += step
+    return c
+
+
+@pytest.mark.parametrize("evidence_path", ["sustained window first"], indirect=True)  # then the reference
+@pytest.mark.parametrize("seed", range(6))
+def test_sustained_window_first_equals_one_pass_over_the_lookback(seed, evidence_path, monkeypatch):
+    c = _random_cluster(random.Random(seed))
+    first = c.activity().sort(["cluster", "job_id", "gpu_id"])
+    monkeypatch.setattr(load, "SUSTAINED_FIRST", False)
+    reference = c.activity().sort(["cluster", "job_id", "gpu_id"])
+    assert reference.height > 20 and reference["idle_since"].is_not_null().sum() > 0
+    assert_frame_equal(first, reference)

@@ -3,9 +3,10 @@
 Judged per device (a MIG instance on its own), sample by sample, over a recent ``lookback`` only.
 Two steps:
 
-1. :func:`gpuledger.analytics.load.load_device_activity` — DuckDB, one aggregate pass over the
-   lookback restricted to the devices of :func:`held_devices` — gives per held device its
-   *evidence* (see :data:`ACTIVITY_COLUMNS`).
+1. :func:`gpuledger.analytics.load.load_device_activity` — DuckDB, an aggregate pass over the
+   sustained window, then over the lookback for the devices that window does not settle,
+   restricted to the devices of :func:`held_devices` — gives per held device its *evidence*
+   (see :data:`ACTIVITY_COLUMNS`).
 2. :func:`squatting_findings` — polars on those ~1 row per held device — judges devices and jobs.
 
 Definitions (per (job, device) held at ``now``):
