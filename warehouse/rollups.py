@@ -3,7 +3,10 @@
 Attribution of whole hours needs only these sums, so a week of 1,024 GPUs at 30 s is read as
 ~170k rows instead of ~20M samples. ``warehouse.write_samples`` refreshes the hours each batch
 touched, in the batch's transaction: those hours are deleted and aggregated again from
-``gpu_samples`` (idempotent; late samples just refresh their hour again). The columns and their
+``gpu_samples`` (idempotent; late samples just refresh their hour again). A batch's new rows that
+come after their hour's stored ones are instead folded into the stored row (sums and counts add,
+first / last energy combine; see gpu_hourly_add.sql), which gives what aggregating the hour again
+would, without reading it. The columns and their
 meaning are those of :func:`gpuledger.analytics.attribution.hourly_rollup`, which computes the
 same in polars.
 """
@@ -24,6 +27,7 @@ HOUR = timedelta(hours=1)
 # Σ of reset-aware increments = (last − first) + Σ over drops of the value before the drop:
 # increments d ≥ 0 count as d, a drop (reset) counts the new value e_i = d_i + e_{i−1}.
 _ROLLUP_SELECT = load_sql(__package__, "gpu_hourly_select.sql")
+_ROLLUP_ADD = [q for q in load_sql(__package__, "gpu_hourly_add.sql").split(";\n") if q.strip()]
 
 
 def hour_span(start: datetime, end: datetime) -> tuple[datetime, datetime]:
@@ -74,6 +78,36 @@ def refresh_gpu_hourly_for(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame
         return 0
     lo, hi = samples.select(pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).row(0)
     return refresh_gpu_hourly(con, lo, hi + timedelta(microseconds=1))
+
+
+def stage_gpu_hourly_add(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> None:
+    """First half of bringing ``gpu_hourly`` up to date with a batch of new rows, in the caller's
+    transaction: the aggregates of ``_new_samples`` (a relation the caller made: rows of [start,
+    end), naive UTC, none of them stored yet, none below :func:`final_before`) per (gpu_id, hour),
+    each marked whether it can be folded into the stored rollup row. Call before inserting them
+    into ``gpu_samples``, then :func:`apply_gpu_hourly_add` after."""
+    lo, hi = hour_span(start, end)
+    con.execute(_ROLLUP_ADD[0], {"lo": lo, "hi": hi, "first": start}).fetchall()
+
+
+def apply_gpu_hourly_add(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> int:
+    """Second half (after the insert): each touched (gpu_id, hour) is folded (the batch's sums added
+    to the stored row's) where that equals aggregating the hour again (gpu_hourly_add.sql says
+    when), otherwise aggregated again from ``gpu_samples``: a new hour, late rows among stored
+    ones, a counter reset. Returns the number of (gpu_id, hour) rows written."""
+    lo, hi = hour_span(start, end)
+    con.execute(_ROLLUP_ADD[1], {"lo": lo, "hi": hi}).fetchall()
+    touched, lo, hi = con.execute(
+        "SELECT count(*), min(hour) FILTER (WHERE NOT fold), max(hour) FILTER (WHERE NOT fold) "
+        "FROM _hourly_add").fetchall()[0]
+    if hi is not None:  # hours not folded: aggregated again, only their (gpu_id, hour) rows kept
+        con.execute("DELETE FROM gpu_hourly h USING _hourly_add a "
+                    "WHERE NOT a.fold AND h.gpu_id = a.gpu_id AND h.hour = a.hour").fetchall()
+        con.execute(f"INSERT INTO gpu_hourly SELECT r.* FROM ({_ROLLUP_SELECT}) r "
+                    "SEMI JOIN (SELECT gpu_id, hour FROM _hourly_add WHERE NOT fold) a USING (gpu_id, hour)",
+                    {"lo": lo, "hi": hi + HOUR}).fetchall()
+    con.execute("DROP TABLE _hourly_add").fetchall()
+    return touched
 
 
 def rollup_frame(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> pl.LazyFrame:

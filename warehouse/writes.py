@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import duckdb
 import polars as pl
 
 from gpuledger.warehouse.db import transaction
-from gpuledger.warehouse.rollups import final_before, refresh_gpu_hourly_for
+from gpuledger.warehouse.rollups import apply_gpu_hourly_add, final_before, stage_gpu_hourly_add
 
 # Natural keys of every table; `upsert` uses them to dedupe a batch before it reaches DuckDB
 # (DuckDB refuses to update the same row twice in one statement).
@@ -44,6 +44,7 @@ SAMPLE_METRIC_COLUMNS = (
     "energy_total_j",
 )
 SAMPLE_LABEL_COLUMNS = ("namespace", "pod", "container", "hpc_job")
+_ROLLUP_COLUMNS = ("sm_active_ratio", "gr_engine_active_ratio", "gpu_util_ratio", "energy_total_j")
 
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
@@ -133,32 +134,50 @@ def register_gpus(con: duckdb.DuckDBPyConnection, inventory: pl.DataFrame) -> pl
 
 
 def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source: str) -> int:
-    """Insert cleaned samples (``gpu_id``, ``ts`` and any metric / label columns) and refresh the
-    ``gpu_hourly`` rollup of the hours they touch, in one transaction (the caller's, if open).
+    """Insert cleaned samples (``gpu_id``, ``ts`` and any metric / label columns) and bring the
+    ``gpu_hourly`` rollup of the hours they touch up to date, in one transaction (the caller's, if
+    open).
 
     The first value stored for a (gpu_id, ts) wins, so re-ingesting is a no-op and a late copy of
-    a sample cannot overwrite it. Samples older than the retention's pruned hours
-    (rollups.final_before) are not stored: their hours' rollups are final (a re-ingest of history
-    already pruned). Returns the number of rows that were new.
+    a sample cannot overwrite it (within one batch the last copy is the one offered). Samples older
+    than the retention's pruned hours (rollups.final_before) are not stored: their hours' rollups
+    are final (a re-ingest of history already pruned). Returns the number of rows that were new.
     """
     if samples.is_empty():
         return 0
     wanted = ["gpu_id", "ts", *SAMPLE_METRIC_COLUMNS, *SAMPLE_LABEL_COLUMNS]
     batch = samples.select([c for c in wanted if c in samples.columns]).with_columns(
-        pl.lit(source).alias("source")
-    )
+        pl.lit(source).alias("source"))
     floor = final_before(con)
     if floor is not None:
         batch = batch.filter(pl.col("ts") >= floor)
         if batch.is_empty():
             return 0
+    keys = list(NATURAL_KEYS["gpu_samples"])
+    batch = batch.unique(subset=keys, keep="last", maintain_order=True)
+    lo, hi = batch.select(pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).row(0)
+    hi += timedelta(microseconds=1)  # [lo, hi)
+    names = ", ".join(batch.columns)
+    # the rollup reads these; a batch without one of them holds NULLs there, as the table does
+    batch = batch.with_columns(pl.lit(None, pl.Float64).alias(c) for c in _ROLLUP_COLUMNS if c not in batch.columns)
     with transaction(con):
-        before = con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
-        upsert(con, "gpu_samples", batch, on_conflict="ignore")
-        added = con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0] - before
-        if added:
-            refresh_gpu_hourly_for(con, batch)
-    return added
+        # The batch's copies of stored rows: a scan DuckDB prunes by the row groups' ts ranges (a
+        # new scrape round finds none), so the rest goes in by a plain INSERT (INSERT OR IGNORE
+        # would probe the key index for every row twice).
+        stored = con.sql("SELECT gpu_id, ts FROM gpu_samples WHERE ts >= $lo AND ts < $hi",
+                         params={"lo": lo, "hi": hi}).pl()
+        if stored.height:
+            batch = batch.join(stored.cast({k: batch.schema[k] for k in keys}), on=keys, how="anti")
+        if batch.is_empty():
+            return 0
+        con.register("_new_samples", batch.to_arrow())
+        try:
+            stage_gpu_hourly_add(con, lo, hi)  # before the insert: it compares with the rows stored
+            con.execute(f"INSERT INTO gpu_samples ({names}) SELECT {names} FROM _new_samples").fetchall()
+            apply_gpu_hourly_add(con, lo, hi)
+        finally:
+            con.unregister("_new_samples")
+    return batch.height
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,56 @@
+-- The batch's part of gpu_hourly: per (gpu_id, hour) the aggregates of a batch's new rows
+-- (_new_samples, none of them stored), and whether they can be folded into the stored rollup row (`fold`) or the hour
+-- must be aggregated again from gpu_samples. Same rules as gpu_hourly_select.sql (clip to 0..1,
+-- first / last energy by ts, an hour is walked for resets only when its minimum is below its
+-- first value), kept equal to it by tests/test_warehouse_writes.py.
+-- Run before the new rows are inserted. $lo, $hi: the whole hours of the new rows; $first: their
+-- first ts (ranges DuckDB prunes row groups by; a new scrape round finds no stored row after it).
+CREATE OR REPLACE TEMP TABLE _hourly_add AS
+WITH agg AS (
+    SELECT gpu_id, date_trunc('hour', ts) AS hour, min(ts) AS t_min,
+           count(*) AS s_n,
+           coalesce(sum(least(greatest(sm_active_ratio, 0.0), 1.0)), 0.0) AS s_sm_active,
+           coalesce(sum(least(greatest(gr_engine_active_ratio, 0.0), 1.0)), 0.0) AS s_gr_engine_active,
+           coalesce(sum(least(greatest(gpu_util_ratio, 0.0), 1.0)), 0.0) AS s_gpu_util,
+           count(sm_active_ratio) AS s_n_sm_active,
+           count(gr_engine_active_ratio) AS s_n_gr_engine_active,
+           count(gpu_util_ratio) AS s_n_gpu_util,
+           arg_min(energy_total_j, ts) FILTER (WHERE energy_total_j IS NOT NULL) AS e_first,
+           arg_max(energy_total_j, ts) FILTER (WHERE energy_total_j IS NOT NULL) AS e_last,
+           min(energy_total_j) AS e_min
+    FROM _new_samples
+    GROUP BY ALL
+),
+-- the stored rows of the touched hours from the batch's first ts on: are new rows among them?
+stored AS (
+    SELECT gpu_id, date_trunc('hour', ts) AS hour, max(ts) AS t_max
+    FROM gpu_samples WHERE ts >= $first AND ts < $hi
+    GROUP BY ALL
+)
+SELECT a.*,
+       -- Folding is exact when the hour's stored row exists, every new row is later than the
+       -- hour's stored ones, and no reset walk is needed: the stored hour was not walked with
+       -- drops (its e_inside is last − first) and no new value falls below the hour's first
+       -- (then the combined hour's minimum is its first value, and e_inside is last − first).
+       h.gpu_id IS NOT NULL
+       AND coalesce(st.t_max < a.t_min, true)
+       AND (h.e_first IS NULL OR h.e_inside = h.e_last - h.e_first)
+       AND (a.e_min IS NULL OR a.e_min >= coalesce(h.e_first, a.e_first)) AS fold
+FROM agg a
+LEFT JOIN (SELECT * FROM gpu_hourly WHERE hour >= $lo AND hour < $hi) h USING (gpu_id, hour)
+LEFT JOIN stored st USING (gpu_id, hour);
+
+UPDATE gpu_hourly h SET
+    s_n = h.s_n + a.s_n,
+    s_sm_active = h.s_sm_active + a.s_sm_active,
+    s_gr_engine_active = h.s_gr_engine_active + a.s_gr_engine_active,
+    s_gpu_util = h.s_gpu_util + a.s_gpu_util,
+    s_n_sm_active = h.s_n_sm_active + a.s_n_sm_active,
+    s_n_gr_engine_active = h.s_n_gr_engine_active + a.s_n_gr_engine_active,
+    s_n_gpu_util = h.s_n_gpu_util + a.s_n_gpu_util,
+    e_first = coalesce(h.e_first, a.e_first),
+    e_last = coalesce(a.e_last, h.e_last),
+    -- as gpu_hourly_select.sql writes an hour without drops (NULL without energy)
+    e_inside = coalesce(a.e_last, h.e_last) - coalesce(h.e_first, a.e_first) + 0.0
+FROM _hourly_add a
+WHERE a.fold AND h.gpu_id = a.gpu_id AND h.hour = a.hour AND h.hour >= $lo AND h.hour < $hi;
