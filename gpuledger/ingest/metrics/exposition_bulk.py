@@ -20,6 +20,8 @@ result equals ``parse_exposition_lines`` (tests/test_ingest_exposition_bulk.py).
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -47,8 +49,6 @@ from gpuledger.ingest.metrics.values import FIELD_CHECKS
 
 METRICS = tuple(FIELD_CHECKS)  # metric code = position here
 _METRIC_ENUM = pl.Enum(METRICS)
-_METRIC_NAMES = pl.Series(METRICS, dtype=pl.String)
-_CODES = pl.Series(range(len(METRICS)), dtype=pl.Int64)
 _LO = np.array([FIELD_CHECKS[m][0] for m in METRICS])
 _HI = np.array([FIELD_CHECKS[m][1] for m in METRICS])
 _FP64 = np.array([FIELD_CHECKS[m][2] == "fp64" for m in METRICS])
@@ -153,9 +153,10 @@ _cache_lock = threading.Lock()
 
 def clear_label_cache() -> None:
     """Forget the label texts read so far (benchmarks: a cold parse)."""
-    global _cache
+    global _cache, _last
     with _cache_lock:
         _cache = None
+        _last = None
 
 
 def _label_sets_cached(texts: pl.Series) -> pl.DataFrame:
@@ -174,6 +175,7 @@ def _label_sets_cached(texts: pl.Series) -> pl.DataFrame:
         missing = frame.filter(~hit).hstack(_simple_label_sets(texts.filter(~hit)))
         where = np.concatenate((np.flatnonzero(hit.to_numpy()), np.flatnonzero(~hit.to_numpy())))
         sets = pl.concat([found.filter(hit), missing]).drop("labels")[np.argsort(where)]
+    missing = missing.with_columns(labels=_owned(missing["labels"]))  # the key, out of the page buffer
     with _cache_lock:
         base = _cache if _cache is not None and _cache.height + missing.height <= _CACHE_ROWS else None
         _cache = missing if base is None else pl.concat([base, missing])
@@ -200,6 +202,10 @@ class _Series:
         self.bulk_keys.append(uniq)
         self.count += len(uniq)
         return numbers
+
+    def restore(self, frames: tuple[pl.DataFrame, ...], keys: tuple[pl.Series, ...], count: int) -> None:
+        """Take the bulk numbering an earlier parse made of the same label texts (``_Numbered``)."""
+        self.frames, self.bulk_keys, self.count = list(frames), list(keys), count
 
     def key_of_text(self, label_text: str) -> int | str:
         """``line_verdict``'s series_key: a number, or the reason the label set is refused."""
@@ -230,11 +236,200 @@ class _Series:
         return series.with_row_index("series").with_columns(pl.col("series").cast(pl.Int64))
 
 
-def _segments(data: bytes, cuts: np.ndarray) -> pl.Series:
-    """The strings between consecutive byte offsets ``cuts`` of ``data`` (UTF-8, cut at ASCII)."""
-    arr = pa.Array.from_buffers(pa.large_utf8(), len(cuts) - 1,
-                                [None, pa.py_buffer(cuts.astype(np.int64)), pa.py_buffer(data)])
-    return pl.from_arrow(arr)
+# --- the text as bytes, and string columns that point into it ------------------------------------
+if sys.implementation.name == "cpython":
+    _AS_UTF8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+    _AS_UTF8.restype = ctypes.c_void_p
+    _AS_UTF8.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_ssize_t)]
+else:  # pragma: no cover - other interpreters encode
+    _AS_UTF8 = None
+_IN_PLACE_FROM = 1 << 16  # characters; a smaller page is simply encoded
+
+
+def _ascii_in_place(text: str) -> ctypes.Array:
+    """An ASCII ``str``'s bytes, not copied: CPython stores an ASCII string one byte a character and
+    ``PyUnicode_AsUTF8AndSize`` hands out that storage as its UTF-8 (encoding a 40 MB page costs
+    ~14 ms). The buffer holds ``text``, so whatever views it keeps the characters alive."""
+    size = ctypes.c_ssize_t()
+    address = _AS_UTF8(text, ctypes.byref(size))
+    pinned = (ctypes.c_char * size.value).from_address(address)
+    pinned.text = text
+    return pinned
+
+
+def _page_bytes(pages: list[tuple[str, int]]) -> tuple[object, np.ndarray] | None:
+    """The pages' UTF-8 bytes as one buffer (pages joined by a newline) and the offset each page starts
+    at; None when a page holds lone surrogates (only the per-line parser can name those lines)."""
+    if len(pages) == 1 and _AS_UTF8 is not None and len(pages[0][0]) >= _IN_PLACE_FROM and pages[0][0].isascii():
+        return _ascii_in_place(pages[0][0]), np.zeros(1, dtype=np.int64)
+    try:
+        encoded = [t.encode("utf-8") for t, _ in pages]
+    except UnicodeEncodeError:
+        return None
+    data = encoded[0] if len(encoded) == 1 else b"\n".join(encoded)
+    sizes = np.fromiter((len(e) + 1 for e in encoded), dtype=np.int64, count=len(encoded))
+    return data, np.concatenate(([0], np.cumsum(sizes)[:-1]))
+
+
+_BYTE_MASK = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [2**64 - 1], dtype=np.uint64)
+
+
+class _Text:
+    """The page buffer, read 8 bytes at a time at any offset, and cut into string columns."""
+
+    def __init__(self, data) -> None:
+        self.arrow = pa.py_buffer(data)
+        self.buf = np.frombuffer(data, dtype=np.uint8)
+        self.words = np.frombuffer(data, dtype="<u8", count=len(self.buf) // 8)
+
+    def word(self, at: np.ndarray) -> np.ndarray:
+        """The 8 bytes from each offset ``at``, little-endian (zeros past the end): two aligned
+        words each, shifted together."""
+        words = self.words
+        out = np.zeros(len(at), dtype=np.uint64)
+        inner = at + 16 <= len(words) * 8
+        if len(words) >= 2:
+            q = np.minimum(at >> 3, len(words) - 2)
+            shift = ((at & 7) << 3).astype(np.uint64)
+            high = np.take(words, q + 1) << ((np.uint64(64) - shift) & np.uint64(63))
+            out = (np.take(words, q) >> shift) | np.where(shift == 0, np.uint64(0), high)
+        for i in np.flatnonzero(~inner).tolist():  # the last 16 bytes of the text
+            o = int(at[i])
+            out[i] = int.from_bytes(self.buf[o:o + 8].tobytes().ljust(8, b"\0"), "little")
+        return out
+
+    def strings(self, at: np.ndarray, length: np.ndarray, word0: np.ndarray | None = None,
+                word1: np.ndarray | None = None) -> pl.Series:
+        """The ASCII strings ``buf[at:at + length]`` as a String column of Arrow string views into the
+        text (16 bytes each: a string of up to 12 bytes inline, zero-padded, else its length, first
+        4 bytes and offset): no byte of the text copied. ``word0``, ``word1``: ``word(at)`` and
+        ``word(at + 8)`` where the caller has them."""
+        n = len(at)
+        first = (self.word(at) if word0 is None else word0) & _BYTE_MASK[np.minimum(length, 8)]
+        view = np.empty((n, 2), dtype=np.uint64)
+        view[:, 0] = length.astype(np.uint64) | (first << np.uint64(32))
+        view[:, 1] = at.astype(np.uint64) << np.uint64(32)  # buffer 0, offset
+        short = np.flatnonzero(length <= 12)
+        if len(short):
+            rest = self.word(at[short] + 8) if word1 is None else word1[short]
+            rest &= _BYTE_MASK[np.clip(length[short] - 8, 0, 4)]
+            view[short, 1] = (first[short] >> np.uint64(32)) | (rest << np.uint64(32))
+        array = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(view), self.arrow])
+        return pl.from_arrow(array)
+
+
+_STEP = 1 << 21  # bytes a step of the scan: the step's bytes are still in cache when its lines are read
+
+
+@dataclass
+class _Lines:
+    """What the scan found. Per line: ``starts``, ``ends`` (the newline's offset) and ``skip`` (empty,
+    or a comment). Per candidate line (name '{' labels '} ' tail, no other mark, perhaps one '\\r'
+    before the newline): its line index ``cand``, ``brace``, ``close``, ``end`` (less the '\\r'), the
+    first 8 bytes of its name, labels and tail, bytes 8..15 of its tail, whether its name starts a
+    run (differs from the line before's) and the hash of its label text."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    skip: np.ndarray
+    cand: np.ndarray
+    brace: np.ndarray
+    close: np.ndarray
+    end: np.ndarray
+    name_word: np.ndarray
+    label_word: np.ndarray
+    tail_word: np.ndarray
+    tail_word2: np.ndarray
+    name_head: np.ndarray
+    label_hash: np.ndarray
+
+
+def _read_lines(text: _Text) -> _Lines:
+    """One pass over the text in steps: in each, the marks (``\\n``, ``{``, ``}``, also ``|``, ``~``,
+    DEL, every non-ASCII byte and the control bytes below ``\\n``: a line with another mark than its
+    ``{`` and ``}`` goes the per-line way), then every whole line of the step read while its bytes
+    are in cache (on a 40 MB page a byte fetched later from memory costs ~8 ns a line)."""
+    buf = text.buf
+    size = len(buf)
+    if size == 0:
+        none = np.zeros(0, dtype=np.int64)
+        return _Lines(np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1, bool), none, none, none,
+                      none, *(np.zeros(0, np.uint64),) * 4, np.zeros(0, bool), np.zeros(0, np.uint64))
+    step = min(_STEP, size)
+    shifted = np.empty(step, dtype=np.uint8)
+    hit = np.empty(step, dtype=bool)
+    carry_m, carry_k = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+    line_start, line_no = 0, 0  # the next line's first byte and index
+    got: list[tuple] = []
+    for lo in range(0, size, step):
+        part = buf[lo:lo + step]
+        n = len(part)
+        np.subtract(part, 11, out=shifted[:n])  # bytes 0..10 wrap round to 245..255
+        np.greater_equal(shifted[:n], 112, out=hit[:n])  # ... and 123..255 land on 112..244
+        at = np.flatnonzero(hit[:n])
+        marks = np.concatenate((carry_m, at + lo))
+        kinds = np.concatenate((carry_k, np.take(part, at)))
+        newline = np.flatnonzero(kinds == 10)  # as positions in marks
+        if lo + n < size:  # the lines up to the step's last newline are whole; the rest waits
+            if not len(newline):
+                carry_m, carry_k = marks, kinds
+                continue
+            cut = newline[-1] + 1
+            carry_m, carry_k = marks[cut:], kinds[cut:]
+            marks, kinds = marks[:cut], kinds[:cut]
+            ends, end_at = marks[newline], newline
+        else:
+            ends = np.concatenate((marks[newline], [size]))
+            end_at = np.concatenate((newline, [len(marks)]))
+        starts = np.concatenate(([line_start], ends[:-1] + 1))
+        before = np.concatenate(([-1], end_at[:-1]))  # a line's marks: marks[before + 1 : end_at]
+        nonempty = ends > starts
+        comment = nonempty & (np.take(buf, np.minimum(starts, size - 1)) == 35)  # '#'
+        two = np.flatnonzero((end_at - before == 3) & nonempty & ~comment)
+        at = before[two] + 1
+        brace, close, end = marks[at], marks[at + 1], ends[two]
+        end = end - (np.take(buf, end - 1) == 13)  # one '\r' before the newline is not the line's
+        ok = (kinds[at] == 123) & (kinds[at + 1] == 125) & (brace > starts[two]) & (close + 2 < end)
+        ok &= np.take(buf, np.minimum(close + 1, size - 1)) == 32
+        two, brace, close, end = two[ok], brace[ok], close[ok], end[ok]
+        line_at = starts[two]
+        name_word, label_word = text.word(line_at), text.word(brace + 1)
+        names = text.strings(line_at, brace - line_at, name_word)
+        name_head = (names != names.shift(1)).fill_null(True).to_numpy()
+        label_hash = text.strings(brace + 1, close - brace - 1, label_word).hash().to_numpy()
+        got.append((starts, ends, ~nonempty | comment, two + line_no, brace, close, end, name_word,
+                    label_word, text.word(close + 2), text.word(close + 10), name_head, label_hash))
+        line_start, line_no = int(ends[-1]) + 1, line_no + len(ends)
+    return _Lines(*(np.concatenate(column) for column in zip(*got)))
+
+
+def _owned(texts: pl.Series) -> pl.Series:
+    """``texts`` copied out of the page buffer (what a cache keeps must not hold a 40 MB page)."""
+    return pl.from_arrow(texts.to_arrow().cast(pa.large_string())).rename(texts.name)
+
+
+def _metric_column(codes: np.ndarray) -> pl.Series:
+    """METRICS[codes] as a String column: views into one small buffer of the names."""
+    array = pa.Array.from_buffers(pa.string_view(), len(codes),
+                                  [None, pa.py_buffer(_METRIC_VIEWS[codes]), _METRIC_BUFFER])
+    return pl.from_arrow(array)
+
+
+def _name_views(names: tuple[str, ...]) -> tuple[pa.Buffer, np.ndarray]:
+    """One buffer of ``names`` and each name's Arrow string view into it."""
+    raw = [n.encode() for n in names]
+    views, offset = [], 0
+    for b in raw:
+        if len(b) <= 12:
+            padded = b.ljust(12, b"\0")
+            views.append((len(b) | int.from_bytes(padded[:4], "little") << 32, int.from_bytes(padded[4:], "little")))
+        else:
+            views.append((len(b) | int.from_bytes(b[:4], "little") << 32, offset << 32))
+        offset += len(b)
+    return pa.py_buffer(b"".join(raw)), np.array(views, dtype=np.uint64).reshape(-1, 2)
+
+
+_METRIC_BUFFER, _METRIC_VIEWS = _name_views(METRICS)
 
 
 @dataclass
@@ -266,68 +461,42 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     """Pages ``(text, scrape_ms)`` parsed in one bulk pass, each by its own rules (its line numbers,
     its scrape time and future limit, duplicates within the page), the series numbered across all.
     A scrape round of 1,280 node pages costs one pass, not 1,280. None when the text cannot be read
-    in bulk (lone surrogates, a 64-bit hash collision): parse each page line by line then."""
+    in bulk (lone surrogates, a 64-bit hash collision, 2 GB): parse each page line by line then."""
     if not pages:
         return ParsedPages(pl.DataFrame(schema={"page": pl.Int64, "line_no": pl.Int64, "metric": pl.String,
                                                 "series": pl.Int64, "value": pl.Float64, "ts": pl.Datetime("ms")}),
                            _Series().frame(), [], Counter(), [], 0)
-    try:
-        encoded = [t.encode("utf-8") for t, _ in pages]
-    except UnicodeEncodeError:  # lone surrogates: only the per-line parser can name those lines
+    got = _page_bytes(pages)
+    if got is None:
         return None
-    data = encoded[0] if len(encoded) == 1 else b"\n".join(encoded)
+    data, page_start = got
+    text = _Text(data)
+    buf = text.buf
+    size = len(buf)
+    if size >= 2**31:  # string views address the text with 32-bit offsets
+        return None
     page_ms = np.array([ms for _, ms in pages], dtype=np.int64)
     future_ms = int(max_future_s * 1000)
-    buf = np.frombuffer(data, dtype=np.uint8)
-    size = len(buf)
-    newline = np.flatnonzero(buf == 10)
-    starts = np.concatenate(([0], newline + 1))
-    ends = np.concatenate((newline, [size]))
+    lines = _read_lines(text)
+    starts, ends, cand_idx, brace, close = lines.starts, lines.ends, lines.cand, lines.brace, lines.close
     n_lines = len(starts)
-    # each page's first byte, then which page each line is in and the global index of its line 1
-    page_start = np.concatenate(([0], np.cumsum([len(e) + 1 for e in encoded])[:-1]))
-    page_of_line = np.searchsorted(page_start, starts, side="right") - 1
-    page_first = np.searchsorted(starts, page_start)
+    if len(pages) == 1:
+        page_of_line = np.zeros(n_lines, dtype=np.int64)
+        page_first = np.zeros(1, dtype=np.int64)
+    else:  # which page each line is in, and the global index of each page's line 1
+        page_of_line = np.searchsorted(page_start, starts, side="right") - 1
+        page_first = np.searchsorted(starts, page_start)
     page_lines = np.diff(np.concatenate((page_first, [n_lines])))
-    nonempty = ends > starts
-    first = buf[np.minimum(starts, max(size - 1, 0))] if size else np.zeros(n_lines, np.uint8)
-    comment = nonempty & (first == 35)  # '#'
-    # one trailing '\r' is not part of the line (line_verdict strips it too)
-    cr = nonempty & ~comment & (buf[np.maximum(ends - 1, 0)] == 13) if size else nonempty
-    ends_s = ends - cr
-    # '{', '}' and every non-ASCII byte in one scan; a candidate line holds exactly two of them:
-    # a '{' after its name, then a '}' followed by a space (non-ASCII lines take the slow path)
-    marks = np.flatnonzero(buf >= 123)
-    lo, hi = np.searchsorted(marks, starts), np.searchsorted(marks, ends_s)
-    candidate = ~comment & (hi - lo == 2)
-    at = np.minimum(lo, max(len(marks) - 2, 0))
-    brace = marks[at] if len(marks) >= 2 else np.zeros(n_lines, np.int64)
-    close = marks[at + 1] if len(marks) >= 2 else np.zeros(n_lines, np.int64)
-    candidate &= (brace > starts) & (buf[brace] == 123) & (buf[close] == 125) if len(marks) >= 2 else False
-    candidate &= buf[np.minimum(close + 1, size - 1)] == 32 if size else False
-    candidate &= close + 2 < ends_s
-    brace = np.where(candidate, brace, starts)
-    close = np.where(candidate, close, starts)
-    # per line: name | '{' | labels | '} ' | tail | '\r' + '\n' (degenerate for non-candidates)
-    cuts = np.empty(6 * n_lines + 1, dtype=np.int64)
-    cuts[0::6][:n_lines] = starts
-    cuts[1::6] = brace
-    cuts[2::6] = np.where(candidate, brace + 1, starts)
-    cuts[3::6] = close
-    cuts[4::6] = np.where(candidate, close + 2, starts)
-    cuts[5::6] = np.where(candidate, ends_s, starts)
-    cuts[-1] = size
-    segs = _segments(data, cuts)
-    cand_idx = np.flatnonzero(candidate)
-    names = segs.gather_every(6, 0).gather(cand_idx)
-    labels = segs.gather_every(6, 2).gather(cand_idx)
-    tails = segs.gather_every(6, 4).gather(cand_idx)
+    line_start = starts[cand_idx]
+    names = text.strings(line_start, brace - line_start, lines.name_word)
+    tail_at = close + 2
+    tails = text.strings(tail_at, lines.end - tail_at, lines.tail_word, lines.tail_word2)
 
-    code = names.cast(_METRIC_ENUM, strict=False).to_physical().cast(pl.Int64)
-    known = code.is_not_null()
-    tail_ok = tails.str.contains(_TAIL)
+    code = _metric_codes(names, lines.name_head)
+    known = code >= 0
+    tail_ok = tails.str.contains(_TAIL).to_numpy()
     value_s = tails.cast(pl.Float64, strict=False)  # null where a timestamp follows
-    stamped = (value_s.is_null() & tail_ok).to_numpy()
+    stamped = value_s.is_null().to_numpy() & tail_ok
     value = value_s.to_numpy()
     has_ts = np.zeros(len(cand_idx), dtype=bool)
     cand_page = page_of_line[cand_idx]
@@ -342,67 +511,56 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     unknown: Counter = Counter()
     skipped = 0
     other = ~known
+    other_slow = np.zeros(0, dtype=bool)
     if other.any():
-        oname = names.filter(other)
+        oname = names.filter(pl.Series(other))
         valid = oname.str.contains(_VALID_NAME)
         dcgm_name = oname.str.starts_with("DCGM_FI_")
         unknown.update(dict(oname.filter(valid & dcgm_name).value_counts().iter_rows()))
         skipped += int((valid & ~dcgm_name).sum())
-        other_slow = ~valid  # line_verdict words the reason
-    else:
-        other_slow = pl.Series([], dtype=pl.Boolean)
+        other_slow = ~valid.to_numpy()  # line_verdict words the reason
 
     series = _Series()
-    good = (known & tail_ok).to_numpy()
+    good = known & tail_ok
     good_idx = np.flatnonzero(good)
     series_no = np.full(len(cand_idx), -1, dtype=np.int64)
     if len(good_idx):
-        lab = labels.gather(good_idx)
-        h = lab.hash()
-        firsts = h.is_first_distinct()
-        uniq_h, uniq_text = h.filter(firsts), lab.filter(firsts)
-        text_no = h.replace_strict(uniq_h, pl.int_range(len(uniq_h), eager=True), return_dtype=pl.Int64)
-        if not (lab == uniq_text.gather(text_no)).all():  # a 64-bit hash collision: be exact instead
+        label_at = brace[good_idx] + 1
+        labels = text.strings(label_at, close[good_idx] - label_at, lines.label_word[good_idx])
+        numbers = _number_label_texts(labels, lines.label_hash[good_idx], series)
+        if numbers is None:
             return None
-        sets = _label_sets_cached(uniq_text)
-        ok = sets["ok"].to_numpy()
-        number_of_text = np.full(len(uniq_text), -1, dtype=np.int64)
-        if ok.any():
-            simple = sets.filter(pl.Series(ok))
-            number_of_text[ok] = series.add_frame(simple["key"], simple.select(SERIES_COLUMNS))
-        series_no[good_idx] = number_of_text[text_no.to_numpy()]
-    codes = code.fill_null(0).to_numpy()
+        series_no[good_idx] = numbers
+    codes = np.maximum(code, 0)
     v_ok = np.isfinite(value) & _value_ok(codes, value)
     fast = good & (series_no >= 0) & v_ok & (~has_ts | (ts <= page_ms[cand_page] + future_ms))
     fast_lines = cand_idx[fast]
 
     # the per-line rules for every other line that is not a comment or an empty line
-    slow = np.ones(n_lines, dtype=bool)
-    slow[~nonempty | comment] = False
+    slow = ~lines.skip
     slow[fast_lines] = False
-    settled = cand_idx[~known.to_numpy()]
+    settled = cand_idx[other]
     if len(settled):
-        slow[settled[~other_slow.to_numpy()]] = False
+        slow[settled[~other_slow]] = False
     slow_idx = np.flatnonzero(slow)
     rejects: list[tuple[int, Reject]] = []
     slow_samples: list[tuple] = []
-    if len(slow_idx):
-        for i in slow_idx.tolist():
-            line = data[starts[i]:ends[i]].decode("utf-8")
-            pg = int(page_of_line[i])
-            ms = int(page_ms[pg])
-            verdict = line_verdict(i + 1 - int(page_first[pg]), line, ms, ms + future_ms, max_future_s,
-                                   series.key_of_text)
-            if verdict is None:
-                continue
-            if verdict.__class__ is Reject:
-                rejects.append((pg, verdict))
-            elif verdict[0] is SKIP:
-                skipped += 1
-            elif verdict[0] is UNKNOWN:
-                unknown[verdict[1]] += 1
-            else:
-                slow_samples.append((i + 1, METRICS.index(verdict[0]), *verdict[1:]))
+    for i in slow_idx.tolist():
+        line = buf[starts[i]:ends[i]].tobytes().decode("utf-8")
+        pg = int(page_of_line[i])
+        ms = int(page_ms[pg])
+        verdict = line_verdict(i + 1 - int(page_first[pg]), line, ms, ms + future_ms, max_future_s,
+                               series.key_of_text)
+        if verdict is None:
+            continue
+        if verdict.__class__ is Reject:
+            rejects.append((pg, verdict))
+        elif verdict[0] is SKIP:
+            skipped += 1
+        elif verdict[0] is UNKNOWN:
+            unknown[verdict[1]] += 1
+        else:
+            slow_samples.append((i + 1, METRICS.index(verdict[0]), *verdict[1:]))
 
     line_no = fast_lines + 1  # global, 1-based, until the end
     m_code, s_no, vals, stamps = codes[fast], series_no[fast], value[fast], ts[fast]
@@ -415,11 +573,13 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
         vals = np.concatenate((vals, [s[3] for s in slow_samples]))[order]
         stamps = np.concatenate((stamps, [s[4] for s in slow_samples]))[order]
     page = page_of_line[line_no - 1]
-    cell = pl.Series((page * (series.count + 1) + s_no) * len(METRICS) + m_code)  # duplicates: per page
-    keep = cell.is_first_distinct().to_numpy()
-    if not keep.all():
+    # a (series, metric) twice in one page: the first copy is kept. Seldom any such pair at all: one
+    # count over (series, metric) says so, the exact per-page check runs only then
+    if len(s_no) and np.bincount(s_no * len(METRICS) + m_code).max() > 1:
+        cell = pl.Series((page * (series.count + 1) + s_no) * len(METRICS) + m_code)
+        keep = cell.is_first_distinct().to_numpy()
         for no in line_no[~keep].tolist():
-            raw = data[starts[no - 1]:ends_s[no - 1]].decode("utf-8")
+            raw = buf[starts[no - 1]:ends[no - 1]].tobytes().decode("utf-8").removesuffix("\r")
             pg = int(page_of_line[no - 1])
             rejects.append((pg, Reject(no - int(page_first[pg]), raw,
                                        "duplicate series in one scrape (the first copy is kept)")))
@@ -427,11 +587,67 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
             a[keep] for a in (line_no, m_code, s_no, vals, stamps, page))
     rejects.sort(key=lambda r: (r[0], r[1].line_no))
     points = pl.DataFrame({
-        "page": page, "line_no": line_no - page_first[page], "metric": _METRIC_NAMES.gather(m_code),
+        "page": page, "line_no": line_no - page_first[page], "metric": _metric_column(m_code),
         "series": s_no, "value": vals, "ts": stamps,
     }, schema={"page": pl.Int64, "line_no": pl.Int64, "metric": pl.String, "series": pl.Int64,
                "value": pl.Float64, "ts": pl.Int64}).with_columns(pl.col("ts").cast(pl.Datetime("ms")))
     return ParsedPages(points, series.frame(), rejects, unknown, page_lines.tolist(), skipped)
+
+
+def _metric_codes(names: pl.Series, head: np.ndarray) -> np.ndarray:
+    """Each name's position in METRICS, -1 for any other name. A family's lines are adjacent, so only
+    the first line of each run of equal names (``head``) is looked up."""
+    if names.is_empty():
+        return np.zeros(0, dtype=np.int64)
+    run_code = (names.filter(pl.Series(head)).cast(_METRIC_ENUM, strict=False).to_physical()
+                .cast(pl.Int64).fill_null(-1).to_numpy())
+    return run_code[np.cumsum(head) - 1]
+
+
+@dataclass(frozen=True)
+class _Numbered:
+    """One parse's distinct label texts (first-seen order, copied out of the page) and what they
+    came to: each text's series number (-1: the per-line rules decide), the series state after."""
+
+    hashes: np.ndarray
+    texts: pl.Series
+    number_of_text: np.ndarray
+    frames: tuple[pl.DataFrame, ...]
+    keys: tuple[pl.Series, ...]
+    count: int
+
+
+# The last parse's numbering: a scraper reads the same exporters every round, and their pages hold
+# the same label texts in the same order (only the values change), so when the distinct texts are
+# exactly the last parse's, their numbering is taken whole (else the per-text cache above serves).
+_last: _Numbered | None = None
+
+
+def _number_label_texts(labels: pl.Series, h: np.ndarray, series: _Series) -> np.ndarray | None:
+    """Each line's series number from its label text (-1: the per-line rules decide), the distinct
+    texts read once and numbered into ``series`` (still empty) in first-seen order. ``h``: the texts'
+    hashes. None on a 64-bit hash collision."""
+    global _last
+    first_at = np.flatnonzero(pl.Series(h).is_first_distinct().to_numpy())
+    uniq_h = h[first_at]
+    by_hash = np.argsort(uniq_h)
+    text_no = by_hash[np.searchsorted(uniq_h[by_hash], h)]  # the first-seen position of each hash
+    uniq_text = labels.gather(first_at)
+    if not (labels == uniq_text.gather(text_no)).all():  # a 64-bit hash collision: be exact instead
+        return None
+    last = _last  # one snapshot: another thread may replace it meanwhile
+    if last is not None and np.array_equal(last.hashes, uniq_h) and (last.texts == uniq_text).all():
+        series.restore(last.frames, last.keys, last.count)
+        return last.number_of_text[text_no]
+    sets = _label_sets_cached(uniq_text)
+    ok = sets["ok"].to_numpy()
+    number_of_text = np.full(len(uniq_text), -1, dtype=np.int64)
+    if ok.any():
+        simple = sets.filter(pl.Series(ok))
+        number_of_text[ok] = series.add_frame(simple["key"], simple.select(SERIES_COLUMNS))
+    _last = _Numbered(uniq_h, _owned(uniq_text), number_of_text, tuple(series.frames),
+                      tuple(series.bulk_keys), series.count)
+    return number_of_text[text_no]
 
 
 def _value_ok(codes: np.ndarray, value: np.ndarray) -> np.ndarray:
