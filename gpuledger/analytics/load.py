@@ -255,9 +255,12 @@ def _evidence(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, *, since: date
     covered_minutes, fb_used_bytes. Judged samples are those at or after max(judged_from, since)."""
     con.register("_squat_held", held.select("k", "gpu_id", "judged_from", "is_mig").to_arrow())
     try:
-        return con.sql(_ACTIVITY_SQL, params={"lo": since, **params}).pl()
+        # execute, not sql().pl(): a relation binds the statement once more before running it
+        # (~1 ms for this one), and the rows are few.
+        rows = con.execute(_ACTIVITY_SQL, {"lo": since, **params}).fetchall()
     finally:
         con.unregister("_squat_held")
+    return pl.DataFrame(rows, schema=_EVIDENCE_SCHEMA, orient="row")
 
 
 def _settled(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, window: pl.DataFrame, *, lo: datetime,
@@ -293,6 +296,8 @@ MINUTE = timedelta(minutes=1)
 # The sustained window first (load_device_activity); False: one pass over the whole lookback,
 # the reference the tests compare it with.
 SUSTAINED_FIRST = True
+_EVIDENCE_SCHEMA = {"k": pl.UInt32, "sig": pl.Int32, "last_active": pl.Datetime("us"), "idle_since": pl.Datetime("us"),
+                    "covered_minutes": pl.Int64, "fb_used_bytes": pl.Int64}
 _SIGNALS = ("sm_active", "gr_engine_active", "gpu_util")  # best first; attribution.SIGNALS' names
 # s: the lookback of the held devices (NaN = no reading, gpu_util dropped on MIG); sig: each
 # device's best signal (1, 2, 3 = _SIGNALS) over the whole lookback; a: the judged samples of each
