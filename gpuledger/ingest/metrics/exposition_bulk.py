@@ -609,20 +609,21 @@ def _metric_codes(names: pl.Series, head: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Numbered:
-    """One parse's distinct label texts (first-seen order, copied out of the page) and what they
-    came to: each text's series number (-1: the per-line rules decide), the series state after."""
+    """One parse's label numbering: each good line's label text (views into a copy of the distinct
+    texts, not into the page), its series number (-1: the per-line rules decide) and the series
+    state it left."""
 
-    hashes: np.ndarray
     texts: pl.Series
-    number_of_text: np.ndarray
+    numbers: np.ndarray
     frames: tuple[pl.DataFrame, ...]
     keys: tuple[pl.Series, ...]
     count: int
 
 
 # The last parse's numbering: a scraper reads the same exporters every round, and their pages hold
-# the same label texts in the same order (only the values change), so when the distinct texts are
-# exactly the last parse's, their numbering is taken whole (else the per-text cache above serves).
+# the same label texts in the same order (only the values change). When every line's label text is
+# the last parse's, one comparison replaces the hashing, the distinct texts and their numbering;
+# otherwise the per-text cache above serves the texts seen before.
 _last: _Numbered | None = None
 
 
@@ -631,6 +632,10 @@ def _number_label_texts(labels: pl.Series, series: _Series) -> np.ndarray | None
     texts read once and numbered into ``series`` (still empty) in first-seen order. None on a 64-bit
     hash collision."""
     global _last
+    last = _last  # one snapshot: another thread may replace it meanwhile
+    if last is not None and len(last.texts) == len(labels) and (labels == last.texts).all():
+        series.restore(last.frames, last.keys, last.count)
+        return last.numbers
     hashes = labels.hash()
     first_at = np.flatnonzero(hashes.is_first_distinct().to_numpy())
     h = hashes.to_numpy()
@@ -640,19 +645,17 @@ def _number_label_texts(labels: pl.Series, series: _Series) -> np.ndarray | None
     uniq_text = labels.gather(first_at)
     if not (labels == uniq_text.gather(text_no)).all():  # a 64-bit hash collision: be exact instead
         return None
-    last = _last  # one snapshot: another thread may replace it meanwhile
-    if last is not None and np.array_equal(last.hashes, uniq_h) and (last.texts == uniq_text).all():
-        series.restore(last.frames, last.keys, last.count)
-        return last.number_of_text[text_no]
     sets = _label_sets_cached(uniq_text)
     ok = sets["ok"].to_numpy()
     number_of_text = np.full(len(uniq_text), -1, dtype=np.int64)
     if ok.any():
         simple = sets.filter(pl.Series(ok))
         number_of_text[ok] = series.add_frame(simple["key"], simple.select(SERIES_COLUMNS))
-    _last = _Numbered(uniq_h, _owned(uniq_text), number_of_text, tuple(series.frames),
+    numbers = number_of_text[text_no]
+    numbers.setflags(write=False)  # shared with later parses through _last
+    _last = _Numbered(_owned(uniq_text).gather(text_no), numbers, tuple(series.frames),
                       tuple(series.bulk_keys), series.count)
-    return number_of_text[text_no]
+    return numbers
 
 
 def _value_ok(codes: np.ndarray, value: np.ndarray) -> np.ndarray:
