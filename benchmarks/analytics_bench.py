@@ -117,7 +117,7 @@ def full_recompute(con, tm: Timer, *, start: datetime, now: datetime) -> dict:
     partial = tm.step("load samples of partial hours", lambda: collect(
         load_samples_for_hours(con, partial_hour_keys(pieces.lazy()))).lazy())
     att = tm.step("attribution (job x GPU x hour)", lambda: collect(attribute_usage(
-        allocs, gpus, partial, now=now, start=start, end=end, jobs=jobs, hourly=hourly)))
+        allocs, gpus, partial, now=now, start=start, end=end, jobs=jobs, hourly=hourly, pieces=pieces)))
     tm.step("utilization by hour", lambda: collect(utilization_hourly(att.lazy(), gpus, start=start, end=end)))
     use = tm.step("usage: window + decay", lambda: collect(node_usage(allocs, gpus, jobs, t.org_nodes, as_of=now)))
     tm.step("fair share", lambda: collect(fair_share(t.org_nodes, use.lazy())))
@@ -151,10 +151,10 @@ def incremental(con, tm: Timer, ctx: dict, *, now: datetime) -> int:
 
     def attribution_of_touched_hour():
         hourly = load_hourly(con, start=hour, end=now)
-        pieces = collect(allocated_pieces(allocs, gpus, now=now, start=hour, end=now, jobs=jobs)).lazy()
-        partial = load_samples_for_hours(con, partial_hour_keys(pieces))
+        pieces = collect(allocated_pieces(allocs, gpus, now=now, start=hour, end=now, jobs=jobs))
+        partial = load_samples_for_hours(con, partial_hour_keys(pieces.lazy()))
         att = collect(attribute_usage(allocs, gpus, partial, now=now, start=hour, end=now, jobs=jobs,
-                                      hourly=hourly))
+                                      hourly=hourly, pieces=pieces))
         return collect(utilization_hourly(att.lazy(), gpus, start=hour, end=now))
 
     tm.step("attribution + utilization (touched hour)", attribution_of_touched_hour)

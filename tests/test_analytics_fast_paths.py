@@ -110,6 +110,19 @@ def test_attribution_from_the_warehouse_equals_from_every_sample(sim_con):
                        check_dtypes=False, abs_tol=1e-9)
 
 
+def test_attribution_with_the_callers_pieces_equals_cutting_them_again(sim_con):
+    con, frames, _ = sim_con
+    j, a, g = frames["jobs"], frames["job_allocations"], frames["gpus"]
+    pieces = collect(allocated_pieces(a, g, now=NOW, start=START, end=NOW, jobs=j))
+    partial = load_samples_for_hours(con, partial_hour_keys(pieces.lazy()))
+    hourly = load_hourly(con, start=START, end=NOW)
+    again = collect(attribute_usage(a, g, partial, now=NOW, start=START, end=NOW, jobs=j, hourly=hourly))
+    given = collect(attribute_usage(a, g, partial, now=NOW, start=START, end=NOW, jobs=j, hourly=hourly,
+                                    pieces=pieces))
+    assert given.height == again.height > 0
+    assert_frame_equal(given.sort(KEY, nulls_last=True), again.sort(KEY, nulls_last=True), check_exact=True)
+
+
 def test_in_memory_engine_gives_the_streaming_figures(sim_con):
     con, frames, _ = sim_con
     j, a, g = frames["jobs"], frames["job_allocations"], frames["gpus"]

@@ -266,6 +266,7 @@ def attribute_usage(
     jobs: pl.LazyFrame | None = None,
     default_tier: str = DEFAULT_TIER,
     hourly: pl.LazyFrame | None = None,
+    pieces: pl.LazyFrame | pl.DataFrame | None = None,
 ) -> pl.LazyFrame:
     """Per (cluster, job_id, gpu_id, hour): allocated / active / idle / unknown GPU-hours and energy.
 
@@ -284,9 +285,13 @@ def attribute_usage(
     starting an hour before the range so the first hour's energy has its predecessor); whole
     hours then read it and ``gpu_samples`` need only hold the samples of the partial hours
     (:func:`partial_hour_keys`), which is what keeps a week of 1,000 GPUs fast.
+    ``pieces`` (optional): :func:`allocated_pieces` of these same arguments, when the caller
+    already cut them (to find the partial hours): not cut a second time.
     """
-    pieces = allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
-                              default_tier=default_tier).with_row_index("_pid")
+    if pieces is None:
+        pieces = allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
+                                  default_tier=default_tier)
+    pieces = pieces.lazy().with_row_index("_pid")
     rollup = hourly if hourly is not None else hourly_rollup(gpu_samples)
     energy = hourly_energy(rollup)
     w = _window_sums(pieces, gpu_samples, energy).join(

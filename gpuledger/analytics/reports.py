@@ -101,11 +101,12 @@ def attribution(
     """attribute_usage over [start, end) the fast way: whole GPU-hours from the ``gpu_hourly``
     rollup, raw samples only for the hours an allocation covers in part."""
     tier = policy.chargeback.default_tier
+    # Cut once: the partial hours' lookup and the attribution both read the pieces.
     pieces = allocated_pieces(t.job_allocations, t.gpus, now=now, start=start, end=end, jobs=t.jobs,
-                              default_tier=tier)
-    partial = load_samples_for_hours(con, partial_hour_keys(pieces).collect(engine=ENGINE))
+                              default_tier=tier).collect(engine=ENGINE)
+    partial = load_samples_for_hours(con, partial_hour_keys(pieces.lazy()))
     return attribute_usage(t.job_allocations, t.gpus, partial, now=now, start=start, end=end, jobs=t.jobs,
-                           default_tier=tier, hourly=load_hourly(con, start=start, end=end))
+                           default_tier=tier, hourly=load_hourly(con, start=start, end=end), pieces=pieces)
 
 
 def chargeback_report(
