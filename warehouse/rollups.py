@@ -5,7 +5,7 @@ Attribution of whole hours needs only these sums, so a week of 1,024 GPUs at 30 
 touched, in the batch's transaction: those hours are deleted and aggregated again from
 ``gpu_samples`` (idempotent; late samples just refresh their hour again). A batch's new rows that
 come after their hour's stored ones are instead folded into the stored row (sums and counts add,
-first / last energy combine; see gpu_hourly_add.sql), which gives what aggregating the hour again
+first / last energy combine; see gpu_hourly_batch.sql and gpu_hourly_fold.sql), which gives what aggregating the hour again
 would, without reading it. The columns and their
 meaning are those of :func:`gpuledger.analytics.attribution.hourly_rollup`, which computes the
 same in polars.
@@ -13,6 +13,8 @@ same in polars.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import duckdb
@@ -27,7 +29,8 @@ HOUR = timedelta(hours=1)
 # Σ of reset-aware increments = (last − first) + Σ over drops of the value before the drop:
 # increments d ≥ 0 count as d, a drop (reset) counts the new value e_i = d_i + e_{i−1}.
 _ROLLUP_SELECT = load_sql(__package__, "gpu_hourly_select.sql")
-_ROLLUP_ADD = [q for q in load_sql(__package__, "gpu_hourly_add.sql").split(";\n") if q.strip()]
+_BATCH = load_sql(__package__, "gpu_hourly_batch.sql")
+_FOLD = load_sql(__package__, "gpu_hourly_fold.sql").replace("{gpu_hourly_batch}", _BATCH)
 
 
 def hour_span(start: datetime, end: datetime) -> tuple[datetime, datetime]:
@@ -80,34 +83,30 @@ def refresh_gpu_hourly_for(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame
     return refresh_gpu_hourly(con, lo, hi + timedelta(microseconds=1))
 
 
-def stage_gpu_hourly_add(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> None:
-    """First half of bringing ``gpu_hourly`` up to date with a batch of new rows, in the caller's
-    transaction: the aggregates of ``_new_samples`` (a relation the caller made: rows of [start,
-    end), naive UTC, none of them stored yet, none below :func:`final_before`) per (gpu_id, hour),
-    each marked whether it can be folded into the stored rollup row. Call before inserting them
-    into ``gpu_samples``, then :func:`apply_gpu_hourly_add` after."""
+@contextlib.contextmanager
+def gpu_hourly_kept(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, *, groups: int) -> Iterator[None]:
+    """Keep ``gpu_hourly`` up to date with a batch of new rows inserted inside the block, in the
+    caller's transaction. The batch is ``_new_samples``, a relation the caller made: rows of
+    [start, end) (naive UTC), none of them stored yet, none below :func:`final_before`, in
+    ``groups`` distinct (gpu_id, hour). Each (gpu_id, hour) is folded (the batch's sums added to
+    the stored row's) where that equals aggregating the hour again (gpu_hourly_batch.sql says when),
+    before the block; the others (a new hour, late rows among stored ones, a counter reset) are
+    aggregated again from ``gpu_samples`` after it.
+    """
     lo, hi = hour_span(start, end)
-    con.execute(_ROLLUP_ADD[0], {"lo": lo, "hi": hi, "first": start}).fetchall()
-
-
-def apply_gpu_hourly_add(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> int:
-    """Second half (after the insert): each touched (gpu_id, hour) is folded (the batch's sums added
-    to the stored row's) where that equals aggregating the hour again (gpu_hourly_add.sql says
-    when), otherwise aggregated again from ``gpu_samples``: a new hour, late rows among stored
-    ones, a counter reset. Returns the number of (gpu_id, hour) rows written."""
-    lo, hi = hour_span(start, end)
-    con.execute(_ROLLUP_ADD[1], {"lo": lo, "hi": hi}).fetchall()
-    touched, lo, hi = con.execute(
-        "SELECT count(*), min(hour) FILTER (WHERE NOT fold), max(hour) FILTER (WHERE NOT fold) "
-        "FROM _hourly_add").fetchall()[0]
-    if hi is not None:  # hours not folded: aggregated again, only their (gpu_id, hour) rows kept
-        con.execute("DELETE FROM gpu_hourly h USING _hourly_add a "
-                    "WHERE NOT a.fold AND h.gpu_id = a.gpu_id AND h.hour = a.hour").fetchall()
-        con.execute(f"INSERT INTO gpu_hourly SELECT r.* FROM ({_ROLLUP_SELECT}) r "
-                    "SEMI JOIN (SELECT gpu_id, hour FROM _hourly_add WHERE NOT fold) a USING (gpu_id, hour)",
-                    {"lo": lo, "hi": hi + HOUR}).fetchall()
-    con.execute("DROP TABLE _hourly_add").fetchall()
-    return touched
+    span = {"lo": lo, "hi": hi, "first": start}
+    folded = con.execute(_FOLD, span).fetchall()[0][0]
+    if folded < groups:  # the fold left these unchanged, so the batch still marks them `NOT fold`
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _hourly_redo AS SELECT gpu_id, hour FROM ({_BATCH}) "
+                    "WHERE NOT fold", span).fetchall()
+    yield
+    if folded < groups:
+        lo, hi = con.execute("SELECT min(hour), max(hour) FROM _hourly_redo").fetchall()[0]
+        con.execute("DELETE FROM gpu_hourly h USING _hourly_redo r "
+                    "WHERE h.gpu_id = r.gpu_id AND h.hour = r.hour").fetchall()
+        con.execute(f"INSERT INTO gpu_hourly SELECT r.* FROM ({_ROLLUP_SELECT}) r SEMI JOIN _hourly_redo "
+                    "USING (gpu_id, hour)", {"lo": lo, "hi": hi + HOUR}).fetchall()
+        con.execute("DROP TABLE _hourly_redo").fetchall()
 
 
 def rollup_frame(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> pl.LazyFrame:

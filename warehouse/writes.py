@@ -15,7 +15,7 @@ import duckdb
 import polars as pl
 
 from gpuledger.warehouse.db import transaction
-from gpuledger.warehouse.rollups import apply_gpu_hourly_add, final_before, stage_gpu_hourly_add
+from gpuledger.warehouse.rollups import final_before, gpu_hourly_kept
 
 # Natural keys of every table; `upsert` uses them to dedupe a batch before it reaches DuckDB
 # (DuckDB refuses to update the same row twice in one statement).
@@ -164,17 +164,18 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
         # The batch's copies of stored rows: a scan DuckDB prunes by the row groups' ts ranges (a
         # new scrape round finds none), so the rest goes in by a plain INSERT (INSERT OR IGNORE
         # would probe the key index for every row twice).
-        stored = con.sql("SELECT gpu_id, ts FROM gpu_samples WHERE ts >= $lo AND ts < $hi",
-                         params={"lo": lo, "hi": hi}).pl()
-        if stored.height:
-            batch = batch.join(stored.cast({k: batch.schema[k] for k in keys}), on=keys, how="anti")
+        span = {"lo": lo, "hi": hi}
+        if con.execute("SELECT count(*) FROM gpu_samples WHERE ts >= $lo AND ts < $hi", span).fetchall()[0][0]:
+            stored = con.sql("SELECT gpu_id, ts FROM gpu_samples WHERE ts >= $lo AND ts < $hi", params=span).pl()
+            batch = batch.join(stored.cast({k: batch.schema[k] for k in keys}), on=keys, how="anti",
+                               maintain_order="left")
         if batch.is_empty():
             return 0
+        groups = batch.select(pl.struct("gpu_id", pl.col("ts").dt.truncate("1h")).n_unique()).item()
         con.register("_new_samples", batch.to_arrow())
         try:
-            stage_gpu_hourly_add(con, lo, hi)  # before the insert: it compares with the rows stored
-            con.execute(f"INSERT INTO gpu_samples ({names}) SELECT {names} FROM _new_samples").fetchall()
-            apply_gpu_hourly_add(con, lo, hi)
+            with gpu_hourly_kept(con, lo, hi, groups=groups):
+                con.execute(f"INSERT INTO gpu_samples ({names}) SELECT {names} FROM _new_samples").fetchall()
         finally:
             con.unregister("_new_samples")
     return batch.height

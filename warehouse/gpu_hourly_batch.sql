@@ -1,11 +1,12 @@
 -- The batch's part of gpu_hourly: per (gpu_id, hour) the aggregates of a batch's new rows
--- (_new_samples, none of them stored), and whether they can be folded into the stored rollup row (`fold`) or the hour
--- must be aggregated again from gpu_samples. Same rules as gpu_hourly_select.sql (clip to 0..1,
--- first / last energy by ts, an hour is walked for resets only when its minimum is below its
--- first value), kept equal to it by tests/test_warehouse_writes.py.
--- Run before the new rows are inserted. $lo, $hi: the whole hours of the new rows; $first: their
--- first ts (ranges DuckDB prunes row groups by; a new scrape round finds no stored row after it).
-CREATE OR REPLACE TEMP TABLE _hourly_add AS
+-- (_new_samples, none of them stored yet) and whether they can be folded into the stored rollup
+-- row (`fold`) or the hour must be aggregated again from gpu_samples. Same rules as
+-- gpu_hourly_select.sql (clip to 0..1, first / last energy by ts, an hour is walked for resets
+-- only when its minimum is below its first value), kept equal to it by tests/test_warehouse_writes.py.
+-- Read before the new rows are inserted. $lo, $hi: the whole hours of the new rows, $first: their
+-- first ts (ranges DuckDB prunes row groups by: a new scrape round finds no stored row after it).
+-- The fold (gpu_hourly_fold.sql) and the list of the hours not folded (rollups.gpu_hourly_kept)
+-- read it as a subquery.
 WITH agg AS (
     SELECT gpu_id, date_trunc('hour', ts) AS hour, min(ts) AS t_min,
            count(*) AS s_n,
@@ -38,19 +39,4 @@ SELECT a.*,
        AND (a.e_min IS NULL OR a.e_min >= coalesce(h.e_first, a.e_first)) AS fold
 FROM agg a
 LEFT JOIN (SELECT * FROM gpu_hourly WHERE hour >= $lo AND hour < $hi) h USING (gpu_id, hour)
-LEFT JOIN stored st USING (gpu_id, hour);
-
-UPDATE gpu_hourly h SET
-    s_n = h.s_n + a.s_n,
-    s_sm_active = h.s_sm_active + a.s_sm_active,
-    s_gr_engine_active = h.s_gr_engine_active + a.s_gr_engine_active,
-    s_gpu_util = h.s_gpu_util + a.s_gpu_util,
-    s_n_sm_active = h.s_n_sm_active + a.s_n_sm_active,
-    s_n_gr_engine_active = h.s_n_gr_engine_active + a.s_n_gr_engine_active,
-    s_n_gpu_util = h.s_n_gpu_util + a.s_n_gpu_util,
-    e_first = coalesce(h.e_first, a.e_first),
-    e_last = coalesce(a.e_last, h.e_last),
-    -- as gpu_hourly_select.sql writes an hour without drops (NULL without energy)
-    e_inside = coalesce(a.e_last, h.e_last) - coalesce(h.e_first, a.e_first) + 0.0
-FROM _hourly_add a
-WHERE a.fold AND h.gpu_id = a.gpu_id AND h.hour = a.hour AND h.hour >= $lo AND h.hour < $hi;
+LEFT JOIN stored st USING (gpu_id, hour)
