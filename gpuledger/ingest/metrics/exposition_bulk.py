@@ -281,41 +281,58 @@ class _Text:
         self.arrow = pa.py_buffer(data)
         self.buf = np.frombuffer(data, dtype=np.uint8)
         self.words = np.frombuffer(data, dtype="<u8", count=len(self.buf) // 8)
+        self.edge = (len(self.words) - 1) * 8  # a word from here on is read byte by byte
 
     def word(self, at: np.ndarray) -> np.ndarray:
-        """The 8 bytes from each offset ``at``, little-endian (zeros past the end): two aligned
-        words each, shifted together."""
+        """The 8 bytes from each offset ``at``, little-endian (zeros past the end): the two aligned
+        words around it, shifted together."""
         words = self.words
-        out = np.zeros(len(at), dtype=np.uint64)
-        inner = at + 16 <= len(words) * 8
         if len(words) >= 2:
-            q = np.minimum(at >> 3, len(words) - 2)
-            shift = ((at & 7) << 3).astype(np.uint64)
-            high = np.take(words, q + 1) << ((np.uint64(64) - shift) & np.uint64(63))
-            out = (np.take(words, q) >> shift) | np.where(shift == 0, np.uint64(0), high)
-        for i in np.flatnonzero(~inner).tolist():  # the last 16 bytes of the text
-            o = int(at[i])
-            out[i] = int.from_bytes(self.buf[o:o + 8].tobytes().ljust(8, b"\0"), "little")
+            q = at >> 3
+            np.minimum(q, len(words) - 2, out=q)
+            shift = (at & 7).view(np.uint64) << np.uint64(3)
+            out = np.take(words, q) >> shift
+            q += 1
+            high = np.take(words, q)
+            shift ^= np.uint64(63)  # 63 - shift (a multiple of 8 up to 56)
+            high <<= shift
+            high <<= np.uint64(1)  # two steps: a shift by 64 would not give 0
+            out |= high
+        else:
+            out = np.zeros(len(at), dtype=np.uint64)
+        if len(at) and at.max() >= self.edge:
+            for i in np.flatnonzero(at >= self.edge).tolist():
+                o = int(at[i])
+                out[i] = int.from_bytes(self.buf[o:o + 8].tobytes().ljust(8, b"\0"), "little")
         return out
 
-    def strings(self, at: np.ndarray, length: np.ndarray, word0: np.ndarray | None = None,
-                word1: np.ndarray | None = None) -> pl.Series:
-        """The ASCII strings ``buf[at:at + length]`` as a String column of Arrow string views into the
-        text (16 bytes each: a string of up to 12 bytes inline, zero-padded, else its length, first
-        4 bytes and offset): no byte of the text copied. ``word0``, ``word1``: ``word(at)`` and
-        ``word(at + 8)`` where the caller has them."""
-        n = len(at)
-        first = (self.word(at) if word0 is None else word0) & _BYTE_MASK[np.minimum(length, 8)]
-        view = np.empty((n, 2), dtype=np.uint64)
-        view[:, 0] = length.astype(np.uint64) | (first << np.uint64(32))
-        view[:, 1] = at.astype(np.uint64) << np.uint64(32)  # buffer 0, offset
-        short = np.flatnonzero(length <= 12)
-        if len(short):
-            rest = self.word(at[short] + 8) if word1 is None else word1[short]
-            rest &= _BYTE_MASK[np.clip(length[short] - 8, 0, 4)]
+    def views(self, at: np.ndarray, length: np.ndarray, word0: np.ndarray,
+              word1: np.ndarray | None = None) -> np.ndarray:
+        """Arrow string views of the ASCII strings ``buf[at:at + length]``, 16 bytes each: a string of
+        up to 12 bytes inline (zero-padded), else its length, first 4 bytes, buffer 0 and offset.
+        ``word0``, ``word1``: ``word(at)`` and ``word(at + 8)`` (None: read where needed)."""
+        first = word0 & _BYTE_MASK[np.minimum(length, 8)]
+        view = np.empty((len(at), 2), dtype=np.uint64)
+        view[:, 0] = length.view(np.uint64) | (first << np.uint64(32))
+        view[:, 1] = at.view(np.uint64) << np.uint64(32)
+        short = length <= 12
+        if word1 is not None:
+            rest = word1 & _BYTE_MASK[np.clip(length - 8, 0, 4)]
+            np.copyto(view[:, 1], (first >> np.uint64(32)) | (rest << np.uint64(32)), where=short)
+        elif short.any():
+            short = np.flatnonzero(short)
+            rest = self.word(at[short] + 8) & _BYTE_MASK[np.clip(length[short] - 8, 0, 4)]
             view[short, 1] = (first[short] >> np.uint64(32)) | (rest << np.uint64(32))
-        array = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(view), self.arrow])
+        return view
+
+    def column(self, views: np.ndarray) -> pl.Series:
+        """A String column of ``views`` into the text: no byte of the text copied."""
+        array = pa.Array.from_buffers(pa.string_view(), len(views), [None, pa.py_buffer(views), self.arrow])
         return pl.Series(array)  # zero-copy (from_arrow would rechunk: ~0.1 ms a call)
+
+    def strings(self, at: np.ndarray, length: np.ndarray) -> pl.Series:
+        """The ASCII strings ``buf[at:at + length]`` as a String column."""
+        return self.column(self.views(at, length, self.word(at)))
 
 
 _STEP = 1 << 21  # bytes a step of the scan: the step's bytes are still in cache when its lines are read
@@ -326,8 +343,8 @@ class _Lines:
     """What the scan found. Per line: ``starts``, ``ends`` (the newline's offset) and ``skip`` (empty,
     or a comment). Per candidate line (name '{' labels '} ' tail, no other mark, perhaps one '\\r'
     before the newline): its line index ``cand``, ``brace``, ``close``, ``end`` (less the '\\r'), the
-    first 8 bytes of its name, labels and tail, bytes 8..15 of its tail, whether its name starts a
-    run (differs from the line before's)."""
+    string views of its name, labels and tail (``_Text.views``) and whether its name starts a run
+    (differs from the line before's)."""
 
     starts: np.ndarray
     ends: np.ndarray
@@ -336,10 +353,9 @@ class _Lines:
     brace: np.ndarray
     close: np.ndarray
     end: np.ndarray
-    name_word: np.ndarray
-    label_word: np.ndarray
-    tail_word: np.ndarray
-    tail_word2: np.ndarray
+    name_views: np.ndarray
+    label_views: np.ndarray
+    tail_views: np.ndarray
     name_head: np.ndarray
 
 
@@ -364,7 +380,7 @@ def _read_lines(text: _Text) -> _Lines:
     if size == 0:
         none = np.zeros(0, dtype=np.int64)
         return _Lines(np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1, bool), none, none, none,
-                      none, *(np.zeros(0, np.uint64),) * 4, np.zeros(0, bool))
+                      none, *(np.zeros((0, 2), np.uint64),) * 3, np.zeros(0, bool))
     shifted = np.empty(0, dtype=np.uint8)
     hit = np.empty(0, dtype=bool)
     lo, line_no = 0, 0  # the step's first byte and first line
@@ -396,12 +412,14 @@ def _read_lines(text: _Text) -> _Lines:
         ok = (kinds[at] == 123) & (kinds[at + 1] == 125) & (brace > starts[two]) & (close + 2 < end)
         ok &= np.take(buf, np.minimum(close + 1, size - 1)) == 32
         two, brace, close, end = two[ok], brace[ok], close[ok], end[ok]
-        line_at = starts[two]
-        name_word, label_word = text.word(line_at), text.word(brace + 1)
-        names = text.strings(line_at, brace - line_at, name_word)
-        name_head = (names != names.shift(1)).fill_null(True).to_numpy()
-        got.append((starts, ends, ~nonempty | comment, two + line_no, brace, close, end, name_word,
-                    label_word, text.word(close + 2), text.word(close + 10), name_head))
+        name_at, label_at, tail_at = starts[two], brace + 1, close + 2
+        names = text.views(name_at, brace - name_at, text.word(name_at))
+        head = np.ones(len(two), dtype=bool)
+        if len(two) > 1:  # compared while in cache
+            head[1:] = (text.column(names[1:]) != text.column(names[:-1])).to_numpy()
+        got.append((starts, ends, ~nonempty | comment, two + line_no, brace, close, end, names,
+                    text.views(label_at, close - label_at, text.word(label_at)),
+                    text.views(tail_at, end - tail_at, text.word(tail_at), text.word(tail_at + 8)), head))
         lo, line_no = hi, line_no + len(ends)
     return _Lines(*(np.concatenate(column) for column in zip(*got)))
 
@@ -490,10 +508,7 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
         page_of_line = np.searchsorted(page_start, starts, side="right") - 1
         page_first = np.searchsorted(starts, page_start)
     page_lines = np.diff(np.concatenate((page_first, [n_lines])))
-    line_start = starts[cand_idx]
-    names = text.strings(line_start, brace - line_start, lines.name_word)
-    tail_at = close + 2
-    tails = text.strings(tail_at, lines.end - tail_at, lines.tail_word, lines.tail_word2)
+    names, tails = text.column(lines.name_views), text.column(lines.tail_views)
 
     code = _metric_codes(names, lines.name_head)
     known = code >= 0
@@ -528,8 +543,7 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     good_idx = np.flatnonzero(good)
     series_no = np.full(len(cand_idx), -1, dtype=np.int64)
     if len(good_idx):
-        label_at = brace[good_idx] + 1
-        labels = text.strings(label_at, close[good_idx] - label_at, lines.label_word[good_idx])
+        labels = text.column(lines.label_views[good_idx])
         numbers = _number_label_texts(labels, series)
         if numbers is None:
             return None
