@@ -20,12 +20,10 @@ def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str) -> int:
     if wide.is_empty():
         return 0
     inventory = inventory_from_wide(wide, cluster)
-    registered, changed = _register_changed(con, inventory.drop("first_seen", "last_seen"))
+    registered, changed = _register_changed(con, inventory)
     if changed:  # pricing tier from the stored config's rules; storing a config or node labels
         apply_tier_rules(con, cluster=cluster, jobs=False)  # re-applies them to known devices itself
-    seen = inventory.select("gpu_uuid", "mig_instance_id", "first_seen", "last_seen").join(
-        registered.select("gpu_uuid", "mig_instance_id", "gpu_id"), on=["gpu_uuid", "mig_instance_id"])
-    con.register("_seen_batch", seen.to_arrow())
+    con.register("_seen_batch", registered.select("gpu_id", "first_seen", "last_seen").to_arrow())
     try:
         con.execute(
             "UPDATE gpus SET first_seen = least(coalesce(gpus.first_seen, b.first_seen), b.first_seen),"
@@ -34,7 +32,7 @@ def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str) -> int:
         )
     finally:
         con.unregister("_seen_batch")
-    samples = wide.join(seen.select("gpu_uuid", "mig_instance_id", "gpu_id"),
+    samples = wide.join(registered.select("gpu_uuid", "mig_instance_id", "gpu_id"),
                         on=["gpu_uuid", "mig_instance_id"], how="left")
     new = warehouse.write_samples(con, samples, source)
     if new:
@@ -43,26 +41,28 @@ def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str) -> int:
 
 
 _KEYS = ["cluster", "gpu_uuid", "mig_instance_id"]
+_SEEN = ("first_seen", "last_seen")
 
 
 def _register_changed(con, inventory: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """``register_gpus`` for the devices that are new or whose attributes changed; the others (every
     device, every round, once a cluster is known) only have their gpu_id read. Same table after, but
     DuckDB's ON CONFLICT DO UPDATE costs ~0.1 ms a row even when nothing changes (1 s a round at
-    12,000 devices). Returns the inventory with gpu_id, and how many devices were (re)registered."""
-    con.register("_device_batch", inventory.select(_KEYS).to_arrow())
-    try:
-        cols = ", ".join(f"g.{c}" for c in inventory.columns)
-        stored = con.sql(f"SELECT g.gpu_id, {cols} FROM gpus g JOIN _device_batch b USING (cluster, gpu_uuid, "
-                         "mig_instance_id)").pl()
+    12,000 devices). Returns the inventory (its rows in order) with gpu_id, and how many devices
+    were (re)registered. first_seen / last_seen are not attributes: the caller widens them."""
+    attrs = [c for c in inventory.columns if c not in (*_KEYS, *_SEEN)]
+    rows = inventory.with_row_index("_row")
+    con.register("_device_batch", rows.select("_row", *_KEYS, *attrs).to_arrow())
+    try:  # compared in DuckDB, so only row numbers and ids come back (not every stored attribute)
+        same = " AND ".join(f"g.{c} IS NOT DISTINCT FROM b.{c}" for c in attrs) or "true"
+        ids = con.sql(f"SELECT b._row, g.gpu_id FROM _device_batch b JOIN gpus g USING (cluster, gpu_uuid, "
+                      f"mig_instance_id) WHERE {same}").pl()
     finally:
         con.unregister("_device_batch")
-    stored = stored.cast({c: inventory.schema[c] for c in inventory.columns})
-    same = stored.join(inventory, on=inventory.columns, how="semi", nulls_equal=True)
-    changed = inventory.join(same, on=_KEYS, how="anti")
-    if changed.is_empty():
-        return inventory.join(same.select(*_KEYS, "gpu_id"), on=_KEYS, how="left"), 0
-    new = warehouse.register_gpus(con, changed)
-    new_ids = new.select(*_KEYS, "gpu_id").cast({"gpu_id": same.schema["gpu_id"]})
-    ids = pl.concat([same.select(*_KEYS, "gpu_id"), new_ids])
-    return inventory.join(ids, on=_KEYS, how="left"), changed.height
+    if ids.height == rows.height:  # every device known and unchanged (keys are unique on both sides)
+        return inventory.with_columns(ids.sort("_row")["gpu_id"]), 0
+    changed = rows.join(ids, on="_row", how="anti")
+    new = warehouse.register_gpus(con, changed.drop("_row", *_SEEN))
+    new_ids = changed.select("_row", *_KEYS).join(new.select(*_KEYS, "gpu_id"), on=_KEYS, how="left")
+    ids = pl.concat([ids, new_ids.select("_row", pl.col("gpu_id").cast(ids.schema["gpu_id"]))])
+    return rows.join(ids, on="_row", how="left", maintain_order="left").drop("_row"), changed.height
