@@ -212,3 +212,84 @@ def test_quick_host_canonicalization_same_as_dcgm_fields(name):
     from gpuledger.ingest.metrics import dcgm_fields
     from gpuledger.ingest.metrics.exposition_bulk import _canonical_host
     assert _canonical_host(name) == dcgm_fields.canonical_host(name)
+
+
+@pytest.mark.parametrize("step", [1, 7, 64, 300])
+def test_scan_steps_cut_anywhere_same_as_reference(sim_pages, monkeypatch, step):
+    """The scan reads the text in steps cut after a newline (lines longer than a step included):
+    any step size gives the reference's page, on clean, CRLF and mutated text."""
+    import gpuledger.ingest.metrics.exposition_bulk as bulk
+    monkeypatch.setattr(bulk, "_STEP", step)
+    monkeypatch.setattr(bulk, "_last", None)
+    pages, t = sim_pages
+    rng = random.Random(step)
+    lines = "".join(pages[:2]).split("\n")
+    mutated = "\n".join(_mutate(line, rng) if rng.random() < 0.3 else line for line in lines)
+    for text in (CORPUS.read_text(), CORPUS.read_text().replace("\n", "\r\n"), "".join(pages[:2]), mutated,
+                 "x{y} 1", "\n\n#", 'DCGM_FI_DEV_GPU_TEMP{UUID="u",Hostname="h"} 1'):
+        assert_same_page(text, scrape_ms=t * 1000)
+
+
+def test_last_numbering_reused_only_for_the_same_label_texts(sim_pages, monkeypatch):
+    """A page whose every label text is the last parse's takes its numbering whole; one changed
+    label (same length, so every offset stays) or one line less is numbered afresh. Each time the
+    page equals the reference's."""
+    import gpuledger.ingest.metrics.exposition_bulk as bulk
+    monkeypatch.setattr(bulk, "_last", None)
+    pages, t = sim_pages
+    text = "".join(pages)
+    assert_same_page(text, scrape_ms=t * 1000)
+    first = bulk._last
+    assert_same_page(text.replace("} 1", "} 2"), scrape_ms=t * 1000 + 30_000)  # other values only
+    assert bulk._last is first  # reused, not rebuilt
+    uuid = text.split('UUID="', 1)[1].split('"', 1)[0]
+    changed = text.replace(uuid, uuid[:-1] + ("0" if uuid[-1] != "0" else "1"), 1)  # one line's GPU
+    _, bulk_page = assert_same_page(changed, scrape_ms=t * 1000)
+    assert bulk._last is not first
+    assert bulk_page.series.height == parse_exposition_bulk(text, scrape_ms=t * 1000).series.height + 1
+    dropped = text.split("\n")
+    sample_at = next(i for i, line in enumerate(dropped) if line.startswith("DCGM_FI_"))
+    assert_same_page("\n".join(dropped[:sample_at] + dropped[sample_at + 1:]), scrape_ms=t * 1000)
+
+
+def test_parse_keeps_no_reference_to_the_page(sim_pages):
+    """An ASCII page is read in place (no copy); nothing the parse returns or caches may hold on to
+    it (a cache holding each round's 40 MB page would grow without bound)."""
+    import sys
+
+    import gpuledger.ingest.metrics.exposition_bulk as bulk
+    pages, t = sim_pages
+    text = "".join(pages) * 2  # over _IN_PLACE_FROM: read in place
+    assert len(text) >= bulk._IN_PLACE_FROM and text.isascii()
+    before = sys.getrefcount(text)
+    bulk.clear_label_cache()
+    parsed = parse_exposition_bulk(text, scrape_ms=t * 1000)  # fills both caches
+    again = parse_exposition_bulk(text, scrape_ms=t * 1000 + 30_000)  # reads them
+    assert parsed.sample_count == again.sample_count > 0
+    assert sys.getrefcount(text) == before
+
+
+def test_non_ascii_page_same_as_reference(sim_pages):
+    """A page with a non-ASCII label is encoded (not read in place); its lines go the per-line way."""
+    pages, t = sim_pages
+    text = "".join(pages).replace('Hostname="', 'Hostname="Ünïcode-', 3)
+    ref, bulk_page = assert_same_page(text, scrape_ms=t * 1000)
+    assert ref.samples.filter(pl.col("host").str.starts_with("ünïcode")).height > 0
+
+
+def test_wide_rows_equal_long_to_wide_without_copies_and_over_several_scrape_times(sim_pages):
+    """series_long_to_wide's two dedup paths: no (device, ts, metric) twice (no job copies: the
+    count shortcut) and pages scraped at different times with a second job's copy of every sample
+    (several ts, two samples a cell: the sort)."""
+    from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
+    pages, t = sim_pages
+    no_copies = "\n".join(line for line in "".join(pages).split("\n") if "hpc_job" not in line)
+    wide = _wide_same(parse_exposition_bulk(no_copies, scrape_ms=t * 1000))
+    assert wide["mig_instance_id"].max() >= 0  # MIG rows: power and energy held by one instance
+    copied = [p + "".join(line.replace("}", ',hpc_job="0000001"}') + "\n" for line in p.split("\n")
+                          if line.startswith("DCGM_FI_") and "hpc_job" not in line) for p in pages]
+    both = parse_pages_bulk([(p, t * 1000 + 7_000 * k) for k, p in enumerate(copied)])
+    assert not both.rejects
+    from gpuledger.ingest.metrics.exposition import ParsedPage
+    page = ParsedPage.from_points(both.points.drop("page"), both.series, [], both.unknown_dcgm, 0, 0)
+    assert _wide_same(page)["ts"].n_unique() == len(pages)
