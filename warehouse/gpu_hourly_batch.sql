@@ -4,7 +4,8 @@
 -- gpu_hourly_select.sql (clip to 0..1, first / last energy by ts, an hour is walked for resets
 -- only when its minimum is below its first value), kept equal to it by tests/test_warehouse_writes.py.
 -- Read before the new rows are inserted. $lo, $hi: the whole hours of the new rows, $first: their
--- first ts (ranges DuckDB prunes row groups by: a new scrape round finds no stored row after it).
+-- first ts (ranges DuckDB prunes row groups by); $stored_after: false when no row is stored from
+-- $first to $hi (a new scrape round), which spares DuckDB planning that look.
 -- The fold (gpu_hourly_fold.sql) and the list of the hours not folded (rollups.gpu_hourly_kept)
 -- read it as a subquery.
 WITH agg AS (
@@ -25,7 +26,7 @@ WITH agg AS (
 -- the stored rows of the touched hours from the batch's first ts on: are new rows among them?
 stored AS (
     SELECT gpu_id, date_trunc('hour', ts) AS hour, max(ts) AS t_max
-    FROM gpu_samples WHERE ts >= $first AND ts < $hi
+    FROM gpu_samples WHERE $stored_after AND ts >= $first AND ts < $hi
     GROUP BY ALL
 )
 SELECT a.*,

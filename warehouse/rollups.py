@@ -84,17 +84,19 @@ def refresh_gpu_hourly_for(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame
 
 
 @contextlib.contextmanager
-def gpu_hourly_kept(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, *, groups: int) -> Iterator[None]:
+def gpu_hourly_kept(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, *, groups: int,
+                    stored_after: bool = True) -> Iterator[None]:
     """Keep ``gpu_hourly`` up to date with a batch of new rows inserted inside the block, in the
     caller's transaction. The batch is ``_new_samples``, a relation the caller made: rows of
     [start, end) (naive UTC), none of them stored yet, none below :func:`final_before`, in
     ``groups`` distinct (gpu_id, hour). Each (gpu_id, hour) is folded (the batch's sums added to
     the stored row's) where that equals aggregating the hour again (gpu_hourly_batch.sql says when),
     before the block; the others (a new hour, late rows among stored ones, a counter reset) are
-    aggregated again from ``gpu_samples`` after it.
+    aggregated again from ``gpu_samples`` after it. ``stored_after=False`` says that no row is
+    stored from ``start`` to the end of its last hour (so no new row is late among stored ones).
     """
     lo, hi = hour_span(start, end)
-    span = {"lo": lo, "hi": hi, "first": start}
+    span = {"lo": lo, "hi": hi, "first": start, "stored_after": stored_after}
     folded = con.execute(_FOLD, span).fetchall()[0][0]
     if folded < groups:  # the fold left these unchanged, so the batch still marks them `NOT fold`
         con.execute(f"CREATE OR REPLACE TEMP TABLE _hourly_redo AS SELECT gpu_id, hour FROM ({_BATCH}) "

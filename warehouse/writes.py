@@ -15,7 +15,7 @@ import duckdb
 import polars as pl
 
 from gpuledger.warehouse.db import transaction
-from gpuledger.warehouse.rollups import final_before, gpu_hourly_kept
+from gpuledger.warehouse.rollups import final_before, gpu_hourly_kept, hour_span
 
 # Natural keys of every table; `upsert` uses them to dedupe a batch before it reaches DuckDB
 # (DuckDB refuses to update the same row twice in one statement).
@@ -160,13 +160,18 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
     names = ", ".join(batch.columns)
     # the rollup reads these; a batch without one of them holds NULLs there, as the table does
     batch = batch.with_columns(pl.lit(None, pl.Float64).alias(c) for c in _ROLLUP_COLUMNS if c not in batch.columns)
+    _, hour_end = hour_span(lo, hi)
     with transaction(con):
-        # The batch's copies of stored rows: a scan DuckDB prunes by the row groups' ts ranges (a
-        # new scrape round finds none), so the rest goes in by a plain INSERT (INSERT OR IGNORE
-        # would probe the key index for every row twice).
-        span = {"lo": lo, "hi": hi}
-        if con.execute("SELECT count(*) FROM gpu_samples WHERE ts >= $lo AND ts < $hi", span).fetchall()[0][0]:
-            stored = con.sql("SELECT gpu_id, ts FROM gpu_samples WHERE ts >= $lo AND ts < $hi", params=span).pl()
+        # Stored rows from the batch's first ts to the end of its last hour (a count DuckDB prunes
+        # by the row groups' ts ranges; a new scrape round finds none): the batch's copies of
+        # stored rows are among them, and the rollup checks that new rows come after them. The
+        # copies are left out here, so the rest goes in by a plain INSERT (INSERT OR IGNORE would
+        # probe the key index for every row twice).
+        stored_after = con.execute("SELECT count(*) FROM gpu_samples WHERE ts >= $lo AND ts < $hi",
+                                   {"lo": lo, "hi": hour_end}).fetchall()[0][0] > 0
+        if stored_after:
+            stored = con.sql("SELECT gpu_id, ts FROM gpu_samples WHERE ts >= $lo AND ts < $hi",
+                             params={"lo": lo, "hi": hi}).pl()
             batch = batch.join(stored.cast({k: batch.schema[k] for k in keys}), on=keys, how="anti",
                                maintain_order="left")
         if batch.is_empty():
@@ -174,7 +179,7 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
         groups = batch.select(pl.struct("gpu_id", pl.col("ts").dt.truncate("1h")).n_unique()).item()
         con.register("_new_samples", batch.to_arrow())
         try:
-            with gpu_hourly_kept(con, lo, hi, groups=groups):
+            with gpu_hourly_kept(con, lo, hi, groups=groups, stored_after=stored_after):
                 con.execute(f"INSERT INTO gpu_samples ({names}) SELECT {names} FROM _new_samples").fetchall()
         finally:
             con.unregister("_new_samples")
