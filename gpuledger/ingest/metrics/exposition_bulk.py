@@ -340,19 +340,15 @@ _STEP = 1 << 21  # bytes a step of the scan: the step's bytes are still in cache
 
 @dataclass
 class _Lines:
-    """What the scan found. Per line: ``starts``, ``ends`` (the newline's offset) and ``skip`` (empty,
-    or a comment). Per candidate line (name '{' labels '} ' tail, no other mark, perhaps one '\\r'
-    before the newline): its line index ``cand``, ``brace``, ``close``, ``end`` (less the '\\r'), the
-    string views of its name, labels and tail (``_Text.views``) and whether its name starts a run
-    (differs from the line before's)."""
+    """What the scan found: each line's first byte (``starts``); the lines that are neither empty, a
+    comment nor a candidate (``other``: the per-line way); per candidate line (name '{' labels '} '
+    tail, no other mark, perhaps one '\\r' before the newline) its line index (``cand``), the string
+    views of its name, labels and tail (``_Text.views``) and whether its name starts a run (differs
+    from the line before's)."""
 
     starts: np.ndarray
-    ends: np.ndarray
-    skip: np.ndarray
+    other: np.ndarray
     cand: np.ndarray
-    brace: np.ndarray
-    close: np.ndarray
-    end: np.ndarray
     name_views: np.ndarray
     label_views: np.ndarray
     tail_views: np.ndarray
@@ -379,8 +375,8 @@ def _read_lines(text: _Text) -> _Lines:
     size = len(buf)
     if size == 0:
         none = np.zeros(0, dtype=np.int64)
-        return _Lines(np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1, bool), none, none, none,
-                      none, *(np.zeros((0, 2), np.uint64),) * 3, np.zeros(0, bool))
+        return _Lines(np.zeros(1, np.int64), none, none, *(np.zeros((0, 2), np.uint64),) * 3,
+                      np.zeros(0, bool))
     shifted = np.empty(0, dtype=np.uint8)
     hit = np.empty(0, dtype=bool)
     lo, line_no = 0, 0  # the step's first byte and first line
@@ -405,19 +401,21 @@ def _read_lines(text: _Text) -> _Lines:
         before = np.concatenate(([-1], end_at[:-1]))  # a line's marks: marks[before + 1 : end_at]
         nonempty = ends > starts
         comment = nonempty & (np.take(buf, np.minimum(starts, size - 1)) == 35)  # '#'
-        two = np.flatnonzero((end_at - before == 3) & nonempty & ~comment)
+        line = nonempty & ~comment
+        two = np.flatnonzero((end_at - before == 3) & line)
         at = before[two] + 1
         brace, close, end = marks[at], marks[at + 1], ends[two]
         end = end - (np.take(buf, end - 1) == 13)  # one '\r' before the newline is not the line's
         ok = (kinds[at] == 123) & (kinds[at + 1] == 125) & (brace > starts[two]) & (close + 2 < end)
         ok &= np.take(buf, np.minimum(close + 1, size - 1)) == 32
+        line[two[ok]] = False  # what stays: lines for line_verdict
         two, brace, close, end = two[ok], brace[ok], close[ok], end[ok]
         name_at, label_at, tail_at = starts[two], brace + 1, close + 2
         names = text.views(name_at, brace - name_at, text.word(name_at))
         head = np.ones(len(two), dtype=bool)
         if len(two) > 1:  # compared while in cache
             head[1:] = (text.column(names[1:]) != text.column(names[:-1])).to_numpy()
-        got.append((starts, ends, ~nonempty | comment, two + line_no, brace, close, end, names,
+        got.append((starts, np.flatnonzero(line) + line_no, two + line_no, names,
                     text.views(label_at, close - label_at, text.word(label_at)),
                     text.views(tail_at, end - tail_at, text.word(tail_at), text.word(tail_at + 8)), head))
         lo, line_no = hi, line_no + len(ends)
@@ -499,8 +497,11 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     page_ms = np.array([ms for _, ms in pages], dtype=np.int64)
     future_ms = int(max_future_s * 1000)
     lines = _read_lines(text)
-    starts, ends, cand_idx, brace, close = lines.starts, lines.ends, lines.cand, lines.brace, lines.close
+    starts, cand_idx = lines.starts, lines.cand
     n_lines = len(starts)
+
+    def line_text(i: int) -> str:  # up to its newline (or the text's end)
+        return buf[starts[i]:starts[i + 1] - 1 if i + 1 < n_lines else size].tobytes().decode("utf-8")
     if len(pages) == 1:
         page_of_line = np.zeros(n_lines, dtype=np.int64)
         page_first = np.zeros(1, dtype=np.int64)
@@ -554,16 +555,13 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     fast_lines = cand_idx[fast]
 
     # the per-line rules for every other line that is not a comment or an empty line
-    slow = ~lines.skip
-    slow[fast_lines] = False
-    settled = cand_idx[other]
-    if len(settled):
-        slow[settled[~other_slow]] = False
-    slow_idx = np.flatnonzero(slow)
+    settled = fast.copy()
+    settled[np.flatnonzero(other)[~other_slow]] = True
+    slow_idx = np.sort(np.concatenate((lines.other, cand_idx[~settled])))
     rejects: list[tuple[int, Reject]] = []
     slow_samples: list[tuple] = []
     for i in slow_idx.tolist():
-        line = buf[starts[i]:ends[i]].tobytes().decode("utf-8")
+        line = line_text(i)
         pg = int(page_of_line[i])
         ms = int(page_ms[pg])
         verdict = line_verdict(i + 1 - int(page_first[pg]), line, ms, ms + future_ms, max_future_s,
@@ -580,7 +578,10 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
             slow_samples.append((i + 1, METRICS.index(verdict[0]), *verdict[1:]))
 
     line_no = fast_lines + 1  # global, 1-based, until the end
-    m_code, s_no, vals, stamps = codes[fast], series_no[fast], value[fast], ts[fast]
+    if fast.all():  # the usual page: no copies
+        m_code, s_no, vals, stamps = codes, series_no, value, ts
+    else:
+        m_code, s_no, vals, stamps = codes[fast], series_no[fast], value[fast], ts[fast]
     if slow_samples:
         extra = np.array([s[0] for s in slow_samples], dtype=np.int64)
         order = np.argsort(np.concatenate((line_no, extra)), kind="stable")
@@ -589,25 +590,27 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
         s_no = np.concatenate((s_no, [s[2] for s in slow_samples]))[order]
         vals = np.concatenate((vals, [s[3] for s in slow_samples]))[order]
         stamps = np.concatenate((stamps, [s[4] for s in slow_samples]))[order]
-    page = page_of_line[line_no - 1]
+    page = page_of_line[line_no - 1] if len(pages) > 1 else np.zeros(len(line_no), dtype=np.int64)
     # a (series, metric) twice in one page: the first copy is kept. Seldom any such pair at all: one
     # count over (series, metric) says so, the exact per-page check runs only then
     if len(s_no) and np.bincount(s_no * len(METRICS) + m_code).max() > 1:
         cell = pl.Series((page * (series.count + 1) + s_no) * len(METRICS) + m_code)
         keep = cell.is_first_distinct().to_numpy()
         for no in line_no[~keep].tolist():
-            raw = buf[starts[no - 1]:ends[no - 1]].tobytes().decode("utf-8").removesuffix("\r")
+            raw = line_text(no - 1).removesuffix("\r")
             pg = int(page_of_line[no - 1])
             rejects.append((pg, Reject(no - int(page_first[pg]), raw,
                                        "duplicate series in one scrape (the first copy is kept)")))
         line_no, m_code, s_no, vals, stamps, page = (
             a[keep] for a in (line_no, m_code, s_no, vals, stamps, page))
     rejects.sort(key=lambda r: (r[0], r[1].line_no))
-    points = pl.DataFrame({
-        "page": page, "line_no": line_no - page_first[page], "metric": _metric_column(m_code),
-        "series": s_no, "value": vals, "ts": stamps,
-    }, schema={"page": pl.Int64, "line_no": pl.Int64, "metric": pl.String, "series": pl.Int64,
-               "value": pl.Float64, "ts": pl.Int64}).with_columns(pl.col("ts").cast(pl.Datetime("ms")))
+    points = pl.DataFrame([
+        pl.Series("page", page, dtype=pl.Int64),
+        pl.Series("line_no", line_no - page_first[page] if len(pages) > 1 else line_no, dtype=pl.Int64),
+        _metric_column(m_code).alias("metric"), pl.Series("series", s_no, dtype=pl.Int64),
+        pl.Series("value", vals, dtype=pl.Float64),
+        pl.Series("ts", stamps, dtype=pl.Int64).cast(pl.Datetime("ms")),  # (numpy's would read int64 min as NaT)
+    ])
     return ParsedPages(points, series.frame(), rejects, unknown, page_lines.tolist(), skipped)
 
 
