@@ -293,3 +293,20 @@ def test_wide_rows_equal_long_to_wide_without_copies_and_over_several_scrape_tim
     from gpuledger.ingest.metrics.exposition import ParsedPage
     page = ParsedPage.from_points(both.points.drop("page"), both.series, [], both.unknown_dcgm, 0, 0)
     assert _wide_same(page)["ts"].n_unique() == len(pages)
+
+
+def test_ranked_series_reused_only_for_an_equal_series_frame(sim_pages):
+    """series_long_to_wide keeps the last series frame's ranking: an equal frame (another object)
+    takes it, a frame differing in one host takes its own; both match long_to_wide."""
+    from gpuledger.ingest.metrics.exposition import long_to_wide, series_long_to_wide
+    pages, t = sim_pages
+    parsed = parse_exposition_bulk("".join(pages), scrape_ms=t * 1000)
+    first = series_long_to_wide(parsed.points, parsed.series)
+    again = series_long_to_wide(parsed.points, parsed.series.clone())
+    assert_frame_equal(first, again)
+    other = parsed.series.with_columns(host=pl.when(pl.col("series") == 0).then(pl.lit("Elsewhere.example"))
+                                       .otherwise(pl.col("host")))
+    moved = series_long_to_wide(parsed.points, other)
+    slow = long_to_wide(parsed.points.join(other, on="series", how="left", maintain_order="left").drop("series"))
+    assert_frame_equal(moved.select(sorted(moved.columns)), slow.select(sorted(slow.columns)))
+    assert "elsewhere" in moved["host"].to_list() and "elsewhere" not in first["host"].to_list()

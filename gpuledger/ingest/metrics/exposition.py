@@ -416,11 +416,21 @@ def series_long_to_wide(points: pl.DataFrame, series: pl.DataFrame) -> pl.DataFr
 _DEVICE_LEVEL_COLUMNS = ("power_w", "energy_total_j")  # device_level_once's
 
 
+# The last series frame ranked, with its ranking: a scraper's rounds read the same series (only the
+# values change), so the sort and the host spellings are done once; an equal frame (compared whole,
+# ~0.2 ms for 12,000 series) takes them.
+_last_ranked: tuple[pl.DataFrame, tuple] | None = None
+
+
 def _ranked_series(series: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The series in device order (gpu_uuid, mig_instance_id), each device's copies best first
     (smallest hpc_job, pod, namespace, container): their attribute rows (host canonical, as
     ``clean_wide`` makes it) and, by series number, the priority (row) and device number; by device
     number, the GPU number and the GPU_I_ID."""
+    global _last_ranked
+    last = _last_ranked  # one snapshot: another thread may replace it meanwhile
+    if last is not None and last[0].schema == series.schema and last[0].equals(series):
+        return last[1]
     ranked = series.sort(["gpu_uuid", "mig_instance_id", *JOB_ORDER], nulls_last=True, maintain_order=True)
     new_gpu = (ranked["gpu_uuid"] != ranked["gpu_uuid"].shift()).fill_null(True).to_numpy()
     new_dev = new_gpu | (ranked["mig_instance_id"] != ranked["mig_instance_id"].shift()).fill_null(True).to_numpy()
@@ -438,7 +448,10 @@ def _ranked_series(series: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray, np.n
     canonical = hosts.to_frame().select(dcgm.canonical_host_expr("host"))["host"]
     attrs = ranked.select("gpu_uuid", "mig_instance_id", *DEVICE_ATTRS, *JOB_COLUMNS).with_columns(
         pl.col("host").replace_strict(hosts, canonical, return_dtype=pl.String))
-    return attrs, prio_of, dev_of, gpu_of_dev, mig_of_dev
+    for array in (prio_of, dev_of, gpu_of_dev, mig_of_dev):
+        array.setflags(write=False)  # shared with later calls
+    _last_ranked = (series.clone(), (attrs, prio_of, dev_of, gpu_of_dev, mig_of_dev))  # (a caller may mutate its own)
+    return _last_ranked[1]
 
 
 def _metric_codes(metric: pl.Series) -> tuple[list[str], np.ndarray]:
