@@ -90,34 +90,45 @@ def load_hourly(
     (attribution sorts what it needs; ordering a week here cost DuckDB a sort for nothing).
 
     With ``verify`` the rollup's sample count is checked against ``gpu_samples`` over the span
-    (two counts, milliseconds); when they differ (a writer that did not refresh, or a warehouse
-    older than migration 004) the rollup is computed from the samples on the fly instead. Hours
-    whose raw samples retention pruned (before ``final_before``) are the rollup's alone: read,
-    never checked or recomputed.
+    (a count of the samples beside the rows, milliseconds); when they differ (a writer that did
+    not refresh, or a warehouse older than migration 004) the rollup is computed from the samples
+    on the fly instead. Hours whose raw samples retention pruned (before ``final_before``) are the
+    rollup's alone: read, never checked or recomputed.
     """
     lo, hi = hour_span(start - timedelta(hours=1), end)
-
-    def stored(upto: datetime) -> pl.DataFrame:
-        return con.sql("SELECT * FROM gpu_hourly WHERE hour >= $lo AND hour < $hi",
-                       params={"lo": lo, "hi": upto}).pl()
-
+    check_lo = lo
     if verify:
         floor = final_before(con)
         check_lo = max(lo, floor) if floor is not None else lo
-        if check_lo < hi:
-            span = {"lo": check_lo, "hi": hi}
-            n_rollup = con.execute("SELECT coalesce(sum(s_n), 0) FROM gpu_hourly WHERE hour >= $lo AND hour < $hi",
-                                   span).fetchall()[0][0]
-            n_samples = con.execute("SELECT count(*) FROM gpu_samples WHERE ts >= $lo AND ts < $hi",
-                                    span).fetchall()[0][0]
-            if n_rollup != n_samples:
-                if check_lo == lo:
-                    return rollup_frame(con, lo, hi)
-                return pl.concat([stored(check_lo), rollup_frame(con, check_lo, hi).collect(engine=ENGINE)],
-                                 how="vertical_relaxed").lazy()
-    return stored(hi).lazy()
+    stored = "SELECT * FROM gpu_hourly WHERE hour >= $lo AND hour < $hi"
+    if not verify or check_lo >= hi:
+        return con.sql(stored, params={"lo": lo, "hi": hi}).pl().lazy()
+    span = {"lo": check_lo, "hi": hi}
+    count_samples = "SELECT count(*) FROM gpu_samples WHERE ts >= $lo AND ts < $hi"
+    if hi - lo <= ONE_STATEMENT_SPAN:
+        # The rows with the raw-sample count beside them: one statement instead of three, ~1 ms
+        # less for the hour an update touches; the rollup's count is summed from the rows.
+        # (Beside a week's rows the repeated count costs more than the statements it saves.)
+        rows = con.sql(f"SELECT *, (SELECT count(*) FROM gpu_samples WHERE ts >= $check_lo AND ts < $hi) "
+                       f"AS _n_samples FROM ({stored})", params={"lo": lo, "hi": hi, "check_lo": check_lo}).pl()
+        n_samples = rows["_n_samples"][0] if rows.height else con.execute(count_samples, span).fetchall()[0][0]
+        rows = rows.drop("_n_samples")
+        n_rollup = (rows.filter(pl.col("hour") >= check_lo) if check_lo > lo else rows)["s_n"].sum()
+    else:
+        n_rollup = con.execute("SELECT coalesce(sum(s_n), 0) FROM gpu_hourly WHERE hour >= $lo AND hour < $hi",
+                               span).fetchall()[0][0]
+        n_samples = con.execute(count_samples, span).fetchall()[0][0]
+        rows = con.sql(stored, params={"lo": lo, "hi": hi}).pl()
+    if n_rollup != n_samples:
+        if check_lo == lo:
+            return rollup_frame(con, lo, hi)
+        return pl.concat([rows.filter(pl.col("hour") < check_lo), rollup_frame(con, check_lo, hi).collect(engine=ENGINE)],
+                         how="vertical_relaxed").lazy()
+    return rows.lazy()
 
 
+#: load_hourly reads rows and the samples' count in one statement up to this span (hours).
+ONE_STATEMENT_SPAN = timedelta(hours=24)
 # The raw-sample columns attribution reads (attribution._window_sums): a partial hour needs
 # nothing else, and fewer columns are most of the cost of materializing them.
 ATTRIBUTION_SAMPLE_COLS = "gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, gpu_util_ratio, energy_total_j"
