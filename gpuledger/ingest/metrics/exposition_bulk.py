@@ -243,7 +243,6 @@ if sys.implementation.name == "cpython":
     _AS_UTF8.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_ssize_t)]
 else:  # pragma: no cover - other interpreters encode
     _AS_UTF8 = None
-_IN_PLACE_FROM = 1 << 16  # characters; a smaller page is simply encoded
 
 
 def _ascii_in_place(text: str) -> ctypes.Array:
@@ -260,15 +259,21 @@ def _ascii_in_place(text: str) -> ctypes.Array:
 def _page_bytes(pages: list[tuple[str, int]]) -> tuple[object, np.ndarray] | None:
     """The pages' UTF-8 bytes as one buffer (pages joined by a newline) and the offset each page starts
     at; None when a page holds lone surrogates (only the per-line parser can name those lines)."""
-    if len(pages) == 1 and _AS_UTF8 is not None and len(pages[0][0]) >= _IN_PLACE_FROM and pages[0][0].isascii():
-        return _ascii_in_place(pages[0][0]), np.zeros(1, dtype=np.int64)
-    try:
-        encoded = [t.encode("utf-8") for t, _ in pages]
-    except UnicodeEncodeError:
-        return None
-    data = encoded[0] if len(encoded) == 1 else b"\n".join(encoded)
-    sizes = np.fromiter((len(e) + 1 for e in encoded), dtype=np.int64, count=len(encoded))
-    return data, np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    in_place = _AS_UTF8 is not None
+    parts = []
+    for text, _ in pages:
+        if in_place and text.isascii():
+            parts.append(np.frombuffer(_ascii_in_place(text), dtype=np.uint8))
+        else:
+            try:
+                parts.append(np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
+            except UnicodeEncodeError:
+                return None
+    sizes = np.fromiter((len(p) + 1 for p in parts), dtype=np.int64, count=len(parts))
+    if len(parts) > 1:  # one copy into numpy's memory (huge pages: b"\n".join's 4 kB page faults cost 3x)
+        newline = np.full(1, 10, dtype=np.uint8)
+        parts = np.concatenate([x for part in parts for x in (part, newline)][:-1])
+    return parts[0] if isinstance(parts, list) else parts, np.concatenate(([0], np.cumsum(sizes)[:-1]))
 
 
 _BYTE_MASK = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [2**64 - 1], dtype=np.uint64)
