@@ -273,7 +273,7 @@ def test_non_ascii_page_same_as_reference(sim_pages):
     """A page with a non-ASCII label is encoded (not read in place); its lines go the per-line way."""
     pages, t = sim_pages
     text = "".join(pages).replace('Hostname="', 'Hostname="Ünïcode-', 3)
-    ref, bulk_page = assert_same_page(text, scrape_ms=t * 1000)
+    ref, _ = assert_same_page(text, scrape_ms=t * 1000)
     assert ref.samples.filter(pl.col("host").str.starts_with("ünïcode")).height > 0
 
 

@@ -370,7 +370,6 @@ def series_long_to_wide(points: pl.DataFrame, series: pl.DataFrame) -> pl.DataFr
     label strings are attached once per (device, ts) row, not per sample: ~20x faster on a
     Prometheus backfill chunk.
     """
-    key = ["gpu_uuid", "mig_instance_id", "ts"]
     if points.is_empty():
         return long_to_wide(pl.DataFrame(schema={"metric": pl.String, "value": pl.Float64,
                                                  "ts": pl.Datetime("ms"), **SERIES_SCHEMA}))

@@ -1,17 +1,24 @@
 """The bulk exposition parser: ``parse_exposition`` without per-line Python work.
 
 A dcgm-exporter page is ~276 bytes per sample, and per-line Python (split, find, float, a dict
-lookup) costs ~7 us a line: 0.14 M samples/s. Here the text is read as one byte array:
+lookup) costs ~7 us a line: 0.14 M samples/s. Here the text is read as one byte array (an ASCII
+``str`` in place, not encoded):
 
-1. numpy finds every newline, ``{`` and ``}``; a line with exactly one of each (in that order) is a
-   sample candidate. Its name, label text and ``value [timestamp]`` tail become three string
-   columns in one go (an Arrow string array over the page's own bytes, cut at those positions).
-2. The metric name is looked up in the catalog, the tail checked by one regex and cast in bulk
-   (polars' float parse is correctly rounded, like Python's ``float``; tests hold the two equal).
+1. One numpy scan, in ~2 MB steps cut after a newline, finds every newline, ``{``, ``}`` and byte
+   that sends a line the per-line way (non-ASCII, tab, ...); a line whose only marks are a ``{``
+   and then a ``}`` and a space is a sample candidate. While the step is in cache, the candidates'
+   name, label text and ``value [timestamp]`` tail become Arrow string views into the text (no
+   byte copied), and each name is compared with the line before's: a family's lines are adjacent,
+   so only the first of each run is looked up in the catalog.
+2. The tail is checked by one regex and cast in bulk (polars' float parse is correctly rounded,
+   like Python's ``float``; tests hold the two equal).
 3. Each *distinct* label text (dcgm-exporter repeats a device's label set on every family, so
    distinct label texts ~ devices) is parsed with polars string expressions when it is simple (no
-   escapes, no spaces, short), else by ``parse_labels`` / ``normalize_labels`` in Python.
-4. Values are range-checked in numpy; the first copy of a (metric, series) is kept.
+   escapes, no spaces, short), else by ``parse_labels`` / ``normalize_labels`` in Python. A page
+   whose every label text is the last parse's (a scraper's next round) takes that numbering after
+   one comparison; label texts seen before come from a cache.
+4. Values are range-checked in numpy; the first copy of a (metric, series) is kept (looked for only
+   when some pair repeats).
 
 Every line the bulk path does not accept as plainly good (a comment aside) goes through
 ``exposition.line_verdict``, the per-line rules, so errors keep their wording and line numbers. The
@@ -262,7 +269,7 @@ def _page_bytes(pages: list[tuple[str, int]]) -> tuple[object, np.ndarray] | Non
     in_place = _AS_UTF8 is not None
     parts = []
     for text, _ in pages:
-        if in_place and text.isascii():
+        if in_place and type(text) is str and text.isascii():
             parts.append(np.frombuffer(_ascii_in_place(text), dtype=np.uint8))
         else:
             try:
@@ -334,10 +341,6 @@ class _Text:
         """A String column of ``views`` into the text: no byte of the text copied."""
         array = pa.Array.from_buffers(pa.string_view(), len(views), [None, pa.py_buffer(views), self.arrow])
         return pl.Series(array)  # zero-copy (from_arrow would rechunk: ~0.1 ms a call)
-
-    def strings(self, at: np.ndarray, length: np.ndarray) -> pl.Series:
-        """The ASCII strings ``buf[at:at + length]`` as a String column."""
-        return self.column(self.views(at, length, self.word(at)))
 
 
 _STEP = 1 << 21  # bytes a step of the scan: the step's bytes are still in cache when its lines are read
