@@ -317,15 +317,16 @@ def test_a_better_signal_before_the_window_outranks_the_windows():
 def _random_cluster(rng: random.Random) -> Cluster:
     """Devices with every feature the evidence reads, drawn at random: 30 s or 1 min samples with
     gaps, NaN readings, signals that change (sm → gr, gr → util, none for a while), null memory
-    readings, activity that stops or blips, MIG instances, shared devices, allocations and jobs
-    that start inside the sustained window or after the grace, some already over."""
+    readings, exporters that stop, activity that stops or blips, MIG instances, shared devices,
+    allocations and jobs that start inside the sustained window or after the grace, some already
+    over."""
     c = Cluster()
     for n in range(40):
         mig = {"uuid": f"GPU-M{n // 3}", "mig": n % 3, "fraction": 1 / 7} if rng.random() < 0.2 else None
         g = c.gpu(mig)
         for share in range(2 if rng.random() < 0.2 else 1):
             job_id = f"j{n}-{share}"
-            started = rng.choice([420, 300, 150, 95, 61, 50, 20])
+            started = rng.choice([420, 300, 150, 100, 95, 61, 50, 20])
             end = ago(rng.choice([1, 30])) if rng.random() < 0.1 else None
             c.job_rows.append({"job_id": job_id, "project": "p", "start": ago(started), "end": end})
             alloc_from = ago(started - rng.choice([0, 0, 10, 70, 200]) if started > 200 else started)
@@ -337,8 +338,9 @@ def _random_cluster(rng: random.Random) -> Cluster:
         stop = ago(rng.choice([500, 300, 130, 61, 59, 20, 2, 0]))
         gap = (ago(rng.choice([200, 100, 62, 40])), rng.choice([0, 5, 25]) * M)
         no_fb_from = ago(rng.choice([600, 70, 60, 0, 0, 0]))  # memory readings stop
+        silent_from = ago(rng.choice([75, 62, 0, 0, 0, 0]))  # the exporter stops
         t = ago(420) + rng.randrange(60) * S
-        while t < NOW:
+        while t < silent_from:
             if not gap[0] <= t < gap[0] + gap[1]:
                 signal = before if t < switch else after
                 no_fb = t >= no_fb_from or rng.random() < 0.1

@@ -245,9 +245,9 @@ def load_device_activity(
               "base_us": (base - epoch) // timedelta(microseconds=1), "bits": -(-(now - base) // MINUTE)}
     if SUSTAINED_FIRST and lo < cov_from:
         window = _evidence(con, held, since=cov_from, params=params)
-        settled = _settled(con, held, window, lo=lo, cov_from=cov_from)
-        redo = held.join(settled, on="k", how="anti")
-        out = window.join(settled, on="k", how="semi")
+        settled, kept = _settled(con, held, window, lo=lo, cov_from=cov_from)
+        redo = held.filter(~settled)
+        out = window.filter(kept)
         if not redo.is_empty():
             out = pl.concat([out, _evidence(con, redo, since=lo, params=params)])
     else:
@@ -277,10 +277,10 @@ def _evidence(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, *, since: date
 
 
 def _settled(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, window: pl.DataFrame, *, lo: datetime,
-             cov_from: datetime) -> pl.DataFrame:
-    """The k of ``held`` whose evidence from the sustained window [cov_from, now) alone (``window``,
-    :func:`_evidence` since cov_from) is their evidence over the whole lookback [lo, now) — a row
-    there or, when it has none, no row at all. With the same best signal over both (the
+             cov_from: datetime) -> tuple[pl.Series, pl.Series]:
+    """Which k of ``held`` have as evidence over the whole lookback [lo, now) their evidence from
+    the sustained window [cov_from, now) alone (``window``, :func:`_evidence` since cov_from): a
+    row there or, when it has none, no row at all. With the same best signal over both (the
     window's is sm_active, or the lookback before it reads nothing better: the second query,
     only for the devices whose window signal is not sm_active), the judged samples in the window
     are the lookback's from cov_from on, so k is settled when:
@@ -290,19 +290,27 @@ def _settled(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, window: pl.Data
       (idle_since), the coverage (counted from cov_from anyway) and the last memory reading all
       lie in the window.
 
-    A device whose best signal differs is aggregated again (its window row, if any, is moot)."""
-    w = held.select("k", "gpu_id", "judged_from").join(window, on="k", how="left")
-    check = w.filter(pl.col("sig") > 1).select("gpu_id", "sig").unique("gpu_id")
-    outranked: list[int] = []
+    A device whose best signal differs is aggregated again (its window row, if any, is moot).
+    Returns a mask over ``held`` (settled) and one over ``window`` (its rows that stand). k is
+    held's row number, so window rows find their device by position, not by a join."""
+    at = window["k"]
+    gpu = held["gpu_id"].gather(at)
+    kept = (held["judged_from"].gather(at) >= cov_from) | (
+        window["last_active"].is_not_null() & window["fb_used_bytes"].is_not_null())
+    check = pl.DataFrame({"gpu_id": gpu, "sig": window["sig"]}).filter(pl.col("sig") > 1).unique("gpu_id")
     if not check.is_empty():
         con.register("_squat_check", check.to_arrow())
         try:
             outranked = [g for (g,) in con.execute(_BETTER_SIGNAL_SQL, {"lo": lo, "hi": cov_from}).fetchall()]
         finally:
             con.unregister("_squat_check")
-    inside = pl.col("judged_from") >= cov_from
-    in_window = pl.col("last_active").is_not_null() & pl.col("fb_used_bytes").is_not_null()
-    return w.filter(~pl.col("gpu_id").is_in(outranked) & (inside | in_window)).select("k")
+        kept = kept & ~gpu.is_in(outranked)
+        no_row_outranked = held["gpu_id"].is_in(outranked)
+    else:
+        no_row_outranked = pl.repeat(False, held.height, eager=True)
+    # Without a window row: settled when inside (no judged sample at all); with one: kept.
+    settled = ((held["judged_from"] >= cov_from) & ~no_row_outranked).scatter(at, kept)
+    return settled, kept
 
 
 MINUTE = timedelta(minutes=1)
