@@ -391,10 +391,11 @@ def series_long_to_wide(points: pl.DataFrame, series: pl.DataFrame) -> pl.DataFr
     position = np.cumsum(new_row) - 1
     label_prio = np.minimum.reduceat(prio[kept], starts)  # the row's labels: its best copy
     row_dev, row_t = np.divmod(rows, n_t)
+    flat = metric_of_cell * len(rows) + position  # into (metric, row) arrays, metric-major
     values = np.zeros((n_m, len(rows)))
-    values[metric_of_cell, position] = points["value"].to_numpy()[kept]
+    values.ravel()[flat] = points["value"].to_numpy()[kept]
     present = np.zeros((n_m, len(rows)), dtype=bool)
-    present[metric_of_cell, position] = True
+    present.ravel()[flat] = True
     # MIG: power and energy are device-level, every instance repeats its GPU's; only the lowest
     # GPU_I_ID at each (GPU, ts) keeps them (device_level_once; rows are in GPU, GPU_I_ID, ts order)
     device_level = [j for j, m in enumerate(metric_names)
@@ -406,7 +407,9 @@ def series_long_to_wide(points: pl.DataFrame, series: pl.DataFrame) -> pl.DataFr
     valid = np.packbits(present, axis=1, bitorder="little")
     columns = [pl.Series(name, pa.Array.from_buffers(pa.float64(), len(rows), [
         pa.py_buffer(valid[j]), pa.py_buffer(values[j])])) for j, name in enumerate(metric_names)]
-    wide = pl.concat([ranked[label_prio], pl.DataFrame(columns).with_columns(
+    if len(label_prio) != ranked.height or (label_prio != np.arange(ranked.height)).any():
+        ranked = ranked[label_prio]  # (else every series is one row, in rank order: as it is)
+    wide = pl.concat([ranked, pl.DataFrame(columns).with_columns(
         pl.Series("ts", stamps[row_t] * 1000).cast(pl.Datetime("us")))], how="horizontal")
     # rows are already in key order; hosts were made canonical per distinct host in _ranked_series
     return dcgm.clean_wide(wide, host_column=None).collect()
