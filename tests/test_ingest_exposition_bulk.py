@@ -310,3 +310,14 @@ def test_ranked_series_reused_only_for_an_equal_series_frame(sim_pages):
     slow = long_to_wide(parsed.points.join(other, on="series", how="left", maintain_order="left").drop("series"))
     assert_frame_equal(moved.select(sorted(moved.columns)), slow.select(sorted(slow.columns)))
     assert "elsewhere" in moved["host"].to_list() and "elsewhere" not in first["host"].to_list()
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 1000, 4099])
+def test_set_bytes_is_flatnonzero(size):
+    import numpy as np
+
+    from gpuledger.ingest.metrics.exposition_bulk import _set_bytes
+    rng = np.random.default_rng(size)
+    for density in (0.0, 0.01, 0.5, 1.0):
+        hit = rng.random(size) < density
+        assert np.array_equal(_set_bytes(hit, np.empty(size // 8, dtype=bool)), np.flatnonzero(hit))

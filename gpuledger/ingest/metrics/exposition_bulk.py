@@ -363,6 +363,19 @@ class _Lines:
     name_head: np.ndarray
 
 
+def _set_bytes(hit: np.ndarray, word_hit: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(hit)`` for a sparse ``hit`` (~1 byte in 90), ~1/4 quicker: the 8-byte words
+    holding a hit first, then the hits inside those. ``word_hit``: room for len(hit) // 8 flags."""
+    whole = len(hit) // 8 * 8
+    words = hit[:whole].view(np.uint64)
+    flags = word_hit[:len(words)]
+    np.not_equal(words, 0, out=flags)
+    w = np.flatnonzero(flags)
+    j = np.flatnonzero(np.take(words, w).view(bool))
+    at = (np.take(w, j >> 3) << 3) | (j & 7)
+    return np.concatenate((at, np.flatnonzero(hit[whole:]) + whole)) if whole < len(hit) else at
+
+
 def _after_newline(buf: np.ndarray, at: int) -> int:
     """The offset just past the first newline at or after ``at`` (the text's end if none)."""
     while at < len(buf):
@@ -394,10 +407,10 @@ def _read_lines(text: _Text) -> _Lines:
         part = buf[lo:hi]
         n = hi - lo
         if n > len(shifted):
-            shifted, hit = np.empty(n, dtype=np.uint8), np.empty(n, dtype=bool)
+            shifted, hit, word_hit = np.empty(n, np.uint8), np.empty(n, bool), np.empty(n // 8, bool)
         np.subtract(part, 11, out=shifted[:n])  # bytes 0..10 wrap round to 245..255
         np.greater_equal(shifted[:n], 112, out=hit[:n])  # ... and 123..255 land on 112..244
-        at = np.flatnonzero(hit[:n])
+        at = _set_bytes(hit[:n], word_hit)
         marks, kinds = at + lo, np.take(part, at)
         newline = np.flatnonzero(kinds == 10)  # as positions in marks
         if hi < size:  # the step ends with a newline
