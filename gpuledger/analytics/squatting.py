@@ -49,15 +49,18 @@ ACTIVITY_COLUMNS = {
 }
 
 
-def _exemptions(jobs: pl.LazyFrame, policy: SquattingPolicy, job_labels: pl.LazyFrame | None) -> pl.LazyFrame:
+def _with_exemptions(findings: pl.LazyFrame, policy: SquattingPolicy,
+                     job_labels: pl.LazyFrame | None) -> pl.LazyFrame:
+    """``findings`` (cluster, job_id, namespace, job_kind: the job's own, from held_devices) with
+    ``exempt_reason``: judged on the few findings, not on every job of the range."""
     reason = (
         pl.when(pl.col("namespace").is_in(list(policy.exempt_namespaces)))
         .then(pl.format("namespace {}", pl.col("namespace")))
-        .when(pl.col("kind").is_in(list(policy.exempt_kinds)))
-        .then(pl.format("kind {}", pl.col("kind")))
+        .when(pl.col("job_kind").is_in(list(policy.exempt_kinds)))
+        .then(pl.format("kind {}", pl.col("job_kind")))
         .otherwise(None)
     )
-    out = jobs.select("cluster", "job_id", reason.alias("exempt_reason"))
+    out = findings.with_columns(reason.alias("exempt_reason"))
     if job_labels is not None and policy.exempt_labels:
         wanted = pl.LazyFrame({"key": list(policy.exempt_labels), "value": list(policy.exempt_labels.values())})
         hits = (
@@ -193,9 +196,8 @@ def squatting_findings(
             .when(pl.col("idle_minutes") >= p.warn_minutes).then(pl.lit("warning"))
             .otherwise(pl.lit("info"))
         )
-        .join(_exemptions(jobs, p, job_labels), on=["cluster", "job_id"], how="left")
-        .with_columns(exempt=pl.col("exempt_reason").is_not_null())
     )
+    findings = _with_exemptions(findings, p, job_labels).with_columns(exempt=pl.col("exempt_reason").is_not_null())
     if not include_exempt:
         findings = findings.filter(~pl.col("exempt"))
     return findings.select(
