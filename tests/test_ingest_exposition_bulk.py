@@ -321,3 +321,20 @@ def test_set_bytes_is_flatnonzero(size):
     for density in (0.0, 0.01, 0.5, 1.0):
         hit = rng.random(size) < density
         assert np.array_equal(_set_bytes(hit, np.empty(size // 8, dtype=bool)), np.flatnonzero(hit))
+
+
+def test_runs_of_unstored_and_foreign_families_same_as_reference(sim_pages):
+    """A default exporter's page holds runs of DCGM families the warehouse does not store (counted
+    per name), of non-DCGM families (skipped) and here one run of bad names (refused line by line):
+    each run is judged once in bulk, the counts and refusals equal the reference's."""
+    pages, t = sim_pages
+    page = pages[0]
+    temp = [line for line in page.split("\n") if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    extra = [line.replace("DCGM_FI_DEV_GPU_TEMP", family, 1) for family in
+             ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_MEM_CLOCK", "go_gc_count", "DCGM_FI_DEV-BAD")
+             for line in temp]
+    ref, _ = assert_same_page(page + "\n".join(extra) + "\n" + page.replace("DCGM_FI_DEV_SM_CLOCK{", "x_y{"),
+                              scrape_ms=t * 1000)
+    assert ref.unknown_dcgm["DCGM_FI_DEV_XID_ERRORS"] == len(temp) == ref.unknown_dcgm["DCGM_FI_DEV_MEM_CLOCK"]
+    assert ref.skipped_other >= 2 * len(temp)
+    assert sum("bad metric name" in r.reason for r in ref.rejects) == len(temp)

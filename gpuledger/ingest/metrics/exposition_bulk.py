@@ -532,7 +532,7 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     page_lines = np.diff(np.concatenate((page_first, [n_lines])))
     names, tails = text.column(lines.name_views), text.column(lines.tail_views)
 
-    code = _metric_codes(names, lines.name_head)
+    code, run = _metric_codes(names, lines.name_head)
     known = code >= 0
     tail_ok = tails.str.contains(_TAIL).to_numpy()
     value_s = tails.cast(pl.Float64, strict=False)  # null where a timestamp follows
@@ -547,18 +547,28 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
         ts[stamped] = parts["field_1"].cast(pl.Int64, strict=False).fill_null(0).to_numpy()
         has_ts = stamped
 
-    # lines the bulk path settles: unknown DCGM fields and other families (by a plain name)
+    # lines the bulk path settles: unknown DCGM fields and other families (by a plain name; the
+    # lines of a run share their name, so each run is judged once)
     unknown: Counter = Counter()
     skipped = 0
     other = ~known
-    other_slow = np.zeros(0, dtype=bool)
+    settled_other = np.zeros(len(cand_idx), dtype=bool)
     if other.any():
-        oname = names.filter(pl.Series(other))
-        valid = oname.str.contains(_VALID_NAME)
-        dcgm_name = oname.str.starts_with("DCGM_FI_")
-        unknown.update(dict(oname.filter(valid & dcgm_name).value_counts().iter_rows()))
-        skipped += int((valid & ~dcgm_name).sum())
-        other_slow = ~valid.to_numpy()  # line_verdict words the reason
+        heads = np.flatnonzero(lines.name_head)
+        other_run = np.flatnonzero(code[heads] < 0)
+        oname = names.gather(heads[other_run])
+        run_lines = np.diff(np.append(heads, len(cand_idx)))[other_run]
+        valid = oname.str.contains(_VALID_NAME).to_numpy()  # else line_verdict words the reason
+        dcgm_name = oname.str.starts_with("DCGM_FI_").to_numpy()
+        counted = valid & dcgm_name
+        if counted.any():
+            per_name = (pl.DataFrame({"name": oname.filter(pl.Series(counted)), "lines": run_lines[counted]})
+                        .group_by("name").agg(pl.col("lines").sum()))
+            unknown.update(dict(per_name.iter_rows()))
+        skipped += int(run_lines[valid & ~dcgm_name].sum())
+        valid_run = np.zeros(len(heads), dtype=bool)
+        valid_run[other_run[valid]] = True
+        settled_other = valid_run[run]
 
     series = _Series()
     good = known & tail_ok
@@ -576,8 +586,7 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     fast_lines = cand_idx[fast]
 
     # the per-line rules for every other line that is not a comment or an empty line
-    settled = fast.copy()
-    settled[np.flatnonzero(other)[~other_slow]] = True
+    settled = fast | settled_other
     slow_idx = np.sort(np.concatenate((lines.other, cand_idx[~settled])))
     rejects: list[tuple[int, Reject]] = []
     slow_samples: list[tuple] = []
@@ -635,14 +644,15 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     return ParsedPages(points, series.frame(), rejects, unknown, page_lines.tolist(), skipped)
 
 
-def _metric_codes(names: pl.Series, head: np.ndarray) -> np.ndarray:
-    """Each name's position in METRICS, -1 for any other name. A family's lines are adjacent, so only
-    the first line of each run of equal names (``head``) is looked up."""
+def _metric_codes(names: pl.Series, head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each name's position in METRICS (-1 for any other name) and its run's number. A family's lines
+    are adjacent, so only the first line of each run of equal names (``head``) is looked up."""
+    run = np.cumsum(head) - 1
     if names.is_empty():
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), run
     run_code = (names.filter(pl.Series(head)).cast(_METRIC_ENUM, strict=False).to_physical()
                 .cast(pl.Int64).fill_null(-1).to_numpy())
-    return run_code[np.cumsum(head) - 1]
+    return run_code[run], run
 
 
 @dataclass(frozen=True)
