@@ -380,8 +380,8 @@ def series_long_to_wide(points: pl.DataFrame, series: pl.DataFrame) -> pl.DataFr
     stamps = pl.Series(ts_ms).unique().sort().to_numpy()
     n_m, n_t = len(metric_names), len(stamps)
     t_idx = np.searchsorted(stamps, ts_ms) if n_t > 1 else np.zeros(len(ts_ms), dtype=np.int64)
-    cell = (dev_of[s_no] * n_t + t_idx) * n_m + m_code  # (device, ts, metric)
-    prio = prio_of[s_no]
+    cell = (np.take(dev_of, s_no) * n_t + t_idx) * n_m + m_code  # (device, ts, metric)
+    prio = np.take(prio_of, s_no)
     kept, cell_kept = _first_per_cell(cell, prio)  # ascending cells
     row_of_cell, metric_of_cell = np.divmod(cell_kept, n_m)
     new_row = np.ones(len(kept), dtype=bool)

@@ -424,14 +424,15 @@ def _read_lines(text: _Text) -> _Lines:
         comment = nonempty & (np.take(buf, np.minimum(starts, size - 1)) == 35)  # '#'
         line = nonempty & ~comment
         two = np.flatnonzero((end_at - before == 3) & line)
-        at = before[two] + 1
-        brace, close, end = marks[at], marks[at + 1], ends[two]
+        at = np.take(before, two) + 1  # (np.take: ~2x quicker than fancy indexing)
+        brace, close, end = np.take(marks, at), np.take(marks, at + 1), np.take(ends, two)
         end = end - (np.take(buf, end - 1) == 13)  # one '\r' before the newline is not the line's
-        ok = (kinds[at] == 123) & (kinds[at + 1] == 125) & (brace > starts[two]) & (close + 2 < end)
+        ok = ((np.take(kinds, at) == 123) & (np.take(kinds, at + 1) == 125) & (brace > np.take(starts, two))
+              & (close + 2 < end))
         ok &= np.take(buf, np.minimum(close + 1, size - 1)) == 32
         line[two[ok]] = False  # what stays: lines for line_verdict
         two, brace, close, end = two[ok], brace[ok], close[ok], end[ok]
-        name_at, label_at, tail_at = starts[two], brace + 1, close + 2
+        name_at, label_at, tail_at = np.take(starts, two), brace + 1, close + 2
         names = text.views(name_at, brace - name_at, text.word(name_at))
         head = np.ones(len(two), dtype=bool)
         if len(two) > 1:  # compared while in cache
@@ -652,7 +653,7 @@ def _metric_codes(names: pl.Series, head: np.ndarray) -> tuple[np.ndarray, np.nd
         return np.zeros(0, dtype=np.int64), run
     run_code = (names.filter(pl.Series(head)).cast(_METRIC_ENUM, strict=False).to_physical()
                 .cast(pl.Int64).fill_null(-1).to_numpy())
-    return run_code[run], run
+    return np.take(run_code, run), run
 
 
 @dataclass(frozen=True)
