@@ -318,23 +318,20 @@ class _Text:
                 out[i] = int.from_bytes(self.buf[o:o + 8].tobytes().ljust(8, b"\0"), "little")
         return out
 
-    def views(self, at: np.ndarray, length: np.ndarray, word0: np.ndarray,
-              word1: np.ndarray | None = None) -> np.ndarray:
+    def views(self, at: np.ndarray, length: np.ndarray, word0: np.ndarray) -> np.ndarray:
         """Arrow string views of the ASCII strings ``buf[at:at + length]``, 16 bytes each: a string of
         up to 12 bytes inline (zero-padded), else its length, first 4 bytes, buffer 0 and offset.
-        ``word0``, ``word1``: ``word(at)`` and ``word(at + 8)`` (None: read where needed)."""
+        ``word0``: ``word(at)``."""
         first = word0 & _BYTE_MASK[np.minimum(length, 8)]
         view = np.empty((len(at), 2), dtype=np.uint64)
         view[:, 0] = length.view(np.uint64) | (first << np.uint64(32))
         view[:, 1] = at.view(np.uint64) << np.uint64(32)
         short = length <= 12
-        if word1 is not None:
-            rest = word1 & _BYTE_MASK[np.clip(length - 8, 0, 4)]
-            np.copyto(view[:, 1], (first >> np.uint64(32)) | (rest << np.uint64(32)), where=short)
-        elif short.any():
-            short = np.flatnonzero(short)
-            rest = self.word(at[short] + 8) & _BYTE_MASK[np.clip(length[short] - 8, 0, 4)]
-            view[short, 1] = (first[short] >> np.uint64(32)) | (rest << np.uint64(32))
+        np.copyto(view[:, 1], first >> np.uint64(32), where=short)  # bytes 4..7
+        longer = np.flatnonzero(short & (length > 8))  # and bytes 8..11
+        if len(longer):
+            rest = self.word(np.take(at, longer) + 8) & _BYTE_MASK[np.take(length, longer) - 8]
+            view[longer, 1] |= rest << np.uint64(32)
         return view
 
     def column(self, views: np.ndarray) -> pl.Series:
@@ -439,7 +436,7 @@ def _read_lines(text: _Text) -> _Lines:
             head[1:] = (text.column(names[1:]) != text.column(names[:-1])).to_numpy()
         got.append((starts, np.flatnonzero(line) + line_no, two + line_no, names,
                     text.views(label_at, close - label_at, text.word(label_at)),
-                    text.views(tail_at, end - tail_at, text.word(tail_at), text.word(tail_at + 8)), head))
+                    text.views(tail_at, end - tail_at, text.word(tail_at)), head))
         lo, line_no = hi, line_no + len(ends)
     return _Lines(*(np.concatenate(column) for column in zip(*got)))
 
