@@ -154,3 +154,53 @@ def test_rollup_folds_in_order_rows_and_aggregates_late_ones_again(warehouse_fil
         assert con.execute("SELECT s_n FROM gpu_hourly").fetchall() == [(14,)]
         warehouse.write_samples(con, _frame(_rows(1, [15])), "test")            # late: aggregated again
         assert con.execute("SELECT s_n FROM gpu_hourly").fetchall() == [(14,)]  # 13 stored + the late one
+
+
+def _random_history(draw):
+    """Samples of two GPUs over 10:00-12:00 at random minutes: ratios in and out of 0..1 or missing,
+    an energy counter that climbs, dips (jitter) or resets, sometimes missing."""
+    from hypothesis import strategies as st
+
+    rows = []
+    for gpu_id in (1, 2):
+        minutes = sorted(draw(st.sets(st.integers(0, 119), min_size=1, max_size=25)))
+        energy = draw(st.floats(0, 1000))
+        for m in minutes:
+            step = draw(st.sampled_from(["up", "up", "up", "dip", "reset", "none"]))
+            energy = {"up": energy + draw(st.floats(0, 500)), "dip": energy - draw(st.floats(0, 50)),
+                      "reset": draw(st.floats(0, 100)), "none": energy}[step]
+            rows.append({"gpu_id": gpu_id, "ts": T0 + dt.timedelta(minutes=m),
+                         "sm_active_ratio": draw(st.one_of(st.none(), st.floats(-0.5, 1.5))),
+                         "gr_engine_active_ratio": draw(st.one_of(st.none(), st.floats(0, 1))),
+                         "gpu_util_ratio": draw(st.one_of(st.none(), st.floats(0, 1))),
+                         "energy_total_j": None if step == "none" else energy})
+    return rows
+
+
+def test_rollup_of_any_batches_equals_aggregating_again(warehouse_file):
+    # Any split of a history into batches, sent in any order, some rows sent twice (a re-sent copy
+    # keeps the first value): gpu_hourly equals aggregating the stored samples again.
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @st.composite
+    def histories(draw):
+        rows = _random_history(draw)
+        cuts = sorted(draw(st.sets(st.integers(1, max(1, len(rows) - 1)), max_size=5)))
+        batches = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True) if rows[a:b]]
+        order = draw(st.permutations(range(len(batches))))
+        resent = draw(st.lists(st.integers(0, len(batches) - 1), max_size=2))
+        return [batches[i] for i in order] + [batches[i] for i in resent], rows
+
+    with warehouse.open_writer(warehouse_file) as con:
+        @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @given(histories())
+        def check(case):
+            batches, rows = case
+            con.execute("DELETE FROM gpu_samples").fetchall()
+            con.execute("DELETE FROM gpu_hourly").fetchall()
+            new = sum(warehouse.write_samples(con, _frame(b), "test") for b in batches)
+            assert new == len(rows)  # every key stored once, the re-sent copies add nothing
+            _rollup_equals_aggregating_again(con)
+
+        check()
