@@ -13,7 +13,7 @@ import duckdb
 import polars as pl
 
 from gpuledger.analytics.collect import ENGINE
-from gpuledger.analytics.squatting import ACTIVITY_COLUMNS, LOOKBACK, held_devices
+from gpuledger.analytics.squatting import ACTIVITY_COLUMNS, LOOKBACK, PER_DEVICE, held_devices
 from gpuledger.config import SquattingPolicy
 from gpuledger.sql import load_sql
 from gpuledger.warehouse.rollups import final_before, hour_span, rollup_frame
@@ -253,10 +253,11 @@ def load_device_activity(
     else:
         out = _evidence(con, held, since=lo, params=params)
     signal = pl.col("sig").replace_strict(dict(enumerate(_SIGNALS, 1)), return_dtype=pl.String)
+    # k is held's row number: each evidence row takes its device's keys by position.
     return (
-        held.join(out, on="k", how="inner")
-        .with_columns(activity_signal=signal)
-        .select(list(ACTIVITY_COLUMNS))
+        held.select(pl.col(PER_DEVICE).gather(out["k"]))
+        .hstack(out.select(signal.alias("activity_signal"), "last_active", "idle_since", "covered_minutes",
+                           "fb_used_bytes"))
         .cast(ACTIVITY_COLUMNS)
         .lazy()
     )
