@@ -2,8 +2,13 @@ import datetime as dt
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
+from gpuledger.analytics.attribution import hourly_rollup
+from gpuledger.warehouse.rollups import rollup_frame
 from gpuledger.warehouse.writes import table_counts
 
 
@@ -72,11 +77,6 @@ def _frame(rows):
 
 
 def _rollup_equals_aggregating_again(con):
-    from polars.testing import assert_frame_equal
-
-    from gpuledger.analytics.attribution import hourly_rollup
-    from gpuledger.warehouse.rollups import rollup_frame
-
     stored = con.sql("SELECT * FROM gpu_hourly ORDER BY gpu_id, hour").pl()
     again = rollup_frame(con, T0 - dt.timedelta(hours=2), T0 + dt.timedelta(hours=4)).sort("gpu_id", "hour").collect()
     # counts, first / last energy and e_inside exactly; the sums of ratios up to their addition order
@@ -159,8 +159,6 @@ def test_rollup_folds_in_order_rows_and_aggregates_late_ones_again(warehouse_fil
 def _random_history(draw):
     """Samples of two GPUs over 10:00-12:00 at random minutes: ratios in and out of 0..1 or missing,
     an energy counter that climbs, dips (jitter) or resets, sometimes missing."""
-    from hypothesis import strategies as st
-
     rows = []
     for gpu_id in (1, 2):
         minutes = sorted(draw(st.sets(st.integers(0, 119), min_size=1, max_size=25)))
@@ -180,9 +178,6 @@ def _random_history(draw):
 def test_rollup_of_any_batches_equals_aggregating_again(warehouse_file):
     # Any split of a history into batches, sent in any order, some rows sent twice (a re-sent copy
     # keeps the first value): gpu_hourly equals aggregating the stored samples again.
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
-
     @st.composite
     def histories(draw):
         rows = _random_history(draw)

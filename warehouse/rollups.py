@@ -5,10 +5,11 @@ Attribution of whole hours needs only these sums, so a week of 1,024 GPUs at 30 
 up to date, in the batch's transaction (:func:`gpu_hourly_kept`): new rows that come after their
 hour's stored ones are folded into the stored row (sums and counts add, first / last energy
 combine: gpu_hourly_batch.sql, gpu_hourly_fold.sql), which gives what aggregating the hour again
-gives (the ratio sums up to the order of their float additions) without reading it; a new hour, late rows among stored ones or a counter reset have their
-(device, hour) deleted and aggregated again from ``gpu_samples``, as :func:`refresh_gpu_hourly`
-does for whole hours (idempotent). The columns and their meaning are those of
-:func:`gpuledger.analytics.attribution.hourly_rollup`, which computes the same in polars.
+gives (the ratio sums up to the order of their float additions) without reading it; a new hour,
+late rows among stored ones or a counter reset have their (device, hour) deleted and aggregated
+again from ``gpu_samples``, as :func:`refresh_gpu_hourly` does for whole hours (idempotent). The
+columns and their meaning are those of :func:`gpuledger.analytics.attribution.hourly_rollup`, which
+computes the same in polars.
 """
 
 from __future__ import annotations

@@ -159,7 +159,8 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
     hi += timedelta(microseconds=1)  # [lo, hi)
     names = ", ".join(batch.columns)
     # the rollup reads these; a batch without one of them holds NULLs there, as the table does
-    batch = batch.with_columns(pl.lit(None, pl.Float64).alias(c) for c in _ROLLUP_COLUMNS if c not in batch.columns)
+    batch = batch.with_columns(pl.lit(None, pl.Float64).alias(c) for c in _ROLLUP_COLUMNS
+                               if c not in batch.columns)
     _, hour_end = hour_span(lo, hi)
     with transaction(con):
         # Stored rows from the batch's first ts to the end of its last hour (a count DuckDB prunes
