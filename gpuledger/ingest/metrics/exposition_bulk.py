@@ -202,9 +202,12 @@ class _Series:
     def add_frame(self, keys: pl.Series, rows: pl.DataFrame) -> np.ndarray:
         """Number the distinct ``keys`` (``rows``: their SERIES_COLUMNS); returns each key's number."""
         first = keys.is_first_distinct()
-        uniq = keys.filter(first)
-        numbers = keys.replace_strict(uniq, pl.int_range(self.count, self.count + len(uniq), eager=True),
-                                      return_dtype=pl.Int64).to_numpy()
+        if first.all():  # the usual: one label text per series
+            uniq, numbers = keys, np.arange(self.count, self.count + len(keys))
+        else:
+            uniq = keys.filter(first)
+            numbers = keys.replace_strict(uniq, pl.int_range(self.count, self.count + len(uniq), eager=True),
+                                          return_dtype=pl.Int64).to_numpy()
         self.frames.append(rows.filter(first))
         self.bulk_keys.append(uniq)
         self.count += len(uniq)
@@ -521,6 +524,7 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
 
     def line_text(i: int) -> str:  # up to its newline (or the text's end)
         return buf[starts[i]:starts[i + 1] - 1 if i + 1 < n_lines else size].tobytes().decode("utf-8")
+
     if len(pages) == 1:
         page_of_line = np.zeros(n_lines, dtype=np.int64)
         page_first = np.zeros(1, dtype=np.int64)
@@ -682,12 +686,12 @@ def _number_label_texts(labels: pl.Series, series: _Series) -> np.ndarray | None
     if last is not None and len(last.texts) == len(labels) and (labels == last.texts).all():
         series.restore(last.frames, last.keys, last.count)
         return last.numbers
-    hashes = labels.hash()
-    first_at = np.flatnonzero(hashes.is_first_distinct().to_numpy())
-    h = hashes.to_numpy()
-    uniq_h = h[first_at]
-    by_hash = np.argsort(uniq_h)
-    text_no = by_hash[np.searchsorted(uniq_h[by_hash], h)]  # the first-seen position of each hash
+    line = np.arange(len(labels))
+    first = (pl.DataFrame({"hash": labels.hash(), "line": line})  # the first line of each hash
+             .select(pl.col("line").first().over("hash"))["line"].to_numpy())
+    is_first = first == line
+    first_at = np.flatnonzero(is_first)
+    text_no = np.take(np.cumsum(is_first) - 1, first)  # each line's: its hash's first-seen position
     uniq_text = labels.gather(first_at)
     if not (labels == uniq_text.gather(text_no)).all():  # a 64-bit hash collision: be exact instead
         return None
