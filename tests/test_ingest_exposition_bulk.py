@@ -338,3 +338,23 @@ def test_runs_of_unstored_and_foreign_families_same_as_reference(sim_pages):
     assert ref.unknown_dcgm["DCGM_FI_DEV_XID_ERRORS"] == len(temp) == ref.unknown_dcgm["DCGM_FI_DEV_MEM_CLOCK"]
     assert ref.skipped_other >= 2 * len(temp)
     assert sum("bad metric name" in r.reason for r in ref.rejects) == len(temp)
+
+
+def test_label_cache_looked_up_by_hash_takes_only_the_same_text(sim_pages, monkeypatch):
+    """The per-text cache is joined on the texts' hashes and a row counts only when its text is the
+    same: a cached row with the right hash and another text is a miss; two cached rows with one
+    hash send the lookup by text. Each time the page equals the reference's."""
+    import gpuledger.ingest.metrics.exposition_bulk as bulk
+    pages, t = sim_pages
+    text = "".join(pages)
+    monkeypatch.setattr(bulk, "_cache", None)
+    monkeypatch.setattr(bulk, "_last", None)
+    assert_same_page(text, scrape_ms=t * 1000)
+    filled = bulk._cache
+    wrong = filled.with_columns(labels=pl.lit('UUID="GPU-other",Hostname="elsewhere"'),
+                                gpu_uuid=pl.lit("GPU-other"))
+    # every text a miss; then three hashes twice (a lookup by text) and five texts not cached
+    for cache in (wrong, pl.concat([filled.slice(5), wrong.slice(5, 3)])):
+        monkeypatch.setattr(bulk, "_cache", cache)
+        monkeypatch.setattr(bulk, "_last", None)
+        assert_same_page(text, scrape_ms=t * 1000)

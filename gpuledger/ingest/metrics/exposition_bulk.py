@@ -166,23 +166,29 @@ def clear_label_cache() -> None:
         _last = None
 
 
-def _label_sets_cached(texts: pl.Series) -> pl.DataFrame:
-    """``_simple_label_sets(texts)`` (same rows, same order), from the cache where it can."""
+def _label_sets_cached(texts: pl.Series, hashes: pl.Series) -> pl.DataFrame:
+    """``_simple_label_sets(texts)`` (same rows, same order), from the cache where it can: looked up
+    by the texts' ``hashes`` (an integer join), a hit only where the cached text is the same."""
     global _cache
-    frame = pl.DataFrame({"labels": texts})
+    frame = pl.DataFrame({"hash": hashes, "labels": texts})
     cache = _cache  # one snapshot: another thread may replace the global meanwhile
     if cache is None:
         missing = frame.hstack(_simple_label_sets(texts))
-        sets = missing.drop("labels")
+        sets = missing.drop("hash", "labels")
     else:
-        found = frame.join(cache, on="labels", how="left", maintain_order="left")
-        hit = found["ok"].is_not_null()  # ok is never null in the cache
+        found = frame.select("hash").join(cache, on="hash", how="left", maintain_order="left")
+        if found.height == frame.height:
+            hit = (found["labels"] == texts).fill_null(False)
+        else:  # two cached texts share a hash: look up by text instead
+            found = frame.drop("hash").join(cache.drop("hash"), on="labels", how="left", maintain_order="left")
+            hit = found["ok"].is_not_null()  # ok is never null in the cache
         if hit.all():
-            return found.drop("labels")
+            return found.drop("hash", "labels", strict=False)
         missing = frame.filter(~hit).hstack(_simple_label_sets(texts.filter(~hit)))
         where = np.concatenate((np.flatnonzero(hit.to_numpy()), np.flatnonzero(~hit.to_numpy())))
-        sets = pl.concat([found.filter(hit), missing]).drop("labels")[np.argsort(where)]
-    missing = missing.with_columns(labels=_owned(missing["labels"]))  # the key, out of the page buffer
+        sets = pl.concat([found.filter(hit).drop("hash", "labels", strict=False),
+                          missing.drop("hash", "labels")])[np.argsort(where)]
+    missing = missing.with_columns(labels=_owned(missing["labels"]))  # the text, out of the page buffer
     with _cache_lock:
         base = _cache if _cache is not None and _cache.height + missing.height <= _CACHE_ROWS else None
         _cache = missing if base is None else pl.concat([base, missing])
@@ -687,7 +693,8 @@ def _number_label_texts(labels: pl.Series, series: _Series) -> np.ndarray | None
         series.restore(last.frames, last.keys, last.count)
         return last.numbers
     line = np.arange(len(labels))
-    first = (pl.DataFrame({"hash": labels.hash(), "line": line})  # the first line of each hash
+    hashes = labels.hash()
+    first = (pl.DataFrame({"hash": hashes, "line": line})  # the first line of each hash
              .select(pl.col("line").first().over("hash"))["line"].to_numpy())
     is_first = first == line
     first_at = np.flatnonzero(is_first)
@@ -695,7 +702,7 @@ def _number_label_texts(labels: pl.Series, series: _Series) -> np.ndarray | None
     uniq_text = labels.gather(first_at)
     if not (labels == uniq_text.gather(text_no)).all():  # a 64-bit hash collision: be exact instead
         return None
-    sets = _label_sets_cached(uniq_text)
+    sets = _label_sets_cached(uniq_text, hashes.gather(first_at))
     ok = sets["ok"].to_numpy()
     number_of_text = np.full(len(uniq_text), -1, dtype=np.int64)
     if ok.any():
