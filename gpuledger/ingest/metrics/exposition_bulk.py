@@ -167,32 +167,35 @@ def clear_label_cache() -> None:
 
 
 def _label_sets_cached(texts: pl.Series, hashes: pl.Series) -> pl.DataFrame:
-    """``_simple_label_sets(texts)`` (same rows, same order), from the cache where it can: looked up
-    by the texts' ``hashes`` (an integer join), a hit only where the cached text is the same."""
+    """``_simple_label_sets(texts)`` (same rows, same order) and ``labels``, the texts copied out of
+    the page, from the cache where it can: looked up by the texts' ``hashes`` (an integer join), a
+    hit only where the cached text is the same."""
     global _cache
     frame = pl.DataFrame({"hash": hashes, "labels": texts})
     cache = _cache  # one snapshot: another thread may replace the global meanwhile
     if cache is None:
-        missing = frame.hstack(_simple_label_sets(texts))
-        sets = missing.drop("hash", "labels")
+        missing = _with_owned(frame.hstack(_simple_label_sets(texts)))
+        sets = missing.drop("hash")
     else:
         found = frame.select("hash").join(cache, on="hash", how="left", maintain_order="left")
         if found.height == frame.height:
             hit = (found["labels"] == texts).fill_null(False)
         else:  # two cached texts share a hash: look up by text instead
-            found = frame.drop("hash").join(cache.drop("hash"), on="labels", how="left", maintain_order="left")
+            found = _with_owned(frame.join(cache.drop("hash"), on="labels", how="left", maintain_order="left"))
             hit = found["ok"].is_not_null()  # ok is never null in the cache
         if hit.all():
-            return found.drop("hash", "labels", strict=False)
-        missing = frame.filter(~hit).hstack(_simple_label_sets(texts.filter(~hit)))
+            return found.drop("hash")
+        missing = _with_owned(frame.filter(~hit).hstack(_simple_label_sets(texts.filter(~hit))))
         where = np.concatenate((np.flatnonzero(hit.to_numpy()), np.flatnonzero(~hit.to_numpy())))
-        sets = pl.concat([found.filter(hit).drop("hash", "labels", strict=False),
-                          missing.drop("hash", "labels")])[np.argsort(where)]
-    missing = missing.with_columns(labels=_owned(missing["labels"]))  # the text, out of the page buffer
+        sets = pl.concat([found.filter(hit).drop("hash"), missing.drop("hash")])[np.argsort(where)]
     with _cache_lock:
         base = _cache if _cache is not None and _cache.height + missing.height <= _CACHE_ROWS else None
         _cache = missing if base is None else pl.concat([base, missing])
     return sets
+
+
+def _with_owned(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(labels=_owned(frame["labels"]))  # what is kept holds no page
 
 
 class _Series:
@@ -710,7 +713,7 @@ def _number_label_texts(labels: pl.Series, series: _Series) -> np.ndarray | None
         number_of_text[ok] = series.add_frame(simple["key"], simple.select(SERIES_COLUMNS))
     numbers = number_of_text[text_no]
     numbers.setflags(write=False)  # shared with later parses through _last
-    _last = _Numbered(_owned(uniq_text).gather(text_no), numbers, tuple(series.frames),
+    _last = _Numbered(sets["labels"].gather(text_no), numbers, tuple(series.frames),
                       tuple(series.bulk_keys), series.count)
     return numbers
 
