@@ -115,8 +115,7 @@ def _simple_label_sets(texts: pl.Series) -> pl.DataFrame:
              .with_columns(pl.col("pieces").str.split_exact('="', 1).struct.rename_fields(["name", "value"]))
              .unnest("pieces"))
     twice = np.zeros(sets.height, dtype=bool)  # a label named twice: parse_labels words the error
-    # (by hash: a collision only sends a set the Python way, which words the same verdict)
-    twice[pairs.filter(pl.struct("set", "name").hash().is_duplicated())["set"].to_numpy()] = True
+    twice[pairs.group_by("set").agg(twice=pl.col("name").n_unique() < pl.len()).filter("twice")["set"].to_numpy()] = True
     wanted = pairs.filter(pl.col("name").is_in(_NEEDED))
     wide = wanted.pivot(on="name", index="set", values="value", aggregate_function="first") \
         if wanted.height else pl.DataFrame({"set": pl.Series([], dtype=pl.UInt32)})
