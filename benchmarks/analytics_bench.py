@@ -61,6 +61,7 @@ from gpuledger.analytics.utilization import utilization_hourly
 DEFAULT_WAREHOUSE = Path("data/bench/week1024.duckdb")
 SIX_HOURS = timedelta(hours=6)
 FIVE_MINUTES = timedelta(minutes=5)
+MID_HOUR_BACK = timedelta(minutes=25)  # the second incremental update: at hh:35 of the week's last hour
 
 
 def _reset_peak() -> None:
@@ -264,18 +265,31 @@ def _measure(con, warehouse: Path, *, repeat: int) -> dict:
         ti = Timer()
         incremental(con, ti, ctx, now=now)
         incs.append(ti)
+    # The week ends on the hour, where an update's hour has no raw samples to attribute yet. A real
+    # 5-minute update mostly lands inside an hour: the same update at MID_HOUR, the data cut there.
+    mid = now - MID_HOUR_BACK
+    con.execute("DELETE FROM gpu_samples WHERE ts >= $mid", {"mid": mid}).fetchall()
+    refresh_gpu_hourly(con, mid, now)
+    mids = []
+    for _ in range(max(1, repeat)):
+        ti = Timer()
+        incremental(con, ti, ctx, now=mid)
+        mids.append(ti)
     full = min(fulls, key=lambda x: x.total)
-    inc = min(incs, key=lambda x: x.total)
+    on_hour, mid_hour = min(incs, key=lambda x: x.total), min(mids, key=lambda x: x.total)
+    inc = max(on_hour, mid_hour, key=lambda x: x.total)  # the target holds for both
     steps = [{"step": f"one-off: {s}", "wall_s": round(w, 4), "peak_rss_mib": round(r, 1)} for s, w, r in one_off.rows]
     steps += [{"step": f"full: {s}", "wall_s": round(w, 4), "peak_rss_mib": round(r, 1)} for s, w, r in full.rows]
-    steps += [{"step": f"incremental: {s}", "wall_s": round(w, 4), "peak_rss_mib": round(r, 1)}
-              for s, w, r in inc.rows]
+    for label, x in ((f"incremental at {now:%H:%M}", on_hour), (f"incremental at {mid:%H:%M}", mid_hour)):
+        steps += [{"step": f"{label}: {s}", "wall_s": round(w, 4), "peak_rss_mib": round(r, 1)} for s, w, r in x.rows]
     steps += [{"step": f"first round (cold process): {g} total", "wall_s": round(x.total, 4),
                "peak_rss_mib": round(x.peak, 1)} for g, x in (("full", fulls[0]), ("incremental", incs[0]))]
     return {
         "gpus": gpus,
         "full_recompute_s": round(full.total, 4),
         "incremental_s": round(inc.total, 4),
+        "incremental_on_hour_s": round(on_hour.total, 4),
+        "incremental_mid_hour_s": round(mid_hour.total, 4),
         "peak_rss_mib": round(full.peak, 1),
         "incremental_peak_rss_mib": round(inc.peak, 1),
         "scan_floor_s": round(floor_s, 4),
@@ -285,6 +299,7 @@ def _measure(con, warehouse: Path, *, repeat: int) -> dict:
         "steps": steps,
         "command": shlex.join([".venv/bin/python", "benchmarks/analytics_bench.py", *sys.argv[1:]]),
         "_context": {"samples": n, "devices": devices, "start": start.isoformat(), "now": now.isoformat(),
+                     "mid_hour_now": mid.isoformat(),
                      "warehouse": str(warehouse), "repeat": repeat, "cpus": os.cpu_count(),
                      "loadavg": os.getloadavg(), "polars": pl.__version__, "duckdb": duckdb.__version__},
     }
@@ -302,7 +317,8 @@ def markdown(res: dict) -> str:
                    f"{s['peak_rss_mib']:,.0f} |")
     out.append(f"| **full recompute** | **{res['full_recompute_s']:.3f}** | **{res['full_vs_scan']:.1f}** | "
                f"**{res['peak_rss_mib']:,.0f}** |")
-    out.append(f"| **incremental 5 min** | **{res['incremental_s']:.3f}** | **{res['incremental_vs_scan']:.1f}** | "
+    out.append(f"| **incremental 5 min** (the slower of {res['incremental_on_hour_s']:.3f} on the hour and "
+               f"{res['incremental_mid_hour_s']:.3f} mid-hour) | **{res['incremental_s']:.3f}** | **{res['incremental_vs_scan']:.1f}** | "
                f"**{res['incremental_peak_rss_mib']:,.0f}** |")
     return "\n".join(out)
 
