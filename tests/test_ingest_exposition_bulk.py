@@ -193,6 +193,7 @@ def test_label_cache_gives_what_a_fresh_parse_gives(sim_pages, monkeypatch):
     import gpuledger.ingest.metrics.exposition_bulk as bulk
     pages, t = sim_pages
     monkeypatch.setattr(bulk, "_cache", None)
+    monkeypatch.setattr(bulk, "_recent", ())  # (else a recent numbering of this text would serve)
     text = "".join(pages)
     assert_same_page(text, scrape_ms=t * 1000)
     filled = bulk._cache.height
@@ -202,6 +203,7 @@ def test_label_cache_gives_what_a_fresh_parse_gives(sim_pages, monkeypatch):
     assert_same_page(text + extra + "\n", scrape_ms=t * 1000 + 30_000)
     assert bulk._cache.height > filled  # the new label texts were added
     monkeypatch.setattr(bulk, "_CACHE_ROWS", 1)
+    monkeypatch.setattr(bulk, "_recent", ())
     assert_same_page(text, scrape_ms=t * 1000)
     assert bulk._cache.height <= filled + 100
 
@@ -220,7 +222,7 @@ def test_scan_steps_cut_anywhere_same_as_reference(sim_pages, monkeypatch, step)
     any step size gives the reference's page, on clean, CRLF and mutated text."""
     import gpuledger.ingest.metrics.exposition_bulk as bulk
     monkeypatch.setattr(bulk, "_STEP", step)
-    monkeypatch.setattr(bulk, "_last", None)
+    monkeypatch.setattr(bulk, "_recent", ())
     pages, t = sim_pages
     rng = random.Random(step)
     lines = "".join(pages[:2]).split("\n")
@@ -230,22 +232,25 @@ def test_scan_steps_cut_anywhere_same_as_reference(sim_pages, monkeypatch, step)
         assert_same_page(text, scrape_ms=t * 1000)
 
 
-def test_last_numbering_reused_only_for_the_same_label_texts(sim_pages, monkeypatch):
-    """A page whose every label text is the last parse's takes its numbering whole; one changed
-    label (same length, so every offset stays) or one line less is numbered afresh. Each time the
-    page equals the reference's."""
+def test_recent_numbering_reused_only_for_the_same_label_texts(sim_pages, monkeypatch):
+    """A page whose every label text is a recent parse's takes its numbering whole (also when
+    another text came between: a round written in batches); one changed label (same length, so
+    every offset stays) or one line less is numbered afresh. Each time the page equals the
+    reference's."""
     import gpuledger.ingest.metrics.exposition_bulk as bulk
-    monkeypatch.setattr(bulk, "_last", None)
+    monkeypatch.setattr(bulk, "_recent", ())
     pages, t = sim_pages
     text = "".join(pages)
     assert_same_page(text, scrape_ms=t * 1000)
-    first = bulk._last
+    (first,) = bulk._recent
     assert_same_page(text.replace("} 1", "} 2"), scrape_ms=t * 1000 + 30_000)  # other values only
-    assert bulk._last is first  # reused, not rebuilt
+    assert bulk._recent == (first,)  # reused, not rebuilt
     uuid = text.split('UUID="', 1)[1].split('"', 1)[0]
     changed = text.replace(uuid, uuid[:-1] + ("0" if uuid[-1] != "0" else "1"), 1)  # one line's GPU
     _, bulk_page = assert_same_page(changed, scrape_ms=t * 1000)
-    assert bulk._last is not first
+    assert len(bulk._recent) == 2 and bulk._recent[1] is first
+    assert_same_page(text, scrape_ms=t * 1000)  # the first text again, after another
+    assert len(bulk._recent) == 2
     assert bulk_page.series.height == parse_exposition_bulk(text, scrape_ms=t * 1000).series.height + 1
     dropped = text.split("\n")
     sample_at = next(i for i, line in enumerate(dropped) if line.startswith("DCGM_FI_"))
@@ -310,6 +315,11 @@ def test_ranked_series_reused_only_for_an_equal_series_frame(sim_pages):
     slow = long_to_wide(parsed.points.join(other, on="series", how="left", maintain_order="left").drop("series"))
     assert_frame_equal(moved.select(sorted(moved.columns)), slow.select(sorted(slow.columns)))
     assert "elsewhere" in moved["host"].to_list() and "elsewhere" not in first["host"].to_list()
+    from gpuledger.ingest.metrics import exposition
+    kept = exposition._recent_ranked
+    assert_frame_equal(series_long_to_wide(parsed.points, parsed.series), first)  # the first, again
+    now = exposition._recent_ranked  # recalled, not ranked afresh:
+    assert len(now) == len(kept) >= 2 and all(a is b for a, b in zip(now, kept))
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 1000, 4099])
@@ -348,7 +358,7 @@ def test_label_cache_looked_up_by_hash_takes_only_the_same_text(sim_pages, monke
     pages, t = sim_pages
     text = "".join(pages)
     monkeypatch.setattr(bulk, "_cache", None)
-    monkeypatch.setattr(bulk, "_last", None)
+    monkeypatch.setattr(bulk, "_recent", ())
     assert_same_page(text, scrape_ms=t * 1000)
     filled = bulk._cache
     wrong = filled.with_columns(labels=pl.lit('UUID="GPU-other",Hostname="elsewhere"'),
@@ -356,5 +366,5 @@ def test_label_cache_looked_up_by_hash_takes_only_the_same_text(sim_pages, monke
     # every text a miss; then three hashes twice (a lookup by text) and five texts not cached
     for cache in (wrong, pl.concat([filled.slice(5), wrong.slice(5, 3)])):
         monkeypatch.setattr(bulk, "_cache", cache)
-        monkeypatch.setattr(bulk, "_last", None)
+        monkeypatch.setattr(bulk, "_recent", ())
         assert_same_page(text, scrape_ms=t * 1000)

@@ -418,10 +418,11 @@ def series_long_to_wide(points: pl.DataFrame, series: pl.DataFrame) -> pl.DataFr
 _DEVICE_LEVEL_COLUMNS = ("power_w", "energy_total_j")  # device_level_once's
 
 
-# The last series frame ranked, with its ranking: a scraper's rounds read the same series (only the
-# values change), so the sort and the host spellings are done once; an equal frame (compared whole,
-# ~0.2 ms for 12,000 series) takes them.
-_last_ranked: tuple[pl.DataFrame, tuple] | None = None
+# The last few series frames ranked, with their rankings: a scraper's rounds read the same series
+# (only the values change; a large cluster's round in a few batches), so the sort and the host
+# spellings are done once; an equal frame (compared whole, ~0.2 ms for 12,000 series) takes them.
+_RECENT_RANKED = 4
+_recent_ranked: tuple[tuple[pl.DataFrame, tuple], ...] = ()
 
 
 def _ranked_series(series: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -429,10 +430,10 @@ def _ranked_series(series: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray, np.n
     (smallest hpc_job, pod, namespace, container): their attribute rows (host canonical, as
     ``clean_wide`` makes it) and, by series number, the priority (row) and device number; by device
     number, the GPU number and the GPU_I_ID."""
-    global _last_ranked
-    last = _last_ranked  # one snapshot: another thread may replace it meanwhile
-    if last is not None and last[0].schema == series.schema and last[0].equals(series):
-        return last[1]
+    global _recent_ranked
+    for frame, ranking in _recent_ranked:  # one snapshot: another thread may replace the tuple meanwhile
+        if frame.height == series.height and frame.schema == series.schema and frame.equals(series):
+            return ranking
     ranked = series.sort(["gpu_uuid", "mig_instance_id", *JOB_ORDER], nulls_last=True, maintain_order=True)
     new_gpu = (ranked["gpu_uuid"] != ranked["gpu_uuid"].shift()).fill_null(True).to_numpy()
     new_dev = new_gpu | (ranked["mig_instance_id"] != ranked["mig_instance_id"].shift()).fill_null(True).to_numpy()
@@ -452,8 +453,9 @@ def _ranked_series(series: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray, np.n
         pl.col("host").replace_strict(hosts, canonical, return_dtype=pl.String))
     for array in (prio_of, dev_of, gpu_of_dev, mig_of_dev):
         array.setflags(write=False)  # shared with later calls
-    _last_ranked = (series.clone(), (attrs, prio_of, dev_of, gpu_of_dev, mig_of_dev))  # (a caller may mutate its own)
-    return _last_ranked[1]
+    ranking = (attrs, prio_of, dev_of, gpu_of_dev, mig_of_dev)
+    _recent_ranked = ((series.clone(), ranking), *_recent_ranked[:_RECENT_RANKED - 1])  # (a caller may mutate its own)
+    return ranking
 
 
 def _metric_codes(metric: pl.Series) -> tuple[list[str], np.ndarray]:

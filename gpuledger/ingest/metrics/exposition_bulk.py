@@ -160,10 +160,10 @@ _cache_lock = threading.Lock()
 
 def clear_label_cache() -> None:
     """Forget the label texts read so far (benchmarks: a cold parse)."""
-    global _cache, _last
+    global _cache, _recent
     with _cache_lock:
         _cache = None
-        _last = None
+        _recent = ()
 
 
 def _label_sets_cached(texts: pl.Series, hashes: pl.Series) -> pl.DataFrame:
@@ -679,20 +679,33 @@ class _Numbered:
     count: int
 
 
-# The last parse's numbering: a scraper reads the same exporters every round, and their pages hold
-# the same label texts in the same order (only the values change). When every line's label text is
-# the last parse's, one comparison replaces the hashing, the distinct texts and their numbering;
-# otherwise the per-text cache above serves the texts seen before.
-_last: _Numbered | None = None
+# The last few parses' numberings: a scraper reads the same exporters every round, and their pages
+# hold the same label texts in the same order (only the values change). When every line's label
+# text is one of these parses', one comparison replaces the hashing, the distinct texts and their
+# numbering; otherwise the per-text cache above serves the texts seen before. A few, not one: a
+# large cluster's round is written in several batches (scrape.BATCH_CHARS), each its own text.
+# ~7 MB each for a 10,240-GPU text.
+_RECENT = 4
+_recent: tuple[_Numbered, ...] = ()
+
+
+def _recalled(labels: pl.Series) -> _Numbered | None:
+    """The recent numbering whose label texts are exactly ``labels``, if any (first and last text
+    compared before the whole column)."""
+    for entry in _recent:  # one snapshot: another thread may replace the tuple meanwhile
+        if (len(entry.texts) == len(labels) > 0 and entry.texts[0] == labels[0]
+                and entry.texts[-1] == labels[-1] and (labels == entry.texts).all()):
+            return entry
+    return None
 
 
 def _number_label_texts(labels: pl.Series, series: _Series) -> np.ndarray | None:
     """Each line's series number from its label text (-1: the per-line rules decide), the distinct
     texts read once and numbered into ``series`` (still empty) in first-seen order. None on a 64-bit
     hash collision."""
-    global _last
-    last = _last  # one snapshot: another thread may replace it meanwhile
-    if last is not None and len(last.texts) == len(labels) and (labels == last.texts).all():
+    global _recent
+    last = _recalled(labels)
+    if last is not None:
         series.restore(last.frames, last.keys, last.count)
         return last.numbers
     line = np.arange(len(labels))
@@ -712,9 +725,10 @@ def _number_label_texts(labels: pl.Series, series: _Series) -> np.ndarray | None
         simple = sets.filter(pl.Series(ok))
         number_of_text[ok] = series.add_frame(simple["key"], simple.select(SERIES_COLUMNS))
     numbers = number_of_text[text_no]
-    numbers.setflags(write=False)  # shared with later parses through _last
-    _last = _Numbered(sets["labels"].gather(text_no), numbers, tuple(series.frames),
+    numbers.setflags(write=False)  # shared with later parses through _recent
+    entry = _Numbered(sets["labels"].gather(text_no), numbers, tuple(series.frames),
                       tuple(series.bulk_keys), series.count)
+    _recent = (entry, *_recent[:_RECENT - 1])
     return numbers
 
 
