@@ -300,10 +300,12 @@ def test_wide_rows_equal_long_to_wide_without_copies_and_over_several_scrape_tim
     assert _wide_same(page)["ts"].n_unique() == len(pages)
 
 
-def test_ranked_series_reused_only_for_an_equal_series_frame(sim_pages):
-    """series_long_to_wide keeps the last series frame's ranking: an equal frame (another object)
-    takes it, a frame differing in one host takes its own; both match long_to_wide."""
+def test_ranked_series_reused_only_for_an_equal_series_frame(sim_pages, monkeypatch):
+    """series_long_to_wide keeps the recent series frames' rankings: an equal frame (another object)
+    takes one, a frame differing in one host takes its own; both match long_to_wide."""
+    from gpuledger.ingest.metrics import exposition
     from gpuledger.ingest.metrics.exposition import long_to_wide, series_long_to_wide
+    monkeypatch.setattr(exposition, "_recent_ranked", ())
     pages, t = sim_pages
     parsed = parse_exposition_bulk("".join(pages), scrape_ms=t * 1000)
     first = series_long_to_wide(parsed.points, parsed.series)
@@ -315,11 +317,10 @@ def test_ranked_series_reused_only_for_an_equal_series_frame(sim_pages):
     slow = long_to_wide(parsed.points.join(other, on="series", how="left", maintain_order="left").drop("series"))
     assert_frame_equal(moved.select(sorted(moved.columns)), slow.select(sorted(slow.columns)))
     assert "elsewhere" in moved["host"].to_list() and "elsewhere" not in first["host"].to_list()
-    from gpuledger.ingest.metrics import exposition
     kept = exposition._recent_ranked
     assert_frame_equal(series_long_to_wide(parsed.points, parsed.series), first)  # the first, again
     now = exposition._recent_ranked  # recalled, not ranked afresh:
-    assert len(now) == len(kept) >= 2 and all(a is b for a, b in zip(now, kept))
+    assert len(now) == len(kept) == 2 and all(a is b for a, b in zip(now, kept))
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 1000, 4099])
