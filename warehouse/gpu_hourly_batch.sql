@@ -1,8 +1,8 @@
 -- The batch's part of gpu_hourly: per (gpu_id, hour) the aggregates of a batch's new rows
 -- (_new_samples, none of them stored yet) and whether they can be folded into the stored rollup
--- row (`fold`) or the hour must be aggregated again from gpu_samples. Same rules as
--- gpu_hourly_select.sql (clip to 0..1, first / last energy by ts, an hour is walked for resets
--- only when its minimum is below its first value), kept equal to it by tests/test_warehouse_writes.py.
+-- row (`fold`) or the hour must be aggregated again from gpu_samples. The aggregates are
+-- gpu_hourly_aggregates.sql, as in gpu_hourly_select.sql (an hour is walked for resets only when
+-- its minimum is below its first value); tests/test_warehouse_writes.py holds the two paths equal.
 -- Read before the new rows are inserted. $lo, $hi: the whole hours of the new rows, $first: their
 -- first ts (ranges DuckDB prunes row groups by); $stored_after: false when no row is stored from
 -- $first to $hi (a new scrape round), which spares DuckDB planning that look.
@@ -10,16 +10,7 @@
 -- read it as a subquery.
 WITH agg AS (
     SELECT gpu_id, date_trunc('hour', ts) AS hour, min(ts) AS t_min,
-           count(*) AS s_n,
-           coalesce(sum(least(greatest(sm_active_ratio, 0.0), 1.0)), 0.0) AS s_sm_active,
-           coalesce(sum(least(greatest(gr_engine_active_ratio, 0.0), 1.0)), 0.0) AS s_gr_engine_active,
-           coalesce(sum(least(greatest(gpu_util_ratio, 0.0), 1.0)), 0.0) AS s_gpu_util,
-           count(sm_active_ratio) AS s_n_sm_active,
-           count(gr_engine_active_ratio) AS s_n_gr_engine_active,
-           count(gpu_util_ratio) AS s_n_gpu_util,
-           arg_min(energy_total_j, ts) FILTER (WHERE energy_total_j IS NOT NULL) AS e_first,
-           arg_max(energy_total_j, ts) FILTER (WHERE energy_total_j IS NOT NULL) AS e_last,
-           min(energy_total_j) AS e_min
+           {gpu_hourly_aggregates}
     FROM _new_samples
     GROUP BY ALL
 ),

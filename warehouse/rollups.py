@@ -29,8 +29,9 @@ HOUR = timedelta(hours=1)
 
 # Σ of reset-aware increments = (last − first) + Σ over drops of the value before the drop:
 # increments d ≥ 0 count as d, a drop (reset) counts the new value e_i = d_i + e_{i−1}.
-_ROLLUP_SELECT = load_sql(__package__, "gpu_hourly_select.sql")
-_BATCH = load_sql(__package__, "gpu_hourly_batch.sql")
+_AGGREGATES = load_sql(__package__, "gpu_hourly_aggregates.sql")
+_ROLLUP_SELECT = load_sql(__package__, "gpu_hourly_select.sql").replace("{gpu_hourly_aggregates}", _AGGREGATES)
+_BATCH = load_sql(__package__, "gpu_hourly_batch.sql").replace("{gpu_hourly_aggregates}", _AGGREGATES)
 _FOLD = load_sql(__package__, "gpu_hourly_fold.sql").replace("{gpu_hourly_batch}", _BATCH)
 
 
