@@ -221,7 +221,8 @@ def test_scan_steps_cut_anywhere_same_as_reference(sim_pages, monkeypatch, step)
     """The scan reads the text in steps cut after a newline (lines longer than a step included):
     any step size gives the reference's page, on clean, CRLF and mutated text."""
     import gpuledger.ingest.metrics.exposition_bulk as bulk
-    monkeypatch.setattr(bulk, "_STEP", step)
+    import gpuledger.ingest.metrics.exposition_scan as scan
+    monkeypatch.setattr(scan, "_STEP", step)
     monkeypatch.setattr(bulk, "_recent", ())
     pages, t = sim_pages
     rng = random.Random(step)
@@ -327,11 +328,11 @@ def test_ranked_series_reused_only_for_an_equal_series_frame(sim_pages, monkeypa
 def test_set_bytes_is_flatnonzero(size):
     import numpy as np
 
-    from gpuledger.ingest.metrics.exposition_bulk import _set_bytes
+    from gpuledger.ingest.metrics.exposition_scan import set_bytes
     rng = np.random.default_rng(size)
     for density in (0.0, 0.01, 0.5, 1.0):
         hit = rng.random(size) < density
-        assert np.array_equal(_set_bytes(hit, np.empty(size // 8, dtype=bool)), np.flatnonzero(hit))
+        assert np.array_equal(set_bytes(hit, np.empty(size // 8, dtype=bool)), np.flatnonzero(hit))
 
 
 def test_runs_of_unstored_and_foreign_families_same_as_reference(sim_pages):
