@@ -314,6 +314,47 @@ def test_a_better_signal_before_the_window_outranks_the_windows():
     assert c.activity()["activity_signal"].to_list() == ["gr_engine_active"]
 
 
+
+def test_devices_idle_through_the_window_read_from_their_judged_from(evidence_path, monkeypatch):
+    # The bench's mid-hour case: jobs that started inside the 6 h lookback, idle through the last
+    # hour. "fresh" started ago(200), active until ago(175), in its grace: judged from ago(170),
+    # every judged sample idle -> no last_active, idle since ago(170) (170 min: preempt-eligible).
+    # "older" started ago(300) (judged from ago(270)), active until ago(150): last active ago(151).
+    # "switched" started ago(200) too, but its GPU read sm_active only until ago(180) and
+    # gr_engine_active since: the lookback's best signal is sm_active, with no sm reading from its
+    # judged_from ago(170) on -> no judged sample, no evidence row, no finding (stale), though gr
+    # says idle; read from ago(170) only, it would be judged on gr.
+    c = Cluster().job("fresh", started=200, idle_for=(175,)).job("older", started=300, idle_for=(150,))
+    c.job_rows.append({"job_id": "switched", "project": "p", "start": ago(200)})
+    g = c.gpu()
+    c.alloc_rows.append(("switched", g, ago(200), None))
+    c.sample_rows += every(g, ago(360), ago(180), sm=0.7, fb=10 * GIB) + every(g, ago(180), NOW, gr=0.0, fb=GIB)
+    f = c.findings()
+    assert "switched" not in f
+    assert (f["fresh"]["severity"], f["fresh"]["idle_minutes"]) == ("preempt-eligible", pytest.approx(170))
+    read_from = []
+    evidence = load._evidence
+
+    def spy(con, held, *, since, params):  # the real aggregate; records where each pass starts
+        read_from.append((since, sorted(held["job_id"])))
+        return evidence(con, held, since=since, params=params)
+
+    monkeypatch.setattr(load, "_evidence", spy)
+    ev = {r["job_id"]: r for r in c.activity().to_dicts()}
+    assert set(ev) == {"fresh", "older"}
+    assert (ev["fresh"]["last_active"], ev["fresh"]["idle_since"], ev["fresh"]["covered_minutes"]) == (
+        None, ago(170), 60)
+    assert (ev["older"]["last_active"], ev["older"]["idle_since"]) == (ago(151), ago(150))
+    assert ev["fresh"]["fb_used_bytes"] == ev["older"]["fb_used_bytes"] == 40 * GIB
+    if evidence_path == "sustained window first":
+        # The window, then the two idle devices from the earlier judged_from, then the outranked
+        # one over the whole lookback [ago(360), now).
+        assert read_from == [(ago(60), ["fresh", "older", "switched"]), (ago(270), ["fresh", "older"]),
+                             (ago(360), ["switched"])]
+    else:
+        assert read_from == [(ago(360), ["fresh", "older", "switched"])]
+
+
 def _random_cluster(rng: random.Random) -> Cluster:
     """Devices with every feature the evidence reads, drawn at random: 30 s or 1 min samples with
     gaps, NaN readings, signals that change (sm → gr, gr → util, none for a while), null memory

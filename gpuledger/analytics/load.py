@@ -220,8 +220,10 @@ def load_device_activity(
     Sustained window first: the same aggregate over [now − sustained, now) alone settles most
     devices exactly (see :func:`_settled`); only the others — idle through the whole window,
     without memory readings in it, or whose window signal an earlier one outranks — are
-    aggregated again over the whole lookback. An update every few minutes then reads about one
-    sixth of the 6 h lookback for a busy fleet.
+    aggregated again over the lookback: from the earliest judged_from among them when the window's
+    signal is the lookback's (only judged samples count, so a job started inside the lookback is
+    read from its grace end), else over the whole lookback (that signal comes from all of it). An
+    update every few minutes then reads about one sixth of the 6 h lookback for a busy fleet.
 
     ``gpu_samples`` is whatever the connection calls that (the warehouse table, or a registered
     frame with gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, gpu_util_ratio,
@@ -245,11 +247,17 @@ def load_device_activity(
               "base_us": (base - epoch) // timedelta(microseconds=1), "bits": -(-(now - base) // MINUTE)}
     if SUSTAINED_FIRST and lo < cov_from:
         window = _evidence(con, held, since=cov_from, params=params)
-        settled, kept = _settled(con, held, window, lo=lo, cov_from=cov_from)
-        redo = held.filter(~settled)
-        out = window.filter(kept)
-        if not redo.is_empty():
-            out = pl.concat([out, _evidence(con, redo, since=lo, params=params)])
+        settled, kept, signal_known = _settled(con, held, window, lo=lo, cov_from=cov_from)
+        out = [window.filter(kept)]
+        # A device whose window signal is the lookback's needs only its judged samples, from its
+        # judged_from on (a job started inside the lookback: its grace end); the others (no window
+        # row, or a better signal before the window) need the whole lookback for their signal.
+        for redo, whole in ((held.filter(~settled & signal_known), False),
+                            (held.filter(~settled & ~signal_known), True)):
+            if not redo.is_empty():
+                since = lo if whole else redo["judged_from"].min().replace(tzinfo=lo.tzinfo)
+                out.append(_evidence(con, redo, since=since, params=params))
+        out = pl.concat(out)
     else:
         out = _evidence(con, held, since=lo, params=params)
     signal = pl.col("sig").replace_strict(dict(enumerate(_SIGNALS, 1)), return_dtype=pl.String)
@@ -278,7 +286,7 @@ def _evidence(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, *, since: date
 
 
 def _settled(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, window: pl.DataFrame, *, lo: datetime,
-             cov_from: datetime) -> tuple[pl.Series, pl.Series]:
+             cov_from: datetime) -> tuple[pl.Series, pl.Series, pl.Series]:
     """Which k of ``held`` have as evidence over the whole lookback [lo, now) their evidence from
     the sustained window [cov_from, now) alone (``window``, :func:`_evidence` since cov_from): a
     row there or, when it has none, no row at all. With the same best signal over both (the
@@ -292,8 +300,10 @@ def _settled(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, window: pl.Data
       lie in the window.
 
     A device whose best signal differs is aggregated again (its window row, if any, is moot).
-    Returns a mask over ``held`` (settled) and one over ``window`` (its rows that stand). k is
-    held's row number, so window rows find their device by position, not by a join."""
+    Returns a mask over ``held`` (settled), one over ``window`` (its rows that stand) and one over
+    ``held`` (signal_known: a window row whose signal is the lookback's, so an aggregate from any
+    time before the window on finds the same signal). k is held's row number, so window rows find
+    their device by position, not by a join."""
     at = window["k"]
     gpu = held["gpu_id"].gather(at)
     kept = (held["judged_from"].gather(at) >= cov_from) | (
@@ -305,13 +315,16 @@ def _settled(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, window: pl.Data
             outranked = [g for (g,) in con.execute(_BETTER_SIGNAL_SQL, {"lo": lo, "hi": cov_from}).fetchall()]
         finally:
             con.unregister("_squat_check")
-        kept = kept & ~gpu.is_in(outranked)
+        known = ~gpu.is_in(outranked)
+        kept = kept & known
         no_row_outranked = held["gpu_id"].is_in(outranked)
     else:
         no_row_outranked = pl.repeat(False, held.height, eager=True)
+        known = pl.repeat(True, window.height, eager=True)
     # Without a window row: settled when inside (no judged sample at all); with one: kept.
     settled = ((held["judged_from"] >= cov_from) & ~no_row_outranked).scatter(at, kept)
-    return settled, kept
+    signal_known = pl.repeat(False, held.height, eager=True).scatter(at, known)
+    return settled, kept, signal_known
 
 
 MINUTE = timedelta(minutes=1)
