@@ -82,25 +82,26 @@ def _peak_mib() -> float:
 
 
 class Timer:
-    """Steps of one round: (name, wall s, peak RSS MiB)."""
+    """Steps of one round: (name, wall s, peak RSS MiB, CPU s). CPU seconds (this process's, all
+    threads) tell a slow step from one that waited for the core: under contention wall > CPU."""
 
     def __init__(self):
-        self.rows: list[tuple[str, float, float]] = []
+        self.rows: list[tuple[str, float, float, float]] = []
 
     def step(self, name: str, fn):
         _reset_peak()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = fn()
-        self.rows.append((name, time.perf_counter() - t, _peak_mib()))
+        self.rows.append((name, time.perf_counter() - t, _peak_mib(), time.process_time() - c))
         return out
 
     @property
     def total(self) -> float:
-        return sum(w for _, w, _ in self.rows)
+        return sum(row[1] for row in self.rows)
 
     @property
     def peak(self) -> float:
-        return max((r for _, _, r in self.rows), default=0.0)
+        return max((row[2] for row in self.rows), default=0.0)
 
 
 def full_recompute(con, tm: Timer, *, start: datetime, now: datetime) -> dict:
@@ -278,10 +279,13 @@ def _measure(con, warehouse: Path, *, repeat: int) -> dict:
     full = min(fulls, key=lambda x: x.total)
     on_hour, mid_hour = min(incs, key=lambda x: x.total), min(mids, key=lambda x: x.total)
     inc = max(on_hour, mid_hour, key=lambda x: x.total)  # the target holds for both
-    steps = [{"step": f"one-off: {s}", "wall_s": round(w, 4), "peak_rss_mib": round(r, 1)} for s, w, r in one_off.rows]
-    steps += [{"step": f"full: {s}", "wall_s": round(w, 4), "peak_rss_mib": round(r, 1)} for s, w, r in full.rows]
+    def rows(label: str, timer: Timer) -> list[dict]:
+        return [{"step": f"{label}: {s}", "wall_s": round(w, 4), "cpu_s": round(c, 4), "peak_rss_mib": round(r, 1)}
+                for s, w, r, c in timer.rows]
+
+    steps = rows("one-off", one_off) + rows("full", full)
     for label, x in ((f"incremental at {now:%H:%M}", on_hour), (f"incremental at {mid:%H:%M}", mid_hour)):
-        steps += [{"step": f"{label}: {s}", "wall_s": round(w, 4), "peak_rss_mib": round(r, 1)} for s, w, r in x.rows]
+        steps += rows(label, x)
     steps += [{"step": f"first round (cold process): {g} total", "wall_s": round(x.total, 4),
                "peak_rss_mib": round(x.peak, 1)} for g, x in (("full", fulls[0]), ("incremental", incs[0]))]
     return {
@@ -311,14 +315,15 @@ def markdown(res: dict) -> str:
            f"{c['cpus']} CPUs, load average {c['loadavg'][0]:.2f}, polars {c['polars']}, duckdb {c['duckdb']}; "
            f"best of {c['repeat']} rounds"), "",
            f"Scan floor {res['scan_floor_s']:.3f} s: {res['scan_floor_what']}", "",
-           "| step | wall s | × scan floor | peak RSS MiB |", "|---|---:|---:|---:|"]
+           "| step | wall s | CPU s | × scan floor | peak RSS MiB |", "|---|---:|---:|---:|---:|"]
     for s in res["steps"]:
-        out.append(f"| {s['step']} | {s['wall_s']:.3f} | {s['wall_s'] / res['scan_floor_s']:.1f} | "
+        cpu = f"{s['cpu_s']:.3f}" if "cpu_s" in s else "–"
+        out.append(f"| {s['step']} | {s['wall_s']:.3f} | {cpu} | {s['wall_s'] / res['scan_floor_s']:.1f} | "
                    f"{s['peak_rss_mib']:,.0f} |")
-    out.append(f"| **full recompute** | **{res['full_recompute_s']:.3f}** | **{res['full_vs_scan']:.1f}** | "
+    out.append(f"| **full recompute** | **{res['full_recompute_s']:.3f}** | | **{res['full_vs_scan']:.1f}** | "
                f"**{res['peak_rss_mib']:,.0f}** |")
     out.append(f"| **incremental 5 min** (the slower of {res['incremental_on_hour_s']:.3f} on the hour and "
-               f"{res['incremental_mid_hour_s']:.3f} mid-hour) | **{res['incremental_s']:.3f}** | **{res['incremental_vs_scan']:.1f}** | "
+               f"{res['incremental_mid_hour_s']:.3f} mid-hour) | **{res['incremental_s']:.3f}** | | **{res['incremental_vs_scan']:.1f}** | "
                f"**{res['incremental_peak_rss_mib']:,.0f}** |")
     return "\n".join(out)
 
