@@ -61,9 +61,12 @@ def main() -> None:
     ap.add_argument("--warehouse", required=True, help="an analysed warehouse (pipelines run-once done)")
     ap.add_argument("--runs", type=int, default=300)
     args = ap.parse_args()
-    with warehouse.kept_reader(args.warehouse) as con:
-        rows = con.execute("SELECT count(*) FILTER (WHERE resolved_at IS NULL), count(*) "
-                           "FROM squatting_findings").fetchall()[0]
+    try:
+        with warehouse.kept_reader(args.warehouse) as con:
+            rows = con.execute("SELECT count(*) FILTER (WHERE resolved_at IS NULL), count(*) "
+                               "FROM squatting_findings").fetchall()[0]
+    except warehouse.WarehouseError as exc:  # a missing or unreadable file: its one line, exit 1
+        sys.exit(f"warm_path_profile: {exc}")
     print(f"{args.warehouse}: {rows[0]} open findings of {rows[1]}; median / best of {args.runs} calls, ms")
     for name, fn in parts(args.warehouse).items():
         median, best = timed(fn, args.runs)
