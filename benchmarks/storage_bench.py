@@ -352,6 +352,16 @@ def _copy_warehouse(src: Path, dst: Path) -> None:
         shutil.copyfile(f"{src}.wal", f"{dst}.wal")
 
 
+def _working_copy(src: Path, tmp: Path) -> Path:
+    """``src`` copied into ``tmp`` as w.duckdb and opened once by a writer (migrated, WAL folded in),
+    so the timed part starts from a settled file; the shared dataset is never written."""
+    path = tmp / "w.duckdb"
+    _copy_warehouse(src, path)
+    with warehouse.open_writer(path):
+        pass
+    return path
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -362,10 +372,7 @@ def readers_part(gpus: int, seconds: float, every: float, chunk_s: float = 1.0, 
     src = week_source(gpus)
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp_name:
         tmp = Path(tmp_name)
-        path = tmp / "w.duckdb"
-        _copy_warehouse(src, path)
-        with warehouse.open_writer(path):
-            pass
+        path = _working_copy(src, tmp)
         out["source"] = str(src.relative_to(ROOT) if src.is_relative_to(ROOT) else src)
         before = _load()
         out["baseline"] = run_readers(path, min(baseline_seconds, seconds), ["--idle-writer"], tmp,
@@ -464,10 +471,7 @@ def simulate_part(gpus: int, days: float, cells_list: list[int]) -> dict:
     for cells in cells_list or [CELLS_PER_CHUNK]:
         with tempfile.TemporaryDirectory(dir=CACHE) as tmp_name:
             tmp = Path(tmp_name)
-            path = tmp / "w.duckdb"
-            _copy_warehouse(src, path)
-            with warehouse.open_writer(path):
-                pass
+            path = _working_copy(src, tmp)
             before = _load()
             t0 = time.perf_counter()
             res = run_readers(path, 0, ["--sim-writer", str(path), str(gpus), str(days), str(cells)], tmp,
