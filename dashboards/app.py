@@ -31,13 +31,13 @@ local = auth is None
 if not local and not st.user.get("is_logged_in", False):
     ui.sign_in(auth)
 
+path = ui.warehouse_path()
 try:
-    config = ui.load_config()
+    config = ui.load_config(path)  # the warehouse's stored config, as the CLI and the pipelines use
 except Exception as exc:  # an invalid config: say which field, never a traceback  # noqa: BLE001
     st.error(f"The gpuledger config cannot be read: {exc}")
     st.stop()
 
-path = ui.warehouse_path()
 state = ui.warehouse_state(path)
 for listed in PAGES:
     st.sidebar.page_link(listed)

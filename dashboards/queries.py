@@ -15,19 +15,29 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 import polars as pl
 
 from gpuledger import warehouse
+from gpuledger.rules import activity
+from gpuledger.rules.billing import billed
+from gpuledger.rules.periods import months_between  # noqa: F401  (the pages ask queries for it)
+from gpuledger.sql import load_sql
 
 HOUR = timedelta(hours=1)
 
 
+# the rules a query's SQL takes from gpuledger.rules (the same text the analytics run)
+_FRAGMENTS = {
+    "gpu_hours": lambda: {"activity_ratio": activity.ratio_of_sums_sql("h", activity.is_mig_sql("d"))},
+}
+
+
 @cache
 def sql(name: str) -> str:
-    return resources.files("gpuledger.dashboards").joinpath("sql", f"{name}.sql").read_text()
+    fragments = _FRAGMENTS[name]() if name in _FRAGMENTS else {}
+    return load_sql("gpuledger.dashboards", f"sql/{name}.sql", **fragments)
 
 
 def _frame(con, name: str, **params) -> pl.DataFrame:
@@ -132,6 +142,23 @@ class WarehouseState:
 NEXT_STEPS = ("`make demo` (a simulated week), or `gpuledger simulate warehouse` then "
               "`gpuledger pipelines run-once`; for real data the ingest commands and the Dagster "
               "pipelines (`make dev`)")
+
+
+def config_in_force(path: str):
+    """The config in force for every page — roles, policy and chargeback alike: the warehouse's
+    stored version (gpuledger.ledger.config_versions.config_in_force, the CLI's and the pipelines'
+    answer); a warehouse not there yet, or never given a config, the file's
+    ($GPULEDGER_CONFIG, ./gpuledger.yaml, the packaged example)."""
+    from gpuledger.config import load_config
+    from gpuledger.ledger.config_versions import config_in_force as in_force
+
+    if Path(path).exists():
+        try:
+            with warehouse.kept_reader(path) as con:
+                return in_force(con, None, write=False).config
+        except warehouse.WarehouseError:
+            pass  # unreadable or not migrated: warehouse_state says so on the page
+    return load_config(None)
 
 
 def warehouse_state(path: str) -> WarehouseState:
@@ -448,12 +475,11 @@ def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple
     the ledger's chargeback with the warehouse's stored policy; ``projects``: only their lines
     (None: all, idle included). Not a statement: no files, nothing frozen."""
     from gpuledger.analytics.reports import chargeback_report
-    from gpuledger.ledger.config_versions import stored_config
+    from gpuledger.config_store import policy_in_force
 
     with warehouse.kept_reader(path) as con:
-        stored = stored_config(con)
         lines = chargeback_report(con, f"{start.isoformat()}..{end.isoformat()}", level="project",
-                                  policy=stored.config.policy if stored else None)
+                                  policy=policy_in_force(con))
     if projects is not None:
         lines = lines.filter(pl.col("project").is_in(list(projects)))
     return lines
@@ -465,13 +491,10 @@ def _slug(name: str) -> str:
     return slug(name)
 
 
-def months_between(start: datetime, end: datetime) -> list[str]:
-    """YYYY-MM of every month [start, end) touches."""
-    out, y, m = [], start.year, start.month
-    while datetime(y, m, 1) < end:
-        out.append(f"{y:04d}-{m:02d}")
-        y, m = (y + 1, 1) if m == 12 else (y, m + 1)
-    return out
+def billed_lines(lines: pl.DataFrame) -> pl.DataFrame:
+    """The lines that make what a statement bills (gpuledger.rules.billing: charge and idle, and
+    the corrections of those; a correction of a memo line bills nothing), priced."""
+    return lines.filter(billed(lines) & pl.col("currency").is_not_null())
 
 
 # --- what-if result files (the /what-if page; `gpuledger whatif schedule --json FILE`) -------------

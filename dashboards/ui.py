@@ -41,11 +41,10 @@ whatif_result = _cached(queries.whatif_result)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def load_config():
-    """The config (roles, policy) as ``$GPULEDGER_CONFIG`` / ./gpuledger.yaml / the example."""
-    from gpuledger.config import load_config as load
-
-    return load(None)
+def load_config(path: str):
+    """The config in force (roles, policy, chargeback): the warehouse's stored version
+    (queries.config_in_force)."""
+    return queries.config_in_force(path)
 
 
 @dataclass(frozen=True)

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 
 from gpuledger.enforce.model import NONE, PREEMPT, SET_PRIORITY, WARN, Action, JobHistory, Warning
 
 from gpuledger import warehouse
+from gpuledger.rules.clock import utc_now
 
 DONE = "done"
 #: Outcomes after which an action is never performed again (idempotent apply).
 FINAL = ("done", "unchanged")  # skipped is not: another backend may act on it
-
-
-def _wall() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _has_tables(con) -> bool:
@@ -48,7 +45,7 @@ def number(actions: list[Action], now: datetime) -> str:
 
 def _row(a: Action, *, phase: str, attempt: int, plan_id: str, now: datetime, outcome: str,
          error: str | None = None, backend: str | None = None, dry_run: bool | None = None) -> list:
-    return [a.action_id, phase, attempt, plan_id, now, _wall(), a.action, a.cluster, a.job_id, a.project,
+    return [a.action_id, phase, attempt, plan_id, now, utc_now(), a.action, a.cluster, a.job_id, a.project,
             a.reason, a.rule, a.priority, a.mode, a.funded, a.min_runtime_until, a.warned_at,
             a.dry_run if dry_run is None else dry_run, backend, outcome, error,
             json.dumps({**a.figures, TARGET: _target(a)}, sort_keys=True, default=str)]
@@ -155,11 +152,11 @@ def record_applied(con, results: list[tuple[Action, str, str | None]], *, backen
                         [a.cluster, a.job_id, a.cluster, a.job_id])
             if a.action == SET_PRIORITY:
                 con.execute("UPDATE enforcement_job_state SET applied_priority = ?, applied_at = ? "
-                            "WHERE cluster = ? AND job_id = ?", [a.priority, _wall(), a.cluster, a.job_id])
+                            "WHERE cluster = ? AND job_id = ?", [a.priority, utc_now(), a.cluster, a.job_id])
             elif a.action == PREEMPT:
                 con.execute("UPDATE enforcement_job_state SET preemptions = preemptions + 1, "
                             "last_preempted_at = ? WHERE cluster = ? AND job_id = ?",
-                            [_wall(), a.cluster, a.job_id])
+                            [utc_now(), a.cluster, a.job_id])
 
 
 def load_warnings(con) -> dict[tuple[str, str], list[Warning]]:

@@ -6,7 +6,7 @@ commands. Every planned and applied action is an audit row in the warehouse (enf
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import Enum
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from gpuledger.cli_common import (
     warehouse_path,
 )
 from gpuledger.errors import UsageError
+from gpuledger.rules.clock import utc_now
 
 app = typer.Typer(help="Enforcement: budget-funded priorities and squatter preemption for the scheduler "
                        "(dry run unless `apply --yes`).", no_args_is_help=True)
@@ -45,16 +46,12 @@ OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value
                       help="write the plan here (json or the table as text); default stdout")
 
 
-def _wall() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
 def _now(con, text: str | None) -> datetime:
     if text == "data":
         from gpuledger.analytics import reports
 
         return reports.data_now(con)
-    return utc_option(text, "--now") or _wall()
+    return utc_option(text, "--now") or utc_now()
 
 
 def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record: bool = True, observe=None):
@@ -166,7 +163,7 @@ def apply(
         if any(a.action_id is None for a in actions if a.action != "none"):
             raise UsageError(f"--plan {plan_file}: actions without action_id; write the plan with "
                              "`gpuledger enforce plan --format json` (it records them)")
-        planned_at = planned_at or _wall()
+        planned_at = planned_at or utc_now()
     else:  # plan this cycle; acting for real, with the scheduler's live view (a dry run calls nothing)
         seer = None if dry_run or backend is BackendName.plan_file else chosen
         actions, plan_id, planned_at, _, _ = plan_cycle(path, config, now, observe=seer)
@@ -273,7 +270,7 @@ def replay(
     from gpuledger.enforce.policy import exemption
 
     from gpuledger.cli_common import check_range
-    from gpuledger.timeparse import parse_duration_s
+    from gpuledger.rules.clock import parse_duration_s
 
     lo, hi = utc_option(start, "--start"), utc_option(end, "--end")
     check_range(lo, hi)

@@ -49,8 +49,8 @@ def config_or_exit(option: Path | None):
 
 
 def utc_option(text: str | None, option: str):
-    """An option's UTC time (ISO-8601 or epoch seconds, see timeparse), or a usage error naming it."""
-    from gpuledger.timeparse import parse_utc
+    """An option's UTC time (ISO-8601 or epoch seconds, see gpuledger.rules.clock), or a usage error naming it."""
+    from gpuledger.rules.clock import parse_utc
 
     if text is None:
         return None

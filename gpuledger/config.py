@@ -7,9 +7,8 @@ shipped in the package (``gpuledger/data/example-config.yaml``).
 
 from __future__ import annotations
 
-import calendar
 import os
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Literal
@@ -25,6 +24,7 @@ from gpuledger.config_files import (  # noqa: F401  (re-exported: callers import
     resolve_config_path,
 )
 from gpuledger.errors import UsageError
+from gpuledger.rules.periods import month_bounds
 
 Tier = Literal["reserved", "on-demand", "spot"]
 
@@ -59,11 +59,8 @@ class Budget(_Strict):
         if self.period:
             if self.start or self.end:
                 raise ValueError("give either `period: YYYY-MM` or `start`/`end`, not both")
-            year, month = map(int, self.period.split("-"))
-            if not 1 <= month <= 12:
-                raise ValueError(f"period {self.period!r}: month must be 01..12")
-            self.start = date(year, month, 1)
-            self.end = self.start + timedelta(days=calendar.monthrange(year, month)[1])
+            start, end = month_bounds(self.period)
+            self.start, self.end = start.date(), end.date()
         elif not (self.start and self.end):
             raise ValueError("a budget needs `period: YYYY-MM` or both `start` and `end` dates")
         if self.end <= self.start:

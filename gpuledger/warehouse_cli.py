@@ -87,14 +87,13 @@ def retire_gpu(
 ) -> None:
     """Retire a device explicitly: it is capacity (and costs idle) only until then. Without an
     entry a device counts until its last sample plus policy.chargeback.retire_after_hours."""
-    from datetime import UTC, datetime
 
-    from gpuledger.timeparse import parse_utc
+    from gpuledger.rules.clock import parse_utc, utc_now
 
     when = None
     if not undo:
         try:
-            when = parse_utc(at) if at else datetime.now(UTC).replace(tzinfo=None)
+            when = parse_utc(at) if at else utc_now()
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--at") from None
     path = warehouse_path(warehouse_file)

@@ -46,8 +46,10 @@ def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, inst
     from gpuledger import warehouse as wh
     from gpuledger.analytics import reports
 
-    resources = {"warehouse": Warehouse(path=str(Path(warehouse_path).absolute())),
-                 "gpuledger_config": GpuledgerConfig(path=str(Path(config_path).absolute()) if config_path else None)}
+    store = Warehouse(path=str(Path(warehouse_path).absolute()))
+    resources = {"warehouse": store,
+                 "gpuledger_config": GpuledgerConfig(path=str(Path(config_path).absolute()) if config_path else None,
+                                                     warehouse_path=store.path)}
     out = RunOnceResult()
 
     def run(assets, what: str, run_config: dict | None = None, **kwargs) -> None:

@@ -13,9 +13,10 @@ import pytest
 
 from gpuledger import warehouse
 from gpuledger.alerts.cycle import run_alert_cycle
-from gpuledger.alerts.outbox import deliver, wall_now
+from gpuledger.alerts.outbox import deliver
 from gpuledger.alerts.plan import budget_alerts, digest_alerts, quiet_until, squatting_alerts
 from gpuledger.config import parse_config_text
+from gpuledger.rules.clock import utc_now as wall_now
 from tests._statement_fixtures import CONFIG, october
 from tests.helpers.alert_receivers import receivers_fixture, wait_for  # noqa: F401  (the receivers fixture)
 

@@ -208,14 +208,6 @@ def test_label_cache_gives_what_a_fresh_parse_gives(sim_pages, monkeypatch):
     assert bulk._cache.height <= filled + 100
 
 
-@pytest.mark.parametrize("name", ["node-003", "Node-003.cluster.local", "10.0.0.7", "10.0.0.7.", "fe80::1%eth0",
-                                  " NODE.", ".", "", "  ", "1.2.3", "1.2.3.4.5", "::", "٣.٣.٣.٣", "a%b.c", "node-1.:x"])
-def test_quick_host_canonicalization_same_as_dcgm_fields(name):
-    from gpuledger.ingest.metrics import dcgm_fields
-    from gpuledger.ingest.metrics.exposition_bulk import _canonical_host
-    assert _canonical_host(name) == dcgm_fields.canonical_host(name)
-
-
 @pytest.mark.parametrize("step", [1, 7, 64, 300])
 def test_scan_steps_cut_anywhere_same_as_reference(sim_pages, monkeypatch, step):
     """The scan reads the text in steps cut after a newline (lines longer than a step included):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from gpuledger.ingest import mig
+from gpuledger.rules import mig
 from gpuledger.ingest.jobs import k8s_mapping
 from gpuledger.ingest.jobs.slurm import parse_tres_gpus
 from gpuledger.ingest.metrics import exposition

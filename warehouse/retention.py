@@ -15,12 +15,13 @@ what it removes (a day a day), not the history.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import duckdb
-
 from gpuledger.warehouse.db import transaction
 from gpuledger.warehouse.rollups import HOUR, final_before, refresh_gpu_hourly
+
+from gpuledger.rules.clock import utc_now
 
 DEFAULT_RAW_SAMPLE_DAYS = 35.0
 
@@ -61,7 +62,7 @@ def retention_cutoff(con: duckdb.DuckDBPyConnection, keep_days: float, *, now: d
     newest = con.execute("SELECT max(ts) FROM gpu_samples").fetchall()[0][0]
     if newest is None:
         return None
-    ref = min(newest, now or datetime.now(UTC).replace(tzinfo=None))
+    ref = min(newest, now or utc_now())
     return (ref - timedelta(days=keep_days)).replace(minute=0, second=0, microsecond=0)
 
 

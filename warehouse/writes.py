@@ -9,13 +9,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import duckdb
 import polars as pl
-
 from gpuledger.warehouse.db import transaction
 from gpuledger.warehouse.rollups import final_before, gpu_hourly_kept, hour_span
+
+from gpuledger.rules.clock import naive_utc, utc_now
 
 # Natural keys of every table; `upsert` uses them to dedupe a batch before it reaches DuckDB
 # (DuckDB refuses to update the same row twice in one statement).
@@ -204,7 +205,7 @@ def quarantine(
     rows = list(rows)
     if not rows:
         return 0
-    stamp = (now or datetime.now(UTC)).replace(tzinfo=None)
+    stamp = naive_utc(now) if now else utc_now()
     frame = pl.DataFrame(
         {
             "source": [r.source for r in rows],

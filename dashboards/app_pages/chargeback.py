@@ -58,7 +58,7 @@ if ctx is not None:
         st.caption(note)
 
     lines = view.lines
-    billed = lines.filter(pl.col("line_kind").is_in(["charge", "idle", "credit", "debit"]) & pl.col("currency").is_not_null())
+    billed = queries.billed_lines(lines)
     if billed.height:
         currency = billed["currency"][0]
         bars = (billed.filter(pl.col("currency") == currency)

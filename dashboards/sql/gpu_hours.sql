@@ -1,5 +1,6 @@
 -- One row per device (a whole GPU or a MIG instance) and hour: its activity from the gpu_hourly
--- rollup (the best signal it reports: SM active, else graphics engine active, else GPU util) and
+-- rollup (the best signal it reports: SM active, else graphics engine active, else GPU util but never
+-- on a MIG instance; the fragment activity_ratio is gpuledger.rules.activity's) and
 -- the share of the hour a job held it (job_allocations, capped at the data's "now").
 WITH devices AS (
     SELECT gpu_id, cluster, host, gpu_index, model, mig_profile, mig_instance_id, gpu_fraction
@@ -8,10 +9,8 @@ WITH devices AS (
 ),
 activity AS (
     SELECT h.gpu_id, h.hour,
-           CASE WHEN h.s_n_sm_active > 0 THEN h.s_sm_active / h.s_n_sm_active
-                WHEN h.s_n_gr_engine_active > 0 THEN h.s_gr_engine_active / h.s_n_gr_engine_active
-                WHEN h.s_n_gpu_util > 0 THEN h.s_gpu_util / h.s_n_gpu_util END AS activity_ratio
-    FROM gpu_hourly h SEMI JOIN devices d ON d.gpu_id = h.gpu_id
+           {{ activity_ratio }} AS activity_ratio
+    FROM gpu_hourly h JOIN devices d ON d.gpu_id = h.gpu_id
     WHERE h.hour >= $start AND h.hour < $end
 ),
 hours AS (

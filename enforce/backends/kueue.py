@@ -15,8 +15,6 @@ Every change carries the reason as an annotation and an Event.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from gpuledger.enforce.backends import k8s_common as k8s
 from gpuledger.enforce.backends.base import (
     DONE,
@@ -30,6 +28,8 @@ from gpuledger.enforce.backends.base import (
     Outcome,
 )
 from gpuledger.enforce.model import REQUEUE, Action
+
+from gpuledger.rules.clock import iso_z, utc_now
 
 GROUP, VERSION, PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -125,7 +125,7 @@ class KueueBackend(Backend):
 
     def _warn(self, action, ns, name):
         custom, core = self._apis()
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = iso_z(utc_now())
         body = {"metadata": {"annotations": {k8s.ANN_WARNING: f"{action.stage}: {action.reason}"[:k8s.MAX_MESSAGE],
                                              k8s.ANN_WARNED_AT: stamp}}}
         wl = custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from gpuledger import warehouse
+from gpuledger.rules.clock import utc_now
 
 LEASE = timedelta(minutes=5)
 MAX_BACKOFF = timedelta(hours=1)
@@ -44,10 +45,6 @@ class DeliveryReport:
     retried: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
-
-
-def wall_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def enqueue(path, alerts: list[Alert]) -> int:
@@ -90,7 +87,7 @@ def deliver(path, notifier_for: Callable, *, now: datetime | None = None, max_at
     from gpuledger.alerts.channels import DeliveryError
     from gpuledger.errors import RunError
 
-    now = now or wall_now()
+    now = now or utc_now()
     report = DeliveryReport()
     for key, channel, recipient, subject, body, attempts in _claim(path, now, limit):
         attempt = attempts + 1
@@ -99,7 +96,7 @@ def deliver(path, notifier_for: Callable, *, now: datetime | None = None, max_at
             ok, detail = True, None
         except (DeliveryError, RunError, OSError) as exc:
             ok, detail = False, str(exc)[:500]
-        at = wall_now()
+        at = utc_now()
         with warehouse.open_writer(path) as con, warehouse.transaction(con):
             con.execute("INSERT INTO alert_deliveries VALUES (?, ?, ?, ?, ?)", [key, attempt, at, ok, detail])
             if ok:

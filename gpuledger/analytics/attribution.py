@@ -19,13 +19,8 @@ from gpuledger.analytics.energy import counter_increment
 from gpuledger.analytics.allocations import DEFAULT_TIER, allocation_intervals
 from gpuledger.analytics.intervals import split_by_hour
 from gpuledger.analytics.tree import rollup_to_nodes
+from gpuledger.rules.activity import SIGNALS, best_of_sums
 
-# Best first (design.md "Input facts"): gpu_util reads 100 % for one busy SM and 0 on MIG.
-SIGNALS = [
-    ("sm_active", "sm_active_ratio"),
-    ("gr_engine_active", "gr_engine_active_ratio"),
-    ("gpu_util", "gpu_util_ratio"),
-]
 J_PER_KWH = 3_600_000.0
 USAGE_COLS = ["gpu_hours_allocated", "gpu_hours_active", "gpu_hours_idle", "gpu_hours_unknown", "energy_kwh"]
 
@@ -244,14 +239,7 @@ def partial_hour_keys(pieces: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _activity_from_window() -> list[pl.Expr]:
-    signal = pl.lit(None, pl.String)
-    ratio = pl.lit(None, pl.Float64)
-    for name, _ in reversed(SIGNALS):
-        has = pl.col(f"w_n_{name}") > 0
-        if name == "gpu_util":  # meaningless on MIG (always 0): treat as absent there
-            has = has & ~pl.col("is_mig")
-        signal = pl.when(has).then(pl.lit(name)).otherwise(signal)
-        ratio = pl.when(has).then(pl.col(f"w_{name}") / pl.col(f"w_n_{name}")).otherwise(ratio)
+    signal, ratio = best_of_sums("w_", "w_n_", pl.col("is_mig"))
     return [signal.alias("activity_signal"), ratio.alias("activity_ratio")]
 
 

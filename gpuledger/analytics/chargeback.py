@@ -23,9 +23,8 @@ says so. A period not over at ``now`` is provisional: capacity (so idle) is bill
 
 from __future__ import annotations
 
-import calendar
 import re
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import polars as pl
@@ -36,57 +35,10 @@ from gpuledger.analytics.capacity import DEFAULT_RETIRE_GRACE, capacity_hourly
 from gpuledger.analytics.collect import ENGINE
 from gpuledger.analytics.money import CENTS, RAW, half_up_cents, price_as_of, round_tree, to_raw
 from gpuledger.analytics.tree import Tree, closure
+from gpuledger.rules.billing import BILLED_KINDS, LINE_KINDS
+from gpuledger.rules.periods import period_bounds  # noqa: F401  (callers name it with the lines it bounds)
 
 IDLE = "(idle)"
-
-
-def period_bounds(period: str) -> tuple[datetime, datetime]:
-    """[start, end) in UTC of ``YYYY-MM`` (month), ``YYYY-MM-DD`` (day), ``YYYY-Www`` (ISO week,
-    Monday start) or ``START..END`` (custom, ISO dates or datetimes, end exclusive). ValueError
-    naming the period and the accepted forms for anything else (2026-02-30, 2026-W60, x..y)."""
-    try:
-        return _period_bounds(period)
-    except ValueError as exc:
-        if str(exc).startswith("period "):
-            raise
-        raise ValueError(f"period {period!r}: {exc}; use YYYY-MM, YYYY-MM-DD, YYYY-Www or START..END "
-                         "with dates that exist") from None
-
-
-def _period_bounds(period: str) -> tuple[datetime, datetime]:
-    text = period.strip()
-    if ".." in text:
-        lo, hi = (datetime.fromisoformat(p) for p in text.split("..", 1))
-        if hi <= lo:
-            raise ValueError(f"period {period!r}: the end must come after the start")
-        return lo, hi
-    if m := re.fullmatch(r"(\d{4})-(\d{2})", text):
-        y, mo = int(m[1]), int(m[2])
-        if not 1 <= mo <= 12:
-            raise ValueError(f"period {period!r}: month must be 01..12")
-        start = datetime(y, mo, 1)
-        return start, start + timedelta(days=calendar.monthrange(y, mo)[1])
-    if m := re.fullmatch(r"(\d{4})-W(\d{2})", text):
-        start = datetime.combine(date.fromisocalendar(int(m[1]), int(m[2]), 1), datetime.min.time())
-        return start, start + timedelta(days=7)
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-        start = datetime.fromisoformat(text)
-        return start, start + timedelta(days=1)
-    raise ValueError(
-        f"period {period!r}: use YYYY-MM (month), YYYY-MM-DD (day), YYYY-Www (ISO week) or START..END"
-    )
-
-
-LINE_KINDS = ("charge", "idle", "over-allocated", "capacity-unknown", "unpriced")
-BILLED_KINDS = ("charge", "idle")  # the statement's total; the other kinds are memo lines
-
-
-def billed(frame: pl.DataFrame | pl.LazyFrame) -> pl.Expr:
-    """True on the lines that make a statement's total: charge and idle lines, and the credit /
-    debit lines that correct them (a correction of a memo line is a memo line too)."""
-    names = frame.collect_schema().names()
-    kind = pl.coalesce("correction_of", "line_kind") if "correction_of" in names else pl.col("line_kind")
-    return kind.is_in(BILLED_KINDS)
 OVER = "(over-allocated)"
 CAPACITY_UNKNOWN = "(capacity unknown)"
 NO_JOB_RECORD = "(no job record)"

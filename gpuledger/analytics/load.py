@@ -15,6 +15,7 @@ import polars as pl
 from gpuledger.analytics.collect import ENGINE
 from gpuledger.analytics.squatting import ACTIVITY_COLUMNS, LOOKBACK, PER_DEVICE, held_devices
 from gpuledger.config import SquattingPolicy
+from gpuledger.rules.activity import SIGNAL_NAMES
 from gpuledger.sql import load_sql
 from gpuledger.warehouse.rollups import final_before, hour_span, rollup_frame
 
@@ -333,7 +334,7 @@ MINUTE = timedelta(minutes=1)
 SUSTAINED_FIRST = True
 _EVIDENCE_SCHEMA = {"k": pl.UInt32, "sig": pl.Int32, "last_active": pl.Datetime("us"), "idle_since": pl.Datetime("us"),
                     "covered_minutes": pl.Int64, "fb_used_bytes": pl.Int64}
-_SIGNALS = ("sm_active", "gr_engine_active", "gpu_util")  # best first; attribution.SIGNALS' names
+_SIGNALS = SIGNAL_NAMES  # best first (gpuledger.rules.activity); squatting_activity.sql numbers them 1, 2, 3
 # s: the lookback of the held devices (NaN = no reading, gpu_util dropped on MIG); sig: each
 # device's best signal (1, 2, 3 = _SIGNALS) over the whole lookback; a: the judged samples of each
 # held (job, device) k — from its judged_from on, with a reading of that signal; per: last active

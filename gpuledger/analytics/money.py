@@ -1,21 +1,20 @@
 """Exact money: Decimal columns, prices as of a time, cent rounding that keeps totals.
 
-Raw amounts are polars Decimal(38, 12). The one home for rounding money: half-up to the cent
-(polars' own ``Decimal.round`` rounds half to even, 0.005 -> 0.00, so it is never used on money),
-and the largest-remainder split that rounds a total top-down through a tree of lines, so every
-node is within a cent of its exact amount and children add up to their parent exactly.
+Raw amounts are polars Decimal(38, 12). Rounding to the cent is half-up (the rule and its
+column form: gpuledger.rules.money); here the largest-remainder split that rounds a total
+top-down through a tree of lines, so every node is within a cent of its exact amount and children
+add up to their parent exactly.
 """
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 import polars as pl
 
 from gpuledger.analytics.collect import ENGINE
+from gpuledger.rules.money import CENTS, RAW, half_up_cents, half_up_int_cents  # noqa: F401  (the rule; analytics import it from here)
 
-RAW = pl.Decimal(38, 12)
-CENTS = pl.Decimal(38, 2)
 
 
 def to_raw(expr: pl.Expr) -> pl.Expr:
@@ -43,23 +42,6 @@ def price_as_of(
         .join_asof(rates, on="_eff", by=[model_col, tier_col], strategy="backward", check_sortedness=False)
         .drop("_eff")
     )
-
-
-def round_half_up_cents(value: Decimal) -> Decimal:
-    return value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-
-
-def _half_up_int_cents(expr: pl.Expr) -> pl.Expr:
-    """Integer cents of a Decimal amount, half away from zero (0.005 -> 1, -0.005 -> -1)."""
-    half = pl.lit(Decimal("0.5")).cast(RAW)
-    cents = expr.cast(RAW) * 100
-    return (pl.when(cents >= 0).then((cents + half).floor()).otherwise(-((-cents + half).floor()))
-            .cast(pl.Int128))
-
-
-def half_up_cents(expr: pl.Expr) -> pl.Expr:
-    """A Decimal amount rounded to cents half-up (Decimal(38, 2)); NULL stays NULL."""
-    return (_half_up_int_cents(expr).cast(CENTS) * pl.lit(Decimal("0.01"))).cast(CENTS)
 
 
 def _split_cents(lf: pl.LazyFrame, *, raw_col: str, group: list[str], order: list[str],
@@ -91,7 +73,7 @@ def largest_remainder_cents(lf: pl.LazyFrame, *, raw_col: str, group: list[str],
     Every line gets its floor in cents; the cents left over go one each to the lines with the
     largest remainders (ties broken by ``order`` columns, so the result is deterministic).
     """
-    total = _half_up_int_cents(pl.col(raw_col).sum())
+    total = half_up_int_cents(pl.col(raw_col).sum())
     return (_split_cents(lf, raw_col=raw_col, group=group, order=order,
                          target=total.over(group) if group else total)
             .with_columns(_cents_col(out_col)).drop("_cents"))
@@ -116,7 +98,7 @@ def round_tree(leaves: pl.LazyFrame, *, path: list[str], amounts: dict[str, str]
         nodes = leaves.group_by(keys).agg(*(pl.col(c).sum() for c in [*amounts, *sums]))
         for raw, out in amounts.items():
             if k == 0:
-                nodes = nodes.with_columns(_cents=_half_up_int_cents(pl.col(raw)))
+                nodes = nodes.with_columns(_cents=half_up_int_cents(pl.col(raw)))
             else:
                 parent = levels[-1].select(*path[:k], (pl.col(out).cast(RAW) * 100).cast(pl.Int128)
                                            .alias("_parent"))

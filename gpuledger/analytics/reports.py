@@ -4,7 +4,7 @@ by time), runs the pure polars functions, and collects once."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import duckdb
 import polars as pl
@@ -32,6 +32,7 @@ from gpuledger.analytics.squatting import squatting_findings
 from gpuledger.analytics.usage import node_usage
 from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
 from gpuledger.config import Policy
+from gpuledger.rules.clock import utc_now
 
 DAY = timedelta(days=1)
 
@@ -58,7 +59,7 @@ def data_now(con: duckdb.DuckDBPyConnection, *, wall: datetime | None = None) ->
     """"Now" for the data: the newest sample or job event (submit, start, end) that is not in the
     future (a replayed or simulated week ends there); the wall clock when there is none. A single
     row stamped in the future is ignored rather than moving "now" for every report. Naive UTC."""
-    wall = wall or datetime.now(UTC).replace(tzinfo=None)
+    wall = wall or utc_now()
     newest = con.execute(
         "SELECT greatest((SELECT max(ts) FROM gpu_samples WHERE ts <= $wall), "
         "(SELECT max(t) FROM (SELECT unnest([submit_time, start_time, end_time]) AS t FROM jobs) "

@@ -30,6 +30,8 @@ import duckdb
 import polars as pl
 
 from gpuledger.config import ChargebackPolicy
+from gpuledger.config_store import policy_in_force
+from gpuledger.rules.hosts import canonical_host
 
 # label → {value → tier}; values compared as written by the provider (EKS upper case).
 CLOUD_CAPACITY_LABELS: dict[str, dict[str, str]] = {
@@ -39,12 +41,6 @@ CLOUD_CAPACITY_LABELS: dict[str, dict[str, str]] = {
     "cloud.google.com/gke-preemptible": {"true": "spot"},
     "kubernetes.azure.com/scalesetpriority": {"spot": "spot"},
 }
-
-
-def canonical_host(name: str) -> str:
-    """Short, lower-case host name, as ``gpus.host`` keeps it (a node "ip-10-0-1-7.ec2.internal"
-    is host "ip-10-0-1-7")."""
-    return name.split(".")[0].lower()
 
 
 def _glob(pattern: str | None, value: str | None) -> bool:
@@ -115,18 +111,8 @@ def store_node_labels(con: duckdb.DuckDBPyConnection, rows: pl.DataFrame) -> int
     return rows.height
 
 
-_POLICY_BY_SHA: dict[str, ChargebackPolicy] = {}  # scrape batches call this often; a version never changes
-
-
 def _stored_policy(con: duckdb.DuckDBPyConnection) -> ChargebackPolicy:
-    from gpuledger.ledger.config_versions import stored_config
-
-    stored = stored_config(con)
-    if stored is None:
-        return ChargebackPolicy()
-    if stored.content_sha256 not in _POLICY_BY_SHA:
-        _POLICY_BY_SHA[stored.content_sha256] = stored.config.policy.chargeback
-    return _POLICY_BY_SHA[stored.content_sha256]
+    return policy_in_force(con).chargeback  # scrape batches call this often: parsed once per version
 
 
 def apply_tier_rules(con: duckdb.DuckDBPyConnection, policy: ChargebackPolicy | None = None, *,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import getpass
 import os
-from datetime import UTC, datetime
+from datetime import datetime
 
 import duckdb
+
+from gpuledger.rules.clock import utc_now
 
 
 def actor(by: str | None = None) -> str:
@@ -17,10 +19,6 @@ def actor(by: str | None = None) -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry (containers): the environment's word, else unknown
         return os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def record(

@@ -8,9 +8,11 @@ swap in the packaged example. So:
   reference tables (org_nodes / budgets / rate_card). It adds a version — content as loaded,
   content hash, source path, who and when — plus copies of that version's rate card and budgets,
   an audit row, and returns what changed (printed by the CLI).
-* :func:`config_for_command` gives a command the stored config. An explicit ``--config`` (or
-  ``$GPULEDGER_CONFIG``) that differs from it is refused with the fix (run ``config load``); only
-  an empty warehouse takes the file's config (the packaged example included), and says so.
+* :func:`config_in_force` is the one answer to "which config is in force" (the CLI, the pipelines,
+  the dashboards): the stored config. An explicit ``--config`` (or ``$GPULEDGER_CONFIG``) that
+  differs from it is refused with the fix (run ``config load``) at the CLI, loaded as a new version
+  by the pipelines' reference tables, kept out by readers; only an empty warehouse takes the
+  file's config (the packaged example included), and says so.
 
 A version's hash is over the *validated* content (canonical JSON), so a comment or a reordered
 key in the YAML is not a new version; a changed price is.
@@ -22,8 +24,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 import duckdb
 import polars as pl
@@ -31,6 +33,7 @@ import yaml
 
 from gpuledger.config import Config, parse_config_text, read_config_file
 from gpuledger.config_files import packaged_example_path
+from gpuledger.config_store import StoredConfig, stored_config  # noqa: F401  (StoredConfig: this module's callers)
 from gpuledger.errors import UsageError
 from gpuledger.ledger import audit
 from gpuledger.warehouse.db import transaction
@@ -62,41 +65,6 @@ def config_as_text(cfg: Config) -> str:
         raise RuntimeError("config_as_text: the generated YAML does not parse back to the same config; "
                            "pass the file's text to load_version instead")
     return text
-
-
-@dataclass(frozen=True)
-class StoredConfig:
-    version: int
-    content_sha256: str
-    source_path: str
-    loaded_at: datetime
-    loaded_by: str
-    content_text: str
-
-    @cached_property
-    def config(self) -> Config:
-        return parse_config_text(self.content_text, f"warehouse config version {self.version}")
-
-    def describe(self) -> str:
-        return (f"config version {self.version} (sha256 {self.content_sha256[:12]}, loaded from "
-                f"{self.source_path} at {self.loaded_at:%Y-%m-%d %H:%M} UTC by {self.loaded_by})")
-
-
-def _has_table(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool(con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'config_versions'"
-    ).fetchall()[0][0])
-
-
-def stored_config(con: duckdb.DuckDBPyConnection, version: int | None = None) -> StoredConfig | None:
-    """The latest config version (or ``version``); None for a warehouse never given a config."""
-    if not _has_table(con):
-        return None
-    row = con.execute(
-        "SELECT version, content_sha256, source_path, loaded_at, loaded_by, content_text FROM config_versions "
-        "WHERE ? IS NULL OR version = ? ORDER BY version DESC LIMIT 1", [version, version],
-    ).fetchall()
-    return StoredConfig(*row[0]) if row else None
 
 
 def config_versions(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
@@ -269,7 +237,8 @@ def _periods_touched(con, old: Config | None, new: Config, now: datetime) -> tup
     still open that the change re-prices (said aloud, not silently)."""
     if old is None:
         return [], []
-    from gpuledger.ledger.periods import closed_periods, next_month  # periods imports this module
+    from gpuledger.ledger.periods import closed_periods  # periods imports this module
+    from gpuledger.rules.periods import next_month
 
     windows = repriced_windows(old, new)
     tiers_changed = (old.policy.chargeback.model_dump() != new.policy.chargeback.model_dump())
@@ -295,36 +264,73 @@ def _periods_touched(con, old: Config | None, new: Config, now: datetime) -> tup
 
 # --- which config a command uses ---------------------------------------------------------------
 
-def config_for_command(
-    con: duckdb.DuckDBPyConnection, option: Path | None, *, write: bool, by: str | None = None,
-) -> tuple[Config, str | None]:
-    """(the config a command must use, a note to print or None).
+@dataclass(frozen=True)
+class InForce:
+    """The config in force for a warehouse, and how it came to be."""
 
-    The warehouse's stored config when it has one; ``option`` (an explicit ``--config`` or
-    ``$GPULEDGER_CONFIG``) must then have the same content, else :class:`ConfigMismatch` says to
-    run ``gpuledger config load``. A warehouse without a config: writers (``write=True``) load the
-    file's config as version 1 and say so (the packaged example is named as such); readers use it
-    for this run only.
+    config: Config
+    version: int | None  # the stored version; None: the file's, for this run only (an empty warehouse)
+    source: str  # the file it was loaded from (for a stored version: as recorded)
+    note: str | None = None  # a line to show the user, or None
+    loaded: LoadResult | None = None  # set when this call stored a new version
+
+
+def config_in_force(
+    con: duckdb.DuckDBPyConnection, option: Path | None, *, write: bool, by: str | None = None,
+    differing: Literal["refuse", "load", "stored"] = "refuse",
+) -> InForce:
+    """Which config is in force: the one answer for the CLI, the pipelines and the dashboards.
+
+    The warehouse's stored config when it has one. ``option`` names a file (``--config``,
+    ``$GPULEDGER_CONFIG``; for the pipelines also ./gpuledger.yaml); when its content differs from
+    the stored one, ``differing`` says what happens: ``refuse`` (the CLI: :class:`ConfigMismatch`
+    says to run ``gpuledger config load``), ``load`` (the pipelines' reference tables: a new
+    version through :func:`load_version`, the path ``config load`` takes, said in the result), or
+    ``stored`` (readers that must not fail on it: the stored one stays in force). No ``option`` never
+    replaces a stored config — above all not with the packaged example.
+
+    A warehouse without a config: the file's (``option``, else ./gpuledger.yaml, else the packaged
+    example, named as such); writers (``write=True``) store it as version 1, readers use it for
+    this run only; either way the note says so.
     """
     current = stored_config(con)
     if current is not None:
-        if option is not None:
-            cfg, _, path = read_config_file(option)
-            if fingerprint(cfg) != current.content_sha256:
-                raise ConfigMismatch(
-                    f"--config {path} differs from the warehouse's {current.describe()}; run "
-                    f"`gpuledger config load --config {path}` to replace it (it prints what changes), "
-                    "or leave --config out to use the stored one"
-                )
-        return current.config, None
+        if option is None:
+            return InForce(current.config, current.version, current.source_path)
+        cfg, text, path = read_config_file(option)
+        if fingerprint(cfg) == current.content_sha256:
+            return InForce(current.config, current.version, current.source_path)
+        if differing == "refuse":
+            raise ConfigMismatch(
+                f"--config {path} differs from the warehouse's {current.describe()}; run "
+                f"`gpuledger config load --config {path}` to replace it (it prints what changes), "
+                "or leave --config out to use the stored one"
+            )
+        if differing == "stored":
+            return InForce(current.config, current.version, current.source_path,
+                           note=f"note: {path} differs from the warehouse's {current.describe()}, which stays "
+                                "in force until it is loaded (`gpuledger config load`)")
+        result = load_version(con, cfg, text=text, source=path, by=by)
+        return InForce(cfg, result.version, str(path), loaded=result,
+                       note=f"{path}: loaded as config version {result.version}")
     cfg, text, path = read_config_file(option)
     example = Path(path).resolve() == packaged_example_path().resolve()
     what = f"{path} (the packaged example config)" if example else str(path)
     if not write:
-        return cfg, f"note: the warehouse holds no config yet; using {what} for this run"
+        return InForce(cfg, None, str(path), note=f"note: the warehouse holds no config yet; using {what} for this run")
     result = load_version(con, cfg, text=text, source=path, by=by)
-    return cfg, (f"the warehouse had no config: loaded {what} as config version {result.version} "
-                 "(replace it with `gpuledger config load --config FILE`)")
+    return InForce(cfg, result.version, str(path), loaded=result,
+                   note=(f"the warehouse had no config: loaded {what} as config version {result.version} "
+                         "(replace it with `gpuledger config load --config FILE`)"))
+
+
+def config_for_command(
+    con: duckdb.DuckDBPyConnection, option: Path | None, *, write: bool, by: str | None = None,
+) -> tuple[Config, str | None]:
+    """(the config a command must use, a note to print or None): :func:`config_in_force` as the
+    CLI asks it (a differing ``--config`` is refused)."""
+    chosen = config_in_force(con, option, write=write, by=by)
+    return chosen.config, chosen.note
 
 
 def ensure_config(con: duckdb.DuckDBPyConnection, cfg: Config, *, source: str | Path = LIBRARY_SOURCE,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from decimal import Decimal
 
 import duckdb
@@ -32,7 +32,9 @@ import polars as pl
 from gpuledger.config import Config, Policy
 from gpuledger.errors import RunError, UsageError
 from gpuledger.ledger import audit
-from gpuledger.ledger.config_versions import stored_config
+from gpuledger.config_store import policy_in_force, stored_config
+from gpuledger.rules.billing import billed_sql
+from gpuledger.rules.periods import PeriodError, month_bounds, next_month  # noqa: F401  (callers of the ledger)
 from gpuledger.warehouse.db import transaction
 
 LEVELS = ("job", "project", "node")
@@ -40,24 +42,6 @@ LEVELS = ("job", "project", "node")
 QUANTITIES = ("gpu_hours", "amount", "idle_amount_included")
 # Describe a line rather than identify it (as of when it was computed, derived from its kind).
 DESCRIPTIVE = ("billed_through", "provisional", "billed", "note", "revision", "correction_of")
-
-
-class PeriodError(UsageError):
-    """A period cannot be closed or corrected as asked; the message says what would."""
-
-
-def month_bounds(period: str) -> tuple[datetime, datetime]:
-    """[start, end) of ``YYYY-MM``; statements are issued per calendar month (UTC)."""
-    m = re.fullmatch(r"(\d{4})-(\d{2})", period.strip())
-    if not m or not 1 <= int(m[2]) <= 12:
-        raise PeriodError(f"period {period!r}: statements are per calendar month, give YYYY-MM (e.g. 2026-10)")
-    start = datetime(int(m[1]), int(m[2]), 1)
-    return start, next_month(start)
-
-
-def next_month(moment: datetime) -> datetime:
-    first = datetime(moment.year, moment.month, 1)
-    return (first + timedelta(days=32)).replace(day=1)
 
 
 def closed_periods(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[datetime, datetime]]:
@@ -233,7 +217,7 @@ def _closed_message(con, period: str) -> str:
 def _totals(frame: pl.DataFrame) -> dict[str, str]:
     if frame.is_empty():
         return {}
-    from gpuledger.analytics.chargeback import billed
+    from gpuledger.rules.billing import billed
 
     sums = frame.filter(billed(frame)).group_by("currency").agg(pl.col("amount").sum()).sort("currency")
     return {c: str(a) for c, a in sums.iter_rows()}
@@ -345,9 +329,7 @@ def statement_lines(
         return whole.select(*head, "revision", "correction_of")
     from gpuledger.analytics.reports import chargeback_report
 
-    if policy is None:
-        stored = stored_config(con)
-        policy = stored.config.policy if stored else None
+    policy = policy_in_force(con, policy)
     lines = chargeback_report(con, period, level=level, policy=policy, now=now)
     return lines.with_columns(pl.lit(None, pl.Int32).alias("revision"),
                               pl.lit(None, pl.String).alias("correction_of"))
@@ -365,10 +347,10 @@ def period_list(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
            FROM statement_revisions r0 JOIN statement_revisions r USING (period)
            WHERE r0.revision = 0 GROUP BY r0.period, r0.revision"""
     ).pl()
+    is_billed = billed_sql("line_kind", "json_extract_string(line_json, '$.correction_of')")
     totals = con.sql(
         "SELECT period, currency, sum(amount) AS total FROM statement_lines WHERE level = 'project' "
-        "AND coalesce(json_extract_string(line_json, '$.correction_of'), line_kind) IN ('charge', 'idle') "
-        "GROUP BY period, currency"
+        f"AND {is_billed} GROUP BY period, currency"
     ).pl()
     if totals.height:
         totals = totals.with_columns(total=pl.col("currency") + pl.lit(" ") + pl.col("total").cast(pl.String)) \

@@ -32,12 +32,10 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
     """(name, help, [(labels, value)]) for every metric, from the warehouse at ``path``."""
     from gpuledger import warehouse
     from gpuledger.analytics import reports
-    from gpuledger.ledger.config_versions import stored_config
+    from gpuledger.config_store import policy_in_force
 
     with warehouse.open_reader(path) as con:
-        if policy is None:
-            stored = stored_config(con)
-            policy = stored.config.policy if stored else None
+        policy = policy_in_force(con, policy)
         now = reports.data_now(con)
         fs = reports.fairshare_report(con, policy=policy, as_of=now)
         burn = reports.budget_report(con, policy=policy, as_of=now)

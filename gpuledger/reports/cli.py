@@ -38,7 +38,7 @@ def statement(
     a self-contained HTML page with charts, and manifest.json (SHA-256 of every file, period,
     config version, closed / provisional). A closed month reads its frozen lines."""
     from gpuledger.extras import require
-    from gpuledger.ledger.periods import month_bounds
+    from gpuledger.rules.periods import month_bounds
 
     require("openpyxl"), require("jinja2")
     from gpuledger.reports.files import write_statement_set

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuledger.analytics.chargeback import billed as is_billed
+from gpuledger.rules.billing import billed as is_billed
+from gpuledger.rules.billing import billed_kind
 
 from gpuledger.reports.chart import stacked_bars
 from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
@@ -213,7 +214,10 @@ def _rows(frame: pl.DataFrame) -> list[list[dict]]:
 
 
 def _charts(st: Statement) -> tuple[str, str, str]:
-    billed = st.lines.filter(pl.col("line_kind").is_in(["charge", "idle"]) & pl.col("gpu_model").is_not_null())
+    # corrections count as the kind of line they correct (a closed month's charts move with them)
+    billed = st.lines.filter(is_billed(st.lines) & pl.col("gpu_model").is_not_null())
+    if "correction_of" in billed.columns:
+        billed = billed.with_columns(line_kind=billed_kind())
     by_mt = (billed.with_columns(mt=pl.col("gpu_model") + pl.lit(" / ") + pl.col("tier").fill_null("?"))
              .group_by("mt", "line_kind").agg(pl.col("gpu_hours").sum(), pl.col("amount").sum()).sort("mt"))
     cats = sorted(set(by_mt["mt"].to_list()))

@@ -19,7 +19,7 @@ from decimal import Decimal
 import duckdb
 import polars as pl
 
-from gpuledger.analytics.chargeback import billed as is_billed
+from gpuledger.rules.billing import billed as is_billed
 
 from gpuledger.errors import UsageError
 
@@ -201,7 +201,7 @@ def _grouped_usage(usage: pl.DataFrame, key: str, missing: str) -> pl.DataFrame:
 
 
 def _config_version(con, period: str, closed: bool) -> int | None:
-    from gpuledger.ledger.config_versions import stored_config
+    from gpuledger.config_store import stored_config
 
     if closed:
         row = con.execute("SELECT config_version FROM statement_revisions WHERE period = ? "
@@ -230,7 +230,7 @@ def _history(con, period: str, start: datetime, policy, first_seen: datetime | N
     """Charge, idle and correction amounts and GPU-hours per month for this month and the two
     before it (months before the first device was seen are left out)."""
     from gpuledger.analytics.reports import statement_report
-    from gpuledger.ledger.periods import month_bounds
+    from gpuledger.rules.periods import month_bounds
 
     months = []
     moment = start
@@ -269,15 +269,12 @@ def build_statement(
     from gpuledger.analytics.chargeback import statement_notes
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.reports import data_now, statement_report
-    from gpuledger.ledger.config_versions import stored_config
-    from gpuledger.ledger.periods import is_closed, month_bounds
+    from gpuledger.config_store import policy_in_force
+    from gpuledger.ledger.periods import is_closed
+    from gpuledger.rules.periods import month_bounds
 
     start, end = month_bounds(period)
-    if policy is None:
-        stored = stored_config(con)
-        from gpuledger.config import Policy
-
-        policy = stored.config.policy if stored else Policy()
+    policy = policy_in_force(con, policy)
     now = now or data_now(con)
     closed = is_closed(con, period)
     lines = statement_report(con, period, level="project", policy=policy, now=now)

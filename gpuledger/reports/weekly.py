@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from gpuledger.analytics.chargeback import billed as is_billed
+from gpuledger.rules.billing import billed as is_billed
 
 from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
 
@@ -46,25 +46,17 @@ class WeeklySummary:
 def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now: datetime | None = None,
                  top: int | None = None) -> WeeklySummary:
     """The summary of ISO week ``week`` (YYYY-Www)."""
-    import re
-
-    from gpuledger.analytics.chargeback import period_bounds
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.reports import budget_report, data_now, statement_report
+    from gpuledger.config_store import policy_in_force
     from gpuledger.errors import UsageError
+    from gpuledger.rules.periods import week_bounds
 
-    if not re.fullmatch(r"\d{4}-W\d{2}", week.strip()):
-        raise UsageError(f"--week {week!r}: give an ISO week YYYY-Www (e.g. 2026-W44)")
     try:
-        start, end = period_bounds(week)
-    except ValueError as exc:
+        start, end = week_bounds(week)
+    except UsageError as exc:
         raise UsageError(f"--week: {exc}") from None
-    if policy is None:
-        from gpuledger.config import Policy
-        from gpuledger.ledger.config_versions import stored_config
-
-        stored = stored_config(con)
-        policy = stored.config.policy if stored else Policy()
+    policy = policy_in_force(con, policy)
     top = top or policy.reports.top_squatters
     now = now or data_now(con)
     lines = statement_report(con, week, level="project", policy=policy, now=now)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import socket
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -15,9 +15,16 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger import warehouse
-from gpuledger.cli_common import (ConfigOpt, WarehouseOpt, config_or_exit, out_file, warehouse_config,
-                                  warehouse_path)
+from gpuledger.cli_common import (
+    ConfigOpt,
+    WarehouseOpt,
+    config_or_exit,
+    out_file,
+    warehouse_config,
+    warehouse_path,
+)
 from gpuledger.errors import RunError, UsageError
+from gpuledger.rules.clock import parse_iso, utc_now
 from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START
 
 app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (same seed => same data).",
@@ -47,13 +54,10 @@ def _parse_start(text: str | None, default: datetime, option: str = "--start") -
     if not text:
         return default
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_iso(text)
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not an ISO date/time such as 2026-11-01T00:00:00",
                                  param_hint=option) from None
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC).replace(tzinfo=None)
-    return moment
 
 
 @app.command("warehouse")
@@ -124,11 +128,11 @@ def simulate_serve(
     config: ConfigOpt = None,
 ) -> None:
     """Serve live dcgm-exporter /metrics endpoints, one port per node, until Ctrl-C."""
-    from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.exporter import SimClock, start_exporters
+    from gpuledger.simulator.scenario import build_cluster
 
     cfg = config_or_exit(config)
-    now = _parse_start(sim_start, datetime.now(UTC).replace(tzinfo=None, microsecond=0), "--sim-start")
+    now = _parse_start(sim_start, utc_now().replace(microsecond=0), "--sim-start")
     # jobs start a day before the simulated "now", so the cluster is busy when serving begins
     _whole_nodes(gpus)
     sim = build_cluster(seed=seed, gpus=gpus, start=now - timedelta(days=1), days=days + 1,
@@ -170,8 +174,8 @@ def simulate_openmetrics(
     config: ConfigOpt = None,
 ) -> None:
     """Write an OpenMetrics file for `promtool tsdb create-blocks-from openmetrics FILE DIR`."""
-    from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.exposition import EXPORTED, write_openmetrics
+    from gpuledger.simulator.scenario import build_cluster
 
     families = None
     if metrics is not None:

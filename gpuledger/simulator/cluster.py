@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from gpuledger.ingest.mig import mig_fraction
+from gpuledger.rules.mig import mig_fraction
 from gpuledger.simulator.noise import SALT, hash64
 
 GPUS_PER_NODE = 8

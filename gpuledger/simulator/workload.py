@@ -402,7 +402,7 @@ def _assemble(hw, specs, started, rng, seed, start_s, end_s) -> Workload:
         if s < 0:
             gpus = spec.count * (0.5 if spec.pool == "shared" else 1.0)
             if spec.pool.startswith("mig:"):
-                from gpuledger.ingest.mig import mig_fraction
+                from gpuledger.rules.mig import mig_fraction
 
                 gpus = mig_fraction(spec.pool[4:], "H100") * spec.count  # MIG nodes are H100 (gpu_model below)
         else:

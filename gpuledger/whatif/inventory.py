@@ -2,7 +2,7 @@
 
 A pool is (cluster, model, MIG profile or None). A whole-GPU pool's devices are GPUs; a MIG pool's
 devices are MIG instances of one profile (a 3g.40gb instance is 3/7 of its GPU, by
-gpuledger.ingest.mig): slices pack onto the instances their GPUs are carved into. A job takes
+gpuledger.rules.mig): slices pack onto the instances their GPUs are carved into. A job takes
 ``units`` devices, ``unit_size`` of each: 1.0 for a whole GPU or an instance, less for a shared
 GPU (several jobs pack onto one device until it is full). Packing is first fit by device index,
 so a run is deterministic.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from gpuledger.ingest.mig import mig_fraction
+from gpuledger.rules.mig import mig_fraction
 
 EPS = 1e-9
 

@@ -1,7 +1,7 @@
 """The simulator's records: a job of a trace, the knobs of a run, what happened. No I/O.
 
 Times are integer seconds since the trace's origin (``Trace.origin``, naive UTC). GPU counts are
-whole-GPU equivalents (a 3g MIG slice on an H100 is 3/7; gpuledger.ingest.mig).
+whole-GPU equivalents (a 3g MIG slice on an H100 is 3/7; gpuledger.rules.mig).
 """
 
 from __future__ import annotations

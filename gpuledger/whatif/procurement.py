@@ -29,16 +29,13 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
-CENT = Decimal("0.01")
+from gpuledger.rules.money import cents
+
 MONTH_HOURS = 30 * 24
 ON_DEMAND, RESERVED_OD, RESERVED_SPOT = "on-demand", "reserved+on-demand", "reserved+spot+on-demand"
 MIXES = (ON_DEMAND, RESERVED_OD, RESERVED_SPOT)
-
-
-def cents(x: Decimal) -> Decimal:
-    return x.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def _dec(x: float) -> Decimal:

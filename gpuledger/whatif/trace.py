@@ -4,13 +4,14 @@ activity per hour of runtime, and the inventory (the warehouse's, or one from a 
 * pool — the (cluster, model, MIG profile) of the devices the job held (job_allocations ⋈ gpus);
   a job without device allocations: its cluster, jobs.gpu_model and a MIG profile named in it;
 * units — devices of the pool: whole GPUs = the GPU count; MIG = GPU count ÷ the profile's
-  fraction (gpuledger.ingest.mig); a shared GPU (< 1 and no MIG) is one device, that share of it;
+  fraction (gpuledger.rules.mig); a shared GPU (< 1 and no MIG) is one device, that share of it;
 * work — end − start as recorded; still running at the range's end: up to that end (a lower
   bound); never started: its declared minimum runtime when it cannot checkpoint and is not of a
   kind exempt from preemption (the runtime it says it needs), else the median runtime of its kind
   in the trace (else 1 h);
 * activity — per hour of its runtime, the mean over its devices of the best signal the hourly
-  rollup has (SM active, then graphics engine active, then GPU utilisation; attribution.SIGNALS),
+  rollup has (SM active, then graphics engine active, then GPU utilisation, never on MIG:
+  gpuledger.rules.activity),
   where gpu_hourly covers it; a job without device allocations, from the samples its scheduler
   label names (Slurm ``hpc_job``, a pod's namespace/pod); else by kind (:data:`KIND_ACTIVITY`).
 
@@ -26,7 +27,9 @@ from datetime import datetime
 from pathlib import Path
 
 from gpuledger.errors import UsageError
-from gpuledger.ingest.mig import find_profile, mig_fraction
+from gpuledger.rules import activity
+from gpuledger.rules.mig import find_profile, mig_fraction
+from gpuledger.sql import load_sql
 from gpuledger.whatif.inventory import Device, Inventory, pool_key
 from gpuledger.whatif.model import Params, SimJob, Trace
 
@@ -53,35 +56,10 @@ FROM job_allocations a JOIN gpus g USING (gpu_id) JOIN jobs j ON j.cluster = a.c
 WHERE coalesce(j.submit_time, j.start_time) < $end AND (j.end_time IS NULL OR j.end_time > $start)
 GROUP BY ALL
 """
-_ACTIVITY = """
-SELECT a.cluster, a.job_id,
-       CAST(floor(epoch(h.hour - date_trunc('hour', j.start_time)) / 3600) AS BIGINT) AS run_hour,
-       avg(CASE WHEN h.s_n_sm_active > 0 THEN h.s_sm_active / h.s_n_sm_active
-                WHEN h.s_n_gr_engine_active > 0 THEN h.s_gr_engine_active / h.s_n_gr_engine_active
-                WHEN h.s_n_gpu_util > 0 AND g.mig_profile IS NULL THEN h.s_gpu_util / h.s_n_gpu_util END) AS activity
-FROM job_allocations a
-JOIN jobs j ON j.cluster = a.cluster AND j.job_id = a.job_id
-JOIN gpus g ON g.gpu_id = a.gpu_id
-JOIN gpu_hourly h ON h.gpu_id = a.gpu_id AND h.hour >= date_trunc('hour', a.start_time)
-     AND h.hour < coalesce(a.end_time, $end)
-WHERE j.start_time IS NOT NULL AND coalesce(j.submit_time, j.start_time) < $end
-  AND (j.end_time IS NULL OR j.end_time > $start) AND h.hour >= $start AND h.hour < $end
-GROUP BY ALL
-"""
-
-# Jobs without device allocations: their samples by the label DCGM puts on them (a Slurm job's
-# hpc_job, a pod's namespace/pod), as gpuledger.ingest.device_links matches them. Jobs with
-# allocations are read from gpu_hourly first and keep those values.
-_ACTIVITY_LABELS = """
-SELECT j.cluster, j.job_id,
-       CAST(floor(epoch(date_trunc('hour', s.ts) - date_trunc('hour', j.start_time)) / 3600) AS BIGINT) AS run_hour,
-       avg(coalesce(s.sm_active_ratio, s.gr_engine_active_ratio, s.gpu_util_ratio)) AS activity
-FROM gpu_samples s
-JOIN jobs j ON {match}
-WHERE s.ts >= $start AND s.ts < $end AND j.start_time IS NOT NULL AND s.ts >= j.start_time
-  AND (j.end_time IS NULL OR s.ts < j.end_time)
-GROUP BY ALL
-"""
+# Jobs with device allocations read gpu_hourly first and keep those values; the others, their
+# samples by the label DCGM puts on them (one query per way of matching, below).
+_ACTIVITY = load_sql(__package__, "job_activity_hourly.sql",
+                     activity_ratio=activity.ratio_of_sums_sql("h", activity.is_mig_sql("g")))
 _MATCH_SLURM = "s.hpc_job = coalesce(j.scheduler_job, j.job_id)"
 # a pod: namespace/pod as the Kubernetes ingest records it (jobs.scheduler_job), else a pod named
 # after its job plus the controller's five-character suffix (the simulator's pods)
@@ -90,6 +68,11 @@ _MATCH_POD_NAME = (
     "regexp_replace(s.pod, '-[0-9a-z]{5}$', '') = j.name AND s.namespace = j.namespace "
     "AND j.scheduler_job IS NULL"
 )
+
+
+def _activity_labels(match: str) -> str:
+    return load_sql(__package__, "job_activity_labels.sql", match=match,
+                    activity_ratio=activity.sample_ratio_sql("s", activity.is_mig_sql("g")))
 
 
 def inventory_from_warehouse(con, *, start: datetime, end: datetime) -> Inventory:
@@ -172,7 +155,7 @@ def load_trace(
     activity: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     queries = [_ACTIVITY]
     if samples:
-        queries += [_ACTIVITY_LABELS.format(match=m) for m in (_MATCH_SLURM, _MATCH_POD, _MATCH_POD_NAME)]
+        queries += [_activity_labels(m) for m in (_MATCH_SLURM, _MATCH_POD, _MATCH_POD_NAME)]
     for query in queries:
         for cl, jid, hour, act in con.execute(query, args).fetchall():
             if act is not None and hour is not None and hour >= 0:
@@ -282,6 +265,6 @@ def load_trace(
 
 
 def _model_key(gpu_model: str | None) -> str | None:
-    from gpuledger.ingest.model_keys import gpu_model_key
+    from gpuledger.rules.model_keys import gpu_model_key
 
     return gpu_model_key(gpu_model) if gpu_model else None

@@ -73,7 +73,8 @@ def mixes_frame(mixes):
 
     import polars as pl
 
-    from gpuledger.whatif.procurement import MIXES, ON_DEMAND, cents
+    from gpuledger.rules.money import cents
+    from gpuledger.whatif.procurement import MIXES, ON_DEMAND
 
     rows = []
     base = {m.model: m.cost for m in mixes if m.mix == ON_DEMAND}

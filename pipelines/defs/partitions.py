@@ -11,20 +11,17 @@ The first partition is ``$GPULEDGER_PARTITIONS_START`` (a date, default 2026-01-
 
 import os
 import warnings
-from datetime import UTC, datetime
+from datetime import datetime
 
 import dagster as dg
+
+from gpuledger.rules.clock import naive_utc
 
 PARTITIONS_START_ENV = "GPULEDGER_PARTITIONS_START"
 PARTITIONS_START = os.environ.get(PARTITIONS_START_ENV, "2026-01-01")
 
 daily_partitions = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START, timezone="UTC", end_offset=1)
 monthly_partitions = dg.MonthlyPartitionsDefinition(start_date=PARTITIONS_START[:8] + "01", timezone="UTC")
-
-
-def naive_utc(moment: datetime) -> datetime:
-    """The warehouse's convention: naive datetimes holding UTC."""
-    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
 def window(context: dg.AssetExecutionContext) -> tuple[datetime, datetime]:

@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from gpuledger.errors import printable
-from gpuledger.ingest.model_keys import KNOWN_MODELS
+from gpuledger.rules.model_keys import KNOWN_MODELS
 from gpuledger.warehouse import QuarantineRow
 
 EARLIEST = datetime(2000, 1, 1)  # nothing before it ran on a GPU this ledger prices
@@ -40,16 +40,9 @@ class JobLimits:
 
 
 def _policy_limits(con, policy) -> tuple[float, timedelta]:
-    if policy is None:
-        try:  # the warehouse's stored config, when it has one
-            from gpuledger.config import parse_config_text
-            from gpuledger.ledger.config_versions import stored_config
+    from gpuledger.config_store import policy_in_force
 
-            stored = stored_config(con)
-            policy = parse_config_text(stored.content_text).policy if stored else None
-        except Exception:  # noqa: BLE001 - an unreadable stored config is reported by its own commands
-            policy = None
-    jobs = getattr(policy, "jobs", None)
+    jobs = getattr(policy_in_force(con, policy), "jobs", None)  # a stored config that no longer validates says so
     if jobs is None:
         return DEFAULT_MAX_GPUS_PER_JOB, DEFAULT_CLOCK_SKEW
     return jobs.max_gpus_per_job, timedelta(minutes=jobs.clock_skew_minutes)

@@ -16,13 +16,13 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 
 from gpuledger.ingest.jobs.checks import JobLimits, job_problem
-from gpuledger.timeparse import parse_duration_s, parse_utc
+from gpuledger.rules.clock import naive_utc, parse_duration_s, parse_utc, utc_now
 from gpuledger.warehouse import QuarantineRow
 from gpuledger.warehouse.job_columns import JOB_CORE
 
@@ -102,7 +102,7 @@ def parse_jobs_csv(
     """Parse the whole CSV text. ``location`` (the file name) prefixes every quarantine line number.
     Rows must also pass :func:`gpuledger.ingest.jobs.checks.job_problem` under ``limits`` (from the
     warehouse: checks.job_limits), else under the org tree's ``projects`` alone."""
-    now = (now or datetime.now(UTC)).replace(tzinfo=None)
+    now = naive_utc(now) if now else utc_now()
     if limits is None:
         limits = JobLimits(projects=frozenset(projects))
     elif limits.projects is None:

@@ -21,7 +21,7 @@ Choices, and why:
   workload are its pods' rows, and a start time here would count them twice. ``end_time`` is the
   ``Finished`` condition's time.
 * GPUs: ``nvidia.com/gpu`` counts 1 each; ``nvidia.com/mig-<c>g.<mem>gb`` counts by compute slices
-  (:func:`gpuledger.ingest.mig.mig_fraction`: ``c/7``, ``c/4`` on an A30). Containers are summed; init
+  (:func:`gpuledger.rules.mig.mig_fraction`: ``c/7``, ``c/4`` on an A30). Containers are summed; init
   containers run one at a time, so the pod holds max(Σ containers, max init container).
 * A structural fault that hides whether the pod asks for GPUs is rejected; a bad field in a pod
   that asks for no GPU is ignored with the pod (it is not ours to judge).
@@ -33,13 +33,14 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from gpuledger.ingest import mig
-from gpuledger.ingest.mig import find_profile
-from gpuledger.ingest.model_keys import gpu_model_key
+from gpuledger.rules import mig
+from gpuledger.rules.clock import naive_utc, parse_iso
+from gpuledger.rules.mig import find_profile
+from gpuledger.rules.model_keys import gpu_model_key
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -179,14 +180,12 @@ def parse_time(value: Any, path: str) -> datetime | None:
         stamp = value
     elif isinstance(value, str):
         try:
-            stamp = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+            return parse_iso(value)
         except ValueError:
             raise _Malformed(path, f"{value!r} is not an RFC 3339 time like 2026-11-29T10:00:00Z") from None
     else:
         raise _Malformed(path, f"expected an RFC 3339 time string, got {type(value).__name__}")
-    if stamp.tzinfo is not None:
-        stamp = stamp.astimezone(UTC).replace(tzinfo=None)
-    return stamp
+    return naive_utc(stamp)
 
 
 def parse_duration_s(value: Any, path: str) -> int | None:
@@ -239,7 +238,7 @@ def _quantity(value: Any, path: str) -> Decimal:
 
 def mig_fraction(profile: str, model: str | None = None) -> float | None:
     """Share of a physical GPU held by a MIG resource's profile (``"3g.40gb"`` → 3/7); None unless
-    the whole name is a profile (``mig-3g.40gb-extra`` is not). The rule: gpuledger.ingest.mig."""
+    the whole name is a profile (``mig-3g.40gb-extra`` is not). The rule: gpuledger.rules.mig."""
     if find_profile(profile) != profile.lower():
         return None
     return mig.mig_fraction(profile, model)

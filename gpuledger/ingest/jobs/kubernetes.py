@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,6 @@ from kubernetes import watch as k8s_watch
 from gpuledger import warehouse
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.jobs.checks import job_limits, screen_jobs
-from gpuledger.ingest.tiers import node_label_rows, store_node_labels
 from gpuledger.ingest.jobs.k8s_mapping import (
     DEFAULT_OPTIONS,
     JobRecord,
@@ -49,6 +48,8 @@ from gpuledger.ingest.jobs.k8s_mapping import (
     node_gpu_products,
     raw_text,
 )
+from gpuledger.ingest.tiers import node_label_rows, store_node_labels
+from gpuledger.rules.clock import utc_now
 from gpuledger.warehouse.job_columns import JOB_CORE, job_schema
 
 log = logging.getLogger(__name__)
@@ -58,10 +59,6 @@ KUEUE_GROUP, KUEUE_VERSION, KUEUE_PLURAL = "kueue.x-k8s.io", "v1beta1", "workloa
 HTTP_GONE = 410
 
 JOB_SCHEMA: dict[str, pl.DataType] = {**JOB_CORE, **job_schema("priority_class", "scheduler_job")}
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def api_client(kubeconfig: str | os.PathLike | None = None, context: str | None = None) -> k8s.ApiClient:

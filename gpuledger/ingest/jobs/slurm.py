@@ -14,7 +14,7 @@ Two formats are read, with one mapping:
 Mapping: Account → project, User → user_name, JobName → name, the GPU count and model from the
 TRES string (``gres/gpu=2``, ``gres/gpu:h100=2`` → gpus 2, gpu_model H100; MIG types such as
 ``gres/gpu:nvidia_a100_3g.40gb=1`` count 3/7 of a GPU each, an A30's ``2g.12gb`` 2/4: the rule lives
-in gpuledger.ingest.mig). AllocTRES is used once a job has an
+in gpuledger.rules.mig). AllocTRES is used once a job has an
 allocation, ReqTRES before that (pending, or cancelled before it started), so ``gpus`` is what
 the job holds or asks for. State "CANCELLED by 123" → CANCELLED. The cluster is the export's own
 (Cluster column / JSON ``cluster``); the caller's ``cluster`` fills it where the export has none.
@@ -43,8 +43,9 @@ import polars as pl
 
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.jobs.checks import job_limits, screen_jobs
-from gpuledger.ingest.mig import find_profile, mig_fraction
-from gpuledger.ingest.model_keys import gpu_model_key
+from gpuledger.rules.clock import naive_utc, utc_now
+from gpuledger.rules.mig import find_profile, mig_fraction
+from gpuledger.rules.model_keys import gpu_model_key
 from gpuledger.warehouse import QuarantineRow, quarantine, upsert
 from gpuledger.warehouse.job_columns import JOB_CORE, job_schema
 
@@ -139,7 +140,7 @@ def _gpus_and_model(total: int | None, typed: dict[str, int]) -> tuple[float, st
     model = "+".join(models) if models else None
     mig_share = {t: mig_fraction(find_profile(t), gpu_model_key(t)) for t in typed if find_profile(t)}
     if mig_share:
-        # A MIG slice counts by its compute slices of its model (gpuledger.ingest.mig: 3g = 3/7, A30 2g = 2/4).
+        # A MIG slice counts by its compute slices of its model (gpuledger.rules.mig: 3g = 3/7, A30 2g = 2/4).
         unknown = [t for t, share in mig_share.items() if share is None]
         if unknown:
             raise ValueError(f"GPU type {unknown[0]!r}: more MIG slices than its GPU model has")
@@ -258,8 +259,7 @@ def _frame(rows: list[dict]) -> pl.DataFrame:
 
 def _now(now: datetime | None) -> datetime:
     """The import's updated_at, naive UTC."""
-    now = now or datetime.now(UTC)
-    return now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo else now
+    return naive_utc(now) if now else utc_now()
 
 
 # --- parsable2 ---------------------------------------------------------------------------------

@@ -15,13 +15,14 @@ column are decided in one table (design.md, "Input facts to design for"):
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import polars as pl
+
+from gpuledger.rules.hosts import canonical_host, canonical_host_expr
 
 # --- blank (sentinel) values, from dcgm_structs.h -------------------------------------------------
 DCGM_INT32_BLANK = 0x7FFFFFF0  # .. 0x7FFFFFFF: blank / not found / not supported / no permission
@@ -169,28 +170,7 @@ def blank_expr(column: str, dcgm_type: DcgmType = "int64") -> pl.Expr:
     return blank.fill_null(False)
 
 
-# --- hosts -------------------------------------------------------------------------------------
-def canonical_host(name: str | None) -> str | None:
-    """Short lower-case host name: ``"Node-003.cluster.local"`` -> ``"node-003"``; IPs kept whole."""
-    if name is None:
-        return None
-    text = name.strip().lower().rstrip(".")
-    if not text:
-        return None
-    try:
-        ipaddress.ip_address(text.split("%")[0])
-        return text
-    except ValueError:
-        return text.split(".", 1)[0]
-
-
-def canonical_host_expr(column: str = "host") -> pl.Expr:
-    """polars version of ``canonical_host`` (IPv4 addresses kept whole)."""
-    text = pl.col(column).str.strip_chars().str.to_lowercase().str.strip_chars_end(".")
-    is_ip = text.str.contains(r"^\d{1,3}(\.\d{1,3}){3}$") | text.str.contains(":")
-    return pl.when(is_ip).then(text).otherwise(text.str.split(".").list.first()).alias(column)
-
-
+# --- hosts (the rule: gpuledger.rules.hosts) ----------------------------------------------------
 def host_from_labels(labels: dict[str, str]) -> str | None:
     """Canonical host from whichever host label spelling a series carries."""
     for key in HOST_LABELS:

@@ -38,10 +38,11 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from gpuledger.ingest import mig
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.ingest.metrics.values import FIELD_CHECKS, value_problem
-from gpuledger.ingest.model_keys import gpu_model_key
+from gpuledger.rules import mig
+from gpuledger.rules.hosts import canonical_host_series
+from gpuledger.rules.model_keys import gpu_model_key
 
 MAX_LABEL_LEN = 1024  # characters; real DCGM labels are < 100, a 10 kB label is garbage
 DEFAULT_MAX_FUTURE_S = 300.0
@@ -448,7 +449,7 @@ def _ranked_series(series: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray, np.n
     gpu_of_dev = (np.cumsum(new_gpu) - 1)[first]
     mig_of_dev = ranked["mig_instance_id"].to_numpy()[first]
     hosts = ranked["host"].unique()
-    canonical = hosts.to_frame().select(dcgm.canonical_host_expr("host"))["host"]
+    canonical = canonical_host_series(hosts)
     attrs = ranked.select("gpu_uuid", "mig_instance_id", *DEVICE_ATTRS, *JOB_COLUMNS).with_columns(
         pl.col("host").replace_strict(hosts, canonical, return_dtype=pl.String))
     for array in (prio_of, dev_of, gpu_of_dev, mig_of_dev):
@@ -507,7 +508,7 @@ def device_level_once(samples: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def mig_fraction(profile: str | None, model: str | None) -> float:
-    """Compute share of a device: its MIG profile's (gpuledger.ingest.mig: ``3g.40gb`` = 3/7, an
+    """Compute share of a device: its MIG profile's (gpuledger.rules.mig: ``3g.40gb`` = 3/7, an
     A30's ``2g.12gb`` = 2/4); 1.0 for a whole GPU or a profile no rule knows."""
     return mig.mig_fraction(profile, model) or 1.0 if profile else 1.0
 

@@ -52,6 +52,7 @@ from gpuledger.ingest.metrics.exposition import (
 )
 from gpuledger.ingest.metrics.exposition_scan import Text, name_views, page_bytes, read_lines
 from gpuledger.ingest.metrics.values import FIELD_CHECKS
+from gpuledger.rules.hosts import canonical_host_series
 
 METRICS = tuple(FIELD_CHECKS)  # metric code = position here
 _METRIC_ENUM = pl.Enum(METRICS)
@@ -80,18 +81,6 @@ def canonical_key(labels: dict[str, str]) -> str:
     if any(c in v for v in labels.values() for c in ('"', "\\", "\n", "=")):
         return "\x00" + repr(sorted(labels.items()))
     return '",'.join(sorted(f'{k}="{v}' for k, v in labels.items()))
-
-
-_IP_CHARS = frozenset("0123456789.")
-
-
-def _canonical_host(name: str) -> str | None:
-    """``dcgm.canonical_host``, without its IP-address parse (7 us) for a name that cannot be one."""
-    text = name.strip().lower().rstrip(".")
-    head = text.split("%")[0]
-    if ":" in head or (head and _IP_CHARS.issuperset(head)):
-        return dcgm.canonical_host(name)
-    return text.split(".", 1)[0] if text else None
 
 
 def _nonempty(column: str) -> pl.Expr:
@@ -127,10 +116,7 @@ def _simple_label_sets(texts: pl.Series) -> pl.DataFrame:
         pci_bus_id=_nonempty("pci_bus_id"), model_name=_nonempty("modelName"),
         mig_profile=_nonempty("GPU_I_PROFILE"), hpc_job=_nonempty("hpc_job"), **k8s,
     )
-    hosts = frame["host_raw"].drop_nulls().unique()
-    frame = frame.with_columns(host=pl.col("host_raw").replace_strict(
-        hosts, pl.Series([_canonical_host(h) for h in hosts.to_list()], dtype=pl.String),
-        default=None, return_dtype=pl.String))
+    frame = frame.with_columns(host=canonical_host_series(frame["host_raw"]))
     mig_ok = pl.col("GPU_I_ID").fill_null("").is_in([""]) | pl.col("GPU_I_ID").str.contains(_INT)
     gpu_ok = pl.col("gpu").fill_null("").is_in([""]) | pl.col("gpu").str.contains(_INT)
     return frame.select(

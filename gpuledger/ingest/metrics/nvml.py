@@ -20,15 +20,17 @@ import re
 import socket
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from types import ModuleType
 from typing import Any
 
 import polars as pl
 
 from gpuledger import warehouse
-from gpuledger.ingest.mig import mig_fraction
-from gpuledger.ingest.model_keys import gpu_model_key
+from gpuledger.rules.clock import utc_now
+from gpuledger.rules.hosts import canonical_host
+from gpuledger.rules.mig import mig_fraction
+from gpuledger.rules.model_keys import gpu_model_key
 
 SOURCE = "nvml"
 _MIG_NAME = re.compile(r"MIG\s+(\S+)")
@@ -244,12 +246,12 @@ def write_readings(con, inventory: pl.DataFrame, samples: pl.DataFrame) -> int:
 
 def local_host() -> str:
     """The canonical host name: short and lower case, as the warehouse keeps it."""
-    return socket.gethostname().split(".")[0].lower()
+    return canonical_host(socket.gethostname()) or "localhost"
 
 
 def sample_ts() -> datetime:
     """Now as naive UTC, to the second (one sample per device per second at most)."""
-    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    return utc_now().replace(microsecond=0)
 
 
 def shutdown(nvml: ModuleType | Any) -> None:

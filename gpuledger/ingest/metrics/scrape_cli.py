@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from gpuledger.cli_common import WarehouseOpt, utc_range, warehouse_path
 from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.lazy import lazy_import
-from gpuledger.timeparse import parse_duration_s
+from gpuledger.rules.clock import parse_duration_s
 
 # polars / DuckDB behind these load when a command runs, not for --help
 prom = lazy_import("gpuledger.ingest.metrics.prometheus.backfill")

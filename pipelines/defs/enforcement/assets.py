@@ -8,12 +8,13 @@
   off, and (for anything but a dry run) ``dry_run`` is false. Each action is performed at most once.
 """
 
-from datetime import datetime
 
 import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
+
+from gpuledger.rules.clock import parse_iso
 
 
 class EnforcementCycle(dg.Config):
@@ -34,7 +35,7 @@ def enforcement_plan(context: dg.AssetExecutionContext, config: EnforcementCycle
     with warehouse.writer():  # the schema up to date before reading
         pass
     with warehouse.reader() as con:
-        now = datetime.fromisoformat(config.as_of) if config.as_of else reports.data_now(con)
+        now = parse_iso(config.as_of) if config.as_of else reports.data_now(con)
     observed = None
     rails = cfg.policy.enforcement
     if rails.pipeline_apply and rails.pipeline_backend:  # the live view for the checkpoint declarations

@@ -29,20 +29,27 @@ def skipped(context: dg.AssetExecutionContext, config: GpuledgerConfig, key: str
 @dg.asset(group_name=GROUP, kinds={"duckdb"})
 def reference_tables(context: dg.AssetExecutionContext, warehouse: Warehouse,
                      gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
-    """The org tree, budgets and rate card of the config file (org_nodes, budgets, rate_card),
-    loaded through the ledger: a new config version (audited, by "dagster") only when the file's
-    content changed; closed periods keep their issued statements."""
-    from gpuledger.ledger.config_versions import load_version
-
-    cfg, text, source = gpuledger_config.read()
+    """The org tree, budgets and rate card in force (org_nodes, budgets, rate_card): the config
+    file, when one is given and its content changed, becomes a new config version through the
+    ledger (gpuledger.ledger.config_versions.config_in_force: the path `config load` takes; audited,
+    by "dagster"), and the metadata says so; with no file the stored version stays in force (the
+    packaged example only starts an empty warehouse). Closed periods keep their issued statements."""
     with warehouse.writer() as con:
-        loaded = load_version(con, cfg, text=text, source=source, by="dagster")
-    for change in loaded.changes:
+        chosen = gpuledger_config.in_force(con, load=True)
+    cfg, loaded = chosen.config, chosen.loaded
+    for change in loaded.changes if loaded else []:
         context.log.info(f"config change: {change}")
+    file = gpuledger_config.config_file()
+    if loaded is not None:
+        said = f"{chosen.source} loaded as config version {chosen.version}"
+    elif file is None:
+        said = f"no config file given: the warehouse's stored config version {chosen.version} stays in force"
+    else:
+        said = f"{file} unchanged: config version {chosen.version} in force"
     return dg.MaterializeResult(metadata={
-        "config": str(source), "config_version": loaded.version,
-        "new_version": loaded.added, "org_nodes": len(cfg.node_names()), "budgets": len(cfg.budgets),
-        "rates": len(cfg.rate_card), "rows_quarantined": 0,
+        "config": str(chosen.source), "config_version": chosen.version, "config_in_force": said,
+        "new_version": loaded is not None and loaded.added, "org_nodes": len(cfg.node_names()),
+        "budgets": len(cfg.budgets), "rates": len(cfg.rate_card), "rows_quarantined": 0,
     })
 
 

@@ -3,13 +3,13 @@
 advances the episodes (gpuledger.analytics.squatting_lifecycle): opened, each severity change,
 resolved. Evaluations only move forward: one at or before the latest recorded changes nothing."""
 
-from datetime import datetime
 
 import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
-from gpuledger.pipelines.defs.partitions import naive_utc
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.tables import insert_frame, sql, utc_now
+
+from gpuledger.rules.clock import parse_iso
 
 PACKAGE = "gpuledger.pipelines.defs.squatting"
 
@@ -29,7 +29,7 @@ def squatting_findings(context: dg.AssetExecutionContext, config: SquattingEvalu
 
     policy = gpuledger_config.load().policy
     with warehouse.reader() as con:
-        now = naive_utc(datetime.fromisoformat(config.as_of)) if config.as_of else reports.data_now(con)
+        now = parse_iso(config.as_of) if config.as_of else reports.data_now(con)
         last = con.execute(sql(PACKAGE, "last_evaluation")).fetchall()[0][0]
         if last is not None and now <= last:
             message = f"already evaluated at {last.isoformat()}; {now.isoformat()} changes nothing"

@@ -1,4 +1,5 @@
-"""Reading times and durations from user input. Everything becomes naive UTC (the warehouse's)."""
+"""The clock rule: time is UTC, held as naive datetimes (the warehouse's convention, DuckDB's
+TIMESTAMP); the one "now", the one ISO-8601 reader and writer, the one duration reader."""
 
 from __future__ import annotations
 
@@ -7,6 +8,27 @@ from datetime import UTC, datetime
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.IGNORECASE)
 _UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def utc_now() -> datetime:
+    """The wall clock as naive UTC (microseconds kept)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def naive_utc(moment: datetime) -> datetime:
+    """``moment`` as the warehouse holds it: an aware datetime converted to UTC and made naive; a
+    naive one is taken to be UTC already."""
+    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo is not None else moment
+
+
+def iso_z(moment: datetime) -> str:
+    """``2026-11-01T08:00:00Z``: ISO-8601 to the second, UTC marked (naive is taken as UTC)."""
+    return naive_utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(text: str) -> datetime:
+    """ISO-8601 with a ``Z``, an offset or none (UTC) -> naive UTC; ValueError as ``fromisoformat``'s."""
+    return naive_utc(datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00")))
 
 
 def parse_utc(text: str) -> datetime:
@@ -20,14 +42,11 @@ def parse_utc(text: str) -> datetime:
     if re.fullmatch(r"-?\d+(\.\d+)?", value):
         return datetime.fromtimestamp(float(value), UTC).replace(tzinfo=None)
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        return parse_iso(value)
     except ValueError:
         raise ValueError(
             f"{value!r} is not a time: use ISO-8601 (2026-11-01T08:00:00Z) or epoch seconds"
         ) from None
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
-    return parsed
 
 
 def parse_duration_s(text: str) -> int:

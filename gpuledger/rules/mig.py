@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from gpuledger.ingest.model_keys import gpu_model_key
+from gpuledger.rules.model_keys import gpu_model_key
 
 SEVEN_SLICE_MODELS = frozenset(
     {"A100", "A800", "H100", "H800", "H20", "H200", "GH200", "B100", "B200", "B300", "GB200", "GB300"}

@@ -1,0 +1,79 @@
+"""The warehouse's stored config — the reader, and the policy in force — low enough for every layer.
+
+The warehouse, not the working folder, holds the config a command uses (numbered versions in
+``config_versions``, written only by ``gpuledger.ledger.config_versions.load_version``: ``config
+load`` and the pipelines' reference tables). This module only reads: ingest (pricing tiers, job
+limits), analytics callers, the ledger, the finance files, alerts, metrics and the dashboards ask
+it, and it imports nothing of theirs.
+
+"Stored policy, else default" is :func:`policy_in_force`: an explicit policy, else the stored
+config's, else the defaults of a warehouse never given a config. A stored config that no longer
+validates is an error naming its version, never a silent fall back to the defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+
+import duckdb
+
+from gpuledger.config import Config, Policy, parse_config_text
+
+
+@dataclass(frozen=True)
+class StoredConfig:
+    version: int
+    content_sha256: str
+    source_path: str
+    loaded_at: datetime
+    loaded_by: str
+    content_text: str
+
+    @cached_property
+    def config(self) -> Config:
+        return parse_config_text(self.content_text, f"warehouse config version {self.version}")
+
+    def describe(self) -> str:
+        return (f"config version {self.version} (sha256 {self.content_sha256[:12]}, loaded from "
+                f"{self.source_path} at {self.loaded_at:%Y-%m-%d %H:%M} UTC by {self.loaded_by})")
+
+
+def _has_table(con: duckdb.DuckDBPyConnection) -> bool:
+    return bool(con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'config_versions'"
+    ).fetchall()[0][0])
+
+
+def stored_config(con: duckdb.DuckDBPyConnection, version: int | None = None) -> StoredConfig | None:
+    """The latest config version (or ``version``); None for a warehouse never given a config."""
+    if not _has_table(con):
+        return None
+    row = con.execute(
+        "SELECT version, content_sha256, source_path, loaded_at, loaded_by, content_text FROM config_versions "
+        "WHERE ? IS NULL OR version = ? ORDER BY version DESC LIMIT 1", [version, version],
+    ).fetchall()
+    return StoredConfig(*row[0]) if row else None
+
+
+_CONFIG_BY_SHA: dict[str, Config] = {}  # a version never changes: parse each content once per process
+
+
+def stored_config_in_force(con: duckdb.DuckDBPyConnection) -> Config | None:
+    """The current stored config, validated (ConfigError naming the version when it no longer
+    does); None for a warehouse never given one."""
+    stored = stored_config(con)
+    if stored is None:
+        return None
+    if stored.content_sha256 not in _CONFIG_BY_SHA:
+        _CONFIG_BY_SHA[stored.content_sha256] = stored.config
+    return _CONFIG_BY_SHA[stored.content_sha256]
+
+
+def policy_in_force(con: duckdb.DuckDBPyConnection, policy: Policy | None = None) -> Policy:
+    """``policy`` when given, else the warehouse's stored config's, else the defaults."""
+    if policy is not None:
+        return policy
+    cfg = stored_config_in_force(con)
+    return cfg.policy if cfg is not None else Policy()
