@@ -137,17 +137,35 @@ def period_state(con: duckdb.DuckDBPyConnection, period: str, lines: pl.DataFram
         "'$.billed_through')) FROM statement_revisions r LEFT JOIN statement_lines l ON l.period = r.period "
         "AND l.revision = r.revision AND l.level = 'project' WHERE r.period = ? GROUP BY ALL ORDER BY r.revision",
         [period]).fetchall()
-    latest = rows[-1][0]
-    flagged = [(rev, prov, through) for rev, _, _, prov, through in rows if prov is not None]
-    if flagged:
-        _, provisional, through = flagged[-1]
-        through = datetime.fromisoformat(through) if through else None
-    else:  # no lines at all: an empty month, closed only with --provisional
-        provisional, through = bool((rows[0][1] or "").startswith(PROVISIONAL_REASON)), rows[0][2]
-    return PeriodState(closed=True, provisional=bool(provisional), revision=latest, data_through=through)
+    # revision 0 says in its reason whether it was closed provisionally (ends early, or no data);
+    # a later correction recomputed with complete data clears it
+    provisional, through = bool((rows[0][1] or "").startswith(PROVISIONAL_REASON)), None
+    for revision, _, _, lines_provisional, lines_through in rows:
+        if lines_through is not None:
+            through = datetime.fromisoformat(lines_through)
+        if revision > 0 and lines_provisional is not None:
+            provisional = bool(lines_provisional)
+    return PeriodState(closed=True, provisional=provisional, revision=rows[-1][0], data_through=through)
 
 
 PROVISIONAL_REASON = "closed provisionally"
+NO_DATA_NOTE = ("no data: no GPU sample and no job allocated in {period}; any idle lines are only the inventory's "
+                "capacity")
+
+
+def state_notes(con: duckdb.DuckDBPyConnection, period: str, lines: pl.DataFrame, notes: list[str]) -> list[str]:
+    """``notes`` (chargeback.statement_notes) with the month's state stated first, as every
+    statement file states it; chargeback's "lines change as data arrives" only for an open month.
+    Periods other than a calendar month are never closed: their notes stand."""
+    if not re.fullmatch(r"\d{4}-\d{2}", period.strip()):
+        return notes
+    start, end = month_bounds(period.strip())
+    state = period_state(con, period.strip(), lines)
+    kept = [n for n in notes if not (state.closed and n.startswith("provisional"))]
+    head = [f"period {period.strip()}: {state.sentence(end)}"]
+    if no_data(con, period.strip(), lines):
+        head.append(NO_DATA_NOTE.format(period=period.strip()))
+    return head + kept
 
 
 # --- serialising lines ------------------------------------------------------------------------
@@ -308,7 +326,7 @@ def close_period(
         frames = compute_lines(con, period, cfg, now=data_now)
         project = frames["project"]
         why = None
-        if _no_data(con, start, end, project):
+        if no_data(con, period, project):
             why = (f"{PROVISIONAL_REASON}: no data for {period} (no GPU samples and no job allocated in the "
                    "month)")
             refusal = (f"period {period}: the warehouse holds no data for it (no GPU samples and no job allocated "
@@ -332,10 +350,14 @@ def close_period(
             "config_version": version, "totals": totals, "provisional": why}
 
 
-def _no_data(con, start: datetime, end: datetime, project: pl.DataFrame) -> bool:
-    """No GPU sample and no charged allocation inside [start, end): nothing was measured."""
-    if project.height and (project["line_kind"] == "charge").any():
+def no_data(con, period: str, lines: pl.DataFrame) -> bool:
+    """No GPU sample and no charged job in the month (``lines``: its chargeback lines): nothing
+    was measured, whatever capacity the inventory lists. Such a month closes only provisionally
+    and its statement says "no data"."""
+    kind = pl.coalesce("correction_of", "line_kind") if "correction_of" in lines.columns else pl.col("line_kind")
+    if lines.height and lines.select((kind == "charge").any()).item():
         return False
+    start, end = month_bounds(period)
     return not con.execute("SELECT EXISTS (SELECT 1 FROM gpu_samples WHERE ts >= ? AND ts < ?)", [start, end]
                            ).fetchall()[0][0]
 

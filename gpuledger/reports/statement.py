@@ -87,6 +87,7 @@ class Statement:
     reconciliation: list[Reconciliation] = field(default_factory=list)  # org scope only
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    empty: bool = False  # no data for the month (periods.no_data): the statement says so
 
     @property
     def closed(self) -> bool:
@@ -109,10 +110,6 @@ class Statement:
     def status_sentence(self) -> str:
         return self.state.sentence(self.period_end)
 
-    @property
-    def empty(self) -> bool:
-        """No line at all: no data for the month (an empty month's statement says so)."""
-        return self.lines.is_empty()
 
     @property
     def sections(self) -> list[str]:
@@ -145,7 +142,8 @@ class Statement:
             period=self.period, period_start=self.period_start, period_end=self.period_end, scope=unit,
             state=self.state, config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
             usage=self.usage.filter(pl.col("project").is_in(list(projects))), history=self.history.clear(),
-            notes=[n for n in self.notes if n.startswith(("provisional", "no data"))])
+            notes=[self.status_sentence] + [n for n in self.notes if n.startswith("no data")],
+            empty=self.empty)
 
     def totals(self, frame: pl.DataFrame | None = None) -> dict[str, Decimal]:
         """Σ amount of the billed lines per currency (what is owed)."""
@@ -288,7 +286,7 @@ def build_statement(
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.reports import data_now, statement_report
     from gpuledger.ledger.config_versions import stored_config
-    from gpuledger.ledger.periods import is_closed, month_bounds, period_state
+    from gpuledger.ledger.periods import NO_DATA_NOTE, is_closed, month_bounds, no_data, period_state
 
     start, end = month_bounds(period)
     if policy is None:
@@ -358,9 +356,9 @@ def build_statement(
     # the state's sentence replaces chargeback's provisional note (which says lines change: not
     # so once closed)
     st.notes = [st.status_sentence] + [n for n in notes if not n.startswith("provisional")]
+    st.empty = no_data(con, period, lines)
     if st.empty:
-        st.notes.insert(0, f"no data: the warehouse holds no chargeback line for {period} (no device, job or "
-                           "sample in the month); nothing is owed as far as gpuledger knows")
+        st.notes.insert(0, NO_DATA_NOTE.format(period=period))
     if node is None:
         cap = _capacity(con, t, start=start, end=min(end, st.billed_through), config_version=version,
                         closed=closed, retire_grace=timedelta(hours=policy.chargeback.retire_after_hours))

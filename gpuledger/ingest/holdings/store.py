@@ -10,7 +10,7 @@ Samples whose labels contradict the scheduler side are not dropped or moved: the
 device, attributed to whoever held it (or to no one: unallocated capacity), and every such run of
 samples is kept once in ``attribution_disagreements`` and summed per device and hour into
 ``quarantine`` (source ``attribution``) by :func:`record_disagreements`, so
-``gpuledger quarantine --source attribution`` shows them.
+``gpuledger warehouse quarantine --source attribution`` shows them.
 """
 
 from __future__ import annotations
