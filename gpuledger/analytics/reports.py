@@ -46,7 +46,7 @@ def ordered(frame: pl.DataFrame, by: list[str], descending: list[bool] | None = 
 
 def tree_position(org_nodes: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """node -> its position in the org tree walked depth-first, children by name (the order
-    `gpuledger budget` lists nodes in: each parent above its children)."""
+    `gpuledger report budget` lists nodes in: each parent above its children)."""
     from gpuledger.analytics.tree import Tree
 
     nodes = [node for node, _ in Tree.from_frame(org_nodes).walk()]
