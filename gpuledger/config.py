@@ -18,6 +18,7 @@ import polars as pl
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpuledger import deadlines
 from gpuledger.config_files import (  # noqa: F401  (re-exported: callers import them from here)
     CONFIG_ENV,
     LOCAL_CONFIG,
@@ -301,6 +302,12 @@ class PrometheusSource(_Strict):
     url: str = Field(min_length=1)
     cluster: str = "default"
     step_s: int = Field(default=30, gt=0)
+    connect_timeout_s: float = Field(default=deadlines.PROMETHEUS.connect_s, gt=0, le=deadlines.MAX_WAIT_S)
+    read_timeout_s: float = Field(default=deadlines.PROMETHEUS.read_s, gt=0, le=deadlines.MAX_WAIT_S)
+    deadline_s: float = Field(default=deadlines.PROMETHEUS.total_s, gt=0, le=deadlines.MAX_WAIT_S)  # one query, retries included
+
+    def call_deadline(self) -> deadlines.CallDeadline:
+        return deadlines.CallDeadline(self.connect_timeout_s, self.read_timeout_s, self.deadline_s)
 
 
 class KubernetesSource(_Strict):

@@ -1,21 +1,29 @@
-"""The Prometheus backfill's bulk decode path (no server needed): ``points_from_results`` +
+"""The Prometheus backfill's bulk decode path (a real loopback server for the queries): ``points_from_results`` +
 ``series_long_to_wide`` give exactly what the per-sample path (``long_from_results`` + ``long_to_wide``)
 gives, on results with job copies of a series, MIG instances, gaps, blanks and refused values."""
 
 from __future__ import annotations
 
 import random
+from urllib.parse import parse_qs, urlsplit
 
 import orjson
 import polars as pl
 import pytest
+import requests
 from polars.testing import assert_frame_equal
 
+from gpuledger.deadlines import CallDeadline
 from gpuledger.ingest.metrics.exposition import long_to_wide, series_long_to_wide
 from gpuledger.ingest.metrics.prometheus.chunk import query_chunk_all_raw
 from gpuledger.ingest.metrics.prometheus.client import query_chunk_all
-from gpuledger.ingest.metrics.prometheus.decode import (_NotPlainMatrix, long_from_results,
-                                                         points_from_matrix_json, points_from_results)
+from gpuledger.ingest.metrics.prometheus.decode import (
+    _NotPlainMatrix,
+    long_from_results,
+    points_from_matrix_json,
+    points_from_results,
+)
+from tests.helpers.hostile_servers import HostileServer, http_answer
 
 METRICS = ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
            "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
@@ -85,28 +93,35 @@ def test_float_timestamps_and_empty_results():
     assert isinstance(series_long_to_wide(empty, series), pl.DataFrame)
 
 
-class _FakeSession:
+class _Prometheus(HostileServer):
+    """A real loopback server answering every query with one matrix body; it records the queries."""
+
     def __init__(self, result):
         self.body = orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
         self.params = []
+        super().__init__(self._answer)
 
-    def get(self, url, params, timeout):
-        self.params.append(params)
-        return type("R", (), {"status_code": 200, "content": self.body, "text": ""})()
+    def _answer(self, line: str, _raw: bytes) -> bytes:
+        query = parse_qs(urlsplit(line.split(" ")[1]).query)
+        self.params.append({k: (int(v[0]) if v[0].isdigit() else v[0]) for k, v in query.items()})
+        return http_answer(self.body)
+
+
+LIMITS = {"deadline": CallDeadline(connect_s=2, read_s=5, total_s=10), "retries": 0, "backoff_s": 0}
 
 
 def test_one_query_for_all_metrics_and_the_fallback_when_the_name_is_dropped():
     series = {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": "GPU-1", "Hostname": "n1"},
               "values": [[T0, "5"]]}
-    session = _FakeSession([series])
-    got = query_chunk_all(session, "http://p", ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"],
-                          T0, T0 + 60, 30, timeout_s=1, retries=0, backoff_s=0)
+    with _Prometheus([series]) as server:
+        got = query_chunk_all(requests.Session(), server.url, ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"],
+                              T0, T0 + 60, 30, **LIMITS)
     assert got == {"DCGM_FI_DEV_GPU_UTIL": [series], "DCGM_FI_DEV_POWER_USAGE": []}
-    assert session.params == [{"query": 'last_over_time({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE"}'
-                                        '[29999ms])', "start": T0, "end": T0 + 30, "step": 30}]
-    nameless = _FakeSession([{"metric": {"UUID": "GPU-1", "Hostname": "n1"}, "values": [[T0, "5"]]}])
-    assert query_chunk_all(nameless, "http://p", ["DCGM_FI_DEV_GPU_UTIL"], T0, T0 + 60, 30,
-                           timeout_s=1, retries=0, backoff_s=0) is None
+    assert server.params == [{"query": 'last_over_time({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE"}'
+                                       '[29999ms])', "start": T0, "end": T0 + 30, "step": 30}]
+    with _Prometheus([{"metric": {"UUID": "GPU-1", "Hostname": "n1"}, "values": [[T0, "5"]]}]) as nameless:
+        assert query_chunk_all(requests.Session(), nameless.url, ["DCGM_FI_DEV_GPU_UTIL"], T0, T0 + 60, 30,
+                               **LIMITS) is None
 
 
 def _body(results: dict[str, list[dict]], **extra) -> bytes:
@@ -151,8 +166,7 @@ def test_bulk_json_reader_is_exact_for_awkward_label_values_and_refuses_unusual_
 def test_raw_query_uses_the_generic_decoder_for_an_unusual_body():
     results = _results(3)
     flat = [s for series in results.values() for s in series]
-    session = _FakeSession(flat)
-    session.body = session.body[:-1] + b',"warnings":["w"]}'  # valid JSON the bulk reader does not take
-    got = query_chunk_all_raw(session, "http://p", list(METRICS), T0, T0 + 1200, 30,
-                              timeout_s=1, retries=0, backoff_s=0)
-    _same_wide(got, points_from_results(results, url="http://p"))
+    with _Prometheus(flat) as server:
+        server.body = server.body[:-1] + b',"warnings":["w"]}'  # valid JSON the bulk reader does not take
+        got = query_chunk_all_raw(requests.Session(), server.url, list(METRICS), T0, T0 + 1200, 30, **LIMITS)
+    _same_wide(got, points_from_results(results, url=server.url))

@@ -31,8 +31,10 @@ def _pip(python: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("dist")
-    built = _pip(Path(sys.executable), "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT))
+    # -v: the build backend's own warnings are part of what a newcomer reads on `pip install -e .`
+    built = _pip(Path(sys.executable), "wheel", "--no-deps", "-v", "-w", str(out), str(ROOT))
     assert built.returncode == 0, built.stderr
+    (out / "build-log.txt").write_text(built.stdout + built.stderr)
     # another distribution that ships a top-level `enforce/` package
     other = tmp_path_factory.mktemp("other")
     (other / "enforce").mkdir()
@@ -43,7 +45,8 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
         '[tool.setuptools]\npackages = ["enforce"]\n')
     built = _pip(Path(sys.executable), "wheel", "--no-deps", "-q", "-w", str(out), str(other))
     assert built.returncode == 0, built.stderr
-    return {"gpuledger": next(out.glob("gpuledger-*.whl")), "other": next(out.glob("other_enforce-*.whl"))}
+    return {"gpuledger": next(out.glob("gpuledger-*.whl")), "other": next(out.glob("other_enforce-*.whl")),
+            "build-log": out / "build-log.txt"}
 
 
 def _source_files() -> set[str]:
@@ -63,6 +66,14 @@ def test_wheel_holds_only_gpuledger_and_every_source_file(wheels):
     # a package folder missing from pyproject's explicit `packages` list shows up here
     missing = sorted(_source_files() - set(names))
     assert missing == [], f"add their packages to pyproject's [tool.setuptools] packages: {missing}"
+
+
+def test_build_warns_of_no_package_setuptools_would_ignore(wheels):
+    # issue 22 §7: a folder without __init__.py (the dashboards' app_pages/ and sql/) that is not in
+    # `packages` made setuptools print ~80 lines of "Package would be ignored" on every install
+    log = wheels["build-log"].read_text()
+    assert "Building wheel" in log or "Created wheel" in log  # the log is the backend's (not empty)
+    assert "would be ignored" not in log and "is absent from the `packages` configuration" not in log
 
 
 def test_install_beside_a_top_level_enforce_keeps_both(wheels, tmp_path):

@@ -93,19 +93,24 @@ def test_workbook_sheets_add_up_to_the_csv(month, tmp_path):
         ws = wb[sheet]
         header = [c.value for c in ws[1]]
         rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)
-                if row[0].value not in (None, "total")]
+                if row[0].value not in (None, "Total")]
         totals = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)
-                  if row[0].value == "total"]
+                  if row[0].value == "Total"]
         expected = sum(D(a) for a in lines.filter(pl.col("business_unit") == unit)["amount"])
         # numbers are numbers (no formulas): each line's amount and the sheet's total row
-        assert all(isinstance(r["amount"], int | float | D) for r in rows)
-        assert D(str(sum(D(str(r["amount"])) for r in rows))) == expected
-        assert D(str(totals[0]["amount"])) == expected
-        amount_cell = next(c for c in ws[2] if header[c.column - 1] == "amount")
+        assert all(isinstance(r["Amount (USD)"], int | float | D) for r in rows)
+        assert D(str(sum(D(str(r["Amount (USD)"])) for r in rows))) == expected
+        assert D(str(totals[0]["Amount (USD)"])) == expected
+        amount_cell = next(c for c in ws[2] if header[c.column - 1] == "Amount (USD)")
         assert '"USD"' in amount_cell.number_format
-    summary = {row[0].value: row for row in wb["Summary"].iter_rows()}
-    assert D(str(summary["total owed"][4].value)) == D("3720.00")
-    assert "reconciles to the cent" in summary["reconciliation"][1].value
+    summary = wb["Summary"]
+    head = next(c.row for c in summary["A"] if c.value == "Business unit")
+    amount_col = [c.value for c in summary[head]].index("Amount (USD)")  # the total sits under Amount
+    owed = next(r for r in summary.iter_rows() if r[0].value == "Total owed (Σ business units)")
+    assert D(str(owed[amount_col].value)) == D("3720.00")
+    rec_head = next(c.row for c in summary["A"] if c.value == "Currency")
+    rec = dict(zip((c.value for c in summary[rec_head]), (c.value for c in summary[rec_head + 1]), strict=True))
+    assert rec["Reconciles"] == "yes, to the cent" and D(str(rec["Difference"])) == D("0.00")
 
 
 def test_regenerating_gives_byte_identical_files_and_a_closed_month_reads_its_frozen_lines(month, tmp_path):
@@ -262,10 +267,11 @@ def test_every_line_has_a_sheet_even_a_project_outside_the_tree(month, tmp_path)
     for name in wb.sheetnames[1:]:
         ws = wb[name]
         header = [c.value for c in ws[1]]
-        if "line_kind" not in header:
+        if "Line" not in header:
             continue
         rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)]
-        total += sum(D(str(r["amount"])) for r in rows if r["line_kind"] not in (None, "total") and r["amount"] is not None)
+        total += sum(D(str(r["Amount (USD)"])) for r in rows
+                     if r["Line"] not in (None, "Total") and r["Amount (USD)"] is not None)
     assert total == sum(D(a) for a in lines["amount"].drop_nulls())
     assert "Projects outside the tree" in wb.sheetnames
     stray = lines.filter(pl.col("project") == "stray")

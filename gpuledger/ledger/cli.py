@@ -83,7 +83,8 @@ def period_close(
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         done = close_period(con, period, by=by, allow_provisional=provisional)
     totals = ", ".join(f"{c} {a}" for c, a in done["totals"].items()) or "no charges"
-    console.print(f"period {period} closed: {done['lines']} lines (config version {done['config_version']}), "
+    how = f"closed, provisional ({done['provisional']})" if done["provisional"] else "closed"
+    console.print(f"period {period} {how}: {done['lines']} lines (config version {done['config_version']}), "
                   f"total {totals}, sha256 {done['sha256'][:16]}")
 
 
@@ -116,9 +117,9 @@ def period_list(warehouse_file: WarehouseOpt = None) -> None:
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         frame = listing(con)
-    _table("closed periods", ["period", "revisions", "closed at (UTC)", "closed by", "last issued", "last by",
+    _table("closed periods", ["period", "state", "revisions", "closed at (UTC)", "closed by", "last issued", "last by",
                               "last reason", "config", "total"],
-           frame.select("period", "revisions", "closed_at", "closed_by", "last_issued_at", "last_issued_by",
+           frame.select("period", "state", "revisions", "closed_at", "closed_by", "last_issued_at", "last_issued_by",
                         "last_reason", "config_version", "total").iter_rows())
 
 

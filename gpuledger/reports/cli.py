@@ -32,6 +32,8 @@ def statement(
     node: str | None = typer.Option(None, "--node", help="one business unit / org tree node only"),
     email: bool = typer.Option(False, "--email", help="also e-mail the files to policy.reports.finance_channel"),
     now: str | None = typer.Option(None, "--now", help="the data's 'now' for an open month (default: newest data)"),
+    allow_empty: bool = typer.Option(False, "--allow-empty",
+                                     help="write the statement of a month with no data (it says \"no data\")"),
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Finance statement for a month: CSV, Parquet, XLSX (summary + a sheet per business unit),
@@ -49,8 +51,16 @@ def statement(
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         cfg = warehouse_config(con, config, write=False)
         st = build_statement(con, period, node=node, policy=cfg.policy, now=utc_option(now, "--now"))
+    if st.empty and not allow_empty:
+        from gpuledger.errors import RunError
+
+        raise RunError(f"statement {period}: no data (no device, job or sample in the month), nothing written; "
+                       "ingest the month, or pass --allow-empty to write a statement that says \"no data\"")
     manifest = write_statement_set(st, out, per_unit=node is None)
     console.print(f"statement {period} ({st.scope}, {st.status}): {len(manifest['files'])} files in {out}")
+    console.print(st.status_sentence)
+    if st.empty:
+        console.print(f"no data: the statement of {period} has no line")
     for r in st.reconciliation:
         console.print(r.sentence())
     for w in st.warnings:

@@ -22,6 +22,7 @@ import polars as pl
 from gpuledger.analytics.chargeback import billed as is_billed
 
 from gpuledger.errors import UsageError
+from gpuledger.ledger.periods import PeriodState
 
 ORG_LINES = "(org)"  # business_unit of idle and memo lines
 UNASSIGNED = "(unassigned)"  # business_unit of a project not in the org tree
@@ -29,7 +30,7 @@ KIND_ORDER = {k: i for i, k in enumerate(("charge", "idle", "credit", "debit", "
                                           "capacity-unknown", "unpriced"))}
 LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours",
                 "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", "amount", "idle_amount_included", "billed", "revision",
-                "correction_of", "provisional", "note"]
+                "correction_of", "status", "provisional", "note"]
 HISTORY_MONTHS = 3  # this month and the two before it, where the inventory existed
 
 
@@ -76,9 +77,7 @@ class Statement:
     period_start: datetime
     period_end: datetime
     scope: str  # the org root's name, or the business unit / node of --node
-    closed: bool
-    provisional: bool
-    revision: int | None  # the latest revision of a closed month; None when computed
+    state: PeriodState  # closed / provisional / corrected: the one truth every file states
     config_version: int | None
     billed_through: datetime  # the data's end inside the month (the statement's one timestamp)
     lines: pl.DataFrame  # LINE_COLUMNS
@@ -88,12 +87,29 @@ class Statement:
     reconciliation: list[Reconciliation] = field(default_factory=list)  # org scope only
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    empty: bool = False  # no data for the month (periods.no_data): the statement says so
+
+    @property
+    def closed(self) -> bool:
+        return self.state.closed
+
+    @property
+    def provisional(self) -> bool:
+        return self.state.provisional
+
+    @property
+    def revision(self) -> int | None:
+        return self.state.revision
 
     @property
     def status(self) -> str:
-        if self.closed:
-            return f"closed (revision {self.revision})"
-        return "provisional" if self.provisional else "open (computed, not yet closed)"
+        """The state as a reader is told it, e.g. "closed, provisional (revision 0)"."""
+        return self.state.text
+
+    @property
+    def status_sentence(self) -> str:
+        return self.state.sentence(self.period_end)
+
 
     @property
     def sections(self) -> list[str]:
@@ -124,10 +140,10 @@ class Statement:
         projects = set(lines["project"].drop_nulls().to_list())
         return Statement(
             period=self.period, period_start=self.period_start, period_end=self.period_end, scope=unit,
-            closed=self.closed, provisional=self.provisional, revision=self.revision,
-            config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
+            state=self.state, config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
             usage=self.usage.filter(pl.col("project").is_in(list(projects))), history=self.history.clear(),
-            notes=[n for n in self.notes if n.startswith("provisional")])
+            notes=[self.status_sentence] + [n for n in self.notes if n.startswith("no data")],
+            empty=self.empty)
 
     def totals(self, frame: pl.DataFrame | None = None) -> dict[str, Decimal]:
         """Σ amount of the billed lines per currency (what is owed)."""
@@ -270,7 +286,7 @@ def build_statement(
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.reports import data_now, statement_report
     from gpuledger.ledger.config_versions import stored_config
-    from gpuledger.ledger.periods import is_closed, month_bounds
+    from gpuledger.ledger.periods import NO_DATA_NOTE, is_closed, month_bounds, no_data, period_state
 
     start, end = month_bounds(period)
     if policy is None:
@@ -325,17 +341,24 @@ def build_statement(
         scope = root
     out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio"]).with_columns(
         _rank=pl.col("line_kind").replace_strict(KIND_ORDER, default=99, return_dtype=pl.Int32))
+    state = period_state(con, period, lines)
+    # every line states the statement's state (a line frozen at a provisional close says so too)
+    out = out.with_columns(status=pl.lit(state.token), provisional=pl.lit(state.provisional))
     out = out.sort("_rank", "business_unit", "project", "gpu_model", "tier", "currency", "revision", "note",
                    nulls_last=True).select(LINE_COLUMNS)
     version = _config_version(con, period, closed)
-    revision = int(lines["revision"].max()) if closed and lines.height else None
     st = Statement(
-        period=period, period_start=start, period_end=end, scope=scope, closed=closed,
-        provisional=bool(lines.height and lines["provisional"].any()) and not closed,
-        revision=revision, config_version=version, billed_through=billed_through or end, lines=out,
+        period=period, period_start=start, period_end=end, scope=scope, state=state,
+        config_version=version, billed_through=billed_through or end, lines=out,
         units=units, usage=usage, history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item()),
     )
-    st.notes, st.warnings = statement_notes(lines)
+    notes, st.warnings = statement_notes(lines)
+    # the state's sentence replaces chargeback's provisional note (which says lines change: not
+    # so once closed)
+    st.notes = [st.status_sentence] + [n for n in notes if not n.startswith("provisional")]
+    st.empty = no_data(con, period, lines)
+    if st.empty:
+        st.notes.insert(0, NO_DATA_NOTE.format(period=period))
     if node is None:
         cap = _capacity(con, t, start=start, end=min(end, st.billed_through), config_version=version,
                         closed=closed, retire_grace=timedelta(hours=policy.chargeback.retire_after_hours))

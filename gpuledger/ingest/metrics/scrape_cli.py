@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from gpuledger import deadlines
 from gpuledger.cli_common import WarehouseOpt, utc_range, warehouse_path
 from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.lazy import lazy_import
@@ -34,6 +35,14 @@ def _duration(text: str, option: str) -> int:
     if seconds < 1:
         raise typer.BadParameter(f"{text!r} is under a second; give at least 1s", param_hint=option)
     return seconds
+
+
+def _call_deadline(connect_s: float, read_s: float, total_s: float) -> deadlines.CallDeadline:
+    for option, value in (("--connect-timeout", connect_s), ("--read-timeout", read_s), ("--deadline", total_s)):
+        if not 0 < value <= deadlines.MAX_WAIT_S:
+            raise typer.BadParameter(f"{value:g} is not within (0, {deadlines.MAX_WAIT_S:g}] seconds",
+                                     param_hint=option)
+    return deadlines.CallDeadline(connect_s, read_s, total_s)
 
 
 @app.command("scrape")
@@ -75,6 +84,9 @@ def prometheus_cmd(
     workers: Annotated[int, typer.Option("--workers", help="worker processes fetching and decoding chunks ahead of the writes (memory: ~450 MB each at 1,024 GPUs x 1 h chunks)", min=1)] = 2,
     gzip: Annotated[bool, typer.Option("--gzip/--no-gzip", help="ask Prometheus for gzip (only worth it over a slow link)")] = False,
     progress: Annotated[str, typer.Option("--progress", help="bar, lines (one line per chunk) or none")] = "bar",
+    connect_timeout: Annotated[float, typer.Option("--connect-timeout", help="seconds to open a connection")] = deadlines.PROMETHEUS.connect_s,
+    read_timeout: Annotated[float, typer.Option("--read-timeout", help="seconds of silence allowed from the server (its query evaluation included)")] = deadlines.PROMETHEUS.read_s,
+    deadline: Annotated[float, typer.Option("--deadline", help="seconds one query may take in all, retries included")] = deadlines.PROMETHEUS.total_s,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
@@ -82,11 +94,12 @@ def prometheus_cmd(
     interruption to continue where it stopped)."""
     t0, t1 = utc_range(start, end)
     step_s, chunk_s = _duration(step, "--step"), _duration(chunk, "--chunk")
+    limits = _call_deadline(connect_timeout, read_timeout, deadline)
     if progress not in ("bar", "lines", "none"):
         raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
     bar = Progress(TextColumn("[bold]backfill"), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
                    TextColumn("{task.fields[samples]} samples"), TimeElapsedColumn(), TimeRemainingColumn(),
-                   console=console, disable=progress != "bar")
+                   console=console, disable=progress != "bar", transient=True)  # no half-drawn bar left
     task = bar.add_task("backfill", total=None, samples=0)
 
     def on_chunk(end_s: int, total: int, stats: prom.BackfillStats) -> None:
@@ -100,10 +113,15 @@ def prometheus_cmd(
         with bar:
             stats = prom.backfill(url, t0, t1, step_s=step_s, chunk_s=chunk_s,
                                   warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
-                                  workers=workers, on_chunk=on_chunk, compress=gzip)
+                                  workers=workers, on_chunk=on_chunk, compress=gzip, deadline=limits)
     except prom.PrometheusError as exc:
         # one line; the text is the server's, so no rich markup in it
-        hint = "; the chunks before it are saved: rerun the same command to continue" if exc.resumable else ""
+        hint = ""
+        if exc.resumable and exc.undone_from:
+            hint = (f"; nothing from {exc.undone_from} on was stored, the chunks before it are: "
+                    "rerun the same command to continue")
+        elif exc.resumable:
+            hint = "; nothing was stored: rerun the same command when the server answers"
         typer.secho(f"gpuledger: backfill stopped: {exc}{hint}", err=True, fg="red")
         raise typer.Exit(1) from None
     console.print(f"backfill {url}: {stats.chunks_done} chunks ingested, {stats.chunks_skipped} already done, "
