@@ -369,7 +369,12 @@ def test_cli_plan_apply_twice_and_explain(server, kueue_warehouse, tmp_path):
     explained = _cli("enforce", "explain", "ml/workload/funded", "-w", str(kueue_warehouse))
     assert explained.exit_code == 0
     assert f"priority {funded['priority']} already set (funded: above unfunded work" in explained.output
-    assert "applied" in explained.output and "via kueue: set-priority -> done" in explained.output
+    # every action the job ever had, oldest first: the set-priority of 12:00 and what applying it did
+    # (twice: done, then already done — one applied row), then the none of 12:05
+    lines = explained.output.splitlines()
+    first_plan = next(i for i, ln in enumerate(lines) if "2026-11-20 12:00Z planned set-priority" in ln)
+    assert "via kueue: done" in " ".join(lines[first_plan:first_plan + 5])
+    assert first_plan < next(i for i, ln in enumerate(lines) if "2026-11-20 12:05Z planned none" in ln)
 
 
 def test_cli_dry_run_without_yes_calls_nothing(server, kueue_warehouse, tmp_path):
