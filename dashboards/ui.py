@@ -169,7 +169,7 @@ def show_not_ready(state: queries.WarehouseState) -> None:
                 "- `make demo`: simulates a week of 256 GPUs and materializes every table, then "
                 "`make dashboard`;\n"
                 "- or `gpuledger simulate warehouse --gpus 64 --days 7` then `gpuledger pipelines run-once`;\n"
-                f"- for real data: `gpuledger ingest …` / `gpuledger import jobs …`, then the pipelines "
+                f"- for real data: `gpuledger ingest …` / `gpuledger ingest jobs-csv …`, then the pipelines "
                 "(`make dev` runs them on schedules).\n\n"
                 f"The dashboard reads `{state.path}` (set `GPULEDGER_WAREHOUSE` to read another file).")
 

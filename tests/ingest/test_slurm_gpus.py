@@ -34,7 +34,7 @@ NODE = socket.gethostname().split(".")[0].lower()
 
 
 def _ingest(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuledger.ingest.holdings.slurm_cli", "ingest", "slurm-gpus", *args],
+    return subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "slurm-gpus", *args],
                           capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=False)
 
 

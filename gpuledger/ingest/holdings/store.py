@@ -9,7 +9,7 @@ links are then never made for such jobs (``device_links.sql`` skips jobs with sc
 Samples whose labels contradict the scheduler side are not dropped or moved: they stay on the
 device, attributed to whoever held it (or to no one: unallocated capacity), and every such run of
 samples is counted in ``quarantine`` (source ``attribution``) by :func:`record_disagreements`, so
-``gpuledger quarantine --source attribution`` shows them.
+``gpuledger warehouse quarantine --source attribution`` shows them.
 """
 
 from __future__ import annotations

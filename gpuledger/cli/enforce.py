@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from gpuledger import tables, warehouse
-from gpuledger.cli_common import (
+from gpuledger.cli.options import (
     ConfigOpt,
     WarehouseOpt,
     out_file,
@@ -206,7 +206,7 @@ def apply(
 
 @app.command("explain")
 def explain(
-    job: str = typer.Argument(..., help="the job id (as in `gpuledger squatters` / the plan)"),
+    job: str = typer.Argument(..., help="the job id (as in `gpuledger report squatters` / the plan)"),
     cluster: str | None = typer.Option(None, "--cluster", help="when the id exists on several clusters"),
     warehouse_file: WarehouseOpt = None,
 ) -> None:
@@ -221,7 +221,7 @@ def explain(
         history = audit.load_history(con)
     if not rows:
         raise UsageError(f"job {job!r}: no enforcement record; run `gpuledger enforce plan` first (or check "
-                         "the id with `gpuledger squatters --wide`)")
+                         "the id with `gpuledger report squatters --wide`)")
     clusters = sorted({r["cluster"] for r in rows})
     if len(clusters) > 1:
         raise UsageError(f"job {job!r} exists on clusters {', '.join(clusters)}: pass --cluster")
@@ -289,11 +289,10 @@ def replay(
     import dataclasses
     from datetime import timedelta
 
+    from gpuledger.cli.options import check_range
     from gpuledger.enforce import inputs, policy
     from gpuledger.enforce.model import Warning
     from gpuledger.enforce.policy import exemption
-
-    from gpuledger.cli_common import check_range
     from gpuledger.timeparse import parse_duration_s
 
     lo, hi = utc_option(start, "--start"), utc_option(end, "--end")

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from gpuledger.cli_common import WarehouseOpt, warehouse_path
+from gpuledger.cli.options import WarehouseOpt, warehouse_path
 from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
 
 app = typer.Typer(help="Read job records from a scheduler into the warehouse.", no_args_is_help=True)

@@ -15,8 +15,14 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger import warehouse
-from gpuledger.cli_common import (ConfigOpt, WarehouseOpt, config_or_exit, out_file, warehouse_config,
-                                  warehouse_path)
+from gpuledger.cli.options import (
+    ConfigOpt,
+    WarehouseOpt,
+    config_or_exit,
+    out_file,
+    warehouse_config,
+    warehouse_path,
+)
 from gpuledger.errors import RunError, UsageError
 from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START
 
@@ -124,8 +130,8 @@ def simulate_serve(
     config: ConfigOpt = None,
 ) -> None:
     """Serve live dcgm-exporter /metrics endpoints, one port per node, until Ctrl-C."""
-    from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.exporter import SimClock, start_exporters
+    from gpuledger.simulator.scenario import build_cluster
 
     cfg = config_or_exit(config)
     now = _parse_start(sim_start, datetime.now(UTC).replace(tzinfo=None, microsecond=0), "--sim-start")
@@ -170,8 +176,8 @@ def simulate_openmetrics(
     config: ConfigOpt = None,
 ) -> None:
     """Write an OpenMetrics file for `promtool tsdb create-blocks-from openmetrics FILE DIR`."""
-    from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.exposition import EXPORTED, write_openmetrics
+    from gpuledger.simulator.scenario import build_cluster
 
     families = None
     if metrics is not None:
