@@ -48,8 +48,8 @@ def test_prometheus_scrapes_gpuledger_and_answers_with_the_analytics_values(ware
             # as of the data's end (Nov 3): beta's November 100, 24 used by beta-2 (Nov 2-3), rolled up
             assert remaining == {"acme": 76.0, "product": 76.0, "beta": 76.0}
             for node, value in remaining.items():
-                assert prom.scalar(f'gpuledger_budget_remaining_gpu_hours{{node="{node}"}}') == \
-                    pytest.approx(value, abs=1e-6)
+                assert prom.scalar(f'gpuledger_budget_remaining_gpu_seconds{{node="{node}"}}') == \
+                    pytest.approx(value * 3600, abs=1e-3)
             assert prom.scalar('sum(gpuledger_squatters)') == 0.0
             served = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     finally:
