@@ -1,4 +1,4 @@
-"""Builders for small hand-made warehouse frames used by tests/test_analytics_*.py."""
+"""Builders for small hand-made warehouse frames used by tests/analytics/."""
 
 from __future__ import annotations
 
