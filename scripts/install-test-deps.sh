@@ -8,6 +8,10 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 # download its own browser here); DejaVu gives it fonts to draw the text with
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+# LibreOffice Calc (no GUI) renders the finance workbook to PDF in tests, as a finance analyst opens
+# it (a column too narrow for its numbers prints ###); poppler-utils reads the PDF's text back
+command -v soffice >/dev/null 2>&1 || need+=(libreoffice-calc-nogui)
+command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-test-deps: need root to apt-get install ${need[*]}" >&2
@@ -15,6 +19,6 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
   echo "install-test-deps: installing ${need[*]} (Debian packages)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi

@@ -98,7 +98,8 @@ def test_dashboard_device_hours_drop_gpu_util_on_mig(mig_warehouse):
     from gpuledger.dashboards.queries import sql
 
     rows = mig_warehouse.execute(sql("gpu_hours"), {"start": T0, "end": T0 + timedelta(hours=1),
-                                                    "now": T0 + timedelta(hours=1), "clusters": []}).fetchall()
+                                                    "now": T0 + timedelta(hours=1), "clusters": [],
+                                                    "mig_only": False}).fetchall()
     by_gpu = {r[0]: r[8] for r in rows}  # gpu_id -> activity_ratio
     assert by_gpu == {1: None, 2: 0.75}  # 90 / 120 on the whole GPU; no reading on the MIG instance
 
