@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# System packages the tests use as real parts: Prometheus (and promtool) and Chromium from Debian.
-# Idempotent and quiet when everything is already there. Needs root (CI and sessions run as root).
+# System packages the tests use as real parts: Prometheus (and promtool), Chromium and PostgreSQL
+# from Debian. Idempotent and quiet when everything is already there. Needs root (CI and sessions
+# run as root).
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
@@ -8,6 +9,9 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 # download its own browser here); DejaVu gives it fonts to draw the text with
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+# the production Dagster instance's storage (tests/helpers/postgres_rig.py starts a private server
+# on a free port; the package's own cluster is not used)
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-test-deps: need root to apt-get install ${need[*]}" >&2
@@ -15,6 +19,6 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
   echo "install-test-deps: installing ${need[*]} (Debian packages)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
