@@ -18,6 +18,7 @@ import polars as pl
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpuledger import deadlines
 from gpuledger.config_files import (  # noqa: F401  (re-exported: callers import them from here)
     CONFIG_ENV,
     LOCAL_CONFIG,
@@ -175,6 +176,11 @@ class EnforcementPolicy(_Strict):
     kill_switch: bool = False  # true: every cycle plans `none` ("kill switch on") and apply acts on nothing
     max_actions_per_cycle: int = Field(default=10, ge=0)  # preemptions per cycle (warn / set-priority disrupt nothing)
     max_preemptions_per_project: int = Field(default=3, ge=0)  # per cycle
+    # rolling caps over performed preemptions, across separate apply runs (a cron every minute)
+    max_preemptions_per_hour: int = Field(default=20, ge=0)
+    max_preemptions_per_project_per_hour: int = Field(default=6, ge=0)
+    preemption_cooldown_minutes: float = Field(default=60, ge=0)  # a job preempted is left alone this long
+    eviction_grace_period_seconds: int | None = Field(default=None, ge=0)  # None: the pod's own grace period
     exempt_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
     exempt_kinds: list[str] = Field(default_factory=lambda: ["inference"])  # production inference: never preempted, on top
     exempt_labels: dict[str, str] = Field(default_factory=dict)
@@ -296,6 +302,12 @@ class PrometheusSource(_Strict):
     url: str = Field(min_length=1)
     cluster: str = "default"
     step_s: int = Field(default=30, gt=0)
+    connect_timeout_s: float = Field(default=deadlines.PROMETHEUS.connect_s, gt=0, le=deadlines.MAX_WAIT_S)
+    read_timeout_s: float = Field(default=deadlines.PROMETHEUS.read_s, gt=0, le=deadlines.MAX_WAIT_S)
+    deadline_s: float = Field(default=deadlines.PROMETHEUS.total_s, gt=0, le=deadlines.MAX_WAIT_S)  # one query, retries included
+
+    def call_deadline(self) -> deadlines.CallDeadline:
+        return deadlines.CallDeadline(self.connect_timeout_s, self.read_timeout_s, self.deadline_s)
 
 
 class KubernetesSource(_Strict):

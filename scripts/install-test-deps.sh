@@ -9,6 +9,10 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 # download its own browser here); DejaVu gives it fonts to draw the text with
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+# LibreOffice Calc (no GUI) renders the finance workbook to PDF in tests, as a finance analyst opens
+# it (a column too narrow for its numbers prints ###); poppler-utils reads the PDF's text back
+command -v soffice >/dev/null 2>&1 || need+=(libreoffice-calc-nogui)
+command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
 # the production Dagster instance's storage (tests/helpers/postgres_rig.py starts a private server
 # on a free port; the package's own cluster is not used)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)

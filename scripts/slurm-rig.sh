@@ -12,6 +12,7 @@
 #
 # Cluster "gpuledger", node "$(hostname -s)" with 8 fake H100s (symlinks to /dev/null), partition
 # "gpu", accounts "proj-a" and "proj-b" (user root in both), QOS "normal" and "high".
+# gpuledger's prolog/epilog (deploy/slurm/) run for every job and spool its GPUs into DIR/gpu-spool.
 set -euo pipefail
 
 CMD=${1:-status}
@@ -22,6 +23,7 @@ ACCOUNTS=(proj-a proj-b)
 PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server)
 NODE=$(hostname -s)
 SLURM_CONF_FILE="$DIR/etc/slurm.conf"
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 log() { echo "slurm-rig: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -101,10 +103,10 @@ install_packages() {
   command -v apt-get >/dev/null || die "apt-get not found: install ${missing[*]} by hand"
   log "installing ${missing[*]} (Debian packages, --no-install-recommends)"
   export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$DIR/log/apt.log" 2>&1; then
+  if ! apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >"$DIR/log/apt.log" 2>&1; then
     # A stale package index is the usual cause; refresh once and retry.
-    apt-get update -qq >>"$DIR/log/apt.log" 2>&1
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$DIR/log/apt.log" 2>&1 \
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >>"$DIR/log/apt.log" 2>&1
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >>"$DIR/log/apt.log" 2>&1 \
       || die "apt-get install failed; see $DIR/log/apt.log"
   fi
 }
@@ -234,6 +236,9 @@ AccountingStorageTRES=gres/gpu,gres/gpu:h100
 AccountingStorageEnforce=associations,qos
 # Test speed-ups: schedule every 5 s; let more jobs run than the machine has cores.
 SchedulerParameters=sched_interval=5,bf_interval=5
+Prolog=$DIR/etc/prolog
+Epilog=$DIR/etc/epilog
+PrologFlags=Alloc
 SlurmdParameters=config_overrides
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=32 RealMemory=64000 Gres=gpu:h100:8 State=UNKNOWN
 PartitionName=gpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP TRESBillingWeights="CPU=1.0,GRES/gpu=10.0"
@@ -241,6 +246,13 @@ EOF
   cat >"$DIR/etc/gres.conf" <<EOF
 NodeName=$NODE Name=gpu Type=h100 File=$DIR/dev/nvidia[0-7]
 EOF
+  # gpuledger's own prolog/epilog (deploy/slurm/) record each job's GPUs into DIR/gpu-spool.
+  local event
+  for event in prolog epilog; do
+    printf '#!/bin/sh\nGPULEDGER_GPU_SPOOL=%s GPULEDGER_SLURM_GPUS_ENV=/dev/null exec %s\n' \
+      "$DIR/gpu-spool" "$REPO/deploy/slurm/$event.sh" >"$DIR/etc/$event"
+    chmod 755 "$DIR/etc/$event"
+  done
   cat >"$DIR/env" <<EOF
 export SLURM_CONF=$SLURM_CONF_FILE
 EOF

@@ -23,8 +23,8 @@ from datetime import datetime, timedelta
 import duckdb
 import polars as pl
 
-from gpuledger.warehouse import transaction
 from gpuledger.sql import load_sql
+from gpuledger.warehouse import transaction
 
 SOURCE = "labels"
 
@@ -42,6 +42,14 @@ def link_devices(con: duckdb.DuckDBPyConnection, *, start: datetime, end: dateti
     one is open.
     """
     with transaction(con):
+        # The scheduler side first (issue 20): holdings whose device arrived with these samples
+        # get linked, and their jobs are then not derived from labels below.
+        holdings = con.execute("SELECT count(*) FROM device_holdings WHERE last_seen >= $lo",
+                               {"lo": start}).fetchall()[0][0]
+        if holdings:
+            from gpuledger.ingest.holdings.store import link_holdings
+
+            link_holdings(con, since=start, check=False)
         con.execute(_LINKS, {"lo": start, "hi": end}).fetchall()
         written = con.execute("SELECT count(*) FROM _device_links").fetchall()[0][0]
         if written:
@@ -55,6 +63,10 @@ def link_devices(con: duckdb.DuckDBPyConnection, *, start: datetime, end: dateti
             ).fetchall()
             con.execute(_FRACTIONS).fetchall()
         con.execute("DROP TABLE _device_links").fetchall()
+        if holdings:
+            from gpuledger.ingest.holdings.store import record_disagreements
+
+            record_disagreements(con, start=start, end=end)
     return written
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
@@ -37,7 +38,9 @@ from gpuledger.warehouse.db import transaction
 
 LEVELS = ("job", "project", "node")
 # Summed by corrections; every other column of a line is part of its identity.
-QUANTITIES = ("gpu_hours", "amount", "idle_amount_included")
+QUANTITIES = ("gpu_hours", "amount", "idle_amount_included", "amount_exact", "idle_amount_exact")
+EXACT = ("amount_exact", "idle_amount_exact")  # stored, never shown: what a correction's delta is taken from
+BILLED = ("charge", "idle")
 # Describe a line rather than identify it (as of when it was computed, derived from its kind).
 DESCRIPTIVE = ("billed_through", "provisional", "billed", "note", "revision", "correction_of")
 
@@ -70,6 +73,101 @@ def closed_periods(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[datetime, 
 def is_closed(con: duckdb.DuckDBPyConnection, period: str) -> bool:
     return bool(con.execute("SELECT count(*) FROM statement_revisions WHERE period = ? AND revision = 0",
                             [period]).fetchall()[0][0])
+
+
+@dataclass(frozen=True)
+class PeriodState:
+    """The one truth about a month's statement, written the same in the manifest, on every line,
+    in the HTML, the XLSX and the terminal.
+
+    ``closed``: frozen (revision 0 issued); ``revision``: the latest revision of a closed month
+    (None when computed); ``provisional``: the lines bill capacity only up to the data's end (an
+    open month whose data ends before the month does, or a month closed with ``--provisional``
+    whose latest revision was still computed so); ``data_through``: where its data ends."""
+
+    closed: bool
+    provisional: bool
+    revision: int | None
+    data_through: datetime | None = None
+
+    @property
+    def corrected(self) -> bool:
+        return bool(self.closed and self.revision)
+
+    @property
+    def token(self) -> str:
+        """open | provisional | closed | closed-provisional | corrected | corrected-provisional."""
+        if not self.closed:
+            return "provisional" if self.provisional else "open"
+        base = "corrected" if self.corrected else "closed"
+        return f"{base}-provisional" if self.provisional else base
+
+    @property
+    def text(self) -> str:
+        """The state as a reader is told it, e.g. "closed, provisional (revision 0)"."""
+        if not self.closed:
+            return "provisional (open, not yet closed)" if self.provisional else "open (computed, not yet closed)"
+        words = ["closed"] + (["corrected"] if self.corrected else []) + (["provisional"] if self.provisional else [])
+        return f"{', '.join(words)} (revision {self.revision})"
+
+    def sentence(self, period_end: datetime) -> str:
+        """What the state means for the reader's figures, one line."""
+        through = f"{self.data_through:%Y-%m-%d %H:%M} UTC" if self.data_through else "no data"
+        if not self.closed:
+            if self.provisional:
+                return (f"{self.text}: data through {through} of a month ending {period_end:%Y-%m-%d %H:%M} UTC; "
+                        "capacity (idle) is billed only up to the data, and the lines change as data arrives")
+            return f"{self.text}: computed from the current config; lines change if the data or rates do"
+        frozen = "frozen; only `gpuledger period correct` changes it"
+        if self.provisional:
+            return (f"{self.text}: closed before its data was complete (data through {through}); the lines are "
+                    f"{frozen}, which is how the missing data gets billed")
+        return f"{self.text}: {frozen}" + ("; the credit and debit lines are its corrections" if self.corrected else "")
+
+
+def period_state(con: duckdb.DuckDBPyConnection, period: str, lines: pl.DataFrame | None = None) -> PeriodState:
+    """The state of ``period``: a closed month's from its stored revisions (provisional as its
+    latest revision's lines were computed; an empty provisional close says so in revision 0's
+    reason); an open month's from its computed ``lines``."""
+    if not is_closed(con, period):
+        provisional = bool(lines is not None and lines.height and lines["provisional"].any())
+        through = lines["billed_through"].max() if lines is not None and lines.height else None
+        return PeriodState(closed=False, provisional=provisional, revision=None, data_through=through)
+    rows = con.execute(
+        "SELECT r.revision, r.reason, r.data_now, "
+        "bool_or(json_extract(l.line_json, '$.provisional')::BOOLEAN), max(json_extract_string(l.line_json, "
+        "'$.billed_through')) FROM statement_revisions r LEFT JOIN statement_lines l ON l.period = r.period "
+        "AND l.revision = r.revision AND l.level = 'project' WHERE r.period = ? GROUP BY ALL ORDER BY r.revision",
+        [period]).fetchall()
+    # revision 0 says in its reason whether it was closed provisionally (ends early, or no data);
+    # a later correction recomputed with complete data clears it
+    provisional, through = bool((rows[0][1] or "").startswith(PROVISIONAL_REASON)), None
+    for revision, _, _, lines_provisional, lines_through in rows:
+        if lines_through is not None:
+            through = datetime.fromisoformat(lines_through)
+        if revision > 0 and lines_provisional is not None:
+            provisional = bool(lines_provisional)
+    return PeriodState(closed=True, provisional=provisional, revision=rows[-1][0], data_through=through)
+
+
+PROVISIONAL_REASON = "closed provisionally"
+NO_DATA_NOTE = ("no data: no GPU sample and no job allocated in {period}; any idle lines are only the inventory's "
+                "capacity")
+
+
+def state_notes(con: duckdb.DuckDBPyConnection, period: str, lines: pl.DataFrame, notes: list[str]) -> list[str]:
+    """``notes`` (chargeback.statement_notes) with the month's state stated first, as every
+    statement file states it; chargeback's "lines change as data arrives" only for an open month.
+    Periods other than a calendar month are never closed: their notes stand."""
+    if not re.fullmatch(r"\d{4}-\d{2}", period.strip()):
+        return notes
+    start, end = month_bounds(period.strip())
+    state = period_state(con, period.strip(), lines)
+    kept = [n for n in notes if not (state.closed and n.startswith("provisional"))]
+    head = [f"period {period.strip()}: {state.sentence(end)}"]
+    if no_data(con, period.strip(), lines):
+        head.append(NO_DATA_NOTE.format(period=period.strip()))
+    return head + kept
 
 
 # --- serialising lines ------------------------------------------------------------------------
@@ -144,18 +242,40 @@ def _store_revision(
     return sha
 
 
+def _stored(con, period: str, revision: int, sha: str, count: int) -> list[tuple[str, str]]:
+    """A revision's stored (level, line_json) in line order, checked against its sha256 (an amount
+    edited outside gpuledger is an error wherever the lines are read)."""
+    stored = con.execute("SELECT level, line_json FROM statement_lines WHERE period = ? AND revision = ? "
+                         "ORDER BY array_position(['job', 'project', 'node'], level), line_no",
+                         [period, revision]).fetchall()
+    if len(stored) != count or _checksum(stored) != sha:
+        raise RunError(f"statement {period} revision {revision}: its lines do not match their sha256 "
+                       f"{sha[:12]}; the warehouse was altered outside gpuledger (restore it from a backup)")
+    mismatch = con.execute(
+        "SELECT line_no, level FROM statement_lines WHERE period = ? AND revision = ? AND amount IS DISTINCT FROM "
+        "TRY_CAST(json_extract_string(line_json, '$.amount') AS DECIMAL(38, 2)) ORDER BY level, line_no LIMIT 1",
+        [period, revision]).fetchall()
+    if mismatch:  # the amount column beside the JSON is what SQL readers sum: it must say the same
+        line_no, level = mismatch[0]
+        raise RunError(f"statement {period} revision {revision}: the amount of {level} line {line_no} differs from "
+                       "its checksummed line; the warehouse was altered outside gpuledger (restore it from a backup)")
+    return stored
+
+
+def verify_period(con, period: str) -> None:
+    """Check every stored revision of ``period`` against its checksum (RunError naming it)."""
+    for revision, sha, count in con.execute("SELECT revision, lines_sha256, line_count FROM statement_revisions "
+                                            "WHERE period = ? ORDER BY revision", [period]).fetchall():
+        _stored(con, period, revision, sha, count)
+
+
 def _issued(con, period: str) -> dict[int, dict[str, pl.DataFrame]]:
     """Every stored revision of ``period``: revision → level → frame, each checked against its sha."""
     revisions = con.execute("SELECT revision, lines_sha256, columns_json, line_count FROM statement_revisions "
                             "WHERE period = ? ORDER BY revision", [period]).fetchall()
     out: dict[int, dict[str, pl.DataFrame]] = {}
     for revision, sha, columns_json, count in revisions:
-        stored = con.execute("SELECT level, line_json FROM statement_lines WHERE period = ? AND revision = ? "
-                             "ORDER BY array_position(['job', 'project', 'node'], level), line_no",
-                             [period, revision]).fetchall()
-        if len(stored) != count or _checksum(stored) != sha:
-            raise RunError(f"statement {period} revision {revision}: its lines do not match their sha256 "
-                           f"{sha[:12]}; the warehouse was altered outside gpuledger (restore it from a backup)")
+        stored = _stored(con, period, revision, sha, count)
         columns = json.loads(columns_json)
         out[revision] = {}
         for level in LEVELS:
@@ -174,7 +294,8 @@ def compute_lines(con, period: str, cfg: Config, *, now: datetime | None = None)
     """The period's chargeback lines at every level with the warehouse's current reference data."""
     from gpuledger.analytics.reports import chargeback_report
 
-    return {level: chargeback_report(con, period, level=level, policy=cfg.policy, now=now) for level in LEVELS}
+    return {level: chargeback_report(con, period, level=level, policy=cfg.policy, now=now, exact=True)
+            for level in LEVELS}
 
 
 def _current_config(con) -> tuple[Config, int | None]:
@@ -207,20 +328,41 @@ def close_period(
         cfg, version = _current_config(con)
         frames = compute_lines(con, period, cfg, now=data_now)
         project = frames["project"]
-        if not allow_provisional and "provisional" in project.columns and project["provisional"].any():
-            through = project["billed_through"].max() if "billed_through" in project.columns else None
-            raise PeriodError(
-                f"period {period}: the warehouse's data ends at {through:%Y-%m-%d %H:%M} UTC, before the month "
-                f"does, so its statement is provisional; ingest the rest first (or close it anyway with "
-                f"--provisional)")
+        why = None
+        if no_data(con, period, project):
+            why = (f"{PROVISIONAL_REASON}: no data for {period} (no GPU samples and no job allocated in the "
+                   "month)")
+            refusal = (f"period {period}: the warehouse holds no data for it (no GPU samples and no job allocated "
+                       "in the month); closing it would freeze it empty before its data is ingested. Ingest it "
+                       "first, or close it anyway with --provisional")
+        elif "provisional" in project.columns and project["provisional"].any():
+            through = project["billed_through"].max()
+            why = f"{PROVISIONAL_REASON}: data through {through:%Y-%m-%d %H:%M} UTC"
+            refusal = (f"period {period}: the warehouse's data ends at {through:%Y-%m-%d %H:%M} UTC, before the "
+                       f"month does, so its statement is provisional; ingest the rest first (or close it anyway "
+                       f"with --provisional)")
+        if why and not allow_provisional:
+            raise PeriodError(refusal)
         who = audit.actor(by)
         sha = _store_revision(con, period, 0, frames, start=start, end=end, config_version=version, who=who,
-                              at=now, reason=None, data_now=data_now)
+                              at=now, reason=why, data_now=data_now)
         totals = _totals(frames["project"])
         audit.record(con, who=who, action="period-close", subject=period,
                      detail=f"revision 0, config v{version}, sha256 {sha}, totals {totals}", at=now)
     return {"period": period, "revision": 0, "lines": sum(f.height for f in frames.values()), "sha256": sha,
-            "config_version": version, "totals": totals}
+            "config_version": version, "totals": totals, "provisional": why}
+
+
+def no_data(con, period: str, lines: pl.DataFrame) -> bool:
+    """No GPU sample and no charged job in the month (``lines``: its chargeback lines): nothing
+    was measured, whatever capacity the inventory lists. Such a month closes only provisionally
+    and its statement says "no data"."""
+    kind = pl.coalesce("correction_of", "line_kind") if "correction_of" in lines.columns else pl.col("line_kind")
+    if lines.height and lines.select((kind == "charge").any()).item():
+        return False
+    start, end = month_bounds(period)
+    return not con.execute("SELECT EXISTS (SELECT 1 FROM gpu_samples WHERE ts >= ? AND ts < ?)", [start, end]
+                           ).fetchall()[0][0]
 
 
 def _closed_message(con, period: str) -> str:
@@ -270,7 +412,8 @@ def _differences(issued: pl.DataFrame, fresh: pl.DataFrame) -> pl.DataFrame:
         if c in QUANTITIES:
             zero = pl.lit(0).cast(fresh.schema[c])
             old_value = pl.col(before).fill_null(zero) if before in joined.columns else zero
-            fixes.append((pl.col(c).fill_null(zero) - old_value).cast(fresh.schema[c]).alias(c))
+            delta = (pl.col(c).fill_null(zero) - old_value).cast(fresh.schema[c])
+            fixes.append((delta + 0.0 if fresh.schema[c].is_float() else delta).alias(c))  # no -0.0
         elif before in joined.columns:  # descriptive: today's, else as issued (a line that vanished)
             fixes.append(pl.coalesce(c, before).alias(c))
     diff = joined.with_columns(fixes).drop([c for c in joined.columns if c.startswith("_old_")])
@@ -280,6 +423,81 @@ def _differences(issued: pl.DataFrame, fresh: pl.DataFrame) -> pl.DataFrame:
     return diff.with_columns(correction_of=pl.col("line_kind"),
                              line_kind=pl.when(sign).then(pl.lit("debit")).otherwise(pl.lit("credit"))
                              ).select(*fresh.columns, "correction_of")
+
+
+def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
+                       fresh: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Corrections that touch only what changed: per job leaf, the exact delta (fresh exact −
+    issued exact, Σ over revisions) is rounded top-down through the chargeback tree (currency →
+    org path → model × tier → leaf), its root the cents that make the corrected total the new
+    exact total rounded half-up. A leaf whose exact amount did not move gets no cent, so
+    re-pricing one pool moves nothing in another; job, project and node corrections come from
+    the one delta tree, so they add up to each other. Memo and unpriced lines (outside the total)
+    keep the difference of their rounded lines."""
+    from gpuledger.analytics.chargeback import IDLE, _PAD, _with_org_paths
+    from gpuledger.analytics.load import load_tables
+    from gpuledger.analytics.money import RAW, half_up_cents, round_tree
+
+    start, end = month_bounds(period)
+    org_nodes = load_tables(con, start=start, end=end, samples=False).org_nodes.collect()
+    job_fresh, job_old = fresh["job"], effective["job"]
+    keys = [k for k in _keys(job_fresh) if k in job_old.columns]
+    zero = pl.lit(0).cast(RAW)
+    old = job_old.filter(pl.col("line_kind").is_in(BILLED)).select(
+        *keys, *[pl.col(q).alias(f"_old_{q}") for q in ("gpu_hours", "amount", "idle_amount_included", *EXACT)])
+    new = job_fresh.filter(pl.col("line_kind").is_in(BILLED))
+    joined = new.join(old, on=keys, how="full", coalesce=True, nulls_equal=True).with_columns(
+        _d_raw=pl.col("amount_exact").fill_null(zero) - pl.col("_old_amount_exact").fill_null(zero),
+        _di_raw=pl.col("idle_amount_exact").fill_null(zero) - pl.col("_old_idle_amount_exact").fill_null(zero),
+        _d_hours=pl.col("gpu_hours").fill_null(0.0) - pl.col("_old_gpu_hours").fill_null(0.0) + 0.0)
+    # the root: new exact total half-up, less the cents already issued (per currency)
+    root = joined.group_by("currency").agg(
+        _root_amount=(half_up_cents(pl.col("amount_exact").fill_null(zero).sum())
+                      - pl.col("_old_amount").fill_null(0).sum()).cast(RAW) * 100,
+        _root_idle_amount_included=(half_up_cents(pl.col("idle_amount_exact").fill_null(zero).sum())
+                                    - pl.col("_old_idle_amount_included").fill_null(0).sum()).cast(RAW) * 100)
+    lf, depth = _with_org_paths(joined.lazy(), org_nodes)
+    mt = pl.col("gpu_model") + pl.lit("|") + pl.col("tier")
+    path = ["currency", *(f"p{i}" for i in range(1, depth + 1)), "_mt", "_leaf"]
+    leaves = lf.with_columns(_mt=mt, _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), mt],
+                                                         separator="|")).collect()
+    levels = round_tree(leaves.lazy(), path=path, amounts={"_d_raw": "amount", "_di_raw": "idle_amount_included"},
+                        sums=["_d_hours"], root_cents=root.lazy())
+    described = {c: pl.lit(job_fresh[c][0] if job_fresh.height else None, job_fresh.schema[c])
+                 for c in ("period", "period_start", "period_end", "billed_through", "provisional")
+                 if c in job_fresh.columns}
+
+    def lines(frame: pl.DataFrame, template: pl.DataFrame) -> pl.DataFrame:
+        nonzero = frame.filter((pl.col("amount") != 0) | (pl.col("_d_hours").abs() > 1e-9))
+        out = nonzero.with_columns(
+            gpu_hours=pl.col("_d_hours"), amount_exact=pl.col("_d_raw"), idle_amount_exact=pl.col("_di_raw"),
+            billed=pl.lit(True), note=pl.lit(None, pl.String), **described,
+            correction_of=pl.col("line_kind"),
+            line_kind=pl.when(pl.col("amount") != 0).then(pl.col("amount") > 0).otherwise(pl.col("_d_hours") > 0)
+            .replace_strict({True: "debit", False: "credit"}, return_dtype=pl.String))
+        cols = [*template.columns, "correction_of"]
+        return out.select([pl.col(c).cast(template.schema[c]) if c in template.columns else pl.col(c) for c in cols])
+
+    meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "gpu_model", "tier")
+    job = levels[-1].collect().join(meta, on=path, how="left", nulls_equal=True)
+    proj = levels[-2].collect().join(meta.unique(path[:-1]).drop("_leaf", "cluster", "job_id", "user_name"),
+                                     on=path[:-1], how="left")
+    node_parts = []
+    for k in range(1, depth + 1):
+        lv = levels[k].collect().filter(pl.col(f"p{k}") != _PAD)
+        node_parts.append(lv.select("currency", pl.col(f"p{k}").alias("node"), "_d_raw", "_di_raw", "_d_hours",
+                                    "amount", "idle_amount_included",
+                                    line_kind=pl.when(pl.col(f"p{k}") == IDLE).then(pl.lit("idle"))
+                                    .otherwise(pl.lit("charge"))))
+    node = pl.concat(node_parts).with_columns(gpu_model=pl.lit(None, pl.String), tier=pl.lit(None, pl.String))
+    out = {}
+    for level, frame in (("job", job), ("project", proj), ("node", node)):
+        template = fresh[level]
+        billed_part = lines(frame, template)
+        memo = _differences(effective[level].filter(~pl.col("line_kind").is_in(BILLED)),
+                            template.filter(~pl.col("line_kind").is_in(BILLED)))
+        out[level] = pl.concat([billed_part, memo], how="diagonal_relaxed").select(billed_part.columns)
+    return out
 
 
 def correct_period(
@@ -300,8 +518,11 @@ def correct_period(
         issued = _issued(con, period)
         cfg, version = _current_config(con)
         fresh = compute_lines(con, period, cfg, now=data_now)
-        corrections = {level: _differences(_effective([issued[r][level] for r in sorted(issued)]), fresh[level])
-                       for level in LEVELS}
+        effective = {level: _effective([issued[r][level] for r in sorted(issued)]) for level in LEVELS}
+        if all("amount_exact" in issued[r]["job"].columns for r in issued):
+            corrections = _delta_corrections(con, period, effective, fresh)
+        else:  # closed before exact amounts were stored: the difference of the rounded lines
+            corrections = {level: _differences(effective[level], fresh[level]) for level in LEVELS}
         if all(f.is_empty() for f in corrections.values()):
             return None
         revision = max(issued) + 1
@@ -341,7 +562,7 @@ def statement_lines(
                 frame = frame.with_columns(pl.lit(None, pl.String).alias("correction_of"))
             parts.append(frame.with_columns(pl.lit(revision, pl.Int32).alias("revision")))
         whole = pl.concat(parts, how="diagonal_relaxed")
-        head = [c for c in whole.columns if c not in ("revision", "correction_of")]
+        head = [c for c in whole.columns if c not in ("revision", "correction_of", *EXACT)]
         return whole.select(*head, "revision", "correction_of")
     from gpuledger.analytics.reports import chargeback_report
 
@@ -354,8 +575,9 @@ def statement_lines(
 
 
 def period_list(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    """Closed months: period, revisions, closed_at / closed_by, last revision's time, who and
-    reason, config version, and the statement's total per currency as of its latest revision."""
+    """Closed months: period, state (closed / corrected / provisional), revisions, closed_at /
+    closed_by, last revision's time, who and reason, config version, and the statement's total per
+    currency as of its latest revision. Every revision is checked against its checksum first."""
     heads = con.sql(
         """SELECT r0.period, count(*)::INTEGER AS revisions, min(r.issued_at) AS closed_at,
                   arg_min(r.issued_by, r.revision) AS closed_by, max(r.issued_at) AS last_issued_at,
@@ -376,4 +598,8 @@ def period_list(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
         heads = heads.join(totals, on="period", how="left")
     else:
         heads = heads.with_columns(pl.lit(None, pl.String).alias("total"))
+    for period in heads["period"].to_list():  # the figures listed are the checksummed ones, or an error
+        verify_period(con, period)
+    states = {p: period_state(con, p).text for p in heads["period"].to_list()}
+    heads = heads.with_columns(state=pl.col("period").replace_strict(states, return_dtype=pl.String))
     return heads.sort("period")

@@ -6,10 +6,8 @@ a statement for the same data and config gives byte-identical files."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
-import zipfile
 from datetime import datetime
 from decimal import Decimal
 from importlib import resources
@@ -20,10 +18,10 @@ import polars as pl
 from gpuledger.analytics.chargeback import billed as is_billed
 
 from gpuledger.reports.chart import stacked_bars
-from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
+from gpuledger.reports.statement import ORG_LINES, Statement
+from gpuledger.reports.workbook import unit_totals, write_xlsx
 
 MANIFEST = "manifest.json"
-HOUR_COLS = ("gpu_hours", "gpu_hours_active", "gpu_hours_unknown")
 
 
 def _slug(name: str) -> str:
@@ -44,149 +42,6 @@ def write_csv(frame: pl.DataFrame, path: Path) -> Path:
 
 def write_parquet(frame: pl.DataFrame, path: Path) -> Path:
     frame.write_parquet(path, compression="zstd", statistics=True)
-    return path
-
-
-# --- XLSX --------------------------------------------------------------------------------------
-
-class _FixedTimeZip(zipfile.ZipFile):
-    """openpyxl writes entries by name, which stamps each with the wall clock; stamp them with
-    the statement's own time instead."""
-
-    fixed_time: tuple[int, int, int, int, int, int] = (1980, 1, 1, 0, 0, 0)
-
-    def writestr(self, zinfo_or_arcname, data, compress_type=None, compresslevel=None):
-        if not isinstance(zinfo_or_arcname, zipfile.ZipInfo):
-            info = zipfile.ZipInfo(zinfo_or_arcname, date_time=self.fixed_time)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o600 << 16
-            zinfo_or_arcname = info
-        return super().writestr(zinfo_or_arcname, data, compress_type, compresslevel)
-
-    def write(self, filename, arcname=None, compress_type=None, compresslevel=None):
-        # worksheets go through a temporary file, whose mtime would be the entry's time
-        with open(filename, "rb") as fh:
-            data = fh.read()
-        return self.writestr(arcname or Path(filename).name, data)
-
-
-def _sheet_name(name: str, used: set[str]) -> str:
-    base = re.sub(r"[\[\]:*?/\\]", "_", name)[:31] or "unit"
-    candidate, n = base, 2
-    while candidate.lower() in used:
-        suffix = f" ({n})"
-        candidate, n = base[:31 - len(suffix)] + suffix, n + 1
-    used.add(candidate.lower())
-    return candidate
-
-
-def _money_format(currency: str | None) -> str:
-    return f'#,##0.00 "{currency}"' if currency else "#,##0.00"
-
-
-def _write_table(ws, frame: pl.DataFrame, start_row: int, *, total_label: str | None = None) -> int:
-    """Write ``frame`` (header + rows) at ``start_row``; numbers stay numbers (money as Decimal with
-    a currency format, GPU-hours with 3 decimals). Returns the next free row."""
-    from openpyxl.styles import Font
-
-    bold = Font(bold=True)
-    for j, name in enumerate(frame.columns, start=1):
-        ws.cell(row=start_row, column=j, value=name).font = bold
-    r = start_row + 1
-    cur_col = frame.columns.index("currency") if "currency" in frame.columns else None
-    for row in frame.iter_rows():
-        for j, value in enumerate(row, start=1):
-            name = frame.columns[j - 1]
-            if isinstance(value, datetime):
-                value = value.strftime("%Y-%m-%d %H:%M")
-            cell = ws.cell(row=r, column=j, value=value)
-            if isinstance(value, Decimal):
-                cell.number_format = _money_format(row[cur_col] if cur_col is not None else None)
-            elif name in HOUR_COLS:
-                cell.number_format = "#,##0.000"
-            elif name == "efficiency_ratio":
-                cell.number_format = "0.0%"
-        r += 1
-    if total_label is not None and "amount" in frame.columns:
-        billed = frame.filter(is_billed(frame)) if "line_kind" in frame.columns else frame
-        sums = billed.group_by("currency").agg(pl.col("amount").sum(), pl.col("gpu_hours").sum()).sort("currency")
-        for currency, amount, hours in sums.iter_rows():
-            ws.cell(row=r, column=1, value=total_label).font = bold
-            if "currency" in frame.columns:
-                ws.cell(row=r, column=frame.columns.index("currency") + 1, value=currency)
-            hc = ws.cell(row=r, column=frame.columns.index("gpu_hours") + 1, value=round(hours or 0.0, 6))
-            hc.number_format = "#,##0.000"
-            ac = ws.cell(row=r, column=frame.columns.index("amount") + 1, value=Decimal(amount))
-            ac.number_format, ac.font = _money_format(currency), bold
-            r += 1
-    return r + 1
-
-
-SHEET_COLUMNS = ["line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours", "gpu_hours_active",
-                 "gpu_hours_unknown", "efficiency_ratio", "amount", "revision", "correction_of", "note"]
-
-
-def unit_totals(st: Statement) -> pl.DataFrame:
-    """Per business unit (and the org's own idle / memo lines) and currency: GPU-hours and amount
-    of the billed lines."""
-    billed = st.lines.filter(is_billed(st.lines) & pl.col("currency").is_not_null())
-    order = {u: i for i, u in enumerate(st.sections)}
-    return (billed.group_by("business_unit", "currency")
-            .agg(pl.col("gpu_hours").sum().round(6), pl.col("gpu_hours_active").sum().round(6),
-                 pl.col("gpu_hours_unknown").sum().round(6), pl.col("amount").sum())
-            .with_columns(_o=pl.col("business_unit").replace_strict(order, default=len(order), return_dtype=pl.Int32))
-            .sort("_o", "business_unit", "currency").drop("_o"))
-
-
-def write_xlsx(st: Statement, path: Path) -> Path:
-    """A summary sheet (status, reconciliation, totals per business unit) and one sheet per
-    business unit with its lines and its total; the org's idle and memo lines on their own sheet."""
-    from openpyxl import Workbook
-    from openpyxl.styles import Font
-
-    wb = Workbook()
-    stamp = st.billed_through.replace(microsecond=0)
-    wb.properties.creator = "gpuledger"
-    wb.properties.title = f"gpuledger statement {st.period} {st.scope}"
-    wb.properties.created = wb.properties.modified = stamp
-    used: set[str] = set()
-    ws = wb.active
-    ws.title = _sheet_name("Summary", used)
-    rows = [("statement", f"{st.scope} {st.period}"), ("status", st.status),
-            ("period", f"{st.period_start:%Y-%m-%d} .. {st.period_end:%Y-%m-%d} (UTC, end exclusive)"),
-            ("data through", f"{st.billed_through:%Y-%m-%d %H:%M} UTC"),
-            ("config version", st.config_version)]
-    rows += [("reconciliation", r.sentence()) for r in st.reconciliation]
-    rows += [("note", n) for n in st.notes] + [("warning", w) for w in st.warnings]
-    for i, (k, v) in enumerate(rows, start=1):
-        ws.cell(row=i, column=1, value=k).font = Font(bold=True)
-        ws.cell(row=i, column=2, value=v)
-    nxt = _write_table(ws, unit_totals(st), len(rows) + 2)
-    totals = st.totals()
-    for currency, amount in totals.items():
-        ws.cell(row=nxt, column=1, value="total owed").font = Font(bold=True)
-        ws.cell(row=nxt, column=2, value=currency)
-        c = ws.cell(row=nxt, column=5, value=amount)
-        c.number_format, c.font = _money_format(currency), Font(bold=True)
-        nxt += 1
-    ws.column_dimensions["A"].width = 18
-    ws.column_dimensions["B"].width = 24
-    for unit in st.sections:
-        frame = st.unit_lines(unit).select(SHEET_COLUMNS)
-        title = {ORG_LINES: "Idle and memo", UNASSIGNED: "Projects outside the tree"}.get(unit, unit)
-        sheet = wb.create_sheet(_sheet_name(title, used))
-        _write_table(sheet, frame, 1, total_label="total")
-        sheet.column_dimensions["B"].width = 22
-    for extra, title in ((st.by_partition, "By partition"), (st.by_host, "By host")):
-        if extra.height:
-            _write_table(wb.create_sheet(_sheet_name(title, used)), extra, 1)
-    from openpyxl.writer.excel import ExcelWriter
-
-    buffer = io.BytesIO()
-    archive = _FixedTimeZip(buffer, "w", zipfile.ZIP_DEFLATED, allowZip64=True)
-    archive.fixed_time = (stamp.year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second - stamp.second % 2)
-    ExcelWriter(wb, archive).save()  # not save_workbook: it stamps `modified` with the wall clock
-    path.write_bytes(buffer.getvalue())
     return path
 
 
@@ -213,7 +68,9 @@ def _rows(frame: pl.DataFrame) -> list[list[dict]]:
 
 
 def _charts(st: Statement) -> tuple[str, str, str]:
-    billed = st.lines.filter(pl.col("line_kind").is_in(["charge", "idle"]) & pl.col("gpu_model").is_not_null())
+    # corrections count toward the kind they correct, so the bars add up to the total owed
+    billed = (st.lines.with_columns(line_kind=pl.coalesce("correction_of", "line_kind"))
+              .filter(pl.col("line_kind").is_in(["charge", "idle"]) & pl.col("gpu_model").is_not_null()))
     by_mt = (billed.with_columns(mt=pl.col("gpu_model") + pl.lit(" / ") + pl.col("tier").fill_null("?"))
              .group_by("mt", "line_kind").agg(pl.col("gpu_hours").sum(), pl.col("amount").sum()).sort("mt"))
     cats = sorted(set(by_mt["mt"].to_list()))
@@ -226,9 +83,11 @@ def _charts(st: Statement) -> tuple[str, str, str]:
         return out
 
     currency = ", ".join(sorted(set(billed["currency"].drop_nulls().to_list()))) or "?"
-    model = stacked_bars("GPU-hours by GPU model and tier (charged and idle)", cats, series("gpu_hours"),
-                         unit="GPU-h")
-    amount = stacked_bars(f"Amount by GPU model and tier ({currency})", cats, series("amount"), unit=currency)
+    corrected = ", corrections included" if st.state.corrected else ""
+    model = stacked_bars(f"GPU-hours by GPU model and tier (charged and idle{corrected})", cats,
+                         series("gpu_hours"), unit="GPU-h")
+    amount = stacked_bars(f"Amount by GPU model and tier ({currency}{corrected})", cats, series("amount"),
+                          unit=currency)
     if st.history.height:
         months = sorted(set(st.history["period"].to_list()))
         hist = []
@@ -310,8 +169,9 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True) -> d
     manifest = {
         "period": st.period, "scope": st.scope,
         "period_start": f"{st.period_start:%Y-%m-%dT%H:%M:%S}Z", "period_end": f"{st.period_end:%Y-%m-%dT%H:%M:%S}Z",
-        "status": "closed" if st.closed else ("provisional" if st.provisional else "open"),
-        "closed": st.closed, "provisional": st.provisional, "revision": st.revision,
+        "status": st.state.token, "status_text": st.status, "status_sentence": st.status_sentence,
+        "closed": st.closed, "provisional": st.provisional, "corrected": st.state.corrected,
+        "revision": st.revision, "no_data": st.empty,
         "config_version": st.config_version, "data_through": f"{st.billed_through:%Y-%m-%dT%H:%M:%S}Z",
         "business_units": st.units,
         "totals": {c: str(a) for c, a in st.totals().items()},
@@ -320,6 +180,11 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True) -> d
                             "capacity_amount": None if r.capacity_amount is None else str(r.capacity_amount),
                             "over_allocated": str(r.over_allocated), "reconciles": r.reconciles,
                             "statement": r.sentence()} for r in st.reconciliation],
+        "reconciliation_per_pool": [
+            {"currency": p.currency, "gpu_model": p.gpu_model, "tier": p.tier, "billed": str(p.billed),
+             "capacity_gpu_hours": round(p.capacity_gpu_hours, 6), "capacity_amount": str(p.capacity_amount),
+             "over_allocated": str(p.over_allocated), "difference": str(p.difference), "statement": p.sentence()}
+            for p in st.pools],
         "files": [{"path": p.relative_to(out).as_posix(), "sha256": sha256_file(p), "bytes": p.stat().st_size}
                   for p in sorted(files, key=lambda p: p.relative_to(out).as_posix())],
     }

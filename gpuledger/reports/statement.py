@@ -22,6 +22,7 @@ import polars as pl
 from gpuledger.analytics.chargeback import billed as is_billed
 
 from gpuledger.errors import UsageError
+from gpuledger.ledger.periods import PeriodState
 
 ORG_LINES = "(org)"  # business_unit of idle and memo lines
 UNASSIGNED = "(unassigned)"  # business_unit of a project not in the org tree
@@ -29,7 +30,7 @@ KIND_ORDER = {k: i for i, k in enumerate(("charge", "idle", "credit", "debit", "
                                           "capacity-unknown", "unpriced"))}
 LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours",
                 "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", "amount", "idle_amount_included", "billed", "revision",
-                "correction_of", "provisional", "note"]
+                "correction_of", "status", "provisional", "note"]
 HISTORY_MONTHS = 3  # this month and the two before it, where the inventory existed
 
 
@@ -71,14 +72,40 @@ class Reconciliation:
 
 
 @dataclass
+class PoolReconciliation:
+    """Per GPU pool (currency, GPU model, tier): charges + idle + corrections of its lines against
+    its capacity × price. Lines are rounded top-down per project, so a pool's cents can differ
+    from its own exact total rounded by a cent or two while the currency total reconciles."""
+
+    currency: str
+    gpu_model: str
+    tier: str
+    billed: Decimal
+    capacity_gpu_hours: float
+    capacity_amount: Decimal
+    over_allocated: Decimal
+
+    @property
+    def difference(self) -> Decimal:
+        return self.billed - self.capacity_amount - self.over_allocated
+
+    def sentence(self) -> str:
+        right = f"capacity {self.capacity_gpu_hours:,.3f} GPU-hours × price = {self.capacity_amount:,.2f}"
+        if self.over_allocated:
+            right += f" + over-allocated {self.over_allocated:,.2f}"
+        verdict = ("reconciles to the cent" if not self.difference
+                   else f"differs by {self.difference:+,.2f} of rounding (each line within a cent; the currency "
+                        "total reconciles)")
+        return f"{self.currency} {self.gpu_model} / {self.tier}: billed {self.billed:,.2f}; {right}; {verdict}"
+
+
+@dataclass
 class Statement:
     period: str
     period_start: datetime
     period_end: datetime
     scope: str  # the org root's name, or the business unit / node of --node
-    closed: bool
-    provisional: bool
-    revision: int | None  # the latest revision of a closed month; None when computed
+    state: PeriodState  # closed / provisional / corrected: the one truth every file states
     config_version: int | None
     billed_through: datetime  # the data's end inside the month (the statement's one timestamp)
     lines: pl.DataFrame  # LINE_COLUMNS
@@ -86,14 +113,32 @@ class Statement:
     usage: pl.DataFrame  # project, model, tier, partition, host: allocated / active / unknown GPU-hours
     history: pl.DataFrame  # period, currency, line_kind (charge / idle / corrections), amount, gpu_hours
     reconciliation: list[Reconciliation] = field(default_factory=list)  # org scope only
+    pools: list[PoolReconciliation] = field(default_factory=list)  # org scope only, per GPU pool
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    empty: bool = False  # no data for the month (periods.no_data): the statement says so
+
+    @property
+    def closed(self) -> bool:
+        return self.state.closed
+
+    @property
+    def provisional(self) -> bool:
+        return self.state.provisional
+
+    @property
+    def revision(self) -> int | None:
+        return self.state.revision
 
     @property
     def status(self) -> str:
-        if self.closed:
-            return f"closed (revision {self.revision})"
-        return "provisional" if self.provisional else "open (computed, not yet closed)"
+        """The state as a reader is told it, e.g. "closed, provisional (revision 0)"."""
+        return self.state.text
+
+    @property
+    def status_sentence(self) -> str:
+        return self.state.sentence(self.period_end)
+
 
     @property
     def sections(self) -> list[str]:
@@ -124,10 +169,10 @@ class Statement:
         projects = set(lines["project"].drop_nulls().to_list())
         return Statement(
             period=self.period, period_start=self.period_start, period_end=self.period_end, scope=unit,
-            closed=self.closed, provisional=self.provisional, revision=self.revision,
-            config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
+            state=self.state, config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
             usage=self.usage.filter(pl.col("project").is_in(list(projects))), history=self.history.clear(),
-            notes=[n for n in self.notes if n.startswith("provisional")])
+            notes=[self.status_sentence] + [n for n in self.notes if n.startswith("no data")],
+            empty=self.empty)
 
     def totals(self, frame: pl.DataFrame | None = None) -> dict[str, Decimal]:
         """Σ amount of the billed lines per currency (what is owed)."""
@@ -185,7 +230,8 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
 def _round_hours(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     # GPU-hours to the microhour (3.6 ms): float sums of the same data in another order must not
     # make two regenerations differ
-    return frame.with_columns(pl.col(c).round(6) for c in cols if c in frame.columns)
+    # make two regenerations differ; + 0.0 turns a rounded -0.0 into 0.0 (no "-0.000000" printed)
+    return frame.with_columns(pl.col(c).round(6) + 0.0 for c in cols if c in frame.columns)
 
 
 def _grouped_usage(usage: pl.DataFrame, key: str, missing: str) -> pl.DataFrame:
@@ -212,7 +258,7 @@ def _config_version(con, period: str, closed: bool) -> int | None:
 
 
 def _capacity(con, t, *, start: datetime, end: datetime, config_version: int | None, closed: bool,
-              retire_grace: timedelta) -> dict[str, tuple[float, Decimal]]:
+              retire_grace: timedelta, by: tuple[str, ...] = ()) -> dict:
     """currency -> (capacity GPU-hours, Σ capacity × price) over [start, end), priced by the rate
     card the statement was priced with (a closed month: its latest revision's config version)."""
     from gpuledger.analytics.chargeback import chargeback_totals
@@ -221,7 +267,10 @@ def _capacity(con, t, *, start: datetime, end: datetime, config_version: int | N
     rate_card = t.rate_card
     if closed and config_version is not None:
         rate_card = rate_card_version(con, config_version).lazy()
-    totals = chargeback_totals(t.gpus, rate_card, start=start, end=end, retire_grace=retire_grace).collect()
+    totals = chargeback_totals(t.gpus, rate_card, start=start, end=end, retire_grace=retire_grace, by=by).collect()
+    if by:  # (currency, *by) -> (GPU-hours, amount)
+        return {tuple(r[:-2]): (r[-2], Decimal(r[-1])) for r in totals.select(
+            "currency", *by, "gpu_hours_capacity", "capacity_amount").iter_rows()}
     return {c: (h, Decimal(a)) for c, h, a in totals.select("currency", "gpu_hours_capacity", "capacity_amount")
             .iter_rows()}
 
@@ -270,7 +319,7 @@ def build_statement(
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.reports import data_now, statement_report
     from gpuledger.ledger.config_versions import stored_config
-    from gpuledger.ledger.periods import is_closed, month_bounds
+    from gpuledger.ledger.periods import NO_DATA_NOTE, is_closed, month_bounds, no_data, period_state
 
     start, end = month_bounds(period)
     if policy is None:
@@ -325,22 +374,49 @@ def build_statement(
         scope = root
     out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio"]).with_columns(
         _rank=pl.col("line_kind").replace_strict(KIND_ORDER, default=99, return_dtype=pl.Int32))
+    state = period_state(con, period, lines)
+    # every line states the statement's state (a line frozen at a provisional close says so too)
+    out = out.with_columns(status=pl.lit(state.token), provisional=pl.lit(state.provisional))
     out = out.sort("_rank", "business_unit", "project", "gpu_model", "tier", "currency", "revision", "note",
                    nulls_last=True).select(LINE_COLUMNS)
     version = _config_version(con, period, closed)
-    revision = int(lines["revision"].max()) if closed and lines.height else None
     st = Statement(
-        period=period, period_start=start, period_end=end, scope=scope, closed=closed,
-        provisional=bool(lines.height and lines["provisional"].any()) and not closed,
-        revision=revision, config_version=version, billed_through=billed_through or end, lines=out,
+        period=period, period_start=start, period_end=end, scope=scope, state=state,
+        config_version=version, billed_through=billed_through or end, lines=out,
         units=units, usage=usage, history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item()),
     )
-    st.notes, st.warnings = statement_notes(lines)
+    notes, st.warnings = statement_notes(lines)
+    # the state's sentence replaces chargeback's provisional note (which says lines change: not
+    # so once closed)
+    st.notes = [st.status_sentence] + [n for n in notes if not n.startswith("provisional")]
+    st.empty = no_data(con, period, lines)
+    if st.empty:
+        st.notes.insert(0, NO_DATA_NOTE.format(period=period))
     if node is None:
         cap = _capacity(con, t, start=start, end=min(end, st.billed_through), config_version=version,
                         closed=closed, retire_grace=timedelta(hours=policy.chargeback.retire_after_hours))
         st.reconciliation = _reconcile(out, cap)
+        st.pools = _reconcile_pools(out, _capacity(con, t, start=start, end=min(end, st.billed_through),
+                                                   config_version=version, closed=closed, by=("model", "tier"),
+                                                   retire_grace=timedelta(hours=policy.chargeback.retire_after_hours)))
     return st
+
+
+def _reconcile_pools(lines: pl.DataFrame, capacity: dict[tuple, tuple[float, Decimal]]) -> list[PoolReconciliation]:
+    kind = pl.coalesce("correction_of", "line_kind")
+    money = lines.filter(pl.col("currency").is_not_null() & pl.col("gpu_model").is_not_null())
+    sums = {(c, m, t): (Decimal(b or 0), Decimal(o or 0)) for c, m, t, b, o in money.group_by(
+        "currency", "gpu_model", "tier").agg(
+        pl.col("amount").filter(kind.is_in(["charge", "idle"])).sum().alias("billed"),
+        pl.col("amount").filter(kind == "over-allocated").sum().alias("over")).iter_rows()}
+    out = []
+    for key in sorted(set(sums) | set(capacity)):
+        billed, over = sums.get(key, (Decimal("0.00"), Decimal("0.00")))
+        hours, amount = capacity.get(key, (0.0, Decimal("0.00")))
+        out.append(PoolReconciliation(*key, billed=Decimal(billed).quantize(Decimal("0.01")) + 0,
+                                      capacity_gpu_hours=hours, capacity_amount=amount,
+                                      over_allocated=Decimal(over).quantize(Decimal("0.01")) + 0))
+    return out
 
 
 def _reconcile(lines: pl.DataFrame, capacity: dict[str, tuple[float, Decimal]]) -> list[Reconciliation]:

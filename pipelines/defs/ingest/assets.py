@@ -82,7 +82,7 @@ def prometheus_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
         return skipped(context, gpuledger_config, "prometheus")
     start, end = window(context)
     stats = backfill(source.url, start, end, step_s=source.step_s, warehouse_path=warehouse.path,
-                     cluster=source.cluster, workers=1, processes=False)
+                     cluster=source.cluster, workers=1, processes=False, deadline=source.call_deadline())
     return dg.MaterializeResult(metadata={
         "url": source.url, "chunks_done": stats.chunks_done, "chunks_skipped": stats.chunks_skipped,
         "points": stats.points, "rows_written": stats.samples_new, "rows_quarantined": stats.quarantined,

@@ -43,11 +43,18 @@ from datetime import UTC, datetime
 import polars as pl
 
 from gpuledger import warehouse
+from gpuledger.deadlines import PROMETHEUS, CallDeadline
+from gpuledger.errors import UsageError
 from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.ingest.metrics.prometheus.chunk import _chunk_in_worker, _decode_chunk
-from gpuledger.errors import UsageError
-from gpuledger.ingest.metrics.prometheus.client import (BACKFILL_METRICS, NotPrometheusAnswer,
-                                                         PrometheusError, _new_session, discover_metrics)
+from gpuledger.ingest.metrics.prometheus.client import (
+    BACKFILL_METRICS,
+    NotPrometheusAnswer,
+    PrometheusError,
+    _new_session,
+    check_base_url,
+    discover_metrics,
+)
 from gpuledger.ingest.metrics.prometheus.decode import SOURCE
 from gpuledger.ingest.metrics.prometheus.pool import _chunk_pool, _ChunkPool
 from gpuledger.ingest.metrics.writes import store_wide
@@ -107,7 +114,7 @@ def backfill(
     cluster: str = DEFAULT_CLUSTER,
     metrics: Sequence[str] | None = None,
     workers: int = 2,
-    timeout_s: float = 60.0,
+    deadline: CallDeadline = PROMETHEUS,
     retries: int = 3,
     backoff_s: float = 1.0,
     on_chunk: Callable[[int, int, BackfillStats], None] | None = None,
@@ -121,6 +128,7 @@ def backfill(
     processes (``processes=False``: threads of this process, which share one GIL); each holds one
     chunk in memory, ~300 MB for 1,024 GPUs x 1 h. ``compress``: ask for gzip (worth it only
     over a slow link; on the same host it costs Prometheus and the decoder ~2x CPU)."""
+    url = check_base_url(url)
     start_s, end_s = int(_epoch_s(start)), int(_epoch_s(end))
     if end_s <= start_s:
         raise UsageError(f"--end {_iso(end_s)} must be after --start {_iso(start_s)}")
@@ -134,7 +142,7 @@ def backfill(
             position = read_checkpoint(con, scope)
         done_s = int(_epoch_s(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
         chunks = chunk_bounds(start_s, end_s, step_s, chunk_s)
-        kw = {"timeout_s": timeout_s, "retries": retries, "backoff_s": backoff_s}
+        kw = {"deadline": deadline, "retries": retries, "backoff_s": backoff_s}
         session = _new_session(compress)
         chosen = list(metrics) if metrics else discover_metrics(session, url, **kw)
         if not chosen:  # recording the range as done would lose it for good once the series arrive
@@ -163,16 +171,20 @@ def backfill(
             def refill() -> None:
                 while len(pending) < max(1, workers) and (nxt := next(queue, None)) is not None:
                     run = _chunk_in_worker if processes else _decode_chunk
-                    pending.append((nxt[1], pool.submit(run, a=nxt[0], b=nxt[1], per_metric=per_metric, **job)))
+                    pending.append((nxt[0], nxt[1], pool.submit(run, a=nxt[0], b=nxt[1], per_metric=per_metric, **job)))
 
             try:
                 refill()
                 while pending:
-                    b, future = pending.popleft()
+                    a, b, future = pending.popleft()
                     if con is not None:  # let go while the next chunk decodes: readers, other writers
                         held.close()
                         con = None
-                    wide, rejects, points, dropped_name = future.result()
+                    try:
+                        wide, rejects, points, dropped_name = future.result()
+                    except PrometheusError as exc:
+                        exc.undone_from = _iso(max(a, start_s))  # every chunk before a is stored
+                        raise
                     per_metric = per_metric or dropped_name
                     refill()  # the worker just freed starts on the next chunk while this one is written
                     if isinstance(wide, bytes):
@@ -193,7 +205,7 @@ def backfill(
                     if on_chunk:
                         on_chunk(b, len(chunks), stats)
             finally:
-                for _, future in pending:
+                for _, _, future in pending:
                     future.cancel()
                 if gc_was_enabled:
                     gc.enable()

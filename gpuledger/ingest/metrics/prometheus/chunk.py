@@ -10,11 +10,21 @@ from collections.abc import Sequence
 import polars as pl
 
 from gpuledger.ingest.metrics.exposition import series_long_to_wide
-from gpuledger.ingest.metrics.prometheus.client import (NotPrometheusAnswer, _get_body, _new_session,
-                                                         _parse_json, _range_params, matrix_result,
-                                                         query_chunk)
-from gpuledger.ingest.metrics.prometheus.decode import (_NotPlainMatrix, points_from_matrix_json,
-                                                         points_from_results)
+from gpuledger.ingest.metrics.prometheus.client import (
+    NotPrometheusAnswer,
+    _get_body,
+    _new_session,
+    _parse_json,
+    _range_params,
+    matrix_result,
+    query_chunk,
+)
+from gpuledger.ingest.metrics.prometheus.decode import (
+    _NotPlainMatrix,
+    points_from_matrix_json,
+    points_from_results,
+    refuse_outside_range,
+)
 
 
 def query_chunk_all_raw(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int,
@@ -69,7 +79,8 @@ def _decode_chunk(*, url: str, metrics: Sequence[str], a: int, b: int, step_s: i
         decoded = _decoded(fetched, url=url)
         del fetched
     points, series, rejects = decoded
-    return series_long_to_wide(points, series), rejects, points.height, per_metric
+    points, outside = refuse_outside_range(points, series, a, b, url=url)
+    return series_long_to_wide(points, series), [*rejects, *outside], points.height, per_metric
 
 
 def _chunk_in_worker(**job) -> tuple[bytes, list, int, bool]:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 import orjson
 import requests
+import urllib3
 
+from gpuledger.deadlines import CallDeadline
 from gpuledger.errors import RunError, UsageError, printable
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 
@@ -27,6 +30,7 @@ class PrometheusError(RunError):
     """The server refused or failed a query after retries; the message names the query."""
 
     resumable = True  # the chunks before it are saved: rerunning the command continues
+    undone_from: str | None = None  # set by the backfill: the start (ISO UTC) of what is not stored
 
 
 class NotPrometheusAnswer(PrometheusError):
@@ -38,6 +42,21 @@ class NotPrometheusAnswer(PrometheusError):
 
 
 _CHECK_URL = "check --url names the Prometheus server itself, e.g. http://prometheus:9090"
+
+
+def check_base_url(url: str) -> str:
+    """``url`` when it can name a Prometheus server (http or https, a host); else a UsageError
+    naming --url, before anything is asked or written."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--url {printable(url, limit=120)!r} is not an http(s) URL with a host; "
+                         "write it as http://HOST:9090")
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number or beyond 65535
+    except ValueError:
+        raise UsageError(f"--url {printable(url, limit=120)!r}: the port is not a number within "
+                         "1-65535; write it as http://HOST:9090") from None
+    return url.strip()
 
 
 def _endpoint(url: str) -> str:
@@ -52,29 +71,92 @@ def _new_session(compress: bool) -> requests.Session:
     return session
 
 
-def _get_body(session: requests.Session, url: str, params: dict, *, timeout_s: float, retries: int,
-              backoff_s: float) -> tuple[int, bytes]:
+def _get_body(session: requests.Session, url: str, params: dict, *, deadline: CallDeadline,
+              retries: int, backoff_s: float) -> tuple[int, bytes]:
     """(HTTP status, body) of a GET that did not fail with a 5xx / timeout / connection error, retried
-    with exponential backoff; PrometheusError when every attempt failed."""
-    error = None
+    with exponential backoff; PrometheusError when every attempt failed or ``deadline.total_s`` ran
+    out (every attempt and wait together: a server that trickles its body never holds us longer)."""
+    began = time.monotonic()
+    give_up = began + deadline.total_s
+    errors: list[str] = []  # what each attempt ran into, said once each
+    error, attempts = "no attempt fitted in the deadline", 0
     for attempt in range(retries + 1):
+        left = give_up - time.monotonic()
+        if left <= 0:
+            break
+        attempts += 1
         try:
-            response = session.get(url, params=params, timeout=timeout_s)
-            if response.status_code < 500:
-                return response.status_code, response.content
-            first = response.text.strip().splitlines()[:1]
-            error = f"HTTP {response.status_code}" + (f" ({printable(first[0], limit=100)})"
-                                                       if first else "")
+            status, content = _attempt(session, url, params, deadline, give_up)
+            if status < 500:
+                return status, content
+            first = content.decode("utf-8", "replace").strip().splitlines()[:1]
+            error = f"HTTP {status}" + (f" ({printable(first[0], limit=100)})" if first else "")
+        except (requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema,
+                requests.exceptions.InvalidURL) as exc:  # the URL itself is wrong: no retry helps
+            raise UsageError(f"--url {url.split('/api/v1/')[0]}: {printable(str(exc), limit=120)}; "
+                             "write it as http://HOST:9090") from None
+        except _OutOfTime as exc:
+            error = str(exc)
+        except requests.ConnectTimeout:
+            error = (f"could not connect within {deadline.connect_s:g} s" if left > deadline.connect_s
+                     else f"still not connected when the {deadline.total_s:g} s deadline passed")
         except requests.Timeout:
-            error = f"no answer within {timeout_s:g} s"
-        except requests.ConnectionError as exc:
+            error = (f"no answer within {deadline.read_s:g} s" if left > deadline.read_s
+                     else f"still no answer when the {deadline.total_s:g} s deadline passed")
+        except (requests.ConnectionError, urllib3.exceptions.HTTPError, OSError) as exc:
             error = ("connection refused" if "refused" in str(exc).lower()
+                     else "the connection broke off mid-answer"
+                     if isinstance(exc, (urllib3.exceptions.ProtocolError, requests.exceptions.ChunkedEncodingError))
                      else f"cannot connect ({type(exc).__name__})")
-        except requests.RequestException as exc:  # MissingSchema, InvalidURL: the URL itself is wrong
-            raise UsageError(f"--url {url.split('/api/v1/')[0]}: {exc}; write it as http://HOST:9090") from None
-        if attempt < retries:
-            time.sleep(backoff_s * 2 ** attempt)
-    raise PrometheusError(f"{_endpoint(url)}: {error} (after {retries + 1} attempts)")
+        if error not in errors:
+            errors.append(error)
+        wait = backoff_s * 2 ** attempt
+        if attempt < retries and time.monotonic() + wait < give_up:
+            time.sleep(wait)
+        elif attempt < retries:
+            break
+    raise PrometheusError(f"{_endpoint(url)}: {', then '.join(errors) or error} (after {attempts} "
+                          f"attempt(s) in {time.monotonic() - began:.1f} s; limits: connect {deadline.connect_s:g} s, "
+                          f"read {deadline.read_s:g} s, deadline {deadline.total_s:g} s)")
+
+
+class _OutOfTime(Exception):
+    """The call's total deadline passed while the body was still arriving."""
+
+
+_PIECE = 1 << 20  # read the body a piece at a time, so the deadline is checked between pieces
+
+
+def _attempt(session: requests.Session, url: str, params: dict, deadline: CallDeadline,
+             give_up: float) -> tuple[int, bytes]:
+    """One GET, its body read piece by piece: each wait for the server is at most ``read_s`` and
+    never past ``give_up`` (the socket's timeout is cut to what is left before each read)."""
+    left = give_up - time.monotonic()
+    with session.get(url, params=params, stream=True,
+                     timeout=(min(deadline.connect_s, left), min(deadline.read_s, left))) as response:
+        raw, pieces = response.raw, []
+        sock = getattr(getattr(raw, "connection", None), "sock", None)
+        while True:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                got = sum(map(len, pieces))
+                raise _OutOfTime(f"the answer was still arriving when the {deadline.total_s:g} s "
+                                 f"deadline passed ({got:,} bytes by then)")
+            wait = min(deadline.read_s, left)
+            if sock is not None:
+                sock.settimeout(wait)
+            try:
+                piece = raw.read1(_PIECE, decode_content=True)
+            except (urllib3.exceptions.TimeoutError, TimeoutError):
+                got = sum(map(len, pieces))
+                if wait < deadline.read_s:  # cut short by the deadline
+                    raise _OutOfTime(f"the answer was still arriving when the {deadline.total_s:g} s "
+                                     f"deadline passed ({got:,} bytes by then)") from None
+                raise _OutOfTime(f"the answer stalled after {got:,} bytes of body (nothing more for "
+                                 f"{wait:g} s)") from None
+            if not piece:
+                return response.status_code, b"".join(pieces)
+            pieces.append(piece)
 
 
 def _parse_json(url: str, params: dict, status: int, content: bytes):

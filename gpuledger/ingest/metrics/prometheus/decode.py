@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from itertools import chain
 from operator import itemgetter
 
@@ -23,6 +24,7 @@ import orjson
 import polars as pl
 
 from gpuledger import warehouse
+from gpuledger.errors import printable
 from gpuledger.ingest.metrics.exposition import normalize_labels, series_frame
 from gpuledger.ingest.metrics.values import split_invalid
 
@@ -174,6 +176,17 @@ def _points_from_parts(metric_names: list[str], series_metric: list[int], labels
     }, schema={"metric": pl.String, "series": pl.Int64, "ts": pl.Int64, "value": pl.Float64})
     if not keep.all():
         frame = frame.filter(pl.Series(keep[per_point]))
+    # Two label sets that name one series (the same GPU and job labels, scraped by two Prometheus
+    # jobs, or under two host-label spellings): the scrape path's duplicate rule, per series.
+    canonical: dict[tuple, int] = {}
+    canon_of = np.fromiter((canonical.setdefault(row, k) for k, row in enumerate(rows)), dtype=np.int64,
+                           count=len(rows))
+    if len(canonical) < len(rows):
+        copy = per_point[keep[per_point]]  # each point's series in the answer
+        frame, copy_rejects = _refuse_copies(frame.with_columns(
+            series=pl.Series(canon_of[frame["series"].to_numpy()]), copy=pl.Series(copy, dtype=pl.Int64)),
+            rows, labels, url)
+        rejects.extend(copy_rejects)
     frame = frame.with_columns(pl.col("ts").cast(pl.Datetime("ms")))
     series = series_frame(rows)
     good, bad = split_invalid(frame)
@@ -184,6 +197,70 @@ def _points_from_parts(metric_names: list[str], series_metric: list[int], labels
         rejects.append(warehouse.QuarantineRow(
             SOURCE, where, f"{r['metric']} {r['value']!r} {r['ts']:%Y-%m-%dT%H:%M:%S.%fZ}", r["reason"]))
     return good, series, rejects
+
+
+def _refuse_copies(frame: pl.DataFrame, rows: list[tuple], labels: list[dict],
+                   url: str) -> tuple[pl.DataFrame, list]:
+    """``frame`` (metric, series, ts, value, copy: the answer's series number) where several copies
+    name one series: a point the copies agree on is kept once (the first copy's); a timestamp where
+    they disagree keeps no value at all (which one is true is a guess). One quarantine row per extra
+    copy says what was refused and why."""
+    cell = ["metric", "series", "ts"]
+    cells = (frame.group_by(cell).agg(n=pl.len(), values=pl.col("value").n_unique(),
+                                      first=pl.col("copy").min())
+             .filter(pl.col("n") > 1))
+    if cells.is_empty():
+        return frame.drop("copy"), []
+    tagged = frame.join(cells, on=cell, how="left")
+    conflict = pl.col("values").fill_null(1) > 1
+    extra = pl.col("first").is_not_null() & (pl.col("copy") != pl.col("first"))
+    summary = (tagged.filter(extra).group_by("metric", "series", "copy", "first")
+               .agg(agree=(~conflict).sum(), disagree=conflict.sum(),
+                    at=pl.col("ts").filter(conflict).min(), since=pl.col("ts").min())
+               .sort("series", "metric", "copy"))
+    rejects = []
+    for r in summary.iter_rows(named=True):
+        mine, theirs = labels[r["copy"]], labels[r["first"]]
+        differs = ", ".join(f"{k}={mine.get(k)!r} vs {theirs.get(k)!r}"
+                            for k in sorted((set(mine) | set(theirs)) - {"__name__"}) if mine.get(k) != theirs.get(k))
+        what = f"{r['agree']} points equal to the first copy's (stored once)"
+        if r["disagree"]:
+            at = datetime.fromtimestamp(r["at"] / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            what += f", {r['disagree']} with another value at the same time (none stored; first at {at})"
+        uuid, mig = rows[r["series"]][0], rows[r["series"]][1]
+        rejects.append(warehouse.QuarantineRow(
+            SOURCE, f"{url} {r['metric']}{{UUID={uuid},GPU_I_ID={mig}}}@{_iso(r['since'] // 1000)}",
+            printable(f"{r['metric']}{ {**mine, '__name__': r['metric']} }", limit=2000),
+            f"duplicate series: the same GPU, metric and job labels as another series ({differs}): {what}"))
+    good = tagged.filter(~conflict & ~extra).drop("copy", "n", "values", "first")
+    return good, rejects
+
+
+def refuse_outside_range(points: pl.DataFrame, series: pl.DataFrame, start_s: int, end_s: int,
+                         *, url: str) -> tuple[pl.DataFrame, list]:
+    """(the points within [start_s, end_s), one quarantine row per series for those outside it): a
+    server (or a proxy) that answers beyond the asked range must not write outside the checkpointed
+    chunk."""
+    ts = pl.col("ts").cast(pl.Int64)
+    inside = (ts >= start_s * 1000) & (ts < end_s * 1000)
+    outside = points.filter(~inside)
+    if outside.is_empty():
+        return points, []
+    asked = f"[{_iso(start_s)}, {_iso(end_s)})"
+    rejects = []
+    per_series = (outside.group_by("metric", "series").agg(n=pl.len(), first=pl.col("ts").min())
+                  .join(series.select("series", "gpu_uuid", "mig_instance_id"), on="series", how="left")
+                  .sort("series", "metric"))
+    for r in per_series.iter_rows(named=True):
+        rejects.append(warehouse.QuarantineRow(
+            SOURCE, f"{url} {r['metric']}{{UUID={r['gpu_uuid']},GPU_I_ID={r['mig_instance_id']}}}@{asked}",
+            f"{r['metric']} {r['n']} points from {r['first']:%Y-%m-%dT%H:%M:%SZ}",
+            f"{r['n']} points outside the asked range {asked}: not stored"))
+    return points.filter(inside), rejects
+
+
+def _iso(epoch_s: int) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _epoch_ms(seconds: list) -> pl.Series:

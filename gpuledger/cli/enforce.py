@@ -1,0 +1,377 @@
+"""`gpuledger enforce plan | apply | explain | replay | preemptions`.
+
+Light on purpose (loaded for --help): polars, DuckDB and the kubernetes client load inside the
+commands. Every planned and applied action is an audit row in the warehouse (enforcement_audit).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from gpuledger import tables, warehouse
+from gpuledger.cli.options import (
+    ConfigOpt,
+    WarehouseOpt,
+    out_file,
+    utc_option,
+    warehouse_config,
+    warehouse_path,
+)
+from gpuledger.errors import UsageError
+
+app = typer.Typer(help="Enforcement: budget-funded priorities and squatter preemption for the scheduler "
+                       "(dry run unless `apply --yes`).", no_args_is_help=True)
+
+
+class PlanFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class BackendName(str, Enum):
+    kueue = "kueue"
+    kubernetes = "kubernetes"
+    slurm = "slurm"
+    plan_file = "plan-file"
+
+
+NowOpt = typer.Option(None, "--now", help="plan as of this UTC time, or `data` for the newest data "
+                                          "(default: the wall clock; older data trips the stale-data guard)")
+NamespaceOpt = typer.Option([], "--namespace", "-n",
+                            help="Kubernetes: only these namespaces (repeat; for the namespaced Role of "
+                                 "deploy/kubernetes/rbac-namespaced.yaml); default all")
+OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value),
+                      help="write the plan here (json or the table as text); default stdout")
+
+
+def _wall() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _now(con, text: str | None) -> datetime:
+    if text == "data":
+        from gpuledger.analytics import reports
+
+        return reports.data_now(con)
+    return utc_option(text, "--now") or _wall()
+
+
+def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record: bool = True, observe=None):
+    """Gather, decide, record: (actions, plan_id, now, cfg, situation). ``observe``: a backend whose
+    live view (labels, annotations, Requeue flag, current priority) joins the inputs."""
+    from gpuledger.enforce import cycle
+
+    if record:  # brings the schema up to date (readers never change the file), briefly
+        with warehouse.open_writer(path):
+            pass
+    with warehouse.open_reader(path) as con:
+        cfg = warehouse_config(con, config, write=False)
+        now = _now(con, now_text)
+    observed = observe.observe() if observe is not None and observe.observes else None
+    actions, plan_id, situation = cycle.plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path),
+                                             cfg, now, record=record, observed=observed,
+                                             observed_by=observe.name if observed is not None else None)
+    if observed is None and any(a.action == "none" and "without the scheduler's live view" in a.reason
+                                for a in actions):
+        typer.echo("planned without the scheduler's live view: no preemption is planned (plan with --observe "
+                   "slurm|kueue|kubernetes)", err=True)
+    return actions, plan_id, now, cfg, situation
+
+
+def _print_plan(actions, plan_id, now, fmt: PlanFormat, out: Path | None, *, show_none: bool = True,
+                wide: bool = False, columns: str | None = None) -> None:
+    from gpuledger.enforce.backends import planfile
+    from gpuledger.enforce.views import PLAN
+
+    if fmt is PlanFormat.json:
+        text = planfile.to_json(actions, plan_id=plan_id, planned_at=now)
+        out.write_text(text) if out else typer.echo(text, nl=False)
+        return
+    shown = actions if show_none else [a for a in actions if a.action != "none"]
+    counts = {k: sum(1 for a in actions if a.action == k) for k in ("set-priority", "warn", "preempt", "none")}
+    title = (f"enforcement plan {plan_id or '(not recorded)'} at {now:%Y-%m-%d %H:%M}Z — "
+             + ", ".join(f"{v} {k}" for k, v in counts.items())
+             + (" — DRY RUN" if actions and actions[0].dry_run else ""))
+    tables.print_table(planfile.frame(shown), PLAN, title=title, wide=wide, columns=columns, out=out)
+
+
+@app.command("plan")
+def plan(
+    fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f", help="table or json"),
+    out: Path | None = OutOpt, now: str | None = NowOpt,
+    show_none: bool = typer.Option(True, "--none/--no-none", help="list the jobs where nothing is done, with why"),
+    record: bool = typer.Option(True, "--record/--no-record",
+                                help="record the plan (audit rows, warnings issued) in the warehouse"),
+    observe: BackendName | None = typer.Option(None, "--observe",
+                                               help="read the jobs' live state (identity, labels / annotations, "
+                                                    "Requeue flag, current priority) from this scheduler first "
+                                                    "(reads only); without it nothing is preempted"),
+    kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="kubeconfig file (with --observe)"),
+    context: str | None = typer.Option(None, "--context", help="kubeconfig context (with --observe)"),
+    namespaces: list[str] = NamespaceOpt,
+    wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
+    warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Decide this cycle's actions (set-priority / warn / preempt / none) with the reasons; changes
+    nothing in any scheduler. The JSON is what `apply --plan FILE` reads."""
+    from gpuledger.enforce import backends as registry
+
+    seer = None
+    if observe is not None and observe is not BackendName.plan_file:
+        seer = registry.get(observe.value, **({"kubeconfig": kubeconfig, "context": context,
+                                               "namespaces": namespaces or None}
+                                              if observe in (BackendName.kueue, BackendName.kubernetes) else {}))
+    actions, plan_id, at, _, _ = plan_cycle(warehouse_path(warehouse_file), config, now, record=record, observe=seer)
+    _print_plan(actions, plan_id, at, fmt, out, show_none=show_none, wide=wide, columns=columns)
+
+
+@app.command("apply")
+def apply(
+    backend: BackendName = typer.Option(..., "--backend", "-b", help="kueue, kubernetes, slurm or plan-file"),
+    plan_file: Path | None = typer.Option(None, "--plan", help="a plan written by `enforce plan --format json` "
+                                                               "(default: plan this cycle now)"),
+    yes: bool = typer.Option(False, "--yes", help="really act (otherwise a dry run that calls nothing)"),
+    server_dry_run: bool = typer.Option(False, "--server-dry-run",
+                                        help="with --yes: send the requests with dryRun=All (Kubernetes)"),
+    kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="kubeconfig file (Kubernetes backends)"),
+    context: str | None = typer.Option(None, "--context", help="kubeconfig context"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="plan-file backend: where to write the actions"),
+    namespaces: list[str] = NamespaceOpt,
+    now: str | None = NowOpt,
+    warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Act on a plan through one backend. Without --yes (or while policy.enforcement.dry_run is
+    true) it is a dry run. Applying the same plan twice performs each action once."""
+    from gpuledger.enforce import backends as registry
+    from gpuledger.enforce import cycle
+    from gpuledger.enforce.backends import planfile
+
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path):  # the schema up to date (readers never change the file)
+        pass
+    with warehouse.open_reader(path) as con:
+        cfg = warehouse_config(con, config, write=False)
+    policy = cfg.policy.enforcement
+    if policy.kill_switch:
+        typer.echo("the kill switch is on (policy.enforcement.kill_switch): nothing is applied")
+        return
+    dry_run = not yes or policy.dry_run
+    if yes and policy.dry_run:
+        typer.echo("policy.enforcement.dry_run is true: a dry run despite --yes (set it to false and "
+                   "`gpuledger config load` to act)", err=True)
+    options: dict = {}
+    if backend in (BackendName.kueue, BackendName.kubernetes):
+        options = {"kubeconfig": kubeconfig, "context": context, "server_dry_run": server_dry_run,
+                   "namespaces": namespaces or None}
+        if backend is BackendName.kubernetes:
+            options["grace_period_s"] = policy.eviction_grace_period_seconds
+    elif backend is BackendName.slurm:
+        options = {"qos_funded": policy.slurm_qos_funded, "qos_unfunded": policy.slurm_qos_unfunded}
+    elif backend is BackendName.plan_file:
+        if out is None:
+            raise UsageError("--backend plan-file needs --out FILE (where the actions go)")
+        options = {"out": out}
+    chosen = registry.get(backend.value, **options)
+    if plan_file is not None:
+        plan_id, planned_at, actions = planfile.read(plan_file)
+        if any(a.action_id is None for a in actions if a.action != "none"):
+            raise UsageError(f"--plan {plan_file}: actions without action_id; write the plan with "
+                             "`gpuledger enforce plan --format json` (it records them)")
+        planned_at = planned_at or _wall()
+        applied_at = utc_option(now, "--now") if now and now != "data" else _wall()
+    else:  # plan this cycle with the scheduler's live view — a dry run too (reads only), so it says
+        # exactly what the real run does
+        actions, plan_id, planned_at, _, _ = plan_cycle(path, config, now, observe=chosen)
+        applied_at = planned_at
+    run = cycle.apply_plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path), actions,
+                           chosen, dry_run=dry_run, planned_at=planned_at, cfg=cfg, applied_at=applied_at)
+    if backend is BackendName.plan_file and not dry_run:
+        chosen.finish(planned_at)
+    for line in run.prepared:
+        typer.echo(line)
+    for action, outcome in run.results:
+        extra = f" [{outcome.error}]" if outcome.error else ""
+        typer.echo(f"{outcome.outcome:<14} {action.action:<12} {action.cluster}/{action.job_id}: {outcome.detail}{extra}")
+    mode = "dry run" if dry_run else ("server dry run" if server_dry_run else "applied")
+    typer.echo(f"{mode}: {run.performed} action(s) performed, {len(run.already_done)} already done before, "
+               f"{sum(1 for _, o in run.results if o.outcome in ('error', 'refused'))} failed or refused "
+               f"(plan {plan_id}, backend {chosen.name})")
+    if run.fatal is not None:
+        raise run.fatal
+
+
+@app.command("explain")
+def explain(
+    job: str = typer.Argument(..., help="the job id (as in `gpuledger report squatters` / the plan)"),
+    cluster: str | None = typer.Option(None, "--cluster", help="when the id exists on several clusters"),
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Why a job has its priority, was warned or was preempted, with the figures (from the audit)."""
+    import json
+
+    from gpuledger.enforce import audit
+
+    with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
+        rows = audit.job_rows(con, job, cluster)
+        warnings = audit.load_warnings(con)
+        history = audit.load_history(con)
+    if not rows:
+        raise UsageError(f"job {job!r}: no enforcement record; run `gpuledger enforce plan` first (or check "
+                         "the id with `gpuledger report squatters --wide`)")
+    clusters = sorted({r["cluster"] for r in rows})
+    if len(clusters) > 1:
+        raise UsageError(f"job {job!r} exists on clusters {', '.join(clusters)}: pass --cluster")
+    key = (clusters[0], job)
+    typer.echo(f"job {key[0]}/{job} (project {rows[0]['project']}): every action enforcement planned for it, "
+               "oldest first, each with what applying it did")
+    applied: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["phase"] == "applied":
+            applied.setdefault(r["action_id"], []).append(r)
+    for r in sorted((r for r in rows if r["phase"] == "planned"), key=lambda r: (r["planned_at"], r["action_id"])):
+        extra = f" priority {r['priority']}" if r["priority"] is not None else ""
+        extra += f" ({r['mode']})" if r["mode"] else ""
+        typer.echo(f"  {r['planned_at']:%Y-%m-%d %H:%M}Z planned {r['action']}{extra}: {r['reason']}")
+        figures = json.loads(r["inputs"] or "{}")
+        figures.pop("_target", None)
+        if figures:
+            typer.echo("    figures: " + ", ".join(f"{k}={v}" for k, v in sorted(figures.items()) if v is not None))
+        if r["min_runtime_until"] is not None:
+            typer.echo(f"    funded={r['funded']}, protected until {r['min_runtime_until']:%Y-%m-%d %H:%M}Z")
+        if r["warned_at"] is not None:
+            typer.echo(f"    relies on the warning delivered at {r['warned_at']:%Y-%m-%d %H:%M}Z")
+        for a in sorted(applied.pop(r["action_id"], []), key=lambda a: a["attempt"]):
+            typer.echo(f"    applied {a['recorded_at']:%Y-%m-%d %H:%M}Z via {a['backend']}: {a['outcome']}"
+                       f"{' (dry run)' if a['dry_run'] else ''}{': ' + a['error'] if a['error'] else ''}")
+    for w in warnings.get(key, []):
+        reached = (f"delivered at {w.delivered_at:%Y-%m-%d %H:%M}Z" if w.delivered_at
+                   else "not delivered (no backend warning applied, no alert sent)")
+        typer.echo(f"  warned ({w.stage}) at {w.warned_at:%Y-%m-%d %H:%M}Z for idling since "
+                   f"{w.idle_since:%Y-%m-%d %H:%M}Z: {reached}")
+    h = history.get(key)
+    if h is not None and h.preemptions:
+        typer.echo(f"  preempted {h.preemptions} time(s), last at {h.last_preempted_at:%Y-%m-%d %H:%M}Z")
+
+
+@app.command("preemptions")
+def preemptions(warehouse_file: WarehouseOpt = None) -> None:
+    """Jobs gpuledger preempted, most often first (repeated preemption of one workload shows here)."""
+    from gpuledger.enforce import audit
+
+    with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
+        rows = audit.preemption_counts(con)
+    if not rows:
+        typer.echo("no job has been preempted by gpuledger")
+    for cluster, job_id, n, last in rows:
+        typer.echo(f"{n:>4}  {cluster}/{job_id}  last {last:%Y-%m-%d %H:%M}Z")
+
+
+@app.command("replay")
+def replay(
+    start: str | None = typer.Option(None, "--start", help="first cycle (UTC time; default: the first sample)"),
+    end: str | None = typer.Option(None, "--end", help="last cycle at or before this time (default: the newest data)"),
+    every: str = typer.Option("15m", "--every", help="cycle interval, e.g. 15m"),
+    only_when_idle: bool = typer.Option(False, "--only-when-idle",
+                                        help="plan only the cycles with a squatting finding (fast; the "
+                                             "others cannot warn or preempt a squatter)"),
+    show_all: bool = typer.Option(False, "--all", help="also print every demand preemption (unfunded burst, "
+                                                       "past minimum runtime), not only their count"),
+    warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
+) -> None:
+    """What the policy would have done over past data, cycle by cycle, as a dry run: the warnings it
+    issues are kept in memory (so a squatter's warning is followed by its preemption) and nothing is
+    recorded or sent. Prints each squatter's warn and preempt the first cycle it is planned, then a
+    summary. Past data does not react to the plans: a preempted job stays in it."""
+    import dataclasses
+    from datetime import timedelta
+
+    from gpuledger.cli.options import check_range
+    from gpuledger.enforce import inputs, policy
+    from gpuledger.enforce.model import Warning
+    from gpuledger.enforce.policy import exemption
+    from gpuledger.timeparse import parse_duration_s
+
+    lo, hi = utc_option(start, "--start"), utc_option(end, "--end")
+    check_range(lo, hi)
+    step = timedelta(seconds=parse_duration_s(every))
+    if step.total_seconds() <= 0:
+        raise UsageError(f"--every {every!r}: give a positive interval such as 15m")
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path):  # the schema up to date before the first read
+        pass
+    if lo is None or hi is None:
+        from gpuledger.analytics import reports
+
+        with warehouse.open_reader(path) as con:
+            first = con.execute("SELECT min(ts) FROM gpu_samples").fetchone()[0]
+            newest = reports.data_now(con)
+        if first is None and lo is None:
+            raise UsageError("the warehouse holds no samples: give --start")
+        lo = lo or first.replace(minute=0, second=0, microsecond=0) + step
+        hi = hi or newest
+        check_range(lo, hi)
+    seen: set[tuple] = set()
+    memory: dict = {}  # (cluster, job_id) -> [Warning]: this replay's own warning history
+    warned, preempted, squatters, demand, exempt_running = set(), set(), set(), set(), set()
+    cycles = planned = 0
+    at = lo
+    while at <= hi:
+        cycles += 1
+        if only_when_idle and not _squatting_at(path, config, at):
+            at += step
+            continue
+        planned += 1
+        with warehouse.open_reader(path) as con:
+            cfg = warehouse_config(con, config, write=False)
+            # a what-if over recorded data: the warehouse stands for the scheduler's view (modes follow
+            # the recorded facts; a real run reads labels and the Requeue flag live), and each warning
+            # counts as delivered when planned
+            gathered = inputs.gather(con, cfg, now=at)
+            situation = dataclasses.replace(gathered, warnings=memory, history={},
+                                            observed_by="the warehouse (replay)",
+                                            jobs=[dataclasses.replace(j, observed={}) for j in gathered.jobs])
+        rails = cfg.policy.enforcement.model_copy(update={"dry_run": True})
+        actions = policy.decide(situation, rails)
+        for a in actions:
+            if a.action == "warn" and a.idle_since is not None:
+                memory.setdefault((a.cluster, a.job_id), []).append(Warning(a.idle_since, a.stage, at, at))
+        names = {j.key: j.name for j in situation.jobs}
+        exempt_running |= {j.key for j in situation.jobs
+                           if j.running and exemption(j, cfg.policy.enforcement)}
+        squatters |= {(f.cluster, f.job_id) for f in situation.findings if f.finding == "squatting"}
+        for a in actions:
+            key = (a.cluster, a.job_id)
+            if a.action not in ("warn", "preempt"):
+                continue
+            (warned if a.action == "warn" else preempted).add(key)
+            if a.action == "preempt" and a.rule != "squatter":
+                demand.add(key)
+                if not show_all and key not in squatters:
+                    continue
+            if (*key, a.action, a.stage, a.rule) in seen:
+                continue
+            seen.add((*key, a.action, a.stage, a.rule))
+            what = a.action + (f" ({a.mode})" if a.mode else f" ({a.stage})" if a.stage else "")
+            typer.echo(f"{at:%Y-%m-%d %H:%M}Z  {what:<24} {a.cluster}/{a.job_id} {names.get(key) or ''} "
+                       f"[{a.project}, {a.kind}]: {a.reason}")
+        at += step
+    typer.echo(f"{cycles} cycles from {lo:%Y-%m-%d %H:%M}Z every {every}, {planned} planned: "
+               f"{len(warned)} job(s) warned, {len(preempted & squatters)} squatter(s) preempted, "
+               f"{len(demand - squatters)} other job(s) preempted for waiting funded work"
+               f"{'' if show_all else ' (--all lists them)'}; {len(exempt_running)} exempt job(s) running "
+               f"(production inference and exempt namespaces/labels): warned {len(exempt_running & warned)}, "
+               f"preempted {len(exempt_running & preempted)}")
+
+
+def _squatting_at(path: Path, config: Path | None, at: datetime) -> bool:
+    """Whether any running job has a squatting finding at ``at``."""
+    from gpuledger.analytics import reports
+
+    with warehouse.open_reader(path) as con:
+        cfg = warehouse_config(con, config, write=False)
+        found = reports.squatters_report(con, policy=cfg.policy, now=at, include_exempt=True)
+    return found.filter(found["finding"] == "squatting").height > 0

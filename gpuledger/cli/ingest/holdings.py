@@ -1,0 +1,81 @@
+"""`gpuledger ingest slurm-gpus`: which GPUs Slurm jobs held, from the prolog spool or scontrol."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from gpuledger import warehouse
+from gpuledger.cli.options import WarehouseOpt, warehouse_path
+
+app = typer.Typer(help="Bring device holdings into the warehouse.", no_args_is_help=True)
+console = Console(stderr=True, soft_wrap=True)
+
+
+@app.command("slurm-gpus")
+def slurm_gpus(
+    spool: Path | None = typer.Option(
+        None, "--spool", help="the directory deploy/slurm/prolog.sh and epilog.sh write into",
+    ),
+    scontrol_live: bool = typer.Option(
+        False, "--scontrol", help="poll `scontrol -d -o show job` here instead (no prolog needed)",
+    ),
+    scontrol_file: Path | None = typer.Option(
+        None, "--scontrol-file", exists=True, dir_okay=False,
+        help="a saved `scontrol -d -o show job` (text) or `scontrol --json -d show job` output",
+    ),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="cluster name (spool files without SLURM_CLUSTER_NAME; scontrol: required)",
+    ),
+    tz: str = typer.Option("UTC", "--tz", help="scontrol text: the zone its times are in"),
+    scontrol: str = typer.Option("scontrol", "--scontrol-bin", help="the scontrol binary to run"),
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Record which GPU (index, UUID) each Slurm job held on each node, and let those holdings
+    decide attribution over the labels on samples. Re-reading the same spool changes nothing;
+    unreadable spool files go to quarantine (source slurm-gpus)."""
+    from gpuledger.ingest.holdings.slurm_scontrol import ScontrolError, parse_json, parse_text, run_scontrol
+    from gpuledger.ingest.holdings.slurm_spool import read_spool
+    from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
+
+    given = sum((spool is not None, scontrol_live, scontrol_file is not None))
+    if given != 1:
+        console.print("[red]give exactly one of --spool DIR, --scontrol or --scontrol-file F[/red]")
+        raise typer.Exit(2)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    bad = []
+    try:
+        if spool is not None:
+            if not spool.is_dir():
+                console.print(f"[red]--spool {spool}: not a directory (the prolog's GPULEDGER_GPU_SPOOL)[/red]")
+                raise typer.Exit(2)
+            read = read_spool(spool, cluster=cluster)
+            rows, bad, origin = read.holdings, read.quarantined, f"{read.files} spool files in {spool}"
+        else:
+            if not cluster:
+                console.print("[red]--cluster NAME is needed with scontrol (its output does not name it)[/red]")
+                raise typer.Exit(2)
+            text = run_scontrol(scontrol) if scontrol_live else scontrol_file.read_text(encoding="utf-8")
+            rows = (parse_json(text, cluster=cluster, now=now) if text.lstrip().startswith("{")
+                    else parse_text(text, cluster=cluster, now=now, tz=tz))
+            origin = "scontrol" if scontrol_live else str(scontrol_file)
+    except ScontrolError as exc:
+        typer.secho(f"gpuledger: {exc}", err=True, fg="red")
+        raise typer.Exit(1 if scontrol_live else 2) from None
+    frame = holdings_frame(rows)
+    with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
+        write_holdings(con, frame)
+        if bad:
+            warehouse.quarantine(con, bad)
+        since = frame["first_seen"].min() if not frame.is_empty() else None
+        result = link_holdings(con, since=since, now=now) if since is not None else None
+    line = f"{frame.height} GPU holdings from {origin}"
+    if result is not None:
+        line += (f"; {result.linked} job x device intervals linked, {result.no_device} waiting for their "
+                 f"device, {result.no_job} for their job record; {result.disagreements} label disagreements")
+    if bad:
+        line += f"; {len(bad)} files quarantined (`gpuledger warehouse quarantine --source slurm-gpus`)"
+    console.print(line, markup=False)

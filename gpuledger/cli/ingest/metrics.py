@@ -1,0 +1,129 @@
+"""`gpuledger ingest scrape` and `gpuledger ingest prometheus`: DCGM samples from live exporters or
+from a Prometheus server's history."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from gpuledger import deadlines
+from gpuledger.cli.options import WarehouseOpt, utc_range, warehouse_path
+from gpuledger.ingest import DEFAULT_CLUSTER
+from gpuledger.lazy import lazy_import
+from gpuledger.timeparse import parse_duration_s
+
+# polars / DuckDB behind these load when a command runs, not for --help
+prom = lazy_import("gpuledger.ingest.metrics.prometheus.backfill")
+scraping = lazy_import("gpuledger.ingest.metrics.scrape")
+
+app = typer.Typer(help="Ingest DCGM samples: scrape dcgm-exporter endpoints or backfill from Prometheus.",
+                  no_args_is_help=True)
+console = Console(stderr=True)
+
+ClusterOpt = Annotated[str, typer.Option("--cluster", help="cluster name the GPUs are registered under")]
+
+
+def _duration(text: str, option: str) -> int:
+    try:
+        seconds = parse_duration_s(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+    if seconds < 1:
+        raise typer.BadParameter(f"{text!r} is under a second; give at least 1s", param_hint=option)
+    return seconds
+
+
+def _call_deadline(connect_s: float, read_s: float, total_s: float) -> deadlines.CallDeadline:
+    for option, value in (("--connect-timeout", connect_s), ("--read-timeout", read_s), ("--deadline", total_s)):
+        if not 0 < value <= deadlines.MAX_WAIT_S:
+            raise typer.BadParameter(f"{value:g} is not within (0, {deadlines.MAX_WAIT_S:g}] seconds",
+                                     param_hint=option)
+    return deadlines.CallDeadline(connect_s, read_s, total_s)
+
+
+@app.command("scrape")
+def scrape_cmd(
+    urls: Annotated[list[str], typer.Argument(help="dcgm-exporter /metrics URLs")],
+    interval: Annotated[float, typer.Option("--interval", help="seconds between scrape rounds", min=0)] = 30.0,
+    count: Annotated[int, typer.Option("--count", help="scrape rounds", min=1)] = 1,
+    timeout: Annotated[float, typer.Option("--timeout", help="per-request timeout, seconds", min=0.001)] = 10.0,
+    retries: Annotated[int, typer.Option("--retries", help="retries after a timeout, refusal or 5xx", min=0)] = 3,
+    backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)", min=0)] = 0.5,
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Scrape dcgm-exporter endpoints concurrently and store their samples; failing targets are
+    retried with backoff, reported on stderr and in quarantine, and never stop the others."""
+
+    def report(round_no: int, stats: scraping.IngestStats) -> None:
+        for error in stats.errors:
+            console.print(f"[red]scrape failed[/red]: {escape(error)}")
+        unknown = ", ".join(f"{k} x{v}" for k, v in sorted(stats.unknown_dcgm.items()))
+        console.print(f"round {round_no}/{count}: {stats.pages} pages, {stats.samples_new} new samples, "
+                      f"{stats.quarantined} lines quarantined, {stats.failed_targets} targets failed"
+                      + (f"; DCGM fields not stored: {unknown}" if unknown else ""))
+
+    total = scraping.scrape(urls, warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
+                            interval_s=interval, count=count, timeout_s=timeout, retries=retries,
+                            backoff_s=backoff, on_round=report)
+    if total.failed_targets:
+        raise typer.Exit(1 if total.pages == 0 else 0)
+
+
+@app.command("prometheus")
+def prometheus_cmd(
+    url: Annotated[str, typer.Option("--url", help="Prometheus base URL, e.g. http://prometheus:9090")],
+    start: Annotated[str, typer.Option("--start", help="UTC start, ISO-8601 or epoch seconds")],
+    end: Annotated[str, typer.Option("--end", help="UTC end (exclusive), ISO-8601 or epoch seconds")],
+    step: Annotated[str, typer.Option("--step", help="sample grid, e.g. 30s (the exporter's interval)")] = "30s",
+    chunk: Annotated[str, typer.Option("--chunk", help="time per query and per transaction, e.g. 1h")] = "1h",
+    workers: Annotated[int, typer.Option("--workers", help="worker processes fetching and decoding chunks ahead of the writes (memory: ~450 MB each at 1,024 GPUs x 1 h chunks)", min=1)] = 2,
+    gzip: Annotated[bool, typer.Option("--gzip/--no-gzip", help="ask Prometheus for gzip (only worth it over a slow link)")] = False,
+    progress: Annotated[str, typer.Option("--progress", help="bar, lines (one line per chunk) or none")] = "bar",
+    connect_timeout: Annotated[float, typer.Option("--connect-timeout", help="seconds to open a connection")] = deadlines.PROMETHEUS.connect_s,
+    read_timeout: Annotated[float, typer.Option("--read-timeout", help="seconds of silence allowed from the server (its query evaluation included)")] = deadlines.PROMETHEUS.read_s,
+    deadline: Annotated[float, typer.Option("--deadline", help="seconds one query may take in all, retries included")] = deadlines.PROMETHEUS.total_s,
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Backfill DCGM samples from Prometheus' HTTP API in resumable chunks (rerun after an
+    interruption to continue where it stopped)."""
+    t0, t1 = utc_range(start, end)
+    step_s, chunk_s = _duration(step, "--step"), _duration(chunk, "--chunk")
+    limits = _call_deadline(connect_timeout, read_timeout, deadline)
+    if progress not in ("bar", "lines", "none"):
+        raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
+    bar = Progress(TextColumn("[bold]backfill"), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
+                   TextColumn("{task.fields[samples]} samples"), TimeElapsedColumn(), TimeRemainingColumn(),
+                   console=console, disable=progress != "bar", transient=True)  # no half-drawn bar left
+    task = bar.add_task("backfill", total=None, samples=0)
+
+    def on_chunk(end_s: int, total: int, stats: prom.BackfillStats) -> None:
+        bar.update(task, total=total, completed=stats.chunks_done + stats.chunks_skipped,
+                   samples=stats.samples_new)
+        if progress == "lines":
+            print(f"chunk {prom._iso(end_s)} done {stats.chunks_done + stats.chunks_skipped}/{total} "
+                  f"new {stats.samples_new}", flush=True)
+
+    try:
+        with bar:
+            stats = prom.backfill(url, t0, t1, step_s=step_s, chunk_s=chunk_s,
+                                  warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
+                                  workers=workers, on_chunk=on_chunk, compress=gzip, deadline=limits)
+    except prom.PrometheusError as exc:
+        # one line; the text is the server's, so no rich markup in it
+        hint = ""
+        if exc.resumable and exc.undone_from:
+            hint = (f"; nothing from {exc.undone_from} on was stored, the chunks before it are: "
+                    "rerun the same command to continue")
+        elif exc.resumable:
+            hint = "; nothing was stored: rerun the same command when the server answers"
+        typer.secho(f"gpuledger: backfill stopped: {exc}{hint}", err=True, fg="red")
+        raise typer.Exit(1) from None
+    console.print(f"backfill {url}: {stats.chunks_done} chunks ingested, {stats.chunks_skipped} already done, "
+                  f"{stats.samples_new} new samples, {stats.quarantined} quarantined; metrics: "
+                  f"{', '.join(stats.metrics) or 'none found'}")

@@ -1,0 +1,87 @@
+"""`gpuledger ingest slurm`: Slurm job records from a sacct export or a live sacct call."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from gpuledger import warehouse
+from gpuledger.cli.options import WarehouseOpt, warehouse_path
+
+app = typer.Typer(help="Bring job records into the warehouse.", no_args_is_help=True)
+console = Console(stderr=True, soft_wrap=True)
+
+
+class SacctFormat(str, Enum):
+    json = "json"
+    parsable = "parsable"
+
+
+@app.command("slurm")
+def slurm(
+    file: Path | None = typer.Option(
+        None, "--file", exists=True, dir_okay=False,
+        help="a saved `sacct -a -X --json` or `sacct -a -X --parsable2 --format=...` export",
+    ),
+    live: bool = typer.Option(False, "--live", help="run sacct here (needs slurm-client and SLURM_CONF)"),
+    fmt: SacctFormat | None = typer.Option(
+        None, "--format", help="export format (default: from the file's first character; live: parsable)",
+        show_default=False,
+    ),
+    start: str = typer.Option("now-7days", "--start", help="live: sacct -S (any time sacct accepts)"),
+    end: str = typer.Option("now", "--end", help="live: sacct -E"),
+    tz: str = typer.Option("UTC", "--tz", help="zone of the export's times (parsable); live: sacct's TZ"),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="cluster name for exports without a Cluster column / JSON cluster",
+    ),
+    sacct: str = typer.Option("sacct", "--sacct", help="the sacct binary to run (live)"),
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Import Slurm jobs that hold or ask for GPUs: account → project, AllocTRES → GPUs and model.
+
+    Unreadable lines go to quarantine (source slurm-sacct) beside the good ones; re-importing
+    changes nothing, and a newer export updates a job's state and end time.
+    """
+    from gpuledger.ingest.jobs.slurm import (
+        LIVE_ORIGIN,
+        SACCT_FIELDS,
+        SacctCallError,
+        SacctFormatError,
+        parse_sacct,
+        run_sacct,
+        summary_line,
+        write_batch,
+    )
+
+    if (file is None) == (not live):
+        console.print("[red]give exactly one of --file F or --live[/red]")
+        raise typer.Exit(2)
+    try:
+        if live:
+            chosen = (fmt or SacctFormat.parsable).value
+            text = run_sacct(chosen, start, end, tz=tz, sacct=sacct)
+            origin = LIVE_ORIGIN
+        else:
+            chosen = fmt.value if fmt else "auto"
+            text = file.read_text(encoding="utf-8", errors="replace")
+            origin = str(file)
+        batch = parse_sacct(text, fmt=chosen, origin=origin, cluster=cluster, tz=tz)
+    except (SacctFormatError, SacctCallError, ValueError) as exc:
+        typer.secho(f"gpuledger: {exc}", err=True, fg="red")  # not rich markup: sacct's own words
+        if isinstance(exc, SacctFormatError):
+            console.print(f"expected fields: {','.join(SACCT_FIELDS)}")
+        # sacct missing or failing is a failed run; an unreadable export is the user's to fix
+        raise typer.Exit(1 if isinstance(exc, SacctCallError) else 2) from None
+    for warning in batch.warnings:
+        console.print(f"[yellow]{escape(warning)}[/yellow]")
+    with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
+        result = write_batch(con, batch)
+    console.print(summary_line(batch, result, origin))
+    for bad in batch.rejected[:20]:
+        console.print(f"  {bad.location}: {bad.reason}", markup=False)  # the reason quotes the row
+    if len(batch.rejected) > 20:
+        console.print(f"  ... and {len(batch.rejected) - 20} more: `gpuledger warehouse quarantine --source slurm-sacct`")

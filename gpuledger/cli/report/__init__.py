@@ -1,0 +1,218 @@
+"""`gpuledger report ...`: usage, utilization, chargeback, fairshare, budget, squatters (here) and
+the finance files, statement and weekly (gpuledger/cli/report/files.py).
+
+Tables print to the terminal (gpuledger/tables.py: the default columns fit 80 columns, `--wide` shows
+all, `--columns a,b` picks); `--format csv|parquet|json --out FILE` writes them for other tools.
+Times are UTC; "now" defaults to the newest data in the warehouse (see reports.data_now).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+
+from gpuledger import table_views, tables, warehouse
+from gpuledger.cli.options import (
+    ConfigOpt,
+    WarehouseOpt,
+    check_range,
+    out_file,
+    utc_option,
+    utc_range,
+    warehouse_config,
+    warehouse_path,
+)
+from gpuledger.cli.report import files
+from gpuledger.lazy import lazy_import
+
+reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
+if TYPE_CHECKING:
+    import polars as pl
+
+app = typer.Typer(help="Reports: usage, utilization, chargeback, fair share, budgets, squatters; finance "
+                       "statement and weekly files.", no_args_is_help=True)
+console = Console()  # tables print through gpuledger/tables.py; this is for lines beside them
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    parquet = "parquet"
+    json = "json"
+
+
+FormatOpt = typer.Option(Format.table, "--format", "-f", help="table (terminal), csv, parquet or json")
+OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value), help="file to write (table as plain text, csv, parquet, json); default stdout")
+WideOpt = tables.WideOpt
+ColumnsOpt = tables.ColumnsOpt
+NowOpt = typer.Option(None, "--now", help="evaluate as of this UTC time (default: the newest data)")
+
+
+def _time(text: str | None, option: str = "--now") -> datetime | None:
+    return utc_option(text, option)
+
+
+def _one_of(*choices: str):
+    """An option callback: a usage error naming the option and its choices for anything else."""
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(f"{value!r}: choose {', '.join(choices)}")
+        return value
+
+    return check
+
+
+def _show(frame: pl.DataFrame, fmt: Format, out: Path | None, title: str, view: tables.View,
+          wide: bool = False, columns: str | None = None) -> None:
+    names = tables.parse_columns(columns)
+    if fmt is Format.table:
+        tables.print_table(frame, view, title=title, wide=wide, columns=names, out=out)
+        return
+    if names is not None:  # csv / parquet / json: the named columns, in that order
+        tables.check_columns(frame, names)
+        frame = frame.select(names)
+    if fmt is Format.parquet:
+        if out is None:
+            raise typer.BadParameter("parquet needs --out FILE")
+        frame.write_parquet(out)
+    elif fmt is Format.csv:
+        # 6 decimals (a GPU-hour to 3.6 ms): the last-bit noise of parallel float sums must not
+        # make two runs over the same data differ
+        text = frame.write_csv(float_precision=6)
+        out.write_text(text) if out else typer.echo(text, nl=False)
+    else:
+        text = frame.write_json()
+        out.write_text(text) if out else typer.echo(text)
+    if out:
+        console.print(f"wrote {frame.height} rows to {out}", style="dim")
+
+
+def _open(warehouse_file: Path | None):
+    return warehouse.open_reader(warehouse_path(warehouse_file))
+
+
+@app.command("chargeback")
+def chargeback(
+    period: str = typer.Option(..., "--period", "-p", help="YYYY-MM, YYYY-MM-DD, YYYY-Www or START..END"),
+    level: str = typer.Option("project", callback=_one_of("job", "project", "node"),
+                              help="job, project or node (every org tree node)"),
+    fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
+    wide: bool = WideOpt, columns: str | None = ColumnsOpt,
+    warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Chargeback lines: allocated GPU-hours × price (model, tier, as of each hour), exact to the
+    cent, idle capacity on its own line or spread (config policy.chargeback.idle_cost)."""
+    from gpuledger.analytics.chargeback import period_bounds, statement_notes
+    from gpuledger.ledger.periods import state_notes
+
+    try:
+        period_bounds(period)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--period") from None
+    with _open(warehouse_file) as con:
+        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
+        # A closed month reads its issued lines and corrections (gpuledger.ledger.periods).
+        lines = reports.statement_report(con, period, level=level, policy=cfg.policy, now=_time(now))
+        notes, warnings = statement_notes(lines)
+        notes = state_notes(con, period, lines, notes)  # closed / provisional / corrected, as the files say
+    _show(lines, fmt, out, f"chargeback {period} by {level} (UTC)", table_views.CHARGEBACK, wide, columns)
+    for note in notes:  # beside the table; on stderr when stdout carries csv / json
+        console.print(note) if fmt is Format.table else typer.echo(note, err=True)
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
+
+
+@app.command("usage")
+def usage(
+    start: str = typer.Option(..., help="UTC start (ISO-8601 or epoch s)"),
+    end: str = typer.Option(..., help="UTC end, exclusive"),
+    by: str = typer.Option("project", callback=_one_of("job", "user", "project", "node"),
+                           help="job, user, project or node"),
+    fmt: Format = FormatOpt, out: Path | None = OutOpt, wide: bool = WideOpt, columns: str | None = ColumnsOpt,
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Allocated, active, idle and unknown GPU-hours, efficiency and energy (kWh)."""
+    lo, hi = utc_range(start, end)
+    with _open(warehouse_file) as con:
+        frame = reports.usage_report(con, start=lo, end=hi, by=by)
+    _show(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
+
+
+@app.command("utilization")
+def utilization(
+    start: str | None = typer.Option(None, help="UTC start (default: 24 h before --end)"),
+    end: str | None = typer.Option(None, help="UTC end, exclusive (default: the hour of the newest data)"),
+    by: str = typer.Option("model", callback=_one_of("model", "cluster", "fleet", "kind"),
+                           help="model, cluster, fleet (per hour) or kind (workload kinds)"),
+    fmt: Format = FormatOpt, out: Path | None = OutOpt, wide: bool = WideOpt, columns: str | None = ColumnsOpt,
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Allocation % and active % of GPU capacity by hour, MIG slices included."""
+    lo, hi = utc_range(start, end)
+    with _open(warehouse_file) as con:
+        # Default: the last 24 whole hours before the newest data.
+        hi = hi or reports.data_now(con).replace(minute=0, second=0, microsecond=0)
+        lo = lo or hi - timedelta(days=1)
+        check_range(lo, hi)  # a --start after the newest data, with no --end
+        frame = reports.utilization_report(con, start=lo, end=hi, by=by)
+    _show(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide, columns)
+
+
+@app.command("fairshare")
+def fairshare(
+    fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
+    wide: bool = WideOpt, columns: str | None = ColumnsOpt,
+    warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Hierarchical fair share like `sshare -l`: shares, usage, level FS, rank and factor, plus the
+    delivery ratio (delivered ÷ owed GPU-hours) and occupancy over the usage window."""
+    with _open(warehouse_file) as con:
+        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
+        frame = reports.fairshare_report(con, policy=cfg.policy, as_of=_time(now))
+    _show(frame, fmt, out, f"fair share ({cfg.policy.usage.mode} usage, GPU-hours)", table_views.FAIRSHARE,
+          wide, columns)
+
+
+@app.command("budget")
+def budget(
+    fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
+    jobs: bool = typer.Option(False, "--jobs", help="per running job: funded or not, protected until"),
+    wide: bool = WideOpt, columns: str | None = ColumnsOpt,
+    warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Budget burn per org node: consumed, remaining, 7-day burn rate, projected exhaustion, status
+    (normalised GPU-hours)."""
+    with _open(warehouse_file) as con:
+        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
+        if jobs:
+            frame = reports.funding_report(con, policy=cfg.policy, now=_time(now))
+        else:
+            frame = reports.budget_report(con, as_of=_time(now))
+    if jobs:
+        _show(frame, fmt, out, "job funding (UTC)", table_views.FUNDING, wide, columns)
+    else:
+        _show(frame, fmt, out, "budget burn (normalised GPU-hours, UTC)", table_views.BUDGET, wide, columns)
+
+
+@app.command("squatters")
+def squatters(
+    fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
+    include_exempt: bool = typer.Option(False, help="also list exempt jobs (marked)"),
+    wide: bool = WideOpt, columns: str | None = ColumnsOpt,
+    warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Jobs sitting on idle GPUs right now: idle GPUs, idle since, wasted GPU-hours and cost,
+    memory held, severity (warning / second-warning / preempt-eligible)."""
+    with _open(warehouse_file) as con:
+        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
+        frame = reports.squatters_report(con, policy=cfg.policy, now=_time(now), include_exempt=include_exempt)
+    _show(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)
+
+app.command("statement")(files.statement)
+app.command("weekly")(files.weekly)

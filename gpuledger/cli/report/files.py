@@ -1,0 +1,94 @@
+"""`gpuledger report statement` and `gpuledger report weekly`: finance statement files in a folder.
+Light at import: polars, DuckDB, openpyxl and jinja2 load when a command runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from gpuledger import warehouse
+from gpuledger.cli.options import ConfigOpt, WarehouseOpt, utc_option, warehouse_config, warehouse_path
+
+console = Console()
+
+
+def _out_dir(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise typer.BadParameter(f"{path} exists and is not a directory; give a folder", param_hint="--out")
+    try:  # made here, before any work, so a folder that cannot be made is a usage error
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot create {path} ({exc.strerror or exc}); choose another folder",
+                                 param_hint="--out") from None
+    return path
+
+
+def statement(
+    period: Annotated[str, typer.Option("--period", "-p", help="the month, YYYY-MM")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="folder to write the statement files into")],
+    node: str | None = typer.Option(None, "--node", help="one business unit / org tree node only"),
+    email: bool = typer.Option(False, "--email", help="also e-mail the files to policy.reports.finance_channel"),
+    now: str | None = typer.Option(None, "--now", help="the data's 'now' for an open month (default: newest data)"),
+    allow_empty: bool = typer.Option(False, "--allow-empty",
+                                     help="write the statement of a month with no data (it says \"no data\")"),
+    warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Finance statement for a month: CSV, Parquet, XLSX (summary + a sheet per business unit),
+    a self-contained HTML page with charts, and manifest.json (SHA-256 of every file, period,
+    config version, closed / provisional). A closed month reads its frozen lines."""
+    from gpuledger.extras import require
+    from gpuledger.ledger.periods import month_bounds
+
+    require("openpyxl"), require("jinja2")
+    from gpuledger.reports.files import write_statement_set
+    from gpuledger.reports.statement import build_statement
+
+    month_bounds(period)  # a usage error naming the form for anything but YYYY-MM
+    _out_dir(out)
+    with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
+        cfg = warehouse_config(con, config, write=False)
+        st = build_statement(con, period, node=node, policy=cfg.policy, now=utc_option(now, "--now"))
+    if st.empty and not allow_empty:
+        from gpuledger.errors import RunError
+
+        raise RunError(f"statement {period}: no data (no device, job or sample in the month), nothing written; "
+                       "ingest the month, or pass --allow-empty to write a statement that says \"no data\"")
+    manifest = write_statement_set(st, out, per_unit=node is None)
+    console.print(f"statement {period} ({st.scope}, {st.status}): {len(manifest['files'])} files in {out}")
+    console.print(st.status_sentence)
+    if st.empty:
+        console.print(f"no data: the statement of {period} has no line")
+    for r in st.reconciliation:
+        console.print(r.sentence())
+    for w in st.warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if email:
+        from gpuledger.reports.delivery import email_statement
+
+        sent = email_statement(cfg.policy, manifest, out)
+        console.print(f"e-mailed to finance channel {sent}")
+
+
+def weekly(
+    week: Annotated[str, typer.Option("--week", help="ISO week, YYYY-Www")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="folder to write the summary into")],
+    now: str | None = typer.Option(None, "--now", help="the data's 'now' (default: newest data)"),
+    warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Weekly summary per business unit: GPU-hours, spend, budget burn, top squatters."""
+    from gpuledger.extras import require
+
+    require("jinja2")
+    from gpuledger.reports.weekly import build_weekly, write_weekly
+
+    _out_dir(out)
+    with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
+        cfg = warehouse_config(con, config, write=False)
+        summary = build_weekly(con, week, policy=cfg.policy, now=utc_option(now, "--now"))
+    manifest = write_weekly(summary, out)
+    console.print(f"weekly summary {week}: {len(manifest['files'])} files in {out}")
+    for note in summary.notes:
+        console.print(note)

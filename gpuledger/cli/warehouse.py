@@ -1,0 +1,154 @@
+"""`gpuledger warehouse …`: the warehouse itself — create or migrate it, what it holds, what was
+quarantined, disk use per table, raw-sample retention, retired GPUs. Light at import (the warehouse
+and polars load when a command runs)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpuledger import table_views, tables, warehouse
+from gpuledger.cli.options import ConfigOpt, WarehouseOpt, warehouse_config, warehouse_path
+from gpuledger.errors import printable
+from gpuledger.lazy import lazy_import
+from gpuledger.tables import Column, View
+
+reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
+
+app = typer.Typer(help="The warehouse: migrate, summary, quarantine, disk use, prune, retire a GPU.",
+                  no_args_is_help=True)
+
+DISK = View(
+    columns=(
+        Column("table", "table", key=True),
+        Column("rows", "rows", "int", key=True),
+        Column("disk_mib", "disk\n(MiB)", "num", key=True),
+    ),
+    notes=(("", ("disk: DuckDB pragma_storage_info blocks of the table's columns (256 KiB each, a shared "
+                 "block split by segment count); indexes and catalog are their own line")),),
+)
+
+
+def disk_use_frame(con):
+    """Disk use per table, then the indexes-and-metadata and free lines (MiB), for the terminal."""
+    import polars as pl
+
+    uses, totals = warehouse.table_disk_use(con)
+    mib = 1024 * 1024
+    rows = [(u.table, u.rows, u.bytes / mib) for u in uses if u.rows or u.bytes]
+    empty = sum(1 for u in uses if not (u.rows or u.bytes))
+    if empty:
+        rows.append((f"({empty} empty tables)", 0, 0.0))
+    rows += [("(indexes, catalog)", None, totals["indexes_and_metadata_bytes"] / mib),
+             ("(free blocks)", None, totals["free_bytes"] / mib),
+             ("(file)", None, totals["file_bytes"] / mib)]
+    return pl.DataFrame(rows, schema={"table": pl.String, "rows": pl.Int64, "disk_mib": pl.Float64}, orient="row")
+
+
+@app.command("migrate")
+def migrate(warehouse_file: WarehouseOpt = None) -> None:
+    """Create the warehouse or bring its schema up to date (numbered migrations)."""
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path) as con:
+        version = warehouse.schema_version(con)
+    typer.echo(f"warehouse {path}: schema version {version}")
+
+
+@app.command("summary")
+def summary(warehouse_file: WarehouseOpt = None) -> None:
+    """What the warehouse holds: GPUs, jobs, allocated GPU-hours, samples, quarantined lines, and
+    disk use per table."""
+    import polars as pl
+
+    with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
+        figures = reports.warehouse_summary(con)
+        disk = disk_use_frame(con)
+    frame = pl.DataFrame({"figure": list(figures), "value": [tables.format_value(v) for v in figures.values()]})
+    tables.print_table(frame, table_views.SUMMARY, title=f"gpuledger warehouse {warehouse_path(warehouse_file)}")
+    tables.print_table(disk, DISK, title="disk use per table")
+
+
+@app.command("quarantine")
+def quarantine_list(
+    warehouse_file: WarehouseOpt = None,
+    source: str | None = typer.Option(None, help="only this source, e.g. jobs-csv or scrape"),
+    limit: int = typer.Option(20, min=0, help="rows to show"),
+    wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
+) -> None:
+    """Show quarantined input: where it came from, why it was refused, the raw text."""
+    import polars as pl
+
+    with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
+        rows = con.execute(
+            "SELECT quarantined_at, source, location, reason, left(raw_text, 80) FROM quarantine "
+            "WHERE ? IS NULL OR source = ? ORDER BY quarantined_at DESC, source, location, reason, raw_text LIMIT ?",
+            [source, source, limit],
+        ).fetchall()
+    names = ("quarantined_at", "source", "location", "reason", "raw_text")
+    # never raw bytes or control characters to the terminal
+    frame = pl.DataFrame([[r[0], *(printable(str(v)) for v in r[1:])] for r in rows], schema=names, orient="row")
+    tables.print_table(frame, table_views.QUARANTINE, title="quarantine (newest first)", wide=wide, columns=columns)
+
+
+@app.command("disk")
+def disk(warehouse_file: WarehouseOpt = None) -> None:
+    """Disk use per table (MiB) and the file's totals."""
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_reader(path) as con:
+        frame = disk_use_frame(con)
+    tables.print_table(frame, DISK, title=f"disk use of {path}")
+
+
+@app.command("prune")
+def prune(
+    keep_days: Annotated[float | None, typer.Option(
+        "--keep-days", min=0.01,
+        help="keep raw samples this many days back from the newest [default: the config's "
+             "policy.retention.raw_sample_days, 35]")] = None,
+    warehouse_file: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Delete raw samples older than the retention whose hourly rollups are complete (the partial
+    hours at allocation edges stay: reports read those raw). Rollups, jobs, findings and
+    statements are kept; reports of the pruned period do not change."""
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path) as con:
+        days = keep_days if keep_days is not None else (
+            warehouse_config(con, config, write=True).policy.retention.raw_sample_days)
+        stats = warehouse.prune_raw_samples(con, keep_days=days)
+    if stats.pruned_before is None:
+        typer.echo(f"warehouse {path}: no raw samples older than {days:g} days to prune")
+        return
+    typer.echo(f"warehouse {path}: pruned raw samples before {stats.pruned_before.isoformat()}Z "
+               f"({days:g} days kept): {stats.rows_deleted:,} deleted, {stats.rows_kept:,} kept for "
+               f"partial hours, {stats.hours_completed:,} hourly rollups completed first. DuckDB reuses "
+               "the freed blocks for new data (the file does not shrink).")
+
+
+@app.command("retire-gpu")
+def retire_gpu(
+    gpu_uuid: Annotated[str, typer.Argument(help="the physical GPU's UUID (GPU-...); its MIG instances go with it")],
+    at: Annotated[str | None, typer.Option(
+        "--at", help="UTC time it left (ISO-8601 or epoch s) [default: now]")] = None,
+    cluster: Annotated[str | None, typer.Option(help="the cluster, when the UUID is in several")] = None,
+    undo: Annotated[bool, typer.Option("--undo", help="clear the entry: back to last seen + the grace")] = False,
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Retire a device explicitly: it is capacity (and costs idle) only until then. Without an
+    entry a device counts until its last sample plus policy.chargeback.retire_after_hours."""
+    from datetime import UTC, datetime
+
+    from gpuledger.timeparse import parse_utc
+
+    when = None
+    if not undo:
+        try:
+            when = parse_utc(at) if at else datetime.now(UTC).replace(tzinfo=None)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--at") from None
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path) as con:
+        where, rows = warehouse.retire_gpu(con, gpu_uuid, at=when, cluster=cluster)
+    what = "no longer retired" if undo else f"retired at {when.isoformat()}Z"
+    typer.echo(f"warehouse {path}: GPU {gpu_uuid} of cluster {where} {what} ({rows} inventory rows)")

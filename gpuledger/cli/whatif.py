@@ -1,0 +1,408 @@
+"""`gpuledger whatif schedule | procurement`: replay the warehouse's job records under policies and
+capacity mixes (gpuledger.whatif). Light on purpose (loaded for --help): polars, DuckDB and the
+simulator load inside the commands."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from gpuledger import warehouse
+from gpuledger.cli.options import (
+    ConfigOpt,
+    WarehouseOpt,
+    check_range,
+    out_file,
+    utc_option,
+    warehouse_config,
+    warehouse_path,
+)
+from gpuledger.errors import UsageError
+
+app = typer.Typer(
+    help="What-if: replay job records under scheduling policies and capacity mixes.", no_args_is_help=True
+)
+
+POLICY_NAMES = ("priority", "fair-share", "reclaim")
+DEFAULT_DAYS = 30
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+StartOpt = typer.Option(
+    None, "--start", help="replay from (UTC; default: 30 days before --end, not before the first job)"
+)
+EndOpt = typer.Option(
+    None, "--end", help="replay until (UTC, exclusive; default: the hour after the newest job event)"
+)
+InventoryOpt = typer.Option(
+    None,
+    "--inventory",
+    help="a YAML or CSV inventory (rows of cluster, model, count, "
+    "mig_profile, tier) instead of the warehouse's GPUs",
+)
+JsonOpt = typer.Option(
+    None,
+    "--json",
+    callback=lambda v: out_file(v, "--json"),
+    help="also write the results as JSON here (the dashboard's /what-if page reads it)",
+)
+ProgressOpt = typer.Option(True, "--progress/--no-progress", help="a progress bar on stderr")
+
+
+def _range(con, start_text, end_text) -> tuple[datetime, datetime]:
+    lo, hi = utc_option(start_text, "--start"), utc_option(end_text, "--end")
+    check_range(lo, hi)
+    first, last = con.execute(
+        "SELECT min(coalesce(submit_time, start_time)), "
+        "max(greatest(coalesce(end_time, start_time, submit_time), "
+        "coalesce(start_time, submit_time), submit_time)) FROM jobs"
+    ).fetchone()
+    if first is None and (lo is None or hi is None):
+        raise UsageError(
+            "the warehouse has no job records to replay (import or simulate some, or give --start and --end)"
+        )
+    if hi is None:
+        hi = last.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    if lo is None:
+        lo = max(hi - timedelta(days=DEFAULT_DAYS), first.replace(minute=0, second=0, microsecond=0))
+    check_range(lo, hi)
+    return lo, hi
+
+
+def _pairs(values: list[str] | None, option: str, cast=float) -> dict:
+    out = {}
+    for text in values or []:
+        name, sep, value = text.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"{text!r}: write NAME=VALUE", param_hint=option)
+        try:
+            out[name] = cast(value)
+        except ValueError:
+            raise typer.BadParameter(f"{text!r}: {value!r} is not a number", param_hint=option) from None
+    return out
+
+
+def _params(cfg, *, seed, checkpoint, cycle=None, usage_mode=None, window=None, half_life=None, cap=None,
+            idle=None, shares=None):
+    from gpuledger.whatif.model import Params
+
+    w = cfg.policy.whatif
+    if usage_mode is not None and usage_mode not in ("decay", "window"):
+        raise typer.BadParameter(f"{usage_mode!r}: choose decay or window", param_hint="--usage-mode")
+    return Params(
+        usage_mode=usage_mode,
+        window_days=window,
+        half_life_days=half_life,
+        min_runtime_cap_hours=cap,
+        idle_threshold_ratio=idle,
+        cycle_minutes=cycle if cycle is not None else w.cycle_minutes,
+        checkpoint_interval_minutes=checkpoint if checkpoint is not None else w.checkpoint_interval_minutes,
+        resumable_kinds=tuple(w.resumable_kinds),
+        share_overrides=tuple(sorted(_pairs(shares, "--share").items())),
+        seed=seed,
+    )
+
+
+def _load(path, config, start, end, inventory, **params):
+    """(config, params, trace, start, end) of a what-if run: the warehouse's stored config, the range
+    (defaults filled in from the data), the jobs."""
+    from gpuledger.whatif.trace import inventory_from_file, load_trace
+
+    inv = inventory_from_file(inventory) if inventory else None
+    with warehouse.open_reader(warehouse_path(path)) as con:
+        cfg = warehouse_config(con, config, write=False)
+        lo, hi = _range(con, start, end)
+        chosen = _params(cfg, **params)
+        return cfg, chosen, load_trace(con, cfg, start=lo, end=hi, params=chosen, inventory=inv), lo, hi
+
+
+def _sweep_values(text: str) -> tuple[str, list]:
+    name, sep, rest = text.partition("=")
+    if not sep or not rest:
+        raise typer.BadParameter(
+            f"{text!r}: write PARAMETER=V1,V2,... (shares: shares=node:70/node2:30,node:50/node2:50)",
+            param_hint="--sweep",
+        )
+    if name == "shares":
+        values = []
+        for group in rest.split(","):
+            pairs = []
+            for item in group.split("/"):
+                node, _, v = item.partition(":")
+                try:
+                    pairs.append((node, float(v)))
+                except ValueError:
+                    raise typer.BadParameter(f"{item!r}: write node:shares", param_hint="--sweep") from None
+            values.append(tuple(sorted(pairs)))
+        return name, values
+    try:
+        return name, [float(v) for v in rest.split(",")]
+    except ValueError:
+        raise typer.BadParameter(f"{rest!r}: values must be numbers", param_hint="--sweep") from None
+
+
+class _Bar:
+    """A rich progress bar, one task per run, on stderr."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.tasks = {}
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.percentage:>3.0f}%"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.progress.__exit__(*exc)
+
+    def __call__(self, name: str, fraction: float) -> None:
+        if not self.enabled:
+            return
+        if name not in self.tasks:
+            self.tasks[name] = self.progress.add_task(f"simulate {name}", total=1.0)
+        self.progress.update(self.tasks[name], completed=fraction)
+
+
+@app.command("schedule")
+def schedule(
+    start: str | None = StartOpt,
+    end: str | None = EndOpt,
+    policies: str = typer.Option(
+        ",".join(POLICY_NAMES),
+        "--policies",
+        help="comma-separated: priority (1: declared priority, no preemption), fair-share "
+        "(2: budgets + hierarchical fair share through enforce), reclaim (3: 2 + squatter reclaim)",
+    ),
+    inventory: Path | None = InventoryOpt,
+    checkpoint_minutes: float | None = typer.Option(
+        None,
+        "--checkpoint-minutes",
+        min=1,
+        help="checkpoint interval of jobs that resume (default policy.whatif)",
+    ),
+    cycle_minutes: float | None = typer.Option(
+        None, "--cycle-minutes", min=1, help="enforcement cycle (default policy.whatif)"
+    ),
+    usage_mode: str | None = typer.Option(
+        None, "--usage-mode", help="decay or window (default policy.usage)"
+    ),
+    window_days: float | None = typer.Option(None, "--window-days", min=0.01, help="usage window, days"),
+    half_life_days: float | None = typer.Option(
+        None, "--half-life-days", min=0.01, help="usage half-life, days"
+    ),
+    min_runtime_cap_hours: float | None = typer.Option(
+        None, "--min-runtime-cap-hours", min=0, help="minimum-runtime cap, hours"
+    ),
+    idle_threshold: float | None = typer.Option(
+        None, "--idle-threshold", min=0, max=1, help="idle threshold, ratio"
+    ),
+    share: list[str] | None = typer.Option(None, "--share", help="NODE=SHARES: a what-if split (repeatable)"),
+    sweep: str | None = typer.Option(
+        None,
+        "--sweep",
+        help="PARAMETER=V1,V2,...: one run per value, a table of the "
+        "figures (window_days, half_life_days, min_runtime_cap_hours, "
+        "idle_threshold_ratio, checkpoint_interval_minutes, cycle_minutes, shares)",
+    ),
+    sweep_policy: str = typer.Option("reclaim", "--sweep-policy", help="the policy a sweep runs"),
+    seed: int = typer.Option(1, "--seed", help="seed (runs are deterministic for a seed)"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table or json on stdout"),
+    json_out: Path | None = JsonOpt,
+    chart: Path | None = typer.Option(
+        None,
+        "--chart",
+        callback=lambda v: out_file(v, "--chart"),
+        help="with --sweep: an SVG chart of it here",
+    ),
+    progress: bool = ProgressOpt,
+    path: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Replay the warehouse's jobs on its GPUs (or --inventory) under policies 1/2/3, side by side:
+    delivered ÷ owed per project, occupancy, useful GPU-hours, waits, preemptions, squatting."""
+    from gpuledger import tables
+    from gpuledger.whatif import compare
+    chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
+    for p in (*chosen, sweep_policy):
+        if p not in POLICY_NAMES:
+            raise typer.BadParameter(f"{p!r}: choose from {', '.join(POLICY_NAMES)}", param_hint="--policies")
+    sweep_spec = _sweep_values(sweep) if sweep else None
+    if sweep_spec and sweep_spec[0] not in compare.SWEEPABLE:
+        raise typer.BadParameter(
+            f"{sweep_spec[0]!r}: sweep one of {', '.join(compare.SWEEPABLE)}", param_hint="--sweep"
+        )
+    cfg, params, trace, lo, hi = _load(path, config, start, end, inventory, seed=seed,
+                                       checkpoint=checkpoint_minutes, cycle=cycle_minutes,
+                                       usage_mode=usage_mode, window=window_days,
+                                       half_life=half_life_days, cap=min_runtime_cap_hours,
+                                       idle=idle_threshold, shares=share)
+    try:
+        with _Bar(progress) as bar:
+            runs = compare.compare(trace, cfg, params, chosen, progress=bar)
+            rows = (
+                compare.sweep(
+                    trace, cfg, sweep_spec[0], sweep_spec[1], policy=sweep_policy, params=params, progress=bar
+                )
+                if sweep_spec
+                else None
+            )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    text = compare.to_json(
+        trace,
+        params,
+        runs,
+        rows,
+        sweep_parameter=sweep_spec[0] if sweep_spec else None,
+        sweep_policy=sweep_policy if sweep_spec else None,
+    )
+    if json_out:
+        json_out.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {json_out}", err=True)
+    if chart and rows:
+        chart.write_text(compare.sweep_chart(rows, sweep_spec[0], sweep_policy), encoding="utf-8")
+        typer.echo(f"wrote {chart}", err=True)
+    elif chart:
+        typer.echo("--chart draws a sweep: give --sweep PARAMETER=V1,V2,...", err=True)
+    if fmt == Format.json:
+        typer.echo(text, nl=False)
+        return
+    from gpuledger.whatif.views import projects_view, summary_view, sweep_view
+
+    frames = compare.side_by_side(runs)
+    title = (
+        f"what-if {lo:%Y-%m-%d %H:%M}Z .. {hi:%Y-%m-%d %H:%M}Z: {len(trace.jobs)} jobs on "
+        f"{trace.inventory.physical_gpus()} GPUs"
+    )
+    tables.print_table(frames["summary"], summary_view(chosen), title=title)
+    tables.print_table(
+        frames["projects"], projects_view(chosen), title="delivered ÷ owed GPU-hours per project"
+    )
+    if rows:
+        import polars as pl
+
+        tables.print_table(pl.DataFrame(rows), sweep_view(), title=f"sweep {sweep_spec[0]} ({sweep_policy})")
+    if trace.skipped:
+        typer.echo(
+            f"{len(trace.skipped)} job(s) could not be replayed, e.g. {trace.skipped[0][0]}: "
+            f"{trace.skipped[0][1]} (the JSON lists them)",
+            err=True,
+        )
+
+
+@app.command("procurement")
+def procurement(
+    start: str | None = StartOpt,
+    end: str | None = EndOpt,
+    policy: str = typer.Option(
+        "reclaim",
+        "--policy",
+        help="price the demand this scheduling policy served (priority / fair-share / reclaim)",
+    ),
+    inventory: Path | None = InventoryOpt,
+    reserved: list[str] | None = typer.Option(
+        None, "--reserved", help="MODEL=N reserved GPUs (default: the cheapest level)"
+    ),
+    owned: list[str] | None = typer.Option(
+        None, "--owned", help="MODEL=N GPUs owned for the break-even (default: peak demand)"
+    ),
+    spot_rate: float | None = typer.Option(
+        None,
+        "--spot-interruptions-per-hour",
+        min=0,
+        help="spot interruptions per job-hour (default policy.whatif)",
+    ),
+    checkpoint_minutes: float | None = typer.Option(
+        None, "--checkpoint-minutes", min=1, help="checkpoint interval"
+    ),
+    seed: int = typer.Option(1, "--seed", help="seed of the spot interruptions"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table or json on stdout"),
+    json_out: Path | None = JsonOpt,
+    progress: bool = ProgressOpt,
+    path: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Price the served demand under capacity mixes (on-demand; reserved + on-demand; reserved + spot
+    for checkpointable training + on-demand) and the break-even month of owning the GPUs."""
+    from gpuledger import tables
+    from gpuledger.whatif import procurement as proc
+    from gpuledger.whatif.engine import simulate
+    from gpuledger.whatif.views import break_even_view, mixes_frame, mixes_view
+
+    if policy not in POLICY_NAMES:
+        raise typer.BadParameter(f"{policy!r}: choose from {', '.join(POLICY_NAMES)}", param_hint="--policy")
+    cfg, params, trace, lo, hi = _load(path, config, start, end, inventory, seed=seed,
+                                       checkpoint=checkpoint_minutes)
+    with _Bar(progress) as bar:
+        result = simulate(trace, cfg, policy, params, progress=lambda f: bar(policy, f))
+    pieces = proc.pieces_from_run(result)
+    rate = cfg.policy.whatif.spot_interruptions_per_hour if spot_rate is None else spot_rate
+    mixes = proc.price_mixes(
+        pieces,
+        trace.horizon_s,
+        cfg.rate_card,
+        at=lo.date(),
+        currency=cfg.currency,
+        reserved_gpus={k: int(v) for k, v in _pairs(reserved, "--reserved").items()},
+        interruptions_per_hour=rate,
+        checkpoint_interval_minutes=params.checkpoint_interval_minutes,
+        seed=seed,
+    )
+    owned_n = {k: int(v) for k, v in _pairs(owned, "--owned").items()}
+    even = proc.break_even(mixes, pieces, trace.horizon_s, cfg.hardware, owned_gpus=owned_n)
+    frame, totals = mixes_frame(mixes)
+    doc = proc.to_json(
+        mixes,
+        even,
+        totals,
+        start=lo,
+        end=hi,
+        policy=policy,
+        interruptions_per_hour=rate,
+        checkpoint_interval_minutes=params.checkpoint_interval_minutes,
+    )
+    if json_out:
+        json_out.write_text(doc, encoding="utf-8")
+        typer.echo(f"wrote {json_out}", err=True)
+    if fmt == Format.json:
+        typer.echo(doc, nl=False)
+        return
+    tables.print_table(
+        frame,
+        mixes_view(),
+        title=f"capacity mixes for the demand {policy} served, {lo:%Y-%m-%d}..{hi:%Y-%m-%d}",
+    )
+    tables.print_table(totals, mixes_view(total=True), title="all models")
+    if even:
+        import polars as pl
+
+        tables.print_table(
+            pl.DataFrame([e.__dict__ for e in even]),
+            break_even_view(),
+            title="owning against renting (the cheapest mix), 30-day months",
+        )
+    elif not cfg.hardware:
+        typer.echo('no `hardware` costs in the config: no break-even month (see README "What-if")', err=True)
+    for m in mixes:
+        for note in m.unpriced:
+            typer.echo(f"unpriced: {note} (add it to the rate card)", err=True)

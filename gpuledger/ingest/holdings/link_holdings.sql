@@ -1,0 +1,45 @@
+-- device_holdings (since $since) -> the job_allocations they mean, in a temp table.
+-- A holding's device is found by its GPU UUID + GPU instance id, else (no UUID recorded: a node
+-- without a driver) by host + GPU index on the whole GPU. Its job is the run of the scheduler's
+-- name that was running when the holding began (a requeued Slurm job repeats its JobID; a
+-- recreated pod its name), or the pod uid itself (Kubernetes job_id).
+CREATE OR REPLACE TEMP TABLE _holding_links AS
+WITH h AS (
+    SELECT * FROM device_holdings WHERE $since IS NULL OR last_seen >= $since
+),
+by_uuid AS (
+    SELECT h.cluster, h.source, h.scheduler_job, h.host, h.device_id, h.first_seen, g.gpu_id
+    FROM h JOIN gpus g ON g.cluster = h.cluster AND g.gpu_uuid = h.gpu_uuid
+                       AND g.mig_instance_id = h.mig_instance_id
+),
+by_index AS (  -- the newest device at that host and index (a replaced GPU keeps its index)
+    SELECT h.cluster, h.source, h.scheduler_job, h.host, h.device_id, h.first_seen,
+           arg_max(g.gpu_id, coalesce(g.last_seen, g.first_seen, TIMESTAMP '1970-01-01')) AS gpu_id
+    FROM h JOIN gpus g ON g.cluster = h.cluster AND g.host = h.host AND g.gpu_index = h.gpu_index
+                       AND g.mig_instance_id = h.mig_instance_id
+    WHERE h.gpu_uuid IS NULL
+    GROUP BY ALL
+),
+device AS (
+    SELECT h.*, coalesce(u.gpu_id, i.gpu_id) AS gpu_id
+    FROM h
+    LEFT JOIN by_uuid u USING (cluster, source, scheduler_job, host, device_id, first_seen)
+    LEFT JOIN by_index i USING (cluster, source, scheduler_job, host, device_id, first_seen)
+),
+run AS (
+    SELECT d.cluster, d.source, d.scheduler_job, d.host, d.device_id, d.first_seen,
+           arg_max(j.job_id, j.start_time) AS job_id, arg_max(j.end_time, j.start_time) AS job_end
+    FROM device d JOIN jobs j ON j.cluster = d.cluster
+         AND ((d.pod_uid IS NOT NULL AND j.job_id = d.pod_uid)
+              OR (d.pod_uid IS NULL AND coalesce(j.scheduler_job, j.job_id) = d.scheduler_job
+                  -- a prolog runs at allocation, within moments of the start sacct records
+                  AND coalesce(j.start_time, j.submit_time) <= d.first_seen + INTERVAL 5 MINUTE
+                  AND (j.end_time IS NULL OR j.end_time >= d.first_seen)))
+    GROUP BY ALL
+)
+SELECT d.cluster, d.source, d.scheduler_job, d.host, d.device_id, d.first_seen, d.gpu_id,
+       r.job_id, d.first_seen AS start_time,
+       CASE WHEN d.ended THEN d.last_seen ELSE r.job_end END AS end_time,
+       coalesce(d.share, 1.0) AS gpu_fraction
+FROM device d
+LEFT JOIN run r USING (cluster, source, scheduler_job, host, device_id, first_seen);

@@ -1,0 +1,123 @@
+"""The spool the Slurm prolog/epilog (``deploy/slurm/gpuledger-holdings.sh``) write → holdings.
+
+One file per event, ``<job>.<node>.<epoch s>.<start|end>``, lines ``key<TAB>value`` and
+``gpu<TAB><index><TAB><uuid>``. A start opens a holding of each listed GPU on that node; the
+next end of the same job and node closes it. Reading is pure and repeatable: the same spool gives
+the same rows, so ``ingest slurm-gpus`` may run as often as wanted. A file that cannot be read
+(truncated, a foreign format, an end without its start) becomes a quarantine row naming the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpuledger.errors import printable
+from gpuledger.ingest.holdings.devices import parse_device
+from gpuledger.ingest.metrics.dcgm_fields import canonical_host
+from gpuledger.warehouse import QuarantineRow
+
+FORMAT = "gpuledger-slurm-gpus/1"
+SOURCE = "slurm-prolog"
+QUARANTINE_SOURCE = "slurm-gpus"
+
+
+@dataclass
+class SpoolRead:
+    holdings: list[dict] = field(default_factory=list)
+    quarantined: list[QuarantineRow] = field(default_factory=list)
+    files: int = 0
+
+
+@dataclass(frozen=True)
+class _Event:
+    path: Path
+    kind: str
+    cluster: str
+    job: str
+    node: str
+    at: datetime
+    gpus: tuple[tuple[int | None, str | None], ...]
+
+
+def _parse(path: Path, default_cluster: str | None) -> _Event:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    fields: dict[str, str] = {}
+    gpus: list[tuple[int | None, str | None]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        parts = line.split("\t")
+        if parts[0] == "gpu":
+            index = parts[1] if len(parts) > 1 else ""
+            uuid = parts[2].strip() if len(parts) > 2 else ""
+            if index and not index.isdigit():
+                raise ValueError(f"line {n}: GPU index {index!r} is not a number")
+            gpus.append((int(index) if index else None, uuid or None))
+        elif len(parts) == 2:
+            fields[parts[0]] = parts[1].strip()
+        elif line.strip():
+            raise ValueError(f"line {n}: expected key<TAB>value")
+    if fields.get("format") != FORMAT:
+        raise ValueError(f"format {fields.get('format')!r}: expected {FORMAT} (written by deploy/slurm/)")
+    for key in ("event", "job_id", "node", "time"):
+        if not fields.get(key):
+            raise ValueError(f"missing {key} (the file was cut short?)")
+    if fields["event"] not in ("start", "end"):
+        raise ValueError(f"event {fields['event']!r}: expected start or end")
+    if not fields["time"].isdigit():
+        raise ValueError(f"time {fields['time']!r}: expected epoch seconds")
+    cluster = fields.get("cluster") or default_cluster
+    if not cluster:
+        raise ValueError("no cluster (SLURM_CLUSTER_NAME was empty): give --cluster")
+    return _Event(path=path, kind=fields["event"], cluster=cluster, job=fields["job_id"],
+                  node=canonical_host(fields["node"]) or fields["node"],
+                  at=datetime.fromtimestamp(int(fields["time"]), UTC).replace(tzinfo=None), gpus=tuple(gpus))
+
+
+def _bad(path: Path, reason: str) -> QuarantineRow:
+    try:
+        raw = path.read_text(encoding="utf-8", errors="replace")[:4000]
+    except OSError as exc:
+        raw = f"(unreadable: {exc.strerror})"
+    return QuarantineRow(source=QUARANTINE_SOURCE, location=str(path), raw_text=raw, reason=printable(reason))
+
+
+def read_spool(spool: Path, *, cluster: str | None = None) -> SpoolRead:
+    """Every holding the spool directory's files describe (see the module doc)."""
+    out = SpoolRead()
+    events: list[_Event] = []
+    for path in sorted(spool.iterdir()):
+        if path.name.startswith(".") or path.suffix not in (".start", ".end") or not path.is_file():
+            continue  # half-written (.incoming.*) or foreign files
+        out.files += 1
+        try:
+            events.append(_parse(path, cluster))
+        except (ValueError, OSError) as exc:
+            out.quarantined.append(_bad(path, f"{path.name}: {exc}"))
+    events.sort(key=lambda e: (e.cluster, e.job, e.node, e.at, e.kind != "start"))
+    open_runs: dict[tuple[str, str, str], _Event] = {}
+    closed: list[tuple[_Event, _Event | None]] = []
+    for e in events:
+        key = (e.cluster, e.job, e.node)
+        if e.kind == "start":
+            if key in open_runs:  # a start with no end before it: that run's end is unknown
+                closed.append((open_runs.pop(key), None))
+            open_runs[key] = e
+        elif key in open_runs:
+            closed.append((open_runs.pop(key), e))
+        else:
+            out.quarantined.append(_bad(e.path, f"{e.path.name}: an end for job {e.job} on {e.node} "
+                                                "without its start (was the prolog installed?)"))
+    closed.extend((start, None) for start in open_runs.values())
+    for start, end in closed:
+        for index, uuid in start.gpus:
+            dev = parse_device(uuid) if uuid else parse_device(str(index))
+            out.holdings.append({
+                "cluster": start.cluster, "source": SOURCE, "scheduler_job": start.job, "host": start.node,
+                "device_id": dev.device_id, "first_seen": start.at,
+                "last_seen": end.at if end else start.at, "ended": end is not None,
+                "gpu_uuid": dev.gpu_uuid, "mig_instance_id": dev.mig_instance_id,
+                "gpu_index": index if index is not None else dev.gpu_index,
+                "resource": "gres/gpu",
+            })
+    return out

@@ -1,0 +1,73 @@
+"""What `make demo` shows (`gpuledger enforce replay` over a simulated week): each planted squatter
+(the simulator names them squat-...) is warned, then preempted as a squatter at a later cycle; the
+exempt inference services never get a warning or a preemption."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+LINE = re.compile(r"^(?P<at>\S+ \S+Z)\s+(?P<action>warn|preempt) \((?P<detail>[^)]+)\)\s+(?P<cluster>[^/\s]+)/"
+                  r"(?P<job>\S+) (?P<name>\S*) \[(?P<project>[^,]+), (?P<kind>[^\]]+)\]: (?P<reason>.*)$")
+
+pytestmark = pytest.mark.slow
+
+
+def run(*args: str, env: dict) -> str:
+    done = subprocess.run([str(BIN / "gpuledger"), *args], capture_output=True, text=True, env=env, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def week(tmp_path_factory) -> dict:
+    env = {**os.environ, "GPULEDGER_WAREHOUSE": str(tmp_path_factory.mktemp("week") / "w.duckdb"), "COLUMNS": "200"}
+    env.pop("GPULEDGER_CONFIG", None)
+    # 16 GPUs, one sample a minute (the stale-data guard wants 80 % of the minutes covered)
+    run("simulate", "warehouse", "--gpus", "16", "--days", "7", "--interval", "60", "--seed", "7", env=env)
+    return env
+
+
+def test_simulated_week_squatters_warned_then_preempted_inference_never(week):
+    out = run("enforce", "replay", "--every", "1h", "--only-when-idle", env=week)
+    lines = [m.groupdict() for m in map(LINE.match, out.splitlines()) if m]
+    squatters = sorted({ln["name"] for ln in lines if ln["name"].startswith("squat-")})
+    assert len(squatters) == 4, out  # the simulator plants max(4, GPUs // 64) squatters
+    for name in squatters:
+        mine = [ln for ln in lines if ln["name"] == name]
+        warns = [ln["at"] for ln in mine if ln["action"] == "warn"]
+        squat_preempts = [ln["at"] for ln in mine if ln["action"] == "preempt" and ln["reason"].startswith("squatting:")]
+        assert warns and squat_preempts, (name, mine)
+        assert min(warns) < min(squat_preempts), (name, mine)  # a warning, then (a later cycle) the preemption
+        assert f"warned at {min(warns)}" in next(ln["reason"] for ln in mine if ln["at"] == min(squat_preempts)
+                                                 and ln["action"] == "preempt" and "squatting:" in ln["reason"])
+        # once preempted as a squatter it is not warned again for the same stretch
+        assert not [w for w in warns if w > min(squat_preempts)], (name, mine)
+    assert not [ln for ln in lines if ln["kind"] == "inference"]
+    summary = out.strip().splitlines()[-1]
+    exempt = re.search(r"(\d+) exempt job\(s\) running .*: warned (\d+), preempted (\d+)", summary)
+    assert exempt and int(exempt.group(1)) >= 1 and exempt.group(2, 3) == ("0", "0"), summary
+
+
+def test_the_warning_history_survives_between_runs(week):
+    """Two separate `plan` processes: the first plans a warning for the squatter (recorded in the
+    warehouse); the second, 55 minutes later, knows it — and preempts nothing, because a planned
+    warning that no one applied and no alert carried reached no one (the clock starts at delivery)."""
+    import json
+
+    first = json.loads(run("enforce", "plan", "--format", "json", "--now", "2026-11-07T21:45:00", env=week))
+    (warn,) = [a for a in first["actions"] if a["action"] == "warn" and a["name"] == "squat-llm-posttrain-3"]
+    assert warn["stage"] == "warning"  # idle since 20:30: 75 min
+    later = json.loads(run("enforce", "plan", "--format", "json", "--now", "2026-11-07T22:40:00", env=week))
+    assert not [a for a in later["actions"] if a["action"] == "preempt" and a["job_id"] == warn["job_id"]]
+    (why,) = [a["reason"] for a in later["actions"] if a["action"] == "none" and a["job_id"] == warn["job_id"]]
+    assert "a warning was planned at 2026-11-07 21:45Z but has not reached anyone yet" in why
+    explained = run("enforce", "explain", warn["job_id"], env=week)
+    assert "warned (warning) at 2026-11-07 21:45Z" in explained and "not delivered" in explained

@@ -1,0 +1,190 @@
+"""Which GPUs a Slurm job held, from the scheduler side (issue 20, part 1): the prolog/epilog pair
+in deploy/slurm/ runs for real jobs on the real rig (scripts/slurm-rig.sh, 8 fake H100s from
+gres.conf), `ingest slurm-gpus` reads its spool idempotently, and the scontrol poller sees the
+same indices. The prolog's UUID lookup is tried with a stand-in nvidia-smi and with a real HTTP
+dcgm-exporter page."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from gpuledger import warehouse
+from gpuledger.ingest.holdings.slurm_scontrol import parse_text
+from gpuledger.ingest.holdings.slurm_spool import read_spool
+
+from tests.ingest.test_slurm import _ingest_live, _slurm, _wait_for_states, slurm_rig  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[2]
+HOLDINGS = REPO / "deploy" / "slurm" / "gpuledger-holdings.sh"
+NODE = socket.gethostname().split(".")[0].lower()
+
+
+def _ingest(*args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "slurm-gpus", *args],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=False)
+
+
+def _register_rig_gpus(path: Path) -> dict[int, str]:
+    """The rig's 8 GPUs in the inventory as DCGM would name them (host, `gpu` index, UUID)."""
+    uuids = {i: f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(8)}
+    with warehouse.open_writer(path) as con:
+        warehouse.register_gpus(con, pl.DataFrame({
+            "cluster": ["gpuledger"] * 8, "gpu_uuid": list(uuids.values()), "host": [NODE] * 8,
+            "gpu_index": list(range(8)), "model": ["H100"] * 8,
+        }))
+    return uuids
+
+
+def _allocations(path: Path) -> pl.DataFrame:
+    with warehouse.open_reader(path) as con:
+        return con.sql("SELECT a.job_id, g.gpu_index, g.gpu_uuid, a.start_time, a.end_time, a.gpu_fraction, "
+                       "a.source FROM job_allocations a JOIN gpus g USING (gpu_id) "
+                       "ORDER BY a.job_id, g.gpu_index").pl()
+
+
+@pytest.mark.slurm
+def test_the_prolog_records_a_real_jobs_gpus_and_they_land(slurm_rig, warehouse_file, tmp_path):
+    rig = slurm_rig
+    spool = rig["dir"] / "gpu-spool"
+    uuids = _register_rig_gpus(warehouse_file)
+    seen = tmp_path / "seen"
+    seen.mkdir(mode=0o777)
+    sbatch = ["sbatch", "--parsable", "--output=/dev/null", "--gres=gpu:h100:2"]
+    # Each job writes the CUDA_VISIBLE_DEVICES Slurm gave it: the truth the spool must match.
+    short = _slurm(rig, *sbatch, "--account=proj-a", "--wrap", f"echo $CUDA_VISIBLE_DEVICES > {seen}/short; sleep 1")
+    long = _slurm(rig, *sbatch, "--account=proj-b", "--wrap", f"echo $CUDA_VISIBLE_DEVICES > {seen}/long; sleep 300")
+    _wait_for_states(rig, {short: "COMPLETED", long: "RUNNING"})
+    _ingest_live(rig, warehouse_file)  # the job records (sacct)
+    deadline = time.monotonic() + 30
+    while not (seen / "long").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    given = {job: [int(i) for i in (seen / name).read_text().strip().split(",")]
+             for job, name in ((short, "short"), (long, "long"))}
+
+    first = _ingest("--spool", str(spool), "-w", str(warehouse_file), env=rig["env"])
+    assert first.returncode == 0, first.stderr
+    assert "4 GPU holdings" in first.stderr and "4 job x device intervals linked" in first.stderr
+    alloc = _allocations(warehouse_file)
+    for job in (short, long):
+        rows = alloc.filter(pl.col("job_id") == job)
+        assert rows["gpu_index"].to_list() == given[job]
+        assert rows["gpu_uuid"].to_list() == [uuids[i] for i in given[job]]
+        assert set(rows["source"]) == {"slurm-prolog"}
+    assert alloc.filter(pl.col("job_id") == short)["end_time"].is_not_null().all()  # the epilog ran
+    assert alloc.filter(pl.col("job_id") == long)["end_time"].is_null().all()       # still held
+
+    # Idempotent: the same spool again changes nothing.
+    again = _ingest("--spool", str(spool), "-w", str(warehouse_file), env=rig["env"])
+    assert again.returncode == 0, again.stderr
+    assert _allocations(warehouse_file).equals(alloc)
+
+    # The poller sees the running job on the same indices.
+    text = _slurm(rig, "scontrol", "-d", "-o", "show", "job", long)
+    polled = parse_text(text, cluster="gpuledger", now=datetime.now(UTC).replace(tzinfo=None))
+    assert sorted(r["gpu_index"] for r in polled) == given[long] and {r["host"] for r in polled} == {NODE}
+
+    # The job ends: the epilog's record closes its holding.
+    _slurm(rig, "scancel", long)
+    _wait_for_states(rig, {long: "CANCELLED"})
+    deadline = time.monotonic() + 30
+    while not list(spool.glob(f"{long}.*.end")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _ingest_live(rig, warehouse_file)
+    done = _ingest("--spool", str(spool), "-w", str(warehouse_file), env=rig["env"])
+    assert done.returncode == 0, done.stderr
+    ended = _allocations(warehouse_file).filter(pl.col("job_id") == long)
+    assert ended["end_time"].is_not_null().all() and ended.height == 2
+
+
+def _run_holdings(tmp_path: Path, event: str, env: dict) -> Path:
+    spool = tmp_path / "spool"
+    base = {"PATH": "/usr/bin:/bin", "GPULEDGER_GPU_SPOOL": str(spool), "GPULEDGER_SLURM_GPUS_ENV": "/dev/null",
+            "SLURM_JOB_ID": "77", "SLURMD_NODENAME": "Node-7.example", "SLURM_CLUSTER_NAME": "c1"}
+    done = subprocess.run(["sh", str(HOLDINGS), event], env={**base, **env}, capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    return spool
+
+
+def test_the_prolog_asks_nvidia_smi_for_the_uuids(tmp_path):
+    # A stand-in for the driver's nvidia-smi, printing what `--query-gpu=index,uuid` prints.
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '0, GPU-aaaa\\n1, GPU-bbbb\\n2, GPU-cccc\\n'\n")
+    smi.chmod(0o755)
+    spool = _run_holdings(tmp_path, "start", {"SLURM_JOB_GPUS": "2,0", "GPULEDGER_NVIDIA_SMI": str(smi)})
+    read = read_spool(spool)
+    assert not read.quarantined
+    got = {(r["gpu_index"], r["gpu_uuid"], r["host"], r["ended"]) for r in read.holdings}
+    assert got == {(2, "GPU-cccc", "node-7", False), (0, "GPU-aaaa", "node-7", False)}
+
+
+def test_without_a_driver_the_prolog_reads_the_nodes_dcgm_labels(tmp_path):
+    page = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-d0",pci_bus_id="00000000:01:00.0",Hostname="n7"} 5\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-d1",pci_bus_id="00000000:02:00.0",Hostname="n7"} 0\n')
+
+    class Exporter(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        spool = _run_holdings(tmp_path, "start", {"SLURM_JOB_GPUS": "1", "GPULEDGER_DCGM_URL": url,
+                                                  "GPULEDGER_NVIDIA_SMI": str(tmp_path / "absent")})
+    finally:
+        server.shutdown()
+    assert [(r["gpu_index"], r["gpu_uuid"]) for r in read_spool(spool).holdings] == [(1, "GPU-d1")]
+    assert "uuid_source\tdcgm" in next(spool.glob("*.start")).read_text()
+
+
+def test_a_prolog_that_cannot_write_still_exits_0(tmp_path):
+    # Slurm drains a node whose prolog fails: the recorder reports and never fails the job.
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = subprocess.run(["sh", str(HOLDINGS), "start"], capture_output=True, text=True, timeout=30, check=False,
+                          env={"PATH": "/usr/bin:/bin", "GPULEDGER_GPU_SPOOL": str(blocker / "spool"),
+                               "GPULEDGER_SLURM_GPUS_ENV": "/dev/null", "SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "0"})
+    assert done.returncode == 0 and "not recorded" in done.stderr
+
+
+def test_bad_spool_files_are_quarantined_and_rereading_adds_nothing(tmp_path, warehouse_file):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "9.n1.1796040000.start").write_text(
+        "format\tgpuledger-slurm-gpus/1\nevent\tstart\njob_id\t9\ncluster\tc1\nnode\tn1\ntime\t1796040000\n"
+        "gpu\t0\tGPU-x0\n")
+    (spool / "9.n1.1796043600.end").write_text(
+        "format\tgpuledger-slurm-gpus/1\nevent\tend\njob_id\t9\ncluster\tc1\nnode\tn1\ntime\t1796043600\n")
+    (spool / "10.n1.1796040000.start").write_text("format\tgpuledger-slurm-gpus/1\nevent\tstart\njob_id\t10\n")
+    (spool / "11.n1.1796040000.end").write_text(
+        "format\tgpuledger-slurm-gpus/1\nevent\tend\njob_id\t11\ncluster\tc1\nnode\tn1\ntime\t1796040000\n")
+    (spool / ".incoming.abc").write_text("half")
+    for _ in range(2):
+        done = _ingest("--spool", str(spool), "-w", str(warehouse_file))
+        assert done.returncode == 0, done.stderr
+    with warehouse.open_reader(warehouse_file) as con:
+        held = con.execute("SELECT scheduler_job, device_id, first_seen, last_seen, ended FROM device_holdings").fetchall()
+        bad = con.execute("SELECT location, reason FROM quarantine WHERE source = 'slurm-gpus' ORDER BY location").fetchall()
+    # 2026-11-30 12:00 to 13:00 UTC (epoch 1796040000 + 3600)
+    assert held == [("9", "GPU-x0", datetime(2026, 11, 30, 12), datetime(2026, 11, 30, 13), True)]
+    assert [Path(loc).name for loc, _ in bad] == ["10.n1.1796040000.start", "11.n1.1796040000.end"]
+    assert "missing node" in bad[0][1] and "without its start" in bad[1][1]
+    assert "2 files quarantined" in done.stderr
