@@ -1,6 +1,6 @@
 """gpuledger's Prometheus figures (issue 21 §7): names `promtool check metrics` accepts, a 0 sample
 for an empty state, exhaustion only within the budget's period, `metrics serve` on 127.0.0.1 by
-default and stopping within a second on SIGTERM / SIGINT. Fixture: tests/_statement_fixtures.py
+default and stopping within a second on SIGTERM / SIGINT. Fixture: tests/helpers/statement_fixtures.py
 (beta's November budget 100 h, 24 used by Nov 3, burning 12 h/day: exhausts Nov 9 08:00)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import requests
 
 from gpuledger import warehouse
 from gpuledger.metrics.exporter import compute_figures
-from tests._ledger_fixtures import load
-from tests._statement_fixtures import CONFIG, october
+from tests.helpers.ledger_fixtures import load
+from tests.helpers.statement_fixtures import CONFIG, october
 from tests.helpers.prometheus_rig import free_port
 
 
