@@ -1,0 +1,473 @@
+"""The dashboards in streamlit.testing.v1.AppTest on a small simulated warehouse (16 GPUs × 2 days,
+materialized by `gpuledger pipelines run-once`, one enforcement plan): every page runs without an
+exception and its headline figures equal the analytics' own output on the same data; who sees
+what follows the config's roles; an empty or missing warehouse says what to run. The pure helpers
+(access, queue reasons, utilization totals) are checked against hand-derived values."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import polars as pl
+import pytest
+import streamlit as st
+from gpuledger.dashboards import access, queries
+from streamlit.testing.v1 import AppTest
+
+from gpuledger import warehouse
+from gpuledger.analytics import reports
+from gpuledger.config import DashboardAccess
+from tests.helpers.dashboard_rig import APP, LEADS, run_cli
+
+AUTH = {"redirect_uri": "http://127.0.0.1:8501/oauth2callback", "cookie_secret": "test-secret",
+        "client_id": "gpuledger", "client_secret": "x",
+        "server_metadata_url": "http://127.0.0.1:9/.well-known/openid-configuration"}
+PAGES = ["utilization", "fair_share", "budgets", "chargeback", "squatters", "my_team", "enforcement"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    st.cache_data.clear()  # process-global across AppTest instances
+    yield
+    st.cache_data.clear()
+
+
+@pytest.fixture
+def on_rig(dashboard_warehouse, monkeypatch):
+    monkeypatch.setenv("GPULEDGER_WAREHOUSE", str(dashboard_warehouse.warehouse))
+    monkeypatch.setenv("GPULEDGER_CONFIG", str(dashboard_warehouse.config))
+    return dashboard_warehouse
+
+
+def app(email: str | None = None) -> AppTest:
+    """The app in local mode, or with sign-in configured and ``email`` signed in."""
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    if email is not None:
+        at.secrets["auth"] = AUTH
+        at.user = {"is_logged_in": True, "email": email}
+    return at.run()
+
+
+def page(at: AppTest, name: str) -> AppTest:
+    at.switch_page(f"app_pages/{name}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def frame(at: AppTest, i: int) -> pl.DataFrame:
+    return pl.from_pandas(at.dataframe[i].value.reset_index(drop=True))
+
+
+def counted(n: int, noun: str) -> str:
+    """What a page writes for n things: "1 job", "2 jobs", "6,562 rows"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def window(at: AppTest) -> tuple[datetime, datetime, datetime]:
+    ctx = at.session_state["gpuledger_ctx"]
+    return ctx.start, ctx.end, ctx.state.data_now
+
+
+# --- every page, local mode -------------------------------------------------------------------
+
+def test_every_page_runs_in_local_mode_with_a_banner(on_rig):
+    at = app()
+    assert any("Local mode" in i.value for i in at.info)
+    for name in PAGES:
+        page(at, name)
+        assert at.title[0].value, name
+        assert at.metric, f"{name} shows no headline figure"
+
+
+def test_utilization_headline_equals_the_analytics(on_rig):
+    at = page(app(), "utilization")
+    start, end, now = window(at)
+    # the default period: the data's first day to its "now" (2 simulated days, under the 7-day default)
+    assert start == datetime(2026, 11, 1) and end == datetime(2026, 11, 3) and now <= end
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        by_model = reports.utilization_report(con, start=start, end=end, by="model", now=now)
+        by_kind = reports.utilization_report(con, start=start, end=end, by="kind", now=now)
+    cap, alloc = by_model["gpu_hours_capacity"].sum(), by_model["gpu_hours_allocated"].sum()
+    active = by_model["gpu_hours_active"].sum()
+    shown = metrics(at)
+    assert shown["Allocated of capacity"] == f"{100 * alloc / cap:.1f} %"
+    assert shown["Active of capacity"] == f"{100 * active / cap:.1f} %"
+    assert shown["Active of allocated"] == f"{100 * active / alloc:.1f} %"
+    assert shown["Unallocated capacity"] == f"{cap - alloc:,.1f} GPU-h"
+    kinds = frame(at, 0).sort("kind")
+    expected = by_kind.sort("kind")
+    assert kinds["kind"].to_list() == expected["kind"].to_list()
+    for got, want in zip(kinds["gpu_hours_allocated"], expected["gpu_hours_allocated"], strict=True):
+        assert got == pytest.approx(want, abs=1e-6)
+    # the heatmap's idle device-hours are the devices' own evidence; one chart per section + caption
+    assert len(at.get("vega_lite_chart")) >= 3
+    assert len(at.caption) >= 4
+
+
+def test_fair_share_tree_equals_the_analytics(on_rig):
+    at = page(app(), "fair_share")
+    _, _, now = window(at)
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        expected = reports.fairshare_report(con, as_of=now)
+    tree = frame(at, 0)
+    assert [n.strip("\u2003") for n in tree["node"]] == expected["node"].to_list()
+    assert tree["fs_rank"].cast(pl.Float64).fill_null(-1).to_list() == expected["fs_rank"].cast(pl.Float64).fill_null(-1).to_list()
+    for got, want in zip(tree["gpu_hours_window"], expected["gpu_hours_window"], strict=True):
+        assert got == pytest.approx(want, abs=1e-9)
+    projects = expected.filter(pl.col("kind") == "project")
+    assert metrics(at)["Projects ranked"] == str(projects.height)
+    assert metrics(at)["GPU-hours in the window"] == f"{projects['gpu_hours_window'].sum():,.1f} GPU-h"
+    # the queue: projects in the analytics' order, each with one reason step per level below the root
+    queue = frame(at, 1)
+    assert queue["project"].to_list() == projects["node"].to_list()
+    depth = dict(zip(expected["node"], expected["depth"], strict=True))
+    for project, why in zip(queue["project"], queue["why"], strict=True):
+        assert why.count("→ LF") == depth[project]
+
+
+def test_budgets_equal_the_analytics(on_rig):
+    at = page(app(), "budgets")
+    _, _, now = window(at)
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        expected = reports.budget_report(con, as_of=now)
+    shown = metrics(at)
+    for status, label in (("funded", "Funded"), ("at-risk", "At risk (exhausts before period end)"),
+                          ("exhausted", "Exhausted")):
+        assert shown[label] == counted(int((expected['status'] == status).sum()), "node")
+    table = frame(at, 0).sort("node", "period_start")
+    want = expected.sort("node", "period_start")
+    assert table["node"].to_list() == want["node"].to_list()
+    for got, w in zip(table["consumed_gpu_hours"], want["consumed_gpu_hours"], strict=True):
+        assert got == pytest.approx(float(w), abs=1e-9)
+    assert any("runs out" in c.value or "never runs out" in c.value for c in at.caption)
+
+
+def test_chargeback_total_equals_the_statement_and_files_equal_the_finance_set(on_rig, tmp_path):
+    at = page(app(), "chargeback")
+    period = at.selectbox(key="cb_period").value
+    assert period == "2026-11"
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        lines = reports.statement_report(con, period)
+    billed = lines.filter(pl.col("line_kind").is_in(["charge", "idle", "credit", "debit"]))
+    total = sum((Decimal(a) for a in billed["amount"]), Decimal(0))
+    shown = metrics(at)
+    assert shown["Total billed"] == f"{total:,.2f} USD"
+    assert shown["Reconciliation (to the cent)"] == "reconciles"
+    assert shown["Status"] == "provisional"  # November is not over at the data's "now"
+    # downloads: byte for byte what `gpuledger report statement` writes for finance
+    run_cli(on_rig, "report", "statement", "--period", period, "--out", str(tmp_path / "finance"))
+    view = queries.statement(str(on_rig.warehouse), period, None)
+    assert view.files and {n.rsplit(".", 1)[1] for n in view.files} >= {"csv", "parquet", "xlsx", "html"}
+    for name, data in view.files.items():
+        assert (tmp_path / "finance" / name).read_bytes() == data, name
+
+
+def test_chargeback_for_any_period_equals_the_ledger(on_rig):
+    at = page(app(), "chargeback")
+    at.radio(key="cb_mode").set_value("the sidebar's period (lines only)").run()
+    assert not at.exception
+    start, end, _ = window(at)
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        from gpuledger.ledger.config_versions import stored_config
+
+        lines = reports.chargeback_report(con, f"{start.isoformat()}..{end.isoformat()}",
+                                          policy=stored_config(con).config.policy)
+    total = sum((Decimal(a) for a, b in zip(lines["amount"], lines["billed"], strict=True) if b), Decimal(0))
+    assert metrics(at)["Total"] == f"{total:,.2f} USD"
+    assert frame(at, 0).height == lines.height
+
+
+def test_a_findings_history_shows_its_events_alerts_and_enforcement(on_rig):
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        cluster, job = con.execute("SELECT cluster, job_id FROM squatting_findings WHERE resolved_at IS NULL "
+                                   "ORDER BY job_id DESC LIMIT 1").fetchall()[0]
+        events = con.execute("SELECT count(*) FROM squatting_finding_events WHERE cluster = ? AND job_id = ?",
+                             [cluster, job]).fetchall()[0][0]
+        alerts = con.execute("SELECT count(*) FROM alert_outbox WHERE kind = 'squatting' AND "
+                             "json_extract_string(payload_json, '$.job_id') = ?", [job]).fetchall()[0][0]
+        actions = con.execute("SELECT count(*) FROM enforcement_audit WHERE cluster = ? AND job_id = ?",
+                              [cluster, job]).fetchall()[0][0]
+    assert events and alerts, "the rig's squatter should have lifecycle events and an alert in the outbox"
+    at = AppTest.from_file(str(APP), default_timeout=120).run()
+    at.query_params["cluster"], at.query_params["job"] = cluster, job  # the link an alert carries
+    page(at, "squatters")
+    assert at.selectbox(key="sq_job").value == f"{cluster}/{job}"
+    assert frame(at, 1).height == events
+    assert frame(at, 2).height == alerts
+    if actions:
+        assert frame(at, 3).height == actions
+
+
+def test_squatters_equal_the_analytics_at_the_last_evaluation(on_rig):
+    at = page(app(), "squatters")
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        last = con.execute("SELECT max(evaluated_at) FROM squatting_evaluations").fetchall()[0][0]
+        expected = reports.squatters_report(con, now=last)
+    shown = metrics(at)
+    assert shown["Open findings"] == counted(expected.height, "job")
+    assert shown["Wasted"] == f"{expected['gpu_hours_idle'].sum():,.1f} GPU-h"
+    assert expected.height > 0, "the simulated week should hold a squatter"
+    assert shown["Wasted cost"] == f"{Decimal(expected['idle_cost'].sum()):,.2f} USD"
+    assert set(frame(at, 0)["job_id"]) == set(expected["job_id"])
+
+
+def test_enforcement_lists_every_audit_row(on_rig):
+    at = page(app(), "enforcement")
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        count = con.execute("SELECT count(*) FROM enforcement_audit").fetchall()[0][0]
+    assert count > 0
+    assert metrics(at)["Actions shown"] == counted(count, "row")
+    # the page sends one page of rows (paged in SQL), newest first
+    assert frame(at, 0).height == min(count, queries.ENFORCEMENT_PAGE_ROWS)
+
+
+# --- who sees what ----------------------------------------------------------------------------
+
+def _open_jobs(rig, projects, now) -> set[str]:
+    with warehouse.open_reader(rig.warehouse) as con:
+        rows = con.execute(
+            "SELECT job_id FROM jobs WHERE list_contains(?::VARCHAR[], project) AND (end_time IS NULL OR end_time > ?) "
+            "AND coalesce(submit_time, start_time) <= ?", [list(projects), now, now]).fetchall()
+    return {r[0] for r in rows}
+
+
+@pytest.mark.parametrize("lead", sorted(LEADS))
+def test_a_lead_sees_their_team_and_not_another(on_rig, lead):
+    at = page(app(lead.upper() if lead.startswith("llm") else lead), "my_team")  # e-mails match case-insensitively
+    start, end, now = window(at)
+    mine = LEADS[lead]
+    running, queued = frame(at, 0), frame(at, 1)
+    shown_jobs = set(running["job_id"]) | set(queued["job_id"])
+    assert shown_jobs == _open_jobs(on_rig, mine, now) and shown_jobs
+    assert set(running["project"]) | set(queued["project"]) <= set(mine)
+    others = {p for ps in LEADS.values() for p in ps} - set(mine)
+    assert not shown_jobs & _open_jobs(on_rig, others, now)
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        budgets = reports.budget_report(con, as_of=now)
+        usage = reports.usage_report(con, start=start, end=end, by="project", now=now)
+    program = {"vision-lead@example.com": "vision", "llm-lead@example.com": "llm"}[lead]
+    left = budgets.filter(pl.col("node") == program)["remaining_gpu_hours"].sum()
+    idle = usage.filter(pl.col("project").is_in(list(mine)))["gpu_hours_idle"].sum()
+    shown = metrics(at)
+    assert shown["Budget left (normalised GPU-h)"] == f"{left:,.1f}"
+    assert shown["Idle GPU-hours (waste)"] == f"{idle:,.1f} GPU-h"
+    assert shown["Running jobs"] == counted(running.height, "job")
+    # other pages: only their projects' rows; the org-level tree stays whole
+    page(at, "enforcement")
+    assert set(frame(at, 0)["project"]) <= set(mine)
+    page(at, "squatters")
+    if at.dataframe:
+        assert set(frame(at, 0)["project"]) <= set(mine)
+    page(at, "budgets")
+    assert not set(frame(at, 0)["node"]) & others
+    page(at, "fair_share")
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        assert frame(at, 0).height == reports.fairshare_report(con, as_of=now).height
+
+
+@pytest.mark.parametrize("email", ["finance@example.com", "admin@example.com"])
+def test_finance_and_admins_see_everything(on_rig, email):
+    at = page(app(email), "enforcement")
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        count = con.execute("SELECT count(*) FROM enforcement_audit").fetchall()[0][0]
+        projects = {r[0] for r in con.execute("SELECT DISTINCT project FROM enforcement_audit").fetchall()}
+    assert metrics(at)["Actions shown"] == counted(count, "row")
+    assert frame(at, 0).height == min(count, queries.ENFORCEMENT_PAGE_ROWS)
+    assert set(frame(at, 0)["project"]) <= projects
+    page(at, "my_team")  # a team picker instead of the lead's own team
+    assert at.selectbox(key="team_node").options
+
+
+def test_signed_out_sees_only_the_login(on_rig):
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.secrets["auth"] = AUTH
+    at.run()
+    assert not at.exception
+    assert [b.label for b in at.button] == ["Log in"]
+    assert not at.metric and not at.dataframe
+
+
+def test_someone_not_in_the_config_sees_aggregates_only(on_rig):
+    at = page(app("stranger@example.com"), "enforcement")
+    assert metrics(at).get("Actions shown", "0 rows") == "0 rows" or not at.dataframe
+    page(at, "my_team")
+    assert any("not listed as a lead" in i.value for i in at.info)
+    page(at, "utilization")
+    assert metrics(at)["Allocated of capacity"].endswith("%")
+
+
+# --- nothing to show ---------------------------------------------------------------------------
+
+def test_a_missing_warehouse_says_what_to_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULEDGER_WAREHOUSE", str(tmp_path / "none.duckdb"))
+    monkeypatch.delenv("GPULEDGER_CONFIG", raising=False)
+    at = AppTest.from_file(str(APP), default_timeout=60).run()
+    for name in PAGES:
+        page(at, name)
+        assert any("make demo" in w.value for w in at.warning), name
+    assert not (tmp_path / "none.duckdb").exists()  # the dashboard never creates it
+
+
+def test_a_warehouse_without_analytics_says_run_the_pipelines(tmp_path, monkeypatch):
+    path = tmp_path / "raw.duckdb"
+    with warehouse.open_writer(path):
+        pass  # migrated, empty
+    monkeypatch.setenv("GPULEDGER_WAREHOUSE", str(path))
+    at = page(AppTest.from_file(str(APP), default_timeout=60).run(), "budgets")
+    assert any("no GPU samples or jobs" in w.value for w in at.warning)
+    from gpuledger.config import load_config
+    from gpuledger.simulator import build_cluster
+    from gpuledger.simulator.to_warehouse import write_simulation
+
+    with warehouse.open_writer(path) as con:
+        write_simulation(con, build_cluster(seed=1, gpus=2, start=datetime(2026, 11, 1), days=0.05,
+                                            config=load_config(None)))
+    st.cache_data.clear()
+    at = page(AppTest.from_file(str(APP), default_timeout=60).run(), "fair_share")
+    assert any("gpuledger pipelines run-once" in w.value for w in at.warning)
+
+
+# --- pure helpers, hand-derived --------------------------------------------------------------
+
+TREE = {"acme": None, "research": "acme", "platform": "acme", "llm": "research", "vision": "research",
+        "llm-a": "llm", "llm-b": "llm", "vis-a": "vision", "ci": "platform"}
+
+
+def test_roles_from_config():
+    cfg = DashboardAccess(admins=["Root@x.org"], finance=["money@x.org"], leads={"lead@x.org": ["llm", "ci"]})
+    assert access.viewer_for("root@X.org", cfg, TREE).sees_everything
+    assert access.viewer_for("money@x.org", cfg, TREE).role == "finance"
+    lead = access.viewer_for("LEAD@x.org", cfg, TREE)
+    assert lead.role == "lead" and lead.projects == {"llm-a", "llm-b", "ci"}  # leaves under llm and ci
+    assert lead.may_see("ci") and not lead.may_see("vis-a") and not lead.may_see(None)
+    nobody = access.viewer_for("who@x.org", cfg, TREE)
+    assert nobody.role == "viewer" and nobody.projects == frozenset()
+    assert access.viewer_for(None, cfg, TREE, local=True).sees_everything
+
+
+def test_a_lead_of_an_unknown_node_is_a_config_error():
+    from gpuledger.config import Config
+
+    with pytest.raises(ValueError, match=r"dashboards.leads\['a@x'\]: 'nope' not in the org tree"):
+        Config.model_validate({"org": {"name": "acme", "children": [{"name": "p"}]},
+                               "dashboards": {"leads": {"a@x": ["nope"]}}})
+
+
+def test_queue_reasons_walk_the_tree_level_by_level():
+    # acme -> research (s .6, u .3: LF 2), platform (s .4, u .7: LF .571); research -> llm-a (s .5,
+    # u .25: LF 2), llm-b (s .5, u .75: LF .667). Depth-first, descending LF: llm-a, llm-b, ci.
+    rows = [("acme", None, 0, "org", 1.0, 1.0, 1.0, None, 0),
+            ("research", "acme", 1, "program", 0.6, 0.3, 2.0, None, 1),
+            ("llm-a", "research", 2, "project", 0.5, 0.25, 2.0, 1, 2),
+            ("llm-b", "research", 2, "project", 0.5, 0.75, 0.5 / 0.75, 2, 3),
+            ("platform", "acme", 1, "program", 0.4, 0.7, 0.4 / 0.7, None, 4),
+            ("ci", "platform", 2, "project", 1.0, 0.0, float("inf"), 3, 5)]
+    tree = pl.DataFrame(rows, schema=["node", "parent", "depth", "kind", "shares_norm", "usage_norm", "level_fs",
+                                      "fs_rank", "queue_order"], orient="row").with_columns(fairshare_factor=pl.lit(0.5))
+    out = queries.queue_reasons(tree)
+    assert out["project"].to_list() == ["llm-a", "llm-b", "ci"]
+    assert out["why"][1] == ("research: share 60% vs usage 30% of acme → LF 2.00, 1 of 2; "
+                             "llm-b: share 50% vs usage 75% of research → LF 0.67, 2 of 2")
+    assert out["why"][2].endswith("ci: share 100% vs usage 0% of platform → LF ∞ (no usage), 1 of 1")
+
+
+def test_utilization_totals_by_hand():
+    # two hours of 8 GPUs: 6 then 2 held, 3 then 1 busy -> allocated 8/16 = 50 %, active 4/16 = 25 %,
+    # active of allocated 4/8 = 50 %, unallocated 8 GPU-h
+    hourly = pl.DataFrame({"gpu_hours_capacity": [8.0, 8.0], "gpu_hours_allocated": [6.0, 2.0],
+                           "gpu_hours_active": [3.0, 1.0]})
+    t = queries.utilization_totals(hourly)
+    assert (t["allocation_pct"], t["active_pct"], t["active_of_allocated_pct"], t["gpu_hours_unallocated"]) == (
+        50.0, 25.0, 50.0, 8.0)
+
+
+def test_heat_bins_by_hand():
+    # at most 84 columns: a week (168 h) in 2-hour bins, 2 days (48 h) in 1-hour bins, 30 days in 9-hour bins
+    t0 = datetime(2026, 11, 1)
+    assert queries.heat_bin_hours(t0, t0 + timedelta(days=7)) == 2
+    assert queries.heat_bin_hours(t0, t0 + timedelta(days=2)) == 1
+    assert queries.heat_bin_hours(t0, t0 + timedelta(days=30)) == 9  # 720 / 84 = 8.6 -> 9
+    assert queries.heat_bin_hours(t0, t0 + timedelta(minutes=5)) == 1
+
+
+def test_idle_heatmap_rows_are_the_most_idle_jobs_with_their_cost(on_rig):
+    """idle_jobs against the hourly job usage read here in plain polars, priced by hand from the
+    rate card (the rig's jobs name no tier: the policy's default, reserved)."""
+    start, end = datetime(2026, 11, 1), datetime(2026, 11, 3)
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        usage = con.sql("SELECT u.cluster, u.job_id, u.project, u.hour, u.gpu_hours_idle, j.gpu_model "
+                        "FROM usage_hourly_jobs u JOIN jobs j USING (cluster, job_id)").pl()
+        prices = dict(con.execute("SELECT gpu_model, price_per_gpu_hour FROM rate_card WHERE tier = 'reserved'").fetchall())
+        projects = tuple(r[0] for r in con.execute("SELECT DISTINCT project FROM jobs").fetchall())
+    per_job = (usage.filter(pl.col("gpu_hours_idle") > 0).group_by("cluster", "job_id")
+               .agg(pl.col("gpu_hours_idle").sum(), pl.col("gpu_model").first()).sort("gpu_hours_idle", descending=True))
+    assert per_job.height >= 3, "the rig should hold jobs that idle"
+    got = queries.idle_jobs(str(on_rig.warehouse), start, end, projects, (), "reserved", 3)
+    assert got["job_id"].to_list() == per_job["job_id"].head(3).to_list()  # most idle first
+    assert got["jobs_idle"][0] == per_job.height
+    assert got["gpu_hours_idle_all"][0] == pytest.approx(per_job["gpu_hours_idle"].sum())
+    for row in got.iter_rows(named=True):
+        hours = usage.filter((pl.col("job_id") == row["job_id"]) & (pl.col("gpu_hours_idle") > 0))
+        want = sum((Decimal(str(h)).quantize(Decimal("0.000001")) * prices[m]
+                    for h, m in zip(hours["gpu_hours_idle"], hours["gpu_model"], strict=True)), Decimal(0))
+        assert abs(Decimal(row["idle_cost"]) - want) <= Decimal("0.01"), row
+    # the heatmap's cells add up to each row's idle GPU-hours
+    cells = queries.idle_job_cells(str(on_rig.warehouse), start, end, got, 2)
+    for row in got.iter_rows(named=True):
+        assert cells.filter(pl.col("label") == row["label"])["gpu_hours_idle"].sum() == pytest.approx(row["gpu_hours_idle"])
+    # a cluster filter naming no cluster of the rig keeps nothing
+    assert queries.idle_jobs(str(on_rig.warehouse), start, end, projects, ("nowhere",), "reserved", 3).height == 0
+
+
+def test_mig_summary_by_hand():
+    # one A100 split into two 3g instances (3/7 of a GPU each) over 2 hours: instance a held the
+    # whole first hour, b half of the second -> held 3/7 × (1 + 0.5) = 9/14 GPU-h of a capacity of
+    # 2 instances × 3/7 × 2 h = 12/7 GPU-h, i.e. 37.5 %; 6/7 GPU equivalents
+    devices = pl.DataFrame({"device": ["a", "a", "b", "b", "whole"], "model": ["A100"] * 5,
+                            "mig_profile": ["3g.40gb"] * 4 + [None], "gpu_fraction": [3 / 7] * 4 + [1.0],
+                            "held_fraction": [1.0, 0.0, 0.0, 0.5, 1.0]})
+    row = queries.mig_summary(devices).row(0, named=True)
+    assert row["instances"] == 2
+    assert row["gpu_equivalents"] == pytest.approx(6 / 7)
+    assert row["gpu_hours_held"] == pytest.approx(9 / 14)
+    assert row["held_pct"] == pytest.approx(37.5)
+
+
+def test_months_between():
+    assert queries.months_between(datetime(2026, 11, 28), datetime(2027, 1, 2)) == ["2026-11", "2026-12", "2027-01"]
+    assert queries.months_between(datetime(2026, 11, 1), datetime(2026, 11, 1) + timedelta(days=30)) == ["2026-11"]
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3, queries.SMALL_ROWS - 1, queries.SMALL_ROWS, queries.SMALL_ROWS + 5])
+def test_result_frames_equal_arrows_at_every_size_and_type(rows):
+    """result_frame builds short results from tuples; it must equal the Arrow conversion exactly
+    (types, nulls, decimals, both timestamp kinds), below, at and above SMALL_ROWS."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    query = ("SELECT range::BIGINT AS n, range::INTEGER AS i, 'p' || range AS project, "
+             "CASE WHEN range % 2 = 0 THEN NULL ELSE range / 3 END AS ratio, "
+             "(range / 7)::DECIMAL(38, 2) AS cost, TIMESTAMP '2026-11-01' + INTERVAL (range) MINUTE AS ts, "
+             "TIMESTAMPTZ '2026-11-01 00:00:00+00' AS tz, DATE '2026-11-01' AS day, range % 2 = 0 AS even "
+             f"FROM range({rows})")
+    got = queries.result_frame(con.execute(query))
+    want = pl.from_arrow(con.sql(query).to_arrow_table())  # the relation path: no copy warning
+    assert got.schema == want.schema
+    assert got.equals(want) and got.height == rows
+
+
+def test_result_frames_of_other_types_go_through_arrow():
+    import duckdb
+
+    con = duckdb.connect()
+    query = "SELECT [1, 2] AS gpus, {'a': 1} AS s, 'x' AS name"  # a list and a struct: not by tuples
+    got = queries.result_frame(con.execute(query))
+    assert got.schema == {"gpus": pl.List(pl.Int32), "s": pl.Struct({"a": pl.Int32}), "name": pl.String}
+    assert got.row(0) == ([1, 2], {"a": 1}, "x")
