@@ -1,4 +1,4 @@
-"""Enforcement against the Kubernetes stand-in (tests/k8s_standin.py), the official client speaking
+"""Enforcement against the Kubernetes stand-in (tests/helpers/k8s_standin.py), the official client speaking
 real HTTP: the plan-file flow never evicts a label-exempt pod, nor one that gained the label after
 the plan; a pod recreated under the same name (new uid) is never evicted — refused on the re-read,
 and by the API server's own uid precondition (409 Conflict) when it races the re-read; Events name
@@ -20,11 +20,7 @@ from gpuledger.enforce.model import Action
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
-
-try:
-    from tests.k8s_standin import KubeStandIn
-except ImportError:
-    from k8s_standin import KubeStandIn
+from tests.helpers.k8s_standin import KubeStandIn
 
 kubernetes = pytest.importorskip("kubernetes")
 NOW = datetime(2026, 11, 20, 12, 0)

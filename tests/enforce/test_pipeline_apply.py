@@ -9,15 +9,11 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
-
-from gpuledger import warehouse
 from gpuledger.pipelines.defs.enforcement.assets import enforcement_actions, enforcement_plan
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 
-try:
-    from tests.k8s_standin import KubeStandIn
-except ImportError:
-    from k8s_standin import KubeStandIn
+from gpuledger import warehouse
+from tests.helpers.k8s_standin import KubeStandIn
 
 pytest.importorskip("kubernetes")
 
