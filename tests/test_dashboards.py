@@ -99,7 +99,7 @@ def test_utilization_headline_equals_the_analytics(on_rig):
     assert shown["Allocated of capacity"] == f"{100 * alloc / cap:.1f} %"
     assert shown["Active of capacity"] == f"{100 * active / cap:.1f} %"
     assert shown["Active of allocated"] == f"{100 * active / alloc:.1f} %"
-    assert shown["Unallocated capacity"] == f"{cap - alloc:,.1f} GPU-h"
+    assert shown["Unallocated capacity (GPU-h)"] == f"{cap - alloc:,.1f}"
     kinds = frame(at, 0).sort("kind")
     expected = by_kind.sort("kind")
     assert kinds["kind"].to_list() == expected["kind"].to_list()
