@@ -15,10 +15,17 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger import warehouse
-from gpuledger.cli_common import (ConfigOpt, WarehouseOpt, config_or_exit, out_file, warehouse_config,
-                                  warehouse_path)
+from gpuledger.cli_common import (
+    ConfigOpt,
+    WarehouseOpt,
+    config_or_exit,
+    out_file,
+    warehouse_config,
+    warehouse_path,
+)
 from gpuledger.errors import RunError, UsageError
 from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START
+from gpuledger.stopping import StopSignals
 
 app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (same seed => same data).",
                   no_args_is_help=True)
@@ -124,8 +131,8 @@ def simulate_serve(
     config: ConfigOpt = None,
 ) -> None:
     """Serve live dcgm-exporter /metrics endpoints, one port per node, until Ctrl-C."""
-    from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.exporter import SimClock, start_exporters
+    from gpuledger.simulator.scenario import build_cluster
 
     cfg = config_or_exit(config)
     now = _parse_start(sim_start, datetime.now(UTC).replace(tzinfo=None, microsecond=0), "--sim-start")
@@ -144,12 +151,12 @@ def simulate_serve(
     console.print(f"serving {len(handle.urls)} node exporters: {handle.urls[0]} .. {handle.urls[-1]} "
                   f"(simulated start {now.isoformat()}Z, speed x{speed}); Ctrl-C stops")
     try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+        with StopSignals() as stop:  # SIGINT / SIGTERM: stop serving within a second
+            stop.event.wait()
     finally:
         handle.stop()
+    console.print(f"stopped serving ({'Ctrl-C' if stop.exit_code else 'SIGTERM'})")
+    raise typer.Exit(stop.exit_code)
 
 
 @app.command("openmetrics")
@@ -170,8 +177,8 @@ def simulate_openmetrics(
     config: ConfigOpt = None,
 ) -> None:
     """Write an OpenMetrics file for `promtool tsdb create-blocks-from openmetrics FILE DIR`."""
-    from gpuledger.simulator.scenario import build_cluster
     from gpuledger.simulator.exposition import EXPORTED, write_openmetrics
+    from gpuledger.simulator.scenario import build_cluster
 
     families = None
     if metrics is not None:

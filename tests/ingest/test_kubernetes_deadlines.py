@@ -46,8 +46,8 @@ def test_an_api_server_that_never_answers_or_is_gone_ends_in_one_line(tmp_path, 
         hostile.stop()
     assert ran.returncode == 1, ran.stderr
     lines = ran.stderr.strip().splitlines()
-    assert lines == [f"gpuledger ingest kubernetes: cannot reach {url}: {says}; nothing was written by this "
-                     "request (check the server, or raise --read-timeout / --connect-timeout)"], ran.stderr
+    assert lines == [(f"gpuledger ingest kubernetes: cannot reach {url}: {says}; nothing was written by this "
+                      "request (check the server, or raise --read-timeout / --connect-timeout)")], ran.stderr
     assert "Retrying" not in ran.stderr and "MaxRetryError" not in ran.stderr
     assert not (tmp_path / "w.duckdb").exists() or _jobs(tmp_path / "w.duckdb") == 0
 

@@ -39,7 +39,6 @@ from gpuledger import warehouse
 from gpuledger.deadlines import KUBERNETES, CallDeadline, why_unreachable
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.jobs.checks import job_limits, screen_jobs
-from gpuledger.ingest.tiers import node_label_rows, store_node_labels
 from gpuledger.ingest.jobs.k8s_mapping import (
     DEFAULT_OPTIONS,
     JobRecord,
@@ -50,6 +49,7 @@ from gpuledger.ingest.jobs.k8s_mapping import (
     node_gpu_products,
     raw_text,
 )
+from gpuledger.ingest.tiers import node_label_rows, store_node_labels
 from gpuledger.warehouse.job_columns import JOB_CORE, job_schema
 
 log = logging.getLogger(__name__)
