@@ -28,10 +28,10 @@ test: install test-deps
 
 demo: install
 	$(BIN)/gpuledger simulate warehouse --gpus 256 --days 7 --seed 42
-	$(BIN)/gpuledger summary
-	$(BIN)/gpuledger fairshare
-	$(BIN)/gpuledger budget
-	$(BIN)/gpuledger squatters
+	$(BIN)/gpuledger warehouse summary
+	$(BIN)/gpuledger report fairshare
+	$(BIN)/gpuledger report budget
+	$(BIN)/gpuledger report squatters
 	mkdir -p reports
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format csv --out reports/chargeback-2026-11.csv
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format parquet --out reports/chargeback-2026-11.parquet

@@ -17,8 +17,8 @@ import subprocess
 import sys
 import time
 
-COMMANDS = ["", "report chargeback", "fairshare", "squatters", "ingest prometheus", "ingest kubernetes",
-            "import jobs", "simulate warehouse", "agent"]
+COMMANDS = ["", "report chargeback", "report fairshare", "report squatters", "ingest prometheus",
+            "ingest kubernetes", "ingest jobs-csv", "simulate warehouse", "ingest agent"]
 
 
 def _time(cmd: list[str], env: dict, cwd: str | None) -> float:

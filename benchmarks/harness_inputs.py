@@ -66,7 +66,7 @@ def dashboard_warehouse(ctx: Context, gpus: int, notes: list[str]) -> Path:
     env = {**os.environ, "GPULEDGER_WAREHOUSE": str(ours), "DAGSTER_HOME": str(folder / "dagster"), "NO_COLOR": "1"}
     env.pop("GPULEDGER_CONFIG", None)
     if ours_done.exists() and ours_done.read_text() == source_done.read_text() and ours.exists():
-        _gpuledger(ctx, env, "migrate")
+        _gpuledger(ctx, env, "warehouse", "migrate")
         notes.append(f"warehouse: {rel(ours, ctx.root)} (copy of {rel(source, ctx.root)}, materialized earlier)")
         return ours
     (folder / "dagster").mkdir(parents=True, exist_ok=True)

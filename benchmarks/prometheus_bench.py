@@ -155,7 +155,7 @@ def pod_jobs(sim) -> dict[str, str]:
 
 
 def squatters_at(path: Path, policy, when: datetime) -> dict[str, dict]:
-    """gpuledger's squatting rule at ``when`` (what `gpuledger squatters --now` prints)."""
+    """gpuledger's squatting rule at ``when`` (what `gpuledger report squatters --now` prints)."""
     import duckdb
 
     from gpuledger.analytics.reports import squatters_report
@@ -275,7 +275,7 @@ def run_dataset(n: int, args) -> tuple[dict, dict]:
             ours = squatters_at(wh, policy, t)
             per_instant.append(_idle_compare(t, ours, theirs, lambda t, job: why_idle_differs(wh, t, job, policy)))
         open_now, gl_s = warm(lambda: q.squatting_open(path, ()))
-        cli_s = cli("squatters", "--format", "json")
+        cli_s = cli("report", "squatters", "--format", "json")
         current = {r["job_id"]: r["gpus_idle"] for r in open_now.iter_rows(named=True)}
         rule_now = {k: v["gpus_idle"] for k, v in squatters_at(wh, policy, now).items()}
         snapshot_ok = current == rule_now if span_days == args.days else None
@@ -334,7 +334,7 @@ def run_dataset(n: int, args) -> tuple[dict, dict]:
 
         # -- Q5: fair-share input: usage per project over the window, decayed -----------------
         fs, gl_f = warm(lambda: q.fairshare_latest(path, end))
-        cli_f = cli("fairshare", "--format", "json")
+        cli_f = cli("report", "fairshare", "--format", "json")
         as_of = fs["as_of"][0] if "as_of" in fs.columns else now
         window, half_life = policy.usage.window_days, policy.usage.half_life_days
         w_start = max(as_of - timedelta(days=window), START)
@@ -350,7 +350,7 @@ def run_dataset(n: int, args) -> tuple[dict, dict]:
         # decay weights are <= 1, so the undecayed gap bounds the decayed one
         cmp_f = pc.compare_values(g_dec, p_dec, rel=args.rel_hours, abs_=0.5,
                                   allowance={p: shared.get(p, 0) + gaps.get(p, 0) for p in set(shared) | set(gaps)})
-        results["fairshare"] = _entry(
+        results["report", "fairshare"] = _entry(
             gl_f, cli_f, prom_f, cold_f, cmp_f, pq_f + "  (query_range step 1h, decayed client-side)",
             f"per project decayed GPU-hours (half-life {half_life} d) |difference| <= max(0.5, {args.rel_hours:.1%}) "
             "+ shared-GPU hours + gap GPU-hours (as for gpu_hours_by_project)",

@@ -8,28 +8,41 @@ The app only reads: every page's data comes from gpuledger.dashboards.queries th
 import streamlit as st
 from gpuledger.dashboards import access, ui
 
-st.set_page_config(page_title="gpuledger", layout="wide")
+st.set_page_config(layout="wide")
+st.set_option("client.toolbarMode", "viewer")  # no "Deploy" button, wherever the server was started
 
 PAGES = [
-    st.Page("app_pages/utilization.py", title="Utilization", url_path="utilization"),
-    st.Page("app_pages/fair_share.py", title="Fair share", url_path="fair-share"),
-    st.Page("app_pages/budgets.py", title="Budgets", url_path="budgets"),
-    st.Page("app_pages/chargeback.py", title="Chargeback", url_path="chargeback"),
-    st.Page("app_pages/squatters.py", title="Squatters", url_path="squatters"),
-    st.Page("app_pages/my_team.py", title="My team", url_path="my-team"),
-    st.Page("app_pages/enforcement.py", title="Enforcement", url_path="enforcement"),
-    st.Page("app_pages/what_if.py", title="What-if", url_path="what-if"),
+    st.Page("app_pages/utilization.py", title="Utilization", url_path="utilization", icon=":material/monitoring:"),
+    st.Page("app_pages/fair_share.py", title="Fair share", url_path="fair-share", icon=":material/balance:"),
+    st.Page("app_pages/budgets.py", title="Budgets", url_path="budgets", icon=":material/savings:"),
+    st.Page("app_pages/chargeback.py", title="Chargeback", url_path="chargeback", icon=":material/receipt_long:"),
+    st.Page("app_pages/squatters.py", title="Squatters", url_path="squatters", icon=":material/hourglass_empty:"),
+    st.Page("app_pages/my_team.py", title="My team", url_path="my-team", icon=":material/groups:"),
+    st.Page("app_pages/enforcement.py", title="Enforcement", url_path="enforcement", icon=":material/gavel:"),
+    st.Page("app_pages/what_if.py", title="What-if", url_path="what-if", icon=":material/science:"),
 ]
 
 # The default page owns "/", so it is a redirect to /utilization, and the menu is drawn below
 # without it. Registered before sign-in, so a deep link (an alert's /squatters?...) is known.
 HOME = st.Page("app_pages/home.py", title="gpuledger", default=True)
 page = st.navigation([HOME, *PAGES], position="hidden")
+# the browser tab says which page it is (title and favicon per page)
+st.set_page_config(page_title=f"{page.title} · gpuledger" if page is not HOME else "gpuledger",
+                   page_icon=page.icon or ":material/memory:")
 
 auth = ui.auth_section()
 local = auth is None
 if not local and not st.user.get("is_logged_in", False):
+    # a deep link (an alert's /squatters?cluster=…&job=…) is remembered for this browser across the
+    # provider's redirect, which always comes back to "/"
+    if page is not HOME:
+        ui.remember_link(page.url_path, st.query_params.to_dict())
     ui.sign_in(auth)
+elif not local:
+    link = ui.take_link()
+    by_path = {p.url_path: p for p in PAGES}
+    if link is not None and link[0] in by_path and page is HOME:
+        st.switch_page(by_path[link[0]], query_params=link[1])
 
 try:
     config = ui.load_config()

@@ -1,66 +1,168 @@
-"""Altair charts for the pages (no Streamlit here). Each takes a polars frame the queries return and
-names its units on the axes; the page puts a one-line caption under each."""
+"""Altair charts for the pages (no Streamlit here): one home for how a chart is sized, titled and
+labelled, so every page's charts read the same from 1 row to hundreds.
+
+The rules every builder follows (``finish`` applies the shared ones):
+
+* the plot area's height comes from the row count (``plot_height``): a bar or heatmap row is
+  ``ROW_PX`` high, never less than ``MIN_PLOT_PX`` in all; and the chart grows around its plot
+  area (``autosize fit-x``): Streamlit's theme uses ``fit``, which squeezes the plot to make room for
+  the title, axes and legend (a 1-px plot when 2-5 bars were asked to fit in 120 px);
+* titles, axis titles and legends are inside the chart's own SVG (``contains: padding``), axis
+  titles are never cut (``titleLimit`` 0) and every axis title names its unit (``axis_title``);
+* labels never overlap: band axes have a row per label, continuous axes drop labels that would
+  collide (``labelOverlap``), long labels are cut at ``LABEL_PX`` with an ellipsis;
+* a legend lists every series; past ``LEGEND_MAX`` series a chart keeps the top ones and folds
+  or drops the rest, and its legend title says so (``top_series``).
+"""
 
 from __future__ import annotations
 
 import altair as alt
 import polars as pl
 
-# The heatmap and the hourly series of a 1,024-GPU week pass Altair's 5,000-row guard; the frames
-# are already cut to what is drawn (heatmap_devices), so the guard would only get in the way.
+# The hourly series of a 1,024-GPU week pass Altair's 5,000-row guard; the pages already cut frames
+# to what is drawn, so the guard would only get in the way.
 alt.data_transformers.disable_max_rows()
 
-STATE_COLORS = {"held, idle": "#d62728", "held, no data": "#ff9896", "held, busy": "#2ca02c", "free": "#e8e8e8"}
+ROW_PX = 22  # one bar, one heatmap row: room for an 11-px label and a gap
+MIN_PLOT_PX = 140  # the smallest plot area: a single bar still reads as a bar
+SERIES_PLOT_PX = 260  # lines and areas over time
+LABEL_PX = 240  # band labels (job, node, project names) longer than this end in "…"
+LEGEND_MAX = 12  # series a legend lists before the rest is folded into "other"
+
 STATUS_COLORS = {"funded": "#2ca02c", "at-risk": "#ff7f0e", "exhausted": "#d62728"}
 
 
+def plot_height(rows: int, per_row: int = ROW_PX, minimum: int = MIN_PLOT_PX) -> int:
+    """Pixels of plot area for ``rows`` bands (bars, heatmap rows)."""
+    return max(minimum, per_row * max(rows, 1))
+
+
+def axis_title(what: str, unit: str) -> str:
+    """An axis title that names its unit: ``what (unit)``."""
+    return f"{what} ({unit})"
+
+
+def top_series(frame: pl.DataFrame, key: str, weight: str, *, n: int = LEGEND_MAX, fold: list[str] | None = None,
+               largest: bool = True, noun: str = "series") -> tuple[pl.DataFrame, str | None]:
+    """At most ``n`` series of ``key`` for a legend: those with the largest (or smallest) total
+    ``weight``. With ``fold`` (columns to sum), the rest become one series ``other (k noun)``;
+    without, they are dropped. Returns (frame, a note for the legend title or None when all fit)."""
+    if not frame.height:
+        return frame, None
+    totals = frame.group_by(key).agg(pl.col(weight).fill_null(0).sum()).sort([weight, key],
+                                                                              descending=[largest, False])
+    if totals.height <= n:
+        return frame, None
+    keep = totals.head(n if fold is None else n - 1)[key].to_list()
+    rest = totals.height - len(keep)
+    order = "largest" if largest else "smallest"
+    if fold is None:
+        return frame.filter(pl.col(key).is_in(keep)), f"the {len(keep)} {order} of {totals.height} {noun}"
+    other = f"other ({rest} {noun})"
+    relabelled = frame.with_columns(pl.when(pl.col(key).is_in(keep)).then(pl.col(key)).otherwise(pl.lit(other)).alias(key))
+    index = [c for c in frame.columns if c not in fold and c != key]
+    folded = relabelled.group_by([*index, key], maintain_order=True).agg(pl.col(c).sum() for c in fold)
+    return folded.select(frame.columns), f"top {len(keep)} of {totals.height} {noun}, the rest as other"
+
+
+def legend(title: str, note: str | None = None, **kw) -> alt.Legend:
+    """A legend under the plot that lists every entry (``symbolLimit`` 0) in as many columns as fit."""
+    text = f"{title} — {note}" if note else title
+    return alt.Legend(title=text, orient="bottom", direction="horizontal", columns=kw.pop("columns", 4),
+                      symbolLimit=0, labelLimit=LABEL_PX, titleLimit=0, **kw)
+
+
+def finish(chart, title: str, height: int, subtitle: str | None = None):
+    """The shared sizing and text rules (see the module docstring) on a finished chart or layer."""
+    params = {"text": title, "anchor": "start", "limit": 0}
+    if subtitle:
+        params["subtitle"] = subtitle
+    return chart.properties(
+        title=alt.TitleParams(**params), height=height, padding={"left": 8, "top": 4, "right": 8, "bottom": 20},
+        autosize=alt.AutoSizeParams(type="fit-x", contains="padding"),
+    ).configure_axis(labelLimit=LABEL_PX, titleLimit=0, labelOverlap="greedy", labelSeparation=4
+                     ).configure_legend(titleLimit=0, labelLimit=LABEL_PX, symbolLimit=0)
+
+
+def _hour_axis() -> alt.X:
+    return alt.X("hour:T", title=axis_title("hour", "UTC"),
+                 axis=alt.Axis(format="%d %b %H:00", labelOverlap="greedy", labelSeparation=8))
+
+
+def _band(field: str, title: str, **kw) -> alt.Y:
+    """A categorical y axis of one row per value, labels never thinned out."""
+    return alt.Y(field, title=title, sort=kw.pop("sort", None),
+                 axis=alt.Axis(labelOverlap=False, labelFlush=False, labelLimit=LABEL_PX, **kw))
+
+
+# --- utilization ---------------------------------------------------------------------------------
+
 def pct_over_time(frame: pl.DataFrame, color: str | None, title: str) -> alt.Chart:
-    """Lines of ``pct`` (0..100 % of capacity) per hour; dashed = active, solid = allocated."""
+    """Lines of ``pct`` (0..100 % of capacity) per hour; dashed = active, solid = allocated; one
+    colour per ``color`` value (at most LEGEND_MAX, the largest by capacity share)."""
+    note = None
+    if color:
+        frame, note = top_series(frame, color, "pct", noun=f"{color}s")
     enc = {
-        "x": alt.X("hour:T", title="hour (UTC)"),
-        "y": alt.Y("pct:Q", title="% of installed capacity", scale=alt.Scale(domain=[0, 100])),
-        "strokeDash": alt.StrokeDash("measure:N", title="measure", sort=["allocated", "active"]),
-        "tooltip": [alt.Tooltip("hour:T", format="%Y-%m-%d %H:00"), "measure:N",
-                    alt.Tooltip("pct:Q", format=".1f", title="%")],
+        "x": _hour_axis(),
+        "y": alt.Y("pct:Q", title=axis_title("share of installed capacity", "%"), scale=alt.Scale(domain=[0, 100])),
+        "strokeDash": alt.StrokeDash("measure:N", sort=["allocated", "active"], legend=legend("measure")),
+        "tooltip": [alt.Tooltip("hour:T", format="%Y-%m-%d %H:00", title="hour (UTC)"), "measure:N",
+                    alt.Tooltip("pct:Q", format=".1f", title="% of capacity")],
     }
     if color:
-        enc["color"] = alt.Color(f"{color}:N", title=color)
+        enc["color"] = alt.Color(f"{color}:N", legend=legend(color, note))
         enc["tooltip"].insert(1, f"{color}:N")
-    return alt.Chart(frame, title=title).mark_line().encode(**enc).properties(height=260)
+    return finish(alt.Chart(frame).mark_line().encode(**enc), title, SERIES_PLOT_PX)
 
 
 def stacked_hours(frame: pl.DataFrame, value: str, color: str, title: str, y_title: str) -> alt.Chart:
-    return alt.Chart(frame, title=title).mark_area().encode(
-        x=alt.X("hour:T", title="hour (UTC)"),
+    """Stacked areas of ``value`` per hour and ``color`` (past LEGEND_MAX values, the rest summed
+    into "other"). ``y_title`` names the unit."""
+    frame, note = top_series(frame.select("hour", color, value), color, value, fold=[value], noun=f"{color}s")
+    return finish(alt.Chart(frame).mark_area().encode(
+        x=_hour_axis(),
         y=alt.Y(f"{value}:Q", title=y_title, stack=True),
-        color=alt.Color(f"{color}:N", title=color),
-        tooltip=[alt.Tooltip("hour:T", format="%Y-%m-%d %H:00"), f"{color}:N", alt.Tooltip(f"{value}:Q", format=".2f")],
-    ).properties(height=240)
+        color=alt.Color(f"{color}:N", legend=legend(color, note)),
+        tooltip=[alt.Tooltip("hour:T", format="%Y-%m-%d %H:00", title="hour (UTC)"), f"{color}:N",
+                 alt.Tooltip(f"{value}:Q", format=".2f")],
+    ), title, SERIES_PLOT_PX)
 
 
-def device_heatmap(frame: pl.DataFrame, title: str) -> alt.Chart:
-    domain = list(STATE_COLORS)
-    cells = frame.with_columns(hour_end=pl.col("hour") + pl.duration(hours=1))
-    return alt.Chart(cells, title=title).mark_rect().encode(
-        x=alt.X("hour:T", title="hour (UTC)"),
-        x2="hour_end:T",
-        y=alt.Y("device:N", title="device (cluster/host/GPU)", sort=None),
-        color=alt.Color("state:N", title="state", scale=alt.Scale(domain=domain, range=[STATE_COLORS[d] for d in domain])),
-        tooltip=["device:N", alt.Tooltip("hour:T", format="%Y-%m-%d %H:00"), "state:N",
-                 alt.Tooltip("activity_ratio:Q", format=".0%", title="activity"),
-                 alt.Tooltip("held_fraction:Q", format=".0%", title="held")],
-    ).properties(height=alt.Step(16))
+def idle_heatmap(cells: pl.DataFrame, rows: pl.DataFrame, title: str, bin_hours: int) -> alt.Chart:
+    """Who holds idle GPUs: one row per job (``label``, in ``rows``' order: most idle first), one
+    column per ``bin_hours`` bin, coloured by the share of the job's held GPU-hours that idled in
+    that bin (white: not held). ``cells``: label, bin, bin_end, gpu_hours_held, gpu_hours_idle, idle_share."""
+    order = rows["label"].to_list()
+    return finish(alt.Chart(cells).mark_rect().encode(
+        x=alt.X("bin:T", title=axis_title(f"time, {bin_hours}-hour bins", "UTC"),
+                axis=alt.Axis(format="%d %b %H:00", labelOverlap="greedy", labelSeparation=8)),
+        x2="bin_end:T",
+        y=_band("label:N", "job (project, user)", sort=order),
+        color=alt.Color("idle_share:Q", scale=alt.Scale(domain=[0, 1], scheme="reds"),
+                        legend=alt.Legend(title=axis_title("idle share of held GPU-hours", "%"), format="%",
+                                          orient="bottom", gradientLength=220, titleLimit=0)),
+        tooltip=["label:N", alt.Tooltip("bin:T", format="%Y-%m-%d %H:00", title="from (UTC)"),
+                 alt.Tooltip("gpu_hours_held:Q", format=",.2f", title="held (GPU-h)"),
+                 alt.Tooltip("gpu_hours_idle:Q", format=",.2f", title="idle (GPU-h)"),
+                 alt.Tooltip("idle_share:Q", format=".0%", title="idle share")],
+    ), title, plot_height(len(order), 18))
 
+
+# --- fair share, budgets ---------------------------------------------------------------------------
 
 def ratio_over_time(frame: pl.DataFrame, value: str, title: str, y_title: str) -> alt.Chart:
-    base = alt.Chart(frame, title=title).mark_line(point=True).encode(
-        x=alt.X("as_of:T", title="snapshot (UTC)"),
+    """A line per project of ``value`` (a ratio, drawn as %) per snapshot and the 100 % line; past
+    LEGEND_MAX projects, the ones with the lowest mean ratio (the worst served)."""
+    frame, note = top_series(frame, "node", value, largest=False, noun="projects (lowest mean)")
+    base = alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("as_of:T", title=axis_title("snapshot", "UTC"), axis=alt.Axis(format="%d %b %H:%M", labelOverlap="greedy")),
         y=alt.Y(f"{value}:Q", title=y_title, axis=alt.Axis(format="%")),
-        color=alt.Color("node:N", title="project"),
-        tooltip=["node:N", alt.Tooltip("as_of:T", format="%Y-%m-%d %H:%M"), alt.Tooltip(f"{value}:Q", format=".1%")],
-    ).properties(height=260)
+        color=alt.Color("node:N", legend=legend("project", note)),
+        tooltip=["node:N", alt.Tooltip("as_of:T", format="%Y-%m-%d %H:%M"), alt.Tooltip(f"{value}:Q", format=".1%")])
     rule = alt.Chart(pl.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
-    return base + rule
+    return finish(base + rule, title, SERIES_PLOT_PX)
 
 
 def budget_vs_consumed(frame: pl.DataFrame, title: str) -> alt.Chart:
@@ -69,68 +171,78 @@ def budget_vs_consumed(frame: pl.DataFrame, title: str) -> alt.Chart:
     data = frame.filter(pl.col("budget_gpu_hours") > 0).with_columns(
         consumed_pct=100 * pl.col("consumed_gpu_hours") / pl.col("budget_gpu_hours"))
     domain = list(STATUS_COLORS)
-    return alt.Chart(data, title=title).mark_bar().encode(
-        y=alt.Y("node:N", title="org node", sort=None),
-        x=alt.X("consumed_pct:Q", title="consumed (% of the period's budget)"),
-        color=alt.Color("status:N", title="status", scale=alt.Scale(domain=domain, range=[STATUS_COLORS[d] for d in domain])),
+    return finish(alt.Chart(data).mark_bar(size=ROW_PX - 6).encode(
+        y=_band("node:N", "org node"),
+        x=alt.X("consumed_pct:Q", title=axis_title("consumed of the period's budget", "%")),
+        color=alt.Color("status:N", scale=alt.Scale(domain=domain, range=[STATUS_COLORS[d] for d in domain]),
+                        legend=legend("status")),
         tooltip=["node:N", "status:N", alt.Tooltip("consumed_pct:Q", format=".1f", title="consumed %"),
                  alt.Tooltip("consumed_gpu_hours:Q", format=",.1f", title="consumed (norm. GPU-h)"),
                  alt.Tooltip("budget_gpu_hours:Q", format=",.1f", title="budget (norm. GPU-h)")],
-    ).properties(height=max(24 * data.height, 120))
+    ), title, plot_height(data.height))
 
 
 def burn_down(history: pl.DataFrame, projection: pl.DataFrame, budget: float, title: str) -> alt.Chart:
     """Remaining budget per snapshot (solid), the projection to exhaustion at the 7-day burn rate
     (dashed) and zero."""
+    y_title = axis_title("remaining budget", "normalised GPU-h")
     actual = alt.Chart(history).mark_line(point=True).encode(
-        x=alt.X("as_of:T", title="date (UTC)"),
-        y=alt.Y("remaining_gpu_hours:Q", title="remaining budget (normalised GPU-hours)",
-                scale=alt.Scale(domain=[0, max(budget, 1.0)])),
+        x=alt.X("as_of:T", title=axis_title("date", "UTC"), axis=alt.Axis(format="%d %b", labelOverlap="greedy")),
+        y=alt.Y("remaining_gpu_hours:Q", title=y_title, scale=alt.Scale(domain=[0, max(budget, 1.0)])),
         tooltip=[alt.Tooltip("as_of:T", format="%Y-%m-%d %H:%M"), alt.Tooltip("remaining_gpu_hours:Q", format=",.1f"),
                  "status:N"])
     projected = alt.Chart(projection).mark_line(strokeDash=[6, 4], color="#ff7f0e").encode(
         x="as_of:T", y="remaining_gpu_hours:Q",
         tooltip=[alt.Tooltip("as_of:T", format="%Y-%m-%d %H:%M", title="projected"),
                  alt.Tooltip("remaining_gpu_hours:Q", format=",.1f")])
-    return (actual + projected).properties(title=title, height=260)
+    return finish(actual + projected, title, SERIES_PLOT_PX)
 
+
+# --- chargeback ------------------------------------------------------------------------------------
 
 def amount_bars(frame: pl.DataFrame, title: str, currency: str) -> alt.Chart:
-    return alt.Chart(frame, title=title).mark_bar().encode(
-        y=alt.Y("label:N", title="", sort="-x", axis=alt.Axis(labelOverlap=False, labelLimit=220)),
-        x=alt.X("amount:Q", title=f"amount ({currency})"),
-        color=alt.Color("line_kind:N", title="line"),
-        tooltip=["label:N", "line_kind:N", alt.Tooltip("amount:Q", format=",.2f"), alt.Tooltip("gpu_hours:Q", format=",.2f")],
-    ).properties(height=max(30 * frame.height, 120))
+    """A bar per ``label`` (project, or "(idle)"), the amount owed, coloured by line kind."""
+    kinds = frame["line_kind"].n_unique() if frame.height else 0
+    labels = frame["label"].n_unique() if frame.height else 0
+    return finish(alt.Chart(frame).mark_bar(size=ROW_PX - 6).encode(
+        y=_band("label:N", "project", sort="-x"),
+        x=alt.X("amount:Q", title=axis_title("amount", currency), axis=alt.Axis(format=",.0f")),
+        color=alt.Color("line_kind:N", legend=legend("line", columns=max(kinds, 1))),
+        tooltip=["label:N", "line_kind:N", alt.Tooltip("amount:Q", format=",.2f", title=f"amount ({currency})"),
+                 alt.Tooltip("gpu_hours:Q", format=",.2f", title="GPU-h")],
+    ), title, plot_height(labels))
 
 
+# --- what-if ---------------------------------------------------------------------------------------
 
 def whatif_delivery(frame: pl.DataFrame, title: str) -> alt.Chart:
     """Delivered ÷ owed per project, a bar per policy side by side, and the 100 % line."""
+    projects = frame["project"].n_unique() if frame.height else 1
+    policies = frame["policy"].n_unique() if frame.height else 1
     bars = alt.Chart(frame).mark_bar().encode(
-        y=alt.Y("project:N", title="project", sort=None),
+        y=_band("project:N", "project"),
         yOffset=alt.YOffset("policy:N", sort=None),
-        x=alt.X("delivery_ratio:Q", title="delivered ÷ owed GPU-hours", axis=alt.Axis(format="%")),
-        color=alt.Color("policy:N", title="policy", sort=None),
+        x=alt.X("delivery_ratio:Q", title=axis_title("delivered ÷ owed GPU-hours", "%"), axis=alt.Axis(format="%")),
+        color=alt.Color("policy:N", sort=None, legend=legend("policy")),
         tooltip=["project:N", "policy:N", alt.Tooltip("delivery_ratio:Q", format=".1%", title="delivered ÷ owed"),
                  alt.Tooltip("owed_gpu_hours:Q", format=",.1f", title="owed (GPU-h)"),
                  alt.Tooltip("delivered_gpu_hours:Q", format=",.1f", title="delivered (GPU-h)")])
     rule = alt.Chart(pl.DataFrame({"x": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(x="x:Q")
-    projects = frame["project"].n_unique() if frame.height else 1
-    return (bars + rule).properties(title=title, height=max(18 * frame.height, 40 * projects, 120))
+    return finish(bars + rule, title, plot_height(projects, max(ROW_PX, 10 * policies + 8)))
 
 
 def whatif_waits(frame: pl.DataFrame, title: str) -> alt.Chart:
     """Wait p90 (bars) and p50 (black ticks) in hours per job class, a bar per policy."""
-    enc = {"x": alt.X("job_class:N", title="job class", sort=["small", "medium", "large"]),
+    enc = {"x": alt.X("job_class:N", title="job class", sort=["small", "medium", "large"],
+                      axis=alt.Axis(labelAngle=0, labelOverlap=False, labelLimit=LABEL_PX)),
            "xOffset": alt.XOffset("policy:N", sort=None)}
     tooltip = ["job_class:N", "policy:N", alt.Tooltip("wait_p50_hours:Q", format=".2f", title="p50 (h)"),
                alt.Tooltip("wait_p90_hours:Q", format=".2f", title="p90 (h)"), alt.Tooltip("jobs:Q", title="jobs")]
     p90 = alt.Chart(frame).mark_bar().encode(
-        **enc, y=alt.Y("wait_p90_hours:Q", title="wait (hours)"),
-        color=alt.Color("policy:N", title="policy", sort=None), tooltip=tooltip)
+        **enc, y=alt.Y("wait_p90_hours:Q", title=axis_title("wait before start", "hours")),
+        color=alt.Color("policy:N", sort=None, legend=legend("policy")), tooltip=tooltip)
     p50 = alt.Chart(frame).mark_tick(color="black", thickness=2).encode(**enc, y="wait_p50_hours:Q", tooltip=tooltip)
-    return (p90 + p50).properties(title=title, height=260)
+    return finish(p90 + p50, title, SERIES_PLOT_PX)
 
 
 def whatif_sweep(frame: pl.DataFrame, parameter: str, title: str) -> alt.Chart:
@@ -139,8 +251,9 @@ def whatif_sweep(frame: pl.DataFrame, parameter: str, title: str) -> alt.Chart:
                         pl.col("worst_delivery_ratio").cast(pl.Float64).alias("worst project"),
                         pl.col("delivery_ratio").cast(pl.Float64).alias("all projects")).unpivot(
         index="value", variable_name="measure", value_name="ratio")
-    return alt.Chart(data, title=title).mark_line(point=True).encode(
-        x=alt.X("value:N", title=parameter, sort=None),
-        y=alt.Y("ratio:Q", title="delivered ÷ owed GPU-hours", axis=alt.Axis(format="%")),
-        color=alt.Color("measure:N", title=""),
-        tooltip=["value:N", "measure:N", alt.Tooltip("ratio:Q", format=".1%")]).properties(height=260)
+    return finish(alt.Chart(data).mark_line(point=True).encode(
+        x=alt.X("value:N", title=f"{parameter} (the swept value)", sort=None,
+                axis=alt.Axis(labelAngle=0, labelOverlap="greedy")),
+        y=alt.Y("ratio:Q", title=axis_title("delivered ÷ owed GPU-hours", "%"), axis=alt.Axis(format="%")),
+        color=alt.Color("measure:N", legend=legend("measure")),
+        tooltip=["value:N", "measure:N", alt.Tooltip("ratio:Q", format=".1%")]), title, SERIES_PLOT_PX)

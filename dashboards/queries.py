@@ -226,11 +226,11 @@ def kind_pct(kinds: pl.DataFrame, hourly: pl.DataFrame) -> pl.DataFrame:
 
 
 def device_hours(path: str, start: datetime, end: datetime, clusters: tuple[str, ...], now: datetime,
-                 idle_below: float) -> pl.DataFrame:
+                 idle_below: float, mig_only: bool = False) -> pl.DataFrame:
     """Per device and hour: activity ratio, held fraction, and a state for the heatmap: ``held,
     idle`` (held half the hour or more, activity under ``idle_below``), ``held, busy``, ``held,
-    no data``, ``free``."""
-    frame = read(path, "gpu_hours", start=start, end=end, clusters=list(clusters), now=now)
+    no data``, ``free``. ``mig_only``: MIG instances only (the MIG table's evidence)."""
+    frame = read(path, "gpu_hours", start=start, end=end, clusters=list(clusters), now=now, mig_only=mig_only)
     return frame.with_columns(
         device=pl.concat_str([pl.col("cluster"), pl.col("host"), pl.col("gpu_index").cast(pl.String)], separator="/")
         + pl.when(pl.col("mig_profile").is_not_null()).then(pl.lit(" ") + pl.col("mig_profile")).otherwise(pl.lit("")),
@@ -241,13 +241,45 @@ def device_hours(path: str, start: datetime, end: datetime, clusters: tuple[str,
     )
 
 
-def heatmap_devices(devices: pl.DataFrame, limit: int) -> tuple[pl.DataFrame, int]:
-    """The ``limit`` devices with the most held-but-idle hours (then by name), and how many
-    devices there were: a heatmap of 1,024 rows would hide what it is for."""
-    total = devices["device"].n_unique() if devices.height else 0
-    ranked = (devices.group_by("device").agg((pl.col("state") == "held, idle").sum().alias("idle_held_hours"))
-              .sort(["idle_held_hours", "device"], descending=[True, False]).head(limit))
-    return devices.join(ranked.select("device"), on="device", how="semi"), total
+HEAT_MAX_BINS = 84  # heatmap columns: a week in 2-hour bins, two days in hours
+
+
+def heat_bin_hours(start: datetime, end: datetime, max_bins: int = HEAT_MAX_BINS) -> int:
+    """Hours per heatmap column so that the period fits in at most ``max_bins`` columns."""
+    hours = max(int((end - start).total_seconds() // 3600), 1)
+    return -(-hours // max_bins)
+
+
+def idle_jobs(path: str, start: datetime, end: datetime, projects: tuple[str, ...], clusters: tuple[str, ...],
+              default_tier: str, limit: int) -> pl.DataFrame:
+    """The ``limit`` jobs of ``projects`` with the most idle GPU-hours in [start, end), most first:
+    allocated and idle GPU-hours, the idle time's cost (Decimal, the rate in force each hour),
+    a ``label`` "job (project, user)", and ``jobs_idle`` / ``gpu_hours_idle_all`` over every job."""
+    frame = read(path, "idle_jobs", start=start, end=end, projects=list(projects), clusters=list(clusters),
+                 default_tier=default_tier, limit=limit)
+    return frame.with_columns(
+        job_key=pl.col("cluster") + "/" + pl.col("job_id"),
+        label=pl.col("job_id") + " (" + pl.col("project").fill_null("?") + ", " + pl.col("user_name").fill_null("?") + ")")
+
+
+def idle_heat(path: str, start: datetime, end: datetime, projects: tuple[str, ...], clusters: tuple[str, ...],
+              default_tier: str, limit: int) -> dict:
+    """What "Who holds idle GPUs" draws: ``jobs`` (idle_jobs), ``cells`` (idle_job_cells) and
+    ``bin_hours``; one call, so the page caches it per filter set."""
+    bin_hours = heat_bin_hours(start, end)
+    jobs = idle_jobs(path, start, end, projects, clusters, default_tier, limit)
+    return {"jobs": jobs, "cells": idle_job_cells(path, start, end, jobs, bin_hours), "bin_hours": bin_hours}
+
+
+def idle_job_cells(path: str, start: datetime, end: datetime, jobs: pl.DataFrame, bin_hours: int) -> pl.DataFrame:
+    """The heatmap's cells for ``jobs`` (idle_jobs' rows): per job and bin of ``bin_hours`` hours,
+    held and idle GPU-hours and the idle share of held (binned in SQL: rows × bins numbers)."""
+    cells = read(path, "idle_job_bins", start=start, end=end, job_keys=jobs["job_key"].to_list() if jobs.height else [],
+                 bin_hours=bin_hours)
+    return (cells.join(jobs.select("job_key", "label"), on="job_key")
+            .with_columns(bin_end=pl.col("bin") + pl.duration(hours=bin_hours),
+                          idle_share=pl.when(pl.col("gpu_hours_held") > 0)
+                          .then(pl.col("gpu_hours_idle") / pl.col("gpu_hours_held"))))
 
 
 def mig_summary(devices: pl.DataFrame) -> pl.DataFrame:
@@ -370,6 +402,47 @@ def enforcement(path: str, start: datetime, end: datetime | None, clusters: tupl
     """Audit rows planned in [start, end); ``end`` None: up to the wall clock (a plan made today
     over a replayed week is stamped with today)."""
     return read(path, "enforcement_audit", start=start, end=end, clusters=list(clusters))
+
+
+ENFORCEMENT_PAGE_ROWS = 200  # audit rows the enforcement page sends at a time
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    """What the enforcement page asks for: the sidebar's period, clusters and visible projects, the
+    page's pickers (empty = all) and a text the job id or the reason contains."""
+
+    start: datetime
+    end: datetime | None
+    clusters: tuple[str, ...]
+    projects: tuple[str, ...]
+    actions: tuple[str, ...] = ()
+    phases: tuple[str, ...] = ()
+    outcomes: tuple[str, ...] = ()
+    text: str = ""
+
+    def params(self) -> dict:
+        return {"start": self.start, "end": self.end, "clusters": list(self.clusters), "projects": list(self.projects),
+                "actions": list(self.actions), "phases": list(self.phases), "outcomes": list(self.outcomes),
+                "text": self.text}
+
+
+def enforcement_page(path: str, audit: AuditFilter, page: int, rows: int = ENFORCEMENT_PAGE_ROWS) -> pl.DataFrame:
+    """Page ``page`` (0-based) of the audit rows ``audit`` keeps, newest first: paged in SQL so the
+    browser gets the rows shown, not the whole trail."""
+    return read(path, "enforcement_page", **audit.params(), limit=rows, offset=page * rows)
+
+
+def enforcement_counts(path: str, audit: AuditFilter) -> dict:
+    """Rows kept (planned, applied) over all pages, rows in the period, and the pickers' values."""
+    with warehouse.kept_reader(path) as con:
+        cur = con.execute(sql("enforcement_counts"), audit.params())
+        row = cur.fetchall()[0]
+        names = [d[0] for d in cur.description]
+    out = dict(zip(names, row, strict=True))
+    for key in ("actions", "phases", "outcomes"):
+        out[key] = [v for v in (out[key] or []) if v is not None]
+    return out
 
 
 def open_jobs(path: str, projects: tuple[str, ...], clusters: tuple[str, ...], now: datetime) -> pl.DataFrame:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
 import polars as pl
+import polars.selectors as cs
 import streamlit as st
 from gpuledger.dashboards import access, queries
 
@@ -25,6 +26,9 @@ warehouse_state = _cached(queries.warehouse_state)
 utilization = _cached(queries.utilization)
 usage_by_kind = _cached(queries.usage_by_kind)
 device_hours = _cached(queries.device_hours)
+idle_heat = _cached(queries.idle_heat)
+enforcement_page = _cached(queries.enforcement_page)
+enforcement_counts = _cached(queries.enforcement_counts)
 fairshare_latest = _cached(queries.fairshare_latest)
 fairshare_history = _cached(queries.fairshare_history)
 budgets_latest = _cached(queries.budgets_latest)
@@ -61,6 +65,7 @@ class Context:
     clusters: tuple[str, ...]  # empty = every cluster
     node: str | None
     idle_below: float  # squatting idle threshold (ratio)
+    default_tier: str = "reserved"  # pricing tier of jobs that name none (policy.chargeback)
 
     @property
     def projects(self) -> tuple[str, ...]:
@@ -105,6 +110,56 @@ def sign_in(auth: dict) -> None:
     st.stop()
 
 
+LINK_TTL_S = 900  # a remembered deep link waits this long for its sign-in
+
+
+@st.cache_resource
+def _pending_links() -> dict:
+    """Deep links waiting for their browser's sign-in: browser key -> (time, url path, query params)."""
+    return {}
+
+
+def _browser_key() -> str | None:
+    """This browser, across the sign-in's redirects: the token inside Streamlit's XSRF cookie (the
+    cookie's text is re-masked on every response; the token it carries is kept)."""
+    raw = st.context.cookies.get("_streamlit_xsrf")
+    if not raw:
+        return None
+    try:
+        from streamlit.web.server.starlette import starlette_app_utils
+
+        token, _ = starlette_app_utils.decode_xsrf_token_string(raw)
+        return token.hex() if token else raw
+    except Exception:  # another server or version: the cookie's text, right until it is re-masked  # noqa: BLE001
+        return raw
+
+
+def remember_link(url_path: str, params: dict) -> None:
+    key = _browser_key()
+    if key is None:
+        return
+    import time as clock
+
+    links = _pending_links()
+    now = clock.monotonic()
+    for stale in [k for k, (at, *_) in links.items() if now - at > LINK_TTL_S]:
+        links.pop(stale, None)
+    if len(links) < 10_000:
+        links[key] = (now, url_path, dict(params))
+
+
+def take_link() -> tuple[str, dict] | None:
+    """The deep link this browser opened before signing in (once), or None."""
+    key = _browser_key()
+    found = _pending_links().pop(key, None) if key else None
+    if found is None:
+        return None
+    import time as clock
+
+    at, url_path, params = found
+    return (url_path, params) if clock.monotonic() - at <= LINK_TTL_S else None
+
+
 def tree_order(parent_of: dict) -> list[tuple[str, int]]:
     """(node, depth) depth-first, children by name."""
     children: dict = {}
@@ -145,7 +200,8 @@ def sidebar(state: queries.WarehouseState, viewer: access.Viewer, local: bool, p
                         format_func=lambda n: f"{'  ' * depth.get(n, 0)}{n} ({state.kind_of.get(n, '')})")
     sb.caption(f"Data through {state.data_now:%Y-%m-%d %H:%M} UTC; figures refresh every {TTL_S} s.")
     return Context(path=state.path, state=state, viewer=viewer, local=local, start=start, end=end,
-                   clusters=tuple(clusters), node=node, idle_below=policy.squatting.idle_threshold_ratio)
+                   clusters=tuple(clusters), node=node, idle_below=policy.squatting.idle_threshold_ratio,
+                   default_tier=policy.chargeback.default_tier)
 
 
 def _hour_ceiling(moment: datetime) -> datetime:
@@ -169,7 +225,7 @@ def show_not_ready(state: queries.WarehouseState) -> None:
                 "- `make demo`: simulates a week of 256 GPUs and materializes every table, then "
                 "`make dashboard`;\n"
                 "- or `gpuledger simulate warehouse --gpus 64 --days 7` then `gpuledger pipelines run-once`;\n"
-                f"- for real data: `gpuledger ingest …` / `gpuledger import jobs …`, then the pipelines "
+                f"- for real data: `gpuledger ingest …` / `gpuledger ingest jobs-csv …`, then the pipelines "
                 "(`make dev` runs them on schedules).\n\n"
                 f"The dashboard reads `{state.path}` (set `GPULEDGER_WAREHOUSE` to read another file).")
 
@@ -217,3 +273,70 @@ def money(amount, currency: str) -> str:
 
 def day_of(d: date | datetime | None) -> str:
     return "–" if d is None else f"{d:%Y-%m-%d}"
+
+
+# --- tables people read --------------------------------------------------------------------------
+
+GRID_ROW_PX = 35  # Streamlit's data-grid row (and header) height
+TABLE_ROWS = 15  # rows a table shows before it scrolls inside itself
+
+
+def table(frame: pl.DataFrame, columns: dict, *, key: str, rows: int = TABLE_ROWS, download: str | None = None,
+          **kw):
+    """``frame`` as a table people read: only ``columns`` (name -> a column_config or a header), in
+    that order (the column that answers the page's question first), human headers, empty text cells
+    empty (not "None"), tall enough for ``rows`` rows before it scrolls; ``download``: a "Download
+    CSV" button with every column under its machine name (what scripts read)."""
+    config = {name: st.column_config.TextColumn(c) if isinstance(c, str) else c for name, c in columns.items()}
+    shown = frame.select(list(columns)).with_columns(cs.string().fill_null(""))
+    height = GRID_ROW_PX * (max(min(shown.height, rows), 1) + 1) + 3
+    event = st.dataframe(shown, hide_index=True, column_config=config, height=height, width="stretch", key=key, **kw)
+    if download:
+        st.download_button("Download CSV", frame.write_csv(), file_name=f"{download}.csv", mime="text/csv",
+                           key=f"{key}_csv", help=f"{download}.csv: every column, machine names")
+    return event
+
+
+def gpu_h(label: str, digits: int = 1):
+    return st.column_config.NumberColumn(f"{label} (GPU-h)", format=f"%,.{digits}f")
+
+
+def norm_h(label: str):
+    return st.column_config.NumberColumn(f"{label} (norm. GPU-h)", format="%,.1f")
+
+
+def money_col(label: str, currency: str | None):
+    return st.column_config.NumberColumn(f"{label} ({currency})" if currency else label, format="%,.2f")
+
+
+def ratio_col(label: str):
+    """A ratio 0..1 shown as a percentage."""
+    return st.column_config.NumberColumn(f"{label} (%)", format="percent")
+
+
+def number_col(label: str, fmt: str = "%,.1f"):
+    return st.column_config.NumberColumn(label, format=fmt)
+
+
+def int_col(label: str):
+    return st.column_config.NumberColumn(label, format="%,d")
+
+
+def utc_col(label: str, fmt: str = "YYYY-MM-DD HH:mm"):
+    return st.column_config.DatetimeColumn(f"{label} (UTC)", format=fmt)
+
+
+def count(n: int | float, noun: str, plural: str | None = None) -> str:
+    """ "1 job", "2 jobs", "1,208 GPUs"."""
+    n = int(n or 0)
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def gib(frame: pl.DataFrame, column: str, into: str) -> pl.DataFrame:
+    """``column`` (bytes) as ``into`` in GiB (2^30 bytes)."""
+    return frame.with_columns((pl.col(column) / 2**30).alias(into))
+
+
+def filters_note(applies: str, not_applies: str | None = None) -> None:
+    """Say plainly which of the sidebar's filters a page (or a part) honours."""
+    st.caption(f"Filters: {applies}." + (f" Not applied: {not_applies}." if not_applies else ""))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from gpuledger.enforce.backends.base import (
     DONE,
+    REFUSED,
     SERVER_DRY_RUN,
     SKIPPED,
     Backend,
@@ -40,8 +41,14 @@ class ApplyRun:
 
 
 def apply_actions(actions: list[Action], backend: Backend, *, dry_run: bool,
-                  already_done: set[str] = frozenset()) -> ApplyRun:
-    """Act on every action that is not ``none`` and not already done, in plan order."""
+                  already_done: set[str] = frozenset(), guard=None) -> ApplyRun:
+    """Act on every action that is not ``none`` and not already done, in plan order.
+
+    A preemption goes ahead only while the scheduler still shows the job the plan judged: it is
+    read again just before (``Backend.live``, in a dry run too — reads only — so the dry run says
+    what the real run would do) and refused, with why, when it differs from what the plan
+    observed, was planned without a live view, or ``guard(action)`` (the rolling caps, the data's
+    freshness at apply time) names a reason."""
     run = ApplyRun()
     try:
         run.prepared = backend.prepare(dry_run=dry_run)
@@ -60,9 +67,55 @@ def apply_actions(actions: list[Action], backend: Backend, *, dry_run: bool,
             run.results.append((action, Outcome(SKIPPED, why_not)))
             continue
         try:
-            outcome = verbs[action.action](action, dry_run=dry_run)
+            outcome = _check(action, backend, guard) if action.action == PREEMPT else None
+            if outcome is None:
+                outcome = verbs[action.action](action, dry_run=dry_run)
         except (CredentialError, BackendUnavailable) as exc:
+            if getattr(exc, "outcome", None) is not None:
+                run.results.append((action, exc.outcome))
             run.fatal = exc
             break
         run.results.append((action, outcome))
     return run
+
+
+def _check(action: Action, backend: Backend, guard) -> Outcome | None:
+    """Why this preemption must not go ahead now (an outcome), or None."""
+    if guard is not None:
+        why = guard(action)
+        if why:
+            return Outcome(REFUSED, why)
+    if not backend.observes:  # a plan file for another tool: that tool checks before acting
+        return None
+    if action.observed is None:
+        return Outcome(REFUSED, "planned without the scheduler's live view (plan with --observe BACKEND): "
+                                "nothing is preempted")
+    live = backend.live(action)
+    if live is None:
+        return Outcome(SKIPPED, f"{backend.name} no longer lists job {action.job_id} (ended or gone): "
+                                "nothing to preempt")
+    if str(live.get("state") or "").upper() in ENDED:
+        return Outcome(SKIPPED, f"job {action.job_id} has already ended ({live['state']}): nothing to preempt")
+    changed = differences(action.observed, live)
+    if changed:
+        return Outcome(REFUSED, "the job is no longer what the plan judged (" + "; ".join(changed)
+                       + "): not preempted; the next plan decides again")
+    return None
+
+
+#: Scheduler states after which a job holds nothing (Slurm's, Kubernetes pod phases).
+ENDED = ("COMPLETED", "COMPLETING", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+         "DEADLINE", "PREEMPTED", "SUCCEEDED")
+
+
+def differences(planned: dict, live: dict) -> list[str]:
+    """What changed between the plan's observation of a job and the scheduler's view now, in words."""
+    out = []
+    for key, was in sorted(planned.items()):
+        if isinstance(was, dict):
+            now_d = live.get(key) or {}
+            out += [f"{key[:-1]} {k} was {v!r}, now {now_d.get(k)!r}" for k, v in sorted(was.items())
+                    if now_d.get(k) != v]
+        elif live.get(key) != was:
+            out.append(f"{key} was {was!r}, now {live.get(key)!r}")
+    return out

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from gpuledger.enforce.model import NONE, PREEMPT, SET_PRIORITY, WARN, Action, JobHistory, Warning
 
 from gpuledger import warehouse
+from gpuledger.sql import load_sql
 
 DONE = "done"
 #: Outcomes after which an action is never performed again (idempotent apply).
@@ -47,8 +48,10 @@ def number(actions: list[Action], now: datetime) -> str:
 
 
 def _row(a: Action, *, phase: str, attempt: int, plan_id: str, now: datetime, outcome: str,
-         error: str | None = None, backend: str | None = None, dry_run: bool | None = None) -> list:
-    return [a.action_id, phase, attempt, plan_id, now, _wall(), a.action, a.cluster, a.job_id, a.project,
+         error: str | None = None, backend: str | None = None, dry_run: bool | None = None,
+         recorded_at: datetime | None = None) -> list:
+    return [a.action_id, phase, attempt, plan_id, now, recorded_at or _wall(), a.action, a.cluster, a.job_id,
+            a.project,
             a.reason, a.rule, a.priority, a.mode, a.funded, a.min_runtime_until, a.warned_at,
             a.dry_run if dry_run is None else dry_run, backend, outcome, error,
             json.dumps({**a.figures, TARGET: _target(a)}, sort_keys=True, default=str)]
@@ -59,7 +62,7 @@ TARGET = "_target"  # in `inputs`: what a backend needs to find the job again (l
 
 def _target(a: Action) -> dict:
     return {"name": a.name, "namespace": a.namespace, "source": a.source, "kind": a.kind, "stage": a.stage,
-            "scheduler_job": a.scheduler_job,
+            "scheduler_job": a.scheduler_job, "observed": a.observed,
             "idle_since": a.idle_since.strftime("%Y-%m-%dT%H:%M:%S") if a.idle_since else None}
 
 
@@ -127,11 +130,14 @@ def done_ids(con, action_ids: list[str]) -> set[str]:
 
 
 def record_applied(con, results: list[tuple[Action, str, str | None]], *, backend: str, dry_run: bool,
-                   now: datetime) -> None:
+                   now: datetime, applied_at: datetime | None = None) -> None:
     """Audit rows for one apply run, and the job state its real actions changed, in one transaction.
-    ``results``: (action, outcome, error)."""
+    ``results``: (action, outcome, error); ``now``: the plan's time; ``applied_at``: this run's
+    (the wall clock unless the run is given a time) — a warning counts as delivered then, and a
+    preemption's cool-down and rolling caps count from then."""
     if not results:
         return
+    applied_at = applied_at or _wall()
     with warehouse.transaction(con):
         attempt = {}
         for aid, n in con.execute(
@@ -142,7 +148,8 @@ def record_applied(con, results: list[tuple[Action, str, str | None]], *, backen
         for a, outcome, error in results:
             plan_id = a.action_id.rsplit(":", 1)[0]
             rows.append(_row(a, phase="applied", attempt=attempt.get(a.action_id, 0) + 1, plan_id=plan_id,
-                             now=now, outcome=outcome, error=error, backend=backend, dry_run=dry_run))
+                             now=now, outcome=outcome, error=error, backend=backend, dry_run=dry_run,
+                             recorded_at=applied_at))
         _insert(con, rows)
         if dry_run:
             return
@@ -155,22 +162,36 @@ def record_applied(con, results: list[tuple[Action, str, str | None]], *, backen
                         [a.cluster, a.job_id, a.cluster, a.job_id])
             if a.action == SET_PRIORITY:
                 con.execute("UPDATE enforcement_job_state SET applied_priority = ?, applied_at = ? "
-                            "WHERE cluster = ? AND job_id = ?", [a.priority, _wall(), a.cluster, a.job_id])
+                            "WHERE cluster = ? AND job_id = ?", [a.priority, applied_at, a.cluster, a.job_id])
             elif a.action == PREEMPT:
                 con.execute("UPDATE enforcement_job_state SET preemptions = preemptions + 1, "
                             "last_preempted_at = ? WHERE cluster = ? AND job_id = ?",
-                            [_wall(), a.cluster, a.job_id])
+                            [applied_at, a.cluster, a.job_id])
 
 
 def load_warnings(con) -> dict[tuple[str, str], list[Warning]]:
+    """Every warning planned, with when it reached someone: its action applied for real on the
+    scheduler (done), or a squatting alert about the job sent during the idle episode."""
     if not _has_tables(con):
         return {}
+    alerts = bool(con.execute("SELECT count(*) FROM information_schema.tables "
+                              "WHERE table_name = 'alert_outbox'").fetchone()[0])
     out: dict[tuple[str, str], list[Warning]] = {}
-    for cluster, job_id, idle_since, stage, warned_at in con.execute(
-            "SELECT cluster, job_id, idle_since, stage, warned_at FROM enforcement_warnings "
-            "ORDER BY warned_at").fetchall():
-        out.setdefault((cluster, job_id), []).append(Warning(idle_since, stage, warned_at))
+    for cluster, job_id, idle_since, stage, warned_at, delivered in con.execute(
+            load_sql(__package__, "warnings_delivered.sql" if alerts else "warnings_applied.sql")).fetchall():
+        out.setdefault((cluster, job_id), []).append(Warning(idle_since, stage, warned_at, delivered))
     return out
+
+
+def recent_preemptions(con, *, since: datetime) -> list[tuple[str, str, str | None, datetime]]:
+    """(cluster, job_id, project, when) of every preemption performed (not dry run) since
+    ``since``, across all apply runs — the rolling caps count these."""
+    if not _has_tables(con):
+        return []
+    return con.execute(
+        "SELECT cluster, job_id, project, recorded_at FROM enforcement_audit WHERE phase = 'applied' "
+        "AND action = 'preempt' AND outcome = 'done' AND NOT dry_run AND recorded_at >= $since "
+        "ORDER BY recorded_at", {"since": since}).fetchall()
 
 
 def load_history(con) -> dict[tuple[str, str], JobHistory]:
@@ -183,7 +204,7 @@ def load_history(con) -> dict[tuple[str, str], JobHistory]:
                 "FROM enforcement_job_state").fetchall()}
 
 
-def job_rows(con, job_id: str, cluster: str | None = None, limit: int = 50) -> list[dict]:
+def job_rows(con, job_id: str, cluster: str | None = None, limit: int = 5000) -> list[dict]:
     """The newest audit rows of a job, newest first (for explain)."""
     if not _has_tables(con):
         return []
@@ -231,6 +252,6 @@ def load_plan(con, plan_id: str | None = None) -> tuple[str | None, datetime | N
             name=target.get("name"), namespace=target.get("namespace"), source=target.get("source"),
             kind=target.get("kind"), stage=target.get("stage"), scheduler_job=target.get("scheduler_job"),
             idle_since=datetime.strptime(idle, "%Y-%m-%dT%H:%M:%S") if idle else None,
-            figures=figures, action_id=r["action_id"]))
+            figures=figures, observed=target.get("observed"), action_id=r["action_id"]))
     actions.sort(key=lambda a: int(a.action_id.rsplit(":", 1)[1]))
     return plan_id, planned_at, actions

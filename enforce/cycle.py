@@ -6,27 +6,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuledger.enforce import audit, inputs, policy
 from gpuledger.enforce.apply import ApplyRun, apply_actions
-from gpuledger.enforce.model import Action, Situation
+from gpuledger.enforce.model import PREEMPT, Action, Situation
 
 from gpuledger.config import Config
 
 Opener = Callable[[], AbstractContextManager]
 
 
-def decide_at(con, cfg: Config, now: datetime, observed: dict | None = None) -> tuple[list[Action], Situation]:
-    situation = inputs.gather(con, cfg, now=now, observed=observed)
+def decide_at(con, cfg: Config, now: datetime, observed: dict | None = None,
+              observed_by: str | None = None) -> tuple[list[Action], Situation]:
+    situation = inputs.gather(con, cfg, now=now, observed=observed, observed_by=observed_by)
     return policy.decide(situation, cfg.policy.enforcement), situation
 
 
 def plan(reader: Opener, writer: Opener, cfg: Config, now: datetime, *, record: bool = True,
-         observed: dict | None = None) -> tuple[list[Action], str | None, Situation]:
-    """(actions, plan_id or None when not recorded, situation). ``observed``: Backend.observe()."""
+         observed: dict | None = None, observed_by: str | None = None) -> tuple[list[Action], str | None, Situation]:
+    """(actions, plan_id or None when not recorded, situation). ``observed``: Backend.observe()
+    (None: no live view, so the plan preempts nothing and says so)."""
     with reader() as con:
-        actions, situation = decide_at(con, cfg, now, observed)
+        actions, situation = decide_at(con, cfg, now, observed, observed_by)
     plan_id = None
     if record:
         with writer() as con:
@@ -35,12 +37,45 @@ def plan(reader: Opener, writer: Opener, cfg: Config, now: datetime, *, record: 
 
 
 def apply_plan(reader: Opener, writer: Opener, actions: list[Action], backend, *, dry_run: bool,
-               planned_at: datetime) -> ApplyRun:
+               planned_at: datetime, cfg: Config | None = None, applied_at: datetime | None = None) -> ApplyRun:
     """Act on recorded actions (each at most once across runs) and record every outcome; a fatal
-    error (credential, scheduler unreachable) is in ``run.fatal`` after what was done is recorded."""
+    error (credential, scheduler unreachable) is in ``run.fatal`` after what was done is recorded.
+
+    With ``cfg``, every preemption is checked again at ``applied_at`` (the run's clock): the
+    rolling caps over what earlier runs performed, and the freshness of its cluster's data — a
+    plan reviewed for an hour is not acted on with hour-old data."""
     with reader() as con:
         done = audit.done_ids(con, [a.action_id for a in actions if a.action_id])
-    run = apply_actions(actions, backend, dry_run=dry_run, already_done=done)
+        guard = None if cfg is None else _guard(con, cfg, applied_at or planned_at)
+    run = apply_actions(actions, backend, dry_run=dry_run, already_done=done, guard=guard)
     with writer() as con:
-        audit.record_applied(con, run.audit_rows(), backend=backend.name, dry_run=dry_run, now=planned_at)
+        audit.record_applied(con, run.audit_rows(), backend=backend.name, dry_run=dry_run, now=planned_at,
+                             applied_at=applied_at)
     return run
+
+
+def _guard(con, cfg: Config, at: datetime):
+    """The apply-time rails for one run, as a function of one preemption: its reason or None."""
+    rails = cfg.policy.enforcement
+    samples, jobs = inputs.freshness(con, at)
+    recent = audit.recent_preemptions(con, since=at - timedelta(hours=1))
+    this_run: list[Action] = []
+
+    def check(action: Action) -> str | None:
+        view = Situation(now=at, jobs=[], samples_as_of=samples, jobs_as_of=jobs)
+        source = "samples" if action.rule == "squatter" else "jobs"
+        stale = policy.stale(view, rails, action.cluster, source)
+        if stale:
+            return f"at apply time {stale}"
+        projects = [r[2] for r in recent] + [a.project for a in this_run]
+        if len(recent) + len(this_run) >= rails.max_preemptions_per_hour:
+            return (f"the cap of {rails.max_preemptions_per_hour} preemptions per rolling hour is reached "
+                    f"({len(recent) + len(this_run)} performed); next cycle")
+        if projects.count(action.project) >= rails.max_preemptions_per_project_per_hour:
+            return (f"project {action.project} reached the cap of {rails.max_preemptions_per_project_per_hour} "
+                    "preemptions per rolling hour; next cycle")
+        if action.action == PREEMPT:
+            this_run.append(action)
+        return None
+
+    return check

@@ -30,12 +30,34 @@ _FREE = load_sql(__package__, "free_gpus.sql")
 _FREE_WHOLE = load_sql(__package__, "free_whole_gpus.sql")
 
 
+#: Fields of a backend's live view that identify the job and its state; a plan records them per
+#: action and apply acts only while the scheduler still shows the same (Backend.live).
+IDENTITY = ("uid", "scheduler_job", "submit_time", "state", "restarts", "requeue_flag", "active", "gpus")
+
+
+def snapshot(seen: dict, policy) -> dict:
+    """What a plan records of one job's live view: its identity fields, and the labels and
+    annotations a decision reads (exemptions, checkpointing) — absent ones as None, so a label
+    added after the plan is a change too."""
+    out = {k: seen[k] for k in IDENTITY if seen.get(k) is not None}
+    rails = policy.enforcement
+    label_keys = sorted({*rails.exempt_labels, *policy.squatting.exempt_labels, rails.checkpoint_label})
+    labels, annotations = seen.get("labels") or {}, seen.get("annotations") or {}
+    out["labels"] = {k: labels.get(k) for k in label_keys}
+    out["annotations"] = {rails.checkpoint_annotation: annotations.get(rails.checkpoint_annotation)}
+    return out
+
+
 def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
-           observed: dict[str, dict] | None = None) -> Situation:
+           observed: dict[str, dict] | None = None, observed_by: str | None = None) -> Situation:
     """The Situation at ``now`` (naive UTC). ``observed``: per job id what a backend saw live
-    (Backend.observe: ``labels``, ``annotations``, ``requeue_flag``, ``priority``) — the
-    checkpointing declaration and the scheduler's current priority."""
-    observed = observed or {}
+    (Backend.observe: identity, ``labels``, ``annotations``, ``requeue_flag``, ``priority``); None
+    when no backend was asked — then nothing can be preempted (policy ``_blocked``)."""
+    seen_all = observed or {}
+    if observed is None:
+        observed_by = None
+    elif observed_by is None:
+        observed_by = "the scheduler"
     policy = cfg.policy
     funding = {(r["cluster"], r["job_id"]): r
                for r in reports.funding_report(con, policy=policy, now=now).iter_rows(named=True)}
@@ -55,7 +77,9 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     jobs = []
     for r in rows:
         fund = funding.get((r["cluster"], r["job_id"]), {})
-        seen = observed.get(r["job_id"]) or observed.get(r["scheduler_job"] or "", {})
+        seen = seen_all.get(r["job_id"]) or seen_all.get(r["scheduler_job"] or "")
+        live = None if seen is None or observed is None else snapshot(seen, policy)
+        seen = seen or {}
         start = r["start_time"]
         running = start is not None and start <= now
         protected_until = fund.get("protected_until")
@@ -70,19 +94,42 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
             funded=bool(fund.get("funded")), unfunded_reason=fund.get("unfunded_reason"),
             protected_until=protected_until if running else None, fs_rank=ranks.get(r["project"]),
             labels=seen.get("labels") or {}, annotations=seen.get("annotations") or {},
-            requeue_flag=seen.get("requeue_flag"), scheduler_job=r["scheduler_job"],
+            requeue_flag=seen.get("requeue_flag"), scheduler_job=r["scheduler_job"], partition=r["partition"],
+            observed=live,
         ))
     free = {(c, m): float(f) for c, m, f in con.execute(_FREE, {"now": now}).fetchall()}
     whole = {(c, m): float(f) for c, m, f in con.execute(_FREE_WHOLE, {"now": now}).fetchall()}
+    samples_as_of, jobs_as_of = freshness(con, now)
+    squat = policy.squatting
     return Situation(
         now=now, jobs=jobs, findings=findings, warnings=audit.load_warnings(con),
         history=audit.load_history(con), free_gpus=free, free_whole_gpus=whole, fs_projects=len(ranks),
         data_as_of=reports.data_now(con, wall=now) if _has_data(con, now) else None,
+        samples_as_of=samples_as_of, jobs_as_of=jobs_as_of,
+        recent_preemptions=audit.recent_preemptions(con, since=now - timedelta(hours=1)),
+        squatting_exempt={"namespaces": list(squat.exempt_namespaces), "kinds": list(squat.exempt_kinds),
+                          "labels": dict(squat.exempt_labels)},
+        observed_by=observed_by,
     )
 
 
+_FRESH = load_sql(__package__, "freshness.sql")
+
+
+def freshness(con, now: datetime) -> tuple[dict[str, datetime], dict[str, datetime]]:
+    """Per cluster at ``now``: (newest GPU sample, newest job record) — the stale-data guard's
+    figures (a preemption on a cluster needs that cluster's own data fresh)."""
+    samples, jobs = {}, {}
+    for cluster, s_at, j_at in con.execute(_FRESH, {"now": now}).fetchall():
+        if s_at is not None:
+            samples[cluster] = s_at
+        if j_at is not None:
+            jobs[cluster] = j_at
+    return samples, jobs
+
+
 _NAMES = ("cluster", "job_id", "project", "name", "namespace", "kind", "source", "user_name", "gpus", "gpu_model",
-          "start_time", "submit_time", "priority", "scheduler_job", "state")
+          "start_time", "submit_time", "priority", "scheduler_job", "state", "partition")
 
 
 def _kueue_workloads_stand_for_their_pods(rows: list[dict], findings: list[Finding], now: datetime):

@@ -44,6 +44,10 @@ class JobFacts:
     annotations: dict[str, str] = field(default_factory=dict)
     requeue_flag: bool | None = None  # Slurm's Requeue=1
     scheduler_job: str | None = None  # the scheduler's own name: namespace/pod, namespace/workload/name, JobID
+    partition: str | None = None  # Slurm partition (matches an untyped GPU request to its pool)
+    # what the scheduler said about the job when the plan was made (Backend.observe, the fields that
+    # identify it and that the decision relied on); None: not observed, so never preempted
+    observed: dict | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -70,11 +74,13 @@ class Finding:
 
 @dataclass(frozen=True)
 class Warning:
-    """A warning recorded earlier (enforcement_warnings)."""
+    """A warning recorded earlier (enforcement_warnings). ``delivered_at``: when it reached someone
+    (the backend warning was applied, or a squatting alert was sent); None: planned only."""
 
     idle_since: datetime
     stage: str
     warned_at: datetime
+    delivered_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,16 @@ class Situation:
     # (cluster, model) -> GPUs with nothing on them; None: unknown (free_gpus serves whole-GPU jobs too)
     free_whole_gpus: dict[tuple[str, str | None], float] | None = None
     fs_projects: int = 0  # projects ranked by fair share (N)
-    data_as_of: datetime | None = None  # newest sample / job event (stale-data guard)
+    data_as_of: datetime | None = None  # newest sample / job event (stale-data guard, when not per cluster)
+    # per cluster: the newest GPU sample (squatting evidence) and job record (demand); when given,
+    # a preemption on a cluster needs that cluster's own data fresh
+    samples_as_of: dict[str, datetime] | None = None
+    jobs_as_of: dict[str, datetime] | None = None
+    # preemptions already performed (not dry run): (cluster, job_id, project, when) — rolling caps
+    recent_preemptions: list[tuple[str, str, str | None, datetime]] = field(default_factory=list)
+    # policy.squatting.exempt_*: hidden from `gpuledger squatters` (no alert), so never a squatter here
+    squatting_exempt: dict = field(default_factory=dict)  # namespaces / kinds / labels
+    observed_by: str | None = None  # the backend whose live view joined (None: none, so no preemption)
 
 
 @dataclass
@@ -127,6 +142,7 @@ class Action:
     idle_since: datetime | None = None
     scheduler_job: str | None = None  # namespace/pod for a pod (its job_id may be the pod uid)
     figures: dict = field(default_factory=dict)
+    observed: dict | None = None  # preempt / warn: the job as the scheduler showed it at planning (apply re-checks)
     action_id: str | None = None  # set when the plan is recorded
 
     def to_json(self) -> dict:

@@ -146,7 +146,6 @@ def decide(situation: Situation, policy) -> list[Action]:
                      "kill-switch", policy) for j in jobs]
     targets = target_priorities(situation, policy)
     findings = {(f.cluster, f.job_id): f for f in situation.findings}
-    stale = _stale(situation, policy)
     actions: list[Action] = []
     notes: dict[tuple[str, str], list[str]] = defaultdict(list)  # why nothing else happened
     proposals: list[tuple[Action, JobFacts]] = []  # preemptions before caps
@@ -169,7 +168,7 @@ def decide(situation: Situation, policy) -> list[Action]:
 
         if not job.running:
             continue
-        exempt = exemption(job, policy)
+        exempt = exemption(job, policy) or squatting_exemption(job, situation)
         finding = findings.get(job.key)
         if finding is None or finding.finding != "squatting" or finding.severity not in STAGES:
             if finding is not None and finding.finding == "squatting":
@@ -204,8 +203,16 @@ def decide(situation: Situation, policy) -> list[Action]:
                 actions.append(_act(WARN, job, reason, "squatting-protected", policy, stage=stage,
                                     idle_since=finding.idle_since, figures=squat))
             continue
-        earliest = min((w.warned_at for w in warned), default=None)
+        # the clock starts when a warning reached someone (applied on the scheduler, or an alert
+        # sent), not when it was planned: a plan nobody applied warned nobody
+        earliest = min((w.delivered_at for w in warned if w.delivered_at is not None), default=None)
         need = timedelta(minutes=policy.warn_before_preempt_minutes)
+        if earliest is None and warned:
+            first = min(w.warned_at for w in warned)
+            notes[job.key].append(f"{_warn_words(finding, stage)}; a warning was planned at {_fmt(first)} but has "
+                                  "not reached anyone yet (no backend warning applied, no alert sent): no "
+                                  "preemption until one does")
+            continue
         if earliest is None:
             actions.append(_act(WARN, job, f"{_warn_words(finding, stage)}; a preemption needs a warning at "
                                 f"least {policy.warn_before_preempt_minutes:g} min earlier, so a warning now",
@@ -216,8 +223,9 @@ def decide(situation: Situation, policy) -> list[Action]:
             notes[job.key].append(f"warned at {_fmt(earliest)}; preemption may follow from "
                                   f"{_fmt(earliest + need)} (warn_before_preempt_minutes)")
             continue
-        if stale:
-            notes[job.key].append(f"would be preempted as a squatter, but {stale}")
+        blocked = stale(situation, policy, job.cluster, "samples") or _blocked(job, situation, policy)
+        if blocked:
+            notes[job.key].append(f"would be preempted as a squatter, but {blocked}")
             continue
         reason = (f"squatting: all {finding.gpus_idle} GPU(s) idle for {finding.idle_minutes:.0f} min "
                   f"({finding.gpu_hours_idle:.1f} idle GPU-hours"
@@ -226,7 +234,7 @@ def decide(situation: Situation, policy) -> list[Action]:
         proposals.append((_act(PREEMPT, job, reason, "squatter", policy, warned_at=earliest,
                                idle_since=finding.idle_since, figures=squat), job))
 
-    proposals += _demand_preemptions(situation, policy, targets, {j.key for _, j in proposals}, stale, notes)
+    proposals += _demand_preemptions(situation, policy, targets, {j.key for _, j in proposals}, notes)
     actions += _capped(proposals, situation, policy, notes)
     # A none row explains what was not done: every job without an action, and every job with a
     # reason why it was not warned or preempted (explain answers from it).
@@ -240,13 +248,52 @@ def decide(situation: Situation, policy) -> list[Action]:
     return sorted(actions, key=lambda a: (rank[a.action], a.cluster, a.job_id))
 
 
-def _stale(situation: Situation, policy) -> str | None:
-    if situation.data_as_of is None:
-        return "there is no data to judge from (stale-data guard)"
-    age = (situation.now - situation.data_as_of).total_seconds() / 60
+def squatting_exemption(job: JobFacts, situation: Situation) -> str | None:
+    """Why ``gpuledger squatters`` hides the job (policy.squatting.exempt_*): no alert ever reached
+    its owner, so it is never warned or preempted as a squatter either — one set of exemptions."""
+    ex = situation.squatting_exempt or {}
+    if job.namespace and job.namespace in (ex.get("namespaces") or ()):
+        return f"namespace {job.namespace} is exempt from squatting (policy.squatting.exempt_namespaces)"
+    if job.kind and job.kind in (ex.get("kinds") or ()):
+        return f"kind {job.kind} is exempt from squatting (policy.squatting.exempt_kinds)"
+    for key, value in (ex.get("labels") or {}).items():
+        if job.labels.get(key) == value:
+            return f"label {key}={value} is exempt from squatting (policy.squatting.exempt_labels)"
+    return None
+
+
+def stale(situation: Situation, policy, cluster: str, source: str) -> str | None:
+    """Why the data of ``cluster`` is too old to preempt on (``source``: samples for squatting,
+    jobs for demand), or None. Without per-cluster figures, the newest data of any kind counts."""
+    per = situation.samples_as_of if source == "samples" else situation.jobs_as_of
+    what = "GPU sample" if source == "samples" else "job record"
+    if per is None:
+        as_of, where = situation.data_as_of, "the newest data"
+    else:
+        as_of, where = per.get(cluster), f"cluster {cluster}'s newest {what}"
+    if as_of is None:
+        return ("there is no data to judge from (stale-data guard)" if per is None
+                else f"cluster {cluster} has no {what} to judge from (stale-data guard)")
+    age = (situation.now - as_of).total_seconds() / 60
     if age > policy.max_data_age_minutes:
-        return (f"the newest data is {age:.0f} min old (limit {policy.max_data_age_minutes:g}, "
+        return (f"{where} is {age:.0f} min old (limit {policy.max_data_age_minutes:g}, "
                 "policy.enforcement.max_data_age_minutes): no preemption on stale data")
+    return None
+
+
+def _blocked(job: JobFacts, situation: Situation, policy) -> str | None:
+    """Rails that hold whatever the reason to preempt: the scheduler's live view, the cool-down."""
+    if job.observed is None:
+        if situation.observed_by is None:
+            return ("the plan was made without the scheduler's live view (plan with --observe BACKEND; a plan "
+                    "file cannot observe): nothing is preempted")
+        return f"{situation.observed_by} does not list this job now (ended or gone): nothing is preempted"
+    hist = situation.history.get(job.key)
+    if hist is not None and hist.last_preempted_at is not None:
+        until = hist.last_preempted_at + timedelta(minutes=policy.preemption_cooldown_minutes)
+        if situation.now < until:
+            return (f"it was preempted at {_fmt(hist.last_preempted_at)}; the cool-down "
+                    f"(preemption_cooldown_minutes {policy.preemption_cooldown_minutes:g}) lasts until {_fmt(until)}")
     return None
 
 
@@ -265,7 +312,7 @@ def _squat_figures(f: Finding) -> dict:
             "severity": f.severity}
 
 
-def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]], stale, notes):
+def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]], notes):
     """Unprotected running work below funded jobs that wait for GPUs the idle ones cannot give."""
     now = situation.now
     waiting = [j for j in situation.jobs if not j.running and (j.funded or exemption(j, policy))]
@@ -283,75 +330,152 @@ def _demand_preemptions(situation, policy, targets, already: set[tuple[str, str]
     out = []
     short: set[tuple[str, str]] = set()
     for w in waiting:
-        pool = (w.cluster, w.gpu_model)
+        # a request without a GPU model (Slurm --gres=gpu:N, --gpus=N) may run on any model of its
+        # cluster (and partition, when both are known): every such pool serves it
+        pools = _pools(w, set(free) | set(freed) | {(j.cluster, j.gpu_model) for j in situation.jobs})
         need = w.gpus
         whole = whole_free is not None and _whole(w)
-        idle = min(free.get(pool, 0.0), whole_free.get(pool, 0.0)) if whole else free.get(pool, 0.0)
-        use = min(idle, need)
-        free[pool] = free.get(pool, 0.0) - use
-        if whole_free is not None:  # whole idle GPUs are idle shares too
-            whole_free[pool] = min(whole_free.get(pool, 0.0) - (use if whole else 0.0), free[pool])
-        need -= use
-        use = min(freed[pool], need)
-        freed[pool] -= use
-        need -= use
+        for pool in pools:
+            idle = min(free.get(pool, 0.0), whole_free.get(pool, 0.0)) if whole else free.get(pool, 0.0)
+            use = max(min(idle, need), 0.0)
+            free[pool] = free.get(pool, 0.0) - use
+            if whole_free is not None:  # whole idle GPUs are idle shares too
+                whole_free[pool] = min(whole_free.get(pool, 0.0) - (use if whole else 0.0), free[pool])
+            need -= use
+            use = min(freed[pool], need)
+            freed[pool] -= use
+            need -= use
         if need <= 1e-9:
             continue
         w_priority = targets[w.key][0]
+        words = f"{_waiting_words(w, policy)} {w.job_id}"
         candidates = [j for j in situation.jobs
-                      if j.running and j.key not in taken and (j.cluster, j.gpu_model) == pool
+                      if j.running and j.key not in taken and _serves(j, w)
                       and targets[j.key][0] < w_priority and not exemption(j, policy) and not protected(j, now)
                       and (not whole or _whole(j))]
         costly = {c.key for c in candidates if _too_costly(c, now, policy)}  # would throw away too much work
         for c in candidates:
             if c.key in costly and c.key not in short:
                 short.add(c.key)
-                notes[c.key].append(f"ranks below waiting {_waiting_words(w, policy)} {w.job_id}, but a "
+                notes[c.key].append(f"ranks below waiting {words}, but a "
                                     f"preemption now would lose {lost_minutes(c, now, policy):.0f} min of work "
                                     f"(more than max_lost_minutes {policy.max_lost_minutes:g})")
-        candidates = [c for c in candidates if c.key not in costly]
-        if policy.victim_order == "least-lost-work":  # least work thrown away first (GPU-minutes)
-            candidates.sort(key=lambda j: (lost_minutes(j, now, policy) * j.gpus, targets[j.key][0], j.key))
-        else:  # lowest priority first, then the most recently started (Kueue's order)
-            candidates.sort(key=lambda j: (targets[j.key][0], -(j.start_time or now).timestamp(), j.key))
-        chosen, got = [], 0.0
+        blocked = {}
         for c in candidates:
-            if got >= need - 1e-9:
-                break
-            # within-need: a victim larger than what is still missing would leave the rest of its GPUs
-            # idle, held for its own restart (a scheduler reserves them for the requeued job)
-            if policy.victim_fit == "within-need" and c.gpus > need - got + 1e-9:
-                continue
-            chosen.append(c)
-            got += c.gpus
-        if got < need - 1e-9:
-            for c in chosen:
+            why = stale(situation, policy, c.cluster, "jobs") or _blocked(c, situation, policy)
+            if why and c.key not in costly:
+                blocked[c.key] = why
+                if c.key not in short:
+                    short.add(c.key)
+                    notes[c.key].append(f"ranks below waiting {words}, but {why}")
+        candidates = [c for c in candidates if c.key not in costly and c.key not in blocked]
+        if policy.victim_fit == "within-need":  # a victim larger than the need leaves GPUs idle, held for its restart
+            candidates = [c for c in candidates if c.gpus <= need + 1e-9]
+        missing = need
+        chosen = _victims(candidates, need, now, policy, targets)
+        if not chosen:
+            if_all = sum(c.gpus for c in candidates)
+            why = (f"the {if_all:g} GPU(s) that could go would not free the {need:g} it needs"
+                   if candidates else "no running job below it may be preempted for it")
+            if blocked:
+                why += f" ({len(blocked)} other job(s) held back: {next(iter(blocked.values()))})"
+            notes[w.key].append(f"waits for {w.gpus:g} {w.gpu_model or 'GPU(s) of any model'} "
+                                f"({need:g} not idle); nothing is preempted for it: {why}")
+            for c in candidates:
                 if c.key not in short:  # once per job: the first (highest) waiting job it ranks below
                     short.add(c.key)
-                    notes[c.key].append(f"ranks below waiting {_waiting_words(w, policy)} {w.job_id}, but "
-                                        f"preempting all {got:g} GPU(s) that could go would not free the "
-                                        f"{need:g} it needs")
+                    notes[c.key].append(f"ranks below waiting {words}, but preempting all {if_all:g} GPU(s) "
+                                        f"that could go would not free the {need:g} it needs")
             continue
-        freed[pool] += got - need
+        for c in chosen:
+            freed[(c.cluster, c.gpu_model)] += c.gpus
+        for pool in pools:  # the waiting job takes what it needs of the freed GPUs
+            use = min(freed[pool], need)
+            freed[pool] -= use
+            need -= use
         for c in chosen:
             taken.add(c.key)
-            if stale:
-                notes[c.key].append(f"ranks below waiting {_waiting_words(w, policy)} {w.job_id}, but {stale}")
-                continue
             if c.funded:
                 rule, why = "past-min-runtime", (f"funded, but past its minimum runtime "
                                                  f"(protected until {_fmt(c.protected_until)})")
             else:
                 rule, why = "unfunded-burst", f"unfunded ({c.unfunded_reason or 'not funded'}), running on burst"
-            reason = (f"{why}; holds {c.gpus:g} {c.gpu_model or ''} GPU(s) that {_waiting_words(w, policy)} {w.job_id} "
+            reason = (f"{why}; holds {c.gpus:g} {c.gpu_model or ''} GPU(s) that {words} "
                       f"(project {w.project}, priority {w_priority}) is waiting for "
-                      f"(needs {w.gpus:g}, {w.gpus - need:g} idle); this job's priority is {targets[c.key][0]}")
+                      f"(needs {w.gpus:g}, {w.gpus - missing:g} idle); "
+                      f"this job's priority is {targets[c.key][0]}")
             out.append((_act(PREEMPT, c, reason, rule, policy,
                              figures={"priority": targets[c.key][0], "waiting_job": w.job_id,
                                       "waiting_priority": w_priority, "waiting_gpus": w.gpus,
-                                      "gpus": c.gpus, "lost_minutes": round(lost_minutes(c, now, policy), 1)}),
+                                      "gpus": c.gpus, "lost_minutes": round(lost_minutes(c, now, policy), 1),
+                                      "victims_lost_gpu_minutes": round(sum(
+                                          lost_minutes(v, now, policy) * v.gpus for v in chosen), 1)}),
                         c))
     return out
+
+
+def _pools(w: JobFacts, known: set[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    """The (cluster, model) pools a waiting job can run in: its model's, or every model of its
+    cluster when it names none."""
+    if w.gpu_model is not None:
+        return [(w.cluster, w.gpu_model)]
+    return sorted((k for k in known if k[0] == w.cluster), key=lambda k: (k[1] is not None, k[1] or ""))
+
+
+def _serves(victim: JobFacts, w: JobFacts) -> bool:
+    """Preempting ``victim`` frees GPUs ``w`` can use: same cluster, same model (any, when ``w``
+    names none), same partition when both are known."""
+    if victim.cluster != w.cluster:
+        return False
+    if w.gpu_model is not None and victim.gpu_model != w.gpu_model:
+        return False
+    return not (w.partition and victim.partition and w.partition != victim.partition)
+
+
+MAX_EXACT_VICTIMS = 18  # candidates searched exactly; beyond, the cheapest (loss per GPU) of them
+
+
+def _victims(candidates: list[JobFacts], need: float, now: datetime, policy, targets) -> list[JobFacts]:
+    """The set of victims that frees at least ``need`` GPUs with the least loss: least-lost-work
+    minimises lost GPU-minutes (then GPUs freed beyond the need, then count); priority takes the
+    lowest priority, most recently started first. Every victim is needed (none can be dropped);
+    equal losses go to the lowest priorities."""
+    if policy.victim_order == "priority":
+        ordered = sorted(candidates, key=lambda j: (targets[j.key][0], -(j.start_time or now).timestamp(), j.key))
+        chosen, got = [], 0.0
+        for c in ordered:
+            if got >= need - 1e-9:
+                break
+            chosen.append(c)
+            got += c.gpus
+        return chosen if got >= need - 1e-9 else []
+    cost = {c.key: lost_minutes(c, now, policy) * c.gpus for c in candidates}
+    pool = sorted(candidates, key=lambda j: (cost[j.key] / max(j.gpus, 1e-9), -j.gpus, j.key))[:MAX_EXACT_VICTIMS]
+    best: tuple | None = None
+    best_set: list[JobFacts] = []
+    suffix = [0.0] * (len(pool) + 1)
+    for i in range(len(pool) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + pool[i].gpus
+
+    def search(i: int, chosen: list[JobFacts], got: float, loss: float) -> None:
+        nonlocal best, best_set
+        if got >= need - 1e-9:
+            if all(got - c.gpus < need - 1e-9 for c in chosen):  # minimal: every victim is needed
+                key = (round(loss, 6), round(got - need, 6), len(chosen), sum(targets[c.key][0] for c in chosen),
+                       sorted(c.key for c in chosen))
+                if best is None or key < best:
+                    best, best_set = key, list(chosen)
+            return
+        if i == len(pool) or got + suffix[i] < need - 1e-9 or (best is not None and loss > best[0] + 1e-9):
+            return
+        c = pool[i]
+        chosen.append(c)
+        search(i + 1, chosen, got + c.gpus, loss + cost[c.key])
+        chosen.pop()
+        search(i + 1, chosen, got, loss)
+
+    search(0, [], 0.0, 0.0)
+    return sorted(best_set, key=lambda j: (cost[j.key], j.key))
 
 
 def _too_costly(job: JobFacts, now: datetime, policy) -> bool:
@@ -383,14 +507,27 @@ def _capped(proposals, situation, policy, notes) -> list[Action]:
         if p[0].rule != "squatter":
             groups.setdefault(p[0].figures.get("waiting_job"), []).append(p)
     per_project: dict[str, int] = defaultdict(int)
+    hour_ago = situation.now - timedelta(hours=1)
+    recent = [r for r in situation.recent_preemptions if r[3] >= hour_ago]  # performed in the last hour
+    hour_project: dict[str | None, int] = defaultdict(int)
+    for r in recent:
+        hour_project[r[2]] += 1
     out: list[Action] = []
     for group in [[p] for p in squatters] + list(groups.values()):
         add: dict[str, int] = defaultdict(int)
         for _, job in group:
             add[job.project] += 1
         over = None
+        full_hour = [p for p, n in add.items()
+                     if hour_project[p] + per_project[p] + n > policy.max_preemptions_per_project_per_hour]
         if len(out) + len(group) > policy.max_actions_per_cycle:
             over = f"the cap of {policy.max_actions_per_cycle} preemptions per cycle is reached"
+        elif len(recent) + len(out) + len(group) > policy.max_preemptions_per_hour:
+            over = (f"the cap of {policy.max_preemptions_per_hour} preemptions per rolling hour is reached "
+                    f"({len(recent)} performed since {_fmt(hour_ago)})")
+        elif full_hour:
+            over = (f"project {full_hour[0]} reached the cap of {policy.max_preemptions_per_project_per_hour} "
+                    f"preemptions per rolling hour ({hour_project[full_hour[0]]} performed since {_fmt(hour_ago)})")
         else:
             full = [p for p, n in add.items() if per_project[p] + n > policy.max_preemptions_per_project]
             if full:
@@ -420,6 +557,8 @@ def _act(kind: str, job: JobFacts, reason: str, rule: str, policy, **extra) -> A
         extra["reason"] = reason + ("; it resumes from its checkpoint, so it is requeued" if mode == REQUEUE
                                     else "; it declares no checkpointing, so it is stopped")
         reason = extra.pop("reason")
+    if kind in (PREEMPT, WARN):  # what apply checks again before acting
+        extra.setdefault("observed", job.observed)
     return Action(action=kind, cluster=job.cluster, job_id=job.job_id, project=job.project, reason=reason,
                   rule=rule, mode=mode, funded=job.funded, min_runtime_until=job.protected_until,
                   dry_run=policy.dry_run, name=job.name, namespace=job.namespace, source=job.source,

@@ -176,6 +176,11 @@ class EnforcementPolicy(_Strict):
     kill_switch: bool = False  # true: every cycle plans `none` ("kill switch on") and apply acts on nothing
     max_actions_per_cycle: int = Field(default=10, ge=0)  # preemptions per cycle (warn / set-priority disrupt nothing)
     max_preemptions_per_project: int = Field(default=3, ge=0)  # per cycle
+    # rolling caps over performed preemptions, across separate apply runs (a cron every minute)
+    max_preemptions_per_hour: int = Field(default=20, ge=0)
+    max_preemptions_per_project_per_hour: int = Field(default=6, ge=0)
+    preemption_cooldown_minutes: float = Field(default=60, ge=0)  # a job preempted is left alone this long
+    eviction_grace_period_seconds: int | None = Field(default=None, ge=0)  # None: the pod's own grace period
     exempt_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
     exempt_kinds: list[str] = Field(default_factory=lambda: ["inference"])  # production inference: never preempted, on top
     exempt_labels: dict[str, str] = Field(default_factory=dict)

@@ -103,10 +103,10 @@ install_packages() {
   command -v apt-get >/dev/null || die "apt-get not found: install ${missing[*]} by hand"
   log "installing ${missing[*]} (Debian packages, --no-install-recommends)"
   export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$DIR/log/apt.log" 2>&1; then
+  if ! apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >"$DIR/log/apt.log" 2>&1; then
     # A stale package index is the usual cause; refresh once and retry.
-    apt-get update -qq >>"$DIR/log/apt.log" 2>&1
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$DIR/log/apt.log" 2>&1 \
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >>"$DIR/log/apt.log" 2>&1
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >>"$DIR/log/apt.log" 2>&1 \
       || die "apt-get install failed; see $DIR/log/apt.log"
   fi
 }

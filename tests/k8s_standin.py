@@ -14,9 +14,11 @@ Kueue Workloads without patching anything:
 * ``GET /api/v1/nodes`` and ``GET /apis/kueue.x-k8s.io/v1beta1/workloads`` — lists.
 
 For enforcement (gpuledger.enforce.backends): Kueue ``v1beta2`` Workloads (``GET`` list / get,
-``PATCH`` as ``application/merge-patch+json``), ``POST .../events``, ``POST .../pods/<p>/eviction``
-honouring PodDisruptionBudgets (429 with a ``DisruptionBudget`` cause when none may be disrupted, 500
-when several select the pod), ``dryRun=All`` (validated, nothing stored), a bearer token (401
+``PATCH`` as ``application/merge-patch+json``; lists per namespace too), ``GET`` one pod or one
+namespace's pods, ``POST .../events``, ``POST .../pods/<p>/eviction`` honouring
+``deleteOptions.preconditions.uid`` (409 Conflict when the pod was recreated under the same name, as
+the real apiserver answers) and PodDisruptionBudgets (429 with a ``DisruptionBudget`` cause when
+none may be disrupted, 500 when several select the pod), ``dryRun=All`` (validated, nothing stored), a bearer token (401
 without it, ``forbid`` gives 403) and one-shot faults (``fail_next``). Every such request, with its
 body, is in ``calls``.
 
@@ -38,6 +40,7 @@ POD_LIST = "/api/v1/pods"
 NODE_LIST = "/api/v1/nodes"
 WORKLOAD_LIST = "/apis/kueue.x-k8s.io/v1beta1/workloads"
 KUEUE_V1BETA2 = "/apis/kueue.x-k8s.io/v1beta2"
+NAMESPACED = "/api/v1/namespaces/"
 
 
 class KubeStandIn:
@@ -246,6 +249,21 @@ def _enforcement_request(state: KubeStandIn, method: str, path: str, query: dict
                 patched["metadata"]["resourceVersion"] = str(state._rv)
                 state.kueue_workloads[key] = patched
                 return 200, copy.deepcopy(patched)
+        # /apis/kueue.x-k8s.io/v1beta2/namespaces/<ns>/workloads (one namespace: a namespaced Role)
+        if method == "GET" and parts[:4] == ["apis", "kueue.x-k8s.io", "v1beta2", "namespaces"] and len(parts) == 6:
+            items = [copy.deepcopy(w) for (ns, _), w in sorted(state.kueue_workloads.items()) if ns == parts[4]]
+            return 200, {"kind": "WorkloadList", "apiVersion": "kueue.x-k8s.io/v1beta2",
+                         "metadata": {"resourceVersion": str(state._rv)}, "items": items}
+        # GET /api/v1/namespaces/<ns>/pods and /api/v1/namespaces/<ns>/pods/<name>
+        if method == "GET" and parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6) and parts[4] == "pods":
+            if len(parts) == 5:
+                items = [copy.deepcopy(p) for k, p in sorted(state._pods.items()) if k[0] == parts[3]]
+                return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(state._rv)},
+                             "items": items}
+            pod = state._pods.get((parts[3], parts[5]))
+            if pod is None:
+                return 404, _status(404, "NotFound", f'pods "{parts[5]}" not found')
+            return 200, copy.deepcopy(pod)
         # /api/v1/namespaces/<ns>/events
         if method == "POST" and len(parts) == 5 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "events":
             event = copy.deepcopy(body)
@@ -263,6 +281,14 @@ def _enforcement_request(state: KubeStandIn, method: str, path: str, query: dict
             pod = state._pods.get(key)
             if pod is None:
                 return 404, _status(404, "NotFound", f'pods "{key[1]}" not found')
+            # deleteOptions.preconditions.uid: the real apiserver refuses with 409 Conflict when the
+            # pod under this name has another uid (it was recreated)
+            wanted = (((body or {}).get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+            have = (pod.get("metadata") or {}).get("uid")
+            if wanted is not None and wanted != have:
+                return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on pods "{key[1]}": '
+                                    f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {have}",
+                                    {"name": key[1], "kind": "pods"})
             budgets = [b for b in state.pdbs if _selects(b, pod)]
             if len(budgets) > 1:
                 return 500, _status(500, "InternalError", "This pod has more than one PodDisruptionBudget, "
@@ -332,7 +358,7 @@ def _handler_for(state: KubeStandIn):
                 return self._json(
                     200, state.list_page(state.workloads, "WorkloadList", "kueue.x-k8s.io/v1beta1", query)
                 )
-            if url.path.startswith(KUEUE_V1BETA2):
+            if url.path.startswith(KUEUE_V1BETA2) or url.path.startswith(NAMESPACED):
                 return self._enforcement("GET", url.path, query, None)
             self._json(
                 404,

@@ -244,7 +244,7 @@ def test_partial_run_merges_and_a_failed_part_is_recorded(rig, monkeypatch):
     assert run.main([*rig["base"], "--only", "dashboard"]) == 0
     calls = (rig["log"] / "gpuledger.log").read_text().splitlines()
     assert [c.split(" ")[1:3] for c in calls] == [["pipelines", "run-once"], ["enforce", "plan"],
-                                                   ["whatif", "schedule"], ["migrate"]]
+                                                   ["whatif", "schedule"], ["warehouse", "migrate"]]
 
 
 def test_no_json_is_a_failure_and_bad_options_are_named(rig, capsys, monkeypatch):

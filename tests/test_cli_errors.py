@@ -63,14 +63,14 @@ CASES = [
     ("simulate-bad-config", ["simulate", "warehouse", "--gpus", "8", "--days", "0.01", "-c", "{baddate}",
                              "-w", "{tmp}/never.duckdb"], 2, ["budgets.0.start"]),
     # warehouse paths: /dev/null, a directory, an unwritable place, under a file, missing
-    ("warehouse-dev-null-writer", ["migrate", "-w", "/dev/null"], 2, ["/dev/null is not a regular file", "--warehouse"]),
-    ("warehouse-dev-null-reader", ["summary", "-w", "/dev/null"], 2, ["/dev/null is not a regular file"]),
-    ("warehouse-directory-writer", ["migrate", "-w", "{folder}"], 2, ["is a directory", "--warehouse"]),
-    ("warehouse-directory-reader", ["summary", "-w", "{folder}"], 2, ["is a directory"]),
-    ("warehouse-read-only-dir", ["migrate", "-w", "{read_only}/gpuledger.duckdb"], 2, ["cannot write in", "--warehouse"]),
-    ("warehouse-missing-dir-unmakeable", ["migrate", "-w", "{file_parent}/sub/x.duckdb"], 2, ["is a file", "--warehouse"]),
-    ("warehouse-missing-reader", ["summary", "-w", "{tmp}/nowhere/x.duckdb"], 2, ["no warehouse at", "--warehouse"]),
-    ("import-into-directory", ["import", "jobs", "{jobs_ok}", "-w", "{folder}"], 2, ["is a directory"]),
+    ("warehouse-dev-null-writer", ["warehouse", "migrate", "-w", "/dev/null"], 2, ["/dev/null is not a regular file", "--warehouse"]),
+    ("warehouse-dev-null-reader", ["warehouse", "summary", "-w", "/dev/null"], 2, ["/dev/null is not a regular file"]),
+    ("warehouse-directory-writer", ["warehouse", "migrate", "-w", "{folder}"], 2, ["is a directory", "--warehouse"]),
+    ("warehouse-directory-reader", ["warehouse", "summary", "-w", "{folder}"], 2, ["is a directory"]),
+    ("warehouse-read-only-dir", ["warehouse", "migrate", "-w", "{read_only}/gpuledger.duckdb"], 2, ["cannot write in", "--warehouse"]),
+    ("warehouse-missing-dir-unmakeable", ["warehouse", "migrate", "-w", "{file_parent}/sub/x.duckdb"], 2, ["is a file", "--warehouse"]),
+    ("warehouse-missing-reader", ["warehouse", "summary", "-w", "{tmp}/nowhere/x.duckdb"], 2, ["no warehouse at", "--warehouse"]),
+    ("import-into-directory", ["ingest", "jobs-csv", "{jobs_ok}", "-w", "{folder}"], 2, ["is a directory"]),
     # --out into a missing directory / a directory, for every command with --out
     ("out-chargeback", ["report", "chargeback", "-p", "2026-11", "-f", "csv", "-o", "{tmp}/missing/x.csv",
                         "-w", "{wh}"], 2, ["--out", "does not exist"]),
@@ -78,13 +78,13 @@ CASES = [
                    "-o", "{tmp}/missing/x.json", "-w", "{wh}"], 2, ["--out", "does not exist"]),
     ("out-utilization", ["report", "utilization", "-f", "parquet", "-o", "{tmp}/missing/x.parquet",
                          "-w", "{wh}"], 2, ["--out", "does not exist"]),
-    ("out-fairshare", ["fairshare", "-f", "csv", "-o", "{folder}", "-w", "{wh}"], 2, ["--out", "is a directory"]),
-    ("out-budget", ["budget", "-o", "{tmp}/missing/b.txt", "-w", "{wh}"], 2, ["--out", "does not exist"]),
-    ("out-squatters", ["squatters", "-f", "csv", "-o", "{tmp}/missing/s.csv", "-w", "{wh}"], 2, ["--out"]),
+    ("out-fairshare", ["report", "fairshare", "-f", "csv", "-o", "{folder}", "-w", "{wh}"], 2, ["--out", "is a directory"]),
+    ("out-budget", ["report", "budget", "-o", "{tmp}/missing/b.txt", "-w", "{wh}"], 2, ["--out", "does not exist"]),
+    ("out-squatters", ["report", "squatters", "-f", "csv", "-o", "{tmp}/missing/s.csv", "-w", "{wh}"], 2, ["--out"]),
     ("out-openmetrics", ["simulate", "openmetrics", "--gpus", "8", "--hours", "0.01",
                          "--out", "{tmp}/missing/x.om"], 2, ["--out", "does not exist"]),
     # bad values, bad periods, start after end (every command that takes a range)
-    ("quarantine-negative-limit", ["quarantine", "--limit", "-1", "-w", "{wh}"], 2, ["--limit"]),
+    ("quarantine-negative-limit", ["warehouse", "quarantine", "--limit", "-1", "-w", "{wh}"], 2, ["--limit"]),
     ("period-month-13", ["report", "chargeback", "--period", "2026-13", "-w", "{wh}"], 2, ["--period", "01..12"]),
     ("period-impossible-day", ["report", "chargeback", "--period", "2026-02-30", "-w", "{wh}"], 2,
      ["--period", "2026-02-30", "YYYY-MM"]),
@@ -103,7 +103,7 @@ CASES = [
                                       "-w", "{wh}"], 2, ["--end", "is not after --start"]),
     ("utilization-start-after-data", ["report", "utilization", "--start", "2027-01-01", "-w", "{wh}"], 2,
      ["--end", "is not after --start"]),
-    ("fairshare-bad-now", ["fairshare", "--now", "soon", "-w", "{wh}"], 2, ["--now"]),
+    ("fairshare-bad-now", ["report", "fairshare", "--now", "soon", "-w", "{wh}"], 2, ["--now"]),
     ("link-devices-end-before-start", ["ingest", "link-devices", "--start", "2026-11-02", "--end", "2026-11-01",
                                        "-w", "{wh}"], 2, ["--end", "is not after --start"]),
     ("prometheus-end-before-start", ["ingest", "prometheus", "--url", "http://127.0.0.1:9", "--start",
@@ -121,8 +121,8 @@ CASES = [
     ("simulate-impossible-start", ["simulate", "warehouse", "--gpus", "8", "--start", "2026-02-30",
                                    "-w", "{tmp}/never.duckdb"], 2, ["--start", "2026-02-30"]),
     # job files: empty, binary; the CSV field over the csv module's limit is the test below
-    ("import-empty-csv", ["import", "jobs", "{empty}", "-w", "{tmp}/j.duckdb"], 2, ["empty", "header lacks"]),
-    ("import-binary-csv", ["import", "jobs", "{binary}", "-w", "{tmp}/j.duckdb"], 2, ["not UTF-8 text"]),
+    ("import-empty-csv", ["ingest", "jobs-csv", "{empty}", "-w", "{tmp}/j.duckdb"], 2, ["empty", "header lacks"]),
+    ("import-binary-csv", ["ingest", "jobs-csv", "{binary}", "-w", "{tmp}/j.duckdb"], 2, ["not UTF-8 text"]),
     ("kubernetes-binary-kubeconfig", ["ingest", "kubernetes", "--kubeconfig", "{binary}", "-w", "{tmp}/k.duckdb"],
      2, ["cannot load the kubeconfig", "--kubeconfig"]),
     ("kubernetes-binary-namespace-map", ["ingest", "kubernetes", "--namespace-map", "{binary}",
@@ -210,11 +210,11 @@ def test_bad_invocation_ends_in_one_line_naming_the_fix(corpus, name, args, code
 
 def test_debug_shows_the_traceback_and_the_default_does_not(place):
     tmp = Path(place["tmp"])
-    plain = run_cli(["migrate", "-w", "/dev/null"], tmp)
+    plain = run_cli(["warehouse", "migrate", "-w", "/dev/null"], tmp)
     assert plain.code == 2 and "Traceback" not in plain.stderr
     assert plain.stderr.count("\n") == 1  # one line
-    for ran in (run_cli(["--debug", "migrate", "-w", "/dev/null"], tmp),
-                run_cli(["migrate", "-w", "/dev/null"], tmp, GPULEDGER_DEBUG="1")):
+    for ran in (run_cli(["--debug", "warehouse", "migrate", "-w", "/dev/null"], tmp),
+                run_cli(["warehouse", "migrate", "-w", "/dev/null"], tmp, GPULEDGER_DEBUG="1")):
         assert ran.code != 0 and "Traceback" in ran.stderr and "WarehousePathError" in ran.stderr
 
 
@@ -262,7 +262,7 @@ def test_a_csv_field_over_the_csv_limit_is_quarantined_and_the_rest_lands(place,
     jobs.write_text(_JOBS_HEADER + row.format(id="j1", user="ana") + row.format(id="j2", user="x" * 200_000)
                     + row.format(id="j3", user="bo"))
     warehouse_file = tmp_path / "w.duckdb"
-    ran = run_cli(["import", "jobs", str(jobs), "-w", str(warehouse_file)], tmp_path)
+    ran = run_cli(["ingest", "jobs-csv", str(jobs), "-w", str(warehouse_file)], tmp_path)
     assert ran.code == 0 and "Traceback" not in ran.stderr, ran.stderr
     assert "3 rows read, 2 jobs imported, 1 quarantined" in ran.text
     with duckdb.connect(str(warehouse_file), read_only=True) as con:
@@ -279,12 +279,12 @@ def test_quarantine_never_prints_raw_control_bytes(tmp_path):
     jobs.write_text(_JOBS_HEADER + "j1,c1,no-such-project,\x1b[31m\x07[/x],H100,1,2026-11-01T00:00:00Z,\n"
                     "j2,c1,vision-gen,\x1b[2Jbo,H100,1,2026-11-01T00:00:00Z,\n")
     warehouse_file = tmp_path / "w.duckdb"
-    imported = run_cli(["import", "jobs", str(jobs), "-w", str(warehouse_file)], tmp_path)
+    imported = run_cli(["ingest", "jobs-csv", str(jobs), "-w", str(warehouse_file)], tmp_path)
     assert imported.code == 0, imported.stderr
     # a name with control characters is refused at the door, so no report table ever shows it
     assert "0 jobs imported, 2 quarantined" in imported.text
     assert "user_name: '\\x1b[2Jbo' holds control characters" in imported.text
-    shown = run_cli(["quarantine", "-w", str(warehouse_file)], tmp_path, COLUMNS="250")
+    shown = run_cli(["warehouse", "quarantine", "-w", str(warehouse_file)], tmp_path, COLUMNS="250")
     assert shown.code == 0, shown.stderr
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
     assert "\\x1b[31m\\x07[/x]" in shown.stdout

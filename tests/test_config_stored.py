@@ -52,7 +52,7 @@ def test_import_without_config_keeps_the_stored_config_and_only_config_load_repl
     assert "loaded as config version 1" in loaded.stdout and "first config: 17 org nodes" in loaded.stdout
 
     # No --config, no ./gpuledger.yaml: the stored config is used, not the packaged example.
-    imported = _run(tmp_path, "import", "jobs", "jobs.csv")
+    imported = _run(tmp_path, "ingest", "jobs-csv", "jobs.csv")
     assert imported.returncode == 0, imported.stderr
     assert "1 jobs imported, 0 quarantined" in imported.stderr
     assert _query(tmp_path, "SELECT price_per_gpu_hour::VARCHAR FROM rate_card "
@@ -64,7 +64,7 @@ def test_import_without_config_keeps_the_stored_config_and_only_config_load_repl
 
     # An explicit, different --config is refused in one line that names the fix.
     (tmp_path / "example.yaml").write_text(example_config_text())
-    refused = _run(tmp_path, "import", "jobs", "jobs.csv", "--config", "example.yaml")
+    refused = _run(tmp_path, "ingest", "jobs-csv", "jobs.csv", "--config", "example.yaml")
     assert refused.returncode == 2
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "differs from the warehouse's config version 1" in lines[0]
@@ -88,7 +88,7 @@ def test_import_without_config_keeps_the_stored_config_and_only_config_load_repl
 
 def test_first_use_of_an_empty_warehouse_loads_the_example_and_says_so(tmp_path):
     (tmp_path / "jobs.csv").write_text(CSV.replace("zeta", "notebooks"))
-    first = _run(tmp_path, "import", "jobs", "jobs.csv")
+    first = _run(tmp_path, "ingest", "jobs-csv", "jobs.csv")
     assert first.returncode == 0, first.stderr
     assert "the warehouse had no config: loaded" in first.stderr and "(the packaged example config)" in first.stderr
     assert _query(tmp_path, "SELECT version FROM config_versions") == [(1,)]
@@ -96,7 +96,7 @@ def test_first_use_of_an_empty_warehouse_loads_the_example_and_says_so(tmp_path)
 
 def test_closing_a_month_that_is_not_over_is_one_line_naming_when(tmp_path):
     (tmp_path / "jobs.csv").write_text(CSV.replace("zeta", "notebooks"))
-    assert _run(tmp_path, "import", "jobs", "jobs.csv").returncode == 0
+    assert _run(tmp_path, "ingest", "jobs-csv", "jobs.csv").returncode == 0
     refused = _run(tmp_path, "period", "close", "2099-01")
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
@@ -105,7 +105,7 @@ def test_closing_a_month_that_is_not_over_is_one_line_naming_when(tmp_path):
     assert provisional.returncode == 2 and "statement is provisional" in provisional.stderr
     (tmp_path / "nov.csv").write_text(CSV.replace("zeta", "notebooks").replace("z-1", "z-2")
                                       .replace("2026-10-01", "2026-11-02"))
-    assert _run(tmp_path, "import", "jobs", "nov.csv").returncode == 0
+    assert _run(tmp_path, "ingest", "jobs-csv", "nov.csv").returncode == 0
     closed = _run(tmp_path, "period", "close", "2026-10", "--by", "alice")
     assert closed.returncode == 0, closed.stderr
     # 4 h of H100 on a cluster without inventory at the example's reserved 2.10: 8.40

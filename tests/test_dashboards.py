@@ -64,6 +64,11 @@ def frame(at: AppTest, i: int) -> pl.DataFrame:
     return pl.from_pandas(at.dataframe[i].value.reset_index(drop=True))
 
 
+def counted(n: int, noun: str) -> str:
+    """What a page writes for n things: "1 job", "2 jobs", "6,562 rows"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def window(at: AppTest) -> tuple[datetime, datetime, datetime]:
     ctx = at.session_state["gpuledger_ctx"]
     return ctx.start, ctx.end, ctx.state.data_now
@@ -134,7 +139,7 @@ def test_budgets_equal_the_analytics(on_rig):
     shown = metrics(at)
     for status, label in (("funded", "Funded"), ("at-risk", "At risk (exhausts before period end)"),
                           ("exhausted", "Exhausted")):
-        assert shown[label] == f"{int((expected['status'] == status).sum())} nodes"
+        assert shown[label] == counted(int((expected['status'] == status).sum()), "node")
     table = frame(at, 0).sort("node", "period_start")
     want = expected.sort("node", "period_start")
     assert table["node"].to_list() == want["node"].to_list()
@@ -205,7 +210,7 @@ def test_squatters_equal_the_analytics_at_the_last_evaluation(on_rig):
         last = con.execute("SELECT max(evaluated_at) FROM squatting_evaluations").fetchall()[0][0]
         expected = reports.squatters_report(con, now=last)
     shown = metrics(at)
-    assert shown["Open findings"] == f"{expected.height} jobs"
+    assert shown["Open findings"] == counted(expected.height, "job")
     assert shown["Wasted"] == f"{expected['gpu_hours_idle'].sum():,.1f} GPU-h"
     assert expected.height > 0, "the simulated week should hold a squatter"
     assert shown["Wasted cost"] == f"{Decimal(expected['idle_cost'].sum()):,.2f} USD"
@@ -217,8 +222,9 @@ def test_enforcement_lists_every_audit_row(on_rig):
     with warehouse.open_reader(on_rig.warehouse) as con:
         count = con.execute("SELECT count(*) FROM enforcement_audit").fetchall()[0][0]
     assert count > 0
-    assert metrics(at)["Actions shown"] == f"{count} rows"
-    assert frame(at, 0).height == count
+    assert metrics(at)["Actions shown"] == counted(count, "row")
+    # the page sends one page of rows (paged in SQL), newest first
+    assert frame(at, 0).height == min(count, queries.ENFORCEMENT_PAGE_ROWS)
 
 
 # --- who sees what ----------------------------------------------------------------------------
@@ -251,7 +257,7 @@ def test_a_lead_sees_their_team_and_not_another(on_rig, lead):
     shown = metrics(at)
     assert shown["Budget left (normalised GPU-h)"] == f"{left:,.1f}"
     assert shown["Idle GPU-hours (waste)"] == f"{idle:,.1f} GPU-h"
-    assert shown["Running jobs"] == f"{running.height} jobs"
+    assert shown["Running jobs"] == counted(running.height, "job")
     # other pages: only their projects' rows; the org-level tree stays whole
     page(at, "enforcement")
     assert set(frame(at, 0)["project"]) <= set(mine)
@@ -271,7 +277,9 @@ def test_finance_and_admins_see_everything(on_rig, email):
     with warehouse.open_reader(on_rig.warehouse) as con:
         count = con.execute("SELECT count(*) FROM enforcement_audit").fetchall()[0][0]
         projects = {r[0] for r in con.execute("SELECT DISTINCT project FROM enforcement_audit").fetchall()}
-    assert frame(at, 0).height == count and set(frame(at, 0)["project"]) == projects
+    assert metrics(at)["Actions shown"] == counted(count, "row")
+    assert frame(at, 0).height == min(count, queries.ENFORCEMENT_PAGE_ROWS)
+    assert set(frame(at, 0)["project"]) <= projects
     page(at, "my_team")  # a team picker instead of the lead's own team
     assert at.selectbox(key="team_node").options
 
@@ -379,11 +387,42 @@ def test_utilization_totals_by_hand():
         50.0, 25.0, 50.0, 8.0)
 
 
-def test_heatmap_keeps_the_devices_that_idle_most():
-    frame_ = pl.DataFrame({"device": ["a", "a", "b", "b", "c"],
-                           "state": ["held, idle", "held, idle", "held, busy", "held, idle", "free"]})
-    shown, total = queries.heatmap_devices(frame_, 2)
-    assert total == 3 and sorted(set(shown["device"])) == ["a", "b"]
+def test_heat_bins_by_hand():
+    # at most 84 columns: a week (168 h) in 2-hour bins, 2 days (48 h) in 1-hour bins, 30 days in 9-hour bins
+    t0 = datetime(2026, 11, 1)
+    assert queries.heat_bin_hours(t0, t0 + timedelta(days=7)) == 2
+    assert queries.heat_bin_hours(t0, t0 + timedelta(days=2)) == 1
+    assert queries.heat_bin_hours(t0, t0 + timedelta(days=30)) == 9  # 720 / 84 = 8.6 -> 9
+    assert queries.heat_bin_hours(t0, t0 + timedelta(minutes=5)) == 1
+
+
+def test_idle_heatmap_rows_are_the_most_idle_jobs_with_their_cost(on_rig):
+    """idle_jobs against the hourly job usage read here in plain polars, priced by hand from the
+    rate card (the rig's jobs name no tier: the policy's default, reserved)."""
+    start, end = datetime(2026, 11, 1), datetime(2026, 11, 3)
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        usage = con.sql("SELECT u.cluster, u.job_id, u.project, u.hour, u.gpu_hours_idle, j.gpu_model "
+                        "FROM usage_hourly_jobs u JOIN jobs j USING (cluster, job_id)").pl()
+        prices = dict(con.execute("SELECT gpu_model, price_per_gpu_hour FROM rate_card WHERE tier = 'reserved'").fetchall())
+        projects = tuple(r[0] for r in con.execute("SELECT DISTINCT project FROM jobs").fetchall())
+    per_job = (usage.filter(pl.col("gpu_hours_idle") > 0).group_by("cluster", "job_id")
+               .agg(pl.col("gpu_hours_idle").sum(), pl.col("gpu_model").first()).sort("gpu_hours_idle", descending=True))
+    assert per_job.height >= 3, "the rig should hold jobs that idle"
+    got = queries.idle_jobs(str(on_rig.warehouse), start, end, projects, (), "reserved", 3)
+    assert got["job_id"].to_list() == per_job["job_id"].head(3).to_list()  # most idle first
+    assert got["jobs_idle"][0] == per_job.height
+    assert got["gpu_hours_idle_all"][0] == pytest.approx(per_job["gpu_hours_idle"].sum())
+    for row in got.iter_rows(named=True):
+        hours = usage.filter((pl.col("job_id") == row["job_id"]) & (pl.col("gpu_hours_idle") > 0))
+        want = sum((Decimal(str(h)).quantize(Decimal("0.000001")) * prices[m]
+                    for h, m in zip(hours["gpu_hours_idle"], hours["gpu_model"], strict=True)), Decimal(0))
+        assert abs(Decimal(row["idle_cost"]) - want) <= Decimal("0.01"), row
+    # the heatmap's cells add up to each row's idle GPU-hours
+    cells = queries.idle_job_cells(str(on_rig.warehouse), start, end, got, 2)
+    for row in got.iter_rows(named=True):
+        assert cells.filter(pl.col("label") == row["label"])["gpu_hours_idle"].sum() == pytest.approx(row["gpu_hours_idle"])
+    # a cluster filter naming no cluster of the rig keeps nothing
+    assert queries.idle_jobs(str(on_rig.warehouse), start, end, projects, ("nowhere",), "reserved", 3).height == 0
 
 
 def test_mig_summary_by_hand():

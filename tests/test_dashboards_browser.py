@@ -114,10 +114,10 @@ def _provider(tmp_path: Path) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
-def _sign_in(browser, server: Server, email: str):
+def _sign_in(browser, server: Server, email: str, start: str = ""):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
-    page.goto(server.url)
+    page.goto(f"{server.url}{start}")
     page.get_by_role("button", name="Log in").click()
     page.wait_for_selector("input[name=sub]", timeout=60_000)  # the provider's authorization form
     page.fill("input[name=sub]", email)  # the mock makes a user whose e-mail claim is the subject
@@ -182,7 +182,14 @@ def test_sign_in_end_to_end_lead_sees_own_team_finance_sees_all(dashboard_wareho
         assert page.locator(ERRORS).count() == 0
         context.close()
 
-        context, page = _sign_in(browser, server, "finance@example.com")
+        # an alert's deep link opened signed out lands, after the provider's redirects, on that page and job
+        with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
+            cluster, job = con.execute("SELECT cluster, job_id FROM squatting_findings WHERE resolved_at IS NULL "
+                                       "ORDER BY job_id DESC LIMIT 1").fetchall()[0]
+        context, page = _sign_in(browser, server, "finance@example.com", f"/squatters?cluster={cluster}&job={job}")
+        page.wait_for_url(f"{server.url}/squatters**", timeout=60_000)
+        page.get_by_text("A finding's history").wait_for(timeout=60_000)
+        assert page.locator("input[aria-label=Job]").input_value() == f"{cluster}/{job}"
         page.goto(f"{server.url}/enforcement")
         settled(page)
         page.wait_for_selector("[data-testid=stDataFrame] td", state="attached", timeout=60_000)

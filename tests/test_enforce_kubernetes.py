@@ -56,7 +56,8 @@ def workload(name: str, *, priority: int = 100, active: bool = True, wpc: str | 
     spec = {"priority": priority, "active": active, "queueName": "lq",
             "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": []}}}]}
     if wpc:
-        spec |= {"priorityClassName": wpc, "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass"}
+        # v1beta2: a reference object (v1beta1's priorityClassName / priorityClassSource are gone)
+        spec |= {"priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": wpc}}
     status = {"conditions": [{"type": "QuotaReserved", "status": "True" if admitted else "False"}]}
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
             "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "resourceVersion": "1",
@@ -77,6 +78,8 @@ def action(kind: str, job_id: str, **kw) -> Action:
     kw.setdefault("name", name)
     if kw["source"] == "kubernetes":  # pod rows: job_id may be the uid, scheduler_job is namespace/pod
         kw.setdefault("scheduler_job", job_id)
+    if kind == "preempt":  # what the plan saw (apply re-reads the object and compares)
+        kw.setdefault("observed", {"uid": f"uid-{name}"})
     return Action(action=kind, cluster="k", job_id=job_id, project="p", reason=kw.pop("reason", f"{kind} because"),
                   rule="test", action_id=kw.pop("action_id", f"plan:{job_id}:{kind}"), **kw)
 
@@ -177,12 +180,13 @@ def test_server_side_dry_run_changes_nothing(server, api):
     assert server.events == [] and [p["metadata"]["name"] for p in server.pods_snapshot()] == ["p1"]
 
 
-def test_plan_level_dry_run_calls_nothing(server, api):
+def test_plan_level_dry_run_writes_nothing_and_reads_what_the_real_run_checks(server, api):
     server.kueue_workloads[("ml", "a")] = workload("a")
     run = apply_actions([action("set-priority", "ml/workload/a", priority=5),
                          action("preempt", "ml/workload/a", mode="stop")], KueueBackend(api=api), dry_run=True)
     assert [o.outcome for _, o in run.results] == ["dry-run", "dry-run"] and run.performed == 0
-    assert server.calls == []  # not even a GET: the plan-level dry run calls nothing
+    # only the read the real run makes before a preemption (is it still the workload judged?)
+    assert [(c["method"], c["path"]) for c in server.calls] == [("GET", f"{WL}/a")]
 
 
 # --- eviction -------------------------------------------------------------------------------------
@@ -203,7 +207,7 @@ def test_eviction_honours_pod_disruption_budgets(server, api):
                                               for n in ("free", "guarded-1", "guarded-2")]  # no retry
     assert evictions[0]["body"] == {"apiVersion": "policy/v1", "kind": "Eviction",
                                     "metadata": {"name": "free", "namespace": "ml"},
-                                    "deleteOptions": {"gracePeriodSeconds": 30}}
+                                    "deleteOptions": {"preconditions": {"uid": "uid-free"}}}  # the pod's own grace
     assert [p["metadata"]["name"] for p in server.pods_snapshot()] == ["guarded-2"]
     assert server.pdbs[0]["status"]["disruptionsAllowed"] == 0
     assert [e["involvedObject"]["name"] for e in server.events] == ["free", "guarded-1"]
@@ -365,7 +369,12 @@ def test_cli_plan_apply_twice_and_explain(server, kueue_warehouse, tmp_path):
     explained = _cli("enforce", "explain", "ml/workload/funded", "-w", str(kueue_warehouse))
     assert explained.exit_code == 0
     assert f"priority {funded['priority']} already set (funded: above unfunded work" in explained.output
-    assert "applied" in explained.output and "via kueue: set-priority -> done" in explained.output
+    # every action the job ever had, oldest first: the set-priority of 12:00 and what applying it did
+    # (twice: done, then already done — one applied row), then the none of 12:05
+    lines = explained.output.splitlines()
+    first_plan = next(i for i, ln in enumerate(lines) if "2026-11-20 12:00Z planned set-priority" in ln)
+    assert "via kueue: done" in " ".join(lines[first_plan:first_plan + 5])
+    assert first_plan < next(i for i, ln in enumerate(lines) if "2026-11-20 12:05Z planned none" in ln)
 
 
 def test_cli_dry_run_without_yes_calls_nothing(server, kueue_warehouse, tmp_path):
@@ -373,8 +382,9 @@ def test_cli_dry_run_without_yes_calls_nothing(server, kueue_warehouse, tmp_path
     out = _cli("enforce", "apply", "--backend", "kueue", "--kubeconfig", str(kc), "--now", "2026-11-20T12:00:00",
                "-w", str(kueue_warehouse))
     assert out.exit_code == 0 and "dry run: 0 action(s) performed" in out.output
-    assert server.calls == []
-    assert {r[3] for r in _audit(kueue_warehouse)} == {"dry-run"}
+    # the dry run reads the live view exactly as the real run does, and writes nothing
+    assert server.calls and {c["method"] for c in server.calls} == {"GET"}
+    assert {r[3] for r in _audit(kueue_warehouse)} <= {"dry-run", "skipped", "refused"}
 
 
 def test_cli_refused_credential_is_one_line_and_writes_no_applied_rows(server, kueue_warehouse, tmp_path):
@@ -436,7 +446,8 @@ def test_observe_reads_checkpoint_labels_and_priority(server, api):
     server.kueue_workloads[("ml", "ck")] = wl
     server.add_pod(pod("p", {"gpuledger.io/checkpointing": "true"}))
     seen = KueueBackend(api=api).observe()
-    assert seen == {"ml/workload/ck": {"labels": {"gpuledger.io/checkpointing": "true", "team": "a"},
+    assert seen == {"ml/workload/ck": {"uid": "uid-ck", "active": True,
+                                       "labels": {"gpuledger.io/checkpointing": "true", "team": "a"},
                                        "annotations": {}, "priority": 42}}
     pods = EvictionBackend(api=api).observe()
     assert pods["ml/p"]["labels"] == {"gpuledger.io/checkpointing": "true"} and pods["uid-p"] == pods["ml/p"]
@@ -452,15 +463,21 @@ def test_cli_burst_preempted_for_waiting_funded_work_requeued_when_it_checkpoint
     for n in ("funded", "burst", "waiting"):
         server.kueue_workloads[("ml", n)] = workload(n, priority=10)
     server.kueue_workloads[("ml", "burst")]["metadata"]["annotations"] = {"gpuledger.io/checkpointing": "true"}
-    blind = json.loads(_cli("enforce", "plan", "--format", "json", "--no-record", "--now", "2026-11-20T12:00:00",
-                            "-w", str(kueue_warehouse)).output)
-    (pre,) = [a for a in blind["actions"] if a["action"] == "preempt"]
-    # the funded running job is inside its minimum runtime: only the unfunded burst job can go
-    assert (pre["job_id"], pre["rule"], pre["mode"]) == ("ml/workload/burst", "unfunded-burst", "stop")
+    blind = _cli("enforce", "plan", "--format", "json", "--no-record", "--now", "2026-11-20T12:00:00",
+                 "-w", str(kueue_warehouse))
+    # without the live view nothing is preempted, and the plan says so (its mode could be wrong)
+    assert "planned without the scheduler's live view" in blind.stderr
+    rows = json.loads(blind.stdout)["actions"]
+    assert not [a for a in rows if a["action"] == "preempt"]
+    (why,) = [a["reason"] for a in rows if a["action"] == "none" and a["job_id"] == "ml/workload/burst"]
+    assert "without the scheduler's live view" in why and "nothing is preempted" in why
     seen = json.loads(_cli("enforce", "plan", "--format", "json", "--no-record", "--observe", "kueue",
                            "--kubeconfig", str(kc), "--now", "2026-11-20T12:00:00", "-w", str(kueue_warehouse)).output)
     (pre,) = [a for a in seen["actions"] if a["action"] == "preempt"]
+    # the funded running job is inside its minimum runtime: only the unfunded burst job can go
+    assert (pre["job_id"], pre["rule"]) == ("ml/workload/burst", "unfunded-burst")
     assert pre["mode"] == "requeue" and "resumes from its checkpoint" in pre["reason"]
+    assert pre["observed"]["uid"] == "uid-burst" and pre["observed"]["active"] is True  # what apply re-checks
     assert "waiting for" in pre["reason"] and pre["figures"]["waiting_job"] == "ml/workload/waiting"
     assert calls(server, "PATCH") == []  # planning changes nothing
 

@@ -27,8 +27,14 @@ def job(job_id: str, project: str = "p1", *, running: bool = True, funded: bool 
     kw.setdefault("gpu_model", "H100")
     kw.setdefault("start_time", NOW - 10 * H if running else None)
     kw.setdefault("unfunded_reason", None if funded else "no budget")
+    kw.setdefault("observed", {"state": "RUNNING" if running else "PENDING"})  # the scheduler's live view
     return JobFacts(cluster="c", job_id=job_id, project=project, running=running, gpus=gpus, funded=funded,
                     fs_rank=rank if rank is not None else ranks.get(project), **kw)
+
+
+def delivered(idle_since, stage, warned_at, delivered_at=None) -> Warning:
+    """A warning that reached its owner when it was issued (applied, or an alert sent)."""
+    return Warning(idle_since, stage, warned_at, delivered_at or warned_at)
 
 
 def squat(job_id: str, minutes: float, severity: str, gpus: int = 8) -> Finding:
@@ -40,6 +46,7 @@ def squat(job_id: str, minutes: float, severity: str, gpus: int = 8) -> Finding:
 def situation(jobs, **kw) -> Situation:
     kw.setdefault("fs_projects", 3)
     kw.setdefault("data_as_of", NOW - 2 * M)
+    kw.setdefault("observed_by", "slurm")
     return Situation(now=NOW, jobs=jobs, **kw)
 
 
@@ -112,7 +119,7 @@ def test_squatter_is_warned_once_per_stage(minutes, severity):
     (warn,) = by_job(first, "warn")["sq"]
     assert warn.stage == severity and warn.idle_since == NOW - minutes * M
     assert "all 8 GPU(s) idle since" in warn.reason and f"{minutes} min" in warn.reason
-    earlier = {("c", "sq"): [Warning(NOW - minutes * M, severity, NOW - 5 * M)]}
+    earlier = {("c", "sq"): [delivered(NOW - minutes * M, severity, NOW - 5 * M)]}
     again = decide(situation(jobs, findings=[squat("sq", minutes, severity)], warnings=earlier), policy())
     assert "warn" not in kinds(again, "sq")
     assert "already warned" in by_job(again, "none")["sq"][0].reason
@@ -125,7 +132,7 @@ def test_squatter_past_last_stage_without_warning_is_warned_not_preempted():
 
 
 def test_squatter_warned_too_recently_waits():
-    warned = {("c", "sq"): [Warning(NOW - 130 * M, "warning", NOW - 10 * M)]}
+    warned = {("c", "sq"): [delivered(NOW - 130 * M, "warning", NOW - 10 * M)]}
     actions = decide(situation([job("sq")], findings=[squat("sq", 130, "preempt-eligible")], warnings=warned),
                      policy())
     assert "preempt" not in kinds(actions, "sq")
@@ -135,7 +142,7 @@ def test_squatter_warned_too_recently_waits():
 def test_warning_counts_when_the_idle_stretch_outlasts_the_lookback():
     # idle for the whole 6 h lookback: idle_since is the lookback's start (it moves every cycle),
     # so the warning issued 7 h ago, when the job had been idle 60 min, still counts (24 h window)
-    warned = {("c", "sq"): [Warning(NOW - 8 * H, "warning", NOW - 7 * H)]}
+    warned = {("c", "sq"): [delivered(NOW - 8 * H, "warning", NOW - 7 * H)]}
     capped = Finding(**{**squat("sq", 360, "preempt-eligible").__dict__, "capped": True})
     actions = decide(situation([job("sq")], findings=[capped], warnings=warned), policy())
     assert "preempt" in kinds(actions, "sq")
@@ -146,15 +153,15 @@ def test_warning_counts_when_the_idle_stretch_outlasts_the_lookback():
 
 def test_warning_of_an_earlier_idle_episode_does_not_count():
     # warned yesterday for another idle spell; this episode started 130 min ago
-    warned = {("c", "sq"): [Warning(NOW - 30 * H, "warning", NOW - 29 * H)]}
+    warned = {("c", "sq"): [delivered(NOW - 30 * H, "warning", NOW - 29 * H)]}
     actions = decide(situation([job("sq")], findings=[squat("sq", 130, "preempt-eligible")], warnings=warned),
                      policy())
     assert kinds(actions, "sq") == ["set-priority", "warn"]
 
 
 def test_squatter_warned_long_enough_before_is_preempted_stop_or_requeue():
-    warned = {("c", "sq"): [Warning(NOW - 130 * M, "warning", NOW - 70 * M)],
-              ("c", "ck"): [Warning(NOW - 130 * M, "warning", NOW - 70 * M)]}
+    warned = {("c", "sq"): [delivered(NOW - 130 * M, "warning", NOW - 70 * M)],
+              ("c", "ck"): [delivered(NOW - 130 * M, "warning", NOW - 70 * M)]}
     jobs = [job("sq"), job("ck", labels={"gpuledger.io/checkpointing": "true"})]
     actions = decide(situation(jobs, findings=[squat("sq", 130, "preempt-eligible"),
                                                squat("ck", 130, "preempt-eligible")], warnings=warned), policy())
@@ -166,7 +173,7 @@ def test_squatter_warned_long_enough_before_is_preempted_stop_or_requeue():
 
 
 def test_slurm_requeue_flag_means_requeue():
-    warned = {("c", "s"): [Warning(NOW - 130 * M, "warning", NOW - 70 * M)]}
+    warned = {("c", "s"): [delivered(NOW - 130 * M, "warning", NOW - 70 * M)]}
     actions = decide(situation([job("s", requeue_flag=True)], findings=[squat("s", 130, "preempt-eligible")],
                                warnings=warned), policy())
     assert by_job(actions, "preempt")["s"][0].mode == "requeue"
@@ -174,7 +181,7 @@ def test_slurm_requeue_flag_means_requeue():
 
 # --- rails and conflicts ------------------------------------------------------------------------------
 def test_conflict_funded_squatter_inside_min_runtime_gets_a_warning_not_a_preemption():
-    warned = {("c", "fs"): [Warning(NOW - 130 * M, "warning", NOW - 70 * M)]}
+    warned = {("c", "fs"): [delivered(NOW - 130 * M, "warning", NOW - 70 * M)]}
     j = job("fs", funded=True, protected_until=NOW + 2 * H)
     actions = decide(situation([j], findings=[squat("fs", 130, "preempt-eligible")], warnings=warned), policy())
     assert kinds(actions, "fs") == ["set-priority", "warn"]
@@ -182,7 +189,7 @@ def test_conflict_funded_squatter_inside_min_runtime_gets_a_warning_not_a_preemp
 
 
 def test_exempt_inference_squatting_is_never_warned_or_preempted():
-    warned = {("c", "svc"): [Warning(NOW - 300 * M, "warning", NOW - 200 * M)]}
+    warned = {("c", "svc"): [delivered(NOW - 300 * M, "warning", NOW - 200 * M)]}
     jobs = [job("svc", kind="inference"), job("ns", namespace="kube-system"),
             job("lab", labels={"team": "prod"})]
     findings = [squat(j, 300, "preempt-eligible") for j in ("svc", "ns", "lab")]
@@ -201,7 +208,7 @@ def test_kill_switch_plans_nothing():
 
 
 def test_stale_data_guard_blocks_preemption_only():
-    warned = {("c", "sq"): [Warning(NOW - 130 * M, "warning", NOW - 70 * M)]}
+    warned = {("c", "sq"): [delivered(NOW - 130 * M, "warning", NOW - 70 * M)]}
     actions = decide(situation([job("sq")], findings=[squat("sq", 130, "preempt-eligible")], warnings=warned,
                                data_as_of=NOW - 40 * M), policy())
     assert "preempt" not in kinds(actions, "sq")
@@ -209,7 +216,7 @@ def test_stale_data_guard_blocks_preemption_only():
 
 
 def test_caps_per_cycle_and_per_project():
-    warned = {("c", f"s{i}"): [Warning(NOW - 200 * M, "warning", NOW - 100 * M)] for i in range(5)}
+    warned = {("c", f"s{i}"): [delivered(NOW - 200 * M, "warning", NOW - 100 * M)] for i in range(5)}
     jobs = [job(f"s{i}", "p1" if i < 3 else "p2") for i in range(5)]
     findings = [squat(f"s{i}", 200, "preempt-eligible") for i in range(5)]
     actions = decide(situation(jobs, findings=findings, warnings=warned),
@@ -343,7 +350,7 @@ def test_whole_gpu_job_counts_only_wholly_idle_gpus():
 
 
 def test_preemption_count_is_in_the_reason():
-    warned = {("c", "sq"): [Warning(NOW - 130 * M, "warning", NOW - 70 * M)]}
+    warned = {("c", "sq"): [delivered(NOW - 130 * M, "warning", NOW - 70 * M)]}
     actions = decide(situation([job("sq")], findings=[squat("sq", 130, "preempt-eligible")], warnings=warned,
                                history={("c", "sq"): JobHistory(preemptions=2)}), policy())
     assert "(preempted 2 time(s) before)" in by_job(actions, "preempt")["sq"][0].reason

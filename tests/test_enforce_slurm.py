@@ -73,25 +73,29 @@ def test_nice_and_qos_show_in_scontrol_and_sprio(slurm_rig, jobs):
     running, pending = jobs
     backend = SlurmBackend(env=slurm_rig["env"], qos_funded="high")
     qos_factor_before = int(sh(slurm_rig, "sprio", "-h", "-j", pending, "-o", "%Q").split()[0])
-    # 503,000 (funded) -> Nice (1,000,000 - 503,000) // 100 = 4,970
-    assert nice_for(503_000) == 4970 and nice_for(1_000_000) == 0
+    # the rig's weights: FairShare 10,000 + QOS 10,000 + Age 1,000 = 21,000, so one step is 21,001 Nice.
+    # 503,000 (funded, fair-share position 3, within 0) -> offset (1 × 400 + 3) × 20 + 0 = 8,060 steps
+    # -> Nice −8,060 × 21,001 = −169,268,060
+    assert backend.step() == 21_001
+    assert nice_for(503_000, 21_001) == -169_268_060 and nice_for(100_000, 21_001) == 0
     plan = [action("set-priority", pending, priority=503_000, funded=True, figures={"running": False}),
             action("set-priority", running, priority=503_000, funded=True, figures={"running": True})]
     run = apply_actions(plan, backend, dry_run=False)
     assert [(a.job_id, o.outcome, o.detail) for a, o in run.results] == [
-        (pending, "done", f"job {pending} Nice=4970 QOS=high"), (running, "done", f"job {running} Nice=4970")]
+        (pending, "done", f"job {pending} Nice=-169268060 QOS=high"), (running, "done", f"job {running} Nice=-169268060")]
     waiting, busy = job_fields(slurm_rig, pending), job_fields(slurm_rig, running)
-    assert (waiting["Nice"], waiting["QOS"]) == ("4970", "high")
-    assert (busy["Nice"], busy["QOS"]) == ("4970", "normal")  # Slurm refuses QOS on a running job: not sent
+    assert (waiting["Nice"], waiting["QOS"]) == ("-169268060", "high")
+    assert (busy["Nice"], busy["QOS"]) == ("-169268060", "normal")  # Slurm refuses QOS on a running job: not sent
     job_id, nice, qos_factor = sh(slurm_rig, "sprio", "-h", "-j", pending, "-o", "%i|%N|%Q").split("|")
-    assert (job_id.strip(), nice.strip()) == (pending, "4970")
+    assert (job_id.strip(), nice.strip()) == (pending, "-169268060")
     # the rig's QOS "high" carries priority: its factor shows in sprio once the job is in it
     assert int(qos_factor) > qos_factor_before, (qos_factor_before, qos_factor)
 
 
 def test_requeue_returns_the_job_to_pending_with_one_restart(slurm_rig, jobs):
     running, _ = jobs
-    run = apply_actions([action("preempt", running, mode="requeue")], SlurmBackend(env=slurm_rig["env"]),
+    backend = SlurmBackend(env=slurm_rig["env"])
+    run = apply_actions([action("preempt", running, mode="requeue", observed=backend.observe()[running])], backend,
                         dry_run=False)
     assert [(o.outcome, o.detail) for _, o in run.results] == [("done", f"job {running} requeued")]
     fields = wait_for(slurm_rig, running, lambda f: f.get("JobState") == "PENDING", "PENDING")
@@ -100,7 +104,8 @@ def test_requeue_returns_the_job_to_pending_with_one_restart(slurm_rig, jobs):
 
 def test_cancel_removes_the_job_from_the_queue(slurm_rig, jobs):
     _, pending = jobs
-    run = apply_actions([action("preempt", pending, mode="stop")], SlurmBackend(env=slurm_rig["env"]),
+    backend = SlurmBackend(env=slurm_rig["env"])
+    run = apply_actions([action("preempt", pending, mode="stop", observed=backend.observe()[pending])], backend,
                         dry_run=False)
     assert [o.outcome for _, o in run.results] == ["done"]
     deadline = time.monotonic() + 60
@@ -121,19 +126,25 @@ def test_warning_goes_to_admin_comment_and_gone_jobs_are_skipped(slurm_rig, jobs
     assert "AdminComment=gpuledger warning: all 8 GPU(s) idle for 70 min" in out
 
 
-def test_dry_run_runs_no_command(slurm_rig, jobs):
+def test_dry_run_runs_no_command_that_acts(slurm_rig, jobs):
     running, _ = jobs
-    run = apply_actions([action("preempt", running, mode="stop")],
-                        SlurmBackend(env=slurm_rig["env"], scancel="/nonexistent/scancel"), dry_run=True)
+    backend = SlurmBackend(env=slurm_rig["env"], scancel="/nonexistent/scancel")
+    seen = backend.observe()[running]
+    run = apply_actions([action("preempt", running, mode="stop", observed=seen)], backend, dry_run=True)
     assert [(o.outcome, o.detail) for _, o in run.results] == [("dry-run", f"would run: /nonexistent/scancel {running}")]
     assert job_fields(slurm_rig, running)["JobState"] == "RUNNING"
+    # planned without a live view: refused, in the dry run as in the real one
+    blind = apply_actions([action("preempt", running, mode="stop")], backend, dry_run=True)
+    assert [o.outcome for _, o in blind.results] == ["refused"] and "live view" in blind.results[0][1].detail
 
 
 def test_observe_reads_the_requeue_flag(slurm_rig, jobs):
     running, pending = jobs
     seen = SlurmBackend(env=slurm_rig["env"]).observe()
     # the rig's slurm.conf sets JobRequeue=1, so every batch job may be requeued
-    assert seen[running] == {"requeue_flag": True} and seen[pending] == {"requeue_flag": True}
+    assert seen[running]["requeue_flag"] is True and seen[pending]["requeue_flag"] is True
+    assert (seen[running]["state"], seen[running]["restarts"]) == ("RUNNING", 0) and seen[pending]["state"] == "PENDING"
+    assert seen[running]["submit_time"] == job_fields(slurm_rig, running)["SubmitTime"]
     assert SlurmBackend().handles(action("preempt", running)) is None  # ingested rows say slurm-sacct
     assert SlurmBackend().handles(Action(action="preempt", cluster="c", job_id="ml/p", project="p", reason="r",
                                          rule="t", source="kubernetes")) is not None

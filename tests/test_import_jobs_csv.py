@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
-from gpuledger.ingest.jobs.csv_cli import app
+from gpuledger.cli.ingest.jobs_csv import app
 from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, parse_jobs_csv
 from gpuledger.warehouse.writes import table_counts
 

@@ -26,7 +26,7 @@ from gpuledger.ingest.jobs.k8s_mapping import (
     parse_duration_s,
 )
 from gpuledger.ingest.jobs.kubernetes import IngestStats, KubernetesIngest, api_client
-from gpuledger.ingest.jobs.kubernetes_cli import app as kubernetes_app
+from gpuledger.cli.ingest.kubernetes import app as kubernetes_app
 
 try:  # tests/ as a package or as a rootdir on sys.path, whichever the layout gives
     from tests.k8s_standin import POD_LIST, KubeStandIn

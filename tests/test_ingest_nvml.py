@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from gpuledger import warehouse
 from gpuledger.ingest.metrics.nvml import read_devices, readings_frames, write_readings
-from gpuledger.ingest.metrics.nvml_cli import app as nvml_app
+from gpuledger.cli.ingest.agent import app as nvml_app
 from gpuledger.ingest.metrics.agent import run_agent
 
 GIB = 2**30
@@ -166,13 +166,13 @@ def test_no_driver_exits_1_with_one_line(tmp_path):
     result = CliRunner().invoke(nvml_app, ["agent", "--once", "--warehouse", str(tmp_path / "wh.duckdb")])
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpuledger agent: no NVIDIA driver on this host (NVML: ")
+    assert len(lines) == 1 and lines[0].startswith("gpuledger ingest agent: no NVIDIA driver on this host (NVML: ")
     assert lines[0].endswith("run it on a GPU node")
     assert not (tmp_path / "wh.duckdb").exists()
 
 
 def test_no_driver_in_a_real_process(tmp_path):
-    code = "from gpuledger.ingest.metrics.nvml_cli import app; app()"
+    code = "from gpuledger.cli.ingest.agent import app; app()"
     proc = subprocess.run(
         [sys.executable, "-c", code, "agent", "--once", "--warehouse", str(tmp_path / "w.duckdb")],
         capture_output=True,

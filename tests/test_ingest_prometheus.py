@@ -92,7 +92,7 @@ def test_backfill_agrees_with_direct_scrape_sample_for_sample(rig, tmp_path):
 
 
 def _backfill_cmd(prom_url: str, path, start: datetime, end: datetime) -> list[str]:
-    return [sys.executable, "-c", "from gpuledger.ingest.metrics.scrape_cli import app; app()", "prometheus",
+    return [sys.executable, "-c", "from gpuledger.cli.ingest.metrics import app; app()", "prometheus",
             "--url", prom_url, "--start", start.isoformat() + "Z", "--end", end.isoformat() + "Z",
             "--step", "30s", "--chunk", "5m", "--progress", "lines", "--warehouse", str(path)]
 

@@ -21,7 +21,7 @@ from gpuledger import warehouse
 from gpuledger.analytics.energy import energy_per_interval_j
 from gpuledger.ingest.metrics.exposition import long_to_wide, parse_exposition
 from gpuledger.ingest.metrics.scrape import fetch_target, ingest_page, scrape
-from gpuledger.ingest.metrics.scrape_cli import app
+from gpuledger.cli.ingest.metrics import app
 from gpuledger.simulator import build_cluster, fixed_clock, metrics_page, start_exporters
 
 CORPUS = Path(__file__).parent / "fixtures" / "exposition" / "bad_corpus.prom"

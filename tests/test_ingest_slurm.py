@@ -35,7 +35,7 @@ from gpuledger.ingest.jobs.slurm import (
     run_sacct,
     write_batch,
 )
-from gpuledger.ingest.jobs.slurm_cli import app as slurm_app
+from gpuledger.cli.ingest.slurm import app as slurm_app
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -353,7 +353,7 @@ def _wait_for_states(rig, wanted: dict[str, str], deadline_s: float = 60.0) -> N
 
 def _ingest_live(rig, warehouse_path: Path, *extra: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "gpuledger.ingest.jobs.slurm_cli", "ingest", "slurm", "--live",
+        [sys.executable, "-m", "gpuledger.cli", "ingest", "slurm", "--live",
          "--start", "now-1hour", "-w", str(warehouse_path), *extra],
         capture_output=True, text=True, env=rig["env"], cwd=REPO, timeout=120, check=False,
     )

@@ -73,7 +73,7 @@ def test_two_runs_a_cli_import_and_readers_share_one_warehouse(tmp_path):
     runs = [subprocess.Popen(launch, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for _ in range(2)]
     time.sleep(1.0)  # the CLI import lands while the runs are going
-    cli = subprocess.run([str(bin_dir / "gpuledger"), "import", "jobs", str(csv), "--warehouse", str(wh)],
+    cli = subprocess.run([str(bin_dir / "gpuledger"), "ingest", "jobs-csv", str(csv), "--warehouse", str(wh)],
                          env=env, capture_output=True, text=True, timeout=300, check=False)
     outputs = [run.communicate(timeout=540)[0] for run in runs]
     stop.set()

@@ -266,7 +266,7 @@ def test_openmetrics_family_subset_streamed_holds_the_same_samples():
 def test_cli_commands_have_help():
     from typer.testing import CliRunner
 
-    from gpuledger.simulator.cli import app
+    from gpuledger.cli.simulate import app
 
     runner = CliRunner()
     for command in ("warehouse", "serve", "openmetrics"):

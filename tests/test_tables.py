@@ -55,11 +55,11 @@ def _quarantine(con):
 
 # command line, the frame it shows (computed directly), the view it shows it with
 CASES = {
-    "fairshare": (["fairshare"], lambda c: reports.fairshare_report(c, policy=_policy()), table_views.FAIRSHARE),
-    "budget": (["budget"], lambda c: reports.budget_report(c), table_views.BUDGET),
-    "budget-jobs": (["budget", "--jobs"], lambda c: reports.funding_report(c, policy=_policy()),
+    "fairshare": (["report", "fairshare"], lambda c: reports.fairshare_report(c, policy=_policy()), table_views.FAIRSHARE),
+    "budget": (["report", "budget"], lambda c: reports.budget_report(c), table_views.BUDGET),
+    "budget-jobs": (["report", "budget", "--jobs"], lambda c: reports.funding_report(c, policy=_policy()),
                     table_views.FUNDING),
-    "squatters": (["squatters"], lambda c: reports.squatters_report(c, policy=_policy()), table_views.SQUATTERS),
+    "squatters": (["report", "squatters"], lambda c: reports.squatters_report(c, policy=_policy()), table_views.SQUATTERS),
     **{f"chargeback-{level}": (["report", "chargeback", "-p", "2026-11", "--level", level],
                                lambda c, level=level: reports.chargeback_report(c, "2026-11", level=level,
                                                                                 policy=_policy()),
@@ -70,8 +70,8 @@ CASES = {
     **{f"utilization-{by}": (["report", "utilization", "--start", S, "--end", E, "--by", by],
                              lambda c, by=by: reports.utilization_report(c, start=START, end=END, by=by),
                              table_views.UTILIZATION) for by in ("model", "cluster", "fleet", "kind")},
-    "summary": (["summary"], _summary, table_views.SUMMARY),
-    "quarantine": (["quarantine"], _quarantine, table_views.QUARANTINE),
+    "summary": (["warehouse", "summary"], _summary, table_views.SUMMARY),
+    "quarantine": (["warehouse", "quarantine"], _quarantine, table_views.QUARANTINE),
 }
 
 
@@ -145,8 +145,8 @@ def test_fit_hides_default_columns_from_the_right_and_says_so():
 def test_wide_shows_every_column_of_the_report(sim_warehouse):
     with warehouse.open_reader(sim_warehouse) as con:
         frame = reports.budget_report(con)
-    narrow = _run(["budget"], sim_warehouse, 80)
-    wide = _run(["budget", "--wide"], sim_warehouse, 80)
+    narrow = _run(["report", "budget"], sim_warehouse, 80)
+    wide = _run(["report", "budget", "--wide"], sim_warehouse, 80)
     # period dates and own-budget flags are --wide only
     assert "2026-12-01" not in narrow and "2026-12-01" in wide
     assert "own" in wide and "budget_own: " not in wide
@@ -157,17 +157,17 @@ def test_wide_shows_every_column_of_the_report(sim_warehouse):
 
 
 def test_columns_picks_and_orders(sim_warehouse):
-    out = _run(["budget", "--columns", "status,node,remaining_gpu_hours"], sim_warehouse, 80)
+    out = _run(["report", "budget", "--columns", "status,node,remaining_gpu_hours"], sim_warehouse, 80)
     header = out.splitlines()[2]  # title, first header line, second header line
     assert header.split() == ["status", "node", "nGPU-h"]
     assert "consumed" not in out and "acme" in out
     # csv: the same names select and order the machine columns
-    csv = _run(["budget", "-f", "csv", "--columns", "status,node"], sim_warehouse)
+    csv = _run(["report", "budget", "-f", "csv", "--columns", "status,node"], sim_warehouse)
     assert csv.splitlines()[0] == "status,node"
 
 
 def test_unknown_column_is_one_line_exit_2(sim_warehouse):
-    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "budget", "-w", str(sim_warehouse),
+    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "report", "budget", "-w", str(sim_warehouse),
                            "--columns", "node,consumed"], check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
@@ -177,8 +177,8 @@ def test_unknown_column_is_one_line_exit_2(sim_warehouse):
 
 def test_table_out_writes_plain_text(sim_warehouse, tmp_path):
     target = tmp_path / "budget.txt"
-    shown = _run(["budget"], sim_warehouse, 100)
-    result = CliRunner().invoke(app, ["budget", "-f", "table", "--out", str(target), "-w", str(sim_warehouse)],
+    shown = _run(["report", "budget"], sim_warehouse, 100)
+    result = CliRunner().invoke(app, ["report", "budget", "-f", "table", "--out", str(target), "-w", str(sim_warehouse)],
                                 env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
     written = target.read_text()
@@ -190,7 +190,7 @@ def test_table_out_writes_plain_text(sim_warehouse, tmp_path):
     ["report", "usage", "--start", S, "--end", E, "--by", "job"],
     ["report", "utilization", "--start", S, "--end", E, "--by", "model"],
     ["report", "chargeback", "-p", "2026-11", "--level", "job"],
-    ["squatters"], ["budget"], ["budget", "--jobs"], ["fairshare"],
+    ["report", "squatters"], ["report", "budget"], ["report", "budget", "--jobs"], ["report", "fairshare"],
 ])
 def test_csv_rows_in_one_order(sim_warehouse, args):
     first = _run([*args, "-f", "csv"], sim_warehouse)

@@ -287,7 +287,7 @@ def test_a_reader_of_a_warehouse_whose_first_write_is_running_says_so(warehouse_
                            match=rf"being created by PID {holder.pid}; try again in a moment"):
             with warehouse.open_reader(warehouse_file, creating_wait_s=0.2):
                 pass
-        summary = _cli("summary", "--warehouse", warehouse_file)
+        summary = _cli("warehouse", "summary", "--warehouse", warehouse_file)
         assert summary.returncode == 1
         line = _one_line_no_traceback(summary)
         assert str(warehouse_file) in line and f"PID {holder.pid}" in line
@@ -327,7 +327,7 @@ def test_a_damaged_warehouse_ends_in_one_line_and_no_older_copy_is_served(wareho
         with warehouse.open_writer(warehouse_file) as con:
             warehouse.write_samples(con, batch(2, 0, 10), "t")
     assert warehouse_file.read_bytes() == damaged
-    summary = _cli("summary", "--warehouse", warehouse_file)
+    summary = _cli("warehouse", "summary", "--warehouse", warehouse_file)
     assert summary.returncode == 1
     line = _one_line_no_traceback(summary)
     assert str(warehouse_file) in line and "re-ingest" in line

@@ -61,7 +61,7 @@ def test_a_reader_refuses_an_older_schema_and_says_what_to_run(warehouse_file):
     con = duckdb.connect(str(warehouse_file))
     apply_migrations(con, target=migrations()[0][0])
     con.close()
-    with pytest.raises(warehouse.WarehouseError, match="run `gpuledger migrate`"):
+    with pytest.raises(warehouse.WarehouseError, match="run `gpuledger warehouse migrate`"):
         with warehouse.open_reader(warehouse_file):
             pass
 

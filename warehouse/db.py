@@ -145,7 +145,7 @@ _DAMAGED = ("not a valid DuckDB database file", "Could not read enough bytes", "
             "does not match stored checksum")
 _OTHER_VERSION = "version number"
 _LOCK_CONFLICT = "Could not set lock on file"
-_REINGEST = ("`gpuledger simulate warehouse`, `gpuledger ingest …` and `gpuledger import jobs …` "
+_REINGEST = ("`gpuledger simulate warehouse`, `gpuledger ingest …` and `gpuledger ingest jobs-csv …` "
              "write a new one")
 
 
@@ -513,7 +513,7 @@ def open_reader(
                     raise WarehouseError(
                         f"warehouse {path} is at schema version {have} without migration(s) "
                         f"{', '.join(map(str, missing))}, this gpuledger needs {shipped[-1]}: "
-                        "run `gpuledger migrate` (readers never change the file)")
+                        "run `gpuledger warehouse migrate` (readers never change the file)")
                 with _reading(key):
                     yield con
             except duckdb.Error as exc:  # a damaged block can surface in any later query

@@ -22,7 +22,7 @@ def retire_gpu(con: duckdb.DuckDBPyConnection, gpu_uuid: str, *, at: datetime | 
         [gpu_uuid, cluster, cluster]).fetchall()]
     if not clusters:
         where = f" in cluster {cluster!r}" if cluster else ""
-        raise UsageError(f"no GPU with UUID {gpu_uuid!r}{where} in the warehouse; `gpuledger summary` "
+        raise UsageError(f"no GPU with UUID {gpu_uuid!r}{where} in the warehouse; `gpuledger warehouse summary` "
                          "counts the devices it holds")
     if len(clusters) > 1:
         raise UsageError(f"GPU {gpu_uuid!r} is in clusters {', '.join(clusters)}; name one with --cluster")

@@ -14,28 +14,27 @@ if ctx is not None:
     as_of = snap["as_of"][0]
     st.caption(f"As of {as_of:%Y-%m-%d %H:%M} UTC; budgets in normalised GPU-hours (GPU-hours × the rate card's "
                "model weight); burn rate over the last 7 days.")
+    ui.filters_note("the period's end (which snapshot), the org node (its subtree)",
+                    "clusters (a budget covers its node's jobs on every cluster)")
     # a lead sees their projects and the programs above them (org-level aggregates), not other teams
     keep = ui.visible_nodes(ctx)
     shown = snap.filter(pl.col("node").is_in(list(keep)))
     counts = {s: int((shown["status"] == s).sum()) for s in ("funded", "at-risk", "exhausted")}
     a, b, c = st.columns(3)
-    a.metric("Funded", f"{counts['funded']} nodes")
-    b.metric("At risk (exhausts before period end)", f"{counts['at-risk']} nodes")
-    c.metric("Exhausted", f"{counts['exhausted']} nodes")
+    a.metric("Funded", ui.count(counts["funded"], "node"))
+    b.metric("At risk (exhausts before period end)", ui.count(counts["at-risk"], "node"))
+    c.metric("Exhausted", ui.count(counts["exhausted"], "node"))
     ui.restricted_note(ctx, "budgets")
 
     st.altair_chart(charts.budget_vs_consumed(shown, "Budget vs consumed per node"), width="stretch")
     st.caption("How much of its budget each node (its jobs and its children's) has used so far this period.")
-    st.dataframe(shown.select("node", "status", "period_start", "period_end", "budget_gpu_hours", "consumed_gpu_hours",
-                              "remaining_gpu_hours", "burn_gpu_hours_per_day", "projected_exhaustion", "budget_own"),
-                 hide_index=True, column_config={
-                     "budget_gpu_hours": st.column_config.NumberColumn("budget (norm. GPU-h)", format="%.1f"),
-                     "consumed_gpu_hours": st.column_config.NumberColumn("consumed (norm. GPU-h)", format="%.1f"),
-                     "remaining_gpu_hours": st.column_config.NumberColumn("remaining (norm. GPU-h)", format="%.1f"),
-                     "burn_gpu_hours_per_day": st.column_config.NumberColumn("burn (norm. GPU-h/day)", format="%.1f"),
-                     "projected_exhaustion": st.column_config.DatetimeColumn("projected exhaustion (UTC)",
-                                                                             format="YYYY-MM-DD HH:mm"),
-                     "budget_own": st.column_config.CheckboxColumn("own budget")})
+    ui.table(shown, {
+        "node": "org node", "status": "status", "remaining_gpu_hours": ui.norm_h("remaining"),
+        "projected_exhaustion": ui.utc_col("runs out"), "burn_gpu_hours_per_day": ui.number_col(
+            "burn (norm. GPU-h/day)"), "budget_gpu_hours": ui.norm_h("budget"),
+        "consumed_gpu_hours": ui.norm_h("consumed"), "period_start": st.column_config.DateColumn("period from"),
+        "period_end": st.column_config.DateColumn("period to"),
+        "budget_own": st.column_config.CheckboxColumn("own budget")}, key="budget_table", download="budgets")
 
     st.subheader("Burn-down")
     with_budget = shown.filter(pl.col("budget_gpu_hours").is_not_null())

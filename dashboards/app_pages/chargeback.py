@@ -5,9 +5,35 @@ from gpuledger.dashboards import charts, queries, ui
 MIME = {".csv": "text/csv", ".parquet": "application/vnd.apache.parquet",
         ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", ".html": "text/html"}
 
+FORMATS = {".csv": "CSV", ".parquet": "Parquet", ".xlsx": "Excel (XLSX)", ".html": "HTML"}
+
+
+def LINE_COLUMNS(currency):  # noqa: N802 - a table's columns, by the currency of its amounts
+    cols = {"project": "project", "amount": ui.money_col("amount", currency), "line_kind": "line",
+            "gpu_model": "GPU model", "tier": "tier", "gpu_hours": ui.gpu_h("allocated", 2),
+            "gpu_hours_active": ui.gpu_h("active", 2), "efficiency_ratio": ui.ratio_col("efficiency"),
+            "idle_amount_included": ui.money_col("idle spread in", currency), "billed": st.column_config.CheckboxColumn("billed"),
+            "currency": "currency"}
+    return cols
+
+
+def _columns(frame, currency):
+    return {k: v for k, v in LINE_COLUMNS(currency).items() if k in frame.columns}
+
+
+def download_label(name: str, stem: str) -> str:
+    """ "CSV", "CSV (lines)", "Excel (XLSX)": the format first, then what the file holds past the stem."""
+    ext = name[name.rfind("."):]
+    what = name[len(stem):-len(ext)].strip("-_ ") if name.startswith(stem) else ""
+    fmt = FORMATS.get(ext, ext.lstrip(".").upper())
+    return f"Download {fmt}" + (f" ({what.replace('-', ' ')})" if what else "")
+
+
 ctx = ui.context()
 if ctx is not None:
     st.title("Chargeback")
+    ui.filters_note("the org node (its subtree's lines); the period in \"the sidebar's period\" mode",
+                    "clusters (a statement bills the whole month on every cluster)")
     mode = st.radio("Show", ["the month's statement", "the sidebar's period (lines only)"], horizontal=True,
                     key="cb_mode")
     if mode.startswith("the sidebar"):
@@ -19,9 +45,8 @@ if ctx is not None:
                    "computed now by the ledger's rules; monthly statements are what finance is billed from.")
         st.metric("Total", " + ".join(ui.money(r["amount"], r["currency"]) for r in totals.iter_rows(named=True))
                   if totals.height else "0.00")
-        st.dataframe(lines, hide_index=True, column_config={
-            "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.3f"),
-            "amount": st.column_config.NumberColumn("amount", format="%.2f")})
+        ui.table(lines, _columns(lines, totals["currency"][0] if totals.height else None),
+                 key="cb_period_lines", download="chargeback-lines")
         st.caption("Allocated GPU-hours × price (model, tier, as of each hour); idle capacity on its own line "
                    "for the whole org.")
         st.stop()
@@ -69,21 +94,18 @@ if ctx is not None:
         by_model = (billed.group_by("gpu_model", "tier", "line_kind", "currency")
                     .agg(pl.col("gpu_hours").sum(), pl.col("amount").sum()).sort("gpu_model", "tier", "line_kind"))
         st.subheader("By GPU model and tier")
-        st.dataframe(by_model, hide_index=True, column_config={
-            "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.2f"),
-            "amount": st.column_config.NumberColumn("amount", format="%.2f")})
+        ui.table(by_model, {"gpu_model": "GPU model", "tier": "tier", "line_kind": "line",
+                            "amount": ui.money_col("amount", currency), "gpu_hours": ui.gpu_h("allocated", 2),
+                            "currency": "currency"}, key="cb_by_model")
     st.subheader("Lines")
     kinds = sorted(lines["line_kind"].unique().to_list()) if lines.height else []
     pick = st.multiselect("Line kinds", kinds, default=kinds, key="cb_kinds")
-    st.dataframe(lines.filter(pl.col("line_kind").is_in(pick)), hide_index=True, column_config={
-        "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.3f"),
-        "gpu_hours_active": st.column_config.NumberColumn("active GPU-hours", format="%.3f"),
-        "efficiency_ratio": st.column_config.NumberColumn("efficiency (%)", format="percent"),
-        "amount": st.column_config.NumberColumn("amount", format="%.2f"),
-        "idle_amount_included": st.column_config.NumberColumn("idle spread in", format="%.2f")})
+    picked = lines.filter(pl.col("line_kind").is_in(pick))
+    ui.table(picked, _columns(picked, next(iter(view.totals), None)), key="cb_lines")
     st.caption("Unpriced, over-allocated and capacity-unknown lines are memo lines: shown, not billed.")
     st.subheader("Downloads (identical to the finance statement files)")
+    stem = f"statement-{view.period}-{queries._slug(view.scope)}"
     dl = st.columns(max(len(view.files), 1))
     for i, (name, data) in enumerate(sorted(view.files.items())):
-        dl[i].download_button(name, data, file_name=name, mime=MIME.get(name[name.rfind("."):], "application/octet-stream"),
-                              key=f"dl_{name}")
+        dl[i].download_button(download_label(name, stem), data, file_name=name, help=name,
+                              mime=MIME.get(name[name.rfind("."):], "application/octet-stream"), key=f"dl_{name}")

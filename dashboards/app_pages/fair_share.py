@@ -1,56 +1,60 @@
+import polars as pl
 import streamlit as st
-from gpuledger.dashboards import charts, queries, ui
+from gpuledger.dashboards import access, charts, queries, ui
 
 ctx = ui.context()
 if ctx is not None:
     st.title("Fair share")
-    tree = ui.fairshare_latest(ctx.path, ctx.end)
-    if not tree.height:
+    whole = ui.fairshare_latest(ctx.path, ctx.end)
+    if not whole.height:
         st.info("No fair-share snapshot up to the end of this period: run `gpuledger pipelines run-once`.")
         st.stop()
-    as_of = tree["as_of"][0]
-    st.caption(f"As of {as_of:%Y-%m-%d %H:%M} UTC; usage = allocated GPU-hours in the usage window and decayed "
-               "(half-life), shares and usage normalised among siblings.")
-    projects = tree.filter(tree["kind"] == "project")
+    as_of = whole["as_of"][0]
+    st.caption(f"As of {as_of:%Y-%m-%d %H:%M} UTC (the newest snapshot up to the period's end); usage = allocated "
+               "GPU-hours in the usage window and decayed (half-life), shares and usage normalised among siblings.")
+    ui.filters_note("the period's end (which snapshot), the org node (its subtree and the nodes above it)",
+                    "clusters (fair share is computed over the whole fleet)")
+    # the chosen node's subtree, and its ancestors so the path from the root stays readable
+    parent_of = ctx.state.parent_of
+    keep = access.subtree(parent_of, ctx.node) if ctx.node else set(parent_of)
+    up = parent_of.get(ctx.node) if ctx.node else None
+    while up is not None:
+        keep.add(up)
+        up = parent_of.get(up)
+    tree = whole.filter(pl.col("node").is_in(list(keep)))
+    projects = tree.filter(pl.col("kind") == "project")
     delivered = projects["gpu_hours_window"].sum()
     a, b, c = st.columns(3)
     a.metric("Projects ranked", f"{projects.height}")
     b.metric("GPU-hours in the window", ui.hours(delivered))
-    root = tree.filter(tree["depth"] == 0)
+    root = whole.filter(pl.col("depth") == 0)
     c.metric("Delivered of owed (org)", ui.pct(100 * root["delivery_ratio"][0])
              if root.height and root["delivery_ratio"][0] is not None else "–")
 
     st.subheader("The tree (like `sshare -l`)")
     indent = {r["node"]: "\u2003" * (r["depth"] or 0) + r["node"] for r in tree.iter_rows(named=True)}
-    shown = tree.select("queue_order", "node", "kind", "shares_raw", "shares_norm", "gpu_hours_window",
-                        "gpu_hours_decayed", "usage_norm", "level_fs", "fs_rank", "fairshare_factor",
-                        "delivery_ratio", "occupancy_ratio").with_columns(
-        tree["node"].replace_strict(indent).alias("node"))
-    st.dataframe(shown, hide_index=True, column_config={
-        "queue_order": st.column_config.NumberColumn("order"),
-        "shares_raw": st.column_config.NumberColumn("shares (raw)"),
-        "shares_norm": st.column_config.NumberColumn("share of parent (%)", format="percent"),
-        "gpu_hours_window": st.column_config.NumberColumn("usage, window (GPU-h)", format="%.1f"),
-        "gpu_hours_decayed": st.column_config.NumberColumn("usage, decayed (GPU-h)", format="%.1f"),
-        "usage_norm": st.column_config.NumberColumn("usage of parent (%)", format="percent"),
-        "level_fs": st.column_config.NumberColumn("level FS (s/u)", format="%.3f"),
-        "fs_rank": st.column_config.NumberColumn("rank"),
-        "fairshare_factor": st.column_config.NumberColumn("FS factor (0..1)", format="%.3f"),
-        "delivery_ratio": st.column_config.NumberColumn("delivered of owed (%)", format="percent"),
-        "occupancy_ratio": st.column_config.NumberColumn("occupancy (%)", format="percent")})
+    shown = tree.with_columns(pl.col("node").replace_strict(indent).alias("node"))
+    ui.table(shown, {
+        "node": st.column_config.TextColumn("org node", width="medium"),
+        "fs_rank": ui.int_col("rank"), "fairshare_factor": ui.number_col("FS factor (0..1)", "%.3f"),
+        "shares_norm": ui.ratio_col("share of parent"), "usage_norm": ui.ratio_col("usage of parent"),
+        "level_fs": ui.number_col("level FS (share ÷ usage)", "%,.3f"),
+        "gpu_hours_window": ui.gpu_h("usage, window"), "delivery_ratio": ui.ratio_col("delivered of owed"),
+        "kind": "kind"}, key="fs_tree", rows=max(tree.height, 1), download="fair-share-tree")
+    st.caption("Decayed usage, raw shares and occupancy are in the CSV download.")
 
-    history = ui.fairshare_history(ctx.path, ctx.start, ctx.end)
-    history = ui.visible(history, ctx, "node")
+    history = ui.visible(ui.fairshare_history(ctx.path, ctx.start, ctx.end), ctx, "node")
     if history.height:
         st.altair_chart(charts.ratio_over_time(history, "delivery_ratio", "Delivery ratio per project",
-                                               "delivered ÷ owed GPU-hours"), width="stretch")
+                                               charts.axis_title("delivered ÷ owed GPU-hours", "%")), width="stretch")
         st.caption("Delivered GPU-hours over what the project's share owed it (capped at its demand); "
                    "the dashed line is 100 %.")
 
     st.subheader("Queue order: why is my project here")
-    reasons = queries.queue_reasons(tree)
-    st.dataframe(reasons, hide_index=True, column_config={
-        "queue_position": st.column_config.NumberColumn("position"),
-        "fairshare_factor": st.column_config.NumberColumn("FS factor (0..1)", format="%.3f"),
-        "why": st.column_config.TextColumn("level by level: share vs usage among siblings → LF, place", width="large")})
-    st.caption("Projects are served depth-first, siblings in descending level fair share (LF = share ÷ usage).")
+    reasons = queries.queue_reasons(whole).filter(pl.col("project").is_in(list(keep)))
+    ui.table(reasons, {
+        "queue_position": ui.int_col("position"), "project": "project",
+        "why": st.column_config.TextColumn("level by level: share vs usage among siblings → LF, place", width="large"),
+        "fairshare_factor": ui.number_col("FS factor (0..1)", "%.3f")}, key="fs_queue", rows=max(reasons.height, 1))
+    st.caption("Projects are served depth-first, siblings in descending level fair share (LF = share ÷ usage); "
+               "positions are in the whole org's queue.")

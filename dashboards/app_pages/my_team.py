@@ -19,68 +19,68 @@ if ctx is not None:
         st.info("This page shows a team lead their projects. Your sign-in is not listed as a lead in the "
                 "config (`dashboards.leads`); ask an admin to add you.")
         st.stop()
-    st.caption(f"{', '.join(team_nodes)}: projects {', '.join(projects) or 'none'}; {ctx.period_label}.")
-    now = state.data_now
+    # the jobs open at the period's end (the data's "now" when the period runs to it)
+    now = min(ctx.end, state.data_now)
+    st.caption(f"{', '.join(team_nodes)}: projects {', '.join(projects) or 'none'}; {ctx.period_label}; "
+               f"jobs open at {now:%Y-%m-%d %H:%M} UTC.")
+    ui.filters_note("the period (jobs open at its end, waste and actions within it) and clusters; the team is "
+                    "picked here (a lead's own), not by the sidebar's org node")
     jobs = ui.open_jobs(ctx.path, tuple(projects), ctx.clusters, now)
     tree = ui.fairshare_latest(ctx.path, ctx.end)
     budgets = ui.budgets_latest(ctx.path, ctx.end)
-    usage = ui.project_usage(ctx.path, ctx.start, ctx.end, tuple(projects))
+    waste = ui.user_waste(ctx.path, ctx.start, ctx.end, tuple(projects), ctx.clusters)
     running = jobs.filter(pl.col("status") == "running")
     queued = jobs.filter(pl.col("status") == "queued")
     mine = budgets.filter(pl.col("node").is_in(team_nodes + projects))
     a, b, c, d = st.columns(4)
-    a.metric("Running jobs", f"{running.height} jobs", help=f"holding {running['gpus'].sum() or 0:g} GPUs")
-    b.metric("Queued jobs", f"{queued.height} jobs")
+    a.metric("Running jobs", ui.count(running.height, "job"), help=f"holding {running['gpus'].sum() or 0:g} GPUs")
+    b.metric("Queued jobs", ui.count(queued.height, "job"))
     team_budget = mine.filter(pl.col("node").is_in(team_nodes))
     left = team_budget["remaining_gpu_hours"].sum() if team_budget.height else None
     c.metric("Budget left (normalised GPU-h)", f"{left:,.1f}" if left is not None else "no budget")
-    idle = usage["gpu_hours_idle"].sum() if usage.height else 0.0
+    # the same rows as the Waste table below (so the figure follows the cluster filter too)
+    idle = waste["gpu_hours_idle"].sum() if waste.height else 0.0
     d.metric("Idle GPU-hours (waste)", ui.hours(idle))
 
-    cols = {"why": st.column_config.TextColumn("priority: why", width="large"),
-            "planned_priority": st.column_config.NumberColumn("priority (gpuledger)"),
-            "declared_priority": st.column_config.NumberColumn("priority (declared)"),
-            "gpus": st.column_config.NumberColumn("GPUs", format="%g"),
-            "min_runtime_s": st.column_config.NumberColumn("min runtime (s)"),
-            "start_time": st.column_config.DatetimeColumn("started (UTC)", format="YYYY-MM-DD HH:mm"),
-            "submit_time": st.column_config.DatetimeColumn("submitted (UTC)", format="YYYY-MM-DD HH:mm")}
-    show = ["cluster", "job_id", "project", "user_name", "kind", "gpus", "gpu_model", "planned_priority",
-            "declared_priority", "funded", "why"]
     explained = queries.priority_why(jobs, budgets, tree)
+    cols = {"job_id": "job", "why": st.column_config.TextColumn("priority: why", width="large"),
+            "funded": st.column_config.CheckboxColumn("funded"),
+            "planned_priority": ui.int_col("priority (gpuledger)"), "user_name": "user", "project": "project",
+            "gpus": ui.number_col("GPUs", "%g"), "gpu_model": "GPU model", "kind": "kind",
+            "declared_priority": ui.int_col("priority (declared)"), "cluster": "cluster"}
     st.subheader("Running")
-    st.dataframe(explained.filter(pl.col("status") == "running").select([*show[:6], "start_time", *show[6:]]),
-                 hide_index=True, column_config=cols)
-    st.subheader("Queued")
-    st.dataframe(explained.filter(pl.col("status") == "queued").select([*show[:6], "submit_time", *show[6:]]),
-                 hide_index=True, column_config=cols)
+    ui.table(explained.filter(pl.col("status") == "running"),
+             {**dict(list(cols.items())[:3]), "start_time": ui.utc_col("started"), **dict(list(cols.items())[3:])},
+             key="team_running", download="running-jobs")
+    st.subheader("Queued (in queue order)")
+    ui.table(explained.filter(pl.col("status") == "queued").with_row_index("queue_position", offset=1),
+             {"queue_position": ui.int_col("position"), **dict(list(cols.items())[:3]),
+              "submit_time": ui.utc_col("submitted"), **dict(list(cols.items())[3:])},
+             key="team_queued", download="queued-jobs")
     st.caption("Priority from the newest enforcement plan (funded-ness, fair-share rank); queued jobs start in "
-               "priority order as GPUs free up.")
+               "this order (priority, then the earlier submission) as GPUs free up.")
 
     st.subheader("Budget")
-    st.dataframe(mine.select("node", "status", "budget_gpu_hours", "consumed_gpu_hours", "remaining_gpu_hours",
-                             "burn_gpu_hours_per_day", "projected_exhaustion"), hide_index=True, column_config={
-        "budget_gpu_hours": st.column_config.NumberColumn("budget (norm. GPU-h)", format="%.1f"),
-        "consumed_gpu_hours": st.column_config.NumberColumn("consumed (norm. GPU-h)", format="%.1f"),
-        "remaining_gpu_hours": st.column_config.NumberColumn("left (norm. GPU-h)", format="%.1f"),
-        "burn_gpu_hours_per_day": st.column_config.NumberColumn("burn (norm. GPU-h/day)", format="%.1f"),
-        "projected_exhaustion": st.column_config.DatetimeColumn("runs out (UTC)", format="YYYY-MM-DD")})
+    ui.table(mine, {"node": "org node", "status": "status", "remaining_gpu_hours": ui.norm_h("left"),
+                    "projected_exhaustion": ui.utc_col("runs out", "YYYY-MM-DD"),
+                    "burn_gpu_hours_per_day": ui.number_col("burn (norm. GPU-h/day)"),
+                    "budget_gpu_hours": ui.norm_h("budget"), "consumed_gpu_hours": ui.norm_h("consumed")},
+             key="team_budget")
 
     st.subheader("Waste")
-    waste = ui.user_waste(ctx.path, ctx.start, ctx.end, tuple(projects), ctx.clusters)
-    st.dataframe(waste, hide_index=True, column_config={
-        "user_name": st.column_config.TextColumn("user"),
-        "gpu_hours_allocated": st.column_config.NumberColumn("allocated (GPU-h)", format="%.1f"),
-        "gpu_hours_idle": st.column_config.NumberColumn("idle (GPU-h)", format="%.1f")})
+    ui.table(waste, {"user_name": "user", "gpu_hours_idle": ui.gpu_h("idle"), "project": "project",
+                     "gpu_hours_allocated": ui.gpu_h("allocated")}, key="team_waste", download="waste-by-user")
     open_findings = ui.squatting_open(ctx.path, ctx.clusters).filter(pl.col("project").is_in(projects))
-    st.caption(f"Idle = allocated while the GPU was not busy; {open_findings.height} of your jobs are open "
-               "squatting findings right now (see Squatters).")
+    st.caption(f"Idle = allocated while the GPU was not busy; {ui.count(open_findings.height, 'job')} of yours "
+               f"{'is an open squatting finding' if open_findings.height == 1 else 'are open squatting findings'} "
+               "right now (see Squatters).")
 
     st.subheader("Last enforcement actions on your jobs")
-    acts = ui.enforcement(ctx.path, ctx.start, ctx.open_end, ctx.clusters).filter(pl.col("project").is_in(projects)).head(20)
+    audit = queries.AuditFilter(ctx.start, ctx.open_end, ctx.clusters, tuple(projects))
+    acts = ui.enforcement_page(ctx.path, audit, 0, 20)
     if acts.height:
-        st.dataframe(acts.select("planned_at", "phase", "action", "outcome", "job_id", "project", "reason"),
-                     hide_index=True, column_config={
-                         "planned_at": st.column_config.DatetimeColumn("cycle (UTC)", format="YYYY-MM-DD HH:mm"),
-                         "reason": st.column_config.TextColumn("reason", width="large")})
+        ui.table(acts, {"planned_at": ui.utc_col("cycle"), "job_id": "job", "action": "action",
+                        "reason": st.column_config.TextColumn("reason", width="large"), "outcome": "outcome",
+                        "phase": "phase", "project": "project"}, key="team_actions")
     else:
         st.caption("No enforcement action on your jobs in this period.")

@@ -9,12 +9,13 @@ if ctx is not None:
     when = f"{last:%Y-%m-%d %H:%M} UTC" if last else "none yet"
     st.caption(f"Jobs holding GPUs that stay idle, as of the last evaluation ({when}); idle = under "
                f"{ctx.idle_below:.0%} activity through the sustained window.")
+    ui.filters_note("clusters, the org node and your projects", "the period (findings are the ones open now)")
     findings = ui.squatting_open(ctx.path, ctx.clusters)
     everyone = findings
     findings = ui.visible(findings, ctx)
     a, b, c, d = st.columns(4)
-    a.metric("Open findings", f"{findings.height} jobs")
-    b.metric("GPUs idle of held", f"{int(findings['gpus_idle'].sum() or 0)} of {int(findings['gpus_total'].sum() or 0)} GPUs")
+    a.metric("Open findings", ui.count(findings.height, "job"))
+    b.metric("GPUs idle of held", f"{int(findings['gpus_idle'].sum() or 0):,} of {ui.count(findings['gpus_total'].sum() or 0, 'GPU')}")
     b2 = findings["gpu_hours_idle"].sum() if findings.height else 0.0
     c.metric("Wasted", ui.hours(b2))
     costs = findings.group_by("currency").agg(pl.col("idle_cost").sum()).drop_nulls("currency") if findings.height else None
@@ -26,18 +27,14 @@ if ctx is not None:
     if not findings.height:
         st.success("No job is sitting on idle GPUs right now.")
         st.stop()
-    st.dataframe(findings.select("severity", "finding", "cluster", "job_id", "project", "user_name", "gpus_idle", "gpus_total",
-                                 "idle_since", "idle_minutes", "gpu_hours_idle", "idle_cost", "currency", "fb_used_bytes_idle",
-                                 "activity_signal"),
-                 hide_index=True, column_config={
-                     "user_name": st.column_config.TextColumn("owner"),
-                     "gpus_idle": st.column_config.NumberColumn("idle GPUs"),
-                     "gpus_total": st.column_config.NumberColumn("held GPUs"),
-                     "idle_since": st.column_config.DatetimeColumn("idle since (UTC)", format="YYYY-MM-DD HH:mm"),
-                     "idle_minutes": st.column_config.NumberColumn("idle (min)", format="%.0f"),
-                     "gpu_hours_idle": st.column_config.NumberColumn("wasted (GPU-h)", format="%.2f"),
-                     "idle_cost": st.column_config.NumberColumn("wasted cost", format="%.2f"),
-                     "fb_used_bytes_idle": st.column_config.NumberColumn("memory held (bytes)", format="%d")})
+    currency = findings["currency"].drop_nulls()[0] if findings["currency"].drop_nulls().len() else None
+    ui.table(ui.gib(findings, "fb_used_bytes_idle", "memory_gib"), {
+        "job_id": "job", "project": "project", "user_name": "owner",
+        "idle_cost": ui.money_col("wasted cost", currency), "gpu_hours_idle": ui.gpu_h("wasted", 2),
+        "gpus_idle": ui.number_col("idle GPUs", "%g"), "gpus_total": ui.number_col("held GPUs", "%g"),
+        "idle_since": ui.utc_col("idle since"), "idle_minutes": ui.number_col("idle (min)", "%,.0f"),
+        "memory_gib": ui.number_col("memory held (GiB)", "%,.1f"), "severity": "severity", "finding": "finding",
+        "activity_signal": "activity signal", "cluster": "cluster"}, key="sq_findings", download="squatters")
     st.subheader("A finding's history")
     keys = [f"{r['cluster']}/{r['job_id']}" for r in findings.iter_rows(named=True)]
     # alerts link here as /squatters?cluster=C&job=J
@@ -45,23 +42,23 @@ if ctx is not None:
     key = st.selectbox("Job", keys, index=keys.index(linked) if linked in keys else 0, key="sq_job")
     history = ui.finding_history(ctx.path, (key,))
     st.markdown("**Lifecycle** (warn → second warning → eligible for preemption)")
-    st.dataframe(history["events"], hide_index=True, column_config={
-        "first_seen": st.column_config.DatetimeColumn("episode since (UTC)", format="YYYY-MM-DD HH:mm"),
-        "event_time": st.column_config.DatetimeColumn("evaluated (UTC)", format="YYYY-MM-DD HH:mm"),
-        "idle_minutes": st.column_config.NumberColumn("idle (min)", format="%.0f")})
+    ui.table(history["events"], {"event_time": ui.utc_col("evaluated"), "event": "event", "finding": "finding",
+                                 "severity": "severity", "idle_minutes": ui.number_col("idle (min)", "%,.0f"),
+                                 "first_seen": ui.utc_col("episode since"), "job_id": "job", "cluster": "cluster"},
+             key="sq_events")
     st.markdown("**Alerts sent**")
     if history["alerts"].height:
-        st.dataframe(history["alerts"], hide_index=True, column_config={
-            "created_at": st.column_config.DatetimeColumn("raised (UTC)", format="YYYY-MM-DD HH:mm"),
-            "sent_at": st.column_config.DatetimeColumn("sent (UTC)", format="YYYY-MM-DD HH:mm"),
-            "attempts": st.column_config.NumberColumn("delivery attempts")})
+        ui.table(history["alerts"], {"created_at": ui.utc_col("raised"), "subject": "subject", "status": "status",
+                                     "channel": "channel", "recipient": "to", "attempts": ui.int_col("delivery attempts"),
+                                     "sent_at": ui.utc_col("sent"), "severity": "severity"}, key="sq_alerts")
     else:
         st.caption("No alert recorded for this job (none raised yet, or alerts are not configured).")
     st.markdown("**Enforcement**")
     if history["enforcement"].height:
-        st.dataframe(history["enforcement"], hide_index=True, column_config={
-            "planned_at": st.column_config.DatetimeColumn("cycle (UTC)", format="YYYY-MM-DD HH:mm"),
-            "priority": st.column_config.NumberColumn("priority (scheduler units)"),
-            "reason": st.column_config.TextColumn("reason", width="large")})
+        ui.table(history["enforcement"], {"planned_at": ui.utc_col("cycle"), "action": "action",
+                                          "reason": st.column_config.TextColumn("reason", width="large"),
+                                          "phase": "phase", "outcome": "outcome",
+                                          "priority": ui.int_col("priority (scheduler units)"),
+                                          "dry_run": st.column_config.CheckboxColumn("dry run")}, key="sq_enforcement")
     else:
         st.caption("No enforcement action planned or applied for this job.")

@@ -6,6 +6,9 @@ ctx = ui.context()
 if ctx is not None:
     st.title("Utilization")
     st.caption(f"{ctx.period_label}; allocated = held by a job (what is charged), active = GPU busy.")
+    ui.filters_note("period and clusters on every figure; the org node and your projects on \"Who holds idle GPUs\"",
+                    "the org node on capacity, allocation and MIG figures (installed GPUs belong to clusters, "
+                    "not to org nodes)")
     hourly = ui.utilization(ctx.path, ctx.start, ctx.end, ctx.clusters)
     if not hourly.height:
         st.info("No utilization rows in this period: pick another period, or run `gpuledger pipelines run-once`.")
@@ -30,36 +33,71 @@ if ctx is not None:
         measure = st.radio("Workload kinds: measure", ["allocated", "active"], horizontal=True, key="kind_measure")
         st.altair_chart(charts.stacked_hours(queries.kind_pct(kinds, hourly), f"{measure}_pct", "kind",
                                              f"{measure.capitalize()} % of capacity by workload kind",
-                                             f"{measure} (% of installed capacity)"), width="stretch")
+                                             charts.axis_title(measure, "% of installed capacity")), width="stretch")
         st.caption(f"How the {'held' if measure == 'allocated' else 'busy'} share of the installed GPUs splits "
                    "between training, fine-tuning, batch, inference and interactive work.")
         per_kind = kinds.group_by("kind").agg(pl.col("gpu_hours_allocated").sum(), pl.col("gpu_hours_active").sum()).with_columns(
-            active_of_allocated_pct=100 * pl.col("gpu_hours_active") / pl.col("gpu_hours_allocated")).sort("kind")
-        st.dataframe(per_kind, hide_index=True, column_config={
-            "gpu_hours_allocated": st.column_config.NumberColumn("allocated (GPU-h)", format="%.1f"),
-            "gpu_hours_active": st.column_config.NumberColumn("active (GPU-h)", format="%.1f"),
-            "active_of_allocated_pct": st.column_config.NumberColumn("active of allocated (%)", format="%.1f")})
+            active_of_allocated_pct=100 * pl.col("gpu_hours_active") / pl.col("gpu_hours_allocated")
+        ).sort("gpu_hours_allocated", descending=True)
+        ui.table(per_kind, {"kind": "workload kind", "gpu_hours_allocated": ui.gpu_h("allocated"),
+                            "gpu_hours_active": ui.gpu_h("active"),
+                            "active_of_allocated_pct": ui.number_col("active of allocated (%)")},
+                 key="util_kinds", download="utilization-by-kind")
 
-    devices = ui.device_hours(ctx.path, ctx.start, ctx.end, ctx.clusters, ctx.state.data_now, ctx.idle_below)
-    mig = queries.mig_summary(devices)
     st.subheader("MIG slices")
+    mig = queries.mig_summary(ui.device_hours(ctx.path, ctx.start, ctx.end, ctx.clusters, ctx.state.data_now,
+                                              ctx.idle_below, True))
     if mig.height:
-        st.dataframe(mig, hide_index=True, column_config={
-            "instances": st.column_config.NumberColumn("instances"),
-            "gpu_equivalents": st.column_config.NumberColumn("GPU equivalents (compute slices)", format="%.2f"),
-            "gpu_hours_held": st.column_config.NumberColumn("held (GPU-h)", format="%.1f"),
-            "held_pct": st.column_config.NumberColumn("held of their capacity (%)", format="%.1f")})
+        ui.table(mig, {"mig_profile": "MIG profile", "model": "GPU model", "instances": ui.int_col("instances"),
+                       "gpu_equivalents": ui.number_col("GPU equivalents (compute slices)", "%,.2f"),
+                       "gpu_hours_held": ui.gpu_h("held"), "held_pct": ui.number_col("held of their capacity (%)")},
+                 key="util_mig")
         st.caption("MIG instances count by compute slices (1g = 1/7 of an A100/H100).")
     else:
         st.caption("No MIG instances in these clusters.")
 
     st.subheader("Who holds idle GPUs")
-    limit = st.slider("Devices shown (most held-idle hours first)", 8, 128, 48, step=8, key="heat_limit")
-    shown, total = queries.heatmap_devices(devices, limit)
-    idle_hours = int((devices["state"] == "held, idle").sum()) if devices.height else 0
-    st.metric("Device-hours held while idle", f"{idle_hours:,} device-h")
-    if shown.height:
-        st.altair_chart(charts.device_heatmap(shown, f"Devices × hours ({shown['device'].n_unique()} of {total})"),
-                        width="stretch")
-        st.caption(f"Red: a job held the device but it stayed under {ctx.idle_below:.0%} activity for the hour; "
-                   "green: held and busy; grey: free.")
+    limit = st.slider("Jobs shown (most idle GPU-hours first)", 8, 128, 24, step=8, key="heat_limit")
+    heat = ui.idle_heat(ctx.path, ctx.start, ctx.end, ctx.projects, ctx.clusters, ctx.default_tier, limit)
+    jobs, cells = heat["jobs"], heat["cells"]
+    idle_all = float(jobs["gpu_hours_idle_all"][0]) if jobs.height else 0.0
+    idle_jobs = int(jobs["jobs_idle"][0]) if jobs.height else 0
+    m1, m2 = st.columns(2)
+    m1.metric("GPU-hours held while idle", ui.hours(idle_all))
+    m2.metric("Jobs that held idle GPUs", ui.count(idle_jobs, "job"))
+    ui.restricted_note(ctx, "jobs")
+    if jobs.height:
+        st.altair_chart(charts.idle_heatmap(cells, jobs, f"Idle share of each job's held GPU-hours "
+                                            f"(the {ui.count(jobs.height, 'job')} most idle of {idle_jobs:,})",
+                                            heat["bin_hours"]), width="stretch")
+        st.caption(f"A row per job, most idle first; darker = more of the GPU-hours it held in that "
+                   f"{heat['bin_hours']}-hour bin were idle (under {ctx.idle_below:.0%} activity); white = not held. "
+                   "Pick a row below for its findings and enforcement history.")
+        currency = jobs["currency"].drop_nulls()[0] if jobs["currency"].drop_nulls().len() else None
+        table = jobs.with_columns(idle_share=pl.col("gpu_hours_idle") / pl.col("gpu_hours_allocated"))
+        event = ui.table(table, {
+            "job_id": "job", "project": "project", "user_name": "user",
+            "gpu_hours_idle": ui.gpu_h("wasted"), "idle_cost": ui.money_col("wasted cost", currency),
+            "gpu_hours_allocated": ui.gpu_h("held"), "idle_share": ui.ratio_col("idle of held"),
+            "name": "job name", "cluster": "cluster"}, key="heat_jobs", download="idle-jobs",
+            on_select="rerun", selection_mode="single-row")
+        picked = event.selection.rows if event is not None and hasattr(event, "selection") else []
+        if picked:
+            row = table.row(picked[0], named=True)
+            st.markdown(f"**{row['job_id']}** ({row['project']}, {row['user_name']}): findings and enforcement")
+            history = ui.finding_history(ctx.path, (row["job_key"],))
+            if history["events"].height:
+                ui.table(history["events"], {"event_time": ui.utc_col("evaluated"), "event": "event",
+                                             "finding": "finding", "severity": "severity",
+                                             "idle_minutes": ui.number_col("idle (min)", "%,.0f")}, key="heat_events")
+            else:
+                st.caption("No squatting finding for this job (idle, but not all of its GPUs through the sustained "
+                           "window, or exempt).")
+            if history["enforcement"].height:
+                ui.table(history["enforcement"], {"planned_at": ui.utc_col("cycle"), "action": "action",
+                                                  "reason": st.column_config.TextColumn("reason", width="large"),
+                                                  "phase": "phase", "outcome": "outcome"}, key="heat_enforcement")
+            else:
+                st.caption("No enforcement action planned or applied for this job.")
+    else:
+        st.success("No job held idle GPUs in this period.")

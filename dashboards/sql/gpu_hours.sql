@@ -4,7 +4,8 @@
 WITH devices AS (
     SELECT gpu_id, cluster, host, gpu_index, model, mig_profile, mig_instance_id, gpu_fraction
     FROM gpus
-    WHERE len($clusters::VARCHAR[]) = 0 OR list_contains($clusters::VARCHAR[], cluster)
+    WHERE (len($clusters::VARCHAR[]) = 0 OR list_contains($clusters::VARCHAR[], cluster))
+      AND (NOT $mig_only OR mig_profile IS NOT NULL)
 ),
 activity AS (
     SELECT h.gpu_id, h.hour,

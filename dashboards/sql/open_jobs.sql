@@ -1,4 +1,4 @@
--- Jobs not finished at the data's "now": running (started) or queued, with the newest planned
+-- Jobs not finished at $now (the period's end, or the data's "now" when sooner): running (started) or queued, with the newest planned
 -- priority and its reason from the enforcement audit when there is one.
 WITH latest AS (
     SELECT cluster, job_id, priority AS planned_priority, reason AS priority_reason, funded,
@@ -17,4 +17,6 @@ WHERE (j.end_time IS NULL OR j.end_time > $now)
   AND coalesce(j.submit_time, j.start_time) <= $now
   AND list_contains($projects::VARCHAR[], j.project)
   AND (len($clusters::VARCHAR[]) = 0 OR list_contains($clusters::VARCHAR[], j.cluster))
-ORDER BY status DESC, coalesce(l.planned_priority, j.priority) DESC NULLS LAST, j.cluster, j.job_id
+-- queue order: priority first, then the earlier submission (never the job id's text)
+ORDER BY status DESC, coalesce(l.planned_priority, j.priority) DESC NULLS LAST,
+         coalesce(j.submit_time, j.start_time), j.cluster, length(j.job_id), j.job_id

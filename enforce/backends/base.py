@@ -49,10 +49,19 @@ class Backend:
         """None when this backend can act on the action's job, else why not."""
         return None
 
+    #: whether the backend can read the scheduler's live view (observe / live); a plan file cannot
+    observes = True
+
     def observe(self) -> dict[str, dict]:
-        """What the scheduler says about its jobs now, by gpuledger job id: ``labels``,
+        """What the scheduler says about its jobs now, by gpuledger job id: identity fields
+        (gpuledger.enforce.inputs.IDENTITY: ``uid``, ``state``, ``submit_time`` ...), ``labels``,
         ``annotations`` (a declared checkpoint), ``requeue_flag``, ``priority``. Reads only."""
         return {}
+
+    def live(self, action: Action) -> dict | None:
+        """The scheduler's view of the action's job now, in ``observe``'s shape; None when it lists
+        no such job. Reads only (called in a dry run too)."""
+        return None
 
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
         return Outcome(SKIPPED, f"{self.name} cannot change a job's priority")
@@ -65,4 +74,9 @@ class Backend:
 
 
 class BackendUnavailable(RunError):
-    """The scheduler cannot be reached at all: nothing more is tried this run."""
+    """The scheduler cannot be reached at all: nothing more is tried this run. ``outcome``: what
+    to record for the action under way when it happened (e.g. a command that timed out)."""
+
+    def __init__(self, message: str, *, outcome: Outcome | None = None) -> None:
+        super().__init__(message)
+        self.outcome = outcome

@@ -19,6 +19,7 @@ ANN_WARNED_AT = "gpuledger.io/warned-at"
 ANN_PREEMPTED = "gpuledger.io/preempted"
 ANN_REQUEUE = "gpuledger.io/requeue"  # "pending": deactivated by gpuledger, to be re-activated
 MAX_MESSAGE = 1000  # Event messages are limited (1 KiB is what kubectl shows comfortably)
+TIMEOUT_S = 30  # every API call's deadline (connect + read), so an API server that never answers stops the run
 
 
 def client_modules():
@@ -71,7 +72,7 @@ def is_api_exception(exc) -> bool:
 
 
 def event(client, core, *, namespace: str, kind: str, api_version: str, name: str, uid: str | None, reason: str,
-          message: str, event_type: str = "Normal", dry_run: str | None = None):
+          message: str, event_type: str = "Normal", dry_run: str | None = None, timeout_s: float = TIMEOUT_S):
     """A core/v1 Event on the object, so `kubectl describe` and the owner see why. ``client`` is the
     kubernetes.client module, ``core`` a CoreV1Api."""
     now = datetime.now(UTC)
@@ -83,4 +84,4 @@ def event(client, core, *, namespace: str, kind: str, api_version: str, name: st
         source=client.V1EventSource(component=COMPONENT), reporting_component=COMPONENT,
         reporting_instance=COMPONENT, first_timestamp=now, last_timestamp=now, count=1,
     )
-    return core.create_namespaced_event(namespace, body, dry_run=dry_run)
+    return core.create_namespaced_event(namespace, body, dry_run=dry_run, _request_timeout=timeout_s)

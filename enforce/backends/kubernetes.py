@@ -1,6 +1,10 @@
 """Plain Kubernetes: preemption through the Eviction API, which honours PodDisruptionBudgets.
 
-* preempt: ``POST pods/<p>/eviction``. A 429 (a PodDisruptionBudget allows no disruption now) is
+* preempt: ``POST pods/<p>/eviction`` with ``deleteOptions.preconditions.uid`` set to the uid the
+  plan observed, so a pod recreated under the same name is never evicted in place of the one
+  judged (the API server answers 409 Conflict: recorded as refused), and without a grace period of
+  its own unless configured (``eviction_grace_period_seconds``): the pod's
+  ``terminationGracePeriodSeconds`` holds, so a checkpointing job gets the time it asked for. A 429 (a PodDisruptionBudget allows no disruption now) is
   recorded as ``refused`` and tried again next cycle — never forced with a delete. A 500 (several
   budgets select the pod) is an error naming the fix. The pod's controller (Job, JobSet, ...)
   recreates it, so an eviction is a requeue for controlled pods and a stop for bare ones.
@@ -26,8 +30,6 @@ from gpuledger.enforce.backends.base import (
 )
 from gpuledger.enforce.model import Action
 
-GRACE_S = 30
-
 
 def pod_ref(action: Action) -> tuple[str, str] | None:
     """(namespace, pod name) from the row's ``scheduler_job`` (``<ns>/<pod>``; the job id may be the
@@ -45,12 +47,15 @@ class EvictionBackend(Backend):
     name = "kubernetes"
 
     def __init__(self, *, api=None, kubeconfig: str | None = None, context: str | None = None,
-                 server_dry_run: bool = False, grace_period_s: int = GRACE_S) -> None:
+                 server_dry_run: bool = False, grace_period_s: int | None = None,
+                 namespaces: list[str] | None = None, timeout_s: float = k8s.TIMEOUT_S) -> None:
         self.client, _ = k8s.client_modules()
         self._api = api
         self._config = (kubeconfig, context)
         self.server_dry_run = server_dry_run
-        self.grace_period_s = grace_period_s
+        self.grace_period_s = grace_period_s  # None: the pod's own terminationGracePeriodSeconds
+        self.namespaces = namespaces  # None: all (ClusterRole); else only these (namespaced Roles)
+        self.timeout_s = timeout_s
 
     def _core(self):
         if self._api is None:
@@ -63,20 +68,41 @@ class EvictionBackend(Backend):
         return None
 
     def observe(self) -> dict[str, dict]:
+        core = self._core()
         try:
-            pods = self._core().list_pod_for_all_namespaces()
+            if self.namespaces is None:
+                items = core.list_pod_for_all_namespaces(_request_timeout=self.timeout_s).items
+            else:
+                items = [p for ns in self.namespaces
+                         for p in core.list_namespaced_pod(ns, _request_timeout=self.timeout_s).items]
         except Exception as exc:
-            if k8s.is_api_exception(exc):
-                k8s.raise_if_credential(exc, "listing pods")
+            self._fail(exc, "listing pods")
             raise
         out = {}
-        for pod in pods.items:
+        for pod in items:
             meta = pod.metadata
-            seen = {"labels": dict(meta.labels or {}), "annotations": dict(meta.annotations or {})}
+            seen = pod_view(pod)
             out[f"{meta.namespace}/{meta.name}"] = seen
             if meta.uid:  # pod rows may be keyed by uid
                 out[meta.uid] = seen
         return out
+
+    def live(self, action: Action) -> dict | None:
+        ns, name = pod_ref(action)
+        try:
+            return pod_view(self._core().read_namespaced_pod(name, ns, _request_timeout=self.timeout_s))
+        except Exception as exc:
+            if k8s.is_api_exception(exc) and k8s.api_error(exc)[0] == 404:
+                return None
+            self._fail(exc, f"reading pod {ns}/{name}")
+            raise
+
+    def _fail(self, exc, what: str) -> None:
+        if k8s.is_api_exception(exc):
+            k8s.raise_if_credential(exc, what)
+        elif type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
+            raise BackendUnavailable(f"{what}: cannot reach the Kubernetes API server within {self.timeout_s:g} s "
+                                     f"({exc.__class__.__name__}); check the kubeconfig's server") from None
 
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
         return Outcome(SKIPPED, "a pod's priority cannot change after it is created; run Kueue (--backend kueue) "
@@ -88,27 +114,33 @@ class EvictionBackend(Backend):
             return Outcome(DRY_RUN, f"would emit a Warning Event on pod {ns}/{name}")
 
         def call():
-            k8s.event(self.client, self._core(), namespace=ns, kind="Pod", api_version="v1", name=name, uid=None,
-                      reason="GpuledgerIdleWarning", message=action.reason, event_type="Warning",
-                      dry_run="All" if self.server_dry_run else None)
+            k8s.event(self.client, self._core(), namespace=ns, kind="Pod", api_version="v1", name=name,
+                      uid=_uid(action), reason="GpuledgerIdleWarning", message=action.reason,
+                      event_type="Warning", dry_run="All" if self.server_dry_run else None,
+                      timeout_s=self.timeout_s)
             return Outcome(SERVER_DRY_RUN if self.server_dry_run else DONE, f"Warning Event on pod {ns}/{name}")
         return self._guard(action, call)
 
     def preempt(self, action: Action, *, dry_run: bool) -> Outcome:
         ns, name = pod_ref(action)
+        uid = _uid(action)
+        grace = "the pod's own grace period" if self.grace_period_s is None else f"grace {self.grace_period_s} s"
         if dry_run:
-            return Outcome(DRY_RUN, f"would evict pod {ns}/{name} (honouring its PodDisruptionBudgets)")
+            return Outcome(DRY_RUN, f"would evict pod {ns}/{name} uid {uid} ({grace}; honouring its "
+                                    "PodDisruptionBudgets)")
 
         def call():
             c = self.client
+            options = c.V1DeleteOptions(preconditions=c.V1Preconditions(uid=uid) if uid else None,
+                                        grace_period_seconds=self.grace_period_s)
             body = c.V1Eviction(api_version="policy/v1", kind="Eviction",
-                                metadata=c.V1ObjectMeta(name=name, namespace=ns),
-                                delete_options=c.V1DeleteOptions(grace_period_seconds=self.grace_period_s))
+                                metadata=c.V1ObjectMeta(name=name, namespace=ns), delete_options=options)
             core = self._core()
-            core.create_namespaced_pod_eviction(name, ns, body, dry_run="All" if self.server_dry_run else None)
-            k8s.event(c, core, namespace=ns, kind="Pod", api_version="v1", name=name, uid=None,
+            core.create_namespaced_pod_eviction(name, ns, body, dry_run="All" if self.server_dry_run else None,
+                                                _request_timeout=self.timeout_s)
+            k8s.event(c, core, namespace=ns, kind="Pod", api_version="v1", name=name, uid=uid,
                       reason="GpuledgerPreempted", message=f"evicted: {action.reason}", event_type="Warning",
-                      dry_run="All" if self.server_dry_run else None)
+                      dry_run="All" if self.server_dry_run else None, timeout_s=self.timeout_s)
             return Outcome(SERVER_DRY_RUN if self.server_dry_run else DONE, f"evicted pod {ns}/{name}")
         return self._guard(action, call)
 
@@ -130,11 +162,26 @@ class EvictionBackend(Backend):
                                           "until only one does (fix the budgets' selectors)", error=f"500 {message}")
                 if status == 404:
                     return Outcome(SKIPPED, f"pod {action.job_id} no longer exists", error=f"404 {message}")
+                if status == 409:
+                    return Outcome(REFUSED, "the pod under this name is not the one judged (uid precondition "
+                                            "failed: it was recreated); not evicted", error=f"409 {message}")
                 return Outcome(ERROR, f"{action.action} failed", error=f"{status} {message}")
             if type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
                 raise BackendUnavailable(f"{action.action} {action.job_id}: cannot reach the Kubernetes API server "
                                          f"({exc.__class__.__name__}); check the kubeconfig's server") from None
             raise
+
+
+def pod_view(pod) -> dict:
+    """The live view of one pod (a V1Pod): uid, phase, labels, annotations."""
+    meta = pod.metadata
+    return {"uid": meta.uid, "state": getattr(pod.status, "phase", None) if pod.status else None,
+            "labels": dict(meta.labels or {}), "annotations": dict(meta.annotations or {})}
+
+
+def _uid(action: Action) -> str | None:
+    """The pod uid the plan judged (its observation; a pod row's job id may be the uid itself)."""
+    return (action.observed or {}).get("uid")
 
 
 def _disruption_budget(exc) -> bool:

@@ -2,7 +2,7 @@
 
 * set-priority: merge-patch ``spec.priority`` (always mutable; a pending workload is re-sorted, an
   admitted one may be preempted by Kueue for higher-priority work). A workload that references a
-  WorkloadPriorityClass has its ``spec.priority`` rewritten by Kueue when that class's value
+  WorkloadPriorityClass (v1beta2 ``spec.priorityClassRef``) has its ``spec.priority`` rewritten by Kueue when that class's value
   changes: gpuledger keeps the value it set (enforcement_job_state) and sets it again when the
   ingested priority differs (policy "drift"), rather than the alpha ``priority-boost`` annotation.
 * warn: annotate the workload and emit a Warning Event.
@@ -33,7 +33,6 @@ from gpuledger.enforce.model import REQUEUE, Action
 
 GROUP, VERSION, PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
 API_VERSION = f"{GROUP}/{VERSION}"
-WPC_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 
 
 def workload_ref(action: Action) -> tuple[str, str] | None:
@@ -50,11 +49,24 @@ class KueueBackend(Backend):
     name = "kueue"
 
     def __init__(self, *, api=None, kubeconfig: str | None = None, context: str | None = None,
-                 server_dry_run: bool = False) -> None:
+                 server_dry_run: bool = False, namespaces: list[str] | None = None,
+                 timeout_s: float = k8s.TIMEOUT_S) -> None:
         self.client, _ = k8s.client_modules()
         self._api = api
         self._config = (kubeconfig, context)
         self.server_dry_run = server_dry_run
+        self.namespaces = namespaces  # None: all (ClusterRole); else only these (namespaced Roles)
+        self.timeout_s = timeout_s
+
+    def _list(self, custom) -> dict:
+        """Every Workload (all namespaces, or only ``namespaces``), as one list object."""
+        if self.namespaces is None:
+            return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, _request_timeout=self.timeout_s)
+        items = []
+        for ns in self.namespaces:
+            items += custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
+                                                          _request_timeout=self.timeout_s).get("items") or []
+        return {"items": items}
 
     def _apis(self):
         if self._api is None:
@@ -73,23 +85,26 @@ class KueueBackend(Backend):
     def observe(self) -> dict[str, dict]:
         custom, _ = self._apis()
         try:
-            listed = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            listed = self._list(custom)
         except Exception as exc:
             self._fatal(exc, "listing Kueue Workloads")
             raise
         out = {}
         for wl in listed.get("items") or []:
-            meta, spec = wl.get("metadata") or {}, wl.get("spec") or {}
-            labels, annotations = {}, {}
-            for pod_set in spec.get("podSets") or []:  # the pods' own labels, then the workload's
-                tmeta = (pod_set.get("template") or {}).get("metadata") or {}
-                labels |= tmeta.get("labels") or {}
-                annotations |= tmeta.get("annotations") or {}
-            labels |= meta.get("labels") or {}
-            annotations |= meta.get("annotations") or {}
-            out[f"{meta.get('namespace')}/workload/{meta.get('name')}"] = {
-                "labels": labels, "annotations": annotations, "priority": spec.get("priority")}
+            meta = wl.get("metadata") or {}
+            out[f"{meta.get('namespace')}/workload/{meta.get('name')}"] = workload_view(wl)
         return out
+
+    def live(self, action: Action) -> dict | None:
+        ns, name = workload_ref(action)
+        custom, _ = self._apis()
+        try:
+            return workload_view(custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, _request_timeout=self.timeout_s))
+        except Exception as exc:
+            if k8s.is_api_exception(exc) and k8s.api_error(exc)[0] == 404:
+                return None
+            self._fatal(exc, f"reading Workload {ns}/{name}")
+            raise
 
     # --- the verbs ----------------------------------------------------------------------------
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
@@ -100,18 +115,18 @@ class KueueBackend(Backend):
 
     def _set_priority(self, action, ns, name):
         custom, core = self._apis()
-        wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, _request_timeout=self.timeout_s)
         spec = wl.get("spec") or {}
         note = ""
-        if spec.get("priorityClassSource") == WPC_SOURCE:
-            note = (f"; it references WorkloadPriorityClass {spec.get('priorityClassName')}, whose value changes "
+        if priority_class(spec):
+            note = (f"; it references WorkloadPriorityClass {priority_class(spec)}, whose value changes "
                     "rewrite spec.priority: gpuledger sets it again then")
         if spec.get("priority") == action.priority:
             return Outcome(UNCHANGED, f"Workload {ns}/{name} already has priority {action.priority}{note}")
         body = {"spec": {"priority": action.priority},
                 "metadata": {"annotations": {k8s.ANN_PRIORITY: str(action.priority),
                                              k8s.ANN_REASON: action.reason[:k8s.MAX_MESSAGE]}}}
-        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry)
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry, _request_timeout=self.timeout_s)
         k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
                   uid=(wl.get("metadata") or {}).get("uid"), reason="GpuledgerPriority",
                   message=f"priority {spec.get('priority')} -> {action.priority}: {action.reason}", dry_run=self._dry)
@@ -128,7 +143,7 @@ class KueueBackend(Backend):
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {"metadata": {"annotations": {k8s.ANN_WARNING: f"{action.stage}: {action.reason}"[:k8s.MAX_MESSAGE],
                                              k8s.ANN_WARNED_AT: stamp}}}
-        wl = custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry)
+        wl = custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry, _request_timeout=self.timeout_s)
         k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
                   uid=(wl.get("metadata") or {}).get("uid"), reason="GpuledgerIdleWarning",
                   message=action.reason, event_type="Warning", dry_run=self._dry)
@@ -142,14 +157,14 @@ class KueueBackend(Backend):
 
     def _preempt(self, action, ns, name):
         custom, core = self._apis()
-        wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, _request_timeout=self.timeout_s)
         if (wl.get("spec") or {}).get("active") is False:
             return Outcome(UNCHANGED, f"Workload {ns}/{name} is already deactivated")
         annotations = {k8s.ANN_PREEMPTED: action.reason[:k8s.MAX_MESSAGE]}
         if action.mode == REQUEUE:
             annotations[k8s.ANN_REQUEUE] = "pending"
         body = {"spec": {"active": False}, "metadata": {"annotations": annotations}}
-        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry)
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry, _request_timeout=self.timeout_s)
         k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
                   uid=(wl.get("metadata") or {}).get("uid"), reason="GpuledgerPreempted",
                   message=f"deactivated ({action.mode}): {action.reason}", event_type="Warning", dry_run=self._dry)
@@ -164,7 +179,7 @@ class KueueBackend(Backend):
         lines = []
         try:
             custom, core = self._apis()
-            listed = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            listed = self._list(custom)
         except Exception as exc:
             self._fatal(exc, "listing Kueue Workloads")
             raise
@@ -177,7 +192,7 @@ class KueueBackend(Backend):
             ns, name = meta.get("namespace"), meta.get("name")
             body = {"spec": {"active": True}, "metadata": {"annotations": {k8s.ANN_REQUEUE: None}}}
             try:
-                custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry)
+                custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry, _request_timeout=self.timeout_s)
                 k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
                           uid=meta.get("uid"), reason="GpuledgerRequeued",
                           message="re-activated after preemption: it resumes from its checkpoint", dry_run=self._dry)
@@ -211,6 +226,30 @@ class KueueBackend(Backend):
             if status == 404:
                 return Outcome(SKIPPED, f"Workload {action.job_id} no longer exists", error=f"404 {message}")
             return Outcome(ERROR, f"{action.action} failed", error=f"{status} {message}")
+
+
+def workload_view(wl: dict) -> dict:
+    """The live view of one Workload (Backend.observe's shape): its uid, whether it is active, the
+    pods' labels and annotations then the workload's own, and spec.priority."""
+    meta, spec = wl.get("metadata") or {}, wl.get("spec") or {}
+    labels, annotations = {}, {}
+    for pod_set in spec.get("podSets") or []:  # the pods' own labels, then the workload's
+        tmeta = (pod_set.get("template") or {}).get("metadata") or {}
+        labels |= tmeta.get("labels") or {}
+        annotations |= tmeta.get("annotations") or {}
+    labels |= meta.get("labels") or {}
+    annotations |= meta.get("annotations") or {}
+    return {"uid": meta.get("uid"), "active": spec.get("active", True) is not False, "labels": labels,
+            "annotations": annotations, "priority": spec.get("priority")}
+
+
+def priority_class(spec: dict) -> str | None:
+    """The WorkloadPriorityClass a v1beta2 Workload references (``spec.priorityClassRef``), or None
+    (a Pod PriorityClass or none)."""
+    ref = spec.get("priorityClassRef") or {}
+    if ref.get("kind") == "WorkloadPriorityClass" and ref.get("group", GROUP) == GROUP:
+        return ref.get("name")
+    return None
 
 
 def _evicted(wl: dict) -> bool:

@@ -72,6 +72,7 @@ def frame(actions: list[Action]):
 
 class PlanFileBackend(Backend):
     name = "plan-file"
+    observes = False  # it sees no scheduler: plans for it preempt nothing
 
     def __init__(self, *, out: Path | None = None) -> None:
         self.out = out

@@ -1,11 +1,20 @@
 """Slurm: ``scontrol update JobId=… Nice=…`` (and QOS on pending jobs where configured),
 ``scontrol update JobId=… AdminComment=…`` to warn, ``scontrol requeue`` or ``scancel`` to preempt.
 
-gpuledger's priority maps to Nice = (1,000,000 − priority) // 100, so production inference gets
-Nice 0, funded work about 4,900 and unfunded about 8,900: the order of gpuledger's priorities is
-kept, and Slurm's own multifactor priority (fair share, age) still orders jobs inside a band as
-far as the site's PriorityWeight* allow. Slurm refuses a QOS change on a running job, so QOS is set
-only on pending ones.
+Priorities the scheduler keeps: Slurm's multifactor priority is Σ PriorityWeight* × factor (each
+factor in 0..1) minus Nice. gpuledger reads the site's weights (``scontrol show config``) and
+gives each of its priority steps more Nice than all of Slurm's own factors can add up to, so the
+bands (exempt > funded > unfunded), the fair-share order of projects and the order inside a
+project all survive any fair-share / age / QOS weights (``nice_for``). The Nice values are
+negative (a higher priority), which Slurm allows to operators and root. Slurm refuses a QOS
+change on a running job, so QOS is set only on pending ones.
+
+Every command runs with a deadline (``timeout_s``): a controller that does not answer stops the
+run with one line (BackendUnavailable) instead of hanging a cron job. Before a preemption the job
+is read again (``live``): only a job still RUNNING, with the same submit time, restart count and
+Requeue flag as the plan saw, is requeued or cancelled — a job that already ended, was requeued or
+was replaced under a reused id is left alone (Slurm's ``scancel`` exits 0 for an ended job, so
+the exit code alone proves nothing).
 """
 
 from __future__ import annotations
@@ -25,13 +34,19 @@ from gpuledger.enforce.backends.base import (
     Outcome,
 )
 from gpuledger.enforce.model import REQUEUE, Action
-from gpuledger.enforce.policy import EXEMPT_BASE
+from gpuledger.enforce.policy import EXEMPT_BASE, FUNDED_BASE, PROJECT_STEP, UNFUNDED_BASE
 
 _JOB_ID = re.compile(r"^\d+(?:[_+]\d+)?$")
 _GONE = ("Invalid job id", "Job has already finished", "already completing or completed")
 _DENIED = ("Access/permission denied", "Permission denied", "Invalid user", "Authentication failure")
 _DOWN = ("Unable to contact slurm controller", "Socket timed out", "Connection refused", "munge")
-TIMEOUT_S = 60
+TIMEOUT_S = 30
+#: The multifactor weights (scontrol show config) whose factors add to a job's priority.
+WEIGHTS = ("PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairShare", "PriorityWeightJobSize",
+           "PriorityWeightPartition", "PriorityWeightQOS")
+MAX_NICE = 2_147_483_645  # scontrol's limit either way
+MAX_FAIR = 400  # fair-share positions per band (policy: up to 399 projects fit below the next band)
+MAX_WITHIN = 20  # distinct declared priorities kept apart inside one project
 
 
 def _jid(action: Action) -> str:
@@ -39,53 +54,132 @@ def _jid(action: Action) -> str:
     return action.scheduler_job or action.job_id
 
 
-def nice_for(priority: int) -> int:
-    """Slurm Nice for a gpuledger priority (higher priority, lower nice; never negative)."""
-    return max(0, (EXEMPT_BASE - int(priority)) // 100)
+def weight_sum(config_text: str) -> int:
+    """Σ of the site's PriorityWeight* (``scontrol show config`` text): the most Slurm's own
+    factors can add to a job's priority."""
+    total = 0
+    for line in config_text.splitlines():
+        key, _, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if key in WEIGHTS and value.isdigit():
+            total += int(value)
+        elif key == "PriorityWeightTRES" and value not in ("", "(null)"):
+            total += sum(int(float(w)) for w in re.findall(r"=(\d+(?:\.\d+)?)", value))
+    return total
+
+
+def step_for(weights: int) -> int:
+    """Nice per gpuledger priority step: more than all of Slurm's factors together (so no step is
+    undone by fair share, age or QOS), as far as Slurm's Nice range allows."""
+    steps = 3 * MAX_FAIR * MAX_WITHIN
+    return max(1, min(weights + 1, MAX_NICE // steps))
+
+
+def nice_for(priority: int, step: int = 1) -> int:
+    """Slurm Nice for a gpuledger priority: (band, fair-share position, position inside the
+    project) as one offset × ``step``, negated (a higher priority, a lower Nice). The lowest
+    unfunded job gets 0."""
+    priority = int(priority)
+    band, base = (2, EXEMPT_BASE) if priority >= EXEMPT_BASE else (1, FUNDED_BASE) if priority >= FUNDED_BASE \
+        else (0, UNFUNDED_BASE)
+    rest = max(priority - base, 0)
+    fair = min(rest // PROJECT_STEP, MAX_FAIR - 1)
+    within = min(rest % PROJECT_STEP, MAX_WITHIN - 1)
+    return -((band * MAX_FAIR + fair) * MAX_WITHIN + within) * step
+
+
+def job_view(fields: dict[str, str]) -> tuple[str, dict]:
+    """(JobID, the live view) of one ``scontrol show job -o`` line's fields."""
+    job_id = fields.get("JobId", "")
+    if fields.get("ArrayTaskId") and fields.get("ArrayJobId"):
+        job_id = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}"
+    restarts = fields.get("Restarts")
+    return job_id, {"scheduler_job": job_id, "state": fields.get("JobState"), "submit_time": fields.get("SubmitTime"),
+                    "restarts": int(restarts) if restarts and restarts.isdigit() else None,
+                    "requeue_flag": fields.get("Requeue") == "1"}
+
+
+def _fields(line: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in line.split():
+        if "=" in part:
+            key, _, value = part.partition("=")
+            out.setdefault(key, value)
+    return out
 
 
 class SlurmBackend(Backend):
     name = "slurm"
 
     def __init__(self, *, scontrol: str = "scontrol", scancel: str = "scancel", env: dict | None = None,
-                 qos_funded: str | None = None, qos_unfunded: str | None = None) -> None:
+                 qos_funded: str | None = None, qos_unfunded: str | None = None,
+                 timeout_s: float = TIMEOUT_S, nice_step: int | None = None) -> None:
         self.scontrol, self.scancel = scontrol, scancel
         self.env = env
         self.qos_funded, self.qos_unfunded = qos_funded, qos_unfunded
+        self.timeout_s = timeout_s
+        self.nice_step = nice_step  # None: sized from the site's PriorityWeight* at the first priority
 
     def handles(self, action: Action) -> str | None:
         if (action.source and not action.source.startswith("slurm")) or not _JOB_ID.match(_jid(action)):
             return f"not a Slurm job (source {action.source or 'unknown'}, id {_jid(action)})"
         return None
 
-    def observe(self) -> dict[str, dict]:
-        """Every job ``scontrol show job -o`` lists, with its Requeue flag (Requeue=1: it may be
-        requeued, so a preemption requeues it)."""
+    # --- reading ------------------------------------------------------------------------------
+    def _read(self, command: list[str]) -> subprocess.CompletedProcess:
+        """A read-only command with the deadline; the controller's silence is BackendUnavailable."""
         env = None if self.env is None else {**os.environ, **self.env}
         try:
-            done = subprocess.run([self.scontrol, "show", "job", "-o"], capture_output=True, text=True,
-                                  timeout=TIMEOUT_S, env=env, check=False)
+            return subprocess.run(command, capture_output=True, text=True, timeout=self.timeout_s, env=env,
+                                  check=False)
         except FileNotFoundError:
-            raise BackendUnavailable(f"{self.scontrol}: not found; install the Slurm client tools") from None
+            raise BackendUnavailable(f"{command[0]}: not found; install the Slurm client tools or put them on "
+                                     "PATH") from None
+        except subprocess.TimeoutExpired:
+            raise BackendUnavailable(f"{' '.join(command)}: no answer within {self.timeout_s:g} s; check slurmctld "
+                                     "(scontrol ping) and munge on this host") from None
+
+    def observe(self) -> dict[str, dict]:
+        """Every job ``scontrol show job -o`` lists: state, submit time, restarts and its Requeue
+        flag (Requeue=1: it may be requeued, so a preemption requeues it)."""
+        done = self._read([self.scontrol, "show", "job", "-o"])
         if done.returncode != 0:
             raise BackendUnavailable(f"scontrol show job: {done.stderr.strip() or done.returncode}")
         out = {}
         for line in done.stdout.splitlines():
-            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
-            job_id = fields.get("JobId")
+            job_id, view = job_view(_fields(line))
             if job_id:
-                if fields.get("ArrayTaskId") and fields.get("ArrayJobId"):
-                    job_id = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}"
-                out[job_id] = {"requeue_flag": fields.get("Requeue") == "1"}
+                out[job_id] = view
         return out
 
+    def live(self, action: Action) -> dict | None:
+        done = self._read([self.scontrol, "show", "job", "-o", _jid(action)])
+        text = (done.stderr or "") + (done.stdout or "")
+        if done.returncode != 0:
+            if any(s in text for s in _GONE):
+                return None
+            raise BackendUnavailable(f"scontrol show job {_jid(action)}: {done.stderr.strip() or done.returncode}")
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        return job_view(_fields(lines[0]))[1] if lines else None
+
+    def step(self) -> int:
+        """Nice per priority step for this site (scontrol show config, read once)."""
+        if self.nice_step is None:
+            done = self._read([self.scontrol, "show", "config"])
+            if done.returncode != 0:
+                raise BackendUnavailable(f"scontrol show config: {done.stderr.strip() or done.returncode}")
+            self.nice_step = step_for(weight_sum(done.stdout))
+        return self.nice_step
+
+    # --- the verbs ------------------------------------------------------------------------------
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
-        args = [f"JobId={_jid(action)}", f"Nice={nice_for(action.priority)}"]
+        nice = nice_for(action.priority, self.step())
+        args = [f"JobId={_jid(action)}", f"Nice={nice}"]
         qos = self.qos_funded if action.funded else self.qos_unfunded
         if qos and not action.figures.get("running"):
             args.append(f"QOS={qos}")
         return self._run(action, [self.scontrol, "update", *args], dry_run,
-                         f"Nice={nice_for(action.priority)}" + (f" QOS={qos}" if "QOS=" in args[-1] else ""))
+                         f"Nice={nice}" + (f" QOS={qos}" if "QOS=" in args[-1] else ""))
 
     def warn(self, action: Action, *, dry_run: bool) -> Outcome:
         text = f"gpuledger {action.stage or 'warning'}: {action.reason}"[:500].replace('"', "'")
@@ -103,12 +197,18 @@ class SlurmBackend(Backend):
             return Outcome(DRY_RUN, f"would run: {shown}")
         env = None if self.env is None else {**os.environ, **self.env}
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, check=False)
+            done = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout_s, env=env,
+                                  check=False)
         except FileNotFoundError:
             raise BackendUnavailable(f"{command[0]}: not found; install the Slurm client tools or put them on "
                                      "PATH") from None
         except subprocess.TimeoutExpired:
-            return Outcome(ERROR, f"{shown}: no answer within {TIMEOUT_S} s", error="timeout")
+            # whether it acted is unknown: recorded as an error (never counted done), and the run
+            # stops — the next plan reads the job's state again
+            raise BackendUnavailable(f"{shown}: no answer within {self.timeout_s:g} s; check slurmctld "
+                                     "(scontrol ping) and munge on this host",
+                                     outcome=Outcome(ERROR, f"{shown}: no answer within {self.timeout_s:g} s",
+                                                     error="timeout")) from None
         message = (done.stderr or done.stdout).strip().splitlines()
         message = message[-1] if message else ""
         if done.returncode == 0:

@@ -135,8 +135,13 @@ def chargeback_lines(
     idle_cost: str = "line",
     default_tier: str = DEFAULT_TIER,
     retire_grace: timedelta = DEFAULT_RETIRE_GRACE,
+    exact: bool = False,
 ) -> pl.LazyFrame:
     """Chargeback lines for [start, end); allocations still open are counted up to ``now``.
+
+    With ``exact`` the lines also carry ``amount_exact`` and ``idle_amount_exact`` (Decimal, 12
+    places: the unrounded amounts the cents were rounded from), which a closed period stores so
+    that a correction can round only its delta (ledger.periods).
 
     ``level``: ``job`` (one line per cluster, job, model, tier), ``project`` (project × model ×
     tier) or ``node`` (one line per org node: its subtree). ``idle_cost``: ``line`` (an idle line
@@ -353,7 +358,7 @@ def chargeback_lines(
             lv = levels[k].filter(pl.col(f"p{k}") != _PAD)
             kind = pl.when(pl.col(f"p{k}") == IDLE).then(pl.lit("idle")).otherwise(pl.lit("charge"))
             node_frames.append(lv.select("currency", pl.col(f"p{k}").alias("node"), "gpu_hours_allocated",
-                                         "amount", "idle_amount_included", line_kind=kind))
+                                         "amount", "idle_amount_included", "amount_raw", "_idle_raw", line_kind=kind))
         clo = closure(org_nodes)
         unpriced_proj = unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
             project=pl.when(pl.col("job_id").is_null()).then(pl.lit(IDLE))
@@ -374,6 +379,11 @@ def chargeback_lines(
     out = pl.concat(frames, how="diagonal_relaxed")
     names = out.collect_schema().names()
     out = out.with_columns(*(pl.lit(None, pl.String).alias(c) for c in ("model", "tier") if c not in names))
+    exact_cols = []
+    if exact:  # the raw amounts of the rounding trees, beside their cents
+        exact_cols = ["amount_exact", "idle_amount_exact"]
+        out = out.with_columns(amount_exact=pl.col("amount_raw").cast(RAW), idle_amount_exact=pl.col("_idle_raw")
+                               .cast(RAW) if "_idle_raw" in names else pl.lit(None, RAW))
     rank = {k: i for i, k in enumerate(LINE_KINDS)}
     return (
         out.rename({"model": "gpu_model"})
@@ -386,7 +396,7 @@ def chargeback_lines(
         )
         .sort("_rank", *key_cols, "gpu_model", "tier", "currency", "note", nulls_last=True)
         .select("period_start", "period_end", "billed_through", "provisional", "line_kind", "billed",
-                *key_cols, *tail)
+                *key_cols, *tail, *exact_cols)
     )
 
 
@@ -435,12 +445,12 @@ def statement_notes(lines: pl.DataFrame) -> tuple[list[str], list[str]]:
 
 
 def chargeback_totals(gpus: pl.LazyFrame, rate_card: pl.LazyFrame, *, start: datetime, end: datetime,
-                      retire_grace: timedelta = DEFAULT_RETIRE_GRACE) -> pl.LazyFrame:
+                      retire_grace: timedelta = DEFAULT_RETIRE_GRACE, by: tuple[str, ...] = ()) -> pl.LazyFrame:
     """Per currency: gpu_hours_capacity and capacity_amount (Σ capacity × price, cents half-up) —
     what the billed chargeback lines of the period add up to when nothing is over-allocated and
     every cluster has an inventory. Capacity without a rate is left out (chargeback lists it as
-    unpriced)."""
+    unpriced). ``by``: also per these columns (``("model", "tier")``: per GPU pool)."""
     cap = capacity_cost(gpus, rate_card, start=start, end=end, retire_grace=retire_grace)
-    return cap.filter(pl.col("currency").is_not_null()).group_by("currency").agg(
+    return cap.filter(pl.col("currency").is_not_null()).group_by("currency", *by).agg(
         pl.col("gpu_hours_capacity").sum(), half_up_cents(pl.col("amount_raw").sum()).alias("capacity_amount"),
     )

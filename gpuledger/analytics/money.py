@@ -98,7 +98,7 @@ def largest_remainder_cents(lf: pl.LazyFrame, *, raw_col: str, group: list[str],
 
 
 def round_tree(leaves: pl.LazyFrame, *, path: list[str], amounts: dict[str, str],
-               sums: list[str] = ()) -> list[pl.LazyFrame]:
+               sums: list[str] = (), root_cents: pl.LazyFrame | None = None) -> list[pl.LazyFrame]:
     """Round a tree of amounts top-down: the root is its exact total rounded half-up; each node's
     cents are split among its children by largest remainder of their exact amounts.
 
@@ -109,13 +109,21 @@ def round_tree(leaves: pl.LazyFrame, *, path: list[str], amounts: dict[str, str]
     cents) and the ``sums`` columns summed (each level materialised). Every node is within a cent of its exact amount (a
     child gets its floor or one cent more, and only one with a remainder gets more) and the
     children of a node add up to it exactly.
+
+    ``root_cents`` (path[0] and one integer-cents column ``_root_<rounded column>`` per amount)
+    gives the roots' cents instead: a correction's delta tree is rounded to what makes the
+    corrected total the new exact total rounded half-up (ledger.periods).
     """
     levels: list[pl.LazyFrame] = []
     for k in range(len(path)):
         keys = path[: k + 1]
         nodes = leaves.group_by(keys).agg(*(pl.col(c).sum() for c in [*amounts, *sums]))
         for raw, out in amounts.items():
-            if k == 0:
+            if k == 0 and root_cents is not None:
+                nodes = (nodes.join(root_cents.select(path[0], pl.col(f"_root_{out}").cast(pl.Int128).alias("_cents")),
+                                    on=path[0], how="left")
+                         .with_columns(pl.col("_cents").fill_null(_half_up_int_cents(pl.col(raw)))))
+            elif k == 0:
                 nodes = nodes.with_columns(_cents=_half_up_int_cents(pl.col(raw)))
             else:
                 parent = levels[-1].select(*path[:k], (pl.col(out).cast(RAW) * 100).cast(pl.Int128)

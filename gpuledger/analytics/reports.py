@@ -46,7 +46,7 @@ def ordered(frame: pl.DataFrame, by: list[str], descending: list[bool] | None = 
 
 def tree_position(org_nodes: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """node -> its position in the org tree walked depth-first, children by name (the order
-    `gpuledger budget` lists nodes in: each parent above its children)."""
+    `gpuledger report budget` lists nodes in: each parent above its children)."""
     from gpuledger.analytics.tree import Tree
 
     nodes = [node for node, _ in Tree.from_frame(org_nodes).walk()]
@@ -111,7 +111,7 @@ def attribution(
 
 def chargeback_report(
     con: duckdb.DuckDBPyConnection, period: str, *, level: str = "project", policy: Policy | None = None,
-    now: datetime | None = None,
+    now: datetime | None = None, exact: bool = False,
 ) -> pl.DataFrame:
     """Chargeback lines for a period (``2026-10``, ``2026-10-05``, ``2026-W41``, ``A..B``).
 
@@ -119,7 +119,8 @@ def chargeback_report(
     provisional, line_kind, billed, the level's keys, gpu_model, tier, currency, note) with
     gpu_hours (allocated GPU-hours; idle GPU-hours on idle lines) and amount (exact decimal). A
     period not over at ``now`` (default: the newest data) is provisional and bills capacity only
-    up to ``now``. See chargeback.statement_notes for what to tell the reader.
+    up to ``now``. See chargeback.statement_notes for what to tell the reader. ``exact``: also
+    the unrounded amounts (chargeback_lines).
     """
     policy = policy or Policy()
     start, end = period_bounds(period)
@@ -129,7 +130,7 @@ def chargeback_report(
         t.job_allocations, t.gpus, t.jobs, t.rate_card, start=start, end=end, now=now, level=level,
         org_nodes=t.org_nodes, idle_cost=policy.chargeback.idle_cost,
         default_tier=policy.chargeback.default_tier,
-        retire_grace=timedelta(hours=policy.chargeback.retire_after_hours),
+        retire_grace=timedelta(hours=policy.chargeback.retire_after_hours), exact=exact,
     ).collect(engine=ENGINE)
     named = lines.rename({"gpu_hours_allocated": "gpu_hours"})
     return named.select(pl.lit(period).alias("period"), *named.columns)

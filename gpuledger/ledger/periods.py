@@ -38,7 +38,9 @@ from gpuledger.warehouse.db import transaction
 
 LEVELS = ("job", "project", "node")
 # Summed by corrections; every other column of a line is part of its identity.
-QUANTITIES = ("gpu_hours", "amount", "idle_amount_included")
+QUANTITIES = ("gpu_hours", "amount", "idle_amount_included", "amount_exact", "idle_amount_exact")
+EXACT = ("amount_exact", "idle_amount_exact")  # stored, never shown: what a correction's delta is taken from
+BILLED = ("charge", "idle")
 # Describe a line rather than identify it (as of when it was computed, derived from its kind).
 DESCRIPTIVE = ("billed_through", "provisional", "billed", "note", "revision", "correction_of")
 
@@ -292,7 +294,8 @@ def compute_lines(con, period: str, cfg: Config, *, now: datetime | None = None)
     """The period's chargeback lines at every level with the warehouse's current reference data."""
     from gpuledger.analytics.reports import chargeback_report
 
-    return {level: chargeback_report(con, period, level=level, policy=cfg.policy, now=now) for level in LEVELS}
+    return {level: chargeback_report(con, period, level=level, policy=cfg.policy, now=now, exact=True)
+            for level in LEVELS}
 
 
 def _current_config(con) -> tuple[Config, int | None]:
@@ -409,7 +412,8 @@ def _differences(issued: pl.DataFrame, fresh: pl.DataFrame) -> pl.DataFrame:
         if c in QUANTITIES:
             zero = pl.lit(0).cast(fresh.schema[c])
             old_value = pl.col(before).fill_null(zero) if before in joined.columns else zero
-            fixes.append((pl.col(c).fill_null(zero) - old_value).cast(fresh.schema[c]).alias(c))
+            delta = (pl.col(c).fill_null(zero) - old_value).cast(fresh.schema[c])
+            fixes.append((delta + 0.0 if fresh.schema[c].is_float() else delta).alias(c))  # no -0.0
         elif before in joined.columns:  # descriptive: today's, else as issued (a line that vanished)
             fixes.append(pl.coalesce(c, before).alias(c))
     diff = joined.with_columns(fixes).drop([c for c in joined.columns if c.startswith("_old_")])
@@ -419,6 +423,81 @@ def _differences(issued: pl.DataFrame, fresh: pl.DataFrame) -> pl.DataFrame:
     return diff.with_columns(correction_of=pl.col("line_kind"),
                              line_kind=pl.when(sign).then(pl.lit("debit")).otherwise(pl.lit("credit"))
                              ).select(*fresh.columns, "correction_of")
+
+
+def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
+                       fresh: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Corrections that touch only what changed: per job leaf, the exact delta (fresh exact −
+    issued exact, Σ over revisions) is rounded top-down through the chargeback tree (currency →
+    org path → model × tier → leaf), its root the cents that make the corrected total the new
+    exact total rounded half-up. A leaf whose exact amount did not move gets no cent, so
+    re-pricing one pool moves nothing in another; job, project and node corrections come from
+    the one delta tree, so they add up to each other. Memo and unpriced lines (outside the total)
+    keep the difference of their rounded lines."""
+    from gpuledger.analytics.chargeback import IDLE, _PAD, _with_org_paths
+    from gpuledger.analytics.load import load_tables
+    from gpuledger.analytics.money import RAW, half_up_cents, round_tree
+
+    start, end = month_bounds(period)
+    org_nodes = load_tables(con, start=start, end=end, samples=False).org_nodes.collect()
+    job_fresh, job_old = fresh["job"], effective["job"]
+    keys = [k for k in _keys(job_fresh) if k in job_old.columns]
+    zero = pl.lit(0).cast(RAW)
+    old = job_old.filter(pl.col("line_kind").is_in(BILLED)).select(
+        *keys, *[pl.col(q).alias(f"_old_{q}") for q in ("gpu_hours", "amount", "idle_amount_included", *EXACT)])
+    new = job_fresh.filter(pl.col("line_kind").is_in(BILLED))
+    joined = new.join(old, on=keys, how="full", coalesce=True, nulls_equal=True).with_columns(
+        _d_raw=pl.col("amount_exact").fill_null(zero) - pl.col("_old_amount_exact").fill_null(zero),
+        _di_raw=pl.col("idle_amount_exact").fill_null(zero) - pl.col("_old_idle_amount_exact").fill_null(zero),
+        _d_hours=pl.col("gpu_hours").fill_null(0.0) - pl.col("_old_gpu_hours").fill_null(0.0) + 0.0)
+    # the root: new exact total half-up, less the cents already issued (per currency)
+    root = joined.group_by("currency").agg(
+        _root_amount=(half_up_cents(pl.col("amount_exact").fill_null(zero).sum())
+                      - pl.col("_old_amount").fill_null(0).sum()).cast(RAW) * 100,
+        _root_idle_amount_included=(half_up_cents(pl.col("idle_amount_exact").fill_null(zero).sum())
+                                    - pl.col("_old_idle_amount_included").fill_null(0).sum()).cast(RAW) * 100)
+    lf, depth = _with_org_paths(joined.lazy(), org_nodes)
+    mt = pl.col("gpu_model") + pl.lit("|") + pl.col("tier")
+    path = ["currency", *(f"p{i}" for i in range(1, depth + 1)), "_mt", "_leaf"]
+    leaves = lf.with_columns(_mt=mt, _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), mt],
+                                                         separator="|")).collect()
+    levels = round_tree(leaves.lazy(), path=path, amounts={"_d_raw": "amount", "_di_raw": "idle_amount_included"},
+                        sums=["_d_hours"], root_cents=root.lazy())
+    described = {c: pl.lit(job_fresh[c][0] if job_fresh.height else None, job_fresh.schema[c])
+                 for c in ("period", "period_start", "period_end", "billed_through", "provisional")
+                 if c in job_fresh.columns}
+
+    def lines(frame: pl.DataFrame, template: pl.DataFrame) -> pl.DataFrame:
+        nonzero = frame.filter((pl.col("amount") != 0) | (pl.col("_d_hours").abs() > 1e-9))
+        out = nonzero.with_columns(
+            gpu_hours=pl.col("_d_hours"), amount_exact=pl.col("_d_raw"), idle_amount_exact=pl.col("_di_raw"),
+            billed=pl.lit(True), note=pl.lit(None, pl.String), **described,
+            correction_of=pl.col("line_kind"),
+            line_kind=pl.when(pl.col("amount") != 0).then(pl.col("amount") > 0).otherwise(pl.col("_d_hours") > 0)
+            .replace_strict({True: "debit", False: "credit"}, return_dtype=pl.String))
+        cols = [*template.columns, "correction_of"]
+        return out.select([pl.col(c).cast(template.schema[c]) if c in template.columns else pl.col(c) for c in cols])
+
+    meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "gpu_model", "tier")
+    job = levels[-1].collect().join(meta, on=path, how="left", nulls_equal=True)
+    proj = levels[-2].collect().join(meta.unique(path[:-1]).drop("_leaf", "cluster", "job_id", "user_name"),
+                                     on=path[:-1], how="left")
+    node_parts = []
+    for k in range(1, depth + 1):
+        lv = levels[k].collect().filter(pl.col(f"p{k}") != _PAD)
+        node_parts.append(lv.select("currency", pl.col(f"p{k}").alias("node"), "_d_raw", "_di_raw", "_d_hours",
+                                    "amount", "idle_amount_included",
+                                    line_kind=pl.when(pl.col(f"p{k}") == IDLE).then(pl.lit("idle"))
+                                    .otherwise(pl.lit("charge"))))
+    node = pl.concat(node_parts).with_columns(gpu_model=pl.lit(None, pl.String), tier=pl.lit(None, pl.String))
+    out = {}
+    for level, frame in (("job", job), ("project", proj), ("node", node)):
+        template = fresh[level]
+        billed_part = lines(frame, template)
+        memo = _differences(effective[level].filter(~pl.col("line_kind").is_in(BILLED)),
+                            template.filter(~pl.col("line_kind").is_in(BILLED)))
+        out[level] = pl.concat([billed_part, memo], how="diagonal_relaxed").select(billed_part.columns)
+    return out
 
 
 def correct_period(
@@ -439,8 +518,11 @@ def correct_period(
         issued = _issued(con, period)
         cfg, version = _current_config(con)
         fresh = compute_lines(con, period, cfg, now=data_now)
-        corrections = {level: _differences(_effective([issued[r][level] for r in sorted(issued)]), fresh[level])
-                       for level in LEVELS}
+        effective = {level: _effective([issued[r][level] for r in sorted(issued)]) for level in LEVELS}
+        if all("amount_exact" in issued[r]["job"].columns for r in issued):
+            corrections = _delta_corrections(con, period, effective, fresh)
+        else:  # closed before exact amounts were stored: the difference of the rounded lines
+            corrections = {level: _differences(effective[level], fresh[level]) for level in LEVELS}
         if all(f.is_empty() for f in corrections.values()):
             return None
         revision = max(issued) + 1
@@ -480,7 +562,7 @@ def statement_lines(
                 frame = frame.with_columns(pl.lit(None, pl.String).alias("correction_of"))
             parts.append(frame.with_columns(pl.lit(revision, pl.Int32).alias("revision")))
         whole = pl.concat(parts, how="diagonal_relaxed")
-        head = [c for c in whole.columns if c not in ("revision", "correction_of")]
+        head = [c for c in whole.columns if c not in ("revision", "correction_of", *EXACT)]
         return whole.select(*head, "revision", "correction_of")
     from gpuledger.analytics.reports import chargeback_report
 

@@ -68,7 +68,9 @@ def _rows(frame: pl.DataFrame) -> list[list[dict]]:
 
 
 def _charts(st: Statement) -> tuple[str, str, str]:
-    billed = st.lines.filter(pl.col("line_kind").is_in(["charge", "idle"]) & pl.col("gpu_model").is_not_null())
+    # corrections count toward the kind they correct, so the bars add up to the total owed
+    billed = (st.lines.with_columns(line_kind=pl.coalesce("correction_of", "line_kind"))
+              .filter(pl.col("line_kind").is_in(["charge", "idle"]) & pl.col("gpu_model").is_not_null()))
     by_mt = (billed.with_columns(mt=pl.col("gpu_model") + pl.lit(" / ") + pl.col("tier").fill_null("?"))
              .group_by("mt", "line_kind").agg(pl.col("gpu_hours").sum(), pl.col("amount").sum()).sort("mt"))
     cats = sorted(set(by_mt["mt"].to_list()))
@@ -81,9 +83,11 @@ def _charts(st: Statement) -> tuple[str, str, str]:
         return out
 
     currency = ", ".join(sorted(set(billed["currency"].drop_nulls().to_list()))) or "?"
-    model = stacked_bars("GPU-hours by GPU model and tier (charged and idle)", cats, series("gpu_hours"),
-                         unit="GPU-h")
-    amount = stacked_bars(f"Amount by GPU model and tier ({currency})", cats, series("amount"), unit=currency)
+    corrected = ", corrections included" if st.state.corrected else ""
+    model = stacked_bars(f"GPU-hours by GPU model and tier (charged and idle{corrected})", cats,
+                         series("gpu_hours"), unit="GPU-h")
+    amount = stacked_bars(f"Amount by GPU model and tier ({currency}{corrected})", cats, series("amount"),
+                          unit=currency)
     if st.history.height:
         months = sorted(set(st.history["period"].to_list()))
         hist = []
@@ -176,6 +180,11 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True) -> d
                             "capacity_amount": None if r.capacity_amount is None else str(r.capacity_amount),
                             "over_allocated": str(r.over_allocated), "reconciles": r.reconciles,
                             "statement": r.sentence()} for r in st.reconciliation],
+        "reconciliation_per_pool": [
+            {"currency": p.currency, "gpu_model": p.gpu_model, "tier": p.tier, "billed": str(p.billed),
+             "capacity_gpu_hours": round(p.capacity_gpu_hours, 6), "capacity_amount": str(p.capacity_amount),
+             "over_allocated": str(p.over_allocated), "difference": str(p.difference), "statement": p.sentence()}
+            for p in st.pools],
         "files": [{"path": p.relative_to(out).as_posix(), "sha256": sha256_file(p), "bytes": p.stat().st_size}
                   for p in sorted(files, key=lambda p: p.relative_to(out).as_posix())],
     }

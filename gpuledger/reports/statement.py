@@ -72,6 +72,34 @@ class Reconciliation:
 
 
 @dataclass
+class PoolReconciliation:
+    """Per GPU pool (currency, GPU model, tier): charges + idle + corrections of its lines against
+    its capacity × price. Lines are rounded top-down per project, so a pool's cents can differ
+    from its own exact total rounded by a cent or two while the currency total reconciles."""
+
+    currency: str
+    gpu_model: str
+    tier: str
+    billed: Decimal
+    capacity_gpu_hours: float
+    capacity_amount: Decimal
+    over_allocated: Decimal
+
+    @property
+    def difference(self) -> Decimal:
+        return self.billed - self.capacity_amount - self.over_allocated
+
+    def sentence(self) -> str:
+        right = f"capacity {self.capacity_gpu_hours:,.3f} GPU-hours × price = {self.capacity_amount:,.2f}"
+        if self.over_allocated:
+            right += f" + over-allocated {self.over_allocated:,.2f}"
+        verdict = ("reconciles to the cent" if not self.difference
+                   else f"differs by {self.difference:+,.2f} of rounding (each line within a cent; the currency "
+                        "total reconciles)")
+        return f"{self.currency} {self.gpu_model} / {self.tier}: billed {self.billed:,.2f}; {right}; {verdict}"
+
+
+@dataclass
 class Statement:
     period: str
     period_start: datetime
@@ -85,6 +113,7 @@ class Statement:
     usage: pl.DataFrame  # project, model, tier, partition, host: allocated / active / unknown GPU-hours
     history: pl.DataFrame  # period, currency, line_kind (charge / idle / corrections), amount, gpu_hours
     reconciliation: list[Reconciliation] = field(default_factory=list)  # org scope only
+    pools: list[PoolReconciliation] = field(default_factory=list)  # org scope only, per GPU pool
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     empty: bool = False  # no data for the month (periods.no_data): the statement says so
@@ -201,7 +230,8 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
 def _round_hours(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     # GPU-hours to the microhour (3.6 ms): float sums of the same data in another order must not
     # make two regenerations differ
-    return frame.with_columns(pl.col(c).round(6) for c in cols if c in frame.columns)
+    # make two regenerations differ; + 0.0 turns a rounded -0.0 into 0.0 (no "-0.000000" printed)
+    return frame.with_columns(pl.col(c).round(6) + 0.0 for c in cols if c in frame.columns)
 
 
 def _grouped_usage(usage: pl.DataFrame, key: str, missing: str) -> pl.DataFrame:
@@ -228,7 +258,7 @@ def _config_version(con, period: str, closed: bool) -> int | None:
 
 
 def _capacity(con, t, *, start: datetime, end: datetime, config_version: int | None, closed: bool,
-              retire_grace: timedelta) -> dict[str, tuple[float, Decimal]]:
+              retire_grace: timedelta, by: tuple[str, ...] = ()) -> dict:
     """currency -> (capacity GPU-hours, Σ capacity × price) over [start, end), priced by the rate
     card the statement was priced with (a closed month: its latest revision's config version)."""
     from gpuledger.analytics.chargeback import chargeback_totals
@@ -237,7 +267,10 @@ def _capacity(con, t, *, start: datetime, end: datetime, config_version: int | N
     rate_card = t.rate_card
     if closed and config_version is not None:
         rate_card = rate_card_version(con, config_version).lazy()
-    totals = chargeback_totals(t.gpus, rate_card, start=start, end=end, retire_grace=retire_grace).collect()
+    totals = chargeback_totals(t.gpus, rate_card, start=start, end=end, retire_grace=retire_grace, by=by).collect()
+    if by:  # (currency, *by) -> (GPU-hours, amount)
+        return {tuple(r[:-2]): (r[-2], Decimal(r[-1])) for r in totals.select(
+            "currency", *by, "gpu_hours_capacity", "capacity_amount").iter_rows()}
     return {c: (h, Decimal(a)) for c, h, a in totals.select("currency", "gpu_hours_capacity", "capacity_amount")
             .iter_rows()}
 
@@ -363,7 +396,27 @@ def build_statement(
         cap = _capacity(con, t, start=start, end=min(end, st.billed_through), config_version=version,
                         closed=closed, retire_grace=timedelta(hours=policy.chargeback.retire_after_hours))
         st.reconciliation = _reconcile(out, cap)
+        st.pools = _reconcile_pools(out, _capacity(con, t, start=start, end=min(end, st.billed_through),
+                                                   config_version=version, closed=closed, by=("model", "tier"),
+                                                   retire_grace=timedelta(hours=policy.chargeback.retire_after_hours)))
     return st
+
+
+def _reconcile_pools(lines: pl.DataFrame, capacity: dict[tuple, tuple[float, Decimal]]) -> list[PoolReconciliation]:
+    kind = pl.coalesce("correction_of", "line_kind")
+    money = lines.filter(pl.col("currency").is_not_null() & pl.col("gpu_model").is_not_null())
+    sums = {(c, m, t): (Decimal(b or 0), Decimal(o or 0)) for c, m, t, b, o in money.group_by(
+        "currency", "gpu_model", "tier").agg(
+        pl.col("amount").filter(kind.is_in(["charge", "idle"])).sum().alias("billed"),
+        pl.col("amount").filter(kind == "over-allocated").sum().alias("over")).iter_rows()}
+    out = []
+    for key in sorted(set(sums) | set(capacity)):
+        billed, over = sums.get(key, (Decimal("0.00"), Decimal("0.00")))
+        hours, amount = capacity.get(key, (0.0, Decimal("0.00")))
+        out.append(PoolReconciliation(*key, billed=Decimal(billed).quantize(Decimal("0.01")) + 0,
+                                      capacity_gpu_hours=hours, capacity_amount=amount,
+                                      over_allocated=Decimal(over).quantize(Decimal("0.01")) + 0))
+    return out
 
 
 def _reconcile(lines: pl.DataFrame, capacity: dict[str, tuple[float, Decimal]]) -> list[Reconciliation]:

@@ -105,7 +105,7 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
                               [start, end]).fetchall()[0][0]
     notes = [] if evaluations or squat.height else [
         ("no squatting evaluation was recorded in this week, so no squatters are listed: the pipelines' "
-         "squatting_findings asset records them (`gpuledger squatters` shows the current ones)")]
+         "squatting_findings asset records them (`gpuledger report squatters` shows the current ones)")]
     return WeeklySummary(week=week, start=start, end=end, provisional=bool(end > now), billed_through=through,
                          units=table, squatters=squat, notes=notes)
 

@@ -270,6 +270,17 @@ def _summary(w: SheetWriter, st: Statement, sheet_of: dict[str, str]) -> None:
         w.put(w.row, 1, Cell("Reconciliation per currency", bold=True), measure=False)
         w.row += 1
         w.table(rcols, rrows, filter_=False)
+    if st.pools:
+        pcols = ["Currency", "GPU model", "Tier", "Billed", "Capacity (GPU-h)", "Capacity × price", "Over-allocated",
+                 "Difference"]
+        prows = [[Cell(p.currency), Cell(p.gpu_model), Cell(p.tier), Cell(p.billed, money_format(p.currency)),
+                  Cell(p.capacity_gpu_hours, "#,##0.000"), Cell(p.capacity_amount, money_format(p.currency)),
+                  Cell(p.over_allocated, money_format(p.currency)), Cell(p.difference, money_format(p.currency))]
+                 for p in st.pools]
+        w.put(w.row, 1, Cell("Reconciliation per GPU pool (lines are rounded per project: a pool may differ by a "
+                             "cent of rounding)", bold=True), measure=False)
+        w.row += 1
+        w.table(pcols, prows, filter_=False)
     texts = [("Note", n) for n in st.notes if n != st.status_sentence] + [("Warning", x) for x in st.warnings]
     if texts:
         w.pairs(texts)

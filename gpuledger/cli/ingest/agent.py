@@ -1,8 +1,5 @@
-"""`gpuledger agent`: sample this node's GPUs through NVML into the warehouse.
-
-``app`` carries the one command ``agent``; ``agent_command`` is the same function for a parent app
-that registers it directly (``root.command("agent")(agent_command)``).
-"""
+"""`gpuledger ingest agent`: sample this node's GPUs through NVML into the warehouse (the top-level
+`gpuledger agent` is its deprecated alias)."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gpuledger.cli_common import WarehouseOpt, warehouse_path
+from gpuledger.cli.options import WarehouseOpt, warehouse_path
 
 app = typer.Typer(help="Run on a GPU node: sample its GPUs into the warehouse.", no_args_is_help=True)
 
@@ -56,11 +53,11 @@ def agent_command(
             count=1 if once else count,
         )
     except NoGpuError:
-        typer.echo("gpuledger agent: NVML reports no GPUs on this host; run it on a GPU node", err=True)
+        typer.echo("gpuledger ingest agent: NVML reports no GPUs on this host; run it on a GPU node", err=True)
         raise typer.Exit(1) from None
     except NoDriverError as exc:
-        typer.echo(f"gpuledger agent: no NVIDIA driver on this host ({exc}); run it on a GPU node", err=True)
+        typer.echo(f"gpuledger ingest agent: no NVIDIA driver on this host ({exc}); run it on a GPU node", err=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    typer.echo(f"gpuledger agent: wrote {written} samples")
+    typer.echo(f"gpuledger ingest agent: wrote {written} samples")

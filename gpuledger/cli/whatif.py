@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from gpuledger import warehouse
-from gpuledger.cli_common import (
+from gpuledger.cli.options import (
     ConfigOpt,
     WarehouseOpt,
     check_range,

@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from gpuledger import tables, warehouse
-from gpuledger.cli_common import (
+from gpuledger.cli.options import (
     ConfigOpt,
     WarehouseOpt,
     out_file,
@@ -41,6 +41,9 @@ class BackendName(str, Enum):
 
 NowOpt = typer.Option(None, "--now", help="plan as of this UTC time, or `data` for the newest data "
                                           "(default: the wall clock; older data trips the stale-data guard)")
+NamespaceOpt = typer.Option([], "--namespace", "-n",
+                            help="Kubernetes: only these namespaces (repeat; for the namespaced Role of "
+                                 "deploy/kubernetes/rbac-namespaced.yaml); default all")
 OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value),
                       help="write the plan here (json or the table as text); default stdout")
 
@@ -68,9 +71,14 @@ def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record:
     with warehouse.open_reader(path) as con:
         cfg = warehouse_config(con, config, write=False)
         now = _now(con, now_text)
-    observed = observe.observe() if observe is not None else None
+    observed = observe.observe() if observe is not None and observe.observes else None
     actions, plan_id, situation = cycle.plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path),
-                                             cfg, now, record=record, observed=observed)
+                                             cfg, now, record=record, observed=observed,
+                                             observed_by=observe.name if observed is not None else None)
+    if observed is None and any(a.action == "none" and "without the scheduler's live view" in a.reason
+                                for a in actions):
+        typer.echo("planned without the scheduler's live view: no preemption is planned (plan with --observe "
+                   "slurm|kueue|kubernetes)", err=True)
     return actions, plan_id, now, cfg, situation
 
 
@@ -99,10 +107,12 @@ def plan(
     record: bool = typer.Option(True, "--record/--no-record",
                                 help="record the plan (audit rows, warnings issued) in the warehouse"),
     observe: BackendName | None = typer.Option(None, "--observe",
-                                               help="read the jobs' labels / annotations / Requeue flag and "
-                                                    "current priority from this scheduler first (reads only)"),
+                                               help="read the jobs' live state (identity, labels / annotations, "
+                                                    "Requeue flag, current priority) from this scheduler first "
+                                                    "(reads only); without it nothing is preempted"),
     kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="kubeconfig file (with --observe)"),
     context: str | None = typer.Option(None, "--context", help="kubeconfig context (with --observe)"),
+    namespaces: list[str] = NamespaceOpt,
     wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -112,7 +122,8 @@ def plan(
 
     seer = None
     if observe is not None and observe is not BackendName.plan_file:
-        seer = registry.get(observe.value, **({"kubeconfig": kubeconfig, "context": context}
+        seer = registry.get(observe.value, **({"kubeconfig": kubeconfig, "context": context,
+                                               "namespaces": namespaces or None}
                                               if observe in (BackendName.kueue, BackendName.kubernetes) else {}))
     actions, plan_id, at, _, _ = plan_cycle(warehouse_path(warehouse_file), config, now, record=record, observe=seer)
     _print_plan(actions, plan_id, at, fmt, out, show_none=show_none, wide=wide, columns=columns)
@@ -129,6 +140,7 @@ def apply(
     kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="kubeconfig file (Kubernetes backends)"),
     context: str | None = typer.Option(None, "--context", help="kubeconfig context"),
     out: Path | None = typer.Option(None, "--out", "-o", help="plan-file backend: where to write the actions"),
+    namespaces: list[str] = NamespaceOpt,
     now: str | None = NowOpt,
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -153,7 +165,10 @@ def apply(
                    "`gpuledger config load` to act)", err=True)
     options: dict = {}
     if backend in (BackendName.kueue, BackendName.kubernetes):
-        options = {"kubeconfig": kubeconfig, "context": context, "server_dry_run": server_dry_run}
+        options = {"kubeconfig": kubeconfig, "context": context, "server_dry_run": server_dry_run,
+                   "namespaces": namespaces or None}
+        if backend is BackendName.kubernetes:
+            options["grace_period_s"] = policy.eviction_grace_period_seconds
     elif backend is BackendName.slurm:
         options = {"qos_funded": policy.slurm_qos_funded, "qos_unfunded": policy.slurm_qos_unfunded}
     elif backend is BackendName.plan_file:
@@ -167,11 +182,13 @@ def apply(
             raise UsageError(f"--plan {plan_file}: actions without action_id; write the plan with "
                              "`gpuledger enforce plan --format json` (it records them)")
         planned_at = planned_at or _wall()
-    else:  # plan this cycle; acting for real, with the scheduler's live view (a dry run calls nothing)
-        seer = None if dry_run or backend is BackendName.plan_file else chosen
-        actions, plan_id, planned_at, _, _ = plan_cycle(path, config, now, observe=seer)
+        applied_at = utc_option(now, "--now") if now and now != "data" else _wall()
+    else:  # plan this cycle with the scheduler's live view — a dry run too (reads only), so it says
+        # exactly what the real run does
+        actions, plan_id, planned_at, _, _ = plan_cycle(path, config, now, observe=chosen)
+        applied_at = planned_at
     run = cycle.apply_plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path), actions,
-                           chosen, dry_run=dry_run, planned_at=planned_at)
+                           chosen, dry_run=dry_run, planned_at=planned_at, cfg=cfg, applied_at=applied_at)
     if backend is BackendName.plan_file and not dry_run:
         chosen.finish(planned_at)
     for line in run.prepared:
@@ -189,7 +206,7 @@ def apply(
 
 @app.command("explain")
 def explain(
-    job: str = typer.Argument(..., help="the job id (as in `gpuledger squatters` / the plan)"),
+    job: str = typer.Argument(..., help="the job id (as in `gpuledger report squatters` / the plan)"),
     cluster: str | None = typer.Option(None, "--cluster", help="when the id exists on several clusters"),
     warehouse_file: WarehouseOpt = None,
 ) -> None:
@@ -204,18 +221,21 @@ def explain(
         history = audit.load_history(con)
     if not rows:
         raise UsageError(f"job {job!r}: no enforcement record; run `gpuledger enforce plan` first (or check "
-                         "the id with `gpuledger squatters --wide`)")
+                         "the id with `gpuledger report squatters --wide`)")
     clusters = sorted({r["cluster"] for r in rows})
     if len(clusters) > 1:
         raise UsageError(f"job {job!r} exists on clusters {', '.join(clusters)}: pass --cluster")
     key = (clusters[0], job)
-    latest = max(r["planned_at"] for r in rows if r["phase"] == "planned")
-    planned = [r for r in rows if r["phase"] == "planned" and r["planned_at"] == latest]
-    typer.echo(f"job {key[0]}/{job} (project {rows[0]['project']}), latest plan at {latest:%Y-%m-%d %H:%M}Z:")
-    for r in sorted(planned, key=lambda r: r["action_id"]):
+    typer.echo(f"job {key[0]}/{job} (project {rows[0]['project']}): every action enforcement planned for it, "
+               "oldest first, each with what applying it did")
+    applied: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["phase"] == "applied":
+            applied.setdefault(r["action_id"], []).append(r)
+    for r in sorted((r for r in rows if r["phase"] == "planned"), key=lambda r: (r["planned_at"], r["action_id"])):
         extra = f" priority {r['priority']}" if r["priority"] is not None else ""
         extra += f" ({r['mode']})" if r["mode"] else ""
-        typer.echo(f"  {r['action']}{extra}: {r['reason']}")
+        typer.echo(f"  {r['planned_at']:%Y-%m-%d %H:%M}Z planned {r['action']}{extra}: {r['reason']}")
         figures = json.loads(r["inputs"] or "{}")
         figures.pop("_target", None)
         if figures:
@@ -223,14 +243,15 @@ def explain(
         if r["min_runtime_until"] is not None:
             typer.echo(f"    funded={r['funded']}, protected until {r['min_runtime_until']:%Y-%m-%d %H:%M}Z")
         if r["warned_at"] is not None:
-            typer.echo(f"    relies on the warning at {r['warned_at']:%Y-%m-%d %H:%M}Z")
-    applied = [r for r in rows if r["phase"] == "applied"]
-    for r in applied[:10]:
-        typer.echo(f"  applied {r['recorded_at']:%Y-%m-%d %H:%M}Z via {r['backend']}: {r['action']} -> "
-                   f"{r['outcome']}{' (dry run)' if r['dry_run'] else ''}{': ' + r['error'] if r['error'] else ''}")
+            typer.echo(f"    relies on the warning delivered at {r['warned_at']:%Y-%m-%d %H:%M}Z")
+        for a in sorted(applied.pop(r["action_id"], []), key=lambda a: a["attempt"]):
+            typer.echo(f"    applied {a['recorded_at']:%Y-%m-%d %H:%M}Z via {a['backend']}: {a['outcome']}"
+                       f"{' (dry run)' if a['dry_run'] else ''}{': ' + a['error'] if a['error'] else ''}")
     for w in warnings.get(key, []):
+        reached = (f"delivered at {w.delivered_at:%Y-%m-%d %H:%M}Z" if w.delivered_at
+                   else "not delivered (no backend warning applied, no alert sent)")
         typer.echo(f"  warned ({w.stage}) at {w.warned_at:%Y-%m-%d %H:%M}Z for idling since "
-                   f"{w.idle_since:%Y-%m-%d %H:%M}Z")
+                   f"{w.idle_since:%Y-%m-%d %H:%M}Z: {reached}")
     h = history.get(key)
     if h is not None and h.preemptions:
         typer.echo(f"  preempted {h.preemptions} time(s), last at {h.last_preempted_at:%Y-%m-%d %H:%M}Z")
@@ -268,11 +289,10 @@ def replay(
     import dataclasses
     from datetime import timedelta
 
+    from gpuledger.cli.options import check_range
     from gpuledger.enforce import inputs, policy
     from gpuledger.enforce.model import Warning
     from gpuledger.enforce.policy import exemption
-
-    from gpuledger.cli_common import check_range
     from gpuledger.timeparse import parse_duration_s
 
     lo, hi = utc_option(start, "--start"), utc_option(end, "--end")
@@ -307,12 +327,18 @@ def replay(
         planned += 1
         with warehouse.open_reader(path) as con:
             cfg = warehouse_config(con, config, write=False)
-            situation = dataclasses.replace(inputs.gather(con, cfg, now=at), warnings=memory, history={})
+            # a what-if over recorded data: the warehouse stands for the scheduler's view (modes follow
+            # the recorded facts; a real run reads labels and the Requeue flag live), and each warning
+            # counts as delivered when planned
+            gathered = inputs.gather(con, cfg, now=at)
+            situation = dataclasses.replace(gathered, warnings=memory, history={},
+                                            observed_by="the warehouse (replay)",
+                                            jobs=[dataclasses.replace(j, observed={}) for j in gathered.jobs])
         rails = cfg.policy.enforcement.model_copy(update={"dry_run": True})
         actions = policy.decide(situation, rails)
         for a in actions:
             if a.action == "warn" and a.idle_since is not None:
-                memory.setdefault((a.cluster, a.job_id), []).append(Warning(a.idle_since, a.stage, at))
+                memory.setdefault((a.cluster, a.job_id), []).append(Warning(a.idle_since, a.stage, at, at))
         names = {j.key: j.name for j in situation.jobs}
         exempt_running |= {j.key for j in situation.jobs
                            if j.running and exemption(j, cfg.policy.enforcement)}

@@ -1,4 +1,4 @@
-"""`gpuledger import ...`: files of job records."""
+"""`gpuledger ingest jobs-csv`: a generic CSV file of job records (`import jobs` is its deprecated alias)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import typer
 from rich.console import Console
 
 from gpuledger import warehouse
+from gpuledger.cli.options import ConfigOpt, WarehouseOpt, warehouse_config, warehouse_path
 from gpuledger.errors import UsageError
-from gpuledger.cli_common import ConfigOpt, WarehouseOpt, warehouse_config, warehouse_path
 
 app = typer.Typer(help="Import job records from files.", no_args_is_help=True)
 console = Console(stderr=True)
 
 
-@app.command("jobs")
+@app.command("jobs-csv")
 def import_jobs(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="generic job CSV (see README)"),
     warehouse_file: WarehouseOpt = None,
@@ -26,7 +26,6 @@ def import_jobs(
     from gpuledger.ingest.device_links import link_devices_for_jobs
     from gpuledger.ingest.jobs.checks import job_limits
     from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
-
     from gpuledger.ingest.tiers import apply_tier_rules
 
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
@@ -47,4 +46,4 @@ def import_jobs(
     for bad in parsed.rejected[:20]:
         console.print(f"  {bad.location}: {bad.reason}", markup=False)  # the reason quotes the row
     if len(parsed.rejected) > 20:
-        console.print(f"  ... and {len(parsed.rejected) - 20} more: `gpuledger quarantine --source jobs-csv`")
+        console.print(f"  ... and {len(parsed.rejected) - 20} more: `gpuledger warehouse quarantine --source jobs-csv`")

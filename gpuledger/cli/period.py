@@ -1,4 +1,4 @@
-"""`gpuledger config load / versions` and `gpuledger period close / list / correct / audit`.
+"""`gpuledger period close / list / correct / audit`: closed months and their corrections.
 
 Light at import (typer, rich): DuckDB, polars and pydantic load when a command runs.
 """
@@ -8,16 +8,16 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from gpuledger.cli_common import ConfigOpt, WarehouseOpt, warehouse_path
+from gpuledger.cli.options import ConfigOpt, WarehouseOpt, warehouse_path
 
-period_app = typer.Typer(help="Close a month's chargeback statement, list closed months, correct one.",
-                         no_args_is_help=True)
+app = typer.Typer(help="Close a month's chargeback statement, list closed months, correct one.",
+                  no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
 ByOpt = typer.Option(None, "--by", help="who acts, for the audit trail (default: the OS user)")
 
 
-def _table(title: str, columns: list[str], rows) -> None:
+def print_rows(title: str, columns: list[str], rows) -> None:
     """Print through gpuledger/tables.py (fits the terminal, never cuts a value): the first column
     identifies the row, the others may wrap at spaces when the terminal is narrow."""
     import polars as pl
@@ -30,45 +30,7 @@ def _table(title: str, columns: list[str], rows) -> None:
     tables.print_table(frame, view, title=title, hint="a wider terminal or COLUMNS=200 shows them")
 
 
-def config_load(config: ConfigOpt = None, warehouse_file: WarehouseOpt = None, by: str | None = ByOpt) -> None:
-    """Make the config file the warehouse's config: a new version (content, hash, source, who,
-    when) unless nothing changed, printing what changed. Closed periods keep their statements."""
-    from gpuledger import warehouse
-    from gpuledger.config import read_config_file
-    from gpuledger.ledger.config_versions import load_version
-
-    cfg, text, source = read_config_file(config)
-    with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
-        result = load_version(con, cfg, text=text, source=source, by=by)
-    if not result.added:
-        console.print(f"{source}: unchanged, the warehouse already holds this content as config version "
-                      f"{result.version}")
-        return
-    console.print(f"{source}: loaded as config version {result.version} ({len(cfg.node_names())} org nodes, "
-                  f"{len(cfg.budgets)} budgets, {len(cfg.rate_card)} rates)")
-    for line in result.changes:
-        console.print(f"  {line}")
-    for period in result.closed_periods_affected:
-        console.print(f"  closed period {period} keeps its issued statement; to re-issue it with these rates run "
-                      f"`gpuledger period correct {period} --reason \"...\"`", style="yellow")
-    if result.open_periods_repriced:
-        console.print(f"  past periods still open are priced with this version: "
-                      f"{', '.join(result.open_periods_repriced)} (freeze one with `gpuledger period close YYYY-MM`)",
-                      style="yellow")
-
-
-def config_versions(warehouse_file: WarehouseOpt = None) -> None:
-    """Every config the warehouse was loaded from: version, content hash, source, who, when."""
-    from gpuledger import warehouse
-    from gpuledger.ledger.config_versions import config_versions as versions
-
-    with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
-        frame = versions(con)
-    _table("config versions", ["version", "sha256", "source", "loaded at (UTC)", "by", "changes"],
-           [(v, sha[:12], src, at, who, (ch or "").replace("\n", "; ")) for v, sha, src, at, who, ch in frame.iter_rows()])
-
-
-@period_app.command("close")
+@app.command("close")
 def period_close(
     period: str = typer.Argument(..., help="the month, YYYY-MM (UTC)"),
     provisional: bool = typer.Option(False, "--provisional",
@@ -88,7 +50,7 @@ def period_close(
                   f"total {totals}, sha256 {done['sha256'][:16]}")
 
 
-@period_app.command("correct")
+@app.command("correct")
 def period_correct(
     period: str = typer.Argument(..., help="a closed month, YYYY-MM"),
     reason: str = typer.Option(..., "--reason", help="why it is re-issued (kept in the audit trail)"),
@@ -109,7 +71,7 @@ def period_correct(
                   f"{done['debit_lines']} debit project lines, net {net} (config version {done['config_version']})")
 
 
-@period_app.command("list")
+@app.command("list")
 def period_list(warehouse_file: WarehouseOpt = None) -> None:
     """Closed months: revisions, when and by whom closed and last corrected, total as of now."""
     from gpuledger import warehouse
@@ -117,13 +79,13 @@ def period_list(warehouse_file: WarehouseOpt = None) -> None:
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         frame = listing(con)
-    _table("closed periods", ["period", "state", "revisions", "closed at (UTC)", "closed by", "last issued", "last by",
+    print_rows("closed periods", ["period", "state", "revisions", "closed at (UTC)", "closed by", "last issued", "last by",
                               "last reason", "config", "total"],
            frame.select("period", "state", "revisions", "closed_at", "closed_by", "last_issued_at", "last_issued_by",
                         "last_reason", "config_version", "total").iter_rows())
 
 
-@period_app.command("audit")
+@app.command("audit")
 def period_audit(warehouse_file: WarehouseOpt = None) -> None:
     """The ledger's audit trail: config loads, closes and corrections (who, when, why)."""
     from gpuledger import warehouse
@@ -131,4 +93,4 @@ def period_audit(warehouse_file: WarehouseOpt = None) -> None:
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         rows = audit_rows(con)
-    _table("ledger audit", ["at (UTC)", "who", "action", "subject", "reason", "detail"], rows)
+    print_rows("ledger audit", ["at (UTC)", "who", "action", "subject", "reason", "detail"], rows)

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from gpuledger import warehouse
-from gpuledger.cli_common import WarehouseOpt, warehouse_path
+from gpuledger.cli.options import WarehouseOpt, warehouse_path
 
 app = typer.Typer(help="Bring device holdings into the warehouse.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
@@ -77,11 +77,5 @@ def slurm_gpus(
         line += (f"; {result.linked} job x device intervals linked, {result.no_device} waiting for their "
                  f"device, {result.no_job} for their job record; {result.disagreements} label disagreements")
     if bad:
-        line += f"; {len(bad)} files quarantined (`gpuledger quarantine --source slurm-gpus`)"
+        line += f"; {len(bad)} files quarantined (`gpuledger warehouse quarantine --source slurm-gpus`)"
     console.print(line, markup=False)
-
-
-if __name__ == "__main__":
-    root = typer.Typer(add_completion=False)
-    root.add_typer(app, name="ingest")
-    root()

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger import warehouse
-from gpuledger.cli_common import (
+from gpuledger.cli.options import (
     ConfigOpt,
     WarehouseOpt,
     config_or_exit,

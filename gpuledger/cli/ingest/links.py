@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 
 from gpuledger import warehouse
-from gpuledger.cli_common import WarehouseOpt, utc_range, warehouse_path
+from gpuledger.cli.options import WarehouseOpt, utc_range, warehouse_path
 
 app = typer.Typer()
 console = Console(stderr=True)

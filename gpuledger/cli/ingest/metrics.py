@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger import deadlines
-from gpuledger.cli_common import WarehouseOpt, utc_range, warehouse_path
+from gpuledger.cli.options import WarehouseOpt, utc_range, warehouse_path
 from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.lazy import lazy_import
 from gpuledger.stopping import StopSignals

@@ -1,4 +1,4 @@
-"""Options every subcommand shares: which warehouse file and which config file."""
+"""What every command shares: which warehouse file and which config file, time options, output files."""
 
 from __future__ import annotations
 
@@ -112,3 +112,4 @@ def warehouse_config(con, option: Path | None, *, write: bool):
     if note:
         typer.echo(note, err=True)
     return cfg
+

@@ -7,9 +7,9 @@ import typer
 from rich.console import Console
 
 from gpuledger import tables
-from gpuledger.cli_common import ConfigOpt, WarehouseOpt, utc_option, warehouse_config, warehouse_path
+from gpuledger.cli.options import ConfigOpt, WarehouseOpt, utc_option, warehouse_config, warehouse_path
 
-alerts_app = typer.Typer(help="On-call and owner alerts through the warehouse outbox.", no_args_is_help=True)
+app = typer.Typer(help="On-call and owner alerts through the warehouse outbox.", no_args_is_help=True)
 console = Console()
 
 
@@ -20,7 +20,7 @@ def _policy(warehouse_file, config):
         return warehouse_config(con, config, write=False)
 
 
-@alerts_app.command("run")
+@app.command("run")
 def run(
     now: str | None = typer.Option(None, "--now", help="evaluate as of this UTC time (default: the newest data)"),
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
@@ -41,7 +41,7 @@ def run(
         typer.echo(f"warning: {error}", err=True)
 
 
-@alerts_app.command("deliver")
+@app.command("deliver")
 def deliver_due(warehouse_file: WarehouseOpt = None, config: ConfigOpt = None) -> None:
     """Send what is due in the outbox (nothing new is planned)."""
     from gpuledger.alerts.channels import notifier_for
@@ -55,7 +55,7 @@ def deliver_due(warehouse_file: WarehouseOpt = None, config: ConfigOpt = None) -
     console.print(f"sent {d.sent}, retrying {d.retried}, failed {d.failed}")
 
 
-@alerts_app.command("outbox")
+@app.command("outbox")
 def outbox(
     status: str | None = typer.Option(None, help="pending, sent or failed"),
     limit: int = typer.Option(50, min=1), wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,

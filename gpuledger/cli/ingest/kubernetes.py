@@ -15,7 +15,7 @@ import typer
 import yaml
 
 from gpuledger import deadlines
-from gpuledger.cli_common import WarehouseOpt, warehouse_path
+from gpuledger.cli.options import WarehouseOpt, warehouse_path
 from gpuledger.errors import printable
 from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
 

@@ -1,5 +1,6 @@
-"""`gpuledger warehouse …`: keeping the warehouse itself — raw-sample retention, disk use per table.
-Light at import (the warehouse and polars load when a command runs)."""
+"""`gpuledger warehouse …`: the warehouse itself — create or migrate it, what it holds, what was
+quarantined, disk use per table, raw-sample retention, retired GPUs. Light at import (the warehouse
+and polars load when a command runs)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ from typing import Annotated
 
 import typer
 
-from gpuledger import tables, warehouse
-from gpuledger.cli_common import ConfigOpt, WarehouseOpt, warehouse_config, warehouse_path
+from gpuledger import table_views, tables, warehouse
+from gpuledger.cli.options import ConfigOpt, WarehouseOpt, warehouse_config, warehouse_path
+from gpuledger.errors import printable
+from gpuledger.lazy import lazy_import
 from gpuledger.tables import Column, View
 
-app = typer.Typer(help="Keep the warehouse: prune raw samples past the retention, show disk use per table.",
+reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
+
+app = typer.Typer(help="The warehouse: migrate, summary, quarantine, disk use, prune, retire a GPU.",
                   no_args_is_help=True)
 
 DISK = View(
@@ -39,6 +44,51 @@ def disk_use_frame(con):
              ("(free blocks)", None, totals["free_bytes"] / mib),
              ("(file)", None, totals["file_bytes"] / mib)]
     return pl.DataFrame(rows, schema={"table": pl.String, "rows": pl.Int64, "disk_mib": pl.Float64}, orient="row")
+
+
+@app.command("migrate")
+def migrate(warehouse_file: WarehouseOpt = None) -> None:
+    """Create the warehouse or bring its schema up to date (numbered migrations)."""
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path) as con:
+        version = warehouse.schema_version(con)
+    typer.echo(f"warehouse {path}: schema version {version}")
+
+
+@app.command("summary")
+def summary(warehouse_file: WarehouseOpt = None) -> None:
+    """What the warehouse holds: GPUs, jobs, allocated GPU-hours, samples, quarantined lines, and
+    disk use per table."""
+    import polars as pl
+
+    with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
+        figures = reports.warehouse_summary(con)
+        disk = disk_use_frame(con)
+    frame = pl.DataFrame({"figure": list(figures), "value": [tables.format_value(v) for v in figures.values()]})
+    tables.print_table(frame, table_views.SUMMARY, title=f"gpuledger warehouse {warehouse_path(warehouse_file)}")
+    tables.print_table(disk, DISK, title="disk use per table")
+
+
+@app.command("quarantine")
+def quarantine_list(
+    warehouse_file: WarehouseOpt = None,
+    source: str | None = typer.Option(None, help="only this source, e.g. jobs-csv or scrape"),
+    limit: int = typer.Option(20, min=0, help="rows to show"),
+    wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
+) -> None:
+    """Show quarantined input: where it came from, why it was refused, the raw text."""
+    import polars as pl
+
+    with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
+        rows = con.execute(
+            "SELECT quarantined_at, source, location, reason, left(raw_text, 80) FROM quarantine "
+            "WHERE ? IS NULL OR source = ? ORDER BY quarantined_at DESC, source, location, reason, raw_text LIMIT ?",
+            [source, source, limit],
+        ).fetchall()
+    names = ("quarantined_at", "source", "location", "reason", "raw_text")
+    # never raw bytes or control characters to the terminal
+    frame = pl.DataFrame([[r[0], *(printable(str(v)) for v in r[1:])] for r in rows], schema=names, orient="row")
+    tables.print_table(frame, table_views.QUARANTINE, title="quarantine (newest first)", wide=wide, columns=columns)
 
 
 @app.command("disk")

@@ -1,4 +1,5 @@
-"""Analytics commands: `gpuledger report ...`, `fairshare`, `budget`, `squatters`.
+"""`gpuledger report ...`: usage, utilization, chargeback, fairshare, budget, squatters (here) and
+the finance files, statement and weekly (gpuledger/cli/report/files.py).
 
 Tables print to the terminal (gpuledger/tables.py: the default columns fit 80 columns, `--wide` shows
 all, `--columns a,b` picks); `--format csv|parquet|json --out FILE` writes them for other tools.
@@ -16,15 +17,25 @@ import typer
 from rich.console import Console
 
 from gpuledger import table_views, tables, warehouse
-from gpuledger.cli_common import (ConfigOpt, WarehouseOpt, check_range, out_file, utc_option, utc_range,
-                                  warehouse_config, warehouse_path)
+from gpuledger.cli.options import (
+    ConfigOpt,
+    WarehouseOpt,
+    check_range,
+    out_file,
+    utc_option,
+    utc_range,
+    warehouse_config,
+    warehouse_path,
+)
+from gpuledger.cli.report import files
 from gpuledger.lazy import lazy_import
 
 reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
 if TYPE_CHECKING:
     import polars as pl
 
-report_app = typer.Typer(help="Reports over a period: chargeback, usage, utilization.", no_args_is_help=True)
+app = typer.Typer(help="Reports: usage, utilization, chargeback, fair share, budgets, squatters; finance "
+                       "statement and weekly files.", no_args_is_help=True)
 console = Console()  # tables print through gpuledger/tables.py; this is for lines beside them
 
 
@@ -86,7 +97,7 @@ def _open(warehouse_file: Path | None):
     return warehouse.open_reader(warehouse_path(warehouse_file))
 
 
-@report_app.command("chargeback")
+@app.command("chargeback")
 def chargeback(
     period: str = typer.Option(..., "--period", "-p", help="YYYY-MM, YYYY-MM-DD, YYYY-Www or START..END"),
     level: str = typer.Option("project", callback=_one_of("job", "project", "node"),
@@ -117,7 +128,7 @@ def chargeback(
         typer.echo(f"warning: {warning}", err=True)
 
 
-@report_app.command("usage")
+@app.command("usage")
 def usage(
     start: str = typer.Option(..., help="UTC start (ISO-8601 or epoch s)"),
     end: str = typer.Option(..., help="UTC end, exclusive"),
@@ -133,7 +144,7 @@ def usage(
     _show(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
 
 
-@report_app.command("utilization")
+@app.command("utilization")
 def utilization(
     start: str | None = typer.Option(None, help="UTC start (default: 24 h before --end)"),
     end: str | None = typer.Option(None, help="UTC end, exclusive (default: the hour of the newest data)"),
@@ -153,6 +164,7 @@ def utilization(
     _show(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide, columns)
 
 
+@app.command("fairshare")
 def fairshare(
     fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
     wide: bool = WideOpt, columns: str | None = ColumnsOpt,
@@ -167,6 +179,7 @@ def fairshare(
           wide, columns)
 
 
+@app.command("budget")
 def budget(
     fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
     jobs: bool = typer.Option(False, "--jobs", help="per running job: funded or not, protected until"),
@@ -187,6 +200,7 @@ def budget(
         _show(frame, fmt, out, "budget burn (normalised GPU-hours, UTC)", table_views.BUDGET, wide, columns)
 
 
+@app.command("squatters")
 def squatters(
     fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
     include_exempt: bool = typer.Option(False, help="also list exempt jobs (marked)"),
@@ -199,3 +213,6 @@ def squatters(
         cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
         frame = reports.squatters_report(con, policy=cfg.policy, now=_time(now), include_exempt=include_exempt)
     _show(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)
+
+app.command("statement")(files.statement)
+app.command("weekly")(files.weekly)

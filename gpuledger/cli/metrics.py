@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from gpuledger.cli_common import WarehouseOpt, warehouse_path
+from gpuledger.cli.options import WarehouseOpt, warehouse_path
 
-metrics_app = typer.Typer(help="gpuledger's own figures in Prometheus text format.", no_args_is_help=True)
+app = typer.Typer(help="gpuledger's own figures in Prometheus text format.", no_args_is_help=True)
 
 
-@metrics_app.command("serve")
+@app.command("serve")
 def serve(
     port: int = typer.Option(9464, "--port", min=1, max=65535, help="TCP port for /metrics"),
     host: str = typer.Option("0.0.0.0", "--host", help="address to listen on"),
@@ -29,7 +29,7 @@ def serve(
     path = warehouse_path(warehouse_file)
     if not path.is_file():
         raise RunError(f"warehouse {path} does not exist; give --warehouse (or $GPULEDGER_WAREHOUSE) or create it "
-                       "with `gpuledger migrate`")
+                       "with `gpuledger warehouse migrate`")
     try:
         start(path, port=port, host=host, cache_s=cache_s)
     except OSError as exc:

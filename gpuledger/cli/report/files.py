@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from gpuledger import warehouse
-from gpuledger.cli_common import ConfigOpt, WarehouseOpt, utc_option, warehouse_config, warehouse_path
+from gpuledger.cli.options import ConfigOpt, WarehouseOpt, utc_option, warehouse_config, warehouse_path
 
 console = Console()
 

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpuledger.cli_common import ConfigOpt, WarehouseOpt, warehouse_path
+from gpuledger.cli.options import ConfigOpt, WarehouseOpt, warehouse_path
 
 app = typer.Typer(help="The Dagster pipelines: run the asset graph once in this process.", no_args_is_help=True)
 console = Console()

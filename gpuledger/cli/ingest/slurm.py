@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpuledger import warehouse
-from gpuledger.cli_common import WarehouseOpt, warehouse_path
+from gpuledger.cli.options import WarehouseOpt, warehouse_path
 
 app = typer.Typer(help="Bring job records into the warehouse.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
@@ -84,11 +84,4 @@ def slurm(
     for bad in batch.rejected[:20]:
         console.print(f"  {bad.location}: {bad.reason}", markup=False)  # the reason quotes the row
     if len(batch.rejected) > 20:
-        console.print(f"  ... and {len(batch.rejected) - 20} more: `gpuledger quarantine --source slurm-sacct`")
-
-
-if __name__ == "__main__":
-    # Standalone, shaped like the real CLI: `python -m gpuledger.ingest.jobs.slurm_cli ingest slurm ...`.
-    root = typer.Typer(add_completion=False)
-    root.add_typer(app, name="ingest")
-    root()
+        console.print(f"  ... and {len(batch.rejected) - 20} more: `gpuledger warehouse quarantine --source slurm-sacct`")
