@@ -22,10 +22,7 @@ from gpuledger import warehouse
 from gpuledger.ingest.holdings.slurm_scontrol import parse_text
 from gpuledger.ingest.holdings.slurm_spool import read_spool
 
-try:
-    from tests.test_ingest_slurm import _ingest_live, _slurm, _wait_for_states, slurm_rig
-except ImportError:  # pragma: no cover - run from inside tests/
-    from test_ingest_slurm import _ingest_live, _slurm, _wait_for_states, slurm_rig  # noqa: F401
+from tests.ingest.test_slurm import _ingest_live, _slurm, _wait_for_states, slurm_rig  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 HOLDINGS = REPO / "deploy" / "slurm" / "gpuledger-holdings.sh"

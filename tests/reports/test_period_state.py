@@ -3,7 +3,7 @@ in the manifest, on every line, in the HTML, the XLSX and the terminal; a month 
 whose data ends before the month does, closes only with --provisional; an empty month's
 statement says "no data" and exits 1 unless --allow-empty.
 
-Fixture: tests/_statement_fixtures.py. Its November holds only beta-2 (Nov 2 00:00 – Nov 3 00:00),
+Fixture: tests/helpers/statement_fixtures.py. Its November holds only beta-2 (Nov 2 00:00 – Nov 3 00:00),
 so the data ends Nov 3 00:00: provisional. September has the inventory's three GPUs (seen from
 Sep 1) but no job and no sample: no data."""
 
@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from gpuledger import warehouse
 from gpuledger.cli import app
 from gpuledger.ledger import periods
-from tests._statement_fixtures import october
+from tests.helpers.statement_fixtures import october
 
 DEC5 = datetime(2026, 12, 5)
 

@@ -9,7 +9,7 @@ def raw_sample_retention(context: dg.AssetExecutionContext, warehouse: Warehouse
                          gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Raw samples older than the retention (days, counted back from the newest sample) whose
     hourly rollup is complete are deleted, an hour per transaction, readers let in between hours;
-    reports of those hours read the rollup and do not change (tests/test_warehouse_retention.py)."""
+    reports of those hours read the rollup and do not change (tests/warehouse/test_retention.py)."""
     from gpuledger.warehouse.retention import prune_raw_samples
 
     keep_days = gpuledger_config.load().policy.retention.raw_sample_days
