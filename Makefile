@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(CURDIR)
 export GPULEDGER_WHATIF_DIR ?= reports/whatif
 DASHBOARD_PORT ?= 8501
 
-.PHONY: demo dev dashboard test install test-deps bench clean
+.PHONY: demo dev dashboard test test-fast install test-deps bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ test-deps:
 
 test: install test-deps
 	$(BIN)/python -m pytest -q
+
+# The fast tier while editing (under 3 minutes here): everything not marked slow. Tests mirror the
+# packages (tests/<area>/), so `$(BIN)/python -m pytest -q tests/<area>` runs one area.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 demo: install
 	$(BIN)/gpuledger simulate warehouse --gpus 256 --days 7 --seed 42

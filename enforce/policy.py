@@ -1,6 +1,6 @@
 """Enforcement decisions: a Situation and the policy in, a list of Actions out. Pure: no I/O, no
 clock (``situation.now`` is injected), so every rule and rail is a table test
-(tests/test_enforce_policy.py).
+(tests/enforce/test_policy.py).
 
 Rules (design.md "The rules", Enforcement):
 

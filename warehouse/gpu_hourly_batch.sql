@@ -2,7 +2,7 @@
 -- (_new_samples, none of them stored yet) and whether they can be folded into the stored rollup
 -- row (`fold`) or the hour must be aggregated again from gpu_samples. The aggregates are
 -- gpu_hourly_aggregates.sql, as in gpu_hourly_select.sql (an hour is walked for resets only when
--- its minimum is below its first value); tests/test_warehouse_writes.py holds the two paths equal.
+-- its minimum is below its first value); tests/warehouse/test_writes.py holds the two paths equal.
 -- Read before the new rows are inserted. $lo, $hi: the whole hours of the new rows, $first: their
 -- first ts (ranges DuckDB prunes row groups by); $stored_after: false when no row is stored from
 -- $first to $hi (a new scrape round), which spares DuckDB planning that look.

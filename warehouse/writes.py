@@ -30,6 +30,7 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
     "quarantine": ("source", "location", "raw_md5"),
     "ingest_checkpoints": ("source", "scope"),
     "device_holdings": ("cluster", "source", "scheduler_job", "host", "device_id", "first_seen"),
+    "attribution_disagreements": ("gpu_id", "ts"),
     "gpu_hourly": ("gpu_id", "hour"),  # rollup, kept by warehouse.rollups.refresh_gpu_hourly
 }
 

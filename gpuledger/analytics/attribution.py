@@ -15,8 +15,8 @@ from datetime import datetime
 
 import polars as pl
 
-from gpuledger.analytics.energy import counter_increment
 from gpuledger.analytics.allocations import DEFAULT_TIER, allocation_intervals
+from gpuledger.analytics.energy import counter_increment
 from gpuledger.analytics.intervals import split_by_hour
 from gpuledger.analytics.tree import rollup_to_nodes
 
@@ -243,6 +243,24 @@ def partial_hour_keys(pieces: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def shared_pieces(pieces: pl.LazyFrame) -> pl.LazyFrame:
+    """The ``_pid`` of every device piece that overlaps in time a piece of another job on the same
+    device: a time-sliced GPU held by several pods at once. NVML reports one value for the whole
+    device, so whose activity it is cannot be told; such pieces are allocated by their fractions
+    with activity unknown, never the device's activity copied to each holder (issue 20)."""
+    dev = pieces.filter(pl.col("gpu_id").is_not_null()).select(
+        "_pid", "cluster", "job_id", "gpu_id", "hour", "piece_start", "piece_end")
+    crowded = (dev.group_by("gpu_id", "hour").agg(pl.struct("cluster", "job_id").n_unique().alias("_holders"))
+               .filter(pl.col("_holders") > 1).select("gpu_id", "hour"))
+    cand = dev.join(crowded, on=["gpu_id", "hour"], how="inner")
+    return (
+        cand.join(cand, on=["gpu_id", "hour"], suffix="_o")
+        .filter(((pl.col("job_id") != pl.col("job_id_o")) | (pl.col("cluster") != pl.col("cluster_o")))
+                & (pl.col("piece_start") < pl.col("piece_end_o")) & (pl.col("piece_start_o") < pl.col("piece_end")))
+        .select("_pid").unique().with_columns(pl.lit(True).alias("_shared"))
+    )
+
+
 def _activity_from_window() -> list[pl.Expr]:
     signal = pl.lit(None, pl.String)
     ratio = pl.lit(None, pl.Float64)
@@ -250,6 +268,7 @@ def _activity_from_window() -> list[pl.Expr]:
         has = pl.col(f"w_n_{name}") > 0
         if name == "gpu_util":  # meaningless on MIG (always 0): treat as absent there
             has = has & ~pl.col("is_mig")
+        has = has & ~pl.col("_shared")  # a time-sliced device's activity is nobody's in particular
         signal = pl.when(has).then(pl.lit(name)).otherwise(signal)
         ratio = pl.when(has).then(pl.col(f"w_{name}") / pl.col(f"w_n_{name}")).otherwise(ratio)
     return [signal.alias("activity_signal"), ratio.alias("activity_ratio")]
@@ -275,7 +294,8 @@ def attribute_usage(
     gpu_hours_active, gpu_hours_idle, gpu_hours_unknown, energy_kwh, activity_ratio (mean of the
     signal used, 0..1), activity_signal (sm_active / gr_engine_active / gpu_util, NULL when no
     signal), sample_count. A piece with no samples is allocated with unknown activity: its
-    active and idle hours are 0 and its hours go to ``gpu_hours_unknown``. Energy is the device's
+    active and idle hours are 0 and its hours go to ``gpu_hours_unknown``; so is a piece that
+    overlaps another job's on the same device (a time-sliced GPU, :func:`shared_pieces`). Energy is the device's
     counter increase over the piece × the device fraction × the allocation fraction (shared GPUs
     split it by allocation fraction); NULL when no energy samples.
 
@@ -294,8 +314,10 @@ def attribute_usage(
     pieces = pieces.lazy().with_row_index("_pid")
     rollup = hourly if hourly is not None else hourly_rollup(gpu_samples)
     energy = hourly_energy(rollup)
-    w = _window_sums(pieces, gpu_samples, energy).join(
-        mig_hourly_energy(energy, gpus), on=["gpu_id", "hour"], how="left")
+    w = (_window_sums(pieces, gpu_samples, energy)
+         .join(mig_hourly_energy(energy, gpus), on=["gpu_id", "hour"], how="left")
+         .join(shared_pieces(pieces), on="_pid", how="left")
+         .with_columns(pl.col("_shared").fill_null(False)))
     alloc = pl.col("gpu_hours_allocated")
     return (
         w.with_columns(_activity_from_window())

@@ -5,7 +5,7 @@ of 4,096 GPUs has ~110k jobs, many queued for days, so that is ~9.5M pieces for 
 (project, hour) answers. Here only a job's first and last partial hours are pieces; the whole
 hours between are one +gpus / −gpus step per job, summed as a running total over the hours in
 integer nano-GPUs (exact and order-free, as attribution.rollup_usage). Same figures as the plain
-way to the last bits (tests/test_analytics_fast_paths.py), at a fraction of the rows.
+way to the last bits (tests/analytics/test_fast_paths.py), at a fraction of the rows.
 """
 
 from __future__ import annotations

@@ -12,12 +12,14 @@ app = typer.Typer(help="gpuledger's own figures in Prometheus text format.", no_
 @app.command("serve")
 def serve(
     port: int = typer.Option(9464, "--port", min=1, max=65535, help="TCP port for /metrics"),
-    host: str = typer.Option("0.0.0.0", "--host", help="address to listen on"),
+    host: str = typer.Option("127.0.0.1", "--host",
+                             help="address to listen on (0.0.0.0: every interface; the figures name projects)"),
     cache_s: float = typer.Option(30.0, "--cache-seconds", min=0, help="recompute the figures at most this often"),
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Expose fair share, budgets, squatters, wasted GPU-hours, delivery ratio and the alert outbox
     at http://HOST:PORT/metrics, for a Prometheus that already scrapes DCGM."""
+    import signal
     import threading
 
     from gpuledger.errors import RunError
@@ -30,9 +32,29 @@ def serve(
     if not path.is_file():
         raise RunError(f"warehouse {path} does not exist; give --warehouse (or $GPULEDGER_WAREHOUSE) or create it "
                        "with `gpuledger warehouse migrate`")
+    stop = threading.Event()
+    got: list[int] = []
+
+    def on_signal(signum, _frame):  # SIGINT / SIGTERM: stop serving now, not at the next request
+        got.append(signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        start(path, port=port, host=host, cache_s=cache_s)
-    except OSError as exc:
-        raise RunError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose another port") from None
-    typer.echo(f"serving gpuledger metrics from {path} on http://{host}:{port}/metrics", err=True)
-    threading.Event().wait()
+        try:
+            server, thread = start(path, port=port, host=host, cache_s=cache_s)
+        except OSError as exc:
+            raise RunError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose another "
+                           "port") from None
+        typer.echo(f"serving gpuledger metrics from {path} on http://{host}:{port}/metrics (Ctrl-C stops)", err=True)
+        while not stop.wait(0.2):
+            pass
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=1)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    typer.echo("gpuledger metrics: stopped", err=True)
+    if got and got[0] == signal.SIGINT:
+        raise typer.Exit(130)

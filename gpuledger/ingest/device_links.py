@@ -23,8 +23,8 @@ from datetime import datetime, timedelta
 import duckdb
 import polars as pl
 
-from gpuledger.warehouse import transaction
 from gpuledger.sql import load_sql
+from gpuledger.warehouse import transaction
 
 SOURCE = "labels"
 

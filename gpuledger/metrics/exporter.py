@@ -2,18 +2,23 @@
 connection (never blocks the writer) and the same analytics the CLI prints, cached for
 ``cache_s`` so a fast scrape interval does not recompute them every second.
 
-Metrics (labels in braces; GPU quantities in GPU-hours, budgets in normalised GPU-hours):
+Metrics (labels in braces). Prometheus names carry base units (``promtool check metrics``
+refuses ``_hours``), so GPU time is in GPU-seconds (GPU-hours × 3600; budgets in normalised
+GPU-seconds); divide by 3600 to show GPU-hours:
   gpuledger_fairshare_factor{node}            0..1, hierarchical fair-share factor
   gpuledger_fairshare_rank{node}              rank in the queue order (1 = first)
   gpuledger_delivery_ratio{node}              delivered ÷ owed GPU-hours over the usage window
-  gpuledger_budget_remaining_gpu_hours{node}  remaining budget in the current period
+  gpuledger_budget_remaining_gpu_seconds{node}  remaining budget in the current period
   gpuledger_budget_consumed_ratio{node}       consumed ÷ budget
-  gpuledger_budget_projected_exhaustion_timestamp_seconds{node}  Unix time (absent when not burning)
-  gpuledger_squatters{severity}               jobs on idle GPUs now, by severity
-  gpuledger_wasted_gpu_hours{project}         idle GPU-hours held by the current squatters
-  gpuledger_alerts_outbox{status}             alerts in the outbox by status
+  gpuledger_budget_projected_exhaustion_timestamp_seconds{node}  Unix time, only when it falls
+                                              inside the budget's period (absent otherwise)
+  gpuledger_squatters{severity}               jobs on idle GPUs now, by severity (0 when none)
+  gpuledger_wasted_gpu_seconds{project}       idle GPU time held by the current squatters (0 for
+                                              every project of the tree without one)
+  gpuledger_alerts_outbox{status}             alerts in the outbox by status (0 for an empty status)
   gpuledger_data_timestamp_seconds            the data's "now" the figures are computed at
 """
+
 
 from __future__ import annotations
 
@@ -21,7 +26,11 @@ import math
 import threading
 import time
 from calendar import timegm
+from datetime import datetime
 from pathlib import Path
+
+SECONDS_PER_HOUR = 3600.0
+OUTBOX_STATUSES = ("failed", "pending", "sent")
 
 
 def _unix(moment) -> float:
@@ -43,34 +52,41 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
         burn = reports.budget_report(con, policy=policy, as_of=now)
         squat = reports.squatters_report(con, policy=policy, now=now)
         outbox = con.execute("SELECT status, count(*) FROM alert_outbox GROUP BY status ORDER BY status").fetchall()
+        projects = [n for (n,) in con.execute("SELECT node FROM org_nodes WHERE node NOT IN "
+                                              "(SELECT parent FROM org_nodes WHERE parent IS NOT NULL) ORDER BY node")
+                    .fetchall()]
 
-    def series(frame, col, key="node"):
-        return [({key: str(r[key])}, float(r[col])) for r in frame.iter_rows(named=True)
+    def series(frame, col, key="node", scale=1.0):
+        return [({key: str(r[key])}, float(r[col]) * scale) for r in frame.iter_rows(named=True)
                 if r[col] is not None and not (isinstance(r[col], float) and math.isnan(r[col]))]
 
     burn = burn.with_columns((burn["consumed_gpu_hours"] / burn["budget_gpu_hours"]).alias("_ratio")) \
         if burn.height else burn
+    # a projected exhaustion after the budget's period ends is no exhaustion: the period resets first
     exhaustion = [({"node": r["node"]}, _unix(r["projected_exhaustion"])) for r in burn.iter_rows(named=True)
-                  if r["projected_exhaustion"] is not None]
+                  if r["projected_exhaustion"] is not None
+                  and r["projected_exhaustion"] < datetime.combine(r["period_end"], datetime.min.time())]
     by_sev = {s: 0 for s in ("warning", "second-warning", "preempt-eligible")}
-    wasted: dict[str, float] = {}
+    wasted: dict[str, float] = {str(p): 0.0 for p in projects}
     for r in squat.iter_rows(named=True):
         by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + 1
         wasted[str(r["project"])] = wasted.get(str(r["project"]), 0.0) + float(r["gpu_hours_idle"] or 0.0)
+    counts = {s: 0 for s in OUTBOX_STATUSES} | dict(outbox)
     return [
         ("gpuledger_fairshare_factor", "Hierarchical fair-share factor, 0..1", series(fs, "fairshare_factor")),
         ("gpuledger_fairshare_rank", "Rank in the fair-share queue order (1 = first)", series(fs, "fs_rank")),
         ("gpuledger_delivery_ratio", "Delivered / owed GPU-hours over the usage window", series(fs, "delivery_ratio")),
-        ("gpuledger_budget_remaining_gpu_hours", "Budget remaining in the current period (normalised GPU-hours)",
-         series(burn, "remaining_gpu_hours") if burn.height else []),
+        ("gpuledger_budget_remaining_gpu_seconds", "Budget remaining in the current period (normalised GPU-seconds; "
+         "/ 3600 = GPU-hours)", series(burn, "remaining_gpu_hours", scale=SECONDS_PER_HOUR) if burn.height else []),
         ("gpuledger_budget_consumed_ratio", "Budget consumed / budget", series(burn, "_ratio") if burn.height else []),
         ("gpuledger_budget_projected_exhaustion_timestamp_seconds", "When the budget runs out at the current burn",
          exhaustion),
         ("gpuledger_squatters", "Jobs holding idle GPUs now, by severity",
          [({"severity": s}, float(n)) for s, n in sorted(by_sev.items())]),
-        ("gpuledger_wasted_gpu_hours", "Idle GPU-hours held by the current squatters",
-         [({"project": p}, v) for p, v in sorted(wasted.items())]),
-        ("gpuledger_alerts_outbox", "Alerts in the outbox by status", [({"status": s}, float(n)) for s, n in outbox]),
+        ("gpuledger_wasted_gpu_seconds", "Idle GPU time held by the current squatters (GPU-seconds)",
+         [({"project": p}, v * SECONDS_PER_HOUR) for p, v in sorted(wasted.items())]),
+        ("gpuledger_alerts_outbox", "Alerts in the outbox by status",
+         [({"status": s}, float(n)) for s, n in sorted(counts.items())]),
         ("gpuledger_data_timestamp_seconds", "The data's now the figures are computed at", [({}, _unix(now))]),
     ]
 
@@ -101,8 +117,12 @@ class LedgerCollector:
             yield family
 
 
-def serve(path: Path, *, port: int, host: str = "0.0.0.0", policy=None, cache_s: float = 30.0):
-    """Serve /metrics until interrupted; returns (server, thread) — the caller waits."""
+DEFAULT_HOST = "127.0.0.1"  # per-project figures: listen beyond this machine only when told to
+
+
+def serve(path: Path, *, port: int, host: str = DEFAULT_HOST, policy=None, cache_s: float = 30.0):
+    """Serve /metrics in a thread; returns (server, thread): the caller waits, and stops it with
+    ``server.shutdown()``."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry()

@@ -1,6 +1,6 @@
 """Usage per project as the simulation runs: the same two modes as gpuledger.analytics.usage
 (sliding window W, exponential decay with half-life H), kept incrementally so each cycle costs
-O(projects) instead of a pass over the whole history. tests/test_whatif.py checks it against
+O(projects) instead of a pass over the whole history. tests/whatif/test_whatif.py checks it against
 analytics.usage.project_usage on the run's own allocations (the plain path).
 
 Units: allocated GPU-hours. Between two events every project's allocation rate r (GPUs held) is

@@ -6,13 +6,12 @@ dcgm-exporter page."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -23,10 +22,7 @@ from gpuledger import warehouse
 from gpuledger.ingest.holdings.slurm_scontrol import parse_text
 from gpuledger.ingest.holdings.slurm_spool import read_spool
 
-try:
-    from tests.test_ingest_slurm import _ingest_live, _slurm, _wait_for_states, slurm_rig  # noqa: F401
-except ImportError:  # pragma: no cover - run from inside tests/
-    from test_ingest_slurm import _ingest_live, _slurm, _wait_for_states, slurm_rig  # noqa: F401
+from tests.ingest.test_slurm import _ingest_live, _slurm, _wait_for_states, slurm_rig  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 HOLDINGS = REPO / "deploy" / "slurm" / "gpuledger-holdings.sh"
@@ -94,7 +90,7 @@ def test_the_prolog_records_a_real_jobs_gpus_and_they_land(slurm_rig, warehouse_
 
     # The poller sees the running job on the same indices.
     text = _slurm(rig, "scontrol", "-d", "-o", "show", "job", long)
-    polled = parse_text(text, cluster="gpuledger", now=datetime.utcnow())
+    polled = parse_text(text, cluster="gpuledger", now=datetime.now(UTC).replace(tzinfo=None))
     assert sorted(r["gpu_index"] for r in polled) == given[long] and {r["host"] for r in polled} == {NODE}
 
     # The job ends: the epilog's record closes its holding.
@@ -137,7 +133,7 @@ def test_without_a_driver_the_prolog_reads_the_nodes_dcgm_labels(tmp_path):
             'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-d1",pci_bus_id="00000000:02:00.0",Hostname="n7"} 0\n')
 
     class Exporter(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             body = page.encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))

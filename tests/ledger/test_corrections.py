@@ -28,7 +28,7 @@ from gpuledger import warehouse
 from gpuledger.ledger import periods
 from gpuledger.reports.files import write_statement_set
 from gpuledger.reports.statement import build_statement
-from tests._ledger_fixtures import devices, job, load
+from tests.helpers.ledger_fixtures import devices, job, load
 
 D = Decimal
 CONFIG = """

@@ -3,7 +3,7 @@
 columns, frozen headers, auto-filter, print setup, a tie-out of each business unit to the org
 total) and rendered by LibreOffice Calc to PDF (no ``###``: a number too wide for its column).
 
-Figures: tests/_statement_fixtures.py (October 2026: research 528.00, product 240.00, idle
+Figures: tests/helpers/statement_fixtures.py (October 2026: research 528.00, product 240.00, idle
 2,952.00, total 3,720.00 = capacity 2,232 GPU-hours × price)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from gpuledger import warehouse
 from gpuledger.reports.files import write_statement_set
 from gpuledger.reports.statement import build_statement
 from gpuledger.reports.workbook import shown
-from tests._statement_fixtures import october
+from tests.helpers.statement_fixtures import october
 
 D = Decimal
 XLSX = "statement-2026-10-acme.xlsx"

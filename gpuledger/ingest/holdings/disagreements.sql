@@ -1,7 +1,7 @@
 -- Samples in [$lo, $hi) whose pod / hpc_job labels name someone the scheduler side contradicts:
 -- a scheduler-side holder (job_allocations from device holdings) covers the device then and is
 -- another job, or the labelled job has scheduler-side allocations but none on this device then.
--- Such samples are attributed by the scheduler side; this lists them per (device, label, holder).
+-- Such samples are attributed by the scheduler side; this lists each one.
 WITH labelled AS (
     SELECT s.gpu_id, s.ts,
            CASE WHEN s.pod IS NOT NULL THEN coalesce(s.namespace, '') || '/' || s.pod ELSE s.hpc_job END
@@ -25,12 +25,8 @@ holders AS (  -- every scheduler-side holder of each labelled sample's device at
     GROUP BY ALL
 ),
 scheduled_names AS (SELECT DISTINCT g.cluster, h.holder_job FROM held h JOIN gpus g USING (gpu_id))
-SELECT g.cluster, g.host, g.gpu_uuid, g.mig_instance_id, x.label_job,
-       coalesce(x.holder_jobs, '(nobody)') AS holder_jobs,
-       count(*) AS samples, min(x.ts) AS first_ts, max(x.ts) AS last_ts
+SELECT x.gpu_id, x.ts, x.label_job, coalesce(x.holder_jobs, '(nobody)') AS holder_jobs
 FROM holders x JOIN gpus g USING (gpu_id)
 WHERE (x.holder_jobs IS NOT NULL AND NOT coalesce(x.label_holds, false))
    OR (x.holder_jobs IS NULL
-       AND (g.cluster, x.label_job) IN (SELECT cluster, holder_job FROM scheduled_names))
-GROUP BY ALL
-ORDER BY g.cluster, g.host, g.gpu_uuid, g.mig_instance_id, first_ts;
+       AND (g.cluster, x.label_job) IN (SELECT cluster, holder_job FROM scheduled_names));

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from datetime import datetime
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from gpuledger.ingest.holdings.devices import expand_hostlist, index_ranges
@@ -96,7 +96,7 @@ def parse_json(text: str, *, cluster: str, now: datetime) -> list[dict]:
 
         def epoch(value):
             value = value.get("number") if isinstance(value, dict) else value
-            return datetime.utcfromtimestamp(value) if value else None
+            return datetime.fromtimestamp(value, UTC).replace(tzinfo=None) if value else None
 
         out.extend(_rows(job.get("cluster") or cluster, str(job.get("job_id")), str(state or ""),
                          epoch(job.get("start_time")), epoch(job.get("end_time")), now, node_idx))

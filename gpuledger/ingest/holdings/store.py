@@ -8,26 +8,29 @@ links are then never made for such jobs (``device_links.sql`` skips jobs with sc
 
 Samples whose labels contradict the scheduler side are not dropped or moved: they stay on the
 device, attributed to whoever held it (or to no one: unallocated capacity), and every such run of
-samples is counted in ``quarantine`` (source ``attribution``) by :func:`record_disagreements`, so
+samples is kept once in ``attribution_disagreements`` and summed per device and hour into
+``quarantine`` (source ``attribution``) by :func:`record_disagreements`, so
 ``gpuledger warehouse quarantine --source attribution`` shows them.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import duckdb
 import polars as pl
 
 from gpuledger.sql import load_sql
-from gpuledger.warehouse import QuarantineRow, quarantine, transaction, upsert
+from gpuledger.warehouse import transaction, upsert
 
 SOURCES = ("slurm-prolog", "slurm-scontrol", "pod-resources")
 DISAGREEMENT_SOURCE = "attribution"
 
 _LINKS = load_sql(__package__, "link_holdings.sql")
 _DISAGREEMENTS = load_sql(__package__, "disagreements.sql")
+_SUMMARY = load_sql(__package__, "disagreement_summary.sql")
 
 HOLDING_COLUMNS = {
     "cluster": pl.String, "source": pl.String, "scheduler_job": pl.String, "host": pl.String,
@@ -65,12 +68,18 @@ def write_holdings(con: duckdb.DuckDBPyConnection, holdings: pl.DataFrame) -> in
     return upsert(con, "device_holdings", merged)
 
 
+def open_holdings(con: duckdb.DuckDBPyConnection, *, cluster: str, host: str, source: str) -> list[dict]:
+    """The holdings of ``source`` on ``host`` not yet ended (for an agent that restarts)."""
+    return con.sql("SELECT * FROM device_holdings WHERE cluster = $c AND host = $h AND source = $s AND NOT ended",
+                   params={"c": cluster, "h": host, "s": source}).pl().to_dicts()
+
+
 @dataclass(frozen=True)
 class LinkResult:
     linked: int          # job x device intervals written from holdings
     no_device: int       # holdings whose device the inventory does not know (yet)
     no_job: int          # holdings whose job has no jobs row (yet)
-    disagreements: int   # runs of samples whose labels the scheduler side contradicts
+    disagreements: int   # samples whose labels the scheduler side contradicts
 
 
 def link_holdings(con: duckdb.DuckDBPyConnection, *, since: datetime | None = None,
@@ -86,6 +95,10 @@ def link_holdings(con: duckdb.DuckDBPyConnection, *, since: datetime | None = No
             "SELECT count(*) FILTER (WHERE gpu_id IS NULL), "
             "count(*) FILTER (WHERE gpu_id IS NOT NULL AND job_id IS NULL) FROM _holding_links").fetchall()[0]
         con.execute("DELETE FROM _holding_links WHERE gpu_id IS NULL OR job_id IS NULL").fetchall()
+        # One witness per job: the prolog saw the allocation itself, a poll only its running part.
+        con.execute("DELETE FROM _holding_links p USING (SELECT DISTINCT cluster, job_id FROM _holding_links "
+                    "WHERE source = 'slurm-prolog') w WHERE p.source = 'slurm-scontrol' "
+                    "AND p.cluster = w.cluster AND p.job_id = w.job_id").fetchall()
         # A job the scheduler side speaks for: its label-derived rows go, and its own rows are
         # written again from the holdings (one row per device and start).
         con.execute(
@@ -97,7 +110,8 @@ def link_holdings(con: duckdb.DuckDBPyConnection, *, since: datetime | None = No
             "INSERT OR REPLACE INTO job_allocations (cluster, job_id, gpu_id, start_time, end_time, gpu_fraction, source) "
             "SELECT cluster, job_id, gpu_id, min(start_time), "
             "CASE WHEN bool_or(end_time IS NULL) THEN NULL ELSE max(end_time) END, "
-            "max(gpu_fraction), any_value(source) "
+            # replicas of one time-sliced GPU add up (two of four = half the GPU)
+            "least(1.0, sum(gpu_fraction)), any_value(source) "
             "FROM _holding_links GROUP BY cluster, job_id, gpu_id, start_time").fetchall()
         linked = con.execute("SELECT count(*) FROM (SELECT DISTINCT cluster, job_id, gpu_id, start_time "
                              "FROM _holding_links)").fetchall()[0][0]
@@ -117,31 +131,44 @@ _TICK = timedelta(microseconds=1)
 
 
 def find_disagreements(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> pl.DataFrame:
-    """Runs of labelled samples in [start, end) that the scheduler side contradicts: cluster, host,
-    gpu_uuid, mig_instance_id, label_job, holder_jobs ('(nobody)' when no one held the device),
-    samples, first_ts, last_ts."""
+    """Labelled samples in [start, end) that the scheduler side contradicts: gpu_id, ts, label_job,
+    holder_jobs ('(nobody)' when no one held the device then)."""
     return con.sql(_DISAGREEMENTS, params={"lo": start, "hi": end}).pl()
 
 
+def disagreement_summary(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> pl.DataFrame:
+    """The stored disagreements of the UTC hours [start, end) touches, one row per (device, hour,
+    label, holder): cluster, host, gpu_uuid, mig_instance_id, hour, label_job, holder_jobs,
+    samples, first_ts, last_ts."""
+    return con.sql(_SUMMARY, params={"lo": start, "hi": end}).pl()
+
+
 def record_disagreements(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> int:
-    """Quarantine one row per disagreement run in [start, end) (see :func:`find_disagreements`).
-    Re-running over the same window adds nothing. Returns the number of runs found."""
+    """Store every disagreeing sample of [start, end) once (``attribution_disagreements``) and
+    show each (device, hour, label, holder) as one quarantine line whose count covers all the
+    hour's samples seen so far. Re-running adds nothing. Returns the samples found in the window."""
     if not con.execute("SELECT count(*) FROM job_allocations WHERE source IN (SELECT unnest($s))",
                        {"s": list(SOURCES)}).fetchall()[0][0]:
         return 0
     found = find_disagreements(con, start=start, end=end)
+    if found.is_empty():
+        return 0
+    upsert(con, "attribution_disagreements", found, on_conflict="ignore")
+    lo, hi = found["ts"].min(), found["ts"].max()
     rows = []
-    for r in found.iter_rows(named=True):
+    for r in disagreement_summary(con, start=lo, end=hi).iter_rows(named=True):
         device = r["gpu_uuid"] + (f" GI {r['mig_instance_id']}" if r["mig_instance_id"] >= 0 else "")
         holder = r["holder_jobs"]
-        rows.append(QuarantineRow(
-            source=DISAGREEMENT_SOURCE,
-            location=f"{r['cluster']}/{r['host']} {device} from {r['first_ts']:%Y-%m-%dT%H:%M:%S}Z",
-            raw_text=f"labels: {r['label_job']}; scheduler: {holder}",
-            reason=(f"{r['samples']} samples to {r['last_ts']:%Y-%m-%dT%H:%M:%S}Z labelled {r['label_job']} "
-                    "but the scheduler side says "
-                    + ("no one held the device: counted as unallocated capacity" if holder == "(nobody)"
-                       else f"{holder} held it: attributed to {holder}")),
-        ))
-    quarantine(con, rows)
-    return len(rows)
+        raw = f"labels: {r['label_job']}; scheduler: {holder}"
+        rows.append({
+            "source": DISAGREEMENT_SOURCE,
+            "location": f"{r['cluster']}/{r['host']} {device} hour {r['hour']:%Y-%m-%dT%H:00}Z",
+            "raw_text": raw, "raw_md5": hashlib.md5(raw.encode()).hexdigest(),
+            "reason": (f"{r['samples']} samples {r['first_ts']:%H:%M}-{r['last_ts']:%H:%M}Z labelled "
+                       f"{r['label_job']}, "
+                       + ("held by no one: unallocated capacity" if holder == "(nobody)"
+                          else f"held by {holder}: attributed to the holder")),
+            "quarantined_at": datetime.now(UTC).replace(tzinfo=None),
+        })
+    upsert(con, "quarantine", pl.DataFrame(rows, schema_overrides={"quarantined_at": pl.Datetime("us")}))
+    return found.height

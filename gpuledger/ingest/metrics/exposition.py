@@ -182,7 +182,7 @@ def parse_exposition(
 
     The bulk parser (``exposition_bulk``) handles the well-formed lines with whole-column polars
     operations and sends every other line through ``line_verdict``, the per-line rules of
-    ``parse_exposition_lines``; both give the same page (tests/test_ingest_exposition_bulk.py). A
+    ``parse_exposition_lines``; both give the same page (tests/ingest/test_exposition_bulk.py). A
     small text (one 8-GPU node's page is ~25 kB) goes line by line, where that is quicker."""
     if len(text) < BULK_FROM_CHARS:  # one small page: the bulk path's fixed cost (~90 polars calls) is more
         return parse_exposition_lines(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
@@ -489,7 +489,7 @@ def _first_per_cell(cell: np.ndarray, prio: np.ndarray) -> tuple[np.ndarray, np.
 def wide_rows(parsed: ParsedPage) -> pl.DataFrame:
     """A parsed page's cleaned (device, ts) rows: from its series numbers when the bulk parser kept
     them (integer dedup and pivot, no per-sample label columns), else ``long_to_wide``. The two agree
-    (tests/test_ingest_exposition_bulk.py)."""
+    (tests/ingest/test_exposition_bulk.py)."""
     if parsed.points is not None and parsed.series is not None:
         return series_long_to_wide(parsed.points, parsed.series)
     return long_to_wide(parsed.samples)

@@ -22,7 +22,7 @@ lookup) costs ~7 us a line: 0.14 M samples/s. Here the text is read as one byte 
 
 Every line the bulk path does not accept as plainly good (a comment aside) goes through
 ``exposition.line_verdict``, the per-line rules, so errors keep their wording and line numbers. The
-result equals ``parse_exposition_lines`` (tests/test_ingest_exposition_bulk.py).
+result equals ``parse_exposition_lines`` (tests/ingest/test_exposition_bulk.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The daily prune of raw samples (``gpuledger warehouse prune`` on a schedule)."""
 
 import dagster as dg
+from gpuledger.pipelines.defs.run_policy import job_tags
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 
 
@@ -9,7 +10,7 @@ def raw_sample_retention(context: dg.AssetExecutionContext, warehouse: Warehouse
                          gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Raw samples older than the retention (days, counted back from the newest sample) whose
     hourly rollup is complete are deleted, an hour per transaction, readers let in between hours;
-    reports of those hours read the rollup and do not change (tests/test_warehouse_retention.py)."""
+    reports of those hours read the rollup and do not change (tests/warehouse/test_retention.py)."""
     from gpuledger.warehouse.retention import prune_raw_samples
 
     keep_days = gpuledger_config.load().policy.retention.raw_sample_days
@@ -23,8 +24,9 @@ def raw_sample_retention(context: dg.AssetExecutionContext, warehouse: Warehouse
         "rollup_hours_completed": stats.hours_completed})
 
 
-retention_job = dg.define_asset_job("retention_job", selection=[raw_sample_retention],
-                                    executor_def=dg.in_process_executor)
+retention_job = dg.define_asset_job(
+    "retention_job", tags=job_tags("retention_job"), selection=[raw_sample_retention],
+    executor_def=dg.in_process_executor)
 
 
 @dg.schedule(name="retention_schedule", job=retention_job, cron_schedule="15 2 * * *", execution_timezone="UTC",

@@ -1,0 +1,93 @@
+"""The side-by-side benchmark's comparison logic (benchmarks/prometheus_bench.py, prom_compare.py):
+hand-made Prometheus answers through the pure functions, then the whole comparison on a tiny
+simulated cluster against a real Prometheus (skipped without the Debian prometheus package)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.prometheus_rig import have_prometheus
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import prom_compare as pc
+
+
+def _vec(labels: dict, value: float) -> dict:
+    return {"metric": labels, "value": [0, str(value)]}
+
+
+def test_per_project_weights_mig_and_maps_slurm_jobs():
+    # 120 samples of a whole GPU in namespace a = 120 × 30 s = 1 GPU-h; 240 samples of a 3g MIG
+    # instance in a = 2 h × 3/7; 360 samples of Slurm job 77 (project p) = 3 GPU-h; a free device
+    # (no job labels) counts nowhere; namespace b maps to project c.
+    result = [_vec({"namespace": "a"}, 120), _vec({"namespace": "a", "GPU_I_PROFILE": "3g.40gb"}, 240),
+              _vec({"hpc_job": "77"}, 360), _vec({}, 9999), _vec({"namespace": "b"}, 120)]
+    got = pc.per_project(result, {"b": "c"}, {"77": "p"}, scale=30 / 3600)
+    assert got == pytest.approx({"a": 1 + 2 * 3 / 7, "p": 3.0, "c": 1.0})
+
+
+def test_idle_per_job_counts_devices_not_series_and_skips_exempt():
+    # pod x: device U1 idle under two host-label spellings (two series, one device) and U2 idle;
+    # held: 3 devices. kube-system is exempt. Slurm job 5: one idle of 1.
+    idle = [{"metric": {"pod": "x", "namespace": "n", "UUID": "U1", "Hostname": "h"}},
+            {"metric": {"pod": "x", "namespace": "n", "UUID": "U1", "hostname": "h.fq"}},
+            {"metric": {"pod": "x", "namespace": "n", "UUID": "U2"}},
+            {"metric": {"pod": "k", "namespace": "kube-system", "UUID": "U9"}},
+            {"metric": {"hpc_job": "5", "UUID": "U3"}}]
+    held = [_vec({"pod": "x", "namespace": "n"}, 3), _vec({"hpc_job": "5"}, 1)]
+    assert pc.idle_per_job(idle, held, {"kube-system"}) == {
+        "x": {"gpus_idle": 2, "gpus_total": 3}, "5": {"gpus_idle": 1, "gpus_total": 1}}
+
+
+def test_decay_matches_the_closed_form_and_compare_flags_a_difference():
+    as_of = datetime(2026, 11, 8)
+    h = timedelta(days=7)
+    # 1 GPU-h in the hour ending at as_of: mean of 2^(-age/7d) over ages [0, 1 h]
+    # = (H/ln2)(1 - 2^(-1h/H)) / 1 h ≈ 0.99794; an hour exactly one half-life back weighs ~0.5.
+    one = pc.decayed({as_of - timedelta(hours=1): 1.0}, as_of, h)
+    assert one == pytest.approx(0.997940, abs=1e-6)
+    old = pc.decayed({as_of - timedelta(days=7, hours=1): 1.0}, as_of, h)
+    assert old == pytest.approx(0.5 * 0.997940, rel=1e-3)  # a half-life further back: ×½ (×2^(-1h/H) cancels)
+    cmp = pc.compare_values({"a": 100.0, "b": 10.0}, {"a": 100.5, "b": 12.0}, rel=0.01, abs_=0.5,
+                            allowance={"b": 1.0})
+    # a: |0.5| <= max(0.5, 1.0) -> ok; b: |2.0| > max(0.5, 0.1) + 1.0 -> fails
+    assert not cmp["agree"] and cmp["failing"] == ["b"]
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(not have_prometheus(), reason="needs the Debian prometheus package (scripts/install-test-deps.sh)")
+def test_side_by_side_on_a_tiny_cluster_agrees(dashboard_warehouse, tmp_path):
+    """The dashboards' session warehouse (16 GPUs, 2 days, seed 3, simulated, run-once, an
+    enforcement plan: shared, so this test adds only its own seconds) against a real Prometheus
+    over the same samples: every question agrees."""
+    import shutil
+
+    import prometheus_bench as pb
+
+    source, data = tmp_path / "bench", tmp_path / "prom"
+    source.mkdir()
+    data.mkdir()
+    shutil.copyfile(dashboard_warehouse.warehouse, source / "week16.duckdb")  # the simulator's stored config
+    shutil.copyfile(dashboard_warehouse.warehouse, data / "week16-materialized.duckdb")  # already analysed
+    (data / "week16-materialized.duckdb.done").write_text("{}")
+    args = argparse.Namespace(source_dir=source, data_dir=data, days=2.0, seed=3, days_4096=None, repeats=1,
+                              cli_repeats=0, idle_hours_back=None, rel_hours=0.01, abs_activity=0.005,
+                              abs_util_pp=0.5)
+    dataset, questions = pb.run_dataset(16, args)
+    # 16 GPUs (+ MIG instances) × 2 days × 2,880 samples/day, a few scrape gaps and blanks missing
+    assert 16 * 2 * 2880 * 0.95 < dataset["samples"] and dataset["prometheus_series"] >= 16
+    assert set(questions) == {"gpu_hours_by_project", "activity_by_project", "idle_60m", "hourly_utilization",
+                              "fairshare"}
+    for name, q in questions.items():
+        assert q["agree"], (name, q["difference"])
+        assert q["prometheus_s"] > 0 and q["gpuledger_s"] > 0
+    assert questions["gpu_hours_by_project"]["compared"] >= 3
+    assert questions["hourly_utilization"]["compared"] == 48
+    assert sum(i["jobs_prometheus"] for i in questions["idle_60m"]["instants"]) > 0  # squatters were compared

@@ -1,0 +1,84 @@
+"""gpuledger's Prometheus figures (issue 21 §7): names `promtool check metrics` accepts, a 0 sample
+for an empty state, exhaustion only within the budget's period, `metrics serve` on 127.0.0.1 by
+default and stopping within a second on SIGTERM / SIGINT. Fixture: tests/helpers/statement_fixtures.py
+(beta's November budget 100 h, 24 used by Nov 3, burning 12 h/day: exhausts Nov 9 08:00)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from calendar import timegm
+from datetime import datetime
+
+import pytest
+import requests
+
+from gpuledger import warehouse
+from gpuledger.metrics.exporter import compute_figures
+from tests.helpers.ledger_fixtures import load
+from tests.helpers.statement_fixtures import CONFIG, october
+from tests.helpers.prometheus_rig import free_port
+
+
+def _exposition(path) -> str:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpuledger.metrics.exporter import LedgerCollector
+
+    registry = CollectorRegistry()
+    registry.register(LedgerCollector(path, cache_s=0))
+    return generate_latest(registry).decode()
+
+
+@pytest.fixture
+def month(warehouse_file):
+    october(warehouse_file)
+    return warehouse_file
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool: run scripts/install-test-deps.sh")
+def test_promtool_accepts_every_name_and_empty_states_are_zero(month):
+    text = _exposition(month)
+    lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    # the outbox is empty and nobody squats: zeros, so Grafana shows 0 rather than "No data"
+    for status in ("failed", "pending", "sent"):
+        assert float(samples[f'gpuledger_alerts_outbox{{status="{status}"}}']) == 0.0
+    for project in ("alpha", "beta", "gamma"):
+        assert float(samples[f'gpuledger_wasted_gpu_seconds{{project="{project}"}}']) == 0.0
+    # 76 GPU-hours left = 273,600 GPU-seconds
+    assert float(samples['gpuledger_budget_remaining_gpu_seconds{node="beta"}']) == 76 * 3600
+
+
+def test_exhaustion_only_within_the_budgets_period(month):
+    figures = {name: samples for name, _, samples in compute_figures(month)}
+    exhaustion = dict((lab["node"], v) for lab, v in figures["gpuledger_budget_projected_exhaustion_timestamp_seconds"])
+    assert exhaustion["beta"] == timegm(datetime(2026, 11, 9, 8).timetuple())
+    # 12 h/day from 24 used: a 400 h budget lasts to Dec 2 08:00, after November: not exported
+    with warehouse.open_writer(month) as con:
+        load(con, CONFIG.replace("period: 2026-11, gpu_hours: 100", "period: 2026-11, gpu_hours: 400"),
+             at=datetime(2026, 11, 3))
+    figures = {name: samples for name, _, samples in compute_figures(month)}
+    assert figures["gpuledger_budget_projected_exhaustion_timestamp_seconds"] == []
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_serve_binds_loopback_by_default_and_stops_within_a_second(month, signum, code):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpuledger.cli", "metrics", "serve", "--port", str(port),
+                             "--cache-seconds", "0", "--warehouse", str(month)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        line = proc.stderr.readline()
+        assert f"http://127.0.0.1:{port}/metrics" in line, line
+        assert "gpuledger_squatters" in requests.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+        proc.send_signal(signum)
+        assert proc.wait(timeout=1) == code
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

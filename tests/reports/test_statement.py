@@ -1,0 +1,278 @@
+"""Finance statements (issue 11 §1): a simulated month reconciles to the cent, the workbook's
+sheets add up to the CSV, the HTML renders in a real headless Chromium, regeneration is
+byte-identical, a closed month reads its frozen lines. Figures derived in tests/helpers/statement_fixtures.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from gpuledger import warehouse
+from gpuledger.ledger import periods
+from gpuledger.reports.files import write_statement_set
+from gpuledger.reports.statement import build_statement
+from tests.helpers.statement_fixtures import october
+
+D = Decimal
+
+
+@pytest.fixture
+def month(warehouse_file):
+    october(warehouse_file)
+    return warehouse_file
+
+
+def _write(path: Path, out: Path, node: str | None = None) -> dict:
+    with warehouse.open_reader(path) as con:
+        st = build_statement(con, "2026-10", node=node)
+    return write_statement_set(st, out, per_unit=node is None)
+
+
+def _all_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_statement_reconciles_to_the_cent_and_every_file_agrees(month, tmp_path):
+    out = tmp_path / "oct"
+    manifest = _write(month, out)
+    lines = pl.read_csv(out / "statement-2026-10-acme.csv", schema_overrides={"amount": pl.String})
+    amounts = {(r["line_kind"], r["project"], r["gpu_model"]): D(r["amount"]) for r in lines.iter_rows(named=True)}
+    assert amounts == {("charge", "alpha", "H100"): D("480.00"), ("charge", "gamma", "H100"): D("48.00"),
+                       ("charge", "beta", "A100"): D("240.00"), ("idle", "(idle)", "H100"): D("2448.00"),
+                       ("idle", "(idle)", "A100"): D("504.00")}
+    # active and efficiency beside the charge: gamma-1 is active 12 of its 24 h; the others unknown
+    gamma = lines.filter(pl.col("project") == "gamma").row(0, named=True)
+    assert gamma["gpu_hours_active"] == 12.0 and gamma["efficiency_ratio"] == 0.5
+    assert lines.filter(pl.col("project") == "alpha")["efficiency_ratio"].is_null().all()
+    # the reconciliation, stated: 768.00 + 2952.00 = 3720.00 = 2232 GPU-hours of capacity × price
+    (rec,) = manifest["reconciliation"]
+    assert (rec["charges"], rec["idle"], rec["total"], rec["capacity_amount"]) == \
+        ("768.00", "2952.00", "3720.00", "3720.00")
+    assert rec["reconciles"] and "reconciles to the cent" in rec["statement"]
+    assert manifest["totals"] == {"USD": "3720.00"}
+    assert manifest["status"] == "open" and not manifest["closed"] and not manifest["provisional"]
+    assert manifest["config_version"] == 1 and manifest["business_units"] == ["product", "research"]
+    html = (out / "statement-2026-10-acme.html").read_text()
+    assert rec["statement"].replace("×", "&times;") in html or rec["statement"] in html
+    # every file listed with its sha256
+    import hashlib
+
+    for f in manifest["files"]:
+        assert hashlib.sha256((out / f["path"]).read_bytes()).hexdigest() == f["sha256"]
+    assert {"units/research/statement-2026-10-research.csv", "statement-2026-10-acme.xlsx",
+            "statement-2026-10-acme.parquet"} <= {f["path"] for f in manifest["files"]}
+    # Parquet holds the same lines as the CSV, amounts exact
+    parquet = pl.read_parquet(out / "statement-2026-10-acme.parquet")
+    assert parquet["amount"].sum() == D("3720.00")
+    # per partition and per host (sreport cannot split them so): gpu 240 H100 + 240 A100, debug 24 H100
+    part = pl.read_csv(out / "statement-2026-10-acme-by-partition.csv")
+    assert {(r["partition"], r["gpu_model"]): r["gpu_hours"] for r in part.iter_rows(named=True)} == \
+        {("debug", "H100"): 24.0, ("gpu", "A100"): 240.0, ("gpu", "H100"): 240.0}
+    host = pl.read_csv(out / "statement-2026-10-acme-by-host.csv")
+    assert dict(host.select("host", "gpu_hours").iter_rows()) == {"node-a": 240.0, "node-h1": 240.0, "node-h2": 24.0}
+    # a business unit's own statement: research = alpha 480.00 + gamma 48.00
+    research = pl.read_csv(out / "units/research/statement-2026-10-research.csv", schema_overrides={"amount": pl.String})
+    assert sum(D(a) for a in research["amount"]) == D("528.00")
+
+
+def test_workbook_sheets_add_up_to_the_csv(month, tmp_path):
+    import openpyxl
+
+    out = tmp_path / "oct"
+    _write(month, out)
+    lines = pl.read_csv(out / "statement-2026-10-acme.csv", schema_overrides={"amount": pl.String})
+    wb = openpyxl.load_workbook(out / "statement-2026-10-acme.xlsx")
+    assert wb.sheetnames == ["Summary", "product", "research", "Idle and memo", "By partition", "By host"]
+    for sheet, unit in (("product", "product"), ("research", "research"), ("Idle and memo", "(org)")):
+        ws = wb[sheet]
+        header = [c.value for c in ws[1]]
+        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)
+                if row[0].value not in (None, "Total")]
+        totals = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)
+                  if row[0].value == "Total"]
+        expected = sum(D(a) for a in lines.filter(pl.col("business_unit") == unit)["amount"])
+        # numbers are numbers (no formulas): each line's amount and the sheet's total row
+        assert all(isinstance(r["Amount (USD)"], int | float | D) for r in rows)
+        assert D(str(sum(D(str(r["Amount (USD)"])) for r in rows))) == expected
+        assert D(str(totals[0]["Amount (USD)"])) == expected
+        amount_cell = next(c for c in ws[2] if header[c.column - 1] == "Amount (USD)")
+        assert '"USD"' in amount_cell.number_format
+    summary = wb["Summary"]
+    head = next(c.row for c in summary["A"] if c.value == "Business unit")
+    amount_col = [c.value for c in summary[head]].index("Amount (USD)")  # the total sits under Amount
+    owed = next(r for r in summary.iter_rows() if r[0].value == "Total owed (Σ business units)")
+    assert D(str(owed[amount_col].value)) == D("3720.00")
+    rec_head = next(c.row for c in summary["A"] if c.value == "Currency")
+    rec = dict(zip((c.value for c in summary[rec_head]), (c.value for c in summary[rec_head + 1]), strict=True))
+    assert rec["Reconciles"] == "yes, to the cent" and D(str(rec["Difference"])) == D("0.00")
+
+
+def test_regenerating_gives_byte_identical_files_and_a_closed_month_reads_its_frozen_lines(month, tmp_path):
+    import time
+    import zipfile
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    _write(month, first)
+    real = time.time
+    with pytest.MonkeyPatch.context() as mp:  # the second run a day later by the clock
+        mp.setattr(time, "time", lambda: real() + 86400)
+        _write(month, second)
+    assert _all_bytes(first) == _all_bytes(second)
+    # the workbook's zip entries carry the statement's own time (the data's end), not the clock's
+    stamps = {i.date_time for i in zipfile.ZipFile(first / "statement-2026-10-acme.xlsx").infolist()}
+    assert stamps == {(2026, 11, 1, 0, 0, 0)}
+    with warehouse.open_writer(month) as con:
+        periods.close_period(con, "2026-10", by="finance", now=datetime(2026, 11, 5))
+    closed_a, closed_b = tmp_path / "closed-a", tmp_path / "closed-b"
+    m = _write(month, closed_a)
+    _write(month, closed_b)
+    assert _all_bytes(closed_a) == _all_bytes(closed_b)
+    assert m["closed"] and m["revision"] == 0 and m["status"] == "closed" and m["totals"] == {"USD": "3720.00"}
+    lines = pl.read_csv(closed_a / "statement-2026-10-acme.csv")
+    assert set(lines["revision"].to_list()) == {0}  # the issued lines, not a recomputation
+    # the same figures as the computed statement, only the revision differs
+    assert (closed_a / "statement-2026-10-acme.csv").read_bytes() != (first / "statement-2026-10-acme.csv").read_bytes()
+
+
+def test_one_node_with_the_cli(month, tmp_path):
+    from typer.testing import CliRunner
+
+    from gpuledger.cli import app
+
+    out = tmp_path / "product"
+    result = CliRunner().invoke(app, ["report", "statement", "--period", "2026-10", "--node", "product",
+                                      "--out", str(out), "--warehouse", str(month)])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["scope"] == "product" and manifest["totals"] == {"USD": "240.00"}
+    assert not (out / "units").exists()
+    bad = CliRunner().invoke(app, ["report", "statement", "--period", "2026-13", "--out", str(out),
+                                   "--warehouse", str(month)])
+    assert bad.exit_code != 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium: run scripts/install-test-deps.sh")
+def test_html_statement_renders_in_headless_chromium(month, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    out = tmp_path / "oct"
+    _write(month, out)
+    page_file = out / "statement-2026-10-acme.html"
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(page_file.as_uri())
+        assert page.locator("svg").count() == 3  # by model × tier: GPU-hours, amount; month over month
+        assert "3,720.00" in page.inner_text("body")
+        shot = tmp_path / "statement.png"
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert errors == []
+    assert requests == [page_file.as_uri()]  # self-contained: nothing fetched beside the page
+    from PIL import Image
+
+    image = Image.open(shot).convert("L")
+    low, high = image.getextrema()
+    colors = image.getcolors(maxcolors=1 << 16)
+    assert high - low > 100 and (colors is None or len(colors) > 10)  # not blank
+
+
+def test_a_corrected_month_states_its_corrections_and_still_reconciles(month, tmp_path):
+    """Closed at 2.00 / 1.00 (3720.00), then re-priced from Oct 6 00:00 (120 h in) to H100 2.50,
+    A100 0.80 and corrected. The whole month at the new rate card is its capacity × price:
+      H100: 2 GPUs × 120 h × 2.00 + 2 × 624 h × 2.50 = 480.00 + 3120.00 = 3600.00
+      A100:     1 × 120 h × 1.00 + 1 × 624 h × 0.80 = 120.00 +  499.20 =  619.20
+    total 4219.20, so the corrections net +499.20 (alpha's charge +60.00 among them: 120 h at
+    2.50 instead of 2.00), and issued + corrections reconcile to it."""
+    from tests.helpers.ledger_fixtures import load
+    from tests.helpers.statement_fixtures import CONFIG
+
+    with warehouse.open_writer(month) as con:
+        periods.close_period(con, "2026-10", by="finance", now=datetime(2026, 11, 5))
+        load(con, CONFIG + '  - {gpu_model: H100, tier: reserved, price_per_gpu_hour: "2.50", effective_from: '
+             '2026-10-06}\n  - {gpu_model: A100, tier: reserved, price_per_gpu_hour: "0.80", effective_from: '
+             '2026-10-06}\n', at=datetime(2026, 11, 10))
+        fixed = periods.correct_period(con, "2026-10", reason="October prices", by="finance",
+                                       now=datetime(2026, 11, 10))
+    assert fixed["net"] == {"USD": "499.20"}
+    manifest = _write(month, tmp_path / "oct")
+    (rec,) = manifest["reconciliation"]
+    assert manifest["revision"] == 1 and manifest["config_version"] == 2
+    assert (rec["charges"], rec["idle"], rec["corrections"], rec["total"], rec["capacity_amount"]) == \
+        ("768.00", "2952.00", "499.20", "4219.20", "4219.20")
+    assert rec["reconciles"] and manifest["totals"] == {"USD": "4219.20"}
+    lines = pl.read_csv(tmp_path / "oct" / "statement-2026-10-acme.csv", schema_overrides={"amount": pl.String})
+    debit = lines.filter((pl.col("line_kind") == "debit") & (pl.col("project") == "alpha"))
+    assert debit["amount"].to_list() == ["60.00"] and debit["correction_of"].to_list() == ["charge"]
+
+
+def test_weekly_summary_per_business_unit_with_top_squatters(month, tmp_path):
+    """ISO week 2026-W40 (Sep 28 – Oct 5 00:00): alpha-1 and beta-1 hold 96 h each from Oct 1
+    (H100 192.00, A100 96.00), gamma-1 24 h (48.00). research: 120 GPU-hours, 240.00; product: 96 h,
+    96.00. Squatting episodes seeded in the week: research's worst is alpha-1 (3.0 idle GPU-hours)
+    before gamma-1 (1.0); product's only one is beta-1."""
+    from typer.testing import CliRunner
+
+    from gpuledger.cli import app
+
+    with warehouse.open_writer(month) as con:
+        for job_id, project, hours in (("alpha-1", "alpha", 3.0), ("gamma-1", "gamma", 1.0), ("beta-1", "beta", 2.0)):
+            con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, project, user_name, "
+                        "finding, severity, gpus_total, gpus_idle, gpu_hours_idle, idle_cost, currency) VALUES "
+                        "('c1', ?, '2026-10-01 12:00', '2026-10-01 14:00', ?, 'u', 'squatting', 'warning', 1, 1, ?, "
+                        "NULL, 'USD')", [job_id, project, hours])
+    out = tmp_path / "w40"
+    result = CliRunner().invoke(app, ["report", "weekly", "--week", "2026-W40", "--out", str(out),
+                                      "--warehouse", str(month)])
+    assert result.exit_code == 0, result.output
+    units = pl.read_csv(out / "weekly-2026-W40.csv", schema_overrides={"spend": pl.String})
+    got = {r["business_unit"]: (r["gpu_hours"], D(r["spend"])) for r in units.iter_rows(named=True)}
+    assert got["research"] == (120.0, D("240.00")) and got["product"] == (96.0, D("96.00"))
+    squat = pl.read_csv(out / "weekly-2026-W40-squatters.csv")
+    assert squat.select("business_unit", "rank", "job_id").rows() == [
+        ("product", 1, "beta-1"), ("research", 1, "alpha-1"), ("research", 2, "gamma-1")]
+    assert json.loads((out / "manifest.json").read_text())["week"] == "2026-W40"
+
+
+def test_every_line_has_a_sheet_even_a_project_outside_the_tree(month, tmp_path):
+    """A job whose project the org tree lacks (stray-1: 10 h on GPU-h2, Oct 20 00:00–10:00, at 2.00
+    = 20.00, taken out of idle, so still 3720.00 in all) gets a sheet of its own: the workbook
+    still adds up to the CSV."""
+    import openpyxl
+
+    from tests.helpers.ledger_fixtures import job
+
+    with warehouse.open_writer(month) as con:
+        gpu = con.execute("SELECT gpu_id FROM gpus WHERE gpu_uuid = 'GPU-h2'").fetchall()[0][0]
+        job(con, "stray-1", "stray", gpu, datetime(2026, 10, 20), datetime(2026, 10, 20, 10))
+    out = tmp_path / "oct"
+    manifest = _write(month, out)
+    assert manifest["totals"] == {"USD": "3720.00"} and manifest["reconciliation"][0]["reconciles"]
+    lines = pl.read_csv(out / "statement-2026-10-acme.csv", schema_overrides={"amount": pl.String})
+    wb = openpyxl.load_workbook(out / "statement-2026-10-acme.xlsx")
+    total = D(0)
+    for name in wb.sheetnames[1:]:
+        ws = wb[name]
+        header = [c.value for c in ws[1]]
+        if "Line" not in header:
+            continue
+        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)]
+        total += sum(D(str(r["Amount (USD)"])) for r in rows
+                     if r["Line"] not in (None, "Total") and r["Amount (USD)"] is not None)
+    assert total == sum(D(a) for a in lines["amount"].drop_nulls())
+    assert "Projects outside the tree" in wb.sheetnames
+    stray = lines.filter(pl.col("project") == "stray")
+    assert stray.select("business_unit", "amount").rows() == [("(unassigned)", "20.00")]
