@@ -411,11 +411,13 @@ def test_idle_heatmap_rows_are_the_most_idle_jobs_with_their_cost(on_rig):
                .agg(pl.col("gpu_hours_idle").sum(), pl.col("gpu_model").first()).sort("gpu_hours_idle", descending=True))
     assert per_job.height >= 3, "the rig should hold jobs that idle"
     got = queries.idle_jobs(str(on_rig.warehouse), start, end, projects, (), "reserved", 3)
-    assert got["job_id"].to_list() == per_job["job_id"].head(3).to_list()  # most idle first
+    assert got["gpu_hours_idle"].to_list() == pytest.approx(per_job["gpu_hours_idle"].head(3).to_list())  # most idle first
+    assert got["job_key"].to_list() == (per_job["cluster"] + "/" + per_job["job_id"]).head(3).to_list()
     assert got["jobs_idle"][0] == per_job.height
     assert got["gpu_hours_idle_all"][0] == pytest.approx(per_job["gpu_hours_idle"].sum())
     for row in got.iter_rows(named=True):
-        hours = usage.filter((pl.col("job_id") == row["job_id"]) & (pl.col("gpu_hours_idle") > 0))
+        hours = usage.filter((pl.col("cluster") == row["cluster"]) & (pl.col("job_id") == row["job_id"])
+                             & (pl.col("gpu_hours_idle") > 0))
         want = sum((Decimal(str(h)).quantize(Decimal("0.000001")) * prices[m]
                     for h, m in zip(hours["gpu_hours_idle"], hours["gpu_model"], strict=True)), Decimal(0))
         assert abs(Decimal(row["idle_cost"]) - want) <= Decimal("0.01"), row
