@@ -1,8 +1,8 @@
 """The `gpuledger` command line: ONE tree, one module per top-level group in this package
 (ingest, report, warehouse, config, period, enforce, alerts, whatif, pipelines, simulate,
 metrics). The domains hold no CLI code; these modules parse options, call the domain and print.
-This file assembles the tree, keeps the deprecated aliases of the old names, and is the program's
-one error boundary (`main`)."""
+The root (tree.py) loads a group's module when it runs and keeps the deprecated aliases of the old
+names; this file is the program's one error boundary (`main`)."""
 
 from __future__ import annotations
 
@@ -10,48 +10,17 @@ import os
 
 import typer
 
-from gpuledger.cli import (
-    alerts,
-    config,
-    enforce,
-    ingest,
-    metrics,
-    period,
-    pipelines,
-    report,
-    simulate,
-    warehouse,
-    whatif,
-)
-from gpuledger.cli.aliases import add_deprecated_alias
-from gpuledger.cli.ingest import agent as ingest_agent
-from gpuledger.cli.ingest import jobs_csv
+from gpuledger.cli.tree import CommandTree
 from gpuledger.errors import GpuledgerError, printable
 
+# gpuledger/cli/tree.py: the groups load on first use; plain click help that never cuts a name
 app = typer.Typer(
+    cls=CommandTree,
     help="gpuledger: GPU-time analytics, fair share, budgets, chargeback and idle-GPU enforcement.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
 )
-for _name, _group in (("ingest", ingest.app), ("report", report.app), ("warehouse", warehouse.app),
-                      ("config", config.app), ("period", period.app), ("enforce", enforce.app),
-                      ("alerts", alerts.app), ("whatif", whatif.app), ("pipelines", pipelines.app),
-                      ("simulate", simulate.app), ("metrics", metrics.app)):
-    app.add_typer(_group, name=_name)
-
-# The old names, kept for one release: each runs the new command after one line on stderr.
-for _old, _new, _function in (("fairshare", "report fairshare", report.fairshare),
-                              ("budget", "report budget", report.budget),
-                              ("squatters", "report squatters", report.squatters),
-                              ("summary", "warehouse summary", warehouse.summary),
-                              ("migrate", "warehouse migrate", warehouse.migrate),
-                              ("quarantine", "warehouse quarantine", warehouse.quarantine_list),
-                              ("agent", "ingest agent", ingest_agent.agent_command)):
-    add_deprecated_alias(app, _old, _new, _function)
-_import_app = typer.Typer(help="Deprecated: use `gpuledger ingest jobs-csv`.", no_args_is_help=True,
-                          deprecated=True)
-add_deprecated_alias(_import_app, "jobs", "ingest jobs-csv", jobs_csv.import_jobs, old_path="import jobs")
-app.add_typer(_import_app, name="import", rich_help_panel="Deprecated aliases")
 
 DEBUG_ENV = "GPULEDGER_DEBUG"
 _debug = False  # set by the --debug option

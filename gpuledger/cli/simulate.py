@@ -25,6 +25,7 @@ from gpuledger.cli.options import (
 )
 from gpuledger.errors import RunError, UsageError
 from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START
+from gpuledger.stopping import StopSignals
 
 app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (same seed => same data).",
                   no_args_is_help=True)
@@ -150,12 +151,12 @@ def simulate_serve(
     console.print(f"serving {len(handle.urls)} node exporters: {handle.urls[0]} .. {handle.urls[-1]} "
                   f"(simulated start {now.isoformat()}Z, speed x{speed}); Ctrl-C stops")
     try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+        with StopSignals() as stop:  # SIGINT / SIGTERM: stop serving within a second
+            stop.event.wait()
     finally:
         handle.stop()
+    console.print(f"stopped serving ({'Ctrl-C' if stop.exit_code else 'SIGTERM'})")
+    raise typer.Exit(stop.exit_code)
 
 
 @app.command("openmetrics")
