@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from gpuledger.deadlines import ALERTS, CallDeadline
 from gpuledger.errors import RunError
 
 SECRETS_ENV = "GPULEDGER_SECRETS_FILE"
@@ -57,6 +58,15 @@ def with_recipient(url: str, address: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+def with_timeouts(url: str, deadline: CallDeadline) -> str:
+    """``url`` with apprise's connect / read timeouts (``cto`` / ``rto``) unless it sets its own."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    given = {k for k, _ in query}
+    query += [(k, f"{v:g}") for k, v in (("cto", deadline.connect_s), ("rto", deadline.read_s)) if k not in given]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 class DeliveryError(RuntimeError):
     """The receiver did not take the message (down, refused); the outbox retries it."""
 
@@ -71,17 +81,18 @@ class AppriseNotifier:
     """A notifier over one apprise URL."""
 
     url: str
+    deadline: CallDeadline = ALERTS  # a receiver that never answers fails this try; the outbox retries
 
     def send(self, subject: str, body: str, *, attachments: list[Path] | None = None) -> None:
         from gpuledger.extras import require
 
         apprise = require("apprise")
         ap = apprise.Apprise()
-        if not ap.add(self.url):
+        if not ap.add(with_timeouts(self.url, self.deadline)):
             raise DeliveryError(f"apprise does not understand the channel URL {self.redacted()}")
         attach = apprise.AppriseAttachment([str(p) for p in attachments]) if attachments else None
         with apprise.LogCapture(level=apprise.logging.WARNING) as log:
-            ok = ap.notify(body=body, title=subject, attach=attach)
+            ok = ap.notify(body=body, title=subject, attach=attach, timeout=self.deadline.total_s)
         if not ok:
             detail = " ".join(log.getvalue().split())[-300:] or "no detail"
             raise DeliveryError(f"{self.redacted()}: not delivered ({detail})")
