@@ -10,23 +10,30 @@ import pytest
 
 pytest.importorskip("apprise")
 
-from gpuledger.alerts.channels import AppriseNotifier, DeliveryError, with_timeouts  # noqa: E402
+from gpuledger.alerts.channels import (AppriseNotifier, DeliveryError, JsonWebhook,  # noqa: E402
+                                       SmtpNotifier, with_timeouts)
 from gpuledger.deadlines import CallDeadline  # noqa: E402
 from tests.helpers.hostile_servers import SILENT, TRICKLE, HostileServer  # noqa: E402
 
 QUICK = CallDeadline(connect_s=1, read_s=1, total_s=2)
 
 
+MAIL = "?from=gpuledger@example.org&to=oncall@example.org&secure=no&mode=insecure"
+NOTIFIERS = {  # gpuledger's own JSON webhook and SMTP, and apprise for the other schemes
+    "json": lambda port: JsonWebhook(f"json://127.0.0.1:{port}/hook", QUICK),
+    "mailto": lambda port: SmtpNotifier(f"mailto://127.0.0.1:{port}{MAIL}", QUICK),
+    "apprise-json": lambda port: AppriseNotifier(f"json://127.0.0.1:{port}/hook", QUICK),
+    "apprise-mailto": lambda port: AppriseNotifier(f"mailto://127.0.0.1:{port}{MAIL}", QUICK),
+}
+
+
 @pytest.mark.parametrize("misbehaviour", [SILENT, TRICKLE])
-@pytest.mark.parametrize("kind", ["json", "mailto"])
+@pytest.mark.parametrize("kind", list(NOTIFIERS))
 def test_a_receiver_that_never_answers_fails_the_try_within_the_deadline(misbehaviour, kind):
     with HostileServer(misbehaviour) as server:
-        url = (f"json://127.0.0.1:{server.port}/hook" if kind == "json" else
-               f"mailto://127.0.0.1:{server.port}?from=gpuledger@example.org&to=oncall@example.org"
-               "&secure=no&mode=insecure")
         began = time.monotonic()
         with pytest.raises(DeliveryError) as raised:
-            AppriseNotifier(url, QUICK).send("squatting on node-007", "4 GPUs idle for 2 h")
+            NOTIFIERS[kind](server.port).send("squatting on node-007", "4 GPUs idle for 2 h")
         took = time.monotonic() - began
     assert f"127.0.0.1:{server.port}: not delivered" in str(raised.value)
     # apprise's call limit (2 s) or its socket timeouts (1 s) end it; without them a trickling
