@@ -91,7 +91,6 @@ class DeliveryError(RuntimeError):
 
 
 SCHEMA, SCHEMA_VERSION = "gpuledger.alert", 1
-TIMEOUT_S = 10.0  # a receiver that does not answer is down: the outbox retries later
 # gpuledger severity -> the level every channel type maps to its own types
 LEVELS = {"info": "info", "warning": "warning", "second-warning": "warning", "preempt-eligible": "critical",
           "80": "warning", "100": "critical", "exhaustion": "critical"}
