@@ -202,6 +202,8 @@ class _Bar:
 
     def __exit__(self, *exc):
         if self.enabled:
+            if exc[0] is not None:  # Ctrl-C or an error: no half-drawn bar above its one line
+                self.progress.live.transient = True
             self.progress.__exit__(*exc)
 
     def __call__(self, name: str, fraction: float) -> None:
