@@ -570,8 +570,8 @@ def billed_lines(lines: pl.DataFrame) -> pl.DataFrame:
     return lines.filter(billed(lines) & pl.col("currency").is_not_null())
 
 
-# --- what-if result files (the /what-if page; `gpuledger whatif schedule --json FILE`) -------------
-WHATIF_COMMAND = "gpuledger whatif schedule --json reports/whatif/schedule.json"
+# --- what-if result files (the /what-if page; `gpuledger whatif schedule --format json --out FILE`) -------------
+WHATIF_COMMAND = "gpuledger whatif schedule --format json --out reports/whatif/schedule.json"
 
 
 def whatif_dir() -> Path:

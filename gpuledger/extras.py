@@ -10,6 +10,8 @@ from types import ModuleType
 EXTRAS = {
     "pynvml": ("agent", "reading GPUs through NVML"),
     "kubernetes": ("kubernetes", "talking to a Kubernetes API server"),
+    "grpc": ("podresources", "reading the kubelet's PodResources API"),
+    "google": ("podresources", "reading the kubelet's PodResources API"),
     "dagster": ("pipelines", "the Dagster pipelines"),
     "streamlit": ("dashboards", "the dashboards"),
     "openpyxl": ("reports", "XLSX statements"),

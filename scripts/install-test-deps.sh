@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# System packages the tests use as real parts: Prometheus (and promtool) and Chromium from Debian.
-# Idempotent and quiet when everything is already there. Needs root (CI and sessions run as root).
+# System packages the tests use as real parts: Prometheus (and promtool), Chromium and PostgreSQL
+# from Debian. Idempotent and quiet when everything is already there. Needs root (CI and sessions
+# run as root).
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
@@ -12,6 +13,9 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # it (a column too narrow for its numbers prints ###); poppler-utils reads the PDF's text back
 command -v soffice >/dev/null 2>&1 || need+=(libreoffice-calc-nogui)
 command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
+# the production Dagster instance's storage (tests/helpers/postgres_rig.py starts a private server
+# on a free port; the package's own cluster is not used)
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-test-deps: need root to apt-get install ${need[*]}" >&2

@@ -6,6 +6,7 @@ import os
 from datetime import timedelta
 
 import dagster as dg
+from gpuledger.pipelines.defs.run_policy import job_tags
 from gpuledger.pipelines.defs.budgets.assets import budget_snapshots
 from gpuledger.pipelines.defs.fairshare.assets import fairshare_snapshots
 from gpuledger.pipelines.defs.ingest.schedules import in_flight
@@ -15,10 +16,12 @@ from gpuledger.pipelines.defs.usage.assets import job_usage_hourly, project_usag
 ANALYTICS_CRON = os.environ.get("GPULEDGER_ANALYTICS_CRON", "*/5 * * * *")
 DAILY_ANALYTICS = [job_usage_hourly, project_usage_hourly, utilization_hourly, fairshare_snapshots, budget_snapshots]
 
-analytics_job = dg.define_asset_job("analytics_job", selection=DAILY_ANALYTICS,
-                                    description="Usage, utilization, fair-share and budget snapshots of one day.")
-squatting_job = dg.define_asset_job("squatting_job", selection=[squatting_findings],
-                                    executor_def=dg.in_process_executor)  # one step: no process per step
+analytics_job = dg.define_asset_job(
+    "analytics_job", tags=job_tags("analytics_job"), selection=DAILY_ANALYTICS,
+    description="Usage, utilization, fair-share and budget snapshots of one day.")
+squatting_job = dg.define_asset_job(
+    "squatting_job", tags=job_tags("squatting_job"), selection=[squatting_findings],
+    executor_def=dg.in_process_executor)  # one step: no process per step
 
 
 def days_to_refresh(context: dg.ScheduleEvaluationContext) -> list[str]:

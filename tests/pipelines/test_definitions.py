@@ -21,7 +21,7 @@ ASSETS = {"reference_tables", "dcgm_samples", "prometheus_samples", "kubernetes_
           "job_usage_hourly", "project_usage_hourly", "utilization_hourly", "fairshare_snapshots",
           "budget_snapshots", "squatting_findings", "chargeback_statements",
           "enforcement_plan", "enforcement_actions", "finance_statement_files", "weekly_summary_files",
-          "raw_sample_retention"}
+          "raw_sample_retention", "alert_deliveries"}
 
 
 def test_definitions_load_and_validate():
@@ -37,7 +37,7 @@ def test_definitions_load_and_validate():
                                                      "enforcement_plan_schedule", "enforcement_apply_schedule",
                                                      "finance_statement_schedule", "weekly_summary_schedule",
                                                      "retention_schedule"}
-    assert {s.name for s in repo.sensor_defs} >= {"job_csv_sensor", "alerts_sensor"}
+    assert {s.name for s in repo.sensor_defs} >= {"job_csv_sensor", "alerts_after_analytics_sensor"}
     for name in ("ingest_schedule", "analytics_schedule", "squatting_schedule", "statements_schedule"):
         assert repo.get_schedule_def(name).default_status == dg.DefaultScheduleStatus.RUNNING
     assert set(defs.resources) >= {"warehouse", "gpuledger_config"}

@@ -1,6 +1,6 @@
 """Dagster for issue 11: the monthly statement on the 1st for the month before and the weekly
 summary on Mondays; the statement asset writes byte-identical files and e-mails finance (a real
-aiosmtpd); the alerts sensor sends once per finding and severity — a second tick sends nothing."""
+aiosmtpd); the alert cycle is a run that sends once per finding and severity — a second run sends nothing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import email
 from datetime import UTC, datetime
 
 import dagster as dg
-from gpuledger.pipelines.defs.alerts.sensors import alerts_sensor
+from gpuledger.pipelines.defs.alerts.assets import alert_deliveries, alerts_after_analytics_sensor, alerts_job
+from gpuledger.pipelines.defs.automation import squatting_job
 from gpuledger.pipelines.defs.reports.assets import finance_statement_files, weekly_summary_files
 from gpuledger.pipelines.defs.reports.schedules import finance_statement_schedule, weekly_summary_schedule
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
@@ -71,26 +72,47 @@ def test_monthly_statement_asset_writes_the_same_bytes_and_mails_finance(warehou
     assert (tmp_path / "statements" / "weekly" / "2026-W40" / "weekly-2026-W40.csv").exists()
 
 
-def test_alerts_sensor_second_tick_sends_nothing_new(warehouse_file, tmp_path, receivers):
+def test_alert_run_second_run_sends_nothing_new(warehouse_file, tmp_path, receivers):
     hook, mails = receivers
     october(warehouse_file)
     with warehouse.open_writer(warehouse_file) as con:
         _episode(con, "warning")
     resources = _resources(warehouse_file, tmp_path)
-    import json
 
-    tick = alerts_sensor(dg.build_sensor_context(cursor=None, resources=resources))
-    first = json.loads(tick.cursor)
-    # the sensor evaluates at the data's "now", Nov 3 00:00: the squatting alert to the webhook, the
+    def counts():
+        result = dg.materialize([alert_deliveries], resources=resources, instance=dg.DagsterInstance.ephemeral())
+        assert result.success
+        meta = result.asset_materializations_for_node("alert_deliveries")[0].metadata
+        return {k: meta[k].value for k in ("planned", "new", "sent", "retrying", "failed")}
+
+    first = counts()
+    # the run evaluates at the data's "now", Nov 3 00:00: the squatting alert to the webhook, the
     # on-call mail and the owner's mail; and beta's own November budget (100) has 24 used in its
     # first 2 days — 12 a day, 76 left: out Nov 9 08:00, before Dec 1 — a projected-exhaustion alert
     # to both on-call channels (not repeated for product and acme, which only roll it up): 3 + 2
     assert (first["new"], first["sent"], first["retrying"]) == (5, 5, 0)
     wait_for(lambda: len(mails) == 3, "three e-mails")
     posts = len(hook.bodies)
-    again = alerts_sensor(dg.build_sensor_context(cursor=tick.cursor, resources=resources))
-    assert json.loads(again.cursor) == {**first, "new": 0, "sent": 0}
+    again = counts()
+    assert again == {**first, "new": 0, "sent": 0}
     assert len(hook.bodies) == posts == 2 and len(mails) == 3
     assert sorted(b["title"] for b in hook.bodies) == [
         "[warning] job alpha-1 (alpha) holds 1 idle GPUs",
         "budget beta: projected to run out 2026-11-09 08:00 UTC, before its period ends 2026-12-01"]
+
+
+def test_alert_run_follows_a_successful_squatting_run_once():
+    with dg.instance_for_test() as instance:
+        from gpuledger.pipelines.definitions import defs
+
+        job = defs().resolve_job_def(squatting_job.name)
+        run = instance.create_run_for_job(job, run_id="0" * 8 + "-0000-0000-0000-000000000001")
+        context = dg.build_run_status_sensor_context(sensor_name=alerts_after_analytics_sensor.name,
+                                                     dagster_event=dg.DagsterEvent(event_type_value="PIPELINE_SUCCESS", job_name=job.name), dagster_instance=instance,
+                                                     dagster_run=run)
+        request = alerts_after_analytics_sensor(context)
+        assert request.run_key == f"alerts-after-{run.run_id}"
+        # an alerts run not finished yet: the next evaluation is not stacked on it
+        instance.create_run_for_job(defs().resolve_job_def(alerts_job.name), status=dg.DagsterRunStatus.STARTED)
+        assert isinstance(alerts_after_analytics_sensor(context), dg.SkipReason)
+    assert alerts_job.tags["gpuledger/warehouse"] == "write"

@@ -4,6 +4,7 @@ from a Prometheus server's history."""
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -15,6 +16,7 @@ from gpuledger.cli.options import WarehouseOpt, utc_range, warehouse_path
 from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.lazy import lazy_import
 from gpuledger.rules.clock import parse_duration_s
+from gpuledger.stopping import StopSignals
 
 # polars / DuckDB behind these load when a command runs, not for --help
 prom = lazy_import("gpuledger.ingest.metrics.prometheus.backfill")
@@ -48,11 +50,11 @@ def _call_deadline(connect_s: float, read_s: float, total_s: float) -> deadlines
 @app.command("scrape")
 def scrape_cmd(
     urls: Annotated[list[str], typer.Argument(help="dcgm-exporter /metrics URLs")],
-    interval: Annotated[float, typer.Option("--interval", help="seconds between scrape rounds", min=0)] = 30.0,
+    interval: Annotated[float, typer.Option("--interval", help="seconds between scrape rounds", min=0, max=86_400)] = 30.0,
     count: Annotated[int, typer.Option("--count", help="scrape rounds", min=1)] = 1,
-    timeout: Annotated[float, typer.Option("--timeout", help="per-request timeout, seconds", min=0.001)] = 10.0,
-    retries: Annotated[int, typer.Option("--retries", help="retries after a timeout, refusal or 5xx", min=0)] = 3,
-    backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)", min=0)] = 0.5,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds one attempt may take in all (connecting and the whole page)", min=0.001, max=deadlines.MAX_WAIT_S)] = 10.0,
+    retries: Annotated[int, typer.Option("--retries", help="retries after a timeout, refusal or 5xx", min=0, max=100)] = 3,
+    backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)", min=0, max=3600)] = 0.5,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
@@ -67,11 +69,30 @@ def scrape_cmd(
                       f"{stats.quarantined} lines quarantined, {stats.failed_targets} targets failed"
                       + (f"; DCGM fields not stored: {unknown}" if unknown else ""))
 
-    total = scraping.scrape(urls, warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
-                            interval_s=interval, count=count, timeout_s=timeout, retries=retries,
-                            backoff_s=backoff, on_round=report)
-    if total.failed_targets:
-        raise typer.Exit(1 if total.pages == 0 else 0)
+    for url in urls:
+        _check_target(url)
+    with StopSignals() as stop:  # Ctrl-C / SIGTERM: stop within a second, never mid-write
+        total = scraping.scrape(urls, warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
+                                interval_s=interval, count=count, timeout_s=timeout, retries=retries,
+                                backoff_s=backoff, on_round=report, stop=stop.event)
+    if stop.stopped:
+        console.print(f"stopped ({'Ctrl-C' if stop.exit_code else 'SIGTERM'}): every round written "
+                      "before it is stored")
+        raise typer.Exit(stop.exit_code)
+    if total.failed_targets:  # some targets failed (the others are stored): not a success
+        raise typer.Exit(1)
+
+
+def _check_target(url: str) -> None:
+    """An exporter URL: http(s) with a host, else a usage error naming it (exit 2)."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number within 0-65535
+    except ValueError:
+        raise typer.BadParameter(f"{url!r}: the port is not a number within 1-65535", param_hint="URLS") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise typer.BadParameter(f"{url!r} is not an http:// or https:// URL with a host; write it as "
+                                 "http://HOST:9400/metrics", param_hint="URLS")
 
 
 @app.command("prometheus")

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_OLD_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
-_REPLICA = re.compile(r"^(GPU-[0-9a-fA-F-]+)::(\d+)$")
+_OLD_MIG = re.compile(r"^MIG-(GPU-[^/]+)/(\d+)/(\d+)$")
+_REPLICA = re.compile(r"^(GPU-[^:/]+)::(\d+)$")
 _HOSTLIST = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<ranges>[^\]]+)\](?P<suffix>.*)$")
 
 

@@ -68,6 +68,12 @@ def write_holdings(con: duckdb.DuckDBPyConnection, holdings: pl.DataFrame) -> in
     return upsert(con, "device_holdings", merged)
 
 
+def open_holdings(con: duckdb.DuckDBPyConnection, *, cluster: str, host: str, source: str) -> list[dict]:
+    """The holdings of ``source`` on ``host`` not yet ended (for an agent that restarts)."""
+    return con.sql("SELECT * FROM device_holdings WHERE cluster = $c AND host = $h AND source = $s AND NOT ended",
+                   params={"c": cluster, "h": host, "s": source}).pl().to_dicts()
+
+
 @dataclass(frozen=True)
 class LinkResult:
     linked: int          # job x device intervals written from holdings

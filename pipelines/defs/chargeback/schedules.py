@@ -3,9 +3,11 @@
 from datetime import timedelta
 
 import dagster as dg
+from gpuledger.pipelines.defs.run_policy import job_tags
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 
-statements_job = dg.define_asset_job("statements_job", selection=[chargeback_statements])
+statements_job = dg.define_asset_job(
+    "statements_job", tags=job_tags("statements_job"), selection=[chargeback_statements])
 
 
 @dg.schedule(name="statements_schedule", job=statements_job, cron_schedule="0 1 1 * *", execution_timezone="UTC",

@@ -2,13 +2,16 @@
 the plan every tick; the apply job on the same cadence, a no-op until the config enables it."""
 
 import dagster as dg
+from gpuledger.pipelines.defs.run_policy import job_tags
 
 from gpuledger.pipelines.defs.automation import ANALYTICS_CRON
 from gpuledger.pipelines.defs.enforcement.assets import enforcement_actions, enforcement_plan
 from gpuledger.pipelines.defs.ingest.schedules import in_flight
 
-enforcement_plan_job = dg.define_asset_job("enforcement_plan_job", selection=[enforcement_plan])
-enforcement_apply_job = dg.define_asset_job("enforcement_apply_job", selection=[enforcement_actions])
+enforcement_plan_job = dg.define_asset_job(
+    "enforcement_plan_job", tags=job_tags("enforcement_plan_job"), selection=[enforcement_plan])
+enforcement_apply_job = dg.define_asset_job(
+    "enforcement_apply_job", tags=job_tags("enforcement_apply_job"), selection=[enforcement_actions])
 
 
 @dg.schedule(name="enforcement_plan_schedule", job=enforcement_plan_job, cron_schedule=ANALYTICS_CRON,

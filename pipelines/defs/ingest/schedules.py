@@ -6,6 +6,7 @@ import os
 from datetime import timedelta
 
 import dagster as dg
+from gpuledger.pipelines.defs.run_policy import job_tags
 from gpuledger.pipelines.defs.ingest.assets import INGEST_ASSETS, prometheus_samples
 
 INGEST_CRON_ENV = "GPULEDGER_INGEST_CRON"
@@ -15,12 +16,14 @@ _IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.Da
 
 # In one process: a round every minute cannot afford a fresh interpreter per step (seconds each
 # on a small machine); the steps are short and write through the same writer lock anyway.
-ingest_job = dg.define_asset_job("ingest_job", selection=INGEST_ASSETS, executor_def=dg.in_process_executor,
-                                 description="Reference tables, one DCGM scrape round, Kubernetes, Slurm.")
-prometheus_backfill_job = dg.define_asset_job("prometheus_backfill_job", selection=[prometheus_samples])
+ingest_job = dg.define_asset_job(
+    "ingest_job", tags=job_tags("ingest_job"), selection=INGEST_ASSETS, executor_def=dg.in_process_executor,
+    description="Reference tables, one DCGM scrape round, Kubernetes, Slurm.")
+prometheus_backfill_job = dg.define_asset_job(
+    "prometheus_backfill_job", tags=job_tags("prometheus_backfill_job"), selection=[prometheus_samples])
 
 
-def in_flight(context: dg.ScheduleEvaluationContext, job_name: str) -> int:
+def in_flight(context, job_name: str) -> int:
     """Runs of ``job_name`` not finished yet (a slow round is not stacked on by the next tick)."""
     return len(context.instance.get_run_records(
         dg.RunsFilter(job_name=job_name, statuses=_IN_FLIGHT), limit=1))

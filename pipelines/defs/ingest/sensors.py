@@ -11,6 +11,11 @@ from pathlib import Path
 import dagster as dg
 from gpuledger.pipelines.defs.ingest.assets import csv_jobs, job_csv_partitions
 from gpuledger.pipelines.defs.resources import GpuledgerConfig
+from gpuledger.pipelines.defs.run_policy import job_tags
+
+# one file per run, in one process (a short import; a fresh interpreter per step costs seconds)
+csv_jobs_job = dg.define_asset_job("csv_jobs_job", selection=[csv_jobs],
+                                  tags=job_tags("csv_jobs_job"), executor_def=dg.in_process_executor)
 
 
 def folder_signatures(folder: Path, pattern: str) -> dict[str, str]:
@@ -23,7 +28,7 @@ def folder_signatures(folder: Path, pattern: str) -> dict[str, str]:
     return found
 
 
-@dg.sensor(name="job_csv_sensor", target=csv_jobs, minimum_interval_seconds=30,
+@dg.sensor(name="job_csv_sensor", job=csv_jobs_job, minimum_interval_seconds=30,
            default_status=dg.DefaultSensorStatus.RUNNING)
 def job_csv_sensor(context: dg.SensorEvaluationContext, gpuledger_config: GpuledgerConfig):
     source = gpuledger_config.load().sources.jobs_csv

@@ -4,10 +4,15 @@ before; the weekly summary on Mondays (03:00 UTC) for the week that just ended."
 from datetime import timedelta
 
 import dagster as dg
+from gpuledger.pipelines.defs.run_policy import job_tags
 from gpuledger.pipelines.defs.reports.assets import finance_statement_files, weekly_summary_files
 
-finance_statement_job = dg.define_asset_job("finance_statement_job", selection=[finance_statement_files])
-weekly_summary_job = dg.define_asset_job("weekly_summary_job", selection=[weekly_summary_files])
+finance_statement_job = dg.define_asset_job(
+    "finance_statement_job", tags=job_tags("finance_statement_job", writes_warehouse=False),
+    selection=[finance_statement_files])
+weekly_summary_job = dg.define_asset_job(
+    "weekly_summary_job", tags=job_tags("weekly_summary_job", writes_warehouse=False),
+    selection=[weekly_summary_files])
 
 
 @dg.schedule(name="finance_statement_schedule", job=finance_statement_job, cron_schedule="0 2 1 * *",

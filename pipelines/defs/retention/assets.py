@@ -1,6 +1,7 @@
 """The daily prune of raw samples (``gpuledger warehouse prune`` on a schedule)."""
 
 import dagster as dg
+from gpuledger.pipelines.defs.run_policy import job_tags
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 
 
@@ -23,8 +24,9 @@ def raw_sample_retention(context: dg.AssetExecutionContext, warehouse: Warehouse
         "rollup_hours_completed": stats.hours_completed})
 
 
-retention_job = dg.define_asset_job("retention_job", selection=[raw_sample_retention],
-                                    executor_def=dg.in_process_executor)
+retention_job = dg.define_asset_job(
+    "retention_job", tags=job_tags("retention_job"), selection=[raw_sample_retention],
+    executor_def=dg.in_process_executor)
 
 
 @dg.schedule(name="retention_schedule", job=retention_job, cron_schedule="15 2 * * *", execution_timezone="UTC",

@@ -1,0 +1,85 @@
+"""`gpuledger ingest pod-resources`: the Kubernetes node agent reading the kubelet's PodResources
+API (read-only) into device holdings."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from gpuledger.cli.options import WarehouseOpt, warehouse_path
+
+app = typer.Typer(help="Run on a Kubernetes GPU node: which pod holds which GPU.", no_args_is_help=True)
+console = Console(stderr=True, soft_wrap=True)
+
+
+@app.command("pod-resources")
+def pod_resources_command(
+    socket_path: Annotated[str, typer.Option("--socket", help="the kubelet's pod-resources socket")] =
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+    interval: Annotated[float, typer.Option(min=0.5, help="seconds between polls")] = 10.0,
+    count: Annotated[int, typer.Option(min=0, help="stop after this many polls; 0 = until interrupted")] = 0,
+    once: Annotated[bool, typer.Option("--once", help="poll once, write and exit")] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help="seconds a kubelet call may take")] = 10.0,
+    cluster: Annotated[str, typer.Option(envvar="GPULEDGER_CLUSTER", help="cluster name")] = "local",
+    host: Annotated[str | None, typer.Option(envvar="NODE_NAME",
+                                             help="node name to record (default: this host, short)")] = None,
+    resource: Annotated[list[str] | None, typer.Option(
+        "--resource", help="resource names to record (globs; default nvidia.com/gpu, nvidia.com/mig-*)")] = None,
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Poll the kubelet's PodResources v1 List and GetAllocatableResources and record which pod
+    and container holds which GPU, MIG instance or time-sliced replica, first and last seen.
+    Those holdings then decide attribution over dcgm-exporter's pod labels. Read-only."""
+    from gpuledger import warehouse
+    from gpuledger.ingest.holdings.devices import mig_uuid_map
+    from gpuledger.ingest.holdings.pod_resources import (
+        GPU_RESOURCES,
+        SOURCE,
+        PodResourcesClient,
+        PodResourcesError,
+        run_pod_resources_agent,
+    )
+    from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, open_holdings, write_holdings
+    from gpuledger.ingest.metrics.dcgm_fields import canonical_host
+    from gpuledger.ingest.metrics.nvml import local_host
+
+    node = canonical_host(host) if host else local_host()
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path) as con:
+        resume = open_holdings(con, cluster=cluster, host=node, source=SOURCE)
+    written = {"rows": 0, "linked": 0}
+
+    def write(rows: list[dict]) -> None:
+        frame = holdings_frame(rows)
+        with warehouse.open_writer(path) as con:
+            write_holdings(con, frame)
+            if not frame.is_empty():
+                written["linked"] = link_holdings(con, since=frame["last_seen"].min()).linked
+        written["rows"] = frame.height
+
+    try:
+        client = PodResourcesClient(socket_path, timeout_s=timeout)
+    except PodResourcesError as exc:
+        typer.secho(f"gpuledger: {exc}", err=True, fg="red")
+        raise typer.Exit(2) from None
+    try:
+        polls = run_pod_resources_agent(client, write, cluster=cluster, host=node, interval_s=interval,
+                                        count=1 if once else count, mig_map=mig_uuid_map(),
+                                        resources=tuple(resource or GPU_RESOURCES), resume=resume)
+    except PodResourcesError as exc:
+        typer.secho(f"gpuledger: {exc}", err=True, fg="red")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    finally:
+        client.close()
+    console.print(f"{polls} polls of {socket_path}; last: {written['rows']} holdings on {node}, "
+                  f"{written['linked']} job x device intervals linked", markup=False)
+
+
+if __name__ == "__main__":
+    root = typer.Typer(add_completion=False)
+    root.add_typer(app, name="ingest")
+    root()

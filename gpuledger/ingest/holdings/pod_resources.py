@@ -1,0 +1,209 @@
+"""The kubelet's PodResources v1 API → device holdings, read-only (issue 20).
+
+The kubelet serves ``v1.PodResourcesLister`` on a unix socket
+(``/var/lib/kubelet/pod-resources/kubelet.sock``): ``List`` says which devices each container of
+each pod on the node holds now, ``GetAllocatableResources`` which devices the node has. Polled
+every few seconds, these become holding intervals: a (pod, container, device) first seen at one
+poll, seen again at each later one, and ended at the last poll that still showed it once a poll
+no longer does. Nothing is ever written to the kubelet.
+
+Device ids are what the device plugin reports (:mod:`.devices`): a GPU UUID, a MIG UUID (resolved
+to GPU UUID + GPU instance id through NVML on the node where possible), or ``GPU-…::n`` replicas
+of a time-sliced GPU, whose share is the replicas held over the replicas the node has of that GPU.
+Dynamic Resource Allocation devices (``dynamic_resources``) are recorded as
+``dra:<driver>/<pool>/<device>``; the warehouse can place them once they carry a GPU UUID.
+
+Stubs: ``podresources/api_pb2*.py``, generated from the kubelet's own ``api.proto`` (committed,
+see ``scripts/gen-podresources.sh``); they need the ``podresources`` extra (grpcio, protobuf).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from gpuledger.ingest.holdings.devices import parse_device
+
+SOURCE = "pod-resources"
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*", "nvidia.com/gpu.shared")
+DRA_DRIVERS = ("gpu.nvidia.com",)
+
+
+class PodResourcesError(RuntimeError):
+    """The kubelet's socket did not answer (path, permissions, timeout)."""
+
+
+def _stubs():
+    from gpuledger.extras import require
+
+    require("grpc")  # MissingExtra names `pip install 'gpuledger[podresources]'`
+    require("google.protobuf")
+    from gpuledger.ingest.holdings.podresources import api_pb2, api_pb2_grpc
+
+    return api_pb2, api_pb2_grpc
+
+
+class PodResourcesClient:
+    """``List`` and ``GetAllocatableResources`` over the kubelet's unix socket, with a deadline."""
+
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout_s: float = 10.0):
+        self._pb, grpc_mod = _stubs()
+        import grpc
+
+        self._grpc = grpc
+        self.socket_path = socket_path
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(f"unix://{socket_path}")
+        self._stub = grpc_mod.PodResourcesListerStub(self._channel)
+
+    def _call(self, method, request, what: str):
+        try:
+            return method(request, timeout=self.timeout_s)
+        except self._grpc.RpcError as exc:
+            code = exc.code().name if hasattr(exc, "code") else "?"
+            raise PodResourcesError(f"{what} on unix://{self.socket_path}: {code} {exc.details() or ''}"
+                                    "(is the pod-resources socket mounted and readable?)") from None
+
+    def list(self):
+        return self._call(self._stub.List, self._pb.ListPodResourcesRequest(), "PodResources List")
+
+    def allocatable(self):
+        return self._call(self._stub.GetAllocatableResources, self._pb.AllocatableResourcesRequest(),
+                          "GetAllocatableResources")
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+@dataclass(frozen=True)
+class Held:
+    """One device a container holds, as one poll saw it."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+    gpu_uuid: str | None
+    mig_instance_id: int
+    share: float | None
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.namespace, self.pod, self.container, self.device_id)
+
+
+def _wanted(resource: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(resource, p) for p in patterns)
+
+
+def held_devices(listed, allocatable=None, *, resources: Iterable[str] = GPU_RESOURCES,
+                 mig_map: dict[str, tuple[str, int]] | None = None) -> list[Held]:
+    """The GPU devices in a ``List`` response (pure: no I/O). ``allocatable`` (the
+    ``GetAllocatableResources`` response) gives each time-sliced GPU's replica count."""
+    patterns = tuple(resources)
+    replicas: dict[str, int] = {}
+    for dev in getattr(allocatable, "devices", []) or []:
+        if _wanted(dev.resource_name, patterns):
+            for device_id in dev.device_ids:
+                parent = parse_device(device_id).replica_of
+                if parent:
+                    replicas[parent] = replicas.get(parent, 0) + 1
+    out: list[Held] = []
+    for pod in listed.pod_resources:
+        for container in pod.containers:
+            for dev in container.devices:
+                if not _wanted(dev.resource_name, patterns):
+                    continue
+                for device_id in dev.device_ids:
+                    d = parse_device(device_id, mig_map)
+                    share = None
+                    if d.replica_of:
+                        share = 1.0 / replicas[d.replica_of] if replicas.get(d.replica_of) else None
+                    out.append(Held(pod.namespace, pod.name, container.name, dev.resource_name, d.device_id,
+                                    d.gpu_uuid, d.mig_instance_id, share))
+            for dra in container.dynamic_resources:
+                for claim in dra.claim_resources:
+                    if claim.driver_name not in DRA_DRIVERS:
+                        continue
+                    device_id = f"dra:{claim.driver_name}/{claim.pool_name}/{claim.device_name}"
+                    out.append(Held(pod.namespace, pod.name, container.name, f"claim:{dra.claim_name}",
+                                    device_id, None, -1, None))
+    return out
+
+
+@dataclass
+class HoldingTracker:
+    """Poll after poll, the intervals: what appears starts a holding, what stays extends it, what
+    goes is ended at the last poll that saw it. Rows are ``device_holdings`` rows."""
+
+    cluster: str
+    host: str
+    open: dict[tuple, tuple[datetime, Held]] = field(default_factory=dict)
+    last_poll: datetime | None = None
+
+    def resume(self, stored: Iterable[dict]) -> None:
+        """Carry on the holdings an earlier run of the agent left open (``device_holdings`` rows
+        of this host, not ended), so a restart extends them instead of starting them again."""
+        for r in stored:
+            h = Held(r["namespace"] or "", r["pod"] or "", r["container"] or "", r["resource"] or "",
+                     r["device_id"], r["gpu_uuid"], r["mig_instance_id"], r["share"])
+            self.open[h.key] = (r["first_seen"], h)
+            self.last_poll = max(filter(None, (self.last_poll, r["last_seen"])), default=None)
+
+    def observe(self, held: list[Held], now: datetime) -> list[dict]:
+        """Rows to upsert after a poll at ``now`` (naive UTC): every open holding (last_seen now)
+        and every one that ended since the previous poll."""
+        rows = []
+        seen = {h.key: h for h in held}
+        for key, (first, h) in list(self.open.items()):
+            if key not in seen:  # gone: it ended after the previous poll, the last that showed it
+                rows.append(self._row(h, first, self.last_poll or first, ended=True))
+                del self.open[key]
+        for key, h in seen.items():
+            first = self.open[key][0] if key in self.open else now
+            self.open[key] = (first, h)
+            rows.append(self._row(h, first, now, ended=False))
+        self.last_poll = now
+        return rows
+
+    def _row(self, h: Held, first: datetime, last: datetime, *, ended: bool) -> dict:
+        return {
+            "cluster": self.cluster, "source": SOURCE, "scheduler_job": f"{h.namespace}/{h.pod}",
+            "host": self.host, "device_id": h.device_id, "first_seen": first, "last_seen": last,
+            "ended": ended, "gpu_uuid": h.gpu_uuid, "mig_instance_id": h.mig_instance_id, "share": h.share,
+            "namespace": h.namespace, "pod": h.pod, "container": h.container, "resource": h.resource,
+        }
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def run_pod_resources_agent(
+    client: PodResourcesClient, write: Callable[[list[dict]], None], *, cluster: str, host: str,
+    interval_s: float, count: int = 0, stop: threading.Event | None = None,
+    clock: Callable[[], datetime] = _utc_now, mig_map: dict[str, tuple[str, int]] | None = None,
+    resources: Iterable[str] = GPU_RESOURCES, resume: Iterable[dict] = (),
+) -> int:
+    """Poll ``List`` (and ``GetAllocatableResources``) every ``interval_s`` and hand each poll's
+    rows to ``write``, ``count`` times (0: until ``stop``); ``resume``: the holdings a previous run
+    left open (:meth:`HoldingTracker.resume`). Returns the polls made."""
+    tracker = HoldingTracker(cluster=cluster, host=host)
+    tracker.resume(resume)
+    stop = stop or threading.Event()
+    polls = 0
+    while not stop.is_set():
+        started = time.monotonic()
+        listed, allocatable = client.list(), client.allocatable()
+        write(tracker.observe(held_devices(listed, allocatable, resources=resources, mig_map=mig_map), clock()))
+        polls += 1
+        if count and polls >= count:
+            break
+        stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+    return polls
