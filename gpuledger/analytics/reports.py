@@ -242,16 +242,3 @@ def utilization_report(
     if keys is None:
         raise ValueError(f"by={by!r}: choose model, cluster, fleet or kind")
     return ordered(utilization_hourly(used, t.gpus, start=start, end=end, by=keys).collect(engine=ENGINE), ["hour", *keys])
-
-
-def statement_report(
-    con: duckdb.DuckDBPyConnection, period: str, *, level: str = "project", policy: Policy | None = None,
-    now: datetime | None = None,
-) -> pl.DataFrame:
-    """The chargeback statement of a period as finance reads it: a closed month's issued lines and
-    its corrections (frozen, checksummed), otherwise :func:`chargeback_report` computed now. Adds
-    ``revision`` (0 issued, 1.. corrections, NULL computed) and ``correction_of``. The finance
-    statements and dashboards read chargeback through this."""
-    from gpuledger.ledger.periods import statement_lines
-
-    return statement_lines(con, period, level=level, policy=policy, now=now)

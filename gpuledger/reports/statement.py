@@ -278,7 +278,7 @@ def _capacity(con, t, *, start: datetime, end: datetime, config_version: int | N
 def _history(con, period: str, start: datetime, policy, first_seen: datetime | None) -> pl.DataFrame:
     """Charge, idle and correction amounts and GPU-hours per month for this month and the two
     before it (months before the first device was seen are left out)."""
-    from gpuledger.analytics.reports import statement_report
+    from gpuledger.ledger.periods import statement_lines
     from gpuledger.rules.periods import month_bounds
 
     months = []
@@ -291,7 +291,7 @@ def _history(con, period: str, start: datetime, policy, first_seen: datetime | N
         _, m_end = month_bounds(month)
         if month != period and (first_seen is None or first_seen >= m_end):
             continue
-        lines = statement_report(con, month, level="project", policy=policy)
+        lines = statement_lines(con, month, level="project", policy=policy)
         billed = lines.filter(is_billed(lines) & pl.col("currency").is_not_null())
         billed = billed.with_columns(line_kind=pl.when(pl.col("line_kind").is_in(["credit", "debit"]))
                                      .then(pl.lit("corrections")).otherwise(pl.col("line_kind")))
@@ -311,13 +311,14 @@ def build_statement(
 ) -> Statement:
     """The statement of ``period`` (YYYY-MM) for the whole org, or for ``node`` and its subtree.
 
-    Lines come from ``reports.statement_report`` (a closed month: its frozen issued lines and
+    Lines come from ``ledger.periods.statement_lines`` (a closed month: its frozen issued lines and
     corrections); active GPU-hours and efficiency are computed from the activity data beside them
     (they are not billed). ``now`` is the data's "now" for an open month (default: the newest data).
     """
     from gpuledger.analytics.chargeback import statement_notes
     from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.reports import data_now, statement_report
+    from gpuledger.analytics.reports import data_now
+    from gpuledger.ledger.periods import statement_lines
     from gpuledger.config_store import policy_in_force
     from gpuledger.ledger.periods import NO_DATA_NOTE, is_closed, no_data, period_state
     from gpuledger.rules.periods import month_bounds
@@ -326,7 +327,7 @@ def build_statement(
     policy = policy_in_force(con, policy)
     now = now or data_now(con)
     closed = is_closed(con, period)
-    lines = statement_report(con, period, level="project", policy=policy, now=now)
+    lines = statement_lines(con, period, level="project", policy=policy, now=now)
     t = load_tables(con, start=start, end=end, samples=False)
     org_nodes = t.org_nodes.collect()
     root, unit_of, units = business_units(org_nodes)

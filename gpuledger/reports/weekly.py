@@ -1,5 +1,5 @@
 """The weekly summary per business unit: GPU-hours and spend of the ISO week (chargeback through
-``reports.statement_report``), budget burn as of the week's end (``reports.budget_report``), and
+``ledger.periods.statement_lines``), budget burn as of the week's end (``reports.budget_report``), and
 the top squatters of the week (the materialized ``squatting_findings`` episodes seen in it,
 worst wasted GPU-hours first). Units: GPU-hours, budgets in normalised GPU-hours, money exact."""
 
@@ -47,7 +47,8 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
                  top: int | None = None) -> WeeklySummary:
     """The summary of ISO week ``week`` (YYYY-Www)."""
     from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.reports import budget_report, data_now, statement_report
+    from gpuledger.analytics.reports import budget_report, data_now
+    from gpuledger.ledger.periods import statement_lines
     from gpuledger.config_store import policy_in_force
     from gpuledger.errors import UsageError
     from gpuledger.rules.periods import week_bounds
@@ -59,7 +60,7 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
     policy = policy_in_force(con, policy)
     top = top or policy.reports.top_squatters
     now = now or data_now(con)
-    lines = statement_report(con, week, level="project", policy=policy, now=now)
+    lines = statement_lines(con, week, level="project", policy=policy, now=now)
     org_nodes = load_tables(con, samples=False).org_nodes.collect()
     _, unit_of, units = business_units(org_nodes)
     unit_expr = (pl.when(pl.col("project").is_in(["(idle)", "(over-allocated)", "(capacity unknown)"]))

@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from gpuledger import warehouse
 from gpuledger.analytics import reports
+from gpuledger.ledger.periods import statement_lines
 from gpuledger.config import DashboardAccess
 from tests.helpers.dashboard_rig import APP, LEADS, run_cli
 
@@ -155,7 +156,7 @@ def test_chargeback_total_equals_the_statement_and_files_equal_the_finance_set(o
     period = at.selectbox(key="cb_period").value
     assert period == "2026-11"
     with warehouse.open_reader(on_rig.warehouse) as con:
-        lines = reports.statement_report(con, period)
+        lines = statement_lines(con, period)
     billed = lines.filter(pl.col("line_kind").is_in(["charge", "idle", "credit", "debit"]))
     total = sum((Decimal(a) for a in billed["amount"]), Decimal(0))
     shown = metrics(at)

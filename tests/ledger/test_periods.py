@@ -63,7 +63,7 @@ def test_close_freezes_the_month_and_a_later_price_change_does_not_move_it(octob
     assert result.added and result.version == 2 and result.closed_periods_affected == ["2026-10"]
     assert "price added: H100/reserved from 2026-10-06 2.50 USD" in result.changes
     with warehouse.open_reader(october) as con:
-        issued = reports.statement_report(con, "2026-10")
+        issued = periods.statement_lines(con, "2026-10")
         computed = reports.chargeback_report(con, "2026-10")
         # both versions are kept, with their own rate cards
         assert config_versions(con)["version"].to_list() == [1, 2]
@@ -89,8 +89,8 @@ def test_correction_adds_credit_and_debit_lines_with_who_when_and_why(october):
         # Re-issuing again with nothing new changes nothing and stores nothing.
         assert periods.correct_period(con, "2026-10", reason="again", by="bob", now=NOV20) is None
     with warehouse.open_reader(october) as con:
-        lines = reports.statement_report(con, "2026-10")
-        jobs = reports.statement_report(con, "2026-10", level="job")
+        lines = periods.statement_lines(con, "2026-10")
+        jobs = periods.statement_lines(con, "2026-10", level="job")
         listed = periods.period_list(con)
         trail = audit_rows(con)
     corrections = lines.filter(pl.col("revision") == 1)
@@ -139,7 +139,7 @@ def test_frozen_lines_are_checked_against_their_checksum(october):
         con.execute("UPDATE statement_lines SET line_json = replace(line_json, '480.00', '380.00') "
                     "WHERE period = '2026-10'")
     with warehouse.open_reader(october) as con, pytest.raises(RunError, match="do not match their sha256"):
-        reports.statement_report(con, "2026-10")
+        periods.statement_lines(con, "2026-10")
 
 
 def test_open_periods_are_priced_by_the_latest_version_and_loading_says_so(october):
@@ -148,7 +148,7 @@ def test_open_periods_are_priced_by_the_latest_version_and_loading_says_so(octob
     # October is over and not closed: v2 re-prices it, and the load names it.
     assert result.closed_periods_affected == [] and result.open_periods_repriced == ["2026-10"]
     with warehouse.open_reader(october) as con:
-        lines = reports.statement_report(con, "2026-10")
+        lines = periods.statement_lines(con, "2026-10")
     assert lines["revision"].null_count() == lines.height  # computed, not issued
     assert _amounts(lines)[("charge", "beta", "A100")] == Decimal("216.00")
 

@@ -33,6 +33,7 @@ from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
 from gpuledger.analytics import reports
+from gpuledger.ledger.periods import statement_lines
 from gpuledger.config import example_config_text, load_config, read_config_file
 from gpuledger.simulator import build_cluster, fixed_clock, start_exporters
 from gpuledger.simulator.scenario import to_epoch_s
@@ -173,7 +174,7 @@ def test_monthly_statement_equals_the_ledger_and_reconciles(sim_warehouse):
     result = materialize([chargeback_statements, *checks], sim_warehouse, partition_key="2026-11-01")
     assert all(e.passed for e in result.get_asset_check_evaluations())
     with warehouse.open_reader(sim_warehouse) as con:
-        expected = reports.statement_report(con, "2026-11", level="project", policy=load_config(None).policy)
+        expected = statement_lines(con, "2026-11", level="project", policy=load_config(None).policy)
     stored = table(sim_warehouse, "chargeback_statements")
     assert stored["period"].unique().to_list() == ["2026-11"]
     same_rows(stored, expected, ["line_kind", "project", "gpu_model", "tier"])

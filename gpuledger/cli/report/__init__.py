@@ -74,7 +74,7 @@ def chargeback(
     """Chargeback lines: allocated GPU-hours × price (model, tier, as of each hour), exact to the
     cent, idle capacity on its own line or spread (config policy.chargeback.idle_cost)."""
     from gpuledger.analytics.chargeback import period_bounds, statement_notes
-    from gpuledger.ledger.periods import state_notes
+    from gpuledger.ledger.periods import state_notes, statement_lines
 
     try:
         period_bounds(period)
@@ -83,7 +83,7 @@ def chargeback(
     with _open(warehouse_file) as con:
         cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
         # A closed month reads its issued lines and corrections (gpuledger.ledger.periods).
-        lines = reports.statement_report(con, period, level=level, policy=cfg.policy, now=_time(now))
+        lines = statement_lines(con, period, level=level, policy=cfg.policy, now=_time(now))
         notes, warnings = statement_notes(lines)
         notes = state_notes(con, period, lines, notes)  # closed / provisional / corrected, as the files say
     show_frame(lines, fmt, out, f"chargeback {period} by {level} (UTC)", table_views.CHARGEBACK, wide, columns)

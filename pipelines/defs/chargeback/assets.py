@@ -2,7 +2,7 @@
 ``statement_lines`` (the one place statements are read: a closed month's issued lines and
 corrections, an open month computed by reports.chargeback_report). Issued on the 1st for the month
 before (chargeback/schedules.py); rematerializing a month replaces its rows exactly. Read through
-``reports.statement_report``, as the finance statements and dashboards read it."""
+``gpuledger.ledger.periods.statement_lines``, as the finance statements and dashboards read it."""
 
 import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
@@ -19,14 +19,14 @@ def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehous
     price (table chargeback_statements)."""
     import polars as pl
 
-    from gpuledger.analytics import reports
+    from gpuledger.ledger.periods import statement_lines
 
     cfg = gpuledger_config.load()
     metadata: dict = {"table": "chargeback_statements", "rows": 0, "rows_replaced": 0, "closed": []}
     for key in context.partition_keys:  # one month, or each month of a single-run backfill
         period = key[:7]  # YYYY-MM-DD partition key -> YYYY-MM
         with warehouse.reader() as con:
-            lines = reports.statement_report(con, period, level="project", policy=cfg.policy)
+            lines = statement_lines(con, period, level="project", policy=cfg.policy)
         # Unpriced lines have GPU-hours and no amount; the table's amount is NOT NULL: 0, their kind says why.
         stored = lines.drop("period").with_columns(pl.col("amount").fill_null(0))
         with warehouse.writer() as con:
