@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export GPULEDGER_WAREHOUSE ?= data/gpuledger.duckdb
 export DAGSTER_HOME ?= $(CURDIR)
-# where the dashboards' /what-if page looks for `gpuledger whatif schedule --json` results
+# where the dashboards' /what-if page looks for `gpuledger whatif schedule --format json --out` results
 export GPULEDGER_WHATIF_DIR ?= reports/whatif
 DASHBOARD_PORT ?= 8501
 
@@ -48,7 +48,7 @@ demo: install
 # the scheduling what-if of the whole simulated week (7,133 jobs on 256 GPUs, policies 1/2/3: a few
 # seconds) for the dashboards' /what-if page
 	mkdir -p $(GPULEDGER_WHATIF_DIR)
-	$(BIN)/gpuledger whatif schedule --no-progress --json $(GPULEDGER_WHATIF_DIR)/schedule.json
+	$(BIN)/gpuledger whatif schedule --no-progress --format json --out $(GPULEDGER_WHATIF_DIR)/schedule.json
 	@echo ""
 	@echo "reports in reports/: the November finance statement (open reports/statement-2026-11/*.html;"
 	@echo "XLSX, CSV, Parquet and manifest.json beside it), chargeback CSV / Parquet, the enforcement plan,"
