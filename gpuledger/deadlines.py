@@ -63,3 +63,8 @@ def why_unreachable(exc: BaseException, deadline: CallDeadline) -> str:
                 "ChunkedEncodingError"}:
         return "the connection broke off mid-answer"
     return f"cannot connect ({type(reason).__name__})"
+
+# Alert delivery (apprise: webhooks and SMTP). The outbox retries what did not go out, so one try
+# may give up early rather than hold the alert cycle; a channel URL's own ``cto=`` / ``rto=``
+# (apprise's connect / read timeouts) win over these.
+ALERTS = CallDeadline(connect_s=5.0, read_s=10.0, total_s=30.0)

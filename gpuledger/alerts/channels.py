@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from gpuledger.deadlines import ALERTS, CallDeadline
 from gpuledger.errors import RunError
 
 SECRETS_ENV = "GPULEDGER_SECRETS_FILE"
@@ -76,12 +77,20 @@ def with_recipient(url: str, address: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+def with_timeouts(url: str, deadline: CallDeadline) -> str:
+    """``url`` with apprise's connect / read timeouts (``cto`` / ``rto``) unless it sets its own."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    given = {k for k, _ in query}
+    query += [(k, f"{v:g}") for k, v in (("cto", deadline.connect_s), ("rto", deadline.read_s)) if k not in given]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 class DeliveryError(RuntimeError):
     """The receiver did not take the message (down, refused); the outbox retries it."""
 
 
 SCHEMA, SCHEMA_VERSION = "gpuledger.alert", 1
-TIMEOUT_S = 10.0  # a receiver that does not answer is down: the outbox retries later
 # gpuledger severity -> the level every channel type maps to its own types
 LEVELS = {"info": "info", "warning": "warning", "second-warning": "warning", "preempt-eligible": "critical",
           "80": "warning", "100": "critical", "exhaustion": "critical"}
@@ -205,19 +214,21 @@ class AppriseNotifier(_Sends):
     """A notifier over one apprise URL (text; the level as apprise's notify type)."""
 
     url: str
+    deadline: CallDeadline = ALERTS  # a receiver that never answers fails this try; the outbox retries
 
     def deliver(self, message: Message) -> None:
         from gpuledger.extras import require
 
         apprise = require("apprise")
         ap = apprise.Apprise()
-        if not ap.add(self.url):
+        if not ap.add(with_timeouts(self.url, self.deadline)):
             raise DeliveryError(f"apprise does not understand the channel URL {self.redacted()}")
         attach = apprise.AppriseAttachment([str(p) for p in message.attachments]) if message.attachments else None
         kind = {"critical": apprise.NotifyType.FAILURE, "warning": apprise.NotifyType.WARNING}.get(
             message.level, apprise.NotifyType.INFO)
         with apprise.LogCapture(level=apprise.logging.WARNING) as log:
-            ok = ap.notify(body=message.text, title=message.subject, attach=attach, notify_type=kind)
+            ok = ap.notify(body=message.text, title=message.subject, attach=attach, notify_type=kind,
+                           timeout=self.deadline.total_s)
         if not ok:
             detail = " ".join(log.getvalue().split())[-300:] or "no detail"
             raise DeliveryError(f"{self.redacted()}: not delivered ({detail})")
@@ -228,6 +239,7 @@ class JsonWebhook(_Sends):
     """``json://`` / ``jsons://``: the versioned gpuledger.alert JSON POSTed."""
 
     url: str
+    deadline: CallDeadline = ALERTS
 
     def deliver(self, message: Message) -> None:
         _post(self, self.url.replace("jsons://", "https://", 1).replace("json://", "http://", 1), message.json_body())
@@ -238,6 +250,7 @@ class SlackWebhook(_Sends):
     """``slack+https://`` / ``slack+http://``: Slack Block Kit with a text fallback."""
 
     url: str
+    deadline: CallDeadline = ALERTS
 
     def deliver(self, message: Message) -> None:
         _post(self, self.url.split("+", 1)[1], {"text": f"{message.subject}\n{message.text}",
@@ -245,14 +258,19 @@ class SlackWebhook(_Sends):
 
 
 def _post(notifier, target: str, body: dict) -> None:
+    import time
+
     import requests
 
-    try:
-        answer = requests.post(target, json=body, timeout=TIMEOUT_S)
-    except requests.RequestException as exc:
+    from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
+
+    try:  # the whole exchange within the deadline: a receiver that trickles its answer ends too
+        status, _, _ = get_within(None, target, method="POST", json=body, deadline=notifier.deadline,
+                                  give_up=time.monotonic() + notifier.deadline.total_s, max_bytes=2**20)
+    except (requests.RequestException, OutOfTime, TooLarge, OSError) as exc:
         raise DeliveryError(f"{notifier.redacted()}: not delivered ({type(exc).__name__})") from None
-    if answer.status_code >= 300:
-        raise DeliveryError(f"{notifier.redacted()}: not delivered (HTTP {answer.status_code})")
+    if status >= 300:
+        raise DeliveryError(f"{notifier.redacted()}: not delivered (HTTP {status})")
 
 
 @dataclass
@@ -260,6 +278,7 @@ class SmtpNotifier(_Sends):
     """``mailto://`` / ``mailtos://``: one e-mail, plain text and HTML alternatives, attachments."""
 
     url: str
+    deadline: CallDeadline = ALERTS
 
     def deliver(self, message: Message) -> None:
         import mimetypes
@@ -290,7 +309,7 @@ class SmtpNotifier(_Sends):
         port = parts.port or {"ssl": 465, "starttls": 587}.get(mode, 25)
         try:
             smtp_class = smtplib.SMTP_SSL if mode == "ssl" else smtplib.SMTP
-            with smtp_class(parts.hostname, port, timeout=TIMEOUT_S) as smtp:
+            with smtp_class(parts.hostname, port, timeout=self.deadline.read_s) as smtp:
                 if mode == "starttls":
                     smtp.starttls()
                 if parts.username:

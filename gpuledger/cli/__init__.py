@@ -7,6 +7,8 @@ names; this file is the program's one error boundary (`main`)."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
 import typer
 
@@ -49,23 +51,48 @@ def _known_exit_code(exc: BaseException) -> int | None:
     return None
 
 
+_ctrl_c = False  # set by SIGINT: DuckDB turns it into "Query interrupted", polars into its own error
+
+
+def _on_sigint(signum, frame) -> None:
+    global _ctrl_c
+    _ctrl_c = True
+    signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as Python's own handler does
+
+
+def _interrupted() -> None:
+    """Ctrl-C: one line, exit 130 (what a shell expects of SIGINT). Every write is a transaction,
+    so what was not committed is not there; the resumable commands continue on a rerun."""
+    typer.secho("\ngpuledger: interrupted (Ctrl-C); work committed before it is kept, a rerun continues",
+                err=True, fg="red")
+    raise SystemExit(130) from None
+
+
 def main() -> None:
     """The `gpuledger` program: a known problem (a user's mistake, a broken environment, a source
     answering wrongly) ends in ONE line naming the file, line, field or option and the fix, exit 2
     for a usage error and 1 for a failed run; anything else in one "internal error" line. With
     --debug (or $GPULEDGER_DEBUG=1) the traceback is shown instead."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
         # not standalone: typer's own usage errors come here too, to be told in one line; a
         # command's typer.Exit(n) comes back as n (commands return None, so anything else is a code)
         code = app(standalone_mode=False)
         if isinstance(code, int) and code:
             raise SystemExit(code)
-    except typer.Abort:
+    except typer.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            _interrupted()
         typer.secho("gpuledger: aborted", err=True, fg="red")
         raise SystemExit(1) from None
+    except KeyboardInterrupt:  # Ctrl-C outside click's own handling (start-up, teardown)
+        _interrupted()
     except Exception as exc:  # noqa: BLE001 - the one error boundary of the program
         if _debug or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes"):
             raise
+        if _ctrl_c:  # whatever the library under the interrupted call made of Ctrl-C
+            _interrupted()
         if isinstance(exc, typer.TyperException) and hasattr(exc, "format_message"):
             # an option typer/click refused: which command, what is wrong, where the help is
             ctx = getattr(exc, "ctx", None)

@@ -92,7 +92,7 @@ def simulate_warehouse(
     with warehouse.open_writer(path) as con:
         with Progress(TextColumn("[bold]simulate[/] {task.description}"), BarColumn(),
                       TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=console) as progress:
+                      console=console, transient=True) as progress:  # Ctrl-C leaves no half-drawn bar
             task = progress.add_task(f"{sim.hardware.n_devices} devices, {sim.workload.jobs.height} jobs",
                                      total=sim.end_s - sim.start_s)
             counts = write_simulation(con, sim, on_chunk=lambda done, total: progress.update(task, completed=done))

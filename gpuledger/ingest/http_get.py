@@ -26,16 +26,18 @@ class TooLarge(Exception):
 
 
 def get_within(session: requests.Session | None, url: str, *, deadline: CallDeadline, give_up: float,
-               params: Mapping | None = None, max_bytes: int | None = None) -> tuple[int, Mapping, bytes]:
-    """(status, headers, body) of one GET, all of it before ``give_up`` (a ``time.monotonic()``
-    moment). Raises ``requests`` errors for a failed connection or a silent server, OutOfTime when
-    the body stalls or is still arriving at ``give_up``, TooLarge past ``max_bytes``."""
+               params: Mapping | None = None, max_bytes: int | None = None, method: str = "GET",
+               json: object = None) -> tuple[int, Mapping, bytes]:
+    """(status, headers, body) of one GET (or ``method``, with a ``json`` body), all of it before
+    ``give_up`` (a ``time.monotonic()`` moment). Raises ``requests`` errors for a failed connection
+    or a silent server, OutOfTime when the body stalls or is still arriving at ``give_up``, TooLarge
+    past ``max_bytes``."""
     http = session or requests
     left = give_up - time.monotonic()
     if left <= 0:
         raise OutOfTime(f"no time left within the {deadline.total_s:g} s deadline")
-    with http.get(url, params=params, stream=True,
-                  timeout=(min(deadline.connect_s, left), min(deadline.read_s, left))) as response:
+    with http.request(method, url, params=params, json=json, stream=True,
+                      timeout=(min(deadline.connect_s, left), min(deadline.read_s, left))) as response:
         raw, pieces, got = response.raw, [], 0
         sock = getattr(getattr(raw, "connection", None), "sock", None)
         while True:
