@@ -40,8 +40,11 @@ demo: install
 	mkdir -p reports
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format csv --out reports/chargeback-2026-11.csv
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format parquet --out reports/chargeback-2026-11.parquet
-	@echo "enforcement over the simulated week (a dry run): each squatter warned, then preempted; exempt inference never"
+	@echo "enforcement over the simulated week (a what-if: nothing is sent): each squatter is warned, and preempted as a"
+	@echo "squatter once a warning is 15 min old; an unfunded one may go sooner, in its first warning's cycle, for waiting"
+	@echo "funded work (a demand preemption); exempt inference never"
 	$(BIN)/gpuledger enforce replay --every 1h --only-when-idle
+	@echo "this cycle's plan, made without a scheduler's live view: it preempts nothing and says why (--observe BACKEND)"
 	$(BIN)/gpuledger enforce plan --now data --format json --out reports/enforcement-plan.json
 	$(BIN)/gpuledger report statement --period 2026-11 --out reports/statement-2026-11
 	$(BIN)/gpuledger pipelines run-once

@@ -35,6 +35,8 @@ from gpuledger.ingest.metrics.exposition import (
     wide_rows,
 )
 from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
+from gpuledger.ingest.metrics.plausible import (refuse_host_conflicts, refuse_host_conflicts_wide,
+                                                split_implausible_times)
 from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"
@@ -237,14 +239,23 @@ def ingest_pages(
                  for r in parsed.rejects]
         stats.add(IngestStats(pages=1, lines=parsed.lines, samples_parsed=parsed.sample_count,
                               quarantined=len(parsed.rejects), unknown_dcgm=parsed.unknown_dcgm))
-    wide = wides[0] if len(wides) == 1 else (
-        pl.concat(wides, how="diagonal_relaxed")
-        .unique(subset=["gpu_uuid", "mig_instance_id", "ts"], keep="first", maintain_order=True)
-        if wides else pl.DataFrame())
+    wide = wides[0] if len(wides) == 1 else pl.concat(wides, how="diagonal_relaxed") if wides else pl.DataFrame()
+    wide, conflicts = refuse_host_conflicts_wide(wide, source=source, location=_where(pages))
+    if len(wides) > 1:
+        wide = wide.unique(subset=["gpu_uuid", "mig_instance_id", "ts"], keep="first", maintain_order=True)
+    rows += conflicts
+    stats.quarantined += len(conflicts)
+    wide, implausible = split_implausible_times(wide, source=source, location=_where(pages),
+                                                max_future_s=max_future_s)
+    stats.quarantined += len(implausible)
     with warehouse.transaction(con):
         stats.samples_new = store_wide(con, wide, cluster=cluster, source=source)
-        warehouse.quarantine(con, rows)
+        warehouse.quarantine(con, rows + implausible)
     return stats
+
+
+def _where(pages) -> str:
+    return pages[0][1] if len(pages) == 1 else f"{pages[0][1]} (+{len(pages) - 1} pages)"
 
 
 def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source: str) -> IngestStats:
@@ -254,10 +265,14 @@ def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source:
     if parsed is None:
         return sum_stats(ingest_pages(con, [p], cluster=cluster, max_future_s=max_future_s, source=source)
                          for p in pages)
-    points = first_page_wins(parsed.points, parsed.series)
+    points, conflicts = refuse_host_conflicts(parsed.points, parsed.series, source=source, location=_where(pages))
+    points = first_page_wins(points, parsed.series)
     wide = series_long_to_wide(points.drop("page"), parsed.series)
     rows = [warehouse.QuarantineRow(source, f"{pages[pg][1]}:{r.line_no}", r.raw_text, r.reason)
-            for pg, r in parsed.rejects]
+            for pg, r in parsed.rejects] + conflicts
+    wide, implausible = split_implausible_times(wide, source=source, location=_where(pages),
+                                                max_future_s=max_future_s)
+    rows += implausible
     with warehouse.transaction(con):
         new = store_wide(con, wide, cluster=cluster, source=source)
         warehouse.quarantine(con, rows)
