@@ -110,3 +110,27 @@ def test_a_receiver_that_is_down_is_a_delivery_error_naming_it():
     else:
         raise AssertionError("no DeliveryError")
     assert Receiver  # the helper the other tests start
+
+
+def test_alerts_run_now_plans_from_the_findings_as_of_then(warehouse_file):
+    """The pipeline evaluated alpha-1 at 10:00 (warning, opened) and 10:45 (second-warning): planned
+    as of 10:00 the alert is the warning, as of 10:45 the second warning; as of 12:00, long after
+    the last evaluation, the rules are evaluated at 12:00 (no sample: nothing squats)."""
+    from gpuledger.alerts.cycle import plan_alerts
+
+    october(warehouse_file)
+    with warehouse.open_writer(warehouse_file) as con:
+        _episode(con, "second-warning", at=T0)
+        con.execute("INSERT INTO squatting_evaluations VALUES ('2026-10-05 10:45', 1, '2026-10-05 10:45')")
+        con.execute("INSERT INTO squatting_finding_events VALUES ('c1', 'alpha-1', '2026-10-05 10:00', "
+                    "'2026-10-05 10:00', 'opened', 'squatting', 'warning', 60), ('c1', 'alpha-1', '2026-10-05 10:00', "
+                    "'2026-10-05 10:45', 'severity-changed', 'squatting', 'second-warning', 105)")
+    policy = parse_config_text(CONFIG + ALERTS).policy
+
+    def severities(at):
+        with warehouse.open_reader(warehouse_file) as con:
+            return {a.severity for a in plan_alerts(con, policy, now=at) if a.kind == "squatting"}
+
+    assert severities(T0) == {"warning"}
+    assert severities(datetime(2026, 10, 5, 10, 50)) == {"second-warning"}
+    assert severities(datetime(2026, 10, 5, 12, 0)) == set()
