@@ -13,6 +13,7 @@ import typer
 from gpuledger.cli import (
     alerts,
     config,
+    dashboards,
     enforce,
     ingest,
     metrics,
@@ -36,7 +37,8 @@ app = typer.Typer(
 for _name, _group in (("ingest", ingest.app), ("report", report.app), ("warehouse", warehouse.app),
                       ("config", config.app), ("period", period.app), ("enforce", enforce.app),
                       ("alerts", alerts.app), ("whatif", whatif.app), ("pipelines", pipelines.app),
-                      ("simulate", simulate.app), ("metrics", metrics.app)):
+                      ("simulate", simulate.app), ("metrics", metrics.app),
+                      ("dashboards", dashboards.app)):
     app.add_typer(_group, name=_name)
 
 # The old names, kept for one release: each runs the new command after one line on stderr.
