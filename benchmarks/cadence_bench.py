@@ -113,7 +113,7 @@ def _runs(gql, job, t0, t1) -> list[dict]:
     out = []
     for run in found:
         tags = {t["key"]: t["value"] for t in run["tags"]}
-        tick = tags.get("dagster/scheduled_execution_time")
+        tick = tags.get(".dagster/scheduled_execution_time")
         if not tick or run["startTime"] is None:
             continue
         tick_s = datetime.fromisoformat(tick).timestamp()
