@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export GPULEDGER_WAREHOUSE ?= data/gpuledger.duckdb
 export DAGSTER_HOME ?= $(CURDIR)
-# where the dashboards' /what-if page looks for `gpuledger whatif schedule --json` results
+# where the dashboards' /what-if page looks for `gpuledger whatif schedule --format json --out` results
 export GPULEDGER_WHATIF_DIR ?= reports/whatif
 DASHBOARD_PORT ?= 8501
 
@@ -40,15 +40,18 @@ demo: install
 	mkdir -p reports
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format csv --out reports/chargeback-2026-11.csv
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format parquet --out reports/chargeback-2026-11.parquet
-	@echo "enforcement over the simulated week (a dry run): each squatter warned, then preempted; exempt inference never"
+	@echo "enforcement over the simulated week (a what-if: nothing is sent): each squatter is warned, and preempted as a"
+	@echo "squatter once a warning is 15 min old; an unfunded one may go sooner, in its first warning's cycle, for waiting"
+	@echo "funded work (a demand preemption); exempt inference never"
 	$(BIN)/gpuledger enforce replay --every 1h --only-when-idle
+	@echo "this cycle's plan, made without a scheduler's live view: it preempts nothing and says why (--observe BACKEND)"
 	$(BIN)/gpuledger enforce plan --now data --format json --out reports/enforcement-plan.json
 	$(BIN)/gpuledger report statement --period 2026-11 --out reports/statement-2026-11
 	$(BIN)/gpuledger pipelines run-once
 # the scheduling what-if of the whole simulated week (7,133 jobs on 256 GPUs, policies 1/2/3: a few
 # seconds) for the dashboards' /what-if page
 	mkdir -p $(GPULEDGER_WHATIF_DIR)
-	$(BIN)/gpuledger whatif schedule --no-progress --json $(GPULEDGER_WHATIF_DIR)/schedule.json
+	$(BIN)/gpuledger whatif schedule --no-progress --format json --out $(GPULEDGER_WHATIF_DIR)/schedule.json
 	@echo ""
 	@echo "reports in reports/: the November finance statement (open reports/statement-2026-11/*.html;"
 	@echo "XLSX, CSV, Parquet and manifest.json beside it), chargeback CSV / Parquet, the enforcement plan,"

@@ -85,7 +85,7 @@ def dashboard_warehouse(ctx: Context, gpus: int, notes: list[str]) -> Path:
 
 
 def whatif_result(ctx: Context, warehouse: Path, gpus: int, notes: list[str]) -> Path | None:
-    """A folder holding `gpuledger whatif schedule --json` of the warehouse's week, for the what-if
+    """A folder holding `gpuledger whatif schedule --format json --out` of the warehouse's week, for the what-if
     page (it draws such a file); made once per warehouse build. None, with a note, when it fails:
     the other pages are still timed."""
     folder = ctx.data_dir / "harness" / f"whatif{gpus}"
@@ -99,7 +99,7 @@ def whatif_result(ctx: Context, warehouse: Path, gpus: int, notes: list[str]) ->
     env = {**os.environ, "GPULEDGER_WAREHOUSE": str(warehouse), "NO_COLOR": "1"}
     env.pop("GPULEDGER_CONFIG", None)
     try:
-        _gpuledger(ctx, env, "whatif", "schedule", "--no-progress", "--json", str(result))
+        _gpuledger(ctx, env, "whatif", "schedule", "--no-progress", "--format", "json", "--out", str(result))
     except HarnessError as exc:
         notes.append(f"what-if page not timed: {exc}")
         return None

@@ -91,9 +91,12 @@ def _hour_axis() -> alt.X:
 
 
 def _band(field: str, title: str, **kw) -> alt.Y:
-    """A categorical y axis of one row per value, labels never thinned out."""
+    """A categorical y axis of one row per value, labels never thinned out, its title level above
+    the labels (a vertical title sits beside labels whose width Vega guesses before the web font
+    has loaded, and can land on them)."""
     return alt.Y(field, title=title, sort=kw.pop("sort", None),
-                 axis=alt.Axis(labelOverlap=False, labelFlush=False, labelLimit=LABEL_PX, **kw))
+                 axis=alt.Axis(labelOverlap=False, labelFlush=False, labelLimit=LABEL_PX, titleAngle=0,
+                               titleAlign="right", titleBaseline="bottom", titleX=-6, titleY=-6, **kw))
 
 
 # --- utilization ---------------------------------------------------------------------------------

@@ -547,8 +547,8 @@ def months_between(start: datetime, end: datetime) -> list[str]:
     return out
 
 
-# --- what-if result files (the /what-if page; `gpuledger whatif schedule --json FILE`) -------------
-WHATIF_COMMAND = "gpuledger whatif schedule --json reports/whatif/schedule.json"
+# --- what-if result files (the /what-if page; `gpuledger whatif schedule --format json --out FILE`) -------------
+WHATIF_COMMAND = "gpuledger whatif schedule --format json --out reports/whatif/schedule.json"
 
 
 def whatif_dir() -> Path:

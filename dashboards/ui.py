@@ -281,45 +281,78 @@ GRID_ROW_PX = 35  # Streamlit's data-grid row (and header) height
 TABLE_ROWS = 15  # rows a table shows before it scrolls inside itself
 
 
+TABLE_SENDS = 200  # rows a table sends to the browser at most; the rest are in its CSV download
+
+
 def table(frame: pl.DataFrame, columns: dict, *, key: str, rows: int = TABLE_ROWS, download: str | None = None,
-          **kw):
+          limit: int = TABLE_SENDS, **kw):
     """``frame`` as a table people read: only ``columns`` (name -> a column_config or a header), in
     that order (the column that answers the page's question first), human headers, empty text cells
-    empty (not "None"), tall enough for ``rows`` rows before it scrolls; ``download``: a "Download
-    CSV" button with every column under its machine name (what scripts read)."""
-    config = {name: st.column_config.TextColumn(c) if isinstance(c, str) else c for name, c in columns.items()}
-    shown = frame.select(list(columns)).with_columns(cs.string().fill_null(""))
+    empty (not "None"), tall enough for ``rows`` rows before it scrolls, the first ``limit`` rows
+    sent (said under the table); ``download``: a "Download CSV" button with every row and column
+    under its machine name (what scripts read)."""
+    shown = frame.head(limit).select(list(columns)).with_columns(cs.string().fill_null(""))
+    config, texts = {}, []
+    for name, c in columns.items():
+        if isinstance(c, Num):
+            as_text = shown[name].null_count() > 0
+            config[name] = c.config(as_text)
+            if as_text:
+                texts.append(pl.col(name).map_elements(lambda v, f=c.python: "" if v is None else f.format(v),
+                                                       return_dtype=pl.String, skip_nulls=False))
+        else:
+            config[name] = st.column_config.TextColumn(c) if isinstance(c, str) else c
+    if texts:
+        shown = shown.with_columns(texts)
     height = GRID_ROW_PX * (max(min(shown.height, rows), 1) + 1) + 3
     event = st.dataframe(shown, hide_index=True, column_config=config, height=height, width="stretch", key=key, **kw)
+    if frame.height > limit:
+        st.caption(f"The first {limit:,} of {frame.height:,} rows" + (" (all of them in the CSV download)."
+                                                                    if download else "."))
     if download:
         st.download_button("Download CSV", frame.write_csv(), file_name=f"{download}.csv", mime="text/csv",
                            key=f"{key}_csv", help=f"{download}.csv: every column, machine names")
     return event
 
 
-def gpu_h(label: str, digits: int = 1):
-    return st.column_config.NumberColumn(f"{label} (GPU-h)", format=f"%,.{digits}f")
+@dataclass(frozen=True)
+class Num:
+    """A number column: its header, Streamlit's printf format, and the same in Python for a column
+    with empty cells (shown as text, right-aligned, so an empty cell is empty and not "None")."""
+
+    label: str
+    printf: str
+    python: str
+
+    def config(self, as_text: bool):
+        if as_text:
+            return st.column_config.TextColumn(self.label, alignment="right")
+        return st.column_config.NumberColumn(self.label, format=self.printf)
 
 
-def norm_h(label: str):
-    return st.column_config.NumberColumn(f"{label} (norm. GPU-h)", format="%,.1f")
+def gpu_h(label: str, digits: int = 1) -> Num:
+    return Num(f"{label} (GPU-h)", f"%,.{digits}f", f"{{:,.{digits}f}}")
 
 
-def money_col(label: str, currency: str | None):
-    return st.column_config.NumberColumn(f"{label} ({currency})" if currency else label, format="%,.2f")
+def norm_h(label: str) -> Num:
+    return Num(f"{label} (norm. GPU-h)", "%,.1f", "{:,.1f}")
 
 
-def ratio_col(label: str):
+def money_col(label: str, currency: str | None) -> Num:
+    return Num(f"{label} ({currency})" if currency else label, "%,.2f", "{:,.2f}")
+
+
+def ratio_col(label: str) -> Num:
     """A ratio 0..1 shown as a percentage."""
-    return st.column_config.NumberColumn(f"{label} (%)", format="percent")
+    return Num(f"{label} (%)", "percent", "{:.2%}")
 
 
-def number_col(label: str, fmt: str = "%,.1f"):
-    return st.column_config.NumberColumn(label, format=fmt)
+def number_col(label: str, fmt: str = "%,.1f") -> Num:
+    return Num(label, fmt, "{:" + fmt[1:] + "}")  # "%,.1f" -> "{:,.1f}"
 
 
-def int_col(label: str):
-    return st.column_config.NumberColumn(label, format="%,d")
+def int_col(label: str) -> Num:
+    return Num(label, "%,d", "{:,.0f}")
 
 
 def utc_col(label: str, fmt: str = "YYYY-MM-DD HH:mm"):

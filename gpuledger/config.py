@@ -181,6 +181,7 @@ class EnforcementPolicy(_Strict):
     max_preemptions_per_project_per_hour: int = Field(default=6, ge=0)
     preemption_cooldown_minutes: float = Field(default=60, ge=0)  # a job preempted is left alone this long
     eviction_grace_period_seconds: int | None = Field(default=None, ge=0)  # None: the pod's own grace period
+    scheduler_timeout_seconds: float = Field(default=30, gt=0)  # each Slurm command / Kubernetes call's deadline
     exempt_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
     exempt_kinds: list[str] = Field(default_factory=lambda: ["inference"])  # production inference: never preempted, on top
     exempt_labels: dict[str, str] = Field(default_factory=dict)

@@ -31,3 +31,40 @@ MAX_WAIT_S = 86_400.0  # a day: anything longer is a typo, and socket timeouts o
 
 # Prometheus evaluates a chunk (~1 h x 1,024 GPUs) for seconds before its first byte: read_s 60.
 PROMETHEUS = CallDeadline(connect_s=5.0, read_s=60.0, total_s=180.0)
+# The Kubernetes API answers a list page in well under a second; a watch request says how long it
+# stays open itself (``timeout_seconds``), and its read timeout is that plus a margin.
+KUBERNETES = CallDeadline(connect_s=5.0, read_s=30.0, total_s=600.0)
+
+
+def why_unreachable(exc: BaseException, deadline: CallDeadline) -> str:
+    """A few words for a failed HTTP call (urllib3 / requests / socket errors, a MaxRetryError's
+    reason): "no answer within 30 s", "connection refused"... never the library's own text."""
+    reason = exc
+    for _ in range(4):  # MaxRetryError -> its reason; requests wraps urllib3's errors in args[0]
+        inner = getattr(reason, "reason", None)
+        if not isinstance(inner, BaseException):
+            inner = next((a for a in getattr(reason, "args", ()) if isinstance(a, BaseException)), None)
+        if inner is None:
+            break
+        reason = inner
+    names = {cls.__name__ for cls in type(reason).__mro__}
+    text = str(reason).lower()
+    if "refused" in text:  # (urllib3's NewConnectionError is a ConnectTimeoutError too)
+        return "connection refused"
+    if "NameResolutionError" in names or "name or service not known" in text or "resolve" in text:
+        return "the host name does not resolve"
+    if ("ConnectTimeoutError" in names or "ConnectTimeout" in names) and "NewConnectionError" not in names:
+        return f"could not connect within {deadline.connect_s:g} s"
+    if names & {"ReadTimeoutError", "ReadTimeout", "TimeoutError", "timeout"}:
+        return f"no answer within {deadline.read_s:g} s"
+    if names & {"SSLError", "SSLCertVerificationError"}:
+        return "the TLS handshake failed (certificate or protocol)"
+    if names & {"ProtocolError", "RemoteDisconnected", "IncompleteRead", "ConnectionResetError",
+                "ChunkedEncodingError"}:
+        return "the connection broke off mid-answer"
+    return f"cannot connect ({type(reason).__name__})"
+
+# Alert delivery (apprise: webhooks and SMTP). The outbox retries what did not go out, so one try
+# may give up early rather than hold the alert cycle; a channel URL's own ``cto=`` / ``rto=``
+# (apprise's connect / read timeouts) win over these.
+ALERTS = CallDeadline(connect_s=5.0, read_s=10.0, total_s=30.0)

@@ -1,6 +1,6 @@
 WITH s AS (
     SELECT gpu_id, ts, date_trunc('hour', ts) AS hour,
-           sm_active_ratio, gr_engine_active_ratio, gpu_util_ratio, energy_total_j
+           sm_active_ratio, gr_engine_active_ratio, gpu_util_ratio, energy_total_j, sample_n
     FROM gpu_samples
     WHERE ts >= $lo AND ts < $hi
 ),

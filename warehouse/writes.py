@@ -147,7 +147,7 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
     """
     if samples.is_empty():
         return 0
-    wanted = ["gpu_id", "ts", *SAMPLE_METRIC_COLUMNS, *SAMPLE_LABEL_COLUMNS]
+    wanted = ["gpu_id", "ts", *SAMPLE_METRIC_COLUMNS, *SAMPLE_LABEL_COLUMNS, "sample_n"]
     batch = samples.select([c for c in wanted if c in samples.columns]).with_columns(
         pl.lit(source).alias("source"))
     floor = final_before(con)
@@ -163,6 +163,8 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
     # the rollup reads these; a batch without one of them holds NULLs there, as the table does
     batch = batch.with_columns(pl.lit(None, pl.Float64).alias(c) for c in _ROLLUP_COLUMNS
                                if c not in batch.columns)
+    if "sample_n" not in batch.columns:  # a raw sample: the rollup counts it once
+        batch = batch.with_columns(pl.lit(None, pl.Int32).alias("sample_n"))
     _, hour_end = hour_span(lo, hi)
     with transaction(con):
         # Stored rows from the batch's first ts to the end of its last hour (a count DuckDB prunes

@@ -34,7 +34,8 @@ if ctx is not None:
             "burn (norm. GPU-h/day)"), "budget_gpu_hours": ui.norm_h("budget"),
         "consumed_gpu_hours": ui.norm_h("consumed"), "period_start": st.column_config.DateColumn("period from"),
         "period_end": st.column_config.DateColumn("period to"),
-        "budget_own": st.column_config.CheckboxColumn("own budget")}, key="budget_table", download="budgets")
+        "budget_own": st.column_config.CheckboxColumn("own budget")}, key="budget_table", download="budgets",
+        rows=25)
 
     st.subheader("Burn-down")
     with_budget = shown.filter(pl.col("budget_gpu_hours").is_not_null())

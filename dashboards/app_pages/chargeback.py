@@ -105,7 +105,7 @@ if ctx is not None:
     st.caption("Unpriced, over-allocated and capacity-unknown lines are memo lines: shown, not billed.")
     st.subheader("Downloads (identical to the finance statement files)")
     stem = f"statement-{view.period}-{queries._slug(view.scope)}"
-    dl = st.columns(max(len(view.files), 1))
-    for i, (name, data) in enumerate(sorted(view.files.items())):
-        dl[i].download_button(download_label(name, stem), data, file_name=name, help=name,
-                              mime=MIME.get(name[name.rfind("."):], "application/octet-stream"), key=f"dl_{name}")
+    row = st.container(horizontal=True)
+    for name, data in sorted(view.files.items(), key=lambda f: (len(f[0]), f[0])):
+        row.download_button(download_label(name, stem), data, file_name=name, help=name,
+                            mime=MIME.get(name[name.rfind("."):], "application/octet-stream"), key=f"dl_{name}")

@@ -36,7 +36,7 @@ if ctx is not None:
                "applied to every row, not only this page.")
     ui.table(rows, {
         "planned_at": ui.utc_col("cycle"), "job_id": "job", "action": "action",
-        "reason": st.column_config.TextColumn("reason", width="large"), "outcome": "outcome", "phase": "phase",
+        "reason": st.column_config.TextColumn("reason", width=640), "outcome": "outcome", "phase": "phase",
         "priority": ui.int_col("priority (scheduler units)"), "funded": st.column_config.CheckboxColumn("funded"),
         "dry_run": st.column_config.CheckboxColumn("dry run"), "mode": "mode", "project": "project",
         "cluster": "cluster", "rule": "rule", "error": "error",

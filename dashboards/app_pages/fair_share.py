@@ -39,8 +39,7 @@ if ctx is not None:
         "fs_rank": ui.int_col("rank"), "fairshare_factor": ui.number_col("FS factor (0..1)", "%.3f"),
         "shares_norm": ui.ratio_col("share of parent"), "usage_norm": ui.ratio_col("usage of parent"),
         "level_fs": ui.number_col("level FS (share ÷ usage)", "%,.3f"),
-        "gpu_hours_window": ui.gpu_h("usage, window"), "delivery_ratio": ui.ratio_col("delivered of owed"),
-        "kind": "kind"}, key="fs_tree", rows=max(tree.height, 1), download="fair-share-tree")
+        "gpu_hours_window": ui.gpu_h("usage, window"), "delivery_ratio": ui.ratio_col("delivered of owed")}, key="fs_tree", rows=max(tree.height, 1), download="fair-share-tree")
     st.caption("Decayed usage, raw shares and occupancy are in the CSV download.")
 
     history = ui.visible(ui.fairshare_history(ctx.path, ctx.start, ctx.end), ctx, "node")
@@ -54,7 +53,7 @@ if ctx is not None:
     reasons = queries.queue_reasons(whole).filter(pl.col("project").is_in(list(keep)))
     ui.table(reasons, {
         "queue_position": ui.int_col("position"), "project": "project",
-        "why": st.column_config.TextColumn("level by level: share vs usage among siblings → LF, place", width="large"),
+        "why": st.column_config.TextColumn("level by level: share vs usage among siblings → LF, place", width=760),
         "fairshare_factor": ui.number_col("FS factor (0..1)", "%.3f")}, key="fs_queue", rows=max(reasons.height, 1))
     st.caption("Projects are served depth-first, siblings in descending level fair share (LF = share ÷ usage); "
                "positions are in the whole org's queue.")

@@ -43,7 +43,7 @@ if ctx is not None:
     d.metric("Idle GPU-hours (waste)", ui.hours(idle))
 
     explained = queries.priority_why(jobs, budgets, tree)
-    cols = {"job_id": "job", "why": st.column_config.TextColumn("priority: why", width="large"),
+    cols = {"job_id": "job", "why": st.column_config.TextColumn("priority: why", width=560),
             "funded": st.column_config.CheckboxColumn("funded"),
             "planned_priority": ui.int_col("priority (gpuledger)"), "user_name": "user", "project": "project",
             "gpus": ui.number_col("GPUs", "%g"), "gpu_model": "GPU model", "kind": "kind",

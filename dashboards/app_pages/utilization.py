@@ -18,7 +18,7 @@ if ctx is not None:
     a.metric("Allocated of capacity", ui.pct(totals["allocation_pct"]))
     b.metric("Active of capacity", ui.pct(totals["active_pct"]))
     c.metric("Active of allocated", ui.pct(totals["active_of_allocated_pct"]))
-    d.metric("Unallocated capacity", ui.hours(totals["gpu_hours_unallocated"]))
+    d.metric("Unallocated capacity (GPU-h)", f"{totals['gpu_hours_unallocated']:,.1f}")
     st.caption(f"Capacity {ui.hours(totals['gpu_hours_capacity'])}, allocated {ui.hours(totals['gpu_hours_allocated'])}, "
                f"active {ui.hours(totals['gpu_hours_active'])} over the period.")
 

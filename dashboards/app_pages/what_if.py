@@ -1,5 +1,5 @@
 # /what-if: the scheduling what-if's policies side by side, read from a result file of
-# `gpuledger whatif schedule --json FILE` (format gpuledger.whatif.schedule/1): the newest one in
+# `gpuledger whatif schedule --format json --out FILE` (format gpuledger.whatif.schedule/1): the newest one in
 # $GPULEDGER_WHATIF_DIR (default reports/whatif/) or one the user uploads. Org-level aggregates only
 # (projects and job classes, no jobs or users), so every signed-in role sees the whole page.
 import streamlit as st
@@ -20,7 +20,7 @@ if ctx is not None:
         text, source = found.read_text(), f"`{found}`"
     else:
         st.info(f"No what-if result in `{folder}/` yet. Run\n\n`{queries.WHATIF_COMMAND}`\n\n"
-                "(`make demo` does), or upload a file written by `gpuledger whatif schedule --json FILE`; "
+                "(`make demo` does), or upload a file written by `gpuledger whatif schedule --format json --out FILE`; "
                 "set `GPULEDGER_WHATIF_DIR` to read another folder.")
         st.stop()
     try:

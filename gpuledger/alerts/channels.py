@@ -5,20 +5,40 @@ notifier has.
 * ``$GPULEDGER_ALERT_<NAME>_URL`` (NAME upper-cased, other characters as ``_``), else
 * ``$GPULEDGER_SECRETS_FILE``: YAML ``channels: {name: url}``.
 
-URL forms apprise delivers (checked offline, ../shared/notes/verified-apis.md): ``json://host:port/path``
-(a generic JSON webhook), ``mmost://host:port/token`` (Slack-compatible ``{"text": ...}`` posted to
-``/hooks/<token>``), ``mailto://host:port?from=...&to=...`` (SMTP; ``user:password@`` for auth).
+Channel types, chosen by the URL's scheme; each receives the alert's structure, not only text:
+
+* ``mailto://[user:password@]host[:port]?from=...&to=...[&mode=insecure|starttls|ssl]`` (SMTP,
+  ``mailtos://`` = ssl): an e-mail with a plain-text and an HTML part that keep the lines, lists
+  and the dashboard link; urgent severities marked ``Importance: high`` / ``X-Priority: 1``.
+* ``json://host:port/path`` (``jsons://`` over https): the versioned JSON below, POSTed.
+* ``slack+https://hooks.slack.com/services/...`` (``slack+http://`` for a local receiver): Slack
+  Block Kit (header, the same fields, the link) with a ``text`` fallback.
+* anything else apprise delivers (``mmost://host:port/token``: Slack-compatible ``{"text"}``),
+  with the severity as apprise's notify type (info / warning / failure).
+
+The JSON webhook body, schema ``gpuledger.alert`` version 1 (docs: README "Alerts")::
+
+    {"schema": "gpuledger.alert", "version": 1, "id": <idempotency key>, "kind": "squatting" |
+     "digest" | "budget" | "statement" | "message", "severity": <gpuledger severity or null>,
+     "level": "info" | "warning" | "critical", "title": <subject>, "message": <plain text>,
+     "link": <dashboard URL or null>, "fields": {<the alert's structured fields: job_id, cluster,
+     project, owner, severity, gpus_idle, gpus_total, idle_since, gpu_hours_idle, idle_cost, next,
+     dashboard for squatting; node, level, consumed_pct, projected_exhaustion, dashboard for
+     budgets; project, day, findings, gpu_hours_idle for digests>}}
+
+New fields may be added within a version; a field's meaning or type changes only with a new version.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from gpuledger.deadlines import ALERTS, CallDeadline
 from gpuledger.errors import RunError
 
 SECRETS_ENV = "GPULEDGER_SECRETS_FILE"
@@ -57,34 +77,130 @@ def with_recipient(url: str, address: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+def with_timeouts(url: str, deadline: CallDeadline) -> str:
+    """``url`` with apprise's connect / read timeouts (``cto`` / ``rto``) unless it sets its own."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    given = {k for k, _ in query}
+    query += [(k, f"{v:g}") for k, v in (("cto", deadline.connect_s), ("rto", deadline.read_s)) if k not in given]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 class DeliveryError(RuntimeError):
     """The receiver did not take the message (down, refused); the outbox retries it."""
 
 
-class Notifier(Protocol):
-    def send(self, subject: str, body: str, *, attachments: list[Path] | None = None) -> None:
-        """Deliver one message or raise DeliveryError."""
+SCHEMA, SCHEMA_VERSION = "gpuledger.alert", 1
+# gpuledger severity -> the level every channel type maps to its own types
+LEVELS = {"info": "info", "warning": "warning", "second-warning": "warning", "preempt-eligible": "critical",
+          "80": "warning", "100": "critical", "exhaustion": "critical"}
 
 
 @dataclass
-class AppriseNotifier:
-    """A notifier over one apprise URL."""
+class Message:
+    """One alert or report as every channel receives it: the subject, the body's lines (a line
+    ``- ...`` is a list item, ``label: value`` a field), and the structured fields."""
 
-    url: str
+    subject: str
+    body: str
+    kind: str = "message"
+    severity: str | None = None
+    key: str | None = None
+    fields: dict = field(default_factory=dict)
+    attachments: list[Path] = field(default_factory=list)
+
+    @property
+    def level(self) -> str:
+        return LEVELS.get(str(self.severity), "info")
+
+    @property
+    def link(self) -> str | None:
+        return self.fields.get("dashboard")
+
+    @property
+    def text(self) -> str:
+        return self.body + (f"\n\n(alert id {self.key})" if self.key else "")
+
+    def html(self) -> str:
+        """The body as HTML: paragraphs, lists and links kept (escaped; no script, no remote part)."""
+        from html import escape
+
+        out = [f"<h3>{escape(self.subject)}</h3>"]
+        items: list[str] = []
+
+        def flush():
+            if items:
+                out.append("<ul>" + "".join(items) + "</ul>")
+                items.clear()
+
+        for line in self.body.splitlines():
+            if not line.strip():
+                flush()
+                continue
+            shown = escape(line)
+            for url in re.findall(r"https?://\S+", line):
+                shown = shown.replace(escape(url), f'<a href="{escape(url)}">{escape(url)}</a>')
+            if line.startswith(("- ", "  ")):
+                items.append(f"<li>{shown[2:] if line.startswith('- ') else shown}</li>")
+            else:
+                flush()
+                label, sep, rest = line.partition(": ")
+                if sep and len(label) <= 24 and " " not in label.strip():
+                    shown = f"<b>{escape(label)}:</b> {shown[len(escape(label)) + 2:]}"
+                out.append(f"<p>{shown}</p>")
+        flush()
+        if self.key:
+            out.append(f'<p style="color:#777">alert id {escape(self.key)}</p>')
+        return "<html><body>" + "\n".join(out) + "</body></html>"
+
+    def json_body(self) -> dict:
+        return {"schema": SCHEMA, "version": SCHEMA_VERSION, "id": self.key, "kind": self.kind,
+                "severity": self.severity, "level": self.level, "title": self.subject, "message": self.text,
+                "link": self.link, "fields": plain_fields(self.fields)}
+
+    def slack_blocks(self) -> list[dict]:
+        """Block Kit: a header, the fields as a section (the same fields as the JSON), the body, the link."""
+        icon = {"critical": ":rotating_light:", "warning": ":warning:"}.get(self.level, ":information_source:")
+        blocks = [{"type": "header", "text": {"type": "plain_text", "text": f"{self.subject}"[:150]}}]
+        shown = [(k, v) for k, v in plain_fields(self.fields).items() if v not in (None, "") and k != "dashboard"]
+        if shown:
+            blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{k}*\n{v}"}
+                                                         for k, v in shown[:10]]})
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"{icon} {self.body}"[:3000]}})
+        if self.link:
+            blocks.append({"type": "actions", "elements": [{"type": "button", "text": {
+                "type": "plain_text", "text": "Open in gpuledger"}, "url": self.link}]})
+        if self.key:
+            blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"alert id {self.key}"}]})
+        return blocks
+
+
+def plain_fields(fields: dict) -> dict:
+    from datetime import date, datetime
+    from decimal import Decimal
+
+    def one(v):
+        if isinstance(v, datetime):
+            return v.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if isinstance(v, date):
+            return v.isoformat()
+        if isinstance(v, Decimal):
+            return str(v)
+        return v
+
+    return {k: one(v) for k, v in fields.items()}
+
+
+class Notifier(Protocol):
+    def deliver(self, message: Message) -> None:
+        """Deliver one message or raise DeliveryError."""
+
+
+class _Sends:
+    """``send(subject, body, attachments=)``: a plain message, for callers without structure."""
 
     def send(self, subject: str, body: str, *, attachments: list[Path] | None = None) -> None:
-        from gpuledger.extras import require
-
-        apprise = require("apprise")
-        ap = apprise.Apprise()
-        if not ap.add(self.url):
-            raise DeliveryError(f"apprise does not understand the channel URL {self.redacted()}")
-        attach = apprise.AppriseAttachment([str(p) for p in attachments]) if attachments else None
-        with apprise.LogCapture(level=apprise.logging.WARNING) as log:
-            ok = ap.notify(body=body, title=subject, attach=attach)
-        if not ok:
-            detail = " ".join(log.getvalue().split())[-300:] or "no detail"
-            raise DeliveryError(f"{self.redacted()}: not delivered ({detail})")
+        self.deliver(Message(subject=subject, body=body, attachments=list(attachments or [])))
 
     def redacted(self) -> str:
         parts = urlsplit(self.url)
@@ -93,6 +209,124 @@ class AppriseNotifier:
         return f"{parts.scheme}://{host}{port}"
 
 
+@dataclass
+class AppriseNotifier(_Sends):
+    """A notifier over one apprise URL (text; the level as apprise's notify type)."""
+
+    url: str
+    deadline: CallDeadline = ALERTS  # a receiver that never answers fails this try; the outbox retries
+
+    def deliver(self, message: Message) -> None:
+        from gpuledger.extras import require
+
+        apprise = require("apprise")
+        ap = apprise.Apprise()
+        if not ap.add(with_timeouts(self.url, self.deadline)):
+            raise DeliveryError(f"apprise does not understand the channel URL {self.redacted()}")
+        attach = apprise.AppriseAttachment([str(p) for p in message.attachments]) if message.attachments else None
+        kind = {"critical": apprise.NotifyType.FAILURE, "warning": apprise.NotifyType.WARNING}.get(
+            message.level, apprise.NotifyType.INFO)
+        with apprise.LogCapture(level=apprise.logging.WARNING) as log:
+            ok = ap.notify(body=message.text, title=message.subject, attach=attach, notify_type=kind,
+                           timeout=self.deadline.total_s)
+        if not ok:
+            detail = " ".join(log.getvalue().split())[-300:] or "no detail"
+            raise DeliveryError(f"{self.redacted()}: not delivered ({detail})")
+
+
+@dataclass
+class JsonWebhook(_Sends):
+    """``json://`` / ``jsons://``: the versioned gpuledger.alert JSON POSTed."""
+
+    url: str
+    deadline: CallDeadline = ALERTS
+
+    def deliver(self, message: Message) -> None:
+        _post(self, self.url.replace("jsons://", "https://", 1).replace("json://", "http://", 1), message.json_body())
+
+
+@dataclass
+class SlackWebhook(_Sends):
+    """``slack+https://`` / ``slack+http://``: Slack Block Kit with a text fallback."""
+
+    url: str
+    deadline: CallDeadline = ALERTS
+
+    def deliver(self, message: Message) -> None:
+        _post(self, self.url.split("+", 1)[1], {"text": f"{message.subject}\n{message.text}",
+                                                 "blocks": message.slack_blocks()})
+
+
+def _post(notifier, target: str, body: dict) -> None:
+    import time
+
+    import requests
+
+    from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
+
+    try:  # the whole exchange within the deadline: a receiver that trickles its answer ends too
+        status, _, _ = get_within(None, target, method="POST", json=body, deadline=notifier.deadline,
+                                  give_up=time.monotonic() + notifier.deadline.total_s, max_bytes=2**20)
+    except (requests.RequestException, OutOfTime, TooLarge, OSError) as exc:
+        raise DeliveryError(f"{notifier.redacted()}: not delivered ({type(exc).__name__})") from None
+    if status >= 300:
+        raise DeliveryError(f"{notifier.redacted()}: not delivered (HTTP {status})")
+
+
+@dataclass
+class SmtpNotifier(_Sends):
+    """``mailto://`` / ``mailtos://``: one e-mail, plain text and HTML alternatives, attachments."""
+
+    url: str
+    deadline: CallDeadline = ALERTS
+
+    def deliver(self, message: Message) -> None:
+        import mimetypes
+        import smtplib
+        from email.message import EmailMessage
+        from email.utils import formatdate, make_msgid
+
+        parts = urlsplit(self.url)
+        query = dict(parse_qsl(parts.query))
+        mode = query.get("mode") or ("ssl" if parts.scheme == "mailtos" else
+                                     "insecure" if query.get("secure") == "no" else "starttls")
+        sender = query.get("from") or (f"{parts.username}@{parts.hostname}" if parts.username else "gpuledger@localhost")
+        to = [a.strip() for a in query.get("to", "").split(",") if a.strip()]
+        if not to:
+            raise DeliveryError(f"{self.redacted()}: the mailto URL names no recipient (to=)")
+        mail = EmailMessage()
+        mail["Subject"], mail["From"], mail["To"] = message.subject, sender, ", ".join(to)
+        mail["Date"], mail["Message-ID"] = formatdate(usegmt=True), make_msgid(domain="gpuledger")
+        if message.key:
+            mail["X-Gpuledger-Alert-Id"] = message.key
+        if message.level == "critical":
+            mail["Importance"], mail["X-Priority"] = "high", "1"
+        mail.set_content(message.text)
+        mail.add_alternative(message.html(), subtype="html")
+        for path in message.attachments:
+            kind = (mimetypes.guess_type(path.name)[0] or "application/octet-stream").split("/", 1)
+            mail.add_attachment(path.read_bytes(), maintype=kind[0], subtype=kind[1], filename=path.name)
+        port = parts.port or {"ssl": 465, "starttls": 587}.get(mode, 25)
+        try:
+            smtp_class = smtplib.SMTP_SSL if mode == "ssl" else smtplib.SMTP
+            with smtp_class(parts.hostname, port, timeout=self.deadline.read_s) as smtp:
+                if mode == "starttls":
+                    smtp.starttls()
+                if parts.username:
+                    smtp.login(parts.username, parts.password or "")
+                smtp.send_message(mail)
+        except (OSError, smtplib.SMTPException) as exc:
+            raise DeliveryError(f"{self.redacted()}: not delivered ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
 def notifier_for(channel: str, recipient: str | None = None) -> Notifier:
     url = channel_url(channel)
-    return AppriseNotifier(with_recipient(url, recipient) if recipient else url)
+    url = with_recipient(url, recipient) if recipient else url
+    scheme = urlsplit(url).scheme
+    if scheme in ("mailto", "mailtos"):
+        return SmtpNotifier(url)
+    if scheme in ("json", "jsons"):
+        return JsonWebhook(url)
+    if scheme.startswith("slack+"):
+        return SlackWebhook(url)
+    return AppriseNotifier(url)

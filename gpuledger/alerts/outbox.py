@@ -52,6 +52,7 @@ def wall_now() -> datetime:
 
 def enqueue(path, alerts: list[Alert]) -> int:
     """Write the alerts whose key is new; returns how many were new."""
+    from gpuledger.alerts.channels import plain_fields  # times as ISO-8601 UTC in the stored payload
     if not alerts:
         return 0
     unique = {a.key: a for a in alerts}
@@ -60,7 +61,7 @@ def enqueue(path, alerts: list[Alert]) -> int:
             "SELECT idempotency_key FROM alert_outbox WHERE idempotency_key IN (SELECT unnest(?))",
             [list(unique)]).fetchall()}
         rows = [(a.key, a.kind, a.channel, a.recipient, a.severity, a.subject, a.body,
-                 json.dumps(a.payload, sort_keys=True, default=str), a.created_at, a.not_before, "pending", 0,
+                 json.dumps(plain_fields(a.payload), sort_keys=True, default=str), a.created_at, a.not_before, "pending", 0,
                  a.not_before, None, None) for k, a in sorted(unique.items()) if k not in known]
         if rows:
             con.executemany("INSERT INTO alert_outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
@@ -70,7 +71,8 @@ def enqueue(path, alerts: list[Alert]) -> int:
 def _claim(path, now: datetime, limit: int) -> list[tuple]:
     with warehouse.open_writer(path) as con, warehouse.transaction(con):
         due = con.execute(
-            "SELECT idempotency_key, channel, recipient, subject, body, attempts FROM alert_outbox "
+            "SELECT idempotency_key, channel, recipient, subject, body, attempts, kind, severity, payload_json "
+            "FROM alert_outbox "
             "WHERE status = 'pending' AND next_attempt_at <= ? AND not_before <= ? "
             "ORDER BY next_attempt_at, created_at, idempotency_key LIMIT ?", [now, now, limit]).fetchall()
         if due:
@@ -87,15 +89,17 @@ def deliver(path, notifier_for: Callable, *, now: datetime | None = None, max_at
             retry_base_seconds: float = 30, limit: int = 500) -> DeliveryReport:
     """Send what is due at ``now`` (wall clock, UTC; injected by tests). ``notifier_for(channel,
     recipient)`` gives the notifier (gpuledger.alerts.channels.notifier_for)."""
-    from gpuledger.alerts.channels import DeliveryError
+    from gpuledger.alerts.channels import DeliveryError, Message
     from gpuledger.errors import RunError
 
     now = now or wall_now()
     report = DeliveryReport()
-    for key, channel, recipient, subject, body, attempts in _claim(path, now, limit):
+    for key, channel, recipient, subject, body, attempts, kind, severity, payload in _claim(path, now, limit):
         attempt = attempts + 1
+        message = Message(subject=subject, body=body, kind=kind, severity=severity, key=key,
+                          fields=json.loads(payload) if payload else {})
         try:
-            notifier_for(channel, recipient).send(subject, f"{body}\n\n(alert id {key})")
+            notifier_for(channel, recipient).deliver(message)
             ok, detail = True, None
         except (DeliveryError, RunError, OSError) as exc:
             ok, detail = False, str(exc)[:500]

@@ -174,18 +174,21 @@ def budget_alerts(burn: pl.DataFrame, policy, *, now: datetime) -> list[Alert]:
         pct = 100.0 * b["consumed_gpu_hours"] / budget
         figures = (f"{b['consumed_gpu_hours']:,.1f} of {budget:,.1f} normalised GPU-hours consumed ({pct:.1f} %) "
                    f"in {b['period_start']} .. {b['period_end']}, burning {b['burn_gpu_hours_per_day'] or 0:,.1f}/day")
-        hits = [(f"{t:g}", f"budget {b['node']}: {t:g} % consumed") for t in sorted(alerts.budget_thresholds_pct)
-                if pct >= t]
+        # the highest threshold passed only: passing 80 % and 100 % between two cycles is one alert
+        # (100 %), and 80 % is not sent after it; each threshold still alerts once (its own key)
+        passed = [t for t in sorted(alerts.budget_thresholds_pct) if pct >= t]
+        hits = [(f"{passed[-1]:g}", f"budget {b['node']}: {passed[-1]:g} % consumed")] if passed else []
         exhaustion = b.get("projected_exhaustion")
         if b.get("status") == "at-risk" and exhaustion is not None:
             hits.append(("exhaustion", (f"budget {b['node']}: projected to run out {_ts(exhaustion)} UTC, "
                                         f"before its period ends {b['period_end']}")))
+        link = (f"{alerts.dashboard_url.rstrip('/')}/budgets?node={b['node']}" if alerts.dashboard_url else None)
+        body = figures + (f"\ndashboard: {link}" if link else "")  # the subject is the subject, not repeated
         for level, subject in hits:
             for channel in [*alerts.on_call, *(c for c in alerts.teams.get(b["node"], []) if c not in alerts.on_call)]:
                 out.append(Alert(key=f"budget|{b['node']}|{b['period_start']}|{level}|{channel}", kind="budget",
-                                 channel=channel, severity=level, subject=subject,
-                                 body=f"{subject}\n{figures}", created_at=now,
+                                 channel=channel, severity=level, subject=subject, body=body, created_at=now,
                                  not_before=_not_before(now, alerts, False),
                                  payload={"node": b["node"], "level": level, "consumed_pct": round(pct, 3),
-                                          "projected_exhaustion": exhaustion}))
+                                          "projected_exhaustion": exhaustion, "dashboard": link}))
     return out

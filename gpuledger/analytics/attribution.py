@@ -72,11 +72,20 @@ HOURLY_COLS = [
 ]
 
 
+def sample_weight(gpu_samples: pl.LazyFrame) -> pl.Expr:
+    """``_w``: how many raw samples each row stands for — ``sample_n`` of an aggregated row
+    (``ingest prometheus --aggregate``), 1 for a raw sample (NULL, or a frame without the column)."""
+    if "sample_n" in gpu_samples.collect_schema().names():
+        return pl.col("sample_n").fill_null(1).cast(pl.Int64).alias("_w")
+    return pl.lit(1, pl.Int64).alias("_w")
+
+
 def hourly_rollup(gpu_samples: pl.LazyFrame) -> pl.LazyFrame:
     """Per (gpu_id, hour): the sums the analytics need, shaped like the warehouse's ``gpu_hourly``.
 
     Columns: gpu_id, hour, s_n (samples), s_<signal> (Σ of the signal clipped to 0..1),
-    s_n_<signal> (samples with the signal), e_first / e_last (first and last energy counter
+    s_n_<signal> (samples with the signal) — each row counted as the raw samples it stands for
+    (:func:`sample_weight`: an aggregated row's ``sample_n``), e_first / e_last (first and last energy counter
     value in the hour, J), e_inside (Σ of the counter's increments between the hour's samples,
     a drop counted as a reset: the new value; 0 with one energy sample, NULL with none). Only an
     hour whose minimum is below its first value is walked for resets; a dip that stays above the
@@ -85,13 +94,15 @@ def hourly_rollup(gpu_samples: pl.LazyFrame) -> pl.LazyFrame:
     """
     e_sorted = pl.col("energy_total_j").sort_by("ts").drop_nulls()
     sig = [col for _, col in SIGNALS]
+    w = pl.col("_w")
     return (
-        gpu_samples.select("gpu_id", "ts", *sig, "energy_total_j")
+        gpu_samples.select("gpu_id", "ts", *sig, "energy_total_j", sample_weight(gpu_samples))
         .group_by("gpu_id", pl.col("ts").dt.truncate("1h").alias("hour"))
         .agg(
-            pl.len().cast(pl.Int64).alias("s_n"),
-            *(pl.col(col).clip(0.0, 1.0).sum().alias(f"s_{name}") for name, col in SIGNALS),
-            *(pl.col(col).count().cast(pl.Int64).alias(f"s_n_{name}") for name, col in SIGNALS),
+            w.sum().cast(pl.Int64).alias("s_n"),
+            *((pl.col(col).clip(0.0, 1.0) * w).sum().alias(f"s_{name}") for name, col in SIGNALS),
+            *(w.filter(pl.col(col).is_not_null()).sum().cast(pl.Int64).alias(f"s_n_{name}")
+              for name, col in SIGNALS),
             e_sorted.first().alias("e_first"),
             e_sorted.last().alias("e_last"),
             pl.col("energy_total_j").min().alias("_e_min"),
@@ -198,7 +209,7 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
         hourly.select("gpu_id", "hour", "prev_last"), on=["gpu_id", "hour"], how="left")
     sig = [col for _, col in SIGNALS]
     raw = (
-        gpu_samples.select("gpu_id", "ts", *sig, "energy_total_j")
+        gpu_samples.select("gpu_id", "ts", *sig, "energy_total_j", sample_weight(gpu_samples))
         .with_columns(hour=pl.col("ts").dt.truncate("1h"))
         .join(keys, on=["gpu_id", "hour"], how="inner")
         .sort("ts")  # time order within each (gpu_id, hour), all the window below needs
@@ -218,9 +229,9 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
         .filter((pl.col("ts") >= pl.col("piece_start")) & (pl.col("ts") < pl.col("piece_end")))
         .group_by("_pid")
         .agg(
-            pl.len().alias("w_n"),
-            *(pl.col(col).clip(0.0, 1.0).sum().alias(f"w_{name}") for name, col in SIGNALS),
-            *(pl.col(col).count().alias(f"w_n_{name}") for name, col in SIGNALS),
+            pl.col("_w").sum().alias("w_n"),
+            *((pl.col(col).clip(0.0, 1.0) * pl.col("_w")).sum().alias(f"w_{name}") for name, col in SIGNALS),
+            *(pl.col("_w").filter(pl.col(col).is_not_null()).sum().alias(f"w_n_{name}") for name, col in SIGNALS),
             pl.col("_inc").sum().alias("w_energy_j"),
             (pl.col("energy_total_j").count() > 0).alias("w_energy_seen"),
         )
@@ -243,13 +254,17 @@ def partial_hour_keys(pieces: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+_PIECE_KEY = ["cluster", "job_id", "gpu_id", "start_time", "hour"]  # one allocated piece (allocated_pieces)
+
+
 def shared_pieces(pieces: pl.LazyFrame) -> pl.LazyFrame:
-    """The ``_pid`` of every device piece that overlaps in time a piece of another job on the same
-    device: a time-sliced GPU held by several pods at once. NVML reports one value for the whole
-    device, so whose activity it is cannot be told; such pieces are allocated by their fractions
-    with activity unknown, never the device's activity copied to each holder (issue 20)."""
-    dev = pieces.filter(pl.col("gpu_id").is_not_null()).select(
-        "_pid", "cluster", "job_id", "gpu_id", "hour", "piece_start", "piece_end")
+    """The keys (cluster, job_id, gpu_id, start_time, hour) of every device piece that overlaps in
+    time a piece of another job on the same device: a time-sliced GPU held by several pods at once.
+    NVML reports one value for the whole device, so whose activity it is cannot be told; such
+    pieces are allocated by their fractions with activity unknown, never the device's activity
+    copied to each holder (issue 20). A piece (at most an hour) that overlaps another holder's for
+    part of its time is unknown as a whole."""
+    dev = pieces.filter(pl.col("gpu_id").is_not_null()).select(*_PIECE_KEY, "piece_start", "piece_end")
     crowded = (dev.group_by("gpu_id", "hour").agg(pl.struct("cluster", "job_id").n_unique().alias("_holders"))
                .filter(pl.col("_holders") > 1).select("gpu_id", "hour"))
     cand = dev.join(crowded, on=["gpu_id", "hour"], how="inner")
@@ -257,7 +272,7 @@ def shared_pieces(pieces: pl.LazyFrame) -> pl.LazyFrame:
         cand.join(cand, on=["gpu_id", "hour"], suffix="_o")
         .filter(((pl.col("job_id") != pl.col("job_id_o")) | (pl.col("cluster") != pl.col("cluster_o")))
                 & (pl.col("piece_start") < pl.col("piece_end_o")) & (pl.col("piece_start_o") < pl.col("piece_end")))
-        .select("_pid").unique().with_columns(pl.lit(True).alias("_shared"))
+        .select(_PIECE_KEY).unique().with_columns(pl.lit(True).alias("_shared"))
     )
 
 
@@ -316,7 +331,7 @@ def attribute_usage(
     energy = hourly_energy(rollup)
     w = (_window_sums(pieces, gpu_samples, energy)
          .join(mig_hourly_energy(energy, gpus), on=["gpu_id", "hour"], how="left")
-         .join(shared_pieces(pieces), on="_pid", how="left")
+         .join(shared_pieces(pieces), on=_PIECE_KEY, how="left", nulls_equal=True)
          .with_columns(pl.col("_shared").fill_null(False)))
     alloc = pl.col("gpu_hours_allocated")
     return (

@@ -20,7 +20,8 @@ from gpuledger.warehouse.rollups import final_before, hour_span, rollup_frame
 
 _SAMPLE_COLS = (
     "gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, tensor_active_ratio, dram_active_ratio, "
-    "gpu_util_ratio, fb_used_bytes, fb_total_bytes, power_w, energy_total_j, namespace, pod, container, hpc_job"
+    "gpu_util_ratio, fb_used_bytes, fb_total_bytes, power_w, energy_total_j, namespace, pod, container, hpc_job, "
+    "sample_n"
 )
 
 
@@ -131,7 +132,8 @@ def load_hourly(
 ONE_STATEMENT_SPAN = timedelta(hours=24)
 # The raw-sample columns attribution reads (attribution._window_sums): a partial hour needs
 # nothing else, and fewer columns are most of the cost of materializing them.
-ATTRIBUTION_SAMPLE_COLS = "gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, gpu_util_ratio, energy_total_j"
+ATTRIBUTION_SAMPLE_COLS = ("gpu_id, ts, sm_active_ratio, gr_engine_active_ratio, gpu_util_ratio, energy_total_j, "
+                           "sample_n")
 _US_PER_HOUR = 3_600_000_000
 # One UNION ALL branch per wanted hour ("ts in the hour AND gpu_id in the hour's list", filtered
 # in the scan: zone maps skip the unwanted hours) costs DuckDB ~2 ms to start, about what the one

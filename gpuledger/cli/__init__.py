@@ -1,59 +1,28 @@
 """The `gpuledger` command line: ONE tree, one module per top-level group in this package
 (ingest, report, warehouse, config, period, enforce, alerts, whatif, pipelines, simulate,
 metrics). The domains hold no CLI code; these modules parse options, call the domain and print.
-This file assembles the tree, keeps the deprecated aliases of the old names, and is the program's
-one error boundary (`main`)."""
+The root (tree.py) loads a group's module when it runs and keeps the deprecated aliases of the old
+names; this file is the program's one error boundary (`main`)."""
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
 import typer
 
-from gpuledger.cli import (
-    alerts,
-    config,
-    dashboards,
-    enforce,
-    ingest,
-    metrics,
-    period,
-    pipelines,
-    report,
-    simulate,
-    warehouse,
-    whatif,
-)
-from gpuledger.cli.aliases import add_deprecated_alias
-from gpuledger.cli.ingest import agent as ingest_agent
-from gpuledger.cli.ingest import jobs_csv
+from gpuledger.cli.tree import CommandTree
 from gpuledger.errors import GpuledgerError, printable
 
+# gpuledger/cli/tree.py: the groups load on first use; plain click help that never cuts a name
 app = typer.Typer(
+    cls=CommandTree,
     help="gpuledger: GPU-time analytics, fair share, budgets, chargeback and idle-GPU enforcement.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
 )
-for _name, _group in (("ingest", ingest.app), ("report", report.app), ("warehouse", warehouse.app),
-                      ("config", config.app), ("period", period.app), ("enforce", enforce.app),
-                      ("alerts", alerts.app), ("whatif", whatif.app), ("pipelines", pipelines.app),
-                      ("simulate", simulate.app), ("metrics", metrics.app),
-                      ("dashboards", dashboards.app)):
-    app.add_typer(_group, name=_name)
-
-# The old names, kept for one release: each runs the new command after one line on stderr.
-for _old, _new, _function in (("fairshare", "report fairshare", report.fairshare),
-                              ("budget", "report budget", report.budget),
-                              ("squatters", "report squatters", report.squatters),
-                              ("summary", "warehouse summary", warehouse.summary),
-                              ("migrate", "warehouse migrate", warehouse.migrate),
-                              ("quarantine", "warehouse quarantine", warehouse.quarantine_list),
-                              ("agent", "ingest agent", ingest_agent.agent_command)):
-    add_deprecated_alias(app, _old, _new, _function)
-_import_app = typer.Typer(help="Deprecated: use `gpuledger ingest jobs-csv`.", no_args_is_help=True,
-                          deprecated=True)
-add_deprecated_alias(_import_app, "jobs", "ingest jobs-csv", jobs_csv.import_jobs, old_path="import jobs")
-app.add_typer(_import_app, name="import", rich_help_panel="Deprecated aliases")
 
 DEBUG_ENV = "GPULEDGER_DEBUG"
 _debug = False  # set by the --debug option
@@ -82,23 +51,48 @@ def _known_exit_code(exc: BaseException) -> int | None:
     return None
 
 
+_ctrl_c = False  # set by SIGINT: DuckDB turns it into "Query interrupted", polars into its own error
+
+
+def _on_sigint(signum, frame) -> None:
+    global _ctrl_c
+    _ctrl_c = True
+    signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as Python's own handler does
+
+
+def _interrupted() -> None:
+    """Ctrl-C: one line, exit 130 (what a shell expects of SIGINT). Every write is a transaction,
+    so what was not committed is not there; the resumable commands continue on a rerun."""
+    typer.secho("\ngpuledger: interrupted (Ctrl-C); work committed before it is kept, a rerun continues",
+                err=True, fg="red")
+    raise SystemExit(130) from None
+
+
 def main() -> None:
     """The `gpuledger` program: a known problem (a user's mistake, a broken environment, a source
     answering wrongly) ends in ONE line naming the file, line, field or option and the fix, exit 2
     for a usage error and 1 for a failed run; anything else in one "internal error" line. With
     --debug (or $GPULEDGER_DEBUG=1) the traceback is shown instead."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
         # not standalone: typer's own usage errors come here too, to be told in one line; a
         # command's typer.Exit(n) comes back as n (commands return None, so anything else is a code)
         code = app(standalone_mode=False)
         if isinstance(code, int) and code:
             raise SystemExit(code)
-    except typer.Abort:
+    except typer.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            _interrupted()
         typer.secho("gpuledger: aborted", err=True, fg="red")
         raise SystemExit(1) from None
+    except KeyboardInterrupt:  # Ctrl-C outside click's own handling (start-up, teardown)
+        _interrupted()
     except Exception as exc:  # noqa: BLE001 - the one error boundary of the program
         if _debug or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes"):
             raise
+        if _ctrl_c:  # whatever the library under the interrupted call made of Ctrl-C
+            _interrupted()
         if isinstance(exc, typer.TyperException) and hasattr(exc, "format_message"):
             # an option typer/click refused: which command, what is wrong, where the help is
             ctx = getattr(exc, "ctx", None)

@@ -3,11 +3,23 @@ deliver them (apprise, loaded lazily); channel URLs come from the environment or
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.console import Console
 
 from gpuledger import tables
-from gpuledger.cli.options import ConfigOpt, WarehouseOpt, utc_option, warehouse_config, warehouse_path
+from gpuledger.cli.options import (
+    ConfigOpt,
+    Format,
+    FormatOpt,
+    OutOpt,
+    WarehouseOpt,
+    show_frame,
+    utc_option,
+    warehouse_config,
+    warehouse_path,
+)
 
 app = typer.Typer(help="On-call and owner alerts through the warehouse outbox.", no_args_is_help=True)
 console = Console()
@@ -58,7 +70,8 @@ def deliver_due(warehouse_file: WarehouseOpt = None, config: ConfigOpt = None) -
 @app.command("outbox")
 def outbox(
     status: str | None = typer.Option(None, help="pending, sent or failed"),
-    limit: int = typer.Option(50, min=1), wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
+    limit: int = typer.Option(50, min=1), fmt: Format = FormatOpt, out: Path | None = OutOpt,
+    wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """The outbox, newest first: what was sent, what waits, what failed and why."""
@@ -67,7 +80,7 @@ def outbox(
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         frame = outbox_rows(con, status=status, limit=limit)
-    tables.print_table(frame, OUTBOX, title="alert outbox (newest first)", wide=wide, columns=tables.parse_columns(columns))
+    show_frame(frame, fmt, out, "alert outbox (newest first)", OUTBOX, wide, columns)
 
 
 C = tables.Column

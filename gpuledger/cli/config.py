@@ -6,10 +6,20 @@ Light at import (typer, rich): DuckDB, polars and pydantic load when a command r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.console import Console
 
-from gpuledger.cli.options import ConfigOpt, WarehouseOpt, config_or_exit, warehouse_path
+from gpuledger.cli.options import (
+    ConfigOpt,
+    Format,
+    FormatOpt,
+    OutOpt,
+    WarehouseOpt,
+    config_or_exit,
+    warehouse_path,
+)
 from gpuledger.cli.period import ByOpt, print_rows
 from gpuledger.config_files import example_config_text, resolve_config_path
 
@@ -63,7 +73,7 @@ def config_load(config: ConfigOpt = None, warehouse_file: WarehouseOpt = None, b
 
 
 @app.command("versions")
-def config_versions(warehouse_file: WarehouseOpt = None) -> None:
+def config_versions(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: WarehouseOpt = None) -> None:
     """Every config the warehouse was loaded from: version, content hash, source, who, when."""
     from gpuledger import warehouse
     from gpuledger.ledger.config_versions import config_versions as versions
@@ -71,4 +81,5 @@ def config_versions(warehouse_file: WarehouseOpt = None) -> None:
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         frame = versions(con)
     print_rows("config versions", ["version", "sha256", "source", "loaded at (UTC)", "by", "changes"],
-           [(v, sha[:12], src, at, who, (ch or "").replace("\n", "; ")) for v, sha, src, at, who, ch in frame.iter_rows()])
+           [(v, sha[:12], src, at, who, (ch or "").replace("\n", "; ")) for v, sha, src, at, who, ch in frame.iter_rows()],
+               fmt, out)

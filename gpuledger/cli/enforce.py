@@ -13,10 +13,14 @@ from pathlib import Path
 import typer
 
 from gpuledger import tables, warehouse
+from gpuledger.cli import options
 from gpuledger.cli.options import (
     ConfigOpt,
+    Format,
+    FormatOpt,
     WarehouseOpt,
     out_file,
+    show_frame,
     utc_option,
     warehouse_config,
     warehouse_path,
@@ -25,11 +29,6 @@ from gpuledger.errors import UsageError
 
 app = typer.Typer(help="Enforcement: budget-funded priorities and squatter preemption for the scheduler "
                        "(dry run unless `apply --yes`).", no_args_is_help=True)
-
-
-class PlanFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 class BackendName(str, Enum):
@@ -71,6 +70,8 @@ def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record:
     with warehouse.open_reader(path) as con:
         cfg = warehouse_config(con, config, write=False)
         now = _now(con, now_text)
+    if observe is not None and hasattr(observe, "timeout_s"):  # the site's deadline for every call
+        observe.timeout_s = cfg.policy.enforcement.scheduler_timeout_seconds
     observed = observe.observe() if observe is not None and observe.observes else None
     actions, plan_id, situation = cycle.plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path),
                                              cfg, now, record=record, observed=observed,
@@ -82,12 +83,12 @@ def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record:
     return actions, plan_id, now, cfg, situation
 
 
-def _print_plan(actions, plan_id, now, fmt: PlanFormat, out: Path | None, *, show_none: bool = True,
+def _print_plan(actions, plan_id, now, fmt: Format, out: Path | None, *, show_none: bool = True,
                 wide: bool = False, columns: str | None = None) -> None:
     from gpuledger.enforce.backends import planfile
     from gpuledger.enforce.views import PLAN
 
-    if fmt is PlanFormat.json:
+    if fmt is Format.json:  # the plan file `enforce apply --plan` reads
         text = planfile.to_json(actions, plan_id=plan_id, planned_at=now)
         out.write_text(text) if out else typer.echo(text, nl=False)
         return
@@ -96,12 +97,13 @@ def _print_plan(actions, plan_id, now, fmt: PlanFormat, out: Path | None, *, sho
     title = (f"enforcement plan {plan_id or '(not recorded)'} at {now:%Y-%m-%d %H:%M}Z — "
              + ", ".join(f"{v} {k}" for k, v in counts.items())
              + (" — DRY RUN" if actions and actions[0].dry_run else ""))
-    tables.print_table(planfile.frame(shown), PLAN, title=title, wide=wide, columns=columns, out=out)
+    show_frame(planfile.frame(shown), fmt, out, title, PLAN, wide, columns)
 
 
 @app.command("plan")
 def plan(
-    fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f", help="table or json"),
+    fmt: Format = typer.Option(Format.table, "--format", "-f",
+                               help="table, json (the plan file `apply --plan` reads), csv or parquet"),
     out: Path | None = OutOpt, now: str | None = NowOpt,
     show_none: bool = typer.Option(True, "--none/--no-none", help="list the jobs where nothing is done, with why"),
     record: bool = typer.Option(True, "--record/--no-record",
@@ -171,6 +173,8 @@ def apply(
             options["grace_period_s"] = policy.eviction_grace_period_seconds
     elif backend is BackendName.slurm:
         options = {"qos_funded": policy.slurm_qos_funded, "qos_unfunded": policy.slurm_qos_unfunded}
+    if backend is not BackendName.plan_file:
+        options["timeout_s"] = policy.scheduler_timeout_seconds
     elif backend is BackendName.plan_file:
         if out is None:
             raise UsageError("--backend plan-file needs --out FILE (where the actions go)")
@@ -258,16 +262,30 @@ def explain(
 
 
 @app.command("preemptions")
-def preemptions(warehouse_file: WarehouseOpt = None) -> None:
+def preemptions(fmt: Format = FormatOpt, out: Path | None = options.OutOpt,
+                warehouse_file: WarehouseOpt = None) -> None:
     """Jobs gpuledger preempted, most often first (repeated preemption of one workload shows here)."""
     from gpuledger.enforce import audit
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         rows = audit.preemption_counts(con)
+    if fmt is not Format.table or out is not None:
+        import polars as pl
+
+        frame = pl.DataFrame(rows, schema={"cluster": pl.String, "job_id": pl.String, "preemptions": pl.Int64,
+                                           "last_preempted_at": pl.Datetime("us")}, orient="row")
+        show_frame(frame, fmt, out, "preempted jobs (UTC)", PREEMPTIONS)
+        return
     if not rows:
         typer.echo("no job has been preempted by gpuledger")
     for cluster, job_id, n, last in rows:
         typer.echo(f"{n:>4}  {cluster}/{job_id}  last {last:%Y-%m-%d %H:%M}Z")
+
+
+PREEMPTIONS = tables.View(columns=(
+    tables.Column("preemptions", "times", "int", key=True), tables.Column("cluster", "cluster", key=True),
+    tables.Column("job_id", "job", key=True), tables.Column("last_preempted_at", "last\n(UTC)", "datetime"),
+))
 
 
 @app.command("replay")

@@ -5,10 +5,12 @@ Light at import (typer, rich): DuckDB, polars and pydantic load when a command r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.console import Console
 
-from gpuledger.cli.options import ConfigOpt, WarehouseOpt, warehouse_path
+from gpuledger.cli.options import Format, FormatOpt, OutOpt, WarehouseOpt, show_frame, warehouse_path
 
 app = typer.Typer(help="Close a month's chargeback statement, list closed months, correct one.",
                   no_args_is_help=True)
@@ -17,9 +19,9 @@ err = Console(stderr=True)
 ByOpt = typer.Option(None, "--by", help="who acts, for the audit trail (default: the OS user)")
 
 
-def print_rows(title: str, columns: list[str], rows) -> None:
-    """Print through gpuledger/tables.py (fits the terminal, never cuts a value): the first column
-    identifies the row, the others may wrap at spaces when the terminal is narrow."""
+def print_rows(title: str, columns: list[str], rows, fmt: Format = Format.table, out: Path | None = None) -> None:
+    """Rows through show_frame: the terminal table (fits the terminal, never cuts a value; the first
+    column identifies the row, the others may wrap at spaces), or csv / parquet / json of the text."""
     import polars as pl
 
     from gpuledger import tables
@@ -27,7 +29,10 @@ def print_rows(title: str, columns: list[str], rows) -> None:
     text = [[tables.format_value(v) for v in row] for row in rows]
     frame = pl.DataFrame(text, schema=[(c, pl.String) for c in columns], orient="row")
     view = tables.View(columns=tuple(tables.Column(c, c, key=i == 0, wrap=i > 0) for i, c in enumerate(columns)))
-    tables.print_table(frame, view, title=title, hint="a wider terminal or COLUMNS=200 shows them")
+    if fmt is Format.table and out is None:
+        tables.print_table(frame, view, title=title, hint="a wider terminal or COLUMNS=200 shows them")
+    else:
+        show_frame(frame, fmt, out, title, view)
 
 
 @app.command("close")
@@ -72,7 +77,7 @@ def period_correct(
 
 
 @app.command("list")
-def period_list(warehouse_file: WarehouseOpt = None) -> None:
+def period_list(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: WarehouseOpt = None) -> None:
     """Closed months: revisions, when and by whom closed and last corrected, total as of now."""
     from gpuledger import warehouse
     from gpuledger.ledger.periods import period_list as listing
@@ -82,15 +87,15 @@ def period_list(warehouse_file: WarehouseOpt = None) -> None:
     print_rows("closed periods", ["period", "state", "revisions", "closed at (UTC)", "closed by", "last issued", "last by",
                               "last reason", "config", "total"],
            frame.select("period", "state", "revisions", "closed_at", "closed_by", "last_issued_at", "last_issued_by",
-                        "last_reason", "config_version", "total").iter_rows())
+                        "last_reason", "config_version", "total").iter_rows(), fmt, out)
 
 
 @app.command("audit")
-def period_audit(warehouse_file: WarehouseOpt = None) -> None:
+def period_audit(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: WarehouseOpt = None) -> None:
     """The ledger's audit trail: config loads, closes and corrections (who, when, why)."""
     from gpuledger import warehouse
     from gpuledger.ledger.audit import audit_rows
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         rows = audit_rows(con)
-    print_rows("ledger audit", ["at (UTC)", "who", "action", "subject", "reason", "detail"], rows)
+    print_rows("ledger audit", ["at (UTC)", "who", "action", "subject", "reason", "detail"], rows, fmt, out)

@@ -25,6 +25,7 @@ from gpuledger.cli.options import (
 )
 from gpuledger.errors import RunError, UsageError
 from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START
+from gpuledger.stopping import StopSignals
 
 app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (same seed => same data).",
                   no_args_is_help=True)
@@ -91,7 +92,7 @@ def simulate_warehouse(
     with warehouse.open_writer(path) as con:
         with Progress(TextColumn("[bold]simulate[/] {task.description}"), BarColumn(),
                       TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=console) as progress:
+                      console=console, transient=True) as progress:  # Ctrl-C leaves no half-drawn bar
             task = progress.add_task(f"{sim.hardware.n_devices} devices, {sim.workload.jobs.height} jobs",
                                      total=sim.end_s - sim.start_s)
             counts = write_simulation(con, sim, on_chunk=lambda done, total: progress.update(task, completed=done))
@@ -158,12 +159,12 @@ def simulate_serve(
     console.print(f"serving {len(handle.urls)} node exporters: {handle.urls[0]} .. {handle.urls[-1]} "
                   f"(simulated start {now.isoformat()}Z, speed x{speed}); Ctrl-C stops")
     try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+        with StopSignals() as stop:  # SIGINT / SIGTERM: stop serving within a second
+            stop.event.wait()
     finally:
         handle.stop()
+    console.print(f"stopped serving ({'Ctrl-C' if stop.exit_code else 'SIGTERM'})")
+    raise typer.Exit(stop.exit_code)
 
 
 @app.command("openmetrics")

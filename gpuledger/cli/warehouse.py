@@ -4,12 +4,22 @@ and polars load when a command runs)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from gpuledger import table_views, tables, warehouse
-from gpuledger.cli.options import ConfigOpt, WarehouseOpt, warehouse_config, warehouse_path
+from gpuledger.cli.options import (
+    ConfigOpt,
+    Format,
+    FormatOpt,
+    OutOpt,
+    WarehouseOpt,
+    show_frame,
+    warehouse_config,
+    warehouse_path,
+)
 from gpuledger.errors import printable
 from gpuledger.lazy import lazy_import
 from gpuledger.tables import Column, View
@@ -56,17 +66,18 @@ def migrate(warehouse_file: WarehouseOpt = None) -> None:
 
 
 @app.command("summary")
-def summary(warehouse_file: WarehouseOpt = None) -> None:
+def summary(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: WarehouseOpt = None) -> None:
     """What the warehouse holds: GPUs, jobs, allocated GPU-hours, samples, quarantined lines, and
-    disk use per table."""
+    disk use per table (csv / parquet / json: the figures; `warehouse disk` has the disk use)."""
     import polars as pl
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         figures = reports.warehouse_summary(con)
         disk = disk_use_frame(con)
     frame = pl.DataFrame({"figure": list(figures), "value": [tables.format_value(v) for v in figures.values()]})
-    tables.print_table(frame, table_views.SUMMARY, title=f"gpuledger warehouse {warehouse_path(warehouse_file)}")
-    tables.print_table(disk, DISK, title="disk use per table")
+    show_frame(frame, fmt, out, f"gpuledger warehouse {warehouse_path(warehouse_file)}", table_views.SUMMARY)
+    if fmt is Format.table and out is None:
+        tables.print_table(disk, DISK, title="disk use per table")
 
 
 @app.command("quarantine")
@@ -74,6 +85,7 @@ def quarantine_list(
     warehouse_file: WarehouseOpt = None,
     source: str | None = typer.Option(None, help="only this source, e.g. jobs-csv or scrape"),
     limit: int = typer.Option(20, min=0, help="rows to show"),
+    fmt: Format = FormatOpt, out: Path | None = OutOpt,
     wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
 ) -> None:
     """Show quarantined input: where it came from, why it was refused, the raw text."""
@@ -88,16 +100,16 @@ def quarantine_list(
     names = ("quarantined_at", "source", "location", "reason", "raw_text")
     # never raw bytes or control characters to the terminal
     frame = pl.DataFrame([[r[0], *(printable(str(v)) for v in r[1:])] for r in rows], schema=names, orient="row")
-    tables.print_table(frame, table_views.QUARANTINE, title="quarantine (newest first)", wide=wide, columns=columns)
+    show_frame(frame, fmt, out, "quarantine (newest first)", table_views.QUARANTINE, wide, columns)
 
 
 @app.command("disk")
-def disk(warehouse_file: WarehouseOpt = None) -> None:
+def disk(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: WarehouseOpt = None) -> None:
     """Disk use per table (MiB) and the file's totals."""
     path = warehouse_path(warehouse_file)
     with warehouse.open_reader(path) as con:
         frame = disk_use_frame(con)
-    tables.print_table(frame, DISK, title=f"disk use of {path}")
+    show_frame(frame, fmt, out, f"disk use of {path}", DISK)
 
 
 @app.command("prune")

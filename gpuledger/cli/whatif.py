@@ -5,7 +5,6 @@ simulator load inside the commands."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from enum import Enum
 from pathlib import Path
 
 import typer
@@ -13,9 +12,12 @@ import typer
 from gpuledger import warehouse
 from gpuledger.cli.options import (
     ConfigOpt,
+    Format,
+    OutOpt,
     WarehouseOpt,
     check_range,
     out_file,
+    show_frame,
     utc_option,
     warehouse_config,
     warehouse_path,
@@ -28,11 +30,6 @@ app = typer.Typer(
 
 POLICY_NAMES = ("priority", "fair-share", "reclaim")
 DEFAULT_DAYS = 30
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
 
 
 StartOpt = typer.Option(
@@ -51,8 +48,40 @@ JsonOpt = typer.Option(
     None,
     "--json",
     callback=lambda v: out_file(v, "--json"),
-    help="also write the results as JSON here (the dashboard's /what-if page reads it)",
+    help="deprecated: use --format json --out PATH (also writes the results as JSON here)",
 )
+WhatifFormatOpt = typer.Option(
+    Format.table, "--format", "-f",
+    help="table (terminal), json (every result; the dashboard's /what-if page reads it), or csv / "
+         "parquet of the main table",
+)
+
+
+def _emit(doc: str, frame, fmt: Format, out: Path | None, json_out: Path | None, title: str, view) -> bool:
+    """Write the results as asked; True when that was all (no terminal tables to print)."""
+    if json_out:
+        typer.secho("whatif --json PATH is deprecated and goes in the next release; use --format json "
+                    "--out PATH", err=True, fg="yellow")
+        json_out.write_text(doc, encoding="utf-8")
+        typer.echo(f"wrote {json_out}", err=True)
+    if fmt is Format.json:
+        if out:
+            out.write_text(doc, encoding="utf-8")
+            typer.echo(f"wrote {out}", err=True)
+        else:
+            typer.echo(doc, nl=False)
+        return True
+    if fmt is not Format.table:
+        show_frame(frame, fmt, out, title, view)
+        return True
+    return False
+
+
+def _check_out(fmt: Format, out: Path | None) -> None:
+    """Before any work: the terminal tables are several, so --out takes a machine format."""
+    if out and fmt is Format.table:
+        raise typer.BadParameter("the what-if tables print to the terminal; --out takes --format json, csv "
+                                 "or parquet", param_hint="--out")
 ProgressOpt = typer.Option(True, "--progress/--no-progress", help="a progress bar on stderr")
 
 
@@ -173,6 +202,8 @@ class _Bar:
 
     def __exit__(self, *exc):
         if self.enabled:
+            if exc[0] is not None:  # Ctrl-C or an error: no half-drawn bar above its one line
+                self.progress.live.transient = True
             self.progress.__exit__(*exc)
 
     def __call__(self, name: str, fraction: float) -> None:
@@ -226,7 +257,8 @@ def schedule(
     ),
     sweep_policy: str = typer.Option("reclaim", "--sweep-policy", help="the policy a sweep runs"),
     seed: int = typer.Option(1, "--seed", help="seed (runs are deterministic for a seed)"),
-    fmt: Format = typer.Option(Format.table, "--format", help="table or json on stdout"),
+    fmt: Format = WhatifFormatOpt,
+    out: Path | None = OutOpt,
     json_out: Path | None = JsonOpt,
     chart: Path | None = typer.Option(
         None,
@@ -242,6 +274,7 @@ def schedule(
     delivered ÷ owed per project, occupancy, useful GPU-hours, waits, preemptions, squatting."""
     from gpuledger import tables
     from gpuledger.whatif import compare
+    _check_out(fmt, out)
     chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
     for p in (*chosen, sweep_policy):
         if p not in POLICY_NAMES:
@@ -276,17 +309,11 @@ def schedule(
         sweep_parameter=sweep_spec[0] if sweep_spec else None,
         sweep_policy=sweep_policy if sweep_spec else None,
     )
-    if json_out:
-        json_out.write_text(text, encoding="utf-8")
-        typer.echo(f"wrote {json_out}", err=True)
     if chart and rows:
         chart.write_text(compare.sweep_chart(rows, sweep_spec[0], sweep_policy), encoding="utf-8")
         typer.echo(f"wrote {chart}", err=True)
     elif chart:
         typer.echo("--chart draws a sweep: give --sweep PARAMETER=V1,V2,...", err=True)
-    if fmt == Format.json:
-        typer.echo(text, nl=False)
-        return
     from gpuledger.whatif.views import projects_view, summary_view, sweep_view
 
     frames = compare.side_by_side(runs)
@@ -294,6 +321,14 @@ def schedule(
         f"what-if {lo:%Y-%m-%d %H:%M}Z .. {hi:%Y-%m-%d %H:%M}Z: {len(trace.jobs)} jobs on "
         f"{trace.inventory.physical_gpus()} GPUs"
     )
+    if rows:
+        import polars as pl
+
+        main = (pl.DataFrame(rows), sweep_view(), f"sweep {sweep_spec[0]} ({sweep_policy})")
+    else:
+        main = (frames["summary"], summary_view(chosen), title)
+    if _emit(text, main[0], fmt, out, json_out, main[2], main[1]):
+        return
     tables.print_table(frames["summary"], summary_view(chosen), title=title)
     tables.print_table(
         frames["projects"], projects_view(chosen), title="delivered ÷ owed GPU-hours per project"
@@ -336,7 +371,8 @@ def procurement(
         None, "--checkpoint-minutes", min=1, help="checkpoint interval"
     ),
     seed: int = typer.Option(1, "--seed", help="seed of the spot interruptions"),
-    fmt: Format = typer.Option(Format.table, "--format", help="table or json on stdout"),
+    fmt: Format = WhatifFormatOpt,
+    out: Path | None = OutOpt,
     json_out: Path | None = JsonOpt,
     progress: bool = ProgressOpt,
     path: WarehouseOpt = None,
@@ -349,6 +385,7 @@ def procurement(
     from gpuledger.whatif.engine import simulate
     from gpuledger.whatif.views import break_even_view, mixes_frame, mixes_view
 
+    _check_out(fmt, out)
     if policy not in POLICY_NAMES:
         raise typer.BadParameter(f"{policy!r}: choose from {', '.join(POLICY_NAMES)}", param_hint="--policy")
     cfg, params, trace, lo, hi = _load(path, config, start, end, inventory, seed=seed,
@@ -381,17 +418,10 @@ def procurement(
         interruptions_per_hour=rate,
         checkpoint_interval_minutes=params.checkpoint_interval_minutes,
     )
-    if json_out:
-        json_out.write_text(doc, encoding="utf-8")
-        typer.echo(f"wrote {json_out}", err=True)
-    if fmt == Format.json:
-        typer.echo(doc, nl=False)
+    title = f"capacity mixes for the demand {policy} served, {lo:%Y-%m-%d}..{hi:%Y-%m-%d}"
+    if _emit(doc, frame, fmt, out, json_out, title, mixes_view()):
         return
-    tables.print_table(
-        frame,
-        mixes_view(),
-        title=f"capacity mixes for the demand {policy} served, {lo:%Y-%m-%d}..{hi:%Y-%m-%d}",
-    )
+    tables.print_table(frame, mixes_view(), title=title)
     tables.print_table(totals, mixes_view(total=True), title="all models")
     if even:
         import polars as pl

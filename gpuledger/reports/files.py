@@ -19,9 +19,11 @@ from gpuledger.analytics.chargeback import billed as is_billed
 
 from gpuledger.reports.chart import stacked_bars
 from gpuledger.reports.statement import ORG_LINES, Statement
-from gpuledger.reports.workbook import unit_totals, write_xlsx
+from gpuledger.reports.workbook import _one_currency, header, unit_totals, write_xlsx
 
 MANIFEST = "manifest.json"
+HTML_LINE_COLUMNS = ["business_unit", "line_kind", "project", "gpu_model", "tier", "gpu_hours", "gpu_hours_active",
+                     "efficiency_ratio", "amount", "correction_of", "note"]
 
 
 def _slug(name: str) -> str:
@@ -48,6 +50,8 @@ def write_parquet(frame: pl.DataFrame, path: Path) -> Path:
 # --- HTML --------------------------------------------------------------------------------------
 
 def _cell(value, name: str) -> dict:
+    if name == "note":
+        return {"text": "" if value is None else str(value), "num": False, "note": True}
     if value is None:
         return {"text": "", "num": False}
     if isinstance(value, Decimal):
@@ -128,7 +132,11 @@ def render_html(st: Statement) -> str:
                       "active": "", "efficiency": "",
                       "amounts": [f"{owed[c]:,.2f}" if c in owed else "" for c in currencies]})
     model, amount, history = _charts(st)
-    line_cols = [c for c in st.lines.columns if c not in ("period", "provisional")]
+    # the page's lines table: what a reader compares, in 1,280 px and on A4 portrait; every
+    # column stays in the CSV / Parquet beside it
+    line_cols = [c for c in HTML_LINE_COLUMNS if c in st.lines.columns]
+    if st.lines["correction_of"].is_null().all():
+        line_cols.remove("correction_of")
     sections = []
     for frame, title in ((st.by_partition, "GPU-hours by Slurm partition"), (st.by_host, "GPU-hours by host")):
         if frame.height:
@@ -136,7 +144,9 @@ def render_html(st: Statement) -> str:
     return template.render(
         title=f"GPU statement {st.period} — {st.scope}", st=st, currencies=currencies, unit_rows=unit_rows,
         chart_model=Markup(model), chart_amount=Markup(amount), chart_history=Markup(history),
-        line_columns=line_cols, line_rows=_rows(st.lines.select(line_cols)), sections=sections)
+        line_columns=[header(c, _one_currency(st.lines)) for c in line_cols],
+        line_rows=_rows(st.lines.select(line_cols)), sections=[
+            {**sec, "columns": [header(c) for c in sec["columns"]]} for sec in sections])
 
 
 def write_html(st: Statement, path: Path) -> Path:
@@ -157,11 +167,18 @@ def write_statement_files(st: Statement, folder: Path, stem: str) -> list[Path]:
     return files
 
 
-def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True) -> dict:
+def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf: bool = False) -> dict:
     """The statement's files in ``out`` (``statement-<period>-<scope>.*``), with ``per_unit`` each
-    business unit's in ``out/units/<unit>/``, and ``out/manifest.json``. Returns the manifest."""
+    business unit's in ``out/units/<unit>/``, and ``out/manifest.json``. With ``pdf`` the HTML is
+    printed to ``statement-<period>-<scope>.pdf`` too (headless Chromium, reports/pdf.py; the
+    scope's statement only). Returns the manifest."""
     out.mkdir(parents=True, exist_ok=True)
-    files = write_statement_files(st, out, f"statement-{st.period}-{_slug(st.scope)}")
+    stem = f"statement-{st.period}-{_slug(st.scope)}"
+    files = write_statement_files(st, out, stem)
+    if pdf:
+        from gpuledger.reports.pdf import write_pdf
+
+        files.append(write_pdf(out / f"{stem}.html", out / f"{stem}.pdf", stamp=st.billed_through.replace(microsecond=0)))
     if per_unit:
         for unit in st.units:
             files += write_statement_files(st.for_unit(unit), out / "units" / _slug(unit),

@@ -58,8 +58,14 @@ class Exporters:
     _threads: list[threading.Thread] = field(default_factory=list, repr=False)
 
     def stop(self) -> None:
+        # shutdown() waits up to one poll (0.5 s) for its loop: all at once, so 32 nodes stop in
+        # half a second, not sixteen
+        stoppers = [threading.Thread(target=server.shutdown, daemon=True) for server in self._servers]
+        for stopper in stoppers:
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join(timeout=5)
         for server in self._servers:
-            server.shutdown()
             server.server_close()
         for thread in self._threads:
             thread.join(timeout=5)

@@ -105,7 +105,7 @@ def rig(tmp_path):
         (data / f"week{n}.duckdb.done").write_text("2026-12-01T09:00:00Z\n")
     (data / "week4096.duckdb.tmp").write_bytes(b"half")
     gpuledger = tmp_path / "gpuledger"
-    # the stand-in CLI logs its calls; `whatif schedule ... --json FILE` writes FILE
+    # the stand-in CLI logs its calls; `whatif schedule ... --out FILE` writes FILE
     gpuledger.write_text(f'#!/bin/sh\necho "$GPULEDGER_WAREHOUSE $*" >> {log}/gpuledger.log\n'
                          'if [ "$1" = whatif ]; then for last; do :; done; echo "{{}}" > "$last"; fi\n')
     gpuledger.chmod(gpuledger.stat().st_mode | stat.S_IEXEC)
@@ -163,7 +163,7 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     calls = (rig["log"] / "gpuledger.log").read_text().splitlines()
     whatif = rig["data"] / "harness" / "whatif1024"
     assert calls == [f"{copy} pipelines run-once", f"{copy} enforce plan",
-                     f"{copy} whatif schedule --no-progress --json {whatif / 'schedule.json'}"]
+                     f"{copy} whatif schedule --no-progress --format json --out {whatif / 'schedule.json'}"]
     assert copy.read_bytes() == b"shared dataset 1024"
     assert (rig["data"] / "week1024.duckdb").read_bytes() == b"shared dataset 1024"
     dash = _args(rig, "dashboard_bench")[0]

@@ -26,19 +26,9 @@ print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))
 
 
 def _command_paths() -> list[list[str]]:
-    import typer.main
+    from tests.helpers.command_tree import command_paths
 
-    from gpuledger.cli import app
-
-    paths: list[list[str]] = [[]]
-
-    def walk(group, prefix):
-        for name, command in getattr(group, "commands", {}).items():
-            paths.append([*prefix, name])
-            walk(command, [*prefix, name])
-
-    walk(typer.main.get_command(app), [])
-    return paths
+    return command_paths()
 
 
 def test_every_command_path_is_found():

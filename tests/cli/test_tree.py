@@ -8,18 +8,11 @@ import typer
 from typer.testing import CliRunner
 
 from gpuledger.cli import app
-
-
-def _all_commands(group, path=()):
-    yield path
-    if hasattr(group, "commands"):  # typer groups (typer may not subclass click.Group)
-        for name, sub in group.commands.items():
-            yield from _all_commands(sub, (*path, name))
+from tests.helpers.command_tree import command_paths
 
 
 def test_every_subcommand_has_help():
-    root = typer.main.get_command(app)
-    paths = list(_all_commands(root))
+    paths = [tuple(p) for p in command_paths()]
     assert ("import", "jobs") in paths and ("simulate", "warehouse") in paths
     runner = CliRunner()
     for path in paths:
@@ -64,7 +57,7 @@ def test_one_tree_and_the_domains_hold_no_cli_code():
     assert len(domains) > 50  # the walk found the code
     offenders = [str(p.relative_to(root)) for p in domains if "import typer" in p.read_text()]
     assert offenders == []
-    groups = {name for name in typer.main.get_command(app).commands}
+    groups = {p[0] for p in command_paths() if len(p) == 1}
     assert {"ingest", "report", "warehouse", "config", "period", "enforce", "alerts", "whatif", "pipelines",
             "simulate", "metrics"} <= groups
 

@@ -70,7 +70,7 @@ def not_blank(png: bytes) -> tuple[int, float]:
 def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser, tmp_path):
     # /what-if reads reports/whatif/*.json under the server's folder (GPULEDGER_WHATIF_DIR's default)
     (tmp_path / "reports" / "whatif").mkdir(parents=True)
-    run_cli(dashboard_warehouse, "whatif", "schedule", "--json", str(tmp_path / "reports" / "whatif" / "schedule.json"),
+    run_cli(dashboard_warehouse, "whatif", "schedule", "--format", "json", "--out", str(tmp_path / "reports" / "whatif" / "schedule.json"),
             "--no-progress")
     server = Server(dashboard_warehouse, tmp_path)
     try:

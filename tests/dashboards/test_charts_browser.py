@@ -41,6 +41,8 @@ MEASURE = """() => Array.from(document.querySelectorAll('h4')).filter(h => h.inn
       axisTitles: texts('g.role-axis-title text'),
       axes: Array.from(svg.querySelectorAll('g.role-axis')).map(a =>
         Array.from(a.querySelectorAll('g.role-axis-label text')).filter(visible).map(t => box(t))),
+      axisTitleBoxes: Array.from(svg.querySelectorAll('g.role-axis')).map(a =>
+        Array.from(a.querySelectorAll('g.role-axis-title text')).filter(visible).map(t => box(t))),
       legendTitles: texts('g.role-legend-title text').map(t => t.text),
       legendLabels: texts('g.role-legend-label text').map(t => t.text),
       allText: texts('text'),
@@ -112,9 +114,9 @@ def test_every_chart_is_legible_at_this_many_rows(gallery, rows):
         with_unit = [t["text"] for t in m["axisTitles"] if t["text"].rstrip().endswith(")")]
         assert len(with_unit) >= (1 if name in BANDS or name.startswith("whatif") else 2), (name, m["axisTitles"])
         # no two labels of one axis overlap (Vega hides the ones it drops: opacity 0)
-        for labels in m["axes"]:
+        for labels, titles in zip(m["axes"], m["axisTitleBoxes"], strict=True):
             for i, a in enumerate(labels):
-                for b in labels[i + 1:]:
+                for b in labels[i + 1:] + titles:  # nor an axis title lie on its labels
                     assert not _overlap(a, b), (name, rows, a, b)
         # a legend per series: every series listed, or the top ones and a title that says so
         if name in SERIES:

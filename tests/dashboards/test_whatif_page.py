@@ -1,5 +1,5 @@
 """The /what-if page (issue 13 §1) in AppTest: on a result file written by the real
-`gpuledger whatif schedule --json` over the dashboards' small simulated warehouse (16 GPUs × 2 days,
+`gpuledger whatif schedule --format json --out` over the dashboards' small simulated warehouse (16 GPUs × 2 days,
 tests/helpers/dashboard_rig.py), the figures it shows equal `frames_from_json` of that file; a
 sweep file draws the sweep chart; without a file it says what to run."""
 
@@ -28,10 +28,10 @@ def whatif_files(dashboard_warehouse, tmp_path_factory):
     and a folder with a sweep's file."""
     folder = tmp_path_factory.mktemp("whatif")
     (folder / "zz-other.json").write_text('{"format": "something else"}')
-    run_cli(dashboard_warehouse, "whatif", "schedule", "--json", str(folder / "schedule.json"), "--no-progress")
+    run_cli(dashboard_warehouse, "whatif", "schedule", "--format", "json", "--out", str(folder / "schedule.json"), "--no-progress")
     sweeps = tmp_path_factory.mktemp("whatif-sweep")
     run_cli(dashboard_warehouse, "whatif", "schedule", "--policies", "reclaim", "--sweep",
-            "idle_threshold_ratio=0.01,0.2", "--json", str(sweeps / "sweep.json"), "--no-progress")
+            "idle_threshold_ratio=0.01,0.2", "--format", "json", "--out", str(sweeps / "sweep.json"), "--no-progress")
     return folder, sweeps
 
 
@@ -93,4 +93,4 @@ def test_a_sweep_file_draws_the_sweep(dashboard_warehouse, whatif_files, monkeyp
 def test_without_a_file_it_says_what_to_run(dashboard_warehouse, tmp_path, monkeypatch):
     at = open_page(dashboard_warehouse, monkeypatch, tmp_path / "none-here")
     assert not at.metric
-    assert any("gpuledger whatif schedule --json reports/whatif/schedule.json" in i.value for i in at.info)
+    assert any("gpuledger whatif schedule --format json --out reports/whatif/schedule.json" in i.value for i in at.info)

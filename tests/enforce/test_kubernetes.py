@@ -402,40 +402,6 @@ def test_cli_refused_credential_is_one_line_and_writes_no_applied_rows(server, k
     assert _audit(kueue_warehouse, "SELECT count(*) FROM enforcement_audit") == [(0,)]
 
 
-def test_rbac_manifest_grants_what_the_backends_use_and_no_delete(server, api):
-    from pathlib import Path
-
-    import yaml
-
-    manifest = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "rbac.yaml"
-    (role,) = [d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == "ClusterRole"]
-    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-               for v in rule["verbs"]}
-    server.kueue_workloads[("ml", "a")] = workload("a", annotations={"gpuledger.io/requeue": "pending"},
-                                                   active=False, admitted=False)
-    server.kueue_workloads[("ml", "b")] = workload("b")
-    server.add_pod(pod("p"))
-    kueue, evict = KueueBackend(api=api), EvictionBackend(api=api)
-    kueue.prepare(dry_run=False)
-    for verb in (kueue.set_priority, kueue.warn, kueue.preempt):
-        verb(action(verb.__name__.replace("_", "-"), "ml/workload/b", priority=1, stage="warning", mode="stop"),
-             dry_run=False)
-    evict.warn(action("warn", "ml/p"), dry_run=False)
-    evict.preempt(action("preempt", "ml/p", mode="stop"), dry_run=False)
-
-    def needed(c):
-        parts = c["path"].strip("/").split("/")
-        if parts[0] == "apis":
-            resource, verb = "workloads", {"GET": "get" if len(parts) == 7 else "list", "PATCH": "patch"}[c["method"]]
-            return ("kueue.x-k8s.io", resource, verb)
-        return ("", "pods/eviction" if parts[-1] == "eviction" else parts[-1], "create")
-    used = {needed(c) for c in server.calls}
-    assert used == {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "patch")} | {
-        ("", "events", "create"), ("", "pods/eviction", "create")}
-    assert used <= granted
-    assert not [g for g in granted if g[2] in ("delete", "deletecollection", "update")]
-
-
 def test_observe_reads_checkpoint_labels_and_priority(server, api):
     wl = workload("ck", priority=42)
     wl["spec"]["podSets"][0]["template"]["metadata"] = {"labels": {"gpuledger.io/checkpointing": "true"}}

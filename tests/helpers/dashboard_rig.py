@@ -2,7 +2,8 @@
 simulate, the pipelines' run-once, an enforcement plan), and a real `streamlit run` server on it.
 
 Alerts of its squatters wait in the outbox (the receiver is down). Roles in its config: admin@ / finance@ see everything; vision-lead@ leads the `vision` program
-(vision-gen, vision-eval), llm-lead@ leads `llm` (llm-pretrain, llm-posttrain)."""
+(vision-gen, vision-eval), llm-lead@ leads `llm` (llm-pretrain, llm-posttrain). Two clusters:
+`sim` (16 GPUs) and `east` (8 GPUs)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ def build(folder: Path, *, gpus: int = 16, days: float = 2) -> Rig:
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
     rig = Rig(folder, folder / "gpuledger.duckdb", config)
     run_cli(rig, "simulate", "warehouse", "--gpus", str(gpus), "--days", str(days), "--seed", "3")
+    # a second, smaller cluster: every page's cluster filter has something to leave out
+    run_cli(rig, "simulate", "warehouse", "--gpus", "8", "--days", str(days), "--seed", "5", "--cluster", "east")
     run_cli(rig, "pipelines", "run-once")
     run_cli(rig, "enforce", "plan", stored_config=True)
     run_cli(rig, "alerts", "run", stored_config=True)

@@ -62,6 +62,7 @@ def test_a_month_closed_provisionally_says_so_in_every_file_and_the_terminal(mon
     assert set(unit["status"]) == {"closed-provisional"}
     html = (out / "statement-2026-11-acme.html").read_text()
     assert "closed, provisional (revision 0)" in html and "change as data arrives" not in html
+    assert "statement-2026-11-acme.pdf" in {f["path"] for f in manifest["files"]}  # the CLI prints the PDF too
     ws = openpyxl.load_workbook(out / "statement-2026-11-acme.xlsx")["Summary"]
     status = next(r for r in ws.iter_rows() if r[0].value == "Status")[1].value
     assert status.startswith("closed, provisional (revision 0): closed before its data was complete")
@@ -76,14 +77,15 @@ def test_a_month_closed_provisionally_says_so_in_every_file_and_the_terminal(mon
 
 def test_an_open_and_a_closed_month_state_the_same_everywhere(month, tmp_path):
     out = tmp_path / "open"
-    assert _cli("report", "statement", "--period", "2026-10", "--out", out, "--warehouse", month).exit_code == 0
+    assert _cli("report", "statement", "--period", "2026-10", "--out", out, "--no-pdf", "--warehouse", month
+                ).exit_code == 0
     assert json.loads((out / "manifest.json").read_text())["status"] == "open"
     assert set(pl.read_csv(out / "statement-2026-10-acme.csv")["status"]) == {"open"}
     with warehouse.open_writer(month) as con:
         done = periods.close_period(con, "2026-10", now=DEC5)
     assert done["provisional"] is None
     out = tmp_path / "closed"
-    result = _cli("report", "statement", "--period", "2026-10", "--out", out, "--warehouse", month)
+    result = _cli("report", "statement", "--period", "2026-10", "--out", out, "--no-pdf", "--warehouse", month)
     assert "closed (revision 0)" in result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert (manifest["status"], manifest["provisional"]) == ("closed", False)
@@ -104,7 +106,8 @@ def test_a_month_without_data_closes_only_provisionally_and_its_statement_says_n
     assert not (out / "manifest.json").exists()
     closed = _cli("period", "close", "2026-09", "--provisional", "--warehouse", month)
     assert closed.exit_code == 0 and "closed, provisional (closed provisionally: no data" in closed.output
-    asked = _cli("report", "statement", "--period", "2026-09", "--out", out, "--allow-empty", "--warehouse", month)
+    asked = _cli("report", "statement", "--period", "2026-09", "--out", out, "--allow-empty", "--no-pdf",
+                 "--warehouse", month)
     assert asked.exit_code == 0 and "no data" in asked.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["no_data"] and manifest["status"] == "closed-provisional"

@@ -452,6 +452,19 @@ def test_whatif_commands_over_a_simulated_warehouse(tmp_path):
         app, ["whatif", "schedule", "--warehouse", str(db), "--format", "json", "--no-progress"]
     )
     assert again.stdout == out.read_text()  # deterministic: the same file again
+    # --json PATH is the deprecated spelling of --format json --out PATH: the same file, and it says so
+    assert "whatif --json PATH is deprecated" in done.output
+    written = tmp_path / "whatif-out.json"
+    done = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--format", "json", "--out",
+                               str(written), "--no-progress"])
+    assert done.exit_code == 0 and written.read_text() == out.read_text(), done.output
+    summary_csv = tmp_path / "summary.csv"
+    done = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--format", "csv", "--out",
+                               str(summary_csv), "--no-progress"])
+    assert done.exit_code == 0, done.output
+    assert summary_csv.read_text().splitlines()[0].startswith("metric,")  # the figures table, one column per policy
+    refused = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--out", str(written)])
+    assert refused.exit_code == 2 and "--out takes --format json, csv or parquet" in refused.output
     done = runner.invoke(
         app, ["whatif", "procurement", "--warehouse", str(db), "--format", "json", "--no-progress"]
     )

@@ -14,7 +14,9 @@ from typing import Annotated
 import typer
 import yaml
 
+from gpuledger import deadlines
 from gpuledger.cli.options import WarehouseOpt, warehouse_path
+from gpuledger.errors import printable
 from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
 
 app = typer.Typer(help="Read job records from a scheduler into the warehouse.", no_args_is_help=True)
@@ -92,8 +94,14 @@ def ingest_kubernetes_command(
     ] = False,
     page_size: Annotated[int, typer.Option(min=1, help="objects per list page")] = 500,
     watch_timeout: Annotated[
-        int, typer.Option(min=1, help="seconds per watch request before it resumes")
+        int, typer.Option(min=1, max=86_400, help="seconds per watch request before it resumes")
     ] = 300,
+    connect_timeout: Annotated[
+        float, typer.Option("--connect-timeout", help="seconds to reach the API server")
+    ] = deadlines.KUBERNETES.connect_s,
+    read_timeout: Annotated[
+        float, typer.Option("--read-timeout", help="seconds the API server may stay silent on one request")
+    ] = deadlines.KUBERNETES.read_s,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """List (and with --watch, follow) pods requesting nvidia.com/gpu or MIG slices, plus Kueue
@@ -105,17 +113,19 @@ def ingest_kubernetes_command(
 
     from gpuledger.ingest.jobs.kubernetes import KubernetesIngest, api_client
 
+    limits = call_deadline(connect_timeout, read_timeout)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # its text is not the user's; we say what failed
     options = MappingOptions(
         project_label=project_label,
         user_label=user_label,
         namespace_projects=parse_namespace_map(namespace_map or []),
     )
     try:
-        api = api_client(kubeconfig, context)
+        api = api_client(kubeconfig, context, retries=0)
     except (ConfigException, OSError, TypeError, UnicodeDecodeError, yaml.YAMLError) as exc:
         typer.echo(
-            f"gpuledger ingest kubernetes: cannot load the kubeconfig ({exc}); "
+            f"gpuledger ingest kubernetes: cannot load the kubeconfig ({_kubeconfig_problem(exc, kubeconfig)}); "
             "pass --kubeconfig / --context or run inside the cluster",
             err=True,
         )
@@ -128,6 +138,7 @@ def ingest_kubernetes_command(
         warehouse_path=warehouse_path(warehouse_file),
         options=options,
         page_size=page_size,
+        deadline=limits,
     )
     stop = threading.Event()
     try:
@@ -147,14 +158,37 @@ def ingest_kubernetes_command(
             err=True,
         )
         raise typer.Exit(1) from None
-    except Exception as exc:  # connection refused, DNS, TLS: say which server and stop
+    except Exception as exc:  # connection refused, DNS, TLS, no answer: say which server and stop
         if type(exc).__module__.startswith(("urllib3", "socket", "ssl")) or isinstance(exc, OSError):
             typer.echo(
-                f"gpuledger ingest kubernetes: cannot reach {api.configuration.host} ({exc})", err=True
+                f"gpuledger ingest kubernetes: cannot reach {api.configuration.host}: "
+                f"{deadlines.why_unreachable(exc, limits)}; nothing was written by this request "
+                "(check the server, or raise --read-timeout / --connect-timeout)", err=True
             )
             raise typer.Exit(1) from None
         raise
     typer.echo(f"cluster {cluster}: {_summary(stats)}")
+
+
+def call_deadline(connect_s: float, read_s: float) -> deadlines.CallDeadline:
+    """--connect-timeout / --read-timeout checked at the door (exit 2 naming the option)."""
+    for option, value in (("--connect-timeout", connect_s), ("--read-timeout", read_s)):
+        if not 0 < value <= deadlines.MAX_WAIT_S:
+            raise typer.BadParameter(f"{value:g} is not within (0, {deadlines.MAX_WAIT_S:g}] seconds",
+                                     param_hint=option)
+    return deadlines.CallDeadline(connect_s, read_s, deadlines.KUBERNETES.total_s)
+
+
+def _kubeconfig_problem(exc: BaseException, kubeconfig: Path | None) -> str:
+    """One line for a kubeconfig that cannot be used: a YAML error as file:line:column and its
+    problem, never the parser's multi-line report."""
+    mark = getattr(exc, "problem_mark", None)
+    if isinstance(exc, yaml.YAMLError):
+        where = f"{kubeconfig or 'kubeconfig'}" + (f":{mark.line + 1}:{mark.column + 1}" if mark else "")
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"{where}: not valid YAML: {problem}"
+    lines = str(exc).strip().splitlines()
+    return printable(lines[0] if lines else type(exc).__name__, limit=200)
 
 
 def _current_context(kubeconfig: Path | None) -> str | None:

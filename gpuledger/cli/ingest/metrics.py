@@ -3,8 +3,8 @@ from a Prometheus server's history."""
 
 from __future__ import annotations
 
-import signal
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -15,6 +15,7 @@ from gpuledger import deadlines
 from gpuledger.cli.options import ConfigOpt, WarehouseOpt, config_or_exit, utc_range, warehouse_path
 from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.lazy import lazy_import
+from gpuledger.stopping import StopSignals
 from gpuledger.timeparse import parse_duration_s
 
 # polars / DuckDB behind these load when a command runs, not for --help
@@ -46,28 +47,22 @@ def _call_deadline(connect_s: float, read_s: float, total_s: float) -> deadlines
     return deadlines.CallDeadline(connect_s, read_s, total_s)
 
 
-class ServiceStopped(Exception):
-    """SIGTERM reached the scrape service."""
-
-
-def _stop_service(*_) -> None:
-    raise ServiceStopped
-
-
 @app.command("scrape")
 def scrape_cmd(
     urls: Annotated[list[str] | None, typer.Argument(
         help="dcgm-exporter /metrics URLs (default: the config's sources.scrape targets)")] = None,
-    interval: Annotated[float, typer.Option("--interval", help="seconds between scrape rounds", min=0)] = 30.0,
+    interval: Annotated[float, typer.Option("--interval", help="seconds between scrape rounds", min=0, max=86_400)] = 30.0,
     count: Annotated[int, typer.Option("--count", help="scrape rounds", min=1)] = 1,
     every: Annotated[str | None, typer.Option(
         "--every", help="run as a service: a round every DURATION (e.g. 60s) until stopped (SIGTERM, "
                         "Ctrl-C); overrides --interval and --count")] = None,
     timeout: Annotated[float | None, typer.Option(
-        "--timeout", help="per-request timeout, seconds (default: sources.scrape's, else 10)", min=0.001)] = None,
+        "--timeout", help="seconds one attempt may take in all (connecting and the whole page; default: "
+                          "sources.scrape's, else 10)", min=0.001, max=deadlines.MAX_WAIT_S)] = None,
     retries: Annotated[int | None, typer.Option(
-        "--retries", help="retries after a timeout, refusal or 5xx (default: sources.scrape's, else 3)", min=0)] = None,
-    backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)", min=0)] = 0.5,
+        "--retries", help="retries after a timeout, refusal or 5xx (default: sources.scrape's, else 3)",
+        min=0, max=100)] = None,
+    backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)", min=0, max=3600)] = 0.5,
     cluster: Annotated[str | None, typer.Option(
         "--cluster", help="cluster name the GPUs are registered under (default: sources.scrape's, else "
                           f"{DEFAULT_CLUSTER})")] = None,
@@ -92,9 +87,6 @@ def scrape_cmd(
     rounds: int | None = count
     if every is not None:
         interval, rounds = float(_duration(every, "--every")), None
-        # SIGTERM (Kubernetes, systemd stopping the service) ends it: between writes, or inside
-        # one, whose transaction then rolls back; exit 0, a stop is not a failure
-        signal.signal(signal.SIGTERM, _stop_service)
     of = "" if rounds is None else f"/{rounds}"
 
     def report(round_no: int, stats: scraping.IngestStats) -> None:
@@ -105,15 +97,30 @@ def scrape_cmd(
                       f"{stats.quarantined} lines quarantined, {stats.failed_targets} targets failed"
                       + (f"; DCGM fields not stored: {unknown}" if unknown else ""))
 
-    try:
+    for url in urls:
+        _check_target(url)
+    with StopSignals() as stop:  # Ctrl-C / SIGTERM: stop within a second, never mid-write
         total = scraping.scrape(urls, warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
                                 interval_s=interval, count=rounds, timeout_s=timeout, retries=retries,
-                                backoff_s=backoff, on_round=report)
-    except ServiceStopped:
-        console.print("scrape service stopped (SIGTERM)")
-        return
-    if total.failed_targets:
-        raise typer.Exit(1 if total.pages == 0 else 0)
+                                backoff_s=backoff, on_round=report, stop=stop.event)
+    if stop.stopped:
+        console.print(f"stopped ({'Ctrl-C' if stop.exit_code else 'SIGTERM'}): every round written "
+                      "before it is stored")
+        raise typer.Exit(stop.exit_code)
+    if total.failed_targets:  # some targets failed (the others are stored): not a success
+        raise typer.Exit(1)
+
+
+def _check_target(url: str) -> None:
+    """An exporter URL: http(s) with a host, else a usage error naming it (exit 2)."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number within 0-65535
+    except ValueError:
+        raise typer.BadParameter(f"{url!r}: the port is not a number within 1-65535", param_hint="URLS") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise typer.BadParameter(f"{url!r} is not an http:// or https:// URL with a host; write it as "
+                                 "http://HOST:9400/metrics", param_hint="URLS")
 
 
 @app.command("prometheus")

@@ -9,9 +9,7 @@ Times are UTC; "now" defaults to the newest data in the warehouse (see reports.d
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -19,9 +17,12 @@ from rich.console import Console
 from gpuledger import table_views, tables, warehouse
 from gpuledger.cli.options import (
     ConfigOpt,
+    Format,
+    FormatOpt,
+    OutOpt,
     WarehouseOpt,
     check_range,
-    out_file,
+    show_frame,
     utc_option,
     utc_range,
     warehouse_config,
@@ -31,23 +32,12 @@ from gpuledger.cli.report import files
 from gpuledger.lazy import lazy_import
 
 reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
-if TYPE_CHECKING:
-    import polars as pl
 
 app = typer.Typer(help="Reports: usage, utilization, chargeback, fair share, budgets, squatters; finance "
                        "statement and weekly files.", no_args_is_help=True)
 console = Console()  # tables print through gpuledger/tables.py; this is for lines beside them
 
 
-class Format(str, Enum):
-    table = "table"
-    csv = "csv"
-    parquet = "parquet"
-    json = "json"
-
-
-FormatOpt = typer.Option(Format.table, "--format", "-f", help="table (terminal), csv, parquet or json")
-OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value), help="file to write (table as plain text, csv, parquet, json); default stdout")
 WideOpt = tables.WideOpt
 ColumnsOpt = tables.ColumnsOpt
 NowOpt = typer.Option(None, "--now", help="evaluate as of this UTC time (default: the newest data)")
@@ -66,31 +56,6 @@ def _one_of(*choices: str):
         return value
 
     return check
-
-
-def _show(frame: pl.DataFrame, fmt: Format, out: Path | None, title: str, view: tables.View,
-          wide: bool = False, columns: str | None = None) -> None:
-    names = tables.parse_columns(columns)
-    if fmt is Format.table:
-        tables.print_table(frame, view, title=title, wide=wide, columns=names, out=out)
-        return
-    if names is not None:  # csv / parquet / json: the named columns, in that order
-        tables.check_columns(frame, names)
-        frame = frame.select(names)
-    if fmt is Format.parquet:
-        if out is None:
-            raise typer.BadParameter("parquet needs --out FILE")
-        frame.write_parquet(out)
-    elif fmt is Format.csv:
-        # 6 decimals (a GPU-hour to 3.6 ms): the last-bit noise of parallel float sums must not
-        # make two runs over the same data differ
-        text = frame.write_csv(float_precision=6)
-        out.write_text(text) if out else typer.echo(text, nl=False)
-    else:
-        text = frame.write_json()
-        out.write_text(text) if out else typer.echo(text)
-    if out:
-        console.print(f"wrote {frame.height} rows to {out}", style="dim")
 
 
 def _open(warehouse_file: Path | None):
@@ -121,7 +86,7 @@ def chargeback(
         lines = reports.statement_report(con, period, level=level, policy=cfg.policy, now=_time(now))
         notes, warnings = statement_notes(lines)
         notes = state_notes(con, period, lines, notes)  # closed / provisional / corrected, as the files say
-    _show(lines, fmt, out, f"chargeback {period} by {level} (UTC)", table_views.CHARGEBACK, wide, columns)
+    show_frame(lines, fmt, out, f"chargeback {period} by {level} (UTC)", table_views.CHARGEBACK, wide, columns)
     for note in notes:  # beside the table; on stderr when stdout carries csv / json
         console.print(note) if fmt is Format.table else typer.echo(note, err=True)
     for warning in warnings:
@@ -141,7 +106,7 @@ def usage(
     lo, hi = utc_range(start, end)
     with _open(warehouse_file) as con:
         frame = reports.usage_report(con, start=lo, end=hi, by=by)
-    _show(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
+    show_frame(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
 
 
 @app.command("utilization")
@@ -161,7 +126,7 @@ def utilization(
         lo = lo or hi - timedelta(days=1)
         check_range(lo, hi)  # a --start after the newest data, with no --end
         frame = reports.utilization_report(con, start=lo, end=hi, by=by)
-    _show(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide, columns)
+    show_frame(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide, columns)
 
 
 @app.command("fairshare")
@@ -175,7 +140,7 @@ def fairshare(
     with _open(warehouse_file) as con:
         cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
         frame = reports.fairshare_report(con, policy=cfg.policy, as_of=_time(now))
-    _show(frame, fmt, out, f"fair share ({cfg.policy.usage.mode} usage, GPU-hours)", table_views.FAIRSHARE,
+    show_frame(frame, fmt, out, f"fair share ({cfg.policy.usage.mode} usage, GPU-hours)", table_views.FAIRSHARE,
           wide, columns)
 
 
@@ -195,9 +160,9 @@ def budget(
         else:
             frame = reports.budget_report(con, as_of=_time(now))
     if jobs:
-        _show(frame, fmt, out, "job funding (UTC)", table_views.FUNDING, wide, columns)
+        show_frame(frame, fmt, out, "job funding (UTC)", table_views.FUNDING, wide, columns)
     else:
-        _show(frame, fmt, out, "budget burn (normalised GPU-hours, UTC)", table_views.BUDGET, wide, columns)
+        show_frame(frame, fmt, out, "budget burn (normalised GPU-hours, UTC)", table_views.BUDGET, wide, columns)
 
 
 @app.command("squatters")
@@ -212,7 +177,7 @@ def squatters(
     with _open(warehouse_file) as con:
         cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
         frame = reports.squatters_report(con, policy=cfg.policy, now=_time(now), include_exempt=include_exempt)
-    _show(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)
+    show_frame(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)
 
 app.command("statement")(files.statement)
 app.command("weekly")(files.weekly)

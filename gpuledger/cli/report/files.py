@@ -32,12 +32,15 @@ def statement(
     node: str | None = typer.Option(None, "--node", help="one business unit / org tree node only"),
     email: bool = typer.Option(False, "--email", help="also e-mail the files to policy.reports.finance_channel"),
     now: str | None = typer.Option(None, "--now", help="the data's 'now' for an open month (default: newest data)"),
+    pdf: bool | None = typer.Option(None, "--pdf/--no-pdf",
+                                    help="print the HTML to PDF with headless Chromium (default: when Chromium "
+                                         "is installed)"),
     allow_empty: bool = typer.Option(False, "--allow-empty",
                                      help="write the statement of a month with no data (it says \"no data\")"),
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Finance statement for a month: CSV, Parquet, XLSX (summary + a sheet per business unit),
-    a self-contained HTML page with charts, and manifest.json (SHA-256 of every file, period,
+    a self-contained HTML page with charts, its PDF (A4, headless Chromium), and manifest.json (SHA-256 of every file, period,
     config version, closed / provisional). A closed month reads its frozen lines."""
     from gpuledger.extras import require
     from gpuledger.ledger.periods import month_bounds
@@ -54,9 +57,16 @@ def statement(
     if st.empty and not allow_empty:
         from gpuledger.errors import RunError
 
-        raise RunError(f"statement {period}: no data (no device, job or sample in the month), nothing written; "
+        raise RunError(f"statement {period}: no data (no GPU sample and no job allocated in the month), nothing written; "
                        "ingest the month, or pass --allow-empty to write a statement that says \"no data\"")
-    manifest = write_statement_set(st, out, per_unit=node is None)
+    if pdf is None:
+        from gpuledger.reports.pdf import chromium
+
+        pdf = chromium() is not None
+        if not pdf:
+            typer.echo("warning: no Chromium found, so no PDF statement (apt-get install chromium, or "
+                       "$GPULEDGER_CHROMIUM); --no-pdf silences this", err=True)
+    manifest = write_statement_set(st, out, per_unit=node is None, pdf=pdf)
     console.print(f"statement {period} ({st.scope}, {st.status}): {len(manifest['files'])} files in {out}")
     console.print(st.status_sentence)
     if st.empty:

@@ -36,9 +36,9 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
 from gpuledger import warehouse
+from gpuledger.deadlines import KUBERNETES, CallDeadline, why_unreachable
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.jobs.checks import job_limits, screen_jobs
-from gpuledger.ingest.tiers import node_label_rows, store_node_labels
 from gpuledger.ingest.jobs.k8s_mapping import (
     DEFAULT_OPTIONS,
     JobRecord,
@@ -49,6 +49,7 @@ from gpuledger.ingest.jobs.k8s_mapping import (
     node_gpu_products,
     raw_text,
 )
+from gpuledger.ingest.tiers import node_label_rows, store_node_labels
 from gpuledger.warehouse.job_columns import JOB_CORE, job_schema
 
 log = logging.getLogger(__name__)
@@ -64,17 +65,22 @@ def utc_now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def api_client(kubeconfig: str | os.PathLike | None = None, context: str | None = None) -> k8s.ApiClient:
+def api_client(kubeconfig: str | os.PathLike | None = None, context: str | None = None, *,
+               retries: int | None = None) -> k8s.ApiClient:
     """An API client from a kubeconfig (``--kubeconfig``, else $KUBECONFIG / ~/.kube/config), or the
-    pod's service account when running in a cluster with no kubeconfig at hand."""
+    pod's service account when running in a cluster with no kubeconfig at hand. ``retries``: urllib3's
+    own retries per request (None: its default of 3, each with a warning on stderr; the ingest asks
+    for 0 and says what failed in one line)."""
     default = Path(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]).expanduser()
+    configuration = k8s.Configuration()
     if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ and not default.exists():
-        configuration = k8s.Configuration()
         k8s_config.load_incluster_config(client_configuration=configuration)
-        return k8s.ApiClient(configuration)
-    return k8s_config.new_client_from_config(
-        config_file=str(kubeconfig) if kubeconfig else None, context=context
-    )
+    else:
+        k8s_config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
+                                    client_configuration=configuration)
+    if retries is not None:
+        configuration.retries = retries
+    return k8s.ApiClient(configuration)
 
 
 @dataclass
@@ -177,8 +183,10 @@ class KubernetesIngest:
         options: MappingOptions = DEFAULT_OPTIONS,
         page_size: int = 500,
         clock: Callable[[], datetime] = utc_now,
+        deadline: CallDeadline = KUBERNETES,
     ) -> None:
         self.api = api
+        self.deadline = deadline  # connect / read timeouts of every call (a silent server ends the run)
         self.core = k8s.CoreV1Api(api)
         self.custom = k8s.CustomObjectsApi(api)
         self.cluster = cluster
@@ -201,7 +209,8 @@ class KubernetesIngest:
             version: str | None = None
             try:
                 while True:
-                    kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False}
+                    kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False,
+                                              "_request_timeout": (self.deadline.connect_s, self.deadline.read_s)}
                     if token:
                         kwargs["_continue"] = token
                     response = call(*args, **kwargs)
@@ -362,7 +371,7 @@ class KubernetesIngest:
                     resource_version=version,
                     allow_watch_bookmarks=True,
                     timeout_seconds=timeout_seconds,
-                    _request_timeout=timeout_seconds + 30,
+                    _request_timeout=(self.deadline.connect_s, timeout_seconds + self.deadline.read_s),
                 )
                 for event in stream:
                     kind, obj = event.get("type"), event.get("raw_object")
@@ -405,9 +414,8 @@ class KubernetesIngest:
                 flush()
                 if stop.is_set():
                     break
-                log.warning(
-                    "watch connection failed (%s); resuming from %s in %.0f s", exc, version, backoff_s
-                )
+                log.warning("watch connection to %s failed (%s); resuming from %s in %.0f s",
+                            self.api.configuration.host, why_unreachable(exc, self.deadline), version, backoff_s)
                 stop.wait(backoff_s)
                 backoff_s = min(backoff_s * 2, 60.0)
             finally:

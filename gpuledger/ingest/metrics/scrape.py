@@ -14,17 +14,20 @@ clean through the shared DCGM catalog and write idempotently.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import polars as pl
 import requests
+import urllib3
 
 from gpuledger import warehouse
+from gpuledger.deadlines import CallDeadline, why_unreachable
+from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
 from gpuledger.ingest.metrics.exposition import (
     BULK_FROM_CHARS,
     DEFAULT_MAX_FUTURE_S,
@@ -33,6 +36,8 @@ from gpuledger.ingest.metrics.exposition import (
     wide_rows,
 )
 from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
+from gpuledger.ingest.metrics.plausible import (refuse_host_conflicts, refuse_host_conflicts_wide,
+                                                split_implausible_times)
 from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"
@@ -114,42 +119,84 @@ def fetch_target(
 ) -> FetchResult:
     """GET ``url``; retry a timeout, refused connection or 5xx up to ``retries`` more times, waiting
     ``backoff_s``, 2x, 4x ... between attempts. Never raises for network trouble: the result says."""
-    http = session or requests
     error = None
     attempt = 0
+    # one attempt: at most timeout_s in all, connecting and the whole page included
+    limits = CallDeadline(connect_s=timeout_s, read_s=timeout_s, total_s=timeout_s)
     for attempt in range(1, retries + 2):
         try:
-            response = http.get(url, timeout=timeout_s)
-            if response.status_code in RETRYABLE_STATUS:
-                error = f"HTTP {response.status_code} from {url}"
-            elif response.status_code != 200:
-                return FetchResult(url, None, _now_ms(), attempt,
-                                   f"HTTP {response.status_code} from {url} (not retried)")
+            status, headers, body = get_within(session, url, deadline=limits,
+                                               give_up=time.monotonic() + timeout_s, max_bytes=MAX_PAGE_BYTES)
+            if status in RETRYABLE_STATUS:
+                error = f"HTTP {status} from {url}"
+            elif status != 200:
+                return FetchResult(url, None, _now_ms(), attempt, f"HTTP {status} from {url} (not retried)")
             else:
-                text, problem = exposition_text(response.headers.get("Content-Type"), response.content)
+                text, problem = exposition_text(headers.get("Content-Type"), body)
                 if problem:  # an HTML login page, a JSON API, a binary blob: not this target's samples
                     return FetchResult(url, None, _now_ms(), attempt,
                                        f"{url} did not answer with Prometheus exposition text ({problem}); "
                                        "point at the exporter's /metrics (not retried)")
+                if not text.strip():  # an exporter always has samples: an empty page is a failure
+                    return FetchResult(url, None, _now_ms(), attempt,
+                                       f"{url} answered an empty page (no samples); check that the exporter "
+                                       "is the one at this URL and that its collectors run (not retried)")
                 return FetchResult(url, text, _now_ms(), attempt)
+        except TooLarge as exc:
+            return FetchResult(url, None, _now_ms(), attempt, f"{url}: {exc} (not retried)")
+        except OutOfTime as exc:
+            error = f"{exc}: {url}"
+        except (requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema,
+                requests.exceptions.InvalidURL, requests.exceptions.TooManyRedirects) as exc:
+            return FetchResult(url, None, _now_ms(), attempt, f"{url}: {_request_problem(exc)} (not retried)")
         except requests.Timeout:
             error = f"timed out after {timeout_s:g} s: {url}"
-        except requests.ConnectionError as exc:
-            reason = "connection refused" if "refused" in str(exc).lower() else "connection failed"
-            error = f"{reason}: {url}"
-        except requests.RequestException as exc:
-            return FetchResult(url, None, _now_ms(), attempt, f"{type(exc).__name__}: {exc}")
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            error = f"{why_unreachable(exc, limits)}: {url}"
         if attempt <= retries:
             sleep(backoff_s * 2 ** (attempt - 1))
     return FetchResult(url, None, _now_ms(), attempt, f"{error} (gave up after {attempt} attempts)")
 
 
-def fetch_targets(urls: Sequence[str], *, max_workers: int = 32, **kwargs) -> list[FetchResult]:
-    """Fetch every target concurrently (threads); results in the order of ``urls``."""
+MAX_PAGE_BYTES = 512 * 2**20  # one exporter's page: ~25 kB per 8-GPU node; 512 MiB is no exporter's
+
+
+def _request_problem(exc: requests.RequestException) -> str:
+    """What is wrong with a URL requests refused, in our words (never "No connection adapters")."""
+    if isinstance(exc, requests.exceptions.TooManyRedirects):
+        return "redirects in a loop (more than 30); point at the exporter's /metrics itself"
+    return "not an http:// or https:// URL with a host; write it as http://HOST:9400/metrics"
+
+
+def fetch_targets(urls: Sequence[str], *, max_workers: int = 32, stop: threading.Event | None = None,
+                  **kwargs) -> list[FetchResult] | None:
+    """Fetch every target concurrently (daemon threads); results in the order of ``urls``. None when
+    ``stop`` is set first: the round is abandoned at once (a fetch in flight holds nothing of the
+    warehouse, and daemon threads never keep the program from ending)."""
     if not urls:
         return []
-    with ThreadPoolExecutor(max_workers=min(max_workers, len(urls))) as pool:
-        return list(pool.map(lambda u: fetch_target(u, **kwargs), urls))
+    results: list[FetchResult | None] = [None] * len(urls)
+    todo = iter(enumerate(urls))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while not (stop is not None and stop.is_set()):
+            with lock:
+                nxt = next(todo, None)
+            if nxt is None:
+                return
+            results[nxt[0]] = fetch_target(nxt[1], **kwargs)
+
+    threads = [threading.Thread(target=work, name="scrape", daemon=True)
+               for _ in range(min(max_workers, len(urls)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.1)
+            if stop is not None and stop.is_set():
+                return None
+    return results  # type: ignore[return-value] - every slot is filled once all threads ended
 
 
 def ingest_page(
@@ -193,14 +240,23 @@ def ingest_pages(
                  for r in parsed.rejects]
         stats.add(IngestStats(pages=1, lines=parsed.lines, samples_parsed=parsed.sample_count,
                               quarantined=len(parsed.rejects), unknown_dcgm=parsed.unknown_dcgm))
-    wide = wides[0] if len(wides) == 1 else (
-        pl.concat(wides, how="diagonal_relaxed")
-        .unique(subset=["gpu_uuid", "mig_instance_id", "ts"], keep="first", maintain_order=True)
-        if wides else pl.DataFrame())
+    wide = wides[0] if len(wides) == 1 else pl.concat(wides, how="diagonal_relaxed") if wides else pl.DataFrame()
+    wide, conflicts = refuse_host_conflicts_wide(wide, source=source, location=_where(pages))
+    if len(wides) > 1:
+        wide = wide.unique(subset=["gpu_uuid", "mig_instance_id", "ts"], keep="first", maintain_order=True)
+    rows += conflicts
+    stats.quarantined += len(conflicts)
+    wide, implausible = split_implausible_times(wide, source=source, location=_where(pages),
+                                                max_future_s=max_future_s)
+    stats.quarantined += len(implausible)
     with warehouse.transaction(con):
         stats.samples_new = store_wide(con, wide, cluster=cluster, source=source)
-        warehouse.quarantine(con, rows)
+        warehouse.quarantine(con, rows + implausible)
     return stats
+
+
+def _where(pages) -> str:
+    return pages[0][1] if len(pages) == 1 else f"{pages[0][1]} (+{len(pages) - 1} pages)"
 
 
 def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source: str) -> IngestStats:
@@ -210,10 +266,14 @@ def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source:
     if parsed is None:
         return sum_stats(ingest_pages(con, [p], cluster=cluster, max_future_s=max_future_s, source=source)
                          for p in pages)
-    points = first_page_wins(parsed.points, parsed.series)
+    points, conflicts = refuse_host_conflicts(parsed.points, parsed.series, source=source, location=_where(pages))
+    points = first_page_wins(points, parsed.series)
     wide = series_long_to_wide(points.drop("page"), parsed.series)
     rows = [warehouse.QuarantineRow(source, f"{pages[pg][1]}:{r.line_no}", r.raw_text, r.reason)
-            for pg, r in parsed.rejects]
+            for pg, r in parsed.rejects] + conflicts
+    wide, implausible = split_implausible_times(wide, source=source, location=_where(pages),
+                                                max_future_s=max_future_s)
+    rows += implausible
     with warehouse.transaction(con):
         new = store_wide(con, wide, cluster=cluster, source=source)
         warehouse.quarantine(con, rows)
@@ -292,12 +352,15 @@ def scrape(
     retries: int = 3,
     backoff_s: float = 0.5,
     on_round: Callable[[int, IngestStats], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> IngestStats:
     """Scrape ``urls`` ``count`` times (>= 1; None: until interrupted), one round every
     ``interval_s`` seconds.
 
     Each round fetches concurrently, then takes the writer briefly (letting waiting readers in
-    between pages); readers see each round as soon as it is written.
+    between pages); readers see each round as soon as it is written. ``stop`` (set by SIGINT /
+    SIGTERM, see gpuledger.stopping) ends the run within a second: a round being fetched is
+    abandoned, one being written is finished first.
     """
     if count is not None and count < 1:
         raise ValueError(f"count must be at least 1, not {count}")
@@ -307,7 +370,9 @@ def scrape(
     rounds = itertools.count(1) if count is None else range(1, count + 1)  # None: until interrupted
     for round_no in rounds:
         results = fetch_targets(urls, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
-                                session=session)
+                                session=session, stop=stop)
+        if results is None:
+            break
         with warehouse.open_writer(warehouse_path) as con:
             stats = ingest_results(con, results, cluster=cluster)
         total.add(stats)
@@ -317,5 +382,9 @@ def scrape(
             next_at += interval_s
             # a round that overran its slot starts the next one at once, not a burst to catch up
             next_at = max(next_at, time.monotonic())
-            time.sleep(max(0.0, next_at - time.monotonic()))
+            delay = max(0.0, next_at - time.monotonic())
+            if stop is not None and stop.wait(delay):
+                break
+            if stop is None:
+                time.sleep(delay)
     return total

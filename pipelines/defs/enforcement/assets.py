@@ -3,9 +3,13 @@
 * ``enforcement_plan`` decides at the data's "now" (or ``as_of``) from budgets, fair share,
   squatting findings and the earlier actions (gpuledger.enforce), and records every action in the
   warehouse's audit (plus the warnings it issues). It calls no scheduler.
-* ``enforcement_actions`` applies the newest recorded plan through
-  ``policy.enforcement.pipeline_backend`` — only when ``pipeline_apply`` is true, the kill switch is
-  off, and (for anything but a dry run) ``dry_run`` is false. Each action is performed at most once.
+* ``enforcement_actions`` applies the plan of its own cycle — the one the latest
+  ``enforcement_plan`` materialization recorded (its ``plan_id``), never an older one: a quiet
+  cycle that recorded no rows sends nothing, rather than the previous cycle's refused eviction
+  again — through ``policy.enforcement.pipeline_backend``, only when ``pipeline_apply`` is true,
+  the kill switch is off, and (for anything but a dry run) ``dry_run`` is false. Each action is
+  performed at most once; each preemption is checked again at apply time (the scheduler's live
+  object, the rolling caps, its cluster's data freshness by the wall clock).
 """
 
 from datetime import datetime
@@ -37,12 +41,13 @@ def enforcement_plan(context: dg.AssetExecutionContext, config: EnforcementCycle
         now = datetime.fromisoformat(config.as_of) if config.as_of else reports.data_now(con)
     observed = None
     rails = cfg.policy.enforcement
-    if rails.pipeline_apply and rails.pipeline_backend:  # the live view for the checkpoint declarations
+    if rails.pipeline_apply and rails.pipeline_backend:  # the live view every preemption needs
         try:
             observed = _backend(cfg).observe()
-        except Exception as exc:  # noqa: BLE001 - planning goes on without it (preemptions then stop)
-            context.log.warning(f"could not read the {rails.pipeline_backend} jobs' labels: {exc}")
-    actions, plan_id, _ = cycle.plan(warehouse.reader, warehouse.writer, cfg, now, observed=observed)
+        except Exception as exc:  # noqa: BLE001 - planning goes on without it (then nothing is preempted)
+            context.log.warning(f"could not read the {rails.pipeline_backend} jobs' live state: {exc}")
+    actions, plan_id, _ = cycle.plan(warehouse.reader, warehouse.writer, cfg, now, observed=observed,
+                                     observed_by=rails.pipeline_backend if observed is not None else None)
     counts = {k: sum(1 for a in actions if a.action == k) for k in ("set-priority", "warn", "preempt", "none")}
     context.log.info(f"plan {plan_id} at {now.isoformat()}: {counts}")
     return dg.MaterializeResult(metadata={
@@ -67,13 +72,19 @@ def enforcement_actions(context: dg.AssetExecutionContext, warehouse: Warehouse,
     if off:
         context.log.info(f"not applying: {off}")
         return dg.MaterializeResult(metadata={"applied": False, "why_not": off})
-    with warehouse.reader() as con:
-        plan_id, planned_at, actions = audit.load_plan(con)
-    if plan_id is None:
+    latest = context.instance.get_latest_materialization_event(enforcement_plan.key)
+    own = None if latest is None or latest.asset_materialization is None else \
+        latest.asset_materialization.metadata.get("plan_id")
+    if own is None:
         return dg.MaterializeResult(metadata={"applied": False, "why_not": "no plan recorded yet"})
+    with warehouse.reader() as con:  # this cycle's plan only: a quiet one holds no action to send
+        plan_id, planned_at, actions = audit.load_plan(con, own.value)
+    if not actions:
+        return dg.MaterializeResult(metadata={"applied": False, "plan_id": own.value,
+                                              "why_not": "this cycle's plan holds nothing to act on"})
     backend = _backend(cfg)
     run = cycle.apply_plan(warehouse.reader, warehouse.writer, actions, backend, dry_run=rails.dry_run,
-                           planned_at=planned_at)
+                           planned_at=planned_at, cfg=cfg, applied_at=_wall())
     if run.fatal is not None:
         raise dg.Failure(str(run.fatal))
     outcomes: dict[str, int] = {}
@@ -86,6 +97,12 @@ def enforcement_actions(context: dg.AssetExecutionContext, warehouse: Warehouse,
     })
 
 
+def _wall() -> datetime:
+    from datetime import UTC
+
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
 def _backend(cfg):
     """The configured backend (Kubernetes credentials from sources.kubernetes)."""
     from gpuledger.enforce import backends as registry
@@ -94,6 +111,6 @@ def _backend(cfg):
     if rails.pipeline_backend in ("kueue", "kubernetes"):
         source = cfg.sources.kubernetes
         return registry.get(rails.pipeline_backend, kubeconfig=source.kubeconfig if source else None,
-                            context=source.context if source else None)
+                            context=source.context if source else None, timeout_s=rails.scheduler_timeout_seconds)
     return registry.get(rails.pipeline_backend, qos_funded=rails.slurm_qos_funded,
-                        qos_unfunded=rails.slurm_qos_unfunded)
+                        qos_unfunded=rails.slurm_qos_unfunded, timeout_s=rails.scheduler_timeout_seconds)

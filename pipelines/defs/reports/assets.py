@@ -31,6 +31,7 @@ def finance_statement_files(context: dg.AssetExecutionContext, config: Statement
     """The month's finance statement for the org and every business unit, reconciled, with a
     manifest of SHA-256s."""
     from gpuledger.reports.files import write_statement_set
+    from gpuledger.reports.pdf import chromium
     from gpuledger.reports.statement import build_statement
 
     period = context.partition_key[:7]
@@ -38,7 +39,7 @@ def finance_statement_files(context: dg.AssetExecutionContext, config: Statement
     out = statements_dir() / period
     with warehouse.reader() as con:
         st = build_statement(con, period, policy=policy)
-    manifest = write_statement_set(st, out)
+    manifest = write_statement_set(st, out, pdf=chromium() is not None)  # the PDF where Chromium is installed
     emailed = None
     if config.email and policy.reports.finance_channel:
         from gpuledger.reports.delivery import email_statement

@@ -19,6 +19,7 @@ import urllib3
 
 from gpuledger.deadlines import CallDeadline
 from gpuledger.errors import RunError, UsageError, printable
+from gpuledger.ingest.http_get import OutOfTime, get_within
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 
 # Metrics worth asking for: those that feed a gpu_samples column (fb free/reserved feed fb_total).
@@ -86,7 +87,7 @@ def _get_body(session: requests.Session, url: str, params: dict, *, deadline: Ca
             break
         attempts += 1
         try:
-            status, content = _attempt(session, url, params, deadline, give_up)
+            status, _, content = get_within(session, url, params=params, deadline=deadline, give_up=give_up)
             if status < 500:
                 return status, content
             first = content.decode("utf-8", "replace").strip().splitlines()[:1]
@@ -95,7 +96,7 @@ def _get_body(session: requests.Session, url: str, params: dict, *, deadline: Ca
                 requests.exceptions.InvalidURL) as exc:  # the URL itself is wrong: no retry helps
             raise UsageError(f"--url {url.split('/api/v1/')[0]}: {printable(str(exc), limit=120)}; "
                              "write it as http://HOST:9090") from None
-        except _OutOfTime as exc:
+        except OutOfTime as exc:
             error = str(exc)
         except requests.ConnectTimeout:
             error = (f"could not connect within {deadline.connect_s:g} s" if left > deadline.connect_s
@@ -118,45 +119,6 @@ def _get_body(session: requests.Session, url: str, params: dict, *, deadline: Ca
     raise PrometheusError(f"{_endpoint(url)}: {', then '.join(errors) or error} (after {attempts} "
                           f"attempt(s) in {time.monotonic() - began:.1f} s; limits: connect {deadline.connect_s:g} s, "
                           f"read {deadline.read_s:g} s, deadline {deadline.total_s:g} s)")
-
-
-class _OutOfTime(Exception):
-    """The call's total deadline passed while the body was still arriving."""
-
-
-_PIECE = 1 << 20  # read the body a piece at a time, so the deadline is checked between pieces
-
-
-def _attempt(session: requests.Session, url: str, params: dict, deadline: CallDeadline,
-             give_up: float) -> tuple[int, bytes]:
-    """One GET, its body read piece by piece: each wait for the server is at most ``read_s`` and
-    never past ``give_up`` (the socket's timeout is cut to what is left before each read)."""
-    left = give_up - time.monotonic()
-    with session.get(url, params=params, stream=True,
-                     timeout=(min(deadline.connect_s, left), min(deadline.read_s, left))) as response:
-        raw, pieces = response.raw, []
-        sock = getattr(getattr(raw, "connection", None), "sock", None)
-        while True:
-            left = give_up - time.monotonic()
-            if left <= 0:
-                got = sum(map(len, pieces))
-                raise _OutOfTime(f"the answer was still arriving when the {deadline.total_s:g} s "
-                                 f"deadline passed ({got:,} bytes by then)")
-            wait = min(deadline.read_s, left)
-            if sock is not None:
-                sock.settimeout(wait)
-            try:
-                piece = raw.read1(_PIECE, decode_content=True)
-            except (urllib3.exceptions.TimeoutError, TimeoutError):
-                got = sum(map(len, pieces))
-                if wait < deadline.read_s:  # cut short by the deadline
-                    raise _OutOfTime(f"the answer was still arriving when the {deadline.total_s:g} s "
-                                     f"deadline passed ({got:,} bytes by then)") from None
-                raise _OutOfTime(f"the answer stalled after {got:,} bytes of body (nothing more for "
-                                 f"{wait:g} s)") from None
-            if not piece:
-                return response.status_code, b"".join(pieces)
-            pieces.append(piece)
 
 
 def _parse_json(url: str, params: dict, status: int, content: bytes):

@@ -1,0 +1,46 @@
+"""Alert delivery never hangs on a receiver: a webhook or SMTP server that accepts and never answers,
+or trickles its answer, fails the try (DeliveryError, which the outbox retries) within the
+notifier's deadline. Real apprise against real loopback sockets."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("apprise")
+
+from gpuledger.alerts.channels import (AppriseNotifier, DeliveryError, JsonWebhook,  # noqa: E402
+                                       SmtpNotifier, with_timeouts)
+from gpuledger.deadlines import CallDeadline  # noqa: E402
+from tests.helpers.hostile_servers import SILENT, TRICKLE, HostileServer  # noqa: E402
+
+QUICK = CallDeadline(connect_s=1, read_s=1, total_s=2)
+
+
+MAIL = "?from=gpuledger@example.org&to=oncall@example.org&secure=no&mode=insecure"
+NOTIFIERS = {  # gpuledger's own JSON webhook and SMTP, and apprise for the other schemes
+    "json": lambda port: JsonWebhook(f"json://127.0.0.1:{port}/hook", QUICK),
+    "mailto": lambda port: SmtpNotifier(f"mailto://127.0.0.1:{port}{MAIL}", QUICK),
+    "apprise-json": lambda port: AppriseNotifier(f"json://127.0.0.1:{port}/hook", QUICK),
+    "apprise-mailto": lambda port: AppriseNotifier(f"mailto://127.0.0.1:{port}{MAIL}", QUICK),
+}
+
+
+@pytest.mark.parametrize("misbehaviour", [SILENT, TRICKLE])
+@pytest.mark.parametrize("kind", list(NOTIFIERS))
+def test_a_receiver_that_never_answers_fails_the_try_within_the_deadline(misbehaviour, kind):
+    with HostileServer(misbehaviour) as server:
+        began = time.monotonic()
+        with pytest.raises(DeliveryError) as raised:
+            NOTIFIERS[kind](server.port).send("squatting on node-007", "4 GPUs idle for 2 h")
+        took = time.monotonic() - began
+    assert f"127.0.0.1:{server.port}: not delivered" in str(raised.value)
+    # apprise's call limit (2 s) or its socket timeouts (1 s) end it; without them a trickling
+    # webhook held the cycle for apprise's 60 s service limit
+    assert took < QUICK.total_s + 2, took
+
+
+def test_a_channel_urls_own_timeouts_win():
+    assert with_timeouts("json://h:1/x?rto=30", QUICK) == "json://h:1/x?rto=30&cto=1"
+    assert with_timeouts("json://h:1/x", QUICK) == "json://h:1/x?cto=1&rto=1"
