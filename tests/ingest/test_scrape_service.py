@@ -52,7 +52,7 @@ def test_scrape_service_runs_rounds_until_sigterm(tmp_path):
             if proc.poll() is None:
                 proc.kill()
     assert proc.returncode == 0, out
-    assert "scrape service stopped" in out and "round 3:" in out  # no "/count": it runs until stopped
+    assert "stopped (SIGTERM)" in out and "round 3:" in out  # no "/count": it runs until stopped
     with warehouse.open_reader(wh) as con:
         clusters = {c for (c,) in con.execute("SELECT DISTINCT cluster FROM gpus").fetchall()}
     assert clusters == {"c9"}  # the config's source, not the default cluster
