@@ -129,20 +129,29 @@ def prometheus_cmd(
     start: Annotated[str, typer.Option("--start", help="UTC start, ISO-8601 or epoch seconds")],
     end: Annotated[str, typer.Option("--end", help="UTC end (exclusive), ISO-8601 or epoch seconds")],
     step: Annotated[str, typer.Option("--step", help="sample grid, e.g. 30s (the exporter's interval)")] = "30s",
-    chunk: Annotated[str, typer.Option("--chunk", help="time per query and per transaction, e.g. 1h")] = "1h",
+    chunk: Annotated[str | None, typer.Option("--chunk", help="time per query and per transaction, e.g. 1h (default 1h; with --aggregate 1d, the most it takes)")] = None,
     workers: Annotated[int, typer.Option("--workers", help="worker processes fetching and decoding chunks ahead of the writes (memory: ~450 MB each at 1,024 GPUs x 1 h chunks)", min=1)] = 2,
     gzip: Annotated[bool, typer.Option("--gzip/--no-gzip", help="ask Prometheus for gzip (only worth it over a slow link)")] = False,
     progress: Annotated[str, typer.Option("--progress", help="bar, lines (one line per chunk) or none")] = "bar",
     connect_timeout: Annotated[float, typer.Option("--connect-timeout", help="seconds to open a connection")] = deadlines.PROMETHEUS.connect_s,
     read_timeout: Annotated[float, typer.Option("--read-timeout", help="seconds of silence allowed from the server (its query evaluation included)")] = deadlines.PROMETHEUS.read_s,
     deadline: Annotated[float, typer.Option("--deadline", help="seconds one query may take in all, retries included")] = deadlines.PROMETHEUS.total_s,
+    aggregate: Annotated[str | None, typer.Option("--aggregate", help="store one row per GPU and window of this size (1m-5m: averages, peak memory, sample counts) instead of raw samples; chunks of at most a day")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="--aggregate: queries in flight at once", min=1, max=32)] = 4,
+    tenant: Annotated[str | None, typer.Option("--tenant", envvar="GPULEDGER_PROMETHEUS_TENANT", help="Mimir / Cortex tenant (X-Scope-OrgID header)")] = None,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
-    """Backfill DCGM samples from Prometheus' HTTP API in resumable chunks (rerun after an
-    interruption to continue where it stopped)."""
+    """Backfill DCGM samples from Prometheus' HTTP API (or Thanos Query, Mimir, VictoriaMetrics:
+    give the URL up to /api/v1) in resumable chunks (rerun after an interruption to continue where
+    it stopped). With --aggregate 5m, window aggregates instead of raw samples (fleet scale)."""
     t0, t1 = utc_range(start, end)
-    step_s, chunk_s = _duration(step, "--step"), _duration(chunk, "--chunk")
+    if aggregate is not None:
+        _aggregate(url, t0, t1, _duration(aggregate, "--aggregate"), _duration(chunk or "1d", "--chunk"),
+                   concurrency, tenant, cluster, warehouse_file,
+                   _call_deadline(connect_timeout, read_timeout, deadline), progress)
+        return
+    step_s, chunk_s = _duration(step, "--step"), _duration(chunk or "1h", "--chunk")
     limits = _call_deadline(connect_timeout, read_timeout, deadline)
     if progress not in ("bar", "lines", "none"):
         raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
@@ -176,3 +185,23 @@ def prometheus_cmd(
     console.print(f"backfill {url}: {stats.chunks_done} chunks ingested, {stats.chunks_skipped} already done, "
                   f"{stats.samples_new} new samples, {stats.quarantined} quarantined; metrics: "
                   f"{', '.join(stats.metrics) or 'none found'}")
+
+
+def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, tenant, cluster, warehouse_file, limits, progress) -> None:
+    from gpuledger.ingest.metrics.prometheus.aggregate import aggregate
+
+    def on_chunk(end_s: int, total: int, stats) -> None:
+        if progress == "lines":
+            print(f"chunk {prom._iso(end_s)} done {stats.chunks_done + stats.chunks_skipped}/{total} "
+                  f"new {stats.rows_new}", flush=True)
+
+    try:
+        stats = aggregate(url, t0, t1, step_s=step_s, chunk_s=chunk_s, warehouse_path=warehouse_path(warehouse_file),
+                          cluster=cluster, concurrency=concurrency, tenant=tenant, deadline=limits, on_chunk=on_chunk)
+    except prom.PrometheusError as exc:
+        where = f"; nothing from {exc.undone_from} on was stored: rerun to continue" if exc.undone_from else ""
+        typer.secho(f"gpuledger: aggregate stopped: {exc}{where}", err=True, fg="red")
+        raise typer.Exit(1) from None
+    console.print(f"aggregate {url} ({step_s} s windows): {stats.chunks_done} chunks ingested, "
+                  f"{stats.chunks_skipped} already done, {stats.rows_new} new rows; metrics: "
+                  f"{', '.join(stats.metrics)}", markup=False)
