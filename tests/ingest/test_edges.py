@@ -70,3 +70,39 @@ def test_one_uuid_under_two_spellings_of_one_host_is_no_conflict(tmp_path):
     with warehouse.open_writer(tmp_path / "w.duckdb") as con:
         stats = ingest_pages(con, [(_page("Node-A.example.org"), "x", NOW_MS), (_page("node-a"), "y", NOW_MS)])
     assert (stats.samples_new, stats.quarantined) == (1, 0)
+
+
+# --- a priority beyond 64 bits quarantines its row only -------------------------------------------
+HEADER = "JobID|JobName|Cluster|Account|User|AllocTRES|ReqTRES|Submit|Start|End|State|QOS|Partition|Priority|TimelimitRaw"
+
+
+def _sacct_line(job: int, priority: str) -> str:
+    return (f"{job}|j|c1|proj-a|root|gres/gpu=1|gres/gpu=1|2026-11-29T21:22:33|2026-11-29T21:22:34|"
+            f"2026-11-29T21:22:36|COMPLETED|normal|gpu|{priority}|UNLIMITED")
+
+
+def test_a_sacct_priority_beyond_64_bits_quarantines_that_row_only():
+    from gpuledger.ingest.jobs.slurm import parse_parsable
+
+    text = "\n".join([HEADER, _sacct_line(1, "10"), _sacct_line(2, str(2**63)), _sacct_line(3, str(2**63 - 1))])
+    batch = parse_parsable(text, origin="x.txt")
+    assert sorted(batch.jobs["job_id"].to_list()) == ["1", "3"]  # 2^63 - 1 is the largest BIGINT
+    assert [(r.location, r.reason.split(";")[0]) for r in batch.rejected] == [
+        ("x.txt:3", "Priority: 9223372036854775808 is beyond the 64-bit range the warehouse stores (|n| < 2^63)")]
+
+
+def test_a_job_csv_priority_beyond_64_bits_quarantines_that_row_only(tmp_path):
+    import subprocess
+    import sys
+
+    rows = [f"c1,j{i},llm-pretrain,alice,H100,1,2026-11-01T00:00:00Z,2026-11-01T01:00:00Z,{p}"
+            for i, p in enumerate(["5", str(2**64), "-7"])]
+    (tmp_path / "jobs.csv").write_text("cluster,job_id,project,user,gpu_model,gpus,start_time,end_time,priority\n"
+                                       + "\n".join(rows) + "\n")
+    ran = subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "jobs-csv", "jobs.csv", "-w", "w.duckdb"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+                         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert "Traceback" not in ran.stderr and "internal error" not in ran.stderr, ran.stderr
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT job_id, priority FROM jobs ORDER BY job_id").fetchall() == [("j0", 5), ("j2", -7)]
+        assert con.execute("SELECT location FROM quarantine").fetchall() == [("jobs.csv:3",)]

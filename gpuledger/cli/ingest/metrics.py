@@ -101,7 +101,7 @@ def prometheus_cmd(
     start: Annotated[str, typer.Option("--start", help="UTC start, ISO-8601 or epoch seconds")],
     end: Annotated[str, typer.Option("--end", help="UTC end (exclusive), ISO-8601 or epoch seconds")],
     step: Annotated[str, typer.Option("--step", help="sample grid, e.g. 30s (the exporter's interval)")] = "30s",
-    chunk: Annotated[str, typer.Option("--chunk", help="time per query and per transaction, e.g. 1h")] = "1h",
+    chunk: Annotated[str | None, typer.Option("--chunk", help="time per query and per transaction, e.g. 1h (default 1h; with --aggregate 1d, the most it takes)")] = None,
     workers: Annotated[int, typer.Option("--workers", help="worker processes fetching and decoding chunks ahead of the writes (memory: ~450 MB each at 1,024 GPUs x 1 h chunks)", min=1)] = 2,
     gzip: Annotated[bool, typer.Option("--gzip/--no-gzip", help="ask Prometheus for gzip (only worth it over a slow link)")] = False,
     progress: Annotated[str, typer.Option("--progress", help="bar, lines (one line per chunk) or none")] = "bar",
@@ -119,11 +119,11 @@ def prometheus_cmd(
     it stopped). With --aggregate 5m, window aggregates instead of raw samples (fleet scale)."""
     t0, t1 = utc_range(start, end)
     if aggregate is not None:
-        _aggregate(url, t0, t1, _duration(aggregate, "--aggregate"), _duration(chunk, "--chunk")
-                   if chunk != "1h" else 86_400, concurrency, tenant, cluster, warehouse_file,
+        _aggregate(url, t0, t1, _duration(aggregate, "--aggregate"), _duration(chunk or "1d", "--chunk"),
+                   concurrency, tenant, cluster, warehouse_file,
                    _call_deadline(connect_timeout, read_timeout, deadline), progress)
         return
-    step_s, chunk_s = _duration(step, "--step"), _duration(chunk, "--chunk")
+    step_s, chunk_s = _duration(step, "--step"), _duration(chunk or "1h", "--chunk")
     limits = _call_deadline(connect_timeout, read_timeout, deadline)
     if progress not in ("bar", "lines", "none"):
         raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
