@@ -1,6 +1,6 @@
 """The HTML statement fits a 1,280 px window and A4 portrait, with print CSS, and its PDF (headless
 Chromium's print-to-PDF) sits beside the other files, listed in the manifest, byte-identical
-across runs (issue 21 §4). Figures: tests/_statement_fixtures.py (total 3,720.00 USD)."""
+across runs (issue 21 §4). Figures: tests/helpers/statement_fixtures.py (total 3,720.00 USD)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from gpuledger import warehouse
 from gpuledger.reports.files import write_statement_set
 from gpuledger.reports.statement import build_statement
-from tests._statement_fixtures import october
+from tests.helpers.statement_fixtures import october
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium: run scripts/install-test-deps.sh")
 STEM = "statement-2026-10-acme"
