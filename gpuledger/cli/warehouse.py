@@ -84,7 +84,7 @@ def summary(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: 
 def quarantine_list(
     warehouse_file: WarehouseOpt = None,
     source: str | None = typer.Option(None, help="only this source, e.g. jobs-csv or scrape"),
-    limit: int = typer.Option(20, min=0, help="rows to show"),
+    limit: int = typer.Option(20, min=0, max=1_000_000, help="rows to show"),
     fmt: Format = FormatOpt, out: Path | None = OutOpt,
     wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
 ) -> None:

@@ -26,6 +26,8 @@ CASES = [  # (id, arguments, words the one line must hold)
     ("epoch-1e30", ["ingest", "prometheus", "--url", "http://127.0.0.1:9", "--start", "1e30", "--end", "1"],
      ["--start"]),
     ("period-9999-12", ["period", "close", "9999-12"], ["9999-12", "1970-01 to 9999-11"]),
+    ("outbox-unknown-status", ["alerts", "outbox", "--status", "sending"], ["--status", "pending, sent or failed"]),
+    ("quarantine-limit-huge", ["quarantine", "--limit", str(10**30)], ["--limit"]),
     ("scrape-timeout-huge", ["ingest", "scrape", "http://127.0.0.1:9/metrics", "--timeout", "1e12"], ["--timeout"]),
 ]
 
