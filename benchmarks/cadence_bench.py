@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers import dagster_rig as rig  # noqa: E402
+from tests.helpers import dagster_rig as rig
 
 BIN = Path(sys.executable).parent
 TICK_RUNS = """

@@ -54,6 +54,8 @@ def month_bounds(period: str) -> tuple[datetime, datetime]:
     m = re.fullmatch(r"(\d{4})-(\d{2})", period.strip())
     if not m or not 1 <= int(m[2]) <= 12:
         raise PeriodError(f"period {period!r}: statements are per calendar month, give YYYY-MM (e.g. 2026-10)")
+    if not (1970, 1) <= (int(m[1]), int(m[2])) <= (9999, 11):  # 9999-12 would end past datetime's range
+        raise PeriodError(f"period {period!r}: give a month from 1970-01 to 9999-11")
     start = datetime(int(m[1]), int(m[2]), 1)
     return start, next_month(start)
 

@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -34,7 +32,7 @@ pytestmark = [pytest.mark.slow,
 
 def image_extras() -> str:
     """The extras the Containerfile installs (its ARG EXTRAS)."""
-    found = re.search(r"^ARG EXTRAS=(\S+)$", (REPO / "Containerfile").read_text(), re.M)
+    found = re.search(r"^ARG EXTRAS=(\S+)$", (REPO / "Containerfile").read_text(), re.MULTILINE)
     assert found, "Containerfile: no ARG EXTRAS="
     return found.group(1)
 
@@ -168,8 +166,8 @@ def test_every_container_runs_as_written_and_its_probes_answer(image_env, tmp_pa
                 for kind in ("readinessProbe", "livenessProbe"):
                     if kind in container:
                         rig.until(deadline, f"{name}'s {kind}",
-                                  lambda c=container, k=kind, p=proc: (p.poll() is None or pytest.fail(
-                                      f"{name} exited: {(logs / f'{name}.log').read_text()[-3000:]}"))
+                                  lambda c=container, k=kind, p=proc, n=name: (p.poll() is None or pytest.fail(
+                                      f"{n} exited: {(logs / f'{n}.log').read_text()[-3000:]}"))
                                   and pod.probe(c, c[k]), 3.0)
             # the scrape service has no port: it runs round after round (its target is unreachable
             # here, which it reports and survives)

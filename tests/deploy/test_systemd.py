@@ -54,9 +54,10 @@ def test_environment_file_names_what_the_code_reads():
     instance = (REPO / "deploy/kubernetes/base/dagster.yaml").read_text()
     for name in ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_DB", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD"):
         assert name in env and f"env: {name}" in instance
+    from gpuledger.warehouse.paths import WAREHOUSE_ENV
+
     from gpuledger.alerts.channels import SECRETS_ENV
     from gpuledger.config_files import CONFIG_ENV
-    from gpuledger.warehouse.paths import WAREHOUSE_ENV
 
     for name in (WAREHOUSE_ENV, CONFIG_ENV, SECRETS_ENV, "DAGSTER_HOME"):
         assert env[name].startswith(("/var/lib/gpuledger", "/etc/gpuledger")), name
