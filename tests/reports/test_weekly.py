@@ -56,3 +56,34 @@ def test_weekly_summary_lists_every_episode_and_idle_hours(warehouse_file, tmp_p
         ("product", 1, "beta-1", 3.0, "3.00"), ("research", 1, "alpha-1", 3.5, "7.00")]
     assert "2 episodes in the week (6.500 idle GPU-hours held)" in result.output
     assert json.loads((out / "manifest.json").read_text())["week"] == "2026-W40"
+
+
+def test_the_weeks_of_a_month_add_up_to_its_statement_to_the_cent(warehouse_file):
+    """October's weeks (Oct 1–5, 5–12, 12–19, 19–26, 26–Nov 1) share out October's statement cents
+    by their exact amounts: they add up to it per business unit exactly (research 528.00, product
+    240.00, the org's idle 2,952.00), a cent of rounding going to the largest remainders. A
+    price of 2.0003 /h for H100 makes the exact week amounts end in fractions of a cent."""
+    from datetime import datetime
+
+    from gpuledger.reports.weekly import _weeks_of_month, month_shares
+    from tests.helpers.ledger_fixtures import load
+    from tests.helpers.statement_fixtures import CONFIG
+
+    october(warehouse_file)
+    with warehouse.open_writer(warehouse_file) as con:
+        load(con, CONFIG.replace('"2.00"', '"2.0003"'), at=datetime(2026, 10, 1))
+    unit = (pl.when(pl.col("project") == "(idle)").then(pl.lit("(org)"))
+            .otherwise(pl.col("project").replace_strict({"alpha": "research", "gamma": "research", "beta": "product"},
+                                                        default="?")))
+    parts = _weeks_of_month(datetime(2026, 10, 1), datetime(2026, 11, 1))
+    assert [a.day for a, _ in parts] == [1, 5, 12, 19, 26]
+    with warehouse.open_reader(warehouse_file) as con:
+        from gpuledger.analytics.reports import statement_report
+
+        month = statement_report(con, "2026-10")
+        owed = month.with_columns(business_unit=unit).group_by("business_unit").agg(pl.col("amount").sum())
+        weeks = [month_shares(con, a, b, policy=None, now=datetime(2026, 11, 3), unit_expr=unit) for a, b in parts]
+    summed = pl.concat(weeks).group_by("business_unit").agg(pl.col("spend").sum())
+    assert dict(summed.iter_rows()) == dict(owed.iter_rows())
+    # research: alpha 240 h + gamma 24 h at 2.0003 = 528.0792 -> 528.08 for the month
+    assert dict(owed.iter_rows())["research"] == D("528.08")

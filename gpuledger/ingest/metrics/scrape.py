@@ -13,6 +13,7 @@ clean through the shared DCGM catalog and write idempotently.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -346,26 +347,28 @@ def scrape(
     warehouse_path=None,
     cluster: str = DEFAULT_CLUSTER,
     interval_s: float = 30.0,
-    count: int = 1,
+    count: int | None = 1,
     timeout_s: float = 10.0,
     retries: int = 3,
     backoff_s: float = 0.5,
     on_round: Callable[[int, IngestStats], None] | None = None,
     stop: threading.Event | None = None,
 ) -> IngestStats:
-    """Scrape ``urls`` ``count`` times (>= 1), one round every ``interval_s`` seconds.
+    """Scrape ``urls`` ``count`` times (>= 1; None: until interrupted), one round every
+    ``interval_s`` seconds.
 
     Each round fetches concurrently, then takes the writer briefly (letting waiting readers in
     between pages); readers see each round as soon as it is written. ``stop`` (set by SIGINT /
     SIGTERM, see gpuledger.stopping) ends the run within a second: a round being fetched is
     abandoned, one being written is finished first.
     """
-    if count < 1:
+    if count is not None and count < 1:
         raise ValueError(f"count must be at least 1, not {count}")
     total = IngestStats()
     next_at = time.monotonic()
     session = requests.Session()
-    for round_no in range(1, count + 1):
+    rounds = itertools.count(1) if count is None else range(1, count + 1)  # None: until interrupted
+    for round_no in rounds:
         results = fetch_targets(urls, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
                                 session=session, stop=stop)
         if results is None:
@@ -375,8 +378,10 @@ def scrape(
         total.add(stats)
         if on_round:
             on_round(round_no, stats)
-        if round_no < count:
+        if count is None or round_no < count:
             next_at += interval_s
+            # a round that overran its slot starts the next one at once, not a burst to catch up
+            next_at = max(next_at, time.monotonic())
             delay = max(0.0, next_at - time.monotonic())
             if stop is not None and stop.wait(delay):
                 break
