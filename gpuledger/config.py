@@ -221,7 +221,7 @@ class RetentionPolicy(_Strict):
     """How long the warehouse keeps raw samples (warehouse/retention.py, `gpuledger warehouse
     prune`). Rollups, jobs, findings, statements and the audit trail are always kept."""
 
-    raw_sample_days: float = Field(default=35, gt=0)  # counted back from the newest sample
+    raw_sample_days: float = Field(default=35, gt=0, le=36_500)  # counted back from the newest sample
 
 
 class JobInputPolicy(_Strict):
@@ -272,7 +272,7 @@ class WhatIfPolicy(_Strict):
     checkpoint_interval_minutes: float = Field(default=60, gt=0)  # a preempted job that resumes loses at most this
     resumable_kinds: list[str] = Field(default_factory=lambda: ["training", "fine-tune"])  # kinds that checkpoint
     cycle_minutes: float = Field(default=15, gt=0)  # how often the simulated enforcement cycle runs
-    spot_interruptions_per_hour: float = Field(default=0.05, ge=0)  # per job on spot (a Poisson rate)
+    spot_interruptions_per_hour: float = Field(default=0.05, ge=0, le=60)  # per job on spot (a Poisson rate)
 
 
 class HardwareCost(_Strict):

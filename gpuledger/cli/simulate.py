@@ -32,7 +32,8 @@ app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (sa
 console = Console(stderr=True)
 
 GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the cluster, rounded up to whole 8-GPU nodes", min=8)]
-SeedOpt = Annotated[int, typer.Option("--seed", help="random seed; same seed and options => same output")]
+SeedOpt = Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1,  # numpy's seed range
+                                      help="random seed; same seed and options => same output")]
 IntervalOpt = Annotated[int, typer.Option("--interval", help="sample interval in seconds", min=1)]
 ClusterOpt = Annotated[str, typer.Option("--cluster", help="cluster name written to the warehouse")]
 CleanOpt = Annotated[bool, typer.Option("--clean/--dirty",

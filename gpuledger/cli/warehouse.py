@@ -84,7 +84,7 @@ def summary(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: 
 def quarantine_list(
     warehouse_file: WarehouseOpt = None,
     source: str | None = typer.Option(None, help="only this source, e.g. jobs-csv or scrape"),
-    limit: int = typer.Option(20, min=0, help="rows to show"),
+    limit: int = typer.Option(20, min=0, max=1_000_000, help="rows to show"),
     fmt: Format = FormatOpt, out: Path | None = OutOpt,
     wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
 ) -> None:
@@ -115,7 +115,7 @@ def disk(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: War
 @app.command("prune")
 def prune(
     keep_days: Annotated[float | None, typer.Option(
-        "--keep-days", min=0.01,
+        "--keep-days", min=0.01, max=36_500,  # a century: 1e12 or inf would overflow the date arithmetic
         help="keep raw samples this many days back from the newest [default: the config's "
              "policy.retention.raw_sample_days, 35]")] = None,
     warehouse_file: WarehouseOpt = None,
