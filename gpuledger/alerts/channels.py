@@ -147,7 +147,7 @@ class Message:
                 items.append(f"<li>{shown[2:] if line.startswith('- ') else shown}</li>")
             else:
                 flush()
-                label, sep, rest = line.partition(": ")
+                label, sep, _ = line.partition(": ")
                 if sep and len(label) <= 24 and " " not in label.strip():
                     shown = f"<b>{escape(label)}:</b> {shown[len(escape(label)) + 2:]}"
                 out.append(f"<p>{shown}</p>")

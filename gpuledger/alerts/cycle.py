@@ -22,7 +22,6 @@ def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     """Every alert the warehouse's state calls for at ``now`` (the data's "now")."""
     from gpuledger.alerts.plan import budget_alerts, digest_alerts, squatting_alerts
     from gpuledger.analytics.reports import budget_report, squatters_report
-
     from gpuledger.sql import load_sql
 
     # the pipeline's latest evaluation at or before `now`: its episodes as they were then, when it

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuledger.analytics.chargeback import billed as is_billed
-
 from gpuledger.reports.chart import stacked_bars
 from gpuledger.reports.statement import ORG_LINES, Statement
 from gpuledger.reports.workbook import _one_currency, header, unit_totals, write_xlsx

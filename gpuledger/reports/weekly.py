@@ -15,7 +15,6 @@ import duckdb
 import polars as pl
 
 from gpuledger.analytics.chargeback import billed as is_billed
-
 from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
 
 WEEKLY_TEMPLATE = """<!DOCTYPE html>
@@ -104,9 +103,9 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
     squat = squat.select("business_unit", "rank", *[c for c in squat.columns if c not in ("business_unit", "rank")])
     through = lines["billed_through"].max() if lines.height else as_of
     wasted = episodes["gpu_hours_idle"].sum() if episodes.height else 0.0
-    notes = [f"squatting: {episodes.height} episodes in the week ({wasted or 0:,.3f} idle GPU-hours held), found by "
-             f"evaluating the idle-GPU rules every {REPLAY_STEP.total_seconds() / 60:g} min through the week; "
-             f"the top {top} per business unit are listed"]
+    notes = [(f"squatting: {episodes.height} episodes in the week ({wasted or 0:,.3f} idle GPU-hours held), found "
+              f"by evaluating the idle-GPU rules every {REPLAY_STEP.total_seconds() / 60:g} min through the week; "
+              f"the top {top} per business unit are listed")]
     return WeeklySummary(week=week, start=start, end=end, provisional=bool(end > now), billed_through=through,
                          units=table, squatters=squat, notes=notes)
 
@@ -183,10 +182,9 @@ def week_episodes(con: duckdb.DuckDBPyConnection, policy, *, start: datetime, en
     (analytics.squatting_lifecycle), so the week's summary does not depend on which moments the
     pipeline happened to evaluate. Each episode with its worst severity and its largest wasted
     GPU-hours (idle minutes × idle GPUs, as of its last evaluation)."""
+    from gpuledger.alerts.plan import SEVERITY_RANK
     from gpuledger.analytics.reports import squatters_report
     from gpuledger.analytics.squatting_lifecycle import EPISODE, advance_lifecycle
-
-    from gpuledger.alerts.plan import SEVERITY_RANK
 
     open_now = pl.DataFrame()
     done: list[pl.DataFrame] = []

@@ -16,8 +16,8 @@ from gpuledger.alerts.cycle import run_alert_cycle
 from gpuledger.alerts.outbox import deliver, wall_now
 from gpuledger.alerts.plan import budget_alerts, digest_alerts, quiet_until, squatting_alerts
 from gpuledger.config import parse_config_text
-from tests.helpers.statement_fixtures import CONFIG, october
 from tests.helpers.alert_receivers import receivers_fixture, wait_for  # noqa: F401  (the receivers fixture)
+from tests.helpers.statement_fixtures import CONFIG, october
 
 ALERTS = """
 policy:

@@ -10,10 +10,9 @@ import pytest
 
 pytest.importorskip("apprise")
 
-from gpuledger.alerts.channels import (AppriseNotifier, DeliveryError, JsonWebhook,  # noqa: E402
-                                       SmtpNotifier, with_timeouts)
-from gpuledger.deadlines import CallDeadline  # noqa: E402
-from tests.helpers.hostile_servers import SILENT, TRICKLE, HostileServer  # noqa: E402
+from gpuledger.alerts.channels import AppriseNotifier, DeliveryError, JsonWebhook, SmtpNotifier, with_timeouts
+from gpuledger.deadlines import CallDeadline
+from tests.helpers.hostile_servers import SILENT, TRICKLE, HostileServer
 
 QUICK = CallDeadline(connect_s=1, read_s=1, total_s=2)
 

@@ -78,12 +78,12 @@ def test_slack_gets_block_kit_with_the_same_fields(receivers, monkeypatch):
 
 def test_a_budget_alert_once_per_threshold_with_a_link(receivers):
     """alpha 850 of 1000 (85 %): the 80 % alert; then 1,020 (102 %): the 100 % alert only, once."""
-    hook, mails = receivers
+    _, mails = receivers
     policy = parse_config_text(CONFIG + ALERTS).policy
     burn = pl.DataFrame({"node": ["alpha"], "period_start": ["2026-10-01"], "period_end": ["2026-11-01"],
                          "budget_gpu_hours": [1000.0], "consumed_gpu_hours": [850.0], "burn_gpu_hours_per_day": [10.0],
                          "projected_exhaustion": [None], "status": ["funded"], "budget_own": [True]})
-    (mail80, hook80) = sorted(budget_alerts(burn, policy, now=datetime(2026, 10, 20)), key=lambda a: a.channel)[::-1]
+    (_, hook80) = sorted(budget_alerts(burn, policy, now=datetime(2026, 10, 20)), key=lambda a: a.channel)[::-1]
     assert hook80.subject == "budget alpha: 80 % consumed" and hook80.subject not in hook80.body
     assert "dashboard: https://gpuledger.example.org/budgets?node=alpha" in hook80.body
     later = budget_alerts(burn.with_columns(consumed_gpu_hours=pl.lit(1020.0)), policy, now=datetime(2026, 10, 25))

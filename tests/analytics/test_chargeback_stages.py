@@ -34,7 +34,7 @@ def _stages():
 
 
 def test_priced_pieces_and_the_hourly_balance():
-    cap, pieces, prices, per_hour = _stages()
+    cap, pieces, _, per_hour = _stages()
     # 3 GPUs × 24 h of capacity; J's 6 hourly pieces, K's and L's one, each priced 2.00
     assert cap.collect()["cap_raw"].sum() == D(72)
     got = pieces.collect().group_by("job_id").agg(pl.col("a_raw").sum(), pl.col("price_per_gpu_hour").unique())
@@ -75,7 +75,7 @@ def test_rounded_billed_and_memo_trees_add_up_at_every_level():
     _, pieces, _, per_hour = _stages()
     charges = cb.charge_lines(pieces).drop("_known").with_columns(_idle_raw=pl.lit(0).cast(cb.RAW))
     tree = org([("acme", None, 1), ("alpha", "acme", 1), ("beta", "acme", 1)])
-    levels, meta, path, depth, _ = cb.rounded_billed(charges, cb.idle_lines(per_hour), JOBS, tree)
+    levels, _, path, depth, _ = cb.rounded_billed(charges, cb.idle_lines(per_hour), JOBS, tree)
     assert depth == 2 and path == ["currency", "p1", "p2", "_mt", "_leaf"]
     # billed (charges and idle, the memo apart): 12.00 + 1.00 + 2.00 + 82.00 = 97.00, root and leaves
     assert levels[0].collect()["amount"].to_list() == [D("97.00")]

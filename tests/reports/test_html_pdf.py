@@ -39,10 +39,11 @@ def test_the_pdf_is_listed_in_the_manifest_and_byte_stable(statement):
     assert listed[f"{STEM}.pdf"] == hashlib.sha256(pdf).hexdigest()
     assert pdf == (base / "b" / f"{STEM}.pdf").read_bytes() and first == second
     assert b"/CreationDate (D:20261101000000" in pdf  # the statement's own time, not the clock's
-    info = subprocess.run(["pdfinfo", str(base / "a" / f"{STEM}.pdf")], capture_output=True, text=True).stdout
+    info = subprocess.run(["pdfinfo", str(base / "a" / f"{STEM}.pdf")], capture_output=True, text=True,
+                          check=True).stdout
     assert "(A4)" in info and "594.96 x 841.92" in info  # portrait
     text = subprocess.run(["pdftotext", "-layout", str(base / "a" / f"{STEM}.pdf"), "-"], capture_output=True,
-                          text=True).stdout
+                          text=True, check=True).stdout
     assert "3,720.00" in text and "reconciles to the cent" in text
     assert json.loads((base / "a" / "manifest.json").read_text())["files"] == first["files"]
 
