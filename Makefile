@@ -67,11 +67,13 @@ dashboard: install
 	$(BIN)/streamlit run dashboards/app.py --server.headless true --server.address 127.0.0.1 \
 		--server.port $(DASHBOARD_PORT) --browser.gatherUsageStats false
 
-# The live demo: simulated dcgm-exporter endpoints + Dagster (webserver and daemon, schedules and
-# sensors on, DAGSTER_HOME this folder) + the dashboards; Ctrl-C stops everything. GPUS=, UI_PORT=,
-# EXPORTER_PORT=, DASHBOARD_PORT=.
+# The live demo in its own folder data/dev/ (warehouse, config, Dagster home, alerts.txt; never
+# the $(GPULEDGER_WAREHOUSE) or DAGSTER_HOME exported above): simulated dcgm-exporter endpoints
+# fast-forwarded (SPEED=30) to now, the scrape service, Dagster (webserver and daemon, schedules and
+# sensors on), the dashboards and a local alert receiver; Ctrl-C stops everything. GPUS=, SPEED=,
+# UI_PORT=, EXPORTER_PORT=, DASHBOARD_PORT=, ALERT_PORT=.
 dev: install
-	bash scripts/dev.sh
+	DASHBOARD_PORT=$(DASHBOARD_PORT) bash scripts/dev.sh
 
 # Issue 14's benchmarks (not part of `make test`; an hour or more): each script in its own process,
 # then bench/results.json and the generated block of BENCHMARKS.md. BENCH_SIZES=256,1024 and

@@ -14,7 +14,7 @@ import re
 from datetime import date, datetime, timedelta
 
 from gpuledger.errors import UsageError
-from gpuledger.rules.clock import parse_iso
+from gpuledger.rules.clock import EARLIEST_TIME, LATEST_TIME, parse_iso
 
 MONTH, DAY, WEEK, RANGE = "month", "day", "week", "range"
 ALL_FORMS = (MONTH, DAY, WEEK, RANGE)
@@ -42,8 +42,17 @@ def _form_of(text: str) -> str | None:
 
 
 def period_bounds(period: str, forms: tuple[str, ...] = ALL_FORMS, *, why: str | None = None) -> tuple[datetime, datetime]:
-    """[start, end) of ``period`` (naive UTC) in one of ``forms``; ``why`` says why only those
-    (e.g. "statements are per calendar month"). PeriodError otherwise."""
+    """[start, end) of ``period`` (naive UTC) in one of ``forms``, within the times gpuledger
+    handles (1970-01-01 to before 9999-12-01); ``why`` says why only those forms (e.g.
+    "statements are per calendar month"). PeriodError otherwise."""
+    lo, hi = _bounds(period, forms, why)
+    if not (EARLIEST_TIME <= lo and hi <= LATEST_TIME):
+        raise PeriodError(f"period {period!r}: give a period from {EARLIEST_TIME:%Y-%m-%d} to before "
+                          f"{LATEST_TIME:%Y-%m-%d} (UTC)")
+    return lo, hi
+
+
+def _bounds(period: str, forms: tuple[str, ...], why: str | None) -> tuple[datetime, datetime]:
     text = period.strip()
     form = _form_of(text)
 
@@ -74,7 +83,7 @@ def period_bounds(period: str, forms: tuple[str, ...] = ALL_FORMS, *, why: str |
         return start, start + timedelta(days=1)
     except PeriodError:
         raise
-    except ValueError as exc:  # a date that does not exist: 2026-02-30, week 60
+    except (ValueError, OverflowError) as exc:  # a date that does not exist: 2026-02-30, week 60
         raise fail(f"no such date ({exc})") from None
 
 
