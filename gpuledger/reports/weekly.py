@@ -116,14 +116,15 @@ def month_shares(con, start: datetime, end: datetime, *, policy, now: datetime, 
     statement it overlaps: a month's cents (its issued lines and corrections when closed) are split
     among the month's week parts by largest remainder of their exact amounts, so the weeks of a
     month add up to its statement to the cent, and a week crossing months is the sum of two parts."""
-    from gpuledger.analytics.reports import chargeback_report, statement_report
+    from gpuledger.analytics.reports import chargeback_report
+    from gpuledger.ledger.periods import statement_lines
     from gpuledger.ledger.periods import month_bounds, next_month
 
     rows: dict[tuple[str, str], Decimal] = {}
     month = datetime(start.year, start.month, 1)
     while month < end:
         m_start, m_end = month_bounds(f"{month:%Y-%m}")
-        lines = statement_report(con, f"{month:%Y-%m}", level="project", policy=policy, now=now)
+        lines = statement_lines(con, f"{month:%Y-%m}", level="project", policy=policy, now=now)
         owed = _per_unit(lines.filter(is_billed(lines)), unit_expr, "amount")
         parts = [(a, b) for a, b in _weeks_of_month(m_start, m_end) if a < min(m_end, now)]
         exact = [_per_unit(chargeback_report(con, f"{a.isoformat()}..{b.isoformat()}", level="project",

@@ -78,9 +78,9 @@ def test_the_weeks_of_a_month_add_up_to_its_statement_to_the_cent(warehouse_file
     parts = _weeks_of_month(datetime(2026, 10, 1), datetime(2026, 11, 1))
     assert [a.day for a, _ in parts] == [1, 5, 12, 19, 26]
     with warehouse.open_reader(warehouse_file) as con:
-        from gpuledger.analytics.reports import statement_report
+        from gpuledger.ledger.periods import statement_lines
 
-        month = statement_report(con, "2026-10")
+        month = statement_lines(con, "2026-10")
         owed = month.with_columns(business_unit=unit).group_by("business_unit").agg(pl.col("amount").sum())
         weeks = [month_shares(con, a, b, policy=None, now=datetime(2026, 11, 3), unit_expr=unit) for a, b in parts]
     summed = pl.concat(weeks).group_by("business_unit").agg(pl.col("spend").sum())
