@@ -47,9 +47,13 @@ def period_bounds(period: str, forms: tuple[str, ...] = ALL_FORMS, *, why: str |
     "statements are per calendar month"). PeriodError otherwise."""
     lo, hi = _bounds(period, forms, why)
     if not (EARLIEST_TIME <= lo and hi <= LATEST_TIME):
-        raise PeriodError(f"period {period!r}: give a period from {EARLIEST_TIME:%Y-%m-%d} to before "
-                          f"{LATEST_TIME:%Y-%m-%d} (UTC)")
+        raise _out_of_range(period)
     return lo, hi
+
+
+def _out_of_range(period: str) -> PeriodError:
+    return PeriodError(f"period {period!r}: give a period from 1970-01 to 9999-11 (UTC: from "
+                       f"{EARLIEST_TIME:%Y-%m-%d} to before {LATEST_TIME:%Y-%m-%d})")
 
 
 def _bounds(period: str, forms: tuple[str, ...], why: str | None) -> tuple[datetime, datetime]:
@@ -73,6 +77,8 @@ def _bounds(period: str, forms: tuple[str, ...], why: str | None) -> tuple[datet
             m = _MONTH.fullmatch(text)
             if not 1 <= int(m[2]) <= 12:
                 raise fail("month must be 01..12")
+            if not (1970, 1) <= (int(m[1]), int(m[2])) <= (9999, 11):  # 9999-12 ends past datetime's range
+                raise _out_of_range(period)
             start = datetime(int(m[1]), int(m[2]), 1)
             return start, next_month(start)
         if form == WEEK:
