@@ -23,15 +23,20 @@ SNAPSHOT_TABLES = ("fairshare_snapshots", "budget_snapshots")
 USAGE_TABLES = {"project": "usage_hourly_projects"}
 DAY = timedelta(days=1)
 
-# the columns of reports.fairshare_report / budget_report, in their order (the tables add day,
-# as_of and materialized_at; fair share stores `order` as queue_order)
-FAIRSHARE_COLUMNS = ("node", "parent", "depth", "kind", "shares_raw", "shares_norm", "share_global",
-                     "usage_raw_gpu_hours", "usage_norm", "usage_effective", "level_fs", "fs_rank",
-                     "fairshare_factor", "queue_order", "gpu_hours_window", "gpu_hours_decayed",
-                     "delivery_ratio", "occupancy_ratio")
-BUDGET_COLUMNS = ("node", "period_start", "period_end", "budget_gpu_hours", "budget_own",
-                  "consumed_gpu_hours", "unweighted_gpu_hours", "unweighted_models", "remaining_gpu_hours",
-                  "burn_gpu_hours_per_day", "projected_exhaustion", "status")
+# the columns of reports.fairshare_report / budget_report, in their order, with their polars types
+# (the tables add day, as_of and materialized_at; fair share stores `order` as queue_order)
+_F = "Float64"
+FAIRSHARE_COLUMNS = {"node": "String", "parent": "String", "depth": "Int32", "kind": "String", "shares_raw": _F,
+                     "shares_norm": _F, "share_global": _F, "usage_raw_gpu_hours": _F, "usage_norm": _F,
+                     "usage_effective": _F, "level_fs": _F, "fs_rank": "Int32", "fairshare_factor": _F,
+                     "queue_order": "Int32", "gpu_hours_window": _F, "gpu_hours_decayed": _F,
+                     "delivery_ratio": _F, "occupancy_ratio": _F}
+BUDGET_COLUMNS = {"node": "String", "period_start": "Date", "period_end": "Date", "budget_gpu_hours": _F,
+                  "budget_own": "Boolean", "consumed_gpu_hours": _F, "unweighted_gpu_hours": _F,
+                  "unweighted_models": "String", "remaining_gpu_hours": _F, "burn_gpu_hours_per_day": _F,
+                  "projected_exhaustion": "Datetime", "status": "String"}
+USAGE_ROW = {"project": "String", "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
+             "gpu_hours_unknown": _F, "energy_kwh": _F}
 
 
 @dataclass(frozen=True)
@@ -62,14 +67,14 @@ def _config_loaded_at(con) -> datetime | None:
     return con.execute(_sql("config_loaded_at")).fetchall()[0][0]
 
 
-def _holds(con, table: str, columns: tuple[str, ...]) -> bool:
+def _holds(con, table: str, columns) -> bool:
     """Whether ``table`` stores every column of the report (a report that grew a column is computed
     until a migration adds it: a materialized answer never lacks a figure)."""
     stored = {row[0] for row in con.execute(f'DESCRIBE "{table}"').fetchall()}
     return set(columns) <= stored
 
 
-def _snapshot_fresh(con, table: str, columns: tuple[str, ...], as_of: datetime) -> bool:
+def _snapshot_fresh(con, table: str, columns, as_of: datetime) -> bool:
     assert table in SNAPSHOT_TABLES  # an identifier from the list above, never from input
     if not _holds(con, table, columns):
         return False
@@ -78,11 +83,19 @@ def _snapshot_fresh(con, table: str, columns: tuple[str, ...], as_of: datetime) 
     return bool(rows) and (loaded is None or oldest >= loaded)
 
 
-def _snapshot(con, table: str, columns: tuple[str, ...], as_of: datetime, order: str):
-    names = ", ".join(f'"{c}"' for c in columns)
-    # duckdb 2.0: execute() results have no .pl(); sql() relations do, and take params
-    return con.sql(f'SELECT {names} FROM "{table}" WHERE as_of = $as_of ORDER BY {order}',
-                   params={"as_of": as_of}).pl()
+def _frame(rows: list[tuple], schema: dict):
+    """Rows to polars without pyarrow: DuckDB's .pl() goes through Arrow, whose import (pyarrow,
+    numpy) costs more than the whole materialized query."""
+    import polars as pl
+
+    return pl.DataFrame(rows, schema={c: getattr(pl, t) for c, t in schema.items()}, orient="row")
+
+
+def _snapshot(con, table: str, schema: dict, as_of: datetime, order: str):
+    names = ", ".join(f'"{c}"' for c in schema)
+    rows = con.execute(f'SELECT {names} FROM "{table}" WHERE as_of = $as_of ORDER BY {order}',
+                       {"as_of": as_of}).fetchall()
+    return _frame(rows, schema)
 
 
 def fairshare(con, *, policy, as_of: datetime | None = None) -> Facts:
@@ -131,7 +144,7 @@ def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=No
     if table is not None and _usage_fresh(con, table, start, end, at):
         from gpuledger.analytics.attribution import sum_usage
 
-        rows = con.sql(_sql("usage_project_hours"), params={"start": start, "end": end}).pl()
+        rows = _frame(con.execute(_sql("usage_project_hours"), {"start": start, "end": end}).fetchall(), USAGE_ROW)
         out = sum_usage(rows.lazy(), ["project"]).collect()
         out = out.sort(["gpu_hours_allocated", "project"], descending=[True, False], nulls_last=True)
         return Facts(out, MATERIALIZED, at)
