@@ -40,8 +40,11 @@ demo: install
 	mkdir -p reports
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format csv --out reports/chargeback-2026-11.csv
 	$(BIN)/gpuledger report chargeback --period 2026-11 --format parquet --out reports/chargeback-2026-11.parquet
-	@echo "enforcement over the simulated week (a dry run): each squatter warned, then preempted; exempt inference never"
+	@echo "enforcement over the simulated week (a what-if: nothing is sent): each squatter is warned, and preempted as a"
+	@echo "squatter once a warning is 15 min old; an unfunded one may go sooner, in its first warning's cycle, for waiting"
+	@echo "funded work (a demand preemption); exempt inference never"
 	$(BIN)/gpuledger enforce replay --every 1h --only-when-idle
+	@echo "this cycle's plan, made without a scheduler's live view: it preempts nothing and says why (--observe BACKEND)"
 	$(BIN)/gpuledger enforce plan --now data --format json --out reports/enforcement-plan.json
 	$(BIN)/gpuledger report statement --period 2026-11 --out reports/statement-2026-11
 	$(BIN)/gpuledger pipelines run-once
@@ -64,11 +67,13 @@ dashboard: install
 	$(BIN)/streamlit run dashboards/app.py --server.headless true --server.address 127.0.0.1 \
 		--server.port $(DASHBOARD_PORT) --browser.gatherUsageStats false
 
-# The live demo: simulated dcgm-exporter endpoints + Dagster (webserver and daemon, schedules and
-# sensors on, DAGSTER_HOME this folder) + the dashboards; Ctrl-C stops everything. GPUS=, UI_PORT=,
-# EXPORTER_PORT=, DASHBOARD_PORT=.
+# The live demo in its own folder data/dev/ (warehouse, config, Dagster home, alerts.txt; never
+# the $(GPULEDGER_WAREHOUSE) or DAGSTER_HOME exported above): simulated dcgm-exporter endpoints
+# fast-forwarded (SPEED=30) to now, the scrape service, Dagster (webserver and daemon, schedules and
+# sensors on), the dashboards and a local alert receiver; Ctrl-C stops everything. GPUS=, SPEED=,
+# UI_PORT=, EXPORTER_PORT=, DASHBOARD_PORT=, ALERT_PORT=.
 dev: install
-	bash scripts/dev.sh
+	DASHBOARD_PORT=$(DASHBOARD_PORT) bash scripts/dev.sh
 
 # Issue 14's benchmarks (not part of `make test`; an hour or more): each script in its own process,
 # then bench/results.json and the generated block of BENCHMARKS.md. BENCH_SIZES=256,1024 and

@@ -12,11 +12,11 @@ import os
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import polars as pl
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuledger import deadlines
 from gpuledger.config_files import (  # noqa: F401  (re-exported: callers import them from here)
@@ -31,7 +31,24 @@ Tier = Literal["reserved", "on-demand", "spot"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # no unknown keys; no inf / nan anywhere (infinite shares made fair share NaN)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+MAX_ORG_DEPTH = 32  # levels below the root: real org trees have < 10; deeper is a generated mistake
+# money and budgets as the warehouse stores them: DECIMAL(18, 3) GPU-hours, DECIMAL(18, 6) prices
+BUDGET_DIGITS, PRICE_DIGITS = 18, 18
+
+
+def _iso_4217(code: str | None) -> str | None:
+    """``code`` when it is an ISO 4217 currency (USD, EUR, JPY...), else a ValueError saying so."""
+    if code is None:
+        return None
+    import pycountry
+
+    if pycountry.currencies.get(alpha_3=code) is None:
+        raise ValueError(f"{code!r} is not an ISO 4217 currency code (e.g. USD, EUR, GBP, JPY)")
+    return code
 
 
 class OrgNode(_Strict):
@@ -50,7 +67,7 @@ class OrgNode(_Strict):
 
 class Budget(_Strict):
     node: str
-    gpu_hours: Decimal = Field(ge=0)
+    gpu_hours: Decimal = Field(ge=0, max_digits=BUDGET_DIGITS, decimal_places=3)  # < 10^15 GPU-hours
     period: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}$")
     start: date | None = None
     end: date | None = None
@@ -75,10 +92,10 @@ class Budget(_Strict):
 class Rate(_Strict):
     gpu_model: str = Field(min_length=1)
     tier: Tier = "reserved"
-    price_per_gpu_hour: Decimal = Field(ge=0, decimal_places=6)
+    price_per_gpu_hour: Decimal = Field(ge=0, max_digits=PRICE_DIGITS, decimal_places=6)  # < 10^12 a GPU-hour
     effective_from: date
     budget_weight: float = Field(default=1.0, gt=0)
-    currency: str | None = None
+    currency: Annotated[str | None, AfterValidator(_iso_4217)] = None
 
     @field_validator("price_per_gpu_hour", mode="before")
     @classmethod
@@ -181,6 +198,7 @@ class EnforcementPolicy(_Strict):
     max_preemptions_per_project_per_hour: int = Field(default=6, ge=0)
     preemption_cooldown_minutes: float = Field(default=60, ge=0)  # a job preempted is left alone this long
     eviction_grace_period_seconds: int | None = Field(default=None, ge=0)  # None: the pod's own grace period
+    scheduler_timeout_seconds: float = Field(default=30, gt=0)  # each Slurm command / Kubernetes call's deadline
     exempt_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
     exempt_kinds: list[str] = Field(default_factory=lambda: ["inference"])  # production inference: never preempted, on top
     exempt_labels: dict[str, str] = Field(default_factory=dict)
@@ -203,7 +221,7 @@ class RetentionPolicy(_Strict):
     """How long the warehouse keeps raw samples (warehouse/retention.py, `gpuledger warehouse
     prune`). Rollups, jobs, findings, statements and the audit trail are always kept."""
 
-    raw_sample_days: float = Field(default=35, gt=0)  # counted back from the newest sample
+    raw_sample_days: float = Field(default=35, gt=0, le=36_500)  # counted back from the newest sample
 
 
 class JobInputPolicy(_Strict):
@@ -254,7 +272,7 @@ class WhatIfPolicy(_Strict):
     checkpoint_interval_minutes: float = Field(default=60, gt=0)  # a preempted job that resumes loses at most this
     resumable_kinds: list[str] = Field(default_factory=lambda: ["training", "fine-tune"])  # kinds that checkpoint
     cycle_minutes: float = Field(default=15, gt=0)  # how often the simulated enforcement cycle runs
-    spot_interruptions_per_hour: float = Field(default=0.05, ge=0)  # per job on spot (a Poisson rate)
+    spot_interruptions_per_hour: float = Field(default=0.05, ge=0, le=60)  # per job on spot (a Poisson rate)
 
 
 class HardwareCost(_Strict):
@@ -262,9 +280,9 @@ class HardwareCost(_Strict):
     the purchase price per GPU and its running cost (power, hosting, support) per GPU-hour."""
 
     gpu_model: str = Field(min_length=1)
-    purchase_price_per_gpu: Decimal = Field(ge=0, decimal_places=2)
-    running_cost_per_gpu_hour: Decimal = Field(ge=0, decimal_places=6)
-    currency: str | None = None
+    purchase_price_per_gpu: Decimal = Field(ge=0, max_digits=PRICE_DIGITS, decimal_places=2)
+    running_cost_per_gpu_hour: Decimal = Field(ge=0, max_digits=PRICE_DIGITS, decimal_places=6)
+    currency: Annotated[str | None, AfterValidator(_iso_4217)] = None
 
     @field_validator("purchase_price_per_gpu", "running_cost_per_gpu_hour", mode="before")
     @classmethod
@@ -360,7 +378,7 @@ class DashboardAccess(_Strict):
 
 
 class Config(_Strict):
-    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    currency: Annotated[str, AfterValidator(_iso_4217)] = Field(default="USD", pattern=r"^[A-Z]{3}$")
     org: OrgNode
     budgets: list[Budget] = Field(default_factory=list)
     rate_card: list[Rate] = Field(default_factory=list)
@@ -371,6 +389,13 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
+        level, depth = [self.org], 0
+        while level:  # level by level, no recursion: how deep is the tree?
+            level = [child for node in level for child in node.children]
+            depth += bool(level)
+            if depth > MAX_ORG_DEPTH:
+                raise ValueError(f"org: the tree is more than {MAX_ORG_DEPTH} levels deep; an org tree "
+                                 "that deep is a generated mistake (real ones have fewer than 10)")
         seen: set[str] = set()
         for node, _, _ in self.org.walk():
             if node.name in seen:
@@ -460,6 +485,27 @@ class _Loader(yaml.SafeLoader):
     date (2026-02-30) is reported against its field instead of failing inside the YAML reader."""
 
 
+def _mapping_without_duplicates(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    """A YAML mapping whose keys are each given once: a second ``budgets:`` silently replacing the
+    first is refused, naming both lines."""
+    first_line: dict = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            if key in first_line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice (lines {first_line[key] + 1} and "
+                    f"{key_node.start_mark.line + 1}); keep one", key_node.start_mark)
+            first_line[key] = key_node.start_mark.line
+        except TypeError:  # an unhashable key: the constructor below says so
+            continue
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
@@ -497,6 +543,9 @@ def parse_config_text(text: str, source: str | os.PathLike = "(stored config)") 
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else str(source)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+    except RecursionError:  # the reader recurses per level: a tree hundreds of levels deep
+        raise ConfigError(f"{source}: nested too deeply to read (the org tree may have at most "
+                          f"{MAX_ORG_DEPTH} levels)") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping with at least an `org:` tree")
     try:

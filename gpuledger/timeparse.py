@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.IGNORECASE)
 _UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+# Years 1970-9999: a window ending in 9999-12 would need a month after it, past datetime's range.
+EARLIEST_TIME, LATEST_TIME = datetime(1970, 1, 1), datetime(9999, 12, 1)
 
 
 def parse_utc(text: str) -> datetime:
@@ -18,15 +20,22 @@ def parse_utc(text: str) -> datetime:
     if not value:
         raise ValueError("empty time")
     if re.fullmatch(r"-?\d+(\.\d+)?", value):
-        return datetime.fromtimestamp(float(value), UTC).replace(tzinfo=None)
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ValueError(
-            f"{value!r} is not a time: use ISO-8601 (2026-11-01T08:00:00Z) or epoch seconds"
-        ) from None
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        try:
+            parsed = datetime.fromtimestamp(float(value), UTC).replace(tzinfo=None)
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(f"{value[:30]!r} epoch seconds is outside {EARLIEST_TIME.year}..{LATEST_TIME.year}") from None
+    else:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+            if parsed.tzinfo is not None:
+                parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        except (ValueError, OverflowError):
+            raise ValueError(
+                f"{value!r} is not a time: use ISO-8601 (2026-11-01T08:00:00Z) or epoch seconds"
+            ) from None
+    if not EARLIEST_TIME <= parsed < LATEST_TIME:
+        raise ValueError(f"{value!r} is outside the times gpuledger handles: from {EARLIEST_TIME:%Y-%m-%d} "
+                         f"to before {LATEST_TIME:%Y-%m-%d} (UTC)")
     return parsed
 
 

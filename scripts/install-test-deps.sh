@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# System packages the tests use as real parts: Prometheus (and promtool), Chromium and PostgreSQL
+# System packages the tests use as real parts: Prometheus (and promtool), VictoriaMetrics, Chromium and PostgreSQL
 # from Debian. Idempotent and quiet when everything is already there. Needs root (CI and sessions
 # run as root).
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# the single-node VictoriaMetrics the aggregate ingest is tested against (tests/helpers/victoria_rig.py
+# starts a private one on a free port; the package's own service is not used)
+command -v victoria-metrics >/dev/null 2>&1 || need+=(victoria-metrics)
 # headless Chromium renders the HTML finance statement in tests (driven by Playwright, which cannot
 # download its own browser here); DejaVu gives it fonts to draw the text with
 command -v chromium >/dev/null 2>&1 || need+=(chromium)

@@ -61,10 +61,10 @@ if ctx is not None:
                         width="stretch")
         st.caption("How much of the GPU time each project was owed (its share, capped by its demand) each policy "
                    "delivered; the dashed line is 100 %.")
-        st.dataframe(delivery, hide_index=True, column_config={
-            "owed_gpu_hours": st.column_config.NumberColumn("owed (GPU-h)", format="%.1f"),
-            "delivered_gpu_hours": st.column_config.NumberColumn("delivered (GPU-h)", format="%.1f"),
-            "delivery_ratio": st.column_config.NumberColumn("delivered ÷ owed (ratio)", format="%.3f")})
+        ui.table(delivery, {"project": "project", "policy": "policy",
+                            "delivery_ratio": ui.number_col("delivered ÷ owed (ratio)", "%.3f"),
+                            "owed_gpu_hours": ui.gpu_h("owed"), "delivered_gpu_hours": ui.gpu_h("delivered")},
+                 key="whatif_delivery", download="whatif-delivery")
     else:
         st.caption("The file has no project delivery rows.")
 

@@ -60,8 +60,11 @@ def channel_url(name: str) -> str:
         path = Path(secrets)
         try:
             data = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise RunError(f"{SECRETS_ENV}={secrets}: cannot read it ({exc}); fix the file or unset it") from None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            mark = getattr(exc, "problem_mark", None)  # one line: file:line:column and the problem
+            where = f"{secrets}:{mark.line + 1}:{mark.column + 1}" if mark else secrets
+            problem = getattr(exc, "problem", None) or getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+            raise RunError(f"{SECRETS_ENV}={where}: cannot read it ({problem}); fix the file or unset it") from None
         url = (data.get("channels") or {}).get(name) if isinstance(data, dict) else None
         if url:
             return str(url)
@@ -144,7 +147,7 @@ class Message:
                 items.append(f"<li>{shown[2:] if line.startswith('- ') else shown}</li>")
             else:
                 flush()
-                label, sep, rest = line.partition(": ")
+                label, sep, _ = line.partition(": ")
                 if sep and len(label) <= 24 and " " not in label.strip():
                     shown = f"<b>{escape(label)}:</b> {shown[len(escape(label)) + 2:]}"
                 out.append(f"<p>{shown}</p>")

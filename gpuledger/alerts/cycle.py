@@ -5,7 +5,7 @@ and the Dagster sensor (pipelines/defs/alerts) both run this."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuledger import warehouse
 from gpuledger.alerts.outbox import DeliveryReport, deliver, enqueue
@@ -22,12 +22,19 @@ def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     """Every alert the warehouse's state calls for at ``now`` (the data's "now")."""
     from gpuledger.alerts.plan import budget_alerts, digest_alerts, squatting_alerts
     from gpuledger.analytics.reports import budget_report, squatters_report
+    from gpuledger.sql import load_sql
 
-    evaluated = con.execute("SELECT count(*) FROM squatting_evaluations").fetchall()[0][0]
-    if evaluated:  # the pipeline materializes episodes with their lifecycle
-        episodes = con.sql("SELECT * FROM squatting_findings").pl()
-        open_now = episodes.filter(episodes["resolved_at"].is_null())
-    else:  # no pipeline: evaluate now; idle_since marks the episode
+    # the pipeline's latest evaluation at or before `now`: its episodes as they were then, when it
+    # is recent (within half the sustained-idle window); otherwise the rules evaluated at `now`
+    # (an `alerts run --now T` plans from the findings as of T, never from later ones)
+    evaluated = con.execute("SELECT max(evaluated_at) FROM squatting_evaluations WHERE evaluated_at <= ?",
+                            [now]).fetchall()[0][0]
+    fresh = timedelta(minutes=policy.squatting.sustained_minutes / 2)
+    if evaluated is not None and now - evaluated <= fresh:
+        open_now = con.sql(load_sql(__package__, "episodes_as_of.sql"), params={"at": evaluated}).pl()
+        episodes = con.sql("SELECT * FROM squatting_findings WHERE first_seen <= $at",
+                           params={"at": now}).pl()
+    else:  # no recent evaluation: evaluate at `now`; idle_since marks the episode
         episodes = None
         open_now = squatters_report(con, policy=policy, now=now)
     alerts = squatting_alerts(open_now, policy, now=now, squatting=policy.squatting,

@@ -173,138 +173,19 @@ def chargeback_lines(
     if level == "node" and org_nodes is None:
         raise ValueError("level='node' needs org_nodes")
     billed_end = min(end, max(now, start))
-    keys = ["cluster", "model", "tier"]
     zero = pl.lit(0).cast(RAW)
 
-    # Capacity per (cluster, model, tier, hour); clusters with any inventory have known capacity.
-    cap = capacity_hourly(gpus, start=start, end=billed_end, retire_grace=retire_grace).select(
-        *keys, "hour", cap_raw=to_raw(pl.col("gpu_hours_capacity")))
-    known = gpus.select(pl.col("cluster").cast(pl.String)).unique().with_columns(_known=pl.lit(True))
-    pieces = (
-        allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
-                         default_tier=default_tier)
-        .join(known, on="cluster", how="left")
-        .select("job_id", "gpu_id", "allocation_level", *keys, "hour", "gpu_hours_allocated",
-                a_raw=to_raw(pl.col("gpu_hours_allocated")), _known=pl.col("_known").fill_null(False))
-    )
-    # One price per (model, tier, hour): charges, capacity and over-allocation use the same one.
-    hours = pl.concat([pieces.select("model", "tier", "hour"), cap.select("model", "tier", "hour")]) \
-        .filter(pl.col("model").is_not_null()).unique()
-    prices = price_as_of(hours.with_columns(_at=pl.max_horizontal(pl.col("hour"), pl.lit(start))),
-                         rate_card, at="_at").drop("_at")
-    # Materialised once here: every line kind below reads these two frames (a lazy plan would
-    # recompute the hourly cut for each of them).
-    pieces = pieces.join(prices, on=["model", "tier", "hour"], how="left", nulls_equal=False).collect(engine=ENGINE).lazy()
-
-    # Per hour of a known cluster: idle = capacity not allocated, over = allocated beyond it.
-    per_hour = (
-        cap.join(pieces.filter(pl.col("_known") & pl.col("model").is_not_null())
-                 .group_by(*keys, "hour").agg(alloc_raw=pl.col("a_raw").sum()),
-                 on=[*keys, "hour"], how="full", coalesce=True)
-        .with_columns(pl.col("cap_raw").fill_null(zero), pl.col("alloc_raw").fill_null(zero))
-        .with_columns(_diff=pl.col("alloc_raw") - pl.col("cap_raw"))
-        .with_columns(
-            over_h=pl.when(pl.col("_diff") > pl.lit(_OVER_TOLERANCE).cast(RAW)).then(pl.col("_diff")).otherwise(zero),
-            idle_h=pl.when(pl.col("_diff") < zero).then(-pl.col("_diff")).otherwise(zero),
-        )
-        .join(prices, on=["model", "tier", "hour"], how="left")
-    ).collect(engine=ENGINE).lazy()
-    priced_hour = pl.col("price_per_gpu_hour").is_not_null()
-
-    charges = (
-        pieces.filter(priced_hour)
-        .with_columns(amount_raw=pl.col("a_raw") * pl.col("price_per_gpu_hour"))
-        .group_by("job_id", *keys, "currency")
-        .agg(pl.col("gpu_hours_allocated").sum(), pl.col("amount_raw").sum(), pl.col("_known").first())
-    )
-    idle = (
-        per_hour.filter(priced_hour & (pl.col("idle_h") > zero))
-        .group_by(*keys, "currency")
-        .agg(gpu_hours_allocated=pl.col("idle_h").sum().cast(pl.Float64),
-             amount_raw=(pl.col("idle_h") * pl.col("price_per_gpu_hour")).sum())
-    )
-    over_hours = per_hour.filter(pl.col("over_h") > zero)
-    over_jobs = (
-        pieces.join(over_hours.select(*keys, "hour"), on=[*keys, "hour"], how="semi")
-        .group_by(*keys).agg(note=pl.lit("jobs: ") + pl.col("job_id").unique().sort().str.join(", "))
-    )
-    over = (
-        over_hours.group_by(*keys, "currency")
-        .agg(gpu_hours_allocated=pl.col("over_h").sum().cast(pl.Float64),
-             amount_raw=(pl.col("over_h") * pl.col("price_per_gpu_hour")).sum())
-        .join(over_jobs, on=keys, how="left")
-    )
-    cap_unknown = (
-        charges.filter(~pl.col("_known")).group_by(*keys, "currency")
-        .agg(pl.col("gpu_hours_allocated").sum(), pl.col("amount_raw").sum())
-        .with_columns(note=pl.lit("cluster ") + pl.col("cluster")
-                      + pl.lit(" has no device inventory: capacity unknown, its charges stand, "
-                               "no idle or over-allocation computed"))
-    )
-    # Unpriced: allocations (per job and reason) and idle capacity without a rate.
-    no_rate = pl.lit("no price for ") + pl.col("model") + pl.lit("/") + pl.col("tier") + pl.lit(" in the rate card")
-    reason = (
-        pl.when(pl.col("model").is_null() & (pl.col("allocation_level") == DEVICE))
-        .then(pl.lit("device ") + pl.col("gpu_id").cast(pl.String) + pl.lit(" not in the inventory"))
-        .when(pl.col("model").is_null()).then(pl.lit("job record names no GPU model"))
-        .otherwise(no_rate)
-    )
-    unpriced = pl.concat([
-        pieces.filter(~priced_hour).with_columns(note=reason)
-        .group_by("job_id", *keys, "note").agg(pl.col("gpu_hours_allocated").sum()),
-        per_hour.filter(~priced_hour & (pl.col("idle_h") > zero))
-        .with_columns(note=no_rate + pl.lit(" (idle capacity)"), job_id=pl.lit(None, pl.String))
-        .group_by("job_id", *keys, "note")
-        .agg(gpu_hours_allocated=pl.col("idle_h").sum().cast(pl.Float64)),
-    ], how="diagonal_relaxed")
-
+    cap, pieces, prices = priced_pieces(job_allocations, gpus, jobs, rate_card, start=start, end=end, now=now,
+                                        billed_end=billed_end, default_tier=default_tier, retire_grace=retire_grace)
+    per_hour = hourly_balance(cap, pieces, prices)
+    charges, idle = charge_lines(pieces), idle_lines(per_hour)
+    over, cap_unknown, unpriced = over_lines(per_hour, pieces), capacity_unknown_lines(charges), \
+        unpriced_lines(pieces, per_hour)
     charges = charges.drop("_known").with_columns(_idle_raw=zero)
     if idle_cost == "spread":
-        group = [*keys, "currency"]
-        spread = (
-            charges.join(idle.select(*group, pl.col("amount_raw").alias("_idle")), on=group, how="left")
-            .with_columns(_charged=pl.col("amount_raw").sum().over(group))
-            .with_columns(_spreads=pl.col("_idle").is_not_null() & (pl.col("_charged") > zero))
-            .with_columns(_share=pl.when(pl.col("_spreads"))
-                          .then(pl.col("_idle") * pl.col("amount_raw") / pl.col("_charged")).otherwise(zero))
-            # Decimal division rounds at 1e-12; the group's largest charge takes the last few so
-            # the spread parts add up to the idle amount exactly.
-            .with_columns(_rank=pl.col("amount_raw").rank("ordinal", descending=True).over(group))
-            .with_columns(_share=pl.col("_share") + pl.when((pl.col("_rank") == 1) & pl.col("_spreads"))
-                          .then(pl.col("_idle") - pl.col("_share").sum().over(group)).otherwise(zero))
-        )
-        spread_groups = spread.filter(pl.col("_spreads")).select(group).unique()
-        charges = spread.with_columns(_idle_raw=pl.col("_share"),
-                                      amount_raw=pl.col("amount_raw") + pl.col("_share")) \
-            .drop("_idle", "_charged", "_share", "_rank", "_spreads")
-        idle = idle.join(spread_groups, on=group, how="anti")
-
-    # The rounding tree: currency → org path → project × model × tier → job line.
-    job_meta = jobs.select("cluster", "job_id", "project", "user_name").unique(["cluster", "job_id"])
-    charges = charges.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
-        pl.col("project").fill_null(NO_JOB_RECORD), line_kind=pl.lit("charge"))
-    idle = idle.with_columns(line_kind=pl.lit("idle"), job_id=pl.lit(None, pl.String),
-                             project=pl.lit(IDLE), user_name=pl.lit(None, pl.String), _idle_raw=pl.col("amount_raw"))
-    billed = pl.concat([charges, idle], how="diagonal_relaxed")
-    billed, depth = _with_org_paths(billed, org_nodes)
-    model_tier = pl.col("model") + pl.lit("|") + pl.col("tier")
-    path = ["currency", *(f"p{i}" for i in range(1, depth + 1)), "_mt", "_leaf"]
-    leaves = billed.with_columns(
-        _mt=model_tier,
-        _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), model_tier], separator="|"),
-    ).collect(engine=ENGINE).lazy()
-    levels = round_tree(leaves, path=path, amounts={"amount_raw": "amount", "_idle_raw": "idle_amount_included"},
-                        sums=["gpu_hours_allocated"])
-    meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "model", "tier")
-    # Memo lines with money, outside the total: over-allocation, and the charges of clusters of
-    # unknown capacity (what the total holds beyond capacity × price). Rounded top-down per kind.
-    memo = pl.concat([
-        over.filter(pl.col("currency").is_not_null()).with_columns(line_kind=pl.lit("over-allocated")),
-        cap_unknown.with_columns(line_kind=pl.lit("capacity-unknown")),
-    ], how="diagonal_relaxed").with_columns(_mt=model_tier, _leaf=pl.col("cluster") + pl.lit("|") + model_tier)
-    memo_path = ["line_kind", "currency", "_mt", "_leaf"]
-    memo_levels = round_tree(memo, path=memo_path, amounts={"amount_raw": "amount"}, sums=["gpu_hours_allocated"])
-    memo_meta = memo.select(*memo_path, *keys, "note")
+        charges, idle = spread_idle(charges, idle)
+    levels, meta, path, depth, job_meta = rounded_billed(charges, idle, jobs, org_nodes)
+    memo_levels, memo_meta, memo_path = rounded_memo(over, cap_unknown)
     memo_name = pl.when(pl.col("line_kind") == "over-allocated").then(pl.lit(OVER)).otherwise(pl.lit(CAPACITY_UNKNOWN))
     zero_idle = {"idle_amount_included": pl.lit(0).cast(CENTS)}
 
@@ -398,6 +279,200 @@ def chargeback_lines(
         .select("period_start", "period_end", "billed_through", "provisional", "line_kind", "billed",
                 *key_cols, *tail, *exact_cols)
     )
+
+
+# --- the stages of chargeback_lines, each a function of frames (tests/analytics/test_chargeback_stages.py) ---
+
+KEYS = ["cluster", "model", "tier"]
+_ZERO = pl.lit(0).cast(RAW)
+
+
+def priced_pieces(job_allocations, gpus, jobs, rate_card, *, start: datetime, end: datetime, now: datetime,
+                  billed_end: datetime, default_tier: str, retire_grace: timedelta):
+    """(cap, pieces, prices): capacity per (cluster, model, tier, hour) up to ``billed_end`` as
+    ``cap_raw``; each allocation's hourly piece (``a_raw`` GPU-hours, ``_known``: its cluster has
+    an inventory) with the price in force at its hour; the one price per (model, tier, hour) that
+    charges, capacity and over-allocation all use."""
+    keys = KEYS
+    # Capacity per (cluster, model, tier, hour); clusters with any inventory have known capacity.
+    cap = capacity_hourly(gpus, start=start, end=billed_end, retire_grace=retire_grace).select(
+        *keys, "hour", cap_raw=to_raw(pl.col("gpu_hours_capacity")))
+    known = gpus.select(pl.col("cluster").cast(pl.String)).unique().with_columns(_known=pl.lit(True))
+    pieces = (
+        allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
+                         default_tier=default_tier)
+        .join(known, on="cluster", how="left")
+        .select("job_id", "gpu_id", "allocation_level", *keys, "hour", "gpu_hours_allocated",
+                a_raw=to_raw(pl.col("gpu_hours_allocated")), _known=pl.col("_known").fill_null(False))
+    )
+    # One price per (model, tier, hour): charges, capacity and over-allocation use the same one.
+    hours = pl.concat([pieces.select("model", "tier", "hour"), cap.select("model", "tier", "hour")]) \
+        .filter(pl.col("model").is_not_null()).unique()
+    prices = price_as_of(hours.with_columns(_at=pl.max_horizontal(pl.col("hour"), pl.lit(start))),
+                         rate_card, at="_at").drop("_at")
+    # Materialised once here: every line kind below reads these two frames (a lazy plan would
+    # recompute the hourly cut for each of them).
+    pieces = pieces.join(prices, on=["model", "tier", "hour"], how="left", nulls_equal=False).collect(engine=ENGINE).lazy()
+    return cap, pieces, prices
+
+
+def hourly_balance(cap: pl.LazyFrame, pieces: pl.LazyFrame, prices: pl.LazyFrame) -> pl.LazyFrame:
+    """Per (cluster, model, tier, hour) of a known cluster: ``idle_h`` (capacity not allocated)
+    and ``over_h`` (allocated beyond capacity, above float noise), priced."""
+    keys, zero = KEYS, _ZERO
+    # Per hour of a known cluster: idle = capacity not allocated, over = allocated beyond it.
+    per_hour = (
+        cap.join(pieces.filter(pl.col("_known") & pl.col("model").is_not_null())
+                 .group_by(*keys, "hour").agg(alloc_raw=pl.col("a_raw").sum()),
+                 on=[*keys, "hour"], how="full", coalesce=True)
+        .with_columns(pl.col("cap_raw").fill_null(zero), pl.col("alloc_raw").fill_null(zero))
+        .with_columns(_diff=pl.col("alloc_raw") - pl.col("cap_raw"))
+        .with_columns(
+            over_h=pl.when(pl.col("_diff") > pl.lit(_OVER_TOLERANCE).cast(RAW)).then(pl.col("_diff")).otherwise(zero),
+            idle_h=pl.when(pl.col("_diff") < zero).then(-pl.col("_diff")).otherwise(zero),
+        )
+        .join(prices, on=["model", "tier", "hour"], how="left")
+    ).collect(engine=ENGINE).lazy()
+    return per_hour
+
+
+_PRICED_HOUR = pl.col("price_per_gpu_hour").is_not_null()
+
+
+def charge_lines(pieces: pl.LazyFrame) -> pl.LazyFrame:
+    """Per job, cluster, model, tier, currency: allocated GPU-hours and the exact charge."""
+    keys, priced_hour = KEYS, _PRICED_HOUR
+    return (
+        pieces.filter(priced_hour)
+        .with_columns(amount_raw=pl.col("a_raw") * pl.col("price_per_gpu_hour"))
+        .group_by("job_id", *keys, "currency")
+        .agg(pl.col("gpu_hours_allocated").sum(), pl.col("amount_raw").sum(), pl.col("_known").first())
+    )
+
+
+def idle_lines(per_hour: pl.LazyFrame) -> pl.LazyFrame:
+    """Per cluster, model, tier, currency: idle GPU-hours and their exact cost."""
+    keys, zero, priced_hour = KEYS, _ZERO, _PRICED_HOUR
+    return (
+        per_hour.filter(priced_hour & (pl.col("idle_h") > zero))
+        .group_by(*keys, "currency")
+        .agg(gpu_hours_allocated=pl.col("idle_h").sum().cast(pl.Float64),
+             amount_raw=(pl.col("idle_h") * pl.col("price_per_gpu_hour")).sum())
+    )
+
+
+def over_lines(per_hour: pl.LazyFrame, pieces: pl.LazyFrame) -> pl.LazyFrame:
+    """Per cluster, model, tier, currency: GPU-hours allocated beyond capacity, their cost (NULL
+    currency: hours without a rate) and a note naming the jobs."""
+    keys, zero = KEYS, _ZERO
+    over_hours = per_hour.filter(pl.col("over_h") > zero)
+    over_jobs = (
+        pieces.join(over_hours.select(*keys, "hour"), on=[*keys, "hour"], how="semi")
+        .group_by(*keys).agg(note=pl.lit("jobs: ") + pl.col("job_id").unique().sort().str.join(", "))
+    )
+    return (
+        over_hours.group_by(*keys, "currency")
+        .agg(gpu_hours_allocated=pl.col("over_h").sum().cast(pl.Float64),
+             amount_raw=(pl.col("over_h") * pl.col("price_per_gpu_hour")).sum())
+        .join(over_jobs, on=keys, how="left")
+    )
+
+
+def capacity_unknown_lines(charges: pl.LazyFrame) -> pl.LazyFrame:
+    """The charges of clusters without a device inventory, per cluster, model, tier, currency."""
+    keys = KEYS
+    return (
+        charges.filter(~pl.col("_known")).group_by(*keys, "currency")
+        .agg(pl.col("gpu_hours_allocated").sum(), pl.col("amount_raw").sum())
+        .with_columns(note=pl.lit("cluster ") + pl.col("cluster")
+                      + pl.lit(" has no device inventory: capacity unknown, its charges stand, "
+                               "no idle or over-allocation computed"))
+    )
+
+
+def unpriced_lines(pieces: pl.LazyFrame, per_hour: pl.LazyFrame) -> pl.LazyFrame:
+    """Allocations (per job and reason) and idle capacity that no rate prices, with the reason."""
+    keys, zero, priced_hour = KEYS, _ZERO, _PRICED_HOUR
+    no_rate = pl.lit("no price for ") + pl.col("model") + pl.lit("/") + pl.col("tier") + pl.lit(" in the rate card")
+    reason = (
+        pl.when(pl.col("model").is_null() & (pl.col("allocation_level") == DEVICE))
+        .then(pl.lit("device ") + pl.col("gpu_id").cast(pl.String) + pl.lit(" not in the inventory"))
+        .when(pl.col("model").is_null()).then(pl.lit("job record names no GPU model"))
+        .otherwise(no_rate)
+    )
+    return pl.concat([
+        pieces.filter(~priced_hour).with_columns(note=reason)
+        .group_by("job_id", *keys, "note").agg(pl.col("gpu_hours_allocated").sum()),
+        per_hour.filter(~priced_hour & (pl.col("idle_h") > zero))
+        .with_columns(note=no_rate + pl.lit(" (idle capacity)"), job_id=pl.lit(None, pl.String))
+        .group_by("job_id", *keys, "note")
+        .agg(gpu_hours_allocated=pl.col("idle_h").sum().cast(pl.Float64)),
+    ], how="diagonal_relaxed")
+
+
+def spread_idle(charges: pl.LazyFrame, idle: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Idle cost added to the charges of the same cluster, model, tier and currency in proportion
+    to them (``_idle_raw``: the part of ``amount_raw`` that is idle); idle nobody charged stays."""
+    keys, zero = KEYS, _ZERO
+    group = [*keys, "currency"]
+    spread = (
+        charges.join(idle.select(*group, pl.col("amount_raw").alias("_idle")), on=group, how="left")
+        .with_columns(_charged=pl.col("amount_raw").sum().over(group))
+        .with_columns(_spreads=pl.col("_idle").is_not_null() & (pl.col("_charged") > zero))
+        .with_columns(_share=pl.when(pl.col("_spreads"))
+                      .then(pl.col("_idle") * pl.col("amount_raw") / pl.col("_charged")).otherwise(zero))
+        # Decimal division rounds at 1e-12; the group's largest charge takes the last few so
+        # the spread parts add up to the idle amount exactly.
+        .with_columns(_rank=pl.col("amount_raw").rank("ordinal", descending=True).over(group))
+        .with_columns(_share=pl.col("_share") + pl.when((pl.col("_rank") == 1) & pl.col("_spreads"))
+                      .then(pl.col("_idle") - pl.col("_share").sum().over(group)).otherwise(zero))
+    )
+    spread_groups = spread.filter(pl.col("_spreads")).select(group).unique()
+    charges = spread.with_columns(_idle_raw=pl.col("_share"),
+                                  amount_raw=pl.col("amount_raw") + pl.col("_share")) \
+        .drop("_idle", "_charged", "_share", "_rank", "_spreads")
+    idle = idle.join(spread_groups, on=group, how="anti")
+
+    return charges, idle
+
+
+def rounded_billed(charges: pl.LazyFrame, idle: pl.LazyFrame, jobs: pl.LazyFrame, org_nodes):
+    """(levels, meta, path, depth, job_meta): charge and idle lines rounded top-down in one tree
+    per currency (currency → org path → model × tier → leaf), money.round_tree's levels."""
+    # The rounding tree: currency → org path → project × model × tier → job line.
+    job_meta = jobs.select("cluster", "job_id", "project", "user_name").unique(["cluster", "job_id"])
+    charges = charges.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
+        pl.col("project").fill_null(NO_JOB_RECORD), line_kind=pl.lit("charge"))
+    idle = idle.with_columns(line_kind=pl.lit("idle"), job_id=pl.lit(None, pl.String),
+                             project=pl.lit(IDLE), user_name=pl.lit(None, pl.String), _idle_raw=pl.col("amount_raw"))
+    billed = pl.concat([charges, idle], how="diagonal_relaxed")
+    billed, depth = _with_org_paths(billed, org_nodes)
+    model_tier = pl.col("model") + pl.lit("|") + pl.col("tier")
+    path = ["currency", *(f"p{i}" for i in range(1, depth + 1)), "_mt", "_leaf"]
+    leaves = billed.with_columns(
+        _mt=model_tier,
+        _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), model_tier], separator="|"),
+    ).collect(engine=ENGINE).lazy()
+    levels = round_tree(leaves, path=path, amounts={"amount_raw": "amount", "_idle_raw": "idle_amount_included"},
+                        sums=["gpu_hours_allocated"])
+    meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "model", "tier")
+    return levels, meta, path, depth, job_meta
+
+
+def rounded_memo(over: pl.LazyFrame, cap_unknown: pl.LazyFrame):
+    """(levels, meta, path): the memo lines with money rounded top-down per kind and currency."""
+    keys = KEYS
+    model_tier = pl.col("model") + pl.lit("|") + pl.col("tier")
+    # Memo lines with money, outside the total: over-allocation, and the charges of clusters of
+    # unknown capacity (what the total holds beyond capacity × price). Rounded top-down per kind.
+    memo = pl.concat([
+        over.filter(pl.col("currency").is_not_null()).with_columns(line_kind=pl.lit("over-allocated")),
+        cap_unknown.with_columns(line_kind=pl.lit("capacity-unknown")),
+    ], how="diagonal_relaxed").with_columns(_mt=model_tier, _leaf=pl.col("cluster") + pl.lit("|") + model_tier)
+    memo_path = ["line_kind", "currency", "_mt", "_leaf"]
+    memo_levels = round_tree(memo, path=memo_path, amounts={"amount_raw": "amount"}, sums=["gpu_hours_allocated"])
+    memo_meta = memo.select(*memo_path, *keys, "note")
+    return memo_levels, memo_meta, memo_path
 
 
 def statement_notes(lines: pl.DataFrame) -> tuple[list[str], list[str]]:

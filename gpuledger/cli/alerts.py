@@ -70,11 +70,13 @@ def deliver_due(warehouse_file: WarehouseOpt = None, config: ConfigOpt = None) -
 @app.command("outbox")
 def outbox(
     status: str | None = typer.Option(None, help="pending, sent or failed"),
-    limit: int = typer.Option(50, min=1), fmt: Format = FormatOpt, out: Path | None = OutOpt,
+    limit: int = typer.Option(50, min=1, max=1_000_000), fmt: Format = FormatOpt, out: Path | None = OutOpt,
     wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """The outbox, newest first: what was sent, what waits, what failed and why."""
+    if status is not None and status not in ("pending", "sent", "failed"):  # not an empty table
+        raise typer.BadParameter(f"{status!r}: use pending, sent or failed", param_hint="--status")
     from gpuledger import warehouse
     from gpuledger.alerts.outbox import outbox_rows
 

@@ -70,6 +70,8 @@ def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record:
     with warehouse.open_reader(path) as con:
         cfg = warehouse_config(con, config, write=False)
         now = _now(con, now_text)
+    if observe is not None and hasattr(observe, "timeout_s"):  # the site's deadline for every call
+        observe.timeout_s = cfg.policy.enforcement.scheduler_timeout_seconds
     observed = observe.observe() if observe is not None and observe.observes else None
     actions, plan_id, situation = cycle.plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path),
                                              cfg, now, record=record, observed=observed,
@@ -171,6 +173,8 @@ def apply(
             options["grace_period_s"] = policy.eviction_grace_period_seconds
     elif backend is BackendName.slurm:
         options = {"qos_funded": policy.slurm_qos_funded, "qos_unfunded": policy.slurm_qos_unfunded}
+    if backend is not BackendName.plan_file:
+        options["timeout_s"] = policy.scheduler_timeout_seconds
     elif backend is BackendName.plan_file:
         if out is None:
             raise UsageError("--backend plan-file needs --out FILE (where the actions go)")

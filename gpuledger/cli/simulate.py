@@ -32,7 +32,8 @@ app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (sa
 console = Console(stderr=True)
 
 GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the cluster, rounded up to whole 8-GPU nodes", min=8)]
-SeedOpt = Annotated[int, typer.Option("--seed", help="random seed; same seed and options => same output")]
+SeedOpt = Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1,  # numpy's seed range
+                                      help="random seed; same seed and options => same output")]
 IntervalOpt = Annotated[int, typer.Option("--interval", help="sample interval in seconds", min=1)]
 ClusterOpt = Annotated[str, typer.Option("--cluster", help="cluster name written to the warehouse")]
 CleanOpt = Annotated[bool, typer.Option("--clean/--dirty",
@@ -123,6 +124,13 @@ def simulate_serve(
     seed: SeedOpt = 1,
     interval: IntervalOpt = 30,
     speed: Annotated[float, typer.Option("--speed", help="simulated seconds per wall second", min=0.0)] = 1.0,
+    timestamps: Annotated[bool, typer.Option(
+        "--timestamps/--no-timestamps",
+        help="end each sample line with its simulated time, so a scraper stores simulated time (needed for "
+             "--speed above 1 to shorten what the warehouse sees, e.g. `make dev`)")] = False,
+    catch_up: Annotated[bool, typer.Option(
+        "--catch-up", help="with --sim-start in the past: fast-forward at --speed until the simulated time "
+                           "reaches now, then run at real time")] = False,
     sim_start: Annotated[str | None, typer.Option("--sim-start", help="simulated time at launch, ISO UTC [default: now]")] = None,
     days: Annotated[float, typer.Option("--days", help="days of jobs after the simulated start", min=0)] = 7.0,
     bind: Annotated[str, typer.Option("--bind", help="address to listen on")] = "127.0.0.1",
@@ -145,7 +153,8 @@ def simulate_serve(
         raise typer.BadParameter(f"{nodes} nodes need ports {port}..{port + nodes - 1}, past 65535; "
                                  f"use --port {65536 - nodes} or lower", param_hint="--port")
     try:
-        handle = start_exporters(sim, port, SimClock(now, speed), host=bind)
+        handle = start_exporters(sim, port, SimClock(now, speed, catch_up=catch_up), host=bind,
+                                 timestamps=timestamps)
     except OSError as exc:
         raise _listen_error(exc, bind, port, nodes) from None
     console.print(f"serving {len(handle.urls)} node exporters: {handle.urls[0]} .. {handle.urls[-1]} "

@@ -27,6 +27,7 @@ GROUPS = {
     "pipelines": "run the Dagster asset graph once in this process",
     "simulate": "a deterministic simulated GPU cluster: warehouse, endpoints, files",
     "metrics": "gpuledger's own figures for Prometheus",
+    "dashboards": "serve the Streamlit dashboards of the installed package",
 }
 # old name -> the command that replaces it (group, command); `import` is a group of one
 ALIASES = {

@@ -84,7 +84,7 @@ def summary(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: 
 def quarantine_list(
     warehouse_file: WarehouseOpt = None,
     source: str | None = typer.Option(None, help="only this source, e.g. jobs-csv or scrape"),
-    limit: int = typer.Option(20, min=0, help="rows to show"),
+    limit: int = typer.Option(20, min=0, max=1_000_000, help="rows to show"),
     fmt: Format = FormatOpt, out: Path | None = OutOpt,
     wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
 ) -> None:
@@ -115,7 +115,7 @@ def disk(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: War
 @app.command("prune")
 def prune(
     keep_days: Annotated[float | None, typer.Option(
-        "--keep-days", min=0.01,
+        "--keep-days", min=0.01, max=36_500,  # a century: 1e12 or inf would overflow the date arithmetic
         help="keep raw samples this many days back from the newest [default: the config's "
              "policy.retention.raw_sample_days, 35]")] = None,
     warehouse_file: WarehouseOpt = None,
@@ -164,3 +164,64 @@ def retire_gpu(
         where, rows = warehouse.retire_gpu(con, gpu_uuid, at=when, cluster=cluster)
     what = "no longer retired" if undo else f"retired at {when.isoformat()}Z"
     typer.echo(f"warehouse {path}: GPU {gpu_uuid} of cluster {where} {what} ({rows} inventory rows)")
+
+
+@app.command("shell")
+def shell(
+    command: Annotated[str | None, typer.Option(
+        "--command", "-c", help="run this SQL (statements separated by ;) and exit, instead of a prompt")] = None,
+    max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="rows shown per result")] = 40,
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """An SQL prompt on the warehouse that never stops its writers: each statement runs on its own
+    short read-only connection through the reader lock (as the dashboards read), which it closes
+    before the next prompt, so a writer waits at most one query, not the whole session (a plain
+    `duckdb` shell holding the file makes every writer fail). Read-only: writes are refused."""
+    import shutil
+
+    import duckdb
+
+    path = warehouse_path(warehouse_file)
+
+    def run(sql: str) -> bool:
+        try:
+            with warehouse.open_reader(path) as con:
+                relation = con.sql(sql)
+                if relation is not None:
+                    relation.show(max_rows=max_rows, max_width=shutil.get_terminal_size().columns)
+        except duckdb.Error as exc:
+            typer.secho(f"gpuledger warehouse shell: {printable(str(exc)).splitlines()[0]}", err=True, fg="red")
+            return False
+        return True
+
+    if command is not None:
+        failed = [s for s in _statements(command) if not run(s)]
+        raise typer.Exit(1 if failed else 0)
+    typer.echo(f"warehouse {path} (read-only; each statement takes the reader lock only while it runs). "
+               "End statements with ;  Ctrl-D quits.", err=True)
+    pending = ""
+    while True:
+        try:
+            line = input("gpuledger> " if not pending else "      ...> ")
+        except EOFError:
+            typer.echo("", err=True)
+            return
+        except KeyboardInterrupt:
+            typer.echo("", err=True)
+            pending = ""
+            continue
+        pending += line + "\n"
+        if pending.rstrip().endswith(";"):
+            for sql in _statements(pending):
+                run(sql)
+            pending = ""
+
+
+def _statements(text: str) -> list[str]:
+    """The non-empty statements of ``text`` (split on ; outside quotes, by DuckDB's own parser)."""
+    import duckdb
+
+    try:
+        return [s.query.strip() for s in duckdb.extract_statements(text)]
+    except duckdb.Error:
+        return [text]  # let the run report the parser's error

@@ -256,7 +256,7 @@ def schedule(
         "idle_threshold_ratio, checkpoint_interval_minutes, cycle_minutes, shares)",
     ),
     sweep_policy: str = typer.Option("reclaim", "--sweep-policy", help="the policy a sweep runs"),
-    seed: int = typer.Option(1, "--seed", help="seed (runs are deterministic for a seed)"),
+    seed: int = typer.Option(1, "--seed", min=0, max=2**32 - 1, help="seed (runs are deterministic for a seed)"),
     fmt: Format = WhatifFormatOpt,
     out: Path | None = OutOpt,
     json_out: Path | None = JsonOpt,
@@ -276,6 +276,8 @@ def schedule(
     from gpuledger.whatif import compare
     _check_out(fmt, out)
     chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
+    if not chosen:
+        raise typer.BadParameter(f"give at least one of {', '.join(POLICY_NAMES)}", param_hint="--policies")
     for p in (*chosen, sweep_policy):
         if p not in POLICY_NAMES:
             raise typer.BadParameter(f"{p!r}: choose from {', '.join(POLICY_NAMES)}", param_hint="--policies")
@@ -365,12 +367,13 @@ def procurement(
         None,
         "--spot-interruptions-per-hour",
         min=0,
+        max=60,  # one a minute per job already interrupts everything; 1e9 exhausted memory
         help="spot interruptions per job-hour (default policy.whatif)",
     ),
     checkpoint_minutes: float | None = typer.Option(
         None, "--checkpoint-minutes", min=1, help="checkpoint interval"
     ),
-    seed: int = typer.Option(1, "--seed", help="seed of the spot interruptions"),
+    seed: int = typer.Option(1, "--seed", min=0, max=2**32 - 1, help="seed of the spot interruptions"),
     fmt: Format = WhatifFormatOpt,
     out: Path | None = OutOpt,
     json_out: Path | None = JsonOpt,

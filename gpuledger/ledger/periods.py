@@ -54,6 +54,8 @@ def month_bounds(period: str) -> tuple[datetime, datetime]:
     m = re.fullmatch(r"(\d{4})-(\d{2})", period.strip())
     if not m or not 1 <= int(m[2]) <= 12:
         raise PeriodError(f"period {period!r}: statements are per calendar month, give YYYY-MM (e.g. 2026-10)")
+    if not (1970, 1) <= (int(m[1]), int(m[2])) <= (9999, 11):  # 9999-12 would end past datetime's range
+        raise PeriodError(f"period {period!r}: give a month from 1970-01 to 9999-11")
     start = datetime(int(m[1]), int(m[2]), 1)
     return start, next_month(start)
 
@@ -161,7 +163,7 @@ def state_notes(con: duckdb.DuckDBPyConnection, period: str, lines: pl.DataFrame
     Periods other than a calendar month are never closed: their notes stand."""
     if not re.fullmatch(r"\d{4}-\d{2}", period.strip()):
         return notes
-    start, end = month_bounds(period.strip())
+    _, end = month_bounds(period.strip())
     state = period_state(con, period.strip(), lines)
     kept = [n for n in notes if not (state.closed and n.startswith("provisional"))]
     head = [f"period {period.strip()}: {state.sentence(end)}"]
@@ -434,7 +436,7 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
     re-pricing one pool moves nothing in another; job, project and node corrections come from
     the one delta tree, so they add up to each other. Memo and unpriced lines (outside the total)
     keep the difference of their rounded lines."""
-    from gpuledger.analytics.chargeback import IDLE, _PAD, _with_org_paths
+    from gpuledger.analytics.chargeback import _PAD, IDLE, _with_org_paths
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.money import RAW, half_up_cents, round_tree
 

@@ -76,8 +76,8 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
         ("gpuledger_fairshare_factor", "Hierarchical fair-share factor, 0..1", series(fs, "fairshare_factor")),
         ("gpuledger_fairshare_rank", "Rank in the fair-share queue order (1 = first)", series(fs, "fs_rank")),
         ("gpuledger_delivery_ratio", "Delivered / owed GPU-hours over the usage window", series(fs, "delivery_ratio")),
-        ("gpuledger_budget_remaining_gpu_seconds", "Budget remaining in the current period (normalised GPU-seconds; "
-         "/ 3600 = GPU-hours)", series(burn, "remaining_gpu_hours", scale=SECONDS_PER_HOUR) if burn.height else []),
+        ("gpuledger_budget_remaining_gpu_seconds", ("Budget remaining in the current period (normalised GPU-seconds; "
+                                                    "/ 3600 = GPU-hours)"), series(burn, "remaining_gpu_hours", scale=SECONDS_PER_HOUR) if burn.height else []),
         ("gpuledger_budget_consumed_ratio", "Budget consumed / budget", series(burn, "_ratio") if burn.height else []),
         ("gpuledger_budget_projected_exhaustion_timestamp_seconds", "When the budget runs out at the current burn",
          exhaustion),

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuledger.analytics.chargeback import billed as is_billed
-
 from gpuledger.reports.chart import stacked_bars
 from gpuledger.reports.statement import ORG_LINES, Statement
 from gpuledger.reports.workbook import _one_currency, header, unit_totals, write_xlsx
@@ -167,7 +165,8 @@ def write_statement_files(st: Statement, folder: Path, stem: str) -> list[Path]:
     return files
 
 
-def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf: bool = False) -> dict:
+def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf: bool = False,
+                        showback: str | None = None) -> dict:
     """The statement's files in ``out`` (``statement-<period>-<scope>.*``), with ``per_unit`` each
     business unit's in ``out/units/<unit>/``, and ``out/manifest.json``. With ``pdf`` the HTML is
     printed to ``statement-<period>-<scope>.pdf`` too (headless Chromium, reports/pdf.py; the
@@ -175,6 +174,11 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"statement-{st.period}-{_slug(st.scope)}"
     files = write_statement_files(st, out, stem)
+    if showback:  # an extra view, never the ledger: the statement's files are unchanged
+        from gpuledger.reports.showback import showback_lines
+
+        files.append(write_csv(showback_lines(st, showback), out / f"showback-{showback}-{st.period}-"
+                                                                  f"{_slug(st.scope)}.csv"))
     if pdf:
         from gpuledger.reports.pdf import write_pdf
 

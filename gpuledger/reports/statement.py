@@ -20,7 +20,6 @@ import duckdb
 import polars as pl
 
 from gpuledger.analytics.chargeback import billed as is_billed
-
 from gpuledger.errors import UsageError
 from gpuledger.ledger.periods import PeriodState
 

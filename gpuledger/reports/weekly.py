@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
 from gpuledger.analytics.chargeback import billed as is_billed
-
 from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
 
 WEEKLY_TEMPLATE = """<!DOCTYPE html>
@@ -75,9 +75,14 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
                  .otherwise(pl.col("project").replace_strict(unit_of, default=UNASSIGNED, return_dtype=pl.String)))
     billed = lines.filter(is_billed(lines) & pl.col("currency").is_not_null()) \
         .with_columns(business_unit=unit_expr)
-    spend = billed.group_by("business_unit", "currency").agg(
-        pl.col("gpu_hours").filter(pl.col("line_kind") == "charge").sum().round(6),
-        pl.col("amount").sum().alias("spend"))
+    # GPU-hours: allocated on charge lines, idle on the idle line (the org's): every row states its hours
+    hours = billed.group_by("business_unit", "currency").agg(
+        pl.col("gpu_hours").filter(pl.coalesce("correction_of", "line_kind").is_in(["charge", "idle"]))
+        .sum().round(6))
+    # spend: the month statements' cents shared out to their weeks (so weeks add up to the month)
+    spent = month_shares(con, start, end, policy=policy, now=now, unit_expr=unit_expr)
+    spend = hours.join(spent, on=["business_unit", "currency"], how="full", coalesce=True).with_columns(
+        pl.col("gpu_hours").fill_null(0.0), pl.col("spend").fill_null(Decimal("0.00")))
     as_of = min(end, now)
     budget = budget_report(con, policy=policy, as_of=as_of).filter(pl.col("node").is_in(units)).select(
         pl.col("node").alias("business_unit"), "budget_gpu_hours", "consumed_gpu_hours", "remaining_gpu_hours",
@@ -88,11 +93,7 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
     table = (spend.join(budget, on="business_unit", how="full", coalesce=True)
              .with_columns(_o=pl.col("business_unit").replace_strict(order, default=99, return_dtype=pl.Int32))
              .sort("_o", "business_unit", "currency", nulls_last=True).drop("_o"))
-    episodes = con.sql(
-        "SELECT cluster, job_id, project, user_name, finding, severity, first_seen, last_seen, resolved_at, "
-        "gpus_idle, gpus_total, round(gpu_hours_idle, 6) AS gpu_hours_idle, idle_cost, currency "
-        "FROM squatting_findings WHERE first_seen < $end AND coalesce(resolved_at, last_seen) >= $start",
-        params={"start": start, "end": end}).pl()
+    episodes = week_episodes(con, policy, start=start, end=min(end, now))
     squat = (episodes.with_columns(business_unit=pl.col("project").replace_strict(unit_of, default=UNASSIGNED,
                                                                                   return_dtype=pl.String))
              .sort("business_unit", "gpu_hours_idle", "cluster", "job_id", "first_seen",
@@ -101,13 +102,136 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
              .filter(pl.col("rank") <= top))
     squat = squat.select("business_unit", "rank", *[c for c in squat.columns if c not in ("business_unit", "rank")])
     through = lines["billed_through"].max() if lines.height else as_of
-    evaluations = con.execute("SELECT count(*) FROM squatting_evaluations WHERE evaluated_at >= ? AND evaluated_at < ?",
-                              [start, end]).fetchall()[0][0]
-    notes = [] if evaluations or squat.height else [
-        ("no squatting evaluation was recorded in this week, so no squatters are listed: the pipelines' "
-         "squatting_findings asset records them (`gpuledger report squatters` shows the current ones)")]
+    wasted = episodes["gpu_hours_idle"].sum() if episodes.height else 0.0
+    notes = [(f"squatting: {episodes.height} episodes in the week ({wasted or 0:,.3f} idle GPU-hours held), found "
+              f"by evaluating the idle-GPU rules every {REPLAY_STEP.total_seconds() / 60:g} min through the week; "
+              f"the top {top} per business unit are listed")]
     return WeeklySummary(week=week, start=start, end=end, provisional=bool(end > now), billed_through=through,
                          units=table, squatters=squat, notes=notes)
+
+
+def _weeks_of_month(m_start: datetime, m_end: datetime) -> list[tuple[datetime, datetime]]:
+    """The parts of a month cut at ISO week starts (Mondays 00:00 UTC)."""
+    cuts, moment = [m_start], m_start - timedelta(days=m_start.weekday())
+    while (moment := moment + timedelta(days=7)) < m_end:
+        cuts.append(moment)
+    return list(zip(cuts, [*cuts[1:], m_end], strict=True))
+
+
+def month_shares(con, start: datetime, end: datetime, *, policy, now: datetime, unit_expr: pl.Expr) -> pl.DataFrame:
+    """Spend of [start, end) (a week) per business unit and currency, as its share of each month's
+    statement it overlaps: a month's cents (its issued lines and corrections when closed) are split
+    among the month's week parts by largest remainder of their exact amounts, so the weeks of a
+    month add up to its statement to the cent, and a week crossing months is the sum of two parts."""
+    from gpuledger.analytics.reports import chargeback_report, statement_report
+    from gpuledger.ledger.periods import month_bounds, next_month
+
+    rows: dict[tuple[str, str], Decimal] = {}
+    month = datetime(start.year, start.month, 1)
+    while month < end:
+        m_start, m_end = month_bounds(f"{month:%Y-%m}")
+        lines = statement_report(con, f"{month:%Y-%m}", level="project", policy=policy, now=now)
+        owed = _per_unit(lines.filter(is_billed(lines)), unit_expr, "amount")
+        parts = [(a, b) for a, b in _weeks_of_month(m_start, m_end) if a < min(m_end, now)]
+        exact = [_per_unit(chargeback_report(con, f"{a.isoformat()}..{b.isoformat()}", level="project",
+                                             policy=policy, now=now, exact=True).pipe(lambda f: f.filter(is_billed(f))),
+                           unit_expr, "amount_exact") for a, b in parts]
+        mine = [i for i, (a, b) in enumerate(parts) if a < end and b > start]
+        for key, cents in owed.items():
+            weights = [e.get(key, Decimal(0)) for e in exact]
+            for i in mine:
+                rows[key] = rows.get(key, Decimal("0.00")) + _largest_remainder(cents, weights)[i]
+        month = next_month(month)
+    return pl.DataFrame([(u, c, a) for (u, c), a in sorted(rows.items())],
+                        schema={"business_unit": pl.String, "currency": pl.String, "spend": pl.Decimal(38, 2)},
+                        orient="row")
+
+
+def _per_unit(lines: pl.DataFrame, unit_expr: pl.Expr, col: str) -> dict[tuple[str, str], Decimal]:
+    if lines.is_empty():
+        return {}
+    sums = lines.filter(pl.col("currency").is_not_null()).with_columns(business_unit=unit_expr) \
+        .group_by("business_unit", "currency").agg(pl.col(col).sum())
+    return {(u, c): Decimal(a) for u, c, a in sums.iter_rows()}
+
+
+def _largest_remainder(total: Decimal, weights: list[Decimal]) -> list[Decimal]:
+    """``total`` (cents) split in proportion to ``weights``: each part its floor in cents, the
+    cents left over one each to the largest remainders; the parts add up to ``total`` exactly."""
+    cents = int((total * 100).to_integral_value())
+    whole = sum(weights)
+    if not weights:
+        return []
+    if whole == 0:  # nothing to weigh by: all of it in the last part
+        return [Decimal(0)] * (len(weights) - 1) + [total]
+    raw = [Decimal(cents) * w / whole for w in weights]
+    floors = [int(r.to_integral_value(rounding="ROUND_FLOOR")) for r in raw]
+    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - floors[i]), i))
+    for i in order[:cents - sum(floors)]:
+        floors[i] += 1
+    return [Decimal(f) / 100 for f in floors]
+
+
+REPLAY_STEP = timedelta(minutes=30)  # half the default sustained-idle window: no episode slips between
+
+
+def week_episodes(con: duckdb.DuckDBPyConnection, policy, *, start: datetime, end: datetime,
+                  step: timedelta = REPLAY_STEP) -> pl.DataFrame:
+    """Every squatting episode of [start, end): the idle-GPU rules (reports.squatters_report)
+    evaluated every ``step`` through the window and the episodes advanced as the pipeline does
+    (analytics.squatting_lifecycle), so the week's summary does not depend on which moments the
+    pipeline happened to evaluate. Each episode with its worst severity and its largest wasted
+    GPU-hours (idle minutes × idle GPUs, as of its last evaluation)."""
+    from gpuledger.alerts.plan import SEVERITY_RANK
+    from gpuledger.analytics.reports import squatters_report
+    from gpuledger.analytics.squatting_lifecycle import EPISODE, advance_lifecycle
+
+    open_now = pl.DataFrame()
+    done: list[pl.DataFrame] = []
+    # a moment with no sample in its sustained window finds nothing (the stale-data guard) and
+    # resolves what is open; only the first such moment after samples needs evaluating
+    window = timedelta(minutes=policy.squatting.sustained_minutes)
+    sampled = {b for (b,) in con.execute(
+        "SELECT DISTINCT time_bucket(?::INTERVAL, ts, ?::TIMESTAMP) FROM gpu_samples WHERE ts >= ? AND ts < ?",
+        [f"{int(step.total_seconds())} seconds", start, start - window, end]).fetchall()}
+    moment = start + step
+    while moment <= end:
+        lo = moment - window - step
+        if not any(lo <= b < moment for b in sampled) and not open_now.height:
+            moment += step
+            continue
+        findings = squatters_report(con, policy=policy, now=moment)
+        if findings.height or open_now.height:
+            prior = open_now if open_now.height else findings.clear().with_columns(
+                first_seen=pl.lit(None, pl.Datetime("us")), last_seen=pl.lit(None, pl.Datetime("us")),
+                resolved_at=pl.lit(None, pl.Datetime("us"))).select(EPISODE)
+            episodes, _ = advance_lifecycle(prior, findings, now=moment)
+            done.append(episodes.filter(pl.col("resolved_at").is_not_null()))
+            open_now = episodes.filter(pl.col("resolved_at").is_null())
+            if findings.height:  # the worst severity seen, the most idle GPU-hours
+                done.append(findings.join(open_now.select("cluster", "job_id", "first_seen"),
+                                          on=["cluster", "job_id"]).with_columns(
+                    last_seen=pl.lit(moment).cast(pl.Datetime("us")),
+                    resolved_at=pl.lit(None, pl.Datetime("us"))).select(EPISODE))
+        moment += step
+    cols = ["cluster", "job_id", "project", "user_name", "finding", "severity", "first_seen", "last_seen",
+            "resolved_at", "gpus_idle", "gpus_total", "gpu_hours_idle", "idle_cost", "currency"]
+    parts = [d for d in done if d.height] + ([open_now] if open_now.height else [])
+    if not parts:
+        return pl.DataFrame(schema={"cluster": pl.String, "job_id": pl.String, "project": pl.String,
+                                    "user_name": pl.String, "finding": pl.String, "severity": pl.String,
+                                    "first_seen": pl.Datetime("us"), "last_seen": pl.Datetime("us"),
+                                    "resolved_at": pl.Datetime("us"), "gpus_idle": pl.Int64, "gpus_total": pl.Int64,
+                                    "gpu_hours_idle": pl.Float64, "idle_cost": pl.Decimal(38, 2),
+                                    "currency": pl.String})
+    rows = pl.concat([p.select(cols) for p in parts], how="vertical_relaxed").with_columns(
+        _rank=pl.col("severity").replace_strict(SEVERITY_RANK, default=0, return_dtype=pl.Int32))
+    return (rows.group_by("cluster", "job_id", "first_seen")
+            .agg(pl.col("project", "user_name", "finding", "currency").last(),
+                 pl.col("severity").sort_by("_rank").last(), pl.col("last_seen").max(), pl.col("resolved_at").max(),
+                 pl.col("gpus_idle").max(), pl.col("gpus_total").max(),
+                 pl.col("gpu_hours_idle").max().round(6), pl.col("idle_cost").max())
+            .select(cols).sort("cluster", "job_id", "first_seen"))
 
 
 def write_weekly(ws: WeeklySummary, out: Path) -> dict:

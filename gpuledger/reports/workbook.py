@@ -231,8 +231,8 @@ def _lines_table(w: SheetWriter, frame: pl.DataFrame) -> None:
 
 def _summary(w: SheetWriter, st: Statement, sheet_of: dict[str, str]) -> None:
     w.title(f"GPU statement {st.period} — {st.scope}")
-    w.pairs([("Status", st.status_sentence), ("Period", f"{st.period_start:%Y-%m-%d} to {st.period_end:%Y-%m-%d} "
-                                                        "(UTC, end exclusive)"),
+    w.pairs([("Status", st.status_sentence), ("Period", (f"{st.period_start:%Y-%m-%d} to {st.period_end:%Y-%m-%d} "
+                                                         "(UTC, end exclusive)")),
              ("Data through", f"{st.billed_through:%Y-%m-%d %H:%M} UTC"),
              ("Config version", "none" if st.config_version is None else str(st.config_version))])
     totals = unit_totals(st)

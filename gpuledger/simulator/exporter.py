@@ -24,15 +24,22 @@ class SimClock:
     """Simulated time: ``sim_start`` (naive UTC; default: now) advancing ``speed`` times wall time.
 
     Calling it returns epoch seconds (float).
+
+    ``catch_up``: never ahead of the wall clock — a start in the past fast-forwarded at ``speed``
+    runs at real time once it reaches now (samples stamped with it stay scrapeable: a scraper
+    refuses sample times minutes in the future).
     """
 
-    def __init__(self, sim_start: datetime | None = None, speed: float = 1.0):
+    def __init__(self, sim_start: datetime | None = None, speed: float = 1.0, *, catch_up: bool = False):
         self._wall0 = time.time()
         self._sim0 = float(to_epoch_s(sim_start)) if sim_start else self._wall0
         self.speed = speed
+        self.catch_up = catch_up
 
     def __call__(self) -> float:
-        return self._sim0 + (time.time() - self._wall0) * self.speed
+        wall = time.time()
+        sim = self._sim0 + (wall - self._wall0) * self.speed
+        return min(sim, wall) if self.catch_up else sim
 
 
 def fixed_clock(moment: datetime | float) -> Callable[[], float]:

@@ -113,6 +113,12 @@ def inventory_from_file(path: Path) -> Inventory:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the inventory file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not a text file (byte {exc.start} is not UTF-8); --inventory takes a "
+                         "YAML or CSV list of cluster, model, count") from None
+    if "\x00" in text:
+        raise UsageError(f"{path}: not a text file (NUL bytes); --inventory takes a YAML or CSV list of "
+                         "cluster, model, count")
     if path.suffix.lower() == ".csv":
         rows = list(csv.DictReader(text.splitlines()))
     else:

@@ -28,7 +28,7 @@ WRITES = "write"
 # run longer (or a test that waits for one to be failed) sets $GPULEDGER_INGEST_MAX_RUNTIME_S.
 INGEST_MAX_RUNTIME_ENV = "GPULEDGER_INGEST_MAX_RUNTIME_S"
 MAX_RUNTIME_S = {
-    "ingest_job": int(os.environ.get(INGEST_MAX_RUNTIME_ENV, 5 * 60)),
+    "ingest_job": int(os.environ.get(INGEST_MAX_RUNTIME_ENV) or 5 * 60),
     "csv_jobs_job": 15 * 60,
     "squatting_job": 10 * 60,
     "alerts_job": 5 * 60,

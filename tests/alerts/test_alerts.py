@@ -16,8 +16,8 @@ from gpuledger.alerts.cycle import run_alert_cycle
 from gpuledger.alerts.outbox import deliver, wall_now
 from gpuledger.alerts.plan import budget_alerts, digest_alerts, quiet_until, squatting_alerts
 from gpuledger.config import parse_config_text
-from tests.helpers.statement_fixtures import CONFIG, october
 from tests.helpers.alert_receivers import receivers_fixture, wait_for  # noqa: F401  (the receivers fixture)
+from tests.helpers.statement_fixtures import CONFIG, october
 
 ALERTS = """
 policy:
@@ -31,15 +31,17 @@ policy:
 T0 = datetime(2026, 10, 5, 10, 0)
 
 
-def _episode(con, severity: str):
-    """An open squatting episode of alpha-1 (owner u): 1 of 1 GPU idle since Oct 5 09:00."""
+def _episode(con, severity: str, at: datetime | None = None):
+    """An open squatting episode of alpha-1 (owner u): 1 of 1 GPU idle since Oct 5 09:00, as the
+    pipeline's evaluation at ``at`` (default Oct 5 10:00) left it."""
     con.execute("DELETE FROM squatting_findings")
     con.execute(
         "INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, project, user_name, finding, "
         "severity, gpus_total, gpus_idle, idle_since, idle_minutes, gpu_hours_idle, idle_cost, currency) "
         "VALUES ('c1', 'alpha-1', '2026-10-05 10:00', '2026-10-05 10:00', 'alpha', 'u', 'squatting', ?, 1, 1, "
         "'2026-10-05 09:00', 60, 1.5, 3.00, 'USD')", [severity])
-    con.execute("INSERT OR IGNORE INTO squatting_evaluations VALUES ('2026-10-05 10:00', 1, '2026-10-05 10:00')")
+    at = at or datetime(2026, 10, 5, 10, 0)
+    con.execute("INSERT OR IGNORE INTO squatting_evaluations VALUES (?, 1, ?)", [at, at])
 
 
 def test_alerts_reach_real_receivers_once_per_severity_and_survive_a_receiver_outage(warehouse_file, receivers):
@@ -71,7 +73,7 @@ def test_alerts_reach_real_receivers_once_per_severity_and_survive_a_receiver_ou
 
     # the severity rises: one more alert per recipient
     with warehouse.open_writer(warehouse_file) as con:
-        _episode(con, "second-warning")
+        _episode(con, "second-warning", at=T0 + timedelta(minutes=45))
     raised = run_alert_cycle(warehouse_file, policy, now=T0 + timedelta(minutes=45))
     assert (raised.new, raised.delivery.sent) == (3, 3)
     wait_for(lambda: len(mails) == 4, "four e-mails")
@@ -80,7 +82,7 @@ def test_alerts_reach_real_receivers_once_per_severity_and_survive_a_receiver_ou
     # the webhook receiver goes down: its alert is kept and retried with backoff, the e-mails go
     hook.stop()
     with warehouse.open_writer(warehouse_file) as con:
-        _episode(con, "preempt-eligible")
+        _episode(con, "preempt-eligible", at=T0 + timedelta(minutes=60))
     clock = wall_now()
     down = run_alert_cycle(warehouse_file, policy, now=T0 + timedelta(minutes=60), clock=clock)
     assert (down.new, down.delivery.sent, down.delivery.retried) == (3, 2, 1)

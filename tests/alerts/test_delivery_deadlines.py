@@ -10,10 +10,9 @@ import pytest
 
 pytest.importorskip("apprise")
 
-from gpuledger.alerts.channels import (AppriseNotifier, DeliveryError, JsonWebhook,  # noqa: E402
-                                       SmtpNotifier, with_timeouts)
-from gpuledger.deadlines import CallDeadline  # noqa: E402
-from tests.helpers.hostile_servers import SILENT, TRICKLE, HostileServer  # noqa: E402
+from gpuledger.alerts.channels import AppriseNotifier, DeliveryError, JsonWebhook, SmtpNotifier, with_timeouts
+from gpuledger.deadlines import CallDeadline
+from tests.helpers.hostile_servers import SILENT, TRICKLE, HostileServer
 
 QUICK = CallDeadline(connect_s=1, read_s=1, total_s=2)
 
@@ -44,3 +43,16 @@ def test_a_receiver_that_never_answers_fails_the_try_within_the_deadline(misbeha
 def test_a_channel_urls_own_timeouts_win():
     assert with_timeouts("json://h:1/x?rto=30", QUICK) == "json://h:1/x?rto=30&cto=1"
     assert with_timeouts("json://h:1/x", QUICK) == "json://h:1/x?cto=1&rto=1"
+
+
+def test_a_secrets_file_that_is_not_yaml_is_one_line_with_its_place(tmp_path, monkeypatch):
+    from gpuledger.alerts.channels import SECRETS_ENV, channel_url
+    from gpuledger.errors import RunError
+
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text("channels:\n  oncall: [unclosed\n  x: y\n")
+    monkeypatch.setenv(SECRETS_ENV, str(secrets))
+    with pytest.raises(RunError) as raised:
+        channel_url("oncall")
+    assert str(raised.value) == (f"{SECRETS_ENV}={secrets}:3:4: cannot read it (expected ',' or ']', but got "
+                                 "':'); fix the file or unset it")

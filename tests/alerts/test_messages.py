@@ -78,12 +78,12 @@ def test_slack_gets_block_kit_with_the_same_fields(receivers, monkeypatch):
 
 def test_a_budget_alert_once_per_threshold_with_a_link(receivers):
     """alpha 850 of 1000 (85 %): the 80 % alert; then 1,020 (102 %): the 100 % alert only, once."""
-    hook, mails = receivers
+    _, mails = receivers
     policy = parse_config_text(CONFIG + ALERTS).policy
     burn = pl.DataFrame({"node": ["alpha"], "period_start": ["2026-10-01"], "period_end": ["2026-11-01"],
                          "budget_gpu_hours": [1000.0], "consumed_gpu_hours": [850.0], "burn_gpu_hours_per_day": [10.0],
                          "projected_exhaustion": [None], "status": ["funded"], "budget_own": [True]})
-    (mail80, hook80) = sorted(budget_alerts(burn, policy, now=datetime(2026, 10, 20)), key=lambda a: a.channel)[::-1]
+    (_, hook80) = sorted(budget_alerts(burn, policy, now=datetime(2026, 10, 20)), key=lambda a: a.channel)[::-1]
     assert hook80.subject == "budget alpha: 80 % consumed" and hook80.subject not in hook80.body
     assert "dashboard: https://gpuledger.example.org/budgets?node=alpha" in hook80.body
     later = budget_alerts(burn.with_columns(consumed_gpu_hours=pl.lit(1020.0)), policy, now=datetime(2026, 10, 25))
@@ -110,3 +110,27 @@ def test_a_receiver_that_is_down_is_a_delivery_error_naming_it():
     else:
         raise AssertionError("no DeliveryError")
     assert Receiver  # the helper the other tests start
+
+
+def test_alerts_run_now_plans_from_the_findings_as_of_then(warehouse_file):
+    """The pipeline evaluated alpha-1 at 10:00 (warning, opened) and 10:45 (second-warning): planned
+    as of 10:00 the alert is the warning, as of 10:45 the second warning; as of 12:00, long after
+    the last evaluation, the rules are evaluated at 12:00 (no sample: nothing squats)."""
+    from gpuledger.alerts.cycle import plan_alerts
+
+    october(warehouse_file)
+    with warehouse.open_writer(warehouse_file) as con:
+        _episode(con, "second-warning", at=T0)
+        con.execute("INSERT INTO squatting_evaluations VALUES ('2026-10-05 10:45', 1, '2026-10-05 10:45')")
+        con.execute("INSERT INTO squatting_finding_events VALUES ('c1', 'alpha-1', '2026-10-05 10:00', "
+                    "'2026-10-05 10:00', 'opened', 'squatting', 'warning', 60), ('c1', 'alpha-1', '2026-10-05 10:00', "
+                    "'2026-10-05 10:45', 'severity-changed', 'squatting', 'second-warning', 105)")
+    policy = parse_config_text(CONFIG + ALERTS).policy
+
+    def severities(at):
+        with warehouse.open_reader(warehouse_file) as con:
+            return {a.severity for a in plan_alerts(con, policy, now=at) if a.kind == "squatting"}
+
+    assert severities(T0) == {"warning"}
+    assert severities(datetime(2026, 10, 5, 10, 50)) == {"second-warning"}
+    assert severities(datetime(2026, 10, 5, 12, 0)) == set()

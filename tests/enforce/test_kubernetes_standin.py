@@ -226,3 +226,32 @@ def test_rbac_grants_exactly_what_the_code_uses(server, tmp_path, manifest, kind
     if namespaces:  # the namespaced variant never lists across namespaces
         (role,) = [d for d in yaml.safe_load_all((DEPLOY / manifest).read_text()) if d["kind"] == kind]
         assert role["metadata"]["namespace"] == "ml"
+
+
+def test_the_hourly_cap_holds_across_separate_apply_runs(server, pods_warehouse, tmp_path):
+    """Two apply runs, each with a plan of one eviction made before either ran: with
+    max_preemptions_per_hour 1 the second is refused at apply time, counted from the audit."""
+    from gpuledger.enforce import cycle
+
+    from gpuledger.config import load_config
+
+    (tmp_path / "capped.yaml").write_text(CONFIG.replace("    dry_run: false", "    dry_run: false\n"
+                                                        "    max_preemptions_per_hour: 1"))
+    cfg = load_config(tmp_path / "capped.yaml")
+    for name in ("b1", "b2"):
+        server.add_pod(pod(name))
+    api = kubernetes.config.new_client_from_config(config_file=str(server.kc))
+
+    def one(name: str, n: int):
+        action = Action(action="preempt", cluster="k", job_id=f"uid-{name}", project="free-proj", reason="r",
+                        rule="unfunded-burst", source="kubernetes", scheduler_job=f"ml/{name}", mode="stop",
+                        observed={"uid": f"uid-{name}"}, action_id=f"plan{n}:0", dry_run=False)
+        return cycle.apply_plan(lambda: warehouse.open_reader(pods_warehouse),
+                                lambda: warehouse.open_writer(pods_warehouse), [action], EvictionBackend(api=api),
+                                dry_run=False, planned_at=NOW, cfg=cfg, applied_at=NOW + timedelta(minutes=n))
+
+    first, second = one("b1", 1), one("b2", 2)
+    assert [o.outcome for _, o in first.results] == ["done"]
+    assert [o.outcome for _, o in second.results] == ["refused"]
+    assert "the cap of 1 preemptions per rolling hour is reached (1 performed)" in second.results[0][1].detail
+    assert evictions(server) == ["/api/v1/namespaces/ml/pods/b1/eviction"]

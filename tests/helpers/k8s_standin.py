@@ -11,7 +11,8 @@ Kueue Workloads without patching anything:
   A resourceVersion older than the compaction point is answered the way the real server does:
   HTTP 200 and one ``ERROR`` event carrying a ``Status`` with code 410 (or, with
   ``gone_as_http=True``, a plain HTTP 410 Status response).
-* ``GET /api/v1/nodes`` and ``GET /apis/kueue.x-k8s.io/v1beta1/workloads`` — lists.
+* ``GET /api/v1/nodes`` and ``GET /apis/kueue.x-k8s.io/v1beta2/workloads`` — lists (the workloads
+  list pages over ``workloads`` and the enforcement tests' ``kueue_workloads`` alike).
 
 For enforcement (gpuledger.enforce.backends): Kueue ``v1beta2`` Workloads (``GET`` list / get,
 ``PATCH`` as ``application/merge-patch+json``; lists per namespace too), ``GET`` one pod or one
@@ -38,7 +39,7 @@ from urllib.parse import parse_qs, urlparse
 
 POD_LIST = "/api/v1/pods"
 NODE_LIST = "/api/v1/nodes"
-WORKLOAD_LIST = "/apis/kueue.x-k8s.io/v1beta1/workloads"
+WORKLOAD_LIST = "/apis/kueue.x-k8s.io/v1beta2/workloads"
 KUEUE_V1BETA2 = "/apis/kueue.x-k8s.io/v1beta2"
 NAMESPACED = "/api/v1/namespaces/"
 
@@ -227,10 +228,9 @@ def _enforcement_request(state: KubeStandIn, method: str, path: str, query: dict
     parts = path.strip("/").split("/")
     with state._lock:
         # /apis/kueue.x-k8s.io/v1beta2/workloads (all namespaces)
-        if method == "GET" and parts == ["apis", "kueue.x-k8s.io", "v1beta2", "workloads"]:
-            items = [copy.deepcopy(w) for _, w in sorted(state.kueue_workloads.items())]
-            return 200, {"kind": "WorkloadList", "apiVersion": "kueue.x-k8s.io/v1beta2",
-                         "metadata": {"resourceVersion": str(state._rv)}, "items": items}
+        if method == "GET" and parts == ["apis", "kueue.x-k8s.io", "v1beta2", "workloads"]:  # ingest pages it
+            return 200, state.list_page([*state.workloads, *state.kueue_workloads.values()], "WorkloadList",
+                                        "kueue.x-k8s.io/v1beta2", query)
         # /apis/kueue.x-k8s.io/v1beta2/namespaces/<ns>/workloads/<name>
         if parts[:3] == ["apis", "kueue.x-k8s.io", "v1beta2"] and len(parts) == 7 and parts[5] == "workloads":
             key = (parts[4], parts[6])
@@ -354,10 +354,6 @@ def _handler_for(state: KubeStandIn):
                 return self._json(200, state.list_page(state.pods_snapshot(), "PodList", "v1", query))
             if url.path == NODE_LIST:
                 return self._json(200, state.list_page(state.nodes, "NodeList", "v1", query))
-            if url.path == WORKLOAD_LIST:
-                return self._json(
-                    200, state.list_page(state.workloads, "WorkloadList", "kueue.x-k8s.io/v1beta1", query)
-                )
             if url.path.startswith(KUEUE_V1BETA2) or url.path.startswith(NAMESPACED):
                 return self._enforcement("GET", url.path, query, None)
             self._json(

@@ -134,7 +134,7 @@ def make_workload(
             }
         )
     return {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Workload",
         "metadata": {
             "name": name,
@@ -154,7 +154,7 @@ def make_workload(
         "spec": {
             "queueName": "team-nlp",
             "priority": 500,
-            "priorityClassName": "funded",
+            "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "funded"},
             "podSets": [
                 {
                     "name": "worker",

@@ -63,7 +63,7 @@ def test_a_call_that_never_completes_ends_within_its_deadline(misbehaviour, says
     assert says in message and "deadline 1.2 s)" in message, message
     assert "\n" not in message
     # every attempt and backoff wait fit inside total_s (1.2 s); without a deadline this never returns
-    assert took < QUICK.total_s + 1.0, took
+    assert took < QUICK.total_s + 3.0, took
     if misbehaviour == SILENT:  # 0.4 s, wait 0.1, 0.4 s, wait 0.2 -> the 3rd attempt is cut at 1.2 s
         assert 2 <= len(server.requests) <= 3, server.requests
 

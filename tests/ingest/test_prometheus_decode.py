@@ -16,7 +16,7 @@ from polars.testing import assert_frame_equal
 from gpuledger.deadlines import CallDeadline
 from gpuledger.ingest.metrics.exposition import long_to_wide, series_long_to_wide
 from gpuledger.ingest.metrics.prometheus.chunk import query_chunk_all_raw
-from gpuledger.ingest.metrics.prometheus.client import query_chunk_all
+from gpuledger.ingest.metrics.prometheus.client import PrometheusError, query_chunk_all
 from gpuledger.ingest.metrics.prometheus.decode import (
     _NotPlainMatrix,
     long_from_results,
@@ -167,6 +167,17 @@ def test_raw_query_uses_the_generic_decoder_for_an_unusual_body():
     results = _results(3)
     flat = [s for series in results.values() for s in series]
     with _Prometheus(flat) as server:
-        server.body = server.body[:-1] + b',"warnings":["w"]}'  # valid JSON the bulk reader does not take
+        # valid JSON the bulk reader does not take (Prometheus 3's info annotations)
+        server.body = server.body[:-1] + b',"infos":["i"]}'
         got = query_chunk_all_raw(requests.Session(), server.url, list(METRICS), T0, T0 + 1200, 30, **LIMITS)
     _same_wide(got, points_from_results(results, url=server.url))
+
+
+def test_a_partial_answer_is_an_error_not_a_hole():
+    # Thanos / Mimir add "warnings" when a store did not answer: the range must stay undone (issue 20)
+    results = _results(3)
+    flat = [s for series in results.values() for s in series]
+    with _Prometheus(flat) as server:
+        server.body = server.body[:-1] + b',"warnings":["store 10.0.0.7:10901: deadline exceeded"]}'
+        with pytest.raises(PrometheusError, match=r"partial answer \(warnings: store 10\.0\.0\.7:10901"):
+            query_chunk_all_raw(requests.Session(), server.url, list(METRICS), T0, T0 + 1200, 30, **LIMITS)

@@ -32,7 +32,7 @@ def test_a_page_that_never_completes_ends_within_the_timeout(misbehaviour, says)
         result = fetch_target(f"{server.url}/metrics", timeout_s=0.5, retries=1, backoff_s=0.05)
         took = time.monotonic() - began
     assert not result.ok and says in result.error and "gave up after 2 attempts" in result.error, result.error
-    assert took < 2 * 0.5 + 0.05 + 1.0, took  # two attempts of at most 0.5 s each, one wait
+    assert took < 2 * 0.5 + 0.05 + 3.0, took  # two attempts of at most 0.5 s each, one wait (+ load slack)
 
 
 def _scrape(*args: str, cwd) -> subprocess.CompletedProcess:

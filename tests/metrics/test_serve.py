@@ -15,8 +15,8 @@ import requests
 
 from gpuledger import warehouse
 from gpuledger.analytics import reports
-from tests.helpers.statement_fixtures import october
 from tests.helpers.prometheus_rig import PrometheusRig, free_port, have_prometheus
+from tests.helpers.statement_fixtures import october
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "gpuledger.json"
 

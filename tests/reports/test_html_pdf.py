@@ -1,6 +1,6 @@
 """The HTML statement fits a 1,280 px window and A4 portrait, with print CSS, and its PDF (headless
 Chromium's print-to-PDF) sits beside the other files, listed in the manifest, byte-identical
-across runs (issue 21 §4). Figures: tests/_statement_fixtures.py (total 3,720.00 USD)."""
+across runs (issue 21 §4). Figures: tests/helpers/statement_fixtures.py (total 3,720.00 USD)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from gpuledger import warehouse
 from gpuledger.reports.files import write_statement_set
 from gpuledger.reports.statement import build_statement
-from tests._statement_fixtures import october
+from tests.helpers.statement_fixtures import october
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium: run scripts/install-test-deps.sh")
 STEM = "statement-2026-10-acme"
@@ -39,10 +39,11 @@ def test_the_pdf_is_listed_in_the_manifest_and_byte_stable(statement):
     assert listed[f"{STEM}.pdf"] == hashlib.sha256(pdf).hexdigest()
     assert pdf == (base / "b" / f"{STEM}.pdf").read_bytes() and first == second
     assert b"/CreationDate (D:20261101000000" in pdf  # the statement's own time, not the clock's
-    info = subprocess.run(["pdfinfo", str(base / "a" / f"{STEM}.pdf")], capture_output=True, text=True).stdout
+    info = subprocess.run(["pdfinfo", str(base / "a" / f"{STEM}.pdf")], capture_output=True, text=True,
+                          check=True).stdout
     assert "(A4)" in info and "594.96 x 841.92" in info  # portrait
     text = subprocess.run(["pdftotext", "-layout", str(base / "a" / f"{STEM}.pdf"), "-"], capture_output=True,
-                          text=True).stdout
+                          text=True, check=True).stdout
     assert "3,720.00" in text and "reconciles to the cent" in text
     assert json.loads((base / "a" / "manifest.json").read_text())["files"] == first["files"]
 

@@ -36,7 +36,7 @@ def month(warehouse_file):
 
 def _program(*args):
     return subprocess.run([str(Path(sys.executable).with_name("gpuledger")), *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
 
 
 def _cli(*args):

@@ -219,34 +219,6 @@ def test_a_corrected_month_states_its_corrections_and_still_reconciles(month, tm
     assert debit["amount"].to_list() == ["60.00"] and debit["correction_of"].to_list() == ["charge"]
 
 
-def test_weekly_summary_per_business_unit_with_top_squatters(month, tmp_path):
-    """ISO week 2026-W40 (Sep 28 – Oct 5 00:00): alpha-1 and beta-1 hold 96 h each from Oct 1
-    (H100 192.00, A100 96.00), gamma-1 24 h (48.00). research: 120 GPU-hours, 240.00; product: 96 h,
-    96.00. Squatting episodes seeded in the week: research's worst is alpha-1 (3.0 idle GPU-hours)
-    before gamma-1 (1.0); product's only one is beta-1."""
-    from typer.testing import CliRunner
-
-    from gpuledger.cli import app
-
-    with warehouse.open_writer(month) as con:
-        for job_id, project, hours in (("alpha-1", "alpha", 3.0), ("gamma-1", "gamma", 1.0), ("beta-1", "beta", 2.0)):
-            con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, project, user_name, "
-                        "finding, severity, gpus_total, gpus_idle, gpu_hours_idle, idle_cost, currency) VALUES "
-                        "('c1', ?, '2026-10-01 12:00', '2026-10-01 14:00', ?, 'u', 'squatting', 'warning', 1, 1, ?, "
-                        "NULL, 'USD')", [job_id, project, hours])
-    out = tmp_path / "w40"
-    result = CliRunner().invoke(app, ["report", "weekly", "--week", "2026-W40", "--out", str(out),
-                                      "--warehouse", str(month)])
-    assert result.exit_code == 0, result.output
-    units = pl.read_csv(out / "weekly-2026-W40.csv", schema_overrides={"spend": pl.String})
-    got = {r["business_unit"]: (r["gpu_hours"], D(r["spend"])) for r in units.iter_rows(named=True)}
-    assert got["research"] == (120.0, D("240.00")) and got["product"] == (96.0, D("96.00"))
-    squat = pl.read_csv(out / "weekly-2026-W40-squatters.csv")
-    assert squat.select("business_unit", "rank", "job_id").rows() == [
-        ("product", 1, "beta-1"), ("research", 1, "alpha-1"), ("research", 2, "gamma-1")]
-    assert json.loads((out / "manifest.json").read_text())["week"] == "2026-W40"
-
-
 def test_every_line_has_a_sheet_even_a_project_outside_the_tree(month, tmp_path):
     """A job whose project the org tree lacks (stray-1: 10 h on GPU-h2, Oct 20 00:00–10:00, at 2.00
     = 20.00, taken out of idle, so still 3720.00 in all) gets a sheet of its own: the workbook

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger import deadlines
-from gpuledger.cli.options import WarehouseOpt, utc_range, warehouse_path
+from gpuledger.cli.options import ConfigOpt, WarehouseOpt, config_or_exit, utc_range, warehouse_path
 from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.lazy import lazy_import
 from gpuledger.stopping import StopSignals
@@ -49,23 +49,51 @@ def _call_deadline(connect_s: float, read_s: float, total_s: float) -> deadlines
 
 @app.command("scrape")
 def scrape_cmd(
-    urls: Annotated[list[str], typer.Argument(help="dcgm-exporter /metrics URLs")],
+    urls: Annotated[list[str] | None, typer.Argument(
+        help="dcgm-exporter /metrics URLs (default: the config's sources.scrape targets)")] = None,
     interval: Annotated[float, typer.Option("--interval", help="seconds between scrape rounds", min=0, max=86_400)] = 30.0,
     count: Annotated[int, typer.Option("--count", help="scrape rounds", min=1)] = 1,
-    timeout: Annotated[float, typer.Option("--timeout", help="seconds one attempt may take in all (connecting and the whole page)", min=0.001, max=deadlines.MAX_WAIT_S)] = 10.0,
-    retries: Annotated[int, typer.Option("--retries", help="retries after a timeout, refusal or 5xx", min=0, max=100)] = 3,
+    every: Annotated[str | None, typer.Option(
+        "--every", help="run as a service: a round every DURATION (e.g. 60s) until stopped (SIGTERM, "
+                        "Ctrl-C); overrides --interval and --count")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", help="seconds one attempt may take in all (connecting and the whole page; default: "
+                          "sources.scrape's, else 10)", min=0.001, max=deadlines.MAX_WAIT_S)] = None,
+    retries: Annotated[int | None, typer.Option(
+        "--retries", help="retries after a timeout, refusal or 5xx (default: sources.scrape's, else 3)",
+        min=0, max=100)] = None,
     backoff: Annotated[float, typer.Option("--backoff", help="first retry wait, seconds (doubles)", min=0, max=3600)] = 0.5,
-    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    cluster: Annotated[str | None, typer.Option(
+        "--cluster", help="cluster name the GPUs are registered under (default: sources.scrape's, else "
+                          f"{DEFAULT_CLUSTER})")] = None,
+    config: ConfigOpt = None,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Scrape dcgm-exporter endpoints concurrently and store their samples; failing targets are
-    retried with backoff, reported on stderr and in quarantine, and never stop the others."""
+    retried with backoff, reported on stderr and in quarantine, and never stop the others. With
+    --every it is the long-running scrape service (README "Pipelines": the every-minute loop lives
+    outside Dagster, whose per-run start-up costs seconds)."""
+    source = None
+    if not urls or cluster is None or timeout is None or retries is None:
+        source = config_or_exit(config).sources.scrape
+    if not urls:
+        if source is None:
+            raise typer.BadParameter("give the /metrics URLs, or a config with sources.scrape targets "
+                                     "(--config or $GPULEDGER_CONFIG)", param_hint="URLS")
+        urls = source.targets
+    cluster = cluster or (source.cluster if source else DEFAULT_CLUSTER)
+    timeout = timeout if timeout is not None else (source.timeout_s if source else 10.0)
+    retries = retries if retries is not None else (source.retries if source else 3)
+    rounds: int | None = count
+    if every is not None:
+        interval, rounds = float(_duration(every, "--every")), None
+    of = "" if rounds is None else f"/{rounds}"
 
     def report(round_no: int, stats: scraping.IngestStats) -> None:
         for error in stats.errors:
             console.print(f"[red]scrape failed[/red]: {escape(error)}")
         unknown = ", ".join(f"{k} x{v}" for k, v in sorted(stats.unknown_dcgm.items()))
-        console.print(f"round {round_no}/{count}: {stats.pages} pages, {stats.samples_new} new samples, "
+        console.print(f"round {round_no}{of}: {stats.pages} pages, {stats.samples_new} new samples, "
                       f"{stats.quarantined} lines quarantined, {stats.failed_targets} targets failed"
                       + (f"; DCGM fields not stored: {unknown}" if unknown else ""))
 
@@ -73,7 +101,7 @@ def scrape_cmd(
         _check_target(url)
     with StopSignals() as stop:  # Ctrl-C / SIGTERM: stop within a second, never mid-write
         total = scraping.scrape(urls, warehouse_path=warehouse_path(warehouse_file), cluster=cluster,
-                                interval_s=interval, count=count, timeout_s=timeout, retries=retries,
+                                interval_s=interval, count=rounds, timeout_s=timeout, retries=retries,
                                 backoff_s=backoff, on_round=report, stop=stop.event)
     if stop.stopped:
         console.print(f"stopped ({'Ctrl-C' if stop.exit_code else 'SIGTERM'}): every round written "
@@ -101,20 +129,29 @@ def prometheus_cmd(
     start: Annotated[str, typer.Option("--start", help="UTC start, ISO-8601 or epoch seconds")],
     end: Annotated[str, typer.Option("--end", help="UTC end (exclusive), ISO-8601 or epoch seconds")],
     step: Annotated[str, typer.Option("--step", help="sample grid, e.g. 30s (the exporter's interval)")] = "30s",
-    chunk: Annotated[str, typer.Option("--chunk", help="time per query and per transaction, e.g. 1h")] = "1h",
+    chunk: Annotated[str | None, typer.Option("--chunk", help="time per query and per transaction, e.g. 1h (default 1h; with --aggregate 1d, the most it takes)")] = None,
     workers: Annotated[int, typer.Option("--workers", help="worker processes fetching and decoding chunks ahead of the writes (memory: ~450 MB each at 1,024 GPUs x 1 h chunks)", min=1)] = 2,
     gzip: Annotated[bool, typer.Option("--gzip/--no-gzip", help="ask Prometheus for gzip (only worth it over a slow link)")] = False,
     progress: Annotated[str, typer.Option("--progress", help="bar, lines (one line per chunk) or none")] = "bar",
     connect_timeout: Annotated[float, typer.Option("--connect-timeout", help="seconds to open a connection")] = deadlines.PROMETHEUS.connect_s,
     read_timeout: Annotated[float, typer.Option("--read-timeout", help="seconds of silence allowed from the server (its query evaluation included)")] = deadlines.PROMETHEUS.read_s,
     deadline: Annotated[float, typer.Option("--deadline", help="seconds one query may take in all, retries included")] = deadlines.PROMETHEUS.total_s,
+    aggregate: Annotated[str | None, typer.Option("--aggregate", help="store one row per GPU and window of this size (1m-5m: averages, peak memory, sample counts) instead of raw samples; chunks of at most a day")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="--aggregate: queries in flight at once", min=1, max=32)] = 4,
+    tenant: Annotated[str | None, typer.Option("--tenant", envvar="GPULEDGER_PROMETHEUS_TENANT", help="Mimir / Cortex tenant (X-Scope-OrgID header)")] = None,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
-    """Backfill DCGM samples from Prometheus' HTTP API in resumable chunks (rerun after an
-    interruption to continue where it stopped)."""
+    """Backfill DCGM samples from Prometheus' HTTP API (or Thanos Query, Mimir, VictoriaMetrics:
+    give the URL up to /api/v1) in resumable chunks (rerun after an interruption to continue where
+    it stopped). With --aggregate 5m, window aggregates instead of raw samples (fleet scale)."""
     t0, t1 = utc_range(start, end)
-    step_s, chunk_s = _duration(step, "--step"), _duration(chunk, "--chunk")
+    if aggregate is not None:
+        _aggregate(url, t0, t1, _duration(aggregate, "--aggregate"), _duration(chunk or "1d", "--chunk"),
+                   concurrency, tenant, cluster, warehouse_file,
+                   _call_deadline(connect_timeout, read_timeout, deadline), progress)
+        return
+    step_s, chunk_s = _duration(step, "--step"), _duration(chunk or "1h", "--chunk")
     limits = _call_deadline(connect_timeout, read_timeout, deadline)
     if progress not in ("bar", "lines", "none"):
         raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
@@ -148,3 +185,23 @@ def prometheus_cmd(
     console.print(f"backfill {url}: {stats.chunks_done} chunks ingested, {stats.chunks_skipped} already done, "
                   f"{stats.samples_new} new samples, {stats.quarantined} quarantined; metrics: "
                   f"{', '.join(stats.metrics) or 'none found'}")
+
+
+def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, tenant, cluster, warehouse_file, limits, progress) -> None:
+    from gpuledger.ingest.metrics.prometheus.aggregate import aggregate
+
+    def on_chunk(end_s: int, total: int, stats) -> None:
+        if progress == "lines":
+            print(f"chunk {prom._iso(end_s)} done {stats.chunks_done + stats.chunks_skipped}/{total} "
+                  f"new {stats.rows_new}", flush=True)
+
+    try:
+        stats = aggregate(url, t0, t1, step_s=step_s, chunk_s=chunk_s, warehouse_path=warehouse_path(warehouse_file),
+                          cluster=cluster, concurrency=concurrency, tenant=tenant, deadline=limits, on_chunk=on_chunk)
+    except prom.PrometheusError as exc:
+        where = f"; nothing from {exc.undone_from} on was stored: rerun to continue" if exc.undone_from else ""
+        typer.secho(f"gpuledger: aggregate stopped: {exc}{where}", err=True, fg="red")
+        raise typer.Exit(1) from None
+    console.print(f"aggregate {url} ({step_s} s windows): {stats.chunks_done} chunks ingested, "
+                  f"{stats.chunks_skipped} already done, {stats.rows_new} new rows; metrics: "
+                  f"{', '.join(stats.metrics)}", markup=False)

@@ -35,6 +35,9 @@ def statement(
     pdf: bool | None = typer.Option(None, "--pdf/--no-pdf",
                                     help="print the HTML to PDF with headless Chromium (default: when Chromium "
                                          "is installed)"),
+    showback: str | None = typer.Option(None, "--showback",
+                                        help="also a showback CSV re-weighting each pool by 'active' GPU-hours "
+                                             "(idle redistributed; the statement stays the ledger of record)"),
     allow_empty: bool = typer.Option(False, "--allow-empty",
                                      help="write the statement of a month with no data (it says \"no data\")"),
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
@@ -50,6 +53,11 @@ def statement(
     from gpuledger.reports.statement import build_statement
 
     month_bounds(period)  # a usage error naming the form for anything but YYYY-MM
+    if showback is not None:
+        from gpuledger.reports.showback import BASES
+
+        if showback not in BASES:  # refused before any work
+            raise typer.BadParameter(f"{showback!r}: choose {', '.join(BASES)}", param_hint="--showback")
     _out_dir(out)
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         cfg = warehouse_config(con, config, write=False)
@@ -66,7 +74,7 @@ def statement(
         if not pdf:
             typer.echo("warning: no Chromium found, so no PDF statement (apt-get install chromium, or "
                        "$GPULEDGER_CHROMIUM); --no-pdf silences this", err=True)
-    manifest = write_statement_set(st, out, per_unit=node is None, pdf=pdf)
+    manifest = write_statement_set(st, out, per_unit=node is None, pdf=pdf, showback=showback)
     console.print(f"statement {period} ({st.scope}, {st.status}): {len(manifest['files'])} files in {out}")
     console.print(st.status_sentence)
     if st.empty:

@@ -25,6 +25,16 @@ EARLIEST = datetime(2000, 1, 1)  # nothing before it ran on a GPU this ledger pr
 JOB_KINDS = frozenset({"training", "fine-tune", "batch", "inference", "interactive"})
 DEFAULT_MAX_GPUS_PER_JOB = 4096.0
 DEFAULT_CLOCK_SKEW = timedelta(minutes=10)
+INT64_MAX = 2**63 - 1  # the warehouse's BIGINT: a value beyond it would sink the whole import
+
+
+def whole_number(value: int, field_name: str) -> int:
+    """``value`` when the warehouse can store it (a signed 64-bit integer), else a ValueError naming
+    the field: that row is quarantined, the rows beside it land."""
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(f"{field_name}: {value} is beyond the 64-bit range the warehouse stores "
+                         f"(|n| < 2^63); fix the row")
+    return value
 
 
 @dataclass(frozen=True)

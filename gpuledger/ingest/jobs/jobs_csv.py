@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuledger.ingest.jobs.checks import JobLimits, job_problem
+from gpuledger.ingest.jobs.checks import JobLimits, job_problem, whole_number
 from gpuledger.timeparse import parse_duration_s, parse_utc
 from gpuledger.warehouse import QuarantineRow
 from gpuledger.warehouse.job_columns import JOB_CORE
@@ -84,6 +84,8 @@ def _row_to_job(row: dict[str, str], now: datetime) -> dict:
         priority_value = int(priority) if priority else None
     except ValueError:
         raise ValueError(f"priority: {priority!r} is not an integer") from None
+    if priority_value is not None:
+        whole_number(priority_value, "priority")
     return {
         "cluster": text("cluster"), "job_id": text("job_id"), "project": project,
         "user_name": text("user"), "name": text("name"), "kind": text("kind"),

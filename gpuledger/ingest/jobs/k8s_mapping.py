@@ -503,7 +503,7 @@ def map_workload(
     now: datetime,
     options: MappingOptions = DEFAULT_OPTIONS,
 ) -> JobRecord | Rejected | None:
-    """A Kueue ``Workload`` (kueue.x-k8s.io/v1beta1) → its ``jobs`` row; see the module notes for why
+    """A Kueue ``Workload`` (kueue.x-k8s.io/v1beta2; v1beta1 exports read alike) → its ``jobs`` row; see the module notes for why
     its ``start_time`` is always NULL. None when its pod sets ask for no GPU."""
     workload = as_dict(workload)
     location = _location(workload, "workload ")
@@ -581,7 +581,10 @@ def map_workload(
             namespace=namespace,
             source="kueue",
             updated_at=now,
-            priority_class=_string(spec.get("priorityClassName"), "spec.priorityClassName"),
+            # v1beta2: spec.priorityClassRef {group, kind, name}; v1beta1: spec.priorityClassName
+            priority_class=_string((spec.get("priorityClassRef") or {}).get("name")
+                                   if isinstance(spec.get("priorityClassRef"), dict) else spec.get("priorityClassName"),
+                                   "spec.priorityClassRef.name"),
         )
     except _Malformed as problem:
         return Rejected(location, f"{location}: {problem}")

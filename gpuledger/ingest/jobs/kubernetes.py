@@ -55,7 +55,7 @@ from gpuledger.warehouse.job_columns import JOB_CORE, job_schema
 log = logging.getLogger(__name__)
 
 QUARANTINE_SOURCE = "kubernetes"
-KUEUE_GROUP, KUEUE_VERSION, KUEUE_PLURAL = "kueue.x-k8s.io", "v1beta1", "workloads"
+KUEUE_GROUP, KUEUE_VERSION, KUEUE_PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"  # v1beta1 is deprecated
 HTTP_GONE = 410
 
 JOB_SCHEMA: dict[str, pl.DataType] = {**JOB_CORE, **job_schema("priority_class", "scheduler_job")}

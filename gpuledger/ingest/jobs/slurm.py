@@ -42,7 +42,7 @@ import duckdb
 import polars as pl
 
 from gpuledger.ingest.device_links import link_devices_for_jobs
-from gpuledger.ingest.jobs.checks import job_limits, screen_jobs
+from gpuledger.ingest.jobs.checks import job_limits, screen_jobs, whole_number
 from gpuledger.ingest.mig import find_profile, mig_fraction
 from gpuledger.ingest.model_keys import gpu_model_key
 from gpuledger.warehouse import QuarantineRow, quarantine, upsert
@@ -178,9 +178,10 @@ def _optional_int(value: str, field_name: str) -> int | None:
     if not text:
         return None
     try:
-        return int(text)
+        number = int(text)
     except ValueError:
         raise ValueError(f"{field_name}: {text!r} is not a whole number") from None
+    return whole_number(number, field_name)
 
 
 _SLURM_DURATION = re.compile(r"^(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
@@ -384,9 +385,11 @@ def _number(value, field_name: str) -> int | None:
         value = value.get("number")
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         raise ValueError(f"{field_name}: {value!r} is not a number")
-    return int(value)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{field_name}: {value!r} is not a finite number")
+    return whole_number(int(value), field_name)
 
 
 def _epoch(value, field_name: str) -> datetime | None:

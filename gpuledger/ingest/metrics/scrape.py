@@ -13,6 +13,7 @@ clean through the shared DCGM catalog and write idempotently.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -35,6 +36,8 @@ from gpuledger.ingest.metrics.exposition import (
     wide_rows,
 )
 from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
+from gpuledger.ingest.metrics.plausible import (refuse_host_conflicts, refuse_host_conflicts_wide,
+                                                split_implausible_times)
 from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"
@@ -237,14 +240,23 @@ def ingest_pages(
                  for r in parsed.rejects]
         stats.add(IngestStats(pages=1, lines=parsed.lines, samples_parsed=parsed.sample_count,
                               quarantined=len(parsed.rejects), unknown_dcgm=parsed.unknown_dcgm))
-    wide = wides[0] if len(wides) == 1 else (
-        pl.concat(wides, how="diagonal_relaxed")
-        .unique(subset=["gpu_uuid", "mig_instance_id", "ts"], keep="first", maintain_order=True)
-        if wides else pl.DataFrame())
+    wide = wides[0] if len(wides) == 1 else pl.concat(wides, how="diagonal_relaxed") if wides else pl.DataFrame()
+    wide, conflicts = refuse_host_conflicts_wide(wide, source=source, location=_where(pages))
+    if len(wides) > 1:
+        wide = wide.unique(subset=["gpu_uuid", "mig_instance_id", "ts"], keep="first", maintain_order=True)
+    rows += conflicts
+    stats.quarantined += len(conflicts)
+    wide, implausible = split_implausible_times(wide, source=source, location=_where(pages),
+                                                max_future_s=max_future_s)
+    stats.quarantined += len(implausible)
     with warehouse.transaction(con):
         stats.samples_new = store_wide(con, wide, cluster=cluster, source=source)
-        warehouse.quarantine(con, rows)
+        warehouse.quarantine(con, rows + implausible)
     return stats
+
+
+def _where(pages) -> str:
+    return pages[0][1] if len(pages) == 1 else f"{pages[0][1]} (+{len(pages) - 1} pages)"
 
 
 def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source: str) -> IngestStats:
@@ -254,10 +266,14 @@ def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source:
     if parsed is None:
         return sum_stats(ingest_pages(con, [p], cluster=cluster, max_future_s=max_future_s, source=source)
                          for p in pages)
-    points = first_page_wins(parsed.points, parsed.series)
+    points, conflicts = refuse_host_conflicts(parsed.points, parsed.series, source=source, location=_where(pages))
+    points = first_page_wins(points, parsed.series)
     wide = series_long_to_wide(points.drop("page"), parsed.series)
     rows = [warehouse.QuarantineRow(source, f"{pages[pg][1]}:{r.line_no}", r.raw_text, r.reason)
-            for pg, r in parsed.rejects]
+            for pg, r in parsed.rejects] + conflicts
+    wide, implausible = split_implausible_times(wide, source=source, location=_where(pages),
+                                                max_future_s=max_future_s)
+    rows += implausible
     with warehouse.transaction(con):
         new = store_wide(con, wide, cluster=cluster, source=source)
         warehouse.quarantine(con, rows)
@@ -331,26 +347,28 @@ def scrape(
     warehouse_path=None,
     cluster: str = DEFAULT_CLUSTER,
     interval_s: float = 30.0,
-    count: int = 1,
+    count: int | None = 1,
     timeout_s: float = 10.0,
     retries: int = 3,
     backoff_s: float = 0.5,
     on_round: Callable[[int, IngestStats], None] | None = None,
     stop: threading.Event | None = None,
 ) -> IngestStats:
-    """Scrape ``urls`` ``count`` times (>= 1), one round every ``interval_s`` seconds.
+    """Scrape ``urls`` ``count`` times (>= 1; None: until interrupted), one round every
+    ``interval_s`` seconds.
 
     Each round fetches concurrently, then takes the writer briefly (letting waiting readers in
     between pages); readers see each round as soon as it is written. ``stop`` (set by SIGINT /
     SIGTERM, see gpuledger.stopping) ends the run within a second: a round being fetched is
     abandoned, one being written is finished first.
     """
-    if count < 1:
+    if count is not None and count < 1:
         raise ValueError(f"count must be at least 1, not {count}")
     total = IngestStats()
     next_at = time.monotonic()
     session = requests.Session()
-    for round_no in range(1, count + 1):
+    rounds = itertools.count(1) if count is None else range(1, count + 1)  # None: until interrupted
+    for round_no in rounds:
         results = fetch_targets(urls, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
                                 session=session, stop=stop)
         if results is None:
@@ -360,8 +378,10 @@ def scrape(
         total.add(stats)
         if on_round:
             on_round(round_no, stats)
-        if round_no < count:
+        if count is None or round_no < count:
             next_at += interval_s
+            # a round that overran its slot starts the next one at once, not a burst to catch up
+            next_at = max(next_at, time.monotonic())
             delay = max(0.0, next_at - time.monotonic())
             if stop is not None and stop.wait(delay):
                 break

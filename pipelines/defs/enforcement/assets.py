@@ -111,6 +111,6 @@ def _backend(cfg):
     if rails.pipeline_backend in ("kueue", "kubernetes"):
         source = cfg.sources.kubernetes
         return registry.get(rails.pipeline_backend, kubeconfig=source.kubeconfig if source else None,
-                            context=source.context if source else None)
+                            context=source.context if source else None, timeout_s=rails.scheduler_timeout_seconds)
     return registry.get(rails.pipeline_backend, qos_funded=rails.slurm_qos_funded,
-                        qos_unfunded=rails.slurm_qos_unfunded)
+                        qos_unfunded=rails.slurm_qos_unfunded, timeout_s=rails.scheduler_timeout_seconds)

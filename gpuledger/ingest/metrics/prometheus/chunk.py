@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from gpuledger.ingest.metrics.exposition import series_long_to_wide
+from gpuledger.ingest.metrics.plausible import refuse_host_conflicts, split_implausible_times
 from gpuledger.ingest.metrics.prometheus.client import (
     NotPrometheusAnswer,
     _get_body,
@@ -20,6 +21,7 @@ from gpuledger.ingest.metrics.prometheus.client import (
     query_chunk,
 )
 from gpuledger.ingest.metrics.prometheus.decode import (
+    SOURCE,
     _NotPlainMatrix,
     points_from_matrix_json,
     points_from_results,
@@ -80,7 +82,11 @@ def _decode_chunk(*, url: str, metrics: Sequence[str], a: int, b: int, step_s: i
         del fetched
     points, series, rejects = decoded
     points, outside = refuse_outside_range(points, series, a, b, url=url)
-    return series_long_to_wide(points, series), [*rejects, *outside], points.height, per_metric
+    points, conflicts = refuse_host_conflicts(points, series, source=SOURCE, location=url)
+    outside += conflicts
+    wide, implausible = split_implausible_times(series_long_to_wide(points, series), source=SOURCE,
+                                                location=url)
+    return wide, [*rejects, *outside, *implausible], points.height, per_metric
 
 
 def _chunk_in_worker(**job) -> tuple[bytes, list, int, bool]:

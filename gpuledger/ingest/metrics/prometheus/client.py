@@ -141,6 +141,10 @@ def _parse_json(url: str, params: dict, status: int, content: bytes):
                               f"{body.get('errorType')}: {error})")
     if "data" not in body:
         raise NotPrometheusAnswer(f"{_endpoint(url)} answered \"success\" without \"data\"; {_CHECK_URL}")
+    if body.get("warnings"):  # Thanos / Mimir: a store or querier did not answer (issue 20)
+        said = printable("; ".join(map(str, body["warnings"])), limit=400)
+        raise PrometheusError(f"{_endpoint(url)} gave a partial answer (warnings: {said}); nothing of this "
+                              "range was stored: rerun when every store answers")
     return body["data"]
 
 

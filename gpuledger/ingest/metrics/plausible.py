@@ -1,0 +1,97 @@
+"""Sample times that cannot be true: before 2000-01-01 (a clock at the epoch, milliseconds read as
+seconds) or further in the future than the allowed skew. Such a sample would register its GPU as
+present since 1970 and bill decades of idle capacity, so it is refused (quarantined, one row per
+device with the count and the first such time) by every DCGM source before anything is written."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import polars as pl
+
+from gpuledger import warehouse
+from gpuledger.ingest.jobs.checks import EARLIEST
+from gpuledger.ingest.metrics.exposition import DEFAULT_MAX_FUTURE_S
+
+
+def split_implausible_times(wide: pl.DataFrame, *, source: str, location: str,
+                            now_s: float | None = None,
+                            max_future_s: float = DEFAULT_MAX_FUTURE_S) -> tuple[pl.DataFrame, list]:
+    """(the rows of ``wide`` stamped within [2000-01-01, now + max_future_s], quarantine rows for
+    the others). ``wide`` has gpu_uuid, mig_instance_id and ts (naive UTC)."""
+    if wide.is_empty():
+        return wide, []
+    now_s = time.time() if now_s is None else now_s
+    latest = datetime.utcfromtimestamp(now_s + max_future_s)  # noqa: DTZ004 - naive UTC, as ts is
+    ts = pl.col("ts")
+    bad = (ts < EARLIEST) | (ts > latest)
+    if not wide.select(bad.any()).item():
+        return wide, []
+    refused = (wide.filter(bad)
+               .group_by("gpu_uuid", "mig_instance_id", (ts < EARLIEST).alias("early"))
+               .agg(n=pl.len(), first=ts.min(), last=ts.max())
+               .sort("gpu_uuid", "mig_instance_id", "early"))
+    rejects = []
+    for r in refused.iter_rows(named=True):
+        when = f"{r['first']:%Y-%m-%dT%H:%M:%S}Z" + (f"..{r['last']:%Y-%m-%dT%H:%M:%S}Z" if r["n"] > 1 else "")
+        why = (f"sample time before {EARLIEST:%Y-%m-%d}: a clock at the epoch or a unit error (milliseconds "
+               "read as seconds?); fix the exporter's clock" if r["early"] else
+               f"sample time more than {max_future_s:g} s after now ({latest:%Y-%m-%dT%H:%M:%S}Z, the "
+               "allowed clock skew); fix the exporter's or this host's clock")
+        rejects.append(warehouse.QuarantineRow(
+            source, f"{location} UUID={r['gpu_uuid']},GPU_I_ID={r['mig_instance_id']}@{when}",
+            f"{r['n']} samples of {r['gpu_uuid']} stamped {when}", f"{r['n']} samples refused: {why}"))
+    return wide.filter(~bad), rejects
+
+
+# --- one GPU UUID on two hosts --------------------------------------------------------------------
+_CONFLICT = ("GPU {uuid} is reported by {n} hosts ({hosts}); a UUID names one physical GPU, so "
+             "{host}'s {points} samples are refused and {kept}'s kept (the first host, by name): fix the "
+             "exporter whose labels are wrong (a copied config, a stale Hostname)")
+
+
+def _conflicts(pairs: pl.DataFrame) -> pl.DataFrame:
+    """(gpu_uuid, host, n) -> the pairs to refuse: every host of a UUID but its first by name, with
+    that first host (``kept``) and all of the UUID's hosts (``hosts``)."""
+    per_uuid = pairs.group_by("gpu_uuid").agg(kept=pl.col("host").min(), hosts=pl.col("host").unique().sort())
+    return (pairs.join(per_uuid, on="gpu_uuid").filter(pl.col("host") != pl.col("kept"))
+            .sort("gpu_uuid", "host"))
+
+
+def _rows(conflicts: pl.DataFrame, source: str, location: str) -> list:
+    return [warehouse.QuarantineRow(
+        source, f"{location} UUID={r['gpu_uuid']} host={r['host']}",
+        f"{r['n']} samples of {r['gpu_uuid']} from host {r['host']}",
+        _CONFLICT.format(uuid=r["gpu_uuid"], n=len(r["hosts"]), hosts=", ".join(r["hosts"]), host=r["host"],
+                         points=r["n"], kept=r["kept"]))
+        for r in conflicts.iter_rows(named=True)]
+
+
+def refuse_host_conflicts_wide(wide: pl.DataFrame, *, source: str, location: str) -> tuple[pl.DataFrame, list]:
+    """``wide`` rows (host canonical) without those of a UUID's second, third... host."""
+    if wide.is_empty() or "host" not in wide.columns:
+        return wide, []
+    pairs = wide.group_by("gpu_uuid", "host").agg(n=pl.len())
+    if pairs.height == pairs["gpu_uuid"].n_unique():
+        return wide, []
+    conflicts = _conflicts(pairs)
+    return wide.join(conflicts.select("gpu_uuid", "host"), on=["gpu_uuid", "host"], how="anti"), \
+        _rows(conflicts, source, location)
+
+
+def refuse_host_conflicts(points: pl.DataFrame, series: pl.DataFrame, *, source: str,
+                          location: str) -> tuple[pl.DataFrame, list]:
+    """The same rule on numbered series (``points`` metric, series, ts, value; ``series`` a
+    ``series_frame`` whose hosts are not yet canonical), before copies are collapsed by device."""
+    from gpuledger.ingest.metrics.dcgm_fields import canonical_host_expr
+
+    if points.is_empty() or series.is_empty():
+        return points, []
+    hosts = series.select("series", "gpu_uuid", canonical_host_expr("host"))
+    if hosts.select(pl.struct("gpu_uuid", "host").n_unique()).item() == hosts["gpu_uuid"].n_unique():
+        return points, []
+    counted = points.group_by("series").agg(n=pl.len()).join(hosts, on="series")
+    conflicts = _conflicts(counted.group_by("gpu_uuid", "host").agg(pl.col("n").sum()))
+    refused = hosts.join(conflicts.select("gpu_uuid", "host"), on=["gpu_uuid", "host"])["series"]
+    return points.filter(~pl.col("series").is_in(refused.implode())), _rows(conflicts, source, location)

@@ -1,0 +1,186 @@
+"""The image and the manifests, run as far as this machine allows (no container runtime here):
+
+* the wheel with exactly the Containerfile's extras installs into a fresh virtual environment
+  (binary wheels only, as the image's build stage does) and its dependencies are consistent;
+* every container of the rendered Kubernetes base runs from that environment as written — its
+  command (or the image's `gpuledger` entry point) and args, its env names and values, its ports —
+  with the volume and config paths mapped onto a temporary folder, the ports onto free ones, the
+  PostgreSQL Secret onto a real PostgreSQL, and the in-cluster API server onto the local stand-in:
+  the init container migrates and exits 0, the long-running containers start and their probes
+  answer, the enforcer's dry run exits 0."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.deploy.test_kubernetes import BASE, KUBECTL, one, render
+from tests.helpers import dagster_rig as rig
+from tests.helpers.k8s_standin import KubeStandIn
+from tests.helpers.postgres_rig import PostgresRig, have_postgres
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(KUBECTL is None or not have_postgres(), reason="needs kubectl and PostgreSQL")]
+
+
+def image_extras() -> str:
+    """The extras the Containerfile installs (its ARG EXTRAS)."""
+    found = re.search(r"^ARG EXTRAS=(\S+)$", (REPO / "Containerfile").read_text(), re.MULTILINE)
+    assert found, "Containerfile: no ARG EXTRAS="
+    return found.group(1)
+
+
+@pytest.fixture(scope="module")
+def image_env(tmp_path_factory) -> Path:
+    """A fresh venv holding the wheel + the image's extras; returns its bin folder."""
+    work = tmp_path_factory.mktemp("image")
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"),
+                            str(REPO)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    wheel = next((work / "dist").glob("gpuledger-*.whl"))
+    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=300)
+    bin_dir = work / "venv" / "bin"
+    done = subprocess.run([str(bin_dir / "pip"), "install", "-q", "--only-binary=:all:",
+                           f"{wheel}[{image_extras()}]"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return bin_dir
+
+
+def test_the_wheel_with_the_image_extras_installs_consistently(image_env):
+    check = subprocess.run([str(image_env / "pip"), "check"], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+    # the image's roles import; the GPU node's NVML extra is not in it
+    probe = ("import gpuledger.pipelines.definitions, gpuledger.dashboards, dagster_postgres, kubernetes, "
+             "streamlit, apprise, prometheus_client, openpyxl\n"
+             "import importlib.util as u; print(u.find_spec('pynvml') is None)")
+    out = subprocess.run([str(image_env / "python"), "-c", probe], capture_output=True, text=True, timeout=300,
+                         cwd="/")
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-3000:]
+
+
+class Pod:
+    """The rendered containers, run locally from ``bin_dir``: paths under /var/lib/gpuledger,
+    /etc/gpuledger and /tmp map into ``root``; containerPorts map to free ports."""
+
+    def __init__(self, root: Path, bin_dir: Path, config: dict[str, str], secrets: dict[str, dict[str, str]],
+                 extra_env: dict[str, str]):
+        self.root, self.bin, self.secrets, self.extra_env = root, bin_dir, secrets, extra_env
+        self.places = {"/var/lib/gpuledger": root / "data", "/etc/gpuledger": root / "etc", "/tmp": root / "tmp"}
+        for place in self.places.values():
+            place.mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self.ports: dict[int, int] = {}
+        self.procs: list[subprocess.Popen] = []
+
+    def path(self, text: str) -> str:
+        for prefix, local in self.places.items():
+            if text == prefix or text.startswith(prefix + "/"):
+                return str(local) + text[len(prefix):]
+        return text
+
+    def mount(self, container: dict) -> None:
+        """ConfigMap keys mounted by subPath become files at their mapped paths."""
+        for m in container.get("volumeMounts", []):
+            if m["name"] == "config" and "subPath" in m:
+                target = Path(self.path(m["mountPath"]))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(self.config[m["subPath"]])
+            else:
+                Path(self.path(m["mountPath"])).mkdir(parents=True, exist_ok=True)
+
+    def port(self, container_port: int) -> int:
+        return self.ports.setdefault(container_port, rig.free_port())
+
+    def argv(self, container: dict) -> list[str]:
+        command = container.get("command") or ["gpuledger"]  # the image's ENTRYPOINT
+        ports = {str(p["containerPort"]): str(self.port(p["containerPort"])) for p in container.get("ports", [])}
+        args = [ports.get(a, self.path(a)) for a in container.get("args", [])]
+        return [str(self.bin / command[0]), *command[1:], *args]
+
+    def env(self, container: dict) -> dict[str, str]:
+        env = {"PATH": f"{self.bin}:/usr/bin:/bin", "LANG": "C.UTF-8", **self.extra_env}
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = self.path(item["value"])
+            else:
+                ref = item["valueFrom"]["secretKeyRef"]
+                env[item["name"]] = self.secrets[ref["name"]][ref["key"]]
+        return env
+
+    def start(self, container: dict, log: Path) -> subprocess.Popen:
+        self.mount(container)
+        cwd = Path(self.path(container.get("workingDir", "/var/lib/gpuledger")))
+        cwd.mkdir(parents=True, exist_ok=True)
+        out = open(log, "w")  # noqa: SIM115 - the child keeps it
+        proc = subprocess.Popen(self.argv(container), env=self.env(container), cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        self.procs.append(proc)
+        return proc
+
+    def probe(self, container: dict, probe: dict) -> bool:
+        if "httpGet" in probe:
+            named = {p["name"]: p["containerPort"] for p in container["ports"]}
+            port = probe["httpGet"]["port"]
+            url = f"http://127.0.0.1:{self.port(named.get(port, port))}{probe['httpGet']['path']}"
+            try:
+                return requests.get(url, timeout=30).status_code == 200
+            except requests.RequestException:
+                return False
+        done = subprocess.run([str(self.bin / probe["exec"]["command"][0]), *probe["exec"]["command"][1:]],
+                              env=self.env(container), capture_output=True, timeout=120,
+                              cwd=self.path("/var/lib/gpuledger"))
+        return done.returncode == 0
+
+
+def test_every_container_runs_as_written_and_its_probes_answer(image_env, tmp_path):
+    objects = render(BASE)
+    config = one(objects, "ConfigMap")["data"]
+    spec = one(objects, "StatefulSet", "gpuledger")["spec"]["template"]["spec"]
+    enforcer = one(objects, "CronJob", "gpuledger-enforcer")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    api = KubeStandIn().start()
+    with PostgresRig() as pg:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        secrets = {"gpuledger-postgres": {"host": pg.env["DAGSTER_PG_HOST"], "port": pg.env["DAGSTER_PG_PORT"],
+                                          "database": pg.env["DAGSTER_PG_DB"], "username": pg.env["DAGSTER_PG_USER"],
+                                          "password": pg.env["DAGSTER_PG_PASSWORD"]}}
+        # the in-cluster API server is the local stand-in (the pod would use its ServiceAccount)
+        pod = Pod(tmp_path / "pod", image_env, config, secrets,
+                  {"KUBECONFIG": str(kubeconfig), "DAGSTER_DISABLE_TELEMETRY": "1"})
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        try:
+            for init in spec["initContainers"]:
+                proc = pod.start(init, logs / f"{init['name']}.log")
+                assert proc.wait(timeout=300) == 0, (logs / f"{init['name']}.log").read_text()
+            running = {c["name"]: (c, pod.start(c, logs / f"{c['name']}.log")) for c in spec["containers"]}
+            deadline = time.monotonic() + 480
+            for name, (container, proc) in running.items():
+                for kind in ("readinessProbe", "livenessProbe"):
+                    if kind in container:
+                        rig.until(deadline, f"{name}'s {kind}",
+                                  lambda c=container, k=kind, p=proc, n=name: (p.poll() is None or pytest.fail(
+                                      f"{n} exited: {(logs / f'{n}.log').read_text()[-3000:]}"))
+                                  and pod.probe(c, c[k]), 3.0)
+            # the scrape service has no port: it runs round after round (its target is unreachable
+            # here, which it reports and survives)
+            rig.until(deadline, "the scrape service's first round",
+                      lambda: "round 1:" in (logs / "scrape.log").read_text(), 2.0)
+            for name, (_, proc) in running.items():
+                assert proc.poll() is None, f"{name} stopped: {(logs / f'{name}.log').read_text()[-3000:]}"
+            # the enforcer's dry run, once, on the writer's volume
+            job = pod.start(enforcer["containers"][0], logs / "enforcer.log")
+            assert job.wait(timeout=300) == 0, (logs / "enforcer.log").read_text()[-3000:]
+        finally:
+            for proc in pod.procs:
+                rig.stop(proc)
+            api.close()
+    # a dry run changes nothing in the cluster
+    assert not [c for c in api.calls if c["method"] not in ("GET",)], api.calls

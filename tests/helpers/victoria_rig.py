@@ -1,0 +1,61 @@
+"""A real single-node VictoriaMetrics (Debian's ``victoria-metrics``) for tests: private data
+directory, a free 127.0.0.1 port, fed through its own Prometheus-text import endpoint."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import requests
+
+from tests.helpers.prometheus_rig import free_port
+
+
+def have_victoria_metrics() -> bool:
+    return shutil.which("victoria-metrics") is not None
+
+
+class VictoriaRig:
+    def __init__(self, workdir: Path, *, ready_timeout_s: float = 60.0):
+        self.workdir = Path(workdir)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(self.workdir / "victoria-metrics.log", "w")
+        self.process = subprocess.Popen(
+            ["victoria-metrics", f"-httpListenAddr=127.0.0.1:{self.port}",
+             f"-storageDataPath={self.workdir / 'vm-data'}", "-retentionPeriod=100y",
+             "-search.disableCache", "-search.latencyOffset=0s"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + ready_timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"victoria-metrics exited ({self.process.returncode}); see {self.log.name}")
+            try:
+                if requests.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"victoria-metrics not ready in {ready_timeout_s:g} s; see {self.log.name}")
+            time.sleep(0.1)
+
+    def import_prometheus_text(self, lines) -> None:
+        """Prometheus exposition lines with millisecond timestamps, through /api/v1/import/prometheus."""
+        body = "".join(lines).encode()
+        r = requests.post(f"{self.url}/api/v1/import/prometheus", data=body, timeout=120)
+        r.raise_for_status()
+
+    def flush(self) -> None:
+        requests.get(f"{self.url}/internal/force_flush", timeout=60).raise_for_status()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()

@@ -1,0 +1,161 @@
+"""`ingest prometheus --aggregate` (issue 20, part 4) against a real Prometheus and a real
+VictoriaMetrics, both fed the same simulated day through their own ingestion paths (promtool's
+OpenMetrics blocks; VictoriaMetrics' Prometheus-text import): 5-minute window aggregates give the
+same GPU-hours and, within 1 %, the same active GPU-hours as the raw 30-s samples. Partial answers
+(Thanos / Mimir warnings) are errors naming the store; the Mimir tenant header and the path
+layouts of Mimir and the VictoriaMetrics cluster reach the server."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import polars as pl
+import pytest
+
+from gpuledger import warehouse
+from gpuledger.analytics import reports
+from gpuledger.ingest.metrics.prometheus.aggregate import aggregate
+from gpuledger.ingest.metrics.prometheus.backfill import backfill
+from gpuledger.ingest.metrics.prometheus.client import PrometheusError
+from gpuledger.simulator import build_cluster, write_openmetrics
+from tests.helpers.prometheus_rig import PrometheusRig, have_prometheus
+from tests.helpers.victoria_rig import VictoriaRig, have_victoria_metrics
+
+START = (datetime.utcnow() - timedelta(days=3)).replace(hour=0, minute=0, second=0, microsecond=0)  # noqa: DTZ003
+END = START + timedelta(days=1)
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    if not (have_prometheus() and have_victoria_metrics()):
+        pytest.skip("needs Debian's prometheus and victoria-metrics (scripts/install-test-deps.sh)")
+    work = tmp_path_factory.mktemp("tsdb")
+    sim = build_cluster(seed=31, gpus=8, start=START, days=1, interval_s=30)
+    text = io.StringIO()
+    write_openmetrics(sim, text, sim.start_s, sim.end_s, blanks=False)
+    (work / "day.om").write_text(text.getvalue())
+    prom = PrometheusRig(work, [], history_file=work / "day.om")
+    vm = VictoriaRig(work)
+    try:
+        # the same samples, through VictoriaMetrics' own import: Prometheus text, timestamps in ms
+        lines = (f"{line.rsplit(' ', 1)[0]} {line.rsplit(' ', 1)[1]}000\n"
+                 for line in text.getvalue().splitlines() if line and not line.startswith("#"))
+        vm.import_prometheus_text(lines)
+        vm.flush()
+        yield prom, vm
+    finally:
+        prom.stop()
+        vm.stop()
+
+
+def _figures(path) -> dict:
+    """Everything held by one job over the day: allocated and active GPU-hours, energy, rows."""
+    with warehouse.open_writer(path) as con:
+        ids = [r[0] for r in con.execute("SELECT gpu_id FROM gpus").fetchall()]
+        warehouse.upsert(con, "jobs", pl.DataFrame([{
+            "cluster": "sim", "job_id": "all", "project": "p", "gpus": float(len(ids)), "start_time": START,
+            "end_time": END, "state": "COMPLETED", "source": "test", "updated_at": END}]))
+        warehouse.upsert(con, "job_allocations", pl.DataFrame({
+            "cluster": ["sim"] * len(ids), "job_id": ["all"] * len(ids), "gpu_id": ids,
+            "start_time": [START] * len(ids), "end_time": [END] * len(ids), "gpu_fraction": [1.0] * len(ids),
+            "source": ["test"] * len(ids)}))
+    with warehouse.open_reader(path) as con:
+        usage = reports.usage_report(con, start=START, end=END, by="job", now=END).row(0, named=True)
+        rows, weight = con.execute("SELECT count(*), sum(coalesce(sample_n, 1)) FROM gpu_samples").fetchall()[0]
+    return {**usage, "rows": rows, "weight": weight, "devices": len(ids)}
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_five_minute_aggregates_agree_with_the_raw_samples_on_both_servers(servers, tmp_path):
+    prom, vm = servers
+    backfill(prom.url, START, END, step_s=30, chunk_s=6 * 3600, warehouse_path=tmp_path / "raw.duckdb",
+             cluster="sim", workers=1, processes=False)
+    raw = _figures(tmp_path / "raw.duckdb")
+    for name, url in (("prometheus", prom.url), ("victoria-metrics", vm.url)):
+        path = tmp_path / f"{name}.duckdb"
+        stats = aggregate(url, START, END, step_s=300, warehouse_path=path, cluster="sim", concurrency=3)
+        assert stats.chunks_done == 1  # one day: one chunk
+        agg = _figures(path)
+        # 8 devices x 24 h allocated whatever the resolution; 288 windows a device instead of 2,880
+        # samples; the windows stand for the raw samples (their counts), and the time-weighted
+        # activity agrees within 1 %.
+        assert agg["devices"] == raw["devices"]
+        assert agg["gpu_hours_allocated"] == pytest.approx(raw["gpu_hours_allocated"], rel=1e-9), name
+        assert agg["rows"] <= raw["rows"] / 9, name
+        assert agg["weight"] == pytest.approx(raw["weight"], rel=0.01), name
+        assert agg["gpu_hours_active"] == pytest.approx(raw["gpu_hours_active"], rel=0.01), name
+        assert agg["gpu_hours_unknown"] == pytest.approx(raw["gpu_hours_unknown"], abs=0.01 * raw["gpu_hours_allocated"]), name
+        assert agg["energy_kwh"] == pytest.approx(raw["energy_kwh"], rel=0.01), name
+
+
+class _TSDB(BaseHTTPRequestHandler):
+    """A stand-in querier behind a path prefix: answers the label list and every query_range with a
+    one-series matrix, plus the warnings the test sets (what Thanos / Mimir add when a store did
+    not answer). Records the paths and tenant headers it was asked with."""
+
+    prefix = ""
+    warnings: list[str] = []
+    seen: list[tuple[str, str | None]] = []
+
+    def do_GET(self):  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        self.seen.append((path, self.headers.get("X-Scope-OrgID")))
+        if path == f"{self.prefix}/api/v1/label/__name__/values":
+            body = {"status": "success", "data": ["DCGM_FI_DEV_GPU_UTIL"]}
+        elif path == f"{self.prefix}/api/v1/query_range":
+            t = int(START.timestamp()) + 300
+            body = {"status": "success", "data": {"resultType": "matrix", "result": [{
+                "metric": {"gpu": "0", "UUID": "GPU-t0", "Hostname": "n1", "modelName": "NVIDIA H100 80GB HBM3"},
+                "values": [[t, "50"]]}]}}
+            if self.warnings:
+                body["warnings"] = self.warnings
+        else:
+            self.send_error(404)
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def stand_in():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _TSDB)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _TSDB.seen, _TSDB.warnings = [], []
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("prefix", ["/prometheus", "/select/0/prometheus"], ids=["mimir", "vm-cluster"])
+def test_url_layouts_and_the_tenant_header_reach_the_server(stand_in, prefix, tmp_path):
+    _TSDB.prefix = prefix
+    stats = aggregate(stand_in + prefix, START, START + timedelta(hours=1), step_s=300,
+                      warehouse_path=tmp_path / "w.duckdb", tenant="team-a", backoff_s=0.01)
+    assert stats.chunks_done == 1 and stats.rows_new == 1
+    assert {p for p, _ in _TSDB.seen} == {f"{prefix}/api/v1/label/__name__/values", f"{prefix}/api/v1/query_range"}
+    assert {t for _, t in _TSDB.seen} == {"team-a"}
+    with warehouse.open_reader(tmp_path / "w.duckdb") as con:
+        # GPU util 50 % averaged over the window starting at START
+        assert con.execute("SELECT ts, gpu_util_ratio FROM gpu_samples").fetchall() == [(START, 0.5)]
+
+
+def test_a_partial_answer_names_the_store_and_stores_nothing(stand_in, tmp_path):
+    _TSDB.prefix = ""
+    _TSDB.warnings = ["No StoreAPIs matched for this query", "store 10.0.0.7:10901 (sidecar eu-1): deadline exceeded"]
+    with pytest.raises(PrometheusError, match=r"partial answer .*10\.0\.0\.7:10901 \(sidecar eu-1\)"):
+        aggregate(stand_in, START, START + timedelta(hours=1), step_s=300, warehouse_path=tmp_path / "w.duckdb",
+                  backoff_s=0.01)
+    with warehouse.open_reader(tmp_path / "w.duckdb") as con:
+        assert con.execute("SELECT count(*) FROM gpu_samples").fetchall() == [(0,)]
+        assert con.execute("SELECT count(*) FROM ingest_checkpoints").fetchall() == [(0,)]
