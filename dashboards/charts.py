@@ -18,6 +18,12 @@ The rules every builder follows (``finish`` applies the shared ones):
 from __future__ import annotations
 
 import altair as alt
+
+# Altair looks pandas up in sys.modules without importing it: while a first script run is still
+# importing pandas (a cold server, a rerun started by a widget), another run would find it half
+# initialised ("partially initialized module 'pandas' has no attribute 'Timestamp'"). Importing it
+# here waits on the import lock until it is whole.
+import pandas  # noqa: F401, I001
 import polars as pl
 
 # The hourly series of a 1,024-GPU week pass Altair's 5,000-row guard; the pages already cut frames

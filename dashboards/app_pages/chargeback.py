@@ -71,7 +71,7 @@ if ctx is not None:
     cols[0].metric("Total billed", " + ".join(ui.money(a, c) for c, a in view.totals.items()) or "–")
     cols[1].metric("Status", "closed" if view.closed else "provisional" if view.provisional else "open")
     if view.reconciles is None:
-        cols[2].metric("Reconciliation", "org statement only")
+        cols[2].metric("Reconciliation", "org only", help="checked to the cent on the whole org's statement")
     else:
         cols[2].metric("Reconciliation (to the cent)", "reconciles" if view.reconciles else "DOES NOT reconcile")
     if not ctx.viewer.sees_everything:

@@ -157,10 +157,11 @@ def simulate_serve(
                                  timestamps=timestamps)
     except OSError as exc:
         raise _listen_error(exc, bind, port, nodes) from None
-    console.print(f"serving {len(handle.urls)} node exporters: {handle.urls[0]} .. {handle.urls[-1]} "
-                  f"(simulated start {now.isoformat()}Z, speed x{speed}); Ctrl-C stops")
     try:
         with StopSignals() as stop:  # SIGINT / SIGTERM: stop serving within a second
+            # said once the handlers are in place: a signal right after this line is a clean stop
+            console.print(f"serving {len(handle.urls)} node exporters: {handle.urls[0]} .. {handle.urls[-1]} "
+                          f"(simulated start {now.isoformat()}Z, speed x{speed}); Ctrl-C stops")
             stop.event.wait()
     finally:
         handle.stop()
