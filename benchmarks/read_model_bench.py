@@ -40,6 +40,9 @@ def _cases(warehouse: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
             "report fairshare": facts.fairshare(con, policy=policy).source,
             "report budget": facts.budget(con, policy=policy).source,
             "report usage (6 whole days)": facts.usage(con, start=start, end=end, policy=policy).source,
+            # the same range off the hour by one second: the materialized hours cannot answer it
+            "report usage (computed: +1 s)": facts.usage(con, start=start + timedelta(seconds=1), end=end,
+                                                         policy=policy).source,
         }
     cli = [str(BIN / "gpuledger")]
     w = ["-w", str(warehouse)]
@@ -51,6 +54,8 @@ def _cases(warehouse: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
         "report budget": [*cli, "report", "budget", *w],
         "report usage (6 whole days)": [*cli, "report", "usage", "--start", start.isoformat(), "--end",
                                         end.isoformat(), *w],
+        "report usage (computed: +1 s)": [*cli, "report", "usage", "--start",
+                                          (start + timedelta(seconds=1)).isoformat(), "--end", end.isoformat(), *w],
     }
     return cases, sources
 
