@@ -9,7 +9,7 @@ import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import naive_utc
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
-from gpuledger.pipelines.defs.tables import insert_frame, sql, utc_now
+from gpuledger.warehouse.read_model.materialize import insert_frame, sql, utc_now
 
 PACKAGE = "gpuledger.pipelines.defs.squatting"
 
