@@ -369,6 +369,19 @@ def _null_aware_sums() -> list[pl.Expr]:
             if c == "energy_kwh" else pl.col(c).sum() for c in USAGE_COLS]
 
 
+def sum_usage(rows: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
+    """Usage rows (USAGE_COLS, any grain finer than ``keys``) summed by ``keys`` with the same exact
+    rule as :func:`rollup_usage` (whole nano-units, energy NULL when none is known) plus
+    ``efficiency_ratio``: summing materialized hours gives the digits the range computation gives."""
+    out = (rows.with_columns((pl.col(c) * _NANO).round(0).cast(pl.Int64).alias(c) for c in USAGE_COLS)
+           .group_by(keys).agg(_null_aware_sums())
+           .with_columns((pl.col(c).cast(pl.Decimal(38, 9)) / 1_000_000_000).cast(pl.Float64).alias(c)
+                         for c in USAGE_COLS))
+    known = pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown")
+    return out.with_columns(
+        efficiency_ratio=pl.when(known > 0).then(pl.col("gpu_hours_active") / known).otherwise(None))
+
+
 def rollup_usage(
     attribution: pl.LazyFrame,
     jobs: pl.LazyFrame,

@@ -32,7 +32,6 @@ from gpuledger.analytics.squatting import squatting_findings
 from gpuledger.analytics.usage import node_usage
 from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
 from gpuledger.config import Policy
-from gpuledger.rules.clock import utc_now
 
 DAY = timedelta(days=1)
 
@@ -56,17 +55,10 @@ def tree_position(org_nodes: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 
 
 def data_now(con: duckdb.DuckDBPyConnection, *, wall: datetime | None = None) -> datetime:
-    """"Now" for the data: the newest sample or job event (submit, start, end) that is not in the
-    future (a replayed or simulated week ends there); the wall clock when there is none. A single
-    row stamped in the future is ignored rather than moving "now" for every report. Naive UTC."""
-    wall = wall or utc_now()
-    newest = con.execute(
-        "SELECT greatest((SELECT max(ts) FROM gpu_samples WHERE ts <= $wall), "
-        "(SELECT max(t) FROM (SELECT unnest([submit_time, start_time, end_time]) AS t FROM jobs) "
-        "WHERE t <= $wall))",
-        {"wall": wall},
-    ).fetchall()[0][0]
-    return newest if newest is not None else wall
+    """"Now" for the data (the read model's rule: gpuledger.warehouse.read_model.facts.data_now)."""
+    from gpuledger.warehouse.read_model.facts import data_now as newest
+
+    return newest(con, wall=wall)
 
 
 def warehouse_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:

@@ -177,6 +177,7 @@ def job_facts(v: JobView, origin: datetime, checkpoint_label: str) -> JobFacts:
         protected_until=at(v.protected_until_s),
         fs_rank=v.fs_rank,
         labels={checkpoint_label: "true"} if j.resumable else {},
+        observed={},  # the simulator is the scheduler: its live view is the simulated state itself
     )
 
 
@@ -288,6 +289,7 @@ def cycle_actions(
         free_whole_gpus=free_whole,
         fs_projects=fs_projects,
         data_as_of=now,
+        observed_by="the simulator",
     )
     return decide(situation, policy)
 
@@ -295,5 +297,6 @@ def cycle_actions(
 def record_warning(warnings: dict, action, now: datetime) -> None:
     """What the audit would record for a warn action (enforcement_warnings)."""
     warnings.setdefault((action.cluster, action.job_id), []).append(
-        Warning(idle_since=action.idle_since, stage=action.stage, warned_at=now)
+        # a simulated warning reaches its owner when it is given (as replay counts it)
+        Warning(idle_since=action.idle_since, stage=action.stage, warned_at=now, delivered_at=now)
     )

@@ -28,8 +28,8 @@ def test_a_page_with_1970_samples_keeps_the_good_line_and_quarantines_the_rest(t
     with duckdb.connect(str(path), read_only=True) as con:
         assert con.execute("SELECT gpu_uuid FROM gpus").fetchall() == [("GPU-1",)]  # no GPU "since 1970"
         reasons = [r[0] for r in con.execute("SELECT reason FROM quarantine ORDER BY location").fetchall()]
-    assert reasons == ["1 samples refused: sample time before 2000-01-01: a clock at the epoch or a unit "
-                       "error (milliseconds read as seconds?); fix the exporter's clock"] * 2
+    assert reasons == [("1 samples refused: sample time before 2000-01-01: a clock at the epoch or a unit "
+                        "error (milliseconds read as seconds?); fix the exporter's clock")] * 2
 
 
 def test_the_window_edges_themselves():

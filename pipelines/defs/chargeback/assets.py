@@ -8,7 +8,7 @@ import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import monthly_partitions, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
-from gpuledger.pipelines.defs.tables import replace_partition, stamped
+from gpuledger.warehouse.read_model.materialize import replace_partition, stamped
 
 
 @dg.asset(partitions_def=monthly_partitions, backfill_policy=single_run, deps=INGEST_DEPS, group_name="chargeback",

@@ -7,7 +7,7 @@ resolved. Evaluations only move forward: one at or before the latest recorded ch
 import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
-from gpuledger.pipelines.defs.tables import insert_frame, sql, utc_now
+from gpuledger.warehouse.read_model.materialize import insert_frame, sql, utc_now
 
 from gpuledger.rules.clock import parse_iso
 

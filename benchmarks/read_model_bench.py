@@ -1,0 +1,96 @@
+"""CLI read latency end to end (process start included) against a materialized warehouse, and
+`--help` against a bare `python -c "import typer"` (issue 22 §3 and §4).
+
+Each case runs as its own process, the cases interleaved round by round (so the machine's load
+touches them alike); the figure is the median of the rounds and its ratio to the baseline measured
+in the same run. For every read command the read model's source (materialized / computed) is
+printed beside it, so a figure is never credited to the wrong path.
+
+    .venv/bin/gpuledger simulate warehouse --gpus 1024 --days 7 --interval 300 --seed 42 -w W
+    .venv/bin/gpuledger pipelines run-once -w W
+    .venv/bin/python benchmarks/read_model_bench.py --warehouse W [--rounds 9] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def _cases(warehouse: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
+    from gpuledger import warehouse as wh
+    from gpuledger.ledger.config_versions import stored_config
+    from gpuledger.warehouse.read_model import facts
+
+    with wh.open_reader(warehouse) as con:
+        now = facts.data_now(con)
+        policy = stored_config(con).config.policy
+        day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        start, end = day - timedelta(days=6), day  # the whole days before the running one
+        sources = {
+            "report fairshare": facts.fairshare(con, policy=policy).source,
+            "report budget": facts.budget(con, policy=policy).source,
+            "report usage (6 whole days)": facts.usage(con, start=start, end=end, policy=policy).source,
+            # the same range off the hour by one second: the materialized hours cannot answer it
+            "report usage (computed: +1 s)": facts.usage(con, start=start + timedelta(seconds=1), end=end,
+                                                         policy=policy).source,
+        }
+    cli = [str(BIN / "gpuledger")]
+    w = ["-w", str(warehouse)]
+    cases = {
+        "python -c 'import typer' (baseline)": [sys.executable, "-c", "import typer"],
+        "gpuledger --help": [*cli, "--help"],
+        "gpuledger report usage --help": [*cli, "report", "usage", "--help"],
+        "report fairshare": [*cli, "report", "fairshare", *w],
+        "report budget": [*cli, "report", "budget", *w],
+        "report usage (6 whole days)": [*cli, "report", "usage", "--start", start.isoformat(), "--end",
+                                        end.isoformat(), *w],
+        "report usage (computed: +1 s)": [*cli, "report", "usage", "--start",
+                                          (start + timedelta(seconds=1)).isoformat(), "--end", end.isoformat(), *w],
+    }
+    return cases, sources
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--warehouse", type=Path, required=True, help="a warehouse `pipelines run-once` materialized")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = ap.parse_args(argv)
+    if not args.warehouse.is_file():
+        print(f"read_model_bench: no warehouse at {args.warehouse}; build it as the docstring says", file=sys.stderr)
+        return 1
+    cases, sources = _cases(args.warehouse)
+    env = {**os.environ, "COLUMNS": "80"}
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.rounds):
+        for name, command in cases.items():
+            began = time.perf_counter()
+            subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            times[name].append(time.perf_counter() - began)
+    base = statistics.median(times["python -c 'import typer' (baseline)"])
+    load = os.getloadavg()[0]
+    rows = []
+    print(f"median of {args.rounds} rounds, load average {load:.1f} ({os.cpu_count()} CPUs)")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        row = {"case": name, "median_s": round(med, 3), "min_s": round(min(ts), 3),
+               "ratio_to_import_typer": round(med / base, 2), "source": sources.get(name)}
+        rows.append(row)
+        print(f"  {name:38s} {med:6.3f} s (min {min(ts):.3f})  {med / base:5.2f}x  {sources.get(name) or ''}")
+    if args.json:
+        args.json.write_text(json.dumps({"load_average": load, "rounds": args.rounds, "cases": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

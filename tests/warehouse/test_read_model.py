@@ -1,0 +1,132 @@
+"""The read model's "facts as of T" (gpuledger/warehouse/read_model/facts.py): a materialized answer
+is used only when it is fresh for T, and then it is the computed answer to the last digit.
+
+The tables are filled the way the Dagster assets fill them (read_model.materialize.replace_partition
+of the same reports), without Dagster, over a small simulated warehouse (8 GPUs, 2 days)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timedelta
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from gpuledger import warehouse
+from gpuledger.analytics import reports
+from gpuledger.ledger.config_versions import stored_config
+from gpuledger.warehouse.read_model import facts
+from gpuledger.warehouse.read_model.materialize import replace_partition, stamped
+
+DAY1, DAY2 = datetime(2026, 11, 1), datetime(2026, 11, 2)
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    path = tmp_path_factory.mktemp("read_model") / "w.duckdb"
+    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "simulate", "warehouse", "--gpus", "8", "--days",
+                           "2", "--interval", "600", "--seed", "5", "-w", str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+@pytest.fixture
+def wh(simulated, tmp_path):
+    copy = tmp_path / "w.duckdb"  # each test materializes its own way
+    copy.write_bytes(simulated.read_bytes())
+    return copy
+
+
+def _policy(con):
+    return stored_config(con).config.policy
+
+
+def _materialize_fairshare(path, as_of=None):
+    with warehouse.open_writer(path) as con:
+        policy, at = _policy(con), as_of or facts.data_now(con)
+        frame = reports.fairshare_report(con, policy=policy, as_of=at).rename({"order": "queue_order"})
+        replace_partition(con, "fairshare_snapshots", at.date(), stamped(frame, day=at.date(), as_of=at))
+    return at
+
+
+def _materialize_usage(path, days):
+    with warehouse.open_writer(path) as con:
+        policy = _policy(con)
+        for day in days:
+            frame = reports.usage_report(con, start=day, end=day + timedelta(days=1), by="project", policy=policy,
+                                         per_hour=True)
+            replace_partition(con, "usage_hourly_projects", day.date(), stamped(frame, day=day.date()))
+
+
+def test_a_fresh_fairshare_snapshot_is_the_computed_answer(wh):
+    at = _materialize_fairshare(wh)
+    with warehouse.open_reader(wh) as con:
+        got = facts.fairshare(con, policy=_policy(con))
+        computed = reports.fairshare_report(con, policy=_policy(con), as_of=at)
+        other = facts.fairshare(con, policy=_policy(con), as_of=at - timedelta(hours=1))
+    assert got.source == facts.MATERIALIZED and got.as_of == at
+    # fairshare_report's float sums are not bit-stable run to run (~6e-14 GPU-h apart on this data),
+    # so to 1e-12 relative: the same figures, not a near miss
+    assert_frame_equal(got.frame, computed, rtol=1e-12, atol=1e-9)
+    assert other.source == facts.COMPUTED  # no snapshot as of that time: computed
+
+
+def test_a_config_loaded_after_the_snapshot_makes_it_stale(wh, tmp_path):
+    _materialize_fairshare(wh)
+    cfg = tmp_path / "c.yaml"
+    example = subprocess.run([sys.executable, "-m", "gpuledger.cli", "config", "example"], capture_output=True,
+                             text=True, check=True, timeout=60).stdout
+    cfg.write_text(example.replace("half_life_days: 7", "half_life_days: 3"))
+    loaded = subprocess.run([sys.executable, "-m", "gpuledger.cli", "config", "load", "-c", str(cfg), "-w", str(wh)],
+                            capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0 and "config version 2" in loaded.stdout, loaded.stdout + loaded.stderr
+    with warehouse.open_reader(wh) as con:
+        assert facts.fairshare(con, policy=_policy(con)).source == facts.COMPUTED
+
+
+def test_usage_from_materialized_hours_equals_the_range_computation(wh):
+    _materialize_usage(wh, [DAY1, DAY2])
+    with warehouse.open_reader(wh) as con:
+        policy, now = _policy(con), facts.data_now(con)
+        end = now.replace(minute=0, second=0, microsecond=0)  # whole hours, before the data's now
+        got = facts.usage(con, start=DAY1, end=end, by="project", policy=policy)
+        computed = reports.usage_report(con, start=DAY1, end=end, by="project", policy=policy)
+        partial = facts.usage(con, start=DAY1 + timedelta(minutes=30), end=end, by="project", policy=policy)
+        by_user = facts.usage(con, start=DAY1, end=end, by="user", policy=policy)
+    assert got.source == facts.MATERIALIZED
+    assert_frame_equal(got.frame, computed, check_exact=True)  # the same digits (exact nano-unit sums)
+    assert partial.source == by_user.source == facts.COMPUTED  # a part hour; no per-user table
+
+
+def test_usage_with_a_day_not_materialized_is_computed(wh):
+    _materialize_usage(wh, [DAY1])  # the 2nd day is missing
+    with warehouse.open_reader(wh) as con:
+        got = facts.usage(con, start=DAY1, end=DAY2 + timedelta(hours=12), by="project", policy=_policy(con))
+        day_one = facts.usage(con, start=DAY1, end=DAY2, by="project", policy=_policy(con))
+    assert got.source == facts.COMPUTED and day_one.source == facts.MATERIALIZED
+
+
+def test_budget_snapshots_lacking_a_report_column_are_not_used(wh):
+    # budget_report grew unweighted_gpu_hours / unweighted_models after migration 009: until a
+    # migration stores them the answer is computed, never a frame missing figures
+    with warehouse.open_writer(wh) as con:
+        policy, at = _policy(con), facts.data_now(con)
+        frame = reports.budget_report(con, policy=policy, as_of=at)
+        replace_partition(con, "budget_snapshots", at.date(), stamped(frame, day=at.date(), as_of=at))
+    with warehouse.open_reader(wh) as con:
+        got = facts.budget(con, policy=_policy(con))
+    assert got.source == facts.COMPUTED and "unweighted_gpu_hours" in got.frame.columns
+
+
+def test_the_cli_answers_the_same_from_the_snapshot(wh):
+    def shown():
+        done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "report", "fairshare", "--format", "csv",
+                               "-w", str(wh)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    computed = shown()
+    _materialize_fairshare(wh)
+    assert shown() == computed

@@ -1,0 +1,153 @@
+"""The facts as of T: fair share, budget burn and usage, read from the materialized tables when
+they are fresh for T and computed (gpuledger.analytics.reports) otherwise. Every reader asks here
+(the CLI's read commands first), so a question has one answer whichever way it was reached.
+
+Fresh means, for a snapshot table (fair share, budgets): rows whose ``as_of`` is exactly T,
+materialized after the config in force was loaded. For hourly usage: [start, end) on whole hours,
+every UTC day of it materialized after the day ended and after the config in force was loaded;
+the day still running is computed. Late data that does not move the data's "now" is seen at the
+next materialization, as on the dashboards.
+
+The fast path imports DuckDB and polars only (no analytics): a materialized answer for a week of
+1,024 GPUs costs one indexed query (BENCHMARKS.md "Read model")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from importlib import resources
+
+MATERIALIZED = "materialized"
+COMPUTED = "computed"
+SNAPSHOT_TABLES = ("fairshare_snapshots", "budget_snapshots")
+USAGE_TABLES = {"project": "usage_hourly_projects"}
+DAY = timedelta(days=1)
+
+# the columns of reports.fairshare_report / budget_report, in their order, with their polars types
+# (the tables add day, as_of and materialized_at; fair share stores `order` as queue_order)
+_F = "Float64"
+FAIRSHARE_COLUMNS = {"node": "String", "parent": "String", "depth": "Int32", "kind": "String", "shares_raw": _F,
+                     "shares_norm": _F, "share_global": _F, "usage_raw_gpu_hours": _F, "usage_norm": _F,
+                     "usage_effective": _F, "level_fs": _F, "fs_rank": "Int32", "fairshare_factor": _F,
+                     "queue_order": "Int32", "gpu_hours_window": _F, "gpu_hours_decayed": _F,
+                     "delivery_ratio": _F, "occupancy_ratio": _F}
+BUDGET_COLUMNS = {"node": "String", "period_start": "Date", "period_end": "Date", "budget_gpu_hours": _F,
+                  "budget_own": "Boolean", "consumed_gpu_hours": _F, "unweighted_gpu_hours": _F,
+                  "unweighted_models": "String", "remaining_gpu_hours": _F, "burn_gpu_hours_per_day": _F,
+                  "projected_exhaustion": "Datetime", "status": "String"}
+USAGE_ROW = {"project": "String", "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
+             "gpu_hours_unknown": _F, "energy_kwh": _F}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """An answer, where it came from (``materialized`` or ``computed``) and the time it holds for."""
+
+    frame: object  # polars.DataFrame
+    source: str
+    as_of: datetime
+
+
+def _sql(name: str) -> str:
+    return (resources.files(__package__) / f"{name}.sql").read_text()
+
+
+def data_now(con, *, wall: datetime | None = None) -> datetime:
+    """"Now" for the data: the newest sample or job event (submit, start, end) that is not in the
+    future (a replayed or simulated week ends there); the wall clock when there is none. A single
+    row stamped in the future is ignored rather than moving "now" for every report. Naive UTC."""
+    from gpuledger.rules.clock import utc_now
+
+    wall = wall or utc_now()
+    newest = con.execute(_sql("data_now"), {"wall": wall}).fetchall()[0][0]
+    return newest if newest is not None else wall
+
+
+def _config_loaded_at(con) -> datetime | None:
+    return con.execute(_sql("config_loaded_at")).fetchall()[0][0]
+
+
+def _holds(con, table: str, columns) -> bool:
+    """Whether ``table`` stores every column of the report (a report that grew a column is computed
+    until a migration adds it: a materialized answer never lacks a figure)."""
+    stored = {row[0] for row in con.execute(f'DESCRIBE "{table}"').fetchall()}
+    return set(columns) <= stored
+
+
+def _snapshot_fresh(con, table: str, columns, as_of: datetime) -> bool:
+    assert table in SNAPSHOT_TABLES  # an identifier from the list above, never from input
+    if not _holds(con, table, columns):
+        return False
+    rows, oldest = con.execute(_sql("snapshot_state").format(table=table), {"as_of": as_of}).fetchall()[0]
+    loaded = _config_loaded_at(con)
+    return bool(rows) and (loaded is None or oldest >= loaded)
+
+
+def _frame(rows: list[tuple], schema: dict):
+    """Rows to polars without pyarrow: DuckDB's .pl() goes through Arrow, whose import (pyarrow,
+    numpy) costs more than the whole materialized query."""
+    import polars as pl
+
+    return pl.DataFrame(rows, schema={c: getattr(pl, t) for c, t in schema.items()}, orient="row")
+
+
+def _snapshot(con, table: str, schema: dict, as_of: datetime, order: str):
+    names = ", ".join(f'"{c}"' for c in schema)
+    rows = con.execute(f'SELECT {names} FROM "{table}" WHERE as_of = $as_of ORDER BY {order}',
+                       {"as_of": as_of}).fetchall()
+    return _frame(rows, schema)
+
+
+def fairshare(con, *, policy, as_of: datetime | None = None) -> Facts:
+    """The fair-share tree as of ``as_of`` (default: the data's now), shaped like
+    reports.fairshare_report (GPU-hours, ratios)."""
+    at = as_of or data_now(con)
+    if _snapshot_fresh(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at):
+        frame = _snapshot(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at, "queue_order")
+        return Facts(frame.rename({"queue_order": "order"}), MATERIALIZED, at)
+    from gpuledger.analytics import reports
+
+    return Facts(reports.fairshare_report(con, policy=policy, as_of=at), COMPUTED, at)
+
+
+def budget(con, *, policy, as_of: datetime | None = None) -> Facts:
+    """Budget burn per org node as of ``as_of`` (normalised GPU-hours), like reports.budget_report."""
+    at = as_of or data_now(con)
+    if _snapshot_fresh(con, "budget_snapshots", BUDGET_COLUMNS, at):
+        # the snapshot keeps the report's row order (tree position, period) as it was inserted
+        frame = _snapshot(con, "budget_snapshots", BUDGET_COLUMNS, at, "rowid")
+        return Facts(frame, MATERIALIZED, at)
+    from gpuledger.analytics import reports
+
+    return Facts(reports.budget_report(con, policy=policy, as_of=at), COMPUTED, at)
+
+
+def _usage_fresh(con, table: str, start: datetime, end: datetime, now: datetime) -> bool:
+    whole_hours = all(t.minute == t.second == t.microsecond == 0 for t in (start, end))
+    if not whole_hours or end > now:
+        return False  # a partial hour or the hour still running: the materialized rows cannot say
+    first, stop = start.date(), (end - timedelta(microseconds=1)).date() + DAY
+    days = dict(con.execute(_sql("usage_days").format(table=table),
+                            {"first": first, "stop": stop}).fetchall())
+    loaded = _config_loaded_at(con)
+    wanted = [first + i * DAY for i in range((stop - first).days)]
+    return all(d in days and days[d] >= datetime(d.year, d.month, d.day) + DAY
+               and (loaded is None or days[d] >= loaded) for d in wanted)
+
+
+def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=None,
+          now: datetime | None = None) -> Facts:
+    """Allocated / active / idle / unknown GPU-hours, efficiency and energy (kWh) over [start, end)
+    by ``by``, like reports.usage_report."""
+    at = now or data_now(con)
+    table = USAGE_TABLES.get(by)
+    if table is not None and _usage_fresh(con, table, start, end, at):
+        from gpuledger.analytics.attribution import sum_usage
+
+        rows = _frame(con.execute(_sql("usage_project_hours"), {"start": start, "end": end}).fetchall(), USAGE_ROW)
+        out = sum_usage(rows.lazy(), ["project"]).collect()
+        out = out.sort(["gpu_hours_allocated", "project"], descending=[True, False], nulls_last=True)
+        return Facts(out, MATERIALIZED, at)
+    from gpuledger.analytics import reports
+
+    return Facts(reports.usage_report(con, start=start, end=end, by=by, policy=policy, now=at), COMPUTED, at)
