@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import datetime, time, timedelta
 
 import polars as pl
 import polars.selectors as cs
@@ -270,8 +270,6 @@ def money(amount, currency: str) -> str:
     return f"{amount:,.2f} {currency}"
 
 
-def day_of(d: date | datetime | None) -> str:
-    return "–" if d is None else f"{d:%Y-%m-%d}"
 
 
 # --- tables people read --------------------------------------------------------------------------

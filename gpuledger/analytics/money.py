@@ -66,17 +66,6 @@ def _cents_col(name: str) -> pl.Expr:
     return (pl.col("_cents").cast(CENTS) * pl.lit(Decimal("0.01"))).cast(CENTS).alias(name)
 
 
-def largest_remainder_cents(lf: pl.LazyFrame, *, raw_col: str, group: list[str], order: list[str],
-                            out_col: str = "amount") -> pl.LazyFrame:
-    """Round ``raw_col`` to cents so that each ``group`` sums to its total rounded half-up.
-
-    Every line gets its floor in cents; the cents left over go one each to the lines with the
-    largest remainders (ties broken by ``order`` columns, so the result is deterministic).
-    """
-    total = half_up_int_cents(pl.col(raw_col).sum())
-    return (_split_cents(lf, raw_col=raw_col, group=group, order=order,
-                         target=total.over(group) if group else total)
-            .with_columns(_cents_col(out_col)).drop("_cents"))
 
 
 def round_tree(leaves: pl.LazyFrame, *, path: list[str], amounts: dict[str, str],

@@ -9,7 +9,6 @@ period, what is wrong with it and the forms to give, the same words whichever co
 
 from __future__ import annotations
 
-import calendar
 import re
 from datetime import date, datetime, timedelta
 
@@ -103,10 +102,6 @@ def week_bounds(week: str) -> tuple[datetime, datetime]:
     return period_bounds(week, (WEEK,), why="the summary is per ISO week")
 
 
-def month_of(day: date) -> tuple[date, date]:
-    """[first day, first day of the next month) of the month holding ``day``."""
-    first = date(day.year, day.month, 1)
-    return first, first + timedelta(days=calendar.monthrange(day.year, day.month)[1])
 
 
 def next_month(moment: datetime) -> datetime:

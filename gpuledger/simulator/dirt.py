@@ -82,10 +82,3 @@ def uses_new_host_label(sim, node: np.ndarray, t: np.ndarray) -> np.ndarray:
         return np.zeros(np.broadcast_shapes(np.shape(node), np.shape(t)), dtype=bool)
     return t >= switch
 
-
-def host_label(sim, node: int, t: int) -> tuple[str, str]:
-    """(label name, value) of the host label a node's exporter prints at t."""
-    host = sim.hardware.node_host[node]
-    if bool(uses_new_host_label(sim, np.array(node), np.array(t))):
-        return "hostname", host + FQDN_SUFFIX
-    return "Hostname", host

@@ -19,7 +19,6 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import polars as pl
 
 from gpuledger.rules.hosts import canonical_host, canonical_host_expr
@@ -138,29 +137,15 @@ def unit_from_help(help_text: str) -> str | None:
     return _UNIT_WORDS.get(match.group(1)) if match else None
 
 
-def field_for(metric: str) -> Field | None:
-    """The catalog row for an exported metric name, or None for a metric the warehouse ignores."""
-    return FIELDS_BY_METRIC.get(metric)
 
 
 # --- sentinels ---------------------------------------------------------------------------------
-def is_blank(values: np.ndarray, dcgm_type: DcgmType = "int64") -> np.ndarray:
-    """True where a raw exported value is a DCGM blank (sentinel), in the field's exported unit.
-
-    Any value >= 2^62 is blank; fp64 fields also from 2^47 (DCGM_FP64_BLANK); int32 fields also in
-    0x7ffffff0..0x7fffffff. NaN counts as blank too.
-    """
-    v = np.asarray(values, dtype=np.float64)
-    blank = ~np.isfinite(v) | (v >= SENTINEL_FLOOR)
-    if dcgm_type == "fp64":
-        blank |= v >= DCGM_FP64_BLANK
-    elif dcgm_type == "int32":
-        blank |= (v >= DCGM_INT32_BLANK) & (v <= 0x7FFFFFFF)
-    return blank
 
 
 def blank_expr(column: str, dcgm_type: DcgmType = "int64") -> pl.Expr:
-    """polars version of ``is_blank`` for one column."""
+    """True where a raw exported value of ``column`` is a DCGM blank (sentinel), in the field's
+    exported unit: any value >= 2^62; fp64 fields also from 2^47 (DCGM_FP64_BLANK); int32 fields
+    also in 0x7ffffff0..0x7fffffff. NaN and infinities count as blank too."""
     c = pl.col(column).cast(pl.Float64)
     blank = c.is_nan() | c.is_infinite() | (c >= SENTINEL_FLOOR)
     if dcgm_type == "fp64":
