@@ -350,7 +350,7 @@ def run_dataset(n: int, args) -> tuple[dict, dict]:
         # decay weights are <= 1, so the undecayed gap bounds the decayed one
         cmp_f = pc.compare_values(g_dec, p_dec, rel=args.rel_hours, abs_=0.5,
                                   allowance={p: shared.get(p, 0) + gaps.get(p, 0) for p in set(shared) | set(gaps)})
-        results["report", "fairshare"] = _entry(
+        results["fairshare"] = _entry(
             gl_f, cli_f, prom_f, cold_f, cmp_f, pq_f + "  (query_range step 1h, decayed client-side)",
             f"per project decayed GPU-hours (half-life {half_life} d) |difference| <= max(0.5, {args.rel_hours:.1%}) "
             "+ shared-GPU hours + gap GPU-hours (as for gpu_hours_by_project)",

@@ -74,8 +74,9 @@ def test_side_by_side_on_a_tiny_cluster_agrees(dashboard_warehouse, tmp_path):
     source, data = tmp_path / "bench", tmp_path / "prom"
     source.mkdir()
     data.mkdir()
-    shutil.copyfile(dashboard_warehouse.warehouse, source / "week16.duckdb")  # the simulator's stored config
-    shutil.copyfile(dashboard_warehouse.warehouse, data / "week16-materialized.duckdb")  # already analysed
+    # cluster `sim` only: the Prometheus side is that one simulated cluster rebuilt from its stored config
+    shutil.copyfile(dashboard_warehouse.single_cluster, source / "week16.duckdb")  # the simulator's stored config
+    shutil.copyfile(dashboard_warehouse.single_cluster, data / "week16-materialized.duckdb")  # already analysed
     (data / "week16-materialized.duckdb.done").write_text("{}")
     args = argparse.Namespace(source_dir=source, data_dir=data, days=2.0, seed=3, days_4096=None, repeats=1,
                               cli_repeats=0, idle_hours_back=None, rel_hours=0.01, abs_activity=0.005,

@@ -7,7 +7,9 @@ Alerts of its squatters wait in the outbox (the receiver is down). Roles in its 
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -34,6 +36,9 @@ class Rig:
     folder: Path
     warehouse: Path
     config: Path
+    # the same warehouse before `east` was added (cluster `sim` only, analysed): for comparisons
+    # with one simulated cluster rebuilt elsewhere (the Prometheus side-by-side)
+    single_cluster: Path | None = None
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULEDGER_", "STREAMLIT_"))}
@@ -68,13 +73,15 @@ def build(folder: Path, *, gpus: int = 16, days: float = 2) -> Rig:
     raw["dashboards"] = ROLES
     raw.setdefault("policy", {}).setdefault("alerts", {})["on_call"] = ["oncall"]
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
-    rig = Rig(folder, folder / "gpuledger.duckdb", config)
+    rig = Rig(folder, folder / "gpuledger.duckdb", config, folder / "sim-only.duckdb")
     run_cli(rig, "simulate", "warehouse", "--gpus", str(gpus), "--days", str(days), "--seed", "3")
+    shutil.copyfile(rig.warehouse, rig.single_cluster)
     # a second, smaller cluster: every page's cluster filter has something to leave out
     run_cli(rig, "simulate", "warehouse", "--gpus", "8", "--days", str(days), "--seed", "5", "--cluster", "east")
     run_cli(rig, "pipelines", "run-once")
     run_cli(rig, "enforce", "plan", stored_config=True)
     run_cli(rig, "alerts", "run", stored_config=True)
+    run_cli(dataclasses.replace(rig, warehouse=rig.single_cluster), "pipelines", "run-once")
     return rig
 
 
