@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from importlib import resources
+from gpuledger.sql import load_sql
 
 MATERIALIZED = "materialized"
 COMPUTED = "computed"
@@ -49,7 +49,7 @@ class Facts:
 
 
 def _sql(name: str) -> str:
-    return (resources.files(__package__) / f"{name}.sql").read_text()
+    return load_sql(__package__, f"{name}.sql")
 
 
 def data_now(con, *, wall: datetime | None = None) -> datetime:

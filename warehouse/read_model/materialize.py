@@ -2,12 +2,12 @@
 writer transaction, by column name (a frame column the table lacks is left out; a table column the
 frame lacks is NULL), so rematerializing a partition leaves exactly its new rows."""
 
-from importlib import resources
 
 import polars as pl
 
 from gpuledger import warehouse
 from gpuledger.rules.clock import utc_now
+from gpuledger.sql import load_sql
 
 # Materialized tables (migration 009) and the column holding their partition key. Identifiers come
 # from this table only, never from input; values are always bound parameters.
@@ -23,7 +23,7 @@ PARTITION_COLUMN = {
 
 def sql(package: str, name: str) -> str:
     """The text of ``<package>/<name>.sql`` (SQL lives in .sql files)."""
-    return (resources.files(package) / f"{name}.sql").read_text()
+    return load_sql(package, f"{name}.sql")  # the one loader (gpuledger.sql)
 
 
 def table_columns(con, table: str) -> list[str]:
