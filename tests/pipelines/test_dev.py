@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from gpuledger import warehouse
 from gpuledger.config import read_config_file
 from gpuledger.simulator import build_cluster
 from gpuledger.simulator.to_warehouse import write_simulation
+from tests.helpers.dagster_rig import FINISHED, free_port, until
 
 LOCATION_MODULE = "gpuledger.pipelines.definitions"
 REPO = Path(__file__).resolve().parents[2]
@@ -43,28 +43,6 @@ query Ticks($selector: ScheduleSelector!) {
     ... on Schedule { scheduleState { status ticks(limit: 10) { status runIds timestamp } } }
   }
 }"""
-FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def until(deadline: float, what: str, probe, interval: float = 1.0):
-    """Poll ``probe`` until it returns something truthy or the deadline passes."""
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = probe()
-        except requests.RequestException as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 @pytest.mark.slow
