@@ -272,6 +272,7 @@ def test_jobs_of_other_schedulers_are_skipped(api):
 # --- the CLI end to end ---------------------------------------------------------------------------
 NOW = datetime(2026, 11, 20, 12, 0)
 CONFIG = """
+currency: USD
 org:
   name: acme
   children:

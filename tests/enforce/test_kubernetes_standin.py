@@ -27,6 +27,7 @@ NOW = datetime(2026, 11, 20, 12, 0)
 AT = "2026-11-20T12:00:00"
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 CONFIG = """
+currency: USD
 org:
   name: acme
   children:
