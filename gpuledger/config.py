@@ -320,6 +320,28 @@ class PrometheusSource(_Strict):
     connect_timeout_s: float = Field(default=deadlines.PROMETHEUS.connect_s, gt=0, le=deadlines.MAX_WAIT_S)
     read_timeout_s: float = Field(default=deadlines.PROMETHEUS.read_s, gt=0, le=deadlines.MAX_WAIT_S)
     deadline_s: float = Field(default=deadlines.PROMETHEUS.total_s, gt=0, le=deadlines.MAX_WAIT_S)  # one query, retries included
+    # Mimir / Cortex / a multi-tenant Thanos: the X-Scope-OrgID header. A bearer token is named by
+    # where it lives (a file, e.g. a mounted Secret, or an environment variable), never written
+    # here: the config's text is kept in the warehouse's config versions.
+    tenant: str | None = Field(default=None, min_length=1)
+    bearer_token_file: str | None = Field(default=None, min_length=1)
+    bearer_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secret_in_the_config(cls, data):
+        if isinstance(data, dict) and any(k in data for k in ("bearer_token", "token", "password")):
+            key = next(k for k in ("bearer_token", "token", "password") if k in data)
+            raise ValueError(f"`{key}`: the config is stored in the warehouse's config versions, so it "
+                             "holds no secret; put the token in a file (bearer_token_file: PATH, e.g. a "
+                             "mounted Secret) or an environment variable (bearer_token_env: NAME)")
+        return data
+
+    @model_validator(mode="after")
+    def _one_token_source(self):
+        if self.bearer_token_file and self.bearer_token_env:
+            raise ValueError("give bearer_token_file or bearer_token_env, not both")
+        return self
 
     def call_deadline(self) -> deadlines.CallDeadline:
         return deadlines.CallDeadline(self.connect_timeout_s, self.read_timeout_s, self.deadline_s)
