@@ -3,6 +3,7 @@
 # Two projects under one org: funded-proj holds a November budget, free-proj none; enforcement live
 # (dry_run: false) so a test's apply acts. Append lines under `enforcement:` with four spaces.
 TWO_PROJECTS = """
+currency: USD
 org:
   name: acme
   children:
