@@ -194,7 +194,7 @@ def backfill(
                     if con is None:  # held only while this chunk is written (readers wait < 2 s)
                         con = held.enter_context(warehouse.open_writer(warehouse_path))
                     with warehouse.transaction(con):  # the chunk and its checkpoint, or neither
-                        new = store_wide(con, wide, cluster=cluster, source=SOURCE)
+                        new = store_wide(con, wide, cluster=cluster, source=SOURCE, refused=rejects, location=url)
                         warehouse.quarantine(con, rejects)
                         warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
                             "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
