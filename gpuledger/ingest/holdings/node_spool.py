@@ -86,6 +86,7 @@ def write_node(spool: Path, cluster: str, host: str, rows: list[dict], now: date
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump(doc, out)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep the writer (another user) out
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
