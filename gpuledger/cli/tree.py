@@ -32,7 +32,7 @@ GROUPS = {
     "metrics": "gpuledger's own figures for Prometheus",
     "dashboards": "serve the Streamlit dashboards of the installed package",
 }
-# old name -> the command that replaces it (group, command); `import` is a group of one
+# old name -> the command that replaces it (group path, command); `import` is a group of one
 ALIASES = {
     "fairshare": ("report", "fairshare"),
     "budget": ("report", "budget"),
@@ -40,7 +40,7 @@ ALIASES = {
     "summary": ("warehouse", "summary"),
     "migrate": ("warehouse", "migrate"),
     "quarantine": ("warehouse", "quarantine"),
-    "agent": ("ingest", "agent"),
+    "agent": ("ingest agent", "nvml"),
 }
 GROUP_ALIASES = {"import": {"jobs": ("ingest", "jobs-csv")}}
 
@@ -116,7 +116,11 @@ class CommandTree(TyperGroup):
         return None
 
     def _sub(self, ctx, group: str, name: str):
-        return self.get_command(ctx, group).get_command(ctx, name)
+        first, *rest = group.split()  # a group path: "ingest agent"
+        command = self.get_command(ctx, first)
+        for word in [*rest, name]:
+            command = command.get_command(ctx, word)
+        return command
 
     def format_commands(self, ctx, formatter) -> None:
         # from the tables above: listing the tree imports none of it

@@ -172,3 +172,15 @@ def test_the_shipped_configs_load(base, overlay, tmp_path):
         cfg = load_config(tmp_path / "gpuledger.yaml")
         assert cfg.sources.kubernetes is not None and cfg.sources.scrape is not None
         assert data["dagster.yaml"] == (BASE / "base/dagster.yaml").read_text()
+
+
+def test_one_scraper_and_the_prometheus_secret(base):
+    spec = one(base, "StatefulSet", "gpuledger")["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in spec["containers"]}
+    for name in ("dagster-daemon", "dagster-webserver"):  # runs start from either
+        env = {e["name"]: e.get("value") for e in containers[name]["env"]}
+        assert env["GPULEDGER_SCRAPE_SERVICE"] == "1", name  # ingest_job leaves the targets to `scrape`
+        refs = [f["secretRef"] for f in containers[name]["envFrom"]]
+        assert {"name": "gpuledger-prometheus", "optional": True} in refs, name  # tenant / bearer token
+    assert containers["scrape"]["args"] == ["ingest", "scrape", "--every", "60s"]
+    assert "GPULEDGER_SCRAPE_SERVICE" not in {e["name"] for e in containers["scrape"]["env"]}

@@ -151,7 +151,7 @@ def test_a_restarted_agent_extends_what_it_left_open(kubelet, warehouse_file):
     kubelet.pods, kubelet.devices = [TRAINER], ALLOCATABLE
     for minute in (0, 5):  # two runs of the agent, one poll each
         result = subprocess.run(
-            [sys.executable, "-m", "gpuledger.cli.ingest.pod_resources", "ingest", "pod-resources",
+            [sys.executable, "-m", "gpuledger.cli", "ingest", "agent", "pod-resources",
              "--socket", kubelet.socket, "--once", "--cluster", "prod", "--host", "n9", "-w", str(warehouse_file)],
             capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
         assert result.returncode == 0, result.stderr

@@ -23,6 +23,9 @@ def slurm_gpus(
     scontrol_live: bool = typer.Option(
         False, "--scontrol", help="poll `scontrol -d -o show job` here instead (no prolog needed)",
     ),
+    scontrol_json: bool = typer.Option(
+        False, "--json", help="with --scontrol: ask `scontrol --json -d show job` (Slurm 23.02+; on 22.05 `squeue --json`, the same job documents) instead of the text",
+    ),
     scontrol_file: Path | None = typer.Option(
         None, "--scontrol-file", exists=True, dir_okay=False,
         help="a saved `scontrol -d -o show job` (text) or `scontrol --json -d show job` output",
@@ -45,6 +48,9 @@ def slurm_gpus(
     if given != 1:
         console.print("[red]give exactly one of --spool DIR, --scontrol or --scontrol-file F[/red]")
         raise typer.Exit(2)
+    if scontrol_json and not scontrol_live:
+        console.print("[red]--json goes with --scontrol (a --scontrol-file is read in either form)[/red]")
+        raise typer.Exit(2)
     now = datetime.now(UTC).replace(tzinfo=None)
     bad = []
     try:
@@ -58,7 +64,8 @@ def slurm_gpus(
             if not cluster:
                 console.print("[red]--cluster NAME is needed with scontrol (its output does not name it)[/red]")
                 raise typer.Exit(2)
-            text = run_scontrol(scontrol) if scontrol_live else scontrol_file.read_text(encoding="utf-8")
+            text = (run_scontrol(scontrol, form="json" if scontrol_json else "text") if scontrol_live
+                    else scontrol_file.read_text(encoding="utf-8"))
             rows = (parse_json(text, cluster=cluster, now=now) if text.lstrip().startswith("{")
                     else parse_text(text, cluster=cluster, now=now, tz=tz))
             origin = "scontrol" if scontrol_live else str(scontrol_file)

@@ -1,4 +1,4 @@
-"""`gpuledger ingest pod-resources`: the Kubernetes node agent reading the kubelet's PodResources
+"""`gpuledger ingest agent pod-resources` (listed under `ingest agent`, agent.py): the Kubernetes node agent reading the kubelet's PodResources
 API (read-only) into device holdings."""
 
 from __future__ import annotations
@@ -77,9 +77,3 @@ def pod_resources_command(
         client.close()
     console.print(f"{polls} polls of {socket_path}; last: {written['rows']} holdings on {node}, "
                   f"{written['linked']} job x device intervals linked", markup=False)
-
-
-if __name__ == "__main__":
-    root = typer.Typer(add_completion=False)
-    root.add_typer(app, name="ingest")
-    root()
