@@ -209,18 +209,37 @@ def subtree(org_nodes: pl.DataFrame, node: str) -> set[str]:
     return {n for n in tree.parent if node in tree.ancestors(n)}
 
 
+USAGE_SCHEMA = {"project": pl.String, "model": pl.String, "tier": pl.String, "partition": pl.String,
+                "host": pl.String, "gpu_hours_allocated": pl.Float64, "gpu_hours_active": pl.Float64,
+                "gpu_hours_unknown": pl.Float64, "gpu_hours_time_sliced": pl.Float64,
+                "gpu_hours_no_energy": pl.Float64, "energy_kwh": pl.Float64}
+
+
 def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> pl.DataFrame:
-    """Per allocation piece's (project, model, tier, partition, host): allocated and active GPU-hours."""
+    """Per allocation piece's (project, model, tier, partition, host): allocated, active and
+    unknown GPU-hours; of the unknown, those on time-sliced GPUs (``gpu_hours_time_sliced``);
+    ``energy_kwh`` of the hours with a reading of their own and ``gpu_hours_no_energy`` for the
+    others (not time-sliced). A time-sliced GPU's energy is split by allocation fraction and a MIG
+    instance's is its GPU's split by compute slice: neither measures the holder, so showback's
+    energy basis counts those hours as without a reading."""
     from gpuledger.analytics.reports import attribution
 
     used = attribution(con, t, start=start, end=end, now=now, policy=policy)
     jobs = t.jobs.select("cluster", "job_id", "project", "partition").unique(["cluster", "job_id"])
     hosts = t.gpus.select(pl.col("gpu_id").cast(pl.Int32), "host")
+    alloc, sliced = pl.col("gpu_hours_allocated"), pl.col("gpu_hours_time_sliced").fill_null(0.0)
+    own = (alloc - sliced).clip(lower_bound=0.0)
+    reading = pl.col("energy_kwh").is_not_null() & ~pl.col("is_mig").fill_null(False)
     return (
         used.join(jobs, on=["cluster", "job_id"], how="left")
         .join(hosts, on="gpu_id", how="left")
+        .with_columns(
+            gpu_hours_time_sliced=sliced,
+            gpu_hours_no_energy=pl.when(reading).then(0.0).otherwise(own),
+            energy_kwh=pl.when(reading & (alloc > 0)).then(pl.col("energy_kwh") * own / alloc).otherwise(0.0))
         .group_by("project", "model", "tier", "partition", "host")
-        .agg(pl.col("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown").sum())
+        .agg(pl.col("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown", "gpu_hours_time_sliced",
+                    "gpu_hours_no_energy", "energy_kwh").sum())
         # in-memory engine: the streaming one sums in a different order on every run (notes/tables.md)
         .collect(engine="in-memory")
     )
@@ -333,10 +352,7 @@ def build_statement(
     billed_through = lines["billed_through"].max() if lines.height else min(end, now)
     usage_end = min(end, billed_through or end)
     usage = (_usage(con, t, start=start, end=usage_end, now=min(now, usage_end), policy=policy)
-             if usage_end > start else pl.DataFrame(schema={
-                 "project": pl.String, "model": pl.String, "tier": pl.String, "partition": pl.String,
-                 "host": pl.String, "gpu_hours_allocated": pl.Float64, "gpu_hours_active": pl.Float64,
-                 "gpu_hours_unknown": pl.Float64}))
+             if usage_end > start else pl.DataFrame(schema=USAGE_SCHEMA))
     # efficiency over the GPU-hours whose activity is known (hours without samples are neither
     # active nor idle: counting them as 0 % would blame a job for a scrape gap)
     per_line = usage.group_by("project", "model", "tier").agg(
