@@ -207,7 +207,8 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
         "reconciliation_per_pool": [
             {"currency": p.currency, "gpu_model": p.gpu_model, "tier": p.tier, "billed": str(p.billed),
              "capacity_gpu_hours": round(p.capacity_gpu_hours, 6), "capacity_amount": str(p.capacity_amount),
-             "over_allocated": str(p.over_allocated), "difference": str(p.difference), "statement": p.sentence()}
+             "over_allocated": str(p.over_allocated), "capacity_unknown": str(p.capacity_unknown),
+             "difference": str(p.difference), "statement": p.sentence()}
             for p in st.pools],
         **({"showback": {"basis": showback, "per_pool": shown}} if showback else {}),
         "files": [{"path": p.relative_to(out).as_posix(), "sha256": sha256_file(p), "bytes": p.stat().st_size}

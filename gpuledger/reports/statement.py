@@ -73,8 +73,11 @@ class Reconciliation:
 @dataclass
 class PoolReconciliation:
     """Per GPU pool (currency, GPU model, tier): charges + idle + corrections of its lines against
-    its capacity × price. Lines are rounded top-down per project, so a pool's cents can differ
-    from its own exact total rounded by a cent or two while the currency total reconciles."""
+    its capacity × price. The ledger rounds pool first (analytics/chargeback.py), so a pool's
+    lines add up to its exact total rounded half-up: its capacity × price to the cent. Two cases
+    can still differ, and the sentence says which: over-allocation (its memo line is rounded on
+    its own) and a month issued before pools were rounded first (2026-12; issued lines never
+    move, and a correction takes only its own delta)."""
 
     currency: str
     gpu_model: str
@@ -83,18 +86,29 @@ class PoolReconciliation:
     capacity_gpu_hours: float
     capacity_amount: Decimal
     over_allocated: Decimal
+    capacity_unknown: Decimal = Decimal("0.00")  # charges of clusters without an inventory
+    issued: bool = False  # the lines are a closed month's (frozen)
 
     @property
     def difference(self) -> Decimal:
-        return self.billed - self.capacity_amount - self.over_allocated
+        return self.billed - self.capacity_amount - self.over_allocated - self.capacity_unknown
 
     def sentence(self) -> str:
         right = f"capacity {self.capacity_gpu_hours:,.3f} GPU-hours × price = {self.capacity_amount:,.2f}"
         if self.over_allocated:
             right += f" + over-allocated {self.over_allocated:,.2f}"
-        verdict = ("reconciles to the cent" if not self.difference
-                   else f"differs by {self.difference:+,.2f} of rounding (each line within a cent; the currency "
-                        "total reconciles)")
+        if self.capacity_unknown:
+            right += f" + charges of clusters of unknown capacity {self.capacity_unknown:,.2f}"
+        if not self.difference:
+            verdict = "reconciles to the cent"
+        elif self.over_allocated:
+            verdict = (f"differs by {self.difference:+,.2f}: the over-allocated memo is rounded on its own (each "
+                       "line within a cent)")
+        elif self.issued:
+            verdict = (f"differs by {self.difference:+,.2f} of rounding: issued before pools were rounded first, "
+                       "and issued lines never move (each line within a cent)")
+        else:
+            verdict = f"DOES NOT reconcile: off by {self.difference:+,.2f}"
         return f"{self.currency} {self.gpu_model} / {self.tier}: billed {self.billed:,.2f}; {right}; {verdict}"
 
 
@@ -411,24 +425,28 @@ def build_statement(
         st.reconciliation = _reconcile(out, cap)
         st.pools = _reconcile_pools(out, _capacity(con, t, start=start, end=min(end, st.billed_through),
                                                    config_version=version, closed=closed, by=("model", "tier"),
-                                                   retire_grace=timedelta(hours=policy.chargeback.retire_after_hours)))
+                                                   retire_grace=timedelta(hours=policy.chargeback.retire_after_hours)),
+                                    issued=closed)
     return st
 
 
-def _reconcile_pools(lines: pl.DataFrame, capacity: dict[tuple, tuple[float, Decimal]]) -> list[PoolReconciliation]:
+def _reconcile_pools(lines: pl.DataFrame, capacity: dict[tuple, tuple[float, Decimal]], *,
+                     issued: bool = False) -> list[PoolReconciliation]:
     kind = pl.coalesce("correction_of", "line_kind")
     money = lines.filter(pl.col("currency").is_not_null() & pl.col("gpu_model").is_not_null())
-    sums = {(c, m, t): (Decimal(b or 0), Decimal(o or 0)) for c, m, t, b, o in money.group_by(
+    sums = {(c, m, t): (Decimal(b or 0), Decimal(o or 0), Decimal(u or 0)) for c, m, t, b, o, u in money.group_by(
         "currency", "gpu_model", "tier").agg(
         pl.col("amount").filter(kind.is_in(["charge", "idle"])).sum().alias("billed"),
-        pl.col("amount").filter(kind == "over-allocated").sum().alias("over")).iter_rows()}
+        pl.col("amount").filter(kind == "over-allocated").sum().alias("over"),
+        pl.col("amount").filter(kind == "capacity-unknown").sum().alias("unknown")).iter_rows()}
+    cent = Decimal("0.01")
     out = []
     for key in sorted(set(sums) | set(capacity)):
-        billed, over = sums.get(key, (Decimal("0.00"), Decimal("0.00")))
+        billed, over, unknown = sums.get(key, (Decimal("0.00"),) * 3)
         hours, amount = capacity.get(key, (0.0, Decimal("0.00")))
-        out.append(PoolReconciliation(*key, billed=Decimal(billed).quantize(Decimal("0.01")) + 0,
-                                      capacity_gpu_hours=hours, capacity_amount=amount,
-                                      over_allocated=Decimal(over).quantize(Decimal("0.01")) + 0))
+        out.append(PoolReconciliation(*key, billed=billed.quantize(cent) + 0, capacity_gpu_hours=hours,
+                                      capacity_amount=amount, over_allocated=over.quantize(cent) + 0,
+                                      capacity_unknown=unknown.quantize(cent) + 0, issued=issued))
     return out
 
 
