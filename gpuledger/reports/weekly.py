@@ -248,29 +248,38 @@ class _WeekTables:
 
 
 def week_episodes(con: duckdb.DuckDBPyConnection, policy, *, start: datetime, end: datetime,
-                  step: timedelta = REPLAY_STEP) -> pl.DataFrame:
+                  step: timedelta = REPLAY_STEP, plain: bool = False) -> pl.DataFrame:
     """Every squatting episode of [start, end): the idle-GPU rules (reports.squatters_report)
     evaluated every ``step`` through the window and the episodes advanced as the pipeline does
     (analytics.squatting_lifecycle), so the week's summary does not depend on which moments the
     pipeline happened to evaluate. Each episode with its worst severity and its largest wasted
-    GPU-hours (idle minutes × idle GPUs, as of its last evaluation)."""
+    GPU-hours (idle minutes × idle GPUs, as of its last evaluation).
+
+    ``plain``: reports.squatters_report at every moment, reading the tables each time (the
+    reference the fast path is measured and checked against: benchmarks/weekly_bench.py)."""
     from gpuledger.alerts.plan import SEVERITY_RANK
     from gpuledger.analytics.squatting_lifecycle import EPISODE, advance_lifecycle
 
-    week = _WeekTables(con, policy, start=start, end=end, step=step)
+    if plain:
+        from gpuledger.analytics.reports import squatters_report
+
+        def findings_at(moment: datetime) -> pl.DataFrame:
+            return squatters_report(con, policy=policy, now=moment)
+    else:
+        findings_at = _WeekTables(con, policy, start=start, end=end, step=step).findings
 
     open_now = pl.DataFrame()
     done: list[pl.DataFrame] = []
     # With no episode open, only a moment at which some held device could be idle can find
     # anything (idle_candidate_moments, one pass over the week's samples); an open episode is
     # followed at every moment until it resolves.
-    candidates = idle_candidate_moments(con, policy, start=start, end=end, step=step)
+    candidates = None if plain else idle_candidate_moments(con, policy, start=start, end=end, step=step)
     moment = start + step
     while moment <= end:
         if candidates is not None and moment.replace(tzinfo=None) not in candidates and not open_now.height:
             moment += step
             continue
-        findings = week.findings(moment)
+        findings = findings_at(moment)
         if findings.height or open_now.height:
             prior = open_now if open_now.height else findings.clear().with_columns(
                 first_seen=pl.lit(None, pl.Datetime("us")), last_seen=pl.lit(None, pl.Datetime("us")),
