@@ -18,7 +18,7 @@ import sys
 import time
 
 COMMANDS = ["", "report chargeback", "report fairshare", "report squatters", "ingest prometheus",
-            "ingest kubernetes", "ingest jobs-csv", "simulate warehouse", "ingest agent"]
+            "ingest kubernetes", "ingest jobs-csv", "simulate warehouse", "ingest agent nvml"]
 
 
 def _time(cmd: list[str], env: dict, cwd: str | None) -> float:

@@ -320,6 +320,28 @@ class PrometheusSource(_Strict):
     connect_timeout_s: float = Field(default=deadlines.PROMETHEUS.connect_s, gt=0, le=deadlines.MAX_WAIT_S)
     read_timeout_s: float = Field(default=deadlines.PROMETHEUS.read_s, gt=0, le=deadlines.MAX_WAIT_S)
     deadline_s: float = Field(default=deadlines.PROMETHEUS.total_s, gt=0, le=deadlines.MAX_WAIT_S)  # one query, retries included
+    # Mimir / Cortex / a multi-tenant Thanos: the X-Scope-OrgID header. A bearer token is named by
+    # where it lives (a file, e.g. a mounted Secret, or an environment variable), never written
+    # here: the config's text is kept in the warehouse's config versions.
+    tenant: str | None = Field(default=None, min_length=1)
+    bearer_token_file: str | None = Field(default=None, min_length=1)
+    bearer_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secret_in_the_config(cls, data):
+        if isinstance(data, dict) and any(k in data for k in ("bearer_token", "token", "password")):
+            key = next(k for k in ("bearer_token", "token", "password") if k in data)
+            raise ValueError(f"`{key}`: the config is stored in the warehouse's config versions, so it "
+                             "holds no secret; put the token in a file (bearer_token_file: PATH, e.g. a "
+                             "mounted Secret) or an environment variable (bearer_token_env: NAME)")
+        return data
+
+    @model_validator(mode="after")
+    def _one_token_source(self):
+        if self.bearer_token_file and self.bearer_token_env:
+            raise ValueError("give bearer_token_file or bearer_token_env, not both")
+        return self
 
     def call_deadline(self) -> deadlines.CallDeadline:
         return deadlines.CallDeadline(self.connect_timeout_s, self.read_timeout_s, self.deadline_s)
@@ -375,6 +397,8 @@ class DashboardAccess(_Strict):
 
 
 class Config(_Strict):
+    # required in a config file (parse_config_text's require_currency); the default serves
+    # configs built in code and stored versions from before the rule
     currency: Annotated[str, AfterValidator(_iso_4217)] = Field(default="USD", pattern=r"^[A-Z]{3}$")
     org: OrgNode
     budgets: list[Budget] = Field(default_factory=list)
@@ -469,12 +493,17 @@ class ConfigError(UsageError):  # a ValueError too; exit 2 at the CLI
     """The config file is unreadable or invalid; the message names the file and field."""
 
 
-def _describe(error: ValidationError, source: Path) -> str:
-    lines = [f"{source}: {error.error_count()} problem(s) in the config"]
+def _describe(error: ValidationError, source: Path, also: list[str] = ()) -> str:
+    lines = [f"{source}: {error.error_count() + len(also)} problem(s) in the config"]
     for item in error.errors():
         where = ".".join(str(p) for p in item["loc"]) or "(top level)"
         lines.append(f"  - {where}: {item['msg']}")
+    lines += [f"  - {line}" for line in also]
     return "\n".join(lines)
+
+
+MISSING_CURRENCY = ("no `currency:` given; add a top-level `currency: USD` (or the ISO 4217 code your "
+                    "prices are in, e.g. EUR) so no amount is read in a guessed currency")
 
 
 class _Loader(yaml.SafeLoader):
@@ -526,12 +555,31 @@ def _read_text(source: Path) -> str:
 
 def load_config(path: str | os.PathLike | None = None) -> Config:
     source = resolve_config_path(path)
-    return parse_config_text(_read_text(source), source)
+    return parse_config_text(_read_text(source), source, require_currency=True)
 
 
-def parse_config_text(text: str, source: str | os.PathLike = "(stored config)") -> Config:
+MISSING_CURRENCY_DEFAULT = "USD"  # what a stored config version without `currency:` was accepted as
+
+
+def names_currency(text: str) -> bool:
+    """Whether config text gives its top-level ``currency:`` (stored versions loaded before it was
+    required may not; they were accepted, and are read, as USD)."""
+    try:
+        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except (yaml.YAMLError, RecursionError):
+        return False
+    return isinstance(raw, dict) and "currency" in raw
+
+
+def parse_config_text(text: str, source: str | os.PathLike = "(stored config)", *,
+                      require_currency: bool = False) -> Config:
     """Validate config YAML given as text: a file's, or the copy the warehouse keeps of the
-    config it was loaded from (gpuledger.ledger.config_versions)."""
+    config it was loaded from (gpuledger.ledger.config_versions).
+
+    ``require_currency``: a config *file* must say its currency (``load_config`` and
+    ``read_config_file``, so ``config check``, ``config load`` and the pipelines alike); a stored
+    version loaded before that rule was accepted as USD and is still read so (``config versions``
+    says which)."""
     source = Path(source)
     try:
         raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
@@ -545,14 +593,18 @@ def parse_config_text(text: str, source: str | os.PathLike = "(stored config)") 
                           f"{MAX_ORG_DEPTH} levels)") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping with at least an `org:` tree")
+    missing = MISSING_CURRENCY if require_currency and "currency" not in raw else None
     try:
-        return Config.model_validate(raw)
+        cfg = Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, source)) from None
+        raise ConfigError(_describe(exc, source, also=[f"currency: {missing}"] if missing else [])) from None
+    if missing:
+        raise ConfigError(f"{source}: {missing}")
+    return cfg
 
 
 def read_config_file(path: str | os.PathLike | None = None) -> tuple[Config, str, Path]:
     """(config, the file's text, its path), the file chosen as load_config chooses it."""
     source = resolve_config_path(path)
     text = _read_text(source)
-    return parse_config_text(text, source), text, source
+    return parse_config_text(text, source, require_currency=True), text, source

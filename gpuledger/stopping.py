@@ -8,24 +8,50 @@ clean stop (systemd, Kubernetes), so 0.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
+
+
+class Stopped(BaseException):  # noqa: N818 - like KeyboardInterrupt: no `except Exception` swallows it
+    """Raised by ``StopSignals(interrupt=True)`` where the main thread waits (a blocking read of a
+    stream that may stay silent for minutes), never inside a ``holding()`` block (a write)."""
 
 
 class StopSignals:
     """``with StopSignals() as stop:`` ... ``stop.event.wait(seconds)`` ... ``stop.exit_code``.
     Outside the main thread (a test calling the function) the handlers are not installed and
-    the event only stops what sets it by hand."""
+    the event only stops what sets it by hand.
 
-    def __init__(self) -> None:
+    ``interrupt=True`` is for commands that block in a read no event can wake (a Kubernetes watch
+    stream): a signal raises :class:`Stopped` wherever the main thread is, except inside
+    ``with stop.holding():`` (a warehouse write), which finishes first and raises it on leaving."""
+
+    def __init__(self, *, interrupt: bool = False) -> None:
         self.event = threading.Event()
         self.signal: int | None = None
+        self.interrupt = interrupt
+        self._holding = 0
         self._previous: dict[int, object] = {}
 
     def _handle(self, signum, _frame) -> None:
         if self.signal is None:
             self.signal = signum
         self.event.set()
+        if self.interrupt and not self._holding:
+            raise Stopped
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """A block a signal must not cut (a write): the stop waits until it is done."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+        if self.interrupt and not self._holding and self.event.is_set():
+            raise Stopped
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():

@@ -106,12 +106,15 @@ def load_hourly(
     if not verify or check_lo >= hi:
         return con.sql(stored, params={"lo": lo, "hi": hi}).pl().lazy()
     span = {"lo": check_lo, "hi": hi}
-    count_samples = "SELECT count(*) FROM gpu_samples WHERE ts >= $lo AND ts < $hi"
+    # The raw samples the span's rows stand for, as s_n counts them (sample_n; NULL = one): a
+    # plain count(*) never matched a rollup of window aggregates, which was then recomputed from
+    # the samples on every read (10.8 CPU-s a week at 16,384 GPUs).
+    count_samples = f"SELECT {SAMPLES_STOOD_FOR} FROM gpu_samples WHERE ts >= $lo AND ts < $hi"
     if hi - lo <= ONE_STATEMENT_SPAN:
         # The rows with the raw-sample count beside them: one statement instead of three, ~1 ms
         # less for the hour an update touches; the rollup's count is summed from the rows.
         # (Beside a week's rows the repeated count costs more than the statements it saves.)
-        rows = con.sql(f"SELECT *, (SELECT count(*) FROM gpu_samples WHERE ts >= $check_lo AND ts < $hi) "
+        rows = con.sql(f"SELECT *, (SELECT {SAMPLES_STOOD_FOR} FROM gpu_samples WHERE ts >= $check_lo AND ts < $hi) "
                        f"AS _n_samples FROM ({stored})", params={"lo": lo, "hi": hi, "check_lo": check_lo}).pl()
         n_samples = rows["_n_samples"][0] if rows.height else con.execute(count_samples, span).fetchall()[0][0]
         rows = rows.drop("_n_samples")
@@ -129,6 +132,8 @@ def load_hourly(
     return rows.lazy()
 
 
+#: The raw samples that gpu_samples rows stand for, as gpu_hourly.s_n sums them.
+SAMPLES_STOOD_FOR = "coalesce(sum(coalesce(sample_n, 1)), 0)"
 #: load_hourly reads rows and the samples' count in one statement up to this span (hours).
 ONE_STATEMENT_SPAN = timedelta(hours=24)
 # The raw-sample columns attribution reads (attribution._window_sums): a partial hour needs

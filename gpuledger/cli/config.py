@@ -76,10 +76,17 @@ def config_load(config: ConfigOpt = None, warehouse_file: WarehouseOpt = None, b
 def config_versions(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: WarehouseOpt = None) -> None:
     """Every config the warehouse was loaded from: version, content hash, source, who, when."""
     from gpuledger import warehouse
+    from gpuledger.config import MISSING_CURRENCY_DEFAULT
+    from gpuledger.ledger.config_versions import versions_without_currency
     from gpuledger.ledger.config_versions import config_versions as versions
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         frame = versions(con)
+        unnamed = versions_without_currency(con)
+    if unnamed:  # stored before a config file had to name its currency
+        typer.echo(f"note: config version(s) {', '.join(map(str, unnamed))} name no currency; they were "
+                   f"accepted and are read as {MISSING_CURRENCY_DEFAULT} (a file must now say "
+                   f"`currency: {MISSING_CURRENCY_DEFAULT}`; loading it changes nothing else)", err=True)
     print_rows("config versions", ["version", "sha256", "source", "loaded at (UTC)", "by", "changes"],
            [(v, sha[:12], src, at, who, (ch or "").replace("\n", "; ")) for v, sha, src, at, who, ch in frame.iter_rows()],
                fmt, out)

@@ -31,7 +31,7 @@ import duckdb
 import polars as pl
 import yaml
 
-from gpuledger.config import Config, parse_config_text, read_config_file
+from gpuledger.config import Config, names_currency, parse_config_text, read_config_file
 from gpuledger.config_files import packaged_example_path
 from gpuledger.config_store import StoredConfig, stored_config  # noqa: F401  (StoredConfig: this module's callers)
 from gpuledger.errors import UsageError
@@ -55,7 +55,7 @@ def fingerprint(cfg: Config) -> str:
 def config_as_text(cfg: Config) -> str:
     """YAML of a config that came with no file text (library callers); parses back to the same
     content hash."""
-    data = cfg.model_dump(mode="json", exclude_defaults=True)
+    data = {"currency": cfg.currency, **cfg.model_dump(mode="json", exclude_defaults=True)}  # a file must name it
     for budget in data.get("budgets", []):
         if budget.get("period"):  # start / end were derived from it by the validator
             budget.pop("start", None)
@@ -71,6 +71,14 @@ def config_versions(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     """Every version: version, content_sha256, source_path, loaded_at, loaded_by, changes."""
     return con.sql("SELECT version, content_sha256, source_path, loaded_at, loaded_by, changes "
                    "FROM config_versions ORDER BY version").pl()
+
+
+def versions_without_currency(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Stored versions whose text gives no top-level ``currency:``: loaded before a config file
+    had to name it, they were accepted as USD and are read as USD (a file that now says
+    ``currency: USD`` is the same content: ``config load`` finds it unchanged)."""
+    rows = con.execute("SELECT version, content_text FROM config_versions ORDER BY version").fetchall()
+    return [version for version, text in rows if not names_currency(text)]
 
 
 def rate_card_version(con: duckdb.DuckDBPyConnection, version: int) -> pl.DataFrame:

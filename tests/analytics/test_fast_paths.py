@@ -149,6 +149,36 @@ def test_load_hourly_reads_a_fresh_rollup_and_recomputes_a_stale_one(sim_con, mo
     assert_frame_equal(stale, fresh, check_dtypes=False, abs_tol=1e-9)
 
 
+def test_load_hourly_reads_a_rollup_of_window_aggregates_as_it_is(sim_con, monkeypatch):
+    # Rows that stand for 3 raw samples each (sample_n, as `ingest prometheus --aggregate`
+    # stores): the rollup's s_n is 3 x the rows, which is what the check must count too; it
+    # counted rows, found a mismatch every time and recomputed a week from the samples.
+    from gpuledger.analytics import load
+    from gpuledger.warehouse.db import transaction
+    from gpuledger.warehouse.rollups import refresh_gpu_hourly, rollup_frame
+
+    con, _, everything = sim_con
+
+    class Undo(Exception):  # leaves the module's warehouse as it was (transaction rolls back)
+        pass
+
+    with pytest.raises(Undo), transaction(con):
+        con.execute("UPDATE gpu_samples SET sample_n = 3").fetchall()
+        refresh_gpu_hourly(con, START, NOW)
+        stored = collect(rollup_frame(con, START, NOW)).sort("gpu_id", "hour")
+
+        def recomputed(*_a, **_k):
+            raise AssertionError("load_hourly recomputed a fresh rollup of weighted rows")
+
+        monkeypatch.setattr(load, "rollup_frame", recomputed)
+        for span in (timedelta(0), timedelta(days=1)):  # counts apart, and rows and count in one
+            monkeypatch.setattr(load, "ONE_STATEMENT_SPAN", span)
+            got = collect(load_hourly(con, start=START + timedelta(hours=1), end=NOW)).sort("gpu_id", "hour")
+            assert got["s_n"].sum() == 3 * everything.height > 0
+            assert_frame_equal(got, stored, check_dtypes=False, abs_tol=1e-9)
+        raise Undo
+
+
 def test_in_memory_engine_gives_the_streaming_figures(sim_con):
     con, frames, _ = sim_con
     j, a, g = frames["jobs"], frames["job_allocations"], frames["gpus"]

@@ -147,7 +147,7 @@ def place(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cli-errors")
     (tmp / "folder").mkdir()
     (tmp / "baddate.yaml").write_text(
-        "org: {name: acme, children: [{name: vision}]}\n"
+        "currency: USD\norg: {name: acme, children: [{name: vision}]}\n"
         "budgets:\n  - {node: vision, gpu_hours: 10, start: 2026-02-30, end: 2026-03-05}\n")
     (tmp / "badyaml.yaml").write_text("org: {name: acme\n  children: [\n")
     (tmp / "binary.bin").write_bytes(bytes(range(256)) * 4)

@@ -28,7 +28,7 @@ def test_every_subcommand_has_help():
 def test_warehouse_and_config_come_from_the_environment(tmp_path, monkeypatch):
     target = tmp_path / "env-chosen.duckdb"
     bad_config = tmp_path / "bad.yaml"
-    bad_config.write_text("org: {name: x, shares: -1}\n")
+    bad_config.write_text("currency: USD\norg: {name: x, shares: -1}\n")
     env = {"GPULEDGER_WAREHOUSE": str(target), "GPULEDGER_CONFIG": str(bad_config)}
     migrated = subprocess.run([sys.executable, "-m", "gpuledger.cli", "migrate"], capture_output=True,
                               text=True, env={**_base_env(), **env}, timeout=60)

@@ -37,6 +37,7 @@ def _deep(levels: int) -> str:
 CASES = [  # (id, config text, words the one line must hold)
     ("duplicate-key", _config() + "budgets: []\n", ["key 'budgets' appears twice (lines 7 and 11)"]),
     ("duplicate-currency", _config(head="currency: EUR\n"), ["key 'currency' appears twice"]),
+    ("missing-currency", _config().replace("currency: USD\n", ""), ["no `currency:` given", "currency: USD", "ISO 4217"]),
     ("not-iso-currency", _config().replace("currency: USD", "currency: XYZ"), ["currency", "ISO 4217"]),
     ("infinite-shares", _config(shares=".inf"), ["org.children.0.shares", "finite"]),
     ("nan-shares", _config(shares=".nan"), ["org.children.0.shares"]),
@@ -75,3 +76,28 @@ def test_the_same_config_within_bounds_is_accepted_by_both(tmp_path):
     assert _run(["config", "check", "-c", str(path)], tmp_path).returncode == 0
     loaded = _run(["config", "load", "-c", str(path), "-w", str(tmp_path / "w.duckdb")], tmp_path)
     assert loaded.returncode == 0, loaded.stderr
+
+
+def test_a_stored_version_without_currency_is_read_as_usd_and_said_so(tmp_path):
+    """Versions stored before a file had to name its currency were accepted as USD: they stay in
+    force as USD, `config versions` says which they are, and the same file with `currency: USD`
+    added is the same content (no new version)."""
+    from gpuledger import warehouse
+    from gpuledger.config import parse_config_text
+    from gpuledger.config_store import stored_config_in_force
+    from gpuledger.ledger.config_versions import load_version
+
+    old_text = _config(price="\"2.50\"").replace("currency: USD\n", "")
+    wh = tmp_path / "w.duckdb"
+    with warehouse.open_writer(wh) as con:  # as a release before the rule stored it
+        load_version(con, parse_config_text(old_text), text=old_text, source="/etc/old.yaml")
+    with warehouse.open_reader(wh) as con:
+        assert stored_config_in_force(con).currency == "USD"
+    versions = _run(["config", "versions", "-w", str(wh)], tmp_path)
+    assert versions.returncode == 0, versions.stderr
+    assert "config version(s) 1 name no currency; they were accepted and are read as USD" in " ".join(
+        versions.stderr.split()), versions.stderr
+    path = tmp_path / "gpuledger.yaml"
+    path.write_text(_config(price='"2.50"'))
+    loaded = _run(["config", "load", "-c", str(path), "-w", str(wh)], tmp_path)
+    assert loaded.returncode == 0 and "unchanged" in loaded.stdout, loaded.stdout + loaded.stderr

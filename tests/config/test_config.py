@@ -11,7 +11,7 @@ def _write(tmp_path, data):
 
 
 def _minimal():
-    return {"org": {"name": "acme", "children": [{"name": "a", "shares": 2}, {"name": "b", "shares": 1}]}}
+    return {"currency": "USD", "org": {"name": "acme", "children": [{"name": "a", "shares": 2}, {"name": "b", "shares": 1}]}}
 
 
 def test_example_config_is_valid_and_describes_a_tree(example_config):

@@ -16,6 +16,7 @@ import pytest
 
 BIN = Path(sys.executable).parent / "gpuledger"
 CONFIG = """
+currency: USD
 org:
   name: acme
   children:

@@ -40,6 +40,7 @@ def test_a_quiet_cycle_after_a_refused_eviction_sends_nothing(server, tmp_path):
     kc = server.write_kubeconfig(tmp_path / "kc")
     config = tmp_path / "c.yaml"
     config.write_text(f"""
+currency: USD
 org:
   name: acme
   children:

@@ -86,6 +86,7 @@ def warehouse(slurm, tmp_path):
     path = tmp_path / "w.duckdb"
     config = tmp_path / "c.yaml"
     config.write_text(f"""
+currency: USD
 org:
   name: acme
   children:

@@ -3,7 +3,8 @@ answer half a body and stall, or trickle a byte now and then (which never trips 
 timeout). Plain sockets on a free port (port 0), one thread per connection; no mocks.
 
 ``HostileServer(route)``: ``route(request_line, headers_and_body_bytes)`` returns the whole answer
-as bytes (sent at once), or one of ``SILENT``, ``STALL``, ``TRICKLE``, ``CLOSE`` for the misbehaviour.
+as bytes (sent at once), or one of ``SILENT``, ``STALL``, ``TRICKLE``, ``CLOSE`` for the misbehaviour;
+``HostileServer(GREET_TRICKLE)`` is a server that speaks first (SMTP) and trickles its greeting.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ SILENT = "silent"  # read the request, then say nothing until the server stops
 STALL = "stall"  # headers and half the body promised, then nothing
 TRICKLE = "trickle"  # headers, then one byte every 50 ms, forever
 CLOSE = "close"  # read the request, close the connection without a word
+GREET_TRICKLE = "greet-trickle"  # a server that speaks first (SMTP): "220 " then one byte every 50 ms
 
 
 def http_answer(body: bytes | str, *, status: str = "200 OK", content_type: str = "application/json") -> bytes:
@@ -28,6 +30,7 @@ def http_answer(body: bytes | str, *, status: str = "200 OK", content_type: str 
 class HostileServer:
     def __init__(self, route: Callable[[str, bytes], bytes | str] | str) -> None:
         self.route = route if callable(route) else (lambda _line, _raw, mode=route: mode)
+        self.speaks_first = route == GREET_TRICKLE  # no request to wait for: the client waits for us
         self.requests: list[str] = []
         self.stopped = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -59,6 +62,11 @@ class HostileServer:
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             try:
+                if self.speaks_first:
+                    conn.sendall(b"220 ")
+                    while not self.stopped.wait(0.05):
+                        conn.sendall(b".")
+                    return
                 line, raw = self._read_request(conn)
                 self.requests.append(line)
                 answer = self.route(line, raw)

@@ -64,6 +64,30 @@ def test_one_uuid_on_two_hosts_is_a_quarantined_conflict_on_both_scrape_paths(tm
                                  "physical GPU, so node-b's 1 samples are refused and node-a's kept"), reason
 
 
+def test_one_uuid_on_two_hosts_across_batches_is_the_same_quarantined_conflict(tmp_path):
+    """Host A's batch is stored first; a later batch brings the UUID from host B: B's samples are
+    refused against the stored device (before, B re-registered the device under its own name)."""
+    from gpuledger.ingest.metrics.scrape import ingest_pages
+
+    big = "# pad\n" * 9000  # over BULK_FROM_CHARS: the bulk parser's path
+    later = NOW_MS + 30_000
+    for pad in ("", big):
+        path = tmp_path / f"w{len(pad)}.duckdb"
+        with warehouse.open_writer(path) as con:
+            first = ingest_pages(con, [(pad + _page("node-a"), "http://a:9400/metrics", NOW_MS)])
+            second = ingest_pages(con, [(pad + _page("node-b").replace(str(NOW_MS), str(later)),
+                                         "http://b:9400/metrics", later)])
+        assert (first.samples_new, first.quarantined) == (1, 0), pad[:1]
+        assert (second.samples_new, second.quarantined) == (0, 1), pad[:1]
+        with duckdb.connect(str(path), read_only=True) as con:
+            assert con.execute("SELECT host FROM gpus").fetchall() == [("node-a",)]
+            assert con.execute("SELECT count(*) FROM gpu_samples").fetchone() == (1,)
+            location, reason = con.execute("SELECT location, reason FROM quarantine").fetchone()
+        assert location == "http://b:9400/metrics UUID=GPU-7 host=node-b", location
+        assert reason.startswith("GPU GPU-7 is already stored on host node-a (cluster default); a UUID names "
+                                 "one physical GPU, so host node-b's 1 samples are refused"), reason
+
+
 def test_one_uuid_under_two_spellings_of_one_host_is_no_conflict(tmp_path):
     from gpuledger.ingest.metrics.scrape import ingest_pages
 

@@ -4,9 +4,11 @@ urllib3 retry warnings, nothing written. The official client speaks real HTTP to
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -72,3 +74,43 @@ def test_timeouts_out_of_range_are_usage_errors(tmp_path):
     ran = _ingest(_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9"), tmp_path / "w.duckdb",
                   "--read-timeout", "inf")
     assert ran.returncode == 2 and "--read-timeout" in ran.stderr, ran.stderr
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_a_watch_stops_on_a_signal_within_a_second_inside_a_silent_stream(tmp_path, signum, code):
+    """The watch request waits up to --watch-timeout (300 s) for an event that never comes: only the
+    signal can end it, between writes. The first list is written before the signal is sent."""
+    from tests.helpers.k8s_standin import KubeStandIn
+
+    standin = KubeStandIn().start()
+    warehouse_file = tmp_path / "w.duckdb"
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuledger.cli", "ingest", "kubernetes", "--watch", "--kubeconfig",
+             str(standin.write_kubeconfig(tmp_path / "kubeconfig")), "--cluster", "c", "-w", str(warehouse_file)],
+            stderr=subprocess.PIPE, text=True, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+        try:
+            assert "0 pods and 0 workloads listed" in proc.stderr.readline()  # the first sync is written
+            while True:  # the watch request is open: the command now blocks in its read
+                _, query = standin.requests.get(timeout=30)
+                if query.get("watch") == "true":
+                    break
+            began = time.monotonic()
+            proc.send_signal(signum)
+            proc.wait(timeout=10)
+            took = time.monotonic() - began
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        standin.close()
+    rest = proc.stderr.read()
+    assert proc.returncode == code, rest
+    # the stop itself is immediate; the bound is loose for interpreter exit on a loaded machine
+    # (without the signal handling the read would wait out the 300 s watch)
+    assert took < 5, took
+    assert "Traceback" not in rest and f"stopped ({signum.name})" in rest, rest
+    import duckdb
+
+    with duckdb.connect(str(warehouse_file), read_only=True) as con:  # the warehouse is whole
+        assert con.execute("SELECT count(*) FROM jobs").fetchone() == (0,)

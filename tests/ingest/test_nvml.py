@@ -163,10 +163,10 @@ def test_agent_loop_with_fake_driver(tmp_path):
 
 def test_no_driver_exits_1_with_one_line(tmp_path):
     # Real pynvml on this GPU-less machine: nvmlInit fails (library not found / driver not loaded).
-    result = CliRunner().invoke(nvml_app, ["agent", "--once", "--warehouse", str(tmp_path / "wh.duckdb")])
+    result = CliRunner().invoke(nvml_app, ["nvml", "--once", "--warehouse", str(tmp_path / "wh.duckdb")])
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpuledger ingest agent: no NVIDIA driver on this host (NVML: ")
+    assert len(lines) == 1 and lines[0].startswith("gpuledger ingest agent nvml: no NVIDIA driver on this host (NVML: ")
     assert lines[0].endswith("run it on a GPU node")
     assert not (tmp_path / "wh.duckdb").exists()
 
@@ -174,7 +174,7 @@ def test_no_driver_exits_1_with_one_line(tmp_path):
 def test_no_driver_in_a_real_process(tmp_path):
     code = "from gpuledger.cli.ingest.agent import app; app()"
     proc = subprocess.run(
-        [sys.executable, "-c", code, "agent", "--once", "--warehouse", str(tmp_path / "w.duckdb")],
+        [sys.executable, "-c", code, "nvml", "--once", "--warehouse", str(tmp_path / "w.duckdb")],
         capture_output=True,
         text=True,
         timeout=60,

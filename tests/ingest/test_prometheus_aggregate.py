@@ -96,15 +96,22 @@ def test_five_minute_aggregates_agree_with_the_raw_samples_on_both_servers(serve
 class _TSDB(BaseHTTPRequestHandler):
     """A stand-in querier behind a path prefix: answers the label list and every query_range with a
     one-series matrix, plus the warnings the test sets (what Thanos / Mimir add when a store did
-    not answer). Records the paths and tenant headers it was asked with."""
+    not answer). Records the paths and tenant headers it was asked with; with ``required`` set, a
+    request without exactly those headers is refused 401, as Mimir's and a token proxy's are."""
 
     prefix = ""
     warnings: list[str] = []
     seen: list[tuple[str, str | None]] = []
+    tokens: list[str | None] = []
+    required: dict[str, str] = {}
 
     def do_GET(self):  # noqa: N802
         path = self.path.split("?", 1)[0]
         self.seen.append((path, self.headers.get("X-Scope-OrgID")))
+        self.tokens.append(self.headers.get("Authorization"))
+        if any(self.headers.get(k) != v for k, v in self.required.items()):
+            self.send_error(401, "no org id / bad token")
+            return
         if path == f"{self.prefix}/api/v1/label/__name__/values":
             body = {"status": "success", "data": ["DCGM_FI_DEV_GPU_UTIL"]}
         elif path == f"{self.prefix}/api/v1/query_range":
@@ -132,7 +139,7 @@ class _TSDB(BaseHTTPRequestHandler):
 def stand_in():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _TSDB)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    _TSDB.seen, _TSDB.warnings = [], []
+    _TSDB.seen, _TSDB.warnings, _TSDB.tokens, _TSDB.required = [], [], [], {}
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
 

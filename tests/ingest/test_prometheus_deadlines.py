@@ -116,6 +116,22 @@ def test_backfill_from_a_server_that_never_answers_stores_nothing(tmp_path):
     assert _counts(warehouse_file) == (0, None)  # list() of no rows is NULL
 
 
+@pytest.mark.parametrize("given,says", [([], "no answer within 0.3 s"),  # the config's read_timeout_s
+                                         (["--read-timeout", "0.4"], "no answer within 0.4 s")])  # the option's
+def test_the_config_gives_the_servers_timeouts_and_an_option_overrides_them(tmp_path, given, says):
+    with HostileServer(SILENT) as server:
+        config = tmp_path / "gpuledger.yaml"
+        config.write_text("currency: USD\norg: {name: acme}\nsources:\n  prometheus:\n"
+                          f"    url: {server.url}\n    read_timeout_s: 0.3\n    deadline_s: 1\n")
+        ran = subprocess.run(
+            [sys.executable, "-m", "gpuledger.cli", "ingest", "prometheus", "--url", server.url, "--start", str(T0),
+             "--end", str(T0 + 120), "--workers", "1", "--progress", "none", "-c", str(config),
+             "-w", str(tmp_path / "w.duckdb"), *given],
+            capture_output=True, text=True, timeout=60, check=False, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert ran.returncode == 1, ran.stderr
+    assert f"{server.url}/api/v1/label/__name__/values: {says}" in ran.stderr, ran.stderr
+
+
 @pytest.mark.parametrize("option,value", [("--deadline", "0"), ("--read-timeout", "nan"),
                                           ("--connect-timeout", "1e12")])
 def test_timeouts_out_of_range_are_usage_errors(tmp_path, option, value):

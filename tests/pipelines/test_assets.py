@@ -246,6 +246,16 @@ def test_ingest_assets_skip_sources_the_config_leaves_out(tmp_path):
     assert "sources.prometheus" in metadata(backfill, prometheus_samples)["skipped"]
 
 
+def test_dcgm_samples_leaves_the_targets_to_the_scrape_service_where_it_runs(tmp_path, monkeypatch):
+    # an unreachable target: had the asset scraped it, it would report one failed target
+    config = _config_with_sources(tmp_path, "  scrape: {targets: ['http://127.0.0.1:9/metrics'], retries: 0, timeout_s: 1}\n")
+    monkeypatch.setenv("GPULEDGER_SCRAPE_SERVICE", "1")
+    served = metadata(materialize([dcgm_samples], tmp_path / "wh.duckdb", config=config), dcgm_samples)
+    assert "scrape service" in served["skipped"] and "failed_targets" not in served
+    monkeypatch.setenv("GPULEDGER_SCRAPE_SERVICE", "0")  # off: Dagster scrapes again
+    assert metadata(materialize([dcgm_samples], tmp_path / "wh.duckdb", config=config), dcgm_samples)["failed_targets"] == 1
+
+
 def _config_with_sources(tmp_path: Path, sources: str) -> Path:
     path = tmp_path / "gpuledger.yaml"
     path.write_text(example_config_text() + "\nsources:\n" + sources)

@@ -69,7 +69,7 @@ def test_a_fresh_fairshare_snapshot_is_the_computed_answer(wh):
     assert got.source == facts.MATERIALIZED and got.as_of == at
     # fairshare_report's float sums are not bit-stable run to run (~6e-14 GPU-h apart on this data),
     # so to 1e-12 relative: the same figures, not a near miss
-    assert_frame_equal(got.frame, computed, rtol=1e-12, atol=1e-9)
+    assert_frame_equal(got.frame, computed, rel_tol=1e-12, abs_tol=1e-9)
     assert other.source == facts.COMPUTED  # no snapshot as of that time: computed
 
 
@@ -108,16 +108,36 @@ def test_usage_with_a_day_not_materialized_is_computed(wh):
     assert got.source == facts.COMPUTED and day_one.source == facts.MATERIALIZED
 
 
-def test_budget_snapshots_lacking_a_report_column_are_not_used(wh):
-    # budget_report grew unweighted_gpu_hours / unweighted_models after migration 009: until a
-    # migration stores them the answer is computed, never a frame missing figures
-    with warehouse.open_writer(wh) as con:
+def _materialize_budget(path):
+    with warehouse.open_writer(path) as con:
         policy, at = _policy(con), facts.data_now(con)
         frame = reports.budget_report(con, policy=policy, as_of=at)
         replace_partition(con, "budget_snapshots", at.date(), stamped(frame, day=at.date(), as_of=at))
+    return at
+
+
+def test_a_fresh_budget_snapshot_is_the_computed_answer(wh):
+    # migration 016 stores unweighted_gpu_hours / unweighted_models, which budget_report gained
+    # after 009: the snapshot now holds every figure of the report, so it answers
+    at = _materialize_budget(wh)
     with warehouse.open_reader(wh) as con:
         got = facts.budget(con, policy=_policy(con))
-    assert got.source == facts.COMPUTED and "unweighted_gpu_hours" in got.frame.columns
+        computed = reports.budget_report(con, policy=_policy(con), as_of=at)
+    assert got.source == facts.MATERIALIZED and got.as_of == at
+    assert got.frame.height == computed.height > 0
+    assert_frame_equal(got.frame, computed, rel_tol=1e-12, abs_tol=1e-9)  # float sums: see the fair-share test
+
+
+def test_budget_rows_from_before_migration_016_are_not_used(wh):
+    # a row materialized before 016 has NULL unweighted_gpu_hours where the report says 0.0 or
+    # more: serving it would print a blank figure, so the answer is computed
+    _materialize_budget(wh)
+    with warehouse.open_writer(wh) as con:
+        con.execute("UPDATE budget_snapshots SET unweighted_gpu_hours = NULL, unweighted_models = NULL "
+                    "WHERE rowid = (SELECT min(rowid) FROM budget_snapshots)").fetchall()
+    with warehouse.open_reader(wh) as con:
+        got = facts.budget(con, policy=_policy(con))
+    assert got.source == facts.COMPUTED and got.frame["unweighted_gpu_hours"].null_count() == 0
 
 
 def test_the_cli_answers_the_same_from_the_snapshot(wh):

@@ -37,6 +37,7 @@ def test_simulated_jobs_declare_a_minimum_runtime_but_squatters():
 
 def _config() -> Config:
     text = """
+currency: USD
 org:
   name: acme
   children:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
 from gpuledger.sql import load_sql
 
 MATERIALIZED = "materialized"
@@ -48,8 +49,10 @@ class Facts:
     as_of: datetime
 
 
-def _sql(name: str) -> str:
-    return load_sql(__package__, f"{name}.sql")
+def _sql(name: str, **identifiers: str) -> str:
+    """A read model query; ``identifiers`` fill its ``{{ name }}`` table / column names (from this
+    module's lists, never from input)."""
+    return load_sql(__package__, f"{name}.sql", **identifiers)
 
 
 def data_now(con, *, wall: datetime | None = None) -> datetime:
@@ -74,13 +77,18 @@ def _holds(con, table: str, columns) -> bool:
     return set(columns) <= stored
 
 
-def _snapshot_fresh(con, table: str, columns, as_of: datetime) -> bool:
+def _snapshot_fresh(con, table: str, columns, as_of: datetime, *, filled: str | None = None) -> bool:
+    """Rows as of ``as_of`` exist, were all materialized after the config in force was loaded and,
+    with ``filled`` (a column the report never leaves NULL), all have it: a row written before a
+    migration added that column is stale."""
     assert table in SNAPSHOT_TABLES  # an identifier from the list above, never from input
     if not _holds(con, table, columns):
         return False
-    rows, oldest = con.execute(_sql("snapshot_state").format(table=table), {"as_of": as_of}).fetchall()[0]
+    assert filled is None or filled in columns
+    rows, oldest, unfilled = con.execute(_sql("snapshot_state", table=table, filled=filled or "as_of"),
+                                         {"as_of": as_of}).fetchall()[0]
     loaded = _config_loaded_at(con)
-    return bool(rows) and (loaded is None or oldest >= loaded)
+    return bool(rows) and not unfilled and (loaded is None or oldest >= loaded)
 
 
 def _frame(rows: list[tuple], schema: dict):
@@ -113,7 +121,8 @@ def fairshare(con, *, policy, as_of: datetime | None = None) -> Facts:
 def budget(con, *, policy, as_of: datetime | None = None) -> Facts:
     """Budget burn per org node as of ``as_of`` (normalised GPU-hours), like reports.budget_report."""
     at = as_of or data_now(con)
-    if _snapshot_fresh(con, "budget_snapshots", BUDGET_COLUMNS, at):
+    # unweighted_gpu_hours: NULL in rows from before migration 016, 0.0 or more in the report
+    if _snapshot_fresh(con, "budget_snapshots", BUDGET_COLUMNS, at, filled="unweighted_gpu_hours"):
         # the snapshot keeps the report's row order (tree position, period) as it was inserted
         frame = _snapshot(con, "budget_snapshots", BUDGET_COLUMNS, at, "rowid")
         return Facts(frame, MATERIALIZED, at)
@@ -127,7 +136,7 @@ def _usage_fresh(con, table: str, start: datetime, end: datetime, now: datetime)
     if not whole_hours or end > now:
         return False  # a partial hour or the hour still running: the materialized rows cannot say
     first, stop = start.date(), (end - timedelta(microseconds=1)).date() + DAY
-    days = dict(con.execute(_sql("usage_days").format(table=table),
+    days = dict(con.execute(_sql("usage_days", table=table),
                             {"first": first, "stop": stop}).fetchall())
     loaded = _config_loaded_at(con)
     wanted = [first + i * DAY for i in range((stop - first).days)]

@@ -1,23 +1,55 @@
-"""`gpuledger ingest agent`: sample this node's GPUs through NVML into the warehouse (the top-level
-`gpuledger agent` is its deprecated alias)."""
+"""`gpuledger ingest agent ...`: the long-running agents of one node — `nvml` samples this GPU
+node's GPUs through NVML into the warehouse, `pod-resources` (pod_resources.py) records which pod
+holds which GPU from the kubelet.
+
+The old spellings still run, with a warning on stderr: `gpuledger ingest agent [OPTIONS]` (before
+the agents were a group it was the NVML agent) and the top-level `gpuledger agent` both run
+`ingest agent nvml`; `gpuledger ingest pod-resources` runs `ingest agent pod-resources` (ingest's
+__init__.py). They go in the next release."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 
+from gpuledger.cli.ingest import pod_resources
 from gpuledger.cli.options import WarehouseOpt, warehouse_path
 
-app = typer.Typer(help="Run on a GPU node: sample its GPUs into the warehouse.", no_args_is_help=True)
+_OLD_SPELLING = "gpuledger.ingest-agent-old-spelling"
+
+
+class AgentGroup(TyperGroup):
+    """`ingest agent` followed by no command name (bare, or options first) is the old spelling of
+    `ingest agent nvml`: it runs that, after one deprecation line on stderr."""
+
+    def parse_args(self, ctx, args):
+        if not args or (args[0] not in self.commands and args[0] not in ctx.help_option_names):
+            ctx.meta[_OLD_SPELLING] = True
+            args = ["nvml", *args]
+        return super().parse_args(ctx, args)
+
+    def get_command(self, ctx, name):
+        command = super().get_command(ctx, name)
+        if name == "nvml" and command is not None and ctx.meta.get(_OLD_SPELLING):
+            from gpuledger.cli.tree import deprecated_copy
+
+            return deprecated_copy(command, "ingest agent", "ingest agent nvml")
+        return command
+
+
+app = typer.Typer(cls=AgentGroup, no_args_is_help=False,
+                  help="The agents of one node: `nvml` on a GPU node, `pod-resources` on a Kubernetes GPU node.")
 
 
 @app.callback()
 def _group() -> None:
-    """Run on a GPU node: sample its GPUs into the warehouse."""
+    """The agents of one node: `nvml` samples a GPU node's GPUs into the warehouse; `pod-resources`
+    records which pod holds which GPU from the kubelet (a DaemonSet)."""
 
 
-@app.command("agent")
+@app.command("nvml")
 def agent_command(
     interval: Annotated[float, typer.Option(min=0.1, help="seconds between samples")] = 10.0,
     write_every: Annotated[
@@ -53,11 +85,14 @@ def agent_command(
             count=1 if once else count,
         )
     except NoGpuError:
-        typer.echo("gpuledger ingest agent: NVML reports no GPUs on this host; run it on a GPU node", err=True)
+        typer.echo("gpuledger ingest agent nvml: NVML reports no GPUs on this host; run it on a GPU node", err=True)
         raise typer.Exit(1) from None
     except NoDriverError as exc:
-        typer.echo(f"gpuledger ingest agent: no NVIDIA driver on this host ({exc}); run it on a GPU node", err=True)
+        typer.echo(f"gpuledger ingest agent nvml: no NVIDIA driver on this host ({exc}); run it on a GPU node", err=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    typer.echo(f"gpuledger ingest agent: wrote {written} samples")
+    typer.echo(f"gpuledger ingest agent nvml: wrote {written} samples")
+
+
+app.registered_commands.extend(pod_resources.app.registered_commands)

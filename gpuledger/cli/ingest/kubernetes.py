@@ -7,7 +7,7 @@ for a parent app that prefers ``ingest_app.command("kubernetes")(ingest_kubernet
 from __future__ import annotations
 
 import logging
-import threading
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +17,7 @@ import yaml
 from gpuledger import deadlines
 from gpuledger.cli.options import WarehouseOpt, warehouse_path
 from gpuledger.errors import printable
+from gpuledger.stopping import Stopped, StopSignals
 from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
 
 app = typer.Typer(help="Read job records from a scheduler into the warehouse.", no_args_is_help=True)
@@ -111,7 +112,7 @@ def ingest_kubernetes_command(
     k8s = require("kubernetes.client")  # the [kubernetes] extra; a clear message when it is missing
     from kubernetes.config import ConfigException
 
-    from gpuledger.ingest.jobs.kubernetes import KubernetesIngest, api_client
+    from gpuledger.ingest.jobs.kubernetes import IngestStats, KubernetesIngest, api_client
 
     limits = call_deadline(connect_timeout, read_timeout)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -132,6 +133,9 @@ def ingest_kubernetes_command(
         raise typer.Exit(2) from None
     if cluster is None:
         cluster = context or _current_context(kubeconfig) or "in-cluster"
+    # SIGINT / SIGTERM stop within a second even inside a silent watch stream (minutes between
+    # events), never in the middle of a write: 130 for Ctrl-C, 0 for a service manager's stop.
+    signals = StopSignals(interrupt=True)
     ingest = KubernetesIngest(
         api,
         cluster=cluster,
@@ -139,18 +143,23 @@ def ingest_kubernetes_command(
         options=options,
         page_size=page_size,
         deadline=limits,
+        write_guard=signals.holding,
     )
-    stop = threading.Event()
+    stats = IngestStats()
     try:
-        if watch:
-            stats = ingest.watch(
-                stop, timeout_seconds=watch_timeout, on_flush=lambda s: typer.echo(_summary(s), err=True)
-            )
-        else:
-            stats = ingest.sync()
-    except KeyboardInterrupt:
-        stop.set()
-        raise typer.Exit(130) from None
+        with signals:
+            if watch:
+                ingest.watch(signals.event, stats=stats, timeout_seconds=watch_timeout,
+                             on_flush=lambda s: typer.echo(_summary(s), err=True))
+            else:
+                ingest.sync(stats)
+            if signals.stopped:  # set between two writes: the watch loop ended on it
+                raise Stopped
+    except (Stopped, KeyboardInterrupt):
+        name = "SIGTERM" if signals.signal == signal.SIGTERM else "SIGINT"
+        typer.echo(f"cluster {cluster}: stopped ({name}); every finished write is stored: {_summary(stats)}",
+                   err=True)
+        raise typer.Exit(signals.exit_code if signals.signal else 130) from None
     except k8s.ApiException as exc:
         typer.echo(
             f"gpuledger ingest kubernetes: the API server refused ({exc.status} {exc.reason}); "

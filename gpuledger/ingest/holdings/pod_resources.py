@@ -67,7 +67,7 @@ class PodResourcesClient:
         except self._grpc.RpcError as exc:
             code = exc.code().name if hasattr(exc, "code") else "?"
             raise PodResourcesError(f"{what} on unix://{self.socket_path}: {code} {exc.details() or ''}"
-                                    "(is the pod-resources socket mounted and readable?)") from None
+                                    " (is the pod-resources socket mounted and readable?)") from None
 
     def list(self):
         return self._call(self._stub.List, self._pb.ListPodResourcesRequest(), "PodResources List")

@@ -18,6 +18,7 @@ failing the client's model deserialisation for the whole page. Mapping lives in 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -181,8 +182,10 @@ class KubernetesIngest:
         page_size: int = 500,
         clock: Callable[[], datetime] = utc_now,
         deadline: CallDeadline = KUBERNETES,
+        write_guard: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     ) -> None:
         self.api = api
+        self.write_guard = write_guard  # around every warehouse write (StopSignals.holding: no stop mid-write)
         self.deadline = deadline  # connect / read timeouts of every call (a silent server ends the run)
         self.core = k8s.CoreV1Api(api)
         self.custom = k8s.CustomObjectsApi(api)
@@ -254,14 +257,15 @@ class KubernetesIngest:
     # --- writing --------------------------------------------------------------------------
     def _write(self, batch: _Batch, stats: IngestStats, *, listed_pod_ids: set[str] | None = None) -> None:
         now = self.clock()
-        with warehouse.open_writer(self.warehouse_path) as con:
-            written, quarantined = write_batch(con, list(batch.records.values()), batch.rejects, now=now)
-            if listed_pod_ids is not None:
-                stats.vanished_closed += self._close_vanished(con, listed_pod_ids, now)
-                if self.node_labels is not None:
-                    store_node_labels(con, self.node_labels)  # and re-tier this cluster's devices
-        stats.jobs_written += written
-        stats.quarantined += quarantined
+        with self.write_guard():  # the write and its count, or neither
+            with warehouse.open_writer(self.warehouse_path) as con:
+                written, quarantined = write_batch(con, list(batch.records.values()), batch.rejects, now=now)
+                if listed_pod_ids is not None:
+                    stats.vanished_closed += self._close_vanished(con, listed_pod_ids, now)
+                    if self.node_labels is not None:
+                        store_node_labels(con, self.node_labels)  # and re-tier this cluster's devices
+            stats.jobs_written += written
+            stats.quarantined += quarantined
 
     def _close_vanished(self, con, listed: set[str], now: datetime) -> int:
         """Pods still open in the warehouse but absent from a full list were deleted while no watch

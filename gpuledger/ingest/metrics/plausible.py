@@ -95,3 +95,34 @@ def refuse_host_conflicts(points: pl.DataFrame, series: pl.DataFrame, *, source:
     conflicts = _conflicts(counted.group_by("gpu_uuid", "host").agg(pl.col("n").sum()))
     refused = hosts.join(conflicts.select("gpu_uuid", "host"), on=["gpu_uuid", "host"])["series"]
     return points.filter(~pl.col("series").is_in(refused.implode())), _rows(conflicts, source, location)
+
+
+_STORED_CONFLICT = ("GPU {uuid} is already stored on host {stored} (cluster {cluster}); a UUID names one "
+                    "physical GPU, so host {host}'s {points} samples are refused: fix the exporter whose "
+                    "labels are wrong (a copied config, a stale Hostname)")
+
+
+def refuse_stored_host_conflicts(con, wide: pl.DataFrame, *, cluster: str, source: str,
+                                 location: str) -> tuple[pl.DataFrame, list]:
+    """``wide`` rows (host canonical) without those of a UUID the warehouse already holds on another
+    host of ``cluster``: the across-batches form of :func:`refuse_host_conflicts_wide` (one batch
+    brought host A, a later one brings host B). The stored host is kept, being first."""
+    if wide.is_empty() or "host" not in wide.columns:
+        return wide, []
+    pairs = wide.group_by("gpu_uuid", "host").agg(n=pl.len())
+    con.register("_uuid_hosts", pairs.to_arrow())
+    try:
+        clashes = con.execute(
+            "SELECT b.gpu_uuid, b.host, b.n, min(g.host) AS stored FROM _uuid_hosts b JOIN gpus g "
+            "ON g.cluster = ? AND g.gpu_uuid = b.gpu_uuid AND g.host <> b.host "
+            "GROUP BY ALL ORDER BY b.gpu_uuid, b.host", [cluster]).fetchall()
+    finally:
+        con.unregister("_uuid_hosts")
+    if not clashes:
+        return wide, []
+    refused = pl.DataFrame([(u, h) for u, h, _, _ in clashes], schema=["gpu_uuid", "host"], orient="row")
+    rows = [warehouse.QuarantineRow(
+        source, f"{location} UUID={uuid} host={host}", f"{n} samples of {uuid} from host {host}",
+        _STORED_CONFLICT.format(uuid=uuid, stored=stored, cluster=cluster, host=host, points=n))
+        for uuid, host, n, stored in clashes]
+    return wide.join(refused, on=["gpu_uuid", "host"], how="anti"), rows

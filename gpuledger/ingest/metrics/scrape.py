@@ -249,9 +249,13 @@ def ingest_pages(
     wide, implausible = split_implausible_times(wide, source=source, location=_where(pages),
                                                 max_future_s=max_future_s)
     stats.quarantined += len(implausible)
+    rows += implausible
+    before = len(rows)
     with warehouse.transaction(con):
-        stats.samples_new = store_wide(con, wide, cluster=cluster, source=source)
-        warehouse.quarantine(con, rows + implausible)
+        stats.samples_new = store_wide(con, wide, cluster=cluster, source=source, refused=rows,
+                                       location=_where(pages))
+        warehouse.quarantine(con, rows)
+    stats.quarantined += len(rows) - before  # UUIDs the warehouse holds on another host
     return stats
 
 
@@ -275,7 +279,7 @@ def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source:
                                                 max_future_s=max_future_s)
     rows += implausible
     with warehouse.transaction(con):
-        new = store_wide(con, wide, cluster=cluster, source=source)
+        new = store_wide(con, wide, cluster=cluster, source=source, refused=rows, location=_where(pages))
         warehouse.quarantine(con, rows)
     return IngestStats(pages=len(pages), lines=sum(parsed.lines), samples_parsed=parsed.points.height,
                        samples_new=new, quarantined=len(rows), unknown_dcgm=parsed.unknown_dcgm)

@@ -8,17 +8,30 @@ import polars as pl
 from gpuledger import warehouse
 from gpuledger.ingest.device_links import link_devices_for_samples
 from gpuledger.ingest.metrics.exposition import inventory_from_wide
+from gpuledger.ingest.metrics.plausible import refuse_stored_host_conflicts
 from gpuledger.ingest.tiers import apply_tier_rules
 
 
-def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str) -> int:
+def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str, refused: list | None = None,
+               location: str | None = None) -> int:
     """Register the devices of ``wide`` and insert its samples. Returns the number of new samples.
 
     Runs inside the caller's transaction (if any). first_seen / last_seen only ever widen, so a late
-    or re-ingested batch does not move them backwards.
+    or re-ingested batch does not move them backwards. Rows of a GPU UUID the warehouse already
+    holds on another host are refused (quarantine rows appended to ``refused`` for the caller to
+    store and count; stored here when it is None), as a conflict within one batch is.
     """
     if wide.is_empty():
         return 0
+    wide, clashes = refuse_stored_host_conflicts(con, wide, cluster=cluster, source=source,
+                                                 location=location or source)
+    if clashes:
+        if refused is None:
+            warehouse.quarantine(con, clashes)
+        else:
+            refused += clashes
+        if wide.is_empty():
+            return 0
     inventory = inventory_from_wide(wide, cluster)
     registered, changed = _register_changed(con, inventory)
     if changed:  # pricing tier from the stored config's rules; storing a config or node labels

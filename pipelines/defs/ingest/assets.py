@@ -6,6 +6,7 @@ and reports rows written and quarantined as metadata. A source the config leaves
 the materialization succeeds and says so (``skipped`` in the metadata and the log).
 """
 
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -58,9 +59,16 @@ def dcgm_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
                  gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """One scrape round of the dcgm-exporter targets in ``sources.scrape`` into gpu_samples (and
     the GPU inventory, device links, hourly rollup). A target that fails is quarantined and
-    counted; the others are ingested."""
+    counted; the others are ingested. Skipped where $GPULEDGER_SCRAPE_SERVICE is set: there the
+    `ingest scrape --every` service scrapes (one scraper per target)."""
+    from gpuledger.ingest import SCRAPE_SERVICE_ENV
     from gpuledger.ingest.metrics.scrape import scrape
 
+    if os.environ.get(SCRAPE_SERVICE_ENV, "") not in ("", "0"):
+        message = (f"skipped: ${SCRAPE_SERVICE_ENV} says the scrape service (`gpuledger ingest scrape "
+                   "--every`) scrapes sources.scrape beside this Dagster: one scraper per target")
+        context.log.info(message)
+        return dg.MaterializeResult(metadata={"skipped": message, "rows_written": 0, "rows_quarantined": 0})
     source = gpuledger_config.load().sources.scrape
     if source is None:
         return skipped(context, gpuledger_config, "scrape")
@@ -82,14 +90,18 @@ def prometheus_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
                        gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """One UTC day of DCGM samples backfilled from the Prometheus in ``sources.prometheus`` into
     gpu_samples. Resumable (per-chunk checkpoints); rerunning a finished day changes nothing."""
+    from gpuledger.ingest.metrics.prometheus.auth import auth_headers
     from gpuledger.ingest.metrics.prometheus.backfill import backfill
 
     source = gpuledger_config.load().sources.prometheus
     if source is None:
         return skipped(context, gpuledger_config, "prometheus")
     start, end = window(context)
+    # tenant / bearer token: $GPULEDGER_PROMETHEUS_TENANT / _BEARER_TOKEN(_FILE) (the manifests set
+    # them from the gpuledger-prometheus Secret), else the config's tenant / bearer_token_file / _env
     stats = backfill(source.url, start, end, step_s=source.step_s, warehouse_path=warehouse.path,
-                     cluster=source.cluster, workers=1, processes=False, deadline=source.call_deadline())
+                     cluster=source.cluster, workers=1, processes=False, deadline=source.call_deadline(),
+                     headers=auth_headers(source))
     return dg.MaterializeResult(metadata={
         "url": source.url, "chunks_done": stats.chunks_done, "chunks_skipped": stats.chunks_skipped,
         "points": stats.points, "rows_written": stats.samples_new, "rows_quarantined": stats.quarantined,

@@ -121,9 +121,11 @@ def aggregate(
     warehouse_path=None, cluster: str = DEFAULT_CLUSTER, concurrency: int = 4,
     tenant: str | None = None, deadline: CallDeadline = PROMETHEUS, retries: int = 3,
     backoff_s: float = 1.0, on_chunk: Callable[[int, int, AggregateStats], None] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> AggregateStats:
     """Pull ``step``-window aggregates of [start, end) (naive UTC) into the warehouse; resumes
-    after the last chunk done. ``tenant``: Mimir / Cortex ``X-Scope-OrgID``."""
+    after the last chunk done. ``headers``: tenant / bearer token (auth.auth_headers); ``tenant``
+    alone: Mimir / Cortex ``X-Scope-OrgID``."""
     from gpuledger.ingest.metrics.prometheus.backfill import _epoch_s, checkpoint_scope, read_checkpoint
     from gpuledger.ingest.metrics.prometheus.client import _new_session
 
@@ -141,7 +143,7 @@ def aggregate(
     with warehouse.open_writer(warehouse_path) as con:
         position = read_checkpoint(con, scope)
     done_s = int(_epoch_s(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
-    session = _new_session(False)
+    session = _new_session(False, headers)
     if tenant:
         session.headers["X-Scope-OrgID"] = tenant
     kw = {"deadline": deadline, "retries": retries, "backoff_s": backoff_s}

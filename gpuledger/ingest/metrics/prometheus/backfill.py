@@ -120,6 +120,7 @@ def backfill(
     on_chunk: Callable[[int, int, BackfillStats], None] | None = None,
     compress: bool = False,
     processes: bool = True,
+    headers: dict[str, str] | None = None,
 ) -> BackfillStats:
     """Pull DCGM samples in [start, end) (naive UTC) from the Prometheus at ``url`` into the
     warehouse; resumes after the last chunk an earlier run finished. ``on_chunk(end_s, total, stats)``
@@ -127,7 +128,8 @@ def backfill(
     to continue). ``workers``: chunks fetched and decoded ahead of the writes, in that many worker
     processes (``processes=False``: threads of this process, which share one GIL); each holds one
     chunk in memory, ~300 MB for 1,024 GPUs x 1 h. ``compress``: ask for gzip (worth it only
-    over a slow link; on the same host it costs Prometheus and the decoder ~2x CPU)."""
+    over a slow link; on the same host it costs Prometheus and the decoder ~2x CPU). ``headers``: the
+    tenant / bearer token (auth.auth_headers), sent by this process and by every worker."""
     url = check_base_url(url)
     start_s, end_s = int(_epoch_s(start)), int(_epoch_s(end))
     if end_s <= start_s:
@@ -143,7 +145,7 @@ def backfill(
         done_s = int(_epoch_s(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
         chunks = chunk_bounds(start_s, end_s, step_s, chunk_s)
         kw = {"deadline": deadline, "retries": retries, "backoff_s": backoff_s}
-        session = _new_session(compress)
+        session = _new_session(compress, headers)
         chosen = list(metrics) if metrics else discover_metrics(session, url, **kw)
         if not chosen:  # recording the range as done would lose it for good once the series arrive
             raise NotPrometheusAnswer(
@@ -158,7 +160,7 @@ def backfill(
         # and the DuckDB writes overlap) but committed strictly in order, so the checkpoint is always a
         # prefix. With ``processes`` (default) each chunk is fetched, decoded and reshaped in a worker
         # process (own GIL; the wide frame comes back as Arrow IPC bytes) and this process only writes.
-        job = dict(url=url, metrics=chosen, step_s=step_s, kw=kw, compress=compress)
+        job = dict(url=url, metrics=chosen, step_s=step_s, kw=kw, compress=compress, headers=dict(headers or {}))
         gc_was_enabled = gc.isenabled()
         if not processes:
             gc.disable()  # see _decode_chunk: the decode's millions of small lists hold no cycles
@@ -192,7 +194,7 @@ def backfill(
                     if con is None:  # held only while this chunk is written (readers wait < 2 s)
                         con = held.enter_context(warehouse.open_writer(warehouse_path))
                     with warehouse.transaction(con):  # the chunk and its checkpoint, or neither
-                        new = store_wide(con, wide, cluster=cluster, source=SOURCE)
+                        new = store_wide(con, wide, cluster=cluster, source=SOURCE, refused=rejects, location=url)
                         warehouse.quarantine(con, rejects)
                         warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
                             "source": [SOURCE], "scope": [scope], "position": [_iso(b)],

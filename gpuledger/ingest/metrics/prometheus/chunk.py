@@ -67,13 +67,15 @@ _SESSIONS = threading.local()
 
 
 def _decode_chunk(*, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, kw: dict,
-                  compress: bool, per_metric: bool) -> tuple[pl.DataFrame, list, int, bool]:
+                  compress: bool, per_metric: bool, headers: dict | None = None) -> tuple[pl.DataFrame, list, int, bool]:
     """Query, decode and reshape one chunk: (wide frame, quarantine rows, points, whether the server
-    drops ``__name__`` so the chunk was asked per metric). Runs ahead of the writes, on a worker."""
+    drops ``__name__`` so the chunk was asked per metric). Runs ahead of the writes, on a worker.
+    ``headers``: tenant / bearer token (auth.py), handed to the worker with the job (its stdin pipe)."""
+    wanted = (compress, tuple(sorted((headers or {}).items())))
     session = getattr(_SESSIONS, "session", None)
-    if session is None or _SESSIONS.compress != compress:  # one session per worker thread / process
-        session = _SESSIONS.session = _new_session(compress)
-        _SESSIONS.compress = compress
+    if session is None or _SESSIONS.wanted != wanted:  # one session per worker thread / process
+        session = _SESSIONS.session = _new_session(compress, headers)
+        _SESSIONS.wanted = wanted
     decoded = None if per_metric else query_chunk_all_raw(session, url, metrics, a, b, step_s, **kw)
     if decoded is None:
         per_metric = True

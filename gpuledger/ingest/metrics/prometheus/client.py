@@ -64,11 +64,13 @@ def _endpoint(url: str) -> str:
     return url.split("?", 1)[0]
 
 
-def _new_session(compress: bool) -> requests.Session:
+def _new_session(compress: bool, headers: dict[str, str] | None = None) -> requests.Session:
+    """``headers``: the tenant / bearer token (auth.auth_headers), sent with every query."""
     session = requests.Session()
     if not compress:
         # on the same host or a fast network, gzip costs Prometheus and us more CPU than it saves
         session.headers["Accept-Encoding"] = "identity"
+    session.headers.update(headers or {})
     return session
 
 
