@@ -358,7 +358,9 @@ def unpriced_lines(pieces: pl.LazyFrame, per_hour: pl.LazyFrame) -> pl.LazyFrame
     return pl.concat([
         pieces.filter(~priced_hour).with_columns(note=reason)
         .group_by("job_id", *keys, "note").agg(pl.col("gpu_hours_allocated").sum()),
-        per_hour.filter(~priced_hour & (pl.col("idle_h") > zero))
+        # above float noise, as over-allocation: two half allocations of a 1-minute piece leave
+        # 1e-12 h "idle" (hypothesis found it; tests/analytics/test_chargeback_oracle.py)
+        per_hour.filter(~priced_hour & (pl.col("idle_h") > pl.lit(_OVER_TOLERANCE).cast(RAW)))
         .with_columns(note=no_rate + pl.lit(" (idle capacity)"), job_id=pl.lit(None, pl.String))
         .group_by("job_id", *keys, "note")
         .agg(gpu_hours_allocated=pl.col("idle_h").sum().cast(pl.Float64)),
@@ -393,22 +395,22 @@ def spread_idle(charges: pl.LazyFrame, idle: pl.LazyFrame) -> tuple[pl.LazyFrame
 
 def node_level(levels: list[pl.LazyFrame], k: int, sums: tuple[str, ...] = (
         "gpu_hours_allocated", "amount", "idle_amount_included", "amount_raw", "_idle_raw")) -> pl.LazyFrame:
-    """The org nodes at depth ``k`` (1 = the roots) of a pool-first rounded tree (path currency →
-    pool → p1..pD → leaf, :func:`rounded_billed`): per (currency, node ``p<k>``) the sum of its
-    parts in every pool, as column ``node``."""
-    lv = levels[k + 1].filter(pl.col(f"p{k}") != _PAD)
+    """The org nodes at depth ``k`` (1 = the roots) of a pool-first rounded tree (path pool →
+    p1..pD → leaf, :func:`rounded_billed`): per (currency, node ``p<k>``) the sum of its parts in
+    every pool, as column ``node``."""
+    lv = levels[k].filter(pl.col(f"p{k}") != _PAD)
     names = lv.collect_schema().names()
     return lv.group_by("currency", pl.col(f"p{k}").alias("node")).agg(pl.col(c).sum() for c in sums if c in names)
 
 
 def rounded_billed(charges: pl.LazyFrame, idle: pl.LazyFrame, jobs: pl.LazyFrame, org_nodes):
-    """(levels, meta, path, depth, job_meta): charge and idle lines rounded top-down in one tree
-    per currency, pool first (currency → model × tier → org path → leaf), money.round_tree's
-    levels. Pool first: each GPU pool's lines add up to its own exact total rounded half-up, which
+    """(levels, meta, path, depth, job_meta): charge and idle lines rounded top-down, one tree per
+    GPU pool (currency | model × tier → org path → leaf), money.round_tree's levels, each with the
+    pool's currency and ``_mt`` beside it. Pool first: each GPU pool's lines add up to its own exact total rounded half-up, which
     is its capacity × price (rounded half-up) where nothing is over-allocated, so every pool
     reconciles to the cent and the currency total is the sum of its pools. A node's line (every
     pool's part of it summed) is within a cent per pool of its exact amount."""
-    # The rounding tree: currency → model × tier → org path → project → job line.
+    # The rounding trees: pool (currency, model × tier) → org path → project → job line.
     job_meta = jobs.select("cluster", "job_id", "project", "user_name").unique(["cluster", "job_id"])
     charges = charges.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
         pl.col("project").fill_null(NO_JOB_RECORD), line_kind=pl.lit("charge"))
@@ -417,13 +419,16 @@ def rounded_billed(charges: pl.LazyFrame, idle: pl.LazyFrame, jobs: pl.LazyFrame
     billed = pl.concat([charges, idle], how="diagonal_relaxed")
     billed, depth = _with_org_paths(billed, org_nodes)
     model_tier = pl.col("model") + pl.lit("|") + pl.col("tier")
-    path = ["currency", "_mt", *(f"p{i}" for i in range(1, depth + 1)), "_leaf"]
+    # the pool (currency | model | tier) is the tree's root: each rounded half-up on its own
+    path = ["_pool", *(f"p{i}" for i in range(1, depth + 1)), "_leaf"]
     leaves = billed.with_columns(
-        _mt=model_tier,
+        _mt=model_tier, _pool=pl.concat_str([pl.col("currency"), model_tier], separator="|"),
         _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), model_tier], separator="|"),
     ).collect(engine=ENGINE).lazy()
     levels = round_tree(leaves, path=path, amounts={"amount_raw": "amount", "_idle_raw": "idle_amount_included"},
                         sums=["gpu_hours_allocated"])
+    pools = leaves.select("_pool", "currency", "_mt").unique("_pool")
+    levels = [lv.join(pools, on="_pool", how="left") for lv in levels]
     meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "model", "tier")
     return levels, meta, path, depth, job_meta
 
