@@ -348,6 +348,8 @@ def main(argv: list[str] | None = None) -> None:
             record = build(folder, gpus, args.interval)
             print(f"built in {record['build_s']} s (load average {record['load_before']} → {record['load_after']})",
                   flush=True)
+        else:  # a warehouse built by an earlier checkout: this code's schema first (readers never migrate)
+            _cli(_env(folder), "warehouse", "migrate")
         if args.build_only:
             results[str(gpus)] = {"build": record}
             continue
