@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from gpuledger import warehouse
 
+from tests.helpers.enforce_configs import TWO_PROJECTS
 from tests.helpers.k8s_standin import KubeStandIn
 
 kubernetes = pytest.importorskip("kubernetes")
@@ -271,21 +272,7 @@ def test_jobs_of_other_schedulers_are_skipped(api):
 
 # --- the CLI end to end ---------------------------------------------------------------------------
 NOW = datetime(2026, 11, 20, 12, 0)
-CONFIG = """
-currency: USD
-org:
-  name: acme
-  children:
-    - {name: funded-proj, shares: 1}
-    - {name: free-proj, shares: 1}
-budgets:
-  - {node: funded-proj, gpu_hours: 1000, period: 2026-11}
-rate_card:
-  - {gpu_model: H100, price_per_gpu_hour: "2.00", effective_from: 2026-01-01}
-policy:
-  enforcement:
-    dry_run: false
-"""
+CONFIG = TWO_PROJECTS  # funded-proj (a November budget) and free-proj, enforcement live
 
 
 def _cli(*args):

@@ -20,28 +20,14 @@ from gpuledger.enforce.model import Action
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
+from tests.helpers.enforce_configs import TWO_PROJECTS
 from tests.helpers.k8s_standin import KubeStandIn
 
 kubernetes = pytest.importorskip("kubernetes")
 NOW = datetime(2026, 11, 20, 12, 0)
 AT = "2026-11-20T12:00:00"
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
-CONFIG = """
-currency: USD
-org:
-  name: acme
-  children:
-    - {name: funded-proj, shares: 1}
-    - {name: free-proj, shares: 1}
-budgets:
-  - {node: funded-proj, gpu_hours: 1000, period: 2026-11}
-rate_card:
-  - {gpu_model: H100, price_per_gpu_hour: "2.00", effective_from: 2026-01-01}
-policy:
-  enforcement:
-    dry_run: false
-    exempt_labels: {gpuledger.io/protect: "true"}
-"""
+CONFIG = TWO_PROJECTS + '    exempt_labels: {gpuledger.io/protect: "true"}\n'
 
 
 @pytest.fixture

@@ -4,12 +4,11 @@ directory, a free 127.0.0.1 port, fed through its own Prometheus-text import end
 from __future__ import annotations
 
 import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import requests
 
+from tests.helpers.local_server import LocalServer
 from tests.helpers.prometheus_rig import free_port
 
 
@@ -17,29 +16,19 @@ def have_victoria_metrics() -> bool:
     return shutil.which("victoria-metrics") is not None
 
 
-class VictoriaRig:
+class VictoriaRig(LocalServer):
+    name = "victoria-metrics"
+
     def __init__(self, workdir: Path, *, ready_timeout_s: float = 60.0):
         self.workdir = Path(workdir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(self.workdir / "victoria-metrics.log", "w")
-        self.process = subprocess.Popen(
-            ["victoria-metrics", f"-httpListenAddr=127.0.0.1:{self.port}",
-             f"-storageDataPath={self.workdir / 'vm-data'}", "-retentionPeriod=100y",
-             "-search.disableCache", "-search.latencyOffset=0s"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + ready_timeout_s
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"victoria-metrics exited ({self.process.returncode}); see {self.log.name}")
-            try:
-                if requests.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"victoria-metrics not ready in {ready_timeout_s:g} s; see {self.log.name}")
-            time.sleep(0.1)
+        self._start(["victoria-metrics", f"-httpListenAddr=127.0.0.1:{self.port}",
+                     f"-storageDataPath={self.workdir / 'vm-data'}", "-retentionPeriod=100y",
+                     "-search.disableCache", "-search.latencyOffset=0s"],
+                    self.workdir / "victoria-metrics.log")
+        self.wait_for(lambda: requests.get(f"{self.url}/health", timeout=1).status_code == 200,
+                      ready_timeout_s, "victoria-metrics ready")
 
     def import_prometheus_text(self, lines) -> None:
         """Prometheus exposition lines with millisecond timestamps, through /api/v1/import/prometheus."""
@@ -49,13 +38,3 @@ class VictoriaRig:
 
     def flush(self) -> None:
         requests.get(f"{self.url}/internal/force_flush", timeout=60).raise_for_status()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()

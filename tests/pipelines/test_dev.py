@@ -5,44 +5,19 @@ started is stopped."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-import requests
 
 from gpuledger import warehouse
 from gpuledger.config import read_config_file
 from gpuledger.simulator import build_cluster
 from gpuledger.simulator.to_warehouse import write_simulation
-from tests.helpers.dagster_rig import FINISHED, free_port, until
-
-LOCATION_MODULE = "gpuledger.pipelines.definitions"
-REPO = Path(__file__).resolve().parents[2]
-
-LAUNCH = """
-mutation Launch($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-    ... on InvalidSubsetError { message }
-    ... on RunConfigValidationInvalid { errors { message } }
-  }
-}"""
-RUN = """query Run($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }"""
-LOCATIONS = """{ repositoriesOrError { __typename ... on RepositoryConnection { nodes { name location { name } } } } }"""
-TICKS = """
-query Ticks($selector: ScheduleSelector!) {
-  scheduleOrError(scheduleSelector: $selector) {
-    __typename
-    ... on Schedule { scheduleState { status ticks(limit: 10) { status runIds timestamp } } }
-  }
-}"""
+from tests.helpers import dagster_rig as rig
+from tests.helpers.dagster_rig import LOCATION_MODULE, GraphQL, until
 
 
 @pytest.mark.slow
@@ -59,78 +34,33 @@ def test_dagster_dev_runs_a_launched_run_and_a_scheduled_tick(tmp_path):
         load_version(con, cfg, text=text, source=source)
         write_simulation(con, sim)
 
-    port = free_port()
+    port = rig.free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "GPULEDGER_WAREHOUSE": str(wh),
            "GPULEDGER_INGEST_CRON": "* * * * *", "DAGSTER_DISABLE_TELEMETRY": "1"}
     env.pop("GPULEDGER_CONFIG", None)
-    log = open(tmp_path / "dagster-dev.log", "w")  # noqa: SIM115 - open for the server's whole life
+    log = tmp_path / "dagster-dev.log"
     dagster = Path(sys.executable).with_name("dagster")
-    proc = subprocess.Popen([str(dagster), "dev", "-m", LOCATION_MODULE, "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/graphql"
-
-    def gql(query: str, **variables):
-        response = requests.post(url, json={"query": query, "variables": variables}, timeout=30)
-        response.raise_for_status()
-        body = response.json()
-        assert "errors" not in body, body
-        return body["data"]
-
+    proc = rig.start([str(dagster), "dev", "-m", LOCATION_MODULE, "--host", "127.0.0.1", "--port", str(port)],
+                     env, log)
+    gql = GraphQL(port)
     try:
         deadline = time.monotonic() + 420
-        nodes = until(deadline, "the code location to load", lambda: gql(LOCATIONS)["repositoriesOrError"].get("nodes"))
-        location = nodes[0]["location"]["name"]
-        repository = nodes[0]["name"]
+        location, repository = gql.location(deadline)
 
         # A launched run: November's statement, its asset and two checks in separate processes.
-        launched = gql(LAUNCH, params={
-            "selector": {"repositoryLocationName": location, "repositoryName": repository, "jobName": "statements_job"},
-            "executionMetadata": {"tags": [{"key": "dagster/partition", "value": "2026-11-01"}]},
-        })["launchRun"]
-        assert launched["__typename"] == "LaunchRunSuccess", launched
-        run_id = launched["run"]["runId"]
-        status = until(deadline, f"run {run_id} to finish",
-                       lambda: (s := gql(RUN, id=run_id)["runOrError"]["status"]) in FINISHED and s)
-        assert status == "SUCCESS", (tmp_path / "dagster-dev.log").read_text()[-4000:]
+        run_id = gql.launch(location, repository, "statements_job", tags={"dagster/partition": "2026-11-01"})
+        assert gql.finished(run_id, deadline)["status"] == "SUCCESS", log.read_text()[-4000:]
 
         # A scheduled tick: ingest_schedule every minute, on by default; its run succeeds.
-        selector = {"repositoryLocationName": location, "repositoryName": repository, "scheduleName": "ingest_schedule"}
-
         def ticked_run():
-            state = gql(TICKS, selector=selector)["scheduleOrError"]["scheduleState"]
+            state = gql.ticks(location, repository, "ingest_schedule")
             assert state["status"] == "RUNNING"
             done = [t for t in state["ticks"] if t["status"] == "SUCCESS" and t["runIds"]]
             return done[0]["runIds"][0] if done else None
 
         tick_run = until(deadline, "a successful ingest_schedule tick", ticked_run, interval=2.0)
-        status = until(deadline, f"tick run {tick_run} to finish",
-                       lambda: (s := gql(RUN, id=tick_run)["runOrError"]["status"]) in FINISHED and s)
-        assert status == "SUCCESS", (tmp_path / "dagster-dev.log").read_text()[-4000:]
+        assert gql.finished(tick_run, deadline)["status"] == "SUCCESS", log.read_text()[-4000:]
     finally:
-        stop_group(proc)
-        log.close()
+        rig.stop(proc)  # SIGINT to the group (Ctrl-C), then SIGKILL; asserts nothing of it survives
     with warehouse.open_reader(wh) as con:
         assert con.execute("SELECT count(*) FROM chargeback_statements WHERE period = '2026-11'").fetchone()[0] > 0
-
-
-def stop_group(proc: subprocess.Popen) -> None:
-    """SIGINT the whole process group (what Ctrl-C does), then SIGKILL what is left; assert that
-    nothing of it survives."""
-    pgid = os.getpgid(proc.pid)
-    os.killpg(pgid, signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.5)
-    os.killpg(pgid, signal.SIGKILL)
-    proc.wait(timeout=10)
-    time.sleep(1)
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pgid, 0)
