@@ -394,6 +394,7 @@ def _per_hour(per_piece: pl.LazyFrame) -> pl.LazyFrame:
         .otherwise(None).alias("activity_ratio"),
         "activity_signal",
         pl.col("w_n").fill_null(0.0).cast(pl.Int64).alias("sample_count"),
+        pl.when(pl.col("_shared")).then(alloc.fill_null(0.0)).otherwise(0.0).alias("gpu_hours_time_sliced"),
     )
     several = _grouped(per_piece.filter(pl.col("_dup")).drop("_dup"))
     return pl.concat([singles, several], how="vertical_relaxed")
