@@ -82,7 +82,7 @@ dev: install
 
 # Issue 14's benchmarks (not part of `make test`; an hour or more): each script in its own process,
 # then bench/results.json and the generated block of BENCHMARKS.md. BENCH_SIZES=256,1024 and
-# BENCH_ONLY=analytics,prometheus (ingest analytics prometheus dashboard storage whatif) narrow it;
+# BENCH_ONLY=analytics,prometheus (ingest analytics prometheus dashboard browser storage whatif) narrow it;
 # BENCH_PART_ARGS='prometheus=--days-4096 2;analytics=--repeat 1' passes options to one part's script;
 # a partial run merges into results.json.
 bench: install

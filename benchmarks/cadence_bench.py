@@ -4,10 +4,16 @@ behind, at N simulated GPUs on this machine, with the loop in Dagster or in the 
     .venv/bin/python benchmarks/cadence_bench.py --mode dagster --gpus 256 --minutes 10
     .venv/bin/python benchmarks/cadence_bench.py --mode service --gpus 256 --minutes 10
 
+While it runs the dashboards are read as a person reads them (unless --no-dashboards): a
+`streamlit run` server on the same warehouse and headless Chromium loading one page after another
+(every page of dashboard_browser_bench.PAGES, each until fully drawn, then --read-pause seconds
+of reading), so the readers' lock and CPU compete with ingest and analytics as in production.
+
 Both modes run `make dev`'s parts (scripts/dev_setup.py's config and job CSV, `gpuledger simulate
 serve` at real time, a Dagster webserver + daemon on a temporary SQLite home with the production
 schedules): ``dagster`` scrapes in ``ingest_job`` every minute (``dcgm_samples``); ``service``
-scrapes in ``gpuledger ingest scrape --every 60s`` and Dagster's ingest job runs the other sources.
+scrapes in ``gpuledger ingest scrape --every 60s`` and Dagster's ingest job runs the other sources
+(``GPULEDGER_SCRAPE_SERVICE=1``, as make dev and the manifests set it: one scraper per target).
 Measured over the window, from the warehouse and Dagster's GraphQL API:
 
 * scrape minutes missed: UTC minutes of the window with no scrape round stored (gpu_samples);
@@ -29,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,11 +46,13 @@ sys.path.insert(0, str(ROOT))
 from tests.helpers import dagster_rig as rig
 
 BIN = Path(sys.executable).parent
+# GraphQL leaves out the hidden tags (.dagster/scheduled_execution_time among them): a run's tick
+# comes from the schedule's ticks (their runIds and timestamp) instead.
 TICK_RUNS = """
 query Runs($filter: RunsFilter!) {
-  runsOrError(filter: $filter) { ... on Runs { results { runId status startTime endTime
-    tags { key value } } } }
+  runsOrError(filter: $filter) { ... on Runs { results { runId status startTime endTime } } }
 }"""
+SCHEDULES = {"ingest_job": "ingest_schedule", "analytics_job": "analytics_schedule"}
 
 
 def main() -> None:
@@ -51,6 +60,9 @@ def main() -> None:
     parser.add_argument("--mode", choices=("dagster", "service"), required=True)
     parser.add_argument("--gpus", type=int, default=256)
     parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--no-dashboards", dest="dashboards", action="store_false",
+                        help="do not read the dashboards during the run")
+    parser.add_argument("--read-pause", type=float, default=5.0, help="seconds between two page loads")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="gpuledger-cadence-"))
@@ -65,11 +77,10 @@ def main() -> None:
                     datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")], check=True, capture_output=True)
     config = work / "gpuledger.yaml"
     targets = [f"http://127.0.0.1:{exporter_port + i}/metrics" for i in range((args.gpus + 7) // 8)]
-    if args.mode == "service":  # Dagster keeps the other sources; the service scrapes
-        text = config.read_text()
-        config.write_text("\n".join(line for line in text.splitlines() if not line.startswith("  scrape:")) + "\n")
     env = {**os.environ, "DAGSTER_HOME": str(home), "GPULEDGER_WAREHOUSE": str(wh),
            "GPULEDGER_CONFIG": str(config), "DAGSTER_DISABLE_TELEMETRY": "1"}
+    if args.mode == "service":  # Dagster keeps the other sources; the service scrapes
+        env["GPULEDGER_SCRAPE_SERVICE"] = "1"
     log = work / "servers.log"
     procs = [rig.start([str(BIN / "gpuledger"), "simulate", "serve", "--gpus", str(args.gpus), "--port",
                         str(exporter_port), "--config", str(config)], env, log)]
@@ -78,24 +89,86 @@ def main() -> None:
                                env, log))
     procs += [rig.webserver(env, port, log), rig.daemon(env, log)]
     gql = rig.GraphQL(port)
+    reader = None
     load_before = os.getloadavg()
     try:
         location, repository = gql.location(time.monotonic() + 600)
+        if args.dashboards:
+            reader = Reader(work, args.read_pause)
+            procs.append(reader.server)
+        loads = []
         started = time.time()
-        time.sleep(args.minutes * 60)
+        while time.time() < started + args.minutes * 60:
+            time.sleep(30)
+            loads.append(os.getloadavg()[0])
         ended = time.time()
         ticks = _ticks(gql, location, repository, "ingest_schedule", started, ended)
-        runs = {name: _runs(gql, name, started, ended) for name in ("ingest_job", "analytics_job")}
+        runs = {job: _runs(gql, location, repository, schedule, started, ended)
+                for job, schedule in SCHEDULES.items()}
+        for items in runs.values():  # not over when the window closed: behind by at least this much
+            for r in items:
+                r["window_end"] = ended
     finally:
+        if reader is not None:
+            reader.stop()
         for proc in reversed(procs):
             rig.stop(proc)
     load_after = os.getloadavg()
     result = {"mode": args.mode, "gpus": args.gpus, "minutes": args.minutes,
               "window_utc": [datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds") for t in (started, ended)],
               "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in load_after],
-              **_scrape_minutes(wh, started, ended), **ticks, **_run_figures(runs)}
+              "loadavg_1min_during": [round(min(loads), 2), round(statistics.median(loads), 2), round(max(loads), 2)],
+              **_scrape_minutes(wh, started, ended), **ticks, **_run_figures(runs),
+              **(reader.figures() if reader is not None else {"dashboard_page_loads": 0})}
     print(json.dumps(result, indent=2))
     shutil.rmtree(work, ignore_errors=True)
+
+
+class Reader:
+    """A dashboards server on the bench's warehouse and a thread of headless Chromium reading its
+    pages one after another until stopped (dashboard_browser_bench's server and "fully drawn")."""
+
+    def __init__(self, folder: Path, pause_s: float):
+        from benchmarks.dashboard_browser_bench import serve
+
+        self.server, self.url, _ = serve(folder, None)
+        self.pause_s, self.times, self.failures = pause_s, [], []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        from benchmarks.dashboard_browser_bench import PAGES, RENDERED
+
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+                                        args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            n = 0
+            while not self.done.is_set():
+                name = PAGES[n % len(PAGES)]
+                n += 1
+                began = time.monotonic()
+                try:
+                    page.goto(f"{self.url}/{name}", wait_until="commit")
+                    page.wait_for_function(RENDERED, timeout=120_000, polling=100)
+                    self.times.append(time.monotonic() - began)
+                except Exception as exc:  # noqa: BLE001 - counted and shown, the reading goes on
+                    self.failures.append(f"{name}: {type(exc).__name__}")
+                self.done.wait(self.pause_s)
+            browser.close()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=180)
+
+    def figures(self) -> dict:
+        return {"dashboard_page_loads": len(self.times), "dashboard_load_failures": len(self.failures),
+                "dashboard_load_s_median": round(statistics.median(self.times), 2) if self.times else None,
+                "dashboard_load_s_max": round(max(self.times), 2) if self.times else None,
+                "dashboard_failures": self.failures[:5]}
 
 
 def _ticks(gql, location, repository, schedule, t0, t1) -> dict:
@@ -108,28 +181,32 @@ def _ticks(gql, location, repository, schedule, t0, t1) -> dict:
             "ingest_ticks_failed": sum(t["status"] == "FAILURE" for t in inside)}
 
 
-def _runs(gql, job, t0, t1) -> list[dict]:
-    found = gql(TICK_RUNS, filter={"pipelineName": job})["runsOrError"]["results"]
-    out = []
-    for run in found:
-        tags = {t["key"]: t["value"] for t in run["tags"]}
-        tick = tags.get(".dagster/scheduled_execution_time")
-        if not tick or run["startTime"] is None:
-            continue
-        tick_s = datetime.fromisoformat(tick).timestamp()
-        if t0 <= tick_s <= t1:
-            out.append({"tick": tick_s, "start": run["startTime"], "end": run["endTime"], "status": run["status"]})
-    return out
+def _runs(gql, location, repository, schedule, t0, t1) -> list[dict]:
+    """The runs the schedule's ticks inside [t0, t1] started: tick time, run start and end."""
+    state = gql(rig.TICKS.replace("ticks(limit: 10)", "ticks(limit: 200)"), selector={
+        "repositoryLocationName": location, "repositoryName": repository, "scheduleName": schedule,
+    })["scheduleOrError"]["scheduleState"]
+    tick_of = {run_id: t["timestamp"] for t in state["ticks"] if t0 <= t["timestamp"] <= t1
+               for run_id in t["runIds"]}
+    if not tick_of:
+        return []
+    found = gql(TICK_RUNS, filter={"runIds": list(tick_of)})["runsOrError"]["results"]
+    return [{"tick": tick_of[r["runId"]], "start": r["startTime"], "end": r["endTime"], "status": r["status"]}
+            for r in found]  # a queued run has no start yet: unfinished
 
 
 def _run_figures(runs: dict[str, list[dict]]) -> dict:
     out = {}
     for job, items in runs.items():
         done = [r for r in items if r["end"]]
+        open_ = [r for r in items if not r["end"]]
+        out[f"{job}_unfinished"] = len(open_)
+        if open_:
+            out[f"{job}_unfinished_behind_s_min"] = round(max(r["window_end"] - r["tick"] for r in open_), 1)
         if not done:
             out[f"{job}_runs"] = 0
             continue
-        startup = [r["start"] - r["tick"] for r in done]
+        startup = [r["start"] - r["tick"] for r in done]  # queued behind the one writing run + start-up
         duration = [r["end"] - r["start"] for r in done]
         behind = [r["end"] - r["tick"] for r in done]
         out.update({f"{job}_runs": len(done), f"{job}_failed": sum(r["status"] != "SUCCESS" for r in done),

@@ -24,7 +24,7 @@ from harness_context import Context, HarnessError, dataset, dataset_ready, rel
 from harness_inputs import dashboard_inputs
 from machine import git_commit, load_average, machine, utc_now
 
-PARTS = ["ingest", "analytics", "prometheus", "dashboard", "storage", "whatif"]
+PARTS = ["ingest", "analytics", "prometheus", "dashboard", "browser", "storage", "whatif"]
 # optional scripts: run only when they accept --json (probed), else skipped with a note
 OPTIONAL = {"storage": ["--part", "readers"], "whatif": []}
 SIZES = [256, 1024, 4096]
@@ -102,6 +102,15 @@ def _store_dashboard(gpus: int):
     return store
 
 
+def _store_browser(results: dict, data: dict, source: dict) -> list[str]:
+    """dashboard_browser_bench.py's JSON is keyed by size: results["browser"][size]."""
+    sections = []
+    for size, info in data.items():
+        results.setdefault("browser", {})[str(size)] = info
+        sections.append(f"browser/{size}")
+    return sections
+
+
 def problems(kind: str, data: dict) -> list[str]:
     """Keys the issue requires that the script's JSON lacks (kept, and shown as a warning)."""
     out = []
@@ -117,6 +126,9 @@ def problems(kind: str, data: dict) -> list[str]:
                 out += [f"{size}/{q}: missing {k}" for k in REQUIRED["question"] if k not in fig]
     elif kind == "dashboard" and not data.get("pages", data):
         out.append("no pages")
+    elif kind == "browser":
+        out = [f"{size}: no pages" for size, info in data.items() if not (info or {}).get("pages")] or \
+            ([] if data else ["no sizes"])
     return out
 
 
@@ -150,6 +162,12 @@ def plan(ctx: Context, only: list[str], sizes: list[int]) -> list[Part]:
             part = Part(f"dashboard {n}", kind, s / "dashboard_bench.py", ["--gpus", str(n), "--reuse"], _store_dashboard(n))
             part.prepare = lambda part=part, n=n: dashboard_inputs(ctx, n, part.notes)
             parts.append(part)
+        elif kind == "browser":
+            # every page in Chromium per size; the script builds its own warehouses once
+            # (data/bench/browser/w<N>, a week each) and reuses them after
+            parts.append(Part("browser", kind, s / "dashboard_browser_bench.py",
+                              ["--gpus", *map(str, sizes), "--folder", rel(ctx.data_dir / "browser", ctx.root)],
+                              _store_browser))
         else:
             script = s / f"{kind}_bench.py"
             ok = accepts_json(ctx, script)

@@ -174,6 +174,25 @@ def render(results: dict) -> str:
                             [[page, fig.get("first_load_s"), fig.get("warm_s")]
                              for page, fig in dashboard[size].items() if isinstance(fig, dict)])
         lines += _sources_of(results, "dashboard")
+    browser = results.get("browser") or {}
+    if browser:
+        for size in sorted(browser, key=int):
+            info = browser[size] or {}
+            lines += [f"**Dashboard pages in Chromium at {int(size):,} GPUs** (seconds; CPU-seconds of the "
+                      "browser's processes and of the server per load; × = ratio to a trivial Streamlit page "
+                      f"timed in the same run: first {_f(info.get('baseline_first_s'))} s, repeat "
+                      f"{_f(info.get('baseline_repeat_s'))} s; load average {_f((info.get('load_before') or [None])[0])} → "
+                      f"{_f((info.get('load_after') or [None])[0])})", ""]
+            rows = []
+            for page, fig in (info.get("pages") or {}).items():
+                first, again = fig.get("first") or {}, fig.get("repeat") or {}
+                rows.append([page, first.get("s"), fig.get("first_ratio"), again.get("s"), fig.get("repeat_ratio"),
+                             first.get("browser_cpu_s"), again.get("browser_cpu_s"), again.get("server_cpu_s"),
+                             round(((first.get("http_bytes") or 0) + (first.get("data_bytes") or 0)) / 1e6, 2),
+                             round((again.get("data_bytes") or 0) / 1e3, 1)])
+            lines += _table(["page", "first load", "× base", "repeat", "× base", "first, browser CPU-s",
+                             "repeat, browser CPU-s", "repeat, server CPU-s", "first, MB", "repeat, data kB"], rows)
+        lines += _sources_of(results, "browser")
     for key, title in (("storage", "Storage: readers under writers"), ("whatif", "What-if")):
         part = results.get(key)
         if part:

@@ -9,6 +9,7 @@ INCREMENTAL_LIMIT = {"1024": 0.1}                                  # seconds
 FULL_VS_SCAN_LIMIT = 20.0
 INGEST_PER_CORE = 1_000_000  # samples/s/core, exposition text -> warehouse
 DASHBOARD_WARM_LIMIT = 2.0   # issue 12: each page under 2 s after the first load
+BROWSER_LIMITS = {"1024": {"repeat": 1.0, "first": 2.0}}  # issue 23: in Chromium, seconds
 
 
 def _num(value) -> float | None:
@@ -88,4 +89,18 @@ def evaluate(results: dict) -> list[dict]:
         if None in warm.values():
             row["met"] = None  # a page without a figure may be the slow one
         rows.append(row)
+    browser = results.get("browser") or {}
+    for size, limits in BROWSER_LIMITS.items():
+        pages = (browser.get(size) or {}).get("pages") or {}
+        for load, limit in limits.items():
+            measured = [(_num((fig.get(load) or {}).get("s")), page) for page, fig in pages.items()]
+            known = [(s, page) for s, page in measured if s is not None]
+            slowest = max(known) if known else (None, None)
+            what = "reload (repeat)" if load == "repeat" else "first load"
+            row = _at_most(f"Chromium: every dashboard page at {int(size):,} GPUs, {what} <= {limit:g} s "
+                           "(issue 23; the slowest page)", slowest[0], limit, "s", f"browser/{size}")
+            row["page"] = slowest[1]
+            if len(known) < len(measured):
+                row["met"] = None
+            rows.append(row)
     return rows

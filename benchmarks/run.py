@@ -8,7 +8,7 @@ generated block of BENCHMARKS.md (issue 14).
     .venv/bin/python benchmarks/run.py --render-only   # BENCHMARKS.md again from results.json
 
 Parts: ingest, analytics (per size), prometheus (all sizes in one run), dashboard (1,024 GPUs),
-storage and whatif (when their scripts take --json). A partial run merges into the existing
+browser (every dashboard page in Chromium, per size), storage and whatif (when their scripts take --json). A partial run merges into the existing
 results.json: only the sections it measured are replaced, each with its own command and date.
 """
 

@@ -22,10 +22,11 @@ PAGES = [
     st.Page("app_pages/what_if.py", title="What-if", url_path="what-if", icon=":material/science:"),
 ]
 
-# The default page owns "/", so it is a redirect to /utilization, and the menu is drawn below
-# without it. Registered before sign-in, so a deep link (an alert's /squatters?...) is known.
-HOME = st.Page("app_pages/home.py", title="gpuledger", default=True)
-page = st.navigation([HOME, *PAGES], position="hidden")
+# The default page owns "/", so it is a redirect to /utilization, hidden from the menu. Registered
+# before sign-in, so a deep link (an alert's /squatters?...) is known. Streamlit's own sidebar menu:
+# one element for the browser to draw (eight page links cost it more on every load).
+HOME = st.Page("app_pages/home.py", title="gpuledger", default=True, visibility="hidden")
+page = st.navigation([HOME, *PAGES], position="sidebar")
 # the browser tab says which page it is (title and favicon per page)
 st.set_page_config(page_title=f"{page.title} · gpuledger" if page is not HOME else "gpuledger",
                    page_icon=page.icon or ":material/memory:")
@@ -52,9 +53,6 @@ except Exception as exc:  # an invalid config: say which field, never a tracebac
     st.stop()
 
 state = ui.warehouse_state(path)
-for listed in PAGES:
-    st.sidebar.page_link(listed)
-st.sidebar.divider()
 if not state.ready:
     st.session_state.pop(ui.CTX_KEY, None)
     ui.show_not_ready(state)
@@ -62,9 +60,11 @@ if not state.ready:
 
 email = None if local else st.user.get("email")
 viewer = access.viewer_for(email, config.dashboards, state.parent_of, local=local)
+st.session_state[ui.CTX_KEY] = ui.sidebar(state, viewer, local, config.policy)
 if local:
-    st.info("Local mode: no sign-in is configured (no `[auth]` in .streamlit/secrets.toml), so everyone "
-            "sees everything. Configure OIDC sign-in before sharing this dashboard.")
+    # in the sidebar, under the filters' caption: the page itself starts with its title
+    st.sidebar.info("Local mode: no sign-in is configured (no `[auth]` in .streamlit/secrets.toml), so everyone "
+                    "sees everything. Configure OIDC sign-in before sharing this dashboard.")
 else:
     who = {"admin": "admin: sees everything", "finance": "finance: sees everything",
            "lead": f"team lead of {', '.join(viewer.led_nodes)}",
@@ -72,5 +72,4 @@ else:
     st.sidebar.markdown(f"Signed in as **{email}** ({who})")
     st.sidebar.button("Log out", on_click=st.logout)
 
-st.session_state[ui.CTX_KEY] = ui.sidebar(state, viewer, local, config.policy)
 page.run()

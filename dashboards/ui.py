@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 
 import polars as pl
-import polars.selectors as cs
 import streamlit as st
 from gpuledger.dashboards import access, queries
 
@@ -278,52 +277,49 @@ GRID_ROW_PX = 35  # Streamlit's data-grid row (and header) height
 TABLE_ROWS = 15  # rows a table shows before it scrolls inside itself
 
 
-TABLE_SENDS = 200  # rows a table sends to the browser at most; the rest are in its CSV download
+EAGER_ROWS = 1_000  # a table up to this many rows is sent whole (Streamlit's own eager limit for lazy tables)
+SELECT_SENDS = 200  # rows a selectable table sends (a selection needs every row in the browser)
 
 
 def table(frame: pl.DataFrame, columns: dict, *, key: str, rows: int = TABLE_ROWS, download: str | None = None,
-          limit: int = TABLE_SENDS, **kw):
+          **kw):
     """``frame`` as a table people read: only ``columns`` (name -> a column_config or a header), in
-    that order (the column that answers the page's question first), human headers, empty text cells
-    empty (not "None"), tall enough for ``rows`` rows before it scrolls, the first ``limit`` rows
-    sent (said under the table); ``download``: a "Download CSV" button with every row and column
-    under its machine name (what scripts read)."""
-    shown = frame.head(limit).select(list(columns)).with_columns(cs.string().fill_null(""))
-    config, texts = {}, []
-    for name, c in columns.items():
-        if isinstance(c, Num):
-            as_text = shown[name].null_count() > 0
-            config[name] = c.config(as_text)
-            if as_text:
-                texts.append(pl.col(name).map_elements(lambda v, f=c.python: "" if v is None else f.format(v),
-                                                       return_dtype=pl.String, skip_nulls=False))
-        else:
-            config[name] = st.column_config.TextColumn(c) if isinstance(c, str) else c
-    if texts:
-        shown = shown.with_columns(texts)
+    that order (the column that answers the page's question first), human headers, empty cells empty
+    (not "None"), tall enough for ``rows`` rows before it scrolls. Paged by the server: past
+    EAGER_ROWS rows the browser gets the rows in view and fetches more as it scrolls or sorts
+    (Streamlit's lazy tables), so a long table costs what is shown; a selectable one (``on_select``)
+    sends its first SELECT_SENDS rows. ``download``: a "Download CSV" button with every row and
+    column under its machine name (what scripts read), written only when clicked."""
+    selectable = "on_select" in kw
+    shown = frame.head(SELECT_SENDS) if selectable else frame
+    shown = shown.select(list(columns))
+    config = {name: c.config() if isinstance(c, Num) else st.column_config.TextColumn(c) if isinstance(c, str) else c
+              for name, c in columns.items()}
     height = GRID_ROW_PX * (max(min(shown.height, rows), 1) + 1) + 3
-    event = st.dataframe(shown, hide_index=True, column_config=config, height=height, width="stretch", key=key, **kw)
-    if frame.height > limit:
-        st.caption(f"The first {limit:,} of {frame.height:,} rows" + (" (all of them in the CSV download)."
-                                                                    if download else "."))
+    lazy = not selectable and shown.height > EAGER_ROWS
+    event = st.dataframe(shown, hide_index=True, column_config=config, height=height, width="stretch", key=key,
+                         placeholder="", lazy=lazy, **kw)
+    if selectable and frame.height > shown.height:
+        st.caption(f"The first {shown.height:,} of {frame.height:,} rows" + (" (all of them in the CSV download)."
+                                                                           if download else "."))
+    elif lazy:
+        st.caption(f"{frame.height:,} rows, fetched from the server as you scroll or sort.")
     if download:
-        st.download_button("Download CSV", frame.write_csv(), file_name=f"{download}.csv", mime="text/csv",
-                           key=f"{key}_csv", help=f"{download}.csv: every column, machine names")
+        st.download_button("Download CSV", lambda: frame.write_csv(), file_name=f"{download}.csv", mime="text/csv",
+                           key=f"{key}_csv", help=f"{download}.csv: every column, machine names", on_click="ignore")
     return event
 
 
 @dataclass(frozen=True)
 class Num:
-    """A number column: its header, Streamlit's printf format, and the same in Python for a column
-    with empty cells (shown as text, right-aligned, so an empty cell is empty and not "None")."""
+    """A number column: its header and Streamlit's printf format (and the same in Python, for
+    text beside the table)."""
 
     label: str
     printf: str
     python: str
 
-    def config(self, as_text: bool):
-        if as_text:
-            return st.column_config.TextColumn(self.label, alignment="right")
+    def config(self):
         return st.column_config.NumberColumn(self.label, format=self.printf)
 
 

@@ -8,6 +8,15 @@ Light on purpose: every CLI module imports this.
 
 from __future__ import annotations
 
+import os
+
+DEBUG_ENV = "GPULEDGER_DEBUG"
+
+
+def debug_wanted() -> bool:
+    """--debug (which sets $GPULEDGER_DEBUG) or $GPULEDGER_DEBUG=1: library text may be shown."""
+    return os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes")
+
 
 class GpuledgerError(Exception):
     """A known problem; ``exit_code`` is what the CLI exits with."""

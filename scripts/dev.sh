@@ -28,6 +28,7 @@ export GPULEDGER_WAREHOUSE=${DEV_WAREHOUSE:-$DEV_DIR/gpuledger.duckdb}
 export DAGSTER_HOME=$DEV_DIR/dagster
 export GPULEDGER_CONFIG=$DEV_DIR/gpuledger.yaml
 export GPULEDGER_ALERT_DEV_ALERTS_URL="json://127.0.0.1:$ALERT_PORT/alerts"
+export GPULEDGER_SCRAPE_SERVICE=1  # the scrape service below scrapes; Dagster's ingest_job does not
 export GPULEDGER_STATEMENTS_DIR=$DEV_DIR/statements
 mkdir -p "$DAGSTER_HOME"
 # ./dagster.yaml (SQLite, run monitoring, the one-writer queue) with its storage in this home
@@ -73,8 +74,8 @@ pids+=($!)
 "$BIN/gpuledger" simulate serve --gpus "$GPUS" --port "$EXPORTER_PORT" --sim-start "$SIM_START" \
     --speed "$SPEED" --catch-up --timestamps --config "$GPULEDGER_CONFIG" &
 pids+=($!)
-# the high-frequency loop outside Dagster (README "Pipelines"); Dagster's ingest_job scrapes too,
-# once a minute, and the samples' natural key makes the overlap harmless
+# the high-frequency loop outside Dagster (README "Pipelines"): the one scraper of the targets;
+# Dagster's ingest_job skips its scrape (GPULEDGER_SCRAPE_SERVICE, exported above)
 "$BIN/gpuledger" ingest scrape --every 1s >"$DEV_DIR/scrape.log" 2>&1 &
 pids+=($!)
 "$BIN/dagster" dev -m gpuledger.pipelines.definitions --host 127.0.0.1 --port "$UI_PORT" &

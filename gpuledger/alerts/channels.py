@@ -31,15 +31,18 @@ New fields may be added within a version; a field's meaning or type changes only
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import socket
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from gpuledger.deadlines import ALERTS, CallDeadline
-from gpuledger.errors import RunError
+from gpuledger.errors import RunError, debug_wanted
 
 SECRETS_ENV = "GPULEDGER_SECRETS_FILE"
 
@@ -90,7 +93,17 @@ def with_timeouts(url: str, deadline: CallDeadline) -> str:
 
 
 class DeliveryError(RuntimeError):
-    """The receiver did not take the message (down, refused); the outbox retries it."""
+    """The receiver did not take the message (down, refused); the outbox retries it. The text is
+    one line of ours (the endpoint, what happened, what to do); the library's own words
+    (``library``) are added only with --debug / $GPULEDGER_DEBUG."""
+
+    def __init__(self, message: str, *, library: str | None = None) -> None:
+        if library and debug_wanted():
+            message = f"{message} [library: {' '.join(library.split())[:300]}]"
+        super().__init__(message)
+
+
+_RETRIED = "the outbox retries it"
 
 
 SCHEMA, SCHEMA_VERSION = "gpuledger.alert", 1
@@ -232,9 +245,11 @@ class AppriseNotifier(_Sends):
         with apprise.LogCapture(level=apprise.logging.WARNING) as log:
             ok = ap.notify(body=message.text, title=message.subject, attach=attach, notify_type=kind,
                            timeout=self.deadline.total_s)
-        if not ok:
-            detail = " ".join(log.getvalue().split())[-300:] or "no detail"
-            raise DeliveryError(f"{self.redacted()}: not delivered ({detail})")
+        if not ok:  # apprise's log says why in its words: ours, and its only with --debug
+            raise DeliveryError(
+                f"{self.redacted()}: not delivered (the receiver refused it, is down, or did not answer within "
+                f"{self.deadline.total_s:g} s); check that it is up and the channel URL (its token or "
+                f"password), {_RETRIED}", library=log.getvalue() or None)
 
 
 @dataclass
@@ -267,13 +282,24 @@ def _post(notifier, target: str, body: dict) -> None:
 
     from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
 
-    try:  # the whole exchange within the deadline: a receiver that trickles its answer ends too
-        status, _, _ = get_within(None, target, method="POST", json=body, deadline=notifier.deadline,
-                                  give_up=time.monotonic() + notifier.deadline.total_s, max_bytes=2**20)
-    except (requests.RequestException, OutOfTime, TooLarge, OSError) as exc:
-        raise DeliveryError(f"{notifier.redacted()}: not delivered ({type(exc).__name__})") from None
+    from gpuledger.deadlines import why_unreachable
+
+    limits = notifier.deadline
+    try:  # the whole exchange within the deadline (total_s): a receiver that trickles its answer ends too
+        status, _, _ = get_within(None, target, method="POST", json=body, deadline=limits,
+                                  give_up=time.monotonic() + limits.total_s, max_bytes=2**20)
+    except OutOfTime as exc:
+        raise DeliveryError(f"{notifier.redacted()}: not delivered (no complete answer within {limits.total_s:g} s); "
+                            f"check the receiver, {_RETRIED}", library=repr(exc)) from None
+    except TooLarge as exc:
+        raise DeliveryError(f"{notifier.redacted()}: not delivered (its answer is over 1 MiB: is the URL the "
+                            f"webhook's?); check the channel URL, {_RETRIED}", library=repr(exc)) from None
+    except (requests.RequestException, OSError) as exc:
+        raise DeliveryError(f"{notifier.redacted()}: not delivered ({why_unreachable(exc, limits)}); check "
+                            f"that the receiver is up and the channel URL, {_RETRIED}", library=repr(exc)) from None
     if status >= 300:
-        raise DeliveryError(f"{notifier.redacted()}: not delivered (HTTP {status})")
+        raise DeliveryError(f"{notifier.redacted()}: not delivered (it answered HTTP {status}); check the "
+                            f"channel URL and the receiver's log, {_RETRIED}")
 
 
 @dataclass
@@ -310,16 +336,78 @@ class SmtpNotifier(_Sends):
             kind = (mimetypes.guess_type(path.name)[0] or "application/octet-stream").split("/", 1)
             mail.add_attachment(path.read_bytes(), maintype=kind[0], subtype=kind[1], filename=path.name)
         port = parts.port or {"ssl": 465, "starttls": 587}.get(mode, 25)
+        limits = self.deadline
+        # connect_s to connect; read_s for each answer; total_s for the whole exchange: a server that
+        # trickles its answers byte by byte never trips a socket timeout, so a watchdog cuts the
+        # connection when the total is spent
+        smtp = (smtplib.SMTP_SSL if mode == "ssl" else smtplib.SMTP)(timeout=limits.connect_s)  # no host: not yet connected
+        out_of_time = threading.Event()
+
+        def cut() -> None:
+            out_of_time.set()
+            sock = smtp.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        watchdog = threading.Timer(limits.total_s, cut)
+        watchdog.daemon = True
+        watchdog.start()
+        connected = False
         try:
-            smtp_class = smtplib.SMTP_SSL if mode == "ssl" else smtplib.SMTP
-            with smtp_class(parts.hostname, port, timeout=self.deadline.read_s) as smtp:
-                if mode == "starttls":
-                    smtp.starttls()
-                if parts.username:
-                    smtp.login(parts.username, parts.password or "")
-                smtp.send_message(mail)
+            smtp.connect(parts.hostname, port)  # and its greeting, within connect_s
+            smtp.sock.settimeout(limits.read_s)
+            connected = True
+            if mode == "starttls":
+                smtp.starttls()
+            if parts.username:
+                smtp.login(parts.username, parts.password or "")
+            smtp.send_message(mail)
+            with contextlib.suppress(OSError, smtplib.SMTPException):
+                smtp.quit()  # sent: a server that drops the connection at QUIT does not unsend it
         except (OSError, smtplib.SMTPException) as exc:
-            raise DeliveryError(f"{self.redacted()}: not delivered ({type(exc).__name__}: {str(exc)[:200]})") from None
+            why = ("the exchange took longer than the {0:g} s allowed".format(limits.total_s) if out_of_time.is_set()
+                   else _smtp_problem(exc, limits.read_s if connected else limits.connect_s))
+            raise DeliveryError(f"{self.redacted()}: not delivered ({why}); {_smtp_fix(exc)}, {_RETRIED}",
+                                library=f"{type(exc).__name__}: {exc}") from None
+        finally:
+            watchdog.cancel()
+            smtp.close()
+
+
+def _smtp_problem(exc: BaseException, wait_s: float) -> str:
+    """A few words for an SMTP failure, never smtplib's own text (``wait_s``: the timeout in force)."""
+    import smtplib
+
+    from gpuledger.deadlines import why_unreachable
+
+    if isinstance(exc, TimeoutError) or "timed out" in str(exc):  # smtplib wraps a timeout in a disconnect
+        return f"no answer within {wait_s:g} s"
+    if isinstance(exc, smtplib.SMTPAuthenticationError):
+        return f"the server refused the login ({exc.smtp_code})"
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        return f"the server refused the recipient(s) {', '.join(exc.recipients)}"
+    if isinstance(exc, smtplib.SMTPSenderRefused):
+        return f"the server refused the sender {exc.sender}"
+    if isinstance(exc, smtplib.SMTPNotSupportedError):
+        return "the server does not offer what the URL asks (STARTTLS or login)"
+    if isinstance(exc, smtplib.SMTPResponseException):
+        return f"the server answered {exc.smtp_code}"
+    if isinstance(exc, smtplib.SMTPServerDisconnected | smtplib.SMTPConnectError):
+        return "the server closed the connection or does not speak SMTP"
+    return why_unreachable(exc, CallDeadline(wait_s, wait_s, max(wait_s, 1.0)))
+
+
+def _smtp_fix(exc: BaseException) -> str:
+    import smtplib
+
+    if isinstance(exc, smtplib.SMTPAuthenticationError):
+        return "check the user and password in the channel URL"
+    if isinstance(exc, smtplib.SMTPRecipientsRefused | smtplib.SMTPSenderRefused):
+        return "check the channel URL's from= / to= addresses"
+    if isinstance(exc, smtplib.SMTPNotSupportedError):
+        return "set the channel URL's mode= (ssl, starttls or insecure) to what the server offers"
+    return "check that the mail server is up and the channel URL's host, port and mode="
 
 
 def notifier_for(channel: str, recipient: str | None = None) -> Notifier:

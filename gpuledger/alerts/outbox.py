@@ -98,8 +98,8 @@ def deliver(path, notifier_for: Callable, *, now: datetime | None = None, max_at
         try:
             notifier_for(channel, recipient).deliver(message)
             ok, detail = True, None
-        except (DeliveryError, RunError, OSError) as exc:
-            ok, detail = False, str(exc)[:500]
+        except (DeliveryError, RunError, OSError) as exc:  # one line: the channel, its endpoint, what to do
+            ok, detail = False, f"channel {channel}: {exc}"[:500]
         at = utc_now()
         with warehouse.open_writer(path) as con, warehouse.transaction(con):
             con.execute("INSERT INTO alert_deliveries VALUES (?, ?, ?, ?, ?)", [key, attempt, at, ok, detail])

@@ -297,7 +297,8 @@ def attribute_usage(
     gpu_hours_allocated,
     gpu_hours_active, gpu_hours_idle, gpu_hours_unknown, energy_kwh, activity_ratio (mean of the
     signal used, 0..1), activity_signal (sm_active / gr_engine_active / gpu_util, NULL when no
-    signal), sample_count. A piece with no samples is allocated with unknown activity: its
+    signal), sample_count, gpu_hours_time_sliced (the part of gpu_hours_unknown on a time-sliced
+    device, :func:`shared_pieces`). A piece with no samples is allocated with unknown activity: its
     active and idle hours are 0 and its hours go to ``gpu_hours_unknown``; so is a piece that
     overlaps another job's on the same device (a time-sliced GPU, :func:`shared_pieces`). Energy is the device's
     counter increase over the piece × the device fraction × the allocation fraction (shared GPUs
@@ -353,6 +354,9 @@ def attribute_usage(
             .alias("activity_ratio"),
             pl.col("activity_signal").drop_nulls().first(),
             pl.col("w_n").sum().cast(pl.Int64).alias("sample_count"),
+            # the part of gpu_hours_unknown on a time-sliced device (showback marks it apart from
+            # hours without any signal)
+            alloc.filter(pl.col("_shared")).sum().alias("gpu_hours_time_sliced"),
             pl.col("energy_kwh").is_not_null().any().alias("_has_energy"),
         )
         .with_columns(pl.when(pl.col("_has_energy")).then(pl.col("energy_kwh")).otherwise(None).alias("energy_kwh"))

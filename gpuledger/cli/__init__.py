@@ -36,6 +36,8 @@ def _root(
     """gpuledger: GPU-time analytics, fair share, budgets, chargeback and idle-GPU enforcement."""
     global _debug
     _debug = debug
+    if debug:  # library text in messages that keep it for --debug (gpuledger.errors.debug_wanted)
+        os.environ[DEBUG_ENV] = "1"
 
 
 def _known_exit_code(exc: BaseException) -> int | None:

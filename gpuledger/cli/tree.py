@@ -1,6 +1,7 @@
 """The command tree's root: each top-level group's module is imported only when that group runs (or
 its help is asked for), so `gpuledger --help` loads none of them and `gpuledger report usage` loads
-only gpuledger/cli/report. Help is click's plain text: it wraps to the terminal and never cuts an
+only gpuledger/cli/report; their options are coerced without typer's pydantic layer where they can
+be (gpuledger/cli/coercion.py). Help is click's plain text: it wraps to the terminal and never cuts an
 option name (rich's tables did: `--checkpoint-min…` at 80 columns), and it loads no rich.
 
 The deprecated aliases (the old top-level names) are copies of the new commands that first say,
@@ -13,6 +14,8 @@ from importlib import import_module
 
 import typer
 from typer.core import TyperGroup
+
+from gpuledger.cli.coercion import lighten
 
 # name -> the line shown in `gpuledger --help` (each group's own help is in its module)
 GROUPS = {
@@ -77,6 +80,10 @@ class CommandTree(TyperGroup):
         super().__init__(*args, **kwargs)
         self._loaded: dict = {}
 
+    def parse_args(self, ctx, args):
+        lighten(self, ctx, recursive=False)  # the root's own options (--debug, --help): no pydantic
+        return super().parse_args(ctx, args)
+
     def list_commands(self, ctx) -> list[str]:
         return [*GROUPS, *ALIASES, *GROUP_ALIASES]
 
@@ -94,7 +101,7 @@ class CommandTree(TyperGroup):
         if name in GROUPS:
             group = typer.main.get_group(import_module(f"gpuledger.cli.{name}").app)
             group.name = name
-            return plain_help(group)
+            return lighten(plain_help(group), ctx)  # str / bool / Path / choice options without pydantic
         if name in ALIASES:
             group, sub = ALIASES[name]
             return deprecated_copy(self._sub(ctx, group, sub), name, f"{group} {sub}")
@@ -105,7 +112,7 @@ class CommandTree(TyperGroup):
                                rich_markup_mode=None)
             for old, (group, sub) in subs.items():
                 alias.add_command(deprecated_copy(self._sub(ctx, group, sub), f"{name} {old}", f"{group} {sub}"))
-            return alias
+            return lighten(alias, ctx)
         return None
 
     def _sub(self, ctx, group: str, name: str):

@@ -12,7 +12,7 @@ pytest.importorskip("apprise")
 
 from gpuledger.alerts.channels import AppriseNotifier, DeliveryError, JsonWebhook, SmtpNotifier, with_timeouts
 from gpuledger.deadlines import CallDeadline
-from tests.helpers.hostile_servers import SILENT, TRICKLE, HostileServer
+from tests.helpers.hostile_servers import GREET_TRICKLE, SILENT, TRICKLE, HostileServer
 
 QUICK = CallDeadline(connect_s=1, read_s=1, total_s=2)
 
@@ -56,3 +56,34 @@ def test_a_secrets_file_that_is_not_yaml_is_one_line_with_its_place(tmp_path, mo
         channel_url("oncall")
     assert str(raised.value) == (f"{SECRETS_ENV}={secrets}:3:4: cannot read it (expected ',' or ']', but got "
                                  "':'); fix the file or unset it")
+
+
+def test_an_smtp_server_that_trickles_its_greeting_is_cut_at_the_total_deadline(monkeypatch):
+    """One byte every 50 ms never trips the 1 s read timeout; the 2 s total does. The line is ours
+    (the endpoint, what happened, what to do); smtplib's words only with --debug."""
+    monkeypatch.delenv("GPULEDGER_DEBUG", raising=False)
+    with HostileServer(GREET_TRICKLE) as server:
+        began = time.monotonic()
+        with pytest.raises(DeliveryError) as raised:
+            NOTIFIERS["mailto"](server.port).send("squatting on node-007", "4 GPUs idle for 2 h")
+        took = time.monotonic() - began
+    assert str(raised.value) == (
+        f"mailto://127.0.0.1:{server.port}: not delivered (the exchange took longer than the 2 s allowed); "
+        "check that the mail server is up and the channel URL's host, port and mode=, the outbox retries it")
+    assert QUICK.total_s <= took < QUICK.total_s + 2, took  # without the watchdog: smtplib's 8 KiB line, ~7 min
+
+
+@pytest.mark.parametrize("kind", ["json", "apprise-json", "mailto"])
+def test_the_delivery_line_is_ours_and_the_library_text_only_with_debug(kind, monkeypatch):
+    with HostileServer(SILENT) as server:
+        monkeypatch.delenv("GPULEDGER_DEBUG", raising=False)
+        with pytest.raises(DeliveryError) as plain:
+            NOTIFIERS[kind](server.port).send("s", "b")
+        monkeypatch.setenv("GPULEDGER_DEBUG", "1")
+        with pytest.raises(DeliveryError) as debug:
+            NOTIFIERS[kind](server.port).send("s", "b")
+    line = str(plain.value)
+    assert line.count("\n") == 0 and "the outbox retries it" in line and "check" in line, line
+    for library_word in ("Traceback", "Error", "apprise", "Timeout", "timed out", "HTTPConnectionPool"):
+        assert library_word not in line, line
+    assert str(debug.value).startswith(line) and "[library: " in str(debug.value), str(debug.value)

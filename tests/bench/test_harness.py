@@ -64,6 +64,11 @@ INGEST = {"": {"parse_samples_per_s_per_core": 2.0e6, "write_samples_per_s_per_c
 DASHBOARD = {"": {"gpus": 1024, "pages": {
     "utilization": {"first_load_s": 0.9, "warm_s": 0.5, "warm_runs_s": [0.5]},   # <= 2 s: met
     "chargeback": {"first_load_s": 3.0, "warm_s": 2.5, "warm_runs_s": [2.5]}}}}  # 2.5 > 2: missed
+BROWSER = {"": {"1024": {"baseline_first_s": 0.8, "baseline_repeat_s": 0.4, "load_before": [1.0, 1.0, 1.0],
+                          "pages": {
+    # slowest first load 1.8 s <= 2 (met); slowest repeat 1.2 s > 1 (missed, factor 1.2: my-team)
+    "utilization": {"first": {"s": 1.8, "browser_cpu_s": 1.1}, "repeat": {"s": 0.9}, "first_ratio": 2.25},
+    "my-team": {"first": {"s": 1.1}, "repeat": {"s": 1.2, "data_bytes": 2000}, "repeat_ratio": 3.0}}}}}
 WHATIF = {"": {"read_trace_s": 2.5, "jobs": 3,
                "policies": {"priority": {"delivery_ratio": 0.816}, "reclaim": {"delivery_ratio": 0.905}}}}
 
@@ -95,7 +100,8 @@ def rig(tmp_path):
     for folder in (scripts, log, data):
         folder.mkdir()
     for name, payload in [("analytics_bench", ANALYTICS), ("prometheus_bench", PROMETHEUS),
-                          ("ingest_bench", INGEST), ("dashboard_bench", DASHBOARD), ("whatif_bench", WHATIF)]:
+                          ("ingest_bench", INGEST), ("dashboard_bench", DASHBOARD), ("whatif_bench", WHATIF),
+                          ("dashboard_browser_bench", BROWSER)]:
         (scripts / f"{name}.py").write_text(FAKE.format(name=name, log=str(log), data=payload))
     # a script that takes no JSON option: must be skipped without being run (its --help would run it)
     (scripts / "storage_bench.py").write_text(
@@ -140,7 +146,7 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     runs = {r["name"]: r for r in results["runs"]}
     assert runs["analytics 4096"]["status"] == "skipped" and "week4096.duckdb.done" in runs["analytics 4096"]["error"]
     assert runs["storage"]["status"] == "skipped" and _args(rig, "storage_bench") == []  # never run
-    for name in ("ingest", "analytics 256", "analytics 1024", "prometheus", "dashboard 1024", "whatif"):
+    for name in ("ingest", "analytics 256", "analytics 1024", "prometheus", "dashboard 1024", "browser", "whatif"):
         assert runs[name]["status"] == "ok" and runs[name]["rc"] == 0, runs[name]
         assert runs[name]["process_peak_rss_mib"] > 0 and "--json" in runs[name]["command"]
     assert "--warehouse" in runs["analytics 256"]["command"] and "week256.duckdb" in runs["analytics 256"]["command"]
@@ -192,6 +198,12 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     t = _target(results, "every dashboard page at 1,024 GPUs")  # the slowest: chargeback, 2.5 > 2 s
     assert (t["measured"], t["page"], t["met"]) == (2.5, "chargeback", False)
     assert _target(results, "full recompute at 4,096 GPUs within 20x")["met"] is None
+    # Chromium (derivations beside BROWSER): every size in one run (it builds its own warehouses)
+    assert _args(rig, "dashboard_browser_bench")[0][:5] == ["--gpus", "256", "1024", "4096", "--folder"]
+    t = _target(results, "Chromium: every dashboard page at 1,024 GPUs, reload")
+    assert (t["measured"], t["page"], t["met"], t["factor"]) == (1.2, "my-team", False, 1.2)
+    t = _target(results, "Chromium: every dashboard page at 1,024 GPUs, first load")
+    assert (t["measured"], t["page"], t["met"]) == (1.8, "utilization", True)
 
     # BENCHMARKS.md: the block replaced, every other byte as it was
     text = rig["md"].read_text()
@@ -206,6 +218,7 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     # an optional part's groups of figures side by side
     assert "| policies | priority | reclaim |" in block and "| delivery_ratio | 0.816 | 0.905 |" in block
     assert "Largest steps at 1,024 GPUs: full: attribution 0.400 s." in block  # totals left out
+    assert "**Dashboard pages in Chromium at 1,024 GPUs**" in block and "| utilization | 1.80 | 2.25 | 0.900 |" in block
     out = capsys.readouterr().out
     assert "== analytics 1024: ok" in out  # progress as it goes
     assert "missed: full 7-day recompute at 1,024 GPUs <= 1 s: 1.25 s against 1 (1.25× the limit)" in out

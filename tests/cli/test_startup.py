@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("polars", "duckdb", "numpy", "pyarrow", "kubernetes", "dagster", "streamlit")
+HEAVY = ("polars", "duckdb", "numpy", "pyarrow", "kubernetes", "dagster", "streamlit", "pydantic_core")
 
 # Runs every command's --help in ONE interpreter per command path (a fresh one each, so one
 # command's imports cannot hide another's) and prints the heavy modules it loaded.

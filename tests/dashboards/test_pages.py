@@ -391,11 +391,11 @@ def test_utilization_totals_by_hand():
 
 
 def test_heat_bins_by_hand():
-    # at most 84 columns: a week (168 h) in 2-hour bins, 2 days (48 h) in 1-hour bins, 30 days in 9-hour bins
+    # at most 56 columns: a week (168 h) in 3-hour bins, 2 days (48 h) in 1-hour bins, 30 days in 13-hour bins
     t0 = datetime(2026, 11, 1)
-    assert queries.heat_bin_hours(t0, t0 + timedelta(days=7)) == 2
+    assert queries.heat_bin_hours(t0, t0 + timedelta(days=7)) == 3  # 168 / 56
     assert queries.heat_bin_hours(t0, t0 + timedelta(days=2)) == 1
-    assert queries.heat_bin_hours(t0, t0 + timedelta(days=30)) == 9  # 720 / 84 = 8.6 -> 9
+    assert queries.heat_bin_hours(t0, t0 + timedelta(days=30)) == 13  # 720 / 56 = 12.9 -> 13
     assert queries.heat_bin_hours(t0, t0 + timedelta(minutes=5)) == 1
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import kubernetes_validate
@@ -172,3 +173,110 @@ def test_the_shipped_configs_load(base, overlay, tmp_path):
         cfg = load_config(tmp_path / "gpuledger.yaml")
         assert cfg.sources.kubernetes is not None and cfg.sources.scrape is not None
         assert data["dagster.yaml"] == (BASE / "base/dagster.yaml").read_text()
+
+
+def test_one_scraper_and_the_prometheus_secret(base):
+    spec = one(base, "StatefulSet", "gpuledger")["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in spec["containers"]}
+    for name in ("dagster-daemon", "dagster-webserver"):  # runs start from either
+        env = {e["name"]: e.get("value") for e in containers[name]["env"]}
+        assert env["GPULEDGER_SCRAPE_SERVICE"] == "1", name  # ingest_job leaves the targets to `scrape`
+        refs = [f["secretRef"] for f in containers[name]["envFrom"]]
+        assert {"name": "gpuledger-prometheus", "optional": True} in refs, name  # tenant / bearer token
+    assert containers["scrape"]["args"] == ["ingest", "scrape", "--every", "60s"]
+    assert "GPULEDGER_SCRAPE_SERVICE" not in {e["name"] for e in containers["scrape"]["env"]}
+
+
+def test_the_node_agents_run_as_restricted_as_a_hostpath_allows(overlay):
+    agents = one(overlay, "DaemonSet", "gpuledger-pod-resources")
+    assert agents["metadata"]["namespace"] == "gpuledger"
+    spec = agents["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False  # it needs no Kubernetes API
+    assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    pod = spec["securityContext"]
+    # uid 0 only to connect to the kubelet's root-owned socket; group 10001 so the writer reads its files
+    assert (pod["runAsUser"], pod["runAsGroup"], pod["fsGroup"]) == (0, 10001, 10001)
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    (agent,) = spec["containers"]
+    ctx = agent["securityContext"]
+    assert ctx == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+    assert agent["image"] == "ghcr.io/gpuledger/gpuledger:0.1.0" and agent["resources"]["limits"]["memory"]
+    assert agent["args"][:3] == ["ingest", "agent", "pod-resources"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    # the one hostPath is the kubelet's socket directory, mounted read-only
+    assert [v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v] == ["/var/lib/kubelet/pod-resources"]
+    assert mounts["pod-resources"]["readOnly"] is True
+    socket = agent["args"][agent["args"].index("--socket") + 1]
+    assert socket.startswith(mounts["pod-resources"]["mountPath"] + "/")
+    # it writes the shared spool, never the warehouse's claim; the writer's node-holdings reads it
+    spool = agent["args"][agent["args"].index("--spool") + 1]
+    assert mounts["holdings-spool"]["mountPath"] == spool
+    claim = one(overlay, "PersistentVolumeClaim", volumes["holdings-spool"]["persistentVolumeClaim"]["claimName"])
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert "data" not in volumes and "GPULEDGER_WAREHOUSE" not in {e["name"] for e in agent["env"]}
+    writer = one(overlay, "StatefulSet", "gpuledger")["spec"]["template"]["spec"]
+    reader = next(c for c in writer["containers"] if c["name"] == "node-holdings")
+    assert reader["args"][:4] == ["ingest", "node-holdings", "--spool", spool]
+    spool_mount = next(m for m in reader["volumeMounts"] if m["name"] == "holdings-spool")
+    assert spool_mount["mountPath"] == spool and spool_mount["readOnly"] is True
+    assert {v["name"]: v for v in writer["volumes"]}["holdings-spool"]["persistentVolumeClaim"]["claimName"] == \
+        claim["metadata"]["name"]
+
+
+def test_the_node_agent_and_the_writers_reader_run_as_written(overlay, tmp_path):
+    """The DaemonSet's command and the writer's node-holdings command, run here as the manifests
+    write them (paths mapped into a temporary folder, the kubelet a real gRPC server on a unix
+    socket speaking its PodResources service): the holding lands in the warehouse."""
+    import sys
+    from concurrent import futures
+
+    import grpc
+
+    from gpuledger import warehouse
+    from gpuledger.ingest.holdings.podresources import api_pb2_grpc as pb_grpc
+    from tests.deploy.test_image import Pod
+    from tests.ingest.test_pod_resources import ALLOCATABLE, TRAINER, Kubelet
+
+    kubelet_dir = tmp_path / "kubelet"
+    kubelet_dir.mkdir()
+    servicer = Kubelet()
+    servicer.pods, servicer.devices = [TRAINER], ALLOCATABLE
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix:{kubelet_dir / 'kubelet.sock'}")
+    server.start()
+
+    class NodePod(Pod):
+        def env(self, container):  # the downward API's node name
+            plain = {**container, "env": [e for e in container.get("env", []) if "value" in e]}
+            named = {e["name"]: "gpu-node-1" for e in container.get("env", []) if "fieldRef" in e.get("valueFrom", {})}
+            return {**super().env(plain), **named}
+
+    agents = one(overlay, "DaemonSet", "gpuledger-pod-resources")["spec"]["template"]["spec"]["containers"][0]
+    writer = one(overlay, "StatefulSet", "gpuledger")["spec"]["template"]["spec"]
+    reader = next(c for c in writer["containers"] if c["name"] == "node-holdings")
+    pod = NodePod(tmp_path / "pod", Path(sys.executable).parent, one(overlay, "ConfigMap")["data"], {}, {})
+    pod.places["/var/lib/kubelet/pod-resources"] = kubelet_dir
+    try:
+        agent = pod.start({**agents, "args": [*agents["args"], "--count", "2"]}, tmp_path / "agent.log")
+        assert agent.wait(timeout=120) == 0, (tmp_path / "agent.log").read_text()
+        assert "2 polls" in (tmp_path / "agent.log").read_text()
+        for init in writer["initContainers"]:  # the schema first, as the pod does
+            assert pod.start(init, tmp_path / "migrate.log").wait(timeout=120) == 0
+        loop = pod.start(reader, tmp_path / "reader.log")  # --every 60s: its first read is at once
+        deadline = time.monotonic() + 90
+        while "node files" not in (tmp_path / "reader.log").read_text() and time.monotonic() < deadline:
+            assert loop.poll() is None, (tmp_path / "reader.log").read_text()
+            time.sleep(0.5)
+        loop.terminate()  # SIGTERM: stops between reads, exit 0
+        assert loop.wait(timeout=60) == 0, (tmp_path / "reader.log").read_text()
+        assert "1 GPU holdings from 1 node files" in (tmp_path / "reader.log").read_text()
+    finally:
+        for proc in pod.procs:
+            if proc.poll() is None:
+                proc.kill()
+        server.stop(grace=None)
+    with warehouse.open_reader(pod.path("/var/lib/gpuledger/gpuledger.duckdb")) as con:
+        assert con.execute("SELECT cluster, host, scheduler_job, device_id FROM device_holdings").fetchall() == [
+            ("prod", "gpu-node-1", "research/trainer-7", "GPU-x0")]

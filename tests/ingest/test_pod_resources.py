@@ -161,6 +161,53 @@ def test_a_restarted_agent_extends_what_it_left_open(kubelet, warehouse_file):
     assert rows == [("research/trainer-7", "GPU-x0", False, True)]  # one holding, not two
 
 
+def _agent(kubelet, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "gpuledger.cli", "ingest", "agent", "pod-resources", "--socket", kubelet.socket,
+         "--once", "--cluster", "prod", *args], capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+
+
+def test_on_a_cluster_the_agents_hand_their_holdings_to_the_writer_through_the_spool(kubelet, tmp_path):
+    # Two nodes' agents write the shared spool; the one writer reads it. The agents never open
+    # the warehouse (one writer; flock holds on one kernel only).
+    spool, wh = tmp_path / "spool", tmp_path / "wh.duckdb"
+    spool.mkdir()
+    kubelet.pods, kubelet.devices = [TRAINER], ALLOCATABLE
+    for node in ("n9", "n9", "n10"):  # n9's agent restarts once: it resumes from its own file
+        done = _agent(kubelet, "--host", node, "--spool", str(spool), "-w", str(wh))
+        assert done.returncode == 0, done.stderr
+        assert f"1 holdings on {node}, in {spool / f'prod.{node}.json'}" in done.stderr
+    assert not wh.exists() and sorted(p.name for p in spool.iterdir()) == ["prod.n10.json", "prod.n9.json"]
+    (spool / "prod.n11.json").write_text('{"format": "gpuledger.node-holdings/1", "holdings": [{"host": "n11"}]}')
+
+    def read():
+        done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "node-holdings", "--spool", str(spool),
+                               "-w", str(wh)], capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "2 GPU holdings from 3 node files" in done.stderr and "1 files quarantined" in done.stderr
+        with warehouse.open_reader(wh) as con:
+            return con.execute("SELECT host, scheduler_job, device_id, ended, source FROM device_holdings "
+                               "ORDER BY host").fetchall()
+
+    first = read()
+    # one holding per node (n9's restart extended its holding, did not start a second one)
+    assert first == [("n10", "research/trainer-7", "GPU-x0", False, "pod-resources"),
+                     ("n9", "research/trainer-7", "GPU-x0", False, "pod-resources")]
+    assert read() == first  # reading again changes nothing
+    with warehouse.open_reader(wh) as con:
+        bad = con.execute("SELECT source, reason FROM quarantine").fetchall()
+    assert bad == [("node-holdings", "prod.n11.json: holdings[0]: no cluster, source, scheduler_job, device_id, "
+                                     "first_seen, last_seen, ended")] * 1
+    # the pod goes: n9's next poll ends its holding, and the writer's next read says so
+    kubelet.pods = []
+    assert _agent(kubelet, "--host", "n9", "--spool", str(spool)).returncode == 0
+    with warehouse.open_reader(wh) as con:
+        assert con.execute("SELECT count(*) FROM device_holdings WHERE ended").fetchone()[0] == 0
+    read()
+    with warehouse.open_reader(wh) as con:
+        assert con.execute("SELECT host FROM device_holdings WHERE ended").fetchall() == [("n9",)]
+
+
 def test_a_missing_socket_is_a_clear_error(tmp_path):
     client = PodResourcesClient(str(tmp_path / "absent.sock"), timeout_s=0.5)
     try:

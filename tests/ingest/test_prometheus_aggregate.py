@@ -1,5 +1,5 @@
 """`ingest prometheus --aggregate` (issue 20, part 4) against a real Prometheus and a real
-VictoriaMetrics, both fed the same simulated day through their own ingestion paths (promtool's
+VictoriaMetrics, both fed the same simulated week through their own ingestion paths (promtool's
 OpenMetrics blocks; VictoriaMetrics' Prometheus-text import): 5-minute window aggregates give the
 same GPU-hours and, within 1 %, the same active GPU-hours as the raw 30-s samples. Partial answers
 (Thanos / Mimir warnings) are errors naming the store; the Mimir tenant header and the path
@@ -25,8 +25,11 @@ from gpuledger.simulator import build_cluster, write_openmetrics
 from tests.helpers.prometheus_rig import PrometheusRig, have_prometheus
 from tests.helpers.victoria_rig import VictoriaRig, have_victoria_metrics
 
-START = (datetime.utcnow() - timedelta(days=3)).replace(hour=0, minute=0, second=0, microsecond=0)  # noqa: DTZ003
-END = START + timedelta(days=1)
+# A simulated week (issue 20 §2) of 4 GPUs at a 60 s scrape: 40,320 samples per metric, what a day
+# of 8 GPUs at 30 s was (the servers' ingestion dominates the test's time), ending two days ago.
+DAYS, GPUS, INTERVAL_S = 7, 4, 60
+START = (datetime.utcnow() - timedelta(days=DAYS + 2)).replace(hour=0, minute=0, second=0, microsecond=0)  # noqa: DTZ003
+END = START + timedelta(days=DAYS)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +37,7 @@ def servers(tmp_path_factory):
     if not (have_prometheus() and have_victoria_metrics()):
         pytest.skip("needs Debian's prometheus and victoria-metrics (scripts/install-test-deps.sh)")
     work = tmp_path_factory.mktemp("tsdb")
-    sim = build_cluster(seed=31, gpus=8, start=START, days=1, interval_s=30)
+    sim = build_cluster(seed=31, gpus=GPUS, start=START, days=DAYS, interval_s=INTERVAL_S)
     text = io.StringIO()
     write_openmetrics(sim, text, sim.start_s, sim.end_s, blanks=False)
     (work / "day.om").write_text(text.getvalue())
@@ -53,7 +56,7 @@ def servers(tmp_path_factory):
 
 
 def _figures(path) -> dict:
-    """Everything held by one job over the day: allocated and active GPU-hours, energy, rows."""
+    """Everything held by one job over the week: allocated and active GPU-hours, energy, rows."""
     with warehouse.open_writer(path) as con:
         ids = [r[0] for r in con.execute("SELECT gpu_id FROM gpus").fetchall()]
         warehouse.upsert(con, "jobs", pl.DataFrame([{
@@ -69,24 +72,26 @@ def _figures(path) -> dict:
     return {**usage, "rows": rows, "weight": weight, "devices": len(ids)}
 
 
+# slow: a week through both servers' own ingestion, the raw backfill and two aggregates: ~25
+# CPU-seconds (`/usr/bin/time -v`, load 9; the day it replaced: ~10), 80 s wall here
 @pytest.mark.slow
 @pytest.mark.prometheus
 def test_five_minute_aggregates_agree_with_the_raw_samples_on_both_servers(servers, tmp_path):
     prom, vm = servers
-    backfill(prom.url, START, END, step_s=30, chunk_s=6 * 3600, warehouse_path=tmp_path / "raw.duckdb",
+    backfill(prom.url, START, END, step_s=INTERVAL_S, chunk_s=24 * 3600, warehouse_path=tmp_path / "raw.duckdb",
              cluster="sim", workers=1, processes=False)
     raw = _figures(tmp_path / "raw.duckdb")
     for name, url in (("prometheus", prom.url), ("victoria-metrics", vm.url)):
         path = tmp_path / f"{name}.duckdb"
         stats = aggregate(url, START, END, step_s=300, warehouse_path=path, cluster="sim", concurrency=3)
-        assert stats.chunks_done == 1  # one day: one chunk
+        assert stats.chunks_done == DAYS  # chunks of at most a day
         agg = _figures(path)
-        # 8 devices x 24 h allocated whatever the resolution; 288 windows a device instead of 2,880
-        # samples; the windows stand for the raw samples (their counts), and the time-weighted
-        # activity agrees within 1 %.
+        # the devices x 168 h allocated whatever the resolution; 2,016 windows a device instead of
+        # 10,080 samples (5 a window); the windows stand for the raw samples (their counts), and the
+        # time-weighted activity agrees within 1 %.
         assert agg["devices"] == raw["devices"]
         assert agg["gpu_hours_allocated"] == pytest.approx(raw["gpu_hours_allocated"], rel=1e-9), name
-        assert agg["rows"] <= raw["rows"] / 9, name
+        assert agg["rows"] <= raw["rows"] / 4.5, name
         assert agg["weight"] == pytest.approx(raw["weight"], rel=0.01), name
         assert agg["gpu_hours_active"] == pytest.approx(raw["gpu_hours_active"], rel=0.01), name
         assert agg["gpu_hours_unknown"] == pytest.approx(raw["gpu_hours_unknown"], abs=0.01 * raw["gpu_hours_allocated"]), name

@@ -93,6 +93,16 @@ def test_the_prolog_records_a_real_jobs_gpus_and_they_land(slurm_rig, warehouse_
     polled = parse_text(text, cluster="gpuledger", now=datetime.now(UTC).replace(tzinfo=None))
     assert sorted(r["gpu_index"] for r in polled) == given[long] and {r["host"] for r in polled} == {NODE}
 
+    # The JSON poller sees the same: on this 22.05 scontrol has no --json, so `--scontrol --json`
+    # asks squeue --json (the same job documents) and says nothing of it.
+    polled_json = _ingest("--scontrol", "--json", "--cluster", "gpuledger", "-w", str(tmp_path / "json.duckdb"),
+                          env=rig["env"])
+    assert polled_json.returncode == 0, polled_json.stderr
+    with warehouse.open_reader(tmp_path / "json.duckdb") as con:
+        held = con.execute("SELECT host, gpu_index FROM device_holdings WHERE scheduler_job = ? ORDER BY gpu_index",
+                           [long]).fetchall()
+    assert held == [(NODE, i) for i in given[long]]
+
     # The job ends: the epilog's record closes its holding.
     _slurm(rig, "scancel", long)
     _wait_for_states(rig, {long: "CANCELLED"})
@@ -188,3 +198,76 @@ def test_bad_spool_files_are_quarantined_and_rereading_adds_nothing(tmp_path, wa
     assert [Path(loc).name for loc, _ in bad] == ["10.n1.1796040000.start", "11.n1.1796040000.end"]
     assert "missing node" in bad[0][1] and "without its start" in bad[1][1]
     assert "2 files quarantined" in done.stderr
+
+
+# --- scontrol's JSON form ---------------------------------------------------------------------
+# Slurm 23.02+ (data_parser v0.0.39): tests/fixtures/slurm/scontrol-show-job-23.02.json is written
+# to the shape `scontrol -d show job --json` prints there (state lists, {"set", "infinite",
+# "number"} times, one gres_detail string per node of `nodes`), from Slurm's documented v0.0.39
+# job fields (this machine has no 23.02 to capture it from). On the rig's Slurm 22.05
+# scontrol has no --json; its squeue --json prints the same job documents (data_parser v0.0.38:
+# state a string, times plain epochs): tests/fixtures/slurm/squeue-json-22.05-rig.json is one,
+# captured from the rig (`squeue --json`, one running `sbatch --gres=gpu:h100:2` job), and the rig
+# test above polls it live through `ingest slurm-gpus --scontrol --json`.
+
+SCONTROL_JSON = REPO / "tests" / "fixtures" / "slurm" / "scontrol-show-job-23.02.json"
+
+
+def _epoch(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+
+
+def test_scontrol_json_of_slurm_23_gives_each_nodes_indices():
+    from gpuledger.ingest.holdings.slurm_scontrol import parse_json
+
+    now = _epoch(1796097600)
+    rows = parse_json(SCONTROL_JSON.read_text(), cluster="ignored", now=now)
+    got = sorted((r["scheduler_job"], r["host"], r["gpu_index"], r["first_seen"], r["last_seen"], r["ended"])
+                 for r in rows)
+    start, a100, array = _epoch(1796090400), _epoch(1796094000), (_epoch(1796086800), _epoch(1796088600))
+    assert got == sorted(
+        # 4242 runs on two nodes: gres_detail[0] is gpu01's 0-3, [1] gpu02's 4-7; seen until now
+        [("4242", "gpu01", i, start, now, False) for i in range(4)]
+        + [("4242", "gpu02", i, start, now, False) for i in range(4, 8)]
+        # 4243 (RUNNING + COMPLETING flag): both GPU types of one node, 0 and 2 then 4; mps is no GPU
+        + [("4243", "gpu07", i, a100, now, False) for i in (0, 2, 4)]
+        # the array task 4244_6 is its own job id 4250 (as sacct names it), over: start to end
+        + [("4250", "gpu03", 5, *array, True)])
+    # 4251 is pending (no node, start 0) and 4252 holds no GPU (gpu:0(IDX:)): no rows
+    assert {r["cluster"] for r in rows} == {"hopper"}  # each job's own cluster field wins
+
+
+def test_scontrol_json_errors_are_one_clear_line(tmp_path):
+    from gpuledger.ingest.holdings.slurm_scontrol import ScontrolError, parse_json
+
+    now = _epoch(1796097600)
+    with pytest.raises(ScontrolError, match=r"reported 1 error\(s\): Unable to contact slurm controller"):
+        parse_json('{"jobs": [], "errors": [{"error": "Unable to contact slurm controller", "error_number": 1007}]}',
+                   cluster="c", now=now)
+    with pytest.raises(ScontrolError, match=r"jobs\[0\] has no job_id"):
+        parse_json('{"jobs": [{"nodes": "n1"}]}', cluster="c", now=now)
+    bad = tmp_path / "scontrol.json"
+    bad.write_text('{"jobs": {"oops": 1}}')
+    done = _ingest("--scontrol-file", str(bad), "--cluster", "c", "-w", str(tmp_path / "w.duckdb"))
+    assert done.returncode == 2 and "not scontrol --json output" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_scontrol_json_file_lands_through_the_cli(tmp_path):
+    done = _ingest("--scontrol-file", str(SCONTROL_JSON), "--cluster", "hopper", "-w", str(tmp_path / "w.duckdb"))
+    assert done.returncode == 0, done.stderr
+    assert f"12 GPU holdings from {SCONTROL_JSON}" in done.stderr
+    with warehouse.open_reader(tmp_path / "w.duckdb") as con:
+        assert con.execute("SELECT count(*), count(DISTINCT scheduler_job) FROM device_holdings "
+                           "WHERE source = 'slurm-scontrol'").fetchone() == (12, 3)
+
+
+def test_the_rigs_captured_22_05_json_reads_the_same():
+    from gpuledger.ingest.holdings.slurm_scontrol import parse_json
+
+    doc = REPO / "tests" / "fixtures" / "slurm" / "squeue-json-22.05-rig.json"
+    now = _epoch(1796173400)
+    rows = parse_json(doc.read_text(), cluster="ignored", now=now)
+    # job 1 RUNNING on node vm since 1796173271 with gres_detail gpu:h100:2(IDX:0-1)
+    assert sorted((r["scheduler_job"], r["host"], r["gpu_index"], r["first_seen"], r["last_seen"], r["ended"],
+                   r["cluster"]) for r in rows) == [("1", "vm", i, _epoch(1796173271), now, False, "gpuledger")
+                                                    for i in (0, 1)]

@@ -23,6 +23,9 @@ def slurm_gpus(
     scontrol_live: bool = typer.Option(
         False, "--scontrol", help="poll `scontrol -d -o show job` here instead (no prolog needed)",
     ),
+    scontrol_json: bool = typer.Option(
+        False, "--json", help="with --scontrol: ask `scontrol --json -d show job` (Slurm 23.02+; on 22.05 `squeue --json`, the same job documents) instead of the text",
+    ),
     scontrol_file: Path | None = typer.Option(
         None, "--scontrol-file", exists=True, dir_okay=False,
         help="a saved `scontrol -d -o show job` (text) or `scontrol --json -d show job` output",
@@ -45,6 +48,9 @@ def slurm_gpus(
     if given != 1:
         console.print("[red]give exactly one of --spool DIR, --scontrol or --scontrol-file F[/red]")
         raise typer.Exit(2)
+    if scontrol_json and not scontrol_live:
+        console.print("[red]--json goes with --scontrol (a --scontrol-file is read in either form)[/red]")
+        raise typer.Exit(2)
     now = datetime.now(UTC).replace(tzinfo=None)
     bad = []
     try:
@@ -58,7 +64,8 @@ def slurm_gpus(
             if not cluster:
                 console.print("[red]--cluster NAME is needed with scontrol (its output does not name it)[/red]")
                 raise typer.Exit(2)
-            text = run_scontrol(scontrol) if scontrol_live else scontrol_file.read_text(encoding="utf-8")
+            text = (run_scontrol(scontrol, form="json" if scontrol_json else "text") if scontrol_live
+                    else scontrol_file.read_text(encoding="utf-8"))
             rows = (parse_json(text, cluster=cluster, now=now) if text.lstrip().startswith("{")
                     else parse_text(text, cluster=cluster, now=now, tz=tz))
             origin = "scontrol" if scontrol_live else str(scontrol_file)
@@ -79,3 +86,62 @@ def slurm_gpus(
     if bad:
         line += f"; {len(bad)} files quarantined (`gpuledger warehouse quarantine --source slurm-gpus`)"
     console.print(line, markup=False)
+
+
+@app.command("node-holdings")
+def node_holdings(
+    spool: Path = typer.Option(..., "--spool", help="the directory the node agents write into "
+                               "(`ingest agent pod-resources --spool DIR`; a volume shared with them)"),
+    every: str | None = typer.Option(None, "--every", help="read it again every DURATION (e.g. 60s) until "
+                                     "stopped (SIGTERM: exit 0, Ctrl-C: 130); default: once"),
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Bring the holdings the Kubernetes node agents left in the shared spool into the warehouse
+    (one file per node: the agents never open the warehouse, which has one writer) and let them
+    decide attribution. Re-reading changes nothing; unreadable files go to quarantine (source
+    node-holdings)."""
+    from gpuledger.ingest.holdings.node_spool import read_node_spool
+    from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
+    from gpuledger.rules.clock import parse_duration_s
+    from gpuledger.stopping import StopSignals
+
+    if not spool.is_dir():
+        console.print(f"--spool {spool}: not a directory (the node agents' --spool volume)", markup=False,
+                      style="red")
+        raise typer.Exit(2)
+    interval = None
+    if every is not None:
+        try:
+            interval = parse_duration_s(every)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--every") from None
+        if interval < 1:
+            raise typer.BadParameter(f"{every!r} is under a second; give at least 1s", param_hint="--every")
+
+    def once() -> None:
+        read = read_node_spool(spool)
+        frame = holdings_frame(read.holdings)
+        now = datetime.now(UTC).replace(tzinfo=None)
+        with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
+            write_holdings(con, frame)
+            if read.quarantined:
+                warehouse.quarantine(con, read.quarantined)
+            result = (link_holdings(con, since=frame["first_seen"].min(), now=now)
+                      if not frame.is_empty() else None)
+        line = f"{frame.height} GPU holdings from {read.files} node files in {spool}"
+        if result is not None:
+            line += (f"; {result.linked} job x device intervals linked, {result.no_device} waiting for their "
+                     f"device, {result.no_job} for their job record; {result.disagreements} label disagreements")
+        if read.quarantined:
+            line += (f"; {len(read.quarantined)} files quarantined "
+                     "(`gpuledger warehouse quarantine --source node-holdings`)")
+        console.print(line, markup=False)
+
+    with StopSignals() as stop:
+        while True:
+            with stop.holding():
+                once()
+            if interval is None or stop.event.wait(interval):
+                break
+    if stop.stopped:
+        raise typer.Exit(stop.exit_code)

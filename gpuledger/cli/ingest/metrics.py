@@ -133,9 +133,9 @@ def prometheus_cmd(
     workers: Annotated[int, typer.Option("--workers", help="worker processes fetching and decoding chunks ahead of the writes (memory: ~450 MB each at 1,024 GPUs x 1 h chunks)", min=1)] = 2,
     gzip: Annotated[bool, typer.Option("--gzip/--no-gzip", help="ask Prometheus for gzip (only worth it over a slow link)")] = False,
     progress: Annotated[str, typer.Option("--progress", help="bar, lines (one line per chunk) or none")] = "bar",
-    connect_timeout: Annotated[float, typer.Option("--connect-timeout", help="seconds to open a connection")] = deadlines.PROMETHEUS.connect_s,
-    read_timeout: Annotated[float, typer.Option("--read-timeout", help="seconds of silence allowed from the server (its query evaluation included)")] = deadlines.PROMETHEUS.read_s,
-    deadline: Annotated[float, typer.Option("--deadline", help="seconds one query may take in all, retries included")] = deadlines.PROMETHEUS.total_s,
+    connect_timeout: Annotated[float | None, typer.Option("--connect-timeout", help="seconds to open a connection (default: sources.prometheus.connect_timeout_s when --url is that server, else {0:g})".format(deadlines.PROMETHEUS.connect_s))] = None,
+    read_timeout: Annotated[float | None, typer.Option("--read-timeout", help="seconds of silence allowed from the server, its query evaluation included (default: sources.prometheus.read_timeout_s when --url is that server, else {0:g})".format(deadlines.PROMETHEUS.read_s))] = None,
+    deadline: Annotated[float | None, typer.Option("--deadline", help="seconds one query may take in all, retries included (default: sources.prometheus.deadline_s when --url is that server, else {0:g})".format(deadlines.PROMETHEUS.total_s))] = None,
     aggregate: Annotated[str | None, typer.Option("--aggregate", help="store one row per GPU and window of this size (1m-5m: averages, peak memory, sample counts) instead of raw samples; chunks of at most a day")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="--aggregate: queries in flight at once", min=1, max=32)] = 4,
     tenant: Annotated[str | None, typer.Option("--tenant", envvar="GPULEDGER_PROMETHEUS_TENANT", help="Mimir / Cortex tenant (X-Scope-OrgID header; default: sources.prometheus.tenant when --url is that server)")] = None,
@@ -149,13 +149,12 @@ def prometheus_cmd(
     it stopped). With --aggregate 5m, window aggregates instead of raw samples (fleet scale)."""
     t0, t1 = utc_range(start, end)
     headers = _auth_headers(url, tenant, bearer_token_file, config_file)
+    limits = _prometheus_deadline(url, config_file, connect_timeout, read_timeout, deadline)
     if aggregate is not None:
         _aggregate(url, t0, t1, _duration(aggregate, "--aggregate"), _duration(chunk or "1d", "--chunk"),
-                   concurrency, headers, cluster, warehouse_file,
-                   _call_deadline(connect_timeout, read_timeout, deadline), progress)
+                   concurrency, headers, cluster, warehouse_file, limits, progress)
         return
     step_s, chunk_s = _duration(step, "--step"), _duration(chunk or "1h", "--chunk")
-    limits = _call_deadline(connect_timeout, read_timeout, deadline)
     if progress not in ("bar", "lines", "none"):
         raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
     bar = Progress(TextColumn("[bold]backfill"), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
@@ -189,6 +188,20 @@ def prometheus_cmd(
     console.print(f"backfill {url}: {stats.chunks_done} chunks ingested, {stats.chunks_skipped} already done, "
                   f"{stats.samples_new} new samples, {stats.quarantined} quarantined; metrics: "
                   f"{', '.join(stats.metrics) or 'none found'}")
+
+
+def _prometheus_deadline(url: str, config_file, connect_s: float | None, read_s: float | None,
+                         total_s: float | None) -> deadlines.CallDeadline:
+    """The options, else sources.prometheus's timeouts when it names this server, else the defaults."""
+    from gpuledger.ingest.metrics.prometheus.auth import source_for
+
+    source = None
+    if None in (connect_s, read_s, total_s):
+        source = source_for(url, config_or_exit(config_file))
+    base = source.call_deadline() if source is not None else deadlines.PROMETHEUS
+    return _call_deadline(base.connect_s if connect_s is None else connect_s,
+                          base.read_s if read_s is None else read_s,
+                          base.total_s if total_s is None else total_s)
 
 
 def _auth_headers(url: str, tenant: str | None, token_file: str | None, config_file) -> dict[str, str]:

@@ -1,8 +1,10 @@
-"""`gpuledger ingest agent pod-resources` (listed under `ingest agent`, agent.py): the Kubernetes node agent reading the kubelet's PodResources
-API (read-only) into device holdings."""
+"""`gpuledger ingest agent pod-resources` (listed under `ingest agent`, agent.py): the Kubernetes
+node agent reading the kubelet's PodResources API (read-only) into device holdings, in the
+warehouse or (--spool, on a cluster) in the node spool the writer reads (holdings/node_spool.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -27,11 +29,16 @@ def pod_resources_command(
                                              help="node name to record (default: this host, short)")] = None,
     resource: Annotated[list[str] | None, typer.Option(
         "--resource", help="resource names to record (globs; default nvidia.com/gpu, nvidia.com/mig-*)")] = None,
+    spool: Annotated[Path | None, typer.Option(
+        "--spool", envvar="GPULEDGER_NODE_SPOOL",
+        help="write this node's holdings into a file in DIR (shared with the writer, which runs "
+             "`ingest node-holdings --spool DIR`) instead of the warehouse: for a node other than the writer's")] = None,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Poll the kubelet's PodResources v1 List and GetAllocatableResources and record which pod
     and container holds which GPU, MIG instance or time-sliced replica, first and last seen.
-    Those holdings then decide attribution over dcgm-exporter's pod labels. Read-only."""
+    Those holdings then decide attribution over dcgm-exporter's pod labels. Read-only. On a
+    cluster, run it with --spool (the DaemonSet does): the warehouse has one writer."""
     from gpuledger import warehouse
     from gpuledger.ingest.holdings.devices import mig_uuid_map
     from gpuledger.ingest.holdings.pod_resources import (
@@ -46,18 +53,35 @@ def pod_resources_command(
     from gpuledger.ingest.metrics.nvml import local_host
 
     node = canonical_host(host) if host else local_host()
-    path = warehouse_path(warehouse_file)
-    with warehouse.open_writer(path) as con:
-        resume = open_holdings(con, cluster=cluster, host=node, source=SOURCE)
     written = {"rows": 0, "linked": 0}
+    if spool is not None:  # the node's file in the shared spool; the writer reads it (node_spool.py)
+        from datetime import UTC, datetime
 
-    def write(rows: list[dict]) -> None:
-        frame = holdings_frame(rows)
+        from gpuledger.ingest.holdings.node_spool import open_rows, spool_file, write_node
+
+        if not spool.is_dir():
+            typer.secho(f"gpuledger: --spool {spool}: not a directory (mount the spool volume there)", err=True,
+                        fg="red")
+            raise typer.Exit(2)
+        resume = open_rows(spool, cluster, node)
+        where = str(spool_file(spool, cluster, node))
+
+        def write(rows: list[dict]) -> None:
+            written["rows"] = len(rows)
+            write_node(spool, cluster, node, rows, datetime.now(UTC).replace(tzinfo=None))
+    else:
+        path = warehouse_path(warehouse_file)
         with warehouse.open_writer(path) as con:
-            write_holdings(con, frame)
-            if not frame.is_empty():
-                written["linked"] = link_holdings(con, since=frame["last_seen"].min()).linked
-        written["rows"] = frame.height
+            resume = open_holdings(con, cluster=cluster, host=node, source=SOURCE)
+        where = None
+
+        def write(rows: list[dict]) -> None:
+            frame = holdings_frame(rows)
+            with warehouse.open_writer(path) as con:
+                write_holdings(con, frame)
+                if not frame.is_empty():
+                    written["linked"] = link_holdings(con, since=frame["last_seen"].min()).linked
+            written["rows"] = frame.height
 
     try:
         client = PodResourcesClient(socket_path, timeout_s=timeout)
@@ -75,5 +99,9 @@ def pod_resources_command(
         raise typer.Exit(130) from None
     finally:
         client.close()
+    if where is not None:
+        console.print(f"{polls} polls of {socket_path}; last: {written['rows']} holdings on {node}, in {where}",
+                      markup=False)
+        return
     console.print(f"{polls} polls of {socket_path}; last: {written['rows']} holdings on {node}, "
                   f"{written['linked']} job x device intervals linked", markup=False)

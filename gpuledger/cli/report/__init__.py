@@ -107,7 +107,7 @@ def usage(
     """Allocated, active, idle and unknown GPU-hours, efficiency and energy (kWh)."""
     lo, hi = utc_range(start, end)
     with _open(warehouse_file) as con:
-        frame = facts.usage(con, start=lo, end=hi, by=by).frame  # materialized when fresh
+        frame = facts.usage(con, start=lo, end=hi, by=by).table  # materialized when fresh
     show_frame(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
 
 
@@ -141,7 +141,7 @@ def fairshare(
     delivery ratio (delivered ÷ owed GPU-hours) and occupancy over the usage window."""
     with _open(warehouse_file) as con:
         cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
-        frame = facts.fairshare(con, policy=cfg.policy, as_of=_time(now)).frame  # materialized when fresh
+        frame = facts.fairshare(con, policy=cfg.policy, as_of=_time(now)).table  # materialized when fresh
     show_frame(frame, fmt, out, f"fair share ({cfg.policy.usage.mode} usage, GPU-hours)", table_views.FAIRSHARE,
           wide, columns)
 
@@ -160,7 +160,7 @@ def budget(
         if jobs:
             frame = reports.funding_report(con, policy=cfg.policy, now=_time(now))
         else:
-            frame = facts.budget(con, policy=cfg.policy, as_of=_time(now)).frame  # materialized when fresh
+            frame = facts.budget(con, policy=cfg.policy, as_of=_time(now)).table  # materialized when fresh
     if jobs:
         show_frame(frame, fmt, out, "job funding (UTC)", table_views.FUNDING, wide, columns)
     else:

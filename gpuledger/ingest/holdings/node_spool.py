@@ -1,0 +1,121 @@
+"""The node agents' spool: how `ingest agent pod-resources --spool DIR` on every GPU node hands its
+holdings to the one warehouse writer (`ingest node-holdings --spool DIR`).
+
+The warehouse is one DuckDB file with one writer and a flock that serializes processes on one
+kernel only, so an agent on another node must never open it. Each agent instead keeps ONE file
+``<cluster>.<host>.json`` in a directory shared with the writer (a ReadWriteMany volume): the
+holdings it has open and those that ended in the last :data:`KEEP_ENDED`, rewritten after every
+poll through a temporary file and a rename (a reader sees the old file or the new one, never half
+of one). The file is the agent's memory across restarts too (it resumes what it left open).
+
+Reading is pure and repeatable: ``write_holdings`` upserts on the holdings' natural key and only
+moves ``last_seen`` / ``ended`` forward, so the writer may read the spool as often as it likes. A
+file that cannot be read (cut short, a foreign format) becomes one quarantine row naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from gpuledger.errors import printable
+from gpuledger.warehouse import QuarantineRow
+
+FORMAT = "gpuledger.node-holdings/1"
+QUARANTINE_SOURCE = "node-holdings"
+KEEP_ENDED = timedelta(days=1)  # ended holdings stay in the file this long: the writer's reads overlap
+_TIMES = ("first_seen", "last_seen")
+_REQUIRED = ("cluster", "source", "scheduler_job", "host", "device_id", "first_seen", "last_seen", "ended")
+
+
+def spool_file(spool: Path, cluster: str, host: str) -> Path:
+    return spool / f"{cluster}.{host}.json"
+
+
+def _key(row: dict) -> tuple:
+    return (row["scheduler_job"], row["device_id"], row["first_seen"])
+
+
+def _load(path: Path) -> dict:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError(f"format {doc.get('format') if isinstance(doc, dict) else None!r}: expected {FORMAT} "
+                         "(written by `gpuledger ingest agent pod-resources --spool`)")
+    rows = doc.get("holdings")
+    if not isinstance(rows, list):
+        raise ValueError("no `holdings` list")
+    out = []
+    for n, row in enumerate(rows):
+        missing = [k for k in _REQUIRED if not isinstance(row, dict) or row.get(k) is None]
+        if missing:
+            raise ValueError(f"holdings[{n}]: no {', '.join(missing)}")
+        out.append({**row, **{k: datetime.fromisoformat(row[k]) for k in _TIMES}})
+    return {**doc, "holdings": out}
+
+
+def open_rows(spool: Path, cluster: str, host: str) -> list[dict]:
+    """What this node's agent left open (to resume), from its own file; none when there is none.
+    A file it cannot read is left for the writer to quarantine, and the agent starts afresh."""
+    path = spool_file(spool, cluster, host)
+    try:
+        return [r for r in _load(path)["holdings"] if not r["ended"]]
+    except FileNotFoundError:
+        return []
+    except (ValueError, OSError, TypeError):
+        return []
+
+
+def write_node(spool: Path, cluster: str, host: str, rows: list[dict], now: datetime) -> int:
+    """Merge one poll's ``rows`` into the node's file and replace it atomically; returns the
+    holdings the file now carries."""
+    path = spool_file(spool, cluster, host)
+    try:
+        kept = {_key(r): r for r in _load(path)["holdings"]}
+    except (FileNotFoundError, ValueError, OSError, TypeError):
+        kept = {}
+    for row in rows:
+        kept[_key(row)] = row
+    cutoff = now - KEEP_ENDED
+    holdings = [r for r in kept.values() if not r["ended"] or r["last_seen"] >= cutoff]
+    doc = {"format": FORMAT, "cluster": cluster, "host": host, "written": now.isoformat(),
+           "holdings": [{**r, **{k: r[k].isoformat() for k in _TIMES}} for r in holdings]}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=spool)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(doc, out)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep the writer (another user) out
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(holdings)
+
+
+@dataclass
+class NodeSpoolRead:
+    holdings: list[dict] = field(default_factory=list)
+    quarantined: list[QuarantineRow] = field(default_factory=list)
+    files: int = 0
+
+
+def read_node_spool(spool: Path) -> NodeSpoolRead:
+    """Every holding in the spool's node files (temporary files, names starting with a dot, are
+    being written and are skipped)."""
+    out = NodeSpoolRead()
+    for path in sorted(spool.glob("*.json")):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        out.files += 1
+        try:
+            out.holdings.extend(_load(path)["holdings"])
+        except (ValueError, OSError, TypeError, UnicodeDecodeError) as exc:
+            try:
+                raw = path.read_text(encoding="utf-8", errors="replace")[:4000]
+            except OSError as err:
+                raw = f"(unreadable: {err.strerror})"
+            out.quarantined.append(QuarantineRow(source=QUARANTINE_SOURCE, location=str(path), raw_text=raw,
+                                                 reason=printable(f"{path.name}: {exc}")))
+    return out
