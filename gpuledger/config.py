@@ -54,7 +54,9 @@ def _iso_4217(code: str | None) -> str | None:
         return None
     import pycountry
 
-    if pycountry.currencies.get(alpha_3=code) is None:
+    if code != code.upper() and pycountry.currencies.get(alpha_3=code.upper()) is not None:
+        raise ValueError(f"{code!r}: write the ISO 4217 code in capitals, {code.upper()!r}")
+    if len(code) != 3 or not code.isalpha() or pycountry.currencies.get(alpha_3=code) is None:
         raise ValueError(f"{code!r} is not an ISO 4217 currency code (e.g. USD, EUR, GBP, JPY)")
     return code
 
@@ -432,7 +434,7 @@ class ClusterSettings(_Strict):
 class Config(_Strict):
     # required in a config file (parse_config_text's require_currency); the default serves
     # configs built in code and stored versions from before the rule
-    currency: Annotated[str, AfterValidator(_iso_4217)] = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    currency: Annotated[str, AfterValidator(_iso_4217)] = "USD"
     org: OrgNode
     budgets: list[Budget] = Field(default_factory=list)
     rate_card: list[Rate] = Field(default_factory=list)
