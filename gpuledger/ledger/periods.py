@@ -434,19 +434,29 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
         _d_raw=pl.col("amount_exact").fill_null(zero) - pl.col("_old_amount_exact").fill_null(zero),
         _di_raw=pl.col("idle_amount_exact").fill_null(zero) - pl.col("_old_idle_amount_exact").fill_null(zero),
         _d_hours=pl.col("gpu_hours").fill_null(0.0) - pl.col("_old_gpu_hours").fill_null(0.0) + 0.0)
-    # the root: new exact total half-up, less the cents already issued (per currency)
-    root = joined.group_by("currency").agg(
-        _root_amount=(half_up_cents(pl.col("amount_exact").fill_null(zero).sum())
-                      - pl.col("_old_amount").fill_null(0).sum()).cast(RAW) * 100,
-        _root_idle_amount_included=(half_up_cents(pl.col("idle_amount_exact").fill_null(zero).sum())
-                                    - pl.col("_old_idle_amount_included").fill_null(0).sum()).cast(RAW) * 100)
-    lf, depth = _with_org_paths(joined.lazy(), org_nodes)
+    # Pool first, as the chargeback tree: each GPU pool's root is its new exact total half-up less
+    # the cents already issued; a pool in which no exact amount moved gets no cent (a month
+    # issued before pools were rounded first keeps its cents where nothing changed). The
+    # currency's correction is the sum of its pools'.
     mt = pl.col("gpu_model") + pl.lit("|") + pl.col("tier")
-    path = ["currency", *(f"p{i}" for i in range(1, depth + 1)), "_mt", "_leaf"]
+    joined = joined.with_columns(_pool=pl.concat_str([pl.col("currency"), mt], separator="|"))
+
+    def root_of(exact: str, issued: str, delta: str) -> pl.Expr:
+        moved = (pl.col(delta) != zero).any()
+        fresh_cents = half_up_cents(pl.col(exact).fill_null(zero).sum()) - pl.col(issued).fill_null(0).sum()
+        return pl.when(moved).then(fresh_cents).otherwise(0).cast(RAW) * 100
+
+    root = joined.group_by("_pool").agg(
+        _root_amount=root_of("amount_exact", "_old_amount", "_d_raw"),
+        _root_idle_amount_included=root_of("idle_amount_exact", "_old_idle_amount_included", "_di_raw"))
+    lf, depth = _with_org_paths(joined.lazy(), org_nodes)
+    path = ["_pool", *(f"p{i}" for i in range(1, depth + 1)), "_leaf"]
     leaves = lf.with_columns(_mt=mt, _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), mt],
                                                          separator="|")).collect()
     levels = round_tree(leaves.lazy(), path=path, amounts={"_d_raw": "amount", "_di_raw": "idle_amount_included"},
                         sums=["_d_hours"], root_cents=root.lazy())
+    currency_of = leaves.select("_pool", "currency").unique("_pool").lazy()
+    levels = [lv.join(currency_of, on="_pool", how="left") for lv in levels]
     described = {c: pl.lit(job_fresh[c][0] if job_fresh.height else None, job_fresh.schema[c])
                  for c in ("period", "period_start", "period_end", "billed_through", "provisional")
                  if c in job_fresh.columns}
@@ -467,11 +477,13 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
     proj = levels[-2].collect().join(meta.unique(path[:-1]).drop("_leaf", "cluster", "job_id", "user_name"),
                                      on=path[:-1], how="left")
     node_parts = []
-    for k in range(1, depth + 1):
-        lv = levels[k].collect().filter(pl.col(f"p{k}") != _PAD)
-        node_parts.append(lv.select("currency", pl.col(f"p{k}").alias("node"), "_d_raw", "_di_raw", "_d_hours",
+    for k in range(1, depth + 1):  # a node: its parts in every pool summed
+        lv = (levels[k].collect().filter(pl.col(f"p{k}") != _PAD)
+              .group_by("currency", pl.col(f"p{k}").alias("node"), maintain_order=True)
+              .agg(pl.col("_d_raw", "_di_raw", "_d_hours", "amount", "idle_amount_included").sum()))
+        node_parts.append(lv.select("currency", "node", "_d_raw", "_di_raw", "_d_hours",
                                     "amount", "idle_amount_included",
-                                    line_kind=pl.when(pl.col(f"p{k}") == IDLE).then(pl.lit("idle"))
+                                    line_kind=pl.when(pl.col("node") == IDLE).then(pl.lit("idle"))
                                     .otherwise(pl.lit("charge"))))
     node = pl.concat(node_parts).with_columns(gpu_model=pl.lit(None, pl.String), tier=pl.lit(None, pl.String))
     out = {}

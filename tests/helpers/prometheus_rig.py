@@ -38,8 +38,10 @@ class PrometheusRig(LocalServer):
         self.tsdb = self.workdir / "tsdb"
         self.tsdb.mkdir(parents=True, exist_ok=True)
         if history_file is not None:
+            # day-long blocks: promtool's default 2 h blocks cost ~7x the CPU (a week of 4 GPUs:
+            # 89 s against 13 s user time here) and Prometheus answers the same from either
             done = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics",
-                                   str(history_file), str(self.tsdb)],
+                                   "--max-block-duration=24h", str(history_file), str(self.tsdb)],
                                   capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
                 raise RuntimeError(f"promtool could not read {history_file}: {done.stderr[-2000:]}")

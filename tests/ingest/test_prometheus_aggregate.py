@@ -72,8 +72,8 @@ def _figures(path) -> dict:
     return {**usage, "rows": rows, "weight": weight, "devices": len(ids)}
 
 
-# slow: a week through both servers' own ingestion (promtool building the blocks dominates) takes
-# ~100 CPU-seconds here (`/usr/bin/time -v`, load 4-6), with the raw backfill and two aggregates
+# slow: a week through both servers' own ingestion, the raw backfill and two aggregates: ~25
+# CPU-seconds (`/usr/bin/time -v`, load 9; the day it replaced: ~10), 80 s wall here
 @pytest.mark.slow
 @pytest.mark.prometheus
 def test_five_minute_aggregates_agree_with_the_raw_samples_on_both_servers(servers, tmp_path):
