@@ -46,10 +46,14 @@ class ConfigMismatch(UsageError):
     """An explicit config file differs from the one the warehouse holds."""
 
 
+def canonical_json(cfg: Config) -> str:
+    """The validated config as canonical JSON (every setting, defaults filled in, sorted keys)."""
+    return json.dumps(cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
 def fingerprint(cfg: Config) -> str:
     """sha256 of the validated config as canonical JSON (sorted keys): the content hash."""
-    canonical = json.dumps(cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(canonical_json(cfg).encode()).hexdigest()
 
 
 def same_content(stored: StoredConfig, sha: str) -> bool:
@@ -226,9 +230,10 @@ def load_version(
         changes = config_changes(old, cfg)
         version = (current.version if current else 0) + 1
         con.execute(
-            "INSERT INTO config_versions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO config_versions (version, content_sha256, source_path, loaded_at, loaded_by, content_text, "
+            "changes, content_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [version, sha, str(source), now, who, text if text is not None else config_as_text(cfg),
-             "\n".join(changes)],
+             "\n".join(changes), canonical_json(cfg)],
         )
         rates, budgets = cfg.rate_card_frame(), cfg.budgets_frame()
         for table, frame in (("rate_card_versions", rates), ("budget_versions", budgets)):

@@ -103,6 +103,12 @@ def _snapshot_fresh(con, table: str, columns, as_of: datetime, *, filled: str | 
     return bool(rows) and not unfilled and (loaded is None or oldest >= loaded)
 
 
+def _policy(policy):
+    """A policy argument: the Policy, or a zero-argument callable returning it (called only when
+    the answer is computed, so a materialized answer never validates the config)."""
+    return policy() if callable(policy) else policy
+
+
 def _snapshot(con, table: str, schema: dict, as_of: datetime, order: str, renamed: dict | None = None) -> Rows:
     """The snapshot's rows as of ``as_of`` in the report's column order (``renamed``: stored name
     -> the report's). Rows, not polars: DuckDB's .pl() goes through Arrow (pyarrow, numpy), and
@@ -116,14 +122,15 @@ def _snapshot(con, table: str, schema: dict, as_of: datetime, order: str, rename
 
 def fairshare(con, *, policy, as_of: datetime | None = None) -> Facts:
     """The fair-share tree as of ``as_of`` (default: the data's now), shaped like
-    reports.fairshare_report (GPU-hours, ratios)."""
+    reports.fairshare_report (GPU-hours, ratios). ``policy``: a Policy, or a callable giving it
+    (called only when computed)."""
     at = as_of or data_now(con)
     if _snapshot_fresh(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at):
         rows = _snapshot(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at, "queue_order", {"queue_order": "order"})
         return Facts(rows, MATERIALIZED, at)
     from gpuledger.analytics import reports
 
-    return Facts(reports.fairshare_report(con, policy=policy, as_of=at), COMPUTED, at)
+    return Facts(reports.fairshare_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
 
 def budget(con, *, policy, as_of: datetime | None = None) -> Facts:
@@ -135,7 +142,7 @@ def budget(con, *, policy, as_of: datetime | None = None) -> Facts:
         return Facts(_snapshot(con, "budget_snapshots", BUDGET_COLUMNS, at, "rowid"), MATERIALIZED, at)
     from gpuledger.analytics import reports
 
-    return Facts(reports.budget_report(con, policy=policy, as_of=at), COMPUTED, at)
+    return Facts(reports.budget_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
 
 def _usage_fresh(con, table: str, start: datetime, end: datetime, now: datetime) -> bool:
@@ -163,4 +170,4 @@ def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=No
         return Facts(Rows(rows, USAGE_COLUMNS), MATERIALIZED, at)
     from gpuledger.analytics import reports
 
-    return Facts(reports.usage_report(con, start=start, end=end, by=by, policy=policy, now=at), COMPUTED, at)
+    return Facts(reports.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at), COMPUTED, at)
