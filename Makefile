@@ -23,13 +23,18 @@ install: $(STAMP)
 test-deps:
 	bash scripts/install-test-deps.sh
 
+# Two workers: much of the suite waits on real servers; a test file, and the files sharing a
+# session rig, stay on one worker (tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST_PAR := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
+
 test: install test-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PAR)
 
 # The fast tier while editing (under 3 minutes here): everything not marked slow. Tests mirror the
 # packages (tests/<area>/), so `$(BIN)/python -m pytest -q tests/<area>` runs one area.
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not slow"
 
 demo: install
 	$(BIN)/gpuledger simulate warehouse --gpus 256 --days 7 --seed 42

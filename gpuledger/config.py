@@ -15,7 +15,15 @@ from typing import Annotated, Literal
 
 import polars as pl
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gpuledger import deadlines
 from gpuledger.config_files import (  # noqa: F401  (re-exported: callers import them from here)
@@ -46,7 +54,9 @@ def _iso_4217(code: str | None) -> str | None:
         return None
     import pycountry
 
-    if pycountry.currencies.get(alpha_3=code) is None:
+    if code != code.upper() and pycountry.currencies.get(alpha_3=code.upper()) is not None:
+        raise ValueError(f"{code!r}: write the ISO 4217 code in capitals, {code.upper()!r}")
+    if len(code) != 3 or not code.isalpha() or pycountry.currencies.get(alpha_3=code) is None:
         raise ValueError(f"{code!r} is not an ISO 4217 currency code (e.g. USD, EUR, GBP, JPY)")
     return code
 
@@ -289,6 +299,12 @@ class HardwareCost(_Strict):
         return value
 
 
+class SamplePolicy(_Strict):
+    """What a DCGM sample may claim before it is quarantined (gpuledger/ingest/metrics/plausible.py)."""
+
+    clock_skew_seconds: float = Field(default=300, ge=0, le=86_400)  # how far after now a sample may be stamped
+
+
 class Policy(_Strict):
     usage: UsagePolicy = Field(default_factory=UsagePolicy)
     funding: FundingPolicy = Field(default_factory=FundingPolicy)
@@ -296,6 +312,7 @@ class Policy(_Strict):
     chargeback: ChargebackPolicy = Field(default_factory=ChargebackPolicy)
     enforcement: EnforcementPolicy = Field(default_factory=EnforcementPolicy)
     jobs: JobInputPolicy = Field(default_factory=JobInputPolicy)
+    samples: SamplePolicy = Field(default_factory=SamplePolicy)
     retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
     alerts: AlertsPolicy = Field(default_factory=AlertsPolicy)
     reports: ReportsPolicy = Field(default_factory=ReportsPolicy)
@@ -396,10 +413,28 @@ class DashboardAccess(_Strict):
     leads: dict[str, list[str]] = Field(default_factory=dict)  # e-mail -> org nodes (projects or programs)
 
 
+EARLIEST_DAY = date(2000, 1, 1)  # nothing before it ran on a GPU this ledger prices
+
+
+class ClusterSettings(_Strict):
+    """Facts about one cluster (``clusters.<name>`` — the name its samples and jobs carry)."""
+
+    # the day its first GPU came into service: samples and job times before it are quarantined
+    # (a clock at the epoch, a unit error); without it the floor is 2000-01-01
+    first_day: date | None = None
+
+    @field_validator("first_day")
+    @classmethod
+    def _after_the_floor(cls, value: date | None) -> date | None:
+        if value is not None and value < EARLIEST_DAY:
+            raise ValueError(f"{value} is before {EARLIEST_DAY}; no GPU this ledger prices ran then")
+        return value
+
+
 class Config(_Strict):
     # required in a config file (parse_config_text's require_currency); the default serves
     # configs built in code and stored versions from before the rule
-    currency: Annotated[str, AfterValidator(_iso_4217)] = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    currency: Annotated[str, AfterValidator(_iso_4217)] = "USD"
     org: OrgNode
     budgets: list[Budget] = Field(default_factory=list)
     rate_card: list[Rate] = Field(default_factory=list)
@@ -407,6 +442,14 @@ class Config(_Strict):
     policy: Policy = Field(default_factory=Policy)
     sources: Sources = Field(default_factory=Sources)
     dashboards: DashboardAccess = Field(default_factory=DashboardAccess)
+    clusters: dict[str, ClusterSettings] = Field(default_factory=dict)
+
+    def first_day(self, cluster: str) -> tuple[date, str]:
+        """(the earliest plausible day for ``cluster``, where it comes from, for messages)."""
+        settings = self.clusters.get(cluster)
+        if settings is not None and settings.first_day is not None:
+            return settings.first_day, f"clusters.{cluster}.first_day"
+        return EARLIEST_DAY, "the earliest gpuledger accepts"
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
@@ -565,7 +608,7 @@ def names_currency(text: str) -> bool:
     """Whether config text gives its top-level ``currency:`` (stored versions loaded before it was
     required may not; they were accepted, and are read, as USD)."""
     try:
-        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        raw = yaml.load(text, Loader=_Loader)
     except (yaml.YAMLError, RecursionError):
         return False
     return isinstance(raw, dict) and "currency" in raw
@@ -582,7 +625,7 @@ def parse_config_text(text: str, source: str | os.PathLike = "(stored config)", 
     says which)."""
     source = Path(source)
     try:
-        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        raw = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:  # where it went wrong as file:line:column
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else str(source)

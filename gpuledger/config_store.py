@@ -17,9 +17,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 
+from typing import TYPE_CHECKING
+
 import duckdb
 
-from gpuledger.config import Config, Policy, parse_config_text
+if TYPE_CHECKING:  # pydantic's models: imported when a config is validated, not to read the table
+    from gpuledger.config import Config, Policy
+
+_COLUMNS = ("version", "content_sha256", "source_path", "loaded_at", "loaded_by", "content_text")
 
 
 @dataclass(frozen=True)
@@ -30,10 +35,29 @@ class StoredConfig:
     loaded_at: datetime
     loaded_by: str
     content_text: str
+    content_json: str | None = None  # migration 017: the validated content, canonical JSON
 
     @cached_property
     def config(self) -> Config:
+        from gpuledger.config import parse_config_text
+
         return parse_config_text(self.content_text, f"warehouse config version {self.version}")
+
+    def setting(self, path: str):
+        """One setting by its dotted path (``policy.usage.mode``), defaults included: from the
+        stored canonical JSON when the version has it (no validation: it was validated when
+        loaded; a read that uses the policy validates it whole), else from the validated config."""
+        if self.content_json is not None:
+            import json
+
+            value = json.loads(self.content_json)
+            for key in path.split("."):
+                value = value[key]
+            return value
+        value = self.config
+        for key in path.split("."):
+            value = getattr(value, key)
+        return value
 
     def describe(self) -> str:
         return (f"config version {self.version} (sha256 {self.content_sha256[:12]}, loaded from "
@@ -50,11 +74,15 @@ def stored_config(con: duckdb.DuckDBPyConnection, version: int | None = None) ->
     """The latest config version (or ``version``); None for a warehouse never given a config."""
     if not _has_table(con):
         return None
-    row = con.execute(
-        "SELECT version, content_sha256, source_path, loaded_at, loaded_by, content_text FROM config_versions "
-        "WHERE ? IS NULL OR version = ? ORDER BY version DESC LIMIT 1", [version, version],
-    ).fetchall()
-    return StoredConfig(*row[0]) if row else None
+    cursor = con.execute(  # every column: content_json is there only from migration 017 on
+        "SELECT * FROM config_versions WHERE ? IS NULL OR version = ? ORDER BY version DESC LIMIT 1",
+        [version, version],
+    )
+    row = cursor.fetchall()
+    if not row:
+        return None
+    got = dict(zip((d[0] for d in cursor.description), row[0], strict=True))
+    return StoredConfig(*(got[c] for c in _COLUMNS), content_json=got.get("content_json"))
 
 
 _CONFIG_BY_SHA: dict[str, Config] = {}  # a version never changes: parse each content once per process
@@ -76,4 +104,8 @@ def policy_in_force(con: duckdb.DuckDBPyConnection, policy: Policy | None = None
     if policy is not None:
         return policy
     cfg = stored_config_in_force(con)
-    return cfg.policy if cfg is not None else Policy()
+    if cfg is not None:
+        return cfg.policy
+    from gpuledger.config import Policy
+
+    return Policy()

@@ -17,3 +17,30 @@ def warehouse_file(tmp_path):
 @pytest.fixture(scope="session")
 def example_config():
     return load_config(None)
+
+
+
+# `make test` runs the suite on two xdist workers: much of it waits on real servers (Slurm, Dagster,
+# PostgreSQL, Chromium). Each test file stays on one worker (module-level caches hold), and the
+# files sharing an expensive session rig go to one worker together, so each rig starts once per
+# run. (xdist's own `--dist loadgroup` does nothing under pytest 9: it renames nodes through an
+# attribute pytest 9 no longer reads.) A file missing here only starts its rig a second time.
+RIG_FILES = {
+    "slurm": ("tests/ingest/test_slurm.py", "tests/ingest/test_slurm_gpus.py", "tests/enforce/test_slurm.py",
+              "tests/enforce/test_slurm_rig.py"),
+    "dashboards": ("tests/dashboards/", "tests/bench/test_prometheus_bench.py"),
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadFileScheduling
+
+    class RigScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            for rig, paths in RIG_FILES.items():
+                if path.startswith(paths):
+                    return rig
+            return path
+
+    return RigScheduling(config, log)

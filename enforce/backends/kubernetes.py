@@ -101,8 +101,11 @@ class EvictionBackend(Backend):
         if k8s.is_api_exception(exc):
             k8s.raise_if_credential(exc, what)
         elif type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
+            from gpuledger.deadlines import CallDeadline, why_unreachable
+
+            limit = CallDeadline(self.timeout_s, self.timeout_s, self.timeout_s)  # words, not urllib3's class names
             raise BackendUnavailable(f"{what}: cannot reach the Kubernetes API server within {self.timeout_s:g} s "
-                                     f"({exc.__class__.__name__}); check the kubeconfig's server") from None
+                                     f"({why_unreachable(exc, limit)}); check the kubeconfig's server") from None
 
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
         return Outcome(SKIPPED, "a pod's priority cannot change after it is created; run Kueue (--backend kueue) "
@@ -167,8 +170,11 @@ class EvictionBackend(Backend):
                                             "failed: it was recreated); not evicted", error=f"409 {message}")
                 return Outcome(ERROR, f"{action.action} failed", error=f"{status} {message}")
             if type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
+                from gpuledger.deadlines import CallDeadline, why_unreachable
+
+                why = why_unreachable(exc, CallDeadline(self.timeout_s, self.timeout_s, self.timeout_s))
                 raise BackendUnavailable(f"{action.action} {action.job_id}: cannot reach the Kubernetes API server "
-                                         f"({exc.__class__.__name__}); check the kubeconfig's server") from None
+                                         f"({why}); check the kubeconfig's server") from None
             raise
 
 

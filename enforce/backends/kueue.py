@@ -211,7 +211,10 @@ class KueueBackend(Backend):
         if k8s.is_api_exception(exc):
             k8s.raise_if_credential(exc, what)
         elif type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
-            raise BackendUnavailable(f"{what}: cannot reach the Kubernetes API server ({exc.__class__.__name__}); "
+            from gpuledger.deadlines import CallDeadline, why_unreachable
+
+            why = why_unreachable(exc, CallDeadline(self.timeout_s, self.timeout_s, self.timeout_s))
+            raise BackendUnavailable(f"{what}: cannot reach the Kubernetes API server ({why}); "
                                      "check the kubeconfig's server and the network") from None
 
     def _guard(self, action: Action, call) -> Outcome:

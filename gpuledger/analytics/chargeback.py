@@ -8,11 +8,13 @@ proportion to their charges); allocation beyond capacity is ``over-allocated`` (
 naming the jobs, never negative idle). So, exactly in the raw amounts (12 decimals), per
 (cluster, model, tier): Σ charges + idle = Σ capacity × price + over-allocated.
 
-Rounding is top-down, one tree per currency: the total is the exact total rounded half-up, and
-each node is split among its children by largest remainder of their exact amounts — org tree
-nodes (roots, ..., projects), then project × model × tier (and the idle model × tier lines), then
-job lines (idle: cluster lines). Every line at every level is within a cent of exact and
-children add up to their parent; job, project and node levels read the same rounded tree.
+Rounding is top-down, one tree per currency, pool first: each GPU pool (model × tier) is its exact
+total rounded half-up (so a pool's charges + idle are its capacity × price to the cent), and the
+currency total is the sum of its pools; each pool is split among its org tree nodes (roots, ...,
+projects: project × model × tier lines and the idle model × tier line), then job lines (idle:
+cluster lines), by largest remainder of their exact amounts. Every job, project and pool line is
+within a cent of exact; a node's line sums its parts in every pool (within a cent per pool);
+children add up to their parent at every level; job, project and node levels read the same tree.
 
 Nothing is dropped: allocations that cannot be priced (device not in the inventory, job without
 a GPU model, model/tier without a rate) and capacity without a rate are ``unpriced`` lines with
@@ -188,9 +190,10 @@ def chargeback_lines(
         key_cols = ["node"]
         node_frames = []
         for k in range(1, depth + 1):
-            lv = levels[k].filter(pl.col(f"p{k}") != _PAD)
-            kind = pl.when(pl.col(f"p{k}") == IDLE).then(pl.lit("idle")).otherwise(pl.lit("charge"))
-            node_frames.append(lv.select("currency", pl.col(f"p{k}").alias("node"), "gpu_hours_allocated",
+            # a node is the sum of its parts in every pool (the tree is rounded pool first)
+            lv = node_level(levels, k)
+            kind = pl.when(pl.col("node") == IDLE).then(pl.lit("idle")).otherwise(pl.lit("charge"))
+            node_frames.append(lv.select("currency", "node", "gpu_hours_allocated",
                                          "amount", "idle_amount_included", "amount_raw", "_idle_raw", line_kind=kind))
         clo = closure(org_nodes)
         unpriced_proj = unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
@@ -355,7 +358,9 @@ def unpriced_lines(pieces: pl.LazyFrame, per_hour: pl.LazyFrame) -> pl.LazyFrame
     return pl.concat([
         pieces.filter(~priced_hour).with_columns(note=reason)
         .group_by("job_id", *keys, "note").agg(pl.col("gpu_hours_allocated").sum()),
-        per_hour.filter(~priced_hour & (pl.col("idle_h") > zero))
+        # above float noise, as over-allocation: two half allocations of a 1-minute piece leave
+        # 1e-12 h "idle" (hypothesis found it; tests/analytics/test_chargeback_oracle.py)
+        per_hour.filter(~priced_hour & (pl.col("idle_h") > pl.lit(_OVER_TOLERANCE).cast(RAW)))
         .with_columns(note=no_rate + pl.lit(" (idle capacity)"), job_id=pl.lit(None, pl.String))
         .group_by("job_id", *keys, "note")
         .agg(gpu_hours_allocated=pl.col("idle_h").sum().cast(pl.Float64)),
@@ -388,10 +393,24 @@ def spread_idle(charges: pl.LazyFrame, idle: pl.LazyFrame) -> tuple[pl.LazyFrame
     return charges, idle
 
 
+def node_level(levels: list[pl.LazyFrame], k: int, sums: tuple[str, ...] = (
+        "gpu_hours_allocated", "amount", "idle_amount_included", "amount_raw", "_idle_raw")) -> pl.LazyFrame:
+    """The org nodes at depth ``k`` (1 = the roots) of a pool-first rounded tree (path pool →
+    p1..pD → leaf, :func:`rounded_billed`): per (currency, node ``p<k>``) the sum of its parts in
+    every pool, as column ``node``."""
+    lv = levels[k].filter(pl.col(f"p{k}") != _PAD)
+    names = lv.collect_schema().names()
+    return lv.group_by("currency", pl.col(f"p{k}").alias("node")).agg(pl.col(c).sum() for c in sums if c in names)
+
+
 def rounded_billed(charges: pl.LazyFrame, idle: pl.LazyFrame, jobs: pl.LazyFrame, org_nodes):
-    """(levels, meta, path, depth, job_meta): charge and idle lines rounded top-down in one tree
-    per currency (currency → org path → model × tier → leaf), money.round_tree's levels."""
-    # The rounding tree: currency → org path → project × model × tier → job line.
+    """(levels, meta, path, depth, job_meta): charge and idle lines rounded top-down, one tree per
+    GPU pool (currency | model × tier → org path → leaf), money.round_tree's levels, each with the
+    pool's currency and ``_mt`` beside it. Pool first: each GPU pool's lines add up to its own exact total rounded half-up, which
+    is its capacity × price (rounded half-up) where nothing is over-allocated, so every pool
+    reconciles to the cent and the currency total is the sum of its pools. A node's line (every
+    pool's part of it summed) is within a cent per pool of its exact amount."""
+    # The rounding trees: pool (currency, model × tier) → org path → project → job line.
     job_meta = jobs.select("cluster", "job_id", "project", "user_name").unique(["cluster", "job_id"])
     charges = charges.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
         pl.col("project").fill_null(NO_JOB_RECORD), line_kind=pl.lit("charge"))
@@ -400,13 +419,16 @@ def rounded_billed(charges: pl.LazyFrame, idle: pl.LazyFrame, jobs: pl.LazyFrame
     billed = pl.concat([charges, idle], how="diagonal_relaxed")
     billed, depth = _with_org_paths(billed, org_nodes)
     model_tier = pl.col("model") + pl.lit("|") + pl.col("tier")
-    path = ["currency", *(f"p{i}" for i in range(1, depth + 1)), "_mt", "_leaf"]
+    # the pool (currency | model | tier) is the tree's root: each rounded half-up on its own
+    path = ["_pool", *(f"p{i}" for i in range(1, depth + 1)), "_leaf"]
     leaves = billed.with_columns(
-        _mt=model_tier,
+        _mt=model_tier, _pool=pl.concat_str([pl.col("currency"), model_tier], separator="|"),
         _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), model_tier], separator="|"),
     ).collect(engine=ENGINE).lazy()
     levels = round_tree(leaves, path=path, amounts={"amount_raw": "amount", "_idle_raw": "idle_amount_included"},
                         sums=["gpu_hours_allocated"])
+    pools = leaves.select("_pool", "currency", "_mt").unique("_pool")
+    levels = [lv.join(pools, on="_pool", how="left") for lv in levels]
     meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "model", "tier")
     return levels, meta, path, depth, job_meta
 

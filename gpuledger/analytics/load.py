@@ -249,10 +249,9 @@ def load_device_activity(
     if held.is_empty():
         return pl.DataFrame(schema=ACTIVITY_COLUMNS).lazy()
     lo, cov_from = now - max(lookback, sustained), now - sustained
-    base = cov_from.replace(second=0, microsecond=0)  # clock minute m ↦ bit m − base
-    epoch = datetime(1970, 1, 1, tzinfo=base.tzinfo)
+    epoch = datetime(1970, 1, 1, tzinfo=now.tzinfo)
     params = {"now": now, "thr": p.idle_threshold_ratio, "cov_from": cov_from,
-              "base_us": (base - epoch) // timedelta(microseconds=1), "bits": -(-(now - base) // MINUTE)}
+              "now_us": (now - epoch) // timedelta(microseconds=1)}
     if SUSTAINED_FIRST and lo < cov_from:
         window = _evidence(con, held, since=cov_from, params=params)
         settled, kept, signal_known = _settled(con, held, window, lo=lo, cov_from=cov_from)
@@ -287,7 +286,7 @@ def _evidence(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, *, since: date
     try:
         # execute, not sql().pl(): a relation binds the statement once more before running it
         # (~1 ms for this one), and the rows are few.
-        rows = con.execute(_ACTIVITY_SQL, {"lo": since, **params}).fetchall()
+        rows = con.execute(_activity_sql(con), {"lo": since, **params}).fetchall()
     finally:
         con.unregister("_squat_held")
     return pl.DataFrame(rows, schema=_EVIDENCE_SCHEMA, orient="row")
@@ -335,17 +334,29 @@ def _settled(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, window: pl.Data
     return settled, kept, signal_known
 
 
-MINUTE = timedelta(minutes=1)
 # The sustained window first (load_device_activity); False: one pass over the whole lookback,
 # the reference the tests compare it with.
 SUSTAINED_FIRST = True
 _EVIDENCE_SCHEMA = {"k": pl.UInt32, "sig": pl.Int32, "last_active": pl.Datetime("us"), "idle_since": pl.Datetime("us"),
-                    "covered_minutes": pl.Int64, "fb_used_bytes": pl.Int64}
+                    "covered_minutes": pl.Float64, "fb_used_bytes": pl.Int64}
 _SIGNALS = SIGNAL_NAMES  # best first (gpuledger.rules.activity); squatting_activity.sql numbers them 1, 2, 3
 # s: the lookback of the held devices (NaN = no reading, gpu_util dropped on MIG); sig: each
 # device's best signal (1, 2, 3 = _SIGNALS) over the whole lookback; a: the judged samples of each
-# held (job, device) k — from its judged_from on, with a reading of that signal; per: last active
-# sample, distinct clock minutes covered since cov_from (a bitstring, bit = minute − base),
-# memory; then the first judged sample after the last active one. One scan of the lookback.
-_ACTIVITY_SQL = load_sql(__package__, "squatting_activity.sql")
+# held (job, device) k — from its judged_from on, with a reading of that signal; g, u, cov: the
+# time those at or after cov_from cover (sample_n × the device's raw interval, at most
+# COVERED_PER_SAMPLE a sample, never past the next judged row or now: squatting's docstring);
+# per: last active sample, memory; then the first judged sample after the last active one. One
+# scan of the lookback.
+_ACTIVITY_SQL = {weighted: load_sql(__package__, "squatting_activity.sql",
+                                    sample_weight="coalesce(s.sample_n, 1)" if weighted else "1")
+                 for weighted in (True, False)}
+#: The longest a raw sample vouches for in the stale-data guard (the clock minute the guard
+#: counted before rows could stand for many samples): squatting_activity.sql's 60000000 µs.
+COVERED_PER_SAMPLE = timedelta(minutes=1)
+
+
+def _activity_sql(con: duckdb.DuckDBPyConnection) -> str:
+    """_ACTIVITY_SQL for what ``gpu_samples`` is: the warehouse table weighs each row by its
+    ``sample_n``; a registered frame without that column holds raw samples (one each)."""
+    return _ACTIVITY_SQL["sample_n" in con.sql("SELECT * FROM gpu_samples").columns]
 _BETTER_SIGNAL_SQL = load_sql(__package__, "squatting_better_signal.sql")

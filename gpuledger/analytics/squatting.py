@@ -19,9 +19,15 @@ Definitions (per (job, device) held at ``now``):
 * ``idle_since`` = the first judged sample after the last active one (the first judged sample
   if none was active); NULL when the last judged sample is active.
 * The device is idle when ``now − idle_since ≥ sustained``: every judged sample since then is idle.
-* Stale-data guard: the judged samples at or after now − sustained fall in ``covered_minutes``
-  distinct clock minutes; fewer than min_coverage_ratio × sustained minutes means no judgement
-  for that device, and then none for its job (a held device without any sample is stale too).
+* Stale-data guard: ``covered_minutes``, the time the judged rows at or after now − sustained
+  cover, weighted as the rollups weight rows: sample_n × interval. A row stands for ``n`` raw
+  samples (``gpu_samples.sample_n``, 1 for a raw sample) and covers n × u of the time from its ts
+  to the next judged row (or now), u being the device's raw sample interval: the median over
+  its rows of that time ÷ n, at most one minute (a lone reading vouches for no more, as the
+  clock-minute count this replaces had it). So 10-s samples and their 5-minute aggregates
+  (sample_n 30, u = 10 s) cover the same time, and a gap is uncovered in either form. Less than
+  min_coverage_ratio × sustained minutes means no judgement for that device, and then none for
+  its job (a held device without any sample is stale too).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ ACTIVITY_COLUMNS = {
     "activity_signal": pl.String,  # sm_active, gr_engine_active or gpu_util; NULL: no reading at all
     "last_active": pl.Datetime("us"),  # last judged sample ≥ threshold (NULL: none)
     "idle_since": pl.Datetime("us"),  # first judged sample after last_active (NULL: none)
-    "covered_minutes": pl.Int64,  # distinct clock minutes with a judged sample in the sustained window
+    "covered_minutes": pl.Float64,  # time the judged rows in the sustained window cover (minutes)
     "fb_used_bytes": pl.Int64,  # last non-null fb_used_bytes of the judged samples
 }
 

@@ -44,6 +44,17 @@ def serve(
         try:
             server, thread = start(path, port=port, host=host, cache_s=cache_s)
         except OSError as exc:
+            import errno
+            import socket
+
+            from gpuledger.errors import UsageError
+
+            if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:  # the host, not the port
+                raise UsageError(f"--host {host}: not an address of this host ({exc.strerror or exc}); use "
+                                 "127.0.0.1, 0.0.0.0 or one of this host's addresses") from None
+            if exc.errno == errno.EACCES:
+                raise RunError(f"--port {port}: permission denied to listen on {host}:{port} (ports under 1024 "
+                               "need root); choose --port 1024 or higher") from None
             raise RunError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose another "
                            "port") from None
         typer.echo(f"serving gpuledger metrics from {path} on http://{host}:{port}/metrics (Ctrl-C stops)", err=True)

@@ -115,6 +115,40 @@ def warehouse_config(con, option: Path | None, *, write: bool):
     return cfg
 
 
+class ReadConfig:
+    """The config a read command uses, validated only when used: with no ``--config`` the
+    warehouse's stored version is in force (as config_in_force says), and a read served from
+    materialized rows needs at most one setting of it (:meth:`setting`), which the stored
+    canonical JSON gives without pydantic (BENCHMARKS.md "Read model and CLI latency")."""
+
+    def __init__(self, stored=None, cfg=None) -> None:
+        self._stored, self._cfg = stored, cfg
+
+    @property
+    def policy(self):
+        return (self._cfg if self._cfg is not None else self._stored.config).policy
+
+    def setting(self, path: str):
+        """One setting by dotted path (``policy.usage.mode``)."""
+        if self._stored is not None:
+            return self._stored.setting(path)
+        value = self._cfg
+        for key in path.split("."):
+            value = getattr(value, key)
+        return value
+
+
+def read_config(con, option: Path | None) -> ReadConfig:
+    """:func:`warehouse_config` for a read command, validated on first use of ``.policy``."""
+    from gpuledger.config_store import stored_config
+
+    if option is None:
+        stored = stored_config(con)
+        if stored is not None:
+            return ReadConfig(stored=stored)
+    return ReadConfig(cfg=warehouse_config(con, option, write=False))
+
+
 class Format(str, Enum):
     table = "table"
     csv = "csv"
@@ -132,13 +166,16 @@ def show_frame(frame, fmt: Format, out: Path | None, title: str, view, wide: boo
                columns: str | None = None) -> None:
     """A command's table in the format asked: the terminal table (gpuledger/tables.py, or its plain
     text in ``out``), or csv / parquet / json of its columns (``--columns`` picks and orders them) on
-    stdout or in ``out``; parquet needs ``out``."""
+    stdout or in ``out``; parquet needs ``out``. ``frame`` is a polars DataFrame or the read
+    model's rows (gpuledger.warehouse.read_model.rows: the terminal table needs no polars)."""
     from gpuledger import tables
+    from gpuledger.warehouse.read_model.rows import as_polars
 
     names = tables.parse_columns(columns)
     if fmt is Format.table:
         tables.print_table(frame, view, title=title, wide=wide, columns=names, out=out)
         return
+    frame = as_polars(frame)
     if names is not None:  # csv / parquet / json: the named columns, in that order
         tables.check_columns(frame, names)
         frame = frame.select(names)

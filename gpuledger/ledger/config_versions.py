@@ -46,10 +46,22 @@ class ConfigMismatch(UsageError):
     """An explicit config file differs from the one the warehouse holds."""
 
 
+def canonical_json(cfg: Config) -> str:
+    """The validated config as canonical JSON (every setting, defaults filled in, sorted keys)."""
+    return json.dumps(cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
 def fingerprint(cfg: Config) -> str:
     """sha256 of the validated config as canonical JSON (sorted keys): the content hash."""
-    canonical = json.dumps(cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(canonical_json(cfg).encode()).hexdigest()
+
+
+def same_content(stored: StoredConfig, sha: str) -> bool:
+    """Whether a config whose fingerprint is ``sha`` says what ``stored`` says. The stored hash was
+    taken by the release that loaded it; a release that adds a config key (with its default) dumps
+    the same text differently, so the stored text is also fingerprinted as this release reads it —
+    an upgrade alone never makes the same file "differ" from the warehouse's."""
+    return stored.content_sha256 == sha or fingerprint(stored.config) == sha
 
 
 def config_as_text(cfg: Config) -> str:
@@ -212,15 +224,16 @@ def load_version(
     who = audit.actor(by)
     with transaction(con):
         current = stored_config(con)
-        if current is not None and current.content_sha256 == sha:
+        if current is not None and same_content(current, sha):
             return LoadResult(version=current.version, added=False)
         old = current.config if current else None
         changes = config_changes(old, cfg)
         version = (current.version if current else 0) + 1
         con.execute(
-            "INSERT INTO config_versions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO config_versions (version, content_sha256, source_path, loaded_at, loaded_by, content_text, "
+            "changes, content_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [version, sha, str(source), now, who, text if text is not None else config_as_text(cfg),
-             "\n".join(changes)],
+             "\n".join(changes), canonical_json(cfg)],
         )
         rates, budgets = cfg.rate_card_frame(), cfg.budgets_frame()
         for table, frame in (("rate_card_versions", rates), ("budget_versions", budgets)):
@@ -306,7 +319,7 @@ def config_in_force(
         if option is None:
             return InForce(current.config, current.version, current.source_path)
         cfg, text, path = read_config_file(option)
-        if fingerprint(cfg) == current.content_sha256:
+        if same_content(current, fingerprint(cfg)):
             return InForce(current.config, current.version, current.source_path)
         if differing == "refuse":
             raise ConfigMismatch(

@@ -12,6 +12,12 @@
   dashboards): a closed month's issued lines plus its corrections, or computed lines for an open
   period. Stored lines are checked against their checksum on every read.
 
+Exact amounts: since 2026-12 every revision stores each line's unrounded amount in its
+checksummed line (``amount_exact``; no migration: the lines are JSON), so a correction rounds only
+its own delta. Months closed before then cannot gain them (their lines are checksummed as issued,
+and today's data would not reproduce what was issued): their corrections are the difference of the
+rounded lines, and their statement says so (ROUNDED_FALLBACK_NOTE).
+
 What "the rates known when it was closed" means: a closed month keeps the lines priced by the
 config version current at its close (recorded per revision). A later config load — even one with
 an effective_from inside that month — changes open periods only; ``config load`` names the closed
@@ -246,6 +252,22 @@ def _stored(con, period: str, revision: int, sha: str, count: int) -> list[tuple
     return stored
 
 
+ROUNDED_FALLBACK_NOTE = (
+    "exact amounts: {period} was closed before gpuledger stored them (from 2026-12 every close and "
+    "correction stores each line's unrounded amount beside its cents), so a correction of it is the "
+    "difference of the rounded lines: re-pricing one pool can move a cent on another pool's lines (each "
+    "line stays within a cent of exact; the total is exact). Its issued lines cannot gain exact amounts "
+    "afterwards: they are checksummed as issued, and today's data would not be what was issued")
+
+
+def exact_stored(con, period: str) -> bool:
+    """Whether every revision of closed ``period`` stored its job lines' exact amounts (closed from
+    2026-12 on), so a correction rounds only its own delta; otherwise corrections fall back to
+    the difference of the rounded lines (ROUNDED_FALLBACK_NOTE)."""
+    rows = con.execute("SELECT columns_json FROM statement_revisions WHERE period = ?", [period]).fetchall()
+    return bool(rows) and all("amount_exact" in {c for c, _ in json.loads(text)["job"]} for (text,) in rows)
+
+
 def verify_period(con, period: str) -> None:
     """Check every stored revision of ``period`` against its checksum (RunError naming it)."""
     for revision, sha, count in con.execute("SELECT revision, lines_sha256, line_count FROM statement_revisions "
@@ -434,19 +456,29 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
         _d_raw=pl.col("amount_exact").fill_null(zero) - pl.col("_old_amount_exact").fill_null(zero),
         _di_raw=pl.col("idle_amount_exact").fill_null(zero) - pl.col("_old_idle_amount_exact").fill_null(zero),
         _d_hours=pl.col("gpu_hours").fill_null(0.0) - pl.col("_old_gpu_hours").fill_null(0.0) + 0.0)
-    # the root: new exact total half-up, less the cents already issued (per currency)
-    root = joined.group_by("currency").agg(
-        _root_amount=(half_up_cents(pl.col("amount_exact").fill_null(zero).sum())
-                      - pl.col("_old_amount").fill_null(0).sum()).cast(RAW) * 100,
-        _root_idle_amount_included=(half_up_cents(pl.col("idle_amount_exact").fill_null(zero).sum())
-                                    - pl.col("_old_idle_amount_included").fill_null(0).sum()).cast(RAW) * 100)
-    lf, depth = _with_org_paths(joined.lazy(), org_nodes)
+    # Pool first, as the chargeback tree: each GPU pool's root is its new exact total half-up less
+    # the cents already issued; a pool in which no exact amount moved gets no cent (a month
+    # issued before pools were rounded first keeps its cents where nothing changed). The
+    # currency's correction is the sum of its pools'.
     mt = pl.col("gpu_model") + pl.lit("|") + pl.col("tier")
-    path = ["currency", *(f"p{i}" for i in range(1, depth + 1)), "_mt", "_leaf"]
+    joined = joined.with_columns(_pool=pl.concat_str([pl.col("currency"), mt], separator="|"))
+
+    def root_of(exact: str, issued: str, delta: str) -> pl.Expr:
+        moved = (pl.col(delta) != zero).any()
+        fresh_cents = half_up_cents(pl.col(exact).fill_null(zero).sum()) - pl.col(issued).fill_null(0).sum()
+        return pl.when(moved).then(fresh_cents).otherwise(0).cast(RAW) * 100
+
+    root = joined.group_by("_pool").agg(
+        _root_amount=root_of("amount_exact", "_old_amount", "_d_raw"),
+        _root_idle_amount_included=root_of("idle_amount_exact", "_old_idle_amount_included", "_di_raw"))
+    lf, depth = _with_org_paths(joined.lazy(), org_nodes)
+    path = ["_pool", *(f"p{i}" for i in range(1, depth + 1)), "_leaf"]
     leaves = lf.with_columns(_mt=mt, _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), mt],
                                                          separator="|")).collect()
     levels = round_tree(leaves.lazy(), path=path, amounts={"_d_raw": "amount", "_di_raw": "idle_amount_included"},
                         sums=["_d_hours"], root_cents=root.lazy())
+    currency_of = leaves.select("_pool", "currency").unique("_pool").lazy()
+    levels = [lv.join(currency_of, on="_pool", how="left") for lv in levels]
     described = {c: pl.lit(job_fresh[c][0] if job_fresh.height else None, job_fresh.schema[c])
                  for c in ("period", "period_start", "period_end", "billed_through", "provisional")
                  if c in job_fresh.columns}
@@ -467,11 +499,13 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
     proj = levels[-2].collect().join(meta.unique(path[:-1]).drop("_leaf", "cluster", "job_id", "user_name"),
                                      on=path[:-1], how="left")
     node_parts = []
-    for k in range(1, depth + 1):
-        lv = levels[k].collect().filter(pl.col(f"p{k}") != _PAD)
-        node_parts.append(lv.select("currency", pl.col(f"p{k}").alias("node"), "_d_raw", "_di_raw", "_d_hours",
+    for k in range(1, depth + 1):  # a node: its parts in every pool summed
+        lv = (levels[k].collect().filter(pl.col(f"p{k}") != _PAD)
+              .group_by("currency", pl.col(f"p{k}").alias("node"), maintain_order=True)
+              .agg(pl.col("_d_raw", "_di_raw", "_d_hours", "amount", "idle_amount_included").sum()))
+        node_parts.append(lv.select("currency", "node", "_d_raw", "_di_raw", "_d_hours",
                                     "amount", "idle_amount_included",
-                                    line_kind=pl.when(pl.col(f"p{k}") == IDLE).then(pl.lit("idle"))
+                                    line_kind=pl.when(pl.col("node") == IDLE).then(pl.lit("idle"))
                                     .otherwise(pl.lit("charge"))))
     node = pl.concat(node_parts).with_columns(gpu_model=pl.lit(None, pl.String), tier=pl.lit(None, pl.String))
     out = {}
@@ -503,9 +537,11 @@ def correct_period(
         cfg, version = _current_config(con)
         fresh = compute_lines(con, period, cfg, now=data_now)
         effective = {level: _effective([issued[r][level] for r in sorted(issued)]) for level in LEVELS}
-        if all("amount_exact" in issued[r]["job"].columns for r in issued):
+        exact = exact_stored(con, period)
+        if exact:
             corrections = _delta_corrections(con, period, effective, fresh)
         else:  # closed before exact amounts were stored: the difference of the rounded lines
+            # (ROUNDED_FALLBACK_NOTE, which the statement and the command state)
             corrections = {level: _differences(effective[level], fresh[level]) for level in LEVELS}
         if all(f.is_empty() for f in corrections.values()):
             return None
@@ -517,6 +553,7 @@ def correct_period(
         audit.record(con, who=who, action="period-correct", subject=period, reason=reason.strip(),
                      detail=f"revision {revision}, config v{version}, sha256 {sha}, net {net}", at=now)
     return {"period": period, "revision": revision, "lines": sum(f.height for f in corrections.values()),
+            "rounded_fallback": not exact,
             "sha256": sha, "config_version": version, "net": net,
             "credit_lines": corrections["project"].filter(pl.col("line_kind") == "credit").height,
             "debit_lines": corrections["project"].filter(pl.col("line_kind") == "debit").height}

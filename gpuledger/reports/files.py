@@ -175,11 +175,13 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"statement-{st.period}-{_slug(st.scope)}"
     files = write_statement_files(st, out, stem)
+    shown: list[str] = []
     if showback:  # an extra view, never the ledger: the statement's files are unchanged
-        from gpuledger.reports.showback import showback_lines
+        from gpuledger.reports.showback import showback_lines, showback_sentences
 
-        files.append(write_csv(showback_lines(st, showback), out / f"showback-{showback}-{st.period}-"
-                                                                  f"{_slug(st.scope)}.csv"))
+        frame = showback_lines(st, showback)
+        shown = showback_sentences(frame)
+        files.append(write_csv(frame, out / f"showback-{showback}-{st.period}-{_slug(st.scope)}.csv"))
     if pdf:
         from gpuledger.reports.pdf import write_pdf
 
@@ -205,8 +207,10 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
         "reconciliation_per_pool": [
             {"currency": p.currency, "gpu_model": p.gpu_model, "tier": p.tier, "billed": str(p.billed),
              "capacity_gpu_hours": round(p.capacity_gpu_hours, 6), "capacity_amount": str(p.capacity_amount),
-             "over_allocated": str(p.over_allocated), "difference": str(p.difference), "statement": p.sentence()}
+             "over_allocated": str(p.over_allocated), "capacity_unknown": str(p.capacity_unknown),
+             "difference": str(p.difference), "statement": p.sentence()}
             for p in st.pools],
+        **({"showback": {"basis": showback, "per_pool": shown}} if showback else {}),
         "files": [{"path": p.relative_to(out).as_posix(), "sha256": sha256_file(p), "bytes": p.stat().st_size}
                   for p in sorted(files, key=lambda p: p.relative_to(out).as_posix())],
     }

@@ -1,14 +1,27 @@
 """Showback of activity: an option beside the statement, never the ledger of record.
 
 Per GPU pool (currency, GPU model, tier) the pool's billed amount (its charges, its idle and the
-corrections of both, exactly as the statement bills them) is shown re-weighted by each project's
-*active* GPU-hours, so the idle capacity is redistributed to who used the GPUs and the pool's
+corrections of both, exactly as the statement bills them) is shown re-weighted by what each
+project measurably used, so the idle capacity is redistributed to who used the GPUs and the pool's
 total is unchanged: Σ showback = Σ billed per pool, to the cent (largest remainder).
 
-Hours without an activity signal (``gpu_hours_unknown``: no samples) weigh as allocated, never as
-idle: a project is not discounted because its GPUs were not scraped. Such lines are marked
-(``activity``: ``partly unknown`` / ``unknown``), so a reader sees which figures rest on
-allocation rather than activity. Units: GPU-hours, money in exact decimals.
+Bases:
+
+* ``active``: active GPU-hours (Σ allocated × the best activity signal);
+* ``energy``: kWh from the DCGM energy counter (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, resets
+  handled: analytics/energy.py), per holder.
+
+Hours the basis cannot measure are *marked* and keep their allocated share, never discounted by
+accident and never loaded with idle on a guess: hours on a time-sliced GPU (several holders at once:
+whose activity or energy it is cannot be told) and hours without a signal (no activity samples for
+``active``; no energy reading, or a MIG slice whose energy is its GPU's split by slice, marked
+"MIG slice", for ``energy``). A line's kept amount is its billed amount × marked / allocated GPU-hours; the rest of
+the pool (the measured lines' charges and the pool's idle) is shared by the measured lines in
+proportion to their measure. The pool's idle line shows what left it (``idle_redistributed``
+negative), so Σ idle_redistributed = 0 per pool. When nothing in a pool was measurably used, its
+idle stays idle and the lines keep their charges.
+
+Units: GPU-hours, kWh, money in exact decimals (cents).
 """
 
 from __future__ import annotations
@@ -17,51 +30,127 @@ from decimal import Decimal
 
 import polars as pl
 
-from gpuledger.reports.statement import Statement
+from gpuledger.reports.statement import ORG_LINES, Statement
 
-BASES = ("active",)
+BASES = ("active", "energy")
+MEASURE_UNIT = {"active": "active GPU-hours", "energy": "kWh"}
+_H = Decimal("0.000001")  # GPU-hours and kWh to the micro-unit before the Decimal arithmetic
+POOL = ["currency", "gpu_model", "tier"]
+COLUMNS = ["business_unit", "project", *POOL, "basis", "gpu_hours", "gpu_hours_time_sliced", "gpu_hours_no_signal",
+           "gpu_hours_measured", "measure", "measure_unit", "billed", "kept_allocated", "showback",
+           "idle_redistributed", "marked"]
+
+
+def _dec(x) -> Decimal:
+    return Decimal(str(round(float(x or 0.0), 6))).quantize(_H)
 
 
 def showback_lines(st: Statement, basis: str = "active") -> pl.DataFrame:
-    """business_unit, project, gpu_model, tier, currency, gpu_hours (allocated), gpu_hours_active,
-    gpu_hours_unknown, weight_gpu_hours (active + unknown), billed (the ledger's charge, with its
-    corrections), showback, idle_redistributed (showback − billed), activity (measured /
-    partly unknown / unknown)."""
+    """One row per (business_unit, project, pool) with charges, and one ``(idle)`` row per pool
+    with idle. Columns: business_unit, project, currency, gpu_model, tier, basis, gpu_hours
+    (allocated), gpu_hours_time_sliced, gpu_hours_no_signal (for this basis), gpu_hours_measured,
+    measure (active GPU-hours or kWh of the measured hours), measure_unit, billed (the ledger's
+    charge with its corrections), kept_allocated (the marked hours' share of billed, unchanged),
+    showback, idle_redistributed (showback − billed), marked (what is marked: "time-sliced",
+    "no activity signal" / "no energy reading", joined by "; "; empty when all measured)."""
     if basis not in BASES:
         from gpuledger.errors import UsageError
 
         raise UsageError(f"--showback {basis!r}: choose one of {', '.join(BASES)}")
     lines = st.lines.with_columns(kind=pl.coalesce("correction_of", "line_kind"))
     money = lines.filter(pl.col("kind").is_in(["charge", "idle"]) & pl.col("currency").is_not_null())
-    pool = ["currency", "gpu_model", "tier"]
-    totals = money.group_by(pool).agg(pl.col("amount").sum().alias("_pool"))
+    usage = st.usage.group_by("project", pl.col("model").alias("gpu_model"), "tier").agg(
+        pl.col("gpu_hours_active", "gpu_hours_unknown", "gpu_hours_time_sliced", "gpu_hours_no_energy",
+               "gpu_hours_mig", "energy_kwh").fill_null(0.0).sum())
     charges = (money.filter(pl.col("kind") == "charge")
-               .group_by("business_unit", "project", *pool)
-               .agg(pl.col("amount").sum().alias("billed"), pl.col("gpu_hours").filter(pl.col("line_kind") == "charge")
-                    .sum(), pl.col("gpu_hours_active").fill_null(0.0).sum(), pl.col("gpu_hours_unknown").fill_null(0.0)
-                    .sum())
-               .with_columns(weight_gpu_hours=(pl.col("gpu_hours_active") + pl.col("gpu_hours_unknown")).round(6))
-               .join(totals, on=pool, how="left")
-               .sort(*pool, "business_unit", "project"))
-    shares: list[Decimal] = []
-    for _, group in charges.group_by(pool, maintain_order=True):
+               .group_by("business_unit", "project", *POOL)
+               .agg(pl.col("amount").sum().alias("billed"),
+                    pl.col("gpu_hours").filter(pl.col("line_kind") == "charge").sum())
+               .join(usage, on=["project", "gpu_model", "tier"], how="left", nulls_equal=True)
+               .sort(*POOL, "business_unit", "project"))
+    idle = (money.filter(pl.col("kind") == "idle").group_by(*POOL)
+            .agg(pl.col("amount").sum().alias("billed"), pl.col("gpu_hours").filter(pl.col("line_kind") == "idle")
+                 .sum()))
+    no_signal_label = "no activity signal" if basis == "active" else "no energy reading"
+    rows: list[dict] = []
+    pools = sorted(set(charges.select(POOL).unique().iter_rows()) | set(idle.select(POOL).unique().iter_rows()),
+                   key=lambda k: tuple("" if v is None else v for v in k))
+    for key in pools:
+        mine = [r for r in charges.iter_rows(named=True) if (r["currency"], r["gpu_model"], r["tier"]) == key]
+        idle_row = next((r for r in idle.iter_rows(named=True) if (r["currency"], r["gpu_model"], r["tier"]) == key),
+                        None)
+        out = []
+        for r in mine:
+            hours = _dec(r["gpu_hours"])
+            sliced = min(_dec(r["gpu_hours_time_sliced"]), hours)
+            if basis == "active":
+                no_signal = _dec((r["gpu_hours_unknown"] or 0.0) - (r["gpu_hours_time_sliced"] or 0.0))
+                measure = _dec(r["gpu_hours_active"])
+            else:
+                no_signal = _dec(r["gpu_hours_no_energy"])
+                measure = _dec(r["energy_kwh"])
+            no_signal = max(min(no_signal, hours - sliced), Decimal(0))
+            billed = Decimal(r["billed"])
+            marked = sliced + no_signal
+            # a line without hours (only a correction's amount) keeps it: nothing measures it
+            kept = billed * marked / hours if hours > 0 else billed
+            mig = min(_dec(r["gpu_hours_mig"]), no_signal) if basis == "energy" else Decimal(0)
+            labels = [lab for lab, h in (("time-sliced", sliced), (no_signal_label, no_signal - mig),
+                                         ("MIG slice (energy is its GPU's)", mig)) if h > 0]
+            out.append({"business_unit": r["business_unit"], "project": r["project"], "gpu_hours": float(hours),
+                        "gpu_hours_time_sliced": float(sliced), "gpu_hours_no_signal": float(no_signal),
+                        "gpu_hours_measured": float(hours - marked), "measure": float(measure), "billed": billed,
+                        "kept_allocated": kept, "_measured_billed": billed - kept,
+                        "marked": "; ".join(labels)})
+        idle_billed = Decimal(idle_row["billed"]) if idle_row else Decimal("0.00")
+        total = sum((r["billed"] for r in out), idle_billed)
+        weight = sum(Decimal(str(r["measure"])) for r in out if r["gpu_hours_measured"] > 0)
+        shared = total - sum((r["kept_allocated"] for r in out), Decimal(0))
+        exact = []
+        for r in out:
+            if weight > 0:
+                mine_w = Decimal(str(r["measure"])) if r["gpu_hours_measured"] > 0 else Decimal(0)
+                exact.append(r["kept_allocated"] + shared * mine_w / weight)
+            else:  # nothing measurably used: each line keeps its charge, the idle stays idle
+                exact.append(r["billed"])
+        idle_exact = Decimal(0) if weight > 0 else idle_billed
         from gpuledger.reports.weekly import _largest_remainder
 
-        total = Decimal(group["_pool"][0])
-        weights = [Decimal(str(w)) for w in group["weight_gpu_hours"]]
-        if sum(weights) == 0:  # nobody used the pool: showback follows the ledger's charges
-            weights = [Decimal(b) for b in group["billed"]]
-        shares += _largest_remainder(total, weights)
-    out = charges.with_columns(showback=pl.Series(shares, dtype=pl.Decimal(38, 2)))
-    # a pool nobody charged: its idle stays the org's, as on the statement
-    unused = totals.join(charges.select(pool).unique(), on=pool, how="anti").with_columns(
-        business_unit=pl.lit("(org)"), project=pl.lit("(idle)"), billed=pl.col("_pool"), showback=pl.col("_pool"),
-        gpu_hours=pl.lit(0.0), gpu_hours_active=pl.lit(0.0), gpu_hours_unknown=pl.lit(0.0),
-        weight_gpu_hours=pl.lit(0.0))
-    out = pl.concat([out, unused.select(out.columns)], how="vertical_relaxed")
-    return out.with_columns(
-        idle_redistributed=(pl.col("showback") - pl.col("billed")).cast(pl.Decimal(38, 2)),
-        activity=pl.when(pl.col("gpu_hours_unknown") <= 1e-9).then(pl.lit("measured"))
-        .when(pl.col("gpu_hours_active") > 0).then(pl.lit("partly unknown")).otherwise(pl.lit("unknown")),
-    ).select("business_unit", "project", *pool, "gpu_hours", "gpu_hours_active", "gpu_hours_unknown",
-             "weight_gpu_hours", "billed", "showback", "idle_redistributed", "activity")
+        cents = _largest_remainder(total, [*exact, idle_exact]) if (out or idle_row) else []
+        for r, e, c in zip(out, exact, cents, strict=False):
+            r["showback"] = c
+            r["kept_allocated"] = r["kept_allocated"].quantize(Decimal("0.01"))
+        if idle_row is not None:
+            out.append({"business_unit": ORG_LINES, "project": "(idle)", "gpu_hours": float(_dec(idle_row["gpu_hours"])),
+                        "gpu_hours_time_sliced": 0.0, "gpu_hours_no_signal": 0.0, "gpu_hours_measured": 0.0,
+                        "measure": 0.0, "billed": idle_billed, "kept_allocated": Decimal("0.00"),
+                        "showback": cents[-1], "marked": ""})
+        for r in out:
+            r.pop("_measured_billed", None)
+            r.update(currency=key[0], gpu_model=key[1], tier=key[2], basis=basis, measure_unit=MEASURE_UNIT[basis],
+                     idle_redistributed=r["showback"] - r["billed"])
+            rows.append(r)
+    schema = {"business_unit": pl.String, "project": pl.String, "currency": pl.String, "gpu_model": pl.String,
+              "tier": pl.String, "basis": pl.String, "gpu_hours": pl.Float64, "gpu_hours_time_sliced": pl.Float64,
+              "gpu_hours_no_signal": pl.Float64, "gpu_hours_measured": pl.Float64, "measure": pl.Float64,
+              "measure_unit": pl.String, "billed": pl.Decimal(38, 2), "kept_allocated": pl.Decimal(38, 2),
+              "showback": pl.Decimal(38, 2), "idle_redistributed": pl.Decimal(38, 2), "marked": pl.String}
+    return pl.DataFrame([[r[c] for c in COLUMNS] for r in rows], schema={c: schema[c] for c in COLUMNS},
+                        orient="row")
+
+
+def showback_sentences(frame: pl.DataFrame) -> list[str]:
+    """Per pool, one line a reader checks the showback by: the idle redistributed, the marked
+    hours kept at their allocated share, and Σ showback = Σ billed."""
+    out = []
+    for (cur, model, tier), g in frame.group_by(POOL, maintain_order=True):
+        billed, shown = sum(g["billed"].to_list(), Decimal(0)), sum(g["showback"].to_list(), Decimal(0))
+        moved = -sum((d for d, p in zip(g["idle_redistributed"], g["project"], strict=True) if p == "(idle)"),
+                     Decimal(0))
+        sliced, no_sig = g["gpu_hours_time_sliced"].sum(), g["gpu_hours_no_signal"].sum()
+        unit = g["measure_unit"][0]
+        out.append(f"{cur} {model} / {tier}: billed {billed:,.2f}, shown {shown:,.2f} by {unit} "
+                   f"({'equal' if billed == shown else 'DIFFERENT'}); idle redistributed {moved:,.2f}; "
+                   f"kept at their allocated share: {sliced:,.3f} GPU-hours time-sliced, {no_sig:,.3f} GPU-hours "
+                   f"{'without an activity signal' if unit.startswith('active') else 'without an energy reading of their own (none, or a MIG slice)'}")
+    return out

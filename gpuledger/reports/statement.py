@@ -73,8 +73,11 @@ class Reconciliation:
 @dataclass
 class PoolReconciliation:
     """Per GPU pool (currency, GPU model, tier): charges + idle + corrections of its lines against
-    its capacity × price. Lines are rounded top-down per project, so a pool's cents can differ
-    from its own exact total rounded by a cent or two while the currency total reconciles."""
+    its capacity × price. The ledger rounds pool first (analytics/chargeback.py), so a pool's
+    lines add up to its exact total rounded half-up: its capacity × price to the cent. Two cases
+    can still differ, and the sentence says which: over-allocation (its memo line is rounded on
+    its own) and a month issued before pools were rounded first (2026-12; issued lines never
+    move, and a correction takes only its own delta)."""
 
     currency: str
     gpu_model: str
@@ -83,18 +86,29 @@ class PoolReconciliation:
     capacity_gpu_hours: float
     capacity_amount: Decimal
     over_allocated: Decimal
+    capacity_unknown: Decimal = Decimal("0.00")  # charges of clusters without an inventory
+    issued: bool = False  # the lines are a closed month's (frozen)
 
     @property
     def difference(self) -> Decimal:
-        return self.billed - self.capacity_amount - self.over_allocated
+        return self.billed - self.capacity_amount - self.over_allocated - self.capacity_unknown
 
     def sentence(self) -> str:
         right = f"capacity {self.capacity_gpu_hours:,.3f} GPU-hours × price = {self.capacity_amount:,.2f}"
         if self.over_allocated:
             right += f" + over-allocated {self.over_allocated:,.2f}"
-        verdict = ("reconciles to the cent" if not self.difference
-                   else f"differs by {self.difference:+,.2f} of rounding (each line within a cent; the currency "
-                        "total reconciles)")
+        if self.capacity_unknown:
+            right += f" + charges of clusters of unknown capacity {self.capacity_unknown:,.2f}"
+        if not self.difference:
+            verdict = "reconciles to the cent"
+        elif self.over_allocated:
+            verdict = (f"differs by {self.difference:+,.2f}: the over-allocated memo is rounded on its own (each "
+                       "line within a cent)")
+        elif self.issued:
+            verdict = (f"differs by {self.difference:+,.2f} of rounding: issued before pools were rounded first, "
+                       "and issued lines never move (each line within a cent)")
+        else:
+            verdict = f"DOES NOT reconcile: off by {self.difference:+,.2f}"
         return f"{self.currency} {self.gpu_model} / {self.tier}: billed {self.billed:,.2f}; {right}; {verdict}"
 
 
@@ -209,18 +223,38 @@ def subtree(org_nodes: pl.DataFrame, node: str) -> set[str]:
     return {n for n in tree.parent if node in tree.ancestors(n)}
 
 
+USAGE_SCHEMA = {"project": pl.String, "model": pl.String, "tier": pl.String, "partition": pl.String,
+                "host": pl.String, "gpu_hours_allocated": pl.Float64, "gpu_hours_active": pl.Float64,
+                "gpu_hours_unknown": pl.Float64, "gpu_hours_time_sliced": pl.Float64,
+                "gpu_hours_no_energy": pl.Float64, "gpu_hours_mig": pl.Float64, "energy_kwh": pl.Float64}
+
+
 def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> pl.DataFrame:
-    """Per allocation piece's (project, model, tier, partition, host): allocated and active GPU-hours."""
+    """Per allocation piece's (project, model, tier, partition, host): allocated, active and
+    unknown GPU-hours; of the unknown, those on time-sliced GPUs (``gpu_hours_time_sliced``);
+    ``energy_kwh`` of the hours with a reading of their own and ``gpu_hours_no_energy`` for the
+    others (not time-sliced; of them ``gpu_hours_mig`` on MIG slices). A time-sliced GPU's energy is split by allocation fraction and a MIG
+    instance's is its GPU's split by compute slice: neither measures the holder, so showback's
+    energy basis counts those hours as without a reading."""
     from gpuledger.analytics.reports import attribution
 
     used = attribution(con, t, start=start, end=end, now=now, policy=policy)
     jobs = t.jobs.select("cluster", "job_id", "project", "partition").unique(["cluster", "job_id"])
     hosts = t.gpus.select(pl.col("gpu_id").cast(pl.Int32), "host")
+    alloc, sliced = pl.col("gpu_hours_allocated"), pl.col("gpu_hours_time_sliced").fill_null(0.0)
+    own = (alloc - sliced).clip(lower_bound=0.0)
+    reading = pl.col("energy_kwh").is_not_null() & ~pl.col("is_mig").fill_null(False)
     return (
         used.join(jobs, on=["cluster", "job_id"], how="left")
         .join(hosts, on="gpu_id", how="left")
+        .with_columns(
+            gpu_hours_time_sliced=sliced,
+            gpu_hours_no_energy=pl.when(reading).then(0.0).otherwise(own),
+            gpu_hours_mig=pl.when(pl.col("is_mig").fill_null(False)).then(own).otherwise(0.0),
+            energy_kwh=pl.when(reading & (alloc > 0)).then(pl.col("energy_kwh") * own / alloc).otherwise(0.0))
         .group_by("project", "model", "tier", "partition", "host")
-        .agg(pl.col("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown").sum())
+        .agg(pl.col("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown", "gpu_hours_time_sliced",
+                    "gpu_hours_no_energy", "gpu_hours_mig", "energy_kwh").sum())
         # in-memory engine: the streaming one sums in a different order on every run (notes/tables.md)
         .collect(engine="in-memory")
     )
@@ -333,10 +367,7 @@ def build_statement(
     billed_through = lines["billed_through"].max() if lines.height else min(end, now)
     usage_end = min(end, billed_through or end)
     usage = (_usage(con, t, start=start, end=usage_end, now=min(now, usage_end), policy=policy)
-             if usage_end > start else pl.DataFrame(schema={
-                 "project": pl.String, "model": pl.String, "tier": pl.String, "partition": pl.String,
-                 "host": pl.String, "gpu_hours_allocated": pl.Float64, "gpu_hours_active": pl.Float64,
-                 "gpu_hours_unknown": pl.Float64}))
+             if usage_end > start else pl.DataFrame(schema=USAGE_SCHEMA))
     # efficiency over the GPU-hours whose activity is known (hours without samples are neither
     # active nor idle: counting them as 0 % would blame a job for a scrape gap)
     per_line = usage.group_by("project", "model", "tier").agg(
@@ -386,6 +417,11 @@ def build_statement(
     # the state's sentence replaces chargeback's provisional note (which says lines change: not
     # so once closed)
     st.notes = [st.status_sentence] + [n for n in notes if not n.startswith("provisional")]
+    if closed:
+        from gpuledger.ledger.periods import ROUNDED_FALLBACK_NOTE, exact_stored
+
+        if not exact_stored(con, period):
+            st.notes.append(ROUNDED_FALLBACK_NOTE.format(period=period))
     st.empty = no_data(con, period, lines)
     if st.empty:
         st.notes.insert(0, NO_DATA_NOTE.format(period=period))
@@ -395,24 +431,28 @@ def build_statement(
         st.reconciliation = _reconcile(out, cap)
         st.pools = _reconcile_pools(out, _capacity(con, t, start=start, end=min(end, st.billed_through),
                                                    config_version=version, closed=closed, by=("model", "tier"),
-                                                   retire_grace=timedelta(hours=policy.chargeback.retire_after_hours)))
+                                                   retire_grace=timedelta(hours=policy.chargeback.retire_after_hours)),
+                                    issued=closed)
     return st
 
 
-def _reconcile_pools(lines: pl.DataFrame, capacity: dict[tuple, tuple[float, Decimal]]) -> list[PoolReconciliation]:
+def _reconcile_pools(lines: pl.DataFrame, capacity: dict[tuple, tuple[float, Decimal]], *,
+                     issued: bool = False) -> list[PoolReconciliation]:
     kind = pl.coalesce("correction_of", "line_kind")
     money = lines.filter(pl.col("currency").is_not_null() & pl.col("gpu_model").is_not_null())
-    sums = {(c, m, t): (Decimal(b or 0), Decimal(o or 0)) for c, m, t, b, o in money.group_by(
+    sums = {(c, m, t): (Decimal(b or 0), Decimal(o or 0), Decimal(u or 0)) for c, m, t, b, o, u in money.group_by(
         "currency", "gpu_model", "tier").agg(
         pl.col("amount").filter(kind.is_in(["charge", "idle"])).sum().alias("billed"),
-        pl.col("amount").filter(kind == "over-allocated").sum().alias("over")).iter_rows()}
+        pl.col("amount").filter(kind == "over-allocated").sum().alias("over"),
+        pl.col("amount").filter(kind == "capacity-unknown").sum().alias("unknown")).iter_rows()}
+    cent = Decimal("0.01")
     out = []
     for key in sorted(set(sums) | set(capacity)):
-        billed, over = sums.get(key, (Decimal("0.00"), Decimal("0.00")))
+        billed, over, unknown = sums.get(key, (Decimal("0.00"),) * 3)
         hours, amount = capacity.get(key, (0.0, Decimal("0.00")))
-        out.append(PoolReconciliation(*key, billed=Decimal(billed).quantize(Decimal("0.01")) + 0,
-                                      capacity_gpu_hours=hours, capacity_amount=amount,
-                                      over_allocated=Decimal(over).quantize(Decimal("0.01")) + 0))
+        out.append(PoolReconciliation(*key, billed=billed.quantize(cent) + 0, capacity_gpu_hours=hours,
+                                      capacity_amount=amount, over_allocated=over.quantize(cent) + 0,
+                                      capacity_unknown=unknown.quantize(cent) + 0, issued=issued))
     return out
 
 

@@ -169,32 +169,117 @@ def _largest_remainder(total: Decimal, weights: list[Decimal]) -> list[Decimal]:
 REPLAY_STEP = timedelta(minutes=30)  # half the default sustained-idle window: no episode slips between
 
 
+def idle_candidate_moments(con: duckdb.DuckDBPyConnection, policy, *, start: datetime, end: datetime,
+                           step: timedelta = REPLAY_STEP) -> set[datetime] | None:
+    """The moments start + k·step in (start, end] at which some device held then could be found
+    idle, from one pass over the window's samples (week_idle_candidates.sql); None when the
+    windows do not fall on the buckets (sustained window not a whole number of steps) or the
+    stale-data guard is off, and every moment must be evaluated.
+
+    Exact, not a heuristic: a device is idle at M only when its judged samples of the signal it
+    is judged by (one of sm_active, gr_engine_active, gpu_util) cover enough of [M − sustained, M)
+    (min_coverage_ratio > 0: at least one sample there) and none of them is active (a later active
+    sample makes idle_since later than M − sustained; analytics/squatting.py). So where, for every
+    signal, a device's samples in the window are absent or include an active one, it is not idle at
+    M, whichever signal it is judged by; and only a device allocated at M is held."""
+    from gpuledger.sql import load_sql
+
+    sustained = timedelta(minutes=policy.squatting.sustained_minutes)
+    if policy.squatting.min_coverage_ratio <= 0 or sustained <= timedelta(0) or sustained % step:
+        return None
+    per = sustained // step  # buckets in a window
+    buckets = con.sql(load_sql(__package__, "week_idle_candidates.sql"), params={
+        "step_s": int(step.total_seconds()), "origin": start, "lo": start + step - sustained, "hi": end,
+        "thr": policy.squatting.idle_threshold_ratio}).pl()
+    if buckets.is_empty():
+        return set()
+    windows = (buckets.with_columns(moment=pl.concat_list([pl.col("bucket") + step * j for j in range(1, per + 1)]))
+               .explode("moment").filter((pl.col("moment") > start) & (pl.col("moment") <= end))
+               .group_by("gpu_id", "moment").agg(pl.col("^[na]_.*$").sum()))
+    could = windows.filter(pl.any_horizontal([(pl.col(f"n_{s}") > 0) & (pl.col(f"a_{s}") == 0)
+                                              for s in ("sm", "gr", "util")]))
+    held = con.sql("SELECT gpu_id, start_time, end_time FROM job_allocations WHERE gpu_id IS NOT NULL "
+                   "AND start_time <= $hi AND (end_time IS NULL OR end_time > $lo)",
+                   params={"lo": start, "hi": end}).pl()
+    hit = (could.join(held, on="gpu_id")
+           .filter((pl.col("start_time") <= pl.col("moment"))
+                   & (pl.col("end_time").is_null() | (pl.col("end_time") > pl.col("moment")))))
+    return set(hit["moment"].unique().to_list())
+
+
+class _WeekTables:
+    """The week's jobs, allocations, inventory and rates, read once; :meth:`findings` at a moment
+    is reports.squatters_report's at that moment (the same tables cut as load_tables would cut
+    them for [moment − lookback, moment + 1 s), the same evidence and rules), without reading the
+    tables again for each of the week's 336 moments."""
+
+    LOOKBACK = timedelta(hours=6)  # squatters_report's default lookback
+
+    def __init__(self, con, policy, *, start: datetime, end: datetime, step: timedelta):
+        from gpuledger.analytics.collect import ENGINE
+        from gpuledger.analytics.load import load_tables
+
+        self.con, self.policy = con, policy
+        t = load_tables(con, start=start + step - self.LOOKBACK, end=end + timedelta(seconds=1), samples=False)
+        self.jobs, self.allocations = t.jobs.collect(engine=ENGINE), t.job_allocations.collect(engine=ENGINE)
+        self.gpus, self.rate_card = t.gpus.collect(engine=ENGINE), t.rate_card.collect(engine=ENGINE)
+
+    def findings(self, moment: datetime) -> pl.DataFrame:
+        from gpuledger.analytics.collect import ENGINE
+        from gpuledger.analytics.load import load_device_activity
+        from gpuledger.analytics.reports import ordered
+        from gpuledger.analytics.squatting import squatting_findings
+
+        lo, hi = moment - self.LOOKBACK, moment + timedelta(seconds=1)
+
+        def overlaps(frame: pl.DataFrame, begin: pl.Expr) -> pl.Expr:
+            return (begin < hi) & (pl.col("end_time").is_null() | (pl.col("end_time") > lo))
+
+        jobs = self.jobs.filter(overlaps(self.jobs, pl.coalesce("submit_time", "start_time")))
+        allocs = self.allocations.filter(
+            overlaps(self.allocations, pl.col("start_time"))
+            | pl.struct("cluster", "job_id").is_in(jobs.select(pl.struct("cluster", "job_id")).to_series().implode()))
+        jobs, allocs, gpus = jobs.lazy(), allocs.lazy(), self.gpus.lazy()
+        sq = self.policy.squatting
+        activity = load_device_activity(self.con, jobs, allocs, gpus, now=moment, policy=sq, lookback=self.LOOKBACK)
+        found = squatting_findings(jobs, allocs, gpus, activity, self.rate_card.lazy(), now=moment, policy=sq,
+                                   include_exempt=False).collect(engine=ENGINE)
+        return ordered(found, ["finding", "idle_minutes", "cluster", "job_id"], [True, True, False, False])
+
+
 def week_episodes(con: duckdb.DuckDBPyConnection, policy, *, start: datetime, end: datetime,
-                  step: timedelta = REPLAY_STEP) -> pl.DataFrame:
+                  step: timedelta = REPLAY_STEP, plain: bool = False) -> pl.DataFrame:
     """Every squatting episode of [start, end): the idle-GPU rules (reports.squatters_report)
     evaluated every ``step`` through the window and the episodes advanced as the pipeline does
     (analytics.squatting_lifecycle), so the week's summary does not depend on which moments the
     pipeline happened to evaluate. Each episode with its worst severity and its largest wasted
-    GPU-hours (idle minutes × idle GPUs, as of its last evaluation)."""
+    GPU-hours (idle minutes × idle GPUs, as of its last evaluation).
+
+    ``plain``: reports.squatters_report at every moment, reading the tables each time (the
+    reference the fast path is measured and checked against: benchmarks/weekly_bench.py)."""
     from gpuledger.alerts.plan import SEVERITY_RANK
-    from gpuledger.analytics.reports import squatters_report
     from gpuledger.analytics.squatting_lifecycle import EPISODE, advance_lifecycle
+
+    if plain:
+        from gpuledger.analytics.reports import squatters_report
+
+        def findings_at(moment: datetime) -> pl.DataFrame:
+            return squatters_report(con, policy=policy, now=moment)
+    else:
+        findings_at = _WeekTables(con, policy, start=start, end=end, step=step).findings
 
     open_now = pl.DataFrame()
     done: list[pl.DataFrame] = []
-    # a moment with no sample in its sustained window finds nothing (the stale-data guard) and
-    # resolves what is open; only the first such moment after samples needs evaluating
-    window = timedelta(minutes=policy.squatting.sustained_minutes)
-    sampled = {b for (b,) in con.execute(
-        "SELECT DISTINCT time_bucket(?::INTERVAL, ts, ?::TIMESTAMP) FROM gpu_samples WHERE ts >= ? AND ts < ?",
-        [f"{int(step.total_seconds())} seconds", start, start - window, end]).fetchall()}
+    # With no episode open, only a moment at which some held device could be idle can find
+    # anything (idle_candidate_moments, one pass over the week's samples); an open episode is
+    # followed at every moment until it resolves.
+    candidates = None if plain else idle_candidate_moments(con, policy, start=start, end=end, step=step)
     moment = start + step
     while moment <= end:
-        lo = moment - window - step
-        if not any(lo <= b < moment for b in sampled) and not open_now.height:
+        if candidates is not None and moment.replace(tzinfo=None) not in candidates and not open_now.height:
             moment += step
             continue
-        findings = squatters_report(con, policy=policy, now=moment)
+        findings = findings_at(moment)
         if findings.height or open_now.height:
             prior = open_now if open_now.height else findings.clear().with_columns(
                 first_seen=pl.lit(None, pl.Datetime("us")), last_seen=pl.lit(None, pl.Datetime("us")),

@@ -31,7 +31,7 @@ SHEET_COLUMNS = ["line_kind", "project", "gpu_model", "tier", "currency", "gpu_h
 HEADERS = {
     "business_unit": "Business unit", "line_kind": "Line", "project": "Project", "gpu_model": "GPU model",
     "tier": "Tier", "currency": "Currency", "gpu_hours": "Allocated (GPU-h)", "gpu_hours_active": "Active (GPU-h)",
-    "gpu_hours_unknown": "No activity data (GPU-h)", "efficiency_ratio": "Efficiency (%)",
+    "gpu_hours_unknown": "Activity unknown (GPU-h)", "efficiency_ratio": "Efficiency (%)",
     "amount": "Amount", "idle_amount_included": "Idle included", "revision": "Revision",
     "correction_of": "Corrects", "note": "Note", "partition": "Slurm partition", "host": "Host",
     "sheet": "Sheet", "status": "Status",
@@ -272,13 +272,26 @@ def _summary(w: SheetWriter, st: Statement, sheet_of: dict[str, str]) -> None:
         w.table(rcols, rrows, filter_=False)
     if st.pools:
         pcols = ["Currency", "GPU model", "Tier", "Billed", "Capacity (GPU-h)", "Capacity × price", "Over-allocated",
-                 "Difference"]
+                 "Difference", "Reconciles"]
+        unknown = any(p.capacity_unknown for p in st.pools)
+        if unknown:
+            pcols.insert(7, "Capacity unknown")
+
+        def verdict(p) -> str:
+            if not p.difference:
+                return "yes, to the cent"
+            if p.over_allocated:
+                return "memo rounded on its own"
+            return "issued before pool-first rounding" if p.issued else "NO"
+
         prows = [[Cell(p.currency), Cell(p.gpu_model), Cell(p.tier), Cell(p.billed, money_format(p.currency)),
                   Cell(p.capacity_gpu_hours, "#,##0.000"), Cell(p.capacity_amount, money_format(p.currency)),
-                  Cell(p.over_allocated, money_format(p.currency)), Cell(p.difference, money_format(p.currency))]
+                  Cell(p.over_allocated, money_format(p.currency)),
+                  *([Cell(p.capacity_unknown, money_format(p.currency))] if unknown else []),
+                  Cell(p.difference, money_format(p.currency)), Cell(verdict(p))]
                  for p in st.pools]
-        w.put(w.row, 1, Cell("Reconciliation per GPU pool (lines are rounded per project: a pool may differ by a "
-                             "cent of rounding)", bold=True), measure=False)
+        w.put(w.row, 1, Cell("Reconciliation per GPU pool (each pool's lines add up to its capacity × price)",
+                             bold=True), measure=False)
         w.row += 1
         w.table(pcols, prows, filter_=False)
     texts = [("Note", n) for n in st.notes if n != st.status_sentence] + [("Warning", x) for x in st.warnings]

@@ -4,11 +4,12 @@ retired), tiers and price changes, on a cluster with an inventory and one withou
 before or after "now". The oracle below computes every exact amount in Python fractions from
 the job records, hour by hour, without polars; every chargeback level must then be:
 
-* within one cent of exact on every line (charge, idle, over-allocated);
+* within one cent of exact on every job, project, idle and over-allocated line;
 * children summing exactly to their parent: the job lines of a project × model × tier to its
   project line, a node's children and own project lines to the node, everything to the total;
 * per (cluster, model, tier): charges + idle = capacity × price + over-allocated (exact in the
-  oracle; the rounded lines within a cent each), the total the exact total rounded half-up;
+  oracle; the rounded lines within a cent each); pool first: each pool (model × tier) its exact
+  total rounded half-up, the total the sum of its pools, a node within a cent per pool;
 * unpriced hours (no rate, no model, unknown device) listed apart with their reasons.
 """
 
@@ -226,10 +227,20 @@ def test_every_level_matches_the_oracle(world, start_min, len_min, now_min, idle
     idle = {(r["cluster"], r["gpu_model"], r["tier"]): r["amount"] for r in job.filter(kind == "idle").to_dicts()}
     for key in set(idle) | {k for k, v in want["idle"].items() if v}:
         assert _near(idle.get(key, Decimal(0)), want["idle"].get(key, Fraction(0)))
-    # The total is the exact total rounded half-up; billed lines are charge and idle lines.
-    exact_total = sum(want["lines"].values()) + sum(want["idle"].values())
+    # Pool first: each GPU pool (model × tier, one currency here) bills its exact total rounded
+    # half-up, and the total is the sum of its pools; billed lines are charge and idle lines.
+    pool_exact = defaultdict(Fraction)
+    for (_, _, m, t), v in want["lines"].items():
+        pool_exact[(m, t)] += v
+    for (_, m, t), v in want["idle"].items():
+        pool_exact[(m, t)] += v
     billed = job.filter(pl.col("billed"))
-    assert billed["amount"].sum() == _half_up(exact_total) if billed.height else exact_total < CENT / 2
+    pool_got = defaultdict(Decimal)
+    for r in billed.to_dicts():
+        pool_got[(r["gpu_model"], r["tier"])] += r["amount"]
+    assert all(pool_got.get(k, Decimal(0)) == _half_up(v) for k, v in pool_exact.items())
+    assert billed["amount"].sum() == sum((_half_up(v) for v in pool_exact.values()), Decimal(0)) \
+        if billed.height else all(v < CENT / 2 for v in pool_exact.values())
     # Over-allocated: its own memo line, within a cent; the hours beyond capacity.
     over = job.filter(kind == "over-allocated")
     over_amount = {(r["cluster"], r["gpu_model"], r["tier"]): r["amount"] for r in over.to_dicts() if r["currency"]}
@@ -283,17 +294,20 @@ def test_every_level_matches_the_oracle(world, start_min, len_min, now_min, idle
         job_sums[(r["project"], r["gpu_model"], r["tier"])] += r["amount"]
     assert job_sums == proj
 
-    # Node level: each node within a cent of its subtree's exact amount; children (and the
-    # node's own project lines) add up to it; roots and the idle line add up to the total.
+    # Node level: each node within a cent per pool of its subtree's exact amount (its parts in
+    # every pool, each within a cent); children (and the node's own project lines) add up to it;
+    # roots and the idle line add up to the total.
     parent = {n: p for n, p, _ in world["tree"]}
     node_exact = defaultdict(Fraction)
-    for (p, _, _), v in proj_exact.items():
+    node_pools = defaultdict(set)
+    for (p, m, t), v in proj_exact.items():
         while p is not None:
             node_exact[p] += v
+            node_pools[p].add((m, t))
             p = parent.get(p)
     node = {r["node"]: r["amount"] for r in run["node"].filter(kind == "charge").to_dicts()}
     assert set(node) == {n for n in node_exact}
-    assert all(_near(node[n], v) for n, v in node_exact.items())
+    assert all(_near(node[n], v, len(node_pools[n])) for n, v in node_exact.items())
     for n in parent:
         if n in node:
             own = sum((a for (p, _, _), a in proj.items() if p == n), Decimal(0))

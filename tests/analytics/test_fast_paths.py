@@ -123,6 +123,34 @@ def test_attribution_with_the_callers_pieces_equals_cutting_them_again(sim_con):
     assert_frame_equal(given.sort(KEY, nulls_last=True), again.sort(KEY, nulls_last=True), check_exact=True)
 
 
+def test_single_pieces_taken_as_they_are_equal_the_group_by(sim_con, monkeypatch):
+    # attribute_usage takes a (job, GPU, hour) of one piece row by row and sums only the keys of
+    # several (a job holding a device through two allocation rows in an hour): the same digits as
+    # sending every key through the group-by, here with keys of both kinds (the allocation row of
+    # one job and device split in two, each half the fraction, the second 20 minutes later).
+    from gpuledger.analytics import attribution
+
+    con, frames, _ = sim_con
+    j, a, g = frames["jobs"], frames["job_allocations"], frames["gpus"]
+    first = collect(a).row(0, named=True)
+    halves = pl.DataFrame([{**first, "gpu_fraction": 0.5}] * 2).with_columns(
+        pl.Series("start_time", [first["start_time"], first["start_time"] + timedelta(minutes=20)]))
+    a = pl.concat([collect(a).slice(1), halves.cast(collect(a).schema)]).lazy()
+    partial = load_samples_for_hours(con, partial_hour_keys(allocated_pieces(a, g, now=NOW, start=START, end=NOW,
+                                                                             jobs=j)))
+    hourly = load_hourly(con, start=START, end=NOW)
+    results = {}
+    for as_they_are in (True, False):
+        monkeypatch.setattr(attribution, "SINGLE_PIECES_AS_THEY_ARE", as_they_are)
+        results[as_they_are] = collect(attribute_usage(a, g, partial, now=NOW, start=START, end=NOW, jobs=j,
+                                                       hourly=hourly)).sort(KEY, nulls_last=True)
+    fast, reference = results[True], results[False]
+    pieces = collect(allocated_pieces(a, g, now=NOW, start=START, end=NOW, jobs=j))
+    assert pieces.select(pl.struct(KEY).is_duplicated().sum()).item() > 0  # keys of several pieces
+    assert pieces.height > reference.height > 0
+    assert_frame_equal(fast, reference, check_exact=True)
+
+
 @pytest.mark.parametrize("statements", ["rows and count in one", "counts apart"])
 def test_load_hourly_reads_a_fresh_rollup_and_recomputes_a_stale_one(sim_con, monkeypatch, statements):
     from gpuledger.warehouse.rollups import rollup_frame

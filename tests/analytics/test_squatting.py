@@ -48,6 +48,7 @@ class Cluster:
     def __init__(self):
         self.gpu_rows, self.alloc_rows, self.job_rows, self.sample_rows = [], [], [], []
         self.next_gpu = 1
+        self.frame = None  # gpu_samples as given (e.g. window aggregates), else sample_rows
 
     def job(self, job_id, *, started=240, idle_for=(130,), signal="sm", low=0.0, high=0.7,
             step=M, mig=None, offset=timedelta(0), **job_kw):
@@ -70,7 +71,7 @@ class Cluster:
 
     def activity(self, policy=POLICY):
         con = duckdb.connect()
-        con.register("gpu_samples", samples(self.sample_rows).collect())
+        con.register("gpu_samples", self.frame if self.frame is not None else samples(self.sample_rows).collect())
         return load_device_activity(con, jobs(self.job_rows), allocations(self.alloc_rows),
                                     gpus(self.gpu_rows), now=NOW, policy=policy).collect()
 
@@ -179,7 +180,8 @@ def test_idle_since_is_the_first_idle_sample_after_the_last_active_one():
     evidence = {r["job_id"]: r for r in c.activity().to_dicts()}
     assert evidence["j"]["last_active"] == ago(130) - 15 * S
     assert evidence["j"]["idle_since"] == ago(130) + 15 * S
-    assert evidence["j"]["covered_minutes"] == 60  # two samples in each of the last 60 clock minutes
+    # covered from the first sample in the window, ago(60) + 15 s, to now: 59.75 minutes
+    assert evidence["j"]["covered_minutes"] == pytest.approx(59.75)
     f = c.findings()
     j = f["j"]
     assert j["idle_since"] == ago(130) + 15 * S and j["idle_minutes"] == pytest.approx(129.75)
@@ -235,9 +237,9 @@ def test_a_device_without_data_blocks_the_jobs_finding():
     assert f["gpu_hours_idle"] == pytest.approx((130 + 210) / 60)
 
 
-def test_coverage_counts_clock_minutes_not_samples():
-    # 30-second idle samples since 130 min ago, none in [ago(60), ago(45)): the last 60 clock
-    # minutes hold 90 samples but only 45 minutes have one: 45 / 60 = 75 % < 80 %.
+def test_coverage_counts_covered_time_not_samples():
+    # 30-second idle samples since 130 min ago, none in [ago(60), ago(45)): the last 60 minutes
+    # hold 90 samples covering 30 s each, 45 minutes: 45 / 60 = 75 % < 80 %.
     c = Cluster().job("gappy", idle_for=(130,), step=30 * S)
     c.sample_rows = [r for r in c.sample_rows if not ago(60) <= r["ts"] < ago(45)]
     assert c.activity()["covered_minutes"].to_list() == [45]
@@ -245,6 +247,47 @@ def test_coverage_counts_clock_minutes_not_samples():
     # At a 75 % bar it is judged; the gap does not break idleness (no active sample in it).
     f = c.findings(POLICY.model_copy(update={"min_coverage_ratio": 0.75}))["gappy"]
     assert f["idle_since"] == ago(130) and f["severity"] == "preempt-eligible"
+
+
+def _window_aggregates(frame: pl.DataFrame, step: timedelta = 5 * M) -> pl.DataFrame:
+    """What `ingest prometheus --aggregate 5m` stores for these raw samples: per device and window
+    (at its start) the mean activity, the peak memory, and the raw samples it averages (sample_n)."""
+    return (frame.group_by("gpu_id", pl.col("ts").dt.truncate(f"{step.seconds}s"))
+            .agg(pl.col("sm_active_ratio", "gr_engine_active_ratio", "gpu_util_ratio").mean(),
+                 pl.col("fb_used_bytes").max(), pl.col("energy_total_j").last(),
+                 pl.col("sm_active_ratio").count().cast(pl.Int32).alias("sample_n"))
+            .sort("gpu_id", "ts"))
+
+
+def test_five_minute_aggregates_give_the_findings_of_their_10_s_samples():
+    # The same devices as 10-s samples and as their 5-minute window aggregates (12 rows an hour,
+    # sample_n 30). Counted in clock minutes, the aggregates covered 12 of 60 (20 %): every device
+    # stale, no finding. Weighted by covered time (sample_n x a 10-s interval) both cover the
+    # same: 60 minutes; "gappy" (no data in [ago(50), ago(30))) 40 in both, stale; "short-gap"
+    # (none in [ago(20), ago(15))) 55 in both, judged. The idle starts lie on window edges, so
+    # idle_since (the first idle sample / window) is the same instant in both forms.
+    c = (Cluster().job("idle", idle_for=(130,), step=10 * S).job("warn", idle_for=(70,), step=10 * S)
+         .job("busy", idle_for=(0,), step=10 * S).job("partial", idle_for=(130, 0), step=10 * S)
+         .job("gappy", idle_for=(130,), step=10 * S).job("short-gap", idle_for=(130,), step=10 * S))
+    gappy, short = 6, 7  # their GPUs (one each, in job order)
+    c.sample_rows = [r for r in c.sample_rows
+                     if not (r["gpu_id"] == gappy and ago(50) <= r["ts"] < ago(30))
+                     and not (r["gpu_id"] == short and ago(20) <= r["ts"] < ago(15))]
+    raw_evidence, raw = c.activity(), c.findings()
+    c.frame = _window_aggregates(samples(c.sample_rows).collect())
+    assert c.frame.height * 30 == len(c.sample_rows) and set(c.frame["sample_n"]) == {30}
+    agg_evidence, agg = c.activity(), c.findings()
+    covered = {r["gpu_id"]: r["covered_minutes"] for r in raw_evidence.to_dicts()}
+    assert covered == {r["gpu_id"]: r["covered_minutes"] for r in agg_evidence.to_dicts()}
+    assert covered[1] == pytest.approx(60) and covered[gappy] == pytest.approx(40)
+    assert covered[short] == pytest.approx(55)
+    assert set(raw) == set(agg) == {"idle", "warn", "partial", "short-gap"}
+    same = ["finding", "severity", "gpus_idle", "gpus_total", "idle_since", "idle_cost", "fb_used_bytes_idle",
+            "activity_signal"]
+    for job in raw:
+        assert {k: raw[job][k] for k in same} == {k: agg[job][k] for k in same}, job
+    assert (raw["idle"]["severity"], raw["warn"]["severity"], raw["partial"]["finding"]) == (
+        "preempt-eligible", "warning", "partial-idle")
 
 
 def test_a_gap_after_the_last_activity_is_not_idle_time():

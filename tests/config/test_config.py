@@ -1,3 +1,5 @@
+from datetime import date
+
 import pytest
 import yaml
 
@@ -92,3 +94,13 @@ def test_unreadable_files_say_which(tmp_path):
     bad.write_text("org: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_a_clusters_first_day_is_a_date_after_2000_and_names_where_it_comes_from(tmp_path):
+    cfg = load_config(_write(tmp_path, {**_minimal(), "clusters": {"east": {"first_day": "2024-06-01"}}}))
+    assert cfg.first_day("east") == (date(2024, 6, 1), "clusters.east.first_day")
+    assert cfg.first_day("west") == (date(2000, 1, 1), "the earliest gpuledger accepts")
+    with pytest.raises(ConfigError, match=r"clusters.east.first_day: Value error, 1999-12-31 is before 2000-01-01"):
+        load_config(_write(tmp_path, {**_minimal(), "clusters": {"east": {"first_day": "1999-12-31"}}}))
+    with pytest.raises(ConfigError, match=r"policy.samples.clock_skew_seconds"):
+        load_config(_write(tmp_path, {**_minimal(), "policy": {"samples": {"clock_skew_seconds": -1}}}))

@@ -13,6 +13,9 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
 
 SILENT = "silent"  # read the request, then say nothing until the server stops
 STALL = "stall"  # headers and half the body promised, then nothing
@@ -99,3 +102,27 @@ class HostileServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# --- a Prometheus that answers part of a backfill, then misbehaves ------------------------------
+T0 = 1_764_547_200  # 2025-12-01T00:00:00Z, on the 30 s grid
+SERIES = {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": "GPU-1", "Hostname": "n1", "gpu": "0"}
+
+
+def matrix(start: int, end: int) -> bytes:
+    values = [[t, "50"] for t in range(start, end + 1, 30)]
+    return orjson.dumps({"status": "success", "data": {"resultType": "matrix",
+                                                       "result": [{"metric": SERIES, "values": values}]}})
+
+
+def prometheus_until(misbehaviour: str, *, from_s: int):
+    """A Prometheus that answers discovery and every query_range starting before ``from_s``,
+    and misbehaves on the others."""
+    def route(line: str, _raw: bytes):
+        target = urlsplit(line.split(" ")[1])
+        if target.path.endswith("/label/__name__/values"):
+            return http_answer(orjson.dumps({"status": "success", "data": ["DCGM_FI_DEV_GPU_UTIL"]}))
+        query = parse_qs(target.query)
+        start, end = int(query["start"][0]), int(query["end"][0])
+        return http_answer(matrix(start, end)) if start < from_s else misbehaviour
+    return route

@@ -130,3 +130,51 @@ def test_a_job_csv_priority_beyond_64_bits_quarantines_that_row_only(tmp_path):
     with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
         assert con.execute("SELECT job_id, priority FROM jobs ORDER BY job_id").fetchall() == [("j0", 5), ("j2", -7)]
         assert con.execute("SELECT location FROM quarantine").fetchall() == [("jobs.csv:3",)]
+
+
+# --- the cluster's own window: clusters.<name>.first_day, policy.samples.clock_skew_seconds -------
+WINDOWED = """currency: USD
+org: {name: acme, children: [{name: vision}]}
+clusters:
+  east: {first_day: 2026-06-01}
+policy:
+  samples: {clock_skew_seconds: 0}
+"""
+MAY_31 = 1_780_185_600_000  # 2026-05-31T00:00:00Z in ms: 1,780,272,000 s (2026-06-01) - 86,400 s
+
+
+def test_samples_before_the_clusters_first_day_are_quarantined_and_the_skew_is_the_configs(tmp_path):
+    from gpuledger.config import parse_config_text
+    from gpuledger.ledger.config_versions import load_version
+
+    future_ms = NOW_MS + 60_000  # a minute ahead: within the default 300 s, beyond the configured 0 s
+    page = (f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-1",Hostname="n1"}} 50 {NOW_MS}\n'
+            f'DCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="GPU-2",Hostname="n1"}} 50 {MAY_31}\n')
+    ahead = f'DCGM_FI_DEV_GPU_UTIL{{gpu="2",UUID="GPU-3",Hostname="n1"}} 50 {future_ms}\n'
+    path = tmp_path / "w.duckdb"
+    with warehouse.open_writer(path) as con:
+        before = ingest_page(con, page + ahead, location="x", scrape_ms=NOW_MS, cluster="east")
+        load_version(con, parse_config_text(WINDOWED), text=WINDOWED)
+        east = ingest_page(con, page + ahead, location="east-page", scrape_ms=NOW_MS, cluster="east")
+        west = ingest_page(con, page, location="west-page", scrape_ms=NOW_MS, cluster="west")
+    assert (before.samples_new, before.quarantined) == (3, 0)  # no config: 2000-01-01 and 300 s
+    # east: the good sample is stored already (0 new); May 31 and the minute ahead refused
+    assert (east.samples_new, east.quarantined) == (0, 2)
+    assert (west.samples_new, west.quarantined) == (2, 0)  # west has no first day: the floor is 2000-01-01
+    with duckdb.connect(str(path), read_only=True) as con:
+        reasons = [r[0] for r in con.execute(
+            "SELECT reason FROM quarantine WHERE location LIKE 'east-page%' ORDER BY reason").fetchall()]
+    assert reasons[0] == ("1 samples refused: sample time before 2026-06-01 (clusters.east.first_day, cluster "
+                          "east's first day); fix the exporter's clock, or the day in the config if it is wrong")
+    assert "in the future" in reasons[1] or "after" in reasons[1], reasons
+
+
+def test_job_times_before_the_clusters_first_day_are_quarantined():
+    from gpuledger.ingest.jobs.checks import JobLimits, job_problem
+
+    limits = JobLimits(first_days={"east": datetime(2026, 6, 1)})
+    row = {"cluster": "east", "start_time": datetime(2026, 5, 31, 23, 0), "end_time": datetime(2026, 6, 1, 1, 0)}
+    assert job_problem(row, limits, now=datetime(2026, 12, 1)) == (
+        "start_time: 2026-05-31 23:00:00 is before cluster east's first day 2026-06-01 "
+        "(clusters.east.first_day); fix the source's clock, or the day in the config if it is wrong")
+    assert job_problem({**row, "cluster": "west"}, limits, now=datetime(2026, 12, 1)) is None

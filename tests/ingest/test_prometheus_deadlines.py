@@ -20,30 +20,19 @@ import requests
 from gpuledger.deadlines import CallDeadline
 from gpuledger.ingest.metrics.prometheus.client import PrometheusError, _get_body
 from gpuledger.ingest.metrics.prometheus.decode import points_from_results
-from tests.helpers.hostile_servers import SILENT, STALL, TRICKLE, HostileServer, http_answer
+from tests.helpers.hostile_servers import (
+    SERIES,
+    SILENT,
+    STALL,
+    T0,
+    TRICKLE,
+    HostileServer,
+    http_answer,
+    matrix,
+    prometheus_until,
+)
 
-T0 = 1_764_547_200  # 2025-12-01T00:00:00Z, on the 30 s grid
-SERIES = {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": "GPU-1", "Hostname": "n1", "gpu": "0"}
 QUICK = CallDeadline(connect_s=1.0, read_s=0.4, total_s=1.2)
-
-
-def _matrix(start: int, end: int) -> bytes:
-    values = [[t, "50"] for t in range(start, end + 1, 30)]
-    return orjson.dumps({"status": "success", "data": {"resultType": "matrix",
-                                                       "result": [{"metric": SERIES, "values": values}]}})
-
-
-def prometheus_until(misbehaviour: str, *, from_s: int):
-    """A Prometheus that answers discovery and every query_range starting before ``from_s``,
-    and misbehaves on the others."""
-    def route(line: str, _raw: bytes):
-        target = urlsplit(line.split(" ")[1])
-        if target.path.endswith("/label/__name__/values"):
-            return http_answer(orjson.dumps({"status": "success", "data": ["DCGM_FI_DEV_GPU_UTIL"]}))
-        query = parse_qs(target.query)
-        start, end = int(query["start"][0]), int(query["end"][0])
-        return http_answer(_matrix(start, end)) if start < from_s else misbehaviour
-    return route
 
 
 @pytest.mark.parametrize("misbehaviour,says", [
@@ -69,7 +58,7 @@ def test_a_call_that_never_completes_ends_within_its_deadline(misbehaviour, says
 
 
 def test_a_good_answer_read_piece_by_piece_is_whole():
-    body = _matrix(T0, T0 + 30 * 50_000)  # ~1.5 MB: more than one piece
+    body = matrix(T0, T0 + 30 * 50_000)  # ~1.5 MB: more than one piece
     with HostileServer(lambda _l, _r: http_answer(body)) as server:
         status, content = _get_body(requests.Session(), f"{server.url}/api/v1/query_range", {},
                                     deadline=QUICK, retries=0, backoff_s=0)
@@ -105,17 +94,6 @@ def test_backfill_stalled_mid_body_keeps_the_chunks_before_and_leaves_the_rest_u
     assert _counts(warehouse_file) == (2, ["2025-12-01T00:01:00Z"])
 
 
-def test_backfill_from_a_server_that_never_answers_stores_nothing(tmp_path):
-    warehouse_file = tmp_path / "w.duckdb"
-    with HostileServer(SILENT) as server:
-        ran = _backfill(server.url, warehouse_file)
-    assert ran.returncode == 1, ran.stderr
-    lines = ran.stderr.strip().splitlines()
-    assert len(lines) == 1, ran.stderr
-    assert f"{server.url}/api/v1/label/__name__/values: no answer within 0.4 s" in lines[0], lines[0]
-    assert _counts(warehouse_file) == (0, None)  # list() of no rows is NULL
-
-
 @pytest.mark.parametrize("given,says", [([], "no answer within 0.3 s"),  # the config's read_timeout_s
                                          (["--read-timeout", "0.4"], "no answer within 0.4 s")])  # the option's
 def test_the_config_gives_the_servers_timeouts_and_an_option_overrides_them(tmp_path, given, says):
@@ -130,15 +108,6 @@ def test_the_config_gives_the_servers_timeouts_and_an_option_overrides_them(tmp_
             capture_output=True, text=True, timeout=60, check=False, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert ran.returncode == 1, ran.stderr
     assert f"{server.url}/api/v1/label/__name__/values: {says}" in ran.stderr, ran.stderr
-
-
-@pytest.mark.parametrize("option,value", [("--deadline", "0"), ("--read-timeout", "nan"),
-                                          ("--connect-timeout", "1e12")])
-def test_timeouts_out_of_range_are_usage_errors(tmp_path, option, value):
-    ran = _backfill("http://127.0.0.1:9", tmp_path / "w.duckdb", option, value)
-    assert ran.returncode == 2, ran.stderr
-    assert option in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
-    assert not (tmp_path / "w.duckdb").exists()
 
 
 # --- what a server answers beyond one clean series per GPU ------------------------------------------

@@ -40,7 +40,7 @@ def _scrape(*args: str, cwd) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60, check=False, env=ENV, cwd=cwd)
 
 
-def test_empty_pages_failed_targets_and_bad_urls_are_not_success(tmp_path):
+def test_empty_pages_and_failed_targets_are_not_success(tmp_path):
     warehouse_file = tmp_path / "w.duckdb"
     with _exporter(PAGE) as good, _exporter("") as empty:
         ran = _scrape(f"{good.url}/metrics", f"{empty.url}/metrics", "--timeout", "2", "--retries", "0",
@@ -49,11 +49,7 @@ def test_empty_pages_failed_targets_and_bad_urls_are_not_success(tmp_path):
     assert "answered an empty page (no samples)" in ran.stderr and "1 pages, 1 new samples" in ran.stderr
     with duckdb.connect(str(warehouse_file), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM gpu_samples").fetchone() == (1,)  # the good page landed
-    for bad in ("ftp://exporter:9400/metrics", "exporter:9400/metrics", "http://host:99999/metrics"):
-        ran = _scrape(bad, "-w", str(tmp_path / "never.duckdb"), cwd=tmp_path)
-        assert ran.returncode == 2 and "URLS" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
-        assert "InvalidSchema" not in ran.stderr and "No connection adapters" not in ran.stderr
-    assert not (tmp_path / "never.duckdb").exists()
+    # (URLs that are no http(s) URL: tests/cli/test_hostile_corpus.py)
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)])

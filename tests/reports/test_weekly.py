@@ -87,3 +87,36 @@ def test_the_weeks_of_a_month_add_up_to_its_statement_to_the_cent(warehouse_file
     assert dict(summed.iter_rows()) == dict(owed.iter_rows())
     # research: alpha 240 h + gamma 24 h at 2.0003 = 528.0792 -> 528.08 for the month
     assert dict(owed.iter_rows())["research"] == D("528.08")
+
+
+def test_the_week_is_judged_from_one_read_of_its_tables_and_its_idle_candidates(warehouse_file):
+    """The week's episodes come from the tables read once (weekly._WeekTables: its findings at a
+    moment are squatters_report's at that moment) and only at the moments some held GPU could be
+    idle (weekly.idle_candidate_moments, one pass over the week's samples).
+
+    Candidates (the module docstring's seeded samples; window = the 60 min before the moment):
+    alpha-1's GPU-h1 has idle samples Oct 1 00:00–04:00, so the windows ending 00:30 ... 04:30
+    hold some (9 moments); beta-1's GPU-a Oct 2 00:00–03:00: 00:30 ... 03:30 (7). GPU-h2 reads
+    sm_active 0.5 all of Oct 1 (gamma-1): an active sample in every window, never a candidate."""
+    from datetime import datetime, timedelta
+
+    from gpuledger.analytics.reports import squatters_report
+    from gpuledger.config import Policy
+    from gpuledger.reports.weekly import REPLAY_STEP, _WeekTables, idle_candidate_moments
+
+    october(warehouse_file)
+    with warehouse.open_writer(warehouse_file) as con:
+        _idle(con, "GPU-h1", "2026-10-01T00:00:00", 4)
+        _idle(con, "GPU-a", "2026-10-02T00:00:00", 3)
+    start, end = datetime(2026, 9, 28), datetime(2026, 10, 5)
+    half = timedelta(minutes=30)
+    want = {datetime(2026, 10, 1) + half * i for i in range(1, 10)} | \
+        {datetime(2026, 10, 2) + half * i for i in range(1, 8)}
+    policy = Policy()
+    with warehouse.open_reader(warehouse_file) as con:
+        assert idle_candidate_moments(con, policy, start=start, end=end) == want
+        week = _WeekTables(con, policy, start=start, end=end, step=REPLAY_STEP)
+        for moment in (datetime(2026, 10, 1, 2), datetime(2026, 10, 1, 4), datetime(2026, 10, 2, 3),
+                       datetime(2026, 10, 1, 12)):  # findings (alpha-1, beta-1) and none
+            assert week.findings(moment).equals(squatters_report(con, policy=policy, now=moment)), moment
+        assert week.findings(datetime(2026, 10, 1, 2)).height == 1

@@ -150,3 +150,47 @@ def test_the_cli_answers_the_same_from_the_snapshot(wh):
     computed = shown()
     _materialize_fairshare(wh)
     assert shown() == computed
+
+
+def test_a_stored_setting_from_its_json_is_the_validated_one(wh):
+    # migration 017 keeps the validated content as JSON: one setting read from it equals the
+    # validated config's, defaults included (the example leaves most of policy to them)
+    with warehouse.open_reader(wh) as con:
+        stored = stored_config(con)
+    assert stored.content_json is not None
+    cfg = stored.config
+    for path, want in (("policy.usage.mode", cfg.policy.usage.mode),
+                       ("policy.usage.half_life_days", cfg.policy.usage.half_life_days),
+                       ("currency", cfg.currency)):
+        assert stored.setting(path) == want, path
+
+
+# a read command in its own interpreter: what it imported (analytics.load: what computing loads;
+# analytics.reports itself is a lazy module, listed before it runs). stdout carries the table, so the probe
+# prints on stderr's last line)
+_PROBE = ("import contextlib, io, json, sys\nfrom gpuledger.cli import main\nsys.argv = ['gpuledger', *sys.argv[1:]]\n"
+          "with contextlib.redirect_stdout(io.StringIO()):\n    try:\n        main()\n    except SystemExit:\n"
+          "        pass\nprint(json.dumps(sorted(m for m in ('polars', 'pydantic_core', 'gpuledger.config',\n"
+          "    'gpuledger.analytics.load') if m in sys.modules)), file=sys.stderr)\n")
+
+
+def _imported(*args: str) -> list[str]:
+    import json
+
+    done = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, timeout=120,
+                          check=True)
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def test_materialized_read_commands_import_no_polars_pydantic_or_analytics(wh):
+    # the start-up cost of a read served from materialized rows (BENCHMARKS.md "Read model and
+    # CLI latency"): DuckDB only; computed, the same commands load what computing needs
+    at = _materialize_fairshare(wh)
+    _materialize_budget(wh)
+    _materialize_usage(wh, [DAY1])
+    usage = ["report", "usage", "--start", DAY1.isoformat(), "--end", DAY2.isoformat(), "-w", str(wh)]
+    assert _imported("report", "fairshare", "-w", str(wh)) == []
+    assert _imported("report", "budget", "-w", str(wh)) == []
+    assert _imported(*usage) == []
+    computed = _imported("report", "fairshare", "--now", (at - timedelta(hours=1)).isoformat(), "-w", str(wh))
+    assert {"polars", "gpuledger.analytics.load", "gpuledger.config"} <= set(computed)

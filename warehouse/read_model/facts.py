@@ -8,15 +8,18 @@ every UTC day of it materialized after the day ended and after the config in for
 the day still running is computed. Late data that does not move the data's "now" is seen at the
 next materialization, as on the dashboards.
 
-The fast path imports DuckDB and polars only (no analytics): a materialized answer for a week of
-1,024 GPUs costs one indexed query (BENCHMARKS.md "Read model")."""
+The fast path imports DuckDB only (no polars, no analytics): a materialized answer for a week of
+1,024 GPUs costs one indexed query, and comes as rows a terminal table prints directly
+(``Facts.table``; ``Facts.frame`` is polars; BENCHMARKS.md "Read model and CLI latency")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from gpuledger.sql import load_sql
+from gpuledger.warehouse.read_model.rows import Rows, as_polars
 
 MATERIALIZED = "materialized"
 COMPUTED = "computed"
@@ -36,17 +39,26 @@ BUDGET_COLUMNS = {"node": "String", "period_start": "Date", "period_end": "Date"
                   "budget_own": "Boolean", "consumed_gpu_hours": _F, "unweighted_gpu_hours": _F,
                   "unweighted_models": "String", "remaining_gpu_hours": _F, "burn_gpu_hours_per_day": _F,
                   "projected_exhaustion": "Datetime", "status": "String"}
-USAGE_ROW = {"project": "String", "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
-             "gpu_hours_unknown": _F, "energy_kwh": _F}
+# reports.usage_report(by="project")'s columns: the materialized sums (usage_project_sums.sql)
+USAGE_COLUMNS = {"project": "String", "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
+                 "gpu_hours_unknown": _F, "energy_kwh": _F, "efficiency_ratio": _F}
 
 
 @dataclass(frozen=True)
 class Facts:
-    """An answer, where it came from (``materialized`` or ``computed``) and the time it holds for."""
+    """An answer, where it came from (``materialized`` or ``computed``) and the time it holds for.
 
-    frame: object  # polars.DataFrame
+    ``table`` is the answer as it came: the computed polars DataFrame, or the materialized rows
+    (read_model.rows.Rows: a terminal table prints them without polars). ``frame`` is always a
+    polars DataFrame (the rows converted on first use)."""
+
+    table: object  # polars.DataFrame | Rows
     source: str
     as_of: datetime
+
+    @cached_property
+    def frame(self):
+        return as_polars(self.table)
 
 
 def _sql(name: str, **identifiers: str) -> str:
@@ -91,31 +103,34 @@ def _snapshot_fresh(con, table: str, columns, as_of: datetime, *, filled: str | 
     return bool(rows) and not unfilled and (loaded is None or oldest >= loaded)
 
 
-def _frame(rows: list[tuple], schema: dict):
-    """Rows to polars without pyarrow: DuckDB's .pl() goes through Arrow, whose import (pyarrow,
-    numpy) costs more than the whole materialized query."""
-    import polars as pl
-
-    return pl.DataFrame(rows, schema={c: getattr(pl, t) for c, t in schema.items()}, orient="row")
+def _policy(policy):
+    """A policy argument: the Policy, or a zero-argument callable returning it (called only when
+    the answer is computed, so a materialized answer never validates the config)."""
+    return policy() if callable(policy) else policy
 
 
-def _snapshot(con, table: str, schema: dict, as_of: datetime, order: str):
-    names = ", ".join(f'"{c}"' for c in schema)
+def _snapshot(con, table: str, schema: dict, as_of: datetime, order: str, renamed: dict | None = None) -> Rows:
+    """The snapshot's rows as of ``as_of`` in the report's column order (``renamed``: stored name
+    -> the report's). Rows, not polars: DuckDB's .pl() goes through Arrow (pyarrow, numpy), and
+    polars itself costs more to import than the whole materialized query."""
+    renamed = renamed or {}
+    names = ", ".join(f'"{c}" AS "{renamed.get(c, c)}"' for c in schema)
     rows = con.execute(f'SELECT {names} FROM "{table}" WHERE as_of = $as_of ORDER BY {order}',
                        {"as_of": as_of}).fetchall()
-    return _frame(rows, schema)
+    return Rows(rows, {renamed.get(c, c): t for c, t in schema.items()})
 
 
 def fairshare(con, *, policy, as_of: datetime | None = None) -> Facts:
     """The fair-share tree as of ``as_of`` (default: the data's now), shaped like
-    reports.fairshare_report (GPU-hours, ratios)."""
+    reports.fairshare_report (GPU-hours, ratios). ``policy``: a Policy, or a callable giving it
+    (called only when computed)."""
     at = as_of or data_now(con)
     if _snapshot_fresh(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at):
-        frame = _snapshot(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at, "queue_order")
-        return Facts(frame.rename({"queue_order": "order"}), MATERIALIZED, at)
+        rows = _snapshot(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at, "queue_order", {"queue_order": "order"})
+        return Facts(rows, MATERIALIZED, at)
     from gpuledger.analytics import reports
 
-    return Facts(reports.fairshare_report(con, policy=policy, as_of=at), COMPUTED, at)
+    return Facts(reports.fairshare_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
 
 def budget(con, *, policy, as_of: datetime | None = None) -> Facts:
@@ -124,11 +139,10 @@ def budget(con, *, policy, as_of: datetime | None = None) -> Facts:
     # unweighted_gpu_hours: NULL in rows from before migration 016, 0.0 or more in the report
     if _snapshot_fresh(con, "budget_snapshots", BUDGET_COLUMNS, at, filled="unweighted_gpu_hours"):
         # the snapshot keeps the report's row order (tree position, period) as it was inserted
-        frame = _snapshot(con, "budget_snapshots", BUDGET_COLUMNS, at, "rowid")
-        return Facts(frame, MATERIALIZED, at)
+        return Facts(_snapshot(con, "budget_snapshots", BUDGET_COLUMNS, at, "rowid"), MATERIALIZED, at)
     from gpuledger.analytics import reports
 
-    return Facts(reports.budget_report(con, policy=policy, as_of=at), COMPUTED, at)
+    return Facts(reports.budget_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
 
 def _usage_fresh(con, table: str, start: datetime, end: datetime, now: datetime) -> bool:
@@ -151,12 +165,9 @@ def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=No
     at = now or data_now(con)
     table = USAGE_TABLES.get(by)
     if table is not None and _usage_fresh(con, table, start, end, at):
-        from gpuledger.analytics.attribution import sum_usage
-
-        rows = _frame(con.execute(_sql("usage_project_hours"), {"start": start, "end": end}).fetchall(), USAGE_ROW)
-        out = sum_usage(rows.lazy(), ["project"]).collect()
-        out = out.sort(["gpu_hours_allocated", "project"], descending=[True, False], nulls_last=True)
-        return Facts(out, MATERIALIZED, at)
+        # summed in SQL by attribution.sum_usage's exact rule (no polars, no analytics to import)
+        rows = con.execute(_sql("usage_project_sums"), {"start": start, "end": end}).fetchall()
+        return Facts(Rows(rows, USAGE_COLUMNS), MATERIALIZED, at)
     from gpuledger.analytics import reports
 
-    return Facts(reports.usage_report(con, start=start, end=end, by=by, policy=policy, now=at), COMPUTED, at)
+    return Facts(reports.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at), COMPUTED, at)

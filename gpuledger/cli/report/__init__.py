@@ -22,6 +22,7 @@ from gpuledger.cli.options import (
     OutOpt,
     WarehouseOpt,
     check_range,
+    read_config,
     show_frame,
     utc_option,
     utc_range,
@@ -107,7 +108,7 @@ def usage(
     """Allocated, active, idle and unknown GPU-hours, efficiency and energy (kWh)."""
     lo, hi = utc_range(start, end)
     with _open(warehouse_file) as con:
-        frame = facts.usage(con, start=lo, end=hi, by=by).frame  # materialized when fresh
+        frame = facts.usage(con, start=lo, end=hi, by=by).table  # materialized when fresh
     show_frame(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
 
 
@@ -140,10 +141,10 @@ def fairshare(
     """Hierarchical fair share like `sshare -l`: shares, usage, level FS, rank and factor, plus the
     delivery ratio (delivered ÷ owed GPU-hours) and occupancy over the usage window."""
     with _open(warehouse_file) as con:
-        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
-        frame = facts.fairshare(con, policy=cfg.policy, as_of=_time(now)).frame  # materialized when fresh
-    show_frame(frame, fmt, out, f"fair share ({cfg.policy.usage.mode} usage, GPU-hours)", table_views.FAIRSHARE,
-          wide, columns)
+        cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
+        frame = facts.fairshare(con, policy=lambda: cfg.policy, as_of=_time(now)).table  # materialized when fresh
+        mode = cfg.setting("policy.usage.mode")
+    show_frame(frame, fmt, out, f"fair share ({mode} usage, GPU-hours)", table_views.FAIRSHARE, wide, columns)
 
 
 @app.command("budget")
@@ -156,11 +157,11 @@ def budget(
     """Budget burn per org node: consumed, remaining, 7-day burn rate, projected exhaustion, status
     (normalised GPU-hours)."""
     with _open(warehouse_file) as con:
-        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
+        cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
         if jobs:
             frame = reports.funding_report(con, policy=cfg.policy, now=_time(now))
         else:
-            frame = facts.budget(con, policy=cfg.policy, as_of=_time(now)).frame  # materialized when fresh
+            frame = facts.budget(con, policy=lambda: cfg.policy, as_of=_time(now)).table  # materialized when fresh
     if jobs:
         show_frame(frame, fmt, out, "job funding (UTC)", table_views.FUNDING, wide, columns)
     else:

@@ -36,8 +36,10 @@ def statement(
                                     help="print the HTML to PDF with headless Chromium (default: when Chromium "
                                          "is installed)"),
     showback: str | None = typer.Option(None, "--showback",
-                                        help="also a showback CSV re-weighting each pool by 'active' GPU-hours "
-                                             "(idle redistributed; the statement stays the ledger of record)"),
+                                        help="also a showback CSV re-weighting each pool by 'active' GPU-hours or "
+                                             "'energy' (kWh); idle redistributed, time-sliced and unmeasured hours "
+                                             "kept at their allocated share; the statement stays the ledger of "
+                                             "record"),
     allow_empty: bool = typer.Option(False, "--allow-empty",
                                      help="write the statement of a month with no data (it says \"no data\")"),
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
@@ -81,6 +83,8 @@ def statement(
         console.print(f"no data: the statement of {period} has no line")
     for r in st.reconciliation:
         console.print(r.sentence())
+    for line in manifest.get("showback", {}).get("per_pool", []):
+        console.print(f"showback ({showback}): {line}")
     for w in st.warnings:
         typer.echo(f"warning: {w}", err=True)
     if email:

@@ -47,6 +47,7 @@ class JobLimits:
     max_gpus_per_job: float = DEFAULT_MAX_GPUS_PER_JOB
     cluster_gpus: Mapping[str, float] = field(default_factory=dict)  # physical GPUs per cluster
     clock_skew: timedelta = DEFAULT_CLOCK_SKEW
+    first_days: Mapping[str, datetime] = field(default_factory=dict)  # clusters.<name>.first_day, else EARLIEST
 
 
 def _policy_limits(con, policy) -> tuple[float, timedelta]:
@@ -70,10 +71,15 @@ def job_limits(con, policy=None) -> JobLimits:
     inventory = dict(con.execute(
         "SELECT cluster, count(DISTINCT gpu_uuid) FROM gpus GROUP BY cluster").fetchall())
     max_gpus, skew = _policy_limits(con, policy)
+    from gpuledger.config_store import stored_config_in_force
+
+    cfg = stored_config_in_force(con)
+    first_days = {name: datetime.combine(c.first_day, datetime.min.time())
+                  for name, c in (cfg.clusters.items() if cfg is not None else ()) if c.first_day is not None}
     return JobLimits(
         projects=frozenset(r[0] for r in nodes) if nodes else None,
         models=frozenset(KNOWN_MODELS) | frozenset(models),
-        max_gpus_per_job=max_gpus, cluster_gpus=inventory, clock_skew=skew,
+        max_gpus_per_job=max_gpus, cluster_gpus=inventory, clock_skew=skew, first_days=first_days,
     )
 
 
@@ -86,9 +92,16 @@ def job_problem(row: Mapping[str, Any], limits: JobLimits, *, now: datetime,
     for column, value in row.items():  # an escape sequence or NUL in a name reaches every terminal table
         if isinstance(value, str) and not value.isprintable():
             return f"{column}: '{printable(value, limit=60)}' holds control characters; fix the row"
+    cluster = row.get("cluster")
+    first_day = limits.first_days.get(cluster) if isinstance(cluster, str) else None
+    earliest = max(first_day, EARLIEST) if first_day is not None else EARLIEST
     for column in ("submit_time", "start_time", "end_time"):
         stamp = row.get(column)
-        if stamp is not None and stamp < EARLIEST:
+        if stamp is not None and stamp < earliest:
+            if earliest > EARLIEST:
+                return (f"{column}: {stamp:%Y-%m-%d %H:%M:%S} is before cluster {cluster}'s first day "
+                        f"{earliest:%Y-%m-%d} (clusters.{cluster}.first_day); fix the source's clock, or the "
+                        "day in the config if it is wrong")
             return (f"{column}: {stamp:%Y-%m-%d %H:%M:%S} is before {EARLIEST:%Y-%m-%d}; a clock or unit "
                     "error (epoch milliseconds read as seconds?)")
     for column in ("start_time", "end_time"):

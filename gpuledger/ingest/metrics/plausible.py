@@ -6,6 +6,7 @@ device with the count and the first such time) by every DCGM source before anyth
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import datetime
 
 import polars as pl
@@ -43,6 +44,52 @@ def split_implausible_times(wide: pl.DataFrame, *, source: str, location: str,
             source, f"{location} UUID={r['gpu_uuid']},GPU_I_ID={r['mig_instance_id']}@{when}",
             f"{r['n']} samples of {r['gpu_uuid']} stamped {when}", f"{r['n']} samples refused: {why}"))
     return wide.filter(~bad), rejects
+
+
+# --- the cluster's own window (the stored config) ----------------------------------------------------
+@dataclass(frozen=True)
+class PlausibleWindow:
+    earliest: datetime  # naive UTC: samples before it are refused
+    earliest_from: str  # where that day comes from, for the reason
+    max_future_s: float  # how far after now a sample may be stamped
+
+
+def window_in_force(con, cluster: str) -> PlausibleWindow:
+    """The window for ``cluster`` from the warehouse's stored config (``clusters.<name>.first_day``,
+    ``policy.samples.clock_skew_seconds``), else 2000-01-01 and the default skew."""
+    from gpuledger.config_store import stored_config_in_force
+
+    cfg = stored_config_in_force(con)
+    if cfg is None:
+        return PlausibleWindow(EARLIEST, "the earliest gpuledger accepts", DEFAULT_MAX_FUTURE_S)
+    day, where = cfg.first_day(cluster)
+    return PlausibleWindow(datetime.combine(day, datetime.min.time()), where, cfg.policy.samples.clock_skew_seconds)
+
+
+def refuse_before_first_day(con, wide: pl.DataFrame, *, cluster: str, source: str,
+                            location: str) -> tuple[pl.DataFrame, list]:
+    """``wide`` without the rows stamped before ``cluster``'s configured first day (one quarantine
+    row per device, as :func:`split_implausible_times` does for 2000-01-01)."""
+    if wide.is_empty():
+        return wide, []
+    window = window_in_force(con, cluster)
+    if window.earliest <= EARLIEST:  # the floor itself is checked where the samples are parsed
+        return wide, []
+    early = pl.col("ts") < window.earliest
+    if not wide.select(early.any()).item():
+        return wide, []
+    refused = (wide.filter(early).group_by("gpu_uuid", "mig_instance_id")
+               .agg(n=pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
+               .sort("gpu_uuid", "mig_instance_id"))
+    rows = []
+    for r in refused.iter_rows(named=True):
+        when = f"{r['first']:%Y-%m-%dT%H:%M:%S}Z" + (f"..{r['last']:%Y-%m-%dT%H:%M:%S}Z" if r["n"] > 1 else "")
+        rows.append(warehouse.QuarantineRow(
+            source, f"{location} UUID={r['gpu_uuid']},GPU_I_ID={r['mig_instance_id']}@{when}",
+            f"{r['n']} samples of {r['gpu_uuid']} stamped {when}",
+            f"{r['n']} samples refused: sample time before {window.earliest:%Y-%m-%d} ({window.earliest_from}, "
+            f"cluster {cluster}'s first day); fix the exporter's clock, or the day in the config if it is wrong"))
+    return wide.filter(~early), rows
 
 
 # --- one GPU UUID on two hosts --------------------------------------------------------------------

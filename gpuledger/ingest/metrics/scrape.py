@@ -30,14 +30,13 @@ from gpuledger.deadlines import CallDeadline, why_unreachable
 from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
 from gpuledger.ingest.metrics.exposition import (
     BULK_FROM_CHARS,
-    DEFAULT_MAX_FUTURE_S,
     parse_exposition,
     series_long_to_wide,
     wide_rows,
 )
 from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
 from gpuledger.ingest.metrics.plausible import (refuse_host_conflicts, refuse_host_conflicts_wide,
-                                                split_implausible_times)
+                                                split_implausible_times, window_in_force)
 from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"
@@ -206,7 +205,7 @@ def ingest_page(
     location: str,
     scrape_ms: int,
     cluster: str = DEFAULT_CLUSTER,
-    max_future_s: float = DEFAULT_MAX_FUTURE_S,
+    max_future_s: float | None = None,  # None: policy.samples.clock_skew_seconds of the stored config
     source: str = SOURCE,
 ) -> IngestStats:
     """Parse one page, write its good samples and quarantine its bad lines, in one transaction."""
@@ -219,7 +218,7 @@ def ingest_pages(
     pages: Sequence[tuple[str, str, int]],
     *,
     cluster: str = DEFAULT_CLUSTER,
-    max_future_s: float = DEFAULT_MAX_FUTURE_S,
+    max_future_s: float | None = None,  # None: policy.samples.clock_skew_seconds of the stored config
     source: str = SOURCE,
 ) -> IngestStats:
     """Ingest several pages ``(text, location, scrape_ms)`` in one transaction: each page parsed on
@@ -227,6 +226,8 @@ def ingest_pages(
     one device registration, one sample insert and one rollup refresh. A write costs ~0.1 s however
     few rows it holds, so one per page would cap a round at ~10 pages/s. Same rows as ingesting the
     pages one after another: a (device, ts) in two pages keeps the first page's row."""
+    if max_future_s is None:
+        max_future_s = window_in_force(con, cluster).max_future_s
     if sum(len(t) for t, _, _ in pages) >= BULK_FROM_CHARS:
         return _ingest_pages_bulk(con, pages, cluster=cluster, max_future_s=max_future_s, source=source)
     stats = IngestStats()
@@ -318,7 +319,7 @@ def record_failure(con, result: FetchResult, *, source: str = SOURCE) -> None:
 
 
 def ingest_results(con, results: Iterable[FetchResult], *, cluster: str = DEFAULT_CLUSTER,
-                   max_future_s: float = DEFAULT_MAX_FUTURE_S) -> IngestStats:
+                   max_future_s: float | None = None) -> IngestStats:
     """Ingest fetched pages; failed fetches are recorded and counted, never raised."""
     total = IngestStats()
     batch: list[tuple[str, str, int]] = []

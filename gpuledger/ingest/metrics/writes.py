@@ -8,7 +8,7 @@ import polars as pl
 from gpuledger import warehouse
 from gpuledger.ingest.device_links import link_devices_for_samples
 from gpuledger.ingest.metrics.exposition import inventory_from_wide
-from gpuledger.ingest.metrics.plausible import refuse_stored_host_conflicts
+from gpuledger.ingest.metrics.plausible import refuse_before_first_day, refuse_stored_host_conflicts
 from gpuledger.ingest.tiers import apply_tier_rules
 
 
@@ -18,13 +18,16 @@ def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str, refused: l
 
     Runs inside the caller's transaction (if any). first_seen / last_seen only ever widen, so a late
     or re-ingested batch does not move them backwards. Rows of a GPU UUID the warehouse already
-    holds on another host are refused (quarantine rows appended to ``refused`` for the caller to
-    store and count; stored here when it is None), as a conflict within one batch is.
+    holds on another host, and rows stamped before the cluster's configured first day
+    (``clusters.<name>.first_day``), are refused: quarantine rows appended to ``refused`` for the
+    caller to store and count (stored here when it is None).
     """
     if wide.is_empty():
         return 0
     wide, clashes = refuse_stored_host_conflicts(con, wide, cluster=cluster, source=source,
                                                  location=location or source)
+    wide, early = refuse_before_first_day(con, wide, cluster=cluster, source=source, location=location or source)
+    clashes += early
     if clashes:
         if refused is None:
             warehouse.quarantine(con, clashes)
