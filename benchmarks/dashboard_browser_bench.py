@@ -17,7 +17,10 @@ a page reads), `gpuledger pipelines run-once`, `gpuledger enforce plan`. Then on
 * first load: a fresh browser profile (nothing cached) opening the page for the first time since
   the server started (its queries not cached yet; the warehouse state shared by every page is);
 * repeat: the same tab reloading the page (--repeats times, median): the browser's cache and the
-  server's cache warm, what a user clicking around within the minute sees.
+  server's cache warm, what a user clicking around within the minute sees;
+* menu click: from another page, clicking this page in the sidebar's menu (--repeats times, median):
+  Streamlit switches pages over its open websocket without reloading the document, which is how
+  a user moves between pages.
 
 The machine is shared, so every pass also times a **baseline** in the same run: a trivial
 Streamlit page (a title and one figure) on its own server, first load and repeat, before and after
@@ -250,9 +253,32 @@ def stop(proc, cwd: Path) -> None:
 VIEWPORT = {"width": 1400, "height": 1000}
 
 
+TITLES = {"utilization": "Utilization", "fair-share": "Fair share", "budgets": "Budgets", "chargeback": "Chargeback",
+          "squatters": "Squatters", "my-team": "My team", "enforcement": "Enforcement", "what-if": "What-if"}
+
+
+def _click(page, meter: Meter, title: str, deadline_s: float = 180) -> dict:
+    """Click ``title`` in the sidebar's menu (Streamlit switches the page over its open websocket, no
+    document reload) and wait until that page has rendered."""
+    meter.start()
+    started = time.monotonic()
+    page.locator("[data-testid=stSidebarNav] a", has_text=title).first.click()
+    page.wait_for_function(f"() => ({RENDERED})() && document.querySelector('h1').innerText.startsWith({json.dumps(title)})",
+                           timeout=deadline_s * 1000, polling=25)
+    elapsed = time.monotonic() - started
+    time.sleep(0.3)
+    return {"s": round(elapsed, 3), **meter.stop()}
+
+
+def _median(runs: list[dict]) -> dict:
+    return {k: (round(statistics.median(a[k] for a in runs), 3) if isinstance(runs[0][k], float)
+                else int(statistics.median(a[k] for a in runs))) for k in runs[0]}
+
+
 def time_one(browser, driver: int, server_pid: int, url: str, repeats: int, shot: Path | None = None,
-             check=None) -> dict:
-    """First load in a fresh profile, then ``repeats`` reloads of the same tab (median)."""
+             check=None, name: str | None = None) -> dict:
+    """First load in a fresh profile, then ``repeats`` reloads of the same tab (median); for an app
+    page (``name``) also ``repeats`` clicks from another page's menu entry to this one (median)."""
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     meter = Meter(context, page, driver, server_pid)
@@ -262,10 +288,16 @@ def time_one(browser, driver: int, server_pid: int, url: str, repeats: int, shot
     again = [_load(page, meter, None) for _ in range(repeats)]
     if shot is not None:
         page.screenshot(path=str(shot), full_page=True)
+    out = {"first": first, "repeat": _median(again), "repeat_runs_s": [a["s"] for a in again]}
+    if name is not None:
+        other = TITLES["what-if" if name != "what-if" else "squatters"]
+        clicks = []
+        for _ in range(repeats):
+            _click(page, meter, other)
+            clicks.append(_click(page, meter, TITLES[name]))
+        out.update(click=_median(clicks), click_runs_s=[c["s"] for c in clicks])
     context.close()
-    median = {k: (round(statistics.median(a[k] for a in again), 3) if isinstance(again[0][k], float)
-                  else int(statistics.median(a[k] for a in again))) for k in again[0]}
-    return {"first": first, "repeat": median, "repeat_runs_s": [a["s"] for a in again]}
+    return out
 
 
 def _figures_drawn(name: str):
@@ -296,7 +328,7 @@ def time_pages(url: str, server_pid: int, base_url: str, base_pid: int, pages: l
         _row(echo, "baseline (before)", out["baseline"][-1])
         for name in pages:
             out["pages"][name] = r = time_one(browser, driver, server_pid, f"{url}/{name}", repeats,
-                                              shots / f"{name}.png" if shots else None, _figures_drawn(name))
+                                              shots / f"{name}.png" if shots else None, _figures_drawn(name), name)
             _row(echo, name, r)
         out["baseline"].append(time_one(browser, driver, base_pid, base_url, repeats))
         _row(echo, "baseline (after)", out["baseline"][-1])
@@ -307,18 +339,20 @@ def time_pages(url: str, server_pid: int, base_url: str, base_pid: int, pages: l
     for r in out["pages"].values():
         r["first_ratio"] = round(r["first"]["s"] / base_first, 2)
         r["repeat_ratio"] = round(r["repeat"]["s"] / base_repeat, 2)
+        r["click_ratio"] = round(r["click"]["s"] / base_repeat, 2)
     return out
 
 
-HEADER = ("| page | first (s) | repeat (s) | first, browser / server CPU-s | repeat, browser / server CPU-s "
-          "| repeat, renderer task / JS (s) | first, bytes (MB) | repeat, data (kB) |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|")
+HEADER = ("| page | first (s) | repeat (s) | menu click (s) | first, browser / server CPU-s | repeat, browser / server "
+          "CPU-s | click, browser / server CPU-s | repeat, renderer task / JS (s) | first, bytes (MB) | repeat, data (kB) |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def _row(echo, name: str, r: dict) -> None:
-    f, a = r["first"], r["repeat"]
-    echo(f"| {name} | {f['s']:.2f} | {a['s']:.2f} | {f['browser_cpu_s']:.2f} / {f['server_cpu_s']:.2f} | "
-         f"{a['browser_cpu_s']:.2f} / {a['server_cpu_s']:.2f} | {a['renderer_task_s']:.2f} / {a['renderer_script_s']:.2f} | "
+    f, a, c = r["first"], r["repeat"], r.get("click")
+    click = (f"{c['s']:.2f}", f"{c['browser_cpu_s']:.2f} / {c['server_cpu_s']:.2f}") if c else ("–", "–")
+    echo(f"| {name} | {f['s']:.2f} | {a['s']:.2f} | {click[0]} | {f['browser_cpu_s']:.2f} / {f['server_cpu_s']:.2f} | "
+         f"{a['browser_cpu_s']:.2f} / {a['server_cpu_s']:.2f} | {click[1]} | {a['renderer_task_s']:.2f} / {a['renderer_script_s']:.2f} | "
          f"{(f['http_bytes'] + f['data_bytes']) / 1e6:.2f} | {a['data_bytes'] / 1e3:,.0f} |")
 
 

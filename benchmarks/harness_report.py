@@ -187,10 +187,11 @@ def render(results: dict) -> str:
             for page, fig in (info.get("pages") or {}).items():
                 first, again = fig.get("first") or {}, fig.get("repeat") or {}
                 rows.append([page, first.get("s"), fig.get("first_ratio"), again.get("s"), fig.get("repeat_ratio"),
+                             (fig.get("click") or {}).get("s"),
                              first.get("browser_cpu_s"), again.get("browser_cpu_s"), again.get("server_cpu_s"),
                              round(((first.get("http_bytes") or 0) + (first.get("data_bytes") or 0)) / 1e6, 2),
                              round((again.get("data_bytes") or 0) / 1e3, 1)])
-            lines += _table(["page", "first load", "× base", "repeat", "× base", "first, browser CPU-s",
+            lines += _table(["page", "first load", "× base", "repeat", "× base", "menu click", "first, browser CPU-s",
                              "repeat, browser CPU-s", "repeat, server CPU-s", "first, MB", "repeat, data kB"], rows)
         lines += _sources_of(results, "browser")
     for key, title in (("storage", "Storage: readers under writers"), ("whatif", "What-if")):

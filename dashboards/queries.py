@@ -164,7 +164,7 @@ def config_in_force(path: str):
 def warehouse_state(path: str) -> WarehouseState:
     """The warehouse's state for the dashboards. A missing, unreadable or not yet analysed
     warehouse comes back with ``problem`` set to one sentence saying what to run."""
-    from gpuledger.analytics.reports import data_now
+    from gpuledger.warehouse.read_model.facts import data_now  # the read model's "now" (the CLI's too)
 
     empty = {"data_now": None, "first_hour": None, "last_hour": None, "clusters": (), "parent_of": {},
              "kind_of": {}, "periods": (), "counts": {}}

@@ -30,12 +30,16 @@ if ctx is not None:
 
     kinds = ui.usage_by_kind(ctx.path, ctx.start, ctx.end, ctx.clusters)
     if kinds.height:
-        measure = st.radio("Workload kinds: measure", ["allocated", "active"], horizontal=True, key="kind_measure")
-        st.altair_chart(charts.stacked_hours(queries.kind_pct(kinds, hourly), f"{measure}_pct", "kind",
-                                             f"{measure.capitalize()} % of capacity by workload kind",
-                                             charts.axis_title(measure, "% of installed capacity")), width="stretch")
-        st.caption(f"How the {'held' if measure == 'allocated' else 'busy'} share of the installed GPUs splits "
-                   "between training, fine-tuning, batch, inference and interactive work.")
+        st.subheader("Workload kinds")
+        # the hour-by-hour chart on request: each chart costs the browser a Vega run on every load,
+        # and the table below answers "which kinds use the GPUs" at a glance
+        if st.toggle("Show each hour's split (chart)", key="kind_chart"):
+            measure = st.radio("Measure", ["allocated", "active"], horizontal=True, key="kind_measure")
+            st.altair_chart(charts.stacked_hours(queries.kind_pct(kinds, hourly), f"{measure}_pct", "kind",
+                                                 f"{measure.capitalize()} % of capacity by workload kind",
+                                                 charts.axis_title(measure, "% of installed capacity")), width="stretch")
+            st.caption(f"How the {'held' if measure == 'allocated' else 'busy'} share of the installed GPUs splits "
+                       "between training, fine-tuning, batch, inference and interactive work.")
         per_kind = kinds.group_by("kind").agg(pl.col("gpu_hours_allocated").sum(), pl.col("gpu_hours_active").sum()).with_columns(
             active_of_allocated_pct=100 * pl.col("gpu_hours_active") / pl.col("gpu_hours_allocated")
         ).sort("gpu_hours_allocated", descending=True)

@@ -218,7 +218,7 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     # an optional part's groups of figures side by side
     assert "| policies | priority | reclaim |" in block and "| delivery_ratio | 0.816 | 0.905 |" in block
     assert "Largest steps at 1,024 GPUs: full: attribution 0.400 s." in block  # totals left out
-    assert "**Dashboard pages in Chromium at 1,024 GPUs**" in block and "| utilization | 1.80 | 2.25 | 0.900 |" in block
+    assert "**Dashboard pages in Chromium at 1,024 GPUs**" in block and "| utilization | 1.80 | 2.25 | 0.900 | – | – |" in block
     out = capsys.readouterr().out
     assert "== analytics 1024: ok" in out  # progress as it goes
     assert "missed: full 7-day recompute at 1,024 GPUs <= 1 s: 1.25 s against 1 (1.25× the limit)" in out

@@ -107,8 +107,11 @@ def test_utilization_headline_equals_the_analytics(on_rig):
     for got, want in zip(kinds["gpu_hours_allocated"], expected["gpu_hours_allocated"], strict=True):
         assert got == pytest.approx(want, abs=1e-6)
     # the heatmap's idle device-hours are the devices' own evidence; one chart per section + caption
-    assert len(at.get("vega_lite_chart")) >= 3
+    # (capacity over time, the heatmap; the workload kinds' hourly chart on request)
+    assert len(at.get("vega_lite_chart")) == 2
     assert len(at.caption) >= 4
+    at.toggle(key="kind_chart").set_value(True).run()
+    assert len(at.get("vega_lite_chart")) == 3 and not at.exception
 
 
 def test_fair_share_tree_equals_the_analytics(on_rig):
