@@ -202,3 +202,14 @@ def test_rules_import_nothing_above_them():
 def test_each_rule_imports_alone(module):
     done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+PROMETHEUS = "gpuledger.ingest.metrics.prometheus"
+
+
+def test_the_prometheus_modules_talk_through_public_names():
+    # issue 22 §5: one module's private name (_x) is its own; a sibling imports public names only
+    private = sorted(f"{m} imports {target}.{n}" for m, deps in module_imports().items() if m.startswith(PROMETHEUS)
+                     for target, names in deps if target.startswith(PROMETHEUS) and target != m
+                     for n in names if n.startswith("_"))
+    assert private == []
