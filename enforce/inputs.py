@@ -18,6 +18,7 @@ from gpuledger.analytics import reports
 from gpuledger.analytics.squatting import LOOKBACK
 from gpuledger.config import Config
 from gpuledger.sql import load_sql
+from gpuledger.warehouse.read_model import facts
 
 _JOBS = load_sql(__package__, "running_and_queued_jobs.sql")
 #: Kueue Workload states (ingest.jobs.k8s_mapping) in which the workload holds its quota: it runs
@@ -59,9 +60,11 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     elif observed_by is None:
         observed_by = "the scheduler"
     policy = cfg.policy
+    # the facts as of `now` through the read model (materialized fair share when fresh for `now` and
+    # the policy is the stored one; funding and findings, exempt jobs included, computed)
     funding = {(r["cluster"], r["job_id"]): r
-               for r in reports.funding_report(con, policy=policy, now=now).iter_rows(named=True)}
-    tree = reports.fairshare_report(con, policy=policy, as_of=now)
+               for r in facts.funding(con, policy=policy, now=now).frame.iter_rows(named=True)}
+    tree = facts.fairshare(con, policy=policy, as_of=now).frame
     ranks = {r["node"]: r["fs_rank"] for r in tree.iter_rows(named=True) if r["fs_rank"] is not None}
     findings = [
         Finding(cluster=r["cluster"], job_id=r["job_id"], finding=r["finding"], severity=r["severity"],
@@ -69,7 +72,7 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
                 gpus_total=int(r["gpus_total"]), gpu_hours_idle=float(r["gpu_hours_idle"] or 0),
                 idle_cost=None if r["idle_cost"] is None else str(r["idle_cost"]), currency=r["currency"],
                 capped=float(r["idle_minutes"]) >= LOOKBACK.total_seconds() / 60 - 1)
-        for r in reports.squatters_report(con, policy=policy, now=now, include_exempt=True).iter_rows(named=True)
+        for r in facts.findings(con, policy=policy, now=now, include_exempt=True).frame.iter_rows(named=True)
         if r["idle_since"] is not None
     ]
     rows = [dict(zip(_NAMES, r, strict=True)) for r in con.execute(_JOBS, {"now": now}).fetchall()]

@@ -21,28 +21,20 @@ class CycleReport:
 def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     """Every alert the warehouse's state calls for at ``now`` (the data's "now")."""
     from gpuledger.alerts.plan import budget_alerts, digest_alerts, squatting_alerts
-    from gpuledger.analytics.reports import budget_report, squatters_report
-    from gpuledger.sql import load_sql
+    from gpuledger.warehouse.read_model import facts
 
-    # the pipeline's latest evaluation at or before `now`: its episodes as they were then, when it
-    # is recent (within half the sustained-idle window); otherwise the rules evaluated at `now`
-    # (an `alerts run --now T` plans from the findings as of T, never from later ones)
-    evaluated = con.execute("SELECT max(evaluated_at) FROM squatting_evaluations WHERE evaluated_at <= ?",
-                            [now]).fetchall()[0][0]
-    fresh = timedelta(minutes=policy.squatting.sustained_minutes / 2)
-    if evaluated is not None and now - evaluated <= fresh:
-        open_now = con.sql(load_sql(__package__, "episodes_as_of.sql"), params={"at": evaluated}).pl()
-        episodes = con.sql("SELECT * FROM squatting_findings WHERE first_seen <= $at",
-                           params={"at": now}).pl()
-    else:  # no recent evaluation: evaluate at `now`; idle_since marks the episode
-        episodes = None
-        open_now = squatters_report(con, policy=policy, now=now)
+    # the findings as of `now` (read_model.facts.findings): the pipeline's latest evaluation at or
+    # before `now`, its episodes as they were then, when it is recent; otherwise the rules
+    # evaluated at `now` (an `alerts run --now T` plans from the findings as of T, never later ones)
+    found = facts.findings(con, policy=policy, now=now)
+    open_now = found.frame
+    episodes = facts.finding_episodes(con, at=now) if found.source == facts.MATERIALIZED else None
     alerts = squatting_alerts(open_now, policy, now=now, squatting=policy.squatting,
                               enforcement=policy.enforcement, currency=currency,
                               enforcement_log=enforcement_log(con, now=now))
     if episodes is not None:
         alerts += digest_alerts(episodes, policy, now=now)
-    alerts += budget_alerts(budget_report(con, policy=policy, as_of=now), policy, now=now)
+    alerts += budget_alerts(facts.budget(con, policy=policy, as_of=now).frame, policy, now=now)
     return alerts
 
 

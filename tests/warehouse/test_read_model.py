@@ -208,3 +208,28 @@ def test_a_setting_added_after_the_version_was_stored_reads_its_default(wh):
     del older["policy"]["usage"]
     old = dataclasses.replace(stored, content_json=json.dumps(older))
     assert old.setting("policy.usage.mode") == stored.config.policy.usage.mode
+
+
+def test_findings_come_from_a_recent_evaluation_else_are_computed(wh):
+    # one evaluation at T with one open episode (as the squatting asset writes them); the fact
+    # serves it up to half the sustained-idle window after T (60 min by default: 30 min), and
+    # computes beyond it, with exempt jobs asked for, or for other squatting rules than the stored ones
+    with warehouse.open_reader(wh) as con:
+        at = facts.data_now(con).replace(second=0, microsecond=0)
+        policy = _policy(con)
+    with warehouse.open_writer(wh) as con:
+        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
+                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+    half = timedelta(minutes=policy.squatting.sustained_minutes / 2)
+    other = policy.model_copy(update={"squatting": policy.squatting.model_copy(update={"sustained_minutes": 90})})
+    with warehouse.open_reader(wh) as con:
+        served = facts.findings(con, policy=policy, now=at + half)
+        late = facts.findings(con, policy=policy, now=at + half + timedelta(minutes=1))
+        exempt = facts.findings(con, policy=policy, now=at, include_exempt=True)
+        foreign = facts.findings(con, policy=other, now=at)
+        computed = reports.squatters_report(con, policy=policy, now=at + half + timedelta(minutes=1))
+    assert served.source == facts.MATERIALIZED and served.as_of == at
+    assert served.frame.select("cluster", "job_id", "severity").rows() == [("c1", "j1", "warning")]
+    assert late.source == exempt.source == foreign.source == facts.COMPUTED
+    assert_frame_equal(late.frame, computed)

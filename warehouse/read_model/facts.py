@@ -1,4 +1,4 @@
-"""The facts as of T: fair share, budget burn and usage, read from the materialized tables when
+"""The facts as of T: fair share, budget burn, usage, funding and squatting findings, read from the materialized tables when
 they are fresh for T and computed (gpuledger.analytics.reports) otherwise. Every reader asks here
 (the CLI's read commands first), so a question has one answer whichever way it was reached.
 
@@ -99,6 +99,23 @@ def _policy(policy):
     return policy() if callable(policy) else policy
 
 
+def _policy_in_force(con, policy, part: str | None = None) -> bool:
+    """Whether a materialized row can answer for ``policy``: rows are materialized under the
+    stored config, so a caller holding another policy (enforcement handed a config, a test) gets
+    the computed answer for its own. ``part``: only that section of the policy decides (the
+    squatting rules, for findings). A callable (the CLI's stored config) or None is the stored one."""
+    if policy is None or callable(policy):
+        return True
+    from gpuledger.config_store import stored_config_in_force
+
+    stored = stored_config_in_force(con)
+    if stored is None:
+        return False
+    if part is not None:
+        return getattr(stored.policy, part) == getattr(policy, part)
+    return stored.policy == policy
+
+
 def _snapshot(con, table: str, schema: dict, as_of: datetime, order: str, renamed: dict | None = None) -> Rows:
     """The snapshot's rows as of ``as_of`` in the report's column order (``renamed``: stored name
     -> the report's). Rows, not polars: DuckDB's .pl() goes through Arrow (pyarrow, numpy), and
@@ -115,7 +132,7 @@ def fairshare(con, *, policy, as_of: datetime | None = None) -> Facts:
     reports.fairshare_report (GPU-hours, ratios). ``policy``: a Policy, or a callable giving it
     (called only when computed)."""
     at = as_of or data_now(con)
-    if _snapshot_fresh(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at):
+    if _snapshot_fresh(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at) and _policy_in_force(con, policy):
         rows = _snapshot(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at, "queue_order", {"queue_order": "order"})
         return Facts(rows, MATERIALIZED, at)
     from gpuledger.analytics import reports
@@ -127,7 +144,8 @@ def budget(con, *, policy, as_of: datetime | None = None) -> Facts:
     """Budget burn per org node as of ``as_of`` (normalised GPU-hours), like reports.budget_report."""
     at = as_of or data_now(con)
     # unweighted_gpu_hours: NULL in rows from before migration 016, 0.0 or more in the report
-    if _snapshot_fresh(con, "budget_snapshots", BUDGET_COLUMNS, at, filled="unweighted_gpu_hours"):
+    if (_snapshot_fresh(con, "budget_snapshots", BUDGET_COLUMNS, at, filled="unweighted_gpu_hours")
+            and _policy_in_force(con, policy)):
         # the snapshot keeps the report's row order (tree position, period) as it was inserted
         return Facts(_snapshot(con, "budget_snapshots", BUDGET_COLUMNS, at, "rowid"), MATERIALIZED, at)
     from gpuledger.analytics import reports
@@ -154,10 +172,46 @@ def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=No
     by ``by``, like reports.usage_report."""
     at = now or data_now(con)
     table = USAGE_TABLES.get(by)
-    if table is not None and _usage_fresh(con, table, start, end, at):
+    if table is not None and _usage_fresh(con, table, start, end, at) and _policy_in_force(con, policy):
         # summed in SQL by attribution.sum_usage's exact rule (no polars, no analytics to import)
         rows = con.execute(_sql("usage_project_sums"), {"start": start, "end": end}).fetchall()
         return Facts(Rows(rows, USAGE_COLUMNS), MATERIALIZED, at)
     from gpuledger.analytics import reports
 
     return Facts(reports.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at), COMPUTED, at)
+
+
+def funding(con, *, policy, now: datetime | None = None) -> Facts:
+    """Per job not ended at ``now``: funded or not, why not, protected until (reports.funding_report).
+    Always computed: no table materializes it."""
+    at = now or data_now(con)
+    from gpuledger.analytics import reports
+
+    return Facts(reports.funding_report(con, policy=_policy(policy), now=at), COMPUTED, at)
+
+
+def findings(con, *, policy, now: datetime | None = None, include_exempt: bool = False) -> Facts:
+    """The squatting findings open at ``now``.
+
+    Materialized: the squatting pipeline's latest evaluation at or before ``now``, when it is
+    recent (within half the policy's sustained-idle window), gives its episodes as they were then
+    (squatting_findings rows, each with the finding and severity it had at that evaluation;
+    ``Facts.as_of`` is the evaluation's time) — never a later one. Otherwise, and always with
+    ``include_exempt`` (the pipeline stores no exempt jobs) or squatting rules other than the
+    stored config's, computed at ``now``: reports.squatters_report rows (enforcement's input)."""
+    at = now or data_now(con)
+    resolved = _policy(policy)
+    if not include_exempt and _policy_in_force(con, resolved, "squatting"):
+        evaluated = con.execute(_sql("latest_evaluation"), {"now": at}).fetchall()[0][0]
+        fresh = timedelta(minutes=resolved.squatting.sustained_minutes / 2)
+        if evaluated is not None and at - evaluated <= fresh:
+            return Facts(con.sql(_sql("episodes_as_of"), params={"at": evaluated}).pl(), MATERIALIZED, evaluated)
+    from gpuledger.analytics import reports
+
+    return Facts(reports.squatters_report(con, policy=resolved, now=at, include_exempt=include_exempt), COMPUTED, at)
+
+
+def finding_episodes(con, *, at: datetime):
+    """Every squatting episode first seen at or before ``at`` with its lifecycle (polars; the
+    alerts' digests)."""
+    return con.sql(_sql("episodes_since"), params={"at": at}).pl()
