@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -72,23 +73,35 @@ def main(argv: list[str] | None = None) -> int:
     cases, sources = _cases(args.warehouse)
     env = {**os.environ, "COLUMNS": "80"}
     times: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}  # user + system CPU-seconds of the process
+    load_before = os.getloadavg()[0]
     for _ in range(args.rounds):
         for name, command in cases.items():
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)
             began = time.perf_counter()
             subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             times[name].append(time.perf_counter() - began)
-    base = statistics.median(times["python -c 'import typer' (baseline)"])
+            now = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime)
+    baseline = "python -c 'import typer' (baseline)"
+    base, base_cpu = statistics.median(times[baseline]), statistics.median(cpu[baseline])
     load = os.getloadavg()[0]
     rows = []
-    print(f"median of {args.rounds} rounds, load average {load:.1f} ({os.cpu_count()} CPUs)")
+    # wall time is what a user waits; on a loaded machine the CPU-seconds are the steadier figure
+    print(f"median of {args.rounds} rounds, load average {load_before:.1f} before / {load:.1f} after "
+          f"({os.cpu_count()} CPUs)")
+    print(f"  {'case':38s} {'wall':>7s} {'(min)':>7s} {'ratio':>6s} {'CPU s':>7s} {'ratio':>6s}  source")
     for name, ts in times.items():
-        med = statistics.median(ts)
+        med, med_cpu = statistics.median(ts), statistics.median(cpu[name])
         row = {"case": name, "median_s": round(med, 3), "min_s": round(min(ts), 3),
-               "ratio_to_import_typer": round(med / base, 2), "source": sources.get(name)}
+               "ratio_to_import_typer": round(med / base, 2), "cpu_s": round(med_cpu, 3),
+               "cpu_ratio_to_import_typer": round(med_cpu / base_cpu, 2), "source": sources.get(name)}
         rows.append(row)
-        print(f"  {name:38s} {med:6.3f} s (min {min(ts):.3f})  {med / base:5.2f}x  {sources.get(name) or ''}")
+        print(f"  {name:38s} {med:6.3f}s {min(ts):6.3f}s {med / base:5.2f}x {med_cpu:6.3f}s {med_cpu / base_cpu:5.2f}x"
+              f"  {sources.get(name) or ''}")
     if args.json:
-        args.json.write_text(json.dumps({"load_average": load, "rounds": args.rounds, "cases": rows}, indent=2))
+        args.json.write_text(json.dumps({"load_average_before": load_before, "load_average": load,
+                                         "rounds": args.rounds, "cases": rows}, indent=2))
     return 0
 
 

@@ -22,7 +22,7 @@ The JSON webhook body, schema ``gpuledger.alert`` version 1 (docs: README "Alert
      "digest" | "budget" | "statement" | "message", "severity": <gpuledger severity or null>,
      "level": "info" | "warning" | "critical", "title": <subject>, "message": <plain text>,
      "link": <dashboard URL or null>, "fields": {<the alert's structured fields: job_id, cluster,
-     project, owner, severity, gpus_idle, gpus_total, idle_since, gpu_hours_idle, idle_cost, next,
+     project, owner, severity, gpus_idle, gpus_total, idle_since, gpu_hours_idle, idle_cost, currency, next,
      dashboard for squatting; node, level, consumed_pct, projected_exhaustion, dashboard for
      budgets; project, day, findings, gpu_hours_idle for digests>}}
 

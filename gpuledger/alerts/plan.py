@@ -23,6 +23,11 @@ from gpuledger.alerts.outbox import Alert
 SEVERITY_RANK = {"info": 0, "warning": 1, "second-warning": 2, "preempt-eligible": 3}
 
 
+
+def _s(n) -> str:
+    """The plural ending for a count of GPUs ("1 idle GPU", "2 idle GPUs")."""
+    return "" if n == 1 else "s"
+
 def _clock(text: str) -> time:
     h, m = text.split(":")
     return time(int(h), int(m))
@@ -99,18 +104,20 @@ def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting
                 dry = enforcement is not None and enforcement.dry_run
                 nxt = ("eligible for preemption now; enforcement is in dry run (it records, does not preempt)"
                        if dry else "eligible for preemption now: the next enforcement cycle may preempt it")
-        rule = (f"{ep.get('finding', 'squatting')}: GPUs under {squatting.idle_threshold_ratio:g} activity for "
-                f"{squatting.sustained_minutes:g} min after {squatting.grace_minutes:g} min grace"
+        thr = squatting.idle_threshold_ratio if squatting is not None else 0.0
+        rule = (f"{ep.get('finding', 'squatting')}: GPU activity under {thr * 100:g} % (ratio {thr:g}) for "
+                f"{squatting.sustained_minutes:g} min after a {squatting.grace_minutes:g} min grace"
                 if squatting is not None else ep.get("finding", "squatting"))
         cost = ep.get("idle_cost")
         cur = ep.get("currency") or currency
         link = (f"{alerts.dashboard_url.rstrip('/')}/squatters?cluster={ep['cluster']}&job={ep['job_id']}"
                 if alerts.dashboard_url else None)
         wasted = ep.get("gpu_hours_idle") or 0.0
-        subject = f"[{severity}] job {ep['job_id']} ({ep.get('project')}) holds {ep.get('gpus_idle')} idle GPUs"
+        n_idle, n_total = ep.get("gpus_idle"), ep.get("gpus_total")
+        subject = f"[{severity}] job {ep['job_id']} ({ep.get('project')}) holds {n_idle} idle GPU{_s(n_idle)}"
         lines = [
             f"job {ep['job_id']} on {ep['cluster']}, owner {ep.get('user_name')}, project {ep.get('project')}",
-            f"{ep.get('gpus_idle')} of {ep.get('gpus_total')} GPUs idle since {_ts(idle_since)} UTC",
+            f"{n_idle} of {n_total} GPU{_s(n_total)} idle since {_ts(idle_since)} UTC",
             f"wasted {wasted:,.2f} GPU-hours" + (f", {cost:,.2f} {cur}" if cost is not None else ""),
             f"rule: {rule}", f"severity: {severity}",
         ]
@@ -123,7 +130,8 @@ def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting
         payload = {"job_id": ep["job_id"], "cluster": ep["cluster"], "project": ep.get("project"),
                    "owner": ep.get("user_name"), "severity": severity, "gpus_idle": ep.get("gpus_idle"),
                    "gpus_total": ep.get("gpus_total"), "idle_since": idle_since, "gpu_hours_idle": wasted,
-                   "idle_cost": None if cost is None else str(cost), "next": nxt, "dashboard": link}
+                   "idle_cost": None if cost is None else str(cost), "currency": cur if cost is not None else None,
+                   "next": nxt, "dashboard": link}
         urgent = (alerts.quiet_hours is not None
                   and SEVERITY_RANK[severity] >= SEVERITY_RANK[alerts.quiet_hours.urgent_severity])
         for channel, recipient in _recipients(alerts, ep.get("user_name")):

@@ -250,8 +250,10 @@ def priced_pieces(job_allocations, gpus, jobs, rate_card, *, start: datetime, en
     charges, capacity and over-allocation all use."""
     keys = KEYS
     # Capacity per (cluster, model, tier, hour); clusters with any inventory have known capacity.
+    # cap, the pieces and prices are each read by several stages: materialized once here (lazy,
+    # each reader cut the allocations into hours again and recomputed the capacity).
     cap = capacity_hourly(gpus, start=start, end=billed_end, retire_grace=retire_grace).select(
-        *keys, "hour", cap_raw=to_raw(pl.col("gpu_hours_capacity")))
+        *keys, "hour", cap_raw=to_raw(pl.col("gpu_hours_capacity"))).collect(engine=ENGINE).lazy()
     known = gpus.select(pl.col("cluster").cast(pl.String)).unique().with_columns(_known=pl.lit(True))
     pieces = (
         allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
@@ -259,12 +261,13 @@ def priced_pieces(job_allocations, gpus, jobs, rate_card, *, start: datetime, en
         .join(known, on="cluster", how="left")
         .select("job_id", "gpu_id", "allocation_level", *keys, "hour", "gpu_hours_allocated",
                 a_raw=to_raw(pl.col("gpu_hours_allocated")), _known=pl.col("_known").fill_null(False))
+        .collect(engine=ENGINE).lazy()
     )
     # One price per (model, tier, hour): charges, capacity and over-allocation use the same one.
     hours = pl.concat([pieces.select("model", "tier", "hour"), cap.select("model", "tier", "hour")]) \
         .filter(pl.col("model").is_not_null()).unique()
     prices = price_as_of(hours.with_columns(_at=pl.max_horizontal(pl.col("hour"), pl.lit(start))),
-                         rate_card, at="_at").drop("_at")
+                         rate_card, at="_at").drop("_at").collect(engine=ENGINE).lazy()
     # Materialised once here: every line kind below reads these two frames (a lazy plan would
     # recompute the hourly cut for each of them).
     pieces = pieces.join(prices, on=["model", "tier", "hour"], how="left", nulls_equal=False).collect(engine=ENGINE).lazy()

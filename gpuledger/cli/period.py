@@ -74,6 +74,10 @@ def period_correct(
     net = ", ".join(f"{c} {a}" for c, a in done["net"].items()) or "0"
     console.print(f"period {period} revision {done['revision']}: {done['credit_lines']} credit and "
                   f"{done['debit_lines']} debit project lines, net {net} (config version {done['config_version']})")
+    if done.get("rounded_fallback"):
+        from gpuledger.ledger.periods import ROUNDED_FALLBACK_NOTE
+
+        console.print(ROUNDED_FALLBACK_NOTE.format(period=period), style="yellow")
 
 
 @app.command("list")

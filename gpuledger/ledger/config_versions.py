@@ -56,6 +56,14 @@ def fingerprint(cfg: Config) -> str:
     return hashlib.sha256(canonical_json(cfg).encode()).hexdigest()
 
 
+def same_content(stored: StoredConfig, sha: str) -> bool:
+    """Whether a config whose fingerprint is ``sha`` says what ``stored`` says. The stored hash was
+    taken by the release that loaded it; a release that adds a config key (with its default) dumps
+    the same text differently, so the stored text is also fingerprinted as this release reads it —
+    an upgrade alone never makes the same file "differ" from the warehouse's."""
+    return stored.content_sha256 == sha or fingerprint(stored.config) == sha
+
+
 def config_as_text(cfg: Config) -> str:
     """YAML of a config that came with no file text (library callers); parses back to the same
     content hash."""
@@ -216,7 +224,7 @@ def load_version(
     who = audit.actor(by)
     with transaction(con):
         current = stored_config(con)
-        if current is not None and current.content_sha256 == sha:
+        if current is not None and same_content(current, sha):
             return LoadResult(version=current.version, added=False)
         old = current.config if current else None
         changes = config_changes(old, cfg)
@@ -311,7 +319,7 @@ def config_in_force(
         if option is None:
             return InForce(current.config, current.version, current.source_path)
         cfg, text, path = read_config_file(option)
-        if fingerprint(cfg) == current.content_sha256:
+        if same_content(current, fingerprint(cfg)):
             return InForce(current.config, current.version, current.source_path)
         if differing == "refuse":
             raise ConfigMismatch(

@@ -12,6 +12,12 @@
   dashboards): a closed month's issued lines plus its corrections, or computed lines for an open
   period. Stored lines are checked against their checksum on every read.
 
+Exact amounts: since 2026-12 every revision stores each line's unrounded amount in its
+checksummed line (``amount_exact``; no migration: the lines are JSON), so a correction rounds only
+its own delta. Months closed before then cannot gain them (their lines are checksummed as issued,
+and today's data would not reproduce what was issued): their corrections are the difference of the
+rounded lines, and their statement says so (ROUNDED_FALLBACK_NOTE).
+
 What "the rates known when it was closed" means: a closed month keeps the lines priced by the
 config version current at its close (recorded per revision). A later config load — even one with
 an effective_from inside that month — changes open periods only; ``config load`` names the closed
@@ -244,6 +250,22 @@ def _stored(con, period: str, revision: int, sha: str, count: int) -> list[tuple
         raise RunError(f"statement {period} revision {revision}: the amount of {level} line {line_no} differs from "
                        "its checksummed line; the warehouse was altered outside gpuledger (restore it from a backup)")
     return stored
+
+
+ROUNDED_FALLBACK_NOTE = (
+    "exact amounts: {period} was closed before gpuledger stored them (from 2026-12 every close and "
+    "correction stores each line's unrounded amount beside its cents), so a correction of it is the "
+    "difference of the rounded lines: re-pricing one pool can move a cent on another pool's lines (each "
+    "line stays within a cent of exact; the total is exact). Its issued lines cannot gain exact amounts "
+    "afterwards: they are checksummed as issued, and today's data would not be what was issued")
+
+
+def exact_stored(con, period: str) -> bool:
+    """Whether every revision of closed ``period`` stored its job lines' exact amounts (closed from
+    2026-12 on), so a correction rounds only its own delta; otherwise corrections fall back to
+    the difference of the rounded lines (ROUNDED_FALLBACK_NOTE)."""
+    rows = con.execute("SELECT columns_json FROM statement_revisions WHERE period = ?", [period]).fetchall()
+    return bool(rows) and all("amount_exact" in {c for c, _ in json.loads(text)["job"]} for (text,) in rows)
 
 
 def verify_period(con, period: str) -> None:
@@ -515,9 +537,11 @@ def correct_period(
         cfg, version = _current_config(con)
         fresh = compute_lines(con, period, cfg, now=data_now)
         effective = {level: _effective([issued[r][level] for r in sorted(issued)]) for level in LEVELS}
-        if all("amount_exact" in issued[r]["job"].columns for r in issued):
+        exact = exact_stored(con, period)
+        if exact:
             corrections = _delta_corrections(con, period, effective, fresh)
         else:  # closed before exact amounts were stored: the difference of the rounded lines
+            # (ROUNDED_FALLBACK_NOTE, which the statement and the command state)
             corrections = {level: _differences(effective[level], fresh[level]) for level in LEVELS}
         if all(f.is_empty() for f in corrections.values()):
             return None
@@ -529,6 +553,7 @@ def correct_period(
         audit.record(con, who=who, action="period-correct", subject=period, reason=reason.strip(),
                      detail=f"revision {revision}, config v{version}, sha256 {sha}, net {net}", at=now)
     return {"period": period, "revision": revision, "lines": sum(f.height for f in corrections.values()),
+            "rounded_fallback": not exact,
             "sha256": sha, "config_version": version, "net": net,
             "credit_lines": corrections["project"].filter(pl.col("line_kind") == "credit").height,
             "debit_lines": corrections["project"].filter(pl.col("line_kind") == "debit").height}

@@ -226,14 +226,14 @@ def subtree(org_nodes: pl.DataFrame, node: str) -> set[str]:
 USAGE_SCHEMA = {"project": pl.String, "model": pl.String, "tier": pl.String, "partition": pl.String,
                 "host": pl.String, "gpu_hours_allocated": pl.Float64, "gpu_hours_active": pl.Float64,
                 "gpu_hours_unknown": pl.Float64, "gpu_hours_time_sliced": pl.Float64,
-                "gpu_hours_no_energy": pl.Float64, "energy_kwh": pl.Float64}
+                "gpu_hours_no_energy": pl.Float64, "gpu_hours_mig": pl.Float64, "energy_kwh": pl.Float64}
 
 
 def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> pl.DataFrame:
     """Per allocation piece's (project, model, tier, partition, host): allocated, active and
     unknown GPU-hours; of the unknown, those on time-sliced GPUs (``gpu_hours_time_sliced``);
     ``energy_kwh`` of the hours with a reading of their own and ``gpu_hours_no_energy`` for the
-    others (not time-sliced). A time-sliced GPU's energy is split by allocation fraction and a MIG
+    others (not time-sliced; of them ``gpu_hours_mig`` on MIG slices). A time-sliced GPU's energy is split by allocation fraction and a MIG
     instance's is its GPU's split by compute slice: neither measures the holder, so showback's
     energy basis counts those hours as without a reading."""
     from gpuledger.analytics.reports import attribution
@@ -250,10 +250,11 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
         .with_columns(
             gpu_hours_time_sliced=sliced,
             gpu_hours_no_energy=pl.when(reading).then(0.0).otherwise(own),
+            gpu_hours_mig=pl.when(pl.col("is_mig").fill_null(False)).then(own).otherwise(0.0),
             energy_kwh=pl.when(reading & (alloc > 0)).then(pl.col("energy_kwh") * own / alloc).otherwise(0.0))
         .group_by("project", "model", "tier", "partition", "host")
         .agg(pl.col("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown", "gpu_hours_time_sliced",
-                    "gpu_hours_no_energy", "energy_kwh").sum())
+                    "gpu_hours_no_energy", "gpu_hours_mig", "energy_kwh").sum())
         # in-memory engine: the streaming one sums in a different order on every run (notes/tables.md)
         .collect(engine="in-memory")
     )
@@ -416,6 +417,11 @@ def build_statement(
     # the state's sentence replaces chargeback's provisional note (which says lines change: not
     # so once closed)
     st.notes = [st.status_sentence] + [n for n in notes if not n.startswith("provisional")]
+    if closed:
+        from gpuledger.ledger.periods import ROUNDED_FALLBACK_NOTE, exact_stored
+
+        if not exact_stored(con, period):
+            st.notes.append(ROUNDED_FALLBACK_NOTE.format(period=period))
     st.empty = no_data(con, period, lines)
     if st.empty:
         st.notes.insert(0, NO_DATA_NOTE.format(period=period))

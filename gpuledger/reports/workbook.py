@@ -31,7 +31,7 @@ SHEET_COLUMNS = ["line_kind", "project", "gpu_model", "tier", "currency", "gpu_h
 HEADERS = {
     "business_unit": "Business unit", "line_kind": "Line", "project": "Project", "gpu_model": "GPU model",
     "tier": "Tier", "currency": "Currency", "gpu_hours": "Allocated (GPU-h)", "gpu_hours_active": "Active (GPU-h)",
-    "gpu_hours_unknown": "No activity data (GPU-h)", "efficiency_ratio": "Efficiency (%)",
+    "gpu_hours_unknown": "Activity unknown (GPU-h)", "efficiency_ratio": "Efficiency (%)",
     "amount": "Amount", "idle_amount_included": "Idle included", "revision": "Revision",
     "correction_of": "Corrects", "note": "Note", "partition": "Slurm partition", "host": "Host",
     "sheet": "Sheet", "status": "Status",

@@ -57,11 +57,11 @@ def test_alerts_reach_real_receivers_once_per_severity_and_survive_a_receiver_ou
     # acme's roll-up of it would run out before: budgets alert on the node that holds them)
     assert (first.new, first.delivery.sent, first.delivery.retried) == (3, 3, 0)
     wait_for(lambda: len(mails) == 2, "two e-mails")
-    assert [b["title"] for b in hook.bodies] == ["[warning] job alpha-1 (alpha) holds 1 idle GPUs"]
+    assert [b["title"] for b in hook.bodies] == ["[warning] job alpha-1 (alpha) holds 1 idle GPU"]
     body = hook.bodies[0]
-    assert body["title"] == "[warning] job alpha-1 (alpha) holds 1 idle GPUs"
-    for fact in ("owner u, project alpha", "1 of 1 GPUs idle since 2026-10-05 09:00 UTC",
-                 "wasted 1.50 GPU-hours, 3.00 USD", "rule: squatting: GPUs under 0.01 activity for 60 min",
+    assert body["title"] == "[warning] job alpha-1 (alpha) holds 1 idle GPU"
+    for fact in ("owner u, project alpha", "1 of 1 GPU idle since 2026-10-05 09:00 UTC",
+                 "wasted 1.50 GPU-hours, 3.00 USD", "rule: squatting: GPU activity under 1 % (ratio 0.01) for 60 min",
                  "next: second warning at 2026-10-05 10:45 UTC, eligible for preemption at 2026-10-05 11:00 UTC",
                  "dashboard: https://gpuledger.example.org/squatters?cluster=c1&job=alpha-1"):
         assert fact in body["message"], fact

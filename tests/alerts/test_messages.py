@@ -35,13 +35,13 @@ def test_the_email_as_received_keeps_its_structure_and_the_webhook_gets_the_fiel
     wait_for(lambda: len(mails) == 2, "two e-mails")
     mail = next(m for m in mails if m["To"] == "oncall@example.org")
     assert mail.get_content_type() == "multipart/alternative"
-    assert mail["Subject"] == "[preempt-eligible] job alpha-1 (alpha) holds 1 idle GPUs"
+    assert mail["Subject"] == "[preempt-eligible] job alpha-1 (alpha) holds 1 idle GPU"
     assert (mail["X-Priority"], mail["Importance"]) == ("1", "high")  # preempt-eligible is critical
     parts = _parts(mail)
     plain = parts["text/plain"].splitlines()
     # one fact a line, as planned (not run together)
     assert "job alpha-1 on c1, owner u, project alpha" in plain
-    assert "1 of 1 GPUs idle since 2026-10-05 09:00 UTC" in plain and "wasted 1.50 GPU-hours, 3.00 USD" in plain
+    assert "1 of 1 GPU idle since 2026-10-05 09:00 UTC" in plain and "wasted 1.50 GPU-hours, 3.00 USD" in plain
     assert "dashboard: https://gpuledger.example.org/squatters?cluster=c1&job=alpha-1" in plain
     html = parts["text/html"]
     assert html.count("<p>") >= 6  # a paragraph per line

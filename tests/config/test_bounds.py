@@ -51,3 +51,21 @@ def test_a_stored_version_without_currency_is_read_as_usd_and_said_so(tmp_path):
     path.write_text(_config(price='"2.50"'))
     loaded = _run(["config", "load", "-c", str(path), "-w", str(wh)], tmp_path)
     assert loaded.returncode == 0 and "unchanged" in loaded.stdout, loaded.stdout + loaded.stderr
+
+
+def test_a_version_hashed_by_an_older_release_is_the_same_content_after_an_upgrade(tmp_path):
+    """A release that adds a config key (with its default) fingerprints the same file differently:
+    the stored text is read again, so the same file is neither refused as different nor stored twice."""
+    from gpuledger import warehouse
+    from gpuledger.config import parse_config_text
+    from gpuledger.ledger.config_versions import config_in_force, load_version
+
+    text = _config(price='"2.50"')
+    path = tmp_path / "gpuledger.yaml"
+    path.write_text(text)
+    wh = tmp_path / "w.duckdb"
+    with warehouse.open_writer(wh) as con:
+        load_version(con, parse_config_text(text), text=text, source=str(path))
+        con.execute("UPDATE config_versions SET content_sha256 = repeat('0', 64)")  # as the older release hashed it
+        assert config_in_force(con, path, write=False).version == 1  # not refused as "differs"
+        assert load_version(con, parse_config_text(text), text=text, source=str(path)).added is False

@@ -156,3 +156,42 @@ def test_a_month_issued_before_pool_first_rounding_keeps_its_cents_where_nothing
     assert pools["H100"][:2] == (D("744.74"), D("0.00")) and "reconciles to the cent" in pools["H100"][2]
     assert pools["A100"][:2] == (D("743.99"), D("-0.01"))
     assert "issued before pools were rounded first" in pools["A100"][2]
+
+
+def test_a_month_closed_before_exact_amounts_were_stored_says_how_it_is_corrected(warehouse_file, monkeypatch):
+    """Closed by a gpuledger that stored no exact amounts (simulated: the close's lines without
+    them): a correction is the difference of the rounded lines, and the statement, the correction's
+    summary and `period correct` say so. The H100 reprice of the module docstring then gives the
+    same one line here (the pools are rounded on their own, so A100 does not move either)."""
+    from typer.testing import CliRunner
+
+    from gpuledger.cli import app
+
+    _month(warehouse_file)
+    real = periods.compute_lines
+
+    def without_exact(con, period, cfg, *, now=None):
+        return {lvl: f.drop(*periods.EXACT) for lvl, f in real(con, period, cfg, now=now).items()}
+
+    with warehouse.open_writer(warehouse_file) as con:
+        monkeypatch.setattr(periods, "compute_lines", without_exact)
+        periods.close_period(con, "2026-10", now=datetime(2026, 11, 5))
+        monkeypatch.setattr(periods, "compute_lines", real)
+        assert not periods.exact_stored(con, "2026-10")
+        assert any(n.startswith("exact amounts: 2026-10 was closed before") for n in build_statement(con, "2026-10").notes)
+        load(con, CONFIG.replace("H100_PRICE", "1.0010"), at=datetime(2026, 11, 10))
+    result = CliRunner().invoke(app, ["period", "correct", "2026-10", "--reason", "H100 price",
+                                      "--warehouse", str(warehouse_file)])
+    assert result.exit_code == 0, result.output
+    assert "difference of the rounded lines" in " ".join(result.output.split())
+    with warehouse.open_reader(warehouse_file) as con:
+        assert _kinds(periods.statement_lines(con, "2026-10").filter(pl.col("revision") == 1)) == {
+            ("credit", "(idle)", "H100"): D("-1.12")}
+
+
+def test_a_month_closed_now_stores_exact_amounts_and_says_nothing_of_a_fallback(warehouse_file):
+    _month(warehouse_file)
+    with warehouse.open_writer(warehouse_file) as con:
+        periods.close_period(con, "2026-10", now=datetime(2026, 11, 5))
+        assert periods.exact_stored(con, "2026-10")
+        assert not any(n.startswith("exact amounts:") for n in build_statement(con, "2026-10").notes)

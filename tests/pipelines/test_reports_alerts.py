@@ -99,7 +99,7 @@ def test_alert_run_second_run_sends_nothing_new(warehouse_file, tmp_path, receiv
     assert again == {**first, "new": 0, "sent": 0}
     assert len(hook.bodies) == posts == 2 and len(mails) == 3
     assert sorted(b["title"] for b in hook.bodies) == [
-        "[warning] job alpha-1 (alpha) holds 1 idle GPUs",
+        "[warning] job alpha-1 (alpha) holds 1 idle GPU",
         "budget beta: projected to run out 2026-11-09 08:00 UTC, before its period ends 2026-12-01"]
 
 

@@ -69,14 +69,14 @@ def test_human_headers_totals_under_their_columns_frozen_filtered_printable(stat
     ws = wb["research"]
     header = [c.value for c in ws[1]]
     assert header == ["Line", "Project", "GPU model", "Tier", "Currency", "Allocated (GPU-h)", "Active (GPU-h)",
-                      "No activity data (GPU-h)", "Efficiency (%)", "Amount (USD)", "Revision", "Corrects", "Note"]
+                      "Activity unknown (GPU-h)", "Efficiency (%)", "Amount (USD)", "Revision", "Corrects", "Note"]
     assert not any("_" in h for h in header)  # machine names stay in the CSV / Parquet
     assert ws.freeze_panes == "A2" and ws.auto_filter.ref == "A1:M3" and ws.print_title_rows == "$1:$1"
     # lines alpha 480.00 and gamma 48.00, then the total 528.00 in the Amount column, 264 GPU-h in hours'
     total = next(r for r in ws.iter_rows(min_row=2) if r[0].value == "Total")
     by_header = dict(zip(header, (c.value for c in total), strict=True))
     assert D(str(by_header["Amount (USD)"])) == D("528.00") and by_header["Allocated (GPU-h)"] == 264.0
-    assert by_header["Currency"] == "USD" and by_header["No activity data (GPU-h)"] is None
+    assert by_header["Currency"] == "USD" and by_header["Activity unknown (GPU-h)"] is None
     for sheet in wb.worksheets:
         ps = sheet.page_setup
         assert (ps.orientation, ps.paperSize, ps.fitToWidth, ps.fitToHeight) == ("landscape", 9, 1, 0)
@@ -90,7 +90,7 @@ def test_summary_ties_each_business_unit_out_to_the_org_total(statement_dir):
     head = _header_row(ws, "Business unit")
     header = [c.value for c in ws[head] if c.value is not None]
     assert header == ["Business unit", "Sheet", "Currency", "Allocated (GPU-h)", "Active (GPU-h)",
-                      "No activity data (GPU-h)", "Amount (USD)"]
+                      "Activity unknown (GPU-h)", "Amount (USD)"]
     amount_col = header.index("Amount (USD)")
     rows = {}
     for r in ws.iter_rows(min_row=head + 1, max_row=head + 8):
