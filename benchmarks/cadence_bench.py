@@ -131,7 +131,7 @@ class Reader:
     def __init__(self, folder: Path, pause_s: float):
         from benchmarks.dashboard_browser_bench import serve
 
-        self.server, self.url, _ = serve(folder, None)
+        self.server, self.url, _ = serve(ROOT / "dashboards" / "app.py", folder, None)
         self.pause_s, self.times, self.failures = pause_s, [], []
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._read, daemon=True)

@@ -51,9 +51,12 @@ class StoredConfig:
             import json
 
             value = json.loads(self.content_json)
-            for key in path.split("."):
-                value = value[key]
-            return value
+            try:
+                for key in path.split("."):
+                    value = value[key]
+                return value
+            except (KeyError, TypeError):
+                pass  # a key this release added after the version was stored: validate for its default
         value = self.config
         for key in path.split("."):
             value = getattr(value, key)

@@ -32,6 +32,7 @@ RIG_FILES = {
 }
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent from a venv without it
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadFileScheduling
 

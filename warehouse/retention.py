@@ -22,6 +22,7 @@ from gpuledger.warehouse.db import transaction
 from gpuledger.warehouse.rollups import HOUR, final_before, refresh_gpu_hourly
 
 from gpuledger.rules.clock import utc_now
+from gpuledger.sql import load_sql
 
 DEFAULT_RAW_SAMPLE_DAYS = 35.0
 
@@ -36,24 +37,10 @@ class PruneStats:
     hours_completed: int  # (device, hour) rollups that were behind and were refreshed first
 
 
-# (device, hour) pairs of [lo, cutoff) whose samples attribution still reads raw: an allocation
-# starts or ends inside the hour. The SQL form of attribution.partial_hour_keys over
-# allocated_pieces (device-level intervals are job_allocations' own start and end).
-_PARTIAL_HOURS = """
-SELECT gpu_id, date_trunc('hour', start_time) AS hour FROM job_allocations
-WHERE start_time >= $lo AND start_time < $cutoff AND start_time <> date_trunc('hour', start_time)
-UNION
-SELECT gpu_id, date_trunc('hour', end_time) AS hour FROM job_allocations
-WHERE end_time >= $lo AND end_time < $cutoff AND end_time <> date_trunc('hour', end_time)
-"""
-
-# Per (device, hour) of [lo, cutoff): samples stored vs counted in the rollup.
-_HOUR_COUNTS = """
-SELECT c.gpu_id, c.hour, c.n, h.s_n
-FROM (SELECT gpu_id, date_trunc('hour', ts) AS hour, count(*) AS n FROM gpu_samples
-      WHERE ts >= $lo AND ts < $cutoff GROUP BY ALL) c
-LEFT JOIN gpu_hourly h USING (gpu_id, hour)
-"""
+# (device, hour) pairs of [lo, cutoff) an allocation starts or ends inside (read raw by attribution),
+# and per (device, hour) the samples stored vs counted in the rollup
+_PARTIAL_HOURS = load_sql(__package__, "retention_partial_hours.sql")
+_HOUR_COUNTS = load_sql(__package__, "retention_hour_counts.sql")
 
 
 def retention_cutoff(con: duckdb.DuckDBPyConnection, keep_days: float, *, now: datetime | None = None) -> datetime | None:
@@ -153,12 +140,7 @@ def table_disk_use(con: duckdb.DuckDBPyConnection) -> tuple[list[TableDiskUse], 
         f"SELECT '{n}' AS t, block_id, additional_block_ids FROM pragma_storage_info('{n}') WHERE persistent"
         for n in names)  # names from the catalog, not user input
     rows = dict(con.execute(" UNION ALL ".join(f"SELECT '{n}', count(*) FROM {n}" for n in names)).fetchall())
-    shares = con.execute(f"""
-        WITH seg AS ({union}),
-        per_block AS (SELECT block_id, count(*) AS segs FROM seg WHERE block_id >= 0 GROUP BY block_id)
-        SELECT s.t, sum(1.0 / p.segs) + sum(len(s.additional_block_ids)) AS blocks
-        FROM seg s JOIN per_block p USING (block_id) GROUP BY s.t
-    """).fetchall()
+    shares = con.execute(load_sql(__package__, "retention_table_blocks.sql", segments=union)).fetchall()
     blocks = {t: float(b) for t, b in shares}
     out = [TableDiskUse(n, int(rows.get(n) or 0), round(blocks.get(n, 0.0) * block)) for n in names]
     out.sort(key=lambda u: (-u.bytes, u.table))

@@ -55,8 +55,8 @@ def tree_position(org_nodes: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 
 
 def data_now(con: duckdb.DuckDBPyConnection, *, wall: datetime | None = None) -> datetime:
-    """"Now" for the data (the read model's rule: gpuledger.warehouse.read_model.facts.data_now)."""
-    from gpuledger.warehouse.read_model.facts import data_now as newest
+    """"Now" for the data (the warehouse's rule: gpuledger.warehouse.clock.data_now)."""
+    from gpuledger.warehouse.clock import data_now as newest
 
     return newest(con, wall=wall)
 

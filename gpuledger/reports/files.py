@@ -177,11 +177,14 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
     files = write_statement_files(st, out, stem)
     shown: list[str] = []
     if showback:  # an extra view, never the ledger: the statement's files are unchanged
-        from gpuledger.reports.showback import showback_lines, showback_sentences
+        from gpuledger.reports.showback import render_showback_html, showback_lines, showback_sentences
 
         frame = showback_lines(st, showback)
         shown = showback_sentences(frame)
-        files.append(write_csv(frame, out / f"showback-{showback}-{st.period}-{_slug(st.scope)}.csv"))
+        sb_stem = f"showback-{showback}-{st.period}-{_slug(st.scope)}"
+        files.append(write_csv(frame, out / f"{sb_stem}.csv"))
+        (out / f"{sb_stem}.html").write_text(render_showback_html(st, frame, showback))
+        files.append(out / f"{sb_stem}.html")
     if pdf:
         from gpuledger.reports.pdf import write_pdf
 

@@ -154,3 +154,44 @@ def showback_sentences(frame: pl.DataFrame) -> list[str]:
                    f"kept at their allocated share: {sliced:,.3f} GPU-hours time-sliced, {no_sig:,.3f} GPU-hours "
                    f"{'without an activity signal' if unit.startswith('active') else 'without an energy reading of their own (none, or a MIG slice)'}")
     return out
+
+
+SHOWBACK_TEMPLATE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
+<style>body{font-family:"DejaVu Sans",sans-serif;margin:24px;max-width:1200px}
+table{border-collapse:collapse;font-size:12px;width:100%}th,td{border:1px solid #ddd;padding:3px 6px;
+vertical-align:top}th{background:#f2f2f2;text-align:left}td.num{text-align:right;white-space:nowrap}
+p.small{color:#555;font-size:12px}@page{size:A4 landscape;margin:12mm}
+@media print{body{margin:0;max-width:none}table{font-size:9px}}</style></head>
+<body><h1>{{ title }}</h1><p><b>Not the ledger of record:</b> the statement's amounts stand; this view re-weights
+each GPU pool's billed amount by {{ unit }}. {{ state }}</p>
+<ul>{% for s in sentences %}<li>{{ s }}</li>{% endfor %}</ul>
+<table><tr>{% for c in columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for row in rows %}<tr>{% for v in row %}<td{% if v.num %} class="num"{% endif %}>{{ v.text }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+<p class="small">Marked hours keep their allocated share (billed × marked ÷ allocated GPU-hours): hours on a
+time-sliced GPU (several holders at once: whose activity or energy it is cannot be told) and hours the basis cannot
+measure. The rest of each pool, its idle included, is shared by the measured lines in proportion to {{ unit }}; the
+pool's idle line shows what left it. Every column, by its machine name, is in the CSV beside this page.</p>
+</body></html>
+"""
+HEADERS = {"business_unit": "Business unit", "project": "Project", "gpu_model": "GPU model", "tier": "Tier",
+           "gpu_hours": "Allocated (GPU-h)", "gpu_hours_time_sliced": "Time-sliced (GPU-h)",
+           "gpu_hours_no_signal": "Unmeasured (GPU-h)", "measure": "Measure ({unit})", "billed": "Billed ({cur})",
+           "showback": "Showback ({cur})", "idle_redistributed": "Idle redistributed ({cur})", "marked": "Marked"}
+
+
+def render_showback_html(st: Statement, frame: pl.DataFrame, basis: str) -> str:
+    """The showback as a reader opens it: human headers with units, the per-pool sentences."""
+    from jinja2 import Environment, select_autoescape
+
+    from gpuledger.reports.files import _rows
+
+    cur = ", ".join(sorted(set(frame["currency"].drop_nulls().to_list()))) or "?"
+    unit = MEASURE_UNIT[basis]
+    cols = list(HEADERS)
+    env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
+    return env.from_string(SHOWBACK_TEMPLATE).render(
+        title=f"GPU showback by {unit}, {st.period} — {st.scope}", unit=unit, state=st.status_sentence,
+        sentences=showback_sentences(frame), columns=[HEADERS[c].format(unit=unit, cur=cur) for c in cols],
+        rows=_rows(frame.select(cols)))

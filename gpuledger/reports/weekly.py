@@ -19,15 +19,20 @@ from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
 
 WEEKLY_TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
-<style>body{font-family:"DejaVu Sans",sans-serif;margin:24px}table{border-collapse:collapse;font-size:13px}
-th,td{border:1px solid #ddd;padding:3px 8px}th{background:#f2f2f2}td.num{text-align:right}</style></head>
+<style>body{font-family:"DejaVu Sans",sans-serif;margin:24px;max-width:1200px}
+table{border-collapse:collapse;font-size:12px;width:100%}th,td{border:1px solid #ddd;padding:3px 6px;
+vertical-align:top}th{background:#f2f2f2;text-align:left}td.num{text-align:right;
+white-space:nowrap}p.small{color:#555;font-size:12px}@page{size:A4 landscape;margin:12mm}
+@media print{body{margin:0;max-width:none}table{font-size:9px}}</style></head>
 <body><h1>{{ title }}</h1><p>{{ start }} to {{ end }} (UTC, end exclusive){% if provisional %}
 · provisional: the data ends {{ through }} UTC{% endif %}</p>
 {% for n in notes %}<p>{{ n }}</p>{% endfor %}
 {% for t in tables %}<h2>{{ t.title }}</h2><table><tr>{% for c in t.columns %}<th>{{ c }}</th>{% endfor %}</tr>
 {% for row in t.rows %}<tr>{% for v in row %}<td{% if v.num %} class="num"{% endif %}>{{ v.text }}</td>{% endfor %}</tr>
 {% endfor %}</table>
-{% else %}<p>No GPU use this week.</p>{% endfor %}</body></html>
+{% else %}<p>No GPU use this week.</p>{% endfor %}
+<p class="small">Every column, with its machine name, is in the CSV files beside this page. Budgets are in
+normalised GPU-hours (GPU-hours × the model's weight in the rate card); times are UTC.</p></body></html>
 """
 
 
@@ -313,22 +318,44 @@ def week_episodes(con: duckdb.DuckDBPyConnection, policy, *, start: datetime, en
             .select(cols).sort("cluster", "job_id", "first_seen"))
 
 
+# The HTML's columns: human headers with units (the CSVs keep every column by its machine name).
+UNIT_HEADERS = {"business_unit": "Business unit", "currency": "Currency", "gpu_hours": "GPU-hours",
+                "spend": "Spend ({cur})", "budget_gpu_hours": "Budget (norm. GPU-h)",
+                "consumed_gpu_hours": "Consumed (norm. GPU-h)", "remaining_gpu_hours": "Remaining (norm. GPU-h)",
+                "burn_gpu_hours_per_day": "Burn (norm. GPU-h / day)",
+                "projected_exhaustion": "Projected exhaustion (UTC)", "status": "Status"}
+SQUATTER_HEADERS = {"business_unit": "Business unit", "rank": "Rank", "job_id": "Job", "project": "Project",
+                    "user_name": "Owner", "severity": "Worst severity", "first_seen": "First seen (UTC)",
+                    "last_seen": "Last seen (UTC)", "resolved_at": "Resolved (UTC)", "gpus_idle": "Idle GPUs",
+                    "gpus_total": "GPUs held", "gpu_hours_idle": "Idle GPU-hours", "idle_cost": "Idle cost ({cur})"}
+
+
+def _human(title: str, frame: pl.DataFrame, headers: dict[str, str], currency: str) -> dict:
+    from gpuledger.reports.files import _rows
+
+    cols = [c for c in headers if c in frame.columns]
+    if "resolved_at" in cols:  # an episode not over by the week's end says so, not a blank
+        frame = frame.with_columns(pl.col("resolved_at").dt.strftime("%Y-%m-%d %H:%M").fill_null("still open"))
+    return {"title": title, "columns": [headers[c].format(cur=currency or "?") for c in cols],
+            "rows": _rows(frame.select(cols))}
+
+
 def write_weekly(ws: WeeklySummary, out: Path) -> dict:
     """weekly-<week>.csv (per business unit), weekly-<week>-squatters.csv, weekly-<week>.html and
     manifest.json in ``out``; deterministic like the statements."""
     from jinja2 import Environment, select_autoescape
 
-    from gpuledger.reports.files import _rows, sha256_file, write_csv
+    from gpuledger.reports.files import sha256_file, write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     files = [write_csv(ws.units, out / f"weekly-{ws.week}.csv"),
              write_csv(ws.squatters, out / f"weekly-{ws.week}-squatters.csv")]
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    tables = [{"title": "GPU-hours, spend and budget burn by business unit", "columns": ws.units.columns,
-               "rows": _rows(ws.units)}] if ws.units.height else []
+    cur = ", ".join(sorted({c for c in ws.units["currency"].drop_nulls().to_list()})) if ws.units.height else ""
+    tables = [_human("GPU-hours, spend and budget burn by business unit", ws.units, UNIT_HEADERS, cur)] \
+        if ws.units.height else []
     if ws.squatters.height:
-        tables.append({"title": "Top squatters (idle GPUs held)", "columns": ws.squatters.columns,
-                       "rows": _rows(ws.squatters)})
+        tables.append(_human("Top squatters (idle GPUs held)", ws.squatters, SQUATTER_HEADERS, cur))
     html = env.from_string(WEEKLY_TEMPLATE).render(
         title=f"GPU weekly summary {ws.week}", start=f"{ws.start:%Y-%m-%d}", end=f"{ws.end:%Y-%m-%d}",
         provisional=ws.provisional, through=f"{ws.billed_through:%Y-%m-%d %H:%M}", tables=tables, notes=ws.notes)

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from gpuledger.deadlines import CallDeadline
-from gpuledger.ingest.metrics.prometheus.client import PrometheusError, _get_body
+from gpuledger.ingest.metrics.prometheus.client import PrometheusError, get_body
 from gpuledger.ingest.metrics.prometheus.decode import points_from_results
 from tests.helpers.hostile_servers import (
     SERIES,
@@ -44,7 +44,7 @@ def test_a_call_that_never_completes_ends_within_its_deadline(misbehaviour, says
     with HostileServer(misbehaviour) as server:
         began = time.monotonic()
         with pytest.raises(PrometheusError) as raised:
-            _get_body(requests.Session(), f"{server.url}/api/v1/query_range", {"query": "up"},
+            get_body(requests.Session(), f"{server.url}/api/v1/query_range", {"query": "up"},
                       deadline=QUICK, retries=3, backoff_s=0.1)
         took = time.monotonic() - began
     message = str(raised.value)
@@ -60,7 +60,7 @@ def test_a_call_that_never_completes_ends_within_its_deadline(misbehaviour, says
 def test_a_good_answer_read_piece_by_piece_is_whole():
     body = matrix(T0, T0 + 30 * 50_000)  # ~1.5 MB: more than one piece
     with HostileServer(lambda _l, _r: http_answer(body)) as server:
-        status, content = _get_body(requests.Session(), f"{server.url}/api/v1/query_range", {},
+        status, content = get_body(requests.Session(), f"{server.url}/api/v1/query_range", {},
                                     deadline=QUICK, retries=0, backoff_s=0)
     assert (status, content) == (200, body)
 

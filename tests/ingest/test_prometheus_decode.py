@@ -18,7 +18,7 @@ from gpuledger.ingest.metrics.exposition import long_to_wide, series_long_to_wid
 from gpuledger.ingest.metrics.prometheus.chunk import query_chunk_all_raw
 from gpuledger.ingest.metrics.prometheus.client import PrometheusError, query_chunk_all
 from gpuledger.ingest.metrics.prometheus.decode import (
-    _NotPlainMatrix,
+    NotPlainMatrix,
     long_from_results,
     points_from_matrix_json,
     points_from_results,
@@ -157,7 +157,7 @@ def test_bulk_json_reader_is_exact_for_awkward_label_values_and_refuses_unusual_
     for body in (_body(_results(2), warnings=["x"]), b'{"status":"error","error":"bad"}',
                  _body({"x": [{"metric": {"__name__": "DCGM_FI_DEV_FB_USED"}, "values": [[T0, "5"]],
                                "histograms": []}]})):
-        with pytest.raises(_NotPlainMatrix):
+        with pytest.raises(NotPlainMatrix):
             points_from_matrix_json(body, METRICS, url="http://p")
     nameless = _body({"x": [{"metric": {"UUID": "GPU-1", "Hostname": "n1"}, "values": [[T0, "5"]]}]})
     assert points_from_matrix_json(nameless, METRICS, url="http://p") is None

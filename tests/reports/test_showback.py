@@ -73,7 +73,10 @@ def test_showback_reweights_by_activity_and_reconciles(warehouse_file, tmp_path)
     assert sum(v[2] for v in got.values()) == 0  # the idle redistributed is stated, and nets out
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["totals"] == {"USD": "3720.00"}  # the statement stays the ledger of record
-    assert "showback-active-2026-10-acme.csv" in {f["path"] for f in manifest["files"]}
+    assert {"showback-active-2026-10-acme.csv", "showback-active-2026-10-acme.html"} <= {f["path"] for f in manifest["files"]}
+    html = (out / "showback-active-2026-10-acme.html").read_text()  # as read: headers with units, not the ledger
+    assert "Not the ledger of record" in html and "<th>Showback (USD)</th>" in html
+    assert "<th>Measure (active GPU-hours)</th>" in html and "2,496.00" in html
     assert any("idle redistributed 2,448.00" in s and "240.000 GPU-hours without an activity signal" in s
                for s in manifest["showback"]["per_pool"])
     plain = _statement(warehouse_file, tmp_path / "p")

@@ -5,6 +5,7 @@ byte-identical, a closed month reads its frozen lines. Figures derived in tests/
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from datetime import datetime
 from decimal import Decimal
@@ -17,6 +18,7 @@ from gpuledger import warehouse
 from gpuledger.ledger import periods
 from gpuledger.reports.files import write_statement_set
 from gpuledger.reports.statement import build_statement
+from tests.helpers.alert_receivers import receivers_fixture  # noqa: F401
 from tests.helpers.statement_fixtures import october
 
 D = Decimal
@@ -248,3 +250,37 @@ def test_every_line_has_a_sheet_even_a_project_outside_the_tree(month, tmp_path)
     assert "Projects outside the tree" in wb.sheetnames
     stray = lines.filter(pl.col("project") == "stray")
     assert stray.select("business_unit", "amount").rows() == [("(unassigned)", "20.00")]
+
+
+def test_the_statement_email_as_received_states_the_figures_and_carries_the_files(warehouse_file, tmp_path,
+                                                                                  receivers, monkeypatch):
+    """`report statement --email` through the real SMTP receiver (aiosmtpd): the subject names the
+    month, scope and state; the body the state's sentence, the total with its currency and
+    thousands separator (3,720.00 USD: tests/helpers/statement_fixtures.py), the reconciliation
+    per currency and per pool; the set's HTML, XLSX and CSVs are attached (no PDF here: --no-pdf)."""
+    from typer.testing import CliRunner
+
+    from gpuledger.cli import app
+    from tests.helpers.alert_receivers import wait_for
+    from tests.helpers.ledger_fixtures import load
+    from tests.helpers.statement_fixtures import CONFIG
+
+    _, mails = receivers
+    october(warehouse_file)
+    monkeypatch.setenv("GPULEDGER_ALERT_FINANCE_MAIL_URL", os.environ["GPULEDGER_ALERT_ONCALL_MAIL_URL"])
+    with warehouse.open_writer(warehouse_file) as con:
+        load(con, CONFIG + "policy:\n  reports:\n    finance_channel: finance-mail\n", at=datetime(2026, 9, 30, 1))
+    result = CliRunner().invoke(app, ["report", "statement", "--period", "2026-10", "--out", str(tmp_path / "o"),
+                                      "--no-pdf", "--email", "--warehouse", str(warehouse_file)])
+    assert result.exit_code == 0, result.output
+    wait_for(lambda: len(mails) == 1, "the statement e-mail")
+    mail = mails[0]
+    assert mail["Subject"] == "GPU statement 2026-10 for acme: open"
+    plain = next(p for p in mail.walk() if p.get_content_type() == "text/plain").get_payload(decode=True).decode()
+    lines = plain.splitlines()
+    assert "total owed: 3,720.00 USD" in lines
+    assert any(x.startswith("USD: charges 768.00 + idle 2,952.00 = 3,720.00") for x in lines)
+    assert any("USD H100 / reserved: billed 2,976.00" in x and "reconciles to the cent" in x for x in lines)
+    attached = sorted(p.get_filename() for p in mail.walk() if p.get_filename())
+    assert attached == ["statement-2026-10-acme-by-host.csv", "statement-2026-10-acme-by-partition.csv",
+                        "statement-2026-10-acme.csv", "statement-2026-10-acme.html", "statement-2026-10-acme.xlsx"]

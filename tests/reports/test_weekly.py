@@ -56,6 +56,9 @@ def test_weekly_summary_lists_every_episode_and_idle_hours(warehouse_file, tmp_p
         ("product", 1, "beta-1", 3.0, "3.00"), ("research", 1, "alpha-1", 3.5, "7.00")]
     assert "2 episodes in the week (6.500 idle GPU-hours held)" in result.output
     assert json.loads((out / "manifest.json").read_text())["week"] == "2026-W40"
+    html = (out / "weekly-2026-W40.html").read_text()  # as read: human headers, each with its unit
+    assert "<th>Spend (USD)</th>" in html and "<th>Idle cost (USD)</th>" in html and "<th>First seen (UTC)</th>" in html
+    assert "gpu_hours_idle" not in html and "budget_gpu_hours" not in html  # machine names stay in the CSV
 
 
 def test_the_weeks_of_a_month_add_up_to_its_statement_to_the_cent(warehouse_file):

@@ -194,3 +194,17 @@ def test_materialized_read_commands_import_no_polars_pydantic_or_analytics(wh):
     assert _imported(*usage) == []
     computed = _imported("report", "fairshare", "--now", (at - timedelta(hours=1)).isoformat(), "-w", str(wh))
     assert {"polars", "gpuledger.analytics.load", "gpuledger.config"} <= set(computed)
+
+
+def test_a_setting_added_after_the_version_was_stored_reads_its_default(wh):
+    # a version stored by an older release lacks a key this release added: its JSON has no
+    # policy.usage, so the setting comes from the validated text (its default), not a KeyError
+    import dataclasses
+    import json
+
+    with warehouse.open_reader(wh) as con:
+        stored = stored_config(con)
+    older = json.loads(stored.content_json)
+    del older["policy"]["usage"]
+    old = dataclasses.replace(stored, content_json=json.dumps(older))
+    assert old.setting("policy.usage.mode") == stored.config.policy.usage.mode

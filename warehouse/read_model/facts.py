@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 
 from gpuledger.sql import load_sql
+from gpuledger.warehouse.clock import data_now  # noqa: F401  ("now" for the data; facts.data_now for callers)
 from gpuledger.warehouse.read_model.rows import Rows, as_polars
 
 MATERIALIZED = "materialized"
@@ -65,17 +66,6 @@ def _sql(name: str, **identifiers: str) -> str:
     """A read model query; ``identifiers`` fill its ``{{ name }}`` table / column names (from this
     module's lists, never from input)."""
     return load_sql(__package__, f"{name}.sql", **identifiers)
-
-
-def data_now(con, *, wall: datetime | None = None) -> datetime:
-    """"Now" for the data: the newest sample or job event (submit, start, end) that is not in the
-    future (a replayed or simulated week ends there); the wall clock when there is none. A single
-    row stamped in the future is ignored rather than moving "now" for every report. Naive UTC."""
-    from gpuledger.rules.clock import utc_now
-
-    wall = wall or utc_now()
-    newest = con.execute(_sql("data_now"), {"wall": wall}).fetchall()[0][0]
-    return newest if newest is not None else wall
 
 
 def _config_loaded_at(con) -> datetime | None:

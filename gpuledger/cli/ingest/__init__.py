@@ -1,7 +1,8 @@
 """`gpuledger ingest ...`: every source into the warehouse, one module per source here — DCGM
 metrics (scrape, prometheus), job records (kubernetes, slurm, jobs-csv), the devices jobs held
-(slurm-gpus, link-devices), and the agents of one node (`ingest agent nvml`, `ingest agent
-pod-resources`; agent.py). `ingest pod-resources` is the deprecated old name of the latter."""
+(slurm-gpus, node-holdings, link-devices), and the agents of one node (`ingest agent nvml`,
+`ingest agent pod-resources`; agent.py). `ingest pod-resources` is the deprecated old name of the
+latter."""
 
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.ingest.metrics.exposition import series_long_to_wide
 from gpuledger.ingest.metrics.prometheus.client import (
-    _get_body,
-    _parse_json,
+    get_body,
+    parse_json,
     check_base_url,
     discover_metrics,
     matrix_result,
@@ -77,12 +77,12 @@ class AggregateStats:
 
 def _query(session, url: str, query: str, a: int, b: int, step_s: int, kw: dict) -> list[dict]:
     """query_range over the grid points a + step, ..., <= b. An answer with warnings (a partial
-    response) raises PrometheusError naming them (client._parse_json)."""
+    response) raises PrometheusError naming them (client.parse_json)."""
     endpoint = f"{url.rstrip('/')}/api/v1/query_range"
     # partial_response=false: Thanos Query fails instead of answering without a store
     params = {"query": query, "start": a + step_s, "end": b, "step": step_s, "partial_response": "false"}
-    status, content = _get_body(session, endpoint, params, **kw)
-    return matrix_result(_parse_json(endpoint, params, status, content), endpoint)
+    status, content = get_body(session, endpoint, params, **kw)
+    return matrix_result(parse_json(endpoint, params, status, content), endpoint)
 
 
 def _iso(epoch_s: float) -> str:
@@ -126,14 +126,14 @@ def aggregate(
     """Pull ``step``-window aggregates of [start, end) (naive UTC) into the warehouse; resumes
     after the last chunk done. ``headers``: tenant / bearer token (auth.auth_headers); ``tenant``
     alone: Mimir / Cortex ``X-Scope-OrgID``."""
-    from gpuledger.ingest.metrics.prometheus.backfill import _epoch_s, checkpoint_scope, read_checkpoint
-    from gpuledger.ingest.metrics.prometheus.client import _new_session
+    from gpuledger.ingest.metrics.prometheus.backfill import epoch_seconds, checkpoint_scope, read_checkpoint
+    from gpuledger.ingest.metrics.prometheus.client import new_session
 
     url = check_base_url(url)
     if not MIN_STEP_S <= step_s <= MAX_STEP_S:
         raise UsageError(f"--aggregate {step_s}s: choose 1m to 5m (windows the dashboards and "
                          "squatting still resolve)")
-    start_s, end_s = int(_epoch_s(start)), int(_epoch_s(end))
+    start_s, end_s = int(epoch_seconds(start)), int(epoch_seconds(end))
     if end_s <= start_s:
         raise UsageError(f"--end {_iso(end_s)} must be after --start {_iso(start_s)}")
     chunk_s = max(step_s, min(chunk_s, MAX_CHUNK_S) // step_s * step_s)
@@ -142,8 +142,8 @@ def aggregate(
     scope = checkpoint_scope(url, start, end, step_s) + " aggregate"
     with warehouse.open_writer(warehouse_path) as con:
         position = read_checkpoint(con, scope)
-    done_s = int(_epoch_s(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
-    session = _new_session(False, headers)
+    done_s = int(epoch_seconds(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
+    session = new_session(False, headers)
     if tenant:
         session.headers["X-Scope-OrgID"] = tenant
     kw = {"deadline": deadline, "retries": retries, "backoff_s": backoff_s}

@@ -46,17 +46,17 @@ from gpuledger import warehouse
 from gpuledger.deadlines import PROMETHEUS, CallDeadline
 from gpuledger.errors import UsageError
 from gpuledger.ingest import DEFAULT_CLUSTER
-from gpuledger.ingest.metrics.prometheus.chunk import _chunk_in_worker, _decode_chunk
+from gpuledger.ingest.metrics.prometheus.chunk import chunk_in_worker, decode_chunk
 from gpuledger.ingest.metrics.prometheus.client import (
     BACKFILL_METRICS,
     NotPrometheusAnswer,
     PrometheusError,
-    _new_session,
+    new_session,
     check_base_url,
     discover_metrics,
 )
 from gpuledger.ingest.metrics.prometheus.decode import SOURCE
-from gpuledger.ingest.metrics.prometheus.pool import _chunk_pool, _ChunkPool
+from gpuledger.ingest.metrics.prometheus.pool import chunk_pool, ChunkPool
 from gpuledger.ingest.metrics.writes import store_wide
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses query_range beyond this resolution
@@ -78,13 +78,13 @@ def _iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _epoch_s(moment: datetime) -> float:
+def epoch_seconds(moment: datetime) -> float:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def checkpoint_scope(url: str, start: datetime, end: datetime, step_s: int) -> str:
     """The ingest_checkpoints scope of one backfill: the server and the exact range and step."""
-    return f"{url.rstrip('/')} [{_iso(_epoch_s(start))}, {_iso(_epoch_s(end))}) step={step_s}s"
+    return f"{url.rstrip('/')} [{_iso(epoch_seconds(start))}, {_iso(epoch_seconds(end))}) step={step_s}s"
 
 
 def chunk_bounds(start_s: int, end_s: int, step_s: int, chunk_s: int) -> list[tuple[int, int]]:
@@ -131,21 +131,21 @@ def backfill(
     over a slow link; on the same host it costs Prometheus and the decoder ~2x CPU). ``headers``: the
     tenant / bearer token (auth.auth_headers), sent by this process and by every worker."""
     url = check_base_url(url)
-    start_s, end_s = int(_epoch_s(start)), int(_epoch_s(end))
+    start_s, end_s = int(epoch_seconds(start)), int(epoch_seconds(end))
     if end_s <= start_s:
         raise UsageError(f"--end {_iso(end_s)} must be after --start {_iso(start_s)}")
     if step_s <= 0 or chunk_s <= 0:
         raise UsageError(f"--step and --chunk must be at least 1 s, not {step_s} s and {chunk_s} s")
-    with _chunk_pool(workers, processes) as pool:
-        if isinstance(pool, _ChunkPool):
+    with chunk_pool(workers, processes) as pool:
+        if isinstance(pool, ChunkPool):
             pool.start()  # the workers' imports overlap the checkpoint read and metric discovery
         scope = checkpoint_scope(url, start, end, step_s)
         with warehouse.open_writer(warehouse_path) as con:
             position = read_checkpoint(con, scope)
-        done_s = int(_epoch_s(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
+        done_s = int(epoch_seconds(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
         chunks = chunk_bounds(start_s, end_s, step_s, chunk_s)
         kw = {"deadline": deadline, "retries": retries, "backoff_s": backoff_s}
-        session = _new_session(compress, headers)
+        session = new_session(compress, headers)
         chosen = list(metrics) if metrics else discover_metrics(session, url, **kw)
         if not chosen:  # recording the range as done would lose it for good once the series arrive
             raise NotPrometheusAnswer(
@@ -163,7 +163,7 @@ def backfill(
         job = dict(url=url, metrics=chosen, step_s=step_s, kw=kw, compress=compress, headers=dict(headers or {}))
         gc_was_enabled = gc.isenabled()
         if not processes:
-            gc.disable()  # see _decode_chunk: the decode's millions of small lists hold no cycles
+            gc.disable()  # see decode_chunk: the decode's millions of small lists hold no cycles
         with contextlib.ExitStack() as held:
             pending: deque = deque()
             queue = iter(todo)
@@ -172,7 +172,7 @@ def backfill(
 
             def refill() -> None:
                 while len(pending) < max(1, workers) and (nxt := next(queue, None)) is not None:
-                    run = _chunk_in_worker if processes else _decode_chunk
+                    run = chunk_in_worker if processes else decode_chunk
                     pending.append((nxt[0], nxt[1], pool.submit(run, a=nxt[0], b=nxt[1], per_metric=per_metric, **job)))
 
             try:

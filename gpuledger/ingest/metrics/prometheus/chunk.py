@@ -13,16 +13,16 @@ from gpuledger.ingest.metrics.exposition import series_long_to_wide
 from gpuledger.ingest.metrics.plausible import refuse_host_conflicts, split_implausible_times
 from gpuledger.ingest.metrics.prometheus.client import (
     NotPrometheusAnswer,
-    _get_body,
-    _new_session,
-    _parse_json,
-    _range_params,
+    get_body,
+    new_session,
+    parse_json,
+    range_params,
     matrix_result,
     query_chunk,
 )
 from gpuledger.ingest.metrics.prometheus.decode import (
     SOURCE,
-    _NotPlainMatrix,
+    NotPlainMatrix,
     points_from_matrix_json,
     points_from_results,
     refuse_outside_range,
@@ -37,12 +37,12 @@ def query_chunk_all_raw(session, url: str, metrics: Sequence[str], a: int, b: in
     if b <= a or not metrics:
         return points_from_results({m: [] for m in metrics}, url=url)
     query = f"{url.rstrip('/')}/api/v1/query_range"
-    params = _range_params(f'{{__name__=~"{"|".join(metrics)}"}}', a, b, step_s)
-    status, content = _get_body(session, query, params, **kw)
+    params = range_params(f'{{__name__=~"{"|".join(metrics)}"}}', a, b, step_s)
+    status, content = get_body(session, query, params, **kw)
     try:
         return points_from_matrix_json(content, metrics, url=url)
-    except _NotPlainMatrix:  # an error, or JSON we do not read in bulk: the generic path decides
-        data = _parse_json(query, params, status, content)
+    except NotPlainMatrix:  # an error, or JSON we do not read in bulk: the generic path decides
+        data = parse_json(query, params, status, content)
     out: dict[str, list[dict]] = {m: [] for m in metrics}
     for series in matrix_result(data, query):
         name = series["metric"].get("__name__")
@@ -66,7 +66,7 @@ def _decoded(results: dict[str, list[dict]], *, url: str):
 _SESSIONS = threading.local()
 
 
-def _decode_chunk(*, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, kw: dict,
+def decode_chunk(*, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, kw: dict,
                   compress: bool, per_metric: bool, headers: dict | None = None) -> tuple[pl.DataFrame, list, int, bool]:
     """Query, decode and reshape one chunk: (wide frame, quarantine rows, points, whether the server
     drops ``__name__`` so the chunk was asked per metric). Runs ahead of the writes, on a worker.
@@ -74,7 +74,7 @@ def _decode_chunk(*, url: str, metrics: Sequence[str], a: int, b: int, step_s: i
     wanted = (compress, tuple(sorted((headers or {}).items())))
     session = getattr(_SESSIONS, "session", None)
     if session is None or _SESSIONS.wanted != wanted:  # one session per worker thread / process
-        session = _SESSIONS.session = _new_session(compress, headers)
+        session = _SESSIONS.session = new_session(compress, headers)
         _SESSIONS.wanted = wanted
     decoded = None if per_metric else query_chunk_all_raw(session, url, metrics, a, b, step_s, **kw)
     if decoded is None:
@@ -91,9 +91,9 @@ def _decode_chunk(*, url: str, metrics: Sequence[str], a: int, b: int, step_s: i
     return wide, [*rejects, *outside, *implausible], points.height, per_metric
 
 
-def _chunk_in_worker(**job) -> tuple[bytes, list, int, bool]:
-    """``_decode_chunk`` in a worker process; the wide frame travels back as Arrow IPC bytes."""
-    wide, rejects, points, per_metric = _decode_chunk(**job)
+def chunk_in_worker(**job) -> tuple[bytes, list, int, bool]:
+    """``decode_chunk`` in a worker process; the wide frame travels back as Arrow IPC bytes."""
+    wide, rejects, points, per_metric = decode_chunk(**job)
     buffer = io.BytesIO()
     wide.write_ipc(buffer)
     return buffer.getvalue(), rejects, points, per_metric

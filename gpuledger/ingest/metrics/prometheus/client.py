@@ -64,7 +64,7 @@ def _endpoint(url: str) -> str:
     return url.split("?", 1)[0]
 
 
-def _new_session(compress: bool, headers: dict[str, str] | None = None) -> requests.Session:
+def new_session(compress: bool, headers: dict[str, str] | None = None) -> requests.Session:
     """``headers``: the tenant / bearer token (auth.auth_headers), sent with every query."""
     session = requests.Session()
     if not compress:
@@ -74,7 +74,7 @@ def _new_session(compress: bool, headers: dict[str, str] | None = None) -> reque
     return session
 
 
-def _get_body(session: requests.Session, url: str, params: dict, *, deadline: CallDeadline,
+def get_body(session: requests.Session, url: str, params: dict, *, deadline: CallDeadline,
               retries: int, backoff_s: float) -> tuple[int, bytes]:
     """(HTTP status, body) of a GET that did not fail with a 5xx / timeout / connection error, retried
     with exponential backoff; PrometheusError when every attempt failed or ``deadline.total_s`` ran
@@ -123,7 +123,7 @@ def _get_body(session: requests.Session, url: str, params: dict, *, deadline: Ca
                           f"read {deadline.read_s:g} s, deadline {deadline.total_s:g} s)")
 
 
-def _parse_json(url: str, params: dict, status: int, content: bytes):
+def parse_json(url: str, params: dict, status: int, content: bytes):
     """The ``data`` of a successful Prometheus API answer. NotPrometheusAnswer when the body is not
     Prometheus' JSON envelope; PrometheusError (naming the server's errorType) when it says error."""
     try:
@@ -170,7 +170,7 @@ def matrix_result(data, url: str) -> list[dict]:
 
 
 def _get_json(session: requests.Session, url: str, params: dict, **kw) -> dict:
-    return _parse_json(url, params, *_get_body(session, url, params, **kw))
+    return parse_json(url, params, *get_body(session, url, params, **kw))
 
 
 def discover_metrics(session: requests.Session, url: str, **kw) -> list[str]:
@@ -182,7 +182,7 @@ def discover_metrics(session: requests.Session, url: str, **kw) -> list[str]:
     return [m for m in BACKFILL_METRICS if m in set(names)]
 
 
-def _range_params(selector: str, a: int, b: int, step_s: int) -> dict:
+def range_params(selector: str, a: int, b: int, step_s: int) -> dict:
     last = a + ((b - 1 - a) // step_s) * step_s
     return {"query": f"last_over_time({selector}[{step_s * 1000 - 1}ms])", "start": a, "end": last,
             "step": step_s}
@@ -192,7 +192,7 @@ def query_chunk(session, url: str, metric: str, a: int, b: int, step_s: int, **k
     """Raw query_range result for one metric on the grid points a, a+step, ... < b."""
     if b <= a:
         return []
-    params = _range_params(f'{{__name__="{metric}"}}', a, b, step_s)
+    params = range_params(f'{{__name__="{metric}"}}', a, b, step_s)
     endpoint = f"{url.rstrip('/')}/api/v1/query_range"
     return matrix_result(_get_json(session, endpoint, params, **kw), endpoint)
 
@@ -206,7 +206,7 @@ def query_chunk_all(session, url: str, metrics: Sequence[str], a: int, b: int, s
     if b <= a or not metrics:
         return out
     names = "|".join(m for m in metrics)  # catalogued names: [A-Z0-9_] only, nothing to escape
-    params = _range_params(f'{{__name__=~"{names}"}}', a, b, step_s)
+    params = range_params(f'{{__name__=~"{names}"}}', a, b, step_s)
     endpoint = f"{url.rstrip('/')}/api/v1/query_range"
     for s in matrix_result(_get_json(session, endpoint, params, **kw), endpoint):
         name = s["metric"].get("__name__")

@@ -35,7 +35,7 @@ _K8S_EXPORTED = ("exported_namespace", "exported_pod", "exported_container", "ex
 # Metrics worth asking for: those that feed a gpu_samples column (fb free/reserved feed fb_total).
 
 
-class _NotPlainMatrix(ValueError):
+class NotPlainMatrix(ValueError):
     """The body is not a successful matrix in the exact layout ``points_from_matrix_json`` reads."""
 
 
@@ -48,16 +48,16 @@ def points_from_matrix_json(content: bytes, metrics: Sequence[str], *,
                             url: str) -> tuple[pl.DataFrame, pl.DataFrame, list] | None:
     """A query_range response body -> what ``points_from_results`` gives for it, read in bulk: each
     distinct label set once (orjson), every point at once (the ``[t,"v"]`` pairs become one CSV text
-    for polars' reader). None when a series lacks a wanted ``__name__``; raises _NotPlainMatrix when
+    for polars' reader). None when a series lacks a wanted ``__name__``; raises NotPlainMatrix when
     the body is anything but a plain successful matrix in Prometheus' layout (an error, warnings,
     histograms, a label value holding the separators below...): the caller then decodes it whole."""
     if not (content.startswith(_MATRIX_HEAD) and content.endswith(_MATRIX_TAIL)):
-        raise _NotPlainMatrix
+        raise NotPlainMatrix
     body = content[len(_MATRIX_HEAD):-len(_MATRIX_TAIL)]
     if not body:
         return points_from_results({m: [] for m in metrics}, url=url)
     if not (body.startswith(_SERIES_HEAD) and body.endswith(_SERIES_TAIL)):
-        raise _NotPlainMatrix
+        raise NotPlainMatrix
     # {"metric":{L},"values":[[t,"v"],...,[t,"v"]]},{"metric":... -> per series: L}  and  t,"v"],...,[t,"v"
     pieces = body[len(_SERIES_HEAD):-len(_SERIES_TAIL)].split(_SERIES_SEP)
     wanted = {m: i for i, m in enumerate(metrics)}
@@ -78,7 +78,7 @@ def points_from_matrix_json(content: bytes, metrics: Sequence[str], *,
                 label_set = orjson.loads(label_text)
                 if wanted.get(label_set.get("__name__")) is None:
                     return None
-                raise _NotPlainMatrix
+                raise NotPlainMatrix
             key = label_text[:name_at] + label_text[name_end + 1:]
             label_set = parsed.get(key)
             if label_set is None:
@@ -93,9 +93,9 @@ def points_from_matrix_json(content: bytes, metrics: Sequence[str], *,
         pairs = pl.read_csv(io.BytesIO(text), has_header=False, new_columns=["t", "v"],
                             schema={"t": pl.Float64, "v": pl.Float64})
     except (ValueError, orjson.JSONDecodeError, pl.exceptions.PolarsError):
-        raise _NotPlainMatrix from None
+        raise NotPlainMatrix from None
     if pairs.height != sum(lengths) or pairs.null_count().sum_horizontal().item():
-        raise _NotPlainMatrix
+        raise NotPlainMatrix
     ts = (pairs["t"] * 1000).round().cast(pl.Int64)
     return _points_from_parts(list(metrics), series_metric, labels, lengths, ts, pairs["v"], url=url)
 

@@ -54,7 +54,7 @@ class _ChunkWorker:
             self.process.wait()
 
 
-class _ChunkPool:
+class ChunkPool:
     """``workers`` worker processes, each holding at most one chunk; ``submit`` returns something
     with ``.result()``. Processes start on first use and are stopped on exit."""
 
@@ -89,7 +89,7 @@ class _ChunkPool:
         worker.submit(job)
         return Pending()
 
-    def __enter__(self) -> _ChunkPool:
+    def __enter__(self) -> ChunkPool:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -97,10 +97,10 @@ class _ChunkPool:
             worker.close()
 
 
-def _chunk_pool(workers: int, processes: bool):
+def chunk_pool(workers: int, processes: bool):
     """Worker processes (fresh interpreters: fork is unsafe with DuckDB / polars threads, and
     multiprocessing's spawn would re-run the caller's main script), or threads of this process
     with ``processes=False``."""
     if not processes:
         return ThreadPoolExecutor(max_workers=max(1, workers))
-    return _ChunkPool(max(1, workers))
+    return ChunkPool(max(1, workers))

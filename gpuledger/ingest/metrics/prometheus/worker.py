@@ -19,7 +19,7 @@ import traceback
 def main() -> None:
     # Decoding builds many small objects and no cycles; the cyclic GC would only rescan them.
     gc.disable()
-    from gpuledger.ingest.metrics.prometheus.chunk import _chunk_in_worker
+    from gpuledger.ingest.metrics.prometheus.chunk import chunk_in_worker
 
     jobs, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the answer stream
@@ -29,7 +29,7 @@ def main() -> None:
             return
         job = pickle.loads(jobs.read(struct.unpack("<Q", head)[0]))
         try:
-            answer = (True, _chunk_in_worker(**job))
+            answer = (True, chunk_in_worker(**job))
         except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
             answer = (False, exc)
         try:
