@@ -334,6 +334,8 @@ def _human(title: str, frame: pl.DataFrame, headers: dict[str, str], currency: s
     from gpuledger.reports.files import _rows
 
     cols = [c for c in headers if c in frame.columns]
+    if "resolved_at" in cols:  # an episode not over by the week's end says so, not a blank
+        frame = frame.with_columns(pl.col("resolved_at").dt.strftime("%Y-%m-%d %H:%M").fill_null("still open"))
     return {"title": title, "columns": [headers[c].format(cur=currency or "?") for c in cols],
             "rows": _rows(frame.select(cols))}
 

@@ -56,17 +56,20 @@ def test_chargeback_csv_from_the_cli_reconciles_to_the_cent(week, tmp_path):
     hours = Decimal(int((through - WEEK_START).total_seconds())) / 3600
     assert {r["provisional"] for r in rows} == {"true" if through < WEEK_END else "false"}
     # Independently: every physical GPU (MIG-split ones once) × those hours × its model's price in
-    # its tier, the exact sum rounded half-up to the cent.
+    # its tier; rounding is pool first (chargeback.py): each GPU pool (model × tier) its exact sum
+    # rounded half-up to the cent, the total the sum of the pools.
     with warehouse.open_reader(week) as con:
         prices = con.execute(
-            """SELECT r.price_per_gpu_hour FROM
+            """SELECT g.model, g.pricing_tier, r.price_per_gpu_hour FROM
                  (SELECT DISTINCT cluster, gpu_uuid, model, pricing_tier FROM gpus) g
                JOIN rate_card r ON r.gpu_model = g.model AND r.tier = g.pricing_tier"""
         ).fetchall()
         physical = con.execute("SELECT count(DISTINCT gpu_uuid) FROM gpus").fetchall()[0][0]
     assert physical == 256 == len(prices)
-    exact = sum(hours * Decimal(p) for (p,) in prices)
-    assert total == exact.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    pools: dict[tuple, Decimal] = {}
+    for model, tier, price in prices:
+        pools[model, tier] = pools.get((model, tier), Decimal(0)) + hours * Decimal(price)
+    assert total == sum(p.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP) for p in pools.values())
     charged = [r for r in rows if r["line_kind"] == "charge"]
     assert {r["currency"] for r in rows} == {"USD"} and len(charged) > 10
 
