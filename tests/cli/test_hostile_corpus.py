@@ -29,6 +29,7 @@ import pytest
 
 from gpuledger.errors import UsageError
 from gpuledger.whatif.trace import inventory_from_file
+from tests.helpers.configs import vision_nlp
 from tests.helpers.hostile_servers import SILENT, STALL, T0, TRICKLE, HostileServer, prometheus_until
 
 LIBRARY_TEXT = ("Traceback", "internal error", "MaxRetryError", "Retrying", "InvalidSchema", "No connection adapters",
@@ -121,21 +122,7 @@ USAGE = [
 ]
 
 # --- config that cannot be meant: `config check` and `config load` refuse it alike, exit 2 ----------
-BASE = """currency: USD
-org:
-  name: acme
-  children:
-    - {name: vision, shares: SHARES}
-    - {name: nlp, shares: 1}
-budgets:
-  - {node: vision, gpu_hours: HOURS, period: 2026-11}
-rate_card:
-  - {gpu_model: H100, price_per_gpu_hour: PRICE, effective_from: 2026-01-01}
-"""
-
-
-def _config(shares="1", hours="100", price='"2.50"', head="") -> str:
-    return head + BASE.replace("SHARES", shares).replace("HOURS", hours).replace("PRICE", price)
+_config = vision_nlp  # vision (budgeted) and nlp; shares, hours and price varied per case
 
 
 def _deep(levels: int) -> str:

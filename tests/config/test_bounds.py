@@ -6,21 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BASE = """currency: USD
-org:
-  name: acme
-  children:
-    - {name: vision, shares: SHARES}
-    - {name: nlp, shares: 1}
-budgets:
-  - {node: vision, gpu_hours: HOURS, period: 2026-11}
-rate_card:
-  - {gpu_model: H100, price_per_gpu_hour: PRICE, effective_from: 2026-01-01}
-"""
+from tests.helpers.configs import vision_nlp
 
-
-def _config(shares="1", hours="100", price="2.50", head="") -> str:
-    return head + BASE.replace("SHARES", shares).replace("HOURS", hours).replace("PRICE", price)
+_config = vision_nlp  # vision (budgeted) and nlp; shares, hours and price varied per case
 
 
 def _run(args, cwd):

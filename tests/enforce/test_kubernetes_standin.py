@@ -20,7 +20,7 @@ from gpuledger.enforce.model import Action
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
-from tests.helpers.enforce_configs import TWO_PROJECTS
+from tests.helpers.configs import TWO_PROJECTS
 from tests.helpers.k8s_standin import KubeStandIn
 
 kubernetes = pytest.importorskip("kubernetes")
