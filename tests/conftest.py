@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# xdist's workers start with COLUMNS=80 / LINES=24 set though the run that spawned them had none,
+# so every table the CLI prints would fit 80 columns there and not in a one-process run: workers
+# get the environment the run started with.
+_SIZE = ("COLUMNS", "LINES")
+if "PYTEST_XDIST_WORKER" in os.environ and "GPULEDGER_TEST_SIZE" in os.environ:
+    for name, value in zip(_SIZE, os.environ["GPULEDGER_TEST_SIZE"].split(","), strict=True):
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
+else:
+    os.environ["GPULEDGER_TEST_SIZE"] = ",".join(os.environ.get(n, "") for n in _SIZE)
 
 from gpuledger.config import load_config
 from tests.helpers.dashboard_rig import dashboard_warehouse  # noqa: F401 - one session fixture for both dashboard test files
