@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 
 from gpuledger import deadlines
 from gpuledger.cli.options import WarehouseOpt, warehouse_path
 from gpuledger.errors import printable
 from gpuledger.stopping import Stopped, StopSignals
-from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
 
 app = typer.Typer(help="Read job records from a scheduler into the warehouse.", no_args_is_help=True)
 
@@ -43,6 +41,8 @@ def parse_namespace_map(values: list[str]) -> dict[str, str]:
                 mapping[namespace] = project
             continue
         path = Path(value)
+        import yaml  # here, not at import: `--help` stays light
+
         try:
             loaded = yaml.safe_load(path.read_text())
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -112,6 +112,9 @@ def ingest_kubernetes_command(
     k8s = require("kubernetes.client")  # the [kubernetes] extra; a clear message when it is missing
     from kubernetes.config import ConfigException
 
+    import yaml
+
+    from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
     from gpuledger.ingest.jobs.kubernetes import IngestStats, KubernetesIngest, api_client
 
     limits = call_deadline(connect_timeout, read_timeout)
@@ -191,6 +194,8 @@ def call_deadline(connect_s: float, read_s: float) -> deadlines.CallDeadline:
 def _kubeconfig_problem(exc: BaseException, kubeconfig: Path | None) -> str:
     """One line for a kubeconfig that cannot be used: a YAML error as file:line:column and its
     problem, never the parser's multi-line report."""
+    import yaml
+
     mark = getattr(exc, "problem_mark", None)
     if isinstance(exc, yaml.YAMLError):
         where = f"{kubeconfig or 'kubeconfig'}" + (f":{mark.line + 1}:{mark.column + 1}" if mark else "")

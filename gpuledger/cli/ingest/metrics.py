@@ -9,7 +9,6 @@ from urllib.parse import urlsplit
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpuledger import deadlines
 from gpuledger.cli.options import ConfigOpt, WarehouseOpt, config_or_exit, utc_range, warehouse_path
@@ -157,6 +156,8 @@ def prometheus_cmd(
     step_s, chunk_s = _duration(step, "--step"), _duration(chunk or "1h", "--chunk")
     if progress not in ("bar", "lines", "none"):
         raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
     bar = Progress(TextColumn("[bold]backfill"), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
                    TextColumn("{task.fields[samples]} samples"), TimeElapsedColumn(), TimeRemainingColumn(),
                    console=console, disable=progress != "bar", transient=True)  # no half-drawn bar left
