@@ -10,7 +10,7 @@ from datetime import datetime, time, timedelta
 
 import polars as pl
 import streamlit as st
-from gpuledger.dashboards import access, queries
+from gpuledger.dashboards import access, charts, queries
 
 TTL_S = int(os.environ.get("GPULEDGER_DASHBOARD_TTL_S", "60"))
 CTX_KEY = "gpuledger_ctx"
@@ -269,6 +269,36 @@ def money(amount, currency: str) -> str:
     return f"{amount:,.2f} {currency}"
 
 
+
+
+# --- charts drawn on the server --------------------------------------------------------------------
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def _chart_svg(spec: str) -> str:
+    """The SVG of one chart spec (its JSON: data and all), drawn once per server: a reload, or
+    another viewer with the same filters, costs a lookup."""
+    # every mark says aria-hidden="true" (charts draw marks without ARIA labels): 19 bytes a heatmap cell
+    svg = charts.svg(spec).replace(' aria-hidden="true"', "")
+    # scale down in a window narrower than RENDER_PX (the viewBox keeps the proportions), never up
+    return svg.replace("<svg ", '<svg style="max-width:100%;height:auto" ', 1)
+
+
+@st.cache_resource(show_spinner=False)
+def warm_charts() -> bool:
+    """Start the chart renderer once per server process, beside the first page's queries (its first
+    drawing takes ~1 s; a chart asked for meanwhile waits for it)."""
+    import threading
+
+    threading.Thread(target=charts.warm, name="gpuledger-warm-charts", daemon=True).start()
+    return True
+
+
+def chart(chart) -> None:
+    """A chart of gpuledger.dashboards.charts, drawn on the server and shown as inline SVG (no Vega
+    in the browser; the axes, labels and legends are the SVG's own elements). Every page draws its
+    charts here."""
+    svg = _chart_svg(chart.to_json(validate=False, indent=None))
+    st.markdown(f'<div class="gl-chart" data-testid="glChart">{svg}</div>', unsafe_allow_html=True)
 
 
 # --- tables people read --------------------------------------------------------------------------
