@@ -293,12 +293,23 @@ def warm_charts() -> bool:
     return True
 
 
+# The SVG goes into the page as it is (the browser parses it natively): through st.markdown it would
+# become a React element per mark (a heatmap's thousands of cells) and load rehype-raw; st.html's
+# sanitizer drops SVG. Safe: vl-convert escapes every text it draws.
+_svg_view = st.components.v2.component(
+    "gpuledger_chart", html='<div class="gl-chart" data-testid="glChart"></div>', isolate_styles=False,
+    js="export default function({data, parentElement}) {"
+       " const box = parentElement.querySelector('.gl-chart'); if (box.dataset.svg !== data.key) {"
+       " box.innerHTML = data.svg; box.dataset.svg = data.key; } }")
+
+
 def chart(chart) -> None:
     """A chart of gpuledger.dashboards.charts, drawn on the server and shown as inline SVG (no Vega
     in the browser; the axes, labels and legends are the SVG's own elements). Every page draws its
     charts here."""
-    svg = _chart_svg(chart.to_json(validate=False, indent=None))
-    st.markdown(f'<div class="gl-chart" data-testid="glChart">{svg}</div>', unsafe_allow_html=True)
+    spec = chart.to_json(validate=False, indent=None)
+    svg = _chart_svg(spec)
+    _svg_view(data={"svg": svg, "key": str(hash(svg))})
 
 
 # --- tables people read --------------------------------------------------------------------------

@@ -28,9 +28,9 @@ PAGES = ["utilization", "fair_share", "budgets", "chargeback", "squatters", "my_
 
 
 def charts_drawn(at) -> int:
-    """Charts on the page: ui.chart's inline SVGs (drawn on the server; no Vega element)."""
+    """Charts on the page: ui.chart's SVGs (drawn on the server; no Vega element)."""
     assert not at.get("vega_lite_chart")
-    return sum(m.value.startswith('<div class="gl-chart"') and "<svg " in m.value for m in at.markdown)
+    return sum(c.proto.component_name == "gpuledger_chart" and '"<svg ' in c.proto.json for c in at.get("bidi_component"))
 
 
 @pytest.fixture(autouse=True)
