@@ -164,7 +164,8 @@ def idle_heatmap(cells: pl.DataFrame, rows: pl.DataFrame, title: str, bin_hours:
         y=_band("label:N", "job (project, user)", sort=order),
         color=alt.Color("idle_share:Q", scale=alt.Scale(domain=[0, 1], scheme="reds"),
                         legend=alt.Legend(title=axis_title("idle share of held GPU-hours", "%"), format="%",
-                                          orient="bottom", gradientLength=220, titleLimit=0)),
+                                          orient="bottom", gradientLength=300, titleLimit=0,
+                                          values=[0, 0.25, 0.5, 0.75, 1])),
     ), title, plot_height(len(order), 18))
 
 
