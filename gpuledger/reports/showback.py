@@ -31,6 +31,8 @@ from decimal import Decimal
 import polars as pl
 
 from gpuledger.reports.statement import ORG_LINES, Statement
+from gpuledger.reports.table_files import html_rows
+from gpuledger.rules.money import largest_remainder
 
 BASES = ("active", "energy")
 MEASURE_UNIT = {"active": "active GPU-hours", "energy": "kWh"}
@@ -114,9 +116,7 @@ def showback_lines(st: Statement, basis: str = "active") -> pl.DataFrame:
             else:  # nothing measurably used: each line keeps its charge, the idle stays idle
                 exact.append(r["billed"])
         idle_exact = Decimal(0) if weight > 0 else idle_billed
-        from gpuledger.reports.weekly import _largest_remainder
-
-        cents = _largest_remainder(total, [*exact, idle_exact]) if (out or idle_row) else []
+        cents = largest_remainder(total, [*exact, idle_exact]) if (out or idle_row) else []
         for r, e, c in zip(out, exact, cents, strict=False):
             r["showback"] = c
             r["kept_allocated"] = r["kept_allocated"].quantize(Decimal("0.01"))
@@ -185,8 +185,6 @@ def render_showback_html(st: Statement, frame: pl.DataFrame, basis: str) -> str:
     """The showback as a reader opens it: human headers with units, the per-pool sentences."""
     from jinja2 import Environment, select_autoescape
 
-    from gpuledger.reports.files import _rows
-
     cur = ", ".join(sorted(set(frame["currency"].drop_nulls().to_list()))) or "?"
     unit = MEASURE_UNIT[basis]
     cols = list(HEADERS)
@@ -194,4 +192,4 @@ def render_showback_html(st: Statement, frame: pl.DataFrame, basis: str) -> str:
     return env.from_string(SHOWBACK_TEMPLATE).render(
         title=f"GPU showback by {unit}, {st.period} — {st.scope}", unit=unit, state=st.status_sentence,
         sentences=showback_sentences(frame), columns=[HEADERS[c].format(unit=unit, cur=cur) for c in cols],
-        rows=_rows(frame.select(cols)))
+        rows=html_rows(frame.select(cols)))

@@ -4,7 +4,7 @@ A dcgm-exporter page is ~276 bytes per sample, and per-line Python (split, find,
 lookup) costs ~7 us a line: 0.14 M samples/s. Here the text is read as one byte array (an ASCII
 ``str`` in place, not encoded):
 
-1. One numpy scan (``exposition_scan``), in ~2 MB steps cut after a newline, finds every newline, ``{``, ``}`` and byte
+1. One numpy scan (``scan``), in ~2 MB steps cut after a newline, finds every newline, ``{``, ``}`` and byte
    that sends a line the per-line way (non-ASCII, tab, ...); a line whose only marks are a ``{``
    and then a ``}`` and a space is a sample candidate. While the step is in cache, the candidates'
    name, label text and ``value [timestamp]`` tail become Arrow string views into the text (no
@@ -21,7 +21,7 @@ lookup) costs ~7 us a line: 0.14 M samples/s. Here the text is read as one byte 
    when some pair repeats).
 
 Every line the bulk path does not accept as plainly good (a comment aside) goes through
-``exposition.line_verdict``, the per-line rules, so errors keep their wording and line numbers. The
+``lines.line_verdict``, the per-line rules, so errors keep their wording and line numbers. The
 result equals ``parse_exposition_lines`` (tests/ingest/test_exposition_bulk.py).
 """
 
@@ -36,9 +36,9 @@ import polars as pl
 import pyarrow as pa
 
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
-from gpuledger.ingest.metrics.exposition import (
-    _K8S_SPELLINGS,
+from gpuledger.ingest.metrics.exposition.lines import (
     DEFAULT_MAX_FUTURE_S,
+    K8S_SPELLINGS,
     MAX_LABEL_LEN,
     SERIES_COLUMNS,
     SERIES_SCHEMA,
@@ -48,9 +48,10 @@ from gpuledger.ingest.metrics.exposition import (
     Reject,
     line_verdict,
     normalize_labels,
+    parse_exposition_lines,
     parse_labels,
 )
-from gpuledger.ingest.metrics.exposition_scan import Text, name_views, page_bytes, read_lines
+from gpuledger.ingest.metrics.exposition.scan import Text, name_views, page_bytes, read_lines
 from gpuledger.ingest.metrics.values import FIELD_CHECKS
 from gpuledger.rules.hosts import canonical_host_series
 
@@ -71,7 +72,7 @@ _INT = r"^-?[0-9]{1,9}$"
 
 
 _NEEDED = ("UUID", "uuid", "Hostname", "hostname", "GPU_I_ID", "gpu", "pci_bus_id", "modelName",
-           "GPU_I_PROFILE", "hpc_job", *(k for ks in _K8S_SPELLINGS.values() for k in ks))
+           "GPU_I_PROFILE", "hpc_job", *(k for ks in K8S_SPELLINGS.values() for k in ks))
 
 
 def canonical_key(labels: dict[str, str]) -> str:
@@ -109,7 +110,7 @@ def _simple_label_sets(texts: pl.Series) -> pl.DataFrame:
         if wanted.height else pl.DataFrame({"set": pl.Series([], dtype=pl.UInt32)})
     wide = wide.with_columns([pl.lit(None, dtype=pl.String).alias(n) for n in _NEEDED if n not in wide.columns])
     wide = sets.select("set", "simple", "pieces").join(wide, on="set", how="left").sort("set")
-    k8s = {column: pl.coalesce([_nonempty(s) for s in spellings]) for column, spellings in _K8S_SPELLINGS.items()}
+    k8s = {column: pl.coalesce([_nonempty(s) for s in spellings]) for column, spellings in K8S_SPELLINGS.items()}
     frame = wide.with_columns(
         gpu_uuid=pl.coalesce(_nonempty("UUID"), _nonempty("uuid")),
         host_raw=pl.coalesce(_nonempty("Hostname"), _nonempty("hostname")),
@@ -273,7 +274,6 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
     """``parse_exposition``, in bulk (module docstring). Same result as ``parse_exposition_lines``."""
     got = parse_pages_bulk([(text, scrape_ms)], max_future_s=max_future_s)
     if got is None:
-        from gpuledger.ingest.metrics.exposition import parse_exposition_lines
         return parse_exposition_lines(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
     return ParsedPage.from_points(got.points.drop("page"), got.series, [r for _, r in got.rejects],
                                   got.unknown_dcgm, got.lines[0], got.skipped_other)
