@@ -25,7 +25,10 @@ from gpuledger.warehouse.read_model.rows import Rows, as_polars
 MATERIALIZED = "materialized"
 COMPUTED = "computed"
 SNAPSHOT_TABLES = ("fairshare_snapshots", "budget_snapshots")
-USAGE_TABLES = {"project": "usage_hourly_projects"}
+# by -> (the hourly table that answers it, its keys: the report's key columns, in order)
+USAGE_TABLES = {"project": ("usage_hourly_projects", ("project",)),
+                "job": ("usage_hourly_jobs", ("cluster", "job_id", "project", "user_name")),
+                "user": ("usage_hourly_jobs", ("user_name",))}
 DAY = timedelta(days=1)
 
 # the columns of reports.fairshare_report / budget_report, in their order, with their polars types
@@ -40,9 +43,14 @@ BUDGET_COLUMNS = {"node": "String", "period_start": "Date", "period_end": "Date"
                   "budget_own": "Boolean", "consumed_gpu_hours": _F, "unweighted_gpu_hours": _F,
                   "unweighted_models": "String", "remaining_gpu_hours": _F, "burn_gpu_hours_per_day": _F,
                   "projected_exhaustion": "Datetime", "status": "String"}
-# reports.usage_report(by="project")'s columns: the materialized sums (usage_project_sums.sql)
-USAGE_COLUMNS = {"project": "String", "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
+# reports.usage_report's figures after its key columns: the materialized sums (usage_sums.sql)
+USAGE_FIGURES = {"gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
                  "gpu_hours_unknown": _F, "energy_kwh": _F, "efficiency_ratio": _F}
+USAGE_COLUMNS = {"project": "String", **USAGE_FIGURES}  # by="project"
+# reports.utilization_report(by="model")'s columns: the rows of utilization_hourly
+UTILIZATION_COLUMNS = {"cluster": "String", "model": "String", "hour": "Datetime", "gpu_hours_capacity": _F,
+                       "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_unknown": _F,
+                       "allocation_pct": _F, "active_pct": _F, "active_of_allocated_pct": _F}
 
 
 @dataclass(frozen=True)
@@ -171,14 +179,32 @@ def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=No
     """Allocated / active / idle / unknown GPU-hours, efficiency and energy (kWh) over [start, end)
     by ``by``, like reports.usage_report."""
     at = now or data_now(con)
-    table = USAGE_TABLES.get(by)
+    table, keys = USAGE_TABLES.get(by, (None, ()))
     if table is not None and _usage_fresh(con, table, start, end, at) and _policy_in_force(con, policy):
         # summed in SQL by attribution.sum_usage's exact rule (no polars, no analytics to import)
-        rows = con.execute(_sql("usage_project_sums"), {"start": start, "end": end}).fetchall()
-        return Facts(Rows(rows, USAGE_COLUMNS), MATERIALIZED, at)
+        query = _sql("usage_sums", table=table, keys=", ".join(f'"{k}"' for k in keys),
+                     order=", ".join(f'"{k}" ASC NULLS LAST' for k in keys))
+        rows = con.execute(query, {"start": start, "end": end}).fetchall()
+        return Facts(Rows(rows, {**dict.fromkeys(keys, "String"), **USAGE_FIGURES}), MATERIALIZED, at)
     from gpuledger.analytics import reports
 
     return Facts(reports.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at), COMPUTED, at)
+
+
+def utilization(con, *, start: datetime, end: datetime, by: str = "model", policy=None,
+                now: datetime | None = None) -> Facts:
+    """Allocation % and active % of installed capacity per hour of [start, end), like
+    reports.utilization_report. Materialized for ``by="model"`` (the pipeline's grain, rows as
+    stored) when every day of the range is fresh as for usage; the other groupings are computed:
+    their sums over models would not be the range computation's digits."""
+    at = now or data_now(con)
+    if by == "model" and _usage_fresh(con, "utilization_hourly", start, end, at) and _policy_in_force(con, policy):
+        rows = con.execute(_sql("utilization_by_model"), {"start": start, "end": end}).fetchall()
+        return Facts(Rows(rows, UTILIZATION_COLUMNS), MATERIALIZED, at)
+    from gpuledger.analytics import reports
+
+    frame = reports.utilization_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at)
+    return Facts(frame, COMPUTED, at)
 
 
 def funding(con, *, policy, now: datetime | None = None) -> Facts:
