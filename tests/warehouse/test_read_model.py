@@ -270,3 +270,52 @@ def test_findings_come_from_a_recent_evaluation_else_are_computed(wh):
     assert served.frame.select("cluster", "job_id", "severity").rows() == [("c1", "j1", "warning")]
     assert late.source == exempt.source == foreign.source == facts.COMPUTED
     assert_frame_equal(late.frame, computed)
+
+
+def test_exempt_findings_come_from_the_same_evaluation_when_it_stored_them(wh):
+    # evaluation T (migration 018 on) stored one open episode (c1/j1) and one exempt finding
+    # (c1/j0, kind inference exempt); include_exempt answers both from T, in (cluster, job_id)
+    # order, the exempt one flagged; the default answer is the episode alone, as before. An
+    # evaluation at T+5 min that stored no exempt findings (recorded before 018) is computed with
+    # include_exempt, and still materialized without.
+    with warehouse.open_reader(wh) as con:
+        at = facts.data_now(con).replace(second=0, microsecond=0)
+        policy = _policy(con)
+    with warehouse.open_writer(wh) as con:
+        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
+                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_exempt_evaluations VALUES ($at, 1)", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_exempt_findings (evaluated_at, cluster, job_id, job_kind, finding, "
+                    "severity, idle_minutes, exempt, exempt_reason) VALUES ($at, 'c1', 'j0', 'inference', "
+                    "'squatting', 'preempt-eligible', 130.0, true, 'kind inference')", {"at": at}).fetchall()
+    with warehouse.open_reader(wh) as con:
+        both = facts.findings(con, policy=policy, now=at, include_exempt=True)
+        plain = facts.findings(con, policy=policy, now=at)
+    assert both.source == plain.source == facts.MATERIALIZED and both.as_of == at
+    assert both.frame.select("job_id", "severity", "exempt", "exempt_reason").rows() == [
+        ("j0", "preempt-eligible", True, "kind inference"), ("j1", "warning", False, None)]
+    assert plain.frame.select("job_id").rows() == [("j1",)] and "exempt" not in plain.frame.columns
+
+    later = at + timedelta(minutes=5)
+    with warehouse.open_writer(wh) as con:
+        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": later}).fetchall()
+    with warehouse.open_reader(wh) as con:
+        assert facts.findings(con, policy=policy, now=later, include_exempt=True).source == facts.COMPUTED
+        assert facts.findings(con, policy=policy, now=later).source == facts.MATERIALIZED
+
+
+def test_an_evaluation_without_exempt_jobs_is_served_with_include_exempt(wh):
+    # evaluation T recorded zero exempt findings: include_exempt is the episodes alone, materialized
+    with warehouse.open_reader(wh) as con:
+        at = facts.data_now(con).replace(second=0, microsecond=0)
+        policy = _policy(con)
+    with warehouse.open_writer(wh) as con:
+        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
+                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_exempt_evaluations VALUES ($at, 0)", {"at": at}).fetchall()
+    with warehouse.open_reader(wh) as con:
+        got = facts.findings(con, policy=policy, now=at, include_exempt=True)
+    assert got.source == facts.MATERIALIZED
+    assert got.frame.select("job_id", "exempt").rows() == [("j1", False)]

@@ -222,19 +222,44 @@ def findings(con, *, policy, now: datetime | None = None, include_exempt: bool =
     Materialized: the squatting pipeline's latest evaluation at or before ``now``, when it is
     recent (within half the policy's sustained-idle window), gives its episodes as they were then
     (squatting_findings rows, each with the finding and severity it had at that evaluation;
-    ``Facts.as_of`` is the evaluation's time) — never a later one. Otherwise, and always with
-    ``include_exempt`` (the pipeline stores no exempt jobs) or squatting rules other than the
-    stored config's, computed at ``now``: reports.squatters_report rows (enforcement's input)."""
+    ``Facts.as_of`` is the evaluation's time) — never a later one. With ``include_exempt``
+    (enforcement's input) the exempt jobs' findings of that same evaluation are added
+    (squatting_exempt_findings, migration 018; ``exempt`` false / true and ``exempt_reason`` as in
+    the report), or the answer is computed when that evaluation stored none (recorded before 018).
+    Otherwise, and for squatting rules other than the stored config's, computed at ``now``:
+    reports.squatters_report rows."""
     at = now or data_now(con)
     resolved = _policy(policy)
-    if not include_exempt and _policy_in_force(con, resolved, "squatting"):
+    if _policy_in_force(con, resolved, "squatting"):
         evaluated = con.execute(_sql("latest_evaluation"), {"now": at}).fetchall()[0][0]
         fresh = timedelta(minutes=resolved.squatting.sustained_minutes / 2)
         if evaluated is not None and at - evaluated <= fresh:
-            return Facts(con.sql(_sql("episodes_as_of"), params={"at": evaluated}).pl(), MATERIALIZED, evaluated)
+            episodes = con.sql(_sql("episodes_as_of"), params={"at": evaluated}).pl()
+            if not include_exempt:
+                return Facts(episodes, MATERIALIZED, evaluated)
+            exempt = _exempt_findings(con, evaluated)
+            if exempt is not None:
+                return Facts(_with_exempt(episodes, exempt), MATERIALIZED, evaluated)
     from gpuledger.analytics import reports
 
     return Facts(reports.squatters_report(con, policy=resolved, now=at, include_exempt=include_exempt), COMPUTED, at)
+
+
+def _exempt_findings(con, evaluated: datetime):
+    """The exempt findings stored for evaluation ``evaluated`` (polars), or None when it stored
+    none (evaluated before migration 018: only the computed answer knows them)."""
+    frame = con.sql(_sql("exempt_findings_as_of"), params={"at": evaluated}).pl()
+    if frame.height == 0:
+        return None
+    return frame.filter(frame["cluster"].is_not_null())  # the one NULL row: recorded, no exempt job
+
+
+def _with_exempt(episodes, exempt):
+    """The open episodes (not exempt) and the exempt findings as one frame, by (cluster, job_id)."""
+    import polars as pl
+
+    plain = episodes.with_columns(exempt=pl.lit(False), exempt_reason=pl.lit(None, pl.String))
+    return pl.concat([plain, exempt], how="diagonal_relaxed").sort("cluster", "job_id")
 
 
 def finding_episodes(con, *, at: datetime):
