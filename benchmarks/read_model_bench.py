@@ -41,6 +41,9 @@ def _cases(warehouse: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
             "report fairshare": facts.fairshare(con, policy=policy).source,
             "report budget": facts.budget(con, policy=policy).source,
             "report usage (6 whole days)": facts.usage(con, start=start, end=end, policy=policy).source,
+            "report usage --by user": facts.usage(con, start=start, end=end, by="user", policy=policy).source,
+            "report usage --by job": facts.usage(con, start=start, end=end, by="job", policy=policy).source,
+            "report utilization (6 whole days)": facts.utilization(con, start=start, end=end, policy=policy).source,
             # the same range off the hour by one second: the materialized hours cannot answer it
             "report usage (computed: +1 s)": facts.usage(con, start=start + timedelta(seconds=1), end=end,
                                                          policy=policy).source,
@@ -55,6 +58,12 @@ def _cases(warehouse: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
         "report budget": [*cli, "report", "budget", *w],
         "report usage (6 whole days)": [*cli, "report", "usage", "--start", start.isoformat(), "--end",
                                         end.isoformat(), *w],
+        "report usage --by user": [*cli, "report", "usage", "--by", "user", "--start", start.isoformat(), "--end",
+                                   end.isoformat(), *w],
+        "report usage --by job": [*cli, "report", "usage", "--by", "job", "--start", start.isoformat(), "--end",
+                                  end.isoformat(), *w],
+        "report utilization (6 whole days)": [*cli, "report", "utilization", "--start", start.isoformat(), "--end",
+                                              end.isoformat(), *w],
         "report usage (computed: +1 s)": [*cli, "report", "usage", "--start",
                                           (start + timedelta(seconds=1)).isoformat(), "--end", end.isoformat(), *w],
     }
