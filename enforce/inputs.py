@@ -60,8 +60,9 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     elif observed_by is None:
         observed_by = "the scheduler"
     policy = cfg.policy
-    # the facts as of `now` through the read model (materialized fair share when fresh for `now` and
-    # the policy is the stored one; funding and findings, exempt jobs included, computed)
+    # the facts as of `now` through the read model: fair share and findings (exempt jobs included:
+    # exemptions are judged on the live labels) materialized when fresh for `now` and the policy is
+    # the stored one, else computed; funding always computed
     funding = {(r["cluster"], r["job_id"]): r
                for r in facts.funding(con, policy=policy, now=now).frame.iter_rows(named=True)}
     tree = facts.fairshare(con, policy=policy, as_of=now).frame
