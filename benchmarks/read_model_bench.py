@@ -44,6 +44,7 @@ def _cases(warehouse: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
             "report usage --by user": facts.usage(con, start=start, end=end, by="user", policy=policy).source,
             "report usage --by job": facts.usage(con, start=start, end=end, by="job", policy=policy).source,
             "report utilization (6 whole days)": facts.utilization(con, start=start, end=end, policy=policy).source,
+            "report squatters": facts.findings(con, policy=policy).source,
             # the same range off the hour by one second: the materialized hours cannot answer it
             "report usage (computed: +1 s)": facts.usage(con, start=start + timedelta(seconds=1), end=end,
                                                          policy=policy).source,
@@ -64,6 +65,7 @@ def _cases(warehouse: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
                                   end.isoformat(), *w],
         "report utilization (6 whole days)": [*cli, "report", "utilization", "--start", start.isoformat(), "--end",
                                               end.isoformat(), *w],
+        "report squatters": [*cli, "report", "squatters", *w],
         "report usage (computed: +1 s)": [*cli, "report", "usage", "--start",
                                           (start + timedelta(seconds=1)).isoformat(), "--end", end.isoformat(), *w],
     }

@@ -436,9 +436,11 @@ def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialize
         columns = [c for c in ENFORCEMENT_FINDING if include_exempt or not c.startswith("exempt")]
         assert_frame_equal(got.frame.select(columns).sort("cluster", "job_id"),
                            expected.select(columns).sort("cluster", "job_id"), check_dtypes=False)
+        # `report squatters` prints the stored rows as the report: its columns, types and row order
+        assert_frame_equal(facts.as_polars(facts.squatters_table(got)), expected)
 
     # the same plan from the computed findings: no exempt findings stored -> computed
-    monkeypatch.setattr(facts, "_exempt_findings", lambda con, evaluated: None)
+    monkeypatch.setattr(facts, "_exempt_stored", lambda con, evaluated: False)
     with warehouse.open_reader(path) as con:
         computed_plan, situation = cycle.decide_at(con, cfg, moment)
     assert computed_calls == [True]

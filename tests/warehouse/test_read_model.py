@@ -229,6 +229,11 @@ def test_materialized_read_commands_import_no_polars_pydantic_or_analytics(wh):
     _materialize_jobs_and_utilization(wh, [DAY1])
     assert _imported(*usage, "--by", "user") == []
     assert _imported("report", "utilization", "--start", DAY1.isoformat(), "--end", DAY2.isoformat(), "-w", str(wh)) == []
+    with warehouse.open_writer(wh) as con:  # a squatting evaluation at the data's now, one finding
+        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
+                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+    assert _imported("report", "squatters", "-w", str(wh)) == []
     computed = _imported("report", "fairshare", "--now", (at - timedelta(hours=1)).isoformat(), "-w", str(wh))
     assert {"polars", "gpuledger.analytics.load", "gpuledger.config"} <= set(computed)
 

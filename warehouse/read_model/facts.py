@@ -52,6 +52,15 @@ UTILIZATION_COLUMNS = {"cluster": "String", "model": "String", "hour": "Datetime
                        "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_unknown": _F,
                        "allocation_pct": _F, "active_pct": _F, "active_of_allocated_pct": _F}
 
+# reports.squatters_report's columns, in order: the stored findings also carry their episode's
+# lifecycle (first_seen, last_seen, resolved_at), and the exempt flags only with include_exempt
+SQUATTERS_COLUMNS = {"cluster": "String", "job_id": "String", "project": "String", "user_name": "String",
+                     "namespace": "String", "job_kind": "String", "finding": "String", "severity": "String",
+                     "gpus_total": "UInt32", "gpus_idle": "Int64", "idle_since": "Datetime", "idle_minutes": _F,
+                     "gpu_hours_idle": _F, "idle_cost": "Decimal(38,2)", "currency": "String",
+                     "fb_used_bytes_idle": "Int64", "activity_signal": "String", "exempt": "Boolean",
+                     "exempt_reason": "String"}
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -229,37 +238,46 @@ def findings(con, *, policy, now: datetime | None = None, include_exempt: bool =
     Otherwise, and for squatting rules other than the stored config's, computed at ``now``:
     reports.squatters_report rows."""
     at = now or data_now(con)
-    resolved = _policy(policy)
-    if _policy_in_force(con, resolved, "squatting"):
+    minutes = _sustained_minutes(con, policy)
+    if minutes is not None:
         evaluated = con.execute(_sql("latest_evaluation"), {"now": at}).fetchall()[0][0]
-        fresh = timedelta(minutes=resolved.squatting.sustained_minutes / 2)
-        if evaluated is not None and at - evaluated <= fresh:
-            episodes = con.sql(_sql("episodes_as_of"), params={"at": evaluated}).pl()
+        if evaluated is not None and at - evaluated <= timedelta(minutes=minutes / 2):
+            episodes = _sql("episodes_as_of")
             if not include_exempt:
-                return Facts(episodes, MATERIALIZED, evaluated)
-            exempt = _exempt_findings(con, evaluated)
-            if exempt is not None:
-                return Facts(_with_exempt(episodes, exempt), MATERIALIZED, evaluated)
+                return Facts(Rows.from_cursor(con.execute(episodes, {"at": evaluated})), MATERIALIZED, evaluated)
+            if _exempt_stored(con, evaluated):
+                query = _sql("findings_with_exempt_as_of", episodes=episodes)
+                return Facts(Rows.from_cursor(con.execute(query, {"at": evaluated})), MATERIALIZED, evaluated)
     from gpuledger.analytics import reports
 
-    return Facts(reports.squatters_report(con, policy=resolved, now=at, include_exempt=include_exempt), COMPUTED, at)
+    return Facts(reports.squatters_report(con, policy=_policy(policy), now=at, include_exempt=include_exempt),
+                 COMPUTED, at)
 
 
-def _exempt_findings(con, evaluated: datetime):
-    """The exempt findings stored for evaluation ``evaluated`` (polars), or None when it stored
-    none (evaluated before migration 018: only the computed answer knows them)."""
-    frame = con.sql(_sql("exempt_findings_as_of"), params={"at": evaluated}).pl()
-    if frame.height == 0:
-        return None
-    return frame.filter(frame["cluster"].is_not_null())  # the one NULL row: recorded, no exempt job
+def squatters_table(found: Facts):
+    """Findings (``facts.findings``) as reports.squatters_report gives them: its columns in its
+    order, ``exempt`` false where the stored rows carry no flag (the CLI's `report squatters`)."""
+    if isinstance(found.table, Rows):
+        return found.table.project(SQUATTERS_COLUMNS, fill={"exempt": False})
+    return found.table
 
 
-def _with_exempt(episodes, exempt):
-    """The open episodes (not exempt) and the exempt findings as one frame, by (cluster, job_id)."""
-    import polars as pl
+def _exempt_stored(con, evaluated: datetime) -> bool:
+    """Whether evaluation ``evaluated`` stored its exempt findings (every one from migration 018 on;
+    before it, only the computed answer knows them)."""
+    return bool(con.execute(_sql("exempt_evaluation"), {"at": evaluated}).fetchall())
 
-    plain = episodes.with_columns(exempt=pl.lit(False), exempt_reason=pl.lit(None, pl.String))
-    return pl.concat([plain, exempt], how="diagonal_relaxed").sort("cluster", "job_id")
+
+def _sustained_minutes(con, policy) -> float | None:
+    """The squatting rules' sustained-idle minutes when the stored findings can answer for
+    ``policy`` (its squatting rules are the stored config's), else None. A callable policy (the
+    CLI's stored config) is read from the stored setting: no config validation on the fast path."""
+    if policy is None or callable(policy):
+        from gpuledger.config_store import stored_config
+
+        stored = stored_config(con)
+        return None if stored is None else stored.setting("policy.squatting.sustained_minutes")
+    return policy.squatting.sustained_minutes if _policy_in_force(con, policy, "squatting") else None
 
 
 def finding_episodes(con, *, at: datetime):

@@ -178,8 +178,10 @@ def squatters(
     """Jobs sitting on idle GPUs right now: idle GPUs, idle since, wasted GPU-hours and cost,
     memory held, severity (warning / second-warning / preempt-eligible)."""
     with _open(warehouse_file) as con:
-        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
-        frame = reports.squatters_report(con, policy=cfg.policy, now=_time(now), include_exempt=include_exempt)
+        cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
+        # the squatting pipeline's latest evaluation when it is recent for --now, else computed
+        found = facts.findings(con, policy=lambda: cfg.policy, now=_time(now), include_exempt=include_exempt)
+        frame = facts.squatters_table(found)
     show_frame(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)
 
 app.command("statement")(files.statement)

@@ -27,9 +27,9 @@ def squatting_findings(context: dg.AssetExecutionContext, config: SquattingEvalu
                        gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Jobs holding idle GPUs: one row per episode (first_seen, last_seen, resolved_at, latest
     severity and evidence; table squatting_findings) and every change (squatting_finding_events)."""
-    from gpuledger import warehouse as wh
     import polars as pl
 
+    from gpuledger import warehouse as wh
     from gpuledger.analytics import reports
     from gpuledger.analytics.squatting_lifecycle import advance_lifecycle
 
