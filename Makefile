@@ -14,7 +14,11 @@ DASHBOARD_PORT ?= 8501
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-	$(BIN)/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+# setuptools >= 80 ends every editable install of a package-dir mapping with a 10-line
+# "BuildBackendWarning: Editable installation" (folders named like the package may shadow it: ours
+# are mapped into gpuledger.*, so none can); the awk drops that block and pip's Location lines.
+	$(BIN)/python -m pip install -q -e '.[dev]' 2>&1 | awk '/BuildBackendWarning: Editable installation/ {skip = 1} \
+	  !skip && !/^WARNING: Location/ {print} /with strategy, WheelFile/ {skip = 0}' || true
 	$(BIN)/python -c "import gpuledger.warehouse, polars, duckdb, dagster, streamlit, kubernetes"
 	touch $(STAMP)
 

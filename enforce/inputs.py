@@ -54,52 +54,23 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     """The Situation at ``now`` (naive UTC). ``observed``: per job id what a backend saw live
     (Backend.observe: identity, ``labels``, ``annotations``, ``requeue_flag``, ``priority``); None
     when no backend was asked — then nothing can be preempted (policy ``_blocked``)."""
-    seen_all = observed or {}
     if observed is None:
         observed_by = None
     elif observed_by is None:
         observed_by = "the scheduler"
     policy = cfg.policy
-    # the facts as of `now` through the read model (materialized fair share when fresh for `now` and
-    # the policy is the stored one; funding and findings, exempt jobs included, computed)
+    # the facts as of `now` through the read model: fair share and findings (exempt jobs included:
+    # exemptions are judged on the live labels) materialized when fresh for `now` and the policy is
+    # the stored one, else computed — findings only from an evaluation at `now` itself, never an
+    # older one (it could preempt a job busy since); funding always computed
     funding = {(r["cluster"], r["job_id"]): r
                for r in facts.funding(con, policy=policy, now=now).frame.iter_rows(named=True)}
-    tree = facts.fairshare(con, policy=policy, as_of=now).frame
-    ranks = {r["node"]: r["fs_rank"] for r in tree.iter_rows(named=True) if r["fs_rank"] is not None}
-    findings = [
-        Finding(cluster=r["cluster"], job_id=r["job_id"], finding=r["finding"], severity=r["severity"],
-                idle_since=r["idle_since"], idle_minutes=float(r["idle_minutes"]), gpus_idle=int(r["gpus_idle"]),
-                gpus_total=int(r["gpus_total"]), gpu_hours_idle=float(r["gpu_hours_idle"] or 0),
-                idle_cost=None if r["idle_cost"] is None else str(r["idle_cost"]), currency=r["currency"],
-                capped=float(r["idle_minutes"]) >= LOOKBACK.total_seconds() / 60 - 1)
-        for r in facts.findings(con, policy=policy, now=now, include_exempt=True).frame.iter_rows(named=True)
-        if r["idle_since"] is not None
-    ]
+    ranks = fairshare_ranks(facts.fairshare(con, policy=policy, as_of=now).frame.iter_rows(named=True))
+    found = facts.findings(con, policy=policy, now=now, include_exempt=True, exact_moment=True)
+    findings = [finding_from_row(r) for r in found.frame.iter_rows(named=True) if r["idle_since"] is not None]
     rows = [dict(zip(_NAMES, r, strict=True)) for r in con.execute(_JOBS, {"now": now}).fetchall()]
     rows, findings = _kueue_workloads_stand_for_their_pods(rows, findings, now)
-    jobs = []
-    for r in rows:
-        fund = funding.get((r["cluster"], r["job_id"]), {})
-        seen = seen_all.get(r["job_id"]) or seen_all.get(r["scheduler_job"] or "")
-        live = None if seen is None or observed is None else snapshot(seen, policy)
-        seen = seen or {}
-        start = r["start_time"]
-        running = start is not None and start <= now
-        protected_until = fund.get("protected_until")
-        if r.get("_derived_start") and fund.get("funded"):  # a workload: its pods' start + its minimum runtime
-            protected_until = start + timedelta(seconds=int(fund.get("min_runtime_s_effective") or 0))
-        jobs.append(JobFacts(
-            cluster=r["cluster"], job_id=r["job_id"], project=r["project"], running=running, gpus=float(r["gpus"]),
-            gpu_model=r["gpu_model"], name=r["name"], namespace=r["namespace"], kind=r["kind"], source=r["source"],
-            user_name=r["user_name"], start_time=start if running else None, submit_time=r["submit_time"],
-            declared_priority=r["priority"],
-            observed_priority=seen["priority"] if seen.get("priority") is not None else r["priority"],
-            funded=bool(fund.get("funded")), unfunded_reason=fund.get("unfunded_reason"),
-            protected_until=protected_until if running else None, fs_rank=ranks.get(r["project"]),
-            labels=seen.get("labels") or {}, annotations=seen.get("annotations") or {},
-            requeue_flag=seen.get("requeue_flag"), scheduler_job=r["scheduler_job"], partition=r["partition"],
-            observed=live,
-        ))
+    jobs = [job_facts(r, funding.get((r["cluster"], r["job_id"]), {}), observed, policy, ranks, now) for r in rows]
     free = {(c, m): float(f) for c, m, f in con.execute(_FREE, {"now": now}).fetchall()}
     whole = {(c, m): float(f) for c, m, f in con.execute(_FREE_WHOLE, {"now": now}).fetchall()}
     samples_as_of, jobs_as_of = freshness(con, now)
@@ -113,6 +84,48 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
         squatting_exempt={"namespaces": list(squat.exempt_namespaces), "kinds": list(squat.exempt_kinds),
                           "labels": dict(squat.exempt_labels)},
         observed_by=observed_by,
+    )
+
+
+def fairshare_ranks(tree_rows) -> dict[str, int]:
+    """Fair-share rank per node of the tree's rows (nodes without a rank left out)."""
+    return {r["node"]: r["fs_rank"] for r in tree_rows if r["fs_rank"] is not None}
+
+
+def finding_from_row(r: dict) -> Finding:
+    """One row of the findings (materialized or computed: the same columns) as enforcement's
+    Finding; ``capped`` when idle for the whole evidence lookback (to the minute)."""
+    return Finding(cluster=r["cluster"], job_id=r["job_id"], finding=r["finding"], severity=r["severity"],
+                   idle_since=r["idle_since"], idle_minutes=float(r["idle_minutes"]), gpus_idle=int(r["gpus_idle"]),
+                   gpus_total=int(r["gpus_total"]), gpu_hours_idle=float(r["gpu_hours_idle"] or 0),
+                   idle_cost=None if r["idle_cost"] is None else str(r["idle_cost"]), currency=r["currency"],
+                   capped=float(r["idle_minutes"]) >= LOOKBACK.total_seconds() / 60 - 1)
+
+
+def job_facts(r: dict, fund: dict, observed: dict[str, dict] | None, policy, ranks: dict[str, int],
+              now: datetime) -> JobFacts:
+    """One job row (running_and_queued_jobs.sql) with its funding row (``fund``, {} when none), what
+    the backend saw of it (``observed``, by job id or scheduler name; None: no backend asked) and
+    its project's fair-share rank, as JobFacts at ``now``."""
+    seen = (observed or {}).get(r["job_id"]) or (observed or {}).get(r["scheduler_job"] or "")
+    live = None if seen is None or observed is None else snapshot(seen, policy)
+    seen = seen or {}
+    start = r["start_time"]
+    running = start is not None and start <= now
+    protected_until = fund.get("protected_until")
+    if r.get("_derived_start") and fund.get("funded"):  # a workload: its pods' start + its minimum runtime
+        protected_until = start + timedelta(seconds=int(fund.get("min_runtime_s_effective") or 0))
+    return JobFacts(
+        cluster=r["cluster"], job_id=r["job_id"], project=r["project"], running=running, gpus=float(r["gpus"]),
+        gpu_model=r["gpu_model"], name=r["name"], namespace=r["namespace"], kind=r["kind"], source=r["source"],
+        user_name=r["user_name"], start_time=start if running else None, submit_time=r["submit_time"],
+        declared_priority=r["priority"],
+        observed_priority=seen["priority"] if seen.get("priority") is not None else r["priority"],
+        funded=bool(fund.get("funded")), unfunded_reason=fund.get("unfunded_reason"),
+        protected_until=protected_until if running else None, fs_rank=ranks.get(r["project"]),
+        labels=seen.get("labels") or {}, annotations=seen.get("annotations") or {},
+        requeue_flag=seen.get("requeue_flag"), scheduler_job=r["scheduler_job"], partition=r["partition"],
+        observed=live,
     )
 
 

@@ -74,11 +74,28 @@ def budget_burn(
     """
     tree = Tree.from_frame(org_nodes)
     clo = closure(org_nodes)
+    nodes = rolled_budgets(tree, own_budgets(budgets, as_of=as_of))
+    if nodes.is_empty():
+        return _without_consumption(nodes.lazy())
+    start = datetime.combine(nodes["period_start"].min(), datetime.min.time())
+    use = project_hourly_use(job_allocations, gpus, jobs, rate_card, start=start, as_of=as_of,
+                             default_tier=default_tier)
+    consumed = consumed_per_node(nodes.lazy(), clo, use, burn_start=as_of - burn_window)
+    return burn_status(nodes.lazy(), consumed, as_of=as_of, burn_window=burn_window)
+
+
+# --- the stages of budget_burn, each on its own (tests/analytics/test_budget_stages.py) ---
+
+_DAY_START = pl.col("period_start").cast(pl.Datetime("us"))
+
+
+def own_budgets(budgets: pl.LazyFrame, *, as_of: datetime) -> dict[str, dict]:
+    """Per node, its own budget row (period_start, period_end, budget_gpu_hours as float) whose
+    period contains ``as_of``; two for one node raise ValueError naming both."""
     active = (
         budgets.select("node", "period_start", "period_end",
                        pl.col("budget_gpu_hours").cast(pl.Float64))
-        .filter((pl.col("period_start").cast(pl.Datetime("us")) <= as_of)
-                & (pl.col("period_end").cast(pl.Datetime("us")) > as_of))
+        .filter((_DAY_START <= as_of) & (pl.col("period_end").cast(pl.Datetime("us")) > as_of))
         .collect(engine=ENGINE)
     )
     own: dict[str, dict] = {}
@@ -90,9 +107,14 @@ def budget_burn(
                 f"{other['period_start']}..{other['period_end']} and {r['period_start']}..{r['period_end']}; "
                 "keep one budget per node and time")
         own[r["node"]] = r
-    # Bottom-up, once: own budget, else the sum of the children's (own-or-rolled) budgets.
+    return own
+
+
+def rolled_budgets(tree: Tree, own: dict[str, dict]) -> pl.DataFrame:
+    """Per node and period (tree order): budget_gpu_hours, its own budget, else the sum of its
+    children's own-or-rolled budgets for that period (so none is added twice), and budget_own."""
     rolled: dict[str, dict[tuple, float]] = {}
-    for node, _ in sorted(tree.walk(), key=lambda x: -x[1]):
+    for node, _ in sorted(tree.walk(), key=lambda x: -x[1]):  # bottom-up, once
         if node in own:
             r = own[node]
             rolled[node] = {(r["period_start"], r["period_end"]): r["budget_gpu_hours"]}
@@ -102,56 +124,71 @@ def budget_burn(
             for period, amount in rolled.get(child, {}).items():
                 sums[period] = sums.get(period, 0.0) + amount
         rolled[node] = sums
-    rows = []
-    for node, _ in tree.walk():
-        for (ps, pe), total in sorted(rolled[node].items()):
-            rows.append((node, ps, pe, total, node in own))
-    nodes = pl.LazyFrame(rows, schema={"node": pl.String, "period_start": pl.Date, "period_end": pl.Date,
-                                       "budget_gpu_hours": pl.Float64, "budget_own": pl.Boolean},
-                         orient="row")
-    if not rows:
-        return nodes.with_columns(
-            *(pl.lit(None, pl.Float64).alias(c) for c in
-              ("consumed_gpu_hours", "remaining_gpu_hours", "burn_gpu_hours_per_day")),
-            pl.lit(None, pl.Datetime("us")).alias("projected_exhaustion"), pl.lit(None, pl.String).alias("status"),
-            pl.lit(None, pl.Float64).alias("unweighted_gpu_hours"), pl.lit(None, pl.String).alias("unweighted_models"),
-        )
-    earliest = min(r[1] for r in rows)
-    start = datetime.combine(earliest, datetime.min.time())
+    rows = [(node, ps, pe, total, node in own)
+            for node, _ in tree.walk() for (ps, pe), total in sorted(rolled[node].items())]
+    return pl.DataFrame(rows, schema={"node": pl.String, "period_start": pl.Date, "period_end": pl.Date,
+                                      "budget_gpu_hours": pl.Float64, "budget_own": pl.Boolean}, orient="row")
+
+
+def _without_consumption(nodes: pl.LazyFrame) -> pl.LazyFrame:
+    """budget_burn's columns where no budget is in force (``nodes`` is empty)."""
+    return nodes.with_columns(
+        *(pl.lit(None, pl.Float64).alias(c) for c in
+          ("consumed_gpu_hours", "remaining_gpu_hours", "burn_gpu_hours_per_day")),
+        pl.lit(None, pl.Datetime("us")).alias("projected_exhaustion"), pl.lit(None, pl.String).alias("status"),
+        pl.lit(None, pl.Float64).alias("unweighted_gpu_hours"), pl.lit(None, pl.String).alias("unweighted_models"),
+    )
+
+
+def project_hourly_use(job_allocations: pl.LazyFrame, gpus: pl.LazyFrame, jobs: pl.LazyFrame,
+                       rate_card: pl.LazyFrame, *, start: datetime, as_of: datetime,
+                       default_tier: str) -> pl.LazyFrame:
+    """Per project and hourly piece in [start, as_of): gpu_hours_normalized, and the allocated
+    GPU-hours the rate card could not weigh (``_unweighted``) with their models (``_models``)."""
     pieces = weighted_pieces(
         allocated_pieces(job_allocations, gpus, now=as_of, start=start, end=as_of, jobs=jobs,
                          default_tier=default_tier), rate_card
     ).join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
-    per_project_hour = pieces.group_by("project", "piece_start", "piece_end").agg(
+    return pieces.group_by("project", "piece_start", "piece_end").agg(
         pl.col("gpu_hours_normalized").sum(),
         _unweighted=pl.col("gpu_hours_allocated").filter(~pl.col("weighed")).sum(),
         _models=pl.col("model").fill_null("(no model)").filter(~pl.col("weighed")).unique(),
     )
-    burn_start = as_of - burn_window
+
+
+def consumed_per_node(nodes: pl.LazyFrame, clo: pl.LazyFrame, use: pl.LazyFrame, *,
+                      burn_start: datetime) -> pl.LazyFrame:
+    """Per node and budget period: its subtree's use inside the period (consumed_gpu_hours), the
+    part since ``burn_start`` (``_burn``), and the unweighted GPU-hours and models."""
     joined = (
         nodes.join(clo, left_on="node", right_on="ancestor", how="left", suffix="_leaf")
-        .join(per_project_hour, left_on="node_leaf", right_on="project", how="inner")
-        .filter(pl.col("piece_start") >= pl.col("period_start").cast(pl.Datetime("us")))
+        .join(use, left_on="node_leaf", right_on="project", how="inner")
+        .filter(pl.col("piece_start") >= _DAY_START)
         .filter(pl.col("piece_start") < pl.col("period_end").cast(pl.Datetime("us")))
     )
     # Pieces are hour-grained; the burn window start may cut one, so weight by the overlap.
     overlap = (
-        (pl.col("piece_end") - pl.max_horizontal(pl.col("piece_start"), pl.lit(burn_start),
-                                                  pl.col("period_start").cast(pl.Datetime("us"))))
+        (pl.col("piece_end") - pl.max_horizontal(pl.col("piece_start"), pl.lit(burn_start), _DAY_START))
         .dt.total_microseconds().clip(lower_bound=0)
         / (pl.col("piece_end") - pl.col("piece_start")).dt.total_microseconds()
     )
-    consumed = joined.group_by("node", "period_start").agg(
+    return joined.group_by("node", "period_start").agg(
         consumed_gpu_hours=pl.col("gpu_hours_normalized").sum(),
         _burn=(pl.col("gpu_hours_normalized") * overlap).sum(),
         unweighted_gpu_hours=pl.col("_unweighted").sum(),
-        unweighted_models=pl.col("_models").list.explode(keep_nulls=False, empty_as_null=False).unique().sort().str.join(", "),
+        unweighted_models=pl.col("_models").list.explode(keep_nulls=False, empty_as_null=False).unique().sort()
+        .str.join(", "),
     )
+
+
+def burn_status(nodes: pl.LazyFrame, consumed: pl.LazyFrame, *, as_of: datetime,
+                burn_window: timedelta) -> pl.LazyFrame:
+    """Each node's budget beside its consumption: remaining, burn per day over the burn window
+    (or the period so far, if shorter), projected exhaustion at that rate, and the status."""
     burn_days = pl.min_horizontal(
         pl.lit(burn_window.total_seconds()),
-        (pl.lit(as_of) - pl.col("period_start").cast(pl.Datetime("us"))).dt.total_microseconds() / 1e6,
+        (pl.lit(as_of) - _DAY_START).dt.total_microseconds() / 1e6,
     ) / 86400.0
-    remaining = pl.col("budget_gpu_hours") - pl.col("consumed_gpu_hours")
     exhaustion = pl.lit(as_of) + pl.duration(
         microseconds=(pl.col("remaining_gpu_hours") / pl.col("burn_gpu_hours_per_day") * 86400e6).cast(pl.Int64)
     )
@@ -160,7 +197,7 @@ def budget_burn(
         .with_columns(pl.col("consumed_gpu_hours", "_burn", "unweighted_gpu_hours").fill_null(0.0),
                       pl.col("unweighted_models").replace("", None))
         .with_columns(
-            remaining_gpu_hours=remaining,
+            remaining_gpu_hours=pl.col("budget_gpu_hours") - pl.col("consumed_gpu_hours"),
             burn_gpu_hours_per_day=pl.when(burn_days > 0).then(pl.col("_burn") / burn_days).otherwise(0.0),
         )
         .with_columns(
@@ -225,7 +262,12 @@ def job_funding(
     jobs = _with_rule_minimum(jobs, min_runtime_rules)
     tree = Tree.from_frame(org_nodes)
     b = burn.filter(pl.col("budget_own")).select("node", "remaining_gpu_hours").collect(engine=ENGINE)
-    remaining = dict(b.iter_rows())
+    return funding_status(jobs, budget_verdicts(tree, dict(b.iter_rows())), now=now, min_runtime_cap=min_runtime_cap)
+
+
+def budget_verdicts(tree: Tree, remaining: dict[str, float]) -> pl.LazyFrame:
+    """Per project of ``tree``: budget_ok (every node on its path with an own budget has some
+    left, and there is at least one) and unfunded_reason (no budget / exhausted at the node)."""
     verdict = []
     for project in tree.parent:
         chain = [n for n in tree.ancestors(project) if n in remaining]
@@ -236,8 +278,14 @@ def job_funding(
             verdict.append((project, False, f"budget exhausted at {dry}"))
         else:
             verdict.append((project, True, None))
-    budget_ok = pl.LazyFrame(verdict, schema={"project": pl.String, "budget_ok": pl.Boolean,
-                                              "unfunded_reason": pl.String}, orient="row")
+    return pl.LazyFrame(verdict, schema={"project": pl.String, "budget_ok": pl.Boolean,
+                                         "unfunded_reason": pl.String}, orient="row")
+
+
+def funding_status(jobs: pl.LazyFrame, budget_ok: pl.LazyFrame, *, now: datetime,
+                   min_runtime_cap: timedelta) -> pl.LazyFrame:
+    """job_funding's columns for the jobs not ended at ``now``, from their project's verdict and
+    their minimum runtime (capped): funded, the reason if not, protected until when."""
     cap_s = int(min_runtime_cap.total_seconds())
     eff = pl.min_horizontal(pl.col("min_runtime_s").fill_null(0), pl.lit(cap_s))
     return (

@@ -21,6 +21,23 @@ a GPU model, model/tier without a rate) and capacity without a rate are ``unpric
 their GPU-hours and the reason. A cluster with no device inventory at all has unknown capacity:
 its charges stand, no idle or over-allocation is computed, and a ``capacity-unknown`` memo line
 says so. A period not over at ``now`` is provisional: capacity (so idle) is billed only up to now.
+
+The lines of :func:`chargeback_lines`, their columns: period_start, period_end, billed_through
+(min(end, now): capacity is billed up to it), provisional (the period is not over at ``now``), line_kind (charge / idle /
+over-allocated / capacity-unknown / unpriced), billed (charge and idle lines: they make the
+total; the others are memo lines), the level's keys (job: cluster, job_id, project,
+user_name; project: project; node: node), gpu_model, tier, currency, gpu_hours_allocated
+(idle lines: idle GPU-hours; over-allocated: GPU-hours beyond capacity; unpriced: GPU-hours
+that could not be priced; capacity-unknown: the charged GPU-hours), amount (Decimal cents;
+NULL on unpriced lines and on over-allocation in hours without a rate; on a
+capacity-unknown line the charges it explains, again outside the total),
+idle_amount_included (cents of spread idle inside ``amount``, rounded top-down the same
+way), note (the reason of an unpriced line, the jobs of an over-allocated one, ...). Lines
+not of a project at project / node level are named "(idle)", "(over-allocated)",
+"(capacity unknown)"; unpriced idle capacity is under "(idle)".
+
+Per currency: Σ billed = Σ capacity × price + Σ over-allocated + Σ capacity-unknown, to the
+cent of the exact amounts (each line within a cent of exact).
 """
 
 from __future__ import annotations
@@ -28,6 +45,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 import polars as pl
 
@@ -103,137 +121,40 @@ def chargeback_lines(
     and tier in proportion to their charges; capacity nobody used stays on an idle line).
     ``org_nodes`` gives the rounding tree (without it every project is a root); ``node`` needs it.
 
-    Columns: period_start, period_end, billed_through (min(end, now): capacity is billed up to
-    it), provisional (the period is not over at ``now``), line_kind (charge / idle /
-    over-allocated / capacity-unknown / unpriced), billed (charge and idle lines: they make the
-    total; the others are memo lines), the level's keys (job: cluster, job_id, project,
-    user_name; project: project; node: node), gpu_model, tier, currency, gpu_hours_allocated
-    (idle lines: idle GPU-hours; over-allocated: GPU-hours beyond capacity; unpriced: GPU-hours
-    that could not be priced; capacity-unknown: the charged GPU-hours), amount (Decimal cents;
-    NULL on unpriced lines and on over-allocation in hours without a rate; on a
-    capacity-unknown line the charges it explains, again outside the total),
-    idle_amount_included (cents of spread idle inside ``amount``, rounded top-down the same
-    way), note (the reason of an unpriced line, the jobs of an over-allocated one, ...). Lines
-    not of a project at project / node level are named "(idle)", "(over-allocated)",
-    "(capacity unknown)"; unpriced idle capacity is under "(idle)".
-
-    Per currency: Σ billed = Σ capacity × price + Σ over-allocated + Σ capacity-unknown, to the
-    cent of the exact amounts (each line within a cent of exact).
+    Columns and the invariant: the module notes.
     """
-    if idle_cost not in ("line", "spread"):
-        raise ValueError(f"idle_cost={idle_cost!r}: choose line or spread")
-    if level not in ("job", "project", "node"):
-        raise ValueError(f"level={level!r}: choose job, project or node")
-    if level == "node" and org_nodes is None:
-        raise ValueError("level='node' needs org_nodes")
+    _check_options(level=level, idle_cost=idle_cost, org_nodes=org_nodes)
     billed_end = min(end, max(now, start))
-    zero = pl.lit(0).cast(RAW)
-
     cap, pieces, prices = priced_pieces(job_allocations, gpus, jobs, rate_card, start=start, end=end, now=now,
                                         billed_end=billed_end, default_tier=default_tier, retire_grace=retire_grace)
     per_hour = hourly_balance(cap, pieces, prices)
     charges, idle = charge_lines(pieces), idle_lines(per_hour)
     over, cap_unknown, unpriced = over_lines(per_hour, pieces), capacity_unknown_lines(charges), \
         unpriced_lines(pieces, per_hour)
-    charges = charges.drop("_known").with_columns(_idle_raw=zero)
+    charges = charges.drop("_known").with_columns(_idle_raw=_ZERO)
     if idle_cost == "spread":
         charges, idle = spread_idle(charges, idle)
-    levels, meta, path, depth, job_meta = rounded_billed(charges, idle, jobs, org_nodes)
-    memo_levels, memo_meta, memo_path = rounded_memo(over, cap_unknown)
-    memo_name = pl.when(pl.col("line_kind") == "over-allocated").then(pl.lit(OVER)).otherwise(pl.lit(CAPACITY_UNKNOWN))
-    zero_idle = {"idle_amount_included": pl.lit(0).cast(CENTS)}
-
-    def memo_level(k: int) -> pl.LazyFrame:  # memo lines rolled up to level k, notes joined
-        on = memo_path[: k + 1]
-        extra = memo_meta.group_by(on).agg(pl.col("model", "tier").first(), pl.col("note").unique().sort().str.join("; "))
-        return memo_levels[k].join(extra, on=on, how="left").with_columns(**zero_idle)
-
+    billed = rounded_billed(charges, idle, jobs, org_nodes)
+    memo = rounded_memo(over, cap_unknown)
+    unpriced = unpriced_by_project(unpriced, billed.job_meta)
     over_unpriced = over.filter(pl.col("currency").is_null())  # over-allocated in hours without a rate
-
-    tail = ["gpu_model", "tier", "currency", "gpu_hours_allocated", "amount", "idle_amount_included", "note"]
-    null_money = {"amount": pl.lit(None, CENTS), "idle_amount_included": pl.lit(None, CENTS)}
-
-    def memo_per_model(lf: pl.LazyFrame) -> pl.LazyFrame:  # cluster lines -> model × tier lines
-        return lf.group_by("currency", "model", "tier").agg(
-            pl.col("gpu_hours_allocated").sum(), pl.col("note").unique().sort().str.join("; "))
-
-    def memo_total(lf: pl.LazyFrame) -> pl.LazyFrame:  # cluster lines -> one line per currency
-        return lf.group_by("currency").agg(
-            pl.col("gpu_hours_allocated").sum(), pl.col("note").unique().sort().str.join("; "))
-
-    if level == "job":
-        key_cols = ["cluster", "job_id", "project", "user_name"]
-        frames = [
-            levels[-1].join(meta, on=path, how="left", nulls_equal=True).with_columns(note=pl.lit(None, pl.String)),
-            memo_levels[-1].join(memo_meta, on=memo_path, how="left").with_columns(**zero_idle),
-            over_unpriced.with_columns(line_kind=pl.lit("over-allocated"), **null_money),
-            unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
-                line_kind=pl.lit("unpriced"), currency=pl.lit(None, pl.String),
-                project=pl.when(pl.col("job_id").is_null()).then(pl.lit(IDLE))
-                .otherwise(pl.col("project").fill_null(NO_JOB_RECORD)), **null_money),
-        ]
-    elif level == "project":
-        key_cols = ["project"]
-        proj = levels[-2].join(meta.unique([*path[:-1]]).drop("_leaf"), on=path[:-1], how="left")
-        frames = [
-            proj.with_columns(note=pl.lit(None, pl.String)),
-            memo_level(2).with_columns(project=memo_name),
-            memo_per_model(over_unpriced).with_columns(
-                line_kind=pl.lit("over-allocated"), project=pl.lit(OVER), **null_money),
-            unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
-                project=pl.when(pl.col("job_id").is_null()).then(pl.lit(IDLE))
-                .otherwise(pl.col("project").fill_null(NO_JOB_RECORD)))
-            .group_by("project", "model", "tier", "note").agg(pl.col("gpu_hours_allocated").sum())
-            .with_columns(line_kind=pl.lit("unpriced"), currency=pl.lit(None, pl.String), **null_money),
-        ]
+    if level == "node":
+        frames = node_level_lines(billed, memo, over_unpriced, unpriced, org_nodes)
     else:
-        key_cols = ["node"]
-        node_frames = []
-        for k in range(1, depth + 1):
-            # a node is the sum of its parts in every pool (the tree is rounded pool first)
-            lv = node_level(levels, k)
-            kind = pl.when(pl.col("node") == IDLE).then(pl.lit("idle")).otherwise(pl.lit("charge"))
-            node_frames.append(lv.select("currency", "node", "gpu_hours_allocated",
-                                         "amount", "idle_amount_included", "amount_raw", "_idle_raw", line_kind=kind))
-        clo = closure(org_nodes)
-        unpriced_proj = unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
-            project=pl.when(pl.col("job_id").is_null()).then(pl.lit(IDLE))
-            .otherwise(pl.col("project").fill_null(NO_JOB_RECORD)))
-        unpriced_nodes = (
-            unpriced_proj.join(clo, left_on="project", right_on="node", how="left")
-            .with_columns(node=pl.coalesce("ancestor", "project"))
-            .group_by("node", "note").agg(pl.col("gpu_hours_allocated").sum())
-        )
-        frames = [
-            *(f.with_columns(note=pl.lit(None, pl.String)) for f in node_frames),
-            memo_level(1).drop("model", "tier").with_columns(node=memo_name),
-            memo_total(over_unpriced).with_columns(line_kind=pl.lit("over-allocated"), node=pl.lit(OVER),
-                                                   **null_money),
-            unpriced_nodes.with_columns(line_kind=pl.lit("unpriced"), currency=pl.lit(None, pl.String),
-                                        **null_money),
-        ]
-    out = pl.concat(frames, how="diagonal_relaxed")
-    names = out.collect_schema().names()
-    out = out.with_columns(*(pl.lit(None, pl.String).alias(c) for c in ("model", "tier") if c not in names))
-    exact_cols = []
-    if exact:  # the raw amounts of the rounding trees, beside their cents
-        exact_cols = ["amount_exact", "idle_amount_exact"]
-        out = out.with_columns(amount_exact=pl.col("amount_raw").cast(RAW), idle_amount_exact=pl.col("_idle_raw")
-                               .cast(RAW) if "_idle_raw" in names else pl.lit(None, RAW))
-    rank = {k: i for i, k in enumerate(LINE_KINDS)}
-    return (
-        out.rename({"model": "gpu_model"})
-        .with_columns(
-            pl.col("amount").cast(CENTS), pl.col("idle_amount_included").cast(CENTS),
-            pl.col("gpu_hours_allocated").cast(pl.Float64),
-            period_start=pl.lit(start), period_end=pl.lit(end), billed_through=pl.lit(billed_end),
-            provisional=pl.lit(end > now), billed=pl.col("line_kind").is_in(BILLED_KINDS),
-            _rank=pl.col("line_kind").replace_strict(rank, return_dtype=pl.Int32),
-        )
-        .sort("_rank", *key_cols, "gpu_model", "tier", "currency", "note", nulls_last=True)
-        .select("period_start", "period_end", "billed_through", "provisional", "line_kind", "billed",
-                *key_cols, *tail, *exact_cols)
-    )
+        frames = (job_level_lines if level == "job" else project_level_lines)(billed, memo, over_unpriced, unpriced)
+    return shaped_lines(frames, LEVEL_KEYS[level], start=start, end=end, now=now, billed_end=billed_end, exact=exact)
+
+
+LEVEL_KEYS = {"job": ["cluster", "job_id", "project", "user_name"], "project": ["project"], "node": ["node"]}
+
+
+def _check_options(*, level: str, idle_cost: str, org_nodes) -> None:
+    if idle_cost not in ("line", "spread"):
+        raise ValueError(f"idle_cost={idle_cost!r}: choose line or spread")
+    if level not in LEVEL_KEYS:
+        raise ValueError(f"level={level!r}: choose job, project or node")
+    if level == "node" and org_nodes is None:
+        raise ValueError("level='node' needs org_nodes")
 
 
 # --- the stages of chargeback_lines, each a function of frames (tests/analytics/test_chargeback_stages.py) ---
@@ -350,7 +271,7 @@ def capacity_unknown_lines(charges: pl.LazyFrame) -> pl.LazyFrame:
 
 def unpriced_lines(pieces: pl.LazyFrame, per_hour: pl.LazyFrame) -> pl.LazyFrame:
     """Allocations (per job and reason) and idle capacity that no rate prices, with the reason."""
-    keys, zero, priced_hour = KEYS, _ZERO, _PRICED_HOUR
+    keys, priced_hour = KEYS, _PRICED_HOUR
     no_rate = pl.lit("no price for ") + pl.col("model") + pl.lit("/") + pl.col("tier") + pl.lit(" in the rate card")
     reason = (
         pl.when(pl.col("model").is_null() & (pl.col("allocation_level") == DEVICE))
@@ -406,7 +327,7 @@ def node_level(levels: list[pl.LazyFrame], k: int, sums: tuple[str, ...] = (
     return lv.group_by("currency", pl.col(f"p{k}").alias("node")).agg(pl.col(c).sum() for c in sums if c in names)
 
 
-def rounded_billed(charges: pl.LazyFrame, idle: pl.LazyFrame, jobs: pl.LazyFrame, org_nodes):
+def rounded_billed(charges: pl.LazyFrame, idle: pl.LazyFrame, jobs: pl.LazyFrame, org_nodes) -> BilledTree:
     """(levels, meta, path, depth, job_meta): charge and idle lines rounded top-down, one tree per
     GPU pool (currency | model × tier → org path → leaf), money.round_tree's levels, each with the
     pool's currency and ``_mt`` beside it. Pool first: each GPU pool's lines add up to its own exact total rounded half-up, which
@@ -433,10 +354,10 @@ def rounded_billed(charges: pl.LazyFrame, idle: pl.LazyFrame, jobs: pl.LazyFrame
     pools = leaves.select("_pool", "currency", "_mt").unique("_pool")
     levels = [lv.join(pools, on="_pool", how="left") for lv in levels]
     meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "model", "tier")
-    return levels, meta, path, depth, job_meta
+    return BilledTree(levels, meta, path, depth, job_meta)
 
 
-def rounded_memo(over: pl.LazyFrame, cap_unknown: pl.LazyFrame):
+def rounded_memo(over: pl.LazyFrame, cap_unknown: pl.LazyFrame) -> MemoTree:
     """(levels, meta, path): the memo lines with money rounded top-down per kind and currency."""
     keys = KEYS
     model_tier = pl.col("model") + pl.lit("|") + pl.col("tier")
@@ -449,7 +370,131 @@ def rounded_memo(over: pl.LazyFrame, cap_unknown: pl.LazyFrame):
     memo_path = ["line_kind", "currency", "_mt", "_leaf"]
     memo_levels = round_tree(memo, path=memo_path, amounts={"amount_raw": "amount"}, sums=["gpu_hours_allocated"])
     memo_meta = memo.select(*memo_path, *keys, "note")
-    return memo_levels, memo_meta, memo_path
+    return MemoTree(memo_levels, memo_meta, memo_path)
+
+
+class BilledTree(NamedTuple):
+    """The billed lines' rounding trees (:func:`rounded_billed`)."""
+    levels: list[pl.LazyFrame]  # money.round_tree's levels: pool, p1..pD, leaf
+    meta: pl.LazyFrame  # per leaf: its path, line_kind and the job's keys
+    path: list[str]
+    depth: int  # D, the org tree's depth
+    job_meta: pl.LazyFrame  # cluster, job_id -> project, user_name
+
+
+class MemoTree(NamedTuple):
+    """The memo lines' rounding trees (:func:`rounded_memo`): line_kind → currency → pool → leaf."""
+    levels: list[pl.LazyFrame]
+    meta: pl.LazyFrame
+    path: list[str]
+
+
+# --- one line set per level, from the rounded trees (tests/analytics/test_chargeback_levels.py) ---
+
+_NO_NOTE = {"note": pl.lit(None, pl.String)}
+_NO_IDLE = {"idle_amount_included": pl.lit(0).cast(CENTS)}
+_NO_MONEY = {"amount": pl.lit(None, CENTS), "idle_amount_included": pl.lit(None, CENTS)}
+_UNPRICED = {"line_kind": pl.lit("unpriced"), "currency": pl.lit(None, pl.String), **_NO_MONEY}
+_OVER_UNPRICED = {"line_kind": pl.lit("over-allocated"), **_NO_MONEY}
+_MEMO_NAME = pl.when(pl.col("line_kind") == "over-allocated").then(pl.lit(OVER)).otherwise(pl.lit(CAPACITY_UNKNOWN))
+
+
+def unpriced_by_project(unpriced: pl.LazyFrame, job_meta: pl.LazyFrame) -> pl.LazyFrame:
+    """The unpriced lines with their job's project and user: unpriced idle capacity (no job) is
+    "(idle)", a job without a record "(no job record)"."""
+    return unpriced.join(job_meta, on=["cluster", "job_id"], how="left").with_columns(
+        project=pl.when(pl.col("job_id").is_null()).then(pl.lit(IDLE))
+        .otherwise(pl.col("project").fill_null(NO_JOB_RECORD)))
+
+
+def _memo_at(memo: MemoTree, k: int) -> pl.LazyFrame:
+    """The memo lines rolled up to level ``k`` of their tree, each with its pool's model, tier and notes."""
+    on = memo.path[: k + 1]
+    extra = memo.meta.group_by(on).agg(pl.col("model", "tier").first(), pl.col("note").unique().sort().str.join("; "))
+    return memo.levels[k].join(extra, on=on, how="left").with_columns(**_NO_IDLE)
+
+
+def _hours_and_notes(lf: pl.LazyFrame, *by: str) -> pl.LazyFrame:
+    """GPU-hours summed per ``by``, their distinct notes joined."""
+    return lf.group_by(*by).agg(pl.col("gpu_hours_allocated").sum(), pl.col("note").unique().sort().str.join("; "))
+
+
+def job_level_lines(billed: BilledTree, memo: MemoTree, over_unpriced: pl.LazyFrame,
+                    unpriced: pl.LazyFrame) -> list[pl.LazyFrame]:
+    """One line per cluster, job, model and tier: the leaves of the trees, and the lines without money."""
+    return [
+        billed.levels[-1].join(billed.meta, on=billed.path, how="left", nulls_equal=True).with_columns(**_NO_NOTE),
+        memo.levels[-1].join(memo.meta, on=memo.path, how="left").with_columns(**_NO_IDLE),
+        over_unpriced.with_columns(**_OVER_UNPRICED),
+        unpriced.with_columns(**_UNPRICED),
+    ]
+
+
+def project_level_lines(billed: BilledTree, memo: MemoTree, over_unpriced: pl.LazyFrame,
+                        unpriced: pl.LazyFrame) -> list[pl.LazyFrame]:
+    """One line per project × model × tier (the level above the leaves; memo lines per pool)."""
+    above_leaf = billed.path[:-1]
+    proj = billed.levels[-2].join(billed.meta.unique(above_leaf).drop("_leaf"), on=above_leaf, how="left")
+    return [
+        proj.with_columns(**_NO_NOTE),
+        _memo_at(memo, 2).with_columns(project=_MEMO_NAME),
+        _hours_and_notes(over_unpriced, "currency", "model", "tier").with_columns(project=pl.lit(OVER),
+                                                                                  **_OVER_UNPRICED),
+        unpriced.group_by("project", "model", "tier", "note").agg(pl.col("gpu_hours_allocated").sum())
+        .with_columns(**_UNPRICED),
+    ]
+
+
+def node_level_lines(billed: BilledTree, memo: MemoTree, over_unpriced: pl.LazyFrame,
+                     unpriced: pl.LazyFrame, org_nodes) -> list[pl.LazyFrame]:
+    """One line per org node (its subtree, every pool summed: the tree is rounded pool first);
+    memo lines per kind and currency, unpriced hours per node and reason."""
+    kind = pl.when(pl.col("node") == IDLE).then(pl.lit("idle")).otherwise(pl.lit("charge"))
+    nodes = [node_level(billed.levels, k).select("currency", "node", "gpu_hours_allocated", "amount",
+                                                 "idle_amount_included", "amount_raw", "_idle_raw", line_kind=kind)
+             for k in range(1, billed.depth + 1)]
+    unpriced_nodes = (
+        unpriced.join(closure(org_nodes), left_on="project", right_on="node", how="left")
+        .with_columns(node=pl.coalesce("ancestor", "project"))
+        .group_by("node", "note").agg(pl.col("gpu_hours_allocated").sum())
+    )
+    return [
+        *(f.with_columns(**_NO_NOTE) for f in nodes),
+        _memo_at(memo, 1).drop("model", "tier").with_columns(node=_MEMO_NAME),
+        _hours_and_notes(over_unpriced, "currency").with_columns(node=pl.lit(OVER), **_OVER_UNPRICED),
+        unpriced_nodes.with_columns(**_UNPRICED),
+    ]
+
+
+_TAIL = ["gpu_model", "tier", "currency", "gpu_hours_allocated", "amount", "idle_amount_included", "note"]
+_KIND_RANK = {k: i for i, k in enumerate(LINE_KINDS)}
+
+
+def shaped_lines(frames: list[pl.LazyFrame], key_cols: list[str], *, start: datetime, end: datetime,
+                 now: datetime, billed_end: datetime, exact: bool) -> pl.LazyFrame:
+    """A level's line frames as chargeback_lines returns them: the period's columns, ``billed``,
+    the columns in their order, sorted by line kind then the level's keys."""
+    out = pl.concat(frames, how="diagonal_relaxed")
+    names = out.collect_schema().names()
+    out = out.with_columns(*(pl.lit(None, pl.String).alias(c) for c in ("model", "tier") if c not in names))
+    exact_cols = []
+    if exact:  # the raw amounts of the rounding trees, beside their cents
+        exact_cols = ["amount_exact", "idle_amount_exact"]
+        out = out.with_columns(amount_exact=pl.col("amount_raw").cast(RAW), idle_amount_exact=pl.col("_idle_raw")
+                               .cast(RAW) if "_idle_raw" in names else pl.lit(None, RAW))
+    return (
+        out.rename({"model": "gpu_model"})
+        .with_columns(
+            pl.col("amount").cast(CENTS), pl.col("idle_amount_included").cast(CENTS),
+            pl.col("gpu_hours_allocated").cast(pl.Float64),
+            period_start=pl.lit(start), period_end=pl.lit(end), billed_through=pl.lit(billed_end),
+            provisional=pl.lit(end > now), billed=pl.col("line_kind").is_in(BILLED_KINDS),
+            _rank=pl.col("line_kind").replace_strict(_KIND_RANK, return_dtype=pl.Int32),
+        )
+        .sort("_rank", *key_cols, "gpu_model", "tier", "currency", "note", nulls_last=True)
+        .select("period_start", "period_end", "billed_through", "provisional", "line_kind", "billed",
+                *key_cols, *_TAIL, *exact_cols)
+    )
 
 
 def statement_notes(lines: pl.DataFrame) -> tuple[list[str], list[str]]:

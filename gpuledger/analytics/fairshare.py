@@ -48,14 +48,45 @@ def fair_share(
     """
     tree = tree or Tree.from_frame(org_nodes)
     used = dict(node_usage.select("node", usage_col).collect().iter_rows())
+    usage = subtree_usage(tree, used)
+    shares_norm, usage_eff, level_fs = level_fair_share(tree, usage)
+    order, fs_rank = _fair_tree_order(tree, level_fs)
+    total = sum(usage[r] for r in tree.roots)
+    n_leaves = len(fs_rank)
+    depth_of = dict(tree.walk())
+    rows = []
+    for position, node in enumerate(order):
+        glob = math.prod(shares_norm[a] for a in tree.ancestors(node))
+        r = fs_rank.get(node)
+        rows.append((
+            node, tree.parent[node], depth_of[node], tree.kind[node], float(tree.shares[node]), shares_norm[node], glob,
+            usage[node], usage[node] / total if total > 0 else 0.0, usage_eff[node], level_fs[node],
+            r, None if r is None else (n_leaves - r + 1) / n_leaves, position,
+        ))
+    return pl.LazyFrame(rows, schema=_SSHARE_SCHEMA, orient="row")
+
+
+_SSHARE_SCHEMA = {
+    "node": pl.String, "parent": pl.String, "depth": pl.Int32, "kind": pl.String,
+    "shares_raw": pl.Float64, "shares_norm": pl.Float64, "share_global": pl.Float64,
+    "usage_raw_gpu_hours": pl.Float64, "usage_norm": pl.Float64, "usage_effective": pl.Float64,
+    "level_fs": pl.Float64, "fs_rank": pl.Int32, "fairshare_factor": pl.Float64, "order": pl.Int32,
+}
+
+
+def subtree_usage(tree: Tree, used: dict[str, float | None]) -> dict[str, float]:
+    """Each node's usage is its subtree's. A rolled-up ``used`` already says so; a per-project
+    one leaves inner nodes at 0, so they take the sum of their children (the larger wins)."""
     usage = {n: float(used.get(n) or 0.0) for n in tree.parent}
-    # A node's usage is its subtree's. A rolled-up frame already says so; a per-project frame
-    # leaves inner nodes at 0, so they take the sum of their children.
     for node, _ in sorted(tree.walk(), key=lambda x: -x[1]):
         if tree.children[node]:
             usage[node] = max(usage[node], sum(usage[c] for c in tree.children[node]))
-    total = sum(usage[r] for r in tree.roots)
+    return usage
 
+
+def level_fair_share(tree: Tree, usage: dict[str, float]) -> tuple[dict, dict, dict]:
+    """(shares_norm, usage_effective, level_fs) per node: share and usage normalised among its
+    siblings, and LF = s / u (inf with no usage and a share; 0 with neither)."""
     shares_norm, usage_eff, level_fs = {}, {}, {}
     for up in [None, *tree.parent]:
         siblings = tree.roots if up is None else tree.children[up]
@@ -68,28 +99,7 @@ def fair_share(
                 level_fs[c] = shares_norm[c] / usage_eff[c]
             else:
                 level_fs[c] = math.inf if shares_norm[c] > 0 else 0.0
-
-    order, fs_rank = _fair_tree_order(tree, level_fs)
-    n_leaves = len(fs_rank)
-    depth_of = dict(tree.walk())
-
-    rows = []
-    for position, node in enumerate(order):
-        depth = depth_of[node]
-        glob = math.prod(shares_norm[a] for a in tree.ancestors(node))
-        r = fs_rank.get(node)
-        rows.append((
-            node, tree.parent[node], depth, tree.kind[node], float(tree.shares[node]), shares_norm[node], glob,
-            usage[node], usage[node] / total if total > 0 else 0.0, usage_eff[node], level_fs[node],
-            r, None if r is None else (n_leaves - r + 1) / n_leaves, position,
-        ))
-    schema = {
-        "node": pl.String, "parent": pl.String, "depth": pl.Int32, "kind": pl.String,
-        "shares_raw": pl.Float64, "shares_norm": pl.Float64, "share_global": pl.Float64,
-        "usage_raw_gpu_hours": pl.Float64, "usage_norm": pl.Float64, "usage_effective": pl.Float64,
-        "level_fs": pl.Float64, "fs_rank": pl.Int32, "fairshare_factor": pl.Float64, "order": pl.Int32,
-    }
-    return pl.LazyFrame(rows, schema=schema, orient="row")
+    return shares_norm, usage_eff, level_fs
 
 
 def _fair_tree_order(tree: Tree, level_fs: dict[str, float]) -> tuple[list[str], dict[str, int]]:
@@ -158,48 +168,83 @@ def delivery(
     nothing was owed), delivery_ratio_hourly, occupancy_ratio (Ai2's sort key: allocated ÷
     entitled; lower = more deserving).
     """
+    entitled = entitled_hourly(org_nodes, gpus, start=start, end=end)
+    demand = demand_hourly(jobs, start=start, end=end, now=now)  # no per-hour pieces of queued jobs
+    allocated = allocated_hourly(jobs, job_allocations, gpus, start=start, end=end, now=now,
+                                 default_tier=default_tier)
+    hourly = owed_hourly(entitled, demand, allocated)
+    per_project = settled_per_project(hourly, start=start, end=end, settle=settle)
+    return delivery_ratios(per_project, org_nodes)
+
+
+# --- the stages of delivery, each on its own (tests/analytics/test_fairshare_stages.py) ---
+
+_HOUR_COLS = ["gpu_hours_entitled", "gpu_hours_demand", "gpu_hours_owed", "gpu_hours_allocated",
+              "gpu_hours_delivered_hourly"]
+_SETTLED_COLS = [*_HOUR_COLS, "gpu_hours_delivered"]
+
+
+def entitled_hourly(org_nodes, gpus: pl.LazyFrame, *, start: datetime, end: datetime) -> pl.LazyFrame:
+    """Per project and hour: gpu_hours_entitled = its global share × the installed capacity."""
     shares = fair_share(org_nodes, pl.LazyFrame({"node": [], "u": []}, schema={"node": pl.String, "u": pl.Float64}),
                         usage_col="u").select("node", "share_global")
     tree = Tree.from_frame(org_nodes)
     leaves = pl.LazyFrame({"project": tree.leaves()}, schema={"project": pl.String})
     cap = capacity_hourly(gpus, start=start, end=end, by=()).select("hour", "gpu_hours_capacity")
-    entitled = (
+    return (
         leaves.join(shares.rename({"node": "project"}), on="project")
         .join(cap, how="cross")
         .with_columns(gpu_hours_entitled=pl.col("share_global") * pl.col("gpu_hours_capacity"))
         .select("project", "hour", "gpu_hours_entitled")
     )
-    demand = demand_hourly(jobs, start=start, end=end, now=now)  # no per-hour pieces of queued jobs
-    allocated = (
+
+
+def allocated_hourly(jobs: pl.LazyFrame, job_allocations: pl.LazyFrame, gpus: pl.LazyFrame, *,
+                     start: datetime, end: datetime, now: datetime, default_tier: str) -> pl.LazyFrame:
+    """Per project and hour: gpu_hours_allocated (jobs without device allocations by jobs.gpus)."""
+    return (
         allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
                          default_tier=default_tier)
         .join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
         .group_by("project", "hour")
         .agg(pl.col("gpu_hours_allocated").sum())
     )
-    hourly = (
+
+
+def owed_hourly(entitled: pl.LazyFrame, demand: pl.LazyFrame, allocated: pl.LazyFrame) -> pl.LazyFrame:
+    """Per project and hour: owed = min(entitled, demand); delivered (hourly) = min(allocated, owed)."""
+    return (
         entitled.join(demand, on=["project", "hour"], how="full", coalesce=True)
         .join(allocated, on=["project", "hour"], how="full", coalesce=True)
         .with_columns(pl.col("gpu_hours_entitled", "gpu_hours_demand", "gpu_hours_allocated").fill_null(0.0))
         .with_columns(gpu_hours_owed=pl.min_horizontal("gpu_hours_entitled", "gpu_hours_demand"))
         .with_columns(gpu_hours_delivered_hourly=pl.min_horizontal("gpu_hours_allocated", "gpu_hours_owed"))
     )
+
+
+def settled_per_project(hourly: pl.LazyFrame, *, start: datetime, end: datetime,
+                        settle: timedelta | None) -> pl.LazyFrame:
+    """Per project: the hourly columns summed, and gpu_hours_delivered = Σ over settlement periods
+    (``settle`` from ``start``; None: one period) of min(allocated, owed) in the period."""
     period_s = (end - start).total_seconds() if settle is None else settle.total_seconds()
     if period_s <= 0:
         raise ValueError(f"delivery: settle must be a positive period, got {settle}")
-    hour_cols = ["gpu_hours_entitled", "gpu_hours_demand", "gpu_hours_owed", "gpu_hours_allocated",
-                 "gpu_hours_delivered_hourly"]
     settled = (
         hourly.with_columns(period=((pl.col("hour") - pl.lit(start)).dt.total_seconds() // period_s))
         .group_by("project", "period")
-        .agg(pl.col(hour_cols).sum())
+        .agg(pl.col(_HOUR_COLS).sum())
         .with_columns(gpu_hours_delivered=pl.min_horizontal("gpu_hours_allocated", "gpu_hours_owed"))
     )
-    cols = [*hour_cols, "gpu_hours_delivered"]
-    per_project = settled.group_by("project").agg(pl.col(cols).sum())
-    ratio = lambda col: (pl.when(pl.col("gpu_hours_owed") > 0)
-                         .then(pl.col(col) / pl.col("gpu_hours_owed")).otherwise(None))
-    return rollup_to_nodes(per_project, org_nodes, sum_cols=cols).with_columns(
+    return settled.group_by("project").agg(pl.col(_SETTLED_COLS).sum())
+
+
+def delivery_ratios(per_project: pl.LazyFrame, org_nodes) -> pl.LazyFrame:
+    """Summed up the tree, with delivery_ratio(_hourly) = delivered ÷ owed and occupancy_ratio =
+    allocated ÷ entitled (NULL where the divisor is 0)."""
+    def ratio(col: str) -> pl.Expr:
+        return pl.when(pl.col("gpu_hours_owed") > 0).then(pl.col(col) / pl.col("gpu_hours_owed")).otherwise(None)
+
+    return rollup_to_nodes(per_project, org_nodes, sum_cols=_SETTLED_COLS).with_columns(
         delivery_ratio=ratio("gpu_hours_delivered"),
         delivery_ratio_hourly=ratio("gpu_hours_delivered_hourly"),
         occupancy_ratio=pl.when(pl.col("gpu_hours_entitled") > 0)

@@ -193,3 +193,18 @@ def show_frame(frame, fmt: Format, out: Path | None, title: str, view, wide: boo
         out.write_text(text) if out else typer.echo(text)
     if out:
         typer.secho(f"wrote {frame.height} rows to {out}", dim=True)
+
+
+class LazyConsole:
+    """rich's Console, made on the first print: a read command that prints only a table (most of
+    them) never imports rich, ~13 ms of its start (BENCHMARKS.md "Read model and CLI latency")."""
+
+    def __init__(self) -> None:
+        self._console = None
+
+    def print(self, *args, **kwargs) -> None:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console()
+        self._console.print(*args, **kwargs)

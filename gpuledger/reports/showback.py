@@ -31,6 +31,8 @@ from decimal import Decimal
 import polars as pl
 
 from gpuledger.reports.statement import ORG_LINES, Statement
+from gpuledger.reports.table_files import html_rows
+from gpuledger.rules.money import largest_remainder
 
 BASES = ("active", "energy")
 MEASURE_UNIT = {"active": "active GPU-hours", "energy": "kWh"}
@@ -57,6 +59,35 @@ def showback_lines(st: Statement, basis: str = "active") -> pl.DataFrame:
         from gpuledger.errors import UsageError
 
         raise UsageError(f"--showback {basis!r}: choose one of {', '.join(BASES)}")
+    charges, idle = pool_money(st)
+    pools = sorted(set(charges.select(POOL).unique().iter_rows()) | set(idle.select(POOL).unique().iter_rows()),
+                   key=lambda k: tuple("" if v is None else v for v in k))
+    rows: list[dict] = []
+    for key in pools:
+        mine = [measured_line(r, basis) for r in charges.iter_rows(named=True) if _pool_of(r) == key]
+        idle_row = next((r for r in idle.iter_rows(named=True) if _pool_of(r) == key), None)
+        rows.extend(pool_showback(key, mine, idle_row, basis))
+    return pl.DataFrame([[r[c] for c in COLUMNS] for r in rows], schema={c: _SCHEMA[c] for c in COLUMNS},
+                        orient="row")
+
+
+_SCHEMA = {"business_unit": pl.String, "project": pl.String, "currency": pl.String, "gpu_model": pl.String,
+           "tier": pl.String, "basis": pl.String, "gpu_hours": pl.Float64, "gpu_hours_time_sliced": pl.Float64,
+           "gpu_hours_no_signal": pl.Float64, "gpu_hours_measured": pl.Float64, "measure": pl.Float64,
+           "measure_unit": pl.String, "billed": pl.Decimal(38, 2), "kept_allocated": pl.Decimal(38, 2),
+           "showback": pl.Decimal(38, 2), "idle_redistributed": pl.Decimal(38, 2), "marked": pl.String}
+
+
+def _pool_of(row: dict) -> tuple:
+    return row["currency"], row["gpu_model"], row["tier"]
+
+
+# --- the stages of showback_lines, each on its own (tests/reports/test_showback_stages.py) ---
+
+def pool_money(st: Statement) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(charges, idle) as the statement bills them, corrections included: per business unit,
+    project and pool the charged amount (``billed``), its allocated GPU-hours and the project's
+    measured usage in the pool; per pool the idle amount and idle GPU-hours."""
     lines = st.lines.with_columns(kind=pl.coalesce("correction_of", "line_kind"))
     money = lines.filter(pl.col("kind").is_in(["charge", "idle"]) & pl.col("currency").is_not_null())
     usage = st.usage.group_by("project", pl.col("model").alias("gpu_model"), "tier").agg(
@@ -71,72 +102,68 @@ def showback_lines(st: Statement, basis: str = "active") -> pl.DataFrame:
     idle = (money.filter(pl.col("kind") == "idle").group_by(*POOL)
             .agg(pl.col("amount").sum().alias("billed"), pl.col("gpu_hours").filter(pl.col("line_kind") == "idle")
                  .sum()))
-    no_signal_label = "no activity signal" if basis == "active" else "no energy reading"
-    rows: list[dict] = []
-    pools = sorted(set(charges.select(POOL).unique().iter_rows()) | set(idle.select(POOL).unique().iter_rows()),
-                   key=lambda k: tuple("" if v is None else v for v in k))
-    for key in pools:
-        mine = [r for r in charges.iter_rows(named=True) if (r["currency"], r["gpu_model"], r["tier"]) == key]
-        idle_row = next((r for r in idle.iter_rows(named=True) if (r["currency"], r["gpu_model"], r["tier"]) == key),
-                        None)
-        out = []
-        for r in mine:
-            hours = _dec(r["gpu_hours"])
-            sliced = min(_dec(r["gpu_hours_time_sliced"]), hours)
-            if basis == "active":
-                no_signal = _dec((r["gpu_hours_unknown"] or 0.0) - (r["gpu_hours_time_sliced"] or 0.0))
-                measure = _dec(r["gpu_hours_active"])
-            else:
-                no_signal = _dec(r["gpu_hours_no_energy"])
-                measure = _dec(r["energy_kwh"])
-            no_signal = max(min(no_signal, hours - sliced), Decimal(0))
-            billed = Decimal(r["billed"])
-            marked = sliced + no_signal
-            # a line without hours (only a correction's amount) keeps it: nothing measures it
-            kept = billed * marked / hours if hours > 0 else billed
-            mig = min(_dec(r["gpu_hours_mig"]), no_signal) if basis == "energy" else Decimal(0)
-            labels = [lab for lab, h in (("time-sliced", sliced), (no_signal_label, no_signal - mig),
-                                         ("MIG slice (energy is its GPU's)", mig)) if h > 0]
-            out.append({"business_unit": r["business_unit"], "project": r["project"], "gpu_hours": float(hours),
-                        "gpu_hours_time_sliced": float(sliced), "gpu_hours_no_signal": float(no_signal),
-                        "gpu_hours_measured": float(hours - marked), "measure": float(measure), "billed": billed,
-                        "kept_allocated": kept, "_measured_billed": billed - kept,
-                        "marked": "; ".join(labels)})
-        idle_billed = Decimal(idle_row["billed"]) if idle_row else Decimal("0.00")
-        total = sum((r["billed"] for r in out), idle_billed)
-        weight = sum(Decimal(str(r["measure"])) for r in out if r["gpu_hours_measured"] > 0)
-        shared = total - sum((r["kept_allocated"] for r in out), Decimal(0))
-        exact = []
-        for r in out:
-            if weight > 0:
-                mine_w = Decimal(str(r["measure"])) if r["gpu_hours_measured"] > 0 else Decimal(0)
-                exact.append(r["kept_allocated"] + shared * mine_w / weight)
-            else:  # nothing measurably used: each line keeps its charge, the idle stays idle
-                exact.append(r["billed"])
-        idle_exact = Decimal(0) if weight > 0 else idle_billed
-        from gpuledger.reports.weekly import _largest_remainder
+    return charges, idle
 
-        cents = _largest_remainder(total, [*exact, idle_exact]) if (out or idle_row) else []
-        for r, e, c in zip(out, exact, cents, strict=False):
-            r["showback"] = c
-            r["kept_allocated"] = r["kept_allocated"].quantize(Decimal("0.01"))
-        if idle_row is not None:
-            out.append({"business_unit": ORG_LINES, "project": "(idle)", "gpu_hours": float(_dec(idle_row["gpu_hours"])),
-                        "gpu_hours_time_sliced": 0.0, "gpu_hours_no_signal": 0.0, "gpu_hours_measured": 0.0,
-                        "measure": 0.0, "billed": idle_billed, "kept_allocated": Decimal("0.00"),
-                        "showback": cents[-1], "marked": ""})
-        for r in out:
-            r.pop("_measured_billed", None)
-            r.update(currency=key[0], gpu_model=key[1], tier=key[2], basis=basis, measure_unit=MEASURE_UNIT[basis],
-                     idle_redistributed=r["showback"] - r["billed"])
-            rows.append(r)
-    schema = {"business_unit": pl.String, "project": pl.String, "currency": pl.String, "gpu_model": pl.String,
-              "tier": pl.String, "basis": pl.String, "gpu_hours": pl.Float64, "gpu_hours_time_sliced": pl.Float64,
-              "gpu_hours_no_signal": pl.Float64, "gpu_hours_measured": pl.Float64, "measure": pl.Float64,
-              "measure_unit": pl.String, "billed": pl.Decimal(38, 2), "kept_allocated": pl.Decimal(38, 2),
-              "showback": pl.Decimal(38, 2), "idle_redistributed": pl.Decimal(38, 2), "marked": pl.String}
-    return pl.DataFrame([[r[c] for c in COLUMNS] for r in rows], schema={c: schema[c] for c in COLUMNS},
-                        orient="row")
+
+def measured_line(r: dict, basis: str) -> dict:
+    """One charge line (a row of :func:`pool_money`'s charges) split into its marked hours
+    (time-sliced, then no signal for ``basis``) and its measured ones: ``kept_allocated`` is the
+    marked hours' share of ``billed`` (exact), ``measure`` the basis' measure, ``marked`` why."""
+    hours = _dec(r["gpu_hours"])
+    sliced = min(_dec(r["gpu_hours_time_sliced"]), hours)
+    if basis == "active":
+        no_signal = _dec((r["gpu_hours_unknown"] or 0.0) - (r["gpu_hours_time_sliced"] or 0.0))
+        measure = _dec(r["gpu_hours_active"])
+    else:
+        no_signal = _dec(r["gpu_hours_no_energy"])
+        measure = _dec(r["energy_kwh"])
+    no_signal = max(min(no_signal, hours - sliced), Decimal(0))
+    billed = Decimal(r["billed"])
+    marked = sliced + no_signal
+    # a line without hours (only a correction's amount) keeps it: nothing measures it
+    kept = billed * marked / hours if hours > 0 else billed
+    mig = min(_dec(r["gpu_hours_mig"]), no_signal) if basis == "energy" else Decimal(0)
+    no_signal_label = "no activity signal" if basis == "active" else "no energy reading"
+    labels = [lab for lab, h in (("time-sliced", sliced), (no_signal_label, no_signal - mig),
+                                 ("MIG slice (energy is its GPU's)", mig)) if h > 0]
+    return {"business_unit": r["business_unit"], "project": r["project"], "gpu_hours": float(hours),
+            "gpu_hours_time_sliced": float(sliced), "gpu_hours_no_signal": float(no_signal),
+            "gpu_hours_measured": float(hours - marked), "measure": float(measure), "billed": billed,
+            "kept_allocated": kept, "marked": "; ".join(labels)}
+
+
+def redistributed(lines: list[dict], idle_billed: Decimal) -> tuple[Decimal, list[Decimal], Decimal]:
+    """(pool total, each line's exact showback, the idle line's): the pool's total less the kept
+    amounts is shared by the measured lines in proportion to their measure; with nothing
+    measured every line keeps its charge and the idle stays idle."""
+    total = sum((r["billed"] for r in lines), idle_billed)
+    weight = sum(Decimal(str(r["measure"])) for r in lines if r["gpu_hours_measured"] > 0)
+    shared = total - sum((r["kept_allocated"] for r in lines), Decimal(0))
+    exact = []
+    for r in lines:
+        if weight > 0:
+            mine_w = Decimal(str(r["measure"])) if r["gpu_hours_measured"] > 0 else Decimal(0)
+            exact.append(r["kept_allocated"] + shared * mine_w / weight)
+        else:
+            exact.append(r["billed"])
+    return total, exact, Decimal(0) if weight > 0 else idle_billed
+
+
+def pool_showback(key: tuple, lines: list[dict], idle_row: dict | None, basis: str) -> list[dict]:
+    """A pool's showback rows: its measured lines (:func:`measured_line`) and its idle line, each
+    in cents by largest remainder of the exact shares, so they add up to the pool's billed total."""
+    idle_billed = Decimal(idle_row["billed"]) if idle_row else Decimal("0.00")
+    total, exact, idle_exact = redistributed(lines, idle_billed)
+    cents = largest_remainder(total, [*exact, idle_exact]) if (lines or idle_row) else []
+    out = [{**r, "showback": c, "kept_allocated": r["kept_allocated"].quantize(Decimal("0.01"))}
+           for r, c in zip(lines, cents, strict=False)]
+    if idle_row is not None:
+        out.append({"business_unit": ORG_LINES, "project": "(idle)", "gpu_hours": float(_dec(idle_row["gpu_hours"])),
+                    "gpu_hours_time_sliced": 0.0, "gpu_hours_no_signal": 0.0, "gpu_hours_measured": 0.0,
+                    "measure": 0.0, "billed": idle_billed, "kept_allocated": Decimal("0.00"),
+                    "showback": cents[-1], "marked": ""})
+    return [{**r, "currency": key[0], "gpu_model": key[1], "tier": key[2], "basis": basis,
+             "measure_unit": MEASURE_UNIT[basis], "idle_redistributed": r["showback"] - r["billed"]} for r in out]
 
 
 def showback_sentences(frame: pl.DataFrame) -> list[str]:
@@ -185,8 +212,6 @@ def render_showback_html(st: Statement, frame: pl.DataFrame, basis: str) -> str:
     """The showback as a reader opens it: human headers with units, the per-pool sentences."""
     from jinja2 import Environment, select_autoescape
 
-    from gpuledger.reports.files import _rows
-
     cur = ", ".join(sorted(set(frame["currency"].drop_nulls().to_list()))) or "?"
     unit = MEASURE_UNIT[basis]
     cols = list(HEADERS)
@@ -194,4 +219,4 @@ def render_showback_html(st: Statement, frame: pl.DataFrame, basis: str) -> str:
     return env.from_string(SHOWBACK_TEMPLATE).render(
         title=f"GPU showback by {unit}, {st.period} — {st.scope}", unit=unit, state=st.status_sentence,
         sentences=showback_sentences(frame), columns=[HEADERS[c].format(unit=unit, cur=cur) for c in cols],
-        rows=_rows(frame.select(cols)))
+        rows=html_rows(frame.select(cols)))

@@ -372,3 +372,82 @@ def test_a_run_migrates_a_warehouse_that_is_behind(tmp_path):
     materialize([DAILY_ANALYTICS[3]], path, partition_key=DAY)
     with warehouse.open_reader(path) as con:
         assert warehouse.schema_version(con) == migrations()[-1][0]
+
+
+# the columns enforcement reads of a finding (enforce.inputs.gather)
+ENFORCEMENT_FINDING = ["cluster", "job_id", "finding", "severity", "idle_since", "idle_minutes", "gpus_idle",
+                       "gpus_total", "gpu_hours_idle", "idle_cost", "currency", "exempt", "exempt_reason"]
+
+
+def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialized(tmp_path, sim, monkeypatch):
+    """With one squatter's workload kind exempt from squatting, the asset stores that job apart
+    (squatting_exempt_findings), the episodes stay exactly the non-exempt findings, and
+    facts.findings answers from the stored rows — with and without exempt jobs — exactly what the
+    report computes at the same moment; enforcement's plan is the same either way."""
+    from gpuledger.enforce import cycle
+    from gpuledger.ledger.config_versions import load_version
+    from gpuledger.warehouse.read_model import facts
+
+    moment = sim.start + timedelta(hours=6)
+    path = tmp_path / "wh" / "gpuledger.duckdb"
+    with warehouse.open_writer(path) as con:
+        write_simulation(con, sim)
+        squatters = reports.squatters_report(con, now=moment)
+    assert squatters.height >= 2, "the simulated cluster should have squatters"
+    kind = squatters["job_kind"][0]
+    text = example_config_text().replace("exempt_kinds: []", f"exempt_kinds: [{kind}]", 1)
+    assert text != example_config_text()
+    config = tmp_path / "gpuledger.yaml"
+    config.write_text(text)
+    cfg = load_config(config)
+    with warehouse.open_writer(path) as con:
+        load_version(con, cfg, text=text, source=config)  # the stored config is the pipeline's
+
+    result = materialize([squatting_findings], path, config=config,
+                         run_config={"ops": {"squatting_findings": {"config": {"as_of": moment.isoformat()}}}})
+    computed_calls = []  # include_exempt of every squatters_report call from here on
+    real = reports.squatters_report
+
+    def computing(*args, **kwargs):
+        computed_calls.append(kwargs.get("include_exempt"))
+        return real(*args, **kwargs)
+
+    with warehouse.open_reader(path) as con:
+        every = real(con, policy=cfg.policy, now=moment, include_exempt=True)
+        plain = real(con, policy=cfg.policy, now=moment)
+        monkeypatch.setattr(reports, "squatters_report", computing)
+        served = {x: facts.findings(con, policy=cfg.policy, now=moment, include_exempt=x) for x in (False, True)}
+        materialized_plan, _ = cycle.decide_at(con, cfg, moment)
+    assert computed_calls == []  # enforcement's findings came from the stored rows
+    with warehouse.open_reader(path) as con:  # a cycle a minute later never acts on T's findings
+        cycle.decide_at(con, cfg, moment + timedelta(minutes=1))
+    assert computed_calls == [True]
+    computed_calls.clear()
+    exempt = every.filter(pl.col("exempt"))
+    assert exempt.height >= 1 and set(exempt["job_kind"]) == {kind}
+    assert plain.height == every.height - exempt.height
+    meta = metadata(result, squatting_findings)
+    assert (meta["findings"], meta["exempt_findings"]) == (plain.height, exempt.height)
+    # the episodes hold the non-exempt findings only, as before migration 018
+    same_rows(table(path, "squatting_findings").drop("first_seen", "last_seen", "resolved_at"),
+              plain, ["cluster", "job_id"])
+    same_rows(table(path, "squatting_exempt_findings").drop("evaluated_at"), exempt, ["cluster", "job_id"])
+    assert table(path, "squatting_exempt_evaluations").rows() == [(moment, exempt.height)]
+
+    for include_exempt, expected in ((False, plain), (True, every)):
+        got = served[include_exempt]
+        assert got.source == facts.MATERIALIZED and got.as_of == moment
+        columns = [c for c in ENFORCEMENT_FINDING if include_exempt or not c.startswith("exempt")]
+        assert_frame_equal(got.frame.select(columns).sort("cluster", "job_id"),
+                           expected.select(columns).sort("cluster", "job_id"), check_dtypes=False)
+        # `report squatters` prints the stored rows as the report: its columns, types and row order
+        assert_frame_equal(facts.as_polars(facts.squatters_table(got)), expected)
+
+    # the same plan from the computed findings: no exempt findings stored -> computed
+    monkeypatch.setattr(facts, "_exempt_stored", lambda con, evaluated: False)
+    with warehouse.open_reader(path) as con:
+        computed_plan, situation = cycle.decide_at(con, cfg, moment)
+    assert computed_calls == [True]
+    assert any(f.job_id in set(exempt["job_id"]) for f in situation.findings)
+    assert [vars(a) for a in computed_plan] == [vars(a) for a in materialized_plan]
+    assert len(materialized_plan) > 0

@@ -97,7 +97,41 @@ def test_usage_from_materialized_hours_equals_the_range_computation(wh):
         by_user = facts.usage(con, start=DAY1, end=end, by="user", policy=policy)
     assert got.source == facts.MATERIALIZED
     assert_frame_equal(got.frame, computed, check_exact=True)  # the same digits (exact nano-unit sums)
-    assert partial.source == by_user.source == facts.COMPUTED  # a part hour; no per-user table
+    assert partial.source == by_user.source == facts.COMPUTED  # a part hour; the per-job table is empty
+
+
+def _materialize_jobs_and_utilization(path, days):
+    with warehouse.open_writer(path) as con:
+        policy = _policy(con)
+        for day in days:
+            end = day + timedelta(days=1)
+            jobs = reports.usage_report(con, start=day, end=end, by="job", policy=policy, per_hour=True)
+            replace_partition(con, "usage_hourly_jobs", day.date(), stamped(jobs, day=day.date()))
+            used = reports.utilization_report(con, start=day, end=end, by="model", policy=policy)
+            replace_partition(con, "utilization_hourly", day.date(), stamped(used, day=day.date()))
+
+
+def test_usage_by_job_and_user_and_utilization_by_model_from_materialized_hours(wh):
+    # the per-job hourly table answers by job and by user; utilization_hourly answers by model, as
+    # stored; each the range computation to the last digit
+    _materialize_jobs_and_utilization(wh, [DAY1, DAY2])
+    with warehouse.open_reader(wh) as con:
+        policy = _policy(con)
+        end = facts.data_now(con).replace(minute=0, second=0, microsecond=0)
+        for by in ("job", "user"):
+            got = facts.usage(con, start=DAY1, end=end, by=by, policy=policy)
+            assert got.source == facts.MATERIALIZED, by
+            computed = reports.usage_report(con, start=DAY1, end=end, by=by, policy=policy)
+            assert computed.height > 1
+            assert_frame_equal(got.frame, computed, check_exact=True)
+        got = facts.utilization(con, start=DAY1, end=end, by="model", policy=policy)
+        computed = reports.utilization_report(con, start=DAY1, end=end, by="model", policy=policy)
+        fleet = facts.utilization(con, start=DAY1, end=end, by="fleet", policy=policy)
+        running = facts.utilization(con, start=DAY1, end=end + timedelta(hours=1), by="model", policy=policy)
+    assert got.source == facts.MATERIALIZED and computed.height > 24
+    assert_frame_equal(got.frame, computed, check_exact=True)
+    # sums over models are not the range computation's digits; the hour still running is not stored
+    assert fleet.source == running.source == facts.COMPUTED
 
 
 def test_usage_with_a_day_not_materialized_is_computed(wh):
@@ -192,6 +226,14 @@ def test_materialized_read_commands_import_no_polars_pydantic_or_analytics(wh):
     assert _imported("report", "fairshare", "-w", str(wh)) == []
     assert _imported("report", "budget", "-w", str(wh)) == []
     assert _imported(*usage) == []
+    _materialize_jobs_and_utilization(wh, [DAY1])
+    assert _imported(*usage, "--by", "user") == []
+    assert _imported("report", "utilization", "--start", DAY1.isoformat(), "--end", DAY2.isoformat(), "-w", str(wh)) == []
+    with warehouse.open_writer(wh) as con:  # a squatting evaluation at the data's now, one finding
+        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
+                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+    assert _imported("report", "squatters", "-w", str(wh)) == []
     computed = _imported("report", "fairshare", "--now", (at - timedelta(hours=1)).isoformat(), "-w", str(wh))
     assert {"polars", "gpuledger.analytics.load", "gpuledger.config"} <= set(computed)
 
@@ -233,3 +275,59 @@ def test_findings_come_from_a_recent_evaluation_else_are_computed(wh):
     assert served.frame.select("cluster", "job_id", "severity").rows() == [("c1", "j1", "warning")]
     assert late.source == exempt.source == foreign.source == facts.COMPUTED
     assert_frame_equal(late.frame, computed)
+
+
+def test_exempt_findings_come_from_the_same_evaluation_when_it_stored_them(wh):
+    # evaluation T (migration 018 on) stored one open episode (c1/j1) and one exempt finding
+    # (c1/j0, kind inference exempt); include_exempt answers both from T, in (cluster, job_id)
+    # order, the exempt one flagged; the default answer is the episode alone, as before. An
+    # evaluation at T+5 min that stored no exempt findings (recorded before 018) is computed with
+    # include_exempt, and still materialized without.
+    with warehouse.open_reader(wh) as con:
+        at = facts.data_now(con).replace(second=0, microsecond=0)
+        policy = _policy(con)
+    with warehouse.open_writer(wh) as con:
+        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
+                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_exempt_evaluations VALUES ($at, 1)", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_exempt_findings (evaluated_at, cluster, job_id, job_kind, finding, "
+                    "severity, idle_minutes, exempt, exempt_reason) VALUES ($at, 'c1', 'j0', 'inference', "
+                    "'squatting', 'preempt-eligible', 130.0, true, 'kind inference')", {"at": at}).fetchall()
+    with warehouse.open_reader(wh) as con:
+        both = facts.findings(con, policy=policy, now=at, include_exempt=True)
+        plain = facts.findings(con, policy=policy, now=at)
+    assert both.source == plain.source == facts.MATERIALIZED and both.as_of == at
+    assert both.frame.select("job_id", "severity", "exempt", "exempt_reason").rows() == [
+        ("j0", "preempt-eligible", True, "kind inference"), ("j1", "warning", False, None)]
+    assert plain.frame.select("job_id").rows() == [("j1",)] and "exempt" not in plain.frame.columns
+    # enforcement asks for the exact moment: a minute after T, computed (a default reader: still T's)
+    with warehouse.open_reader(wh) as con:
+        minute = at + timedelta(minutes=1)
+        exact = facts.findings(con, policy=policy, now=minute, include_exempt=True, exact_moment=True)
+        same = facts.findings(con, policy=policy, now=at, include_exempt=True, exact_moment=True)
+        lenient = facts.findings(con, policy=policy, now=minute, include_exempt=True)
+    assert exact.source == facts.COMPUTED and same.source == lenient.source == facts.MATERIALIZED
+
+    later = at + timedelta(minutes=5)
+    with warehouse.open_writer(wh) as con:
+        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": later}).fetchall()
+    with warehouse.open_reader(wh) as con:
+        assert facts.findings(con, policy=policy, now=later, include_exempt=True).source == facts.COMPUTED
+        assert facts.findings(con, policy=policy, now=later).source == facts.MATERIALIZED
+
+
+def test_an_evaluation_without_exempt_jobs_is_served_with_include_exempt(wh):
+    # evaluation T recorded zero exempt findings: include_exempt is the episodes alone, materialized
+    with warehouse.open_reader(wh) as con:
+        at = facts.data_now(con).replace(second=0, microsecond=0)
+        policy = _policy(con)
+    with warehouse.open_writer(wh) as con:
+        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
+                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+        con.execute("INSERT INTO squatting_exempt_evaluations VALUES ($at, 0)", {"at": at}).fetchall()
+    with warehouse.open_reader(wh) as con:
+        got = facts.findings(con, policy=policy, now=at, include_exempt=True)
+    assert got.source == facts.MATERIALIZED
+    assert got.frame.select("job_id", "exempt").rows() == [("j1", False)]

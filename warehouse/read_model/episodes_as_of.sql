@@ -1,5 +1,6 @@
 -- The squatting episodes open at evaluation $at, each with the finding and severity it had then:
--- the latest opened / severity-changed event at or before $at, else the episode's stored ones.
+-- the latest opened / severity-changed event at or before $at, else the episode's stored ones; in
+-- the squatting report's order (the finding kind, the longest idle first, then cluster and job id).
 SELECT f.* REPLACE (
            coalesce(e.finding, f.finding) AS finding,
            coalesce(e.severity, f.severity) AS severity,
@@ -12,4 +13,4 @@ LEFT JOIN (
     GROUP BY cluster, job_id, first_seen
 ) e USING (cluster, job_id, first_seen)
 WHERE f.first_seen <= $at AND (f.resolved_at IS NULL OR f.resolved_at > $at)
-ORDER BY cluster, job_id
+ORDER BY finding DESC, idle_minutes DESC NULLS LAST, cluster, job_id

@@ -25,7 +25,10 @@ from gpuledger.warehouse.read_model.rows import Rows, as_polars
 MATERIALIZED = "materialized"
 COMPUTED = "computed"
 SNAPSHOT_TABLES = ("fairshare_snapshots", "budget_snapshots")
-USAGE_TABLES = {"project": "usage_hourly_projects"}
+# by -> (the hourly table that answers it, its keys: the report's key columns, in order)
+USAGE_TABLES = {"project": ("usage_hourly_projects", ("project",)),
+                "job": ("usage_hourly_jobs", ("cluster", "job_id", "project", "user_name")),
+                "user": ("usage_hourly_jobs", ("user_name",))}
 DAY = timedelta(days=1)
 
 # the columns of reports.fairshare_report / budget_report, in their order, with their polars types
@@ -40,9 +43,23 @@ BUDGET_COLUMNS = {"node": "String", "period_start": "Date", "period_end": "Date"
                   "budget_own": "Boolean", "consumed_gpu_hours": _F, "unweighted_gpu_hours": _F,
                   "unweighted_models": "String", "remaining_gpu_hours": _F, "burn_gpu_hours_per_day": _F,
                   "projected_exhaustion": "Datetime", "status": "String"}
-# reports.usage_report(by="project")'s columns: the materialized sums (usage_project_sums.sql)
-USAGE_COLUMNS = {"project": "String", "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
+# reports.usage_report's figures after its key columns: the materialized sums (usage_sums.sql)
+USAGE_FIGURES = {"gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
                  "gpu_hours_unknown": _F, "energy_kwh": _F, "efficiency_ratio": _F}
+USAGE_COLUMNS = {"project": "String", **USAGE_FIGURES}  # by="project"
+# reports.utilization_report(by="model")'s columns: the rows of utilization_hourly
+UTILIZATION_COLUMNS = {"cluster": "String", "model": "String", "hour": "Datetime", "gpu_hours_capacity": _F,
+                       "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_unknown": _F,
+                       "allocation_pct": _F, "active_pct": _F, "active_of_allocated_pct": _F}
+
+# reports.squatters_report's columns, in order: the stored findings also carry their episode's
+# lifecycle (first_seen, last_seen, resolved_at), and the exempt flags only with include_exempt
+SQUATTERS_COLUMNS = {"cluster": "String", "job_id": "String", "project": "String", "user_name": "String",
+                     "namespace": "String", "job_kind": "String", "finding": "String", "severity": "String",
+                     "gpus_total": "UInt32", "gpus_idle": "Int64", "idle_since": "Datetime", "idle_minutes": _F,
+                     "gpu_hours_idle": _F, "idle_cost": "Decimal(38,2)", "currency": "String",
+                     "fb_used_bytes_idle": "Int64", "activity_signal": "String", "exempt": "Boolean",
+                     "exempt_reason": "String"}
 
 
 @dataclass(frozen=True)
@@ -171,14 +188,32 @@ def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=No
     """Allocated / active / idle / unknown GPU-hours, efficiency and energy (kWh) over [start, end)
     by ``by``, like reports.usage_report."""
     at = now or data_now(con)
-    table = USAGE_TABLES.get(by)
+    table, keys = USAGE_TABLES.get(by, (None, ()))
     if table is not None and _usage_fresh(con, table, start, end, at) and _policy_in_force(con, policy):
         # summed in SQL by attribution.sum_usage's exact rule (no polars, no analytics to import)
-        rows = con.execute(_sql("usage_project_sums"), {"start": start, "end": end}).fetchall()
-        return Facts(Rows(rows, USAGE_COLUMNS), MATERIALIZED, at)
+        query = _sql("usage_sums", table=table, keys=", ".join(f'"{k}"' for k in keys),
+                     order=", ".join(f'"{k}" ASC NULLS LAST' for k in keys))
+        rows = con.execute(query, {"start": start, "end": end}).fetchall()
+        return Facts(Rows(rows, {**dict.fromkeys(keys, "String"), **USAGE_FIGURES}), MATERIALIZED, at)
     from gpuledger.analytics import reports
 
     return Facts(reports.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at), COMPUTED, at)
+
+
+def utilization(con, *, start: datetime, end: datetime, by: str = "model", policy=None,
+                now: datetime | None = None) -> Facts:
+    """Allocation % and active % of installed capacity per hour of [start, end), like
+    reports.utilization_report. Materialized for ``by="model"`` (the pipeline's grain, rows as
+    stored) when every day of the range is fresh as for usage; the other groupings are computed:
+    their sums over models would not be the range computation's digits."""
+    at = now or data_now(con)
+    if by == "model" and _usage_fresh(con, "utilization_hourly", start, end, at) and _policy_in_force(con, policy):
+        rows = con.execute(_sql("utilization_by_model"), {"start": start, "end": end}).fetchall()
+        return Facts(Rows(rows, UTILIZATION_COLUMNS), MATERIALIZED, at)
+    from gpuledger.analytics import reports
+
+    frame = reports.utilization_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at)
+    return Facts(frame, COMPUTED, at)
 
 
 def funding(con, *, policy, now: datetime | None = None) -> Facts:
@@ -190,25 +225,65 @@ def funding(con, *, policy, now: datetime | None = None) -> Facts:
     return Facts(reports.funding_report(con, policy=_policy(policy), now=at), COMPUTED, at)
 
 
-def findings(con, *, policy, now: datetime | None = None, include_exempt: bool = False) -> Facts:
+def findings(con, *, policy, now: datetime | None = None, include_exempt: bool = False,
+             exact_moment: bool = False) -> Facts:
     """The squatting findings open at ``now``.
 
     Materialized: the squatting pipeline's latest evaluation at or before ``now``, when it is
     recent (within half the policy's sustained-idle window), gives its episodes as they were then
     (squatting_findings rows, each with the finding and severity it had at that evaluation;
-    ``Facts.as_of`` is the evaluation's time) — never a later one. Otherwise, and always with
-    ``include_exempt`` (the pipeline stores no exempt jobs) or squatting rules other than the
-    stored config's, computed at ``now``: reports.squatters_report rows (enforcement's input)."""
+    ``Facts.as_of`` is the evaluation's time) — never a later one. With ``include_exempt``
+    (enforcement's input) the exempt jobs' findings of that same evaluation are added
+    (squatting_exempt_findings, migration 018; ``exempt`` false / true and ``exempt_reason`` as in
+    the report), or the answer is computed when that evaluation stored none (recorded before 018).
+    Otherwise, and for squatting rules other than the stored config's, computed at ``now``:
+    reports.squatters_report rows.
+
+    ``exact_moment`` (enforcement): only an evaluation at ``now`` itself is fresh. A finding even
+    minutes old could preempt a job that has been busy since; at the same moment the stored
+    findings are the computed ones (tests/pipelines/test_assets.py), so the plan is the same."""
     at = now or data_now(con)
-    resolved = _policy(policy)
-    if not include_exempt and _policy_in_force(con, resolved, "squatting"):
+    minutes = _sustained_minutes(con, policy)
+    if minutes is not None:
         evaluated = con.execute(_sql("latest_evaluation"), {"now": at}).fetchall()[0][0]
-        fresh = timedelta(minutes=resolved.squatting.sustained_minutes / 2)
-        if evaluated is not None and at - evaluated <= fresh:
-            return Facts(con.sql(_sql("episodes_as_of"), params={"at": evaluated}).pl(), MATERIALIZED, evaluated)
+        window = timedelta(0) if exact_moment else timedelta(minutes=minutes / 2)
+        if evaluated is not None and at - evaluated <= window:
+            episodes = _sql("episodes_as_of")
+            if not include_exempt:
+                return Facts(Rows.from_cursor(con.execute(episodes, {"at": evaluated})), MATERIALIZED, evaluated)
+            if _exempt_stored(con, evaluated):
+                query = _sql("findings_with_exempt_as_of", episodes=episodes)
+                return Facts(Rows.from_cursor(con.execute(query, {"at": evaluated})), MATERIALIZED, evaluated)
     from gpuledger.analytics import reports
 
-    return Facts(reports.squatters_report(con, policy=resolved, now=at, include_exempt=include_exempt), COMPUTED, at)
+    return Facts(reports.squatters_report(con, policy=_policy(policy), now=at, include_exempt=include_exempt),
+                 COMPUTED, at)
+
+
+def squatters_table(found: Facts):
+    """Findings (``facts.findings``) as reports.squatters_report gives them: its columns in its
+    order, ``exempt`` false where the stored rows carry no flag (the CLI's `report squatters`)."""
+    if isinstance(found.table, Rows):
+        return found.table.project(SQUATTERS_COLUMNS, fill={"exempt": False})
+    return found.table
+
+
+def _exempt_stored(con, evaluated: datetime) -> bool:
+    """Whether evaluation ``evaluated`` stored its exempt findings (every one from migration 018 on;
+    before it, only the computed answer knows them)."""
+    return bool(con.execute(_sql("exempt_evaluation"), {"at": evaluated}).fetchall())
+
+
+def _sustained_minutes(con, policy) -> float | None:
+    """The squatting rules' sustained-idle minutes when the stored findings can answer for
+    ``policy`` (its squatting rules are the stored config's), else None. A callable policy (the
+    CLI's stored config) is read from the stored setting: no config validation on the fast path."""
+    if policy is None or callable(policy):
+        from gpuledger.config_store import stored_config
+
+        stored = stored_config(con)
+        return None if stored is None else stored.setting("policy.squatting.sustained_minutes")
+    return policy.squatting.sustained_minutes if _policy_in_force(con, policy, "squatting") else None
 
 
 def finding_episodes(con, *, at: datetime):

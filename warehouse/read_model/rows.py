@@ -29,6 +29,20 @@ class Column(list):
         return list(self)
 
 
+# DuckDB column types -> the polars type names DuckDB's .pl() gives them (Rows.from_cursor)
+DUCKDB_TYPES = {"VARCHAR": "String", "BIGINT": "Int64", "INTEGER": "Int32", "SMALLINT": "Int16", "DOUBLE": "Float64",
+                "FLOAT": "Float32", "BOOLEAN": "Boolean", "TIMESTAMP": "Datetime", "DATE": "Date",
+                "UINTEGER": "UInt32", "UBIGINT": "UInt64"}
+
+
+def _polars_type(duckdb_type: str) -> str:
+    if duckdb_type.startswith("DECIMAL"):  # DECIMAL(38,2) -> Decimal(38,2)
+        return "Decimal" + duckdb_type[len("DECIMAL"):]
+    if duckdb_type not in DUCKDB_TYPES:
+        raise TypeError(f"read model rows: no polars type for DuckDB's {duckdb_type}")
+    return DUCKDB_TYPES[duckdb_type]
+
+
 class Rows:
     """Rows (tuples in ``schema``'s column order) and ``schema``: column name -> polars type name."""
 
@@ -36,6 +50,12 @@ class Rows:
         self._rows = rows
         self._types = dict(schema)
         self.schema = {name: ColumnType(t) for name, t in schema.items()}
+
+    @classmethod
+    def from_cursor(cls, cursor) -> Rows:
+        """An executed DuckDB query's rows, typed as its .pl() would type them."""
+        schema = {d[0]: _polars_type(str(d[1])) for d in cursor.description}
+        return cls(cursor.fetchall(), schema)
 
     @property
     def columns(self) -> list[str]:
@@ -52,11 +72,28 @@ class Rows:
         at = self.columns.index(name)
         return Column(row[at] for row in self._rows)
 
+    def project(self, columns: dict[str, str], fill: dict | None = None) -> Rows:
+        """These rows in ``columns`` (name -> polars type name), in that order; a column they do
+        not have is ``fill``'s value for it (None where ``fill`` has none)."""
+        fill = fill or {}
+        have = self.columns
+        picks = [(have.index(c), None) if c in have else (None, fill.get(c)) for c in columns]
+        rows = [tuple(row[at] if at is not None else value for at, value in picks) for row in self._rows]
+        return Rows(rows, dict(columns))
+
     def to_polars(self):
         """The same table as a polars DataFrame of the schema's types (no pyarrow on the way)."""
         import polars as pl
 
-        return pl.DataFrame(self._rows, schema={c: getattr(pl, t) for c, t in self._types.items()}, orient="row")
+        return pl.DataFrame(self._rows, schema={c: _polars_dtype(pl, t) for c, t in self._types.items()},
+                            orient="row")
+
+
+def _polars_dtype(pl, name: str):
+    if name.startswith("Decimal("):  # Decimal(38,2)
+        precision, scale = (int(x) for x in name[len("Decimal("):-1].split(","))
+        return pl.Decimal(precision, scale)
+    return getattr(pl, name)
 
 
 def as_polars(table):

@@ -12,13 +12,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from gpuledger import table_views, tables, warehouse
 from gpuledger.cli.options import (
     ConfigOpt,
     Format,
     FormatOpt,
+    LazyConsole,
     OutOpt,
     WarehouseOpt,
     check_range,
@@ -38,7 +38,7 @@ facts = lazy_import("gpuledger.warehouse.read_model.facts")
 
 app = typer.Typer(help="Reports: usage, utilization, chargeback, fair share, budgets, squatters; finance "
                        "statement and weekly files.", no_args_is_help=True)
-console = Console()  # tables print through gpuledger/tables.py; this is for lines beside them
+console = LazyConsole()  # tables print through gpuledger/tables.py; this is for lines beside them
 
 
 WideOpt = tables.WideOpt
@@ -128,7 +128,7 @@ def utilization(
         hi = hi or reports.data_now(con).replace(minute=0, second=0, microsecond=0)
         lo = lo or hi - timedelta(days=1)
         check_range(lo, hi)  # a --start after the newest data, with no --end
-        frame = reports.utilization_report(con, start=lo, end=hi, by=by)
+        frame = facts.utilization(con, start=lo, end=hi, by=by).table  # materialized when fresh (by model)
     show_frame(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide, columns)
 
 
@@ -178,8 +178,10 @@ def squatters(
     """Jobs sitting on idle GPUs right now: idle GPUs, idle since, wasted GPU-hours and cost,
     memory held, severity (warning / second-warning / preempt-eligible)."""
     with _open(warehouse_file) as con:
-        cfg = warehouse_config(con, config, write=False)  # the warehouse's config, not the folder's
-        frame = reports.squatters_report(con, policy=cfg.policy, now=_time(now), include_exempt=include_exempt)
+        cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
+        # the squatting pipeline's latest evaluation when it is recent for --now, else computed
+        found = facts.findings(con, policy=lambda: cfg.policy, now=_time(now), include_exempt=include_exempt)
+        frame = facts.squatters_table(found)
     show_frame(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)
 
 app.command("statement")(files.statement)

@@ -7,12 +7,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from gpuledger import warehouse
-from gpuledger.cli.options import ConfigOpt, WarehouseOpt, utc_option, warehouse_config, warehouse_path
+from gpuledger.cli.options import (
+    ConfigOpt,
+    LazyConsole,
+    WarehouseOpt,
+    utc_option,
+    warehouse_config,
+    warehouse_path,
+)
 
-console = Console()
+console = LazyConsole()
 
 
 def _out_dir(path: Path) -> Path:

@@ -1,7 +1,11 @@
 """Squatting findings with their lifecycle. Each materialization evaluates the idle-GPU rules
 (reports.squatters_report) at one moment — the data's "now" unless ``as_of`` is given — and
 advances the episodes (gpuledger.analytics.squatting_lifecycle): opened, each severity change,
-resolved. Evaluations only move forward: one at or before the latest recorded changes nothing."""
+resolved. Evaluations only move forward: one at or before the latest recorded changes nothing.
+
+The findings of exempt jobs (policy.squatting.exempt_*) are stored too, as they were at the
+evaluation, apart from the episodes (squatting_exempt_findings, migration 018): enforcement reads
+them materialized, and every reader of the episodes keeps seeing no exempt job."""
 
 
 import dagster as dg
@@ -23,6 +27,8 @@ def squatting_findings(context: dg.AssetExecutionContext, config: SquattingEvalu
                        gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Jobs holding idle GPUs: one row per episode (first_seen, last_seen, resolved_at, latest
     severity and evidence; table squatting_findings) and every change (squatting_finding_events)."""
+    import polars as pl
+
     from gpuledger import warehouse as wh
     from gpuledger.analytics import reports
     from gpuledger.analytics.squatting_lifecycle import advance_lifecycle
@@ -35,7 +41,9 @@ def squatting_findings(context: dg.AssetExecutionContext, config: SquattingEvalu
             message = f"already evaluated at {last.isoformat()}; {now.isoformat()} changes nothing"
             context.log.info(message)
             return dg.MaterializeResult(metadata={"evaluated_at_utc": now.isoformat(), "skipped": message})
-        findings = reports.squatters_report(con, policy=policy, now=now)
+        every = reports.squatters_report(con, policy=policy, now=now, include_exempt=True)
+        # the same rows and order as without include_exempt (a filter, then the report's sort)
+        findings, exempt = every.filter(~every["exempt"]), every.filter(every["exempt"])
         open_episodes = con.sql(sql(PACKAGE, "open_episodes")).pl()
     episodes, events = advance_lifecycle(open_episodes, findings, now=now)
     with warehouse.writer() as con, wh.transaction(con):
@@ -46,12 +54,16 @@ def squatting_findings(context: dg.AssetExecutionContext, config: SquattingEvalu
         con.execute(sql(PACKAGE, "close_open_episodes")).fetchall()
         insert_frame(con, "squatting_findings", episodes)
         insert_frame(con, "squatting_finding_events", events)
+        insert_frame(con, "squatting_exempt_findings", exempt.with_columns(evaluated_at=pl.lit(now)))
+        con.execute(sql(PACKAGE, "record_exempt_evaluation"),
+                    {"evaluated_at": now, "findings": exempt.height}).fetchall()
         con.execute(sql(PACKAGE, "record_evaluation"),
                     {"evaluated_at": now, "findings": findings.height, "recorded_at": utc_now()}).fetchall()
     counts = dict(events["event"].value_counts().rows()) if events.height else {}
     open_now = episodes.filter(episodes["resolved_at"].is_null())
     return dg.MaterializeResult(metadata={
-        "evaluated_at_utc": now.isoformat(), "findings": findings.height, "open_episodes": open_now.height,
+        "evaluated_at_utc": now.isoformat(), "findings": findings.height, "exempt_findings": exempt.height,
+        "open_episodes": open_now.height,
         "preempt_eligible": int((open_now["severity"] == "preempt-eligible").sum()) if open_now.height else 0,
         "opened": counts.get("opened", 0), "severity_changed": counts.get("severity-changed", 0),
         "resolved": counts.get("resolved", 0),

@@ -1,0 +1,268 @@
+"""The demand stage of a cycle: unprotected running work below funded (or exempt) jobs that wait
+for GPUs the idle ones cannot give. Pure.
+
+Down the waiting list, highest priority first, each waiting job takes idle GPUs of its pools,
+then GPUs freed by victims chosen before it (``Capacity``); what it still misses is freed by
+victims (``victims``: least lost work, or lowest priority), chosen from the candidates below it
+(``demand_candidates``) that no rail holds back (``held_back``) — all of them or none."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpuledger.enforce.model import PREEMPT, Action, JobFacts, Situation
+from gpuledger.enforce.rails import act, exemption, fmt, held_by_rails, lost_minutes, protected, stale
+
+Key = tuple[str, str]
+Pool = tuple[str, "str | None"]
+
+
+@dataclass
+class Capacity:
+    """GPUs per (cluster, model) pool as the stage goes down the waiting list: idle shares
+    (``free``), wholly idle GPUs (``whole``; None when not known), GPUs freed by the victims
+    chosen so far and not yet taken (``freed``), and the jobs already chosen (``taken``)."""
+
+    free: dict
+    whole: dict | None
+    freed: defaultdict = field(default_factory=lambda: defaultdict(float))
+    taken: set = field(default_factory=set)
+
+
+def capacity(situation: Situation, already: set[Key]) -> Capacity:
+    """The pools at the start: idle GPUs, and the squatters already chosen (``already``) free
+    theirs. A job of whole GPUs fits only on wholly idle ones (free_whole_gpus, when known): idle
+    halves of shared GPUs do not add up to a GPU, and stopping a fractional job seldom empties
+    its GPU."""
+    whole = None if situation.free_whole_gpus is None else dict(situation.free_whole_gpus)
+    cap = Capacity(free=dict(situation.free_gpus), whole=whole)
+    for job in situation.jobs:
+        if job.key in already:
+            cap.freed[(job.cluster, job.gpu_model)] += job.gpus if whole is None or _whole(job) else 0.0
+            cap.taken.add(job.key)
+    return cap
+
+
+def waiting_for_gpus(situation: Situation, policy, targets) -> list[JobFacts]:
+    """Funded or exempt jobs waiting, highest target priority first, then the earliest submitted."""
+    now = situation.now
+    waiting = [j for j in situation.jobs if not j.running and (j.funded or exemption(j, policy))]
+    return sorted(waiting, key=lambda j: (-targets[j.key][0], j.submit_time or now, j.key))
+
+
+def take_idle(w: JobFacts, pools: list[Pool], cap: Capacity) -> float:
+    """The GPUs ``w`` still misses once it took, pool by pool, the idle ones and those freed
+    before it (taken out of ``cap``)."""
+    need = w.gpus
+    whole = cap.whole is not None and _whole(w)
+    for pool in pools:
+        idle = min(cap.free.get(pool, 0.0), cap.whole.get(pool, 0.0)) if whole else cap.free.get(pool, 0.0)
+        use = max(min(idle, need), 0.0)
+        cap.free[pool] = cap.free.get(pool, 0.0) - use
+        if cap.whole is not None:  # whole idle GPUs are idle shares too
+            cap.whole[pool] = min(cap.whole.get(pool, 0.0) - (use if whole else 0.0), cap.free[pool])
+        need -= use
+        use = min(cap.freed[pool], need)
+        cap.freed[pool] -= use
+        need -= use
+    return need
+
+
+def demand_candidates(w: JobFacts, situation: Situation, policy, targets, cap: Capacity) -> list[JobFacts]:
+    """Running jobs whose GPUs ``w`` can use and that may go for it: not chosen yet, below its
+    priority, not exempt, not protected, of whole GPUs when ``w`` needs whole ones."""
+    whole = cap.whole is not None and _whole(w)
+    return [j for j in situation.jobs
+            if j.running and j.key not in cap.taken and _serves(j, w)
+            and targets[j.key][0] < targets[w.key][0] and not exemption(j, policy)
+            and not protected(j, situation.now) and (not whole or _whole(j))]
+
+
+def held_back(candidates: list[JobFacts], words: str, situation: Situation, policy, notes, short: set[Key]
+              ) -> tuple[list[JobFacts], dict[Key, str]]:
+    """(the candidates that may go now, why each other one is held: stale job data, no live view,
+    the cool-down). A funded one whose preemption would lose more than ``max_lost_minutes`` of work
+    waits for its checkpoint. Each held job is noted once per cycle (``short``)."""
+    now = situation.now
+    costly = {c.key for c in candidates if _too_costly(c, now, policy)}  # would throw away too much work
+    for c in candidates:
+        if c.key in costly and c.key not in short:
+            short.add(c.key)
+            notes[c.key].append(f"ranks below waiting {words}, but a "
+                                f"preemption now would lose {lost_minutes(c, now, policy):.0f} min of work "
+                                f"(more than max_lost_minutes {policy.max_lost_minutes:g})")
+    blocked = {}
+    for c in candidates:
+        why = stale(situation, policy, c.cluster, "jobs") or held_by_rails(c, situation, policy)
+        if why and c.key not in costly:
+            blocked[c.key] = why
+            if c.key not in short:
+                short.add(c.key)
+                notes[c.key].append(f"ranks below waiting {words}, but {why}")
+    return [c for c in candidates if c.key not in costly and c.key not in blocked], blocked
+
+
+def unserved(w: JobFacts, need: float, candidates: list[JobFacts], blocked: dict[Key, str], words: str,
+             notes, short: set[Key]) -> None:
+    """Notes when nothing is preempted for ``w``: why, on ``w``, and on each candidate not noted yet
+    (the first, highest waiting job it ranks below)."""
+    if_all = sum(c.gpus for c in candidates)
+    why = (f"the {if_all:g} GPU(s) that could go would not free the {need:g} it needs"
+           if candidates else "no running job below it may be preempted for it")
+    if blocked:
+        why += f" ({len(blocked)} other job(s) held back: {next(iter(blocked.values()))})"
+    notes[w.key].append(f"waits for {w.gpus:g} {w.gpu_model or 'GPU(s) of any model'} "
+                        f"({need:g} not idle); nothing is preempted for it: {why}")
+    for c in candidates:
+        if c.key not in short:
+            short.add(c.key)
+            notes[c.key].append(f"ranks below waiting {words}, but preempting all {if_all:g} GPU(s) "
+                                f"that could go would not free the {need:g} it needs")
+
+
+def take_freed(chosen: list[JobFacts], pools: list[Pool], need: float, cap: Capacity) -> None:
+    """The victims free their GPUs and ``w`` takes what it needs of them; they are taken."""
+    for c in chosen:
+        cap.freed[(c.cluster, c.gpu_model)] += c.gpus
+    for pool in pools:
+        use = min(cap.freed[pool], need)
+        cap.freed[pool] -= use
+        need -= use
+    cap.taken.update(c.key for c in chosen)
+
+
+def demand_actions(w: JobFacts, chosen: list[JobFacts], missing: float, words: str, now: datetime, policy,
+                   targets) -> list[tuple[Action, JobFacts]]:
+    """One preemption per victim chosen for ``w`` (``missing``: the GPUs no idle one gave it)."""
+    w_priority = targets[w.key][0]
+    lost_together = round(sum(lost_minutes(v, now, policy) * v.gpus for v in chosen), 1)
+    out = []
+    for c in chosen:
+        if c.funded:
+            rule, why = "past-min-runtime", (f"funded, but past its minimum runtime "
+                                             f"(protected until {fmt(c.protected_until)})")
+        else:
+            rule, why = "unfunded-burst", f"unfunded ({c.unfunded_reason or 'not funded'}), running on burst"
+        reason = (f"{why}; holds {c.gpus:g} {c.gpu_model or ''} GPU(s) that {words} "
+                  f"(project {w.project}, priority {w_priority}) is waiting for "
+                  f"(needs {w.gpus:g}, {w.gpus - missing:g} idle); "
+                  f"this job's priority is {targets[c.key][0]}")
+        out.append((act(PREEMPT, c, reason, rule, policy,
+                        figures={"priority": targets[c.key][0], "waiting_job": w.job_id,
+                                 "waiting_priority": w_priority, "waiting_gpus": w.gpus,
+                                 "gpus": c.gpus, "lost_minutes": round(lost_minutes(c, now, policy), 1),
+                                 "victims_lost_gpu_minutes": lost_together}), c))
+    return out
+
+
+def demand_preemptions(situation: Situation, policy, targets, already: set[Key], notes
+                       ) -> list[tuple[Action, JobFacts]]:
+    """Preemptions (with their job) for the waiting jobs the idle GPUs cannot serve, in the order
+    chosen; ``already``: the squatters proposed, whose GPUs are freed."""
+    cap = capacity(situation, already)
+    running_pools = {(j.cluster, j.gpu_model) for j in situation.jobs}
+    out: list[tuple[Action, JobFacts]] = []
+    short: set[Key] = set()
+    for w in waiting_for_gpus(situation, policy, targets):
+        # a request without a GPU model (Slurm --gres=gpu:N, --gpus=N) may run on any model of its
+        # cluster (and partition, when both are known): every such pool serves it
+        pools = _pools(w, set(cap.free) | set(cap.freed) | running_pools)
+        need = take_idle(w, pools, cap)
+        if need <= 1e-9:
+            continue
+        words = f"{_waiting_words(w, policy)} {w.job_id}"
+        candidates, blocked = held_back(demand_candidates(w, situation, policy, targets, cap), words, situation,
+                                        policy, notes, short)
+        if policy.victim_fit == "within-need":  # a victim larger than the need leaves GPUs idle, held for its restart
+            candidates = [c for c in candidates if c.gpus <= need + 1e-9]
+        chosen = _victims(candidates, need, situation.now, policy, targets)
+        if not chosen:
+            unserved(w, need, candidates, blocked, words, notes, short)
+            continue
+        take_freed(chosen, pools, need, cap)
+        out += demand_actions(w, chosen, need, words, situation.now, policy, targets)
+    return out
+
+
+def _pools(w: JobFacts, known: set[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    """The (cluster, model) pools a waiting job can run in: its model's, or every model of its
+    cluster when it names none."""
+    if w.gpu_model is not None:
+        return [(w.cluster, w.gpu_model)]
+    return sorted((k for k in known if k[0] == w.cluster), key=lambda k: (k[1] is not None, k[1] or ""))
+
+
+def _serves(victim: JobFacts, w: JobFacts) -> bool:
+    """Preempting ``victim`` frees GPUs ``w`` can use: same cluster, same model (any, when ``w``
+    names none), same partition when both are known."""
+    if victim.cluster != w.cluster:
+        return False
+    if w.gpu_model is not None and victim.gpu_model != w.gpu_model:
+        return False
+    return not (w.partition and victim.partition and w.partition != victim.partition)
+
+
+MAX_EXACT_VICTIMS = 18  # candidates searched exactly; beyond, the cheapest (loss per GPU) of them
+
+
+def _victims(candidates: list[JobFacts], need: float, now: datetime, policy, targets) -> list[JobFacts]:
+    """The set of victims that frees at least ``need`` GPUs with the least loss: least-lost-work
+    minimises lost GPU-minutes (then GPUs freed beyond the need, then count); priority takes the
+    lowest priority, most recently started first. Every victim is needed (none can be dropped);
+    equal losses go to the lowest priorities."""
+    if policy.victim_order == "priority":
+        ordered = sorted(candidates, key=lambda j: (targets[j.key][0], -(j.start_time or now).timestamp(), j.key))
+        chosen, got = [], 0.0
+        for c in ordered:
+            if got >= need - 1e-9:
+                break
+            chosen.append(c)
+            got += c.gpus
+        return chosen if got >= need - 1e-9 else []
+    cost = {c.key: lost_minutes(c, now, policy) * c.gpus for c in candidates}
+    pool = sorted(candidates, key=lambda j: (cost[j.key] / max(j.gpus, 1e-9), -j.gpus, j.key))[:MAX_EXACT_VICTIMS]
+    best: tuple | None = None
+    best_set: list[JobFacts] = []
+    suffix = [0.0] * (len(pool) + 1)
+    for i in range(len(pool) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + pool[i].gpus
+
+    def search(i: int, chosen: list[JobFacts], got: float, loss: float) -> None:
+        nonlocal best, best_set
+        if got >= need - 1e-9:
+            if all(got - c.gpus < need - 1e-9 for c in chosen):  # minimal: every victim is needed
+                key = (round(loss, 6), round(got - need, 6), len(chosen), sum(targets[c.key][0] for c in chosen),
+                       sorted(c.key for c in chosen))
+                if best is None or key < best:
+                    best, best_set = key, list(chosen)
+            return
+        if i == len(pool) or got + suffix[i] < need - 1e-9 or (best is not None and loss > best[0] + 1e-9):
+            return
+        c = pool[i]
+        chosen.append(c)
+        search(i + 1, chosen, got + c.gpus, loss + cost[c.key])
+        chosen.pop()
+        search(i + 1, chosen, got, loss)
+
+    search(0, [], 0.0, 0.0)
+    return sorted(best_set, key=lambda j: (cost[j.key], j.key))
+
+
+def _too_costly(job: JobFacts, now: datetime, policy) -> bool:
+    """A funded job past its minimum runtime whose preemption now would lose more than
+    ``max_lost_minutes`` of work: it waits for its next checkpoint. Unfunded work runs on burst
+    and goes whenever funded work needs its GPUs."""
+    if policy.max_lost_minutes is None or not job.funded:
+        return False
+    return lost_minutes(job, now, policy) > policy.max_lost_minutes + 1e-9
+
+
+def _whole(job: JobFacts) -> bool:
+    """The job holds whole GPUs (1, 2, 8 ...), not slices or fractions of them."""
+    return job.gpus >= 1 - 1e-9 and abs(job.gpus - round(job.gpus)) < 1e-9
+
+
+def _waiting_words(w: JobFacts, policy) -> str:
+    return "funded job" if w.funded else "exempt job"

@@ -1,0 +1,111 @@
+"""The judgments every enforcement stage shares: exemptions, protection, resumability, lost work,
+the stale-data guard, the live-view and cool-down rails, and how an Action is made. Pure: no I/O,
+no clock (``now`` comes from the Situation)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from gpuledger.enforce.model import PREEMPT, REQUEUE, STOP, WARN, Action, JobFacts, Situation
+
+TRUE = ("true", "1", "yes", "enabled")
+
+
+def fmt(t: datetime | None) -> str:
+    return "-" if t is None else f"{t:%Y-%m-%d %H:%M}Z"
+
+
+def exemption(job: JobFacts, policy) -> str | None:
+    """Why the job may never be preempted (and sits on top), or None."""
+    if job.namespace and job.namespace in policy.exempt_namespaces:
+        return f"namespace {job.namespace} is exempt"
+    if job.kind and job.kind in policy.exempt_kinds:
+        return f"kind {job.kind} is exempt (production inference is never preempted)"
+    for key, value in policy.exempt_labels.items():
+        if job.labels.get(key) == value:
+            return f"label {key}={value} is exempt"
+    return None
+
+
+def squatting_exemption(job: JobFacts, situation: Situation) -> str | None:
+    """Why ``gpuledger squatters`` hides the job (policy.squatting.exempt_*): no alert ever reached
+    its owner, so it is never warned or preempted as a squatter either — one set of exemptions."""
+    ex = situation.squatting_exempt or {}
+    if job.namespace and job.namespace in (ex.get("namespaces") or ()):
+        return f"namespace {job.namespace} is exempt from squatting (policy.squatting.exempt_namespaces)"
+    if job.kind and job.kind in (ex.get("kinds") or ()):
+        return f"kind {job.kind} is exempt from squatting (policy.squatting.exempt_kinds)"
+    for key, value in (ex.get("labels") or {}).items():
+        if job.labels.get(key) == value:
+            return f"label {key}={value} is exempt from squatting (policy.squatting.exempt_labels)"
+    return None
+
+
+def resumable(job: JobFacts, policy) -> bool:
+    """The job declares it can resume from a checkpoint, so a preemption requeues it."""
+    return (str(job.labels.get(policy.checkpoint_label, "")).lower() in TRUE
+            or str(job.annotations.get(policy.checkpoint_annotation, "")).lower() in TRUE
+            or bool(job.requeue_flag))
+
+
+def protected(job: JobFacts, now: datetime) -> bool:
+    """Funded and inside its minimum runtime: never preempted."""
+    return bool(job.funded and job.protected_until is not None and now < job.protected_until)
+
+
+def lost_minutes(job: JobFacts, now: datetime, policy) -> float:
+    """Minutes of work a preemption now throws away: a resumable job loses what it did since its
+    last checkpoint (every ``checkpoint_interval_minutes`` since it started), any other job all of
+    its runtime."""
+    ran = max((now - (job.start_time or now)).total_seconds() / 60, 0.0)
+    return ran % policy.checkpoint_interval_minutes if resumable(job, policy) else ran
+
+
+def stale(situation: Situation, policy, cluster: str, source: str) -> str | None:
+    """Why the data of ``cluster`` is too old to preempt on (``source``: samples for squatting,
+    jobs for demand), or None. Without per-cluster figures, the newest data of any kind counts."""
+    per = situation.samples_as_of if source == "samples" else situation.jobs_as_of
+    what = "GPU sample" if source == "samples" else "job record"
+    if per is None:
+        as_of, where = situation.data_as_of, "the newest data"
+    else:
+        as_of, where = per.get(cluster), f"cluster {cluster}'s newest {what}"
+    if as_of is None:
+        return ("there is no data to judge from (stale-data guard)" if per is None
+                else f"cluster {cluster} has no {what} to judge from (stale-data guard)")
+    age = (situation.now - as_of).total_seconds() / 60
+    if age > policy.max_data_age_minutes:
+        return (f"{where} is {age:.0f} min old (limit {policy.max_data_age_minutes:g}, "
+                "policy.enforcement.max_data_age_minutes): no preemption on stale data")
+    return None
+
+
+def held_by_rails(job: JobFacts, situation: Situation, policy) -> str | None:
+    """Rails that hold whatever the reason to preempt: the scheduler's live view, the cool-down."""
+    if job.observed is None:
+        if situation.observed_by is None:
+            return ("the plan was made without the scheduler's live view (plan with --observe BACKEND; a plan "
+                    "file cannot observe): nothing is preempted")
+        return f"{situation.observed_by} does not list this job now (ended or gone): nothing is preempted"
+    hist = situation.history.get(job.key)
+    if hist is not None and hist.last_preempted_at is not None:
+        until = hist.last_preempted_at + timedelta(minutes=policy.preemption_cooldown_minutes)
+        if situation.now < until:
+            return (f"it was preempted at {fmt(hist.last_preempted_at)}; the cool-down "
+                    f"(preemption_cooldown_minutes {policy.preemption_cooldown_minutes:g}) lasts until {fmt(until)}")
+    return None
+
+
+def act(kind: str, job: JobFacts, reason: str, rule: str, policy, **extra) -> Action:
+    mode = None
+    if kind == PREEMPT:
+        mode = REQUEUE if resumable(job, policy) else STOP
+        extra["reason"] = reason + ("; it resumes from its checkpoint, so it is requeued" if mode == REQUEUE
+                                    else "; it declares no checkpointing, so it is stopped")
+        reason = extra.pop("reason")
+    if kind in (PREEMPT, WARN):  # what apply checks again before acting
+        extra.setdefault("observed", job.observed)
+    return Action(action=kind, cluster=job.cluster, job_id=job.job_id, project=job.project, reason=reason,
+                  rule=rule, mode=mode, funded=job.funded, min_runtime_until=job.protected_until,
+                  dry_run=policy.dry_run, name=job.name, namespace=job.namespace, source=job.source,
+                  kind=job.kind, scheduler_job=job.scheduler_job, **extra)
