@@ -61,13 +61,13 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     policy = cfg.policy
     # the facts as of `now` through the read model: fair share and findings (exempt jobs included:
     # exemptions are judged on the live labels) materialized when fresh for `now` and the policy is
-    # the stored one, else computed; funding always computed
+    # the stored one, else computed — findings only from an evaluation at `now` itself, never an
+    # older one (it could preempt a job busy since); funding always computed
     funding = {(r["cluster"], r["job_id"]): r
                for r in facts.funding(con, policy=policy, now=now).frame.iter_rows(named=True)}
     ranks = fairshare_ranks(facts.fairshare(con, policy=policy, as_of=now).frame.iter_rows(named=True))
-    findings = [finding_from_row(r) for r in
-                facts.findings(con, policy=policy, now=now, include_exempt=True).frame.iter_rows(named=True)
-                if r["idle_since"] is not None]
+    found = facts.findings(con, policy=policy, now=now, include_exempt=True, exact_moment=True)
+    findings = [finding_from_row(r) for r in found.frame.iter_rows(named=True) if r["idle_since"] is not None]
     rows = [dict(zip(_NAMES, r, strict=True)) for r in con.execute(_JOBS, {"now": now}).fetchall()]
     rows, findings = _kueue_workloads_stand_for_their_pods(rows, findings, now)
     jobs = [job_facts(r, funding.get((r["cluster"], r["job_id"]), {}), observed, policy, ranks, now) for r in rows]

@@ -272,20 +272,11 @@ def schedule(
 ) -> None:
     """Replay the warehouse's jobs on its GPUs (or --inventory) under policies 1/2/3, side by side:
     delivered ÷ owed per project, occupancy, useful GPU-hours, waits, preemptions, squatting."""
-    from gpuledger import tables
     from gpuledger.whatif import compare
+
     _check_out(fmt, out)
-    chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
-    if not chosen:
-        raise typer.BadParameter(f"give at least one of {', '.join(POLICY_NAMES)}", param_hint="--policies")
-    for p in (*chosen, sweep_policy):
-        if p not in POLICY_NAMES:
-            raise typer.BadParameter(f"{p!r}: choose from {', '.join(POLICY_NAMES)}", param_hint="--policies")
-    sweep_spec = _sweep_values(sweep) if sweep else None
-    if sweep_spec and sweep_spec[0] not in compare.SWEEPABLE:
-        raise typer.BadParameter(
-            f"{sweep_spec[0]!r}: sweep one of {', '.join(compare.SWEEPABLE)}", param_hint="--sweep"
-        )
+    chosen = _chosen_policies(policies, sweep_policy)
+    sweep_spec = _sweep_spec(sweep)
     cfg, params, trace, lo, hi = _load(path, config, start, end, inventory, seed=seed,
                                        checkpoint=checkpoint_minutes, cycle=cycle_minutes,
                                        usage_mode=usage_mode, window=window_days,
@@ -294,57 +285,73 @@ def schedule(
     try:
         with _Bar(progress) as bar:
             runs = compare.compare(trace, cfg, params, chosen, progress=bar)
-            rows = (
-                compare.sweep(
-                    trace, cfg, sweep_spec[0], sweep_spec[1], policy=sweep_policy, params=params, progress=bar
-                )
-                if sweep_spec
-                else None
-            )
+            rows = (compare.sweep(trace, cfg, sweep_spec[0], sweep_spec[1], policy=sweep_policy, params=params,
+                                  progress=bar) if sweep_spec else None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    text = compare.to_json(
-        trace,
-        params,
-        runs,
-        rows,
-        sweep_parameter=sweep_spec[0] if sweep_spec else None,
-        sweep_policy=sweep_policy if sweep_spec else None,
-    )
+    text = compare.to_json(trace, params, runs, rows, sweep_parameter=sweep_spec[0] if sweep_spec else None,
+                           sweep_policy=sweep_policy if sweep_spec else None)
+    _sweep_chart(chart, rows, sweep_spec, sweep_policy)
+    title = (f"what-if {lo:%Y-%m-%d %H:%M}Z .. {hi:%Y-%m-%d %H:%M}Z: {len(trace.jobs)} jobs on "
+             f"{trace.inventory.physical_gpus()} GPUs")
+    _show_schedule(text, compare.side_by_side(runs), rows, chosen, sweep_spec, sweep_policy, title,
+                   fmt=fmt, out=out, json_out=json_out)
+    if trace.skipped:
+        typer.echo(f"{len(trace.skipped)} job(s) could not be replayed, e.g. {trace.skipped[0][0]}: "
+                   f"{trace.skipped[0][1]} (the JSON lists them)", err=True)
+
+
+def _chosen_policies(policies: str, sweep_policy: str) -> tuple[str, ...]:
+    """--policies as names, each checked (and --sweep-policy's), in the order given."""
+    chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
+    if not chosen:
+        raise typer.BadParameter(f"give at least one of {', '.join(POLICY_NAMES)}", param_hint="--policies")
+    for p in (*chosen, sweep_policy):
+        if p not in POLICY_NAMES:
+            raise typer.BadParameter(f"{p!r}: choose from {', '.join(POLICY_NAMES)}", param_hint="--policies")
+    return chosen
+
+
+def _sweep_spec(sweep: str | None) -> tuple[str, list] | None:
+    """--sweep PARAMETER=V1,V2,... as (parameter, values), the parameter one the what-if sweeps."""
+    from gpuledger.whatif import compare
+
+    spec = _sweep_values(sweep) if sweep else None
+    if spec and spec[0] not in compare.SWEEPABLE:
+        raise typer.BadParameter(f"{spec[0]!r}: sweep one of {', '.join(compare.SWEEPABLE)}", param_hint="--sweep")
+    return spec
+
+
+def _sweep_chart(chart: Path | None, rows, sweep_spec, sweep_policy: str) -> None:
+    """--chart: the sweep's SVG chart (a note instead when there is no sweep)."""
+    from gpuledger.whatif import compare
+
     if chart and rows:
         chart.write_text(compare.sweep_chart(rows, sweep_spec[0], sweep_policy), encoding="utf-8")
         typer.echo(f"wrote {chart}", err=True)
     elif chart:
         typer.echo("--chart draws a sweep: give --sweep PARAMETER=V1,V2,...", err=True)
+
+
+def _show_schedule(text: str, frames: dict, rows, chosen, sweep_spec, sweep_policy: str, title: str, *,
+                   fmt: Format, out: Path | None, json_out: Path | None) -> None:
+    """The schedule what-if written (--format / --out / --json) or printed: the summary and the
+    per-project delivery side by side, then the sweep's table."""
+    from gpuledger import tables
     from gpuledger.whatif.views import projects_view, summary_view, sweep_view
 
-    frames = compare.side_by_side(runs)
-    title = (
-        f"what-if {lo:%Y-%m-%d %H:%M}Z .. {hi:%Y-%m-%d %H:%M}Z: {len(trace.jobs)} jobs on "
-        f"{trace.inventory.physical_gpus()} GPUs"
-    )
+    sweep = None
     if rows:
         import polars as pl
 
-        main = (pl.DataFrame(rows), sweep_view(), f"sweep {sweep_spec[0]} ({sweep_policy})")
-    else:
-        main = (frames["summary"], summary_view(chosen), title)
+        sweep = (pl.DataFrame(rows), sweep_view(), f"sweep {sweep_spec[0]} ({sweep_policy})")
+    main = sweep or (frames["summary"], summary_view(chosen), title)
     if _emit(text, main[0], fmt, out, json_out, main[2], main[1]):
         return
     tables.print_table(frames["summary"], summary_view(chosen), title=title)
-    tables.print_table(
-        frames["projects"], projects_view(chosen), title="delivered ÷ owed GPU-hours per project"
-    )
-    if rows:
-        import polars as pl
-
-        tables.print_table(pl.DataFrame(rows), sweep_view(), title=f"sweep {sweep_spec[0]} ({sweep_policy})")
-    if trace.skipped:
-        typer.echo(
-            f"{len(trace.skipped)} job(s) could not be replayed, e.g. {trace.skipped[0][0]}: "
-            f"{trace.skipped[0][1]} (the JSON lists them)",
-            err=True,
-        )
+    tables.print_table(frames["projects"], projects_view(chosen), title="delivered ÷ owed GPU-hours per project")
+    if sweep:
+        tables.print_table(sweep[0], sweep[1], title=sweep[2])
 
 
 @app.command("procurement")
@@ -383,10 +390,9 @@ def procurement(
 ) -> None:
     """Price the served demand under capacity mixes (on-demand; reserved + on-demand; reserved + spot
     for checkpointable training + on-demand) and the break-even month of owning the GPUs."""
-    from gpuledger import tables
     from gpuledger.whatif import procurement as proc
     from gpuledger.whatif.engine import simulate
-    from gpuledger.whatif.views import break_even_view, mixes_frame, mixes_view
+    from gpuledger.whatif.views import mixes_frame, mixes_view
 
     _check_out(fmt, out)
     if policy not in POLICY_NAMES:
@@ -397,45 +403,34 @@ def procurement(
         result = simulate(trace, cfg, policy, params, progress=lambda f: bar(policy, f))
     pieces = proc.pieces_from_run(result)
     rate = cfg.policy.whatif.spot_interruptions_per_hour if spot_rate is None else spot_rate
-    mixes = proc.price_mixes(
-        pieces,
-        trace.horizon_s,
-        cfg.rate_card,
-        at=lo.date(),
-        currency=cfg.currency,
-        reserved_gpus={k: int(v) for k, v in _pairs(reserved, "--reserved").items()},
-        interruptions_per_hour=rate,
-        checkpoint_interval_minutes=params.checkpoint_interval_minutes,
-        seed=seed,
-    )
+    mixes = proc.price_mixes(pieces, trace.horizon_s, cfg.rate_card, at=lo.date(), currency=cfg.currency,
+                             reserved_gpus={k: int(v) for k, v in _pairs(reserved, "--reserved").items()},
+                             interruptions_per_hour=rate,
+                             checkpoint_interval_minutes=params.checkpoint_interval_minutes, seed=seed)
     owned_n = {k: int(v) for k, v in _pairs(owned, "--owned").items()}
     even = proc.break_even(mixes, pieces, trace.horizon_s, cfg.hardware, owned_gpus=owned_n)
     frame, totals = mixes_frame(mixes)
-    doc = proc.to_json(
-        mixes,
-        even,
-        totals,
-        start=lo,
-        end=hi,
-        policy=policy,
-        interruptions_per_hour=rate,
-        checkpoint_interval_minutes=params.checkpoint_interval_minutes,
-    )
+    doc = proc.to_json(mixes, even, totals, start=lo, end=hi, policy=policy, interruptions_per_hour=rate,
+                       checkpoint_interval_minutes=params.checkpoint_interval_minutes)
     title = f"capacity mixes for the demand {policy} served, {lo:%Y-%m-%d}..{hi:%Y-%m-%d}"
-    if _emit(doc, frame, fmt, out, json_out, title, mixes_view()):
-        return
+    if not _emit(doc, frame, fmt, out, json_out, title, mixes_view()):
+        _show_procurement(frame, totals, even, title, has_hardware=bool(cfg.hardware))
+    for m in mixes:
+        for note in m.unpriced:
+            typer.echo(f"unpriced: {note} (add it to the rate card)", err=True)
+
+
+def _show_procurement(frame, totals, even, title: str, *, has_hardware: bool) -> None:
+    """The mixes per model and in all, then owning against renting (or why there is no break-even)."""
+    from gpuledger import tables
+    from gpuledger.whatif.views import break_even_view, mixes_view
+
     tables.print_table(frame, mixes_view(), title=title)
     tables.print_table(totals, mixes_view(total=True), title="all models")
     if even:
         import polars as pl
 
-        tables.print_table(
-            pl.DataFrame([e.__dict__ for e in even]),
-            break_even_view(),
-            title="owning against renting (the cheapest mix), 30-day months",
-        )
-    elif not cfg.hardware:
+        tables.print_table(pl.DataFrame([e.__dict__ for e in even]), break_even_view(),
+                           title="owning against renting (the cheapest mix), 30-day months")
+    elif not has_hardware:
         typer.echo('no `hardware` costs in the config: no break-even month (see README "What-if")', err=True)
-    for m in mixes:
-        for note in m.unpriced:
-            typer.echo(f"unpriced: {note} (add it to the rate card)", err=True)

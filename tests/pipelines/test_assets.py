@@ -419,6 +419,10 @@ def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialize
         served = {x: facts.findings(con, policy=cfg.policy, now=moment, include_exempt=x) for x in (False, True)}
         materialized_plan, _ = cycle.decide_at(con, cfg, moment)
     assert computed_calls == []  # enforcement's findings came from the stored rows
+    with warehouse.open_reader(path) as con:  # a cycle a minute later never acts on T's findings
+        cycle.decide_at(con, cfg, moment + timedelta(minutes=1))
+    assert computed_calls == [True]
+    computed_calls.clear()
     exempt = every.filter(pl.col("exempt"))
     assert exempt.height >= 1 and set(exempt["job_kind"]) == {kind}
     assert plain.height == every.height - exempt.height

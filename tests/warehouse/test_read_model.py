@@ -301,6 +301,13 @@ def test_exempt_findings_come_from_the_same_evaluation_when_it_stored_them(wh):
     assert both.frame.select("job_id", "severity", "exempt", "exempt_reason").rows() == [
         ("j0", "preempt-eligible", True, "kind inference"), ("j1", "warning", False, None)]
     assert plain.frame.select("job_id").rows() == [("j1",)] and "exempt" not in plain.frame.columns
+    # enforcement asks for the exact moment: a minute after T, computed (a default reader: still T's)
+    with warehouse.open_reader(wh) as con:
+        minute = at + timedelta(minutes=1)
+        exact = facts.findings(con, policy=policy, now=minute, include_exempt=True, exact_moment=True)
+        same = facts.findings(con, policy=policy, now=at, include_exempt=True, exact_moment=True)
+        lenient = facts.findings(con, policy=policy, now=minute, include_exempt=True)
+    assert exact.source == facts.COMPUTED and same.source == lenient.source == facts.MATERIALIZED
 
     later = at + timedelta(minutes=5)
     with warehouse.open_writer(wh) as con:

@@ -225,7 +225,8 @@ def funding(con, *, policy, now: datetime | None = None) -> Facts:
     return Facts(reports.funding_report(con, policy=_policy(policy), now=at), COMPUTED, at)
 
 
-def findings(con, *, policy, now: datetime | None = None, include_exempt: bool = False) -> Facts:
+def findings(con, *, policy, now: datetime | None = None, include_exempt: bool = False,
+             exact_moment: bool = False) -> Facts:
     """The squatting findings open at ``now``.
 
     Materialized: the squatting pipeline's latest evaluation at or before ``now``, when it is
@@ -236,12 +237,17 @@ def findings(con, *, policy, now: datetime | None = None, include_exempt: bool =
     (squatting_exempt_findings, migration 018; ``exempt`` false / true and ``exempt_reason`` as in
     the report), or the answer is computed when that evaluation stored none (recorded before 018).
     Otherwise, and for squatting rules other than the stored config's, computed at ``now``:
-    reports.squatters_report rows."""
+    reports.squatters_report rows.
+
+    ``exact_moment`` (enforcement): only an evaluation at ``now`` itself is fresh. A finding even
+    minutes old could preempt a job that has been busy since; at the same moment the stored
+    findings are the computed ones (tests/pipelines/test_assets.py), so the plan is the same."""
     at = now or data_now(con)
     minutes = _sustained_minutes(con, policy)
     if minutes is not None:
         evaluated = con.execute(_sql("latest_evaluation"), {"now": at}).fetchall()[0][0]
-        if evaluated is not None and at - evaluated <= timedelta(minutes=minutes / 2):
+        window = timedelta(0) if exact_moment else timedelta(minutes=minutes / 2)
+        if evaluated is not None and at - evaluated <= window:
             episodes = _sql("episodes_as_of")
             if not include_exempt:
                 return Facts(Rows.from_cursor(con.execute(episodes, {"at": evaluated})), MATERIALIZED, evaluated)
