@@ -53,7 +53,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuledger import warehouse
 from gpuledger.ingest.metrics.exposition import parse_exposition, parse_exposition_lines, wide_rows
-from gpuledger.ingest.metrics.exposition_bulk import clear_label_cache
+from gpuledger.ingest.metrics.exposition.bulk import clear_label_cache
 from gpuledger.ingest.metrics.prometheus.backfill import backfill
 from gpuledger.ingest.metrics.scrape import FetchResult, ingest_results
 from gpuledger.ingest.metrics.writes import store_wide

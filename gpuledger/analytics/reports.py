@@ -32,6 +32,7 @@ from gpuledger.analytics.squatting import squatting_findings
 from gpuledger.analytics.usage import node_usage
 from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
 from gpuledger.config import Policy
+from gpuledger.sql import load_sql
 
 DAY = timedelta(days=1)
 
@@ -64,14 +65,7 @@ def data_now(con: duckdb.DuckDBPyConnection, *, wall: datetime | None = None) ->
 def warehouse_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
     """What the warehouse holds: devices, jobs, allocated GPU-hours up to the data's "now"
     (device-level and job-level allocations, as the analytics count them), samples, quarantine."""
-    counts = con.execute(
-        """SELECT (SELECT count(DISTINCT (cluster, gpu_uuid)) FROM gpus),
-                  (SELECT count(*) FROM gpus WHERE mig_instance_id <> -1),
-                  (SELECT count(*) FROM jobs),
-                  (SELECT count(*) FROM gpu_samples),
-                  (SELECT min(ts) FROM gpu_samples), (SELECT max(ts) FROM gpu_samples),
-                  (SELECT count(*) FROM quarantine)"""
-    ).fetchall()[0]
+    counts = con.execute(load_sql(__package__, "warehouse_counts.sql")).fetchall()[0]
     now = data_now(con)
     t = load_tables(con, end=now, samples=False)
     held = allocation_intervals(t.job_allocations, t.gpus, t.jobs).select(

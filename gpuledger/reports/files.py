@@ -5,20 +5,18 @@ a statement for the same data and config gives byte-identical files."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from datetime import datetime
-from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 
 import polars as pl
 
-from gpuledger.rules.billing import BILLED_KINDS, billed_kind
 from gpuledger.reports.chart import stacked_bars
 from gpuledger.reports.statement import ORG_LINES, Statement
-from gpuledger.reports.workbook import _one_currency, header, unit_totals, write_xlsx
+from gpuledger.reports.table_files import html_rows, sha256_file, write_csv, write_parquet
+from gpuledger.reports.workbook import header, one_currency, unit_totals, write_xlsx
+from gpuledger.rules.billing import BILLED_KINDS, billed_kind
 
 MANIFEST = "manifest.json"
 HTML_LINE_COLUMNS = ["business_unit", "line_kind", "project", "gpu_model", "tier", "gpu_hours", "gpu_hours_active",
@@ -29,46 +27,7 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "unit"
 
 
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-# --- CSV / Parquet -----------------------------------------------------------------------------
-
-def write_csv(frame: pl.DataFrame, path: Path) -> Path:
-    # 6 decimals: GPU-hours to 3.6 ms; money columns are decimals and print exactly
-    path.write_text(frame.write_csv(float_precision=6, datetime_format="%Y-%m-%dT%H:%M:%S"))
-    return path
-
-
-def write_parquet(frame: pl.DataFrame, path: Path) -> Path:
-    frame.write_parquet(path, compression="zstd", statistics=True)
-    return path
-
-
 # --- HTML --------------------------------------------------------------------------------------
-
-def _cell(value, name: str) -> dict:
-    if name == "note":
-        return {"text": "" if value is None else str(value), "num": False, "note": True}
-    if value is None:
-        return {"text": "", "num": False}
-    if isinstance(value, Decimal):
-        return {"text": f"{value:,.2f}", "num": True}
-    if isinstance(value, bool):
-        return {"text": "yes" if value else "no", "num": False}
-    if isinstance(value, float):
-        return {"text": f"{value:.1%}" if name == "efficiency_ratio" else f"{value:,.3f}", "num": True}
-    if isinstance(value, int):
-        return {"text": str(value), "num": True}
-    if isinstance(value, datetime):
-        return {"text": f"{value:%Y-%m-%d %H:%M}", "num": False}
-    return {"text": str(value), "num": False}
-
-
-def _rows(frame: pl.DataFrame) -> list[list[dict]]:
-    return [[_cell(v, frame.columns[i]) for i, v in enumerate(row)] for row in frame.iter_rows()]
-
 
 def _charts(st: Statement) -> tuple[str, str, str]:
     # corrections count toward the kind they correct, so the bars add up to the total owed
@@ -139,12 +98,12 @@ def render_html(st: Statement) -> str:
     sections = []
     for frame, title in ((st.by_partition, "GPU-hours by Slurm partition"), (st.by_host, "GPU-hours by host")):
         if frame.height:
-            sections.append({"title": title, "columns": frame.columns, "rows": _rows(frame)})
+            sections.append({"title": title, "columns": frame.columns, "rows": html_rows(frame)})
     return template.render(
         title=f"GPU statement {st.period} — {st.scope}", st=st, currencies=currencies, unit_rows=unit_rows,
         chart_model=Markup(model), chart_amount=Markup(amount), chart_history=Markup(history),
-        line_columns=[header(c, _one_currency(st.lines)) for c in line_cols],
-        line_rows=_rows(st.lines.select(line_cols)), sections=[
+        line_columns=[header(c, one_currency(st.lines)) for c in line_cols],
+        line_rows=html_rows(st.lines.select(line_cols)), sections=[
             {**sec, "columns": [header(c) for c in sec["columns"]]} for sec in sections])
 
 

@@ -31,6 +31,8 @@ from decimal import Decimal
 import polars as pl
 
 from gpuledger.reports.statement import ORG_LINES, Statement
+from gpuledger.reports.table_files import html_rows
+from gpuledger.rules.money import largest_remainder
 
 BASES = ("active", "energy")
 MEASURE_UNIT = {"active": "active GPU-hours", "energy": "kWh"}
@@ -150,11 +152,9 @@ def redistributed(lines: list[dict], idle_billed: Decimal) -> tuple[Decimal, lis
 def pool_showback(key: tuple, lines: list[dict], idle_row: dict | None, basis: str) -> list[dict]:
     """A pool's showback rows: its measured lines (:func:`measured_line`) and its idle line, each
     in cents by largest remainder of the exact shares, so they add up to the pool's billed total."""
-    from gpuledger.reports.weekly import _largest_remainder
-
     idle_billed = Decimal(idle_row["billed"]) if idle_row else Decimal("0.00")
     total, exact, idle_exact = redistributed(lines, idle_billed)
-    cents = _largest_remainder(total, [*exact, idle_exact]) if (lines or idle_row) else []
+    cents = largest_remainder(total, [*exact, idle_exact]) if (lines or idle_row) else []
     out = [{**r, "showback": c, "kept_allocated": r["kept_allocated"].quantize(Decimal("0.01"))}
            for r, c in zip(lines, cents, strict=False)]
     if idle_row is not None:
@@ -212,8 +212,6 @@ def render_showback_html(st: Statement, frame: pl.DataFrame, basis: str) -> str:
     """The showback as a reader opens it: human headers with units, the per-pool sentences."""
     from jinja2 import Environment, select_autoescape
 
-    from gpuledger.reports.files import _rows
-
     cur = ", ".join(sorted(set(frame["currency"].drop_nulls().to_list()))) or "?"
     unit = MEASURE_UNIT[basis]
     cols = list(HEADERS)
@@ -221,4 +219,4 @@ def render_showback_html(st: Statement, frame: pl.DataFrame, basis: str) -> str:
     return env.from_string(SHOWBACK_TEMPLATE).render(
         title=f"GPU showback by {unit}, {st.period} — {st.scope}", unit=unit, state=st.status_sentence,
         sentences=showback_sentences(frame), columns=[HEADERS[c].format(unit=unit, cur=cur) for c in cols],
-        rows=_rows(frame.select(cols)))
+        rows=html_rows(frame.select(cols)))

@@ -14,8 +14,10 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from gpuledger.rules.billing import billed as is_billed
 from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
+from gpuledger.reports.table_files import html_rows, sha256_file, write_csv
+from gpuledger.rules.billing import billed as is_billed
+from gpuledger.rules.money import largest_remainder
 
 WEEKLY_TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
@@ -53,9 +55,9 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
     """The summary of ISO week ``week`` (YYYY-Www)."""
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.reports import budget_report, data_now
-    from gpuledger.ledger.periods import statement_lines
     from gpuledger.config_store import policy_in_force
     from gpuledger.errors import UsageError
+    from gpuledger.ledger.periods import statement_lines
     from gpuledger.rules.periods import week_bounds
 
     try:
@@ -122,8 +124,7 @@ def month_shares(con, start: datetime, end: datetime, *, policy, now: datetime, 
     among the month's week parts by largest remainder of their exact amounts, so the weeks of a
     month add up to its statement to the cent, and a week crossing months is the sum of two parts."""
     from gpuledger.analytics.reports import chargeback_report
-    from gpuledger.ledger.periods import statement_lines
-    from gpuledger.ledger.periods import month_bounds, next_month
+    from gpuledger.ledger.periods import month_bounds, next_month, statement_lines
 
     rows: dict[tuple[str, str], Decimal] = {}
     month = datetime(start.year, start.month, 1)
@@ -139,7 +140,7 @@ def month_shares(con, start: datetime, end: datetime, *, policy, now: datetime, 
         for key, cents in owed.items():
             weights = [e.get(key, Decimal(0)) for e in exact]
             for i in mine:
-                rows[key] = rows.get(key, Decimal("0.00")) + _largest_remainder(cents, weights)[i]
+                rows[key] = rows.get(key, Decimal("0.00")) + largest_remainder(cents, weights)[i]
         month = next_month(month)
     return pl.DataFrame([(u, c, a) for (u, c), a in sorted(rows.items())],
                         schema={"business_unit": pl.String, "currency": pl.String, "spend": pl.Decimal(38, 2)},
@@ -152,23 +153,6 @@ def _per_unit(lines: pl.DataFrame, unit_expr: pl.Expr, col: str) -> dict[tuple[s
     sums = lines.filter(pl.col("currency").is_not_null()).with_columns(business_unit=unit_expr) \
         .group_by("business_unit", "currency").agg(pl.col(col).sum())
     return {(u, c): Decimal(a) for u, c, a in sums.iter_rows()}
-
-
-def _largest_remainder(total: Decimal, weights: list[Decimal]) -> list[Decimal]:
-    """``total`` (cents) split in proportion to ``weights``: each part its floor in cents, the
-    cents left over one each to the largest remainders; the parts add up to ``total`` exactly."""
-    cents = int((total * 100).to_integral_value())
-    whole = sum(weights)
-    if not weights:
-        return []
-    if whole == 0:  # nothing to weigh by: all of it in the last part
-        return [Decimal(0)] * (len(weights) - 1) + [total]
-    raw = [Decimal(cents) * w / whole for w in weights]
-    floors = [int(r.to_integral_value(rounding="ROUND_FLOOR")) for r in raw]
-    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - floors[i]), i))
-    for i in order[:cents - sum(floors)]:
-        floors[i] += 1
-    return [Decimal(f) / 100 for f in floors]
 
 
 REPLAY_STEP = timedelta(minutes=30)  # half the default sustained-idle window: no episode slips between
@@ -331,13 +315,11 @@ SQUATTER_HEADERS = {"business_unit": "Business unit", "rank": "Rank", "job_id": 
 
 
 def _human(title: str, frame: pl.DataFrame, headers: dict[str, str], currency: str) -> dict:
-    from gpuledger.reports.files import _rows
-
     cols = [c for c in headers if c in frame.columns]
     if "resolved_at" in cols:  # an episode not over by the week's end says so, not a blank
         frame = frame.with_columns(pl.col("resolved_at").dt.strftime("%Y-%m-%d %H:%M").fill_null("still open"))
     return {"title": title, "columns": [headers[c].format(cur=currency or "?") for c in cols],
-            "rows": _rows(frame.select(cols))}
+            "rows": html_rows(frame.select(cols))}
 
 
 def write_weekly(ws: WeeklySummary, out: Path) -> dict:
@@ -345,7 +327,6 @@ def write_weekly(ws: WeeklySummary, out: Path) -> dict:
     manifest.json in ``out``; deterministic like the statements."""
     from jinja2 import Environment, select_autoescape
 
-    from gpuledger.reports.files import sha256_file, write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     files = [write_csv(ws.units, out / f"weekly-{ws.week}.csv"),

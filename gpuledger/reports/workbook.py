@@ -21,8 +21,8 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuledger.rules.billing import billed as is_billed
 from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
+from gpuledger.rules.billing import billed as is_billed
 
 HOUR_COLS = ("gpu_hours", "gpu_hours_active", "gpu_hours_unknown")
 SHEET_COLUMNS = ["line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours", "gpu_hours_active",
@@ -200,7 +200,7 @@ def section_title(unit: str) -> str:
     return {ORG_LINES: "Idle and memo", UNASSIGNED: "Projects outside the tree"}.get(unit, unit)
 
 
-def _one_currency(frame: pl.DataFrame) -> str | None:
+def one_currency(frame: pl.DataFrame) -> str | None:
     if "currency" not in frame.columns:
         return None
     found = set(frame["currency"].drop_nulls().to_list())
@@ -211,7 +211,7 @@ def _lines_table(w: SheetWriter, frame: pl.DataFrame) -> None:
     """Lines with a total per currency under their columns (billed lines only: memo lines and
     their corrections are outside what is owed)."""
     cols = frame.columns
-    currency = _one_currency(frame)
+    currency = one_currency(frame)
     rows = []
     for row in frame.iter_rows(named=True):
         rows.append([_line_cell(c, row[c], row.get("currency")) for c in cols])
@@ -237,7 +237,7 @@ def _summary(w: SheetWriter, st: Statement, sheet_of: dict[str, str]) -> None:
              ("Config version", "none" if st.config_version is None else str(st.config_version))])
     totals = unit_totals(st)
     cols = ["Business unit", "Sheet", "Currency", header("gpu_hours"), header("gpu_hours_active"),
-            header("gpu_hours_unknown"), header("amount", _one_currency(totals))]
+            header("gpu_hours_unknown"), header("amount", one_currency(totals))]
     rows = [[Cell("idle capacity and memo lines" if u == ORG_LINES else u), Cell(sheet_of.get(u, "")), Cell(c),
              Cell(h, "#,##0.000"), Cell(None if u == ORG_LINES else a, "#,##0.000"),
              Cell(None if u == ORG_LINES else k, "#,##0.000"), Cell(Decimal(m), money_format(c))]

@@ -32,3 +32,20 @@ def half_up_cents(expr: pl.Expr) -> pl.Expr:
     """:func:`cents` over a column: a Decimal amount rounded to cents half-up (Decimal(38, 2));
     NULL stays NULL."""
     return (half_up_int_cents(expr).cast(CENTS) * pl.lit(CENT)).cast(CENTS)
+
+
+def largest_remainder(total: Decimal, weights: list[Decimal]) -> list[Decimal]:
+    """``total`` (cents) split in proportion to ``weights``: each part its floor in cents, the
+    cents left over one each to the largest remainders; the parts add up to ``total`` exactly."""
+    cents = int((total * 100).to_integral_value())
+    whole = sum(weights)
+    if not weights:
+        return []
+    if whole == 0:  # nothing to weigh by: all of it in the last part
+        return [Decimal(0)] * (len(weights) - 1) + [total]
+    raw = [Decimal(cents) * w / whole for w in weights]
+    floors = [int(r.to_integral_value(rounding="ROUND_FLOOR")) for r in raw]
+    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - floors[i]), i))
+    for i in order[:cents - sum(floors)]:
+        floors[i] += 1
+    return [Decimal(f) / 100 for f in floors]

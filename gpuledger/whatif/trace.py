@@ -25,6 +25,7 @@ import statistics
 from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from gpuledger.errors import UsageError
 from gpuledger.rules import activity
@@ -38,24 +39,9 @@ from gpuledger.whatif.model import Params, SimJob, Trace
 KIND_ACTIVITY = {"training": 0.85, "fine-tune": 0.75, "batch": 0.6, "inference": 0.4, "interactive": 0.15}
 DEFAULT_ACTIVITY = 0.6
 
-_GPUS = """
-SELECT gpu_id, cluster, gpu_uuid, model, mig_profile, gpu_fraction, pricing_tier
-FROM gpus WHERE (first_seen IS NULL OR first_seen < $end) AND (retired_at IS NULL OR retired_at > $start)
-ORDER BY gpu_id
-"""
-_JOBS = """
-SELECT cluster, job_id, project, user_name, name, kind, namespace, gpu_model, gpus, min_runtime_s,
-       coalesce(submit_time, start_time) AS submit_time, start_time, end_time, priority, source
-FROM jobs
-WHERE coalesce(submit_time, start_time) < $end AND (end_time IS NULL OR end_time > $start)
-ORDER BY cluster, job_id
-"""
-_ALLOC_POOLS = """
-SELECT a.cluster, a.job_id, g.model, g.mig_profile, count(DISTINCT a.gpu_id) AS devices
-FROM job_allocations a JOIN gpus g USING (gpu_id) JOIN jobs j ON j.cluster = a.cluster AND j.job_id = a.job_id
-WHERE coalesce(j.submit_time, j.start_time) < $end AND (j.end_time IS NULL OR j.end_time > $start)
-GROUP BY ALL
-"""
+_GPUS = load_sql(__package__, "trace_gpus.sql")
+_JOBS = load_sql(__package__, "trace_jobs.sql")
+_ALLOC_POOLS = load_sql(__package__, "trace_alloc_pools.sql")
 # Jobs with device allocations read gpu_hourly first and keep those values; the others, their
 # samples by the label DCGM puts on them (one query per way of matching, below).
 _ACTIVITY = load_sql(__package__, "job_activity_hourly.sql",
@@ -133,6 +119,167 @@ def _units(gpus: float, fraction: float) -> tuple[int, float]:
     return 1, per_device
 
 
+class JobRow(NamedTuple):
+    """One row of trace_jobs.sql."""
+
+    cluster: str
+    job_id: str
+    project: str | None
+    user_name: str | None
+    name: str | None
+    kind: str | None
+    namespace: str | None
+    gpu_model: str | None
+    gpus: float
+    min_runtime_s: int | None
+    submit_time: datetime
+    start_time: datetime | None
+    end_time: datetime | None
+    priority: int | None
+    source: str | None
+
+
+JobKey = tuple[str, str]  # (cluster, job_id)
+
+
+def held_devices(rows) -> dict[JobKey, Counter]:
+    """trace_alloc_pools.sql's rows -> per job, how many devices of each (model, MIG profile) it held."""
+    held: dict[JobKey, Counter] = defaultdict(Counter)
+    for cl, jid, model, prof, n in rows:
+        held[(cl, jid)][(model, prof)] += n
+    return held
+
+
+def hourly_activity(rows) -> dict[JobKey, dict[int, float]]:
+    """(cluster, job_id, hour of runtime, activity) rows, best source first -> per job, hour -> activity
+    in [0, 1]: the first row of an hour wins; a NULL activity or hour, or a negative hour, says nothing."""
+    out: dict[JobKey, dict[int, float]] = defaultdict(dict)
+    for cl, jid, hour, act in rows:
+        if act is not None and hour is not None and hour >= 0:
+            out[(cl, jid)].setdefault(int(hour), max(0.0, min(1.0, float(act))))
+    return out
+
+
+def runtimes_by_kind(jobs: list[JobRow]) -> dict[str | None, list[float]]:
+    """The recorded runtimes (s) of the jobs that started and ended, by kind."""
+    runtimes: dict[str | None, list[float]] = defaultdict(list)
+    for j in jobs:
+        if j.start_time is not None and j.end_time is not None:
+            runtimes[j.kind].append((j.end_time - j.start_time).total_seconds())
+    return runtimes
+
+
+def job_model_profile(job: JobRow, held: dict[JobKey, Counter],
+                      models_by_cluster: dict[str, Counter]) -> tuple[str | None, str | None]:
+    """The (model, MIG profile) a job runs on: the kind of device it held most (ties: by model, then
+    profile, the larger name); no device allocations: the MIG profile its model or name names and
+    its model's key, else the cluster's most common model."""
+    got = held.get((job.cluster, job.job_id))
+    if got:
+        (model, prof), _ = max(got.items(), key=lambda kv: (kv[1], kv[0][0], kv[0][1] or ""))
+        return model, prof
+    prof = find_profile(job.gpu_model) or find_profile(job.name)
+    models = models_by_cluster.get(job.cluster)
+    model = _model_key(job.gpu_model) or (models.most_common(1)[0][0] if models else None)
+    return model, prof
+
+
+def work_seconds(job: JobRow, *, start: datetime, end: datetime, params: Params, exempt_kinds: set[str],
+                 runtimes: dict[str | None, list[float]]) -> tuple[float, int]:
+    """(seconds of work to replay, hours of it already done before ``start``): see the module
+    docstring's *work*."""
+    kind = job.kind or ""
+    if job.start_time is not None:
+        st = job.start_time
+        work = ((job.end_time or end) - max(st, start)).total_seconds()
+        skip_h = 0  # a job already running at the range's start replays what was left of it
+        if st < start:
+            skip_h = int((start - st.replace(minute=0, second=0, microsecond=0)).total_seconds() // 3600)
+        return work, skip_h
+    if job.min_runtime_s and kind not in params.resumable_kinds and kind not in exempt_kinds:
+        # never started, cannot checkpoint, may be preempted, declares a minimum runtime: that is
+        # the runtime it says it needs (preempted sooner it loses everything). The kind's median
+        # instead would make it outlive its protection, be preempted and start over at every
+        # cycle past it. (An exempt service is never preempted: its median stands.)
+        return float(job.min_runtime_s), 0
+    known = runtimes.get(job.kind) or []
+    return (statistics.median(known) if known else 3600.0), 0
+
+
+def activity_profile(acts: dict[int, float] | None, *, skip_h: int, work_s: float,
+                     kind: str | None) -> tuple[tuple[float, ...], str]:
+    """(activity per hour of the replayed runtime, "samples"), from the hours measured (an hour
+    missing between them: the kind's typical activity), as many hours as the work or the last
+    measured hour needs; or ((the kind's typical activity,), "kind") when nothing measured remains."""
+    default = KIND_ACTIVITY.get(kind or "", DEFAULT_ACTIVITY)
+    if acts and max(acts) >= skip_h:
+        n = max(max(acts) + 1 - skip_h, int(-(-work_s // 3600)))
+        return tuple(acts.get(h + skip_h, default) for h in range(n)), "samples"
+    return (default,), "kind"
+
+
+def sim_job(job: JobRow, *, pool, units: int, size: float, frac: float, work_s: float,
+            activity: tuple[float, ...], source: str, start: datetime, params: Params) -> SimJob:
+    """The SimJob the engine replays: submitted at its offset from ``start`` (0 if before it),
+    ``units`` devices of ``size`` each, ``gpus`` = units x size x the device's fraction of a GPU."""
+    return SimJob(
+        job_id=job.job_id,
+        project=job.project,
+        submit_s=max(0, int((job.submit_time - start).total_seconds())),
+        work_s=round(work_s),
+        pool=pool,
+        units=units,
+        unit_size=size,
+        gpus=units * size * frac,
+        cluster=job.cluster,
+        kind=job.kind,
+        name=job.name,
+        namespace=job.namespace,
+        user_name=job.user_name,
+        declared_priority=None if job.priority is None else int(job.priority),
+        min_runtime_s=int(job.min_runtime_s or 0),
+        resumable=(job.kind or "") in params.resumable_kinds,
+        activity=activity,
+        activity_source=source,
+    )
+
+
+def trace_jobs(rows: list[JobRow], *, pools: dict, held: dict[JobKey, Counter],
+               activity: dict[JobKey, dict[int, float]], start: datetime, end: datetime, params: Params,
+               exempt_kinds: set[str]) -> tuple[list[SimJob], list[tuple[str, str]]]:
+    """The jobs' rows as SimJobs on the inventory's ``pools``, and the (job_id, reason) of each that
+    cannot be replayed: no such devices, more devices than the pool has, no time to run."""
+    models_by_cluster: dict[str, Counter] = defaultdict(Counter)
+    for p, devices in pools.items():  # (cluster, model, profile)
+        models_by_cluster[p[0]][p[1]] += len(devices)
+    runtimes = runtimes_by_kind(rows)
+    jobs, skipped = [], []
+    for job in rows:
+        model, prof = job_model_profile(job, held, models_by_cluster)
+        pool = pool_key(job.cluster, model, prof)
+        if pool not in pools:
+            what = f"{model} {prof}" if prof else f"{model}"
+            skipped.append((job.job_id, f"no {what} GPUs of cluster {job.cluster} in the inventory"))
+            continue
+        frac = pools[pool][0].fraction if prof else 1.0
+        if prof and mig_fraction(prof, model):
+            frac = mig_fraction(prof, model)
+        units, size = _units(float(job.gpus), frac)
+        if units > len(pools[pool]):
+            skipped.append((job.job_id, f"asks {units} devices of {pool[1]}, the inventory has {len(pools[pool])}"))
+            continue
+        work, skip_h = work_seconds(job, start=start, end=end, params=params, exempt_kinds=exempt_kinds,
+                                    runtimes=runtimes)
+        if work <= 0:
+            skipped.append((job.job_id, "ran for no time"))
+            continue
+        profile, source = activity_profile(activity.get((job.cluster, job.job_id)), skip_h=skip_h, work_s=work,
+                                           kind=job.kind)
+        jobs.append(sim_job(job, pool=pool, units=units, size=size, frac=frac if prof else 1.0, work_s=work,
+                            activity=profile, source=source, start=start, params=params))
+    return jobs, skipped
+
+
 def load_trace(
     con,
     cfg,
@@ -154,113 +301,14 @@ def load_trace(
             "(give --inventory FILE, or load samples first)"
         )
     pools = inv.pools()
-    fraction = {p: devs[0].fraction for p, devs in pools.items()}
-    held: dict[tuple[str, str], Counter] = defaultdict(Counter)
-    for cl, jid, model, prof, n in con.execute(_ALLOC_POOLS, args).fetchall():
-        held[(cl, jid)][(model, prof)] += n
-    activity: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    held = held_devices(con.execute(_ALLOC_POOLS, args).fetchall())
     queries = [_ACTIVITY]
     if samples:
         queries += [_activity_labels(m) for m in (_MATCH_SLURM, _MATCH_POD, _MATCH_POD_NAME)]
-    for query in queries:
-        for cl, jid, hour, act in con.execute(query, args).fetchall():
-            if act is not None and hour is not None and hour >= 0:
-                activity[(cl, jid)].setdefault(int(hour), max(0.0, min(1.0, float(act))))
-    rows = con.execute(_JOBS, args).fetchall()
-    models_by_cluster: dict[str, Counter] = defaultdict(Counter)
-    for p in pools:
-        models_by_cluster[p[0]][p[1]] += len(pools[p])
-    runtimes: dict[str | None, list[float]] = defaultdict(list)
-    for r in rows:
-        if r[11] is not None and r[12] is not None:
-            runtimes[r[5]].append((r[12] - r[11]).total_seconds())
-    exempt_kinds = set(cfg.policy.enforcement.exempt_kinds)
-    jobs, skipped = [], []
-    for (
-        cl,
-        jid,
-        project,
-        user,
-        name,
-        kind,
-        ns,
-        gpu_model,
-        gpus,
-        min_rt,
-        submit,
-        st,
-        en,
-        prio,
-        _source,
-    ) in rows:
-        if (cl, jid) in held:
-            (model, prof), _ = max(held[(cl, jid)].items(), key=lambda kv: (kv[1], kv[0][0], kv[0][1] or ""))
-        else:
-            prof = find_profile(gpu_model) or find_profile(name)
-            model = _model_key(gpu_model) or (
-                models_by_cluster[cl].most_common(1)[0][0] if models_by_cluster[cl] else None
-            )
-        pool = pool_key(cl, model, prof)
-        if pool not in pools:
-            skipped.append(
-                (jid, f"no {model}{' ' + prof if prof else ''} GPUs of cluster {cl} in the inventory")
-            )
-            continue
-        frac = fraction[pool] if prof else 1.0
-        if prof and mig_fraction(prof, model):
-            frac = mig_fraction(prof, model)
-        units, size = _units(float(gpus), frac)
-        if units > len(pools[pool]):
-            skipped.append((jid, f"asks {units} devices of {pool[1]}, the inventory has {len(pools[pool])}"))
-            continue
-        skip_h = 0  # a job already running at the range's start replays what was left of it
-        if st is not None:
-            work = ((en or end) - max(st, start)).total_seconds()
-            if st < start:
-                skip_h = int((start - st.replace(minute=0, second=0, microsecond=0)).total_seconds() // 3600)
-        elif min_rt and (kind or "") not in params.resumable_kinds and (kind or "") not in exempt_kinds:
-            # never started, cannot checkpoint, may be preempted, declares a minimum runtime: that is
-            # the runtime it says it needs (preempted sooner it loses everything). The kind's median
-            # instead would make it outlive its protection, be preempted and start over at every
-            # cycle past it. (An exempt service is never preempted: its median stands.)
-            work = float(min_rt)
-        else:
-            known = runtimes.get(kind) or []
-            work = statistics.median(known) if known else 3600.0
-        if work <= 0:
-            skipped.append((jid, "ran for no time"))
-            continue
-        acts = activity.get((cl, jid))
-        default = KIND_ACTIVITY.get(kind or "", DEFAULT_ACTIVITY)
-        if acts and max(acts) >= skip_h:
-            n = max(max(acts) + 1 - skip_h, int(-(-work // 3600)))
-            profile = tuple(acts.get(h + skip_h, default) for h in range(n))
-            source = "samples"
-        else:
-            profile, source = (default,), "kind"
-        submit_s = max(0, int((submit - start).total_seconds()))
-        jobs.append(
-            SimJob(
-                job_id=jid,
-                project=project,
-                submit_s=submit_s,
-                work_s=round(work),
-                pool=pool,
-                units=units,
-                unit_size=size,
-                gpus=units * size * (frac if prof else 1.0),
-                cluster=cl,
-                kind=kind,
-                name=name,
-                namespace=ns,
-                user_name=user,
-                declared_priority=None if prio is None else int(prio),
-                min_runtime_s=int(min_rt or 0),
-                resumable=(kind or "") in params.resumable_kinds,
-                activity=profile,
-                activity_source=source,
-            )
-        )
+    activity = hourly_activity(row for query in queries for row in con.execute(query, args).fetchall())
+    rows = [JobRow(*r) for r in con.execute(_JOBS, args).fetchall()]
+    jobs, skipped = trace_jobs(rows, pools=pools, held=held, activity=activity, start=start, end=end,
+                               params=params, exempt_kinds=set(cfg.policy.enforcement.exempt_kinds))
     return Trace(
         origin=start,
         horizon_s=int((end - start).total_seconds()),

@@ -1,4 +1,4 @@
-"""The bulk exposition parser (``exposition_bulk``, what ``parse_exposition`` runs) gives exactly the
+"""The bulk exposition parser (``exposition.bulk``, what ``parse_exposition`` runs) gives exactly the
 page the per-line reference (``parse_exposition_lines``) gives: same samples (values, series labels,
 line numbers, order), same refused lines with the same reasons, same counts. Held on the bad-input
 corpus, on simulator pages (MIG, hpc_job copies, host spellings, explicit timestamps) and on lines
@@ -16,7 +16,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from gpuledger.ingest.metrics.exposition import parse_exposition, parse_exposition_lines
-from gpuledger.ingest.metrics.exposition_bulk import canonical_key, parse_exposition_bulk
+from gpuledger.ingest.metrics.exposition.bulk import canonical_key, parse_exposition_bulk
 from gpuledger.simulator import build_cluster, metrics_page
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "exposition" / "bad_corpus.prom"
@@ -169,7 +169,7 @@ def test_wide_rows_from_the_series_numbers_equal_long_to_wide(sim_pages):
 def test_pages_parsed_together_same_as_each_alone(sim_pages):
     """parse_pages_bulk: each page keeps its own line numbers, scrape time (one page's explicit
     timestamps are in the future of its own scrape time only), duplicates and refusals."""
-    from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
+    from gpuledger.ingest.metrics.exposition.bulk import parse_pages_bulk
     pages, t = sim_pages
     sim = build_cluster(seed=3, gpus=64, start=datetime(2026, 11, 1), days=0.05)
     stamped = metrics_page(sim, 1, t, timestamps=True)
@@ -190,7 +190,7 @@ def test_pages_parsed_together_same_as_each_alone(sim_pages):
 def test_label_cache_gives_what_a_fresh_parse_gives(sim_pages, monkeypatch):
     """Round 2 reads its label sets from the cache round 1 filled (plus one new device's, a miss);
     the page is the same as the reference's either way, and a full cache starts again."""
-    import gpuledger.ingest.metrics.exposition_bulk as bulk
+    from gpuledger.ingest.metrics.exposition import bulk
     pages, t = sim_pages
     monkeypatch.setattr(bulk, "_cache", None)
     monkeypatch.setattr(bulk, "_recent", ())  # (else a recent numbering of this text would serve)
@@ -212,8 +212,7 @@ def test_label_cache_gives_what_a_fresh_parse_gives(sim_pages, monkeypatch):
 def test_scan_steps_cut_anywhere_same_as_reference(sim_pages, monkeypatch, step):
     """The scan reads the text in steps cut after a newline (lines longer than a step included):
     any step size gives the reference's page, on clean, CRLF and mutated text."""
-    import gpuledger.ingest.metrics.exposition_bulk as bulk
-    import gpuledger.ingest.metrics.exposition_scan as scan
+    from gpuledger.ingest.metrics.exposition import bulk, scan
     monkeypatch.setattr(scan, "_STEP", step)
     monkeypatch.setattr(bulk, "_recent", ())
     pages, t = sim_pages
@@ -230,7 +229,7 @@ def test_recent_numbering_reused_only_for_the_same_label_texts(sim_pages, monkey
     another text came between: a round written in batches); one changed label (same length, so
     every offset stays) or one line less is numbered afresh. Each time the page equals the
     reference's."""
-    import gpuledger.ingest.metrics.exposition_bulk as bulk
+    from gpuledger.ingest.metrics.exposition import bulk
     monkeypatch.setattr(bulk, "_recent", ())
     pages, t = sim_pages
     text = "".join(pages)
@@ -255,7 +254,7 @@ def test_parse_keeps_no_reference_to_the_page(sim_pages):
     it (a cache holding each round's 40 MB page would grow without bound)."""
     import sys
 
-    import gpuledger.ingest.metrics.exposition_bulk as bulk
+    from gpuledger.ingest.metrics.exposition import bulk
     pages, t = sim_pages
     text = "".join(pages)
     assert text.isascii()  # read in place
@@ -279,7 +278,7 @@ def test_wide_rows_equal_long_to_wide_without_copies_and_over_several_scrape_tim
     """series_long_to_wide's two dedup paths: no (device, ts, metric) twice (no job copies: the
     count shortcut) and pages scraped at different times with a second job's copy of every sample
     (several ts, two samples a cell: the sort)."""
-    from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
+    from gpuledger.ingest.metrics.exposition.bulk import parse_pages_bulk
     pages, t = sim_pages
     no_copies = "\n".join(line for line in "".join(pages).split("\n") if "hpc_job" not in line)
     wide = _wide_same(parse_exposition_bulk(no_copies, scrape_ms=t * 1000))
@@ -296,9 +295,8 @@ def test_wide_rows_equal_long_to_wide_without_copies_and_over_several_scrape_tim
 def test_ranked_series_reused_only_for_an_equal_series_frame(sim_pages, monkeypatch):
     """series_long_to_wide keeps the recent series frames' rankings: an equal frame (another object)
     takes one, a frame differing in one host takes its own; both match long_to_wide."""
-    from gpuledger.ingest.metrics import exposition
-    from gpuledger.ingest.metrics.exposition import long_to_wide, series_long_to_wide
-    monkeypatch.setattr(exposition, "_recent_ranked", ())
+    from gpuledger.ingest.metrics.exposition import long_to_wide, series_long_to_wide, wide
+    monkeypatch.setattr(wide, "_recent_ranked", ())
     pages, t = sim_pages
     parsed = parse_exposition_bulk("".join(pages), scrape_ms=t * 1000)
     first = series_long_to_wide(parsed.points, parsed.series)
@@ -310,9 +308,9 @@ def test_ranked_series_reused_only_for_an_equal_series_frame(sim_pages, monkeypa
     slow = long_to_wide(parsed.points.join(other, on="series", how="left", maintain_order="left").drop("series"))
     assert_frame_equal(moved.select(sorted(moved.columns)), slow.select(sorted(slow.columns)))
     assert "elsewhere" in moved["host"].to_list() and "elsewhere" not in first["host"].to_list()
-    kept = exposition._recent_ranked
+    kept = wide._recent_ranked
     assert_frame_equal(series_long_to_wide(parsed.points, parsed.series), first)  # the first, again
-    now = exposition._recent_ranked  # recalled, not ranked afresh:
+    now = wide._recent_ranked  # recalled, not ranked afresh:
     assert len(now) == len(kept) == 2 and all(a is b for a, b in zip(now, kept))
 
 
@@ -320,7 +318,7 @@ def test_ranked_series_reused_only_for_an_equal_series_frame(sim_pages, monkeypa
 def test_set_bytes_is_flatnonzero(size):
     import numpy as np
 
-    from gpuledger.ingest.metrics.exposition_scan import set_bytes
+    from gpuledger.ingest.metrics.exposition.scan import set_bytes
     rng = np.random.default_rng(size)
     for density in (0.0, 0.01, 0.5, 1.0):
         hit = rng.random(size) < density
@@ -348,7 +346,7 @@ def test_label_cache_looked_up_by_hash_takes_only_the_same_text(sim_pages, monke
     """The per-text cache is joined on the texts' hashes and a row counts only when its text is the
     same: a cached row with the right hash and another text is a miss; two cached rows with one
     hash send the lookup by text. Each time the page equals the reference's."""
-    import gpuledger.ingest.metrics.exposition_bulk as bulk
+    from gpuledger.ingest.metrics.exposition import bulk
     pages, t = sim_pages
     text = "".join(pages)
     monkeypatch.setattr(bulk, "_cache", None)

@@ -107,47 +107,53 @@ def ingest_kubernetes_command(
 ) -> None:
     """List (and with --watch, follow) pods requesting nvidia.com/gpu or MIG slices, plus Kueue
     Workloads, into the warehouse's jobs table. Re-running changes no row counts."""
-    from gpuledger.extras import require
-
-    k8s = require("kubernetes.client")  # the [kubernetes] extra; a clear message when it is missing
-    from kubernetes.config import ConfigException
-
-    import yaml
-
     from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
-    from gpuledger.ingest.jobs.kubernetes import IngestStats, KubernetesIngest, api_client
+    from gpuledger.ingest.jobs.kubernetes import KubernetesIngest
 
     limits = call_deadline(connect_timeout, read_timeout)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its text is not the user's; we say what failed
-    options = MappingOptions(
-        project_label=project_label,
-        user_label=user_label,
-        namespace_projects=parse_namespace_map(namespace_map or []),
-    )
-    try:
-        api = api_client(kubeconfig, context, retries=0)
-    except (ConfigException, OSError, TypeError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        typer.echo(
-            f"gpuledger ingest kubernetes: cannot load the kubeconfig ({_kubeconfig_problem(exc, kubeconfig)}); "
-            "pass --kubeconfig / --context or run inside the cluster",
-            err=True,
-        )
-        raise typer.Exit(2) from None
+    options = MappingOptions(project_label=project_label, user_label=user_label,
+                             namespace_projects=parse_namespace_map(namespace_map or []))
+    api = _api(kubeconfig, context)
     if cluster is None:
         cluster = context or _current_context(kubeconfig) or "in-cluster"
     # SIGINT / SIGTERM stop within a second even inside a silent watch stream (minutes between
     # events), never in the middle of a write: 130 for Ctrl-C, 0 for a service manager's stop.
     signals = StopSignals(interrupt=True)
-    ingest = KubernetesIngest(
-        api,
-        cluster=cluster,
-        warehouse_path=warehouse_path(warehouse_file),
-        options=options,
-        page_size=page_size,
-        deadline=limits,
-        write_guard=signals.holding,
-    )
+    ingest = KubernetesIngest(api, cluster=cluster, warehouse_path=warehouse_path(warehouse_file), options=options,
+                              page_size=page_size, deadline=limits, write_guard=signals.holding)
+    stats = _follow(ingest, signals, cluster, limits, watch=watch, watch_timeout=watch_timeout)
+    typer.echo(f"cluster {cluster}: {_summary(stats)}")
+
+
+def _api(kubeconfig: Path | None, context: str | None):
+    """The API client of the kubeconfig (or in-cluster); a kubeconfig that cannot be read is exit
+    2 with what is wrong with it."""
+    from gpuledger.extras import require
+
+    require("kubernetes.client")  # the [kubernetes] extra; a clear message when it is missing
+    import yaml
+    from kubernetes.config import ConfigException
+
+    from gpuledger.ingest.jobs.kubernetes import api_client
+
+    try:
+        return api_client(kubeconfig, context, retries=0)
+    except (ConfigException, OSError, TypeError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        typer.echo(f"gpuledger ingest kubernetes: cannot load the kubeconfig ({_kubeconfig_problem(exc, kubeconfig)}); "
+                   "pass --kubeconfig / --context or run inside the cluster", err=True)
+        raise typer.Exit(2) from None
+
+
+def _follow(ingest, signals: StopSignals, cluster: str, limits, *, watch: bool, watch_timeout: int):
+    """One list (or, with ``watch``, the list and then the watch until a signal) into the
+    warehouse; the stats. A stop, a refusal or an unreachable server ends the command with one line
+    and its exit code (130 / 0 for a signal, 1 otherwise)."""
+    from kubernetes.client import ApiException  # loaded (the extra checked) by _api
+
+    from gpuledger.ingest.jobs.kubernetes import IngestStats
+
     stats = IngestStats()
     try:
         with signals:
@@ -163,23 +169,18 @@ def ingest_kubernetes_command(
         typer.echo(f"cluster {cluster}: stopped ({name}); every finished write is stored: {_summary(stats)}",
                    err=True)
         raise typer.Exit(signals.exit_code if signals.signal else 130) from None
-    except k8s.ApiException as exc:
-        typer.echo(
-            f"gpuledger ingest kubernetes: the API server refused ({exc.status} {exc.reason}); "
-            "check the context's permissions to list pods and nodes",
-            err=True,
-        )
+    except ApiException as exc:
+        typer.echo(f"gpuledger ingest kubernetes: the API server refused ({exc.status} {exc.reason}); "
+                   "check the context's permissions to list pods and nodes", err=True)
         raise typer.Exit(1) from None
     except Exception as exc:  # connection refused, DNS, TLS, no answer: say which server and stop
         if type(exc).__module__.startswith(("urllib3", "socket", "ssl")) or isinstance(exc, OSError):
-            typer.echo(
-                f"gpuledger ingest kubernetes: cannot reach {api.configuration.host}: "
-                f"{deadlines.why_unreachable(exc, limits)}; nothing was written by this request "
-                "(check the server, or raise --read-timeout / --connect-timeout)", err=True
-            )
+            typer.echo(f"gpuledger ingest kubernetes: cannot reach {ingest.api.configuration.host}: "
+                       f"{deadlines.why_unreachable(exc, limits)}; nothing was written by this request "
+                       "(check the server, or raise --read-timeout / --connect-timeout)", err=True)
             raise typer.Exit(1) from None
         raise
-    typer.echo(f"cluster {cluster}: {_summary(stats)}")
+    return stats
 
 
 def call_deadline(connect_s: float, read_s: float) -> deadlines.CallDeadline:

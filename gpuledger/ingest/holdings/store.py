@@ -31,6 +31,7 @@ DISAGREEMENT_SOURCE = "attribution"
 _LINKS = load_sql(__package__, "link_holdings.sql")
 _DISAGREEMENTS = load_sql(__package__, "disagreements.sql")
 _SUMMARY = load_sql(__package__, "disagreement_summary.sql")
+_HOLDING_ALLOCATIONS = load_sql(__package__, "holding_allocations.sql")
 
 HOLDING_COLUMNS = {
     "cluster": pl.String, "source": pl.String, "scheduler_job": pl.String, "host": pl.String,
@@ -106,13 +107,7 @@ def link_holdings(con: duckdb.DuckDBPyConnection, *, since: datetime | None = No
             "WHERE a.cluster = l.cluster AND a.job_id = l.job_id "
             "AND (a.source = 'labels' OR a.source IN (SELECT unnest($sources)))",
             {"sources": list(SOURCES)}).fetchall()
-        con.execute(
-            "INSERT OR REPLACE INTO job_allocations (cluster, job_id, gpu_id, start_time, end_time, gpu_fraction, source) "
-            "SELECT cluster, job_id, gpu_id, min(start_time), "
-            "CASE WHEN bool_or(end_time IS NULL) THEN NULL ELSE max(end_time) END, "
-            # replicas of one time-sliced GPU add up (two of four = half the GPU)
-            "least(1.0, sum(gpu_fraction)), any_value(source) "
-            "FROM _holding_links GROUP BY cluster, job_id, gpu_id, start_time").fetchall()
+        con.execute(_HOLDING_ALLOCATIONS).fetchall()
         linked = con.execute("SELECT count(*) FROM (SELECT DISTINCT cluster, job_id, gpu_id, start_time "
                              "FROM _holding_links)").fetchall()[0][0]
         span = con.execute("SELECT min(start_time), max(coalesce(end_time, $now)) FROM _holding_links",

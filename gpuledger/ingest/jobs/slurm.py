@@ -46,6 +46,7 @@ from gpuledger.ingest.jobs.checks import job_limits, screen_jobs, whole_number
 from gpuledger.rules.clock import naive_utc, utc_now
 from gpuledger.rules.mig import find_profile, mig_fraction
 from gpuledger.rules.model_keys import gpu_model_key
+from gpuledger.sql import load_sql
 from gpuledger.warehouse import QuarantineRow, quarantine, upsert
 from gpuledger.warehouse.job_columns import JOB_CORE, job_schema
 
@@ -611,16 +612,7 @@ def keep_earlier_runs(con: duckdb.DuckDBPyConnection, frame: pl.DataFrame) -> in
     con.register("_slurm_incoming", frame.select("cluster", "job_id", "submit_time", "start_time",
                                                  "updated_at").to_arrow())
     try:
-        con.execute(
-            """CREATE OR REPLACE TEMP TABLE _slurm_runs AS
-               SELECT j.cluster, j.job_id,
-                      j.job_id || '@' || strftime(j.start_time, '%Y-%m-%dT%H:%M:%S') AS run_job_id,
-                      coalesce(j.end_time, CASE WHEN i.submit_time > j.start_time THEN i.submit_time END,
-                               i.start_time, i.updated_at) AS run_end,
-                      j.end_time IS NULL AS was_open
-               FROM jobs j JOIN _slurm_incoming i ON j.cluster = i.cluster AND j.job_id = i.job_id
-               WHERE j.source = 'slurm-sacct' AND j.start_time IS NOT NULL
-                 AND (i.start_time IS NULL OR i.start_time > j.start_time)""")
+        con.execute(load_sql(__package__, "slurm_requeued_runs.sql"))
     finally:
         con.unregister("_slurm_incoming")
     kept = con.execute("SELECT count(*) FROM _slurm_runs").fetchall()[0][0]

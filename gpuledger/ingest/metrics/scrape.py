@@ -34,9 +34,13 @@ from gpuledger.ingest.metrics.exposition import (
     series_long_to_wide,
     wide_rows,
 )
-from gpuledger.ingest.metrics.exposition_bulk import parse_pages_bulk
-from gpuledger.ingest.metrics.plausible import (refuse_host_conflicts, refuse_host_conflicts_wide,
-                                                split_implausible_times, window_in_force)
+from gpuledger.ingest.metrics.exposition.bulk import parse_pages_bulk
+from gpuledger.ingest.metrics.plausible import (
+    refuse_host_conflicts,
+    refuse_host_conflicts_wide,
+    split_implausible_times,
+    window_in_force,
+)
 from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"

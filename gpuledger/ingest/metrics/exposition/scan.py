@@ -1,6 +1,6 @@
 """Reading an exposition text as bytes: one numpy scan finds its lines and their marks, and string
 columns point into the text's own buffer (Arrow string views: no byte copied). The bulk parser
-(``exposition_bulk``) judges what this finds; nothing here knows DCGM.
+(``bulk``) judges what this finds; nothing here knows DCGM.
 
 An ASCII ``str`` is read in place (CPython: ``PyUnicode_AsUTF8AndSize`` hands out the string's own
 storage), other text is encoded once; several pages become one buffer joined by newlines.

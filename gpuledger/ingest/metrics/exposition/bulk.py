@@ -4,7 +4,7 @@ A dcgm-exporter page is ~276 bytes per sample, and per-line Python (split, find,
 lookup) costs ~7 us a line: 0.14 M samples/s. Here the text is read as one byte array (an ASCII
 ``str`` in place, not encoded):
 
-1. One numpy scan (``exposition_scan``), in ~2 MB steps cut after a newline, finds every newline, ``{``, ``}`` and byte
+1. One numpy scan (``scan``), in ~2 MB steps cut after a newline, finds every newline, ``{``, ``}`` and byte
    that sends a line the per-line way (non-ASCII, tab, ...); a line whose only marks are a ``{``
    and then a ``}`` and a space is a sample candidate. While the step is in cache, the candidates'
    name, label text and ``value [timestamp]`` tail become Arrow string views into the text (no
@@ -21,7 +21,7 @@ lookup) costs ~7 us a line: 0.14 M samples/s. Here the text is read as one byte 
    when some pair repeats).
 
 Every line the bulk path does not accept as plainly good (a comment aside) goes through
-``exposition.line_verdict``, the per-line rules, so errors keep their wording and line numbers. The
+``lines.line_verdict``, the per-line rules, so errors keep their wording and line numbers. The
 result equals ``parse_exposition_lines`` (tests/ingest/test_exposition_bulk.py).
 """
 
@@ -36,9 +36,9 @@ import polars as pl
 import pyarrow as pa
 
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
-from gpuledger.ingest.metrics.exposition import (
-    _K8S_SPELLINGS,
+from gpuledger.ingest.metrics.exposition.lines import (
     DEFAULT_MAX_FUTURE_S,
+    K8S_SPELLINGS,
     MAX_LABEL_LEN,
     SERIES_COLUMNS,
     SERIES_SCHEMA,
@@ -48,9 +48,10 @@ from gpuledger.ingest.metrics.exposition import (
     Reject,
     line_verdict,
     normalize_labels,
+    parse_exposition_lines,
     parse_labels,
 )
-from gpuledger.ingest.metrics.exposition_scan import Text, name_views, page_bytes, read_lines
+from gpuledger.ingest.metrics.exposition.scan import Text, name_views, page_bytes, read_lines
 from gpuledger.ingest.metrics.values import FIELD_CHECKS
 from gpuledger.rules.hosts import canonical_host_series
 
@@ -71,7 +72,7 @@ _INT = r"^-?[0-9]{1,9}$"
 
 
 _NEEDED = ("UUID", "uuid", "Hostname", "hostname", "GPU_I_ID", "gpu", "pci_bus_id", "modelName",
-           "GPU_I_PROFILE", "hpc_job", *(k for ks in _K8S_SPELLINGS.values() for k in ks))
+           "GPU_I_PROFILE", "hpc_job", *(k for ks in K8S_SPELLINGS.values() for k in ks))
 
 
 def canonical_key(labels: dict[str, str]) -> str:
@@ -109,7 +110,7 @@ def _simple_label_sets(texts: pl.Series) -> pl.DataFrame:
         if wanted.height else pl.DataFrame({"set": pl.Series([], dtype=pl.UInt32)})
     wide = wide.with_columns([pl.lit(None, dtype=pl.String).alias(n) for n in _NEEDED if n not in wide.columns])
     wide = sets.select("set", "simple", "pieces").join(wide, on="set", how="left").sort("set")
-    k8s = {column: pl.coalesce([_nonempty(s) for s in spellings]) for column, spellings in _K8S_SPELLINGS.items()}
+    k8s = {column: pl.coalesce([_nonempty(s) for s in spellings]) for column, spellings in K8S_SPELLINGS.items()}
     frame = wide.with_columns(
         gpu_uuid=pl.coalesce(_nonempty("UUID"), _nonempty("uuid")),
         host_raw=pl.coalesce(_nonempty("Hostname"), _nonempty("hostname")),
@@ -273,7 +274,6 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
     """``parse_exposition``, in bulk (module docstring). Same result as ``parse_exposition_lines``."""
     got = parse_pages_bulk([(text, scrape_ms)], max_future_s=max_future_s)
     if got is None:
-        from gpuledger.ingest.metrics.exposition import parse_exposition_lines
         return parse_exposition_lines(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
     return ParsedPage.from_points(got.points.drop("page"), got.series, [r for _, r in got.rejects],
                                   got.unknown_dcgm, got.lines[0], got.skipped_other)
@@ -284,7 +284,13 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     """Pages ``(text, scrape_ms)`` parsed in one bulk pass, each by its own rules (its line numbers,
     its scrape time and future limit, duplicates within the page), the series numbered across all.
     A scrape round of 1,280 node pages costs one pass, not 1,280. None when the text cannot be read
-    in bulk (lone surrogates, a 64-bit hash collision, 2 GB): parse each page line by line then."""
+    in bulk (lone surrogates, a 64-bit hash collision, 2 GB): parse each page line by line then.
+
+    The stages, in order: scan the text (``scan.read_lines``), place each line in its page
+    (``page_layout``), read the tails (``tail_values``), settle the lines of other families
+    (``other_families``), number the label texts (``_number_label_texts``), pick the lines the bulk
+    path keeps (``fast_lines``), judge the rest by the per-line rules (``slow_verdicts``), merge the
+    two (``merge_slow``), drop repeated series (``first_copies``) and build the points frame."""
     if not pages:
         return ParsedPages(pl.DataFrame(schema={"page": pl.Int64, "line_no": pl.Int64, "metric": pl.String,
                                                 "series": pl.Int64, "value": pl.Float64, "ts": pl.Datetime("ms")}),
@@ -307,79 +313,157 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     def line_text(i: int) -> str:  # up to its newline (or the text's end)
         return buf[starts[i]:starts[i + 1] - 1 if i + 1 < n_lines else size].tobytes().decode("utf-8")
 
-    if len(pages) == 1:
+    layout = page_layout(page_start, starts)
+    names, tails = text.column(lines.name_views), text.column(lines.tail_views)
+    code, run = _metric_codes(names, lines.name_head)
+    cand_page = layout.page_of_line[cand_idx]
+    tail_ok, value, ts, has_ts = tail_values(tails, page_ms[cand_page])
+    unknown, skipped, settled_other = other_families(names, code, run, lines.name_head)
+
+    series = _Series()
+    good = (code >= 0) & tail_ok
+    series_no = series_numbers(text, lines.label_views, good, series)
+    if series_no is None:
+        return None
+    codes = np.maximum(code, 0)
+    fast = fast_lines(good, series_no, codes, value, has_ts, ts, page_ms[cand_page] + future_ms)
+
+    # the per-line rules for every other line that is not a comment or an empty line
+    slow_idx = np.sort(np.concatenate((lines.other, cand_idx[~(fast | settled_other)])))
+    rejects, slow_samples, slow_skipped, slow_unknown = slow_verdicts(
+        slow_idx, line_text, layout, page_ms, future_ms, max_future_s, series.key_of_text)
+    skipped += slow_skipped
+    unknown.update(slow_unknown)
+
+    if fast.all():  # the usual page: no copies
+        kept = (cand_idx[fast] + 1, codes, series_no, value, ts)
+    else:
+        kept = (cand_idx[fast] + 1, codes[fast], series_no[fast], value[fast], ts[fast])
+    line_no, m_code, s_no, vals, stamps = merge_slow(*kept, slow_samples)  # line_no: global, 1-based
+    page = layout.page_of_line[line_no - 1] if len(pages) > 1 else np.zeros(len(line_no), dtype=np.int64)
+    keep = first_copies(page, s_no, m_code, series.count)
+    if keep is not None:
+        rejects += repeat_rejects(line_no[~keep], line_text, layout)
+        line_no, m_code, s_no, vals, stamps, page = (
+            a[keep] for a in (line_no, m_code, s_no, vals, stamps, page))
+    rejects.sort(key=lambda r: (r[0], r[1].line_no))
+    page_line_no = line_no - layout.page_first[page] if len(pages) > 1 else line_no
+    return ParsedPages(_points(page, page_line_no, m_code, s_no, vals, stamps), series.frame(), rejects, unknown,
+                       layout.page_lines.tolist(), skipped)
+
+
+def series_numbers(text: Text, label_views: np.ndarray, good: np.ndarray, series: _Series) -> np.ndarray | None:
+    """Each candidate's series number (-1: not a ``good`` line, or the per-line rules decide), the
+    ``good`` lines' label texts numbered into ``series``; None on a 64-bit hash collision."""
+    good_idx = np.flatnonzero(good)
+    series_no = np.full(len(good), -1, dtype=np.int64)
+    if len(good_idx):
+        labels = text.column(np.take(label_views, good_idx, axis=0))  # (2-D fancy indexing: ~15x slower)
+        numbers = _number_label_texts(labels, series)
+        if numbers is None:
+            return None
+        series_no[good_idx] = numbers
+    return series_no
+
+
+def repeat_rejects(line_nos: np.ndarray, line_text, layout: PageLayout) -> list[tuple[int, Reject]]:
+    """(page, Reject) for each repeated sample's line (global, 1-based), in the page's numbering."""
+    out = []
+    for no in line_nos.tolist():
+        pg = int(layout.page_of_line[no - 1])
+        out.append((pg, Reject(no - int(layout.page_first[pg]), line_text(no - 1).removesuffix("\r"),
+                               "duplicate series in one scrape (the first copy is kept)")))
+    return out
+
+
+@dataclass(frozen=True)
+class PageLayout:
+    """Where the pages lie among the text's lines: each line's page, the (global, 0-based) index of
+    each page's line 1, and each page's line count."""
+
+    page_of_line: np.ndarray
+    page_first: np.ndarray
+    page_lines: np.ndarray
+
+
+def page_layout(page_start: np.ndarray, starts: np.ndarray) -> PageLayout:
+    """``page_start``: each page's first byte in the text; ``starts``: each line's first byte."""
+    n_lines = len(starts)
+    if len(page_start) == 1:
         page_of_line = np.zeros(n_lines, dtype=np.int64)
         page_first = np.zeros(1, dtype=np.int64)
-    else:  # which page each line is in, and the global index of each page's line 1
+    else:
         page_of_line = np.searchsorted(page_start, starts, side="right") - 1
         page_first = np.searchsorted(starts, page_start)
-    page_lines = np.diff(np.concatenate((page_first, [n_lines])))
-    names, tails = text.column(lines.name_views), text.column(lines.tail_views)
+    return PageLayout(page_of_line, page_first, np.diff(np.concatenate((page_first, [n_lines]))))
 
-    code, run = _metric_codes(names, lines.name_head)
-    known = code >= 0
+
+def tail_values(tails: pl.Series, scrape_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each candidate's ``value [timestamp]`` tail -> (well formed, value, ts in ms, has its own
+    timestamp). A tail without a timestamp takes its page's ``scrape_ms``; a malformed one's value
+    and ts mean nothing (the per-line rules word why)."""
     tail_ok = tails.str.contains(_TAIL).to_numpy()
     value_s = tails.cast(pl.Float64, strict=False)  # null where a timestamp follows
     stamped = value_s.is_null().to_numpy() & tail_ok
     value = value_s.to_numpy()
-    has_ts = np.zeros(len(cand_idx), dtype=bool)
-    cand_page = page_of_line[cand_idx]
-    ts = page_ms[cand_page]
+    has_ts = np.zeros(len(tails), dtype=bool)
+    ts = scrape_ms.copy()
     if stamped.any():
         parts = tails.filter(pl.Series(stamped)).str.split_exact(" ", 1).struct.unnest()
         value[stamped] = parts["field_0"].cast(pl.Float64, strict=False).to_numpy()
         ts[stamped] = parts["field_1"].cast(pl.Int64, strict=False).fill_null(0).to_numpy()
         has_ts = stamped
+    return tail_ok, value, ts, has_ts
 
-    # lines the bulk path settles: unknown DCGM fields and other families (by a plain name; the
-    # lines of a run share their name, so each run is judged once)
+
+def other_families(names: pl.Series, code: np.ndarray, run: np.ndarray,
+                   head: np.ndarray) -> tuple[Counter, int, np.ndarray]:
+    """The candidate lines of families the warehouse does not store, settled by their (plain) name:
+    (lines per unknown DCGM field, lines of non-DCGM families skipped, which lines are settled). The
+    lines of a run share their name, so each run is judged once; a name that is not a valid metric
+    name is left to the per-line rules, which word the reason."""
     unknown: Counter = Counter()
-    skipped = 0
-    other = ~known
-    settled_other = np.zeros(len(cand_idx), dtype=bool)
-    if other.any():
-        heads = np.flatnonzero(lines.name_head)
-        other_run = np.flatnonzero(code[heads] < 0)
-        oname = names.gather(heads[other_run])
-        run_lines = np.diff(np.append(heads, len(cand_idx)))[other_run]
-        valid = oname.str.contains(_VALID_NAME).to_numpy()  # else line_verdict words the reason
-        dcgm_name = oname.str.starts_with("DCGM_FI_").to_numpy()
-        counted = valid & dcgm_name
-        if counted.any():
-            per_name = (pl.DataFrame({"name": oname.filter(pl.Series(counted)), "lines": run_lines[counted]})
-                        .group_by("name").agg(pl.col("lines").sum()))
-            unknown.update(dict(per_name.iter_rows()))
-        skipped += int(run_lines[valid & ~dcgm_name].sum())
-        valid_run = np.zeros(len(heads), dtype=bool)
-        valid_run[other_run[valid]] = True
-        settled_other = valid_run[run]
+    settled = np.zeros(len(code), dtype=bool)
+    if not (code < 0).any():
+        return unknown, 0, settled
+    heads = np.flatnonzero(head)
+    other_run = np.flatnonzero(code[heads] < 0)
+    oname = names.gather(heads[other_run])
+    run_lines = np.diff(np.append(heads, len(code)))[other_run]
+    valid = oname.str.contains(_VALID_NAME).to_numpy()
+    dcgm_name = oname.str.starts_with("DCGM_FI_").to_numpy()
+    counted = valid & dcgm_name
+    if counted.any():
+        per_name = (pl.DataFrame({"name": oname.filter(pl.Series(counted)), "lines": run_lines[counted]})
+                    .group_by("name").agg(pl.col("lines").sum()))
+        unknown.update(dict(per_name.iter_rows()))
+    valid_run = np.zeros(len(heads), dtype=bool)
+    valid_run[other_run[valid]] = True
+    return unknown, int(run_lines[valid & ~dcgm_name].sum()), valid_run[run]
 
-    series = _Series()
-    good = known & tail_ok
-    good_idx = np.flatnonzero(good)
-    series_no = np.full(len(cand_idx), -1, dtype=np.int64)
-    if len(good_idx):
-        labels = text.column(np.take(lines.label_views, good_idx, axis=0))  # (2-D fancy indexing: ~15x slower)
-        numbers = _number_label_texts(labels, series)
-        if numbers is None:
-            return None
-        series_no[good_idx] = numbers
-    codes = np.maximum(code, 0)
+
+def fast_lines(good: np.ndarray, series_no: np.ndarray, codes: np.ndarray, value: np.ndarray,
+               has_ts: np.ndarray, ts: np.ndarray, future_limit: np.ndarray) -> np.ndarray:
+    """The candidates the bulk path keeps as they are: a stored field with a good tail, a numbered
+    series, a finite value in range (or a DCGM blank), no timestamp past its page's limit."""
     v_ok = np.isfinite(value) & _value_ok(codes, value)
-    fast = good & (series_no >= 0) & v_ok & (~has_ts | (ts <= page_ms[cand_page] + future_ms))
-    fast_lines = cand_idx[fast]
+    return good & (series_no >= 0) & v_ok & (~has_ts | (ts <= future_limit))
 
-    # the per-line rules for every other line that is not a comment or an empty line
-    settled = fast | settled_other
-    slow_idx = np.sort(np.concatenate((lines.other, cand_idx[~settled])))
+
+def slow_verdicts(slow_idx: np.ndarray, line_text, layout: PageLayout, page_ms: np.ndarray, future_ms: int,
+                  max_future_s: float, series_key) -> tuple[list[tuple[int, Reject]], list[tuple], int, Counter]:
+    """``line_verdict`` for each line of ``slow_idx`` (global, 0-based): (rejects as (page,
+    Reject), samples as (global 1-based line, metric code, series, value, ts), lines skipped,
+    unknown DCGM fields)."""
     rejects: list[tuple[int, Reject]] = []
-    slow_samples: list[tuple] = []
+    samples: list[tuple] = []
+    skipped = 0
+    unknown: Counter = Counter()
     for i in slow_idx.tolist():
-        line = line_text(i)
-        pg = int(page_of_line[i])
+        pg = int(layout.page_of_line[i])
         ms = int(page_ms[pg])
-        verdict = line_verdict(i + 1 - int(page_first[pg]), line, ms, ms + future_ms, max_future_s,
-                               series.key_of_text)
+        verdict = line_verdict(i + 1 - int(layout.page_first[pg]), line_text(i), ms, ms + future_ms, max_future_s,
+                               series_key)
         if verdict is None:
             continue
         if verdict.__class__ is Reject:
@@ -389,43 +473,41 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
         elif verdict[0] is UNKNOWN:
             unknown[verdict[1]] += 1
         else:
-            slow_samples.append((i + 1, METRICS.index(verdict[0]), *verdict[1:]))
+            samples.append((i + 1, METRICS.index(verdict[0]), *verdict[1:]))
+    return rejects, samples, skipped, unknown
 
-    line_no = fast_lines + 1  # global, 1-based, until the end
-    if fast.all():  # the usual page: no copies
-        m_code, s_no, vals, stamps = codes, series_no, value, ts
-    else:
-        m_code, s_no, vals, stamps = codes[fast], series_no[fast], value[fast], ts[fast]
-    if slow_samples:
-        extra = np.array([s[0] for s in slow_samples], dtype=np.int64)
-        order = np.argsort(np.concatenate((line_no, extra)), kind="stable")
-        line_no = np.concatenate((line_no, extra))[order]
-        m_code = np.concatenate((m_code, [s[1] for s in slow_samples]))[order]
-        s_no = np.concatenate((s_no, [s[2] for s in slow_samples]))[order]
-        vals = np.concatenate((vals, [s[3] for s in slow_samples]))[order]
-        stamps = np.concatenate((stamps, [s[4] for s in slow_samples]))[order]
-    page = page_of_line[line_no - 1] if len(pages) > 1 else np.zeros(len(line_no), dtype=np.int64)
-    # a (series, metric) twice in one page: the first copy is kept. Seldom any such pair at all: one
-    # count over (series, metric) says so, the exact per-page check runs only then
-    if len(s_no) and np.bincount(s_no * len(METRICS) + m_code).max() > 1:
-        cell = pl.Series((page * (series.count + 1) + s_no) * len(METRICS) + m_code)
-        keep = cell.is_first_distinct().to_numpy()
-        for no in line_no[~keep].tolist():
-            raw = line_text(no - 1).removesuffix("\r")
-            pg = int(page_of_line[no - 1])
-            rejects.append((pg, Reject(no - int(page_first[pg]), raw,
-                                       "duplicate series in one scrape (the first copy is kept)")))
-        line_no, m_code, s_no, vals, stamps, page = (
-            a[keep] for a in (line_no, m_code, s_no, vals, stamps, page))
-    rejects.sort(key=lambda r: (r[0], r[1].line_no))
-    points = pl.DataFrame([
+
+def merge_slow(line_no: np.ndarray, m_code: np.ndarray, s_no: np.ndarray, vals: np.ndarray, stamps: np.ndarray,
+               slow_samples: list[tuple]) -> tuple[np.ndarray, ...]:
+    """The bulk path's samples and the per-line rules' (``slow_verdicts``), in line order."""
+    if not slow_samples:
+        return line_no, m_code, s_no, vals, stamps
+    extra = np.array([s[0] for s in slow_samples], dtype=np.int64)
+    order = np.argsort(np.concatenate((line_no, extra)), kind="stable")
+    return (np.concatenate((line_no, extra))[order],
+            *(np.concatenate((a, [s[k] for s in slow_samples]))[order]
+              for k, a in enumerate((m_code, s_no, vals, stamps), 1)))
+
+
+def first_copies(page: np.ndarray, s_no: np.ndarray, m_code: np.ndarray, n_series: int) -> np.ndarray | None:
+    """Which samples to keep when a (series, metric) repeats within a page: the first copy of each.
+    None when nothing repeats at all (the usual page): one count over (series, metric) says so, and
+    the exact per-page check runs only then."""
+    if not len(s_no) or np.bincount(s_no * len(METRICS) + m_code).max() <= 1:
+        return None
+    cell = pl.Series((page * (n_series + 1) + s_no) * len(METRICS) + m_code)
+    return cell.is_first_distinct().to_numpy()
+
+
+def _points(page, line_no, m_code, s_no, vals, stamps) -> pl.DataFrame:
+    """ParsedPages.points from its columns (metric as codes into METRICS, ts in epoch ms)."""
+    return pl.DataFrame([
         pl.Series("page", page, dtype=pl.Int64),
-        pl.Series("line_no", line_no - page_first[page] if len(pages) > 1 else line_no, dtype=pl.Int64),
+        pl.Series("line_no", line_no, dtype=pl.Int64),
         _metric_column(m_code).alias("metric"), pl.Series("series", s_no, dtype=pl.Int64),
         pl.Series("value", vals, dtype=pl.Float64),
         pl.Series("ts", stamps, dtype=pl.Int64).cast(pl.Datetime("ms")),  # (numpy's would read int64 min as NaT)
     ])
-    return ParsedPages(points, series.frame(), rejects, unknown, page_lines.tolist(), skipped)
 
 
 def _metric_codes(names: pl.Series, head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
