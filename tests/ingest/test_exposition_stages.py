@@ -108,3 +108,17 @@ def test_no_pages_is_an_empty_parse():
     got = parse_pages_bulk([])
     assert got.points.height == 0 and got.points.columns == ["page", "line_no", "metric", "series", "value", "ts"]
     assert (got.rejects, got.lines, got.skipped_other) == ([], [], 0)
+
+
+def test_label_set_numbers_one_series_per_distinct_label_set():
+    from gpuledger.ingest.metrics.exposition.lines import LabelSetNumbers
+
+    n = LabelSetNumbers()
+    assert n.key('UUID="GPU-1",Hostname="a"') == 0
+    assert n.key('Hostname="a",UUID="GPU-1"') == 0  # the same labels in another order: the same series
+    assert n.key(' UUID="GPU-1", Hostname="a" ') == 0  # and with blanks around them
+    assert n.key('UUID="GPU-2",Hostname="a"') == 1
+    assert n.key('gpu="0"') == "series names no device: needs a UUID and a Hostname/hostname label"
+    # two series (GPU-1, GPU-2), whole GPUs (GPU_I_ID -1), host a; all five texts remembered (one refused)
+    assert [r[:3] for r in n.rows] == [("GPU-1", -1, "a"), ("GPU-2", -1, "a")]
+    assert len(n.by_text) == 5

@@ -107,21 +107,13 @@ FIELDS: tuple[Field, ...] = (
 )
 
 FIELDS_BY_METRIC: dict[str, Field] = {f.metric: f for f in FIELDS}
-LEGACY_FIELDS: tuple[Field, ...] = tuple(f for f in FIELDS if f.generation == "legacy")
 
 # The warehouse column fb_total_bytes is derived: used + free + reserved (design.md; DCGM's own
 # FB_TOTAL excludes nothing but is not exported by default).
 FB_PARTS = ("fb_used", "fb_free", "fb_reserved")
 
-# Exporter labels.
+# Exporter labels naming the host (the others: exposition.lines, normalize_labels and K8S_SPELLINGS).
 HOST_LABELS = ("Hostname", "hostname")
-DEVICE_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName")
-MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
-K8S_LABELS = ("namespace", "pod", "container")
-K8S_RENAMED_LABELS = {"exported_namespace": "namespace", "exported_pod": "pod",
-                      "exported_container": "container"}
-SLURM_LABELS = ("hpc_job",)
-DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
 
 _HELP_UNIT = re.compile(r"\(in ([A-Za-z%]+)\)")
 _UNIT_WORDS = {"%": "percent", "MiB": "MiB", "MB": "MiB", "mJ": "mJ", "J": "J", "W": "W",

@@ -197,6 +197,33 @@ def line_verdict(no: int, line: str, scrape_ms: int, future_limit: int, max_futu
     return (name, key, value, ts)
 
 
+class LabelSetNumbers:
+    """The series of a line-by-line parse: each distinct label text parsed once, and label texts
+    that hold the same labels (another order, other spacing) one series."""
+
+    def __init__(self) -> None:
+        self.by_text: dict[str, int | str] = {}  # label text -> series number, or why it is refused
+        self.rows: list[tuple] = []  # SERIES_COLUMNS tuples, in number order
+        self._number: dict[tuple, int] = {}  # normalized label tuple + sorted labels -> series number
+
+    def key(self, label_text: str) -> int | str:
+        """``line_verdict``'s series_key: the text's series number, or the reason it is refused."""
+        key = self.by_text.get(label_text)
+        if key is None:
+            try:
+                labels = parse_labels(label_text)
+                row = normalize_labels(labels)
+                full = (row, tuple(sorted(labels.items())))
+                key = self._number.get(full)
+                if key is None:
+                    key = self._number[full] = len(self.rows)
+                    self.rows.append(row)
+            except ValueError as exc:
+                key = str(exc)
+            self.by_text[label_text] = key
+        return key
+
+
 def parse_exposition_lines(
     text: str,
     *,
@@ -205,26 +232,7 @@ def parse_exposition_lines(
 ) -> ParsedPage:
     """``parse_exposition`` one line at a time in Python: the reference the bulk parser is held to,
     ~8x slower. A GPU's label set is parsed once and reused by all of its metric lines."""
-    series_index: dict[str, int | str] = {}  # label text -> series number, or the reason it is refused
-    series_rows: list[tuple] = []
-    canonical: dict[tuple, int] = {}  # normalized label tuple + sorted labels -> series number
-
-    def series_key(label_text: str) -> int | str:
-        key = series_index.get(label_text)
-        if key is None:
-            try:
-                labels = parse_labels(label_text)
-                row = normalize_labels(labels)
-                full = (row, tuple(sorted(labels.items())))
-                key = canonical.get(full)
-                if key is None:
-                    key = canonical[full] = len(series_rows)
-                    series_rows.append(row)
-            except ValueError as exc:
-                key = str(exc)
-            series_index[label_text] = key
-        return key
-
+    series = LabelSetNumbers()
     seen: set[tuple[str, int]] = set()
     rejects: list[Reject] = []
     unknown: Counter = Counter()
@@ -237,7 +245,7 @@ def parse_exposition_lines(
     skipped = 0
     lines = text.split("\n")
     for no, line in enumerate(lines, 1):
-        verdict = line_verdict(no, line, scrape_ms, future_limit, max_future_s, series_key)
+        verdict = line_verdict(no, line, scrape_ms, future_limit, max_future_s, series.key)
         if verdict is None:
             continue
         if verdict.__class__ is Reject:
@@ -261,7 +269,7 @@ def parse_exposition_lines(
         out_value.append(value)
         out_ts.append(ts)
     points = _points_frame(out_line, out_metric, out_series, out_value, out_ts)
-    return ParsedPage.from_points(points, series_frame(series_rows), rejects, unknown, len(lines), skipped)
+    return ParsedPage.from_points(points, series_frame(series.rows), rejects, unknown, len(lines), skipped)
 
 
 def series_frame(rows: Iterable[tuple]) -> pl.DataFrame:
