@@ -301,13 +301,9 @@ def replay(
     issues are kept in memory (so a squatter's warning is followed by its preemption) and nothing is
     recorded or sent. Prints each squatter's warn and preempt the first cycle it is planned, then a
     summary. Past data does not react to the plans: a preempted job stays in it."""
-    import dataclasses
     from datetime import timedelta
 
     from gpuledger.cli.options import check_range
-    from gpuledger.enforce import inputs, policy
-    from gpuledger.enforce.model import Warning
-    from gpuledger.enforce.policy import exemption
     from gpuledger.rules.clock import parse_duration_s
 
     lo, hi = utc_option(start, "--start"), utc_option(end, "--end")
@@ -316,6 +312,24 @@ def replay(
     if step.total_seconds() <= 0:
         raise UsageError(f"--every {every!r}: give a positive interval such as 15m")
     path = warehouse_path(warehouse_file)
+    lo, hi = _replay_range(path, lo, hi, step)
+    tally = _ReplayTally(show_all=show_all)
+    memory: dict = {}  # (cluster, job_id) -> [Warning]: this replay's own warning history
+    at = lo
+    while at <= hi:
+        tally.cycles += 1
+        if not only_when_idle or _squatting_at(path, config, at):
+            tally.planned += 1
+            tally.record(at, *_replay_cycle(path, config, at, memory))
+        at += step
+    typer.echo(tally.summary(lo, every))
+
+
+def _replay_range(path: Path, lo: datetime | None, hi: datetime | None, step) -> tuple[datetime, datetime]:
+    """The replay's first and last cycle: --start / --end, else the hour of the first sample plus
+    one step, and the newest data."""
+    from gpuledger.cli.options import check_range
+
     with warehouse.open_writer(path):  # the schema up to date before the first read
         pass
     if lo is None or hi is None:
@@ -329,57 +343,73 @@ def replay(
         lo = lo or first.replace(minute=0, second=0, microsecond=0) + step
         hi = hi or newest
         check_range(lo, hi)
-    seen: set[tuple] = set()
-    memory: dict = {}  # (cluster, job_id) -> [Warning]: this replay's own warning history
-    warned, preempted, squatters, demand, exempt_running = set(), set(), set(), set(), set()
-    cycles = planned = 0
-    at = lo
-    while at <= hi:
-        cycles += 1
-        if only_when_idle and not _squatting_at(path, config, at):
-            at += step
-            continue
-        planned += 1
-        with warehouse.open_reader(path) as con:
-            cfg = warehouse_config(con, config, write=False)
-            # a what-if over recorded data: the warehouse stands for the scheduler's view (modes follow
-            # the recorded facts; a real run reads labels and the Requeue flag live), and each warning
-            # counts as delivered when planned
-            gathered = inputs.gather(con, cfg, now=at)
-            situation = dataclasses.replace(gathered, warnings=memory, history={},
-                                            observed_by="the warehouse (replay)",
-                                            jobs=[dataclasses.replace(j, observed={}) for j in gathered.jobs])
-        rails = cfg.policy.enforcement.model_copy(update={"dry_run": True})
-        actions = policy.decide(situation, rails)
-        for a in actions:
-            if a.action == "warn" and a.idle_since is not None:
-                memory.setdefault((a.cluster, a.job_id), []).append(Warning(a.idle_since, a.stage, at, at))
+    return lo, hi
+
+
+def _replay_cycle(path: Path, config: Path | None, at: datetime, memory: dict):
+    """One replayed cycle at ``at``: the situation the warehouse gives and the policy's dry-run
+    actions; each warning planned is remembered in ``memory`` as delivered."""
+    import dataclasses
+
+    from gpuledger.enforce import inputs, policy
+    from gpuledger.enforce.model import Warning
+
+    with warehouse.open_reader(path) as con:
+        cfg = warehouse_config(con, config, write=False)
+        # a what-if over recorded data: the warehouse stands for the scheduler's view (modes follow
+        # the recorded facts; a real run reads labels and the Requeue flag live), and each warning
+        # counts as delivered when planned
+        gathered = inputs.gather(con, cfg, now=at)
+        situation = dataclasses.replace(gathered, warnings=memory, history={},
+                                        observed_by="the warehouse (replay)",
+                                        jobs=[dataclasses.replace(j, observed={}) for j in gathered.jobs])
+    actions = policy.decide(situation, cfg.policy.enforcement.model_copy(update={"dry_run": True}))
+    for a in actions:
+        if a.action == "warn" and a.idle_since is not None:
+            memory.setdefault((a.cluster, a.job_id), []).append(Warning(a.idle_since, a.stage, at, at))
+    return situation, actions, cfg.policy.enforcement
+
+
+class _ReplayTally:
+    """What a replay planned, job by job: each squatter's warn and preempt printed the first cycle
+    it is planned (every demand preemption too with ``show_all``), and the counts for the summary."""
+
+    def __init__(self, *, show_all: bool) -> None:
+        self.show_all = show_all
+        self.cycles = self.planned = 0
+        self.seen: set[tuple] = set()
+        self.warned, self.preempted, self.squatters, self.demand, self.exempt_running = (set() for _ in range(5))
+
+    def record(self, at: datetime, situation, actions, rails) -> None:
+        from gpuledger.enforce.policy import exemption
+
         names = {j.key: j.name for j in situation.jobs}
-        exempt_running |= {j.key for j in situation.jobs
-                           if j.running and exemption(j, cfg.policy.enforcement)}
-        squatters |= {(f.cluster, f.job_id) for f in situation.findings if f.finding == "squatting"}
+        self.exempt_running |= {j.key for j in situation.jobs if j.running and exemption(j, rails)}
+        self.squatters |= {(f.cluster, f.job_id) for f in situation.findings if f.finding == "squatting"}
         for a in actions:
             key = (a.cluster, a.job_id)
             if a.action not in ("warn", "preempt"):
                 continue
-            (warned if a.action == "warn" else preempted).add(key)
+            (self.warned if a.action == "warn" else self.preempted).add(key)
             if a.action == "preempt" and a.rule != "squatter":
-                demand.add(key)
-                if not show_all and key not in squatters:
+                self.demand.add(key)
+                if not self.show_all and key not in self.squatters:
                     continue
-            if (*key, a.action, a.stage, a.rule) in seen:
+            if (*key, a.action, a.stage, a.rule) in self.seen:
                 continue
-            seen.add((*key, a.action, a.stage, a.rule))
+            self.seen.add((*key, a.action, a.stage, a.rule))
             what = a.action + (f" ({a.mode})" if a.mode else f" ({a.stage})" if a.stage else "")
             typer.echo(f"{at:%Y-%m-%d %H:%M}Z  {what:<24} {a.cluster}/{a.job_id} {names.get(key) or ''} "
                        f"[{a.project}, {a.kind}]: {a.reason}")
-        at += step
-    typer.echo(f"{cycles} cycles from {lo:%Y-%m-%d %H:%M}Z every {every}, {planned} planned: "
-               f"{len(warned)} job(s) warned, {len(preempted & squatters)} squatter(s) preempted, "
-               f"{len(demand - squatters)} other job(s) preempted for waiting funded work"
-               f"{'' if show_all else ' (--all lists them)'}; {len(exempt_running)} exempt job(s) running "
-               f"(production inference and exempt namespaces/labels): warned {len(exempt_running & warned)}, "
-               f"preempted {len(exempt_running & preempted)}")
+
+    def summary(self, lo: datetime, every: str) -> str:
+        exempt = self.exempt_running
+        return (f"{self.cycles} cycles from {lo:%Y-%m-%d %H:%M}Z every {every}, {self.planned} planned: "
+                f"{len(self.warned)} job(s) warned, {len(self.preempted & self.squatters)} squatter(s) preempted, "
+                f"{len(self.demand - self.squatters)} other job(s) preempted for waiting funded work"
+                f"{'' if self.show_all else ' (--all lists them)'}; {len(exempt)} exempt job(s) running "
+                f"(production inference and exempt namespaces/labels): warned {len(exempt & self.warned)}, "
+                f"preempted {len(exempt & self.preempted)}")
 
 
 def _squatting_at(path: Path, config: Path | None, at: datetime) -> bool:

@@ -440,13 +440,32 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
     re-pricing one pool moves nothing in another; job, project and node corrections come from
     the one delta tree, so they add up to each other. Memo and unpriced lines (outside the total)
     keep the difference of their rounded lines."""
-    from gpuledger.analytics.chargeback import _PAD, IDLE, _with_org_paths
     from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.money import RAW, half_up_cents, round_tree
 
     start, end = month_bounds(period)
     org_nodes = load_tables(con, start=start, end=end, samples=False).org_nodes.collect()
-    job_fresh, job_old = fresh["job"], effective["job"]
+    job_fresh = fresh["job"]
+    deltas = delta_levels(delta_tree(delta_leaves(job_fresh, effective["job"]), org_nodes))
+    described = {c: pl.lit(job_fresh[c][0] if job_fresh.height else None, job_fresh.schema[c])
+                 for c in ("period", "period_start", "period_end", "billed_through", "provisional")
+                 if c in job_fresh.columns}
+    out = {}
+    for level, frame in deltas.items():
+        template = fresh[level]
+        billed_part = correction_lines(frame, template, described)
+        memo = _differences(effective[level].filter(~pl.col("line_kind").is_in(BILLED)),
+                            template.filter(~pl.col("line_kind").is_in(BILLED)))
+        out[level] = pl.concat([billed_part, memo], how="diagonal_relaxed").select(billed_part.columns)
+    return out
+
+
+# --- the stages of a delta correction, each on its own (tests/ledger/test_delta_stages.py) ---
+
+def delta_leaves(job_fresh: pl.DataFrame, job_old: pl.DataFrame) -> pl.DataFrame:
+    """The billed job lines, fresh beside issued (``_old_*``; Σ over revisions), with the exact
+    deltas ``_d_raw`` (amount), ``_di_raw`` (idle included), ``_d_hours`` and the GPU ``_pool``."""
+    from gpuledger.analytics.money import RAW
+
     keys = [k for k in _keys(job_fresh) if k in job_old.columns]
     zero = pl.lit(0).cast(RAW)
     old = job_old.filter(pl.col("line_kind").is_in(BILLED)).select(
@@ -456,50 +475,68 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
         _d_raw=pl.col("amount_exact").fill_null(zero) - pl.col("_old_amount_exact").fill_null(zero),
         _di_raw=pl.col("idle_amount_exact").fill_null(zero) - pl.col("_old_idle_amount_exact").fill_null(zero),
         _d_hours=pl.col("gpu_hours").fill_null(0.0) - pl.col("_old_gpu_hours").fill_null(0.0) + 0.0)
-    # Pool first, as the chargeback tree: each GPU pool's root is its new exact total half-up less
-    # the cents already issued; a pool in which no exact amount moved gets no cent (a month
-    # issued before pools were rounded first keeps its cents where nothing changed). The
-    # currency's correction is the sum of its pools'.
-    mt = pl.col("gpu_model") + pl.lit("|") + pl.col("tier")
-    joined = joined.with_columns(_pool=pl.concat_str([pl.col("currency"), mt], separator="|"))
+    return joined.with_columns(_pool=pl.concat_str([pl.col("currency"), _MODEL_TIER], separator="|"))
+
+
+_MODEL_TIER = pl.col("gpu_model") + pl.lit("|") + pl.col("tier")
+
+
+def pool_root_cents(joined: pl.DataFrame) -> pl.DataFrame:
+    """Per GPU pool, the cents its correction moves (``_root_amount``, ``_root_idle_amount_included``):
+    its new exact total half-up less the cents already issued; none in a pool where no exact
+    amount moved (a month issued before pools were rounded first keeps its cents where nothing
+    changed). The currency's correction is the sum of its pools'."""
+    from gpuledger.analytics.money import RAW, half_up_cents
+
+    zero = pl.lit(0).cast(RAW)
 
     def root_of(exact: str, issued: str, delta: str) -> pl.Expr:
         moved = (pl.col(delta) != zero).any()
         fresh_cents = half_up_cents(pl.col(exact).fill_null(zero).sum()) - pl.col(issued).fill_null(0).sum()
         return pl.when(moved).then(fresh_cents).otherwise(0).cast(RAW) * 100
 
-    root = joined.group_by("_pool").agg(
+    return joined.group_by("_pool").agg(
         _root_amount=root_of("amount_exact", "_old_amount", "_d_raw"),
         _root_idle_amount_included=root_of("idle_amount_exact", "_old_idle_amount_included", "_di_raw"))
+
+
+@dataclass
+class DeltaTree:
+    """The deltas rounded top-down as the chargeback tree: pool → org path p1..pD → job leaf."""
+    levels: list[pl.LazyFrame]  # money.round_tree's, each with its pool's currency
+    leaves: pl.DataFrame
+    path: list[str]
+    depth: int
+
+
+def delta_tree(joined: pl.DataFrame, org_nodes: pl.DataFrame) -> DeltaTree:
+    """:func:`delta_leaves`' deltas rounded top-down from :func:`pool_root_cents`, pool first."""
+    from gpuledger.analytics.chargeback import _with_org_paths
+    from gpuledger.analytics.money import round_tree
+
+    root = pool_root_cents(joined)
     lf, depth = _with_org_paths(joined.lazy(), org_nodes)
     path = ["_pool", *(f"p{i}" for i in range(1, depth + 1)), "_leaf"]
-    leaves = lf.with_columns(_mt=mt, _leaf=pl.concat_str([pl.col("cluster"), pl.col("job_id").fill_null(""), mt],
-                                                         separator="|")).collect()
+    leaves = lf.with_columns(_mt=_MODEL_TIER, _leaf=pl.concat_str(
+        [pl.col("cluster"), pl.col("job_id").fill_null(""), _MODEL_TIER], separator="|")).collect()
     levels = round_tree(leaves.lazy(), path=path, amounts={"_d_raw": "amount", "_di_raw": "idle_amount_included"},
                         sums=["_d_hours"], root_cents=root.lazy())
     currency_of = leaves.select("_pool", "currency").unique("_pool").lazy()
-    levels = [lv.join(currency_of, on="_pool", how="left") for lv in levels]
-    described = {c: pl.lit(job_fresh[c][0] if job_fresh.height else None, job_fresh.schema[c])
-                 for c in ("period", "period_start", "period_end", "billed_through", "provisional")
-                 if c in job_fresh.columns}
+    return DeltaTree([lv.join(currency_of, on="_pool", how="left") for lv in levels], leaves, path, depth)
 
-    def lines(frame: pl.DataFrame, template: pl.DataFrame) -> pl.DataFrame:
-        nonzero = frame.filter((pl.col("amount") != 0) | (pl.col("_d_hours").abs() > 1e-9))
-        out = nonzero.with_columns(
-            gpu_hours=pl.col("_d_hours"), amount_exact=pl.col("_d_raw"), idle_amount_exact=pl.col("_di_raw"),
-            billed=pl.lit(True), note=pl.lit(None, pl.String), **described,
-            correction_of=pl.col("line_kind"),
-            line_kind=pl.when(pl.col("amount") != 0).then(pl.col("amount") > 0).otherwise(pl.col("_d_hours") > 0)
-            .replace_strict({True: "debit", False: "credit"}, return_dtype=pl.String))
-        cols = [*template.columns, "correction_of"]
-        return out.select([pl.col(c).cast(template.schema[c]) if c in template.columns else pl.col(c) for c in cols])
 
-    meta = leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "gpu_model", "tier")
+def delta_levels(tree: DeltaTree) -> dict[str, pl.DataFrame]:
+    """The delta tree read out per level: job (the leaves), project (above them) and node (each
+    org node's parts in every pool summed)."""
+    from gpuledger.analytics.chargeback import _PAD, IDLE
+
+    levels, path = tree.levels, tree.path
+    meta = tree.leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "gpu_model", "tier")
     job = levels[-1].collect().join(meta, on=path, how="left", nulls_equal=True)
     proj = levels[-2].collect().join(meta.unique(path[:-1]).drop("_leaf", "cluster", "job_id", "user_name"),
                                      on=path[:-1], how="left")
     node_parts = []
-    for k in range(1, depth + 1):  # a node: its parts in every pool summed
+    for k in range(1, tree.depth + 1):  # a node: its parts in every pool summed
         lv = (levels[k].collect().filter(pl.col(f"p{k}") != _PAD)
               .group_by("currency", pl.col(f"p{k}").alias("node"), maintain_order=True)
               .agg(pl.col("_d_raw", "_di_raw", "_d_hours", "amount", "idle_amount_included").sum()))
@@ -508,14 +545,21 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
                                     line_kind=pl.when(pl.col("node") == IDLE).then(pl.lit("idle"))
                                     .otherwise(pl.lit("charge"))))
     node = pl.concat(node_parts).with_columns(gpu_model=pl.lit(None, pl.String), tier=pl.lit(None, pl.String))
-    out = {}
-    for level, frame in (("job", job), ("project", proj), ("node", node)):
-        template = fresh[level]
-        billed_part = lines(frame, template)
-        memo = _differences(effective[level].filter(~pl.col("line_kind").is_in(BILLED)),
-                            template.filter(~pl.col("line_kind").is_in(BILLED)))
-        out[level] = pl.concat([billed_part, memo], how="diagonal_relaxed").select(billed_part.columns)
-    return out
+    return {"job": job, "project": proj, "node": node}
+
+
+def correction_lines(frame: pl.DataFrame, template: pl.DataFrame, described: dict[str, pl.Expr]) -> pl.DataFrame:
+    """A level's rounded deltas as debit (positive) / credit lines in ``template``'s columns +
+    correction_of; a line whose cents and hours did not move is left out."""
+    nonzero = frame.filter((pl.col("amount") != 0) | (pl.col("_d_hours").abs() > 1e-9))
+    out = nonzero.with_columns(
+        gpu_hours=pl.col("_d_hours"), amount_exact=pl.col("_d_raw"), idle_amount_exact=pl.col("_di_raw"),
+        billed=pl.lit(True), note=pl.lit(None, pl.String), **described,
+        correction_of=pl.col("line_kind"),
+        line_kind=pl.when(pl.col("amount") != 0).then(pl.col("amount") > 0).otherwise(pl.col("_d_hours") > 0)
+        .replace_strict({True: "debit", False: "credit"}, return_dtype=pl.String))
+    cols = [*template.columns, "correction_of"]
+    return out.select([pl.col(c).cast(template.schema[c]) if c in template.columns else pl.col(c) for c in cols])
 
 
 def correct_period(
