@@ -109,6 +109,7 @@ def _layer(area: str) -> int:
     return next(i for i, layer in enumerate(LAYERS) if area in layer)
 
 
+@pytest.mark.slow
 def test_every_area_has_a_layer():
     assert {_area(m) for m in module_imports()} - set().union(*LAYERS) == set()
 
