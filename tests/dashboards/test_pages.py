@@ -83,6 +83,7 @@ def window(at: AppTest) -> tuple[datetime, datetime, datetime]:
 
 # --- every page, local mode -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_every_page_runs_in_local_mode_with_a_banner(on_rig):
     at = app()
     assert any("Local mode" in i.value for i in at.info)
@@ -160,6 +161,7 @@ def test_budgets_equal_the_analytics(on_rig):
     assert any("runs out" in c.value or "never runs out" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_chargeback_total_equals_the_statement_and_files_equal_the_finance_set(on_rig, tmp_path):
     at = page(app(), "chargeback")
     period = at.selectbox(key="cb_period").value

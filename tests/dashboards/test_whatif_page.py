@@ -53,6 +53,7 @@ def open_page(rig, monkeypatch, folder) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_the_page_shows_the_files_figures(dashboard_warehouse, whatif_files, monkeypatch):
     folder, _ = whatif_files
     # the newest what-if file, not the newer-named JSON of another format
