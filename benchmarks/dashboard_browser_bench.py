@@ -53,7 +53,8 @@ PAGES = ["utilization", "fair-share", "budgets", "chargeback", "squatters", "my-
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # Rendered: the script run is over, a title is drawn, nothing is stale or a skeleton, and every chart
-# and table has drawn its canvas or SVG (an <img> chart has loaded).
+# and table has drawn its canvas or SVG (a server-drawn chart: its component has put the SVG in; an
+# <img> has loaded).
 RENDERED = """() => {
   const app = document.querySelector('[data-testid=stApp]');
   if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
@@ -61,6 +62,8 @@ RENDERED = """() => {
   if (document.querySelector('[data-testid=stSkeleton], [data-stale=true]')) return false;
   for (const c of document.querySelectorAll('[data-testid=stVegaLiteChart]'))
     if (!c.querySelector('svg.marks, canvas.marks')) return false;
+  for (const c of document.querySelectorAll('[data-testid^=stBidiComponent]'))
+    if (!c.querySelector('[data-testid=glChart] svg.marks')) return false;
   for (const t of document.querySelectorAll('[data-testid=stDataFrame]'))
     if (!t.querySelector('canvas')) return false;
   for (const i of document.querySelectorAll('[data-testid=stImage] img, [data-testid=stMarkdown] img'))

@@ -12,7 +12,13 @@ The rules every builder follows (``finish`` applies the shared ones):
 * labels never overlap: band axes have a row per label, continuous axes drop labels that would
   collide (``labelOverlap``), long labels are cut at ``LABEL_PX`` with an ellipsis;
 * a legend lists every series; past ``LEGEND_MAX`` series a chart keeps the top ones and folds
-  or drops the rest, and its legend title says so (``top_series``).
+  or drops the rest, and its legend title says so (``top_series``);
+* charts are drawn on the server to SVG (``svg``, vl-convert), ``RENDER_PX`` wide, and shown inline
+  by ``ui.chart`` (scaled down in a narrower window, never up): no Vega JavaScript in the browser,
+  which cost ~1 CPU-s a reload and a 2.6 MB download on a first load. The price: **no tooltips and
+  no interaction on a chart** (a static SVG; marks carry no per-item ARIA labels either, which would
+  triple a heatmap's size): the table under each chart carries its numbers, and a pick (a heatmap
+  row's job, a burn-down's node) is made in a selectable table or a select box beside it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,15 @@ MIN_PLOT_PX = 140  # the smallest plot area: a single bar still reads as a bar
 SERIES_PLOT_PX = 260  # lines and areas over time
 LABEL_PX = 240  # band labels (job, node, project names) longer than this end in "…"
 LEGEND_MAX = 12  # series a legend lists before the rest is folded into "other"
+# the chart's whole width as drawn on the server (title, axes and legend inside): what the wide layout's
+# main column holds beside the sidebar at a 1,400-1,900 px window; a narrower window scales it down
+RENDER_PX = 960
+# Text is measured on the server and drawn by the browser, so both must use the same font: DejaVu Sans
+# (Debian's fonts-dejavu-core, on the project's machines; without it vl-convert would measure in its
+# bundled Liberation Sans, ~12 % narrower than DejaVu draws). A browser without DejaVu takes Verdana
+# (as wide) or its sans-serif (Arial, Helvetica: narrower), so labels only get more room.
+FONT = "DejaVu Sans, Verdana, sans-serif"
+LABEL_FONT_PX, TITLE_FONT_PX = 11, 12  # axis and legend labels; axis and legend titles (the chart's: 14)
 
 STATUS_COLORS = {"funded": "#2ca02c", "at-risk": "#ff7f0e", "exhausted": "#d62728"}
 
@@ -85,10 +100,13 @@ def finish(chart, title: str, height: int, subtitle: str | None = None):
     if subtitle:
         params["subtitle"] = subtitle
     return chart.properties(
-        title=alt.TitleParams(**params), height=height, padding={"left": 8, "top": 4, "right": 8, "bottom": 20},
+        title=alt.TitleParams(**params), width=RENDER_PX, height=height, padding={"left": 8, "top": 4, "right": 8, "bottom": 20},
         autosize=alt.AutoSizeParams(type="fit-x", contains="padding"),
-    ).configure_axis(labelLimit=LABEL_PX, titleLimit=0, labelOverlap="greedy", labelSeparation=4
-                     ).configure_legend(titleLimit=0, labelLimit=LABEL_PX, symbolLimit=0)
+    ).configure(font=FONT).configure_mark(aria=False).configure_title(fontSize=14, subtitleFontSize=TITLE_FONT_PX).configure_axis(
+        labelLimit=LABEL_PX, titleLimit=0, labelOverlap="greedy", labelSeparation=4, labelFontSize=LABEL_FONT_PX,
+        titleFontSize=TITLE_FONT_PX,
+    ).configure_legend(titleLimit=0, labelLimit=LABEL_PX, symbolLimit=0, labelFontSize=LABEL_FONT_PX,
+                       titleFontSize=TITLE_FONT_PX)
 
 
 def _hour_axis() -> alt.X:
@@ -98,8 +116,8 @@ def _hour_axis() -> alt.X:
 
 def _band(field: str, title: str, **kw) -> alt.Y:
     """A categorical y axis of one row per value, labels never thinned out, its title level above
-    the labels (a vertical title sits beside labels whose width Vega guesses before the web font
-    has loaded, and can land on them)."""
+    the labels (Vega's automatic place for a vertical title beside them assumes labels at most its
+    default 180-px limit wide, so beside longer labels it lands on them)."""
     return alt.Y(field, title=title, sort=kw.pop("sort", None),
                  axis=alt.Axis(labelOverlap=False, labelFlush=False, labelLimit=LABEL_PX, titleAngle=0,
                                titleAlign="right", titleBaseline="bottom", titleX=-6, titleY=-6, **kw))
@@ -117,12 +135,9 @@ def pct_over_time(frame: pl.DataFrame, color: str | None, title: str) -> alt.Cha
         "x": _hour_axis(),
         "y": alt.Y("pct:Q", title=axis_title("share of installed capacity", "%"), scale=alt.Scale(domain=[0, 100])),
         "strokeDash": alt.StrokeDash("measure:N", sort=["allocated", "active"], legend=legend("measure")),
-        "tooltip": [alt.Tooltip("hour:T", format="%Y-%m-%d %H:00", title="hour (UTC)"), "measure:N",
-                    alt.Tooltip("pct:Q", format=".1f", title="% of capacity")],
     }
     if color:
         enc["color"] = alt.Color(f"{color}:N", legend=legend(color, note))
-        enc["tooltip"].insert(1, f"{color}:N")
     return finish(alt.Chart(frame).mark_line().encode(**enc), title, SERIES_PLOT_PX)
 
 
@@ -134,8 +149,6 @@ def stacked_hours(frame: pl.DataFrame, value: str, color: str, title: str, y_tit
         x=_hour_axis(),
         y=alt.Y(f"{value}:Q", title=y_title, stack=True),
         color=alt.Color(f"{color}:N", legend=legend(color, note)),
-        tooltip=[alt.Tooltip("hour:T", format="%Y-%m-%d %H:00", title="hour (UTC)"), f"{color}:N",
-                 alt.Tooltip(f"{value}:Q", format=".2f")],
     ), title, SERIES_PLOT_PX)
 
 
@@ -144,18 +157,15 @@ def idle_heatmap(cells: pl.DataFrame, rows: pl.DataFrame, title: str, bin_hours:
     column per ``bin_hours`` bin, coloured by the share of the job's held GPU-hours that idled in
     that bin (white: not held). ``cells``: label, bin, bin_end, gpu_hours_held, gpu_hours_idle, idle_share."""
     order = rows["label"].to_list()
-    return finish(alt.Chart(cells).mark_rect().encode(
+    return finish(alt.Chart(cells.select("label", "bin", "bin_end", "idle_share")).mark_rect().encode(
         x=alt.X("bin:T", title=axis_title(f"time, {bin_hours}-hour bins", "UTC"),
                 axis=alt.Axis(format="%d %b %H:00", labelOverlap="greedy", labelSeparation=8)),
         x2="bin_end:T",
         y=_band("label:N", "job (project, user)", sort=order),
         color=alt.Color("idle_share:Q", scale=alt.Scale(domain=[0, 1], scheme="reds"),
                         legend=alt.Legend(title=axis_title("idle share of held GPU-hours", "%"), format="%",
-                                          orient="bottom", gradientLength=220, titleLimit=0)),
-        tooltip=["label:N", alt.Tooltip("bin:T", format="%Y-%m-%d %H:00", title="from (UTC)"),
-                 alt.Tooltip("gpu_hours_held:Q", format=",.2f", title="held (GPU-h)"),
-                 alt.Tooltip("gpu_hours_idle:Q", format=",.2f", title="idle (GPU-h)"),
-                 alt.Tooltip("idle_share:Q", format=".0%", title="idle share")],
+                                          orient="bottom", gradientLength=300, titleLimit=0,
+                                          values=[0, 0.25, 0.5, 0.75, 1])),
     ), title, plot_height(len(order), 18))
 
 
@@ -168,8 +178,7 @@ def ratio_over_time(frame: pl.DataFrame, value: str, title: str, y_title: str) -
     base = alt.Chart(frame).mark_line(point=True).encode(
         x=alt.X("as_of:T", title=axis_title("snapshot", "UTC"), axis=alt.Axis(format="%d %b %H:%M", labelOverlap="greedy")),
         y=alt.Y(f"{value}:Q", title=y_title, axis=alt.Axis(format="%")),
-        color=alt.Color("node:N", legend=legend("project", note)),
-        tooltip=["node:N", alt.Tooltip("as_of:T", format="%Y-%m-%d %H:%M"), alt.Tooltip(f"{value}:Q", format=".1%")])
+        color=alt.Color("node:N", legend=legend("project", note)))
     rule = alt.Chart(pl.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
     return finish(base + rule, title, SERIES_PLOT_PX)
 
@@ -185,9 +194,6 @@ def budget_vs_consumed(frame: pl.DataFrame, title: str) -> alt.Chart:
         x=alt.X("consumed_pct:Q", title=axis_title("consumed of the period's budget", "%")),
         color=alt.Color("status:N", scale=alt.Scale(domain=domain, range=[STATUS_COLORS[d] for d in domain]),
                         legend=legend("status")),
-        tooltip=["node:N", "status:N", alt.Tooltip("consumed_pct:Q", format=".1f", title="consumed %"),
-                 alt.Tooltip("consumed_gpu_hours:Q", format=",.1f", title="consumed (norm. GPU-h)"),
-                 alt.Tooltip("budget_gpu_hours:Q", format=",.1f", title="budget (norm. GPU-h)")],
     ), title, plot_height(data.height))
 
 
@@ -197,13 +203,9 @@ def burn_down(history: pl.DataFrame, projection: pl.DataFrame, budget: float, ti
     y_title = axis_title("remaining budget", "normalised GPU-h")
     actual = alt.Chart(history).mark_line(point=True).encode(
         x=alt.X("as_of:T", title=axis_title("date", "UTC"), axis=alt.Axis(format="%d %b", labelOverlap="greedy")),
-        y=alt.Y("remaining_gpu_hours:Q", title=y_title, scale=alt.Scale(domain=[0, max(budget, 1.0)])),
-        tooltip=[alt.Tooltip("as_of:T", format="%Y-%m-%d %H:%M"), alt.Tooltip("remaining_gpu_hours:Q", format=",.1f"),
-                 "status:N"])
+        y=alt.Y("remaining_gpu_hours:Q", title=y_title, scale=alt.Scale(domain=[0, max(budget, 1.0)])))
     projected = alt.Chart(projection).mark_line(strokeDash=[6, 4], color="#ff7f0e").encode(
-        x="as_of:T", y="remaining_gpu_hours:Q",
-        tooltip=[alt.Tooltip("as_of:T", format="%Y-%m-%d %H:%M", title="projected"),
-                 alt.Tooltip("remaining_gpu_hours:Q", format=",.1f")])
+        x="as_of:T", y="remaining_gpu_hours:Q")
     return finish(actual + projected, title, SERIES_PLOT_PX)
 
 
@@ -217,8 +219,6 @@ def amount_bars(frame: pl.DataFrame, title: str, currency: str) -> alt.Chart:
         y=_band("label:N", "project", sort="-x"),
         x=alt.X("amount:Q", title=axis_title("amount", currency), axis=alt.Axis(format=",.0f")),
         color=alt.Color("line_kind:N", legend=legend("line", columns=max(kinds, 1))),
-        tooltip=["label:N", "line_kind:N", alt.Tooltip("amount:Q", format=",.2f", title=f"amount ({currency})"),
-                 alt.Tooltip("gpu_hours:Q", format=",.2f", title="GPU-h")],
     ), title, plot_height(labels))
 
 
@@ -232,10 +232,7 @@ def whatif_delivery(frame: pl.DataFrame, title: str) -> alt.Chart:
         y=_band("project:N", "project"),
         yOffset=alt.YOffset("policy:N", sort=None),
         x=alt.X("delivery_ratio:Q", title=axis_title("delivered ÷ owed GPU-hours", "%"), axis=alt.Axis(format="%")),
-        color=alt.Color("policy:N", sort=None, legend=legend("policy")),
-        tooltip=["project:N", "policy:N", alt.Tooltip("delivery_ratio:Q", format=".1%", title="delivered ÷ owed"),
-                 alt.Tooltip("owed_gpu_hours:Q", format=",.1f", title="owed (GPU-h)"),
-                 alt.Tooltip("delivered_gpu_hours:Q", format=",.1f", title="delivered (GPU-h)")])
+        color=alt.Color("policy:N", sort=None, legend=legend("policy")))
     rule = alt.Chart(pl.DataFrame({"x": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(x="x:Q")
     return finish(bars + rule, title, plot_height(projects, max(ROW_PX, 10 * policies + 8)))
 
@@ -245,12 +242,10 @@ def whatif_waits(frame: pl.DataFrame, title: str) -> alt.Chart:
     enc = {"x": alt.X("job_class:N", title="job class", sort=["small", "medium", "large"],
                       axis=alt.Axis(labelAngle=0, labelOverlap=False, labelLimit=LABEL_PX)),
            "xOffset": alt.XOffset("policy:N", sort=None)}
-    tooltip = ["job_class:N", "policy:N", alt.Tooltip("wait_p50_hours:Q", format=".2f", title="p50 (h)"),
-               alt.Tooltip("wait_p90_hours:Q", format=".2f", title="p90 (h)"), alt.Tooltip("jobs:Q", title="jobs")]
     p90 = alt.Chart(frame).mark_bar().encode(
         **enc, y=alt.Y("wait_p90_hours:Q", title=axis_title("wait before start", "hours")),
-        color=alt.Color("policy:N", sort=None, legend=legend("policy")), tooltip=tooltip)
-    p50 = alt.Chart(frame).mark_tick(color="black", thickness=2).encode(**enc, y="wait_p50_hours:Q", tooltip=tooltip)
+        color=alt.Color("policy:N", sort=None, legend=legend("policy")))
+    p50 = alt.Chart(frame).mark_tick(color="black", thickness=2).encode(**enc, y="wait_p50_hours:Q")
     return finish(p90 + p50, title, SERIES_PLOT_PX)
 
 
@@ -264,5 +259,21 @@ def whatif_sweep(frame: pl.DataFrame, parameter: str, title: str) -> alt.Chart:
         x=alt.X("value:N", title=f"{parameter} (the swept value)", sort=None,
                 axis=alt.Axis(labelAngle=0, labelOverlap="greedy")),
         y=alt.Y("ratio:Q", title=axis_title("delivered ÷ owed GPU-hours", "%"), axis=alt.Axis(format="%")),
-        color=alt.Color("measure:N", legend=legend("measure")),
-        tooltip=["value:N", "measure:N", alt.Tooltip("ratio:Q", format=".1%")]), title, SERIES_PLOT_PX)
+        color=alt.Color("measure:N", legend=legend("measure"))), title, SERIES_PLOT_PX)
+
+
+# --- drawn on the server ---------------------------------------------------------------------------
+
+def svg(spec: str | dict) -> str:
+    """A finished chart's Vega-Lite spec (``chart.to_json()``) drawn to SVG on the server by
+    vl-convert (Vega-Lite and Vega in an embedded JavaScript engine, no browser): RENDER_PX wide, as
+    tall as its plot area needs, its text measured in ``FONT``. The first call in a process starts
+    the engine (~1 s): ``warm`` does it at server start."""
+    import vl_convert
+
+    return vl_convert.vegalite_to_svg(spec)
+
+
+def warm() -> None:
+    """Start vl-convert's engine (its first drawing takes ~1 s; later ones tens of ms)."""
+    svg({"data": {"values": [{"x": 1}]}, "mark": "point", "encoding": {"x": {"field": "x", "type": "quantitative"}}})

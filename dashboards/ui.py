@@ -10,7 +10,7 @@ from datetime import datetime, time, timedelta
 
 import polars as pl
 import streamlit as st
-from gpuledger.dashboards import access, queries
+from gpuledger.dashboards import access, charts, queries
 
 TTL_S = int(os.environ.get("GPULEDGER_DASHBOARD_TTL_S", "60"))
 CTX_KEY = "gpuledger_ctx"
@@ -269,6 +269,47 @@ def money(amount, currency: str) -> str:
     return f"{amount:,.2f} {currency}"
 
 
+
+
+# --- charts drawn on the server --------------------------------------------------------------------
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def _chart_svg(spec: str) -> str:
+    """The SVG of one chart spec (its JSON: data and all), drawn once per server: a reload, or
+    another viewer with the same filters, costs a lookup."""
+    # every mark says aria-hidden="true" (charts draw marks without ARIA labels): 19 bytes a heatmap cell
+    svg = charts.svg(spec).replace(' aria-hidden="true"', "")
+    # scale down in a window narrower than RENDER_PX (the viewBox keeps the proportions), never up
+    return svg.replace("<svg ", '<svg style="max-width:100%;height:auto" ', 1)
+
+
+@st.cache_resource(show_spinner=False)
+def warm_charts() -> bool:
+    """Start the chart renderer once per server process, beside the first page's queries (its first
+    drawing takes ~1 s; a chart asked for meanwhile waits for it)."""
+    import threading
+
+    threading.Thread(target=charts.warm, name="gpuledger-warm-charts", daemon=True).start()
+    return True
+
+
+# The SVG goes into the page as it is (the browser parses it natively): through st.markdown it would
+# become a React element per mark (a heatmap's thousands of cells) and load rehype-raw; st.html's
+# sanitizer drops SVG. Safe: vl-convert escapes every text it draws.
+_svg_view = st.components.v2.component(
+    "gpuledger_chart", html='<div class="gl-chart" data-testid="glChart"></div>', isolate_styles=False,
+    js="export default function({data, parentElement}) {"
+       " const box = parentElement.querySelector('.gl-chart'); if (box.dataset.svg !== data.key) {"
+       " box.innerHTML = data.svg; box.dataset.svg = data.key; } }")
+
+
+def chart(chart) -> None:
+    """A chart of gpuledger.dashboards.charts, drawn on the server and shown as inline SVG (no Vega
+    in the browser; the axes, labels and legends are the SVG's own elements). Every page draws its
+    charts here."""
+    spec = chart.to_json(validate=False, indent=None)
+    svg = _chart_svg(spec)
+    _svg_view(data={"svg": svg, "key": str(hash(svg))})
 
 
 # --- tables people read --------------------------------------------------------------------------

@@ -70,23 +70,43 @@ def take_idle(w: JobFacts, pools: list[Pool], cap: Capacity) -> float:
     return need
 
 
-def demand_candidates(w: JobFacts, situation: Situation, policy, targets, cap: Capacity) -> list[JobFacts]:
+def preemptible_by_cluster(situation: Situation, policy) -> dict[str, list[JobFacts]]:
+    """The running jobs that may go for waiting work at all this cycle (not exempt, not
+    protected), per cluster, in the situation's order: each waiting job looks only at these (a
+    1,024-GPU week has ~27,000 waiting jobs; scanning every job for each was most of a cycle)."""
+    out: dict[str, list[JobFacts]] = {}
+    for j in situation.jobs:
+        if j.running and not exemption(j, policy) and not protected(j, situation.now):
+            out.setdefault(j.cluster, []).append(j)
+    return out
+
+
+def demand_candidates(w: JobFacts, situation: Situation, policy, targets, cap: Capacity,
+                      preemptible: dict[str, list[JobFacts]] | None = None) -> list[JobFacts]:
     """Running jobs whose GPUs ``w`` can use and that may go for it: not chosen yet, below its
-    priority, not exempt, not protected, of whole GPUs when ``w`` needs whole ones."""
+    priority, not exempt, not protected, of whole GPUs when ``w`` needs whole ones.
+    ``preemptible``: preemptible_by_cluster's index of the cycle (made here when not given)."""
     whole = cap.whole is not None and _whole(w)
-    return [j for j in situation.jobs
-            if j.running and j.key not in cap.taken and _serves(j, w)
-            and targets[j.key][0] < targets[w.key][0] and not exemption(j, policy)
-            and not protected(j, situation.now) and (not whole or _whole(j))]
+    if preemptible is None:
+        preemptible = preemptible_by_cluster(situation, policy)
+    rank = targets[w.key][0]
+    return [j for j in preemptible.get(w.cluster, ())
+            if j.key not in cap.taken and _serves(j, w) and targets[j.key][0] < rank and (not whole or _whole(j))]
 
 
-def held_back(candidates: list[JobFacts], words: str, situation: Situation, policy, notes, short: set[Key]
-              ) -> tuple[list[JobFacts], dict[Key, str]]:
+def held_back(candidates: list[JobFacts], words: str, situation: Situation, policy, notes, short: set[Key],
+              verdicts: dict | None = None) -> tuple[list[JobFacts], dict[Key, str]]:
     """(the candidates that may go now, why each other one is held: stale job data, no live view,
     the cool-down). A funded one whose preemption would lose more than ``max_lost_minutes`` of work
-    waits for its checkpoint. Each held job is noted once per cycle (``short``)."""
+    waits for its checkpoint. Each held job is noted once per cycle (``short``). ``verdicts``: the
+    cycle's memo of each job's (too costly, held why), which depend on the job alone."""
     now = situation.now
-    costly = {c.key for c in candidates if _too_costly(c, now, policy)}  # would throw away too much work
+    verdicts = {} if verdicts is None else verdicts
+    for c in candidates:
+        if c.key not in verdicts:
+            verdicts[c.key] = (_too_costly(c, now, policy),
+                               stale(situation, policy, c.cluster, "jobs") or held_by_rails(c, situation, policy))
+    costly = {c.key for c in candidates if verdicts[c.key][0]}  # would throw away too much work
     for c in candidates:
         if c.key in costly and c.key not in short:
             short.add(c.key)
@@ -95,7 +115,7 @@ def held_back(candidates: list[JobFacts], words: str, situation: Situation, poli
                                 f"(more than max_lost_minutes {policy.max_lost_minutes:g})")
     blocked = {}
     for c in candidates:
-        why = stale(situation, policy, c.cluster, "jobs") or held_by_rails(c, situation, policy)
+        why = verdicts[c.key][1]
         if why and c.key not in costly:
             blocked[c.key] = why
             if c.key not in short:
@@ -165,6 +185,7 @@ def demand_preemptions(situation: Situation, policy, targets, already: set[Key],
     running_pools = {(j.cluster, j.gpu_model) for j in situation.jobs}
     out: list[tuple[Action, JobFacts]] = []
     short: set[Key] = set()
+    preemptible, verdicts = preemptible_by_cluster(situation, policy), {}
     for w in waiting_for_gpus(situation, policy, targets):
         # a request without a GPU model (Slurm --gres=gpu:N, --gpus=N) may run on any model of its
         # cluster (and partition, when both are known): every such pool serves it
@@ -173,8 +194,8 @@ def demand_preemptions(situation: Situation, policy, targets, already: set[Key],
         if need <= 1e-9:
             continue
         words = f"{_waiting_words(w, policy)} {w.job_id}"
-        candidates, blocked = held_back(demand_candidates(w, situation, policy, targets, cap), words, situation,
-                                        policy, notes, short)
+        candidates, blocked = held_back(demand_candidates(w, situation, policy, targets, cap, preemptible), words,
+                                        situation, policy, notes, short, verdicts)
         if policy.victim_fit == "within-need":  # a victim larger than the need leaves GPUs idle, held for its restart
             candidates = [c for c in candidates if c.gpus <= need + 1e-9]
         chosen = _victims(candidates, need, situation.now, policy, targets)

@@ -149,7 +149,7 @@ _REINGEST = ("`gpuledger simulate warehouse`, `gpuledger ingest …` and `gpuled
              "write a new one")
 
 
-def _unreadable(path: Path, exc: BaseException) -> WarehouseError | None:
+def unreadable(path: Path, exc: BaseException) -> WarehouseError | None:
     """The one-line error for a damaged file (or one of another DuckDB storage version); None
     when ``exc`` is something else."""
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -206,7 +206,7 @@ def _connect(path: Path, *, read_only: bool, deadline: float) -> duckdb.DuckDBPy
             return con
         except duckdb.Error as exc:
             if _LOCK_CONFLICT not in str(exc):
-                problem = _unreadable(path, exc)
+                problem = unreadable(path, exc)
                 if problem is not None:
                     raise problem from exc
                 raise
@@ -439,7 +439,7 @@ def open_writer(
                 snapshot_path(path).unlink()  # a whole-file copy from before; nothing reads it
             yield writer
         except duckdb.Error as exc:  # a damaged block can surface in any later statement
-            problem = _unreadable(path, exc)
+            problem = unreadable(path, exc)
             if problem is None:
                 raise
             raise problem from exc
@@ -517,7 +517,7 @@ def open_reader(
                 with _reading(key):
                     yield con
             except duckdb.Error as exc:  # a damaged block can surface in any later query
-                problem = _unreadable(path, exc)
+                problem = unreadable(path, exc)
                 if problem is None:
                     raise
                 raise problem from exc

@@ -123,7 +123,7 @@ class KeptReader:
                 yield plain
             return
         import duckdb
-        from gpuledger.warehouse.db import _unreadable
+        from gpuledger.warehouse.db import unreadable
 
         ident = threading.get_ident()
         cursor = None
@@ -137,7 +137,7 @@ class KeptReader:
             try:
                 yield cursor
             except duckdb.Error as exc:  # a damaged block can surface in any query, as in open_reader
-                problem = _unreadable(self.path, exc)
+                problem = unreadable(self.path, exc)
                 if problem is None:
                     raise
                 raise problem from exc

@@ -26,7 +26,7 @@ if ctx is not None:
     c.metric("Exhausted", ui.count(counts["exhausted"], "node"))
     ui.restricted_note(ctx, "budgets")
 
-    st.altair_chart(charts.budget_vs_consumed(shown, "Budget vs consumed per node"), width="stretch")
+    ui.chart(charts.budget_vs_consumed(shown, "Budget vs consumed per node"))
     st.caption("How much of its budget each node (its jobs and its children's) has used so far this period.")
     ui.table(shown, {
         "node": "org node", "status": "status", "remaining_gpu_hours": ui.norm_h("remaining"),
@@ -50,8 +50,8 @@ if ctx is not None:
             end_at = min(row["projected_exhaustion"] or period_end, period_end)
             left = row["remaining_gpu_hours"] - (row["burn_gpu_hours_per_day"] or 0) * (end_at - row["as_of"]).total_seconds() / 86400
             projection = pl.concat([projection, pl.DataFrame({"as_of": [end_at], "remaining_gpu_hours": [max(left, 0.0)]})])
-        st.altair_chart(charts.burn_down(history, projection, float(row["budget_gpu_hours"]),
-                                         f"{choice}: remaining budget"), width="stretch")
+        ui.chart(charts.burn_down(history, projection, float(row["budget_gpu_hours"]),
+                                  f"{choice}: remaining budget"))
         ex = row["projected_exhaustion"]
         st.caption(f"Solid: remaining budget at each daily snapshot; dashed: the 7-day burn rate carried forward "
                    f"({'runs out ' + f'{ex:%Y-%m-%d}' if ex else 'never runs out at this rate'}; period ends "

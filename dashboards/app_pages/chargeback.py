@@ -89,7 +89,7 @@ if ctx is not None:
         bars = (billed.filter(pl.col("currency") == currency)
                 .group_by("line_kind", "project").agg(pl.col("amount").sum().cast(pl.Float64), pl.col("gpu_hours").sum())
                 .with_columns(label=pl.col("project").fill_null("(idle)")))
-        st.altair_chart(charts.amount_bars(bars, "Amount per project", currency), width="stretch")
+        ui.chart(charts.amount_bars(bars, "Amount per project", currency))
         st.caption("What each project owes this month (idle capacity is the org's own line).")
         by_model = (billed.group_by("gpu_model", "tier", "line_kind", "currency")
                     .agg(pl.col("gpu_hours").sum(), pl.col("amount").sum()).sort("gpu_model", "tier", "line_kind"))

@@ -44,8 +44,8 @@ if ctx is not None:
 
     history = ui.visible(ui.fairshare_history(ctx.path, ctx.start, ctx.end), ctx, "node")
     if history.height:
-        st.altair_chart(charts.ratio_over_time(history, "delivery_ratio", "Delivery ratio per project",
-                                               charts.axis_title("delivered ÷ owed GPU-hours", "%")), width="stretch")
+        ui.chart(charts.ratio_over_time(history, "delivery_ratio", "Delivery ratio per project",
+                                        charts.axis_title("delivered ÷ owed GPU-hours", "%")))
         st.caption("Delivered GPU-hours over what the project's share owed it (capped at its demand); "
                    "the dashed line is 100 %.")
 

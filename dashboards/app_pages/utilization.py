@@ -24,8 +24,7 @@ if ctx is not None:
 
     by = st.radio("Split by", ["cluster", "GPU model", "fleet"], horizontal=True, key="util_by")
     key = {"cluster": "cluster", "GPU model": "model", "fleet": None}[by]
-    st.altair_chart(charts.pct_over_time(queries.utilization_by(hourly, key), key, "Allocated and active % of capacity"),
-                    width="stretch")
+    ui.chart(charts.pct_over_time(queries.utilization_by(hourly, key), key, "Allocated and active % of capacity"))
     st.caption("Solid: share of installed GPUs held by jobs each hour; dashed: share actually busy.")
 
     kinds = ui.usage_by_kind(ctx.path, ctx.start, ctx.end, ctx.clusters)
@@ -35,9 +34,9 @@ if ctx is not None:
         # and the table below answers "which kinds use the GPUs" at a glance
         if st.toggle("Show each hour's split (chart)", key="kind_chart"):
             measure = st.radio("Measure", ["allocated", "active"], horizontal=True, key="kind_measure")
-            st.altair_chart(charts.stacked_hours(queries.kind_pct(kinds, hourly), f"{measure}_pct", "kind",
-                                                 f"{measure.capitalize()} % of capacity by workload kind",
-                                                 charts.axis_title(measure, "% of installed capacity")), width="stretch")
+            ui.chart(charts.stacked_hours(queries.kind_pct(kinds, hourly), f"{measure}_pct", "kind",
+                                          f"{measure.capitalize()} % of capacity by workload kind",
+                                          charts.axis_title(measure, "% of installed capacity")))
             st.caption(f"How the {'held' if measure == 'allocated' else 'busy'} share of the installed GPUs splits "
                        "between training, fine-tuning, batch, inference and interactive work.")
         per_kind = kinds.group_by("kind").agg(pl.col("gpu_hours_allocated").sum(), pl.col("gpu_hours_active").sum()).with_columns(
@@ -71,9 +70,9 @@ if ctx is not None:
     m2.metric("Jobs that held idle GPUs", ui.count(idle_jobs, "job"))
     ui.restricted_note(ctx, "jobs")
     if jobs.height:
-        st.altair_chart(charts.idle_heatmap(cells, jobs, f"Idle share of each job's held GPU-hours "
-                                            f"(the {ui.count(jobs.height, 'job')} most idle of {idle_jobs:,})",
-                                            heat["bin_hours"]), width="stretch")
+        ui.chart(charts.idle_heatmap(cells, jobs, f"Idle share of each job's held GPU-hours "
+                                     f"(the {ui.count(jobs.height, 'job')} most idle of {idle_jobs:,})",
+                                     heat["bin_hours"]))
         st.caption(f"A row per job, most idle first; darker = more of the GPU-hours it held in that "
                    f"{heat['bin_hours']}-hour bin were idle (under {ctx.idle_below:.0%} activity); white = not held. "
                    "Pick a row below for its findings and enforcement history.")

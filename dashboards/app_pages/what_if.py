@@ -57,8 +57,7 @@ if ctx is not None:
     delivery, waits = queries.whatif_long(frames)
     st.subheader("Delivered ÷ owed per project")
     if delivery.height:
-        st.altair_chart(charts.whatif_delivery(delivery, "Delivered ÷ owed GPU-hours per project and policy"),
-                        width="stretch")
+        ui.chart(charts.whatif_delivery(delivery, "Delivered ÷ owed GPU-hours per project and policy"))
         st.caption("How much of the GPU time each project was owed (its share, capped by its demand) each policy "
                    "delivered; the dashed line is 100 %.")
         ui.table(delivery, {"project": "project", "policy": "policy",
@@ -69,8 +68,7 @@ if ctx is not None:
         st.caption("The file has no project delivery rows.")
 
     st.subheader("Waits by job class")
-    st.altair_chart(charts.whatif_waits(waits, "Wait before start (hours): p90 bars, p50 ticks"),
-                    width="stretch")
+    ui.chart(charts.whatif_waits(waits, "Wait before start (hours): p90 bars, p50 ticks"))
     st.caption("How long jobs waited to start, per job class and policy: bars are the 90th percentile, black ticks "
                "the median; a job never started counts its wait so far.")
 
@@ -78,8 +76,7 @@ if ctx is not None:
     if sweep is not None and sweep.height:
         parameter, on = frames["sweep_parameter"] or "value", frames["sweep_policy"] or "?"
         st.subheader(f"Sweep of {parameter} ({titles.get(on, on)})")
-        st.altair_chart(charts.whatif_sweep(sweep, parameter, f"Delivered ÷ owed per {parameter} value"),
-                        width="stretch")
+        ui.chart(charts.whatif_sweep(sweep, parameter, f"Delivered ÷ owed per {parameter} value"))
         st.caption(f"How the worst project's and all projects' delivered ÷ owed change as {parameter} changes, "
                    f"one run of policy {on} per value.")
         st.dataframe(sweep, hide_index=True)

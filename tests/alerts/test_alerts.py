@@ -45,6 +45,7 @@ def _episode(con, severity: str, at: datetime | None = None):
     con.execute("INSERT OR IGNORE INTO squatting_evaluations VALUES (?, 1, ?)", [at, at])
 
 
+@pytest.mark.slow
 def test_alerts_reach_real_receivers_once_per_severity_and_survive_a_receiver_outage(warehouse_file, receivers):
     hook, mails = receivers
     october(warehouse_file)
@@ -179,6 +180,7 @@ def test_a_channel_without_a_url_names_where_to_put_it(monkeypatch, tmp_path):
     assert channel_url("pager") == "json://10.0.0.1:9000/x"
 
 
+@pytest.mark.slow
 def test_alerts_cli_runs_a_cycle_and_lists_the_outbox(warehouse_file, receivers):
     from typer.testing import CliRunner
 
@@ -224,6 +226,7 @@ def test_quiet_hours_defer_delivery_in_the_outbox(warehouse_file, receivers):
     assert len(hook.bodies) == 1
 
 
+@pytest.mark.slow
 def test_the_alert_says_what_enforcement_did(warehouse_file):
     """A preemption enforcement planned (dry run) for the job is named in its alert."""
     from gpuledger.alerts.cycle import plan_alerts

@@ -281,6 +281,7 @@ alloc_st = st.lists(st.tuples(st.integers(0, 4 * 24 * 60), st.integers(1, 3 * 24
                               st.sampled_from([1.0, 0.46, 0.5])), max_size=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(alloc_st, st.lists(st.integers(1, 7 * 24 - 1), max_size=4, unique=True))
 def test_splitting_a_period_and_summing_equals_the_whole(allocs, cuts_h):

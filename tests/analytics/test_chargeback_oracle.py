@@ -21,6 +21,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -195,6 +196,7 @@ def _half_up(exact: Fraction) -> Decimal:
     return (Decimal(int(cents) + (rest >= Fraction(1, 2))) / 100).quantize(Decimal("0.01"))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds(), st.integers(0, 48 * 60), st.integers(1, 96 * 60),
        st.one_of(st.integers(0, 160 * 60), st.just(160 * 60)),  # "now" inside the data, or after it all

@@ -61,6 +61,7 @@ def test_decay_matches_the_closed_form_and_compare_flags_a_difference():
     assert not cmp["agree"] and cmp["failing"] == ["b"]
 
 
+@pytest.mark.slow
 @pytest.mark.prometheus
 @pytest.mark.skipif(not have_prometheus(), reason="needs the Debian prometheus package (scripts/install-test-deps.sh)")
 def test_side_by_side_on_a_tiny_cluster_agrees(dashboard_warehouse, tmp_path):

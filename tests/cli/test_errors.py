@@ -290,6 +290,7 @@ def test_quarantine_never_prints_raw_control_bytes(tmp_path):
     assert "\\x1b[31m\\x07[/x]" in shown.stdout
 
 
+@pytest.mark.slow
 def test_a_gpu_model_missing_from_the_rate_card_is_no_traceback(tmp_path):
     # The simulated 8-GPU cluster is one H100 node; this rate card prices only B200.
     config = tmp_path / "no-h100.yaml"
@@ -383,6 +384,7 @@ def _backfill(url: str, warehouse_file: Path, cwd: Path) -> Ran:
                     "--workers", "1", "--progress", "none", "-w", str(warehouse_file)], cwd)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,says", [
     ("html", "answered HTTP 200 with an HTML page, not Prometheus' JSON API"),
     ("json", "not Prometheus' API envelope"),
@@ -402,6 +404,7 @@ def test_backfill_from_a_source_that_answers_wrongly_says_so_and_records_nothing
         assert con.execute("SELECT count(*) FROM ingest_checkpoints").fetchone() == (0,)
 
 
+@pytest.mark.slow
 def test_a_result_that_is_not_a_matrix_is_an_error_and_the_range_is_not_checkpointed(source, tmp_path):
     warehouse_file = tmp_path / "w.duckdb"
     server = source("vector")

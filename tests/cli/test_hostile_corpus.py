@@ -255,6 +255,7 @@ def hang_results(rig):
     return _in_parallel([job(c) for c in HANGS])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", HANGS, ids=[c.id for c in HANGS])
 def test_hangs_end_within_the_deadline_in_one_line_and_write_nothing(rig, hang_results, case):
     ran, unchanged, took = hang_results[case.id]
@@ -283,6 +284,7 @@ def usage_results(rig):
     return _in_parallel([job(c) for c in USAGE])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", USAGE, ids=[c.id for c in USAGE])
 def test_usage_errors_are_one_line_exit_2_before_any_work(rig, usage_results, case):
     ran, touched = usage_results[case.id]
@@ -308,6 +310,7 @@ def config_results(rig):
     return _in_parallel([job(n, t, cmd) for n, t, _ in CONFIGS for cmd in ("check", "load")])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,text,says", CONFIGS, ids=[c[0] for c in CONFIGS])
 def test_config_that_cannot_be_meant_is_refused_by_check_and_load_alike(rig, config_results, name, text, says):
     for command in ("check", "load"):
@@ -319,6 +322,7 @@ def test_config_that_cannot_be_meant_is_refused_by_check_and_load_alike(rig, con
         assert unchanged, (name, command)  # config load stored no version
 
 
+@pytest.mark.slow
 def test_the_largest_config_values_stored_are_accepted_by_both(rig, tmp_path):
     path = tmp_path / "gpuledger.yaml"
     path.write_text(_config(hours='"999999999999999.999"', price='"999999999999.999999"'))

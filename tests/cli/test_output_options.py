@@ -29,6 +29,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+@pytest.mark.slow
 def test_the_small_tables_write_json_csv_and_parquet(tmp_path):
     import polars as pl
 

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("polars", "duckdb", "numpy", "pyarrow", "kubernetes", "dagster", "streamlit", "pydantic_core")
 
 # Runs every command's --help in ONE interpreter per command path (a fresh one each, so one
@@ -38,6 +40,7 @@ def test_every_command_path_is_found():
             "simulate warehouse", "agent", "fairshare"} <= paths
 
 
+@pytest.mark.slow
 def test_help_loads_no_heavy_library():
     loaded = {}
     for path in _command_paths():

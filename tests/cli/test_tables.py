@@ -98,6 +98,7 @@ def _column_text(out: str, position: int) -> str:
     return " ".join(line[lo:hi].strip() for line in lines[rule + 1:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [80, 120])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_default_table_shows_every_value_whole(sim_warehouse, case, width):
@@ -166,6 +167,7 @@ def test_columns_picks_and_orders(sim_warehouse):
     assert csv.splitlines()[0] == "status,node"
 
 
+@pytest.mark.slow
 def test_unknown_column_is_one_line_exit_2(sim_warehouse):
     done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "report", "budget", "-w", str(sim_warehouse),
                            "--columns", "node,consumed"], check=False, capture_output=True, text=True, timeout=120)
@@ -214,6 +216,7 @@ def test_simulate_gpus_says_it_rounds_to_whole_nodes(tmp_path):
     assert "--gpus 9 rounds up to whole nodes: 2 nodes × 8 GPUs = 16 GPUs" in result.output
 
 
+@pytest.mark.slow
 def test_extended_simulation_appends(tmp_path):
     """Two consecutive 3-hour windows in one warehouse keep both sets of jobs with their usage."""
     path = tmp_path / "w.duckdb"
@@ -247,6 +250,7 @@ def test_extended_simulation_appends(tmp_path):
     assert with_usage & ids_first and with_usage & ids_later
 
 
+@pytest.mark.slow
 def test_usage_by_node_adds_up_on_every_run(sim_warehouse):
     # polars' streaming engine once summed this plan differently each run; the org root must hold
     # exactly what the projects hold (all jobs of the simulation name a project of the tree)

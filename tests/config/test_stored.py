@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import duckdb
+import pytest
 
 from gpuledger.config_files import example_config_text
 
@@ -44,6 +45,7 @@ def _query(tmp_path, sql: str) -> list[tuple]:
         con.close()
 
 
+@pytest.mark.slow
 def test_import_without_config_keeps_the_stored_config_and_only_config_load_replaces_it(tmp_path):
     (tmp_path / "custom.yaml").write_text(_custom())
     (tmp_path / "jobs.csv").write_text(CSV)
@@ -94,6 +96,7 @@ def test_first_use_of_an_empty_warehouse_loads_the_example_and_says_so(tmp_path)
     assert _query(tmp_path, "SELECT version FROM config_versions") == [(1,)]
 
 
+@pytest.mark.slow
 def test_closing_a_month_that_is_not_over_is_one_line_naming_when(tmp_path):
     (tmp_path / "jobs.csv").write_text(CSV.replace("zeta", "notebooks"))
     assert _run(tmp_path, "ingest", "jobs-csv", "jobs.csv").returncode == 0

@@ -1,13 +1,13 @@
 """A Streamlit script that draws every chart of gpuledger.dashboards.charts with ``?rows=N`` rows
-of made-up data (N series, bars or heatmap rows), each under a heading with its name: the browser
-test opens it at 1, 3 and 50 rows and measures what Chromium drew. Run it by hand to look:
+of made-up data (N series, bars or heatmap rows), each under a heading with its name, drawn as the
+pages draw them (``ui.chart``: SVG rendered on the server): the browser test opens it at 1, 3 and 50 rows and measures what Chromium drew. Run it by hand to look:
 ``streamlit run tests/dashboards/chart_gallery.py`` then ``/?rows=50``."""
 
 from datetime import datetime, timedelta
 
 import polars as pl
 import streamlit as st
-from gpuledger.dashboards import charts
+from gpuledger.dashboards import charts, ui
 
 st.set_page_config(page_title="chart gallery", layout="wide")
 n = int(st.query_params.get("rows", "3"))
@@ -18,7 +18,7 @@ names = [f"project-{i:02d}-with-a-longish-name" if i % 7 == 3 else f"project-{i:
 
 def show(name: str, chart) -> None:
     st.markdown(f"#### chart: {name}")
-    st.altair_chart(chart, width="stretch")
+    ui.chart(chart)
 
 
 util = pl.DataFrame([{"hour": h, "cluster": f"cluster-{i}", "measure": m, "pct": (10 + 3 * i + h.hour) % 100}

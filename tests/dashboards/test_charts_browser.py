@@ -1,5 +1,6 @@
 """Every chart of gpuledger.dashboards.charts drawn by Streamlit in Debian's headless Chromium at 1,
-3 and 50 rows (tests/dashboards/chart_gallery.py) and measured in the SVG Vega drew: the plot area
+3 and 50 rows (tests/dashboards/chart_gallery.py) and measured in the SVG the server drew (vl-convert,
+shown inline by ``ui.chart``, so Chromium lays out its text elements with its own fonts): the plot area
 keeps its size (a bar row each, never squashed), every title and axis title lies inside the chart,
 every axis title names a unit, no two labels of an axis overlap, and a legend lists every series or
 says that it shows the top ones."""
@@ -28,7 +29,7 @@ MEASURE = """() => Array.from(document.querySelectorAll('h4')).filter(h => h.inn
   .map(h => {
     const block = h.closest('[data-testid=stVerticalBlock] > div, [data-testid=stElementContainer]');
     let el = block; let chart = null;
-    while (el && !chart) { el = el.nextElementSibling; chart = el && el.querySelector('[data-testid=stVegaLiteChart]'); }
+    while (el && !chart) { el = el.nextElementSibling; chart = el && el.querySelector('[data-testid=glChart]'); }
     const svg = chart && chart.querySelector('svg.marks');
     if (!svg) return {name: h.innerText.slice(7), svg: null};
     const box = r => { const b = r.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
@@ -71,8 +72,10 @@ def gallery(tmp_path_factory):
             def measure(rows: int) -> dict[str, dict]:
                 page.goto(f"http://127.0.0.1:{port}/?rows={rows}")
                 page.get_by_text("end of gallery").wait_for(timeout=90_000)
-                page.wait_for_function("() => document.querySelectorAll('[data-testid=stVegaLiteChart] svg.marks "
+                page.wait_for_function("() => document.querySelectorAll('[data-testid=glChart] svg.marks "
                                        "g.role-frame.root').length >= 10", timeout=90_000)
+                # no Vega in the browser: every chart is the server's SVG
+                assert page.locator("[data-testid=stVegaLiteChart]").count() == 0
                 return {m["name"]: m for m in page.evaluate(MEASURE)}
 
             yield measure

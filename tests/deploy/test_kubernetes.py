@@ -63,6 +63,7 @@ def pod_specs(objects) -> list[tuple[str, dict]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["base", "overlay"])
 def test_every_object_validates_against_the_openapi_schemas(which, request):
     objects = request.getfixturevalue(which)
@@ -224,6 +225,7 @@ def test_the_node_agents_run_as_restricted_as_a_hostpath_allows(overlay):
         claim["metadata"]["name"]
 
 
+@pytest.mark.slow
 def test_the_node_agent_and_the_writers_reader_run_as_written(overlay, tmp_path):
     """The DaemonSet's command and the writer's node-holdings command, run here as the manifests
     write them (paths mapped into a temporary folder, the kubelet a real gRPC server on a unix

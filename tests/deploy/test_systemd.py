@@ -35,6 +35,7 @@ def test_units_verify_without_warnings(tmp_path):
     assert done.returncode == 0 and done.stderr.strip() == "", done.stderr
 
 
+@pytest.mark.slow
 def test_every_exec_start_is_an_installed_command_that_parses(tmp_path):
     starts = exec_starts()
     assert set(starts) == {"gpuledger-migrate.service", "gpuledger-dagster-daemon.service",

@@ -305,6 +305,7 @@ def _audit(path, sql="SELECT phase, action, job_id, outcome, dry_run, error FROM
         return con.execute(sql).fetchall()
 
 
+@pytest.mark.slow
 def test_cli_plan_apply_twice_and_explain(server, kueue_warehouse, tmp_path):
     kc = kubeconfig(server, tmp_path / "kc")
     for n in ("funded", "burst"):
@@ -372,6 +373,7 @@ def test_cli_dry_run_without_yes_calls_nothing(server, kueue_warehouse, tmp_path
     assert {r[3] for r in _audit(kueue_warehouse)} <= {"dry-run", "skipped", "refused"}
 
 
+@pytest.mark.slow
 def test_cli_refused_credential_is_one_line_and_writes_no_applied_rows(server, kueue_warehouse, tmp_path):
     import subprocess
     import sys

@@ -31,6 +31,7 @@ def pod(name: str) -> dict:
             "spec": {"containers": [{"name": "main"}]}, "status": {"phase": "Running"}}
 
 
+@pytest.mark.slow
 def test_a_quiet_cycle_after_a_refused_eviction_sends_nothing(server, tmp_path):
     from typer.testing import CliRunner
 

@@ -4,6 +4,7 @@ in the comments. decide's end-to-end rules stay in test_policy.py / test_policy_
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from decimal import Decimal
 
@@ -174,6 +175,22 @@ def test_demand_candidates_below_the_waiting_job_and_preemptible():
     cap = demand.Capacity(free={}, whole=None, taken={("c", "gone")})
     got = demand.demand_candidates(w, s, policy(), target_priorities(s, policy()), cap)
     assert [j.job_id for j in got] == ["lo"]
+
+
+def test_preemptible_index_keeps_only_jobs_that_may_ever_go_in_order():
+    # of the running jobs, the exempt one (kind inference) and the protected one never go; the
+    # waiting one is not running; per cluster, in the situation's order (c: lo, a100; d: far).
+    # The candidates through the index are those found by scanning every job.
+    w = job("w", running=False, funded=True)
+    far = dataclasses.replace(job("far", "p3"), cluster="d")
+    jobs = [w, job("lo", "p3"), job("f", "p2", funded=True, protected_until=NOW + H), job("svc", "p3", kind="inference"),
+            far, job("a100", "p3", gpu_model="A100")]
+    s = situation(jobs)
+    index = demand.preemptible_by_cluster(s, policy())
+    assert {c: [j.job_id for j in js] for c, js in index.items()} == {"c": ["lo", "a100"], "d": ["far"]}
+    cap, targets = demand.Capacity(free={}, whole=None), target_priorities(s, policy())
+    assert (demand.demand_candidates(w, s, policy(), targets, cap, index)
+            == demand.demand_candidates(w, s, policy(), targets, cap) == [jobs[1]])
 
 
 def test_held_back_costly_and_blocked_each_noted_once():

@@ -9,6 +9,7 @@ from datetime import datetime
 
 import duckdb
 import polars as pl
+import pytest
 
 from gpuledger import warehouse
 from gpuledger.ingest.metrics.plausible import split_implausible_times
@@ -115,6 +116,7 @@ def test_a_sacct_priority_beyond_64_bits_quarantines_that_row_only():
         ("x.txt:3", "Priority: 9223372036854775808 is beyond the 64-bit range the warehouse stores (|n| < 2^63)")]
 
 
+@pytest.mark.slow
 def test_a_job_csv_priority_beyond_64_bits_quarantines_that_row_only(tmp_path):
     import subprocess
     import sys

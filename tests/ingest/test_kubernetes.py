@@ -373,6 +373,7 @@ def test_sync_paginates_maps_quarantines_and_is_idempotent(standin, ingest):
     assert again.jobs_written == stats.jobs_written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gone_as_http", [False, True], ids=["error-event-410", "http-410"])
 def test_watch_modified_bookmark_resume_and_relist(standin, ingest, gone_as_http):
     standin.gone_as_http = gone_as_http

@@ -167,6 +167,7 @@ def _agent(kubelet, *args):
          "--once", "--cluster", "prod", *args], capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
 
 
+@pytest.mark.slow
 def test_on_a_cluster_the_agents_hand_their_holdings_to_the_writer_through_the_spool(kubelet, tmp_path):
     # Two nodes' agents write the shared spool; the one writer reads it. The agents never open
     # the warehouse (one writer; flock holds on one kernel only).

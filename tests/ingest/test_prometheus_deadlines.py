@@ -80,6 +80,7 @@ def _counts(warehouse_file) -> tuple:
                 con.execute("SELECT list(position) FROM ingest_checkpoints").fetchone()[0])
 
 
+@pytest.mark.slow
 def test_backfill_stalled_mid_body_keeps_the_chunks_before_and_leaves_the_rest_undone(tmp_path):
     warehouse_file = tmp_path / "w.duckdb"
     with HostileServer(prometheus_until(STALL, from_s=T0 + 60)) as server:
@@ -94,6 +95,7 @@ def test_backfill_stalled_mid_body_keeps_the_chunks_before_and_leaves_the_rest_u
     assert _counts(warehouse_file) == (2, ["2025-12-01T00:01:00Z"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("given,says", [([], "no answer within 0.3 s"),  # the config's read_timeout_s
                                          (["--read-timeout", "0.4"], "no answer within 0.4 s")])  # the option's
 def test_the_config_gives_the_servers_timeouts_and_an_option_overrides_them(tmp_path, given, says):
@@ -141,6 +143,7 @@ def _answer_beyond(line: str, _raw: bytes):
     return http_answer(orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}))
 
 
+@pytest.mark.slow
 def test_backfill_quarantines_copies_and_points_outside_the_asked_range(tmp_path):
     warehouse_file = tmp_path / "w.duckdb"
     with HostileServer(_answer_beyond) as server:

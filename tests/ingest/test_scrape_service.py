@@ -12,6 +12,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from gpuledger import warehouse
 from gpuledger.config import example_config_text
 from gpuledger.simulator import build_cluster, start_exporters
@@ -19,6 +21,7 @@ from gpuledger.simulator import build_cluster, start_exporters
 GPULEDGER = Path(sys.executable).with_name("gpuledger")
 
 
+@pytest.mark.slow
 def test_scrape_service_runs_rounds_until_sigterm(tmp_path):
     sim = build_cluster(seed=5, gpus=16, start=datetime(2026, 11, 1), days=0.2)
     wh = tmp_path / "gpuledger.duckdb"

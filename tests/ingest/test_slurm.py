@@ -361,6 +361,7 @@ def _ingest_live(rig, warehouse_path: Path, *extra: str) -> str:
     return done.stdout + done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_live_ingest_from_a_real_slurm(slurm_rig, warehouse_file):
     rig = slurm_rig
@@ -397,6 +398,7 @@ def test_live_ingest_from_a_real_slurm(slurm_rig, warehouse_file):
     assert after[long]["state"] == "CANCELLED" and after[long]["end_time"] is not None
 
 
+@pytest.mark.slow
 def test_warehouse_rows_readable_with_plain_duckdb(warehouse_file):
     """The stored jobs are ordinary rows: a reader sees the types the analytics expect."""
     assert ingest("--file", str(FIXTURES / "sacct-later.json"), "-w", str(warehouse_file)).exit_code == 0
@@ -425,6 +427,7 @@ def _runs(con):
                        "ORDER BY start_time").fetchall()
 
 
+@pytest.mark.slow
 def test_sacct_duplicates_keep_each_run(warehouse_file):
     batch = parse_parsable(fixture_text("sacct-parsable2-requeued.txt"), origin="requeued.txt", now=REQUEUE_NOW)
     assert batch.jobs["job_id"].to_list() == ["1@2026-12-01T06:49:39", "1"]
@@ -441,6 +444,7 @@ def test_sacct_duplicates_keep_each_run(warehouse_file):
     ]
 
 
+@pytest.mark.slow
 def test_an_export_without_duplicates_does_not_erase_the_earlier_run(warehouse_file):
     # First import while run 1 ran: the REQUEUED line as it read then (RUNNING, End Unknown).
     header, run1, _run2 = fixture_text("sacct-parsable2-requeued.txt").splitlines()

@@ -52,6 +52,7 @@ def _allocations(path: Path) -> pl.DataFrame:
                        "ORDER BY a.job_id, g.gpu_index").pl()
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_the_prolog_records_a_real_jobs_gpus_and_they_land(slurm_rig, warehouse_file, tmp_path):
     rig = slurm_rig
@@ -175,6 +176,7 @@ def test_a_prolog_that_cannot_write_still_exits_0(tmp_path):
     assert done.returncode == 0 and "not recorded" in done.stderr
 
 
+@pytest.mark.slow
 def test_bad_spool_files_are_quarantined_and_rereading_adds_nothing(tmp_path, warehouse_file):
     spool = tmp_path / "spool"
     spool.mkdir()
@@ -252,6 +254,7 @@ def test_scontrol_json_errors_are_one_clear_line(tmp_path):
     assert done.returncode == 2 and "not scontrol --json output" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_scontrol_json_file_lands_through_the_cli(tmp_path):
     done = _ingest("--scontrol-file", str(SCONTROL_JSON), "--cluster", "hopper", "-w", str(tmp_path / "w.duckdb"))
     assert done.returncode == 0, done.stderr

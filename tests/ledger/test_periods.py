@@ -78,6 +78,7 @@ def test_close_freezes_the_month_and_a_later_price_change_does_not_move_it(octob
     assert _amounts(computed)[("charge", "alpha", "H100")] == Decimal("540.00")
 
 
+@pytest.mark.slow
 def test_correction_adds_credit_and_debit_lines_with_who_when_and_why(october):
     with warehouse.open_writer(october) as con:
         periods.close_period(con, "2026-10", by="alice", now=NOV5)

@@ -99,6 +99,7 @@ def metadata(result: dg.ExecuteInProcessResult, asset) -> dict:
     return {k: v.value for k, v in events[0].metadata.items()}
 
 
+@pytest.mark.slow
 def test_daily_analytics_equal_the_reports_and_replace_their_partition(sim_warehouse):
     checks = [job_usage_no_negative_idle, project_usage_no_negative_idle, budgets_consistent_down_tree]
     result = materialize([*DAILY_ANALYTICS, *checks], sim_warehouse, partition_key=DAY)
@@ -137,6 +138,7 @@ def test_daily_analytics_equal_the_reports_and_replace_their_partition(sim_wareh
     assert table(sim_warehouse, "fairshare_snapshots", "WHERE day = ?", ["2026-11-05"]).height == 0
 
 
+@pytest.mark.slow
 def test_a_range_of_days_in_one_run_equals_the_days_one_by_one(tmp_path, config_file):
     """A single-run backfill over two days (what `dg launch --partition-range` and a UI backfill
     ask for) replaces each day exactly as two single-day runs do."""
@@ -169,6 +171,7 @@ def test_a_range_of_days_in_one_run_equals_the_days_one_by_one(tmp_path, config_
               ["hour", "cluster", "job_id"])
 
 
+@pytest.mark.slow
 def test_monthly_statement_equals_the_ledger_and_reconciles(sim_warehouse):
     checks = [chargeback_reconciles, chargeback_no_negative_idle]
     result = materialize([chargeback_statements, *checks], sim_warehouse, partition_key="2026-11-01")
@@ -191,6 +194,7 @@ def test_monthly_statement_equals_the_ledger_and_reconciles(sim_warehouse):
     assert not evaluation.passed and "2026-11" in evaluation.metadata["mismatches"].value
 
 
+@pytest.mark.slow
 def test_squatting_lifecycle_over_three_evaluations(sim_warehouse, sim):
     """Evaluated at three moments, the episodes agree with squatters_report at each, and every
     change is one event; the same moment twice changes nothing."""
@@ -233,6 +237,7 @@ def test_squatting_lifecycle_over_three_evaluations(sim_warehouse, sim):
             table(sim_warehouse, "squatting_finding_events").height) == before
 
 
+@pytest.mark.slow
 def test_ingest_assets_skip_sources_the_config_leaves_out(tmp_path):
     path = tmp_path / "wh.duckdb"
     unpartitioned = [reference_tables, dcgm_samples, kubernetes_jobs, slurm_jobs]
@@ -262,6 +267,7 @@ def _config_with_sources(tmp_path: Path, sources: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_ingest_assets_write_from_live_sources_and_are_idempotent(tmp_path, sim):
     from tests.helpers.k8s_standin import KubeStandIn
     from tests.ingest.test_kubernetes import make_pod
@@ -322,6 +328,7 @@ def test_csv_jobs_partition_imports_one_file(tmp_path):
         assert con.execute("SELECT count(*) FROM quarantine WHERE source = 'jobs-csv'").fetchone()[0] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.prometheus
 @pytest.mark.skipif(not have_prometheus(), reason="needs the Debian prometheus package (install-test-deps.sh)")
 def test_prometheus_samples_backfill_one_day_from_a_real_prometheus(tmp_path):
@@ -379,6 +386,7 @@ ENFORCEMENT_FINDING = ["cluster", "job_id", "finding", "severity", "idle_since",
                        "gpus_total", "gpu_hours_idle", "idle_cost", "currency", "exempt", "exempt_reason"]
 
 
+@pytest.mark.slow
 def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialized(tmp_path, sim, monkeypatch):
     """With one squatter's workload kind exempt from squatting, the asset stores that job apart
     (squatting_exempt_findings), the episodes stay exactly the non-exempt findings, and

@@ -6,7 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_code_location_loads_without_warnings(tmp_path):
     code = ("import gpuledger.pipelines.definitions as d, gpuledger.pipelines.run_once; "
             "print(len(list(d.defs().resolve_all_asset_specs())))")

@@ -43,6 +43,7 @@ def _cli(*args):
     return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
+@pytest.mark.slow
 def test_a_month_closed_provisionally_says_so_in_every_file_and_the_terminal(month, tmp_path):
     with warehouse.open_writer(month) as con, pytest.raises(periods.PeriodError, match="--provisional"):
         periods.close_period(con, "2026-11", now=DEC5)
@@ -94,6 +95,7 @@ def test_an_open_and_a_closed_month_state_the_same_everywhere(month, tmp_path):
     assert "closed (revision 0)" in _cli("report", "chargeback", "--period", "2026-10", "--warehouse", month).output
 
 
+@pytest.mark.slow
 def test_a_month_without_data_closes_only_provisionally_and_its_statement_says_no_data(month, tmp_path):
     with warehouse.open_writer(month) as con, pytest.raises(periods.PeriodError, match="no data.*--provisional"):
         periods.close_period(con, "2026-09", now=DEC5)

@@ -115,6 +115,7 @@ def test_workbook_sheets_add_up_to_the_csv(month, tmp_path):
     assert rec["Reconciles"] == "yes, to the cent" and D(str(rec["Difference"])) == D("0.00")
 
 
+@pytest.mark.slow
 def test_regenerating_gives_byte_identical_files_and_a_closed_month_reads_its_frozen_lines(month, tmp_path):
     import time
     import zipfile

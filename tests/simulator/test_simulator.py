@@ -73,6 +73,7 @@ def test_inventory_has_models_mig_and_shared(sim):
     assert (jobs["state"] == "FAILED").any()
 
 
+@pytest.mark.slow
 def test_rerun_changes_no_row_counts(written):
     _, first, second = written
     assert first == second

@@ -44,6 +44,7 @@ def _count(path) -> int:
         return con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
 
 
+@pytest.mark.slow
 def test_a_writer_and_a_reader_in_two_processes_queue_and_every_row_lands_once(warehouse_file):
     """Dagster's multiprocess executor runs an asset and its check in separate processes: here a
     writer process (several writer sessions) and a reader process on one file, neither failing."""
@@ -63,6 +64,7 @@ def test_a_writer_and_a_reader_in_two_processes_queue_and_every_row_lands_once(w
     assert total == distinct == batches * rows
 
 
+@pytest.mark.slow
 def test_a_long_writer_lets_waiting_readers_in_between_chunks(warehouse_file):
     """One writer session of many chunks: readers that queue get in between chunks and see the
     chunks committed so far (without yields they could only see 0 or everything)."""
@@ -82,6 +84,7 @@ def test_a_long_writer_lets_waiting_readers_in_between_chunks(warehouse_file):
     assert _count(warehouse_file) == chunks * rows
 
 
+@pytest.mark.slow
 def test_a_steady_stream_of_readers_does_not_starve_a_writer(warehouse_file):
     """Four reader threads keep the file shared all the time (their holds overlap); a writer that
     asks still gets it, because a waiting writer stops new readers at the gate."""
@@ -279,6 +282,7 @@ def _one_line_no_traceback(result):
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_reader_of_a_warehouse_whose_first_write_is_running_says_so(warehouse_file):
     holder = _actor("hold", warehouse_file, stdin=subprocess.PIPE)
     try:

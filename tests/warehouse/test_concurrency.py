@@ -5,6 +5,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gpuledger import warehouse
 
 HELPER = [sys.executable, "-m", "tests.helpers.sample_writer"]
@@ -23,6 +25,7 @@ def _wait_for(predicate, what, timeout_s=120):
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_reader_queries_while_writer_process_ingests(tmp_path, warehouse_file):
     marker = tmp_path / "first-batch-published"
     batches, rows = 12, 100_000
@@ -42,6 +45,7 @@ def test_reader_queries_while_writer_process_ingests(tmp_path, warehouse_file):
         assert con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == batches * rows
 
 
+@pytest.mark.slow
 def test_two_writer_processes_are_serialized_and_both_land(tmp_path, warehouse_file):
     batches, rows = 4, 50_000
     a = _start_writer(warehouse_file, tmp_path / "a", batches, rows, 1)

@@ -60,6 +60,7 @@ def _materialize_usage(path, days):
             replace_partition(con, "usage_hourly_projects", day.date(), stamped(frame, day=day.date()))
 
 
+@pytest.mark.slow
 def test_a_fresh_fairshare_snapshot_is_the_computed_answer(wh):
     at = _materialize_fairshare(wh)
     with warehouse.open_reader(wh) as con:
@@ -73,6 +74,7 @@ def test_a_fresh_fairshare_snapshot_is_the_computed_answer(wh):
     assert other.source == facts.COMPUTED  # no snapshot as of that time: computed
 
 
+@pytest.mark.slow
 def test_a_config_loaded_after_the_snapshot_makes_it_stale(wh, tmp_path):
     _materialize_fairshare(wh)
     cfg = tmp_path / "c.yaml"
@@ -216,6 +218,7 @@ def _imported(*args: str) -> list[str]:
     return json.loads(done.stderr.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_materialized_read_commands_import_no_polars_pydantic_or_analytics(wh):
     # the start-up cost of a read served from materialized rows (BENCHMARKS.md "Read model and
     # CLI latency"): DuckDB only; computed, the same commands load what computing needs

@@ -55,6 +55,7 @@ def _table(con, name, order):
     return con.sql(f"SELECT * FROM {name} ORDER BY {order}").pl()
 
 
+@pytest.mark.slow
 def test_retention_drops_old_raw_samples_and_leaves_every_report_unchanged(simulated):
     with warehouse.open_reader(simulated) as con:
         before = _reports(con)
@@ -98,6 +99,7 @@ def test_retention_drops_old_raw_samples_and_leaves_every_report_unchanged(simul
         assert_frame_equal(_table(con, "gpu_hourly", "gpu_id, hour"), rollup)
 
 
+@pytest.mark.slow
 def test_prune_and_disk_use_from_the_cli(tmp_path):
     path = tmp_path / "gpuledger.duckdb"
     sim = build_cluster(seed=2, gpus=8, start=START, days=1)

@@ -175,6 +175,7 @@ def _random_history(draw):
     return rows
 
 
+@pytest.mark.slow
 def test_rollup_of_any_batches_equals_aggregating_again(warehouse_file):
     # Any split of a history into batches, sent in any order, some rows sent twice (a re-sent copy
     # keeps the first value): gpu_hourly equals aggregating the stored samples again.

@@ -415,6 +415,7 @@ def test_a_sweep_of_the_minimum_runtime_cap():
 
 
 # --- the commands, over a small simulated warehouse -------------------------------------------------
+@pytest.mark.slow
 def test_whatif_commands_over_a_simulated_warehouse(tmp_path):
     from typer.testing import CliRunner
 

@@ -107,6 +107,9 @@ def ingest_kubernetes_command(
 ) -> None:
     """List (and with --watch, follow) pods requesting nvidia.com/gpu or MIG slices, plus Kueue
     Workloads, into the warehouse's jobs table. Re-running changes no row counts."""
+    from gpuledger.extras import require
+
+    require("kubernetes.client")  # the [kubernetes] extra; a clear message when it is missing
     from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
     from gpuledger.ingest.jobs.kubernetes import KubernetesIngest
 
@@ -130,11 +133,8 @@ def ingest_kubernetes_command(
 def _api(kubeconfig: Path | None, context: str | None):
     """The API client of the kubeconfig (or in-cluster); a kubeconfig that cannot be read is exit
     2 with what is wrong with it."""
-    from gpuledger.extras import require
-
-    require("kubernetes.client")  # the [kubernetes] extra; a clear message when it is missing
     import yaml
-    from kubernetes.config import ConfigException
+    from kubernetes.config import ConfigException  # the extra: checked by the command
 
     from gpuledger.ingest.jobs.kubernetes import api_client
 
