@@ -62,7 +62,7 @@ IDLE = "(idle)"
 OVER = "(over-allocated)"
 CAPACITY_UNKNOWN = "(capacity unknown)"
 NO_JOB_RECORD = "(no job record)"
-_PAD = "\x00"  # a level a branch of the rounding tree does not have (a pass-through node)
+PAD = "\x00"  # a level a branch of the rounding tree does not have (a pass-through node)
 _OVER_TOLERANCE = Decimal("0.000000001")  # GPU-hours: float noise of MIG fractions is not over
 
 
@@ -79,17 +79,17 @@ def capacity_cost(gpus: pl.LazyFrame, rate_card: pl.LazyFrame, *, start: datetim
     )
 
 
-def _with_org_paths(lines: pl.LazyFrame, org_nodes) -> tuple[pl.LazyFrame, int]:
+def with_org_paths(lines: pl.LazyFrame, org_nodes) -> tuple[pl.LazyFrame, int]:
     """``lines`` with p1..pD: the org path of its ``project``, root first, padded; a project not
     in the tree (and the idle / no-job-record lines) is its own root. Returns (frame, D)."""
     tree = Tree.from_frame(org_nodes) if org_nodes is not None else None
     paths = {n: list(reversed(tree.ancestors(n))) for n in tree.parent} if tree else {}
     depth = max((len(v) for v in paths.values()), default=1)
     cols = [f"p{i}" for i in range(1, depth + 1)]
-    rows = [[name, *(path + [_PAD] * (depth - len(path)))] for name, path in paths.items()]
+    rows = [[name, *(path + [PAD] * (depth - len(path)))] for name, path in paths.items()]
     frame = pl.LazyFrame(rows, schema={"project": pl.String, **{c: pl.String for c in cols}}, orient="row")
     joined = lines.join(frame, on="project", how="left").with_columns(
-        pl.col("p1").fill_null(pl.col("project")), *(pl.col(c).fill_null(_PAD) for c in cols[1:]))
+        pl.col("p1").fill_null(pl.col("project")), *(pl.col(c).fill_null(PAD) for c in cols[1:]))
     return joined, depth
 
 
@@ -322,7 +322,7 @@ def node_level(levels: list[pl.LazyFrame], k: int, sums: tuple[str, ...] = (
     """The org nodes at depth ``k`` (1 = the roots) of a pool-first rounded tree (path pool →
     p1..pD → leaf, :func:`rounded_billed`): per (currency, node ``p<k>``) the sum of its parts in
     every pool, as column ``node``."""
-    lv = levels[k].filter(pl.col(f"p{k}") != _PAD)
+    lv = levels[k].filter(pl.col(f"p{k}") != PAD)
     names = lv.collect_schema().names()
     return lv.group_by("currency", pl.col(f"p{k}").alias("node")).agg(pl.col(c).sum() for c in sums if c in names)
 
@@ -341,7 +341,7 @@ def rounded_billed(charges: pl.LazyFrame, idle: pl.LazyFrame, jobs: pl.LazyFrame
     idle = idle.with_columns(line_kind=pl.lit("idle"), job_id=pl.lit(None, pl.String),
                              project=pl.lit(IDLE), user_name=pl.lit(None, pl.String), _idle_raw=pl.col("amount_raw"))
     billed = pl.concat([charges, idle], how="diagonal_relaxed")
-    billed, depth = _with_org_paths(billed, org_nodes)
+    billed, depth = with_org_paths(billed, org_nodes)
     model_tier = pl.col("model") + pl.lit("|") + pl.col("tier")
     # the pool (currency | model | tier) is the tree's root: each rounded half-up on its own
     path = ["_pool", *(f"p{i}" for i in range(1, depth + 1)), "_leaf"]

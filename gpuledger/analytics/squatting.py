@@ -55,10 +55,11 @@ ACTIVITY_COLUMNS = {
 }
 
 
-def _with_exemptions(findings: pl.LazyFrame, policy: SquattingPolicy,
-                     job_labels: pl.LazyFrame | None) -> pl.LazyFrame:
+def with_exemptions(findings: pl.LazyFrame, policy: SquattingPolicy,
+                    job_labels: pl.LazyFrame | None) -> pl.LazyFrame:
     """``findings`` (cluster, job_id, namespace, job_kind: the job's own, from held_devices) with
-    ``exempt_reason``: judged on the few findings, not on every job of the range."""
+    ``exempt_reason`` (namespace first, then kind, then label) and ``exempt``: judged on the few
+    findings, not on every job of the range."""
     reason = (
         pl.when(pl.col("namespace").is_in(list(policy.exempt_namespaces)))
         .then(pl.format("namespace {}", pl.col("namespace")))
@@ -77,7 +78,7 @@ def _with_exemptions(findings: pl.LazyFrame, policy: SquattingPolicy,
         out = out.join(hits, on=["cluster", "job_id"], how="left").with_columns(
             pl.coalesce("exempt_reason", "_label").alias("exempt_reason")
         ).drop("_label")
-    return out
+    return out.with_columns(exempt=pl.col("exempt_reason").is_not_null())
 
 
 def held_devices(
@@ -122,6 +123,94 @@ def held_devices(
     )
 
 
+FINDING_COLUMNS = [
+    "cluster", "job_id", "project", "user_name", "namespace", "job_kind", "finding", "severity",
+    "gpus_total", "gpus_idle", "idle_since", "idle_minutes", "gpu_hours_idle", "idle_cost", "currency",
+    "fb_used_bytes_idle", "activity_signal", "exempt", "exempt_reason",
+]
+
+
+def with_evidence(held: pl.LazyFrame, device_activity: pl.LazyFrame) -> pl.LazyFrame:
+    """:func:`held_devices` rows with their evidence (:data:`ACTIVITY_COLUMNS`) joined on; a held
+    device without evidence keeps NULLs (stale). The keys are cast to ``held``'s types."""
+    keys = held.collect_schema()
+    evidence = device_activity.select(
+        *(pl.col(k).cast(keys[k]) for k in PER_DEVICE), "activity_signal", "idle_since", "covered_minutes",
+        "fb_used_bytes",
+    )
+    return held.join(evidence, on=PER_DEVICE, how="left")
+
+
+def judge_devices(devices: pl.LazyFrame, *, now: datetime, policy: SquattingPolicy) -> pl.LazyFrame:
+    """Adds ``stale`` (evidence covers < min_coverage_ratio of the sustained window), ``idle``
+    (not stale and idle since at least ``sustained`` before ``now``) and ``gpu_hours_idle``
+    (now − idle_since × device and allocation fractions on an idle device, else 0)."""
+    sustained = timedelta(minutes=policy.sustained_minutes)
+    expected = max(1, round(policy.sustained_minutes))  # clock minutes in the sustained window
+    return (
+        devices.with_columns(stale=pl.col("covered_minutes").fill_null(0) / expected < policy.min_coverage_ratio)
+        .with_columns(
+            idle=~pl.col("stale") & pl.col("idle_since").is_not_null()
+            & ((pl.lit(now) - pl.col("idle_since")) >= pl.lit(sustained))
+        )
+        .with_columns(
+            gpu_hours_idle=pl.when(pl.col("idle")).then(
+                (pl.lit(now) - pl.col("idle_since")).dt.total_microseconds() / 3.6e9
+                * pl.col("device_fraction") * pl.col("alloc_fraction")
+            ).otherwise(0.0),
+        )
+    )
+
+
+def priced_now(devices: pl.LazyFrame, rate_card: pl.LazyFrame, *, now: datetime) -> pl.LazyFrame:
+    """Adds ``price_per_gpu_hour`` and ``currency``: the rate card's price in force at ``now``
+    for each device's model and tier (:func:`price_as_of`)."""
+    return price_as_of(devices.with_columns(_at=pl.lit(now)), rate_card, at="_at").drop("_at")
+
+
+def job_idleness(devices: pl.LazyFrame) -> pl.LazyFrame:
+    """Judged, priced devices → one row per (cluster, job_id): gpus_total, gpus_idle, ``_stale``
+    (any device stale), idle_since (latest of the idle devices'), gpu_hours_idle, ``_cost`` (raw
+    Σ idle hours × price, unrounded), currency, fb_used_bytes_idle, activity_signal (of the idle
+    devices, sorted, comma-joined)."""
+    idle = pl.col("idle")
+    return devices.group_by("cluster", "job_id").agg(
+        pl.col("project", "user_name", "namespace", "job_kind").first(),
+        pl.len().alias("gpus_total"),
+        idle.sum().cast(pl.Int64).alias("gpus_idle"),
+        pl.col("stale").any().alias("_stale"),
+        pl.col("idle_since").filter(idle).max().alias("idle_since"),
+        pl.col("gpu_hours_idle").sum(),
+        (to_raw(pl.col("gpu_hours_idle")) * pl.col("price_per_gpu_hour")).filter(idle).sum().alias("_cost"),
+        pl.col("currency").filter(idle).first(),
+        pl.col("fb_used_bytes").filter(idle).sum().alias("fb_used_bytes_idle"),
+        pl.col("activity_signal").filter(idle).drop_nulls().unique().sort().str.join(",").alias("activity_signal"),
+    )
+
+
+def classify_jobs(per_job: pl.LazyFrame, *, now: datetime, policy: SquattingPolicy) -> pl.LazyFrame:
+    """:func:`job_idleness` rows → findings: jobs not stale with an idle GPU, with ``finding``
+    (squatting when every GPU is idle, else partial-idle), ``idle_minutes``, ``idle_cost`` (cents,
+    half-up) and ``severity`` (the lifecycle stage reached; partial-idle is always info)."""
+    minutes = (pl.lit(now) - pl.col("idle_since")).dt.total_microseconds() / 6e7
+    return (
+        per_job.filter(~pl.col("_stale") & (pl.col("gpus_idle") > 0))
+        .with_columns(
+            finding=pl.when(pl.col("gpus_idle") == pl.col("gpus_total")).then(pl.lit(SQUATTING))
+            .otherwise(pl.lit(PARTIAL)),
+            idle_minutes=minutes,
+            idle_cost=half_up_cents(pl.col("_cost")),  # half-up: polars rounds half to even
+        )
+        .with_columns(
+            severity=pl.when(pl.col("finding") == PARTIAL).then(pl.lit("info"))
+            .when(pl.col("idle_minutes") >= policy.preempt_minutes).then(pl.lit("preempt-eligible"))
+            .when(pl.col("idle_minutes") >= policy.second_warn_minutes).then(pl.lit("second-warning"))
+            .when(pl.col("idle_minutes") >= policy.warn_minutes).then(pl.lit("warning"))
+            .otherwise(pl.lit("info"))
+        )
+    )
+
+
 def squatting_findings(
     jobs: pl.LazyFrame,
     job_allocations: pl.LazyFrame,
@@ -139,75 +228,22 @@ def squatting_findings(
     ``device_activity``: the evidence per held device (:data:`ACTIVITY_COLUMNS`), from
     :func:`gpuledger.analytics.load.load_device_activity` with the same ``now`` and ``policy``.
     ``job_labels`` (optional): cluster, job_id, key, value — matched against
-    ``policy.exempt_labels``. Columns: cluster, job_id, project, user_name, namespace, job_kind,
-    finding, severity (squatting: warning ≥ warn_minutes, second-warning ≥ second_warn_minutes,
-    preempt-eligible ≥ preempt_minutes, info below; partial-idle: always info),
+    ``policy.exempt_labels``. Columns (:data:`FINDING_COLUMNS`): cluster, job_id, project, user_name,
+    namespace, job_kind, finding, severity (squatting: warning ≥ warn_minutes, second-warning ≥
+    second_warn_minutes, preempt-eligible ≥ preempt_minutes, info below; partial-idle: always info),
     gpus_total, gpus_idle (devices), idle_since (UTC; for squatting the latest of the idle
     devices' starts), idle_minutes (now − idle_since), gpu_hours_idle (Σ over idle devices of
     their idle time × fractions), idle_cost (Decimal cents at the price in force now), currency,
     fb_used_bytes_idle (memory held on the idle devices, last sample), activity_signal (signals
     used, comma-joined), exempt, exempt_reason. Idle time is capped at the evidence's lookback.
+
+    Stages: held_devices → with_evidence → judge_devices → priced_now → job_idleness →
+    classify_jobs → with_exemptions.
     """
     p = policy or SquattingPolicy()
-    sustained = timedelta(minutes=p.sustained_minutes)
     held = held_devices(jobs, job_allocations, gpus, now=now, policy=p)
-    expected = max(1, round(p.sustained_minutes))  # clock minutes in the sustained window
-    keys = held.collect_schema()
-    evidence = device_activity.select(
-        *(pl.col(k).cast(keys[k]) for k in PER_DEVICE), "activity_signal", "idle_since", "covered_minutes",
-        "fb_used_bytes",
-    )
-    devices = (
-        held.join(evidence, on=PER_DEVICE, how="left")
-        .with_columns(stale=pl.col("covered_minutes").fill_null(0) / expected < p.min_coverage_ratio)
-        .with_columns(
-            idle=~pl.col("stale") & pl.col("idle_since").is_not_null()
-            & ((pl.lit(now) - pl.col("idle_since")) >= pl.lit(sustained))
-        )
-        .with_columns(
-            gpu_hours_idle=pl.when(pl.col("idle")).then(
-                (pl.lit(now) - pl.col("idle_since")).dt.total_microseconds() / 3.6e9
-                * pl.col("device_fraction") * pl.col("alloc_fraction")
-            ).otherwise(0.0),
-            _at=pl.lit(now),
-        )
-    )
-    devices = price_as_of(devices, rate_card, at="_at").drop("_at")
-    idle = pl.col("idle")
-    per_job = devices.group_by("cluster", "job_id").agg(
-        pl.col("project", "user_name", "namespace", "job_kind").first(),
-        pl.len().alias("gpus_total"),
-        idle.sum().cast(pl.Int64).alias("gpus_idle"),
-        pl.col("stale").any().alias("_stale"),
-        pl.col("idle_since").filter(idle).max().alias("idle_since"),
-        pl.col("gpu_hours_idle").sum(),
-        (to_raw(pl.col("gpu_hours_idle")) * pl.col("price_per_gpu_hour")).filter(idle).sum().alias("_cost"),
-        pl.col("currency").filter(idle).first(),
-        pl.col("fb_used_bytes").filter(idle).sum().alias("fb_used_bytes_idle"),
-        pl.col("activity_signal").filter(idle).drop_nulls().unique().sort().str.join(",").alias("activity_signal"),
-    )
-    minutes = (pl.lit(now) - pl.col("idle_since")).dt.total_microseconds() / 6e7
-    findings = (
-        per_job.filter(~pl.col("_stale") & (pl.col("gpus_idle") > 0))
-        .with_columns(
-            finding=pl.when(pl.col("gpus_idle") == pl.col("gpus_total")).then(pl.lit(SQUATTING))
-            .otherwise(pl.lit(PARTIAL)),
-            idle_minutes=minutes,
-            idle_cost=half_up_cents(pl.col("_cost")),  # half-up: polars rounds half to even
-        )
-        .with_columns(
-            severity=pl.when(pl.col("finding") == PARTIAL).then(pl.lit("info"))
-            .when(pl.col("idle_minutes") >= p.preempt_minutes).then(pl.lit("preempt-eligible"))
-            .when(pl.col("idle_minutes") >= p.second_warn_minutes).then(pl.lit("second-warning"))
-            .when(pl.col("idle_minutes") >= p.warn_minutes).then(pl.lit("warning"))
-            .otherwise(pl.lit("info"))
-        )
-    )
-    findings = _with_exemptions(findings, p, job_labels).with_columns(exempt=pl.col("exempt_reason").is_not_null())
+    devices = priced_now(judge_devices(with_evidence(held, device_activity), now=now, policy=p), rate_card, now=now)
+    findings = with_exemptions(classify_jobs(job_idleness(devices), now=now, policy=p), p, job_labels)
     if not include_exempt:
         findings = findings.filter(~pl.col("exempt"))
-    return findings.select(
-        "cluster", "job_id", "project", "user_name", "namespace", "job_kind", "finding", "severity",
-        "gpus_total", "gpus_idle", "idle_since", "idle_minutes", "gpu_hours_idle", "idle_cost", "currency",
-        "fb_used_bytes_idle", "activity_signal", "exempt", "exempt_reason",
-    ).sort("cluster", "job_id")
+    return findings.select(FINDING_COLUMNS).sort("cluster", "job_id")

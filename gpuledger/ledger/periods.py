@@ -41,6 +41,7 @@ from gpuledger.errors import RunError, UsageError
 from gpuledger.ledger import audit
 from gpuledger.config_store import policy_in_force, stored_config
 from gpuledger.rules.billing import billed_sql
+from gpuledger.sql import load_sql
 from gpuledger.rules.periods import PeriodError, month_bounds, next_month  # noqa: F401  (callers of the ledger)
 from gpuledger.warehouse.db import transaction
 
@@ -511,11 +512,11 @@ class DeltaTree:
 
 def delta_tree(joined: pl.DataFrame, org_nodes: pl.DataFrame) -> DeltaTree:
     """:func:`delta_leaves`' deltas rounded top-down from :func:`pool_root_cents`, pool first."""
-    from gpuledger.analytics.chargeback import _with_org_paths
+    from gpuledger.analytics.chargeback import with_org_paths
     from gpuledger.analytics.money import round_tree
 
     root = pool_root_cents(joined)
-    lf, depth = _with_org_paths(joined.lazy(), org_nodes)
+    lf, depth = with_org_paths(joined.lazy(), org_nodes)
     path = ["_pool", *(f"p{i}" for i in range(1, depth + 1)), "_leaf"]
     leaves = lf.with_columns(_mt=_MODEL_TIER, _leaf=pl.concat_str(
         [pl.col("cluster"), pl.col("job_id").fill_null(""), _MODEL_TIER], separator="|")).collect()
@@ -528,7 +529,7 @@ def delta_tree(joined: pl.DataFrame, org_nodes: pl.DataFrame) -> DeltaTree:
 def delta_levels(tree: DeltaTree) -> dict[str, pl.DataFrame]:
     """The delta tree read out per level: job (the leaves), project (above them) and node (each
     org node's parts in every pool summed)."""
-    from gpuledger.analytics.chargeback import _PAD, IDLE
+    from gpuledger.analytics.chargeback import IDLE, PAD
 
     levels, path = tree.levels, tree.path
     meta = tree.leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "gpu_model", "tier")
@@ -537,7 +538,7 @@ def delta_levels(tree: DeltaTree) -> dict[str, pl.DataFrame]:
                                      on=path[:-1], how="left")
     node_parts = []
     for k in range(1, tree.depth + 1):  # a node: its parts in every pool summed
-        lv = (levels[k].collect().filter(pl.col(f"p{k}") != _PAD)
+        lv = (levels[k].collect().filter(pl.col(f"p{k}") != PAD)
               .group_by("currency", pl.col(f"p{k}").alias("node"), maintain_order=True)
               .agg(pl.col("_d_raw", "_di_raw", "_d_hours", "amount", "idle_amount_included").sum()))
         node_parts.append(lv.select("currency", "node", "_d_raw", "_di_raw", "_d_hours",
@@ -641,15 +642,7 @@ def period_list(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     """Closed months: period, state (closed / corrected / provisional), revisions, closed_at /
     closed_by, last revision's time, who and reason, config version, and the statement's total per
     currency as of its latest revision. Every revision is checked against its checksum first."""
-    heads = con.sql(
-        """SELECT r0.period, count(*)::INTEGER AS revisions, min(r.issued_at) AS closed_at,
-                  arg_min(r.issued_by, r.revision) AS closed_by, max(r.issued_at) AS last_issued_at,
-                  arg_max(r.issued_by, r.revision) AS last_issued_by, arg_max(r.reason, r.revision) AS last_reason,
-                  arg_max(r.config_version, r.revision) AS config_version,
-                  arg_max(r.lines_sha256, r.revision) AS last_sha256
-           FROM statement_revisions r0 JOIN statement_revisions r USING (period)
-           WHERE r0.revision = 0 GROUP BY r0.period, r0.revision"""
-    ).pl()
+    heads = con.sql(load_sql(__package__, "period_heads.sql")).pl()
     is_billed = billed_sql("line_kind", "json_extract_string(line_json, '$.correction_of')")
     totals = con.sql(
         "SELECT period, currency, sum(amount) AS total FROM statement_lines WHERE level = 'project' "

@@ -295,8 +295,18 @@ def test_splitting_a_period_and_summing_equals_the_whole(allocs, cuts_h):
     run = lambda s, e: chargeback_lines(al, gpus(INV_ROWS), jb, rates, start=s, end=e, now=NOW).collect()  # noqa: E731
     whole = run(bounds[0], bounds[-1])
     parts = pl.concat([run(s, e) for s, e in zip(bounds, bounds[1:])])
-    # Whole hours at cent prices: every part's capacity cost is exact, so totals match to the cent.
-    assert parts["amount"].sum() == whole["amount"].sum()
+    # Whole hours at cent prices: every part's capacity cost is exact, so totals match to the cent,
+    # unless something is over-allocated: a pool's billed total is then capacity × price + the
+    # over-allocated cost, which at minute grain is not whole cents, and each part rounds its own
+    # pools (billed and memo) half-up. Found by hypothesis: j0 0.46 and j1 1.0 of the B200 from
+    # 00:00, cut at 02:00 -> the parts bill 1373.74 + memo 3.34, the whole 1373.75 + 3.35.
+    over = pl.col("line_kind") == "over-allocated"
+    if whole.filter(over).is_empty() and parts.filter(over).is_empty():
+        assert parts["amount"].sum() == whole["amount"].sum()
+    else:
+        pools = whole.filter(pl.col("currency").is_not_null()).select("gpu_model", "tier").n_unique()
+        slack = Decimal("0.01") * (len(bounds) - 1) * pools * 2  # a cent per part, pool and (billed, memo)
+        assert abs(parts["amount"].sum() - whole["amount"].sum()) <= slack
     key = ["line_kind", "job_id", "gpu_model"]
     w = whole.group_by(key).agg(pl.col("gpu_hours_allocated").sum(), pl.col("amount").sum())
     p = parts.group_by(key).agg(pl.col("gpu_hours_allocated").sum(), pl.col("amount").sum())

@@ -39,50 +39,22 @@ def pod_resources_command(
     and container holds which GPU, MIG instance or time-sliced replica, first and last seen.
     Those holdings then decide attribution over dcgm-exporter's pod labels. Read-only. On a
     cluster, run it with --spool (the DaemonSet does): the warehouse has one writer."""
-    from gpuledger import warehouse
     from gpuledger.ingest.holdings.devices import mig_uuid_map
     from gpuledger.ingest.holdings.pod_resources import (
         GPU_RESOURCES,
-        SOURCE,
         PodResourcesClient,
         PodResourcesError,
         run_pod_resources_agent,
     )
-    from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, open_holdings, write_holdings
     from gpuledger.ingest.metrics.dcgm_fields import canonical_host
     from gpuledger.ingest.metrics.nvml import local_host
 
     node = canonical_host(host) if host else local_host()
     written = {"rows": 0, "linked": 0}
-    if spool is not None:  # the node's file in the shared spool; the writer reads it (node_spool.py)
-        from datetime import UTC, datetime
-
-        from gpuledger.ingest.holdings.node_spool import open_rows, spool_file, write_node
-
-        if not spool.is_dir():
-            typer.secho(f"gpuledger: --spool {spool}: not a directory (mount the spool volume there)", err=True,
-                        fg="red")
-            raise typer.Exit(2)
-        resume = open_rows(spool, cluster, node)
-        where = str(spool_file(spool, cluster, node))
-
-        def write(rows: list[dict]) -> None:
-            written["rows"] = len(rows)
-            write_node(spool, cluster, node, rows, datetime.now(UTC).replace(tzinfo=None))
+    if spool is not None:
+        resume, write, where = _spool_writer(spool, cluster, node, written)
     else:
-        path = warehouse_path(warehouse_file)
-        with warehouse.open_writer(path) as con:
-            resume = open_holdings(con, cluster=cluster, host=node, source=SOURCE)
-        where = None
-
-        def write(rows: list[dict]) -> None:
-            frame = holdings_frame(rows)
-            with warehouse.open_writer(path) as con:
-                write_holdings(con, frame)
-                if not frame.is_empty():
-                    written["linked"] = link_holdings(con, since=frame["last_seen"].min()).linked
-            written["rows"] = frame.height
-
+        (resume, write), where = _warehouse_writer(warehouse_path(warehouse_file), cluster, node, written), None
     try:
         client = PodResourcesClient(socket_path, timeout_s=timeout)
     except PodResourcesError as exc:
@@ -99,9 +71,46 @@ def pod_resources_command(
         raise typer.Exit(130) from None
     finally:
         client.close()
-    if where is not None:
-        console.print(f"{polls} polls of {socket_path}; last: {written['rows']} holdings on {node}, in {where}",
-                      markup=False)
-        return
-    console.print(f"{polls} polls of {socket_path}; last: {written['rows']} holdings on {node}, "
-                  f"{written['linked']} job x device intervals linked", markup=False)
+    last = f"{polls} polls of {socket_path}; last: {written['rows']} holdings on {node}"
+    console.print(f"{last}, in {where}" if where is not None
+                  else f"{last}, {written['linked']} job x device intervals linked", markup=False)
+
+
+def _spool_writer(spool: Path, cluster: str, node: str, written: dict):
+    """(the open holdings to resume, the poll's writer, the node's file): the node's file in the
+    shared spool, which the writer reads (node_spool.py); a --spool that is no folder is exit 2."""
+    from datetime import UTC, datetime
+
+    from gpuledger.ingest.holdings.node_spool import open_rows, spool_file, write_node
+
+    if not spool.is_dir():
+        typer.secho(f"gpuledger: --spool {spool}: not a directory (mount the spool volume there)", err=True,
+                    fg="red")
+        raise typer.Exit(2)
+
+    def write(rows: list[dict]) -> None:
+        written["rows"] = len(rows)
+        write_node(spool, cluster, node, rows, datetime.now(UTC).replace(tzinfo=None))
+
+    return open_rows(spool, cluster, node), write, str(spool_file(spool, cluster, node))
+
+
+def _warehouse_writer(path: Path, cluster: str, node: str, written: dict):
+    """(the open holdings to resume, the poll's writer): straight into the warehouse, each poll's
+    holdings linked to the jobs' device intervals."""
+    from gpuledger import warehouse
+    from gpuledger.ingest.holdings.pod_resources import SOURCE
+    from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, open_holdings, write_holdings
+
+    with warehouse.open_writer(path) as con:
+        resume = open_holdings(con, cluster=cluster, host=node, source=SOURCE)
+
+    def write(rows: list[dict]) -> None:
+        frame = holdings_frame(rows)
+        with warehouse.open_writer(path) as con:
+            write_holdings(con, frame)
+            if not frame.is_empty():
+                written["linked"] = link_holdings(con, since=frame["last_seen"].min()).linked
+        written["rows"] = frame.height
+
+    return resume, write
