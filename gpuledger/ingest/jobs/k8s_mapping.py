@@ -390,64 +390,114 @@ def map_pod(
     pod = as_dict(pod)
     location = _location(pod)
     try:
-        if not isinstance(pod, Mapping):
-            raise _Malformed("(pod)", f"expected a Pod object, got {type(pod).__name__}")
-        meta = _mapping(pod.get("metadata"), "metadata", required=True)
-        spec = _mapping(pod.get("spec"), "spec", required=True)
-        gpus, _profiles = gpus_requested(spec)
-        if gpus <= 0:
-            return None
-        name = _string(meta.get("name"), "metadata.name", required=True)
-        namespace = _string(meta.get("namespace"), "metadata.namespace", required=True)
-        labels = _mapping(meta.get("labels"), "metadata.labels")
-        annotations = _mapping(meta.get("annotations"), "metadata.annotations")
-        status = _mapping(pod.get("status"), "status")
-        owner_kind, owner_name = _controller(meta)
-        phase = _string(status.get("phase"), "status.phase") or "Pending"
-        submit = parse_time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
-        if submit is None:
-            raise _Malformed("metadata.creationTimestamp", "missing")
-        start = parse_time(status.get("startTime"), "status.startTime")
-        end = None
-        state = phase
-        if phase in FINISHED_PHASES or deleted:
-            end = _finish_time(status)
-            if end is None:
-                end = parse_time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp")
-            if end is None and phase in FINISHED_PHASES:
-                end = _last_condition_time(status)
-            if end is None:
-                end = now
-            if deleted and phase not in FINISHED_PHASES:
-                state = "Deleted"
-        min_runtime = parse_duration_s(
-            annotations.get(options.min_runtime_annotation),
-            f"metadata.annotations[{options.min_runtime_annotation!r}]",
-        )
-        uid = _string(meta.get("uid"), "metadata.uid")
-        return JobRecord(
-            cluster=cluster,
-            job_id=uid or f"{namespace}/{name}",
-            scheduler_job=f"{namespace}/{name}",
-            project=_project(labels, namespace, options),
-            user_name=_string(labels.get(options.user_label), f"metadata.labels[{options.user_label!r}]"),
-            name=owner_name if isinstance(owner_name, str) and owner_name else name,
-            kind=job_kind(labels, owner_kind, options.kind_label),
-            gpu_model=_gpu_model(spec, node_products or {}),
-            gpus=gpus,
-            min_runtime_s=min_runtime,
-            submit_time=submit,
-            start_time=start,
-            end_time=end,
-            state=state,
-            priority=_priority(spec, "spec.priority"),
-            namespace=namespace,
-            source="kubernetes",
-            updated_at=now,
-            priority_class=_string(spec.get("priorityClassName"), "spec.priorityClassName"),
+        return _pod_record(
+            pod, cluster=cluster, now=now, options=options, node_products=node_products or {}, deleted=deleted
         )
     except _Malformed as problem:
         return Rejected(location, f"pod {location}: {problem}")
+
+
+# The stages below read fields in a fixed order, and that order is part of the contract: when a pod
+# has several faults, the first one read is the one the quarantine names.
+
+
+def _pod_record(
+    pod: Any,
+    *,
+    cluster: str,
+    now: datetime,
+    options: MappingOptions,
+    node_products: Mapping[str, str],
+    deleted: bool,
+) -> JobRecord | None:
+    """The pod's row, or None when it asks for no GPU; raises :class:`_Malformed` at the first fault."""
+    if not isinstance(pod, Mapping):
+        raise _Malformed("(pod)", f"expected a Pod object, got {type(pod).__name__}")
+    meta = _mapping(pod.get("metadata"), "metadata", required=True)
+    spec = _mapping(pod.get("spec"), "spec", required=True)
+    gpus, _profiles = gpus_requested(spec)
+    if gpus <= 0:
+        return None
+    name = _string(meta.get("name"), "metadata.name", required=True)
+    namespace = _string(meta.get("namespace"), "metadata.namespace", required=True)
+    labels = _mapping(meta.get("labels"), "metadata.labels")
+    annotations = _mapping(meta.get("annotations"), "metadata.annotations")
+    status = _mapping(pod.get("status"), "status")
+    owner_kind, owner_name = _controller(meta)
+    submit, start, end, state = pod_lifetime(meta, status, now=now, deleted=deleted)
+    min_runtime = _min_runtime(annotations, options)
+    uid = _string(meta.get("uid"), "metadata.uid")
+    return JobRecord(
+        cluster=cluster,
+        job_id=uid or f"{namespace}/{name}",
+        scheduler_job=f"{namespace}/{name}",
+        **_ownership(labels, namespace, name, owner_kind, owner_name, options),
+        gpu_model=_gpu_model(spec, node_products),
+        gpus=gpus,
+        min_runtime_s=min_runtime,
+        submit_time=submit,
+        start_time=start,
+        end_time=end,
+        state=state,
+        priority=_priority(spec, "spec.priority"),
+        namespace=namespace,
+        source="kubernetes",
+        updated_at=now,
+        priority_class=_string(spec.get("priorityClassName"), "spec.priorityClassName"),
+    )
+
+
+def pod_lifetime(
+    meta: Mapping, status: Mapping, *, now: datetime, deleted: bool
+) -> tuple[datetime, datetime | None, datetime | None, str]:
+    """(submit, start, end, state) of a pod. A pod ends once its phase is finished or it is deleted."""
+    phase = _string(status.get("phase"), "status.phase") or "Pending"
+    submit = parse_time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
+    if submit is None:
+        raise _Malformed("metadata.creationTimestamp", "missing")
+    start = parse_time(status.get("startTime"), "status.startTime")
+    end = None
+    state = phase
+    if phase in FINISHED_PHASES or deleted:
+        end = pod_end(meta, status, phase, now)
+        if deleted and phase not in FINISHED_PHASES:
+            state = "Deleted"
+    return submit, start, end, state
+
+
+def pod_end(meta: Mapping, status: Mapping, phase: str, now: datetime) -> datetime:
+    """When an ended pod ended: its last container's finish, else its deletion time, else (finished
+    phase only) its last condition change, else ``now``."""
+    end = _finish_time(status)
+    if end is None:
+        end = parse_time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp")
+    if end is None and phase in FINISHED_PHASES:
+        end = _last_condition_time(status)
+    return end if end is not None else now
+
+
+def _min_runtime(annotations: Mapping, options: MappingOptions) -> int | None:
+    return parse_duration_s(
+        annotations.get(options.min_runtime_annotation),
+        f"metadata.annotations[{options.min_runtime_annotation!r}]",
+    )
+
+
+def _ownership(
+    labels: Mapping,
+    namespace: str,
+    name: str,
+    owner_kind: str | None,
+    owner_name: str | None,
+    options: MappingOptions,
+) -> dict[str, Any]:
+    """project, user_name, name, kind of a row: who pays, who ran it, which job it belongs to."""
+    return {
+        "project": _project(labels, namespace, options),
+        "user_name": _string(labels.get(options.user_label), f"metadata.labels[{options.user_label!r}]"),
+        "name": owner_name if isinstance(owner_name, str) and owner_name else name,
+        "kind": job_kind(labels, owner_kind, options.kind_label),
+    }
 
 
 def _finish_time(status: Mapping) -> datetime | None:
@@ -507,83 +557,118 @@ def map_workload(
     workload = as_dict(workload)
     location = _location(workload, "workload ")
     try:
-        if not isinstance(workload, Mapping):
-            raise _Malformed("(workload)", f"expected a Workload object, got {type(workload).__name__}")
-        meta = _mapping(workload.get("metadata"), "metadata", required=True)
-        spec = _mapping(workload.get("spec"), "spec", required=True)
-        gpus = 0.0
-        labels: dict = {}
-        annotations: dict = {}
-        gpu_model = None
-        for i, pod_set in enumerate(_list(spec.get("podSets"), "spec.podSets")):
-            pod_set = _mapping(pod_set, f"spec.podSets[{i}]", required=True)
-            count = pod_set.get("count", 1)
-            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise _Malformed(
-                    f"spec.podSets[{i}].count", f"expected a non-negative integer, got {count!r}"
-                )
-            template = _mapping(pod_set.get("template"), f"spec.podSets[{i}].template", required=True)
-            tmeta = _mapping(template.get("metadata"), f"spec.podSets[{i}].template.metadata")
-            tspec = _mapping(template.get("spec"), f"spec.podSets[{i}].template.spec", required=True)
-            per_pod, _ = gpus_requested(tspec, f"spec.podSets[{i}].template.spec")
-            gpus += per_pod * count
-            if per_pod:
-                labels = {
-                    **_mapping(tmeta.get("labels"), f"spec.podSets[{i}].template.metadata.labels"),
-                    **labels,
-                }
-                annotations = {
-                    **_mapping(tmeta.get("annotations"), f"spec.podSets[{i}].template.metadata.annotations"),
-                    **annotations,
-                }
-                gpu_model = gpu_model or _gpu_model(tspec, {})
-        if gpus <= 0:
-            return None
-        name = _string(meta.get("name"), "metadata.name", required=True)
-        namespace = _string(meta.get("namespace"), "metadata.namespace", required=True)
-        labels = {**labels, **_mapping(meta.get("labels"), "metadata.labels")}
-        annotations = {**annotations, **_mapping(meta.get("annotations"), "metadata.annotations")}
-        owner_kind, owner_name = _controller(meta)
-        status = _mapping(workload.get("status"), "status")
-        conditions: dict[str, datetime | None] = {}
-        for i, cond in enumerate(_list(status.get("conditions"), "status.conditions")):
-            cond = _mapping(cond, f"status.conditions[{i}]", required=True)
-            if cond.get("status") == "True" and isinstance(cond.get("type"), str):
-                conditions[cond["type"]] = parse_time(
-                    cond.get("lastTransitionTime"), f"status.conditions[{i}].lastTransitionTime"
-                )
-        state = next((s for s in _WORKLOAD_STATES if s in conditions), "Pending")
-        if spec.get("active") is False and state != "Finished":
-            state = "Inactive"
-        submit = parse_time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
-        if submit is None:
-            raise _Malformed("metadata.creationTimestamp", "missing")
-        return JobRecord(
-            cluster=cluster,
-            job_id=f"{namespace}/workload/{name}",
-            scheduler_job=f"{namespace}/workload/{name}",
-            project=_project(labels, namespace, options),
-            user_name=_string(labels.get(options.user_label), f"metadata.labels[{options.user_label!r}]"),
-            name=owner_name if isinstance(owner_name, str) and owner_name else name,
-            kind=job_kind(labels, owner_kind, options.kind_label),
-            gpu_model=gpu_model,
-            gpus=round(gpus, 6),
-            min_runtime_s=parse_duration_s(
-                annotations.get(options.min_runtime_annotation),
-                f"metadata.annotations[{options.min_runtime_annotation!r}]",
-            ),
-            submit_time=submit,
-            start_time=None,
-            end_time=conditions.get("Finished") or (now if "Finished" in conditions else None),
-            state=state,
-            priority=_priority(spec, "spec.priority"),
-            namespace=namespace,
-            source="kueue",
-            updated_at=now,
-            # v1beta2: spec.priorityClassRef {group, kind, name}; v1beta1: spec.priorityClassName
-            priority_class=_string((spec.get("priorityClassRef") or {}).get("name")
-                                   if isinstance(spec.get("priorityClassRef"), dict) else spec.get("priorityClassName"),
-                                   "spec.priorityClassRef.name"),
-        )
+        return _workload_record(workload, cluster=cluster, now=now, options=options)
     except _Malformed as problem:
         return Rejected(location, f"{location}: {problem}")
+
+
+@dataclass
+class WorkloadDemand:
+    """What a Workload's pod sets ask for: GPUs in all, and the labels, annotations and GPU model of
+    the pod sets that ask for GPUs (an earlier pod set's value wins)."""
+
+    gpus: float = 0.0
+    labels: dict = field(default_factory=dict)
+    annotations: dict = field(default_factory=dict)
+    gpu_model: str | None = None
+
+
+def _workload_record(
+    workload: Any, *, cluster: str, now: datetime, options: MappingOptions
+) -> JobRecord | None:
+    """The workload's row, or None when it asks for no GPU; raises :class:`_Malformed` at the first fault."""
+    if not isinstance(workload, Mapping):
+        raise _Malformed("(workload)", f"expected a Workload object, got {type(workload).__name__}")
+    meta = _mapping(workload.get("metadata"), "metadata", required=True)
+    spec = _mapping(workload.get("spec"), "spec", required=True)
+    demand = workload_demand(spec)
+    if demand.gpus <= 0:
+        return None
+    name = _string(meta.get("name"), "metadata.name", required=True)
+    namespace = _string(meta.get("namespace"), "metadata.namespace", required=True)
+    labels = {**demand.labels, **_mapping(meta.get("labels"), "metadata.labels")}
+    annotations = {**demand.annotations, **_mapping(meta.get("annotations"), "metadata.annotations")}
+    owner_kind, owner_name = _controller(meta)
+    conditions = workload_conditions(_mapping(workload.get("status"), "status"))
+    state = workload_state(conditions, spec)
+    submit = parse_time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
+    if submit is None:
+        raise _Malformed("metadata.creationTimestamp", "missing")
+    return JobRecord(
+        cluster=cluster,
+        job_id=f"{namespace}/workload/{name}",
+        scheduler_job=f"{namespace}/workload/{name}",
+        **_ownership(labels, namespace, name, owner_kind, owner_name, options),
+        gpu_model=demand.gpu_model,
+        gpus=round(demand.gpus, 6),
+        min_runtime_s=_min_runtime(annotations, options),
+        submit_time=submit,
+        start_time=None,
+        end_time=conditions.get("Finished") or (now if "Finished" in conditions else None),
+        state=state,
+        priority=_priority(spec, "spec.priority"),
+        namespace=namespace,
+        source="kueue",
+        updated_at=now,
+        priority_class=_workload_priority_class(spec),
+    )
+
+
+def workload_demand(spec: Mapping) -> WorkloadDemand:
+    """Sum a Workload's pod sets: each pod set's per-pod GPUs × its ``count`` (default 1)."""
+    demand = WorkloadDemand()
+    for i, pod_set in enumerate(_list(spec.get("podSets"), "spec.podSets")):
+        where = f"spec.podSets[{i}]"
+        pod_set = _mapping(pod_set, where, required=True)
+        count = _pod_set_count(pod_set, where)
+        template = _mapping(pod_set.get("template"), f"{where}.template", required=True)
+        tmeta = _mapping(template.get("metadata"), f"{where}.template.metadata")
+        tspec = _mapping(template.get("spec"), f"{where}.template.spec", required=True)
+        per_pod, _ = gpus_requested(tspec, f"{where}.template.spec")
+        demand.gpus += per_pod * count
+        if per_pod:
+            demand.labels = {
+                **_mapping(tmeta.get("labels"), f"{where}.template.metadata.labels"),
+                **demand.labels,
+            }
+            demand.annotations = {
+                **_mapping(tmeta.get("annotations"), f"{where}.template.metadata.annotations"),
+                **demand.annotations,
+            }
+            demand.gpu_model = demand.gpu_model or _gpu_model(tspec, {})
+    return demand
+
+
+def _pod_set_count(pod_set: Mapping, where: str) -> int:
+    count = pod_set.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise _Malformed(f"{where}.count", f"expected a non-negative integer, got {count!r}")
+    return count
+
+
+def workload_conditions(status: Mapping) -> dict[str, datetime | None]:
+    """Condition type → its last transition time, for the conditions that are ``"True"``."""
+    conditions: dict[str, datetime | None] = {}
+    for i, cond in enumerate(_list(status.get("conditions"), "status.conditions")):
+        cond = _mapping(cond, f"status.conditions[{i}]", required=True)
+        if cond.get("status") == "True" and isinstance(cond.get("type"), str):
+            conditions[cond["type"]] = parse_time(
+                cond.get("lastTransitionTime"), f"status.conditions[{i}].lastTransitionTime"
+            )
+    return conditions
+
+
+def workload_state(conditions: Mapping[str, Any], spec: Mapping) -> str:
+    """The first of Finished / Admitted / Evicted / QuotaReserved that holds, else Pending; a
+    deactivated (``spec.active: false``) workload that has not finished is Inactive."""
+    state = next((s for s in _WORKLOAD_STATES if s in conditions), "Pending")
+    if spec.get("active") is False and state != "Finished":
+        state = "Inactive"
+    return state
+
+
+def _workload_priority_class(spec: Mapping) -> str | None:
+    # v1beta2: spec.priorityClassRef {group, kind, name}; v1beta1: spec.priorityClassName
+    ref = spec.get("priorityClassRef")
+    value = (ref or {}).get("name") if isinstance(ref, dict) else spec.get("priorityClassName")
+    return _string(value, "spec.priorityClassRef.name")
