@@ -292,6 +292,59 @@ def _activity_from_window() -> list[pl.Expr]:
     return [signal.alias("activity_signal"), ratio.alias("activity_ratio")]
 
 
+def indexed_pieces(pieces: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+    """:func:`allocated_pieces` output with ``_pid`` (row index), materialized: several branches
+    read it, and :func:`flag_shared` finds pieces by it."""
+    return pieces.lazy().with_row_index("_pid").collect(engine=ENGINE).lazy()
+
+
+def window_with_mig_energy(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, energy: pl.LazyFrame,
+                           gpus: pl.LazyFrame) -> pl.LazyFrame:
+    """Each piece with its sample sums (``w_*``, :func:`_window_sums`) and ``mig_energy_j``
+    (:func:`mig_hourly_energy`: a MIG instance's joules in the piece's hour; NULL on a whole GPU)."""
+    return (_window_sums(pieces, gpu_samples, energy)
+            .with_columns(_gh=device_hour())
+            .join(mig_hourly_energy(energy, gpus).drop("gpu_id", "hour"), on="_gh", how="left")
+            .drop("_gh"))
+
+
+def flag_shared(window: pl.LazyFrame, pieces: pl.LazyFrame) -> pl.LazyFrame:
+    """Adds ``_shared``: the piece overlaps another job's on the same device (:func:`shared_pieces`).
+    ``pieces`` is :func:`indexed_pieces` output, which ``window`` carries the ``_pid`` of: a shared
+    piece found by its natural key is flagged by its _pid, not by joining every piece on five columns."""
+    shared = (pieces.join(shared_pieces(pieces), on=_PIECE_KEY, how="semi", nulls_equal=True)
+              .select("_pid").collect(engine=ENGINE)["_pid"].implode())
+    return window.with_columns(_shared=pl.col("_pid").is_in(shared))
+
+
+def _piece_energy_kwh() -> pl.Expr:
+    """MIG: the instance's share of its GPU's energy in the hour (mig_hourly_energy), for the
+    piece's part of the hour. A whole GPU: its counter over the piece. NULL when unknown."""
+    return (pl.when(pl.col("is_mig"))
+            .then(pl.col("mig_energy_j") * pl.col("piece_s") / 3600.0 * pl.col("alloc_fraction") / J_PER_KWH)
+            .when(pl.col("w_energy_seen"))
+            .then(pl.col("w_energy_j") * pl.col("device_fraction") * pl.col("alloc_fraction") / J_PER_KWH)
+            .otherwise(None))
+
+
+def piece_usage(window: pl.LazyFrame) -> pl.LazyFrame:
+    """Per piece (:func:`flag_shared` output): activity_signal, activity_ratio (NULL: unknown, no
+    reading or a time-sliced device), gpu_hours_active = allocated × ratio, gpu_hours_idle = the
+    rest, gpu_hours_unknown = allocated when the ratio is unknown (then active and idle are 0),
+    energy_kwh."""
+    alloc = pl.col("gpu_hours_allocated")
+    known = pl.col("activity_ratio").is_not_null()
+    return (
+        window.with_columns(_activity_from_window())
+        .with_columns(
+            gpu_hours_active=pl.when(known).then(alloc * pl.col("activity_ratio")).otherwise(0.0),
+            gpu_hours_unknown=pl.when(~known).then(alloc).otherwise(0.0),
+            energy_kwh=_piece_energy_kwh(),
+        )
+        .with_columns(gpu_hours_idle=pl.when(known).then(alloc - pl.col("gpu_hours_active")).otherwise(0.0))
+    )
+
+
 def attribute_usage(
     job_allocations: pl.LazyFrame,
     gpus: pl.LazyFrame,
@@ -326,45 +379,19 @@ def attribute_usage(
     (:func:`partial_hour_keys`), which is what keeps a week of 1,000 GPUs fast.
     ``pieces`` (optional): :func:`allocated_pieces` of these same arguments, when the caller
     already cut them (to find the partial hours): not cut a second time.
+
+    Stages: allocated_pieces → indexed_pieces → window_with_mig_energy → flag_shared →
+    piece_usage → per hour.
     """
     if pieces is None:
         pieces = allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
                                   default_tier=default_tier)
     # Both read by several branches below: computed once here (a lazy plan recomputed the
     # energy of every rollup row for each of them).
-    pieces = pieces.lazy().with_row_index("_pid").collect(engine=ENGINE).lazy()
-    rollup = hourly if hourly is not None else hourly_rollup(gpu_samples)
-    energy = hourly_energy(rollup).collect(engine=ENGINE).lazy()
-    w = (_window_sums(pieces, gpu_samples, energy)
-         .with_columns(_gh=device_hour())
-         .join(mig_hourly_energy(energy, gpus).drop("gpu_id", "hour"), on="_gh", how="left")
-         .drop("_gh")
-         # pieces is materialized with its row index: a shared piece found by its natural key
-         # (shared_pieces) is flagged by its _pid, not by joining every piece on five columns
-         .with_columns(_shared=pl.col("_pid").is_in(
-             pieces.join(shared_pieces(pieces), on=_PIECE_KEY, how="semi", nulls_equal=True)
-             .select("_pid").collect(engine=ENGINE)["_pid"].implode())))
-    alloc = pl.col("gpu_hours_allocated")
-    per_piece = (
-        w.with_columns(_activity_from_window())
-        .with_columns(
-            gpu_hours_active=pl.when(pl.col("activity_ratio").is_not_null())
-            .then(alloc * pl.col("activity_ratio")).otherwise(0.0),
-            gpu_hours_unknown=pl.when(pl.col("activity_ratio").is_null()).then(alloc).otherwise(0.0),
-            # MIG: the instance's share of its GPU's energy in the hour (mig_hourly_energy), for the
-            # piece's part of the hour. A whole GPU: its counter over the piece. NULL when unknown.
-            energy_kwh=pl.when(pl.col("is_mig"))
-            .then(pl.col("mig_energy_j") * pl.col("piece_s") / 3600.0 * pl.col("alloc_fraction") / J_PER_KWH)
-            .when(pl.col("w_energy_seen"))
-            .then(pl.col("w_energy_j") * pl.col("device_fraction") * pl.col("alloc_fraction") / J_PER_KWH)
-            .otherwise(None),
-        )
-        .with_columns(
-            gpu_hours_idle=pl.when(pl.col("activity_ratio").is_not_null())
-            .then(alloc - pl.col("gpu_hours_active")).otherwise(0.0)
-        )
-    )
-    return _per_hour(per_piece)
+    pieces = indexed_pieces(pieces)
+    energy = hourly_energy(hourly if hourly is not None else hourly_rollup(gpu_samples)).collect(engine=ENGINE).lazy()
+    window = flag_shared(window_with_mig_energy(pieces, gpu_samples, energy, gpus), pieces)
+    return _per_hour(piece_usage(window))
 
 
 #: attribute_usage sums only the (job, GPU, hour) keys that hold several pieces and takes the

@@ -238,14 +238,7 @@ def load_device_activity(
     fb_used_bytes)."""
     p = policy or SquattingPolicy()
     sustained = timedelta(minutes=p.sustained_minutes)
-    held = (
-        held_devices(jobs, job_allocations, gpus, now=now, policy=p, lookback=lookback)
-        .filter(pl.col("gpu_id").is_not_null())
-        .select(pl.col("cluster").cast(pl.String), pl.col("job_id").cast(pl.String),
-                pl.col("gpu_id").cast(pl.Int32), pl.col("judged_from").cast(pl.Datetime("us")), "is_mig")
-        .with_row_index("k")
-        .collect(engine=ENGINE)
-    )
+    held = held_for_evidence(jobs, job_allocations, gpus, now=now, policy=p, lookback=lookback)
     if held.is_empty():
         return pl.DataFrame(schema=ACTIVITY_COLUMNS).lazy()
     lo, cov_from = now - max(lookback, sustained), now - sustained
@@ -253,26 +246,56 @@ def load_device_activity(
     params = {"now": now, "thr": p.idle_threshold_ratio, "cov_from": cov_from,
               "now_us": (now - epoch) // timedelta(microseconds=1)}
     if SUSTAINED_FIRST and lo < cov_from:
-        window = _evidence(con, held, since=cov_from, params=params)
-        settled, kept, signal_known = _settled(con, held, window, lo=lo, cov_from=cov_from)
-        out = [window.filter(kept)]
-        # A device whose window signal is the lookback's needs only its judged samples, from its
-        # judged_from on (a job started inside the lookback: its grace end); the others (no window
-        # row, or a better signal before the window) need the whole lookback for their signal.
-        for redo, whole in ((held.filter(~settled & signal_known), False),
-                            (held.filter(~settled & ~signal_known), True)):
-            if not redo.is_empty():
-                since = lo if whole else redo["judged_from"].min().replace(tzinfo=lo.tzinfo)
-                out.append(_evidence(con, redo, since=since, params=params))
-        out = pl.concat(out)
+        out = evidence_sustained_first(con, held, lo=lo, cov_from=cov_from, params=params)
     else:
         out = _evidence(con, held, since=lo, params=params)
-    signal = pl.col("sig").replace_strict(dict(enumerate(_SIGNALS, 1)), return_dtype=pl.String)
-    # k is held's row number: each evidence row takes its device's keys by position.
+    return as_activity(held, out)
+
+
+def held_for_evidence(
+    jobs: pl.LazyFrame, job_allocations: pl.LazyFrame, gpus: pl.LazyFrame, *, now: datetime,
+    policy: SquattingPolicy, lookback: timedelta,
+) -> pl.DataFrame:
+    """The held devices that can have samples (gpu_id not NULL), as the SQL takes them: k (row
+    number), cluster, job_id, gpu_id, judged_from, is_mig (:func:`squatting.held_devices`)."""
     return (
-        held.select(pl.col(PER_DEVICE).gather(out["k"]))
-        .hstack(out.select(signal.alias("activity_signal"), "last_active", "idle_since", "covered_minutes",
-                           "fb_used_bytes"))
+        held_devices(jobs, job_allocations, gpus, now=now, policy=policy, lookback=lookback)
+        .filter(pl.col("gpu_id").is_not_null())
+        .select(pl.col("cluster").cast(pl.String), pl.col("job_id").cast(pl.String),
+                pl.col("gpu_id").cast(pl.Int32), pl.col("judged_from").cast(pl.Datetime("us")), "is_mig")
+        .with_row_index("k")
+        .collect(engine=ENGINE)
+    )
+
+
+def evidence_sustained_first(con: duckdb.DuckDBPyConnection, held: pl.DataFrame, *, lo: datetime,
+                             cov_from: datetime, params: dict) -> pl.DataFrame:
+    """:func:`_evidence` over the lookback [lo, now), read as the sustained window [cov_from, now)
+    first: its rows that settle their device (:func:`_settled`) stand; the other devices are
+    aggregated again over as much of the lookback as they need."""
+    window = _evidence(con, held, since=cov_from, params=params)
+    settled, kept, signal_known = _settled(con, held, window, lo=lo, cov_from=cov_from)
+    out = [window.filter(kept)]
+    # A device whose window signal is the lookback's needs only its judged samples, from its
+    # judged_from on (a job started inside the lookback: its grace end); the others (no window
+    # row, or a better signal before the window) need the whole lookback for their signal.
+    for redo, whole in ((held.filter(~settled & signal_known), False),
+                        (held.filter(~settled & ~signal_known), True)):
+        if not redo.is_empty():
+            since = lo if whole else redo["judged_from"].min().replace(tzinfo=lo.tzinfo)
+            out.append(_evidence(con, redo, since=since, params=params))
+    return pl.concat(out)
+
+
+def as_activity(held: pl.DataFrame, evidence: pl.DataFrame) -> pl.LazyFrame:
+    """Evidence rows (:data:`_EVIDENCE_SCHEMA`, k = ``held``'s row number) → squatting's
+    ACTIVITY_COLUMNS: each row takes its device's keys by position, its signal's name (1, 2, 3 =
+    sm_active, gr_engine_active, gpu_util)."""
+    signal = pl.col("sig").replace_strict(dict(enumerate(_SIGNALS, 1)), return_dtype=pl.String)
+    return (
+        held.select(pl.col(PER_DEVICE).gather(evidence["k"]))
+        .hstack(evidence.select(signal.alias("activity_signal"), "last_active", "idle_since", "covered_minutes",
+                                "fb_used_bytes"))
         .cast(ACTIVITY_COLUMNS)
         .lazy()
     )

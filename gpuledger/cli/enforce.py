@@ -147,7 +147,6 @@ def apply(
     true) it is a dry run. Applying the same plan twice performs each action once."""
     from gpuledger.enforce import backends as registry
     from gpuledger.enforce import cycle
-    from gpuledger.enforce.backends import planfile
 
     path = warehouse_path(warehouse_file)
     with warehouse.open_writer(path):  # the schema up to date (readers never change the file)
@@ -162,47 +161,64 @@ def apply(
     if yes and policy.dry_run:
         typer.echo("policy.enforcement.dry_run is true: a dry run despite --yes (set it to false and "
                    "`gpuledger config load` to act)", err=True)
-    options: dict = {}
-    if backend in (BackendName.kueue, BackendName.kubernetes):
-        options = {"kubeconfig": kubeconfig, "context": context, "server_dry_run": server_dry_run,
-                   "namespaces": namespaces or None}
-        if backend is BackendName.kubernetes:
-            options["grace_period_s"] = policy.eviction_grace_period_seconds
-    elif backend is BackendName.slurm:
-        options = {"qos_funded": policy.slurm_qos_funded, "qos_unfunded": policy.slurm_qos_unfunded}
-    if backend is not BackendName.plan_file:
-        options["timeout_s"] = policy.scheduler_timeout_seconds
-    elif backend is BackendName.plan_file:
-        if out is None:
-            raise UsageError("--backend plan-file needs --out FILE (where the actions go)")
-        options = {"out": out}
-    chosen = registry.get(backend.value, **options)
-    if plan_file is not None:
-        plan_id, planned_at, actions = planfile.read(plan_file)
-        if any(a.action_id is None for a in actions if a.action != "none"):
-            raise UsageError(f"--plan {plan_file}: actions without action_id; write the plan with "
-                             "`gpuledger enforce plan --format json` (it records them)")
-        planned_at = planned_at or utc_now()
-        applied_at = utc_option(now, "--now") if now and now != "data" else utc_now()
-    else:  # plan this cycle with the scheduler's live view — a dry run too (reads only), so it says
-        # exactly what the real run does
-        actions, plan_id, planned_at, _, _ = plan_cycle(path, config, now, observe=chosen)
-        applied_at = planned_at
+    chosen = registry.get(backend.value, **_backend_options(backend, policy, kubeconfig=kubeconfig, context=context,
+                                                            server_dry_run=server_dry_run, namespaces=namespaces,
+                                                            out=out))
+    actions, plan_id, planned_at, applied_at = _actions_to_apply(plan_file, now, path, config, chosen)
     run = cycle.apply_plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path), actions,
                            chosen, dry_run=dry_run, planned_at=planned_at, cfg=cfg, applied_at=applied_at)
     if backend is BackendName.plan_file and not dry_run:
         chosen.finish(planned_at)
+    _print_run(run, "dry run" if dry_run else ("server dry run" if server_dry_run else "applied"), plan_id, chosen)
+    if run.fatal is not None:
+        raise run.fatal
+
+
+def _backend_options(backend: BackendName, policy, *, kubeconfig, context, server_dry_run: bool, namespaces,
+                     out: Path | None) -> dict:
+    """The chosen backend's options from the command line and policy.enforcement."""
+    if backend is BackendName.plan_file:
+        if out is None:
+            raise UsageError("--backend plan-file needs --out FILE (where the actions go)")
+        return {"out": out}
+    options: dict = {"timeout_s": policy.scheduler_timeout_seconds}
+    if backend in (BackendName.kueue, BackendName.kubernetes):
+        options |= {"kubeconfig": kubeconfig, "context": context, "server_dry_run": server_dry_run,
+                    "namespaces": namespaces or None}
+        if backend is BackendName.kubernetes:
+            options["grace_period_s"] = policy.eviction_grace_period_seconds
+    elif backend is BackendName.slurm:
+        options |= {"qos_funded": policy.slurm_qos_funded, "qos_unfunded": policy.slurm_qos_unfunded}
+    return options
+
+
+def _actions_to_apply(plan_file: Path | None, now: str | None, path: Path, config: Path | None, chosen):
+    """(actions, plan id, planned at, applied at): the --plan file's, or this cycle's planned now
+    with the backend's live view — a dry run too (reads only), so it says exactly what the real
+    run does."""
+    from gpuledger.enforce.backends import planfile
+
+    if plan_file is None:
+        actions, plan_id, planned_at, _, _ = plan_cycle(path, config, now, observe=chosen)
+        return actions, plan_id, planned_at, planned_at
+    plan_id, planned_at, actions = planfile.read(plan_file)
+    if any(a.action_id is None for a in actions if a.action != "none"):
+        raise UsageError(f"--plan {plan_file}: actions without action_id; write the plan with "
+                         "`gpuledger enforce plan --format json` (it records them)")
+    applied_at = utc_option(now, "--now") if now and now != "data" else utc_now()
+    return actions, plan_id, planned_at or utc_now(), applied_at
+
+
+def _print_run(run, mode: str, plan_id, chosen) -> None:
+    """What was prepared, each action's outcome, and the run's summary line."""
     for line in run.prepared:
         typer.echo(line)
     for action, outcome in run.results:
         extra = f" [{outcome.error}]" if outcome.error else ""
         typer.echo(f"{outcome.outcome:<14} {action.action:<12} {action.cluster}/{action.job_id}: {outcome.detail}{extra}")
-    mode = "dry run" if dry_run else ("server dry run" if server_dry_run else "applied")
+    failed = sum(1 for _, o in run.results if o.outcome in ("error", "refused"))
     typer.echo(f"{mode}: {run.performed} action(s) performed, {len(run.already_done)} already done before, "
-               f"{sum(1 for _, o in run.results if o.outcome in ('error', 'refused'))} failed or refused "
-               f"(plan {plan_id}, backend {chosen.name})")
-    if run.fatal is not None:
-        raise run.fatal
+               f"{failed} failed or refused (plan {plan_id}, backend {chosen.name})")
 
 
 @app.command("explain")
