@@ -32,7 +32,7 @@ import polars as pl
 
 from gpuledger.reports.statement import ORG_LINES, Statement
 from gpuledger.reports.table_files import html_rows
-from gpuledger.rules.money import largest_remainder
+from gpuledger.rules.money import cents, largest_remainder
 
 BASES = ("active", "energy")
 MEASURE_UNIT = {"active": "active GPU-hours", "energy": "kWh"}
@@ -154,14 +154,14 @@ def pool_showback(key: tuple, lines: list[dict], idle_row: dict | None, basis: s
     in cents by largest remainder of the exact shares, so they add up to the pool's billed total."""
     idle_billed = Decimal(idle_row["billed"]) if idle_row else Decimal("0.00")
     total, exact, idle_exact = redistributed(lines, idle_billed)
-    cents = largest_remainder(total, [*exact, idle_exact]) if (lines or idle_row) else []
-    out = [{**r, "showback": c, "kept_allocated": r["kept_allocated"].quantize(Decimal("0.01"))}
-           for r, c in zip(lines, cents, strict=False)]
+    shown = largest_remainder(total, [*exact, idle_exact]) if (lines or idle_row) else []
+    out = [{**r, "showback": c, "kept_allocated": cents(r["kept_allocated"])}  # half-up, as every amount
+           for r, c in zip(lines, shown, strict=False)]
     if idle_row is not None:
         out.append({"business_unit": ORG_LINES, "project": "(idle)", "gpu_hours": float(_dec(idle_row["gpu_hours"])),
                     "gpu_hours_time_sliced": 0.0, "gpu_hours_no_signal": 0.0, "gpu_hours_measured": 0.0,
                     "measure": 0.0, "billed": idle_billed, "kept_allocated": Decimal("0.00"),
-                    "showback": cents[-1], "marked": ""})
+                    "showback": shown[-1], "marked": ""})
     return [{**r, "currency": key[0], "gpu_model": key[1], "tier": key[2], "basis": basis,
              "measure_unit": MEASURE_UNIT[basis], "idle_redistributed": r["showback"] - r["billed"]} for r in out]
 

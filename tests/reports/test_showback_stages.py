@@ -67,6 +67,16 @@ def test_pool_showback_rounds_to_cents_that_add_up():
         (*POOL, "active GPU-hours")}
 
 
+def test_kept_allocated_is_shown_in_cents_half_up():
+    # a line billed 0.25 with 1 of its 2 hours marked keeps 0.25 × 1/2 = 0.125 exactly: half-up
+    # shows 0.13 (banker's rounding would show 0.12); the showback itself is the pool's 0.25
+    line = sb.measured_line(_charge(gpu_hours=2.0, gpu_hours_time_sliced=1.0, gpu_hours_active=1.0,
+                                    billed=D("0.25")), "active")
+    assert line["kept_allocated"] == D("0.125")
+    out = sb.pool_showback(POOL, [line], None, "active")
+    assert [(r["kept_allocated"], r["showback"]) for r in out] == [(D("0.13"), D("0.25"))]
+
+
 def test_pool_money_bills_charges_and_idle_with_their_corrections():
     """p's charge 10.00 (4 h) and a debit correcting it 1.50 (no hours of a charge line): billed
     11.50 over 4 h; idle 5.00 less a 0.25 credit: 4.75; a memo line (over-allocated) is left out."""
