@@ -410,14 +410,7 @@ def finding_history(path: str, job_keys: tuple[str, ...]) -> dict[str, pl.DataFr
         events = _frame(con, "finding_events", job_keys=keys)
         actions = _frame(con, "enforcement_for_jobs", job_keys=keys)
         if _has_table(con, "alert_outbox"):
-            alerts = con.sql(
-                "SELECT created_at, kind, severity, channel, recipient, status, attempts, sent_at, subject, "
-                "coalesce(json_extract_string(payload_json, '$.cluster'), '') || '/' || "
-                "json_extract_string(payload_json, '$.job_id') AS job_key "
-                "FROM alert_outbox WHERE kind = 'squatting' AND list_contains($job_keys::VARCHAR[], "
-                "coalesce(json_extract_string(payload_json, '$.cluster'), '') || '/' || "
-                "json_extract_string(payload_json, '$.job_id')) ORDER BY created_at",
-                params={"job_keys": keys}).pl()
+            alerts = con.sql(sql("finding_alerts"), params={"job_keys": keys}).pl()
         else:
             alerts = pl.DataFrame()
     return {"events": events, "alerts": alerts, "enforcement": actions}
@@ -532,7 +525,7 @@ def statement(path: str, period: str, node: str | None) -> StatementView:
 
     with warehouse.kept_reader(path) as con:
         st = build_statement(con, period, node=node)
-    stem = f"statement-{st.period}-{_slug(st.scope)}"
+    stem = f"statement-{st.period}-{file_slug(st.scope)}"
     with tempfile.TemporaryDirectory() as tmp:
         files = {p.name: p.read_bytes() for p in write_statement_files(st, Path(tmp), stem)}
     return StatementView(
@@ -558,8 +551,9 @@ def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple
     return lines
 
 
-def _slug(name: str) -> str:
-    from gpuledger.reports.files import _slug as slug
+def file_slug(name: str) -> str:
+    """A scope or unit as the statement's file names spell it (reports.files.slug; loaded on use)."""
+    from gpuledger.reports.files import slug
 
     return slug(name)
 

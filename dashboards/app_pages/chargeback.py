@@ -104,7 +104,7 @@ if ctx is not None:
     ui.table(picked, _columns(picked, next(iter(view.totals), None)), key="cb_lines")
     st.caption("Unpriced, over-allocated and capacity-unknown lines are memo lines: shown, not billed.")
     st.subheader("Downloads (identical to the finance statement files)")
-    stem = f"statement-{view.period}-{queries._slug(view.scope)}"
+    stem = f"statement-{view.period}-{queries.file_slug(view.scope)}"
     row = st.container(horizontal=True)
     for name, data in sorted(view.files.items(), key=lambda f: (len(f[0]), f[0])):
         row.download_button(download_label(name, stem), data, file_name=name, help=name,

@@ -23,7 +23,7 @@ HTML_LINE_COLUMNS = ["business_unit", "line_kind", "project", "gpu_model", "tier
                      "efficiency_ratio", "amount", "correction_of", "note"]
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "unit"
 
 
@@ -132,7 +132,7 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
     printed to ``statement-<period>-<scope>.pdf`` too (headless Chromium, reports/pdf.py; the
     scope's statement only). Returns the manifest."""
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"statement-{st.period}-{_slug(st.scope)}"
+    stem = f"statement-{st.period}-{slug(st.scope)}"
     files = write_statement_files(st, out, stem)
     shown: list[str] = []
     if showback:  # an extra view, never the ledger: the statement's files are unchanged
@@ -140,7 +140,7 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
 
         frame = showback_lines(st, showback)
         shown = showback_sentences(frame)
-        sb_stem = f"showback-{showback}-{st.period}-{_slug(st.scope)}"
+        sb_stem = f"showback-{showback}-{st.period}-{slug(st.scope)}"
         files.append(write_csv(frame, out / f"{sb_stem}.csv"))
         (out / f"{sb_stem}.html").write_text(render_showback_html(st, frame, showback))
         files.append(out / f"{sb_stem}.html")
@@ -150,8 +150,8 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
         files.append(write_pdf(out / f"{stem}.html", out / f"{stem}.pdf", stamp=st.billed_through.replace(microsecond=0)))
     if per_unit:
         for unit in st.units:
-            files += write_statement_files(st.for_unit(unit), out / "units" / _slug(unit),
-                                           f"statement-{st.period}-{_slug(unit)}")
+            files += write_statement_files(st.for_unit(unit), out / "units" / slug(unit),
+                                           f"statement-{st.period}-{slug(unit)}")
     manifest = {
         "period": st.period, "scope": st.scope,
         "period_start": f"{st.period_start:%Y-%m-%dT%H:%M:%S}Z", "period_end": f"{st.period_end:%Y-%m-%dT%H:%M:%S}Z",
