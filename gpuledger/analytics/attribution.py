@@ -196,25 +196,43 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
 
     Whole-hour pieces (most of them) take the hourly aggregate; the few partial hours at the
     edges of allocations go back to the raw samples of just those (gpu, hour) pairs, so a job that
-    starts at 10:30 is judged on 10:30-11:00 only.
+    starts at 10:30 is judged on 10:30-11:00 only. ``hourly`` is :func:`hourly_energy` output.
     """
     no_device = pieces.filter(pl.col("gpu_id").is_null())
     pieces = pieces.filter(pl.col("gpu_id").is_not_null())
     full_hour = (pl.col("piece_start") == pl.col("hour")) & (pl.col("piece_s") == 3600.0)
-    full = (
-        pieces.filter(full_hour).with_columns(_gh=device_hour())
+    partial = pieces.filter(~full_hour)
+    cast = [pl.col(f"w_{c}").cast(pl.Float64).fill_null(0.0) for c in _SUM_COLS]
+    return pl.concat([
+        full_hour_sums(pieces.filter(full_hour), hourly).with_columns(cast),
+        partial_hour_sums(partial, partial_hour_samples(partial, gpu_samples, hourly)).with_columns(cast),
+        no_device.with_columns(*(pl.lit(0.0).alias(f"w_{c}") for c in _SUM_COLS), pl.lit(False).alias("w_energy_seen")),
+    ], how="diagonal_relaxed")
+
+
+def full_hour_sums(full: pl.LazyFrame, hourly: pl.LazyFrame) -> pl.LazyFrame:
+    """Whole-hour device pieces with their hour's sums from ``hourly`` (:func:`hourly_energy`
+    output) as w_<sum> (0 for an hour without samples) and w_energy_seen."""
+    return (
+        full.with_columns(_gh=device_hour())
         .join(hourly.drop("gpu_id", "hour"), on="_gh", how="left")
         .with_columns(pl.col(f"s_{c}").fill_null(0).alias(f"w_{c}") for c in _SUM_COLS)
         .with_columns(w_energy_seen=pl.col("energy_seen").fill_null(False))
         .drop(*(f"s_{c}" for c in _SUM_COLS), "prev_last", "energy_seen", "_gh")
     )
-    partial = pieces.filter(~full_hour)
+
+
+def partial_hour_samples(partial: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.LazyFrame) -> pl.LazyFrame:
+    """The raw samples of the (gpu_id, hour) pairs of ``partial`` pieces, each with its weight
+    ``_w`` and ``_inc``: the energy counter's increase since the sample before (the previous hour's
+    last value, from ``hourly``, for the hour's first; a drop is a reset: the new value; 0 without
+    a reading or a predecessor)."""
     # The partial hours with their predecessor's last counter value: one small table, so the raw
     # samples meet a few thousand keys once instead of the whole rollup.
     keys = partial.select("gpu_id", "hour").unique().with_columns(_gh=device_hour()).join(
         hourly.select("_gh", "prev_last"), on="_gh", how="left").drop("_gh")
     sig = [col for _, col in SIGNALS]
-    raw = (
+    return (
         gpu_samples.select("gpu_id", "ts", *sig, "energy_total_j", sample_weight(gpu_samples))
         .with_columns(hour=pl.col("ts").dt.truncate("1h"))
         .join(keys, on=["gpu_id", "hour"], how="inner")
@@ -229,6 +247,11 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
             .otherwise(pl.col("energy_total_j"))
         )
     )
+
+
+def partial_hour_sums(partial: pl.LazyFrame, raw: pl.LazyFrame) -> pl.LazyFrame:
+    """Partial-hour pieces with the sums (w_<sum>, w_energy_seen) of the ``raw`` samples
+    (:func:`partial_hour_samples`) in [piece_start, piece_end); NULL sums where none lies there."""
     in_piece = (
         partial.select("_pid", "gpu_id", "hour", "piece_start", "piece_end")
         .join(raw, on=["gpu_id", "hour"], how="inner")
@@ -242,11 +265,7 @@ def _window_sums(pieces: pl.LazyFrame, gpu_samples: pl.LazyFrame, hourly: pl.Laz
             (pl.col("energy_total_j").count() > 0).alias("w_energy_seen"),
         )
     )
-    partial = partial.join(in_piece, on="_pid", how="left").with_columns(pl.col("w_energy_seen").fill_null(False))
-    cast = [pl.col(f"w_{c}").cast(pl.Float64).fill_null(0.0) for c in _SUM_COLS]
-    no_device = no_device.with_columns(*(pl.lit(0.0).alias(f"w_{c}") for c in _SUM_COLS),
-                                       pl.lit(False).alias("w_energy_seen"))
-    return pl.concat([full.with_columns(cast), partial.with_columns(cast), no_device], how="diagonal_relaxed")
+    return partial.join(in_piece, on="_pid", how="left").with_columns(pl.col("w_energy_seen").fill_null(False))
 
 
 def partial_hour_keys(pieces: pl.LazyFrame) -> pl.LazyFrame:

@@ -123,3 +123,62 @@ def test_window_with_mig_energy_adds_sums_and_the_instance_share():
     # the sums of the hour's samples: 60 readings, Σ gr 60 × 0.25 = 15; Σ sm 60 × 0.5 = 30
     assert (out["J"]["w_n"], out["J"]["w_gr_engine_active"], out["J"]["w_n_gr_engine_active"]) == (60.0, 15.0, 60.0)
     assert (out["K"]["w_n"], out["K"]["w_sm_active"], out["K"]["w_n_sm_active"]) == (60.0, 30.0, 60.0)
+
+
+# --- _window_sums' stages: whole hours from the rollup, partial hours from the raw samples -----
+
+def _hourly(rows):
+    return at_.hourly_energy(at_.hourly_rollup(samples(rows))).collect().lazy()
+
+
+def test_full_hour_sums_take_the_hours_rollup():
+    """GPU 1, 10:00-11:00: sm 0.5 each minute, counter 1000 J at 09:59 then +10 J a minute.
+    GPU 2 has no sample that hour: sums 0, energy not seen."""
+    rows = [{"gpu_id": 1, "ts": at(9, 59), "energy": 1000.0}]
+    rows += [{"gpu_id": 1, "ts": at(10) + i * MIN, "sm": 0.5, "energy": 1010.0 + 10 * i} for i in range(60)]
+    pieces = _pieces(allocations([("A", 1, at(10), at(11)), ("B", 2, at(10), at(11))]),
+                     gpus([{"gpu_id": 1}, {"gpu_id": 2}]))
+    out = {r["job_id"]: r for r in at_.full_hour_sums(pieces, _hourly(rows)).collect().iter_rows(named=True)}
+    # 60 readings Σ 30; energy: 60 increments of 10 J, the first from 09:59's 1000 J = 600 J
+    a = out["A"]
+    assert (a["w_n"], a["w_sm_active"], a["w_n_sm_active"], a["w_n_gpu_util"]) == (60, 30.0, 60, 0)
+    assert (a["w_energy_j"], a["w_energy_seen"]) == (600.0, True)
+    b = out["B"]
+    assert (b["w_n"], b["w_sm_active"], b["w_energy_j"], b["w_energy_seen"]) == (0, 0, 0, False)
+    assert not {"_gh", "prev_last", "energy_seen", "s_n"} & set(a)
+
+
+def test_partial_hour_samples_count_each_increment_from_the_sample_before():
+    rows = [{"gpu_id": 1, "ts": at(9, 59), "energy": 1000.0},    # hour 9: only the predecessor
+            {"gpu_id": 1, "ts": at(10, 0), "energy": 1100.0},    # +100 from 09:59's 1000
+            {"gpu_id": 1, "ts": at(10, 1), "energy": 1200.0},    # +100
+            {"gpu_id": 1, "ts": at(10, 2), "energy": 50.0},      # a drop: reset, +50
+            {"gpu_id": 1, "ts": at(10, 3), "sm": 0.2},           # no reading: 0
+            {"gpu_id": 1, "ts": at(10, 4), "energy": 150.0},     # +100 from 10:02's 50
+            {"gpu_id": 1, "ts": at(11, 0), "energy": 9999.0}]    # hour 11: not a partial hour here
+    pieces = _pieces(allocations([("A", 1, at(10, 30), at(11))]), gpus([{"gpu_id": 1}]))
+    raw = at_.partial_hour_samples(pieces, samples(rows), _hourly(rows)).collect().sort("ts")
+    assert raw["ts"].to_list() == [at(10, m) for m in range(5)]
+    assert raw["_inc"].to_list() == [100.0, 100.0, 50.0, 0.0, 100.0]
+    assert raw["_w"].to_list() == [1] * 5
+
+
+def test_partial_hour_sums_add_the_samples_inside_the_piece():
+    """Piece 10:30-11:00 on GPU 1: the 10:29 sample is outside; 10:30 (an aggregate of 3, sm 0.4)
+    and 10:45 (one sample, sm 1.5, clipped to 1) are in. Piece on GPU 2 has no sample."""
+    pieces = _pieces(allocations([("A", 1, at(10, 30), at(11)), ("B", 2, at(10, 30), at(11))]),
+                     gpus([{"gpu_id": 1}, {"gpu_id": 2}])).filter(pl.col("hour") == at(10))
+    raw = pl.LazyFrame({"gpu_id": [1, 1, 1], "ts": [at(10, 29), at(10, 30), at(10, 45)],
+                        "hour": [at(10)] * 3, "sm_active_ratio": [0.9, 0.4, 1.5],
+                        "gr_engine_active_ratio": [None, None, None], "gpu_util_ratio": [None, 0.3, None],
+                        "energy_total_j": [None, 10.0, None], "_w": [1, 3, 1], "_inc": [7.0, 5.0, 0.0]},
+                       schema_overrides={"gpu_id": pl.Int32, "gr_engine_active_ratio": pl.Float64,
+                                         "_w": pl.Int64})
+    out = {r["job_id"]: r for r in at_.partial_hour_sums(pieces, raw).collect().iter_rows(named=True)}
+    a = out["A"]
+    # w_n 3 + 1 = 4; Σ sm 0.4 × 3 + 1.0 × 1 = 2.2; util read by the 3-sample row only; energy 5 J
+    assert (a["w_n"], a["w_n_sm_active"], a["w_n_gpu_util"], a["w_n_gr_engine_active"]) == (4, 4, 3, 0)
+    assert abs(a["w_sm_active"] - 2.2) < 1e-12 and abs(a["w_gpu_util"] - 0.9) < 1e-12
+    assert (a["w_energy_j"], a["w_energy_seen"]) == (5.0, True)
+    b = out["B"]
+    assert (b["w_n"], b["w_sm_active"], b["w_energy_seen"]) == (None, None, False)  # NULL: filled later

@@ -61,11 +61,7 @@ def statement(
     from gpuledger.reports.statement import build_statement
 
     month_bounds(period)  # a usage error naming the form for anything but YYYY-MM
-    if showback is not None:
-        from gpuledger.reports.showback import BASES
-
-        if showback not in BASES:  # refused before any work
-            raise typer.BadParameter(f"{showback!r}: choose {', '.join(BASES)}", param_hint="--showback")
+    _check_showback(showback)
     _out_dir(out)
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         cfg = warehouse_config(con, config, write=False)
@@ -75,14 +71,39 @@ def statement(
 
         raise RunError(f"statement {period}: no data (no GPU sample and no job allocated in the month), nothing written; "
                        "ingest the month, or pass --allow-empty to write a statement that says \"no data\"")
-    if pdf is None:
-        from gpuledger.reports.pdf import chromium
+    manifest = write_statement_set(st, out, per_unit=node is None, pdf=_want_pdf(pdf), showback=showback)
+    _say_written(st, manifest, period, out, showback)
+    if email:
+        from gpuledger.reports.delivery import email_statement
 
-        pdf = chromium() is not None
-        if not pdf:
-            typer.echo("warning: no Chromium found, so no PDF statement (apt-get install chromium, or "
-                       "$GPULEDGER_CHROMIUM); --no-pdf silences this", err=True)
-    manifest = write_statement_set(st, out, per_unit=node is None, pdf=pdf, showback=showback)
+        sent = email_statement(cfg.policy, manifest, out)
+        console.print(f"e-mailed to finance channel {sent}")
+
+
+def _check_showback(showback: str | None) -> None:
+    """--showback names a basis, refused before any work otherwise."""
+    if showback is not None:
+        from gpuledger.reports.showback import BASES
+
+        if showback not in BASES:
+            raise typer.BadParameter(f"{showback!r}: choose {', '.join(BASES)}", param_hint="--showback")
+
+
+def _want_pdf(pdf: bool | None) -> bool:
+    """--pdf / --no-pdf, else a PDF when Chromium is installed (a warning saying how when not)."""
+    if pdf is not None:
+        return pdf
+    from gpuledger.reports.pdf import chromium
+
+    if chromium() is not None:
+        return True
+    typer.echo("warning: no Chromium found, so no PDF statement (apt-get install chromium, or "
+               "$GPULEDGER_CHROMIUM); --no-pdf silences this", err=True)
+    return False
+
+
+def _say_written(st, manifest: dict, period: str, out: Path, showback: str | None) -> None:
+    """What was written, the month's state, its reconciliation per pool and the warnings."""
     console.print(f"statement {period} ({st.scope}, {st.status}): {len(manifest['files'])} files in {out}")
     console.print(st.status_sentence)
     if st.empty:
@@ -93,11 +114,6 @@ def statement(
         console.print(f"showback ({showback}): {line}")
     for w in st.warnings:
         typer.echo(f"warning: {w}", err=True)
-    if email:
-        from gpuledger.reports.delivery import email_statement
-
-        sent = email_statement(cfg.policy, manifest, out)
-        console.print(f"e-mailed to finance channel {sent}")
 
 
 def weekly(
