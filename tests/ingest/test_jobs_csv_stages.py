@@ -17,8 +17,12 @@ from gpuledger.ingest.jobs.jobs_csv import (
     CsvHeaderError,
     _line_at,
     checked_job,
+    gpu_count,
+    job_times,
     keep_one_per_job,
     limits_with_projects,
+    min_runtime_of,
+    priority_of,
     read_header,
     unreadable_row,
 )
@@ -122,3 +126,48 @@ def test_keep_one_per_job_keeps_first_and_refuses_a_different_repeat():
     assert refused.reason == (
         "job_id: '7' on cluster 'c' already given at line 2 with other values; keep one row per job"
     )
+
+
+# --- the field readers of one row (_row_to_job's stages) -------------------------------------------
+
+
+def test_gpu_count_takes_fractions_and_refuses_non_positive_or_infinite():
+    assert gpu_count({"gpus": " 0.142857 "}) == 0.142857  # a 1g MIG slice, spaces trimmed
+    with pytest.raises(ValueError, match=r"^gpus: '' is not a number$"):
+        gpu_count({"gpus": ""})
+    for bad, shown in (("0", "0.0"), ("-1", "-1.0"), ("nan", "nan"), ("inf", "inf")):
+        with pytest.raises(ValueError, match=rf"^gpus: {shown} must be a positive number of GPUs"):
+            gpu_count({"gpus": bad})
+
+
+def test_job_times_orders_start_end_submit():
+    row = {"start_time": "2026-11-29T10:00:00+01:00", "end_time": "", "submit_time": "1795900000"}
+    # +01:00 → 09:00 UTC; epoch 1795900000 = 1795910400 - 10400 s = 2026-11-28 21:06:40 UTC
+    assert job_times(row) == (datetime(2026, 11, 29, 9), None, datetime(2026, 11, 28, 21, 6, 40))
+    with pytest.raises(
+        ValueError, match=r"^end_time: 2026-11-29T08:00:00 is before start_time 2026-11-29T09:00:00$"
+    ):
+        job_times({**row, "end_time": "2026-11-29T08:00:00Z"})
+    with pytest.raises(ValueError, match=r"^submit_time: 2026-11-29T09:30:00 is after start_time"):
+        job_times({**row, "submit_time": "2026-11-29T09:30:00Z"})
+    with pytest.raises(ValueError, match=r"^start_time: "):
+        job_times({"start_time": "yesterday"})
+
+
+def test_min_runtime_of_reads_durations():
+    # 2h30m = 9000 s; HH:MM:SS 01:00:30 = 3630 s
+    assert (min_runtime_of({"min_runtime": "2h30m"}), min_runtime_of({"min_runtime": "01:00:30"})) == (
+        9000,
+        3630,
+    )
+    assert min_runtime_of({}) is None
+    with pytest.raises(ValueError, match=r"^min_runtime: "):
+        min_runtime_of({"min_runtime": "soon"})
+
+
+def test_priority_of_whole_numbers_in_64_bit_range():
+    assert (priority_of({"priority": " -5 "}), priority_of({"priority": ""})) == (-5, None)
+    with pytest.raises(ValueError, match=r"^priority: '1.5' is not an integer$"):
+        priority_of({"priority": "1.5"})
+    with pytest.raises(ValueError, match=r"^priority: 9223372036854775808 is beyond the 64-bit range"):
+        priority_of({"priority": str(2**63)})  # 2^63 = INT64_MAX + 1

@@ -45,56 +45,83 @@ class ParsedJobs:
 
 def _row_to_job(row: dict[str, str], now: datetime) -> dict:
     """One CSV row -> one jobs row; raises ValueError naming the field that is wrong."""
-
-    def text(name: str) -> str | None:
-        value = (row.get(name) or "").strip()
-        return value or None
-
-    def time_field(name: str) -> datetime | None:
-        value = text(name)
-        if value is None:
-            return None
-        try:
-            return parse_utc(value)
-        except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
-
     for name in ("job_id", "cluster", "project", "gpu_model", "start_time"):
-        if text(name) is None:
+        if _text(row, name) is None:
             raise ValueError(f"{name}: empty; every job needs one")
-    project = text("project")  # a project of the tree? checks.job_problem, as for every source
+    project = _text(row, "project")  # a project of the tree? checks.job_problem, as for every source
+    gpus = gpu_count(row)
+    start, end, submit = job_times(row)
+    min_runtime_s = min_runtime_of(row)
+    priority_value = priority_of(row)
+    return {
+        "cluster": _text(row, "cluster"), "job_id": _text(row, "job_id"), "project": project,
+        "user_name": _text(row, "user"), "name": _text(row, "name"), "kind": _text(row, "kind"),
+        "gpu_model": _text(row, "gpu_model"), "gpus": gpus, "min_runtime_s": min_runtime_s,
+        "submit_time": submit, "start_time": start, "end_time": end,
+        "state": _text(row, "state") or ("RUNNING" if end is None else "COMPLETED"),
+        "priority": priority_value, "namespace": _text(row, "namespace"), "source": SOURCE,
+        "updated_at": now,
+    }
+
+
+def _text(row: dict[str, str], name: str) -> str | None:
+    """A field with spaces trimmed; None when absent or blank."""
+    value = (row.get(name) or "").strip()
+    return value or None
+
+
+def _time_field(row: dict[str, str], name: str) -> datetime | None:
+    value = _text(row, name)
+    if value is None:
+        return None
     try:
-        gpus = float(text("gpus") or "")
+        return parse_utc(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+
+
+def gpu_count(row: dict[str, str]) -> float:
+    """``gpus``: a positive, finite number; fractions allowed (a shared GPU, a MIG slice)."""
+    try:
+        gpus = float(_text(row, "gpus") or "")
     except ValueError:
         raise ValueError(f"gpus: {row.get('gpus')!r} is not a number") from None
     if not gpus > 0 or gpus != gpus or gpus == float("inf"):
         raise ValueError(f"gpus: {gpus} must be a positive number of GPUs (fractions allowed)")
-    start, end, submit = time_field("start_time"), time_field("end_time"), time_field("submit_time")
+    return gpus
+
+
+def job_times(row: dict[str, str]) -> tuple[datetime, datetime | None, datetime | None]:
+    """(start, end, submit), naive UTC: the end not before the start, the submit not after it."""
+    start = _time_field(row, "start_time")
+    end = _time_field(row, "end_time")
+    submit = _time_field(row, "submit_time")
     if end is not None and end < start:
         raise ValueError(f"end_time: {end.isoformat()} is before start_time {start.isoformat()}")
     if submit is not None and submit > start:
         raise ValueError(f"submit_time: {submit.isoformat()} is after start_time {start.isoformat()}")
-    min_runtime = text("min_runtime")
+    return start, end, submit
+
+
+def min_runtime_of(row: dict[str, str]) -> int | None:
+    """``min_runtime`` in seconds (seconds, 4h, 2h30m or HH:MM:SS); None when blank."""
+    min_runtime = _text(row, "min_runtime")
     try:
-        min_runtime_s = parse_duration_s(min_runtime) if min_runtime else None
+        return parse_duration_s(min_runtime) if min_runtime else None
     except ValueError as exc:
         raise ValueError(f"min_runtime: {exc}") from None
-    priority = text("priority")
+
+
+def priority_of(row: dict[str, str]) -> int | None:
+    """``priority``: a whole number within the table's range; None when blank."""
+    priority = _text(row, "priority")
     try:
         priority_value = int(priority) if priority else None
     except ValueError:
         raise ValueError(f"priority: {priority!r} is not an integer") from None
     if priority_value is not None:
         whole_number(priority_value, "priority")
-    return {
-        "cluster": text("cluster"), "job_id": text("job_id"), "project": project,
-        "user_name": text("user"), "name": text("name"), "kind": text("kind"),
-        "gpu_model": text("gpu_model"), "gpus": gpus, "min_runtime_s": min_runtime_s,
-        "submit_time": submit, "start_time": start, "end_time": end,
-        "state": text("state") or ("RUNNING" if end is None else "COMPLETED"),
-        "priority": priority_value, "namespace": text("namespace"), "source": SOURCE,
-        "updated_at": now,
-    }
+    return priority_value
 
 
 def parse_jobs_csv(
