@@ -105,13 +105,51 @@ def parse_jobs_csv(
     Rows must also pass :func:`gpuledger.ingest.jobs.checks.job_problem` under ``limits`` (from the
     warehouse: checks.job_limits), else under the org tree's ``projects`` alone."""
     now = naive_utc(now) if now else utc_now()
-    if limits is None:
-        limits = JobLimits(projects=frozenset(projects))
-    elif limits.projects is None:
-        limits = replace(limits, projects=frozenset(projects))
+    limits = limits_with_projects(limits, projects)
     lines = text.splitlines()
     source_lines = _CountedLines(text)
     reader = csv.DictReader(source_lines, restkey="__extra__")
+    header = read_header(reader, location)
+    good: dict[tuple[str, str], tuple[int, dict, str]] = {}
+    rejected: list[QuarantineRow] = []
+    rows_read = 0
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # e.g. a field over the csv module's limit: this row only
+            rows_read += 1
+            rejected.append(unreadable_row(exc, location, source_lines.count, lines))
+            continue
+        rows_read += 1
+        line_no = reader.line_num  # physical line where this record ended (1 = header)
+        raw = _line_at(lines, line_no)
+        where = f"{location}:{line_no}"
+        try:
+            job = checked_job(row, header, now, limits)
+        except ValueError as exc:
+            rejected.append(QuarantineRow(SOURCE, where, raw, str(exc)))
+            continue
+        duplicate = keep_one_per_job(good, job, line_no, raw, where)
+        if duplicate:
+            rejected.append(duplicate)
+    frame = pl.DataFrame([job for _, job, _ in good.values()], schema=JOB_SCHEMA, orient="row")
+    return ParsedJobs(jobs=frame, rejected=rejected, rows_read=rows_read)
+
+
+def limits_with_projects(limits: JobLimits | None, projects: set[str]) -> JobLimits:
+    """The limits rows are checked under; the org tree's ``projects`` when they name none."""
+    if limits is None:
+        return JobLimits(projects=frozenset(projects))
+    if limits.projects is None:
+        return replace(limits, projects=frozenset(projects))
+    return limits
+
+
+def read_header(reader: csv.DictReader, location: str) -> list[str]:
+    """The header's column names (spaces trimmed; the reader is told them), refused when a required
+    column is missing: nothing can be read without it."""
     try:
         fieldnames = reader.fieldnames
     except csv.Error as exc:
@@ -124,49 +162,51 @@ def parse_jobs_csv(
             f"{location}:1: header lacks required column(s) {', '.join(missing)}; "
             f"expected at least {', '.join(REQUIRED)}"
         )
-    good: dict[tuple[str, str], tuple[int, dict, str]] = {}
-    rejected: list[QuarantineRow] = []
-    rows_read = 0
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:  # e.g. a field over the csv module's limit: this row only
-            rows_read += 1
-            bad_line = source_lines.count  # the reader stops inside the line it could not read
-            raw = lines[bad_line - 1] if 0 < bad_line <= len(lines) else ""
-            rejected.append(QuarantineRow(SOURCE, f"{location}:{bad_line}", _cut(raw),
-                                          f"unreadable CSV row ({exc}, line {len(raw):,} characters)"))
-            continue
-        rows_read += 1
-        line_no = reader.line_num  # physical line where this record ended (1 = header)
-        raw = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
-        where = f"{location}:{line_no}"
-        try:
-            if row.get("__extra__"):
-                raise ValueError(f"{len(header) + len(row['__extra__'])} fields but the header has {len(header)}")
-            absent = [c for c in header if row.get(c) is None]
-            if absent:
-                raise ValueError(f"missing column(s) {', '.join(absent)} (row has too few fields)")
-            job = _row_to_job(row, now)
-            problem = job_problem(job, limits, now=now)
-            if problem:
-                raise ValueError(problem)
-        except ValueError as exc:
-            rejected.append(QuarantineRow(SOURCE, where, raw, str(exc)))
-            continue
-        key = (job["cluster"], job["job_id"])
-        if key in good and good[key][2] != raw:
-            rejected.append(QuarantineRow(
-                SOURCE, where, raw,
-                f"job_id: {key[1]!r} on cluster {key[0]!r} already given at line {good[key][0]} "
-                "with other values; keep one row per job",
-            ))
-            continue
-        good.setdefault(key, (line_no, job, raw))
-    frame = pl.DataFrame([job for _, job, _ in good.values()], schema=JOB_SCHEMA, orient="row")
-    return ParsedJobs(jobs=frame, rejected=rejected, rows_read=rows_read)
+    return header
+
+
+def _line_at(lines: list[str], line_no: int) -> str:
+    """Physical line ``line_no`` (1-based) of the file, "" when there is none."""
+    return lines[line_no - 1] if 0 < line_no <= len(lines) else ""
+
+
+def unreadable_row(exc: csv.Error, location: str, bad_line: int, lines: list[str]) -> QuarantineRow:
+    """The quarantine row for a line the csv module cannot read; ``bad_line`` is the line the reader
+    stopped inside. The raw text is cut (a runaway field can be megabytes)."""
+    raw = _line_at(lines, bad_line)
+    return QuarantineRow(SOURCE, f"{location}:{bad_line}", _cut(raw),
+                         f"unreadable CSV row ({exc}, line {len(raw):,} characters)")
+
+
+def checked_job(row: dict, header: list[str], now: datetime, limits: JobLimits) -> dict:
+    """One CSV record → its jobs row, once it has the header's shape and passes job_problem;
+    raises ValueError saying what is wrong."""
+    if row.get("__extra__"):
+        raise ValueError(f"{len(header) + len(row['__extra__'])} fields but the header has {len(header)}")
+    absent = [c for c in header if row.get(c) is None]
+    if absent:
+        raise ValueError(f"missing column(s) {', '.join(absent)} (row has too few fields)")
+    job = _row_to_job(row, now)
+    problem = job_problem(job, limits, now=now)
+    if problem:
+        raise ValueError(problem)
+    return job
+
+
+def keep_one_per_job(
+    good: dict[tuple[str, str], tuple[int, dict, str]], job: dict, line_no: int, raw: str, where: str
+) -> QuarantineRow | None:
+    """Keep the first row of each (cluster, job_id) in ``good``. The same line again is a harmless
+    repeat; a later row with other values is refused (the quarantine row is returned)."""
+    key = (job["cluster"], job["job_id"])
+    if key in good and good[key][2] != raw:
+        return QuarantineRow(
+            SOURCE, where, raw,
+            f"job_id: {key[1]!r} on cluster {key[0]!r} already given at line {good[key][0]} "
+            "with other values; keep one row per job",
+        )
+    good.setdefault(key, (line_no, job, raw))
+    return None
 
 
 class _CountedLines:
