@@ -8,23 +8,16 @@ Oct 1 2026, cluster c1, whole H100s reserved at 2.00 /h, org acme → alpha, bet
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 
 import polars as pl
 
 from gpuledger.analytics import chargeback as cb
-from tests.helpers.analytics_frames import allocations, gpus, jobs, org, rate_card
+from tests.analytics.test_chargeback_stages import ALLOC, END, INV, JOBS, RATES, START  # the same day
+from tests.helpers.analytics_frames import allocations, jobs, org
 
 D = Decimal
-START, END = datetime(2026, 10, 1), datetime(2026, 10, 2)
-RATES = rate_card([("H100", "reserved", datetime(2026, 1, 1), "2.00")])
-INV = gpus([{"gpu_id": 1}, {"gpu_id": 2, "uuid": "G2"}, {"gpu_id": 3, "uuid": "G3", "model": "A100"}])
-JOBS = jobs([{"job_id": "J", "project": "alpha"}, {"job_id": "K", "project": "beta"},
-             {"job_id": "L", "project": "beta"}])
-ALLOC = allocations([("J", 1, START, START + timedelta(hours=6)),
-                     ("K", 1, START + timedelta(hours=2), START + timedelta(hours=3), 0.5),
-                     ("L", 2, START + timedelta(hours=2), START + timedelta(hours=3))])
 TREE = org([("acme", None, 1), ("alpha", "acme", 1), ("beta", "acme", 1)])
 
 

@@ -102,6 +102,13 @@ def test_usage_from_materialized_hours_equals_the_range_computation(wh):
     assert partial.source == by_user.source == facts.COMPUTED  # a part hour; the per-job table is empty
 
 
+def _store_one_finding(con, at):
+    """A squatting evaluation at ``at`` that found one open episode, c1/j1 warned."""
+    con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
+    con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
+                "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+
+
 def _materialize_jobs_and_utilization(path, days):
     with warehouse.open_writer(path) as con:
         policy = _policy(con)
@@ -233,9 +240,7 @@ def test_materialized_read_commands_import_no_polars_pydantic_or_analytics(wh):
     assert _imported(*usage, "--by", "user") == []
     assert _imported("report", "utilization", "--start", DAY1.isoformat(), "--end", DAY2.isoformat(), "-w", str(wh)) == []
     with warehouse.open_writer(wh) as con:  # a squatting evaluation at the data's now, one finding
-        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
-        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
-                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+        _store_one_finding(con, at)
     assert _imported("report", "squatters", "-w", str(wh)) == []
     computed = _imported("report", "fairshare", "--now", (at - timedelta(hours=1)).isoformat(), "-w", str(wh))
     assert {"polars", "gpuledger.analytics.load", "gpuledger.config"} <= set(computed)
@@ -263,9 +268,7 @@ def test_findings_come_from_a_recent_evaluation_else_are_computed(wh):
         at = facts.data_now(con).replace(second=0, microsecond=0)
         policy = _policy(con)
     with warehouse.open_writer(wh) as con:
-        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
-        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
-                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+        _store_one_finding(con, at)
     half = timedelta(minutes=policy.squatting.sustained_minutes / 2)
     other = policy.model_copy(update={"squatting": policy.squatting.model_copy(update={"sustained_minutes": 90})})
     with warehouse.open_reader(wh) as con:
@@ -290,9 +293,7 @@ def test_exempt_findings_come_from_the_same_evaluation_when_it_stored_them(wh):
         at = facts.data_now(con).replace(second=0, microsecond=0)
         policy = _policy(con)
     with warehouse.open_writer(wh) as con:
-        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
-        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
-                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+        _store_one_finding(con, at)
         con.execute("INSERT INTO squatting_exempt_evaluations VALUES ($at, 1)", {"at": at}).fetchall()
         con.execute("INSERT INTO squatting_exempt_findings (evaluated_at, cluster, job_id, job_kind, finding, "
                     "severity, idle_minutes, exempt, exempt_reason) VALUES ($at, 'c1', 'j0', 'inference', "
@@ -326,9 +327,7 @@ def test_an_evaluation_without_exempt_jobs_is_served_with_include_exempt(wh):
         at = facts.data_now(con).replace(second=0, microsecond=0)
         policy = _policy(con)
     with warehouse.open_writer(wh) as con:
-        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 1, $at)", {"at": at}).fetchall()
-        con.execute("INSERT INTO squatting_findings (cluster, job_id, first_seen, last_seen, finding, severity) "
-                    "VALUES ('c1', 'j1', $at, $at, 'squatting', 'warning')", {"at": at}).fetchall()
+        _store_one_finding(con, at)
         con.execute("INSERT INTO squatting_exempt_evaluations VALUES ($at, 0)", {"at": at}).fetchall()
     with warehouse.open_reader(wh) as con:
         got = facts.findings(con, policy=policy, now=at, include_exempt=True)

@@ -40,8 +40,6 @@ def slurm_gpus(
     """Record which GPU (index, UUID) each Slurm job held on each node, and let those holdings
     decide attribution over the labels on samples. Re-reading the same spool changes nothing;
     unreadable spool files go to quarantine (source slurm-gpus)."""
-    from gpuledger.ingest.holdings.slurm_scontrol import ScontrolError, parse_json, parse_text, run_scontrol
-    from gpuledger.ingest.holdings.slurm_spool import read_spool
     from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
 
     given = sum((spool is not None, scontrol_live, scontrol_file is not None))
@@ -52,26 +50,11 @@ def slurm_gpus(
         console.print("[red]--json goes with --scontrol (a --scontrol-file is read in either form)[/red]")
         raise typer.Exit(2)
     now = datetime.now(UTC).replace(tzinfo=None)
-    bad = []
-    try:
-        if spool is not None:
-            if not spool.is_dir():
-                console.print(f"[red]--spool {spool}: not a directory (the prolog's GPULEDGER_GPU_SPOOL)[/red]")
-                raise typer.Exit(2)
-            read = read_spool(spool, cluster=cluster)
-            rows, bad, origin = read.holdings, read.quarantined, f"{read.files} spool files in {spool}"
-        else:
-            if not cluster:
-                console.print("[red]--cluster NAME is needed with scontrol (its output does not name it)[/red]")
-                raise typer.Exit(2)
-            text = (run_scontrol(scontrol, form="json" if scontrol_json else "text") if scontrol_live
-                    else scontrol_file.read_text(encoding="utf-8"))
-            rows = (parse_json(text, cluster=cluster, now=now) if text.lstrip().startswith("{")
-                    else parse_text(text, cluster=cluster, now=now, tz=tz))
-            origin = "scontrol" if scontrol_live else str(scontrol_file)
-    except ScontrolError as exc:
-        typer.secho(f"gpuledger: {exc}", err=True, fg="red")
-        raise typer.Exit(1 if scontrol_live else 2) from None
+    if spool is not None:
+        rows, bad, origin = _spool_holdings(spool, cluster)
+    else:
+        rows, bad, origin = _scontrol_holdings(cluster, now, live=scontrol_live, as_json=scontrol_json,
+                                               file=scontrol_file, tz=tz, scontrol=scontrol)
     frame = holdings_frame(rows)
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         write_holdings(con, frame)
@@ -86,6 +69,36 @@ def slurm_gpus(
     if bad:
         line += f"; {len(bad)} files quarantined (`gpuledger warehouse quarantine --source slurm-gpus`)"
     console.print(line, markup=False)
+
+
+def _spool_holdings(spool: Path, cluster: str | None) -> tuple[list, list, str]:
+    """(holdings, quarantined files, where from) of the prolog/epilog spool; not a folder: exit 2."""
+    from gpuledger.ingest.holdings.slurm_spool import read_spool
+
+    if not spool.is_dir():
+        console.print(f"[red]--spool {spool}: not a directory (the prolog's GPULEDGER_GPU_SPOOL)[/red]")
+        raise typer.Exit(2)
+    read = read_spool(spool, cluster=cluster)
+    return read.holdings, read.quarantined, f"{read.files} spool files in {spool}"
+
+
+def _scontrol_holdings(cluster: str | None, now: datetime, *, live: bool, as_json: bool, file: Path | None,
+                       tz: str, scontrol: str) -> tuple[list, list, str]:
+    """(holdings, [], where from) of `scontrol show job` run here (``live``) or saved in ``file``,
+    text or JSON; scontrol failing is exit 1 live, 2 for a file."""
+    from gpuledger.ingest.holdings.slurm_scontrol import ScontrolError, parse_json, parse_text, run_scontrol
+
+    if not cluster:
+        console.print("[red]--cluster NAME is needed with scontrol (its output does not name it)[/red]")
+        raise typer.Exit(2)
+    try:
+        text = run_scontrol(scontrol, form="json" if as_json else "text") if live else file.read_text(encoding="utf-8")
+        rows = (parse_json(text, cluster=cluster, now=now) if text.lstrip().startswith("{")
+                else parse_text(text, cluster=cluster, now=now, tz=tz))
+    except ScontrolError as exc:
+        typer.secho(f"gpuledger: {exc}", err=True, fg="red")
+        raise typer.Exit(1 if live else 2) from None
+    return rows, [], "scontrol" if live else str(file)
 
 
 @app.command("node-holdings")
