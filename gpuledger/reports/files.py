@@ -114,15 +114,26 @@ def write_html(st: Statement, path: Path) -> Path:
 
 # --- one statement's files, and the whole set --------------------------------------------------
 
+def _statement_writers(st: Statement, stem: str) -> list[tuple[str, object]]:
+    """(file name, writer of that file into a path) for each of the statement's files, in order."""
+    writers = [(f"{stem}.csv", lambda p: write_csv(st.lines, p)), (f"{stem}.parquet", lambda p: write_parquet(st.lines, p)),
+               (f"{stem}.xlsx", lambda p: write_xlsx(st, p)), (f"{stem}.html", lambda p: write_html(st, p))]
+    if st.by_partition.height:
+        writers.append((f"{stem}-by-partition.csv", lambda p: write_csv(st.by_partition, p)))
+    if st.by_host.height:
+        writers.append((f"{stem}-by-host.csv", lambda p: write_csv(st.by_host, p)))
+    return writers
+
+
+def statement_file_names(st: Statement, stem: str) -> list[str]:
+    """The names :func:`write_statement_files` gives the statement's files, without writing them
+    (the dashboards name their download buttons before anyone asks for a file)."""
+    return [name for name, _ in _statement_writers(st, stem)]
+
+
 def write_statement_files(st: Statement, folder: Path, stem: str) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    files = [write_csv(st.lines, folder / f"{stem}.csv"), write_parquet(st.lines, folder / f"{stem}.parquet"),
-             write_xlsx(st, folder / f"{stem}.xlsx"), write_html(st, folder / f"{stem}.html")]
-    if st.by_partition.height:
-        files.append(write_csv(st.by_partition, folder / f"{stem}-by-partition.csv"))
-    if st.by_host.height:
-        files.append(write_csv(st.by_host, folder / f"{stem}-by-host.csv"))
-    return files
+    return [write(folder / name) for name, write in _statement_writers(st, stem)]
 
 
 def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf: bool = False,
