@@ -308,9 +308,11 @@ def _capacity(con, t, *, start: datetime, end: datetime, config_version: int | N
             .iter_rows()}
 
 
-def _history(con, period: str, start: datetime, policy, first_seen: datetime | None) -> pl.DataFrame:
+def _history(con, period: str, start: datetime, policy, first_seen: datetime | None,
+             current: pl.DataFrame) -> pl.DataFrame:
     """Charge, idle and correction amounts and GPU-hours per month for this month and the two
-    before it (months before the first device was seen are left out)."""
+    before it (months before the first device was seen are left out). ``current``: this month's
+    statement lines, as the statement has them (not read again, and as of the statement's now)."""
     from gpuledger.ledger.periods import statement_lines
     from gpuledger.rules.periods import month_bounds
 
@@ -324,7 +326,7 @@ def _history(con, period: str, start: datetime, policy, first_seen: datetime | N
         _, m_end = month_bounds(month)
         if month != period and (first_seen is None or first_seen >= m_end):
             continue
-        lines = statement_lines(con, month, level="project", policy=policy)
+        lines = current if month == period else statement_lines(con, month, level="project", policy=policy)
         billed = lines.filter(is_billed(lines) & pl.col("currency").is_not_null())
         billed = billed.with_columns(line_kind=pl.when(pl.col("line_kind").is_in(["credit", "debit"]))
                                      .then(pl.lit("corrections")).otherwise(pl.col("line_kind")))
@@ -411,7 +413,8 @@ def build_statement(
     st = Statement(
         period=period, period_start=start, period_end=end, scope=scope, state=state,
         config_version=version, billed_through=billed_through or end, lines=out,
-        units=units, usage=usage, history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item()),
+        units=units, usage=usage, history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item(),
+                                                      lines),
     )
     notes, st.warnings = statement_notes(lines)
     # the state's sentence replaces chargeback's provisional note (which says lines change: not

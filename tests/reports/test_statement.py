@@ -285,3 +285,17 @@ def test_the_statement_email_as_received_states_the_figures_and_carries_the_file
     attached = sorted(p.get_filename() for p in mail.walk() if p.get_filename())
     assert attached == ["statement-2026-10-acme-by-host.csv", "statement-2026-10-acme-by-partition.csv",
                         "statement-2026-10-acme.csv", "statement-2026-10-acme.html", "statement-2026-10-acme.xlsx"]
+
+
+def test_the_months_history_shows_this_month_as_the_statement_has_it(month):
+    # an open October as of Oct 6 00:00 (120 h in): capacity so far 2 H100 × 120 h × 2.00 + 1 A100 ×
+    # 120 h × 1.00 = 480.00 + 120.00 = 600.00, every hour billed (charges + idle). The history's
+    # October is the statement's own lines, so it says 600.00 too — not the whole month to the
+    # data's end (3720.00: tests/helpers/statement_fixtures.py)
+    from datetime import datetime
+
+    with warehouse.open_reader(month) as con:
+        st = build_statement(con, "2026-10", now=datetime(2026, 10, 6))
+    assert st.totals() == {"USD": D("600.00")}
+    october_rows = st.history.filter(pl.col("period") == "2026-10")
+    assert sum(october_rows["amount"].to_list(), D(0)) == D("600.00")
