@@ -31,7 +31,7 @@ page = st.navigation([HOME, *PAGES], position="sidebar")
 st.set_page_config(page_title=f"{page.title} · gpuledger" if page is not HOME else "gpuledger",
                    page_icon=page.icon or ":material/memory:")
 
-ui.warm_charts()  # once per server: the chart renderer's first drawing is slow
+ui.warm_server()  # once per server: the chart renderer's first drawing and the statement's imports are slow
 auth = ui.auth_section()
 local = auth is None
 if not local and not st.user.get("is_logged_in", False):

@@ -528,6 +528,21 @@ class StatementView:
             return {p.name: p.read_bytes() for p in write_statement_files(self.statement, Path(tmp), stem)}
 
 
+# What building a statement imports (each module loads its own lazily, so the CLI starts fast):
+# the server imports them once, in the background, before the chargeback page asks (ui.warm_server).
+STATEMENT_MODULES = ("gpuledger.reports.statement", "gpuledger.reports.files", "gpuledger.analytics.reports",
+                     "gpuledger.analytics.chargeback", "gpuledger.analytics.load", "gpuledger.analytics.attribution",
+                     "gpuledger.analytics.tree", "gpuledger.ledger.periods", "gpuledger.ledger.config_versions",
+                     "gpuledger.config_store", "gpuledger.warehouse.clock")
+
+
+def warm_imports() -> None:
+    import importlib
+
+    for name in STATEMENT_MODULES:
+        importlib.import_module(name)
+
+
 def statement(path: str, period: str, node: str | None) -> StatementView:
     """The finance statement of ``period`` (YYYY-MM) for the org or ``node``'s subtree; its files'
     bytes (``files``) are written when first asked for."""

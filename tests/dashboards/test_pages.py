@@ -184,6 +184,23 @@ def test_chargeback_total_equals_the_statement_and_files_equal_the_finance_set(o
         assert (tmp_path / "finance" / name).read_bytes() == data, name
 
 
+def test_the_server_warms_every_module_the_statement_is_built_with(on_rig):
+    # A fresh interpreter: after queries.warm_imports() (ui.warm_server's background thread),
+    # building the month's statement view imports no further gpuledger module, so the chargeback
+    # page's first load does not wait on imports. A module missing from STATEMENT_MODULES fails.
+    # The warehouse's reader is opened first, as every page's first read does before.
+    import subprocess
+    import sys
+
+    script = ("import sys; from gpuledger import warehouse; from gpuledger.dashboards import queries; "
+              f"warehouse.kept_reader({str(on_rig.warehouse)!r}).__enter__(); queries.warm_imports(); "
+              "before = set(sys.modules); "
+              f"queries.statement({str(on_rig.warehouse)!r}, '2026-11', None); "
+              "print(sorted(m for m in set(sys.modules) - before if m.startswith('gpuledger')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_chargeback_for_any_period_equals_the_ledger(on_rig):
     at = page(app(), "chargeback")
     at.radio(key="cb_mode").set_value("the sidebar's period (lines only)").run()
