@@ -103,7 +103,7 @@ def finish(chart, title: str, height: int, subtitle: str | None = None):
         title=alt.TitleParams(**params), width=RENDER_PX, height=height, padding={"left": 8, "top": 4, "right": 8, "bottom": 20},
         autosize=alt.AutoSizeParams(type="fit-x", contains="padding"),
     ).configure(font=FONT).configure_mark(aria=False).configure_title(fontSize=14, subtitleFontSize=TITLE_FONT_PX).configure_axis(
-        labelLimit=LABEL_PX, titleLimit=0, labelOverlap="greedy", labelSeparation=4, labelFontSize=LABEL_FONT_PX,
+        labelLimit=LABEL_PX, titleLimit=0, labelOverlap="parity", labelSeparation=4, labelFontSize=LABEL_FONT_PX,
         titleFontSize=TITLE_FONT_PX,
     ).configure_legend(titleLimit=0, labelLimit=LABEL_PX, symbolLimit=0, labelFontSize=LABEL_FONT_PX,
                        titleFontSize=TITLE_FONT_PX)
@@ -257,7 +257,7 @@ def whatif_sweep(frame: pl.DataFrame, parameter: str, title: str) -> alt.Chart:
         index="value", variable_name="measure", value_name="ratio")
     return finish(alt.Chart(data).mark_line(point=True).encode(
         x=alt.X("value:N", title=f"{parameter} (the swept value)", sort=None,
-                axis=alt.Axis(labelAngle=0, labelOverlap="greedy")),
+                axis=alt.Axis(labelAngle=0, labelOverlap="parity")),
         y=alt.Y("ratio:Q", title=axis_title("delivered ÷ owed GPU-hours", "%"), axis=alt.Axis(format="%")),
         color=alt.Color("measure:N", legend=legend("measure"))), title, SERIES_PLOT_PX)
 

@@ -2,8 +2,9 @@
 3 and 50 rows (tests/dashboards/chart_gallery.py) and measured in the SVG the server drew (vl-convert,
 shown inline by ``ui.chart``, so Chromium lays out its text elements with its own fonts): the plot area
 keeps its size (a bar row each, never squashed), every title and axis title lies inside the chart,
-every axis title names a unit, no two labels of an axis overlap, and a legend lists every series or
-says that it shows the top ones."""
+every axis title names a unit, no two labels of an axis overlap, a number axis thins its labels
+evenly (never "0, 20,000, 60,000"), and a legend lists every series or says that it shows the top
+ones."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ MEASURE = """() => Array.from(document.querySelectorAll('h4')).filter(h => h.inn
       axisTitles: texts('g.role-axis-title text'),
       axes: Array.from(svg.querySelectorAll('g.role-axis')).map(a =>
         Array.from(a.querySelectorAll('g.role-axis-label text')).filter(visible).map(t => box(t))),
+      axisLabels: Array.from(svg.querySelectorAll('g.role-axis')).map(a =>
+        Array.from(a.querySelectorAll('g.role-axis-label text')).filter(visible).map(t => t.textContent.trim())),
       axisTitleBoxes: Array.from(svg.querySelectorAll('g.role-axis')).map(a =>
         Array.from(a.querySelectorAll('g.role-axis-title text')).filter(visible).map(t => box(t))),
       legendTitles: texts('g.role-legend-title text').map(t => t.text),
@@ -121,6 +124,13 @@ def test_every_chart_is_legible_at_this_many_rows(gallery, rows):
             for i, a in enumerate(labels):
                 for b in labels[i + 1:] + titles:  # nor an axis title lie on its labels
                     assert not _overlap(a, b), (name, rows, a, b)
+        # a number axis keeps evenly spaced labels: Vega's "greedy" thinning keeps a narrow "0" and
+        # the next label, then every other one (0, 20,000, 60,000, 100,000 on chargeback's bars)
+        for texts in m["axisLabels"]:
+            numbers = [t.replace(",", "").rstrip("%") for t in texts]
+            if len(numbers) >= 3 and all(n.lstrip("-").replace(".", "", 1).isdigit() for n in numbers):
+                steps = {round(float(b) - float(a), 6) for a, b in zip(numbers, numbers[1:])}
+                assert len(steps) == 1, (name, rows, texts)
         # a legend per series: every series listed, or the top ones and a title that says so
         if name in SERIES:
             entries = [t for t in m["legendLabels"] if t not in ("allocated", "active")]
