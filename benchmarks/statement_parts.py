@@ -22,9 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import duckdb  # noqa: E402
-
-from gpuledger.dashboards import queries  # noqa: E402
+import duckdb
+from gpuledger.dashboards import queries
 
 
 def timed(fn, runs: int) -> tuple[float, float]:
