@@ -13,6 +13,7 @@ Parts: the month's lines (``ledger.periods.statement_lines``), the tables loaded
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -43,6 +44,11 @@ def main(argv=None) -> None:
     parser.add_argument("--period", default="2026-11", help="YYYY-MM")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
+    if not args.warehouse.is_file():
+        parser.error(f"--warehouse {args.warehouse}: no such file; build one with `gpuledger simulate warehouse "
+                     "--gpus 1024 --days 7 --seed 42 -w FILE` and `gpuledger pipelines run-once -w FILE`")
+    if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", args.period):
+        parser.error(f"--period {args.period!r}: a month, YYYY-MM (e.g. 2026-11)")
     queries.warm_imports()
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.reports import data_now
