@@ -515,22 +515,41 @@ class StatementView:
     reconciles: bool | None  # None: not checked for a subtree
     notes: tuple[str, ...]
     file_names: tuple[str, ...]  # the statement's files, as `gpuledger report statement` names them
-    statement: object = field(repr=False, compare=False, default=None)  # reports.statement.Statement
+    source: str  # "materialized" (the pipeline's statement_views) or "computed" (built for this view)
+    path: str = field(repr=False, compare=False, default="")
+    node: str | None = field(repr=False, compare=False, default=None)
+    statement: object = field(repr=False, compare=False, default=None)  # reports.statement.Statement, if built
+
+    @classmethod
+    def of(cls, summary, source: str, *, path: str, node: str | None, statement=None) -> StatementView:
+        stem = f"statement-{summary.period}-{file_slug(summary.scope)}"
+        return cls(period=summary.period, scope=summary.scope, status=summary.state.text, closed=summary.state.closed,
+                   provisional=summary.state.provisional, billed_through=summary.billed_through, lines=summary.lines,
+                   totals=summary.totals, reconciliation=tuple(s for s, _ in summary.reconciliation),
+                   reconciles=summary.reconciles, notes=summary.notes, file_names=tuple(summary.file_names(stem)),
+                   source=source, path=path, node=node, statement=statement)
 
     @cached_property
     def files(self) -> dict:
-        """File name -> bytes, exactly what `gpuledger report statement` writes (the same writer),
-        made on first use: a download, not every page load (~0.3 CPU-s at 1,024 GPUs)."""
+        """File name -> bytes, exactly what `gpuledger report statement` writes (the same writer,
+        from a statement built now when the view was read from the pipeline's), made on first
+        use: a download, not every page load (~0.3 CPU-s at 1,024 GPUs)."""
         from gpuledger.reports.files import write_statement_files
+        from gpuledger.reports.statement import build_statement
 
+        st = self.statement
+        if st is None:
+            with warehouse.kept_reader(self.path) as con:
+                st = build_statement(con, self.period, node=self.node)
         stem = f"statement-{self.period}-{file_slug(self.scope)}"
         with tempfile.TemporaryDirectory() as tmp:
-            return {p.name: p.read_bytes() for p in write_statement_files(self.statement, Path(tmp), stem)}
+            return {p.name: p.read_bytes() for p in write_statement_files(st, Path(tmp), stem)}
 
 
 # What building a statement imports (each module loads its own lazily, so the CLI starts fast):
 # the server imports them once, in the background, before the chargeback page asks (ui.warm_server).
-STATEMENT_MODULES = ("gpuledger.reports.statement", "gpuledger.reports.files", "gpuledger.analytics.reports",
+STATEMENT_MODULES = ("gpuledger.reports.statement", "gpuledger.reports.statement_view",
+                     "gpuledger.warehouse.read_model.statement_views", "gpuledger.reports.files", "gpuledger.analytics.reports",
                      "gpuledger.analytics.chargeback", "gpuledger.analytics.load", "gpuledger.analytics.attribution",
                      "gpuledger.analytics.tree", "gpuledger.ledger.periods", "gpuledger.ledger.config_versions",
                      "gpuledger.config_store", "gpuledger.warehouse.clock")
@@ -544,20 +563,23 @@ def warm_imports() -> None:
 
 
 def statement(path: str, period: str, node: str | None) -> StatementView:
-    """The finance statement of ``period`` (YYYY-MM) for the org or ``node``'s subtree; its files'
-    bytes (``files``) are written when first asked for."""
-    from gpuledger.reports.files import statement_file_names
-    from gpuledger.reports.statement import build_statement
+    """The finance statement of ``period`` (YYYY-MM) for the org or ``node``'s subtree: the
+    chargeback pipeline's stored view while it is as new as the data (one row read), else built
+    now; its files' bytes (``files``) are written when first asked for."""
+    from gpuledger.reports.statement import build_statement, subtree
+    from gpuledger.reports.statement_view import StatementSummary
+    from gpuledger.warehouse.read_model import statement_views
 
     with warehouse.kept_reader(path) as con:
-        st = build_statement(con, period, node=node)
-    stem = f"statement-{st.period}-{file_slug(st.scope)}"
-    return StatementView(
-        period=st.period, scope=st.scope, status=st.status, closed=st.closed, provisional=st.provisional,
-        billed_through=st.billed_through, lines=st.lines, totals=st.totals(),
-        reconciliation=tuple(r.sentence() for r in st.reconciliation),
-        reconciles=all(r.reconciles for r in st.reconciliation) if st.reconciliation else None,
-        notes=(*st.notes, *st.warnings), file_names=tuple(statement_file_names(st, stem)), statement=st)
+        stored = statement_views.fresh(con, period)
+        if stored is not None:
+            org_nodes = pl.DataFrame(con.execute("SELECT node, parent, kind, shares FROM org_nodes").fetchall(),
+                                     schema=["node", "parent", "kind", "shares"], orient="row")
+            if node is None or node in set(org_nodes["node"].to_list()):
+                summary = stored if node is None else stored.for_node(node, subtree(org_nodes, node))
+                return StatementView.of(summary, "materialized", path=path, node=node)
+        st = build_statement(con, period, node=node)  # a node not in the tree: its UsageError
+    return StatementView.of(StatementSummary.of(st), "computed", path=path, node=node, statement=st)
 
 
 def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple[str, ...] | None) -> pl.DataFrame:

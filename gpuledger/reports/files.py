@@ -116,13 +116,22 @@ def write_html(st: Statement, path: Path) -> Path:
 
 def _statement_writers(st: Statement, stem: str) -> list[tuple[str, object]]:
     """(file name, writer of that file into a path) for each of the statement's files, in order."""
-    writers = [(f"{stem}.csv", lambda p: write_csv(st.lines, p)), (f"{stem}.parquet", lambda p: write_parquet(st.lines, p)),
-               (f"{stem}.xlsx", lambda p: write_xlsx(st, p)), (f"{stem}.html", lambda p: write_html(st, p))]
-    if st.by_partition.height:
-        writers.append((f"{stem}-by-partition.csv", lambda p: write_csv(st.by_partition, p)))
-    if st.by_host.height:
-        writers.append((f"{stem}-by-host.csv", lambda p: write_csv(st.by_host, p)))
-    return writers
+    writers = [lambda p: write_csv(st.lines, p), lambda p: write_parquet(st.lines, p),
+               lambda p: write_xlsx(st, p), lambda p: write_html(st, p)]
+    by_partition, by_host = st.by_partition, st.by_host
+    if by_partition.height:
+        writers.append(lambda p: write_csv(by_partition, p))
+    if by_host.height:
+        writers.append(lambda p: write_csv(by_host, p))
+    names = file_names(stem, by_partition=bool(by_partition.height), by_host=bool(by_host.height))
+    return list(zip(names, writers, strict=True))
+
+
+def file_names(stem: str, *, by_partition: bool, by_host: bool) -> list[str]:
+    """The names of a statement's files, in order: lines as CSV, Parquet, XLSX and HTML, then
+    GPU-hours by Slurm partition and by host where the statement has any."""
+    return [f"{stem}.csv", f"{stem}.parquet", f"{stem}.xlsx", f"{stem}.html",
+            *([f"{stem}-by-partition.csv"] if by_partition else []), *([f"{stem}-by-host.csv"] if by_host else [])]
 
 
 def statement_file_names(st: Statement, stem: str) -> list[str]:

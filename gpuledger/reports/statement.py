@@ -31,6 +31,8 @@ LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", 
                 "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", "amount", "idle_amount_included", "billed", "revision",
                 "correction_of", "status", "provisional", "note"]
 HISTORY_MONTHS = 3  # this month and the two before it, where the inventory existed
+HISTORY_SCHEMA = {"period": pl.String, "currency": pl.String, "line_kind": pl.String, "amount": pl.Decimal(38, 2),
+                  "gpu_hours": pl.Float64}
 
 
 @dataclass
@@ -189,10 +191,14 @@ class Statement:
 
     def totals(self, frame: pl.DataFrame | None = None) -> dict[str, Decimal]:
         """Σ amount of the billed lines per currency (what is owed)."""
-        frame = self.lines if frame is None else frame
-        billed = frame.filter(is_billed(frame) & pl.col("currency").is_not_null())
-        return {c: Decimal(a) for c, a in billed.group_by("currency").agg(pl.col("amount").sum())
-                .sort("currency").iter_rows()}
+        return owed(self.lines if frame is None else frame)
+
+
+def owed(lines: pl.DataFrame) -> dict[str, Decimal]:
+    """Σ amount of the billed lines per currency (what is owed), currencies in order."""
+    billed = lines.filter(is_billed(lines) & pl.col("currency").is_not_null())
+    return {c: Decimal(a) for c, a in billed.group_by("currency").agg(pl.col("amount").sum())
+            .sort("currency").iter_rows()}
 
 
 def business_units(org_nodes: pl.DataFrame) -> tuple[str, dict[str, str], list[str]]:
@@ -332,23 +338,30 @@ def _history(con, period: str, start: datetime, policy, first_seen: datetime | N
                                      .then(pl.lit("corrections")).otherwise(pl.col("line_kind")))
         agg = billed.group_by("currency", "line_kind").agg(pl.col("amount").sum(), pl.col("gpu_hours").sum())
         rows.append(agg.with_columns(period=pl.lit(month)))
-    schema = {"period": pl.String, "currency": pl.String, "line_kind": pl.String, "amount": pl.Decimal(38, 2),
-              "gpu_hours": pl.Float64}
     if not rows:
-        return pl.DataFrame(schema=schema)
-    out = pl.concat([r.select(list(schema)) for r in rows], how="vertical_relaxed")
+        return pl.DataFrame(schema=HISTORY_SCHEMA)
+    out = pl.concat([r.select(list(HISTORY_SCHEMA)) for r in rows], how="vertical_relaxed")
     return _round_hours(out, ["gpu_hours"]).sort("period", "currency", "line_kind")
+
+
+def sort_lines(frame: pl.DataFrame) -> pl.DataFrame:
+    """A statement's lines in its one order (kind, business unit, project, model, tier, ...), LINE_COLUMNS."""
+    return (frame.with_columns(_rank=pl.col("line_kind").replace_strict(KIND_ORDER, default=99, return_dtype=pl.Int32))
+            .sort("_rank", "business_unit", "project", "gpu_model", "tier", "currency", "revision", "note",
+                  nulls_last=True).select(LINE_COLUMNS))
 
 
 def build_statement(
     con: duckdb.DuckDBPyConnection, period: str, *, node: str | None = None, policy=None,
-    now: datetime | None = None,
+    now: datetime | None = None, lines: pl.DataFrame | None = None, history: bool = True,
 ) -> Statement:
     """The statement of ``period`` (YYYY-MM) for the whole org, or for ``node`` and its subtree.
 
     Lines come from ``ledger.periods.statement_lines`` (a closed month: its frozen issued lines and
     corrections); active GPU-hours and efficiency are computed from the activity data beside them
     (they are not billed). ``now`` is the data's "now" for an open month (default: the newest data).
+    ``lines``: that month's statement_lines at ``now``, when the caller has them (the pipeline);
+    ``history=False`` leaves the month-over-month history empty (the dashboards' view has none).
     """
     from gpuledger.analytics.chargeback import statement_notes
     from gpuledger.analytics.load import load_tables
@@ -362,7 +375,8 @@ def build_statement(
     policy = policy_in_force(con, policy)
     now = now or data_now(con)
     closed = is_closed(con, period)
-    lines = statement_lines(con, period, level="project", policy=policy, now=now)
+    if lines is None:
+        lines = statement_lines(con, period, level="project", policy=policy, now=now)
     t = load_tables(con, start=start, end=end, samples=False)
     org_nodes = t.org_nodes.collect()
     root, unit_of, units = business_units(org_nodes)
@@ -402,19 +416,17 @@ def build_statement(
         scope = node
     else:
         scope = root
-    out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio"]).with_columns(
-        _rank=pl.col("line_kind").replace_strict(KIND_ORDER, default=99, return_dtype=pl.Int32))
+    out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio"])
     state = period_state(con, period, lines)
     # every line states the statement's state (a line frozen at a provisional close says so too)
-    out = out.with_columns(status=pl.lit(state.token), provisional=pl.lit(state.provisional))
-    out = out.sort("_rank", "business_unit", "project", "gpu_model", "tier", "currency", "revision", "note",
-                   nulls_last=True).select(LINE_COLUMNS)
+    out = sort_lines(out.with_columns(status=pl.lit(state.token), provisional=pl.lit(state.provisional)))
     version = _config_version(con, period, closed)
     st = Statement(
         period=period, period_start=start, period_end=end, scope=scope, state=state,
         config_version=version, billed_through=billed_through or end, lines=out,
-        units=units, usage=usage, history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item(),
-                                                      lines),
+        units=units, usage=usage,
+        history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item(), lines)
+        if history else pl.DataFrame(schema=HISTORY_SCHEMA),
     )
     notes, st.warnings = statement_notes(lines)
     # the state's sentence replaces chargeback's provisional note (which says lines change: not

@@ -177,6 +177,7 @@ def test_chargeback_total_equals_the_statement_and_files_equal_the_finance_set(o
     # downloads: byte for byte what `gpuledger report statement` writes for finance
     run_cli(on_rig, "report", "statement", "--period", period, "--out", str(tmp_path / "finance"))
     view = queries.statement(str(on_rig.warehouse), period, None)
+    assert view.source == "materialized"  # the pipeline's statement view: the files are built on asking
     assert "files" not in vars(view)  # written when a download asks, not with the page
     assert view.files and {n.rsplit(".", 1)[1] for n in view.files} >= {"csv", "parquet", "xlsx", "html"}
     assert list(view.file_names) == list(view.files)  # the buttons' names are the files written

@@ -459,3 +459,98 @@ def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialize
     assert any(f.job_id in set(exempt["job_id"]) for f in situation.findings)
     assert [vars(a) for a in computed_plan] == [vars(a) for a in materialized_plan]
     assert len(materialized_plan) > 0
+
+
+def test_the_chargeback_page_reads_the_statement_view_while_it_is_as_new_as_the_data(sim_warehouse):
+    # The chargeback asset stores the month's statement as the page shows it (statement_views);
+    # the page's view read from it equals the statement built now, field by field, for the org and
+    # for any node; the downloads are the files `gpuledger report statement` writes. Once the data,
+    # an input or the ledger moves, the page builds the statement again instead.
+    import tempfile
+
+    from gpuledger.dashboards import queries
+    from gpuledger.ledger.periods import close_period
+    from gpuledger.reports.files import write_statement_files
+    from gpuledger.reports.statement import build_statement
+    from gpuledger.reports.statement_view import StatementSummary
+    from gpuledger.warehouse.clock import data_now
+    from gpuledger.warehouse.read_model import statement_views
+
+    path = str(sim_warehouse)
+    assert queries.statement(path, "2026-11", None).source == "computed"  # nothing materialized yet
+    materialize([chargeback_statements], sim_warehouse, partition_key="2026-11-01")
+    with warehouse.open_reader(sim_warehouse) as con:
+        nodes = sorted(r[0] for r in con.execute("SELECT node FROM org_nodes").fetchall())
+    # the whole org, then every node (the root, business units, projects with and without usage)
+    picks, with_usage = [None, *nodes], set()
+
+    def built(node):
+        with warehouse.open_reader(sim_warehouse) as con:
+            st = build_statement(con, "2026-11", node=node)
+        return st, queries.StatementView.of(StatementSummary.of(st), "computed", path=path, node=node, statement=st)
+
+    for node in picks:
+        shown = queries.statement(path, "2026-11", node)
+        st, want = built(node)
+        assert shown.source == "materialized", node
+        assert shown.lines.height == want.lines.height, node
+        if any(n.endswith("-by-host.csv") for n in want.file_names):
+            with_usage.add(node)
+        assert_frame_equal(shown.lines, want.lines)  # dtypes too: Decimal amounts, Int32 revisions
+        for name in ("period", "scope", "status", "closed", "provisional", "billed_through", "totals",
+                     "reconciliation", "reconciles", "notes", "file_names"):
+            assert getattr(shown, name) == getattr(want, name), (node, name)
+        assert (shown.reconciles is None) == (node is not None)  # reconciled on the org's statement only
+        with tempfile.TemporaryDirectory() as tmp:
+            stem = f"statement-2026-11-{queries.file_slug(st.scope)}"
+            finance = {p.name: p.read_bytes() for p in write_statement_files(st, Path(tmp), stem)}
+        assert shown.files == finance, node  # byte for byte, and named as the buttons are
+        assert list(shown.file_names) == list(finance)
+    assert None in with_usage and set(nodes) - with_usage  # nodes with usage and without: both file sets
+
+    # Late data that moves the data's "now" (the newest sample, five minutes later): built again.
+    with warehouse.open_writer(sim_warehouse) as con:
+        con.execute("UPDATE gpu_samples SET ts = ts + INTERVAL 5 MINUTE "
+                    "WHERE ts = (SELECT max(ts) FROM gpu_samples)").fetchall()
+    later = queries.statement(path, "2026-11", None)
+    assert later.source == "computed"
+    assert later.lines.equals(built(None)[1].lines)
+    materialize([chargeback_statements], sim_warehouse, partition_key="2026-11-01")
+    assert queries.statement(path, "2026-11", None).source == "materialized"
+
+    # A late import that leaves the data's "now" where it was: a finished allocation's end time
+    # corrected an hour earlier (sacct read again). Its hours, not "now", change: built again,
+    # and the page's lines are the corrected ones, not the stored view's.
+    with warehouse.open_writer(sim_warehouse) as con:
+        now_before = data_now(con)
+        con.execute("UPDATE job_allocations SET end_time = end_time - INTERVAL 1 HOUR WHERE (cluster, job_id, gpu_id, "
+                    "start_time) = (SELECT (cluster, job_id, gpu_id, start_time) FROM job_allocations "
+                    "WHERE end_time >= start_time + INTERVAL 2 HOUR AND end_time < TIMESTAMP '2026-11-07' "
+                    "ORDER BY end_time DESC, job_id LIMIT 1)").fetchall()
+        assert data_now(con) == now_before
+    corrected = queries.statement(path, "2026-11", None)
+    assert corrected.source == "computed"
+    assert corrected.lines.equals(built(None)[1].lines)
+    def charged(view):
+        return view.lines.filter(pl.col("line_kind") == "charge")["gpu_hours"].sum()
+
+    assert charged(corrected) < charged(later)  # the hour is charged no more (the idle line has it)
+    materialize([chargeback_statements], sim_warehouse, partition_key="2026-11-01")
+    assert queries.statement(path, "2026-11", None).source == "materialized"
+
+    # Closing the month moves the ledger's mark: the page shows the closed statement, built.
+    with warehouse.open_writer(sim_warehouse) as con:
+        close_period(con, "2026-11", by="finance", now=datetime(2026, 12, 2), allow_provisional=True)
+    closed = queries.statement(path, "2026-11", None)
+    assert closed.source == "computed" and closed.closed
+    materialize([chargeback_statements], sim_warehouse, partition_key="2026-11-01")
+    again = queries.statement(path, "2026-11", None)
+    assert again.source == "materialized" and again.closed and again.status == closed.status
+    assert_frame_equal(again.lines, closed.lines)
+
+    # A warehouse whose reader predates the table (or lost it): no view, nothing raised.
+    with warehouse.open_writer(sim_warehouse) as con:
+        con.execute("DROP TABLE statement_views").fetchall()
+    with warehouse.open_reader(sim_warehouse) as con:
+        assert statement_views.fresh(con, "2026-11") is None
+    assert queries.statement(path, "2026-11", None).source == "computed"

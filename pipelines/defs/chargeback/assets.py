@@ -16,22 +16,38 @@ from gpuledger.warehouse.read_model.materialize import replace_partition, stampe
 def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehouse,
                           gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Charge lines per project, GPU model and tier plus the idle line; Σ amount = Σ capacity ×
-    price (table chargeback_statements)."""
+    price (table chargeback_statements); and the month's statement as the chargeback page shows it
+    (table statement_views, read while as new as the data)."""
     import polars as pl
 
+    from gpuledger import warehouse as wh
+    from gpuledger.config_store import policy_in_force
     from gpuledger.ledger.periods import statement_lines
+    from gpuledger.reports.statement import build_statement
+    from gpuledger.reports.statement_view import StatementSummary
+    from gpuledger.warehouse.clock import data_now
+    from gpuledger.warehouse.read_model import statement_views
 
     cfg = gpuledger_config.load()
     metadata: dict = {"table": "chargeback_statements", "rows": 0, "rows_replaced": 0, "closed": []}
     for key in context.partition_keys:  # one month, or each month of a single-run backfill
         period = key[:7]  # YYYY-MM-DD partition key -> YYYY-MM
         with warehouse.reader() as con:
-            lines = statement_lines(con, period, level="project", policy=cfg.policy)
+            now = data_now(con)
+            mark = statement_views.inputs_mark(con, period, now)
+            lines = statement_lines(con, period, level="project", policy=cfg.policy, now=now)
+            # the chargeback page's view of the month, so its first load reads instead of building:
+            # under the policy the page builds with (the warehouse's config in force), which is the
+            # pipeline's own unless its config file changed since the last load
+            shown = policy_in_force(con)
+            view = StatementSummary.of(build_statement(con, period, policy=shown, now=now, history=False,
+                                                       lines=lines if shown == cfg.policy else None))
         # Unpriced lines have GPU-hours and no amount; the table's amount is NOT NULL: 0, their kind says why.
         stored = lines.drop("period").with_columns(pl.col("amount").fill_null(0))
-        with warehouse.writer() as con:
+        with warehouse.writer() as con, wh.transaction(con):
             deleted, inserted = replace_partition(con, "chargeback_statements", period,
                                                   stamped(stored, period=period))
+            statement_views.store(con, view, now=now, mark=mark)
         metadata["rows"] += inserted
         metadata["rows_replaced"] += deleted
         if lines.height and lines["revision"].is_not_null().any():
