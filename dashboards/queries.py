@@ -566,9 +566,10 @@ def statement(path: str, period: str, node: str | None) -> StatementView:
     """The finance statement of ``period`` (YYYY-MM) for the org or ``node``'s subtree: the
     chargeback pipeline's stored view while it is as new as the data (one row read), else built
     now; its files' bytes (``files``) are written when first asked for."""
+    from gpuledger.warehouse.read_model import statement_views
+
     from gpuledger.reports.statement import build_statement, subtree
     from gpuledger.reports.statement_view import StatementSummary
-    from gpuledger.warehouse.read_model import statement_views
 
     with warehouse.kept_reader(path) as con:
         stored = statement_views.fresh(con, period)

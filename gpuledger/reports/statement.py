@@ -19,9 +19,9 @@ from decimal import Decimal
 import duckdb
 import polars as pl
 
-from gpuledger.rules.billing import billed as is_billed
 from gpuledger.errors import UsageError
 from gpuledger.ledger.periods import PeriodState
+from gpuledger.rules.billing import billed as is_billed
 
 ORG_LINES = "(org)"  # business_unit of idle and memo lines
 UNASSIGNED = "(unassigned)"  # business_unit of a project not in the org tree
@@ -366,9 +366,8 @@ def build_statement(
     from gpuledger.analytics.chargeback import statement_notes
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.reports import data_now
-    from gpuledger.ledger.periods import statement_lines
     from gpuledger.config_store import policy_in_force
-    from gpuledger.ledger.periods import NO_DATA_NOTE, is_closed, no_data, period_state
+    from gpuledger.ledger.periods import NO_DATA_NOTE, is_closed, no_data, period_state, statement_lines
     from gpuledger.rules.periods import month_bounds
 
     start, end = month_bounds(period)

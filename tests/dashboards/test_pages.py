@@ -17,8 +17,8 @@ from streamlit.testing.v1 import AppTest
 
 from gpuledger import warehouse
 from gpuledger.analytics import reports
-from gpuledger.ledger.periods import statement_lines
 from gpuledger.config import DashboardAccess
+from gpuledger.ledger.periods import statement_lines
 from tests.helpers.dashboard_rig import APP, LEADS, run_cli
 
 AUTH = {"redirect_uri": "http://127.0.0.1:8501/oauth2callback", "cookie_secret": "test-secret",

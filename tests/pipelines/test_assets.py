@@ -33,8 +33,8 @@ from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
 from gpuledger.analytics import reports
-from gpuledger.ledger.periods import statement_lines
 from gpuledger.config import example_config_text, load_config, read_config_file
+from gpuledger.ledger.periods import statement_lines
 from gpuledger.simulator import build_cluster, fixed_clock, start_exporters
 from gpuledger.simulator.scenario import to_epoch_s
 from gpuledger.simulator.to_warehouse import write_simulation
@@ -393,8 +393,9 @@ def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialize
     facts.findings answers from the stored rows — with and without exempt jobs — exactly what the
     report computes at the same moment; enforcement's plan is the same either way."""
     from gpuledger.enforce import cycle
-    from gpuledger.ledger.config_versions import load_version
     from gpuledger.warehouse.read_model import facts
+
+    from gpuledger.ledger.config_versions import load_version
 
     moment = sim.start + timedelta(hours=6)
     path = tmp_path / "wh" / "gpuledger.duckdb"
@@ -469,12 +470,13 @@ def test_the_chargeback_page_reads_the_statement_view_while_it_is_as_new_as_the_
     import tempfile
 
     from gpuledger.dashboards import queries
+    from gpuledger.warehouse.clock import data_now
+    from gpuledger.warehouse.read_model import statement_views
+
     from gpuledger.ledger.periods import close_period
     from gpuledger.reports.files import write_statement_files
     from gpuledger.reports.statement import build_statement
     from gpuledger.reports.statement_view import StatementSummary
-    from gpuledger.warehouse.clock import data_now
-    from gpuledger.warehouse.read_model import statement_views
 
     path = str(sim_warehouse)
     assert queries.statement(path, "2026-11", None).source == "computed"  # nothing materialized yet

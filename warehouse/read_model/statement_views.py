@@ -18,13 +18,13 @@ from datetime import datetime
 
 import duckdb
 import polars as pl
+from gpuledger.warehouse.clock import data_now
 
 from gpuledger import warehouse
 from gpuledger.ledger.periods import PeriodState
 from gpuledger.reports.statement_view import StatementSummary
 from gpuledger.rules.clock import utc_now
 from gpuledger.sql import load_sql
-from gpuledger.warehouse.clock import data_now
 
 
 def month_bounds(period: str) -> tuple[datetime, datetime]:

@@ -19,14 +19,14 @@ def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehous
     price (table chargeback_statements); and the month's statement as the chargeback page shows it
     (table statement_views, read while as new as the data)."""
     import polars as pl
+    from gpuledger.warehouse.clock import data_now
+    from gpuledger.warehouse.read_model import statement_views
 
     from gpuledger import warehouse as wh
     from gpuledger.config_store import policy_in_force
     from gpuledger.ledger.periods import statement_lines
     from gpuledger.reports.statement import build_statement
     from gpuledger.reports.statement_view import StatementSummary
-    from gpuledger.warehouse.clock import data_now
-    from gpuledger.warehouse.read_model import statement_views
 
     cfg = gpuledger_config.load()
     metadata: dict = {"table": "chargeback_statements", "rows": 0, "rows_replaced": 0, "closed": []}
