@@ -10,7 +10,10 @@ The rules every builder follows (``finish`` applies the shared ones):
 * titles, axis titles and legends are inside the chart's own SVG (``contains: padding``), axis
   titles are never cut (``titleLimit`` 0) and every axis title names its unit (``axis_title``);
 * labels never overlap: band axes have a row per label, continuous axes drop labels that would
-  collide (``labelOverlap``), long labels are cut at ``LABEL_PX`` with an ellipsis;
+  collide (``labelOverlap``, by parity: what is left stays evenly spaced), long labels are cut at
+  ``LABEL_PX`` with an ellipsis; a time axis ticks at a calendar step chosen from the data's span
+  (``time_ticks``: every 6 hours, every day, every week ...) so its labels are evenly spaced and
+  say no more than the step needs ("03 Nov" for days, "03 Nov 06:00" for hours);
 * a legend lists every series; past ``LEGEND_MAX`` series a chart keeps the top ones and folds
   or drops the rest, and its legend title says so (``top_series``);
 * charts are drawn on the server to SVG (``svg``, vl-convert), ``RENDER_PX`` wide, and shown inline
@@ -22,6 +25,8 @@ The rules every builder follows (``finish`` applies the shared ones):
 """
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
 
 import altair as alt
 
@@ -40,6 +45,7 @@ ROW_PX = 22  # one bar, one heatmap row: room for an 11-px label and a gap
 MIN_PLOT_PX = 140  # the smallest plot area: a single bar still reads as a bar
 SERIES_PLOT_PX = 260  # lines and areas over time
 LABEL_PX = 240  # band labels (job, node, project names) longer than this end in "…"
+JOB_LABEL_PX = 330  # a heatmap row's "job (project, user)": a 13-digit job id and two names, whole
 LEGEND_MAX = 12  # series a legend lists before the rest is folded into "other"
 # the chart's whole width as drawn on the server (title, axes and legend inside): what the wide layout's
 # main column holds beside the sidebar at a 1,400-1,900 px window; a narrower window scales it down
@@ -109,9 +115,67 @@ def finish(chart, title: str, height: int, subtitle: str | None = None):
                        titleFontSize=TITLE_FONT_PX)
 
 
-def _hour_axis() -> alt.X:
-    return alt.X("hour:T", title=axis_title("hour", "UTC"),
-                 axis=alt.Axis(format="%d %b %H:00", labelOverlap="greedy", labelSeparation=8))
+# (calendar interval, step, label format), finest first: the first that puts at most TIME_LABELS
+# ticks on the data's span is used
+TIME_STEPS = [("hour", 1, "%d %b %H:00"), ("hour", 2, "%d %b %H:00"), ("hour", 3, "%d %b %H:00"),
+              ("hour", 6, "%d %b %H:00"), ("hour", 12, "%d %b %H:00"), ("day", 1, "%d %b"), ("day", 2, "%d %b"),
+              ("week", 1, "%d %b"), ("week", 2, "%d %b"), ("month", 1, "%b %Y"), ("month", 3, "%b %Y"),
+              ("year", 1, "%Y"), ("year", 5, "%Y")]
+TIME_LABELS = 9  # at most, across RENDER_PX: an "03 Nov 06:00" label is ~80 px
+_STEP_HOURS = {"hour": 1, "day": 24, "week": 168, "month": 730, "year": 8766}
+
+
+def _calendar_floor(t: datetime, interval: str, step: int) -> datetime:
+    day = t.replace(hour=0, minute=0, second=0, microsecond=0)
+    if interval == "hour":
+        return day + timedelta(hours=t.hour - t.hour % step)
+    if interval == "day":
+        return day
+    if interval == "week":
+        return day - timedelta(days=day.weekday())  # Mondays (ISO weeks)
+    if interval == "month":
+        return day.replace(day=1, month=1 + (day.month - 1) // step * step)
+    return day.replace(day=1, month=1, year=day.year - day.year % step)
+
+
+def _calendar_next(t: datetime, interval: str, step: int) -> datetime:
+    if interval in ("hour", "day", "week"):
+        return t + timedelta(hours=_STEP_HOURS[interval] * step)
+    months = t.month - 1 + (step if interval == "month" else 12 * step)
+    return t.replace(year=t.year + months // 12, month=months % 12 + 1)
+
+
+def time_ticks(*columns: pl.Series) -> tuple[list[datetime] | None, str]:
+    """(tick times, label format) for a time axis over ``columns``' span: every calendar step of
+    the finest step that fits TIME_LABELS labels, so the labels fall evenly ("01 Nov", "02 Nov", ...
+    not "01 Nov 00:00, 02 Nov 12:00, 03 Nov 12:00" as thinning by label width left them). None
+    (Vega's own ticks) when fewer than two steps fall on the span."""
+    values = [v for c in columns for v in (c.min(), c.max()) if v is not None]
+    if not values:
+        return None, TIME_STEPS[0][2]
+    lo, hi = min(values), max(values)
+    span_h = (hi - lo).total_seconds() / 3600
+    interval, step, fmt = next((s for s in TIME_STEPS if span_h / (_STEP_HOURS[s[0]] * s[1]) <= TIME_LABELS - 1),
+                               TIME_STEPS[-1])
+    ticks, t = [], _calendar_floor(lo, interval, step)
+    while t <= hi:
+        if t >= lo:
+            ticks.append(t)
+        t = _calendar_next(t, interval, step)
+    return (ticks if len(ticks) >= 2 else None), fmt
+
+
+def time_x(field: str, title: str, *columns: pl.Series) -> alt.X:
+    """A time x axis (UTC) over ``columns``, ticked by ``time_ticks``; "parity" thinning stays as a
+    guard (it keeps every other label, so still evenly spaced)."""
+    ticks, fmt = time_ticks(*columns)
+    values = {"values": [alt.DateTime(year=t.year, month=t.month, date=t.day, hours=t.hour) for t in ticks]} if ticks else {}
+    return alt.X(f"{field}:T", title=axis_title(title, "UTC"),
+                 axis=alt.Axis(format=fmt, labelOverlap="parity", labelSeparation=8, **values))
+
+
+def _hour_axis(frame: pl.DataFrame) -> alt.X:
+    return time_x("hour", "hour", frame["hour"]) if frame.height else time_x("hour", "hour")
 
 
 def _band(field: str, title: str, **kw) -> alt.Y:
@@ -119,7 +183,7 @@ def _band(field: str, title: str, **kw) -> alt.Y:
     the labels (Vega's automatic place for a vertical title beside them assumes labels at most its
     default 180-px limit wide, so beside longer labels it lands on them)."""
     return alt.Y(field, title=title, sort=kw.pop("sort", None),
-                 axis=alt.Axis(labelOverlap=False, labelFlush=False, labelLimit=LABEL_PX, titleAngle=0,
+                 axis=alt.Axis(labelOverlap=False, labelFlush=False, labelLimit=kw.pop("label_px", LABEL_PX), titleAngle=0,
                                titleAlign="right", titleBaseline="bottom", titleX=-6, titleY=-6, **kw))
 
 
@@ -132,7 +196,7 @@ def pct_over_time(frame: pl.DataFrame, color: str | None, title: str) -> alt.Cha
     if color:
         frame, note = top_series(frame, color, "pct", noun=f"{color}s")
     enc = {
-        "x": _hour_axis(),
+        "x": _hour_axis(frame),
         "y": alt.Y("pct:Q", title=axis_title("share of installed capacity", "%"), scale=alt.Scale(domain=[0, 100])),
         "strokeDash": alt.StrokeDash("measure:N", sort=["allocated", "active"], legend=legend("measure")),
     }
@@ -146,7 +210,7 @@ def stacked_hours(frame: pl.DataFrame, value: str, color: str, title: str, y_tit
     into "other"). ``y_title`` names the unit."""
     frame, note = top_series(frame.select("hour", color, value), color, value, fold=[value], noun=f"{color}s")
     return finish(alt.Chart(frame).mark_area().encode(
-        x=_hour_axis(),
+        x=_hour_axis(frame),
         y=alt.Y(f"{value}:Q", title=y_title, stack=True),
         color=alt.Color(f"{color}:N", legend=legend(color, note)),
     ), title, SERIES_PLOT_PX)
@@ -158,10 +222,9 @@ def idle_heatmap(cells: pl.DataFrame, rows: pl.DataFrame, title: str, bin_hours:
     that bin (white: not held). ``cells``: label, bin, bin_end, gpu_hours_held, gpu_hours_idle, idle_share."""
     order = rows["label"].to_list()
     return finish(alt.Chart(cells.select("label", "bin", "bin_end", "idle_share")).mark_rect().encode(
-        x=alt.X("bin:T", title=axis_title(f"time, {bin_hours}-hour bins", "UTC"),
-                axis=alt.Axis(format="%d %b %H:00", labelOverlap="greedy", labelSeparation=8)),
+        x=time_x("bin", f"time, {bin_hours}-hour bins", *([cells["bin"], cells["bin_end"]] if cells.height else [])),
         x2="bin_end:T",
-        y=_band("label:N", "job (project, user)", sort=order),
+        y=_band("label:N", "job (project, user)", sort=order, label_px=JOB_LABEL_PX),
         color=alt.Color("idle_share:Q", scale=alt.Scale(domain=[0, 1], scheme="reds"),
                         legend=alt.Legend(title=axis_title("idle share of held GPU-hours", "%"), format="%",
                                           orient="bottom", gradientLength=300, titleLimit=0,
@@ -176,7 +239,7 @@ def ratio_over_time(frame: pl.DataFrame, value: str, title: str, y_title: str) -
     LEGEND_MAX projects, the ones with the lowest mean ratio (the worst served)."""
     frame, note = top_series(frame, "node", value, largest=False, noun="projects (lowest mean)")
     base = alt.Chart(frame).mark_line(point=True).encode(
-        x=alt.X("as_of:T", title=axis_title("snapshot", "UTC"), axis=alt.Axis(format="%d %b %H:%M", labelOverlap="greedy")),
+        x=time_x("as_of", "snapshot", *([frame["as_of"]] if frame.height else [])),
         y=alt.Y(f"{value}:Q", title=y_title, axis=alt.Axis(format="%")),
         color=alt.Color("node:N", legend=legend("project", note)))
     rule = alt.Chart(pl.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
@@ -202,7 +265,7 @@ def burn_down(history: pl.DataFrame, projection: pl.DataFrame, budget: float, ti
     (dashed) and zero."""
     y_title = axis_title("remaining budget", "normalised GPU-h")
     actual = alt.Chart(history).mark_line(point=True).encode(
-        x=alt.X("as_of:T", title=axis_title("date", "UTC"), axis=alt.Axis(format="%d %b", labelOverlap="greedy")),
+        x=time_x("as_of", "date", *[f["as_of"] for f in (history, projection) if f.height]),
         y=alt.Y("remaining_gpu_hours:Q", title=y_title, scale=alt.Scale(domain=[0, max(budget, 1.0)])))
     projected = alt.Chart(projection).mark_line(strokeDash=[6, 4], color="#ff7f0e").encode(
         x="as_of:T", y="remaining_gpu_hours:Q")

@@ -8,6 +8,7 @@ ones."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from pathlib import Path
 
@@ -98,6 +99,29 @@ def _overlap(a, b) -> bool:
     return a[0] < b[2] - 0.5 and b[0] < a[2] - 0.5 and a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5
 
 
+def _calendar_points(texts: list[str]) -> list | None:
+    """A time axis's labels as points to step between (hours, or months for "Nov 2026"), None if
+    they are not dates. Labels without a year ("03 Nov") roll into the next year after December."""
+    from datetime import datetime
+
+    for fmt in ("%d %b %H:%M", "%d %b", "%b %Y"):
+        try:
+            parsed = [datetime.strptime(t, fmt) for t in texts]
+        except ValueError:
+            continue
+        if fmt == "%b %Y":
+            return [d.year * 12 + d.month for d in parsed]
+        points, year = [], 2000
+        for d in parsed:
+            d = d.replace(year=year)
+            if points and d < points[-1]:
+                year += 1
+                d = d.replace(year=year)
+            points.append(d)
+        return [round((d - points[0]).total_seconds() / 3600) for d in points]
+    return None
+
+
 @pytest.mark.parametrize("rows", [1, 3, 50])
 def test_every_chart_is_legible_at_this_many_rows(gallery, rows):
     drawn = gallery(rows)
@@ -131,6 +155,11 @@ def test_every_chart_is_legible_at_this_many_rows(gallery, rows):
             if len(numbers) >= 3 and all(n.lstrip("-").replace(".", "", 1).isdigit() for n in numbers):
                 steps = {round(float(b) - float(a), 6) for a, b in zip(numbers, numbers[1:])}
                 assert len(steps) == 1, (name, rows, texts)
+            # a time axis likewise: one calendar step between labels (never "01 Nov 00:00, 02 Nov
+            # 12:00, 03 Nov 12:00", which thinning by label width left on 7 days of hours)
+            times = _calendar_points(texts)
+            if times is not None and len(times) >= 3:
+                assert len({b - a for a, b in itertools.pairwise(times)}) == 1, (name, rows, texts)
         # a legend per series: every series listed, or the top ones and a title that says so
         if name in SERIES:
             entries = [t for t in m["legendLabels"] if t not in ("allocated", "active")]
