@@ -365,9 +365,13 @@ class Num:
     label: str
     printf: str
     python: str
+    help: str | None = None  # the header's tooltip: what a short header means
 
     def config(self):
-        return st.column_config.NumberColumn(self.label, format=self.printf)
+        return st.column_config.NumberColumn(self.label, format=self.printf, help=self.help)
+
+    def explained(self, help: str) -> Num:  # noqa: A002 - Streamlit's name for a header's tooltip
+        return Num(self.label, self.printf, self.python, help)
 
 
 def gpu_h(label: str, digits: int = 1) -> Num:

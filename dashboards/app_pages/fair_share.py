@@ -34,12 +34,17 @@ if ctx is not None:
     st.subheader("The tree (like `sshare -l`)")
     indent = {r["node"]: "\u2003" * (r["depth"] or 0) + r["node"] for r in tree.iter_rows(named=True)}
     shown = tree.with_columns(pl.col("node").replace_strict(indent).alias("node"))
+    # short headers (their meaning in each header's tooltip), so all eight columns fit beside the sidebar
     ui.table(shown, {
         "node": st.column_config.TextColumn("org node", width="medium"),
-        "fs_rank": ui.int_col("rank"), "fairshare_factor": ui.number_col("FS factor (0..1)", "%.3f"),
-        "shares_norm": ui.ratio_col("share of parent"), "usage_norm": ui.ratio_col("usage of parent"),
-        "level_fs": ui.number_col("level FS (share ÷ usage)", "%,.3f"),
-        "gpu_hours_window": ui.gpu_h("usage, window"), "delivery_ratio": ui.ratio_col("delivered of owed")}, key="fs_tree", rows=max(tree.height, 1), download="fair-share-tree")
+        "fs_rank": ui.int_col("rank").explained("place in the org's queue (1 = served first)"),
+        "fairshare_factor": ui.number_col("FS factor", "%.3f").explained("Slurm's fair-share factor, 0..1"),
+        "shares_norm": ui.ratio_col("share").explained("share of its parent's, normalised among siblings"),
+        "usage_norm": ui.ratio_col("usage").explained("decayed usage, as a share of its parent's"),
+        "level_fs": ui.number_col("level FS", "%,.3f").explained("share ÷ usage among siblings (above 1: under-served)"),
+        "gpu_hours_window": ui.gpu_h("usage").explained("allocated GPU-hours in the usage window, not decayed"),
+        "delivery_ratio": ui.ratio_col("delivered").explained("delivered of owed GPU-hours")},
+        key="fs_tree", rows=max(tree.height, 1), download="fair-share-tree")
     st.caption("Decayed usage, raw shares and occupancy are in the CSV download.")
 
     history = ui.visible(ui.fairshare_history(ctx.path, ctx.start, ctx.end), ctx, "node")
