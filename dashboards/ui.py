@@ -370,7 +370,7 @@ class Num:
     def config(self):
         return st.column_config.NumberColumn(self.label, format=self.printf, help=self.help)
 
-    def explained(self, help: str) -> Num:  # noqa: A002 - Streamlit's name for a header's tooltip
+    def explained(self, help: str) -> Num:  # "help": Streamlit's name for a header's tooltip
         return Num(self.label, self.printf, self.python, help)
 
 
