@@ -540,6 +540,27 @@ def test_the_chargeback_page_reads_the_statement_view_while_it_is_as_new_as_the_
     materialize([chargeback_statements], sim_warehouse, partition_key="2026-11-01")
     assert queries.statement(path, "2026-11", None).source == "materialized"
 
+    # The month ends: the first data of December moves "now" past it, so November's statement
+    # bills the whole month (idle capacity through 1 Dec), not through 7 Nov: built again.
+    def december_sample(day: int) -> None:
+        with warehouse.open_writer(sim_warehouse) as con:
+            con.execute(f"INSERT INTO gpu_samples SELECT * REPLACE (TIMESTAMP '2026-12-{day:02d} 12:00' AS ts) "
+                        "FROM gpu_samples WHERE ts = (SELECT max(ts) FROM gpu_samples) LIMIT 1").fetchall()
+
+    december_sample(2)
+    month_done = queries.statement(path, "2026-11", None)
+    assert month_done.source == "computed" and month_done.billed_through == datetime(2026, 12, 1)
+    materialize([chargeback_statements], sim_warehouse, partition_key="2026-11-01")
+    # ... and then stays readable while December's data and jobs arrive: nothing of November moved
+    december_sample(3)
+    with warehouse.open_writer(sim_warehouse) as con:
+        con.execute("INSERT INTO jobs SELECT * REPLACE (job_id || '-dec' AS job_id, TIMESTAMP '2026-12-03' AS "
+                    "submit_time, NULL AS start_time, NULL AS end_time) FROM jobs ORDER BY job_id LIMIT 1").fetchall()
+    in_december = queries.statement(path, "2026-11", None)
+    assert in_december.source == "materialized"
+    assert_frame_equal(in_december.lines, built(None)[1].lines)
+    assert in_december.totals == month_done.totals
+
     # Closing the month moves the ledger's mark: the page shows the closed statement, built.
     with warehouse.open_writer(sim_warehouse) as con:
         close_period(con, "2026-11", by="finance", now=datetime(2026, 12, 2), allow_provisional=True)

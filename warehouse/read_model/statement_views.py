@@ -1,6 +1,7 @@
 """The chargeback page's statement view of a month (reports.statement_view.StatementSummary),
 materialized by the chargeback pipeline beside chargeback_statements (migration 019) and read
-back while it is as new as the data: built at the data's current "now" from the same inputs
+back while it is as new as the data: built at the data's current "now" (or, for a month that has
+ended, at any "now" after its end: the whole month either way) from the same inputs
 (statement_view_inputs.sql: the ledger, inventory, org tree, rate card, jobs, allocations and the
 month's activity, fingerprinted). Otherwise ``fresh`` says None and the reader builds the
 statement, exactly as before; finance's files are always written from a statement built when
@@ -71,7 +72,8 @@ def fresh(con, period: str) -> StatementSummary | None:
     try:
         now = data_now(con)
         rows = con.execute(load_sql(__package__, "statement_view_lookup.sql"),
-                           {"period": period, "now": now, "mark": inputs_mark(con, period, now)}).fetchall()
+                           {"period": period, "end": month_bounds(period)[1], "now": now,
+                            "mark": inputs_mark(con, period, now)}).fetchall()
     except (duckdb.CatalogException, duckdb.BinderException):  # no statement_views table (or an older one) yet
         return None
     if not rows:
