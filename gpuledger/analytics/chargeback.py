@@ -543,11 +543,14 @@ def statement_notes(lines: pl.DataFrame) -> tuple[list[str], list[str]]:
 
 def chargeback_totals(gpus: pl.LazyFrame, rate_card: pl.LazyFrame, *, start: datetime, end: datetime,
                       retire_grace: timedelta = DEFAULT_RETIRE_GRACE, by: tuple[str, ...] = ()) -> pl.LazyFrame:
-    """Per currency: gpu_hours_capacity and capacity_amount (Σ capacity × price, cents half-up) —
-    what the billed chargeback lines of the period add up to when nothing is over-allocated and
-    every cluster has an inventory. Capacity without a rate is left out (chargeback lists it as
-    unpriced). ``by``: also per these columns (``("model", "tier")``: per GPU pool)."""
+    """Per currency: gpu_hours_capacity and capacity_amount (Σ capacity × price in cents) — what
+    the billed chargeback lines of the period add up to when nothing is over-allocated and every
+    cluster has an inventory. Rounded as the lines are, pool first: each GPU pool's (currency,
+    model, tier) exact cost half-up, then summed — not the currency's exact total rounded once,
+    which can differ by a cent per two pools. Capacity without a rate is left out (chargeback lists
+    it as unpriced). ``by``: also per these columns (``("model", "tier")``: per GPU pool)."""
     cap = capacity_cost(gpus, rate_card, start=start, end=end, retire_grace=retire_grace)
-    return cap.filter(pl.col("currency").is_not_null()).group_by("currency", *by).agg(
-        pl.col("gpu_hours_capacity").sum(), half_up_cents(pl.col("amount_raw").sum()).alias("capacity_amount"),
-    )
+    pool = ["currency", "model", "tier"]
+    pools = cap.filter(pl.col("currency").is_not_null()).group_by(*pool, *(b for b in by if b not in pool)).agg(
+        pl.col("gpu_hours_capacity").sum(), half_up_cents(pl.col("amount_raw").sum()).alias("capacity_amount"))
+    return pools.group_by("currency", *by).agg(pl.col("gpu_hours_capacity").sum(), pl.col("capacity_amount").sum())

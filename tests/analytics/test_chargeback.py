@@ -70,6 +70,24 @@ def test_rate_change_mid_month_applies_hour_by_hour():
         "capacity_amount"].to_list() == [Decimal("3432.00")]
 
 
+def test_capacity_total_is_the_sum_of_its_pools_rounded_as_the_lines_are():
+    # Two idle GPUs for one hour, one per pool (H100 reserved, H100 spot), each priced 1.005 / GPU-h.
+    # By hand: each pool's exact cost 1.005 -> its idle line 1.01 (half-up, pool first); the lines
+    # add up to 1.01 + 1.01 = 2.02. The currency's exact total 2.010 rounded once would be 2.01: a
+    # cent the statement would call "DOES NOT reconcile" (the demo's November did, off by 0.01).
+    inv = gpus([{"gpu_id": 1, "tier": "reserved"}, {"gpu_id": 2, "tier": "spot"}])
+    rates = rate_card([("H100", "reserved", datetime(2026, 1, 1), "1.005"),
+                       ("H100", "spot", datetime(2026, 1, 1), "1.005")])
+    start, end = OCT(1, 0), OCT(1, 1)
+    lines = chargeback_lines(allocations([]), inv, jobs([]), rates, start=start, end=end, now=NOW).collect()
+    assert sorted(lines.filter(pl.col("billed"))["amount"].to_list()) == [Decimal("1.01"), Decimal("1.01")]
+    totals = chargeback_totals(inv, rates, start=start, end=end).collect()
+    assert totals["capacity_amount"].to_list() == [Decimal("2.02")]
+    assert totals["gpu_hours_capacity"].to_list() == [2.0]
+    pools = chargeback_totals(inv, rates, start=start, end=end, by=("model", "tier")).sort("tier").collect()
+    assert pools["capacity_amount"].to_list() == [Decimal("1.01"), Decimal("1.01")]
+
+
 def _ten_hours():
     inv = gpus([{"gpu_id": 1}, {"gpu_id": 2}])
     rates = rate_card([("H100", "reserved", datetime(2026, 1, 1), "3.00")])
