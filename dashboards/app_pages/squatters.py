@@ -20,7 +20,7 @@ if ctx is not None:
     c.metric("Wasted", ui.hours(b2))
     costs = findings.group_by("currency").agg(pl.col("idle_cost").sum()).drop_nulls("currency") if findings.height else None
     d.metric("Wasted cost", " + ".join(ui.money(r["idle_cost"], r["currency"]) for r in costs.iter_rows(named=True))
-             if costs is not None and costs.height else "0.00")
+             if costs is not None and costs.height else "none")  # no finding, no currency to state
     ui.restricted_note(ctx, "findings")
     if not ctx.viewer.sees_everything:
         st.caption(f"Org-wide: {everyone.height} open findings, {ui.hours(everyone['gpu_hours_idle'].sum() if everyone.height else 0)} wasted.")
