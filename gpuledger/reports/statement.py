@@ -47,6 +47,9 @@ class Reconciliation:
     capacity_gpu_hours: float | None
     capacity_amount: Decimal | None
     over_allocated: Decimal
+    # why a difference is its pools' own: a month issued before pools were rounded first (set by
+    # build_statement when the difference is exactly the sum of those pools' differences)
+    explained_by_pools: str | None = None
 
     @property
     def difference(self) -> Decimal | None:
@@ -69,6 +72,8 @@ class Reconciliation:
         if self.over_allocated:
             right += f" + over-allocated {self.over_allocated:,.2f}"
         verdict = "reconciles to the cent" if self.reconciles else f"DOES NOT reconcile: off by {self.difference:,.2f}"
+        if not self.reconciles and self.explained_by_pools:
+            verdict = f"differs by {self.difference:+,.2f}: {self.explained_by_pools}"
         return f"{c}: {left} = {self.total:,.2f}; {right}; {verdict}"
 
 
@@ -447,6 +452,13 @@ def build_statement(
                                                    config_version=version, closed=closed, by=("model", "tier"),
                                                    retire_grace=timedelta(hours=policy.chargeback.retire_after_hours)),
                                     issued=closed)
+        if closed:  # a currency's difference that is its issued pools' rounding says so
+            for rec in st.reconciliation:
+                pools = [p for p in st.pools if p.currency == rec.currency and p.difference]
+                if rec.difference and pools and not any(p.over_allocated for p in pools) \
+                        and sum(p.difference for p in pools) == rec.difference:
+                    rec.explained_by_pools = ("the sum of its pools' rounding, issued before pools were rounded "
+                                              "first; issued lines never move (each line within a cent)")
     return st
 
 

@@ -156,6 +156,12 @@ def test_a_month_issued_before_pool_first_rounding_keeps_its_cents_where_nothing
     assert pools["H100"][:2] == (D("744.74"), D("0.00")) and "reconciles to the cent" in pools["H100"][2]
     assert pools["A100"][:2] == (D("743.99"), D("-0.01"))
     assert "issued before pools were rounded first" in pools["A100"][2]
+    # the currency: billed 744.74 + 743.99 = 1,488.73 against the pools' capacity 744.74 + 744.00 =
+    # 1,488.74: the A100 pool's −0.01, and the sentence says whose (it said "DOES NOT reconcile")
+    (usd,) = st.reconciliation
+    assert (usd.total, usd.capacity_amount, usd.difference) == (D("1488.73"), D("1488.74"), D("-0.01"))
+    assert "differs by -0.01: the sum of its pools' rounding, issued before pools were rounded first" in usd.sentence()
+    assert "DOES NOT" not in usd.sentence()
 
 
 def test_a_month_closed_before_exact_amounts_were_stored_says_how_it_is_corrected(warehouse_file, monkeypatch):
