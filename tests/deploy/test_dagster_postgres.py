@@ -57,6 +57,16 @@ def test_production_instance_survives_a_daemon_crash(tmp_path):
         try:
             deadline = time.monotonic() + 480
             location, repository = gql.location(deadline)
+            # Only ingest_schedule ticks here: the 5-minute and daily schedules launch writing runs
+            # too, and one of them could take the single writer slot while the test holds the lock
+            # in step 2 (the ingest run then waits QUEUED, never STARTED: seen when step 2 fell on
+            # a 5-minute tick). Stopped as the UI's toggle does; then none of their runs may be left.
+            others = [s for s in gql.schedules(location, repository) if s != "ingest_schedule"]
+            assert "enforcement_plan_schedule" in others and "ingest_schedule" not in others, others
+            for schedule in others:
+                gql.stop_schedule(location, repository, schedule)
+            until(deadline, "runs of the other schedules to finish",
+                  lambda: not [r for r in gql.unfinished_runs() if r[0] != "ingest_job"], 1.0)
 
             # 1. a run launched through GraphQL completes
             ok = gql.launch(location, repository, "ingest_job")

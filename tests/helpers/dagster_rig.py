@@ -42,7 +42,22 @@ query Ticks($selector: ScheduleSelector!) {
     ... on Schedule { scheduleState { status ticks(limit: 10) { status runIds timestamp skipReason } } }
   }
 }"""
+SCHEDULE_ID = """
+query Schedule($selector: ScheduleSelector!) {
+  scheduleOrError(scheduleSelector: $selector) { __typename ... on Schedule { scheduleState { id status } } }
+}"""
+STOP_SCHEDULE = """
+mutation Stop($id: String!) {
+  stopRunningSchedule(id: $id) { __typename ... on ScheduleStateResult { scheduleState { status } } }
+}"""
+SCHEDULES = """
+query Schedules($selector: RepositorySelector!) {
+  repositoryOrError(repositorySelector: $selector) { __typename ... on Repository { schedules { name } } }
+}"""
+ALL_RUNS = """
+query Runs($filter: RunsFilter!) { runsOrError(filter: $filter) { __typename ... on Runs { results { runId jobName } } } }"""
 FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
+UNFINISHED = ["QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"]
 
 
 def free_port() -> int:
@@ -106,6 +121,23 @@ class GraphQL:
     def messages(self, run_id: str) -> list[str]:
         events = self(RUN_EVENTS, id=run_id)["logsForRun"]["events"]
         return [e.get("message") or "" for e in events]
+
+    def schedules(self, location: str, repository: str) -> list[str]:
+        selector = {"repositoryLocationName": location, "repositoryName": repository}
+        return [s["name"] for s in self(SCHEDULES, selector=selector)["repositoryOrError"]["schedules"]]
+
+    def stop_schedule(self, location: str, repository: str, schedule: str) -> None:
+        """Stop ``schedule`` (as the UI's toggle does): it launches nothing more."""
+        selector = {"repositoryLocationName": location, "repositoryName": repository, "scheduleName": schedule}
+        state = self(SCHEDULE_ID, selector=selector)["scheduleOrError"]["scheduleState"]
+        if state["status"] == "RUNNING":
+            stopped = self(STOP_SCHEDULE, id=state["id"])["stopRunningSchedule"]
+            assert stopped["scheduleState"]["status"] == "STOPPED", stopped
+
+    def unfinished_runs(self, statuses: list[str] | None = None) -> list[tuple[str, str]]:
+        """(job, run id) of every run not finished (or in ``statuses``), of any job."""
+        found = self(ALL_RUNS, filter={"statuses": statuses or UNFINISHED})["runsOrError"]["results"]
+        return [(r["jobName"], r["runId"]) for r in found]
 
     def ticks(self, location: str, repository: str, schedule: str) -> dict:
         selector = {"repositoryLocationName": location, "repositoryName": repository, "scheduleName": schedule}
