@@ -2,10 +2,11 @@
 -- chargeback pipeline beside chargeback_statements (gpuledger.warehouse.read_model.statement_views):
 -- the statement's lines exactly as reports.statement.build_statement makes them, with usage and
 -- efficiency beside them, and the sentences the page shows. One row per month, replaced whole.
--- The page reads it only while it is as new as the data: the same data "now", and the same inputs
--- (ledger, inventory, org tree, rate card, jobs, allocations, the month's activity: fingerprinted by
--- warehouse/read_model/statement_view_inputs.sql); else it builds the statement as before. The files finance signs are always written from a statement built
--- when asked (`gpuledger report statement`, the page's downloads), never from this row.
+-- The page reads it only while it is as new as the data: the same data "now" (or, for a month that
+-- has ended, any "now" past its end), and the same inputs (ledger, inventory, org tree, rate card,
+-- jobs, allocations, the month's activity: fingerprinted by statement_view_inputs.sql); else it
+-- builds the statement as before. The files finance signs are always written from a statement
+-- built when asked (`gpuledger report statement`, the page's downloads), never from this row.
 CREATE TABLE statement_views (
     period             VARCHAR NOT NULL PRIMARY KEY,  -- YYYY-MM
     data_now           TIMESTAMP NOT NULL,            -- the data's "now" the statement was built at (UTC)
