@@ -37,7 +37,6 @@ from gpuledger.whatif.inventory import EPS, PoolState, pool_label
 from gpuledger.whatif.model import (
     ALL_POLICIES,
     FAIR_SHARE,
-    POLICIES,
     PRIORITY,
     RECLAIM,
     SLOT_LIMITS,

@@ -25,6 +25,28 @@ def summary_view(policies: tuple[str, ...]) -> View:
     )
 
 
+def outcome_view(policies: tuple[str, ...]) -> View:
+    """The outcome table (gpuledger.whatif.outcome.table_frame): figure, target, a column per policy."""
+    return View(
+        columns=(
+            Column("label", "figure (unit)", key=True),
+            Column("target", "target\n(issue 34)"),
+            *(Column(p, POLICY_TITLES[p].replace(" ", "\n", 1)) for p in policies),
+        ),
+        notes=(
+            (
+                "",
+                (
+                    "median [min–max] over the seeds; owed = share of capacity capped hour by hour at demand, "
+                    "delivered settled per usage window; burst = allocated GPU-h above owed ÷ allocated; "
+                    "ceiling = Σ min(owed, occupied) ÷ Σ owed per settlement week; a job never started counts "
+                    "its wait so far"
+                ),
+            ),
+        ),
+    )
+
+
 def projects_view(policies: tuple[str, ...]) -> View:
     cols = [Column("project", "project", key=True)]
     for p in policies:
