@@ -82,6 +82,8 @@ def _check_out(fmt: Format, out: Path | None) -> None:
     if out and fmt is Format.table:
         raise typer.BadParameter("the what-if tables print to the terminal; --out takes --format json, csv "
                                  "or parquet", param_hint="--out")
+SimDirOpt = typer.Option(None, "--sim-dir", help="with --simulate-gpus: where the simulated warehouses are kept "
+                                               "[default: data/whatif-seeds]")
 ProgressOpt = typer.Option(True, "--progress/--no-progress", help="a progress bar on stderr")
 
 
@@ -272,9 +274,7 @@ def schedule(
     ),
     days: float = typer.Option(30.0, "--days", min=0.5, help="with --simulate-gpus: days simulated"),
     sim_start: str = typer.Option("2026-11-01", "--sim-start", help="with --simulate-gpus: the month's start, UTC"),
-    sim_dir: Path | None = typer.Option(None, "--sim-dir",
-                                        help="with --simulate-gpus: where the simulated warehouses are kept "
-                                             "[default: data/whatif-seeds]"),
+    sim_dir: Path | None = SimDirOpt,
     fmt: Format = WhatifFormatOpt,
     out: Path | None = OutOpt,
     json_out: Path | None = JsonOpt,
