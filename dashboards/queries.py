@@ -662,11 +662,11 @@ def whatif_outcome(block: dict | None, titles: dict[str, str]) -> dict | None:
     (figure, target, one column per policy title, cells ``median [min–max]``), ``seeds``, ``regime``."""
     if not block:
         return None
-    from gpuledger.whatif.outcome import frame_from_document
+    from gpuledger.whatif.outcome import TARGET_NOTE, frame_from_document
 
     table, policies, _ = frame_from_document(block)
     return {"table": table.rename({p: titles.get(p, p) for p in policies}), "seeds": block.get("seeds", []),
-            "regime": block.get("regime", "")}
+            "regime": block.get("regime", ""), "target_note": TARGET_NOTE}
 
 
 def whatif_long(frames: dict) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -6,7 +6,8 @@ Figures: aggregate delivered ÷ owed, teams at ≥ 0.95 of owed, the worst team,
 (share of allocated GPU-hours above owed), waits p50 / p90 per job class in seconds, preemptions
 and the GPU-hours they threw away, squatted and reclaimed GPU-hours, and the ceiling of delivered ÷
 owed (owed against occupied capacity per settlement period). Targets are issue 34's (Ai2's result).
-Pure: summaries (metrics.summarize) in, rows out.
+Pure: summaries (metrics.summarize) in, rows out. TARGET_NOTE says the targets' conditions the
+short target cells leave out.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from gpuledger.whatif.metrics import WAIT_CLASSES
 from gpuledger.whatif.model import POLICY_TITLES
 
 FORMAT = "gpuledger.whatif.outcome/1"
+TARGET_NOTE = ("targets (issue 34, medians over seeds): the worst team's worst seed ≥ 0.93 too; occupancy never "
+               "below the baselines'; burst ≥ 0.15 where demand is seasonal, ~0 under slot limits; debug p90 "
+               "wait ≤ 60 s against hours in the baselines")
 
 
 class Figure(NamedTuple):
@@ -31,9 +35,9 @@ FIGURES = (
     Figure("delivery_ratio", "aggregate delivered ÷ owed", "ratio", "≥ 0.98"),
     Figure("teams_at_95", "teams at ≥ 0.95 of owed", "count", "all"),
     Figure("teams_owed", "teams owed anything", "count"),
-    Figure("worst_delivery_ratio", "worst team delivered ÷ owed", "ratio", "≥ 0.95 (worst seed ≥ 0.93)"),
-    Figure("occupancy_ratio", "occupancy (allocated ÷ installed)", "ratio", "≥ 0.97, ≥ baselines"),
-    Figure("burst_ratio", "burst: allocated GPU-h above owed ÷ allocated", "ratio", "≥ 0.15 (slot limits ~0)"),
+    Figure("worst_delivery_ratio", "worst team delivered ÷ owed", "ratio", "≥ 0.95"),  # and its worst seed ≥ 0.93
+    Figure("occupancy_ratio", "occupancy (allocated ÷ installed)", "ratio", "≥ 0.97"),  # and ≥ the baselines'
+    Figure("burst_ratio", "burst: GPU-h above owed ÷ allocated", "ratio", "≥ 0.15"),  # slot limits ~0
     *(
         Figure(f"wait_p{q}_seconds_{c}", f"wait p{q} {c} jobs, s", "seconds", "≤ 60" if (q, c) == (90, "debug") else "")
         for c in WAIT_CLASSES

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuledger.tables import Column, View
 from gpuledger.whatif.model import POLICY_TITLES
+from gpuledger.whatif.outcome import TARGET_NOTE
 
 
 def summary_view(policies: tuple[str, ...]) -> View:
@@ -43,6 +44,7 @@ def outcome_view(policies: tuple[str, ...]) -> View:
                     "its wait so far"
                 ),
             ),
+            ("target", TARGET_NOTE),
         ),
     )
 
