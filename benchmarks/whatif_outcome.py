@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuledger.whatif import outcome  # noqa: E402
+from gpuledger.whatif import outcome
 
 
 def markdown(doc: dict, policy: str) -> str:
