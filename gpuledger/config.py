@@ -209,6 +209,11 @@ class EnforcementPolicy(_Strict):
     exempt_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
     exempt_kinds: list[str] = Field(default_factory=lambda: ["inference"])  # production inference: never preempted, on top
     exempt_labels: dict[str, str] = Field(default_factory=dict)
+    # Slurm jobs: exempt by account, user or QOS as pods are by namespace and label (never
+    # preempted, on top)
+    exempt_accounts: list[str] = Field(default_factory=list)
+    exempt_users: list[str] = Field(default_factory=list)
+    exempt_qos: list[str] = Field(default_factory=list)
     warn_before_preempt_minutes: float = Field(default=15, ge=0)  # a squatter's warning at least this long before
     max_data_age_minutes: float = Field(default=15, gt=0)  # stale-data guard: older data plans no preemption
     checkpoint_label: str = "gpuledger.io/checkpointing"  # "true" on a pod / workload: it resumes, so requeue

@@ -41,6 +41,29 @@ def api_client(kubeconfig: str | None = None, context: str | None = None):
         raise
 
 
+def cluster_for(kubeconfig: str | None, context: str | None, cluster: str | None) -> tuple[str, str]:
+    """(the cluster name a Kubernetes backend acts on, how it was learned): ``cluster`` when given,
+    else the kubeconfig context's name — the name `gpuledger ingest kubernetes` stores on the jobs
+    it reads through the same context — else "in-cluster" (a pod's ServiceAccount)."""
+    if cluster:
+        return cluster, "--cluster"
+    name = context or current_context(kubeconfig)
+    if name:
+        return name, f"the kubeconfig context {name}, as `ingest kubernetes` names the cluster"
+    return "in-cluster", "no kubeconfig context: in-cluster, as `ingest kubernetes` names the cluster"
+
+
+def current_context(kubeconfig: str | None) -> str | None:
+    """The kubeconfig's current context name, or None (no kubeconfig: in-cluster)."""
+    try:
+        from kubernetes.config import list_kube_config_contexts
+
+        _, current = list_kube_config_contexts(config_file=str(kubeconfig) if kubeconfig else None)
+        return current.get("name") if current else None
+    except Exception:  # noqa: BLE001 - no kubeconfig (in-cluster): the caller falls back
+        return None
+
+
 def api_error(exc) -> tuple[int | None, str]:
     """(HTTP status, the server's message) of an ApiException."""
     status = getattr(exc, "status", None)

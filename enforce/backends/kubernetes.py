@@ -28,7 +28,7 @@ from gpuledger.enforce.backends.base import (
     BackendUnavailable,
     Outcome,
 )
-from gpuledger.enforce.model import Action
+from gpuledger.enforce.model import ENDED, HELD, RUNNING, WAITING, Action
 
 
 def pod_ref(action: Action) -> tuple[str, str] | None:
@@ -48,8 +48,10 @@ class EvictionBackend(Backend):
 
     def __init__(self, *, api=None, kubeconfig: str | None = None, context: str | None = None,
                  server_dry_run: bool = False, grace_period_s: int | None = None,
-                 namespaces: list[str] | None = None, timeout_s: float = k8s.TIMEOUT_S) -> None:
+                 namespaces: list[str] | None = None, timeout_s: float = k8s.TIMEOUT_S,
+                 cluster: str | None = None) -> None:
         self.client, _ = k8s.client_modules()
+        self._cluster, self.cluster_source = k8s.cluster_for(kubeconfig, context, cluster)
         self._api = api
         self._config = (kubeconfig, context)
         self.server_dry_run = server_dry_run
@@ -61,6 +63,9 @@ class EvictionBackend(Backend):
         if self._api is None:
             self._api = k8s.api_client(*self._config)
         return self.client.CoreV1Api(self._api)
+
+    def cluster_name(self) -> str:
+        return self._cluster
 
     def handles(self, action: Action) -> str | None:
         if pod_ref(action) is None:
@@ -178,10 +183,18 @@ class EvictionBackend(Backend):
             raise
 
 
+_PHASES = {"Pending": WAITING, "Running": RUNNING, "Succeeded": ENDED, "Failed": ENDED}
+
+
 def pod_view(pod) -> dict:
-    """The live view of one pod (a V1Pod): uid, phase, labels, annotations."""
+    """The live view of one pod (a V1Pod): uid, its phase (Kubernetes' word as ``state``, gpuledger's
+    as ``phase``), labels, annotations; a pod being deleted holds its GPUs only until it is gone."""
     meta = pod.metadata
-    return {"uid": meta.uid, "state": getattr(pod.status, "phase", None) if pod.status else None,
+    state = getattr(pod.status, "phase", None) if pod.status else None
+    phase = _PHASES.get(state) if state else None
+    if meta.deletion_timestamp is not None and phase != ENDED:
+        state, phase = "Terminating", HELD
+    return {"uid": meta.uid, "state": state, "phase": phase,
             "labels": dict(meta.labels or {}), "annotations": dict(meta.annotations or {})}
 
 

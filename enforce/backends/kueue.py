@@ -27,7 +27,7 @@ from gpuledger.enforce.backends.base import (
     BackendUnavailable,
     Outcome,
 )
-from gpuledger.enforce.model import REQUEUE, Action
+from gpuledger.enforce.model import ENDED, HELD, REQUEUE, RUNNING, WAITING, Action
 
 from gpuledger.rules.clock import iso_z, utc_now
 
@@ -50,8 +50,9 @@ class KueueBackend(Backend):
 
     def __init__(self, *, api=None, kubeconfig: str | None = None, context: str | None = None,
                  server_dry_run: bool = False, namespaces: list[str] | None = None,
-                 timeout_s: float = k8s.TIMEOUT_S) -> None:
+                 timeout_s: float = k8s.TIMEOUT_S, cluster: str | None = None) -> None:
         self.client, _ = k8s.client_modules()
+        self._cluster, self.cluster_source = k8s.cluster_for(kubeconfig, context, cluster)
         self._api = api
         self._config = (kubeconfig, context)
         self.server_dry_run = server_dry_run
@@ -76,6 +77,9 @@ class KueueBackend(Backend):
     @property
     def _dry(self) -> str | None:
         return "All" if self.server_dry_run else None
+
+    def cluster_name(self) -> str:
+        return self._cluster
 
     def handles(self, action: Action) -> str | None:
         if workload_ref(action) is None:
@@ -242,8 +246,24 @@ def workload_view(wl: dict) -> dict:
         annotations |= tmeta.get("annotations") or {}
     labels |= meta.get("labels") or {}
     annotations |= meta.get("annotations") or {}
-    return {"uid": meta.get("uid"), "active": spec.get("active", True) is not False, "labels": labels,
-            "annotations": annotations, "priority": spec.get("priority")}
+    state, phase = workload_state(wl)
+    return {"uid": meta.get("uid"), "active": spec.get("active", True) is not False, "state": state, "phase": phase,
+            "labels": labels, "annotations": annotations, "priority": spec.get("priority")}
+
+
+def workload_state(wl: dict) -> tuple[str, str]:
+    """(Kueue's state in its words, the phase) of a Workload, from ``spec.active`` and its
+    conditions: only a Workload holding quota (QuotaReserved, and Admitted once its checks pass) runs
+    and frees GPUs when deactivated; one Kueue evicted is waiting again and holds none."""
+    conditions = {c.get("type"): c.get("status") == "True"
+                  for c in (wl.get("status") or {}).get("conditions") or []}
+    if conditions.get("Finished"):
+        return "Finished", ENDED
+    if (wl.get("spec") or {}).get("active") is False:
+        return "Deactivated", HELD
+    if conditions.get("QuotaReserved"):
+        return ("Admitted" if conditions.get("Admitted") else "QuotaReserved"), RUNNING
+    return ("Evicted" if conditions.get("Evicted") else "Pending"), WAITING
 
 
 def priority_class(spec: dict) -> str | None:
@@ -256,7 +276,6 @@ def priority_class(spec: dict) -> str | None:
 
 
 def _evicted(wl: dict) -> bool:
-    for cond in (wl.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
-            return False
-    return True
+    """Kueue released the Workload's quota (it was evicted after gpuledger deactivated it)."""
+    return not any(c.get("type") == "QuotaReserved" and c.get("status") == "True"
+                   for c in (wl.get("status") or {}).get("conditions") or [])

@@ -38,7 +38,7 @@ def test_a_quiet_cycle_after_a_refused_eviction_sends_nothing(server, tmp_path):
     from gpuledger.cli import app
 
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)  # fresh data: the apply re-checks by the clock
-    kc = server.write_kubeconfig(tmp_path / "kc")
+    kc = server.write_kubeconfig(tmp_path / "kc", context="k")
     config = tmp_path / "c.yaml"
     config.write_text(f"""
 currency: USD
