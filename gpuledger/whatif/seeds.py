@@ -9,8 +9,7 @@ generator's internals, so the same code runs on any generator's output and on re
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from gpuledger import warehouse
@@ -43,6 +42,8 @@ def simulated_warehouse(folder: Path, *, gpus: int, days: float, seed: int, star
     path = folder / name
     done = path.with_name(path.name + ".done")
     if path.exists() and done.exists():
+        with warehouse.open_writer(path):  # a warehouse built before a migration: brought up to date
+            pass
         return path
     if path.exists():  # an interrupted build: start again
         path.unlink()
@@ -55,21 +56,3 @@ def simulated_warehouse(folder: Path, *, gpus: int, days: float, seed: int, star
         write_simulation(con, sim)
     done.write_text(f"seed {seed}, {gpus} GPUs, {days:g} days from {start:%Y-%m-%d}\n")
     return path
-
-
-def seed_traces(
-    *,
-    seeds: list[int],
-    load: Callable[[Path, int], tuple[object, object]],
-    warehouse_of: Callable[[int], Path],
-) -> Iterator[tuple[int, Path, object, object]]:
-    """(seed, warehouse, config, trace) per seed: ``warehouse_of(seed)`` names the warehouse,
-    ``load(path, seed)`` reads its config and trace with that seed's draws."""
-    for seed in seeds:
-        path = warehouse_of(seed)
-        cfg, trace = load(path, seed)
-        yield seed, path, cfg, trace
-
-
-def month_range(start: datetime, days: float) -> tuple[datetime, datetime]:
-    return start, start + timedelta(days=days)
