@@ -17,15 +17,17 @@ from gpuledger import warehouse
 SIM_INTERVAL_S = 300  # the what-if reads hourly activity: 5-minute samples say as much as 30-s ones
 
 
-def simulator_fingerprint() -> str:
-    """Eight hex digits over the simulator's source: a cached warehouse of another generator is
-    never taken for this one's."""
+def simulator_fingerprint(config=None) -> str:
+    """Eight hex digits over the simulator's source (and the config it simulates): a cached
+    warehouse of another generator or config is never taken for this one's."""
     import gpuledger.simulator as sim
 
     digest = hashlib.sha1()
-    for path in sorted(Path(sim.__file__).parent.glob("*.py")):
+    for path in sorted(Path(sim.__file__).parent.rglob("*.py")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
+    if config is not None:
+        digest.update(config.model_dump_json().encode())
     return digest.hexdigest()[:8]
 
 
@@ -38,7 +40,8 @@ def simulated_warehouse(folder: Path, *, gpus: int, days: float, seed: int, star
     from gpuledger.simulator.to_warehouse import write_simulation
 
     folder.mkdir(parents=True, exist_ok=True)
-    name = f"sim-{simulator_fingerprint()}-g{gpus}-d{days:g}-s{seed}-{start:%Y%m%d}-i{interval_s}.duckdb"
+    cfg = config or load_config()
+    name = f"sim-{simulator_fingerprint(cfg)}-g{gpus}-d{days:g}-s{seed}-{start:%Y%m%d}-i{interval_s}.duckdb"
     path = folder / name
     done = path.with_name(path.name + ".done")
     if path.exists() and done.exists():
@@ -47,7 +50,6 @@ def simulated_warehouse(folder: Path, *, gpus: int, days: float, seed: int, star
         return path
     if path.exists():  # an interrupted build: start again
         path.unlink()
-    cfg = config or load_config()
     sim = build_cluster(seed=seed, gpus=gpus, start=start, days=days, interval_s=interval_s, config=cfg, dirt=False)
     with warehouse.open_writer(path) as con:
         from gpuledger.ledger.config_versions import ensure_config
