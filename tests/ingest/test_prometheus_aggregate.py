@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import threading
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
 from gpuledger.analytics import reports
@@ -33,6 +35,18 @@ START = (datetime.utcnow() - timedelta(days=DAYS + 2)).replace(hour=0, minute=0,
 END = START + timedelta(days=DAYS)
 
 
+# One TSDB holding two clusters, as a fleet's Thanos / Mimir / VictoriaMetrics does: GPUs 0-3 carry
+# cluster="east", GPUs 4-7 cluster="west" (the label a fleet's external_labels or remote write adds).
+
+
+def cluster_of_gpu(index: str) -> str:
+    return "east" if int(index) < 4 else "west"
+
+
+def with_cluster_label(text: str) -> str:
+    return re.sub(r'\{gpu="(\d+)"', lambda m: f'{{cluster="{cluster_of_gpu(m[1])}",gpu="{m[1]}"', text)
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     if not (have_prometheus() and have_victoria_metrics()):
@@ -41,13 +55,14 @@ def servers(tmp_path_factory):
     sim = build_cluster(seed=31, gpus=GPUS, start=START, days=DAYS, interval_s=INTERVAL_S)
     text = io.StringIO()
     write_openmetrics(sim, text, sim.start_s, sim.end_s, blanks=False)
-    (work / "day.om").write_text(text.getvalue())
+    labelled = with_cluster_label(text.getvalue())
+    (work / "day.om").write_text(labelled)
     prom = PrometheusRig(work, [], history_file=work / "day.om")
     vm = VictoriaRig(work)
     try:
         # the same samples, through VictoriaMetrics' own import: Prometheus text, timestamps in ms
         lines = (f"{line.rsplit(' ', 1)[0]} {line.rsplit(' ', 1)[1]}000\n"
-                 for line in text.getvalue().splitlines() if line and not line.startswith("#"))
+                 for line in labelled.splitlines() if line and not line.startswith("#"))
         vm.import_prometheus_text(lines)
         vm.flush()
         yield prom, vm
@@ -172,3 +187,77 @@ def test_a_partial_answer_names_the_store_and_stores_nothing(stand_in, tmp_path)
     with warehouse.open_reader(tmp_path / "w.duckdb") as con:
         assert con.execute("SELECT count(*) FROM gpu_samples").fetchall() == [(0,)]
         assert con.execute("SELECT count(*) FROM ingest_checkpoints").fetchall() == [(0,)]
+
+
+def _hold(path, jobs: list[tuple[str, str, list[int], datetime, datetime | None]]) -> None:
+    """Jobs (job_id, project, device indices in UUID order, start, end or None: still running) on
+    the warehouse's devices; the same indices name the same GPUs in every warehouse."""
+    with warehouse.open_writer(path) as con:
+        ids = [r[0] for r in con.execute("SELECT gpu_id FROM gpus ORDER BY gpu_uuid").fetchall()]
+        for job_id, project, devices, start, end in jobs:
+            warehouse.upsert(con, "jobs", pl.DataFrame([{
+                "cluster": "sim", "job_id": job_id, "project": project, "gpus": float(len(devices)),
+                "start_time": start, "end_time": end, "state": "RUNNING" if end is None else "COMPLETED",
+                "source": "test", "updated_at": end or START}]))
+            warehouse.upsert(con, "job_allocations", pl.DataFrame({
+                "cluster": ["sim"] * len(devices), "job_id": [job_id] * len(devices),
+                "gpu_id": [ids[i] for i in devices], "start_time": [start] * len(devices),
+                "end_time": [end] * len(devices), "gpu_fraction": [1.0] * len(devices),
+                "source": ["test"] * len(devices)}, schema_overrides={"end_time": pl.Datetime("us")}))
+
+
+# Two jobs still running when the data ends (their GPU-hours run to the data's "now") and one with
+# edges off the 5-minute grid (:07 and :33), on the week above.
+RUNNING = [("j1", "p1", [0, 1], START, None),
+           ("j2", "p2", [2], START + timedelta(hours=26, minutes=7), START + timedelta(hours=80, minutes=33)),
+           ("j3", "p3", [3], START + timedelta(days=5, minutes=2), None)]
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_aggregates_charge_running_jobs_the_raw_samples_gpu_hours_per_project(servers, tmp_path):
+    prom, vm = servers
+    raw_path = tmp_path / "raw.duckdb"
+    backfill(prom.url, START, END, step_s=INTERVAL_S, chunk_s=24 * 3600, warehouse_path=raw_path,
+             cluster="sim", workers=1, processes=False)
+    # The newest raw sample is END - 60 s (the week is [START, END) at a 60-s scrape): "now" for
+    # the data, to which the running jobs are charged. By hand, allocated GPU-hours:
+    #   p1: 2 GPUs x (168 h - 1 min)            = 335.966667
+    #   p2: 1 GPU x (80 h 33 min - 26 h 07 min) =  54.433333
+    #   p3: 1 GPU x (168 h - 1 min - 120 h 2 min) = 47.95
+    golden = {"p1": 2 * (168 - 1 / 60), "p2": 54 + 26 / 60, "p3": 47.95}
+    figures = {}
+    for name, url, path in (("raw", None, raw_path), ("prometheus", prom.url, tmp_path / "p.duckdb"),
+                            ("victoria-metrics", vm.url, tmp_path / "vm.duckdb")):
+        if url:
+            aggregate(url, START, END, step_s=300, warehouse_path=path, cluster="sim", concurrency=3)
+        _hold(path, RUNNING)
+        with warehouse.open_reader(path) as con:
+            now = reports.data_now(con)
+            usage = reports.usage_report(con, start=START, end=END + timedelta(days=1), by="project")
+        assert now == END - timedelta(seconds=60), name  # not the last window's start (END - 5 min)
+        figures[name] = {r["project"]: r for r in usage.iter_rows(named=True)}
+        for project, hours in golden.items():
+            assert figures[name][project]["gpu_hours_allocated"] == pytest.approx(hours, abs=1e-8), (name, project)  # the report rounds to 1e-9
+    for name in ("prometheus", "victoria-metrics"):
+        for project, (_, _, devices, _, _) in zip(golden, RUNNING, strict=True):
+            # Active GPU-hours: every whole hour exact (5-minute windows nest in hours and stand for
+            # the same raw samples); each allocation edge off the window grid (j2's :07 and :33,
+            # j3's :02, the running jobs' "now") moves at most one window, 5 min, of one GPU.
+            raw_active, agg_active = (figures[k][project]["gpu_hours_active"] for k in ("raw", name))
+            assert abs(agg_active - raw_active) <= 2 * len(devices) * 5 / 60, (name, project)
+        # ...because every (GPU, hour) of the rollup holds exactly the raw samples' count and sum of
+        # the signal the figures use (SM active, the best), the windows where a pod's series ends
+        # and the next begins included (window_copies). (The worse signals and the row count differ
+        # in the 7 GPU-hours where an SM reading is blank: a window weighs them by the SM count.)
+        hourly = {k: _hourly(figures_path) for k, figures_path in (("raw", raw_path), (name, tmp_path / (
+            "p.duckdb" if name == "prometheus" else "vm.duckdb")))}
+        assert hourly[name].height == hourly["raw"].height > 0
+        assert_frame_equal(hourly[name], hourly["raw"], check_exact=False, abs_tol=1e-9)
+
+
+def _hourly(path) -> pl.DataFrame:
+    """The gpu_hourly rollup by GPU UUID and hour: the best signal's sum and count."""
+    with warehouse.open_reader(path) as con:
+        return con.sql("SELECT g.gpu_uuid, h.hour, h.s_sm_active, h.s_n_sm_active "
+                       "FROM gpu_hourly h JOIN gpus g USING (gpu_id) ORDER BY 1, 2").pl()
