@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -24,6 +29,7 @@ from gpuledger.ingest.metrics.prometheus.aggregate import aggregate
 from gpuledger.ingest.metrics.prometheus.backfill import backfill
 from gpuledger.ingest.metrics.prometheus.client import PrometheusError
 from gpuledger.simulator import build_cluster, write_openmetrics
+from gpuledger.simulator.dirt import gap_mask
 from tests.helpers.prometheus_rig import PrometheusRig, have_prometheus
 from tests.helpers.victoria_rig import VictoriaRig, have_victoria_metrics
 
@@ -261,3 +267,61 @@ def _hourly(path) -> pl.DataFrame:
     with warehouse.open_reader(path) as con:
         return con.sql("SELECT g.gpu_uuid, h.hour, h.s_sm_active, h.s_n_sm_active "
                        "FROM gpu_hourly h JOIN gpus g USING (gpu_id) ORDER BY 1, 2").pl()
+
+
+def _devices_by_cluster(path) -> dict[str, list[int]]:
+    with warehouse.open_reader(path) as con:
+        rows = con.execute("SELECT cluster, list(gpu_index ORDER BY gpu_index) FROM gpus GROUP BY 1").fetchall()
+    return dict(rows)
+
+
+def _rows_by_cluster(path) -> dict[str, tuple[int, int]]:
+    """(rows, raw samples they stand for) per cluster."""
+    with warehouse.open_reader(path) as con:
+        rows = con.execute("SELECT g.cluster, count(*), sum(s.sample_n) FROM gpu_samples s JOIN gpus g USING (gpu_id) "
+                           "GROUP BY 1").fetchall()
+    return {c: (n, w) for c, n, w in rows}
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_two_clusters_in_one_tsdb_land_as_two_clusters(servers, tmp_path):
+    prom, vm = servers
+    # Prometheus through the API, VictoriaMetrics through the CLI as an operator runs it
+    stats = aggregate(prom.url, START, END, step_s=300, warehouse_path=tmp_path / "p.duckdb", cluster_label="cluster")
+    cli = _cli("ingest", "prometheus", "--url", vm.url, "--start", START.isoformat(), "--end", END.isoformat(),
+               "--aggregate", "5m", "--cluster-label", "cluster", "-w", str(tmp_path / "vm.duckdb"))
+    assert cli.returncode == 0, cli.stderr
+    # 8 GPUs, gpu labels 0-3 in cluster="east" and 4-7 in "west" (with_cluster_label): two clusters of
+    # 4, each device once, none under the default cluster
+    for path in (tmp_path / "p.duckdb", tmp_path / "vm.duckdb"):
+        assert _devices_by_cluster(path) == {"east": [0, 1, 2, 3], "west": [4, 5, 6, 7]}
+    assert stats.chunks_done == 2 * DAYS and stats.unlabelled_series == 0
+    by_cluster = _rows_by_cluster(tmp_path / "p.duckdb")
+    assert {c: n for c, (n, _) in by_cluster.items()} == stats.rows_by_cluster
+    assert _rows_by_cluster(tmp_path / "vm.duckdb") == by_cluster  # both servers: the same rows and weights
+    # a week of 5-minute windows is 7 x 288 = 2,016 per device, less those a scrape gap of the node
+    # (2-15 min, the simulator's own mask) leaves without a sample: 4 devices a cluster
+    windows = 4 * _windows_with_a_sample()
+    assert {c: n for c, (n, _) in by_cluster.items()} == {"east": windows, "west": windows}
+    assert f"by cluster: east {windows:,}, west {windows:,}" in cli.stderr, cli.stderr
+    # the same command again: every chunk of each cluster already done, nothing new
+    again = _cli("ingest", "prometheus", "--url", vm.url, "--start", START.isoformat(), "--end", END.isoformat(),
+                 "--aggregate", "5m", "--cluster-label", "cluster", "-w", str(tmp_path / "vm.duckdb"))
+    assert again.returncode == 0 and f"0 chunks ingested, {2 * DAYS} already done, 0 new rows" in again.stderr, again.stderr
+    assert _rows_by_cluster(tmp_path / "vm.duckdb") == by_cluster
+
+
+def _windows_with_a_sample() -> int:
+    """5-minute windows of the week holding at least one scrape of the (one) node."""
+    sim = build_cluster(seed=31, gpus=GPUS, start=START, days=DAYS, interval_s=INTERVAL_S)
+    t = np.arange(sim.start_s, sim.end_s, INTERVAL_S)
+    scraped = t[~gap_mask(sim, np.zeros_like(t), t)]
+    assert 2016 - 20 < len(np.unique(scraped // 300)) < 2016  # a few gaps are whole windows
+    return len(np.unique(scraped // 300))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_PROMETHEUS_")}
+    return subprocess.run([sys.executable, "-m", "gpuledger.cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[2], env=env, check=False)

@@ -73,3 +73,13 @@ def unlabelled_devices(session, url: str, label: str, metric: str, start_s: int,
     data = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
     result = data.get("result") if isinstance(data, dict) else None
     return int(float(result[0]["value"][1])) if result else 0
+
+
+def clusters_from_source(source) -> list[TsdbCluster]:
+    """``sources.prometheus.clusters`` as TsdbClusters: each its selector (default
+    ``<cluster_label>="<name>"``) and tenant; [] when the config names none."""
+    if source is None:
+        return []
+    label = source.cluster_label
+    return [TsdbCluster(name, c.selector or (label_selector(label, name) if label else ""), c.tenant)
+            for name, c in source.clusters.items()]
