@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import requests
 from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
@@ -325,3 +326,67 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_PROMETHEUS_")}
     return subprocess.run([sys.executable, "-m", "gpuledger.cli", *args], capture_output=True, text=True,
                           timeout=300, cwd=Path(__file__).resolve().parents[2], env=env, check=False)
+
+
+class _TenantGateway(BaseHTTPRequestHandler):
+    """Mimir's tenancy in front of the real VictoriaMetrics: the X-Scope-OrgID header picks the
+    tenant and a tenant sees its own cluster's series only (VictoriaMetrics' ``extra_label``, as
+    vmauth and vmgateway enforce tenancy); a request without a known tenant is refused 401.
+    Records each request's tenant and path."""
+
+    upstream = ""
+    tenants = {"team-east": "east", "team-west": "west"}
+    seen: list[tuple[str | None, str]] = []
+
+    def do_GET(self):  # noqa: N802
+        tenant = self.headers.get("X-Scope-OrgID")
+        self.seen.append((tenant, self.path.split("?", 1)[0]))
+        if tenant not in self.tenants:
+            self.send_error(401, "no org id")
+            return
+        joiner = "&" if "?" in self.path else "?"
+        answer = requests.get(f"{self.upstream}{self.path}{joiner}extra_label=cluster={self.tenants[tenant]}",
+                              timeout=60)
+        self.send_response(answer.status_code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_each_cluster_is_asked_with_its_own_tenant(servers, tmp_path):
+    _, vm = servers
+    gateway = ThreadingHTTPServer(("127.0.0.1", 0), _TenantGateway)
+    threading.Thread(target=gateway.serve_forever, daemon=True).start()
+    _TenantGateway.upstream, _TenantGateway.seen = vm.url, []
+    url = f"http://127.0.0.1:{gateway.server_address[1]}"
+    try:
+        # one tenant per cluster and no selector: only the header keeps east's GPUs out of west
+        config = tmp_path / "gpuledger.yaml"
+        config.write_text("currency: USD\norg: {name: acme}\nsources:\n  prometheus:\n"
+                          f"    url: {url}\n    clusters:\n      east: {{tenant: team-east}}\n"
+                          "      west: {tenant: team-west}\n")
+        day = (START + timedelta(days=1)).isoformat()
+        done = _cli("ingest", "prometheus", "--url", url, "--start", START.isoformat(), "--end", day,
+                    "--aggregate", "5m", "--config", str(config), "-w", str(tmp_path / "w.duckdb"))
+        assert done.returncode == 0, done.stderr
+        assert _devices_by_cluster(tmp_path / "w.duckdb") == {"east": [0, 1, 2, 3], "west": [4, 5, 6, 7]}
+        tenants = {t for t, _ in _TenantGateway.seen}
+        assert tenants == {"team-east", "team-west"}  # every request with a tenant, each cluster's own
+        # --cluster picks one of the configured clusters: west's queries only, under its tenant
+        _TenantGateway.seen = []
+        one = _cli("ingest", "prometheus", "--url", url, "--start", START.isoformat(), "--end", day,
+                   "--aggregate", "5m", "--config", str(config), "--cluster", "west", "-w", str(tmp_path / "west.duckdb"))
+        assert one.returncode == 0, one.stderr
+        assert _devices_by_cluster(tmp_path / "west.duckdb") == {"west": [4, 5, 6, 7]}
+        assert {t for t, _ in _TenantGateway.seen} == {"team-west"}
+        wrong = _cli("ingest", "prometheus", "--url", url, "--start", START.isoformat(), "--end", day,
+                     "--aggregate", "5m", "--config", str(config), "--cluster", "north", "-w", str(tmp_path / "n.duckdb"))
+        assert wrong.returncode == 2 and "'north' is not among sources.prometheus.clusters (east, west)" in wrong.stderr
+    finally:
+        gateway.shutdown()

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 
 import duckdb
-
-from gpuledger import warehouse
 from gpuledger.warehouse.clock import data_now
 from gpuledger.warehouse.db import apply_migrations
+
+from gpuledger import warehouse
 
 T0 = datetime(2026, 11, 3, 0, 0)
 

@@ -236,7 +236,7 @@ def _tsdb_clusters(url: str, cluster: str | None, label: str | None, config_file
     targets = clusters_from_source(source)
     label = label or (source.cluster_label if source is not None else None)
     try:
-        label = check_label(label, "--cluster-label") if label else None
+        label = check_label(label) if label else None
     except UsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--cluster-label") from None
     if label and not targets and cluster:  # one cluster of the label's values
@@ -280,6 +280,7 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
                   f"{f' (by cluster: {clusters})' if len(stats.rows_by_cluster) > 1 or label else ''}; "
                   f"metrics: {', '.join(stats.metrics)}", markup=False, soft_wrap=True)
     if stats.unlabelled_series:
-        console.print(f"{stats.unlabelled_series} DCGM series carry no {label!r} label: not stored (give them a "
-                      "cluster: sources.prometheus.clusters.<name>.selector)", style="yellow", markup=False,
+        console.print(f"{stats.unlabelled_series} {stats.unlabelled_metric} series (one a device and job) carry no "
+                      f"{label!r} label: their GPUs were not stored (give them a cluster: "
+                      "sources.prometheus.clusters.<name>.selector)", style="yellow", markup=False,
                       soft_wrap=True)

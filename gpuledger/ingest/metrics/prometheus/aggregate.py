@@ -54,7 +54,8 @@ class AggregateStats:
     rows_new: int = 0
     metrics: list[str] = field(default_factory=list)
     rows_by_cluster: dict[str, int] = field(default_factory=dict)  # new rows per cluster stored
-    unlabelled_series: int = 0  # with cluster_label: series of the coverage metric without the label
+    unlabelled_series: int = 0  # with cluster_label: series of unlabelled_metric without the label
+    unlabelled_metric: str = ""
 
 
 def _iso(epoch_s: float) -> str:
@@ -118,8 +119,8 @@ def aggregate(
             raise NotPrometheusAnswer(f"{url}: no DCGM series carry the label {label!r} in [{_iso(start_s)}, "
                                       f"{_iso(end_s)}); nothing was recorded: check --cluster-label "
                                       "(or sources.prometheus.cluster_label)")
-        stats.unlabelled_series = unlabelled_devices(session, url, label, coverage_metric(metrics) or metrics[0],
-                                                     start_s, end_s, kw)
+        stats.unlabelled_metric = coverage_metric(metrics) or metrics[0]
+        stats.unlabelled_series = unlabelled_devices(session, url, label, stats.unlabelled_metric, start_s, end_s, kw)
     shared = bool(targets)
     targets = targets or [TsdbCluster(cluster)]
     if len(targets) > 1:

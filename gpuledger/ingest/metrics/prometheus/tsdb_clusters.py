@@ -33,10 +33,10 @@ class TsdbCluster:
     tenant: str | None = None
 
 
-def check_label(label: str, where: str) -> str:
+def check_label(label: str, where: str = "") -> str:
     if not LABEL_NAME.match(label or ""):
-        raise UsageError(f"{where} {label!r} is not a Prometheus label name (letters, digits and _, "
-                         "not starting with a digit), e.g. cluster")
+        raise UsageError(f"{where + ' ' if where else ''}{label!r} is not a Prometheus label name (letters, "
+                         "digits and _, not starting with a digit), e.g. cluster")
     return label
 
 
