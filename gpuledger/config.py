@@ -338,7 +338,7 @@ class TsdbClusterSource(_Strict):
     @field_validator("selector")
     @classmethod
     def _matchers(cls, value):
-        from gpuledger.ingest.metrics.prometheus.tsdb_clusters import check_selector
+        from gpuledger.rules.promql import check_selector
 
         try:
             return None if value is None else check_selector(value, "selector")

@@ -230,7 +230,8 @@ def _tsdb_clusters(url: str, cluster: str | None, label: str | None, config_file
     sources.prometheus's when --url is that server; --cluster keeps only that cluster."""
     from gpuledger.errors import UsageError
     from gpuledger.ingest.metrics.prometheus.auth import source_for
-    from gpuledger.ingest.metrics.prometheus.tsdb_clusters import check_label, clusters_from_source
+    from gpuledger.ingest.metrics.prometheus.tsdb_clusters import clusters_from_source
+    from gpuledger.rules.promql import check_label
 
     source = source_for(url, config_or_exit(config_file))
     targets = clusters_from_source(source)
@@ -240,7 +241,8 @@ def _tsdb_clusters(url: str, cluster: str | None, label: str | None, config_file
     except UsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--cluster-label") from None
     if label and not targets and cluster:  # one cluster of the label's values
-        from gpuledger.ingest.metrics.prometheus.tsdb_clusters import TsdbCluster, label_selector
+        from gpuledger.ingest.metrics.prometheus.tsdb_clusters import TsdbCluster
+        from gpuledger.rules.promql import label_selector
 
         targets = [TsdbCluster(cluster, label_selector(label, cluster))]
     elif targets and cluster:

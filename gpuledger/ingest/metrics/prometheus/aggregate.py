@@ -34,13 +34,13 @@ from gpuledger.ingest.metrics.prometheus.client import check_base_url, discover_
 from gpuledger.ingest.metrics.prometheus.decode import SOURCE
 from gpuledger.ingest.metrics.prometheus.tsdb_clusters import (
     TsdbCluster,
-    check_label,
     discover_clusters,
     unlabelled_devices,
 )
 from gpuledger.ingest.metrics.prometheus.windows import aggregate_chunk, coverage_metric, window_function
 from gpuledger.ingest.metrics.writes import store_wide
 from gpuledger.rules.clock import utc_now
+from gpuledger.rules.promql import check_label
 
 MAX_CHUNK_S = 86_400  # at most a day per query, as OpenCost asks
 MIN_STEP_S, MAX_STEP_S = 60, 300  # MAX_STEP_S bounds covered_ms: warehouse/data_now.sql relies on it

@@ -11,16 +11,11 @@ the range is a cluster.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuledger.errors import UsageError
 from gpuledger.ingest.metrics.prometheus.client import NotPrometheusAnswer, get_body, parse_json
-
-LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
-_MATCHERS = re.compile(rf"^{_MATCHER}(?:,{_MATCHER})*,?\s*$")
+from gpuledger.rules.promql import label_selector
 
 
 @dataclass(frozen=True)
@@ -31,27 +26,6 @@ class TsdbCluster:
     name: str
     selector: str = ""
     tenant: str | None = None
-
-
-def check_label(label: str, where: str = "") -> str:
-    if not LABEL_NAME.match(label or ""):
-        raise UsageError(f"{where + ' ' if where else ''}{label!r} is not a Prometheus label name (letters, "
-                         "digits and _, not starting with a digit), e.g. cluster")
-    return label
-
-
-def check_selector(selector: str, where: str) -> str:
-    """PromQL label matchers without braces, e.g. ``cluster="east"`` or ``k8s_cluster=~"eu-.*",env="prod"``."""
-    text = selector.strip().removeprefix("{").removesuffix("}")
-    if not _MATCHERS.match(text):
-        raise UsageError(f"{where} {selector!r} is not a list of PromQL label matchers; write it as "
-                         'cluster="east" (several: cluster="east",region=~"eu-.*")')
-    return text.strip()
-
-
-def label_selector(label: str, value: str) -> str:
-    """``label="value"`` with the value escaped as PromQL strings are."""
-    return f'{label}="{value.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
 
 
 def discover_clusters(session, url: str, label: str, metrics: Sequence[str], start_s: int, end_s: int,
