@@ -57,6 +57,10 @@ def waiting_for_gpus(situation: Situation, policy, targets, notes=None) -> list[
             phase = (j.observed or {}).get("phase")
             if j.observed is not None and phase in (None, WAITING):
                 kept.append(j)
+            elif notes is not None and situation.observed_cluster not in (None, j.cluster):
+                notes[j.key].append(f"the live view is of cluster {situation.observed_cluster} "
+                                    f"({situation.observed_by}), this job is on cluster {j.cluster}: nothing is "
+                                    f"preempted for it (plan with a backend of {j.cluster})")
             elif notes is not None:
                 notes[j.key].append(f"{situation.observed_by} " + (
                     "does not list it now" if j.observed is None else f"shows it {j.observed.get('state')}")

@@ -266,6 +266,8 @@ class AlertsPolicy(_Strict):
     digest_hour_utc: int = Field(default=8, ge=0, le=23)  # the digest of the day before goes out then
     budget_thresholds_pct: list[float] = Field(default_factory=lambda: [80.0, 100.0])
     dashboard_url: str | None = None  # links in alerts, e.g. "https://gpuledger.example.org"
+    # whom a job's owner asks about a preemption or for an exemption (an address, a channel, a URL)
+    contact: str | None = None
     max_attempts: int = Field(default=12, ge=1)
     retry_base_seconds: float = Field(default=30, gt=0)  # backoff: base × 2^(attempt-1), capped at 1 h
 
