@@ -136,6 +136,10 @@ def test_plan_file_requeues_the_requeue_job_cancels_the_other_exactly_once(slurm
 
     real = gl(slurm, "enforce", "apply", "--backend", "slurm", "--plan", str(plan), "--yes", *w).stdout
     assert f"job {requeue} requeued" in real and f"job {stop} cancelled" in real, real
+    # the dry run named exactly the commands the real run ran, in its order
+    would = [ln.split("would run: ", 1)[1] for ln in dry.splitlines() if "would run: " in ln]
+    ran = [ln.split("; ran: ", 1)[1] for ln in real.splitlines() if "; ran: " in ln]
+    assert would == ran and len(ran) >= 2, (dry, real)
     assert wait_for(slurm, requeue, lambda f: f.get("Restarts") == "1", "Restarts=1")["Restarts"] == "1"
     wait_for(slurm, stop, lambda f: f.get("JobState") in (None, "CANCELLED"), "CANCELLED")
 
