@@ -653,7 +653,20 @@ def whatif_result(text: str) -> dict:
     out["titles"] = {p["policy"]: p.get("title") or p["policy"] for p in doc["policies"]}
     sweep = doc.get("sweep") or {}
     out["sweep_parameter"], out["sweep_policy"] = sweep.get("parameter"), sweep.get("policy")
+    out["outcome"] = whatif_outcome(doc.get("outcome"), out["titles"])
     return out
+
+
+def whatif_outcome(block: dict | None, titles: dict[str, str]) -> dict | None:
+    """The outcome table of a result file (issue 34; files before it have none: None): ``table``
+    (figure, target, one column per policy title, cells ``median [min–max]``), ``seeds``, ``regime``."""
+    if not block:
+        return None
+    from gpuledger.whatif.outcome import TARGET_NOTE, frame_from_document
+
+    table, policies, _ = frame_from_document(block)
+    return {"table": table.rename({p: titles.get(p, p) for p in policies}), "seeds": block.get("seeds", []),
+            "regime": block.get("regime", ""), "target_note": TARGET_NOTE}
 
 
 def whatif_long(frames: dict) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -18,17 +18,28 @@ Opener = Callable[[], AbstractContextManager]
 
 
 def decide_at(con, cfg: Config, now: datetime, observed: dict | None = None,
-              observed_by: str | None = None) -> tuple[list[Action], Situation]:
-    situation = inputs.gather(con, cfg, now=now, observed=observed, observed_by=observed_by)
+              observed_by: str | None = None, observed_cluster: str | None = None) -> tuple[list[Action], Situation]:
+    situation = inputs.gather(con, cfg, now=now, observed=observed, observed_by=observed_by,
+                              observed_cluster=observed_cluster)
     return policy.decide(situation, cfg.policy.enforcement), situation
 
 
+def look(backend) -> tuple[dict | None, str | None, str | None]:
+    """(live view, who saw it, of which cluster) from a backend that observes; (None, None, None)
+    without one (then nothing is preempted)."""
+    if backend is None or not backend.observes:
+        return None, None, None
+    cluster = backend.cluster_name()  # first: a controller of another cluster is refused before reading it
+    return backend.observe(), backend.name, cluster
+
+
 def plan(reader: Opener, writer: Opener, cfg: Config, now: datetime, *, record: bool = True,
-         observed: dict | None = None, observed_by: str | None = None) -> tuple[list[Action], str | None, Situation]:
+         observed: dict | None = None, observed_by: str | None = None,
+         observed_cluster: str | None = None) -> tuple[list[Action], str | None, Situation]:
     """(actions, plan_id or None when not recorded, situation). ``observed``: Backend.observe()
-    (None: no live view, so the plan preempts nothing and says so)."""
+    (None: no live view, so the plan preempts nothing and says so) of ``observed_cluster``."""
     with reader() as con:
-        actions, situation = decide_at(con, cfg, now, observed, observed_by)
+        actions, situation = decide_at(con, cfg, now, observed, observed_by, observed_cluster)
     plan_id = None
     if record:
         with writer() as con:

@@ -209,6 +209,11 @@ class EnforcementPolicy(_Strict):
     exempt_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
     exempt_kinds: list[str] = Field(default_factory=lambda: ["inference"])  # production inference: never preempted, on top
     exempt_labels: dict[str, str] = Field(default_factory=dict)
+    # Slurm jobs: exempt by account, user or QOS as pods are by namespace and label (never
+    # preempted, on top)
+    exempt_accounts: list[str] = Field(default_factory=list)
+    exempt_users: list[str] = Field(default_factory=list)
+    exempt_qos: list[str] = Field(default_factory=list)
     warn_before_preempt_minutes: float = Field(default=15, ge=0)  # a squatter's warning at least this long before
     max_data_age_minutes: float = Field(default=15, gt=0)  # stale-data guard: older data plans no preemption
     checkpoint_label: str = "gpuledger.io/checkpointing"  # "true" on a pod / workload: it resumes, so requeue
@@ -261,6 +266,8 @@ class AlertsPolicy(_Strict):
     digest_hour_utc: int = Field(default=8, ge=0, le=23)  # the digest of the day before goes out then
     budget_thresholds_pct: list[float] = Field(default_factory=lambda: [80.0, 100.0])
     dashboard_url: str | None = None  # links in alerts, e.g. "https://gpuledger.example.org"
+    # whom a job's owner asks about a preemption or for an exemption (an address, a channel, a URL)
+    contact: str | None = None
     max_attempts: int = Field(default=12, ge=1)
     retry_base_seconds: float = Field(default=30, gt=0)  # backoff: base × 2^(attempt-1), capped at 1 h
 
