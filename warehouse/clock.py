@@ -1,6 +1,6 @@
 """"Now" for the data, low in the warehouse so the analytics and the read model ask the same rule
 without importing each other: the newest moment the samples cover (a window aggregate reaches its
-newest raw sample: ts + covered_ms, migration 020) or job event (submit, start, end) that is not in
+newest raw sample: ts + covered_ms, migration 021) or job event (submit, start, end) that is not in
 the future (a replayed or simulated week ends there); the wall clock when there is none."""
 
 from __future__ import annotations

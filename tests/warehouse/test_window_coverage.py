@@ -1,4 +1,4 @@
-"""Migration 020 and "now" for the data (issue 41): a window aggregate covers up to its newest raw
+"""Migration 021 and "now" for the data (issue 41): a window aggregate covers up to its newest raw
 sample (ts + covered_ms), and "now" is the end of that coverage, not the last window's start."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ def _at(minutes: float) -> datetime:
     return datetime(2026, 11, 3, 0, int(minutes), int(minutes % 1 * 60))
 
 
-def test_migration_020_keeps_every_row_and_says_how_far_old_windows_reach(warehouse_file):
+def test_migration_021_keeps_every_row_and_says_how_far_old_windows_reach(warehouse_file):
     warehouse_file.parent.mkdir(parents=True)
     con = duckdb.connect(str(warehouse_file))
-    apply_migrations(con, target=19)
+    apply_migrations(con, target=20)
     con.execute("INSERT INTO gpus (gpu_id, cluster, gpu_uuid, host, model) VALUES "
                 "(1, 'c', 'GPU-a', 'n1', 'H100'), (2, 'c', 'GPU-b', 'n1', 'H100'), (3, 'c', 'GPU-c', 'n1', 'H100')")
-    # GPU 1: three 5-minute windows written before 020 (each held the samples of (ts, ts + 5 min]);
+    # GPU 1: three 5-minute windows written before 021 (each held the samples of (ts, ts + 5 min]);
     # GPU 2: raw samples; GPU 3: a single window (no step to tell from)
     con.execute("INSERT INTO gpu_samples (gpu_id, ts, sm_active_ratio, sample_n, source) VALUES "
                 "(1, $a, 0.5, 10, 'prometheus'), (1, $b, 0.5, 10, 'prometheus'), (1, $c, 0.5, 10, 'prometheus'),"

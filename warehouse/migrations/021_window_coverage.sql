@@ -1,4 +1,4 @@
--- 020: how far in time a row of gpu_samples reaches (issue 41). A window aggregate (`ingest
+-- 021: how far in time a row of gpu_samples reaches (issue 41). A window aggregate (`ingest
 -- prometheus --aggregate 5m`) stays stamped at its window's start, and covered_ms says how many
 -- milliseconds after ts its newest raw sample lies: its raw samples lie in [ts, ts + covered_ms].
 -- "Now" for the data is the end of that coverage (warehouse/data_now.sql), so the last window no
