@@ -46,11 +46,13 @@ def listed(run) -> list[str]:
     return [line.strip() for _, o in run.results for line in o.detail.splitlines()[1:]]
 
 
-def test_a_workload_kueue_evicted_between_plan_and_apply_is_left_alone(server, kueue_warehouse, tmp_path):
+def _planned_preemption(server, path, tmp_path):
+    """Funded work waits for 8 H100 (holding no quota); the unfunded `burst` Workload holds them: the
+    plan, made with Kueue's live view, preempts burst for it. Returns (kubeconfig, plan file)."""
     from gpuledger import warehouse
 
     kc = kubeconfig(server, tmp_path / "kc")
-    with warehouse.open_writer(kueue_warehouse) as con:  # funded work waiting for 8 H100s
+    with warehouse.open_writer(path) as con:
         con.execute("INSERT INTO jobs (cluster, job_id, project, name, namespace, kind, gpu_model, gpus, "
                     "min_runtime_s, submit_time, state, priority, source, updated_at) VALUES ('k', "
                     "'ml/workload/waiting', 'funded-proj', 'waiting', 'ml', 'training', 'H100', 8, 3600, ?, "
@@ -59,10 +61,30 @@ def test_a_workload_kueue_evicted_between_plan_and_apply_is_left_alone(server, k
         server.kueue_workloads[("ml", n)] = workload(n, priority=10, admitted=n != "waiting")
     plan = tmp_path / "plan.json"
     done = _cli("enforce", "plan", "--observe", "kueue", "--kubeconfig", str(kc), "--format", "json", "--out",
-                str(plan), "--now", AT, "-w", str(kueue_warehouse))
+                str(plan), "--now", AT, "-w", str(path))
     assert done.exit_code == 0, done.output
     (pre,) = [a for a in json.loads(plan.read_text())["actions"] if a["action"] == "preempt"]
     assert pre["job_id"] == "ml/workload/burst" and pre["observed"]["state"] == "QuotaReserved"
+    assert pre["serves"]["job_id"] == "ml/workload/waiting" and pre["serves"]["observed"]["state"] == "Pending"
+    return kc, plan
+
+
+def test_a_preemption_whose_beneficiary_lost_its_funding_is_refused(server, kueue_warehouse, tmp_path):
+    kc, plan = _planned_preemption(server, kueue_warehouse, tmp_path)
+    # between plan and apply the budget goes (leadership moved it): funded-proj has none left
+    config = tmp_path / "c.yaml"
+    config.write_text(config.read_text().replace("  - {node: funded-proj, gpu_hours: 1000, period: 2026-11}\n",
+                                                 "  - {node: funded-proj, gpu_hours: 0, period: 2026-11}\n"))
+    assert _cli("config", "load", "--config", str(config), "-w", str(kueue_warehouse)).exit_code == 0
+    out = _cli("enforce", "apply", "--backend", "kueue", "--plan", str(plan), "--yes", "--kubeconfig", str(kc),
+               "--now", AT, "-w", str(kueue_warehouse)).output
+    assert ("refused        preempt      k/ml/workload/burst: the funded job ml/workload/waiting it would serve is "
+            "no longer funded at apply time (budget exhausted") in out, out
+    assert server.kueue_workloads[("ml", "burst")]["spec"]["active"] is True
+
+
+def test_a_workload_kueue_evicted_between_plan_and_apply_is_left_alone(server, kueue_warehouse, tmp_path):
+    kc, plan = _planned_preemption(server, kueue_warehouse, tmp_path)
     # Kueue preempts it for its own reasons before gpuledger applies: evicted, waiting again, no quota
     burst = server.kueue_workloads[("ml", "burst")]
     burst["status"]["conditions"] = [{"type": "QuotaReserved", "status": "False"},
@@ -76,6 +98,8 @@ def test_a_workload_kueue_evicted_between_plan_and_apply_is_left_alone(server, k
     (row,) = _audit(kueue_warehouse, "SELECT outcome, cause, detail FROM enforcement_audit WHERE phase = 'applied' "
                                      "AND action = 'preempt'")
     assert row[:2] == ("skipped", "not-holding") and "holds no GPUs now (Evicted" in row[2]
+    told = _cli("enforce", "explain", "ml/workload/burst", "-w", str(kueue_warehouse)).output
+    assert "via kueue: skipped: job ml/workload/burst holds no GPUs now (Evicted" in told, told
 
 
 def test_kueue_dry_run_lists_exactly_the_writes_the_real_run_sends(server, api):
