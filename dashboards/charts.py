@@ -252,12 +252,18 @@ def budget_vs_consumed(frame: pl.DataFrame, title: str) -> alt.Chart:
     data = frame.filter(pl.col("budget_gpu_hours") > 0).with_columns(
         consumed_pct=100 * pl.col("consumed_gpu_hours") / pl.col("budget_gpu_hours"))
     domain = list(STATUS_COLORS)
-    return finish(alt.Chart(data).mark_bar(size=ROW_PX - 6).encode(
+    # the axis is the budget, 0-100 %, whatever the largest bar (a node at 16.7 % fills 16.7 %); past
+    # 100 % it grows, and the dashed rule marks where the budget ends
+    top = max(100.0, float(data["consumed_pct"].max() or 0.0)) if data.height else 100.0
+    bars = alt.Chart(data).mark_bar(size=ROW_PX - 6).encode(
         y=_band("node:N", "org node"),
-        x=alt.X("consumed_pct:Q", title=axis_title("consumed of the period's budget", "%")),
+        x=alt.X("consumed_pct:Q", title=axis_title("consumed of the period's budget", "%"),
+                scale=alt.Scale(domain=[0, top], nice=False)),
         color=alt.Color("status:N", scale=alt.Scale(domain=domain, range=[STATUS_COLORS[d] for d in domain]),
-                        legend=legend("status")),
-    ), title, plot_height(data.height))
+                        legend=legend("status")))
+    budget = alt.Chart(pl.DataFrame({"consumed_pct": [100.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(
+        x="consumed_pct:Q")
+    return finish(bars + budget, title, plot_height(data.height))
 
 
 def burn_down(history: pl.DataFrame, projection: pl.DataFrame, budget: float, title: str) -> alt.Chart:

@@ -366,9 +366,10 @@ def queue_reasons(tree: pl.DataFrame) -> pl.DataFrame:
         for level in reversed(chain):
             group = siblings[level["parent"]]
             place = [g["node"] for g in group].index(level["node"]) + 1
+            # share and usage of the same parent, as LF divides them (usage_norm is of the whole org)
             steps.append(
-                f"{level['node']}: share {level['shares_norm']:.0%} vs usage {level['usage_norm'] or 0:.0%} of "
-                f"{level['parent']} → LF {_fmt_lf(level['level_fs'])}, {place} of {len(group)}")
+                f"{level['node']}: share {level['shares_norm']:.0%} vs usage {level['usage_effective'] or 0:.0%} "
+                f"of {level['parent']} → LF {_fmt_lf(level['level_fs'])}, {place} of {len(group)}")
         out.append({"queue_position": len(out) + 1, "project": r["node"], "fs_rank": r["fs_rank"],
                     "fairshare_factor": r["fairshare_factor"], "why": "; ".join(steps)})
     return pl.DataFrame(out, schema={"queue_position": pl.Int64, "project": pl.String, "fs_rank": pl.Int64,

@@ -55,8 +55,13 @@ def waiting_for_gpus(situation: Situation, policy, targets, notes=None) -> list[
         kept = []
         for j in waiting:
             phase = (j.observed or {}).get("phase")
-            if j.observed is not None and phase in (None, WAITING):
+            elsewhere = situation.observed_cluster not in (None, j.cluster)
+            if j.observed is not None and phase in (None, WAITING) and not elsewhere:
                 kept.append(j)
+            elif notes is not None and elsewhere:
+                notes[j.key].append(f"the live view is of cluster {situation.observed_cluster} "
+                                    f"({situation.observed_by}), this job is on cluster {j.cluster}: nothing is "
+                                    f"preempted for it (plan with a backend of {j.cluster})")
             elif notes is not None:
                 notes[j.key].append(f"{situation.observed_by} " + (
                     "does not list it now" if j.observed is None else f"shows it {j.observed.get('state')}")

@@ -89,14 +89,13 @@ def stale(situation: Situation, policy, cluster: str, source: str) -> str | None
 
 def held_by_rails(job: JobFacts, situation: Situation, policy) -> str | None:
     """Rails that hold whatever the reason to preempt: the scheduler's live view, the cool-down."""
+    if situation.observed_cluster is not None and job.cluster != situation.observed_cluster:
+        return (f"the live view is of cluster {situation.observed_cluster} ({situation.observed_by}), this "
+                f"job is on cluster {job.cluster}: nothing is preempted (plan with a backend of {job.cluster})")
     if job.observed is None:
         if situation.observed_by is None:
             return ("the plan was made without the scheduler's live view (plan with --observe BACKEND; a plan "
                     "file cannot observe): nothing is preempted")
-        if situation.observed_cluster is not None and job.cluster != situation.observed_cluster:
-            return (f"the live view is of cluster {situation.observed_cluster} ({situation.observed_by}), this "
-                    f"job is on cluster {job.cluster}: nothing is preempted (plan with a backend of "
-                    f"{job.cluster})")
         return f"{situation.observed_by} does not list this job now (ended or gone): nothing is preempted"
     hist = situation.history.get(job.key)
     if hist is not None and hist.last_preempted_at is not None:

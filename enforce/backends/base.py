@@ -25,9 +25,13 @@ SKIPPED = "skipped"  # this backend cannot act on this job (another scheduler's,
 
 @dataclass(frozen=True)
 class Outcome:
+    """What one action came to: the outcome word, why in words (``detail``), the scheduler's own
+    message (``error``) and ``cause``, a short stable name for why (a metric label, a filter)."""
+
     outcome: str
     detail: str
     error: str | None = None
+    cause: str | None = None
 
 
 class CredentialError(RunError):

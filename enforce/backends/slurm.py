@@ -300,10 +300,10 @@ class SlurmBackend(Backend):
                                                      error="timeout")) from None
         message = (done.stderr or done.stdout).strip().splitlines()
         message = message[-1] if message else ""
-        if done.returncode == 0:
-            return Outcome(DONE, f"job {action.job_id} {what}")
+        if done.returncode == 0:  # says the command it ran, as the dry run said it would
+            return Outcome(DONE, f"job {action.job_id} {what}; ran: {shown}")
         if any(s in message for s in _GONE):
-            return Outcome(SKIPPED, f"job {action.job_id} is no longer in the queue", error=message)
+            return Outcome(SKIPPED, f"job {action.job_id} is no longer in the queue", error=message, cause="gone")
         if any(s in message for s in _DENIED):
             raise CredentialError(f"{shown}: Slurm says {message!r}; run as SlurmUser, root or an operator "
                                   "(sacctmgr modify user NAME set adminlevel=operator)")

@@ -19,12 +19,13 @@ Channel types, chosen by the URL's scheme; each receives the alert's structure, 
 The JSON webhook body, schema ``gpuledger.alert`` version 1 (docs: README "Alerts")::
 
     {"schema": "gpuledger.alert", "version": 1, "id": <idempotency key>, "kind": "squatting" |
-     "digest" | "budget" | "statement" | "message", "severity": <gpuledger severity or null>,
+     "digest" | "budget" | "preempted" | "statement" | "message", "severity": <gpuledger severity or null>,
      "level": "info" | "warning" | "critical", "title": <subject>, "message": <plain text>,
      "link": <dashboard URL or null>, "fields": {<the alert's structured fields: job_id, cluster,
      project, owner, severity, gpus_idle, gpus_total, idle_since, gpu_hours_idle, idle_cost, currency, next,
      dashboard for squatting; node, level, consumed_pct, projected_exhaustion, dashboard for
-     budgets; project, day, findings, gpu_hours_idle for digests>}}
+     budgets; project, day, findings, gpu_hours_idle for digests; job_id, name, cluster, project,
+     owner, preempted_at, mode, rule, reason, gpus, gpu_model, gpu_hours_held for a preempted job>}}
 
 New fields may be added within a version; a field's meaning or type changes only with a new version.
 """
@@ -109,7 +110,7 @@ _RETRIED = "the outbox retries it"
 SCHEMA, SCHEMA_VERSION = "gpuledger.alert", 1
 # gpuledger severity -> the level every channel type maps to its own types
 LEVELS = {"info": "info", "warning": "warning", "second-warning": "warning", "preempt-eligible": "critical",
-          "80": "warning", "100": "critical", "exhaustion": "critical"}
+          "80": "warning", "100": "critical", "exhaustion": "critical", "preempted": "warning"}
 
 
 @dataclass

@@ -20,7 +20,7 @@ class CycleReport:
 
 def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     """Every alert the warehouse's state calls for at ``now`` (the data's "now")."""
-    from gpuledger.alerts.plan import budget_alerts, digest_alerts, squatting_alerts
+    from gpuledger.alerts.plan import budget_alerts, digest_alerts, preemption_alerts, squatting_alerts
     from gpuledger.warehouse.read_model import facts
 
     # the findings as of `now` (read_model.facts.findings): the pipeline's latest evaluation at or
@@ -35,7 +35,22 @@ def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     if episodes is not None:
         alerts += digest_alerts(episodes, policy, now=now)
     alerts += budget_alerts(facts.budget(con, policy=policy, as_of=now).frame, policy, now=now)
+    alerts += preemption_alerts(preempted_jobs(con, since=now - PREEMPTION_NOTICE_WINDOW), policy, now=now)
     return alerts
+
+
+#: how far back a preemption is still told to its owner (a first alert cycle after a long pause
+#: does not mail a month of history; each preemption is told once, by its key)
+PREEMPTION_NOTICE_WINDOW = timedelta(days=2)
+
+
+def preempted_jobs(con, *, since: datetime) -> list[dict]:
+    """Jobs gpuledger preempted for real since ``since`` (the audit's wall clock), with their owners."""
+    from gpuledger.sql import load_sql
+
+    cur = con.execute(load_sql(__package__, "preempted_jobs.sql"), {"since": since})
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 def enforcement_log(con, *, now: datetime) -> dict[tuple[str, str], str]:

@@ -200,3 +200,66 @@ def budget_alerts(burn: pl.DataFrame, policy, *, now: datetime) -> list[Alert]:
                                  payload={"node": b["node"], "level": level, "consumed_pct": round(pct, 3),
                                           "projected_exhaustion": exhaustion, "dashboard": link}))
     return out
+
+
+def preemption_alerts(rows: list[dict], policy, *, now: datetime) -> list[Alert]:
+    """One message to the owner of each job gpuledger preempted (``rows``: preempted_jobs.sql), once
+    per preemption: which job by name, why, the GPU-hours it held, what happens to it, what to do
+    and whom to ask. Owners without an address (no owner channel, not in ``owners``, no template)
+    hear nothing; the audit has it."""
+    alerts = policy.alerts
+    out = []
+    for r in rows:
+        address = owner_address(r.get("user_name"), alerts)
+        if not (alerts.owner_channel and address):
+            continue
+        name = r.get("name") or r["job_id"]
+        held_h = (max((r["preempted_at"] - r["start_time"]).total_seconds(), 0.0) / 3600
+                  if r.get("start_time") and r.get("preempted_at") else None)
+        gpus = r.get("gpus")
+        gpu_hours = None if held_h is None or gpus is None else held_h * float(gpus)
+        requeued = r.get("mode") == "requeue"
+        fate = ("it was requeued: it resumes from its last checkpoint when GPUs are free again; you need do nothing"
+                if requeued else "it was stopped (it declares no checkpointing): resubmit it when you need it")
+        lines = [
+            f"job {name} (id {r['job_id']}) on cluster {r['cluster']}, project {r.get('project')}, owner "
+            f"{r.get('user_name')}",
+            f"preempted at {_ts(r['preempted_at'])} UTC; {fate}",
+            f"why: {r['reason']}",
+        ]
+        if gpu_hours is not None:
+            lines.append(f"it held {float(gpus):g} {r.get('gpu_model') or ''} GPU{_s(gpus)} for {held_h:,.2f} h: "
+                         f"{gpu_hours:,.2f} GPU-hours")
+        lines += [f"what to do: {_next_steps(r, requeued)}",
+                  "to keep a job from preemption: run it under a project with budget left and declare a minimum "
+                  "runtime (it is protected that long); a job that checkpoints is requeued, not stopped, when it "
+                  f"says so (label {policy.enforcement.checkpoint_label}=true; Slurm: --requeue)",
+                  f"questions, or an exemption: {alerts.contact or 'your platform team'} "
+                  f"(the full record: gpuledger enforce explain {r['job_id']} --cluster {r['cluster']})"]
+        if alerts.dashboard_url:
+            lines.append(f"dashboard: {alerts.dashboard_url.rstrip('/')}/enforcement")
+        subject = (f"[preempted] your job {name} on {r['cluster']} was "
+                   f"{'requeued' if requeued else 'stopped'} for waiting funded work"
+                   if r.get("rule") in ("unfunded-burst", "past-min-runtime") else
+                   f"[preempted] your job {name} on {r['cluster']} was {'requeued' if requeued else 'stopped'}")
+        payload = {"job_id": r["job_id"], "name": name, "cluster": r["cluster"], "project": r.get("project"),
+                   "owner": r.get("user_name"), "preempted_at": r["preempted_at"], "mode": r.get("mode"),
+                   "rule": r.get("rule"), "reason": r["reason"], "gpus": gpus, "gpu_model": r.get("gpu_model"),
+                   "gpu_hours_held": None if gpu_hours is None else round(gpu_hours, 4)}
+        out.append(Alert(key=f"preempted|{r['cluster']}|{r['job_id']}|{r['action_id']}|{alerts.owner_channel}|{address}",
+                         kind="preempted", channel=alerts.owner_channel, recipient=address, severity="preempted",
+                         subject=subject, body="\n".join(lines), created_at=now, not_before=now, payload=payload))
+    return out
+
+
+def _next_steps(r: dict, requeued: bool) -> str:
+    """The commands an owner runs to see the job, in its scheduler's words."""
+    job = r.get("scheduler_job") or r["job_id"]
+    source = str(r.get("source") or r.get("backend") or "")
+    if source.startswith("slurm"):
+        see = f"`scontrol show job {job}` (or `sacct -j {job}`)"
+    elif source == "kueue":
+        see = f"`kubectl describe workload -n {r.get('namespace')} {r.get('name')}`"
+    else:
+        see = f"`kubectl get events -n {r.get('namespace')} --field-selector involvedObject.name={r.get('name')}`"
+    return f"see its state with {see}" + ("" if requeued else "; resubmit it to run again")

@@ -268,8 +268,9 @@ def explain(
         if r["warned_at"] is not None:
             typer.echo(f"    relies on the warning delivered at {r['warned_at']:%Y-%m-%d %H:%M}Z")
         for a in sorted(applied.pop(r["action_id"], []), key=lambda a: a["attempt"]):
+            why = "; ".join(w for w in (a.get("detail"), a["error"] and f"the scheduler said: {a['error']}") if w)
             typer.echo(f"    applied {a['recorded_at']:%Y-%m-%d %H:%M}Z via {a['backend']}: {a['outcome']}"
-                       f"{' (dry run)' if a['dry_run'] else ''}{': ' + a['error'] if a['error'] else ''}")
+                       f"{' (dry run)' if a['dry_run'] else ''}{': ' + why if why else ''}")
     for w in warnings.get(key, []):
         reached = (f"delivered at {w.delivered_at:%Y-%m-%d %H:%M}Z" if w.delivered_at
                    else "not delivered (no backend warning applied, no alert sent)")
@@ -288,22 +289,28 @@ def preemptions(fmt: Format = FormatOpt, out: Path | None = options.OutOpt,
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         rows = audit.preemption_counts(con)
+        left = audit.preemptions_not_done(con)
     if fmt is not Format.table or out is not None:
         import polars as pl
 
         frame = pl.DataFrame(rows, schema={"cluster": pl.String, "job_id": pl.String, "preemptions": pl.Int64,
-                                           "last_preempted_at": pl.Datetime("us")}, orient="row")
+                                           "last_preempted_at": pl.Datetime("us"), "why": pl.String}, orient="row")
         show_frame(frame, fmt, out, "preempted jobs (UTC)", PREEMPTIONS)
         return
     if not rows:
         typer.echo("no job has been preempted by gpuledger")
-    for cluster, job_id, n, last in rows:
-        typer.echo(f"{n:>4}  {cluster}/{job_id}  last {last:%Y-%m-%d %H:%M}Z")
+    for cluster, job_id, n, last, why in rows:
+        typer.echo(f"{n:>4}  {cluster}/{job_id}  last {last:%Y-%m-%d %H:%M}Z" + (f"  why: {why}" if why else ""))
+    if left:
+        typer.echo(f"preemptions an apply run did not perform ({len(left)} newest), with why:")
+    for at, cluster, job_id, outcome, cause, why in left:
+        typer.echo(f"  {at:%Y-%m-%d %H:%M}Z {cluster}/{job_id}: {outcome} ({cause}): {why}")
 
 
 PREEMPTIONS = tables.View(columns=(
     tables.Column("preemptions", "times", "int", key=True), tables.Column("cluster", "cluster", key=True),
     tables.Column("job_id", "job", key=True), tables.Column("last_preempted_at", "last\n(UTC)", "datetime"),
+    tables.Column("why", "why (the last one)"),
 ))
 
 

@@ -141,7 +141,8 @@ def test_kueue_preempt_stop_deactivates_and_requeue_reactivates_after_eviction(s
     # evicted: the next run re-activates it and clears the mark; the stopped one stays off
     server.kueue_workloads[("ml", "ckpt")]["status"]["conditions"][0]["status"] = "False"
     server.kueue_workloads[("ml", "idle")]["status"]["conditions"][0]["status"] = "False"
-    assert backend.prepare(dry_run=False) == ["re-activated Workload ml/ckpt (requeue)"]
+    (line,) = backend.prepare(dry_run=False)
+    assert line.startswith("re-activated Workload ml/ckpt (requeue); sent:\n    PATCH ")
     assert calls(server, "PATCH") == [("PATCH", f"{WL}/ckpt", {}, {
         "spec": {"active": True}, "metadata": {"annotations": {"gpuledger.io/requeue": None}}})]
     ckpt, idle = server.kueue_workloads[("ml", "ckpt")], server.kueue_workloads[("ml", "idle")]
@@ -183,8 +184,13 @@ def test_plan_level_dry_run_writes_nothing_and_reads_what_the_real_run_checks(se
     run = apply_actions([action("set-priority", "ml/workload/a", priority=5),
                          action("preempt", "ml/workload/a", mode="stop")], KueueBackend(api=api, cluster="k"), dry_run=True)
     assert [o.outcome for _, o in run.results] == ["dry-run", "dry-run"] and run.performed == 0
-    # only the read the real run makes before a preemption (is it still the workload judged?)
-    assert [(c["method"], c["path"]) for c in server.calls] == [("GET", f"{WL}/a")]
+    # only reads: the list `prepare` scans for workloads to re-activate, the workload read before the
+    # priority (is it set already?) and twice before the preemption (still the workload judged? still
+    # active?) — exactly the reads the real run makes, so the dry run lists the writes it would send
+    assert [(c["method"], c["path"]) for c in server.calls] == [
+        ("GET", "/apis/kueue.x-k8s.io/v1beta2/workloads"), ("GET", f"{WL}/a"), ("GET", f"{WL}/a"), ("GET", f"{WL}/a")]
+    assert [line.strip().split(" ", 2)[:2] for _, o in run.results for line in o.detail.splitlines()[1:]] == [
+        ["PATCH", f"{WL}/a"], ["POST", "/api/v1/namespaces/ml/events"]] * 2
 
 
 # --- eviction -------------------------------------------------------------------------------------

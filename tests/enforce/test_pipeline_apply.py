@@ -25,10 +25,11 @@ def server():
     s.close()
 
 
-def pod(name: str) -> dict:
+def pod(name: str) -> dict:  # `want` waits for GPUs (Pending), as the warehouse has it
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "labels": {"app": name}},
-            "spec": {"containers": [{"name": "main"}]}, "status": {"phase": "Running"}}
+            "spec": {"containers": [{"name": "main"}]},
+            "status": {"phase": "Pending" if name == "want" else "Running"}}
 
 
 @pytest.mark.slow

@@ -4,3 +4,4 @@
 -- the CronJob's pod log. `enforce explain`, `enforce preemptions`, the enforcement page and the
 -- exporter read it from here.
 ALTER TABLE enforcement_audit ADD COLUMN detail VARCHAR;  -- applied rows: the backend's / rail's why
+ALTER TABLE enforcement_audit ADD COLUMN cause VARCHAR;   -- a short stable name for that why (other-cluster, rail, changed …)

@@ -1,0 +1,106 @@
+"""One chunk of window aggregates from a TSDB: the PromQL per DCGM family, and the rows it makes.
+
+A row stands for the raw samples of one device in one window [s, s + step), stamped at the window's
+start s, as a raw sample is stamped at its own moment and counted forward from it (attribution
+counts a row in a piece when piece_start <= ts < piece_end). Windows of 1 to 5 minutes nest in
+hours, so the hourly rollups and any allocation edge on the window grid see exactly the raw samples
+the windows stand for. Each window is asked at t = s + step as ``f(M[step] offset 1ms)``: the range
+(t - step - 1 ms, t - 1 ms] on Prometheus 3 and VictoriaMetrics, [t - step - 1 ms, t - 1 ms] on
+Prometheus 2 — for samples on whole milliseconds of a whole second the same window, [s, t), on each.
+
+Per window and device:
+
+* ``avg_over_time`` of the activity fields (SM, graphics engine, tensor, DRAM, GPU util) and power;
+* ``max_over_time`` of framebuffer used (the window's peak: what a job held);
+* ``last_over_time`` of framebuffer free / reserved and of the energy counter (the warehouse takes
+  reset-aware increments between rows: ``increase`` without its extrapolation to the edges);
+* ``count_over_time`` of the best activity field present: the raw samples the row stands for
+  (``gpu_samples.sample_n``), so every figure weights it by the time it covers;
+* ``timestamp(M offset 1ms)`` of that field: its newest sample (within the server's 5-minute
+  lookback, which holds any window of at most 5 minutes), so the row says how far it reaches
+  (``gpu_samples.covered_ms``) and "now" is the newest raw sample, not the last window's start.
+
+``selector`` (PromQL label matchers, e.g. ``cluster="east"``) narrows every query to one cluster's
+series in a TSDB holding several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import polars as pl
+
+from gpuledger.ingest.metrics import dcgm_fields as dcgm
+from gpuledger.ingest.metrics.exposition import series_long_to_wide
+from gpuledger.ingest.metrics.prometheus.client import get_body, matrix_result, parse_json
+from gpuledger.ingest.metrics.prometheus.decode import points_from_results
+from gpuledger.ingest.metrics.prometheus.window_copies import COUNT, NEWEST, merge_copies
+from gpuledger.rules.activity import SIGNAL_NAMES
+
+_AVG = {"sm_active", "gr_engine_active", "tensor_active", "dram_active", "gpu_util", "power"}
+_MAX = {"fb_used"}
+_LAST = {"fb_free", "fb_reserved", "energy"}
+_DEVICE = ["gpu_uuid", "mig_instance_id", "ts"]
+
+
+def window_function(metric: str) -> str | None:
+    """The ``*_over_time`` a family is aggregated with; None for families not stored."""
+    meaning = dcgm.FIELDS_BY_METRIC[metric].meaning
+    return ("avg_over_time" if meaning in _AVG else "max_over_time" if meaning in _MAX
+            else "last_over_time" if meaning in _LAST else None)
+
+
+def coverage_metric(metrics: Sequence[str]) -> str | None:
+    """The activity metric whose sample count says how many raw samples a window holds: the best
+    signal the exporter has (rules.activity: the one the figures use), so its sum and count, and
+    so the activity the analytics take from it, are the raw samples' exactly; a window where a
+    worse signal has blanks the best one has not weighs that signal's mean by the best one's count."""
+    for meaning in SIGNAL_NAMES:
+        for m in metrics:
+            if dcgm.FIELDS_BY_METRIC[m].meaning == meaning:
+                return m
+    return None
+
+
+def window_queries(metrics: Sequence[str], step_s: int, selector: str = "") -> dict[str, str]:
+    """{family or its role: PromQL} for one window of ``step_s`` ending at each grid point."""
+    sel = f"{{{selector}}}" if selector else ""
+    window = f"[{step_s}s] offset 1ms"
+    asked = {m: f"{window_function(m)}({m}{sel}{window})" for m in metrics if window_function(m)}
+    cover = coverage_metric(list(asked))
+    if cover:
+        asked[COUNT] = f"count_over_time({cover}{sel}{window})"
+        asked[NEWEST] = f"timestamp({cover}{sel} offset 1ms)"
+    return asked
+
+
+def _query(session, url: str, query: str, a: int, b: int, step_s: int, kw: dict) -> list[dict]:
+    """query_range over the grid points a + step, ..., <= b. An answer with warnings (a partial
+    response) raises PrometheusError naming them (client.parse_json)."""
+    endpoint = f"{url.rstrip('/')}/api/v1/query_range"
+    # partial_response=false: Thanos Query fails instead of answering without a store
+    params = {"query": query, "start": a + step_s, "end": b, "step": step_s, "partial_response": "false"}
+    status, content = get_body(session, endpoint, params, **kw)
+    return matrix_result(parse_json(endpoint, params, status, content), endpoint)
+
+
+def aggregate_chunk(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, *,
+                    kw: dict, pool: ThreadPoolExecutor, selector: str = "") -> pl.DataFrame:
+    """One chunk's wide frame: a row per (device, window start) in [a, b) with the gpu_samples
+    columns, ``sample_n`` and ``covered_ms`` (a device's several series in a window: window_copies)."""
+    asked = window_queries(metrics, step_s, selector)
+    jobs = {m: pool.submit(_query, session, url, q, a, b, step_s, kw) for m, q in asked.items()}
+    # one decode for all, so a series has one number in every answer; the helpers under their
+    # roles, not the family's name: a count or an epoch time is no reading of that family
+    points, series, _rejects = points_from_results({m: job.result() for m, job in jobs.items()}, url=url)
+    points = points.with_columns(pl.col("ts") - pl.duration(seconds=step_s))  # the window's start
+    kinds = {m: window_function(m).removesuffix("_over_time") for m in asked if m not in (COUNT, NEWEST)}
+    if COUNT not in asked:
+        wide = series_long_to_wide(points, series)
+        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"), pl.lit(None, pl.Int32).alias("covered_ms"))
+    merged, per_cell = merge_copies(points, series, kinds, step_s)
+    wide = series_long_to_wide(merged, series)
+    if wide.is_empty():
+        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"), pl.lit(None, pl.Int32).alias("covered_ms"))
+    return wide.join(per_cell.with_columns(pl.col("ts").cast(pl.Datetime("us"))), on=_DEVICE, how="left")
