@@ -26,8 +26,8 @@ def simulator_fingerprint(config=None) -> str:
     for path in sorted(Path(sim.__file__).parent.rglob("*.py")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
-    if config is not None:
-        digest.update(config.model_dump_json().encode())
+    if config is not None:  # what it sets, not the schema's defaults: a new setting keeps the cache
+        digest.update(config.model_dump_json(exclude_defaults=True).encode())
     return digest.hexdigest()[:8]
 
 
