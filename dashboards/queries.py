@@ -281,12 +281,18 @@ def idle_jobs(path: str, start: datetime, end: datetime, projects: tuple[str, ..
               default_tier: str, limit: int) -> pl.DataFrame:
     """The ``limit`` jobs of ``projects`` with the most idle GPU-hours in [start, end), most first:
     allocated and idle GPU-hours, the idle time's cost (Decimal, the rate in force each hour),
-    a ``label`` "job (project, user)", and ``jobs_idle`` / ``gpu_hours_idle_all`` over every job."""
+    a ``label`` "job name (project, user)", and ``jobs_idle`` / ``gpu_hours_idle_all`` over every job."""
     frame = read(path, "idle_jobs", start=start, end=end, projects=list(projects), clusters=list(clusters),
                  default_tier=default_tier, limit=limit)
-    return frame.with_columns(
-        job_key=pl.col("cluster") + "/" + pl.col("job_id"),
-        label=pl.col("job_id") + " (" + pl.col("project").fill_null("?") + ", " + pl.col("user_name").fill_null("?") + ")")
+    # the name its owner gave it (the id when it has none), as people look for it; a name shared by
+    # two rows (every `wrap` of an array) gets the id beside, so each job keeps its own heatmap row
+    named = frame.with_columns(job_key=pl.col("cluster") + "/" + pl.col("job_id"),
+                               _name=pl.coalesce(pl.col("name"), pl.col("job_id")))
+    named = named.with_columns(_name=pl.when(pl.len().over("_name") > 1)
+                               .then(pl.col("_name") + " · " + pl.col("job_id")).otherwise(pl.col("_name")))
+    return named.with_columns(
+        label=pl.col("_name") + " (" + pl.col("project").fill_null("?") + ", " + pl.col("user_name").fill_null("?")
+        + ")").drop("_name")
 
 
 def idle_heat(path: str, start: datetime, end: datetime, projects: tuple[str, ...], clusters: tuple[str, ...],

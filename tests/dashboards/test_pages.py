@@ -7,7 +7,6 @@ what follows the config's roles; an empty or missing warehouse says what to run.
 from __future__ import annotations
 
 import re
-
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -457,6 +456,12 @@ def test_idle_heatmap_rows_are_the_most_idle_jobs_with_their_cost(on_rig):
         want = sum((Decimal(str(h)).quantize(Decimal("0.000001")) * prices[m]
                     for h, m in zip(hours["gpu_hours_idle"], hours["gpu_model"], strict=True)), Decimal(0))
         assert abs(Decimal(row["idle_cost"]) - want) <= Decimal("0.01"), row
+    # each row by the name people gave the job (the id only when it has none), one row per job
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        names = dict(((c, j), n) for c, j, n in con.execute("SELECT cluster, job_id, name FROM jobs").fetchall())
+    for row in got.iter_rows(named=True):
+        assert row["label"].startswith(names[(row["cluster"], row["job_id"])] or row["job_id"]), row
+    assert got["label"].n_unique() == got.height
     # the heatmap's cells add up to each row's idle GPU-hours
     cells = queries.idle_job_cells(str(on_rig.warehouse), start, end, got, 2)
     for row in got.iter_rows(named=True):
