@@ -74,7 +74,7 @@ def duration(seconds: float) -> str:
     """A wait as people say it: ``45 s``, ``38 min``, ``1.8 h`` (Ai2: "5 min → 24 s")."""
     if seconds < 120:
         return f"{seconds:.0f} s"
-    if seconds < 7200:
+    if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:,.1f} h"
 
@@ -97,14 +97,18 @@ def cell(value: dict | None, kind: str) -> str:
 
 
 def table_frame(outcome_rows: list[dict], policies: tuple[str, ...]):
-    """The table as text cells: figure (unit) | target | one column per policy."""
+    """The table as text cells: figure (unit) | target | one column per policy. A figure this
+    code knows takes its label and target from :data:`FIGURES` (a file keeps its numbers, the
+    words follow the code); another keeps the file's."""
     import polars as pl
 
+    known = {f.key: f for f in FIGURES}
     return pl.DataFrame(
         {
-            "label": [r["label"] for r in outcome_rows],
-            "target": [r["target"] for r in outcome_rows],
-            **{p: [cell(r.get(p), r["kind"]) for r in outcome_rows] for p in policies},
+            "label": [known[r["figure"]].label if r["figure"] in known else r["label"] for r in outcome_rows],
+            "target": [known[r["figure"]].target if r["figure"] in known else r["target"] for r in outcome_rows],
+            **{p: [cell(r.get(p), known[r["figure"]].kind if r["figure"] in known else r["kind"])
+                   for r in outcome_rows] for p in policies},
         },
         schema={"label": pl.String, "target": pl.String, **dict.fromkeys(policies, pl.String)},
     )
