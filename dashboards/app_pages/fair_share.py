@@ -59,7 +59,9 @@ if ctx is not None:
     reasons = queries.queue_reasons(whole).filter(pl.col("project").is_in(list(keep)))
     ui.table(reasons, {
         "queue_position": ui.int_col("position"), "project": "project",
-        "why": st.column_config.TextColumn("level by level: share vs usage among siblings → LF, place", width=760),
+        "why": st.column_config.TextColumn("why: share vs usage of the parent → LF, place", width=560,
+                                           help="level by level, from the org down: share and usage among siblings, "
+                                                "LF = share ÷ usage, its place among them (the whole text on click)"),
         "fairshare_factor": ui.number_col("FS factor (0..1)", "%.3f")}, key="fs_queue", rows=max(reasons.height, 1))
     st.caption("Projects are served depth-first, siblings in descending level fair share (LF = share ÷ usage); "
                "positions are in the whole org's queue.")
