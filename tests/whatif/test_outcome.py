@@ -177,6 +177,13 @@ def test_whatif_schedule_over_simulated_seeds(tmp_path):
     assert again.stdout == done.stdout
     table = runner.invoke(app, args[:-3] + ["--no-progress"])
     assert table.exit_code == 0 and "median [min–max]" in table.output and "worst team" in table.output
+    # one warehouse, two seeds: the same recorded jobs, each seed its own draws for the never-started
+    one = runner.invoke(app, ["whatif", "schedule", "--warehouse", doc["sources"]["1"], "--seeds", "2",
+                              "--policies", "priority", "--format", "json", "--no-progress"])
+    assert one.exit_code == 0, one.output
+    block = json.loads(one.stdout)["outcome"]
+    assert block["seeds"] == [1, 2] and set(block["sources"].values()) == {doc["sources"]["1"]}
+    assert "each seed its draws" in block["regime"]
     bad = runner.invoke(app, args[:-3] + ["--sweep", "cycle_minutes=5,15"])
     assert bad.exit_code == 2 and "a sweep replays one trace" in bad.output
     bad = runner.invoke(app, ["whatif", "schedule", "--simulate-gpus", "12", "--no-progress"])
