@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from gpuledger.simulator import build_cluster  # noqa: E402
+from gpuledger.simulator import build_cluster
 
 STANDARD = ((256, 7, 42), (256, 30, 1), (1024, 7, 42), (1024, 30, 1))
 WARM_UP_S = 86400

@@ -28,8 +28,17 @@ from gpuledger.simulator import pools
 from gpuledger.simulator.cluster import GPUS_PER_NODE
 from gpuledger.simulator.noise import SALT, uniform
 from gpuledger.simulator.specs import (
-    BATCH, FAILING, FINE_TUNE, INFERENCE, INTERACTIVE, PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, SQUAT,
-    TRAINING, JobSpec,
+    BATCH,
+    FAILING,
+    FINE_TUNE,
+    INFERENCE,
+    INTERACTIVE,
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
+    SQUAT,
+    TRAINING,
+    JobSpec,
 )
 
 REGIME = "ai2-backlog"  # the demand regime this module draws; figures name it beside the seed
@@ -271,10 +280,10 @@ class Demand:
             dur = int(rng.uniform(0.3, 1.8) * 3600)
             # no checkpoints: preempted, it starts over, so it declares its whole runtime
             spec = JobSpec(project, user, f"{project}-eval-{k}", "batch", BATCH, whole,
-                           int(rng.choice([1, 1, 2, 4, 8])), dur, submit, priority, dur, "k8s")
+                           int(rng.choice([1, 1, 1, 8])), dur, submit, priority, dur, "k8s")
         elif template == "inference":
             spec = JobSpec(project, user, f"{project}-serve-{k}", "inference", INFERENCE, whole,
-                           int(rng.choice([1, 2, 2, 4])), int(rng.uniform(4, 24) * 3600), submit, priority,
+                           int(rng.choice([1, 1, 1, 8])), int(rng.uniform(4, 24) * 3600), submit, priority,
                            MIN_RUNTIME_CAP_S, "k8s")
         elif template == "debug":
             dur = int(rng.uniform(3, 25) * 60)

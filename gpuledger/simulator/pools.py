@@ -70,7 +70,7 @@ class Placer:
         return any(len(lanes) >= count for lanes in nodes)
 
     def fits_partly_used(self, pool: str, count: int) -> bool:
-        """Whether a job of fewer than 8 whole GPUs fits on a node of ``pool`` that is already in use."""
+        """Whether a job of fewer than 8 whole GPUs fits on a node of ``pool`` already in use."""
         return any(count <= len(lanes) < GPUS_PER_NODE for lanes in self.free[pool].values())
 
     def take(self, pool: str, count: int) -> list[int] | None:

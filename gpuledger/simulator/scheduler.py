@@ -86,8 +86,9 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
         fair.running[spec.project] += spec.gpus
         push(t + spec.duration_s, _END, idx)
 
-    def best_waiting(pool: str, by_project, fits) -> tuple | None:
-        """(rank, project, lanes wanted) of the job to start next among those ``fits`` allows."""
+    def next_job(by_project, fits) -> tuple[str, int] | None:
+        """(project, lanes wanted) of the job to start next among those ``fits`` allows: the
+        project of the lowest fair-share key, its first such job in queue order."""
         best = None
         for project, by_count in by_project.items():
             head = None
@@ -98,13 +99,14 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
                 rank = (fair.key(project), project)
                 if best is None or rank < best[0]:
                     best = (rank, project, head[1])
-        return best
+        return None if best is None else best[1:]
 
     def fill(pool: str, t: int) -> None:
-        """Start waiting jobs in ``pool`` until none fits. Whole-GPU pools keep node shapes: a job
-        of fewer than 8 GPUs goes to a node already in use when one fits it, a free node goes to a
-        whole-node job first, and only then to smaller jobs — else small jobs would break every node
-        as it frees and whole-node jobs would never start (no free lane is ever held back)."""
+        """Start waiting jobs in ``pool`` until none fits, in fair-share order. Whole-GPU pools
+        keep node shapes: a job of fewer than 8 GPUs goes first to a node already in use, a free
+        node goes first to a whole-node job, and only then to smaller jobs; else small jobs would
+        break every node as it frees and whole-node jobs would seldom start. No free lane is ever
+        held back."""
         by_project = queues.get(pool)
         if pool.startswith("whole:"):
             phases = (lambda c: c < GPUS_PER_NODE and placer.fits_partly_used(pool, c),
@@ -114,12 +116,12 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
             phases = (lambda c: placer.fits(pool, c),)
         while by_project and placer.free_total.get(pool, 0) > 0:
             for fits in phases:
-                best = best_waiting(pool, by_project, fits)
-                if best is not None:
+                chosen = next_job(by_project, fits)
+                if chosen is not None:
                     break
             else:
                 return
-            _, project, count = best
+            project, count = chosen
             _, _, idx = heapq.heappop(by_project[project][count])
             start(idx, t, placer.take(pool, count))
 

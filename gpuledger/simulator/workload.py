@@ -18,7 +18,16 @@ from gpuledger.simulator.cluster import Hardware
 from gpuledger.simulator.demand import MIN_RUNTIME_CAP_S, REGIME, Demand, global_shares, plan_for  # noqa: F401
 from gpuledger.simulator.pools import Placer, partition_name
 from gpuledger.simulator.specs import (  # noqa: F401 (signals.py and tests import the codes from here)
-    BATCH, BEHAVIOUR_NAMES, FAILING, FINE_TUNE, IDLE, INFERENCE, INTERACTIVE, SQUAT, TRAINING, JobSpec,
+    BATCH,
+    BEHAVIOUR_NAMES,
+    FAILING,
+    FINE_TUNE,
+    IDLE,
+    INFERENCE,
+    INTERACTIVE,
+    SQUAT,
+    TRAINING,
+    JobSpec,
 )
 
 
