@@ -207,7 +207,8 @@ class Demand:
     def _mig_services(self) -> list[JobSpec]:
         """One service per MIG device of the large profiles (3g, 4g, 7g) and per second device of
         the small ones; the rest of the small ones is for sessions. Shared among the serving
-        projects by share. Services run through the window."""
+        projects by share. Services were up before the window and run through it: they are placed
+        at its first instant, before any top-up (whose jobs come a second or more later)."""
         serving = self._service_projects()
         if not serving:
             return []
@@ -224,7 +225,7 @@ class Demand:
                 k = self._next()
                 out.append(JobSpec(project, self._users(project)[k % 4], f"{project}-svc-{k}", "inference",
                                    INFERENCE, pool, 1, self.end_s - self.start_s + 86400,
-                                   self.start_s + int(self.rng.integers(0, 1800)), PRIORITY_HIGH,
+                                   self.start_s, PRIORITY_HIGH,
                                    MIN_RUNTIME_CAP_S, "k8s", gpus=self.gpus_per_lane(pool)))
         return out
 
@@ -245,7 +246,7 @@ class Demand:
             for _ in range(1000):  # a bound, never reached: a job is at least a MIG slice
                 if outstanding.get(project, 0.0) >= want:
                     break
-                spec = self._job(project, t + int(self.rng.integers(0, TOP_UP_S)), load)
+                spec = self._job(project, t + int(self.rng.integers(1, TOP_UP_S)), load)
                 outstanding[project] = outstanding.get(project, 0.0) + spec.gpus
                 load[spec.pool] = load.get(spec.pool, 0) + spec.count
                 out.append(spec)
