@@ -58,7 +58,9 @@ QUIET_BELOW, DEADLINE_FROM = 0.15, 0.8
 # NVIDIA data center monitoring", 2025) ranks "jobs occupy GPUs but don't use them" as of moderate
 # frequency; Princeton Research Computing kills jobs at 0 % GPU utilization after 2 h, with two
 # warnings (its utilization policy, Nov 2023), because they recur. With these shares squatters
-# hold about 1 % of the cluster's GPU-hours (BENCHMARKS.md, "Simulator").
+# hold about 1 % of the cluster's GPU-hours (BENCHMARKS.md, "Simulator"). A session on a
+# time-sliced GPU is never left idle here: its neighbour's work hides it from per-GPU data, so it
+# could not be ground truth for the squatting rules.
 SQUAT_SHARE_SESSIONS = 0.10
 SQUAT_SHARE_DEBUG = 0.01
 FAIL_SHARE = {"fine-tune": 0.05, "batch": 0.08}
@@ -174,14 +176,16 @@ class Demand:
         return self._chains() + self._mig_services()
 
     def _chains(self) -> list[JobSpec]:
-        """One chain per 8-64 GPUs of 60 % of a chain project's share of whole GPUs, never more
-        than half of a pool in chains."""
+        """One chain per 8-64 GPUs of 60 % of a chain project's share of whole GPUs (one of 8 GPUs
+        when that is less than a node but the share is a node or more), never more than half of a
+        pool in chains."""
         room = {p: self.capacity[p] // 2 for p in self.whole_pools}
         out, chain = [], 0
         for project in self.projects:
             if not self.plans[project].chains:
                 continue
-            budget = 0.6 * self.shares[project] * self.whole_total
+            owned = self.shares[project] * self.whole_total
+            budget = 0.6 * owned if 0.6 * owned >= GPUS_PER_NODE else GPUS_PER_NODE if owned >= GPUS_PER_NODE else 0
             while budget >= GPUS_PER_NODE:
                 size = max(s for s in (64, 32, 16, 8) if s <= budget)
                 pool = max(room, key=lambda p: (room[p], p)) if room else None
@@ -290,13 +294,13 @@ class Demand:
             dur = int(rng.uniform(3, 25) * 60)
             spec = JobSpec(project, user, f"dbg-{user}-{k}", "batch", BATCH, self._choose(anywhere, load, drawn=0), 1, dur,
                            submit, PRIORITY_HIGH, dur, "k8s", debug=True)
-            if rng.random() < SQUAT_SHARE_DEBUG:
+            if rng.random() < SQUAT_SHARE_DEBUG and spec.pool != pools.SHARED:
                 return self._squatter(spec, k)
         else:  # interactive: a notebook session; its user is at the keyboard for all of it
             dur = int(rng.uniform(0.5, 6) * 3600)
             spec = JobSpec(project, user, f"nb-{user}-{k}", "interactive", INTERACTIVE, self._choose(anywhere, load, drawn=0),
                            1, dur, submit, priority, dur, "k8s")
-            if rng.random() < SQUAT_SHARE_SESSIONS:
+            if rng.random() < SQUAT_SHARE_SESSIONS and spec.pool != pools.SHARED:
                 return self._squatter(spec, k)
         if rng.random() < FAIL_SHARE.get(template, 0.0):
             spec.behaviour, spec.duration_s, spec.name = FAILING, int(rng.uniform(60, 600)), spec.name + "-fail"

@@ -131,6 +131,21 @@ def allocations_frame(sim: SimCluster, gpu_ids: np.ndarray) -> pl.DataFrame:
     )
 
 
+def provenance(sim: SimCluster) -> tuple[str, str]:
+    """(scope, position) naming what was simulated: cluster and window, and the seed and demand
+    regime every figure drawn from it depends on (`warehouse summary` shows it)."""
+    scope = f"{sim.cluster} {sim.start:%Y-%m-%dT%H:%M}..{sim.end:%Y-%m-%dT%H:%M}"
+    return scope, f"seed {sim.seed}, regime {sim.workload.regime}"
+
+
+def provenance_frame(sim: SimCluster) -> pl.DataFrame:
+    """The ingest_checkpoints row recording :func:`provenance` (source ``simulator``)."""
+    scope, position = provenance(sim)
+    return pl.DataFrame({"source": [SOURCE], "scope": [scope], "position": [position],
+                         "updated_at": [sim.end]}, schema={"source": pl.String, "scope": pl.String,
+                                                           "position": pl.String, "updated_at": pl.Datetime("us")})
+
+
 def node_label_frame(sim: SimCluster) -> pl.DataFrame:
     """node_labels rows for the simulated nodes (as the Kubernetes ingest would store them)."""
     import json
@@ -201,6 +216,7 @@ def write_simulation(
     gpu_ids = np.zeros(sim.hardware.n_devices, dtype=np.int64)
     gpu_ids[ids["device_idx"].to_numpy()] = ids["gpu_id"].to_numpy()
     close_earlier_windows(con, sim)
+    warehouse.upsert(con, "ingest_checkpoints", provenance_frame(sim))
     warehouse.upsert(con, "jobs", jobs_frame(sim))
     warehouse.upsert(con, "job_allocations", allocations_frame(sim, gpu_ids))
     devices = registered.select("host", "gpu_uuid", "mig_instance_id", "gpu_id")
