@@ -63,6 +63,7 @@ QUIET_BELOW, DEADLINE_FROM = 0.15, 0.8
 # could not be ground truth for the squatting rules.
 SQUAT_SHARE_SESSIONS = 0.10
 SQUAT_SHARE_DEBUG = 0.01
+PLANTED_SQUATTERS = 4  # ground truth for tests and demos at any size (Demand._planted_squatters)
 FAIL_SHARE = {"fine-tune": 0.05, "batch": 0.08}
 # Inflated priorities: share of jobs that say high / normal / low.
 PRIORITY_DRAW = ((PRIORITY_HIGH, 0.7), (PRIORITY_NORMAL, 0.2), (PRIORITY_LOW, 0.1))
@@ -172,8 +173,28 @@ class Demand:
     # --- the window's first jobs ---
 
     def initial(self) -> list[JobSpec]:
-        """Training chains' first segments and the MIG inference services, submitted at the start."""
-        return self._chains() + self._mig_services()
+        """Training chains' first segments and the MIG inference services, submitted at the start,
+        and the planted squatters, submitted later in the window."""
+        return self._chains() + self._mig_services() + self._planted_squatters()
+
+    def _planted_squatters(self) -> list[JobSpec]:
+        """Ground truth even in a small or short window, beside the behaviour (which scales with
+        the sessions): ``PLANTED_SQUATTERS`` allocations left idle, submitted between 2 % and 60 %
+        of the window, the first of a whole node once there are 32 whole GPUs, the last 4 h before
+        the window ends (so "now" has one) when the window is over 6 h."""
+        span = self.end_s - self.start_s
+        out = []
+        for k in range(PLANTED_SQUATTERS):
+            project = self.projects[int(self.rng.integers(0, len(self.projects)))]
+            pool = self.whole_pools[k % len(self.whole_pools)]
+            count = GPUS_PER_NODE if k == 0 and self.whole_total >= 32 else 1
+            submit = self.start_s + int(self.rng.uniform(0.02, 0.6) * span)
+            if k == PLANTED_SQUATTERS - 1 and span > 6 * 3600:
+                submit = self.end_s - 4 * 3600
+            user = self._users(project)[k % 4]
+            spec = JobSpec(project, user, "", "interactive", SQUAT, pool, count, 0, submit, PRIORITY_HIGH, 0, "k8s")
+            out.append(self._squatter(spec, self._next()))
+        return out
 
     def _chains(self) -> list[JobSpec]:
         """One chain per 8-64 GPUs of 60 % of a chain project's share of whole GPUs (one of 8 GPUs

@@ -22,6 +22,7 @@ from gpuledger.simulator.demand import TOP_UP_S, Demand
 from gpuledger.simulator.pools import Placer
 from gpuledger.simulator.specs import JobSpec
 
+STARVED = 0.5  # a small job's project this far behind a whole-node job's takes a free node first
 TAU_H = 4.0  # running GPUs count as this many hours of usage: one pass never hands a pool to one project
 _END, _SUBMIT, _TOP_UP = 0, 1, 2  # at one instant: free lanes first, then new jobs, then the users look
 
@@ -86,9 +87,9 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
         fair.running[spec.project] += spec.gpus
         push(t + spec.duration_s, _END, idx)
 
-    def next_job(by_project, fits) -> tuple[str, int] | None:
-        """(project, lanes wanted) of the job to start next among those ``fits`` allows: the
-        project of the lowest fair-share key, its first such job in queue order."""
+    def next_job(by_project, fits) -> tuple[float, str, int] | None:
+        """(fair-share key, project, lanes wanted) of the job to start next among those ``fits``
+        allows: the project of the lowest key, its first such job in queue order."""
         best = None
         for project, by_count in by_project.items():
             head = None
@@ -99,29 +100,31 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
                 rank = (fair.key(project), project)
                 if best is None or rank < best[0]:
                     best = (rank, project, head[1])
-        return None if best is None else best[1:]
+        return None if best is None else (best[0][0], best[1], best[2])
 
     def fill(pool: str, t: int) -> None:
         """Start waiting jobs in ``pool`` until none fits, in fair-share order. Whole-GPU pools
         keep node shapes: a job of fewer than 8 GPUs goes first to a node already in use, a free
-        node goes first to a whole-node job, and only then to smaller jobs; else small jobs would
-        break every node as it frees and whole-node jobs would seldom start. No free lane is ever
-        held back."""
+        node goes first to a whole-node job — unless a project with a small job waiting is owed
+        far more (its fair-share key under ``STARVED`` times the whole-node job's) — and only then
+        to smaller jobs. Else small jobs would break every node as it frees and whole-node jobs
+        would seldom start. No free lane is ever held back."""
         by_project = queues.get(pool)
-        if pool.startswith("whole:"):
-            phases = (lambda c: c < GPUS_PER_NODE and placer.fits_partly_used(pool, c),
-                      lambda c: c >= GPUS_PER_NODE and placer.fits(pool, c),
-                      lambda c: placer.fits(pool, c))
-        else:
-            phases = (lambda c: placer.fits(pool, c),)
+        whole = pool.startswith("whole:")
         while by_project and placer.free_total.get(pool, 0) > 0:
-            for fits in phases:
-                chosen = next_job(by_project, fits)
-                if chosen is not None:
-                    break
+            chosen = None
+            if whole:
+                chosen = next_job(by_project, lambda c: c < GPUS_PER_NODE and placer.fits_partly_used(pool, c))
+                if chosen is None:
+                    node_job = next_job(by_project, lambda c: c >= GPUS_PER_NODE and placer.fits(pool, c))
+                    small = next_job(by_project, lambda c: c < GPUS_PER_NODE and placer.fits(pool, c))
+                    chosen = (small if node_job is None or (small is not None and small[0] < STARVED * node_job[0])
+                              else node_job)
             else:
+                chosen = next_job(by_project, lambda c: placer.fits(pool, c))
+            if chosen is None:
                 return
-            project, count = chosen
+            _, project, count = chosen
             _, _, idx = heapq.heappop(by_project[project][count])
             start(idx, t, placer.take(pool, count))
 

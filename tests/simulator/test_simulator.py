@@ -284,5 +284,8 @@ def test_the_warehouse_names_the_seed_and_regime(written):
     path, first, second = written
     with warehouse.open_reader(path) as con:
         simulated = warehouse_summary(con)["simulated"]
-    assert simulated == "sim 2026-11-01T00:00..2026-11-02T00:00: seed 7, regime ai2-backlog"
+    assert simulated == "seed 7, regime ai2-backlog"
+    with warehouse.open_reader(path) as con:
+        assert con.execute("SELECT scope FROM ingest_checkpoints WHERE source = 'simulator'").fetchall() == [
+            ("sim 2026-11-01T00:00..2026-11-02T00:00",)]
     assert first["ingest_checkpoints"] == second["ingest_checkpoints"] == 1
