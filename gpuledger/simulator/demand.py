@@ -17,6 +17,8 @@ debug jobs and sessions (they do not checkpoint) their whole runtime, squatters 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import zlib
 from dataclasses import dataclass
 
@@ -283,21 +285,26 @@ class Demand:
         dashboard) before they submit; the rest of the pick is habit. One-GPU work, which runs
         anywhere, looks at every pool (``drawn=0``)."""
         if drawn:
-            lanes = np.array([self.capacity[p] for p in candidates], dtype=float)
-            candidates = [candidates[int(i)] for i in self.rng.choice(len(candidates), size=drawn, p=lanes / lanes.sum())]
+            sizes = [self.capacity[p] for p in candidates]
+            candidates = [self._pick(candidates, sizes) for _ in range(drawn)]
         return min(candidates, key=lambda p: (load.get(p, 0) / self.capacity[p], self.rng.random()))
+
+    def _pick(self, items: list, weights: list[float]):
+        """One of ``items`` drawn with probability in proportion to ``weights``."""
+        total = sum(weights)
+        return items[min(bisect.bisect_right(list(itertools.accumulate(weights)), self.rng.random() * total),
+                         len(items) - 1)]
 
     def _job(self, project: str, submit: int, load: dict[str, int]) -> JobSpec:
         rng = self.rng
         mix = self.plans[project].mix
         names = sorted(mix)
-        weights = np.array([mix[n] for n in names])
-        template = names[int(rng.choice(len(names), p=weights / weights.sum()))]
-        user = self._users(project)[int(rng.integers(0, 4))]
+        template = self._pick(names, [mix[n] for n in names])
+        user = self._users(project)[int(rng.random() * 4)]
         priority = self._priority()
         k = self._next()
-        whole = self._choose(self.whole_pools, load)
         anywhere = self.whole_pools + self.session_pools + ([pools.SHARED] if self.has_shared else [])
+        whole = self._choose(self.whole_pools, load) if template in ("fine-tune", "batch", "inference") else ""
         if template == "fine-tune":
             dur = int(rng.uniform(1.5, 10) * 3600)
             spec = JobSpec(project, user, f"{project}-ft-{k}", "fine-tune", FINE_TUNE, whole, GPUS_PER_NODE, dur,
@@ -306,10 +313,10 @@ class Demand:
             dur = int(rng.uniform(0.3, 1.8) * 3600)
             # no checkpoints: preempted, it starts over, so it declares its whole runtime
             spec = JobSpec(project, user, f"{project}-eval-{k}", "batch", BATCH, whole,
-                           int(rng.choice([1, 1, 1, 8])), dur, submit, priority, dur, "k8s")
+                           GPUS_PER_NODE if rng.random() < 0.25 else 1, dur, submit, priority, dur, "k8s")
         elif template == "inference":
             spec = JobSpec(project, user, f"{project}-serve-{k}", "inference", INFERENCE, whole,
-                           int(rng.choice([1, 1, 1, 8])), int(rng.uniform(4, 24) * 3600), submit, priority,
+                           GPUS_PER_NODE if rng.random() < 0.25 else 1, int(rng.uniform(4, 24) * 3600), submit, priority,
                            MIN_RUNTIME_CAP_S, "k8s")
         elif template == "debug":
             dur = int(rng.uniform(3, 25) * 60)

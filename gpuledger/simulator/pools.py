@@ -57,6 +57,11 @@ class Placer:
             self.free.setdefault(pool, {}).setdefault(self.lane_node[lane], []).append(lane)
             self.free_total[pool] = self.free_total.get(pool, 0) + 1
         self.capacity = dict(self.free_total)
+        # per whole-GPU pool: how many nodes have n free lanes (n = 0..8), kept as lanes come and go
+        self.nodes_with_free = {pool: [0] * (GPUS_PER_NODE + 1) for pool in self.free if pool.startswith("whole:")}
+        for pool, counts in self.nodes_with_free.items():
+            for lanes in self.free[pool].values():
+                counts[len(lanes)] += 1
 
     def fits(self, pool: str, count: int) -> bool:
         """Whether ``count`` lanes of ``pool`` can be placed now."""
@@ -64,14 +69,19 @@ class Placer:
             return False
         if not pool.startswith("whole:"):
             return True
-        nodes = self.free[pool].values()
+        counts = self.nodes_with_free[pool]
         if count >= GPUS_PER_NODE:
-            return sum(len(lanes) == GPUS_PER_NODE for lanes in nodes) >= count // GPUS_PER_NODE
-        return any(len(lanes) >= count for lanes in nodes)
+            return counts[GPUS_PER_NODE] >= count // GPUS_PER_NODE
+        return any(counts[count:])
 
     def fits_partly_used(self, pool: str, count: int) -> bool:
         """Whether a job of fewer than 8 whole GPUs fits on a node of ``pool`` already in use."""
-        return any(count <= len(lanes) < GPUS_PER_NODE for lanes in self.free[pool].values())
+        return any(self.nodes_with_free[pool][count:GPUS_PER_NODE])
+
+    def _resized(self, pool: str, before: int, after: int) -> None:
+        if pool in self.nodes_with_free:
+            self.nodes_with_free[pool][before] -= 1
+            self.nodes_with_free[pool][after] += 1
 
     def take(self, pool: str, count: int) -> list[int] | None:
         """Lanes for a job (None when it does not fit now)."""
@@ -84,9 +94,11 @@ class Placer:
             for n in full[:count // GPUS_PER_NODE]:
                 chosen += nodes[n]
                 nodes[n] = []
+                self._resized(pool, GPUS_PER_NODE, 0)
         elif pool.startswith("whole:"):
-            _, n = min((len(lanes), n) for n, lanes in nodes.items() if len(lanes) >= count)
+            free, n = min((len(lanes), n) for n, lanes in nodes.items() if len(lanes) >= count)
             chosen, nodes[n] = nodes[n][:count], nodes[n][count:]
+            self._resized(pool, free, free - count)
         else:
             for n in sorted(nodes):
                 while nodes[n] and len(chosen) < count:
@@ -99,5 +111,7 @@ class Placer:
     def give_back(self, lanes: list[int]) -> None:
         for lane in lanes:
             pool = self.lane_pool[lane]
-            bisect.insort(self.free[pool][self.lane_node[lane]], lane)
+            node = self.free[pool][self.lane_node[lane]]
+            bisect.insort(node, lane)
             self.free_total[pool] += 1
+            self._resized(pool, len(node) - 1, len(node))
