@@ -276,7 +276,7 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
         typer.secho(f"gpuledger: {exc}", err=True, fg="red")
         raise typer.Exit(2) from None
     clusters = ", ".join(f"{name} {rows:,}" for name, rows in stats.rows_by_cluster.items())
-    chunking = (f", chunks of {stats.chunk_windows * step_s / 3600:g} h for {stats.series:,} series: at most "
+    chunking = (f", chunks of {stats.chunk_windows * step_s / 3600:.3g} h for {stats.series:,} series: at most "
                 f"{SERIES_WINDOWS_PER_CHUNK:,} series-windows, about 260 MiB, a chunk" if stats.chunk_windows else "")
     resumed = "; ".join(f"{name}: {'already done' if at == 'done' else 'continued from ' + at}"
                         for name, at in stats.resumed.items())

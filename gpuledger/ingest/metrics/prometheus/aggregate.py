@@ -54,7 +54,7 @@ MAX_CHUNK_S = 86_400  # at most a day per query, as OpenCost asks
 # TSDB holds (probed, then as the last chunk found them) to this many series-windows: about 260 MiB
 # a chunk at any fleet size (16,384 GPUs: 2 windows, 10 minutes a chunk; 138 GPUs or fewer: a day).
 SERIES_WINDOWS_PER_CHUNK = 40_000
-MIN_STEP_S, MAX_STEP_S = 60, 300  # MAX_STEP_S bounds covered_ms: warehouse/data_now.sql relies on it
+MIN_STEP_S, MAX_STEP_S = 60, 300  # MAX_STEP_S bounds covered_ms: warehouse/clock.LONGEST_COVERAGE
 
 
 @dataclass
