@@ -1,8 +1,8 @@
 """Issue 34's outcome table as markdown, from a result file of
 `gpuledger whatif schedule --seeds N --simulate-gpus G --format json --out FILE`: the table (median
 [min–max] per policy), then per seed the settlement weeks of one policy — capacity, owed, occupied
-(allocated) and delivered GPU-hours, and the ceiling min(owed, occupied) ÷ owed — the arithmetic
-that bounds delivered ÷ owed that month.
+(allocated) and delivered GPU-hours, the ceiling min(owed, occupied) ÷ owed and the burst room
+(occupied − owed) ÷ occupied — the arithmetic that bounds delivered ÷ owed and burst that month.
 
     .venv/bin/python benchmarks/whatif_outcome.py data/bench/outcome-256.json [--policy reclaim]
 """
@@ -30,15 +30,20 @@ def markdown(doc: dict, policy: str) -> str:
              "|---|---|" + "---:|" * len(policies)]
     for row in frame.iter_rows(named=True):
         lines.append(f"| {row['label']} | {row['target']} | " + " | ".join(row[p] for p in policies) + " |")
-    lines += ["", f"Settlement weeks under `{policy}` (GPU-hours; ceiling = min(owed, occupied) ÷ owed):", "",
-              "| seed | week from | capacity | owed | occupied | delivered | ceiling |",
-              "|---:|---|---:|---:|---:|---:|---:|"]
+    heading = (f"Settlement weeks under `{policy}` (GPU-hours; ceiling = min(owed, occupied) ÷ owed; burst room "
+               "= (occupied − owed) ÷ occupied, the most burst a week can hold with every team delivered what it "
+               "was owed):")
+    lines += ["", heading, "",
+              "| seed | week from | capacity | owed | occupied | delivered | ceiling | burst room |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for seed, by_policy in block["settlement"].items():
         for w in by_policy.get(policy, []):
             owed = w["owed_gpu_hours"]
-            ceiling = min(owed, w["allocated_gpu_hours"]) / owed if owed else float("nan")
+            occupied = w["allocated_gpu_hours"]
+            ceiling = min(owed, occupied) / owed if owed else float("nan")
+            room = max(0.0, occupied - owed) / occupied if occupied else float("nan")
             lines.append(f"| {seed} | {w['period_start']} | {w['capacity_gpu_hours']:,.0f} | {owed:,.0f} | "
-                         f"{w['allocated_gpu_hours']:,.0f} | {w['delivered_gpu_hours']:,.0f} | {ceiling:.3f} |")
+                         f"{occupied:,.0f} | {w['delivered_gpu_hours']:,.0f} | {ceiling:.3f} | {room:.3f} |")
     return "\n".join(lines) + "\n"
 
 

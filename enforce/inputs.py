@@ -14,12 +14,12 @@ from datetime import datetime, timedelta
 import duckdb
 from gpuledger.enforce import audit
 from gpuledger.enforce.model import Finding, JobFacts, Situation
+from gpuledger.warehouse.read_model import facts
 
 from gpuledger.analytics import reports
 from gpuledger.analytics.squatting import LOOKBACK
 from gpuledger.config import Config
 from gpuledger.sql import load_sql
-from gpuledger.warehouse.read_model import facts
 
 _JOBS = load_sql(__package__, "running_and_queued_jobs.sql")
 #: Kueue Workload states (ingest.jobs.k8s_mapping) in which the workload holds its quota: it runs

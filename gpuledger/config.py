@@ -268,6 +268,7 @@ class AlertsPolicy(_Strict):
     dashboard_url: str | None = None  # links in alerts, e.g. "https://gpuledger.example.org"
     # whom a job's owner asks about a preemption or for an exemption (an address, a channel, a URL)
     contact: str | None = None
+    help_url: str | None = None  # a page that explains idle-GPU rules to owners, linked in their mails
     max_attempts: int = Field(default=12, ge=1)
     retry_base_seconds: float = Field(default=30, gt=0)  # backoff: base × 2^(attempt-1), capped at 1 h
 

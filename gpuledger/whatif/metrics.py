@@ -223,20 +223,28 @@ def ceiling_ratio(periods: list[dict]) -> float | None:
     return sum(min(p["owed_gpu_hours"], p["allocated_gpu_hours"]) for p in periods) / owed
 
 
-# Job classes for waits by what the work is (Ai2 reports debug jobs' waits): a job's kind.
+# Job classes for waits by what the work is (Ai2 reports debug jobs' waits): a job's kind, and a
+# debug job is short small work whatever its kind says (a scheduler records a debug run as batch).
 KIND_CLASSES = {
-    "interactive": "debug", "debug": "debug", "notebook": "debug", "dev": "debug",
+    "debug": "debug",
+    "interactive": "interactive", "notebook": "interactive", "dev": "interactive",
     "batch": "batch", "eval": "batch",
     "training": "training", "fine-tune": "training", "pretrain": "training",
     "inference": "inference", "serving": "inference", "service": "inference",
 }
-WAIT_CLASSES = ("debug", "batch", "training", "inference", "other")
+WAIT_CLASSES = ("debug", "interactive", "batch", "training", "inference", "other")
+DEBUG_MAX_GPUS = 1.0  # a debug job: at most one GPU ...
+DEBUG_MAX_S = 1800  # ... for at most 30 min of work
 TEAM_TARGET_RATIO = 0.95  # Ai2: 13 of 15 teams at >= 95 % of what they were owed
 
 
 def wait_class(job: SimJob) -> str:
-    """debug (interactive / debug sessions), batch, training (incl. fine-tunes), inference, other."""
-    return KIND_CLASSES.get((job.kind or "").lower(), "other")
+    """debug (kind debug, or batch / other work of ≤ 1 GPU and ≤ 30 min), interactive (sessions),
+    batch, training (incl. fine-tunes), inference, other."""
+    cls = KIND_CLASSES.get((job.kind or "").lower(), "other")
+    if cls in ("batch", "other") and job.gpus <= DEBUG_MAX_GPUS + 1e-9 and job.work_s <= DEBUG_MAX_S:
+        return "debug"
+    return cls
 
 
 def reclaimed_gpu_hours(outcomes: list[JobOutcome], horizon_s: int) -> float:

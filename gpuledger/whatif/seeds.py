@@ -9,8 +9,7 @@ generator's internals, so the same code runs on any generator's output and on re
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from gpuledger import warehouse
@@ -18,15 +17,17 @@ from gpuledger import warehouse
 SIM_INTERVAL_S = 300  # the what-if reads hourly activity: 5-minute samples say as much as 30-s ones
 
 
-def simulator_fingerprint() -> str:
-    """Eight hex digits over the simulator's source: a cached warehouse of another generator is
-    never taken for this one's."""
+def simulator_fingerprint(config=None) -> str:
+    """Eight hex digits over the simulator's source (and the config it simulates): a cached
+    warehouse of another generator or config is never taken for this one's."""
     import gpuledger.simulator as sim
 
     digest = hashlib.sha1()
-    for path in sorted(Path(sim.__file__).parent.glob("*.py")):
+    for path in sorted(Path(sim.__file__).parent.rglob("*.py")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
+    if config is not None:  # what it sets, not the schema's defaults: a new setting keeps the cache
+        digest.update(config.model_dump_json(exclude_defaults=True).encode())
     return digest.hexdigest()[:8]
 
 
@@ -39,14 +40,16 @@ def simulated_warehouse(folder: Path, *, gpus: int, days: float, seed: int, star
     from gpuledger.simulator.to_warehouse import write_simulation
 
     folder.mkdir(parents=True, exist_ok=True)
-    name = f"sim-{simulator_fingerprint()}-g{gpus}-d{days:g}-s{seed}-{start:%Y%m%d}-i{interval_s}.duckdb"
+    cfg = config or load_config()
+    name = f"sim-{simulator_fingerprint(cfg)}-g{gpus}-d{days:g}-s{seed}-{start:%Y%m%d}-i{interval_s}.duckdb"
     path = folder / name
     done = path.with_name(path.name + ".done")
     if path.exists() and done.exists():
+        with warehouse.open_writer(path):  # a warehouse built before a migration: brought up to date
+            pass
         return path
     if path.exists():  # an interrupted build: start again
         path.unlink()
-    cfg = config or load_config()
     sim = build_cluster(seed=seed, gpus=gpus, start=start, days=days, interval_s=interval_s, config=cfg, dirt=False)
     with warehouse.open_writer(path) as con:
         from gpuledger.ledger.config_versions import ensure_config
@@ -55,21 +58,3 @@ def simulated_warehouse(folder: Path, *, gpus: int, days: float, seed: int, star
         write_simulation(con, sim)
     done.write_text(f"seed {seed}, {gpus} GPUs, {days:g} days from {start:%Y-%m-%d}\n")
     return path
-
-
-def seed_traces(
-    *,
-    seeds: list[int],
-    load: Callable[[Path, int], tuple[object, object]],
-    warehouse_of: Callable[[int], Path],
-) -> Iterator[tuple[int, Path, object, object]]:
-    """(seed, warehouse, config, trace) per seed: ``warehouse_of(seed)`` names the warehouse,
-    ``load(path, seed)`` reads its config and trace with that seed's draws."""
-    for seed in seeds:
-        path = warehouse_of(seed)
-        cfg, trace = load(path, seed)
-        yield seed, path, cfg, trace
-
-
-def month_range(start: datetime, days: float) -> tuple[datetime, datetime]:
-    return start, start + timedelta(days=days)

@@ -11,6 +11,7 @@ from gpuledger.enforce.backends.slurm import MAX_WEIGHTS, nice_bound, nice_for, 
 from gpuledger.enforce.inputs import _het_jobs_are_one_job, array_width
 from gpuledger.enforce.model import Action, Finding
 from gpuledger.enforce.policy import FUNDED_BASE, UNFUNDED_BASE, decide, exemption
+
 from gpuledger.config import EnforcementPolicy
 from tests.enforce.test_policy_rails import NOW, job, none_reason, preempted, situation
 

@@ -14,10 +14,10 @@ import json
 from datetime import datetime
 
 import pytest
-
 from gpuledger.enforce.apply import apply_actions
 from gpuledger.enforce.backends.k8s_common import describe
 from gpuledger.enforce.model import Action
+
 from tests.enforce.test_kubernetes import (  # noqa: F401  (fixtures used by name)
     WL,
     _audit,
@@ -193,13 +193,15 @@ def test_the_owner_of_a_preempted_job_hears_why_once_by_real_email(server, tmp_p
     wait_for(lambda: len(mails) >= 1, "the owner's e-mail")
     (mail,) = mails
     assert mail["To"] == "bob@example.org"
-    assert " ".join(mail["Subject"].split()) == "[preempted] your job finetune-llama on k was stopped for waiting funded work"
-    body = mail.get_payload(decode=True).decode() if not mail.is_multipart() else \
-        mail.get_payload()[0].get_payload(decode=True).decode()
+    assert " ".join(mail["Subject"].split()) == "Your job finetune-llama on k was stopped for waiting funded work"
+    body = (mail.get_payload(decode=True).decode() if not mail.is_multipart() else
+            mail.get_payload()[0].get_payload(decode=True).decode()).replace("\r\n", "\n")
     # 8 GPUs × (12:00 − 09:30 = 2.5 h) = 20 GPU-hours
-    for words in ("job finetune-llama (id uid-burst) on cluster k, project free-proj, owner bob",
-                  "why: unfunded (no budget), running on burst; holds 8 H100 GPU(s) that funded job uid-want",
-                  "it held 8 H100 GPUs for 2.50 h: 20.00 GPU-hours",
-                  "what to do: see its state with `kubectl get events -n ml",
-                  "questions, or an exemption: gpu-help@example.org"):
+    for words in ("Hello bob,", "your job finetune-llama (id uid-burst) of project free-proj, on cluster k",
+                  "Why: unfunded (no budget), running on burst; holds 8 H100 GPU(s) that funded job uid-want",
+                  "It held 8 GPUs for 2.50 h: 20.00 GPU-hours.",
+                  "It was stopped (it declares no checkpointing): resubmit it when you need it.",
+                  "To see what happened to it:\n    kubectl -n ml get events --field-selector "
+                  "involvedObject.name=finetune-llama",
+                  "Ask gpu-help@example.org for an exemption, naming job uid-burst on k."):
         assert words in body, body

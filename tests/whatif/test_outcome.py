@@ -16,7 +16,7 @@ from tests.whatif.test_whatif import ORIGIN, H, _squatter_trace, config, job, su
 
 # --- two teams, four GPUs, caps at their share ------------------------------------------------------
 # Shares a:1, b:1 -> each team may hold 0.5 x 4 = 2 GPUs under slot limits. Submitted: a1, a2, a3
-# (a, 1 GPU, 1 h, interactive) and b1 (b, 1 GPU, 2 h, batch) at 0; big (a, 3 GPUs, 1 h, training)
+# (a, 1 GPU, 1 h, interactive sessions) and b1 (b, 1 GPU, 2 h, batch) at 0; big (a, 3 GPUs, 1 h, training)
 # at 60 s. Horizon 4 h; the whole run is one settlement period.
 #
 # Slot limits: at 0 a1, a2 start (a holds 2: its cap), a3 waits on the cap, b1 starts; one GPU idles.
@@ -77,12 +77,14 @@ def test_the_outcome_figures_of_both_baselines():
         assert s["occupancy_ratio"] == pytest.approx(0.5)
     assert s_slot["burst_ratio"] == pytest.approx(0.0)
     assert s_prio["burst_ratio"] == pytest.approx(2 / 8)
-    # debug waits (a1-a3): slot limits 0, 0, 3,600 s -> p50 0, p90 at 0.9 x 2 = 1.8 between the
+    # interactive waits (a1-a3): slot limits 0, 0, 3,600 s -> p50 0, p90 at 0.9 x 2 = 1.8 between the
     # 2nd and 3rd: 0 + 0.8 x 3,600 = 2,880 s; priority all 0. Training (big): 7,140 s / 3,540 s.
-    assert (s_slot["wait_p50_seconds_debug"], s_slot["wait_p90_seconds_debug"]) == pytest.approx((0.0, 2880.0))
-    assert (s_prio["wait_p50_seconds_debug"], s_prio["wait_p90_seconds_debug"]) == pytest.approx((0.0, 0.0))
+    assert (s_slot["wait_p50_seconds_interactive"], s_slot["wait_p90_seconds_interactive"]) == pytest.approx(
+        (0.0, 2880.0))
+    assert (s_prio["wait_p50_seconds_interactive"], s_prio["wait_p90_seconds_interactive"]) == pytest.approx(
+        (0.0, 0.0))
     assert (s_slot["wait_p90_seconds_training"], s_prio["wait_p90_seconds_training"]) == (7140.0, 3540.0)
-    assert (s_slot["jobs_debug"], s_slot["jobs_batch"], s_slot["jobs_inference"]) == (3, 1, 0)
+    assert (s_slot["jobs_interactive"], s_slot["jobs_batch"], s_slot["jobs_debug"]) == (3, 1, 0)
     assert s_slot["wait_p90_seconds_inference"] is None
     # one settlement period: capacity 16, owed 8 (slot) / 6 (priority), occupied 8 -> ceiling 1
     (period,) = s_prio["settlement"]
@@ -90,6 +92,18 @@ def test_the_outcome_figures_of_both_baselines():
                                     "owed_gpu_hours": 6.0, "allocated_gpu_hours": 8.0,
                                     "delivered_gpu_hours": 6.0})
     assert s_prio["ceiling_delivery_ratio"] == pytest.approx(1.0)
+
+
+def test_a_debug_job_is_short_small_work_whatever_its_kind():
+    # <= 1 GPU and <= 30 min of work: debug, unless it is a session or a service
+    assert metrics.wait_class(job("d", "a", 0, 1800, gpus=1, kind="batch")) == "debug"
+    assert metrics.wait_class(job("d", "a", 0, 1801, gpus=1, kind="batch")) == "batch"
+    assert metrics.wait_class(job("d", "a", 0, 600, gpus=2, kind="batch")) == "batch"
+    assert metrics.wait_class(job("d", "a", 0, 600, gpus=1, kind=None)) == "debug"
+    assert metrics.wait_class(job("d", "a", 0, 600, gpus=1, kind="interactive")) == "interactive"
+    assert metrics.wait_class(job("d", "a", 0, 600, gpus=1, kind="inference")) == "inference"
+    assert metrics.wait_class(job("d", "a", 0, 7200, gpus=8, kind="debug")) == "debug"
+    assert metrics.wait_class(job("d", "a", 0, 7200, gpus=8, kind="fine-tune")) == "training"
 
 
 def test_reclaimed_squatter_hours_are_the_rest_of_its_run():

@@ -19,13 +19,13 @@ START = datetime(2026, 11, 1)
 
 
 def test_simulated_jobs_declare_a_minimum_runtime_but_squatters():
-    jobs = build_cluster(seed=7, gpus=16, start=START, days=1.0).workload.jobs
+    jobs = build_cluster(seed=7, gpus=16, start=START, days=2.0).workload.jobs
     ran = jobs.filter(pl.col("start_s").is_not_null() & pl.col("end_s").is_not_null()
                       & (pl.col("state") == "COMPLETED"))
     squat = pl.col("name").str.starts_with("squat-")
     # batch evals and notebook sessions cannot checkpoint: they declare all of their runtime
     whole = ran.filter(pl.col("kind").is_in(["batch", "interactive"]) & ~squat)
-    assert whole.height > 20
+    assert whole.height > 10
     assert (whole["min_runtime_s"] == whole["end_s"] - whole["start_s"]).all()
     # fine-tunes checkpoint: at most 2 h; training and inference the 8 h cap
     ft = jobs.filter(pl.col("kind") == "fine-tune")
