@@ -36,7 +36,7 @@ if ctx is not None:
     if outcome is not None:
         seeds = outcome["seeds"]
         st.subheader("Outcome, as Ai2 measured it")
-        st.dataframe(outcome["table"], hide_index=True, height=36 * (outcome["table"].height + 1) + 3,
+        st.dataframe(outcome["table"], hide_index=True, height=35 * (outcome["table"].height + 1) + 3,
                      column_config={"label": st.column_config.TextColumn("figure (unit)", width="medium"),
                                     "target": st.column_config.TextColumn("target", width="small")})
         over = (f"median [min–max] over {len(seeds)} seeds ({seeds[0]}–{seeds[-1]})" if len(seeds) > 1

@@ -12,7 +12,11 @@
   with its wait so far (a lower bound), so starving work is not hidden;
 * preemptions, and the allocated GPU-hours of work they threw away;
 * squatted GPU-hours — allocated GPU-hours of jobs whose GPUs were all idle (activity under the
-  idle threshold) past the start-up grace.
+  idle threshold) past the start-up grace;
+* Ai2's measures (issue 34, :func:`outcome_figures`): teams at ≥ 0.95 of owed, burst (allocated
+  GPU-hours above owed ÷ allocated), waits in seconds per job class by what the work is
+  (:func:`wait_class`), GPU-hours reclaimed from squatters, and per settlement period capacity,
+  owed, occupied and delivered GPU-hours with the ceiling of delivered ÷ owed they allow.
 """
 
 from __future__ import annotations

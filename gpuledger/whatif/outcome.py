@@ -39,7 +39,7 @@ FIGURES = (
     Figure("occupancy_ratio", "occupancy (allocated ÷ installed)", "ratio", "≥ 0.97"),  # and ≥ the baselines'
     Figure("burst_ratio", "burst: GPU-h above owed ÷ allocated", "ratio", "≥ 0.15"),  # slot limits ~0
     *(
-        Figure(f"wait_p{q}_seconds_{c}", f"wait p{q} {c} jobs, s", "seconds", "≤ 60" if (q, c) == (90, "debug") else "")
+        Figure(f"wait_p{q}_seconds_{c}", f"wait p{q} {c} jobs", "seconds", "≤ 60 s" if (q, c) == (90, "debug") else "")
         for c in WAIT_CLASSES
         for q in (50, 90)
     ),
@@ -70,28 +70,45 @@ def rows(runs: dict[int, dict[str, dict]], policies: tuple[str, ...]) -> list[di
     ]
 
 
+def duration(seconds: float) -> str:
+    """A wait as people say it: ``45 s``, ``38 min``, ``1.8 h`` (Ai2: "5 min → 24 s")."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:,.1f} h"
+
+
 def cell(value: dict | None, kind: str) -> str:
     """``median [min–max]`` (one seed: the value alone), in the figure's unit."""
     if value is None:
         return "-"
-    fmt = {"ratio": "{:.3f}", "count": "{:,.0f}", "seconds": "{:,.0f}", "gpu_hours": "{:,.1f}"}[kind]
-    if kind == "count" and value["median"] != int(value["median"]):
-        fmt = "{:,.1f}"
-    med = fmt.format(value["median"])
+    if kind == "seconds":
+        fmt = duration
+    else:
+        pattern = {"ratio": "{:.3f}", "count": "{:,.0f}", "gpu_hours": "{:,.1f}"}[kind]
+        if kind == "count" and value["median"] != int(value["median"]):
+            pattern = "{:,.1f}"
+        fmt = pattern.format
+    med = fmt(value["median"])
     if value["min"] == value["max"]:
         return med
-    return f"{med} [{fmt.format(value['min'])}–{fmt.format(value['max'])}]"
+    return f"{med} [{fmt(value['min'])}–{fmt(value['max'])}]"
 
 
 def table_frame(outcome_rows: list[dict], policies: tuple[str, ...]):
-    """The table as text cells: figure (unit) | target | one column per policy."""
+    """The table as text cells: figure (unit) | target | one column per policy. A figure this
+    code knows takes its label and target from :data:`FIGURES` (a file keeps its numbers, the
+    words follow the code); another keeps the file's."""
     import polars as pl
 
+    known = {f.key: f for f in FIGURES}
     return pl.DataFrame(
         {
-            "label": [r["label"] for r in outcome_rows],
-            "target": [r["target"] for r in outcome_rows],
-            **{p: [cell(r.get(p), r["kind"]) for r in outcome_rows] for p in policies},
+            "label": [known[r["figure"]].label if r["figure"] in known else r["label"] for r in outcome_rows],
+            "target": [known[r["figure"]].target if r["figure"] in known else r["target"] for r in outcome_rows],
+            **{p: [cell(r.get(p), known[r["figure"]].kind if r["figure"] in known else r["kind"])
+                   for r in outcome_rows] for p in policies},
         },
         schema={"label": pl.String, "target": pl.String, **dict.fromkeys(policies, pl.String)},
     )

@@ -142,6 +142,13 @@ def test_figures_over_seeds_are_min_median_max():
     runs[2][PRIORITY]["delivery_ratio"] = None
     assert outcome.spread(runs, "delivery_ratio", PRIORITY) == pytest.approx(
         {"min": 0.9, "median": 0.925, "max": 0.95})
+    # cells: median [min–max] in the figure's unit; a wait as people say it
+    assert outcome.cell({"min": 0.9, "median": 0.925, "max": 0.95}, "ratio") == "0.925 [0.900–0.950]"
+    assert outcome.cell({"min": 30, "median": 600, "max": 9000}, "seconds") == "10 min [30 s–2.5 h]"
+    assert outcome.cell({"min": 5399, "median": 5400, "max": 5400}, "seconds") == "1.5 h [90 min–1.5 h]"
+    assert outcome.cell({"min": 3, "median": 3, "max": 3}, "count") == "3"
+    assert outcome.cell({"min": 2, "median": 2.5, "max": 3}, "count") == "2.5 [2.0–3.0]"
+    assert outcome.cell(None, "ratio") == "-"
 
 
 # --- the command over seeds -----------------------------------------------------------------------
