@@ -411,3 +411,32 @@ def test_each_cluster_is_asked_with_its_own_tenant(servers, tmp_path):
         assert wrong.returncode == 2 and "'north' is not among sources.prometheus.clusters (east, west)" in wrong.stderr
     finally:
         gateway.shutdown()
+
+
+@pytest.mark.prometheus
+def test_series_without_the_cluster_label_are_counted_and_named(tmp_path):
+    if not have_victoria_metrics():
+        pytest.skip("needs Debian's victoria-metrics (scripts/install-test-deps.sh)")
+    # two hours of the 8 GPUs, GPUs 6 and 7 without any cluster label
+    sim = build_cluster(seed=31, gpus=GPUS, start=START, days=1, interval_s=INTERVAL_S)
+    text = io.StringIO()
+    write_openmetrics(sim, text, sim.start_s, sim.start_s + 7200, blanks=False)
+    lines = [line for line in with_cluster_label(text.getvalue()).splitlines() if line and not line.startswith("#")]
+    lines = [re.sub(r'cluster="west",(gpu="[67]")', r"\1", line) for line in lines]
+    # by hand from the input: the SM-active series (label sets) that carry no cluster label
+    unlabelled = {line.rsplit(" ", 2)[0] for line in lines
+                  if line.startswith("DCGM_FI_PROF_SM_ACTIVE{") and "cluster=" not in line}
+    assert len(unlabelled) >= 2  # GPUs 6 and 7, once per job they held
+    vm = VictoriaRig(tmp_path)
+    try:
+        vm.import_prometheus_text(f"{line.rsplit(' ', 1)[0]} {line.rsplit(' ', 1)[1]}000\n" for line in lines)
+        vm.flush()
+        done = _cli("ingest", "prometheus", "--url", vm.url, "--start", START.isoformat(), "--end",
+                    (START + timedelta(hours=2)).isoformat(), "--aggregate", "5m", "--cluster-label", "cluster",
+                    "-w", str(tmp_path / "w.duckdb"))
+    finally:
+        vm.stop()
+    assert done.returncode == 0, done.stderr
+    assert _devices_by_cluster(tmp_path / "w.duckdb") == {"east": [0, 1, 2, 3], "west": [4, 5]}
+    assert (f"{len(unlabelled)} DCGM_FI_PROF_SM_ACTIVE series (one a device and job) carry no 'cluster' label: "
+            "their GPUs were not stored") in done.stderr, done.stderr
