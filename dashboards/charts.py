@@ -45,7 +45,7 @@ ROW_PX = 22  # one bar, one heatmap row: room for an 11-px label and a gap
 MIN_PLOT_PX = 140  # the smallest plot area: a single bar still reads as a bar
 SERIES_PLOT_PX = 260  # lines and areas over time
 LABEL_PX = 240  # band labels (job, node, project names) longer than this end in "…"
-JOB_LABEL_PX = 330  # a heatmap row's "job (project, user)": a 13-digit job id and two names, whole
+JOB_LABEL_PX = 330  # a heatmap row's "job name (project, user)": a name (or a 13-digit job id) and two names, whole
 LEGEND_MAX = 12  # series a legend lists before the rest is folded into "other"
 # the chart's whole width as drawn on the server (title, axes and legend inside): what the wide layout's
 # main column holds beside the sidebar at a 1,400-1,900 px window; a narrower window scales it down
@@ -224,7 +224,7 @@ def idle_heatmap(cells: pl.DataFrame, rows: pl.DataFrame, title: str, bin_hours:
     return finish(alt.Chart(cells.select("label", "bin", "bin_end", "idle_share")).mark_rect().encode(
         x=time_x("bin", f"time, {bin_hours}-hour bins", *([cells["bin"], cells["bin_end"]] if cells.height else [])),
         x2="bin_end:T",
-        y=_band("label:N", "job (project, user)", sort=order, label_px=JOB_LABEL_PX),
+        y=_band("label:N", "job name (project, user)", sort=order, label_px=JOB_LABEL_PX),
         color=alt.Color("idle_share:Q", scale=alt.Scale(domain=[0, 1], scheme="reds"),
                         legend=alt.Legend(title=axis_title("idle share of held GPU-hours", "%"), format="%",
                                           orient="bottom", gradientLength=300, titleLimit=0,
@@ -255,12 +255,18 @@ def budget_vs_consumed(frame: pl.DataFrame, title: str) -> alt.Chart:
     data = frame.filter(pl.col("budget_gpu_hours") > 0).with_columns(
         consumed_pct=100 * pl.col("consumed_gpu_hours") / pl.col("budget_gpu_hours"))
     domain = list(STATUS_COLORS)
-    return finish(alt.Chart(data).mark_bar(size=ROW_PX - 6).encode(
+    # the axis is the budget, 0-100 %, whatever the largest bar (a node at 16.7 % fills 16.7 %); past
+    # 100 % it grows, and the dashed rule marks where the budget ends
+    top = max(100.0, float(data["consumed_pct"].max() or 0.0)) if data.height else 100.0
+    bars = alt.Chart(data).mark_bar(size=ROW_PX - 6).encode(
         y=_band("node:N", "org node"),
-        x=alt.X("consumed_pct:Q", title=axis_title("consumed of the period's budget", "%")),
+        x=alt.X("consumed_pct:Q", title=axis_title("consumed of the period's budget", "%"),
+                scale=alt.Scale(domain=[0, top], nice=False)),
         color=alt.Color("status:N", scale=alt.Scale(domain=domain, range=[STATUS_COLORS[d] for d in domain]),
-                        legend=legend("status")),
-    ), title, plot_height(data.height))
+                        legend=legend("status")))
+    budget = alt.Chart(pl.DataFrame({"consumed_pct": [100.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(
+        x="consumed_pct:Q")
+    return finish(bars + budget, title, plot_height(data.height))
 
 
 def burn_down(history: pl.DataFrame, projection: pl.DataFrame, budget: float, title: str) -> alt.Chart:

@@ -281,12 +281,18 @@ def idle_jobs(path: str, start: datetime, end: datetime, projects: tuple[str, ..
               default_tier: str, limit: int) -> pl.DataFrame:
     """The ``limit`` jobs of ``projects`` with the most idle GPU-hours in [start, end), most first:
     allocated and idle GPU-hours, the idle time's cost (Decimal, the rate in force each hour),
-    a ``label`` "job (project, user)", and ``jobs_idle`` / ``gpu_hours_idle_all`` over every job."""
+    a ``label`` "job name (project, user)", and ``jobs_idle`` / ``gpu_hours_idle_all`` over every job."""
     frame = read(path, "idle_jobs", start=start, end=end, projects=list(projects), clusters=list(clusters),
                  default_tier=default_tier, limit=limit)
-    return frame.with_columns(
-        job_key=pl.col("cluster") + "/" + pl.col("job_id"),
-        label=pl.col("job_id") + " (" + pl.col("project").fill_null("?") + ", " + pl.col("user_name").fill_null("?") + ")")
+    # the name its owner gave it (the id when it has none), as people look for it; a name shared by
+    # two rows (every `wrap` of an array) gets the id beside, so each job keeps its own heatmap row
+    named = frame.with_columns(job_key=pl.col("cluster") + "/" + pl.col("job_id"),
+                               _name=pl.coalesce(pl.col("name"), pl.col("job_id")))
+    named = named.with_columns(_name=pl.when(pl.len().over("_name") > 1)
+                               .then(pl.col("_name") + " · " + pl.col("job_id")).otherwise(pl.col("_name")))
+    return named.with_columns(
+        label=pl.col("_name") + " (" + pl.col("project").fill_null("?") + ", " + pl.col("user_name").fill_null("?")
+        + ")").drop("_name")
 
 
 def idle_heat(path: str, start: datetime, end: datetime, projects: tuple[str, ...], clusters: tuple[str, ...],
@@ -366,9 +372,10 @@ def queue_reasons(tree: pl.DataFrame) -> pl.DataFrame:
         for level in reversed(chain):
             group = siblings[level["parent"]]
             place = [g["node"] for g in group].index(level["node"]) + 1
+            # share and usage of the same parent, as LF divides them (usage_norm is of the whole org)
             steps.append(
-                f"{level['node']}: share {level['shares_norm']:.0%} vs usage {level['usage_norm'] or 0:.0%} of "
-                f"{level['parent']} → LF {_fmt_lf(level['level_fs'])}, {place} of {len(group)}")
+                f"{level['node']}: share {level['shares_norm']:.0%} vs usage {level['usage_effective'] or 0:.0%} "
+                f"of {level['parent']} → LF {_fmt_lf(level['level_fs'])}, {place} of {len(group)}")
         out.append({"queue_position": len(out) + 1, "project": r["node"], "fs_rank": r["fs_rank"],
                     "fairshare_factor": r["fairshare_factor"], "why": "; ".join(steps)})
     return pl.DataFrame(out, schema={"queue_position": pl.Int64, "project": pl.String, "fs_rank": pl.Int64,
@@ -653,7 +660,20 @@ def whatif_result(text: str) -> dict:
     out["titles"] = {p["policy"]: p.get("title") or p["policy"] for p in doc["policies"]}
     sweep = doc.get("sweep") or {}
     out["sweep_parameter"], out["sweep_policy"] = sweep.get("parameter"), sweep.get("policy")
+    out["outcome"] = whatif_outcome(doc.get("outcome"), out["titles"])
     return out
+
+
+def whatif_outcome(block: dict | None, titles: dict[str, str]) -> dict | None:
+    """The outcome table of a result file (issue 34; files before it have none: None): ``table``
+    (figure, target, one column per policy title, cells ``median [min–max]``), ``seeds``, ``regime``."""
+    if not block:
+        return None
+    from gpuledger.whatif.outcome import TARGET_NOTE, frame_from_document
+
+    table, policies, _ = frame_from_document(block)
+    return {"table": table.rename({p: titles.get(p, p) for p in policies}), "seeds": block.get("seeds", []),
+            "regime": block.get("regime", ""), "target_note": TARGET_NOTE}
 
 
 def whatif_long(frames: dict) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -22,7 +22,8 @@ from gpuledger.enforce.backends.base import (
     CredentialError,
     Outcome,
 )
-from gpuledger.enforce.model import NONE, PREEMPT, SET_PRIORITY, WARN, Action
+from gpuledger.enforce.model import ENDED as PHASE_ENDED
+from gpuledger.enforce.model import NONE, PREEMPT, RUNNING, SET_PRIORITY, WAITING, WARN, Action
 
 
 @dataclass
@@ -36,8 +37,8 @@ class ApplyRun:
     def performed(self) -> int:
         return sum(1 for _, o in self.results if o.outcome in (DONE, SERVER_DRY_RUN))
 
-    def audit_rows(self) -> list[tuple[Action, str, str | None]]:
-        return [(a, o.outcome, o.error) for a, o in self.results]
+    def audit_rows(self) -> list[tuple[Action, str, str | None, str | None]]:
+        return [(a, o.outcome, o.error, o.detail, o.cause) for a, o in self.results]
 
 
 def apply_actions(actions: list[Action], backend: Backend, *, dry_run: bool,
@@ -51,6 +52,7 @@ def apply_actions(actions: list[Action], backend: Backend, *, dry_run: bool,
     freshness at apply time) names a reason."""
     run = ApplyRun()
     try:
+        here = backend.cluster_name()
         run.prepared = backend.prepare(dry_run=dry_run)
     except (CredentialError, BackendUnavailable) as exc:
         run.fatal = exc
@@ -62,9 +64,12 @@ def apply_actions(actions: list[Action], backend: Backend, *, dry_run: bool,
         if action.action_id in already_done:
             run.already_done.append(action)
             continue
+        if here is not None and action.cluster != here:  # job ids repeat across clusters
+            run.results.append((action, Outcome(REFUSED, elsewhere(action, backend, here), cause="other-cluster")))
+            continue
         why_not = backend.handles(action)
         if why_not:
-            run.results.append((action, Outcome(SKIPPED, why_not)))
+            run.results.append((action, Outcome(SKIPPED, why_not, cause="other-scheduler")))
             continue
         try:
             outcome = _check(action, backend, guard) if action.action == PREEMPT else None
@@ -84,23 +89,62 @@ def _check(action: Action, backend: Backend, guard) -> Outcome | None:
     if guard is not None:
         why = guard(action)
         if why:
-            return Outcome(REFUSED, why)
+            return Outcome(REFUSED, why, cause="rail")
     if not backend.observes:  # a plan file for another tool: that tool checks before acting
         return None
     if action.observed is None:
         return Outcome(REFUSED, "planned without the scheduler's live view (plan with --observe BACKEND): "
-                                "nothing is preempted")
+                                "nothing is preempted", cause="no-live-view")
     live = backend.live(action)
     if live is None:
         return Outcome(SKIPPED, f"{backend.name} no longer lists job {action.job_id} (ended or gone): "
-                                "nothing to preempt")
-    if str(live.get("state") or "").upper() in ENDED:
-        return Outcome(SKIPPED, f"job {action.job_id} has already ended ({live['state']}): nothing to preempt")
+                                "nothing to preempt", cause="gone")
+    if live.get("phase") == PHASE_ENDED or str(live.get("state") or "").upper() in ENDED:
+        return Outcome(SKIPPED, f"job {action.job_id} has already ended ({live['state']}): nothing to preempt",
+                       cause="ended")
+    if live.get("phase") not in (None, RUNNING):
+        return Outcome(SKIPPED, f"job {action.job_id} holds no GPUs now ({live.get('state')}: the scheduler "
+                                "already stopped or evicted it): nothing to preempt", cause="not-holding")
     changed = differences(action.observed, live)
     if changed:
         return Outcome(REFUSED, "the job is no longer what the plan judged (" + "; ".join(changed)
-                       + "): not preempted; the next plan decides again")
+                       + "): not preempted; the next plan decides again", cause="changed")
+    return _still_waiting(action, backend)
+
+
+def _still_waiting(action: Action, backend: Backend) -> Outcome | None:
+    """A preemption for waiting work goes ahead only while the job it serves still waits, as the
+    scheduler shows it now: it may have started, ended or been replaced since the plan (its job
+    record in the warehouse is up to an ingest period old)."""
+    serves = action.serves
+    if not serves:
+        return None
+    words = f"the {serves.get('words') or 'job'} {serves['job_id']} it would serve"
+    if serves.get("observed") is None:
+        return Outcome(REFUSED, f"{words} was not in the scheduler's live view when planned: not preempted",
+                       cause="beneficiary-unobserved")
+    beneficiary = Action(action=PREEMPT, cluster=action.cluster, job_id=serves["job_id"], project=None,
+                         reason="", rule="", source=serves.get("source"), namespace=serves.get("namespace"),
+                         name=serves.get("name"), scheduler_job=serves.get("scheduler_job"))
+    live = backend.live(beneficiary)
+    if live is None:
+        return Outcome(REFUSED, f"{words} is no longer listed by {backend.name} (ended or gone): not preempted",
+                       cause="beneficiary-gone")
+    if live.get("phase") != WAITING:
+        return Outcome(REFUSED, f"{words} no longer waits ({live.get('state')}): not preempted; the next plan "
+                                "decides again", cause="beneficiary-not-waiting")
+    changed = differences(serves["observed"], live)
+    if changed:
+        return Outcome(REFUSED, f"{words} is no longer what the plan judged (" + "; ".join(changed)
+                       + "): not preempted; the next plan decides again", cause="beneficiary-changed")
     return None
+
+
+def elsewhere(action: Action, backend: Backend, here: str) -> str:
+    """Why an action decided for another cluster is refused, in words naming both clusters."""
+    return (f"decided for cluster {action.cluster}, but this {backend.name} backend acts on cluster {here} "
+            f"({backend.cluster_source}): job ids repeat across clusters, so nothing is done here; apply "
+            f"{action.cluster}'s actions with a backend of that cluster")
 
 
 #: Scheduler states after which a job holds nothing (Slurm's, Kubernetes pod phases).

@@ -46,12 +46,12 @@ def number(actions: list[Action], now: datetime) -> str:
 
 def _row(a: Action, *, phase: str, attempt: int, plan_id: str, now: datetime, outcome: str,
          error: str | None = None, backend: str | None = None, dry_run: bool | None = None,
-         recorded_at: datetime | None = None) -> list:
+         recorded_at: datetime | None = None, detail: str | None = None, cause: str | None = None) -> list:
     return [a.action_id, phase, attempt, plan_id, now, recorded_at or utc_now(), a.action, a.cluster, a.job_id,
             a.project,
             a.reason, a.rule, a.priority, a.mode, a.funded, a.min_runtime_until, a.warned_at,
             a.dry_run if dry_run is None else dry_run, backend, outcome, error,
-            json.dumps({**a.figures, TARGET: _target(a)}, sort_keys=True, default=str)]
+            json.dumps({**a.figures, TARGET: _target(a)}, sort_keys=True, default=str), detail, cause]
 
 
 TARGET = "_target"  # in `inputs`: what a backend needs to find the job again (load_plan)
@@ -59,13 +59,13 @@ TARGET = "_target"  # in `inputs`: what a backend needs to find the job again (l
 
 def _target(a: Action) -> dict:
     return {"name": a.name, "namespace": a.namespace, "source": a.source, "kind": a.kind, "stage": a.stage,
-            "scheduler_job": a.scheduler_job, "observed": a.observed,
+            "scheduler_job": a.scheduler_job, "observed": a.observed, "serves": a.serves,
             "idle_since": a.idle_since.strftime("%Y-%m-%dT%H:%M:%S") if a.idle_since else None}
 
 
 _COLUMNS = ("action_id", "phase", "attempt", "plan_id", "planned_at", "recorded_at", "action", "cluster", "job_id",
             "project", "reason", "rule", "priority", "mode", "funded", "min_runtime_until", "warned_at", "dry_run",
-            "backend", "outcome", "error", "inputs")
+            "backend", "outcome", "error", "inputs", "detail", "cause")
 
 
 def _insert(con, rows: list[list]) -> None:
@@ -87,7 +87,7 @@ def _types():
     import pyarrow as pa
 
     ts, s = pa.timestamp("us"), pa.string()
-    return (s, s, pa.int32(), s, ts, ts, s, s, s, s, s, s, pa.int64(), s, pa.bool_(), ts, ts, pa.bool_(), s, s, s, s)
+    return (s, s, pa.int32(), s, ts, ts, s, s, s, s, s, s, pa.int64(), s, pa.bool_(), ts, ts, pa.bool_(), s, s, s, s, s, s)
 
 
 def record_plan(con, actions: list[Action], *, now: datetime) -> str:
@@ -126,10 +126,11 @@ def done_ids(con, action_ids: list[str]) -> set[str]:
     return {r[0] for r in rows}
 
 
-def record_applied(con, results: list[tuple[Action, str, str | None]], *, backend: str, dry_run: bool,
-                   now: datetime, applied_at: datetime | None = None) -> None:
+def record_applied(con, results: list[tuple[Action, str, str | None, str | None, str | None]], *, backend: str,
+                   dry_run: bool, now: datetime, applied_at: datetime | None = None) -> None:
     """Audit rows for one apply run, and the job state its real actions changed, in one transaction.
-    ``results``: (action, outcome, error); ``now``: the plan's time; ``applied_at``: this run's
+    ``results``: (action, outcome, error, detail — the why of the outcome, kept for explain — and its
+    cause, a short name for it); ``now``: the plan's time; ``applied_at``: this run's
     (the wall clock unless the run is given a time) — a warning counts as delivered then, and a
     preemption's cool-down and rolling caps count from then."""
     if not results:
@@ -139,18 +140,18 @@ def record_applied(con, results: list[tuple[Action, str, str | None]], *, backen
         attempt = {}
         for aid, n in con.execute(
                 "SELECT action_id, max(attempt) FROM enforcement_audit WHERE list_contains($ids, action_id) "
-                "GROUP BY action_id", {"ids": [a.action_id for a, _, _ in results]}).fetchall():
+                "GROUP BY action_id", {"ids": [a.action_id for a, *_ in results]}).fetchall():
             attempt[aid] = n
         rows = []
-        for a, outcome, error in results:
+        for a, outcome, error, detail, cause in results:
             plan_id = a.action_id.rsplit(":", 1)[0]
             rows.append(_row(a, phase="applied", attempt=attempt.get(a.action_id, 0) + 1, plan_id=plan_id,
                              now=now, outcome=outcome, error=error, backend=backend, dry_run=dry_run,
-                             recorded_at=applied_at))
+                             recorded_at=applied_at, detail=detail, cause=cause))
         _insert(con, rows)
         if dry_run:
             return
-        for a, outcome, _ in results:
+        for a, outcome, *_ in results:
             if outcome != DONE:
                 continue
             # the first change keeps the job's own (declared) priority, which orders it in its project
@@ -213,12 +214,24 @@ def job_rows(con, job_id: str, cluster: str | None = None, limit: int = 5000) ->
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
-def preemption_counts(con) -> list[tuple[str, str, int, datetime | None]]:
-    """(cluster, job_id, preemptions, last) for every job preempted at least once, most first."""
+def preemption_counts(con) -> list[tuple[str, str, int, datetime | None, str | None]]:
+    """(cluster, job_id, preemptions, last, why the last one was done) for every job preempted at
+    least once, most first."""
     if not _has_tables(con):
         return []
-    return con.execute("SELECT cluster, job_id, preemptions, last_preempted_at FROM enforcement_job_state "
-                       "WHERE preemptions > 0 ORDER BY preemptions DESC, cluster, job_id").fetchall()
+    return con.execute(load_sql(__package__, "preemption_counts.sql")).fetchall()
+
+
+def preemptions_not_done(con, limit: int = 200) -> list[tuple]:
+    """(when, cluster, job_id, outcome, cause, why) of the newest real (not dry-run) preemptions an
+    apply run refused, skipped or failed, newest first: why the job was left alone."""
+    if not _has_tables(con):
+        return []
+    return con.execute(
+        "SELECT recorded_at, cluster, job_id, outcome, coalesce(cause, outcome), "
+        "coalesce(detail, error, 'no reason was recorded (applied before migration 020)') FROM enforcement_audit "
+        "WHERE phase = 'applied' AND action = 'preempt' AND NOT dry_run AND outcome IN ('refused', 'skipped', "
+        "'error') ORDER BY recorded_at DESC, action_id LIMIT $limit", {"limit": limit}).fetchall()
 
 
 def load_plan(con, plan_id: str | None = None) -> tuple[str | None, datetime | None, list[Action]]:
@@ -249,6 +262,7 @@ def load_plan(con, plan_id: str | None = None) -> tuple[str | None, datetime | N
             name=target.get("name"), namespace=target.get("namespace"), source=target.get("source"),
             kind=target.get("kind"), stage=target.get("stage"), scheduler_job=target.get("scheduler_job"),
             idle_since=datetime.strptime(idle, "%Y-%m-%dT%H:%M:%S") if idle else None,
-            figures=figures, observed=target.get("observed"), action_id=r["action_id"]))
+            figures=figures, observed=target.get("observed"), serves=target.get("serves"),
+            action_id=r["action_id"]))
     actions.sort(key=lambda a: int(a.action_id.rsplit(":", 1)[1]))
     return plan_id, planned_at, actions

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpuledger.enforce.model import PREEMPT, Action, JobFacts, Situation
+from gpuledger.enforce.model import PREEMPT, WAITING, Action, JobFacts, Situation
 from gpuledger.enforce.rails import act, exemption, fmt, held_by_rails, lost_minutes, protected, stale
 
 Key = tuple[str, str]
@@ -45,10 +45,28 @@ def capacity(situation: Situation, already: set[Key]) -> Capacity:
     return cap
 
 
-def waiting_for_gpus(situation: Situation, policy, targets) -> list[JobFacts]:
-    """Funded or exempt jobs waiting, highest target priority first, then the earliest submitted."""
+def waiting_for_gpus(situation: Situation, policy, targets, notes=None) -> list[JobFacts]:
+    """Funded or exempt jobs waiting, highest target priority first, then the earliest submitted.
+    With the scheduler's live view, only jobs it shows waiting now: the warehouse's job record is up
+    to an ingest period old, and a job the scheduler has started since needs nothing freed."""
     now = situation.now
     waiting = [j for j in situation.jobs if not j.running and (j.funded or exemption(j, policy))]
+    if situation.observed_by is not None:
+        kept = []
+        for j in waiting:
+            phase = (j.observed or {}).get("phase")
+            elsewhere = situation.observed_cluster not in (None, j.cluster)
+            if j.observed is not None and phase in (None, WAITING) and not elsewhere:
+                kept.append(j)
+            elif notes is not None and elsewhere:
+                notes[j.key].append(f"the live view is of cluster {situation.observed_cluster} "
+                                    f"({situation.observed_by}), this job is on cluster {j.cluster}: nothing is "
+                                    f"preempted for it (plan with a backend of {j.cluster})")
+            elif notes is not None:
+                notes[j.key].append(f"{situation.observed_by} " + (
+                    "does not list it now" if j.observed is None else f"shows it {j.observed.get('state')}")
+                    + ", so nothing is preempted for it")
+        waiting = kept
     return sorted(waiting, key=lambda j: (-targets[j.key][0], j.submit_time or now, j.key))
 
 
@@ -169,12 +187,18 @@ def demand_actions(w: JobFacts, chosen: list[JobFacts], missing: float, words: s
                   f"(project {w.project}, priority {w_priority}) is waiting for "
                   f"(needs {w.gpus:g}, {w.gpus - missing:g} idle); "
                   f"this job's priority is {targets[c.key][0]}")
-        out.append((act(PREEMPT, c, reason, rule, policy,
+        out.append((act(PREEMPT, c, reason, rule, policy, serves=serving(w, words),
                         figures={"priority": targets[c.key][0], "waiting_job": w.job_id,
                                  "waiting_priority": w_priority, "waiting_gpus": w.gpus,
                                  "gpus": c.gpus, "lost_minutes": round(lost_minutes(c, now, policy), 1),
                                  "victims_lost_gpu_minutes": lost_together}), c))
     return out
+
+
+def serving(w: JobFacts, words: str) -> dict:
+    """What apply needs to find the waiting job again and check it still waits (Action.serves)."""
+    return {"job_id": w.job_id, "scheduler_job": w.scheduler_job, "source": w.source, "namespace": w.namespace,
+            "name": w.name, "words": words.rsplit(" ", 1)[0], "observed": w.observed}
 
 
 def demand_preemptions(situation: Situation, policy, targets, already: set[Key], notes
@@ -186,7 +210,7 @@ def demand_preemptions(situation: Situation, policy, targets, already: set[Key],
     out: list[tuple[Action, JobFacts]] = []
     short: set[Key] = set()
     preemptible, verdicts = preemptible_by_cluster(situation, policy), {}
-    for w in waiting_for_gpus(situation, policy, targets):
+    for w in waiting_for_gpus(situation, policy, targets, notes):
         # a request without a GPU model (Slurm --gres=gpu:N, --gpus=N) may run on any model of its
         # cluster (and partition, when both are known): every such pool serves it
         pools = _pools(w, set(cap.free) | set(cap.freed) | running_pools)

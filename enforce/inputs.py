@@ -8,17 +8,18 @@ not ended by then, waiting when it was submitted but not yet started.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import duckdb
 from gpuledger.enforce import audit
 from gpuledger.enforce.model import Finding, JobFacts, Situation
+from gpuledger.warehouse.read_model import facts
 
 from gpuledger.analytics import reports
 from gpuledger.analytics.squatting import LOOKBACK
 from gpuledger.config import Config
 from gpuledger.sql import load_sql
-from gpuledger.warehouse.read_model import facts
 
 _JOBS = load_sql(__package__, "running_and_queued_jobs.sql")
 #: Kueue Workload states (ingest.jobs.k8s_mapping) in which the workload holds its quota: it runs
@@ -33,7 +34,7 @@ _FREE_WHOLE = load_sql(__package__, "free_whole_gpus.sql")
 
 #: Fields of a backend's live view that identify the job and its state; a plan records them per
 #: action and apply acts only while the scheduler still shows the same (Backend.live).
-IDENTITY = ("uid", "scheduler_job", "submit_time", "state", "restarts", "requeue_flag", "active", "gpus")
+IDENTITY = ("uid", "scheduler_job", "submit_time", "state", "phase", "restarts", "requeue_flag", "active", "gpus")
 
 
 def snapshot(seen: dict, policy) -> dict:
@@ -50,10 +51,13 @@ def snapshot(seen: dict, policy) -> dict:
 
 
 def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
-           observed: dict[str, dict] | None = None, observed_by: str | None = None) -> Situation:
+           observed: dict[str, dict] | None = None, observed_by: str | None = None,
+           observed_cluster: str | None = None) -> Situation:
     """The Situation at ``now`` (naive UTC). ``observed``: per job id what a backend saw live
     (Backend.observe: identity, ``labels``, ``annotations``, ``requeue_flag``, ``priority``); None
-    when no backend was asked — then nothing can be preempted (policy ``_blocked``)."""
+    when no backend was asked — then nothing can be preempted (policy ``_blocked``).
+    ``observed_cluster``: the cluster that backend talks to — its view joins that cluster's jobs
+    only (job ids repeat across clusters: another cluster's job 2 is not this one's)."""
     if observed is None:
         observed_by = None
     elif observed_by is None:
@@ -70,7 +74,10 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     findings = [finding_from_row(r) for r in found.frame.iter_rows(named=True) if r["idle_since"] is not None]
     rows = [dict(zip(_NAMES, r, strict=True)) for r in con.execute(_JOBS, {"now": now}).fetchall()]
     rows, findings = _kueue_workloads_stand_for_their_pods(rows, findings, now)
-    jobs = [job_facts(r, funding.get((r["cluster"], r["job_id"]), {}), observed, policy, ranks, now) for r in rows]
+    rows, findings = _het_jobs_are_one_job(rows, findings)
+    jobs = [job_facts(r, funding.get((r["cluster"], r["job_id"]), {}),
+                      observed if observed_cluster is None or r["cluster"] == observed_cluster else {},
+                      policy, ranks, now) for r in rows]
     free = {(c, m): float(f) for c, m, f in con.execute(_FREE, {"now": now}).fetchall()}
     whole = {(c, m): float(f) for c, m, f in con.execute(_FREE_WHOLE, {"now": now}).fetchall()}
     samples_as_of, jobs_as_of = freshness(con, now)
@@ -83,7 +90,7 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
         recent_preemptions=audit.recent_preemptions(con, since=now - timedelta(hours=1)),
         squatting_exempt={"namespaces": list(squat.exempt_namespaces), "kinds": list(squat.exempt_kinds),
                           "labels": dict(squat.exempt_labels)},
-        observed_by=observed_by,
+        observed_by=observed_by, observed_cluster=observed_cluster,
     )
 
 
@@ -112,11 +119,12 @@ def job_facts(r: dict, fund: dict, observed: dict[str, dict] | None, policy, ran
     seen = seen or {}
     start = r["start_time"]
     running = start is not None and start <= now
+    gpus = float(r["gpus"]) * (1 if running else array_width(r["job_id"]))
     protected_until = fund.get("protected_until")
     if r.get("_derived_start") and fund.get("funded"):  # a workload: its pods' start + its minimum runtime
         protected_until = start + timedelta(seconds=int(fund.get("min_runtime_s_effective") or 0))
     return JobFacts(
-        cluster=r["cluster"], job_id=r["job_id"], project=r["project"], running=running, gpus=float(r["gpus"]),
+        cluster=r["cluster"], job_id=r["job_id"], project=r["project"], running=running, gpus=gpus, qos=r.get("qos"),
         gpu_model=r["gpu_model"], name=r["name"], namespace=r["namespace"], kind=r["kind"], source=r["source"],
         user_name=r["user_name"], start_time=start if running else None, submit_time=r["submit_time"],
         declared_priority=r["priority"],
@@ -145,7 +153,59 @@ def freshness(con, now: datetime) -> tuple[dict[str, datetime], dict[str, dateti
 
 
 _NAMES = ("cluster", "job_id", "project", "name", "namespace", "kind", "source", "user_name", "gpus", "gpu_model",
-          "start_time", "submit_time", "priority", "scheduler_job", "state", "partition")
+          "start_time", "submit_time", "priority", "scheduler_job", "state", "partition", "qos")
+
+# a Slurm array's pending tasks as sacct lists them: 12_[0-7], 12_[1,3,5-9%2] (at most 2 at once)
+_ARRAY = re.compile(r"^\d+_\[([0-9,\-]+)(?:%(\d+))?\]$")
+_HET = re.compile(r"^(\d+)\+(\d+)$")
+
+
+def array_width(job_id: str) -> int:
+    """How many of a pending Slurm array's tasks can run at once (its task count, at most its
+    throttle): its GPU request is that many times one task's. 1 for any other job."""
+    m = _ARRAY.match(job_id or "")
+    if not m:
+        return 1
+    tasks = 0
+    for part in m.group(1).split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            tasks += int(hi or lo) - int(lo) + 1 if not hi or int(hi) >= int(lo) else 0
+    return max(min(tasks, int(m.group(2))) if m.group(2) else tasks, 1)
+
+
+def _het_jobs_are_one_job(rows: list[dict], findings: list[Finding]):
+    """A Slurm heterogeneous job's components (12+0, 12+1 …, one row each) start, stop and are
+    charged together: they are one job here — funded, sized, waiting and preempted as one (its GPUs
+    summed, under its first component's row; scontrol and scancel act on the whole job) — squatting
+    when every component squats."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        m = _HET.match(r["job_id"] or "")
+        if m and str(r["source"] or "").startswith("slurm"):
+            groups.setdefault((r["cluster"], m.group(1)), []).append(r)
+    groups = {k: sorted(v, key=lambda r: int(_HET.match(r["job_id"]).group(2))) for k, v in groups.items()
+              if len(v) > 1}
+    if not groups:
+        return rows, findings
+    by_job = {(f.cluster, f.job_id): f for f in findings}
+    dropped, out_findings = set(), list(findings)
+    for members in groups.values():
+        leader = members[0]
+        models = {m["gpu_model"] for m in members}
+        leader["gpus"] = sum(float(m["gpus"]) for m in members)
+        leader["gpu_model"] = leader["gpu_model"] if len(models) == 1 else None  # any model serves it
+        dropped.update((m["cluster"], m["job_id"]) for m in members[1:])
+        squats = [by_job.get((m["cluster"], m["job_id"])) for m in members]
+        out_findings = [f for f in out_findings if (f.cluster, f.job_id) not in {(m["cluster"], m["job_id"])
+                                                                                 for m in members}]
+        if all(f is not None and f.finding == "squatting" for f in squats):
+            least = min(squats, key=lambda f: f.idle_minutes)
+            out_findings.append(Finding(**{**least.__dict__, "job_id": leader["job_id"],
+                                           "gpus_idle": sum(f.gpus_idle for f in squats),
+                                           "gpus_total": sum(f.gpus_total for f in squats),
+                                           "gpu_hours_idle": sum(f.gpu_hours_idle for f in squats)}))
+    return [r for r in rows if (r["cluster"], r["job_id"]) not in dropped], out_findings
 
 
 def _kueue_workloads_stand_for_their_pods(rows: list[dict], findings: list[Finding], now: datetime):

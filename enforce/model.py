@@ -15,6 +15,10 @@ NONE = "none"
 ACTIONS = (SET_PRIORITY, WARN, PREEMPT, NONE)
 REQUEUE = "requeue"
 STOP = "stop"
+#: A live view's ``phase``, the same words for every scheduler (Slurm's JobState, a pod's phase, a
+#: Kueue Workload's conditions): only a ``running`` job holds GPUs a preemption frees, only a
+#: ``waiting`` one is served by it; ``held`` (deactivated, suspended) and ``ended`` are neither.
+WAITING, RUNNING, HELD, ENDED = "waiting", "running", "held", "ended"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class JobFacts:
     requeue_flag: bool | None = None  # Slurm's Requeue=1
     scheduler_job: str | None = None  # the scheduler's own name: namespace/pod, namespace/workload/name, JobID
     partition: str | None = None  # Slurm partition (matches an untyped GPU request to its pool)
+    qos: str | None = None  # Slurm QOS (exempt_qos)
     # what the scheduler said about the job when the plan was made (Backend.observe, the fields that
     # identify it and that the decision relied on); None: not observed, so never preempted
     observed: dict | None = None
@@ -116,6 +121,7 @@ class Situation:
     # policy.squatting.exempt_*: hidden from `gpuledger squatters` (no alert), so never a squatter here
     squatting_exempt: dict = field(default_factory=dict)  # namespaces / kinds / labels
     observed_by: str | None = None  # the backend whose live view joined (None: none, so no preemption)
+    observed_cluster: str | None = None  # the cluster that live view is of (None: any)
 
 
 @dataclass
@@ -143,6 +149,9 @@ class Action:
     scheduler_job: str | None = None  # namespace/pod for a pod (its job_id may be the pod uid)
     figures: dict = field(default_factory=dict)
     observed: dict | None = None  # preempt / warn: the job as the scheduler showed it at planning (apply re-checks)
+    # a preemption for waiting work: the job it serves (job_id, scheduler_job, source, namespace, name,
+    # words, observed) — apply checks the scheduler still shows it waiting, unchanged
+    serves: dict | None = None
     action_id: str | None = None  # set when the plan is recorded
 
     def to_json(self) -> dict:

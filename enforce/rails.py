@@ -24,6 +24,13 @@ def exemption(job: JobFacts, policy) -> str | None:
     for key, value in policy.exempt_labels.items():
         if job.labels.get(key) == value:
             return f"label {key}={value} is exempt"
+    if str(job.source or "").startswith("slurm"):  # Slurm's own names for who runs what
+        if job.project in policy.exempt_accounts:
+            return f"account {job.project} is exempt (policy.enforcement.exempt_accounts)"
+        if job.user_name and job.user_name in policy.exempt_users:
+            return f"user {job.user_name} is exempt (policy.enforcement.exempt_users)"
+        if job.qos and job.qos in policy.exempt_qos:
+            return f"QOS {job.qos} is exempt (policy.enforcement.exempt_qos)"
     return None
 
 
@@ -82,6 +89,9 @@ def stale(situation: Situation, policy, cluster: str, source: str) -> str | None
 
 def held_by_rails(job: JobFacts, situation: Situation, policy) -> str | None:
     """Rails that hold whatever the reason to preempt: the scheduler's live view, the cool-down."""
+    if situation.observed_cluster is not None and job.cluster != situation.observed_cluster:
+        return (f"the live view is of cluster {situation.observed_cluster} ({situation.observed_by}), this "
+                f"job is on cluster {job.cluster}: nothing is preempted (plan with a backend of {job.cluster})")
     if job.observed is None:
         if situation.observed_by is None:
             return ("the plan was made without the scheduler's live view (plan with --observe BACKEND; a plan "

@@ -209,6 +209,11 @@ class EnforcementPolicy(_Strict):
     exempt_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
     exempt_kinds: list[str] = Field(default_factory=lambda: ["inference"])  # production inference: never preempted, on top
     exempt_labels: dict[str, str] = Field(default_factory=dict)
+    # Slurm jobs: exempt by account, user or QOS as pods are by namespace and label (never
+    # preempted, on top)
+    exempt_accounts: list[str] = Field(default_factory=list)
+    exempt_users: list[str] = Field(default_factory=list)
+    exempt_qos: list[str] = Field(default_factory=list)
     warn_before_preempt_minutes: float = Field(default=15, ge=0)  # a squatter's warning at least this long before
     max_data_age_minutes: float = Field(default=15, gt=0)  # stale-data guard: older data plans no preemption
     checkpoint_label: str = "gpuledger.io/checkpointing"  # "true" on a pod / workload: it resumes, so requeue
@@ -261,6 +266,9 @@ class AlertsPolicy(_Strict):
     digest_hour_utc: int = Field(default=8, ge=0, le=23)  # the digest of the day before goes out then
     budget_thresholds_pct: list[float] = Field(default_factory=lambda: [80.0, 100.0])
     dashboard_url: str | None = None  # links in alerts, e.g. "https://gpuledger.example.org"
+    # whom a job's owner asks about a preemption or for an exemption (an address, a channel, a URL)
+    contact: str | None = None
+    help_url: str | None = None  # a page that explains idle-GPU rules to owners, linked in their mails
     max_attempts: int = Field(default=12, ge=1)
     retry_base_seconds: float = Field(default=30, gt=0)  # backoff: base × 2^(attempt-1), capped at 1 h
 
@@ -328,6 +336,24 @@ class ScrapeSource(_Strict):
     retries: int = Field(default=1, ge=0)
 
 
+class TsdbClusterSource(_Strict):
+    """One cluster's series in a TSDB holding several (``sources.prometheus.clusters.<name>``)."""
+
+    # PromQL label matchers, e.g. 'cluster="east"' (default: <cluster_label>="<name>")
+    selector: str | None = Field(default=None, min_length=1)
+    tenant: str | None = Field(default=None, min_length=1)  # X-Scope-OrgID for this cluster's queries
+
+    @field_validator("selector")
+    @classmethod
+    def _matchers(cls, value):
+        from gpuledger.rules.promql import check_selector
+
+        try:
+            return None if value is None else check_selector(value, "selector")
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+
+
 class PrometheusSource(_Strict):
     """A Prometheus server holding DCGM series, backfilled one day partition at a time."""
 
@@ -343,6 +369,10 @@ class PrometheusSource(_Strict):
     tenant: str | None = Field(default=None, min_length=1)
     bearer_token_file: str | None = Field(default=None, min_length=1)
     bearer_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # One TSDB, many clusters (`--aggregate`): the label naming each series' cluster (every value a
+    # cluster), and/or the clusters by name, each with a selector and a tenant of its own.
+    cluster_label: str | None = Field(default=None, pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+    clusters: dict[str, TsdbClusterSource] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -358,6 +388,15 @@ class PrometheusSource(_Strict):
     def _one_token_source(self):
         if self.bearer_token_file and self.bearer_token_env:
             raise ValueError("give bearer_token_file or bearer_token_env, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _each_cluster_selected(self):
+        for name, c in self.clusters.items():
+            # a cluster may be a whole tenant (Mimir); else, beside others, it must pick its own series
+            if c.selector is None and not self.cluster_label and c.tenant is None and len(self.clusters) > 1:
+                raise ValueError(f"clusters.{name}: give it a selector (e.g. selector: 'cluster=\"{name}\"'), "
+                                 "or set cluster_label so that it selects <cluster_label>=\"<name>\"")
         return self
 
     def call_deadline(self) -> deadlines.CallDeadline:

@@ -148,7 +148,7 @@ def write_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame, source:
     """
     if samples.is_empty():
         return 0
-    wanted = ["gpu_id", "ts", *SAMPLE_METRIC_COLUMNS, *SAMPLE_LABEL_COLUMNS, "sample_n"]
+    wanted = ["gpu_id", "ts", *SAMPLE_METRIC_COLUMNS, *SAMPLE_LABEL_COLUMNS, "sample_n", "covered_ms"]
     batch = samples.select([c for c in wanted if c in samples.columns]).with_columns(
         pl.lit(source).alias("source"))
     floor = final_before(con)

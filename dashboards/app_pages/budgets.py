@@ -28,12 +28,13 @@ if ctx is not None:
 
     ui.chart(charts.budget_vs_consumed(shown, "Budget vs consumed per node"))
     st.caption("How much of its budget each node (its jobs and its children's) has used so far this period.")
+    # which budget (node and period) and where it stands first: they fit beside the sidebar at 1,400 px
     ui.table(shown, {
-        "node": "org node", "status": "status", "remaining_gpu_hours": ui.norm_h("remaining"),
-        "projected_exhaustion": ui.utc_col("runs out"), "burn_gpu_hours_per_day": ui.number_col(
-            "burn (norm. GPU-h/day)"), "budget_gpu_hours": ui.norm_h("budget"),
-        "consumed_gpu_hours": ui.norm_h("consumed"), "period_start": st.column_config.DateColumn("period from"),
-        "period_end": st.column_config.DateColumn("period to"),
+        "node": "org node", "period_start": st.column_config.DateColumn("period from"),
+        "period_end": st.column_config.DateColumn("period to"), "status": "status",
+        "remaining_gpu_hours": ui.norm_h("remaining"), "projected_exhaustion": ui.utc_col("runs out"),
+        "burn_gpu_hours_per_day": ui.number_col("burn (norm. GPU-h/day)"), "budget_gpu_hours": ui.norm_h("budget"),
+        "consumed_gpu_hours": ui.norm_h("consumed"),
         "budget_own": st.column_config.CheckboxColumn("own budget")}, key="budget_table", download="budgets",
         rows=25)
 

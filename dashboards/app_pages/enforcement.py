@@ -17,7 +17,7 @@ if ctx is not None:
     actions = c1.multiselect("Action", period["actions"], key="enf_action", placeholder="all")
     phases = c2.multiselect("Phase", period["phases"], key="enf_phase", placeholder="all")
     outcomes = c3.multiselect("Outcome", period["outcomes"], key="enf_outcome", placeholder="all")
-    text = st.text_input("Job or reason contains", key="enf_text")
+    text = st.text_input("Job, reason or why contains", key="enf_text")
     audit = queries.AuditFilter(ctx.start, ctx.open_end, ctx.clusters, ctx.projects, tuple(actions), tuple(phases),
                                 tuple(outcomes), text)
     counts = ui.enforcement_counts(ctx.path, audit) if audit != base else period
@@ -35,8 +35,13 @@ if ctx is not None:
     st.caption(f"Rows {first + 1:,}–{first + rows.height:,} of {counts['rows_kept']:,}; the filters above are "
                "applied to every row, not only this page.")
     ui.table(rows, {
-        "planned_at": ui.utc_col("cycle"), "job_id": "job", "action": "action",
-        "reason": st.column_config.TextColumn("reason", width=640), "outcome": "outcome", "phase": "phase",
+        # what was decided and what came of it first, so both fit beside the sidebar at 1,400 px
+        "planned_at": ui.utc_col("cycle"), "job_id": "job", "action": "action", "phase": "phase",
+        "outcome": "outcome", "reason": st.column_config.TextColumn("reason", width=270),
+        "detail": st.column_config.TextColumn("why this outcome", width=230,
+                                              help="applied rows: why it was done, refused or skipped (also in "
+                                                   "`gpuledger enforce explain JOB`)"),
+        "cause": "cause",
         "priority": ui.int_col("priority (scheduler units)"), "funded": st.column_config.CheckboxColumn("funded"),
         "dry_run": st.column_config.CheckboxColumn("dry run"), "mode": "mode", "project": "project",
         "cluster": "cluster", "rule": "rule", "error": "error",

@@ -40,7 +40,8 @@ if ctx is not None:
         "fs_rank": ui.int_col("rank").explained("place in the org's queue (1 = served first)"),
         "fairshare_factor": ui.number_col("FS factor", "%.3f").explained("Slurm's fair-share factor, 0..1"),
         "shares_norm": ui.ratio_col("share").explained("share of its parent's, normalised among siblings"),
-        "usage_norm": ui.ratio_col("usage").explained("decayed usage, as a share of its parent's"),
+        "usage_effective": ui.ratio_col("usage").explained("decayed usage, as a share of its parent's "
+                                                           "(normalised among siblings, as share is)"),
         "level_fs": ui.number_col("level FS", "%,.3f").explained("share ÷ usage among siblings (above 1: under-served)"),
         "gpu_hours_window": ui.gpu_h("usage").explained("allocated GPU-hours in the usage window, not decayed"),
         "delivery_ratio": ui.ratio_col("delivered").explained("delivered of owed GPU-hours")},
@@ -58,7 +59,9 @@ if ctx is not None:
     reasons = queries.queue_reasons(whole).filter(pl.col("project").is_in(list(keep)))
     ui.table(reasons, {
         "queue_position": ui.int_col("position"), "project": "project",
-        "why": st.column_config.TextColumn("level by level: share vs usage among siblings → LF, place", width=760),
+        "why": st.column_config.TextColumn("why: share vs usage of the parent → LF, place", width=560,
+                                           help="level by level, from the org down: share and usage among siblings, "
+                                                "LF = share ÷ usage, its place among them (the whole text on click)"),
         "fairshare_factor": ui.number_col("FS factor (0..1)", "%.3f")}, key="fs_queue", rows=max(reasons.height, 1))
     st.caption("Projects are served depth-first, siblings in descending level fair share (LF = share ÷ usage); "
                "positions are in the whole org's queue.")

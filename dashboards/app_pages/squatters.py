@@ -28,18 +28,22 @@ if ctx is not None:
         st.success("No job is sitting on idle GPUs right now.")
         st.stop()
     currency = findings["currency"].drop_nulls()[0] if findings["currency"].drop_nulls().len() else None
+    # the job by its name, how bad, whose and what it costs first: they fit beside the sidebar at 1,400 px
     ui.table(ui.gib(findings, "fb_used_bytes_idle", "memory_gib"), {
-        "job_id": "job", "project": "project", "user_name": "owner",
+        "job_name": "job", "severity": "severity", "project": "project", "user_name": "owner",
         "idle_cost": ui.money_col("wasted cost", currency), "gpu_hours_idle": ui.gpu_h("wasted", 2),
         "gpus_idle": ui.number_col("idle GPUs", "%g"), "gpus_total": ui.number_col("held GPUs", "%g"),
         "idle_since": ui.utc_col("idle since"), "idle_minutes": ui.number_col("idle (min)", "%,.0f"),
-        "memory_gib": ui.number_col("memory held (GiB)", "%,.1f"), "severity": "severity", "finding": "finding",
-        "activity_signal": "activity signal", "cluster": "cluster"}, key="sq_findings", download="squatters")
+        "memory_gib": ui.number_col("memory held (GiB)", "%,.1f"), "finding": "finding",
+        "activity_signal": "activity signal", "job_id": "job id", "cluster": "cluster"},
+        key="sq_findings", download="squatters")
     st.subheader("A finding's history")
     keys = [f"{r['cluster']}/{r['job_id']}" for r in findings.iter_rows(named=True)]
     # alerts link here as /squatters?cluster=C&job=J
     linked = f"{st.query_params.get('cluster', '')}/{st.query_params.get('job', '')}"
-    key = st.selectbox("Job", keys, index=keys.index(linked) if linked in keys else 0, key="sq_job")
+    names = {f"{r['cluster']}/{r['job_id']}": r["job_name"] for r in findings.iter_rows(named=True)}
+    key = st.selectbox("Job", keys, index=keys.index(linked) if linked in keys else 0, key="sq_job",
+                       format_func=lambda k: k if names.get(k) in (None, k.split("/", 1)[1]) else f"{names[k]} ({k})")
     history = ui.finding_history(ctx.path, (key,))
     st.markdown("**Lifecycle** (warn → second warning → eligible for preemption)")
     ui.table(history["events"], {"event_time": ui.utc_col("evaluated"), "event": "event", "finding": "finding",

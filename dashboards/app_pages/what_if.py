@@ -32,6 +32,20 @@ if ctx is not None:
     st.caption(f"From {source}: {trace['jobs']:,} jobs on {trace['physical_gpus']:,} GPUs, "
                f"{trace['start']} – {trace['end']} ({trace['hours']:,.0f} h)."
                + (f" {len(trace['skipped'])} jobs skipped." if trace.get("skipped") else ""))
+    outcome = frames.get("outcome")
+    if outcome is not None:
+        seeds = outcome["seeds"]
+        st.subheader("Outcome, as Ai2 measured it")
+        st.dataframe(outcome["table"], hide_index=True, height=35 * (outcome["table"].height + 1) + 3,
+                     column_config={"label": st.column_config.TextColumn("figure (unit)", width="medium"),
+                                    "target": st.column_config.TextColumn("target", width="small")})
+        over = (f"median [min–max] over {len(seeds)} seeds ({seeds[0]}–{seeds[-1]})" if len(seeds) > 1
+                else f"one seed ({seeds[0] if seeds else '?'}): `--seeds 5` gives min, median and max")
+        st.caption(f"{over}; {outcome['regime']}. Owed = a team's share of capacity capped hour by hour at its "
+                   "demand; delivered = what it got up to that, settled per usage window; burst = allocated "
+                   "GPU-hours above owed; ceiling = Σ min(owed, occupied) ÷ Σ owed per settlement week, the best "
+                   "any order of the same occupied GPU-hours could deliver. "
+                   f"{outcome['target_note'][0].upper()}{outcome['target_note'][1:]}.")
     summary = frames["summary"]
     by_metric = {row["metric"]: row for row in summary.iter_rows(named=True)}
 

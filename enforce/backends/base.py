@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuledger.enforce.model import Action
+from gpuledger.enforce.model import ENDED, RUNNING, WAITING, Action  # noqa: F401  (phases, for backends)
 
 from gpuledger.errors import RunError
 
@@ -25,9 +25,13 @@ SKIPPED = "skipped"  # this backend cannot act on this job (another scheduler's,
 
 @dataclass(frozen=True)
 class Outcome:
+    """What one action came to: the outcome word, why in words (``detail``), the scheduler's own
+    message (``error``) and ``cause``, a short stable name for why (a metric label, a filter)."""
+
     outcome: str
     detail: str
     error: str | None = None
+    cause: str | None = None
 
 
 class CredentialError(RunError):
@@ -35,10 +39,22 @@ class CredentialError(RunError):
 
 
 class Backend:
-    """Base class: ``handles`` says whether this backend can act on a job; the three verbs act."""
+    """Base class: ``handles`` says whether this backend can act on a job; the three verbs act.
+
+    A job is (cluster, scheduler, job id): a backend talks to one cluster (``cluster_name``) and
+    acts only on actions decided for that cluster — a job id alone names different jobs on two
+    clusters."""
 
     name = "backend"
     server_dry_run = False
+
+    def cluster_name(self) -> str | None:
+        """The cluster this backend talks to (None: any — a plan file for another tool)."""
+        return None
+
+    #: how ``cluster_name`` was learned, for the refusal's words
+    cluster_source = "configured"
+
 
     def prepare(self, *, dry_run: bool) -> list[str]:
         """Called once per apply run before the actions (e.g. re-queue what an earlier run

@@ -28,7 +28,7 @@ from gpuledger.enforce.backends.base import (
     BackendUnavailable,
     Outcome,
 )
-from gpuledger.enforce.model import Action
+from gpuledger.enforce.model import ENDED, HELD, RUNNING, WAITING, Action
 
 
 def pod_ref(action: Action) -> tuple[str, str] | None:
@@ -48,8 +48,11 @@ class EvictionBackend(Backend):
 
     def __init__(self, *, api=None, kubeconfig: str | None = None, context: str | None = None,
                  server_dry_run: bool = False, grace_period_s: int | None = None,
-                 namespaces: list[str] | None = None, timeout_s: float = k8s.TIMEOUT_S) -> None:
+                 namespaces: list[str] | None = None, timeout_s: float = k8s.TIMEOUT_S,
+                 cluster: str | None = None, clock=None) -> None:
         self.client, _ = k8s.client_modules()
+        self.clock = clock or (lambda: None)  # Events' times (None: now; injected: tests fix it)
+        self._cluster, self.cluster_source = k8s.cluster_for(kubeconfig, context, cluster)
         self._api = api
         self._config = (kubeconfig, context)
         self.server_dry_run = server_dry_run
@@ -61,6 +64,9 @@ class EvictionBackend(Backend):
         if self._api is None:
             self._api = k8s.api_client(*self._config)
         return self.client.CoreV1Api(self._api)
+
+    def cluster_name(self) -> str:
+        return self._cluster
 
     def handles(self, action: Action) -> str | None:
         if pod_ref(action) is None:
@@ -113,24 +119,15 @@ class EvictionBackend(Backend):
 
     def warn(self, action: Action, *, dry_run: bool) -> Outcome:
         ns, name = pod_ref(action)
-        if dry_run:
-            return Outcome(DRY_RUN, f"would emit a Warning Event on pod {ns}/{name}")
 
         def call():
-            k8s.event(self.client, self._core(), namespace=ns, kind="Pod", api_version="v1", name=name,
-                      uid=_uid(action), reason="GpuledgerIdleWarning", message=action.reason,
-                      event_type="Warning", dry_run="All" if self.server_dry_run else None,
-                      timeout_s=self.timeout_s)
-            return Outcome(SERVER_DRY_RUN if self.server_dry_run else DONE, f"Warning Event on pod {ns}/{name}")
+            writes = [self._event(ns, name, _uid(action), "GpuledgerIdleWarning", action.reason)]
+            return self._send(writes, dry_run, f"Warning Event on pod {ns}/{name}")
         return self._guard(action, call)
 
     def preempt(self, action: Action, *, dry_run: bool) -> Outcome:
         ns, name = pod_ref(action)
         uid = _uid(action)
-        grace = "the pod's own grace period" if self.grace_period_s is None else f"grace {self.grace_period_s} s"
-        if dry_run:
-            return Outcome(DRY_RUN, f"would evict pod {ns}/{name} uid {uid} ({grace}; honouring its "
-                                    "PodDisruptionBudgets)")
 
         def call():
             c = self.client
@@ -139,13 +136,29 @@ class EvictionBackend(Backend):
             body = c.V1Eviction(api_version="policy/v1", kind="Eviction",
                                 metadata=c.V1ObjectMeta(name=name, namespace=ns), delete_options=options)
             core = self._core()
-            core.create_namespaced_pod_eviction(name, ns, body, dry_run="All" if self.server_dry_run else None,
-                                                _request_timeout=self.timeout_s)
-            k8s.event(c, core, namespace=ns, kind="Pod", api_version="v1", name=name, uid=uid,
-                      reason="GpuledgerPreempted", message=f"evicted: {action.reason}", event_type="Warning",
-                      dry_run="All" if self.server_dry_run else None, timeout_s=self.timeout_s)
-            return Outcome(SERVER_DRY_RUN if self.server_dry_run else DONE, f"evicted pod {ns}/{name}")
+            eviction = k8s.Write("POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction",
+                                 core.api_client.sanitize_for_serialization(body),
+                                 lambda: core.create_namespaced_pod_eviction(name, ns, body, dry_run=self._dry,
+                                                                             _request_timeout=self.timeout_s))
+            writes = [eviction, self._event(ns, name, uid, "GpuledgerPreempted", f"evicted: {action.reason}")]
+            return self._send(writes, dry_run, f"evicted pod {ns}/{name} (honouring its PodDisruptionBudgets)")
         return self._guard(action, call)
+
+    @property
+    def _dry(self) -> str | None:
+        return "All" if self.server_dry_run else None
+
+    def _event(self, ns: str, name: str, uid: str | None, reason: str, message: str) -> k8s.Write:
+        return k8s.event_write(self.client, self._core(), namespace=ns, kind="Pod", api_version="v1", name=name,
+                               uid=uid, reason=reason, message=message, event_type="Warning", dry_run=self._dry,
+                               timeout_s=self.timeout_s, now=self.clock())
+
+    def _send(self, writes: list[k8s.Write], dry_run: bool, done: str) -> Outcome:
+        """Each write in order: a dry run lists them, the real run sends them (an eviction refused
+        stops before its Event) and lists the same."""
+        sent = k8s.send_all(writes, dry_run=dry_run)
+        return Outcome(DRY_RUN, sent) if dry_run else \
+            Outcome(SERVER_DRY_RUN if self.server_dry_run else DONE, f"{done}; {sent}")
 
     def _guard(self, action: Action, call) -> Outcome:
         try:
@@ -156,18 +169,21 @@ class EvictionBackend(Backend):
                 status, message = k8s.api_error(exc)
                 if status == 429 and _disruption_budget(exc):
                     return Outcome(REFUSED, "a PodDisruptionBudget allows no disruption now; tried again next "
-                                            "cycle, never forced", error=f"429 {message}")
+                                            "cycle, never forced", error=f"429 {message}",
+                                   cause="disruption-budget")
                 if status == 429:
                     return Outcome(REFUSED, "the API server asked to slow down; tried again next cycle",
-                                   error=f"429 {message}")
+                                   error=f"429 {message}", cause="throttled")
                 if status == 500 and "PodDisruptionBudget" in message:
                     return Outcome(ERROR, "several PodDisruptionBudgets select this pod; the eviction API refuses "
                                           "until only one does (fix the budgets' selectors)", error=f"500 {message}")
                 if status == 404:
-                    return Outcome(SKIPPED, f"pod {action.job_id} no longer exists", error=f"404 {message}")
+                    return Outcome(SKIPPED, f"pod {action.job_id} no longer exists", error=f"404 {message}",
+                                   cause="gone")
                 if status == 409:
                     return Outcome(REFUSED, "the pod under this name is not the one judged (uid precondition "
-                                            "failed: it was recreated); not evicted", error=f"409 {message}")
+                                            "failed: it was recreated); not evicted", error=f"409 {message}",
+                                   cause="changed")
                 return Outcome(ERROR, f"{action.action} failed", error=f"{status} {message}")
             if type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
                 from gpuledger.deadlines import CallDeadline, why_unreachable
@@ -178,10 +194,18 @@ class EvictionBackend(Backend):
             raise
 
 
+_PHASES = {"Pending": WAITING, "Running": RUNNING, "Succeeded": ENDED, "Failed": ENDED}
+
+
 def pod_view(pod) -> dict:
-    """The live view of one pod (a V1Pod): uid, phase, labels, annotations."""
+    """The live view of one pod (a V1Pod): uid, its phase (Kubernetes' word as ``state``, gpuledger's
+    as ``phase``), labels, annotations; a pod being deleted holds its GPUs only until it is gone."""
     meta = pod.metadata
-    return {"uid": meta.uid, "state": getattr(pod.status, "phase", None) if pod.status else None,
+    state = getattr(pod.status, "phase", None) if pod.status else None
+    phase = _PHASES.get(state) if state else None
+    if meta.deletion_timestamp is not None and phase != ENDED:
+        state, phase = "Terminating", HELD
+    return {"uid": meta.uid, "state": state, "phase": phase,
             "labels": dict(meta.labels or {}), "annotations": dict(meta.annotations or {})}
 
 

@@ -27,7 +27,7 @@ from gpuledger.enforce.backends.base import (
     BackendUnavailable,
     Outcome,
 )
-from gpuledger.enforce.model import REQUEUE, Action
+from gpuledger.enforce.model import ENDED, HELD, REQUEUE, RUNNING, WAITING, Action
 
 from gpuledger.rules.clock import iso_z, utc_now
 
@@ -50,8 +50,10 @@ class KueueBackend(Backend):
 
     def __init__(self, *, api=None, kubeconfig: str | None = None, context: str | None = None,
                  server_dry_run: bool = False, namespaces: list[str] | None = None,
-                 timeout_s: float = k8s.TIMEOUT_S) -> None:
+                 timeout_s: float = k8s.TIMEOUT_S, cluster: str | None = None, clock=utc_now) -> None:
         self.client, _ = k8s.client_modules()
+        self.clock = clock  # the warned-at stamp and Events' times (injected: tests fix it)
+        self._cluster, self.cluster_source = k8s.cluster_for(kubeconfig, context, cluster)
         self._api = api
         self._config = (kubeconfig, context)
         self.server_dry_run = server_dry_run
@@ -76,6 +78,9 @@ class KueueBackend(Backend):
     @property
     def _dry(self) -> str | None:
         return "All" if self.server_dry_run else None
+
+    def cluster_name(self) -> str:
+        return self._cluster
 
     def handles(self, action: Action) -> str | None:
         if workload_ref(action) is None:
@@ -107,13 +112,13 @@ class KueueBackend(Backend):
             raise
 
     # --- the verbs ----------------------------------------------------------------------------
+    # Each verb reads what it needs (a dry run reads too), then lists its writes (k8s.Write): a
+    # dry run names them and sends nothing, the real run sends them and names the same.
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
         ns, name = workload_ref(action)
-        if dry_run:
-            return Outcome(DRY_RUN, f"would patch Workload {ns}/{name} spec.priority={action.priority}")
-        return self._guard(action, lambda: self._set_priority(action, ns, name))
+        return self._guard(action, lambda: self._set_priority(action, ns, name, dry_run))
 
-    def _set_priority(self, action, ns, name):
+    def _set_priority(self, action, ns, name, dry_run):
         custom, core = self._apis()
         wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, _request_timeout=self.timeout_s)
         spec = wl.get("spec") or {}
@@ -126,36 +131,31 @@ class KueueBackend(Backend):
         body = {"spec": {"priority": action.priority},
                 "metadata": {"annotations": {k8s.ANN_PRIORITY: str(action.priority),
                                              k8s.ANN_REASON: action.reason[:k8s.MAX_MESSAGE]}}}
-        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry, _request_timeout=self.timeout_s)
-        k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
-                  uid=(wl.get("metadata") or {}).get("uid"), reason="GpuledgerPriority",
-                  message=f"priority {spec.get('priority')} -> {action.priority}: {action.reason}", dry_run=self._dry)
-        return Outcome(self._done, f"Workload {ns}/{name} priority {spec.get('priority')} -> {action.priority}{note}")
+        writes = [self._patch(custom, ns, name, body),
+                  self._event(core, ns, name, (wl.get("metadata") or {}).get("uid"), "GpuledgerPriority",
+                              f"priority {spec.get('priority')} -> {action.priority}: {action.reason}")]
+        return self._send(writes, dry_run, f"Workload {ns}/{name} priority {spec.get('priority')} -> "
+                                           f"{action.priority}{note}")
 
     def warn(self, action: Action, *, dry_run: bool) -> Outcome:
         ns, name = workload_ref(action)
-        if dry_run:
-            return Outcome(DRY_RUN, f"would annotate Workload {ns}/{name} and emit a Warning Event")
-        return self._guard(action, lambda: self._warn(action, ns, name))
+        return self._guard(action, lambda: self._warn(action, ns, name, dry_run))
 
-    def _warn(self, action, ns, name):
+    def _warn(self, action, ns, name, dry_run):
         custom, core = self._apis()
-        stamp = iso_z(utc_now())
+        wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, _request_timeout=self.timeout_s)
         body = {"metadata": {"annotations": {k8s.ANN_WARNING: f"{action.stage}: {action.reason}"[:k8s.MAX_MESSAGE],
-                                             k8s.ANN_WARNED_AT: stamp}}}
-        wl = custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry, _request_timeout=self.timeout_s)
-        k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
-                  uid=(wl.get("metadata") or {}).get("uid"), reason="GpuledgerIdleWarning",
-                  message=action.reason, event_type="Warning", dry_run=self._dry)
-        return Outcome(self._done, f"warned on Workload {ns}/{name} ({action.stage})")
+                                             k8s.ANN_WARNED_AT: iso_z(self.clock())}}}
+        writes = [self._patch(custom, ns, name, body),
+                  self._event(core, ns, name, (wl.get("metadata") or {}).get("uid"), "GpuledgerIdleWarning",
+                              action.reason, "Warning")]
+        return self._send(writes, dry_run, f"warned on Workload {ns}/{name} ({action.stage})")
 
     def preempt(self, action: Action, *, dry_run: bool) -> Outcome:
         ns, name = workload_ref(action)
-        if dry_run:
-            return Outcome(DRY_RUN, f"would set Workload {ns}/{name} spec.active=false ({action.mode})")
-        return self._guard(action, lambda: self._preempt(action, ns, name))
+        return self._guard(action, lambda: self._preempt(action, ns, name, dry_run))
 
-    def _preempt(self, action, ns, name):
+    def _preempt(self, action, ns, name, dry_run):
         custom, core = self._apis()
         wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, _request_timeout=self.timeout_s)
         if (wl.get("spec") or {}).get("active") is False:
@@ -164,18 +164,15 @@ class KueueBackend(Backend):
         if action.mode == REQUEUE:
             annotations[k8s.ANN_REQUEUE] = "pending"
         body = {"spec": {"active": False}, "metadata": {"annotations": annotations}}
-        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry, _request_timeout=self.timeout_s)
-        k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
-                  uid=(wl.get("metadata") or {}).get("uid"), reason="GpuledgerPreempted",
-                  message=f"deactivated ({action.mode}): {action.reason}", event_type="Warning", dry_run=self._dry)
+        writes = [self._patch(custom, ns, name, body),
+                  self._event(core, ns, name, (wl.get("metadata") or {}).get("uid"), "GpuledgerPreempted",
+                              f"deactivated ({action.mode}): {action.reason}", "Warning")]
         then = "re-activated by the next apply once evicted" if action.mode == REQUEUE else "left deactivated"
-        return Outcome(self._done, f"Workload {ns}/{name} spec.active=false ({then})")
+        return self._send(writes, dry_run, f"Workload {ns}/{name} spec.active=false ({then})")
 
     def prepare(self, *, dry_run: bool) -> list[str]:
-        """Re-activate the workloads gpuledger deactivated to requeue, once Kueue evicted them.
-        A dry run calls nothing, this included."""
-        if dry_run:
-            return []
+        """Re-activate the workloads gpuledger deactivated to requeue, once Kueue evicted them (a
+        dry run reads them and lists the writes it would send)."""
         lines = []
         try:
             custom, core = self._apis()
@@ -191,16 +188,33 @@ class KueueBackend(Backend):
                 continue
             ns, name = meta.get("namespace"), meta.get("name")
             body = {"spec": {"active": True}, "metadata": {"annotations": {k8s.ANN_REQUEUE: None}}}
+            writes = [self._patch(custom, ns, name, body),
+                      self._event(core, ns, name, meta.get("uid"), "GpuledgerRequeued",
+                                  "re-activated after preemption: it resumes from its checkpoint")]
             try:
-                custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body, dry_run=self._dry, _request_timeout=self.timeout_s)
-                k8s.event(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
-                          uid=meta.get("uid"), reason="GpuledgerRequeued",
-                          message="re-activated after preemption: it resumes from its checkpoint", dry_run=self._dry)
-                lines.append(f"re-activated Workload {ns}/{name} (requeue)")
+                sent = k8s.send_all(writes, dry_run=dry_run)
+                lines.append(f"{'would re-activate' if dry_run else 're-activated'} Workload {ns}/{name} "
+                             f"(requeue); {sent}")
             except Exception as exc:  # noqa: BLE001
                 self._fatal(exc, f"re-activating Workload {ns}/{name}")
                 lines.append(f"could not re-activate Workload {ns}/{name}: {k8s.api_error(exc)[1]}")
         return lines
+
+    def _patch(self, custom, ns: str, name: str, body: dict) -> k8s.Write:
+        return k8s.Write("PATCH", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}/{name}", body,
+                         lambda: custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body,
+                                                                       dry_run=self._dry,
+                                                                       _request_timeout=self.timeout_s))
+
+    def _event(self, core, ns: str, name: str, uid: str | None, reason: str, message: str,
+               event_type: str = "Normal") -> k8s.Write:
+        return k8s.event_write(self.client, core, namespace=ns, kind="Workload", api_version=API_VERSION, name=name,
+                               uid=uid, reason=reason, message=message, event_type=event_type, dry_run=self._dry,
+                               timeout_s=self.timeout_s, now=self.clock())
+
+    def _send(self, writes: list[k8s.Write], dry_run: bool, done: str) -> Outcome:
+        sent = k8s.send_all(writes, dry_run=dry_run)
+        return Outcome(DRY_RUN, sent) if dry_run else Outcome(self._done, f"{done}; {sent}")
 
     # --- errors ------------------------------------------------------------------------------
     @property
@@ -227,7 +241,8 @@ class KueueBackend(Backend):
             self._fatal(exc, f"{action.action} {action.job_id}")
             status, message = k8s.api_error(exc)
             if status == 404:
-                return Outcome(SKIPPED, f"Workload {action.job_id} no longer exists", error=f"404 {message}")
+                return Outcome(SKIPPED, f"Workload {action.job_id} no longer exists", error=f"404 {message}",
+                               cause="gone")
             return Outcome(ERROR, f"{action.action} failed", error=f"{status} {message}")
 
 
@@ -242,8 +257,24 @@ def workload_view(wl: dict) -> dict:
         annotations |= tmeta.get("annotations") or {}
     labels |= meta.get("labels") or {}
     annotations |= meta.get("annotations") or {}
-    return {"uid": meta.get("uid"), "active": spec.get("active", True) is not False, "labels": labels,
-            "annotations": annotations, "priority": spec.get("priority")}
+    state, phase = workload_state(wl)
+    return {"uid": meta.get("uid"), "active": spec.get("active", True) is not False, "state": state, "phase": phase,
+            "labels": labels, "annotations": annotations, "priority": spec.get("priority")}
+
+
+def workload_state(wl: dict) -> tuple[str, str]:
+    """(Kueue's state in its words, the phase) of a Workload, from ``spec.active`` and its
+    conditions: only a Workload holding quota (QuotaReserved, and Admitted once its checks pass) runs
+    and frees GPUs when deactivated; one Kueue evicted is waiting again and holds none."""
+    conditions = {c.get("type"): c.get("status") == "True"
+                  for c in (wl.get("status") or {}).get("conditions") or []}
+    if conditions.get("Finished"):
+        return "Finished", ENDED
+    if (wl.get("spec") or {}).get("active") is False:
+        return "Deactivated", HELD
+    if conditions.get("QuotaReserved"):
+        return ("Admitted" if conditions.get("Admitted") else "QuotaReserved"), RUNNING
+    return ("Evicted" if conditions.get("Evicted") else "Pending"), WAITING
 
 
 def priority_class(spec: dict) -> str | None:
@@ -256,7 +287,6 @@ def priority_class(spec: dict) -> str | None:
 
 
 def _evicted(wl: dict) -> bool:
-    for cond in (wl.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
-            return False
-    return True
+    """Kueue released the Workload's quota (it was evicted after gpuledger deactivated it)."""
+    return not any(c.get("type") == "QuotaReserved" and c.get("status") == "True"
+                   for c in (wl.get("status") or {}).get("conditions") or [])

@@ -33,10 +33,17 @@ from gpuledger.enforce.backends.base import (
     CredentialError,
     Outcome,
 )
-from gpuledger.enforce.model import REQUEUE, Action
+from gpuledger.enforce.model import ENDED, HELD, REQUEUE, RUNNING, WAITING, Action
 from gpuledger.enforce.policy import EXEMPT_BASE, FUNDED_BASE, PROJECT_STEP, UNFUNDED_BASE
 
-_JOB_ID = re.compile(r"^\d+(?:[_+]\d+)?$")
+# 123, an array task 123_4, a pending array 123_[0-7%2] (as sacct lists it), a het component 123+1
+_JOB_ID = re.compile(r"^\d+(?:_(?:\d+|\[[0-9,%\-]+\]))?(?:\+\d+)?$")
+_WHOLE_JOB = re.compile(r"^(\d+)(?:_\[[0-9,%\-]+\]|\+\d+)$")
+_PHASES = {"PENDING": WAITING, "REQUEUED": WAITING, "RUNNING": RUNNING, "CONFIGURING": RUNNING,
+           "SUSPENDED": HELD, "REQUEUE_HOLD": HELD, "SPECIAL_EXIT": HELD, "RESV_DEL_HOLD": HELD}
+_ENDED = ("COMPLETED", "COMPLETING", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+          "DEADLINE", "PREEMPTED")
+_GPUS = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")
 _GONE = ("Invalid job id", "Job has already finished", "already completing or completed")
 _DENIED = ("Access/permission denied", "Permission denied", "Invalid user", "Authentication failure")
 _DOWN = ("Unable to contact slurm controller", "Socket timed out", "Connection refused", "munge")
@@ -50,8 +57,13 @@ MAX_WITHIN = 20  # distinct declared priorities kept apart inside one project
 
 
 def _jid(action: Action) -> str:
-    """The Slurm JobID (``scheduler_job``; the row's job_id names one run of a requeued job)."""
-    return action.scheduler_job or action.job_id
+    """The Slurm JobID a command names (``scheduler_job``; the row's job_id names one run of a
+    requeued job). A pending array (``123_[0-7]``) is named by its array job id, which reaches all
+    of its pending tasks, and a het-job component (``123+1``) by its leader, which reaches every
+    component: scontrol and scancel act on the whole job either way."""
+    jid = action.scheduler_job or action.job_id
+    whole = _WHOLE_JOB.match(jid)
+    return whole.group(1) if whole else jid
 
 
 def weight_sum(config_text: str) -> int:
@@ -66,6 +78,31 @@ def weight_sum(config_text: str) -> int:
         elif key == "PriorityWeightTRES" and value not in ("", "(null)"):
             total += sum(int(float(w)) for w in re.findall(r"=(\d+(?:\.\d+)?)", value))
     return total
+
+
+def config_value(config_text: str, key: str) -> str | None:
+    """One ``Key = value`` of ``scontrol show config``."""
+    for line in config_text.splitlines():
+        k, _, value = line.partition("=")
+        if k.strip() == key:
+            return value.strip() or None
+    return None
+
+
+#: The largest Σ PriorityWeight* the layout keeps in order: each of its 3 × MAX_FAIR × MAX_WITHIN
+#: steps must exceed every factor Slurm adds, within Slurm's Nice range.
+MAX_WEIGHTS = MAX_NICE // (3 * MAX_FAIR * MAX_WITHIN) - 1
+
+
+def nice_bound(weights: int) -> str | None:
+    """Why ``weights`` (Σ PriorityWeight*) exceed what Nice can keep ordered, or None."""
+    if weights <= MAX_WEIGHTS:
+        return None
+    return (f"this site's PriorityWeight* add up to {weights:,}, more than the {MAX_WEIGHTS:,} gpuledger's Nice "
+            f"layout can keep ordered (Nice is at most {MAX_NICE:,}, shared by 3 bands x {MAX_FAIR} fair-share "
+            f"positions x {MAX_WITHIN} positions in a project): Slurm's own factors may reorder jobs inside a band. "
+            "Lower the weights (scontrol show config) or carry the bands by QOS "
+            "(policy.enforcement.slurm_qos_funded / slurm_qos_unfunded)")
 
 
 def step_for(weights: int) -> int:
@@ -89,14 +126,31 @@ def nice_for(priority: int, step: int = 1) -> int:
 
 
 def job_view(fields: dict[str, str]) -> tuple[str, dict]:
-    """(JobID, the live view) of one ``scontrol show job -o`` line's fields."""
+    """(JobID as sacct lists it, the live view) of one ``scontrol show job -o`` line's fields: an
+    array task ``12_3``, an array's pending tasks ``12_[0-7%2]``, a het component ``12+1``."""
     job_id = fields.get("JobId", "")
-    if fields.get("ArrayTaskId") and fields.get("ArrayJobId"):
-        job_id = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}"
+    task = fields.get("ArrayTaskId")
+    if task and fields.get("ArrayJobId"):
+        job_id = f"{fields['ArrayJobId']}_{task}" if task.isdigit() else f"{fields['ArrayJobId']}_[{task}]"
+    elif fields.get("HetJobId") and fields.get("HetJobOffset"):
+        job_id = f"{fields['HetJobId']}+{fields['HetJobOffset']}"
     restarts = fields.get("Restarts")
-    return job_id, {"scheduler_job": job_id, "state": fields.get("JobState"), "submit_time": fields.get("SubmitTime"),
+    state = fields.get("JobState")
+    gpus = _GPUS.search(fields.get("ReqTRES") or fields.get("TRES") or "")
+    return job_id, {"scheduler_job": job_id, "state": state, "phase": phase(state),
+                    "submit_time": fields.get("SubmitTime"),
                     "restarts": int(restarts) if restarts and restarts.isdigit() else None,
-                    "requeue_flag": fields.get("Requeue") == "1"}
+                    "requeue_flag": fields.get("Requeue") == "1", "gpus": int(gpus.group(1)) if gpus else None,
+                    "account": fields.get("Account"), "user": (fields.get("UserId") or "").split("(")[0] or None,
+                    "qos": fields.get("QOS")}
+
+
+def phase(state: str | None) -> str | None:
+    """The phase (enforce.model) of a Slurm JobState."""
+    state = (state or "").upper()
+    if not state:
+        return None
+    return ENDED if state in _ENDED else _PHASES.get(state, HELD)
 
 
 def _fields(line: str) -> dict[str, str]:
@@ -111,10 +165,17 @@ def _fields(line: str) -> dict[str, str]:
 class SlurmBackend(Backend):
     name = "slurm"
 
+    cluster_source = "ClusterName in scontrol show config"
+
     def __init__(self, *, scontrol: str = "scontrol", scancel: str = "scancel", env: dict | None = None,
                  qos_funded: str | None = None, qos_unfunded: str | None = None,
-                 timeout_s: float = TIMEOUT_S, nice_step: int | None = None) -> None:
-        self.scontrol, self.scancel = scontrol, scancel
+                 timeout_s: float = TIMEOUT_S, nice_step: int | None = None, cluster: str | None = None) -> None:
+        # --cluster: every command goes to that cluster (-M, through slurmdbd), and its controller
+        # must call itself that (ClusterName), else nothing is done
+        self.cluster = cluster
+        self.scontrol = [scontrol, "-M", cluster] if cluster else [scontrol]
+        self.scancel = [scancel, "-M", cluster] if cluster else [scancel]
+        self._config: str | None = None
         self.env = env
         self.qos_funded, self.qos_unfunded = qos_funded, qos_unfunded
         self.timeout_s = timeout_s
@@ -142,7 +203,7 @@ class SlurmBackend(Backend):
     def observe(self) -> dict[str, dict]:
         """Every job ``scontrol show job -o`` lists: state, submit time, restarts and its Requeue
         flag (Requeue=1: it may be requeued, so a preemption requeues it)."""
-        done = self._read([self.scontrol, "show", "job", "-o"])
+        done = self._read([*self.scontrol, "show", "job", "-o"])
         if done.returncode != 0:
             raise BackendUnavailable(f"scontrol show job: {done.stderr.strip() or done.returncode}")
         out = {}
@@ -153,23 +214,51 @@ class SlurmBackend(Backend):
         return out
 
     def live(self, action: Action) -> dict | None:
-        done = self._read([self.scontrol, "show", "job", "-o", _jid(action)])
+        """The job as the scheduler shows it now, under the id sacct gave it: an array's or a het
+        job's id lists every task or component, and only the one the plan judged is its view."""
+        done = self._read([*self.scontrol, "show", "job", "-o", _jid(action)])
         text = (done.stderr or "") + (done.stdout or "")
         if done.returncode != 0:
             if any(s in text for s in _GONE):
                 return None
             raise BackendUnavailable(f"scontrol show job {_jid(action)}: {done.stderr.strip() or done.returncode}")
-        lines = [line for line in done.stdout.splitlines() if line.strip()]
-        return job_view(_fields(lines[0]))[1] if lines else None
+        views = dict(job_view(_fields(line)) for line in done.stdout.splitlines() if line.strip())
+        wanted = action.scheduler_job or action.job_id
+        if wanted in views:
+            return views[wanted]
+        return next(iter(views.values())) if len(views) == 1 and _jid(action) == wanted else None
+
+    def config(self) -> str:
+        """``scontrol show config`` of the cluster this backend talks to (read once)."""
+        if self._config is None:
+            done = self._read([*self.scontrol, "show", "config"])
+            if done.returncode != 0:
+                raise BackendUnavailable(f"{' '.join(self.scontrol)} show config: "
+                                         f"{done.stderr.strip() or done.returncode}")
+            self._config = done.stdout
+        return self._config
+
+    def cluster_name(self) -> str:
+        """The controller's own ClusterName; with --cluster, it must be that one."""
+        name = config_value(self.config(), "ClusterName")
+        if not name:
+            raise BackendUnavailable("scontrol show config lists no ClusterName: cannot tell which cluster's jobs "
+                                     "this is; pass --cluster NAME")
+        if self.cluster and name != self.cluster:
+            raise BackendUnavailable(f"--cluster {self.cluster}: the controller reached says ClusterName = {name}; "
+                                     "nothing is done (check -M / SLURM_CONF)")
+        return name
 
     def step(self) -> int:
-        """Nice per priority step for this site (scontrol show config, read once)."""
+        """Nice per priority step for this site (its PriorityWeight*)."""
         if self.nice_step is None:
-            done = self._read([self.scontrol, "show", "config"])
-            if done.returncode != 0:
-                raise BackendUnavailable(f"scontrol show config: {done.stderr.strip() or done.returncode}")
-            self.nice_step = step_for(weight_sum(done.stdout))
+            self.nice_step = step_for(weight_sum(self.config()))
         return self.nice_step
+
+    def bound(self) -> str | None:
+        """Why this site's weights exceed what the Nice layout keeps ordered, with what to do; None
+        when every band, project and position stays apart."""
+        return nice_bound(weight_sum(self.config()))
 
     # --- the verbs ------------------------------------------------------------------------------
     def set_priority(self, action: Action, *, dry_run: bool) -> Outcome:
@@ -178,18 +267,18 @@ class SlurmBackend(Backend):
         qos = self.qos_funded if action.funded else self.qos_unfunded
         if qos and not action.figures.get("running"):
             args.append(f"QOS={qos}")
-        return self._run(action, [self.scontrol, "update", *args], dry_run,
+        return self._run(action, [*self.scontrol, "update", *args], dry_run,
                          f"Nice={nice}" + (f" QOS={qos}" if "QOS=" in args[-1] else ""))
 
     def warn(self, action: Action, *, dry_run: bool) -> Outcome:
         text = f"gpuledger {action.stage or 'warning'}: {action.reason}"[:500].replace('"', "'")
-        return self._run(action, [self.scontrol, "update", f"JobId={_jid(action)}", f"AdminComment={text}"],
+        return self._run(action, [*self.scontrol, "update", f"JobId={_jid(action)}", f"AdminComment={text}"],
                          dry_run, "AdminComment set")
 
     def preempt(self, action: Action, *, dry_run: bool) -> Outcome:
         if action.mode == REQUEUE:
-            return self._run(action, [self.scontrol, "requeue", _jid(action)], dry_run, "requeued")
-        return self._run(action, [self.scancel, _jid(action)], dry_run, "cancelled")
+            return self._run(action, [*self.scontrol, "requeue", _jid(action)], dry_run, "requeued")
+        return self._run(action, [*self.scancel, _jid(action)], dry_run, "cancelled")
 
     def _run(self, action: Action, command: list[str], dry_run: bool, what: str) -> Outcome:
         shown = " ".join(command)
@@ -211,10 +300,10 @@ class SlurmBackend(Backend):
                                                      error="timeout")) from None
         message = (done.stderr or done.stdout).strip().splitlines()
         message = message[-1] if message else ""
-        if done.returncode == 0:
-            return Outcome(DONE, f"job {action.job_id} {what}")
+        if done.returncode == 0:  # says the command it ran, as the dry run said it would
+            return Outcome(DONE, f"job {action.job_id} {what}; ran: {shown}")
         if any(s in message for s in _GONE):
-            return Outcome(SKIPPED, f"job {action.job_id} is no longer in the queue", error=message)
+            return Outcome(SKIPPED, f"job {action.job_id} is no longer in the queue", error=message, cause="gone")
         if any(s in message for s in _DENIED):
             raise CredentialError(f"{shown}: Slurm says {message!r}; run as SlurmUser, root or an operator "
                                   "(sacctmgr modify user NAME set adminlevel=operator)")

@@ -19,12 +19,13 @@ Channel types, chosen by the URL's scheme; each receives the alert's structure, 
 The JSON webhook body, schema ``gpuledger.alert`` version 1 (docs: README "Alerts")::
 
     {"schema": "gpuledger.alert", "version": 1, "id": <idempotency key>, "kind": "squatting" |
-     "digest" | "budget" | "statement" | "message", "severity": <gpuledger severity or null>,
+     "digest" | "budget" | "preempted" | "statement" | "message", "severity": <gpuledger severity or null>,
      "level": "info" | "warning" | "critical", "title": <subject>, "message": <plain text>,
      "link": <dashboard URL or null>, "fields": {<the alert's structured fields: job_id, cluster,
      project, owner, severity, gpus_idle, gpus_total, idle_since, gpu_hours_idle, idle_cost, currency, next,
      dashboard for squatting; node, level, consumed_pct, projected_exhaustion, dashboard for
-     budgets; project, day, findings, gpu_hours_idle for digests>}}
+     budgets; project, day, findings, gpu_hours_idle for digests; job_id, name, cluster, project,
+     owner, preempted_at, mode, rule, reason, gpus, gpu_model, gpu_hours_held for a preempted job>}}
 
 New fields may be added within a version; a field's meaning or type changes only with a new version.
 """
@@ -109,7 +110,7 @@ _RETRIED = "the outbox retries it"
 SCHEMA, SCHEMA_VERSION = "gpuledger.alert", 1
 # gpuledger severity -> the level every channel type maps to its own types
 LEVELS = {"info": "info", "warning": "warning", "second-warning": "warning", "preempt-eligible": "critical",
-          "80": "warning", "100": "critical", "exhaustion": "critical"}
+          "80": "warning", "100": "critical", "exhaustion": "critical", "preempted": "warning"}
 
 
 @dataclass
@@ -178,7 +179,7 @@ class Message:
         """Block Kit: a header, the fields as a section (the same fields as the JSON), the body, the link."""
         icon = {"critical": ":rotating_light:", "warning": ":warning:"}.get(self.level, ":information_source:")
         blocks = [{"type": "header", "text": {"type": "plain_text", "text": f"{self.subject}"[:150]}}]
-        shown = [(k, v) for k, v in plain_fields(self.fields).items() if v not in (None, "") and k != "dashboard"]
+        shown = slack_fields(self.fields)
         if shown:
             blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{k}*\n{v}"}
                                                          for k, v in shown[:10]]})
@@ -189,6 +190,45 @@ class Message:
         if self.key:
             blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"alert id {self.key}"}]})
         return blocks
+
+
+#: Slack shows ten fields: the ones a reader needs first, in this order, under their words (the
+#: JSON body keeps every field under its machine name)
+SLACK_FIELDS = (("name", "job"), ("job_id", "id"), ("project", "project"), ("severity", "severity"),
+                ("owner", "owner"), ("node", "budget node"), ("level", "threshold"),
+                ("consumed_pct", "consumed"), ("projected_exhaustion", "runs out"), ("gpus_idle", "GPUs idle"),
+                ("gpus_total", "GPUs held"), ("idle_cost", "idle cost"), ("gpu_hours_idle", "idle GPU-hours"),
+                ("idle_since", "idle since"), ("mode", "preempted as"), ("gpu_hours_held", "GPU-hours held"),
+                ("preempted_at", "preempted at"), ("cluster", "cluster"), ("hosts", "host"),
+                ("gpu_model", "GPU model"), ("next", "next"), ("day", "day"), ("findings", "findings"))
+
+
+def slack_fields(fields: dict) -> list[tuple[str, str]]:
+    """(label, value as people read it) of the fields, most important first: money with its
+    currency, hours and ratios rounded, times in UTC words."""
+    out = []
+    for key, label in SLACK_FIELDS:
+        value = fields.get(key)
+        if value in (None, "") or (key == "name" and value == fields.get("job_id")):
+            continue
+        if key == "idle_cost" and fields.get("currency"):
+            text = f"{value} {fields['currency']}"
+        elif key == "consumed_pct":
+            text = f"{float(value):,.1f} %"
+        elif isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif isinstance(value, int):
+            text = f"{value:,}"
+        elif isinstance(value, float):
+            text = f"{value:,.2f}"
+        elif isinstance(value, str) and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?Z?", value):
+            text = value[:16].replace("T", " ") + " UTC"
+        elif hasattr(value, "strftime"):
+            text = value.strftime("%Y-%m-%d %H:%M UTC")
+        else:
+            text = str(value)
+        out.append((label, text))
+    return out
 
 
 def plain_fields(fields: dict) -> dict:

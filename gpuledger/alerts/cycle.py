@@ -20,7 +20,7 @@ class CycleReport:
 
 def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     """Every alert the warehouse's state calls for at ``now`` (the data's "now")."""
-    from gpuledger.alerts.plan import budget_alerts, digest_alerts, squatting_alerts
+    from gpuledger.alerts.plan import budget_alerts, digest_alerts, preemption_alerts, squatting_alerts
     from gpuledger.warehouse.read_model import facts
 
     # the findings as of `now` (read_model.facts.findings): the pipeline's latest evaluation at or
@@ -29,13 +29,43 @@ def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     found = facts.findings(con, policy=policy, now=now)
     open_now = found.frame
     episodes = facts.finding_episodes(con, at=now) if found.source == facts.MATERIALIZED else None
+    preempted = preempted_jobs(con, since=now - PREEMPTION_NOTICE_WINDOW)
+    keys = [f"{c}/{j}" for c, j in open_now.select("cluster", "job_id").iter_rows()] if open_now.height else []
+    identities = job_identities(con, keys + [f"{r['cluster']}/{r['job_id']}" for r in preempted])
     alerts = squatting_alerts(open_now, policy, now=now, squatting=policy.squatting,
                               enforcement=policy.enforcement, currency=currency,
-                              enforcement_log=enforcement_log(con, now=now))
+                              enforcement_log=enforcement_log(con, now=now), identities=identities)
     if episodes is not None:
         alerts += digest_alerts(episodes, policy, now=now)
     alerts += budget_alerts(facts.budget(con, policy=policy, as_of=now).frame, policy, now=now)
+    alerts += preemption_alerts(preempted, policy, now=now, identities=identities)
     return alerts
+
+
+#: how far back a preemption is still told to its owner (a first alert cycle after a long pause
+#: does not mail a month of history; each preemption is told once, by its key)
+PREEMPTION_NOTICE_WINDOW = timedelta(days=2)
+
+
+def job_identities(con, keys: list[str]) -> dict[tuple[str, str], dict]:
+    """(cluster, job_id) -> what people know the job by (name, scheduler id, models, hosts), for the
+    ``keys`` ('cluster/job_id') an alert is about."""
+    from gpuledger.sql import load_sql
+
+    if not keys:
+        return {}
+    cur = con.execute(load_sql(__package__, "job_identities.sql"), {"keys": sorted(set(keys))})
+    names = [d[0] for d in cur.description]
+    return {(r[0], r[1]): dict(zip(names, r, strict=True)) for r in cur.fetchall()}
+
+
+def preempted_jobs(con, *, since: datetime) -> list[dict]:
+    """Jobs gpuledger preempted for real since ``since`` (the audit's wall clock), with their owners."""
+    from gpuledger.sql import load_sql
+
+    cur = con.execute(load_sql(__package__, "preempted_jobs.sql"), {"since": since})
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 def enforcement_log(con, *, now: datetime) -> dict[tuple[str, str], str]:

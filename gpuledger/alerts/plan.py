@@ -18,6 +18,7 @@ from datetime import datetime, time, timedelta
 
 import polars as pl
 
+from gpuledger.alerts import owner
 from gpuledger.alerts.outbox import Alert
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "second-warning": 2, "preempt-eligible": 3}
@@ -72,7 +73,8 @@ def _ts(value) -> str:
 
 
 def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting=None, enforcement=None,
-                     currency: str = "USD", enforcement_log: dict | None = None) -> list[Alert]:
+                     currency: str = "USD", enforcement_log: dict | None = None,
+                     identities: dict | None = None) -> list[Alert]:
     """One alert per open episode at its current severity, to on-call and the owner.
 
     ``episodes``: squatting_findings rows (open ones: resolved_at NULL), or squatters_report rows
@@ -114,9 +116,12 @@ def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting
                 if alerts.dashboard_url else None)
         wasted = ep.get("gpu_hours_idle") or 0.0
         n_idle, n_total = ep.get("gpus_idle"), ep.get("gpus_total")
-        subject = f"[{severity}] job {ep['job_id']} ({ep.get('project')}) holds {n_idle} idle GPU{_s(n_idle)}"
+        ident = (identities or {}).get((ep["cluster"], ep["job_id"]))
+        name = (ident or {}).get("name") or ep["job_id"]
+        subject = f"[{severity}] job {name} ({ep.get('project')}) holds {n_idle} idle GPU{_s(n_idle)}"
         lines = [
-            f"job {ep['job_id']} on {ep['cluster']}, owner {ep.get('user_name')}, project {ep.get('project')}",
+            f"job {owner.called(ident, ep['job_id'])} {owner.where(ident, ep['cluster'])}, owner "
+            f"{ep.get('user_name')}, project {ep.get('project')}",
             f"{n_idle} of {n_total} GPU{_s(n_total)} idle since {_ts(idle_since)} UTC",
             f"wasted {wasted:,.2f} GPU-hours" + (f", {cost:,.2f} {cur}" if cost is not None else ""),
             f"rule: {rule}", f"severity: {severity}",
@@ -127,19 +132,41 @@ def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting
             lines.append(f"enforcement: {enforcement_log[(ep['cluster'], ep['job_id'])]}")
         if link:
             lines.append(f"dashboard: {link}")
-        payload = {"job_id": ep["job_id"], "cluster": ep["cluster"], "project": ep.get("project"),
+        payload = {"job_id": ep["job_id"], "name": (ident or {}).get("name"), "cluster": ep["cluster"],
+                   "project": ep.get("project"), "hosts": (ident or {}).get("hosts"),
+                   "gpu_model": (ident or {}).get("models"),
                    "owner": ep.get("user_name"), "severity": severity, "gpus_idle": ep.get("gpus_idle"),
                    "gpus_total": ep.get("gpus_total"), "idle_since": idle_since, "gpu_hours_idle": wasted,
                    "idle_cost": None if cost is None else str(cost), "currency": cur if cost is not None else None,
                    "next": nxt, "dashboard": link}
         urgent = (alerts.quiet_hours is not None
                   and SEVERITY_RANK[severity] >= SEVERITY_RANK[alerts.quiet_hours.urgent_severity])
+        # the owner reads a letter, not on-call's lines: no modes, the commands for their scheduler
+        mine = owner.squatting(ep, ident, alerts, threshold=thr, currency=cur,
+                               next_words=_owner_next(severity, squatting, idle_since))
         for channel, recipient in _recipients(alerts, ep.get("user_name")):
             key = f"squatting|{ep['cluster']}|{ep['job_id']}|{episode:%Y-%m-%dT%H:%M:%S}|{severity}|{channel}|{recipient or ''}"
+            title, text = mine if recipient else (subject, "\n".join(lines))
             out.append(Alert(key=key, kind="squatting", channel=channel, recipient=recipient, severity=severity,
-                             subject=subject, body="\n".join(lines), created_at=now,
+                             subject=title, body=text, created_at=now,
                              not_before=_not_before(now, alerts, urgent), payload=payload))
     return out
+
+
+def _owner_next(severity: str, squatting, idle_since) -> str:
+    """What happens to the owner's job next, and when, in their words."""
+    if squatting is None or idle_since is None:
+        return ""
+    second = idle_since + timedelta(minutes=squatting.second_warn_minutes)
+    preempt = idle_since + timedelta(minutes=squatting.preempt_minutes)
+    if severity == "warning":
+        return (f"if it stays idle, a second warning at {_ts(second)} UTC, and from {_ts(preempt)} UTC it may be "
+                "preempted (stopped, or requeued if it checkpoints) to give its GPUs to waiting work")
+    if severity == "second-warning":
+        return (f"if it stays idle, from {_ts(preempt)} UTC it may be preempted (stopped, or requeued if it "
+                "checkpoints) to give its GPUs to waiting work")
+    return ("it may be preempted now (stopped, or requeued if it checkpoints) to give its GPUs to waiting work, "
+            "unless it starts using them")
 
 
 def digest_alerts(episodes: pl.DataFrame, policy, *, now: datetime) -> list[Alert]:
@@ -191,12 +218,55 @@ def budget_alerts(burn: pl.DataFrame, policy, *, now: datetime) -> list[Alert]:
             hits.append(("exhaustion", (f"budget {b['node']}: projected to run out {_ts(exhaustion)} UTC, "
                                         f"before its period ends {b['period_end']}")))
         link = (f"{alerts.dashboard_url.rstrip('/')}/budgets?node={b['node']}" if alerts.dashboard_url else None)
-        body = figures + (f"\ndashboard: {link}" if link else "")  # the subject is the subject, not repeated
         for level, subject in hits:
+            # the subject is the subject, not repeated; then what it means for the team's jobs
+            body = figures + f"\nfor the team's jobs: {_budget_consequence(b, level)}" + (
+                f"\ndashboard: {link}" if link else "")
             for channel in [*alerts.on_call, *(c for c in alerts.teams.get(b["node"], []) if c not in alerts.on_call)]:
                 out.append(Alert(key=f"budget|{b['node']}|{b['period_start']}|{level}|{channel}", kind="budget",
                                  channel=channel, severity=level, subject=subject, body=body, created_at=now,
                                  not_before=_not_before(now, alerts, False),
                                  payload={"node": b["node"], "level": level, "consumed_pct": round(pct, 3),
                                           "projected_exhaustion": exhaustion, "dashboard": link}))
+    return out
+
+
+def _budget_consequence(b: dict, level: str) -> str:
+    """What a budget threshold means for the node's jobs (design.md: funded vs unfunded), in words."""
+    after = f"until the next period starts after {b['period_end']}"
+    unfunded = ("new and running jobs are no longer funded: they queue below funded work, start only on GPUs "
+                "nobody funded needs, and may be preempted when funded work waits (a job inside its minimum runtime "
+                "keeps it)")
+    if level == "exhaustion":
+        return f"at this burn rate the budget runs out before the period ends; then {unfunded}, {after}"
+    if float(level) >= 100:
+        return f"{unfunded}, {after}; ask for more budget to be funded again"
+    left = max(b["budget_gpu_hours"] - b["consumed_gpu_hours"], 0.0)
+    burn = b.get("burn_gpu_hours_per_day") or 0.0
+    when = f"in about {left / burn:,.1f} days at this burn rate" if burn > 0 else "not at all while nothing burns"
+    return f"still funded; at 100 % (reached {when}) {unfunded}, {after}"
+
+
+def preemption_alerts(rows: list[dict], policy, *, now: datetime, identities: dict | None = None) -> list[Alert]:
+    """One message to the owner of each job gpuledger preempted (``rows``: preempted_jobs.sql), once
+    per preemption (alerts.owner.preempted's words). Owners without an address (no owner channel,
+    not in ``owners``, no template) hear nothing; the audit has it."""
+    alerts = policy.alerts
+    out = []
+    for r in rows:
+        address = owner_address(r.get("user_name"), alerts)
+        if not (alerts.owner_channel and address):
+            continue
+        ident = (identities or {}).get((r["cluster"], r["job_id"]))
+        subject, body = owner.preempted(r, ident, alerts, checkpoint_label=policy.enforcement.checkpoint_label)
+        held = (None if not (r.get("start_time") and r.get("preempted_at") and r.get("gpus") is not None) else
+                round(float(r["gpus"]) * max((r["preempted_at"] - r["start_time"]).total_seconds(), 0) / 3600, 4))
+        payload = {"job_id": r["job_id"], "name": (ident or {}).get("name") or r.get("name"), "cluster": r["cluster"],
+                   "project": r.get("project"), "owner": r.get("user_name"), "preempted_at": r["preempted_at"],
+                   "mode": r.get("mode"), "rule": r.get("rule"), "reason": r["reason"], "gpus": r.get("gpus"),
+                   "gpu_model": (ident or {}).get("models") or r.get("gpu_model"),
+                   "hosts": (ident or {}).get("hosts"), "gpu_hours_held": held}
+        out.append(Alert(key=f"preempted|{r['cluster']}|{r['job_id']}|{r['action_id']}|{alerts.owner_channel}|{address}",
+                         kind="preempted", channel=alerts.owner_channel, recipient=address, severity="preempted",
+                         subject=subject, body=body, created_at=now, not_before=now, payload=payload))
     return out

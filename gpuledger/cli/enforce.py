@@ -39,6 +39,10 @@ class BackendName(str, Enum):
     plan_file = "plan-file"
 
 
+ClusterOpt = typer.Option(None, "--cluster",
+                          help="the cluster the backend acts on (Slurm: sent as -M, and the controller's "
+                               "ClusterName must match; Kubernetes: default the kubeconfig context's name, as "
+                               "`ingest kubernetes` names it); actions decided for any other cluster are refused")
 NowOpt = typer.Option(None, "--now", help="plan as of this UTC time, or `data` for the newest data "
                                           "(default: the wall clock; older data trips the stale-data guard)")
 NamespaceOpt = typer.Option([], "--namespace", "-n",
@@ -69,10 +73,12 @@ def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record:
         now = _now(con, now_text)
     if observe is not None and hasattr(observe, "timeout_s"):  # the site's deadline for every call
         observe.timeout_s = cfg.policy.enforcement.scheduler_timeout_seconds
-    observed = observe.observe() if observe is not None and observe.observes else None
+    observed, observed_by, observed_cluster = cycle.look(observe)
+    if observe is not None and getattr(observe, "bound", None) and observe.bound():
+        typer.echo(f"warning: {observe.bound()}", err=True)
     actions, plan_id, situation = cycle.plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path),
-                                             cfg, now, record=record, observed=observed,
-                                             observed_by=observe.name if observed is not None else None)
+                                             cfg, now, record=record, observed=observed, observed_by=observed_by,
+                                             observed_cluster=observed_cluster)
     if observed is None and any(a.action == "none" and "without the scheduler's live view" in a.reason
                                 for a in actions):
         typer.echo("planned without the scheduler's live view: no preemption is planned (plan with --observe "
@@ -111,7 +117,7 @@ def plan(
                                                     "(reads only); without it nothing is preempted"),
     kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="kubeconfig file (with --observe)"),
     context: str | None = typer.Option(None, "--context", help="kubeconfig context (with --observe)"),
-    namespaces: list[str] = NamespaceOpt,
+    namespaces: list[str] = NamespaceOpt, cluster: str | None = ClusterOpt,
     wide: bool = tables.WideOpt, columns: str | None = tables.ColumnsOpt,
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -121,9 +127,9 @@ def plan(
 
     seer = None
     if observe is not None and observe is not BackendName.plan_file:
-        seer = registry.get(observe.value, **({"kubeconfig": kubeconfig, "context": context,
-                                               "namespaces": namespaces or None}
-                                              if observe in (BackendName.kueue, BackendName.kubernetes) else {}))
+        seer = registry.get(observe.value, cluster=cluster,
+                            **({"kubeconfig": kubeconfig, "context": context, "namespaces": namespaces or None}
+                               if observe in (BackendName.kueue, BackendName.kubernetes) else {}))
     actions, plan_id, at, _, _ = plan_cycle(warehouse_path(warehouse_file), config, now, record=record, observe=seer)
     _print_plan(actions, plan_id, at, fmt, out, show_none=show_none, wide=wide, columns=columns)
 
@@ -139,7 +145,7 @@ def apply(
     kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="kubeconfig file (Kubernetes backends)"),
     context: str | None = typer.Option(None, "--context", help="kubeconfig context"),
     out: Path | None = typer.Option(None, "--out", "-o", help="plan-file backend: where to write the actions"),
-    namespaces: list[str] = NamespaceOpt,
+    namespaces: list[str] = NamespaceOpt, cluster: str | None = ClusterOpt,
     now: str | None = NowOpt,
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -163,7 +169,7 @@ def apply(
                    "`gpuledger config load` to act)", err=True)
     chosen = registry.get(backend.value, **_backend_options(backend, policy, kubeconfig=kubeconfig, context=context,
                                                             server_dry_run=server_dry_run, namespaces=namespaces,
-                                                            out=out))
+                                                            out=out, cluster=cluster))
     actions, plan_id, planned_at, applied_at = _actions_to_apply(plan_file, now, path, config, chosen)
     run = cycle.apply_plan(lambda: warehouse.open_reader(path), lambda: warehouse.open_writer(path), actions,
                            chosen, dry_run=dry_run, planned_at=planned_at, cfg=cfg, applied_at=applied_at)
@@ -175,13 +181,13 @@ def apply(
 
 
 def _backend_options(backend: BackendName, policy, *, kubeconfig, context, server_dry_run: bool, namespaces,
-                     out: Path | None) -> dict:
+                     out: Path | None, cluster: str | None = None) -> dict:
     """The chosen backend's options from the command line and policy.enforcement."""
     if backend is BackendName.plan_file:
         if out is None:
             raise UsageError("--backend plan-file needs --out FILE (where the actions go)")
         return {"out": out}
-    options: dict = {"timeout_s": policy.scheduler_timeout_seconds}
+    options: dict = {"timeout_s": policy.scheduler_timeout_seconds, "cluster": cluster}
     if backend in (BackendName.kueue, BackendName.kubernetes):
         options |= {"kubeconfig": kubeconfig, "context": context, "server_dry_run": server_dry_run,
                     "namespaces": namespaces or None}
@@ -262,8 +268,9 @@ def explain(
         if r["warned_at"] is not None:
             typer.echo(f"    relies on the warning delivered at {r['warned_at']:%Y-%m-%d %H:%M}Z")
         for a in sorted(applied.pop(r["action_id"], []), key=lambda a: a["attempt"]):
+            why = "; ".join(w for w in (a.get("detail"), a["error"] and f"the scheduler said: {a['error']}") if w)
             typer.echo(f"    applied {a['recorded_at']:%Y-%m-%d %H:%M}Z via {a['backend']}: {a['outcome']}"
-                       f"{' (dry run)' if a['dry_run'] else ''}{': ' + a['error'] if a['error'] else ''}")
+                       f"{' (dry run)' if a['dry_run'] else ''}{': ' + why if why else ''}")
     for w in warnings.get(key, []):
         reached = (f"delivered at {w.delivered_at:%Y-%m-%d %H:%M}Z" if w.delivered_at
                    else "not delivered (no backend warning applied, no alert sent)")
@@ -282,22 +289,28 @@ def preemptions(fmt: Format = FormatOpt, out: Path | None = options.OutOpt,
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         rows = audit.preemption_counts(con)
+        left = audit.preemptions_not_done(con)
     if fmt is not Format.table or out is not None:
         import polars as pl
 
         frame = pl.DataFrame(rows, schema={"cluster": pl.String, "job_id": pl.String, "preemptions": pl.Int64,
-                                           "last_preempted_at": pl.Datetime("us")}, orient="row")
+                                           "last_preempted_at": pl.Datetime("us"), "why": pl.String}, orient="row")
         show_frame(frame, fmt, out, "preempted jobs (UTC)", PREEMPTIONS)
         return
     if not rows:
         typer.echo("no job has been preempted by gpuledger")
-    for cluster, job_id, n, last in rows:
-        typer.echo(f"{n:>4}  {cluster}/{job_id}  last {last:%Y-%m-%d %H:%M}Z")
+    for cluster, job_id, n, last, why in rows:
+        typer.echo(f"{n:>4}  {cluster}/{job_id}  last {last:%Y-%m-%d %H:%M}Z" + (f"  why: {why}" if why else ""))
+    if left:
+        typer.echo(f"preemptions an apply run did not perform ({len(left)} newest), with why:")
+    for at, cluster, job_id, outcome, cause, why in left:
+        typer.echo(f"  {at:%Y-%m-%d %H:%M}Z {cluster}/{job_id}: {outcome} ({cause}): {why}")
 
 
 PREEMPTIONS = tables.View(columns=(
     tables.Column("preemptions", "times", "int", key=True), tables.Column("cluster", "cluster", key=True),
     tables.Column("job_id", "job", key=True), tables.Column("last_preempted_at", "last\n(UTC)", "datetime"),
+    tables.Column("why", "why (the last one)"),
 ))
 
 

@@ -28,7 +28,7 @@ app = typer.Typer(
     help="What-if: replay job records under scheduling policies and capacity mixes.", no_args_is_help=True
 )
 
-POLICY_NAMES = ("priority", "fair-share", "reclaim")
+POLICY_NAMES = ("priority", "slot-limits", "fair-share", "reclaim")  # gpuledger.whatif.model.ALL_POLICIES
 DEFAULT_DAYS = 30
 
 
@@ -82,6 +82,8 @@ def _check_out(fmt: Format, out: Path | None) -> None:
     if out and fmt is Format.table:
         raise typer.BadParameter("the what-if tables print to the terminal; --out takes --format json, csv "
                                  "or parquet", param_hint="--out")
+SimDirOpt = typer.Option(None, "--sim-dir", help="with --simulate-gpus: where the simulated warehouses are kept "
+                                               "[default: data/whatif-seeds]")
 ProgressOpt = typer.Option(True, "--progress/--no-progress", help="a progress bar on stderr")
 
 
@@ -221,8 +223,9 @@ def schedule(
     policies: str = typer.Option(
         ",".join(POLICY_NAMES),
         "--policies",
-        help="comma-separated: priority (1: declared priority, no preemption), fair-share "
-        "(2: budgets + hierarchical fair share through enforce), reclaim (3: 2 + squatter reclaim)",
+        help="comma-separated: priority (1: declared priority, no preemption), slot-limits (each team "
+        "capped at its share of the GPUs, Ai2's old caps), fair-share (2: budgets + hierarchical fair share "
+        "through enforce), reclaim (3: 2 + squatter reclaim)",
     ),
     inventory: Path | None = InventoryOpt,
     checkpoint_minutes: float | None = typer.Option(
@@ -256,7 +259,22 @@ def schedule(
         "idle_threshold_ratio, checkpoint_interval_minutes, cycle_minutes, shares)",
     ),
     sweep_policy: str = typer.Option("reclaim", "--sweep-policy", help="the policy a sweep runs"),
-    seed: int = typer.Option(1, "--seed", min=0, max=2**32 - 1, help="seed (runs are deterministic for a seed)"),
+    seed: int = typer.Option(1, "--seed", min=0, max=2**32 - 1,
+                             help="trace seed: the draws of never-started jobs' work (the first of --seeds)"),
+    seeds: int | None = typer.Option(
+        None, "--seeds", min=1, max=100,
+        help="N seeds (--seed, --seed + 1, ...): each its own trace, every policy replayed on each; the outcome "
+             "table shows min, median and max. Each seed's draws of the warehouse's never-started jobs, or with "
+             "--simulate-gpus each seed a simulated warehouse",
+    ),
+    simulate_gpus: int | None = typer.Option(
+        None, "--simulate-gpus", min=8,
+        help="replay simulated warehouses of this many GPUs instead of --warehouse (one per seed, --days long "
+             "from --sim-start; built once into --sim-dir)",
+    ),
+    days: float = typer.Option(30.0, "--days", min=0.5, help="with --simulate-gpus: days simulated"),
+    sim_start: str = typer.Option("2026-11-01", "--sim-start", help="with --simulate-gpus: the month's start, UTC"),
+    sim_dir: Path | None = SimDirOpt,
     fmt: Format = WhatifFormatOpt,
     out: Path | None = OutOpt,
     json_out: Path | None = JsonOpt,
@@ -270,35 +288,93 @@ def schedule(
     path: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Replay the warehouse's jobs on its GPUs (or --inventory) under policies 1/2/3, side by side:
-    delivered ÷ owed per project, occupancy, useful GPU-hours, waits, preemptions, squatting."""
+    """Replay the warehouse's jobs on its GPUs (or --inventory) under the baselines and policies 1/2/3, side
+    by side: delivered ÷ owed per project, occupancy, useful GPU-hours, waits, preemptions, squatting, and
+    the outcome table (Ai2's measures; over --seeds, min, median and max)."""
     from gpuledger.whatif import compare
 
     _check_out(fmt, out)
     chosen = _chosen_policies(policies, sweep_policy)
     sweep_spec = _sweep_spec(sweep)
-    cfg, params, trace, lo, hi = _load(path, config, start, end, inventory, seed=seed,
-                                       checkpoint=checkpoint_minutes, cycle=cycle_minutes,
-                                       usage_mode=usage_mode, window=window_days,
-                                       half_life=half_life_days, cap=min_runtime_cap_hours,
-                                       idle=idle_threshold, shares=share)
+    if sweep_spec and (seeds or simulate_gpus):
+        raise typer.BadParameter("a sweep replays one trace; leave out --seeds / --simulate-gpus", param_hint="--sweep")
+    knobs = {"checkpoint": checkpoint_minutes, "cycle": cycle_minutes, "usage_mode": usage_mode,
+             "window": window_days, "half_life": half_life_days, "cap": min_runtime_cap_hours,
+             "idle": idle_threshold, "shares": share}
+    seed_list = [seed + k for k in range(seeds or 1)]
+    where = _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config)
+    per_seed: dict[int, dict[str, dict]] = {}
     try:
         with _Bar(progress) as bar:
-            runs = compare.compare(trace, cfg, params, chosen, progress=bar)
+            for s in seed_list:
+                cfg, params, trace, lo, hi = _load(where[s], config, start, end, inventory, seed=s, **knobs)
+                tick = (lambda p, f, s=s: bar(f"{p} seed {s}", f)) if len(seed_list) > 1 else bar
+                runs_s = compare.compare(trace, cfg, params, chosen, progress=tick)
+                per_seed[s] = {summary["policy"]: summary for summary, _ in runs_s}
+                if s == seed_list[0]:
+                    first = (cfg, params, trace, lo, hi, runs_s)
+            cfg, params, trace, lo, hi, runs = first
             rows = (compare.sweep(trace, cfg, sweep_spec[0], sweep_spec[1], policy=sweep_policy, params=params,
                                   progress=bar) if sweep_spec else None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    regime = (f"simulated: {simulate_gpus} GPUs, {days:g} days from {sim_start}, one warehouse per seed"
+              if simulate_gpus else f"{where[seed_list[0]].name}: one warehouse, each seed its draws of never-started jobs")
+    outcome_doc = _outcome(per_seed, chosen, where, regime)
     text = compare.to_json(trace, params, runs, rows, sweep_parameter=sweep_spec[0] if sweep_spec else None,
-                           sweep_policy=sweep_policy if sweep_spec else None)
+                           sweep_policy=sweep_policy if sweep_spec else None, outcome=outcome_doc)
     _sweep_chart(chart, rows, sweep_spec, sweep_policy)
     title = (f"what-if {lo:%Y-%m-%d %H:%M}Z .. {hi:%Y-%m-%d %H:%M}Z: {len(trace.jobs)} jobs on "
              f"{trace.inventory.physical_gpus()} GPUs")
+    if len(seed_list) > 1:
+        _show_outcome(text, outcome_doc, chosen, title=f"outcome over seeds {seed_list[0]}..{seed_list[-1]} "
+                      f"({regime}): median [min–max]", fmt=fmt, out=out, json_out=json_out)
+        return
     _show_schedule(text, compare.side_by_side(runs), rows, chosen, sweep_spec, sweep_policy, title,
-                   fmt=fmt, out=out, json_out=json_out)
+                   fmt=fmt, out=out, json_out=json_out, outcome_doc=outcome_doc)
     if trace.skipped:
         typer.echo(f"{len(trace.skipped)} job(s) could not be replayed, e.g. {trace.skipped[0][0]}: "
                    f"{trace.skipped[0][1]} (the JSON lists them)", err=True)
+
+
+def _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config) -> dict[int, Path]:
+    """seed -> the warehouse it replays: the one of --warehouse, or a simulated one per seed."""
+    if not simulate_gpus:
+        return dict.fromkeys(seed_list, warehouse_path(path))
+    from gpuledger.config import ConfigError, load_config
+    from gpuledger.whatif.seeds import simulated_warehouse
+
+    if simulate_gpus % 8:
+        raise typer.BadParameter(f"{simulate_gpus}: the simulator builds whole 8-GPU nodes; give a multiple of 8",
+                                 param_hint="--simulate-gpus")
+    begin = utc_option(sim_start, "--sim-start")
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    out = {}
+    for s in seed_list:
+        typer.echo(f"seed {s}: simulated warehouse of {simulate_gpus} GPUs, {days:g} days ...", err=True)
+        out[s] = simulated_warehouse(sim_dir or Path("data/whatif-seeds"), gpus=simulate_gpus, days=days, seed=s, start=begin, config=cfg)
+    return out
+
+
+def _outcome(per_seed, chosen, where, regime: str) -> dict:
+    from gpuledger.whatif import outcome
+
+    return outcome.document(per_seed, chosen, sources={s: str(p) for s, p in where.items()}, regime=regime)
+
+
+def _show_outcome(text: str, doc: dict, chosen, *, title: str, fmt: Format, out: Path | None,
+                  json_out: Path | None) -> None:
+    from gpuledger import tables
+    from gpuledger.whatif import outcome
+    from gpuledger.whatif.views import outcome_view
+
+    frame = outcome.table_frame(doc["rows"], chosen)
+    if _emit(text, frame, fmt, out, json_out, title, outcome_view(chosen)):
+        return
+    tables.print_table(frame, outcome_view(chosen), title=title)
 
 
 def _chosen_policies(policies: str, sweep_policy: str) -> tuple[str, ...]:
@@ -334,7 +410,7 @@ def _sweep_chart(chart: Path | None, rows, sweep_spec, sweep_policy: str) -> Non
 
 
 def _show_schedule(text: str, frames: dict, rows, chosen, sweep_spec, sweep_policy: str, title: str, *,
-                   fmt: Format, out: Path | None, json_out: Path | None) -> None:
+                   fmt: Format, out: Path | None, json_out: Path | None, outcome_doc: dict | None = None) -> None:
     """The schedule what-if written (--format / --out / --json) or printed: the summary and the
     per-project delivery side by side, then the sweep's table."""
     from gpuledger import tables
@@ -350,6 +426,12 @@ def _show_schedule(text: str, frames: dict, rows, chosen, sweep_spec, sweep_poli
         return
     tables.print_table(frames["summary"], summary_view(chosen), title=title)
     tables.print_table(frames["projects"], projects_view(chosen), title="delivered ÷ owed GPU-hours per project")
+    if outcome_doc is not None:
+        from gpuledger.whatif import outcome
+        from gpuledger.whatif.views import outcome_view
+
+        tables.print_table(outcome.table_frame(outcome_doc["rows"], chosen), outcome_view(chosen),
+                           title="outcome (Ai2's measures; --seeds N for min, median and max)")
     if sweep:
         tables.print_table(sweep[0], sweep[1], title=sweep[2])
 

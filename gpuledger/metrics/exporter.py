@@ -50,6 +50,9 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
         burn = reports.budget_report(con, policy=policy, as_of=now)
         squat = reports.squatters_report(con, policy=policy, now=now)
         outbox = con.execute("SELECT status, count(*) FROM alert_outbox GROUP BY status ORDER BY status").fetchall()
+        applied = con.execute(
+            "SELECT action, outcome, coalesce(cause, outcome), dry_run, count(*) FROM enforcement_audit "
+            "WHERE phase = 'applied' GROUP BY ALL ORDER BY ALL").fetchall()
         projects = [n for (n,) in con.execute("SELECT node FROM org_nodes WHERE node NOT IN "
                                               "(SELECT parent FROM org_nodes WHERE parent IS NOT NULL) ORDER BY node")
                     .fetchall()]
@@ -86,6 +89,10 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
         ("gpuledger_alerts_outbox", "Alerts in the outbox by status",
          [({"status": s}, float(n)) for s, n in sorted(counts.items())]),
         ("gpuledger_data_timestamp_seconds", "The data's now the figures are computed at", [({}, _unix(now))]),
+        ("gpuledger_enforcement_actions_total", ("Enforcement actions applied, by action, outcome and cause (why it was "
+                                                 "done, refused or skipped; the audit's words in `enforce explain`)"),
+         [({"action": a, "outcome": o, "cause": c, "dry_run": str(bool(d)).lower()}, float(n))
+          for a, o, c, d, n in applied]),
     ]
 
 
@@ -105,11 +112,12 @@ class LedgerCollector:
             return self._figures
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         for name, doc, samples in self.figures():
             labels = sorted({k for lab, _ in samples for k in lab})
-            family = GaugeMetricFamily(name, doc, labels=labels)
+            family = (CounterMetricFamily(name.removesuffix("_total"), doc, labels=labels) if name.endswith("_total")
+                      else GaugeMetricFamily(name, doc, labels=labels))
             for lab, value in samples:
                 family.add_metric([lab[k] for k in labels], value)
             yield family

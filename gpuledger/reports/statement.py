@@ -29,7 +29,8 @@ KIND_ORDER = {k: i for i, k in enumerate(("charge", "idle", "credit", "debit", "
                                           "capacity-unknown", "unpriced"))}
 LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours",
                 "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", "amount", "idle_amount_included", "billed", "revision",
-                "correction_of", "status", "provisional", "note"]
+                "correction_of", "revision_issued_at", "revision_issued_by", "revision_reason", "status", "provisional",
+                "note"]
 HISTORY_MONTHS = 3  # this month and the two before it, where the inventory existed
 HISTORY_SCHEMA = {"period": pl.String, "currency": pl.String, "line_kind": pl.String, "amount": pl.Decimal(38, 2),
                   "gpu_hours": pl.Float64}
@@ -349,6 +350,20 @@ def _history(con, period: str, start: datetime, policy, first_seen: datetime | N
     return _round_hours(out, ["gpu_hours"]).sort("period", "currency", "line_kind")
 
 
+def revision_columns(state) -> dict[str, pl.Expr]:
+    """revision_issued_at / _by / _reason of each line, from its ``revision`` (null: computed, not issued)."""
+    issued = {r.revision: r for r in state.revisions}
+
+    def pick(attr: str, dtype):
+        values = {k: getattr(r, attr) for k, r in issued.items()}
+        if not values:
+            return pl.lit(None, dtype=dtype)
+        return pl.col("revision").replace_strict(values, default=None, return_dtype=dtype)
+
+    return {"revision_issued_at": pick("issued_at", pl.Datetime("us")), "revision_issued_by": pick("issued_by", pl.String),
+            "revision_reason": pick("reason", pl.String)}
+
+
 def sort_lines(frame: pl.DataFrame) -> pl.DataFrame:
     """A statement's lines in its one order (kind, business unit, project, model, tier, ...), LINE_COLUMNS."""
     return (frame.with_columns(_rank=pl.col("line_kind").replace_strict(KIND_ORDER, default=99, return_dtype=pl.Int32))
@@ -422,8 +437,10 @@ def build_statement(
         scope = root
     out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio"])
     state = period_state(con, period, lines)
-    # every line states the statement's state (a line frozen at a provisional close says so too)
-    out = sort_lines(out.with_columns(status=pl.lit(state.token), provisional=pl.lit(state.provisional)))
+    # every line states the statement's state (a line frozen at a provisional close says so too), and
+    # who issued its revision, when and why (a correction's reason travels with its lines)
+    out = sort_lines(out.with_columns(status=pl.lit(state.token), provisional=pl.lit(state.provisional),
+                                      **revision_columns(state)))
     version = _config_version(con, period, closed)
     st = Statement(
         period=period, period_start=start, period_end=end, scope=scope, state=state,

@@ -234,7 +234,8 @@ def _summary(w: SheetWriter, st: Statement, sheet_of: dict[str, str]) -> None:
     w.pairs([("Status", st.status_sentence), ("Period", (f"{st.period_start:%Y-%m-%d} to {st.period_end:%Y-%m-%d} "
                                                          "(UTC, end exclusive)")),
              ("Data through", f"{st.billed_through:%Y-%m-%d %H:%M} UTC"),
-             ("Config version", "none" if st.config_version is None else str(st.config_version))])
+             ("Config version", "none" if st.config_version is None else str(st.config_version)),
+             *_history_pairs(st)])
     totals = unit_totals(st)
     cols = ["Business unit", "Sheet", "Currency", header("gpu_hours"), header("gpu_hours_active"),
             header("gpu_hours_unknown"), header("amount", one_currency(totals))]
@@ -299,6 +300,26 @@ def _summary(w: SheetWriter, st: Statement, sheet_of: dict[str, str]) -> None:
         w.pairs(texts)
 
 
+def _history_pairs(st: Statement) -> list[tuple[str, str]]:
+    """("Closed" / "Correction", who, when and why) of a closed month's revisions."""
+    return [("Closed" if r.revision == 0 else f"Correction {r.revision}", r.sentence) for r in st.state.revisions]
+
+
+def _sheet_head(w: SheetWriter, st: Statement, what: str) -> None:
+    """What a printed or forwarded sheet is, above its table: the statement, the state, the period,
+    the close and corrections."""
+    w.title(f"{what} — GPU statement {st.period} — {st.scope}")
+    w.pairs([("Status", st.status), ("Period", f"{st.period_start:%Y-%m-%d} to {st.period_end:%Y-%m-%d} (UTC, end "
+                                               "exclusive)"), *_history_pairs(st)])
+
+
+def _page_head(ws, st: Statement) -> None:
+    """Every printed page: the statement on the left, its state on the right (the footer has the
+    sheet and page x of y). '&' is the header's control character: doubled."""
+    ws.oddHeader.left.text = f"GPU statement {st.period} — {st.scope}".replace("&", "&&")
+    ws.oddHeader.right.text = st.status.upper().replace("&", "&&") if st.state.mark else st.status.replace("&", "&&")
+
+
 def write_xlsx(st: Statement, path: Path) -> Path:
     """A Summary sheet (status, totals per business unit tied out to the org total, the
     reconciliation), one sheet per business unit with its lines and total, the org's idle and memo
@@ -319,15 +340,18 @@ def write_xlsx(st: Statement, path: Path) -> Path:
     _summary(writers[0], st, sheet_of)
     for unit in st.sections:
         w = SheetWriter(wb.create_sheet(sheet_of[unit]))
+        _sheet_head(w, st, section_title(unit))
         _lines_table(w, st.unit_lines(unit).select(SHEET_COLUMNS))
         writers.append(w)
     for extra, title in ((st.by_partition, "By partition"), (st.by_host, "By host")):
         if extra.height:
             w = SheetWriter(wb.create_sheet(_sheet_name(title, used)))
+            _sheet_head(w, st, title)
             _lines_table(w, extra)
             writers.append(w)
     for w in writers:
         w.finish()
+        _page_head(w.ws, st)
     buffer = io.BytesIO()
     archive = _FixedTimeZip(buffer, "w", zipfile.ZIP_DEFLATED, allowZip64=True)
     archive.fixed_time = (stamp.year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second - stamp.second % 2)

@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from gpuledger.whatif import metrics
 from gpuledger.whatif.engine import effective_policy, org_nodes_frame, simulate
-from gpuledger.whatif.model import POLICIES, POLICY_TITLES, Params, Trace
+from gpuledger.whatif.model import ALL_POLICIES, POLICY_TITLES, Params, Trace
 
 FORMAT = "gpuledger.whatif.schedule/1"
 
@@ -70,7 +70,7 @@ def compare(
     trace: Trace,
     cfg,
     params: Params | None = None,
-    policies: tuple[str, ...] = POLICIES,
+    policies: tuple[str, ...] = ALL_POLICIES,
     progress: Callable[[str, float], None] | None = None,
 ) -> list[tuple[dict, object]]:
     """[(summary, delivery frame)] per policy, in the order asked."""
@@ -196,6 +196,7 @@ def to_json(
     *,
     sweep_parameter: str | None = None,
     sweep_policy: str | None = None,
+    outcome: dict | None = None,
 ) -> str:
     end = trace.origin + timedelta(seconds=trace.horizon_s)
     doc = {
@@ -207,6 +208,8 @@ def to_json(
             "jobs": len(trace.jobs),
             "physical_gpus": trace.inventory.physical_gpus(),
             "activity_from_samples": sum(j.activity_source == "samples" for j in trace.jobs),
+            "seed": trace.seed,
+            "work_drawn": sum(j.work_source != "recorded" for j in trace.jobs),
             "skipped": [{"job_id": j, "reason": r} for j, r in trace.skipped],
         },
         "params": {f.name: _plain(getattr(params, f.name)) for f in fields(params)},
@@ -214,7 +217,7 @@ def to_json(
             {
                 "policy": s["policy"],
                 "title": POLICY_TITLES[s["policy"]],
-                "summary": _rounded(s),
+                "summary": _rounded({k: v for k, v in s.items() if k != "settlement"}),
                 "projects": [_rounded(r) for r in d.to_dicts()],
             }
             for s, d in runs
@@ -227,6 +230,8 @@ def to_json(
             "rows": [_rounded(r) for r in sweep_rows],
         },
     }
+    if outcome is not None:
+        doc["outcome"] = outcome
     return json.dumps(doc, indent=1, sort_keys=False, default=str) + "\n"
 
 

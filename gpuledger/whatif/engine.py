@@ -5,12 +5,19 @@ Events, in this order at equal times: a job's finish, a submission, the enforcem
 waiting jobs in queue order, each placed when it fits (backfill: a job that does not fit does not
 block the ones behind it; the scheduler looks past at most ``backfill_depth`` of them).
 
-Queue order: policy 1, declared priority (higher first), then submission; policies 2 and 3, the
+Queue order: policy 1 and the slot-limit baseline, declared priority (higher first), then
+submission; policies 2 and 3, the
 priority enforce sets (funded above unfunded, fair-share rank, declared priority inside the
 project), then submission. A preempted job goes back to the queue with its submission time (as
 Slurm requeues); one that resumes has lost the work since its last checkpoint (every
 ``checkpoint_interval_minutes`` of its own runtime), one that does not starts over. A squatter
 reclaimed by policy 3 is stopped: its owner had left it idle, and it does not come back.
+
+Slot limits (Ai2's old caps): each project holds at most its global share of the physical GPUs
+(whole-GPU equivalents, all pools together); a job that would take its project past the cap
+waits without blocking anyone (as Slurm passes over a job held by a QOS limit), and one larger than
+the whole cap starts only when its project holds nothing (else it could never run). No cycle, no
+preemption.
 
 Deterministic: no clock, no randomness beyond the trace; ties broken by job id.
 """
@@ -28,10 +35,11 @@ from gpuledger.enforce.model import PREEMPT, WARN
 from gpuledger.whatif import policies
 from gpuledger.whatif.inventory import EPS, PoolState, pool_label
 from gpuledger.whatif.model import (
+    ALL_POLICIES,
     FAIR_SHARE,
-    POLICIES,
     PRIORITY,
     RECLAIM,
+    SLOT_LIMITS,
     JobOutcome,
     Params,
     RunResult,
@@ -94,8 +102,8 @@ class Simulation:
         params: Params | None = None,
         progress: Callable[[float], None] | None = None,
     ):
-        if policy not in POLICIES:
-            raise ValueError(f"policy {policy!r}: choose one of {', '.join(POLICIES)}")
+        if policy not in ALL_POLICIES:
+            raise ValueError(f"policy {policy!r}: choose one of {', '.join(ALL_POLICIES)}")
         self.trace, self.cfg, self.policy = trace, cfg, policy
         self.params = params or Params()
         self.progress = progress
@@ -160,6 +168,9 @@ class Simulation:
         self.actions: dict[str, int] = defaultdict(int)
         self.decide_calls = 0
         self.managed = policy in (FAIR_SHARE, RECLAIM)
+        # slot limits: project -> the most GPUs it may hold, and what it holds now
+        self.slot_cap = slot_caps(self.org_nodes, trace.inventory.physical_gpus()) if policy == SLOT_LIMITS else None
+        self.held: dict[str, float] = defaultdict(float)
 
     # --- events ------------------------------------------------------------------------
     def _push(self, t: int, kind: int, idx: int = -1) -> None:
@@ -196,6 +207,8 @@ class Simulation:
                 self._stop(idx, "done")
                 self.out[idx].done_s = t
                 self._fill(self.jobs[idx].pool)
+                if self.slot_cap is not None:  # room under the project's cap, in any pool
+                    self._fill_project(self.jobs[idx].project)
             elif kind == SUBMIT:
                 self._enqueue(idx)
                 self._fill(self.jobs[idx].pool)
@@ -267,6 +280,10 @@ class Simulation:
             bands = self.bands[pool] = [sorted(by_value[v]) for v in sorted(by_value, reverse=True)]
         # lazily: callers change the lists only after they stop iterating
         for keys in bands:
+            if self.slot_cap is not None:  # a project at its cap: none of its jobs can start
+                keys = [k for k in keys if not self._at_cap(k[1])]
+                if not keys:
+                    continue
             lists = [groups[k] for k in keys]
             if len(lists) == 1:
                 yield from ((e, lists[0]) for e in lists[0])
@@ -296,6 +313,8 @@ class Simulation:
         for entry, lst in self._queue(pool):
             idx = entry[2]
             j = self.jobs[idx]
+            if self.slot_cap is not None and not self._within_cap(j):
+                continue  # held by its project's limit: passed over, no reservation, not a miss
             need = j.units * j.unit_size
             if shadow is not None:
                 ends = self.now + j.work_s - self.progress_s[idx]
@@ -322,6 +341,13 @@ class Simulation:
             if not lst:
                 self.bands.pop(pool, None)
 
+    def _at_cap(self, project: str) -> bool:
+        return self.held[project] > 0 and self.held[project] >= self.slot_cap.get(project, 0.0) - EPS
+
+    def _within_cap(self, j) -> bool:
+        held = self.held[j.project]
+        return held <= EPS or held + j.gpus <= self.slot_cap.get(j.project, 0.0) + EPS
+
     def _reservation(self, pool, need: float) -> tuple[float, float]:
         """(when ``need`` device shares of ``pool`` are free as running jobs end, what is left then)."""
         free, shadow = self.pools[pool].free_units, float(self.now)
@@ -343,6 +369,7 @@ class Simulation:
         if o.first_start_s is None:
             o.first_start_s = self.now
         self.usage.hold(j.project, j.gpus)
+        self.held[j.project] += j.gpus
         self.budget_rate[j.project] += j.gpus * self.weights.get(j.pool[1], 1.0)
         self.gen[idx] += 1
         ends = self.now + max(1, round(j.work_s - self.progress_s[idx]))
@@ -361,6 +388,9 @@ class Simulation:
         self.out[idx].segments.append(Segment(start, self.now, tuple(devices[i] for i in taken), p0, p1, why))
         self.pools[j.pool].give_back(taken, j.unit_size)
         self.usage.release(j.project, j.gpus)
+        self.held[j.project] -= j.gpus
+        if abs(self.held[j.project]) < EPS:
+            self.held[j.project] = 0.0
         self.budget_rate[j.project] -= j.gpus * self.weights.get(j.pool[1], 1.0)
         self.progress_s[idx] = p1
         self.gen[idx] += 1
@@ -511,6 +541,12 @@ class Simulation:
                     self._preempt(idx, resumes=a.mode == "requeue")
         self._fill_all()
 
+    def _fill_project(self, project: str) -> None:
+        """Fill the pools where ``project`` has waiting jobs (slot limits: its cap has room)."""
+        for pool in sorted(self.waiting, key=_pool_order):
+            if any(key[1] == project and entries for key, entries in self.waiting[pool].items()):
+                self._fill(pool)
+
     def _fill_all(self) -> None:
         for pool in sorted(self.pools, key=_pool_order):
             self._fill(pool)
@@ -524,6 +560,17 @@ def _tagged(entries: list):
 
 def _pool_order(pool) -> tuple:
     return (pool[0], pool[1], pool[2] or "")
+
+
+def slot_caps(org_nodes, physical_gpus: int) -> dict[str, float]:
+    """Project -> the GPUs it may hold under slot limits: its global share × the physical GPUs."""
+    import polars as pl
+
+    from gpuledger.analytics.fairshare import fair_share
+
+    none = pl.LazyFrame({"node": [], "u": []}, schema={"node": pl.String, "u": pl.Float64})
+    shares = fair_share(org_nodes, none, usage_col="u").select("node", "share_global", "fs_rank").collect()
+    return {n: float(s) * physical_gpus for n, s, r in shares.iter_rows() if r is not None}
 
 
 def _exempt(job, enforcement) -> bool:
@@ -540,8 +587,8 @@ def simulate(
     params: Params | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> RunResult:
-    """Replay ``trace`` under ``policy`` (model.PRIORITY / FAIR_SHARE / RECLAIM)."""
+    """Replay ``trace`` under ``policy`` (model.PRIORITY / SLOT_LIMITS / FAIR_SHARE / RECLAIM)."""
     return Simulation(trace, cfg, policy, params, progress).run()
 
 
-__all__ = ["FAIR_SHARE", "PRIORITY", "RECLAIM", "Simulation", "simulate"]
+__all__ = ["FAIR_SHARE", "PRIORITY", "RECLAIM", "SLOT_LIMITS", "Simulation", "simulate"]

@@ -12,7 +12,11 @@
   with its wait so far (a lower bound), so starving work is not hidden;
 * preemptions, and the allocated GPU-hours of work they threw away;
 * squatted GPU-hours — allocated GPU-hours of jobs whose GPUs were all idle (activity under the
-  idle threshold) past the start-up grace.
+  idle threshold) past the start-up grace;
+* Ai2's measures (issue 34, :func:`outcome_figures`): teams at ≥ 0.95 of owed, burst (allocated
+  GPU-hours above owed ÷ allocated), waits in seconds per job class by what the work is
+  (:func:`wait_class`), GPU-hours reclaimed from squatters, and per settlement period capacity,
+  owed, occupied and delivered GPU-hours with the ceiling of delivered ÷ owed they allow.
 """
 
 from __future__ import annotations
@@ -144,21 +148,29 @@ def frames(result: RunResult):
     return jobs_f, alloc_f, gpus_f
 
 
-def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = None):
+def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = None, *, periods: bool = False):
     """Per project (leaves): owed, allocated, delivered GPU-hours and delivery_ratio, delivered
-    settled per ``settle`` (the usage window; None: the whole run is one period)."""
+    settled per ``settle`` (the usage window; None: the whole run is one period) — the stages of
+    analytics.fairshare.delivery. ``periods``: also the settlement periods' totals (see
+    :func:`settlement_periods`), as (frame, periods)."""
     import polars as pl
 
-    from gpuledger.analytics.fairshare import delivery
+    from gpuledger.analytics import fairshare
+    from gpuledger.analytics.allocations import DEFAULT_TIER
 
     jobs_f, alloc_f, gpus_f = frames(result)
     start = result.trace.origin
     end = start + timedelta(seconds=result.trace.horizon_s)
-    out = delivery(
-        jobs_f.lazy(), alloc_f.lazy(), gpus_f.lazy(), org_nodes, start=start, end=end, now=end, settle=settle
+    hourly = fairshare.owed_hourly(
+        fairshare.entitled_hourly(org_nodes, gpus_f.lazy(), start=start, end=end),
+        fairshare.demand_hourly(jobs_f.lazy(), start=start, end=end, now=end),
+        fairshare.allocated_hourly(jobs_f.lazy(), alloc_f.lazy(), gpus_f.lazy(), start=start, end=end, now=end,
+                                   default_tier=DEFAULT_TIER),
     ).collect()
+    per_project = fairshare.settled_per_project(hourly.lazy(), start=start, end=end, settle=settle)
+    out = fairshare.delivery_ratios(per_project, org_nodes).collect()
     leaves = set(org_nodes.filter(~pl.col("node").is_in(org_nodes["parent"].drop_nulls().implode()))["node"])
-    return (
+    deliv = (
         out.filter(pl.col("node").is_in(sorted(leaves)))
         .select(
             pl.col("node").alias("project"),
@@ -173,6 +185,110 @@ def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = No
         )
         .sort("project")
     )
+    if not periods:
+        return deliv
+    return deliv, settlement_periods(hourly, start=start, end=end, settle=settle)
+
+
+def settlement_periods(hourly, *, start, end, settle: timedelta | None) -> list[dict]:
+    """Per settlement period (a usage window W from ``start``): installed capacity, Σ owed, Σ
+    allocated (the occupied capacity) and Σ delivered GPU-hours. Delivered can never pass
+    min(owed, allocated) in a period — the arithmetic ceiling of delivered ÷ owed that month."""
+    import polars as pl
+
+    period_s = (end - start).total_seconds() if settle is None else settle.total_seconds()
+    per = (
+        hourly.with_columns(period=((pl.col("hour") - pl.lit(start)).dt.total_seconds() // period_s).cast(pl.Int64))
+        .group_by("project", "period")
+        .agg(pl.col("gpu_hours_entitled", "gpu_hours_owed", "gpu_hours_allocated").sum())
+        .with_columns(delivered=pl.min_horizontal("gpu_hours_allocated", "gpu_hours_owed"))
+        .group_by("period")
+        .agg(
+            capacity_gpu_hours=pl.col("gpu_hours_entitled").sum(),
+            owed_gpu_hours=pl.col("gpu_hours_owed").sum(),
+            allocated_gpu_hours=pl.col("gpu_hours_allocated").sum(),
+            delivered_gpu_hours=pl.col("delivered").sum(),
+        )
+        .sort("period")
+    )
+    return [
+        {"period_start": f"{start + timedelta(seconds=r['period'] * period_s):%Y-%m-%d}", **{
+            k: float(v or 0.0) for k, v in r.items() if k != "period"}}
+        for r in per.iter_rows(named=True)
+    ]
+
+
+def ceiling_ratio(periods: list[dict]) -> float | None:
+    """Σ min(owed, occupied) ÷ Σ owed over the settlement periods: the best delivered ÷ owed any
+    order of the same occupied GPU-hours could give."""
+    owed = sum(p["owed_gpu_hours"] for p in periods)
+    if owed <= 1e-9:
+        return None
+    return sum(min(p["owed_gpu_hours"], p["allocated_gpu_hours"]) for p in periods) / owed
+
+
+# Job classes for waits by what the work is (Ai2 reports debug jobs' waits): a job's kind, and a
+# debug job is short small work whatever its kind says (a scheduler records a debug run as batch).
+KIND_CLASSES = {
+    "debug": "debug",
+    "interactive": "interactive", "notebook": "interactive", "dev": "interactive",
+    "batch": "batch", "eval": "batch",
+    "training": "training", "fine-tune": "training", "pretrain": "training",
+    "inference": "inference", "serving": "inference", "service": "inference",
+}
+WAIT_CLASSES = ("debug", "interactive", "batch", "training", "inference", "other")
+DEBUG_MAX_GPUS = 1.0  # a debug job: at most one GPU ...
+DEBUG_MAX_S = 1800  # ... for at most 30 min of work
+TEAM_TARGET_RATIO = 0.95  # Ai2: 13 of 15 teams at >= 95 % of what they were owed
+
+
+def wait_class(job: SimJob) -> str:
+    """debug (kind debug, or batch / other work of ≤ 1 GPU and ≤ 30 min), interactive (sessions),
+    batch, training (incl. fine-tunes), inference, other."""
+    cls = KIND_CLASSES.get((job.kind or "").lower(), "other")
+    if cls in ("batch", "other") and job.gpus <= DEBUG_MAX_GPUS + 1e-9 and job.work_s <= DEBUG_MAX_S:
+        return "debug"
+    return cls
+
+
+def reclaimed_gpu_hours(outcomes: list[JobOutcome], horizon_s: int) -> float:
+    """GPU-hours reclaimed squatters would still have held: the rest of their recorded runtime
+    from the reclaim, up to the run's end."""
+    total = 0.0
+    for o in outcomes:
+        for s in o.segments:
+            if s.ended_by == "squatter-reclaimed":
+                rest = min(o.job.work_s - s.progress_end_s, horizon_s - s.end_s)
+                total += o.job.gpus * max(0.0, rest) / 3600
+    return total
+
+
+def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
+    """Ai2's measures of one run: teams at >= 95 % of owed, burst (share of allocated GPU-hours
+    above owed, settled per period), waits per job class in seconds, squatted GPU-hours
+    reclaimed, and the ceiling of delivered ÷ owed."""
+    owed = deliv.filter(deliv["gpu_hours_owed"] > 1e-9)
+    allocated = float(deliv["gpu_hours_allocated"].sum()) if deliv.height else 0.0
+    delivered = float(deliv["gpu_hours_delivered"].sum()) if deliv.height else 0.0
+    out = {
+        "teams_owed": owed.height,
+        "teams_at_95": int((owed["delivery_ratio"] >= TEAM_TARGET_RATIO - 1e-9).sum()) if owed.height else 0,
+        "burst_ratio": (allocated - delivered) / allocated if allocated > 1e-9 else None,
+        "reclaimed_gpu_hours": reclaimed_gpu_hours(result.outcomes, result.trace.horizon_s),
+        "ceiling_delivery_ratio": ceiling_ratio(periods),
+        "settlement": periods,
+    }
+    waits: dict[str, list[float]] = {c: [] for c in WAIT_CLASSES}
+    horizon = result.trace.horizon_s
+    for o in result.outcomes:
+        if o.job.submit_s < horizon:
+            first = o.first_start_s if o.first_start_s is not None else horizon
+            waits[wait_class(o.job)].append(float(max(0, first - o.job.submit_s)))
+    for c in WAIT_CLASSES:
+        out[f"wait_p50_seconds_{c}"] = _quantile(waits[c], 0.5)
+        out[f"wait_p90_seconds_{c}"] = _quantile(waits[c], 0.9)
+        out[f"jobs_{c}"] = len(waits[c])
+    return out
 
 
 def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None = None) -> dict:
@@ -200,7 +316,7 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
             first = o.first_start_s if o.first_start_s is not None else trace.horizon_s
             started[c] += o.first_start_s is not None
             waits[c].append(max(0, first - j.submit_s) / 3600)
-    deliv = project_delivery(result, org_nodes, settle)
+    deliv, periods = project_delivery(result, org_nodes, settle, periods=True)
     owed = deliv.filter(deliv["gpu_hours_owed"] > 1e-9)
     worst = owed.sort("delivery_ratio", "project").row(0, named=True) if owed.height else None
     worst_h = owed.sort("delivery_ratio_hourly", "project").row(0, named=True) if owed.height else None
@@ -234,4 +350,5 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
         out[f"wait_p90_hours_{c}"] = _quantile(waits[c], 0.9)
         out[f"jobs_{c}"] = len(waits[c])
         out[f"jobs_started_{c}"] = started[c]
+    out.update(outcome_figures(result, deliv, periods))
     return out, deliv

@@ -10,11 +10,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 PRIORITY = "priority"
+SLOT_LIMITS = "slot-limits"
 FAIR_SHARE = "fair-share"
 RECLAIM = "reclaim"
-POLICIES = (PRIORITY, FAIR_SHARE, RECLAIM)
+POLICIES = (PRIORITY, FAIR_SHARE, RECLAIM)  # gpuledger's three (issue 13), the default run
+BASELINES = (PRIORITY, SLOT_LIMITS)  # what a cluster does without gpuledger (issue 34)
+ALL_POLICIES = (PRIORITY, SLOT_LIMITS, FAIR_SHARE, RECLAIM)
 POLICY_TITLES = {
     PRIORITY: "1 priority",
+    SLOT_LIMITS: "0 team slot limits",
     FAIR_SHARE: "2 budgets + fair share",
     RECLAIM: "3 fair share + squatter reclaim",
 }
@@ -49,7 +53,10 @@ class SimJob:
     min_runtime_s: int = 0
     resumable: bool = False
     activity: tuple[float, ...] = (1.0,)
-    activity_source: str = "kind"  # samples / kind
+    activity_source: str = "kind"  # samples / drawn (a donor's samples: never started) / kind
+    # where work_s came from: recorded (it ran), drawn:<donor job_id>, declared (its minimum
+    # runtime: no job of its kind ran), default (1 h: nor did it declare one)
+    work_source: str = "recorded"
 
     def activity_at(self, progress_s: float) -> float:
         """Activity ratio at ``progress_s`` seconds into its own runtime."""
@@ -111,6 +118,7 @@ class Trace:
     jobs: tuple[SimJob, ...]
     inventory: object  # inventory.Inventory
     skipped: tuple[tuple[str, str], ...] = ()  # (job_id, why) jobs the trace could not replay
+    seed: int = 1  # the trace seed of never-started jobs' draws (trace.draw_donor)
 
 
 @dataclass

@@ -6,14 +6,21 @@ activity per hour of runtime, and the inventory (the warehouse's, or one from a 
 * units — devices of the pool: whole GPUs = the GPU count; MIG = GPU count ÷ the profile's
   fraction (gpuledger.rules.mig); a shared GPU (< 1 and no MIG) is one device, that share of it;
 * work — end − start as recorded; still running at the range's end: up to that end (a lower
-  bound); never started: its declared minimum runtime when it cannot checkpoint and is not of a
-  kind exempt from preemption (the runtime it says it needs), else the median runtime of its kind
-  in the trace (else 1 h);
+  bound); never started: *drawn* once per job from its class (jobs of its kind that ran; a job
+  whose class never ran: its declared minimum runtime, else 1 h): a donor picked by a stable hash
+  of (trace seed, cluster, job_id), whose runtime — scaled by the job's declared minimum runtime
+  over the donor's, when both declare one — and hourly activity the job takes. The draw reads
+  nothing of the config, so every policy and every setting replays the same work;
 * activity — per hour of its runtime, the mean over its devices of the best signal the hourly
   rollup has (SM active, then graphics engine active, then GPU utilisation, never on MIG:
   gpuledger.rules.activity),
   where gpu_hourly covers it; a job without device allocations, from the samples its scheduler
-  label names (Slurm ``hpc_job``, a pod's namespace/pod); else by kind (:data:`KIND_ACTIVITY`).
+  label names (Slurm ``hpc_job``, a pod's namespace/pod); a job never started, its donor's; else
+  by kind (:data:`KIND_ACTIVITY`);
+* resource — the pool of the devices it held; never started: the MIG profile its model or name
+  names, else the one its fraction of a GPU is (a 2/7 notebook of an H100 cluster with 2g
+  instances: one 2g instance, never a share of a whole H100), else its model;
+* declared priority — jobs.priority as an integer, else none (a NULL or unreadable value: none).
 
 Jobs submitted before the range and not ended by its start are submitted at its start; one that
 was already running then replays what was left of it (its runtime and activity from the start).
@@ -21,7 +28,7 @@ was already running then replays what was left of it (its runtime and activity f
 
 from __future__ import annotations
 
-import statistics
+import random
 from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
@@ -160,20 +167,54 @@ def hourly_activity(rows) -> dict[JobKey, dict[int, float]]:
     return out
 
 
-def runtimes_by_kind(jobs: list[JobRow]) -> dict[str | None, list[float]]:
-    """The recorded runtimes (s) of the jobs that started and ended, by kind."""
-    runtimes: dict[str | None, list[float]] = defaultdict(list)
-    for j in jobs:
-        if j.start_time is not None and j.end_time is not None:
-            runtimes[j.kind].append((j.end_time - j.start_time).total_seconds())
-    return runtimes
+class Donor(NamedTuple):
+    """A job that ran start to end in the range: what a never-started job of its class may take."""
+
+    job_id: str
+    runtime_s: float
+    min_runtime_s: int
+    activity: dict[int, float] | None  # hour of its runtime -> activity ratio, where measured
+
+
+def donors_by_kind(jobs: list[JobRow], activity: dict[JobKey, dict[int, float]]) -> dict[str | None, list[Donor]]:
+    """The jobs that started and ended, by kind, in (cluster, job_id) order (the draw's order)."""
+    donors: dict[str | None, list[Donor]] = defaultdict(list)
+    for j in sorted(jobs, key=lambda j: (j.cluster, j.job_id)):
+        if j.start_time is not None and j.end_time is not None and j.end_time > j.start_time:
+            donors[j.kind].append(Donor(j.job_id, (j.end_time - j.start_time).total_seconds(),
+                                        int(j.min_runtime_s or 0), activity.get((j.cluster, j.job_id))))
+    return donors
+
+
+def draw_donor(job: JobRow, donors: dict[str | None, list[Donor]], seed: int) -> Donor | None:
+    """The donor of a never-started job: one of its kind's, picked by a stable hash of (seed,
+    cluster, job_id) — the same pick on every run, machine and policy; None when its kind never ran."""
+    pool = donors.get(job.kind)
+    if not pool:
+        return None
+    # random.Random seeds a str through SHA-512: stable across processes (unlike hash())
+    return pool[random.Random(f"{seed}:{job.cluster}:{job.job_id}").randrange(len(pool))]
+
+
+def drawn_work(job: JobRow, donor: Donor | None) -> float:
+    """Seconds of work of a never-started job: its donor's runtime, scaled by the job's declared
+    minimum runtime over the donor's when both declare one (an eval that declares 30 min is a
+    short eval of its kind); no donor: its declared minimum runtime, else 1 h."""
+    mine = int(job.min_runtime_s or 0)
+    if donor is None:
+        return float(mine) if mine > 0 else 3600.0
+    if mine > 0 and donor.min_runtime_s > 0:
+        return mine * donor.runtime_s / donor.min_runtime_s
+    return donor.runtime_s
 
 
 def job_model_profile(job: JobRow, held: dict[JobKey, Counter],
-                      models_by_cluster: dict[str, Counter]) -> tuple[str | None, str | None]:
+                      models_by_cluster: dict[str, Counter],
+                      profiles_by_model: dict[tuple[str, str], list[str]] | None = None) -> tuple[str | None, str | None]:
     """The (model, MIG profile) a job runs on: the kind of device it held most (ties: by model, then
-    profile, the larger name); no device allocations: the MIG profile its model or name names and
-    its model's key, else the cluster's most common model."""
+    profile, the larger name); no device allocations: the MIG profile its model or name names, else
+    the one its fraction of a GPU is (``profiles_by_model``: the cluster's MIG profiles per model),
+    and its model's key, else the cluster's most common model."""
     got = held.get((job.cluster, job.job_id))
     if got:
         (model, prof), _ = max(got.items(), key=lambda kv: (kv[1], kv[0][0], kv[0][1] or ""))
@@ -181,45 +222,61 @@ def job_model_profile(job: JobRow, held: dict[JobKey, Counter],
     prof = find_profile(job.gpu_model) or find_profile(job.name)
     models = models_by_cluster.get(job.cluster)
     model = _model_key(job.gpu_model) or (models.most_common(1)[0][0] if models else None)
+    if prof is None and model is not None and profiles_by_model:
+        prof = profile_of_fraction(float(job.gpus), model, profiles_by_model.get((job.cluster, model), []))
     return model, prof
 
 
-def work_seconds(job: JobRow, *, start: datetime, end: datetime, params: Params, exempt_kinds: set[str],
-                 runtimes: dict[str | None, list[float]]) -> tuple[float, int]:
-    """(seconds of work to replay, hours of it already done before ``start``): see the module
-    docstring's *work*."""
-    kind = job.kind or ""
-    if job.start_time is not None:
-        st = job.start_time
-        work = ((job.end_time or end) - max(st, start)).total_seconds()
-        skip_h = 0  # a job already running at the range's start replays what was left of it
-        if st < start:
-            skip_h = int((start - st.replace(minute=0, second=0, microsecond=0)).total_seconds() // 3600)
-        return work, skip_h
-    if job.min_runtime_s and kind not in params.resumable_kinds and kind not in exempt_kinds:
-        # never started, cannot checkpoint, may be preempted, declares a minimum runtime: that is
-        # the runtime it says it needs (preempted sooner it loses everything). The kind's median
-        # instead would make it outlive its protection, be preempted and start over at every
-        # cycle past it. (An exempt service is never preempted: its median stands.)
-        return float(job.min_runtime_s), 0
-    known = runtimes.get(job.kind) or []
-    return (statistics.median(known) if known else 3600.0), 0
+def profile_of_fraction(gpus: float, model: str, profiles: list[str]) -> str | None:
+    """The MIG profile of ``model`` whose instances make up ``gpus`` (< 1) in the fewest instances:
+    2/7 is one 2g instance (not two 1g); None when no profile does (0.5: a shared GPU)."""
+    if not 0 < gpus < 1 - 1e-6:
+        return None
+    best = None
+    for prof in sorted(profiles):
+        frac = mig_fraction(prof, model)
+        if frac:
+            n = gpus / frac
+            if n >= 1 - 1e-6 and abs(n - round(n)) < 1e-4 and (best is None or round(n) < best[0]):
+                best = (round(n), prof)
+    return best[1] if best else None
+
+
+def recorded_work(job: JobRow, *, start: datetime, end: datetime) -> tuple[float, int]:
+    """(seconds of work to replay, hours of it already done before ``start``) of a job that
+    started: its recorded runtime inside the range (to ``end`` while still running)."""
+    st = job.start_time
+    work = ((job.end_time or end) - max(st, start)).total_seconds()
+    skip_h = 0  # a job already running at the range's start replays what was left of it
+    if st < start:
+        skip_h = int((start - st.replace(minute=0, second=0, microsecond=0)).total_seconds() // 3600)
+    return work, skip_h
 
 
 def activity_profile(acts: dict[int, float] | None, *, skip_h: int, work_s: float,
-                     kind: str | None) -> tuple[tuple[float, ...], str]:
+                     kind: str | None, measured: str = "samples") -> tuple[tuple[float, ...], str]:
     """(activity per hour of the replayed runtime, "samples"), from the hours measured (an hour
     missing between them: the kind's typical activity), as many hours as the work or the last
     measured hour needs; or ((the kind's typical activity,), "kind") when nothing measured remains."""
     default = KIND_ACTIVITY.get(kind or "", DEFAULT_ACTIVITY)
     if acts and max(acts) >= skip_h:
         n = max(max(acts) + 1 - skip_h, int(-(-work_s // 3600)))
-        return tuple(acts.get(h + skip_h, default) for h in range(n)), "samples"
+        return tuple(acts.get(h + skip_h, default) for h in range(n)), measured
     return (default,), "kind"
 
 
+def declared_priority(value) -> int | None:
+    """jobs.priority as an integer; None when absent or not a number (a priority is read, never
+    guessed: the generator of the day may leave it NULL)."""
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def sim_job(job: JobRow, *, pool, units: int, size: float, frac: float, work_s: float,
-            activity: tuple[float, ...], source: str, start: datetime, params: Params) -> SimJob:
+            activity: tuple[float, ...], source: str, start: datetime, params: Params,
+            work_source: str = "recorded") -> SimJob:
     """The SimJob the engine replays: submitted at its offset from ``start`` (0 if before it),
     ``units`` devices of ``size`` each, ``gpus`` = units x size x the device's fraction of a GPU."""
     return SimJob(
@@ -236,26 +293,31 @@ def sim_job(job: JobRow, *, pool, units: int, size: float, frac: float, work_s: 
         name=job.name,
         namespace=job.namespace,
         user_name=job.user_name,
-        declared_priority=None if job.priority is None else int(job.priority),
+        declared_priority=declared_priority(job.priority),
         min_runtime_s=int(job.min_runtime_s or 0),
         resumable=(job.kind or "") in params.resumable_kinds,
         activity=activity,
         activity_source=source,
+        work_source=work_source,
     )
 
 
 def trace_jobs(rows: list[JobRow], *, pools: dict, held: dict[JobKey, Counter],
                activity: dict[JobKey, dict[int, float]], start: datetime, end: datetime, params: Params,
-               exempt_kinds: set[str]) -> tuple[list[SimJob], list[tuple[str, str]]]:
+               seed: int = 1) -> tuple[list[SimJob], list[tuple[str, str]]]:
     """The jobs' rows as SimJobs on the inventory's ``pools``, and the (job_id, reason) of each that
-    cannot be replayed: no such devices, more devices than the pool has, no time to run."""
+    cannot be replayed: no such devices, more devices than the pool has, no time to run. A job
+    that never started takes its work and activity from a donor drawn with ``seed``."""
     models_by_cluster: dict[str, Counter] = defaultdict(Counter)
+    profiles_by_model: dict[tuple[str, str], list[str]] = defaultdict(list)
     for p, devices in pools.items():  # (cluster, model, profile)
         models_by_cluster[p[0]][p[1]] += len(devices)
-    runtimes = runtimes_by_kind(rows)
+        if p[2]:
+            profiles_by_model[(p[0], p[1])].append(p[2])
+    donors = donors_by_kind(rows, activity)
     jobs, skipped = [], []
     for job in rows:
-        model, prof = job_model_profile(job, held, models_by_cluster)
+        model, prof = job_model_profile(job, held, models_by_cluster, profiles_by_model)
         pool = pool_key(job.cluster, model, prof)
         if pool not in pools:
             what = f"{model} {prof}" if prof else f"{model}"
@@ -268,15 +330,21 @@ def trace_jobs(rows: list[JobRow], *, pools: dict, held: dict[JobKey, Counter],
         if units > len(pools[pool]):
             skipped.append((job.job_id, f"asks {units} devices of {pool[1]}, the inventory has {len(pools[pool])}"))
             continue
-        work, skip_h = work_seconds(job, start=start, end=end, params=params, exempt_kinds=exempt_kinds,
-                                    runtimes=runtimes)
+        if job.start_time is not None:
+            work, skip_h = recorded_work(job, start=start, end=end)
+            acts, measured, work_source = activity.get((job.cluster, job.job_id)), "samples", "recorded"
+        else:
+            donor = draw_donor(job, donors, seed)
+            work, skip_h = drawn_work(job, donor), 0
+            acts, measured = (donor.activity if donor else None), "drawn"
+            work_source = f"drawn:{donor.job_id}" if donor else ("declared" if job.min_runtime_s else "default")
         if work <= 0:
             skipped.append((job.job_id, "ran for no time"))
             continue
-        profile, source = activity_profile(activity.get((job.cluster, job.job_id)), skip_h=skip_h, work_s=work,
-                                           kind=job.kind)
+        profile, source = activity_profile(acts, skip_h=skip_h, work_s=work, kind=job.kind, measured=measured)
         jobs.append(sim_job(job, pool=pool, units=units, size=size, frac=frac if prof else 1.0, work_s=work,
-                            activity=profile, source=source, start=start, params=params))
+                            activity=profile, source=source, start=start, params=params,
+                            work_source=work_source))
     return jobs, skipped
 
 
@@ -289,10 +357,14 @@ def load_trace(
     params: Params | None = None,
     inventory: Inventory | None = None,
     samples: bool = True,
+    seed: int | None = None,
 ) -> Trace:
     """The jobs of [start, end) as a Trace (see the module docstring). ``samples=False`` reads
-    activity from gpu_hourly only (jobs without device allocations then go by kind)."""
+    activity from gpu_hourly only (jobs without device allocations then go by kind). ``seed``: the
+    trace seed of the never-started jobs' draws (default ``params.seed``); ``cfg`` is not read
+    for the jobs — only the caller's choices are — so a trace is the same under any policy."""
     params = params or Params()
+    seed = params.seed if seed is None else seed
     args = {"start": start, "end": end}
     inv = inventory or inventory_from_warehouse(con, start=start, end=end)
     if not inv.devices:
@@ -308,13 +380,14 @@ def load_trace(
     activity = hourly_activity(row for query in queries for row in con.execute(query, args).fetchall())
     rows = [JobRow(*r) for r in con.execute(_JOBS, args).fetchall()]
     jobs, skipped = trace_jobs(rows, pools=pools, held=held, activity=activity, start=start, end=end,
-                               params=params, exempt_kinds=set(cfg.policy.enforcement.exempt_kinds))
+                               params=params, seed=seed)
     return Trace(
         origin=start,
         horizon_s=int((end - start).total_seconds()),
         jobs=tuple(jobs),
         inventory=inv,
         skipped=tuple(skipped),
+        seed=seed,
     )
 
 

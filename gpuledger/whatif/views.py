@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuledger.tables import Column, View
 from gpuledger.whatif.model import POLICY_TITLES
+from gpuledger.whatif.outcome import TARGET_NOTE
 
 
 def summary_view(policies: tuple[str, ...]) -> View:
@@ -21,6 +22,29 @@ def summary_view(policies: tuple[str, ...]) -> View:
                     "counts its wait so far"
                 ),
             ),
+        ),
+    )
+
+
+def outcome_view(policies: tuple[str, ...]) -> View:
+    """The outcome table (gpuledger.whatif.outcome.table_frame): figure, target, a column per policy."""
+    return View(
+        columns=(
+            Column("label", "figure (unit)", key=True),
+            Column("target", "target\n(issue 34)"),
+            *(Column(p, POLICY_TITLES[p].replace(" ", "\n", 1)) for p in policies),
+        ),
+        notes=(
+            (
+                "",
+                (
+                    "median [min–max] over the seeds; owed = share of capacity capped hour by hour at demand, "
+                    "delivered settled per usage window; burst = allocated GPU-h above owed ÷ allocated; "
+                    "ceiling = Σ min(owed, occupied) ÷ Σ owed per settlement week; a job never started counts "
+                    "its wait so far"
+                ),
+            ),
+            ("target", TARGET_NOTE),
         ),
     )
 

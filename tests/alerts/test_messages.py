@@ -40,7 +40,7 @@ def test_the_email_as_received_keeps_its_structure_and_the_webhook_gets_the_fiel
     parts = _parts(mail)
     plain = parts["text/plain"].splitlines()
     # one fact a line, as planned (not run together)
-    assert "job alpha-1 on c1, owner u, project alpha" in plain
+    assert "job alpha-1 on cluster c1, host node-h1 (H100), owner u, project alpha" in plain
     assert "1 of 1 GPU idle since 2026-10-05 09:00 UTC" in plain and "wasted 1.50 GPU-hours, 3.00 USD" in plain
     assert "dashboard: https://gpuledger.example.org/squatters?cluster=c1&job=alpha-1" in plain
     html = parts["text/html"]
@@ -64,15 +64,22 @@ def test_slack_gets_block_kit_with_the_same_fields(receivers, monkeypatch):
     hook, _ = receivers
     monkeypatch.setenv("GPULEDGER_ALERT_ONCALL_SLACK_URL", f"slack+http://127.0.0.1:{hook.port}/services/T/B/x")
     fields = {"job_id": "j1", "owner": "u", "severity": "warning", "gpus_idle": 2, "idle_cost": "4.00",
-              "dashboard": "https://gpuledger.example.org/squatters?job=j1"}
+              "dashboard": "https://gpuledger.example.org/squatters?job=j1", "currency": "USD",
+              "gpu_hours_idle": 3.083333333333333, "idle_since": "2026-10-05T09:00:00Z", "name": "finetune-llama",
+              "project": "vision", "cluster": "c1", "hosts": "node-7", "gpu_model": "H100", "gpus_total": 4,
+              "next": "second warning at 2026-10-05 10:45 UTC"}
     notifier_for("oncall-slack").deliver(Message(subject="[warning] job j1", body="2 of 4 GPUs idle\nnext: ...",
                                                  kind="squatting", severity="warning", key="k1", fields=fields))
     (body,) = hook.bodies
     assert hook.paths == ["/services/T/B/x"] and body["text"].startswith("[warning] job j1")
     kinds = [b["type"] for b in body["blocks"]]
     assert kinds == ["header", "section", "section", "actions", "context"]
-    shown = {f["text"].split("\n")[0].strip("*"): f["text"].split("\n")[1] for f in body["blocks"][1]["fields"]}
-    assert shown == {"job_id": "j1", "owner": "u", "severity": "warning", "gpus_idle": "2", "idle_cost": "4.00"}
+    shown = [(f["text"].split("\n")[0].strip("*"), f["text"].split("\n")[1]) for f in body["blocks"][1]["fields"]]
+    # ten fields, the most important first, in people's words: the name before the id, the project and
+    # severity kept (alphabetical machine names cut them), money with its currency, hours rounded
+    assert shown == [("job", "finetune-llama"), ("id", "j1"), ("project", "vision"), ("severity", "warning"),
+                     ("owner", "u"), ("GPUs idle", "2"), ("GPUs held", "4"), ("idle cost", "4.00 USD"),
+                     ("idle GPU-hours", "3.08"), ("idle since", "2026-10-05 09:00 UTC")]
     assert body["blocks"][3]["elements"][0]["url"] == fields["dashboard"]
 
 
@@ -86,6 +93,9 @@ def test_a_budget_alert_once_per_threshold_with_a_link(receivers):
     (_, hook80) = sorted(budget_alerts(burn, policy, now=datetime(2026, 10, 20)), key=lambda a: a.channel)[::-1]
     assert hook80.subject == "budget alpha: 80 % consumed" and hook80.subject not in hook80.body
     assert "dashboard: https://gpuledger.example.org/budgets?node=alpha" in hook80.body
+    # what it means for the team's jobs: 150 h left at 10 h a day = 15.0 days
+    assert ("for the team's jobs: still funded; at 100 % (reached in about 15.0 days at this burn rate) new and "
+            "running jobs are no longer funded: they queue below funded work") in hook80.body, hook80.body
     later = budget_alerts(burn.with_columns(consumed_gpu_hours=pl.lit(1020.0)), policy, now=datetime(2026, 10, 25))
     assert {a.key.split("|")[3] for a in later} == {"100"}
     from gpuledger.alerts.channels import Message, notifier_for
@@ -96,6 +106,8 @@ def test_a_budget_alert_once_per_threshold_with_a_link(receivers):
     wait_for(lambda: len(mails) == 1, "the budget e-mail")
     plain = _parts(mails[0])["text/plain"]
     assert plain.splitlines()[0].startswith("1,020.0 of 1,000.0 normalised GPU-hours consumed (102.0 %)")
+    assert plain.splitlines()[1].startswith("for the team's jobs: new and running jobs are no longer funded")
+    assert "until the next period starts after 2026-11-01; ask for more budget" in plain
     assert mails[0]["X-Priority"] == "1"  # 100 % is critical
 
 
@@ -134,3 +146,36 @@ def test_alerts_run_now_plans_from_the_findings_as_of_then(warehouse_file):
     assert severities(T0) == {"warning"}
     assert severities(datetime(2026, 10, 5, 10, 50)) == {"second-warning"}
     assert severities(datetime(2026, 10, 5, 12, 0)) == set()
+
+
+def test_the_owner_reads_a_letter_with_the_job_by_name_its_host_the_commands_and_whom_to_ask(warehouse_file,
+                                                                                             receivers):
+    """Job Defense Shield's manner: the owner's mail names the job as they know it (the id beside), the
+    model and host, what happens next and when, the commands for their scheduler (Slurm here) and the
+    contact and help page from the config; on-call's operator lines (the dry-run mode) are not in it."""
+    _, mails = receivers
+    october(warehouse_file)
+    extra = "    contact: gpu-help@example.org\n    help_url: https://wiki.example.org/idle-gpus\n"
+    policy = parse_config_text(CONFIG + ALERTS + extra).policy
+    with warehouse.open_writer(warehouse_file) as con:
+        _episode(con, "warning")
+        con.execute("UPDATE jobs SET name = 'finetune-llama', scheduler_job = '4711', source = 'slurm-sacct' "
+                    "WHERE job_id = 'alpha-1'")
+    run_alert_cycle(warehouse_file, policy, now=T0)
+    wait_for(lambda: len(mails) == 2, "two e-mails")
+    mail = next(m for m in mails if m["To"] == "owner-u@example.org")
+    assert " ".join(mail["Subject"].split()) == "Your job finetune-llama on c1 holds 1 idle GPU"
+    plain = _parts(mail)["text/plain"].replace("\r\n", "\n")
+    # idle since 09:00 with policy.squatting's 105 / 120 min: second warning 10:45, preemption from 11:00
+    for words in ("Hello u,",
+                  "your job finetune-llama (id alpha-1) of project alpha, on cluster c1, host node-h1 (H100), holds "
+                  "1 GPU, idle (activity under 1 %) since 2026-10-05 09:00 UTC: 1.50 idle GPU-hours so far, 3.00 USD.",
+                  "a second warning at 2026-10-05 10:45 UTC, and from 2026-10-05 11:00 UTC it may be preempted",
+                  "To check whether it uses its GPUs:\n    srun --jobid=4711 --overlap nvidia-smi",
+                  "If you no longer need it, stop it so others can use the GPUs:\n    scancel 4711",
+                  "Ask gpu-help@example.org for an exemption, naming job alpha-1 on c1.",
+                  "Help: https://wiki.example.org/idle-gpus"):
+        assert words in plain, plain
+    assert "dry run" not in plain and "severity:" not in plain
+    oncall = next(m for m in mails if m["To"] == "oncall@example.org")
+    assert "[warning] job finetune-llama (alpha)" in " ".join(oncall["Subject"].split())

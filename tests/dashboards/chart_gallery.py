@@ -43,7 +43,8 @@ show("ratio_over_time", charts.ratio_over_time(ratios, "delivery_ratio", "Delive
 
 budgets = pl.DataFrame({"node": names, "status": [("funded", "at-risk", "exhausted")[i % 3] for i in range(n)],
                         "budget_gpu_hours": [1000.0 * (i + 1) for i in range(n)],
-                        "consumed_gpu_hours": [400.0 * (i + 1) for i in range(n)]})
+                        # the first node at 1/6 = 16.7 % of its budget, the others at 40 %
+                        "consumed_gpu_hours": [1000.0 / 6 if i == 0 else 400.0 * (i + 1) for i in range(n)]})
 show("budget_vs_consumed", charts.budget_vs_consumed(budgets, "Budget vs consumed per node"))
 
 history = pl.DataFrame({"as_of": [t0 + timedelta(days=d) for d in range(n)],

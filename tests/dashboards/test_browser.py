@@ -92,7 +92,11 @@ def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser
         page.goto(f"{server.url}/squatters?cluster={cluster}&job={job}")
         settled(page)
         page.get_by_text("A finding's history").wait_for(timeout=60_000)
-        assert page.locator("input[aria-label=Job]").input_value() == f"{cluster}/{job}"
+        with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
+            (name,) = con.execute("SELECT coalesce(name, job_id) FROM jobs WHERE cluster = ? AND job_id = ?",
+                                  [cluster, job]).fetchone()
+        picked = page.locator("input[aria-label=Job]").input_value()  # the job by its name, the id beside
+        assert picked == (f"{cluster}/{job}" if name == job else f"{name} ({cluster}/{job})"), picked
         for path in ("utilization", "fair-share", "budgets", "chargeback", "what-if"):
             page.goto(f"{server.url}/{path}")
             settled(page)
@@ -190,7 +194,11 @@ def test_sign_in_end_to_end_lead_sees_own_team_finance_sees_all(dashboard_wareho
         context, page = _sign_in(browser, server, "finance@example.com", f"/squatters?cluster={cluster}&job={job}")
         page.wait_for_url(f"{server.url}/squatters**", timeout=60_000)
         page.get_by_text("A finding's history").wait_for(timeout=60_000)
-        assert page.locator("input[aria-label=Job]").input_value() == f"{cluster}/{job}"
+        with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
+            (name,) = con.execute("SELECT coalesce(name, job_id) FROM jobs WHERE cluster = ? AND job_id = ?",
+                                  [cluster, job]).fetchone()
+        picked = page.locator("input[aria-label=Job]").input_value()  # the job by its name, the id beside
+        assert picked == (f"{cluster}/{job}" if name == job else f"{name} ({cluster}/{job})"), picked
         page.goto(f"{server.url}/enforcement")
         settled(page)
         page.wait_for_selector("[data-testid=stDataFrame] td", state="attached", timeout=60_000)
@@ -266,5 +274,37 @@ def test_dashboard_keeps_answering_while_ingest_and_analytics_write(dashboard_wa
         assert max(durations) < 30, durations  # a reader waits for one writer chunk, never for the whole run
         with warehouse.open_reader(copy.warehouse) as con:  # and the writes landed
             assert con.execute("SELECT max(hour) FROM utilization_hourly").fetchall()[0][0].day == 3
+    finally:
+        server.stop()
+
+
+#: per page, columns a reader needs without scrolling sideways, all in one table (issue 37)
+KEY_COLUMNS = {
+    "squatters": {"job", "severity", "project", "owner"},
+    "budgets": {"org node", "period from", "period to", "status"},
+    "fair-share": {"position", "project", "why: share vs usage of the parent → LF, place"},
+    "chargeback": {"project", "line"},
+    "enforcement": {"cycle (UTC)", "job", "action", "phase", "outcome", "reason", "why this outcome"},
+}
+
+
+def test_key_columns_are_visible_at_1400_px_without_scrolling(dashboard_warehouse, browser, tmp_path):
+    """The data grid draws only the columns in view (its accessible table lists just those): each
+    page has a table showing all of its key columns at 1,400 px before any sideways scroll."""
+    server = Server(dashboard_warehouse, tmp_path)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for path, wanted in KEY_COLUMNS.items():
+            page.goto(f"{server.url}/{path}")
+            settled(page)
+            shown: list = []
+            end = time.monotonic() + 60  # the grids draw after the script run: poll, with a deadline
+            while time.monotonic() < end:
+                shown = page.evaluate("() => Array.from(document.querySelectorAll('[data-testid=stDataFrame]'))"
+                                      ".map(g => Array.from(g.querySelectorAll('th')).map(t => t.textContent.trim()))")
+                if any(wanted <= set(grid) for grid in shown):
+                    break
+                time.sleep(0.3)
+            assert any(wanted <= set(grid) for grid in shown), (path, wanted, shown)
     finally:
         server.stop()

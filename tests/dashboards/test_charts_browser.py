@@ -51,6 +51,7 @@ MEASURE = """() => Array.from(document.querySelectorAll('h4')).filter(h => h.inn
       legendTitles: texts('g.role-legend-title text').map(t => t.text),
       legendLabels: texts('g.role-legend-label text').map(t => t.text),
       allText: texts('text'),
+      bars: Array.from(svg.querySelectorAll('g.mark-rect path')).map(p => box(p)),
     };
   })"""
 
@@ -168,3 +169,15 @@ def test_every_chart_is_legible_at_this_many_rows(gallery, rows):
             else:
                 assert len(entries) == charts.LEGEND_MAX, (name, rows, entries)
                 assert any(f"of {rows}" in t for t in m["legendTitles"]), (name, m["legendTitles"])
+
+
+def test_a_budget_bar_is_its_share_of_that_budget(gallery):
+    # the gallery's first node has used 1/6 of its budget: its bar covers 1/6 (16.7 %) of the axis,
+    # whatever the other bars (40 % each), and the axis ends at 100 % (no bar is over)
+    for rows in (1, 3):
+        m = gallery(rows)["budget_vs_consumed"]
+        plot_w = m["plot"][2] - m["plot"][0]
+        first = min(m["bars"], key=lambda b: b[1])  # the top bar: the first node
+        assert (first[2] - first[0]) / plot_w == pytest.approx(1 / 6, abs=0.005), (rows, first, m["plot"])
+        (numbers,) = [a for a in m["axisLabels"] if a and all(t.replace(",", "").isdigit() for t in a)]
+        assert numbers[-1] == "100", (rows, m["axisLabels"])

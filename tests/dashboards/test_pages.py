@@ -6,6 +6,7 @@ what follows the config's roles; an empty or missing warehouse says what to run.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -404,8 +405,10 @@ def test_queue_reasons_walk_the_tree_level_by_level():
             ("llm-b", "research", 2, "project", 0.5, 0.75, 0.5 / 0.75, 2, 3),
             ("platform", "acme", 1, "program", 0.4, 0.7, 0.4 / 0.7, None, 4),
             ("ci", "platform", 2, "project", 1.0, 0.0, float("inf"), 3, 5)]
-    tree = pl.DataFrame(rows, schema=["node", "parent", "depth", "kind", "shares_norm", "usage_norm", "level_fs",
-                                      "fs_rank", "queue_order"], orient="row").with_columns(fairshare_factor=pl.lit(0.5))
+    tree = pl.DataFrame(rows, schema=["node", "parent", "depth", "kind", "shares_norm", "usage_effective",
+                                      "level_fs", "fs_rank", "queue_order"],
+                        orient="row").with_columns(fairshare_factor=pl.lit(0.5),
+                                                   usage_norm=pl.lit(0.01))  # org-wide: never the sentence's
     out = queries.queue_reasons(tree)
     assert out["project"].to_list() == ["llm-a", "llm-b", "ci"]
     assert out["why"][1] == ("research: share 60% vs usage 30% of acme → LF 2.00, 1 of 2; "
@@ -455,6 +458,12 @@ def test_idle_heatmap_rows_are_the_most_idle_jobs_with_their_cost(on_rig):
         want = sum((Decimal(str(h)).quantize(Decimal("0.000001")) * prices[m]
                     for h, m in zip(hours["gpu_hours_idle"], hours["gpu_model"], strict=True)), Decimal(0))
         assert abs(Decimal(row["idle_cost"]) - want) <= Decimal("0.01"), row
+    # each row by the name people gave the job (the id only when it has none), one row per job
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        names = dict(((c, j), n) for c, j, n in con.execute("SELECT cluster, job_id, name FROM jobs").fetchall())
+    for row in got.iter_rows(named=True):
+        assert row["label"].startswith(names[(row["cluster"], row["job_id"])] or row["job_id"]), row
+    assert got["label"].n_unique() == got.height
     # the heatmap's cells add up to each row's idle GPU-hours
     cells = queries.idle_job_cells(str(on_rig.warehouse), start, end, got, 2)
     for row in got.iter_rows(named=True):
@@ -509,3 +518,44 @@ def test_result_frames_of_other_types_go_through_arrow():
     got = queries.result_frame(con.execute(query))
     assert got.schema == {"gpus": pl.List(pl.Int32), "s": pl.Struct({"a": pl.Int32}), "name": pl.String}
     assert got.row(0) == ([1, 2], {"a": 1}, "x")
+
+
+WHY_STEP = re.compile(r"^(?P<node>[^:]+): share (?P<share>\d+)% vs usage (?P<usage>\d+)% of (?P<parent>\S+) → "
+                      r"LF (?P<lf>[0-9.]+|∞ \(no usage\)), (?P<place>\d+) of (?P<of>\d+)$")
+
+
+def check_queue_sentences(sentences: list[str], tree: pl.DataFrame) -> int:
+    """Recompute every step of every "why" sentence from the snapshot's raw figures: a node's usage
+    is its subtree's GPU-hours over its siblings' together (the same parent as its share), LF the
+    share over that usage. Returns the number of steps checked."""
+    rows = {r["node"]: r for r in tree.iter_rows(named=True)}
+    checked = 0
+    for sentence in sentences:
+        for step in sentence.split("; "):
+            m = WHY_STEP.match(step)
+            assert m, step
+            node, parent = rows[m["node"]], m["parent"]
+            assert node["parent"] == parent, step
+            siblings = [r for r in rows.values() if r["parent"] == parent]
+            total = sum(r["usage_raw_gpu_hours"] for r in siblings)
+            usage = node["usage_raw_gpu_hours"] / total if total else 0.0
+            assert int(m["usage"]) == round(100 * usage), (step, usage)
+            assert int(m["share"]) == round(100 * node["shares_norm"]), step
+            if usage > 0:
+                assert float(m["lf"]) == pytest.approx(node["shares_norm"] / usage, abs=0.006), step
+            checked += 1
+    return checked
+
+
+def test_every_queue_sentence_uses_the_share_and_usage_of_one_parent(dashboard_warehouse):
+    from gpuledger.analytics.reports import data_now
+
+    path = str(dashboard_warehouse.warehouse)
+    with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
+        end = data_now(con)
+    tree = queries.fairshare_latest(path, end)
+    reasons = queries.queue_reasons(tree)
+    # the org's usage split over two programs: at least one sentence where the org-wide fraction and
+    # the parent's differ, so the check can fail
+    assert check_queue_sentences(reasons["why"].to_list(), tree) >= reasons.height
+    assert (tree["usage_norm"] - tree["usage_effective"]).abs().max() > 0.05

@@ -5,6 +5,8 @@ sweep file draws the sweep chart; without a file it says what to run."""
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 import streamlit as st
@@ -60,9 +62,10 @@ def test_the_page_shows_the_files_figures(dashboard_warehouse, whatif_files, mon
     assert queries.newest_whatif(folder) == folder / "schedule.json"
     at = open_page(dashboard_warehouse, monkeypatch, folder)
     frames = frames_from_json((folder / "schedule.json").read_text())
+    frames["titles"] = {p["policy"]: p["title"] for p in json.loads((folder / "schedule.json").read_text())["policies"]}
     summary = {row["metric"]: row for row in frames["summary"].iter_rows(named=True)}
     policies = [c for c in frames["summary"].columns if c not in ("metric", "label")]
-    assert policies == ["priority", "fair-share", "reclaim"]
+    assert policies == ["priority", "slot-limits", "fair-share", "reclaim"]
     shown = {m.label: m.value for m in at.metric}
     for policy in policies:
         worst = float(summary["worst_delivery_ratio"][policy])
@@ -73,10 +76,22 @@ def test_the_page_shows_the_files_figures(dashboard_warehouse, whatif_files, mon
         assert shown[f"{policy}: occupancy"] == f"{100 * occupancy:.1f} %"
         # the worst shown is the worst project's ratio in the projects frame
         assert worst == pytest.approx(frames["projects"][f"{policy}_delivery_ratio"].min(), abs=5e-4)
-    table = pl.from_pandas(at.dataframe[0].value.reset_index(drop=True))
+    # first the outcome table (issue 34): a row per figure, the target, a column per policy's title;
+    # one seed here, so each cell is the value alone, as the file has it
+    shown_outcome = pl.from_pandas(at.dataframe[0].value.reset_index(drop=True))
+    doc = json.loads((folder / "schedule.json").read_text())["outcome"]
+    assert doc["seeds"] == [1]
+    assert shown_outcome["label"].to_list() == [r["label"] for r in doc["rows"]]
+    assert shown_outcome.columns == ["label", "target", *(frames["titles"][p] for p in policies)]
+    aggregate = next(r for r in doc["rows"] if r["figure"] == "delivery_ratio")
+    row = shown_outcome.filter(pl.col("label") == "aggregate delivered ÷ owed").row(0, named=True)
+    for policy in policies:
+        assert row[frames["titles"][policy]] == f"{aggregate[policy]['median']:.3f}"
+    assert any("one seed (1)" in c.value for c in at.caption)
+    table = pl.from_pandas(at.dataframe[1].value.reset_index(drop=True))
     assert table["label"].to_list() == frames["summary"]["label"].to_list()  # every figure, with its unit
     assert table.width == 1 + len(policies)
-    delivery = pl.from_pandas(at.dataframe[1].value.reset_index(drop=True))
+    delivery = pl.from_pandas(at.dataframe[2].value.reset_index(drop=True))
     for policy, title in zip(policies, table.columns[1:], strict=True):
         mine = delivery.filter(pl.col("policy") == title).sort("project")
         want = frames["projects"].sort("project")

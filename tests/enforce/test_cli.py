@@ -94,8 +94,8 @@ def test_real_preemption_is_counted_and_an_api_error_is_recorded(server, kueue_w
                     "min_runtime_s, submit_time, state, priority, source, updated_at) VALUES ('k', "
                     "'ml/workload/waiting', 'funded-proj', 'waiting', 'ml', 'training', 'H100', 8, 3600, ?, "
                     "'PENDING', 10, 'kueue', ?)", [NOW - timedelta(minutes=5), NOW])
-    for n in ("funded", "burst", "waiting"):
-        server.kueue_workloads[("ml", n)] = workload(n, priority=10)
+    for n in ("funded", "burst", "waiting"):  # the waiting one holds no quota (QuotaReserved False)
+        server.kueue_workloads[("ml", n)] = workload(n, priority=10, admitted=n != "waiting")
     # the funded workload's priority patch fails once: recorded, the others go on
     server.fail_next[("PATCH", f"{WL}/funded")] = (500, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                                         "reason": "InternalError", "code": 500,

@@ -41,12 +41,12 @@ def test_only_delivered_warnings_start_the_clock(tmp_path, receivers):
     try:
         server.add_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "applied", "namespace": "ml",
                                                                         "uid": "uid-applied"}})
-        api = kubernetes.config.new_client_from_config(config_file=str(server.write_kubeconfig(tmp_path / "kc")))
+        api = kubernetes.config.new_client_from_config(config_file=str(server.write_kubeconfig(tmp_path / "kc", context="k")))
         mine = [a for a in actions if a.job_id == "applied"]
         reader, writer = (lambda: warehouse.open_reader(path)), (lambda: warehouse.open_writer(path))
-        cycle.apply_plan(reader, writer, mine, EvictionBackend(api=api), dry_run=True, planned_at=NOW,
+        cycle.apply_plan(reader, writer, mine, EvictionBackend(api=api, cluster="k"), dry_run=True, planned_at=NOW,
                          applied_at=NOW + timedelta(minutes=2))  # a dry run tells no one
-        cycle.apply_plan(reader, writer, mine, EvictionBackend(api=api), dry_run=False, planned_at=NOW,
+        cycle.apply_plan(reader, writer, mine, EvictionBackend(api=api, cluster="k"), dry_run=False, planned_at=NOW,
                          applied_at=NOW + timedelta(minutes=5))
         assert [e["reason"] for e in server.events] == ["GpuledgerIdleWarning"]
     finally:

@@ -32,7 +32,7 @@ def kubeconfig(server: KubeStandIn, path, token: str = TOKEN):
         "apiVersion: v1\nkind: Config\n"
         f"clusters:\n- name: s\n  cluster:\n    server: {server.url}\n"
         f"users:\n- name: u\n  user:\n    token: {token}\n"
-        "contexts:\n- name: s\n  context:\n    cluster: s\n    user: u\ncurrent-context: s\n")
+        "contexts:\n- name: k\n  context:\n    cluster: s\n    user: u\ncurrent-context: k\n")
     return path
 
 
@@ -89,7 +89,7 @@ def calls(server, method=None):
 # --- Kueue ----------------------------------------------------------------------------------------
 def test_kueue_set_priority_patches_spec_priority_with_reason_and_event(server, api):
     server.kueue_workloads[("ml", "train-a")] = workload("train-a", priority=100)
-    out = KueueBackend(api=api).set_priority(action("set-priority", "ml/workload/train-a", priority=503000,
+    out = KueueBackend(api=api, cluster="k").set_priority(action("set-priority", "ml/workload/train-a", priority=503000,
                                                     reason="funded"), dry_run=False)
     assert out.outcome == "done" and "100 -> 503000" in out.detail
     (get, patch, post) = server.calls
@@ -109,14 +109,14 @@ def test_kueue_set_priority_patches_spec_priority_with_reason_and_event(server, 
     assert len(server.events) == 1
     # the same value again: read, nothing written
     server.calls.clear()
-    again = KueueBackend(api=api).set_priority(action("set-priority", "ml/workload/train-a", priority=503000),
+    again = KueueBackend(api=api, cluster="k").set_priority(action("set-priority", "ml/workload/train-a", priority=503000),
                                                dry_run=False)
     assert again.outcome == "unchanged" and [c[0] for c in calls(server)] == ["GET"]
 
 
 def test_kueue_workload_priority_class_is_named(server, api):
     server.kueue_workloads[("ml", "wpc")] = workload("wpc", priority=1000, wpc="research-high")
-    out = KueueBackend(api=api).set_priority(action("set-priority", "ml/workload/wpc", priority=103000), dry_run=False)
+    out = KueueBackend(api=api, cluster="k").set_priority(action("set-priority", "ml/workload/wpc", priority=103000), dry_run=False)
     assert out.outcome == "done" and "WorkloadPriorityClass research-high" in out.detail
     assert server.kueue_workloads[("ml", "wpc")]["spec"]["priority"] == 103000
 
@@ -124,7 +124,7 @@ def test_kueue_workload_priority_class_is_named(server, api):
 def test_kueue_preempt_stop_deactivates_and_requeue_reactivates_after_eviction(server, api):
     server.kueue_workloads[("ml", "idle")] = workload("idle")
     server.kueue_workloads[("ml", "ckpt")] = workload("ckpt")
-    backend = KueueBackend(api=api)
+    backend = KueueBackend(api=api, cluster="k")
     assert backend.preempt(action("preempt", "ml/workload/idle", mode="stop"), dry_run=False).outcome == "done"
     assert backend.preempt(action("preempt", "ml/workload/ckpt", mode="requeue"), dry_run=False).outcome == "done"
     patches = [c[3] for c in calls(server, "PATCH")]
@@ -141,7 +141,8 @@ def test_kueue_preempt_stop_deactivates_and_requeue_reactivates_after_eviction(s
     # evicted: the next run re-activates it and clears the mark; the stopped one stays off
     server.kueue_workloads[("ml", "ckpt")]["status"]["conditions"][0]["status"] = "False"
     server.kueue_workloads[("ml", "idle")]["status"]["conditions"][0]["status"] = "False"
-    assert backend.prepare(dry_run=False) == ["re-activated Workload ml/ckpt (requeue)"]
+    (line,) = backend.prepare(dry_run=False)
+    assert line.startswith("re-activated Workload ml/ckpt (requeue); sent:\n    PATCH ")
     assert calls(server, "PATCH") == [("PATCH", f"{WL}/ckpt", {}, {
         "spec": {"active": True}, "metadata": {"annotations": {"gpuledger.io/requeue": None}}})]
     ckpt, idle = server.kueue_workloads[("ml", "ckpt")], server.kueue_workloads[("ml", "idle")]
@@ -155,7 +156,7 @@ def test_kueue_preempt_stop_deactivates_and_requeue_reactivates_after_eviction(s
 
 def test_kueue_warn_annotates_and_emits_a_warning_event(server, api):
     server.kueue_workloads[("ml", "sq")] = workload("sq")
-    out = KueueBackend(api=api).warn(action("warn", "ml/workload/sq", stage="warning", reason="idle 70 min"),
+    out = KueueBackend(api=api, cluster="k").warn(action("warn", "ml/workload/sq", stage="warning", reason="idle 70 min"),
                                      dry_run=False)
     assert out.outcome == "done"
     (patch,) = calls(server, "PATCH")
@@ -167,7 +168,7 @@ def test_server_side_dry_run_changes_nothing(server, api):
     server.kueue_workloads[("ml", "a")] = workload("a", priority=100)
     server.add_pod(pod("p1"))
     before = json.dumps(list(server.kueue_workloads.values()), sort_keys=True)
-    kueue, evict = KueueBackend(api=api, server_dry_run=True), EvictionBackend(api=api, server_dry_run=True)
+    kueue, evict = KueueBackend(api=api, cluster="k", server_dry_run=True), EvictionBackend(api=api, cluster="k", server_dry_run=True)
     assert kueue.set_priority(action("set-priority", "ml/workload/a", priority=5), dry_run=False).outcome \
         == "server-dry-run"
     assert kueue.preempt(action("preempt", "ml/workload/a", mode="stop"), dry_run=False).outcome == "server-dry-run"
@@ -181,10 +182,15 @@ def test_server_side_dry_run_changes_nothing(server, api):
 def test_plan_level_dry_run_writes_nothing_and_reads_what_the_real_run_checks(server, api):
     server.kueue_workloads[("ml", "a")] = workload("a")
     run = apply_actions([action("set-priority", "ml/workload/a", priority=5),
-                         action("preempt", "ml/workload/a", mode="stop")], KueueBackend(api=api), dry_run=True)
+                         action("preempt", "ml/workload/a", mode="stop")], KueueBackend(api=api, cluster="k"), dry_run=True)
     assert [o.outcome for _, o in run.results] == ["dry-run", "dry-run"] and run.performed == 0
-    # only the read the real run makes before a preemption (is it still the workload judged?)
-    assert [(c["method"], c["path"]) for c in server.calls] == [("GET", f"{WL}/a")]
+    # only reads: the list `prepare` scans for workloads to re-activate, the workload read before the
+    # priority (is it set already?) and twice before the preemption (still the workload judged? still
+    # active?) — exactly the reads the real run makes, so the dry run lists the writes it would send
+    assert [(c["method"], c["path"]) for c in server.calls] == [
+        ("GET", "/apis/kueue.x-k8s.io/v1beta2/workloads"), ("GET", f"{WL}/a"), ("GET", f"{WL}/a"), ("GET", f"{WL}/a")]
+    assert [line.strip().split(" ", 2)[:2] for _, o in run.results for line in o.detail.splitlines()[1:]] == [
+        ["PATCH", f"{WL}/a"], ["POST", "/api/v1/namespaces/ml/events"]] * 2
 
 
 # --- eviction -------------------------------------------------------------------------------------
@@ -195,7 +201,7 @@ def test_eviction_honours_pod_disruption_budgets(server, api):
     server.pdbs.append({"metadata": {"name": "svc-pdb", "namespace": "ml"},
                         "spec": {"selector": {"matchLabels": {"app": "svc"}}}, "status": {"disruptionsAllowed": 1}})
     plan = [action("preempt", f"ml/{n}", mode="stop") for n in ("free", "guarded-1", "guarded-2")]
-    run = apply_actions(plan, EvictionBackend(api=api), dry_run=False)
+    run = apply_actions(plan, EvictionBackend(api=api, cluster="k"), dry_run=False)
     assert [(a.job_id, o.outcome) for a, o in run.results] == [
         ("ml/free", "done"), ("ml/guarded-1", "done"), ("ml/guarded-2", "refused")]
     refused = run.results[2][1]
@@ -217,13 +223,13 @@ def test_eviction_with_two_budgets_is_an_error_naming_the_fix(server, api):
     for name, labels in (("one", {"app": "a"}), ("two", {"tier": "t"})):
         server.pdbs.append({"metadata": {"name": name, "namespace": "ml"},
                             "spec": {"selector": {"matchLabels": labels}}, "status": {"disruptionsAllowed": 5}})
-    out = EvictionBackend(api=api).preempt(action("preempt", "ml/x", mode="stop"), dry_run=False)
+    out = EvictionBackend(api=api, cluster="k").preempt(action("preempt", "ml/x", mode="stop"), dry_run=False)
     assert out.outcome == "error" and "several PodDisruptionBudgets" in out.detail
     assert out.error.startswith("500 ")
 
 
 def test_pod_priority_cannot_change_so_it_is_skipped(api):
-    out = EvictionBackend(api=api).set_priority(action("set-priority", "ml/p", priority=1), dry_run=False)
+    out = EvictionBackend(api=api, cluster="k").set_priority(action("set-priority", "ml/p", priority=1), dry_run=False)
     assert out.outcome == "skipped" and "--backend kueue" in out.detail
 
 
@@ -235,7 +241,7 @@ def test_an_api_error_on_one_action_is_recorded_and_the_others_go_on(server, api
                                                     "reason": "Conflict", "code": 409,
                                                     "message": "the object has been modified"})
     plan = [action("set-priority", f"ml/workload/{n}", priority=7) for n in ("a", "b", "c")]
-    run = apply_actions(plan, KueueBackend(api=api), dry_run=False)
+    run = apply_actions(plan, KueueBackend(api=api, cluster="k"), dry_run=False)
     assert [o.outcome for _, o in run.results] == ["done", "error", "done"]
     assert run.results[1][1].error == "409 the object has been modified"
     assert [server.kueue_workloads[("ml", n)]["spec"]["priority"] for n in "abc"] == [7, 100, 7]
@@ -249,7 +255,7 @@ def test_a_refused_credential_stops_the_run_with_one_line(server, tmp_path, toke
     server.forbid = forbid
     bad = kubernetes.config.new_client_from_config(config_file=str(kubeconfig(server, tmp_path / "kc", token)))
     plan = [action("set-priority", "ml/workload/a", priority=7), action("preempt", "ml/workload/a", mode="stop")]
-    run = apply_actions(plan, KueueBackend(api=bad), dry_run=False)
+    run = apply_actions(plan, KueueBackend(api=bad, cluster="k"), dry_run=False)
     assert isinstance(run.fatal, CredentialError) and run.results == []
     assert words in str(run.fatal) and "\n" not in str(run.fatal)
     assert len(server.calls) == 1  # the first refusal ends it: no second request
@@ -258,14 +264,14 @@ def test_a_refused_credential_stops_the_run_with_one_line(server, tmp_path, toke
 def test_already_done_actions_are_not_performed_again(server, api):
     server.kueue_workloads[("ml", "a")] = workload("a")
     a = action("set-priority", "ml/workload/a", priority=7)
-    run = apply_actions([a], KueueBackend(api=api), dry_run=False, already_done={a.action_id})
+    run = apply_actions([a], KueueBackend(api=api, cluster="k"), dry_run=False, already_done={a.action_id})
     assert run.results == [] and run.already_done == [a]
     # only prepare's list of workloads waiting for their requeue
     assert calls(server) == [("GET", "/apis/kueue.x-k8s.io/v1beta2/workloads", {}, None)]
 
 
 def test_jobs_of_other_schedulers_are_skipped(api):
-    run = apply_actions([action("preempt", "12345", source="slurm", mode="stop")], KueueBackend(api=api),
+    run = apply_actions([action("preempt", "12345", source="slurm", mode="stop")], KueueBackend(api=api, cluster="k"),
                         dry_run=False)
     assert [o.outcome for _, o in run.results] == ["skipped"]
 
@@ -398,11 +404,11 @@ def test_observe_reads_checkpoint_labels_and_priority(server, api):
     wl["metadata"]["labels"] = {"team": "a"}
     server.kueue_workloads[("ml", "ck")] = wl
     server.add_pod(pod("p", {"gpuledger.io/checkpointing": "true"}))
-    seen = KueueBackend(api=api).observe()
-    assert seen == {"ml/workload/ck": {"uid": "uid-ck", "active": True,
+    seen = KueueBackend(api=api, cluster="k").observe()
+    assert seen == {"ml/workload/ck": {"uid": "uid-ck", "active": True, "state": "QuotaReserved", "phase": "running",
                                        "labels": {"gpuledger.io/checkpointing": "true", "team": "a"},
                                        "annotations": {}, "priority": 42}}
-    pods = EvictionBackend(api=api).observe()
+    pods = EvictionBackend(api=api, cluster="k").observe()
     assert pods["ml/p"]["labels"] == {"gpuledger.io/checkpointing": "true"} and pods["uid-p"] == pods["ml/p"]
 
 
@@ -413,8 +419,8 @@ def test_cli_burst_preempted_for_waiting_funded_work_requeued_when_it_checkpoint
                     "min_runtime_s, submit_time, state, priority, source, updated_at) VALUES ('k', "
                     "'ml/workload/waiting', 'funded-proj', 'waiting', 'ml', 'training', 'H100', 8, 3600, ?, "
                     "'PENDING', 10, 'kueue', ?)", [NOW - timedelta(minutes=5), NOW])  # fresh data: 5 min old
-    for n in ("funded", "burst", "waiting"):
-        server.kueue_workloads[("ml", n)] = workload(n, priority=10)
+    for n in ("funded", "burst", "waiting"):  # the waiting one holds no quota
+        server.kueue_workloads[("ml", n)] = workload(n, priority=10, admitted=n != "waiting")
     server.kueue_workloads[("ml", "burst")]["metadata"]["annotations"] = {"gpuledger.io/checkpointing": "true"}
     blind = _cli("enforce", "plan", "--format", "json", "--no-record", "--now", "2026-11-20T12:00:00",
                  "-w", str(kueue_warehouse))

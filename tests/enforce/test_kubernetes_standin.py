@@ -38,10 +38,11 @@ def server():
 
 
 def pod(name: str, uid: str | None = None, labels: dict | None = None) -> dict:
+    # `want` waits for GPUs (Pending), as the warehouse has it; every other pod runs
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "ml", "uid": uid or f"uid-{name}", "labels": labels or {}},
             "spec": {"containers": [{"name": "main"}], "terminationGracePeriodSeconds": 900},
-            "status": {"phase": "Running"}}
+            "status": {"phase": "Pending" if name == "want" else "Running"}}
 
 
 def cli(*args):
@@ -65,7 +66,7 @@ def pods_warehouse(tmp_path, server):
                         "('k', ?, ?, ?, ?, 'ml', 'training', 'H100', 8, 3600, ?, ?, ?, 'kubernetes', ?)",
                         [uid, f"ml/{name}", project, name, NOW - timedelta(hours=2), start,
                          "RUNNING" if start else "PENDING", NOW - timedelta(minutes=1)])
-    server.kc = server.write_kubeconfig(tmp_path / "kc")
+    server.kc = server.write_kubeconfig(tmp_path / "kc", context="k")
     return path
 
 
@@ -128,7 +129,7 @@ def test_a_pod_recreated_under_the_same_name_is_not_evicted(server, pods_warehou
     api = kubernetes.config.new_client_from_config(config_file=str(server.kc))
     action = Action(action="preempt", cluster="k", job_id="uid-burst", project="free-proj", reason="r", rule="t",
                     source="kubernetes", scheduler_job="ml/burst", mode="stop", observed={"uid": "uid-burst"})
-    outcome = EvictionBackend(api=api).preempt(action, dry_run=False)
+    outcome = EvictionBackend(api=api, cluster="k").preempt(action, dry_run=False)
     assert outcome.outcome == "refused" and outcome.error.startswith("409 ") and "recreated" in outcome.detail
     (call,) = [c for c in server.calls if c["path"].endswith("/eviction")]
     assert call["body"]["deleteOptions"] == {"preconditions": {"uid": "uid-burst"}}  # no grace: the pod's own 900 s
@@ -138,12 +139,12 @@ def test_a_pod_recreated_under_the_same_name_is_not_evicted(server, pods_warehou
 
 def test_events_name_the_pod_uid_and_a_configured_grace_is_sent(server, tmp_path):
     server.add_pod(pod("p"))
-    api = kubernetes.config.new_client_from_config(config_file=str(server.write_kubeconfig(tmp_path / "kc")))
+    api = kubernetes.config.new_client_from_config(config_file=str(server.write_kubeconfig(tmp_path / "kc", context="k")))
     common = dict(cluster="k", job_id="uid-p", project="x", reason="idle", rule="t", source="kubernetes",
                   scheduler_job="ml/p", observed={"uid": "uid-p", "state": "Running"})
     run = apply_actions([Action(action="warn", stage="warning", **common),
                          Action(action="preempt", mode="stop", **common)],
-                        EvictionBackend(api=api, grace_period_s=120), dry_run=False)
+                        EvictionBackend(api=api, cluster="k", grace_period_s=120), dry_run=False)
     assert [o.outcome for _, o in run.results] == ["done", "done"]
     assert [(e["reason"], e["involvedObject"]["uid"]) for e in server.events] == [
         ("GpuledgerIdleWarning", "uid-p"), ("GpuledgerPreempted", "uid-p")]
@@ -187,7 +188,7 @@ def _exercise(server, api, namespaces):
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
         "metadata": {"name": "b", "namespace": "ml", "uid": "uid-b"}, "spec": {"active": True, "priority": 1}}
     server.add_pod(pod("p"))
-    kueue, evict = KueueBackend(api=api, namespaces=namespaces), EvictionBackend(api=api, namespaces=namespaces)
+    kueue, evict = KueueBackend(api=api, cluster="k", namespaces=namespaces), EvictionBackend(api=api, cluster="k", namespaces=namespaces)
     kueue.prepare(dry_run=False)
     kueue.observe()
     evict.observe()
@@ -205,7 +206,7 @@ def _exercise(server, api, namespaces):
 @pytest.mark.parametrize(("manifest", "kind", "namespaces"), [("rbac.yaml", "ClusterRole", None),
                                                               ("rbac-namespaced.yaml", "Role", ["ml"])])
 def test_rbac_grants_exactly_what_the_code_uses(server, tmp_path, manifest, kind, namespaces):
-    api = kubernetes.config.new_client_from_config(config_file=str(server.write_kubeconfig(tmp_path / "kc")))
+    api = kubernetes.config.new_client_from_config(config_file=str(server.write_kubeconfig(tmp_path / "kc", context="k")))
     _exercise(server, api, namespaces)
     used, granted = _used(server), _granted(manifest, kind)
     assert used == granted, {"used, not granted": used - granted, "granted, not used": granted - used}
@@ -234,7 +235,7 @@ def test_the_hourly_cap_holds_across_separate_apply_runs(server, pods_warehouse,
                         rule="unfunded-burst", source="kubernetes", scheduler_job=f"ml/{name}", mode="stop",
                         observed={"uid": f"uid-{name}"}, action_id=f"plan{n}:0", dry_run=False)
         return cycle.apply_plan(lambda: warehouse.open_reader(pods_warehouse),
-                                lambda: warehouse.open_writer(pods_warehouse), [action], EvictionBackend(api=api),
+                                lambda: warehouse.open_writer(pods_warehouse), [action], EvictionBackend(api=api, cluster="k"),
                                 dry_run=False, planned_at=NOW, cfg=cfg, applied_at=NOW + timedelta(minutes=n))
 
     first, second = one("b1", 1), one("b2", 2)

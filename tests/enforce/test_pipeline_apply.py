@@ -25,10 +25,11 @@ def server():
     s.close()
 
 
-def pod(name: str) -> dict:
+def pod(name: str) -> dict:  # `want` waits for GPUs (Pending), as the warehouse has it
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "labels": {"app": name}},
-            "spec": {"containers": [{"name": "main"}]}, "status": {"phase": "Running"}}
+            "spec": {"containers": [{"name": "main"}]},
+            "status": {"phase": "Pending" if name == "want" else "Running"}}
 
 
 @pytest.mark.slow
@@ -38,7 +39,7 @@ def test_a_quiet_cycle_after_a_refused_eviction_sends_nothing(server, tmp_path):
     from gpuledger.cli import app
 
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)  # fresh data: the apply re-checks by the clock
-    kc = server.write_kubeconfig(tmp_path / "kc")
+    kc = server.write_kubeconfig(tmp_path / "kc", context="k")
     config = tmp_path / "c.yaml"
     config.write_text(f"""
 currency: USD

@@ -174,6 +174,14 @@ def test_no_live_view_no_preemption_and_the_plan_says_so():
     actions = decide(situation(jobs, observed_by=None), EnforcementPolicy())
     assert preempted(actions) == []
     assert "without the scheduler's live view" in none_reason(actions, "burst")
-    # a backend that observed but does not list the job: it ended or is gone
+    # a backend that observed but lists neither: the waiting job is served by nothing (it may have
+    # started or gone since its record), so the running one is never even a candidate
     actions = decide(situation(jobs, observed_by="slurm"), EnforcementPolicy())
+    assert preempted(actions) == []
+    assert "slurm does not list it now, so nothing is preempted for it" in none_reason(actions, "want")
+    # the waiting job listed, waiting; the running one not listed: it ended or is gone
+    seen = [job("burst", observed=None), job("want", "p1", running=False, funded=True,
+                                             observed={"state": "PENDING", "phase": "waiting"})]
+    actions = decide(situation(seen, observed_by="slurm"), EnforcementPolicy())
+    assert preempted(actions) == []
     assert "slurm does not list this job now (ended or gone)" in none_reason(actions, "burst")

@@ -79,7 +79,9 @@ def test_nice_and_qos_show_in_scontrol_and_sprio(slurm_rig, jobs):
             action("set-priority", running, priority=503_000, funded=True, figures={"running": True})]
     run = apply_actions(plan, backend, dry_run=False)
     assert [(a.job_id, o.outcome, o.detail) for a, o in run.results] == [
-        (pending, "done", f"job {pending} Nice=-169268060 QOS=high"), (running, "done", f"job {running} Nice=-169268060")]
+        (pending, "done", f"job {pending} Nice=-169268060 QOS=high; ran: scontrol update JobId={pending} "
+                          "Nice=-169268060 QOS=high"),
+        (running, "done", f"job {running} Nice=-169268060; ran: scontrol update JobId={running} Nice=-169268060")]
     waiting, busy = job_fields(slurm_rig, pending), job_fields(slurm_rig, running)
     assert (waiting["Nice"], waiting["QOS"]) == ("-169268060", "high")
     assert (busy["Nice"], busy["QOS"]) == ("-169268060", "normal")  # Slurm refuses QOS on a running job: not sent
@@ -94,21 +96,25 @@ def test_requeue_returns_the_job_to_pending_with_one_restart(slurm_rig, jobs):
     backend = SlurmBackend(env=slurm_rig["env"])
     run = apply_actions([action("preempt", running, mode="requeue", observed=backend.observe()[running])], backend,
                         dry_run=False)
-    assert [(o.outcome, o.detail) for _, o in run.results] == [("done", f"job {running} requeued")]
+    assert [(o.outcome, o.detail) for _, o in run.results] == [
+        ("done", f"job {running} requeued; ran: scontrol requeue {running}")]
     fields = wait_for(slurm_rig, running, lambda f: f.get("JobState") == "PENDING", "PENDING")
     assert fields["Restarts"] == "1"
 
 
 def test_cancel_removes_the_job_from_the_queue(slurm_rig, jobs):
-    _, pending = jobs
+    running, pending = jobs
     backend = SlurmBackend(env=slurm_rig["env"])
-    run = apply_actions([action("preempt", pending, mode="stop", observed=backend.observe()[pending])], backend,
-                        dry_run=False)
-    assert [o.outcome for _, o in run.results] == ["done"]
+    seen = backend.observe()
+    # only a running job holds GPUs a preemption frees: the pending one is left alone, with why
+    run = apply_actions([action("preempt", pending, mode="stop", observed=seen[pending]),
+                         action("preempt", running, mode="stop", observed=seen[running])], backend, dry_run=False)
+    assert [(o.outcome, o.cause) for _, o in run.results] == [("skipped", "not-holding"), ("done", None)]
+    assert "holds no GPUs now (PENDING" in run.results[0][1].detail
     deadline = time.monotonic() + 60
-    while sh(slurm_rig, "squeue", "-h", "-j", pending, "-o", "%i %T") and time.monotonic() < deadline:
+    while sh(slurm_rig, "squeue", "-h", "-j", running, "-o", "%i %T") and time.monotonic() < deadline:
         time.sleep(0.3)
-    assert sh(slurm_rig, "squeue", "-h", "-j", pending, "-o", "%i %T") == ""
+    assert sh(slurm_rig, "squeue", "-h", "-j", running, "-o", "%i %T") == ""
 
 
 def test_warning_goes_to_admin_comment_and_gone_jobs_are_skipped(slurm_rig, jobs):

@@ -9,19 +9,29 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 import threading
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
 
+import numpy as np
 import polars as pl
 import pytest
+import requests
+from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
 from gpuledger.analytics import reports
-from gpuledger.ingest.metrics.prometheus.aggregate import aggregate
+from gpuledger.ingest.metrics.prometheus.aggregate import aggregate, chunk_windows
 from gpuledger.ingest.metrics.prometheus.backfill import backfill
 from gpuledger.ingest.metrics.prometheus.client import PrometheusError
 from gpuledger.simulator import build_cluster, write_openmetrics
+from gpuledger.simulator.dirt import gap_mask
 from tests.helpers.prometheus_rig import PrometheusRig, have_prometheus
 from tests.helpers.victoria_rig import VictoriaRig, have_victoria_metrics
 
@@ -33,6 +43,18 @@ START = (datetime.utcnow() - timedelta(days=DAYS + 2)).replace(hour=0, minute=0,
 END = START + timedelta(days=DAYS)
 
 
+# One TSDB holding two clusters, as a fleet's Thanos / Mimir / VictoriaMetrics does: GPUs 0-3 carry
+# cluster="east", GPUs 4-7 cluster="west" (the label a fleet's external_labels or remote write adds).
+
+
+def cluster_of_gpu(index: str) -> str:
+    return "east" if int(index) < 4 else "west"
+
+
+def with_cluster_label(text: str) -> str:
+    return re.sub(r'\{gpu="(\d+)"', lambda m: f'{{cluster="{cluster_of_gpu(m[1])}",gpu="{m[1]}"', text)
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     if not (have_prometheus() and have_victoria_metrics()):
@@ -41,13 +63,14 @@ def servers(tmp_path_factory):
     sim = build_cluster(seed=31, gpus=GPUS, start=START, days=DAYS, interval_s=INTERVAL_S)
     text = io.StringIO()
     write_openmetrics(sim, text, sim.start_s, sim.end_s, blanks=False)
-    (work / "day.om").write_text(text.getvalue())
+    labelled = with_cluster_label(text.getvalue())
+    (work / "day.om").write_text(labelled)
     prom = PrometheusRig(work, [], history_file=work / "day.om")
     vm = VictoriaRig(work)
     try:
         # the same samples, through VictoriaMetrics' own import: Prometheus text, timestamps in ms
         lines = (f"{line.rsplit(' ', 1)[0]} {line.rsplit(' ', 1)[1]}000\n"
-                 for line in text.getvalue().splitlines() if line and not line.startswith("#"))
+                 for line in labelled.splitlines() if line and not line.startswith("#"))
         vm.import_prometheus_text(lines)
         vm.flush()
         yield prom, vm
@@ -100,12 +123,13 @@ def test_five_minute_aggregates_agree_with_the_raw_samples_on_both_servers(serve
 
 
 class _TSDB(BaseHTTPRequestHandler):
-    """A stand-in querier behind a path prefix: answers the label list and every query_range with a
-    one-series matrix, plus the warnings the test sets (what Thanos / Mimir add when a store did
-    not answer). Records the paths and tenant headers it was asked with; with ``required`` set, a
+    """A stand-in querier behind a path prefix: answers the label list, every instant query with a
+    one-sample vector and every query_range with a one-series matrix, plus the warnings the test
+    sets (what Thanos / Mimir add when a store did not answer). Records the paths and tenant headers it was asked with; with ``required`` set, a
     request without exactly those headers is refused 401, as Mimir's and a token proxy's are."""
 
     prefix = ""
+    series = "1"  # what the series-count probe answers
     warnings: list[str] = []
     seen: list[tuple[str, str | None]] = []
     tokens: list[str | None] = []
@@ -120,6 +144,9 @@ class _TSDB(BaseHTTPRequestHandler):
             return
         if path == f"{self.prefix}/api/v1/label/__name__/values":
             body = {"status": "success", "data": ["DCGM_FI_DEV_GPU_UTIL"]}
+        elif path == f"{self.prefix}/api/v1/query":  # the aggregate's probe: how many series
+            body = {"status": "success", "data": {"resultType": "vector", "result": [
+                {"metric": {}, "value": [int(START.timestamp()) + 300, self.series]}]}}
         elif path == f"{self.prefix}/api/v1/query_range":
             t = int(START.timestamp()) + 300
             body = {"status": "success", "data": {"resultType": "matrix", "result": [{
@@ -145,7 +172,7 @@ class _TSDB(BaseHTTPRequestHandler):
 def stand_in():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _TSDB)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    _TSDB.seen, _TSDB.warnings, _TSDB.tokens, _TSDB.required = [], [], [], {}
+    _TSDB.seen, _TSDB.warnings, _TSDB.tokens, _TSDB.required, _TSDB.series = [], [], [], {}, "1"
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
 
@@ -156,11 +183,26 @@ def test_url_layouts_and_the_tenant_header_reach_the_server(stand_in, prefix, tm
     stats = aggregate(stand_in + prefix, START, START + timedelta(hours=1), step_s=300,
                       warehouse_path=tmp_path / "w.duckdb", tenant="team-a", backoff_s=0.01)
     assert stats.chunks_done == 1 and stats.rows_new == 1
-    assert {p for p, _ in _TSDB.seen} == {f"{prefix}/api/v1/label/__name__/values", f"{prefix}/api/v1/query_range"}
+    assert {p for p, _ in _TSDB.seen} == {f"{prefix}/api/v1/label/__name__/values", f"{prefix}/api/v1/query",
+                                          f"{prefix}/api/v1/query_range"}
     assert {t for _, t in _TSDB.seen} == {"team-a"}
     with warehouse.open_reader(tmp_path / "w.duckdb") as con:
         # GPU util 50 % averaged over the window starting at START
         assert con.execute("SELECT ts, gpu_util_ratio FROM gpu_samples").fetchall() == [(START, 0.5)]
+
+
+def test_chunks_are_sized_from_the_series_the_tsdb_holds(stand_in, tmp_path):
+    # The probe says 20,000 series (a 16,384-GPU fleet with job copies): 40,000 series-windows a
+    # chunk is 2 windows, so the first chunk is 00:00-00:10. Its answer holds 1 series, so the next
+    # chunk may take up to 40,000 windows (capped at a day): the rest of the hour, 10 windows, at once.
+    _TSDB.prefix, _TSDB.series = "", "20000"
+    assert chunk_windows(20_000, 288) == 2 and chunk_windows(16_384, 288) == 2 and chunk_windows(10**6, 288) == 1
+    assert chunk_windows(8, 288) == 288 and chunk_windows(150, 288) == 266
+    ends = []
+    stats = aggregate(stand_in, START, START + timedelta(hours=1), step_s=300, warehouse_path=tmp_path / "w.duckdb",
+                      backoff_s=0.01, on_chunk=lambda b, total, s: ends.append(b))
+    assert [b - int(START.timestamp()) for b in ends] == [600, 3600]
+    assert (stats.chunks_done, stats.chunk_windows, stats.series) == (2, 288, 1)  # the largest chunk allowed
 
 
 def test_a_partial_answer_names_the_store_and_stores_nothing(stand_in, tmp_path):
@@ -172,3 +214,229 @@ def test_a_partial_answer_names_the_store_and_stores_nothing(stand_in, tmp_path)
     with warehouse.open_reader(tmp_path / "w.duckdb") as con:
         assert con.execute("SELECT count(*) FROM gpu_samples").fetchall() == [(0,)]
         assert con.execute("SELECT count(*) FROM ingest_checkpoints").fetchall() == [(0,)]
+
+
+def _hold(path, jobs: list[tuple[str, str, list[int], datetime, datetime | None]]) -> None:
+    """Jobs (job_id, project, device indices in UUID order, start, end or None: still running) on
+    the warehouse's devices; the same indices name the same GPUs in every warehouse."""
+    with warehouse.open_writer(path) as con:
+        ids = [r[0] for r in con.execute("SELECT gpu_id FROM gpus ORDER BY gpu_uuid").fetchall()]
+        for job_id, project, devices, start, end in jobs:
+            warehouse.upsert(con, "jobs", pl.DataFrame([{
+                "cluster": "sim", "job_id": job_id, "project": project, "gpus": float(len(devices)),
+                "start_time": start, "end_time": end, "state": "RUNNING" if end is None else "COMPLETED",
+                "source": "test", "updated_at": end or START}]))
+            warehouse.upsert(con, "job_allocations", pl.DataFrame({
+                "cluster": ["sim"] * len(devices), "job_id": [job_id] * len(devices),
+                "gpu_id": [ids[i] for i in devices], "start_time": [start] * len(devices),
+                "end_time": [end] * len(devices), "gpu_fraction": [1.0] * len(devices),
+                "source": ["test"] * len(devices)}, schema_overrides={"end_time": pl.Datetime("us")}))
+
+
+# Two jobs still running when the data ends (their GPU-hours run to the data's "now") and one with
+# edges off the 5-minute grid (:07 and :33), on the week above.
+RUNNING = [("j1", "p1", [0, 1], START, None),
+           ("j2", "p2", [2], START + timedelta(hours=26, minutes=7), START + timedelta(hours=80, minutes=33)),
+           ("j3", "p3", [3], START + timedelta(days=5, minutes=2), None)]
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_aggregates_charge_running_jobs_the_raw_samples_gpu_hours_per_project(servers, tmp_path):
+    prom, vm = servers
+    raw_path = tmp_path / "raw.duckdb"
+    backfill(prom.url, START, END, step_s=INTERVAL_S, chunk_s=24 * 3600, warehouse_path=raw_path,
+             cluster="sim", workers=1, processes=False)
+    # The newest raw sample is END - 60 s (the week is [START, END) at a 60-s scrape): "now" for
+    # the data, to which the running jobs are charged. By hand, allocated GPU-hours:
+    #   p1: 2 GPUs x (168 h - 1 min)            = 335.966667
+    #   p2: 1 GPU x (80 h 33 min - 26 h 07 min) =  54.433333
+    #   p3: 1 GPU x (168 h - 1 min - 120 h 2 min) = 47.95
+    golden = {"p1": 2 * (168 - 1 / 60), "p2": 54 + 26 / 60, "p3": 47.95}
+    figures = {}
+    for name, url, path in (("raw", None, raw_path), ("prometheus", prom.url, tmp_path / "p.duckdb"),
+                            ("victoria-metrics", vm.url, tmp_path / "vm.duckdb")):
+        if url:
+            aggregate(url, START, END, step_s=300, warehouse_path=path, cluster="sim", concurrency=3)
+        _hold(path, RUNNING)
+        with warehouse.open_reader(path) as con:
+            now = reports.data_now(con)
+            usage = reports.usage_report(con, start=START, end=END + timedelta(days=1), by="project")
+        assert now == END - timedelta(seconds=60), name  # not the last window's start (END - 5 min)
+        figures[name] = {r["project"]: r for r in usage.iter_rows(named=True)}
+        for project, hours in golden.items():
+            assert figures[name][project]["gpu_hours_allocated"] == pytest.approx(hours, abs=1e-8), (name, project)  # the report rounds to 1e-9
+    for name in ("prometheus", "victoria-metrics"):
+        for project, (_, _, devices, _, _) in zip(golden, RUNNING, strict=True):
+            # Active GPU-hours: every whole hour exact (5-minute windows nest in hours and stand for
+            # the same raw samples); each allocation edge off the window grid (j2's :07 and :33,
+            # j3's :02, the running jobs' "now") moves at most one window, 5 min, of one GPU.
+            raw_active, agg_active = (figures[k][project]["gpu_hours_active"] for k in ("raw", name))
+            assert abs(agg_active - raw_active) <= 2 * len(devices) * 5 / 60, (name, project)
+        # ...because every (GPU, hour) of the rollup holds exactly the raw samples' count and sum of
+        # the signal the figures use (SM active, the best), the windows where a pod's series ends
+        # and the next begins included (window_copies). (The worse signals and the row count differ
+        # in the 7 GPU-hours where an SM reading is blank: a window weighs them by the SM count.)
+        hourly = {k: _hourly(figures_path) for k, figures_path in (("raw", raw_path), (name, tmp_path / (
+            "p.duckdb" if name == "prometheus" else "vm.duckdb")))}
+        assert hourly[name].height == hourly["raw"].height > 0
+        assert_frame_equal(hourly[name], hourly["raw"], check_exact=False, abs_tol=1e-9)
+
+
+def _hourly(path) -> pl.DataFrame:
+    """The gpu_hourly rollup by GPU UUID and hour: the best signal's sum and count."""
+    with warehouse.open_reader(path) as con:
+        return con.sql("SELECT g.gpu_uuid, h.hour, h.s_sm_active, h.s_n_sm_active "
+                       "FROM gpu_hourly h JOIN gpus g USING (gpu_id) ORDER BY 1, 2").pl()
+
+
+def _devices_by_cluster(path) -> dict[str, list[int]]:
+    with warehouse.open_reader(path) as con:
+        rows = con.execute("SELECT cluster, list(gpu_index ORDER BY gpu_index) FROM gpus GROUP BY 1").fetchall()
+    return dict(rows)
+
+
+def _rows_by_cluster(path) -> dict[str, tuple[int, int]]:
+    """(rows, raw samples they stand for) per cluster."""
+    with warehouse.open_reader(path) as con:
+        rows = con.execute("SELECT g.cluster, count(*), sum(s.sample_n) FROM gpu_samples s JOIN gpus g USING (gpu_id) "
+                           "GROUP BY 1").fetchall()
+    return {c: (n, w) for c, n, w in rows}
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_two_clusters_in_one_tsdb_land_as_two_clusters(servers, tmp_path):
+    prom, vm = servers
+    # Prometheus through the API, VictoriaMetrics through the CLI as an operator runs it
+    stats = aggregate(prom.url, START, END, step_s=300, warehouse_path=tmp_path / "p.duckdb", cluster_label="cluster")
+    cli = _cli("ingest", "prometheus", "--url", vm.url, "--start", START.isoformat(), "--end", END.isoformat(),
+               "--aggregate", "5m", "--cluster-label", "cluster", "-w", str(tmp_path / "vm.duckdb"))
+    assert cli.returncode == 0, cli.stderr
+    # 8 GPUs, gpu labels 0-3 in cluster="east" and 4-7 in "west" (with_cluster_label): two clusters of
+    # 4, each device once, none under the default cluster
+    for path in (tmp_path / "p.duckdb", tmp_path / "vm.duckdb"):
+        assert _devices_by_cluster(path) == {"east": [0, 1, 2, 3], "west": [4, 5, 6, 7]}
+    assert stats.chunks_done == 2 * DAYS and stats.unlabelled_series == 0
+    by_cluster = _rows_by_cluster(tmp_path / "p.duckdb")
+    assert {c: n for c, (n, _) in by_cluster.items()} == stats.rows_by_cluster
+    assert _rows_by_cluster(tmp_path / "vm.duckdb") == by_cluster  # both servers: the same rows and weights
+    # a week of 5-minute windows is 7 x 288 = 2,016 per device, less those a scrape gap of the node
+    # (2-15 min, the simulator's own mask) leaves without a sample: 4 devices a cluster
+    windows = 4 * _windows_with_a_sample()
+    assert {c: n for c, (n, _) in by_cluster.items()} == {"east": windows, "west": windows}
+    assert f"by cluster: east {windows:,}, west {windows:,}" in cli.stderr, cli.stderr
+    # the same command again: every chunk of each cluster already done, nothing new
+    again = _cli("ingest", "prometheus", "--url", vm.url, "--start", START.isoformat(), "--end", END.isoformat(),
+                 "--aggregate", "5m", "--cluster-label", "cluster", "-w", str(tmp_path / "vm.duckdb"))
+    assert again.returncode == 0, again.stderr
+    assert "0 chunks ingested (east: already done; west: already done), 0 new rows" in again.stderr, again.stderr
+    assert _rows_by_cluster(tmp_path / "vm.duckdb") == by_cluster
+
+
+def _windows_with_a_sample() -> int:
+    """5-minute windows of the week holding at least one scrape of the (one) node."""
+    sim = build_cluster(seed=31, gpus=GPUS, start=START, days=DAYS, interval_s=INTERVAL_S)
+    t = np.arange(sim.start_s, sim.end_s, INTERVAL_S)
+    scraped = t[~gap_mask(sim, np.zeros_like(t), t)]
+    assert 2016 - 20 < len(np.unique(scraped // 300)) < 2016  # a few gaps are whole windows
+    return len(np.unique(scraped // 300))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_PROMETHEUS_")}
+    return subprocess.run([sys.executable, "-m", "gpuledger.cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[2], env=env, check=False)
+
+
+class _TenantGateway(BaseHTTPRequestHandler):
+    """Mimir's tenancy in front of the real VictoriaMetrics: the X-Scope-OrgID header picks the
+    tenant and a tenant sees its own cluster's series only (VictoriaMetrics' ``extra_label``, as
+    vmauth and vmgateway enforce tenancy); a request without a known tenant is refused 401.
+    Records each request's tenant and path."""
+
+    upstream = ""
+    tenants: ClassVar[dict[str, str]] = {"team-east": "east", "team-west": "west"}
+    seen: ClassVar[list[tuple[str | None, str]]] = []
+
+    def do_GET(self):
+        tenant = self.headers.get("X-Scope-OrgID")
+        self.seen.append((tenant, self.path.split("?", 1)[0]))
+        if tenant not in self.tenants:
+            self.send_error(401, "no org id")
+            return
+        joiner = "&" if "?" in self.path else "?"
+        answer = requests.get(f"{self.upstream}{self.path}{joiner}extra_label=cluster={self.tenants[tenant]}",
+                              timeout=60)
+        self.send_response(answer.status_code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_each_cluster_is_asked_with_its_own_tenant(servers, tmp_path):
+    _, vm = servers
+    gateway = ThreadingHTTPServer(("127.0.0.1", 0), _TenantGateway)
+    threading.Thread(target=gateway.serve_forever, daemon=True).start()
+    _TenantGateway.upstream, _TenantGateway.seen = vm.url, []
+    url = f"http://127.0.0.1:{gateway.server_address[1]}"
+    try:
+        # one tenant per cluster and no selector: only the header keeps east's GPUs out of west
+        config = tmp_path / "gpuledger.yaml"
+        config.write_text("currency: USD\norg: {name: acme}\nsources:\n  prometheus:\n"
+                          f"    url: {url}\n    clusters:\n      east: {{tenant: team-east}}\n"
+                          "      west: {tenant: team-west}\n")
+        day = (START + timedelta(days=1)).isoformat()
+        done = _cli("ingest", "prometheus", "--url", url, "--start", START.isoformat(), "--end", day,
+                    "--aggregate", "5m", "--config", str(config), "-w", str(tmp_path / "w.duckdb"))
+        assert done.returncode == 0, done.stderr
+        assert _devices_by_cluster(tmp_path / "w.duckdb") == {"east": [0, 1, 2, 3], "west": [4, 5, 6, 7]}
+        tenants = {t for t, _ in _TenantGateway.seen}
+        assert tenants == {"team-east", "team-west"}  # every request with a tenant, each cluster's own
+        # --cluster picks one of the configured clusters: west's queries only, under its tenant
+        _TenantGateway.seen = []
+        one = _cli("ingest", "prometheus", "--url", url, "--start", START.isoformat(), "--end", day,
+                   "--aggregate", "5m", "--config", str(config), "--cluster", "west", "-w", str(tmp_path / "west.duckdb"))
+        assert one.returncode == 0, one.stderr
+        assert _devices_by_cluster(tmp_path / "west.duckdb") == {"west": [4, 5, 6, 7]}
+        assert {t for t, _ in _TenantGateway.seen} == {"team-west"}
+        wrong = _cli("ingest", "prometheus", "--url", url, "--start", START.isoformat(), "--end", day,
+                     "--aggregate", "5m", "--config", str(config), "--cluster", "north", "-w", str(tmp_path / "n.duckdb"))
+        assert wrong.returncode == 2 and "'north' is not among sources.prometheus.clusters (east, west)" in wrong.stderr
+    finally:
+        gateway.shutdown()
+
+
+@pytest.mark.prometheus
+def test_series_without_the_cluster_label_are_counted_and_named(tmp_path):
+    if not have_victoria_metrics():
+        pytest.skip("needs Debian's victoria-metrics (scripts/install-test-deps.sh)")
+    # two hours of the 8 GPUs, GPUs 6 and 7 without any cluster label
+    sim = build_cluster(seed=31, gpus=GPUS, start=START, days=1, interval_s=INTERVAL_S)
+    text = io.StringIO()
+    write_openmetrics(sim, text, sim.start_s, sim.start_s + 7200, blanks=False)
+    lines = [line for line in with_cluster_label(text.getvalue()).splitlines() if line and not line.startswith("#")]
+    lines = [re.sub(r'cluster="west",(gpu="[67]")', r"\1", line) for line in lines]
+    # by hand from the input: the SM-active series (label sets) that carry no cluster label
+    unlabelled = {line.rsplit(" ", 2)[0] for line in lines
+                  if line.startswith("DCGM_FI_PROF_SM_ACTIVE{") and "cluster=" not in line}
+    assert len(unlabelled) >= 2  # GPUs 6 and 7, once per job they held
+    vm = VictoriaRig(tmp_path)
+    try:
+        vm.import_prometheus_text(f"{line.rsplit(' ', 1)[0]} {line.rsplit(' ', 1)[1]}000\n" for line in lines)
+        vm.flush()
+        done = _cli("ingest", "prometheus", "--url", vm.url, "--start", START.isoformat(), "--end",
+                    (START + timedelta(hours=2)).isoformat(), "--aggregate", "5m", "--cluster-label", "cluster",
+                    "-w", str(tmp_path / "w.duckdb"))
+    finally:
+        vm.stop()
+    assert done.returncode == 0, done.stderr
+    assert _devices_by_cluster(tmp_path / "w.duckdb") == {"east": [0, 1, 2, 3], "west": [4, 5]}
+    assert (f"{len(unlabelled)} DCGM_FI_PROF_SM_ACTIVE series (one a device and job) carry no 'cluster' label: "
+            "their GPUs were not stored") in done.stderr, done.stderr

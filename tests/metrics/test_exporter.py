@@ -83,3 +83,27 @@ def test_serve_binds_loopback_by_default_and_stops_within_a_second(month, signum
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_enforcement_outcomes_are_counted_by_action_outcome_and_cause(month):
+    """Three applied actions of one real run: a preemption done, one refused for another cluster,
+    a priority done — counted by (action, outcome, cause); the cause falls back to the outcome."""
+    from gpuledger.enforce import audit
+    from gpuledger.enforce.model import Action
+
+    at = datetime(2026, 11, 3)
+    acts = [Action(action=a, cluster=c, job_id=j, project="alpha", reason="r", rule="t", dry_run=False)
+            for a, c, j in (("preempt", "c1", "1"), ("preempt", "other", "1"), ("set-priority", "c1", "2"))]
+    with warehouse.open_writer(month) as con:
+        audit.record_plan(con, acts, now=at)
+        audit.record_applied(con, [(acts[0], "done", None, "job 1 cancelled", None),
+                                   (acts[1], "refused", None, "decided for cluster other ...", "other-cluster"),
+                                   (acts[2], "done", None, "job 2 Nice=-5", None)],
+                             backend="slurm", dry_run=False, now=at)
+    figures = {name: samples for name, _, samples in compute_figures(month)}
+    got = {(lab["action"], lab["outcome"], lab["cause"], lab["dry_run"]): v
+           for lab, v in figures["gpuledger_enforcement_actions_total"]}
+    assert got == {("preempt", "done", "done", "false"): 1.0, ("preempt", "refused", "other-cluster", "false"): 1.0,
+                   ("set-priority", "done", "done", "false"): 1.0}
+    assert 'gpuledger_enforcement_actions_total{action="preempt",cause="other-cluster",dry_run="false",' \
+           'outcome="refused"} 1.0' in _exposition(month)

@@ -93,17 +93,18 @@ def test_workbook_sheets_add_up_to_the_csv(month, tmp_path):
     assert wb.sheetnames == ["Summary", "product", "research", "Idle and memo", "By partition", "By host"]
     for sheet, unit in (("product", "product"), ("research", "research"), ("Idle and memo", "(org)")):
         ws = wb[sheet]
-        header = [c.value for c in ws[1]]
-        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)
+        head = next(c.row for c in ws["A"] if c.value == "Line")  # below the sheet's title block
+        header = [c.value for c in ws[head]]
+        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=head + 1)
                 if row[0].value not in (None, "Total")]
-        totals = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)
+        totals = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=head + 1)
                   if row[0].value == "Total"]
         expected = sum(D(a) for a in lines.filter(pl.col("business_unit") == unit)["amount"])
         # numbers are numbers (no formulas): each line's amount and the sheet's total row
         assert all(isinstance(r["Amount (USD)"], int | float | D) for r in rows)
         assert D(str(sum(D(str(r["Amount (USD)"])) for r in rows))) == expected
         assert D(str(totals[0]["Amount (USD)"])) == expected
-        amount_cell = next(c for c in ws[2] if header[c.column - 1] == "Amount (USD)")
+        amount_cell = next(c for c in ws[head + 1] if header[c.column - 1] == "Amount (USD)")
         assert '"USD"' in amount_cell.number_format
     summary = wb["Summary"]
     head = next(c.row for c in summary["A"] if c.value == "Business unit")
@@ -241,10 +242,11 @@ def test_every_line_has_a_sheet_even_a_project_outside_the_tree(month, tmp_path)
     total = D(0)
     for name in wb.sheetnames[1:]:
         ws = wb[name]
-        header = [c.value for c in ws[1]]
-        if "Line" not in header:
+        head = next((c.row for c in ws["A"] if c.value == "Line"), None)  # below the sheet's title block
+        if head is None:
             continue
-        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)]
+        header = [c.value for c in ws[head]]
+        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=head + 1)]
         total += sum(D(str(r["Amount (USD)"])) for r in rows
                      if r["Line"] not in (None, "Total") and r["Amount (USD)"] is not None)
     assert total == sum(D(a) for a in lines["amount"].drop_nulls())

@@ -13,14 +13,18 @@ from gpuledger.whatif.model import Params
 from gpuledger.whatif.trace import (
     DEFAULT_ACTIVITY,
     KIND_ACTIVITY,
+    Donor,
     JobRow,
     activity_profile,
+    donors_by_kind,
+    draw_donor,
+    drawn_work,
     held_devices,
     hourly_activity,
     job_model_profile,
-    runtimes_by_kind,
+    profile_of_fraction,
+    recorded_work,
     trace_jobs,
-    work_seconds,
 )
 
 START = datetime(2026, 11, 2)
@@ -51,11 +55,41 @@ def test_hourly_activity_first_source_wins_clamped_and_blanks_say_nothing():
     assert got == {("sim", "j1"): {0: 0.5, 1: 1.0, 2: 0.0}, ("sim", "j2"): {5: 0.25}}
 
 
-def test_runtimes_by_kind_only_jobs_that_started_and_ended():
-    rows = [job("a", st=datetime(2026, 11, 2, 1), en=datetime(2026, 11, 2, 3)),  # 2 h = 7200 s
-            job("b", st=datetime(2026, 11, 2, 1)),  # still running: no runtime
-            job("c", kind="inference", st=datetime(2026, 11, 2), en=datetime(2026, 11, 2, 0, 30))]  # 1800 s
-    assert runtimes_by_kind(rows) == {"batch": [7200.0], "inference": [1800.0]}
+def test_donors_are_the_jobs_that_started_and_ended_by_kind():
+    rows = [job("a", st=datetime(2026, 11, 2, 1), en=datetime(2026, 11, 2, 3), min_rt=3600),  # 2 h = 7200 s
+            job("b", st=datetime(2026, 11, 2, 1)),  # still running: no donor
+            job("c", kind="inference", st=datetime(2026, 11, 2), en=datetime(2026, 11, 2, 0, 30)),  # 1800 s
+            job("d")]  # never started
+    acts = {("sim", "a"): {0: 0.5}}
+    assert donors_by_kind(rows, acts) == {"batch": [Donor("a", 7200.0, 3600, {0: 0.5})],
+                                          "inference": [Donor("c", 1800.0, 0, None)]}
+
+
+def test_a_draw_is_one_per_job_stable_and_seeded():
+    donors = {"batch": [Donor(f"d{i}", 600.0 * (i + 1), 0, None) for i in range(50)]}
+    j = job("never")
+    picks = {draw_donor(j, donors, seed=7) for _ in range(5)}
+    assert len(picks) == 1  # the same job and seed: the same donor, every time
+    # another seed or another job picks its own (50 donors: the chance all eight coincide is 50^-7)
+    assert len({draw_donor(j, donors, seed=s) for s in range(8)}) > 1
+    assert len({draw_donor(job(f"n{i}"), donors, seed=7) for i in range(8)}) > 1
+    # a kind that never ran has no donor
+    assert draw_donor(job("x", kind="training"), donors, seed=7) is None
+
+
+@pytest.mark.parametrize(("mine", "donor", "want"), [
+    # both declare: 1,800 s declared x the donor's 7,200 s run ÷ its 3,600 s declared = 3,600 s
+    (1800, Donor("d", 7200.0, 3600, None), 3600.0),
+    # the job declares nothing: the donor's runtime as it is
+    (None, Donor("d", 7200.0, 3600, None), 7200.0),
+    # the donor declares nothing: its runtime
+    (1800, Donor("d", 5000.0, 0, None), 5000.0),
+    # no donor (its kind never ran): the declared minimum, else 1 h
+    (1800, None, 1800.0),
+    (None, None, 3600.0),
+])
+def test_drawn_work(mine, donor, want):
+    assert drawn_work(job(min_rt=mine), donor) == want
 
 
 def test_job_model_profile_the_most_held_device_else_named_else_the_clusters_model():
@@ -76,18 +110,19 @@ def test_job_model_profile_the_most_held_device_else_named_else_the_clusters_mod
     # started 2026-11-01 22:30, still running: from the range's start to its end (24 h); the hours
     # already run count from 22:00 (the hour it started in): 00:00 - 22:00 = 2 h skipped
     (job(st=datetime(2026, 11, 1, 22, 30)), (86400.0, 2)),
-    # never started, batch (not resumable, not exempt), declares 5,400 s: that
-    (job(min_rt=5400), (5400.0, 0)),
-    # never started, training (resumable: its minimum runtime does not bind): its kind has no
-    # recorded runtime, so 1 h
-    (job(kind="training", min_rt=5400), (3600.0, 0)),
-    # never started, an exempt kind: its kind's median (1,800 s and 3,600 s -> 2,700 s)
-    (job(kind="service", min_rt=5400), (2700.0, 0)),
 ])
-def test_work_seconds(row, want):
-    runtimes = {"service": [1800.0, 3600.0]}
-    assert work_seconds(row, start=START, end=END, params=Params(), exempt_kinds={"service"},
-                        runtimes=runtimes) == want
+def test_recorded_work(row, want):
+    assert recorded_work(row, start=START, end=END) == want
+
+
+def test_a_fraction_of_a_gpu_is_the_mig_profile_it_makes_up():
+    profiles = ["1g.10gb", "2g.20gb", "3g.40gb"]
+    assert profile_of_fraction(1 / 7, "H100", profiles) == "1g.10gb"
+    assert profile_of_fraction(2 / 7, "H100", profiles) == "2g.20gb"  # one 2g, not two 1g
+    assert profile_of_fraction(round(3 / 7, 6), "H100", profiles) == "3g.40gb"  # as the warehouse rounds it
+    assert profile_of_fraction(0.5, "H100", profiles) is None  # a shared GPU: no profile is half of one
+    assert profile_of_fraction(1.0, "H100", profiles) is None
+    assert profile_of_fraction(1 / 7, "H100", []) is None
 
 
 def test_activity_profile_from_samples_or_the_kind():
@@ -110,7 +145,7 @@ def test_trace_jobs_says_why_a_job_is_left_out():
             job("b200", gpu_model="B200"),
             job("none", st=datetime(2026, 11, 2, 1), en=datetime(2026, 11, 2, 1))]  # ran 0 s
     jobs, skipped = trace_jobs(rows, pools=inv.pools(), held={}, activity={}, start=START, end=END,
-                               params=Params(), exempt_kinds=set())
+                               params=Params())
     assert [j.job_id for j in jobs] == ["fits"]
     fits = jobs[0]
     # 2 whole GPUs of 1.0 each; 1 h of work; submitted at the range's start (0 s)
@@ -119,3 +154,22 @@ def test_trace_jobs_says_why_a_job_is_left_out():
     assert skipped == [("big", "asks 3 devices of H100, the inventory has 2"),
                        ("b200", "no B200 GPUs of cluster sim in the inventory"),
                        ("none", "ran for no time")]
+
+
+def test_a_never_started_mig_notebook_keeps_its_instance_and_takes_its_donors_work():
+    inv = Inventory.from_counts([{"cluster": "sim", "model": "H100", "count": 2},
+                                 {"cluster": "sim", "model": "H100", "count": 1, "mig_profile": "1g.10gb"}])
+    ran = job("ran", kind="interactive", gpus=1.0, min_rt=7200, st=datetime(2026, 11, 2, 1), en=datetime(2026, 11, 2, 3))
+    nb = job("nb", kind="interactive", gpus=round(1 / 7, 6), min_rt=3600)  # never started, 1/7 of an H100
+    jobs, skipped = trace_jobs([ran, nb], pools=inv.pools(), held={}, activity={("sim", "ran"): {0: 0.3, 1: 0.2}},
+                               start=START, end=END, params=Params(), seed=3)
+    assert skipped == []
+    got = {j.job_id: j for j in jobs}
+    # one 1g instance (a device of the MIG pool, all of it), never a seventh of a whole H100
+    assert (got["nb"].pool, got["nb"].units, got["nb"].unit_size) == (("sim", "H100", "1g.10gb"), 1, 1.0)
+    assert got["nb"].gpus == pytest.approx(1 / 7)
+    # the only interactive donor ran 2 h declaring 2 h; nb declares 1 h: 3,600 x 7,200 / 7,200 = 3,600 s,
+    # and its activity is the donor's hours (0.3 then 0.2), marked as drawn
+    assert (got["nb"].work_s, got["nb"].activity, got["nb"].activity_source) == (3600, (0.3, 0.2), "drawn")
+    assert (got["nb"].work_source, got["ran"].work_source) == ("drawn:ran", "recorded")
+    assert (got["ran"].activity, got["ran"].activity_source) == ((0.3, 0.2), "samples")

@@ -17,7 +17,7 @@ from gpuledger.config import Config
 from gpuledger.whatif import compare, metrics, procurement
 from gpuledger.whatif.engine import Simulation, effective_policy, org_nodes_frame, simulate
 from gpuledger.whatif.inventory import Inventory
-from gpuledger.whatif.model import FAIR_SHARE, PRIORITY, RECLAIM, Params, SimJob, Trace
+from gpuledger.whatif.model import FAIR_SHARE, PRIORITY, RECLAIM, SLOT_LIMITS, Params, SimJob, Trace
 
 ORIGIN = datetime(2026, 11, 2)
 H = 3600
@@ -389,6 +389,7 @@ def test_runs_are_deterministic_and_the_json_round_trips():
     doc = json.loads(first)
     assert doc["format"] == compare.FORMAT and [p["policy"] for p in doc["policies"]] == [
         PRIORITY,
+        SLOT_LIMITS,
         FAIR_SHARE,
         RECLAIM,
     ]

@@ -207,10 +207,6 @@ def _kubeconfig_problem(exc: BaseException, kubeconfig: Path | None) -> str:
 
 
 def _current_context(kubeconfig: Path | None) -> str | None:
-    try:
-        from kubernetes.config import list_kube_config_contexts
+    from gpuledger.enforce.backends.k8s_common import current_context
 
-        _, current = list_kube_config_contexts(config_file=str(kubeconfig) if kubeconfig else None)
-        return current.get("name") if current else None
-    except Exception:  # no kubeconfig (in-cluster): the caller falls back
-        return None
+    return current_context(kubeconfig)

@@ -135,11 +135,12 @@ def prometheus_cmd(
     connect_timeout: Annotated[float | None, typer.Option("--connect-timeout", help="seconds to open a connection (default: sources.prometheus.connect_timeout_s when --url is that server, else {0:g})".format(deadlines.PROMETHEUS.connect_s))] = None,
     read_timeout: Annotated[float | None, typer.Option("--read-timeout", help="seconds of silence allowed from the server, its query evaluation included (default: sources.prometheus.read_timeout_s when --url is that server, else {0:g})".format(deadlines.PROMETHEUS.read_s))] = None,
     deadline: Annotated[float | None, typer.Option("--deadline", help="seconds one query may take in all, retries included (default: sources.prometheus.deadline_s when --url is that server, else {0:g})".format(deadlines.PROMETHEUS.total_s))] = None,
-    aggregate: Annotated[str | None, typer.Option("--aggregate", help="store one row per GPU and window of this size (1m-5m: averages, peak memory, sample counts) instead of raw samples; chunks of at most a day")] = None,
+    aggregate: Annotated[str | None, typer.Option("--aggregate", help="store one row per GPU and window of this size (1m-5m: averages, peak memory, sample counts) instead of raw samples; chunks sized from the TSDB's series count (about 260 MiB each at any fleet size), at most --chunk (default and most: 1d)")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="--aggregate: queries in flight at once", min=1, max=32)] = 4,
-    tenant: Annotated[str | None, typer.Option("--tenant", envvar="GPULEDGER_PROMETHEUS_TENANT", help="Mimir / Cortex tenant (X-Scope-OrgID header; default: sources.prometheus.tenant when --url is that server)")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", envvar="GPULEDGER_PROMETHEUS_TENANT", help="Mimir / Cortex tenant (X-Scope-OrgID header; default: sources.prometheus.tenant when --url is that server; a cluster's own tenant in sources.prometheus.clusters wins for its queries)")] = None,
+    cluster_label: Annotated[str | None, typer.Option("--cluster-label", help="--aggregate from a TSDB holding several clusters: the label naming each series' cluster (e.g. cluster); every value it takes is stored as its own cluster (default: sources.prometheus.cluster_label when --url is that server; sources.prometheus.clusters gives each cluster a selector and a tenant)")] = None,
     bearer_token_file: Annotated[str | None, typer.Option("--bearer-token-file", envvar="GPULEDGER_PROMETHEUS_BEARER_TOKEN_FILE", help="a file holding the bearer token (or the token in env GPULEDGER_PROMETHEUS_BEARER_TOKEN; default: sources.prometheus's bearer_token_file / bearer_token_env when --url is that server)")] = None,
-    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    cluster: Annotated[str | None, typer.Option("--cluster", help=f"cluster name the GPUs are registered under (default {DEFAULT_CLUSTER}); with --cluster-label or sources.prometheus.clusters, only that cluster")] = None,
     config_file: ConfigOpt = None,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
@@ -150,9 +151,15 @@ def prometheus_cmd(
     headers = _auth_headers(url, tenant, bearer_token_file, config_file)
     limits = _prometheus_deadline(url, config_file, connect_timeout, read_timeout, deadline)
     if aggregate is not None:
+        targets, label = _tsdb_clusters(url, cluster, cluster_label, config_file)
         _aggregate(url, t0, t1, _duration(aggregate, "--aggregate"), _duration(chunk or "1d", "--chunk"),
-                   concurrency, headers, cluster, warehouse_file, limits, progress)
+                   concurrency, headers, cluster or DEFAULT_CLUSTER, warehouse_file, limits, progress,
+                   targets=targets, label=label)
         return
+    if cluster_label is not None:
+        raise typer.BadParameter("works with --aggregate only: the raw backfill stores every series under one "
+                                 "--cluster (run it once per cluster's Prometheus)", param_hint="--cluster-label")
+    cluster = cluster or DEFAULT_CLUSTER
     step_s, chunk_s = _duration(step, "--step"), _duration(chunk or "1h", "--chunk")
     if progress not in ("bar", "lines", "none"):
         raise typer.BadParameter("use bar, lines or none", param_hint="--progress")
@@ -218,21 +225,67 @@ def _auth_headers(url: str, tenant: str | None, token_file: str | None, config_f
         raise typer.Exit(2) from None
 
 
-def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, warehouse_file, limits, progress) -> None:
-    from gpuledger.ingest.metrics.prometheus.aggregate import aggregate
+def _tsdb_clusters(url: str, cluster: str | None, label: str | None, config_file):
+    """(the configured clusters, the cluster label) for --aggregate: the options first, else
+    sources.prometheus's when --url is that server; --cluster keeps only that cluster."""
+    from gpuledger.errors import UsageError
+    from gpuledger.ingest.metrics.prometheus.auth import source_for
+    from gpuledger.ingest.metrics.prometheus.tsdb_clusters import clusters_from_source
+    from gpuledger.rules.promql import check_label
+
+    source = source_for(url, config_or_exit(config_file))
+    targets = clusters_from_source(source)
+    label = label or (source.cluster_label if source is not None else None)
+    try:
+        label = check_label(label) if label else None
+    except UsageError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--cluster-label") from None
+    if label and not targets and cluster:  # one cluster of the label's values
+        from gpuledger.ingest.metrics.prometheus.tsdb_clusters import TsdbCluster
+        from gpuledger.rules.promql import label_selector
+
+        targets = [TsdbCluster(cluster, label_selector(label, cluster))]
+    elif targets and cluster:
+        known = [t.name for t in targets]
+        targets = [t for t in targets if t.name == cluster]
+        if not targets:
+            raise typer.BadParameter(f"{cluster!r} is not among sources.prometheus.clusters ({', '.join(known)})",
+                                     param_hint="--cluster")
+    return targets, label
+
+
+def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, warehouse_file, limits, progress, *,
+               targets=(), label=None) -> None:
+    from gpuledger.errors import UsageError
+    from gpuledger.ingest.metrics.prometheus.aggregate import SERIES_WINDOWS_PER_CHUNK, aggregate
 
     def on_chunk(end_s: int, total: int, stats) -> None:
         if progress == "lines":
-            print(f"chunk {prom._iso(end_s)} done {stats.chunks_done + stats.chunks_skipped}/{total} "
-                  f"new {stats.rows_new}", flush=True)
+            print(f"chunk {prom._iso(end_s)} done {stats.chunks_done}/{total} new {stats.rows_new} "
+                  f"({stats.series} series)", flush=True)
 
     try:
         stats = aggregate(url, t0, t1, step_s=step_s, chunk_s=chunk_s, warehouse_path=warehouse_path(warehouse_file),
-                          cluster=cluster, concurrency=concurrency, headers=headers, deadline=limits, on_chunk=on_chunk)
+                          cluster=cluster, clusters=list(targets), cluster_label=label, concurrency=concurrency,
+                          headers=headers, deadline=limits, on_chunk=on_chunk)
     except prom.PrometheusError as exc:
         where = f"; nothing from {exc.undone_from} on was stored: rerun to continue" if exc.undone_from else ""
         typer.secho(f"gpuledger: aggregate stopped: {exc}{where}", err=True, fg="red")
         raise typer.Exit(1) from None
-    console.print(f"aggregate {url} ({step_s} s windows): {stats.chunks_done} chunks ingested, "
-                  f"{stats.chunks_skipped} already done, {stats.rows_new} new rows; metrics: "
-                  f"{', '.join(stats.metrics)}", markup=False)
+    except UsageError as exc:
+        typer.secho(f"gpuledger: {exc}", err=True, fg="red")
+        raise typer.Exit(2) from None
+    clusters = ", ".join(f"{name} {rows:,}" for name, rows in stats.rows_by_cluster.items())
+    chunking = (f", chunks of {stats.chunk_windows * step_s / 3600:.3g} h for {stats.series:,} series: at most "
+                f"{SERIES_WINDOWS_PER_CHUNK:,} series-windows, about 260 MiB, a chunk" if stats.chunk_windows else "")
+    resumed = "; ".join(f"{name}: {'already done' if at == 'done' else 'continued from ' + at}"
+                        for name, at in stats.resumed.items())
+    console.print(f"aggregate {url} ({step_s} s windows{chunking}): {stats.chunks_done} chunks "
+                  f"ingested{f' ({resumed})' if resumed else ''}, {stats.rows_new} new rows"
+                  f"{f' (by cluster: {clusters})' if len(stats.rows_by_cluster) > 1 or label else ''}; "
+                  f"metrics: {', '.join(stats.metrics)}", markup=False, soft_wrap=True)
+    if stats.unlabelled_series:
+        console.print(f"{stats.unlabelled_series} {stats.unlabelled_metric} series (one a device and job) carry no "
+                      f"{label!r} label: their GPUs were not stored (give them a cluster: "
+                      "sources.prometheus.clusters.<name>.selector)", style="yellow", markup=False,
+                      soft_wrap=True)

@@ -40,15 +40,15 @@ def enforcement_plan(context: dg.AssetExecutionContext, config: EnforcementCycle
         pass
     with warehouse.reader() as con:
         now = parse_iso(config.as_of) if config.as_of else reports.data_now(con)
-    observed = None
+    observed = observed_by = observed_cluster = None
     rails = cfg.policy.enforcement
     if rails.pipeline_apply and rails.pipeline_backend:  # the live view every preemption needs
         try:
-            observed = _backend(cfg).observe()
+            observed, observed_by, observed_cluster = cycle.look(_backend(cfg))
         except Exception as exc:  # noqa: BLE001 - planning goes on without it (then nothing is preempted)
             context.log.warning(f"could not read the {rails.pipeline_backend} jobs' live state: {exc}")
     actions, plan_id, _ = cycle.plan(warehouse.reader, warehouse.writer, cfg, now, observed=observed,
-                                     observed_by=rails.pipeline_backend if observed is not None else None)
+                                     observed_by=observed_by, observed_cluster=observed_cluster)
     counts = {k: sum(1 for a in actions if a.action == k) for k in ("set-priority", "warn", "preempt", "none")}
     context.log.info(f"plan {plan_id} at {now.isoformat()}: {counts}")
     return dg.MaterializeResult(metadata={
@@ -105,7 +105,9 @@ def _backend(cfg):
     rails = cfg.policy.enforcement
     if rails.pipeline_backend in ("kueue", "kubernetes"):
         source = cfg.sources.kubernetes
+        # the cluster the pipeline's own ingest stores this source's jobs under
         return registry.get(rails.pipeline_backend, kubeconfig=source.kubeconfig if source else None,
-                            context=source.context if source else None, timeout_s=rails.scheduler_timeout_seconds)
+                            context=source.context if source else None, timeout_s=rails.scheduler_timeout_seconds,
+                            cluster=source.cluster if source else None)
     return registry.get(rails.pipeline_backend, qos_funded=rails.slurm_qos_funded,
                         qos_unfunded=rails.slurm_qos_unfunded, timeout_s=rails.scheduler_timeout_seconds)

@@ -1,21 +1,20 @@
-"""Window aggregates from the fleet's TSDB (issue 20): ``ingest prometheus --aggregate 5m``.
+"""Window aggregates from the fleet's TSDB (issues 20, 41): ``ingest prometheus --aggregate 5m``.
 
 At fleet scale the raw DCGM series stay in the TSDB the site runs (Prometheus, Thanos Query,
 Mimir / Cortex, VictoriaMetrics) and gpuledger pulls one row per GPU and window instead, as
-OpenCost does: per window of ``step`` (1-5 minutes) ending at each grid point t, over (t - step, t]:
+OpenCost does (what each row holds and how it is asked: ``windows``). A row is stamped at its
+window's start and says how far its raw samples reach (``covered_ms``), so "now" for the data is
+the newest raw sample, and GPU-hours from the windows equal the raw samples' (README "Window
+aggregates").
 
-* ``avg_over_time`` of the activity fields (SM, graphics engine, tensor, DRAM, GPU util) and power;
-* ``max_over_time`` of framebuffer used (the window's peak: what a job held);
-* ``last_over_time`` of framebuffer free / reserved and of the energy counter: the warehouse keeps
-  energy as a counter and takes reset-aware increments between rows, which is ``increase`` without
-  its extrapolation to the window's edges (exact where increase would estimate);
-* ``count_over_time`` of the activity field present: the raw samples the row stands for
-  (``gpu_samples.sample_n``), so every figure weights it by the time it covers.
+One TSDB may hold several clusters (``tsdb_clusters``): each is asked with its own label selector
+and tenant, stored under its own name and checkpointed on its own.
 
-The row is stored at the window's start (t - step). Queries run per chunk of at most a day, the
-chunk's queries ``concurrency`` at a time; each chunk is written with its checkpoint (resumable).
-Any answer with ``warnings`` (a Thanos store or a Mimir querier that did not answer, a partial
-response) is an error naming them, and the chunk stays undone: never a silent hole.
+Queries run per chunk of at most a day, the chunk's queries ``concurrency`` at a time; each chunk is
+written with its checkpoint (resumable). Windows that end after the wall clock are still filling:
+they are left for a later run. Any answer with ``warnings`` (a Thanos store or a Mimir querier that
+did not answer, a partial response) is an error naming them, and the chunk stays undone: never a
+silent hole.
 """
 
 from __future__ import annotations
@@ -31,103 +30,67 @@ from gpuledger import warehouse
 from gpuledger.deadlines import PROMETHEUS, CallDeadline
 from gpuledger.errors import UsageError
 from gpuledger.ingest import DEFAULT_CLUSTER
-from gpuledger.ingest.metrics import dcgm_fields as dcgm
-from gpuledger.ingest.metrics.exposition import series_long_to_wide
-from gpuledger.ingest.metrics.prometheus.client import (
-    get_body,
-    parse_json,
-    check_base_url,
-    discover_metrics,
-    matrix_result,
+from gpuledger.ingest.metrics.prometheus.client import check_base_url, discover_metrics
+from gpuledger.ingest.metrics.prometheus.decode import SOURCE
+from gpuledger.ingest.metrics.prometheus.tsdb_clusters import (
+    TsdbCluster,
+    discover_clusters,
+    unlabelled_devices,
 )
-from gpuledger.ingest.metrics.prometheus.decode import SOURCE, points_from_results
+from gpuledger.ingest.metrics.prometheus.windows import (
+    aggregate_chunk,
+    count_series,
+    coverage_metric,
+    window_function,
+)
 from gpuledger.ingest.metrics.writes import store_wide
+from gpuledger.rules.clock import utc_now
+from gpuledger.rules.promql import check_label
 
 MAX_CHUNK_S = 86_400  # at most a day per query, as OpenCost asks
-MIN_STEP_S, MAX_STEP_S = 60, 300
-_AVG = {"sm_active", "gr_engine_active", "tensor_active", "dram_active", "gpu_util", "power"}
-_MAX = {"fb_used"}
-_LAST = {"fb_free", "fb_reserved", "energy"}
-_COVERAGE_ORDER = ("gpu_util", "gr_engine_active", "sm_active")  # whichever the exporter has
-
-
-def _function(metric: str) -> str | None:
-    meaning = dcgm.FIELDS_BY_METRIC[metric].meaning
-    return ("avg_over_time" if meaning in _AVG else "max_over_time" if meaning in _MAX
-            else "last_over_time" if meaning in _LAST else None)
-
-
-def coverage_metric(metrics: Sequence[str]) -> str | None:
-    """The activity metric whose sample count says how many raw samples a window holds."""
-    for meaning in _COVERAGE_ORDER:
-        for m in metrics:
-            if dcgm.FIELDS_BY_METRIC[m].meaning == meaning:
-                return m
-    return None
+# Memory: a chunk costs ~6.5 KiB per series and window while it is fetched, decoded and merged (128
+# GPUs x a day of 5-min windows, 150 series: 532 MiB peak RSS with 1-day chunks, 290 MiB with 2-h ones,
+# README "Window aggregates"), above ~300 MiB for the process. Chunks are sized from the series the
+# TSDB holds (probed, then as the last chunk found them) to this many series-windows: about 260 MiB
+# a chunk at any fleet size (16,384 GPUs: 2 windows, 10 minutes a chunk; 138 GPUs or fewer: a day).
+SERIES_WINDOWS_PER_CHUNK = 40_000
+MIN_STEP_S, MAX_STEP_S = 60, 300  # MAX_STEP_S bounds covered_ms: warehouse/clock.LONGEST_COVERAGE
 
 
 @dataclass
 class AggregateStats:
     chunks_total: int = 0
     chunks_done: int = 0
-    chunks_skipped: int = 0
     rows_new: int = 0
     metrics: list[str] = field(default_factory=list)
-
-
-def _query(session, url: str, query: str, a: int, b: int, step_s: int, kw: dict) -> list[dict]:
-    """query_range over the grid points a + step, ..., <= b. An answer with warnings (a partial
-    response) raises PrometheusError naming them (client.parse_json)."""
-    endpoint = f"{url.rstrip('/')}/api/v1/query_range"
-    # partial_response=false: Thanos Query fails instead of answering without a store
-    params = {"query": query, "start": a + step_s, "end": b, "step": step_s, "partial_response": "false"}
-    status, content = get_body(session, endpoint, params, **kw)
-    return matrix_result(parse_json(endpoint, params, status, content), endpoint)
+    rows_by_cluster: dict[str, int] = field(default_factory=dict)  # new rows per cluster stored
+    resumed: dict[str, str] = field(default_factory=dict)  # cluster -> where a rerun continued ("done": nothing left)
+    chunk_windows: int = 0  # windows per chunk (sized from the series count: the largest used)
+    series: int = 0  # series of the coverage family the last chunk held (what sized its successor)
+    unlabelled_series: int = 0  # with cluster_label: series of unlabelled_metric without the label
+    unlabelled_metric: str = ""
 
 
 def _iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def aggregate_chunk(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, *,
-                    kw: dict, pool: ThreadPoolExecutor) -> pl.DataFrame:
-    """One chunk's wide frame: a row per (device, window start) with the gpu_samples columns and
-    ``sample_n``."""
-    # (t - step, t]: Prometheus 2 closes a range at both ends, so a whole step would count the
-    # sample on the boundary in two windows; a millisecond less is the same window on every server
-    window = f"[{step_s * 1000 - 1}ms]"
-    asked = {m: f"{_function(m)}({m}{window})" for m in metrics if _function(m)}
-    cover = coverage_metric(list(asked))
-    jobs = {m: pool.submit(_query, session, url, q, a, b, step_s, kw) for m, q in asked.items()}
-    counted = pool.submit(_query, session, url, f"count_over_time({cover}{window})", a, b, step_s, kw) if cover else None
-    results = {m: job.result() for m, job in jobs.items()}
-    points, series, _rejects = points_from_results(results, url=url)
-    back = pl.duration(seconds=step_s)
-    points = points.with_columns(pl.col("ts") - back)  # the window's start
-    wide = series_long_to_wide(points, series)
-    if counted is None or wide.is_empty():
-        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"))
-    c_points, c_series, _ = points_from_results({cover: counted.result()}, url=url)
-    counts = (c_points.join(c_series.select("series", "gpu_uuid", "mig_instance_id"), on="series")
-              .select("gpu_uuid", "mig_instance_id",
-                      (pl.col("ts") - back).cast(pl.Datetime("us")).alias("ts"),
-                      pl.col("value").round(0).cast(pl.Int32).alias("sample_n"))
-              .group_by("gpu_uuid", "mig_instance_id", "ts").agg(pl.col("sample_n").max()))
-    return wide.join(counts, on=["gpu_uuid", "mig_instance_id", "ts"], how="left")
-
-
 def aggregate(
     url: str, start: datetime, end: datetime, *, step_s: int = 300, chunk_s: int = MAX_CHUNK_S,
-    warehouse_path=None, cluster: str = DEFAULT_CLUSTER, concurrency: int = 4,
-    tenant: str | None = None, deadline: CallDeadline = PROMETHEUS, retries: int = 3,
-    backoff_s: float = 1.0, on_chunk: Callable[[int, int, AggregateStats], None] | None = None,
-    headers: dict[str, str] | None = None,
+    warehouse_path=None, cluster: str = DEFAULT_CLUSTER, clusters: Sequence[TsdbCluster] | None = None,
+    cluster_label: str | None = None, concurrency: int = 4, tenant: str | None = None,
+    deadline: CallDeadline = PROMETHEUS, retries: int = 3, backoff_s: float = 1.0,
+    on_chunk: Callable[[int, int, AggregateStats], None] | None = None, headers: dict[str, str] | None = None,
 ) -> AggregateStats:
-    """Pull ``step``-window aggregates of [start, end) (naive UTC) into the warehouse; resumes
-    after the last chunk done. ``headers``: tenant / bearer token (auth.auth_headers); ``tenant``
-    alone: Mimir / Cortex ``X-Scope-OrgID``."""
-    from gpuledger.ingest.metrics.prometheus.backfill import epoch_seconds, checkpoint_scope, read_checkpoint
-    from gpuledger.ingest.metrics.prometheus.client import new_session
+    """Pull ``step``-window aggregates of [start, end) (naive UTC; windows ending after the wall
+    clock are left for a later run) into the warehouse; resumes after the last chunk done.
+
+    Which clusters: ``clusters`` (each its selector and tenant), else with ``cluster_label`` one per
+    value that label takes on the DCGM series in the range, else every series under ``cluster``.
+    ``headers``: tenant / bearer token (auth.auth_headers); ``tenant`` alone: Mimir / Cortex
+    ``X-Scope-OrgID``; a cluster's own tenant replaces either for its queries."""
+    from gpuledger.ingest.metrics.prometheus.backfill import checkpoint_scope, epoch_seconds
+    from gpuledger.ingest.metrics.prometheus.client import NotPrometheusAnswer, new_session
 
     url = check_base_url(url)
     if not MIN_STEP_S <= step_s <= MAX_STEP_S:
@@ -136,42 +99,113 @@ def aggregate(
     start_s, end_s = int(epoch_seconds(start)), int(epoch_seconds(end))
     if end_s <= start_s:
         raise UsageError(f"--end {_iso(end_s)} must be after --start {_iso(start_s)}")
-    chunk_s = max(step_s, min(chunk_s, MAX_CHUNK_S) // step_s * step_s)
+    end_s = min(end_s, int(epoch_seconds(utc_now())))  # a window ending later is still filling
+    if end_s <= start_s:
+        raise UsageError(f"--start {_iso(start_s)} is in the future: no window has ended yet")
     first = -(-start_s // step_s) * step_s
-    chunks = [(a, min(a + chunk_s, end_s)) for a in range(first, end_s, chunk_s)]
-    scope = checkpoint_scope(url, start, end, step_s) + " aggregate"
+    end_s = first + (end_s - first) // step_s * step_s  # whole windows only
+    if end_s <= first:
+        raise UsageError(f"[{_iso(start_s)}, {_iso(end_s)}) holds no whole {step_s // 60}-minute window yet: "
+                         "give an earlier --start or a later --end")
+    cap_windows = max(1, min(chunk_s, MAX_CHUNK_S) // step_s)
+    base_scope = checkpoint_scope(url, start, end, step_s) + " aggregate"
+    kw = {"deadline": deadline, "retries": retries, "backoff_s": backoff_s}
+    base = {**(headers or {}), **({"X-Scope-OrgID": tenant} if tenant else {})}
+    sessions: dict[str | None, tuple] = {}
+
+    def session_for(target: TsdbCluster):
+        """(session, metrics) for the target's tenant: each tenant sees its own series."""
+        key = target.tenant
+        if key not in sessions:
+            session = new_session(False, {**base, **({"X-Scope-OrgID": key} if key else {})})
+            metrics = [m for m in discover_metrics(session, url, **kw) if window_function(m)]
+            if not metrics:
+                whose = f" for tenant {key}" if key else ""
+                raise NotPrometheusAnswer(f"{url} holds no DCGM series to aggregate{whose}; nothing was recorded")
+            sessions[key] = (session, metrics)
+        return sessions[key]
+
+    stats = AggregateStats()
+    targets = list(clusters or [])
+    if not targets and cluster_label:
+        label = check_label(cluster_label, "--cluster-label")
+        session, metrics = session_for(TsdbCluster(cluster))
+        targets = discover_clusters(session, url, label, metrics, start_s, end_s, kw)
+        if not targets:
+            raise NotPrometheusAnswer(f"{url}: no DCGM series carry the label {label!r} in [{_iso(start_s)}, "
+                                      f"{_iso(end_s)}); nothing was recorded: check --cluster-label "
+                                      "(or sources.prometheus.cluster_label)")
+        stats.unlabelled_metric = coverage_metric(metrics) or metrics[0]
+        stats.unlabelled_series = unlabelled_devices(session, url, label, stats.unlabelled_metric, start_s, end_s, kw)
+    shared = bool(targets)
+    targets = targets or [TsdbCluster(cluster)]
+    if len(targets) > 1:
+        for t in targets:
+            if not t.selector and not t.tenant:
+                raise UsageError(f"cluster {t.name}: give it a selector or a tenant; without either it "
+                                 "would store every series of the TSDB, the other clusters' too")
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        for target in targets:
+            session, metrics = session_for(target)
+            stats.metrics = sorted({*stats.metrics, *metrics})
+            scope = base_scope + (_cluster_scope(target) if shared else "")
+            _aggregate_cluster(session, url, metrics, (first, end_s), step_s, cap_windows, target, scope, stats,
+                               warehouse_path=warehouse_path, kw=kw, pool=pool, on_chunk=on_chunk,
+                               concurrency=concurrency)
+    return stats
+
+
+def _cluster_scope(target: TsdbCluster) -> str:
+    """The checkpoint scope's tail for one cluster of a shared TSDB: its name, selector, tenant."""
+    return (f" cluster={target.name}" + (f" {{{target.selector}}}" if target.selector else "")
+            + (f" tenant={target.tenant}" if target.tenant else ""))
+
+
+def chunk_windows(series: int, cap_windows: int) -> int:
+    """Windows per chunk for a TSDB holding ``series`` series of a family: SERIES_WINDOWS_PER_CHUNK
+    series-windows, at least one window, at most ``cap_windows`` (--chunk, at most a day)."""
+    return max(1, min(cap_windows, SERIES_WINDOWS_PER_CHUNK // max(series, 1)))
+
+
+def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[int, int], step_s: int,
+                       cap_windows: int, target: TsdbCluster, scope: str, stats: AggregateStats, *,
+                       warehouse_path, kw: dict, pool: ThreadPoolExecutor, on_chunk, concurrency: int) -> None:
+    """One cluster's windows in ``span`` (epoch s, on the window grid), chunk by chunk, each written
+    with its checkpoint; a rerun continues after the last one written. Each chunk is sized from the
+    series the one before held (the first from a probe), so memory stays flat as the fleet grows."""
+    from gpuledger.ingest.metrics.prometheus.backfill import epoch_seconds, read_checkpoint
+
     with warehouse.open_writer(warehouse_path) as con:
         position = read_checkpoint(con, scope)
-    done_s = int(epoch_seconds(datetime.fromisoformat(position.replace("Z", "+00:00")))) if position else None
-    session = new_session(False, headers)
-    if tenant:
-        session.headers["X-Scope-OrgID"] = tenant
-    kw = {"deadline": deadline, "retries": retries, "backoff_s": backoff_s}
-    metrics = [m for m in discover_metrics(session, url, **kw) if _function(m)]
-    stats = AggregateStats(chunks_total=len(chunks), metrics=metrics)
-    if not metrics:
-        from gpuledger.ingest.metrics.prometheus.client import NotPrometheusAnswer
-
-        raise NotPrometheusAnswer(f"{url} holds no DCGM series to aggregate; nothing was recorded")
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for a, b in chunks:
-            if done_s is not None and b <= done_s:
-                stats.chunks_skipped += 1
-                continue
-            try:
-                wide = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool)
-            except Exception as exc:
-                if hasattr(exc, "undone_from"):
-                    exc.undone_from = _iso(a)
-                raise
-            # windows that begin inside [a, b) only (the last grid point's window may start at b - step)
-            wide = wide.filter(pl.col("ts") < datetime.fromtimestamp(b, UTC).replace(tzinfo=None))
-            with warehouse.open_writer(warehouse_path) as con, warehouse.transaction(con):
-                stats.rows_new += store_wide(con, wide, cluster=cluster, source=SOURCE)
-                warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
-                    "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
-                    "updated_at": [datetime.now(UTC).replace(tzinfo=None)]}))
-            stats.chunks_done += 1
-            if on_chunk:
-                on_chunk(b, len(chunks), stats)
-    return stats
+    first, end_s = span
+    a = first
+    if position:  # on the window grid (a position of an older run may not be: the next grid point)
+        done_s = int(epoch_seconds(datetime.fromisoformat(position)))
+        a = max(first, first + -(-(done_s - first) // step_s) * step_s)
+        stats.resumed[target.name] = _iso(a) if a < end_s else "done"
+    stats.rows_by_cluster.setdefault(target.name, 0)
+    series = count_series(session, url, metrics, a, end_s, step_s, kw, target.selector) if a < end_s else 0
+    while a < end_s:
+        windows = chunk_windows(series, cap_windows)
+        stats.chunk_windows = max(stats.chunk_windows, windows)
+        b = min(a + windows * step_s, end_s)
+        stats.chunks_total = stats.chunks_done + 1 + -(-(end_s - b) // (windows * step_s))
+        try:
+            wide, series = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
+                                           selector=target.selector, concurrency=concurrency)
+        except Exception as exc:
+            if hasattr(exc, "undone_from"):
+                exc.undone_from = _iso(a)
+            raise
+        with warehouse.open_writer(warehouse_path) as con, warehouse.transaction(con):
+            new = store_wide(con, wide, cluster=target.name, source=SOURCE)
+            warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
+                "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
+                "updated_at": [datetime.now(UTC).replace(tzinfo=None)]}))
+        stats.rows_new += new
+        stats.rows_by_cluster[target.name] += new
+        stats.series = series
+        stats.chunks_done += 1
+        if on_chunk:
+            on_chunk(b, stats.chunks_total, stats)
+        a = b

@@ -1,0 +1,60 @@
+"""Which clusters a TSDB holds and how each is asked for (issue 41): one Thanos / Mimir /
+VictoriaMetrics often holds every cluster of a fleet, told apart by a label (``cluster``, from each
+Prometheus' external_labels or remote write), and Mimir / Cortex keep each in its own tenant.
+
+A :class:`TsdbCluster` is a name, the PromQL label matchers that select its series
+(``cluster="east"``) and the tenant its queries carry (``X-Scope-OrgID``). They come from the
+config (``sources.prometheus.clusters``: a selector and a tenant per cluster, the selector defaulting
+to ``<cluster_label>="<name>"``), or from the label alone: every value it takes on DCGM series in
+the range is a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuledger.ingest.metrics.prometheus.client import NotPrometheusAnswer, get_body, parse_json
+from gpuledger.rules.promql import label_selector
+
+
+@dataclass(frozen=True)
+class TsdbCluster:
+    """One cluster's series in a shared TSDB: stored under ``name``; ``selector``: PromQL label
+    matchers without braces ('' = every series); ``tenant``: X-Scope-OrgID (None: the command's)."""
+
+    name: str
+    selector: str = ""
+    tenant: str | None = None
+
+
+def discover_clusters(session, url: str, label: str, metrics: Sequence[str], start_s: int, end_s: int,
+                      kw: dict) -> list[TsdbCluster]:
+    """One cluster per value of ``label`` on the DCGM series (``metrics``) in [start_s, end_s)."""
+    endpoint = f"{url.rstrip('/')}/api/v1/label/{label}/values"
+    params = {"match[]": f'{{__name__=~"{"|".join(metrics)}"}}', "start": start_s, "end": end_s}
+    values = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise NotPrometheusAnswer(f"{endpoint}: the label values are not a list of names")
+    return [TsdbCluster(v, label_selector(label, v)) for v in sorted(set(values)) if v]
+
+
+def unlabelled_devices(session, url: str, label: str, metric: str, start_s: int, end_s: int, kw: dict) -> int:
+    """How many series of ``metric`` in [start_s, end_s) lack ``label`` (no cluster would store
+    them), from the series index (``/api/v1/series``: no samples read, whatever the range)."""
+    endpoint = f"{url.rstrip('/')}/api/v1/series"
+    params = {"match[]": f'{metric}{{{label}=""}}', "start": start_s, "end": end_s}
+    found = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
+    if not isinstance(found, list):
+        raise NotPrometheusAnswer(f"{endpoint}: the series are not a list")
+    return len(found)
+
+
+def clusters_from_source(source) -> list[TsdbCluster]:
+    """``sources.prometheus.clusters`` as TsdbClusters: each its selector (default
+    ``<cluster_label>="<name>"``) and tenant; [] when the config names none."""
+    if source is None:
+        return []
+    label = source.cluster_label
+    return [TsdbCluster(name, c.selector or (label_selector(label, name) if label else ""), c.tenant)
+            for name, c in source.clusters.items()]

@@ -1,0 +1,70 @@
+"""A device's several series in one window (window_copies.merge_copies), by hand: runs one after
+another (a pod ending, the next starting) add up; copies side by side (Slurm's per-job copies)
+count once; the energy counter's last reading comes from the newest run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import polars as pl
+import pytest
+
+from gpuledger.ingest.metrics.prometheus.decode import points_from_results
+from gpuledger.ingest.metrics.prometheus.window_copies import COUNT, NEWEST, merge_copies
+
+SM, ENERGY = "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+T = 1_796_169_600  # a window [T, T + 300) asked at its end, T + 300
+GPU = {"gpu": "0", "UUID": "GPU-a", "Hostname": "n1", "modelName": "NVIDIA H100 80GB HBM3"}
+
+
+def _window(*copies: tuple[dict, float, int, int, float]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Copies (extra labels, SM average, sample count, newest sample's offset s, energy mJ) of one
+    device in the window, as the TSDB answers them, each family per series; the chunk also holds
+    the window before, where the first copy alone has its full 5 samples (a 60-s scrape)."""
+    answer = {SM: [], ENERGY: [], COUNT: [], NEWEST: []}
+    for i, (labels, sm, n, newest, energy) in enumerate(copies):
+        metric = {**GPU, **labels}
+        for name, value, before in ((SM, sm, sm), (ENERGY, energy, 0.0), (COUNT, n, 5), (NEWEST, T + newest, T - 60)):
+            values = [[T, str(before)]] if i == 0 else []
+            answer[name].append({"metric": metric, "values": [*values, [T + 300, str(value)]]})
+    points, series, rejects = points_from_results(answer, url="http://tsdb")
+    assert rejects == []
+    return points.with_columns(pl.col("ts") - pl.duration(seconds=300)), series
+
+
+def _merged(points, series):
+    merged, per_cell = merge_copies(points, series, {SM: "avg", ENERGY: "last"}, 300)
+    window = pl.col("ts") == datetime.fromtimestamp(T, UTC).replace(tzinfo=None)  # not the window before
+    merged, per_cell = merged.filter(window), per_cell.filter(window)
+    values = dict(merged.select("metric", "value").iter_rows())
+    labels = series.filter(pl.col("series") == merged["series"][0]).row(0, named=True)
+    return values, per_cell.row(0, named=True), labels
+
+
+def test_a_pod_ending_and_the_next_starting_in_one_window_add_up():
+    # the old pod's 3 samples (0 % SM, the newest at +120 s) then the new pod's 2 (10 %, +240 s):
+    # 5 samples in all, SM (3 x 0 + 2 x 0.1) / 5 = 0.04; the energy and the labels are the new pod's;
+    # the window reaches 240 s after its start
+    values, cell, labels = _merged(*_window(({"pod": "old"}, 0.0, 3, 120, 1000.0),
+                                            ({"pod": "new"}, 0.1, 2, 240, 2000.0)))
+    assert values[SM] == pytest.approx(0.04)
+    assert values[ENERGY] == 2000.0
+    assert (cell["sample_n"], cell["covered_ms"]) == (5, 240_000)
+    assert labels["pod"] == "new"
+
+
+def test_slurm_copies_side_by_side_count_once():
+    # every sample copied per job on the GPU (the same readings, the same newest sample): 5, not 10
+    values, cell, labels = _merged(*_window(({"hpc_job": "2"}, 0.5, 5, 240, 900.0),
+                                            ({"hpc_job": "1"}, 0.5, 5, 240, 900.0)))
+    assert (values[SM], cell["sample_n"], cell["covered_ms"]) == (0.5, 5, 240_000)
+    assert labels["hpc_job"] == "1"  # the best copy, as the raw path ranks them
+
+
+def test_a_job_ending_beside_one_running_on_counts_the_longer_run_once():
+    # job 1 ran the whole window (5 samples); job 2's copies ended at +120 s (3): 8 > 5, the most a
+    # window of this device holds, so they overlap and job 1's run stands for the window alone
+    values, cell, labels = _merged(*_window(({"hpc_job": "1"}, 0.5, 5, 240, 900.0),
+                                            ({"hpc_job": "2"}, 0.5, 3, 120, 800.0)))
+    assert (values[SM], values[ENERGY], cell["sample_n"]) == (0.5, 900.0, 5)
+    assert labels["hpc_job"] == "1"
