@@ -295,6 +295,12 @@ def _summary(w: SheetWriter, st: Statement, sheet_of: dict[str, str]) -> None:
                              bold=True), measure=False)
         w.row += 1
         w.table(pcols, prows, filter_=False)
+    if st.parent is not None:  # a business unit's workbook: its share of the org and its projects
+        w.pairs([("Business unit", x) for x in st.unit_sentences()])
+        subtotals = st.project_subtotals()
+        w.table(["Project", "Currency", header("gpu_hours"), header("amount", one_currency(subtotals))],
+                [[Cell(p), Cell(c), Cell(h, "#,##0.000"), Cell(Decimal(a), money_format(c))]
+                 for p, c, h, a in subtotals.iter_rows()], filter_=False)
     texts = [("Note", n) for n in st.notes if n != st.status_sentence] + [("Warning", x) for x in st.warnings]
     if texts:
         w.pairs(texts)
