@@ -144,15 +144,27 @@ class SheetWriter:
         from openpyxl.styles import Font, PatternFill
         from openpyxl.utils import get_column_letter
 
+        from openpyxl.styles import Alignment
+
         head = self.row
         fill = PatternFill("solid", fgColor="F2F2F2")
+        # a number column's header sits over its right-aligned numbers; a text column keeps a space
+        # from the number before it (Calc and Excel print "0.00 USDyes" otherwise)
+        numeric = {j for j in range(1, len(columns) + 1)
+                   if any(_is_number(row[j - 1].value) for row in rows if j <= len(row) and row[j - 1] is not None)}
         for j, name in enumerate(columns, start=1):
             c = self.put(head, j, Cell(name, bold=True))
             c.fill = fill
+            if j in numeric:
+                c.alignment = Alignment(horizontal="right")
+            elif j > 1:
+                c.alignment = Alignment(horizontal="left", indent=1)
         r = head + 1
         for row in rows:
             for j, cell in enumerate(row, start=1):
-                self.put(r, j, cell, wrap=columns[j - 1].startswith("Note"))
+                c = self.put(r, j, cell, wrap=columns[j - 1].startswith("Note"))
+                if j > 1 and j not in numeric and not c.alignment.wrap_text:
+                    c.alignment = Alignment(horizontal="left", indent=1)
             r += 1
         if filter_ and columns:
             self.ws.auto_filter.ref = f"A{head}:{get_column_letter(len(columns))}{max(r - 1, head)}"
@@ -182,6 +194,10 @@ class SheetWriter:
         self.ws.print_options.horizontalCentered = False
         self.ws.oddFooter.left.text = "&A"
         self.ws.oddFooter.right.text = "page &P of &N"
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
 
 
 def unit_totals(st: Statement) -> pl.DataFrame:
