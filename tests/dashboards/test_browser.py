@@ -92,7 +92,11 @@ def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser
         page.goto(f"{server.url}/squatters?cluster={cluster}&job={job}")
         settled(page)
         page.get_by_text("A finding's history").wait_for(timeout=60_000)
-        assert page.locator("input[aria-label=Job]").input_value() == f"{cluster}/{job}"
+        with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
+            (name,) = con.execute("SELECT coalesce(name, job_id) FROM jobs WHERE cluster = ? AND job_id = ?",
+                                  [cluster, job]).fetchone()
+        picked = page.locator("input[aria-label=Job]").input_value()  # the job by its name, the id beside
+        assert picked == (f"{cluster}/{job}" if name == job else f"{name} ({cluster}/{job})"), picked
         for path in ("utilization", "fair-share", "budgets", "chargeback", "what-if"):
             page.goto(f"{server.url}/{path}")
             settled(page)
@@ -190,7 +194,11 @@ def test_sign_in_end_to_end_lead_sees_own_team_finance_sees_all(dashboard_wareho
         context, page = _sign_in(browser, server, "finance@example.com", f"/squatters?cluster={cluster}&job={job}")
         page.wait_for_url(f"{server.url}/squatters**", timeout=60_000)
         page.get_by_text("A finding's history").wait_for(timeout=60_000)
-        assert page.locator("input[aria-label=Job]").input_value() == f"{cluster}/{job}"
+        with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
+            (name,) = con.execute("SELECT coalesce(name, job_id) FROM jobs WHERE cluster = ? AND job_id = ?",
+                                  [cluster, job]).fetchone()
+        picked = page.locator("input[aria-label=Job]").input_value()  # the job by its name, the id beside
+        assert picked == (f"{cluster}/{job}" if name == job else f"{name} ({cluster}/{job})"), picked
         page.goto(f"{server.url}/enforcement")
         settled(page)
         page.wait_for_selector("[data-testid=stDataFrame] td", state="attached", timeout=60_000)
