@@ -75,8 +75,7 @@ demo: install
 # The Streamlit dashboards on $(GPULEDGER_WAREHOUSE) (read-only; local mode unless
 # .streamlit/secrets.toml has an [auth] section). DASHBOARD_PORT= to move it.
 dashboard: install
-	$(BIN)/streamlit run dashboards/app.py --server.headless true --server.address 127.0.0.1 \
-		--server.port $(DASHBOARD_PORT) --browser.gatherUsageStats false
+	$(BIN)/gpuledger dashboards serve --address 127.0.0.1 --port $(DASHBOARD_PORT)
 
 # The live demo in its own folder data/dev/ (warehouse, config, Dagster home, alerts.txt; never
 # the $(GPULEDGER_WAREHOUSE) or DAGSTER_HOME exported above): simulated dcgm-exporter endpoints

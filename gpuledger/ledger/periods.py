@@ -593,6 +593,11 @@ def correction_lines(frame: pl.DataFrame, template: pl.DataFrame, described: dic
     """A level's rounded deltas as debit (positive) / credit lines in ``template``'s columns +
     correction_of; a line whose cents and hours did not move is left out."""
     nonzero = frame.filter((pl.col("amount") != 0) | (pl.col("_d_hours").abs() > 1e-9))
+    # an idle line is all idle: its idle cents are its cents, one rounding for both columns (the two
+    # trees could round them a cent apart: 21.51 beside 21.52)
+    if "idle_amount_included" in nonzero.columns:
+        nonzero = nonzero.with_columns(idle_amount_included=pl.when(pl.col("line_kind") == "idle")
+                                       .then(pl.col("amount")).otherwise(pl.col("idle_amount_included")))
     out = nonzero.with_columns(
         gpu_hours=pl.col("_d_hours"), amount_exact=pl.col("_d_raw"), idle_amount_exact=pl.col("_di_raw"),
         billed=pl.lit(True), note=pl.lit(None, pl.String), **described,

@@ -138,6 +138,9 @@ class Statement:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     empty: bool = False  # no data for the month (periods.no_data): the statement says so
+    # a business unit's statement (for_unit): what the org it belongs to owes, per currency
+    parent: str | None = None
+    parent_totals: dict[str, Decimal] = field(default_factory=dict)
 
     @property
     def closed(self) -> bool:
@@ -193,7 +196,30 @@ class Statement:
             state=self.state, config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
             usage=self.usage.filter(pl.col("project").is_in(list(projects))), history=self.history.clear(),
             notes=[self.status_sentence] + [n for n in self.notes if n.startswith("no data")],
-            empty=self.empty)
+            empty=self.empty, parent=self.scope, parent_totals=self.totals())
+
+    def project_subtotals(self) -> pl.DataFrame:
+        """Per project and currency of the billed lines: GPU-hours and amount (a unit's projects)."""
+        billed = self.lines.filter(is_billed(self.lines) & pl.col("currency").is_not_null())
+        return (billed.group_by("project", "currency").agg(pl.col("gpu_hours").sum().round(3), pl.col("amount").sum())
+                .sort("currency", "amount", "project", descending=[False, True, False]))
+
+    def unit_sentences(self) -> list[str]:
+        """A business unit's statement tied out: per currency, what it owes, its share of the org's
+        total, and that its projects' subtotals add up to it to the cent."""
+        if self.parent is None:
+            return []
+        subtotals = self.project_subtotals()
+        out = []
+        for cur, amount in self.totals().items():
+            org = self.parent_totals.get(cur)
+            projects = subtotals.filter(pl.col("currency") == cur)
+            summed = Decimal(projects["amount"].sum()) if projects.height else Decimal("0.00")
+            share = f"{amount / org:.1%} of {self.parent}'s {org:,.2f} {cur}" if org else f"{self.parent} owes no {cur}"
+            tie = ("reconciles to the cent" if summed == amount else f"DOES NOT reconcile: off by {summed - amount}")
+            out.append(f"{self.scope} owes {amount:,.2f} {cur}: {share}; its {projects.height} project(s)' "
+                       f"subtotals add up to {summed:,.2f} {cur} — {tie}")
+        return out
 
     def totals(self, frame: pl.DataFrame | None = None) -> dict[str, Decimal]:
         """Σ amount of the billed lines per currency (what is owed)."""

@@ -144,15 +144,27 @@ class SheetWriter:
         from openpyxl.styles import Font, PatternFill
         from openpyxl.utils import get_column_letter
 
+        from openpyxl.styles import Alignment
+
         head = self.row
         fill = PatternFill("solid", fgColor="F2F2F2")
+        # a number column's header sits over its right-aligned numbers; a text column keeps a space
+        # from the number before it (Calc and Excel print "0.00 USDyes" otherwise)
+        numeric = {j for j in range(1, len(columns) + 1)
+                   if any(_is_number(row[j - 1].value) for row in rows if j <= len(row) and row[j - 1] is not None)}
         for j, name in enumerate(columns, start=1):
             c = self.put(head, j, Cell(name, bold=True))
             c.fill = fill
+            if j in numeric:
+                c.alignment = Alignment(horizontal="right")
+            elif j > 1:
+                c.alignment = Alignment(horizontal="left", indent=1)
         r = head + 1
         for row in rows:
             for j, cell in enumerate(row, start=1):
-                self.put(r, j, cell, wrap=columns[j - 1].startswith("Note"))
+                c = self.put(r, j, cell, wrap=columns[j - 1].startswith("Note"))
+                if j > 1 and j not in numeric and not c.alignment.wrap_text:
+                    c.alignment = Alignment(horizontal="left", indent=1)
             r += 1
         if filter_ and columns:
             self.ws.auto_filter.ref = f"A{head}:{get_column_letter(len(columns))}{max(r - 1, head)}"
@@ -182,6 +194,10 @@ class SheetWriter:
         self.ws.print_options.horizontalCentered = False
         self.ws.oddFooter.left.text = "&A"
         self.ws.oddFooter.right.text = "page &P of &N"
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
 
 
 def unit_totals(st: Statement) -> pl.DataFrame:
@@ -295,6 +311,12 @@ def _summary(w: SheetWriter, st: Statement, sheet_of: dict[str, str]) -> None:
                              bold=True), measure=False)
         w.row += 1
         w.table(pcols, prows, filter_=False)
+    if st.parent is not None:  # a business unit's workbook: its share of the org and its projects
+        w.pairs([("Business unit", x) for x in st.unit_sentences()])
+        subtotals = st.project_subtotals()
+        w.table(["Project", "Currency", header("gpu_hours"), header("amount", one_currency(subtotals))],
+                [[Cell(p), Cell(c), Cell(h, "#,##0.000"), Cell(Decimal(a), money_format(c))]
+                 for p, c, h, a in subtotals.iter_rows()], filter_=False)
     texts = [("Note", n) for n in st.notes if n != st.status_sentence] + [("Warning", x) for x in st.warnings]
     if texts:
         w.pairs(texts)
@@ -311,6 +333,22 @@ def _sheet_head(w: SheetWriter, st: Statement, what: str) -> None:
     w.title(f"{what} — GPU statement {st.period} — {st.scope}")
     w.pairs([("Status", st.status), ("Period", f"{st.period_start:%Y-%m-%d} to {st.period_end:%Y-%m-%d} (UTC, end "
                                                "exclusive)"), *_history_pairs(st)])
+
+
+#: the state's look, as in the HTML: final green / blue, a draft grey, provisional orange
+STATE_FILL = {"closed": "E3F1DF", "corrected": "E3EBF7", "open": "EEEEEE", "provisional": "FDE9C8",
+              "closed-provisional": "FDE9C8", "corrected-provisional": "FDE9C8"}
+
+
+def _mark_state(ws, st: Statement) -> None:
+    """The Status value of a sheet's head in its state's colour, bold (not plain text)."""
+    from openpyxl.styles import Font, PatternFill
+
+    for row in ws.iter_rows(min_col=1, max_col=2, max_row=12):
+        if row[0].value == "Status":
+            row[1].fill = PatternFill("solid", fgColor=STATE_FILL.get(st.state.token, "EEEEEE"))
+            row[1].font = Font(name=FONT, bold=True)
+            return
 
 
 def _page_head(ws, st: Statement) -> None:
@@ -352,6 +390,7 @@ def write_xlsx(st: Statement, path: Path) -> Path:
     for w in writers:
         w.finish()
         _page_head(w.ws, st)
+        _mark_state(w.ws, st)
     buffer = io.BytesIO()
     archive = _FixedTimeZip(buffer, "w", zipfile.ZIP_DEFLATED, allowZip64=True)
     archive.fixed_time = (stamp.year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second - stamp.second % 2)

@@ -123,13 +123,13 @@ def test_five_minute_aggregates_agree_with_the_raw_samples_on_both_servers(serve
 
 
 class _TSDB(BaseHTTPRequestHandler):
-    """A stand-in querier behind a path prefix: answers the label list, every instant query with a
-    one-sample vector and every query_range with a one-series matrix, plus the warnings the test
+    """A stand-in querier behind a path prefix: answers the label list, the series index (``series``
+    entries) and every query_range with a one-series matrix, plus the warnings the test
     sets (what Thanos / Mimir add when a store did not answer). Records the paths and tenant headers it was asked with; with ``required`` set, a
     request without exactly those headers is refused 401, as Mimir's and a token proxy's are."""
 
     prefix = ""
-    series = "1"  # what the series-count probe answers
+    series = 1  # how many series the index (the chunk-size probe) answers
     warnings: list[str] = []
     seen: list[tuple[str, str | None]] = []
     tokens: list[str | None] = []
@@ -144,9 +144,9 @@ class _TSDB(BaseHTTPRequestHandler):
             return
         if path == f"{self.prefix}/api/v1/label/__name__/values":
             body = {"status": "success", "data": ["DCGM_FI_DEV_GPU_UTIL"]}
-        elif path == f"{self.prefix}/api/v1/query":  # the aggregate's probe: how many series
-            body = {"status": "success", "data": {"resultType": "vector", "result": [
-                {"metric": {}, "value": [int(START.timestamp()) + 300, self.series]}]}}
+        elif path == f"{self.prefix}/api/v1/series":  # the aggregate's probe: how many series
+            body = {"status": "success", "data": [{"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": f"GPU-{i}"}
+                                                  for i in range(self.series)]}
         elif path == f"{self.prefix}/api/v1/query_range":
             t = int(START.timestamp()) + 300
             body = {"status": "success", "data": {"resultType": "matrix", "result": [{
@@ -172,7 +172,7 @@ class _TSDB(BaseHTTPRequestHandler):
 def stand_in():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _TSDB)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    _TSDB.seen, _TSDB.warnings, _TSDB.tokens, _TSDB.required, _TSDB.series = [], [], [], {}, "1"
+    _TSDB.seen, _TSDB.warnings, _TSDB.tokens, _TSDB.required, _TSDB.series = [], [], [], {}, 1
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
 
@@ -183,7 +183,7 @@ def test_url_layouts_and_the_tenant_header_reach_the_server(stand_in, prefix, tm
     stats = aggregate(stand_in + prefix, START, START + timedelta(hours=1), step_s=300,
                       warehouse_path=tmp_path / "w.duckdb", tenant="team-a", backoff_s=0.01)
     assert stats.chunks_done == 1 and stats.rows_new == 1
-    assert {p for p, _ in _TSDB.seen} == {f"{prefix}/api/v1/label/__name__/values", f"{prefix}/api/v1/query",
+    assert {p for p, _ in _TSDB.seen} == {f"{prefix}/api/v1/label/__name__/values", f"{prefix}/api/v1/series",
                                           f"{prefix}/api/v1/query_range"}
     assert {t for _, t in _TSDB.seen} == {"team-a"}
     with warehouse.open_reader(tmp_path / "w.duckdb") as con:
@@ -192,17 +192,16 @@ def test_url_layouts_and_the_tenant_header_reach_the_server(stand_in, prefix, tm
 
 
 def test_chunks_are_sized_from_the_series_the_tsdb_holds(stand_in, tmp_path):
-    # The probe says 20,000 series (a 16,384-GPU fleet with job copies): 40,000 series-windows a
-    # chunk is 2 windows, so the first chunk is 00:00-00:10. Its answer holds 1 series, so the next
-    # chunk may take up to 40,000 windows (capped at a day): the rest of the hour, 10 windows, at once.
-    _TSDB.prefix, _TSDB.series = "", "20000"
+    # The index holds 20,000 series for the hour asked (a 16,384-GPU fleet with job copies):
+    # 40,000 series-windows a chunk is 2 windows, so the hour is 6 chunks of 10 minutes.
+    _TSDB.prefix, _TSDB.series = "", 20_000
     assert chunk_windows(20_000, 288) == 2 and chunk_windows(16_384, 288) == 2 and chunk_windows(10**6, 288) == 1
-    assert chunk_windows(8, 288) == 288 and chunk_windows(150, 288) == 266
+    assert chunk_windows(8, 288) == 288 and chunk_windows(150, 288) == 266 and chunk_windows(150, 12) == 12
     ends = []
     stats = aggregate(stand_in, START, START + timedelta(hours=1), step_s=300, warehouse_path=tmp_path / "w.duckdb",
-                      backoff_s=0.01, on_chunk=lambda b, total, s: ends.append(b))
-    assert [b - int(START.timestamp()) for b in ends] == [600, 3600]
-    assert (stats.chunks_done, stats.chunk_windows, stats.series) == (2, 288, 1)  # the largest chunk allowed
+                      backoff_s=0.01, on_chunk=lambda b, total, s: ends.append((b - int(START.timestamp()), total)))
+    assert ends == [(600 * i, 6) for i in range(1, 7)]
+    assert (stats.chunks_done, stats.chunk_windows, stats.series) == (6, 2, 20_000)
 
 
 def test_a_partial_answer_names_the_store_and_stores_nothing(stand_in, tmp_path):

@@ -81,6 +81,18 @@ def test_statement_reconciles_to_the_cent_and_every_file_agrees(month, tmp_path)
     # a business unit's own statement: research = alpha 480.00 + gamma 48.00
     research = pl.read_csv(out / "units/research/statement-2026-10-research.csv", schema_overrides={"amount": pl.String})
     assert sum(D(a) for a in research["amount"]) == D("528.00")
+    # ... tied out on its own paper: 528.00 of acme's 3,720.00 is 14.2 %; alpha 480.00 + gamma 48.00
+    tie = ("research owes 528.00 USD: 14.2% of acme's 3,720.00 USD; its 2 project(s)' subtotals add up to "
+           "528.00 USD — reconciles to the cent")
+    unit_html = (out / "units/research/statement-2026-10-research.html").read_text()
+    assert tie.replace("'", "&#39;") in unit_html
+    assert "<td>alpha</td><td>USD</td><td class=\"num\">240.000</td><td class=\"num\">480.00</td>" in unit_html
+    import openpyxl
+
+    summary = openpyxl.load_workbook(out / "units/research/statement-2026-10-research.xlsx")["Summary"]
+    cells = [c.value for row in summary.iter_rows() for c in row if c.value is not None]
+    assert tie in cells and "gamma" in cells
+    assert D("48.00") in [D(str(v)) for v in cells if isinstance(v, int | float | D) and not isinstance(v, bool)]
 
 
 def test_workbook_sheets_add_up_to_the_csv(month, tmp_path):

@@ -51,7 +51,7 @@ MAX_CHUNK_S = 86_400  # at most a day per query, as OpenCost asks
 # Memory: a chunk costs ~6.5 KiB per series and window while it is fetched, decoded and merged (128
 # GPUs x a day of 5-min windows, 150 series: 532 MiB peak RSS with 1-day chunks, 290 MiB with 2-h ones,
 # README "Window aggregates"), above ~300 MiB for the process. Chunks are sized from the series the
-# TSDB holds (probed, then as the last chunk found them) to this many series-windows: about 260 MiB
+# TSDB's index holds for the day ahead (/api/v1/series) to this many series-windows: about 260 MiB
 # a chunk at any fleet size (16,384 GPUs: 2 windows, 10 minutes a chunk; 138 GPUs or fewer: a day).
 SERIES_WINDOWS_PER_CHUNK = 40_000
 MIN_STEP_S, MAX_STEP_S = 60, 300  # MAX_STEP_S bounds covered_ms: warehouse/clock.LONGEST_COVERAGE
@@ -66,7 +66,7 @@ class AggregateStats:
     rows_by_cluster: dict[str, int] = field(default_factory=dict)  # new rows per cluster stored
     resumed: dict[str, str] = field(default_factory=dict)  # cluster -> where a rerun continued ("done": nothing left)
     chunk_windows: int = 0  # windows per chunk (sized from the series count: the largest used)
-    series: int = 0  # series of the coverage family the last chunk held (what sized its successor)
+    series: int = 0  # series of the coverage family in the span last probed (what sized its chunks)
     unlabelled_series: int = 0  # with cluster_label: series of unlabelled_metric without the label
     unlabelled_metric: str = ""
 
@@ -171,8 +171,9 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
                        cap_windows: int, target: TsdbCluster, scope: str, stats: AggregateStats, *,
                        warehouse_path, kw: dict, pool: ThreadPoolExecutor, on_chunk, concurrency: int) -> None:
     """One cluster's windows in ``span`` (epoch s, on the window grid), chunk by chunk, each written
-    with its checkpoint; a rerun continues after the last one written. Each chunk is sized from the
-    series the one before held (the first from a probe), so memory stays flat as the fleet grows."""
+    with its checkpoint; a rerun continues after the last one written. Chunks are sized from the
+    series the TSDB's index holds for each day (or --chunk) ahead, so memory stays flat as the
+    fleet grows."""
     from gpuledger.ingest.metrics.prometheus.backfill import epoch_seconds, read_checkpoint
 
     with warehouse.open_writer(warehouse_path) as con:
@@ -184,15 +185,18 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
         a = max(first, first + -(-(done_s - first) // step_s) * step_s)
         stats.resumed[target.name] = _iso(a) if a < end_s else "done"
     stats.rows_by_cluster.setdefault(target.name, 0)
-    series = count_series(session, url, metrics, a, end_s, step_s, kw, target.selector) if a < end_s else 0
+    probed_until = a
     while a < end_s:
-        windows = chunk_windows(series, cap_windows)
+        if a >= probed_until:  # the series of the next day (or --chunk): what its chunks may hold
+            probed_until = min(end_s, a + cap_windows * step_s)
+            stats.series = count_series(session, url, metrics, a, probed_until, kw, target.selector)
+        windows = chunk_windows(stats.series, cap_windows)
         stats.chunk_windows = max(stats.chunk_windows, windows)
-        b = min(a + windows * step_s, end_s)
+        b = min(a + windows * step_s, probed_until)
         stats.chunks_total = stats.chunks_done + 1 + -(-(end_s - b) // (windows * step_s))
         try:
-            wide, series = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
-                                           selector=target.selector, concurrency=concurrency)
+            wide = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
+                                   selector=target.selector, concurrency=concurrency)
         except Exception as exc:
             if hasattr(exc, "undone_from"):
                 exc.undone_from = _iso(a)
@@ -204,7 +208,6 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
                 "updated_at": [datetime.now(UTC).replace(tzinfo=None)]}))
         stats.rows_new += new
         stats.rows_by_cluster[target.name] += new
-        stats.series = series
         stats.chunks_done += 1
         if on_chunk:
             on_chunk(b, stats.chunks_total, stats)

@@ -33,7 +33,12 @@ import polars as pl
 
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.ingest.metrics.exposition import series_long_to_wide
-from gpuledger.ingest.metrics.prometheus.client import get_body, matrix_result, parse_json
+from gpuledger.ingest.metrics.prometheus.client import (
+    NotPrometheusAnswer,
+    get_body,
+    matrix_result,
+    parse_json,
+)
 from gpuledger.ingest.metrics.prometheus.decode import points_from_results
 from gpuledger.ingest.metrics.prometheus.window_copies import COUNT, NEWEST, merge_copies
 from gpuledger.rules.activity import SIGNAL_NAMES
@@ -115,38 +120,37 @@ def _fetch_decoded(session, url: str, asked: dict[str, str], a: int, b: int, ste
     return pl.concat(points), series
 
 
-def count_series(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, kw: dict,
-                 selector: str = "") -> int:
-    """How many series of the coverage family (one a device and job copy) the first window-sized
-    hour of [a, b) holds: what a chunk's memory grows with."""
+def count_series(session, url: str, metrics: Sequence[str], a: int, b: int, kw: dict, selector: str = "") -> int:
+    """How many series of the coverage family (one a device and job copy) [a, b) holds, from the
+    series index (``/api/v1/series``: no samples read): the most any chunk inside it can hold,
+    which its memory grows with."""
     cover = coverage_metric([m for m in metrics if window_function(m)]) or metrics[0]
     sel = f"{{{selector}}}" if selector else ""
-    t = min(b, a + max(step_s, 3600))
-    endpoint = f"{url.rstrip('/')}/api/v1/query"
-    params = {"query": f"count(last_over_time({cover}{sel}[{t - a}s]))", "time": t}
-    data = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
-    result = data.get("result") if isinstance(data, dict) else None
-    return int(float(result[0]["value"][1])) if result else 0
+    endpoint = f"{url.rstrip('/')}/api/v1/series"
+    params = {"match[]": f"{cover}{sel}", "start": a, "end": b}
+    found = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
+    if not isinstance(found, list):
+        raise NotPrometheusAnswer(f"{endpoint}: the series are not a list")
+    return len(found)
 
 
 def aggregate_chunk(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, *,
                     kw: dict, pool: ThreadPoolExecutor, selector: str = "",
-                    concurrency: int = 4) -> tuple[pl.DataFrame, int]:
-    """One chunk's wide frame — a row per (device, window start) in [a, b) with the gpu_samples
-    columns, ``sample_n`` and ``covered_ms`` (a device's several series in a window: window_copies)
-    — and how many series its answers held. ``a`` and ``b`` on the window grid."""
+                    concurrency: int = 4) -> pl.DataFrame:
+    """One chunk's wide frame: a row per (device, window start) in [a, b) with the gpu_samples
+    columns, ``sample_n`` and ``covered_ms`` (a device's several series in a window: window_copies).
+    ``a`` and ``b`` on the window grid."""
     asked = window_queries(metrics, step_s, selector)
     # the helpers decoded under their roles, not the family's name: a count or an epoch time is no
     # reading of that family
     points, series = _fetch_decoded(session, url, asked, a, b, step_s, kw=kw, pool=pool, concurrency=concurrency)
     points = points.with_columns(pl.col("ts") - pl.duration(seconds=step_s))  # the window's start
     kinds = {m: window_function(m).removesuffix("_over_time") for m in asked if m not in (COUNT, NEWEST)}
-    held = series.height
     if COUNT not in asked:
         wide = series_long_to_wide(points, series)
-        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"), pl.lit(None, pl.Int32).alias("covered_ms")), held
+        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"), pl.lit(None, pl.Int32).alias("covered_ms"))
     merged, per_cell = merge_copies(points, series, kinds, step_s)
     wide = series_long_to_wide(merged, series)
     if wide.is_empty():
-        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"), pl.lit(None, pl.Int32).alias("covered_ms")), held
-    return wide.join(per_cell.with_columns(pl.col("ts").cast(pl.Datetime("us"))), on=_DEVICE, how="left"), held
+        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"), pl.lit(None, pl.Int32).alias("covered_ms"))
+    return wide.join(per_cell.with_columns(pl.col("ts").cast(pl.Datetime("us"))), on=_DEVICE, how="left")
