@@ -335,6 +335,22 @@ def _sheet_head(w: SheetWriter, st: Statement, what: str) -> None:
                                                "exclusive)"), *_history_pairs(st)])
 
 
+#: the state's look, as in the HTML: final green / blue, a draft grey, provisional orange
+STATE_FILL = {"closed": "E3F1DF", "corrected": "E3EBF7", "open": "EEEEEE", "provisional": "FDE9C8",
+              "closed-provisional": "FDE9C8", "corrected-provisional": "FDE9C8"}
+
+
+def _mark_state(ws, st: Statement) -> None:
+    """The Status value of a sheet's head in its state's colour, bold (not plain text)."""
+    from openpyxl.styles import Font, PatternFill
+
+    for row in ws.iter_rows(min_col=1, max_col=2, max_row=12):
+        if row[0].value == "Status":
+            row[1].fill = PatternFill("solid", fgColor=STATE_FILL.get(st.state.token, "EEEEEE"))
+            row[1].font = Font(name=FONT, bold=True)
+            return
+
+
 def _page_head(ws, st: Statement) -> None:
     """Every printed page: the statement on the left, its state on the right (the footer has the
     sheet and page x of y). '&' is the header's control character: doubled."""
@@ -374,6 +390,7 @@ def write_xlsx(st: Statement, path: Path) -> Path:
     for w in writers:
         w.finish()
         _page_head(w.ws, st)
+        _mark_state(w.ws, st)
     buffer = io.BytesIO()
     archive = _FixedTimeZip(buffer, "w", zipfile.ZIP_DEFLATED, allowZip64=True)
     archive.fixed_time = (stamp.year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second - stamp.second % 2)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger import warehouse
+from tests.dashboards.test_pages import check_queue_sentences
 from tests.helpers.dashboard_rig import BIN, LEADS, Server, free_port, run_cli, wait_http
 
 pytestmark = pytest.mark.slow
@@ -306,5 +307,18 @@ def test_key_columns_are_visible_at_1400_px_without_scrolling(dashboard_warehous
                     break
                 time.sleep(0.3)
             assert any(wanted <= set(grid) for grid in shown), (path, wanted, shown)
+            if path == "fair-share":  # the queue sentences as drawn: each one's usage is of its parent
+                drawn = [t for t in _cells(page) if " vs usage " in t]
+                assert drawn and check_queue_sentences(drawn, _snapshot(dashboard_warehouse)) >= len(drawn)
     finally:
         server.stop()
+
+
+def _snapshot(rig):
+    """The fair-share snapshot the page shows (the newest up to the data's end)."""
+    from gpuledger.analytics.reports import data_now
+    from gpuledger.dashboards import queries
+
+    with warehouse.open_reader(rig.warehouse) as con:
+        end = data_now(con)
+    return queries.fairshare_latest(str(rig.warehouse), end)

@@ -115,6 +115,7 @@ def test_summary_ties_each_business_unit_out_to_the_org_total(statement_dir):
     assert rows["research"][1].value == "research" and rows["idle capacity and memo lines"][1].value == "Idle and memo"
     status = next(r for r in ws.iter_rows() if r[0].value == "Status")
     assert status[1].value.startswith("open (computed, not yet closed)")
+    assert status[1].fill.fgColor.rgb.endswith("EEEEEE") and status[1].font.bold  # a draft's grey, not plain text
     # its own tables: a verdict beside a right-aligned difference keeps a space ("0.00 USDyes" before),
     # and each number column's header sits over its numbers
     verdicts = [c for row in ws.iter_rows() for c in row if c.value == "yes, to the cent"]
