@@ -41,6 +41,8 @@ test-fast: install
 	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not slow"
 
 demo: install
+	@echo "a week of a busy 256-GPU cluster scheduled under gpuledger's policy (fair share, a queue per GPU pool):"
+	@echo "each team keeps ~2.5x its share of GPUs asked for (Ai2's regime; seed 42, regime ai2-backlog)"
 	$(BIN)/gpuledger simulate warehouse --gpus 256 --days 7 --seed 42
 	$(BIN)/gpuledger warehouse summary
 	$(BIN)/gpuledger report fairshare
@@ -57,7 +59,7 @@ demo: install
 	$(BIN)/gpuledger enforce plan --now data --format json --out reports/enforcement-plan.json
 	$(BIN)/gpuledger report statement --period 2026-11 --out reports/statement-2026-11
 	$(BIN)/gpuledger pipelines run-once
-# the scheduling what-if of the whole simulated week (7,133 jobs on 256 GPUs, policies 1/2/3: a few
+# the scheduling what-if of the whole simulated week (about 6,300 jobs on 256 GPUs, policies 1/2/3: a few
 # seconds) for the dashboards' /what-if page
 	mkdir -p $(GPULEDGER_WHATIF_DIR)
 	$(BIN)/gpuledger whatif schedule --no-progress --format json --out $(GPULEDGER_WHATIF_DIR)/schedule.json
@@ -73,8 +75,7 @@ demo: install
 # The Streamlit dashboards on $(GPULEDGER_WAREHOUSE) (read-only; local mode unless
 # .streamlit/secrets.toml has an [auth] section). DASHBOARD_PORT= to move it.
 dashboard: install
-	$(BIN)/streamlit run dashboards/app.py --server.headless true --server.address 127.0.0.1 \
-		--server.port $(DASHBOARD_PORT) --browser.gatherUsageStats false
+	$(BIN)/gpuledger dashboards serve --address 127.0.0.1 --port $(DASHBOARD_PORT)
 
 # The live demo in its own folder data/dev/ (warehouse, config, Dagster home, alerts.txt; never
 # the $(GPULEDGER_WAREHOUSE) or DAGSTER_HOME exported above): simulated dcgm-exporter endpoints

@@ -237,6 +237,9 @@ def idle_heatmap(cells: pl.DataFrame, rows: pl.DataFrame, title: str, bin_hours:
 def ratio_over_time(frame: pl.DataFrame, value: str, title: str, y_title: str) -> alt.Chart:
     """A line per project of ``value`` (a ratio, drawn as %) per snapshot and the 100 % line; past
     LEGEND_MAX projects, the ones with the lowest mean ratio (the worst served)."""
+    # only the columns drawn: the history's others hold level FS = ∞ for a project without usage,
+    # which JSON (and so the chart's spec) cannot carry
+    frame = frame.select("as_of", "node", value)
     frame, note = top_series(frame, "node", value, largest=False, noun="projects (lowest mean)")
     base = alt.Chart(frame).mark_line(point=True).encode(
         x=time_x("as_of", "snapshot", *([frame["as_of"]] if frame.height else [])),

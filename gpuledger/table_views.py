@@ -84,7 +84,7 @@ SQUATTERS = View(
         Column("namespace", "namespace", default=False),
         Column("job_kind", "kind", default=False),
         Column("finding", "finding", default=False),
-        Column("severity", "severity"),
+        Column("severity", "severity", wrap="hyphen"),  # preempt-eligible: 80 columns hold every other value
         Column("gpus_idle", "GPUs\nidle", "int"),
         Column("gpus_total", "GPUs\nheld", "int"),
         Column("idle_since", "idle since\n(UTC)", "datetime", default=False),

@@ -14,6 +14,7 @@ is never imported here.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -48,7 +49,8 @@ class Column:
     "\\n", units in it ("{currency}" is filled from the frame's currency column). ``kind`` picks the
     cell format; ``decimals`` for "num" and "gib". ``default``: shown without --wide. ``key``: an
     identifying column, never hidden to fit. ``wrap``: free text that may wrap inside its column,
-    at spaces; ``wrap="anywhere"`` also inside a word (raw input lines, which are not names).
+    at spaces; ``wrap="hyphen"`` also after a hyphen (a state such as preempt-eligible);
+    ``wrap="anywhere"`` also inside a word (raw input lines, which are not names).
     """
 
     name: str
@@ -260,7 +262,8 @@ def _fit(chosen, natural, headers, cells, width, explicit):
     floors = {}
     for c in chosen:
         if c.wrap:
-            words = [] if c.wrap == "anywhere" else [len(w) for v in cells[c.name] for w in v.split()]
+            pieces = (re.split(r"\s+|(?<=-)", v) if c.wrap == "hyphen" else v.split() for v in cells[c.name])
+            words = [] if c.wrap == "anywhere" else [len(w) for ws in pieces for w in ws]
             floors[c.name] = min(natural[c.name], max([10] + [len(h) for h in headers[c.name]] + words))
     while total(chosen, 1) > width:
         room = [n for n in floors if widths[n] > floors[n]]
@@ -314,7 +317,7 @@ def _row_lines(shown, cells, widths, gap, row) -> list[str]:
         if c.wrap and len(text) > widths[c.name]:
             # at spaces only: a word longer than the column overflows it rather than being split
             pieces.append(textwrap.wrap(text, widths[c.name], break_long_words=c.wrap == "anywhere",
-                                        break_on_hyphens=False) or [""])
+                                        break_on_hyphens=c.wrap == "hyphen") or [""])
         else:
             pieces.append([text])
     height = max(len(p) for p in pieces)

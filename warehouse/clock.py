@@ -5,16 +5,24 @@ the future (a replayed or simulated week ends there); the wall clock when there 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuledger.rules.clock import utc_now
 from gpuledger.sql import load_sql
 
+LONGEST_COVERAGE = timedelta(seconds=300)  # the longest aggregate window (ingest --aggregate 5m)
+
 
 def data_now(con, *, wall: datetime | None = None) -> datetime:
     """"Now" for the data: the end of the samples' coverage or the newest job event, not after
-    ``wall`` (default: the wall clock). A single row stamped in the future is ignored rather than moving "now" for every
-    report. Naive UTC."""
+    ``wall`` (default: the wall clock). A single row stamped in the future is ignored rather than
+    moving "now" for every report. Two statements: the second's lower bound as a value lets DuckDB
+    skip every row group but the newest. Naive UTC."""
     wall = wall or utc_now()
-    newest = con.execute(load_sql(__package__, "data_now.sql"), {"wall": wall}).fetchall()[0][0]
+    sample_ts, job_event = con.execute(load_sql(__package__, "data_now.sql"), {"wall": wall}).fetchall()[0]
+    covered = None
+    if sample_ts is not None:
+        covered = con.execute(load_sql(__package__, "sample_coverage_end.sql"),
+                              {"wall": wall, "lo": sample_ts - LONGEST_COVERAGE}).fetchall()[0][0]
+    newest = max((t for t in (covered, sample_ts, job_event) if t is not None), default=None)
     return newest if newest is not None else wall

@@ -36,7 +36,7 @@ if ctx is not None:
                "applied to every row, not only this page.")
     ui.table(rows, {
         # what was decided and what came of it first, so both fit beside the sidebar at 1,400 px
-        "planned_at": ui.utc_col("cycle"), "job_id": "job", "action": "action", "phase": "phase",
+        "planned_at": ui.utc_col("cycle"), "job_name": "job", "action": "action", "phase": "phase",
         "outcome": "outcome", "reason": st.column_config.TextColumn("reason", width=270),
         "detail": st.column_config.TextColumn("why this outcome", width=230,
                                               help="applied rows: why it was done, refused or skipped (also in "
@@ -44,6 +44,6 @@ if ctx is not None:
         "cause": "cause",
         "priority": ui.int_col("priority (scheduler units)"), "funded": st.column_config.CheckboxColumn("funded"),
         "dry_run": st.column_config.CheckboxColumn("dry run"), "mode": "mode", "project": "project",
-        "cluster": "cluster", "rule": "rule", "error": "error",
+        "job_id": "job id", "cluster": "cluster", "rule": "rule", "error": "error",
         "recorded_at": ui.utc_col("recorded", "YYYY-MM-DD HH:mm:ss")}, key="enf_rows", rows=20,
         download=f"enforcement-page-{int(number)}")

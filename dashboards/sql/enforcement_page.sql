@@ -1,6 +1,7 @@
 -- One page of the enforcement audit in the period (no end: up to now), newest first, with the
 -- page's filters applied here, so the browser gets the rows shown and not the whole trail.
-SELECT planned_at, job_id, cluster, project, action, reason, phase, outcome, detail, priority, funded, dry_run,
+SELECT planned_at, coalesce(json_extract_string(inputs, '$._target.name'), job_id) AS job_name, job_id, cluster,
+       project, action, reason, phase, outcome, detail, priority, funded, dry_run,
        mode, rule, attempt, backend, cause, error, recorded_at, action_id, plan_id
 FROM enforcement_audit
 WHERE planned_at >= $start AND ($end::TIMESTAMP IS NULL OR planned_at < $end)

@@ -78,6 +78,11 @@ def warehouse_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
     figures = dict(zip(names, counts, strict=True))
     figures["gpu_hours_allocated"] = float(held or 0.0)
     figures["as_of_utc"] = now
+    # a simulated warehouse names its seeds and demand regime (simulator.to_warehouse.provenance)
+    simulated = con.execute("SELECT position FROM ingest_checkpoints WHERE source = 'simulator' "
+                            "GROUP BY position ORDER BY min(scope)").fetchall()
+    if simulated:
+        figures["simulated"] = "; ".join(r[0] for r in simulated)
     return figures
 
 

@@ -95,6 +95,11 @@ def simulate_warehouse(
             task = progress.add_task(f"{sim.hardware.n_devices} devices, {sim.workload.jobs.height} jobs",
                                      total=sim.end_s - sim.start_s)
             counts = write_simulation(con, sim, on_chunk=lambda done, total: progress.update(task, completed=done))
+    from gpuledger.simulator.to_warehouse import provenance
+
+    scope, position = provenance(sim)
+    console.print(f"simulated {scope} (UTC): {position}; {sim.hardware.n_devices} devices, "
+                  f"{sim.workload.jobs.height:,} jobs")
     console.print(f"warehouse {path}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items())
                   + f" ({time.monotonic() - began:.1f} s)")
 

@@ -67,6 +67,23 @@ def is_closed(con: duckdb.DuckDBPyConnection, period: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Revision:
+    """One issued revision of a closed month (statement_revisions): 0 is the close, later ones its
+    corrections."""
+
+    revision: int
+    issued_at: datetime
+    issued_by: str
+    reason: str | None
+
+    @property
+    def sentence(self) -> str:
+        what = "closed" if self.revision == 0 else "corrected"
+        why = f": {self.reason}" if self.reason else ""
+        return f"{what} {self.issued_at:%Y-%m-%d %H:%M} UTC by {self.issued_by} (revision {self.revision}){why}"
+
+
+@dataclass(frozen=True)
 class PeriodState:
     """The one truth about a month's statement, written the same in the manifest, on every line,
     in the HTML, the XLSX and the terminal.
@@ -80,6 +97,25 @@ class PeriodState:
     provisional: bool
     revision: int | None
     data_through: datetime | None = None
+    # a closed month's close (revision 0) and corrections: who issued each, when, and why
+    revisions: tuple[Revision, ...] = ()
+
+    @property
+    def final(self) -> bool:
+        """Closed with complete data: what finance signs (anything else is a draft or provisional)."""
+        return self.closed and not self.provisional
+
+    @property
+    def mark(self) -> str | None:
+        """The watermark of a statement that is not final: DRAFT (open) or PROVISIONAL."""
+        if self.final:
+            return None
+        return "PROVISIONAL" if self.provisional else "DRAFT"
+
+    @property
+    def history(self) -> list[str]:
+        """One sentence per revision, e.g. "corrected 2026-12-03 09:00 UTC by bob (revision 1): rate fix"."""
+        return [r.sentence for r in self.revisions]
 
     @property
     def corrected(self) -> bool:
@@ -124,6 +160,9 @@ def period_state(con: duckdb.DuckDBPyConnection, period: str, lines: pl.DataFram
         provisional = bool(lines is not None and lines.height and lines["provisional"].any())
         through = lines["billed_through"].max() if lines is not None and lines.height else None
         return PeriodState(closed=False, provisional=provisional, revision=None, data_through=through)
+    issued = tuple(Revision(*r) for r in con.execute(
+        "SELECT revision, issued_at, issued_by, reason FROM statement_revisions WHERE period = ? ORDER BY revision",
+        [period]).fetchall())
     rows = con.execute(
         "SELECT r.revision, r.reason, r.data_now, "
         "bool_or(json_extract(l.line_json, '$.provisional')::BOOLEAN), max(json_extract_string(l.line_json, "
@@ -138,7 +177,8 @@ def period_state(con: duckdb.DuckDBPyConnection, period: str, lines: pl.DataFram
             through = datetime.fromisoformat(lines_through)
         if revision > 0 and lines_provisional is not None:
             provisional = bool(lines_provisional)
-    return PeriodState(closed=True, provisional=provisional, revision=rows[-1][0], data_through=through)
+    return PeriodState(closed=True, provisional=provisional, revision=rows[-1][0], data_through=through,
+                       revisions=issued)
 
 
 PROVISIONAL_REASON = "closed provisionally"
@@ -553,6 +593,11 @@ def correction_lines(frame: pl.DataFrame, template: pl.DataFrame, described: dic
     """A level's rounded deltas as debit (positive) / credit lines in ``template``'s columns +
     correction_of; a line whose cents and hours did not move is left out."""
     nonzero = frame.filter((pl.col("amount") != 0) | (pl.col("_d_hours").abs() > 1e-9))
+    # an idle line is all idle: its idle cents are its cents, one rounding for both columns (the two
+    # trees could round them a cent apart: 21.51 beside 21.52)
+    if "idle_amount_included" in nonzero.columns:
+        nonzero = nonzero.with_columns(idle_amount_included=pl.when(pl.col("line_kind") == "idle")
+                                       .then(pl.col("amount")).otherwise(pl.col("idle_amount_included")))
     out = nonzero.with_columns(
         gpu_hours=pl.col("_d_hours"), amount_exact=pl.col("_d_raw"), idle_amount_exact=pl.col("_di_raw"),
         billed=pl.lit(True), note=pl.lit(None, pl.String), **described,

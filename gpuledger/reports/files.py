@@ -99,12 +99,22 @@ def render_html(st: Statement) -> str:
     for frame, title in ((st.by_partition, "GPU-hours by Slurm partition"), (st.by_host, "GPU-hours by host")):
         if frame.height:
             sections.append({"title": title, "columns": frame.columns, "rows": html_rows(frame)})
+    title = f"GPU statement {st.period} — {st.scope}"
     return template.render(
-        title=f"GPU statement {st.period} — {st.scope}", st=st, currencies=currencies, unit_rows=unit_rows,
+        title=title, st=st, currencies=currencies, unit_rows=unit_rows,
+        # every printed page's head and foot (CSS strings, so quoted here)
+        page_head=Markup(_css_string(title)), page_state=Markup(_css_string(st.status)),
         chart_model=Markup(model), chart_amount=Markup(amount), chart_history=Markup(history),
         line_columns=[header(c, one_currency(st.lines)) for c in line_cols],
         line_rows=html_rows(st.lines.select(line_cols)), sections=[
             {**sec, "columns": [header(c) for c in sec["columns"]]} for sec in sections])
+
+
+def _css_string(text: str) -> str:
+    """``text`` as a CSS string literal (for @page's margin boxes): quotes and backslashes escaped,
+    one line, no markup."""
+    body = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ").replace("<", "\\3c ")
+    return f'"{body}"'
 
 
 def write_html(st: Statement, path: Path) -> Path:

@@ -29,7 +29,8 @@ KIND_ORDER = {k: i for i, k in enumerate(("charge", "idle", "credit", "debit", "
                                           "capacity-unknown", "unpriced"))}
 LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours",
                 "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", "amount", "idle_amount_included", "billed", "revision",
-                "correction_of", "status", "provisional", "note"]
+                "correction_of", "revision_issued_at", "revision_issued_by", "revision_reason", "status", "provisional",
+                "note"]
 HISTORY_MONTHS = 3  # this month and the two before it, where the inventory existed
 HISTORY_SCHEMA = {"period": pl.String, "currency": pl.String, "line_kind": pl.String, "amount": pl.Decimal(38, 2),
                   "gpu_hours": pl.Float64}
@@ -137,6 +138,9 @@ class Statement:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     empty: bool = False  # no data for the month (periods.no_data): the statement says so
+    # a business unit's statement (for_unit): what the org it belongs to owes, per currency
+    parent: str | None = None
+    parent_totals: dict[str, Decimal] = field(default_factory=dict)
 
     @property
     def closed(self) -> bool:
@@ -192,7 +196,30 @@ class Statement:
             state=self.state, config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
             usage=self.usage.filter(pl.col("project").is_in(list(projects))), history=self.history.clear(),
             notes=[self.status_sentence] + [n for n in self.notes if n.startswith("no data")],
-            empty=self.empty)
+            empty=self.empty, parent=self.scope, parent_totals=self.totals())
+
+    def project_subtotals(self) -> pl.DataFrame:
+        """Per project and currency of the billed lines: GPU-hours and amount (a unit's projects)."""
+        billed = self.lines.filter(is_billed(self.lines) & pl.col("currency").is_not_null())
+        return (billed.group_by("project", "currency").agg(pl.col("gpu_hours").sum().round(3), pl.col("amount").sum())
+                .sort("currency", "amount", "project", descending=[False, True, False]))
+
+    def unit_sentences(self) -> list[str]:
+        """A business unit's statement tied out: per currency, what it owes, its share of the org's
+        total, and that its projects' subtotals add up to it to the cent."""
+        if self.parent is None:
+            return []
+        subtotals = self.project_subtotals()
+        out = []
+        for cur, amount in self.totals().items():
+            org = self.parent_totals.get(cur)
+            projects = subtotals.filter(pl.col("currency") == cur)
+            summed = Decimal(projects["amount"].sum()) if projects.height else Decimal("0.00")
+            share = f"{amount / org:.1%} of {self.parent}'s {org:,.2f} {cur}" if org else f"{self.parent} owes no {cur}"
+            tie = ("reconciles to the cent" if summed == amount else f"DOES NOT reconcile: off by {summed - amount}")
+            out.append(f"{self.scope} owes {amount:,.2f} {cur}: {share}; its {projects.height} project(s)' "
+                       f"subtotals add up to {summed:,.2f} {cur} — {tie}")
+        return out
 
     def totals(self, frame: pl.DataFrame | None = None) -> dict[str, Decimal]:
         """Σ amount of the billed lines per currency (what is owed)."""
@@ -349,6 +376,20 @@ def _history(con, period: str, start: datetime, policy, first_seen: datetime | N
     return _round_hours(out, ["gpu_hours"]).sort("period", "currency", "line_kind")
 
 
+def revision_columns(state) -> dict[str, pl.Expr]:
+    """revision_issued_at / _by / _reason of each line, from its ``revision`` (null: computed, not issued)."""
+    issued = {r.revision: r for r in state.revisions}
+
+    def pick(attr: str, dtype):
+        values = {k: getattr(r, attr) for k, r in issued.items()}
+        if not values:
+            return pl.lit(None, dtype=dtype)
+        return pl.col("revision").replace_strict(values, default=None, return_dtype=dtype)
+
+    return {"revision_issued_at": pick("issued_at", pl.Datetime("us")), "revision_issued_by": pick("issued_by", pl.String),
+            "revision_reason": pick("reason", pl.String)}
+
+
 def sort_lines(frame: pl.DataFrame) -> pl.DataFrame:
     """A statement's lines in its one order (kind, business unit, project, model, tier, ...), LINE_COLUMNS."""
     return (frame.with_columns(_rank=pl.col("line_kind").replace_strict(KIND_ORDER, default=99, return_dtype=pl.Int32))
@@ -422,8 +463,10 @@ def build_statement(
         scope = root
     out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio"])
     state = period_state(con, period, lines)
-    # every line states the statement's state (a line frozen at a provisional close says so too)
-    out = sort_lines(out.with_columns(status=pl.lit(state.token), provisional=pl.lit(state.provisional)))
+    # every line states the statement's state (a line frozen at a provisional close says so too), and
+    # who issued its revision, when and why (a correction's reason travels with its lines)
+    out = sort_lines(out.with_columns(status=pl.lit(state.token), provisional=pl.lit(state.provisional),
+                                      **revision_columns(state)))
     version = _config_version(con, period, closed)
     st = Statement(
         period=period, period_start=start, period_end=end, scope=scope, state=state,

@@ -100,7 +100,15 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
                    descending=[False, True, False, False, False], nulls_last=True)
              .with_columns(rank=pl.int_range(1, pl.len() + 1).over("business_unit"))
              .filter(pl.col("rank") <= top))
-    squat = squat.select("business_unit", "rank", *[c for c in squat.columns if c not in ("business_unit", "rank")])
+    # the job by the name its owner gave it (the id beside), as people look for it
+    keys = [f"{c}/{j}" for c, j in squat.select("cluster", "job_id").iter_rows()]
+    named = con.execute("SELECT cluster, job_id, name FROM jobs WHERE list_contains($keys, cluster || '/' || job_id)",
+                        {"keys": keys}).fetchall() if keys else []
+    names = pl.DataFrame(named, schema={"cluster": pl.String, "job_id": pl.String, "name": pl.String}, orient="row")
+    squat = (squat.join(names, on=["cluster", "job_id"], how="left")
+             .with_columns(job_name=pl.coalesce("name", "job_id")).drop("name"))
+    squat = squat.select("business_unit", "rank", "job_name",
+                         *[c for c in squat.columns if c not in ("business_unit", "rank", "job_name")])
     through = lines["billed_through"].max() if lines.height else as_of
     wasted = episodes["gpu_hours_idle"].sum() if episodes.height else 0.0
     notes = [(f"squatting: {episodes.height} episodes in the week ({wasted or 0:,.3f} idle GPU-hours held), found "
@@ -308,7 +316,8 @@ UNIT_HEADERS = {"business_unit": "Business unit", "currency": "Currency", "gpu_h
                 "consumed_gpu_hours": "Consumed (norm. GPU-h)", "remaining_gpu_hours": "Remaining (norm. GPU-h)",
                 "burn_gpu_hours_per_day": "Burn (norm. GPU-h / day)",
                 "projected_exhaustion": "Projected exhaustion (UTC)", "status": "Status"}
-SQUATTER_HEADERS = {"business_unit": "Business unit", "rank": "Rank", "job_id": "Job", "project": "Project",
+SQUATTER_HEADERS = {"business_unit": "Business unit", "rank": "Rank", "job_name": "Job", "job_id": "Job id",
+                    "project": "Project",
                     "user_name": "Owner", "severity": "Worst severity", "first_seen": "First seen (UTC)",
                     "last_seen": "Last seen (UTC)", "resolved_at": "Resolved (UTC)", "gpus_idle": "Idle GPUs",
                     "gpus_total": "GPUs held", "gpu_hours_idle": "Idle GPU-hours", "idle_cost": "Idle cost ({cur})"}

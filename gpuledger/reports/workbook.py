@@ -144,15 +144,27 @@ class SheetWriter:
         from openpyxl.styles import Font, PatternFill
         from openpyxl.utils import get_column_letter
 
+        from openpyxl.styles import Alignment
+
         head = self.row
         fill = PatternFill("solid", fgColor="F2F2F2")
+        # a number column's header sits over its right-aligned numbers; a text column keeps a space
+        # from the number before it (Calc and Excel print "0.00 USDyes" otherwise)
+        numeric = {j for j in range(1, len(columns) + 1)
+                   if any(_is_number(row[j - 1].value) for row in rows if j <= len(row) and row[j - 1] is not None)}
         for j, name in enumerate(columns, start=1):
             c = self.put(head, j, Cell(name, bold=True))
             c.fill = fill
+            if j in numeric:
+                c.alignment = Alignment(horizontal="right")
+            elif j > 1:
+                c.alignment = Alignment(horizontal="left", indent=1)
         r = head + 1
         for row in rows:
             for j, cell in enumerate(row, start=1):
-                self.put(r, j, cell, wrap=columns[j - 1].startswith("Note"))
+                c = self.put(r, j, cell, wrap=columns[j - 1].startswith("Note"))
+                if j > 1 and j not in numeric and not c.alignment.wrap_text:
+                    c.alignment = Alignment(horizontal="left", indent=1)
             r += 1
         if filter_ and columns:
             self.ws.auto_filter.ref = f"A{head}:{get_column_letter(len(columns))}{max(r - 1, head)}"
@@ -182,6 +194,10 @@ class SheetWriter:
         self.ws.print_options.horizontalCentered = False
         self.ws.oddFooter.left.text = "&A"
         self.ws.oddFooter.right.text = "page &P of &N"
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
 
 
 def unit_totals(st: Statement) -> pl.DataFrame:
@@ -234,7 +250,8 @@ def _summary(w: SheetWriter, st: Statement, sheet_of: dict[str, str]) -> None:
     w.pairs([("Status", st.status_sentence), ("Period", (f"{st.period_start:%Y-%m-%d} to {st.period_end:%Y-%m-%d} "
                                                          "(UTC, end exclusive)")),
              ("Data through", f"{st.billed_through:%Y-%m-%d %H:%M} UTC"),
-             ("Config version", "none" if st.config_version is None else str(st.config_version))])
+             ("Config version", "none" if st.config_version is None else str(st.config_version)),
+             *_history_pairs(st)])
     totals = unit_totals(st)
     cols = ["Business unit", "Sheet", "Currency", header("gpu_hours"), header("gpu_hours_active"),
             header("gpu_hours_unknown"), header("amount", one_currency(totals))]
@@ -294,9 +311,51 @@ def _summary(w: SheetWriter, st: Statement, sheet_of: dict[str, str]) -> None:
                              bold=True), measure=False)
         w.row += 1
         w.table(pcols, prows, filter_=False)
+    if st.parent is not None:  # a business unit's workbook: its share of the org and its projects
+        w.pairs([("Business unit", x) for x in st.unit_sentences()])
+        subtotals = st.project_subtotals()
+        w.table(["Project", "Currency", header("gpu_hours"), header("amount", one_currency(subtotals))],
+                [[Cell(p), Cell(c), Cell(h, "#,##0.000"), Cell(Decimal(a), money_format(c))]
+                 for p, c, h, a in subtotals.iter_rows()], filter_=False)
     texts = [("Note", n) for n in st.notes if n != st.status_sentence] + [("Warning", x) for x in st.warnings]
     if texts:
         w.pairs(texts)
+
+
+def _history_pairs(st: Statement) -> list[tuple[str, str]]:
+    """("Closed" / "Correction", who, when and why) of a closed month's revisions."""
+    return [("Closed" if r.revision == 0 else f"Correction {r.revision}", r.sentence) for r in st.state.revisions]
+
+
+def _sheet_head(w: SheetWriter, st: Statement, what: str) -> None:
+    """What a printed or forwarded sheet is, above its table: the statement, the state, the period,
+    the close and corrections."""
+    w.title(f"{what} — GPU statement {st.period} — {st.scope}")
+    w.pairs([("Status", st.status), ("Period", f"{st.period_start:%Y-%m-%d} to {st.period_end:%Y-%m-%d} (UTC, end "
+                                               "exclusive)"), *_history_pairs(st)])
+
+
+#: the state's look, as in the HTML: final green / blue, a draft grey, provisional orange
+STATE_FILL = {"closed": "E3F1DF", "corrected": "E3EBF7", "open": "EEEEEE", "provisional": "FDE9C8",
+              "closed-provisional": "FDE9C8", "corrected-provisional": "FDE9C8"}
+
+
+def _mark_state(ws, st: Statement) -> None:
+    """The Status value of a sheet's head in its state's colour, bold (not plain text)."""
+    from openpyxl.styles import Font, PatternFill
+
+    for row in ws.iter_rows(min_col=1, max_col=2, max_row=12):
+        if row[0].value == "Status":
+            row[1].fill = PatternFill("solid", fgColor=STATE_FILL.get(st.state.token, "EEEEEE"))
+            row[1].font = Font(name=FONT, bold=True)
+            return
+
+
+def _page_head(ws, st: Statement) -> None:
+    """Every printed page: the statement on the left, its state on the right (the footer has the
+    sheet and page x of y). '&' is the header's control character: doubled."""
+    ws.oddHeader.left.text = f"GPU statement {st.period} — {st.scope}".replace("&", "&&")
+    ws.oddHeader.right.text = st.status.upper().replace("&", "&&") if st.state.mark else st.status.replace("&", "&&")
 
 
 def write_xlsx(st: Statement, path: Path) -> Path:
@@ -319,15 +378,19 @@ def write_xlsx(st: Statement, path: Path) -> Path:
     _summary(writers[0], st, sheet_of)
     for unit in st.sections:
         w = SheetWriter(wb.create_sheet(sheet_of[unit]))
+        _sheet_head(w, st, section_title(unit))
         _lines_table(w, st.unit_lines(unit).select(SHEET_COLUMNS))
         writers.append(w)
     for extra, title in ((st.by_partition, "By partition"), (st.by_host, "By host")):
         if extra.height:
             w = SheetWriter(wb.create_sheet(_sheet_name(title, used)))
+            _sheet_head(w, st, title)
             _lines_table(w, extra)
             writers.append(w)
     for w in writers:
         w.finish()
+        _page_head(w.ws, st)
+        _mark_state(w.ws, st)
     buffer = io.BytesIO()
     archive = _FixedTimeZip(buffer, "w", zipfile.ZIP_DEFLATED, allowZip64=True)
     archive.fixed_time = (stamp.year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second - stamp.second % 2)

@@ -32,7 +32,7 @@ _ON_DEMAND_LABELS = ({"eks.amazonaws.com/capacityType": "ON_DEMAND"}, {"karpente
 
 
 def node_labels(sim) -> dict[str, dict[str, str]]:
-    """Host → Kubernetes node labels. Whole-GPU nodes at position 5 of every 8 are spot and at
+    """Host → Kubernetes node labels. The time-sliced node says so (two replicas per GPU). Whole-GPU nodes at position 5 of every 8 are spot and at
     position 6 on-demand (alternating label styles), where the config's rate card prices that model
     and tier; every other node carries no capacity label (so it gets the default tier, reserved)."""
     hw = sim.hardware
@@ -40,6 +40,8 @@ def node_labels(sim) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for i, host in enumerate(hw.node_host):
         labels = {"nvidia.com/gpu.product": hw.node_model[i], "kubernetes.io/hostname": host}
+        if hw.node_role[i] == "shared":  # as the GPU operator's time-slicing config labels a node
+            labels |= {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "2"}
         if hw.node_role[i] == "whole":
             if i % 8 == 5 and (hw.node_model[i], "spot") in priced:
                 labels |= _SPOT_LABELS[(i // 8) % 2]

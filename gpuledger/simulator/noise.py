@@ -47,4 +47,4 @@ def normalish(seed: int, *keys) -> np.ndarray:
 # Salts keep the streams of different quantities apart.
 SALT = {name: i + 1000 for i, name in enumerate(
     ["act", "fb", "power", "tensor", "dram", "burst", "gap", "gaplen", "sentinel", "late",
-     "uuid", "job", "reset", "host", "clock", "temp"])}
+     "uuid", "job", "reset", "host", "clock", "temp", "season"])}

@@ -24,7 +24,7 @@ POWER_SPAN = 0.95  # share of (TDP - idle) drawn at full activity
 ENERGY_ORIGIN_J = (4e8, 2e9)  # counter value at the window start: the GPUs have run for a while
 # Average activity of a job relative to its level, for the energy counter's closed form.
 _MEAN_ACT = {IDLE: 0.0, TRAINING: 0.93, FINE_TUNE: 0.93, BATCH: 1.0, INFERENCE: 0.47,
-             INTERACTIVE: 0.22, SQUAT: 0.0, FAILING: 0.15}
+             INTERACTIVE: 0.375, SQUAT: 0.0, FAILING: 0.15}  # interactive: bursts in half the spells x 0.75
 _TENSOR = {TRAINING: 0.55, FINE_TUNE: 0.45, BATCH: 0.3, INFERENCE: 0.25, INTERACTIVE: 0.2, FAILING: 0.1}
 
 
@@ -75,7 +75,9 @@ def _activity(sim, job: np.ndarray, device: np.ndarray, ts: np.ndarray) -> np.nd
     hour = (ts[None, :] % 86400) / 3600.0
     diurnal = 0.5 + 0.5 * np.cos(2 * np.pi * (hour - 15.0) / 24.0)
     infer = level * (0.1 + 0.75 * diurnal) + 0.04 * n
-    burst = uniform(seed, SALT["burst"], j, ts[None, :] // 600) < 0.3
+    # a session at the keyboard runs something in half of its 10-minute spells: an hour with none
+    # is rare (1.6 % of hours) and is what the squatting rules should see
+    burst = uniform(seed, SALT["burst"], j, ts[None, :] // 600) < 0.5
     notebook = np.where(burst, level * (0.5 + 0.5 * u), 0.003 * u)
     squat = np.where(elapsed < 300, 0.2, 0.002 * u)
     failing = 0.15 + 0.05 * n

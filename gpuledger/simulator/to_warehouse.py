@@ -108,7 +108,7 @@ def jobs_frame(sim: SimCluster) -> pl.DataFrame:
         pl.lit(sim.cluster).alias("cluster"), "job_id", "project", "user_name", "name", "kind",
         "gpu_model", "gpus", "min_runtime_s", ts("submit_s").alias("submit_time"),
         ts("start_s").alias("start_time"), ts("end_s").alias("end_time"), "state", "priority",
-        "namespace", pl.lit(SOURCE).alias("source"),
+        "namespace", "partition", pl.lit(SOURCE).alias("source"),
         pl.lit(sim.end).cast(pl.Datetime("us")).alias("updated_at"),
     )
 
@@ -129,6 +129,21 @@ def allocations_frame(sim: SimCluster, gpu_ids: np.ndarray) -> pl.DataFrame:
         pl.when(pl.col("end_s") >= 0).then(pl.col("end_s") * _EPOCH_US).cast(pl.Datetime("us")).alias("end_time"),
         "gpu_fraction",
     )
+
+
+def provenance(sim: SimCluster) -> tuple[str, str]:
+    """(scope, position) naming what was simulated: cluster and window, and the seed and demand
+    regime every figure drawn from it depends on (`warehouse summary` shows it)."""
+    scope = f"{sim.cluster} {sim.start:%Y-%m-%dT%H:%M}..{sim.end:%Y-%m-%dT%H:%M}"
+    return scope, f"seed {sim.seed}, regime {sim.workload.regime}"
+
+
+def provenance_frame(sim: SimCluster) -> pl.DataFrame:
+    """The ingest_checkpoints row recording :func:`provenance` (source ``simulator``)."""
+    scope, position = provenance(sim)
+    return pl.DataFrame({"source": [SOURCE], "scope": [scope], "position": [position],
+                         "updated_at": [sim.end]}, schema={"source": pl.String, "scope": pl.String,
+                                                           "position": pl.String, "updated_at": pl.Datetime("us")})
 
 
 def node_label_frame(sim: SimCluster) -> pl.DataFrame:
@@ -201,6 +216,7 @@ def write_simulation(
     gpu_ids = np.zeros(sim.hardware.n_devices, dtype=np.int64)
     gpu_ids[ids["device_idx"].to_numpy()] = ids["gpu_id"].to_numpy()
     close_earlier_windows(con, sim)
+    warehouse.upsert(con, "ingest_checkpoints", provenance_frame(sim))
     warehouse.upsert(con, "jobs", jobs_frame(sim))
     warehouse.upsert(con, "job_allocations", allocations_frame(sim, gpu_ids))
     devices = registered.select("host", "gpu_uuid", "mig_instance_id", "gpu_id")

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger import warehouse
+from tests.dashboards.test_pages import check_queue_sentences
 from tests.helpers.dashboard_rig import BIN, LEADS, Server, free_port, run_cli, wait_http
 
 pytestmark = pytest.mark.slow
@@ -92,7 +93,11 @@ def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser
         page.goto(f"{server.url}/squatters?cluster={cluster}&job={job}")
         settled(page)
         page.get_by_text("A finding's history").wait_for(timeout=60_000)
-        assert page.locator("input[aria-label=Job]").input_value() == f"{cluster}/{job}"
+        with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
+            (name,) = con.execute("SELECT coalesce(name, job_id) FROM jobs WHERE cluster = ? AND job_id = ?",
+                                  [cluster, job]).fetchone()
+        picked = page.locator("input[aria-label=Job]").input_value()  # the job by its name, the id beside
+        assert picked == (f"{cluster}/{job}" if name == job else f"{name} ({cluster}/{job})"), picked
         for path in ("utilization", "fair-share", "budgets", "chargeback", "what-if"):
             page.goto(f"{server.url}/{path}")
             settled(page)
@@ -190,7 +195,11 @@ def test_sign_in_end_to_end_lead_sees_own_team_finance_sees_all(dashboard_wareho
         context, page = _sign_in(browser, server, "finance@example.com", f"/squatters?cluster={cluster}&job={job}")
         page.wait_for_url(f"{server.url}/squatters**", timeout=60_000)
         page.get_by_text("A finding's history").wait_for(timeout=60_000)
-        assert page.locator("input[aria-label=Job]").input_value() == f"{cluster}/{job}"
+        with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
+            (name,) = con.execute("SELECT coalesce(name, job_id) FROM jobs WHERE cluster = ? AND job_id = ?",
+                                  [cluster, job]).fetchone()
+        picked = page.locator("input[aria-label=Job]").input_value()  # the job by its name, the id beside
+        assert picked == (f"{cluster}/{job}" if name == job else f"{name} ({cluster}/{job})"), picked
         page.goto(f"{server.url}/enforcement")
         settled(page)
         page.wait_for_selector("[data-testid=stDataFrame] td", state="attached", timeout=60_000)
@@ -298,5 +307,18 @@ def test_key_columns_are_visible_at_1400_px_without_scrolling(dashboard_warehous
                     break
                 time.sleep(0.3)
             assert any(wanted <= set(grid) for grid in shown), (path, wanted, shown)
+            if path == "fair-share":  # the queue sentences as drawn: each one's usage is of its parent
+                drawn = [t for t in _cells(page) if " vs usage " in t]
+                assert drawn and check_queue_sentences(drawn, _snapshot(dashboard_warehouse)) >= len(drawn)
     finally:
         server.stop()
+
+
+def _snapshot(rig):
+    """The fair-share snapshot the page shows (the newest up to the data's end)."""
+    from gpuledger.analytics.reports import data_now
+    from gpuledger.dashboards import queries
+
+    with warehouse.open_reader(rig.warehouse) as con:
+        end = data_now(con)
+    return queries.fairshare_latest(str(rig.warehouse), end)

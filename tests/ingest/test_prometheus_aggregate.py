@@ -17,6 +17,7 @@ import threading
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import polars as pl
@@ -26,7 +27,7 @@ from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
 from gpuledger.analytics import reports
-from gpuledger.ingest.metrics.prometheus.aggregate import aggregate
+from gpuledger.ingest.metrics.prometheus.aggregate import aggregate, chunk_windows
 from gpuledger.ingest.metrics.prometheus.backfill import backfill
 from gpuledger.ingest.metrics.prometheus.client import PrometheusError
 from gpuledger.simulator import build_cluster, write_openmetrics
@@ -122,12 +123,13 @@ def test_five_minute_aggregates_agree_with_the_raw_samples_on_both_servers(serve
 
 
 class _TSDB(BaseHTTPRequestHandler):
-    """A stand-in querier behind a path prefix: answers the label list and every query_range with a
-    one-series matrix, plus the warnings the test sets (what Thanos / Mimir add when a store did
-    not answer). Records the paths and tenant headers it was asked with; with ``required`` set, a
+    """A stand-in querier behind a path prefix: answers the label list, the series index (``series``
+    entries) and every query_range with a one-series matrix, plus the warnings the test
+    sets (what Thanos / Mimir add when a store did not answer). Records the paths and tenant headers it was asked with; with ``required`` set, a
     request without exactly those headers is refused 401, as Mimir's and a token proxy's are."""
 
     prefix = ""
+    series = 1  # how many series the index (the chunk-size probe) answers
     warnings: list[str] = []
     seen: list[tuple[str, str | None]] = []
     tokens: list[str | None] = []
@@ -142,6 +144,9 @@ class _TSDB(BaseHTTPRequestHandler):
             return
         if path == f"{self.prefix}/api/v1/label/__name__/values":
             body = {"status": "success", "data": ["DCGM_FI_DEV_GPU_UTIL"]}
+        elif path == f"{self.prefix}/api/v1/series":  # the aggregate's probe: how many series
+            body = {"status": "success", "data": [{"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": f"GPU-{i}"}
+                                                  for i in range(self.series)]}
         elif path == f"{self.prefix}/api/v1/query_range":
             t = int(START.timestamp()) + 300
             body = {"status": "success", "data": {"resultType": "matrix", "result": [{
@@ -167,7 +172,7 @@ class _TSDB(BaseHTTPRequestHandler):
 def stand_in():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _TSDB)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    _TSDB.seen, _TSDB.warnings, _TSDB.tokens, _TSDB.required = [], [], [], {}
+    _TSDB.seen, _TSDB.warnings, _TSDB.tokens, _TSDB.required, _TSDB.series = [], [], [], {}, 1
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
 
@@ -178,11 +183,25 @@ def test_url_layouts_and_the_tenant_header_reach_the_server(stand_in, prefix, tm
     stats = aggregate(stand_in + prefix, START, START + timedelta(hours=1), step_s=300,
                       warehouse_path=tmp_path / "w.duckdb", tenant="team-a", backoff_s=0.01)
     assert stats.chunks_done == 1 and stats.rows_new == 1
-    assert {p for p, _ in _TSDB.seen} == {f"{prefix}/api/v1/label/__name__/values", f"{prefix}/api/v1/query_range"}
+    assert {p for p, _ in _TSDB.seen} == {f"{prefix}/api/v1/label/__name__/values", f"{prefix}/api/v1/series",
+                                          f"{prefix}/api/v1/query_range"}
     assert {t for _, t in _TSDB.seen} == {"team-a"}
     with warehouse.open_reader(tmp_path / "w.duckdb") as con:
         # GPU util 50 % averaged over the window starting at START
         assert con.execute("SELECT ts, gpu_util_ratio FROM gpu_samples").fetchall() == [(START, 0.5)]
+
+
+def test_chunks_are_sized_from_the_series_the_tsdb_holds(stand_in, tmp_path):
+    # The index holds 20,000 series for the hour asked (a 16,384-GPU fleet with job copies):
+    # 40,000 series-windows a chunk is 2 windows, so the hour is 6 chunks of 10 minutes.
+    _TSDB.prefix, _TSDB.series = "", 20_000
+    assert chunk_windows(20_000, 288) == 2 and chunk_windows(16_384, 288) == 2 and chunk_windows(10**6, 288) == 1
+    assert chunk_windows(8, 288) == 288 and chunk_windows(150, 288) == 266 and chunk_windows(150, 12) == 12
+    ends = []
+    stats = aggregate(stand_in, START, START + timedelta(hours=1), step_s=300, warehouse_path=tmp_path / "w.duckdb",
+                      backoff_s=0.01, on_chunk=lambda b, total, s: ends.append((b - int(START.timestamp()), total)))
+    assert ends == [(600 * i, 6) for i in range(1, 7)]
+    assert (stats.chunks_done, stats.chunk_windows, stats.series) == (6, 2, 20_000)
 
 
 def test_a_partial_answer_names_the_store_and_stores_nothing(stand_in, tmp_path):
@@ -309,7 +328,8 @@ def test_two_clusters_in_one_tsdb_land_as_two_clusters(servers, tmp_path):
     # the same command again: every chunk of each cluster already done, nothing new
     again = _cli("ingest", "prometheus", "--url", vm.url, "--start", START.isoformat(), "--end", END.isoformat(),
                  "--aggregate", "5m", "--cluster-label", "cluster", "-w", str(tmp_path / "vm.duckdb"))
-    assert again.returncode == 0 and f"0 chunks ingested, {2 * DAYS} already done, 0 new rows" in again.stderr, again.stderr
+    assert again.returncode == 0, again.stderr
+    assert "0 chunks ingested (east: already done; west: already done), 0 new rows" in again.stderr, again.stderr
     assert _rows_by_cluster(tmp_path / "vm.duckdb") == by_cluster
 
 
@@ -335,10 +355,10 @@ class _TenantGateway(BaseHTTPRequestHandler):
     Records each request's tenant and path."""
 
     upstream = ""
-    tenants = {"team-east": "east", "team-west": "west"}
-    seen: list[tuple[str | None, str]] = []
+    tenants: ClassVar[dict[str, str]] = {"team-east": "east", "team-west": "west"}
+    seen: ClassVar[list[tuple[str | None, str]]] = []
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         tenant = self.headers.get("X-Scope-OrgID")
         self.seen.append((tenant, self.path.split("?", 1)[0]))
         if tenant not in self.tenants:
@@ -390,3 +410,32 @@ def test_each_cluster_is_asked_with_its_own_tenant(servers, tmp_path):
         assert wrong.returncode == 2 and "'north' is not among sources.prometheus.clusters (east, west)" in wrong.stderr
     finally:
         gateway.shutdown()
+
+
+@pytest.mark.prometheus
+def test_series_without_the_cluster_label_are_counted_and_named(tmp_path):
+    if not have_victoria_metrics():
+        pytest.skip("needs Debian's victoria-metrics (scripts/install-test-deps.sh)")
+    # two hours of the 8 GPUs, GPUs 6 and 7 without any cluster label
+    sim = build_cluster(seed=31, gpus=GPUS, start=START, days=1, interval_s=INTERVAL_S)
+    text = io.StringIO()
+    write_openmetrics(sim, text, sim.start_s, sim.start_s + 7200, blanks=False)
+    lines = [line for line in with_cluster_label(text.getvalue()).splitlines() if line and not line.startswith("#")]
+    lines = [re.sub(r'cluster="west",(gpu="[67]")', r"\1", line) for line in lines]
+    # by hand from the input: the SM-active series (label sets) that carry no cluster label
+    unlabelled = {line.rsplit(" ", 2)[0] for line in lines
+                  if line.startswith("DCGM_FI_PROF_SM_ACTIVE{") and "cluster=" not in line}
+    assert len(unlabelled) >= 2  # GPUs 6 and 7, once per job they held
+    vm = VictoriaRig(tmp_path)
+    try:
+        vm.import_prometheus_text(f"{line.rsplit(' ', 1)[0]} {line.rsplit(' ', 1)[1]}000\n" for line in lines)
+        vm.flush()
+        done = _cli("ingest", "prometheus", "--url", vm.url, "--start", START.isoformat(), "--end",
+                    (START + timedelta(hours=2)).isoformat(), "--aggregate", "5m", "--cluster-label", "cluster",
+                    "-w", str(tmp_path / "w.duckdb"))
+    finally:
+        vm.stop()
+    assert done.returncode == 0, done.stderr
+    assert _devices_by_cluster(tmp_path / "w.duckdb") == {"east": [0, 1, 2, 3], "west": [4, 5]}
+    assert (f"{len(unlabelled)} DCGM_FI_PROF_SM_ACTIVE series (one a device and job) carry no 'cluster' label: "
+            "their GPUs were not stored") in done.stderr, done.stderr

@@ -80,3 +80,18 @@ def test_correction_lines_are_debits_and_credits_of_what_moved():
         ("J", "debit", "charge", D("0.01")), ("K", "credit", "charge", D("-0.02")), (None, "debit", "idle", D("0"))]
     assert out.columns == [*template.columns, "correction_of"] and out["billed"].all()
     assert out["amount_exact"].to_list() == [D("0.006"), D("-0.02"), D(0)]  # the exact delta beside its cents
+
+
+def test_an_idle_correction_line_has_one_rounding_for_both_amounts():
+    """The amount tree rounded an idle delta to 21.51 and the idle tree to 21.52: the debit line says
+    21.51 in both columns (an idle line's cents are all idle); a charge line keeps its own idle cents."""
+    frame = pl.DataFrame({"line_kind": ["idle", "charge"], "job_id": [None, "J"],
+                          "amount": [D("21.51"), D("3.00")], "idle_amount_included": [D("21.52"), D("0.40")],
+                          "_d_hours": [10.0, 1.0], "_d_raw": [D("21.515"), D("3.0")], "_di_raw": [D("21.515"), D("0.4")]},
+                         schema_overrides={"amount": pl.Decimal(38, 2), "idle_amount_included": pl.Decimal(38, 2),
+                                           "_d_raw": RAW, "_di_raw": RAW})
+    template = pl.DataFrame(schema={"line_kind": pl.String, "job_id": pl.String, "gpu_hours": pl.Float64,
+                                    "amount": pl.Decimal(38, 2), "idle_amount_included": pl.Decimal(38, 2)})
+    out = P.correction_lines(frame, template, {})
+    assert out.select("line_kind", "correction_of", "amount", "idle_amount_included").rows() == [
+        ("debit", "idle", D("21.51"), D("21.51")), ("debit", "charge", D("3.00"), D("0.40"))]

@@ -71,3 +71,70 @@ def test_the_page_fits_1280_px_and_a4_portrait_without_cutting_a_column(statemen
         page.set_viewport_size({"width": A4_CSS_PX - 2 * 45, "height": 1123})
         assert page.evaluate("document.documentElement.scrollWidth") <= A4_CSS_PX - 2 * 45
         browser.close()
+
+
+def _pages(pdf) -> list[str]:
+    """The text of each page of ``pdf`` (pdftotext, page by page)."""
+    info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout
+    count = int(next(ln.split()[-1] for ln in info.splitlines() if ln.startswith("Pages:")))
+    return [subprocess.run(["pdftotext", "-layout", "-f", str(n), "-l", str(n), str(pdf), "-"], capture_output=True,
+                           text=True, check=True).stdout for n in range(1, count + 1)]
+
+
+def test_a_corrected_month_on_paper_says_why_who_and_when_and_every_page_what_it_is(tmp_path):
+    """Closed by alice on Nov 5, corrected by bob on Nov 10 ("H100 price"): the PDF says both, who and
+    when, and every page carries the statement, its state and page x of y; a final one no watermark."""
+    from datetime import datetime
+
+    from gpuledger.ledger import periods
+    from tests.helpers.ledger_fixtures import load
+    from tests.ledger.test_corrections import CONFIG, _month
+
+    path = tmp_path / "w.duckdb"
+    _month(path)
+    with warehouse.open_writer(path) as con:
+        periods.close_period(con, "2026-10", by="alice", now=datetime(2026, 11, 5))
+        load(con, CONFIG.replace("H100_PRICE", "1.0010"), at=datetime(2026, 11, 10))
+        periods.correct_period(con, "2026-10", reason="H100 price", by="bob", now=datetime(2026, 11, 10))
+    with warehouse.open_reader(path) as con:
+        st = build_statement(con, "2026-10")
+    write_statement_set(st, tmp_path / "out", per_unit=False, pdf=True)
+    (pdf,) = (tmp_path / "out").glob("*.pdf")
+    (tmp_path / "png").mkdir()
+    pages = _pages(pdf)
+    assert "closed 2026-11-05 00:00 UTC by alice (revision 0)" in pages[0]
+    assert "corrected 2026-11-10 00:00 UTC by bob (revision 1): H100 price" in pages[0]
+    for n, text in enumerate(pages, start=1):
+        assert f"GPU statement 2026-10 — {st.scope}" in text and "closed, corrected (revision 1)" in text, (n, text)
+        assert f"page {n} of {len(pages)}" in text, (n, text)
+    assert st.state.mark is None and _watermark_pixels(pdf, tmp_path / "png") == [0] * len(pages)  # final
+
+
+def test_a_provisional_pdf_carries_its_watermark_on_every_page(statement, tmp_path_factory):
+    """November of the fixture is open with data through Nov 3: provisional, so every page is marked."""
+    st, base = statement
+    with warehouse.open_reader(base / "w.duckdb") as con:
+        november = build_statement(con, "2026-11")
+    assert november.provisional and november.state.mark == "PROVISIONAL"
+    write_statement_set(november, base / "nov", per_unit=False, pdf=True)
+    (pdf,) = (base / "nov").glob("*.pdf")
+    pages = _pages(pdf)
+    for n, text in enumerate(pages, start=1):
+        assert "provisional (open, not yet closed)" in text and f"page {n} of {len(pages)}" in text, (n, text)
+    # the watermark is rotated text, which pdftotext leaves out: look at each printed page instead —
+    # its colour, rgba(190, 90, 0, 0.13) on white, is (246, 234, 222), drawn on no page of a final one
+    assert all(n > 2000 for n in _watermark_pixels(pdf, tmp_path_factory.mktemp("png"))), "no watermark"
+    # October of the fixture is open with its data complete: not final either, a draft
+    assert st.state.mark == "DRAFT"
+
+
+def _watermark_pixels(pdf, folder) -> list[int]:
+    """Per page of ``pdf`` (rendered at 50 dpi by pdftoppm), how many pixels have the watermark's colour."""
+    from PIL import Image
+
+    subprocess.run(["pdftoppm", "-r", "50", "-png", str(pdf), str(folder / "p")], check=True, capture_output=True)
+    out = []
+    for png in sorted(folder.glob("p-*.png")):
+        img = Image.open(png).convert("RGB")
+        out.append(sum(1 for r, g, b in img.getdata() if abs(r - 246) <= 6 and abs(g - 234) <= 6 and abs(b - 222) <= 6))
+    return out

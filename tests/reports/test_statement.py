@@ -81,6 +81,18 @@ def test_statement_reconciles_to_the_cent_and_every_file_agrees(month, tmp_path)
     # a business unit's own statement: research = alpha 480.00 + gamma 48.00
     research = pl.read_csv(out / "units/research/statement-2026-10-research.csv", schema_overrides={"amount": pl.String})
     assert sum(D(a) for a in research["amount"]) == D("528.00")
+    # ... tied out on its own paper: 528.00 of acme's 3,720.00 is 14.2 %; alpha 480.00 + gamma 48.00
+    tie = ("research owes 528.00 USD: 14.2% of acme's 3,720.00 USD; its 2 project(s)' subtotals add up to "
+           "528.00 USD — reconciles to the cent")
+    unit_html = (out / "units/research/statement-2026-10-research.html").read_text()
+    assert tie.replace("'", "&#39;") in unit_html
+    assert "<td>alpha</td><td>USD</td><td class=\"num\">240.000</td><td class=\"num\">480.00</td>" in unit_html
+    import openpyxl
+
+    summary = openpyxl.load_workbook(out / "units/research/statement-2026-10-research.xlsx")["Summary"]
+    cells = [c.value for row in summary.iter_rows() for c in row if c.value is not None]
+    assert tie in cells and "gamma" in cells
+    assert D("48.00") in [D(str(v)) for v in cells if isinstance(v, int | float | D) and not isinstance(v, bool)]
 
 
 def test_workbook_sheets_add_up_to_the_csv(month, tmp_path):
@@ -93,17 +105,18 @@ def test_workbook_sheets_add_up_to_the_csv(month, tmp_path):
     assert wb.sheetnames == ["Summary", "product", "research", "Idle and memo", "By partition", "By host"]
     for sheet, unit in (("product", "product"), ("research", "research"), ("Idle and memo", "(org)")):
         ws = wb[sheet]
-        header = [c.value for c in ws[1]]
-        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)
+        head = next(c.row for c in ws["A"] if c.value == "Line")  # below the sheet's title block
+        header = [c.value for c in ws[head]]
+        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=head + 1)
                 if row[0].value not in (None, "Total")]
-        totals = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)
+        totals = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=head + 1)
                   if row[0].value == "Total"]
         expected = sum(D(a) for a in lines.filter(pl.col("business_unit") == unit)["amount"])
         # numbers are numbers (no formulas): each line's amount and the sheet's total row
         assert all(isinstance(r["Amount (USD)"], int | float | D) for r in rows)
         assert D(str(sum(D(str(r["Amount (USD)"])) for r in rows))) == expected
         assert D(str(totals[0]["Amount (USD)"])) == expected
-        amount_cell = next(c for c in ws[2] if header[c.column - 1] == "Amount (USD)")
+        amount_cell = next(c for c in ws[head + 1] if header[c.column - 1] == "Amount (USD)")
         assert '"USD"' in amount_cell.number_format
     summary = wb["Summary"]
     head = next(c.row for c in summary["A"] if c.value == "Business unit")
@@ -241,10 +254,11 @@ def test_every_line_has_a_sheet_even_a_project_outside_the_tree(month, tmp_path)
     total = D(0)
     for name in wb.sheetnames[1:]:
         ws = wb[name]
-        header = [c.value for c in ws[1]]
-        if "Line" not in header:
+        head = next((c.row for c in ws["A"] if c.value == "Line"), None)  # below the sheet's title block
+        if head is None:
             continue
-        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=2)]
+        header = [c.value for c in ws[head]]
+        rows = [dict(zip(header, (c.value for c in row), strict=True)) for row in ws.iter_rows(min_row=head + 1)]
         total += sum(D(str(r["Amount (USD)"])) for r in rows
                      if r["Line"] not in (None, "Total") and r["Amount (USD)"] is not None)
     assert total == sum(D(a) for a in lines["amount"].drop_nulls())

@@ -44,6 +44,7 @@ def test_weekly_summary_lists_every_episode_and_idle_hours(warehouse_file, tmp_p
     with warehouse.open_writer(warehouse_file) as con:
         _idle(con, "GPU-h1", "2026-10-01T00:00:00", 4)
         _idle(con, "GPU-a", "2026-10-02T00:00:00", 3)
+        con.execute("UPDATE jobs SET name = 'finetune-llama' WHERE job_id = 'alpha-1'")  # beta-1 has no name
     out = tmp_path / "w40"
     result = CliRunner().invoke(app, ["report", "weekly", "--week", "2026-W40", "--out", str(out),
                                       "--warehouse", str(warehouse_file)])
@@ -54,6 +55,8 @@ def test_weekly_summary_lists_every_episode_and_idle_hours(warehouse_file, tmp_p
     squat = pl.read_csv(out / "weekly-2026-W40-squatters.csv", schema_overrides={"idle_cost": pl.String})
     assert squat.select("business_unit", "rank", "job_id", "gpu_hours_idle", "idle_cost").rows() == [
         ("product", 1, "beta-1", 3.0, "3.00"), ("research", 1, "alpha-1", 3.5, "7.00")]
+    assert squat["job_name"].to_list() == ["beta-1", "finetune-llama"]  # the name people gave it, else the id
+    assert "<td>finetune-llama</td>" in (out / "weekly-2026-W40.html").read_text()
     assert "2 episodes in the week (6.500 idle GPU-hours held)" in result.output
     assert json.loads((out / "manifest.json").read_text())["week"] == "2026-W40"
     html = (out / "weekly-2026-W40.html").read_text()  # as read: human headers, each with its unit

@@ -67,13 +67,18 @@ def test_human_headers_totals_under_their_columns_frozen_filtered_printable(stat
     wb = openpyxl.load_workbook(statement_dir / XLSX)
     assert wb.sheetnames == ["Summary", "product", "research", "Idle and memo", "By partition", "By host"]
     ws = wb["research"]
-    header = [c.value for c in ws[1]]
+    # above the table: what the sheet is (printed or forwarded alone), then the table
+    assert ws["A1"].value == "research — GPU statement 2026-10 — acme"
+    assert (ws["A3"].value, ws["B3"].value) == ("Status", "open (computed, not yet closed)")
+    head = _header_row(ws, "Line")
+    header = [c.value for c in ws[head]]
     assert header == ["Line", "Project", "GPU model", "Tier", "Currency", "Allocated (GPU-h)", "Active (GPU-h)",
                       "Activity unknown (GPU-h)", "Efficiency (%)", "Amount (USD)", "Revision", "Corrects", "Note"]
     assert not any("_" in h for h in header)  # machine names stay in the CSV / Parquet
-    assert ws.freeze_panes == "A2" and ws.auto_filter.ref == "A1:M3" and ws.print_title_rows == "$1:$1"
+    assert ws.freeze_panes == f"A{head + 1}" and ws.auto_filter.ref == f"A{head}:M{head + 2}"
+    assert ws.print_title_rows == f"${head}:${head}"
     # lines alpha 480.00 and gamma 48.00, then the total 528.00 in the Amount column, 264 GPU-h in hours'
-    total = next(r for r in ws.iter_rows(min_row=2) if r[0].value == "Total")
+    total = next(r for r in ws.iter_rows(min_row=head + 1) if r[0].value == "Total")
     by_header = dict(zip(header, (c.value for c in total), strict=True))
     assert D(str(by_header["Amount (USD)"])) == D("528.00") and by_header["Allocated (GPU-h)"] == 264.0
     assert by_header["Currency"] == "USD" and by_header["Activity unknown (GPU-h)"] is None
@@ -81,6 +86,10 @@ def test_human_headers_totals_under_their_columns_frozen_filtered_printable(stat
         ps = sheet.page_setup
         assert (ps.orientation, ps.paperSize, ps.fitToWidth, ps.fitToHeight) == ("landscape", 9, 1, 0)
         assert sheet.sheet_properties.pageSetUpPr.fitToPage
+        # every printed page: the statement and its state above, the sheet and page x of y below
+        assert sheet.oddHeader.left.text == "GPU statement 2026-10 — acme", sheet.title
+        assert sheet.oddHeader.right.text == "OPEN (COMPUTED, NOT YET CLOSED)", sheet.title  # a draft: loud
+        assert (sheet.oddFooter.left.text, sheet.oddFooter.right.text) == ("&A", "page &P of &N")
 
 
 def test_summary_ties_each_business_unit_out_to_the_org_total(statement_dir):
@@ -106,6 +115,14 @@ def test_summary_ties_each_business_unit_out_to_the_org_total(statement_dir):
     assert rows["research"][1].value == "research" and rows["idle capacity and memo lines"][1].value == "Idle and memo"
     status = next(r for r in ws.iter_rows() if r[0].value == "Status")
     assert status[1].value.startswith("open (computed, not yet closed)")
+    assert status[1].fill.fgColor.rgb.endswith("EEEEEE") and status[1].font.bold  # a draft's grey, not plain text
+    # its own tables: a verdict beside a right-aligned difference keeps a space ("0.00 USDyes" before),
+    # and each number column's header sits over its numbers
+    verdicts = [c for row in ws.iter_rows() for c in row if c.value == "yes, to the cent"]
+    assert verdicts and all(c.alignment.indent >= 1 and c.alignment.horizontal == "left" for c in verdicts)
+    rec = _header_row(ws, "Currency")
+    heads = {c.value: c for c in ws[rec] if c.value}
+    assert heads["Charges"].alignment.horizontal == "right" and heads["Reconciles"].alignment.indent >= 1
 
 
 @pytest.mark.skipif(shutil.which("soffice") is None or shutil.which("pdftotext") is None,
@@ -123,3 +140,39 @@ def test_libreoffice_renders_every_amount_without_hashes(statement_dir, tmp_path
     for figure in ("3,720.00 USD", "2,952.00 USD", "528.00 USD", "240.00 USD", "2,232.000", "1,224.000", "50.0%"):
         assert figure in text, figure
     assert "Amount (USD)" in text and "page 1 of 6" in text
+
+
+@pytest.mark.skipif(shutil.which("soffice") is None or shutil.which("pdftotext") is None,
+                    reason="LibreOffice / poppler: run scripts/install-test-deps.sh")
+def test_a_corrected_workbook_printed_by_calc_says_why_who_when_on_pages_that_say_what_they_are(tmp_path):
+    """Closed by alice on Nov 5, corrected by bob on Nov 10 ("H100 price"): Calc's PDF of the
+    workbook names both revisions, and every page its statement, state and page x of y."""
+    from datetime import datetime
+
+    from gpuledger.ledger import periods
+    from tests.helpers.ledger_fixtures import load
+    from tests.ledger.test_corrections import CONFIG, _month
+    from tests.reports.test_html_pdf import _pages
+
+    path = tmp_path / "w.duckdb"
+    _month(path)
+    with warehouse.open_writer(path) as con:
+        periods.close_period(con, "2026-10", by="alice", now=datetime(2026, 11, 5))
+        load(con, CONFIG.replace("H100_PRICE", "1.0010"), at=datetime(2026, 11, 10))
+        periods.correct_period(con, "2026-10", reason="H100 price", by="bob", now=datetime(2026, 11, 10))
+    with warehouse.open_reader(path) as con:
+        st = build_statement(con, "2026-10")
+    write_statement_set(st, tmp_path / "out", per_unit=False)
+    (xlsx,) = (tmp_path / "out").glob("*.xlsx")
+    profile = tmp_path / "lo-profile"
+    subprocess.run(["soffice", f"-env:UserInstallation={profile.as_uri()}", "--headless", "--convert-to", "pdf",
+                    "--outdir", str(tmp_path), str(xlsx)], check=True, capture_output=True, timeout=120)
+    pages = _pages(tmp_path / xlsx.name.replace(".xlsx", ".pdf"))
+    whole = " ".join(" ".join(p.split()) for p in pages)
+    assert "closed 2026-11-05 00:00 UTC by alice (revision 0)" in whole
+    assert "corrected 2026-11-10 00:00 UTC by bob (revision 1): H100 price" in whole
+    assert len(pages) >= 3  # the Summary and a sheet per business unit at least
+    for n, text in enumerate(pages, start=1):
+        flat = " ".join(text.split())
+        assert f"GPU statement 2026-10 — {st.scope}" in flat and "closed, corrected (revision 1)" in flat, (n, flat)
+        assert f"page {n} of {len(pages)}" in flat, (n, flat)

@@ -1,7 +1,7 @@
 -- 021: how far in time a row of gpu_samples reaches (issue 41). A window aggregate (`ingest
 -- prometheus --aggregate 5m`) stays stamped at its window's start, and covered_ms says how many
 -- milliseconds after ts its newest raw sample lies: its raw samples lie in [ts, ts + covered_ms].
--- "Now" for the data is the end of that coverage (warehouse/data_now.sql), so the last window no
+-- "Now" for the data is the end of that coverage (warehouse/clock.py), so the last window no
 -- longer looks one window staler than the samples it stands for. NULL: a raw sample (it covers its
 -- own moment), or a window whose newest sample the server did not say (counted at its start).
 ALTER TABLE gpu_samples ADD COLUMN covered_ms INTEGER;

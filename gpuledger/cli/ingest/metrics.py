@@ -135,7 +135,7 @@ def prometheus_cmd(
     connect_timeout: Annotated[float | None, typer.Option("--connect-timeout", help="seconds to open a connection (default: sources.prometheus.connect_timeout_s when --url is that server, else {0:g})".format(deadlines.PROMETHEUS.connect_s))] = None,
     read_timeout: Annotated[float | None, typer.Option("--read-timeout", help="seconds of silence allowed from the server, its query evaluation included (default: sources.prometheus.read_timeout_s when --url is that server, else {0:g})".format(deadlines.PROMETHEUS.read_s))] = None,
     deadline: Annotated[float | None, typer.Option("--deadline", help="seconds one query may take in all, retries included (default: sources.prometheus.deadline_s when --url is that server, else {0:g})".format(deadlines.PROMETHEUS.total_s))] = None,
-    aggregate: Annotated[str | None, typer.Option("--aggregate", help="store one row per GPU and window of this size (1m-5m: averages, peak memory, sample counts) instead of raw samples; chunks of at most a day")] = None,
+    aggregate: Annotated[str | None, typer.Option("--aggregate", help="store one row per GPU and window of this size (1m-5m: averages, peak memory, sample counts) instead of raw samples; chunks sized from the TSDB's series count (about 260 MiB each at any fleet size), at most --chunk (default and most: 1d)")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="--aggregate: queries in flight at once", min=1, max=32)] = 4,
     tenant: Annotated[str | None, typer.Option("--tenant", envvar="GPULEDGER_PROMETHEUS_TENANT", help="Mimir / Cortex tenant (X-Scope-OrgID header; default: sources.prometheus.tenant when --url is that server; a cluster's own tenant in sources.prometheus.clusters wins for its queries)")] = None,
     cluster_label: Annotated[str | None, typer.Option("--cluster-label", help="--aggregate from a TSDB holding several clusters: the label naming each series' cluster (e.g. cluster); every value it takes is stored as its own cluster (default: sources.prometheus.cluster_label when --url is that server; sources.prometheus.clusters gives each cluster a selector and a tenant)")] = None,
@@ -257,12 +257,12 @@ def _tsdb_clusters(url: str, cluster: str | None, label: str | None, config_file
 def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, warehouse_file, limits, progress, *,
                targets=(), label=None) -> None:
     from gpuledger.errors import UsageError
-    from gpuledger.ingest.metrics.prometheus.aggregate import MAX_CHUNK_S, aggregate
+    from gpuledger.ingest.metrics.prometheus.aggregate import SERIES_WINDOWS_PER_CHUNK, aggregate
 
     def on_chunk(end_s: int, total: int, stats) -> None:
         if progress == "lines":
-            print(f"chunk {prom._iso(end_s)} done {stats.chunks_done + stats.chunks_skipped}/{total} "
-                  f"new {stats.rows_new}", flush=True)
+            print(f"chunk {prom._iso(end_s)} done {stats.chunks_done}/{total} new {stats.rows_new} "
+                  f"({stats.series} series)", flush=True)
 
     try:
         stats = aggregate(url, t0, t1, step_s=step_s, chunk_s=chunk_s, warehouse_path=warehouse_path(warehouse_file),
@@ -275,10 +275,13 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
     except UsageError as exc:
         typer.secho(f"gpuledger: {exc}", err=True, fg="red")
         raise typer.Exit(2) from None
-    chunk_h = min(chunk_s, MAX_CHUNK_S) // step_s * step_s / 3600
     clusters = ", ".join(f"{name} {rows:,}" for name, rows in stats.rows_by_cluster.items())
-    console.print(f"aggregate {url} ({step_s} s windows, chunks of {chunk_h:g} h): {stats.chunks_done} chunks "
-                  f"ingested, {stats.chunks_skipped} already done, {stats.rows_new} new rows"
+    chunking = (f", chunks of {stats.chunk_windows * step_s / 3600:.3g} h for {stats.series:,} series: at most "
+                f"{SERIES_WINDOWS_PER_CHUNK:,} series-windows, about 260 MiB, a chunk" if stats.chunk_windows else "")
+    resumed = "; ".join(f"{name}: {'already done' if at == 'done' else 'continued from ' + at}"
+                        for name, at in stats.resumed.items())
+    console.print(f"aggregate {url} ({step_s} s windows{chunking}): {stats.chunks_done} chunks "
+                  f"ingested{f' ({resumed})' if resumed else ''}, {stats.rows_new} new rows"
                   f"{f' (by cluster: {clusters})' if len(stats.rows_by_cluster) > 1 or label else ''}; "
                   f"metrics: {', '.join(stats.metrics)}", markup=False, soft_wrap=True)
     if stats.unlabelled_series:

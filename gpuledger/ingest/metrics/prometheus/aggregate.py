@@ -37,23 +37,36 @@ from gpuledger.ingest.metrics.prometheus.tsdb_clusters import (
     discover_clusters,
     unlabelled_devices,
 )
-from gpuledger.ingest.metrics.prometheus.windows import aggregate_chunk, coverage_metric, window_function
+from gpuledger.ingest.metrics.prometheus.windows import (
+    aggregate_chunk,
+    count_series,
+    coverage_metric,
+    window_function,
+)
 from gpuledger.ingest.metrics.writes import store_wide
 from gpuledger.rules.clock import utc_now
 from gpuledger.rules.promql import check_label
 
 MAX_CHUNK_S = 86_400  # at most a day per query, as OpenCost asks
-MIN_STEP_S, MAX_STEP_S = 60, 300  # MAX_STEP_S bounds covered_ms: warehouse/data_now.sql relies on it
+# Memory: a chunk costs ~6.5 KiB per series and window while it is fetched, decoded and merged (128
+# GPUs x a day of 5-min windows, 150 series: 532 MiB peak RSS with 1-day chunks, 290 MiB with 2-h ones,
+# README "Window aggregates"), above ~300 MiB for the process. Chunks are sized from the series the
+# TSDB's index holds for the day ahead (/api/v1/series) to this many series-windows: about 260 MiB
+# a chunk at any fleet size (16,384 GPUs: 2 windows, 10 minutes a chunk; 138 GPUs or fewer: a day).
+SERIES_WINDOWS_PER_CHUNK = 40_000
+MIN_STEP_S, MAX_STEP_S = 60, 300  # MAX_STEP_S bounds covered_ms: warehouse/clock.LONGEST_COVERAGE
 
 
 @dataclass
 class AggregateStats:
     chunks_total: int = 0
     chunks_done: int = 0
-    chunks_skipped: int = 0
     rows_new: int = 0
     metrics: list[str] = field(default_factory=list)
     rows_by_cluster: dict[str, int] = field(default_factory=dict)  # new rows per cluster stored
+    resumed: dict[str, str] = field(default_factory=dict)  # cluster -> where a rerun continued ("done": nothing left)
+    chunk_windows: int = 0  # windows per chunk (sized from the series count: the largest used)
+    series: int = 0  # series of the coverage family in the span last probed (what sized its chunks)
     unlabelled_series: int = 0  # with cluster_label: series of unlabelled_metric without the label
     unlabelled_metric: str = ""
 
@@ -89,9 +102,12 @@ def aggregate(
     end_s = min(end_s, int(epoch_seconds(utc_now())))  # a window ending later is still filling
     if end_s <= start_s:
         raise UsageError(f"--start {_iso(start_s)} is in the future: no window has ended yet")
-    chunk_s = max(step_s, min(chunk_s, MAX_CHUNK_S) // step_s * step_s)
     first = -(-start_s // step_s) * step_s
-    chunks = [(a, min(a + chunk_s, end_s)) for a in range(first, end_s, chunk_s)]
+    end_s = first + (end_s - first) // step_s * step_s  # whole windows only
+    if end_s <= first:
+        raise UsageError(f"[{_iso(start_s)}, {_iso(end_s)}) holds no whole {step_s // 60}-minute window yet: "
+                         "give an earlier --start or a later --end")
+    cap_windows = max(1, min(chunk_s, MAX_CHUNK_S) // step_s)
     base_scope = checkpoint_scope(url, start, end, step_s) + " aggregate"
     kw = {"deadline": deadline, "retries": retries, "backoff_s": backoff_s}
     base = {**(headers or {}), **({"X-Scope-OrgID": tenant} if tenant else {})}
@@ -128,14 +144,14 @@ def aggregate(
             if not t.selector and not t.tenant:
                 raise UsageError(f"cluster {t.name}: give it a selector or a tenant; without either it "
                                  "would store every series of the TSDB, the other clusters' too")
-    stats.chunks_total = len(chunks) * len(targets)
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         for target in targets:
             session, metrics = session_for(target)
             stats.metrics = sorted({*stats.metrics, *metrics})
             scope = base_scope + (_cluster_scope(target) if shared else "")
-            _aggregate_cluster(session, url, metrics, chunks, step_s, target, scope, stats,
-                               warehouse_path=warehouse_path, kw=kw, pool=pool, on_chunk=on_chunk)
+            _aggregate_cluster(session, url, metrics, (first, end_s), step_s, cap_windows, target, scope, stats,
+                               warehouse_path=warehouse_path, kw=kw, pool=pool, on_chunk=on_chunk,
+                               concurrency=concurrency)
     return stats
 
 
@@ -145,28 +161,46 @@ def _cluster_scope(target: TsdbCluster) -> str:
             + (f" tenant={target.tenant}" if target.tenant else ""))
 
 
-def _aggregate_cluster(session, url: str, metrics: Sequence[str], chunks: list[tuple[int, int]], step_s: int,
-                       target: TsdbCluster, scope: str, stats: AggregateStats, *, warehouse_path, kw: dict,
-                       pool: ThreadPoolExecutor, on_chunk) -> None:
-    """Every chunk of one cluster, each written with its checkpoint; those done before are skipped."""
+def chunk_windows(series: int, cap_windows: int) -> int:
+    """Windows per chunk for a TSDB holding ``series`` series of a family: SERIES_WINDOWS_PER_CHUNK
+    series-windows, at least one window, at most ``cap_windows`` (--chunk, at most a day)."""
+    return max(1, min(cap_windows, SERIES_WINDOWS_PER_CHUNK // max(series, 1)))
+
+
+def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[int, int], step_s: int,
+                       cap_windows: int, target: TsdbCluster, scope: str, stats: AggregateStats, *,
+                       warehouse_path, kw: dict, pool: ThreadPoolExecutor, on_chunk, concurrency: int) -> None:
+    """One cluster's windows in ``span`` (epoch s, on the window grid), chunk by chunk, each written
+    with its checkpoint; a rerun continues after the last one written. Chunks are sized from the
+    series the TSDB's index holds for each day (or --chunk) ahead, so memory stays flat as the
+    fleet grows."""
     from gpuledger.ingest.metrics.prometheus.backfill import epoch_seconds, read_checkpoint
 
     with warehouse.open_writer(warehouse_path) as con:
         position = read_checkpoint(con, scope)
-    done_s = int(epoch_seconds(datetime.fromisoformat(position))) if position else None
+    first, end_s = span
+    a = first
+    if position:  # on the window grid (a position of an older run may not be: the next grid point)
+        done_s = int(epoch_seconds(datetime.fromisoformat(position)))
+        a = max(first, first + -(-(done_s - first) // step_s) * step_s)
+        stats.resumed[target.name] = _iso(a) if a < end_s else "done"
     stats.rows_by_cluster.setdefault(target.name, 0)
-    for a, b in chunks:
-        if done_s is not None and b <= done_s:
-            stats.chunks_skipped += 1
-            continue
+    probed_until = a
+    while a < end_s:
+        if a >= probed_until:  # the series of the next day (or --chunk): what its chunks may hold
+            probed_until = min(end_s, a + cap_windows * step_s)
+            stats.series = count_series(session, url, metrics, a, probed_until, kw, target.selector)
+        windows = chunk_windows(stats.series, cap_windows)
+        stats.chunk_windows = max(stats.chunk_windows, windows)
+        b = min(a + windows * step_s, probed_until)
+        stats.chunks_total = stats.chunks_done + 1 + -(-(end_s - b) // (windows * step_s))
         try:
-            wide = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool, selector=target.selector)
+            wide = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
+                                   selector=target.selector, concurrency=concurrency)
         except Exception as exc:
             if hasattr(exc, "undone_from"):
                 exc.undone_from = _iso(a)
             raise
-        # windows that begin inside [a, b) only (the last grid point's window may start at b - step)
-        wide = wide.filter(pl.col("ts") < datetime.fromtimestamp(b, UTC).replace(tzinfo=None))
         with warehouse.open_writer(warehouse_path) as con, warehouse.transaction(con):
             new = store_wide(con, wide, cluster=target.name, source=SOURCE)
             warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
@@ -177,3 +211,4 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], chunks: list[t
         stats.chunks_done += 1
         if on_chunk:
             on_chunk(b, stats.chunks_total, stats)
+        a = b

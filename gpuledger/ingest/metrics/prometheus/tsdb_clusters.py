@@ -40,13 +40,14 @@ def discover_clusters(session, url: str, label: str, metrics: Sequence[str], sta
 
 
 def unlabelled_devices(session, url: str, label: str, metric: str, start_s: int, end_s: int, kw: dict) -> int:
-    """How many series of ``metric`` in [start_s, end_s) lack ``label`` (no cluster would store them)."""
-    endpoint = f"{url.rstrip('/')}/api/v1/query"
-    params = {"query": f'count(count_over_time({metric}{{{label}=""}}[{end_s - start_s}s] offset 1ms))',
-              "time": end_s}
-    data = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
-    result = data.get("result") if isinstance(data, dict) else None
-    return int(float(result[0]["value"][1])) if result else 0
+    """How many series of ``metric`` in [start_s, end_s) lack ``label`` (no cluster would store
+    them), from the series index (``/api/v1/series``: no samples read, whatever the range)."""
+    endpoint = f"{url.rstrip('/')}/api/v1/series"
+    params = {"match[]": f'{metric}{{{label}=""}}', "start": start_s, "end": end_s}
+    found = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
+    if not isinstance(found, list):
+        raise NotPrometheusAnswer(f"{endpoint}: the series are not a list")
+    return len(found)
 
 
 def clusters_from_source(source) -> list[TsdbCluster]:

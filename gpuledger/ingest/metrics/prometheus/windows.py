@@ -27,13 +27,18 @@ series in a TSDB holding several.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import polars as pl
 
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.ingest.metrics.exposition import series_long_to_wide
-from gpuledger.ingest.metrics.prometheus.client import get_body, matrix_result, parse_json
+from gpuledger.ingest.metrics.prometheus.client import (
+    NotPrometheusAnswer,
+    get_body,
+    matrix_result,
+    parse_json,
+)
 from gpuledger.ingest.metrics.prometheus.decode import points_from_results
 from gpuledger.ingest.metrics.prometheus.window_copies import COUNT, NEWEST, merge_copies
 from gpuledger.rules.activity import SIGNAL_NAMES
@@ -85,15 +90,60 @@ def _query(session, url: str, query: str, a: int, b: int, step_s: int, kw: dict)
     return matrix_result(parse_json(endpoint, params, status, content), endpoint)
 
 
+def _fetch_decoded(session, url: str, asked: dict[str, str], a: int, b: int, step_s: int, *, kw: dict,
+                   pool: ThreadPoolExecutor, concurrency: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every answer of ``asked`` decoded into one (points, series) pair. At most ``concurrency``
+    answers are asked or held at once, each decoded into compact columns as it arrives and its
+    JSON let go: a chunk's peak is its points, not every family's parsed JSON at once."""
+    todo, running, parts = list(asked.items()), {}, []
+    while todo or running:
+        while todo and len(running) < max(1, concurrency):
+            name, query = todo.pop(0)
+            running[pool.submit(_query, session, url, query, a, b, step_s, kw)] = name
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for job in done:
+            name = running.pop(job)
+            points, series, _rejects = points_from_results({name: job.result()}, url=url)
+            parts.append((points, series))
+    # one number per series across the answers: the same labels are the same series
+    labels = [c for c in parts[0][1].columns if c != "series"] if parts else []
+    series = (pl.concat([s.drop("series") for _, s in parts]).unique(maintain_order=True)
+              .with_row_index("series").with_columns(pl.col("series").cast(pl.Int64))) if parts else None
+    points = []
+    for part_points, part_series in parts:
+        renumber = part_series.join(series, on=labels, how="left", nulls_equal=True, suffix="_all").select(
+            "series", "series_all")
+        points.append(part_points.join(renumber, on="series").drop("series").rename({"series_all": "series"})
+                      .select("metric", "series", "ts", "value"))
+    if not parts:
+        return points_from_results({}, url=url)[:2]
+    return pl.concat(points), series
+
+
+def count_series(session, url: str, metrics: Sequence[str], a: int, b: int, kw: dict, selector: str = "") -> int:
+    """How many series of the coverage family (one a device and job copy) [a, b) holds, from the
+    series index (``/api/v1/series``: no samples read): the most any chunk inside it can hold,
+    which its memory grows with."""
+    cover = coverage_metric([m for m in metrics if window_function(m)]) or metrics[0]
+    sel = f"{{{selector}}}" if selector else ""
+    endpoint = f"{url.rstrip('/')}/api/v1/series"
+    params = {"match[]": f"{cover}{sel}", "start": a, "end": b}
+    found = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
+    if not isinstance(found, list):
+        raise NotPrometheusAnswer(f"{endpoint}: the series are not a list")
+    return len(found)
+
+
 def aggregate_chunk(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, *,
-                    kw: dict, pool: ThreadPoolExecutor, selector: str = "") -> pl.DataFrame:
+                    kw: dict, pool: ThreadPoolExecutor, selector: str = "",
+                    concurrency: int = 4) -> pl.DataFrame:
     """One chunk's wide frame: a row per (device, window start) in [a, b) with the gpu_samples
-    columns, ``sample_n`` and ``covered_ms`` (a device's several series in a window: window_copies)."""
+    columns, ``sample_n`` and ``covered_ms`` (a device's several series in a window: window_copies).
+    ``a`` and ``b`` on the window grid."""
     asked = window_queries(metrics, step_s, selector)
-    jobs = {m: pool.submit(_query, session, url, q, a, b, step_s, kw) for m, q in asked.items()}
-    # one decode for all, so a series has one number in every answer; the helpers under their
-    # roles, not the family's name: a count or an epoch time is no reading of that family
-    points, series, _rejects = points_from_results({m: job.result() for m, job in jobs.items()}, url=url)
+    # the helpers decoded under their roles, not the family's name: a count or an epoch time is no
+    # reading of that family
+    points, series = _fetch_decoded(session, url, asked, a, b, step_s, kw=kw, pool=pool, concurrency=concurrency)
     points = points.with_columns(pl.col("ts") - pl.duration(seconds=step_s))  # the window's start
     kinds = {m: window_function(m).removesuffix("_over_time") for m in asked if m not in (COUNT, NEWEST)}
     if COUNT not in asked:

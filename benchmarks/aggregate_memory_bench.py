@@ -1,0 +1,76 @@
+"""Peak memory of `gpuledger ingest prometheus --aggregate 5m` (not a test; issue 41): a real
+VictoriaMetrics loaded with a simulated day of ``--gpus`` GPUs at a 60-s scrape, then the CLI's peak
+RSS (``/usr/bin/time -v``) with its chunks sized from the series count (the default) and with the
+whole day in one chunk (the sizing switched off, what it did before).
+
+    .venv/bin/python benchmarks/aggregate_memory_bench.py --gpus 128 512
+
+Measured here (2 shared cores, December 2026; BENCHMARKS.md "Aggregate ingest memory"):
+128 GPUs (150 devices) 465 MiB sized / 532 MiB one chunk; 512 GPUs 557 / 986 MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpuledger.simulator import build_cluster, write_openmetrics
+from tests.helpers.victoria_rig import VictoriaRig
+
+START = datetime(2026, 11, 20)
+_ONE_CHUNK = ("import sys; import gpuledger.ingest.metrics.prometheus.aggregate as a; "
+              "a.SERIES_WINDOWS_PER_CHUNK = 10**9; sys.argv = ['gpuledger'] + sys.argv[1:]; "
+              "from gpuledger.cli import main; main()")
+
+
+def _load(vm: VictoriaRig, gpus: int) -> None:
+    sim = build_cluster(seed=31, gpus=gpus, start=START, days=1, interval_s=60)
+    for hour in range(0, 24, 6):  # a quarter day at a time: the text of a day of 512 GPUs is GBs
+        text = io.StringIO()
+        write_openmetrics(sim, text, sim.start_s + hour * 3600, sim.start_s + (hour + 6) * 3600, blanks=False)
+        vm.import_prometheus_text(f"{line.rsplit(' ', 1)[0]} {line.rsplit(' ', 1)[1]}000\n"
+                                  for line in text.getvalue().splitlines() if line and not line.startswith("#"))
+    vm.flush()
+
+
+def _peak(vm: VictoriaRig, warehouse: Path, *, sized: bool) -> tuple[float, str]:
+    """(peak RSS MiB, the CLI's summary line) of one aggregate run of the day."""
+    run = ["-m", "gpuledger.cli"] if sized else ["-c", _ONE_CHUNK]
+    done = subprocess.run(["/usr/bin/time", "-v", sys.executable, *run, "ingest", "prometheus", "--url", vm.url,
+                           "--start", START.isoformat(), "--end", (START + timedelta(days=1)).isoformat(),
+                           "--aggregate", "5m", "-w", str(warehouse)], capture_output=True, text=True, cwd=ROOT,
+                          check=True)
+    kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)[1])
+    summary = next(line for line in done.stderr.splitlines() if line.startswith("aggregate"))
+    return kib / 1024, summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpus", type=int, nargs="+", default=[128, 512])
+    args = ap.parse_args()
+    for gpus in args.gpus:
+        with tempfile.TemporaryDirectory() as work:
+            vm = VictoriaRig(Path(work))
+            try:
+                _load(vm, gpus)
+                for sized in (True, False):
+                    mib, summary = _peak(vm, Path(work) / f"{sized}.duckdb", sized=sized)
+                    chunking = re.search(r"\((.*?)\):", summary)[1]
+                    print(f"{gpus} GPUs, {'sized' if sized else 'one chunk'}: peak {mib:.0f} MiB ({chunking})",
+                          flush=True)
+            finally:
+                vm.stop()
+
+
+if __name__ == "__main__":
+    main()

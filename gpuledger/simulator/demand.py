@@ -1,0 +1,360 @@
+"""Demand as Ai2 describes its cluster: a standing backlog, not an arrival rate above capacity.
+
+Each project's users keep about ``BACKLOG_FACTOR`` times the project's share of the cluster's GPUs
+outstanding (running or queued). Every ``TOP_UP_S`` they look at their queue and submit more when
+it is short (closed loop: a project whose jobs start submits more; one whose queue is long waits).
+The target follows the day and the week (``rhythm``) and the project's season (``season``: a quiet
+week lends GPUs to the others, a deadline week wants more). What users submit, by project keyword
+(``plan_for``): training chains (a long run in checkpointed segments, each resuming where the last
+stopped), fine-tunes, batch evals, short debug jobs, notebook sessions, inference replicas and MIG
+inference services sized to the MIG devices that exist. A share of notebook sessions (and a few
+debug allocations) is left idle holding its GPUs: the squatters, named ``squat-...``.
+
+Declared priorities are inflated (most jobs say high) and minimum runtimes follow design.md's
+funding rule: training and inference the 8 h cap, a fine-tune (it checkpoints) up to 2 h, evals,
+debug jobs and sessions (they do not checkpoint) their whole runtime, squatters none.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuledger.config import Config
+from gpuledger.rules.mig import mig_fraction
+from gpuledger.simulator import pools
+from gpuledger.simulator.cluster import GPUS_PER_NODE
+from gpuledger.simulator.noise import SALT, uniform
+from gpuledger.simulator.specs import (
+    BATCH,
+    FAILING,
+    FINE_TUNE,
+    INFERENCE,
+    INTERACTIVE,
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
+    SQUAT,
+    TRAINING,
+    JobSpec,
+)
+
+REGIME = "ai2-backlog"  # the demand regime this module draws; figures name it beside the seed
+BACKLOG_FACTOR = 2.5  # outstanding GPUs ÷ the project's share of GPUs (Ai2: 2-3x outstanding requests)
+TOP_UP_S = 600  # users look at their queue every 10 minutes
+MIN_RUNTIME_CAP_S = 8 * 3600
+WEEK_ORIGIN_S = 1_577_664_000  # Monday 2019-12-30 00:00 UTC: seasons are calendar weeks
+# Seasons per (project, calendar week): a quiet week wants less than its share (it lends), a
+# deadline week more. Chosen, not measured: about one project in seven quiet, one in five at a deadline.
+QUIET, NORMAL, DEADLINE = "quiet", "normal", "deadline"
+SEASON_FACTOR = {QUIET: 0.3, NORMAL: 1.0, DEADLINE: 1.5}
+QUIET_BELOW, DEADLINE_FROM = 0.15, 0.8
+# Squatting as a behaviour. Assumption, not a measurement: one notebook session in ten is left
+# idle with its memory held until its session limit (4-12 h), and one debug allocation in a
+# hundred (an `salloc` left open). Sources say idle-held GPUs are common but publish no share of
+# sessions: NVIDIA's study of its research clusters ("Making GPU clusters more efficient with
+# NVIDIA data center monitoring", 2025) ranks "jobs occupy GPUs but don't use them" as of moderate
+# frequency; Princeton Research Computing kills jobs at 0 % GPU utilization after 2 h, with two
+# warnings (its utilization policy, Nov 2023), because they recur. With these shares squatters
+# hold about 1 % of the cluster's GPU-hours (BENCHMARKS.md, "Simulator"). A session on a
+# time-sliced GPU is never left idle here: its neighbour's work hides it from per-GPU data, so it
+# could not be ground truth for the squatting rules.
+SQUAT_SHARE_SESSIONS = 0.10
+SQUAT_SHARE_DEBUG = 0.01
+PLANTED_SQUATTERS = 4  # ground truth for tests and demos at any size (Demand._planted_squatters)
+FAIL_SHARE = {"fine-tune": 0.05, "batch": 0.08}
+# Inflated priorities: share of jobs that say high / normal / low.
+PRIORITY_DRAW = ((PRIORITY_HIGH, 0.7), (PRIORITY_NORMAL, 0.2), (PRIORITY_LOW, 0.1))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a project's users run: training chains (yes/no), MIG services (yes/no) and the
+    job-count weights of what they submit when topping up their queue."""
+
+    chains: bool
+    mig_services: bool
+    mix: dict[str, float]
+
+
+_PLANS = (
+    (("pretrain",), Plan(True, False, {"fine-tune": 0.25, "batch": 0.4, "debug": 0.35})),
+    (("posttrain", "finetune", "fine-tune", "rl"), Plan(True, False, {"fine-tune": 0.4, "batch": 0.3, "debug": 0.3})),
+    (("gen", "train"), Plan(True, False, {"fine-tune": 0.35, "batch": 0.3, "debug": 0.35})),
+    (("eval", "ci", "test"), Plan(False, False, {"batch": 0.7, "debug": 0.3})),
+    (("serving", "inference", "serve"), Plan(False, True, {"inference": 0.85, "debug": 0.15})),
+    (("ranking", "search", "recsys"), Plan(False, False, {"inference": 0.45, "batch": 0.35, "debug": 0.2})),
+    (("notebook", "interactive", "dev"), Plan(False, False, {"interactive": 0.8, "debug": 0.2})),
+)
+_DEFAULT_PLAN = Plan(True, False, {"fine-tune": 0.35, "batch": 0.35, "debug": 0.3})
+
+
+def plan_for(project: str) -> Plan:
+    """A project's plan, from keywords in its name."""
+    lowered = project.lower()
+    for words, plan in _PLANS:
+        if any(w in lowered for w in words):
+            return plan
+    return _DEFAULT_PLAN
+
+
+def global_shares(cfg: Config) -> dict[str, float]:
+    """Each leaf project's share of the whole cluster: product of normalised shares on its path."""
+    out: dict[str, float] = {}
+
+    def walk(node, share):
+        if not node.children:
+            out[node.name] = share
+            return
+        total = sum(c.shares for c in node.children)
+        for child in node.children:
+            walk(child, share * child.shares / total)
+
+    walk(cfg.org, 1.0)
+    return out
+
+
+def rhythm(t: int) -> float:
+    """How much of their backlog users keep at epoch second ``t``: more in the (UTC) afternoon,
+    less at night and at weekends."""
+    hour = (t % 86400) / 3600
+    day = 1.0 + 0.15 * np.cos(2 * np.pi * (hour - 15.0) / 24.0)
+    weekday = ((t - WEEK_ORIGIN_S) // 86400) % 7  # 0 = Monday
+    return float(day * (0.85 if weekday >= 5 else 1.0))
+
+
+def season(seed: int, project: str, t: int) -> str:
+    """The project's season in the calendar week of ``t`` (quiet / normal / deadline)."""
+    week = (t - WEEK_ORIGIN_S) // (7 * 86400)
+    u = float(uniform(seed, SALT["season"], zlib.crc32(project.encode()), week))
+    return QUIET if u < QUIET_BELOW else DEADLINE if u >= DEADLINE_FROM else NORMAL
+
+
+class Demand:
+    """The projects' users: what they submit at the start, at each top-up, and when a training
+    segment ends. Deterministic for (seed, hardware, config, window)."""
+
+    def __init__(self, cfg: Config, placer: pools.Placer, seed: int, rng: np.random.Generator,
+                 start_s: int, end_s: int):
+        self.seed, self.rng, self.start_s, self.end_s = seed, rng, start_s, end_s
+        self.shares = global_shares(cfg)
+        self.projects = sorted(self.shares)
+        self.plans = {p: plan_for(p) for p in self.projects}
+        cap = placer.capacity
+        self.whole_pools = sorted(p for p in cap if p.startswith("whole:"))
+        self.whole_total = sum(cap[p] for p in self.whole_pools)
+        self.capacity_gpus = sum(c * self.gpus_per_lane(p) for p, c in cap.items())
+        self.session_pools = self._session_pools(cap)
+        self.has_shared = pools.SHARED in cap
+        self.capacity = cap
+        self.serial = 0
+
+    @staticmethod
+    def gpus_per_lane(pool: str) -> float:
+        if pool == pools.SHARED:
+            return 0.5
+        if pool.startswith("mig:"):
+            return mig_fraction(pool[4:], "H100")  # MIG nodes are H100 (cluster.build_hardware)
+        return 1.0
+
+    def _service_projects(self) -> list[str]:
+        return [p for p in self.projects if self.plans[p].mig_services]
+
+    def _session_pools(self, cap: dict[str, int]) -> list[str]:
+        """MIG pools notebook sessions and debug jobs use: the small profiles (1g, 2g), every
+        profile when no project runs MIG services."""
+        migs = sorted(p for p in cap if p.startswith("mig:"))
+        if self._service_projects():
+            return [p for p in migs if p[4] in "12"]
+        return migs
+
+    # --- the window's first jobs ---
+
+    def initial(self) -> list[JobSpec]:
+        """Training chains' first segments and the MIG inference services, submitted at the start,
+        and the planted squatters, submitted later in the window."""
+        return self._chains() + self._mig_services() + self._planted_squatters()
+
+    def _planted_squatters(self) -> list[JobSpec]:
+        """Ground truth even in a small or short window, beside the behaviour (which scales with
+        the sessions): ``PLANTED_SQUATTERS`` allocations left idle, submitted between 2 % and 60 %
+        of the window, the first of a whole node once there are 32 whole GPUs, the last 4 h before
+        the window ends (so "now" has one) when the window is over 6 h."""
+        span = self.end_s - self.start_s
+        out = []
+        for k in range(PLANTED_SQUATTERS):
+            project = self.projects[int(self.rng.integers(0, len(self.projects)))]
+            pool = self.whole_pools[k % len(self.whole_pools)]
+            count = GPUS_PER_NODE if k == 0 and self.whole_total >= 32 else 1
+            submit = self.start_s + int(self.rng.uniform(0.02, 0.6) * span)
+            if k == PLANTED_SQUATTERS - 1 and span > 6 * 3600:
+                submit = self.end_s - 4 * 3600
+            user = self._users(project)[k % 4]
+            spec = JobSpec(project, user, "", "interactive", SQUAT, pool, count, 0, submit, PRIORITY_HIGH, 0, "k8s")
+            out.append(self._squatter(spec, self._next()))
+        return out
+
+    def _chains(self) -> list[JobSpec]:
+        """One chain per 8-64 GPUs of 60 % of a chain project's share of whole GPUs (one of 8 GPUs
+        when that is less than a node but the share is a node or more), never more than half of a
+        pool in chains."""
+        room = {p: self.capacity[p] // 2 for p in self.whole_pools}
+        out, chain = [], 0
+        for project in self.projects:
+            if not self.plans[project].chains:
+                continue
+            owned = self.shares[project] * self.whole_total
+            budget = 0.6 * owned if 0.6 * owned >= GPUS_PER_NODE else GPUS_PER_NODE if owned >= GPUS_PER_NODE else 0
+            while budget >= GPUS_PER_NODE:
+                size = max(s for s in (64, 32, 16, 8) if s <= budget)
+                pool = max(room, key=lambda p: (room[p], p)) if room else None
+                if pool is None or room[pool] < GPUS_PER_NODE:
+                    break
+                size = min(size, room[pool] // GPUS_PER_NODE * GPUS_PER_NODE)
+                room[pool] -= size
+                budget -= size
+                out.append(self._segment(project, pool, size, chain, 0, self.start_s))
+                chain += 1
+        return out
+
+    def _segment(self, project: str, pool: str, size: int, chain: int, number: int, at: int) -> JobSpec:
+        return JobSpec(project, self._users(project)[chain % 4], f"{project}-run{chain}-{number}", "training",
+                       TRAINING, pool, size, int(self.rng.uniform(18, 60) * 3600), at, PRIORITY_HIGH,
+                       MIN_RUNTIME_CAP_S, "slurm", chain=chain, gpus=float(size))
+
+    def next_segment(self, done: JobSpec, at: int) -> JobSpec:
+        """The chain's next segment, submitted when ``done`` ends: it resumes from the checkpoint."""
+        number = int(done.name.rsplit("-", 1)[1]) + 1
+        return self._segment(done.project, done.pool, done.count, done.chain, number, at)
+
+    def _mig_services(self) -> list[JobSpec]:
+        """One service per MIG device of the large profiles (3g, 4g, 7g) and per second device of
+        the small ones; the rest of the small ones is for sessions. Shared among the serving
+        projects by share. Services were up before the window and run through it: they are placed
+        at its first instant, before any top-up (whose jobs come a second or more later)."""
+        serving = self._service_projects()
+        if not serving:
+            return []
+        total_share = sum(self.shares[p] for p in serving)
+        credit = {p: 0.0 for p in serving}
+        out = []
+        for pool in sorted(p for p in self.capacity if p.startswith("mig:")):
+            n = self.capacity[pool] if pool not in self.session_pools else self.capacity[pool] // 2
+            for _ in range(n):
+                for p in serving:
+                    credit[p] += self.shares[p] / total_share
+                project = max(serving, key=lambda p: (credit[p], p))
+                credit[project] -= 1
+                k = self._next()
+                out.append(JobSpec(project, self._users(project)[k % 4], f"{project}-svc-{k}", "inference",
+                                   INFERENCE, pool, 1, self.end_s - self.start_s + 86400,
+                                   self.start_s, PRIORITY_HIGH,
+                                   MIN_RUNTIME_CAP_S, "k8s", gpus=self.gpus_per_lane(pool)))
+        return out
+
+    # --- the closed loop ---
+
+    def target_gpus(self, project: str, t: int) -> float:
+        """GPUs the project's users want outstanding (running or queued) at ``t``."""
+        return (self.shares[project] * self.capacity_gpus * BACKLOG_FACTOR * rhythm(t)
+                * SEASON_FACTOR[season(self.seed, project, t)])
+
+    def top_up(self, t: int, outstanding: dict[str, float], load: dict[str, int]) -> list[JobSpec]:
+        """New jobs from every project whose outstanding GPUs are under its target at ``t``,
+        submitted over the next ``TOP_UP_S``. ``outstanding`` (GPUs per project) and ``load``
+        (lanes running or queued per pool) are updated."""
+        out = []
+        for project in self.projects:
+            want = self.target_gpus(project, t)
+            for _ in range(1000):  # a bound, never reached: a job is at least a MIG slice
+                if outstanding.get(project, 0.0) >= want:
+                    break
+                spec = self._job(project, t + int(self.rng.integers(1, TOP_UP_S)), load)
+                outstanding[project] = outstanding.get(project, 0.0) + spec.gpus
+                load[spec.pool] = load.get(spec.pool, 0) + spec.count
+                out.append(spec)
+        return out
+
+    def _choose(self, candidates: list[str], load: dict[str, int], *, drawn: int = 2) -> str:
+        """Where a user submits: of ``drawn`` pools drawn by size (lanes), the one with the least
+        running and queued work for its size. Users look at the queues (sinfo, the Kueue
+        dashboard) before they submit; the rest of the pick is habit. One-GPU work, which runs
+        anywhere, looks at every pool (``drawn=0``)."""
+        if drawn:
+            sizes = [self.capacity[p] for p in candidates]
+            candidates = [self._pick(candidates, sizes) for _ in range(drawn)]
+        return min(candidates, key=lambda p: (load.get(p, 0) / self.capacity[p], self.rng.random()))
+
+    def _pick(self, items: list, weights: list[float]):
+        """One of ``items`` drawn with probability in proportion to ``weights``."""
+        total = sum(weights)
+        return items[min(bisect.bisect_right(list(itertools.accumulate(weights)), self.rng.random() * total),
+                         len(items) - 1)]
+
+    def _job(self, project: str, submit: int, load: dict[str, int]) -> JobSpec:
+        rng = self.rng
+        mix = self.plans[project].mix
+        names = sorted(mix)
+        template = self._pick(names, [mix[n] for n in names])
+        user = self._users(project)[int(rng.random() * 4)]
+        priority = self._priority()
+        k = self._next()
+        anywhere = self.whole_pools + self.session_pools + ([pools.SHARED] if self.has_shared else [])
+        whole = self._choose(self.whole_pools, load) if template in ("fine-tune", "batch", "inference") else ""
+        if template == "fine-tune":
+            dur = int(rng.uniform(1.5, 10) * 3600)
+            spec = JobSpec(project, user, f"{project}-ft-{k}", "fine-tune", FINE_TUNE, whole, GPUS_PER_NODE, dur,
+                           submit, priority, min(dur, 2 * 3600), "slurm")
+        elif template == "batch":
+            dur = int(rng.uniform(0.3, 1.8) * 3600)
+            # no checkpoints: preempted, it starts over, so it declares its whole runtime
+            spec = JobSpec(project, user, f"{project}-eval-{k}", "batch", BATCH, whole,
+                           GPUS_PER_NODE if rng.random() < 0.25 else 1, dur, submit, priority, dur, "k8s")
+        elif template == "inference":
+            spec = JobSpec(project, user, f"{project}-serve-{k}", "inference", INFERENCE, whole,
+                           GPUS_PER_NODE if rng.random() < 0.25 else 1, int(rng.uniform(4, 24) * 3600), submit, priority,
+                           MIN_RUNTIME_CAP_S, "k8s")
+        elif template == "debug":
+            dur = int(rng.uniform(3, 25) * 60)
+            spec = JobSpec(project, user, f"dbg-{user}-{k}", "batch", BATCH, self._choose(anywhere, load, drawn=0), 1, dur,
+                           submit, PRIORITY_HIGH, dur, "k8s", debug=True)
+            if rng.random() < SQUAT_SHARE_DEBUG and spec.pool != pools.SHARED:
+                return self._squatter(spec, k)
+        else:  # interactive: a notebook session; its user is at the keyboard for all of it
+            dur = int(rng.uniform(0.5, 6) * 3600)
+            spec = JobSpec(project, user, f"nb-{user}-{k}", "interactive", INTERACTIVE, self._choose(anywhere, load, drawn=0),
+                           1, dur, submit, priority, dur, "k8s")
+            if rng.random() < SQUAT_SHARE_SESSIONS and spec.pool != pools.SHARED:
+                return self._squatter(spec, k)
+        if rng.random() < FAIL_SHARE.get(template, 0.0):
+            spec.behaviour, spec.duration_s, spec.name = FAILING, int(rng.uniform(60, 600)), spec.name + "-fail"
+        spec.gpus = spec.count * self.gpus_per_lane(spec.pool)
+        return spec
+
+    def _squatter(self, spec: JobSpec, k: int) -> JobSpec:
+        """The session (or allocation) left idle, memory held, until its 4-12 h limit; it declares
+        no minimum runtime (never funded, never protected)."""
+        spec.name, spec.kind, spec.behaviour = f"squat-{spec.project}-{k}", "interactive", SQUAT
+        spec.duration_s, spec.min_runtime_s, spec.debug = int(self.rng.uniform(4, 12) * 3600), 0, False
+        spec.gpus = spec.count * self.gpus_per_lane(spec.pool)
+        return spec
+
+    def _priority(self) -> int:
+        u, acc = self.rng.random(), 0.0
+        for value, share in PRIORITY_DRAW:
+            acc += share
+            if u < acc:
+                return value
+        return PRIORITY_DRAW[-1][0]
+
+    def _next(self) -> int:
+        self.serial += 1
+        return self.serial
+
+    @staticmethod
+    def _users(project: str) -> list[str]:
+        return [f"{project.split('-')[0][:6]}-user{u}" for u in range(1, 5)]

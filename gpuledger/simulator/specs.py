@@ -1,0 +1,31 @@
+"""What a simulated job asks for and how it behaves (the codes drive the signal shapes, signals.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+IDLE, TRAINING, FINE_TUNE, BATCH, INFERENCE, INTERACTIVE, SQUAT, FAILING = range(8)
+BEHAVIOUR_NAMES = ("idle", "training", "fine-tune", "batch", "inference", "interactive", "squat", "failing")
+
+# Declared priorities. Users inflate them (Ai2: under plain priorities "everything is urgent"):
+# most jobs say high, so a scheduler that orders by them is close to first come, first served.
+PRIORITY_HIGH, PRIORITY_NORMAL, PRIORITY_LOW = 1000, 500, 100
+
+
+@dataclass
+class JobSpec:
+    project: str
+    user: str
+    name: str
+    kind: str
+    behaviour: int
+    pool: str  # whole:<model> / mig:<profile> / shared (pools.py)
+    count: int  # lanes wanted
+    duration_s: int
+    submit_s: int
+    priority: int  # declared (inflated); the simulated scheduler orders by fair share, not by it
+    min_runtime_s: int
+    scheduler: str  # slurm / k8s
+    chain: int = -1  # training chain id (its segments resume from checkpoints), -1 for none
+    gpus: float = 1.0  # whole-GPU equivalents: count x the lane's fraction of a GPU
+    debug: bool = False  # a short debug job: its project's own queue starts it first
