@@ -372,6 +372,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--whatif-dir", type=Path, default=None, help="a folder with a whatif schedule result")
     parser.add_argument("--screenshots", type=Path, default=None, help="a folder for each page's screenshot")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--first-visit", action="store_true",
+                        help="time a fresh server's first visit against a later one instead (streamlit run vs "
+                             "gpuledger dashboards serve: benchmarks/first_visit_bench.py), per size")
     args = parser.parse_args(argv)
     results = {}
     for gpus in args.gpus:
@@ -389,6 +392,13 @@ def main(argv: list[str] | None = None) -> None:
             _cli(_env(folder), "warehouse", "migrate")
         if args.build_only:
             results[str(gpus)] = {"build": record}
+            continue
+        if args.first_visit:
+            sys.path.insert(0, str(ROOT / "benchmarks"))
+            from first_visit_bench import main as first_visits
+
+            print(f"\n{gpus} GPUs ({folder}): a fresh server's first visit", flush=True)
+            first_visits(["--warehouse", str(folder / "gpuledger.duckdb"), "--rounds", str(args.repeats)])
             continue
         proc, url, cwd = serve(ROOT / "dashboards" / "app.py", folder, args.whatif_dir)
         base_cwd = Path(tempfile.mkdtemp(prefix="gpuledger-browser-baseline-"))

@@ -199,13 +199,21 @@ def _het_jobs_are_one_job(rows: list[dict], findings: list[Finding]):
         squats = [by_job.get((m["cluster"], m["job_id"])) for m in members]
         out_findings = [f for f in out_findings if (f.cluster, f.job_id) not in {(m["cluster"], m["job_id"])
                                                                                  for m in members}]
-        if all(f is not None and f.finding == "squatting" for f in squats):
-            least = min(squats, key=lambda f: f.idle_minutes)
-            out_findings.append(Finding(**{**least.__dict__, "job_id": leader["job_id"],
-                                           "gpus_idle": sum(f.gpus_idle for f in squats),
-                                           "gpus_total": sum(f.gpus_total for f in squats),
-                                           "gpu_hours_idle": sum(f.gpu_hours_idle for f in squats)}))
+        whole = squatting_as_one(squats, leader["job_id"])
+        if whole is not None:
+            out_findings.append(whole)
     return [r for r in rows if (r["cluster"], r["job_id"]) not in dropped], out_findings
+
+
+def squatting_as_one(parts: list[Finding | None], job_id: str) -> Finding | None:
+    """The finding of a job made of parts (a workload's pods, a het job's components): squatting
+    only when every part squats — idle since the shortest part's stretch, its GPUs summed — else None."""
+    if not all(f is not None and f.finding == "squatting" for f in parts):
+        return None
+    least = min(parts, key=lambda f: f.idle_minutes)
+    return Finding(**{**least.__dict__, "job_id": job_id, "gpus_idle": sum(f.gpus_idle for f in parts),
+                      "gpus_total": sum(f.gpus_total for f in parts),
+                      "gpu_hours_idle": sum(f.gpu_hours_idle for f in parts)})
 
 
 def _kueue_workloads_stand_for_their_pods(rows: list[dict], findings: list[Finding], now: datetime):
@@ -235,13 +243,9 @@ def _kueue_workloads_stand_for_their_pods(rows: list[dict], findings: list[Findi
             continue
         workload["start_time"] = min(p["start_time"] for p in members)
         workload["_derived_start"] = True
-        squats = [by_job.get((p["cluster"], p["job_id"])) for p in members]
-        if all(f is not None and f.finding == "squatting" for f in squats):
-            least = min(squats, key=lambda f: f.idle_minutes)
-            out_findings.append(Finding(**{**least.__dict__, "job_id": workload["job_id"],
-                                           "gpus_idle": sum(f.gpus_idle for f in squats),
-                                           "gpus_total": sum(f.gpus_total for f in squats),
-                                           "gpu_hours_idle": sum(f.gpu_hours_idle for f in squats)}))
+        whole = squatting_as_one([by_job.get((p["cluster"], p["job_id"])) for p in members], workload["job_id"])
+        if whole is not None:
+            out_findings.append(whole)
     return kept, out_findings
 
 

@@ -43,11 +43,15 @@ if ctx is not None:
     d.metric("Idle GPU-hours (waste)", ui.hours(idle))
 
     explained = queries.priority_why(jobs, budgets, tree)
-    cols = {"job_id": "job", "why": st.column_config.TextColumn("priority: why", width=560),
+    if "name" in explained.columns:  # the job by the name its owner gave it, the id in a later column
+        explained = explained.with_columns(job_name=pl.coalesce("name", "job_id"))
+    else:
+        explained = explained.with_columns(job_name=pl.col("job_id"))
+    cols = {"job_name": "job", "why": st.column_config.TextColumn("priority: why", width=560),
             "funded": st.column_config.CheckboxColumn("funded"),
             "planned_priority": ui.int_col("priority (gpuledger)"), "user_name": "user", "project": "project",
             "gpus": ui.number_col("GPUs", "%g"), "gpu_model": "GPU model", "kind": "kind",
-            "declared_priority": ui.int_col("priority (declared)"), "cluster": "cluster"}
+            "declared_priority": ui.int_col("priority (declared)"), "job_id": "job id", "cluster": "cluster"}
     st.subheader("Running")
     ui.table(explained.filter(pl.col("status") == "running"),
              {**dict(list(cols.items())[:3]), "start_time": ui.utc_col("started"), **dict(list(cols.items())[3:])},
@@ -79,7 +83,7 @@ if ctx is not None:
     audit = queries.AuditFilter(ctx.start, ctx.open_end, ctx.clusters, tuple(projects))
     acts = ui.enforcement_page(ctx.path, audit, 0, 20)
     if acts.height:
-        ui.table(acts, {"planned_at": ui.utc_col("cycle"), "job_id": "job", "action": "action",
+        ui.table(acts, {"planned_at": ui.utc_col("cycle"), "job_name": "job", "action": "action",
                         "reason": st.column_config.TextColumn("reason", width="large"), "outcome": "outcome",
                         "phase": "phase", "project": "project"}, key="team_actions")
     else:

@@ -80,10 +80,11 @@ HANGS = [
          (("gpuledger ingest kubernetes: cannot reach {silent}: no answer within 0.5 s; nothing was written by "
            "this request (check the server, or raise --read-timeout / --connect-timeout)"),)),
     Case("kubernetes-gone", _k8s("{kc_gone}"), 1, ("cannot reach {gone}: connection refused",)),
+    # the first call asks the controller which cluster it is (ClusterName): that one hangs first
     Case("enforce-plan-scontrol-hangs", ("enforce", "plan", "--observe", "slurm"), 1,
-         ("scontrol show job -o: no answer within 1 s; check slurmctld",)),
+         ("scontrol show config: no answer within 1 s; check slurmctld",)),
     Case("enforce-apply-scontrol-hangs", ("enforce", "apply", "--backend", "slurm", "--yes"), 1,
-         ("scontrol show job -o: no answer within 1 s; check slurmctld",)),
+         ("scontrol show config: no answer within 1 s; check slurmctld",)),
     Case("enforce-plan-api-silent", ("enforce", "plan", "--observe", "kubernetes", "--kubeconfig", "{kc_silent}"), 1,
          ("cannot reach the Kubernetes API server within 1 s",)),
 ]

@@ -91,3 +91,23 @@ def test_wholly_idle_gpus_are_counted_apart_from_idle_shares(tmp_path):
         s = gather(con, parse_config_text(CONFIG), now=NOW)
     assert abs(s.free_gpus[("k", "H100")] - (3 + 1 / 7 - 1.5)) < 1e-9
     assert s.free_whole_gpus == {("k", "H100"): 1.0}
+
+
+def test_a_tsdb_windows_data_is_as_new_as_its_coverage(tmp_path):
+    """The stale-data guard's 'newest sample' of a 5-min aggregate window (stamped at its start, its
+    raw samples up to covered_ms after: migration 021) is its coverage's end: a window starting
+    10 min before now that covers 290 s is data 5 min 10 s old, not 10 min; a raw sample is its ts;
+    coverage past `now` counts up to `now` only."""
+    from gpuledger.enforce.inputs import freshness
+
+    path = tmp_path / "w.duckdb"
+    with warehouse.open_writer(path) as con:
+        for gid, cluster in ((1, "agg"), (2, "raw"), (3, "late")):
+            con.execute("INSERT INTO gpus (gpu_id, cluster, gpu_uuid, host, model) VALUES (?, ?, ?, 'n1', 'H100')",
+                        [gid, cluster, f"GPU-{gid}"])
+        con.execute("INSERT INTO gpu_samples (gpu_id, ts, covered_ms, source) VALUES (1, ?, 290000, 'prometheus'), "
+                    "(2, ?, NULL, 'scrape'), (3, ?, 600000, 'prometheus')",
+                    [NOW - timedelta(minutes=10), NOW - timedelta(minutes=10), NOW - timedelta(minutes=2)])
+    with warehouse.open_reader(path) as con:
+        samples, _ = freshness(con, NOW)
+    assert samples == {"agg": NOW - timedelta(minutes=5, seconds=10), "raw": NOW - timedelta(minutes=10), "late": NOW}

@@ -54,6 +54,15 @@ def _month(path) -> None:
         job(con, "beta-9", "beta", ids["GPU-a"], datetime(2026, 11, 2), datetime(2026, 11, 3), model="A100")
 
 
+def corrected_october(path) -> None:
+    """October closed by alice on Nov 5, corrected by bob on Nov 10 ("H100 price": 1.0025 -> 1.0010)."""
+    _month(path)
+    with warehouse.open_writer(path) as con:
+        periods.close_period(con, "2026-10", by="alice", now=datetime(2026, 11, 5))
+        load(con, CONFIG.replace("H100_PRICE", "1.0010"), at=datetime(2026, 11, 10))
+        periods.correct_period(con, "2026-10", reason="H100 price", by="bob", now=datetime(2026, 11, 10))
+
+
 def _kinds(frame: pl.DataFrame) -> dict[tuple, Decimal]:
     return {(r["line_kind"], r["project"], r["gpu_model"]): r["amount"] for r in frame.iter_rows(named=True)}
 

@@ -84,18 +84,10 @@ def _pages(pdf) -> list[str]:
 def test_a_corrected_month_on_paper_says_why_who_and_when_and_every_page_what_it_is(tmp_path):
     """Closed by alice on Nov 5, corrected by bob on Nov 10 ("H100 price"): the PDF says both, who and
     when, and every page carries the statement, its state and page x of y; a final one no watermark."""
-    from datetime import datetime
-
-    from gpuledger.ledger import periods
-    from tests.helpers.ledger_fixtures import load
-    from tests.ledger.test_corrections import CONFIG, _month
+    from tests.ledger.test_corrections import corrected_october
 
     path = tmp_path / "w.duckdb"
-    _month(path)
-    with warehouse.open_writer(path) as con:
-        periods.close_period(con, "2026-10", by="alice", now=datetime(2026, 11, 5))
-        load(con, CONFIG.replace("H100_PRICE", "1.0010"), at=datetime(2026, 11, 10))
-        periods.correct_period(con, "2026-10", reason="H100 price", by="bob", now=datetime(2026, 11, 10))
+    corrected_october(path)
     with warehouse.open_reader(path) as con:
         st = build_statement(con, "2026-10")
     write_statement_set(st, tmp_path / "out", per_unit=False, pdf=True)

@@ -147,19 +147,11 @@ def test_libreoffice_renders_every_amount_without_hashes(statement_dir, tmp_path
 def test_a_corrected_workbook_printed_by_calc_says_why_who_when_on_pages_that_say_what_they_are(tmp_path):
     """Closed by alice on Nov 5, corrected by bob on Nov 10 ("H100 price"): Calc's PDF of the
     workbook names both revisions, and every page its statement, state and page x of y."""
-    from datetime import datetime
-
-    from gpuledger.ledger import periods
-    from tests.helpers.ledger_fixtures import load
-    from tests.ledger.test_corrections import CONFIG, _month
+    from tests.ledger.test_corrections import corrected_october
     from tests.reports.test_html_pdf import _pages
 
     path = tmp_path / "w.duckdb"
-    _month(path)
-    with warehouse.open_writer(path) as con:
-        periods.close_period(con, "2026-10", by="alice", now=datetime(2026, 11, 5))
-        load(con, CONFIG.replace("H100_PRICE", "1.0010"), at=datetime(2026, 11, 10))
-        periods.correct_period(con, "2026-10", reason="H100 price", by="bob", now=datetime(2026, 11, 10))
+    corrected_october(path)
     with warehouse.open_reader(path) as con:
         st = build_statement(con, "2026-10")
     write_statement_set(st, tmp_path / "out", per_unit=False)

@@ -12,7 +12,7 @@ from gpuledger.whatif import metrics, outcome
 from gpuledger.whatif.engine import simulate, slot_caps
 from gpuledger.whatif.inventory import Inventory
 from gpuledger.whatif.model import PRIORITY, RECLAIM, SLOT_LIMITS, Trace
-from tests.whatif.test_whatif import ORIGIN, H, _squatter_trace, config, job, summary
+from tests.whatif.test_whatif import B200, ORIGIN, H, _squatter_trace, config, job, summary
 
 # --- two teams, four GPUs, caps at their share ------------------------------------------------------
 # Shares a:1, b:1 -> each team may hold 0.5 x 4 = 2 GPUs under slot limits. Submitted: a1, a2, a3
@@ -62,6 +62,18 @@ def test_slot_limits_hold_each_team_to_its_share():
                              "big": (2 * H, 3 * H)}
     prio = simulate(trace, cfg, PRIORITY)
     assert _starts(prio) == {"a1": (0, H), "a2": (0, H), "a3": (0, H), "b1": (0, 2 * H), "big": (H, 2 * H)}
+
+
+def test_room_under_a_cap_starts_the_teams_work_in_another_pool():
+    # 2 H100 + 2 B200, shares a:1, b:1 -> caps of 2 GPUs. Both of a's jobs come at 0, in id order:
+    # the 1-GPU B200 job `b` starts (a holds 1); the 2-GPU H100 job `h` would take a to 3 > 2 and
+    # waits, though the H100s idle. When `b` ends at 3,600 (an event of the B200 pool) a holds
+    # nothing: `h` starts then in the H100 pool.
+    inv = Inventory.from_counts([{"model": "H100", "count": 2}, {"model": "B200", "count": 2}])
+    jobs = (job("h", "a", 0, H, gpus=2), job("b", "a", 0, H, gpus=1, pool=B200))
+    _, cfg = _two_teams()
+    r = simulate(Trace(ORIGIN, 4 * H, jobs, inv), cfg, SLOT_LIMITS)
+    assert _starts(r) == {"b": (0, H), "h": (H, 2 * H)}
 
 
 def test_the_outcome_figures_of_both_baselines():
@@ -177,6 +189,13 @@ def test_whatif_schedule_over_simulated_seeds(tmp_path):
     assert again.stdout == done.stdout
     table = runner.invoke(app, args[:-3] + ["--no-progress"])
     assert table.exit_code == 0 and "median [min–max]" in table.output and "worst team" in table.output
+    # one warehouse, two seeds: the same recorded jobs, each seed its own draws for the never-started
+    one = runner.invoke(app, ["whatif", "schedule", "--warehouse", doc["sources"]["1"], "--seeds", "2",
+                              "--policies", "priority", "--format", "json", "--no-progress"])
+    assert one.exit_code == 0, one.output
+    block = json.loads(one.stdout)["outcome"]
+    assert block["seeds"] == [1, 2] and set(block["sources"].values()) == {doc["sources"]["1"]}
+    assert "each seed its draws" in block["regime"]
     bad = runner.invoke(app, args[:-3] + ["--sweep", "cycle_minutes=5,15"])
     assert bad.exit_code == 2 and "a sweep replays one trace" in bad.output
     bad = runner.invoke(app, ["whatif", "schedule", "--simulate-gpus", "12", "--no-progress"])
