@@ -10,6 +10,12 @@ stopped), fine-tunes, batch evals, short debug jobs, notebook sessions, inferenc
 inference services sized to the MIG devices that exist. A share of notebook sessions (and a few
 debug allocations) is left idle holding its GPUs: the squatters, named ``squat-...``.
 
+Training and fine-tunes checkpoint (every 30-60 min: signals.py draws the dips) and can be
+requeued: a chain's segment resumes where the last stopped, and both are Slurm jobs of kinds in
+``policy.whatif.resumable_kinds``, as a site submits them with ``--requeue`` (the Requeue=1 that
+``enforce plan --observe slurm`` reads, enforce/rails.py ``resumable``); evals, debug jobs,
+sessions and services do not.
+
 Declared priorities are inflated (most jobs say high) and minimum runtimes follow design.md's
 funding rule: training and inference the 8 h cap, a fine-tune (it checkpoints) up to 2 h, evals,
 debug jobs and sessions (they do not checkpoint) their whole runtime, squatters none.

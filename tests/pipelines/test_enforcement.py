@@ -36,12 +36,25 @@ def test_plan_is_recorded_and_apply_is_off_unless_configured(sim_warehouse, tmp_
                                                   "why_not": "policy.enforcement.pipeline_apply is false"}
     assert rows(sim_warehouse, "SELECT count(*) FROM enforcement_audit WHERE phase = 'applied'") == [(0,)]
 
-    # enabled, still a dry run: every action of the newest plan gets one applied row, nothing acts
+    # enabled, still a dry run: every action of the newest plan gets one applied row, nothing acts —
+    # through a Kubernetes backend of the simulated cluster (the stand-in API server: it is asked,
+    # read-only, what a dry run needs; a Slurm backend would first need a controller to say which
+    # cluster it is)
+    from tests.helpers.k8s_standin import KubeStandIn
+
+    server = KubeStandIn().start()
+    kc = server.write_kubeconfig(tmp_path / "kc", context="sim")
+    assert "\nsources:" not in config_file[1]
     text = config_file[1].replace("    pipeline_apply: false", "    pipeline_apply: true").replace(
-        "    pipeline_backend: null", "    pipeline_backend: slurm")
+        "    pipeline_backend: null", "    pipeline_backend: kubernetes") + \
+        f"sources:\n  kubernetes: {{kubeconfig: \"{kc}\", cluster: sim}}\n"
     enabled = tmp_path / "enabled.yaml"
     enabled.write_text(text)
-    on = materialize([enforcement_actions], sim_warehouse, instance=instance, config=enabled)
+    try:
+        on = materialize([enforcement_actions], sim_warehouse, instance=instance, config=enabled)
+    finally:
+        server.close()
+    assert not [c for c in server.calls if c["method"] != "GET"]  # a dry run: nothing written
     meta_on = metadata(on, enforcement_actions)
     assert meta_on["applied"] is True and meta_on["dry_run"] is True and meta_on["performed"] == 0
     acted = meta["set_priority"] + meta["warn"] + meta["preempt"]
