@@ -189,8 +189,10 @@ def burn_status(nodes: pl.LazyFrame, consumed: pl.LazyFrame, *, as_of: datetime,
         pl.lit(burn_window.total_seconds()),
         (pl.lit(as_of) - _DAY_START).dt.total_microseconds() / 1e6,
     ) / 86400.0
+    # to the second: a projection at a burn rate is no finer than that, and float sums of the same
+    # GPU-hours added in another order (the pipeline's snapshot, a recompute) must project the same time
     exhaustion = pl.lit(as_of) + pl.duration(
-        microseconds=(pl.col("remaining_gpu_hours") / pl.col("burn_gpu_hours_per_day") * 86400e6).cast(pl.Int64)
+        seconds=(pl.col("remaining_gpu_hours") / pl.col("burn_gpu_hours_per_day") * 86400.0).round(0).cast(pl.Int64)
     )
     return (
         nodes.join(consumed, on=["node", "period_start"], how="left")
