@@ -13,8 +13,8 @@ HELPER = [sys.executable, "-m", "tests.helpers.sample_writer"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start_writer(path, marker, batches, rows, gpu_id):
-    return subprocess.Popen([*HELPER, str(path), str(marker), str(batches), str(rows), str(gpu_id)],
+def _start_writer(path, marker, batches, rows, gpu_id, hold=0):
+    return subprocess.Popen([*HELPER, str(path), str(marker), str(batches), str(rows), str(gpu_id), str(hold)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -29,12 +29,15 @@ def _wait_for(predicate, what, timeout_s=120):
 def test_reader_queries_while_writer_process_ingests(tmp_path, warehouse_file):
     marker = tmp_path / "first-batch-published"
     batches, rows = 12, 100_000
-    writer = _start_writer(warehouse_file, marker, batches, rows, 1)
+    # the writer waits for our first two reads (after its batches 1 and 2): on a loaded machine one
+    # reader open could otherwise span the whole ingest and see only its end
+    writer = _start_writer(warehouse_file, marker, batches, rows, 1, hold=2)
     _wait_for(lambda: marker.exists() or writer.poll() is not None, "the writer's first batch")
     seen = []
     while writer.poll() is None:
         with warehouse.open_reader(warehouse_file) as con:
             seen.append(con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0])
+        Path(f"{marker}.read{len(seen) - 1}").touch()
     out, err = writer.communicate()
     assert writer.returncode == 0, err
     # The reader ran during the ingest, saw only whole batches, and never went backwards.
