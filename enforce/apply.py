@@ -23,7 +23,7 @@ from gpuledger.enforce.backends.base import (
     Outcome,
 )
 from gpuledger.enforce.model import ENDED as PHASE_ENDED
-from gpuledger.enforce.model import NONE, PREEMPT, RUNNING, SET_PRIORITY, WAITING, WARN, Action
+from gpuledger.enforce.model import ENDED_STATES, NONE, PREEMPT, RUNNING, SET_PRIORITY, WAITING, WARN, Action
 
 
 @dataclass
@@ -99,7 +99,7 @@ def _check(action: Action, backend: Backend, guard) -> Outcome | None:
     if live is None:
         return Outcome(SKIPPED, f"{backend.name} no longer lists job {action.job_id} (ended or gone): "
                                 "nothing to preempt", cause="gone")
-    if live.get("phase") == PHASE_ENDED or str(live.get("state") or "").upper() in ENDED:
+    if live.get("phase") == PHASE_ENDED or str(live.get("state") or "").upper() in ENDED_STATES:
         return Outcome(SKIPPED, f"job {action.job_id} has already ended ({live['state']}): nothing to preempt",
                        cause="ended")
     if live.get("phase") not in (None, RUNNING):
@@ -146,10 +146,6 @@ def elsewhere(action: Action, backend: Backend, here: str) -> str:
             f"({backend.cluster_source}): job ids repeat across clusters, so nothing is done here; apply "
             f"{action.cluster}'s actions with a backend of that cluster")
 
-
-#: Scheduler states after which a job holds nothing (Slurm's, Kubernetes pod phases).
-ENDED = ("COMPLETED", "COMPLETING", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-         "DEADLINE", "PREEMPTED", "SUCCEEDED")
 
 
 def differences(planned: dict, live: dict) -> list[str]:

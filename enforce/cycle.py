@@ -116,4 +116,4 @@ def _guard(con, cfg: Config, at: datetime, actions: list[Action] = ()):
 
 
 def _serves_funded(action: Action) -> bool:
-    return action.action == PREEMPT and (action.serves or {}).get("words") == "funded job"
+    return action.action == PREEMPT and bool((action.serves or {}).get("funded"))

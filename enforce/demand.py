@@ -198,7 +198,7 @@ def demand_actions(w: JobFacts, chosen: list[JobFacts], missing: float, words: s
 def serving(w: JobFacts, words: str) -> dict:
     """What apply needs to find the waiting job again and check it still waits (Action.serves)."""
     return {"job_id": w.job_id, "scheduler_job": w.scheduler_job, "source": w.source, "namespace": w.namespace,
-            "name": w.name, "words": words.rsplit(" ", 1)[0], "observed": w.observed}
+            "name": w.name, "words": words.rsplit(" ", 1)[0], "funded": w.funded, "observed": w.observed}
 
 
 def demand_preemptions(situation: Situation, policy, targets, already: set[Key], notes

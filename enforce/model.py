@@ -19,6 +19,9 @@ STOP = "stop"
 #: Kueue Workload's conditions): only a ``running`` job holds GPUs a preemption frees, only a
 #: ``waiting`` one is served by it; ``held`` (deactivated, suspended) and ``ended`` are neither.
 WAITING, RUNNING, HELD, ENDED = "waiting", "running", "held", "ended"
+#: Scheduler states after which a job holds nothing (Slurm's JobState, Kubernetes pod phases).
+ENDED_STATES = ("COMPLETED", "COMPLETING", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SUCCEEDED")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuledger.enforce.model import ENDED, RUNNING, WAITING, Action  # noqa: F401  (phases, for backends)
+from gpuledger.enforce.model import Action
 
 from gpuledger.errors import RunError
 

@@ -33,7 +33,7 @@ from gpuledger.enforce.backends.base import (
     CredentialError,
     Outcome,
 )
-from gpuledger.enforce.model import ENDED, HELD, REQUEUE, RUNNING, WAITING, Action
+from gpuledger.enforce.model import ENDED, ENDED_STATES, HELD, REQUEUE, RUNNING, WAITING, Action
 from gpuledger.enforce.policy import EXEMPT_BASE, FUNDED_BASE, PROJECT_STEP, UNFUNDED_BASE
 
 # 123, an array task 123_4, a pending array 123_[0-7%2] (as sacct lists it), a het component 123+1
@@ -41,8 +41,6 @@ _JOB_ID = re.compile(r"^\d+(?:_(?:\d+|\[[0-9,%\-]+\]))?(?:\+\d+)?$")
 _WHOLE_JOB = re.compile(r"^(\d+)(?:_\[[0-9,%\-]+\]|\+\d+)$")
 _PHASES = {"PENDING": WAITING, "REQUEUED": WAITING, "RUNNING": RUNNING, "CONFIGURING": RUNNING,
            "SUSPENDED": HELD, "REQUEUE_HOLD": HELD, "SPECIAL_EXIT": HELD, "RESV_DEL_HOLD": HELD}
-_ENDED = ("COMPLETED", "COMPLETING", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-          "DEADLINE", "PREEMPTED")
 _GPUS = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")
 _GONE = ("Invalid job id", "Job has already finished", "already completing or completed")
 _DENIED = ("Access/permission denied", "Permission denied", "Invalid user", "Authentication failure")
@@ -150,7 +148,7 @@ def phase(state: str | None) -> str | None:
     state = (state or "").upper()
     if not state:
         return None
-    return ENDED if state in _ENDED else _PHASES.get(state, HELD)
+    return ENDED if state in ENDED_STATES else _PHASES.get(state, HELD)
 
 
 def _fields(line: str) -> dict[str, str]:
