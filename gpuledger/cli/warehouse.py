@@ -62,6 +62,8 @@ def migrate(warehouse_file: WarehouseOpt = None) -> None:
     path = warehouse_path(warehouse_file)
     with warehouse.open_writer(path) as con:
         version = warehouse.schema_version(con)
+    if con.backup_path is not None:
+        typer.echo(f"backup before migrating: {con.backup_path} (README \"Restoring a backup\")")
     typer.echo(f"warehouse {path}: schema version {version}")
 
 
