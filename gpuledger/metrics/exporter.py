@@ -133,4 +133,7 @@ def serve(path: Path, *, port: int, host: str = DEFAULT_HOST, policy=None, cache
 
     registry = CollectorRegistry()
     registry.register(LedgerCollector(path, policy=policy, cache_s=cache_s))
+    from gpuledger.metrics.pipeline_health import register_if_configured
+
+    register_if_configured(registry)  # pipeline health from the Dagster instance, when there is one
     return start_http_server(port, addr=host, registry=registry)
