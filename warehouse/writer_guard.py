@@ -19,13 +19,13 @@ import socket
 import time
 from pathlib import Path
 
+from gpuledger.errors import RunError
+
 STATEFULSET_ENV = "GPULEDGER_STATEFULSET"
 
 
-class WriterRefused(RuntimeError):
-    """This process must not be a writer; the message says why and what to do."""
-
-    exit_code = 1
+class WriterRefused(RunError):
+    """This process must not be a writer; the message says why and what to do (exit code 1)."""
 
 
 def check_ordinal(hostname: str | None = None, environ=os.environ) -> None:
@@ -33,7 +33,8 @@ def check_ordinal(hostname: str | None = None, environ=os.environ) -> None:
     name = environ.get(STATEFULSET_ENV)
     if not name:
         return
-    hostname = hostname or socket.gethostname()
+    # the container runtime sets $HOSTNAME to the pod's name (the StatefulSet's <name>-<ordinal>)
+    hostname = hostname or environ.get("HOSTNAME") or socket.gethostname()
     suffix = hostname.removeprefix(f"{name}-") if hostname.startswith(f"{name}-") else None
     if suffix is None or not suffix.isdigit():
         raise WriterRefused(

@@ -98,3 +98,43 @@ def test_the_migrate_command_refuses_it_in_one_line(warehouse_file):
     assert "Traceback" not in done.stderr
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and "newer than this gpuledger knows" in lines[0], lines
+
+
+def test_the_writer_refuses_a_statefulset_ordinal_other_than_0(warehouse_file):
+    from gpuledger.warehouse import writer_guard
+
+    env = {"GPULEDGER_STATEFULSET": "gpuledger"}
+    writer_guard.check_ordinal("gpuledger-0", env)  # the one writer
+    writer_guard.check_ordinal("admin-2", {})  # no StatefulSet named: a Slurm admin node's name means nothing
+    with pytest.raises(writer_guard.WriterRefused, match="ordinal 1 of the StatefulSet gpuledger.*replicas: 1"):
+        writer_guard.check_ordinal("gpuledger-1", env)
+    with pytest.raises(writer_guard.WriterRefused, match="not a replica of the StatefulSet"):
+        writer_guard.check_ordinal("other-0", env)
+    # the init container's `warehouse migrate` at replica 1: one line, exit 1, no warehouse made
+    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "warehouse", "migrate", "--warehouse",
+                           str(warehouse_file)], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, **env, "HOSTNAME": "gpuledger-1"})
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and "ordinal 1" in lines[0], lines
+    assert not warehouse_file.exists()
+
+
+def test_a_second_writer_lease_is_refused_while_the_first_lives(warehouse_file, tmp_path):
+    import os
+
+    from gpuledger.warehouse import writer_guard
+
+    first = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from gpuledger.warehouse import writer_guard\n"
+        f"writer_guard.take_lease(Path({str(warehouse_file)!r}), role='dagster-daemon')\n"
+        "print('held', flush=True); sys.stdin.read()")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "held"
+        with pytest.raises(writer_guard.WriterRefused, match=f"another gpuledger writer holds .*PID {first.pid}"):
+            writer_guard.take_lease(warehouse_file, role="dagster-daemon")
+    finally:
+        first.stdin.close()
+        first.wait(timeout=30)
+    # the kernel let go with the holder: the next writer takes it
+    os.close(writer_guard.take_lease(warehouse_file, role="dagster-daemon"))
