@@ -20,9 +20,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gpuledger.warehouse.db import migrations
 
 from gpuledger.extras import EXTRAS
-from gpuledger.warehouse.db import migrations
 from tests.deploy.test_image import image_extras
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ CACHE = REPO / ".cache/image"
 RECORDS = REPO / "build/image"
 TAG = "localhost/gpuledger:test"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700),  # a first build: ~8.5 min here
               pytest.mark.skipif(shutil.which("buildah") is None, reason="needs buildah (make test-deps)")]
 
 

@@ -7,10 +7,10 @@ import sys
 
 import duckdb
 import pytest
-
-from gpuledger import warehouse
 from gpuledger.warehouse import migration_backup
 from gpuledger.warehouse.db import apply_migrations, migrations
+
+from gpuledger import warehouse
 
 LATEST = migrations()[-1][0]
 
