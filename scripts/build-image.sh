@@ -101,6 +101,9 @@ echo "build-image: building $tag on $base (CA secret: $([ ${#secret[@]} -gt 0 ] 
   --build-arg "PIP_INDEX_URL=$index" "${secret[@]}" -f "$repo/Containerfile" -t "$tag" "$repo" >>"$log" 2>&1 \
   || fail "buildah bud failed: $(grep -E 'ERROR|Error|error:' "$log" | tail -n1 | cut -c1-300) (whole log: $log)"
 
+# the previous build of this tag is left dangling: drop it (each vfs image is ~1.5 GB)
+"${B[@]}" rmi --prune >/dev/null 2>&1 || true
+
 # 5. records: what was resolved, and the image's identity
 ctr=$("${B[@]}" from "$tag")
 mnt=$("${B[@]}" mount "$ctr")
