@@ -126,8 +126,10 @@ def write_html(st: Statement, path: Path) -> Path:
 
 def _statement_writers(st: Statement, stem: str) -> list[tuple[str, object]]:
     """(file name, writer of that file into a path) for each of the statement's files, in order."""
+    from gpuledger.reports.focus import write_focus
+
     writers = [lambda p: write_csv(st.lines, p), lambda p: write_parquet(st.lines, p),
-               lambda p: write_xlsx(st, p), lambda p: write_html(st, p)]
+               lambda p: write_xlsx(st, p), lambda p: write_html(st, p), lambda p: write_focus(st, p)]
     by_partition, by_host = st.by_partition, st.by_host
     if by_partition.height:
         writers.append(lambda p: write_csv(by_partition, p))
@@ -138,9 +140,9 @@ def _statement_writers(st: Statement, stem: str) -> list[tuple[str, object]]:
 
 
 def file_names(stem: str, *, by_partition: bool, by_host: bool) -> list[str]:
-    """The names of a statement's files, in order: lines as CSV, Parquet, XLSX and HTML, then
-    GPU-hours by Slurm partition and by host where the statement has any."""
-    return [f"{stem}.csv", f"{stem}.parquet", f"{stem}.xlsx", f"{stem}.html",
+    """The names of a statement's files, in order: lines as CSV, Parquet, XLSX, HTML and FOCUS
+    (reports/focus.py), then GPU-hours by Slurm partition and by host where the statement has any."""
+    return [f"{stem}.csv", f"{stem}.parquet", f"{stem}.xlsx", f"{stem}.html", f"{stem}-focus.csv",
             *([f"{stem}-by-partition.csv"] if by_partition else []), *([f"{stem}-by-host.csv"] if by_host else [])]
 
 
@@ -156,14 +158,21 @@ def write_statement_files(st: Statement, folder: Path, stem: str) -> list[Path]:
 
 
 def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf: bool = False,
-                        showback: str | None = None) -> dict:
+                        showback: str | None = None, focus_only: bool = False) -> dict:
     """The statement's files in ``out`` (``statement-<period>-<scope>.*``), with ``per_unit`` each
     business unit's in ``out/units/<unit>/``, and ``out/manifest.json``. With ``pdf`` the HTML is
     printed to ``statement-<period>-<scope>.pdf`` too (headless Chromium, reports/pdf.py; the
-    scope's statement only). Returns the manifest."""
+    scope's statement only). ``focus_only``: the FOCUS file alone (``report statement --format
+    focus``), with its manifest. Returns the manifest."""
     out.mkdir(parents=True, exist_ok=True)
     stem = f"statement-{st.period}-{slug(st.scope)}"
-    files = write_statement_files(st, out, stem)
+    if focus_only:
+        from gpuledger.reports.focus import write_focus
+
+        files = [write_focus(st, out / f"{stem}-focus.csv")]
+        per_unit, pdf, showback = False, False, None
+    else:
+        files = write_statement_files(st, out, stem)
     shown: list[str] = []
     if showback:  # an extra view, never the ledger: the statement's files are unchanged
         from gpuledger.reports.showback import render_showback_html, showback_lines, showback_sentences

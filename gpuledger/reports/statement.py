@@ -262,13 +262,13 @@ def subtree(org_nodes: pl.DataFrame, node: str) -> set[str]:
 
 
 USAGE_SCHEMA = {"project": pl.String, "model": pl.String, "tier": pl.String, "partition": pl.String,
-                "host": pl.String, "gpu_hours_allocated": pl.Float64, "gpu_hours_active": pl.Float64,
+                "host": pl.String, "mig_profile": pl.String, "gpu_hours_allocated": pl.Float64, "gpu_hours_active": pl.Float64,
                 "gpu_hours_unknown": pl.Float64, "gpu_hours_time_sliced": pl.Float64,
                 "gpu_hours_no_energy": pl.Float64, "gpu_hours_mig": pl.Float64, "energy_kwh": pl.Float64}
 
 
 def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> pl.DataFrame:
-    """Per allocation piece's (project, model, tier, partition, host): allocated, active and
+    """Per allocation piece's (project, model, tier, partition, host, MIG profile): allocated, active and
     unknown GPU-hours; of the unknown, those on time-sliced GPUs (``gpu_hours_time_sliced``);
     ``energy_kwh`` of the hours with a reading of their own and ``gpu_hours_no_energy`` for the
     others (not time-sliced; of them ``gpu_hours_mig`` on MIG slices). A time-sliced GPU's energy is split by allocation fraction and a MIG
@@ -278,7 +278,7 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
 
     used = attribution(con, t, start=start, end=end, now=now, policy=policy)
     jobs = t.jobs.select("cluster", "job_id", "project", "partition").unique(["cluster", "job_id"])
-    hosts = t.gpus.select(pl.col("gpu_id").cast(pl.Int32), "host")
+    hosts = t.gpus.select(pl.col("gpu_id").cast(pl.Int32), "host", "mig_profile")
     alloc, sliced = pl.col("gpu_hours_allocated"), pl.col("gpu_hours_time_sliced").fill_null(0.0)
     own = (alloc - sliced).clip(lower_bound=0.0)
     reading = pl.col("energy_kwh").is_not_null() & ~pl.col("is_mig").fill_null(False)
@@ -290,7 +290,7 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
             gpu_hours_no_energy=pl.when(reading).then(0.0).otherwise(own),
             gpu_hours_mig=pl.when(pl.col("is_mig").fill_null(False)).then(own).otherwise(0.0),
             energy_kwh=pl.when(reading & (alloc > 0)).then(pl.col("energy_kwh") * own / alloc).otherwise(0.0))
-        .group_by("project", "model", "tier", "partition", "host")
+        .group_by("project", "model", "tier", "partition", "host", "mig_profile")
         .agg(pl.col("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown", "gpu_hours_time_sliced",
                     "gpu_hours_no_energy", "gpu_hours_mig", "energy_kwh").sum())
         # in-memory engine: the streaming one sums in a different order on every run (notes/tables.md)

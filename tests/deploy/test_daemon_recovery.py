@@ -103,6 +103,7 @@ def test_a_killed_daemons_run_is_failed_and_retried_when_it_restarts(tmp_path):
                 return min(started, key=lambda r: r["startTime"]) if started else None
 
             first = until(deadline, "the next ingest run to start", next_writing_run, 0.5)
+            print(f"the next writing run started {first['startTime'] - restarted:.1f} s after the restart")
             assert first["startTime"] - restarted < 60, (first["startTime"] - restarted, log.read_text()[-3000:])
             assert "recovered run " + stuck in log.read_text()
         finally:
