@@ -109,8 +109,8 @@ class Pod:
 
     def mapped(self, text: str) -> str:
         """Paths and loopback ports inside a shell or Python one-liner (an exec probe)."""
-        for prefix, local in self.places.items():
-            text = re.sub(rf"(?<![\w/]){re.escape(prefix)}(?=[/\s\"']|$)", str(local), text)
+        places = "|".join(re.escape(prefix) for prefix in self.places)  # one pass: a mapped path is not mapped again
+        text = re.sub(rf"(?<![\w/])({places})(?=[/\s\"']|$)", lambda m: str(self.places[m.group(1)]), text)
         for port, local in self.ports.items():
             text = text.replace(f"127.0.0.1:{port}/", f"127.0.0.1:{local}/")
         return text

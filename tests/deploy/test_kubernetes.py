@@ -273,6 +273,7 @@ def test_the_node_agent_and_the_writers_reader_run_as_written(overlay, tmp_path)
         agent = pod.start({**agents, "args": [*agents["args"], "--count", "2"]}, tmp_path / "agent.log")
         assert agent.wait(timeout=120) == 0, (tmp_path / "agent.log").read_text()
         assert "2 polls" in (tmp_path / "agent.log").read_text()
+        assert pod.probe(agents, agents["livenessProbe"])  # its node's spool file is fresh
         for init in writer["initContainers"]:  # the schema first, as the pod does
             assert pod.start(init, tmp_path / "migrate.log").wait(timeout=120) == 0
         loop = pod.start(reader, tmp_path / "reader.log")  # --every 60s: its first read is at once
@@ -280,6 +281,7 @@ def test_the_node_agent_and_the_writers_reader_run_as_written(overlay, tmp_path)
         while "node files" not in (tmp_path / "reader.log").read_text() and time.monotonic() < deadline:
             assert loop.poll() is None, (tmp_path / "reader.log").read_text()
             time.sleep(0.5)
+        assert pod.probe(reader, reader["livenessProbe"])  # its heartbeat was touched after the read
         loop.terminate()  # SIGTERM: stops between reads, exit 0
         assert loop.wait(timeout=60) == 0, (tmp_path / "reader.log").read_text()
         assert "1 GPU holdings from 1 node files" in (tmp_path / "reader.log").read_text()
