@@ -309,3 +309,84 @@ def test_kustomize_renders_the_charts_objects(which):
     assert sorted(chart) == sorted(kust)
     for key in chart:
         assert chart[key] == kust[key], f"{key}: the chart and Kustomize differ (run scripts/kustomize-from-chart.py)"
+
+
+def test_the_alerts_fire_on_their_conditions_and_not_before(everything, tmp_path):
+    """promtool's unit tests on the shipped rule, its default thresholds, on two hours of series
+    (one sample a minute from t = 0; time() is seconds since then). Each alert holds 5 min (`for`)
+    before it fires; the times below are worked out from that."""
+    if shutil.which("promtool") is None:
+        pytest.skip("needs promtool (make test-deps)")
+    rule = one(everything, "PrometheusRule")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    series = {
+        # ingest last succeeded at t = 0 and never since; analytics succeeds every minute
+        'gpuledger_pipeline_last_success_timestamp_seconds{job="ingest_job"}': "0x120",
+        'gpuledger_pipeline_last_success_timestamp_seconds{job="analytics_job"}': "0+60x120",
+        # a run started at t = 0 and still running: its age grows by 60 s a minute
+        "gpuledger_pipeline_oldest_running_run_age_seconds": "0+60x120",
+        # the data keeps up with time until 30 min (1,800 s), then stops there
+        "gpuledger_data_timestamp_seconds": "0+60x30 1800x89",
+        # enforcement_apply_job: succeeded at 300 s, failed at 600 s (first seen at 10 min);
+        # enforcement_plan_job failed at 600 s but succeeded after, at 900 s
+        'gpuledger_pipeline_last_success_timestamp_seconds{job="enforcement_apply_job"}': "300x120",
+        'gpuledger_pipeline_last_failure_timestamp_seconds{job="enforcement_apply_job"}': "_x10 600x110",
+        'gpuledger_pipeline_last_success_timestamp_seconds{job="enforcement_plan_job"}': "900x120",
+        'gpuledger_pipeline_last_failure_timestamp_seconds{job="enforcement_plan_job"}': "600x120",
+        # 3 runs queued throughout; one ran until 30 min, none since
+        "gpuledger_pipeline_queued_runs": "3x120",
+        "gpuledger_pipeline_running_runs": "1x30 0x90",
+        # the instance answered for the first hour, not after
+        "gpuledger_pipeline_health_up": "1x60 0x60",
+    }
+    stuck = "A run holding the warehouse's one writer slot blocks every writing job. If the daemon was killed, " \
+            "restart it (`gpuledger pipelines daemon` fails and retries a run whose worker is gone); else look " \
+            "at the run in the Dagster UI."
+    cases = [
+        # ingest: 4,200 s since its success at 70 min (> 3,600 from 61 min, fires at 66); 3,000 s at 50 min
+        ("GpuledgerPipelineNoSuccess", "50m", None),
+        ("GpuledgerPipelineNoSuccess", "70m", ({"severity": "warning", "job": "ingest_job"}, {
+            "summary": "gpuledger ingest_job has not succeeded for 1h 10m 0s",
+            "description": "Writing jobs are stalled or failing: the dashboards, budgets and enforcement work "
+                           "from old analytics."})),
+        # the run's age passes 2,700 s at 46 min, fires at 51; at 60 min it is 3,600 s
+        ("GpuledgerPipelineRunStuck", "40m", None),
+        ("GpuledgerPipelineRunStuck", "60m", ({"severity": "warning"}, {
+            "summary": "A gpuledger pipeline run has been running for 1h 0m 0s", "description": stuck})),
+        # data 600 s old at 40 min (2,400 - 1,800); over 900 s from 46 min, fires at 51; 1,800 s at 60
+        ("GpuledgerDataStale", "40m", None),
+        ("GpuledgerDataStale", "60m", ({"severity": "warning"}, {
+            "summary": "gpuledger's newest data is 30m 0s old",
+            "description": "The scrape service (container `scrape`) or the exporters it scrapes are down: figures "
+                           "and enforcement decisions are stale (enforcement refuses to act past "
+                           "policy.enforcement.max_data_age_minutes)."})),
+        # apply's failure (600) is newer than its success (300) from 10 min, fires at 15; plan's is not
+        ("GpuledgerEnforcementFailing", "5m", None),
+        ("GpuledgerEnforcementFailing", "30m", ({"severity": "critical", "job": "enforcement_apply_job"}, {
+            "summary": "gpuledger's enforcement_apply_job failed its last run",
+            "description": "Enforcement is not planning or acting: idle GPUs are not reclaimed. See the run in "
+                           "the Dagster UI."})),
+        # queued with none running over the whole 900 s window from 46 min (31..46), fires at 51
+        ("GpuledgerPipelineQueueStuck", "40m", None),
+        ("GpuledgerPipelineQueueStuck", "60m", ({"severity": "warning"}, {
+            "summary": "gpuledger runs are queued and none has started for 900 s",
+            "description": "The Dagster daemon (run queue) is not running: check the dagster-daemon container's "
+                           "log and liveness."})),
+        # the instance stops answering at 61 min, fires at 66
+        ("GpuledgerPipelineHealthUnknown", "50m", None),
+        ("GpuledgerPipelineHealthUnknown", "70m", ({"severity": "warning"}, {
+            "summary": "gpuledger metrics cannot read the Dagster instance",
+            "description": "The instance's PostgreSQL is unreachable from the metrics container: pipeline health "
+                           "is unknown."})),
+    ]
+    spec = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series.items()],
+        "alert_rule_test": [{"eval_time": at, "alertname": name,
+                             "exp_alerts": [] if fired is None else
+                             [{"exp_labels": fired[0], "exp_annotations": fired[1]}]}
+                            for name, at, fired in cases]}]}
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(spec, sort_keys=False, width=200))
+    done = subprocess.run(["promtool", "test", "rules", str(tmp_path / "test.yaml")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
