@@ -101,6 +101,32 @@ def attribution(
                            default_tier=tier, hourly=load_hourly(con, start=start, end=end), pieces=pieces)
 
 
+def carbon_report(
+    con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime, now: datetime | None = None,
+    policy: Policy | None = None,
+) -> pl.DataFrame:
+    """Per project over [start, end): GPU-hours, GPU kWh, facility kWh, kgCO2e (NULL: unknown)
+    and the GPU-hours without an energy reading (analytics/carbon.py)."""
+    from gpuledger.analytics.carbon import carbon_sums, with_carbon
+    from gpuledger.analytics.load import load_tables
+    from gpuledger.ledger.grid_intensity import site_inputs
+
+    policy = policy or Policy()
+    now = now or data_now(con)
+    end = min(end, now)
+    if end <= start:
+        return pl.DataFrame(schema={"project": pl.String, "gpu_hours": pl.Float64, "energy_kwh": pl.Float64,
+                                    "energy_kwh_facility": pl.Float64, "kg_co2e": pl.Float64,
+                                    "gpu_hours_energy_unknown": pl.Float64})
+    t = load_tables(con, start=start, end=end, samples=False)
+    used = with_carbon(attribution(con, t, start=start, end=end, now=now, policy=policy), *site_inputs(con, start, end))
+    jobs = t.jobs.select("cluster", "job_id", "project").unique(["cluster", "job_id"])
+    return (used.join(jobs, on=["cluster", "job_id"], how="left")
+            .with_columns(pl.col("project").fill_null("(no job record)"))
+            .group_by("project").agg(pl.col("gpu_hours_allocated").sum().alias("gpu_hours"), *carbon_sums())
+            .sort("project").collect(engine="in-memory"))
+
+
 def chargeback_report(
     con: duckdb.DuckDBPyConnection, period: str, *, level: str = "project", policy: Policy | None = None,
     now: datetime | None = None, exact: bool = False,

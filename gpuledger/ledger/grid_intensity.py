@@ -60,3 +60,14 @@ def grid_intensity(con: duckdb.DuckDBPyConnection, start, end) -> pl.DataFrame:
                        params={"start": start, "end": end}).pl().cast(INTENSITY_SCHEMA)
     except duckdb.CatalogException:
         return pl.DataFrame(schema=INTENSITY_SCHEMA)
+
+
+def site_inputs(con: duckdb.DuckDBPyConnection, start, end) -> tuple[pl.DataFrame, pl.LazyFrame]:
+    """What analytics.carbon.with_carbon needs: the sites' PUE and constant intensity (the stored
+    config's clusters) and the hourly series in [start, end)."""
+    from gpuledger.analytics.carbon import SITE_SCHEMA, site_factors
+    from gpuledger.config_store import stored_config_in_force
+
+    cfg = stored_config_in_force(con)
+    sites = site_factors(cfg.clusters) if cfg is not None else pl.DataFrame(schema=SITE_SCHEMA)
+    return sites, grid_intensity(con, start, end).lazy()

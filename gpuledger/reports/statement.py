@@ -288,10 +288,11 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
     from gpuledger.analytics.reports import attribution
 
     from gpuledger.analytics.carbon import with_carbon
+    from gpuledger.ledger.grid_intensity import site_inputs
 
     # facility kWh and kgCO2e from the GPUs' own energy (MIG share, shared GPUs by fraction), each
     # hour at its site's PUE and grid intensity (analytics/carbon.py); collected once, read twice
-    used = with_carbon(attribution(con, t, start=start, end=end, now=now, policy=policy), *_sites(con, start, end)) \
+    used = with_carbon(attribution(con, t, start=start, end=end, now=now, policy=policy), *site_inputs(con, start, end)) \
         .with_columns(energy_kwh_gpu=pl.col("energy_kwh")).collect(engine="in-memory").lazy()
     jobs = t.jobs.select("cluster", "job_id", "project", "partition").unique(["cluster", "job_id"])
     hosts = t.gpus.select(pl.col("gpu_id").cast(pl.Int32), "host", "mig_profile")
@@ -320,17 +321,6 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
         .collect(engine="in-memory").select(list(JOB_ENERGY_SCHEMA)).cast(JOB_ENERGY_SCHEMA)
         .sort("project", "cluster", "job_id", nulls_last=True)
     )
-
-
-def _sites(con, start: datetime, end: datetime) -> tuple[pl.DataFrame, pl.LazyFrame]:
-    """The sites' PUE and constant intensity (the stored config's clusters) and the hourly series."""
-    from gpuledger.analytics.carbon import SITE_SCHEMA, site_factors
-    from gpuledger.config_store import stored_config_in_force
-    from gpuledger.ledger.grid_intensity import grid_intensity
-
-    cfg = stored_config_in_force(con)
-    sites = site_factors(cfg.clusters) if cfg is not None else pl.DataFrame(schema=SITE_SCHEMA)
-    return sites, grid_intensity(con, start, end).lazy()
 
 
 def _round_hours(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:

@@ -44,7 +44,7 @@ def _intensity_csv(path, extra: str = "") -> None:
     path.write_text("\n".join(lines) + "\n" + extra)
 
 
-def _month(path, csv) -> None:
+def _month(path, csv, *, november: bool = True) -> None:
     with warehouse.open_writer(path) as con:
         load(con, CONFIG + f"clusters:\n  c1:\n    pue: 1.25\n    grid_intensity: {{csv: {csv}}}\n",
              at=datetime(2026, 9, 30))
@@ -53,7 +53,8 @@ def _month(path, csv) -> None:
         job(con, "alpha-1", "alpha", ids["GPU-h1"], OCT1, OCT11, partition="gpu")
         job(con, "gamma-1", "gamma", ids["GPU-h2"], OCT1, OCT2, partition="debug")
         job(con, "beta-1", "beta", ids["GPU-a"], OCT1, OCT11, model="A100", partition="gpu")
-        job(con, "beta-2", "beta", ids["GPU-a"], datetime(2026, 11, 2), datetime(2026, 11, 3), model="A100")
+        if november:  # data past October's end (a statement that is not provisional)
+            job(con, "beta-2", "beta", ids["GPU-a"], datetime(2026, 11, 2), datetime(2026, 11, 3), model="A100")
         n = 24 * 120
         warehouse.write_samples(con, pl.DataFrame({
             "gpu_id": np.full(n, ids["GPU-h2"], dtype=np.int32),
@@ -154,3 +155,18 @@ def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match=r"clusters.c1.grid_intensity.csv: .*missing.csv: cannot read"), \
             wh.open_writer(path) as con:
         load(con, CONFIG + f"clusters:\n  c1: {{grid_intensity: {{csv: {tmp_path / 'missing.csv'}}}}}\n")
+
+
+def test_the_exporter_states_the_month_so_far_per_project_in_base_units(warehouse_file, tmp_path):
+    """Data through Oct 11 (no November job): October so far. gamma: facility 10.496354167 kWh =
+    37,786,875 J (× 3.6e6), 3.673177083 kgCO2e = 3,673.177 g; alpha and beta: no energy reading,
+    so no energy or emissions sample at all (unknown, not 0) and 240 GPU-hours = 864,000
+    GPU-seconds without a reading each."""
+    from gpuledger.metrics.exporter import compute_figures
+
+    _intensity_csv(tmp_path / "grid.csv")
+    _month(warehouse_file, tmp_path / "grid.csv", november=False)
+    figures = {name: {lab.get("project"): v for lab, v in samples} for name, _, samples in compute_figures(warehouse_file)}
+    assert figures["gpuledger_energy_facility_joules"] == {"gamma": pytest.approx(GAMMA_FACILITY * 3.6e6, rel=1e-9)}
+    assert figures["gpuledger_emissions_co2e_grams"] == {"gamma": pytest.approx(GAMMA_KG * 1000, rel=1e-9)}
+    assert figures["gpuledger_energy_unknown_gpu_seconds"] == {"alpha": 864000.0, "beta": 864000.0, "gamma": 0.0}
