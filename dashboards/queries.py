@@ -631,7 +631,7 @@ def energy_by_project(lines: pl.DataFrame) -> pl.DataFrame:
 
     return (charges.group_by("business_unit", "project")
             .agg(pl.col("gpu_hours").sum(), shown("energy_kwh_facility").alias("facility_kwh"),
-                 shown("kg_co2e").alias("kg_co2e"), pl.col("gpu_hours_energy_unknown").fill_null(0.0).sum())
+                 shown("kg_co2e").alias("kg_co2e"), pl.col("gpu_hours_co2_unknown").fill_null(0.0).sum())
             .sort("business_unit", "project"))
 
 

@@ -108,11 +108,11 @@ if ctx is not None:
         energy = queries.energy_by_project(lines)
         ui.table(energy, {"business_unit": "business unit", "project": "project",
                           "gpu_hours": ui.gpu_h("allocated", 2), "facility_kwh": "facility energy (kWh)",
-                          "kg_co2e": "emissions (kgCO2e)", "gpu_hours_energy_unknown": ui.gpu_h("no energy reading", 2)},
+                          "kg_co2e": "emissions (kgCO2e)", "gpu_hours_co2_unknown": ui.gpu_h("emissions unknown", 2)},
                  key="cb_energy")
         st.caption("Facility kWh = the GPUs' own energy counter × the site's PUE; kgCO2e = facility kWh × the site's "
                    "grid intensity in each hour. \"unknown\" where no GPU reported energy or the site has no PUE / "
-                   "intensity (never 0); GPU-hours without a reading are counted apart. Per job in the "
+                   "intensity (never 0); the GPU-hours left out of kgCO2e are counted apart. Per job in the "
                    "energy-by-job CSV below.")
     st.subheader("Downloads (identical to the finance statement files)")
     stem = f"statement-{view.period}-{queries.file_slug(view.scope)}"

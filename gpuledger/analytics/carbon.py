@@ -9,7 +9,8 @@ A *site* is a cluster (``clusters.<name>`` in the config). GPU kWh is attributio
 (DCGM's energy counter over the allocation; a MIG slice its compute share of its GPU's, a shared
 GPU split by allocation fraction). The hour's intensity is the site's hourly series where it has
 that hour, else its constant. Where a GPU reports no energy, or the site has no PUE / intensity,
-the figure is NULL — unknown, never 0 — and the GPU-hours without energy are counted beside it.
+the figure is NULL — unknown, never 0 — and those GPU-hours are counted beside it
+(``gpu_hours_co2_unknown``: the hours the kgCO2e figure leaves out, whatever the reason).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import polars as pl
 
 INTENSITY_SCHEMA = {"cluster": pl.String, "hour": pl.Datetime("us"), "kg_co2e_per_kwh": pl.Float64}
 SITE_SCHEMA = {"cluster": pl.String, "pue": pl.Float64, "kg_co2e_per_kwh_constant": pl.Float64}
-CARBON_COLS = ["energy_kwh_facility", "kg_co2e", "gpu_hours_energy_unknown"]
+CARBON_COLS = ["energy_kwh_facility", "kg_co2e", "gpu_hours_co2_unknown"]
 MAX_INTENSITY = 3.0  # kgCO2e/kWh: coal is ~1.0; more is a unit error (g/kWh written as kg)
 
 
@@ -97,7 +98,8 @@ def read_intensity_csv(path: Path, cluster: str) -> tuple[pl.DataFrame, list[Bad
 def with_carbon(rows: pl.LazyFrame, sites: pl.DataFrame, hourly: pl.LazyFrame) -> pl.LazyFrame:
     """``rows`` (cluster, hour, energy_kwh, gpu_hours_allocated — attribution's shape) with
     ``pue``, ``kg_co2e_per_kwh`` (the hour's intensity), ``energy_kwh_facility``, ``kg_co2e``
-    (NULL where unknown) and ``gpu_hours_energy_unknown`` (the hours whose GPU gave no energy)."""
+    (NULL where unknown) and ``gpu_hours_co2_unknown`` (the hours whose kgCO2e is unknown: no
+    energy reading, or the site has no PUE or no intensity for that hour)."""
     hourly = hourly.select(pl.col("cluster").cast(pl.String), pl.col("hour").cast(pl.Datetime("us")),
                            pl.col("kg_co2e_per_kwh").alias("_kg_hour"))
     facility = pl.col("energy_kwh") * pl.col("pue")
@@ -108,9 +110,9 @@ def with_carbon(rows: pl.LazyFrame, sites: pl.DataFrame, hourly: pl.LazyFrame) -
         .with_columns(
             energy_kwh_facility=facility,
             kg_co2e=facility * pl.col("kg_co2e_per_kwh"),
-            gpu_hours_energy_unknown=pl.when(pl.col("energy_kwh").is_null())
-            .then(pl.col("gpu_hours_allocated")).otherwise(0.0),
         )
+        .with_columns(gpu_hours_co2_unknown=pl.when(pl.col("kg_co2e").is_null())
+                      .then(pl.col("gpu_hours_allocated")).otherwise(0.0))
         .drop("_kg_hour", "kg_co2e_per_kwh_constant")
     )
 
@@ -122,9 +124,9 @@ def known_sum(col: str) -> pl.Expr:
 
 def carbon_sums() -> list[pl.Expr]:
     """The aggregation of :func:`with_carbon` output for a group: GPU kWh, facility kWh, kgCO2e
-    (known parts; NULL when none known) and the GPU-hours without energy."""
+    (known parts; NULL when none known) and the GPU-hours whose kgCO2e is unknown."""
     return [known_sum("energy_kwh"), known_sum("energy_kwh_facility"), known_sum("kg_co2e"),
-            pl.col("gpu_hours_energy_unknown").sum()]
+            pl.col("gpu_hours_co2_unknown").sum()]
 
 
 def unknown_text(value: float | None, unit: str, unknown_hours: float, digits: int = 3) -> str:

@@ -106,7 +106,7 @@ def carbon_report(
     policy: Policy | None = None,
 ) -> pl.DataFrame:
     """Per project over [start, end): GPU-hours, GPU kWh, facility kWh, kgCO2e (NULL: unknown)
-    and the GPU-hours without an energy reading (analytics/carbon.py)."""
+    and the GPU-hours whose kgCO2e is unknown (no reading, PUE or intensity) (analytics/carbon.py)."""
     from gpuledger.analytics.carbon import carbon_sums, with_carbon
     from gpuledger.analytics.load import load_tables
     from gpuledger.ledger.grid_intensity import site_inputs
@@ -117,7 +117,7 @@ def carbon_report(
     if end <= start:
         return pl.DataFrame(schema={"project": pl.String, "gpu_hours": pl.Float64, "energy_kwh": pl.Float64,
                                     "energy_kwh_facility": pl.Float64, "kg_co2e": pl.Float64,
-                                    "gpu_hours_energy_unknown": pl.Float64})
+                                    "gpu_hours_co2_unknown": pl.Float64})
     t = load_tables(con, start=start, end=end, samples=False)
     used = with_carbon(attribution(con, t, start=start, end=end, now=now, policy=policy), *site_inputs(con, start, end))
     jobs = t.jobs.select("cluster", "job_id", "project").unique(["cluster", "job_id"])

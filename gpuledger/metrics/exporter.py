@@ -21,7 +21,7 @@ GPU-seconds); divide by 3600 to show GPU-hours:
                                               ÷ 3.6e6 = kWh); absent where unknown (no reading, no PUE)
   gpuledger_emissions_co2e_grams{project}     emissions this month so far (÷ 1000 = kgCO2e); absent
                                               where unknown
-  gpuledger_energy_unknown_gpu_seconds{project}  GPU time this month without an energy reading
+  gpuledger_emissions_unknown_gpu_seconds{project}  GPU time this month whose emissions are unknown
 """
 
 
@@ -101,8 +101,8 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
          series(carbon, "energy_kwh_facility", key="project", scale=3.6e6)),
         ("gpuledger_emissions_co2e_grams", "Emissions this month so far (gCO2e; / 1000 = kgCO2e); absent where unknown",
          series(carbon, "kg_co2e", key="project", scale=1000.0)),
-        ("gpuledger_energy_unknown_gpu_seconds", "GPU time this month without an energy reading (GPU-seconds)",
-         series(carbon, "gpu_hours_energy_unknown", key="project", scale=SECONDS_PER_HOUR)),
+        ("gpuledger_emissions_unknown_gpu_seconds", "GPU time this month whose emissions are unknown: no energy reading, no PUE or intensity (GPU-seconds)",
+         series(carbon, "gpu_hours_co2_unknown", key="project", scale=SECONDS_PER_HOUR)),
         ("gpuledger_enforcement_actions_total", ("Enforcement actions applied, by action, outcome and cause (why it was "
                                                  "done, refused or skipped; the audit's words in `enforce explain`)"),
          [({"action": a, "outcome": o, "cause": c, "dry_run": str(bool(d)).lower()}, float(n))

@@ -127,7 +127,7 @@ def _energy_rows(st: Statement) -> list[dict]:
 
         return {"name": name, "total": total, "gpu_hours": f"{got.get('gpu_hours') or 0.0:,.3f}",
                 "kwh": fmt("energy_kwh"), "facility": fmt("energy_kwh_facility"), "co2": fmt("kg_co2e"),
-                "unknown": f"{got.get('gpu_hours_energy_unknown') or 0.0:,.3f}"}
+                "unknown": f"{got.get('gpu_hours_co2_unknown') or 0.0:,.3f}"}
 
     out = []
     for unit in [u for u in st.sections if u != ORG_LINES]:

@@ -30,10 +30,10 @@ KIND_ORDER = {k: i for i, k in enumerate(("charge", "idle", "credit", "debit", "
                                           "capacity-unknown", "unpriced"))}
 LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours",
                 "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", "energy_kwh", "energy_kwh_facility", "kg_co2e",
-                "gpu_hours_energy_unknown", "amount", "idle_amount_included", "billed", "revision",
+                "gpu_hours_co2_unknown", "amount", "idle_amount_included", "billed", "revision",
                 "correction_of", "revision_issued_at", "revision_issued_by", "revision_reason", "status", "provisional",
                 "note"]
-ENERGY_COLS = ["energy_kwh", "energy_kwh_facility", "kg_co2e", "gpu_hours_energy_unknown"]
+ENERGY_COLS = ["energy_kwh", "energy_kwh_facility", "kg_co2e", "gpu_hours_co2_unknown"]
 HISTORY_MONTHS = 3  # this month and the two before it, where the inventory existed
 HISTORY_SCHEMA = {"period": pl.String, "currency": pl.String, "line_kind": pl.String, "amount": pl.Decimal(38, 2),
                   "gpu_hours": pl.Float64}
@@ -136,7 +136,7 @@ class Statement:
     units: list[str]  # business units, tree order
     usage: pl.DataFrame  # project, model, tier, partition, host: allocated / active / unknown GPU-hours
     history: pl.DataFrame  # period, currency, line_kind (charge / idle / corrections), amount, gpu_hours
-    # per job: GPU-hours, GPU kWh, facility kWh, kgCO2e, GPU-hours without energy (NULL: unknown)
+    # per job: GPU-hours, GPU kWh, facility kWh, kgCO2e, GPU-hours whose kgCO2e is unknown (NULL: unknown)
     job_energy: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=JOB_ENERGY_SCHEMA))
     reconciliation: list[Reconciliation] = field(default_factory=list)  # org scope only
     pools: list[PoolReconciliation] = field(default_factory=list)  # org scope only, per GPU pool
@@ -272,10 +272,10 @@ USAGE_SCHEMA = {"project": pl.String, "model": pl.String, "tier": pl.String, "pa
                 "gpu_hours_unknown": pl.Float64, "gpu_hours_time_sliced": pl.Float64,
                 "gpu_hours_no_energy": pl.Float64, "gpu_hours_mig": pl.Float64, "energy_kwh": pl.Float64,
                 "energy_kwh_gpu": pl.Float64, "energy_kwh_facility": pl.Float64, "kg_co2e": pl.Float64,
-                "gpu_hours_energy_unknown": pl.Float64}
+                "gpu_hours_co2_unknown": pl.Float64}
 JOB_ENERGY_SCHEMA = {"cluster": pl.String, "job_id": pl.String, "project": pl.String, "gpu_hours": pl.Float64,
                      "energy_kwh": pl.Float64, "energy_kwh_facility": pl.Float64, "kg_co2e": pl.Float64,
-                     "gpu_hours_energy_unknown": pl.Float64}
+                     "gpu_hours_co2_unknown": pl.Float64}
 
 
 def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -311,7 +311,7 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
         .agg(pl.col("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown", "gpu_hours_time_sliced",
                     "gpu_hours_no_energy", "gpu_hours_mig", "energy_kwh").sum(),
              known_sum("energy_kwh_gpu"), known_sum("energy_kwh_facility"), known_sum("kg_co2e"),
-             pl.col("gpu_hours_energy_unknown").sum())
+             pl.col("gpu_hours_co2_unknown").sum())
         # in-memory engine: the streaming one sums in a different order on every run (notes/tables.md)
         .collect(engine="in-memory")
     ), (
@@ -461,7 +461,7 @@ def build_statement(
         pl.col("gpu_hours_active").sum(), pl.col("gpu_hours_unknown").sum(),
         (pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown")).sum().alias("_alloc"),
         known_sum("energy_kwh_gpu").alias("energy_kwh"), known_sum("energy_kwh_facility"), known_sum("kg_co2e"),
-        pl.col("gpu_hours_energy_unknown").sum())
+        pl.col("gpu_hours_co2_unknown").sum())
     special = {"(idle)", "(over-allocated)", "(capacity unknown)"}
     unit_expr = (pl.when(pl.col("project").is_in(list(special)) | pl.col("project").is_null()).then(pl.lit(ORG_LINES))
                  .otherwise(pl.col("project").replace_strict(unit_of, default=UNASSIGNED, return_dtype=pl.String)))
@@ -477,7 +477,7 @@ def build_statement(
             # energy beside the charge it belongs to: NULL = unknown (no reading, or the site has
             # no PUE / intensity), never 0
             **{c: pl.when(pl.col("line_kind") == "charge").then(pl.col(c))
-               for c in ("energy_kwh", "energy_kwh_facility", "kg_co2e", "gpu_hours_energy_unknown")},
+               for c in ("energy_kwh", "energy_kwh_facility", "kg_co2e", "gpu_hours_co2_unknown")},
         )
     )
     if node is not None:

@@ -25,7 +25,7 @@ from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
 from gpuledger.rules.billing import billed as is_billed
 
 HOUR_COLS = ("gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "energy_kwh", "energy_kwh_facility", "kg_co2e",
-             "gpu_hours_energy_unknown")  # three decimals
+             "gpu_hours_co2_unknown")  # three decimals
 SHEET_COLUMNS = ["line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours", "gpu_hours_active",
                  "gpu_hours_unknown", "efficiency_ratio", "energy_kwh_facility", "kg_co2e", "amount", "revision",
                  "correction_of", "note"]
@@ -35,7 +35,7 @@ HEADERS = {
     "tier": "Tier", "currency": "Currency", "gpu_hours": "Allocated (GPU-h)", "gpu_hours_active": "Active (GPU-h)",
     "gpu_hours_unknown": "Activity unknown (GPU-h)", "efficiency_ratio": "Efficiency (%)",
     "energy_kwh": "GPU energy (kWh)", "energy_kwh_facility": "Facility energy (kWh)", "kg_co2e": "Emissions (kgCO2e)",
-    "gpu_hours_energy_unknown": "No energy reading (GPU-h)",
+    "gpu_hours_co2_unknown": "Emissions unknown (GPU-h)",
     "amount": "Amount", "idle_amount_included": "Idle included", "revision": "Revision",
     "correction_of": "Corrects", "note": "Note", "partition": "Slurm partition", "host": "Host",
     "sheet": "Sheet", "status": "Status",

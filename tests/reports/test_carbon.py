@@ -80,11 +80,11 @@ def test_one_projects_kgco2e_derived_by_hand_and_unknown_where_no_energy(month, 
     assert gamma["energy_kwh_facility"] == pytest.approx(GAMMA_FACILITY, abs=1e-6)
     assert gamma["kg_co2e"] == pytest.approx(GAMMA_KG, abs=1e-6)
     assert GAMMA_KG == pytest.approx(3.673177083, abs=1e-9)  # the figure in the docstring
-    assert gamma["gpu_hours_energy_unknown"] == 0.0
+    assert gamma["gpu_hours_co2_unknown"] == 0.0
     # alpha's GPU never reported energy: unknown, never 0; its 240 GPU-hours counted as without a reading
     alpha = st.lines.filter(pl.col("project") == "alpha").row(0, named=True)
     assert (alpha["energy_kwh"], alpha["energy_kwh_facility"], alpha["kg_co2e"]) == (None, None, None)
-    assert alpha["gpu_hours_energy_unknown"] == 240.0
+    assert alpha["gpu_hours_co2_unknown"] == 240.0
     # per job and per business unit: research = gamma's known figure + alpha's 240 h unknown
     jobs = {r["job_id"]: r for r in st.job_energy.iter_rows(named=True)}
     assert jobs["gamma-1"]["kg_co2e"] == pytest.approx(GAMMA_KG, abs=1e-6)
@@ -169,4 +169,4 @@ def test_the_exporter_states_the_month_so_far_per_project_in_base_units(warehous
     figures = {name: {lab.get("project"): v for lab, v in samples} for name, _, samples in compute_figures(warehouse_file)}
     assert figures["gpuledger_energy_facility_joules"] == {"gamma": pytest.approx(GAMMA_FACILITY * 3.6e6, rel=1e-9)}
     assert figures["gpuledger_emissions_co2e_grams"] == {"gamma": pytest.approx(GAMMA_KG * 1000, rel=1e-9)}
-    assert figures["gpuledger_energy_unknown_gpu_seconds"] == {"alpha": 864000.0, "beta": 864000.0, "gamma": 0.0}
+    assert figures["gpuledger_emissions_unknown_gpu_seconds"] == {"alpha": 864000.0, "beta": 864000.0, "gamma": 0.0}
