@@ -98,7 +98,20 @@ def attribution(
                               default_tier=tier).collect(engine=ENGINE)
     partial = load_samples_for_hours(con, partial_hour_keys(pieces.lazy()))
     return attribute_usage(t.job_allocations, t.gpus, partial, now=now, start=start, end=end, jobs=t.jobs,
-                           default_tier=tier, hourly=load_hourly(con, start=start, end=end), pieces=pieces)
+                           default_tier=tier, hourly=load_hourly(con, start=start, end=end), pieces=pieces,
+                           pod_samples=load_pod_samples(con, start=start, end=end))
+
+
+def load_pod_samples(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> pl.LazyFrame | None:
+    """Pods' own utilization on shared GPUs in [start, end) (``pod_gpu_samples``, migration 025);
+    None when there is none (or the table is not there yet)."""
+    try:
+        frame = con.sql("SELECT gpu_id, ts, namespace || '/' || pod AS scheduler_job, gpu_util_ratio "
+                        "FROM pod_gpu_samples WHERE ts >= $start AND ts < $end AND gpu_util_ratio IS NOT NULL",
+                        params={"start": start, "end": end}).pl()
+    except duckdb.CatalogException:
+        return None
+    return frame.lazy() if frame.height else None
 
 
 def carbon_report(
