@@ -139,3 +139,16 @@ def test_the_idle_pod_on_the_busy_shared_gpu_squats_and_its_neighbours_do_not(sh
     row = found.row(0, named=True)
     assert row["activity_signal"] == "gpu_util_per_pod" and row["idle_since"] == T10
     assert row["fb_used_bytes_idle"] == 3500 * 2**20  # the pod's own memory, not the device's
+
+
+def test_pods_sharing_a_mig_instance_keep_their_memory_and_no_utilization():
+    """GPU_UTIL reads 0 on MIG and the exporter measures only memory per process there: two pods on
+    one 3g instance get their memory, their utilization unknown (never 0 % = idle)."""
+    mig = ('gpu="0",UUID="GPU-mig-parent",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node-m",'
+           'GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",namespace="ml-nlp",container="main"')
+    text = "\n".join([f'DCGM_FI_DEV_GPU_UTIL{{{mig},pod="{p}",vgpu="{i}"}} 0' for i, p in enumerate(("x", "y"))]
+                     + [f'DCGM_FI_DEV_FB_USED{{{mig},pod="{p}",vgpu="{i}"}} {m}'
+                        for i, (p, m) in enumerate((("x", 1000), ("y", 2000)))]) + "\n"
+    rows, _ = per_pod_rows(parse_exposition(text, scrape_ms=1_800_000_000_000).samples)
+    assert rows["pod"].to_list() == ["x", "y"] and rows["gpu_util_ratio"].is_null().all()
+    assert rows["fb_used_bytes"].to_list() == [1000 * 2**20, 2000 * 2**20]
