@@ -29,3 +29,4 @@ class JobSpec:
     chain: int = -1  # training chain id (its segments resume from checkpoints), -1 for none
     gpus: float = 1.0  # whole-GPU equivalents: count x the lane's fraction of a GPU
     debug: bool = False  # a short debug job: its project's own queue starts it first
+    time_limit_s: int | None = None  # the limit it was submitted with (debug jobs: DEBUG_TIME_LIMIT_S)
