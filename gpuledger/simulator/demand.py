@@ -72,12 +72,6 @@ QUIET_BELOW, DEADLINE_FROM = 0.15, 0.8
 SQUAT_SHARE_SESSIONS = 0.10
 SQUAT_SHARE_DEBUG = 0.01
 DEBUG_TIME_LIMIT_S = 1800  # debug jobs are submitted with a 30-min limit (a debug partition's MaxTime)
-
-
-def time_limit(duration_s: int) -> int:
-    """The limit a user asks for work they expect to take ``duration_s``: a quarter more, rounded
-    up to whole hours (Slurm's --time, a pod's activeDeadlineSeconds)."""
-    return -(-int(duration_s * 1.25) // 3600) * 3600
 PLANTED_SQUATTERS = 4  # ground truth for tests and demos at any size (Demand._planted_squatters)
 FAIL_SHARE = {"fine-tune": 0.05, "batch": 0.08}
 # Inflated priorities: share of jobs that say high / normal / low.
@@ -343,7 +337,6 @@ class Demand:
                            1, dur, submit, priority, dur, "k8s")
             if rng.random() < SQUAT_SHARE_SESSIONS and spec.pool != pools.SHARED:
                 return self._squatter(spec, k)
-        spec.time_limit_s = spec.time_limit_s or time_limit(spec.duration_s)  # asked before it runs (or fails)
         if rng.random() < FAIL_SHARE.get(template, 0.0):
             spec.behaviour, spec.duration_s, spec.name = FAILING, int(rng.uniform(60, 600)), spec.name + "-fail"
         spec.gpus = spec.count * self.gpus_per_lane(spec.pool)
