@@ -559,7 +559,8 @@ STATEMENT_MODULES = ("gpuledger.reports.statement", "gpuledger.reports.statement
                      "gpuledger.warehouse.read_model.statement_views", "gpuledger.reports.files", "gpuledger.analytics.reports",
                      "gpuledger.analytics.chargeback", "gpuledger.analytics.load", "gpuledger.analytics.attribution",
                      "gpuledger.analytics.tree", "gpuledger.ledger.periods", "gpuledger.ledger.config_versions",
-                     "gpuledger.config_store", "gpuledger.warehouse.clock")
+                     "gpuledger.config_store", "gpuledger.warehouse.clock", "gpuledger.analytics.carbon",
+                     "gpuledger.ledger.grid_intensity", "gpuledger.reports.focus")
 
 
 def warm_imports() -> None:
@@ -616,6 +617,22 @@ def billed_lines(lines: pl.DataFrame) -> pl.DataFrame:
     """The lines that make what a statement bills (gpuledger.rules.billing: charge and idle, and
     the corrections of those; a correction of a memo line bills nothing), priced."""
     return lines.filter(billed(lines) & pl.col("currency").is_not_null())
+
+
+def energy_by_project(lines: pl.DataFrame) -> pl.DataFrame:
+    """Facility kWh and kgCO2e per business unit and project from a statement's charge lines, as
+    text: "unknown" where no figure is known (never 0), three decimals otherwise."""
+    charges = lines.filter((pl.col("line_kind") == "charge") & pl.col("correction_of").is_null())
+
+    def shown(col: str) -> pl.Expr:
+        known = pl.when(pl.col(col).is_not_null().any()).then(pl.col(col).sum())
+        return pl.when(known.is_null()).then(pl.lit("unknown")).otherwise(
+            known.round(3).map_elements(lambda v: f"{v:,.3f}", return_dtype=pl.String))
+
+    return (charges.group_by("business_unit", "project")
+            .agg(pl.col("gpu_hours").sum(), shown("energy_kwh_facility").alias("facility_kwh"),
+                 shown("kg_co2e").alias("kg_co2e"), pl.col("gpu_hours_co2_unknown").fill_null(0.0).sum())
+            .sort("business_unit", "project"))
 
 
 # --- what-if result files (the /what-if page; `gpuledger whatif schedule --format json --out FILE`) -------------

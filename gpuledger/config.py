@@ -475,12 +475,34 @@ class DashboardAccess(_Strict):
 EARLIEST_DAY = date(2000, 1, 1)  # nothing before it ran on a GPU this ledger prices
 
 
+class GridIntensity(_Strict):
+    """The carbon intensity of a site's electricity: one constant, or an hourly series in a CSV
+    file (columns ``hour`` — ISO 8601 UTC — and ``kg_co2e_per_kwh``; a path relative to the config
+    file), read into the warehouse by ``config load`` (gpuledger/analytics/carbon.py)."""
+
+    kg_co2e_per_kwh: float | None = Field(default=None, ge=0.0, le=3.0)  # coal is ~1.0; 3 is a unit error
+    csv: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> GridIntensity:
+        if (self.kg_co2e_per_kwh is None) == (self.csv is None):
+            raise ValueError("give kg_co2e_per_kwh (a constant, e.g. 0.35) or csv (an hourly series file), "
+                             "exactly one of them")
+        if self.csv is not None and not self.csv.lower().endswith(".csv"):
+            raise ValueError(f"csv: {self.csv!r} is not a .csv file (columns hour, kg_co2e_per_kwh)")
+        return self
+
+
 class ClusterSettings(_Strict):
-    """Facts about one cluster (``clusters.<name>`` — the name its samples and jobs carry)."""
+    """Facts about one cluster (``clusters.<name>`` — the name its samples and jobs carry); a
+    cluster is the *site* of its energy figures."""
 
     # the day its first GPU came into service: samples and job times before it are quarantined
     # (a clock at the epoch, a unit error); without it the floor is 2000-01-01
     first_day: date | None = None
+    # power usage effectiveness: facility kWh = GPU kWh × pue (1.0 = no overhead; > 3 is a mistake)
+    pue: float | None = Field(default=None, ge=1.0, le=3.0)
+    grid_intensity: GridIntensity | None = None
 
     @field_validator("first_day")
     @classmethod

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
+from gpuledger.errors import debug_wanted
 from gpuledger.pipelines.defs.automation import DAILY_ANALYTICS
 from gpuledger.pipelines.defs.budgets.checks import budgets_consistent_down_tree
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
@@ -53,7 +54,10 @@ def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, inst
     out = RunOnceResult()
 
     def run(assets, what: str, run_config: dict | None = None, **kwargs) -> None:
-        quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # steps; errors still show
+        # steps quiet; a step's error is raised here and told in one line by the CLI (with its
+        # traceback under --debug, when Dagster's own error log shows too)
+        level = "WARNING" if debug_wanted() else "CRITICAL"
+        quiet = {"loggers": {"console": {"config": {"log_level": level}}}}
         result = dg.materialize(assets, resources=resources, instance=instance, run_config={**quiet, **(run_config or {})},
                                 **kwargs)
         out.runs += 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import os
 import re
 import struct
@@ -181,14 +182,73 @@ def _truncation(path: Path) -> str | None:
         return None
     if len(head) < _HEADERS_SIZE or head[8:12] != b"DUCK":
         return None  # DuckDB says what is wrong with that
+    # (checksum, iteration, meta block, free list, block count, block size)
     headers = [struct.unpack_from("<QQqqQQ", head, offset) for offset in (4096, 8192)]
-    _, _, _, _, _, block_alloc = max(headers, key=lambda h: h[1])  # the newer iteration is live
+    _, _, _, _, block_count, block_alloc = max(headers, key=lambda h: h[1])  # the newer iteration is live
     if not (16384 <= block_alloc <= 1 << 30 and block_alloc & (block_alloc - 1) == 0):
         return None
-    if (size - _HEADERS_SIZE) % block_alloc:
-        return (f"its {size:,} bytes are not whole {block_alloc // 1024} KiB DuckDB blocks: "
-                "the file was cut short")
+    needed = _HEADERS_SIZE + block_count * block_alloc
+    # A ragged tail past the blocks the live header counts is a write that stopped while the file
+    # grew (a full disk during a checkpoint): DuckDB treats blocks past the count as free, so the
+    # file is whole. Only a file shorter than its counted blocks was cut short.
+    if size < needed and (size - _HEADERS_SIZE) % block_alloc:
+        return (f"its {size:,} bytes are not whole {block_alloc // 1024} KiB DuckDB blocks and fewer than the "
+                f"{block_count:,} its header counts: the file was cut short")
     return None
+
+
+_DISK_FULL = ("No space left on device", "Disk quota exceeded", "File too large")
+
+
+def _free_bytes(path: Path) -> int | None:
+    try:
+        st = os.statvfs(path.parent if not path.is_dir() else path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+class WarehouseDiskFullError(WarehouseError):
+    """A write found no room on the warehouse's disk (ENOSPC, a quota): it was rolled back, the data
+    before it is intact. Not damage: the file opens as before."""
+
+    exit_code = 1
+
+
+def disk_full(path: Path, exc: BaseException, *, stage: str = "write") -> WarehouseDiskFullError | None:
+    """The one-line error for a write that ran out of disk (``exc`` from DuckDB or the OS); None for
+    anything else. ``stage``: "write" (the write failed and was rolled back), "fold" (the write was
+    committed to the write-ahead log and only folding it into the file failed), "open" (opening for
+    writing had to fold an earlier write's log in first; this command wrote nothing)."""
+    chain, seen = exc, 0  # the full disk may hide behind what its clean-up raised ("transaction aborted")
+    while chain is not None and seen < 8:
+        message = str(chain)
+        if (isinstance(chain, OSError) and chain.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)) \
+                or any(phrase in message for phrase in _DISK_FULL):
+            exc = chain
+            break
+        chain, seen = chain.__cause__ or chain.__context__, seen + 1
+    else:
+        return None
+    named = re.search(r'file "([^"]+)"', message)
+    what = next((p for p in _DISK_FULL if p in message), None) or (getattr(exc, "strerror", None) or "disk full")
+    where = named.group(1) if named else (getattr(exc, "filename", None) or str(path))
+    free = _free_bytes(path)
+    room = f"{free / 2**20:,.1f} MiB free" if free is not None else "free space unknown"
+    said = f"warehouse {path}: the disk is full ({what} writing {where}; {room} there)"
+    if stage == "fold":
+        return WarehouseDiskFullError(
+            f"{said}: the write was committed to the write-ahead log {path}.wal but not folded into the file; "
+            "the data is intact and readable. Free space on that disk (or move the warehouse to a bigger "
+            "one); the next write folds it in")
+    if stage == "open":
+        return WarehouseDiskFullError(
+            f"{said}: nothing was written; the data (with the write-ahead log {path}.wal of an earlier write) is "
+            "intact and readable. Free space on that disk (or move the warehouse to a bigger one), then rerun")
+    return WarehouseDiskFullError(
+        f"warehouse {path}: the disk is full ({what} writing {where}; {room} there): this write was rolled "
+        "back, nothing of it was stored and the data before it is intact. Free space on that disk (or move "
+        "the warehouse to a bigger one), then rerun")
 
 
 def _connect(path: Path, *, read_only: bool, deadline: float) -> duckdb.DuckDBPyConnection:
@@ -206,7 +266,7 @@ def _connect(path: Path, *, read_only: bool, deadline: float) -> duckdb.DuckDBPy
             return con
         except duckdb.Error as exc:
             if _LOCK_CONFLICT not in str(exc):
-                problem = unreadable(path, exc)
+                problem = unreadable(path, exc) or (None if read_only else disk_full(path, exc, stage="open"))
                 if problem is not None:
                     raise problem from exc
                 raise
@@ -359,19 +419,28 @@ class WriterConnection:
         self._held_since = self._last_mark = time.monotonic()
         _PHASES.append(("open", locks.locked_at, self._held_since))
 
-    def _let_go(self) -> None:
-        """Close the connection (DuckDB checkpoints: cost ~ what this writer changed) and unlock."""
+    def _let_go(self, *, check: bool = True) -> None:
+        """Close the connection (DuckDB checkpoints: cost ~ what this writer changed) and unlock.
+        The checkpoint is asked for explicitly first: DuckDB's close swallows its failure, and one
+        that found the disk full must be told (``check``), not left as a silently ragged file."""
         if self._con is not None:
             con, self._con = self._con, None
             t0 = time.monotonic()
             _PHASES.append(("work", self._held_since, t0))
+            folded: BaseException | None = None
             try:
+                try:
+                    con.execute("CHECKPOINT")
+                except duckdb.Error as exc:  # other transactions open (a cursor): close checkpoints
+                    folded = disk_full(self._path, exc, stage="fold")
                 con.close()
             finally:
                 self._locks.release_writer()
                 t1 = time.monotonic()
                 self._closes.append(t1 - t0)
                 _PHASES.append(("close", t0, t1))
+            if folded is not None and check:
+                raise folded
 
     def turn_left_s(self, budget_s: float = TURN_BUDGET_S) -> float:
         """Seconds of this turn's budget left for work before the writer must close (its likely
@@ -427,6 +496,7 @@ def open_writer(
     key = _refuse_nested(path, "open_writer")
     locks = WarehouseLocks(path)
     writer = WriterConnection(path, locks, lock_timeout_s)
+    failed = False  # an error is on its way out: a failed checkpoint at close must not replace it
     try:
         writer._take()
         if schema_version(writer.connection) == 0:
@@ -438,15 +508,19 @@ def open_writer(
             with contextlib.suppress(FileNotFoundError):
                 snapshot_path(path).unlink()  # a whole-file copy from before; nothing reads it
             yield writer
-        except duckdb.Error as exc:  # a damaged block can surface in any later statement
-            problem = unreadable(path, exc)
+        except (duckdb.Error, OSError) as exc:  # a damaged block can surface in any later statement
+            failed = True
+            problem = (unreadable(path, exc) if isinstance(exc, duckdb.Error) else None) or disk_full(path, exc)
             if problem is None:
                 raise
             raise problem from exc
+        except BaseException:
+            failed = True
+            raise
         finally:
             with _HELD_GUARD:
                 _HELD.pop(key, None)
-            writer._let_go()
+            writer._let_go(check=not failed)
     finally:
         locks.close()
 

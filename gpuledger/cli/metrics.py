@@ -28,10 +28,12 @@ def serve(
     require("prometheus_client")
     from gpuledger.metrics.exporter import serve as start
 
+    from gpuledger.errors import UsageError
+
     path = warehouse_path(warehouse_file)
-    if not path.is_file():
-        raise RunError(f"warehouse {path} does not exist; give --warehouse (or $GPULEDGER_WAREHOUSE) or create it "
-                       "with `gpuledger warehouse migrate`")
+    if not path.is_file():  # a usage error, as for every other reader (exit 2)
+        raise UsageError(f"warehouse {path} does not exist; give --warehouse (or $GPULEDGER_WAREHOUSE) or create it "
+                         "with `gpuledger warehouse migrate`")
     stop = threading.Event()
     got: list[int] = []
 
@@ -42,12 +44,11 @@ def serve(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            server, thread = start(path, port=port, host=host, cache_s=cache_s)
+            server, thread = start(path, port=port, host=host, cache_s=cache_s,
+                                   log=lambda line: typer.echo(line, err=True))
         except OSError as exc:
             import errno
             import socket
-
-            from gpuledger.errors import UsageError
 
             if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:  # the host, not the port
                 raise UsageError(f"--host {host}: not an address of this host ({exc.strerror or exc}); use "

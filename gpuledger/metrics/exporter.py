@@ -17,6 +17,11 @@ GPU-seconds); divide by 3600 to show GPU-hours:
                                               every project of the tree without one)
   gpuledger_alerts_outbox{status}             alerts in the outbox by status (0 for an empty status)
   gpuledger_data_timestamp_seconds            the data's "now" the figures are computed at
+  gpuledger_energy_facility_joules{project}   facility energy this month so far (GPU energy × PUE;
+                                              ÷ 3.6e6 = kWh); absent where unknown (no reading, no PUE)
+  gpuledger_emissions_co2e_grams{project}     emissions this month so far (÷ 1000 = kgCO2e); absent
+                                              where unknown
+  gpuledger_emissions_unknown_gpu_seconds{project}  GPU time this month whose emissions are unknown
 """
 
 
@@ -53,6 +58,8 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
         applied = con.execute(
             "SELECT action, outcome, coalesce(cause, outcome), dry_run, count(*) FROM enforcement_audit "
             "WHERE phase = 'applied' GROUP BY ALL ORDER BY ALL").fetchall()
+        month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        carbon = reports.carbon_report(con, start=month_start, end=now, now=now, policy=policy)
         projects = [n for (n,) in con.execute("SELECT node FROM org_nodes WHERE node NOT IN "
                                               "(SELECT parent FROM org_nodes WHERE parent IS NOT NULL) ORDER BY node")
                     .fetchall()]
@@ -89,6 +96,13 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
         ("gpuledger_alerts_outbox", "Alerts in the outbox by status",
          [({"status": s}, float(n)) for s, n in sorted(counts.items())]),
         ("gpuledger_data_timestamp_seconds", "The data's now the figures are computed at", [({}, _unix(now))]),
+        ("gpuledger_energy_facility_joules", ("Facility energy this month so far, GPU energy x PUE (J; / 3.6e6 = kWh); "
+                                              "absent where unknown"),
+         series(carbon, "energy_kwh_facility", key="project", scale=3.6e6)),
+        ("gpuledger_emissions_co2e_grams", "Emissions this month so far (gCO2e; / 1000 = kgCO2e); absent where unknown",
+         series(carbon, "kg_co2e", key="project", scale=1000.0)),
+        ("gpuledger_emissions_unknown_gpu_seconds", "GPU time this month whose emissions are unknown: no energy reading, no PUE or intensity (GPU-seconds)",
+         series(carbon, "gpu_hours_co2_unknown", key="project", scale=SECONDS_PER_HOUR)),
         ("gpuledger_enforcement_actions_total", ("Enforcement actions applied, by action, outcome and cause (why it was "
                                                  "done, refused or skipped; the audit's words in `enforce explain`)"),
          [({"action": a, "outcome": o, "cause": c, "dry_run": str(bool(d)).lower()}, float(n))
@@ -124,13 +138,122 @@ class LedgerCollector:
 
 
 DEFAULT_HOST = "127.0.0.1"  # per-project figures: listen beyond this machine only when told to
+LISTEN_BACKLOG = 1024  # a fleet's Prometheus replicas scrape at once; socketserver's default of 5 drops SYNs
 
 
-def serve(path: Path, *, port: int, host: str = DEFAULT_HOST, policy=None, cache_s: float = 30.0):
-    """Serve /metrics in a thread; returns (server, thread): the caller waits, and stops it with
-    ``server.shutdown()``."""
-    from prometheus_client import CollectorRegistry, start_http_server
+def _reason(exc: BaseException) -> str:
+    """One line for a refresh that failed: gpuledger's own message, else the exception's first line."""
+    from gpuledger.errors import GpuledgerError, printable
+
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+    if isinstance(exc, GpuledgerError) or "WarehouseError" in names:
+        return printable(text, 400)
+    return printable(f"internal error: {type(exc).__name__}: {text}", 400)
+
+
+class CachedExposition:
+    """The /metrics page, computed once per ``cache_s`` however many scrapes arrive: one refresh in
+    flight at a time; while it runs, scrapes get the previous page (or, before the first one, wait
+    for it). A refresh that fails clears the page: scrapes get the reason (served as 503) until one
+    succeeds, and ``log`` hears each new reason once, not once per scrape."""
+
+    def __init__(self, render, *, cache_s: float, log=lambda line: None):
+        self._render, self.cache_s, self._log = render, cache_s, log
+        self._cond = threading.Condition()
+        self._body: bytes | None = None
+        self._error: str | None = None
+        self._at = -math.inf
+        self._refreshing = False
+        self.refreshes = 0  # computations started (a test oracle: 200 scrapes, one computation)
+
+    def page(self) -> tuple[bytes | None, str | None]:
+        """(the exposition text, None) or (None, why there is none)."""
+        with self._cond:
+            fresh = time.monotonic() - self._at <= self.cache_s
+            if fresh and (self._body is not None or self._error is not None):
+                return self._body, self._error
+            if self._refreshing:
+                if self._body is not None:
+                    return self._body, None  # stale by less than one computation
+                while self._refreshing:
+                    self._cond.wait()
+                return self._body, self._error
+            self._refreshing = True
+            self.refreshes += 1
+        body, error = None, None
+        try:
+            body = self._render()
+        except Exception as exc:  # noqa: BLE001 - any failure is told to the scraper, the server lives on
+            error = _reason(exc)
+        with self._cond:
+            if error is not None and error != self._error:
+                self._log(f"gpuledger metrics: /metrics answers 503: {error}")
+            elif error is None and self._error is not None:
+                self._log("gpuledger metrics: /metrics answers again")
+            self._body, self._error, self._at = body, error, time.monotonic()
+            self._refreshing = False
+            self._cond.notify_all()
+        return body, error
+
+
+def exposition_renderer(path: Path, *, policy=None):
+    """A function computing the whole /metrics page (Prometheus text format) from the warehouse."""
+    from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry()
-    registry.register(LedgerCollector(path, policy=policy, cache_s=cache_s))
-    return start_http_server(port, addr=host, registry=registry)
+    registry.register(LedgerCollector(path, policy=policy, cache_s=0))
+    return lambda: generate_latest(registry)
+
+
+def make_server(path: Path, *, port: int, host: str = DEFAULT_HOST, policy=None, cache_s: float = 30.0,
+                log=lambda line: None):
+    """A threaded HTTP server answering GET /metrics from one :class:`CachedExposition`; not yet
+    serving (``serve_forever`` in a thread). Raises OSError when it cannot listen."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    page = CachedExposition(exposition_renderer(path, policy=policy), cache_s=cache_s, log=log)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+                return self._answer(404, b"not found: gpuledger serves /metrics\n", "text/plain; charset=utf-8")
+            body, error = page.page()
+            if body is None:
+                return self._answer(503, f"gpuledger metrics unavailable: {error}\n".encode(),
+                                    "text/plain; charset=utf-8")
+            return self._answer(200, body, CONTENT_TYPE_LATEST)
+
+        def _answer(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:  # one line per problem (CachedExposition), none per scrape
+            pass
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = LISTEN_BACKLOG
+
+    if ":" in host:
+        Server.address_family = __import__("socket").AF_INET6
+    server = Server((host, port), Handler)
+    server.page = page
+    return server
+
+
+def serve(path: Path, *, port: int, host: str = DEFAULT_HOST, policy=None, cache_s: float = 30.0,
+          log=lambda line: None):
+    """Serve /metrics in a thread; returns (server, thread): the caller waits, and stops it with
+    ``server.shutdown()``."""
+    server = make_server(path, port=port, host=host, policy=policy, cache_s=cache_s, log=log)
+    thread = threading.Thread(target=server.serve_forever, name="gpuledger-metrics", daemon=True)
+    thread.start()
+    return server, thread

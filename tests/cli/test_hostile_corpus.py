@@ -118,6 +118,8 @@ USAGE = [
     Case("kubeconfig-not-yaml", _k8s("{kc_broken}"), 2, ("{kc_broken}:", "not valid YAML")),
     Case("metrics-host-unresolvable", ("metrics", "serve", "--host", "999.1.1.1", "--port", "19999"), 2,
          ("--host 999.1.1.1: not an address of this host",), seeded=True),
+    # a reader of a warehouse that is not there (a mistyped -w): exit 2 naming it, as every reader
+    Case("metrics-serve-no-warehouse", ("metrics", "serve", "--port", "19997"), 2, ("usage-metrics-serve-no-warehouse.duckdb does not exist",)),
     Case("metrics-host-not-ours", ("metrics", "serve", "--host", "192.0.2.1", "--port", "19999"), 2,
          ("--host 192.0.2.1: not an address of this host",), seeded=True),  # TEST-NET-1: never this host's
 ]

@@ -185,7 +185,7 @@ def test_on_a_cluster_the_agents_hand_their_holdings_to_the_writer_through_the_s
         done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "node-holdings", "--spool", str(spool),
                                "-w", str(wh)], capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
         assert done.returncode == 0, done.stderr
-        assert "2 GPU holdings from 3 node files" in done.stderr and "1 files quarantined" in done.stderr
+        assert "2 GPU holdings from 3 node files" in done.stderr and "1 files or records quarantined" in done.stderr
         with warehouse.open_reader(wh) as con:
             return con.execute("SELECT host, scheduler_job, device_id, ended, source FROM device_holdings "
                                "ORDER BY host").fetchall()
@@ -233,3 +233,59 @@ def test_the_committed_stubs_match_the_kubelets_proto(tmp_path):
     committed = descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)
     assert fresh == committed
     assert pb.DESCRIPTOR.services_by_name["PodResourcesLister"].full_name == "v1.PodResourcesLister"
+
+
+# --- issue 36: an older kubelet, a relative socket, one GPU listed for two pods ----------------------
+class OldKubelet(Kubelet):
+    """A kubelet before 1.21 (or with KubeletPodResourcesGetAllocatable off): List only."""
+
+    def GetAllocatableResources(self, request, context):  # noqa: N802
+        self.calls.append("GetAllocatableResources")
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method GetAllocatableResources")
+
+
+@pytest.fixture
+def old_kubelet(tmp_path):
+    servicer = OldKubelet()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+    (tmp_path / "pr").mkdir()
+    server.add_insecure_port(f"unix:{tmp_path / 'pr' / 'kubelet.sock'}")
+    server.start()
+    yield servicer
+    server.stop(grace=None)
+
+
+def test_a_kubelet_without_get_allocatable_still_gives_holdings_from_list(old_kubelet, tmp_path):
+    old_kubelet.pods = [TRAINER, SHARED_A]
+    wh = tmp_path / "wh.duckdb"
+    # a relative --socket (made absolute: gRPC would read "unix://pr/..." as a host and log lines)
+    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "agent", "pod-resources", "--socket",
+                           "pr/kubelet.sock", "--count", "2", "--interval", "0.5", "--cluster", "prod", "--host", "n9",
+                           "-w", str(wh)], capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # no gRPC log lines
+    assert f"2 polls of {tmp_path / 'pr' / 'kubelet.sock'}; last: 3 holdings on n9" in lines[0]
+    assert "does not serve GetAllocatableResources: UNIMPLEMENTED" in lines[0]
+    assert "time-sliced replica shares unknown" in lines[0]
+    assert old_kubelet.calls == ["List", "GetAllocatableResources", "List"]  # asked once, not every poll
+    with warehouse.open_reader(wh) as con:
+        held = con.execute("SELECT device_id, gpu_uuid, share FROM device_holdings ORDER BY 1").fetchall()
+    assert held == [("GPU-x0", "GPU-x0", None), ("GPU-x1::0", "GPU-x1", None), ("GPU-x1::1", "GPU-x1", None)]
+
+
+def test_one_whole_gpu_listed_for_two_pods_keeps_the_first_and_quarantines_the_second(kubelet, tmp_path):
+    kubelet.pods = [TRAINER, _pod("research", "intruder", _container("main", "nvidia.com/gpu", "GPU-x0"))]
+    kubelet.devices = ALLOCATABLE
+    wh = tmp_path / "wh.duckdb"
+    done = _agent(kubelet, "--host", "n9", "-w", str(wh))
+    assert done.returncode == 0, done.stderr
+    with warehouse.open_reader(wh) as con:
+        held = con.execute("SELECT scheduler_job, device_id FROM device_holdings").fetchall()
+        bad = con.execute("SELECT source, reason FROM quarantine").fetchall()
+    # same first-seen (one poll): the first holder by job name is kept
+    assert held == [("research/intruder", "GPU-x0")]
+    assert len(bad) == 1 and bad[0][0] == "pod-resources"
+    assert "GPU GPU-x0 on n9 is held by job research/intruder" in bad[0][1]
+    assert "and by job research/trainer-7" in bad[0][1] and "a whole GPU serves one job" in bad[0][1]

@@ -199,7 +199,7 @@ def test_bad_spool_files_are_quarantined_and_rereading_adds_nothing(tmp_path, wa
     assert held == [("9", "GPU-x0", datetime(2026, 11, 30, 12), datetime(2026, 11, 30, 13), True)]
     assert [Path(loc).name for loc, _ in bad] == ["10.n1.1796040000.start", "11.n1.1796040000.end"]
     assert "missing node" in bad[0][1] and "without its start" in bad[1][1]
-    assert "2 files quarantined" in done.stderr
+    assert "2 files or records quarantined" in done.stderr
 
 
 # --- scontrol's JSON form ---------------------------------------------------------------------

@@ -272,7 +272,7 @@ def test_the_statement_email_as_received_states_the_figures_and_carries_the_file
     """`report statement --email` through the real SMTP receiver (aiosmtpd): the subject names the
     month, scope and state; the body the state's sentence, the total with its currency and
     thousands separator (3,720.00 USD: tests/helpers/statement_fixtures.py), the reconciliation
-    per currency and per pool; the set's HTML, XLSX and CSVs are attached (no PDF here: --no-pdf)."""
+    per currency and per pool; the set's HTML, XLSX and CSVs (the FOCUS one included) are attached (no PDF here: --no-pdf)."""
     from typer.testing import CliRunner
 
     from gpuledger.cli import app
@@ -298,7 +298,8 @@ def test_the_statement_email_as_received_states_the_figures_and_carries_the_file
     assert any("USD H100 / reserved: billed 2,976.00" in x and "reconciles to the cent" in x for x in lines)
     attached = sorted(p.get_filename() for p in mail.walk() if p.get_filename())
     assert attached == ["statement-2026-10-acme-by-host.csv", "statement-2026-10-acme-by-partition.csv",
-                        "statement-2026-10-acme.csv", "statement-2026-10-acme.html", "statement-2026-10-acme.xlsx"]
+                        "statement-2026-10-acme-energy-by-job.csv", "statement-2026-10-acme-focus.csv", "statement-2026-10-acme.csv", "statement-2026-10-acme.html",
+                        "statement-2026-10-acme.xlsx"]
 
 
 def test_the_months_history_shows_this_month_as_the_statement_has_it(month):

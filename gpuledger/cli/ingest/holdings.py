@@ -40,6 +40,7 @@ def slurm_gpus(
     """Record which GPU (index, UUID) each Slurm job held on each node, and let those holdings
     decide attribution over the labels on samples. Re-reading the same spool changes nothing;
     unreadable spool files go to quarantine (source slurm-gpus)."""
+    from gpuledger.ingest.holdings.checks import screen_holdings
     from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
 
     given = sum((spool is not None, scontrol_live, scontrol_file is not None))
@@ -55,6 +56,8 @@ def slurm_gpus(
     else:
         rows, bad, origin = _scontrol_holdings(cluster, now, live=scontrol_live, as_json=scontrol_json,
                                                file=scontrol_file, tz=tz, scontrol=scontrol)
+    rows, refused = screen_holdings(rows, source="slurm-gpus", now=now)  # one record at a time
+    bad = [*bad, *refused]
     frame = holdings_frame(rows)
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         write_holdings(con, frame)
@@ -67,7 +70,7 @@ def slurm_gpus(
         line += (f"; {result.linked} job x device intervals linked, {result.no_device} waiting for their "
                  f"device, {result.no_job} for their job record; {result.disagreements} label disagreements")
     if bad:
-        line += f"; {len(bad)} files quarantined (`gpuledger warehouse quarantine --source slurm-gpus`)"
+        line += f"; {len(bad)} files or records quarantined (`gpuledger warehouse quarantine --source slurm-gpus`)"
     console.print(line, markup=False)
 
 
@@ -86,19 +89,30 @@ def _scontrol_holdings(cluster: str | None, now: datetime, *, live: bool, as_jso
                        tz: str, scontrol: str) -> tuple[list, list, str]:
     """(holdings, [], where from) of `scontrol show job` run here (``live``) or saved in ``file``,
     text or JSON; scontrol failing is exit 1 live, 2 for a file."""
+    from gpuledger.ingest.holdings.checks import WHERE
     from gpuledger.ingest.holdings.slurm_scontrol import ScontrolError, parse_json, parse_text, run_scontrol
 
     if not cluster:
         console.print("[red]--cluster NAME is needed with scontrol (its output does not name it)[/red]")
         raise typer.Exit(2)
+    from gpuledger.errors import printable
+
     try:
         text = run_scontrol(scontrol, form="json" if as_json else "text") if live else file.read_text(encoding="utf-8")
         rows = (parse_json(text, cluster=cluster, now=now) if text.lstrip().startswith("{")
                 else parse_text(text, cluster=cluster, now=now, tz=tz))
     except ScontrolError as exc:
-        typer.secho(f"gpuledger: {exc}", err=True, fg="red")
+        typer.secho(f"gpuledger: {'' if live else f'--scontrol-file {file}: '}{printable(str(exc), 400)}", err=True,
+                    fg="red")
         raise typer.Exit(1 if live else 2) from None
-    return rows, [], "scontrol" if live else str(file)
+    except (UnicodeDecodeError, ValueError, TypeError, AttributeError, OverflowError, OSError) as exc:
+        # what scontrol itself never prints: a file that is not its output (binary, a foreign JSON)
+        what = f"--scontrol-file {file}" if not live else "scontrol's answer"
+        typer.secho(f"gpuledger: {what}: not `scontrol -d -o show job` text or `scontrol --json -d show job` "
+                    f"output ({printable(str(exc) or type(exc).__name__, 200)})", err=True, fg="red")
+        raise typer.Exit(1 if live else 2) from None
+    where = "scontrol" if live else str(file)
+    return [{**r, WHERE: f"{where} job {r['scheduler_job']}"} for r in rows], [], where
 
 
 @app.command("node-holdings")
@@ -113,7 +127,8 @@ def node_holdings(
     (one file per node: the agents never open the warehouse, which has one writer) and let them
     decide attribution. Re-reading changes nothing; unreadable files go to quarantine (source
     node-holdings)."""
-    from gpuledger.ingest.holdings.node_spool import read_node_spool
+    from gpuledger.ingest.holdings.checks import screen_holdings
+    from gpuledger.ingest.holdings.node_spool import QUARANTINE_SOURCE, read_node_spool
     from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
     from gpuledger.rules.clock import parse_duration_s
     from gpuledger.stopping import StopSignals
@@ -133,8 +148,10 @@ def node_holdings(
 
     def once() -> None:
         read = read_node_spool(spool)
-        frame = holdings_frame(read.holdings)
         now = datetime.now(UTC).replace(tzinfo=None)
+        kept, refused = screen_holdings(read.holdings, source=QUARANTINE_SOURCE, now=now)  # one record at a time
+        read.quarantined.extend(refused)
+        frame = holdings_frame(kept)
         with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
             write_holdings(con, frame)
             if read.quarantined:
@@ -146,7 +163,7 @@ def node_holdings(
             line += (f"; {result.linked} job x device intervals linked, {result.no_device} waiting for their "
                      f"device, {result.no_job} for their job record; {result.disagreements} label disagreements")
         if read.quarantined:
-            line += (f"; {len(read.quarantined)} files quarantined "
+            line += (f"; {len(read.quarantined)} files or records quarantined "
                      "(`gpuledger warehouse quarantine --source node-holdings`)")
         console.print(line, markup=False)
 

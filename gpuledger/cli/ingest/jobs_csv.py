@@ -35,10 +35,11 @@ def import_jobs(
             parsed = read_jobs_csv(file, set(cfg.projects()), limits=job_limits(con, cfg.policy))
         except CsvHeaderError as exc:
             raise UsageError(str(exc)) from None  # one line, printed by the CLI's error boundary
-        warehouse.upsert(con, "jobs", parsed.jobs)
-        link_devices_for_jobs(con, parsed.jobs)
-        apply_tier_rules(con)  # cluster rules price jobs without devices
-        warehouse.quarantine(con, parsed.rejected)
+        with warehouse.transaction(con):  # one unit: a full disk rolls all of it back, not half
+            warehouse.upsert(con, "jobs", parsed.jobs)
+            link_devices_for_jobs(con, parsed.jobs)
+            apply_tier_rules(con)  # cluster rules price jobs without devices
+            warehouse.quarantine(con, parsed.rejected)
     console.print(
         f"{file}: {parsed.rows_read} rows read, {parsed.jobs.height} jobs imported, "
         f"{len(parsed.rejected)} quarantined"

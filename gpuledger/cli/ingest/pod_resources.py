@@ -71,7 +71,10 @@ def pod_resources_command(
         raise typer.Exit(130) from None
     finally:
         client.close()
-    last = f"{polls} polls of {socket_path}; last: {written['rows']} holdings on {node}"
+    last = f"{polls} polls of {client.socket_path}; last: {written['rows']} holdings on {node}"
+    if client.allocatable_missing:  # an older kubelet, or its feature gate off: List alone
+        last += (f" (the kubelet does not serve GetAllocatableResources: {client.allocatable_missing}; holdings "
+                 "from List, time-sliced replica shares unknown)")
     console.print(f"{last}, in {where}" if where is not None
                   else f"{last}, {written['linked']} job x device intervals linked", markup=False)
 
@@ -98,7 +101,10 @@ def _spool_writer(spool: Path, cluster: str, node: str, written: dict):
 def _warehouse_writer(path: Path, cluster: str, node: str, written: dict):
     """(the open holdings to resume, the poll's writer): straight into the warehouse, each poll's
     holdings linked to the jobs' device intervals."""
+    from datetime import UTC, datetime
+
     from gpuledger import warehouse
+    from gpuledger.ingest.holdings.checks import screen_holdings
     from gpuledger.ingest.holdings.pod_resources import SOURCE
     from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, open_holdings, write_holdings
 
@@ -106,9 +112,13 @@ def _warehouse_writer(path: Path, cluster: str, node: str, written: dict):
         resume = open_holdings(con, cluster=cluster, host=node, source=SOURCE)
 
     def write(rows: list[dict]) -> None:
+        now = datetime.now(UTC).replace(tzinfo=None)
+        rows, refused = screen_holdings(rows, source=SOURCE, now=now)  # as the spool's writer does
         frame = holdings_frame(rows)
         with warehouse.open_writer(path) as con:
             write_holdings(con, frame)
+            if refused:
+                warehouse.quarantine(con, refused)
             if not frame.is_empty():
                 written["linked"] = link_holdings(con, since=frame["last_seen"].min()).linked
         written["rows"] = frame.height

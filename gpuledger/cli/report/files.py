@@ -46,6 +46,9 @@ def statement(
                                              "'energy' (kWh); idle redistributed, time-sliced and unmeasured hours "
                                              "kept at their allocated share; the statement stays the ledger of "
                                              "record"),
+    fmt: str = typer.Option("all", "--format", "-f",
+                            help="'all' (CSV, Parquet, XLSX, HTML, FOCUS, PDF) or 'focus': only the FinOps FOCUS "
+                                 "1.2 CSV (one row per line, Σ BilledCost = the statement's total)"),
     allow_empty: bool = typer.Option(False, "--allow-empty",
                                      help="write the statement of a month with no data (it says \"no data\")"),
     warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
@@ -61,6 +64,8 @@ def statement(
     from gpuledger.reports.statement import build_statement
 
     month_bounds(period)  # a usage error naming the form for anything but YYYY-MM
+    if fmt not in ("all", "focus"):
+        raise typer.BadParameter(f"{fmt!r}: choose all or focus", param_hint="--format")
     _check_showback(showback)
     _out_dir(out)
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
@@ -71,7 +76,9 @@ def statement(
 
         raise RunError(f"statement {period}: no data (no GPU sample and no job allocated in the month), nothing written; "
                        "ingest the month, or pass --allow-empty to write a statement that says \"no data\"")
-    manifest = write_statement_set(st, out, per_unit=node is None, pdf=_want_pdf(pdf), showback=showback)
+    focus = fmt == "focus"
+    manifest = write_statement_set(st, out, per_unit=node is None, pdf=not focus and _want_pdf(pdf),
+                                   showback=showback, focus_only=focus)
     _say_written(st, manifest, period, out, showback)
     if email:
         from gpuledger.reports.delivery import email_statement

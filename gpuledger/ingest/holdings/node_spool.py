@@ -18,10 +18,11 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gpuledger.errors import printable
+from gpuledger.ingest.holdings.checks import RAW, WHERE
 from gpuledger.warehouse import QuarantineRow
 
 FORMAT = "gpuledger.node-holdings/1"
@@ -39,7 +40,27 @@ def _key(row: dict) -> tuple:
     return (row["scheduler_job"], row["device_id"], row["first_seen"])
 
 
-def _load(path: Path) -> dict:
+def _record(row, n: int, path: Path) -> dict:
+    """holdings[n] of ``path`` with its times read; ValueError naming the field that cannot be."""
+    missing = [k for k in _REQUIRED if not isinstance(row, dict) or row.get(k) is None]
+    if missing:
+        raise ValueError(f"holdings[{n}]: no {', '.join(missing)}")
+    times = {}
+    for k in _TIMES:
+        try:
+            times[k] = datetime.fromisoformat(row[k]) if isinstance(row[k], str) else None
+        except ValueError:
+            times[k] = None
+        if times[k] is None:
+            raise ValueError(f"holdings[{n}]: {k} {str(row[k])[:60]!r} is not an ISO-8601 time")
+        if times[k].tzinfo is not None:  # stored naive UTC
+            times[k] = times[k].astimezone(UTC).replace(tzinfo=None)
+    return {**row, **times, WHERE: f"{path}:holdings[{n}]", RAW: json.dumps(row, sort_keys=True, default=str)}
+
+
+def _load(path: Path, *, per_record: list | None = None) -> dict:
+    """The node file's document with its holdings read. A record that cannot be read raises, or
+    with ``per_record`` (a list) is appended there as (n, raw record, why) and skipped."""
     doc = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(f"format {doc.get('format') if isinstance(doc, dict) else None!r}: expected {FORMAT} "
@@ -49,10 +70,12 @@ def _load(path: Path) -> dict:
         raise ValueError("no `holdings` list")
     out = []
     for n, row in enumerate(rows):
-        missing = [k for k in _REQUIRED if not isinstance(row, dict) or row.get(k) is None]
-        if missing:
-            raise ValueError(f"holdings[{n}]: no {', '.join(missing)}")
-        out.append({**row, **{k: datetime.fromisoformat(row[k]) for k in _TIMES}})
+        try:
+            out.append(_record(row, n, path))
+        except ValueError as exc:
+            if per_record is None:
+                raise
+            per_record.append((n, row, str(exc)))
     return {**doc, "holdings": out}
 
 
@@ -81,7 +104,8 @@ def write_node(spool: Path, cluster: str, host: str, rows: list[dict], now: date
     cutoff = now - KEEP_ENDED
     holdings = [r for r in kept.values() if not r["ended"] or r["last_seen"] >= cutoff]
     doc = {"format": FORMAT, "cluster": cluster, "host": host, "written": now.isoformat(),
-           "holdings": [{**r, **{k: r[k].isoformat() for k in _TIMES}} for r in holdings]}
+           "holdings": [{**{k: v for k, v in r.items() if not k.startswith("_")},
+                         **{k: r[k].isoformat() for k in _TIMES}} for r in holdings]}
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=spool)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -103,15 +127,22 @@ class NodeSpoolRead:
 
 def read_node_spool(spool: Path) -> NodeSpoolRead:
     """Every holding in the spool's node files (temporary files, names starting with a dot, are
-    being written and are skipped)."""
+    being written and are skipped). A file that cannot be read is one quarantine row; a record
+    that cannot be is one naming ``file:holdings[n]`` and the file's other records are kept (the
+    writer then screens each one: holdings/checks.py)."""
     out = NodeSpoolRead()
     for path in sorted(spool.glob("*.json")):
         if path.name.startswith(".") or not path.is_file():
             continue
         out.files += 1
+        unread: list = []
         try:
-            out.holdings.extend(_load(path)["holdings"])
-        except (ValueError, OSError, TypeError, UnicodeDecodeError) as exc:
+            out.holdings.extend(_load(path, per_record=unread)["holdings"])
+            out.quarantined.extend(
+                QuarantineRow(source=QUARANTINE_SOURCE, location=f"{path}:holdings[{n}]",
+                              raw_text=json.dumps(row, sort_keys=True, default=str)[:4000],
+                              reason=printable(f"{path.name}: {why}")) for n, row, why in unread)
+        except (ValueError, OSError, TypeError, UnicodeDecodeError, RecursionError) as exc:
             try:
                 raw = path.read_text(encoding="utf-8", errors="replace")[:4000]
             except OSError as err:

@@ -20,6 +20,7 @@ see ``scripts/gen-podresources.sh``); they need the ``podresources`` extra (grpc
 from __future__ import annotations
 
 import fnmatch
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -56,9 +57,11 @@ class PodResourcesClient:
         import grpc
 
         self._grpc = grpc
-        self.socket_path = socket_path
+        # absolute: gRPC reads "unix://relative" as an authority and logs lines of resolver errors
+        self.socket_path = os.path.abspath(socket_path)
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(f"unix://{socket_path}")
+        self.allocatable_missing: str | None = None  # why GetAllocatableResources is not served
+        self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
         self._stub = grpc_mod.PodResourcesListerStub(self._channel)
 
     def _call(self, method, request, what: str):
@@ -73,8 +76,23 @@ class PodResourcesClient:
         return self._call(self._stub.List, self._pb.ListPodResourcesRequest(), "PodResources List")
 
     def allocatable(self):
-        return self._call(self._stub.GetAllocatableResources, self._pb.AllocatableResourcesRequest(),
-                          "GetAllocatableResources")
+        """The node's devices, or None where the kubelet does not serve them: before Kubernetes 1.21
+        (UNIMPLEMENTED) or with the KubeletPodResourcesGetAllocatable feature gate off ("disabled").
+        Holdings then come from List alone; a time-sliced GPU's replica count is unknown (its
+        share stays empty). Asked once: a kubelet does not gain the call without a restart."""
+        if self.allocatable_missing is not None:
+            return None
+        try:
+            return self._stub.GetAllocatableResources(self._pb.AllocatableResourcesRequest(), timeout=self.timeout_s)
+        except self._grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            details = exc.details() or "" if hasattr(exc, "details") else ""
+            if code == self._grpc.StatusCode.UNIMPLEMENTED or "disabled" in details.lower():
+                self.allocatable_missing = f"{code.name if code else '?'} {details}".strip()
+                return None
+            code_name = code.name if code is not None else "?"
+            raise PodResourcesError(f"GetAllocatableResources on unix://{self.socket_path}: {code_name} {details}"
+                                    " (is the pod-resources socket mounted and readable?)") from None
 
     def close(self) -> None:
         self._channel.close()

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuledger.errors import printable
+from gpuledger.ingest.holdings.checks import WHERE
 from gpuledger.ingest.holdings.devices import parse_device
 from gpuledger.ingest.metrics.dcgm_fields import canonical_host
 from gpuledger.warehouse import QuarantineRow
@@ -50,8 +51,8 @@ def _parse(path: Path, default_cluster: str | None) -> _Event:
         if parts[0] == "gpu":
             index = parts[1] if len(parts) > 1 else ""
             uuid = parts[2].strip() if len(parts) > 2 else ""
-            if index and not index.isdigit():
-                raise ValueError(f"line {n}: GPU index {index!r} is not a number")
+            if index and (not index.isdigit() or len(index) > 6):
+                raise ValueError(f"line {n}: GPU index {index[:40]!r} is not a GPU index (0, 1, ...)")
             gpus.append((int(index) if index else None, uuid or None))
         elif len(parts) == 2:
             fields[parts[0]] = parts[1].strip()
@@ -64,8 +65,8 @@ def _parse(path: Path, default_cluster: str | None) -> _Event:
             raise ValueError(f"missing {key} (the file was cut short?)")
     if fields["event"] not in ("start", "end"):
         raise ValueError(f"event {fields['event']!r}: expected start or end")
-    if not fields["time"].isdigit():
-        raise ValueError(f"time {fields['time']!r}: expected epoch seconds")
+    if not fields["time"].isdigit() or len(fields["time"]) > 12:
+        raise ValueError(f"time {fields['time'][:40]!r}: expected epoch seconds")
     cluster = fields.get("cluster") or default_cluster
     if not cluster:
         raise ValueError("no cluster (SLURM_CLUSTER_NAME was empty): give --cluster")
@@ -92,7 +93,7 @@ def read_spool(spool: Path, *, cluster: str | None = None) -> SpoolRead:
         out.files += 1
         try:
             events.append(_parse(path, cluster))
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, OverflowError) as exc:  # Overflow: a time past year 9999
             out.quarantined.append(_bad(path, f"{path.name}: {exc}"))
     events.sort(key=lambda e: (e.cluster, e.job, e.node, e.at, e.kind != "start"))
     open_runs: dict[tuple[str, str, str], _Event] = {}
@@ -118,6 +119,6 @@ def read_spool(spool: Path, *, cluster: str | None = None) -> SpoolRead:
                 "last_seen": end.at if end else start.at, "ended": end is not None,
                 "gpu_uuid": dev.gpu_uuid, "mig_instance_id": dev.mig_instance_id,
                 "gpu_index": index if index is not None else dev.gpu_index,
-                "resource": "gres/gpu",
+                "resource": "gres/gpu", WHERE: str(start.path) + (f" .. {end.path.name}" if end else ""),
             })
     return out

@@ -83,15 +83,24 @@ def job_limits(con, policy=None) -> JobLimits:
     )
 
 
+def text_problem(column: str, value: Any) -> str | None:
+    """Why a text field must not land, else None: an escape sequence or NUL in a name reaches every
+    terminal table and file name. Every record source checks its text with this."""
+    if isinstance(value, str) and not value.isprintable():
+        return f"{column}: '{printable(value, limit=60)}' holds control characters; fix the row"
+    return None
+
+
 def job_problem(row: Mapping[str, Any], limits: JobLimits, *, now: datetime,
                 project_field: str = "project") -> str | None:
     """Why a parsed ``jobs`` row must not land (the field, the value, the fix), else None.
 
     ``now`` is the import's time (naive UTC); ``project_field`` names the source's own field
     for the project (Slurm: ``Account``)."""
-    for column, value in row.items():  # an escape sequence or NUL in a name reaches every terminal table
-        if isinstance(value, str) and not value.isprintable():
-            return f"{column}: '{printable(value, limit=60)}' holds control characters; fix the row"
+    for column, value in row.items():
+        problem = text_problem(column, value)
+        if problem:
+            return problem
     cluster = row.get("cluster")
     first_day = limits.first_days.get(cluster) if isinstance(cluster, str) else None
     earliest = max(first_day, EARLIEST) if first_day is not None else EARLIEST

@@ -1,0 +1,130 @@
+"""Checks every holding source (the Slurm prolog spool, scontrol, the node agents' spool, the
+pod-resources agent) applies per record before a holding reaches ``device_holdings``.
+
+The same rules as the sample path: the plausibility window of sample times (not before 2000-01-01,
+:data:`~gpuledger.ingest.jobs.checks.EARLIEST`, nor later than now + the exposition's allowed
+clock skew), text free of control characters (:func:`~gpuledger.ingest.jobs.checks.text_problem`),
+integers the warehouse can store, and one physical device for one holder at a time (a UUID names
+one GPU, as :mod:`gpuledger.ingest.metrics.plausible` says of hosts). A record that breaks one is
+a quarantine row naming its file and record and why; the records beside it land.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from gpuledger.ingest.jobs.checks import EARLIEST, text_problem
+from gpuledger.ingest.metrics.exposition import DEFAULT_MAX_FUTURE_S
+from gpuledger.warehouse import QuarantineRow
+
+WHERE, RAW = "_where", "_raw"  # what a reader puts on a record: its file/record, its text as read
+MAX_GPU_INDEX = 65_535  # NVML indexes a node's GPUs from 0; a node has tens, never 65,536
+MAX_MIG_INSTANCE = 255
+MAX_ID_LEN = 256
+_TEXT = ("cluster", "source", "scheduler_job", "host", "device_id")
+
+
+def _device_problem(device_id: str) -> str | None:
+    if len(device_id) > MAX_ID_LEN:
+        return f"device_id: {len(device_id)} characters; a device id is a GPU index, UUID or MIG id"
+    if device_id.startswith(("/", "\\", "~")) or "\\" in device_id or ".." in device_id.split("/"):
+        return (f"device_id: {device_id[:80]!r} looks like a file path, not a GPU index, GPU-/MIG- UUID, "
+                "MIG-GPU-<uuid>/<gi>/<ci> or DRA device; fix the device plugin or the spool writer")
+    return None
+
+
+def holding_problem(row: dict, *, now: datetime, max_future_s: float = DEFAULT_MAX_FUTURE_S) -> str | None:
+    """Why one holding must not land (the field, the value, the fix), else None. ``now`` naive UTC."""
+    for column in _TEXT:
+        value = row.get(column)
+        if not isinstance(value, str) or not value.strip():
+            return f"{column}: {value!r} is not a non-empty text"
+        problem = text_problem(column, value)
+        if problem:
+            return problem
+    problem = _device_problem(row["device_id"])
+    if problem:
+        return problem
+    latest = now + timedelta(seconds=max_future_s)
+    for column in ("first_seen", "last_seen"):
+        stamp = row.get(column)
+        if not isinstance(stamp, datetime):
+            return f"{column}: {stamp!r} is not a time"
+        if stamp < EARLIEST:
+            return (f"{column}: {stamp:%Y-%m-%d %H:%M:%S} is before {EARLIEST:%Y-%m-%d}; a clock at the epoch or "
+                    "a unit error (milliseconds read as seconds?); fix the node's clock")
+        if stamp > latest:
+            return (f"{column}: {stamp:%Y-%m-%d %H:%M:%S} is more than {max_future_s:g} s after now "
+                    f"({now:%Y-%m-%d %H:%M:%S} UTC, the allowed clock skew); fix the node's clock")
+    if row["last_seen"] < row["first_seen"]:
+        return (f"last_seen: {row['last_seen']:%Y-%m-%d %H:%M:%S} is before first_seen "
+                f"{row['first_seen']:%Y-%m-%d %H:%M:%S}: a holding cannot end before it starts")
+    if not isinstance(row.get("ended"), bool):
+        return f"ended: {row.get('ended')!r} is not true or false"
+    for column, low, high in (("gpu_index", 0, MAX_GPU_INDEX), ("mig_instance_id", -1, MAX_MIG_INSTANCE)):
+        value = row.get(column)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{column}: {value!r} is not a whole number"
+        if not low <= value <= high:
+            return f"{column}: {value} is outside {low}..{high}"
+    share = row.get("share")
+    if share is not None and (isinstance(share, bool) or not isinstance(share, int | float)
+                              or not 0 < share <= 1):
+        return f"share: {share!r} is not a fraction of one GPU in (0, 1]"
+    return None
+
+
+def _whole_gpu(row: dict) -> str | None:
+    """The physical GPU a holding takes whole, or None (a MIG instance, a time-sliced replica, a
+    shared or fractional GPU: several holders at once are their point)."""
+    uuid = row.get("gpu_uuid")
+    if not uuid or row.get("mig_instance_id", -1) not in (-1, None) or "::" in row["device_id"]:
+        return None
+    if row.get("share") not in (None, 1, 1.0) or "shard" in (row.get("resource") or ""):
+        return None
+    return f"{row['cluster']}/{uuid}"
+
+
+def _raw(row: dict) -> str:
+    if row.get(RAW) is not None:
+        return str(row[RAW])[:4000]
+    return json.dumps({k: v for k, v in row.items() if not k.startswith("_")}, default=str, sort_keys=True)
+
+
+def screen_holdings(rows: Iterable[dict], *, source: str, now: datetime,
+                    max_future_s: float = DEFAULT_MAX_FUTURE_S) -> tuple[list[dict], list[QuarantineRow]]:
+    """(the holdings that may land, quarantine rows for the others). Each row may carry
+    :data:`WHERE` (its file and record) and :data:`RAW` (its text), dropped from what lands. A
+    whole GPU held by two jobs at overlapping times keeps the first holder (by first seen, then
+    job) and refuses the others."""
+    good: list[dict] = []
+    rejected: list[QuarantineRow] = []
+    for row in rows:
+        problem = holding_problem(row, now=now, max_future_s=max_future_s)
+        if problem:
+            rejected.append(QuarantineRow(source, str(row.get(WHERE) or source), _raw(row), problem))
+        else:
+            good.append(row)
+    kept: list[dict] = []
+    holders: dict[str, list[dict]] = {}
+    for row in sorted(good, key=lambda r: (r["first_seen"], r["scheduler_job"], r["device_id"])):
+        gpu = _whole_gpu(row)
+        clash = next((h for h in holders.get(gpu, ()) if h["scheduler_job"] != row["scheduler_job"]
+                      and h["first_seen"] <= row["last_seen"] and row["first_seen"] <= h["last_seen"]), None) \
+            if gpu else None
+        if clash is not None:
+            rejected.append(QuarantineRow(
+                source, str(row.get(WHERE) or source), _raw(row),
+                f"GPU {row['gpu_uuid']} on {row['host']} is held by job {clash['scheduler_job']} from "
+                f"{clash['first_seen']:%Y-%m-%d %H:%M:%S} and by job {row['scheduler_job']} from "
+                f"{row['first_seen']:%Y-%m-%d %H:%M:%S} at once; a whole GPU serves one job, so the first is kept: "
+                "fix the device plugin or the spool writer that listed it twice"))
+            continue
+        if gpu:
+            holders.setdefault(gpu, []).append(row)
+        kept.append(row)
+    return [{k: v for k, v in r.items() if not k.startswith("_")} for r in kept], rejected
