@@ -193,6 +193,21 @@ class ChargebackPolicy(_Strict):
     retire_after_hours: float = Field(default=24, ge=0)
 
 
+class QuickLane(_Strict):
+    """Ai2's debug queue: small, short work served first whatever its team's fair-share rank, so a
+    person testing a change waits seconds, not hours. A job is in the lane when it asks for at most
+    ``max_gpus`` and either its kind is one of ``kinds`` or its time limit (Slurm TimeLimit, a pod's
+    activeDeadlineSeconds) is at most ``max_minutes`` — the limit is what keeps the lane honest: the
+    scheduler ends the job there. Its project must have budget left, and at most
+    ``max_running_per_project`` of a project's lane jobs run at once (the rest keep their band)."""
+
+    enabled: bool = False
+    max_gpus: float = Field(default=1.0, gt=0)
+    max_minutes: float = Field(default=30, gt=0)
+    kinds: list[str] = Field(default_factory=lambda: ["debug"])
+    max_running_per_project: int = Field(default=4, ge=1)
+
+
 class EnforcementPolicy(_Strict):
     """The safety rails of gpuledger.enforce (README "Enforcement")."""
 
@@ -209,6 +224,10 @@ class EnforcementPolicy(_Strict):
     exempt_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
     exempt_kinds: list[str] = Field(default_factory=lambda: ["inference"])  # production inference: never preempted, on top
     exempt_labels: dict[str, str] = Field(default_factory=dict)
+    # where exempt jobs wait: always on top, or on top while their project is within its share (over
+    # it they queue by fair share like funded work — still never preempted), so an exempt service
+    # cannot take every freed GPU from teams below their share
+    exempt_queue: Literal["on-top", "within-share"] = "on-top"
     # Slurm jobs: exempt by account, user or QOS as pods are by namespace and label (never
     # preempted, on top)
     exempt_accounts: list[str] = Field(default_factory=list)
@@ -223,6 +242,7 @@ class EnforcementPolicy(_Strict):
     checkpoint_interval_minutes: float = Field(default=60, gt=0)  # a resumable job checkpoints this often
     max_lost_minutes: float | None = Field(default=5, ge=0)  # a funded victim loses at most this much work (None: any)
     victim_fit: Literal["any", "within-need"] = "within-need"  # within-need: no victim larger than the GPUs still missing
+    quick_lane: QuickLane = Field(default_factory=QuickLane)  # small short jobs first (off by default)
     slurm_qos_funded: str | None = None  # also set this QOS on funded pending Slurm jobs (Nice always)
     slurm_qos_unfunded: str | None = None
     pipeline_apply: bool = False  # the Dagster apply asset acts only when true ...

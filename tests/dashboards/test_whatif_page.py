@@ -65,7 +65,7 @@ def test_the_page_shows_the_files_figures(dashboard_warehouse, whatif_files, mon
     frames["titles"] = {p["policy"]: p["title"] for p in json.loads((folder / "schedule.json").read_text())["policies"]}
     summary = {row["metric"]: row for row in frames["summary"].iter_rows(named=True)}
     policies = [c for c in frames["summary"].columns if c not in ("metric", "label")]
-    assert policies == ["priority", "slot-limits", "fair-share", "reclaim"]
+    assert policies == ["priority", "slot-limits", "fair-share", "reclaim", "quick-lane"]
     shown = {m.label: m.value for m in at.metric}
     for policy in policies:
         worst = float(summary["worst_delivery_ratio"][policy])
