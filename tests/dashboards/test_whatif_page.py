@@ -109,7 +109,9 @@ def test_a_sweep_file_draws_the_sweep(dashboard_warehouse, whatif_files, monkeyp
     assert frames["sweep"].height == 2
     assert charts_drawn(at) == 3
     assert any("idle_threshold_ratio" in s.value for s in at.subheader)
-    assert list(at.metric[0].label.split(":")[:1]) == ["reclaim"]
+    # the file ran one policy: its two figures alone, named in their help
+    assert [m.label for m in at.metric] == ["worst project", "occupancy"]
+    assert all(m.help.startswith("reclaim: ") for m in at.metric)
 
 
 def test_without_a_file_it_says_what_to_run(dashboard_warehouse, tmp_path, monkeypatch):
