@@ -138,6 +138,7 @@ class Statement:
     history: pl.DataFrame  # period, currency, line_kind (charge / idle / corrections), amount, gpu_hours
     # per job: GPU-hours, GPU kWh, facility kWh, kgCO2e, GPU-hours whose kgCO2e is unknown (NULL: unknown)
     job_energy: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=JOB_ENERGY_SCHEMA))
+    energy_sites: list[str] = field(default_factory=list)  # each site's PUE and intensity, as stated
     reconciliation: list[Reconciliation] = field(default_factory=list)  # org scope only
     pools: list[PoolReconciliation] = field(default_factory=list)  # org scope only, per GPU pool
     notes: list[str] = field(default_factory=list)
@@ -200,7 +201,7 @@ class Statement:
             period=self.period, period_start=self.period_start, period_end=self.period_end, scope=unit,
             state=self.state, config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
             usage=self.usage.filter(pl.col("project").is_in(list(projects))), history=self.history.clear(),
-            job_energy=self.job_energy.filter(pl.col("project").is_in(list(projects))),
+            job_energy=self.job_energy.filter(pl.col("project").is_in(list(projects))), energy_sites=self.energy_sites,
             notes=[self.status_sentence] + [n for n in self.notes if n.startswith("no data")],
             empty=self.empty, parent=self.scope, parent_totals=self.totals())
 
@@ -321,6 +322,23 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
         .collect(engine="in-memory").select(list(JOB_ENERGY_SCHEMA)).cast(JOB_ENERGY_SCHEMA)
         .sort("project", "cluster", "job_id", nulls_last=True)
     )
+
+
+def _site_sentences(con, clusters: list[str]) -> list[str]:
+    """What each site's energy figures rest on, for the reader: "sim: PUE 1.2, grid 0.35 kgCO2e/kWh"."""
+    from gpuledger.config_store import stored_config_in_force
+
+    cfg = stored_config_in_force(con)
+    out = []
+    for name in clusters:
+        site = cfg.clusters.get(name) if cfg is not None else None
+        pue = f"PUE {site.pue:g}" if site is not None and site.pue is not None else "no PUE (facility kWh unknown)"
+        grid = site.grid_intensity if site is not None else None
+        intensity = ("no grid intensity (kgCO2e unknown)" if grid is None else
+                     f"grid {grid.kg_co2e_per_kwh:g} kgCO2e/kWh" if grid.kg_co2e_per_kwh is not None else
+                     f"grid intensity hourly from {grid.csv}")
+        out.append(f"{name}: {pue}, {intensity}")
+    return out
 
 
 def _round_hours(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -510,6 +528,7 @@ def build_statement(
         history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item(), lines)
         if history else pl.DataFrame(schema=HISTORY_SCHEMA),
     )
+    st.energy_sites = _site_sentences(con, sorted(set(job_energy["cluster"].drop_nulls().to_list())))
     notes, st.warnings = statement_notes(lines)
     # the state's sentence replaces chargeback's provisional note (which says lines change: not
     # so once closed)

@@ -122,3 +122,33 @@ def test_a_page_repeating_the_device_value_on_every_pod_stays_unknown():
     assert rows["fb_used_bytes"].to_list() == [9000 * 2**20, 4000 * 2**20, 3500 * 2**20, 12000 * 2**20]
     own, none = per_pod_rows(parse_exposition(PAGE.read_text(), scrape_ms=1_800_000_000_000).samples)
     assert none == 0 and own["gpu_util_ratio"].to_list() == [0.2, 0.1, 0.0, 0.25]
+
+
+def test_the_idle_pod_on_the_busy_shared_gpu_squats_and_its_neighbours_do_not(shared):
+    """At 10:59:59, with no start-up grace and a 30-minute sustained window: the device itself is
+    busy (graphics engine 0.55 on every copy), so by the device all four pods would look active.
+    By their own utilization hami-c (0 % since 10:00) is idle for 59 minutes and squats; a, b and d
+    are not idle."""
+    from gpuledger.config import Policy, SquattingPolicy
+
+    policy = Policy(squatting=SquattingPolicy(grace_minutes=0, sustained_minutes=30, warn_minutes=30,
+                                              second_warn_minutes=40, preempt_minutes=50))
+    with warehouse.open_reader(shared) as con:
+        found = reports.squatters_report(con, policy=policy, now=datetime(2026, 11, 29, 10, 59, 59))
+    assert found["job_id"].to_list() == ["uid-hami-c"]
+    row = found.row(0, named=True)
+    assert row["activity_signal"] == "gpu_util_per_pod" and row["idle_since"] == T10
+    assert row["fb_used_bytes_idle"] == 3500 * 2**20  # the pod's own memory, not the device's
+
+
+def test_pods_sharing_a_mig_instance_keep_their_memory_and_no_utilization():
+    """GPU_UTIL reads 0 on MIG and the exporter measures only memory per process there: two pods on
+    one 3g instance get their memory, their utilization unknown (never 0 % = idle)."""
+    mig = ('gpu="0",UUID="GPU-mig-parent",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node-m",'
+           'GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",namespace="ml-nlp",container="main"')
+    text = "\n".join([f'DCGM_FI_DEV_GPU_UTIL{{{mig},pod="{p}",vgpu="{i}"}} 0' for i, p in enumerate(("x", "y"))]
+                     + [f'DCGM_FI_DEV_FB_USED{{{mig},pod="{p}",vgpu="{i}"}} {m}'
+                        for i, (p, m) in enumerate((("x", 1000), ("y", 2000)))]) + "\n"
+    rows, _ = per_pod_rows(parse_exposition(text, scrape_ms=1_800_000_000_000).samples)
+    assert rows["pod"].to_list() == ["x", "y"] and rows["gpu_util_ratio"].is_null().all()
+    assert rows["fb_used_bytes"].to_list() == [1000 * 2**20, 2000 * 2**20]

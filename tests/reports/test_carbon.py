@@ -98,6 +98,7 @@ def test_one_projects_kgco2e_derived_by_hand_and_unknown_where_no_energy(month, 
     assert f"<td>research</td><td class=\"num\">264.000</td><td class=\"num\">{GAMMA_KWH:,.3f}</td>" in html
     assert f"<td class=\"num\">{GAMMA_KG:,.3f}</td><td class=\"num\">240.000</td>" in html
     assert "<td>product</td><td class=\"num\">240.000</td><td class=\"num\">unknown</td>" in html
+    assert f"Sites: c1: PUE 1.25, grid intensity hourly from {tmp_path / 'grid.csv'}." in html
     # FOCUS carries them beside the charge
     focus = pl.read_csv(out / "statement-2026-10-acme-focus.csv", infer_schema=False)
     row = focus.filter(pl.col("x_Project") == "gamma").row(0, named=True)

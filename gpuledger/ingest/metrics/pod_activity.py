@@ -11,7 +11,8 @@ activity once per holder.
 So: a (device, moment) held by two or more pods gives one row per pod. Its utilizations are the
 pods' own only when they can be: they add up to at most the whole device, and they are not one
 non-zero value repeated on every pod; otherwise the utilization is NULL (unknown) for that moment,
-and :func:`per_pod_rows` counts it. The samples table keeps one row per device as before
+and :func:`per_pod_rows` counts it. On a MIG instance (per-process memory only, and GPU_UTIL reads
+0 on MIG) the utilization is always NULL. The samples table keeps one row per device as before
 (exposition.long_to_wide); these rows go to ``pod_gpu_samples``.
 """
 
@@ -63,7 +64,10 @@ def per_pod_rows(long: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         _repeated=(util.sum().over(device) > 1.0 + SUM_SLACK)
         | ((util.n_unique().over(device) == 1) & (util.max().over(device) > 0) & util.is_not_null().all().over(device)))
     repeated = wide.filter(pl.col("_repeated")).select(device).unique().height
-    out = wide.with_columns(gpu_util_ratio=pl.when(~pl.col("_repeated")).then(util.clip(0.0, 1.0)),
+    # on a MIG instance the exporter has no per-process utilization, and DCGM's GPU_UTIL reads 0
+    # there anyway: the pods' memory only
+    mig = pl.col("mig_instance_id").fill_null(-1) >= 0
+    out = wide.with_columns(gpu_util_ratio=pl.when(~pl.col("_repeated") & ~mig).then(util.clip(0.0, 1.0)),
                             fb_used_bytes=pl.col("fb_used_bytes").round(0))
     return out.select(list(POD_SCHEMA)).cast(POD_SCHEMA).sort([*device, "namespace", "pod"]), repeated
 
