@@ -203,6 +203,9 @@ def exposition_renderer(path: Path, *, policy=None):
 
     registry = CollectorRegistry()
     registry.register(LedgerCollector(path, policy=policy, cache_s=0))
+    from gpuledger.metrics.pipeline_health import register_if_configured
+
+    register_if_configured(registry)  # pipeline health from the Dagster instance, when there is one
     return lambda: generate_latest(registry)
 
 
