@@ -683,13 +683,16 @@ def whatif_result(text: str) -> dict:
 
 def whatif_outcome(block: dict | None, titles: dict[str, str]) -> dict | None:
     """The outcome table of a result file (issue 34; files before it have none: None): ``table``
-    (figure, target, one column per policy title, cells ``median [min–max]``), ``seeds``, ``regime``."""
+    (figure, target, one column per policy title, cells the median over seeds), ``ranges`` (the same,
+    cells ``median [min–max]``), ``seeds``, ``regime``."""
     if not block:
         return None
     from gpuledger.whatif.outcome import TARGET_NOTE, frame_from_document
 
-    table, policies, _ = frame_from_document(block)
-    return {"table": table.rename({p: titles.get(p, p) for p in policies}), "seeds": block.get("seeds", []),
+    table, policies, _ = frame_from_document(block, ranges=False)
+    ranges, _, _ = frame_from_document(block)
+    names = {p: titles.get(p, p) for p in policies}
+    return {"table": table.rename(names), "ranges": ranges.rename(names), "seeds": block.get("seeds", []),
             "regime": block.get("regime", ""), "target_note": TARGET_NOTE}
 
 
