@@ -112,7 +112,11 @@ def scrape_cmd(
 
 def _check_target(url: str) -> None:
     """An exporter URL: http(s) with a host, else a usage error naming it (exit 2)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "http://[::1": an IPv6 host without its closing bracket
+        raise typer.BadParameter(f"{url!r} is not a URL ({exc}); write it as http://HOST:9400/metrics "
+                                 "(an IPv6 address in brackets: http://[::1]:9400/metrics)", param_hint="URLS") from None
     try:
         parts.port  # noqa: B018 - raises for a port that is not a number within 0-65535
     except ValueError:
