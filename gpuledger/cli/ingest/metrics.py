@@ -286,7 +286,8 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
                         for name, at in stats.resumed.items())
     console.print(f"aggregate {url} ({step_s} s windows{chunking}): {stats.chunks_done} chunks "
                   f"ingested{f' ({resumed})' if resumed else ''}, {stats.rows_new} new rows"
-                  f"{f' (by cluster: {clusters})' if len(stats.rows_by_cluster) > 1 or label else ''}; "
+                  f"{f' (by cluster: {clusters})' if len(stats.rows_by_cluster) > 1 or label else ''}, "
+                  f"{stats.quarantined} quarantined; "
                   f"metrics: {', '.join(stats.metrics)}", markup=False, soft_wrap=True)
     if stats.unlabelled_series:
         console.print(f"{stats.unlabelled_series} {stats.unlabelled_metric} series (one a device and job) carry no "
