@@ -97,7 +97,7 @@ def _holding(job, device, first, last, **over):
 def test_node_spool_records_are_screened_one_by_one(tmp_path):
     t0 = (NOW - timedelta(hours=2)).replace(microsecond=0)
     t1 = t0 + timedelta(hours=1)
-    iso = lambda t: t.isoformat()  # noqa: E731
+    iso = lambda t: t.isoformat()
     records = [  # (record, words of its quarantine reason)
         (_holding("research/a", "GPU-x0", iso(t0), iso(t1)), None),
         (_holding("research/b", "GPU-x1", iso(t0), iso(t1), ended="false"), "ended: 'false' is not true or false"),
@@ -128,8 +128,8 @@ def test_node_spool_records_are_screened_one_by_one(tmp_path):
 
 
 @pytest.mark.parametrize("content", [bytes(range(256)) * 8, b'{"jobs": [{"job_id": 1, "nodes": 5}]}',
-                                     b'{"jobs": [{"job_id": 1, "job_state": "RUNNING", "nodes": "n1", '
-                                     b'"gres_detail": ["gpu:1(IDX:0)"], "start_time": 1e300}]}'],
+                                     (b'{"jobs": [{"job_id": 1, "job_state": "RUNNING", "nodes": "n1", '
+                                      b'"gres_detail": ["gpu:1(IDX:0)"], "start_time": 1e300}]}')],
                          ids=["binary", "nodes-a-number", "time-1e300"])
 def test_a_garbage_scontrol_file_is_one_line_naming_it(tmp_path, content):
     path = tmp_path / "scontrol.out"

@@ -47,7 +47,7 @@ def _answer(query: str, end: int) -> list[dict]:
 
 
 class _Tsdb(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         parts = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         if parts.path == "/api/v1/label/__name__/values":

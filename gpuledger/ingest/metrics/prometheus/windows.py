@@ -33,13 +33,13 @@ import polars as pl
 
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.ingest.metrics.exposition import series_long_to_wide
+from gpuledger.ingest.metrics.plausible import refuse_host_conflicts
 from gpuledger.ingest.metrics.prometheus.client import (
     NotPrometheusAnswer,
     get_body,
     matrix_result,
     parse_json,
 )
-from gpuledger.ingest.metrics.plausible import refuse_host_conflicts
 from gpuledger.ingest.metrics.prometheus.decode import SOURCE, points_from_results, refuse_outside_range
 from gpuledger.ingest.metrics.prometheus.window_copies import COUNT, NEWEST, merge_copies
 from gpuledger.rules.activity import SIGNAL_NAMES
