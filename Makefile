@@ -11,13 +11,14 @@ DASHBOARD_PORT ?= 8501
 
 .PHONY: demo dev dashboard test test-fast install test-deps bench clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every dependency (the image installs the same: scripts/lock-constraints.sh)
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 # setuptools >= 80 ends every editable install of a package-dir mapping with a 10-line
 # "BuildBackendWarning: Editable installation" (folders named like the package may shadow it: ours
 # are mapped into gpuledger.*, so none can); the awk drops that block and pip's Location lines.
-	$(BIN)/python -m pip install -q -e '.[dev]' 2>&1 | awk '/BuildBackendWarning: Editable installation/ {skip = 1} \
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]' 2>&1 | awk '/BuildBackendWarning: Editable installation/ {skip = 1} \
 	  !skip && !/^WARNING: Location/ {print} /with strategy, WheelFile/ {skip = 0}' || true
 	$(BIN)/python -c "import gpuledger.warehouse, polars, duckdb, dagster, streamlit, kubernetes"
 	touch $(STAMP)

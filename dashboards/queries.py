@@ -559,7 +559,8 @@ STATEMENT_MODULES = ("gpuledger.reports.statement", "gpuledger.reports.statement
                      "gpuledger.warehouse.read_model.statement_views", "gpuledger.reports.files", "gpuledger.analytics.reports",
                      "gpuledger.analytics.chargeback", "gpuledger.analytics.load", "gpuledger.analytics.attribution",
                      "gpuledger.analytics.tree", "gpuledger.ledger.periods", "gpuledger.ledger.config_versions",
-                     "gpuledger.config_store", "gpuledger.warehouse.clock")
+                     "gpuledger.config_store", "gpuledger.warehouse.clock", "gpuledger.analytics.carbon",
+                     "gpuledger.ledger.grid_intensity", "gpuledger.reports.focus")
 
 
 def warm_imports() -> None:
@@ -618,6 +619,22 @@ def billed_lines(lines: pl.DataFrame) -> pl.DataFrame:
     return lines.filter(billed(lines) & pl.col("currency").is_not_null())
 
 
+def energy_by_project(lines: pl.DataFrame) -> pl.DataFrame:
+    """Facility kWh and kgCO2e per business unit and project from a statement's charge lines, as
+    text: "unknown" where no figure is known (never 0), three decimals otherwise."""
+    charges = lines.filter((pl.col("line_kind") == "charge") & pl.col("correction_of").is_null())
+
+    def shown(col: str) -> pl.Expr:
+        known = pl.when(pl.col(col).is_not_null().any()).then(pl.col(col).sum())
+        return pl.when(known.is_null()).then(pl.lit("unknown")).otherwise(
+            known.round(3).map_elements(lambda v: f"{v:,.3f}", return_dtype=pl.String))
+
+    return (charges.group_by("business_unit", "project")
+            .agg(pl.col("gpu_hours").sum(), shown("energy_kwh_facility").alias("facility_kwh"),
+                 shown("kg_co2e").alias("kg_co2e"), pl.col("gpu_hours_co2_unknown").fill_null(0.0).sum())
+            .sort("business_unit", "project"))
+
+
 # --- what-if result files (the /what-if page; `gpuledger whatif schedule --format json --out FILE`) -------------
 WHATIF_COMMAND = "gpuledger whatif schedule --format json --out reports/whatif/schedule.json"
 
@@ -666,13 +683,16 @@ def whatif_result(text: str) -> dict:
 
 def whatif_outcome(block: dict | None, titles: dict[str, str]) -> dict | None:
     """The outcome table of a result file (issue 34; files before it have none: None): ``table``
-    (figure, target, one column per policy title, cells ``median [min–max]``), ``seeds``, ``regime``."""
+    (figure, target, one column per policy title, cells the median over seeds), ``ranges`` (the same,
+    cells ``median [min–max]``), ``seeds``, ``regime``."""
     if not block:
         return None
     from gpuledger.whatif.outcome import TARGET_NOTE, frame_from_document
 
-    table, policies, _ = frame_from_document(block)
-    return {"table": table.rename({p: titles.get(p, p) for p in policies}), "seeds": block.get("seeds", []),
+    table, policies, _ = frame_from_document(block, ranges=False)
+    ranges, _, _ = frame_from_document(block)
+    names = {p: titles.get(p, p) for p in policies}
+    return {"table": table.rename(names), "ranges": ranges.rename(names), "seeds": block.get("seeds", []),
             "regime": block.get("regime", ""), "target_note": TARGET_NOTE}
 
 

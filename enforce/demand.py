@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpuledger.enforce.bands import on_top, quick_band
 from gpuledger.enforce.model import PREEMPT, WAITING, Action, JobFacts, Situation
 from gpuledger.enforce.rails import act, exemption, fmt, held_by_rails, lost_minutes, protected, stale
 
@@ -46,11 +47,12 @@ def capacity(situation: Situation, already: set[Key]) -> Capacity:
 
 
 def waiting_for_gpus(situation: Situation, policy, targets, notes=None) -> list[JobFacts]:
-    """Funded or exempt jobs waiting, highest target priority first, then the earliest submitted.
+    """Funded, exempt (on top: exempt_queue) or quick-lane jobs waiting, highest target priority first, then the earliest submitted.
     With the scheduler's live view, only jobs it shows waiting now: the warehouse's job record is up
     to an ingest period old, and a job the scheduler has started since needs nothing freed."""
     now = situation.now
-    waiting = [j for j in situation.jobs if not j.running and (j.funded or exemption(j, policy))]
+    waiting = [j for j in situation.jobs
+               if not j.running and (j.funded or on_top(targets[j.key][0]) or quick_band(targets[j.key][0]))]
     if situation.observed_by is not None:
         kept = []
         for j in waiting:

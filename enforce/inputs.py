@@ -17,6 +17,7 @@ from gpuledger.enforce.model import Finding, JobFacts, Situation
 from gpuledger.warehouse.read_model import facts
 
 from gpuledger.analytics import reports
+from gpuledger.analytics.fairshare import over_share_projects
 from gpuledger.analytics.squatting import LOOKBACK
 from gpuledger.config import Config
 from gpuledger.sql import load_sql
@@ -69,7 +70,8 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     # older one (it could preempt a job busy since); funding always computed
     funding = {(r["cluster"], r["job_id"]): r
                for r in facts.funding(con, policy=policy, now=now).frame.iter_rows(named=True)}
-    ranks = fairshare_ranks(facts.fairshare(con, policy=policy, as_of=now).frame.iter_rows(named=True))
+    tree = list(facts.fairshare(con, policy=policy, as_of=now).frame.iter_rows(named=True))
+    ranks = fairshare_ranks(tree)
     found = facts.findings(con, policy=policy, now=now, include_exempt=True, exact_moment=True)
     findings = [finding_from_row(r) for r in found.frame.iter_rows(named=True) if r["idle_since"] is not None]
     rows = [dict(zip(_NAMES, r, strict=True)) for r in con.execute(_JOBS, {"now": now}).fetchall()]
@@ -85,6 +87,7 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     return Situation(
         now=now, jobs=jobs, findings=findings, warnings=audit.load_warnings(con),
         history=audit.load_history(con), free_gpus=free, free_whole_gpus=whole, fs_projects=len(ranks),
+        over_share=over_share_projects(tree),
         data_as_of=reports.data_now(con, wall=now) if _has_data(con, now) else None,
         samples_as_of=samples_as_of, jobs_as_of=jobs_as_of,
         recent_preemptions=audit.recent_preemptions(con, since=now - timedelta(hours=1)),
@@ -133,7 +136,7 @@ def job_facts(r: dict, fund: dict, observed: dict[str, dict] | None, policy, ran
         protected_until=protected_until if running else None, fs_rank=ranks.get(r["project"]),
         labels=seen.get("labels") or {}, annotations=seen.get("annotations") or {},
         requeue_flag=seen.get("requeue_flag"), scheduler_job=r["scheduler_job"], partition=r["partition"],
-        observed=live,
+        time_limit_s=r.get("time_limit_s"), observed=live,
     )
 
 
@@ -153,7 +156,7 @@ def freshness(con, now: datetime) -> tuple[dict[str, datetime], dict[str, dateti
 
 
 _NAMES = ("cluster", "job_id", "project", "name", "namespace", "kind", "source", "user_name", "gpus", "gpu_model",
-          "start_time", "submit_time", "priority", "scheduler_job", "state", "partition", "qos")
+          "start_time", "submit_time", "priority", "scheduler_job", "state", "partition", "qos", "time_limit_s")
 
 # a Slurm array's pending tasks as sacct lists them: 12_[0-7], 12_[1,3,5-9%2] (at most 2 at once)
 _ARRAY = re.compile(r"^\d+_\[([0-9,\-]+)(?:%(\d+))?\]$")

@@ -53,6 +53,7 @@ class JobFacts:
     scheduler_job: str | None = None  # the scheduler's own name: namespace/pod, namespace/workload/name, JobID
     partition: str | None = None  # Slurm partition (matches an untyped GPU request to its pool)
     qos: str | None = None  # Slurm QOS (exempt_qos)
+    time_limit_s: int | None = None  # Slurm TimeLimit / a pod's activeDeadlineSeconds (the quick lane)
     # what the scheduler said about the job when the plan was made (Backend.observe, the fields that
     # identify it and that the decision relied on); None: not observed, so never preempted
     observed: dict | None = None
@@ -114,6 +115,9 @@ class Situation:
     # (cluster, model) -> GPUs with nothing on them; None: unknown (free_gpus serves whole-GPU jobs too)
     free_whole_gpus: dict[tuple[str, str | None], float] | None = None
     fs_projects: int = 0  # projects ranked by fair share (N)
+    # projects whose share of all usage exceeds their global share (sshare's EffectvUsage > NormShares
+    # at the root): their exempt jobs queue by fair share instead of on top (exempt_queue)
+    over_share: frozenset[str] = frozenset()
     data_as_of: datetime | None = None  # newest sample / job event (stale-data guard, when not per cluster)
     # per cluster: the newest GPU sample (squatting evidence) and job record (demand); when given,
     # a preemption on a cluster needs that cluster's own data fresh

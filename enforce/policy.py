@@ -10,7 +10,8 @@ that explain the rest (``explanations``); the judgments they share are in enforc
 Rules (design.md "The rules", Enforcement):
 
 * **set-priority** — one integer per job, higher served first. Bands: production inference (exempt)
-  on top, then funded, then unfunded; inside a band the project's fair-share rank orders jobs; the
+  on top, then the quick lane when enabled (small short jobs of projects with budget left, at most
+  a few per project: rails.quick_lane), then funded, then unfunded; inside a band the project's fair-share rank orders jobs; the
   job's own declared priority orders only among its project's jobs (its rank among the project's
   distinct declared values), so declaring everything HIGH buys nothing. Planned when the value
   differs from what gpuledger last set, or when Kueue reports another value (a
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from gpuledger.enforce.bands import EXEMPT_BASE, FUNDED_BASE, PROJECT_STEP, QUICK_BASE, UNFUNDED_BASE
 from gpuledger.enforce.caps import capped
 from gpuledger.enforce.demand import demand_preemptions
 from gpuledger.enforce.model import NONE, PREEMPT, SET_PRIORITY, WARN, Action, JobFacts, Situation
@@ -48,18 +50,13 @@ from gpuledger.enforce.rails import (  # noqa: F401  (the rules' public names, a
     exemption,
     lost_minutes,
     protected,
+    quick_lane,
     resumable,
     squatting_exemption,
     stale,
 )
 from gpuledger.enforce.squatters import CAPPED_WARNING_WINDOW, STAGES, squatter_stage  # noqa: F401
 
-# Priority bands; Kueue priorities are int32. Inside a band: fair-share position × 1000 + the
-# job's position inside its project (< 1000), so up to 399 projects fit below the next band.
-EXEMPT_BASE = 1_000_000
-FUNDED_BASE = 500_000
-UNFUNDED_BASE = 100_000
-PROJECT_STEP = 1000
 ORDER = {SET_PRIORITY: 0, WARN: 1, PREEMPT: 2, NONE: 3}
 
 
@@ -72,6 +69,7 @@ def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tup
         if d is not None:
             declared[job.project].append(d)
     order = {p: sorted(set(v)) for p, v in declared.items()}
+    quick = quick_jobs(situation, policy)
     out = {}
     for job in situation.jobs:
         d = _declared(job, situation)
@@ -79,8 +77,14 @@ def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tup
         exempt = exemption(job, policy)
         rank = job.fs_rank if job.fs_rank is not None else n + 1
         fair = max(n - rank + 1, 0) * PROJECT_STEP
-        if exempt:
+        if exempt and not _queues_by_share(job, situation, policy):
             value, band = EXEMPT_BASE + within, f"exempt ({exempt}): on top"
+        elif exempt:
+            base = FUNDED_BASE if job.funded else UNFUNDED_BASE
+            value, band = base + fair + within, (f"exempt ({exempt}), never preempted, but project {job.project} "
+                                                 "has used more than its share, so it queues by fair share")
+        elif job.key in quick:
+            value, band = QUICK_BASE + within, f"{quick[job.key]}: served before other funded work"
         elif job.funded:
             value, band = FUNDED_BASE + fair + within, "funded: above unfunded work"
         else:
@@ -91,6 +95,38 @@ def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tup
             f"; its declared priority {d} is #{within + 1} of {len(order[job.project])} distinct values "
             f"in the project (it orders only the project's own jobs)")
         out[job.key] = (value, f"{band}; {rank_words}{within_words}")
+    return out
+
+
+def _queues_by_share(job: JobFacts, situation: Situation, policy) -> bool:
+    """An exempt job waits by fair share (not on top) when its project is over its share and the
+    policy says so (exempt_queue: within-share)."""
+    return getattr(policy, "exempt_queue", "on-top") == "within-share" and job.project in situation.over_share
+
+
+def quick_jobs(situation: Situation, policy) -> dict[tuple[str, str], str]:
+    """Job key -> why it is in the quick lane: every running lane job, and waiting ones, earliest
+    submitted first, while their project runs fewer than ``max_running_per_project`` of them (the
+    rest keep their own band: the lane is for a person's next test, not a team's queue)."""
+    lane = getattr(policy, "quick_lane", None)
+    if lane is None or not lane.enabled:
+        return {}
+    out: dict[tuple[str, str], str] = {}
+    running: dict[str, int] = defaultdict(int)
+    waiting = []
+    for job in situation.jobs:
+        why = quick_lane(job, policy)
+        if why is None or exemption(job, policy):
+            continue
+        if job.running:
+            out[job.key] = why
+            running[job.project] += 1
+        else:
+            waiting.append((job.submit_time or situation.now, job.key, job, why))
+    for _, key, job, why in sorted(waiting):
+        if running[job.project] < lane.max_running_per_project:
+            out[key] = why
+            running[job.project] += 1
     return out
 
 

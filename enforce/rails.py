@@ -34,6 +34,24 @@ def exemption(job: JobFacts, policy) -> str | None:
     return None
 
 
+def quick_lane(job: JobFacts, policy) -> str | None:
+    """Why the job belongs in the quick lane (policy.enforcement.quick_lane), or None: small
+    (at most ``max_gpus``) and short by its kind or its time limit, with budget left (a job
+    unfunded only for declaring no minimum runtime still has its project's budget behind it)."""
+    lane = getattr(policy, "quick_lane", None)
+    if lane is None or not lane.enabled or job.gpus > lane.max_gpus + 1e-9:
+        return None
+    if not job.funded and job.unfunded_reason not in (None, "no minimum runtime declared"):
+        return None
+    if job.kind and job.kind in lane.kinds:
+        short = f"kind {job.kind}"
+    elif job.time_limit_s is not None and 0 < job.time_limit_s <= lane.max_minutes * 60:
+        short = f"time limit {job.time_limit_s // 60} min"
+    else:
+        return None
+    return f"quick lane: {job.gpus:g} GPU, {short} (at most {lane.max_gpus:g} GPU, {lane.max_minutes:g} min)"
+
+
 def squatting_exemption(job: JobFacts, situation: Situation) -> str | None:
     """Why ``gpuledger squatters`` hides the job (policy.squatting.exempt_*): no alert ever reached
     its owner, so it is never warned or preempted as a squatter either — one set of exemptions."""

@@ -193,6 +193,21 @@ class ChargebackPolicy(_Strict):
     retire_after_hours: float = Field(default=24, ge=0)
 
 
+class QuickLane(_Strict):
+    """Ai2's debug queue: small, short work served first whatever its team's fair-share rank, so a
+    person testing a change waits seconds, not hours. A job is in the lane when it asks for at most
+    ``max_gpus`` and either its kind is one of ``kinds`` or its time limit (Slurm TimeLimit, a pod's
+    activeDeadlineSeconds) is at most ``max_minutes`` — the limit is what keeps the lane honest: the
+    scheduler ends the job there. Its project must have budget left, and at most
+    ``max_running_per_project`` of a project's lane jobs run at once (the rest keep their band)."""
+
+    enabled: bool = False
+    max_gpus: float = Field(default=1.0, gt=0)
+    max_minutes: float = Field(default=30, gt=0)
+    kinds: list[str] = Field(default_factory=lambda: ["debug"])
+    max_running_per_project: int = Field(default=4, ge=1)
+
+
 class EnforcementPolicy(_Strict):
     """The safety rails of gpuledger.enforce (README "Enforcement")."""
 
@@ -209,6 +224,10 @@ class EnforcementPolicy(_Strict):
     exempt_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
     exempt_kinds: list[str] = Field(default_factory=lambda: ["inference"])  # production inference: never preempted, on top
     exempt_labels: dict[str, str] = Field(default_factory=dict)
+    # where exempt jobs wait: always on top, or on top while their project is within its share (over
+    # it they queue by fair share like funded work — still never preempted), so an exempt service
+    # cannot take every freed GPU from teams below their share
+    exempt_queue: Literal["on-top", "within-share"] = "on-top"
     # Slurm jobs: exempt by account, user or QOS as pods are by namespace and label (never
     # preempted, on top)
     exempt_accounts: list[str] = Field(default_factory=list)
@@ -223,6 +242,7 @@ class EnforcementPolicy(_Strict):
     checkpoint_interval_minutes: float = Field(default=60, gt=0)  # a resumable job checkpoints this often
     max_lost_minutes: float | None = Field(default=5, ge=0)  # a funded victim loses at most this much work (None: any)
     victim_fit: Literal["any", "within-need"] = "within-need"  # within-need: no victim larger than the GPUs still missing
+    quick_lane: QuickLane = Field(default_factory=QuickLane)  # small short jobs first (off by default)
     slurm_qos_funded: str | None = None  # also set this QOS on funded pending Slurm jobs (Nice always)
     slurm_qos_unfunded: str | None = None
     pipeline_apply: bool = False  # the Dagster apply asset acts only when true ...
@@ -455,12 +475,34 @@ class DashboardAccess(_Strict):
 EARLIEST_DAY = date(2000, 1, 1)  # nothing before it ran on a GPU this ledger prices
 
 
+class GridIntensity(_Strict):
+    """The carbon intensity of a site's electricity: one constant, or an hourly series in a CSV
+    file (columns ``hour`` — ISO 8601 UTC — and ``kg_co2e_per_kwh``; a path relative to the config
+    file), read into the warehouse by ``config load`` (gpuledger/analytics/carbon.py)."""
+
+    kg_co2e_per_kwh: float | None = Field(default=None, ge=0.0, le=3.0)  # coal is ~1.0; 3 is a unit error
+    csv: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> GridIntensity:
+        if (self.kg_co2e_per_kwh is None) == (self.csv is None):
+            raise ValueError("give kg_co2e_per_kwh (a constant, e.g. 0.35) or csv (an hourly series file), "
+                             "exactly one of them")
+        if self.csv is not None and not self.csv.lower().endswith(".csv"):
+            raise ValueError(f"csv: {self.csv!r} is not a .csv file (columns hour, kg_co2e_per_kwh)")
+        return self
+
+
 class ClusterSettings(_Strict):
-    """Facts about one cluster (``clusters.<name>`` — the name its samples and jobs carry)."""
+    """Facts about one cluster (``clusters.<name>`` — the name its samples and jobs carry); a
+    cluster is the *site* of its energy figures."""
 
     # the day its first GPU came into service: samples and job times before it are quarantined
     # (a clock at the epoch, a unit error); without it the floor is 2000-01-01
     first_day: date | None = None
+    # power usage effectiveness: facility kWh = GPU kWh × pue (1.0 = no overhead; > 3 is a mistake)
+    pue: float | None = Field(default=None, ge=1.0, le=3.0)
+    grid_intensity: GridIntensity | None = None
 
     @field_validator("first_day")
     @classmethod

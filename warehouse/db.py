@@ -32,6 +32,7 @@ from pathlib import Path
 
 import duckdb
 
+from gpuledger.warehouse import migration_backup
 from gpuledger.warehouse.access import WarehouseLocks
 from gpuledger.warehouse.paths import DEFAULT_WAREHOUSE, WAREHOUSE_ENV, resolve_warehouse_path  # noqa: F401
 from gpuledger.warehouse.paths import check_reader_path, check_writer_path
@@ -45,6 +46,12 @@ class WarehouseError(RuntimeError):
 
 class WarehouseBusyError(WarehouseError):
     """A writer held the file longer than the caller would wait (or is still creating it)."""
+
+    exit_code = 1
+
+
+class WarehouseNewerSchemaError(WarehouseError):
+    """The file was migrated by a newer gpuledger: this one refuses to write it (a rollback)."""
 
     exit_code = 1
 
@@ -380,6 +387,7 @@ class WriterConnection:
     def __init__(self, path: Path, locks: WarehouseLocks, lock_timeout_s: float) -> None:
         self._path, self._locks, self._lock_timeout_s = path, locks, lock_timeout_s
         self._con: duckdb.DuckDBPyConnection | None = None
+        self.backup_path: Path | None = None  # the copy taken before this open migrated the file
         self._held_since = 0.0  # DuckDB open: the writer's work starts
         self._turn_start = 0.0  # gate taken: new readers wait from here
         self._last_mark = 0.0  # the previous yield point (or the open)
@@ -504,6 +512,7 @@ def open_writer(
         with _HELD_GUARD:
             _HELD[key] = threading.get_ident()
         try:
+            writer.backup_path = _guard_migration(writer.connection, path)
             apply_migrations(writer.connection)
             with contextlib.suppress(FileNotFoundError):
                 snapshot_path(path).unlink()  # a whole-file copy from before; nothing reads it
@@ -523,6 +532,22 @@ def open_writer(
             writer._let_go(check=not failed)
     finally:
         locks.close()
+
+
+def _guard_migration(con: duckdb.DuckDBPyConnection, path: Path) -> Path | None:
+    """Before a writer migrates: refuse a file whose schema is newer than this code knows (one
+    line, what to do), and copy a file that is about to be migrated (warehouse/migration_backup.py).
+    Returns the backup's path, or None when nothing is migrated (or the file is new)."""
+    have = schema_version(con)
+    if not have:
+        return None
+    done = {r[0] for r in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    shipped = [v for v, _, _ in migrations()]
+    if max(done) > shipped[-1]:
+        raise WarehouseNewerSchemaError(migration_backup.newer_schema_message(path, max(done), shipped[-1]))
+    if not set(shipped) - done:
+        return None
+    return migration_backup.take_backup(con, path, have)
 
 
 def yield_to_readers(con, *, after_s: float = 0.5, max_wait_s: float = 0.5,

@@ -20,6 +20,7 @@ JOB_TYPES: dict[str, pl.DataType] = {
     "priority_class": pl.String,  # Kubernetes / Kueue (003)
     "pricing_tier": pl.String,  # a tier the scheduler names, e.g. by Slurm partition (007)
     "scheduler_job": pl.String,  # the scheduler's own name: namespace/pod, the Slurm JobID (008)
+    "gpu_memory_mib": pl.Float64,  # GPU memory a shared (HAMi) job asked for, beside its GPU share (025)
 }
 
 

@@ -103,6 +103,17 @@ if ctx is not None:
     picked = lines.filter(pl.col("line_kind").is_in(pick))
     ui.table(picked, _columns(picked, next(iter(view.totals), None)), key="cb_lines")
     st.caption("Unpriced, over-allocated and capacity-unknown lines are memo lines: shown, not billed.")
+    if billed.height and "kg_co2e" in lines.columns:
+        st.subheader("Energy and emissions")
+        energy = queries.energy_by_project(lines)
+        ui.table(energy, {"business_unit": "business unit", "project": "project",
+                          "gpu_hours": ui.gpu_h("allocated", 2), "facility_kwh": "facility energy (kWh)",
+                          "kg_co2e": "emissions (kgCO2e)", "gpu_hours_co2_unknown": ui.gpu_h("emissions unknown", 2)},
+                 key="cb_energy")
+        st.caption("Facility kWh = the GPUs' own energy counter × the site's PUE; kgCO2e = facility kWh × the site's "
+                   "grid intensity in each hour. \"unknown\" where no GPU reported energy or the site has no PUE / "
+                   "intensity (never 0); the GPU-hours left out of kgCO2e are counted apart. Per job in the "
+                   "energy-by-job CSV below.")
     st.subheader("Downloads (identical to the finance statement files)")
     stem = f"statement-{view.period}-{queries.file_slug(view.scope)}"
     row = st.container(horizontal=True)

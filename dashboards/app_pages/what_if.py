@@ -36,10 +36,15 @@ if ctx is not None:
     if outcome is not None:
         seeds = outcome["seeds"]
         st.subheader("Outcome, as Ai2 measured it")
-        st.dataframe(outcome["table"], hide_index=True, height=35 * (outcome["table"].height + 1) + 3,
+        # medians keep the five policies beside each other at 1,400 px; the ranges on request
+        spread = len(seeds) > 1 and st.toggle("min–max over seeds", value=False,
+                                              help="each cell as median [min–max] over the seeds")
+        shown = outcome["ranges"] if spread else outcome["table"]
+        st.dataframe(shown, hide_index=True, height=35 * (shown.height + 1) + 3,
                      column_config={"label": st.column_config.TextColumn("figure (unit)", width="medium"),
                                     "target": st.column_config.TextColumn("target", width="small")})
-        over = (f"median [min–max] over {len(seeds)} seeds ({seeds[0]}–{seeds[-1]})" if len(seeds) > 1
+        over = (f"{'median [min–max]' if spread else 'median'} over {len(seeds)} seeds ({seeds[0]}–{seeds[-1]})"
+                if len(seeds) > 1
                 else f"one seed ({seeds[0] if seeds else '?'}): `--seeds 5` gives min, median and max")
         st.caption(f"{over}; {outcome['regime']}. Owed = a team's share of capacity capped hour by hour at its "
                    "demand; delivered = what it got up to that, settled per usage window; burst = allocated "
@@ -53,18 +58,21 @@ if ctx is not None:
         value = by_metric[metric][policy]
         return None if value in (None, "-") else float(value.replace(",", ""))
 
+    # two short figures per policy so five policies fit beside each other at 1,400 px; the rest
+    # (useful GPU-hours included) is in the side-by-side table below
     for column, (policy, title) in zip(st.columns(len(titles)), titles.items(), strict=True):
         column.markdown(f"**{title}** (`{policy}`)")
         worst = number("worst_delivery_ratio", policy)
-        column.metric(f"{policy}: worst project delivered ÷ owed", ui.pct(None if worst is None else 100 * worst),
-                      help=f"worst project: {by_metric['worst_project'][policy]}")
-        column.metric(f"{policy}: useful GPU-hours", ui.hours(number("useful_gpu_hours", policy)))
+        column.metric("worst project", ui.pct(None if worst is None else 100 * worst),
+                      help=f"{policy}: the worst project's delivered ÷ owed GPU-hours "
+                           f"({by_metric['worst_project'][policy]})")
         occupancy = number("occupancy_ratio", policy)
-        column.metric(f"{policy}: occupancy", ui.pct(None if occupancy is None else 100 * occupancy))
+        column.metric("occupancy", ui.pct(None if occupancy is None else 100 * occupancy),
+                      help=f"{policy}: allocated ÷ installed GPU-hours")
 
     st.subheader("Side by side")
     st.dataframe(summary.drop("metric").rename({p: t for p, t in titles.items() if p in summary.columns}),
-                 hide_index=True, column_config={"label": st.column_config.TextColumn("figure (unit)", width="large")})
+                 hide_index=True, column_config={"label": st.column_config.TextColumn("figure (unit)", width="medium")})
     st.caption("Each figure carries its unit; GPU-h = one whole GPU held for one hour; useful = active GPU-hours of "
                "work kept; small = ≤ 1 GPU and ≤ 2 h, large = ≥ 8 GPUs.")
 

@@ -11,20 +11,46 @@
 # A recorder must never take a node down: Slurm drains a node whose prolog fails, so every error
 # here is logged to stderr (slurmd's log) and the script still exits 0.
 #
-# Settings (environment, or the file $GPULEDGER_SLURM_GPUS_ENV, default /etc/gpuledger/slurm-gpus.env):
+# Settings (environment, or the file $GPULEDGER_SLURM_GPUS_ENV, default /etc/gpuledger/slurm-gpus.env,
+# whose values win):
 #   GPULEDGER_GPU_SPOOL   spool directory (default /var/spool/gpuledger/slurm-gpus)
 #   GPULEDGER_NVIDIA_SMI  nvidia-smi binary (default: nvidia-smi on PATH, /usr/bin/nvidia-smi)
 #   GPULEDGER_DCGM_URL    the node's dcgm-exporter page (default http://localhost:9400/metrics)
+# The file is read as KEY=value lines (blank lines and # comments allowed, a value may be quoted),
+# never sourced: a typo cannot run a command or stop the script. A line that is not one of those
+# three keys with a value is logged and skipped; the good lines beside it still apply.
 
 event=${1:-}
 conf=${GPULEDGER_SLURM_GPUS_ENV:-/etc/gpuledger/slurm-gpus.env}
-# shellcheck disable=SC1090
-[ -r "$conf" ] && . "$conf"
+
+warn() { echo "gpuledger-holdings: $*" >&2; }
+
+read_settings() {  # $1: the file; sets the three known keys, warns about anything else
+  n=0
+  while IFS= read -r line || [ -n "$line" ]; do
+    n=$((n + 1))
+    line=$(printf '%s' "$line" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//')
+    case $line in ''|'#'*) continue ;; esac
+    key=${line%%=*}
+    value=${line#*=}
+    if [ "$key" = "$line" ]; then
+      warn "$1 line $n: not KEY=value, skipped (write e.g. GPULEDGER_GPU_SPOOL=/var/spool/gpuledger/slurm-gpus)"
+      continue
+    fi
+    case $value in \"*\") value=${value#\"}; value=${value%\"} ;; \'*\') value=${value#\'}; value=${value%\'} ;; esac
+    case $key in
+      GPULEDGER_GPU_SPOOL) GPULEDGER_GPU_SPOOL=$value ;;
+      GPULEDGER_NVIDIA_SMI) GPULEDGER_NVIDIA_SMI=$value ;;
+      GPULEDGER_DCGM_URL) GPULEDGER_DCGM_URL=$value ;;
+      *) warn "$1 line $n: unknown setting '$key', skipped (known: GPULEDGER_GPU_SPOOL, GPULEDGER_NVIDIA_SMI, GPULEDGER_DCGM_URL)" ;;
+    esac
+  done < "$1"
+}
+
+[ -r "$conf" ] && read_settings "$conf"
 spool=${GPULEDGER_GPU_SPOOL:-/var/spool/gpuledger/slurm-gpus}
 smi=${GPULEDGER_NVIDIA_SMI:-$(command -v nvidia-smi 2>/dev/null || echo /usr/bin/nvidia-smi)}
 dcgm_url=${GPULEDGER_DCGM_URL:-http://localhost:9400/metrics}
-
-warn() { echo "gpuledger-holdings: $*" >&2; }
 
 case $event in
   start|end) ;;
@@ -39,25 +65,29 @@ node=${SLURMD_NODENAME:-$(hostname -s 2>/dev/null || hostname)}
 devices=${SLURM_JOB_GPUS:-${CUDA_VISIBLE_DEVICES:-}}
 [ -n "$devices" ] || exit 0  # a job without GPUs holds none: nothing to record
 
-# index -> UUID of this node's GPUs, one "index,uuid" a line
-uuids() {
-  if [ -x "$smi" ]; then
-    timeout 10 "$smi" --query-gpu=index,uuid --format=csv,noheader,nounits 2>/dev/null | tr -d ' ' && return 0
+# index -> UUID of this node's GPUs, one "index,uuid" a line: from nvidia-smi; when it is absent,
+# fails (a driver/library mismatch, a hung GPU) or prints no such line, from the node's dcgm-exporter
+table=""
+how=none
+if [ -x "$smi" ]; then
+  if out=$(timeout 10 "$smi" --query-gpu=index,uuid --format=csv,noheader,nounits 2>/dev/null); then
+    table=$(printf '%s\n' "$out" | tr -d ' ' | grep -E '^[0-9]+,(GPU|MIG)-' || true)
   fi
-  if command -v curl >/dev/null 2>&1; then
-    curl -fsS -m 3 "$dcgm_url" 2>/dev/null | awk '
-      /^DCGM_FI_/ && /gpu="/ && /UUID="/ {
-        g = $0; sub(/.*[{,]gpu="/, "", g); sub(/".*/, "", g)
-        u = $0; sub(/.*UUID="/, "", u); sub(/".*/, "", u)
-        if (!seen[g]++) print g "," u
-      }'
-    return 0
+  if [ -n "$table" ]; then
+    how=nvidia-smi
+  else
+    warn "$smi failed or printed no index,uuid lines; trying the dcgm-exporter page $dcgm_url"
   fi
-  return 1
-}
-
-table=$(uuids) || table=""
-if [ -n "$table" ] && [ -x "$smi" ]; then how=nvidia-smi; elif [ -n "$table" ]; then how=dcgm; else how=none; fi
+fi
+if [ -z "$table" ] && command -v curl >/dev/null 2>&1; then
+  table=$(curl -fsS -m 3 "$dcgm_url" 2>/dev/null | awk '
+    /^DCGM_FI_/ && /gpu="/ && /UUID="/ {
+      g = $0; sub(/.*[{,]gpu="/, "", g); sub(/".*/, "", g)
+      u = $0; sub(/.*UUID="/, "", u); sub(/".*/, "", u)
+      if (!seen[g]++) print g "," u
+    }')
+  [ -n "$table" ] && how=dcgm
+fi
 
 if ! mkdir -p "$spool" 2>/dev/null; then
   warn "cannot create spool directory $spool; job $job not recorded"

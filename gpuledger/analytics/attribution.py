@@ -304,11 +304,49 @@ def shared_pieces(pieces: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+POD_SIGNAL = "gpu_util_per_pod"  # a pod's own utilization on a shared GPU (dcgm-exporter's virtual-GPU mode)
+
+
 def _activity_from_window() -> list[pl.Expr]:
     signal, ratio = best_of_sums("w_", "w_n_", pl.col("is_mig"))
-    # a time-sliced device's activity is nobody's in particular
-    signal, ratio = pl.when(~pl.col("_shared")).then(signal), pl.when(~pl.col("_shared")).then(ratio)
+    # a time-sliced device's activity is nobody's in particular, unless the pod's own was measured
+    # (with_pod_activity)
+    measured = pl.col("_pod_ratio").is_not_null()
+    signal = pl.when(~pl.col("_shared")).then(signal).when(measured).then(pl.lit(POD_SIGNAL))
+    ratio = pl.when(~pl.col("_shared")).then(ratio).when(measured).then(pl.col("_pod_ratio"))
     return [signal.alias("activity_signal"), ratio.alias("activity_ratio")]
+
+
+def with_pod_activity(window: pl.LazyFrame, pod_samples: pl.LazyFrame | None,
+                      jobs: pl.LazyFrame | None) -> pl.LazyFrame:
+    """Adds ``_pod_ratio`` to the shared pieces whose pod measured its own utilization
+    (``pod_samples``: gpu_id, ts, scheduler_job = namespace/pod, gpu_util_ratio — the share of the
+    whole device's time the pod's kernels ran), NULL elsewhere.
+
+    The pod's ratio of its own allocation: mean utilization over the piece's samples ÷ the share of
+    the device it holds, at most 1 — so active GPU-hours = the device time it really used, never
+    more than it was allocated (a pod that runs past its share on a time-sliced GPU is active for
+    all of it, not more), and idle = the rest of its share."""
+    if pod_samples is None or jobs is None:
+        return window.with_columns(_pod_ratio=pl.lit(None, pl.Float64))
+    names = jobs.collect_schema().names()
+    if "scheduler_job" not in names:
+        return window.with_columns(_pod_ratio=pl.lit(None, pl.Float64))
+    held = pl.col("device_fraction") * pl.col("alloc_fraction")
+    measured = (
+        window.filter(pl.col("_shared")).select("_pid", "cluster", "job_id", "gpu_id", "piece_start", "piece_end",
+                                                held.alias("_held"))
+        .join(jobs.select("cluster", "job_id", "scheduler_job").unique(["cluster", "job_id"]),
+              on=["cluster", "job_id"], how="inner")
+        .join(pod_samples.select(pl.col("gpu_id").cast(pl.Int32), "ts", "scheduler_job", "gpu_util_ratio"),
+              on=["gpu_id", "scheduler_job"], how="inner")
+        .filter((pl.col("ts") >= pl.col("piece_start")) & (pl.col("ts") < pl.col("piece_end"))
+                & pl.col("gpu_util_ratio").is_not_null())
+        .group_by("_pid").agg(pl.col("gpu_util_ratio").mean().alias("_util"), pl.col("_held").first())
+        .select("_pid", _pod_ratio=pl.when(pl.col("_held") > 0)
+                .then((pl.col("_util") / pl.col("_held")).clip(0.0, 1.0)))
+    )
+    return window.join(measured, on="_pid", how="left")
 
 
 def indexed_pieces(pieces: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
@@ -353,6 +391,8 @@ def piece_usage(window: pl.LazyFrame) -> pl.LazyFrame:
     energy_kwh."""
     alloc = pl.col("gpu_hours_allocated")
     known = pl.col("activity_ratio").is_not_null()
+    if "_pod_ratio" not in window.collect_schema().names():  # no per-pod measurement offered
+        window = window.with_columns(_pod_ratio=pl.lit(None, pl.Float64))
     return (
         window.with_columns(_activity_from_window())
         .with_columns(
@@ -360,7 +400,9 @@ def piece_usage(window: pl.LazyFrame) -> pl.LazyFrame:
             gpu_hours_unknown=pl.when(~known).then(alloc).otherwise(0.0),
             energy_kwh=_piece_energy_kwh(),
         )
-        .with_columns(gpu_hours_idle=pl.when(known).then(alloc - pl.col("gpu_hours_active")).otherwise(0.0))
+        .with_columns(gpu_hours_idle=pl.when(known).then(alloc - pl.col("gpu_hours_active")).otherwise(0.0),
+                      # time-sliced hours whose holder's activity is unknown (not measured per pod)
+                      _sliced=pl.col("_shared") & ~known)
     )
 
 
@@ -376,6 +418,7 @@ def attribute_usage(
     default_tier: str = DEFAULT_TIER,
     hourly: pl.LazyFrame | None = None,
     pieces: pl.LazyFrame | pl.DataFrame | None = None,
+    pod_samples: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """Per (cluster, job_id, gpu_id, hour): allocated / active / idle / unknown GPU-hours and energy.
 
@@ -398,9 +441,12 @@ def attribute_usage(
     (:func:`partial_hour_keys`), which is what keeps a week of 1,000 GPUs fast.
     ``pieces`` (optional): :func:`allocated_pieces` of these same arguments, when the caller
     already cut them (to find the partial hours): not cut a second time.
+    ``pod_samples`` (optional): each pod's own utilization on shared devices (``pod_gpu_samples``:
+    gpu_id, ts, scheduler_job, gpu_util_ratio); a time-sliced piece whose pod measured it takes it
+    (:func:`with_pod_activity`, signal ``gpu_util_per_pod``) instead of unknown.
 
     Stages: allocated_pieces → indexed_pieces → window_with_mig_energy → flag_shared →
-    piece_usage → per hour.
+    with_pod_activity → piece_usage → per hour.
     """
     if pieces is None:
         pieces = allocated_pieces(job_allocations, gpus, now=now, start=start, end=end, jobs=jobs,
@@ -410,7 +456,7 @@ def attribute_usage(
     pieces = indexed_pieces(pieces)
     energy = hourly_energy(hourly if hourly is not None else hourly_rollup(gpu_samples)).collect(engine=ENGINE).lazy()
     window = flag_shared(window_with_mig_energy(pieces, gpu_samples, energy, gpus), pieces)
-    return _per_hour(piece_usage(window))
+    return _per_hour(piece_usage(with_pod_activity(window, pod_samples, jobs)))
 
 
 #: attribute_usage sums only the (job, GPU, hour) keys that hold several pieces and takes the
@@ -440,7 +486,7 @@ def _per_hour(per_piece: pl.LazyFrame) -> pl.LazyFrame:
         .otherwise(None).alias("activity_ratio"),
         "activity_signal",
         pl.col("w_n").fill_null(0.0).cast(pl.Int64).alias("sample_count"),
-        pl.when(pl.col("_shared")).then(alloc.fill_null(0.0)).otherwise(0.0).alias("gpu_hours_time_sliced"),
+        pl.when(pl.col("_sliced")).then(alloc.fill_null(0.0)).otherwise(0.0).alias("gpu_hours_time_sliced"),
     )
     several = _grouped(per_piece.filter(pl.col("_dup")).drop("_dup"))
     return pl.concat([singles, several], how="vertical_relaxed")
@@ -464,7 +510,7 @@ def _grouped(per_piece: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("w_n").sum().cast(pl.Int64).alias("sample_count"),
             # the part of gpu_hours_unknown on a time-sliced device (showback marks it apart from
             # hours without any signal)
-            alloc.filter(pl.col("_shared")).sum().alias("gpu_hours_time_sliced"),
+            alloc.filter(pl.col("_sliced")).sum().alias("gpu_hours_time_sliced"),
             pl.col("energy_kwh").is_not_null().any().alias("_has_energy"),
         )
         .with_columns(pl.when(pl.col("_has_energy")).then(pl.col("energy_kwh")).otherwise(None).alias("energy_kwh"))

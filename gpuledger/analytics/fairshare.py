@@ -250,3 +250,11 @@ def delivery_ratios(per_project: pl.LazyFrame, org_nodes) -> pl.LazyFrame:
         occupancy_ratio=pl.when(pl.col("gpu_hours_entitled") > 0)
         .then(pl.col("gpu_hours_allocated") / pl.col("gpu_hours_entitled")).otherwise(None),
     )
+
+
+def over_share_projects(tree_rows) -> frozenset[str]:
+    """The ranked projects of fair_share's rows whose share of all usage exceeds their global
+    share (sshare's EffectvUsage above NormShares at the root): enforce queues their exempt jobs by
+    fair share instead of on top (policy.enforcement.exempt_queue)."""
+    return frozenset(r["node"] for r in tree_rows
+                     if r["fs_rank"] is not None and (r["usage_norm"] or 0.0) > (r["share_global"] or 0.0) + 1e-9)

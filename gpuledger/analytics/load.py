@@ -249,7 +249,42 @@ def load_device_activity(
         out = evidence_sustained_first(con, held, lo=lo, cov_from=cov_from, params=params)
     else:
         out = _evidence(con, held, since=lo, params=params)
-    return as_activity(held, out)
+    return with_pod_evidence(con, as_activity(held, out), held, jobs, params=params)
+
+
+POD_SIGNAL = "gpu_util_per_pod"  # analytics.attribution's name for a pod's own utilization
+_POD_ACTIVITY_SQL = load_sql(__package__, "squatting_pod_activity.sql")
+
+
+def with_pod_evidence(con: duckdb.DuckDBPyConnection, activity: pl.LazyFrame, held: pl.DataFrame,
+                      jobs: pl.LazyFrame, *, params: dict) -> pl.LazyFrame:
+    """``activity`` with each pod on a shared device (two or more held rows of one gpu_id) judged by
+    its own utilization where ``pod_gpu_samples`` has it, instead of the device's: one pod idle on
+    a busy time-sliced GPU is idle, its busy neighbours are not."""
+    shared = held.filter(pl.col("gpu_id").count().over("gpu_id") > 1)
+    if shared.is_empty() or "scheduler_job" not in jobs.collect_schema().names():
+        return activity
+    pods = shared.join(jobs.select(pl.col("cluster").cast(pl.String), pl.col("job_id").cast(pl.String),
+                                   "scheduler_job").unique(["cluster", "job_id"]).collect(engine=ENGINE),
+                       on=["cluster", "job_id"], how="inner").filter(pl.col("scheduler_job").is_not_null())
+    if pods.is_empty():
+        return activity
+    con.register("_squat_pods", pods.select("k", "gpu_id", "scheduler_job", "judged_from").to_arrow())
+    try:
+        rows = con.execute(_POD_ACTIVITY_SQL, params).fetchall()
+    except duckdb.CatalogException:  # no pod_gpu_samples table yet (before migration 025)
+        return activity
+    finally:
+        con.unregister("_squat_pods")
+    if not rows:
+        return activity
+    own = pl.DataFrame(rows, schema={k: v for k, v in _EVIDENCE_SCHEMA.items() if k != "sig"}, orient="row")
+    measured = (held.select(pl.col(PER_DEVICE).gather(own["k"]))
+                .hstack(own.select(pl.lit(POD_SIGNAL).alias("activity_signal"), "last_active", "idle_since",
+                                   "covered_minutes", "fb_used_bytes"))
+                .cast(ACTIVITY_COLUMNS))
+    return pl.concat([activity.join(measured.lazy().select(PER_DEVICE), on=PER_DEVICE, how="anti"),
+                      measured.lazy()], how="vertical_relaxed")
 
 
 def held_for_evidence(

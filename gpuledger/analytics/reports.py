@@ -98,7 +98,46 @@ def attribution(
                               default_tier=tier).collect(engine=ENGINE)
     partial = load_samples_for_hours(con, partial_hour_keys(pieces.lazy()))
     return attribute_usage(t.job_allocations, t.gpus, partial, now=now, start=start, end=end, jobs=t.jobs,
-                           default_tier=tier, hourly=load_hourly(con, start=start, end=end), pieces=pieces)
+                           default_tier=tier, hourly=load_hourly(con, start=start, end=end), pieces=pieces,
+                           pod_samples=load_pod_samples(con, start=start, end=end))
+
+
+def load_pod_samples(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> pl.LazyFrame | None:
+    """Pods' own utilization on shared GPUs in [start, end) (``pod_gpu_samples``, migration 025);
+    None when there is none (or the table is not there yet)."""
+    try:
+        frame = con.sql("SELECT gpu_id, ts, namespace || '/' || pod AS scheduler_job, gpu_util_ratio "
+                        "FROM pod_gpu_samples WHERE ts >= $start AND ts < $end AND gpu_util_ratio IS NOT NULL",
+                        params={"start": start, "end": end}).pl()
+    except duckdb.CatalogException:
+        return None
+    return frame.lazy() if frame.height else None
+
+
+def carbon_report(
+    con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime, now: datetime | None = None,
+    policy: Policy | None = None,
+) -> pl.DataFrame:
+    """Per project over [start, end): GPU-hours, GPU kWh, facility kWh, kgCO2e (NULL: unknown)
+    and the GPU-hours whose kgCO2e is unknown (no reading, PUE or intensity) (analytics/carbon.py)."""
+    from gpuledger.analytics.carbon import carbon_sums, with_carbon
+    from gpuledger.analytics.load import load_tables
+    from gpuledger.ledger.grid_intensity import site_inputs
+
+    policy = policy or Policy()
+    now = now or data_now(con)
+    end = min(end, now)
+    if end <= start:
+        return pl.DataFrame(schema={"project": pl.String, "gpu_hours": pl.Float64, "energy_kwh": pl.Float64,
+                                    "energy_kwh_facility": pl.Float64, "kg_co2e": pl.Float64,
+                                    "gpu_hours_co2_unknown": pl.Float64})
+    t = load_tables(con, start=start, end=end, samples=False)
+    used = with_carbon(attribution(con, t, start=start, end=end, now=now, policy=policy), *site_inputs(con, start, end))
+    jobs = t.jobs.select("cluster", "job_id", "project").unique(["cluster", "job_id"])
+    return (used.join(jobs, on=["cluster", "job_id"], how="left")
+            .with_columns(pl.col("project").fill_null("(no job record)"))
+            .group_by("project").agg(pl.col("gpu_hours_allocated").sum().alias("gpu_hours"), *carbon_sums())
+            .sort("project").collect(engine="in-memory"))
 
 
 def chargeback_report(

@@ -55,6 +55,8 @@ def config_load(config: ConfigOpt = None, warehouse_file: WarehouseOpt = None, b
     cfg, text, source = read_config_file(config)
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         result = load_version(con, cfg, text=text, source=source, by=by)
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     if not result.added:
         console.print(f"{source}: unchanged, the warehouse already holds this content as config version "
                       f"{result.version}")

@@ -53,3 +53,33 @@ def run_once_command(
     console.print(f"runs {where}. Open the UI: `make dev`, or "
                   f"`DAGSTER_HOME={home or Path.cwd()} .venv/bin/dagster dev -m gpuledger.pipelines.definitions` "
                   "then http://127.0.0.1:3000")
+
+
+@app.command("daemon")
+def daemon_command(
+    module: Annotated[str, typer.Option("--module", "-m", help="the code location module")] = "gpuledger.pipelines.definitions",
+    warehouse_file: WarehouseOpt = None,
+) -> None:
+    """The Dagster daemon, guarded: refuses to start at a StatefulSet ordinal other than 0 or while
+    another writer holds the warehouse; fails and retries the runs a killed daemon left STARTED
+    (their worker gone); then becomes `dagster-daemon run -m MODULE` (same PID, the lease kept).
+    Needs $DAGSTER_HOME (the instance)."""
+    from gpuledger.extras import require
+
+    dg = require("dagster")
+    from gpuledger.pipelines import recovery
+    from gpuledger.warehouse import writer_guard
+
+    if not os.environ.get("DAGSTER_HOME"):
+        console.print("DAGSTER_HOME is not set: the daemon needs the instance's folder (dagster.yaml)",
+                      style="red", markup=False)
+        raise typer.Exit(2)
+    try:
+        writer_guard.check_ordinal()
+        writer_guard.take_lease(warehouse_path(warehouse_file), role="dagster-daemon")
+    except writer_guard.WriterRefused as exc:
+        console.print(f"gpuledger pipelines daemon: {exc}", style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+    with dg.DagsterInstance.get() as instance:
+        recovery.recover_dead_runs(instance, log=lambda line: console.print(line, markup=False, soft_wrap=True))
+    recovery.exec_daemon(recovery.daemon_argv(module))

@@ -60,9 +60,14 @@ def disk_use_frame(con):
 @app.command("migrate")
 def migrate(warehouse_file: WarehouseOpt = None) -> None:
     """Create the warehouse or bring its schema up to date (numbered migrations)."""
+    from gpuledger.warehouse import writer_guard
+
+    writer_guard.check_ordinal()  # a StatefulSet's replica 1 would migrate a second, empty warehouse
     path = warehouse_path(warehouse_file)
     with warehouse.open_writer(path) as con:
         version = warehouse.schema_version(con)
+    if con.backup_path is not None:
+        typer.echo(f"backup before migrating: {con.backup_path} (README \"Restoring a backup\")")
     typer.echo(f"warehouse {path}: schema version {version}")
 
 

@@ -29,7 +29,7 @@ app = typer.Typer(
     help="What-if: replay job records under scheduling policies and capacity mixes.", no_args_is_help=True
 )
 
-POLICY_NAMES = ("priority", "slot-limits", "fair-share", "reclaim")  # gpuledger.whatif.model.ALL_POLICIES
+POLICY_NAMES = ("priority", "slot-limits", "fair-share", "reclaim", "quick-lane")  # gpuledger.whatif.model.ALL_POLICIES
 DEFAULT_DAYS = 30
 
 

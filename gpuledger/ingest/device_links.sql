@@ -5,6 +5,9 @@ WITH labelled AS (
                AS scheduler_job
     FROM gpu_samples s
     WHERE s.ts >= $lo AND s.ts < $hi AND (s.pod IS NOT NULL OR s.hpc_job IS NOT NULL)
+    UNION ALL  -- every pod of a shared device (dcgm-exporter's virtual-GPU mode), not only the
+               -- one whose labels the device's own sample kept
+    SELECT p.gpu_id, p.ts, p.namespace || '/' || p.pod FROM pod_gpu_samples p WHERE p.ts >= $lo AND p.ts < $hi
 ),
 observed AS (  -- a label names a run by the scheduler's name and the sample's time: a recreated
                -- pod or a requeued Slurm job repeats the name, each run owns only its own samples

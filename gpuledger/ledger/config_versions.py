@@ -207,6 +207,7 @@ class LoadResult:
     changes: list[str] = field(default_factory=list)
     closed_periods_affected: list[str] = field(default_factory=list)  # kept as issued; need a correction
     open_periods_repriced: list[str] = field(default_factory=list)  # past open months now priced anew
+    warnings: list[str] = field(default_factory=list)  # grid-intensity CSV lines quarantined
 
 
 def load_version(
@@ -223,9 +224,14 @@ def load_version(
     now = now or audit.utc_now()
     who = audit.actor(by)
     with transaction(con):
+        from gpuledger.ledger.grid_intensity import replace_grid_intensity
+
+        # the series lives in a file beside the config: read on every load, so a changed file
+        # counts even when the config text does not
+        grid_warnings = replace_grid_intensity(con, cfg, source=source)
         current = stored_config(con)
         if current is not None and same_content(current, sha):
-            return LoadResult(version=current.version, added=False)
+            return LoadResult(version=current.version, added=False, warnings=grid_warnings)
         old = current.config if current else None
         changes = config_changes(old, cfg)
         version = (current.version if current else 0) + 1
@@ -250,7 +256,7 @@ def load_version(
         audit.record(con, who=who, action="config-load", subject=f"config v{version}",
                      detail=f"sha256 {sha} from {source}; " + "; ".join(changes), at=now)
     return LoadResult(version=version, added=True, changes=changes, closed_periods_affected=closed,
-                      open_periods_repriced=repriced)
+                      open_periods_repriced=repriced, warnings=grid_warnings)
 
 
 def _periods_touched(con, old: Config | None, new: Config, now: datetime) -> tuple[list[str], list[str]]:

@@ -17,6 +17,11 @@ GPU-seconds); divide by 3600 to show GPU-hours:
                                               every project of the tree without one)
   gpuledger_alerts_outbox{status}             alerts in the outbox by status (0 for an empty status)
   gpuledger_data_timestamp_seconds            the data's "now" the figures are computed at
+  gpuledger_energy_facility_joules{project}   facility energy this month so far (GPU energy × PUE;
+                                              ÷ 3.6e6 = kWh); absent where unknown (no reading, no PUE)
+  gpuledger_emissions_co2e_grams{project}     emissions this month so far (÷ 1000 = kgCO2e); absent
+                                              where unknown
+  gpuledger_emissions_unknown_gpu_seconds{project}  GPU time this month whose emissions are unknown
 """
 
 
@@ -53,6 +58,8 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
         applied = con.execute(
             "SELECT action, outcome, coalesce(cause, outcome), dry_run, count(*) FROM enforcement_audit "
             "WHERE phase = 'applied' GROUP BY ALL ORDER BY ALL").fetchall()
+        month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        carbon = reports.carbon_report(con, start=month_start, end=now, now=now, policy=policy)
         projects = [n for (n,) in con.execute("SELECT node FROM org_nodes WHERE node NOT IN "
                                               "(SELECT parent FROM org_nodes WHERE parent IS NOT NULL) ORDER BY node")
                     .fetchall()]
@@ -89,6 +96,13 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
         ("gpuledger_alerts_outbox", "Alerts in the outbox by status",
          [({"status": s}, float(n)) for s, n in sorted(counts.items())]),
         ("gpuledger_data_timestamp_seconds", "The data's now the figures are computed at", [({}, _unix(now))]),
+        ("gpuledger_energy_facility_joules", ("Facility energy this month so far, GPU energy x PUE (J; / 3.6e6 = kWh); "
+                                              "absent where unknown"),
+         series(carbon, "energy_kwh_facility", key="project", scale=3.6e6)),
+        ("gpuledger_emissions_co2e_grams", "Emissions this month so far (gCO2e; / 1000 = kgCO2e); absent where unknown",
+         series(carbon, "kg_co2e", key="project", scale=1000.0)),
+        ("gpuledger_emissions_unknown_gpu_seconds", "GPU time this month whose emissions are unknown: no energy reading, no PUE or intensity (GPU-seconds)",
+         series(carbon, "gpu_hours_co2_unknown", key="project", scale=SECONDS_PER_HOUR)),
         ("gpuledger_enforcement_actions_total", ("Enforcement actions applied, by action, outcome and cause (why it was "
                                                  "done, refused or skipped; the audit's words in `enforce explain`)"),
          [({"action": a, "outcome": o, "cause": c, "dry_run": str(bool(d)).lower()}, float(n))
@@ -189,6 +203,9 @@ def exposition_renderer(path: Path, *, policy=None):
 
     registry = CollectorRegistry()
     registry.register(LedgerCollector(path, policy=policy, cache_s=0))
+    from gpuledger.metrics.pipeline_health import register_if_configured
+
+    register_if_configured(registry)  # pipeline health from the Dagster instance, when there is one
     return lambda: generate_latest(registry)
 
 

@@ -90,6 +90,7 @@ def render_html(st: Statement) -> str:
                       "active": "", "efficiency": "",
                       "amounts": [f"{owed[c]:,.2f}" if c in owed else "" for c in currencies]})
     model, amount, history = _charts(st)
+    energy_rows = _energy_rows(st)
     # the page's lines table: what a reader compares, in 1,280 px and on A4 portrait; every
     # column stays in the CSV / Parquet beside it
     line_cols = [c for c in HTML_LINE_COLUMNS if c in st.lines.columns]
@@ -104,10 +105,40 @@ def render_html(st: Statement) -> str:
         title=title, st=st, currencies=currencies, unit_rows=unit_rows,
         # every printed page's head and foot (CSS strings, so quoted here)
         page_head=Markup(_css_string(title)), page_state=Markup(_css_string(st.status)),
-        chart_model=Markup(model), chart_amount=Markup(amount), chart_history=Markup(history),
+        chart_model=Markup(model), chart_amount=Markup(amount), chart_history=Markup(history), energy_rows=energy_rows,
         line_columns=[header(c, one_currency(st.lines)) for c in line_cols],
         line_rows=html_rows(st.lines.select(line_cols)), sections=[
             {**sec, "columns": [header(c) for c in sec["columns"]]} for sec in sections])
+
+
+def _energy_rows(st: Statement) -> list[dict]:
+    """The page's energy table: each business unit, its projects indented under it, the total;
+    "unknown" where no figure is known (never 0)."""
+    from gpuledger.analytics.carbon import carbon_sums
+
+    jobs = st.job_energy
+
+    def row(name: str, frame: pl.DataFrame, total: bool = False) -> dict:
+        got = frame.select(pl.col("gpu_hours").sum(), *carbon_sums()).row(0, named=True) if frame.height else {}
+
+        def fmt(col: str, digits: int = 3) -> str:
+            v = got.get(col)
+            return "unknown" if v is None else f"{v:,.{digits}f}"
+
+        return {"name": name, "total": total, "gpu_hours": f"{got.get('gpu_hours') or 0.0:,.3f}",
+                "kwh": fmt("energy_kwh"), "facility": fmt("energy_kwh_facility"), "co2": fmt("kg_co2e"),
+                "unknown": f"{got.get('gpu_hours_co2_unknown') or 0.0:,.3f}"}
+
+    out = []
+    for unit in [u for u in st.sections if u != ORG_LINES]:
+        mine = jobs.filter(pl.col("business_unit") == unit)
+        if not mine.height:
+            continue
+        out.append(row(unit, mine))
+        for project in sorted(set(mine["project"].drop_nulls().to_list())):
+            out.append(row(f" {project}", mine.filter(pl.col("project") == project)))
+    out.append(row("total", jobs, total=True))
+    return out
 
 
 def _css_string(text: str) -> str:
@@ -129,7 +160,8 @@ def _statement_writers(st: Statement, stem: str) -> list[tuple[str, object]]:
     from gpuledger.reports.focus import write_focus
 
     writers = [lambda p: write_csv(st.lines, p), lambda p: write_parquet(st.lines, p),
-               lambda p: write_xlsx(st, p), lambda p: write_html(st, p), lambda p: write_focus(st, p)]
+               lambda p: write_xlsx(st, p), lambda p: write_html(st, p), lambda p: write_focus(st, p),
+               lambda p: write_csv(st.job_energy, p)]
     by_partition, by_host = st.by_partition, st.by_host
     if by_partition.height:
         writers.append(lambda p: write_csv(by_partition, p))
@@ -141,8 +173,9 @@ def _statement_writers(st: Statement, stem: str) -> list[tuple[str, object]]:
 
 def file_names(stem: str, *, by_partition: bool, by_host: bool) -> list[str]:
     """The names of a statement's files, in order: lines as CSV, Parquet, XLSX, HTML and FOCUS
-    (reports/focus.py), then GPU-hours by Slurm partition and by host where the statement has any."""
+    (reports/focus.py), energy and emissions per job, then GPU-hours by Slurm partition and by host where the statement has any."""
     return [f"{stem}.csv", f"{stem}.parquet", f"{stem}.xlsx", f"{stem}.html", f"{stem}-focus.csv",
+            f"{stem}-energy-by-job.csv",
             *([f"{stem}-by-partition.csv"] if by_partition else []), *([f"{stem}-by-host.csv"] if by_host else [])]
 
 

@@ -19,6 +19,7 @@ from decimal import Decimal
 import duckdb
 import polars as pl
 
+from gpuledger.analytics.carbon import carbon_sums, known_sum
 from gpuledger.errors import UsageError
 from gpuledger.ledger.periods import PeriodState
 from gpuledger.rules.billing import billed as is_billed
@@ -28,9 +29,11 @@ UNASSIGNED = "(unassigned)"  # business_unit of a project not in the org tree
 KIND_ORDER = {k: i for i, k in enumerate(("charge", "idle", "credit", "debit", "over-allocated",
                                           "capacity-unknown", "unpriced"))}
 LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours",
-                "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", "amount", "idle_amount_included", "billed", "revision",
+                "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", "energy_kwh", "energy_kwh_facility", "kg_co2e",
+                "gpu_hours_co2_unknown", "amount", "idle_amount_included", "billed", "revision",
                 "correction_of", "revision_issued_at", "revision_issued_by", "revision_reason", "status", "provisional",
                 "note"]
+ENERGY_COLS = ["energy_kwh", "energy_kwh_facility", "kg_co2e", "gpu_hours_co2_unknown"]
 HISTORY_MONTHS = 3  # this month and the two before it, where the inventory existed
 HISTORY_SCHEMA = {"period": pl.String, "currency": pl.String, "line_kind": pl.String, "amount": pl.Decimal(38, 2),
                   "gpu_hours": pl.Float64}
@@ -133,6 +136,9 @@ class Statement:
     units: list[str]  # business units, tree order
     usage: pl.DataFrame  # project, model, tier, partition, host: allocated / active / unknown GPU-hours
     history: pl.DataFrame  # period, currency, line_kind (charge / idle / corrections), amount, gpu_hours
+    # per job: GPU-hours, GPU kWh, facility kWh, kgCO2e, GPU-hours whose kgCO2e is unknown (NULL: unknown)
+    job_energy: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=JOB_ENERGY_SCHEMA))
+    energy_sites: list[str] = field(default_factory=list)  # each site's PUE and intensity, as stated
     reconciliation: list[Reconciliation] = field(default_factory=list)  # org scope only
     pools: list[PoolReconciliation] = field(default_factory=list)  # org scope only, per GPU pool
     notes: list[str] = field(default_factory=list)
@@ -195,6 +201,7 @@ class Statement:
             period=self.period, period_start=self.period_start, period_end=self.period_end, scope=unit,
             state=self.state, config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
             usage=self.usage.filter(pl.col("project").is_in(list(projects))), history=self.history.clear(),
+            job_energy=self.job_energy.filter(pl.col("project").is_in(list(projects))), energy_sites=self.energy_sites,
             notes=[self.status_sentence] + [n for n in self.notes if n.startswith("no data")],
             empty=self.empty, parent=self.scope, parent_totals=self.totals())
 
@@ -264,10 +271,15 @@ def subtree(org_nodes: pl.DataFrame, node: str) -> set[str]:
 USAGE_SCHEMA = {"project": pl.String, "model": pl.String, "tier": pl.String, "partition": pl.String,
                 "host": pl.String, "mig_profile": pl.String, "gpu_hours_allocated": pl.Float64, "gpu_hours_active": pl.Float64,
                 "gpu_hours_unknown": pl.Float64, "gpu_hours_time_sliced": pl.Float64,
-                "gpu_hours_no_energy": pl.Float64, "gpu_hours_mig": pl.Float64, "energy_kwh": pl.Float64}
+                "gpu_hours_no_energy": pl.Float64, "gpu_hours_mig": pl.Float64, "energy_kwh": pl.Float64,
+                "energy_kwh_gpu": pl.Float64, "energy_kwh_facility": pl.Float64, "kg_co2e": pl.Float64,
+                "gpu_hours_co2_unknown": pl.Float64}
+JOB_ENERGY_SCHEMA = {"cluster": pl.String, "job_id": pl.String, "project": pl.String, "gpu_hours": pl.Float64,
+                     "energy_kwh": pl.Float64, "energy_kwh_facility": pl.Float64, "kg_co2e": pl.Float64,
+                     "gpu_hours_co2_unknown": pl.Float64}
 
 
-def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> pl.DataFrame:
+def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per allocation piece's (project, model, tier, partition, host, MIG profile): allocated, active and
     unknown GPU-hours; of the unknown, those on time-sliced GPUs (``gpu_hours_time_sliced``);
     ``energy_kwh`` of the hours with a reading of their own and ``gpu_hours_no_energy`` for the
@@ -276,7 +288,13 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
     energy basis counts those hours as without a reading."""
     from gpuledger.analytics.reports import attribution
 
-    used = attribution(con, t, start=start, end=end, now=now, policy=policy)
+    from gpuledger.analytics.carbon import with_carbon
+    from gpuledger.ledger.grid_intensity import site_inputs
+
+    # facility kWh and kgCO2e from the GPUs' own energy (MIG share, shared GPUs by fraction), each
+    # hour at its site's PUE and grid intensity (analytics/carbon.py); collected once, read twice
+    used = with_carbon(attribution(con, t, start=start, end=end, now=now, policy=policy), *site_inputs(con, start, end)) \
+        .with_columns(energy_kwh_gpu=pl.col("energy_kwh")).collect(engine="in-memory").lazy()
     jobs = t.jobs.select("cluster", "job_id", "project", "partition").unique(["cluster", "job_id"])
     hosts = t.gpus.select(pl.col("gpu_id").cast(pl.Int32), "host", "mig_profile")
     alloc, sliced = pl.col("gpu_hours_allocated"), pl.col("gpu_hours_time_sliced").fill_null(0.0)
@@ -292,10 +310,35 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
             energy_kwh=pl.when(reading & (alloc > 0)).then(pl.col("energy_kwh") * own / alloc).otherwise(0.0))
         .group_by("project", "model", "tier", "partition", "host", "mig_profile")
         .agg(pl.col("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown", "gpu_hours_time_sliced",
-                    "gpu_hours_no_energy", "gpu_hours_mig", "energy_kwh").sum())
+                    "gpu_hours_no_energy", "gpu_hours_mig", "energy_kwh").sum(),
+             known_sum("energy_kwh_gpu"), known_sum("energy_kwh_facility"), known_sum("kg_co2e"),
+             pl.col("gpu_hours_co2_unknown").sum())
         # in-memory engine: the streaming one sums in a different order on every run (notes/tables.md)
         .collect(engine="in-memory")
+    ), (
+        used.join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
+        .group_by("cluster", "job_id", "project")
+        .agg(pl.col("gpu_hours_allocated").sum().alias("gpu_hours"), *carbon_sums())
+        .collect(engine="in-memory").select(list(JOB_ENERGY_SCHEMA)).cast(JOB_ENERGY_SCHEMA)
+        .sort("project", "cluster", "job_id", nulls_last=True)
     )
+
+
+def _site_sentences(con, clusters: list[str]) -> list[str]:
+    """What each site's energy figures rest on, for the reader: "sim: PUE 1.2, grid 0.35 kgCO2e/kWh"."""
+    from gpuledger.config_store import stored_config_in_force
+
+    cfg = stored_config_in_force(con)
+    out = []
+    for name in clusters:
+        site = cfg.clusters.get(name) if cfg is not None else None
+        pue = f"PUE {site.pue:g}" if site is not None and site.pue is not None else "no PUE (facility kWh unknown)"
+        grid = site.grid_intensity if site is not None else None
+        intensity = ("no grid intensity (kgCO2e unknown)" if grid is None else
+                     f"grid {grid.kg_co2e_per_kwh:g} kgCO2e/kWh" if grid.kg_co2e_per_kwh is not None else
+                     f"grid intensity hourly from {grid.csv}")
+        out.append(f"{name}: {pue}, {intensity}")
+    return out
 
 
 def _round_hours(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -430,13 +473,16 @@ def build_statement(
     root, unit_of, units = business_units(org_nodes)
     billed_through = lines["billed_through"].max() if lines.height else min(end, now)
     usage_end = min(end, billed_through or end)
-    usage = (_usage(con, t, start=start, end=usage_end, now=min(now, usage_end), policy=policy)
-             if usage_end > start else pl.DataFrame(schema=USAGE_SCHEMA))
+    usage, job_energy = (_usage(con, t, start=start, end=usage_end, now=min(now, usage_end), policy=policy)
+                         if usage_end > start else (pl.DataFrame(schema=USAGE_SCHEMA),
+                                                    pl.DataFrame(schema=JOB_ENERGY_SCHEMA)))
     # efficiency over the GPU-hours whose activity is known (hours without samples are neither
     # active nor idle: counting them as 0 % would blame a job for a scrape gap)
     per_line = usage.group_by("project", "model", "tier").agg(
         pl.col("gpu_hours_active").sum(), pl.col("gpu_hours_unknown").sum(),
-        (pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown")).sum().alias("_alloc"))
+        (pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown")).sum().alias("_alloc"),
+        known_sum("energy_kwh_gpu").alias("energy_kwh"), known_sum("energy_kwh_facility"), known_sum("kg_co2e"),
+        pl.col("gpu_hours_co2_unknown").sum())
     special = {"(idle)", "(over-allocated)", "(capacity unknown)"}
     unit_expr = (pl.when(pl.col("project").is_in(list(special)) | pl.col("project").is_null()).then(pl.lit(ORG_LINES))
                  .otherwise(pl.col("project").replace_strict(unit_of, default=UNASSIGNED, return_dtype=pl.String)))
@@ -449,6 +495,10 @@ def build_statement(
             gpu_hours_unknown=pl.when(pl.col("line_kind") == "charge").then(pl.col("gpu_hours_unknown")),
             efficiency_ratio=pl.when((pl.col("line_kind") == "charge") & (pl.col("_alloc") > 0))
             .then(pl.col("gpu_hours_active") / pl.col("_alloc")),
+            # energy beside the charge it belongs to: NULL = unknown (no reading, or the site has
+            # no PUE / intensity), never 0
+            **{c: pl.when(pl.col("line_kind") == "charge").then(pl.col(c))
+               for c in ("energy_kwh", "energy_kwh_facility", "kg_co2e", "gpu_hours_co2_unknown")},
         )
     )
     if node is not None:
@@ -461,10 +511,11 @@ def build_statement(
         units = [node]
         joined = joined.with_columns(business_unit=pl.lit(node))
         usage = usage.filter(pl.col("project").is_in(list(members)))
+        job_energy = job_energy.filter(pl.col("project").is_in(list(members)))
         scope = node
     else:
         scope = root
-    out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio"])
+    out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", *ENERGY_COLS])
     state = period_state(con, period, lines)
     # every line states the statement's state (a line frozen at a provisional close says so too), and
     # who issued its revision, when and why (a correction's reason travels with its lines)
@@ -474,10 +525,13 @@ def build_statement(
     st = Statement(
         period=period, period_start=start, period_end=end, scope=scope, state=state,
         config_version=version, billed_through=billed_through or end, lines=out,
-        units=units, usage=usage,
+        units=units, usage=usage, job_energy=_round_hours(job_energy.with_columns(
+            business_unit=pl.col("project").replace_strict(unit_of, default=UNASSIGNED, return_dtype=pl.String)
+            if node is None else pl.lit(node)), ["gpu_hours", *ENERGY_COLS]),
         history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item(), lines)
         if history else pl.DataFrame(schema=HISTORY_SCHEMA),
     )
+    st.energy_sites = _site_sentences(con, sorted(set(job_energy["cluster"].drop_nulls().to_list())))
     notes, st.warnings = statement_notes(lines)
     # the state's sentence replaces chargeback's provisional note (which says lines change: not
     # so once closed)

@@ -24,14 +24,18 @@ import polars as pl
 from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
 from gpuledger.rules.billing import billed as is_billed
 
-HOUR_COLS = ("gpu_hours", "gpu_hours_active", "gpu_hours_unknown")
+HOUR_COLS = ("gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "energy_kwh", "energy_kwh_facility", "kg_co2e",
+             "gpu_hours_co2_unknown")  # three decimals
 SHEET_COLUMNS = ["line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours", "gpu_hours_active",
-                 "gpu_hours_unknown", "efficiency_ratio", "amount", "revision", "correction_of", "note"]
+                 "gpu_hours_unknown", "efficiency_ratio", "energy_kwh_facility", "kg_co2e", "amount", "revision",
+                 "correction_of", "note"]
 # machine name -> the header a person reads, with its unit
 HEADERS = {
     "business_unit": "Business unit", "line_kind": "Line", "project": "Project", "gpu_model": "GPU model",
     "tier": "Tier", "currency": "Currency", "gpu_hours": "Allocated (GPU-h)", "gpu_hours_active": "Active (GPU-h)",
     "gpu_hours_unknown": "Activity unknown (GPU-h)", "efficiency_ratio": "Efficiency (%)",
+    "energy_kwh": "GPU energy (kWh)", "energy_kwh_facility": "Facility energy (kWh)", "kg_co2e": "Emissions (kgCO2e)",
+    "gpu_hours_co2_unknown": "Emissions unknown (GPU-h)",
     "amount": "Amount", "idle_amount_included": "Idle included", "revision": "Revision",
     "correction_of": "Corrects", "note": "Note", "partition": "Slurm partition", "host": "Host",
     "sheet": "Sheet", "status": "Status",

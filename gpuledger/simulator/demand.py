@@ -71,6 +71,7 @@ QUIET_BELOW, DEADLINE_FROM = 0.15, 0.8
 # could not be ground truth for the squatting rules.
 SQUAT_SHARE_SESSIONS = 0.10
 SQUAT_SHARE_DEBUG = 0.01
+DEBUG_TIME_LIMIT_S = 1800  # debug jobs are submitted with a 30-min limit (a debug partition's MaxTime)
 PLANTED_SQUATTERS = 4  # ground truth for tests and demos at any size (Demand._planted_squatters)
 FAIL_SHARE = {"fine-tune": 0.05, "batch": 0.08}
 # Inflated priorities: share of jobs that say high / normal / low.
@@ -327,7 +328,7 @@ class Demand:
         elif template == "debug":
             dur = int(rng.uniform(3, 25) * 60)
             spec = JobSpec(project, user, f"dbg-{user}-{k}", "batch", BATCH, self._choose(anywhere, load, drawn=0), 1, dur,
-                           submit, PRIORITY_HIGH, dur, "k8s", debug=True)
+                           submit, PRIORITY_HIGH, dur, "k8s", debug=True, time_limit_s=DEBUG_TIME_LIMIT_S)
             if rng.random() < SQUAT_SHARE_DEBUG and spec.pool != pools.SHARED:
                 return self._squatter(spec, k)
         else:  # interactive: a notebook session; its user is at the keyboard for all of it
@@ -346,6 +347,7 @@ class Demand:
         no minimum runtime (never funded, never protected)."""
         spec.name, spec.kind, spec.behaviour = f"squat-{spec.project}-{k}", "interactive", SQUAT
         spec.duration_s, spec.min_runtime_s, spec.debug = int(self.rng.uniform(4, 12) * 3600), 0, False
+        spec.time_limit_s = spec.duration_s  # the session limit it runs into
         spec.gpus = spec.count * self.gpus_per_lane(spec.pool)
         return spec
 

@@ -12,6 +12,12 @@ BEHAVIOUR_NAMES = ("idle", "training", "fine-tune", "batch", "inference", "inter
 PRIORITY_HIGH, PRIORITY_NORMAL, PRIORITY_LOW = 1000, 500, 100
 
 
+def time_limit(duration_s: int) -> int:
+    """The limit a user asks for work they expect to take ``duration_s``: a quarter more, rounded
+    up to whole hours, at least one (Slurm's --time, a pod's activeDeadlineSeconds)."""
+    return max(1, -(-int(duration_s * 1.25) // 3600)) * 3600
+
+
 @dataclass
 class JobSpec:
     project: str
@@ -29,3 +35,8 @@ class JobSpec:
     chain: int = -1  # training chain id (its segments resume from checkpoints), -1 for none
     gpus: float = 1.0  # whole-GPU equivalents: count x the lane's fraction of a GPU
     debug: bool = False  # a short debug job: its project's own queue starts it first
+    time_limit_s: int | None = None  # the limit it was submitted with (debug jobs: DEBUG_TIME_LIMIT_S)
+
+    def __post_init__(self) -> None:
+        if self.time_limit_s is None:  # asked at submission: a job that then fails keeps it
+            self.time_limit_s = time_limit(self.duration_s)

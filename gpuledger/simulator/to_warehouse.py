@@ -108,7 +108,7 @@ def jobs_frame(sim: SimCluster) -> pl.DataFrame:
         pl.lit(sim.cluster).alias("cluster"), "job_id", "project", "user_name", "name", "kind",
         "gpu_model", "gpus", "min_runtime_s", ts("submit_s").alias("submit_time"),
         ts("start_s").alias("start_time"), ts("end_s").alias("end_time"), "state", "priority",
-        "namespace", "partition", pl.lit(SOURCE).alias("source"),
+        "namespace", "partition", "time_limit_s", pl.lit(SOURCE).alias("source"),
         pl.lit(sim.end).cast(pl.Datetime("us")).alias("updated_at"),
     )
 

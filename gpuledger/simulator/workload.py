@@ -136,13 +136,13 @@ def _assemble(hw, specs, started, rng, seed, start_s, end_s) -> Workload:
                      spec.pool.split(":")[1] if spec.pool.startswith("whole:") else "H100",
                      round(gpus, 6), spec.min_runtime_s, spec.submit_s, s if s >= 0 else None, end,
                      state, spec.priority, namespace, spec.scheduler, BEHAVIOUR_NAMES[spec.behaviour],
-                     partition_name(spec.pool)))
+                     partition_name(spec.pool), spec.time_limit_s))
     jobs = pl.DataFrame(rows, orient="row", schema={
         "job_id": pl.String, "project": pl.String, "user_name": pl.String, "name": pl.String,
         "kind": pl.String, "gpu_model": pl.String, "gpus": pl.Float64, "min_runtime_s": pl.Int64,
         "submit_s": pl.Int64, "start_s": pl.Int64, "end_s": pl.Int64, "state": pl.String,
         "priority": pl.Int64, "namespace": pl.String, "scheduler": pl.String, "behaviour": pl.String,
-        "partition": pl.String})
+        "partition": pl.String, "time_limit_s": pl.Int64})
     return Workload(jobs=jobs, alloc_lane=alloc_lane, alloc_job=alloc_job, alloc_start=alloc_start,
                     alloc_end=alloc_end, job_behaviour=behaviour, job_start=job_start, job_level=level,
                     job_fb_ratio=fb, job_ckpt_period_s=ckpt, window_start_s=start_s, window_end_s=end_s,

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from gpuledger.config import Config
+from gpuledger.enforce.bands import QUICK_BASE
 from gpuledger.enforce.model import PREEMPT, WARN
 from gpuledger.whatif import policies
 from gpuledger.whatif.inventory import EPS, PoolState, pool_label
@@ -38,6 +39,7 @@ from gpuledger.whatif.model import (
     ALL_POLICIES,
     FAIR_SHARE,
     PRIORITY,
+    QUICK,
     RECLAIM,
     SLOT_LIMITS,
     JobOutcome,
@@ -109,9 +111,17 @@ class Simulation:
         self.progress = progress
         # the replay's jobs checkpoint every params.checkpoint_interval_minutes: enforce's victim choice
         # weighs the work a preemption throws away by the same interval
+        # policy 4 turns the quick lane on (small short jobs first, a cycle on each arrival that finds
+        # no GPU); every policy ranks its other jobs without it (self.ranking)
+        lane = cfg.policy.enforcement.quick_lane
+        self.lane = policy == QUICK
         self.enforcement = cfg.policy.enforcement.model_copy(
-            update={"checkpoint_interval_minutes": self.params.checkpoint_interval_minutes}
+            update={"checkpoint_interval_minutes": self.params.checkpoint_interval_minutes,
+                    "quick_lane": lane.model_copy(update={"enabled": self.lane})}
         )
+        self.ranking = self.enforcement.model_copy(update={"quick_lane": lane.model_copy(update={"enabled": False})})
+        self.lane_cap = lane.max_running_per_project
+        self.lane_running: dict[str, int] = defaultdict(int)  # project -> its lane jobs running
         usage_policy, self.cap_s, self.squatting = effective_policy(cfg, self.params)
         self.org_nodes = org_nodes_frame(cfg, self.params)
         from gpuledger.analytics.tree import Tree
@@ -147,6 +157,7 @@ class Simulation:
         self.verdict: dict[str, tuple[bool, str | None]] = {}
         self.ranks: dict[str, int] = {}
         self.fs_projects = 0
+        self.over: frozenset[str] = frozenset()  # projects over their share (exempt_queue)
         self.prio: dict[tuple, int] = {}  # priority_key -> enforce's priority
         self.reps: dict[tuple, policies.JobView] = {}
         # what a job's priority depends on besides its project's funding and rank (policies.priority_key)
@@ -159,6 +170,7 @@ class Simulation:
                 j.namespace,
                 j.resumable,
                 min(self._min_runtime(j), self.cap_s) > 0,
+                self.lane and policies.lane_eligible(j, self.enforcement),
             )
             for j in self.jobs
         ]
@@ -167,7 +179,7 @@ class Simulation:
         self.applied: dict[str, int] = {}
         self.actions: dict[str, int] = defaultdict(int)
         self.decide_calls = 0
-        self.managed = policy in (FAIR_SHARE, RECLAIM)
+        self.managed = policy in (FAIR_SHARE, RECLAIM, QUICK)
         # slot limits: project -> the most GPUs it may hold, and what it holds now
         self.slot_cap = slot_caps(self.org_nodes, trace.inventory.physical_gpus()) if policy == SLOT_LIMITS else None
         self.held: dict[str, float] = defaultdict(float)
@@ -212,6 +224,8 @@ class Simulation:
             elif kind == SUBMIT:
                 self._enqueue(idx)
                 self._fill(self.jobs[idx].pool)
+                if self.static[idx][-1] and idx not in self.running and self._in_lane(self.jobs[idx].project):
+                    self._arrival(idx)
             else:
                 self._cycle()
                 if t + step < horizon:
@@ -250,9 +264,29 @@ class Simulation:
             return -0 if self.jobs[idx].declared_priority is None else self.jobs[idx].declared_priority
         if key not in self.prio:  # a new kind of job since the cycle: rank it with the others
             self.reps[key] = self._view(idx)
-            self.prio = policies.priorities(self.reps, self.fs_projects, self.trace.origin, self.enforcement)
+            self.prio = policies.priorities(self.reps, self.fs_projects, self.trace.origin, self.ranking, self.over)
             self.bands.clear()
+        if key[-1] and self._in_lane(key[1]):
+            return QUICK_BASE
         return self.prio[key]
+
+    def _in_lane(self, project: str) -> bool:
+        """Whether ``project``'s lane jobs are served in the quick lane now (enforce.policy.quick_jobs):
+        its budget has room and it runs fewer lane jobs than the per-project limit."""
+        return self.verdict.get(project, (False, None))[0] and self.lane_running[project] < self.lane_cap
+
+    def _lane_now(self, idx: int) -> bool:
+        """Whether the waiting job ``idx`` is served in the quick lane now."""
+        return bool(self.static[idx][-1]) and self._in_lane(self.jobs[idx].project)
+
+    def _count_lane(self, idx: int, step: int) -> None:
+        """A lane job starts (+1) or stops (-1): crossing the project's limit re-ranks the queues."""
+        if self.static[idx][-1]:
+            project = self.jobs[idx].project
+            before = self.lane_running[project] < self.lane_cap
+            self.lane_running[project] += step
+            if before != (self.lane_running[project] < self.lane_cap):
+                self.bands.clear()
 
     def _enqueue(self, idx: int) -> None:
         """Waiting jobs are kept per pool in groups of one priority key (policies.priority_key),
@@ -370,6 +404,7 @@ class Simulation:
             o.first_start_s = self.now
         self.usage.hold(j.project, j.gpus)
         self.held[j.project] += j.gpus
+        self._count_lane(idx, +1)
         self.budget_rate[j.project] += j.gpus * self.weights.get(j.pool[1], 1.0)
         self.gen[idx] += 1
         ends = self.now + max(1, round(j.work_s - self.progress_s[idx]))
@@ -388,6 +423,7 @@ class Simulation:
         self.out[idx].segments.append(Segment(start, self.now, tuple(devices[i] for i in taken), p0, p1, why))
         self.pools[j.pool].give_back(taken, j.unit_size)
         self.usage.release(j.project, j.gpus)
+        self._count_lane(idx, -1)
         self.held[j.project] -= j.gpus
         if abs(self.held[j.project]) < EPS:
             self.held[j.project] = 0.0
@@ -439,7 +475,7 @@ class Simulation:
     def _cycle(self) -> None:
         t = self.now
         self.verdict = self.funding.verdicts(t)
-        self.ranks, self.fs_projects = policies.fs_ranks(self.org_nodes, self.usage.usage(), self.tree)
+        self.ranks, self.fs_projects, self.over = policies.fs_ranks(self.org_nodes, self.usage.usage(), self.tree)
         # enforce's priority per kind of job present (policies.priorities): same value for the same key
         self.reps, self.prio = {}, {}
         firsts = [entries[0][2] for groups in self.waiting.values() for entries in groups.values() if entries]
@@ -448,15 +484,10 @@ class Simulation:
             if key not in self.reps:
                 self.reps[key] = self._view(idx)
         if self.reps:
-            self.prio = policies.priorities(self.reps, self.fs_projects, self.trace.origin, self.enforcement)
+            self.prio = policies.priorities(self.reps, self.fs_projects, self.trace.origin, self.ranking, self.over)
         self.bands.clear()
-        head = [
-            i
-            for pool in sorted(self.waiting, key=_pool_order)
-            for i in self._head(pool, self.params.queue_head)
-        ]
         findings = []
-        if self.policy == RECLAIM:
+        if self.policy in (RECLAIM, QUICK):
             for idx in sorted(self.running):
                 start, p0, _ = self.running[idx]
                 f = policies.squat_finding(
@@ -470,21 +501,34 @@ class Simulation:
                 )
                 if f is not None:
                     findings.append(f)
+        self._decide(findings, sorted(self.waiting, key=_pool_order))
+
+    def _arrival(self, idx: int) -> None:
+        """A lane job found no GPU on arrival: gpuledger's cycle runs for its pool at once (live, a
+        sensor on new pending lane jobs), with the ranks and verdicts of the last full cycle — the
+        scheduler preempting for it through enforce's rails, so it need not wait for the next cycle."""
+        self._decide([], [self.jobs[idx].pool])
+
+    def _decide(self, findings: list, pools: list) -> None:
+        """enforce.policy.decide on the heads of ``pools``' queues, the squatters among ``findings``
+        and the running jobs a preemption may touch; its actions carried out, then the pools filled."""
+        t = self.now
+        head = [i for pool in pools for i in self._head(pool, self.params.queue_head)]
         # Demand preemption weighs like against like (one pool), so the cycle needs the running jobs
         # of pools where funded (or exempt) work waits and does not fit, and the squatters.
         head_views = {idx: self._view(idx) for idx in head}
         short = {
             self.jobs[i].pool
             for i, v in head_views.items()
-            if (v.funded or _exempt(self.jobs[i], self.enforcement))
+            if (v.funded or _exempt(self.jobs[i], self.enforcement) or self._lane_now(i))
             and not self.pools[self.jobs[i].pool].fits(self.jobs[i].units, self.jobs[i].unit_size)
         }
         # ... and of those only the ones a preemption may touch: protected and exempt jobs are never
         # candidates (decide's rails), and a candidate must rank below the best waiting funded job
         best = defaultdict(lambda: -1)
         for i, v in head_views.items():
-            if (v.funded or _exempt(self.jobs[i], self.enforcement)) and self.jobs[i].pool in short:
-                best[self.jobs[i].pool] = max(best[self.jobs[i].pool], self.prio[self.static[i]])
+            if (v.funded or _exempt(self.jobs[i], self.enforcement) or self._lane_now(i)) and self.jobs[i].pool in short:
+                best[self.jobs[i].pool] = max(best[self.jobs[i].pool], self._group_priority(self.static[i], i))
         squatters = {(f.cluster, f.job_id) for f in findings if f.severity in policies.STAGE_ORDER}
         chosen = []
         for i in sorted(self.running):
@@ -493,7 +537,7 @@ class Simulation:
                 chosen.append(i)
             elif (
                 j.pool in short
-                and self.prio[self.static[i]] < best[j.pool]
+                and self._group_priority(self.static[i], i) < best[j.pool]
                 and not _exempt(j, self.enforcement)
             ):
                 v = self._view(i)
@@ -520,6 +564,7 @@ class Simulation:
             free_whole=free_whole,
             fs_projects=self.fs_projects,
             policy=self.enforcement,
+            over=self.over,
         )
         self.decide_calls += 1
         now = self.trace.origin + timedelta(seconds=t)

@@ -243,10 +243,12 @@ TEAM_TARGET_RATIO = 0.95  # Ai2: 13 of 15 teams at >= 95 % of what they were owe
 
 
 def wait_class(job: SimJob) -> str:
-    """debug (kind debug, or batch / other work of ≤ 1 GPU and ≤ 30 min), interactive (sessions),
-    batch, training (incl. fine-tunes), inference, other."""
+    """debug (kind debug, or batch / other work of ≤ 1 GPU submitted with a limit of ≤ 30 min — as
+    its user declared it, whatever it then ran; with no recorded limit, ≤ 30 min of work),
+    interactive (sessions), batch, training (incl. fine-tunes), inference, other."""
     cls = KIND_CLASSES.get((job.kind or "").lower(), "other")
-    if cls in ("batch", "other") and job.gpus <= DEBUG_MAX_GPUS + 1e-9 and job.work_s <= DEBUG_MAX_S:
+    short = job.work_s if job.time_limit_s is None else job.time_limit_s
+    if cls in ("batch", "other") and job.gpus <= DEBUG_MAX_GPUS + 1e-9 and short <= DEBUG_MAX_S:
         return "debug"
     return cls
 

@@ -13,14 +13,16 @@ PRIORITY = "priority"
 SLOT_LIMITS = "slot-limits"
 FAIR_SHARE = "fair-share"
 RECLAIM = "reclaim"
+QUICK = "quick-lane"
 POLICIES = (PRIORITY, FAIR_SHARE, RECLAIM)  # gpuledger's three (issue 13), the default run
 BASELINES = (PRIORITY, SLOT_LIMITS)  # what a cluster does without gpuledger (issue 34)
-ALL_POLICIES = (PRIORITY, SLOT_LIMITS, FAIR_SHARE, RECLAIM)
+ALL_POLICIES = (PRIORITY, SLOT_LIMITS, FAIR_SHARE, RECLAIM, QUICK)
 POLICY_TITLES = {
     PRIORITY: "1 priority",
     SLOT_LIMITS: "0 team slot limits",
     FAIR_SHARE: "2 budgets + fair share",
     RECLAIM: "3 fair share + squatter reclaim",
+    QUICK: "4 reclaim + quick lane",
 }
 
 
@@ -51,6 +53,7 @@ class SimJob:
     user_name: str | None = None
     declared_priority: int | None = None
     min_runtime_s: int = 0
+    time_limit_s: int | None = None  # the scheduler's limit as recorded (the quick lane's test)
     resumable: bool = False
     activity: tuple[float, ...] = (1.0,)
     activity_source: str = "kind"  # samples / drawn (a donor's samples: never started) / kind

@@ -79,8 +79,8 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h"
 
 
-def cell(value: dict | None, kind: str) -> str:
-    """``median [min–max]`` (one seed: the value alone), in the figure's unit."""
+def cell(value: dict | None, kind: str, ranges: bool = True) -> str:
+    """``median [min–max]`` (one seed, or ``ranges`` false: the median alone), in the figure's unit."""
     if value is None:
         return "-"
     if kind == "seconds":
@@ -91,15 +91,15 @@ def cell(value: dict | None, kind: str) -> str:
             pattern = "{:,.1f}"
         fmt = pattern.format
     med = fmt(value["median"])
-    if value["min"] == value["max"]:
+    if value["min"] == value["max"] or not ranges:
         return med
     return f"{med} [{fmt(value['min'])}–{fmt(value['max'])}]"
 
 
-def table_frame(outcome_rows: list[dict], policies: tuple[str, ...]):
-    """The table as text cells: figure (unit) | target | one column per policy. A figure this
-    code knows takes its label and target from :data:`FIGURES` (a file keeps its numbers, the
-    words follow the code); another keeps the file's."""
+def table_frame(outcome_rows: list[dict], policies: tuple[str, ...], ranges: bool = True):
+    """The table as text cells: figure (unit) | target | one column per policy (``ranges`` false:
+    medians alone). A figure this code knows takes its label and target from :data:`FIGURES` (a
+    file keeps its numbers, the words follow the code); another keeps the file's."""
     import polars as pl
 
     known = {f.key: f for f in FIGURES}
@@ -107,7 +107,7 @@ def table_frame(outcome_rows: list[dict], policies: tuple[str, ...]):
         {
             "label": [known[r["figure"]].label if r["figure"] in known else r["label"] for r in outcome_rows],
             "target": [known[r["figure"]].target if r["figure"] in known else r["target"] for r in outcome_rows],
-            **{p: [cell(r.get(p), known[r["figure"]].kind if r["figure"] in known else r["kind"])
+            **{p: [cell(r.get(p), known[r["figure"]].kind if r["figure"] in known else r["kind"], ranges)
                    for r in outcome_rows] for p in policies},
         },
         schema={"label": pl.String, "target": pl.String, **dict.fromkeys(policies, pl.String)},
@@ -145,9 +145,9 @@ def _rounded(value):
     return value
 
 
-def frame_from_document(doc: dict):
+def frame_from_document(doc: dict, ranges: bool = True):
     """The dashboard's reader: (table frame, policies, titles) of an ``outcome`` block."""
     if doc.get("format") != FORMAT:
         raise ValueError(f"not a what-if outcome block (format {doc.get('format')!r}, expected {FORMAT!r})")
     policies = tuple(doc["policies"])
-    return table_frame(doc["rows"], policies), policies, doc.get("titles", {})
+    return table_frame(doc["rows"], policies, ranges), policies, doc.get("titles", {})

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from gpuledger.config import Config
 from gpuledger.enforce.model import Finding, JobFacts, JobHistory, Situation, Warning
 from gpuledger.enforce.policy import decide, target_priorities
+from gpuledger.enforce.rails import quick_lane
 from gpuledger.whatif.inventory import pool_label
 from gpuledger.whatif.model import SimJob
 
@@ -125,18 +126,19 @@ def _job_funding_verdicts(projects, remaining, org_nodes, now, cap_s) -> dict[st
     }
 
 
-def fs_ranks(org_nodes, usage: dict[str, float], tree=None) -> tuple[dict[str, int], int]:
-    """Project -> fair-share rank (1 = served first) and the number of ranked projects."""
+def fs_ranks(org_nodes, usage: dict[str, float], tree=None) -> tuple[dict[str, int], int, frozenset[str]]:
+    """Project -> fair-share rank (1 = served first), the number of ranked projects, and the
+    projects over their share (enforce.inputs.over_share)."""
     import polars as pl
 
-    from gpuledger.analytics.fairshare import fair_share
+    from gpuledger.analytics.fairshare import fair_share, over_share_projects
 
     frame = pl.LazyFrame(
         {"node": list(usage), "u": list(usage.values())}, schema={"node": pl.String, "u": pl.Float64}
     )
     ranked = fair_share(org_nodes, frame, usage_col="u", tree=tree).collect()
     ranks = {n: r for n, r in zip(ranked["node"], ranked["fs_rank"], strict=True) if r is not None}
-    return ranks, len(ranks)
+    return ranks, len(ranks), over_share_projects(ranked.iter_rows(named=True))
 
 
 @dataclass
@@ -176,9 +178,18 @@ def job_facts(v: JobView, origin: datetime, checkpoint_label: str) -> JobFacts:
         unfunded_reason=v.unfunded_reason,
         protected_until=at(v.protected_until_s),
         fs_rank=v.fs_rank,
+        time_limit_s=j.time_limit_s,
         labels={checkpoint_label: "true"} if j.resumable else {},
         observed={},  # the simulator is the scheduler: its live view is the simulated state itself
     )
+
+
+def lane_eligible(j: SimJob, policy) -> bool:
+    """Whether ``j`` is small and short enough for the quick lane (rails.quick_lane, its project's
+    budget aside: that is the cycle's verdict)."""
+    facts = JobFacts(cluster=j.cluster, job_id=j.job_id, project=j.project, running=False, gpus=j.gpus,
+                     kind=j.kind, namespace=j.namespace, funded=True, time_limit_s=j.time_limit_s)
+    return quick_lane(facts, policy) is not None
 
 
 def priority_key(v: JobView) -> tuple:
@@ -188,7 +199,8 @@ def priority_key(v: JobView) -> tuple:
     return (j.cluster, j.project, v.funded, v.fs_rank, j.declared_priority, j.kind, j.namespace, j.resumable)
 
 
-def priorities(reps: dict[tuple, JobView], fs_projects: int, origin: datetime, policy) -> dict[tuple, int]:
+def priorities(reps: dict[tuple, JobView], fs_projects: int, origin: datetime, policy,
+               over: frozenset[str] = frozenset()) -> dict[tuple, int]:
     """priority_key -> the priority enforce would set for jobs of that key. A job's value depends
     only on its key and on the distinct declared values of its project (which the keys hold
     too), so target_priorities runs on one representative per key: the same values, at a
@@ -207,7 +219,7 @@ def priorities(reps: dict[tuple, JobView], fs_projects: int, origin: datetime, p
                 }
             )
         )
-    targets = target_priorities(Situation(now=origin, jobs=facts, fs_projects=fs_projects), policy)
+    targets = target_priorities(Situation(now=origin, jobs=facts, fs_projects=fs_projects, over_share=over), policy)
     return {k: targets[(f.cluster, f.job_id)][0] for k, f in zip(reps, facts, strict=True)}
 
 
@@ -271,6 +283,7 @@ def cycle_actions(
     free_whole: dict[tuple[str, str], float] | None = None,
     fs_projects: int,
     policy,
+    over: frozenset[str] = frozenset(),
 ) -> list:
     """enforce.policy.decide on the simulated situation; its Actions as they are."""
     now = origin + timedelta(seconds=now_s)
@@ -288,6 +301,7 @@ def cycle_actions(
         free_gpus=free,
         free_whole_gpus=free_whole,
         fs_projects=fs_projects,
+        over_share=over,
         data_as_of=now,
         observed_by="the simulator",
     )

@@ -144,6 +144,7 @@ class JobRow(NamedTuple):
     end_time: datetime | None
     priority: int | None
     source: str | None
+    time_limit_s: int | None = None
 
 
 JobKey = tuple[str, str]  # (cluster, job_id)
@@ -295,6 +296,7 @@ def sim_job(job: JobRow, *, pool, units: int, size: float, frac: float, work_s: 
         user_name=job.user_name,
         declared_priority=declared_priority(job.priority),
         min_runtime_s=int(job.min_runtime_s or 0),
+        time_limit_s=job.time_limit_s,
         resumable=(job.kind or "") in params.resumable_kinds,
         activity=activity,
         activity_source=source,

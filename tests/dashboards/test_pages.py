@@ -175,6 +175,22 @@ def test_chargeback_total_equals_the_statement_and_files_equal_the_finance_set(o
     assert shown["Total billed"] == f"{total:,.2f} USD"
     assert shown["Reconciliation (to the cent)"] == "reconciles"
     assert shown["Status"] == "provisional"  # November is not over at the data's "now"
+    # energy and emissions per project: the statement's charge lines summed, the example config's
+    # site (PUE 1.2, 0.35 kgCO2e/kWh), so kgCO2e = facility kWh × 0.35 and facility = GPU kWh × 1.2
+    energy = next(f for f in (frame(at, i) for i in range(len(at.dataframe))) if "kg_co2e" in f.columns)
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        from gpuledger.reports.statement import build_statement
+
+        st_lines = build_statement(con, period, history=False).lines.filter(pl.col("line_kind") == "charge")
+    for r in energy.iter_rows(named=True):
+        mine = st_lines.filter(pl.col("project") == r["project"])
+        kg, kwh = mine["kg_co2e"].drop_nulls(), mine["energy_kwh_facility"].drop_nulls()
+        assert r["kg_co2e"] == (f"{kg.sum():,.3f}" if kg.len() else "unknown")
+        assert r["facility_kwh"] == (f"{kwh.sum():,.3f}" if kwh.len() else "unknown")
+    # cluster sim has the example's site figures, cluster east none: its hours are in the unknown
+    # GPU-hours, never in kgCO2e as 0; a line of sim only has kgCO2e = facility kWh × 0.35
+    assert st_lines["kg_co2e"].drop_nulls().len() and st_lines["gpu_hours_co2_unknown"].sum() > 0
+    assert (st_lines["kg_co2e"] - st_lines["energy_kwh_facility"] * 0.35).abs().max() < 1e-5
     # downloads: byte for byte what `gpuledger report statement` writes for finance
     run_cli(on_rig, "report", "statement", "--period", period, "--out", str(tmp_path / "finance"))
     view = queries.statement(str(on_rig.warehouse), period, None)

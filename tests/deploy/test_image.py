@@ -101,11 +101,23 @@ class Pod:
     def argv(self, container: dict) -> list[str]:
         command = container.get("command") or ["gpuledger"]  # the image's ENTRYPOINT
         ports = {str(p["containerPort"]): str(self.port(p["containerPort"])) for p in container.get("ports", [])}
-        args = [ports.get(a, self.path(a)) for a in container.get("args", [])]
+        raw = container.get("args", [])
+        if "-p" in raw:  # a server on the pod's loopback only (no containerPort): its port too
+            ports[raw[raw.index("-p") + 1]] = str(self.port(int(raw[raw.index("-p") + 1])))
+        args = [ports.get(a, self.path(a)) for a in raw]
         return [str(self.bin / command[0]), *command[1:], *args]
 
+    def mapped(self, text: str) -> str:
+        """Paths and loopback ports inside a shell or Python one-liner (an exec probe)."""
+        places = "|".join(re.escape(prefix) for prefix in self.places)  # one pass: a mapped path is not mapped again
+        text = re.sub(rf"(?<![\w/])({places})(?=[/\s\"']|$)", lambda m: str(self.places[m.group(1)]), text)
+        for port, local in self.ports.items():
+            text = text.replace(f"127.0.0.1:{port}/", f"127.0.0.1:{local}/")
+        return text
+
     def env(self, container: dict) -> dict[str, str]:
-        env = {"PATH": f"{self.bin}:/usr/bin:/bin", "LANG": "C.UTF-8", **self.extra_env}
+        # HOSTNAME: what the container runtime sets, the StatefulSet pod's name (ordinal 0)
+        env = {"PATH": f"{self.bin}:/usr/bin:/bin", "LANG": "C.UTF-8", "HOSTNAME": "gpuledger-0", **self.extra_env}
         for item in container.get("env", []):
             if "value" in item:
                 env[item["name"]] = self.path(item["value"])
@@ -134,7 +146,9 @@ class Pod:
                 return requests.get(url, timeout=30).status_code == 200
             except requests.RequestException:
                 return False
-        done = subprocess.run([str(self.bin / probe["exec"]["command"][0]), *probe["exec"]["command"][1:]],
+        exe, *rest = probe["exec"]["command"]
+        exe = str(self.bin / exe) if (self.bin / exe).exists() else exe  # sh, python: the image's PATH
+        done = subprocess.run([exe, *(self.mapped(a) for a in rest)],
                               env=self.env(container), capture_output=True, timeout=120,
                               cwd=self.path("/var/lib/gpuledger"))
         return done.returncode == 0

@@ -76,7 +76,7 @@ def test_every_object_validates_against_the_openapi_schemas(which, request):
                 crds.append(obj["kind"])
             except kubernetes_validate.ValidationError as exc:
                 pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} is invalid for {version}: {exc}")
-    assert set(crds) == ({"ServiceMonitor"} if which == "overlay" else set())
+    assert set(crds) == ({"ServiceMonitor", "PrometheusRule"} if which == "overlay" else set())
 
 
 def test_every_pod_runs_restricted(base):
@@ -155,16 +155,20 @@ def test_servicemonitor_only_behind_its_flag(base, overlay):
     assert all(labels.get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
 
 
-def test_network_policy_and_pdb_select_the_writer(base):
+def test_network_policy_selects_the_writer_and_no_pdb_pretends(base):
     writer_labels = one(base, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
     policy = one(base, "NetworkPolicy", "gpuledger-writer")
     ports = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     container_ports = {p["containerPort"] for c in one(base, "StatefulSet")["spec"]["template"]["spec"]["containers"]
                        for p in c.get("ports", [])}
-    assert ports == container_ports == {3000, 8501, 9464}
-    for obj in (policy, one(base, "PodDisruptionBudget")):
-        selector = obj["spec"].get("podSelector") or obj["spec"]["selector"]
-        assert all(writer_labels.get(k) == v for k, v in selector["matchLabels"].items())
+    # the Dagster UI (:3000) listens on the pod's loopback only: no port, no Service, no rule
+    assert ports == container_ports == {8501, 9464}
+    assert all(rule["from"] for rule in policy["spec"]["ingress"])  # each port from named sources only
+    selector = policy["spec"]["podSelector"]
+    assert all(writer_labels.get(k) == v for k, v in selector["matchLabels"].items())
+    # one replica: a PDB allowing one disruption blocks nothing, so none (the chart's option is minAvailable: 1)
+    assert not [o for o in base if o["kind"] == "PodDisruptionBudget"]
+    assert not [o for o in base if o["kind"] == "Namespace"]  # `kubectl delete -k` keeps the namespace
 
 
 def test_the_shipped_configs_load(base, overlay, tmp_path):
@@ -184,13 +188,13 @@ def test_one_scraper_and_the_prometheus_secret(base):
         assert env["GPULEDGER_SCRAPE_SERVICE"] == "1", name  # ingest_job leaves the targets to `scrape`
         refs = [f["secretRef"] for f in containers[name]["envFrom"]]
         assert {"name": "gpuledger-prometheus", "optional": True} in refs, name  # tenant / bearer token
-    assert containers["scrape"]["args"] == ["ingest", "scrape", "--every", "60s"]
+    assert containers["scrape"]["args"] == ["ingest", "scrape", "--every", "60s", "--heartbeat", "/tmp/scrape.heartbeat"]
     assert "GPULEDGER_SCRAPE_SERVICE" not in {e["name"] for e in containers["scrape"]["env"]}
 
 
 def test_the_node_agents_run_as_restricted_as_a_hostpath_allows(overlay):
     agents = one(overlay, "DaemonSet", "gpuledger-pod-resources")
-    assert agents["metadata"]["namespace"] == "gpuledger"
+    assert agents["metadata"]["namespace"] == "gpuledger-node-agent"  # privileged, apart from the app's
     spec = agents["spec"]["template"]["spec"]
     assert spec["automountServiceAccountToken"] is False  # it needs no Kubernetes API
     assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
@@ -213,8 +217,13 @@ def test_the_node_agents_run_as_restricted_as_a_hostpath_allows(overlay):
     # it writes the shared spool, never the warehouse's claim; the writer's node-holdings reads it
     spool = agent["args"][agent["args"].index("--spool") + 1]
     assert mounts["holdings-spool"]["mountPath"] == spool
-    claim = one(overlay, "PersistentVolumeClaim", volumes["holdings-spool"]["persistentVolumeClaim"]["claimName"])
-    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    # a claim in each namespace (the agents' and the writer's) on the one ReadWriteMany share
+    claims = [o for o in overlay if o["kind"] == "PersistentVolumeClaim"
+              and o["metadata"]["name"] == volumes["holdings-spool"]["persistentVolumeClaim"]["claimName"]]
+    assert sorted(c["metadata"]["namespace"] for c in claims) == ["gpuledger", "gpuledger-node-agent"]
+    claim = next(c for c in claims if c["metadata"]["namespace"] == "gpuledger")
+    assert {c["spec"]["accessModes"][0] for c in claims} == {"ReadWriteMany"}
+    assert {c["spec"]["storageClassName"] for c in claims} == {"nfs-client"}
     assert "data" not in volumes and "GPULEDGER_WAREHOUSE" not in {e["name"] for e in agent["env"]}
     writer = one(overlay, "StatefulSet", "gpuledger")["spec"]["template"]["spec"]
     reader = next(c for c in writer["containers"] if c["name"] == "node-holdings")
@@ -264,6 +273,7 @@ def test_the_node_agent_and_the_writers_reader_run_as_written(overlay, tmp_path)
         agent = pod.start({**agents, "args": [*agents["args"], "--count", "2"]}, tmp_path / "agent.log")
         assert agent.wait(timeout=120) == 0, (tmp_path / "agent.log").read_text()
         assert "2 polls" in (tmp_path / "agent.log").read_text()
+        assert pod.probe(agents, agents["livenessProbe"])  # its node's spool file is fresh
         for init in writer["initContainers"]:  # the schema first, as the pod does
             assert pod.start(init, tmp_path / "migrate.log").wait(timeout=120) == 0
         loop = pod.start(reader, tmp_path / "reader.log")  # --every 60s: its first read is at once
@@ -271,6 +281,7 @@ def test_the_node_agent_and_the_writers_reader_run_as_written(overlay, tmp_path)
         while "node files" not in (tmp_path / "reader.log").read_text() and time.monotonic() < deadline:
             assert loop.poll() is None, (tmp_path / "reader.log").read_text()
             time.sleep(0.5)
+        assert pod.probe(reader, reader["livenessProbe"])  # its heartbeat was touched after the read
         loop.terminate()  # SIGTERM: stops between reads, exit 0
         assert loop.wait(timeout=60) == 0, (tmp_path / "reader.log").read_text()
         assert "1 GPU holdings from 1 node files" in (tmp_path / "reader.log").read_text()

@@ -166,6 +166,71 @@ def test_without_a_driver_the_prolog_reads_the_nodes_dcgm_labels(tmp_path):
     assert "uuid_source\tdcgm" in next(spool.glob("*.start")).read_text()
 
 
+def _dcgm_exporter(page: str) -> ThreadingHTTPServer:
+    class Exporter(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_failing_nvidia_smi_falls_back_to_the_dcgm_labels(tmp_path):
+    # nvidia-smi is there but fails as it does on a driver/library version mismatch (exit 18,
+    # its complaint on stdout): the dcgm-exporter page is asked instead, and the log says so
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n")
+    smi.chmod(0o755)
+    server = _dcgm_exporter('DCGM_FI_DEV_GPU_UTIL{gpu="3",UUID="GPU-d3",Hostname="n7"} 5\n')
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        env = {"PATH": "/usr/bin:/bin", "GPULEDGER_GPU_SPOOL": str(tmp_path / "spool"),
+               "GPULEDGER_SLURM_GPUS_ENV": "/dev/null", "SLURM_JOB_ID": "78", "SLURMD_NODENAME": "n7", "SLURM_CLUSTER_NAME": "c1",
+               "SLURM_JOB_GPUS": "3", "GPULEDGER_NVIDIA_SMI": str(smi), "GPULEDGER_DCGM_URL": url}
+        done = subprocess.run(["sh", str(HOLDINGS), "start"], env=env, capture_output=True, text=True, timeout=30)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert f"{smi} failed or printed no index,uuid lines; trying the dcgm-exporter page" in done.stderr
+    spool = tmp_path / "spool"
+    assert [(r["gpu_index"], r["gpu_uuid"]) for r in read_spool(spool).holdings] == [(3, "GPU-d3")]
+    assert "uuid_source\tdcgm" in next(spool.glob("*.start")).read_text()
+
+
+def test_the_env_file_is_read_as_key_value_lines_never_sourced(tmp_path):
+    """A typo in the optional settings file used to make the prolog exit 2 (Slurm drains the
+    node): each bad line is now logged and skipped, the good lines beside it still apply, and
+    nothing in it runs."""
+    spool = tmp_path / "from-the-file"
+    pwned = tmp_path / "pwned"
+    conf = tmp_path / "slurm-gpus.env"
+    conf.write_text("# gpuledger Slurm settings\n"
+                    f"GPULEDGER_GPU_SPOOL=\"{spool}\"\n"
+                    "GPULEDGER_NVIDIA_SMI /usr/bin/nvidia-smi\n"      # line 3: the typo (no =)
+                    f"$(touch {pwned})\n"                              # line 4: would run if sourced
+                    "GPULEDGER_DCGM_URL='http://127.0.0.1:9/metrics\n"   # an unterminated quote: kept as written
+                    f"PATH=/nowhere; touch {pwned}\n")                 # line 6: not a gpuledger setting
+    done = subprocess.run(["sh", str(HOLDINGS), "start"], capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin", "GPULEDGER_SLURM_GPUS_ENV": str(conf), "SLURM_JOB_ID": "79", "SLURM_CLUSTER_NAME": "c1",
+                               "SLURMD_NODENAME": "n7", "SLURM_JOB_GPUS": "GPU-u1",
+                               "GPULEDGER_NVIDIA_SMI": str(tmp_path / "absent")})
+    assert done.returncode == 0, done.stderr
+    assert f"{conf} line 3: not KEY=value, skipped" in done.stderr
+    assert f"{conf} line 4: not KEY=value, skipped" in done.stderr
+    assert f"{conf} line 6: unknown setting 'PATH', skipped" in done.stderr
+    assert not pwned.exists()
+    # the good line applied: the record went to the file's spool, with the UUID the job was given
+    assert [r["gpu_uuid"] for r in read_spool(spool).holdings] == ["GPU-u1"]
+
+
 def test_a_prolog_that_cannot_write_still_exits_0(tmp_path):
     # Slurm drains a node whose prolog fails: the recorder reports and never fails the job.
     blocker = tmp_path / "file"

@@ -298,7 +298,7 @@ def test_the_statement_email_as_received_states_the_figures_and_carries_the_file
     assert any("USD H100 / reserved: billed 2,976.00" in x and "reconciles to the cent" in x for x in lines)
     attached = sorted(p.get_filename() for p in mail.walk() if p.get_filename())
     assert attached == ["statement-2026-10-acme-by-host.csv", "statement-2026-10-acme-by-partition.csv",
-                        "statement-2026-10-acme-focus.csv", "statement-2026-10-acme.csv", "statement-2026-10-acme.html",
+                        "statement-2026-10-acme-energy-by-job.csv", "statement-2026-10-acme-focus.csv", "statement-2026-10-acme.csv", "statement-2026-10-acme.html",
                         "statement-2026-10-acme.xlsx"]
 
 

@@ -73,9 +73,10 @@ def test_human_headers_totals_under_their_columns_frozen_filtered_printable(stat
     head = _header_row(ws, "Line")
     header = [c.value for c in ws[head]]
     assert header == ["Line", "Project", "GPU model", "Tier", "Currency", "Allocated (GPU-h)", "Active (GPU-h)",
-                      "Activity unknown (GPU-h)", "Efficiency (%)", "Amount (USD)", "Revision", "Corrects", "Note"]
+                      "Activity unknown (GPU-h)", "Efficiency (%)", "Facility energy (kWh)", "Emissions (kgCO2e)",
+                      "Amount (USD)", "Revision", "Corrects", "Note"]
     assert not any("_" in h for h in header)  # machine names stay in the CSV / Parquet
-    assert ws.freeze_panes == f"A{head + 1}" and ws.auto_filter.ref == f"A{head}:M{head + 2}"
+    assert ws.freeze_panes == f"A{head + 1}" and ws.auto_filter.ref == f"A{head}:O{head + 2}"
     assert ws.print_title_rows == f"${head}:${head}"
     # lines alpha 480.00 and gamma 48.00, then the total 528.00 in the Amount column, 264 GPU-h in hours'
     total = next(r for r in ws.iter_rows(min_row=head + 1) if r[0].value == "Total")

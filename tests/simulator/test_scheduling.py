@@ -229,3 +229,21 @@ def test_priorities_are_inflated_and_squatting_is_a_behaviour(demo_week):
     # one notebook session in ten is left idle (demand.SQUAT_SHARE_SESSIONS), +/- sampling noise
     assert 0.06 <= squat.mean() <= 0.14, squat.mean()
     assert (sessions.filter(squat)["behaviour"] == "squat").all()
+
+
+def test_every_job_carries_the_limit_its_user_asked_for(demo_week):
+    """The time limit the warehouse receives (jobs.time_limit_s, as Slurm's TimeLimit): debug jobs
+    30 min (the quick lane's test, demand.DEBUG_TIME_LIMIT_S); squatters their session limit (the
+    whole of their 4-12 h); the rest a quarter above their planned runtime in whole hours, so no job
+    that ran to the end ran past its limit. A failed job stopped early, under its limit."""
+    rows = jobs_frame(demo_week)
+    assert rows["time_limit_s"].null_count() == 0
+    debug = rows.filter(pl.col("name").str.starts_with("dbg-"))
+    assert debug.height > 500 and (debug["time_limit_s"] == 1800).all() and (debug["gpus"] <= 1).all()
+    others = rows.filter(~pl.col("name").str.starts_with("dbg-") & ~pl.col("name").str.starts_with("squat-"))
+    assert (others["time_limit_s"] % 3600 == 0).all() and (others["time_limit_s"] >= 3600).all()
+    ran = rows.filter(pl.col("end_time").is_not_null())
+    took = (ran["end_time"] - ran["start_time"]).dt.total_seconds()
+    assert (took <= ran["time_limit_s"]).all()
+    # no job outside the debug ones asks for 30 min or less: the lane takes what was submitted as debug
+    assert (others["time_limit_s"] > 1800).all()

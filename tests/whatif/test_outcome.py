@@ -177,7 +177,7 @@ def test_whatif_schedule_over_simulated_seeds(tmp_path):
     done = runner.invoke(app, args)
     assert done.exit_code == 0, done.output
     doc = json.loads(done.stdout)["outcome"]
-    assert doc["seeds"] == [1, 2] and doc["policies"] == ["priority", "slot-limits", "fair-share", "reclaim"]
+    assert doc["seeds"] == [1, 2] and doc["policies"] == ["priority", "slot-limits", "fair-share", "reclaim", "quick-lane"]
     assert len(set(doc["sources"].values())) == 2  # a warehouse per seed
     rows = {r["figure"]: r for r in doc["rows"]}
     for policy in doc["policies"]:

@@ -17,7 +17,7 @@ from gpuledger.config import Config
 from gpuledger.whatif import compare, metrics, procurement
 from gpuledger.whatif.engine import Simulation, effective_policy, org_nodes_frame, simulate
 from gpuledger.whatif.inventory import Inventory
-from gpuledger.whatif.model import FAIR_SHARE, PRIORITY, RECLAIM, SLOT_LIMITS, Params, SimJob, Trace
+from gpuledger.whatif.model import FAIR_SHARE, PRIORITY, QUICK, RECLAIM, SLOT_LIMITS, Params, SimJob, Trace
 
 ORIGIN = datetime(2026, 11, 2)
 H = 3600
@@ -392,6 +392,7 @@ def test_runs_are_deterministic_and_the_json_round_trips():
         SLOT_LIMITS,
         FAIR_SHARE,
         RECLAIM,
+        QUICK,
     ]
     frames = compare.frames_from_json(first)
     summary_frame = frames["summary"]
@@ -521,3 +522,43 @@ def test_an_inventory_file_names_what_is_wrong(tmp_path):
     bad.write_text("- {model: H100, count: 1, mig_profile: 9g.90gb}\n")
     with pytest.raises(UsageError, match="no MIG profile of H100"):
         inventory_from_file(bad)
+
+
+# --- the quick lane (policy 4) ------------------------------------------------------------------------
+# 2 H100. `research` runs from 0 for 10 h: batch-a (1 GPU, declares no minimum runtime: unfunded,
+# so unprotected) and eval-b (1 GPU, funded, its whole 10 h declared: protected). `dev` submits
+# d1 at 1000 s and d2 at 1100 s: 1 GPU each, 600 s of work, a 30-min limit (the lane's test).
+#
+# quick-lane: d1 finds no GPU on arrival; the arrival cycle serves it (899,000) by preempting the
+# unprotected batch-a (it does not resume: starts over), so d1 starts at 1000 (wait 0) and ends at
+# 1600. d2 at 1100 finds only protected eval-b and the lane's own d1: it waits for d1's GPU, and
+# being first in the queue (899,000 above batch-a's unfunded value) starts at 1600, ends at 2200;
+# batch-a restarts at 2200 from nothing. reclaim: d1 and d2 are unfunded work of `dev` that nothing
+# is preempted for; both GPUs free at 36000, when both start.
+def _lane_trace(limit_s=1800):
+    inv = Inventory.from_counts([{"model": "H100", "count": 2}])
+    jobs = (
+        job("batch-a", "research", 0, 10 * H, gpus=1, kind="batch"),
+        job("eval-b", "research", 0, 10 * H, gpus=1, kind="batch", min_runtime_s=10 * H),
+        job("d1", "dev", 1000, 600, gpus=1, kind="batch", time_limit_s=limit_s),
+        job("d2", "dev", 1100, 600, gpus=1, kind="batch", time_limit_s=limit_s),
+    )
+    return Trace(ORIGIN, 48 * H, jobs, inv), config({"research": 50, "dev": 50}, {"research": 1000, "dev": 1000})
+
+
+def test_a_quick_lane_job_starts_on_arrival_by_preempting_unprotected_work():
+    trace, cfg = _lane_trace()
+    r = simulate(trace, cfg, QUICK)
+    starts = {o.job.job_id: (o.first_start_s, o.done_s, o.preemptions) for o in r.outcomes}
+    assert starts["d1"] == (1000, 1600, 0)
+    assert starts["d2"] == (1600, 2200, 0)
+    batch = outcome(r, "batch-a")
+    assert batch.preemptions == 1 and [s.start_s for s in batch.segments] == [0, 2200]
+    assert batch.segments[1].progress_start_s == 0  # it does not checkpoint: starts over
+    assert outcome(r, "eval-b").preemptions == 0  # protected inside its minimum runtime
+    r3 = simulate(trace, cfg, RECLAIM)
+    assert [(outcome(r3, d).first_start_s) for d in ("d1", "d2")] == [36000, 36000]
+    # a 31-min limit is not the lane's: under quick-lane the jobs wait as under reclaim
+    slow, _ = _lane_trace(31 * 60)
+    r4 = simulate(slow, cfg, QUICK)
+    assert [(outcome(r4, d).first_start_s) for d in ("d1", "d2")] == [36000, 36000]

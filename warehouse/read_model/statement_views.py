@@ -23,6 +23,7 @@ from gpuledger.warehouse.clock import data_now
 
 from gpuledger import warehouse
 from gpuledger.ledger.periods import PeriodState
+from gpuledger.reports.statement import LINE_COLUMNS
 from gpuledger.reports.statement_view import StatementSummary
 from gpuledger.rules.clock import utc_now
 from gpuledger.rules.periods import month_bounds
@@ -75,13 +76,16 @@ def fresh(con, period: str) -> StatementSummary | None:
     if not rows or rows[0][0] != inputs_mark(con, period, now):
         return None
     _, scope, state_json, billed_through, reconciliation_json, notes_json, usage_json, lines_arrow = rows[0]
+    lines = pl.read_ipc(io.BytesIO(lines_arrow))
+    if set(LINE_COLUMNS) - set(lines.columns):  # stored by a release with fewer columns: build anew
+        return None
     state, usage = json.loads(state_json), json.loads(usage_json)
     through = state["data_through"]
     return StatementSummary(
         period=period, scope=scope, billed_through=billed_through,
         state=PeriodState(closed=state["closed"], provisional=state["provisional"], revision=state["revision"],
                           data_through=datetime.fromisoformat(through) if through else None),
-        lines=pl.read_ipc(io.BytesIO(lines_arrow)),
+        lines=lines,
         reconciliation=tuple((sentence, ok) for sentence, ok in json.loads(reconciliation_json)),
         notes=tuple(json.loads(notes_json)), by_partition=usage["by_partition"], by_host=usage["by_host"],
         usage_projects=frozenset(usage["projects"]), partition_projects=frozenset(usage["partition_projects"]))

@@ -122,6 +122,8 @@ def node_holdings(
     every: str | None = typer.Option(None, "--every", help="read it again every DURATION (e.g. 60s) until "
                                      "stopped (SIGTERM: exit 0, Ctrl-C: 130); default: once"),
     warehouse_file: WarehouseOpt = None,
+    heartbeat: Path | None = typer.Option(None, "--heartbeat", help="touch this file after every read "
+                                          "(a liveness probe checks its age: the loop still turns)"),
 ) -> None:
     """Bring the holdings the Kubernetes node agents left in the shared spool into the warehouse
     (one file per node: the agents never open the warehouse, which has one writer) and let them
@@ -171,6 +173,8 @@ def node_holdings(
         while True:
             with stop.holding():
                 once()
+            if heartbeat is not None:
+                heartbeat.touch()
             if interval is None or stop.event.wait(interval):
                 break
     if stop.stopped:

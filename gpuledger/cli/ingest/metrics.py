@@ -3,6 +3,7 @@ from a Prometheus server's history."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -67,6 +68,9 @@ def scrape_cmd(
                           f"{DEFAULT_CLUSTER})")] = None,
     config: ConfigOpt = None,
     warehouse_file: WarehouseOpt = None,
+    heartbeat: Annotated[Path | None, typer.Option(
+        "--heartbeat", help="touch this file after every round, failed targets or not (a liveness "
+                            "probe checks its age: the loop still turns)")] = None,
 ) -> None:
     """Scrape dcgm-exporter endpoints concurrently and store their samples; failing targets are
     retried with backoff, reported on stderr and in quarantine, and never stop the others. With
@@ -95,6 +99,8 @@ def scrape_cmd(
         console.print(f"round {round_no}{of}: {stats.pages} pages, {stats.samples_new} new samples, "
                       f"{stats.quarantined} lines quarantined, {stats.failed_targets} targets failed"
                       + (f"; DCGM fields not stored: {unknown}" if unknown else ""))
+        if heartbeat is not None:
+            heartbeat.touch()
 
     for url in urls:
         _check_target(url)

@@ -23,6 +23,10 @@ Choices, and why:
 * GPUs: ``nvidia.com/gpu`` counts 1 each; ``nvidia.com/mig-<c>g.<mem>gb`` counts by compute slices
   (:func:`gpuledger.rules.mig.mig_fraction`: ``c/7``, ``c/4`` on an A30). Containers are summed; init
   containers run one at a time, so the pod holds max(Σ containers, max init container).
+* HAMi's shared GPUs: a container asking ``nvidia.com/gpu: N`` with ``nvidia.com/gpucores: C``
+  (percent of one GPU's cores, 1–100) holds N × C / 100 GPUs — four pods at 25 add up to one GPU;
+  ``nvidia.com/gpumem`` (MiB per vGPU) is kept beside it (``gpu_memory_mib``), never charged.
+  Without ``gpucores`` a HAMi vGPU may use every core and counts 1 each, as before.
 * A structural fault that hides whether the pod asks for GPUs is rejected; a bad field in a pod
   that asks for no GPU is ignored with the pod (it is not ours to judge).
 """
@@ -43,6 +47,8 @@ from gpuledger.rules.mig import find_profile
 from gpuledger.rules.model_keys import gpu_model_key
 
 GPU_RESOURCE = "nvidia.com/gpu"
+HAMI_CORES = "nvidia.com/gpucores"  # percent of one GPU's cores per vGPU (HAMi)
+HAMI_MEMORY = "nvidia.com/gpumem"  # MiB of GPU memory per vGPU (HAMi)
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -100,6 +106,7 @@ class JobRecord:
     updated_at: datetime
     priority_class: str | None = None
     scheduler_job: str | None = None  # namespace/pod name (or namespace/workload/name): not unique
+    gpu_memory_mib: float | None = None  # HAMi's nvidia.com/gpumem × vGPUs (kept beside the GPU share)
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -260,7 +267,7 @@ def gpus_requested(pod_spec: Mapping, path: str = "spec") -> tuple[float, list[s
             source, raw = ("requests", requests[key]) if key in requests else ("limits", limits[key])
             count = float(_quantity(raw, f"{where}.resources.{source}[{key!r}]"))
             if key == GPU_RESOURCE:
-                total += count
+                total += count * _hami_core_share(requests, limits, where)
                 continue
             profile = key[len(MIG_RESOURCE_PREFIX) :]
             fraction = mig_fraction(profile)
@@ -285,6 +292,41 @@ def gpus_requested(pod_spec: Mapping, path: str = "spec") -> tuple[float, list[s
         init = max(init, amount)
         profiles += found
     return round(max(main, init), 6), sorted(set(profiles))
+
+
+def _hami_core_share(requests: Mapping, limits: Mapping, where: str) -> float:
+    """The share of a GPU one HAMi vGPU holds: ``nvidia.com/gpucores`` / 100 (1 without it)."""
+    if HAMI_CORES not in requests and HAMI_CORES not in limits:
+        return 1.0
+    source, raw = ("requests", requests[HAMI_CORES]) if HAMI_CORES in requests else ("limits", limits[HAMI_CORES])
+    path = f"{where}.resources.{source}[{HAMI_CORES!r}]"
+    cores = float(_quantity(raw, path))
+    if not 0 < cores <= 100:
+        raise _Malformed(path, f"{raw!r}: HAMi's gpucores is a percent of one GPU's cores, 1 to 100")
+    return cores / 100.0
+
+
+def gpu_memory_requested(pod_spec: Mapping, path: str = "spec") -> float | None:
+    """MiB of GPU memory a HAMi pod asks for (``nvidia.com/gpumem`` × its vGPUs, containers summed,
+    the largest init container if larger); None when no container names any."""
+    def container_mib(container: Any, where: str) -> float | None:
+        resources = _mapping(_mapping(container, where, required=True).get("resources"), f"{where}.resources")
+        requests = _mapping(resources.get("requests"), f"{where}.resources.requests")
+        limits = _mapping(resources.get("limits"), f"{where}.resources.limits")
+        if HAMI_MEMORY not in requests and HAMI_MEMORY not in limits:
+            return None
+        source, raw = ("requests", requests[HAMI_MEMORY]) if HAMI_MEMORY in requests else ("limits", limits[HAMI_MEMORY])
+        mib = float(_quantity(raw, f"{where}.resources.{source}[{HAMI_MEMORY!r}]"))
+        gpus = requests.get(GPU_RESOURCE, limits.get(GPU_RESOURCE, 1))
+        return mib * float(_quantity(gpus, f"{where}.resources[{GPU_RESOURCE!r}]"))
+
+    main = [container_mib(c, f"{path}.containers[{i}]") for i, c in enumerate(_list(pod_spec.get("containers"),
+                                                                                      f"{path}.containers"))]
+    init = [container_mib(c, f"{path}.initContainers[{i}]")
+            for i, c in enumerate(_list(pod_spec.get("initContainers"), f"{path}.initContainers"))]
+    if all(m is None for m in main + init):
+        return None
+    return max(sum(m or 0.0 for m in main), max((m or 0.0 for m in init), default=0.0))
 
 
 def _controller(meta: Mapping) -> tuple[str | None, str | None]:
@@ -444,6 +486,7 @@ def _pod_record(
         source="kubernetes",
         updated_at=now,
         priority_class=_string(spec.get("priorityClassName"), "spec.priorityClassName"),
+        gpu_memory_mib=gpu_memory_requested(spec),
     )
 
 

@@ -60,7 +60,7 @@ QUARANTINE_SOURCE = "kubernetes"
 KUEUE_GROUP, KUEUE_VERSION, KUEUE_PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"  # v1beta1 is deprecated
 HTTP_GONE = 410
 
-JOB_SCHEMA: dict[str, pl.DataType] = {**JOB_CORE, **job_schema("priority_class", "scheduler_job")}
+JOB_SCHEMA: dict[str, pl.DataType] = {**JOB_CORE, **job_schema("priority_class", "scheduler_job", "gpu_memory_mib")}
 
 
 def api_client(kubeconfig: str | os.PathLike | None = None, context: str | None = None, *,

@@ -43,6 +43,7 @@ from gpuledger.ingest.metrics.plausible import (
     split_implausible_times,
     window_in_force,
 )
+from gpuledger.ingest.metrics.pod_activity import per_pod_rows, store_pod_rows
 from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"
@@ -237,9 +238,10 @@ def ingest_pages(
     if sum(len(t) for t, _, _ in pages) >= BULK_FROM_CHARS:
         return _ingest_pages_bulk(con, pages, cluster=cluster, max_future_s=max_future_s, source=source)
     stats = IngestStats()
-    wides, rows = [], []
+    wides, rows, pods = [], [], []
     for text, location, scrape_ms in pages:
         parsed = parse_exposition(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
+        pods.append(per_pod_rows(parsed.samples)[0])
         wide, on_two_hosts = _page_wide(parsed, source=source, location=location)
         if not wide.is_empty():
             wides.append(wide)
@@ -261,6 +263,8 @@ def ingest_pages(
     with warehouse.transaction(con):
         stats.samples_new = store_wide(con, wide, cluster=cluster, source=source, refused=rows,
                                        location=_where(pages))
+        if pods:  # pods' own activity on shared GPUs
+            store_pod_rows(con, pl.concat(pods, how="vertical_relaxed"), cluster=cluster)
         warehouse.quarantine(con, rows)
     stats.quarantined += len(rows) - before  # UUIDs the warehouse holds on another host
     return stats
@@ -295,8 +299,10 @@ def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source:
     wide, implausible = split_implausible_times(wide, source=source, location=_where(pages),
                                                 max_future_s=max_future_s)
     rows += implausible
+    pods, _ = per_pod_rows(points.drop("page").join(parsed.series, on="series", how="left"))
     with warehouse.transaction(con):
         new = store_wide(con, wide, cluster=cluster, source=source, refused=rows, location=_where(pages))
+        store_pod_rows(con, pods, cluster=cluster)  # pods' own activity on shared GPUs
         warehouse.quarantine(con, rows)
     return IngestStats(pages=len(pages), lines=sum(parsed.lines), samples_parsed=parsed.points.height,
                        samples_new=new, quarantined=len(rows), unknown_dcgm=parsed.unknown_dcgm)
