@@ -72,6 +72,20 @@ def per_pod_rows(long: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return out.select(list(POD_SCHEMA)).cast(POD_SCHEMA).sort([*device, "namespace", "pod"]), repeated
 
 
+def shared_device_points(points: pl.DataFrame, series: pl.DataFrame) -> pl.DataFrame:
+    """The bulk parser's points (``series`` numbered) of the per-pod fields of devices whose series
+    name two or more pods, in long form: found on the series (a few per device), so a round of
+    pages without shared GPUs joins nothing."""
+    if "pod" not in series.columns or series["pod"].null_count() == series.height:
+        return pl.DataFrame()
+    shared = series.filter(pl.col("pod").is_not_null()
+                           & (pl.col("pod").n_unique().over("gpu_uuid", "mig_instance_id") >= 2))
+    if shared.is_empty():
+        return pl.DataFrame()
+    wanted = points.filter(pl.col("metric").is_in(list(PER_POD_FIELDS)) & pl.col("series").is_in(shared["series"]))
+    return wanted.drop("page", strict=False).join(shared, on="series", how="inner")
+
+
 def store_pod_rows(con, rows: pl.DataFrame, *, cluster: str) -> int:
     """Insert per-pod rows of devices the warehouse knows (the same batch registered them); a
     (device, ts, pod) already stored is kept. Returns rows offered."""
