@@ -39,6 +39,10 @@ def per_pod_rows(long: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     (device, ts) whose utilizations were repeats of the device's and are left NULL)."""
     if long.is_empty() or "pod" not in long.columns or long["pod"].null_count() == long.height:
         return pl.DataFrame(schema=POD_SCHEMA), 0  # no Kubernetes labels: the common page, cheaply
+    named = long.select("gpu_uuid", "mig_instance_id", "pod").filter(pl.col("pod").is_not_null())
+    if named.select(pl.struct(pl.all()).n_unique()).item() == \
+            named.select(pl.struct("gpu_uuid", "mig_instance_id").n_unique()).item():
+        return pl.DataFrame(schema=POD_SCHEMA), 0  # one pod per device: nothing shared
     scale = {name: s for name, (_, s) in PER_POD_FIELDS.items()}
     column = {name: c for name, (c, _) in PER_POD_FIELDS.items()}
     rows = (long.lazy()
