@@ -30,6 +30,7 @@ from gpuledger.deadlines import CallDeadline, why_unreachable
 from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
 from gpuledger.ingest.metrics.exposition import (
     BULK_FROM_CHARS,
+    long_to_wide,
     parse_exposition,
     series_long_to_wide,
     wide_rows,
@@ -37,6 +38,7 @@ from gpuledger.ingest.metrics.exposition import (
 from gpuledger.ingest.metrics.exposition.bulk import parse_pages_bulk
 from gpuledger.ingest.metrics.plausible import (
     refuse_host_conflicts,
+    refuse_host_conflicts_long,
     refuse_host_conflicts_wide,
     split_implausible_times,
     window_in_force,
@@ -240,13 +242,13 @@ def ingest_pages(
     for text, location, scrape_ms in pages:
         parsed = parse_exposition(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
         pods.append(per_pod_rows(parsed.samples)[0])
-        wide = wide_rows(parsed)
+        wide, on_two_hosts = _page_wide(parsed, source=source, location=location)
         if not wide.is_empty():
             wides.append(wide)
         rows += [warehouse.QuarantineRow(source, f"{location}:{r.line_no}", r.raw_text, r.reason)
-                 for r in parsed.rejects]
+                 for r in parsed.rejects] + on_two_hosts
         stats.add(IngestStats(pages=1, lines=parsed.lines, samples_parsed=parsed.sample_count,
-                              quarantined=len(parsed.rejects), unknown_dcgm=parsed.unknown_dcgm))
+                              quarantined=len(parsed.rejects) + len(on_two_hosts), unknown_dcgm=parsed.unknown_dcgm))
     wide = wides[0] if len(wides) == 1 else pl.concat(wides, how="diagonal_relaxed") if wides else pl.DataFrame()
     wide, conflicts = refuse_host_conflicts_wide(wide, source=source, location=_where(pages))
     if len(wides) > 1:
@@ -266,6 +268,16 @@ def ingest_pages(
         warehouse.quarantine(con, rows)
     stats.quarantined += len(rows) - before  # UUIDs the warehouse holds on another host
     return stats
+
+
+def _page_wide(parsed, *, source: str, location: str) -> tuple[pl.DataFrame, list]:
+    """One page's wide rows, a UUID's second host refused first (one page can name one GPU under
+    two hosts: the wide pivot would keep one row per device and time and drop the other silently)."""
+    if parsed.points is not None and parsed.series is not None:
+        points, conflicts = refuse_host_conflicts(parsed.points, parsed.series, source=source, location=location)
+        return (series_long_to_wide(points, parsed.series) if conflicts else wide_rows(parsed)), conflicts
+    samples, conflicts = refuse_host_conflicts_long(parsed.samples, source=source, location=location)
+    return (long_to_wide(samples) if conflicts else wide_rows(parsed)), conflicts
 
 
 def _where(pages) -> str:
