@@ -43,7 +43,7 @@ from gpuledger.ingest.metrics.plausible import (
     split_implausible_times,
     window_in_force,
 )
-from gpuledger.ingest.metrics.pod_activity import per_pod_rows, store_pod_rows
+from gpuledger.ingest.metrics.pod_activity import per_pod_rows, shared_device_points, store_pod_rows
 from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"
@@ -299,7 +299,7 @@ def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source:
     wide, implausible = split_implausible_times(wide, source=source, location=_where(pages),
                                                 max_future_s=max_future_s)
     rows += implausible
-    pods, _ = per_pod_rows(points.drop("page").join(parsed.series, on="series", how="left"))
+    pods, _ = per_pod_rows(shared_device_points(points, parsed.series))
     with warehouse.transaction(con):
         new = store_wide(con, wide, cluster=cluster, source=source, refused=rows, location=_where(pages))
         store_pod_rows(con, pods, cluster=cluster)  # pods' own activity on shared GPUs
