@@ -337,7 +337,23 @@ def mig_summary(devices: pl.DataFrame) -> pl.DataFrame:
 # --- fair share -------------------------------------------------------------------------------
 
 def fairshare_latest(path: str, end: datetime) -> pl.DataFrame:
-    return read(path, "fairshare_latest", end=end)
+    """The fair-share tree as of the period's end, at most the data's now, through the read model
+    (read_model.facts.fairshare, `gpuledger report fairshare`'s answer): the materialized snapshot
+    when it holds for that moment and was made after the config in force was loaded, else computed
+    under that config — so the page and the CLI agree right after `config load`, before the
+    pipelines run again. The report's columns plus ``as_of``; empty without data."""
+    from gpuledger.ledger.config_versions import config_in_force as in_force
+    from gpuledger.warehouse.read_model import facts
+
+    with warehouse.kept_reader(path) as con:
+        now = facts.data_now(con)
+        if now is None:
+            return read(path, "fairshare_latest", end=end)  # no data: the (empty) snapshot read
+        at = min(end, now)
+        tree = facts.fairshare(con, policy=lambda: in_force(con, None, write=False).config.policy, as_of=at).frame
+    # the snapshot table's names (queue_order, day), which the pages use
+    return tree.rename({"order": "queue_order"}).with_columns(
+        pl.lit(at, dtype=pl.Datetime("us")).alias("as_of"), pl.lit(at.date()).alias("day"))
 
 
 def fairshare_history(path: str, start: datetime, end: datetime) -> pl.DataFrame:
