@@ -581,7 +581,8 @@ def test_the_fair_share_page_and_the_cli_agree_right_after_config_load(dashboard
     """`config load` moves research's shares from 60 to 20 (programs research / product / platform:
     60 / 30 / 10 of 100 -> 20 / 30 / 10 of 60), so research's share among its siblings goes from
     0.6 to 20/60 = 1/3. The pipelines have not run since: the stored snapshot still says 0.6. The
-    page (queries.fairshare_latest) and `report fairshare` both answer 1/3 at the same data time."""
+    page (queries.fairshare_latest) and `report fairshare` both answer 1/3 at the same data time; the
+    budget page and `report budget` both show llm-pretrain's new budget."""
     import dataclasses
     import json
     import shutil
@@ -597,6 +598,10 @@ def test_the_fair_share_page_and_the_cli_agree_right_after_config_load(dashboard
     research = next(c for c in raw["org"]["children"] if c["name"] == "research")
     assert research["shares"] == 60
     research["shares"] = 20
+    # and llm-pretrain's November budget 102,000 -> 51,000 normalised GPU-hours
+    pretrain = next(b for b in raw["budgets"] if b["node"] == "llm-pretrain" and b["period"] == "2026-11")
+    assert pretrain["gpu_hours"] == 102000
+    pretrain["gpu_hours"] = 51000
     rig.config.write_text(yaml.safe_dump(raw, sort_keys=False))
     run_cli(rig, "config", "load")
     with warehouse.open_reader(rig.warehouse) as con:
@@ -612,3 +617,12 @@ def test_the_fair_share_page_and_the_cli_agree_right_after_config_load(dashboard
     assert page_shares["research"] == pytest.approx(1 / 3) and cli_shares["research"] == pytest.approx(1 / 3)
     assert page_shares == pytest.approx(cli_shares)
     assert page["as_of"][0] == end
+    # the budget page and `report budget` alike: the new budget, not the snapshot's
+    cli_budget = json.loads(run_cli(rig, "report", "budget", "--format", "json", stored_config=True).stdout)
+    cli_budget = cli_budget["rows"] if isinstance(cli_budget, dict) else cli_budget
+    page_budget = queries.budgets_latest(str(rig.warehouse), end)
+    mine = page_budget.filter(pl.col("node") == "llm-pretrain")
+    assert mine["budget_gpu_hours"].to_list() == [51000.0]
+    assert [r["budget_gpu_hours"] for r in cli_budget if r["node"] == "llm-pretrain"] == [51000.0]
+    assert mine["remaining_gpu_hours"][0] == pytest.approx(
+        next(r["remaining_gpu_hours"] for r in cli_budget if r["node"] == "llm-pretrain"))
