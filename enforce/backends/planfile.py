@@ -42,6 +42,9 @@ def read(path: Path) -> tuple[str | None, datetime | None, list[Action]]:
     except ValueError as exc:
         raise UsageError(f"--plan {path}: not JSON ({exc}); pass a file written by `gpuledger enforce plan "
                          "--format json`") from None
+    except (OSError, RecursionError) as exc:  # /proc/self/mem, a folder, a FIFO's EIO; JSON nested too deep
+        raise UsageError(f"--plan {path}: cannot be read as a plan file ({getattr(exc, 'strerror', None) or exc}); "
+                         "pass a file written by `gpuledger enforce plan --format json`") from None
     items = doc.get("actions") if isinstance(doc, dict) else doc
     if not isinstance(items, list):
         raise UsageError(f"--plan {path}: expected {{\"actions\": [...]}} as `gpuledger enforce plan` writes")

@@ -43,7 +43,7 @@ from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from gpuledger.deadlines import ALERTS, CallDeadline
-from gpuledger.errors import RunError, debug_wanted
+from gpuledger.errors import RunError, debug_wanted, printable
 
 SECRETS_ENV = "GPULEDGER_SECRETS_FILE"
 
@@ -311,11 +311,29 @@ class SlackWebhook(_Sends):
     deadline: CallDeadline = ALERTS
 
     def deliver(self, message: Message) -> None:
-        _post(self, self.url.split("+", 1)[1], {"text": f"{message.subject}\n{message.text}",
-                                                 "blocks": message.slack_blocks()})
+        answer = _post(self, self.url.split("+", 1)[1], {"text": f"{message.subject}\n{message.text}",
+                                                          "blocks": message.slack_blocks()})
+        refused = _slack_refusal(answer)
+        if refused is not None:
+            raise DeliveryError(f"{self.redacted()}: not delivered (it answered HTTP 200 with ok: false, {refused}); "
+                                f"check the channel URL and the Slack app's permissions, {_RETRIED}")
 
 
-def _post(notifier, target: str, body: dict) -> None:
+def _slack_refusal(answer: bytes) -> str | None:
+    """Why Slack refused a message it answered 200 for, else None. Incoming webhooks answer "ok";
+    Slack's Web API and some relays answer HTTP 200 with {"ok": false, "error": "..."}."""
+    import json
+
+    try:
+        doc = json.loads(answer)
+    except ValueError:
+        return None
+    if isinstance(doc, dict) and doc.get("ok") is False:
+        return f"error {printable(str(doc.get('error') or 'unnamed'), 80)!r}"
+    return None
+
+
+def _post(notifier, target: str, body: dict) -> bytes:
     import time
 
     import requests
@@ -326,7 +344,7 @@ def _post(notifier, target: str, body: dict) -> None:
 
     limits = notifier.deadline
     try:  # the whole exchange within the deadline (total_s): a receiver that trickles its answer ends too
-        status, _, _ = get_within(None, target, method="POST", json=body, deadline=limits,
+        status, _, answer = get_within(None, target, method="POST", json=body, deadline=limits,
                                   give_up=time.monotonic() + limits.total_s, max_bytes=2**20)
     except OutOfTime as exc:
         raise DeliveryError(f"{notifier.redacted()}: not delivered (no complete answer within {limits.total_s:g} s); "
@@ -340,6 +358,7 @@ def _post(notifier, target: str, body: dict) -> None:
     if status >= 300:
         raise DeliveryError(f"{notifier.redacted()}: not delivered (it answered HTTP {status}); check the "
                             f"channel URL and the receiver's log, {_RETRIED}")
+    return answer
 
 
 @dataclass

@@ -76,8 +76,10 @@ def read_intensity_csv(path: Path, cluster: str) -> tuple[pl.DataFrame, list[Bad
             continue
         try:
             hour = _hour(row[0])
-        except ValueError:
-            bad.append(BadLine(where, raw, f"hour {row[0]!r}: give an ISO 8601 hour in UTC, e.g. 2026-10-01T13:00:00Z"))
+        except ValueError as exc:
+            why = "is not on the hour (one value per whole UTC hour)" if "on the hour" in str(exc) else \
+                "is not an ISO 8601 time"
+            bad.append(BadLine(where, raw, f"hour {row[0]!r} {why}: give e.g. 2026-10-01T13:00:00Z"))
             continue
         try:
             value = float(row[1])

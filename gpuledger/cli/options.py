@@ -38,6 +38,20 @@ def warehouse_path(option: Path | None) -> Path:
     return resolve_warehouse_path(option)
 
 
+def existing_warehouse(option: Path | None) -> Path:
+    """The warehouse of a command that only reads or adds to one (links, prunes, runs the
+    pipelines over it): a missing file is a mistyped --warehouse, refused (exit 2) instead of a new
+    folder and an empty warehouse made there."""
+    from gpuledger.errors import UsageError
+
+    path = warehouse_path(option)
+    if not path.exists():
+        raise UsageError(f"no warehouse at {path}: this command works on an existing one (a mistyped --warehouse?); "
+                         "make one with `gpuledger simulate warehouse`, an import or `gpuledger warehouse migrate`, "
+                         "or point --warehouse / $GPULEDGER_WAREHOUSE at it")
+    return path
+
+
 def config_or_exit(option: Path | None):
     """Load the config, or print its validation errors and exit 2."""
     from gpuledger.config import ConfigError, load_config  # pydantic + polars: only when needed

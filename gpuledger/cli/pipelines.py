@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpuledger.cli.options import ConfigOpt, WarehouseOpt, warehouse_path
+from gpuledger.cli.options import ConfigOpt, WarehouseOpt, existing_warehouse
 
 app = typer.Typer(help="The Dagster pipelines: run the asset graph once in this process.", no_args_is_help=True)
 console = Console()
@@ -34,7 +34,7 @@ def run_once_command(
     dg = require("dagster")
     from gpuledger.pipelines.run_once import run_once
 
-    path = warehouse_path(warehouse_file)
+    path = existing_warehouse(warehouse_file)
     home = os.environ.get("DAGSTER_HOME")
     instance = dg.DagsterInstance.get() if home else dg.DagsterInstance.ephemeral()
     result = run_once(warehouse_path=path, config_path=config, instance=instance,

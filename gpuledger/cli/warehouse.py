@@ -16,6 +16,7 @@ from gpuledger.cli.options import (
     FormatOpt,
     OutOpt,
     WarehouseOpt,
+    existing_warehouse,
     show_frame,
     warehouse_config,
     warehouse_path,
@@ -129,7 +130,7 @@ def prune(
     """Delete raw samples older than the retention whose hourly rollups are complete (the partial
     hours at allocation edges stay: reports read those raw). Rollups, jobs, findings and
     statements are kept; reports of the pruned period do not change."""
-    path = warehouse_path(warehouse_file)
+    path = existing_warehouse(warehouse_file)
     with warehouse.open_writer(path) as con:
         days = keep_days if keep_days is not None else (
             warehouse_config(con, config, write=True).policy.retention.raw_sample_days)
@@ -163,7 +164,7 @@ def retire_gpu(
             when = parse_utc(at) if at else utc_now()
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--at") from None
-    path = warehouse_path(warehouse_file)
+    path = existing_warehouse(warehouse_file)
     with warehouse.open_writer(path) as con:
         where, rows = warehouse.retire_gpu(con, gpu_uuid, at=when, cluster=cluster)
     what = "no longer retired" if undo else f"retired at {when.isoformat()}Z"

@@ -4,6 +4,7 @@ simulator load inside the commands."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -104,6 +105,10 @@ def _range(con, start_text, end_text) -> tuple[datetime, datetime]:
     if lo is None:
         lo = max(hi - timedelta(days=DEFAULT_DAYS), first.replace(minute=0, second=0, microsecond=0))
     check_range(lo, hi)
+    if first is not None and (lo > last or hi <= first):  # replaying no job as if jobs had run
+        raise UsageError(f"--start {lo:%Y-%m-%dT%H:%M}Z .. --end {hi:%Y-%m-%dT%H:%M}Z holds none of the warehouse's "
+                         f"job records ({first:%Y-%m-%dT%H:%M}Z .. {last:%Y-%m-%dT%H:%M}Z); choose a window that "
+                         "overlaps them")
     return lo, hi
 
 
@@ -116,7 +121,10 @@ def _pairs(values: list[str] | None, option: str, cast=float) -> dict:
         try:
             out[name] = cast(value)
         except ValueError:
-            raise typer.BadParameter(f"{text!r}: {value!r} is not a number", param_hint=option) from None
+            what = "a whole number" if cast is int else "a number"
+            raise typer.BadParameter(f"{text!r}: {value!r} is not {what}", param_hint=option) from None
+        if not math.isfinite(float(out[name])) or out[name] < 0:  # -5 reserved GPUs, nan shares: nothing meant
+            raise typer.BadParameter(f"{text!r}: {value!r} is not a finite number of 0 or more", param_hint=option)
     return out
 
 
@@ -479,6 +487,7 @@ def procurement(
     _check_out(fmt, out)
     if policy not in POLICY_NAMES:
         raise typer.BadParameter(f"{policy!r}: choose from {', '.join(POLICY_NAMES)}", param_hint="--policy")
+    reserved_n, owned_n = _pairs(reserved, "--reserved", cast=int), _pairs(owned, "--owned", cast=int)  # before any work
     cfg, params, trace, lo, hi = _load(path, config, start, end, inventory, seed=seed,
                                        checkpoint=checkpoint_minutes)
     with _Bar(progress) as bar:
@@ -486,10 +495,9 @@ def procurement(
     pieces = proc.pieces_from_run(result)
     rate = cfg.policy.whatif.spot_interruptions_per_hour if spot_rate is None else spot_rate
     mixes = proc.price_mixes(pieces, trace.horizon_s, cfg.rate_card, at=lo.date(), currency=cfg.currency,
-                             reserved_gpus={k: int(v) for k, v in _pairs(reserved, "--reserved").items()},
+                             reserved_gpus=reserved_n,
                              interruptions_per_hour=rate,
                              checkpoint_interval_minutes=params.checkpoint_interval_minutes, seed=seed)
-    owned_n = {k: int(v) for k, v in _pairs(owned, "--owned").items()}
     even = proc.break_even(mixes, pieces, trace.horizon_s, cfg.hardware, owned_gpus=owned_n)
     frame, totals = mixes_frame(mixes)
     doc = proc.to_json(mixes, even, totals, start=lo, end=hi, policy=policy, interruptions_per_hour=rate,

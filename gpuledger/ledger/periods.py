@@ -282,13 +282,19 @@ def _stored(con, period: str, revision: int, sha: str, count: int) -> list[tuple
     if len(stored) != count or _checksum(stored) != sha:
         raise RunError(f"statement {period} revision {revision}: its lines do not match their sha256 "
                        f"{sha[:12]}; the warehouse was altered outside gpuledger (restore it from a backup)")
+    # The columns beside the JSON (what SQL readers and `period list` read) must say what the
+    # checksummed line says: every one of them, the currency as much as the amount.
     mismatch = con.execute(
-        "SELECT line_no, level FROM statement_lines WHERE period = ? AND revision = ? AND amount IS DISTINCT FROM "
-        "TRY_CAST(json_extract_string(line_json, '$.amount') AS DECIMAL(38, 2)) ORDER BY level, line_no LIMIT 1",
-        [period, revision]).fetchall()
-    if mismatch:  # the amount column beside the JSON is what SQL readers sum: it must say the same
-        line_no, level = mismatch[0]
-        raise RunError(f"statement {period} revision {revision}: the amount of {level} line {line_no} differs from "
+        "SELECT line_no, level, CASE WHEN amount IS DISTINCT FROM TRY_CAST(json_extract_string(line_json, '$.amount') "
+        "AS DECIMAL(38, 2)) THEN 'amount' WHEN currency IS DISTINCT FROM json_extract_string(line_json, '$.currency') "
+        "THEN 'currency' ELSE 'line_kind' END FROM statement_lines WHERE period = ? AND revision = ? AND ("
+        "amount IS DISTINCT FROM TRY_CAST(json_extract_string(line_json, '$.amount') AS DECIMAL(38, 2)) "
+        "OR currency IS DISTINCT FROM json_extract_string(line_json, '$.currency') "
+        "OR line_kind IS DISTINCT FROM json_extract_string(line_json, '$.line_kind')) "
+        "ORDER BY level, line_no LIMIT 1", [period, revision]).fetchall()
+    if mismatch:
+        line_no, level, column = mismatch[0]
+        raise RunError(f"statement {period} revision {revision}: the {column} of {level} line {line_no} differs from "
                        "its checksummed line; the warehouse was altered outside gpuledger (restore it from a backup)")
     return stored
 

@@ -98,8 +98,13 @@ class PipelineHealthCollector:
 
 
 def _instance_from_env():
+    import os
+
     import dagster as dg
 
+    # libpq's connect timeout: an unreachable PostgreSQL reads as health_up 0 within seconds, instead
+    # of holding the whole /metrics page until the kernel gives up on the connection
+    os.environ.setdefault("PGCONNECT_TIMEOUT", "5")
     return dg.DagsterInstance.get()
 
 

@@ -382,6 +382,9 @@ def _capacity(con, t, *, start: datetime, end: datetime, config_version: int | N
     if closed and config_version is not None:
         rate_card = rate_card_version(con, config_version).lazy()
     totals = chargeback_totals(t.gpus, rate_card, start=start, end=end, retire_grace=retire_grace, by=by).collect()
+    # GPU-hours to the micro-hour: a float sum's last digit follows the order the parallel sum
+    # took, and a file written twice must not differ in it (issue 36)
+    totals = totals.with_columns(pl.col("gpu_hours_capacity").round(6))
     if by:  # (currency, *by) -> (GPU-hours, amount)
         return {tuple(r[:-2]): (r[-2], Decimal(r[-1])) for r in totals.select(
             "currency", *by, "gpu_hours_capacity", "capacity_amount").iter_rows()}

@@ -87,3 +87,19 @@ def test_the_delivery_line_is_ours_and_the_library_text_only_with_debug(kind, mo
     for library_word in ("Traceback", "Error", "apprise", "Timeout", "timed out", "HTTPConnectionPool"):
         assert library_word not in line, line
     assert str(debug.value).startswith(line) and "[library: " in str(debug.value), str(debug.value)
+
+
+@pytest.mark.parametrize("answer,delivered", [(b'{"ok": false, "error": "channel_not_found"}', False),
+                                              (b"ok", True), (b'{"ok": true}', True)])
+def test_a_slack_receiver_answering_ok_false_is_not_counted_as_sent(answer, delivered):
+    from gpuledger.alerts.channels import SlackWebhook
+    from tests.helpers.hostile_servers import http_answer
+
+    with HostileServer(lambda _l, _r: http_answer(answer.decode(), content_type="application/json")) as server:
+        slack = SlackWebhook(f"slack+http://127.0.0.1:{server.port}/services/T/B/X", QUICK)
+        if delivered:
+            slack.send("squatting on node-007", "4 GPUs idle for 2 h")
+            return
+        with pytest.raises(DeliveryError) as raised:
+            slack.send("squatting on node-007", "4 GPUs idle for 2 h")
+    assert "not delivered (it answered HTTP 200 with ok: false, error 'channel_not_found')" in str(raised.value)

@@ -118,6 +118,24 @@ USAGE = [
     Case("kubeconfig-not-yaml", _k8s("{kc_broken}"), 2, ("{kc_broken}:", "not valid YAML")),
     Case("metrics-host-unresolvable", ("metrics", "serve", "--host", "999.1.1.1", "--port", "19999"), 2,
          ("--host 999.1.1.1: not an address of this host",), seeded=True),
+    # commands that only read or add to a warehouse, given one that is not there (a mistyped -w):
+    # exit 2 naming it, as every reader, and no folder or warehouse made (issue 36)
+    Case("link-devices-no-warehouse", ("ingest", "link-devices", "--start", "2026-01-01", "--end", "2026-01-02"), 2,
+         ("no warehouse at", "usage-link-devices-no-warehouse.duckdb", "a mistyped --warehouse?")),
+    Case("run-once-no-warehouse", ("pipelines", "run-once"), 2, ("no warehouse at", "usage-run-once-no-warehouse")),
+    Case("prune-no-warehouse", ("warehouse", "prune"), 2, ("no warehouse at", "usage-prune-no-warehouse")),
+    Case("retire-no-warehouse", ("warehouse", "retire-gpu", "GPU-1"), 2, ("no warehouse at",)),
+    # inputs that cannot be meant (issue 36): one line naming them, exit 2
+    Case("scrape-ipv6-unclosed", ("ingest", "scrape", "http://[::1"), 2, ("URLS", "is not a URL", "http://[::1]:9400")),
+    Case("prometheus-ipv6-unclosed", ("ingest", "prometheus", "--url", "http://[::1", "--start", "2026-01-01",
+                                      "--end", "2026-01-02"), 2, ("--url 'http://[::1' is not a URL",)),
+    Case("plan-proc-self-mem", ("enforce", "apply", "--backend", "plan-file", "--out", "{folder}/o.json", "--plan",
+                                "/proc/self/mem"), 2, ("--plan /proc/self/mem: cannot be read as a plan file",),
+         seeded=True),
+    Case("sacct-proc-self-mem", ("ingest", "slurm", "--file", "/proc/self/mem", "--cluster", "c"), 2,
+         ("--file /proc/self/mem: cannot be read (Input/output error)",)),
+    Case("reserved-negative", ("whatif", "procurement", "--reserved", "H100=-5"), 2,
+         ("--reserved", "'-5' is not a finite number of 0 or more")),
     # a reader of a warehouse that is not there (a mistyped -w): exit 2 naming it, as every reader
     Case("metrics-serve-no-warehouse", ("metrics", "serve", "--port", "19997"), 2, ("usage-metrics-serve-no-warehouse.duckdb does not exist",)),
     Case("metrics-host-not-ours", ("metrics", "serve", "--host", "192.0.2.1", "--port", "19999"), 2,
@@ -211,7 +229,7 @@ def rig(tmp_path_factory):
     places = {"silent": servers[0].url, "stall": servers[1].url, "trickle": servers[2].url,
               "prom_stall": servers[3].url, "prom_trickle": servers[4].url, "gone": gone,
               "kc_silent": _kubeconfig(folder / "kc-silent", servers[0].url),
-              "kc_gone": _kubeconfig(folder / "kc-gone", gone), "kc_broken": str(broken)}
+              "kc_gone": _kubeconfig(folder / "kc-gone", gone), "kc_broken": str(broken), "folder": str(folder)}
     try:
         yield Rig(folder, seed, env, places)
     finally:

@@ -97,7 +97,7 @@ def _holding(job, device, first, last, **over):
 def test_node_spool_records_are_screened_one_by_one(tmp_path):
     t0 = (NOW - timedelta(hours=2)).replace(microsecond=0)
     t1 = t0 + timedelta(hours=1)
-    iso = lambda t: t.isoformat()  # noqa: E731
+    iso = lambda t: t.isoformat()
     records = [  # (record, words of its quarantine reason)
         (_holding("research/a", "GPU-x0", iso(t0), iso(t1)), None),
         (_holding("research/b", "GPU-x1", iso(t0), iso(t1), ended="false"), "ended: 'false' is not true or false"),
@@ -128,8 +128,8 @@ def test_node_spool_records_are_screened_one_by_one(tmp_path):
 
 
 @pytest.mark.parametrize("content", [bytes(range(256)) * 8, b'{"jobs": [{"job_id": 1, "nodes": 5}]}',
-                                     b'{"jobs": [{"job_id": 1, "job_state": "RUNNING", "nodes": "n1", '
-                                     b'"gres_detail": ["gpu:1(IDX:0)"], "start_time": 1e300}]}'],
+                                     (b'{"jobs": [{"job_id": 1, "job_state": "RUNNING", "nodes": "n1", '
+                                      b'"gres_detail": ["gpu:1(IDX:0)"], "start_time": 1e300}]}')],
                          ids=["binary", "nodes-a-number", "time-1e300"])
 def test_a_garbage_scontrol_file_is_one_line_naming_it(tmp_path, content):
     path = tmp_path / "scontrol.out"
@@ -139,3 +139,33 @@ def test_a_garbage_scontrol_file_is_one_line_naming_it(tmp_path, content):
     assert ran.returncode == 2, ran.stderr
     assert f"--scontrol-file {path}: " in _one_line(ran)
     assert not wh.exists()  # refused before the warehouse was opened
+
+
+@pytest.mark.parametrize("side", ["gate", "lock", "readers"])
+def test_a_lock_file_that_is_a_directory_is_one_line_naming_it(tmp_path, side):
+    wh = tmp_path / "w.duckdb"
+    made = _cli("warehouse", "migrate", "-w", wh, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    before = _rows(wh, "SELECT count(*) FROM schema_migrations")
+    folder = tmp_path / f"w.duckdb.{side}"
+    folder.unlink(missing_ok=True)
+    folder.mkdir()
+    for args in (("warehouse", "summary"), ("ingest", "link-devices", "--start", "2026-01-01", "--end", "2026-01-02")):
+        ran = _cli(*args, "-w", wh, cwd=tmp_path)
+        assert ran.returncode == 1, (args, ran.stderr)
+        assert f"{folder}: a directory where gpuledger keeps a lock file of w.duckdb; move it aside" in _one_line(ran)
+    assert _rows(wh, "SELECT count(*) FROM schema_migrations") == before
+
+
+@pytest.mark.slow
+def test_a_whatif_window_after_the_data_replays_nothing_and_says_so(tmp_path):
+    wh = tmp_path / "w.duckdb"
+    made = _cli("simulate", "warehouse", "--gpus", "8", "--days", "0.1", "--start", "2026-03-01T00:00:00", "--clean",
+                "-w", wh, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    ran = _cli("whatif", "schedule", "--start", "2026-06-01", "--end", "2026-06-03", "--no-progress", "-w", wh,
+               cwd=tmp_path)
+    assert ran.returncode == 2, ran.stderr
+    line = _one_line(ran)
+    assert "--start 2026-06-01T00:00Z .. --end 2026-06-03T00:00Z holds none of the warehouse's job records" in line
+    assert "choose a window that overlaps them" in line

@@ -106,6 +106,11 @@ def test_a_killed_daemons_run_is_failed_and_retried_when_it_restarts(tmp_path):
             print(f"the next writing run started {first['startTime'] - restarted:.1f} s after the restart")
             assert first["startTime"] - restarted < 60, (first["startTime"] - restarted, log.read_text()[-3000:])
             assert "recovered run " + stuck in log.read_text()
+            # and the dead run itself was retried (a re-execution of it, not only the next tick)
+            retries = until(deadline, "the retry of the dead run", lambda: gql(
+                rig.RUNS, filter={"tags": [{"key": "dagster/parent_run_id", "value": stuck}]})["runsOrError"]["results"],
+                1.0)
+            assert len(retries) == 1, retries
         finally:
             if metrics is not None:
                 rig.stop(metrics)

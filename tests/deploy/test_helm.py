@@ -21,7 +21,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy/helm/gpuledger"
 HELM = REPO / ".cache/tools/helm-3.17.3/helm"
-KUBECTL = shutil.which("kubectl", path="/usr/bin:/usr/local/bin")
+# the installed kubectl, else the one scripts/fetch-helm.sh unpacks beside Helm (v1.31, Kustomize 5.4)
+KUBECTL = shutil.which("kubectl", path="/usr/bin:/usr/local/bin") or (
+    str(HELM.parent / "kubectl") if (HELM.parent / "kubectl").exists() else None)
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="needs Helm: make test-deps (scripts/fetch-helm.sh)")
 
 HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version",

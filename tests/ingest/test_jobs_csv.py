@@ -94,3 +94,31 @@ def test_summary_counts_imported_jobs_gpu_hours(tmp_path, warehouse_file):
     assert figures["as_of_utc"] == dt.datetime(2026, 10, 2, 22)
     assert figures["jobs"] == 3
     assert figures["gpu_hours_allocated"] == pytest.approx(188.017136, abs=1e-9)
+
+
+def test_a_file_read_in_chunks_lands_as_read_whole_and_repeats_across_chunks_are_refused(tmp_path, warehouse_file):
+    # issue 36: a job CSV is read and written a chunk at a time (memory flat in the file's length);
+    # chunks of 2 rows here. Job a is given on line 2 and again on lines 5 (same values: a
+    # harmless repeat) and 7 (4 GPUs: refused, as within a chunk); line 6 is unreadable.
+    from gpuledger.ingest.jobs.csv_import import import_jobs_csv
+
+    csv_file = tmp_path / "jobs.csv"
+    csv_file.write_text(
+        "job_id,cluster,project,user,gpu_model,gpus,start_time,end_time\n"
+        "a,c,p,u,H100,1,2026-10-01T00:00:00,2026-10-01T01:00:00\n"
+        "b,c,p,u,H100,2,2026-10-01T00:00:00,2026-10-01T02:00:00\n"
+        "c,c,p,u,H100,1,2026-10-01T00:00:00,2026-10-01T03:00:00\n"
+        "a,c,p,u,H100,1,2026-10-01T00:00:00,2026-10-01T01:00:00\n"
+        "d,c,p,u,H100,x,2026-10-01T00:00:00,2026-10-01T03:00:00\n"
+        "a,c,p,u,H100,4,2026-10-01T00:00:00,2026-10-01T01:00:00\n")
+    with warehouse.open_writer(warehouse_file) as con:
+        done = import_jobs_csv(con, csv_file, {"p"}, chunk_rows=2)
+    assert (done.rows_read, done.imported, done.quarantined) == (6, 3, 2)  # a, b, c (a again: already stored)
+    assert [r.location for r in done.first_rejected] == [f"{csv_file}:6", f"{csv_file}:7"]
+    assert "already given earlier in the file with other values" in done.first_rejected[1].reason
+    with warehouse.open_reader(warehouse_file) as con:
+        assert con.execute("SELECT job_id, gpus FROM jobs ORDER BY 1").fetchall() == [("a", 1.0), ("b", 2.0),
+                                                                                     ("c", 1.0)]
+    whole = tmp_path / "whole.duckdb"
+    with warehouse.open_writer(whole) as con:  # one chunk: the same jobs (the refusal names line 2 there)
+        assert import_jobs_csv(con, csv_file, {"p"}, chunk_rows=10**9).imported == 3

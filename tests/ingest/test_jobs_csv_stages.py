@@ -15,7 +15,6 @@ from gpuledger.ingest.jobs.jobs_csv import (
     MAX_RAW_CHARS,
     REQUIRED,
     CsvHeaderError,
-    _line_at,
     checked_job,
     gpu_count,
     job_times,
@@ -59,19 +58,8 @@ def test_read_header_names_the_missing_columns():
         read_header(csv.DictReader(io.StringIO("")), "jobs.csv")  # empty file: every column missing
 
 
-def test_line_at_is_one_based_and_empty_outside_the_file():
-    lines = ["header", "row1"]
-    assert (_line_at(lines, 1), _line_at(lines, 2), _line_at(lines, 0), _line_at(lines, 3)) == (
-        "header",
-        "row1",
-        "",
-        "",
-    )
-
-
 def test_unreadable_row_names_line_and_cuts_the_raw_text():
-    lines = ["h", "x" * (MAX_RAW_CHARS + 10)]
-    row = unreadable_row(csv.Error("field larger than field limit"), "jobs.csv", 2, lines)
+    row = unreadable_row(csv.Error("field larger than field limit"), "jobs.csv", 2, "x" * (MAX_RAW_CHARS + 10))
     assert row.location == "jobs.csv:2"
     # 4096 + 10 = 4106 characters: kept to 4096 plus a note
     assert row.raw_text == "x" * MAX_RAW_CHARS + "… (4,106 characters)"

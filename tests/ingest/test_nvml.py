@@ -142,6 +142,24 @@ def test_write_is_idempotent(tmp_path):
     assert counts == {"gpus": 4, "gpu_samples": 4} and sources == [("nvml",)]
 
 
+def test_a_node_clock_at_the_epoch_is_quarantined_not_stored(tmp_path):
+    # issue 36: the agent stamps with this node's clock; one at 1970 would register its GPUs as
+    # present since then and bill decades of idle capacity
+    from datetime import datetime
+
+    readings = read_devices(FakeNVML())
+    inventory, samples = readings_frames([(datetime(1970, 1, 1, 0, 0, 5), readings), (TS, readings)],
+                                         cluster="lab", host="node-1")
+    with warehouse.open_writer(tmp_path / "wh.duckdb") as con:
+        assert write_readings(con, inventory, samples) == 4  # the good round only
+        bad = con.execute("SELECT source, reason FROM quarantine").fetchall()
+        oldest = con.execute("SELECT min(ts) FROM gpu_samples").fetchone()[0]
+        first_seen = con.execute("SELECT min(first_seen) FROM gpus").fetchone()[0]
+    assert oldest == TS and first_seen == TS  # not present since 1970
+    assert len(bad) == 4 and {s for s, _ in bad} == {"nvml"}  # one row per device
+    assert all("sample time before 2000-01-01" in r for _, r in bad)
+
+
 def test_agent_loop_with_fake_driver(tmp_path):
     fake = FakeNVML(gpus=1)
     stamps = iter([datetime(2026, 11, 29, 12, 0, s) for s in range(10)])

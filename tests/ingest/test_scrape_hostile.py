@@ -76,3 +76,19 @@ def test_a_long_scrape_stops_on_a_signal_within_a_second(tmp_path, signum, code)
     assert "Traceback" not in rest and "stopped (" in rest, rest
     with duckdb.connect(str(warehouse_file), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM gpu_samples").fetchone() == (1,)
+
+
+def test_one_uuid_under_two_hosts_in_one_page_keeps_the_first_and_quarantines_the_other(tmp_path):
+    # issue 36: the page's wide pivot kept n1's row and dropped n2's without a word
+    page = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",Hostname="n1"} 50\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",Hostname="n2"} 60\n')
+    warehouse_file = tmp_path / "w.duckdb"
+    with _exporter(page) as exporter:
+        ran = _scrape(f"{exporter.url}/metrics", "--timeout", "5", "-w", str(warehouse_file), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert "1 pages, 1 new samples, 1 lines quarantined" in ran.stderr
+    with duckdb.connect(str(warehouse_file), read_only=True) as con:
+        assert con.execute("SELECT g.host, s.gpu_util_ratio FROM gpu_samples s JOIN gpus g USING (gpu_id)"
+                           ).fetchall() == [("n1", 0.5)]
+        (reason,), = con.execute("SELECT reason FROM quarantine").fetchall()
+    assert reason.startswith("GPU GPU-1 is reported by 2 hosts (n1, n2)") and "n2's 1 samples are refused" in reason

@@ -152,3 +152,17 @@ def test_pods_sharing_a_mig_instance_keep_their_memory_and_no_utilization():
     rows, _ = per_pod_rows(parse_exposition(text, scrape_ms=1_800_000_000_000).samples)
     assert rows["pod"].to_list() == ["x", "y"] and rows["gpu_util_ratio"].is_null().all()
     assert rows["fb_used_bytes"].to_list() == [1000 * 2**20, 2000 * 2**20]
+
+
+def test_the_bulk_parser_gives_the_same_pod_rows_as_the_line_parser():
+    from polars.testing import assert_frame_equal
+
+    from gpuledger.ingest.metrics.exposition.bulk import parse_pages_bulk
+    from gpuledger.ingest.metrics.pod_activity import shared_device_points
+
+    text, ms = PAGE.read_text(), 1_800_000_000_000
+    by_line, _ = per_pod_rows(parse_exposition(text, scrape_ms=ms).samples)
+    bulk = parse_pages_bulk([(text, ms)])
+    in_bulk, _ = per_pod_rows(shared_device_points(bulk.points, bulk.series))
+    assert by_line.height == 4
+    assert_frame_equal(by_line, in_bulk)

@@ -143,6 +143,21 @@ def test_frozen_lines_are_checked_against_their_checksum(october):
         periods.statement_lines(con, "2026-10")
 
 
+@pytest.mark.parametrize("column,edit", [("currency", "currency = 'EUR'"), ("amount", "amount = amount + 100"),
+                                         ("line_kind", "line_kind = 'credit'")])
+def test_every_column_beside_a_frozen_line_is_checked_against_it(october, column, edit):
+    # issue 36: the currency beside the checksummed JSON was read by `period list` unchecked
+    with warehouse.open_writer(october) as con:
+        periods.close_period(con, "2026-10", now=NOV5)
+        con.execute(f"UPDATE statement_lines SET {edit} WHERE period = '2026-10' AND level = 'project' "
+                    "AND line_no = 0")
+    with warehouse.open_reader(october) as con:
+        with pytest.raises(RunError, match=f"the {column} of project line 0 differs from its checksummed line"):
+            periods.period_list(con)
+        with pytest.raises(RunError, match=f"the {column} of project line 0 differs"):
+            periods.statement_lines(con, "2026-10")
+
+
 def test_open_periods_are_priced_by_the_latest_version_and_loading_says_so(october):
     with warehouse.open_writer(october) as con:
         result = load(con, CONFIG_V2, at=NOV5)

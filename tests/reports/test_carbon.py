@@ -134,8 +134,8 @@ def test_bad_intensity_lines_are_quarantined_and_the_good_ones_kept(warehouse_fi
         held = con.execute("SELECT location, reason FROM quarantine WHERE source = 'grid-intensity' "
                            "ORDER BY location").fetchall()
     assert kept == 24
-    assert held == [(f"{csv}:26", "hour '2026-10-02T00:30:00Z': give an ISO 8601 hour in UTC, e.g. "
-                                  "2026-10-01T13:00:00Z"),
+    assert held == [(f"{csv}:26", "hour '2026-10-02T00:30:00Z' is not on the hour (one value per whole UTC hour): "
+                                  "give e.g. 2026-10-01T13:00:00Z"),
                     (f"{csv}:27", "kg_co2e_per_kwh '350': give kgCO2e per kWh between 0 and 3.0 (g/kWh ÷ 1000)")]
     assert len(result.warnings) == 2 and result.warnings[0].startswith(f"{csv}:26: hour")
 

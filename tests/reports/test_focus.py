@@ -239,3 +239,23 @@ def test_report_statement_format_focus_writes_the_focus_file_alone(month, tmp_pa
     bad = CliRunner().invoke(app, ["report", "statement", "--period", "2026-10", "--out", str(out), "--format",
                                    "xml", "--warehouse", str(month)])
     assert bad.exit_code == 2 and "--format" in bad.output
+
+
+def test_a_simulated_months_focus_file_passes_the_rules_and_sums_to_the_statement(dashboard_warehouse, tmp_path):
+    """The simulator's November (two clusters, the dashboards' rig): every row conforms, one row per
+    line, Σ BilledCost = the statement's total per currency to the cent, and every billed line's
+    tier maps to its pricing category."""
+    from gpuledger.reports.focus import PRICING_CATEGORY
+
+    with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
+        st = build_statement(con, "2026-11")
+    manifest = write_statement_set(st, tmp_path / "nov", per_unit=False, focus_only=True)
+    focus = tmp_path / "nov" / "statement-2026-11-acme-focus.csv"
+    assert violations(focus) == []
+    rows = pl.read_csv(focus, infer_schema=False)
+    assert rows.height == st.lines.height > 5
+    for currency, total in manifest["totals"].items():
+        mine = rows.filter(pl.col("BillingCurrency") == currency)
+        assert sum(D(v) for v in mine["BilledCost"]) == D(total)
+    tiers = dict(zip(st.lines["tier"].to_list(), rows["PricingCategory"].to_list(), strict=True))
+    assert all(PRICING_CATEGORY.get(t or "", "Other") == c for t, c in tiers.items())

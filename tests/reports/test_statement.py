@@ -314,3 +314,22 @@ def test_the_months_history_shows_this_month_as_the_statement_has_it(month):
     assert st.totals() == {"USD": D("600.00")}
     october_rows = st.history.filter(pl.col("period") == "2026-10")
     assert sum(october_rows["amount"].to_list(), D(0)) == D("600.00")
+
+
+def test_a_closed_months_files_do_not_change_after_a_share_or_config_change(month, tmp_path):
+    # issue 36: a closed month's files are written from its stored lines only; a config loaded
+    # afterwards (other shares, another price for later months) changes none of their bytes
+    from tests.helpers.ledger_fixtures import load
+    from tests.helpers.statement_fixtures import CONFIG
+
+    with warehouse.open_writer(month) as con:
+        periods.close_period(con, "2026-10", by="finance", now=datetime(2026, 11, 5))
+    before, after = tmp_path / "before", tmp_path / "after"
+    _write(month, before)
+    changed = CONFIG.replace("{name: alpha, shares: 50}", "{name: alpha, shares: 70}").replace(
+        "{name: gamma, shares: 50}", "{name: gamma, shares: 30}")
+    assert changed != CONFIG
+    with warehouse.open_writer(month) as con:
+        load(con, changed, at=datetime(2026, 11, 6))
+    _write(month, after)
+    assert _all_bytes(before) == _all_bytes(after)

@@ -138,3 +138,17 @@ def test_a_second_writer_lease_is_refused_while_the_first_lives(warehouse_file, 
         first.wait(timeout=30)
     # the kernel let go with the holder: the next writer takes it
     os.close(writer_guard.take_lease(warehouse_file, role="dagster-daemon"))
+
+
+def test_no_room_for_the_backup_means_no_migration_and_one_line(warehouse_file):
+    previous = migrations()[-2][0]
+    _older_file(warehouse_file, previous)
+    migration_backup.backup_dir(warehouse_file).write_text("a file where the backups folder goes")
+    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "warehouse", "migrate", "--warehouse",
+                           str(warehouse_file)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot back up warehouse" in lines[0] and "nothing was migrated" in lines[0], lines
+    con = duckdb.connect(str(warehouse_file), read_only=True)
+    assert warehouse.schema_version(con) == previous  # the file as it was
+    con.close()

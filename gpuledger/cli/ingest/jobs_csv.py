@@ -23,28 +23,19 @@ def import_jobs(
 ) -> None:
     """Import a generic job CSV. Bad rows go to quarantine with line numbers; good rows land;
     re-importing the same file changes nothing."""
-    from gpuledger.ingest.device_links import link_devices_for_jobs
     from gpuledger.ingest.jobs.checks import job_limits
-    from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
-    from gpuledger.ingest.tiers import apply_tier_rules
+    from gpuledger.ingest.jobs.csv_import import import_jobs_csv
+    from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError
 
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         # The warehouse's own config (only `config load` replaces it; an empty one takes the file's).
         cfg = warehouse_config(con, config, write=True)
-        try:
-            parsed = read_jobs_csv(file, set(cfg.projects()), limits=job_limits(con, cfg.policy))
+        try:  # read and written a chunk at a time, in one transaction: memory stays flat
+            done = import_jobs_csv(con, file, set(cfg.projects()), limits=job_limits(con, cfg.policy))
         except CsvHeaderError as exc:
             raise UsageError(str(exc)) from None  # one line, printed by the CLI's error boundary
-        with warehouse.transaction(con):  # one unit: a full disk rolls all of it back, not half
-            warehouse.upsert(con, "jobs", parsed.jobs)
-            link_devices_for_jobs(con, parsed.jobs)
-            apply_tier_rules(con)  # cluster rules price jobs without devices
-            warehouse.quarantine(con, parsed.rejected)
-    console.print(
-        f"{file}: {parsed.rows_read} rows read, {parsed.jobs.height} jobs imported, "
-        f"{len(parsed.rejected)} quarantined"
-    )
-    for bad in parsed.rejected[:20]:
+    console.print(f"{file}: {done.rows_read} rows read, {done.imported} jobs imported, {done.quarantined} quarantined")
+    for bad in done.first_rejected:
         console.print(f"  {bad.location}: {bad.reason}", markup=False)  # the reason quotes the row
-    if len(parsed.rejected) > 20:
-        console.print(f"  ... and {len(parsed.rejected) - 20} more: `gpuledger warehouse quarantine --source jobs-csv`")
+    if done.quarantined > 20:
+        console.print(f"  ... and {done.quarantined - 20} more: `gpuledger warehouse quarantine --source jobs-csv`")

@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 
 from gpuledger import warehouse
-from gpuledger.cli.options import WarehouseOpt, utc_range, warehouse_path
+from gpuledger.cli.options import WarehouseOpt, existing_warehouse, utc_range
 
 app = typer.Typer()
 console = Console(stderr=True)
@@ -23,6 +23,6 @@ def link_devices_command(
     from gpuledger.ingest.device_links import link_devices
 
     lo, hi = utc_range(start, end)
-    with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
+    with warehouse.open_writer(existing_warehouse(warehouse_file)) as con:
         written = link_devices(con, start=lo, end=hi)
     console.print(f"{written} job x device intervals derived from sample labels in [{lo}, {hi}) UTC")

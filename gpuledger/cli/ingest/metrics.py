@@ -118,7 +118,11 @@ def scrape_cmd(
 
 def _check_target(url: str) -> None:
     """An exporter URL: http(s) with a host, else a usage error naming it (exit 2)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "http://[::1": an IPv6 host without its closing bracket
+        raise typer.BadParameter(f"{url!r} is not a URL ({exc}); write it as http://HOST:9400/metrics "
+                                 "(an IPv6 address in brackets: http://[::1]:9400/metrics)", param_hint="URLS") from None
     try:
         parts.port  # noqa: B018 - raises for a port that is not a number within 0-65535
     except ValueError:
@@ -288,7 +292,8 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
                         for name, at in stats.resumed.items())
     console.print(f"aggregate {url} ({step_s} s windows{chunking}): {stats.chunks_done} chunks "
                   f"ingested{f' ({resumed})' if resumed else ''}, {stats.rows_new} new rows"
-                  f"{f' (by cluster: {clusters})' if len(stats.rows_by_cluster) > 1 or label else ''}; "
+                  f"{f' (by cluster: {clusters})' if len(stats.rows_by_cluster) > 1 or label else ''}, "
+                  f"{stats.quarantined} quarantined; "
                   f"metrics: {', '.join(stats.metrics)}", markup=False, soft_wrap=True)
     if stats.unlabelled_series:
         console.print(f"{stats.unlabelled_series} {stats.unlabelled_metric} series (one a device and job) carry no "

@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from gpuledger import warehouse
 from gpuledger.cli.options import WarehouseOpt, warehouse_path
+from gpuledger.errors import UsageError, printable
 
 app = typer.Typer(help="Bring job records into the warehouse.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
@@ -67,13 +68,18 @@ def slurm(
             origin = LIVE_ORIGIN
         else:
             chosen = fmt.value if fmt else "auto"
-            text = file.read_text(encoding="utf-8", errors="replace")
+            try:
+                text = file.read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:  # /proc/self/mem (EIO), a FIFO nobody writes, ...
+                raise UsageError(f"--file {file}: cannot be read ({exc.strerror or exc}); give a saved `sacct "
+                                 "--json` or `sacct --parsable2` export") from None
             origin = str(file)
         batch = parse_sacct(text, fmt=chosen, origin=origin, cluster=cluster, tz=tz)
     except (SacctFormatError, SacctCallError, ValueError) as exc:
-        typer.secho(f"gpuledger: {exc}", err=True, fg="red")  # not rich markup: sacct's own words
-        if isinstance(exc, SacctFormatError):
-            console.print(f"expected fields: {','.join(SACCT_FIELDS)}")
+        # one line, not rich markup: sacct's own words; the fields it needs when the export lacks them
+        fields = (f" (expected fields: {','.join(SACCT_FIELDS)})"
+                  if isinstance(exc, SacctFormatError) and "--format=" not in str(exc) else "")
+        typer.secho(f"gpuledger: {printable(str(exc), 600)}{fields}", err=True, fg="red")
         # sacct missing or failing is a failed run; an unreadable export is the user's to fix
         raise typer.Exit(1 if isinstance(exc, SacctCallError) else 2) from None
     for warning in batch.warnings:

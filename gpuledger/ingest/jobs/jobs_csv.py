@@ -13,8 +13,11 @@ land. Importing the same file again changes nothing (jobs are keyed by cluster +
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import csv
 import io
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +26,7 @@ import polars as pl
 
 from gpuledger.ingest.jobs.checks import JobLimits, job_problem, whole_number
 from gpuledger.rules.clock import naive_utc, parse_duration_s, parse_utc, utc_now
+from gpuledger.sql import load_sql
 from gpuledger.warehouse import QuarantineRow
 from gpuledger.warehouse.job_columns import JOB_CORE
 
@@ -30,6 +34,10 @@ SOURCE = "jobs-csv"
 REQUIRED = ("job_id", "cluster", "project", "user", "gpu_model", "gpus", "start_time", "end_time")
 OPTIONAL = ("submit_time", "name", "kind", "min_runtime", "priority", "state", "namespace")
 JOB_SCHEMA = dict(JOB_CORE)
+# Rows parsed and written at a time by `ingest jobs-csv`: memory stays flat in the file's length
+# (BENCHMARKS.md "Job CSV and sacct imports: peak memory").
+CHUNK_ROWS = 50_000
+_EARLIER = load_sql(__package__, "csv_earlier_rows.sql")
 
 
 class CsvHeaderError(ValueError):
@@ -41,6 +49,7 @@ class ParsedJobs:
     jobs: pl.DataFrame
     rejected: list[QuarantineRow] = field(default_factory=list)
     rows_read: int = 0
+    lines: dict[tuple[str, str], int] = field(default_factory=dict)  # (cluster, job_id) -> its line
 
 
 def _row_to_job(row: dict[str, str], now: datetime) -> dict:
@@ -131,38 +140,95 @@ def parse_jobs_csv(
     """Parse the whole CSV text. ``location`` (the file name) prefixes every quarantine line number.
     Rows must also pass :func:`gpuledger.ingest.jobs.checks.job_problem` under ``limits`` (from the
     warehouse: checks.job_limits), else under the org tree's ``projects`` alone."""
+    return _merged(iter_jobs_csv(io.StringIO(text), location, projects, now=now, limits=limits, chunk_rows=None))
+
+
+def iter_jobs_csv(
+    source: Iterable[str], location: str, projects: set[str], *, now: datetime | None = None,
+    limits: JobLimits | None = None, chunk_rows: int | None = CHUNK_ROWS,
+) -> Iterator[ParsedJobs]:
+    """The CSV read from ``source`` (its lines, e.g. an open file) in chunks of at most
+    ``chunk_rows`` records (None: one chunk), so memory stays flat however long the file is: only
+    a chunk's rows and the line being read are held. A (cluster, job_id) repeated within a chunk
+    keeps its first row (a later row with other values is refused); across chunks the caller
+    compares against what the earlier chunks stored (:func:`earlier_chunk_repeats`). The header is
+    checked before the first chunk is given (CsvHeaderError)."""
     now = naive_utc(now) if now else utc_now()
     limits = limits_with_projects(limits, projects)
-    lines = text.splitlines()
-    source_lines = _CountedLines(text)
+    source_lines = _CountedLines(source)
     reader = csv.DictReader(source_lines, restkey="__extra__")
     header = read_header(reader, location)
-    good: dict[tuple[str, str], tuple[int, dict, str]] = {}
-    rejected: list[QuarantineRow] = []
-    rows_read = 0
     while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:  # e.g. a field over the csv module's limit: this row only
+        good: dict[tuple[str, str], tuple[int, dict, str]] = {}
+        rejected: list[QuarantineRow] = []
+        rows_read = 0
+        ended = False
+        while chunk_rows is None or rows_read < chunk_rows:
+            try:
+                row = next(reader)
+            except StopIteration:
+                ended = True
+                break
+            except csv.Error as exc:  # e.g. a field over the csv module's limit: this row only
+                rows_read += 1
+                rejected.append(unreadable_row(exc, location, source_lines.count, source_lines.last))
+                continue
             rows_read += 1
-            rejected.append(unreadable_row(exc, location, source_lines.count, lines))
-            continue
-        rows_read += 1
-        line_no = reader.line_num  # physical line where this record ended (1 = header)
-        raw = _line_at(lines, line_no)
-        where = f"{location}:{line_no}"
-        try:
-            job = checked_job(row, header, now, limits)
-        except ValueError as exc:
-            rejected.append(QuarantineRow(SOURCE, where, raw, str(exc)))
-            continue
-        duplicate = keep_one_per_job(good, job, line_no, raw, where)
-        if duplicate:
-            rejected.append(duplicate)
-    frame = pl.DataFrame([job for _, job, _ in good.values()], schema=JOB_SCHEMA, orient="row")
-    return ParsedJobs(jobs=frame, rejected=rejected, rows_read=rows_read)
+            line_no = reader.line_num  # physical line where this record ended (1 = header)
+            raw = source_lines.last
+            where = f"{location}:{line_no}"
+            try:
+                job = checked_job(row, header, now, limits)
+            except ValueError as exc:
+                rejected.append(QuarantineRow(SOURCE, where, _cut(raw), str(exc)))
+                continue
+            duplicate = keep_one_per_job(good, job, line_no, raw, where)
+            if duplicate:
+                rejected.append(duplicate)
+        frame = pl.DataFrame([job for _, job, _ in good.values()], schema=JOB_SCHEMA, orient="row")
+        if rows_read or ended:
+            yield ParsedJobs(jobs=frame, rejected=rejected, rows_read=rows_read,
+                             lines={key: line_no for key, (line_no, _, _) in good.items()})
+        if ended:
+            return
+
+
+def _merged(chunks: Iterable[ParsedJobs]) -> ParsedJobs:
+    parts = list(chunks)
+    if len(parts) == 1:
+        return parts[0]
+    return ParsedJobs(jobs=pl.concat([p.jobs for p in parts]), rejected=[r for p in parts for r in p.rejected],
+                      rows_read=sum(p.rows_read for p in parts))
+
+
+def earlier_chunk_repeats(con, parsed: ParsedJobs, location: str) -> ParsedJobs:
+    """``parsed`` (one chunk) without the jobs an earlier chunk of the same import already stored:
+    with other values a quarantine row each (as within a chunk), the same values again dropped
+    silently (a harmless repeat). The import's rows are known by their ``updated_at`` (the import's now)."""
+    if parsed.jobs.is_empty():
+        return parsed
+    now = parsed.jobs["updated_at"][0]
+    con.register("_csv_chunk_keys", parsed.jobs.select("cluster", "job_id").to_arrow())
+    try:
+        stored = con.sql(_EARLIER, params={"source": SOURCE, "now": now}).pl()
+    finally:
+        con.unregister("_csv_chunk_keys")
+    if stored.is_empty():
+        return parsed
+    columns = [c for c in JOB_SCHEMA if c != "updated_at"]
+    before = {(r["cluster"], r["job_id"]): r for r in stored.select(columns).iter_rows(named=True)}
+    keep, rejected = [], list(parsed.rejected)
+    for job in parsed.jobs.iter_rows(named=True):
+        earlier = before.get((job["cluster"], job["job_id"]))
+        keep.append(earlier is None)  # the same values again: already stored, a harmless repeat
+        if earlier is not None and any(earlier[c] != job[c] for c in columns):
+            line_no = parsed.lines.get((job["cluster"], job["job_id"]), 0)
+            rejected.append(QuarantineRow(
+                SOURCE, f"{location}:{line_no}", "",
+                f"job_id: {job['job_id']!r} on cluster {job['cluster']!r} already given earlier in the file "
+                "with other values; keep one row per job"))
+    return ParsedJobs(jobs=parsed.jobs.filter(pl.Series(keep, dtype=pl.Boolean)), rejected=rejected,
+                      rows_read=parsed.rows_read, lines=parsed.lines)
 
 
 def limits_with_projects(limits: JobLimits | None, projects: set[str]) -> JobLimits:
@@ -192,15 +258,9 @@ def read_header(reader: csv.DictReader, location: str) -> list[str]:
     return header
 
 
-def _line_at(lines: list[str], line_no: int) -> str:
-    """Physical line ``line_no`` (1-based) of the file, "" when there is none."""
-    return lines[line_no - 1] if 0 < line_no <= len(lines) else ""
-
-
-def unreadable_row(exc: csv.Error, location: str, bad_line: int, lines: list[str]) -> QuarantineRow:
+def unreadable_row(exc: csv.Error, location: str, bad_line: int, raw: str) -> QuarantineRow:
     """The quarantine row for a line the csv module cannot read; ``bad_line`` is the line the reader
-    stopped inside. The raw text is cut (a runaway field can be megabytes)."""
-    raw = _line_at(lines, bad_line)
+    stopped inside, ``raw`` its text. The raw text is cut (a runaway field can be megabytes)."""
     return QuarantineRow(SOURCE, f"{location}:{bad_line}", _cut(raw),
                          f"unreadable CSV row ({exc}, line {len(raw):,} characters)")
 
@@ -237,12 +297,14 @@ def keep_one_per_job(
 
 
 class _CountedLines:
-    """The text's lines for csv.reader, counting how many it has taken (the physical line number
-    of a row the reader fails on: its own ``line_num`` lags by the failing line)."""
+    """The source's lines for csv.reader, counting how many it has taken (the physical line number
+    of a row the reader fails on: its own ``line_num`` lags by the failing line) and keeping the
+    last one (the raw text a quarantine row shows): nothing else of the file is held."""
 
-    def __init__(self, text: str) -> None:
-        self._lines = iter(io.StringIO(text))
+    def __init__(self, lines: Iterable[str]) -> None:
+        self._lines = iter(lines)
         self.count = 0
+        self.last = ""
 
     def __iter__(self):
         return self
@@ -250,6 +312,7 @@ class _CountedLines:
     def __next__(self) -> str:
         line = next(self._lines)
         self.count += 1
+        self.last = line.rstrip("\r\n")
         return line
 
 
@@ -263,10 +326,32 @@ def _cut(raw: str) -> str:
 def read_jobs_csv(
     path: Path, projects: set[str], *, now: datetime | None = None, limits: JobLimits | None = None
 ) -> ParsedJobs:
+    """The whole file as one ParsedJobs (read as a stream: the text is never held whole)."""
+    with open_jobs_csv(path) as lines:
+        return _merged(iter_jobs_csv(lines, str(path), projects, now=now, limits=limits, chunk_rows=None))
+
+
+@contextlib.contextmanager
+def open_jobs_csv(path: Path) -> Iterator[Iterable[str]]:
+    """The file's lines, decoded as UTF-8 (a leading BOM dropped), after one pass that checks it is
+    UTF-8 text throughout in 1 MiB blocks (so a bad byte near the end refuses the file before any
+    of it is written, without holding it). CsvHeaderError for a file that cannot be read."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise CsvHeaderError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                try:
+                    decoder.decode(block)
+                except UnicodeDecodeError as exc:
+                    raise CsvHeaderError(f"{path}: not UTF-8 text ({exc.reason} at byte {offset + exc.start})") from None
+                offset += len(block)
+            try:
+                decoder.decode(b"", final=True)
+            except UnicodeDecodeError as exc:
+                raise CsvHeaderError(f"{path}: not UTF-8 text ({exc.reason} at byte {offset + exc.start})") from None
+        fh = open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise CsvHeaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-    return parse_jobs_csv(text, str(path), projects, now=now, limits=limits)
+    with fh:
+        yield fh

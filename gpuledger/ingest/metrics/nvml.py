@@ -232,9 +232,21 @@ def readings_frames(
 
 
 def write_readings(con, inventory: pl.DataFrame, samples: pl.DataFrame) -> int:
-    """Register the devices, then store the samples under their gpu_id. Returns new sample rows."""
+    """Register the devices, then store the samples under their gpu_id. Returns new sample rows.
+    Samples stamped outside the plausibility window (this node's clock at 1970, or ahead of the
+    allowed skew) are quarantined, as every DCGM source's are (plausible.py)."""
     if inventory.is_empty():
         return 0
+    from gpuledger.ingest.metrics.plausible import split_implausible_times
+
+    samples, refused = split_implausible_times(samples, source=SOURCE, location=f"nvml {local_host()}")
+    if refused:
+        warehouse.quarantine(con, refused)
+        seen = samples.group_by("gpu_uuid", "mig_instance_id").agg(
+            pl.col("ts").min().alias("first_seen"), pl.col("ts").max().alias("last_seen"))
+        inventory = inventory.drop("first_seen", "last_seen").join(seen, on=["gpu_uuid", "mig_instance_id"])
+        if inventory.is_empty():
+            return 0
     ids = warehouse.register_gpus(con, inventory).select("gpu_uuid", "mig_instance_id", "gpu_id")
     from gpuledger.ingest.tiers import apply_tier_rules
 

@@ -144,6 +144,25 @@ def refuse_host_conflicts(points: pl.DataFrame, series: pl.DataFrame, *, source:
     return points.filter(~pl.col("series").is_in(refused.implode())), _rows(conflicts, source, location)
 
 
+def refuse_host_conflicts_long(samples: pl.DataFrame, *, source: str,
+                               location: str) -> tuple[pl.DataFrame, list]:
+    """The same rule on one page's long samples (gpu_uuid, host as the exporter spelled it), before
+    the wide pivot keeps one row per device and time and would drop a second host's without a word."""
+    from gpuledger.ingest.metrics.dcgm_fields import canonical_host_expr
+
+    if samples.is_empty() or "host" not in samples.columns:
+        return samples, []
+    hosts = samples.select("gpu_uuid", canonical_host_expr("host").alias("_host"))
+    pairs = hosts.group_by("gpu_uuid", "_host").agg(n=pl.len()).rename({"_host": "host"})
+    if pairs.height == pairs["gpu_uuid"].n_unique():
+        return samples, []
+    conflicts = _conflicts(pairs)
+    refused = hosts.with_row_index("_row").join(conflicts.select("gpu_uuid", pl.col("host").alias("_host")),
+                                               on=["gpu_uuid", "_host"])["_row"]
+    keep = ~pl.int_range(pl.len()).is_in(refused.implode())
+    return samples.filter(keep), _rows(conflicts, source, location)
+
+
 _STORED_CONFLICT = ("GPU {uuid} is already stored on host {stored} (cluster {cluster}); a UUID names one "
                     "physical GPU, so host {host}'s {points} samples are refused: fix the exporter whose "
                     "labels are wrong (a copied config, a stale Hostname)")

@@ -39,6 +39,10 @@ def per_pod_rows(long: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     (device, ts) whose utilizations were repeats of the device's and are left NULL)."""
     if long.is_empty() or "pod" not in long.columns or long["pod"].null_count() == long.height:
         return pl.DataFrame(schema=POD_SCHEMA), 0  # no Kubernetes labels: the common page, cheaply
+    named = long.select("gpu_uuid", "mig_instance_id", "pod").filter(pl.col("pod").is_not_null())
+    if named.select(pl.struct(pl.all()).n_unique()).item() == \
+            named.select(pl.struct("gpu_uuid", "mig_instance_id").n_unique()).item():
+        return pl.DataFrame(schema=POD_SCHEMA), 0  # one pod per device: nothing shared
     scale = {name: s for name, (_, s) in PER_POD_FIELDS.items()}
     column = {name: c for name, (c, _) in PER_POD_FIELDS.items()}
     rows = (long.lazy()
@@ -70,6 +74,20 @@ def per_pod_rows(long: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     out = wide.with_columns(gpu_util_ratio=pl.when(~pl.col("_repeated") & ~mig).then(util.clip(0.0, 1.0)),
                             fb_used_bytes=pl.col("fb_used_bytes").round(0))
     return out.select(list(POD_SCHEMA)).cast(POD_SCHEMA).sort([*device, "namespace", "pod"]), repeated
+
+
+def shared_device_points(points: pl.DataFrame, series: pl.DataFrame) -> pl.DataFrame:
+    """The bulk parser's points (``series`` numbered) of the per-pod fields of devices whose series
+    name two or more pods, in long form: found on the series (a few per device), so a round of
+    pages without shared GPUs joins nothing."""
+    if "pod" not in series.columns or series["pod"].null_count() == series.height:
+        return pl.DataFrame()
+    shared = series.filter(pl.col("pod").is_not_null()
+                           & (pl.col("pod").n_unique().over("gpu_uuid", "mig_instance_id") >= 2))
+    if shared.is_empty():
+        return pl.DataFrame()
+    wanted = points.filter(pl.col("metric").is_in(list(PER_POD_FIELDS)) & pl.col("series").is_in(shared["series"]))
+    return wanted.drop("page", strict=False).join(shared, on="series", how="inner")
 
 
 def store_pod_rows(con, rows: pl.DataFrame, *, cluster: str) -> int:

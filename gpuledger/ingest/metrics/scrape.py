@@ -30,6 +30,7 @@ from gpuledger.deadlines import CallDeadline, why_unreachable
 from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
 from gpuledger.ingest.metrics.exposition import (
     BULK_FROM_CHARS,
+    long_to_wide,
     parse_exposition,
     series_long_to_wide,
     wide_rows,
@@ -37,11 +38,12 @@ from gpuledger.ingest.metrics.exposition import (
 from gpuledger.ingest.metrics.exposition.bulk import parse_pages_bulk
 from gpuledger.ingest.metrics.plausible import (
     refuse_host_conflicts,
+    refuse_host_conflicts_long,
     refuse_host_conflicts_wide,
     split_implausible_times,
     window_in_force,
 )
-from gpuledger.ingest.metrics.pod_activity import per_pod_rows, store_pod_rows
+from gpuledger.ingest.metrics.pod_activity import per_pod_rows, shared_device_points, store_pod_rows
 from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"
@@ -240,13 +242,13 @@ def ingest_pages(
     for text, location, scrape_ms in pages:
         parsed = parse_exposition(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
         pods.append(per_pod_rows(parsed.samples)[0])
-        wide = wide_rows(parsed)
+        wide, on_two_hosts = _page_wide(parsed, source=source, location=location)
         if not wide.is_empty():
             wides.append(wide)
         rows += [warehouse.QuarantineRow(source, f"{location}:{r.line_no}", r.raw_text, r.reason)
-                 for r in parsed.rejects]
+                 for r in parsed.rejects] + on_two_hosts
         stats.add(IngestStats(pages=1, lines=parsed.lines, samples_parsed=parsed.sample_count,
-                              quarantined=len(parsed.rejects), unknown_dcgm=parsed.unknown_dcgm))
+                              quarantined=len(parsed.rejects) + len(on_two_hosts), unknown_dcgm=parsed.unknown_dcgm))
     wide = wides[0] if len(wides) == 1 else pl.concat(wides, how="diagonal_relaxed") if wides else pl.DataFrame()
     wide, conflicts = refuse_host_conflicts_wide(wide, source=source, location=_where(pages))
     if len(wides) > 1:
@@ -268,6 +270,16 @@ def ingest_pages(
     return stats
 
 
+def _page_wide(parsed, *, source: str, location: str) -> tuple[pl.DataFrame, list]:
+    """One page's wide rows, a UUID's second host refused first (one page can name one GPU under
+    two hosts: the wide pivot would keep one row per device and time and drop the other silently)."""
+    if parsed.points is not None and parsed.series is not None:
+        points, conflicts = refuse_host_conflicts(parsed.points, parsed.series, source=source, location=location)
+        return (series_long_to_wide(points, parsed.series) if conflicts else wide_rows(parsed)), conflicts
+    samples, conflicts = refuse_host_conflicts_long(parsed.samples, source=source, location=location)
+    return (long_to_wide(samples) if conflicts else wide_rows(parsed)), conflicts
+
+
 def _where(pages) -> str:
     return pages[0][1] if len(pages) == 1 else f"{pages[0][1]} (+{len(pages) - 1} pages)"
 
@@ -287,7 +299,7 @@ def _ingest_pages_bulk(con, pages, *, cluster: str, max_future_s: float, source:
     wide, implausible = split_implausible_times(wide, source=source, location=_where(pages),
                                                 max_future_s=max_future_s)
     rows += implausible
-    pods, _ = per_pod_rows(points.drop("page").join(parsed.series, on="series", how="left"))
+    pods, _ = per_pod_rows(shared_device_points(points, parsed.series))
     with warehouse.transaction(con):
         new = store_wide(con, wide, cluster=cluster, source=source, refused=rows, location=_where(pages))
         store_pod_rows(con, pods, cluster=cluster)  # pods' own activity on shared GPUs

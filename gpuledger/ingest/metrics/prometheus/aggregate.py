@@ -62,6 +62,7 @@ class AggregateStats:
     chunks_total: int = 0
     chunks_done: int = 0
     rows_new: int = 0
+    quarantined: int = 0  # rows refused (quarantine, source prometheus): NaN, no UUID, duplicates, outside the range
     metrics: list[str] = field(default_factory=list)
     rows_by_cluster: dict[str, int] = field(default_factory=dict)  # new rows per cluster stored
     resumed: dict[str, str] = field(default_factory=dict)  # cluster -> where a rerun continued ("done": nothing left)
@@ -195,18 +196,20 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
         b = min(a + windows * step_s, probed_until)
         stats.chunks_total = stats.chunks_done + 1 + -(-(end_s - b) // (windows * step_s))
         try:
-            wide = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
+            wide, rejects = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
                                    selector=target.selector, concurrency=concurrency)
         except Exception as exc:
             if hasattr(exc, "undone_from"):
                 exc.undone_from = _iso(a)
             raise
         with warehouse.open_writer(warehouse_path) as con, warehouse.transaction(con):
-            new = store_wide(con, wide, cluster=target.name, source=SOURCE)
+            new = store_wide(con, wide, cluster=target.name, source=SOURCE, refused=rejects, location=url)
+            warehouse.quarantine(con, rejects)
             warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
                 "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
                 "updated_at": [datetime.now(UTC).replace(tzinfo=None)]}))
         stats.rows_new += new
+        stats.quarantined += len(rejects)
         stats.rows_by_cluster[target.name] += new
         stats.chunks_done += 1
         if on_chunk:

@@ -48,7 +48,11 @@ _CHECK_URL = "check --url names the Prometheus server itself, e.g. http://promet
 def check_base_url(url: str) -> str:
     """``url`` when it can name a Prometheus server (http or https, a host); else a UsageError
     naming --url, before anything is asked or written."""
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as exc:  # "http://[::1": an IPv6 host without its closing bracket
+        raise UsageError(f"--url {printable(url, limit=120)!r} is not a URL ({exc}); write it as http://HOST:9090 "
+                         "(an IPv6 address in brackets: http://[::1]:9090)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"--url {printable(url, limit=120)!r} is not an http(s) URL with a host; "
                          "write it as http://HOST:9090")

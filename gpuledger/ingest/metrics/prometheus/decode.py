@@ -181,8 +181,10 @@ def _points_from_parts(metric_names: list[str], series_metric: list[int], labels
     canonical: dict[tuple, int] = {}
     canon_of = np.fromiter((canonical.setdefault(row, k) for k, row in enumerate(rows)), dtype=np.int64,
                            count=len(rows))
-    if len(canonical) < len(rows):
-        copy = per_point[keep[per_point]]  # each point's series in the answer
+    # The same series listed twice (identical labels), or one series with two points at one time,
+    # are the same rule's cases: one cell (metric, series, time) given twice.
+    copy = per_point[keep[per_point]]  # each point's series in the answer
+    if len(canonical) < len(rows) or _repeats_a_cell(frame, copy, series_metric, series_key, keep):
         frame, copy_rejects = _refuse_copies(frame.with_columns(
             series=pl.Series(canon_of[frame["series"].to_numpy()]), copy=pl.Series(copy, dtype=pl.Int64)),
             rows, labels, url)
@@ -206,11 +208,12 @@ def _refuse_copies(frame: pl.DataFrame, rows: list[tuple], labels: list[dict],
     they disagree keeps no value at all (which one is true is a guess). One quarantine row per extra
     copy says what was refused and why."""
     cell = ["metric", "series", "ts"]
+    frame, rejects = _refuse_repeats_within(frame, rows, url)
     cells = (frame.group_by(cell).agg(n=pl.len(), values=pl.col("value").n_unique(),
                                       first=pl.col("copy").min())
              .filter(pl.col("n") > 1))
     if cells.is_empty():
-        return frame.drop("copy"), []
+        return frame.drop("copy"), rejects
     tagged = frame.join(cells, on=cell, how="left")
     conflict = pl.col("values").fill_null(1) > 1
     extra = pl.col("first").is_not_null() & (pl.col("copy") != pl.col("first"))
@@ -218,11 +221,11 @@ def _refuse_copies(frame: pl.DataFrame, rows: list[tuple], labels: list[dict],
                .agg(agree=(~conflict).sum(), disagree=conflict.sum(),
                     at=pl.col("ts").filter(conflict).min(), since=pl.col("ts").min())
                .sort("series", "metric", "copy"))
-    rejects = []
     for r in summary.iter_rows(named=True):
         mine, theirs = labels[r["copy"]], labels[r["first"]]
         differs = ", ".join(f"{k}={mine.get(k)!r} vs {theirs.get(k)!r}"
                             for k in sorted((set(mine) | set(theirs)) - {"__name__"}) if mine.get(k) != theirs.get(k))
+        differs = differs or "listed twice with identical labels"
         what = f"{r['agree']} points equal to the first copy's (stored once)"
         if r["disagree"]:
             at = datetime.fromtimestamp(r["at"] / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -234,6 +237,46 @@ def _refuse_copies(frame: pl.DataFrame, rows: list[tuple], labels: list[dict],
             f"duplicate series: the same GPU, metric and job labels as another series ({differs}): {what}"))
     good = tagged.filter(~conflict & ~extra).drop("copy", "n", "values", "first")
     return good, rejects
+
+
+def _repeats_a_cell(frame: pl.DataFrame, copy: np.ndarray, series_metric: list[int], series_key: np.ndarray,
+                    keep: np.ndarray) -> bool:
+    """Whether a (metric, series, time) may hold two points: a series listed twice (two answer
+    series with one metric and key), or a time that does not increase within one answer series
+    (its points are contiguous). Cheap: a pass over the series, one vectorised diff over the points."""
+    pairs = [(series_metric[i], int(series_key[i])) for i in np.flatnonzero(keep)]
+    if len(set(pairs)) < len(pairs):
+        return True
+    if len(copy) < 2:
+        return False
+    ts = frame["ts"].to_numpy()
+    return bool(np.any((np.diff(ts) <= 0) & (np.diff(copy) == 0)))
+
+
+def _refuse_repeats_within(frame: pl.DataFrame, rows: list[tuple], url: str) -> tuple[pl.DataFrame, list]:
+    """``frame`` (with ``copy``) where one series of the answer gives one time twice: the same value
+    again is kept once, two values keep none (which one is true is a guess); one quarantine row
+    per series says how many times were repeated and refused."""
+    key = ["metric", "series", "ts", "copy"]
+    repeated = (frame.group_by(key).agg(n=pl.len(), values=pl.col("value").n_unique())
+                .filter(pl.col("n") > 1))
+    if repeated.is_empty():
+        return frame, []
+    rejects = []
+    summary = (repeated.group_by("metric", "series", "copy")
+               .agg(times=pl.len(), conflicting=(pl.col("values") > 1).sum(), since=pl.col("ts").min())
+               .sort("series", "metric", "copy"))
+    for r in summary.iter_rows(named=True):
+        uuid, mig = rows[r["series"]][0], rows[r["series"]][1]
+        rejects.append(warehouse.QuarantineRow(
+            SOURCE, f"{url} {r['metric']}{{UUID={uuid},GPU_I_ID={mig}}}@{_iso(r['since'] // 1000)}",
+            f"{r['metric']} of {uuid}: {r['times']} times given more than once",
+            f"one series gives {r['times']} time{'s' if r['times'] != 1 else ''} more than once: {r['conflicting']} with two values "
+            f"(none stored), {r['times'] - r['conflicting']} repeating one value (stored once)"))
+    tagged = frame.join(repeated.select(*key, "values"), on=key, how="left")
+    kept = (tagged.filter(pl.col("values").fill_null(1) == 1).drop("values")
+            .unique(subset=key, keep="first", maintain_order=True))
+    return kept, rejects
 
 
 def refuse_outside_range(points: pl.DataFrame, series: pl.DataFrame, start_s: int, end_s: int,

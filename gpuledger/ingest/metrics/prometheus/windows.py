@@ -33,13 +33,14 @@ import polars as pl
 
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.ingest.metrics.exposition import series_long_to_wide
+from gpuledger.ingest.metrics.plausible import refuse_host_conflicts
 from gpuledger.ingest.metrics.prometheus.client import (
     NotPrometheusAnswer,
     get_body,
     matrix_result,
     parse_json,
 )
-from gpuledger.ingest.metrics.prometheus.decode import points_from_results
+from gpuledger.ingest.metrics.prometheus.decode import SOURCE, points_from_results, refuse_outside_range
 from gpuledger.ingest.metrics.prometheus.window_copies import COUNT, NEWEST, merge_copies
 from gpuledger.rules.activity import SIGNAL_NAMES
 
@@ -91,11 +92,11 @@ def _query(session, url: str, query: str, a: int, b: int, step_s: int, kw: dict)
 
 
 def _fetch_decoded(session, url: str, asked: dict[str, str], a: int, b: int, step_s: int, *, kw: dict,
-                   pool: ThreadPoolExecutor, concurrency: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+                   pool: ThreadPoolExecutor, concurrency: int) -> tuple[pl.DataFrame, pl.DataFrame, list]:
     """Every answer of ``asked`` decoded into one (points, series) pair. At most ``concurrency``
     answers are asked or held at once, each decoded into compact columns as it arrives and its
     JSON let go: a chunk's peak is its points, not every family's parsed JSON at once."""
-    todo, running, parts = list(asked.items()), {}, []
+    todo, running, parts, rejects = list(asked.items()), {}, [], []
     while todo or running:
         while todo and len(running) < max(1, concurrency):
             name, query = todo.pop(0)
@@ -103,8 +104,9 @@ def _fetch_decoded(session, url: str, asked: dict[str, str], a: int, b: int, ste
         done, _ = wait(running, return_when=FIRST_COMPLETED)
         for job in done:
             name = running.pop(job)
-            points, series, _rejects = points_from_results({name: job.result()}, url=url)
+            points, series, refused = points_from_results({name: job.result()}, url=url)
             parts.append((points, series))
+            rejects += refused  # NaN, no UUID, duplicate series: quarantined, as the raw backfill does
     # one number per series across the answers: the same labels are the same series
     labels = [c for c in parts[0][1].columns if c != "series"] if parts else []
     series = (pl.concat([s.drop("series") for _, s in parts]).unique(maintain_order=True)
@@ -116,8 +118,8 @@ def _fetch_decoded(session, url: str, asked: dict[str, str], a: int, b: int, ste
         points.append(part_points.join(renumber, on="series").drop("series").rename({"series_all": "series"})
                       .select("metric", "series", "ts", "value"))
     if not parts:
-        return points_from_results({}, url=url)[:2]
-    return pl.concat(points), series
+        return (*points_from_results({}, url=url)[:2], rejects)
+    return pl.concat(points), series, rejects
 
 
 def count_series(session, url: str, metrics: Sequence[str], a: int, b: int, kw: dict, selector: str = "") -> int:
@@ -136,21 +138,29 @@ def count_series(session, url: str, metrics: Sequence[str], a: int, b: int, kw: 
 
 def aggregate_chunk(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, *,
                     kw: dict, pool: ThreadPoolExecutor, selector: str = "",
-                    concurrency: int = 4) -> pl.DataFrame:
-    """One chunk's wide frame: a row per (device, window start) in [a, b) with the gpu_samples
-    columns, ``sample_n`` and ``covered_ms`` (a device's several series in a window: window_copies).
-    ``a`` and ``b`` on the window grid."""
+                    concurrency: int = 4) -> tuple[pl.DataFrame, list]:
+    """(one chunk's wide frame, quarantine rows): a row per (device, window start) in [a, b) with
+    the gpu_samples columns, ``sample_n`` and ``covered_ms`` (a device's several series in a window:
+    window_copies). ``a`` and ``b`` on the window grid. Refused, as by the raw backfill: series
+    without a UUID, NaN or out-of-range values, duplicate series (decode), points outside [a, b)
+    and a UUID's second host (plausible.py)."""
     asked = window_queries(metrics, step_s, selector)
     # the helpers decoded under their roles, not the family's name: a count or an epoch time is no
     # reading of that family
-    points, series = _fetch_decoded(session, url, asked, a, b, step_s, kw=kw, pool=pool, concurrency=concurrency)
+    points, series, rejects = _fetch_decoded(session, url, asked, a, b, step_s, kw=kw, pool=pool,
+                                             concurrency=concurrency)
     points = points.with_columns(pl.col("ts") - pl.duration(seconds=step_s))  # the window's start
+    points, outside = refuse_outside_range(points, series, a, b, url=url)
+    points, conflicts = refuse_host_conflicts(points, series, source=SOURCE, location=url)
+    rejects = [*rejects, *outside, *conflicts]
     kinds = {m: window_function(m).removesuffix("_over_time") for m in asked if m not in (COUNT, NEWEST)}
     if COUNT not in asked:
         wide = series_long_to_wide(points, series)
-        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"), pl.lit(None, pl.Int32).alias("covered_ms"))
+        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"),
+                                 pl.lit(None, pl.Int32).alias("covered_ms")), rejects
     merged, per_cell = merge_copies(points, series, kinds, step_s)
     wide = series_long_to_wide(merged, series)
     if wide.is_empty():
-        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"), pl.lit(None, pl.Int32).alias("covered_ms"))
-    return wide.join(per_cell.with_columns(pl.col("ts").cast(pl.Datetime("us"))), on=_DEVICE, how="left")
+        return wide.with_columns(pl.lit(None, pl.Int32).alias("sample_n"),
+                                 pl.lit(None, pl.Int32).alias("covered_ms")), rejects
+    return wide.join(per_cell.with_columns(pl.col("ts").cast(pl.Datetime("us"))), on=_DEVICE, how="left"), rejects

@@ -1,0 +1,65 @@
+"""Crash recovery at daemon start (pipelines/recovery.py) on a real temporary Dagster instance:
+a STARTED run whose worker is gone is failed and tagged for one retry; a run whose worker still
+runs (a daemon killed alone leaves it) is left alone; a PID reused by a later process is no worker.
+The whole daemon, killed and restarted on PostgreSQL: tests/deploy/test_daemon_recovery.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import dagster as dg
+from dagster._core.events import EngineEventData
+from dagster._core.test_utils import create_run_for_test
+
+from gpuledger.pipelines import recovery
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=60)
+    return child.pid
+
+
+def test_a_pid_is_the_runs_worker_only_while_that_process_lives():
+    assert recovery.worker_alive(os.getpid(), time.time())  # this process began before "now"
+    assert not recovery.worker_alive(_dead_pid(), time.time())
+    later = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        # a process that began after the run started is not its worker, whatever its PID
+        assert not recovery.worker_alive(later.pid, time.time() - 100)
+        assert recovery.worker_alive(later.pid, time.time())
+    finally:
+        later.stdin.close()
+        later.wait(timeout=60)
+
+
+def test_dead_workers_runs_are_failed_and_marked_for_one_retry_live_ones_kept():
+    lines = []
+    with dg.instance_for_test() as instance:
+        dead = create_run_for_test(instance, job_name="ingest_job", status=dg.DagsterRunStatus.STARTED,
+                                   tags={"gpuledger/warehouse": "write", "dagster/max_retries": "1"})
+        instance.report_engine_event("Started process for run (pid: x).", dead,
+                                     EngineEventData.in_process(_dead_pid()))
+        retried_once = create_run_for_test(instance, job_name="analytics_job", status=dg.DagsterRunStatus.STARTED,
+                                           tags={"dagster/retry_number": "1"})  # no worker event at all
+        alive = create_run_for_test(instance, job_name="squatting_job", status=dg.DagsterRunStatus.STARTED)
+        instance.report_engine_event("Started process for run (pid: x).", alive, EngineEventData.in_process(os.getpid()))
+        done = create_run_for_test(instance, job_name="ingest_job", status=dg.DagsterRunStatus.SUCCESS)
+
+        recovered = recovery.recover_dead_runs(instance, alive=lambda pid, started: pid == os.getpid(),
+                                               log=lines.append)
+        now = {name: instance.get_run_by_id(r.run_id) for name, r in
+               (("dead", dead), ("retried_once", retried_once), ("alive", alive), ("done", done))}
+
+    assert {r.run_id for r in recovered} == {dead.run_id, retried_once.run_id}
+    assert now["dead"].status == dg.DagsterRunStatus.FAILURE
+    assert now["dead"].tags["dagster/max_retries"] == "1"  # one retry: its retry number (0) + 1
+    assert now["retried_once"].status == dg.DagsterRunStatus.FAILURE
+    assert now["retried_once"].tags["dagster/max_retries"] == "2"  # already a retry: one more
+    assert now["alive"].status == dg.DagsterRunStatus.STARTED
+    assert now["done"].status == dg.DagsterRunStatus.SUCCESS
+    assert len(lines) == 2 and all("failed and queued for one retry" in line for line in lines)
+    assert any("its worker never started" in line for line in lines)
