@@ -337,7 +337,29 @@ def mig_summary(devices: pl.DataFrame) -> pl.DataFrame:
 # --- fair share -------------------------------------------------------------------------------
 
 def fairshare_latest(path: str, end: datetime) -> pl.DataFrame:
-    return read(path, "fairshare_latest", end=end)
+    """The fair-share tree as of the period's end (_facts_at_the_end: `gpuledger report
+    fairshare`'s answer, so the page and the CLI agree right after `config load`). The report's
+    columns plus ``as_of`` and ``day``; empty without data."""
+    tree = _facts_at_the_end(path, end, "fairshare", "fairshare_latest")
+    return tree.rename({"order": "queue_order"}) if "order" in tree.columns else tree
+
+
+def _facts_at_the_end(path: str, end: datetime, figure: str, empty_sql: str) -> pl.DataFrame:
+    """``figure`` (read_model.facts.fairshare / budget) as of the period's end, at most the data's
+    now: the materialized snapshot when it holds for that moment and was made after the config in
+    force was loaded, else computed under that config — never a snapshot older than the data or
+    the config. With the snapshot table's ``as_of`` and ``day`` beside (the pages' names)."""
+    from gpuledger.ledger.config_versions import config_in_force as in_force
+    from gpuledger.warehouse.read_model import facts
+
+    with warehouse.kept_reader(path) as con:
+        now = facts.data_now(con)
+        if now is None:
+            return _frame(con, empty_sql, end=end)  # no data: the (empty) snapshot read
+        at = min(end, now)
+        answer = getattr(facts, figure)(con, policy=lambda: in_force(con, None, write=False).config.policy,
+                                        as_of=at).frame
+    return answer.with_columns(pl.lit(at, dtype=pl.Datetime("us")).alias("as_of"), pl.lit(at.date()).alias("day"))
 
 
 def fairshare_history(path: str, start: datetime, end: datetime) -> pl.DataFrame:
@@ -385,7 +407,10 @@ def queue_reasons(tree: pl.DataFrame) -> pl.DataFrame:
 # --- budgets ----------------------------------------------------------------------------------
 
 def budgets_latest(path: str, end: datetime) -> pl.DataFrame:
-    return read(path, "budgets_latest", end=end)
+    """Budget burn per node and budget period as of the period's end (`gpuledger report budget`'s
+    answer, through the read model: _facts_at_the_end), by node and period start."""
+    burn = _facts_at_the_end(path, end, "budget", "budgets_latest")
+    return burn.sort("node", "period_start") if burn.height else burn
 
 
 def budget_history(path: str, node: str, period_start, end: datetime) -> pl.DataFrame:

@@ -7,10 +7,11 @@ if ctx is not None:
     st.title("Fair share")
     whole = ui.fairshare_latest(ctx.path, ctx.end)
     if not whole.height:
-        st.info("No fair-share snapshot up to the end of this period: run `gpuledger pipelines run-once`.")
+        st.info("No fair-share tree up to the end of this period: run `gpuledger pipelines run-once`.")
         st.stop()
     as_of = whole["as_of"][0]
-    st.caption(f"As of {as_of:%Y-%m-%d %H:%M} UTC (the newest snapshot up to the period's end); usage = allocated "
+    st.caption(f"As of {as_of:%Y-%m-%d %H:%M} UTC (the period's end, or the data's newest moment before it; "
+               "`gpuledger report fairshare` gives the same tree); usage = allocated "
                "GPU-hours in the usage window and decayed (half-life), shares and usage normalised among siblings.")
     ui.filters_note("the period's end (which snapshot), the org node (its subtree and the nodes above it)",
                     "clusters (fair share is computed over the whole fleet)")

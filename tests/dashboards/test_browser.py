@@ -317,7 +317,7 @@ def test_key_columns_are_visible_at_1400_px_without_scrolling(dashboard_warehous
 
 
 def _snapshot(rig):
-    """The fair-share snapshot the page shows (the newest up to the data's end)."""
+    """The fair-share tree the page shows (as of the data's end, through the read model)."""
     from gpuledger.analytics.reports import data_now
     from gpuledger.dashboards import queries
 

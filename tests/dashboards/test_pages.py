@@ -575,3 +575,54 @@ def test_every_queue_sentence_uses_the_share_and_usage_of_one_parent(dashboard_w
     # the parent's differ, so the check can fail
     assert check_queue_sentences(reasons["why"].to_list(), tree) >= reasons.height
     assert (tree["usage_norm"] - tree["usage_effective"]).abs().max() > 0.05
+
+
+def test_the_fair_share_page_and_the_cli_agree_right_after_config_load(dashboard_warehouse, tmp_path):
+    """`config load` moves research's shares from 60 to 20 (programs research / product / platform:
+    60 / 30 / 10 of 100 -> 20 / 30 / 10 of 60), so research's share among its siblings goes from
+    0.6 to 20/60 = 1/3. The pipelines have not run since: the stored snapshot still says 0.6. The
+    page (queries.fairshare_latest) and `report fairshare` both answer 1/3 at the same data time; the
+    budget page and `report budget` both show llm-pretrain's new budget."""
+    import dataclasses
+    import json
+    import shutil
+
+    import yaml
+
+    from gpuledger.warehouse.read_model.facts import data_now
+    from tests.helpers.dashboard_rig import run_cli
+
+    rig = dataclasses.replace(dashboard_warehouse, warehouse=tmp_path / "w.duckdb", config=tmp_path / "changed.yaml")
+    shutil.copyfile(dashboard_warehouse.warehouse, rig.warehouse)
+    raw = yaml.safe_load(dashboard_warehouse.config.read_text())
+    research = next(c for c in raw["org"]["children"] if c["name"] == "research")
+    assert research["shares"] == 60
+    research["shares"] = 20
+    # and llm-pretrain's November budget 102,000 -> 51,000 normalised GPU-hours
+    pretrain = next(b for b in raw["budgets"] if b["node"] == "llm-pretrain" and b["period"] == "2026-11")
+    assert pretrain["gpu_hours"] == 102000
+    pretrain["gpu_hours"] = 51000
+    rig.config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    run_cli(rig, "config", "load")
+    with warehouse.open_reader(rig.warehouse) as con:
+        end = data_now(con)
+        stored = dict(con.execute("SELECT node, shares_norm FROM fairshare_snapshots WHERE as_of = "
+                                  "(SELECT max(as_of) FROM fairshare_snapshots)").fetchall())
+    assert stored["research"] == pytest.approx(0.6)  # what the page showed before: the old snapshot
+    cli = json.loads(run_cli(rig, "report", "fairshare", "--format", "json", stored_config=True).stdout)
+    cli_rows = cli["rows"] if isinstance(cli, dict) else cli
+    cli_shares = {r["node"]: r["shares_norm"] for r in cli_rows}
+    page = queries.fairshare_latest(str(rig.warehouse), end)
+    page_shares = dict(zip(page["node"], page["shares_norm"], strict=True))
+    assert page_shares["research"] == pytest.approx(1 / 3) and cli_shares["research"] == pytest.approx(1 / 3)
+    assert page_shares == pytest.approx(cli_shares)
+    assert page["as_of"][0] == end
+    # the budget page and `report budget` alike: the new budget, not the snapshot's
+    cli_budget = json.loads(run_cli(rig, "report", "budget", "--format", "json", stored_config=True).stdout)
+    cli_budget = cli_budget["rows"] if isinstance(cli_budget, dict) else cli_budget
+    page_budget = queries.budgets_latest(str(rig.warehouse), end)
+    mine = page_budget.filter(pl.col("node") == "llm-pretrain")
+    assert mine["budget_gpu_hours"].to_list() == [51000.0]
+    assert [r["budget_gpu_hours"] for r in cli_budget if r["node"] == "llm-pretrain"] == [51000.0]
+    assert mine["remaining_gpu_hours"][0] == pytest.approx(
+        next(r["remaining_gpu_hours"] for r in cli_budget if r["node"] == "llm-pretrain"))

@@ -26,15 +26,27 @@ device AS (
     LEFT JOIN by_uuid u USING (cluster, source, scheduler_job, host, device_id, first_seen)
     LEFT JOIN by_index i USING (cluster, source, scheduler_job, host, device_id, first_seen)
 ),
+-- Two exact-match joins, one per kind of name (an OR of both in one join condition cannot hash:
+-- it compared every holding with every job of the cluster, 8.65 s against 0.02 s at 4,096 GPUs).
+by_pod AS (
+    SELECT d.cluster, d.source, d.scheduler_job, d.host, d.device_id, d.first_seen, j.job_id, j.start_time,
+           j.end_time
+    FROM device d JOIN jobs j ON j.cluster = d.cluster AND j.job_id = d.pod_uid
+    WHERE d.pod_uid IS NOT NULL
+),
+by_name AS (
+    SELECT d.cluster, d.source, d.scheduler_job, d.host, d.device_id, d.first_seen, j.job_id, j.start_time,
+           j.end_time
+    FROM device d JOIN jobs j ON j.cluster = d.cluster AND coalesce(j.scheduler_job, j.job_id) = d.scheduler_job
+    WHERE d.pod_uid IS NULL
+      -- a prolog runs at allocation, within moments of the start sacct records
+      AND coalesce(j.start_time, j.submit_time) <= d.first_seen + INTERVAL 5 MINUTE
+      AND (j.end_time IS NULL OR j.end_time >= d.first_seen)
+),
 run AS (
-    SELECT d.cluster, d.source, d.scheduler_job, d.host, d.device_id, d.first_seen,
-           arg_max(j.job_id, j.start_time) AS job_id, arg_max(j.end_time, j.start_time) AS job_end
-    FROM device d JOIN jobs j ON j.cluster = d.cluster
-         AND ((d.pod_uid IS NOT NULL AND j.job_id = d.pod_uid)
-              OR (d.pod_uid IS NULL AND coalesce(j.scheduler_job, j.job_id) = d.scheduler_job
-                  -- a prolog runs at allocation, within moments of the start sacct records
-                  AND coalesce(j.start_time, j.submit_time) <= d.first_seen + INTERVAL 5 MINUTE
-                  AND (j.end_time IS NULL OR j.end_time >= d.first_seen)))
+    SELECT cluster, source, scheduler_job, host, device_id, first_seen,
+           arg_max(job_id, start_time) AS job_id, arg_max(end_time, start_time) AS job_end
+    FROM (SELECT * FROM by_pod UNION ALL SELECT * FROM by_name)
     GROUP BY ALL
 )
 SELECT d.cluster, d.source, d.scheduler_job, d.host, d.device_id, d.first_seen, d.gpu_id,
