@@ -117,25 +117,3 @@ def test_a_killed_daemons_run_is_failed_and_retried_when_it_restarts(tmp_path):
             rig.stop(daemon)
             rig.stop(web)
 
-
-def test_a_second_daemon_is_refused_while_one_holds_the_warehouse(tmp_path):
-    """The lease: a second `gpuledger pipelines daemon` on the same warehouse exits 1 with one line
-    naming the holder; the ordinal guard: replica 1 of the StatefulSet exits 1 before anything."""
-    from gpuledger.warehouse import writer_guard
-
-    wh = tmp_path / "gpuledger.duckdb"
-    held = writer_guard.take_lease(wh, role="dagster-daemon")  # this process: the first writer
-    try:
-        env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "GPULEDGER_WAREHOUSE": str(wh)}
-        env.pop("GPULEDGER_STATEFULSET", None)
-        second = subprocess.run([str(BIN / "gpuledger"), "pipelines", "daemon"], env=env, capture_output=True,
-                                text=True, timeout=120)
-        assert second.returncode == 1
-        lines = (second.stdout + second.stderr).strip().splitlines()
-        assert len(lines) == 1 and "another gpuledger writer holds" in lines[0] and f"PID {os.getpid()}" in lines[0], lines
-    finally:
-        os.close(held)
-    replica = subprocess.run([str(BIN / "gpuledger"), "pipelines", "daemon"], capture_output=True, text=True,
-                             timeout=120, env={**env, "GPULEDGER_STATEFULSET": "gpuledger", "HOSTNAME": "gpuledger-1"})
-    assert replica.returncode == 1
-    assert "ordinal 1 of the StatefulSet gpuledger" in replica.stdout + replica.stderr

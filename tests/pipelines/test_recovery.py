@@ -9,11 +9,11 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import dagster as dg
 from dagster._core.events import EngineEventData
 from dagster._core.test_utils import create_run_for_test
-
 from gpuledger.pipelines import recovery
 
 
@@ -63,3 +63,26 @@ def test_dead_workers_runs_are_failed_and_marked_for_one_retry_live_ones_kept():
     assert now["done"].status == dg.DagsterRunStatus.SUCCESS
     assert len(lines) == 2 and all("failed and queued for one retry" in line for line in lines)
     assert any("its worker never started" in line for line in lines)
+
+
+def test_a_second_daemon_is_refused_while_one_holds_the_warehouse(tmp_path):
+    """The lease: a second `gpuledger pipelines daemon` on the same warehouse exits 1 with one line
+    naming the holder; the ordinal guard: replica 1 of the StatefulSet exits 1 before anything."""
+    from gpuledger.warehouse import writer_guard
+
+    wh = tmp_path / "gpuledger.duckdb"
+    held = writer_guard.take_lease(wh, role="dagster-daemon")  # this process: the first writer
+    try:
+        env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "GPULEDGER_WAREHOUSE": str(wh)}
+        env.pop("GPULEDGER_STATEFULSET", None)
+        second = subprocess.run([str(Path(sys.executable).parent / "gpuledger"), "pipelines", "daemon"], env=env, capture_output=True,
+                                text=True, timeout=120)
+        assert second.returncode == 1
+        lines = (second.stdout + second.stderr).strip().splitlines()
+        assert len(lines) == 1 and "another gpuledger writer holds" in lines[0] and f"PID {os.getpid()}" in lines[0], lines
+    finally:
+        os.close(held)
+    replica = subprocess.run([str(Path(sys.executable).parent / "gpuledger"), "pipelines", "daemon"], capture_output=True, text=True,
+                             timeout=120, env={**env, "GPULEDGER_STATEFULSET": "gpuledger", "HOSTNAME": "gpuledger-1"})
+    assert replica.returncode == 1
+    assert "ordinal 1 of the StatefulSet gpuledger" in replica.stdout + replica.stderr
