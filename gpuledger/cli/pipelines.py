@@ -67,6 +67,7 @@ def daemon_command(
     from gpuledger.extras import require
 
     dg = require("dagster")
+    from gpuledger.cli.options import warehouse_path
     from gpuledger.pipelines import recovery
     from gpuledger.warehouse import writer_guard
 

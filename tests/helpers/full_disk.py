@@ -54,7 +54,9 @@ def counts(path: Path) -> dict[str, int]:
 
 
 def _cli(args: list[str], w: Path) -> dict:
-    ran = subprocess.run([sys.executable, "-m", "gpuledger.cli", *(a.replace("{w}", str(w)) for a in args)],
+    """A CLI command, or (``["--python", CODE]``) a Python program, ``{w}`` the warehouse."""
+    argv = ["-c", args[1]] if args[0] == "--python" else ["-m", "gpuledger.cli", *args]
+    ran = subprocess.run([sys.executable, *(a.replace("{w}", str(w)) for a in argv)],
                          capture_output=True, text=True, timeout=300, check=False)
     return {"code": ran.returncode, "stderr": ran.stderr, "stdout": ran.stdout}
 

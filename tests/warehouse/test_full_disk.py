@@ -111,3 +111,49 @@ def test_an_import_longer_than_a_chunk_that_fills_the_disk_says_which_rows_were_
     assert seen["after"]["code"] == 0, seen["after"]  # room again: the rerun completes it
     assert "300000 rows read, 300000 jobs imported" in seen["after"]["stderr"]
     assert seen["freed"]["jobs"] == seen["seeded"]["jobs"] + 300_000
+
+
+# One write of 300,000 jobs in one statement through gpuledger's writer: DuckDB writes the row
+# groups of so big an insert into the file at commit and the log only points at them, so with
+# 8 MiB free the commit fits and folding the log into the file at close does not.
+_ONE_BIG_WRITE = """
+import sys
+from datetime import datetime
+import polars as pl
+from gpuledger import warehouse
+from gpuledger.cli import _known_exit_code
+n = 300_000
+jobs = pl.DataFrame({"cluster": ["c1"] * n, "job_id": [f"j{i}" for i in range(n)], "project": ["p"] * n,
+                     "gpu_model": ["H100"] * n, "gpus": [1.0] * n, "start_time": [datetime(2026, 3, 1)] * n,
+                     "end_time": [datetime(2026, 3, 1, 1)] * n, "state": ["COMPLETED"] * n, "source": ["t"] * n,
+                     "updated_at": [datetime(2026, 3, 2)] * n})
+try:
+    with warehouse.open_writer("{w}") as con:
+        warehouse.upsert(con, "jobs", jobs)
+except Exception as exc:  # told as the CLI's error boundary tells it: one line, its exit code
+    print(f"gpuledger: {exc}", file=sys.stderr)
+    sys.exit(_known_exit_code(exc) or 99)
+"""
+
+
+def test_a_checkpoint_that_hits_a_full_disk_after_the_commit_says_so_and_the_file_still_opens(tmp_path):
+    """Exit 1, one line that says the write WAS committed (to the write-ahead log) and is
+    readable; the file's ragged tail (the checkpoint stopped while the file grew) is not called
+    damage, and the next write, once there is room, folds the log in."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    config = tmp_path / "gpuledger.yaml"
+    config.write_text(CONFIG)
+    seen = run_on_full_disk(mount, "24m", seed=[["config", "load", "-c", str(config), "-w", "{w}"]],
+                            writer=["--python", _ONE_BIG_WRITE], after=["warehouse", "migrate", "-w", "{w}"],
+                            cwd=tmp_path, leave_bytes=8 << 20)
+    ran = seen["writer"]
+    said = ran["stderr"].strip()
+    assert ran["code"] == 1 and len(said.splitlines()) == 1, ran
+    assert "the disk is full (No space left on device writing" in said, said
+    assert f"the write was committed to the write-ahead log {mount / 'w.duckdb'}.wal" in said, said
+    assert "damaged" not in said
+    assert seen["full"]["jobs"] == 300_000  # all of it, readable
+    assert seen["full_read"]["code"] == 0 and "damaged" not in seen["full_read"]["stderr"], seen["full_read"]
+    assert seen["after"]["code"] == 0, seen["after"]  # a writer opens it and folds the log in
+    assert seen["freed"]["jobs"] == 300_000
