@@ -65,8 +65,9 @@ def test_monthly_statement_asset_writes_the_same_bytes_and_mails_finance(warehou
     assert message["To"] == "finance@example.org" and "GPU statement 2026-10" in message["Subject"]
     attached = sorted(part.get_filename() for part in message.walk() if part.get_filename())
     assert attached == ["statement-2026-10-acme-by-host.csv", "statement-2026-10-acme-by-partition.csv",
+                        "statement-2026-10-acme-energy-by-job.csv", "statement-2026-10-acme-focus.csv",
                         "statement-2026-10-acme.csv", "statement-2026-10-acme.html", "statement-2026-10-acme.pdf",
-                        "statement-2026-10-acme.xlsx"]  # the PDF too: finance signs the printed form
+                        "statement-2026-10-acme.xlsx"]  # the PDF too: finance signs the printed form; FOCUS for loaders
     weekly = dg.materialize([weekly_summary_files], partition_key="2026-09-28", resources=resources,
                             instance=dg.DagsterInstance.ephemeral())
     assert weekly.success  # week 2026-W40: Sep 28 – Oct 5
