@@ -121,8 +121,8 @@ def carbon_report(
     """Per project over [start, end): GPU-hours, GPU kWh, facility kWh, kgCO2e (NULL: unknown)
     and the GPU-hours whose kgCO2e is unknown (no reading, PUE or intensity) (analytics/carbon.py)."""
     from gpuledger.analytics.carbon import carbon_sums, with_carbon
+    from gpuledger.analytics.carbon_inputs import site_inputs
     from gpuledger.analytics.load import load_tables
-    from gpuledger.ledger.grid_intensity import site_inputs
 
     policy = policy or Policy()
     now = now or data_now(con)

@@ -49,25 +49,3 @@ def replace_grid_intensity(con: duckdb.DuckDBPyConnection, cfg, *, source: str |
         finally:
             con.unregister("_grid_rows")
     return warnings
-
-
-def grid_intensity(con: duckdb.DuckDBPyConnection, start, end) -> pl.DataFrame:
-    """The stored series in [start, end) (INTENSITY_SCHEMA); empty before migration 023."""
-    try:
-        # duckdb 2.0: a relation (sql) has .pl(), an execute() result has not
-        return con.sql("SELECT cluster, hour, kg_co2e_per_kwh FROM grid_intensity_hours "
-                       "WHERE hour >= $start AND hour < $end ORDER BY cluster, hour",
-                       params={"start": start, "end": end}).pl().cast(INTENSITY_SCHEMA)
-    except duckdb.CatalogException:
-        return pl.DataFrame(schema=INTENSITY_SCHEMA)
-
-
-def site_inputs(con: duckdb.DuckDBPyConnection, start, end) -> tuple[pl.DataFrame, pl.LazyFrame]:
-    """What analytics.carbon.with_carbon needs: the sites' PUE and constant intensity (the stored
-    config's clusters) and the hourly series in [start, end)."""
-    from gpuledger.analytics.carbon import SITE_SCHEMA, site_factors
-    from gpuledger.config_store import stored_config_in_force
-
-    cfg = stored_config_in_force(con)
-    sites = site_factors(cfg.clusters) if cfg is not None else pl.DataFrame(schema=SITE_SCHEMA)
-    return sites, grid_intensity(con, start, end).lazy()

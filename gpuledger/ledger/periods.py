@@ -52,6 +52,7 @@ EXACT = ("amount_exact", "idle_amount_exact")  # stored, never shown: what a cor
 BILLED = ("charge", "idle")
 # Describe a line rather than identify it (as of when it was computed, derived from its kind).
 DESCRIPTIVE = ("billed_through", "provisional", "billed", "note", "revision", "correction_of")
+_LINE_COLUMNS_MISMATCH = load_sql(__package__, "line_columns_mismatch.sql")
 
 
 def closed_periods(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[datetime, datetime]]:
@@ -284,14 +285,7 @@ def _stored(con, period: str, revision: int, sha: str, count: int) -> list[tuple
                        f"{sha[:12]}; the warehouse was altered outside gpuledger (restore it from a backup)")
     # The columns beside the JSON (what SQL readers and `period list` read) must say what the
     # checksummed line says: every one of them, the currency as much as the amount.
-    mismatch = con.execute(
-        "SELECT line_no, level, CASE WHEN amount IS DISTINCT FROM TRY_CAST(json_extract_string(line_json, '$.amount') "
-        "AS DECIMAL(38, 2)) THEN 'amount' WHEN currency IS DISTINCT FROM json_extract_string(line_json, '$.currency') "
-        "THEN 'currency' ELSE 'line_kind' END FROM statement_lines WHERE period = ? AND revision = ? AND ("
-        "amount IS DISTINCT FROM TRY_CAST(json_extract_string(line_json, '$.amount') AS DECIMAL(38, 2)) "
-        "OR currency IS DISTINCT FROM json_extract_string(line_json, '$.currency') "
-        "OR line_kind IS DISTINCT FROM json_extract_string(line_json, '$.line_kind')) "
-        "ORDER BY level, line_no LIMIT 1", [period, revision]).fetchall()
+    mismatch = con.execute(_LINE_COLUMNS_MISMATCH, {"period": period, "revision": revision}).fetchall()
     if mismatch:
         line_no, level, column = mismatch[0]
         raise RunError(f"statement {period} revision {revision}: the {column} of {level} line {line_no} differs from "

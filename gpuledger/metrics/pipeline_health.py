@@ -13,7 +13,7 @@ PostgreSQL the daemon uses), so a dead daemon or a run holding the writer slot s
   gpuledger_pipeline_health_up               1 when the instance answered, 0 when not (the
                                              other series are then left out)
 
-Jobs are the code location's (pipelines/defs/run_policy.py), so a job is reported even before
+Jobs are the code location's (gpuledger/pipeline_jobs.py), so a job is reported even before
 its first run. Read at most once per ``cache_s`` (a dozen small queries).
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 
 def job_names() -> list[str]:
-    from gpuledger.pipelines.defs.run_policy import MAX_RUNTIME_S
+    from gpuledger.pipeline_jobs import MAX_RUNTIME_S
 
     return sorted(MAX_RUNTIME_S)
 

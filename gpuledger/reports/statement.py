@@ -286,10 +286,9 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
     others (not time-sliced; of them ``gpu_hours_mig`` on MIG slices). A time-sliced GPU's energy is split by allocation fraction and a MIG
     instance's is its GPU's split by compute slice: neither measures the holder, so showback's
     energy basis counts those hours as without a reading."""
-    from gpuledger.analytics.reports import attribution
-
     from gpuledger.analytics.carbon import with_carbon
-    from gpuledger.ledger.grid_intensity import site_inputs
+    from gpuledger.analytics.carbon_inputs import site_inputs
+    from gpuledger.analytics.reports import attribution
 
     # facility kWh and kgCO2e from the GPUs' own energy (MIG share, shared GPUs by fraction), each
     # hour at its site's PUE and grid intensity (analytics/carbon.py); collected once, read twice
