@@ -9,12 +9,13 @@ if ctx is not None:
     st.title("Budgets")
     snap = ui.budgets_latest(ctx.path, ctx.end)
     if not snap.height:
-        st.info("No budget snapshot up to the end of this period: run `gpuledger pipelines run-once`.")
+        st.info("No budget figures up to the end of this period: run `gpuledger pipelines run-once`.")
         st.stop()
     as_of = snap["as_of"][0]
-    st.caption(f"As of {as_of:%Y-%m-%d %H:%M} UTC; budgets in normalised GPU-hours (GPU-hours × the rate card's "
+    st.caption(f"As of {as_of:%Y-%m-%d %H:%M} UTC (the period's end, or the data's newest moment before it; "
+               "`gpuledger report budget` gives the same figures); budgets in normalised GPU-hours (GPU-hours × the rate card's "
                "model weight); burn rate over the last 7 days.")
-    ui.filters_note("the period's end (which snapshot), the org node (its subtree)",
+    ui.filters_note("the period's end (as of when), the org node (its subtree)",
                     "clusters (a budget covers its node's jobs on every cluster)")
     # a lead sees their projects and the programs above them (org-level aggregates), not other teams
     keep = ui.visible_nodes(ctx)

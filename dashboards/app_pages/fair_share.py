@@ -13,7 +13,7 @@ if ctx is not None:
     st.caption(f"As of {as_of:%Y-%m-%d %H:%M} UTC (the period's end, or the data's newest moment before it; "
                "`gpuledger report fairshare` gives the same tree); usage = allocated "
                "GPU-hours in the usage window and decayed (half-life), shares and usage normalised among siblings.")
-    ui.filters_note("the period's end (which snapshot), the org node (its subtree and the nodes above it)",
+    ui.filters_note("the period's end (as of when), the org node (its subtree and the nodes above it)",
                     "clusters (fair share is computed over the whole fleet)")
     # the chosen node's subtree, and its ancestors so the path from the root stays readable
     parent_of = ctx.state.parent_of

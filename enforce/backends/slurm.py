@@ -33,8 +33,8 @@ from gpuledger.enforce.backends.base import (
     CredentialError,
     Outcome,
 )
+from gpuledger.enforce.bands import EXEMPT_BASE, FUNDED_BASE, PROJECT_STEP, UNFUNDED_BASE
 from gpuledger.enforce.model import ENDED, ENDED_STATES, HELD, REQUEUE, RUNNING, WAITING, Action
-from gpuledger.enforce.policy import EXEMPT_BASE, FUNDED_BASE, PROJECT_STEP, UNFUNDED_BASE
 
 # 123, an array task 123_4, a pending array 123_[0-7%2] (as sacct lists it), a het component 123+1
 _JOB_ID = re.compile(r"^\d+(?:_(?:\d+|\[[0-9,%\-]+\]))?(?:\+\d+)?$")
