@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -18,6 +19,10 @@ from gpuledger.analytics.delivery_balance import (
     open_credit,
     period_start,
 )
+from gpuledger.analytics.fairshare import fair_share
+from gpuledger.analytics.reports import credited_node_usage
+from gpuledger.analytics.usage import node_usage
+from gpuledger.config import Policy
 from tests.helpers.analytics_frames import allocations, at, gpus, jobs, org
 
 
@@ -110,3 +115,28 @@ def test_a_team_starved_for_a_period_has_its_hours_carried_into_the_next():
     # -> 1 repaid, 1 still open
     mid = delivery_balance(jb, al, inv, tree, as_of=at(3), period=timedelta(hours=2), history_periods=2).collect()
     assert credits(mid, ["p", "q"]) == {"p": 0, "q": 1}
+
+
+def test_fair_share_credited_with_the_open_balance_serves_the_starved_team_first():
+    # The same cluster at 03:00 with a 2-h window (= the settlement period): window usage
+    # [01:00, 03:00) is p 2 GPU-h (hour 1) and q 2 GPU-h (hour 2): equal shares, equal usage, a tie.
+    # q still has 1 GPU-h of its carried balance open (above), so credited q = 2 - 1 = 1 and q
+    # ranks first; p, owed nothing, keeps 2.
+    inv = gpus([{"gpu_id": 1}, {"gpu_id": 2}])
+    tree = org([("root", None, 1), ("p", "root", 1), ("q", "root", 1)])
+    spans = (("p", (0, 1)), ("q", (2, 3)))
+    jb = jobs([{"job_id": f"{x}{h}", "project": x, "gpus": 2, "submit": at(0), "start": at(h), "end": at(h + 1)}
+               for x, hours in spans for h in hours])
+    al = allocations([(f"{x}{h}", g, at(h), at(h + 1)) for x, hours in spans for h in hours for g in (1, 2)])
+    window = timedelta(hours=2)
+    policy = Policy.model_validate({"usage": {"mode": "window", "window_days": 2 / 24,
+                                              "delivery_balance": {"credit_fair_share": True, "history_periods": 2}}})
+    usage = node_usage(al, inv, jb, tree, as_of=at(3), window=window)
+    plain = {r["node"]: r for r in fair_share(tree, usage, usage_col="gpu_hours_window").collect().to_dicts()}
+    assert plain["p"]["usage_raw_gpu_hours"] == plain["q"]["usage_raw_gpu_hours"] == 2
+    assert plain["p"]["fs_rank"] == plain["q"]["fs_rank"]  # tied
+    t = SimpleNamespace(jobs=jb, job_allocations=al, gpus=inv, org_nodes=tree)
+    credited = credited_node_usage(t, usage, "gpu_hours_window", as_of=at(3), window=window, policy=policy)
+    rows = {r["node"]: r for r in fair_share(tree, credited, usage_col="gpu_hours_window").collect().to_dicts()}
+    assert (rows["p"]["usage_raw_gpu_hours"], rows["q"]["usage_raw_gpu_hours"]) == (2, 1)
+    assert (rows["q"]["fs_rank"], rows["p"]["fs_rank"]) == (1, 2)
