@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from gpuledger.sql import load_sql
 from gpuledger.warehouse.clock import data_now  # noqa: F401  ("now" for the data; facts.data_now for callers)
 from gpuledger.warehouse.read_model.rows import Rows, as_polars
+
+from gpuledger.sql import load_sql
 
 MATERIALIZED = "materialized"
 COMPUTED = "computed"
