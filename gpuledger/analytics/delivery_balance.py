@@ -79,11 +79,12 @@ def carry_forward(per_period: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     )
 
 
-def periods_hourly(hourly: pl.LazyFrame, *, period: timedelta) -> pl.LazyFrame:
-    """fairshare.owed_hourly's rows summed per project and settlement period (every period of the
-    range present for every project, zero where nothing was owed or allocated)."""
+def periods_hourly(hourly: pl.LazyFrame, *, period: timedelta, anchor: datetime = ANCHOR) -> pl.LazyFrame:
+    """fairshare.owed_hourly's rows summed per project and settlement period (whole periods from
+    ``anchor``; every period of the range present for every project, zero where nothing was owed
+    or allocated)."""
     period_us = int(period.total_seconds() * 1_000_000)
-    anchor = pl.lit(ANCHOR).cast(pl.Datetime("us"))
+    anchor = pl.lit(anchor).cast(pl.Datetime("us"))
     per = (
         hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))
         .with_columns(period_start=anchor + pl.duration(microseconds=((pl.col("hour") - anchor).dt.total_microseconds()
@@ -127,6 +128,14 @@ def delivery_balance(
                                                    pl.lit(as_of).cast(pl.Datetime("us"))))
         .select("node", "period_start", "period_end", *BALANCE_COLUMNS)
     )
+
+
+def end_balances(hourly: pl.LazyFrame, *, period: timedelta, anchor: datetime = ANCHOR) -> pl.LazyFrame:
+    """Per project: gpu_hours_balance_end, what is still owed after the last period of ``hourly``
+    (fairshare.owed_hourly's rows) with every shortfall carried."""
+    carried = carry_forward(periods_hourly(hourly, period=period, anchor=anchor))
+    return (carried.sort("project", "period_start").group_by("project")
+            .agg(gpu_hours_balance_end=pl.col("gpu_hours_balance").last()))
 
 
 def open_credit(carried_in: float, owed: float, allocated: float) -> float:

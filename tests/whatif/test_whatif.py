@@ -588,5 +588,11 @@ def test_the_tracked_delivery_balance_is_the_analytics_balance():
     carried = {p: sim.balance.carried.get(p, 0.0) for p in ("p30", "p70")}
     assert carried == pytest.approx({p: want[p] for p in carried}, abs=1e-9)
     assert sum(frame["gpu_hours_balance"]) > 0  # someone was short in some period: the check can see a wrong carry
+    # the run's figures carry the same way: delivered with shortfalls carried = owed − what is still owed
+    org = org_nodes_frame(cfg, result.params)
+    _, deliv = metrics.summarize(result, org, effective_policy(cfg, result.params)[2], timedelta(hours=2))
+    for r in deliv.iter_rows(named=True):
+        assert r["gpu_hours_balance_end"] == pytest.approx(carried[r["project"]], abs=1e-9)
+        assert r["delivery_ratio_carried"] == pytest.approx(1 - carried[r["project"]] / r["gpu_hours_owed"])
     # off, the engine keeps no balance
     assert Simulation(trace, cfg, FAIR_SHARE, Params(delivery_balance=0)).balance is None
