@@ -66,7 +66,7 @@ from gpuledger.enforce.rails import (  # noqa: F401  (the rules' public names, a
     stale,
 )
 from gpuledger.enforce.squatters import CAPPED_WARNING_WINDOW, STAGES, squatter_stage  # noqa: F401
-from gpuledger.enforce.team import reorder
+from gpuledger.enforce.team import lead_within, reorder
 
 # a lead's hold / release goes with the priorities, before any warning or preemption
 ORDER = {SET_PRIORITY: 0, HOLD: 0, RELEASE: 0, WARN: 1, PREEMPT: 2, NONE: 3}
@@ -82,10 +82,15 @@ def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tup
             declared[job.project].append(d)
     order = {p: sorted(set(v)) for p, v in declared.items()}
     quick = quick_jobs(situation, policy)
+    declared_within = {j.key: 0 if _declared(j, situation) is None
+                       else min(order[j.project].index(_declared(j, situation)), PROJECT_STEP - 1)
+                       for j in situation.jobs}
+    # a team lead's order of its queued jobs takes the place of their declared priorities
+    lead = lead_within(situation.jobs, situation.team_choices, declared_within)
     out = {}
     for job in situation.jobs:
         d = _declared(job, situation)
-        within = 0 if d is None else min(order[job.project].index(d), PROJECT_STEP - 1)
+        within = lead.get(job.key, declared_within[job.key])
         exempt = exemption(job, policy)
         rank = job.fs_rank if job.fs_rank is not None else n + 1
         fair = max(n - rank + 1, 0) * PROJECT_STEP
@@ -104,7 +109,7 @@ def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tup
             value, band = UNFUNDED_BASE + fair + within, f"unfunded ({job.unfunded_reason or 'not funded'})"
         rank_words = f"project {job.project} ranks {job.fs_rank} of {n} by fair share" if job.fs_rank \
             else f"project {job.project} has no fair-share rank"
-        within_words = "" if d is None or len(order[job.project]) < 2 else (
+        within_words = "" if d is None or len(order[job.project]) < 2 or job.key in lead else (
             f"; its declared priority {d} is #{within + 1} of {len(order[job.project])} distinct values "
             f"in the project (it orders only the project's own jobs)")
         out[job.key] = (value, f"{band}; {rank_words}{within_words}")

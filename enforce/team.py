@@ -2,18 +2,25 @@
 team's budget funds, and holds. Pure: the choices come in (enforce.team_store reads them), the
 priorities go out.
 
-The order holds only inside the team: it **permutes** the priorities the policy gave the team's
-own queued jobs, band by band (enforce.bands). The set of values the team holds in each band is
-unchanged, so every other team's job has exactly as many of this team's jobs above it as before —
-no other team's job moves, whatever the order. A job moves between bands only by funding, and
-funding is bounded by the budget the team has left (``fund_check``)."""
+The order holds only inside the team, in two steps:
+
+* inside a project, the lead's order takes the place of the jobs' declared priorities
+  (``lead_within``): the ordered jobs take the project's places (< bands.PROJECT_STEP) above its
+  other jobs, first served highest — inside the project's own fair-share slot, as declared
+  priorities do, so no other project's job moves;
+* across the team's projects it **permutes** the priorities of the team's own queued jobs, band by
+  band (``reorder``). The set of values the team holds in each band is unchanged, so every other
+  team's job has exactly as many of this team's jobs above it as before.
+
+A job moves between bands only by funding, and funding is bounded by the budget the team has left
+(``fund_check``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuledger.enforce.bands import band_of
+from gpuledger.enforce.bands import PROJECT_STEP, band_of
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,25 @@ class TeamChoice:
     fund_hours: float | None = None  # funded by the team's budget for this minimum runtime (h)
     fund_gpu_hours: float | None = None  # normalised GPU-hours committed
     held: bool = False
+
+
+def lead_within(jobs, choices: dict, declared: dict) -> dict:
+    """Job key -> its place inside its project (bands' ``within``) for the queued jobs a lead
+    ordered: above every place the project's other jobs take (``declared``: job key -> place from
+    its declared priority), the lead's first highest."""
+    ordered: dict[str, list] = {}
+    for j in jobs:
+        c = choices.get(j.key)
+        if c is not None and c.position is not None and not j.running:
+            ordered.setdefault(j.project, []).append(j.key)
+    out = {}
+    for project, keys in ordered.items():
+        floor = max((declared.get(j.key, 0) for j in jobs if j.project == project and j.key not in keys),
+                    default=-1) + 1
+        ranked = sorted(keys, key=lambda k: (choices[k].position, k))
+        for i, key in enumerate(ranked):
+            out[key] = min(floor + len(ranked) - 1 - i, PROJECT_STEP - 1)
+    return out
 
 
 def reorder(values: dict, queued: set, choices: dict) -> dict:
