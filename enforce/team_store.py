@@ -199,7 +199,7 @@ def binding_budget(con, cfg, project: str, now: datetime) -> tuple[str | None, f
     left now (every budget on the path caps it); (None, None) without one."""
     from gpuledger.warehouse.read_model import facts
 
-    parent = dict(con.execute("SELECT name, parent FROM org_nodes").fetchall())
+    parent = dict(con.execute("SELECT node, parent FROM org_nodes").fetchall())
     path, node = [], project
     while node is not None and node not in path:
         path.append(node)
@@ -217,7 +217,7 @@ def committed_gpu_hours(con, budget_node: str | None, now: datetime, *, exclude)
     burns the budget itself, so it commits nothing more here)."""
     if budget_node is None or not _has(con, "team_choices"):
         return 0.0
-    members = _under(dict(con.execute("SELECT name, parent FROM org_nodes").fetchall()), budget_node)
+    members = _under(dict(con.execute("SELECT node, parent FROM org_nodes").fetchall()), budget_node)
     rows = con.execute(
         "SELECT t.cluster, t.job_id, t.fund_gpu_hours FROM team_choices t JOIN jobs j USING (cluster, job_id) "
         "WHERE t.fund_gpu_hours IS NOT NULL AND list_contains($members, j.project) "
@@ -256,7 +256,7 @@ def owner_choice(con, cfg, *, cluster: str, job_id: str, user: str, identity: st
     elif job[3] is not None and job[3] <= now:
         outcome, why = "refused", f"job {cluster}/{job_id} ended at {job[3]:%Y-%m-%d %H:%M} UTC: nothing to keep"
     elif choice == KEEP:
-        parent = dict(con.execute("SELECT name, parent FROM org_nodes").fetchall())
+        parent = dict(con.execute("SELECT node, parent FROM org_nodes").fetchall())
         team = keeps.allowance_node(project, parent, policy.team_allowance_hours)
         allowance = policy.team_allowance_hours[team] if team else policy.allowance_hours_per_week
         members = _under(parent, team) if team else {project}

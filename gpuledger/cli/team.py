@@ -28,14 +28,23 @@ AsOpt = typer.Option(..., "--as", envvar="GPULEDGER_LEAD",
                      help="the acting lead's e-mail, as listed under dashboards.leads in the config (env "
                           "GPULEDGER_LEAD); the audit records it with the OS user running the command")
 TeamOpt = typer.Option(None, "--team", help="the org node to act for (default: the lead's only one)")
-NowOpt = typer.Option(None, "--now", help="which jobs are queued as of this UTC time (default: the wall clock)")
+NowOpt = typer.Option(None, "--now", help="which jobs are queued as of this UTC time, or `data` for the newest data "
+                                          "(default: the wall clock)")
+
+
+def _now(con, text: str | None, wall: datetime) -> datetime:
+    if text == "data":
+        from gpuledger.analytics import reports
+
+        return reports.data_now(con)
+    return utc_option(text, "--now") or wall
 
 
 def _team(con, cfg, lead: str, node: str | None):
     from gpuledger.dashboards import access
     from gpuledger.enforce.team_store import Team
 
-    parent_of = dict(con.execute("SELECT name, parent FROM org_nodes").fetchall())
+    parent_of = dict(con.execute("SELECT node, parent FROM org_nodes").fetchall())
     viewer = access.viewer_for(lead, cfg.dashboards, parent_of)
     try:
         node, projects = access.team_of(viewer, parent_of, node)
@@ -52,7 +61,7 @@ def _change(lead: str, node: str | None, now_text: str | None, warehouse_file, c
     with warehouse.open_writer(path) as con:
         cfg = warehouse_config(con, config, write=False)
         team = _team(con, cfg, lead, node)
-        now = utc_option(now_text, "--now") or at
+        now = _now(con, now_text, at)
         changes = do(con, team, cfg, now, at)
     if not changes:
         typer.echo(f"team {team.node}: nothing changed")
@@ -141,7 +150,7 @@ def show(lead: str = AsOpt, node: str | None = TeamOpt, now: str | None = NowOpt
     with warehouse.open_reader(path) as con:
         cfg = warehouse_config(con, config, write=False)
         team = _team(con, cfg, lead, node)
-        at = utc_option(now, "--now") or utc_now()
+        at = _now(con, now, utc_now())
         rows = team_store.queue(con, team.projects, at)
         audit = con.execute("SELECT changed_at, changed_by, identity, change, cluster, job_id, before, after "
                             "FROM team_audit WHERE node = ? ORDER BY changed_at DESC LIMIT 10", [team.node]).fetchall()
