@@ -349,8 +349,9 @@ def _facts_at_the_end(path: str, end: datetime, figure: str, empty_sql: str) -> 
     now: the materialized snapshot when it holds for that moment and was made after the config in
     force was loaded, else computed under that config — never a snapshot older than the data or
     the config. With the snapshot table's ``as_of`` and ``day`` beside (the pages' names)."""
-    from gpuledger.ledger.config_versions import config_in_force as in_force
     from gpuledger.warehouse.read_model import facts
+
+    from gpuledger.ledger.config_versions import config_in_force as in_force
 
     with warehouse.kept_reader(path) as con:
         now = facts.data_now(con)
