@@ -209,7 +209,7 @@ def load_history(con) -> dict[tuple[str, str], JobHistory]:
     if not _has_tables(con):
         return {}
     held = bool(con.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = "
-                            "'enforcement_job_state' AND column_name = 'held'").fetchone()[0])  # migration 026
+                            "'enforcement_job_state' AND column_name = 'held'").fetchone()[0])  # migration 028
     return {(c, j): JobHistory(applied_priority=ap, declared_priority=dp, preemptions=n or 0,
                                last_preempted_at=lp, held=bool(h))
             for c, j, ap, dp, n, lp, h in con.execute(

@@ -1,4 +1,4 @@
-"""The warehouse side of a lead's own queue and an owner's answer to an alert (migration 026):
+"""The warehouse side of a lead's own queue and an owner's answer to an alert (migration 028):
 read the choices enforcement honours, and change them — each change checked (the job is the
 team's and still queued; funding fits the budget left; a keep fits the allowance) and written
 with its audit row (who, how they were identified, when, before -> after) in one transaction.
@@ -77,7 +77,7 @@ def queue(con, projects, now: datetime) -> list[dict]:
     cluster, job_id, project, name, user_name, gpus, gpu_model, queued, min_runtime_s, position,
     fund_hours, fund_gpu_hours, held, set_by, set_at."""
     if not _has(con, "team_choices"):
-        raise UsageError("this warehouse predates team queues (migration 026): run `gpuledger warehouse migrate`")
+        raise UsageError("this warehouse predates team queues (migration 028): run `gpuledger warehouse migrate`")
     cur = con.execute(_QUEUE, {"projects": sorted(projects), "now": now})
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]

@@ -62,7 +62,7 @@ def test_a_lead_reorders_and_funds_in_the_browser_and_another_lead_cannot(dashbo
     shutil.copy(dashboard_warehouse.warehouse, folder / "gpuledger.duckdb")
     shutil.copy(dashboard_warehouse.config, folder / "gpuledger.yaml")
     rig = type(dashboard_warehouse)(folder, folder / "gpuledger.duckdb", folder / "gpuledger.yaml")
-    with warehouse.open_writer(rig.warehouse):  # migration 026 (a pre-026 session rig)
+    with warehouse.open_writer(rig.warehouse):  # migration 028 (a pre-028 session rig)
         pass
     queued, now = _queue(rig.warehouse, LEADS[VISION])
     assert len(queued) >= 2, queued  # the small simulated week leaves vision jobs waiting at its end

@@ -1,4 +1,4 @@
--- 026: team leads run their own queue, owners answer a squatting alert (issue 38).
+-- 028: team leads run their own queue, owners answer a squatting alert (issue 38).
 -- team_choices: per queued job, what its team's lead chose: its place in the team's own order
 -- (permuted only among the team's queued jobs of one band: enforce.team), whether the team's
 -- budget funds it (for how many hours, committing normalised GPU-hours of the remaining budget),
