@@ -53,8 +53,11 @@ def slurm(
         SacctCallError,
         SacctFormatError,
         parse_sacct,
+        parse_squeue_reasons,
         run_sacct,
+        run_squeue,
         summary_line,
+        with_live_reasons,
         write_batch,
     )
 
@@ -82,6 +85,12 @@ def slurm(
         typer.secho(f"gpuledger: {printable(str(exc), 600)}{fields}", err=True, fg="red")
         # sacct missing or failing is a failed run; an unreadable export is the user's to fix
         raise typer.Exit(1 if isinstance(exc, SacctCallError) else 2) from None
+    if live:  # the controller's pending Reason (sacct's stays None until the job's next event)
+        squeue = str(Path(sacct).with_name("squeue")) if "/" in sacct else "squeue"
+        try:
+            with_live_reasons(batch, parse_squeue_reasons(run_squeue(squeue=squeue)))
+        except SacctCallError as exc:
+            batch.warnings.append(f"pending jobs' Slurm reasons not read: {exc}")
     for warning in batch.warnings:
         console.print(f"[yellow]{escape(warning)}[/yellow]")
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
