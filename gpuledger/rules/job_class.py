@@ -41,7 +41,7 @@ def wait_class(kind: str | None, gpus: float, time_limit_s: float | None, work_s
 def wait_class_expr(kind: str = "kind", gpus: str = "gpus", time_limit_s: str = "time_limit_s",
                     work_s: str = "work_s") -> pl.Expr:
     """:func:`wait_class` over columns of a frame (``work_s`` NULL: the job has not run yet)."""
-    cls = (pl.col(kind).str.to_lowercase()
+    cls = (pl.col(kind).cast(pl.String).str.to_lowercase()
            .replace_strict(KIND_CLASSES, default="other", return_dtype=pl.String).fill_null("other"))
     short = pl.coalesce(pl.col(time_limit_s).cast(pl.Float64), pl.col(work_s).cast(pl.Float64))
     debug = cls.is_in(["batch", "other"]) & (pl.col(gpus) <= DEBUG_MAX_GPUS + _EPS) & (short <= DEBUG_MAX_S)
