@@ -17,8 +17,8 @@ what-if's waits do), over the jobs of a group.
    ExceedsMaxQuota ...): nothing gpuledger weighs would have started it;
 2. ``squatters`` — a squatting finding (every GPU of a job idle) was open on the job's pool (its
    cluster and GPU model) during the wait: GPUs it could have had were held idle;
-3. ``budget`` — the job was unfunded for want of budget (no budget, or exhausted): it ranked below
-   funded work;
+3. ``budget`` — jobs submitted after it started on its pool before it did, and it was unfunded
+   for want of budget (no budget, or exhausted): it ranked below them for that;
 4. ``fair-share`` — jobs submitted after it started on its pool before it did: capacity went to
    work ranked above it;
 5. ``pool-full`` — none of these: every GPU of the kind asked was busy with work that came first.
@@ -188,7 +188,7 @@ def wait_causes(waits: pl.DataFrame, *, now: datetime, others: pl.DataFrame, squ
         cause=pl.when(pl.col("wait_s") <= 0).then(pl.lit("none"))
         .when(own).then(pl.lit("scheduler"))
         .when(pl.col("_squatters").is_not_null()).then(pl.lit("squatters"))
-        .when(pl.col("unfunded_reason").is_not_null()).then(pl.lit("budget"))
+        .when(pl.col("unfunded_reason").is_not_null() & pl.col("_overtaken").is_not_null()).then(pl.lit("budget"))
         .when(pl.col("_overtaken").is_not_null()).then(pl.lit("fair-share"))
         .when(had_room).then(pl.lit("scheduler"))
         .otherwise(pl.lit("pool-full")),
@@ -197,7 +197,9 @@ def wait_causes(waits: pl.DataFrame, *, now: datetime, others: pl.DataFrame, squ
         .when(pl.col("_squatters").is_not_null())
         .then(pl.format("{} squatting job(s) held {} idle {} GPU(s) for up to {} min of the wait",
                         pl.col("_squatters"), pl.col("_squat_gpus").fill_null(0), pool, pl.col("_squat_min").round(1)))
-        .when(pl.col("unfunded_reason").is_not_null()).then(pl.format("unfunded: {}", pl.col("unfunded_reason")))
+        .when(pl.col("unfunded_reason").is_not_null() & pl.col("_overtaken").is_not_null())
+        .then(pl.format("unfunded ({}): {} later job(s) started first on {}", pl.col("unfunded_reason"),
+                        pl.col("_overtaken"), pool))
         .when(pl.col("_overtaken").is_not_null())
         .then(pl.format("{} later job(s) started first on {}: ranked above it", pl.col("_overtaken"), pool))
         .when(had_room).then(pl.format("{} of {} {} GPUs were free for it: the scheduler's own delay",
