@@ -576,10 +576,13 @@ def parse_sacct(
     raise ValueError(f"format must be json, parsable or auto, not {fmt!r}")
 
 
-def sacct_command(fmt: str, start: str, end: str, sacct: str = "sacct") -> list[str]:
-    """The documented call: all users, allocations only (-X), the time window, one format."""
+def sacct_command(fmt: str, start: str, end: str, sacct: str = "sacct", jobs: Sequence[str] = ()) -> list[str]:
+    """The documented call: all users, allocations only (-X), the time window, one format; with
+    ``jobs``, those jobs whatever their times (-j: a held job has no eligible time, so no window
+    lists it)."""
     # -D: every run of a requeued job, so an earlier run keeps its GPU-hours.
-    command = [sacct, "-a", "-X", "-D", "-S", start, "-E", end]
+    window = ["-j", ",".join(jobs)] if jobs else ["-S", start, "-E", end]
+    command = [sacct, "-a", "-X", "-D", *window]
     if fmt == "json":
         return [*command, "--json"]
     return [*command, "--parsable2", f"--format={','.join(SACCT_FIELDS)}"]
@@ -587,12 +590,12 @@ def sacct_command(fmt: str, start: str, end: str, sacct: str = "sacct") -> list[
 
 def run_sacct(
     fmt: str, start: str, end: str, *, tz: str = "UTC", sacct: str = "sacct", timeout_s: float = 300.0,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None, jobs: Sequence[str] = (),
 ) -> str:
     """Run ``sacct`` and return its output. sacct prints local times of its TZ, so TZ is set to
     ``tz`` (the zone the parser then reads them in) and SLURM_TIME_FORMAT to ISO ('standard')."""
     _zone(tz)
-    command = sacct_command(fmt, start, end, sacct)
+    command = sacct_command(fmt, start, end, sacct, jobs)
     call_env = {**os.environ, **(env or {}), "TZ": tz, "SLURM_TIME_FORMAT": "standard"}
     try:
         done = subprocess.run(
@@ -640,6 +643,14 @@ def parse_squeue_reasons(text: str) -> dict[str, str]:
         if len(parts) == 3 and parts[1] == "PENDING" and _JOB_ID.match(parts[0]) and parts[2].strip():
             out[parts[0]] = parts[2].strip()
     return out
+
+
+def unlisted_pending(batch: SlurmBatch, reasons: dict[str, str]) -> list[str]:
+    """The pending jobs squeue lists that the windowed sacct call did not (held, or waiting for a
+    begin time or a dependency: no eligible time inside the window), by their array / het base id
+    (sacct -j names a whole array by it)."""
+    known = set(batch.jobs["job_id"].to_list()) if batch.jobs.height else set()
+    return sorted({j.split("_")[0].split("+")[0] for j in reasons if j not in known}, key=lambda j: (len(j), j))
 
 
 def with_live_reasons(batch: SlurmBatch, reasons: dict[str, str]) -> SlurmBatch:
@@ -738,6 +749,6 @@ def summary_line(batch: SlurmBatch, result: WriteResult, origin: str) -> str:
 __all__: Sequence[str] = (
     "SACCT_FIELDS", "SOURCE", "SacctCallError", "SacctFormatError", "SlurmBatch", "WriteResult",
     "detect_format", "parse_json", "parse_parsable", "parse_sacct", "parse_tres_gpus",
-    "parse_squeue_reasons", "run_sacct", "run_squeue", "sacct_command", "summary_line", "with_live_reasons",
+    "parse_squeue_reasons", "run_sacct", "unlisted_pending", "run_squeue", "sacct_command", "summary_line", "with_live_reasons",
     "write_batch",
 )
