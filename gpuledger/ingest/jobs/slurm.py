@@ -43,7 +43,7 @@ import polars as pl
 
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.jobs.checks import job_limits, screen_jobs, whole_number
-from gpuledger.ingest.scheduler_reasons import SLURM, SchedulerReason, record_reasons
+from gpuledger.ingest.scheduler_reasons import NO_REASON, SLURM, SchedulerReason, record_reasons
 from gpuledger.rules.clock import naive_utc, utc_now
 from gpuledger.rules.mig import find_profile, mig_fraction
 from gpuledger.rules.model_keys import gpu_model_key
@@ -234,7 +234,8 @@ def _job_row(
         "submit_time": submit, "start_time": start, "end_time": end, "state": state,
         "priority": priority, "namespace": None, "source": SOURCE, "updated_at": now,
         "qos": qos or None, "partition": partition or None, "time_limit_s": time_limit_s,
-        "_reason": (reason or "").strip() or None,
+        # Slurm's "None": nothing holds it (a running job's, or sacct's for a pending one)
+        "_reason": None if (reason or "").strip().lower() in NO_REASON else reason.strip(),
     }
 
 
