@@ -1,6 +1,6 @@
 """gpuledger's word on a waiting job beside the scheduler's own (issue 38): where gpuledger's
 newest plan ranks it among the jobs waiting on its cluster, what the scheduler last said (Slurm's
-pending ``Reason``, Kueue's ``QuotaReserved`` reason; scheduler_reasons, migration 026), and
+pending ``Reason``, Kueue's ``QuotaReserved`` reason; scheduler_reasons, migration 027), and
 whether the two agree. ``compare`` is pure; the readers take an open connection.
 
 Agreement: Slurm's ``Priority`` (jobs of higher priority are ahead) agrees with any rank but the

@@ -1,5 +1,5 @@
 -- Jobs submitted in [$start, $end) up to $now, with a Kueue Workload's admission (the first
--- QuotaReserved row of scheduler_reasons, migration 026: a Workload row has no start of its own).
+-- QuotaReserved row of scheduler_reasons, migration 027: a Workload row has no start of its own).
 SELECT j.cluster, j.job_id, j.scheduler_job, j.project, j.user_name, j.kind, j.gpu_model, j.gpus,
        j.time_limit_s, j.submit_time, j.start_time, j.end_time, j.state, j.source,
        a.admitted_at

@@ -1,4 +1,4 @@
-"""The scheduler's own reason for a waiting job, kept as a change log (migration 026).
+"""The scheduler's own reason for a waiting job, kept as a change log (migration 027).
 
 Sources: Slurm's ``Reason`` (sacct's field for a pending job; ``scontrol show job``'s ``Reason=``)
 and a Kueue Workload's ``QuotaReserved`` condition (its reason and message while it waits, the
@@ -36,7 +36,7 @@ class SchedulerReason:
 
 def record_reasons(con: duckdb.DuckDBPyConnection, reasons: list[SchedulerReason]) -> int:
     """Store the reasons that are news (see the module docstring); returns rows written. Needs
-    migration 026 (a warehouse without the table stores nothing and says 0)."""
+    migration 027 (a warehouse without the table stores nothing and says 0)."""
     rows = [r for r in reasons if (r.reason or "").strip().lower() not in NO_REASON]
     if not rows or not con.execute("SELECT count(*) FROM information_schema.tables "
                                    "WHERE table_name = 'scheduler_reasons'").fetchall()[0][0]:

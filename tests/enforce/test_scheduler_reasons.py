@@ -1,6 +1,6 @@
 """The scheduler's own reason beside gpuledger's (issue 38): Slurm's pending Reason read from sacct /
 squeue, a Kueue Workload's QuotaReserved condition read through the Kubernetes stand-in, both kept
-as a change log (scheduler_reasons, migration 026) and shown by `gpuledger enforce explain` with
+as a change log (scheduler_reasons, migration 027) and shown by `gpuledger enforce explain` with
 gpuledger's own rank and whether the two agree."""
 
 from __future__ import annotations

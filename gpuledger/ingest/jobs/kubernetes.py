@@ -103,7 +103,7 @@ class IngestStats:
 class _Batch:
     records: dict[str, JobRecord] = field(default_factory=dict)
     rejects: list[tuple[Rejected, str]] = field(default_factory=list)
-    reasons: list = field(default_factory=list)  # Kueue's QuotaReserved word on each Workload (026)
+    reasons: list = field(default_factory=list)  # Kueue's QuotaReserved word on each Workload (027)
 
     def add(self, result: JobRecord | Rejected | None, obj: Any, stats: IngestStats) -> None:
         if isinstance(result, JobRecord):

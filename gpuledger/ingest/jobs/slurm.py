@@ -70,7 +70,7 @@ JOB_SCHEMA: dict[str, pl.DataType] = {
     **job_schema("qos", "partition", "time_limit_s", "scheduler_job"),
     # Where the row came from and its text, for the write-time checks' quarantine (never written).
     "_location": pl.String, "_raw": pl.String,
-    # the scheduler's reason for a pending job (scheduler_reasons, migration 026; never a jobs column)
+    # the scheduler's reason for a pending job (scheduler_reasons, migration 027; never a jobs column)
     "_reason": pl.String,
 }
 

@@ -1,4 +1,4 @@
--- 026: the scheduler's own word on a waiting job (issue 38), beside gpuledger's ranking.
+-- 027: the scheduler's own word on a waiting job (issue 38), beside gpuledger's ranking.
 -- One row each time the scheduler's reason for a job changes, at the time it was first seen:
 -- Slurm's pending `Reason` (sacct / squeue: Resources, Priority, Dependency, QOSMaxGRESPerUser ...),
 -- Kueue's Workload condition QuotaReserved (reason WaitingForQuota / NoMatchingFlavor /
