@@ -45,10 +45,10 @@ def period_close(
     """Freeze a month's chargeback statement (every level, with a checksum, who and when). Reports
     of the month then read these lines; only `period correct` changes what it says."""
     from gpuledger import warehouse
-    from gpuledger.ledger.periods import close_period
+    from gpuledger.reports.closing import close
 
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
-        done = close_period(con, period, by=by, allow_provisional=provisional)
+        done = close(con, period, by=by, allow_provisional=provisional)
     totals = ", ".join(f"{c} {a}" for c, a in done["totals"].items()) or "no charges"
     how = f"closed, provisional ({done['provisional']})" if done["provisional"] else "closed"
     console.print(f"period {period} {how}: {done['lines']} lines (config version {done['config_version']}), "
@@ -64,10 +64,10 @@ def period_correct(
     """Re-issue a closed month with today's config and data: the differences from what was issued
     become credit / debit lines of a new revision, with who, when and why."""
     from gpuledger import warehouse
-    from gpuledger.ledger.periods import correct_period
+    from gpuledger.reports.closing import correct
 
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
-        done = correct_period(con, period, reason=reason, by=by)
+        done = correct(con, period, reason=reason, by=by)
     if done is None:
         console.print(f"period {period}: the recomputed statement equals the issued one; nothing to correct")
         return

@@ -448,12 +448,97 @@ def build_statement(
 ) -> Statement:
     """The statement of ``period`` (YYYY-MM) for the whole org, or for ``node`` and its subtree.
 
-    Lines come from ``ledger.periods.statement_lines`` (a closed month: its frozen issued lines and
-    corrections); active GPU-hours and efficiency are computed from the activity data beside them
-    (they are not billed). ``now`` is the data's "now" for an open month (default: the newest data).
+    A closed month is read back as it was stored at its close or latest correction
+    (``freeze_statement``): its lines, usage, energy, business units, capacity, history and
+    notes, never recomputed, so its files stay byte-identical whatever config or inventory is
+    loaded later. Otherwise (an open month, or one closed before migration 028): lines come from
+    ``ledger.periods.statement_lines`` (a closed month: its frozen issued lines and corrections);
+    active GPU-hours and efficiency are computed from the activity data beside them (they are
+    not billed). ``now`` is the data's "now" for an open month (default: the newest data).
     ``lines``: that month's statement_lines at ``now``, when the caller has them (the pipeline);
     ``history=False`` leaves the month-over-month history empty (the dashboards' view has none).
     """
+    from gpuledger.ledger.periods import is_closed
+    from gpuledger.reports import frozen_parts
+    from gpuledger.rules.periods import month_bounds
+
+    month_bounds(period)  # a usage error naming the form for anything but YYYY-MM
+    parts = frozen_parts.latest(con, period) if is_closed(con, period) else None
+    if parts is not None:
+        st, org_nodes, sites = _thawed(con, period, *parts)
+    else:
+        st, org_nodes, sites = _computed(con, period, policy=policy, now=now, lines=lines, history=history)
+    if not history:
+        st.history = pl.DataFrame(schema=HISTORY_SCHEMA)
+    return st if node is None else _cut_to_node(st, node, org_nodes, sites)
+
+
+def freeze_statement(con: duckdb.DuckDBPyConnection, period: str, *, now: datetime | None = None) -> None:
+    """Store closed ``period``'s whole-org statement as of its latest revision (migration 028):
+    computed once, here, from its issued lines and the data and config of this moment (``now``:
+    the data's "now" its lines were computed at). Called in the transaction that issues the
+    revision (reports.closing), so a revision and its statement are stored together."""
+    from gpuledger.reports import frozen_parts
+
+    st, org_nodes, sites = _computed(con, period, policy=None, now=now, lines=None, history=True)
+    facts = {
+        "scope": st.scope, "units": st.units, "config_version": st.config_version,
+        "billed_through": st.billed_through.isoformat(), "notes": st.notes, "warnings": st.warnings,
+        "empty": st.empty, "sites": sites,
+        "capacity": [[c, h, str(a)] for c, (h, a) in sorted(_capacity_of(st.reconciliation).items())],
+        "pools": [[p.currency, p.gpu_model, p.tier, p.capacity_gpu_hours, str(p.capacity_amount)] for p in st.pools],
+    }
+    frames = {"lines": st.lines, "usage": st.usage, "job_energy": st.job_energy, "history": st.history,
+              "org_nodes": org_nodes}
+    frozen_parts.store(con, period, st.state.revision, facts, frames)
+
+
+def _capacity_of(reconciliation: list[Reconciliation]) -> dict[str, tuple[float, Decimal]]:
+    return {r.currency: (r.capacity_gpu_hours, r.capacity_amount) for r in reconciliation
+            if r.capacity_amount is not None}
+
+
+def _thawed(con, period: str, facts: dict, frames: dict[str, pl.DataFrame]) -> tuple[Statement, pl.DataFrame, dict]:
+    """A closed month's statement from its stored parts (``freeze_statement``); its issued lines
+    are checked against their checksum as on every read."""
+    from gpuledger.ledger.periods import period_state, verify_period
+    from gpuledger.rules.periods import month_bounds
+
+    verify_period(con, period)
+    start, end = month_bounds(period)
+    st = Statement(
+        period=period, period_start=start, period_end=end, scope=facts["scope"], state=period_state(con, period),
+        config_version=facts["config_version"], billed_through=datetime.fromisoformat(facts["billed_through"]),
+        lines=frames["lines"], units=facts["units"], usage=frames["usage"], history=frames["history"],
+        job_energy=frames["job_energy"], energy_sites=[facts["sites"][c] for c in sorted(facts["sites"])],
+        notes=facts["notes"], warnings=facts["warnings"], empty=facts["empty"])
+    capacity = {c: (h, Decimal(a)) for c, h, a in facts["capacity"]}
+    pools = {(c, m, t): (h, Decimal(a)) for c, m, t, h, a in facts["pools"]}
+    st.reconciliation, st.pools = _reconciled(st.lines, capacity, pools, issued=True)
+    return st, frames["org_nodes"], facts["sites"]
+
+
+def _cut_to_node(st: Statement, node: str, org_nodes: pl.DataFrame, sites: dict[str, str]) -> Statement:
+    """The whole-org statement ``st`` cut to ``node``'s subtree: its projects' lines with the node
+    as their business unit, their usage and energy, no reconciliation (idle capacity is the
+    org's); history and notes as the org's."""
+    from dataclasses import replace
+
+    names = set(org_nodes["node"].to_list())
+    if node not in names:
+        raise UsageError(f"--node {node!r}: not a node of the org tree; choose one of {', '.join(sorted(names))}")
+    mine = pl.col("project").is_in(list(subtree(org_nodes, node)))
+    job_energy = st.job_energy.filter(mine).with_columns(business_unit=pl.lit(node))
+    return replace(st, scope=node, units=[node],
+                   lines=sort_lines(st.lines.filter(mine).with_columns(business_unit=pl.lit(node))),
+                   usage=st.usage.filter(mine), job_energy=job_energy, reconciliation=[], pools=[],
+                   energy_sites=[sites[c] for c in sorted(set(job_energy["cluster"].drop_nulls().to_list()))])
+
+
+def _computed(con, period: str, *, policy, now: datetime | None, lines: pl.DataFrame | None,
+              history: bool) -> tuple[Statement, pl.DataFrame, dict[str, str]]:
+    """The whole org's statement computed from the lines, data and config (with the org tree and
+    each site's sentence by cluster, to cut it to a node)."""
     from gpuledger.analytics.chargeback import statement_notes
     from gpuledger.analytics.load import load_tables
     from gpuledger.analytics.reports import data_now
@@ -500,20 +585,6 @@ def build_statement(
                for c in ("energy_kwh", "energy_kwh_facility", "kg_co2e", "gpu_hours_co2_unknown")},
         )
     )
-    if node is not None:
-        names = set(org_nodes["node"].to_list())
-        if node not in names:
-            raise UsageError(f"--node {node!r}: not a node of the org tree; choose one of "
-                             f"{', '.join(sorted(names))}")
-        members = subtree(org_nodes, node)
-        joined = joined.filter(pl.col("project").is_in(list(members)))
-        units = [node]
-        joined = joined.with_columns(business_unit=pl.lit(node))
-        usage = usage.filter(pl.col("project").is_in(list(members)))
-        job_energy = job_energy.filter(pl.col("project").is_in(list(members)))
-        scope = node
-    else:
-        scope = root
     out = _round_hours(joined, ["gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", *ENERGY_COLS])
     state = period_state(con, period, lines)
     # every line states the statement's state (a line frozen at a provisional close says so too), and
@@ -522,15 +593,17 @@ def build_statement(
                                       **revision_columns(state)))
     version = _config_version(con, period, closed)
     st = Statement(
-        period=period, period_start=start, period_end=end, scope=scope, state=state,
+        period=period, period_start=start, period_end=end, scope=root, state=state,
         config_version=version, billed_through=billed_through or end, lines=out,
         units=units, usage=usage, job_energy=_round_hours(job_energy.with_columns(
-            business_unit=pl.col("project").replace_strict(unit_of, default=UNASSIGNED, return_dtype=pl.String)
-            if node is None else pl.lit(node)), ["gpu_hours", *ENERGY_COLS]),
+            business_unit=pl.col("project").replace_strict(unit_of, default=UNASSIGNED, return_dtype=pl.String)),
+            ["gpu_hours", *ENERGY_COLS]),
         history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item(), lines)
         if history else pl.DataFrame(schema=HISTORY_SCHEMA),
     )
-    st.energy_sites = _site_sentences(con, sorted(set(job_energy["cluster"].drop_nulls().to_list())))
+    clusters = sorted(set(job_energy["cluster"].drop_nulls().to_list()))
+    sites = dict(zip(clusters, _site_sentences(con, clusters), strict=True))
+    st.energy_sites = list(sites.values())
     notes, st.warnings = statement_notes(lines)
     # the state's sentence replaces chargeback's provisional note (which says lines change: not
     # so once closed)
@@ -543,22 +616,28 @@ def build_statement(
     st.empty = no_data(con, period, lines)
     if st.empty:
         st.notes.insert(0, NO_DATA_NOTE.format(period=period))
-    if node is None:
-        cap = _capacity(con, t, start=start, end=min(end, st.billed_through), config_version=version,
-                        closed=closed, retire_grace=timedelta(hours=policy.chargeback.retire_after_hours))
-        st.reconciliation = _reconcile(out, cap)
-        st.pools = _reconcile_pools(out, _capacity(con, t, start=start, end=min(end, st.billed_through),
-                                                   config_version=version, closed=closed, by=("model", "tier"),
-                                                   retire_grace=timedelta(hours=policy.chargeback.retire_after_hours)),
-                                    issued=closed)
-        if closed:  # a currency's difference that is its issued pools' rounding says so
-            for rec in st.reconciliation:
-                pools = [p for p in st.pools if p.currency == rec.currency and p.difference]
-                if rec.difference and pools and not any(p.over_allocated for p in pools) \
-                        and sum(p.difference for p in pools) == rec.difference:
-                    rec.explained_by_pools = ("the sum of its pools' rounding, issued before pools were rounded "
-                                              "first; issued lines never move (each line within a cent)")
-    return st
+    cap_end, grace = min(end, st.billed_through), timedelta(hours=policy.chargeback.retire_after_hours)
+    capacity = _capacity(con, t, start=start, end=cap_end, config_version=version, closed=closed, retire_grace=grace)
+    pools = _capacity(con, t, start=start, end=cap_end, config_version=version, closed=closed, retire_grace=grace,
+                      by=("model", "tier"))
+    st.reconciliation, st.pools = _reconciled(out, capacity, pools, issued=closed)
+    return st, org_nodes, sites
+
+
+def _reconciled(lines: pl.DataFrame, capacity: dict, pools: dict, *,
+                issued: bool) -> tuple[list[Reconciliation], list[PoolReconciliation]]:
+    """Per currency and per pool: the lines against capacity × price; a closed month's currency
+    whose difference is its issued pools' rounding says so."""
+    reconciliation = _reconcile(lines, capacity)
+    pool_recs = _reconcile_pools(lines, pools, issued=issued)
+    if issued:
+        for rec in reconciliation:
+            mine = [p for p in pool_recs if p.currency == rec.currency and p.difference]
+            if rec.difference and mine and not any(p.over_allocated for p in mine) \
+                    and sum(p.difference for p in mine) == rec.difference:
+                rec.explained_by_pools = ("the sum of its pools' rounding, issued before pools were rounded "
+                                          "first; issued lines never move (each line within a cent)")
+    return reconciliation, pool_recs
 
 
 def _reconcile_pools(lines: pl.DataFrame, capacity: dict[tuple, tuple[float, Decimal]], *,

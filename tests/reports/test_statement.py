@@ -316,20 +316,101 @@ def test_the_months_history_shows_this_month_as_the_statement_has_it(month):
     assert sum(october_rows["amount"].to_list(), D(0)) == D("600.00")
 
 
-def test_a_closed_months_files_do_not_change_after_a_share_or_config_change(month, tmp_path):
-    # issue 36: a closed month's files are written from its stored lines only; a config loaded
-    # afterwards (other shares, another price for later months) changes none of their bytes
+def _manifest_holds(folder: Path, manifest: dict) -> None:
+    """Every file the manifest lists has the sha256 and size it lists."""
+    import hashlib
+
+    for f in manifest["files"]:
+        data = (folder / f["path"]).read_bytes()
+        assert (hashlib.sha256(data).hexdigest(), len(data)) == (f["sha256"], f["bytes"]), f["path"]
+
+
+def test_a_closed_months_files_do_not_change_after_a_share_inventory_price_or_tree_change(month, tmp_path):
+    # issue 36: a closed month's files are written from what was stored at its close (lines, usage,
+    # energy, business units, capacity, history, notes), never recomputed: a config loaded afterwards
+    # with other shares, a new October price, a site PUE and beta moved under research, and a fourth
+    # H100 in the inventory for October (recomputed, capacity would be 3 × 744 h of H100), change none
+    # of their bytes; the manifest written at the close still holds for every file
+    from gpuledger.reports import closing
+    from tests.helpers.ledger_fixtures import devices, load
+
+    with warehouse.open_writer(month) as con:
+        closing.close(con, "2026-10", by="finance", now=datetime(2026, 11, 5))
+    before, before_node = tmp_path / "before", tmp_path / "before-node"
+    manifest = _write(month, before)
+    node_manifest = _write(month, before_node, node="research")
+    assert manifest["reconciliation"][0]["capacity_amount"] == "3720.00"  # 1488 h × 2.00 + 744 h × 1.00
+    changed = """
+currency: USD
+org:
+  name: acme
+  children:
+    - name: research
+      shares: 30
+      children:
+        - {name: alpha, shares: 70}
+        - {name: beta, shares: 1}
+    - name: product
+      shares: 70
+      children:
+        - {name: gamma, shares: 30}
+        - {name: omega, shares: 1}
+rate_card:
+  - {gpu_model: H100, tier: reserved, price_per_gpu_hour: "2.00", effective_from: 2026-01-01}
+  - {gpu_model: H100, tier: reserved, price_per_gpu_hour: "3.00", effective_from: 2026-10-01}
+  - {gpu_model: A100, tier: reserved, price_per_gpu_hour: "1.00", effective_from: 2026-01-01}
+clusters:
+  c1: {pue: 1.5, grid_intensity: {kg_co2e_per_kwh: 0.4}}
+"""
+    with warehouse.open_writer(month) as con:
+        load(con, changed, at=datetime(2026, 11, 6))
+        devices(con, [("GPU-h4", "node-h4", "H100")])
+    # the change is real: October as computed today is priced and shaped differently
+    with warehouse.open_reader(month) as con:
+        assert periods.compute_lines(con, "2026-10", periods._current_config(con)[0])["project"]["amount"].sum() \
+            != D("3720.00")
+    after, after_node = tmp_path / "after", tmp_path / "after-node"
+    assert _write(month, after) == manifest
+    assert _write(month, after_node, node="research") == node_manifest
+    _manifest_holds(after, manifest)
+    assert _all_bytes(before) == _all_bytes(after) and _all_bytes(before_node) == _all_bytes(after_node)
+
+
+def test_a_closed_statement_as_stored_is_the_one_computed_at_the_close(month, tmp_path):
+    # stored and read back, the statement writes the bytes the computed one does (a node's too)
+    from gpuledger.reports.statement import freeze_statement
+
+    with warehouse.open_writer(month) as con:
+        periods.close_period(con, "2026-10", by="finance", now=datetime(2026, 11, 5))  # nothing stored
+    computed, computed_node = tmp_path / "computed", tmp_path / "computed-node"
+    _write(month, computed), _write(month, computed_node, node="product")
+    with warehouse.open_writer(month) as con:
+        freeze_statement(con, "2026-10")
+        assert con.execute("SELECT revision FROM closed_statements").fetchall() == [(0,)]
+    stored, stored_node = tmp_path / "stored", tmp_path / "stored-node"
+    _write(month, stored), _write(month, stored_node, node="product")
+    assert _all_bytes(computed) == _all_bytes(stored) and _all_bytes(computed_node) == _all_bytes(stored_node)
+
+
+def test_a_correction_stores_the_statement_anew_and_an_edited_one_is_refused(month, tmp_path):
+    from gpuledger.errors import RunError
+    from gpuledger.reports import closing
     from tests.helpers.ledger_fixtures import load
     from tests.helpers.statement_fixtures import CONFIG
 
     with warehouse.open_writer(month) as con:
-        periods.close_period(con, "2026-10", by="finance", now=datetime(2026, 11, 5))
-    before, after = tmp_path / "before", tmp_path / "after"
-    _write(month, before)
-    changed = CONFIG.replace("{name: alpha, shares: 50}", "{name: alpha, shares: 70}").replace(
-        "{name: gamma, shares: 50}", "{name: gamma, shares: 30}")
-    assert changed != CONFIG
+        closing.close(con, "2026-10", by="finance", now=datetime(2026, 11, 5))
+        # A100 at 1.50 from October: the 744 A100-hours cost 372.00 more (3720.00 -> 4092.00)
+        load(con, CONFIG.replace('price_per_gpu_hour: "1.00"', 'price_per_gpu_hour: "1.50"'),
+             at=datetime(2026, 11, 6))
+        done = closing.correct(con, "2026-10", reason="A100 rate", by="finance", now=datetime(2026, 11, 7))
+        assert done["revision"] == 1
+        assert con.execute("SELECT revision FROM closed_statements ORDER BY revision").fetchall() == [(0,), (1,)]
+    m = _write(month, tmp_path / "corrected")
+    assert m["revision"] == 1 and m["corrected"] and m["totals"] == {"USD": "4092.00"}
+    # capacity as of the correction, priced by its config: 1488 h × 2.00 + 744 h × 1.50
+    assert m["reconciliation"][0]["capacity_amount"] == "4092.00" and m["reconciliation"][0]["reconciles"]
     with warehouse.open_writer(month) as con:
-        load(con, changed, at=datetime(2026, 11, 6))
-    _write(month, after)
-    assert _all_bytes(before) == _all_bytes(after)
+        con.execute("UPDATE closed_statements SET facts_json = replace(facts_json, '4092', '4093')")
+    with warehouse.open_reader(month) as con, pytest.raises(RunError, match="stored statement does not match"):
+        build_statement(con, "2026-10")

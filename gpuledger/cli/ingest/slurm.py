@@ -53,8 +53,12 @@ def slurm(
         SacctCallError,
         SacctFormatError,
         parse_sacct,
+        parse_squeue_reasons,
         run_sacct,
+        run_squeue,
         summary_line,
+        unlisted_pending,
+        with_live_reasons,
         write_batch,
     )
 
@@ -82,6 +86,24 @@ def slurm(
         typer.secho(f"gpuledger: {printable(str(exc), 600)}{fields}", err=True, fg="red")
         # sacct missing or failing is a failed run; an unreadable export is the user's to fix
         raise typer.Exit(1 if isinstance(exc, SacctCallError) else 2) from None
+    if live:  # the controller's pending Reason (sacct's stays None until the job's next event)
+        import polars as pl
+
+        squeue = str(Path(sacct).with_name("squeue")) if "/" in sacct else "squeue"
+        try:
+            live_reasons = parse_squeue_reasons(run_squeue(squeue=squeue))
+            missing = unlisted_pending(batch, live_reasons)
+            if missing:  # held / begin-time / dependency jobs: no window lists them, -j does
+                more = parse_sacct(run_sacct(chosen, start, end, tz=tz, sacct=sacct, jobs=missing), fmt=chosen,
+                                   origin=origin, cluster=cluster, tz=tz)
+                batch.jobs = pl.concat([batch.jobs, more.jobs], how="vertical_relaxed").unique(
+                    ["cluster", "job_id"], keep="first", maintain_order=True)
+                batch.rejected.extend(more.rejected)
+                batch.records_read += more.records_read
+                batch.skipped_no_gpu += more.skipped_no_gpu
+            with_live_reasons(batch, live_reasons)
+        except (SacctCallError, SacctFormatError) as exc:
+            batch.warnings.append(f"pending jobs' Slurm reasons not read: {exc}")
     for warning in batch.warnings:
         console.print(f"[yellow]{escape(warning)}[/yellow]")
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
