@@ -349,8 +349,9 @@ def _facts_at_the_end(path: str, end: datetime, figure: str, empty_sql: str) -> 
     now: the materialized snapshot when it holds for that moment and was made after the config in
     force was loaded, else computed under that config — never a snapshot older than the data or
     the config. With the snapshot table's ``as_of`` and ``day`` beside (the pages' names)."""
-    from gpuledger.ledger.config_versions import config_in_force as in_force
     from gpuledger.warehouse.read_model import facts
+
+    from gpuledger.ledger.config_versions import config_in_force as in_force
 
     with warehouse.kept_reader(path) as con:
         now = facts.data_now(con)
@@ -742,3 +743,27 @@ def whatif_long(frames: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
                                          pl.col("wait_p50_hours").cast(pl.Float64),
                                          pl.col("wait_p90_hours").cast(pl.Float64))
     return delivery, waits
+
+
+# --- a lead's own queue (issue 38) -----------------------------------------------------------------
+
+def team_queue(path: str, projects: tuple[str, ...], now: datetime) -> pl.DataFrame:
+    """The team's jobs open at ``now`` with the lead's choices (enforce.team_store.queue): never
+    cached, so a change shows on the rerun that made it."""
+    from gpuledger.enforce import team_store
+
+    with warehouse.kept_reader(path) as con:
+        if not _has_table(con, "team_choices"):
+            return pl.DataFrame()
+        rows = team_store.queue(con, projects, now)
+    return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+
+
+def team_audit(path: str, node: str, limit: int = 20) -> pl.DataFrame:
+    """The newest changes to a team's queue: who (and how identified), when, before -> after."""
+    with warehouse.kept_reader(path) as con:
+        if not _has_table(con, "team_audit"):
+            return pl.DataFrame()
+        return result_frame(con.execute(
+            "SELECT changed_at, changed_by, identity, change, cluster, job_id, before, after FROM team_audit "
+            "WHERE node = ? ORDER BY changed_at DESC LIMIT ?", [node, limit]))

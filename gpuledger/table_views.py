@@ -180,3 +180,35 @@ QUARANTINE = View(
         Column("raw_text", "raw text\n(first 80 characters)", wrap="anywhere"),
     ),
 )
+
+
+WAIT_NOTE = ("s = seconds, submit → start; still waiting = counted with its wait so far; 1st GPU = a job's first "
+             "submission → its first start (all runs of a requeued job)")
+CAUSE_NOTE = ("cause: scheduler = the scheduler's own reason or delay, squatters = idle jobs held GPUs of its pool, "
+              "budget = unfunded for want of budget, fair-share = later work ranked above it started first, "
+              "pool-full = every GPU of the kind asked busy with work that came first, none = started when submitted")
+
+
+def waits_view(*, by_job: bool, causes: bool) -> View:
+    """`gpuledger report waits`: per group (or per job with ``by_job``); ``causes`` (--cause)
+    shows the cause columns by default."""
+    s = lambda name, header, default=True: Column(name, header, "num", decimals=0, default=default)  # noqa: E731
+    if by_job:
+        return View(columns=(
+            Column("cluster", "cluster", default=False), Column("job_id", "job", key=True),
+            Column("project", "project"), Column("user_name", "user", default=False),
+            Column("job_class", "class"), Column("submit_time", "submitted\n(UTC)", "datetime"),
+            Column("start_time", "started\n(UTC)", "datetime", default=False), s("wait_s", "wait\n(s)"),
+            Column("still_waiting", "still\nwaiting", "bool"), s("first_gpu_s", "1st GPU\n(s)", default=False),
+            Column("cause", "cause", wrap="hyphen"), Column("cause_detail", "why", wrap=True, default=causes),
+            Column("scheduler_reason", "scheduler\nsays"),
+            Column("scheduler_message", "scheduler's\nmessage", wrap=True, default=False),
+        ), notes=(("wait_s", WAIT_NOTE), ("cause", CAUSE_NOTE)))
+    return View(columns=(
+        Column("bucket", "from\n(UTC)", "datetime", key=True), Column("project", "project", key=True),
+        Column("user_name", "user", key=True), Column("job_class", "class", key=True),
+        Column("jobs", "jobs", "int"), Column("still_waiting", "still\nwaiting", "int"),
+        s("wait_p50_s", "wait p50\n(s)"), s("wait_p90_s", "wait p90\n(s)"), s("wait_max_s", "wait max\n(s)"),
+        s("first_gpu_p50_s", "1st GPU\np50 (s)", default=False), s("first_gpu_p90_s", "1st GPU\np90 (s)", default=False),
+        Column("main_cause", "main\ncause", wrap="hyphen"), Column("causes", "causes (jobs)", wrap=True, default=causes),
+    ), notes=(("wait_p50_s", WAIT_NOTE), ("main_cause", CAUSE_NOTE)))

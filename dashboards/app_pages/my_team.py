@@ -1,6 +1,6 @@
 import polars as pl
 import streamlit as st
-from gpuledger.dashboards import access, queries, ui
+from gpuledger.dashboards import access, queries, team_queue, ui
 
 ctx = ui.context()
 if ctx is not None:
@@ -63,6 +63,8 @@ if ctx is not None:
              key="team_queued", download="queued-jobs")
     st.caption("Priority from the newest enforcement plan (funded-ness, fair-share rank); queued jobs start in "
                "this order (priority, then the earlier submission) as GPUs free up.")
+
+    team_queue.section(ctx, now, ui.load_config(ctx.path).policy)  # a lead changes their own queue (issue 38)
 
     st.subheader("Budget")
     ui.table(mine, {"node": "org node", "status": "status", "remaining_gpu_hours": ui.norm_h("left"),

@@ -272,3 +272,68 @@ def utilization_report(
     if keys is None:
         raise ValueError(f"by={by!r}: choose model, cluster, fleet or kind")
     return ordered(utilization_hourly(used, t.gpus, start=start, end=end, by=keys).collect(engine=ENGINE), ["hour", *keys])
+
+
+def _table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+                            [table]).fetchall()[0][0])
+
+
+def waits_now(con: duckdb.DuckDBPyConnection) -> datetime:
+    """"Now" for waits: the data's now, or the last import when later — a job the scheduler still
+    listed as pending then was still waiting then (an idle queue has no newer job event)."""
+    from gpuledger.rules.clock import utc_now
+
+    newest = con.execute("SELECT max(updated_at) FROM jobs WHERE updated_at <= ?", [utc_now()]).fetchall()[0][0]
+    at = data_now(con)
+    return max(at, newest) if newest is not None else at
+
+
+def job_waits_report(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime,
+                     now: datetime | None = None, projects: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Every waiting period of the jobs submitted in [start, end) (``projects``: only theirs),
+    with its wait and time to first GPU (seconds, as of ``now``: jobs still waiting count with
+    their wait so far) and its main cause (gpuledger.analytics.waits)."""
+    from gpuledger.analytics.waits import job_waits, wait_causes
+
+    now = now or waits_now(con)
+    reasons_table = "scheduler_reasons" if _table_exists(con, "scheduler_reasons") else \
+        "(SELECT NULL::VARCHAR AS cluster, NULL::VARCHAR AS job_id, NULL::TIMESTAMP AS observed_at, " \
+        "NULL::VARCHAR AS reason WHERE false)"
+    jobs = con.sql(load_sql(__package__, "waits_jobs.sql", reasons=reasons_table),
+                   params={"start": start, "end": end, "now": now, "projects": list(projects)}).pl()
+    waits = job_waits(jobs, now=now)
+    since = waits["submit_time"].min() if waits.height else start
+    window = {"since": since, "now": now}
+
+    def read(name: str, schema: dict, needs: str) -> pl.DataFrame:
+        if not _table_exists(con, needs):
+            return pl.DataFrame(schema=schema)
+        frame = con.sql(load_sql(__package__, f"{name}.sql"), params=window).pl()
+        return frame.cast(schema) if frame.height else pl.DataFrame(schema=schema)
+
+    ts, s, f = pl.Datetime("us"), pl.String, pl.Float64
+    others = read("waits_started", {"cluster": s, "job_id": s, "gpu_model": s, "gpus": f, "submit_time": ts,
+                                    "start_time": ts, "end_time": ts}, "jobs")
+    squatting = read("waits_squatting", {"cluster": s, "job_id": s, "gpu_model": s, "gpus_idle": pl.Int64,
+                                         "first_seen": ts, "resolved_at": ts}, "squatting_findings")
+    unfunded = read("waits_unfunded", {"cluster": s, "job_id": s, "unfunded_reason": s}, "enforcement_audit")
+    reasons = read("waits_reasons", {"cluster": s, "job_id": s, "observed_at": ts, "scheduler": s, "reason": s,
+                                     "message": s}, "scheduler_reasons")
+    capacity = con.sql(load_sql(__package__, "waits_capacity.sql"), params={"now": now}).pl()
+    capacity = capacity.cast({"cluster": s, "gpu_model": s, "gpus": f}) if capacity.height else None
+    return wait_causes(waits, now=now, others=others, squatting=squatting, unfunded=unfunded, reasons=reasons,
+                       capacity=capacity)
+
+
+def waits_report(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime, now: datetime | None = None,
+                 by: str = "project", every: str | None = None, projects: tuple[str, ...] = ()) -> pl.DataFrame:
+    """p50 / p90 / max wait and p50 / p90 time to first GPU (seconds) per ``by`` (project, user,
+    class) and, with ``every`` (day / week), per bucket of submission time, with the causes
+    counted; ``by="job"``: every waiting period (job_waits_report)."""
+    from gpuledger.analytics.waits import wait_summary
+
+    waits = job_waits_report(con, start=start, end=end, now=now, projects=projects)
+    if by == "job":
+        return waits
+    return wait_summary(waits, by=by, every=every)

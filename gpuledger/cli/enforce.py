@@ -236,19 +236,24 @@ def explain(
     """Why a job has its priority, was warned or was preempted, with the figures (from the audit)."""
     import json
 
-    from gpuledger.enforce import audit
+    from gpuledger.enforce import audit, scheduler_view
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         rows = audit.job_rows(con, job, cluster)
         warnings = audit.load_warnings(con)
         history = audit.load_history(con)
-    if not rows:
+        said = scheduler_view.scheduler_words(con, cluster, job)
+        clusters = sorted({r["cluster"] for r in rows} | {c for c, _ in said})
+        place = scheduler_view.queue_place(con, clusters[0], job) if len(clusters) == 1 else None
+    if not rows and not said:
         raise UsageError(f"job {job!r}: no enforcement record; run `gpuledger enforce plan` first (or check "
                          "the id with `gpuledger report squatters --wide`)")
-    clusters = sorted({r["cluster"] for r in rows})
     if len(clusters) > 1:
         raise UsageError(f"job {job!r} exists on clusters {', '.join(clusters)}: pass --cluster")
     key = (clusters[0], job)
+    _explain_queue(place, [w for _, w in said], job, key[0])
+    if not rows:
+        return
     typer.echo(f"job {key[0]}/{job} (project {rows[0]['project']}): every action enforcement planned for it, "
                "oldest first, each with what applying it did")
     applied: dict[str, list[dict]] = {}
@@ -279,6 +284,21 @@ def explain(
     h = history.get(key)
     if h is not None and h.preemptions:
         typer.echo(f"  preempted {h.preemptions} time(s), last at {h.last_preempted_at:%Y-%m-%d %H:%M}Z")
+
+
+def _explain_queue(place, said: list, job: str, cluster: str) -> None:
+    """gpuledger's rank beside the scheduler's latest reason, and whether they agree."""
+    from gpuledger.enforce.scheduler_view import SCHEDULER_NAMES, compare
+
+    latest = said[-1] if said else None
+    if place is None and latest is None:
+        return
+    _, sentence = compare(place, latest)
+    typer.echo(f"job {cluster}/{job} in the queue: {sentence}")
+    for w in said[:-1][-5:]:  # the scheduler's earlier reasons, newest last
+        name = SCHEDULER_NAMES.get(w.scheduler, w.scheduler)
+        typer.echo(f"  earlier, from {w.observed_at:%Y-%m-%d %H:%M}Z: {name} said `{w.reason}`"
+                   + (f" ({w.message})" if w.message else ""))
 
 
 @app.command("preemptions")

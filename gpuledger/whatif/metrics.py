@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from gpuledger.rules import job_class as job_class_rule
+from gpuledger.rules.job_class import DEBUG_MAX_GPUS, DEBUG_MAX_S, KIND_CLASSES, WAIT_CLASSES  # noqa: F401
 from gpuledger.whatif.model import JobOutcome, RunResult, SimJob
 
 SMALL, MEDIUM, LARGE = "small", "medium", "large"
@@ -227,30 +229,15 @@ def ceiling_ratio(periods: list[dict]) -> float | None:
     return sum(min(p["owed_gpu_hours"], p["allocated_gpu_hours"]) for p in periods) / owed
 
 
-# Job classes for waits by what the work is (Ai2 reports debug jobs' waits): a job's kind, and a
-# debug job is short small work whatever its kind says (a scheduler records a debug run as batch).
-KIND_CLASSES = {
-    "debug": "debug",
-    "interactive": "interactive", "notebook": "interactive", "dev": "interactive",
-    "batch": "batch", "eval": "batch",
-    "training": "training", "fine-tune": "training", "pretrain": "training",
-    "inference": "inference", "serving": "inference", "service": "inference",
-}
-WAIT_CLASSES = ("debug", "interactive", "batch", "training", "inference", "other")
-DEBUG_MAX_GPUS = 1.0  # a debug job: at most one GPU ...
-DEBUG_MAX_S = 1800  # ... for at most 30 min of work
+# Job classes for waits by what the work is: one rule with the real-history waits
+# (gpuledger.rules.job_class); the names stay importable from here for the what-if's callers.
 TEAM_TARGET_RATIO = 0.95  # Ai2: 13 of 15 teams at >= 95 % of what they were owed
 
 
 def wait_class(job: SimJob) -> str:
-    """debug (kind debug, or batch / other work of ≤ 1 GPU submitted with a limit of ≤ 30 min — as
-    its user declared it, whatever it then ran; with no recorded limit, ≤ 30 min of work),
-    interactive (sessions), batch, training (incl. fine-tunes), inference, other."""
-    cls = KIND_CLASSES.get((job.kind or "").lower(), "other")
-    short = job.work_s if job.time_limit_s is None else job.time_limit_s
-    if cls in ("batch", "other") and job.gpus <= DEBUG_MAX_GPUS + 1e-9 and short <= DEBUG_MAX_S:
-        return "debug"
-    return cls
+    """The job's class for waits (gpuledger.rules.job_class.wait_class: debug, interactive, batch,
+    training, inference, other)."""
+    return job_class_rule.wait_class(job.kind, job.gpus, job.time_limit_s, job.work_s)
 
 
 def reclaimed_gpu_hours(outcomes: list[JobOutcome], horizon_s: int) -> float:

@@ -290,3 +290,15 @@ def finding_episodes(con, *, at: datetime):
     """Every squatting episode first seen at or before ``at`` with its lifecycle (polars; the
     alerts' digests)."""
     return con.sql(_sql("episodes_since"), params={"at": at}).pl()
+
+
+def waits(con, *, start: datetime, end: datetime, now: datetime | None = None, by: str = "project",
+          every: str | None = None, projects: tuple[str, ...] = ()) -> Facts:
+    """Wait times of the jobs submitted in [start, end) as of ``now`` (reports.waits_report:
+    seconds, per ``by``; ``by="job"``: every waiting period with its cause). Always computed: no
+    table materializes it (a week of a 1,024-GPU cluster's jobs is one scan of ``jobs``)."""
+    from gpuledger.analytics import reports
+
+    at = now or reports.waits_now(con)
+    return Facts(reports.waits_report(con, start=start, end=end, now=at, by=by, every=every, projects=projects),
+                 COMPUTED, at)

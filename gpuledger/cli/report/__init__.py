@@ -184,5 +184,44 @@ def squatters(
         frame = facts.squatters_table(found)
     show_frame(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)
 
+@app.command("waits")
+def waits(
+    period: str | None = typer.Option(None, "--period", "-p",
+                                      help="jobs submitted in YYYY-MM, YYYY-MM-DD, YYYY-Www or START..END"),
+    since: str | None = typer.Option(None, "--since", help="jobs submitted from this UTC time to now "
+                                                           "(default: the 7 days before now)"),
+    by: str = typer.Option("project", callback=_one_of("project", "user", "class", "job"),
+                           help="project, user, class (debug / interactive / batch / training / inference / "
+                                "other) or job (every waiting period)"),
+    every: str | None = typer.Option(None, "--every", callback=lambda v: v if v is None else _one_of("day", "week")(
+        None, None, v), help="day or week: one row per bucket of submission time (weeks start Monday, UTC)"),
+    cause: bool = typer.Option(False, "--cause", help="show the causes column (each wait's main cause, counted)"),
+    project: list[str] = typer.Option([], "--project", help="only this project's jobs (repeat)"),
+    fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
+    wide: bool = WideOpt, columns: str | None = ColumnsOpt, warehouse_file: WarehouseOpt = None,
+) -> None:
+    """Wait times from job records (submit → start, seconds): p50 / p90 / max wait and time to first
+    GPU per project, user or job class, and each wait's main cause (pool full, fair-share rank,
+    budget, squatters, the scheduler's own reason). Jobs still waiting count with their wait so far."""
+    from gpuledger.rules.periods import PeriodError, period_bounds
+
+    if period is not None and since is not None:
+        raise typer.BadParameter("give --period or --since, not both", param_hint="--since")
+    with _open(warehouse_file) as con:
+        at = _time(now) or reports.waits_now(con)
+        if period is not None:
+            try:
+                lo, hi = period_bounds(period)
+            except PeriodError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--period") from None
+        else:
+            lo, hi = (_time(since, "--since") or at - timedelta(days=7)), at + timedelta(microseconds=1)
+            check_range(lo, hi)
+        frame = facts.waits(con, start=lo, end=hi, now=at, by=by, every=every, projects=tuple(project)).table
+    what = "per job" if by == "job" else f"by {by}" + (f", per {every}" if every else "")
+    title = f"wait times {what}, jobs submitted {lo:%Y-%m-%d %H:%M} .. {min(hi, at):%Y-%m-%d %H:%M} UTC (as of {at:%Y-%m-%d %H:%M})"
+    show_frame(frame, fmt, out, title, table_views.waits_view(by_job=by == "job", causes=cause), wide, columns)
+
+
 app.command("statement")(files.statement)
 app.command("weekly")(files.weekly)

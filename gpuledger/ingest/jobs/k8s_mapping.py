@@ -41,6 +41,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from gpuledger.ingest.scheduler_reasons import ADMITTED, KUEUE, SchedulerReason
 from gpuledger.rules import mig
 from gpuledger.rules.clock import naive_utc, parse_iso
 from gpuledger.rules.mig import find_profile
@@ -708,6 +709,27 @@ def workload_state(conditions: Mapping[str, Any], spec: Mapping) -> str:
     if spec.get("active") is False and state != "Finished":
         state = "Inactive"
     return state
+
+
+def workload_reasons(workload: Any, record: JobRecord) -> list[SchedulerReason]:
+    """Kueue's own word on a Workload (its ``jobs`` row ``record``): the ``QuotaReserved``
+    condition's reason and message while it is not True (WaitingForQuota, NoMatchingFlavor,
+    ExceedsMaxQuota ...; the admission checks' states joined to the message), or the admission
+    itself (reason ``QuotaReserved``) once it is True — each at the condition's transition time,
+    else the record's ``updated_at`` (when it was read)."""
+    status = as_dict(workload).get("status")
+    status = status if isinstance(status, Mapping) else {}
+    cond = next((c for c in status.get("conditions") or [] if isinstance(c, Mapping)
+                 and c.get("type") == ADMITTED), None)
+    if cond is None:
+        return []
+    at = parse_time(cond.get("lastTransitionTime"), "status.conditions.lastTransitionTime") or record.updated_at
+    checks = [f"{c.get('name')}={c.get('state')}" for c in status.get("admissionChecks") or []
+              if isinstance(c, Mapping) and c.get("name")]
+    message = "; ".join(m for m in (cond.get("message"), ("admission checks: " + ", ".join(checks)) if checks else None)
+                        if m) or None
+    reason = ADMITTED if cond.get("status") == "True" else str(cond.get("reason") or "Pending")
+    return [SchedulerReason(record.cluster, record.job_id, at, KUEUE, record.state, reason, message, "kubernetes")]
 
 
 def _workload_priority_class(spec: Mapping) -> str | None:

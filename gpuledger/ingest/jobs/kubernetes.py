@@ -49,7 +49,9 @@ from gpuledger.ingest.jobs.k8s_mapping import (
     map_workload,
     node_gpu_products,
     raw_text,
+    workload_reasons,
 )
+from gpuledger.ingest.scheduler_reasons import record_reasons
 from gpuledger.ingest.tiers import node_label_rows, store_node_labels
 from gpuledger.rules.clock import utc_now
 from gpuledger.warehouse.job_columns import JOB_CORE, job_schema
@@ -101,10 +103,13 @@ class IngestStats:
 class _Batch:
     records: dict[str, JobRecord] = field(default_factory=dict)
     rejects: list[tuple[Rejected, str]] = field(default_factory=list)
+    reasons: list = field(default_factory=list)  # Kueue's QuotaReserved word on each Workload (027)
 
     def add(self, result: JobRecord | Rejected | None, obj: Any, stats: IngestStats) -> None:
         if isinstance(result, JobRecord):
             self.records[result.job_id] = result  # the newest state of a pod wins
+            if result.source == "kueue":
+                self.reasons.extend(workload_reasons(obj, result))
         elif isinstance(result, Rejected):
             self.rejects.append((result, raw_text(obj)))
         else:
@@ -122,7 +127,7 @@ def jobs_frame(records: list[JobRecord]) -> pl.DataFrame:
 
 
 def write_batch(
-    con, records: list[JobRecord], rejects: list[tuple[Rejected, str]], *, now: datetime
+    con, records: list[JobRecord], rejects: list[tuple[Rejected, str]], *, now: datetime, reasons=(),
 ) -> tuple[int, int]:
     """Upsert job rows and quarantine rejects on an open writer. Returns (rows offered, rejects).
     Rows the warehouse's limits refuse (checks.job_problem) are quarantined with the rejects."""
@@ -142,6 +147,8 @@ def write_batch(
         [warehouse.QuarantineRow(QUARANTINE_SOURCE, r.location, text, r.reason) for r, text in rejects],
         now=now,
     )
+    kept = set(frame["job_id"].to_list()) if frame.height else set()
+    record_reasons(con, [r for r in reasons if r.job_id in kept])  # Kueue's reasons, for rows that landed
     return written, quarantined
 
 
@@ -259,7 +266,8 @@ class KubernetesIngest:
         now = self.clock()
         with self.write_guard():  # the write and its count, or neither
             with warehouse.open_writer(self.warehouse_path) as con:
-                written, quarantined = write_batch(con, list(batch.records.values()), batch.rejects, now=now)
+                written, quarantined = write_batch(con, list(batch.records.values()), batch.rejects, now=now,
+                                                   reasons=batch.reasons)
                 if listed_pod_ids is not None:
                     stats.vanished_closed += self._close_vanished(con, listed_pod_ids, now)
                     if self.node_labels is not None:

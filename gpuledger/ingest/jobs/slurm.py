@@ -46,6 +46,7 @@ import polars as pl
 from gpuledger.errors import printable
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.jobs.checks import job_limits, screen_jobs, whole_number
+from gpuledger.ingest.scheduler_reasons import NO_REASON, SLURM, SchedulerReason, record_reasons
 from gpuledger.rules.clock import naive_utc, utc_now
 from gpuledger.rules.mig import find_profile, mig_fraction
 from gpuledger.rules.model_keys import gpu_model_key
@@ -63,7 +64,7 @@ CHUNK_JOBS = 20_000
 # frame (qos, partition, time_limit_s) but reach the warehouse only where `jobs` has those columns.
 SACCT_FIELDS = (
     "JobID", "JobName", "Cluster", "Account", "User", "AllocTRES", "ReqTRES",
-    "Submit", "Start", "End", "State", "QOS", "Partition", "Priority", "TimelimitRaw",
+    "Submit", "Start", "End", "State", "QOS", "Partition", "Priority", "TimelimitRaw", "Reason",
 )
 REQUIRED_FIELDS = ("JobID", "Account", "State")
 _FREE_TEXT_FIELDS = ("JobName", "Comment", "AdminComment", "SystemComment", "WCKey", "Reason")
@@ -74,6 +75,8 @@ JOB_SCHEMA: dict[str, pl.DataType] = {
     **job_schema("qos", "partition", "time_limit_s", "scheduler_job"),
     # Where the row came from and its text, for the write-time checks' quarantine (never written).
     "_location": pl.String, "_raw": pl.String,
+    # the scheduler's reason for a pending job (scheduler_reasons, migration 027; never a jobs column)
+    "_reason": pl.String,
 }
 
 _NO_TIME = {"", "unknown", "none", "n/a"}
@@ -227,7 +230,7 @@ def _zone(tz: str) -> ZoneInfo:
 
 def _job_row(
     *, cluster, job_id, project, user, name, gpus, model, submit, start, end, state, qos,
-    partition, priority, time_limit_s, now, min_runtime_s=None,
+    partition, priority, time_limit_s, now, min_runtime_s=None, reason=None,
 ) -> dict:
     return {
         "cluster": cluster, "job_id": job_id, "scheduler_job": job_id, "project": project,
@@ -236,6 +239,8 @@ def _job_row(
         "submit_time": submit, "start_time": start, "end_time": end, "state": state,
         "priority": priority, "namespace": None, "source": SOURCE, "updated_at": now,
         "qos": qos or None, "partition": partition or None, "time_limit_s": time_limit_s,
+        # Slurm's "None": nothing holds it (a running job's, or sacct's for a pending one)
+        "_reason": None if (reason or "").strip().lower() in NO_REASON else reason.strip(),
     }
 
 
@@ -316,7 +321,8 @@ def iter_parsable(
             f"{origin}:{header_no}: the header lacks {', '.join(missing)}; export with "
             f"sacct -a -X --parsable2 --format={','.join(SACCT_FIELDS)}"
         )
-    free_text = [f for f in _FREE_TEXT_FIELDS if f.lower() in index]
+    # Reason is Slurm's own word (Resources, Priority, QOSMaxGRESPerUser): never holds a "|"
+    free_text = [f for f in _FREE_TEXT_FIELDS if f.lower() in index and f != "Reason"]
     names = [h.lower() for h in header]
     while True:
         batch, rows, ended = SlurmBatch(jobs=_frame([])), [], True
@@ -399,7 +405,7 @@ def _parsable_record_to_row(record: dict[str, str], cluster: str | None, zone: Z
         cluster=the_cluster, job_id=job_id, project=project, user=get("User"), name=get("JobName"),
         gpus=gpus, model=model, submit=submit, start=start, end=end, state=state, qos=get("QOS"),
         partition=get("Partition"), priority=priority, time_limit_s=_time_limit_s(get("TimelimitRaw")),
-        now=now, min_runtime_s=_slurm_duration_s(get("TimeMin"), "TimeMin"),
+        now=now, min_runtime_s=_slurm_duration_s(get("TimeMin"), "TimeMin"), reason=get("Reason"),
     )
 
 
@@ -520,8 +526,16 @@ def _json_record_to_row(job: dict, cluster: str | None, now: datetime):
         submit=submit, start=start, end=end, state=state, qos=job.get("qos"),
         partition=job.get("partition"), priority=priority,
         time_limit_s=limit_min * 60 if limit_min is not None else None, now=now,
-        min_runtime_s=minimum * 60 if minimum else None,
+        min_runtime_s=minimum * 60 if minimum else None, reason=_json_reason(job),
     )
+
+
+def _json_reason(job: dict) -> str | None:
+    """22.05: ``state.reason``; later shapes the same, or a top-level ``state_reason``."""
+    state = job.get("state")
+    reason = state.get("reason") if isinstance(state, dict) else None
+    reason = reason if reason is not None else job.get("state_reason")
+    return reason if isinstance(reason, str) else None
 
 
 def parse_json(
@@ -650,10 +664,13 @@ def parse_sacct(
     raise ValueError(f"format must be json, parsable or auto, not {fmt!r}")
 
 
-def sacct_command(fmt: str, start: str, end: str, sacct: str = "sacct") -> list[str]:
-    """The documented call: all users, allocations only (-X), the time window, one format."""
+def sacct_command(fmt: str, start: str, end: str, sacct: str = "sacct", jobs: Sequence[str] = ()) -> list[str]:
+    """The documented call: all users, allocations only (-X), the time window, one format; with
+    ``jobs``, those jobs whatever their times (-j: a held job has no eligible time, so no window
+    lists it)."""
     # -D: every run of a requeued job, so an earlier run keeps its GPU-hours.
-    command = [sacct, "-a", "-X", "-D", "-S", start, "-E", end]
+    window = ["-j", ",".join(jobs)] if jobs else ["-S", start, "-E", end]
+    command = [sacct, "-a", "-X", "-D", *window]
     if fmt == "json":
         return [*command, "--json"]
     return [*command, "--parsable2", f"--format={','.join(SACCT_FIELDS)}"]
@@ -661,12 +678,12 @@ def sacct_command(fmt: str, start: str, end: str, sacct: str = "sacct") -> list[
 
 def run_sacct(
     fmt: str, start: str, end: str, *, tz: str = "UTC", sacct: str = "sacct", timeout_s: float = 300.0,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None, jobs: Sequence[str] = (),
 ) -> str:
     """Run ``sacct`` and return its output. sacct prints local times of its TZ, so TZ is set to
     ``tz`` (the zone the parser then reads them in) and SLURM_TIME_FORMAT to ISO ('standard')."""
     _zone(tz)
-    command = sacct_command(fmt, start, end, sacct)
+    command = sacct_command(fmt, start, end, sacct, jobs)
     call_env = {**os.environ, **(env or {}), "TZ": tz, "SLURM_TIME_FORMAT": "standard"}
     try:
         done = subprocess.run(
@@ -684,6 +701,55 @@ def run_sacct(
             f"`{' '.join(command)}` exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}"
         )
     return done.stdout
+
+
+SQUEUE_FORMAT = "%i|%T|%r"  # JobID as sacct lists it (12_[0-1] for a pending array), state, reason
+
+
+def run_squeue(*, squeue: str = "squeue", timeout_s: float = 60.0, env: dict[str, str] | None = None) -> str:
+    """``squeue -h -a -t PENDING -o "%i|%T|%r"``: Slurm's reason for every pending job. sacct
+    keeps ``Reason=None`` for a pending job (22.05: the database hears the reason only at the
+    job's next event), so the live reason comes from the controller. Raises SacctCallError."""
+    command = [squeue, "-h", "-a", "-t", "PENDING", "-o", SQUEUE_FORMAT]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, **(env or {})}, check=False)
+    except FileNotFoundError:
+        raise SacctCallError(f"{squeue!r} not found: install slurm-client") from None
+    except subprocess.TimeoutExpired:
+        raise SacctCallError(f"`{' '.join(command)}` did not answer in {timeout_s:.0f} s") from None
+    if done.returncode != 0:
+        raise SacctCallError(f"`{' '.join(command)}` exited {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def parse_squeue_reasons(text: str) -> dict[str, str]:
+    """JobID -> reason of :func:`run_squeue`'s lines (pending jobs only; malformed lines skipped)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3 and parts[1] == "PENDING" and _JOB_ID.match(parts[0]) and parts[2].strip():
+            out[parts[0]] = parts[2].strip()
+    return out
+
+
+def unlisted_pending(batch: SlurmBatch, reasons: dict[str, str]) -> list[str]:
+    """The pending jobs squeue lists that the windowed sacct call did not (held, or waiting for a
+    begin time or a dependency: no eligible time inside the window), by their array / het base id
+    (sacct -j names a whole array by it)."""
+    known = set(batch.jobs["job_id"].to_list()) if batch.jobs.height else set()
+    return sorted({j.split("_")[0].split("+")[0] for j in reasons if j not in known}, key=lambda j: (len(j), j))
+
+
+def with_live_reasons(batch: SlurmBatch, reasons: dict[str, str]) -> SlurmBatch:
+    """The batch with the controller's reason (``reasons``: :func:`parse_squeue_reasons`) on its
+    pending jobs, in place of sacct's."""
+    if batch.jobs.height and reasons:
+        live = pl.DataFrame({"job_id": list(reasons), "_live": list(reasons.values())},
+                            schema={"job_id": pl.String, "_live": pl.String})
+        batch.jobs = (batch.jobs.join(live, on="job_id", how="left")
+                      .with_columns(_reason=pl.coalesce("_live", "_reason")).drop("_live"))
+    return batch
 
 
 # --- warehouse ---------------------------------------------------------------------------------
@@ -745,12 +811,24 @@ def write_batch(con: duckdb.DuckDBPyConnection, batch: SlurmBatch, *, tier_rules
         apply_tier_rules(con, cluster=cluster)  # partition rules price the jobs without devices
     after = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0]
     stored = quarantine(con, batch.rejected)
+    record_reasons(con, pending_reasons(jobs))
     return WriteResult(jobs_offered=offered, jobs_new=after - before, quarantined=stored)
+
+
+def pending_reasons(jobs: pl.DataFrame) -> list[SchedulerReason]:
+    """Slurm's reason for each pending job of an import, as of the import (``updated_at``): a
+    started job's Reason says nothing about a wait (sacct keeps the last one, or None)."""
+    if not jobs.height or "_reason" not in jobs.columns:
+        return []
+    waiting = jobs.filter(pl.col("_reason").is_not_null() & pl.col("start_time").is_null()
+                          & (pl.col("state") == "PENDING"))
+    return [SchedulerReason(r["cluster"], r["job_id"], r["updated_at"], SLURM, r["state"], r["_reason"], None,
+                            LIVE_ORIGIN) for r in waiting.iter_rows(named=True)]
 
 
 __all__: Sequence[str] = (
     "SACCT_FIELDS", "SOURCE", "SacctCallError", "SacctFormatError", "SlurmBatch", "WriteResult",
     "detect_format", "iter_json", "iter_parsable", "merged", "parse_json", "parse_parsable", "parse_sacct",
-    "parse_tres_gpus",
-    "run_sacct", "sacct_command", "write_batch",
+    "parse_squeue_reasons", "parse_tres_gpus", "run_sacct", "run_squeue", "sacct_command", "unlisted_pending",
+    "with_live_reasons", "write_batch",
 )

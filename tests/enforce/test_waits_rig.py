@@ -1,0 +1,70 @@
+"""`gpuledger report waits` on the real Slurm 22.05 rig (scripts/slurm-rig.sh: 8 fake H100s): jobs
+that must wait are submitted, ingested while they wait (the controller's pending Reason is kept),
+allowed to start, ingested again — and every job's wait is exactly sacct's Start − Submit, with a
+cause and Slurm's own reason beside it."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+from tests.enforce.test_slurm_rig import fields, gl, ingest, sh, wait_for
+from tests.enforce.test_slurm_rig import warehouse  # noqa: F401 - the fixture, used by name
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+def sbatch(rig, *args: str, seconds: int = 900) -> str:
+    return sh(rig, "sbatch", "--parsable", "--output=/dev/null", *args, "--wrap", f"sleep {seconds}").split(";")[0]
+
+
+def sacct_times(rig, jobs: list[str]) -> dict[str, tuple[datetime, datetime | None]]:
+    out = {}
+    for line in sh(rig, "sacct", "-a", "-X", "-n", "-P", "-o", "JobID,Submit,Start", "-j", ",".join(jobs)).splitlines():
+        job, submit, start = line.split("|")
+        out[job] = (datetime.fromisoformat(submit), None if start in ("Unknown", "None") else datetime.fromisoformat(start))
+    return out
+
+
+def test_report_waits_gives_each_jobs_wait_exactly_and_slurms_reason(slurm, warehouse, tmp_path):
+    w = ["-w", str(warehouse)]
+    # `first` holds all 8 GPUs for a few seconds; `second` and `third` (4 GPUs each) must wait for
+    # it; `held` is submitted on hold and waits for the user, whatever the GPUs do
+    first = sbatch(slurm, "--gres=gpu:h100:8", "--account=proj-a", seconds=6)
+    wait_for(slurm, first, lambda f: f.get("JobState") == "RUNNING", "RUNNING")
+    second = sbatch(slurm, "--gres=gpu:h100:4", "--account=proj-a")
+    third = sbatch(slurm, "--gres=gpu:h100:4", "--account=proj-b")
+    held = sbatch(slurm, "--gres=gpu:h100:1", "--account=proj-b", "--hold")
+    for job in (second, third):
+        wait_for(slurm, job, lambda f: f.get("JobState") == "PENDING" and f.get("Reason") in ("Resources", "Priority"),
+                 "PENDING for Resources / Priority")
+    reasons = {j: fields(slurm, j)["Reason"] for j in (held,)}
+    ingest(slurm, warehouse, [first, second, third, held])  # while they wait: Slurm's reasons kept
+    for job in (second, third):
+        wait_for(slurm, job, lambda f: f.get("JobState") == "RUNNING", "RUNNING once `first` ends")
+    ingest(slurm, warehouse, [first, second, third, held])
+
+    done = gl(slurm, "report", "waits", "--by", "job", "--format", "json", *w).stdout
+    rows = {r["job_id"]: r for r in json.loads(done)}
+    truth = sacct_times(slurm, [first, second, third, held])
+    for job in (first, second, third):  # exactly sacct's Start − Submit, to the second
+        submit, start = truth[job]
+        assert rows[job]["wait_s"] == (start - submit).total_seconds() and rows[job]["still_waiting"] is False, rows[job]
+    assert truth[second][1] >= truth[first][0] and rows[second]["wait_s"] > 0
+    # both waited behind `first`, which held every GPU of the pool (the most ever held at once: 8)
+    assert rows[second]["cause"] == rows[third]["cause"] == "pool-full", rows
+    # Slurm's reason as the ingest read it while they waited (it may move between Resources and
+    # Priority from one scheduling pass to the next: the one read is kept)
+    assert rows[second]["scheduler_reason"] in ("Resources", "Priority")
+    assert rows[third]["scheduler_reason"] in ("Resources", "Priority")
+    # the held job still waits: its wait so far, and Slurm's own reason is its cause
+    assert reasons[held] == "JobHeldUser"
+    assert rows[held]["still_waiting"] is True and rows[held]["start_time"] is None
+    assert (rows[held]["cause"], rows[held]["cause_detail"]) == ("scheduler", "Slurm says JobHeldUser")
+
+    table = gl(slurm, "report", "waits", "--by", "project", "--cause", *w).stdout
+    assert "proj-a" in table and "proj-b" in table and "scheduler 1" in table, table
+    told = gl(slurm, "enforce", "explain", held, *w).stdout
+    assert "Slurm says `JobHeldUser`" in told, told
