@@ -48,7 +48,7 @@ MODELLED_REASONS = frozenset({"Resources", "Priority", "None", "WaitingForQuota"
 ADMITTED = "QuotaReserved"  # a Kueue reason row that ends the wait (gpuledger.ingest.scheduler_reasons)
 EVERY = {"day": "1d", "week": "1w"}  # buckets by submission time (a week starts on Monday, UTC)
 KEYS = {"project": ["project"], "user": ["project", "user_name"], "class": ["job_class"],
-        "job": ["cluster", "job_id"]}
+        "project-class": ["project", "job_class"], "job": ["cluster", "job_id"]}
 _S = pl.Float64
 
 JOB_WAIT_SCHEMA = {
