@@ -37,8 +37,9 @@ def test_wait_sections_draw_in_chromium(dashboard_warehouse, browser, tmp_path):
         # the fair-share table: a row per project with jobs submitted in the period, headers with units
         grid = page.locator("[data-testid=stDataFrame]").last
         grid.scroll_into_view_if_needed()
-        grid.screenshot(path=str(SHOTS / "waits-fair-share-table.png"))
-        text = grid.inner_text()
-        assert "wait p50 (s)" in text and "main cause" in text, text
+        # the grid draws on a canvas (no text to read): its figures are checked in AppTest
+        # (tests/dashboards/test_pages.py); here that it drew
+        colours, ink = not_blank(grid.screenshot(path=str(SHOTS / "waits-fair-share-table.png")))
+        assert colours > 5 and ink > 0.02, (colours, ink)
     finally:
         server.stop()
