@@ -85,3 +85,24 @@ def viewer_for(
         nodes = tuple(sorted({n for group in led for n in group}))
         return Viewer("lead", email, frozenset(leaves(parent_of, nodes)), nodes)
     return Viewer("viewer", email, frozenset())
+
+
+def team_of(viewer: Viewer, parent_of: Mapping[str, str | None], node: str | None = None
+            ) -> tuple[str, frozenset[str]]:
+    """(org node, its projects) a lead acts for when changing their team's queue (issue 38): one of
+    the nodes they lead (``node``, or their only one), never another team's. A ValueError says why
+    not: not a lead, a node they do not lead, or several to choose from."""
+    if viewer.role != "lead":
+        who = viewer.email or "this user"
+        raise ValueError(f"{who} is not a team lead in the config (`dashboards.leads`): only a lead changes their "
+                         "team's queue")
+    nodes = [n for n in viewer.led_nodes if n in parent_of]
+    if node is None:
+        if len(nodes) != 1:
+            raise ValueError(f"{viewer.email} leads {', '.join(nodes) or 'no node in the org tree'}: name the team "
+                             "with --team NODE")
+        node = nodes[0]
+    if node not in nodes:
+        raise ValueError(f"{viewer.email} does not lead {node!r} (leads {', '.join(nodes) or 'none'}): a lead "
+                         "changes only their own team's queue")
+    return node, frozenset(leaves(parent_of, [node]))

@@ -349,8 +349,9 @@ def _facts_at_the_end(path: str, end: datetime, figure: str, empty_sql: str) -> 
     now: the materialized snapshot when it holds for that moment and was made after the config in
     force was loaded, else computed under that config — never a snapshot older than the data or
     the config. With the snapshot table's ``as_of`` and ``day`` beside (the pages' names)."""
-    from gpuledger.ledger.config_versions import config_in_force as in_force
     from gpuledger.warehouse.read_model import facts
+
+    from gpuledger.ledger.config_versions import config_in_force as in_force
 
     with warehouse.kept_reader(path) as con:
         now = facts.data_now(con)
@@ -360,6 +361,22 @@ def _facts_at_the_end(path: str, end: datetime, figure: str, empty_sql: str) -> 
         answer = getattr(facts, figure)(con, policy=lambda: in_force(con, None, write=False).config.policy,
                                         as_of=at).frame
     return answer.with_columns(pl.lit(at, dtype=pl.Datetime("us")).alias("as_of"), pl.lit(at.date()).alias("day"))
+
+
+def delivery_balance(path: str, end: datetime) -> tuple[pl.DataFrame, bool, float]:
+    """The delivery balance per org node and settlement period up to the period's end, at most the
+    data's now (`gpuledger report balance --history`'s answer under the config in force; empty
+    without data), whether fair share is credited with it, and the period's length in days."""
+    from gpuledger.ledger.config_versions import config_in_force as in_force
+    from gpuledger.warehouse.read_model import facts
+
+    with warehouse.kept_reader(path) as con:
+        policy = in_force(con, None, write=False).config.policy
+        credited, days = policy.usage.delivery_balance.credit_fair_share, policy.usage.window_days
+        now = facts.data_now(con)
+        if now is None:
+            return pl.DataFrame(), credited, days
+        return facts.delivery_balance(con, policy=policy, as_of=min(end, now)).frame, credited, days
 
 
 def fairshare_history(path: str, start: datetime, end: datetime) -> pl.DataFrame:
@@ -773,3 +790,27 @@ def whatif_long(frames: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
                                          pl.col("wait_p50_hours").cast(pl.Float64),
                                          pl.col("wait_p90_hours").cast(pl.Float64))
     return delivery, waits
+
+
+# --- a lead's own queue (issue 38) -----------------------------------------------------------------
+
+def team_queue(path: str, projects: tuple[str, ...], now: datetime) -> pl.DataFrame:
+    """The team's jobs open at ``now`` with the lead's choices (enforce.team_store.queue): never
+    cached, so a change shows on the rerun that made it."""
+    from gpuledger.enforce import team_store
+
+    with warehouse.kept_reader(path) as con:
+        if not _has_table(con, "team_choices"):
+            return pl.DataFrame()
+        rows = team_store.queue(con, projects, now)
+    return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+
+
+def team_audit(path: str, node: str, limit: int = 20) -> pl.DataFrame:
+    """The newest changes to a team's queue: who (and how identified), when, before -> after."""
+    with warehouse.kept_reader(path) as con:
+        if not _has_table(con, "team_audit"):
+            return pl.DataFrame()
+        return result_frame(con.execute(
+            "SELECT changed_at, changed_by, identity, change, cluster, job_id, before, after FROM team_audit "
+            "WHERE node = ? ORDER BY changed_at DESC LIMIT ?", [node, limit]))

@@ -23,7 +23,19 @@ from gpuledger.enforce.backends.base import (
     Outcome,
 )
 from gpuledger.enforce.model import ENDED as PHASE_ENDED
-from gpuledger.enforce.model import ENDED_STATES, NONE, PREEMPT, RUNNING, SET_PRIORITY, WAITING, WARN, Action
+from gpuledger.enforce.model import (
+    ENDED_STATES,
+    HELD,
+    HOLD,
+    NONE,
+    PREEMPT,
+    RELEASE,
+    RUNNING,
+    SET_PRIORITY,
+    WAITING,
+    WARN,
+    Action,
+)
 
 
 @dataclass
@@ -57,7 +69,8 @@ def apply_actions(actions: list[Action], backend: Backend, *, dry_run: bool,
     except (CredentialError, BackendUnavailable) as exc:
         run.fatal = exc
         return run
-    verbs = {SET_PRIORITY: backend.set_priority, WARN: backend.warn, PREEMPT: backend.preempt}
+    verbs = {SET_PRIORITY: backend.set_priority, WARN: backend.warn, PREEMPT: backend.preempt,
+             HOLD: backend.hold, RELEASE: backend.release}
     for action in actions:
         if action.action == NONE:
             continue
@@ -72,7 +85,8 @@ def apply_actions(actions: list[Action], backend: Backend, *, dry_run: bool,
             run.results.append((action, Outcome(SKIPPED, why_not, cause="other-scheduler")))
             continue
         try:
-            outcome = _check(action, backend, guard) if action.action == PREEMPT else None
+            outcome = (_check(action, backend, guard) if action.action == PREEMPT
+                       else _check_queued(action, backend) if action.action in (HOLD, RELEASE) else None)
             if outcome is None:
                 outcome = verbs[action.action](action, dry_run=dry_run)
         except (CredentialError, BackendUnavailable) as exc:
@@ -110,6 +124,24 @@ def _check(action: Action, backend: Backend, guard) -> Outcome | None:
         return Outcome(REFUSED, "the job is no longer what the plan judged (" + "; ".join(changed)
                        + "): not preempted; the next plan decides again", cause="changed")
     return _still_waiting(action, backend)
+
+
+def _check_queued(action: Action, backend: Backend) -> Outcome | None:
+    """A lead's hold acts only on a job the scheduler shows waiting now (a job that started since
+    the plan is left running: a hold never stops work), a release on one it still lists."""
+    if not backend.observes:
+        return None
+    live = backend.live(action)
+    if live is None:
+        return Outcome(SKIPPED, f"{backend.name} no longer lists job {action.job_id} (ended or gone): nothing to "
+                                f"{action.action}", cause="gone")
+    phase = live.get("phase")
+    if action.action == HOLD and phase not in (None, WAITING):
+        return Outcome(SKIPPED, f"job {action.job_id} no longer waits ({live.get('state')}): a hold never stops "
+                                "a started job", cause="not-waiting")
+    if action.action == RELEASE and phase not in (None, WAITING, HELD):
+        return Outcome(SKIPPED, f"job {action.job_id} is {live.get('state')}: nothing to release", cause="not-held")
+    return None
 
 
 def _still_waiting(action: Action, backend: Backend) -> Outcome | None:

@@ -11,7 +11,17 @@ import hashlib
 import json
 from datetime import datetime
 
-from gpuledger.enforce.model import NONE, PREEMPT, SET_PRIORITY, WARN, Action, JobHistory, Warning
+from gpuledger.enforce.model import (
+    HOLD,
+    NONE,
+    PREEMPT,
+    RELEASE,
+    SET_PRIORITY,
+    WARN,
+    Action,
+    JobHistory,
+    Warning,
+)
 
 from gpuledger import warehouse
 from gpuledger.rules.clock import utc_now
@@ -161,6 +171,9 @@ def record_applied(con, results: list[tuple[Action, str, str | None, str | None,
             if a.action == SET_PRIORITY:
                 con.execute("UPDATE enforcement_job_state SET applied_priority = ?, applied_at = ? "
                             "WHERE cluster = ? AND job_id = ?", [a.priority, applied_at, a.cluster, a.job_id])
+            elif a.action in (HOLD, RELEASE):  # a lead's hold as the scheduler has it now
+                con.execute("UPDATE enforcement_job_state SET held = ? WHERE cluster = ? AND job_id = ?",
+                            [a.action == HOLD, a.cluster, a.job_id])
             elif a.action == PREEMPT:
                 con.execute("UPDATE enforcement_job_state SET preemptions = preemptions + 1, "
                             "last_preempted_at = ? WHERE cluster = ? AND job_id = ?",
@@ -195,11 +208,13 @@ def recent_preemptions(con, *, since: datetime) -> list[tuple[str, str, str | No
 def load_history(con) -> dict[tuple[str, str], JobHistory]:
     if not _has_tables(con):
         return {}
+    held = bool(con.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = "
+                            "'enforcement_job_state' AND column_name = 'held'").fetchone()[0])  # migration 028
     return {(c, j): JobHistory(applied_priority=ap, declared_priority=dp, preemptions=n or 0,
-                               last_preempted_at=lp)
-            for c, j, ap, dp, n, lp in con.execute(
-                "SELECT cluster, job_id, applied_priority, declared_priority, preemptions, last_preempted_at "
-                "FROM enforcement_job_state").fetchall()}
+                               last_preempted_at=lp, held=bool(h))
+            for c, j, ap, dp, n, lp, h in con.execute(
+                "SELECT cluster, job_id, applied_priority, declared_priority, preemptions, last_preempted_at, "
+                f"{'held' if held else 'false'} FROM enforcement_job_state").fetchall()}
 
 
 def job_rows(con, job_id: str, cluster: str | None = None, limit: int = 5000) -> list[dict]:

@@ -19,3 +19,13 @@ def quick_band(priority: int) -> bool:
 def on_top(priority: int) -> bool:
     """Whether ``priority`` is the exempt band's (production inference within its share)."""
     return priority >= EXEMPT_BASE
+
+
+def band_of(priority: int) -> str:
+    """The band a gpuledger priority lies in: exempt, quick, funded or unfunded (a lead's order
+    permutes priorities inside one band only: enforce.team)."""
+    if priority >= EXEMPT_BASE:
+        return "exempt"
+    if priority >= QUICK_BASE:
+        return "quick"
+    return "funded" if priority >= FUNDED_BASE else "unfunded"

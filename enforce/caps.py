@@ -18,11 +18,13 @@ Proposal = tuple[Action, JobFacts]
 def preemption_groups(proposals: list[Proposal]) -> list[list[Proposal]]:
     """Squatters one by one, costliest first (then by job id), then each waiting job's victims
     together, waiting jobs in the order their victims were chosen."""
-    squatters = sorted((p for p in proposals if p[0].rule == "squatter"),
-                       key=lambda p: (-float(p[0].figures.get("idle_cost") or 0), p[0].job_id))
+    alone = ("squatter", "owner-release")  # each stands on its own (an owner's release first)
+    squatters = sorted((p for p in proposals if p[0].rule in alone),
+                       key=lambda p: (p[0].rule != "owner-release", -float(p[0].figures.get("idle_cost") or 0),
+                                      p[0].job_id))
     groups: dict[object, list[Proposal]] = {}
     for p in proposals:
-        if p[0].rule != "squatter":
+        if p[0].rule not in alone:
             groups.setdefault(p[0].figures.get("waiting_job"), []).append(p)
     return [[p] for p in squatters] + list(groups.values())
 

@@ -53,6 +53,11 @@ def waiting_for_gpus(situation: Situation, policy, targets, notes=None) -> list[
     now = situation.now
     waiting = [j for j in situation.jobs
                if not j.running and (j.funded or on_top(targets[j.key][0]) or quick_band(targets[j.key][0]))]
+    held = [j for j in waiting if _held(j, situation)]
+    for j in held:  # a job its lead holds waits for nobody's GPUs
+        if notes is not None:
+            notes[j.key].append("held by its team lead: nothing is preempted for it")
+    waiting = [j for j in waiting if j not in held]
     if situation.observed_by is not None:
         kept = []
         for j in waiting:
@@ -70,6 +75,13 @@ def waiting_for_gpus(situation: Situation, policy, targets, notes=None) -> list[
                     + ", so nothing is preempted for it")
         waiting = kept
     return sorted(waiting, key=lambda j: (-targets[j.key][0], j.submit_time or now, j.key))
+
+
+def _held(job: JobFacts, situation: Situation) -> bool:
+    """Whether the job's team lead holds it (asked for, or applied and not released)."""
+    choice = situation.team_choices.get(job.key)
+    hist = situation.history.get(job.key)
+    return bool((choice is not None and choice.held) or (hist is not None and hist.held))
 
 
 def take_idle(w: JobFacts, pools: list[Pool], cap: Capacity) -> float:

@@ -12,7 +12,7 @@ import re
 from datetime import datetime, timedelta
 
 import duckdb
-from gpuledger.enforce import audit
+from gpuledger.enforce import audit, team_store
 from gpuledger.enforce.model import Finding, JobFacts, Situation
 from gpuledger.warehouse.read_model import facts
 
@@ -77,7 +77,9 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     rows = [dict(zip(_NAMES, r, strict=True)) for r in con.execute(_JOBS, {"now": now}).fetchall()]
     rows, findings = _kueue_workloads_stand_for_their_pods(rows, findings, now)
     rows, findings = _het_jobs_are_one_job(rows, findings)
-    jobs = [job_facts(r, funding.get((r["cluster"], r["job_id"]), {}),
+    choices = team_store.load_choices(con)
+    jobs = [job_facts(r, team_funded(funding.get((r["cluster"], r["job_id"]), {}),
+                                     choices.get((r["cluster"], r["job_id"])), r, policy),
                       observed if observed_cluster is None or r["cluster"] == observed_cluster else {},
                       policy, ranks, now) for r in rows]
     free = {(c, m): float(f) for c, m, f in con.execute(_FREE, {"now": now}).fetchall()}
@@ -94,7 +96,25 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
         squatting_exempt={"namespaces": list(squat.exempt_namespaces), "kinds": list(squat.exempt_kinds),
                           "labels": dict(squat.exempt_labels)},
         observed_by=observed_by, observed_cluster=observed_cluster,
+        team_choices=choices, owner_choices=team_store.load_owner_choices(con, now),
     )
+
+
+def team_funded(fund: dict, choice, row: dict, policy) -> dict:
+    """The job's funding row, funded by its team's budget where its lead marked it so
+    (enforce.team_store checked the mark against the budget left): a job whose project still has
+    budget but which declares no minimum runtime takes the lead's hours (capped) as its minimum
+    runtime. A project whose budget ran out since stays unfunded, and says the lead's mark waits."""
+    if choice is None or choice.fund_hours is None or fund.get("funded"):
+        return fund
+    if fund.get("unfunded_reason") != "no minimum runtime declared":
+        why = fund.get("unfunded_reason") or "not funded"
+        return {**fund, "unfunded_reason": f"{why} (its team lead's funding mark waits for budget)"}
+    seconds = int(min(choice.fund_hours, policy.funding.min_runtime_cap_hours) * 3600)
+    start = row.get("start_time")
+    return {**fund, "funded": True, "unfunded_reason": None, "min_runtime_s_effective": seconds,
+            "protected_until": start + timedelta(seconds=seconds) if start is not None else None,
+            "funded_by": f"team {choice.node}'s lead {choice.set_by}"}
 
 
 def fairshare_ranks(tree_rows) -> dict[str, int]:
@@ -132,7 +152,7 @@ def job_facts(r: dict, fund: dict, observed: dict[str, dict] | None, policy, ran
         user_name=r["user_name"], start_time=start if running else None, submit_time=r["submit_time"],
         declared_priority=r["priority"],
         observed_priority=seen["priority"] if seen.get("priority") is not None else r["priority"],
-        funded=bool(fund.get("funded")), unfunded_reason=fund.get("unfunded_reason"),
+        funded=bool(fund.get("funded")), unfunded_reason=fund.get("unfunded_reason"), funded_by=fund.get("funded_by"),
         protected_until=protected_until if running else None, fs_rank=ranks.get(r["project"]),
         labels=seen.get("labels") or {}, annotations=seen.get("annotations") or {},
         requeue_flag=seen.get("requeue_flag"), scheduler_job=r["scheduler_job"], partition=r["partition"],

@@ -12,7 +12,9 @@ SET_PRIORITY = "set-priority"
 WARN = "warn"
 PREEMPT = "preempt"
 NONE = "none"
-ACTIONS = (SET_PRIORITY, WARN, PREEMPT, NONE)
+HOLD = "hold"  # a team lead holds a queued job (Slurm: scontrol hold; Kueue: spec.active=false)
+RELEASE = "release"  # ... and releases it again
+ACTIONS = (SET_PRIORITY, WARN, PREEMPT, HOLD, RELEASE, NONE)
 REQUEUE = "requeue"
 STOP = "stop"
 #: A live view's ``phase``, the same words for every scheduler (Slurm's JobState, a pod's phase, a
@@ -45,6 +47,7 @@ class JobFacts:
     observed_priority: int | None = None  # what the scheduler reports now (Kueue: spec.priority)
     funded: bool = False
     unfunded_reason: str | None = None
+    funded_by: str | None = None  # a team lead's funding mark (enforce.team), when that is what funds it
     protected_until: datetime | None = None  # start + capped minimum runtime, funded jobs only
     fs_rank: int | None = None  # the project's fair-share rank, 1 = served first
     labels: dict[str, str] = field(default_factory=dict)
@@ -100,6 +103,7 @@ class JobHistory:
     declared_priority: int | None = None
     preemptions: int = 0
     last_preempted_at: datetime | None = None
+    held: bool = False  # a lead's hold applied on the scheduler (and not released since)
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,11 @@ class Situation:
     squatting_exempt: dict = field(default_factory=dict)  # namespaces / kinds / labels
     observed_by: str | None = None  # the backend whose live view joined (None: none, so no preemption)
     observed_cluster: str | None = None  # the cluster that live view is of (None: any)
+    # job key -> enforce.team.TeamChoice: what the job's team lead chose (order, funding, hold)
+    team_choices: dict = field(default_factory=dict)
+    # job key -> enforce.keeps.OwnerChoice: a keep its owner was granted that is still running, or
+    # a release the owner asked for (a squatting alert's self-service)
+    owner_choices: dict = field(default_factory=dict)
 
 
 @dataclass

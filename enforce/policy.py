@@ -43,7 +43,17 @@ from collections import defaultdict
 from gpuledger.enforce.bands import EXEMPT_BASE, FUNDED_BASE, PROJECT_STEP, QUICK_BASE, UNFUNDED_BASE
 from gpuledger.enforce.caps import capped
 from gpuledger.enforce.demand import demand_preemptions
-from gpuledger.enforce.model import NONE, PREEMPT, SET_PRIORITY, WARN, Action, JobFacts, Situation
+from gpuledger.enforce.model import (
+    HOLD,
+    NONE,
+    PREEMPT,
+    RELEASE,
+    SET_PRIORITY,
+    WARN,
+    Action,
+    JobFacts,
+    Situation,
+)
 from gpuledger.enforce.rails import (  # noqa: F401  (the rules' public names, as before the split)
     TRUE,
     act,
@@ -56,8 +66,10 @@ from gpuledger.enforce.rails import (  # noqa: F401  (the rules' public names, a
     stale,
 )
 from gpuledger.enforce.squatters import CAPPED_WARNING_WINDOW, STAGES, squatter_stage  # noqa: F401
+from gpuledger.enforce.team import lead_within, reorder
 
-ORDER = {SET_PRIORITY: 0, WARN: 1, PREEMPT: 2, NONE: 3}
+# a lead's hold / release goes with the priorities, before any warning or preemption
+ORDER = {SET_PRIORITY: 0, HOLD: 0, RELEASE: 0, WARN: 1, PREEMPT: 2, NONE: 3}
 
 
 def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tuple[int, str]]:
@@ -70,10 +82,15 @@ def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tup
             declared[job.project].append(d)
     order = {p: sorted(set(v)) for p, v in declared.items()}
     quick = quick_jobs(situation, policy)
+    declared_within = {j.key: 0 if _declared(j, situation) is None
+                       else min(order[j.project].index(_declared(j, situation)), PROJECT_STEP - 1)
+                       for j in situation.jobs}
+    # a team lead's order of its queued jobs takes the place of their declared priorities
+    lead = lead_within(situation.jobs, situation.team_choices, declared_within)
     out = {}
     for job in situation.jobs:
         d = _declared(job, situation)
-        within = 0 if d is None else min(order[job.project].index(d), PROJECT_STEP - 1)
+        within = lead.get(job.key, declared_within[job.key])
         exempt = exemption(job, policy)
         rank = job.fs_rank if job.fs_rank is not None else n + 1
         fair = max(n - rank + 1, 0) * PROJECT_STEP
@@ -86,15 +103,20 @@ def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tup
         elif job.key in quick:
             value, band = QUICK_BASE + within, f"{quick[job.key]}: served before other funded work"
         elif job.funded:
-            value, band = FUNDED_BASE + fair + within, "funded: above unfunded work"
+            value, band = FUNDED_BASE + fair + within, ("funded: above unfunded work" if job.funded_by is None
+                                                        else f"funded by {job.funded_by}: above unfunded work")
         else:
             value, band = UNFUNDED_BASE + fair + within, f"unfunded ({job.unfunded_reason or 'not funded'})"
         rank_words = f"project {job.project} ranks {job.fs_rank} of {n} by fair share" if job.fs_rank \
             else f"project {job.project} has no fair-share rank"
-        within_words = "" if d is None or len(order[job.project]) < 2 else (
+        within_words = "" if d is None or len(order[job.project]) < 2 or job.key in lead else (
             f"; its declared priority {d} is #{within + 1} of {len(order[job.project])} distinct values "
             f"in the project (it orders only the project's own jobs)")
         out[job.key] = (value, f"{band}; {rank_words}{within_words}")
+    # a team lead's order: the team's own queued jobs swap their values within each band
+    queued = {j.key for j in situation.jobs if not j.running}
+    for key, (value, words) in reorder({k: v for k, (v, _) in out.items()}, queued, situation.team_choices).items():
+        out[key] = (value, f"{out[key][1]}; {words}")
     return out
 
 
@@ -150,6 +172,7 @@ def decide(situation: Situation, policy) -> list[Action]:
     targets = target_priorities(situation, policy)
     notes: dict[tuple[str, str], list[str]] = defaultdict(list)  # why nothing else happened, per job
     actions = priority_actions(jobs, situation, targets, policy, notes)
+    actions += hold_actions(jobs, situation, policy, notes)
     warns, proposals = squatter_stage(jobs, situation, policy, notes)  # preemptions before caps
     proposals += demand_preemptions(situation, policy, targets, {j.key for _, j in proposals}, notes)
     actions += warns + capped(proposals, situation, policy, notes)
@@ -174,8 +197,34 @@ def priority_actions(jobs: list[JobFacts], situation: Situation, targets, policy
                f"so it is set again" if drifted and applied == value else "")
         figures = {"priority": value, "fs_rank": job.fs_rank, "fs_projects": situation.fs_projects,
                    "declared_priority": _declared(job, situation), "running": job.running}
-        out.append(act(SET_PRIORITY, job, f"priority {value}: {why}{was}", "priority", policy,
+        choice = situation.team_choices.get(job.key)
+        rule = "team-order" if choice is not None and choice.position is not None and not job.running else "priority"
+        out.append(act(SET_PRIORITY, job, f"priority {value}: {why}{was}", rule, policy,
                        priority=value, figures=figures))
+    return out
+
+
+def hold_actions(jobs: list[JobFacts], situation: Situation, policy, notes) -> list[Action]:
+    """A team lead's hold of a waiting job, and its release, each once: planned while what the
+    lead chose differs from what was applied (enforcement_job_state.held)."""
+    out = []
+    for job in jobs:
+        choice = situation.team_choices.get(job.key)
+        want = bool(choice is not None and choice.held)
+        hist = situation.history.get(job.key)
+        applied = bool(hist is not None and hist.held)
+        if want == applied:
+            if want:
+                notes[job.key].append(f"held by team {choice.node}'s lead {choice.set_by} (applied)")
+            continue
+        if want and job.running:
+            notes[job.key].append(f"team {choice.node}'s lead {choice.set_by} asked to hold it, but it has started: "
+                                  "a hold never stops a running job")
+            continue
+        who = f"team {choice.node}'s lead {choice.set_by} at {choice.set_at:%Y-%m-%d %H:%M}Z" if choice else "its lead"
+        words = (f"held by {who}: it does not start until released" if want
+                 else f"released by {who}: it queues again in its team's order")
+        out.append(act(HOLD if want else RELEASE, job, words, "team-hold", policy))
     return out
 
 

@@ -115,6 +115,10 @@ def held_by_rails(job: JobFacts, situation: Situation, policy) -> str | None:
             return ("the plan was made without the scheduler's live view (plan with --observe BACKEND; a plan "
                     "file cannot observe): nothing is preempted")
         return f"{situation.observed_by} does not list this job now (ended or gone): nothing is preempted"
+    kept = situation.owner_choices.get(job.key)
+    if kept is not None and kept.kept_until is not None and situation.now < kept.kept_until:
+        return (f"its owner {kept.user_name} keeps it until {fmt(kept.kept_until)} (asked at {fmt(kept.asked_at)}, "
+                "a squatting alert's self-service)")
     hist = situation.history.get(job.key)
     if hist is not None and hist.last_preempted_at is not None:
         until = hist.last_preempted_at + timedelta(minutes=policy.preemption_cooldown_minutes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from gpuledger.enforce.model import PREEMPT, WARN, Action, Finding, JobFacts, Situation, Warning
+from gpuledger.enforce.model import PREEMPT, STOP, WARN, Action, Finding, JobFacts, Situation, Warning
 from gpuledger.enforce.rails import act, exemption, fmt, held_by_rails, protected, squatting_exemption, stale
 
 STAGES = ("warning", "second-warning", "preempt-eligible")
@@ -29,7 +29,11 @@ def squatter_stage(jobs: list[JobFacts], situation: Situation, policy, notes
     for job in jobs:
         if not job.running:
             continue
-        action, note = squatter_outcome(job, findings.get(job.key), situation, policy)
+        owner = situation.owner_choices.get(job.key)
+        if owner is not None and owner.choice == "release":
+            action, note = owner_release(job, owner, situation, policy)
+        else:
+            action, note = squatter_outcome(job, findings.get(job.key), situation, policy)
         if note is not None:
             notes[job.key].append(note)
         if action is not None and action.action == PREEMPT:
@@ -48,12 +52,29 @@ def squatter_outcome(job: JobFacts, finding: Finding | None, situation: Situatio
     exempt = exemption(job, policy) or squatting_exemption(job, situation)
     if exempt:
         return None, f"idle {finding.idle_minutes:.0f} min on {finding.gpus_idle} GPU(s) but {exempt}"
+    kept = situation.owner_choices.get(job.key)
+    if kept is not None and kept.kept_until is not None and situation.now < kept.kept_until:
+        return None, (f"idle {finding.idle_minutes:.0f} min on {finding.gpus_idle} GPU(s), but its owner "
+                      f"{kept.user_name} keeps it until {fmt(kept.kept_until)} (asked at {fmt(kept.asked_at)}): "
+                      "no warning or preemption before then")
     warned = warnings_this_episode(situation.warnings.get(job.key, []), finding, situation.now)
     if finding.severity != "preempt-eligible":
         return warning_due(job, finding, warned, policy)
     if protected(job, situation.now):
         return protected_warning(job, finding, warned, policy)
     return squatter_preemption(job, finding, warned, situation, policy)
+
+
+def owner_release(job: JobFacts, owner, situation: Situation, policy) -> Outcome:
+    """The owner asked, from a squatting alert, to stop their job now: a preemption (stop) through
+    the same rails as any other — the scheduler's live view, the cool-down, the caps."""
+    held = held_by_rails(job, situation, policy)
+    if held:
+        return None, f"its owner {owner.user_name} asked to release it at {fmt(owner.asked_at)}, but {held}"
+    action = act(PREEMPT, job, f"released by its owner {owner.user_name} at {fmt(owner.asked_at)} from a squatting "
+                 "alert", "owner-release", policy)
+    action.mode, action.reason = STOP, action.reason.split("; it ")[0] + "; it is stopped, as its owner asked"
+    return action, None
 
 
 def warnings_this_episode(warnings: list[Warning], finding: Finding, now: datetime) -> list[Warning]:

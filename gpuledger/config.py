@@ -113,10 +113,21 @@ class Rate(_Strict):
         return value
 
 
+class DeliveryBalancePolicy(_Strict):
+    """Owed-but-undelivered GPU-hours carried forward per settlement period (the usage window W;
+    analytics.delivery_balance). ``credit_fair_share``: rank fair share on usage less the balance,
+    so a team the cluster still owes is served sooner (off by default; measured in BENCHMARKS.md).
+    ``history_periods``: how many periods back the balance starts from 0."""
+
+    credit_fair_share: bool = False
+    history_periods: int = Field(default=8, ge=1, le=104)
+
+
 class UsagePolicy(_Strict):
     mode: Literal["decay", "window"] = "decay"
     window_days: float = Field(default=7, gt=0)
     half_life_days: float = Field(default=7, gt=0)
+    delivery_balance: DeliveryBalancePolicy = Field(default_factory=DeliveryBalancePolicy)
 
 
 class MinRuntimeRule(_Strict):
@@ -271,6 +282,34 @@ class QuietHours(_Strict):
     urgent_severity: Literal["warning", "second-warning", "preempt-eligible"] = "preempt-eligible"
 
 
+class OwnerSelfService(_Strict):
+    """What a job's owner may answer to a squatting alert (issue 38): keep the session for a bounded
+    time, release it now, or ask for an exemption — through a signed link served by `gpuledger
+    alerts links serve` at ``url``, or `gpuledger alerts keep | release | exemption`. The links are
+    signed with ``$GPULEDGER_LINK_SECRET`` (or ``link_secret`` in the secrets file), never a
+    secret in this file. Keeps count against a team's allowance over a rolling 7 days, so a keep
+    cannot become a permanent exemption."""
+
+    url: str | None = None  # the link endpoint as owners reach it, e.g. "https://gpuledger.example.org/self-service"
+    keep_links_hours: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0])  # the keep links a mail offers
+    min_keep_hours: float = Field(default=1.0, gt=0)
+    max_keep_hours: float = Field(default=4.0, gt=0, le=24)
+    allowance_hours_per_week: float = Field(default=4.0, ge=0)  # per project, unless its team has its own below
+    team_allowance_hours: dict[str, float] = Field(default_factory=dict)  # org node -> hours per rolling 7 days
+    link_valid_hours: float = Field(default=24.0, gt=0)
+
+    @model_validator(mode="after")
+    def _bounded(self):
+        if self.min_keep_hours > self.max_keep_hours:
+            raise ValueError(f"min_keep_hours {self.min_keep_hours:g} is above max_keep_hours "
+                             f"{self.max_keep_hours:g}: make min_keep_hours <= max_keep_hours")
+        outside = [h for h in self.keep_links_hours if not self.min_keep_hours <= h <= self.max_keep_hours]
+        if outside:
+            raise ValueError(f"keep_links_hours {outside} lie outside {self.min_keep_hours:g}..{self.max_keep_hours:g} "
+                             "h: offer only keeps the policy grants")
+        return self
+
+
 class AlertsPolicy(_Strict):
     """Who hears about squatters and budgets (gpuledger.alerts). Channels are names only: each one's
     URL (an apprise URL, with any credentials) comes from ``$GPULEDGER_ALERT_<NAME>_URL`` or the
@@ -291,6 +330,7 @@ class AlertsPolicy(_Strict):
     help_url: str | None = None  # a page that explains idle-GPU rules to owners, linked in their mails
     max_attempts: int = Field(default=12, ge=1)
     retry_base_seconds: float = Field(default=30, gt=0)  # backoff: base × 2^(attempt-1), capped at 1 h
+    self_service: OwnerSelfService = Field(default_factory=OwnerSelfService)  # the owner's answers to an alert
 
 
 class ReportsPolicy(_Strict):

@@ -1,6 +1,6 @@
 import polars as pl
 import streamlit as st
-from gpuledger.dashboards import access, queries, ui
+from gpuledger.dashboards import access, queries, team_queue, ui
 
 
 def beside_the_scheduler(path: str, queued: pl.DataFrame) -> pl.DataFrame:
@@ -96,6 +96,7 @@ if ctx is not None:
     st.caption("Priority from the newest enforcement plan (funded-ness, fair-share rank); queued jobs start in "
                "this order (priority, then the earlier submission) as GPUs free up.")
 
+    team_queue.section(ctx, now, ui.load_config(ctx.path).policy)  # a lead changes their own queue (issue 38)
     waits_section(ctx, projects)
 
     st.subheader("Budget")

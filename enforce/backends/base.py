@@ -88,6 +88,13 @@ class Backend:
     def preempt(self, action: Action, *, dry_run: bool) -> Outcome:
         return Outcome(SKIPPED, f"{self.name} cannot preempt")
 
+    def hold(self, action: Action, *, dry_run: bool) -> Outcome:
+        """Keep a waiting job from starting (a team lead's hold) until ``release``."""
+        return Outcome(SKIPPED, f"{self.name} cannot hold a job", cause="no-hold")
+
+    def release(self, action: Action, *, dry_run: bool) -> Outcome:
+        return Outcome(SKIPPED, f"{self.name} cannot release a held job", cause="no-hold")
+
 
 class BackendUnavailable(RunError):
     """The scheduler cannot be reached at all: nothing more is tried this run. ``outcome``: what

@@ -170,6 +170,27 @@ class KueueBackend(Backend):
         then = "re-activated by the next apply once evicted" if action.mode == REQUEUE else "left deactivated"
         return self._send(writes, dry_run, f"Workload {ns}/{name} spec.active=false ({then})")
 
+    def hold(self, action: Action, *, dry_run: bool) -> Outcome:
+        """A team lead's hold of a pending Workload: ``spec.active=false`` (Kueue admits it not)."""
+        ns, name = workload_ref(action)
+        return self._guard(action, lambda: self._activate(action, ns, name, False, dry_run))
+
+    def release(self, action: Action, *, dry_run: bool) -> Outcome:
+        ns, name = workload_ref(action)
+        return self._guard(action, lambda: self._activate(action, ns, name, True, dry_run))
+
+    def _activate(self, action, ns, name, active: bool, dry_run):
+        custom, core = self._apis()
+        wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, _request_timeout=self.timeout_s)
+        if ((wl.get("spec") or {}).get("active", True) is not False) == active:
+            return Outcome(UNCHANGED, f"Workload {ns}/{name} is already {'active' if active else 'held'}")
+        body = {"spec": {"active": active}}
+        writes = [self._patch(custom, ns, name, body),
+                  self._event(core, ns, name, (wl.get("metadata") or {}).get("uid"),
+                              "GpuledgerReleased" if active else "GpuledgerHeld", action.reason)]
+        return self._send(writes, dry_run, f"Workload {ns}/{name} spec.active={str(active).lower()} "
+                                           f"({'released' if active else 'held'} by its team lead)")
+
     def prepare(self, *, dry_run: bool) -> list[str]:
         """Re-activate the workloads gpuledger deactivated to requeue, once Kueue evicted them (a
         dry run reads them and lists the writes it would send)."""

@@ -96,6 +96,12 @@ class PlanFileBackend(Backend):
     def preempt(self, action, *, dry_run):
         return self._keep(action, dry_run)
 
+    def hold(self, action, *, dry_run):
+        return self._keep(action, dry_run)
+
+    def release(self, action, *, dry_run):
+        return self._keep(action, dry_run)
+
     def finish(self, planned_at: datetime) -> None:
         if self.out is not None and self.written:
             self.out.write_text(to_json(self.written, plan_id=None, planned_at=planned_at))

@@ -1,5 +1,6 @@
 """Slurm: ``scontrol update JobId=… Nice=…`` (and QOS on pending jobs where configured),
-``scontrol update JobId=… AdminComment=…`` to warn, ``scontrol requeue`` or ``scancel`` to preempt.
+``scontrol update JobId=… AdminComment=…`` to warn, ``scontrol requeue`` or ``scancel`` to preempt,
+``scontrol hold`` / ``scontrol release`` for a team lead's hold.
 
 Priorities the scheduler keeps: Slurm's multifactor priority is Σ PriorityWeight* × factor (each
 factor in 0..1) minus Nice. gpuledger reads the site's weights (``scontrol show config``) and
@@ -272,6 +273,13 @@ class SlurmBackend(Backend):
         text = f"gpuledger {action.stage or 'warning'}: {action.reason}"[:500].replace('"', "'")
         return self._run(action, [*self.scontrol, "update", f"JobId={_jid(action)}", f"AdminComment={text}"],
                          dry_run, "AdminComment set")
+
+    def hold(self, action: Action, *, dry_run: bool) -> Outcome:
+        """``scontrol hold``: the pending job stays pending (Reason JobHeldAdmin) until released."""
+        return self._run(action, [*self.scontrol, "hold", _jid(action)], dry_run, "held")
+
+    def release(self, action: Action, *, dry_run: bool) -> Outcome:
+        return self._run(action, [*self.scontrol, "release", _jid(action)], dry_run, "released")
 
     def preempt(self, action: Action, *, dry_run: bool) -> Outcome:
         if action.mode == REQUEUE:

@@ -1,4 +1,4 @@
-"""A closed month's statement parts as stored (migration 026, closed_statements): plain facts as
+"""A closed month's statement parts as stored (migration 028, closed_statements): plain facts as
 JSON and frames as Arrow IPC (every dtype comes back as written: Decimal(38, 2) amounts, rounded
 floats bit for bit), with a sha256 over all of it that is checked on every read.
 
@@ -45,7 +45,7 @@ def store(con: duckdb.DuckDBPyConnection, period: str, revision: int, facts: dic
 
 def latest(con: duckdb.DuckDBPyConnection, period: str) -> tuple[dict, dict[str, pl.DataFrame]] | None:
     """(facts, frames) stored for ``period``'s latest revision, or None: none stored for it (closed
-    before migration 026, or re-issued by a caller that stored none), or a reader opened before
+    before migration 028, or re-issued by a caller that stored none), or a reader opened before
     the migration reached its warehouse."""
     try:
         rows = con.execute(

@@ -474,7 +474,7 @@ def build_statement(
     A closed month is read back as it was stored at its close or latest correction
     (``freeze_statement``): its lines, usage, energy, business units, capacity, history and
     notes, never recomputed, so its files stay byte-identical whatever config or inventory is
-    loaded later. Otherwise (an open month, or one closed before migration 026): lines come from
+    loaded later. Otherwise (an open month, or one closed before migration 028): lines come from
     ``ledger.periods.statement_lines`` (a closed month: its frozen issued lines and corrections);
     active GPU-hours and efficiency are computed from the activity data beside them (they are
     not billed). ``now`` is the data's "now" for an open month (default: the newest data).
@@ -497,7 +497,7 @@ def build_statement(
 
 
 def freeze_statement(con: duckdb.DuckDBPyConnection, period: str, *, now: datetime | None = None) -> None:
-    """Store closed ``period``'s whole-org statement as of its latest revision (migration 026):
+    """Store closed ``period``'s whole-org statement as of its latest revision (migration 028):
     computed once, here, from its issued lines and the data and config of this moment (``now``:
     the data's "now" its lines were computed at). Called in the transaction that issues the
     revision (reports.closing), so a revision and its statement are stored together."""
