@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from gpuledger.ingest.holdings.devices import parse_device
 from gpuledger.ingest.jobs.checks import EARLIEST, text_problem
 from gpuledger.ingest.metrics.exposition import DEFAULT_MAX_FUTURE_S
 from gpuledger.warehouse import QuarantineRow
@@ -81,12 +82,16 @@ def holding_problem(row: dict, *, now: datetime, max_future_s: float = DEFAULT_M
 def _whole_gpu(row: dict) -> str | None:
     """The physical GPU a holding takes whole, or None (a MIG instance, a time-sliced replica, a
     shared or fractional GPU: several holders at once are their point)."""
-    uuid = row.get("gpu_uuid")
-    if not uuid or row.get("mig_instance_id", -1) not in (-1, None) or "::" in row["device_id"]:
+    if row.get("mig_instance_id", -1) not in (-1, None) or parse_device(row["device_id"]).replica_of:
         return None
-    if row.get("share") not in (None, 1, 1.0) or "shard" in (row.get("resource") or ""):
+    resource = row.get("resource") or ""
+    if row.get("share") not in (None, 1, 1.0) or "shard" in resource or "mps" in resource:
         return None
-    return f"{row['cluster']}/{uuid}"
+    if row.get("gpu_uuid"):
+        return f"{row['cluster']}/{row['gpu_uuid']}"
+    if row.get("gpu_index") is not None:  # no UUID (GKE's nvidia<N>, a Slurm index): the host's GPU N
+        return f"{row['cluster']}/{row['host']}/index {row['gpu_index']}"
+    return None
 
 
 def _raw(row: dict) -> str:
@@ -119,7 +124,7 @@ def screen_holdings(rows: Iterable[dict], *, source: str, now: datetime,
         if clash is not None:
             rejected.append(QuarantineRow(
                 source, str(row.get(WHERE) or source), _raw(row),
-                f"GPU {row['gpu_uuid']} on {row['host']} is held by job {clash['scheduler_job']} from "
+                f"GPU {row['gpu_uuid'] or row['device_id']} on {row['host']} is held by job {clash['scheduler_job']} from "
                 f"{clash['first_seen']:%Y-%m-%d %H:%M:%S} and by job {row['scheduler_job']} from "
                 f"{row['first_seen']:%Y-%m-%d %H:%M:%S} at once; a whole GPU serves one job, so the first is kept: "
                 "fix the device plugin or the spool writer that listed it twice"))
