@@ -6,6 +6,8 @@ protobuf messages, HoldingTracker, the spool's screen) into a real DuckDB wareho
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 
 import polars as pl
 import pytest
@@ -15,7 +17,7 @@ from gpuledger.ingest.holdings.checks import screen_holdings
 from gpuledger.ingest.holdings.devices import parse_device
 from gpuledger.ingest.holdings.pod_resources import HoldingTracker, held_devices
 from gpuledger.ingest.holdings.podresources import api_pb2 as pb
-from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
+from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, partitioned_gpus, write_holdings
 
 T0 = dt.datetime(2026, 11, 2, 10, 0)
 M = dt.timedelta(minutes=1)
@@ -144,3 +146,50 @@ def test_a_whole_gpu_by_index_claimed_by_two_pods_keeps_the_first(warehouse_file
                    _listed(_pod("research", "a", "nvidia.com/gpu", "nvidia0/vgpu0"),
                            _pod("research", "b", "nvidia.com/gpu", "nvidia0/vgpu1")))
     assert screen_holdings(shared, source="pod-resources", now=T0)[1] == []
+
+
+def test_a_slurm_job_on_a_mig_instance_is_charged_for_the_instance_not_the_gpu(tmp_path, warehouse_file):
+    # The prolog records what Slurm gave job 4242 on node s1: GPU index 0, and nvidia-smi's UUID for
+    # index 0 — the parent GPU-p, split into 1g.10gb instances GI 7 and GI 8 (dcgm-exporter reports the
+    # parent's device-level fields as a whole-GPU row too). Job 4243 holds index 0 as well, on the
+    # other instance. dcgm-exporter's HPC job mapping labels GI 7 with 4242 and GI 8 with 4243.
+    from gpuledger.ingest.holdings.slurm_spool import read_spool
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    start = int(T0.replace(tzinfo=dt.UTC).timestamp())
+    for job in ("4242", "4243"):
+        (spool / f"{job}.s1.{start}.start").write_text(
+            "format\tgpuledger-slurm-gpus/1\nevent\tstart\n"
+            f"job_id\t{job}\ncluster\thpc\nnode\ts1\ntime\t{start}\ngpu\t0\tGPU-p\n")
+        (spool / f"{job}.s1.{start + 600}.end").write_text(
+            "format\tgpuledger-slurm-gpus/1\nevent\tend\n"
+            f"job_id\t{job}\ncluster\thpc\nnode\ts1\ntime\t{start + 600}\n")
+    read = read_spool(spool)
+    assert read.quarantined == [] and len(read.holdings) == 2
+    with warehouse.open_writer(warehouse_file) as con:
+        ids = warehouse.register_gpus(con, pl.DataFrame({
+            "cluster": ["hpc"] * 3, "gpu_uuid": ["GPU-p"] * 3, "mig_instance_id": [-1, 7, 8],
+            "host": ["s1"] * 3, "gpu_index": [0, 0, 0], "model": ["A100"] * 3,
+            "mig_profile": [None, "1g.10gb", "1g.10gb"]}))
+        gid = dict(zip(ids["mig_instance_id"], ids["gpu_id"], strict=True))
+        rows = [{"gpu_id": gid[gi], "ts": T0 + k * M, "sm_active_ratio": 0.5, "hpc_job": job}
+                for gi, job in ((7, "4242"), (8, "4243")) for k in range(10)]
+        warehouse.write_samples(con, pl.DataFrame(rows), "scrape")
+        warehouse.upsert(con, "jobs", pl.DataFrame([
+            {"cluster": "hpc", "job_id": job, "project": "p", "gpu_model": "A100", "gpus": 1 / 7,
+             "start_time": T0, "end_time": T0 + 10 * M, "state": "COMPLETED", "source": "slurm", "updated_at": T0}
+            for job in ("4242", "4243")]))
+        # two jobs on one GPU at once: refused while the GPU is whole, both kept once the inventory
+        # knows it partitioned (the CLI reads partitioned_gpus before it screens)
+        assert len(screen_holdings(read.holdings, source="slurm-gpus", now=T0 + 10 * M)[1]) == 1
+        assert partitioned_gpus(con) == {"hpc/GPU-p", "hpc/s1/index 0"}
+    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "slurm-gpus", "--spool", str(spool),
+                           "-w", str(warehouse_file)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr  # the summary line goes to the console (stderr)
+    assert "2 GPU holdings" in said and "2 job x device intervals linked" in said and "quarantined" not in said
+    with warehouse.open_reader(warehouse_file) as con:
+        alloc = con.execute("SELECT job_id, gpu_id, start_time, end_time FROM job_allocations ORDER BY ALL").fetchall()
+    # each job on its own instance for its 10 minutes; the whole GPU row (GI -1) charged to no one
+    assert alloc == [("4242", gid[7], T0, T0 + 10 * M), ("4243", gid[8], T0, T0 + 10 * M)]

@@ -79,7 +79,7 @@ def holding_problem(row: dict, *, now: datetime, max_future_s: float = DEFAULT_M
     return None
 
 
-def _whole_gpu(row: dict) -> str | None:
+def _whole_gpu(row: dict, partitioned: frozenset[str] = frozenset()) -> str | None:
     """The physical GPU a holding takes whole, or None (a MIG instance, a time-sliced replica, a
     shared or fractional GPU: several holders at once are their point)."""
     if row.get("mig_instance_id", -1) not in (-1, None) or parse_device(row["device_id"]).replica_of:
@@ -87,11 +87,14 @@ def _whole_gpu(row: dict) -> str | None:
     resource = row.get("resource") or ""
     if row.get("share") not in (None, 1, 1.0) or "shard" in resource or "mps" in resource:
         return None
+    key = None
     if row.get("gpu_uuid"):
-        return f"{row['cluster']}/{row['gpu_uuid']}"
-    if row.get("gpu_index") is not None:  # no UUID (GKE's nvidia<N>, a Slurm index): the host's GPU N
-        return f"{row['cluster']}/{row['host']}/index {row['gpu_index']}"
-    return None
+        key = f"{row['cluster']}/{row['gpu_uuid']}"
+    elif row.get("gpu_index") is not None:  # no UUID (GKE's nvidia<N>, a Slurm index): the host's GPU N
+        key = f"{row['cluster']}/{row['host']}/index {row['gpu_index']}"
+    # a MIG-partitioned GPU named whole is an instance's parent (Slurm gives a MIG job its GPU's
+    # index): several jobs on it at once are its instances (the link places each by dcgm's labels)
+    return None if key in partitioned else key
 
 
 def _raw(row: dict) -> str:
@@ -101,11 +104,13 @@ def _raw(row: dict) -> str:
 
 
 def screen_holdings(rows: Iterable[dict], *, source: str, now: datetime,
-                    max_future_s: float = DEFAULT_MAX_FUTURE_S) -> tuple[list[dict], list[QuarantineRow]]:
+                    max_future_s: float = DEFAULT_MAX_FUTURE_S,
+                    partitioned: frozenset[str] = frozenset()) -> tuple[list[dict], list[QuarantineRow]]:
     """(the holdings that may land, quarantine rows for the others). Each row may carry
     :data:`WHERE` (its file and record) and :data:`RAW` (its text), dropped from what lands. A
     whole GPU held by two jobs at overlapping times keeps the first holder (by first seen, then
-    job) and refuses the others."""
+    job) and refuses the others — unless the inventory knows it MIG-partitioned (``partitioned``:
+    store.partitioned_gpus)."""
     good: list[dict] = []
     rejected: list[QuarantineRow] = []
     for row in rows:
@@ -117,7 +122,7 @@ def screen_holdings(rows: Iterable[dict], *, source: str, now: datetime,
     kept: list[dict] = []
     holders: dict[str, list[dict]] = {}
     for row in sorted(good, key=lambda r: (r["first_seen"], r["scheduler_job"], r["device_id"])):
-        gpu = _whole_gpu(row)
+        gpu = _whole_gpu(row, partitioned)
         clash = next((h for h in holders.get(gpu, ()) if h["scheduler_job"] != row["scheduler_job"]
                       and h["first_seen"] <= row["last_seen"] and row["first_seen"] <= h["last_seen"]), None) \
             if gpu else None

@@ -44,9 +44,31 @@ by_label AS (
                                     ORDER BY gpu_id) AS k
           FROM labelled) b USING (cluster, source, scheduler_job, host, first_seen, k)
 ),
+-- A Slurm job on MIG instances is recorded as their parent GPU (the prolog knows the index Slurm
+-- gave it and the UUID behind that index; scontrol the same index): where dcgm-exporter labelled
+-- instances of that GPU with the job (hpc_job, its HPC job mapping) while it was held, the holding
+-- is those instances, not the whole GPU — never the parent charged once per job on it.
+mig_of_uuid AS (
+    SELECT h.cluster, h.source, h.scheduler_job, h.host, h.device_id, h.first_seen, h.last_seen, g.gpu_id
+    FROM h JOIN gpus g ON g.cluster = h.cluster AND g.gpu_uuid = h.gpu_uuid
+    WHERE h.source LIKE 'slurm-%' AND h.mig_instance_id = -1 AND g.mig_instance_id >= 0
+),
+mig_of_index AS (
+    SELECT h.cluster, h.source, h.scheduler_job, h.host, h.device_id, h.first_seen, h.last_seen, g.gpu_id
+    FROM h JOIN gpus g ON g.cluster = h.cluster AND g.host = h.host AND g.gpu_index = h.gpu_index
+    WHERE h.source LIKE 'slurm-%' AND h.mig_instance_id = -1 AND h.gpu_uuid IS NULL AND g.mig_instance_id >= 0
+),
+slurm_mig AS (
+    SELECT m.cluster, m.source, m.scheduler_job, m.host, m.device_id, m.first_seen, m.gpu_id
+    FROM (SELECT * FROM mig_of_uuid UNION ALL SELECT * FROM mig_of_index) m
+    WHERE EXISTS (SELECT 1 FROM gpu_samples s
+                  WHERE s.gpu_id = m.gpu_id AND s.ts BETWEEN m.first_seen AND m.last_seen
+                    AND s.hpc_job = m.scheduler_job)
+),
 device AS (
-    SELECT h.*, coalesce(u.gpu_id, i.gpu_id, l.gpu_id) AS gpu_id
+    SELECT h.*, coalesce(m.gpu_id, u.gpu_id, i.gpu_id, l.gpu_id) AS gpu_id
     FROM h
+    LEFT JOIN slurm_mig m USING (cluster, source, scheduler_job, host, device_id, first_seen)
     LEFT JOIN by_uuid u USING (cluster, source, scheduler_job, host, device_id, first_seen)
     LEFT JOIN by_index i USING (cluster, source, scheduler_job, host, device_id, first_seen)
     LEFT JOIN by_label l USING (cluster, source, scheduler_job, host, device_id, first_seen)
