@@ -64,8 +64,9 @@ def test_squeue_gives_the_live_reason_sacct_lacks():
                   "3|k|funded-proj|ann|arr||gres/gpu=2|2026-11-20T11:31:00|Unknown|Unknown|PENDING|normal|gpu|None")
     live = parse_squeue_reasons("2|PENDING|Priority\n3|PENDING|Dependency\n9|RUNNING|None\nbad line\n")
     assert live == {"2": "Priority", "3": "Dependency"}
-    got = dict(with_live_reasons(batch, live).jobs.select("job_id", "_reason").rows())
-    assert got == {"2": "Priority", "3": "Dependency"}
+    got = with_live_reasons(batch, live).jobs
+    assert got.select("job_id", "_reason", "_reason_from").rows() == [("2", "Priority", "squeue"),
+                                                                    ("3", "Dependency", "squeue")]
 
 
 @pytest.mark.parametrize(("place", "reason", "agree", "words"), [
@@ -166,3 +167,15 @@ def test_a_kueue_workloads_quota_reserved_reason_shows_in_explain(path, tmp_path
     rows = {r["job_id"]: r for r in json.loads(waits)}
     assert rows["ml/workload/in"]["wait_s"] == 300.0 and rows["ml/workload/in"]["still_waiting"] is False
     assert rows["ml/workload/never"]["still_waiting"] is True and rows["ml/workload/never"]["cause"] == "scheduler"
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--period", "2026-13"], "--period"),
+    (["--period", "2026-11", "--since", "2026-11-01T00:00:00"], "give --period or --since, not both"),
+    (["--by", "team"], "'team': choose project, user, class, job"),
+    (["--every", "hour"], "'hour': choose day, week"),
+    (["--since", "yesterday-ish"], "--since"),
+])
+def test_report_waits_mistakes_end_in_one_line_and_exit_2(path, args, words):
+    done = cli("report", "waits", *args, "-w", str(path))
+    assert done.exit_code == 2 and words in done.output and "Traceback" not in done.output, done.output
