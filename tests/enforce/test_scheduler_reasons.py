@@ -142,6 +142,13 @@ def test_a_kueue_workloads_quota_reserved_reason_shows_in_explain(path, tmp_path
                      message="nvidia.com/gpu 4 exceeds the flavor's nominal quota 2"),
             workload("in", status="True", reason="QuotaReserved", message="Quota reserved in ClusterQueue team"),
         ]
+        # the admitted Workload's pod, created at its admission by its Job `in`: not a wait of its own
+        server.add_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "in-0", "namespace": "ml", "uid": "uid-in-0", "creationTimestamp": "2026-11-20T11:05:00Z",
+            "labels": {"gpuledger.io/project": "funded-proj"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "in", "uid": "j", "controller": True}]},
+            "spec": {"containers": [{"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+            "status": {"phase": "Running", "startTime": "2026-11-20T11:05:02Z"}})
         ingest = KubernetesIngest(api_client(server.write_kubeconfig(tmp_path / "kc")), cluster="k",
                                   warehouse_path=path, clock=lambda: NOW)
         ingest.sync()
@@ -165,6 +172,9 @@ def test_a_kueue_workloads_quota_reserved_reason_shows_in_explain(path, tmp_path
     import json
 
     rows = {r["job_id"]: r for r in json.loads(waits)}
+    with warehouse.open_reader(path) as con:  # the pod is a job of its own (its GPU-hours), named by its Job
+        assert con.execute("SELECT name, namespace FROM jobs WHERE job_id = 'uid-in-0'").fetchall() == [("in", "ml")]
+    assert set(rows) == {"ml/workload/in", "ml/workload/never", "ml/workload/wait"}  # not the pod uid-in-0
     assert rows["ml/workload/in"]["wait_s"] == 300.0 and rows["ml/workload/in"]["still_waiting"] is False
     assert rows["ml/workload/never"]["still_waiting"] is True and rows["ml/workload/never"]["cause"] == "scheduler"
 
