@@ -8,10 +8,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from gpuledger.enforce.scheduler_view import QueuePlace, SchedulerWord, compare, ordinal
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
-from gpuledger.enforce.scheduler_view import QueuePlace, SchedulerWord, compare, ordinal
 from gpuledger.ingest.jobs.slurm import parse_parsable, parse_squeue_reasons, with_live_reasons, write_batch
 from tests.helpers.configs import TWO_PROJECTS
 
