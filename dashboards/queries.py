@@ -363,6 +363,22 @@ def _facts_at_the_end(path: str, end: datetime, figure: str, empty_sql: str) -> 
     return answer.with_columns(pl.lit(at, dtype=pl.Datetime("us")).alias("as_of"), pl.lit(at.date()).alias("day"))
 
 
+def delivery_balance(path: str, end: datetime) -> tuple[pl.DataFrame, bool, float]:
+    """The delivery balance per org node and settlement period up to the period's end, at most the
+    data's now (`gpuledger report balance --history`'s answer under the config in force; empty
+    without data), whether fair share is credited with it, and the period's length in days."""
+    from gpuledger.ledger.config_versions import config_in_force as in_force
+    from gpuledger.warehouse.read_model import facts
+
+    with warehouse.kept_reader(path) as con:
+        policy = in_force(con, None, write=False).config.policy
+        credited, days = policy.usage.delivery_balance.credit_fair_share, policy.usage.window_days
+        now = facts.data_now(con)
+        if now is None:
+            return pl.DataFrame(), credited, days
+        return facts.delivery_balance(con, policy=policy, as_of=min(end, now)).frame, credited, days
+
+
 def fairshare_history(path: str, start: datetime, end: datetime) -> pl.DataFrame:
     return read(path, "fairshare_history", start=start, end=end)
 

@@ -134,6 +134,12 @@ USAGE = [
          seeded=True),
     Case("sacct-proc-self-mem", ("ingest", "slurm", "--file", "/proc/self/mem", "--cluster", "c"), 2,
          ("--file /proc/self/mem: cannot be read (Input/output error)",)),
+    # an export read a batch at a time (issue 36) is still refused before anything is written when its
+    # first batch cannot be read: a document cut mid-job, one without a jobs list
+    Case("sacct-json-cut", ("ingest", "slurm", "--file", "{folder}/sacct-cut.json", "--cluster", "c"), 2,
+         ("{folder}/sacct-cut.json:1: not JSON (Expecting value at column",)),
+    Case("sacct-json-no-jobs-list", ("ingest", "slurm", "--file", "{folder}/sacct-no-jobs.json", "--cluster", "c"),
+         2, ("{folder}/sacct-no-jobs.json: no 'jobs' list",)),
     Case("reserved-negative", ("whatif", "procurement", "--reserved", "H100=-5"), 2,
          ("--reserved", "'-5' is not a finite number of 0 or more")),
     # a reader of a warehouse that is not there (a mistyped -w): exit 2 naming it, as every reader
@@ -216,6 +222,8 @@ def rig(tmp_path_factory):
         (hang / tool).write_text("#!/bin/sh\nexec sleep 120\n")
         (hang / tool).chmod(0o755)
     (folder / "gpuledger.yaml").write_text(SEED_CONFIG)
+    (folder / "sacct-cut.json").write_text('{"jobs": [{"job_id": 1, "account": "p"}, {"job_id": 2, "account": ')
+    (folder / "sacct-no-jobs.json").write_text('{"meta": {}, "jobs": {"1": {"account": "p"}}}')
     env = {"COLUMNS": "200", "PATH": f"{hang}{os.pathsep}/usr/bin:/bin", "HOME": str(folder)}
     seed = folder / "seed.duckdb"
     loaded = subprocess.run([sys.executable, "-m", "gpuledger.cli", "config", "load", "-w", str(seed)], cwd=folder,

@@ -137,8 +137,16 @@ def test_fair_share_tree_equals_the_analytics(on_rig):
     projects = expected.filter(pl.col("kind") == "project")
     assert metrics(at)["Projects ranked"] == str(projects.height)
     assert metrics(at)["GPU-hours in the window"] == f"{projects['gpu_hours_window'].sum():,.1f} GPU-h"
+    # the delivery balance: `report balance`'s running period, node for node
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        balance = reports.balance_report(con, as_of=now)
+    newest = balance.filter(pl.col("period_start") == pl.col("period_start").max())
+    shown = frame(at, 1)
+    assert shown["node"].to_list() == newest["node"].to_list()
+    for col in ("gpu_hours_owed", "gpu_hours_carried_in", "gpu_hours_balance"):
+        assert shown[col].to_list() == pytest.approx(newest[col].to_list(), abs=1e-9)
     # the queue: projects in the analytics' order, each with one reason step per level below the root
-    queue = frame(at, 1)
+    queue = frame(at, 2)
     assert queue["project"].to_list() == projects["node"].to_list()
     depth = dict(zip(expected["node"], expected["depth"], strict=True))
     for project, why in zip(queue["project"], queue["why"], strict=True):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from contextlib import ExitStack, contextmanager
 from enum import Enum
 from pathlib import Path
 
@@ -47,69 +49,91 @@ def slurm(
     Unreadable lines go to quarantine (source slurm-sacct) beside the good ones; re-importing
     changes nothing, and a newer export updates a job's state and end time.
     """
+    from gpuledger.ingest.jobs.sacct_import import import_batches, open_export
+    from gpuledger.ingest.jobs.slurm import LIVE_ORIGIN, SacctCallError, parse_sacct, run_sacct
+
+    if (file is None) == (not live):
+        console.print("[red]give exactly one of --file F or --live[/red]")
+        raise typer.Exit(2)
+    with _sacct_errors(), ExitStack() as stack:
+        if live:  # one call's window, read whole: the controller's reasons are joined onto it
+            origin, chosen = LIVE_ORIGIN, (fmt or SacctFormat.parsable).value
+            try:
+                text = run_sacct(chosen, start, end, tz=tz, sacct=sacct)
+            except (SacctCallError, ValueError) as exc:  # sacct missing or failing is a failed run
+                typer.secho(f"gpuledger: {printable(str(exc), 600)}", err=True, fg="red")
+                raise typer.Exit(1 if isinstance(exc, SacctCallError) else 2) from None
+            batch = parse_sacct(text, fmt=chosen, origin=origin, cluster=cluster, tz=tz)
+            del text
+            _live_reasons(batch, chosen, start=start, end=end, tz=tz, sacct=sacct, cluster=cluster)
+            batches = iter([batch])
+        else:  # a saved export, read a batch of jobs at a time (memory follows the batch)
+            origin = str(file)
+            try:
+                batches = stack.enter_context(open_export(file, fmt.value if fmt else "auto", cluster=cluster, tz=tz))
+                # the first batch before the warehouse is opened: an export that cannot be read at
+                # all (no header, not JSON) writes nothing, not even a new warehouse file
+                first = next(batches)
+            except OSError as exc:  # /proc/self/mem (EIO), a FIFO nobody writes, ...
+                raise UsageError(f"--file {file}: cannot be read ({exc.strerror or exc}); give a saved `sacct "
+                                 "--json` or `sacct --parsable2` export") from None
+            batches = itertools.chain([first], batches)
+        with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
+            done = import_batches(con, batches, origin)
+    for warning in done.warnings:
+        console.print(f"[yellow]{escape(warning)}[/yellow]")
+    console.print(done.summary(origin))
+    for bad in done.first_rejected:
+        console.print(f"  {bad.location}: {bad.reason}", markup=False)  # the reason quotes the row
+    if done.quarantined > len(done.first_rejected):
+        console.print(f"  ... and {done.quarantined - len(done.first_rejected)} more: "
+                      "`gpuledger warehouse quarantine --source slurm-sacct`")
+
+
+def _live_reasons(batch, chosen: str, *, start: str, end: str, tz: str, sacct: str, cluster: str | None) -> None:
+    """The controller's pending Reason on ``batch`` (sacct's stays None until the job's next event);
+    a warning on the batch when squeue cannot be read."""
+    import polars as pl
+
     from gpuledger.ingest.jobs.slurm import (
         LIVE_ORIGIN,
-        SACCT_FIELDS,
         SacctCallError,
         SacctFormatError,
         parse_sacct,
         parse_squeue_reasons,
         run_sacct,
         run_squeue,
-        summary_line,
         unlisted_pending,
         with_live_reasons,
-        write_batch,
     )
 
-    if (file is None) == (not live):
-        console.print("[red]give exactly one of --file F or --live[/red]")
-        raise typer.Exit(2)
+    squeue = str(Path(sacct).with_name("squeue")) if "/" in sacct else "squeue"
     try:
-        if live:
-            chosen = (fmt or SacctFormat.parsable).value
-            text = run_sacct(chosen, start, end, tz=tz, sacct=sacct)
-            origin = LIVE_ORIGIN
-        else:
-            chosen = fmt.value if fmt else "auto"
-            try:
-                text = file.read_text(encoding="utf-8", errors="replace")
-            except OSError as exc:  # /proc/self/mem (EIO), a FIFO nobody writes, ...
-                raise UsageError(f"--file {file}: cannot be read ({exc.strerror or exc}); give a saved `sacct "
-                                 "--json` or `sacct --parsable2` export") from None
-            origin = str(file)
-        batch = parse_sacct(text, fmt=chosen, origin=origin, cluster=cluster, tz=tz)
-    except (SacctFormatError, SacctCallError, ValueError) as exc:
-        # one line, not rich markup: sacct's own words; the fields it needs when the export lacks them
+        live_reasons = parse_squeue_reasons(run_squeue(squeue=squeue))
+        missing = unlisted_pending(batch, live_reasons)
+        if missing:  # held / begin-time / dependency jobs: no window lists them, -j does
+            more = parse_sacct(run_sacct(chosen, start, end, tz=tz, sacct=sacct, jobs=missing), fmt=chosen,
+                               origin=LIVE_ORIGIN, cluster=cluster, tz=tz)
+            batch.jobs = pl.concat([batch.jobs, more.jobs], how="vertical_relaxed").unique(
+                ["cluster", "job_id"], keep="first", maintain_order=True)
+            batch.rejected.extend(more.rejected)
+            batch.records_read += more.records_read
+            batch.skipped_no_gpu += more.skipped_no_gpu
+        with_live_reasons(batch, live_reasons)
+    except (SacctCallError, SacctFormatError) as exc:
+        batch.warnings.append(f"pending jobs' Slurm reasons not read: {exc}")
+
+
+@contextmanager
+def _sacct_errors():
+    """An export gpuledger cannot read: one line, exit 2 (sacct's own words; the fields it needs
+    when the export lacks them)."""
+    from gpuledger.ingest.jobs.slurm import SACCT_FIELDS, SacctFormatError
+
+    try:
+        yield
+    except SacctFormatError as exc:
         fields = (f" (expected fields: {','.join(SACCT_FIELDS)})"
                   if isinstance(exc, SacctFormatError) and "--format=" not in str(exc) else "")
         typer.secho(f"gpuledger: {printable(str(exc), 600)}{fields}", err=True, fg="red")
-        # sacct missing or failing is a failed run; an unreadable export is the user's to fix
-        raise typer.Exit(1 if isinstance(exc, SacctCallError) else 2) from None
-    if live:  # the controller's pending Reason (sacct's stays None until the job's next event)
-        import polars as pl
-
-        squeue = str(Path(sacct).with_name("squeue")) if "/" in sacct else "squeue"
-        try:
-            live_reasons = parse_squeue_reasons(run_squeue(squeue=squeue))
-            missing = unlisted_pending(batch, live_reasons)
-            if missing:  # held / begin-time / dependency jobs: no window lists them, -j does
-                more = parse_sacct(run_sacct(chosen, start, end, tz=tz, sacct=sacct, jobs=missing), fmt=chosen,
-                                   origin=origin, cluster=cluster, tz=tz)
-                batch.jobs = pl.concat([batch.jobs, more.jobs], how="vertical_relaxed").unique(
-                    ["cluster", "job_id"], keep="first", maintain_order=True)
-                batch.rejected.extend(more.rejected)
-                batch.records_read += more.records_read
-                batch.skipped_no_gpu += more.skipped_no_gpu
-            with_live_reasons(batch, live_reasons)
-        except (SacctCallError, SacctFormatError) as exc:
-            batch.warnings.append(f"pending jobs' Slurm reasons not read: {exc}")
-    for warning in batch.warnings:
-        console.print(f"[yellow]{escape(warning)}[/yellow]")
-    with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
-        result = write_batch(con, batch)
-    console.print(summary_line(batch, result, origin))
-    for bad in batch.rejected[:20]:
-        console.print(f"  {bad.location}: {bad.reason}", markup=False)  # the reason quotes the row
-    if len(batch.rejected) > 20:
-        console.print(f"  ... and {len(batch.rejected) - 20} more: `gpuledger warehouse quarantine --source slurm-sacct`")
+        raise typer.Exit(2) from None

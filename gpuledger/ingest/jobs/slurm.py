@@ -28,19 +28,22 @@ updates a job (RUNNING → COMPLETED, End filled in).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
+from typing import BinaryIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
 import polars as pl
 
+from gpuledger.errors import printable
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.jobs.checks import job_limits, screen_jobs, whole_number
 from gpuledger.ingest.scheduler_reasons import NO_REASON, SLURM, SchedulerReason, record_reasons
@@ -53,6 +56,8 @@ from gpuledger.warehouse.job_columns import JOB_CORE, job_schema
 
 SOURCE = "slurm-sacct"
 LIVE_ORIGIN = "sacct"
+# Job records per batch of a streamed export (~2 KB each as sacct --json): memory follows the batch
+CHUNK_JOBS = 20_000
 
 # The documented field list for parsable exports and the live call. TimelimitRaw is minutes
 # (or UNLIMITED / Partition_Limit); QOS, Partition and the time limit ride along in the parsed
@@ -280,58 +285,88 @@ def parse_parsable(
     tz: str = "UTC",
     now: datetime | None = None,
 ) -> SlurmBatch:
-    """Read ``sacct --parsable2`` output (header line first). ``origin`` is the file name, or
-    ``"sacct"`` for a live call (quarantine locations then name the job id).
+    """Read ``sacct --parsable2`` output (header line first) whole: :func:`iter_parsable` in one
+    chunk. ``origin`` is the file name, or ``"sacct"`` for a live call (quarantine locations then
+    name the job id). Raises SacctFormatError when the header lacks a required field or the zone
+    is unknown."""
+    return merged(iter_parsable(text.splitlines(), origin=origin, cluster=cluster, tz=tz, now=now, chunk_jobs=None))
 
-    Raises SacctFormatError when the header lacks a required field or the zone is unknown.
-    """
+
+def iter_parsable(
+    lines: Iterable[str], *, origin: str, cluster: str | None = None, tz: str = "UTC",
+    now: datetime | None = None, chunk_jobs: int | None = CHUNK_JOBS,
+) -> Iterator[SlurmBatch]:
+    """``sacct --parsable2`` output read from ``lines`` (e.g. an open file) in batches of at most
+    ``chunk_jobs`` job records (None: one batch), so memory follows the chunk, not the export.
+    The header is checked before the first batch is given (SacctFormatError). A requeued job's
+    runs are told apart within a batch (:func:`split_runs`); across batches the writer compares
+    with what it stored (``sacct_import``)."""
     try:
         zone = _zone(tz)
     except ValueError as exc:
         raise SacctFormatError(str(exc)) from None
     stamp = _now(now)
-    lines = text.splitlines()
-    header_no = next((i for i, line in enumerate(lines) if line.strip()), None)
+    numbered = enumerate((line.rstrip("\r\n") for line in lines), start=1)
+    header_no, header_line = next(((n, line) for n, line in numbered if line.strip()), (None, None))
     if header_no is None:
-        return SlurmBatch(jobs=_frame([]), warnings=[f"{origin}: empty sacct output"])
-    header = [h.strip() for h in lines[header_no].split("|")]
+        yield SlurmBatch(jobs=_frame([]), warnings=[f"{origin}: empty sacct output"])
+        return
+    header = [h.strip() for h in header_line.split("|")]
     index = {name.lower(): i for i, name in enumerate(header)}
     missing = [f for f in REQUIRED_FIELDS if f.lower() not in index]
     if "alloctres" not in index and "reqtres" not in index:
         missing.append("AllocTRES (or ReqTRES)")
     if missing:
         raise SacctFormatError(
-            f"{origin}:{header_no + 1}: the header lacks {', '.join(missing)}; export with "
+            f"{origin}:{header_no}: the header lacks {', '.join(missing)}; export with "
             f"sacct -a -X --parsable2 --format={','.join(SACCT_FIELDS)}"
         )
     # Reason is Slurm's own word (Resources, Priority, QOSMaxGRESPerUser): never holds a "|"
     free_text = [f for f in _FREE_TEXT_FIELDS if f.lower() in index and f != "Reason"]
+    names = [h.lower() for h in header]
+    while True:
+        batch, rows, ended = SlurmBatch(jobs=_frame([])), [], True
+        for line_no, line in numbered:
+            if not line.strip():
+                continue
+            values = line.split("|")
+            first = values[0].strip()
+            location = f"{LIVE_ORIGIN}:{first}" if origin == LIVE_ORIGIN and first else f"{origin}:{line_no}"
+            if _STEP_ID.match(first):
+                batch.skipped_steps += 1
+                continue
+            batch.records_read += 1
+            try:
+                record = dict(zip(names, _fit_fields(values, header, free_text), strict=True))
+                row = _parsable_record_to_row(record, cluster, zone, stamp)
+            except ValueError as exc:
+                batch.rejected.append(QuarantineRow(SOURCE, location, line, str(exc)))
+            else:
+                if row is None:
+                    batch.skipped_no_gpu += 1
+                else:
+                    rows.append({**row, "_location": location, "_raw": line})
+            if chunk_jobs is not None and batch.records_read >= chunk_jobs:
+                ended = False
+                break
+        batch.jobs = _frame(split_runs(rows))
+        yield batch
+        if ended:
+            return
 
-    batch = SlurmBatch(jobs=_frame([]))
-    rows: list[dict] = []
-    for line_no, line in enumerate(lines[header_no + 1:], start=header_no + 2):
-        if not line.strip():
-            continue
-        values = line.split("|")
-        first = values[0].strip()
-        location = f"{LIVE_ORIGIN}:{first}" if origin == LIVE_ORIGIN and first else f"{origin}:{line_no}"
-        if _STEP_ID.match(first):
-            batch.skipped_steps += 1
-            continue
-        batch.records_read += 1
-        try:
-            values = _fit_fields(values, header, free_text)
-            record = dict(zip((h.lower() for h in header), values, strict=True))
-            row = _parsable_record_to_row(record, cluster, zone, stamp)
-        except ValueError as exc:
-            batch.rejected.append(QuarantineRow(SOURCE, location, line, str(exc)))
-            continue
-        if row is None:
-            batch.skipped_no_gpu += 1
-        else:
-            rows.append({**row, "_location": location, "_raw": line})
-    batch.jobs = _frame(split_runs(rows))
-    return batch
+
+def merged(batches: Iterable[SlurmBatch]) -> SlurmBatch:
+    """The batches of one export as one (counts summed, jobs and rejects in order)."""
+    out, frames = SlurmBatch(jobs=_frame([])), []
+    for batch in batches:
+        frames.append(batch.jobs)
+        out.rejected += batch.rejected
+        out.warnings += batch.warnings
+        out.records_read += batch.records_read
+        out.skipped_no_gpu += batch.skipped_no_gpu
+        out.skipped_steps += batch.skipped_steps
+    out.jobs = pl.concat(frames) if frames else out.jobs
+    return out
 
 
 def _fit_fields(values: list[str], header: list[str], free_text: list[str]) -> list[str]:
@@ -510,50 +545,102 @@ def parse_json(
     cluster: str | None = None,
     now: datetime | None = None,
 ) -> SlurmBatch:
-    """Read ``sacct --json`` output. A job that cannot be read is quarantined with its JSON text.
+    """Read ``sacct --json`` output whole: :func:`iter_json` in one chunk. A job that cannot be
+    read is quarantined with its JSON text. Raises SacctFormatError when the document is not JSON
+    or has no ``jobs`` list."""
+    return merged(iter_json(io.BytesIO(text.encode("utf-8", errors="replace")), origin=origin, cluster=cluster,
+                            now=now, chunk_jobs=None))
 
-    Raises SacctFormatError when the document is not JSON or has no ``jobs`` list.
-    """
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SacctFormatError(
-            f"{origin}:{exc.lineno}: not JSON ({exc.msg} at column {exc.colno}); "
-            "export with sacct -a -X --json, or use --format parsable"
-        ) from None
-    jobs = document.get("jobs") if isinstance(document, dict) else None
-    if not isinstance(jobs, list):
-        raise SacctFormatError(f"{origin}: no 'jobs' list; is this `sacct --json` output?")
+
+# A syntax error in a document this small is re-read with the json module for its line and column.
+_PRECISE_ERROR_BYTES = 64 << 20
+
+
+def iter_json(
+    source: BinaryIO, *, origin: str, cluster: str | None = None, now: datetime | None = None,
+    chunk_jobs: int | None = CHUNK_JOBS,
+) -> Iterator[SlurmBatch]:
+    """``sacct --json`` output read from ``source`` (a seekable binary file) a job at a time
+    (ijson's C parser), in batches of at most ``chunk_jobs`` job records (None: one batch): only a
+    batch's jobs are held, never the document. Then a second pass reads the document's ``errors``
+    (sacct's own, given as warnings on a last batch). SacctFormatError for a document that is not
+    JSON (naming how many job records came before the fault) or has no ``jobs`` list."""
+    import ijson
+
     stamp = _now(now)
-    batch = SlurmBatch(jobs=_frame([]))
-    for err in document.get("errors") or []:
-        batch.warnings.append(f"sacct reported: {err}")
-    rows: list[dict] = []
-    for i, job in enumerate(jobs):
-        batch.records_read += 1
-        raw_id = job.get("job_id") if isinstance(job, dict) else None
-        label = raw_id if isinstance(raw_id, int | str) and not isinstance(raw_id, bool) else None
-        if origin == LIVE_ORIGIN and label is not None:
-            location = f"{LIVE_ORIGIN}:{label}"
-        elif label is not None:
-            location = f"{origin}:job {label}"
-        else:
-            location = f"{origin}:jobs[{i}]"
+    jobs = ijson.items(source, "jobs.item", use_float=True)
+    seen = 0
+    while True:
+        batch, rows, ended = SlurmBatch(jobs=_frame([])), [], True
         try:
-            if not isinstance(job, dict):
-                raise ValueError(f"jobs[{i}]: expected an object, got {type(job).__name__}")
-            row = _json_record_to_row(job, cluster, stamp)
-        except (ValueError, TypeError, AttributeError) as exc:
-            batch.rejected.append(
-                QuarantineRow(SOURCE, location, json.dumps(job, sort_keys=True, default=str), str(exc))
-            )
-            continue
-        if row is None:
-            batch.skipped_no_gpu += 1
-        else:
-            rows.append({**row, "_location": location, "_raw": json.dumps(job, sort_keys=True, default=str)})
-    batch.jobs = _frame(split_runs(rows))
-    return batch
+            for job in jobs:
+                _json_job(job, seen, batch, rows, origin=origin, cluster=cluster, now=stamp)
+                seen += 1
+                if chunk_jobs is not None and batch.records_read >= chunk_jobs:
+                    ended = False
+                    break
+        except ijson.JSONError as exc:
+            raise SacctFormatError(_not_json(source, origin, exc, seen)) from None
+        if ended and not seen:
+            _check_jobs_list(source, origin)
+        batch.jobs = _frame(split_runs(rows))
+        if ended:
+            source.seek(0)
+            batch.warnings += [f"sacct reported: {err}" for err in ijson.items(source, "errors.item")]
+        yield batch
+        if ended:
+            return
+
+
+def _json_job(job, i: int, batch: SlurmBatch, rows: list[dict], *, origin: str, cluster: str | None,
+              now: datetime) -> None:
+    """One job of the export into ``rows``, or a quarantine row, or a count of jobs without GPUs."""
+    batch.records_read += 1
+    raw_id = job.get("job_id") if isinstance(job, dict) else None
+    label = raw_id if isinstance(raw_id, int | str) and not isinstance(raw_id, bool) else None
+    if origin == LIVE_ORIGIN and label is not None:
+        location = f"{LIVE_ORIGIN}:{label}"
+    elif label is not None:
+        location = f"{origin}:job {label}"
+    else:
+        location = f"{origin}:jobs[{i}]"
+    try:
+        if not isinstance(job, dict):
+            raise ValueError(f"jobs[{i}]: expected an object, got {type(job).__name__}")
+        row = _json_record_to_row(job, cluster, now)
+    except (ValueError, TypeError, AttributeError) as exc:
+        batch.rejected.append(QuarantineRow(SOURCE, location, json.dumps(job, sort_keys=True, default=str), str(exc)))
+        return
+    if row is None:
+        batch.skipped_no_gpu += 1
+    else:
+        rows.append({**row, "_location": location, "_raw": json.dumps(job, sort_keys=True, default=str)})
+
+
+def _not_json(source: BinaryIO, origin: str, exc: Exception, seen: int) -> str:
+    """What is wrong with a document the parser gave up on: line and column from the json module
+    for a small one, else the parser's words and how many job records came before the fault."""
+    hint = "export with sacct -a -X --json, or use --format parsable"
+    source.seek(0, io.SEEK_END)
+    if source.tell() <= _PRECISE_ERROR_BYTES:
+        source.seek(0)
+        try:
+            json.loads(source.read().decode("utf-8", errors="replace"))
+        except json.JSONDecodeError as precise:
+            return f"{origin}:{precise.lineno}: not JSON ({precise.msg} at column {precise.colno}); {hint}"
+    words = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"{origin}: not JSON after {seen:,} job records ({printable(words, 200)}); {hint}"
+
+
+def _check_jobs_list(source: BinaryIO, origin: str) -> None:
+    """A document that gave no job: fine when it has an empty ``jobs`` list, else not sacct's."""
+    import ijson
+
+    source.seek(0)
+    for prefix, event, _ in ijson.parse(source):
+        if prefix == "jobs" and event == "start_array":
+            return
+    raise SacctFormatError(f"{origin}: no 'jobs' list; is this `sacct --json` output?")
 
 
 # --- sources -----------------------------------------------------------------------------------
@@ -700,10 +787,11 @@ def keep_earlier_runs(con: duckdb.DuckDBPyConnection, frame: pl.DataFrame) -> in
     return kept
 
 
-def write_batch(con: duckdb.DuckDBPyConnection, batch: SlurmBatch) -> WriteResult:
+def write_batch(con: duckdb.DuckDBPyConnection, batch: SlurmBatch, *, tier_rules: bool = True) -> WriteResult:
     """Upsert the batch's jobs on (cluster, job_id) and store its rejects. Rows the warehouse's
     limits refuse (checks.job_problem: an account that is not a project of the tree, a future end,
-    absurd GPU counts, unknown models) join the rejects, counted in ``batch.rejected``."""
+    absurd GPU counts, unknown models) join the rejects, counted in ``batch.rejected``.
+    ``tier_rules=False``: one batch of several (sacct_import), whose writer applies them once."""
     columns = {r[0] for r in con.execute("DESCRIBE jobs").fetchall()}
     jobs = batch.jobs
     if jobs.height:
@@ -719,7 +807,7 @@ def write_batch(con: duckdb.DuckDBPyConnection, batch: SlurmBatch) -> WriteResul
     link_devices_for_jobs(con, frame)  # devices from the hpc_job labels on samples already stored
     from gpuledger.ingest.tiers import apply_tier_rules
 
-    for cluster in frame["cluster"].unique().to_list() if frame.height else []:
+    for cluster in frame["cluster"].unique().to_list() if frame.height and tier_rules else []:
         apply_tier_rules(con, cluster=cluster)  # partition rules price the jobs without devices
     after = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0]
     stored = quarantine(con, batch.rejected)
@@ -738,18 +826,9 @@ def pending_reasons(jobs: pl.DataFrame) -> list[SchedulerReason]:
                             LIVE_ORIGIN) for r in waiting.iter_rows(named=True)]
 
 
-def summary_line(batch: SlurmBatch, result: WriteResult, origin: str) -> str:
-    return (
-        f"{origin}: {batch.records_read} job records, {result.jobs_offered} GPU jobs written "
-        f"({result.jobs_new} new, {result.jobs_offered - result.jobs_new} updated), "
-        f"{batch.skipped_no_gpu} without GPUs skipped, {batch.skipped_steps} step lines skipped, "
-        f"{len(batch.rejected)} quarantined"
-    )
-
-
 __all__: Sequence[str] = (
     "SACCT_FIELDS", "SOURCE", "SacctCallError", "SacctFormatError", "SlurmBatch", "WriteResult",
-    "detect_format", "parse_json", "parse_parsable", "parse_sacct", "parse_tres_gpus",
-    "parse_squeue_reasons", "run_sacct", "unlisted_pending", "run_squeue", "sacct_command", "summary_line", "with_live_reasons",
-    "write_batch",
+    "detect_format", "iter_json", "iter_parsable", "merged", "parse_json", "parse_parsable", "parse_sacct",
+    "parse_squeue_reasons", "parse_tres_gpus", "run_sacct", "run_squeue", "sacct_command", "unlisted_pending",
+    "with_live_reasons", "write_batch",
 )

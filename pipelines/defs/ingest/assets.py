@@ -139,22 +139,25 @@ def slurm_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
     source = gpuledger_config.load().sources.slurm
     if source is None:
         return skipped(context, gpuledger_config, "slurm")
-    from gpuledger.ingest.jobs.slurm import LIVE_ORIGIN, parse_sacct, run_sacct, summary_line, write_batch
+    from contextlib import nullcontext
 
-    if source.file:
-        text, origin, fmt = Path(source.file).read_text(encoding="utf-8", errors="replace"), source.file, "auto"
+    from gpuledger.ingest.jobs.sacct_import import import_batches, open_export, text_batches
+    from gpuledger.ingest.jobs.slurm import LIVE_ORIGIN, run_sacct
+
+    if source.file:  # read a batch of jobs at a time (memory follows the batch, not the export)
+        origin, opened = source.file, open_export(Path(source.file), cluster=source.cluster, tz=source.tz)
     else:
         minutes = max(1, round(source.lookback_hours * 60))  # sacct: now-<count>minutes
         text = run_sacct("parsable", f"now-{minutes}minutes", "now", tz=source.tz, sacct=source.sacct)
-        origin, fmt = LIVE_ORIGIN, "parsable"
-    batch = parse_sacct(text, fmt=fmt, origin=origin, cluster=source.cluster, tz=source.tz)
-    for warning in batch.warnings:
+        origin = LIVE_ORIGIN
+        opened = nullcontext(text_batches(text, "parsable", origin=origin, cluster=source.cluster, tz=source.tz))
+    with opened as batches, warehouse.writer() as con:
+        result = import_batches(con, batches, origin)
+    for warning in result.warnings:
         context.log.warning(warning)
-    with warehouse.writer() as con:
-        result = write_batch(con, batch)
-    context.log.info(summary_line(batch, result, origin))
+    context.log.info(result.summary(origin))
     return dg.MaterializeResult(metadata={
-        "records_read": batch.records_read, "jobs_new": result.jobs_new,
+        "records_read": result.records_read, "jobs_new": result.jobs_new,
         "rows_written": result.jobs_offered, "rows_quarantined": result.quarantined,
     })
 
