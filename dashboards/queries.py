@@ -548,6 +548,37 @@ def priority_why(jobs: pl.DataFrame, budgets: pl.DataFrame, tree: pl.DataFrame) 
     return jobs.with_columns(why=pl.Series(why, dtype=pl.String))
 
 
+# --- wait times, the scheduler's word (issue 38) ------------------------------------------------
+
+def waits(path: str, start: datetime, end: datetime, projects: tuple[str, ...], by: str = "project") -> pl.DataFrame:
+    """`gpuledger report waits`'s answer (read_model.facts.waits) for the jobs of ``projects`` (all
+    when empty) submitted in [start, end): seconds, as of the data's now."""
+    from gpuledger.warehouse.read_model import facts
+
+    with warehouse.kept_reader(path) as con:
+        return facts.waits(con, start=start, end=end, by=by, projects=projects).frame
+
+
+def scheduler_view(path: str, jobs: tuple[tuple[str, str], ...]) -> pl.DataFrame:
+    """Per (cluster, job_id): the scheduler's latest word (``scheduler_says``) and gpuledger's rank
+    beside it, saying whether they agree (``versus``: enforce.scheduler_view.compare's sentence);
+    empty cells where neither has spoken."""
+    from gpuledger.enforce import scheduler_view as view
+
+    rows = []
+    with warehouse.kept_reader(path) as con:
+        for cluster, job_id in jobs:
+            said = view.scheduler_words(con, cluster, job_id)
+            latest = said[-1][1] if said else None
+            place = view.queue_place(con, cluster, job_id)
+            agree, sentence = view.compare(place, latest)
+            says = None if latest is None else (f"{view.SCHEDULER_NAMES.get(latest.scheduler, latest.scheduler)}: "
+                                                f"{latest.reason}")
+            rows.append((cluster, job_id, says, agree, sentence if (latest or place) else None))
+    return pl.DataFrame(rows, schema={"cluster": pl.String, "job_id": pl.String, "scheduler_says": pl.String,
+                                      "agrees": pl.Boolean, "versus": pl.String}, orient="row")
+
+
 # --- chargeback -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -104,3 +104,14 @@ if ctx is not None:
         "fairshare_factor": ui.number_col("FS factor (0..1)", "%.3f")}, key="fs_queue", rows=max(reasons.height, 1))
     st.caption("Projects are served depth-first, siblings in descending level fair share (LF = share ÷ usage); "
                "positions are in the whole org's queue.")
+
+    st.subheader("Wait times by project")
+    visible = [n for n in keep if ctx.state.kind_of.get(n) == "project" or n in projects["node"].to_list()]
+    waits = ui.waits(ctx.path, ctx.start, ctx.end, tuple(sorted(visible)), "project")
+    if waits.height:
+        ui.table(waits, ui.wait_columns("project"), key="fs_waits", rows=max(min(waits.height, 15), 1),
+                 download="wait-times")
+        st.caption("Seconds from submission to start of the jobs submitted in the period, per project (`gpuledger "
+                   "report waits --cause` gives the same figures); jobs still waiting count with their wait so far.")
+    else:
+        st.caption("No job of these projects was submitted in this period.")

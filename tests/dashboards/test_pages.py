@@ -634,3 +634,29 @@ def test_the_fair_share_page_and_the_cli_agree_right_after_config_load(dashboard
     assert [r["budget_gpu_hours"] for r in cli_budget if r["node"] == "llm-pretrain"] == [51000.0]
     assert mine["remaining_gpu_hours"][0] == pytest.approx(
         next(r["remaining_gpu_hours"] for r in cli_budget if r["node"] == "llm-pretrain"))
+
+
+@pytest.mark.parametrize("lead", sorted(LEADS))
+def test_my_team_and_fair_share_show_the_wait_times_the_cli_reports(on_rig, lead):
+    """The lead's wait times (their projects only, per project and class) and the fair-share page's
+    (per project) are `report waits`'s figures for the period; the queued table says what the
+    scheduler said beside gpuledger's rank (the simulator records no scheduler reason: empty, and
+    gpuledger's own rank from the plan)."""
+    at = page(app(lead), "my_team")
+    start, end, _ = window(at)
+    mine = LEADS[lead]
+    shown = next(frame(at, i) for i in range(len(at.dataframe)) if "job_class" in frame(at, i).columns)
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        expected = reports.waits_report(con, start=start, end=end, by="project-class", projects=tuple(mine))
+        by_project = reports.waits_report(con, start=start, end=end, by="project")
+    assert expected.height and set(shown["project"]) == set(expected["project"]) <= set(mine)
+    got = {(r["project"], r["job_class"]): (r["jobs"], r["wait_p50_s"], r["main_cause"]) for r in shown.iter_rows(named=True)}
+    assert got == {(r["project"], r["job_class"]): (r["jobs"], r["wait_p50_s"], r["main_cause"])
+                   for r in expected.iter_rows(named=True)}
+    queued = frame(at, 1)
+    assert {"scheduler_says", "versus"} <= set(queued.columns)
+    assert queued["scheduler_says"].is_null().all()
+    page(at, "fair_share")
+    fs = next(frame(at, i) for i in range(len(at.dataframe)) if "wait_p90_s" in frame(at, i).columns)
+    assert dict(fs.select("project", "wait_p90_s").iter_rows()) == pytest.approx(
+        dict(by_project.select("project", "wait_p90_s").iter_rows()))
