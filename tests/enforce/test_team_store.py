@@ -11,10 +11,10 @@ from datetime import datetime
 
 import polars as pl
 import pytest
+from gpuledger.enforce import inputs, team_store
 
 from gpuledger import warehouse
 from gpuledger.config import parse_config_text
-from gpuledger.enforce import inputs, team_store
 from gpuledger.errors import UsageError
 from tests.helpers.statement_fixtures import CONFIG, october
 
