@@ -249,6 +249,22 @@ def ratio_over_time(frame: pl.DataFrame, value: str, title: str, y_title: str) -
     return finish(base + rule, title, SERIES_PLOT_PX)
 
 
+def balance_over_time(frame: pl.DataFrame, title: str) -> alt.Chart:
+    """Bars of each project's delivery balance (GPU-hours still owed) at the end of every
+    settlement period; past LEGEND_MAX projects, the ones owed most."""
+    frame = frame.select("period_start", "node", "gpu_hours_balance")
+    frame, note = top_series(frame, "node", "gpu_hours_balance", noun="projects (owed most)")
+    return finish(alt.Chart(frame).mark_bar().encode(
+        x=alt.X("yearmonthdate(period_start):O", title="settlement period (start, UTC)",
+                axis=alt.Axis(format="%d %b", labelAngle=0)),
+        xOffset=alt.XOffset("node:N"),
+        y=alt.Y("gpu_hours_balance:Q", title=axis_title("owed, not yet delivered", "GPU-hours")),
+        color=alt.Color("node:N", legend=legend("project", note)),
+        tooltip=["node:N", alt.Tooltip("period_start:T", format="%Y-%m-%d"),
+                 alt.Tooltip("gpu_hours_balance:Q", format=",.1f", title="balance GPU-h")],
+    ), title, SERIES_PLOT_PX)
+
+
 def budget_vs_consumed(frame: pl.DataFrame, title: str) -> alt.Chart:
     """Consumed as % of each node's budget (a bar per node, coloured by status); budgets differ by
     orders of magnitude, so side-by-side absolute bars would hide the small nodes."""

@@ -363,6 +363,22 @@ def _facts_at_the_end(path: str, end: datetime, figure: str, empty_sql: str) -> 
     return answer.with_columns(pl.lit(at, dtype=pl.Datetime("us")).alias("as_of"), pl.lit(at.date()).alias("day"))
 
 
+def delivery_balance(path: str, end: datetime) -> tuple[pl.DataFrame, bool, float]:
+    """The delivery balance per org node and settlement period up to the period's end, at most the
+    data's now (`gpuledger report balance --history`'s answer under the config in force; empty
+    without data), whether fair share is credited with it, and the period's length in days."""
+    from gpuledger.ledger.config_versions import config_in_force as in_force
+    from gpuledger.warehouse.read_model import facts
+
+    with warehouse.kept_reader(path) as con:
+        policy = in_force(con, None, write=False).config.policy
+        credited, days = policy.usage.delivery_balance.credit_fair_share, policy.usage.window_days
+        now = facts.data_now(con)
+        if now is None:
+            return pl.DataFrame(), credited, days
+        return facts.delivery_balance(con, policy=policy, as_of=min(end, now)).frame, credited, days
+
+
 def fairshare_history(path: str, start: datetime, end: datetime) -> pl.DataFrame:
     return read(path, "fairshare_history", start=start, end=end)
 
@@ -530,6 +546,37 @@ def priority_why(jobs: pl.DataFrame, budgets: pl.DataFrame, tree: pl.DataFrame) 
             parts.append("no minimum runtime declared (preemptible)")
         why.append("; ".join(parts) + " (no enforcement plan yet)")
     return jobs.with_columns(why=pl.Series(why, dtype=pl.String))
+
+
+# --- wait times, the scheduler's word (issue 38) ------------------------------------------------
+
+def waits(path: str, start: datetime, end: datetime, projects: tuple[str, ...], by: str = "project") -> pl.DataFrame:
+    """`gpuledger report waits`'s answer (read_model.facts.waits) for the jobs of ``projects`` (all
+    when empty) submitted in [start, end): seconds, as of the data's now."""
+    from gpuledger.warehouse.read_model import facts
+
+    with warehouse.kept_reader(path) as con:
+        return facts.waits(con, start=start, end=end, by=by, projects=projects).frame
+
+
+def scheduler_view(path: str, jobs: tuple[tuple[str, str], ...]) -> pl.DataFrame:
+    """Per (cluster, job_id): the scheduler's latest word (``scheduler_says``) and gpuledger's rank
+    beside it, saying whether they agree (``versus``: enforce.scheduler_view.compare's sentence);
+    empty cells where neither has spoken."""
+    from gpuledger.enforce import scheduler_view as view
+
+    rows = []
+    with warehouse.kept_reader(path) as con:
+        for cluster, job_id in jobs:
+            said = view.scheduler_words(con, cluster, job_id)
+            latest = said[-1][1] if said else None
+            place = view.queue_place(con, cluster, job_id)
+            agree, sentence = view.compare(place, latest)
+            says = None if latest is None else (f"{view.SCHEDULER_NAMES.get(latest.scheduler, latest.scheduler)}: "
+                                                f"{latest.reason}")
+            rows.append((cluster, job_id, says, agree, sentence if (latest or place) else None))
+    return pl.DataFrame(rows, schema={"cluster": pl.String, "job_id": pl.String, "scheduler_says": pl.String,
+                                      "agrees": pl.Boolean, "versus": pl.String}, orient="row")
 
 
 # --- chargeback -------------------------------------------------------------------------------

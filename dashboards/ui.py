@@ -30,6 +30,7 @@ enforcement_page = _cached(queries.enforcement_page)
 enforcement_counts = _cached(queries.enforcement_counts)
 fairshare_latest = _cached(queries.fairshare_latest)
 fairshare_history = _cached(queries.fairshare_history)
+delivery_balance = _cached(queries.delivery_balance)
 budgets_latest = _cached(queries.budgets_latest)
 budget_history = _cached(queries.budget_history)
 squatting_open = _cached(queries.squatting_open)
@@ -41,6 +42,8 @@ user_waste = _cached(queries.user_waste)
 statement = _cached(queries.statement)
 chargeback_period = _cached(queries.chargeback_period)
 whatif_result = _cached(queries.whatif_result)
+waits = _cached(queries.waits)
+scheduler_view = _cached(queries.scheduler_view)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -401,6 +404,24 @@ def int_col(label: str) -> Num:
 
 def utc_col(label: str, fmt: str = "YYYY-MM-DD HH:mm"):
     return st.column_config.DatetimeColumn(f"{label} (UTC)", format=fmt)
+
+
+def wait_columns(by: str) -> dict:
+    """The columns of a wait-times table (queries.waits): seconds, the causes counted."""
+    keys = {"project": {"project": "project"}, "project-class": {"project": "project", "job_class": "class"},
+            "class": {"job_class": "class"}}[by]
+    return {**keys, "jobs": int_col("jobs").explained("jobs submitted in the period"),
+            "still_waiting": int_col("still waiting").explained("not started yet: counted with their wait so far"),
+            "wait_p50_s": number_col("wait p50 (s)", "%,.0f").explained("median seconds from submission to start"),
+            "wait_p90_s": number_col("wait p90 (s)", "%,.0f"), "wait_max_s": number_col("wait max (s)", "%,.0f"),
+            "first_gpu_p50_s": number_col("1st GPU p50 (s)", "%,.0f").explained(
+                "a job's first submission to its first start (all runs of a requeued job)"),
+            "main_cause": "main cause",
+            "causes": st.column_config.TextColumn(
+                "causes (jobs)", width="medium",
+                help="each wait's main cause: scheduler (its own reason or delay), squatters (idle jobs held its "
+                     "pool's GPUs), budget (unfunded, later work started first), fair-share (later work ranked "
+                     "above it started first), pool-full (every GPU of the kind busy with earlier work), none")}
 
 
 def count(n: int | float, noun: str, plural: str | None = None) -> str:

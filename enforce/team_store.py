@@ -240,16 +240,16 @@ def owner_choice(con, cfg, *, cluster: str, job_id: str, user: str, identity: st
     user's and still running; a keep must fit the bounds and the team's weekly allowance."""
     policy = cfg.policy.alerts.self_service
     ident = link_id(token) if token else None
-    if ident is not None:
-        used = con.execute("SELECT asked_at, outcome FROM owner_choices WHERE link_id = ?", [ident]).fetchone()
-        if used is not None:
-            return "refused", (f"this link was already used at {used[0]:%Y-%m-%d %H:%M} UTC ({used[1]}): each link "
-                               "acts once"), None
+    used = None if ident is None else con.execute("SELECT asked_at, outcome FROM owner_choices WHERE link_id = ?",
+                                                  [ident]).fetchone()
     job = con.execute("SELECT project, user_name, start_time, end_time FROM jobs WHERE cluster = ? AND job_id = ?",
                       [cluster, job_id]).fetchone()
     project = job[0] if job else None
     outcome, why, until = GRANTED, "", None
-    if job is None:
+    if used is not None:  # audited too, without the link's id (it is the first use's)
+        ident, outcome = None, "refused"
+        why = f"this link was already used at {used[0]:%Y-%m-%d %H:%M} UTC ({used[1]}): each link acts once"
+    elif job is None:
         outcome, why = "refused", f"job {cluster}/{job_id} is not in the warehouse"
     elif (job[1] or "") != user:
         outcome, why = "refused", f"job {cluster}/{job_id} belongs to {job[1]}, not {user}: only its owner chooses"

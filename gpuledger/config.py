@@ -113,10 +113,21 @@ class Rate(_Strict):
         return value
 
 
+class DeliveryBalancePolicy(_Strict):
+    """Owed-but-undelivered GPU-hours carried forward per settlement period (the usage window W;
+    analytics.delivery_balance). ``credit_fair_share``: rank fair share on usage less the balance,
+    so a team the cluster still owes is served sooner (off by default; measured in BENCHMARKS.md).
+    ``history_periods``: how many periods back the balance starts from 0."""
+
+    credit_fair_share: bool = False
+    history_periods: int = Field(default=8, ge=1, le=104)
+
+
 class UsagePolicy(_Strict):
     mode: Literal["decay", "window"] = "decay"
     window_days: float = Field(default=7, gt=0)
     half_life_days: float = Field(default=7, gt=0)
+    delivery_balance: DeliveryBalancePolicy = Field(default_factory=DeliveryBalancePolicy)
 
 
 class MinRuntimeRule(_Strict):

@@ -62,6 +62,24 @@ BUDGET = View(
            ("unweighted_gpu_hours", "unweighted: GPU-hours of models the rate card has no weight for, counted at 1")),
 )
 
+BALANCE = View(
+    columns=(
+        Column("node", "node", key=True),
+        Column("period_start", "period start\n(UTC)", "datetime"),
+        Column("period_end", "period end\n(UTC, excl.)", "datetime", default=False),
+        _h("gpu_hours_owed", f"owed\n{GPU_H}"),
+        _h("gpu_hours_allocated", f"allocated\n{GPU_H}"),
+        _h("gpu_hours_carried_in", f"carried in\n{GPU_H}"),
+        _h("gpu_hours_due", f"due\n{GPU_H}", default=False),
+        _h("gpu_hours_delivered", f"delivered\n{GPU_H}"),
+        _h("gpu_hours_repaid", f"repaid\n{GPU_H}", default=False),
+        _h("gpu_hours_above_due", f"above due\n{GPU_H}"),
+        _h("gpu_hours_balance", f"balance\n{GPU_H}"),
+    ),
+    notes=(("gpu_hours_balance", "balance = owed but not delivered, carried into the next period "
+                                 "(due = owed + carried in; above due = burst, never negative)"),),
+)
+
 FUNDING = View(
     columns=(
         Column("cluster", "cluster", default=False),

@@ -42,7 +42,7 @@ def example_config():
 # attribute pytest 9 no longer reads.) A file missing here only starts its rig a second time.
 RIG_FILES = {
     "slurm": ("tests/ingest/test_slurm.py", "tests/ingest/test_slurm_gpus.py", "tests/enforce/test_slurm.py",
-              "tests/enforce/test_slurm_rig.py"),
+              "tests/enforce/test_slurm_rig.py", "tests/enforce/test_team_slurm_rig.py"),
     "dashboards": ("tests/dashboards/", "tests/bench/test_prometheus_bench.py"),
 }
 

@@ -2,6 +2,42 @@ import polars as pl
 import streamlit as st
 from gpuledger.dashboards import access, charts, queries, ui
 
+
+def show_balance(ctx, keep: set) -> None:
+    """The delivery balance (`gpuledger report balance`): what each project was owed and did not get,
+    carried into the next settlement period, as bars per period and the running period's table."""
+    balance, credited, days = ui.delivery_balance(ctx.path, ctx.end)
+    st.subheader("Delivery balance: what the cluster still owes")
+    if not balance.height:
+        st.info("No jobs up to the end of this period: nothing owed yet.")
+        return
+    balance = balance.filter(pl.col("node").is_in(list(keep)))
+    leaves = set(ctx.state.projects())
+    owed = balance.filter(pl.col("node").is_in(list(leaves)))
+    if owed["gpu_hours_balance"].sum() > 0:
+        ui.chart(charts.balance_over_time(owed, f"Owed but not delivered at each {days:g}-day period's end (the running one: so far), per project"))
+    else:
+        st.success("Every project got what it was owed in every settlement period shown: no balance carried.")
+    newest = balance.filter(pl.col("period_start") == pl.col("period_start").max())
+    ui.table(newest.select("node", "gpu_hours_owed", "gpu_hours_allocated", "gpu_hours_carried_in",
+                           "gpu_hours_delivered", "gpu_hours_above_due", "gpu_hours_balance"), {
+        "node": st.column_config.TextColumn("org node", width="medium"),
+        "gpu_hours_owed": ui.gpu_h("owed").explained("owed this period: its share of capacity, capped at its demand"),
+        "gpu_hours_allocated": ui.gpu_h("allocated").explained("GPU-hours it held this period"),
+        "gpu_hours_carried_in": ui.gpu_h("carried in").explained("owed but not delivered by the end of the last period"),
+        "gpu_hours_delivered": ui.gpu_h("delivered").explained("allocated, up to owed + carried in"),
+        "gpu_hours_above_due": ui.gpu_h("above due").explained("burst: allocated beyond owed + carried in"),
+        "gpu_hours_balance": ui.gpu_h("balance").explained("owed + carried in − delivered: carried into the next period")},
+        key="fs_balance", rows=max(newest.height, 1), download="delivery-balance")
+    start = newest["period_start"][0]
+    use = ("credited in the queue order above: a project's usage counts less what is still open of its carried "
+           "balance" if credited else "not credited in the queue order (policy.usage.delivery_balance."
+           "credit_fair_share: false)")
+    st.caption(f"The running period began {start:%Y-%m-%d %H:%M} UTC; periods are {days:g}-day usage windows. "
+               f"Allocation above what a period owes pays the carried balance back first; burst never makes it "
+               f"negative. The balance is {use}. `gpuledger report balance --history` gives every period.")
+
+
 ctx = ui.context()
 if ctx is not None:
     st.title("Fair share")
@@ -56,6 +92,8 @@ if ctx is not None:
         st.caption("Delivered GPU-hours over what the project's share owed it (capped at its demand); "
                    "the dashed line is 100 %.")
 
+    show_balance(ctx, keep)
+
     st.subheader("Queue order: why is my project here")
     reasons = queries.queue_reasons(whole).filter(pl.col("project").is_in(list(keep)))
     ui.table(reasons, {
@@ -66,3 +104,14 @@ if ctx is not None:
         "fairshare_factor": ui.number_col("FS factor (0..1)", "%.3f")}, key="fs_queue", rows=max(reasons.height, 1))
     st.caption("Projects are served depth-first, siblings in descending level fair share (LF = share ÷ usage); "
                "positions are in the whole org's queue.")
+
+    st.subheader("Wait times by project")
+    visible = [n for n in keep if ctx.state.kind_of.get(n) == "project" or n in projects["node"].to_list()]
+    waits = ui.waits(ctx.path, ctx.start, ctx.end, tuple(sorted(visible)), "project")
+    if waits.height:
+        ui.table(waits, ui.wait_columns("project"), key="fs_waits", rows=max(min(waits.height, 15), 1),
+                 download="wait-times")
+        st.caption("Seconds from submission to start of the jobs submitted in the period, per project (`gpuledger "
+                   "report waits --cause` gives the same figures); jobs still waiting count with their wait so far.")
+    else:
+        st.caption("No job of these projects was submitted in this period.")

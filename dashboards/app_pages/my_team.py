@@ -2,6 +2,31 @@ import polars as pl
 import streamlit as st
 from gpuledger.dashboards import access, queries, team_queue, ui
 
+
+def beside_the_scheduler(path: str, queued: pl.DataFrame) -> pl.DataFrame:
+    """The queued jobs with what their scheduler last said and whether gpuledger's rank agrees
+    (issue 38: Slurm's pending Reason, Kueue's QuotaReserved reason)."""
+    keys = tuple(queued.select("cluster", "job_id").iter_rows())
+    if not keys:
+        return queued.with_columns(scheduler_says=pl.lit(None, pl.String), versus=pl.lit(None, pl.String))
+    return queued.join(ui.scheduler_view(path, keys).drop("agrees"), on=["cluster", "job_id"], how="left")
+
+
+def waits_section(ctx, projects: list[str]) -> None:
+    """Wait times of the team's jobs submitted in the period, per project and job class."""
+    st.subheader("Wait times")
+    waits = ui.waits(ctx.path, ctx.start, ctx.end, tuple(projects), "project-class")
+    if not waits.height:
+        st.caption("No job of yours was submitted in this period.")
+        return
+    ui.table(waits, ui.wait_columns("project-class"), key="team_waits", rows=max(min(waits.height, 10), 1),
+             download="wait-times")
+    st.caption("Seconds from submission to start of the jobs submitted in the period (`gpuledger report waits "
+               "--by user --cause` gives the same figures per user); jobs still waiting count with their wait so "
+               "far. The cause is gpuledger's reading of each wait; the scheduler's own reason is beside each "
+               "queued job above.")
+
+
 ctx = ui.context()
 if ctx is not None:
     st.title("My team")
@@ -57,14 +82,22 @@ if ctx is not None:
              {**dict(list(cols.items())[:3]), "start_time": ui.utc_col("started"), **dict(list(cols.items())[3:])},
              key="team_running", download="running-jobs")
     st.subheader("Queued (in queue order)")
-    ui.table(explained.filter(pl.col("status") == "queued").with_row_index("queue_position", offset=1),
+    queued_jobs = beside_the_scheduler(ctx.path, explained.filter(pl.col("status") == "queued")
+                                       .with_row_index("queue_position", offset=1))
+    ui.table(queued_jobs,
              {"queue_position": ui.int_col("position"), **dict(list(cols.items())[:3]),
+              "scheduler_says": st.column_config.TextColumn("scheduler says", help="the scheduler's own latest reason "
+                                                            "(Slurm's Reason, Kueue's QuotaReserved)"),
+              "versus": st.column_config.TextColumn("gpuledger vs the scheduler", width=420,
+                                                    help="gpuledger's rank beside the scheduler's reason, and whether "
+                                                         "they agree (`gpuledger enforce explain JOB`)"),
               "submit_time": ui.utc_col("submitted"), **dict(list(cols.items())[3:])},
              key="team_queued", download="queued-jobs")
     st.caption("Priority from the newest enforcement plan (funded-ness, fair-share rank); queued jobs start in "
                "this order (priority, then the earlier submission) as GPUs free up.")
 
     team_queue.section(ctx, now, ui.load_config(ctx.path).policy)  # a lead changes their own queue (issue 38)
+    waits_section(ctx, projects)
 
     st.subheader("Budget")
     ui.table(mine, {"node": "org node", "status": "status", "remaining_gpu_hours": ui.norm_h("left"),

@@ -338,9 +338,8 @@ def _post(notifier, target: str, body: dict) -> bytes:
 
     import requests
 
-    from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
-
     from gpuledger.deadlines import why_unreachable
+    from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
 
     limits = notifier.deadline
     try:  # the whole exchange within the deadline (total_s): a receiver that trickles its answer ends too

@@ -27,19 +27,36 @@ def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     # before `now`, its episodes as they were then, when it is recent; otherwise the rules
     # evaluated at `now` (an `alerts run --now T` plans from the findings as of T, never later ones)
     found = facts.findings(con, policy=policy, now=now)
-    open_now = found.frame
+    open_now = kept_out(con, found.frame, now)
     episodes = facts.finding_episodes(con, at=now) if found.source == facts.MATERIALIZED else None
     preempted = preempted_jobs(con, since=now - PREEMPTION_NOTICE_WINDOW)
     keys = [f"{c}/{j}" for c, j in open_now.select("cluster", "job_id").iter_rows()] if open_now.height else []
     identities = job_identities(con, keys + [f"{r['cluster']}/{r['job_id']}" for r in preempted])
+    from gpuledger.alerts.links import secret
+
     alerts = squatting_alerts(open_now, policy, now=now, squatting=policy.squatting,
                               enforcement=policy.enforcement, currency=currency,
-                              enforcement_log=enforcement_log(con, now=now), identities=identities)
+                              enforcement_log=enforcement_log(con, now=now), identities=identities,
+                              link_key=secret() if policy.alerts.self_service.url else None)
     if episodes is not None:
         alerts += digest_alerts(episodes, policy, now=now)
     alerts += budget_alerts(facts.budget(con, policy=policy, as_of=now).frame, policy, now=now)
     alerts += preemption_alerts(preempted, policy, now=now, identities=identities)
     return alerts
+
+
+def kept_out(con, findings, now: datetime):
+    """The findings without the jobs their owners keep at ``now`` (a squatting alert's keep: no
+    warning escalates while it lasts; enforce.team_store)."""
+    from gpuledger.enforce.team_store import load_owner_choices
+
+    kept = {k for k, c in load_owner_choices(con, now).items() if c.kept_until is not None}
+    if not kept or not findings.height:
+        return findings
+    import polars as pl
+
+    keys = pl.DataFrame(sorted(kept), schema={"cluster": pl.String, "job_id": pl.String}, orient="row")
+    return findings.join(keys, on=["cluster", "job_id"], how="anti")
 
 
 #: how far back a preemption is still told to its owner (a first alert cycle after a long pause

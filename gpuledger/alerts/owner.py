@@ -61,8 +61,8 @@ def _t(moment: datetime | None) -> str:
     return "?" if moment is None else f"{moment:%Y-%m-%d %H:%M} UTC"
 
 
-def squatting(ep: dict, ident: dict | None, alerts, *, threshold: float, next_words: str, currency: str
-              ) -> tuple[str, str]:
+def squatting(ep: dict, ident: dict | None, alerts, *, threshold: float, next_words: str, currency: str,
+              choices: list[str] = ()) -> tuple[str, str]:
     """(subject, body) of the owner's mail about an idle job at one severity."""
     job, cluster = ep["job_id"], ep["cluster"]
     name = (ident or {}).get("name") or job
@@ -86,9 +86,11 @@ def squatting(ep: dict, ident: dict | None, alerts, *, threshold: float, next_wo
         "If you no longer need it, stop it so others can use the GPUs:",
         f"    {stop}",
         "",
+        *choices,  # keep it a while, release it, ask for an exemption (alerts.links)
+        "" if choices else None,
         *ask(alerts, job, cluster),
     ]
-    return subject, "\n".join(_tidy(body))
+    return subject, "\n".join(_tidy([line for line in body if line is not None]))
 
 
 def preempted(r: dict, ident: dict | None, alerts, *, checkpoint_label: str) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from datetime import datetime, time, timedelta
 
 import polars as pl
 
-from gpuledger.alerts import owner
+from gpuledger.alerts import links, owner
 from gpuledger.alerts.outbox import Alert
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "second-warning": 2, "preempt-eligible": 3}
@@ -74,7 +74,7 @@ def _ts(value) -> str:
 
 def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting=None, enforcement=None,
                      currency: str = "USD", enforcement_log: dict | None = None,
-                     identities: dict | None = None) -> list[Alert]:
+                     identities: dict | None = None, link_key: str | None = None) -> list[Alert]:
     """One alert per open episode at its current severity, to on-call and the owner.
 
     ``episodes``: squatting_findings rows (open ones: resolved_at NULL), or squatters_report rows
@@ -143,7 +143,9 @@ def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting
                   and SEVERITY_RANK[severity] >= SEVERITY_RANK[alerts.quiet_hours.urgent_severity])
         # the owner reads a letter, not on-call's lines: no modes, the commands for their scheduler
         mine = owner.squatting(ep, ident, alerts, threshold=thr, currency=cur,
-                               next_words=_owner_next(severity, squatting, idle_since))
+                               next_words=_owner_next(severity, squatting, idle_since),
+                               choices=links.mail_lines(ep["cluster"], ep["job_id"], ep.get("user_name"), alerts,
+                                                        link_key))
         for channel, recipient in _recipients(alerts, ep.get("user_name")):
             key = f"squatting|{ep['cluster']}|{ep['job_id']}|{episode:%Y-%m-%dT%H:%M:%S}|{severity}|{channel}|{recipient or ''}"
             title, text = mine if recipient else (subject, "\n".join(lines))

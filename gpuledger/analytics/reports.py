@@ -20,6 +20,7 @@ from gpuledger.analytics.attribution import (
 from gpuledger.analytics.budget import budget_burn, job_funding
 from gpuledger.analytics.chargeback import chargeback_lines, period_bounds
 from gpuledger.analytics.collect import ENGINE
+from gpuledger.analytics.delivery_balance import credited_usage, credits, delivery_balance
 from gpuledger.analytics.fairshare import delivery, fair_share
 from gpuledger.analytics.load import (
     Tables,
@@ -29,6 +30,7 @@ from gpuledger.analytics.load import (
     load_tables,
 )
 from gpuledger.analytics.squatting import squatting_findings
+from gpuledger.analytics.tree import Tree
 from gpuledger.analytics.usage import node_usage
 from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
 from gpuledger.config import Policy
@@ -48,8 +50,6 @@ def ordered(frame: pl.DataFrame, by: list[str], descending: list[bool] | None = 
 def tree_position(org_nodes: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """node -> its position in the org tree walked depth-first, children by name (the order
     `gpuledger report budget` lists nodes in: each parent above its children)."""
-    from gpuledger.analytics.tree import Tree
-
     nodes = [node for node, _ in Tree.from_frame(org_nodes).walk()]
     return pl.DataFrame({"node": nodes, "_tree_pos": list(range(len(nodes)))},
                         schema={"node": pl.String, "_tree_pos": pl.Int64})
@@ -196,19 +196,55 @@ def fairshare_report(
     policy = policy or Policy()
     as_of = as_of or data_now(con)
     window = timedelta(days=policy.usage.window_days)
-    t = load_tables(con, start=as_of - max(window, 10 * timedelta(days=policy.usage.half_life_days)),
+    balance_policy = policy.usage.delivery_balance
+    history = (balance_policy.history_periods + 1) * window if balance_policy.credit_fair_share else window
+    t = load_tables(con, start=as_of - max(history, 10 * timedelta(days=policy.usage.half_life_days)),
                     end=as_of, samples=False)
     tier = policy.chargeback.default_tier
     usage = node_usage(t.job_allocations, t.gpus, t.jobs, t.org_nodes, as_of=as_of, window=window,
                        half_life=timedelta(days=policy.usage.half_life_days), default_tier=tier)
     usage_col = "gpu_hours_decayed" if policy.usage.mode == "decay" else "gpu_hours_window"
-    tree = fair_share(t.org_nodes, usage, usage_col=usage_col)
+    ranked_on = usage
+    if balance_policy.credit_fair_share:  # rank on usage less what the cluster still owes the project
+        ranked_on = credited_node_usage(t, usage, usage_col, as_of=as_of, window=window, policy=policy)
+    tree = fair_share(t.org_nodes, ranked_on, usage_col=usage_col)
     delivered = delivery(t.jobs, t.job_allocations, t.gpus, t.org_nodes, start=as_of - window,
                          end=as_of, now=as_of, default_tier=tier).select("node", "delivery_ratio",
                                                                           "occupancy_ratio")
     usage_cols = usage.select("node", "gpu_hours_window", "gpu_hours_decayed")
     return (tree.join(usage_cols, on="node", how="left").join(delivered, on="node", how="left")
             .sort("order").collect(engine=ENGINE))
+
+
+def balance_report(
+    con: duckdb.DuckDBPyConnection, *, policy: Policy | None = None, as_of: datetime | None = None,
+) -> pl.DataFrame:
+    """The delivery balance per org node and settlement period (GPU-hours; analytics.delivery_balance),
+    in tree order, oldest period first."""
+    policy = policy or Policy()
+    as_of = as_of or data_now(con)
+    window = timedelta(days=policy.usage.window_days)
+    periods = policy.usage.delivery_balance.history_periods
+    t = load_tables(con, start=as_of - (periods + 1) * window, end=as_of, samples=False)
+    frame = delivery_balance(t.jobs, t.job_allocations, t.gpus, t.org_nodes, as_of=as_of, period=window,
+                             history_periods=periods,
+                             default_tier=policy.chargeback.default_tier).collect(engine=ENGINE)
+    placed = frame.join(tree_position(t.org_nodes), on="node", how="left")
+    return ordered(placed, ["_tree_pos", "period_start"]).drop("_tree_pos")
+
+
+def credited_node_usage(t, usage: pl.LazyFrame, usage_col: str, *, as_of: datetime, window: timedelta,
+                        policy: Policy) -> pl.LazyFrame:
+    """The projects' ``usage_col`` of node_usage's frame less their open delivery credit."""
+    balance = delivery_balance(t.jobs, t.job_allocations, t.gpus, t.org_nodes, as_of=as_of, period=window,
+                               history_periods=policy.usage.delivery_balance.history_periods,
+                               default_tier=policy.chargeback.default_tier).collect(engine=ENGINE)
+    leaves = set(Tree.from_frame(t.org_nodes).leaves())
+    used = {n: v or 0.0 for n, v in usage.select("node", usage_col).collect().iter_rows() if n in leaves}
+    # the projects only: fair_share sums them up the tree itself
+    after = credited_usage(used, credits(balance, leaves))
+    return pl.LazyFrame({"node": list(after), usage_col: list(after.values())},
+                        schema={"node": pl.String, usage_col: pl.Float64})
 
 
 def budget_report(

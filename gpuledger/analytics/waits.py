@@ -48,7 +48,7 @@ MODELLED_REASONS = frozenset({"Resources", "Priority", "None", "WaitingForQuota"
 ADMITTED = "QuotaReserved"  # a Kueue reason row that ends the wait (gpuledger.ingest.scheduler_reasons)
 EVERY = {"day": "1d", "week": "1w"}  # buckets by submission time (a week starts on Monday, UTC)
 KEYS = {"project": ["project"], "user": ["project", "user_name"], "class": ["job_class"],
-        "job": ["cluster", "job_id"]}
+        "project-class": ["project", "job_class"], "job": ["cluster", "job_id"]}
 _S = pl.Float64
 
 JOB_WAIT_SCHEMA = {
@@ -227,7 +227,8 @@ def observed_capacity(others: pl.DataFrame) -> pl.DataFrame:
 def wait_summary(waits: pl.DataFrame, *, by: str = "project", every: str | None = None) -> pl.DataFrame:
     """Per group (``by``: project, user, class or job) and, with ``every`` (day / week), per
     bucket of submission time: jobs, still waiting, p50 / p90 / max wait and p50 / p90 time to first
-    GPU (seconds), and the causes counted (``causes``: needs wait_causes' column)."""
+    GPU (seconds), and the causes counted (``causes``: needs wait_causes' column) with the commonest
+    among the jobs that waited (``main_cause``; "none" when none did)."""
     keys = list(KEYS[by])
     frame = waits
     if every is not None:
@@ -246,6 +247,8 @@ def wait_summary(waits: pl.DataFrame, *, by: str = "project", every: str | None 
                    .sort([*keys, "len", "cause"], descending=[*([False] * len(keys)), True, False], nulls_last=True)
                    .group_by(keys, maintain_order=True)
                    .agg((pl.col("cause") + pl.lit(" ") + pl.col("len").cast(pl.String)).str.join(", ").alias("causes"),
-                        pl.col("cause").first().alias("main_cause")))
+                        # the commonest cause of the jobs that waited ("none" only when none did)
+                        pl.col("cause").filter(pl.col("cause") != "none").first().fill_null("none")
+                        .alias("main_cause")))
         out = out.join(counted, on=keys, how="left", nulls_equal=True)
     return out.sort(keys, nulls_last=True)

@@ -12,4 +12,9 @@ LEFT JOIN (
 ) a ON a.cluster = j.cluster AND a.job_id = j.job_id
 WHERE j.submit_time >= $start AND j.submit_time < $end AND j.submit_time <= $now
   AND (len($projects::VARCHAR[]) = 0 OR list_contains($projects::VARCHAR[], j.project))
+  -- a Kueue Workload's pods are created once it is admitted: its wait is the Workload row's, so
+  -- they are left out (a pod names the job that owns it, as the Workload does)
+  AND NOT (j.source = 'kubernetes' AND EXISTS (
+      SELECT 1 FROM jobs w
+      WHERE w.source = 'kueue' AND w.cluster = j.cluster AND w.namespace = j.namespace AND w.name = j.name))
 ORDER BY j.submit_time, j.cluster, j.job_id

@@ -93,3 +93,100 @@ OUTBOX = tables.View(columns=(
     C("subject", "subject", wrap=True), C("last_error", "last error", wrap=True, default=False),
     C("idempotency_key", "key", default=False),
 ))
+
+
+# --- an owner's answer to a squatting alert (issue 38) ----------------------------------------------
+# Who answers: ``--as USER`` (default: the OS user running the command), checked against the job's
+# owner as the scheduler recorded it. On a login node the OS account is the owner's own; the audit
+# records both the named owner and the OS user.
+OwnerOpt = typer.Option(None, "--as", help="the job's owner (default: the OS user running this)")
+JobClusterOpt = typer.Option(None, "--cluster", help="the job's cluster (when its id exists on several)")
+WhenOpt = typer.Option(None, "--now", help="as of this UTC time (default: the wall clock)")
+
+
+def _answer(job: str, cluster: str | None, who: str | None, choice: str, hours: float | None, now: str | None,
+            warehouse_file, config) -> None:
+    import getpass
+
+    from gpuledger import warehouse
+    from gpuledger.alerts.self_service import describe, record
+    from gpuledger.errors import UsageError
+    from gpuledger.rules.clock import utc_now
+
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path):  # the schema up to date
+        pass
+    with warehouse.open_reader(path) as con:
+        cfg = warehouse_config(con, config, write=False)
+        clusters = [r[0] for r in con.execute("SELECT DISTINCT cluster FROM jobs WHERE job_id = $j "
+                                              "AND ($c IS NULL OR cluster = $c)", {"j": job, "c": cluster}).fetchall()]
+    if not clusters:
+        raise UsageError(f"job {job!r}{f' on {cluster}' if cluster else ''} is not in the warehouse; check the id "
+                         "(as in the alert) and --cluster")
+    if len(clusters) > 1:
+        raise UsageError(f"job {job!r} exists on clusters {', '.join(sorted(clusters))}: pass --cluster")
+    os_user = getpass.getuser()
+    choice_of = {"cluster": clusters[0], "job_id": job, "user": who or os_user, "choice": choice, "hours": hours}
+    outcome, why, _ = record(path, cfg, choice_of, identity=f"cli (OS user {os_user})",
+                             now=utc_option(now, "--now") or utc_now())
+    if outcome != "granted":
+        raise UsageError(f"{describe(choice_of)}: refused: {why}")
+    typer.echo(f"{describe(choice_of)}: {why} (audited)")
+
+
+@app.command("keep")
+def keep(job: str = typer.Argument(..., help="the job's id, as in the alert"),
+         hours: float = typer.Option(..., "--hours", help="how long to keep it (policy.alerts.self_service: 1-4 h)"),
+         cluster: str | None = JobClusterOpt, who: str | None = OwnerOpt, now: str | None = WhenOpt,
+         warehouse_file: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+    """Keep your idle job for a while: no squatting warning or preemption until then, within your
+    team's weekly allowance of kept hours."""
+    _answer(job, cluster, who, "keep", hours, now, warehouse_file, config)
+
+
+@app.command("release")
+def release(job: str = typer.Argument(..., help="the job's id, as in the alert"), cluster: str | None = JobClusterOpt,
+            who: str | None = OwnerOpt, now: str | None = WhenOpt,
+            warehouse_file: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+    """Release your idle job now: the next enforcement cycle stops it (through plan -> apply)."""
+    _answer(job, cluster, who, "release", None, now, warehouse_file, config)
+
+
+@app.command("exemption")
+def exemption(job: str = typer.Argument(..., help="the job's id, as in the alert"),
+              cluster: str | None = JobClusterOpt, who: str | None = OwnerOpt, now: str | None = WhenOpt,
+              warehouse_file: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+    """Ask on-call for an exemption for your job (an alert to policy.alerts.on_call)."""
+    _answer(job, cluster, who, "exemption", None, now, warehouse_file, config)
+
+
+links_app = typer.Typer(help="The endpoint of the owners' signed self-service links.", no_args_is_help=True)
+app.add_typer(links_app, name="links")
+
+
+@links_app.command("serve")
+def serve_links(port: int = typer.Option(8765, "--port", min=1, max=65535),
+                host: str = typer.Option("127.0.0.1", "--host", help="the address to listen on"),
+                warehouse_file: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+    """Answer the signed links of owners' squatting mails (policy.alerts.self_service.url should
+    reach this); the secret from $GPULEDGER_LINK_SECRET or link_secret in the secrets file."""
+    from gpuledger import warehouse
+    from gpuledger.alerts import links
+    from gpuledger.alerts.self_service import make_server
+    from gpuledger.errors import UsageError
+
+    key = links.secret()
+    if key is None:
+        raise UsageError(f"no link secret: set ${links.SECRET_ENV} (or link_secret in the secrets file) to a long "
+                         "random string, the same one the alert cycle signs with")
+    path = warehouse_path(warehouse_file)
+    with warehouse.open_writer(path):
+        pass
+    with warehouse.open_reader(path) as con:
+        cfg = warehouse_config(con, config, write=False)
+    server = make_server(path, cfg, key, host=host, port=port)
+    typer.echo(f"answering owners' links on http://{host}:{server.server_address[1]} (Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()

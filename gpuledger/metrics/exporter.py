@@ -22,6 +22,10 @@ GPU-seconds); divide by 3600 to show GPU-hours:
   gpuledger_emissions_co2e_grams{project}     emissions this month so far (÷ 1000 = kgCO2e); absent
                                               where unknown
   gpuledger_emissions_unknown_gpu_seconds{project}  GPU time this month whose emissions are unknown
+  gpuledger_job_wait_seconds{project,class,quantile}  wait (submit -> start) of the jobs submitted in
+                                              the 7 days before the data's now: quantile 0.5, 0.9 and
+                                              1 (the longest); jobs still waiting count with their
+                                              wait so far (gpuledger report waits)
 """
 
 
@@ -31,10 +35,11 @@ import math
 import threading
 import time
 from calendar import timegm
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 SECONDS_PER_HOUR = 3600.0
+WAIT_WINDOW_DAYS = 7  # the wait gauge: jobs submitted in this many days before the data's now
 OUTBOX_STATUSES = ("failed", "pending", "sent")
 
 
@@ -60,6 +65,12 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
             "WHERE phase = 'applied' GROUP BY ALL ORDER BY ALL").fetchall()
         month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         carbon = reports.carbon_report(con, start=month_start, end=now, now=now, policy=policy)
+        from gpuledger.analytics.waits import wait_summary
+
+        wait_now = reports.waits_now(con)
+        waits = wait_summary(reports.job_waits_report(con, start=wait_now - timedelta(days=WAIT_WINDOW_DAYS),
+                                                      end=wait_now + timedelta(microseconds=1), now=wait_now),
+                             by="project-class")
         projects = [n for (n,) in con.execute("SELECT node FROM org_nodes WHERE node NOT IN "
                                               "(SELECT parent FROM org_nodes WHERE parent IS NOT NULL) ORDER BY node")
                     .fetchall()]
@@ -103,6 +114,11 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
          series(carbon, "kg_co2e", key="project", scale=1000.0)),
         ("gpuledger_emissions_unknown_gpu_seconds", "GPU time this month whose emissions are unknown: no energy reading, no PUE or intensity (GPU-seconds)",
          series(carbon, "gpu_hours_co2_unknown", key="project", scale=SECONDS_PER_HOUR)),
+        ("gpuledger_job_wait_seconds", (f"Wait of the jobs submitted in the {WAIT_WINDOW_DAYS} days before the data's "
+                                        "now, submit -> start (s); jobs still waiting count with their wait so far"),
+         [({"project": str(r["project"]), "class": str(r["job_class"]), "quantile": q}, float(r[col]))
+          for r in waits.iter_rows(named=True) for q, col in (("0.5", "wait_p50_s"), ("0.9", "wait_p90_s"),
+                                                              ("1", "wait_max_s")) if r[col] is not None]),
         ("gpuledger_enforcement_actions_total", ("Enforcement actions applied, by action, outcome and cause (why it was "
                                                  "done, refused or skipped; the audit's words in `enforce explain`)"),
          [({"action": a, "outcome": o, "cause": c, "dry_run": str(bool(d)).lower()}, float(n))

@@ -97,7 +97,9 @@ def render_html(st: Statement) -> str:
     if st.lines["correction_of"].is_null().all():
         line_cols.remove("correction_of")
     sections = []
-    for frame, title in ((st.by_partition, "GPU-hours by Slurm partition"), (st.by_host, "GPU-hours by host")):
+    for frame, title in ((st.by_partition, "GPU-hours by Slurm partition"), (st.by_host, "GPU-hours by host"),
+                         (st.waits, "Wait times per project: jobs submitted in the month, submit → start (seconds; "
+                                    "a job still waiting counts its wait so far)")):
         if frame.height:
             sections.append({"title": title, "columns": frame.columns, "rows": html_rows(frame)})
     title = f"GPU statement {st.period} — {st.scope}"

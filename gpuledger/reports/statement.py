@@ -144,6 +144,9 @@ class Statement:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     empty: bool = False  # no data for the month (periods.no_data): the statement says so
+    # per project, the jobs submitted in the month: waits submit -> start in seconds (p50 / p90), as of
+    # the statement's billed-through time; empty for a month closed and stored before (issue 38)
+    waits: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=WAITS_SCHEMA))
     # a business unit's statement (for_unit): what the org it belongs to owes, per currency
     parent: str | None = None
     parent_totals: dict[str, Decimal] = field(default_factory=dict)
@@ -202,6 +205,7 @@ class Statement:
             state=self.state, config_version=self.config_version, billed_through=self.billed_through, lines=lines, units=[unit],
             usage=self.usage.filter(pl.col("project").is_in(list(projects))), history=self.history.clear(),
             job_energy=self.job_energy.filter(pl.col("project").is_in(list(projects))), energy_sites=self.energy_sites,
+            waits=self.waits.filter(pl.col("project").is_in(list(projects))),
             notes=[self.status_sentence] + [n for n in self.notes if n.startswith("no data")],
             empty=self.empty, parent=self.scope, parent_totals=self.totals())
 
@@ -274,6 +278,25 @@ USAGE_SCHEMA = {"project": pl.String, "model": pl.String, "tier": pl.String, "pa
                 "gpu_hours_no_energy": pl.Float64, "gpu_hours_mig": pl.Float64, "energy_kwh": pl.Float64,
                 "energy_kwh_gpu": pl.Float64, "energy_kwh_facility": pl.Float64, "kg_co2e": pl.Float64,
                 "gpu_hours_co2_unknown": pl.Float64}
+WAITS_SCHEMA = {"project": pl.String, "jobs": pl.Int64, "still_waiting": pl.Int64, "wait_p50_s": pl.Int64,
+                "wait_p90_s": pl.Int64}
+
+
+def project_waits(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, now: datetime) -> pl.DataFrame:
+    """Per project: jobs submitted in [start, end) up to ``now``, how many still waited then, and
+    their p50 / p90 wait (submit -> start; a job still waiting counts its wait so far) in whole
+    seconds, half up (gpuledger report waits --by project: the same figures)."""
+    from gpuledger.analytics.reports import job_waits_report
+    from gpuledger.analytics.waits import wait_summary
+
+    if now <= start:
+        return pl.DataFrame(schema=WAITS_SCHEMA)
+    waits = wait_summary(job_waits_report(con, start=start, end=end, now=now), by="project")
+    half_up = lambda c: (pl.col(c) + 0.5).floor().cast(pl.Int64)  # noqa: E731 - seconds, as the CLI rounds
+    return waits.select("project", pl.col("jobs").cast(pl.Int64), "still_waiting", half_up("wait_p50_s"),
+                        half_up("wait_p90_s")).cast(WAITS_SCHEMA)
+
+
 JOB_ENERGY_SCHEMA = {"cluster": pl.String, "job_id": pl.String, "project": pl.String, "gpu_hours": pl.Float64,
                      "energy_kwh": pl.Float64, "energy_kwh_facility": pl.Float64, "kg_co2e": pl.Float64,
                      "gpu_hours_co2_unknown": pl.Float64}
@@ -532,6 +555,7 @@ def _cut_to_node(st: Statement, node: str, org_nodes: pl.DataFrame, sites: dict[
     return replace(st, scope=node, units=[node],
                    lines=sort_lines(st.lines.filter(mine).with_columns(business_unit=pl.lit(node))),
                    usage=st.usage.filter(mine), job_energy=job_energy, reconciliation=[], pools=[],
+                   waits=st.waits.filter(mine),
                    energy_sites=[sites[c] for c in sorted(set(job_energy["cluster"].drop_nulls().to_list()))])
 
 
@@ -601,6 +625,7 @@ def _computed(con, period: str, *, policy, now: datetime | None, lines: pl.DataF
         history=_history(con, period, start, policy, t.gpus.select(pl.col("first_seen").min()).collect().item(), lines)
         if history else pl.DataFrame(schema=HISTORY_SCHEMA),
     )
+    st.waits = project_waits(con, start, end, min(end, now, st.billed_through))
     clusters = sorted(set(job_energy["cluster"].drop_nulls().to_list()))
     sites = dict(zip(clusters, _site_sentences(con, clusters), strict=True))
     st.energy_sites = list(sites.values())

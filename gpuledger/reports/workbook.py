@@ -39,6 +39,7 @@ HEADERS = {
     "amount": "Amount", "idle_amount_included": "Idle included", "revision": "Revision",
     "correction_of": "Corrects", "note": "Note", "partition": "Slurm partition", "host": "Host",
     "sheet": "Sheet", "status": "Status",
+    "jobs": "Jobs submitted", "still_waiting": "Still waiting", "wait_p50_s": "Wait p50 (s)", "wait_p90_s": "Wait p90 (s)",
 }
 MONEY_COLS = ("amount", "idle_amount_included")
 NOTE_WIDTH = 60  # characters: longer notes wrap inside the column

@@ -56,6 +56,7 @@ SWEEPABLE = (
     "idle_threshold_ratio",
     "checkpoint_interval_minutes",
     "cycle_minutes",
+    "delivery_balance",
     "shares",
 )
 

@@ -30,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
 
+from gpuledger.analytics.delivery_balance import credited_usage
 from gpuledger.config import Config
 from gpuledger.enforce.bands import QUICK_BASE
 from gpuledger.enforce.model import PREEMPT, WARN
@@ -48,7 +49,7 @@ from gpuledger.whatif.model import (
     Segment,
     Trace,
 )
-from gpuledger.whatif.usage import UsageTracker
+from gpuledger.whatif.usage import BalanceTracker, UsageTracker
 
 FINISH, SUBMIT, CYCLE = 0, 1, 2
 
@@ -150,6 +151,14 @@ class Simulation:
             window_s=usage_policy.window_days * 86400,
             half_life_s=usage_policy.half_life_days * 86400,
         )
+        # policy.usage.delivery_balance: fair share ranked on usage less what the run still owes
+        credit = self.params.delivery_balance
+        credit = cfg.policy.usage.delivery_balance.credit_fair_share if credit is None else bool(credit)
+        self.balance = (
+            BalanceTracker(policies.entitled_gpus(self.org_nodes, self.tree, trace.inventory.capacity_gpus()),
+                           self.usage.rate, period_s=usage_policy.window_days * 86400)
+            if credit else None
+        )
         self.weights = policies.budget_weights(cfg, trace.origin)
         self.funding = policies.Funding(cfg, trace.origin, self.org_nodes, self.cap_s, projects)
         self.budget_rate: dict[str, float] = defaultdict(float)
@@ -218,10 +227,14 @@ class Simulation:
                     continue
                 self._stop(idx, "done")
                 self.out[idx].done_s = t
+                if self.balance is not None:
+                    self.balance.demand[self.jobs[idx].project] -= self.jobs[idx].gpus
                 self._fill(self.jobs[idx].pool)
                 if self.slot_cap is not None:  # room under the project's cap, in any pool
                     self._fill_project(self.jobs[idx].project)
             elif kind == SUBMIT:
+                if self.balance is not None:
+                    self.balance.demand[self.jobs[idx].project] += self.jobs[idx].gpus
                 self._enqueue(idx)
                 self._fill(self.jobs[idx].pool)
                 if self.static[idx][-1] and idx not in self.running and self._in_lane(self.jobs[idx].project):
@@ -252,6 +265,8 @@ class Simulation:
             return
         dt = t - self.now
         self.usage.advance(t)
+        if self.balance is not None:
+            self.balance.advance(t)
         for p, r in self.budget_rate.items():
             if r:
                 self.funding.consumed[p] = self.funding.consumed.get(p, 0.0) + r * dt / 3600.0
@@ -475,7 +490,10 @@ class Simulation:
     def _cycle(self) -> None:
         t = self.now
         self.verdict = self.funding.verdicts(t)
-        self.ranks, self.fs_projects, self.over = policies.fs_ranks(self.org_nodes, self.usage.usage(), self.tree)
+        used = self.usage.usage()
+        if self.balance is not None:
+            used = credited_usage(used, self.balance.credit())
+        self.ranks, self.fs_projects, self.over = policies.fs_ranks(self.org_nodes, used, self.tree)
         # enforce's priority per kind of job present (policies.priorities): same value for the same key
         self.reps, self.prio = {}, {}
         firsts = [entries[0][2] for groups in self.waiting.values() for entries in groups.values() if entries]

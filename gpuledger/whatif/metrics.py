@@ -4,7 +4,9 @@
   owed = share of capacity capped hour by hour at the project's demand, delivered = min(allocated,
   owed) settled per usage window W, as fair share promises it) over the run's own jobs and
   allocations; ``worst_delivery_ratio`` is the lowest among projects that were owed anything
-  (the hour-by-hour figure beside it: ``worst_delivery_ratio_hourly``);
+  (the hour-by-hour figure beside it: ``worst_delivery_ratio_hourly``; with each period's
+  shortfall carried into the next as the delivery balance does, analytics.delivery_balance:
+  ``delivery_ratio_carried`` = 1 − what is still owed at the end ÷ owed, and its worst team);
 * occupancy — allocated ÷ installed GPU-hours;
 * useful GPU-hours — active GPU-hours (allocated × activity ratio) of work that was kept: the
   active part of work thrown away by preemptions is left out;
@@ -159,6 +161,7 @@ def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = No
 
     from gpuledger.analytics import fairshare
     from gpuledger.analytics.allocations import DEFAULT_TIER
+    from gpuledger.analytics.delivery_balance import end_balances
 
     jobs_f, alloc_f, gpus_f = frames(result)
     start = result.trace.origin
@@ -171,6 +174,11 @@ def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = No
     ).collect()
     per_project = fairshare.settled_per_project(hourly.lazy(), start=start, end=end, settle=settle)
     out = fairshare.delivery_ratios(per_project, org_nodes).collect()
+    # the same hours with each period's shortfall carried into the next (analytics.delivery_balance):
+    # what is still owed at the end of the run
+    balance = end_balances(hourly.lazy(), period=settle or (end - start), anchor=start).collect()
+    out = out.join(balance.rename({"project": "node"}), on="node", how="left").with_columns(
+        pl.col("gpu_hours_balance_end").fill_null(0.0))
     leaves = set(org_nodes.filter(~pl.col("node").is_in(org_nodes["parent"].drop_nulls().implode()))["node"])
     deliv = (
         out.filter(pl.col("node").is_in(sorted(leaves)))
@@ -184,6 +192,11 @@ def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = No
             "delivery_ratio",
             "gpu_hours_delivered_hourly",
             "delivery_ratio_hourly",
+            "gpu_hours_balance_end",
+            # clipped: a project never served owes its whole owed, to the last float digit or one past it
+            delivery_ratio_carried=pl.when(pl.col("gpu_hours_owed") > 0)
+            .then((pl.col("gpu_hours_owed") - pl.col("gpu_hours_balance_end")).clip(lower_bound=0.0)
+                  / pl.col("gpu_hours_owed")).otherwise(None),
         )
         .sort("project")
     )
@@ -309,6 +322,7 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
     owed = deliv.filter(deliv["gpu_hours_owed"] > 1e-9)
     worst = owed.sort("delivery_ratio", "project").row(0, named=True) if owed.height else None
     worst_h = owed.sort("delivery_ratio_hourly", "project").row(0, named=True) if owed.height else None
+    worst_c = owed.sort("delivery_ratio_carried", "project").row(0, named=True) if owed.height else None
     total_owed = float(owed["gpu_hours_owed"].sum()) if owed.height else 0.0
     out = {
         "policy": result.policy,
@@ -325,6 +339,11 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
         "delivery_ratio_hourly": (float(owed["gpu_hours_delivered_hourly"].sum()) / total_owed) if total_owed else None,
         "worst_delivery_ratio_hourly": None if worst_h is None else worst_h["delivery_ratio_hourly"],
         "worst_project_hourly": None if worst_h is None else worst_h["project"],
+        # shortfalls carried period to period (the delivery balance): Σ owed − what is still owed at the end
+        "delivery_ratio_carried": (max(0.0, total_owed - float(owed["gpu_hours_balance_end"].sum())) / total_owed
+                                   if total_owed else None),
+        "worst_delivery_ratio_carried": None if worst_c is None else worst_c["delivery_ratio_carried"],
+        "worst_project_carried": None if worst_c is None else worst_c["project"],
         "preemptions": preemptions,
         "lost_gpu_hours": lost,
         "squatted_gpu_hours": squatted_gpu_hours(

@@ -90,7 +90,9 @@ class Params:
     checkpoint; one that does not starts over. ``resumable_kinds``: job kinds that checkpoint.
     ``share_overrides``: org node -> raw shares, replacing the config's (a what-if split).
     ``default_min_runtime_hours``: a minimum runtime for jobs that declare none (what if every job
-    had to declare one), capped like the declared ones.
+    had to declare one), capped like the declared ones. ``delivery_balance``: 1 credits each
+    project's usage with the delivery balance the run still owes it before ranking fair share, 0
+    does not (None: the config's policy.usage.delivery_balance.credit_fair_share).
     """
 
     usage_mode: str | None = None  # decay / window; None: the config's
@@ -105,6 +107,9 @@ class Params:
     resumable_kinds: tuple[str, ...] = ("training", "fine-tune")
     share_overrides: tuple[tuple[str, float], ...] = ()
     default_min_runtime_hours: float = 0.0  # what if jobs that declare none declared this (0: as recorded)
+    # rank fair share on usage less the delivery balance still owed (1) or not (0); None: the config's
+    # policy.usage.delivery_balance.credit_fair_share
+    delivery_balance: float | None = None
     seed: int = 1
 
     def with_(self, **changes) -> Params:

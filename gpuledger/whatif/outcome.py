@@ -36,6 +36,8 @@ FIGURES = (
     Figure("teams_at_95", "teams at ≥ 0.95 of owed", "count", "all"),
     Figure("teams_owed", "teams owed anything", "count"),
     Figure("worst_delivery_ratio", "worst team delivered ÷ owed", "ratio", "≥ 0.95"),  # and its worst seed ≥ 0.93
+    Figure("delivery_ratio_carried", "aggregate delivered ÷ owed, shortfalls carried", "ratio"),
+    Figure("worst_delivery_ratio_carried", "worst team, shortfalls carried", "ratio"),
     Figure("occupancy_ratio", "occupancy (allocated ÷ installed)", "ratio", "≥ 0.97"),  # and ≥ the baselines'
     Figure("burst_ratio", "burst: GPU-h above owed ÷ allocated", "ratio", "≥ 0.15"),  # slot limits ~0
     *(

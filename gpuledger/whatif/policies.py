@@ -141,6 +141,19 @@ def fs_ranks(org_nodes, usage: dict[str, float], tree=None) -> tuple[dict[str, i
     return ranks, len(ranks), over_share_projects(ranked.iter_rows(named=True))
 
 
+def entitled_gpus(org_nodes, tree, capacity_gpus: float) -> dict[str, float]:
+    """Project -> the GPUs its global share promises of ``capacity_gpus`` (the rule of
+    analytics.fairshare.entitled_hourly, per instant)."""
+    import polars as pl
+
+    from gpuledger.analytics.fairshare import fair_share
+
+    none = pl.LazyFrame({"node": [], "u": []}, schema={"node": pl.String, "u": pl.Float64})
+    ranked = fair_share(org_nodes, none, usage_col="u", tree=tree).collect()
+    leaves = set(tree.leaves())
+    return {n: s * capacity_gpus for n, s in zip(ranked["node"], ranked["share_global"], strict=True) if n in leaves}
+
+
 @dataclass
 class JobView:
     """What the cycle knows about a job: enough to build its JobFacts."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict, deque
 
+from gpuledger.analytics.delivery_balance import next_balance, open_credit
+
 
 class UsageTracker:
     def __init__(
@@ -78,3 +80,48 @@ class UsageTracker:
             for p, v in bucket.items():
                 out[p] = out.get(p, 0.0) + v * keep
         return out
+
+
+class BalanceTracker:
+    """The delivery balance (analytics.delivery_balance) as the simulation runs, for ranking fair
+    share on usage less what the cluster still owes each project (policy.usage.delivery_balance).
+
+    Per project it accrues, within the running settlement period (``period_s`` from time 0, as the
+    what-if settles delivery): owed = ∫ min(entitled rate, demand rate) dt, entitled rate = the
+    project's global share x installed GPUs, demand rate = GPUs of its jobs submitted and not done
+    (waiting or running); allocated = ∫ GPUs held dt. At each period's end the balance carries by
+    delivery_balance.next_balance. The owed here takes the minimum instant by instant, the
+    analytics hour by hour: within an hour it can only be lower (it ranks; the metrics are
+    computed by the analytics after the run)."""
+
+    def __init__(self, entitled: dict[str, float], rate: dict[str, float], *, period_s: float,
+                 origin_s: float = 0):
+        self.entitled = entitled  # project -> GPUs its share promises
+        self.rate = rate  # project -> GPUs held now (UsageTracker.rate: one record of it)
+        self.period_s = period_s
+        self.now = origin_s
+        self.period = int(origin_s // period_s)
+        self.demand: dict[str, float] = defaultdict(float)  # GPUs wanted now
+        self.owed: dict[str, float] = defaultdict(float)  # GPU-hours, running period
+        self.allocated: dict[str, float] = defaultdict(float)
+        self.carried: dict[str, float] = defaultdict(float)  # balance carried into the running period
+
+    def advance(self, t: float) -> None:
+        while self.now < t:
+            edge = min(t, (self.period + 1) * self.period_s)
+            hours = (edge - self.now) / 3600.0
+            for p in set(self.demand) | set(self.rate):
+                self.owed[p] += min(self.entitled.get(p, 0.0), max(0.0, self.demand.get(p, 0.0))) * hours
+                self.allocated[p] += max(0.0, self.rate.get(p, 0.0)) * hours
+            self.now = edge
+            if edge == (self.period + 1) * self.period_s:  # the period ends: settle and carry
+                for p in set(self.owed) | set(self.carried):
+                    self.carried[p] = next_balance(self.carried[p], self.owed[p], self.allocated[p])
+                self.owed.clear()
+                self.allocated.clear()
+                self.period += 1
+
+    def credit(self) -> dict[str, float]:
+        """Project -> what is still open of its carried balance (delivery_balance.open_credit)."""
+        return {p: open_credit(c, self.owed.get(p, 0.0), self.allocated.get(p, 0.0))
+                for p, c in self.carried.items() if c > 0}

@@ -184,6 +184,9 @@ def test_summary_counts_causes_most_first():
     rows = {r["project"]: r for r in wait_summary(w, by="project").iter_rows(named=True)}
     # a: r1 none, q1 fair-share, q4 scheduler -> one each, by name; b: q2 pool-full, q3 fair-share
     assert rows["a"]["causes"] == "fair-share 1, none 1, scheduler 1"
+    assert rows["a"]["main_cause"] == "fair-share"  # of the jobs that waited, by name among equals
+    only_r1 = wait_summary(w.filter(pl.col("job_id") == "r1"), by="project").row(0, named=True)
+    assert (only_r1["causes"], only_r1["main_cause"]) == ("none 1", "none")
     assert (rows["b"]["causes"], rows["b"]["main_cause"]) == ("fair-share 1, pool-full 1", "fair-share")
 
 

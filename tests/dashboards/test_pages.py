@@ -137,8 +137,16 @@ def test_fair_share_tree_equals_the_analytics(on_rig):
     projects = expected.filter(pl.col("kind") == "project")
     assert metrics(at)["Projects ranked"] == str(projects.height)
     assert metrics(at)["GPU-hours in the window"] == f"{projects['gpu_hours_window'].sum():,.1f} GPU-h"
+    # the delivery balance: `report balance`'s running period, node for node
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        balance = reports.balance_report(con, as_of=now)
+    newest = balance.filter(pl.col("period_start") == pl.col("period_start").max())
+    shown = frame(at, 1)
+    assert shown["node"].to_list() == newest["node"].to_list()
+    for col in ("gpu_hours_owed", "gpu_hours_carried_in", "gpu_hours_balance"):
+        assert shown[col].to_list() == pytest.approx(newest[col].to_list(), abs=1e-9)
     # the queue: projects in the analytics' order, each with one reason step per level below the root
-    queue = frame(at, 1)
+    queue = frame(at, 2)
     assert queue["project"].to_list() == projects["node"].to_list()
     depth = dict(zip(expected["node"], expected["depth"], strict=True))
     for project, why in zip(queue["project"], queue["why"], strict=True):
@@ -626,3 +634,29 @@ def test_the_fair_share_page_and_the_cli_agree_right_after_config_load(dashboard
     assert [r["budget_gpu_hours"] for r in cli_budget if r["node"] == "llm-pretrain"] == [51000.0]
     assert mine["remaining_gpu_hours"][0] == pytest.approx(
         next(r["remaining_gpu_hours"] for r in cli_budget if r["node"] == "llm-pretrain"))
+
+
+@pytest.mark.parametrize("lead", sorted(LEADS))
+def test_my_team_and_fair_share_show_the_wait_times_the_cli_reports(on_rig, lead):
+    """The lead's wait times (their projects only, per project and class) and the fair-share page's
+    (per project) are `report waits`'s figures for the period; the queued table says what the
+    scheduler said beside gpuledger's rank (the simulator records no scheduler reason: empty, and
+    gpuledger's own rank from the plan)."""
+    at = page(app(lead), "my_team")
+    start, end, _ = window(at)
+    mine = LEADS[lead]
+    shown = next(frame(at, i) for i in range(len(at.dataframe)) if "job_class" in frame(at, i).columns)
+    with warehouse.open_reader(on_rig.warehouse) as con:
+        expected = reports.waits_report(con, start=start, end=end, by="project-class", projects=tuple(mine))
+        by_project = reports.waits_report(con, start=start, end=end, by="project")
+    assert expected.height and set(shown["project"]) == set(expected["project"]) <= set(mine)
+    got = {(r["project"], r["job_class"]): (r["jobs"], r["wait_p50_s"], r["main_cause"]) for r in shown.iter_rows(named=True)}
+    assert got == {(r["project"], r["job_class"]): (r["jobs"], r["wait_p50_s"], r["main_cause"])
+                   for r in expected.iter_rows(named=True)}
+    queued = frame(at, 1)
+    assert {"scheduler_says", "versus"} <= set(queued.columns)
+    assert queued["scheduler_says"].is_null().all()
+    page(at, "fair_share")
+    fs = next(frame(at, i) for i in range(len(at.dataframe)) if "wait_p90_s" in frame(at, i).columns)
+    assert dict(fs.select("project", "wait_p90_s").iter_rows()) == pytest.approx(
+        dict(by_project.select("project", "wait_p90_s").iter_rows()))

@@ -8,10 +8,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from gpuledger.enforce.scheduler_view import QueuePlace, SchedulerWord, compare, ordinal
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
-from gpuledger.enforce.scheduler_view import QueuePlace, SchedulerWord, compare, ordinal
 from gpuledger.ingest.jobs.slurm import parse_parsable, parse_squeue_reasons, with_live_reasons, write_batch
 from tests.helpers.configs import TWO_PROJECTS
 
@@ -64,8 +64,9 @@ def test_squeue_gives_the_live_reason_sacct_lacks():
                   "3|k|funded-proj|ann|arr||gres/gpu=2|2026-11-20T11:31:00|Unknown|Unknown|PENDING|normal|gpu|None")
     live = parse_squeue_reasons("2|PENDING|Priority\n3|PENDING|Dependency\n9|RUNNING|None\nbad line\n")
     assert live == {"2": "Priority", "3": "Dependency"}
-    got = dict(with_live_reasons(batch, live).jobs.select("job_id", "_reason").rows())
-    assert got == {"2": "Priority", "3": "Dependency"}
+    got = with_live_reasons(batch, live).jobs
+    assert got.select("job_id", "_reason", "_reason_from").rows() == [("2", "Priority", "squeue"),
+                                                                    ("3", "Dependency", "squeue")]
 
 
 @pytest.mark.parametrize(("place", "reason", "agree", "words"), [
@@ -141,6 +142,13 @@ def test_a_kueue_workloads_quota_reserved_reason_shows_in_explain(path, tmp_path
                      message="nvidia.com/gpu 4 exceeds the flavor's nominal quota 2"),
             workload("in", status="True", reason="QuotaReserved", message="Quota reserved in ClusterQueue team"),
         ]
+        # the admitted Workload's pod, created at its admission by its Job `in`: not a wait of its own
+        server.add_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "in-0", "namespace": "ml", "uid": "uid-in-0", "creationTimestamp": "2026-11-20T11:05:00Z",
+            "labels": {"gpuledger.io/project": "funded-proj"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "in", "uid": "j", "controller": True}]},
+            "spec": {"containers": [{"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+            "status": {"phase": "Running", "startTime": "2026-11-20T11:05:02Z"}})
         ingest = KubernetesIngest(api_client(server.write_kubeconfig(tmp_path / "kc")), cluster="k",
                                   warehouse_path=path, clock=lambda: NOW)
         ingest.sync()
@@ -164,5 +172,20 @@ def test_a_kueue_workloads_quota_reserved_reason_shows_in_explain(path, tmp_path
     import json
 
     rows = {r["job_id"]: r for r in json.loads(waits)}
+    with warehouse.open_reader(path) as con:  # the pod is a job of its own (its GPU-hours), named by its Job
+        assert con.execute("SELECT name, namespace FROM jobs WHERE job_id = 'uid-in-0'").fetchall() == [("in", "ml")]
+    assert set(rows) == {"ml/workload/in", "ml/workload/never", "ml/workload/wait"}  # not the pod uid-in-0
     assert rows["ml/workload/in"]["wait_s"] == 300.0 and rows["ml/workload/in"]["still_waiting"] is False
     assert rows["ml/workload/never"]["still_waiting"] is True and rows["ml/workload/never"]["cause"] == "scheduler"
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--period", "2026-13"], "--period"),
+    (["--period", "2026-11", "--since", "2026-11-01T00:00:00"], "give --period or --since, not both"),
+    (["--by", "team"], "'team': choose project, user, class, job"),
+    (["--every", "hour"], "'hour': choose day, week"),
+    (["--since", "yesterday-ish"], "--since"),
+])
+def test_report_waits_mistakes_end_in_one_line_and_exit_2(path, args, words):
+    done = cli("report", "waits", *args, "-w", str(path))
+    assert done.exit_code == 2 and words in done.output and "Traceback" not in done.output, done.output

@@ -108,3 +108,32 @@ def test_enforcement_outcomes_are_counted_by_action_outcome_and_cause(month):
                    ("set-priority", "done", "done", "false"): 1.0}
     assert 'gpuledger_enforcement_actions_total{action="preempt",cause="other-cluster",dry_run="false",' \
            'outcome="refused"} 1.0' in _exposition(month)
+
+
+def test_wait_gauge_is_scraped_per_project_class_and_quantile(month):
+    """Three alpha training jobs submitted on Nov 2, within the 7 days before the data's now (Nov 3):
+    waits 600, 1,800 and 3,600 s -> p50 1,800; p90 at position 0.9 × 2 = 1.8: 1,800 + 0.8 × 1,800
+    = 3,240; the longest 3,600. The fixture's own jobs record no submission: no wait to count."""
+    from gpuledger.metrics.exporter import make_server
+
+    day = datetime(2026, 11, 2)
+    with warehouse.open_writer(month) as con:
+        for n, (submit_h, wait_min) in enumerate(((10, 10), (11, 30), (12, 60))):
+            submit = day.replace(hour=submit_h)
+            con.execute("INSERT INTO jobs (cluster, job_id, project, kind, gpu_model, gpus, submit_time, start_time, "
+                        "end_time, state, source, updated_at) VALUES ('c1', ?, 'alpha', 'training', 'H100', 8, ?, "
+                        "? + to_minutes(?::BIGINT), ?, 'COMPLETED', 'test', ?)",
+                        [f"wait-{n}", submit, submit, wait_min, day.replace(hour=14), datetime(2026, 11, 3)])
+    server = make_server(month, port=free_port(), cache_s=0)
+    import threading
+
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        text = requests.get(f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=60).text
+    finally:
+        server.shutdown()
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("gpuledger_job_wait_seconds{"))
+    alpha = {q: float(samples[f'gpuledger_job_wait_seconds{{class="training",project="alpha",quantile="{q}"}}'])
+             for q in ("0.5", "0.9", "1")}
+    assert alpha == {"0.5": 1800.0, "0.9": pytest.approx(3240.0), "1": 3600.0}
+    assert len(samples) == 3, samples  # alpha/training only, three quantiles

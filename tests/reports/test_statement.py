@@ -414,3 +414,32 @@ def test_a_correction_stores_the_statement_anew_and_an_edited_one_is_refused(mon
         con.execute("UPDATE closed_statements SET facts_json = replace(facts_json, '4092', '4093')")
     with warehouse.open_reader(month) as con, pytest.raises(RunError, match="stored statement does not match"):
         build_statement(con, "2026-10")
+
+
+def test_the_statement_shows_each_projects_p50_and_p90_wait(warehouse_file):
+    """October's jobs with a submission (the fixture's own record none): alpha waits 60, 120 and
+    600 s -> p50 120, p90 at 0.9 × 2 = 1.8: 120 + 0.8 × 480 = 504; gamma one job, submitted Oct 31
+    23:00 and never started: at the month's end (Nov 1 00:00) 3,600 s so far, p50 = p90 = 3,600."""
+    from datetime import timedelta
+
+    from gpuledger.reports.files import render_html
+    from gpuledger.reports.statement import build_statement
+
+    october(warehouse_file)
+    day = datetime(2026, 10, 20)
+    with warehouse.open_writer(warehouse_file) as con:
+        rows = [("w1", "alpha", day, day + timedelta(seconds=60)), ("w2", "alpha", day, day + timedelta(seconds=120)),
+                ("w3", "alpha", day, day + timedelta(seconds=600)),
+                ("w4", "gamma", datetime(2026, 10, 31, 23), None)]
+        for job_id, project, submit, start in rows:
+            con.execute("INSERT INTO jobs (cluster, job_id, project, gpu_model, gpus, submit_time, start_time, end_time, "
+                        "state, source, updated_at) VALUES ('c1', ?, ?, 'H100', 1, ?, ?, ?, 'X', 'test', ?)",
+                        [job_id, project, submit, start, None if start is None else start + timedelta(minutes=1),
+                         datetime(2026, 10, 31, 23)])
+    with warehouse.open_reader(warehouse_file) as con:
+        st = build_statement(con, "2026-10")
+    # the month's waits as of its end (Nov 1 00:00): gamma's job has waited 1 h so far
+    assert st.waits.rows() == [("alpha", 3, 0, 120, 504), ("gamma", 1, 1, 3600, 3600)]
+    html = render_html(st)
+    assert "Wait times per project" in html and "<th>Wait p90 (s)</th>" in html and ">504<" in html
+    assert st.for_unit("research").waits.height == 2 and st.for_unit("product").waits.height == 0

@@ -1,4 +1,4 @@
-"""The facts as of T: fair share, budget burn, usage, funding and squatting findings, read from the materialized tables when
+"""The facts as of T: fair share, budget burn, delivery balance, usage, funding and squatting findings, read from the materialized tables when
 they are fresh for T and computed (gpuledger.analytics.reports) otherwise. Every reader asks here
 (the CLI's read commands first), so a question has one answer whichever way it was reached.
 
@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from gpuledger.sql import load_sql
 from gpuledger.warehouse.clock import data_now  # noqa: F401  ("now" for the data; facts.data_now for callers)
 from gpuledger.warehouse.read_model.rows import Rows, as_polars
+
+from gpuledger.sql import load_sql
 
 MATERIALIZED = "materialized"
 COMPUTED = "computed"
@@ -168,6 +169,15 @@ def budget(con, *, policy, as_of: datetime | None = None) -> Facts:
     from gpuledger.analytics import reports
 
     return Facts(reports.budget_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
+
+
+def delivery_balance(con, *, policy, as_of: datetime | None = None) -> Facts:
+    """The delivery balance per org node and settlement period up to ``as_of``
+    (reports.balance_report, GPU-hours). Always computed: it is a pass over a few windows of jobs."""
+    at = as_of or data_now(con)
+    from gpuledger.analytics import reports
+
+    return Facts(reports.balance_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
 
 def _usage_fresh(con, table: str, start: datetime, end: datetime, now: datetime) -> bool:

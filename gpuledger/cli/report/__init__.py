@@ -1,4 +1,4 @@
-"""`gpuledger report ...`: usage, utilization, chargeback, fairshare, budget, squatters (here) and
+"""`gpuledger report ...`: usage, utilization, chargeback, fairshare, balance, budget, squatters (here) and
 the finance files, statement and weekly (gpuledger/cli/report/files.py).
 
 Tables print to the terminal (gpuledger/tables.py: the default columns fit 80 columns, `--wide` shows
@@ -145,6 +145,33 @@ def fairshare(
         frame = facts.fairshare(con, policy=lambda: cfg.policy, as_of=_time(now)).table  # materialized when fresh
         mode = cfg.setting("policy.usage.mode")
     show_frame(frame, fmt, out, f"fair share ({mode} usage, GPU-hours)", table_views.FAIRSHARE, wide, columns)
+
+
+@app.command("balance")
+def balance(
+    fmt: Format = FormatOpt, out: Path | None = OutOpt, now: str | None = NowOpt,
+    history: bool = typer.Option(False, "--history", help="every settlement period, oldest first (default: "
+                                 "the running one, its carried-in balance and what it owes so far)"),
+    node: str | None = typer.Option(None, "--node", help="one org node (project or program) only"),
+    wide: bool = WideOpt, columns: str | None = ColumnsOpt,
+    warehouse_file: WarehouseOpt = None, config: ConfigOpt = None,
+) -> None:
+    """The delivery balance: GPU-hours owed but not delivered, carried into the next settlement period
+    (the usage window), and what each node got above what it was due (burst)."""
+    with _open(warehouse_file) as con:
+        cfg = read_config(con, config)
+        frame = facts.delivery_balance(con, policy=lambda: cfg.policy, as_of=_time(now)).frame
+    if node is not None:
+        if node not in set(frame["node"]):
+            raise typer.BadParameter(f"{node!r} is not in the org tree: choose one of "
+                                     f"{', '.join(sorted(set(frame['node'])))}", param_hint="--node")
+        frame = frame.filter(frame["node"] == node)
+    if not history and frame.height:
+        frame = frame.filter(frame["period_start"] == frame["period_start"].max())
+    days = cfg.policy.usage.window_days
+    credit = "credited in fair share" if cfg.policy.usage.delivery_balance.credit_fair_share else "not credited in fair share"
+    show_frame(frame, fmt, out, f"delivery balance per {days:g}-day settlement period (GPU-hours, UTC; {credit})",
+               table_views.BALANCE, wide, columns)
 
 
 @app.command("budget")

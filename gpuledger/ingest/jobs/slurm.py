@@ -704,6 +704,7 @@ def run_sacct(
     return done.stdout
 
 
+SQUEUE = "squeue"  # where a reason came from, when not sacct
 SQUEUE_FORMAT = "%i|%T|%r"  # JobID as sacct lists it (12_[0-1] for a pending array), state, reason
 
 
@@ -749,7 +750,9 @@ def with_live_reasons(batch: SlurmBatch, reasons: dict[str, str]) -> SlurmBatch:
         live = pl.DataFrame({"job_id": list(reasons), "_live": list(reasons.values())},
                             schema={"job_id": pl.String, "_live": pl.String})
         batch.jobs = (batch.jobs.join(live, on="job_id", how="left")
-                      .with_columns(_reason=pl.coalesce("_live", "_reason")).drop("_live"))
+                      .with_columns(_reason=pl.coalesce("_live", "_reason"),
+                                    _reason_from=pl.when(pl.col("_live").is_not_null()).then(pl.lit(SQUEUE)))
+                      .drop("_live"))
     return batch
 
 
@@ -824,7 +827,7 @@ def pending_reasons(jobs: pl.DataFrame) -> list[SchedulerReason]:
     waiting = jobs.filter(pl.col("_reason").is_not_null() & pl.col("start_time").is_null()
                           & (pl.col("state") == "PENDING"))
     return [SchedulerReason(r["cluster"], r["job_id"], r["updated_at"], SLURM, r["state"], r["_reason"], None,
-                            LIVE_ORIGIN) for r in waiting.iter_rows(named=True)]
+                            r.get("_reason_from") or LIVE_ORIGIN) for r in waiting.iter_rows(named=True)]
 
 
 __all__: Sequence[str] = (
