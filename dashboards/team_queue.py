@@ -42,10 +42,10 @@ def section(ctx: ui.Context, now: datetime, policy) -> None:
     queued = queued.with_columns(
         job=pl.format("{} ({}/{})", pl.coalesce("name", "job_id"), "cluster", "job_id"),
         order=pl.int_range(1, pl.len() + 1))
-    ui.table(queued, {"order": ui.int_col("your order"), "job": "job", "project": "project", "user_name": "user",
-                      "gpus": ui.number_col("GPUs", "%g"), "fund_hours": ui.number_col("funded by the team (h)", "%g"),
-                      "fund_gpu_hours": ui.norm_h("committed"), "held": st.column_config.CheckboxColumn("held"),
-                      "set_by": "last changed by"}, key="team_manage_queue")
+    ui.table(queued, {"order": ui.int_col("your order"), "job": "job", "held": st.column_config.CheckboxColumn("held"),
+                      "fund_hours": ui.number_col("funded by the team (h)", "%g"),
+                      "fund_gpu_hours": ui.norm_h("committed"), "project": "project", "user_name": "user",
+                      "gpus": ui.number_col("GPUs", "%g"), "set_by": "last changed by"}, key="team_manage_queue")
     labels = queued["job"].to_list()
     keys = list(zip(queued["cluster"].to_list(), queued["job_id"].to_list(), strict=True))
     pick = st.selectbox("Queued job", labels, key="team_manage_job")
@@ -53,9 +53,12 @@ def section(ctx: ui.Context, now: datetime, policy) -> None:
     cap = float(policy.funding.min_runtime_cap_hours)
     hours = st.number_input("Hours to fund (its minimum runtime)", min_value=0.5, max_value=cap, value=min(2.0, cap),
                             step=0.5, key="team_manage_hours")
-    up, down, fund, unfund, hold, release = st.columns(6)
+    top, up, down, fund, unfund, hold, release = st.columns(7)
     team = _team(node, projects, ctx.viewer.email)
     order = [f"{c}/{j}" for c, j in keys]
+    if top.button("To the top", disabled=i == 0, key="team_top"):  # a long queue: one click, not many
+        order.insert(0, order.pop(i))
+        _write(ctx, lambda con, at: _words(team_store().set_order(con, team, order, now=now, at=at)))
     if up.button("Move up", disabled=i == 0, key="team_up"):
         order[i - 1], order[i] = order[i], order[i - 1]
         _write(ctx, lambda con, at: _words(team_store().set_order(con, team, order, now=now, at=at)))

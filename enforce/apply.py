@@ -136,7 +136,7 @@ def _check_queued(action: Action, backend: Backend) -> Outcome | None:
         return Outcome(SKIPPED, f"{backend.name} no longer lists job {action.job_id} (ended or gone): nothing to "
                                 f"{action.action}", cause="gone")
     phase = live.get("phase")
-    if action.action == HOLD and phase not in (None, WAITING):
+    if action.action == HOLD and phase not in (None, WAITING, HELD):  # held already: the backend says unchanged
         return Outcome(SKIPPED, f"job {action.job_id} no longer waits ({live.get('state')}): a hold never stops "
                                 "a started job", cause="not-waiting")
     if action.action == RELEASE and phase not in (None, WAITING, HELD):

@@ -23,13 +23,13 @@ import urllib.request
 from datetime import timedelta
 
 import pytest
+from gpuledger.enforce import inputs, policy
+from gpuledger.enforce.model import Finding
 
 from gpuledger import warehouse
 from gpuledger.alerts.cycle import run_alert_cycle
 from gpuledger.alerts.self_service import make_server
 from gpuledger.config import parse_config_text
-from gpuledger.enforce import inputs, policy
-from gpuledger.enforce.model import Finding
 from tests.alerts.test_alerts import ALERTS, T0, _episode
 from tests.alerts.test_messages import _parts
 from tests.helpers.alert_receivers import receivers_fixture, wait_for  # noqa: F401  (the receivers fixture)

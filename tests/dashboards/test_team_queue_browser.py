@@ -23,8 +23,9 @@ HOURS = "Hours to fund (its minimum runtime)"
 
 def _queue(path, projects):
     """The team's queued jobs as the section lists them (its order), at the data's now."""
-    from gpuledger.analytics.reports import data_now
     from gpuledger.enforce import team_store
+
+    from gpuledger.analytics.reports import data_now
 
     with warehouse.open_reader(path) as con:
         now = data_now(con)
@@ -56,7 +57,7 @@ def _options(page) -> list[str]:
     return shown
 
 
-def test_a_lead_reorders_and_funds_in_the_browser_and_another_lead_cannot(dashboard_warehouse, browser, tmp_path):
+def test_a_lead_reorders_and_funds_in_the_browser_and_another_lead_cannot(dashboard_warehouse, browser, tmp_path):  # noqa: F811
     folder = tmp_path / "copy"
     (folder / "dagster").mkdir(parents=True)
     shutil.copy(dashboard_warehouse.warehouse, folder / "gpuledger.duckdb")
@@ -145,6 +146,7 @@ def test_a_lead_reorders_and_funds_in_the_browser_and_another_lead_cannot(dashbo
 def test_a_lead_of_another_team_cannot_change_vision_jobs_through_the_store(dashboard_warehouse, tmp_path):
     """The write path itself refuses a job outside the acting lead's team (whatever a page offers)."""
     from gpuledger.enforce import team_store
+
     from gpuledger.errors import UsageError
 
     path = tmp_path / "w.duckdb"

@@ -7,7 +7,7 @@ base 500,000 funded, 100,000 unfunded."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from gpuledger.enforce import keeps
 from gpuledger.enforce.keeps import OwnerChoice

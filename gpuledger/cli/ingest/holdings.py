@@ -41,7 +41,12 @@ def slurm_gpus(
     decide attribution over the labels on samples. Re-reading the same spool changes nothing;
     unreadable spool files go to quarantine (source slurm-gpus)."""
     from gpuledger.ingest.holdings.checks import screen_holdings
-    from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
+    from gpuledger.ingest.holdings.store import (
+        holdings_frame,
+        link_holdings,
+        partitioned_gpus,
+        write_holdings,
+    )
 
     given = sum((spool is not None, scontrol_live, scontrol_file is not None))
     if given != 1:
@@ -56,10 +61,11 @@ def slurm_gpus(
     else:
         rows, bad, origin = _scontrol_holdings(cluster, now, live=scontrol_live, as_json=scontrol_json,
                                                file=scontrol_file, tz=tz, scontrol=scontrol)
-    rows, refused = screen_holdings(rows, source="slurm-gpus", now=now)  # one record at a time
-    bad = [*bad, *refused]
-    frame = holdings_frame(rows)
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
+        rows, refused = screen_holdings(rows, source="slurm-gpus", now=now,  # one record at a time
+                                        partitioned=partitioned_gpus(con))
+        bad = [*bad, *refused]
+        frame = holdings_frame(rows)
         write_holdings(con, frame)
         if bad:
             warehouse.quarantine(con, bad)
@@ -131,7 +137,12 @@ def node_holdings(
     node-holdings)."""
     from gpuledger.ingest.holdings.checks import screen_holdings
     from gpuledger.ingest.holdings.node_spool import QUARANTINE_SOURCE, read_node_spool
-    from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
+    from gpuledger.ingest.holdings.store import (
+        holdings_frame,
+        link_holdings,
+        partitioned_gpus,
+        write_holdings,
+    )
     from gpuledger.rules.clock import parse_duration_s
     from gpuledger.stopping import StopSignals
 
@@ -151,10 +162,11 @@ def node_holdings(
     def once() -> None:
         read = read_node_spool(spool)
         now = datetime.now(UTC).replace(tzinfo=None)
-        kept, refused = screen_holdings(read.holdings, source=QUARANTINE_SOURCE, now=now)  # one record at a time
-        read.quarantined.extend(refused)
-        frame = holdings_frame(kept)
         with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
+            kept, refused = screen_holdings(read.holdings, source=QUARANTINE_SOURCE, now=now,  # one record at a time
+                                            partitioned=partitioned_gpus(con))
+            read.quarantined.extend(refused)
+            frame = holdings_frame(kept)
             write_holdings(con, frame)
             if read.quarantined:
                 warehouse.quarantine(con, read.quarantined)

@@ -106,16 +106,23 @@ def _warehouse_writer(path: Path, cluster: str, node: str, written: dict):
     from gpuledger import warehouse
     from gpuledger.ingest.holdings.checks import screen_holdings
     from gpuledger.ingest.holdings.pod_resources import SOURCE
-    from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, open_holdings, write_holdings
+    from gpuledger.ingest.holdings.store import (
+        holdings_frame,
+        link_holdings,
+        open_holdings,
+        partitioned_gpus,
+        write_holdings,
+    )
 
     with warehouse.open_writer(path) as con:
         resume = open_holdings(con, cluster=cluster, host=node, source=SOURCE)
 
     def write(rows: list[dict]) -> None:
         now = datetime.now(UTC).replace(tzinfo=None)
-        rows, refused = screen_holdings(rows, source=SOURCE, now=now)  # as the spool's writer does
-        frame = holdings_frame(rows)
         with warehouse.open_writer(path) as con:
+            rows, refused = screen_holdings(rows, source=SOURCE, now=now,  # as the spool's writer does
+                                            partitioned=partitioned_gpus(con))
+            frame = holdings_frame(rows)
             write_holdings(con, frame)
             if refused:
                 warehouse.quarantine(con, refused)

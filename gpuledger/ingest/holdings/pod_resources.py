@@ -110,6 +110,7 @@ class Held:
     gpu_uuid: str | None
     mig_instance_id: int
     share: float | None
+    gpu_index: int | None = None  # the GPU's index on the node, where the id names no UUID (GKE's nvidia<N>)
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -144,7 +145,7 @@ def held_devices(listed, allocatable=None, *, resources: Iterable[str] = GPU_RES
                     if d.replica_of:
                         share = 1.0 / replicas[d.replica_of] if replicas.get(d.replica_of) else None
                     out.append(Held(pod.namespace, pod.name, container.name, dev.resource_name, d.device_id,
-                                    d.gpu_uuid, d.mig_instance_id, share))
+                                    d.gpu_uuid, d.mig_instance_id, share, d.gpu_index))
             for dra in container.dynamic_resources:
                 for claim in dra.claim_resources:
                     if claim.driver_name not in DRA_DRIVERS:
@@ -170,7 +171,7 @@ class HoldingTracker:
         of this host, not ended), so a restart extends them instead of starting them again."""
         for r in stored:
             h = Held(r["namespace"] or "", r["pod"] or "", r["container"] or "", r["resource"] or "",
-                     r["device_id"], r["gpu_uuid"], r["mig_instance_id"], r["share"])
+                     r["device_id"], r["gpu_uuid"], r["mig_instance_id"], r["share"], r.get("gpu_index"))
             self.open[h.key] = (r["first_seen"], h)
             self.last_poll = max(filter(None, (self.last_poll, r["last_seen"])), default=None)
 
@@ -195,6 +196,7 @@ class HoldingTracker:
             "cluster": self.cluster, "source": SOURCE, "scheduler_job": f"{h.namespace}/{h.pod}",
             "host": self.host, "device_id": h.device_id, "first_seen": first, "last_seen": last,
             "ended": ended, "gpu_uuid": h.gpu_uuid, "mig_instance_id": h.mig_instance_id, "share": h.share,
+            "gpu_index": h.gpu_index,
             "namespace": h.namespace, "pod": h.pod, "container": h.container, "resource": h.resource,
         }
 

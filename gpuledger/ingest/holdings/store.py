@@ -83,6 +83,15 @@ class LinkResult:
     disagreements: int   # samples whose labels the scheduler side contradicts
 
 
+def partitioned_gpus(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
+    """The GPUs the inventory knows as MIG-partitioned, keyed as checks.screen_holdings keys a
+    whole GPU: ``cluster/uuid`` and ``cluster/host/index N``."""
+    rows = con.execute("SELECT DISTINCT cluster, gpu_uuid, host, gpu_index FROM gpus WHERE mig_instance_id >= 0"
+                       ).fetchall()
+    return frozenset([f"{c}/{u}" for c, u, _, _ in rows]
+                     + [f"{c}/{h}/index {i}" for c, _, h, i in rows if i is not None])
+
+
 def link_holdings(con: duckdb.DuckDBPyConnection, *, since: datetime | None = None,
                   now: datetime | None = None, check: bool = True) -> LinkResult:
     """Write the ``job_allocations`` of every holding seen since ``since`` (naive UTC; None: all).
