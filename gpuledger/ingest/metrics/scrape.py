@@ -164,7 +164,11 @@ def fetch_target(
     return FetchResult(url, None, _now_ms(), attempt, f"{error} (gave up after {attempt} attempts)")
 
 
-MAX_PAGE_BYTES = 512 * 2**20  # one exporter's page: ~25 kB per 8-GPU node; 512 MiB is no exporter's
+# One exporter's page: ~25 kB per 8-GPU node (8,192 GPUs in one page: 33 MiB). A page is parsed whole
+# (its duplicate-series and one-UUID-two-hosts rules span the page), at about 4.5x its size
+# (BENCHMARKS.md "Job imports: peak memory"), so the cap keeps a scrape within ~1 GiB: a larger
+# answer is a failed target, read no further than the cap.
+MAX_PAGE_BYTES = 128 * 2**20
 
 
 def _request_problem(exc: requests.RequestException) -> str:
