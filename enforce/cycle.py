@@ -10,7 +10,9 @@ from datetime import datetime, timedelta
 
 from gpuledger.enforce import audit, inputs, policy
 from gpuledger.enforce.apply import ApplyRun, apply_actions
-from gpuledger.enforce.model import PREEMPT, Action, Situation
+from gpuledger.enforce.model import PREEMPT, WAITING, Action, Situation
+from gpuledger.ingest.scheduler_reasons import SLURM, SchedulerReason, record_reasons
+from gpuledger.rules.clock import utc_now
 
 from gpuledger.config import Config
 
@@ -44,7 +46,21 @@ def plan(reader: Opener, writer: Opener, cfg: Config, now: datetime, *, record: 
     if record:
         with writer() as con:
             plan_id = audit.record_plan(con, actions, now=now)
+            record_reasons(con, live_reasons(observed, observed_by, observed_cluster))
     return actions, plan_id, situation
+
+
+def live_reasons(observed: dict | None, observed_by: str | None, cluster: str | None,
+                 at: datetime | None = None) -> list[SchedulerReason]:
+    """The scheduler's reason for each waiting job of a live view (Slurm's ``Reason=`` in
+    ``scontrol show job``), as of ``at`` (default: the wall clock — when it was read), for
+    scheduler_reasons (migration 027: kept as changes only)."""
+    if not observed or observed_by != "slurm" or not cluster:
+        return []
+    at = at or utc_now()
+    return [SchedulerReason(cluster, job_id, at, SLURM, view.get("state"), view["reason"], None, "scontrol")
+            for job_id, view in sorted(observed.items())
+            if view.get("phase") == WAITING and view.get("reason")]
 
 
 def apply_plan(reader: Opener, writer: Opener, actions: list[Action], backend, *, dry_run: bool,

@@ -141,7 +141,7 @@ def job_view(fields: dict[str, str]) -> tuple[str, dict]:
                     "restarts": int(restarts) if restarts and restarts.isdigit() else None,
                     "requeue_flag": fields.get("Requeue") == "1", "gpus": int(gpus.group(1)) if gpus else None,
                     "account": fields.get("Account"), "user": (fields.get("UserId") or "").split("(")[0] or None,
-                    "qos": fields.get("QOS")}
+                    "qos": fields.get("QOS"), "reason": fields.get("Reason")}
 
 
 def phase(state: str | None) -> str | None:

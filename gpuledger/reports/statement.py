@@ -145,7 +145,7 @@ class Statement:
     warnings: list[str] = field(default_factory=list)
     empty: bool = False  # no data for the month (periods.no_data): the statement says so
     # per project, the jobs submitted in the month: waits submit -> start in seconds (p50 / p90), as of
-    # the statement's billed-through time; empty for a month closed and stored before (issue 38)
+    # the statement's billed-through time; a closed month's as stored at its close (issue 38)
     waits: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=WAITS_SCHEMA))
     # a business unit's statement (for_unit): what the org it belongs to owes, per currency
     parent: str | None = None
@@ -510,6 +510,9 @@ def freeze_statement(con: duckdb.DuckDBPyConnection, period: str, *, now: dateti
         "empty": st.empty, "sites": sites,
         "capacity": [[c, h, str(a)] for c, (h, a) in sorted(_capacity_of(st.reconciliation).items())],
         "pools": [[p.currency, p.gpu_model, p.tier, p.capacity_gpu_hours, str(p.capacity_amount)] for p in st.pools],
+        # the month's waits per project (whole seconds) as of its close: a later import of its
+        # jobs moves no closed statement (issue 38)
+        "waits": [list(r) for r in st.waits.rows()],
     }
     frames = {"lines": st.lines, "usage": st.usage, "job_energy": st.job_energy, "history": st.history,
               "org_nodes": org_nodes}
@@ -534,7 +537,9 @@ def _thawed(con, period: str, facts: dict, frames: dict[str, pl.DataFrame]) -> t
         config_version=facts["config_version"], billed_through=datetime.fromisoformat(facts["billed_through"]),
         lines=frames["lines"], units=facts["units"], usage=frames["usage"], history=frames["history"],
         job_energy=frames["job_energy"], energy_sites=[facts["sites"][c] for c in sorted(facts["sites"])],
-        notes=facts["notes"], warnings=facts["warnings"], empty=facts["empty"])
+        notes=facts["notes"], warnings=facts["warnings"], empty=facts["empty"],
+        # stored from issue 38 on; a month stored before shows no waits rather than today's
+        waits=pl.DataFrame(facts.get("waits", []), schema=WAITS_SCHEMA, orient="row"))
     capacity = {c: (h, Decimal(a)) for c, h, a in facts["capacity"]}
     pools = {(c, m, t): (h, Decimal(a)) for c, m, t, h, a in facts["pools"]}
     st.reconciliation, st.pools = _reconciled(st.lines, capacity, pools, issued=True)

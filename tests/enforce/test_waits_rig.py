@@ -68,3 +68,11 @@ def test_report_waits_gives_each_jobs_wait_exactly_and_slurms_reason(slurm, ware
     assert "proj-a" in table and "proj-b" in table and "scheduler 1" in table, table
     told = gl(slurm, "enforce", "explain", held, *w).stdout
     assert "Slurm says `JobHeldUser`" in told, told
+    # the enforcement cycle's live view reads the reason too: released and held again by an admin,
+    # the job's reason changes and the plan with `--observe slurm` records it
+    sh(slurm, "scontrol", "release", held)
+    sh(slurm, "scontrol", "hold", held)  # an operator's hold: JobHeldAdmin
+    wait_for(slurm, held, lambda f: f.get("Reason") == "JobHeldAdmin", "JobHeldAdmin")
+    gl(slurm, "enforce", "plan", "--observe", "slurm", *w)
+    told = gl(slurm, "enforce", "explain", held, *w).stdout
+    assert "Slurm says `JobHeldAdmin`" in told and "earlier" in told and "Slurm said `JobHeldUser`" in told, told

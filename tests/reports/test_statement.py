@@ -443,3 +443,14 @@ def test_the_statement_shows_each_projects_p50_and_p90_wait(warehouse_file):
     html = render_html(st)
     assert "Wait times per project" in html and "<th>Wait p90 (s)</th>" in html and ">504<" in html
     assert st.for_unit("research").waits.height == 2 and st.for_unit("product").waits.height == 0
+    # closed, the month keeps the waits of its close: a job of October ingested later moves nothing
+    from gpuledger.reports import closing
+
+    with warehouse.open_writer(warehouse_file) as con:
+        closing.close(con, "2026-10", by="finance", now=datetime(2026, 11, 5))
+        con.execute("INSERT INTO jobs (cluster, job_id, project, gpu_model, gpus, submit_time, start_time, end_time, "
+                    "state, source, updated_at) VALUES ('c1', 'late', 'alpha', 'H100', 1, ?, ?, ?, 'X', 'test', ?)",
+                    [day, day + timedelta(hours=5), day + timedelta(hours=6), datetime(2026, 11, 5)])
+    with warehouse.open_reader(warehouse_file) as con:
+        closed = build_statement(con, "2026-10")
+    assert closed.closed and closed.waits.rows() == [("alpha", 3, 0, 120, 504), ("gamma", 1, 1, 3600, 3600)]

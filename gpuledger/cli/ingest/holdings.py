@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import typer
@@ -10,6 +10,7 @@ from rich.console import Console
 
 from gpuledger import warehouse
 from gpuledger.cli.options import WarehouseOpt, warehouse_path
+from gpuledger.rules.clock import utc_now
 
 app = typer.Typer(help="Bring device holdings into the warehouse.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
@@ -41,7 +42,12 @@ def slurm_gpus(
     decide attribution over the labels on samples. Re-reading the same spool changes nothing;
     unreadable spool files go to quarantine (source slurm-gpus)."""
     from gpuledger.ingest.holdings.checks import screen_holdings
-    from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
+    from gpuledger.ingest.holdings.store import (
+        holdings_frame,
+        link_holdings,
+        partitioned_gpus,
+        write_holdings,
+    )
 
     given = sum((spool is not None, scontrol_live, scontrol_file is not None))
     if given != 1:
@@ -50,16 +56,17 @@ def slurm_gpus(
     if scontrol_json and not scontrol_live:
         console.print("[red]--json goes with --scontrol (a --scontrol-file is read in either form)[/red]")
         raise typer.Exit(2)
-    now = datetime.now(UTC).replace(tzinfo=None)
+    now = utc_now()
     if spool is not None:
         rows, bad, origin = _spool_holdings(spool, cluster)
     else:
         rows, bad, origin = _scontrol_holdings(cluster, now, live=scontrol_live, as_json=scontrol_json,
                                                file=scontrol_file, tz=tz, scontrol=scontrol)
-    rows, refused = screen_holdings(rows, source="slurm-gpus", now=now)  # one record at a time
-    bad = [*bad, *refused]
-    frame = holdings_frame(rows)
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
+        rows, refused = screen_holdings(rows, source="slurm-gpus", now=now,  # one record at a time
+                                        partitioned=partitioned_gpus(con))
+        bad = [*bad, *refused]
+        frame = holdings_frame(rows)
         write_holdings(con, frame)
         if bad:
             warehouse.quarantine(con, bad)
@@ -131,7 +138,12 @@ def node_holdings(
     node-holdings)."""
     from gpuledger.ingest.holdings.checks import screen_holdings
     from gpuledger.ingest.holdings.node_spool import QUARANTINE_SOURCE, read_node_spool
-    from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
+    from gpuledger.ingest.holdings.store import (
+        holdings_frame,
+        link_holdings,
+        partitioned_gpus,
+        write_holdings,
+    )
     from gpuledger.rules.clock import parse_duration_s
     from gpuledger.stopping import StopSignals
 
@@ -150,11 +162,12 @@ def node_holdings(
 
     def once() -> None:
         read = read_node_spool(spool)
-        now = datetime.now(UTC).replace(tzinfo=None)
-        kept, refused = screen_holdings(read.holdings, source=QUARANTINE_SOURCE, now=now)  # one record at a time
-        read.quarantined.extend(refused)
-        frame = holdings_frame(kept)
+        now = utc_now()
         with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
+            kept, refused = screen_holdings(read.holdings, source=QUARANTINE_SOURCE, now=now,  # one record at a time
+                                            partitioned=partitioned_gpus(con))
+            read.quarantined.extend(refused)
+            frame = holdings_frame(kept)
             write_holdings(con, frame)
             if read.quarantined:
                 warehouse.quarantine(con, read.quarantined)

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from gpuledger.ingest.holdings.devices import parse_device
 from gpuledger.ingest.jobs.checks import EARLIEST, text_problem
 from gpuledger.ingest.metrics.exposition import DEFAULT_MAX_FUTURE_S
 from gpuledger.warehouse import QuarantineRow
@@ -78,15 +79,22 @@ def holding_problem(row: dict, *, now: datetime, max_future_s: float = DEFAULT_M
     return None
 
 
-def _whole_gpu(row: dict) -> str | None:
+def _whole_gpu(row: dict, partitioned: frozenset[str] = frozenset()) -> str | None:
     """The physical GPU a holding takes whole, or None (a MIG instance, a time-sliced replica, a
     shared or fractional GPU: several holders at once are their point)."""
-    uuid = row.get("gpu_uuid")
-    if not uuid or row.get("mig_instance_id", -1) not in (-1, None) or "::" in row["device_id"]:
+    if row.get("mig_instance_id", -1) not in (-1, None) or parse_device(row["device_id"]).replica_of:
         return None
-    if row.get("share") not in (None, 1, 1.0) or "shard" in (row.get("resource") or ""):
+    resource = row.get("resource") or ""
+    if row.get("share") not in (None, 1, 1.0) or "shard" in resource or "mps" in resource:
         return None
-    return f"{row['cluster']}/{uuid}"
+    key = None
+    if row.get("gpu_uuid"):
+        key = f"{row['cluster']}/{row['gpu_uuid']}"
+    elif row.get("gpu_index") is not None:  # no UUID (GKE's nvidia<N>, a Slurm index): the host's GPU N
+        key = f"{row['cluster']}/{row['host']}/index {row['gpu_index']}"
+    # a MIG-partitioned GPU named whole is an instance's parent (Slurm gives a MIG job its GPU's
+    # index): several jobs on it at once are its instances (the link places each by dcgm's labels)
+    return None if key in partitioned else key
 
 
 def _raw(row: dict) -> str:
@@ -96,11 +104,13 @@ def _raw(row: dict) -> str:
 
 
 def screen_holdings(rows: Iterable[dict], *, source: str, now: datetime,
-                    max_future_s: float = DEFAULT_MAX_FUTURE_S) -> tuple[list[dict], list[QuarantineRow]]:
+                    max_future_s: float = DEFAULT_MAX_FUTURE_S,
+                    partitioned: frozenset[str] = frozenset()) -> tuple[list[dict], list[QuarantineRow]]:
     """(the holdings that may land, quarantine rows for the others). Each row may carry
     :data:`WHERE` (its file and record) and :data:`RAW` (its text), dropped from what lands. A
     whole GPU held by two jobs at overlapping times keeps the first holder (by first seen, then
-    job) and refuses the others."""
+    job) and refuses the others — unless the inventory knows it MIG-partitioned (``partitioned``:
+    store.partitioned_gpus)."""
     good: list[dict] = []
     rejected: list[QuarantineRow] = []
     for row in rows:
@@ -112,14 +122,14 @@ def screen_holdings(rows: Iterable[dict], *, source: str, now: datetime,
     kept: list[dict] = []
     holders: dict[str, list[dict]] = {}
     for row in sorted(good, key=lambda r: (r["first_seen"], r["scheduler_job"], r["device_id"])):
-        gpu = _whole_gpu(row)
+        gpu = _whole_gpu(row, partitioned)
         clash = next((h for h in holders.get(gpu, ()) if h["scheduler_job"] != row["scheduler_job"]
                       and h["first_seen"] <= row["last_seen"] and row["first_seen"] <= h["last_seen"]), None) \
             if gpu else None
         if clash is not None:
             rejected.append(QuarantineRow(
                 source, str(row.get(WHERE) or source), _raw(row),
-                f"GPU {row['gpu_uuid']} on {row['host']} is held by job {clash['scheduler_job']} from "
+                f"GPU {row['gpu_uuid'] or row['device_id']} on {row['host']} is held by job {clash['scheduler_job']} from "
                 f"{clash['first_seen']:%Y-%m-%d %H:%M:%S} and by job {row['scheduler_job']} from "
                 f"{row['first_seen']:%Y-%m-%d %H:%M:%S} at once; a whole GPU serves one job, so the first is kept: "
                 "fix the device plugin or the spool writer that listed it twice"))

@@ -7,6 +7,9 @@
 * ``MIG-<uuid>``: a MIG instance in the current form; its parent and instance come from the
   node (NVML) — see :func:`mig_uuid_map` — or stay unknown (the holding waits, counted).
 * a bare number: a GPU index on the node (Slurm, CUDA_VISIBLE_DEVICES).
+* GKE's device plugin (container-engine-accelerators): ``nvidia<N>`` the GPU of minor number N
+  (its index on the node), ``nvidia<N>/gi<G>`` MIG GPU instance G of it, and ``…/vgpu<K>``
+  time-shared replica K of either (the physical device is the id without ``/vgpu<K>``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 
 _OLD_MIG = re.compile(r"^MIG-(GPU-[^/]+)/(\d+)/(\d+)$")
 _REPLICA = re.compile(r"^(GPU-[^:/]+)::(\d+)$")
+_GKE = re.compile(r"^(?P<physical>nvidia(?P<index>\d{1,5})(?:/gi(?P<gi>\d{1,3}))?)(?:/vgpu(?P<replica>\d{1,4}))?$")
 _HOSTLIST = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<ranges>[^\]]+)\](?P<suffix>.*)$")
 
 
@@ -42,6 +46,10 @@ def parse_device(device_id: str, mig_map: dict[str, tuple[str, int]] | None = No
         return Device(device_id=text, gpu_uuid=parent[0], mig_instance_id=parent[1]) if parent else Device(text)
     if text.startswith("GPU-"):
         return Device(device_id=text, gpu_uuid=text)
+    if m := _GKE.match(text):
+        gi = int(m["gi"]) if m["gi"] is not None else -1
+        return Device(device_id=text, mig_instance_id=gi, gpu_index=int(m["index"]),
+                      replica_of=m["physical"] if m["replica"] is not None else None)
     return Device(device_id=text)
 
 

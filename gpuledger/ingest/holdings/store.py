@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import duckdb
 import polars as pl
 
+from gpuledger.rules.clock import utc_now
 from gpuledger.sql import load_sql
 from gpuledger.warehouse import transaction, upsert
 
@@ -81,6 +82,15 @@ class LinkResult:
     no_device: int       # holdings whose device the inventory does not know (yet)
     no_job: int          # holdings whose job has no jobs row (yet)
     disagreements: int   # samples whose labels the scheduler side contradicts
+
+
+def partitioned_gpus(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
+    """The GPUs the inventory knows as MIG-partitioned, keyed as checks.screen_holdings keys a
+    whole GPU: ``cluster/uuid`` and ``cluster/host/index N``."""
+    rows = con.execute("SELECT DISTINCT cluster, gpu_uuid, host, gpu_index FROM gpus WHERE mig_instance_id >= 0"
+                       ).fetchall()
+    return frozenset([f"{c}/{u}" for c, u, _, _ in rows]
+                     + [f"{c}/{h}/index {i}" for c, _, h, i in rows if i is not None])
 
 
 def link_holdings(con: duckdb.DuckDBPyConnection, *, since: datetime | None = None,
@@ -163,7 +173,7 @@ def record_disagreements(con: duckdb.DuckDBPyConnection, *, start: datetime, end
                        f"{r['label_job']}, "
                        + ("held by no one: unallocated capacity" if holder == "(nobody)"
                           else f"held by {holder}: attributed to the holder")),
-            "quarantined_at": datetime.now(UTC).replace(tzinfo=None),
+            "quarantined_at": utc_now(),
         })
     upsert(con, "quarantine", pl.DataFrame(rows, schema_overrides={"quarantined_at": pl.Datetime("us")}))
     return found.height
