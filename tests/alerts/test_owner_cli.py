@@ -13,9 +13,10 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from gpuledger.enforce import inputs, policy
+
 from gpuledger import warehouse
 from gpuledger.config import parse_config_text
-from gpuledger.enforce import inputs, policy
 from tests.alerts.test_alerts import ALERTS
 from tests.helpers.statement_fixtures import CONFIG, october
 
