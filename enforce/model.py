@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
+from gpuledger.rules.clock import iso_z
+
 SET_PRIORITY = "set-priority"
 WARN = "warn"
 PREEMPT = "preempt"
@@ -174,7 +176,7 @@ class Action:
         out = asdict(self)
         for k, v in out.items():
             if isinstance(v, datetime):
-                out[k] = v.strftime("%Y-%m-%dT%H:%M:%SZ")
+                out[k] = iso_z(v)
         return out
 
     @classmethod

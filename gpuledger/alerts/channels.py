@@ -44,6 +44,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from gpuledger.deadlines import ALERTS, CallDeadline
 from gpuledger.errors import RunError, debug_wanted, printable
+from gpuledger.rules.clock import iso_z
 
 SECRETS_ENV = "GPULEDGER_SECRETS_FILE"
 
@@ -237,7 +238,7 @@ def plain_fields(fields: dict) -> dict:
 
     def one(v):
         if isinstance(v, datetime):
-            return v.strftime("%Y-%m-%dT%H:%M:%SZ")
+            return iso_z(v)
         if isinstance(v, date):
             return v.isoformat()
         if isinstance(v, Decimal):

@@ -60,5 +60,6 @@ def get_within(session: requests.Session | None, url: str, *, deadline: CallDead
                 return response.status_code, response.headers, b"".join(pieces)
             got += len(piece)
             if max_bytes is not None and got > max_bytes:
-                raise TooLarge(f"the answer is larger than {max_bytes / 2**20:,.0f} MiB")
+                size = f"{max_bytes / 2**20:,.0f} MiB" if max_bytes >= 2**20 else f"{max_bytes >> 10} KiB"
+                raise TooLarge(f"the answer is larger than {size}")
             pieces.append(piece)

@@ -143,7 +143,7 @@ def test_keep_two_hours_from_the_mail_delays_enforcement_once_and_the_allowance_
         status, text = _post(_links(newest)["Keep it 2 h"])
         assert status == 409, text
         assert ("team alpha&#x27;s allowance is 3 h of kept sessions per rolling 7 days; 2 h are used (c1/alpha-1), "
-                "1 h left, less than the 2 h asked: refused") in text, text
+                "1 h left, less than the 2 h asked. Ask for an exemption instead") in text, text
     finally:
         server.shutdown()
         server.server_close()

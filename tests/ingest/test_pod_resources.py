@@ -275,6 +275,57 @@ def test_a_kubelet_without_get_allocatable_still_gives_holdings_from_list(old_ku
     assert held == [("GPU-x0", "GPU-x0", None), ("GPU-x1::0", "GPU-x1", None), ("GPU-x1::1", "GPU-x1", None)]
 
 
+SHARING = """version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+"""
+
+
+def test_without_get_allocatable_the_device_plugins_config_gives_the_replica_count(old_kubelet, tmp_path):
+    # the plugin's config says 4 replicas of each nvidia.com/gpu: nb-a holds 2 of GPU-x1's 4
+    # (0.25 each); the whole GPU-x0 is no replica (no share)
+    old_kubelet.pods = [TRAINER, SHARED_A]
+    (tmp_path / "plugin.yaml").write_text(SHARING)
+    wh = tmp_path / "wh.duckdb"
+    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "agent", "pod-resources", "--socket",
+                           "pr/kubelet.sock", "--once", "--cluster", "prod", "--host", "n9", "--sharing-config",
+                           "plugin.yaml", "-w", str(wh)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert "time-sliced replica shares from plugin.yaml" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    with warehouse.open_reader(wh) as con:
+        held = con.execute("SELECT device_id, share FROM device_holdings ORDER BY 1").fetchall()
+    assert held == [("GPU-x0", None), ("GPU-x1::0", 0.25), ("GPU-x1::1", 0.25)]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 0}\n")
+    refused = subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "agent", "pod-resources", "--socket",
+                              "pr/kubelet.sock", "--once", "--sharing-config", str(bad), "-w", str(wh)],
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"gpuledger: --sharing-config {bad}: sharing.timeSlicing.resources[0]: expected a name and replicas 1..1024"]
+
+
+def test_the_device_plugins_renames_and_mps_are_read():
+    from gpuledger.ingest.holdings.pod_resources import configured_replicas
+
+    text = ("sharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+            "    - {name: nvidia.com/gpu, replicas: 8}\n"
+            "  mps:\n    resources:\n    - {name: nvidia.com/gpu, rename: nvidia.com/gpu.mps, replicas: 2}\n")
+    assert configured_replicas(text) == {"nvidia.com/gpu.shared": 8, "nvidia.com/gpu.mps": 2}
+    with pytest.raises(ValueError, match="no sharing.timeSlicing.resources"):
+        configured_replicas("version: v1\n")
+    # an allocatable answer, where the kubelet gives one, wins over the config: GPU-x1 has 4 there
+    listed = pb.ListPodResourcesResponse(pod_resources=[SHARED_B])
+    allocatable = pb.AllocatableResourcesResponse(devices=ALLOCATABLE)
+    got = held_devices(listed, allocatable, configured={"nvidia.com/gpu": 10})
+    assert [(h.device_id, h.share) for h in got] == [("GPU-x1::2", 0.25)]
+    assert [h.share for h in held_devices(listed, None, configured={"nvidia.com/gpu": 10})] == [0.1]
+    assert [h.share for h in held_devices(listed, None)] == [None]
+
+
 def test_one_whole_gpu_listed_for_two_pods_keeps_the_first_and_quarantines_the_second(kubelet, tmp_path):
     kubelet.pods = [TRAINER, _pod("research", "intruder", _container("main", "nvidia.com/gpu", "GPU-x0"))]
     kubelet.devices = ALLOCATABLE

@@ -37,6 +37,18 @@ def test_a_page_that_never_completes_ends_within_the_timeout(misbehaviour, says)
     assert took < 2 * 0.5 + 0.05 + LOAD_SLACK_S, took
 
 
+def test_a_page_past_the_cap_is_a_failed_target_read_no_further(monkeypatch):
+    # the cap (128 MiB) lowered to 64 KiB for the test: a 1 MiB page is refused, not retried, and
+    # the reader stops within a piece of the cap instead of holding the answer
+    from gpuledger.ingest.metrics import scrape
+
+    monkeypatch.setattr(scrape, "MAX_PAGE_BYTES", 64 << 10)
+    with _exporter(PAGE * ((1 << 20) // len(PAGE))) as server:
+        result = fetch_target(f"{server.url}/metrics", timeout_s=5, retries=2, backoff_s=0.05)
+    assert not result.ok and result.attempts == 1
+    assert result.error == f"{server.url}/metrics: the answer is larger than 64 KiB (not retried)"
+
+
 def _scrape(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "scrape", *args],
                           capture_output=True, text=True, timeout=60, check=False, env=ENV, cwd=cwd)

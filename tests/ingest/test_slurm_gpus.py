@@ -267,6 +267,41 @@ def test_bad_spool_files_are_quarantined_and_rereading_adds_nothing(tmp_path, wa
     assert "2 files or records quarantined" in done.stderr
 
 
+def test_a_spool_of_many_files_and_a_huge_stray_one_is_read_a_file_at_a_time(tmp_path):
+    # 3,000 jobs' start / end pairs beside a 1 GiB file named like an event (sparse: no disk used):
+    # every pair lands, and the stray file is one quarantine row read no further than its limit
+    from gpuledger.ingest.holdings import slurm_spool
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    head = "format\tgpuledger-slurm-gpus/1\ncluster\tc1\nnode\tn1\n"
+    for job in range(3000):
+        (spool / f"{job}.n1.1796040000.start").write_text(f"{head}event\tstart\njob_id\t{job}\ntime\t1796040000\n"
+                                                          f"gpu\t{job % 8}\tGPU-x{job % 8}\n")
+        (spool / f"{job}.n1.1796043600.end").write_text(f"{head}event\tend\njob_id\t{job}\ntime\t1796043600\n")
+    with open(spool / "99999.n1.1796040000.start", "wb") as huge:
+        huge.truncate(1 << 30)
+    read = slurm_spool.read_spool(spool)
+    assert read.files == 6001 and len(read.holdings) == 3000
+    assert all(h["ended"] and h["last_seen"] == datetime(2026, 11, 30, 13) for h in read.holdings)
+    [bad] = read.quarantined
+    assert bad.location.endswith("99999.n1.1796040000.start") and "larger than 64 KiB" in bad.reason
+    assert len(bad.raw_text) == 4000  # its head only
+
+
+def test_a_node_spool_file_past_its_limit_is_refused_unread(tmp_path):
+    from gpuledger.ingest.holdings import node_spool
+
+    spool = tmp_path / "node-spool"
+    spool.mkdir()
+    with open(spool / "c1.n7.json", "wb") as huge:
+        huge.truncate(node_spool.MAX_NODE_FILE_BYTES + 1)
+    read = node_spool.read_node_spool(spool)
+    assert read.files == 1 and read.holdings == []
+    [bad] = read.quarantined
+    assert "larger than 32 MiB: not a node agent's file" in bad.reason and len(bad.raw_text) == 4000
+
+
 # --- scontrol's JSON form ---------------------------------------------------------------------
 # Slurm 23.02+ (data_parser v0.0.39): tests/fixtures/slurm/scontrol-show-job-23.02.json is written
 # to the shape `scontrol -d show job --json` prints there (state lists, {"set", "infinite",

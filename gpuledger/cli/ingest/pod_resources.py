@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from gpuledger.cli.options import WarehouseOpt, warehouse_path
+from gpuledger.rules.clock import utc_now
 
 app = typer.Typer(help="Run on a Kubernetes GPU node: which pod holds which GPU.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
@@ -33,6 +34,10 @@ def pod_resources_command(
         "--spool", envvar="GPULEDGER_NODE_SPOOL",
         help="write this node's holdings into a file in DIR (shared with the writer, which runs "
              "`ingest node-holdings --spool DIR`) instead of the warehouse: for a node other than the writer's")] = None,
+    sharing_config: Annotated[Path | None, typer.Option(
+        "--sharing-config", envvar="GPULEDGER_SHARING_CONFIG", dir_okay=False,
+        help="the NVIDIA device plugin's config file (its ConfigMap, mounted): time-slicing / MPS replicas per "
+             "GPU, used where the kubelet does not serve GetAllocatableResources")] = None,
     warehouse_file: WarehouseOpt = None,
 ) -> None:
     """Poll the kubelet's PodResources v1 List and GetAllocatableResources and record which pod
@@ -49,6 +54,7 @@ def pod_resources_command(
     from gpuledger.ingest.metrics.dcgm_fields import canonical_host
     from gpuledger.ingest.metrics.nvml import local_host
 
+    configured = _configured_replicas(sharing_config) if sharing_config is not None else None
     node = canonical_host(host) if host else local_host()
     written = {"rows": 0, "linked": 0}
     if spool is not None:
@@ -63,7 +69,8 @@ def pod_resources_command(
     try:
         polls = run_pod_resources_agent(client, write, cluster=cluster, host=node, interval_s=interval,
                                         count=1 if once else count, mig_map=mig_uuid_map(),
-                                        resources=tuple(resource or GPU_RESOURCES), resume=resume)
+                                        resources=tuple(resource or GPU_RESOURCES), resume=resume,
+                                        configured=configured)
     except PodResourcesError as exc:
         typer.secho(f"gpuledger: {exc}", err=True, fg="red")
         raise typer.Exit(1) from None
@@ -73,16 +80,32 @@ def pod_resources_command(
         client.close()
     last = f"{polls} polls of {client.socket_path}; last: {written['rows']} holdings on {node}"
     if client.allocatable_missing:  # an older kubelet, or its feature gate off: List alone
+        shares = (f"time-sliced replica shares from {sharing_config}" if configured
+                  else "time-sliced replica shares unknown (--sharing-config names the device plugin's replicas)")
         last += (f" (the kubelet does not serve GetAllocatableResources: {client.allocatable_missing}; holdings "
-                 "from List, time-sliced replica shares unknown)")
+                 f"from List, {shares})")
     console.print(f"{last}, in {where}" if where is not None
                   else f"{last}, {written['linked']} job x device intervals linked", markup=False)
+
+
+def _configured_replicas(path: Path) -> dict[str, int]:
+    """--sharing-config read (exit 2, one line, where it cannot be)."""
+    from gpuledger.ingest.holdings.pod_resources import configured_replicas
+
+    try:
+        return configured_replicas(path.read_text(encoding="utf-8"), f"--sharing-config {path}")
+    except (OSError, UnicodeDecodeError) as exc:
+        typer.secho(f"gpuledger: --sharing-config {path}: cannot be read ({getattr(exc, 'strerror', None) or exc})",
+                    err=True, fg="red")
+        raise typer.Exit(2) from None
+    except ValueError as exc:
+        typer.secho(f"gpuledger: {exc}", err=True, fg="red")
+        raise typer.Exit(2) from None
 
 
 def _spool_writer(spool: Path, cluster: str, node: str, written: dict):
     """(the open holdings to resume, the poll's writer, the node's file): the node's file in the
     shared spool, which the writer reads (node_spool.py); a --spool that is no folder is exit 2."""
-    from datetime import UTC, datetime
 
     from gpuledger.ingest.holdings.node_spool import open_rows, spool_file, write_node
 
@@ -93,7 +116,7 @@ def _spool_writer(spool: Path, cluster: str, node: str, written: dict):
 
     def write(rows: list[dict]) -> None:
         written["rows"] = len(rows)
-        write_node(spool, cluster, node, rows, datetime.now(UTC).replace(tzinfo=None))
+        write_node(spool, cluster, node, rows, utc_now())
 
     return open_rows(spool, cluster, node), write, str(spool_file(spool, cluster, node))
 
@@ -101,7 +124,6 @@ def _spool_writer(spool: Path, cluster: str, node: str, written: dict):
 def _warehouse_writer(path: Path, cluster: str, node: str, written: dict):
     """(the open holdings to resume, the poll's writer): straight into the warehouse, each poll's
     holdings linked to the jobs' device intervals."""
-    from datetime import UTC, datetime
 
     from gpuledger import warehouse
     from gpuledger.ingest.holdings.checks import screen_holdings
@@ -118,7 +140,7 @@ def _warehouse_writer(path: Path, cluster: str, node: str, written: dict):
         resume = open_holdings(con, cluster=cluster, host=node, source=SOURCE)
 
     def write(rows: list[dict]) -> None:
-        now = datetime.now(UTC).replace(tzinfo=None)
+        now = utc_now()
         with warehouse.open_writer(path) as con:
             rows, refused = screen_holdings(rows, source=SOURCE, now=now,  # as the spool's writer does
                                             partitioned=partitioned_gpus(con))

@@ -30,6 +30,9 @@ QUARANTINE_SOURCE = "node-holdings"
 KEEP_ENDED = timedelta(days=1)  # ended holdings stay in the file this long: the writer's reads overlap
 _TIMES = ("first_seen", "last_seen")
 _REQUIRED = ("cluster", "source", "scheduler_job", "host", "device_id", "first_seen", "last_seen", "ended")
+# A node's file holds its open holdings and a day of ended ones (~300 bytes each: a few MB at most);
+# a larger file is refused unread, never held whole
+MAX_NODE_FILE_BYTES = 32 << 20
 
 
 def spool_file(spool: Path, cluster: str, host: str) -> Path:
@@ -61,7 +64,12 @@ def _record(row, n: int, path: Path) -> dict:
 def _load(path: Path, *, per_record: list | None = None) -> dict:
     """The node file's document with its holdings read. A record that cannot be read raises, or
     with ``per_record`` (a list) is appended there as (n, raw record, why) and skipped."""
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_NODE_FILE_BYTES + 1)
+    if len(data) > MAX_NODE_FILE_BYTES:
+        raise ValueError(f"larger than {MAX_NODE_FILE_BYTES >> 20} MiB: not a node agent's file")
+    doc = json.loads(data.decode("utf-8"))
+    del data
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(f"format {doc.get('format') if isinstance(doc, dict) else None!r}: expected {FORMAT} "
                          "(written by `gpuledger ingest agent pod-resources --spool`)")
@@ -131,7 +139,8 @@ def read_node_spool(spool: Path) -> NodeSpoolRead:
     that cannot be is one naming ``file:holdings[n]`` and the file's other records are kept (the
     writer then screens each one: holdings/checks.py)."""
     out = NodeSpoolRead()
-    for path in sorted(spool.glob("*.json")):
+    for name in sorted(e.name for e in os.scandir(spool) if e.name.endswith(".json")):
+        path = spool / name
         if path.name.startswith(".") or not path.is_file():
             continue
         out.files += 1
@@ -144,7 +153,8 @@ def read_node_spool(spool: Path) -> NodeSpoolRead:
                               reason=printable(f"{path.name}: {why}")) for n, row, why in unread)
         except (ValueError, OSError, TypeError, UnicodeDecodeError, RecursionError) as exc:
             try:
-                raw = path.read_text(encoding="utf-8", errors="replace")[:4000]
+                with open(path, "rb") as fh:  # the file's head only: it may be huge
+                    raw = fh.read(4000).decode("utf-8", errors="replace")
             except OSError as err:
                 raw = f"(unreadable: {err.strerror})"
             out.quarantined.append(QuarantineRow(source=QUARANTINE_SOURCE, location=str(path), raw_text=raw,

@@ -25,9 +25,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from gpuledger.ingest.holdings.devices import parse_device
+from gpuledger.rules.clock import utc_now
 
 SOURCE = "pod-resources"
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -121,10 +122,42 @@ def _wanted(resource: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(resource, p) for p in patterns)
 
 
+def configured_replicas(text: str, source: str = "the device plugin config") -> dict[str, int]:
+    """Resource name -> replicas of each GPU, from the NVIDIA device plugin's config (the YAML its
+    ConfigMap holds: ``sharing.timeSlicing.resources`` / ``sharing.mps.resources``, each ``name``
+    and ``replicas``, renamed to ``<name>.shared`` by ``renameByDefault`` or to ``rename``).
+    ValueError naming what is wrong."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{source}: not YAML ({getattr(exc, 'problem', None) or exc})") from None
+    sharing = doc.get("sharing") if isinstance(doc, dict) else None
+    out: dict[str, int] = {}
+    for kind in ("timeSlicing", "mps"):
+        block = sharing.get(kind) if isinstance(sharing, dict) else None
+        if not isinstance(block, dict):
+            continue
+        for n, res in enumerate(block.get("resources") or []):
+            name, replicas = (res.get("name"), res.get("replicas")) if isinstance(res, dict) else (None, None)
+            if not isinstance(name, str) or not name or isinstance(replicas, bool) or not isinstance(replicas, int) \
+                    or not 1 <= replicas <= 1024:
+                raise ValueError(f"{source}: sharing.{kind}.resources[{n}]: expected a name and replicas 1..1024")
+            shown = res.get("rename") or (f"{name}.shared" if block.get("renameByDefault") else name)
+            out[str(shown)] = replicas
+    if not out:
+        raise ValueError(f"{source}: no sharing.timeSlicing.resources (or sharing.mps.resources) with replicas")
+    return out
+
+
 def held_devices(listed, allocatable=None, *, resources: Iterable[str] = GPU_RESOURCES,
-                 mig_map: dict[str, tuple[str, int]] | None = None) -> list[Held]:
+                 mig_map: dict[str, tuple[str, int]] | None = None,
+                 configured: dict[str, int] | None = None) -> list[Held]:
     """The GPU devices in a ``List`` response (pure: no I/O). ``allocatable`` (the
-    ``GetAllocatableResources`` response) gives each time-sliced GPU's replica count."""
+    ``GetAllocatableResources`` response) gives each time-sliced GPU's replica count; without it
+    (a kubelet that does not serve it) ``configured`` does (:func:`configured_replicas`: replicas
+    per resource name), else a replica's share is unknown (None)."""
     patterns = tuple(resources)
     replicas: dict[str, int] = {}
     for dev in getattr(allocatable, "devices", []) or []:
@@ -143,7 +176,8 @@ def held_devices(listed, allocatable=None, *, resources: Iterable[str] = GPU_RES
                     d = parse_device(device_id, mig_map)
                     share = None
                     if d.replica_of:
-                        share = 1.0 / replicas[d.replica_of] if replicas.get(d.replica_of) else None
+                        count = replicas.get(d.replica_of) or (configured or {}).get(dev.resource_name)
+                        share = 1.0 / count if count else None
                     out.append(Held(pod.namespace, pod.name, container.name, dev.resource_name, d.device_id,
                                     d.gpu_uuid, d.mig_instance_id, share, d.gpu_index))
             for dra in container.dynamic_resources:
@@ -202,18 +236,19 @@ class HoldingTracker:
 
 
 def _utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
+    return utc_now()
 
 
 def run_pod_resources_agent(
     client: PodResourcesClient, write: Callable[[list[dict]], None], *, cluster: str, host: str,
     interval_s: float, count: int = 0, stop: threading.Event | None = None,
     clock: Callable[[], datetime] = _utc_now, mig_map: dict[str, tuple[str, int]] | None = None,
-    resources: Iterable[str] = GPU_RESOURCES, resume: Iterable[dict] = (),
+    resources: Iterable[str] = GPU_RESOURCES, resume: Iterable[dict] = (), configured: dict[str, int] | None = None,
 ) -> int:
     """Poll ``List`` (and ``GetAllocatableResources``) every ``interval_s`` and hand each poll's
     rows to ``write``, ``count`` times (0: until ``stop``); ``resume``: the holdings a previous run
-    left open (:meth:`HoldingTracker.resume`). Returns the polls made."""
+    left open (:meth:`HoldingTracker.resume`); ``configured``: replicas per resource where the
+    kubelet does not serve GetAllocatableResources (held_devices). Returns the polls made."""
     tracker = HoldingTracker(cluster=cluster, host=host)
     tracker.resume(resume)
     stop = stop or threading.Event()
@@ -221,7 +256,8 @@ def run_pod_resources_agent(
     while not stop.is_set():
         started = time.monotonic()
         listed, allocatable = client.list(), client.allocatable()
-        write(tracker.observe(held_devices(listed, allocatable, resources=resources, mig_map=mig_map), clock()))
+        held = held_devices(listed, allocatable, resources=resources, mig_map=mig_map, configured=configured)
+        write(tracker.observe(held, clock()))
         polls += 1
         if count and polls >= count:
             break

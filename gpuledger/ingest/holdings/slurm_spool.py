@@ -9,6 +9,7 @@ the same rows, so ``ingest slurm-gpus`` may run as often as wanted. A file that 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,9 @@ from gpuledger.warehouse import QuarantineRow
 FORMAT = "gpuledger-slurm-gpus/1"
 SOURCE = "slurm-prolog"
 QUARANTINE_SOURCE = "slurm-gpus"
+# One event file is a few hundred bytes (a node's GPUs); read at most this much of any file, so a
+# stray huge file in the spool is refused, never held whole
+MAX_EVENT_BYTES = 64 << 10
 
 
 @dataclass
@@ -42,8 +46,17 @@ class _Event:
     gpus: tuple[tuple[int | None, str | None], ...]
 
 
+def _read_bounded(path: Path, limit: int) -> str:
+    """The file's text, or ValueError when it is larger than ``limit`` bytes (only that much is read)."""
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit // 1024} KiB: not an event file of deploy/slurm/")
+    return data.decode("utf-8", errors="replace")
+
+
 def _parse(path: Path, default_cluster: str | None) -> _Event:
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = _read_bounded(path, MAX_EVENT_BYTES)
     fields: dict[str, str] = {}
     gpus: list[tuple[int | None, str | None]] = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -77,18 +90,22 @@ def _parse(path: Path, default_cluster: str | None) -> _Event:
 
 def _bad(path: Path, reason: str) -> QuarantineRow:
     try:
-        raw = path.read_text(encoding="utf-8", errors="replace")[:4000]
+        with open(path, "rb") as fh:  # the file's head only: it may be huge
+            raw = fh.read(4000).decode("utf-8", errors="replace")
     except OSError as exc:
         raw = f"(unreadable: {exc.strerror})"
     return QuarantineRow(source=QUARANTINE_SOURCE, location=str(path), raw_text=raw, reason=printable(reason))
 
 
 def read_spool(spool: Path, *, cluster: str | None = None) -> SpoolRead:
-    """Every holding the spool directory's files describe (see the module doc)."""
+    """Every holding the spool directory's files describe (see the module doc). Each file is read
+    on its own and at most MAX_EVENT_BYTES of it; what is kept of it is its parsed event (a few
+    hundred bytes), so a folder of 100,000 files is read in bounded pieces."""
     out = SpoolRead()
     events: list[_Event] = []
-    for path in sorted(spool.iterdir()):
-        if path.name.startswith(".") or path.suffix not in (".start", ".end") or not path.is_file():
+    for name in sorted(entry.name for entry in os.scandir(spool)):
+        path = spool / name
+        if name.startswith(".") or path.suffix not in (".start", ".end") or not path.is_file():
             continue  # half-written (.incoming.*) or foreign files
         out.files += 1
         try:

@@ -19,7 +19,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import polars as pl
 import requests
@@ -48,6 +47,7 @@ from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"
 from gpuledger.ingest import DEFAULT_CLUSTER
+from gpuledger.rules.clock import epoch_iso_z
 
 RETRYABLE_STATUS = range(500, 600)
 
@@ -164,7 +164,11 @@ def fetch_target(
     return FetchResult(url, None, _now_ms(), attempt, f"{error} (gave up after {attempt} attempts)")
 
 
-MAX_PAGE_BYTES = 512 * 2**20  # one exporter's page: ~25 kB per 8-GPU node; 512 MiB is no exporter's
+# One exporter's page: ~25 kB per 8-GPU node (8,192 GPUs in one page: 33 MiB). A page is parsed whole
+# (its duplicate-series and one-UUID-two-hosts rules span the page), at about 4.5x its size
+# (BENCHMARKS.md "Job imports: peak memory"), so the cap keeps a scrape within ~1 GiB: a larger
+# answer is a failed target, read no further than the cap.
+MAX_PAGE_BYTES = 128 * 2**20
 
 
 def _request_problem(exc: requests.RequestException) -> str:
@@ -335,7 +339,7 @@ BATCH_CHARS = 64_000_000
 
 def record_failure(con, result: FetchResult, *, source: str = SOURCE) -> None:
     """A target that could not be scraped: one quarantine row (location = URL) naming the error."""
-    when = datetime.fromtimestamp(result.scrape_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = epoch_iso_z(result.scrape_ms / 1000)
     warehouse.quarantine(con, [warehouse.QuarantineRow(
         source, result.url, f"GET {result.url} at {when}", result.error or "unknown error")])
 
