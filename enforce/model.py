@@ -131,7 +131,7 @@ class Situation:
     jobs_as_of: dict[str, datetime] | None = None
     # preemptions already performed (not dry run): (cluster, job_id, project, when) — rolling caps
     recent_preemptions: list[tuple[str, str, str | None, datetime]] = field(default_factory=list)
-    # policy.squatting.exempt_*: hidden from `gpuledger squatters` (no alert), so never a squatter here
+    # policy.squatting.exempt_*: hidden from `gpuledger report squatters` (no alert), so never a squatter here
     squatting_exempt: dict = field(default_factory=dict)  # namespaces / kinds / labels
     observed_by: str | None = None  # the backend whose live view joined (None: none, so no preemption)
     observed_cluster: str | None = None  # the cluster that live view is of (None: any)
