@@ -173,3 +173,10 @@ def test_a_keep_counts_against_the_nearest_team_with_an_allowance():
     assert keeps.allowance_node("vision-eval", parent, per_team) == "vision"
     assert keeps.allowance_node("llm-pre", parent, per_team) is None  # the default, per project
     assert keeps.allowance_node("vision-gen", parent, {"vision": 8.0, "vision-gen": 2.0}) == "vision-gen"
+
+
+def test_the_kill_switch_stops_a_leads_order_and_hold_too():
+    jobs = [job("a", "p1", running=False, funded=True), job("b", "p1", running=False, funded=True)]
+    lead = {("c", "b"): chose(1), ("c", "a"): chose(2, held=True)}
+    got = decide(situation(jobs, team_choices=lead), EnforcementPolicy(kill_switch=True))
+    assert {a.action for a in got} == {"none"} and all("kill switch" in a.reason for a in got)
