@@ -163,3 +163,13 @@ def test_keep_refusals_bound_the_keep():
     assert "3 h of kept sessions per rolling 7 days; 2 h are used (c/a), 1 h left" in why
     assert refuse(2, [("c/a", 2.0, NOW - 8 * 24 * H)]) is None  # a keep of last week no longer counts
     assert "already kept until" in refuse(1, active=NOW + H)
+
+
+def test_a_keep_counts_against_the_nearest_team_with_an_allowance():
+    parent = {"acme": None, "vision": "acme", "vision-gen": "vision", "vision-eval": "vision", "llm": "acme",
+              "llm-pre": "llm"}
+    per_team = {"vision": 8.0}
+    assert keeps.allowance_node("vision-gen", parent, per_team) == "vision"  # the program's 8 h, shared
+    assert keeps.allowance_node("vision-eval", parent, per_team) == "vision"
+    assert keeps.allowance_node("llm-pre", parent, per_team) is None  # the default, per project
+    assert keeps.allowance_node("vision-gen", parent, {"vision": 8.0, "vision-gen": 2.0}) == "vision-gen"
