@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON to this file")
     parser.add_argument("--whatif-dir", type=Path, default=None,
-                        help="a folder with a `gpuledger whatif schedule --json` result: the what-if page is timed too")
+                        help="a folder with a `gpuledger whatif schedule --format json --out` result: the what-if page is timed too")
     args = parser.parse_args(argv if argv is not None else [] if __name__ != "__main__" else None)
 
     folder = args.warehouse.parent

@@ -86,7 +86,8 @@ def apply_actions(actions: list[Action], backend: Backend, *, dry_run: bool,
             continue
         try:
             outcome = (_check(action, backend, guard) if action.action == PREEMPT
-                       else _check_queued(action, backend) if action.action in (HOLD, RELEASE) else None)
+                       else _check_queued(action, backend) if action.action in (HOLD, RELEASE) or _team_order(action)
+                       else None)
             if outcome is None:
                 outcome = verbs[action.action](action, dry_run=dry_run)
         except (CredentialError, BackendUnavailable) as exc:
@@ -126,9 +127,14 @@ def _check(action: Action, backend: Backend, guard) -> Outcome | None:
     return _still_waiting(action, backend)
 
 
+def _team_order(action: Action) -> bool:
+    return action.action == SET_PRIORITY and action.rule == "team-order"
+
+
 def _check_queued(action: Action, backend: Backend) -> Outcome | None:
-    """A lead's hold acts only on a job the scheduler shows waiting now (a job that started since
-    the plan is left running: a hold never stops work), a release on one it still lists."""
+    """A lead's hold or order acts only on a job the scheduler shows waiting now (a job that started
+    since the plan is left as it runs: a hold never stops work, an order is for the queue), a
+    release on one it still lists."""
     if not backend.observes:
         return None
     live = backend.live(action)
@@ -139,6 +145,9 @@ def _check_queued(action: Action, backend: Backend) -> Outcome | None:
     if action.action == HOLD and phase not in (None, WAITING, HELD):  # held already: the backend says unchanged
         return Outcome(SKIPPED, f"job {action.job_id} no longer waits ({live.get('state')}): a hold never stops "
                                 "a started job", cause="not-waiting")
+    if _team_order(action) and phase not in (None, WAITING, HELD):
+        return Outcome(SKIPPED, f"job {action.job_id} no longer waits ({live.get('state')}): its lead's order is for "
+                                "queued jobs; the next plan gives it its running priority", cause="not-waiting")
     if action.action == RELEASE and phase not in (None, WAITING, HELD):
         return Outcome(SKIPPED, f"job {action.job_id} is {live.get('state')}: nothing to release", cause="not-held")
     return None

@@ -105,15 +105,16 @@ def record_plan(con, actions: list[Action], *, now: datetime) -> str:
     it is issued in dry run too: the warning history is what a later preemption relies on)."""
     plan_id = number(actions, now)
     # A `none` row is stored when its reason differs from the job's last one, and so is a dry-run
-    # `set-priority` (nothing applies it, so it repeats every cycle): a quiet job costs one row, not
+    # `set-priority` / `hold` / `release` (nothing applies it, so it repeats every cycle): a quiet job costs one row, not
     # one per cycle (explain shows the latest).
     last = {} if not _has_tables(con) else {
         (c, j, act): r for c, j, act, r in con.execute(
             "SELECT cluster, job_id, action, arg_max(reason, planned_at) FROM enforcement_audit "
-            "WHERE phase = 'planned' AND (action = 'none' OR (action = 'set-priority' AND dry_run)) "
+            "WHERE phase = 'planned' AND (action = 'none' OR (action IN ('set-priority', 'hold', 'release') "
+            "AND dry_run)) "
             "AND planned_at <= $now GROUP BY ALL", {"now": now}).fetchall()}
     kept = [a for a in actions
-            if not (a.action == NONE or (a.action == SET_PRIORITY and a.dry_run))
+            if not (a.action == NONE or (a.action in (SET_PRIORITY, HOLD, RELEASE) and a.dry_run))
             or last.get((a.cluster, a.job_id, a.action)) != a.reason]
     with warehouse.transaction(con):
         _insert(con, [_row(a, phase="planned", attempt=0, plan_id=plan_id, now=now, outcome="planned")

@@ -11,10 +11,10 @@ from datetime import datetime, timedelta
 from gpuledger.enforce import audit, inputs, policy
 from gpuledger.enforce.apply import ApplyRun, apply_actions
 from gpuledger.enforce.model import PREEMPT, WAITING, Action, Situation
-from gpuledger.ingest.scheduler_reasons import SLURM, SchedulerReason, record_reasons
-from gpuledger.rules.clock import utc_now
 
 from gpuledger.config import Config
+from gpuledger.ingest.scheduler_reasons import SLURM, SchedulerReason, record_reasons
+from gpuledger.rules.clock import utc_now
 
 Opener = Callable[[], AbstractContextManager]
 

@@ -59,6 +59,6 @@ def keep_refusal(*, job: str, hours: float, now: datetime, policy, team: str, al
     if used + hours > allowance + 1e-9:
         jobs = ", ".join(sorted({j for j, _, at in granted if now - WEEK < at <= now}))
         return (f"team {team}'s allowance is {allowance:g} h of kept sessions per rolling 7 days; {used:g} h are "
-                f"used ({jobs}), {max(allowance - used, 0):g} h left, less than the {hours:g} h asked: refused. "
+                f"used ({jobs}), {max(allowance - used, 0):g} h left, less than the {hours:g} h asked. "
                 "Ask for an exemption instead")
     return None

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
+from gpuledger.rules.clock import iso_z
+
 SET_PRIORITY = "set-priority"
 WARN = "warn"
 PREEMPT = "preempt"
@@ -129,7 +131,7 @@ class Situation:
     jobs_as_of: dict[str, datetime] | None = None
     # preemptions already performed (not dry run): (cluster, job_id, project, when) — rolling caps
     recent_preemptions: list[tuple[str, str, str | None, datetime]] = field(default_factory=list)
-    # policy.squatting.exempt_*: hidden from `gpuledger squatters` (no alert), so never a squatter here
+    # policy.squatting.exempt_*: hidden from `gpuledger report squatters` (no alert), so never a squatter here
     squatting_exempt: dict = field(default_factory=dict)  # namespaces / kinds / labels
     observed_by: str | None = None  # the backend whose live view joined (None: none, so no preemption)
     observed_cluster: str | None = None  # the cluster that live view is of (None: any)
@@ -174,7 +176,7 @@ class Action:
         out = asdict(self)
         for k, v in out.items():
             if isinstance(v, datetime):
-                out[k] = v.strftime("%Y-%m-%dT%H:%M:%SZ")
+                out[k] = iso_z(v)
         return out
 
     @classmethod

@@ -53,7 +53,7 @@ def quick_lane(job: JobFacts, policy) -> str | None:
 
 
 def squatting_exemption(job: JobFacts, situation: Situation) -> str | None:
-    """Why ``gpuledger squatters`` hides the job (policy.squatting.exempt_*): no alert ever reached
+    """Why ``gpuledger report squatters`` hides the job (policy.squatting.exempt_*): no alert ever reached
     its owner, so it is never warned or preempted as a squatter either — one set of exemptions."""
     ex = situation.squatting_exempt or {}
     if job.namespace and job.namespace in (ex.get("namespaces") or ()):

@@ -226,6 +226,24 @@ def committed_gpu_hours(con, budget_node: str | None, now: datetime, *, exclude)
     return sum(float(g) for c, j, g in rows if (c, j) != exclude)
 
 
+def job_story(con, job_id: str) -> list[tuple[str, datetime, str]]:
+    """(cluster, when, words) of every lead's change and owner's answer about ``job_id``, oldest
+    first (enforce explain prints them beside the actions they led to)."""
+    out = []
+    if _has(con, "team_audit"):
+        for cluster, at, by, identity, node, change, before, after in con.execute(
+                "SELECT cluster, changed_at, changed_by, identity, node, change, before, after FROM team_audit "
+                "WHERE job_id = ?", [job_id]).fetchall():
+            out.append((cluster, at, f"team {node}'s lead {by} [{identity}]: {change}, {before} -> {after}"))
+    if _has(con, "owner_choices"):
+        for cluster, at, user, identity, choice, hours, outcome, why in con.execute(
+                "SELECT cluster, asked_at, user_name, identity, choice, hours, outcome, why FROM owner_choices "
+                "WHERE job_id = ?", [job_id]).fetchall():
+            what = f"{choice} {hours:g} h" if hours is not None else choice
+            out.append((cluster, at, f"its owner {user} [{identity}] asked to {what}: {outcome}: {why}"))
+    return sorted(out, key=lambda r: (r[1], r[2]))
+
+
 # --- an owner's answer to an alert -------------------------------------------------------------
 
 def link_id(token: str) -> str:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from gpuledger.errors import RunError
+from gpuledger.rules.clock import epoch_iso_z
 
 STATEFULSET_ENV = "GPULEDGER_STATEFULSET"
 
@@ -62,7 +63,7 @@ def take_lease(warehouse: Path, *, role: str) -> int:
     except BlockingIOError:
         holder = _read(fd)
         os.close(fd)
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(holder.get("since", 0))) if holder else "?"
+        since = epoch_iso_z(holder.get("since", 0)) if holder else "?"
         raise WriterRefused(
             f"another gpuledger writer holds {warehouse} ({holder.get('role', '?')} on host "
             f"{holder.get('host', '?')}, PID {holder.get('pid', '?')}, since {since}): one writer "

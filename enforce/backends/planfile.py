@@ -13,6 +13,8 @@ from pathlib import Path
 from gpuledger.enforce.backends.base import DONE, DRY_RUN, Backend, Outcome
 from gpuledger.enforce.model import Action
 
+from gpuledger.rules.clock import iso_z
+
 #: The fields every action carries in the JSON (issue 10 §3), then the rest.
 FIELDS = ("action", "cluster", "job_id", "project", "reason", "priority", "funded", "min_runtime_until",
           "warned_at", "dry_run")
@@ -23,7 +25,7 @@ def plan_document(actions: list[Action], *, plan_id: str | None, planned_at: dat
     for a in actions:
         data = a.to_json()
         rows.append({**{k: data[k] for k in FIELDS}, **{k: v for k, v in data.items() if k not in FIELDS}})
-    return {"plan_id": plan_id, "planned_at": planned_at.strftime("%Y-%m-%dT%H:%M:%SZ"), "actions": rows}
+    return {"plan_id": plan_id, "planned_at": iso_z(planned_at), "actions": rows}
 
 
 def to_json(actions: list[Action], *, plan_id: str | None, planned_at: datetime) -> str:

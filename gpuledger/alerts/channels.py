@@ -44,6 +44,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from gpuledger.deadlines import ALERTS, CallDeadline
 from gpuledger.errors import RunError, debug_wanted, printable
+from gpuledger.rules.clock import iso_z
 
 SECRETS_ENV = "GPULEDGER_SECRETS_FILE"
 
@@ -154,6 +155,10 @@ class Message:
             if not line.strip():
                 flush()
                 continue
+            choice = re.fullmatch(r" {2,}([^:]{1,60}): (https?://\S+)", line)
+            if choice:  # an indented "label: URL" (an owner's self-service links): the label is the link
+                items.append(f'<li><a href="{escape(choice[2])}">{escape(choice[1])}</a></li>')
+                continue
             shown = escape(line)
             for url in re.findall(r"https?://\S+", line):
                 shown = shown.replace(escape(url), f'<a href="{escape(url)}">{escape(url)}</a>')
@@ -237,7 +242,7 @@ def plain_fields(fields: dict) -> dict:
 
     def one(v):
         if isinstance(v, datetime):
-            return v.strftime("%Y-%m-%dT%H:%M:%SZ")
+            return iso_z(v)
         if isinstance(v, date):
             return v.isoformat()
         if isinstance(v, Decimal):

@@ -29,7 +29,7 @@ from gpuledger.analytics.load import (
     load_samples_for_hours,
     load_tables,
 )
-from gpuledger.analytics.squatting import squatting_findings
+from gpuledger.analytics.squatting import LOOKBACK, squatting_findings
 from gpuledger.analytics.tree import Tree
 from gpuledger.analytics.usage import node_usage
 from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
@@ -278,7 +278,7 @@ def funding_report(
 
 def squatters_report(
     con: duckdb.DuckDBPyConnection, *, policy: Policy | None = None, now: datetime | None = None,
-    lookback: timedelta = timedelta(hours=6), include_exempt: bool = False,
+    lookback: timedelta = LOOKBACK, include_exempt: bool = False,
 ) -> pl.DataFrame:
     """Idle-GPU findings for jobs running at ``now``, worst first."""
     policy = policy or Policy()

@@ -50,6 +50,7 @@ EVERY = {"day": "1d", "week": "1w"}  # buckets by submission time (a week starts
 KEYS = {"project": ["project"], "user": ["project", "user_name"], "class": ["job_class"],
         "project-class": ["project", "job_class"], "job": ["cluster", "job_id"]}
 _S = pl.Float64
+FOREVER = datetime(9999, 12, 31)  # a job still holding its GPUs: held until then, for the range joins
 
 JOB_WAIT_SCHEMA = {
     "cluster": pl.String, "job_id": pl.String, "scheduler_job": pl.String, "project": pl.String,
@@ -140,12 +141,19 @@ def wait_causes(waits: pl.DataFrame, *, now: datetime, others: pl.DataFrame, squ
               .join(unfunded.filter(pl.col("unfunded_reason").str.contains("budget")), on=["cluster", "job_id"])
               .group_by(keys).agg(pl.col("unfunded_reason").first()))
 
-    overtaken = (w.select("_row", "cluster", "job_id", "gpu_model", "submit_time", "_end")
-                 .join(others.rename({"job_id": "_other", "gpu_model": "_other_model", "submit_time": "_other_submit",
-                                      "start_time": "_other_start"}), on="cluster")
-                 .filter(_same_pool("gpu_model", "_other_model") & (pl.col("_other") != pl.col("job_id"))
-                         & (pl.col("_other_submit") > pl.col("submit_time"))
-                         & (pl.col("_other_start") >= pl.col("submit_time")) & (pl.col("_other_start") < pl.col("_end")))
+    # pairs (waiting job, other started job) by range joins (IEJoin: two inequalities each), then
+    # the same cluster and pool: a cross join of every wait with every job costs seconds a week
+    mine = w.select("_row", "cluster", "job_id", "gpu_model", "submit_time", "_end")
+    theirs = others.select(pl.col("cluster").alias("_other_cluster"), pl.col("job_id").alias("_other"),
+                           pl.col("gpu_model").alias("_other_model"), pl.col("gpus").cast(_S).alias("_other_gpus"),
+                           pl.col("submit_time").alias("_other_submit"), pl.col("start_time").alias("_other_start"),
+                           pl.col("end_time").fill_null(FOREVER).alias("_other_end"))
+    same = ((pl.col("_other_cluster") == pl.col("cluster")) & _same_pool("gpu_model", "_other_model")
+            & (pl.col("_other") != pl.col("job_id")))
+    # submitted after it, started before its wait ended (so after its submission too)
+    overtaken = (mine.join_where(theirs, pl.col("_other_submit") > pl.col("submit_time"),
+                                 pl.col("_other_start") < pl.col("_end"))
+                 .filter(same & (pl.col("_other_start") >= pl.col("submit_time")))
                  .group_by(keys).agg(pl.len().alias("_overtaken")))
 
     # the pool's GPUs held by started work at the job's submission, where its capacity is known
@@ -159,16 +167,12 @@ def wait_causes(waits: pl.DataFrame, *, now: datetime, others: pl.DataFrame, squ
         capacity = seen
     if capacity.height:
         # held at its submission, or taken during its wait by work submitted no later than it
-        held = (w.select("_row", "cluster", "job_id", "gpu_model", "submit_time", "_end")
-                .join(others.rename({"job_id": "_other", "gpu_model": "_other_model", "gpus": "_other_gpus",
-                                     "submit_time": "_other_submit", "start_time": "_other_start",
-                                     "end_time": "_other_end"}), on="cluster")
-                .filter(_same_pool("gpu_model", "_other_model") & (pl.col("_other") != pl.col("job_id"))
-                        & (((pl.col("_other_start") <= pl.col("submit_time"))
-                            & (pl.col("_other_end").is_null() | (pl.col("_other_end") > pl.col("submit_time"))))
-                           | ((pl.col("_other_submit") <= pl.col("submit_time"))
-                              & (pl.col("_other_start") > pl.col("submit_time"))
-                              & (pl.col("_other_start") < pl.col("_end")))))
+        running = (mine.join_where(theirs, pl.col("_other_start") <= pl.col("submit_time"),
+                                   pl.col("_other_end") > pl.col("submit_time")).filter(same))
+        ahead = (mine.join_where(theirs, pl.col("_other_start") > pl.col("submit_time"),
+                                 pl.col("_other_start") < pl.col("_end"))
+                 .filter(same & (pl.col("_other_submit") <= pl.col("submit_time"))))
+        held = (pl.concat([running.select("_row", "_other_gpus"), ahead.select("_row", "_other_gpus")])
                 .group_by(keys).agg(pl.col("_other_gpus").sum().alias("_held")))
         installed = (w.select("_row", "cluster", "gpu_model")
                      .join(capacity.rename({"gpu_model": "_cap_model", "gpus": "_cap_gpus"}), on="cluster")

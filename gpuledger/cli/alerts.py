@@ -166,7 +166,7 @@ app.add_typer(links_app, name="links")
 
 @links_app.command("serve")
 def serve_links(port: int = typer.Option(8765, "--port", min=1, max=65535),
-                host: str = typer.Option("127.0.0.1", "--host", help="the address to listen on"),
+                host: str = typer.Option("127.0.0.1", "--address", help="the address to listen on"),
                 warehouse_file: WarehouseOpt = None, config: ConfigOpt = None) -> None:
     """Answer the signed links of owners' squatting mails (policy.alerts.self_service.url should
     reach this); the secret from $GPULEDGER_LINK_SECRET or link_secret in the secrets file."""

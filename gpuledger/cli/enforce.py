@@ -96,7 +96,9 @@ def _print_plan(actions, plan_id, now, fmt: Format, out: Path | None, *, show_no
         out.write_text(text) if out else typer.echo(text, nl=False)
         return
     shown = actions if show_none else [a for a in actions if a.action != "none"]
-    counts = {k: sum(1 for a in actions if a.action == k) for k in ("set-priority", "warn", "preempt", "none")}
+    counts = {k: sum(1 for a in actions if a.action == k) for k in ("set-priority", "warn", "preempt", "hold",
+                                                                     "release", "none")}
+    counts = {k: v for k, v in counts.items() if v or k not in ("hold", "release")}  # a lead's holds, when any
     title = (f"enforcement plan {plan_id or '(not recorded)'} at {now:%Y-%m-%d %H:%M}Z — "
              + ", ".join(f"{v} {k}" for k, v in counts.items())
              + (" — DRY RUN" if actions and actions[0].dry_run else ""))
@@ -236,22 +238,25 @@ def explain(
     """Why a job has its priority, was warned or was preempted, with the figures (from the audit)."""
     import json
 
-    from gpuledger.enforce import audit, scheduler_view
+    from gpuledger.enforce import audit, scheduler_view, team_store
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         rows = audit.job_rows(con, job, cluster)
         warnings = audit.load_warnings(con)
         history = audit.load_history(con)
         said = scheduler_view.scheduler_words(con, cluster, job)
-        clusters = sorted({r["cluster"] for r in rows} | {c for c, _ in said})
+        story = [r for r in team_store.job_story(con, job) if cluster is None or r[0] == cluster]
+        clusters = sorted({r["cluster"] for r in rows} | {c for c, _ in said} | {r[0] for r in story})
         place = scheduler_view.queue_place(con, clusters[0], job) if len(clusters) == 1 else None
-    if not rows and not said:
+    if not rows and not said and not story:
         raise UsageError(f"job {job!r}: no enforcement record; run `gpuledger enforce plan` first (or check "
                          "the id with `gpuledger report squatters --wide`)")
     if len(clusters) > 1:
         raise UsageError(f"job {job!r} exists on clusters {', '.join(clusters)}: pass --cluster")
     key = (clusters[0], job)
     _explain_queue(place, [w for _, w in said], job, key[0])
+    for _, at, words in story:  # a lead's and the owner's own choices (issue 38), which the actions below follow
+        typer.echo(f"  {at:%Y-%m-%d %H:%M}Z {words}")
     if not rows:
         return
     typer.echo(f"job {key[0]}/{job} (project {rows[0]['project']}): every action enforcement planned for it, "

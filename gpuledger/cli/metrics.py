@@ -12,7 +12,7 @@ app = typer.Typer(help="gpuledger's own figures in Prometheus text format.", no_
 @app.command("serve")
 def serve(
     port: int = typer.Option(9464, "--port", min=1, max=65535, help="TCP port for /metrics"),
-    host: str = typer.Option("127.0.0.1", "--host",
+    host: str = typer.Option("127.0.0.1", "--address",
                              help="address to listen on (0.0.0.0: every interface; the figures name projects)"),
     cache_s: float = typer.Option(30.0, "--cache-seconds", min=0, help="recompute the figures at most this often"),
     warehouse_file: WarehouseOpt = None,
@@ -51,7 +51,7 @@ def serve(
             import socket
 
             if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:  # the host, not the port
-                raise UsageError(f"--host {host}: not an address of this host ({exc.strerror or exc}); use "
+                raise UsageError(f"--address {host}: not an address of this host ({exc.strerror or exc}); use "
                                  "127.0.0.1, 0.0.0.0 or one of this host's addresses") from None
             if exc.errno == errno.EACCES:
                 raise RunError(f"--port {port}: permission denied to listen on {host}:{port} (ports under 1024 "

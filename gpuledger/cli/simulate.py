@@ -108,7 +108,7 @@ def _listen_error(exc: OSError, bind: str, port: int, nodes: int) -> Exception:
     """Why the exporters could not listen, as the option to change."""
     ports = f"{port}..{port + nodes - 1}" if port else "free ports"
     if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
-        return UsageError(f"--bind {bind}: not an address of this host ({exc.strerror or exc}); "
+        return UsageError(f"--address {bind}: not an address of this host ({exc.strerror or exc}); "
                           "use 127.0.0.1, 0.0.0.0 or one of this host's addresses")
     if exc.errno == errno.EADDRINUSE:
         return RunError(f"--port: a port in {ports} on {bind} is already in use (another exporter or "
@@ -116,7 +116,7 @@ def _listen_error(exc: OSError, bind: str, port: int, nodes: int) -> Exception:
     if exc.errno == errno.EACCES:
         return RunError(f"--port {port}: permission denied to listen on {bind}:{ports} (ports under "
                         "1024 need root); choose --port 1024 or higher")
-    return RunError(f"cannot listen on {bind}:{ports} ({exc.strerror or exc}); check --bind and --port")
+    return RunError(f"cannot listen on {bind}:{ports} ({exc.strerror or exc}); check --address and --port")
 
 
 @app.command("serve")
@@ -136,7 +136,7 @@ def simulate_serve(
                            "reaches now, then run at real time")] = False,
     sim_start: Annotated[str | None, typer.Option("--sim-start", help="simulated time at launch, ISO UTC [default: now]")] = None,
     days: Annotated[float, typer.Option("--days", help="days of jobs after the simulated start", min=0)] = 7.0,
-    bind: Annotated[str, typer.Option("--bind", help="address to listen on")] = "127.0.0.1",
+    bind: Annotated[str, typer.Option("--address", help="address to listen on")] = "127.0.0.1",
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     clean: CleanOpt = False,
     config: ConfigOpt = None,

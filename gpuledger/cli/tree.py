@@ -4,14 +4,14 @@ only gpuledger/cli/report; their options are coerced without typer's pydantic la
 be (gpuledger/cli/coercion.py). Help is click's plain text: it wraps to the terminal and never cuts an
 option name (rich's tables did: `--checkpoint-min…` at 80 columns), and it loads no rich.
 
-The deprecated aliases (the old top-level names) are copies of the new commands that first say,
-on stderr, which command replaces them. They go in the next release."""
+The old top-level names (deprecated for a release, now removed) answer with one line naming the command
+that replaced them, exit 2 (:func:`removed_name`)."""
 
 from __future__ import annotations
 
-import copy
 from importlib import import_module
 
+import click
 import typer
 from typer.core import TyperGroup
 
@@ -33,7 +33,7 @@ GROUPS = {
     "metrics": "gpuledger's own figures for Prometheus",
     "dashboards": "serve the Streamlit dashboards of the installed package",
 }
-# old name -> the command that replaces it (group path, command); `import` is a group of one
+# removed old name -> the command that replaced it (group path, command); `import` was a group of one
 ALIASES = {
     "fairshare": ("report", "fairshare"),
     "budget": ("report", "budget"),
@@ -55,22 +55,18 @@ def plain_help(command):
     return command
 
 
-def deprecated_copy(target, old_path: str, new_path: str):
-    """A copy of ``target`` named by its old path's last word, which first prints one line on
-    stderr naming ``gpuledger NEW_PATH`` (stderr: a command's csv / json on stdout stays clean)."""
-    alias = copy.copy(target)
-    alias.name = old_path.split()[-1]
-    alias.help = f"Deprecated: use `gpuledger {new_path}`.\n\n{target.help or ''}".strip()
-    alias.short_help = f"deprecated: use `gpuledger {new_path}`"
-    run = target.callback
+def removed_name(old_path: str, new_path: str) -> click.Command:
+    """A hidden command for a name that was deprecated and is gone: whatever it is given, one line
+    on stderr naming ``gpuledger NEW_PATH``, exit 2 (a usage error), nothing run."""
 
-    def callback(*args, **kwargs):
-        typer.secho(f"gpuledger {old_path} is deprecated and goes in the next release; "
-                    f"use `gpuledger {new_path}`", err=True, fg="yellow")
-        return run(*args, **kwargs)
+    def callback(args=()):
+        typer.secho(f"gpuledger {old_path} was removed (deprecated the release before): use `gpuledger {new_path}`",
+                    err=True, fg="red")
+        raise typer.Exit(2)
 
-    alias.callback = callback
-    return alias
+    return click.Command(old_path.split()[-1], callback=callback, hidden=True, add_help_option=False,
+                         params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 
 
 class CommandTree(TyperGroup):
@@ -86,7 +82,7 @@ class CommandTree(TyperGroup):
         return super().parse_args(ctx, args)
 
     def list_commands(self, ctx) -> list[str]:
-        return [*GROUPS, *ALIASES, *GROUP_ALIASES]
+        return list(GROUPS)
 
     def get_command(self, ctx, name: str):
         if name not in self._loaded:
@@ -104,30 +100,13 @@ class CommandTree(TyperGroup):
             group.name = name
             return lighten(plain_help(group), ctx)  # str / bool / Path / choice options without pydantic
         if name in ALIASES:
-            group, sub = ALIASES[name]
-            return deprecated_copy(self._sub(ctx, group, sub), name, f"{group} {sub}")
+            return removed_name(name, " ".join(ALIASES[name]))
         if name in GROUP_ALIASES:
-            subs = GROUP_ALIASES[name]
-            news = ", ".join(f"`gpuledger {g} {s}`" for g, s in subs.values())
-            alias = TyperGroup(name=name, help=f"Deprecated: use {news}.", no_args_is_help=True,
-                               rich_markup_mode=None)
-            for old, (group, sub) in subs.items():
-                alias.add_command(deprecated_copy(self._sub(ctx, group, sub), f"{name} {old}", f"{group} {sub}"))
-            return lighten(alias, ctx)
+            news = ", ".join(" ".join(n) for n in GROUP_ALIASES[name].values())
+            return removed_name(name, news)
         return None
-
-    def _sub(self, ctx, group: str, name: str):
-        first, *rest = group.split()  # a group path: "ingest agent"
-        command = self.get_command(ctx, first)
-        for word in [*rest, name]:
-            command = command.get_command(ctx, word)
-        return command
 
     def format_commands(self, ctx, formatter) -> None:
         # from the tables above: listing the tree imports none of it
         with formatter.section("Commands"):
             formatter.write_dl(list(GROUPS.items()))
-        olds = {**{o: " ".join(n) for o, n in ALIASES.items()},
-                **{o: ", ".join(" ".join(n) for n in subs.values()) for o, subs in GROUP_ALIASES.items()}}
-        with formatter.section("Deprecated aliases (go in the next release)"):
-            formatter.write_dl([(old, f"use `gpuledger {new}`") for old, new in olds.items()])

@@ -174,7 +174,7 @@ def retire_gpu(
 @app.command("shell")
 def shell(
     command: Annotated[str | None, typer.Option(
-        "--command", "-c", help="run this SQL (statements separated by ;) and exit, instead of a prompt")] = None,
+        "--command", help="run this SQL (statements separated by ;) and exit, instead of a prompt")] = None,
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="rows shown per result")] = 40,
     warehouse_file: WarehouseOpt = None,
 ) -> None:

@@ -45,12 +45,13 @@ InventoryOpt = typer.Option(
     help="a YAML or CSV inventory (rows of cluster, model, count, "
     "mig_profile, tier) instead of the warehouse's GPUs",
 )
-JsonOpt = typer.Option(
-    None,
-    "--json",
-    callback=lambda v: out_file(v, "--json"),
-    help="deprecated: use --format json --out PATH (also writes the results as JSON here)",
-)
+def _json_removed(value):
+    if value is not None:
+        raise typer.BadParameter("was removed (deprecated the release before): use --format json --out PATH",
+                                 param_hint="--json")
+
+
+JsonOpt = typer.Option(None, "--json", hidden=True, callback=_json_removed)  # removed: says what replaced it
 WhatifFormatOpt = typer.Option(
     Format.table, "--format", "-f",
     help="table (terminal), json (every result; the dashboard's /what-if page reads it), or csv / "
@@ -58,13 +59,8 @@ WhatifFormatOpt = typer.Option(
 )
 
 
-def _emit(doc: str, frame, fmt: Format, out: Path | None, json_out: Path | None, title: str, view) -> bool:
+def _emit(doc: str, frame, fmt: Format, out: Path | None, title: str, view) -> bool:
     """Write the results as asked; True when that was all (no terminal tables to print)."""
-    if json_out:
-        typer.secho("whatif --json PATH is deprecated and goes in the next release; use --format json "
-                    "--out PATH", err=True, fg="yellow")
-        json_out.write_text(doc, encoding="utf-8")
-        typer.echo(f"wrote {json_out}", err=True)
     if fmt is Format.json:
         if out:
             out.write_text(doc, encoding="utf-8")
@@ -290,7 +286,7 @@ def schedule(
     sim_dir: Path | None = SimDirOpt,
     fmt: Format = WhatifFormatOpt,
     out: Path | None = OutOpt,
-    json_out: Path | None = JsonOpt,
+    _json: Path | None = JsonOpt,
     chart: Path | None = typer.Option(
         None,
         "--chart",
@@ -341,10 +337,10 @@ def schedule(
              f"{trace.inventory.physical_gpus()} GPUs")
     if len(seed_list) > 1:
         _show_outcome(text, outcome_doc, chosen, title=f"outcome over seeds {seed_list[0]}..{seed_list[-1]} "
-                      f"({regime}): median [min–max]", fmt=fmt, out=out, json_out=json_out)
+                      f"({regime}): median [min–max]", fmt=fmt, out=out)
         return
     _show_schedule(text, compare.side_by_side(runs), rows, chosen, sweep_spec, sweep_policy, title,
-                   fmt=fmt, out=out, json_out=json_out, outcome_doc=outcome_doc)
+                   fmt=fmt, out=out, outcome_doc=outcome_doc)
     if trace.skipped:
         typer.echo(f"{len(trace.skipped)} job(s) could not be replayed, e.g. {trace.skipped[0][0]}: "
                    f"{trace.skipped[0][1]} (the JSON lists them)", err=True)
@@ -378,14 +374,13 @@ def _outcome(per_seed, chosen, where, regime: str) -> dict:
     return outcome.document(per_seed, chosen, sources={s: str(p) for s, p in where.items()}, regime=regime)
 
 
-def _show_outcome(text: str, doc: dict, chosen, *, title: str, fmt: Format, out: Path | None,
-                  json_out: Path | None) -> None:
+def _show_outcome(text: str, doc: dict, chosen, *, title: str, fmt: Format, out: Path | None) -> None:
     from gpuledger import tables
     from gpuledger.whatif import outcome
     from gpuledger.whatif.views import outcome_view
 
     frame = outcome.table_frame(doc["rows"], chosen)
-    if _emit(text, frame, fmt, out, json_out, title, outcome_view(chosen)):
+    if _emit(text, frame, fmt, out, title, outcome_view(chosen)):
         return
     tables.print_table(frame, outcome_view(chosen), title=title)
 
@@ -423,7 +418,7 @@ def _sweep_chart(chart: Path | None, rows, sweep_spec, sweep_policy: str) -> Non
 
 
 def _show_schedule(text: str, frames: dict, rows, chosen, sweep_spec, sweep_policy: str, title: str, *,
-                   fmt: Format, out: Path | None, json_out: Path | None, outcome_doc: dict | None = None) -> None:
+                   fmt: Format, out: Path | None, outcome_doc: dict | None = None) -> None:
     """The schedule what-if written (--format / --out / --json) or printed: the summary and the
     per-project delivery side by side, then the sweep's table."""
     from gpuledger import tables
@@ -435,7 +430,7 @@ def _show_schedule(text: str, frames: dict, rows, chosen, sweep_spec, sweep_poli
 
         sweep = (pl.DataFrame(rows), sweep_view(), f"sweep {sweep_spec[0]} ({sweep_policy})")
     main = sweep or (frames["summary"], summary_view(chosen), title)
-    if _emit(text, main[0], fmt, out, json_out, main[2], main[1]):
+    if _emit(text, main[0], fmt, out, main[2], main[1]):
         return
     tables.print_table(frames["summary"], summary_view(chosen), title=title)
     tables.print_table(frames["projects"], projects_view(chosen), title="delivered ÷ owed GPU-hours per project")
@@ -478,7 +473,7 @@ def procurement(
     seed: int = typer.Option(1, "--seed", min=0, max=2**32 - 1, help="seed of the spot interruptions"),
     fmt: Format = WhatifFormatOpt,
     out: Path | None = OutOpt,
-    json_out: Path | None = JsonOpt,
+    _json: Path | None = JsonOpt,
     progress: bool = ProgressOpt,
     path: WarehouseOpt = None,
     config: ConfigOpt = None,
@@ -508,7 +503,7 @@ def procurement(
     doc = proc.to_json(mixes, even, totals, start=lo, end=hi, policy=policy, interruptions_per_hour=rate,
                        checkpoint_interval_minutes=params.checkpoint_interval_minutes)
     title = f"capacity mixes for the demand {policy} served, {lo:%Y-%m-%d}..{hi:%Y-%m-%d}"
-    if not _emit(doc, frame, fmt, out, json_out, title, mixes_view()):
+    if not _emit(doc, frame, fmt, out, title, mixes_view()):
         _show_procurement(frame, totals, even, title, has_hardware=bool(cfg.hardware))
     for m in mixes:
         for note in m.unpriced:

@@ -37,6 +37,7 @@ import polars as pl
 
 from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
 from gpuledger.rules.billing import billed_expr
+from gpuledger.rules.clock import iso_z
 
 FOCUS_VERSION = "1.2"
 PRICING_CATEGORY = {"reserved": "Committed", "on-demand": "Standard", "spot": "Dynamic"}
@@ -44,7 +45,6 @@ SERVICE_NAME = "GPU compute"
 SERVICE_CATEGORY, SERVICE_SUBCATEGORY = "Compute", "Other (Compute)"
 PRICING_UNIT = "GPU-Hours"
 MEMO_KINDS = ("over-allocated", "capacity-unknown", "unpriced")
-_TS = "%Y-%m-%dT%H:%M:%SZ"
 _MONEY = pl.Decimal(38, 2)
 _HOURS = pl.Decimal(38, 6)
 
@@ -115,15 +115,15 @@ def focus_rows(st: Statement) -> pl.DataFrame:
         kwh, co2 = energy.get((project, model, tier), (None, None)) if base == "charge" and not fixes else (None, None)
         rows.append({
             "BilledCost": cost, "BillingAccountId": root, "BillingAccountName": root,
-            "BillingCurrency": line["currency"], "BillingPeriodEnd": st.period_end.strftime(_TS),
-            "BillingPeriodStart": st.period_start.strftime(_TS),
+            "BillingCurrency": line["currency"], "BillingPeriodEnd": iso_z(st.period_end),
+            "BillingPeriodStart": iso_z(st.period_start),
             "CapacityReservationId": pool if base in ("charge", "idle") else None,
             "CapacityReservationStatus": ("Unused" if base == "idle" else "Used") if pool and base in ("charge", "idle")
             else None,
             "ChargeCategory": "Usage", "ChargeClass": "Correction" if fixes else None,
             "ChargeDescription": _description(kind, fixes, project, model, tier, line["revision"], line["note"]),
             "ChargeFrequency": "Usage-Based",
-            "ChargePeriodEnd": through.strftime(_TS), "ChargePeriodStart": st.period_start.strftime(_TS),
+            "ChargePeriodEnd": iso_z(through), "ChargePeriodStart": iso_z(st.period_start),
             "ConsumedQuantity": hours, "ConsumedUnit": PRICING_UNIT,
             "ContractedCost": cost, "EffectiveCost": cost, "InvoiceIssuerName": root, "ListCost": cost,
             "PricingCategory": PRICING_CATEGORY.get(tier or "", "Other"),

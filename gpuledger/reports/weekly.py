@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from gpuledger.analytics.squatting import LOOKBACK as SQUATTING_LOOKBACK
 from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
 from gpuledger.reports.table_files import html_rows, sha256_file, write_csv
 from gpuledger.rules.billing import billed as is_billed
@@ -210,7 +211,7 @@ class _WeekTables:
     them for [moment − lookback, moment + 1 s), the same evidence and rules), without reading the
     tables again for each of the week's 336 moments."""
 
-    LOOKBACK = timedelta(hours=6)  # squatters_report's default lookback
+    LOOKBACK = SQUATTING_LOOKBACK  # squatters_report's default lookback
 
     def __init__(self, con, policy, *, start: datetime, end: datetime, step: timedelta):
         from gpuledger.analytics.collect import ENGINE

@@ -386,7 +386,7 @@ def write_xlsx(st: Statement, path: Path) -> Path:
         _sheet_head(w, st, section_title(unit))
         _lines_table(w, st.unit_lines(unit).select(SHEET_COLUMNS))
         writers.append(w)
-    for extra, title in ((st.by_partition, "By partition"), (st.by_host, "By host")):
+    for extra, title in ((st.by_partition, "By partition"), (st.by_host, "By host"), (st.waits, "Wait times")):
         if extra.height:
             w = SheetWriter(wb.create_sheet(_sheet_name(title, used)))
             _sheet_head(w, st, title)

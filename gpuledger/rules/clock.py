@@ -28,6 +28,16 @@ def iso_z(moment: datetime) -> str:
     return naive_utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def iso_z_us(moment: datetime) -> str:
+    """``2026-11-01T08:00:00.250000Z``: iso_z with microseconds (a sample's own stamp)."""
+    return naive_utc(moment).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def epoch_iso_z(epoch_s: float) -> str:
+    """iso_z of epoch seconds (a TSDB's or a lock file's stamp)."""
+    return iso_z(datetime.fromtimestamp(epoch_s, UTC))
+
+
 def parse_iso(text: str) -> datetime:
     """ISO-8601 with a ``Z``, an offset or none (UTC) -> naive UTC; ValueError as ``fromisoformat``'s."""
     return naive_utc(datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00")))

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, fields
 from datetime import timedelta
 
+from gpuledger.rules.clock import iso_z
 from gpuledger.whatif import metrics
 from gpuledger.whatif.engine import effective_policy, org_nodes_frame, simulate
 from gpuledger.whatif.model import ALL_POLICIES, POLICY_TITLES, Params, Trace
@@ -203,8 +204,8 @@ def to_json(
     doc = {
         "format": FORMAT,
         "trace": {
-            "start": f"{trace.origin:%Y-%m-%dT%H:%M:%SZ}",
-            "end": f"{end:%Y-%m-%dT%H:%M:%SZ}",
+            "start": iso_z(trace.origin),
+            "end": iso_z(end),
             "hours": trace.horizon_s / 3600,
             "jobs": len(trace.jobs),
             "physical_gpus": trace.inventory.physical_gpus(),

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 
+from gpuledger.rules.clock import iso_z
 from gpuledger.rules.money import cents
 
 MONTH_HOURS = 30 * 24
@@ -345,8 +346,8 @@ def to_json(
 
     doc = {
         "format": FORMAT,
-        "start": f"{start:%Y-%m-%dT%H:%M:%SZ}",
-        "end": f"{end:%Y-%m-%dT%H:%M:%SZ}",
+        "start": iso_z(start),
+        "end": iso_z(end),
         "policy": policy,
         "spot_interruptions_per_hour": interruptions_per_hour,
         "checkpoint_interval_minutes": checkpoint_interval_minutes,

@@ -136,8 +136,8 @@ CASES = [
     ("serve-busy-port", ["simulate", "serve", "--gpus", "8", "--port", "{busy_port}"], 1,
      ["already in use", "--port"]),
     ("serve-negative-days", ["simulate", "serve", "--gpus", "8", "--days", "-3"], 2, ["--days"]),
-    ("serve-foreign-address", ["simulate", "serve", "--gpus", "8", "--port", "0", "--bind", "192.0.2.1"], 2,
-     ["--bind", "not an address of this host"]),
+    ("serve-foreign-address", ["simulate", "serve", "--gpus", "8", "--port", "0", "--address", "192.0.2.1"], 2,
+     ["--address", "not an address of this host"]),
 ]
 
 

@@ -22,7 +22,9 @@ def _declared_options(path: list[str]) -> set[str]:
     command = typer.main.get_command(app)
     for name in path:
         command = command.get_command(typer.Context(command), name)
-    return {o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
+    # hidden ones (a removed option kept only to say what replaced it) are not shown, on purpose
+    return {o for p in command.params if not getattr(p, "hidden", False)
+            for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
 
 
 def test_every_help_fits_80_columns_and_names_every_option_whole():

@@ -105,7 +105,7 @@ USAGE = [
          ("--start",)),
     Case("period-9999-12", ("period", "close", "9999-12"), 2, ("9999-12", "1970-01 to 9999-11"), made_ok=True),
     Case("outbox-unknown-status", ("alerts", "outbox", "--status", "sending"), 2, ("--status", "pending, sent or failed")),
-    Case("quarantine-limit-huge", ("quarantine", "--limit", str(10**30)), 2, ("--limit",)),
+    Case("quarantine-limit-huge", ("warehouse", "quarantine", "--limit", str(10**30)), 2, ("--limit",)),
     Case("scrape-timeout-huge", ("ingest", "scrape", "http://127.0.0.1:9/metrics", "--timeout", "1e12"), 2, ("--timeout",)),
     Case("scrape-ftp", ("ingest", "scrape", "ftp://exporter:9400/metrics"), 2, ("URLS", "http://HOST:9400/metrics")),
     Case("scrape-no-scheme", ("ingest", "scrape", "exporter:9400/metrics"), 2, ("URLS", "http://")),
@@ -116,8 +116,8 @@ USAGE = [
          ("--connect-timeout",)),
     Case("kubernetes-read-timeout-inf", _k8s("{kc_gone}", "--read-timeout", "inf"), 2, ("--read-timeout",)),
     Case("kubeconfig-not-yaml", _k8s("{kc_broken}"), 2, ("{kc_broken}:", "not valid YAML")),
-    Case("metrics-host-unresolvable", ("metrics", "serve", "--host", "999.1.1.1", "--port", "19999"), 2,
-         ("--host 999.1.1.1: not an address of this host",), seeded=True),
+    Case("metrics-host-unresolvable", ("metrics", "serve", "--address", "999.1.1.1", "--port", "19999"), 2,
+         ("--address 999.1.1.1: not an address of this host",), seeded=True),
     # commands that only read or add to a warehouse, given one that is not there (a mistyped -w):
     # exit 2 naming it, as every reader, and no folder or warehouse made (issue 36)
     Case("link-devices-no-warehouse", ("ingest", "link-devices", "--start", "2026-01-01", "--end", "2026-01-02"), 2,
@@ -149,8 +149,8 @@ USAGE = [
          ("--reserved", "'-5' is not a finite number of 0 or more")),
     # a reader of a warehouse that is not there (a mistyped -w): exit 2 naming it, as every reader
     Case("metrics-serve-no-warehouse", ("metrics", "serve", "--port", "19997"), 2, ("usage-metrics-serve-no-warehouse.duckdb does not exist",)),
-    Case("metrics-host-not-ours", ("metrics", "serve", "--host", "192.0.2.1", "--port", "19999"), 2,
-         ("--host 192.0.2.1: not an address of this host",), seeded=True),  # TEST-NET-1: never this host's
+    Case("metrics-host-not-ours", ("metrics", "serve", "--address", "192.0.2.1", "--port", "19999"), 2,
+         ("--address 192.0.2.1: not an address of this host",), seeded=True),  # TEST-NET-1: never this host's
 ]
 
 # --- config that cannot be meant: `config check` and `config load` refuse it alike, exit 2 ----------

@@ -13,7 +13,8 @@ from tests.helpers.command_tree import command_paths
 
 def test_every_subcommand_has_help():
     paths = [tuple(p) for p in command_paths()]
-    assert ("import", "jobs") in paths and ("simulate", "warehouse") in paths
+    assert ("ingest", "jobs-csv") in paths and ("simulate", "warehouse") in paths
+    assert ("import",) not in paths and ("fairshare",) not in paths  # removed names are not listed
     runner = CliRunner()
     for path in paths:
         result = runner.invoke(app, [*path, "--help"])
@@ -30,7 +31,7 @@ def test_warehouse_and_config_come_from_the_environment(tmp_path, monkeypatch):
     bad_config = tmp_path / "bad.yaml"
     bad_config.write_text("currency: USD\norg: {name: x, shares: -1}\n")
     env = {"GPULEDGER_WAREHOUSE": str(target), "GPULEDGER_CONFIG": str(bad_config)}
-    migrated = subprocess.run([sys.executable, "-m", "gpuledger.cli", "migrate"], capture_output=True,
+    migrated = subprocess.run([sys.executable, "-m", "gpuledger.cli", "warehouse", "migrate"], capture_output=True,
                               text=True, env={**_base_env(), **env}, timeout=60)
     assert migrated.returncode == 0, migrated.stderr
     assert target.exists()
@@ -62,22 +63,24 @@ def test_one_tree_and_the_domains_hold_no_cli_code():
             "simulate", "metrics"} <= groups
 
 
-def test_a_deprecated_name_runs_the_new_command_and_says_so(tmp_path):
-    # `gpuledger migrate` is `gpuledger warehouse migrate` plus one line on stderr naming the new name
-    env_path = str(tmp_path / "w.duckdb")
-    new = subprocess.run([sys.executable, "-m", "gpuledger.cli", "warehouse", "migrate", "-w", env_path],
+def test_a_removed_name_says_what_replaced_it_and_runs_nothing(tmp_path):
+    # `gpuledger migrate` (deprecated for a release) is gone: one line naming `gpuledger warehouse
+    # migrate`, exit 2, and no warehouse made; the new name runs
+    env_path = tmp_path / "w.duckdb"
+    old = subprocess.run([sys.executable, "-m", "gpuledger.cli", "migrate", "-w", str(env_path)],
                          capture_output=True, text=True, timeout=120)
-    old = subprocess.run([sys.executable, "-m", "gpuledger.cli", "migrate", "-w", env_path],
-                         capture_output=True, text=True, timeout=120)
-    assert new.returncode == old.returncode == 0, old.stderr
-    assert old.stdout == new.stdout and "schema version" in new.stdout
-    assert new.stderr == ""
-    assert old.stderr.strip() == ("gpuledger migrate is deprecated and goes in the next release; "
+    assert old.returncode == 2 and old.stdout == ""
+    assert old.stderr.strip() == ("gpuledger migrate was removed (deprecated the release before): "
                                   "use `gpuledger warehouse migrate`")
-    # the group alias keeps its arguments: `import jobs FILE` is `ingest jobs-csv FILE`
-    csv = tmp_path / "jobs.csv"
-    csv.write_text("job_id,cluster,project,user,gpu_model,gpus,start_time,end_time\n")
-    ran = subprocess.run([sys.executable, "-m", "gpuledger.cli", "import", "jobs", str(csv), "-w", env_path],
+    assert not env_path.exists()
+    new = subprocess.run([sys.executable, "-m", "gpuledger.cli", "warehouse", "migrate", "-w", str(env_path)],
                          capture_output=True, text=True, timeout=120)
-    assert ran.returncode == 0, ran.stderr
-    assert "use `gpuledger ingest jobs-csv`" in ran.stderr and "0 jobs imported" in ran.stderr
+    assert new.returncode == 0 and "schema version" in new.stdout
+    # the group alias too, whatever arguments it is given
+    ran = subprocess.run([sys.executable, "-m", "gpuledger.cli", "import", "jobs", "x.csv", "-w", str(env_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2 and ran.stderr.strip().endswith("use `gpuledger ingest jobs-csv`")
+    # and none of them is listed in the help any more
+    listed = subprocess.run([sys.executable, "-m", "gpuledger.cli", "--help"], capture_output=True, text=True,
+                            timeout=120).stdout
+    assert "Deprecated" not in listed and "fairshare" not in listed.split("Commands")[1]

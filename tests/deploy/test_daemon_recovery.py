@@ -75,7 +75,7 @@ def test_a_killed_daemons_run_is_failed_and_retried_when_it_restarts(tmp_path):
             # 2. the stall shows: the health metrics, scraped by a real Prometheus, and the
             # chart's rule expression (its threshold lowered to 1 s) fires on them; at the
             # shipped threshold (45 min) it does not yet
-            metrics = rig.start([str(BIN / "gpuledger"), "metrics", "serve", "--host", "127.0.0.1",
+            metrics = rig.start([str(BIN / "gpuledger"), "metrics", "serve", "--address", "127.0.0.1",
                                  "--port", str(metrics_port)], env, tmp_path / "metrics.log")
             with PrometheusRig(tmp_path / "prometheus", [f"http://127.0.0.1:{metrics_port}/metrics"]) as prom:
                 until(deadline, "Prometheus to scrape one running run",

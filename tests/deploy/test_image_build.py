@@ -96,7 +96,7 @@ export GPULEDGER_WAREHOUSE=/tmp/metrics/gpuledger.duckdb GPULEDGER_CONFIG=/tmp/m
 gpuledger config example >"$GPULEDGER_CONFIG"
 gpuledger simulate warehouse --gpus 8 --days 1 --seed 7 >/dev/null
 port=$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-gpuledger metrics serve --host 127.0.0.1 --port "$port" >/tmp/metrics/serve.log 2>&1 &
+gpuledger metrics serve --address 127.0.0.1 --port "$port" >/tmp/metrics/serve.log 2>&1 &
 server=$!
 python - "$port" <<'PY'
 import sys, time, urllib.request

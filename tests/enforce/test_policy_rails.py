@@ -72,7 +72,7 @@ def test_freshness_is_per_cluster_and_per_source():
 
 
 def test_squatting_exemptions_are_enforcement_exemptions():
-    # hidden from `gpuledger squatters` by policy.squatting.exempt_* (no alert reached the owner):
+    # hidden from `gpuledger report squatters` by policy.squatting.exempt_* (no alert reached the owner):
     # never warned or preempted as a squatter; the same job without the exemption is preempted
     for exempt, field in (({"namespaces": ["notebooks"]}, {"namespace": "notebooks"}),
                           ({"kinds": ["interactive"]}, {"kind": "interactive"}),

@@ -189,3 +189,26 @@ def test_a_kueue_workloads_quota_reserved_reason_shows_in_explain(path, tmp_path
 def test_report_waits_mistakes_end_in_one_line_and_exit_2(path, args, words):
     done = cli("report", "waits", *args, "-w", str(path))
     assert done.exit_code == 2 and words in done.output and "Traceback" not in done.output, done.output
+
+
+def test_report_waits_by_user_per_week_as_csv(path):
+    # ann: 11:00 -> 11:10 (600 s) and 11:20 -> 11:50 (1,800 s): p50 1,200, p90 600 + 0.9 × 1,200 =
+    # 1,680, max 1,800; bob: submitted 11:00, pending at --now 12:00: 3,600 s so far, still waiting.
+    # 2026-11-20 is a Friday: its week starts Monday 2026-11-16. Causes: ann's 2nd job (submitted
+    # after bob's) started first -> bob's is fair-share; at most 2 GPUs were seen held at once and
+    # ann's jobs found 2 and then 1 free -> the scheduler's own delay.
+    rows = ["1|k|funded-proj|ann|a|gres/gpu:h100=1|gres/gpu=1|2026-11-20T11:00:00|2026-11-20T11:10:00|Unknown|RUNNING|"
+            "normal|gpu|None",
+            "2|k|funded-proj|ann|b|gres/gpu:h100=1|gres/gpu=1|2026-11-20T11:20:00|2026-11-20T11:50:00|Unknown|RUNNING|"
+            "normal|gpu|None",
+            "3|k|free-proj|bob|c||gres/gpu=1|2026-11-20T11:00:00|Unknown|Unknown|PENDING|normal|gpu|Priority"]
+    with warehouse.open_writer(path) as con:
+        write_batch(con, sacct(*rows))
+    done = cli("report", "waits", "--by", "user", "--every", "week", "--since", "2026-11-20T00:00:00", "--now", AT,
+               "--format", "csv", "--columns", "bucket,project,user_name,jobs,still_waiting,wait_p50_s,wait_p90_s,"
+               "wait_max_s,main_cause", "-w", str(path))
+    assert done.exit_code == 0, done.output
+    assert done.output.splitlines() == [
+        "bucket,project,user_name,jobs,still_waiting,wait_p50_s,wait_p90_s,wait_max_s,main_cause",
+        "2026-11-16T00:00:00.000000,free-proj,bob,1,1,3600.000000,3600.000000,3600.000000,fair-share",
+        "2026-11-16T00:00:00.000000,funded-proj,ann,2,0,1200.000000,1680.000000,1800.000000,scheduler"]

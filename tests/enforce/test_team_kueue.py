@@ -65,3 +65,16 @@ def test_a_workload_admitted_since_the_plan_is_not_held(kueue):
     assert (outcome.outcome, outcome.cause) == ("skipped", "not-waiting")
     assert "a hold never stops a started job" in outcome.detail
     assert server.kueue_workloads[("ml", "r")]["spec"]["active"] is True and server.events == []
+
+
+def test_a_leads_order_reaches_a_waiting_workload_and_skips_one_admitted_since(kueue):
+    server, backend = kueue
+    server.kueue_workloads[("ml", "w")] = workload("w")
+    server.kueue_workloads[("ml", "r")] = workload("r", admitted=True)
+    order = [Action(action="set-priority", cluster="k", job_id=f"ml/workload/{n}", project="vision", source="kueue",
+                    reason="team vision's lead put it #1", rule="team-order", priority=503_002) for n in ("w", "r")]
+    run = apply_actions(order, backend, dry_run=False)
+    assert [(a.job_id, o.outcome, o.cause) for a, o in run.results] == [
+        ("ml/workload/w", "done", None), ("ml/workload/r", "skipped", "not-waiting")]
+    assert server.kueue_workloads[("ml", "w")]["spec"]["priority"] == 503_002
+    assert server.kueue_workloads[("ml", "r")]["spec"]["priority"] == 1  # admitted: left as it runs

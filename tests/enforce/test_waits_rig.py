@@ -30,9 +30,10 @@ def sacct_times(rig, jobs: list[str]) -> dict[str, tuple[datetime, datetime | No
 
 def test_report_waits_gives_each_jobs_wait_exactly_and_slurms_reason(slurm, warehouse, tmp_path):
     w = ["-w", str(warehouse)]
-    # `first` holds all 8 GPUs for a few seconds; `second` and `third` (4 GPUs each) must wait for
-    # it; `held` is submitted on hold and waits for the user, whatever the GPUs do
-    first = sbatch(slurm, "--gres=gpu:h100:8", "--account=proj-a", seconds=6)
+    # `first` holds all 8 GPUs until it is cancelled (after the ingest that sees the others
+    # waiting: no race with a busy machine); `second` and `third` (4 GPUs each) must wait for it;
+    # `held` is submitted on hold and waits for the user, whatever the GPUs do
+    first = sbatch(slurm, "--gres=gpu:h100:8", "--account=proj-a")
     wait_for(slurm, first, lambda f: f.get("JobState") == "RUNNING", "RUNNING")
     second = sbatch(slurm, "--gres=gpu:h100:4", "--account=proj-a")
     third = sbatch(slurm, "--gres=gpu:h100:4", "--account=proj-b")
@@ -42,6 +43,7 @@ def test_report_waits_gives_each_jobs_wait_exactly_and_slurms_reason(slurm, ware
                  "PENDING for Resources / Priority")
     reasons = {j: fields(slurm, j)["Reason"] for j in (held,)}
     ingest(slurm, warehouse, [first, second, third, held])  # while they wait: Slurm's reasons kept
+    sh(slurm, "scancel", first)
     for job in (second, third):
         wait_for(slurm, job, lambda f: f.get("JobState") == "RUNNING", "RUNNING once `first` ends")
     ingest(slurm, warehouse, [first, second, third, held])

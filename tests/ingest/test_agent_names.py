@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from gpuledger.cli import app
 
-DEPRECATED = "is deprecated and goes in the next release; use `gpuledger {new}`"
+REMOVED = "was removed (deprecated the release before): use `gpuledger {new}`"
 
 
 def _run(tmp_path, *args):
@@ -26,19 +26,15 @@ def test_the_new_names_run_without_a_warning(tmp_path):
     assert "deprecated" not in pods.output
 
 
-def test_the_old_spellings_warn_then_run_the_same_command(tmp_path):
-    for old, new in ((["ingest", "agent"], "ingest agent nvml"), (["agent"], "ingest agent nvml")):
+def test_the_old_spellings_name_their_replacement_and_run_nothing(tmp_path):
+    for old, said in ((["ingest", "agent"], f"gpuledger ingest agent [OPTIONS] {REMOVED.format(new='ingest agent nvml [OPTIONS]')}"),
+                      (["agent"], f"gpuledger agent {REMOVED.format(new='ingest agent nvml')}"),
+                      (["ingest", "pod-resources"], f"gpuledger ingest pod-resources "
+                                                    f"{REMOVED.format(new='ingest agent pod-resources')}")):
         result = _run(tmp_path, *old, "--once")
-        lines = result.output.strip().splitlines()
-        assert result.exit_code == 1, result.output
-        assert lines[0] == f"gpuledger {' '.join(old)} {DEPRECATED.format(new=new)}"
-        assert "no NVIDIA driver on this host" in lines[1]
-    result = _run(tmp_path, "ingest", "pod-resources", "--socket", str(tmp_path / "absent.sock"), "--once",
-                  "--timeout", "0.5")
-    assert result.exit_code == 1
-    assert result.output.splitlines()[0] == (
-        f"gpuledger ingest pod-resources {DEPRECATED.format(new='ingest agent pod-resources')}")
-    assert "PodResources List on unix://" in result.output
+        assert result.exit_code == 2, result.output
+        assert result.output.strip() == said
+        assert not (tmp_path / "w.duckdb").exists()
 
 
 def test_the_group_help_lists_both_agents_and_hides_the_old_name():

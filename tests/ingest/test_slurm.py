@@ -386,7 +386,7 @@ def test_live_ingest_from_a_real_slurm(slurm_rig, warehouse_file):
     assert jobs[long]["state"] == "RUNNING" and jobs[long]["end_time"] is None
 
     # The JSON form of the same live call agrees and adds no rows.
-    _ingest_live(rig, warehouse_file, "--format", "json")
+    _ingest_live(rig, warehouse_file, "--input-format", "json")
     assert jobs_by_id(warehouse_file).keys() == jobs.keys()
 
     # The running job ends; the next import updates it in place.

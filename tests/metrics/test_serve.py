@@ -23,7 +23,7 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "gpuled
 
 def _serve(path: Path, port: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "gpuledger.cli", "metrics", "serve", "--port", str(port),
-                             "--host", "127.0.0.1", "--cache-seconds", "0", "--warehouse", str(path)],
+                             "--address", "127.0.0.1", "--cache-seconds", "0", "--warehouse", str(path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ})
 
 

@@ -29,7 +29,8 @@ def test_plan_is_recorded_and_apply_is_off_unless_configured(sim_warehouse, tmp_
     assert meta["dry_run"] is True and meta["planned_at_utc"] == AS_OF.isoformat()
     ((n, plans, dry),) = rows(sim_warehouse, "SELECT count(*), count(DISTINCT plan_id), bool_and(dry_run) "
                                              "FROM enforcement_audit WHERE phase = 'planned'")
-    assert plans == 1 and dry is True and n == meta["set_priority"] + meta["warn"] + meta["preempt"] + meta["none"]
+    assert plans == 1 and dry is True and n == (meta["set_priority"] + meta["warn"] + meta["preempt"] + meta["hold"]
+                                               + meta["release"] + meta["none"])
 
     off = materialize([enforcement_actions], sim_warehouse, instance=instance)
     assert metadata(off, enforcement_actions) == {"applied": False,

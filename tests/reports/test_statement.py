@@ -416,7 +416,7 @@ def test_a_correction_stores_the_statement_anew_and_an_edited_one_is_refused(mon
         build_statement(con, "2026-10")
 
 
-def test_the_statement_shows_each_projects_p50_and_p90_wait(warehouse_file):
+def test_the_statement_shows_each_projects_p50_and_p90_wait(warehouse_file, tmp_path):
     """October's jobs with a submission (the fixture's own record none): alpha waits 60, 120 and
     600 s -> p50 120, p90 at 0.9 × 2 = 1.8: 120 + 0.8 × 480 = 504; gamma one job, submitted Oct 31
     23:00 and never started: at the month's end (Nov 1 00:00) 3,600 s so far, p50 = p90 = 3,600."""
@@ -443,6 +443,14 @@ def test_the_statement_shows_each_projects_p50_and_p90_wait(warehouse_file):
     html = render_html(st)
     assert "Wait times per project" in html and "<th>Wait p90 (s)</th>" in html and ">504<" in html
     assert st.for_unit("research").waits.height == 2 and st.for_unit("product").waits.height == 0
+    from openpyxl import load_workbook
+
+    from gpuledger.reports.workbook import write_xlsx
+
+    sheet = load_workbook(write_xlsx(st, tmp_path / "s.xlsx"))["Wait times"]
+    cells = [[c for c in row if c is not None] for row in sheet.iter_rows(values_only=True)]
+    assert ["Project", "Jobs submitted", "Still waiting", "Wait p50 (s)", "Wait p90 (s)"] in cells
+    assert ["alpha", 3, 0, 120, 504] in cells and ["gamma", 1, 1, 3600, 3600] in cells
     # closed, the month keeps the waits of its close: a job of October ingested later moves nothing
     from gpuledger.reports import closing
 

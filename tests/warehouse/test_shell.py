@@ -25,10 +25,10 @@ def test_command_mode_reads_and_refuses_writes(tmp_path):
     with warehouse.open_writer(wh) as con:
         con.execute("CREATE TABLE notes (n INTEGER)")
         con.execute("INSERT INTO notes VALUES (1), (2), (3)")
-    done = _shell(wh, "-c", "SELECT sum(n) AS total FROM notes; SELECT count(*) AS rows FROM notes")
+    done = _shell(wh, "--command", "SELECT sum(n) AS total FROM notes; SELECT count(*) AS rows FROM notes")
     assert done.returncode == 0, done.stderr
     assert "total" in done.stdout and "6" in done.stdout and "rows" in done.stdout
-    refused = _shell(wh, "-c", "DELETE FROM notes")
+    refused = _shell(wh, "--command", "DELETE FROM notes")
     assert refused.returncode == 1 and refused.stdout == ""
     assert refused.stderr.startswith("gpuledger warehouse shell:") and len(refused.stderr.strip().splitlines()) == 1
     with warehouse.open_reader(wh) as con:

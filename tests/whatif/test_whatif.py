@@ -443,24 +443,23 @@ def test_whatif_commands_over_a_simulated_warehouse(tmp_path):
         ],
     )
     assert done.exit_code == 0, done.output
-    out = tmp_path / "whatif.json"
-    done = runner.invoke(
-        app, ["whatif", "schedule", "--warehouse", str(db), "--json", str(out), "--no-progress"]
-    )
+    done = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--no-progress"])
     assert done.exit_code == 0, done.output
     assert "worst project delivered ÷ owed" in done.output
+    out = tmp_path / "whatif.json"
+    done = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--format", "json", "--out",
+                               str(out), "--no-progress"])
+    assert done.exit_code == 0, done.output
     frames = compare.frames_from_json(out.read_text())
     assert frames["trace"]["physical_gpus"] == 8 and frames["trace"]["hours"] == pytest.approx(24, abs=1)
     again = runner.invoke(
         app, ["whatif", "schedule", "--warehouse", str(db), "--format", "json", "--no-progress"]
     )
     assert again.stdout == out.read_text()  # deterministic: the same file again
-    # --json PATH is the deprecated spelling of --format json --out PATH: the same file, and it says so
-    assert "whatif --json PATH is deprecated" in done.output
+    # --json PATH, deprecated for a release, is removed: it names its replacement, exit 2, nothing run
     written = tmp_path / "whatif-out.json"
-    done = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--format", "json", "--out",
-                               str(written), "--no-progress"])
-    assert done.exit_code == 0 and written.read_text() == out.read_text(), done.output
+    done = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--json", str(written)])
+    assert done.exit_code == 2 and "use --format json --out PATH" in done.output and not written.exists()
     summary_csv = tmp_path / "summary.csv"
     done = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--format", "csv", "--out",
                                str(summary_csv), "--no-progress"])

@@ -1,8 +1,8 @@
 """`gpuledger ingest ...`: every source into the warehouse, one module per source here — DCGM
 metrics (scrape, prometheus), job records (kubernetes, slurm, jobs-csv), the devices jobs held
 (slurm-gpus, node-holdings, link-devices), and the agents of one node (`ingest agent nvml`,
-`ingest agent pod-resources`; agent.py). `ingest pod-resources` is the deprecated old name of the
-latter."""
+`ingest agent pod-resources`; agent.py). `ingest pod-resources`, the latter's old name, was removed:
+it answers with the new name."""
 
 from __future__ import annotations
 
@@ -10,24 +10,18 @@ import typer
 from typer.core import TyperGroup
 
 from gpuledger.cli.ingest import agent, holdings, jobs_csv, kubernetes, links, metrics, slurm
+from gpuledger.cli.tree import removed_name
 
-# old name in this group -> the path under `ingest` that replaces it
+# removed old name in this group -> the path under `ingest` that replaced it
 OLD_NAMES = {"pod-resources": ("agent", "pod-resources")}
 
 
 class IngestGroup(TyperGroup):
-    """The ingest group with its deprecated old names (hidden from its help, but they still run,
-    saying once on stderr which command replaces them)."""
+    """The ingest group; a removed old name answers with the command that replaced it."""
 
     def get_command(self, ctx, name):
         if name in OLD_NAMES and name not in self.commands:
-            from gpuledger.cli.tree import deprecated_copy
-
-            group, sub = OLD_NAMES[name]
-            target = super().get_command(ctx, group).get_command(ctx, sub)
-            alias = deprecated_copy(target, f"ingest {name}", f"ingest {group} {sub}")
-            alias.hidden = True
-            return alias
+            return removed_name(f"ingest {name}", "ingest " + " ".join(OLD_NAMES[name]))
         return super().get_command(ctx, name)
 
 

@@ -2,10 +2,9 @@
 node's GPUs through NVML into the warehouse, `pod-resources` (pod_resources.py) records which pod
 holds which GPU from the kubelet.
 
-The old spellings still run, with a warning on stderr: `gpuledger ingest agent [OPTIONS]` (before
-the agents were a group it was the NVML agent) and the top-level `gpuledger agent` both run
-`ingest agent nvml`; `gpuledger ingest pod-resources` runs `ingest agent pod-resources` (ingest's
-__init__.py). They go in the next release."""
+The old spellings were removed: `gpuledger ingest agent [OPTIONS]` (before the agents were a group
+it was the NVML agent), the top-level `gpuledger agent` and `gpuledger ingest pod-resources` answer
+with one line naming the new command, exit 2."""
 
 from __future__ import annotations
 
@@ -17,29 +16,20 @@ from typer.core import TyperGroup
 from gpuledger.cli.ingest import pod_resources
 from gpuledger.cli.options import WarehouseOpt, warehouse_path
 
-_OLD_SPELLING = "gpuledger.ingest-agent-old-spelling"
-
 
 class AgentGroup(TyperGroup):
-    """`ingest agent` followed by no command name (bare, or options first) is the old spelling of
-    `ingest agent nvml`: it runs that, after one deprecation line on stderr."""
+    """`ingest agent` followed by options instead of a command name is the removed old spelling of
+    `ingest agent nvml`: one line naming it, exit 2."""
 
     def parse_args(self, ctx, args):
-        if not args or (args[0] not in self.commands and args[0] not in ctx.help_option_names):
-            ctx.meta[_OLD_SPELLING] = True
-            args = ["nvml", *args]
+        if args and args[0].startswith("-") and args[0] not in ctx.help_option_names:
+            typer.secho("gpuledger ingest agent [OPTIONS] was removed (deprecated the release before): use "
+                        "`gpuledger ingest agent nvml [OPTIONS]`", err=True, fg="red")
+            raise typer.Exit(2)
         return super().parse_args(ctx, args)
 
-    def get_command(self, ctx, name):
-        command = super().get_command(ctx, name)
-        if name == "nvml" and command is not None and ctx.meta.get(_OLD_SPELLING):
-            from gpuledger.cli.tree import deprecated_copy
 
-            return deprecated_copy(command, "ingest agent", "ingest agent nvml")
-        return command
-
-
-app = typer.Typer(cls=AgentGroup, no_args_is_help=False,
+app = typer.Typer(cls=AgentGroup, no_args_is_help=True,
                   help="The agents of one node: `nvml` on a GPU node, `pod-resources` on a Kubernetes GPU node.")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import typer
@@ -10,6 +10,7 @@ from rich.console import Console
 
 from gpuledger import warehouse
 from gpuledger.cli.options import WarehouseOpt, warehouse_path
+from gpuledger.rules.clock import utc_now
 
 app = typer.Typer(help="Bring device holdings into the warehouse.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
@@ -55,7 +56,7 @@ def slurm_gpus(
     if scontrol_json and not scontrol_live:
         console.print("[red]--json goes with --scontrol (a --scontrol-file is read in either form)[/red]")
         raise typer.Exit(2)
-    now = datetime.now(UTC).replace(tzinfo=None)
+    now = utc_now()
     if spool is not None:
         rows, bad, origin = _spool_holdings(spool, cluster)
     else:
@@ -161,7 +162,7 @@ def node_holdings(
 
     def once() -> None:
         read = read_node_spool(spool)
-        now = datetime.now(UTC).replace(tzinfo=None)
+        now = utc_now()
         with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
             kept, refused = screen_holdings(read.holdings, source=QUARANTINE_SOURCE, now=now,  # one record at a time
                                             partitioned=partitioned_gpus(con))

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from gpuledger.cli.options import WarehouseOpt, warehouse_path
+from gpuledger.rules.clock import utc_now
 
 app = typer.Typer(help="Run on a Kubernetes GPU node: which pod holds which GPU.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
@@ -105,7 +106,6 @@ def _configured_replicas(path: Path) -> dict[str, int]:
 def _spool_writer(spool: Path, cluster: str, node: str, written: dict):
     """(the open holdings to resume, the poll's writer, the node's file): the node's file in the
     shared spool, which the writer reads (node_spool.py); a --spool that is no folder is exit 2."""
-    from datetime import UTC, datetime
 
     from gpuledger.ingest.holdings.node_spool import open_rows, spool_file, write_node
 
@@ -116,7 +116,7 @@ def _spool_writer(spool: Path, cluster: str, node: str, written: dict):
 
     def write(rows: list[dict]) -> None:
         written["rows"] = len(rows)
-        write_node(spool, cluster, node, rows, datetime.now(UTC).replace(tzinfo=None))
+        write_node(spool, cluster, node, rows, utc_now())
 
     return open_rows(spool, cluster, node), write, str(spool_file(spool, cluster, node))
 
@@ -124,7 +124,6 @@ def _spool_writer(spool: Path, cluster: str, node: str, written: dict):
 def _warehouse_writer(path: Path, cluster: str, node: str, written: dict):
     """(the open holdings to resume, the poll's writer): straight into the warehouse, each poll's
     holdings linked to the jobs' device intervals."""
-    from datetime import UTC, datetime
 
     from gpuledger import warehouse
     from gpuledger.ingest.holdings.checks import screen_holdings
@@ -141,7 +140,7 @@ def _warehouse_writer(path: Path, cluster: str, node: str, written: dict):
         resume = open_holdings(con, cluster=cluster, host=node, source=SOURCE)
 
     def write(rows: list[dict]) -> None:
-        now = datetime.now(UTC).replace(tzinfo=None)
+        now = utc_now()
         with warehouse.open_writer(path) as con:
             rows, refused = screen_holdings(rows, source=SOURCE, now=now,  # as the spool's writer does
                                             partitioned=partitioned_gpus(con))

@@ -32,7 +32,7 @@ def slurm(
     ),
     live: bool = typer.Option(False, "--live", help="run sacct here (needs slurm-client and SLURM_CONF)"),
     fmt: SacctFormat | None = typer.Option(
-        None, "--format", help="export format (default: from the file's first character; live: parsable)",
+        None, "--input-format", help="the export's format (default: from the file's first character; live: parsable)",
         show_default=False,
     ),
     start: str = typer.Option("now-7days", "--start", help="live: sacct -S (any time sacct accepts)"),

@@ -25,9 +25,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from gpuledger.ingest.holdings.devices import parse_device
+from gpuledger.rules.clock import utc_now
 
 SOURCE = "pod-resources"
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -235,7 +236,7 @@ class HoldingTracker:
 
 
 def _utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
+    return utc_now()
 
 
 def run_pod_resources_agent(

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import duckdb
 import polars as pl
 
+from gpuledger.rules.clock import utc_now
 from gpuledger.sql import load_sql
 from gpuledger.warehouse import transaction, upsert
 
@@ -172,7 +173,7 @@ def record_disagreements(con: duckdb.DuckDBPyConnection, *, start: datetime, end
                        f"{r['label_job']}, "
                        + ("held by no one: unallocated capacity" if holder == "(nobody)"
                           else f"held by {holder}: attributed to the holder")),
-            "quarantined_at": datetime.now(UTC).replace(tzinfo=None),
+            "quarantined_at": utc_now(),
         })
     upsert(con, "quarantine", pl.DataFrame(rows, schema_overrides={"quarantined_at": pl.Datetime("us")}))
     return found.height

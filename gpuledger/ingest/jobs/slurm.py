@@ -621,7 +621,7 @@ def _json_job(job, i: int, batch: SlurmBatch, rows: list[dict], *, origin: str, 
 def _not_json(source: BinaryIO, origin: str, exc: Exception, seen: int) -> str:
     """What is wrong with a document the parser gave up on: line and column from the json module
     for a small one, else the parser's words and how many job records came before the fault."""
-    hint = "export with sacct -a -X --json, or use --format parsable"
+    hint = "export with sacct -a -X --json, or use --input-format parsable"
     source.seek(0, io.SEEK_END)
     if source.tell() <= _PRECISE_ERROR_BYTES:
         source.seek(0)

@@ -19,7 +19,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import polars as pl
 import requests
@@ -48,6 +47,7 @@ from gpuledger.ingest.metrics.writes import store_wide
 
 SOURCE = "scrape"
 from gpuledger.ingest import DEFAULT_CLUSTER
+from gpuledger.rules.clock import epoch_iso_z
 
 RETRYABLE_STATUS = range(500, 600)
 
@@ -339,7 +339,7 @@ BATCH_CHARS = 64_000_000
 
 def record_failure(con, result: FetchResult, *, source: str = SOURCE) -> None:
     """A target that could not be scraped: one quarantine row (location = URL) naming the error."""
-    when = datetime.fromtimestamp(result.scrape_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = epoch_iso_z(result.scrape_ms / 1000)
     warehouse.quarantine(con, [warehouse.QuarantineRow(
         source, result.url, f"GET {result.url} at {when}", result.error or "unknown error")])
 

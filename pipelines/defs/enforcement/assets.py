@@ -49,7 +49,8 @@ def enforcement_plan(context: dg.AssetExecutionContext, config: EnforcementCycle
             context.log.warning(f"could not read the {rails.pipeline_backend} jobs' live state: {exc}")
     actions, plan_id, _ = cycle.plan(warehouse.reader, warehouse.writer, cfg, now, observed=observed,
                                      observed_by=observed_by, observed_cluster=observed_cluster)
-    counts = {k: sum(1 for a in actions if a.action == k) for k in ("set-priority", "warn", "preempt", "none")}
+    counts = {k: sum(1 for a in actions if a.action == k) for k in ("set-priority", "warn", "preempt", "hold", "release",
+                                                                     "none")}
     context.log.info(f"plan {plan_id} at {now.isoformat()}: {counts}")
     return dg.MaterializeResult(metadata={
         "plan_id": plan_id, "planned_at_utc": now.isoformat(), "dry_run": cfg.policy.enforcement.dry_run,

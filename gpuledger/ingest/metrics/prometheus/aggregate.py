@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 import polars as pl
 
@@ -44,7 +44,7 @@ from gpuledger.ingest.metrics.prometheus.windows import (
     window_function,
 )
 from gpuledger.ingest.metrics.writes import store_wide
-from gpuledger.rules.clock import utc_now
+from gpuledger.rules.clock import epoch_iso_z, utc_now
 from gpuledger.rules.promql import check_label
 
 MAX_CHUNK_S = 86_400  # at most a day per query, as OpenCost asks
@@ -73,7 +73,7 @@ class AggregateStats:
 
 
 def _iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return epoch_iso_z(epoch_s)
 
 
 def aggregate(
@@ -207,7 +207,7 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
             warehouse.quarantine(con, rejects)
             warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
                 "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
-                "updated_at": [datetime.now(UTC).replace(tzinfo=None)]}))
+                "updated_at": [utc_now()]}))
         stats.rows_new += new
         stats.quarantined += len(rejects)
         stats.rows_by_cluster[target.name] += new

@@ -52,13 +52,14 @@ from gpuledger.ingest.metrics.prometheus.client import (
     BACKFILL_METRICS,
     NotPrometheusAnswer,
     PrometheusError,
-    new_session,
     check_base_url,
     discover_metrics,
+    new_session,
 )
 from gpuledger.ingest.metrics.prometheus.decode import SOURCE
-from gpuledger.ingest.metrics.prometheus.pool import chunk_pool, ChunkPool
+from gpuledger.ingest.metrics.prometheus.pool import ChunkPool, chunk_pool
 from gpuledger.ingest.metrics.writes import store_wide
+from gpuledger.rules.clock import epoch_iso_z, utc_now
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses query_range beyond this resolution
 DEFAULT_CHUNK_S = 3600
@@ -82,7 +83,7 @@ class BackfillStats:
 
 
 def _iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return epoch_iso_z(epoch_s)
 
 
 def epoch_seconds(moment: datetime) -> float:
@@ -264,7 +265,7 @@ def store_chunk(con, sink: ChunkSink, wide: pl.DataFrame, rejects: list, b: int)
         warehouse.quarantine(con, rejects)
         warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
             "source": [SOURCE], "scope": [sink.scope], "position": [_iso(b)],
-            "updated_at": [datetime.now(UTC).replace(tzinfo=None)]}))
+            "updated_at": [utc_now()]}))
     return new
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from itertools import chain
 from operator import itemgetter
 
@@ -27,6 +26,7 @@ from gpuledger import warehouse
 from gpuledger.errors import printable
 from gpuledger.ingest.metrics.exposition import normalize_labels, series_frame
 from gpuledger.ingest.metrics.values import split_invalid
+from gpuledger.rules.clock import epoch_iso_z, iso_z, iso_z_us
 
 SOURCE = "prometheus"
 _K8S_EXPORTED = ("exported_namespace", "exported_pod", "exported_container", "exported_pod_name",
@@ -195,9 +195,9 @@ def _points_from_parts(metric_names: list[str], series_metric: list[int], labels
     if bad.height:
         bad = bad.join(series, on="series", how="left")
     for r in bad.iter_rows(named=True):
-        where = f"{url} {r['metric']}{{UUID={r['gpu_uuid']},GPU_I_ID={r['mig_instance_id']}}}@{r['ts']:%Y-%m-%dT%H:%M:%S.%fZ}"
+        where = f"{url} {r['metric']}{{UUID={r['gpu_uuid']},GPU_I_ID={r['mig_instance_id']}}}@{iso_z_us(r['ts'])}"
         rejects.append(warehouse.QuarantineRow(
-            SOURCE, where, f"{r['metric']} {r['value']!r} {r['ts']:%Y-%m-%dT%H:%M:%S.%fZ}", r["reason"]))
+            SOURCE, where, f"{r['metric']} {r['value']!r} {iso_z_us(r['ts'])}", r["reason"]))
     return good, series, rejects
 
 
@@ -228,7 +228,7 @@ def _refuse_copies(frame: pl.DataFrame, rows: list[tuple], labels: list[dict],
         differs = differs or "listed twice with identical labels"
         what = f"{r['agree']} points equal to the first copy's (stored once)"
         if r["disagree"]:
-            at = datetime.fromtimestamp(r["at"] / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            at = epoch_iso_z(r["at"] / 1000)
             what += f", {r['disagree']} with another value at the same time (none stored; first at {at})"
         uuid, mig = rows[r["series"]][0], rows[r["series"]][1]
         rejects.append(warehouse.QuarantineRow(
@@ -297,13 +297,13 @@ def refuse_outside_range(points: pl.DataFrame, series: pl.DataFrame, start_s: in
     for r in per_series.iter_rows(named=True):
         rejects.append(warehouse.QuarantineRow(
             SOURCE, f"{url} {r['metric']}{{UUID={r['gpu_uuid']},GPU_I_ID={r['mig_instance_id']}}}@{asked}",
-            f"{r['metric']} {r['n']} points from {r['first']:%Y-%m-%dT%H:%M:%SZ}",
+            f"{r['metric']} {r['n']} points from {iso_z(r['first'])}",
             f"{r['n']} points outside the asked range {asked}: not stored"))
     return points.filter(inside), rejects
 
 
 def _iso(epoch_s: int) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return epoch_iso_z(epoch_s)
 
 
 def _epoch_ms(seconds: list) -> pl.Series:
