@@ -72,9 +72,10 @@ def reorder(values: dict, queued: set, choices: dict) -> dict:
         pool = sorted((values[k] for k in keys), reverse=True)
         for place, (key, value) in enumerate(zip(ranked, pool, strict=True), start=1):
             c = choices[key]
-            out[key] = (value, f"team {node}'s lead {c.set_by} put it #{place} of the team's {len(keys)} ordered "
-                               f"queued job(s) in the {band} band (set {c.set_at:%Y-%m-%d %H:%M}Z): the team's own "
-                               "priorities are swapped among its jobs, no other team's job moves")
+            where = (f"put it #{place} of the team's {len(keys)} ordered queued jobs in the {band} band"
+                     if len(keys) > 1 else f"placed it in the team's order (the only one in the {band} band)")
+            out[key] = (value, f"team {node}'s lead {c.set_by} {where} (set {c.set_at:%Y-%m-%d %H:%M}Z): it takes "
+                               "one of the team's own priorities, so no other team's job moves")
     return out
 
 

@@ -155,6 +155,10 @@ class Message:
             if not line.strip():
                 flush()
                 continue
+            choice = re.fullmatch(r" {2,}([^:]{1,60}): (https?://\S+)", line)
+            if choice:  # an indented "label: URL" (an owner's self-service links): the label is the link
+                items.append(f'<li><a href="{escape(choice[2])}">{escape(choice[1])}</a></li>')
+                continue
             shown = escape(line)
             for url in re.findall(r"https?://\S+", line):
                 shown = shown.replace(escape(url), f'<a href="{escape(url)}">{escape(url)}</a>')

@@ -10,8 +10,7 @@ WITH incoming AS (
     UNION ALL
     SELECT cluster, job_id, observed_at, scheduler, state, reason, message, source, true AS is_new FROM incoming
 ), ordered AS (
-    SELECT *, lag(reason) OVER w AS reason_before, lag(message) OVER w AS message_before,
-           lag(is_new) OVER w AS before_is_new
+    SELECT *, lag(reason) OVER w AS reason_before, lag(message) OVER w AS message_before
     FROM merged
     WINDOW w AS (PARTITION BY cluster, job_id ORDER BY observed_at, is_new)
 )

@@ -80,3 +80,19 @@ def test_an_exemption_request_reaches_on_call_and_a_release_waits_for_the_live_v
     # no live view in this plan: nothing is preempted, and the none row says whose release waits
     assert [a.action for a in actions] == ["set-priority", "none"]
     assert "its owner u asked to release it at 2026-10-05 10:05Z, but the plan was made without" in actions[-1].reason
+
+
+def test_a_programs_allowance_is_shared_by_its_projects(warehouse_file, tmp_path):
+    october(warehouse_file)
+    (tmp_path / "c.yaml").write_text(CONFIG + ALERTS + "    self_service: {team_allowance_hours: {research: 3}}\n")
+    assert cli("config", "load", "--config", str(tmp_path / "c.yaml"), "-w", str(warehouse_file)).exit_code == 0
+    w = ["-w", str(warehouse_file)]
+    kept = cli("alerts", "keep", "alpha-1", "--hours", "2", "--as", "u", "--now", AT, *w)
+    assert kept.exit_code == 0 and "counted against team research's 3 h per rolling 7 days" in kept.output
+    # after that keep ended (12:05): 2 of research's 3 h are used, 1 h left
+    again = cli("alerts", "keep", "alpha-1", "--hours", "2", "--as", "u", "--now", "2026-10-05T12:10:00", *w)
+    assert again.exit_code == 2
+    assert "team research's allowance is 3 h of kept sessions per rolling 7 days; 2 h are used (c1/alpha-1), " \
+           "1 h left" in again.output
+    assert cli("alerts", "keep", "alpha-1", "--hours", "1", "--as", "u", "--now", "2026-10-05T12:10:00",
+               *w).exit_code == 0  # 1 h still fits

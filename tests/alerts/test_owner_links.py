@@ -100,6 +100,8 @@ def test_keep_two_hours_from_the_mail_delays_enforcement_once_and_the_allowance_
     offered = _links(mine)
     assert list(offered) == ["Keep it 1 h", "Keep it 2 h", "Keep it 4 h", "Release it now (stop the job)",
                              "Ask for an exemption"], _parts(mine)["text/plain"]
+    # the HTML part: each choice is its label, linked (the long signed URL stays out of the text)
+    assert f'<li><a href="{offered["Keep it 2 h"]}">Keep it 2 h</a></li>' in _parts(mine)["text/html"]
     oncall = next(m for m in mails if m["To"] == "oncall@example.org")
     assert not _links(oncall)  # the links are the owner's alone
 

@@ -140,6 +140,11 @@ USAGE = [
          ("{folder}/sacct-cut.json:1: not JSON (Expecting value at column",)),
     Case("sacct-json-no-jobs-list", ("ingest", "slurm", "--file", "{folder}/sacct-no-jobs.json", "--cluster", "c"),
          2, ("{folder}/sacct-no-jobs.json: no 'jobs' list",)),
+    # a device plugin config whose replicas cannot be meant: refused before the kubelet is asked
+    Case("pod-resources-sharing-config-zero", ("ingest", "agent", "pod-resources", "--socket", "{folder}/none.sock",
+                                               "--once", "--sharing-config", "{folder}/sharing-zero.yaml"), 2,
+         ("--sharing-config {folder}/sharing-zero.yaml: sharing.timeSlicing.resources[0]: expected a name and "
+          "replicas 1..1024",)),
     Case("reserved-negative", ("whatif", "procurement", "--reserved", "H100=-5"), 2,
          ("--reserved", "'-5' is not a finite number of 0 or more")),
     # a reader of a warehouse that is not there (a mistyped -w): exit 2 naming it, as every reader
@@ -224,6 +229,8 @@ def rig(tmp_path_factory):
     (folder / "gpuledger.yaml").write_text(SEED_CONFIG)
     (folder / "sacct-cut.json").write_text('{"jobs": [{"job_id": 1, "account": "p"}, {"job_id": 2, "account": ')
     (folder / "sacct-no-jobs.json").write_text('{"meta": {}, "jobs": {"1": {"account": "p"}}}')
+    (folder / "sharing-zero.yaml").write_text("sharing:\n  timeSlicing:\n    resources:\n"
+                                              "    - {name: nvidia.com/gpu, replicas: 0}\n")
     env = {"COLUMNS": "200", "PATH": f"{hang}{os.pathsep}/usr/bin:/bin", "HOME": str(folder)}
     seed = folder / "seed.duckdb"
     loaded = subprocess.run([sys.executable, "-m", "gpuledger.cli", "config", "load", "-w", str(seed)], cwd=folder,

@@ -163,3 +163,20 @@ def test_keep_refusals_bound_the_keep():
     assert "3 h of kept sessions per rolling 7 days; 2 h are used (c/a), 1 h left" in why
     assert refuse(2, [("c/a", 2.0, NOW - 8 * 24 * H)]) is None  # a keep of last week no longer counts
     assert "already kept until" in refuse(1, active=NOW + H)
+
+
+def test_a_keep_counts_against_the_nearest_team_with_an_allowance():
+    parent = {"acme": None, "vision": "acme", "vision-gen": "vision", "vision-eval": "vision", "llm": "acme",
+              "llm-pre": "llm"}
+    per_team = {"vision": 8.0}
+    assert keeps.allowance_node("vision-gen", parent, per_team) == "vision"  # the program's 8 h, shared
+    assert keeps.allowance_node("vision-eval", parent, per_team) == "vision"
+    assert keeps.allowance_node("llm-pre", parent, per_team) is None  # the default, per project
+    assert keeps.allowance_node("vision-gen", parent, {"vision": 8.0, "vision-gen": 2.0}) == "vision-gen"
+
+
+def test_the_kill_switch_stops_a_leads_order_and_hold_too():
+    jobs = [job("a", "p1", running=False, funded=True), job("b", "p1", running=False, funded=True)]
+    lead = {("c", "b"): chose(1), ("c", "a"): chose(2, held=True)}
+    got = decide(situation(jobs, team_choices=lead), EnforcementPolicy(kill_switch=True))
+    assert {a.action for a in got} == {"none"} and all("kill switch" in a.reason for a in got)
