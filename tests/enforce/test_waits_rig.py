@@ -6,9 +6,12 @@ cause and Slurm's own reason beside it."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 
 import pytest
+
+from gpuledger import warehouse as gpuledger_warehouse
 
 from tests.enforce.test_slurm_rig import fields, gl, ingest, sh, wait_for
 from tests.enforce.test_slurm_rig import warehouse  # noqa: F401 - the fixture, used by name
@@ -28,6 +31,13 @@ def sacct_times(rig, jobs: list[str]) -> dict[str, tuple[datetime, datetime | No
     return out
 
 
+def _reasons_stored(path, jobs: list[str]) -> bool:
+    with gpuledger_warehouse.open_reader(path) as con:
+        have = {r[0] for r in con.execute("SELECT DISTINCT job_id FROM scheduler_reasons WHERE reason IN "
+                                          "('Resources', 'Priority')").fetchall()}
+    return set(jobs) <= have
+
+
 def test_report_waits_gives_each_jobs_wait_exactly_and_slurms_reason(slurm, warehouse, tmp_path):
     w = ["-w", str(warehouse)]
     # `first` holds all 8 GPUs until it is cancelled (after the ingest that sees the others
@@ -43,6 +53,12 @@ def test_report_waits_gives_each_jobs_wait_exactly_and_slurms_reason(slurm, ware
                  "PENDING for Resources / Priority")
     reasons = {j: fields(slurm, j)["Reason"] for j in (held,)}
     ingest(slurm, warehouse, [first, second, third, held])  # while they wait: Slurm's reasons kept
+    # the controller can show a pending job without a reason for a moment (between scheduling
+    # passes, more often on a loaded machine): ingest again, as the pipeline would, while they still
+    # wait (`first` holds every GPU until it is cancelled below), until both reasons are stored
+    deadline = time.monotonic() + 60
+    while not _reasons_stored(warehouse, [second, third]) and time.monotonic() < deadline:
+        ingest(slurm, warehouse, [first, second, third, held])
     sh(slurm, "scancel", first)
     for job in (second, third):
         wait_for(slurm, job, lambda f: f.get("JobState") == "RUNNING", "RUNNING once `first` ends")

@@ -116,5 +116,5 @@ def test_prune_and_disk_use_from_the_cli(tmp_path):
     out = cli("warehouse", "prune", "--keep-days", "0.5")
     assert "pruned raw samples before 2026-11-01T11:00:00Z" in out and "deleted" in out
     assert "no raw samples older than 0.5 days" in cli("warehouse", "prune", "--keep-days", "0.5")
-    summary = cli("summary")
+    summary = cli("warehouse", "summary")
     assert "disk use per table" in summary and "gpu_samples" in summary and "(indexes, catalog)" in summary
