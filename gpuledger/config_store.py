@@ -6,9 +6,10 @@ load`` and the pipelines' reference tables). This module only reads: ingest (pri
 limits), analytics callers, the ledger, the finance files, alerts, metrics and the dashboards ask
 it, and it imports nothing of theirs.
 
-"Stored policy, else default" is :func:`policy_in_force`: an explicit policy, else the stored
-config's, else the defaults of a warehouse never given a config. A stored config that no longer
-validates is an error naming its version, never a silent fall back to the defaults.
+"The policy in force" is :func:`policy_in_force`: an explicit policy, else the stored config's,
+else, for a warehouse never given a config, the file the CLI's readers take then (the same answer
+as ledger.config_versions.config_in_force). A stored config that no longer validates is an error
+naming its version, never a silent fall back.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -103,12 +104,27 @@ def stored_config_in_force(con: duckdb.DuckDBPyConnection) -> Config | None:
 
 
 def policy_in_force(con: duckdb.DuckDBPyConnection, policy: Policy | None = None) -> Policy:
-    """``policy`` when given, else the warehouse's stored config's, else the defaults."""
+    """``policy`` when given, else the warehouse's stored config's, else — a warehouse never given
+    one — the policy of the file a reader's ledger.config_versions.config_in_force takes
+    ($GPULEDGER_CONFIG, ./gpuledger.yaml, the packaged example): one answer to "the policy in
+    force", never bare defaults that differ from it (tier rules, exemptions)."""
     if policy is not None:
         return policy
     cfg = stored_config_in_force(con)
     if cfg is not None:
         return cfg.policy
-    from gpuledger.config import Policy
+    from gpuledger.config_files import resolve_config_path
 
-    return Policy()
+    return _file_policy(resolve_config_path(None))
+
+
+def _file_policy(path: Path) -> Policy:
+    from gpuledger.config import read_config_file
+
+    key = (str(path), path.stat().st_mtime_ns if path.exists() else None)
+    if key not in _POLICY_BY_FILE:  # scrape batches ask often: read each file version once
+        _POLICY_BY_FILE[key] = read_config_file(path)[0].policy
+    return _POLICY_BY_FILE[key]
+
+
+_POLICY_BY_FILE: dict[tuple, Policy] = {}

@@ -231,7 +231,7 @@ def test_file_import_is_idempotent_and_updates_finished_jobs(warehouse_file):
 def test_file_import_quarantines_and_reimport_adds_nothing(warehouse_file):
     path = FIXTURES / "sacct-parsable2-malformed.txt"
     for _ in range(2):
-        result = ingest("--file", str(path), "--format", "parsable", "-w", str(warehouse_file))
+        result = ingest("--file", str(path), "--input-format", "parsable", "-w", str(warehouse_file))
         assert result.exit_code == 0, result.output
         assert "7 quarantined" in result.output
         assert rows(warehouse_file, "SELECT count(*) FROM jobs") == [(4,)]
