@@ -5,6 +5,7 @@ config; peak RSS of that process by ``/usr/bin/time -v``. Both are read and writ
 at a time (jobs_csv.CHUNK_ROWS rows, slurm.CHUNK_JOBS job records, each chunk its own transaction).
 
     nice -n 10 .venv/bin/python benchmarks/job_import_memory_bench.py --csv-mb 2048 --sacct-mb 1024
+    nice -n 10 .venv/bin/python benchmarks/job_import_memory_bench.py --csv-mb 0 --sacct-mb 0 --spool-files 100000
 
 The CSV rows look like a real scheduler's export (~220 bytes: a job name, a user, a namespace,
 submit / start / end times, a state); the sacct jobs are a job record as the real Slurm 22.05 rig
@@ -73,6 +74,19 @@ def write_sacct_json(path: Path, megabytes: int) -> int:
     return jobs
 
 
+def write_spool(folder: Path, files: int) -> int:
+    """A prolog/epilog spool (deploy/slurm/) of ``files`` files: each job's start and end on one of
+    500 nodes, two GPUs each, all in the past; returns the holdings it describes."""
+    folder.mkdir()
+    for job in range(files // 2):
+        node, t0 = job % 500, 1_793_000_000 + job * 50
+        head = f"format\tgpuledger-slurm-gpus/1\ncluster\tc1\nnode\tn{node}\njob_id\t{job}\n"
+        gpus = "".join(f"gpu\t{i}\tGPU-{node:04d}-{i}\n" for i in (job % 4, job % 4 + 4))
+        (folder / f"{job}.n{node}.{t0}.start").write_text(f"{head}event\tstart\ntime\t{t0}\n{gpus}")
+        (folder / f"{job}.n{node}.{t0 + 40}.end").write_text(f"{head}event\tend\ntime\t{t0 + 40}\n")
+    return files
+
+
 def measure(command: list[str]) -> tuple[float, float, str]:
     """(peak RSS in MiB, wall seconds, the command's summary line) of one CLI run."""
     began = time.monotonic()
@@ -83,7 +97,7 @@ def measure(command: list[str]) -> tuple[float, float, str]:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-2000:]}")
     peak = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)[1]) / 1024
     said = next((line for line in (done.stdout + done.stderr).splitlines()
-                 if "rows read" in line or "job records" in line), "")
+                 if "rows read" in line or "job records" in line or "holdings from" in line), "")
     return peak, took, said.strip()
 
 
@@ -91,6 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--csv-mb", type=int, default=2048, help="job CSV size in MiB (0: skip)")
     parser.add_argument("--sacct-mb", type=int, default=1024, help="sacct --json size in MiB (0: skip)")
+    parser.add_argument("--spool-files", type=int, default=0, help="prolog spool files (0: skip)")
     parser.add_argument("--folder", type=Path, default=None, help="where to generate (default: a temp folder)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.folder) as folder:
@@ -103,6 +118,12 @@ def main() -> None:
         if args.csv_mb:
             runs.append(("job CSV", Path(folder) / "jobs.csv", write_csv, args.csv_mb,
                          lambda f, w: ["ingest", "jobs-csv", str(f), "-w", str(w)]))
+        if args.spool_files:
+            spool, warehouse = Path(folder) / "spool", Path(folder) / "spool.duckdb"
+            holdings = write_spool(spool, args.spool_files)
+            peak, took, said = measure(["ingest", "slurm-gpus", "--spool", str(spool), "-w", str(warehouse)])
+            print(f"prolog spool: {args.spool_files:,} files, {holdings:,} holdings: peak RSS {peak:,.0f} MiB, "
+                  f"{took:.1f} s; {said}", flush=True)
         for label, path, write, megabytes, command in runs:
             count = write(path, megabytes)
             warehouse = Path(folder) / f"{path.stem}.duckdb"
