@@ -86,16 +86,20 @@ def test_periods_are_whole_windows_from_a_monday():
     assert period_start(datetime(2026, 11, 1, 13), timedelta(hours=2)) == datetime(2026, 11, 1, 12)
 
 
-def test_a_team_starved_for_a_period_has_its_hours_carried_into_the_next():
-    # analytics.fairshare's own example (test_fairshare.py): p and q, 50/50 of 2 GPUs, both
-    # wanting 2 GPUs; p served hours 0-1, q hours 2-3; periods of 2 h (2026-11-01 00:00 is a whole
-    # number of 2-h periods from the anchor).
-    inv = gpus([{"gpu_id": 1}, {"gpu_id": 2}])
-    tree = org([("root", None, 1), ("p", "root", 1), ("q", "root", 1)])
+def _served_in_turn():
+    """2 GPUs; p and q 50/50, each submitting two 2-GPU 1-h jobs at 00:00; p runs hours 0-1, q 2-3."""
     spans = (("p", (0, 1)), ("q", (2, 3)))
     jb = jobs([{"job_id": f"{x}{h}", "project": x, "gpus": 2, "submit": at(0), "start": at(h), "end": at(h + 1)}
                for x, hours in spans for h in hours])
     al = allocations([(f"{x}{h}", g, at(h), at(h + 1)) for x, hours in spans for h in hours for g in (1, 2)])
+    return gpus([{"gpu_id": 1}, {"gpu_id": 2}]), org([("root", None, 1), ("p", "root", 1), ("q", "root", 1)]), jb, al
+
+
+def test_a_team_starved_for_a_period_has_its_hours_carried_into_the_next():
+    # analytics.fairshare's own example (test_fairshare.py): p and q, 50/50 of 2 GPUs, both
+    # wanting 2 GPUs; p served hours 0-1, q hours 2-3; periods of 2 h (2026-11-01 00:00 is a whole
+    # number of 2-h periods from the anchor).
+    inv, tree, jb, al = _served_in_turn()
     out = delivery_balance(jb, al, inv, tree, as_of=at(4), period=timedelta(hours=2), history_periods=3).collect()
     rows = {(r["node"], r["period_start"]): r for r in out.to_dicts()}
     assert sorted({ps for _, ps in rows}) == [at(0), at(2)]
@@ -122,12 +126,7 @@ def test_fair_share_credited_with_the_open_balance_serves_the_starved_team_first
     # [01:00, 03:00) is p 2 GPU-h (hour 1) and q 2 GPU-h (hour 2): equal shares, equal usage, a tie.
     # q still has 1 GPU-h of its carried balance open (above), so credited q = 2 - 1 = 1 and q
     # ranks first; p, owed nothing, keeps 2.
-    inv = gpus([{"gpu_id": 1}, {"gpu_id": 2}])
-    tree = org([("root", None, 1), ("p", "root", 1), ("q", "root", 1)])
-    spans = (("p", (0, 1)), ("q", (2, 3)))
-    jb = jobs([{"job_id": f"{x}{h}", "project": x, "gpus": 2, "submit": at(0), "start": at(h), "end": at(h + 1)}
-               for x, hours in spans for h in hours])
-    al = allocations([(f"{x}{h}", g, at(h), at(h + 1)) for x, hours in spans for h in hours for g in (1, 2)])
+    inv, tree, jb, al = _served_in_turn()
     window = timedelta(hours=2)
     policy = Policy.model_validate({"usage": {"mode": "window", "window_days": 2 / 24,
                                               "delivery_balance": {"credit_fair_share": True, "history_periods": 2}}})
