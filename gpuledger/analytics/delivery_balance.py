@@ -109,11 +109,11 @@ def delivery_balance(
     default_tier: str = DEFAULT_TIER,
 ) -> pl.LazyFrame:
     """Per org node and settlement period, the last ``history_periods`` periods up to the one
-    holding ``as_of`` (that one running to ``as_of``): BALANCE_COLUMNS in GPU-hours, the balance
+    holding the last instant before ``as_of`` (that one running to ``as_of``): BALANCE_COLUMNS in GPU-hours, the balance
     starting at 0 at the first period shown. Columns: node, period_start, period_end, BALANCE_COLUMNS."""
-    start = period_start(as_of, period) - (history_periods - 1) * period
-    if as_of <= start:
-        raise ValueError(f"delivery balance: as_of {as_of} is not after the history's start {start}")
+    # the running period holds the last instant before as_of: at a period's very start that is the
+    # period just ended (a period of no hours yet would leave nothing to show, or no history at all)
+    start = period_start(as_of - timedelta(microseconds=1), period) - (history_periods - 1) * period
     hourly = fairshare.owed_hourly(
         fairshare.entitled_hourly(org_nodes, gpus, start=start, end=as_of),
         demand_hourly(jobs, start=start, end=as_of, now=as_of),

@@ -100,7 +100,8 @@ def test_a_team_starved_for_a_period_has_its_hours_carried_into_the_next():
     # wanting 2 GPUs; p served hours 0-1, q hours 2-3; periods of 2 h (2026-11-01 00:00 is a whole
     # number of 2-h periods from the anchor).
     inv, tree, jb, al = _served_in_turn()
-    out = delivery_balance(jb, al, inv, tree, as_of=at(4), period=timedelta(hours=2), history_periods=3).collect()
+    # at 04:00 the running period is the one just ended (02:00-04:00): two periods back to 00:00
+    out = delivery_balance(jb, al, inv, tree, as_of=at(4), period=timedelta(hours=2), history_periods=2).collect()
     rows = {(r["node"], r["period_start"]): r for r in out.to_dicts()}
     assert sorted({ps for _, ps in rows}) == [at(0), at(2)]
     # q, hours 0-1: entitled 1 GPU-h per hour, wanting 4 then 2 -> owed 2, allocated 0 -> 2 carried.
@@ -119,6 +120,13 @@ def test_a_team_starved_for_a_period_has_its_hours_carried_into_the_next():
     # -> 1 repaid, 1 still open
     mid = delivery_balance(jb, al, inv, tree, as_of=at(3), period=timedelta(hours=2), history_periods=2).collect()
     assert credits(mid, ["p", "q"]) == {"p": 0, "q": 1}
+    # asked at a period's very start with one period of history: the period just ended, not nothing
+    # (and not an error)
+    edge = delivery_balance(jb, al, inv, tree, as_of=at(4), period=timedelta(hours=2), history_periods=1).collect()
+    assert sorted(set(edge["period_start"])) == [at(2)]
+    # the history starts at 02:00 with nothing carried: q owed 2, got 4 -> balance 0, 2 above due
+    q = edge.filter(edge["node"] == "q").row(0, named=True)
+    assert (q["gpu_hours_carried_in"], q["gpu_hours_balance"], q["gpu_hours_above_due"]) == (0, 0, 2)
 
 
 def test_fair_share_credited_with_the_open_balance_serves_the_starved_team_first():
