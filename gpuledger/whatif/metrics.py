@@ -296,6 +296,8 @@ def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
 def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None = None) -> dict:
     """The figures of one run (see the module docstring), keyed with their units. ``settle``:
     the period delivery is settled over (engine.effective_policy's usage window)."""
+    import polars as pl
+
     trace = result.trace
     hours = trace.horizon_s / 3600
     capacity = trace.inventory.physical_gpus() * hours
@@ -322,7 +324,10 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
     owed = deliv.filter(deliv["gpu_hours_owed"] > 1e-9)
     worst = owed.sort("delivery_ratio", "project").row(0, named=True) if owed.height else None
     worst_h = owed.sort("delivery_ratio_hourly", "project").row(0, named=True) if owed.height else None
-    worst_c = owed.sort("delivery_ratio_carried", "project").row(0, named=True) if owed.height else None
+    # to 9 places before ranking: the carried sums' last float digit differs run to run, and a tie
+    # must go to the same project every time (by name)
+    worst_c = (owed.sort(pl.col("delivery_ratio_carried").round(9), "project").row(0, named=True)
+               if owed.height else None)
     total_owed = float(owed["gpu_hours_owed"].sum()) if owed.height else 0.0
     out = {
         "policy": result.policy,
