@@ -433,6 +433,13 @@ class PrometheusSource(_Strict):
     # cluster), and/or the clusters by name, each with a selector and a tenant of its own.
     cluster_label: str | None = Field(default=None, pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     clusters: dict[str, TsdbClusterSource] = Field(default_factory=dict)
+    # The pipelines' fleet path (`prometheus_aggregates`): one row per GPU and window of this many
+    # seconds (`ingest prometheus --aggregate`, 60-300), pulled as windows end, per cluster. None:
+    # the pipelines backfill raw samples by day (`prometheus_samples`) instead.
+    aggregate_s: int | None = Field(default=None, ge=60, le=300)
+    # ...each window once it ended this long ago: the TSDB answers for its last seconds by then
+    # (VictoriaMetrics' -search.latencyOffset is 30 s by default; remote write and Thanos lag too)
+    settle_s: int = Field(default=60, ge=0, le=3600)
 
     @model_validator(mode="before")
     @classmethod
@@ -450,6 +457,14 @@ class PrometheusSource(_Strict):
             raise ValueError("give bearer_token_file or bearer_token_env, not both")
         return self
 
+    @field_validator("aggregate_s")
+    @classmethod
+    def _whole_windows_an_hour(cls, value):
+        if value is not None and 3600 % value:
+            raise ValueError(f"{value} s: choose a window that divides an hour (60, 120, 180, 240 or 300 s), "
+                             "so no window straddles the hourly rollup")
+        return value
+
     @model_validator(mode="after")
     def _each_cluster_selected(self):
         for name, c in self.clusters.items():
@@ -461,6 +476,11 @@ class PrometheusSource(_Strict):
 
     def call_deadline(self) -> deadlines.CallDeadline:
         return deadlines.CallDeadline(self.connect_timeout_s, self.read_timeout_s, self.deadline_s)
+
+    def cluster_names(self) -> list[str]:
+        """The clusters this TSDB's series are stored under: the named ones, else ``cluster``
+        (a ``cluster_label`` alone names none: its values are found per run, by the CLI)."""
+        return list(self.clusters) or ([] if self.cluster_label else [self.cluster])
 
 
 class KubernetesSource(_Strict):
@@ -492,13 +512,59 @@ class JobsCsvSource(_Strict):
 
 
 class Sources(_Strict):
-    """Where the pipelines ingest from; a source left out is skipped (and says so)."""
+    """Where the pipelines ingest from; a source left out is skipped (and says so).
+
+    ``kubernetes`` and ``slurm`` take one source or a list, one per cluster (each its own
+    ``cluster`` name, which is also its partition in the pipelines)."""
 
     scrape: ScrapeSource | None = None
     prometheus: PrometheusSource | None = None
-    kubernetes: KubernetesSource | None = None
-    slurm: SlurmSource | None = None
+    kubernetes: KubernetesSource | list[KubernetesSource] | None = None
+    slurm: SlurmSource | list[SlurmSource] | None = None
     jobs_csv: JobsCsvSource | None = None
+
+    @model_validator(mode="after")
+    def _one_source_per_cluster(self) -> Sources:
+        for key in ("kubernetes", "slurm"):
+            given = getattr(self, key)
+            if not isinstance(given, list):
+                continue
+            if not given:
+                raise ValueError(f"{key}: an empty list; leave the key out, or give one source per cluster")
+            names = [s.cluster for s in given]
+            if None in names:
+                raise ValueError(f"{key}: in a list, give every source its cluster (cluster: NAME): the name its "
+                                 "jobs are stored under and its partition in the pipelines")
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{key}: cluster {', '.join(twice)} named twice; one source per cluster")
+        return self
+
+    def kubernetes_by_cluster(self) -> dict[str, KubernetesSource]:
+        """Each Kubernetes source by the cluster name its jobs are stored under."""
+        return {s.cluster: s for s in _listed(self.kubernetes)}
+
+    def slurm_by_cluster(self) -> dict[str, SlurmSource]:
+        """Each Slurm source by its cluster: ``cluster``, else (one source) ``default`` — sacct's own
+        Cluster column still names the jobs' cluster then."""
+        return {s.cluster or "default": s for s in _listed(self.slurm)}
+
+    def first_kubernetes(self) -> KubernetesSource | None:
+        """The one Kubernetes source, or the first of a list (the pipeline's enforcement backend)."""
+        listed = _listed(self.kubernetes)
+        return listed[0] if listed else None
+
+    def cluster_names(self) -> list[str]:
+        """Every cluster the sources name, in the order given (the pipelines' cluster partitions):
+        scrape, Prometheus, Kubernetes, then Slurm."""
+        names = [self.scrape.cluster] if self.scrape else []
+        names += self.prometheus.cluster_names() if self.prometheus else []
+        names += [*self.kubernetes_by_cluster(), *self.slurm_by_cluster()]
+        return list(dict.fromkeys(names))
+
+
+def _listed(given) -> list:
+    return [] if given is None else given if isinstance(given, list) else [given]
 
 
 class DashboardAccess(_Strict):
@@ -564,6 +630,11 @@ class Config(_Strict):
     sources: Sources = Field(default_factory=Sources)
     dashboards: DashboardAccess = Field(default_factory=DashboardAccess)
     clusters: dict[str, ClusterSettings] = Field(default_factory=dict)
+
+    def pipeline_clusters(self) -> list[str]:
+        """The pipelines' cluster partitions: every cluster the sources name, then those only
+        ``clusters:`` describes (their holdings are still linked per cluster)."""
+        return list(dict.fromkeys([*self.sources.cluster_names(), *self.clusters]))
 
     def first_day(self, cluster: str) -> tuple[date, str]:
         """(the earliest plausible day for ``cluster``, where it comes from, for messages)."""

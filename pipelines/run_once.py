@@ -11,23 +11,26 @@ from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
-from gpuledger.errors import debug_wanted
 from gpuledger.pipelines.defs.automation import DAILY_ANALYTICS
 from gpuledger.pipelines.defs.budgets.checks import budgets_consistent_down_tree
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.chargeback.checks import chargeback_no_negative_idle, chargeback_reconciles
 from gpuledger.pipelines.defs.ingest import checks as ingest_checks
 from gpuledger.pipelines.defs.ingest.assets import INGEST_ASSETS, csv_jobs, job_csv_partitions
+from gpuledger.pipelines.defs.ingest.schedules import ingest_request
 from gpuledger.pipelines.defs.ingest.sensors import folder_signatures
 from gpuledger.pipelines.defs.partitions import monthly_partitions
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
 from gpuledger.pipelines.defs.usage.checks import job_usage_no_negative_idle, project_usage_no_negative_idle
 
+from gpuledger.errors import debug_wanted
+
 TABLES = ("usage_hourly_jobs", "usage_hourly_projects", "utilization_hourly", "fairshare_snapshots",
           "budget_snapshots", "squatting_findings", "squatting_finding_events", "chargeback_statements")
 INGEST_CHECKS = [ingest_checks.dcgm_samples_fresh, ingest_checks.dcgm_samples_unique,
-                 ingest_checks.kubernetes_jobs_fresh, ingest_checks.slurm_jobs_fresh]
+                 ingest_checks.kubernetes_jobs_fresh, ingest_checks.slurm_jobs_fresh,
+                 ingest_checks.prometheus_aggregates_fresh]
 DAILY_CHECKS = [job_usage_no_negative_idle, project_usage_no_negative_idle, budgets_consistent_down_tree]
 STATEMENT_CHECKS = [chargeback_reconciles, chargeback_no_negative_idle]
 
@@ -67,7 +70,12 @@ def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, inst
                               for e in result.get_asset_check_evaluations() if not e.passed]
         on_step(what)
 
-    run([*INGEST_ASSETS, *INGEST_CHECKS], "ingest: reference tables, scrape, Kubernetes, Slurm")
+    request = ingest_request(instance, resources["gpuledger_config"], None)  # as the every-minute schedule asks
+    chosen = [a for a in INGEST_ASSETS if request.asset_selection is None or a.key in request.asset_selection]
+    keys = {a.key for a in chosen}
+    checks = [c for c in INGEST_CHECKS if {k.asset_key for k in c.check_keys} <= keys]
+    run([*chosen, *checks], "ingest: reference tables, scrape; per cluster: Kubernetes, Slurm, TSDB aggregates, "
+        "holdings pass", tags=request.tags or None)
     source = resources["gpuledger_config"].load().sources.jobs_csv
     if source and Path(source.folder).is_dir():
         files = sorted(folder_signatures(Path(source.folder), source.pattern))

@@ -1,15 +1,17 @@
 """Analytics after ingest, at most five minutes behind (``$GPULEDGER_ANALYTICS_CRON``, default
 ``*/5 * * * *``): every tick refreshes today's partition of the daily analytics (and, in the first
-hour of a day, closes yesterday's), then evaluates squatting at the data's "now"."""
+hour of a day, closes yesterday's). Squatting is evaluated at the data's "now" at the end of every
+ingest run (ingest/schedules.py); ``squatting_schedule`` (off by default) evaluates it alone on the
+analytics cadence, for a site whose ingest runs less often."""
 
 import os
 from datetime import timedelta
 
 import dagster as dg
-from gpuledger.pipelines.defs.run_policy import job_tags
 from gpuledger.pipelines.defs.budgets.assets import budget_snapshots
 from gpuledger.pipelines.defs.fairshare.assets import fairshare_snapshots
 from gpuledger.pipelines.defs.ingest.schedules import in_flight
+from gpuledger.pipelines.defs.run_policy import job_tags
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
 from gpuledger.pipelines.defs.usage.assets import job_usage_hourly, project_usage_hourly, utilization_hourly
 
@@ -42,7 +44,7 @@ def analytics_schedule(context: dg.ScheduleEvaluationContext):
 
 
 @dg.schedule(name="squatting_schedule", job=squatting_job, cron_schedule=ANALYTICS_CRON, execution_timezone="UTC",
-             default_status=dg.DefaultScheduleStatus.RUNNING)
+             default_status=dg.DefaultScheduleStatus.STOPPED)
 def squatting_schedule(context: dg.ScheduleEvaluationContext):
     if in_flight(context, squatting_job.name):
         return dg.SkipReason("the previous squatting evaluation is still going")

@@ -66,8 +66,9 @@ def test_a_killed_daemons_run_is_failed_and_retried_when_it_restarts(tmp_path):
 
             # 1. an ingest run in flight (waiting on the writer lock the test holds) when the
             # daemon, its code server and the run worker are SIGKILLed together
+            tags = rig.ingest_run_tags(gql, location, repository, deadline)
             with warehouse.open_writer(wh):
-                gql.launch(location, repository, "ingest_job")
+                gql.launch(location, repository, "ingest_job", tags=tags)
                 stuck = until(deadline, "an ingest run to start", lambda: gql.runs("ingest_job", ["STARTED"]), 0.5)[0]
                 rig.kill_tree(daemon)
             assert gql.run(stuck)["status"] == "STARTED"  # nobody is left to finish it

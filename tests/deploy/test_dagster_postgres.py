@@ -68,8 +68,9 @@ def test_production_instance_survives_a_daemon_crash(tmp_path):
             until(deadline, "runs of the other schedules to finish",
                   lambda: not [r for r in gql.unfinished_runs() if r[0] != "ingest_job"], 1.0)
 
-            # 1. a run launched through GraphQL completes
-            ok = gql.launch(location, repository, "ingest_job")
+            # 1. a run launched through GraphQL completes (of the cluster partition the schedule made)
+            tags = rig.ingest_run_tags(gql, location, repository, deadline)
+            ok = gql.launch(location, repository, "ingest_job", tags=tags)
             assert gql.finished(ok, deadline)["status"] == "SUCCESS", log.read_text()[-4000:]
 
             # 2. an ingest run in progress when the daemon dies: the test holds the warehouse's
@@ -78,7 +79,7 @@ def test_production_instance_survives_a_daemon_crash(tmp_path):
             # started); once one is STARTED the daemon, its code server and the run worker are
             # SIGKILLed together.
             with warehouse.open_writer(wh):
-                gql.launch(location, repository, "ingest_job")
+                gql.launch(location, repository, "ingest_job", tags=tags)
                 stuck = until(deadline, "a scheduled ingest run to start",
                               lambda: gql.runs("ingest_job", ["STARTED"]), 0.5)[0]
                 rig.kill_tree(daemon)

@@ -144,6 +144,16 @@ class GraphQL:
         return self(TICKS, selector=selector)["scheduleOrError"]["scheduleState"]
 
 
+def ingest_run_tags(gql: GraphQL, location: str, repository: str, deadline: float,
+                    cluster: str = "sim") -> dict[str, str]:
+    """The tags of an ingest_job run launched by hand: its cluster partition (the packaged example
+    names one cluster, sim), once ingest_schedule's first tick has made the cluster partitions."""
+    until(deadline, "ingest_schedule's first tick (it makes the cluster partitions)",
+          lambda: any(t["status"] == "SUCCESS" for t in gql.ticks(location, repository, "ingest_schedule")["ticks"]),
+          1.0)
+    return {"dagster/partition": cluster}
+
+
 def start(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
     """A server in its own session (process group), output to ``log``."""
     out = open(log, "a")  # noqa: SIM115 - the child keeps it; closed with the process

@@ -18,14 +18,17 @@ from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.chargeback.checks import chargeback_no_negative_idle, chargeback_reconciles
 from gpuledger.pipelines.defs.ingest import checks as ingest_checks
 from gpuledger.pipelines.defs.ingest.assets import (
+    INGEST_ASSETS,
     csv_jobs,
     dcgm_samples,
+    holdings_links,
     job_csv_partitions,
     kubernetes_jobs,
+    prometheus_aggregates,
     prometheus_samples,
-    reference_tables,
     slurm_jobs,
 )
+from gpuledger.pipelines.defs.ingest.schedules import ingest_request
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
 from gpuledger.pipelines.defs.usage.checks import job_usage_no_negative_idle, project_usage_no_negative_idle
@@ -238,14 +241,25 @@ def test_squatting_lifecycle_over_three_evaluations(sim_warehouse, sim):
 
 
 @pytest.mark.slow
+def ingest_run(path: Path, config: Path | None, assets=None, checks=(), instance=None) -> dg.ExecuteInProcessResult:
+    """One run as the every-minute ingest schedule asks it: the cluster partitions made the
+    config's clusters, every one of them in the run."""
+    instance = instance or dg.DagsterInstance.ephemeral()
+    request = ingest_request(instance, GpuledgerConfig(path=str(config) if config else None), None)
+    chosen = [a for a in (assets or INGEST_ASSETS) if request.asset_selection is None or a.key in request.asset_selection]
+    return materialize([*chosen, *checks], path, config=config, instance=instance, tags=request.tags or None)
+
+
 def test_ingest_assets_skip_sources_the_config_leaves_out(tmp_path):
     path = tmp_path / "wh.duckdb"
-    unpartitioned = [reference_tables, dcgm_samples, kubernetes_jobs, slurm_jobs]
     checks = [ingest_checks.dcgm_samples_fresh, ingest_checks.kubernetes_jobs_fresh, ingest_checks.slurm_jobs_fresh,
-              ingest_checks.dcgm_samples_unique]
-    result = materialize([*unpartitioned, *checks], path)
-    for asset in unpartitioned[1:]:
+              ingest_checks.dcgm_samples_unique, ingest_checks.prometheus_aggregates_fresh]
+    result = ingest_run(path, None, checks=checks)  # the packaged example: one cluster (sim), no sources
+    for asset in (dcgm_samples, kubernetes_jobs, slurm_jobs, prometheus_aggregates):
         assert "has no `sources." in metadata(result, asset)["skipped"]
+    assert metadata(result, holdings_links)["by_cluster"] == {"sim": {
+        "holdings": 0, "linked": 0, "no_device": 0, "no_job": 0, "disagreements": 0, "since_utc": "no holdings",
+        "checkpoint_utc": "none"}}
     assert all(e.passed for e in result.get_asset_check_evaluations())
     backfill = materialize([prometheus_samples], path, partition_key=DAY)
     assert "sources.prometheus" in metadata(backfill, prometheus_samples)["skipped"]
@@ -289,10 +303,10 @@ def test_ingest_assets_write_from_live_sources_and_are_idempotent(tmp_path, sim)
                 " retries: 0, timeout_s: 2}\n"
                 f"  kubernetes: {{kubeconfig: '{kubeconfig}', cluster: k8s}}\n"
                 f"  slurm: {{file: '{sacct}'}}\n"))
-            assets = [reference_tables, dcgm_samples, kubernetes_jobs, slurm_jobs]
             checks = [ingest_checks.dcgm_samples_unique, ingest_checks.kubernetes_jobs_fresh]
-            first = materialize([*assets, *checks], path, config=config)
-            second = materialize(assets, path, config=config)
+            instance = dg.DagsterInstance.ephemeral()
+            first = ingest_run(path, config, checks=checks, instance=instance)
+            second = ingest_run(path, config, instance=instance)
     finally:
         standin.close()
     scrape = metadata(first, dcgm_samples)

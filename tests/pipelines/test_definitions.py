@@ -18,6 +18,7 @@ from gpuledger.pipelines.defs.resources import GpuledgerConfig
 from gpuledger.config import example_config_text
 
 ASSETS = {"reference_tables", "dcgm_samples", "prometheus_samples", "kubernetes_jobs", "slurm_jobs", "csv_jobs",
+          "prometheus_aggregates", "holdings_links",
           "job_usage_hourly", "project_usage_hourly", "utilization_hourly", "fairshare_snapshots",
           "budget_snapshots", "squatting_findings", "chargeback_statements",
           "enforcement_plan", "enforcement_actions", "finance_statement_files", "weekly_summary_files",
@@ -30,7 +31,8 @@ def test_definitions_load_and_validate():
     assert {spec.key.to_user_string() for spec in defs.resolve_all_asset_specs()} == ASSETS
     checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys}
     assert {"dcgm_samples_fresh", "dcgm_samples_unique", "chargeback_reconciles", "budgets_consistent_down_tree",
-            "usage_hourly_jobs_no_negative_idle", "kubernetes_jobs_fresh", "slurm_jobs_fresh"} <= checks
+            "usage_hourly_jobs_no_negative_idle", "kubernetes_jobs_fresh", "slurm_jobs_fresh",
+            "prometheus_aggregates_fresh"} <= checks
     repo = defs.get_repository_def()
     assert {s.name for s in repo.schedule_defs} == {"ingest_schedule", "analytics_schedule", "squatting_schedule",
                                                      "statements_schedule", "prometheus_backfill_schedule",
@@ -38,8 +40,14 @@ def test_definitions_load_and_validate():
                                                      "finance_statement_schedule", "weekly_summary_schedule",
                                                      "retention_schedule"}
     assert {s.name for s in repo.sensor_defs} >= {"job_csv_sensor", "alerts_after_analytics_sensor"}
-    for name in ("ingest_schedule", "analytics_schedule", "squatting_schedule", "statements_schedule"):
+    for name in ("ingest_schedule", "analytics_schedule", "statements_schedule"):
         assert repo.get_schedule_def(name).default_status == dg.DefaultScheduleStatus.RUNNING
+    # squatting is evaluated at the end of every ingest run, which the run queue starts first
+    assert repo.get_schedule_def("squatting_schedule").default_status == dg.DefaultScheduleStatus.STOPPED
+    ingest = defs.resolve_job_def("ingest_job")
+    assert "squatting_findings" in {k.to_user_string() for k in ingest.asset_layer.selected_asset_keys}
+    assert ingest.tags["dagster/priority"] == "10" and "dagster/priority" not in defs.resolve_job_def(
+        "analytics_job").tags
     assert set(defs.resources) >= {"warehouse", "gpuledger_config"}
 
 
@@ -91,10 +99,17 @@ def test_schedules_request_the_right_partitions():
 
 def _schedules(instance):
 
-    def run(schedule, at):
-        return schedule(dg.build_schedule_context(instance=instance, scheduled_execution_time=_at(at)))
+    def run(schedule, at, **resources):
+        # in `with`: the context's own instance (from the ref) is closed after, as the daemon does
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=_at(at),
+                                       resources=resources or None) as context:
+            return schedule(context)
 
-    assert run(ingest_schedule, "2026-12-01T10:07:00").run_key == "ingest@2026-12-01T10:07:00+00:00"
+    # the packaged example names one cluster (clusters: sim): one run over its partition
+    ingest = run(ingest_schedule, "2026-12-01T10:07:00", gpuledger_config=GpuledgerConfig(path=None))
+    assert ingest.run_key == "ingest@2026-12-01T10:07:00+00:00"
+    assert instance.get_dynamic_partitions("clusters") == ["sim"]
+    assert ingest.tags == {"dagster/asset_partition_range_start": "sim", "dagster/asset_partition_range_end": "sim"}
     assert [r.partition_key for r in run(analytics_schedule, "2026-12-01T10:05:00")] == ["2026-12-01"]
     # just after midnight the day that ended is refreshed once more, then today
     assert [r.partition_key for r in run(analytics_schedule, "2026-12-02T00:05:00")] == ["2026-12-01", "2026-12-02"]
@@ -131,3 +146,30 @@ def test_the_repositorys_dagster_yaml_is_a_valid_instance(tmp_path, monkeypatch)
         assert instance.get_runs() == []
     finally:
         instance.dispose()
+
+
+def test_the_ingest_tick_keeps_the_cluster_partitions_equal_to_the_config(tmp_path):
+    from gpuledger.pipelines.defs.ingest.assets import CLUSTER_ASSETS, INGEST_ASSETS
+
+    config = tmp_path / "gpuledger.yaml"
+    base = example_config_text().split("\nclusters:")[0]  # the example names cluster sim: not here
+
+    def tick(sources: str):
+        config.write_text(base + "\nsources:\n" + sources)
+        with_config = {"gpuledger_config": GpuledgerConfig(path=str(config))}
+        with dg.build_schedule_context(instance=instance, resources=with_config,
+                                       scheduled_execution_time=_at("2026-12-01T10:07:00")) as context:
+            return ingest_schedule(context)
+
+    with dg.instance_for_test() as instance:
+        two = tick("  kubernetes:\n    - {cluster: east}\n    - {cluster: west}\n  slurm: {cluster: hpc}\n")
+        assert instance.get_dynamic_partitions("clusters") == ["east", "west", "hpc"]
+        assert (two.tags["dagster/asset_partition_range_start"], two.tags["dagster/asset_partition_range_end"]) == (
+            "east", "hpc")
+        one = tick("  kubernetes: {cluster: west}\n")  # east and hpc are gone from the config
+        assert instance.get_dynamic_partitions("clusters") == ["west"]
+        assert one.tags["dagster/asset_partition_range_end"] == "west"
+        none = tick("  jobs_csv: {folder: incoming}\n")  # no cluster named: the unpartitioned sources only
+        assert instance.get_dynamic_partitions("clusters") == []
+        assert set(none.asset_selection) == {*(a.key for a in INGEST_ASSETS if a not in CLUSTER_ASSETS),
+                                             dg.AssetKey("squatting_findings")}

@@ -134,13 +134,13 @@ def node_holdings(
 ) -> None:
     """Bring the holdings the Kubernetes node agents left in the shared spool into the warehouse
     (one file per node: the agents never open the warehouse, which has one writer) and let them
-    decide attribution. Re-reading changes nothing; unreadable files go to quarantine (source
+    decide attribution (the incremental holdings pass of each cluster read, from its checkpoint). Re-reading changes nothing; unreadable files go to quarantine (source
     node-holdings)."""
     from gpuledger.ingest.holdings.checks import screen_holdings
     from gpuledger.ingest.holdings.node_spool import QUARANTINE_SOURCE, read_node_spool
     from gpuledger.ingest.holdings.store import (
         holdings_frame,
-        link_holdings,
+        holdings_pass,
         partitioned_gpus,
         write_holdings,
     )
@@ -171,12 +171,15 @@ def node_holdings(
             write_holdings(con, frame)
             if read.quarantined:
                 warehouse.quarantine(con, read.quarantined)
-            result = (link_holdings(con, since=frame["first_seen"].min(), now=now)
-                      if not frame.is_empty() else None)
+            # the incremental pass of each cluster read (from its checkpoint: flat in history length;
+            # the pipelines' holdings_links runs the same)
+            passes = [holdings_pass(con, cluster=c, now=now).links for c in sorted(set(frame["cluster"]))]
         line = f"{frame.height} GPU holdings from {read.files} node files in {spool}"
-        if result is not None:
-            line += (f"; {result.linked} job x device intervals linked, {result.no_device} waiting for their "
-                     f"device, {result.no_job} for their job record; {result.disagreements} label disagreements")
+        if passes:
+            line += (f"; {sum(r.linked for r in passes)} job x device intervals linked, "
+                     f"{sum(r.no_device for r in passes)} waiting for their device, "
+                     f"{sum(r.no_job for r in passes)} for their job record; "
+                     f"{sum(r.disagreements for r in passes)} label disagreements")
         if read.quarantined:
             line += (f"; {len(read.quarantined)} files or records quarantined "
                      "(`gpuledger warehouse quarantine --source node-holdings`)")

@@ -237,31 +237,15 @@ def _auth_headers(url: str, tenant: str | None, token_file: str | None, config_f
 
 def _tsdb_clusters(url: str, cluster: str | None, label: str | None, config_file):
     """(the configured clusters, the cluster label) for --aggregate: the options first, else
-    sources.prometheus's when --url is that server; --cluster keeps only that cluster."""
-    from gpuledger.errors import UsageError
+    sources.prometheus's when --url is that server; --cluster keeps only that cluster
+    (tsdb_clusters.select_targets: the pipelines' partitions choose there too)."""
     from gpuledger.ingest.metrics.prometheus.auth import source_for
-    from gpuledger.ingest.metrics.prometheus.tsdb_clusters import clusters_from_source
-    from gpuledger.rules.promql import check_label
+    from gpuledger.ingest.metrics.prometheus.tsdb_clusters import TargetError, select_targets
 
-    source = source_for(url, config_or_exit(config_file))
-    targets = clusters_from_source(source)
-    label = label or (source.cluster_label if source is not None else None)
     try:
-        label = check_label(label) if label else None
-    except UsageError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--cluster-label") from None
-    if label and not targets and cluster:  # one cluster of the label's values
-        from gpuledger.ingest.metrics.prometheus.tsdb_clusters import TsdbCluster
-        from gpuledger.rules.promql import label_selector
-
-        targets = [TsdbCluster(cluster, label_selector(label, cluster))]
-    elif targets and cluster:
-        known = [t.name for t in targets]
-        targets = [t for t in targets if t.name == cluster]
-        if not targets:
-            raise typer.BadParameter(f"{cluster!r} is not among sources.prometheus.clusters ({', '.join(known)})",
-                                     param_hint="--cluster")
-    return targets, label
+        return select_targets(source_for(url, config_or_exit(config_file)), cluster=cluster, label=label)
+    except TargetError as exc:
+        raise typer.BadParameter(str(exc), param_hint=exc.param) from None
 
 
 def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, warehouse_file, limits, progress, *,

@@ -1,4 +1,4 @@
--- Samples in [$lo, $hi) whose pod / hpc_job labels name someone the scheduler side contradicts:
+-- Samples in [$lo, $hi) (of $cluster's devices; NULL: every cluster) whose pod / hpc_job labels name someone the scheduler side contradicts:
 -- a scheduler-side holder (job_allocations from device holdings) covers the device then and is
 -- another job, or the labelled job has scheduler-side allocations but none on this device then.
 -- Such samples are attributed by the scheduler side; this lists each one.
@@ -8,6 +8,7 @@ WITH labelled AS (
                AS label_job
     FROM gpu_samples s
     WHERE s.ts >= $lo AND s.ts < $hi AND (s.pod IS NOT NULL OR s.hpc_job IS NOT NULL)
+      AND ($cluster IS NULL OR s.gpu_id IN (SELECT gpu_id FROM gpus WHERE cluster = $cluster))
 ),
 held AS (
     SELECT a.gpu_id, a.start_time, a.end_time, a.cluster, a.job_id,

@@ -1,11 +1,12 @@
--- device_holdings (since $since) -> the job_allocations they mean, in a temp table.
+-- device_holdings (seen since $since, of $cluster; NULL: all) -> the job_allocations they mean, in a temp table.
 -- A holding's device is found by its GPU UUID + GPU instance id, else (no UUID recorded: a node
 -- without a driver) by host + GPU index on the whole GPU. Its job is the run of the scheduler's
 -- name that was running when the holding began (a requeued Slurm job repeats its JobID; a
 -- recreated pod its name), or the pod uid itself (Kubernetes job_id).
 CREATE OR REPLACE TEMP TABLE _holding_links AS
 WITH h AS (
-    SELECT * FROM device_holdings WHERE $since IS NULL OR last_seen >= $since
+    SELECT * FROM device_holdings WHERE ($since IS NULL OR last_seen >= $since)
+      AND ($cluster IS NULL OR cluster = $cluster)
 ),
 by_uuid AS (
     SELECT h.cluster, h.source, h.scheduler_job, h.host, h.device_id, h.first_seen, g.gpu_id

@@ -94,14 +94,17 @@ def partitioned_gpus(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
 
 
 def link_holdings(con: duckdb.DuckDBPyConnection, *, since: datetime | None = None,
-                  now: datetime | None = None, check: bool = True) -> LinkResult:
-    """Write the ``job_allocations`` of every holding seen since ``since`` (naive UTC; None: all).
+                  now: datetime | None = None, check: bool = True, cluster: str | None = None,
+                  check_from: datetime | None = None) -> LinkResult:
+    """Write the ``job_allocations`` of every holding seen since ``since`` (naive UTC; None: all),
+    of ``cluster`` (None: every cluster).
 
     Holdings whose device or job is not known yet are left for a later run (counted); re-running
-    changes nothing. Then (``check``) counts disagreements over the samples those holdings cover.
+    changes nothing. Then (``check``) counts disagreements over the samples those holdings cover
+    (from ``check_from`` on, when given: the samples before it were checked by an earlier pass).
     """
     with transaction(con):
-        con.execute(_LINKS, {"since": since}).fetchall()
+        con.execute(_LINKS, {"since": since, "cluster": cluster}).fetchall()
         no_device, no_job = con.execute(
             "SELECT count(*) FILTER (WHERE gpu_id IS NULL), "
             "count(*) FILTER (WHERE gpu_id IS NOT NULL AND job_id IS NULL) FROM _holding_links").fetchall()[0]
@@ -127,18 +130,75 @@ def link_holdings(con: duckdb.DuckDBPyConnection, *, since: datetime | None = No
         if check and linked and span[0] is not None:
             hi = span[1] if now is None or span[1] <= now else now
             newest = con.execute("SELECT max(ts) FROM gpu_samples").fetchall()[0][0]
-            if newest is not None:
-                found = record_disagreements(con, start=span[0], end=min(hi, newest) + _TICK)
+            lo = span[0] if check_from is None else max(span[0], check_from)
+            if newest is not None and lo <= min(hi, newest):
+                found = record_disagreements(con, start=lo, end=min(hi, newest) + _TICK, cluster=cluster)
     return LinkResult(linked=linked, no_device=no_device, no_job=no_job, disagreements=found)
 
 
 _TICK = timedelta(microseconds=1)
 
+# The holdings pass, incremental (the pipelines' `holdings_links`, `gpuledger ingest link-devices`
+# without a range, the node-holdings service): each cluster's checkpoint in ingest_checkpoints is
+# the newest `last_seen` its last pass saw; the next pass links again only the holdings seen since
+# then, less LATE (a node observed before the checkpoint but written after it), and checks only the
+# samples since then for disagreements. Open holdings are seen anew by every poll, so each pass
+# costs the holdings open or ended lately, however long the history (BENCHMARKS.md "The holdings
+# pass at fleet sizes"). What arrives later than LATE is linked by its own writer (every writer of
+# holdings, jobs and samples links what it wrote), or by `link-devices --start --end`.
+PASS_SOURCE = "holdings"
+LATE = timedelta(minutes=15)
+FIRST_LOOKBACK = timedelta(days=1)  # a cluster's first pass: the holdings seen in the day before its newest
 
-def find_disagreements(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> pl.DataFrame:
-    """Labelled samples in [start, end) that the scheduler side contradicts: gpu_id, ts, label_job,
-    holder_jobs ('(nobody)' when no one held the device then)."""
-    return con.sql(_DISAGREEMENTS, params={"lo": start, "hi": end}).pl()
+
+def pass_scope(cluster: str) -> str:
+    """The ingest_checkpoints scope of ``cluster``'s holdings pass."""
+    return f"link cluster={cluster}"
+
+
+@dataclass(frozen=True)
+class PassResult:
+    cluster: str
+    since: datetime | None     # the holdings seen since then were linked (None: the cluster has none)
+    position: datetime | None  # the checkpoint now stored: the newest last_seen the pass saw
+    holdings: int              # holdings the pass read
+    links: LinkResult
+
+
+def holdings_pass(con: duckdb.DuckDBPyConnection, *, cluster: str, now: datetime | None = None) -> PassResult:
+    """The incremental holdings pass of ``cluster``: :func:`link_holdings` over the holdings seen
+    since the cluster's checkpoint (less LATE; a first pass: FIRST_LOOKBACK before the newest), the
+    disagreement check over the samples since then, and the checkpoint moved to the newest
+    ``last_seen`` — in one transaction. Re-running changes nothing but the work redone."""
+    with transaction(con):
+        stored = con.execute("SELECT position FROM ingest_checkpoints WHERE source = $s AND scope = $scope",
+                             {"s": PASS_SOURCE, "scope": pass_scope(cluster)}).fetchall()
+        newest = con.execute("SELECT max(last_seen) FROM device_holdings WHERE cluster = $c",
+                             {"c": cluster}).fetchall()[0][0]
+        before = datetime.fromisoformat(stored[0][0]) if stored else None
+        if newest is None:
+            return PassResult(cluster, None, before, 0, LinkResult(0, 0, 0, 0))
+        since = before - LATE if before is not None else newest - FIRST_LOOKBACK
+        holdings = con.execute("SELECT count(*) FROM device_holdings WHERE cluster = $c AND last_seen >= $since",
+                               {"c": cluster, "since": since}).fetchall()[0][0]
+        links = link_holdings(con, since=since, now=now, cluster=cluster, check_from=since)
+        position = max(newest, before) if before is not None else newest
+        upsert(con, "ingest_checkpoints", pl.DataFrame({
+            "source": [PASS_SOURCE], "scope": [pass_scope(cluster)], "position": [position.isoformat()],
+            "updated_at": [utc_now()]}))
+    return PassResult(cluster, since, position, holdings, links)
+
+
+def holding_clusters(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The clusters device_holdings holds rows of."""
+    return [r[0] for r in con.execute("SELECT DISTINCT cluster FROM device_holdings ORDER BY 1").fetchall()]
+
+
+def find_disagreements(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime,
+                       cluster: str | None = None) -> pl.DataFrame:
+    """Labelled samples in [start, end) (of ``cluster``'s devices; None: all) that the scheduler
+    side contradicts: gpu_id, ts, label_job, holder_jobs ('(nobody)' when no one held the device then)."""
+    return con.sql(_DISAGREEMENTS, params={"lo": start, "hi": end, "cluster": cluster}).pl()
 
 
 def disagreement_summary(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> pl.DataFrame:
@@ -148,14 +208,15 @@ def disagreement_summary(con: duckdb.DuckDBPyConnection, *, start: datetime, end
     return con.sql(_SUMMARY, params={"lo": start, "hi": end}).pl()
 
 
-def record_disagreements(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> int:
+def record_disagreements(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime,
+                         cluster: str | None = None) -> int:
     """Store every disagreeing sample of [start, end) once (``attribution_disagreements``) and
     show each (device, hour, label, holder) as one quarantine line whose count covers all the
     hour's samples seen so far. Re-running adds nothing. Returns the samples found in the window."""
     if not con.execute("SELECT count(*) FROM job_allocations WHERE source IN (SELECT unnest($s))",
                        {"s": list(SOURCES)}).fetchall()[0][0]:
         return 0
-    found = find_disagreements(con, start=start, end=end)
+    found = find_disagreements(con, start=start, end=end, cluster=cluster)
     if found.is_empty():
         return 0
     upsert(con, "attribution_disagreements", found, on_conflict="ignore")

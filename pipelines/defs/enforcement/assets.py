@@ -105,7 +105,7 @@ def _backend(cfg):
 
     rails = cfg.policy.enforcement
     if rails.pipeline_backend in ("kueue", "kubernetes"):
-        source = cfg.sources.kubernetes
+        source = cfg.sources.first_kubernetes()  # a list of sources: the first one's cluster
         # the cluster the pipeline's own ingest stores this source's jobs under
         return registry.get(rails.pipeline_backend, kubeconfig=source.kubeconfig if source else None,
                             context=source.context if source else None, timeout_s=rails.scheduler_timeout_seconds,

@@ -4,13 +4,19 @@ Each asset calls the ingest package (the same code the ``gpuledger ingest`` / ``
 run), is idempotent (raw tables keep their natural keys, so the same input twice changes nothing)
 and reports rows written and quarantined as metadata. A source the config leaves out is skipped:
 the materialization succeeds and says so (``skipped`` in the metadata and the log).
+
+The per-cluster sources (Kubernetes and Slurm job records, the TSDB's window aggregates, the
+holdings pass) are partitioned by cluster (``cluster_partitions``); a run may hold every cluster
+(the ingest schedule's), each done on its own: its figures under ``by_cluster``, a cluster whose
+source failed named in the run's failure after the others were written.
 """
 
 import os
+import time
 from pathlib import Path
 
 import dagster as dg
-from gpuledger.pipelines.defs.partitions import daily_partitions, single_run, window
+from gpuledger.pipelines.defs.partitions import cluster_partitions, daily_partitions, single_run, window
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 
 GROUP = "ingest"
@@ -96,6 +102,11 @@ def prometheus_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
     source = gpuledger_config.load().sources.prometheus
     if source is None:
         return skipped(context, gpuledger_config, "prometheus")
+    if source.aggregate_s is not None:  # one TSDB, one form: raw rows beside its windows would count twice
+        message = (f"skipped: sources.prometheus.aggregate_s is set ({source.aggregate_s} s): prometheus_aggregates "
+                   "ingests this TSDB as window aggregates")
+        context.log.info(message)
+        return dg.MaterializeResult(metadata={"skipped": message, "rows_written": 0, "rows_quarantined": 0})
     start, end = window(context)
     # tenant / bearer token: $GPULEDGER_PROMETHEUS_TENANT / _BEARER_TOKEN(_FILE) (the manifests set
     # them from the gpuledger-prometheus Secret), else the config's tenant / bearer_token_file / _env
@@ -108,58 +119,153 @@ def prometheus_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
     })
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "kubernetes"})
+def _per_cluster(context: dg.AssetExecutionContext, sources: dict, key: str, config: GpuledgerConfig, do,
+                 totals: tuple[str, ...]) -> dg.MaterializeResult:
+    """Run ``do(cluster, source) -> dict of figures`` for each cluster partition of the run that
+    ``sources`` (cluster -> source) names; the others are skipped, and said so. Figures are summed
+    over the clusters (``totals``) and kept per cluster (``by_cluster``). A cluster that fails does
+    not stop the others; the run then fails naming it."""
+    if not sources:
+        return skipped(context, config, key)
+    by_cluster, failed = {}, {}
+    for cluster in context.partition_keys:
+        source = sources.get(cluster)
+        if source is None:
+            by_cluster[cluster] = {"skipped": f"no sources.{key} for cluster {cluster}"}
+            continue
+        try:
+            by_cluster[cluster] = do(cluster, source)
+        except Exception as exc:  # noqa: BLE001 - the other clusters still run; the run fails below
+            failed[cluster] = f"{type(exc).__name__}: {exc}"
+            by_cluster[cluster] = {"failed": failed[cluster]}
+            context.log.error(f"cluster {cluster}: {failed[cluster]}")
+    metadata = {name: sum(f.get(name, 0) for f in by_cluster.values()) for name in totals}
+    metadata["by_cluster"] = by_cluster
+    if failed:
+        raise dg.Failure(description=f"sources.{key}: " + "; ".join(f"cluster {c}: {e}" for c, e in failed.items()),
+                         metadata=metadata)
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb", "kubernetes"}, partitions_def=cluster_partitions,
+          backfill_policy=single_run)
 def kubernetes_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
                     gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
-    """GPU pods and Kueue Workloads of the cluster in ``sources.kubernetes`` as job rows (one
-    list pass; pods gone since the last pass are closed)."""
-    source = gpuledger_config.load().sources.kubernetes
-    if source is None:
-        return skipped(context, gpuledger_config, "kubernetes")
+    """GPU pods and Kueue Workloads of each cluster of ``sources.kubernetes`` as job rows (one list
+    pass per cluster; pods gone since the last pass are closed), as `gpuledger ingest kubernetes
+    --once` does."""
     from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
     from gpuledger.ingest.jobs.kubernetes import KubernetesIngest, api_client
 
-    options = MappingOptions(project_label=source.project_label, user_label=source.user_label,
-                             namespace_projects=dict(source.namespace_projects))
-    ingest = KubernetesIngest(api_client(source.kubeconfig, source.context), cluster=source.cluster,
-                              warehouse_path=warehouse.path, options=options)
-    stats = ingest.sync()
-    return dg.MaterializeResult(metadata={
-        "pods_listed": stats.pods_listed, "workloads_listed": stats.workloads_listed,
-        "ignored_without_gpus": stats.ignored, "vanished_closed": stats.vanished_closed,
-        "rows_written": stats.jobs_written, "rows_quarantined": stats.quarantined,
-    })
+    def one(cluster: str, source) -> dict:
+        options = MappingOptions(project_label=source.project_label, user_label=source.user_label,
+                                 namespace_projects=dict(source.namespace_projects))
+        ingest = KubernetesIngest(api_client(source.kubeconfig, source.context), cluster=cluster,
+                                  warehouse_path=warehouse.path, options=options)
+        stats = ingest.sync()
+        return {"pods_listed": stats.pods_listed, "workloads_listed": stats.workloads_listed,
+                "ignored_without_gpus": stats.ignored, "vanished_closed": stats.vanished_closed,
+                "rows_written": stats.jobs_written, "rows_quarantined": stats.quarantined}
+
+    return _per_cluster(context, gpuledger_config.load().sources.kubernetes_by_cluster(), "kubernetes",
+                        gpuledger_config, one, ("pods_listed", "workloads_listed", "ignored_without_gpus",
+                                                "vanished_closed", "rows_written", "rows_quarantined"))
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "slurm"})
+@dg.asset(group_name=GROUP, kinds={"duckdb", "slurm"}, partitions_def=cluster_partitions, backfill_policy=single_run)
 def slurm_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
                gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
-    """Slurm accounting records holding or asking for GPUs (``sources.slurm``): a live ``sacct``
-    over the last ``lookback_hours``, or a saved export file."""
-    source = gpuledger_config.load().sources.slurm
-    if source is None:
-        return skipped(context, gpuledger_config, "slurm")
+    """Slurm accounting records holding or asking for GPUs, per cluster of ``sources.slurm``: a live
+    ``sacct`` over the last ``lookback_hours``, or a saved export file (`gpuledger ingest slurm`)."""
     from contextlib import nullcontext
 
     from gpuledger.ingest.jobs.sacct_import import import_batches, open_export, text_batches
     from gpuledger.ingest.jobs.slurm import LIVE_ORIGIN, run_sacct
 
-    if source.file:  # read a batch of jobs at a time (memory follows the batch, not the export)
-        origin, opened = source.file, open_export(Path(source.file), cluster=source.cluster, tz=source.tz)
+    def one(cluster: str, source) -> dict:
+        if source.file:  # read a batch of jobs at a time (memory follows the batch, not the export)
+            origin, opened = source.file, open_export(Path(source.file), cluster=source.cluster, tz=source.tz)
+        else:
+            minutes = max(1, round(source.lookback_hours * 60))  # sacct: now-<count>minutes
+            text = run_sacct("parsable", f"now-{minutes}minutes", "now", tz=source.tz, sacct=source.sacct)
+            origin = LIVE_ORIGIN
+            opened = nullcontext(text_batches(text, "parsable", origin=origin, cluster=source.cluster, tz=source.tz))
+        with opened as batches, warehouse.writer() as con:
+            result = import_batches(con, batches, origin)
+        for warning in result.warnings:
+            context.log.warning(f"cluster {cluster}: {warning}")
+        context.log.info(f"cluster {cluster}: {result.summary(origin)}")
+        return {"records_read": result.records_read, "jobs_new": result.jobs_new,
+                "rows_written": result.jobs_offered, "rows_quarantined": result.quarantined}
+
+    return _per_cluster(context, gpuledger_config.load().sources.slurm_by_cluster(), "slurm", gpuledger_config,
+                        one, ("records_read", "jobs_new", "rows_written", "rows_quarantined"))
+
+
+class AggregateConfig(dg.Config):
+    """How far back and how long one run of ``prometheus_aggregates`` goes."""
+
+    days: int = 2  # UTC days, today's included: yesterday's last windows end at midnight
+    budget_s: float = 45.0  # no chunk is started after this many seconds: a backlog goes on next run
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb", "prometheus"}, partitions_def=cluster_partitions,
+          backfill_policy=single_run)
+def prometheus_aggregates(context: dg.AssetExecutionContext, config: AggregateConfig, warehouse: Warehouse,
+                          gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
+    """Window aggregates of each cluster's DCGM series in the TSDB of ``sources.prometheus`` (the
+    fleet path: one row per GPU and ``aggregate_s`` window, pulled as windows end), as `gpuledger
+    ingest prometheus --aggregate` stores them: each cluster by its selector and tenant
+    (``clusters``, or ``cluster_label``), each UTC day from its own checkpoint. Skipped unless
+    ``aggregate_s`` is set."""
+    from gpuledger.ingest.metrics.prometheus.aggregate import aggregate_recent
+
+    source = gpuledger_config.load().sources.prometheus
+    if source is None or source.aggregate_s is None:
+        message = (f"skipped: the config {gpuledger_config.describe()} has no `sources.prometheus.aggregate_s` "
+                   "(README \"Pipelines\": the fleet path pulls window aggregates from the TSDB)")
+        context.log.info(message)
+        return dg.MaterializeResult(metadata={"skipped": message, "rows_written": 0, "rows_quarantined": 0})
+    until = time.monotonic() + config.budget_s
+    if source.clusters:
+        sources = {name: source for name in source.clusters}
+    elif source.cluster_label:  # one label, every cluster partition: the series that carry its name
+        sources = {name: source for name in context.partition_keys}
     else:
-        minutes = max(1, round(source.lookback_hours * 60))  # sacct: now-<count>minutes
-        text = run_sacct("parsable", f"now-{minutes}minutes", "now", tz=source.tz, sacct=source.sacct)
-        origin = LIVE_ORIGIN
-        opened = nullcontext(text_batches(text, "parsable", origin=origin, cluster=source.cluster, tz=source.tz))
-    with opened as batches, warehouse.writer() as con:
-        result = import_batches(con, batches, origin)
-    for warning in result.warnings:
-        context.log.warning(warning)
-    context.log.info(result.summary(origin))
-    return dg.MaterializeResult(metadata={
-        "records_read": result.records_read, "jobs_new": result.jobs_new,
-        "rows_written": result.jobs_offered, "rows_quarantined": result.quarantined,
-    })
+        sources = {source.cluster: source}
+
+    def one(cluster: str, source) -> dict:
+        stats = aggregate_recent(source, cluster, warehouse_path=warehouse.path, days=config.days, until=until)
+        return {"rows_written": stats.rows_new, "rows_quarantined": stats.quarantined, "chunks": stats.chunks_done,
+                "left_for_next_run": int(stats.left_for_later), "series": stats.series}
+
+    return _per_cluster(context, sources, "prometheus", gpuledger_config, one,
+                        ("rows_written", "rows_quarantined", "chunks", "left_for_next_run"))
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb"}, partitions_def=cluster_partitions, backfill_policy=single_run,
+          deps=[dg.AssetDep("dcgm_samples"), dg.AssetDep("kubernetes_jobs"), dg.AssetDep("slurm_jobs"),
+                dg.AssetDep("prometheus_aggregates")])
+def holdings_links(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
+    """The holdings pass of each cluster (`gpuledger ingest link-devices`): the device holdings the
+    Slurm prolog / scontrol and the pod-resources agents reported, placed on their devices and jobs
+    as job allocations, and the samples whose labels disagree counted — only the holdings seen since
+    the cluster's checkpoint (ingest.holdings.store.holdings_pass), so a pass costs what changed
+    lately, however long the history."""
+    from gpuledger.ingest.holdings.store import holdings_pass
+
+    by_cluster = {}
+    for cluster in context.partition_keys:
+        with warehouse.writer() as con:
+            r = holdings_pass(con, cluster=cluster)
+        by_cluster[cluster] = {
+            "holdings": r.holdings, "linked": r.links.linked, "no_device": r.links.no_device,
+            "no_job": r.links.no_job, "disagreements": r.links.disagreements,
+            "since_utc": r.since.isoformat() if r.since else "no holdings",
+            "checkpoint_utc": r.position.isoformat() if r.position else "none"}
+    totals = {k: sum(f[k] for f in by_cluster.values()) for k in ("holdings", "linked", "no_device", "no_job",
+                                                                  "disagreements")}
+    return dg.MaterializeResult(metadata={**totals, "rows_quarantined": 0, "by_cluster": by_cluster})
 
 
 @dg.asset(group_name=GROUP, kinds={"duckdb", "csv"}, partitions_def=job_csv_partitions)
@@ -197,4 +303,6 @@ def csv_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
     })
 
 
-INGEST_ASSETS = [reference_tables, dcgm_samples, kubernetes_jobs, slurm_jobs]  # the every-minute job
+# the every-minute job: one run, every cluster partition of the last four
+INGEST_ASSETS = [reference_tables, dcgm_samples, kubernetes_jobs, slurm_jobs, prometheus_aggregates, holdings_links]
+CLUSTER_ASSETS = [kubernetes_jobs, slurm_jobs, prometheus_aggregates, holdings_links]

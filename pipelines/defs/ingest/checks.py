@@ -12,6 +12,7 @@ from gpuledger.pipelines.defs.ingest.assets import (
     csv_jobs,
     dcgm_samples,
     kubernetes_jobs,
+    prometheus_aggregates,
     prometheus_samples,
     slurm_jobs,
 )
@@ -23,13 +24,13 @@ DUPLICATE_WINDOW_HOURS = 24
 
 
 def _freshness(asset, *, source_key: str, max_age: timedelta, samples: str | None = None,
-               job_sources: tuple[str, ...] = ()):
+               job_sources: tuple[str, ...] = (), applies=lambda source: source is not None):
     name = f"{asset.key.path[-1]}_fresh"
 
     @dg.asset_check(asset=asset, name=name, blocking=False,
                     description=f"the newest row from sources.{source_key} is at most {max_age} old")
     def _check(warehouse: Warehouse, gpuledger_config: GpuledgerConfig) -> dg.AssetCheckResult:
-        if getattr(gpuledger_config.load().sources, source_key) is None:
+        if not applies(getattr(gpuledger_config.load().sources, source_key)):
             return dg.AssetCheckResult(passed=True, metadata={"skipped": f"no sources.{source_key} in the config"})
         with warehouse.reader() as con:
             if samples:
@@ -50,7 +51,12 @@ def _freshness(asset, *, source_key: str, max_age: timedelta, samples: str | Non
 
 dcgm_samples_fresh = _freshness(dcgm_samples, source_key="scrape", max_age=timedelta(minutes=5), samples="scrape")
 prometheus_samples_fresh = _freshness(prometheus_samples, source_key="prometheus", max_age=timedelta(days=2),
-                                      samples="prometheus")
+                                      samples="prometheus", applies=lambda s: s is not None and s.aggregate_s is None)
+# a window is stamped at its start and stored once it has ended: the newest is two windows old at most,
+# plus the minute between ingest runs
+prometheus_aggregates_fresh = _freshness(prometheus_aggregates, source_key="prometheus", max_age=timedelta(minutes=15),
+                                         samples="prometheus",
+                                         applies=lambda s: s is not None and s.aggregate_s is not None)
 kubernetes_jobs_fresh = _freshness(kubernetes_jobs, source_key="kubernetes", max_age=timedelta(minutes=5),
                                    job_sources=("kubernetes", "kueue"))
 slurm_jobs_fresh = _freshness(slurm_jobs, source_key="slurm", max_age=timedelta(minutes=15),

@@ -1,13 +1,21 @@
 """Ingest automation: the live sources every minute (``$GPULEDGER_INGEST_CRON``, a cron string,
 default ``* * * * *``), and yesterday's Prometheus backfill partition at 00:30 UTC (off by default:
-turn it on where a Prometheus holds what the live scrape may have missed)."""
+turn it on where a Prometheus holds what the live scrape may have missed).
+
+Each ingest tick first makes the cluster partitions the config's clusters (``sync_clusters``), then
+asks for one run over all of them (and the unpartitioned sources): Kubernetes and Slurm job records,
+the TSDB's window aggregates and the holdings pass of every cluster. One run a minute, not one per
+cluster: each run costs seconds of start-up on the one-writer run queue (BENCHMARKS.md "Cadence")."""
 
 import os
 from datetime import timedelta
 
 import dagster as dg
+from gpuledger.pipelines.defs.ingest.assets import CLUSTER_ASSETS, INGEST_ASSETS, prometheus_samples
+from gpuledger.pipelines.defs.partitions import cluster_range_tags, sync_clusters
+from gpuledger.pipelines.defs.resources import GpuledgerConfig
 from gpuledger.pipelines.defs.run_policy import job_tags
-from gpuledger.pipelines.defs.ingest.assets import INGEST_ASSETS, prometheus_samples
+from gpuledger.pipelines.defs.squatting.assets import squatting_findings
 
 INGEST_CRON_ENV = "GPULEDGER_INGEST_CRON"
 INGEST_CRON = os.environ.get(INGEST_CRON_ENV, "* * * * *")
@@ -15,10 +23,15 @@ _IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.Da
               dg.DagsterRunStatus.STARTED]
 
 # In one process: a round every minute cannot afford a fresh interpreter per step (seconds each
-# on a small machine); the steps are short and write through the same writer lock anyway.
+# on a small machine); the steps are short and write through the same writer lock anyway. The
+# squatting evaluation closes each run, at the data the run (or the scrape service) just landed: the
+# squatters report holds a sample a minute or two after its scrape, not after the next five-minute
+# tick and the runs queued at it (BENCHMARKS.md "Freshness from scrape to every report").
 ingest_job = dg.define_asset_job(
-    "ingest_job", tags=job_tags("ingest_job"), selection=INGEST_ASSETS, executor_def=dg.in_process_executor,
-    description="Reference tables, one DCGM scrape round, Kubernetes, Slurm.")
+    "ingest_job", tags=job_tags("ingest_job"), selection=[*INGEST_ASSETS, squatting_findings],
+    executor_def=dg.in_process_executor,
+    description="Reference tables, one DCGM scrape round; per cluster: Kubernetes, Slurm, the TSDB's window "
+                "aggregates, the holdings pass; then the squatting evaluation.")
 prometheus_backfill_job = dg.define_asset_job(
     "prometheus_backfill_job", tags=job_tags("prometheus_backfill_job"), selection=[prometheus_samples])
 
@@ -29,12 +42,22 @@ def in_flight(context, job_name: str) -> int:
         dg.RunsFilter(job_name=job_name, statuses=_IN_FLIGHT), limit=1))
 
 
+def ingest_request(instance: dg.DagsterInstance, config: GpuledgerConfig, run_key: str | None) -> dg.RunRequest:
+    """One ingest run over every cluster the config in force names (the cluster partitions made
+    equal to them first); with none, the unpartitioned sources alone."""
+    clusters = sync_clusters(instance, config.load().pipeline_clusters())
+    if not clusters:
+        selection = [a.key for a in [*INGEST_ASSETS, squatting_findings] if a not in CLUSTER_ASSETS]
+        return dg.RunRequest(run_key=run_key, asset_selection=selection)
+    return dg.RunRequest(run_key=run_key, tags=cluster_range_tags(clusters))
+
+
 @dg.schedule(name="ingest_schedule", job=ingest_job, cron_schedule=INGEST_CRON, execution_timezone="UTC",
              default_status=dg.DefaultScheduleStatus.RUNNING)
-def ingest_schedule(context: dg.ScheduleEvaluationContext):
+def ingest_schedule(context: dg.ScheduleEvaluationContext, gpuledger_config: GpuledgerConfig):
     if in_flight(context, ingest_job.name):
         return dg.SkipReason("the previous ingest run is still going")
-    return dg.RunRequest(run_key=f"ingest@{context.scheduled_execution_time.isoformat()}")
+    return ingest_request(context.instance, gpuledger_config, f"ingest@{context.scheduled_execution_time.isoformat()}")
 
 
 @dg.schedule(name="prometheus_backfill_schedule", job=prometheus_backfill_job, cron_schedule="30 0 * * *",

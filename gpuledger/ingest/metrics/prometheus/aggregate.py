@@ -19,10 +19,11 @@ silent hole.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import polars as pl
 
@@ -33,6 +34,7 @@ from gpuledger.ingest import DEFAULT_CLUSTER
 from gpuledger.ingest.metrics.prometheus.client import check_base_url, discover_metrics
 from gpuledger.ingest.metrics.prometheus.decode import SOURCE
 from gpuledger.ingest.metrics.prometheus.tsdb_clusters import (
+    TargetError,
     TsdbCluster,
     discover_clusters,
     unlabelled_devices,
@@ -70,6 +72,7 @@ class AggregateStats:
     series: int = 0  # series of the coverage family in the span last probed (what sized its chunks)
     unlabelled_series: int = 0  # with cluster_label: series of unlabelled_metric without the label
     unlabelled_metric: str = ""
+    left_for_later: bool = False  # ``until`` came before every chunk was done: the next run continues
 
 
 def _iso(epoch_s: float) -> str:
@@ -82,6 +85,7 @@ def aggregate(
     cluster_label: str | None = None, concurrency: int = 4, tenant: str | None = None,
     deadline: CallDeadline = PROMETHEUS, retries: int = 3, backoff_s: float = 1.0,
     on_chunk: Callable[[int, int, AggregateStats], None] | None = None, headers: dict[str, str] | None = None,
+    until: float | None = None, stats: AggregateStats | None = None, settle_s: int = 0,
 ) -> AggregateStats:
     """Pull ``step``-window aggregates of [start, end) (naive UTC; windows ending after the wall
     clock are left for a later run) into the warehouse; resumes after the last chunk done.
@@ -89,7 +93,11 @@ def aggregate(
     Which clusters: ``clusters`` (each its selector and tenant), else with ``cluster_label`` one per
     value that label takes on the DCGM series in the range, else every series under ``cluster``.
     ``headers``: tenant / bearer token (auth.auth_headers); ``tenant`` alone: Mimir / Cortex
-    ``X-Scope-OrgID``; a cluster's own tenant replaces either for its queries."""
+    ``X-Scope-OrgID``; a cluster's own tenant replaces either for its queries. ``until``: a
+    ``time.monotonic()`` after which no further chunk is started (the rest is left, checkpointed, for
+    the next run); ``stats``: figures to add to (one run over several days); ``settle_s``: a window
+    ending less than this long ago is left for a later run too (the TSDB may not answer for its
+    last seconds yet: VictoriaMetrics' default -search.latencyOffset is 30 s, remote write lags)."""
     from gpuledger.ingest.metrics.prometheus.backfill import checkpoint_scope, epoch_seconds
     from gpuledger.ingest.metrics.prometheus.client import NotPrometheusAnswer, new_session
 
@@ -100,7 +108,7 @@ def aggregate(
     start_s, end_s = int(epoch_seconds(start)), int(epoch_seconds(end))
     if end_s <= start_s:
         raise UsageError(f"--end {_iso(end_s)} must be after --start {_iso(start_s)}")
-    end_s = min(end_s, int(epoch_seconds(utc_now())))  # a window ending later is still filling
+    end_s = min(end_s, int(epoch_seconds(utc_now())) - max(0, settle_s))  # a window ending later is still filling
     if end_s <= start_s:
         raise UsageError(f"--start {_iso(start_s)} is in the future: no window has ended yet")
     first = -(-start_s // step_s) * step_s
@@ -126,7 +134,7 @@ def aggregate(
             sessions[key] = (session, metrics)
         return sessions[key]
 
-    stats = AggregateStats()
+    stats = stats if stats is not None else AggregateStats()
     targets = list(clusters or [])
     if not targets and cluster_label:
         label = check_label(cluster_label, "--cluster-label")
@@ -147,12 +155,14 @@ def aggregate(
                                  "would store every series of the TSDB, the other clusters' too")
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         for target in targets:
+            if stats.left_for_later:
+                break
             session, metrics = session_for(target)
             stats.metrics = sorted({*stats.metrics, *metrics})
             scope = base_scope + (_cluster_scope(target) if shared else "")
             _aggregate_cluster(session, url, metrics, (first, end_s), step_s, cap_windows, target, scope, stats,
                                warehouse_path=warehouse_path, kw=kw, pool=pool, on_chunk=on_chunk,
-                               concurrency=concurrency)
+                               concurrency=concurrency, until=until)
     return stats
 
 
@@ -170,7 +180,8 @@ def chunk_windows(series: int, cap_windows: int) -> int:
 
 def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[int, int], step_s: int,
                        cap_windows: int, target: TsdbCluster, scope: str, stats: AggregateStats, *,
-                       warehouse_path, kw: dict, pool: ThreadPoolExecutor, on_chunk, concurrency: int) -> None:
+                       warehouse_path, kw: dict, pool: ThreadPoolExecutor, on_chunk, concurrency: int,
+                       until: float | None = None) -> None:
     """One cluster's windows in ``span`` (epoch s, on the window grid), chunk by chunk, each written
     with its checkpoint; a rerun continues after the last one written. Chunks are sized from the
     series the TSDB's index holds for each day (or --chunk) ahead, so memory stays flat as the
@@ -188,6 +199,9 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
     stats.rows_by_cluster.setdefault(target.name, 0)
     probed_until = a
     while a < end_s:
+        if until is not None and time.monotonic() >= until:
+            stats.left_for_later = True
+            return
         if a >= probed_until:  # the series of the next day (or --chunk): what its chunks may hold
             probed_until = min(end_s, a + cap_windows * step_s)
             stats.series = count_series(session, url, metrics, a, probed_until, kw, target.selector)
@@ -215,3 +229,40 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
         if on_chunk:
             on_chunk(b, stats.chunks_total, stats)
         a = b
+
+
+def aggregate_recent(source, cluster: str, *, warehouse_path=None, now: datetime | None = None, days: int = 2,
+                     until: float | None = None, concurrency: int = 4) -> AggregateStats:
+    """One cluster of ``sources.prometheus`` (``source``, with ``aggregate_s``) as the pipelines'
+    ``prometheus_aggregates`` runs it: the windows of the last ``days`` UTC days (today's included)
+    that have ended at least ``settle_s`` ago and are not stored yet, each day asked as
+    ``gpuledger ingest prometheus --url URL --aggregate <aggregate_s>s --start DAY --end DAY+1
+    --cluster CLUSTER`` asks it (the same ``aggregate`` call, the same checkpoints: either continues
+    where the other stopped). Raises TargetError when the source does not hold ``cluster``."""
+    from gpuledger.ingest.metrics.prometheus.auth import auth_headers
+    from gpuledger.ingest.metrics.prometheus.backfill import epoch_seconds
+    from gpuledger.ingest.metrics.prometheus.tsdb_clusters import select_targets
+
+    step_s = source.aggregate_s
+    if step_s is None:
+        raise UsageError("sources.prometheus.aggregate_s is not set: the pipelines backfill raw samples "
+                         "(prometheus_samples) from this TSDB")
+    if not source.clusters and not source.cluster_label and cluster != source.cluster:
+        raise TargetError(f"{cluster!r}: sources.prometheus stores its series under {source.cluster!r} "
+                          "(name more clusters under sources.prometheus.clusters)", "--cluster")
+    targets, label = select_targets(source, cluster=cluster, label=None)
+    now = now or utc_now()
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    ended = (int(epoch_seconds(now)) - source.settle_s) // step_s * step_s  # the newest window's end that is settled
+    stats = AggregateStats()
+    for back in range(max(1, days) - 1, -1, -1):
+        day = today - timedelta(days=back)
+        if int(epoch_seconds(day)) >= ended:  # no window of the day has ended yet
+            continue
+        aggregate(source.url, day, day + timedelta(days=1), step_s=step_s, warehouse_path=warehouse_path,
+                  cluster=cluster, clusters=targets, cluster_label=label, concurrency=concurrency,
+                  deadline=source.call_deadline(), headers=auth_headers(source), until=until, stats=stats,
+                  settle_s=source.settle_s)
+        if stats.left_for_later:
+            break
+    return stats

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpuledger.errors import UsageError
 from gpuledger.ingest.metrics.prometheus.client import NotPrometheusAnswer, get_body, parse_json
-from gpuledger.rules.promql import label_selector
+from gpuledger.rules.promql import check_label, label_selector
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,34 @@ def clusters_from_source(source) -> list[TsdbCluster]:
     label = source.cluster_label
     return [TsdbCluster(name, c.selector or (label_selector(label, name) if label else ""), c.tenant)
             for name, c in source.clusters.items()]
+
+
+class TargetError(UsageError):
+    """A cluster or label the source cannot give; ``param``: the option it came from."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+def select_targets(source, *, cluster: str | None, label: str | None) -> tuple[list[TsdbCluster], str | None]:
+    """(the clusters to ask for, the cluster label) of an aggregate: ``label`` first, else
+    ``source``'s (sources.prometheus when it names the server; None: no config); the configured
+    clusters, cut to ``cluster`` when it is given; with a label and no configured clusters,
+    ``cluster`` alone is the series whose label says it. The CLI (`ingest prometheus --aggregate
+    --cluster`) and the pipelines' per-cluster partitions both choose here. TargetError names the
+    option that was wrong."""
+    targets = clusters_from_source(source)
+    label = label or (source.cluster_label if source is not None else None)
+    try:
+        label = check_label(label) if label else None
+    except UsageError as exc:
+        raise TargetError(str(exc), "--cluster-label") from None
+    if label and not targets and cluster:  # one cluster of the label's values
+        targets = [TsdbCluster(cluster, label_selector(label, cluster))]
+    elif targets and cluster:
+        known = [t.name for t in targets]
+        targets = [t for t in targets if t.name == cluster]
+        if not targets:
+            raise TargetError(f"{cluster!r} is not among sources.prometheus.clusters ({', '.join(known)})", "--cluster")
+    return targets, label
