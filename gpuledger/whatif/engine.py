@@ -50,6 +50,7 @@ from gpuledger.whatif.model import (
     Trace,
 )
 from gpuledger.whatif.usage import BalanceTracker, UsageTracker
+from gpuledger.rules.severity import STAGES
 
 FINISH, SUBMIT, CYCLE = 0, 1, 2
 
@@ -547,7 +548,7 @@ class Simulation:
         for i, v in head_views.items():
             if (v.funded or _exempt(self.jobs[i], self.enforcement) or self._lane_now(i)) and self.jobs[i].pool in short:
                 best[self.jobs[i].pool] = max(best[self.jobs[i].pool], self._group_priority(self.static[i], i))
-        squatters = {(f.cluster, f.job_id) for f in findings if f.severity in policies.STAGE_ORDER}
+        squatters = {(f.cluster, f.job_id) for f in findings if f.severity in STAGES}
         chosen = []
         for i in sorted(self.running):
             j = self.jobs[i]
