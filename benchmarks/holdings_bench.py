@@ -81,8 +81,8 @@ def timed(fn, rounds: int) -> float:
 def measure(path: Path, rounds: int) -> dict:
     import duckdb
 
-    from gpuledger.ingest.holdings import store
     from gpuledger.facts import data_now
+    from gpuledger.ingest.holdings import store
 
     shipped = store._LINKS
     start = shipped.index("-- Two exact-match joins")

@@ -351,7 +351,6 @@ def _facts_at_the_end(path: str, end: datetime, figure: str, empty_sql: str) -> 
     force was loaded, else computed under that config — never a snapshot older than the data or
     the config. With the snapshot table's ``as_of`` and ``day`` beside (the pages' names)."""
     from gpuledger import facts
-
     from gpuledger.ledger.config_versions import config_in_force as in_force
 
     with warehouse.kept_reader(path) as con:
@@ -368,8 +367,8 @@ def delivery_balance(path: str, end: datetime) -> tuple[pl.DataFrame, bool, floa
     """The delivery balance per org node and settlement period up to the period's end, at most the
     data's now (`gpuledger report balance --history`'s answer under the config in force; empty
     without data), whether fair share is credited with it, and the period's length in days."""
-    from gpuledger.ledger.config_versions import config_in_force as in_force
     from gpuledger import facts
+    from gpuledger.ledger.config_versions import config_in_force as in_force
 
     with warehouse.kept_reader(path) as con:
         policy = in_force(con, None, write=False).config.policy

@@ -23,7 +23,6 @@ from gpuledger.alerts.outbox import Alert
 from gpuledger.rules.severity import SEVERITY_RANK
 
 
-
 def _s(n) -> str:
     """The plural ending for a count of GPUs ("1 idle GPU", "2 idle GPUs")."""
     return "" if n == 1 else "s"

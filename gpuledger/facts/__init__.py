@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from gpuledger.warehouse.clock import data_now  # noqa: F401  ("now" for the data; facts.data_now for callers)
 from gpuledger.facts.rows import Rows, as_polars
-
 from gpuledger.sql import load_sql
+from gpuledger.warehouse.clock import data_now  # noqa: F401  ("now" for the data; facts.data_now for callers)
 
 MATERIALIZED = "materialized"
 COMPUTED = "computed"

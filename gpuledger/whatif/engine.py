@@ -34,6 +34,7 @@ from gpuledger.analytics.delivery_balance import credited_usage
 from gpuledger.config import Config
 from gpuledger.enforce.bands import QUICK_BASE
 from gpuledger.enforce.model import PREEMPT, WARN
+from gpuledger.rules.severity import STAGES
 from gpuledger.whatif import policies
 from gpuledger.whatif.inventory import EPS, PoolState, pool_label
 from gpuledger.whatif.model import (
@@ -50,7 +51,6 @@ from gpuledger.whatif.model import (
     Trace,
 )
 from gpuledger.whatif.usage import BalanceTracker, UsageTracker
-from gpuledger.rules.severity import STAGES
 
 FINISH, SUBMIT, CYCLE = 0, 1, 2
 

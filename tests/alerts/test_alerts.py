@@ -206,8 +206,8 @@ def test_alerts_cli_runs_a_cycle_and_lists_the_outbox(warehouse_file, receivers)
 
 def test_quiet_hours_defer_delivery_in_the_outbox(warehouse_file, receivers):
     """Raised at 23:30 inside quiet hours 22:00–07:00: the warning waits in the outbox until 07:00."""
-    from gpuledger.channels import notifier_for
     from gpuledger.alerts.outbox import enqueue
+    from gpuledger.channels import notifier_for
 
     hook, _ = receivers
     with warehouse.open_writer(warehouse_file):

@@ -13,11 +13,10 @@ from datetime import datetime, timedelta
 import pytest
 from polars.testing import assert_frame_equal
 
-from gpuledger import warehouse
+from gpuledger import facts, warehouse
 from gpuledger.analytics import reports
-from gpuledger.ledger.config_versions import stored_config
-from gpuledger import facts
 from gpuledger.facts.materialize import replace_partition, stamped
+from gpuledger.ledger.config_versions import stored_config
 
 DAY1, DAY2 = datetime(2026, 11, 1), datetime(2026, 11, 2)
 

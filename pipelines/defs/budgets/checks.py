@@ -3,6 +3,7 @@
 import dagster as dg
 from gpuledger.pipelines.defs.budgets.assets import budget_snapshots
 from gpuledger.pipelines.defs.resources import Warehouse
+
 from gpuledger.facts.materialize import sql
 
 PACKAGE = "gpuledger.pipelines.defs.budgets"

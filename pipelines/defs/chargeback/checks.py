@@ -7,6 +7,7 @@ no idle line is negative."""
 import dagster as dg
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.resources import Warehouse
+
 from gpuledger.facts.materialize import sql
 
 PACKAGE = "gpuledger.pipelines.defs.chargeback"

@@ -16,6 +16,7 @@ from gpuledger.pipelines.defs.ingest.assets import (
     slurm_jobs,
 )
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
+
 from gpuledger.facts.materialize import sql, utc_now
 
 PACKAGE = "gpuledger.pipelines.defs.ingest"
