@@ -61,7 +61,7 @@ def build(folder: Path, gpus: int, days: float) -> Path:
                     "--seed", "1"], env=env, check=True, capture_output=True, text=True)
     import duckdb
 
-    from gpuledger.warehouse.read_model.facts import data_now
+    from gpuledger.facts import data_now
 
     with duckdb.connect(str(path)) as con:
         now = data_now(con)
@@ -81,8 +81,8 @@ def timed(fn, rounds: int) -> float:
 def measure(path: Path, rounds: int) -> dict:
     import duckdb
 
+    from gpuledger.facts import data_now
     from gpuledger.ingest.holdings import store
-    from gpuledger.warehouse.read_model.facts import data_now
 
     shipped = store._LINKS
     start = shipped.index("-- Two exact-match joins")

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 import duckdb
 from gpuledger.enforce import audit, team_store
 from gpuledger.enforce.model import Finding, JobFacts, Situation
-from gpuledger.warehouse.read_model import facts
 
+from gpuledger import facts
 from gpuledger.analytics import reports
 from gpuledger.analytics.fairshare import over_share_projects
 from gpuledger.analytics.squatting import LOOKBACK

@@ -20,9 +20,7 @@ import polars as pl
 
 from gpuledger.alerts import links, owner
 from gpuledger.alerts.outbox import Alert
-
-SEVERITY_RANK = {"info": 0, "warning": 1, "second-warning": 2, "preempt-eligible": 3}
-
+from gpuledger.rules.severity import SEVERITY_RANK
 
 
 def _s(n) -> str:

@@ -19,6 +19,7 @@ from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
 from gpuledger.reports.table_files import html_rows, sha256_file, write_csv
 from gpuledger.rules.billing import billed as is_billed
 from gpuledger.rules.money import largest_remainder
+from gpuledger.rules.severity import SEVERITY_RANK
 
 WEEKLY_TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
@@ -255,7 +256,6 @@ def week_episodes(con: duckdb.DuckDBPyConnection, policy, *, start: datetime, en
 
     ``plain``: reports.squatters_report at every moment, reading the tables each time (the
     reference the fast path is measured and checked against: benchmarks/weekly_bench.py)."""
-    from gpuledger.alerts.plan import SEVERITY_RANK
     from gpuledger.analytics.squatting_lifecycle import EPISODE, advance_lifecycle
 
     if plain:

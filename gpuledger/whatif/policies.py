@@ -24,8 +24,6 @@ from gpuledger.enforce.rails import quick_lane
 from gpuledger.whatif.inventory import pool_label
 from gpuledger.whatif.model import SimJob
 
-STAGE_ORDER = ("warning", "second-warning", "preempt-eligible")
-
 
 def budget_weights(cfg: Config, at: datetime) -> dict[str, float]:
     """Model -> budget weight in the rate card at ``at`` (the latest entry of any tier; 1.0 when

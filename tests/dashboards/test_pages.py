@@ -597,7 +597,7 @@ def test_the_fair_share_page_and_the_cli_agree_right_after_config_load(dashboard
 
     import yaml
 
-    from gpuledger.warehouse.read_model.facts import data_now
+    from gpuledger.facts import data_now
     from tests.helpers.dashboard_rig import run_cli
 
     rig = dataclasses.replace(dashboard_warehouse, warehouse=tmp_path / "w.duckdb", config=tmp_path / "changed.yaml")

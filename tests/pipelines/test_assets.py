@@ -393,8 +393,8 @@ def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialize
     facts.findings answers from the stored rows — with and without exempt jobs — exactly what the
     report computes at the same moment; enforcement's plan is the same either way."""
     from gpuledger.enforce import cycle
-    from gpuledger.warehouse.read_model import facts
 
+    from gpuledger import facts
     from gpuledger.ledger.config_versions import load_version
 
     moment = sim.start + timedelta(hours=6)
@@ -471,8 +471,8 @@ def test_the_chargeback_page_reads_the_statement_view_while_it_is_as_new_as_the_
 
     from gpuledger.dashboards import queries
     from gpuledger.warehouse.clock import data_now
-    from gpuledger.warehouse.read_model import statement_views
 
+    from gpuledger.facts import statement_views
     from gpuledger.ledger.periods import close_period
     from gpuledger.reports.files import write_statement_files
     from gpuledger.reports.statement import build_statement

@@ -34,7 +34,7 @@ from gpuledger.lazy import lazy_import
 
 reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
 # the read model: the materialized answer when it is fresh for the time asked, else computed
-facts = lazy_import("gpuledger.warehouse.read_model.facts")
+facts = lazy_import("gpuledger.facts")
 
 app = typer.Typer(help="Reports: usage, utilization, chargeback, fair share, budgets, squatters; finance "
                        "statement and weekly files.", no_args_is_help=True)

@@ -7,7 +7,8 @@ no idle line is negative."""
 import dagster as dg
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.resources import Warehouse
-from gpuledger.warehouse.read_model.materialize import sql
+
+from gpuledger.facts.materialize import sql
 
 PACKAGE = "gpuledger.pipelines.defs.chargeback"
 

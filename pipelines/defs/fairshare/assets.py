@@ -5,7 +5,8 @@ import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import daily_partitions, partition_windows, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
-from gpuledger.warehouse.read_model.materialize import replace_partition, stamped
+
+from gpuledger.facts.materialize import replace_partition, stamped
 
 
 def snapshot_time(con, start, end):

@@ -11,8 +11,8 @@ them materialized, and every reader of the episodes keeps seeing no exempt job."
 import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
-from gpuledger.warehouse.read_model.materialize import insert_frame, sql, utc_now
 
+from gpuledger.facts.materialize import insert_frame, sql, utc_now
 from gpuledger.rules.clock import parse_iso
 
 PACKAGE = "gpuledger.pipelines.defs.squatting"

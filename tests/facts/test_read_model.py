@@ -1,7 +1,7 @@
-"""The read model's "facts as of T" (gpuledger/warehouse/read_model/facts.py): a materialized answer
+"""The read model's "facts as of T" (gpuledger/facts/__init__.py): a materialized answer
 is used only when it is fresh for T, and then it is the computed answer to the last digit.
 
-The tables are filled the way the Dagster assets fill them (read_model.materialize.replace_partition
+The tables are filled the way the Dagster assets fill them (facts.materialize.replace_partition
 of the same reports), without Dagster, over a small simulated warehouse (8 GPUs, 2 days)."""
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from datetime import datetime, timedelta
 import pytest
 from polars.testing import assert_frame_equal
 
-from gpuledger import warehouse
+from gpuledger import facts, warehouse
 from gpuledger.analytics import reports
+from gpuledger.facts.materialize import replace_partition, stamped
 from gpuledger.ledger.config_versions import stored_config
-from gpuledger.warehouse.read_model import facts
-from gpuledger.warehouse.read_model.materialize import replace_partition, stamped
 
 DAY1, DAY2 = datetime(2026, 11, 1), datetime(2026, 11, 2)
 

@@ -1,6 +1,16 @@
-"""The facts as of T: fair share, budget burn, delivery balance, usage, funding and squatting findings, read from the materialized tables when
-they are fresh for T and computed (gpuledger.analytics.reports) otherwise. Every reader asks here
-(the CLI's read commands first), so a question has one answer whichever way it was reached.
+"""The facts as of T (gpuledger.facts): fair share, budget burn, delivery balance, usage, funding,
+squatting findings and wait times, read from the materialized tables (the read model, migration 009)
+when they are fresh for T and computed by the analytics query layer otherwise. Every surface (the
+CLI, dashboards, alerts, enforcement, the metrics exporter, the pipelines' consumers) asks here, so
+a question has one answer whichever way it was reached; ``Facts.source`` says which way it was.
+
+This area sits above analytics, the ledger and the finance reports and below every surface
+(tests/rules/test_layering.py). Beside this module:
+
+- ``materialize``: writing the read model (replace a partition exactly, stamp rows), for the Dagster
+  assets.
+- ``statement_views``: a month's statement as the chargeback pipeline stored it.
+- ``rows``: a materialized answer as query rows a terminal table prints without polars.
 
 Fresh means, for a snapshot table (fair share, budgets): rows whose ``as_of`` is exactly T,
 materialized after the config in force was loaded. For hourly usage: [start, end) on whole hours,
@@ -18,10 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from gpuledger.warehouse.clock import data_now  # noqa: F401  ("now" for the data; facts.data_now for callers)
-from gpuledger.warehouse.read_model.rows import Rows, as_polars
-
+from gpuledger.facts.rows import Rows, as_polars
 from gpuledger.sql import load_sql
+from gpuledger.warehouse.clock import data_now  # noqa: F401  ("now" for the data; facts.data_now for callers)
 
 MATERIALIZED = "materialized"
 COMPUTED = "computed"
@@ -68,7 +77,7 @@ class Facts:
     """An answer, where it came from (``materialized`` or ``computed``) and the time it holds for.
 
     ``table`` is the answer as it came: the computed polars DataFrame, or the materialized rows
-    (read_model.rows.Rows: a terminal table prints them without polars). ``frame`` is always a
+    (facts.rows.Rows: a terminal table prints them without polars). ``frame`` is always a
     polars DataFrame (the rows converted on first use)."""
 
     table: object  # polars.DataFrame | Rows
