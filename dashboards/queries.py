@@ -627,7 +627,7 @@ class StatementView:
 # What building a statement imports (each module loads its own lazily, so the CLI starts fast):
 # the server imports them once, in the background, before the chargeback page asks (ui.warm_server).
 STATEMENT_MODULES = ("gpuledger.reports.statement", "gpuledger.reports.statement_view",
-                     "gpuledger.facts.statement_views", "gpuledger.reports.files", "gpuledger.analytics.reports",
+                     "gpuledger.facts.statement_views", "gpuledger.reports.files", "gpuledger.analytics.queries",
                      "gpuledger.analytics.chargeback", "gpuledger.analytics.load", "gpuledger.analytics.attribution",
                      "gpuledger.analytics.tree", "gpuledger.ledger.periods", "gpuledger.ledger.config_versions",
                      "gpuledger.config_store", "gpuledger.warehouse.clock", "gpuledger.analytics.carbon",
@@ -665,7 +665,7 @@ def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple
     """Chargeback lines (project × model × tier, idle and memo lines) for any [start, end), by
     the ledger's chargeback with the warehouse's stored policy; ``projects``: only their lines
     (None: all, idle included). Not a statement: no files, nothing frozen."""
-    from gpuledger.analytics.reports import chargeback_report
+    from gpuledger.analytics.queries import chargeback_report
     from gpuledger.config_store import policy_in_force
 
     with warehouse.kept_reader(path) as con:

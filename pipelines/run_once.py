@@ -11,7 +11,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
-from gpuledger.errors import debug_wanted
 from gpuledger.pipelines.defs.automation import DAILY_ANALYTICS
 from gpuledger.pipelines.defs.budgets.checks import budgets_consistent_down_tree
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
@@ -23,6 +22,8 @@ from gpuledger.pipelines.defs.partitions import monthly_partitions
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
 from gpuledger.pipelines.defs.usage.checks import job_usage_no_negative_idle, project_usage_no_negative_idle
+
+from gpuledger.errors import debug_wanted
 
 TABLES = ("usage_hourly_jobs", "usage_hourly_projects", "utilization_hourly", "fairshare_snapshots",
           "budget_snapshots", "squatting_findings", "squatting_finding_events", "chargeback_statements")
@@ -45,7 +46,7 @@ def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, inst
              squatting_evaluations: int = 6, on_step: Callable[[str], None] = lambda _: None) -> RunOnceResult:
     """Materialize everything once (see the module docstring); raises when a run fails."""
     from gpuledger import warehouse as wh
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
     store = Warehouse(path=str(Path(warehouse_path).absolute()))
     resources = {"warehouse": store,
@@ -78,7 +79,7 @@ def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, inst
     with wh.open_reader(warehouse_path) as con:
         first = con.execute("SELECT least((SELECT min(ts) FROM gpu_samples), (SELECT min(start_time) FROM jobs))"
                             ).fetchall()[0][0]
-        now = reports.data_now(con)
+        now = queries.data_now(con)
     if first is None:
         on_step("no samples or jobs in the warehouse yet: analytics skipped")
         return _count_rows(out, warehouse_path)

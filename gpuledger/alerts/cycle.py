@@ -102,7 +102,7 @@ def run_alert_cycle(path, policy, *, now: datetime | None = None, clock: datetim
                     notifier_for=None, currency: str = "USD") -> CycleReport:
     """Plan at ``now`` (default: the data's newest time), enqueue, deliver at ``clock`` (default:
     the wall clock)."""
-    from gpuledger.analytics.reports import data_now
+    from gpuledger.analytics.queries import data_now
     from gpuledger.channels import notifier_for as default_notifier
 
     with warehouse.open_reader(path) as con:

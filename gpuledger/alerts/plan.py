@@ -197,7 +197,7 @@ def digest_alerts(episodes: pl.DataFrame, policy, *, now: datetime) -> list[Aler
 
 def budget_alerts(burn: pl.DataFrame, policy, *, now: datetime) -> list[Alert]:
     """A node passing each threshold (% of its budget consumed) and a projected exhaustion before
-    its period ends. ``burn``: reports.budget_report rows (normalised GPU-hours). Only nodes with a
+    its period ends. ``burn``: queries.budget_report rows (normalised GPU-hours). Only nodes with a
     budget of their own: an ancestor whose budget is the sum of its descendants' would repeat
     their alerts (budget_own false)."""
     alerts = policy.alerts

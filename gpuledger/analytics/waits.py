@@ -1,5 +1,5 @@
 """Wait times from real job records, and why each wait happened. Pure polars: frames in, frames
-out, time injected (``now``), no warehouse (the loader is reports.waits_report).
+out, time injected (``now``), no warehouse (the loader is queries.waits_report).
 
 **A wait** is one waiting period of one job row (a requeued Slurm job's runs are rows of their own;
 Slurm resets Submit at the requeue): submit → start, in seconds. A job not started by ``now``

@@ -1,7 +1,7 @@
 """Closed periods: a month's chargeback statement, frozen once issued, changed only by corrections.
 
 * :func:`close_period` stores the month's lines at every level (job, project, node) exactly as
-  ``reports.chargeback_report`` produces them with the warehouse's current config, with a sha256
+  ``queries.chargeback_report`` produces them with the warehouse's current config, with a sha256
   over the lines, the config version, who and when (revision 0). A month that is not over cannot
   be closed; a closed one cannot be closed again.
 * :func:`correct_period` re-computes the month with today's config and data and stores only the
@@ -37,12 +37,12 @@ import duckdb
 import polars as pl
 
 from gpuledger.config import Config, Policy
+from gpuledger.config_store import policy_in_force, stored_config
 from gpuledger.errors import RunError, UsageError
 from gpuledger.ledger import audit
-from gpuledger.config_store import policy_in_force, stored_config
 from gpuledger.rules.billing import billed_sql
-from gpuledger.sql import load_sql
 from gpuledger.rules.periods import PeriodError, month_bounds, next_month  # noqa: F401  (callers of the ledger)
+from gpuledger.sql import load_sql
 from gpuledger.warehouse.db import transaction
 
 LEVELS = ("job", "project", "node")
@@ -339,7 +339,7 @@ def _issued(con, period: str) -> dict[int, dict[str, pl.DataFrame]]:
 
 def compute_lines(con, period: str, cfg: Config, *, now: datetime | None = None) -> dict[str, pl.DataFrame]:
     """The period's chargeback lines at every level with the warehouse's current reference data."""
-    from gpuledger.analytics.reports import chargeback_report
+    from gpuledger.analytics.queries import chargeback_report
 
     return {level: chargeback_report(con, period, level=level, policy=cfg.policy, now=now, exact=True)
             for level in LEVELS}
@@ -658,7 +658,7 @@ def statement_lines(
     """The statement of ``period`` at ``level``: for a closed month the issued lines (revision 0)
     followed by every correction's credit / debit lines; otherwise computed now (revision NULL).
 
-    Columns: those of ``reports.chargeback_report`` plus ``revision`` (Int32) and ``correction_of``
+    Columns: those of ``queries.chargeback_report`` plus ``revision`` (Int32) and ``correction_of``
     (the line kind a credit / debit corrects). Summed per currency, ``amount`` is what is owed as
     of the latest revision. ``policy`` is used for open periods only; default the stored config's.
     """
@@ -675,7 +675,7 @@ def statement_lines(
         whole = pl.concat(parts, how="diagonal_relaxed")
         head = [c for c in whole.columns if c not in ("revision", "correction_of", *EXACT)]
         return whole.select(*head, "revision", "correction_of")
-    from gpuledger.analytics.reports import chargeback_report
+    from gpuledger.analytics.queries import chargeback_report
 
     policy = policy_in_force(con, policy)
     lines = chargeback_report(con, period, level=level, policy=policy, now=now)

@@ -50,25 +50,25 @@ def _unix(moment) -> float:
 def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[dict, float]]]]:
     """(name, help, [(labels, value)]) for every metric, from the warehouse at ``path``."""
     from gpuledger import warehouse
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
     from gpuledger.config_store import policy_in_force
 
     with warehouse.open_reader(path) as con:
         policy = policy_in_force(con, policy)
-        now = reports.data_now(con)
-        fs = reports.fairshare_report(con, policy=policy, as_of=now)
-        burn = reports.budget_report(con, policy=policy, as_of=now)
-        squat = reports.squatters_report(con, policy=policy, now=now)
+        now = queries.data_now(con)
+        fs = queries.fairshare_report(con, policy=policy, as_of=now)
+        burn = queries.budget_report(con, policy=policy, as_of=now)
+        squat = queries.squatters_report(con, policy=policy, now=now)
         outbox = con.execute("SELECT status, count(*) FROM alert_outbox GROUP BY status ORDER BY status").fetchall()
         applied = con.execute(
             "SELECT action, outcome, coalesce(cause, outcome), dry_run, count(*) FROM enforcement_audit "
             "WHERE phase = 'applied' GROUP BY ALL ORDER BY ALL").fetchall()
         month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        carbon = reports.carbon_report(con, start=month_start, end=now, now=now, policy=policy)
+        carbon = queries.carbon_report(con, start=month_start, end=now, now=now, policy=policy)
         from gpuledger.analytics.waits import wait_summary
 
-        wait_now = reports.waits_now(con)
-        waits = wait_summary(reports.job_waits_report(con, start=wait_now - timedelta(days=WAIT_WINDOW_DAYS),
+        wait_now = queries.waits_now(con)
+        waits = wait_summary(queries.job_waits_report(con, start=wait_now - timedelta(days=WAIT_WINDOW_DAYS),
                                                       end=wait_now + timedelta(microseconds=1), now=wait_now),
                              by="project-class")
         projects = [n for (n,) in con.execute("SELECT node FROM org_nodes WHERE node NOT IN "

@@ -286,7 +286,7 @@ def project_waits(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime
     """Per project: jobs submitted in [start, end) up to ``now``, how many still waited then, and
     their p50 / p90 wait (submit -> start; a job still waiting counts its wait so far) in whole
     seconds, half up (gpuledger report waits --by project: the same figures)."""
-    from gpuledger.analytics.reports import job_waits_report
+    from gpuledger.analytics.queries import job_waits_report
     from gpuledger.analytics.waits import wait_summary
 
     if now <= start:
@@ -311,7 +311,7 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
     energy basis counts those hours as without a reading."""
     from gpuledger.analytics.carbon import with_carbon
     from gpuledger.analytics.carbon_inputs import site_inputs
-    from gpuledger.analytics.reports import attribution
+    from gpuledger.analytics.queries import attribution
 
     # facility kWh and kgCO2e from the GPUs' own energy (MIG share, shared GPUs by fraction), each
     # hour at its site's PUE and grid intensity (analytics/carbon.py); collected once, read twice
@@ -570,7 +570,7 @@ def _computed(con, period: str, *, policy, now: datetime | None, lines: pl.DataF
     each site's sentence by cluster, to cut it to a node)."""
     from gpuledger.analytics.chargeback import statement_notes
     from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.reports import data_now
+    from gpuledger.analytics.queries import data_now
     from gpuledger.config_store import policy_in_force
     from gpuledger.ledger.periods import NO_DATA_NOTE, is_closed, no_data, period_state, statement_lines
     from gpuledger.rules.periods import month_bounds

@@ -1,5 +1,5 @@
 """The weekly summary per business unit: GPU-hours and spend of the ISO week (chargeback through
-``ledger.periods.statement_lines``), budget burn as of the week's end (``reports.budget_report``), and
+``ledger.periods.statement_lines``), budget burn as of the week's end (``queries.budget_report``), and
 the top squatters of the week (the materialized ``squatting_findings`` episodes seen in it,
 worst wasted GPU-hours first). Units: GPU-hours, budgets in normalised GPU-hours, money exact."""
 
@@ -56,7 +56,7 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
                  top: int | None = None) -> WeeklySummary:
     """The summary of ISO week ``week`` (YYYY-Www)."""
     from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.reports import budget_report, data_now
+    from gpuledger.analytics.queries import budget_report, data_now
     from gpuledger.config_store import policy_in_force
     from gpuledger.errors import UsageError
     from gpuledger.ledger.periods import statement_lines
@@ -133,7 +133,7 @@ def month_shares(con, start: datetime, end: datetime, *, policy, now: datetime, 
     statement it overlaps: a month's cents (its issued lines and corrections when closed) are split
     among the month's week parts by largest remainder of their exact amounts, so the weeks of a
     month add up to its statement to the cent, and a week crossing months is the sum of two parts."""
-    from gpuledger.analytics.reports import chargeback_report
+    from gpuledger.analytics.queries import chargeback_report
     from gpuledger.ledger.periods import month_bounds, next_month, statement_lines
 
     rows: dict[tuple[str, str], Decimal] = {}
@@ -208,7 +208,7 @@ def idle_candidate_moments(con: duckdb.DuckDBPyConnection, policy, *, start: dat
 
 class _WeekTables:
     """The week's jobs, allocations, inventory and rates, read once; :meth:`findings` at a moment
-    is reports.squatters_report's at that moment (the same tables cut as load_tables would cut
+    is queries.squatters_report's at that moment (the same tables cut as load_tables would cut
     them for [moment − lookback, moment + 1 s), the same evidence and rules), without reading the
     tables again for each of the week's 336 moments."""
 
@@ -226,7 +226,7 @@ class _WeekTables:
     def findings(self, moment: datetime) -> pl.DataFrame:
         from gpuledger.analytics.collect import ENGINE
         from gpuledger.analytics.load import load_device_activity
-        from gpuledger.analytics.reports import ordered
+        from gpuledger.analytics.queries import ordered
         from gpuledger.analytics.squatting import squatting_findings
 
         lo, hi = moment - self.LOOKBACK, moment + timedelta(seconds=1)
@@ -248,18 +248,18 @@ class _WeekTables:
 
 def week_episodes(con: duckdb.DuckDBPyConnection, policy, *, start: datetime, end: datetime,
                   step: timedelta = REPLAY_STEP, plain: bool = False) -> pl.DataFrame:
-    """Every squatting episode of [start, end): the idle-GPU rules (reports.squatters_report)
+    """Every squatting episode of [start, end): the idle-GPU rules (queries.squatters_report)
     evaluated every ``step`` through the window and the episodes advanced as the pipeline does
     (analytics.squatting_lifecycle), so the week's summary does not depend on which moments the
     pipeline happened to evaluate. Each episode with its worst severity and its largest wasted
     GPU-hours (idle minutes × idle GPUs, as of its last evaluation).
 
-    ``plain``: reports.squatters_report at every moment, reading the tables each time (the
+    ``plain``: queries.squatters_report at every moment, reading the tables each time (the
     reference the fast path is measured and checked against: benchmarks/weekly_bench.py)."""
     from gpuledger.analytics.squatting_lifecycle import EPISODE, advance_lifecycle
 
     if plain:
-        from gpuledger.analytics.reports import squatters_report
+        from gpuledger.analytics.queries import squatters_report
 
         def findings_at(moment: datetime) -> pl.DataFrame:
             return squatters_report(con, policy=policy, now=moment)

@@ -111,7 +111,7 @@ FACTS = "gpuledger.facts"
 DOMAIN = {"gpuledger.analytics", "gpuledger.ledger", "gpuledger.reports"}
 SURFACES = {"gpuledger.cli", "gpuledger.dashboards", "gpuledger.pipelines", "gpuledger.alerts", "gpuledger.enforce",
             "gpuledger.metrics"}
-# arrows known to point up and not yet gone (was: analytics.reports -> read_model.facts for data_now,
+# arrows known to point up and not yet gone (was: analytics.queries -> read_model.facts for data_now,
 # now in gpuledger.warehouse.clock below both; reports.weekly -> alerts.plan for the severity order,
 # now gpuledger.rules.severity; reports.delivery -> alerts.channels, now gpuledger.channels)
 KNOWN_UP: list[str] = []
@@ -135,7 +135,7 @@ def test_every_area_has_a_layer():
 
 
 def test_no_import_points_up_a_layer():
-    # was: analytics.reports -> ledger.periods (statement_report), ingest.tiers -> ledger.config_versions
+    # was: analytics.queries -> ledger.periods (statement_report), ingest.tiers -> ledger.config_versions
     up = sorted(f"{m} -> {d}" for m, deps in imports_of("gpuledger").items() for d in deps
                 if _layer(_area(d)) > _layer(_area(m)))
     assert [arrow for arrow in up if arrow not in KNOWN_UP] == []
@@ -223,7 +223,7 @@ def test_the_walk_counts_lazy_imports():
 
 
 def test_no_import_cycles_even_inside_functions():
-    # was: analytics.reports <-> ledger.periods, ingest.tiers <-> ledger.config_versions
+    # was: analytics.queries <-> ledger.periods, ingest.tiers <-> ledger.config_versions
     found = _cycles(imports_of("gpuledger"))
     assert [c for c in found if c not in KNOWN_CYCLES] == []
 

@@ -1,4 +1,4 @@
-"""Budget snapshots: reports.budget_report as of each day's end (today: the data's "now"), the
+"""Budget snapshots: queries.budget_report as of each day's end (today: the data's "now"), the
 burn-down history per org node and budget period."""
 
 import dagster as dg
@@ -14,8 +14,8 @@ def budget_snapshots(context: dg.AssetExecutionContext, warehouse: Warehouse,
                      gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Per org node with a budget period containing the snapshot time: budget, consumed,
     remaining, burn rate (normalised GPU-hours), projected exhaustion, status (table budget_snapshots)."""
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
     policy = gpuledger_config.load().policy
     return materialize_snapshots(context, warehouse, "budget_snapshots", lambda con, as_of: (
-        reports.budget_report(con, policy=policy, as_of=as_of)))
+        queries.budget_report(con, policy=policy, as_of=as_of)))

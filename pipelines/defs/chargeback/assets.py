@@ -1,6 +1,6 @@
 """Monthly chargeback statements at project level, one month per partition, from the ledger's
 ``statement_lines`` (the one place statements are read: a closed month's issued lines and
-corrections, an open month computed by reports.chargeback_report). Issued on the 1st for the month
+corrections, an open month computed by queries.chargeback_report). Issued on the 1st for the month
 before (chargeback/schedules.py); rematerializing a month replaces its rows exactly. Read through
 ``gpuledger.ledger.periods.statement_lines``, as the finance statements and dashboards read it."""
 

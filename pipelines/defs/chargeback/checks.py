@@ -18,7 +18,7 @@ PACKAGE = "gpuledger.pipelines.defs.chargeback"
 def chargeback_reconciles(warehouse: Warehouse) -> dg.AssetCheckResult:
     from gpuledger.analytics.chargeback import chargeback_totals
     from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.reports import data_now
+    from gpuledger.analytics.queries import data_now
 
     mismatches, checked = [], 0
     with warehouse.reader() as con:

@@ -1,4 +1,4 @@
-"""Hourly usage and utilization, one UTC day per partition, from ``gpuledger.analytics.reports``
+"""Hourly usage and utilization, one UTC day per partition, from ``gpuledger.analytics.queries``
 (the same functions the CLI and dashboards call); each partition is replaced exactly. A run may
 cover a range of days (single-run backfill): each day is computed and replaced on its own."""
 
@@ -31,10 +31,10 @@ def _materialize_days(context, warehouse: Warehouse, table: str, compute) -> dg.
 
 
 def _usage(context, warehouse: Warehouse, gpuledger_config: GpuledgerConfig, *, table: str, by: str):
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
     policy = gpuledger_config.load().policy
-    return _materialize_days(context, warehouse, table, lambda con, start, end: reports.usage_report(
+    return _materialize_days(context, warehouse, table, lambda con, start, end: queries.usage_report(
         con, start=start, end=end, by=by, policy=policy, per_hour=True))
 
 
@@ -61,8 +61,8 @@ def utilization_hourly(context: dg.AssetExecutionContext, warehouse: Warehouse,
                        gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Allocation % and active % of installed capacity per cluster, GPU model and hour
     (table utilization_hourly)."""
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
     policy = gpuledger_config.load().policy
     return _materialize_days(context, warehouse, "utilization_hourly", lambda con, start, end: (
-        reports.utilization_report(con, start=start, end=end, by="model", policy=policy)))
+        queries.utilization_report(con, start=start, end=end, by="model", policy=policy)))
