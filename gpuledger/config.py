@@ -670,9 +670,10 @@ MISSING_CURRENCY = ("no `currency:` given; add a top-level `currency: USD` (or t
                     "prices are in, e.g. EUR) so no amount is read in a guessed currency")
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """YAML without the timestamp rule: dates stay text and pydantic parses them, so an impossible
-    date (2026-02-30) is reported against its field instead of failing inside the YAML reader."""
+    date (2026-02-30) is reported against its field instead of failing inside the YAML reader.
+    libyaml's parser where PyYAML has it: a 1,000-project org tree parses in 0.1 s, not 1 s."""
 
 
 def _mapping_without_duplicates(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -700,6 +701,17 @@ _Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+
+
+def _nesting(value) -> int:
+    """How many mappings and lists deep ``value`` goes (iteratively: no recursion limit to hit)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            todo += [(v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)]
+    return deepest
 
 
 def _read_text(source: Path) -> str:
@@ -757,6 +769,9 @@ def parse_config_text(text: str, source: str | os.PathLike = "(stored config)", 
                           f"{MAX_ORG_DEPTH} levels)") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping with at least an `org:` tree")
+    if _nesting(raw) > 4 * MAX_ORG_DEPTH:  # libyaml reads any depth; validating it would recurse past its limit
+        raise ConfigError(f"{source}: nested too deeply to read (the org tree may have at most "
+                          f"{MAX_ORG_DEPTH} levels)")
     missing = MISSING_CURRENCY if require_currency and "currency" not in raw else None
     try:
         cfg = Config.model_validate(raw)
