@@ -39,6 +39,8 @@ from calendar import timegm
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from gpuledger.rules.severity import STAGES
+
 SECONDS_PER_HOUR = 3600.0
 WAIT_WINDOW_DAYS = 7  # the wait gauge: jobs submitted in this many days before the data's now
 OUTBOX_STATUSES = ("failed", "pending", "sent")
@@ -85,7 +87,7 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
     exhaustion = [({"node": r["node"]}, _unix(r["projected_exhaustion"])) for r in burn.iter_rows(named=True)
                   if r["projected_exhaustion"] is not None
                   and r["projected_exhaustion"] < datetime.combine(r["period_end"], datetime.min.time())]
-    by_sev = {s: 0 for s in ("warning", "second-warning", "preempt-eligible")}
+    by_sev = dict.fromkeys(STAGES, 0)
     wasted: dict[str, float] = {str(p): 0.0 for p in projects}
     for r in squat.iter_rows(named=True):
         by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + 1
