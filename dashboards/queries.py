@@ -665,12 +665,12 @@ def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple
     """Chargeback lines (project × model × tier, idle and memo lines) for any [start, end), by
     the ledger's chargeback with the warehouse's stored policy; ``projects``: only their lines
     (None: all, idle included). Not a statement: no files, nothing frozen."""
-    from gpuledger.analytics.queries import chargeback_report
+    from gpuledger import facts
     from gpuledger.config_store import policy_in_force
 
     with warehouse.kept_reader(path) as con:
-        lines = chargeback_report(con, f"{start.isoformat()}..{end.isoformat()}", level="project",
-                                  policy=policy_in_force(con))
+        lines = facts.chargeback(con, f"{start.isoformat()}..{end.isoformat()}", level="project",
+                                 policy=policy_in_force(con)).frame
     if projects is not None:
         lines = lines.filter(pl.col("project").is_in(list(projects)))
     return lines

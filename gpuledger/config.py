@@ -34,6 +34,7 @@ from gpuledger.config_files import (  # noqa: F401  (re-exported: callers import
 )
 from gpuledger.errors import UsageError
 from gpuledger.rules.periods import month_bounds
+from gpuledger.rules.severity import Stage
 
 Tier = Literal["reserved", "on-demand", "spot"]
 
@@ -279,7 +280,7 @@ class QuietHours(_Strict):
 
     start: str = Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")  # e.g. "22:00"
     end: str = Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")  # e.g. "07:00" (the next morning when before start)
-    urgent_severity: Literal["warning", "second-warning", "preempt-eligible"] = "preempt-eligible"
+    urgent_severity: Stage = "preempt-eligible"
 
 
 class OwnerSelfService(_Strict):
@@ -320,7 +321,7 @@ class AlertsPolicy(_Strict):
     owners: dict[str, str] = Field(default_factory=dict)  # user -> e-mail address
     owner_address_template: str | None = None  # e.g. "{user}@example.org", for users not in `owners`
     teams: dict[str, list[str]] = Field(default_factory=dict)  # project -> channels for its daily digest
-    min_severity: Literal["warning", "second-warning", "preempt-eligible"] = "warning"
+    min_severity: Stage = "warning"
     quiet_hours: QuietHours | None = None
     digest_hour_utc: int = Field(default=8, ge=0, le=23)  # the digest of the day before goes out then
     budget_thresholds_pct: list[float] = Field(default_factory=lambda: [80.0, 100.0])

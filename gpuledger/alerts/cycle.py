@@ -102,11 +102,11 @@ def run_alert_cycle(path, policy, *, now: datetime | None = None, clock: datetim
                     notifier_for=None, currency: str = "USD") -> CycleReport:
     """Plan at ``now`` (default: the data's newest time), enqueue, deliver at ``clock`` (default:
     the wall clock)."""
-    from gpuledger.analytics.queries import data_now
+    from gpuledger import facts
     from gpuledger.channels import notifier_for as default_notifier
 
     with warehouse.open_reader(path) as con:
-        now = now or data_now(con)
+        now = now or facts.data_now(con)
         alerts = plan_alerts(con, policy, now=now, currency=currency)
     new = enqueue(path, alerts)
     report = deliver(path, notifier_for or default_notifier, now=clock, max_attempts=policy.alerts.max_attempts,

@@ -30,7 +30,9 @@ from functools import cached_property
 
 from gpuledger.facts.rows import Rows, as_polars
 from gpuledger.sql import load_sql
-from gpuledger.warehouse.clock import data_now  # noqa: F401  ("now" for the data; facts.data_now for callers)
+
+# "now" for the data and for waits: facts.data_now / facts.waits_now for every surface
+from gpuledger.warehouse.clock import data_now, waits_now
 
 MATERIALIZED = "materialized"
 COMPUTED = "computed"
@@ -154,12 +156,14 @@ def _snapshot(con, table: str, schema: dict, as_of: datetime, order: str, rename
     return Rows(rows, {renamed.get(c, c): t for c, t in schema.items()})
 
 
-def fairshare(con, *, policy, as_of: datetime | None = None) -> Facts:
+def fairshare(con, *, policy, as_of: datetime | None = None, materialized: bool = True) -> Facts:
     """The fair-share tree as of ``as_of`` (default: the data's now), shaped like
     queries.fairshare_report (GPU-hours, ratios). ``policy``: a Policy, or a callable giving it
-    (called only when computed)."""
+    (called only when computed). ``materialized=False``: always computed (the pipeline that
+    writes the snapshot)."""
     at = as_of or data_now(con)
-    if _snapshot_fresh(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at) and _policy_in_force(con, policy):
+    if (materialized and _snapshot_fresh(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at)
+            and _policy_in_force(con, policy)):
         rows = _snapshot(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at, "queue_order", {"queue_order": "order"})
         return Facts(rows, MATERIALIZED, at)
     from gpuledger.analytics import queries
@@ -167,11 +171,12 @@ def fairshare(con, *, policy, as_of: datetime | None = None) -> Facts:
     return Facts(queries.fairshare_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
 
-def budget(con, *, policy, as_of: datetime | None = None) -> Facts:
-    """Budget burn per org node as of ``as_of`` (normalised GPU-hours), like queries.budget_report."""
+def budget(con, *, policy, as_of: datetime | None = None, materialized: bool = True) -> Facts:
+    """Budget burn per org node as of ``as_of`` (normalised GPU-hours), like queries.budget_report
+    (``materialized=False``: always computed)."""
     at = as_of or data_now(con)
     # unweighted_gpu_hours: NULL in rows from before migration 016, 0.0 or more in the report
-    if (_snapshot_fresh(con, "budget_snapshots", BUDGET_COLUMNS, at, filled="unweighted_gpu_hours")
+    if (materialized and _snapshot_fresh(con, "budget_snapshots", BUDGET_COLUMNS, at, filled="unweighted_gpu_hours")
             and _policy_in_force(con, policy)):
         # the snapshot keeps the report's row order (tree position, period) as it was inserted
         return Facts(_snapshot(con, "budget_snapshots", BUDGET_COLUMNS, at, "rowid"), MATERIALIZED, at)
@@ -203,12 +208,14 @@ def _usage_fresh(con, table: str, start: datetime, end: datetime, now: datetime)
 
 
 def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=None,
-          now: datetime | None = None) -> Facts:
+          now: datetime | None = None, per_hour: bool = False, materialized: bool = True) -> Facts:
     """Allocated / active / idle / unknown GPU-hours, efficiency and energy (kWh) over [start, end)
-    by ``by``, like queries.usage_report."""
+    by ``by``, like queries.usage_report. ``per_hour`` (one row per key and UTC hour, what the
+    usage tables store) and ``materialized=False`` are always computed."""
     at = now or data_now(con)
     table, keys = USAGE_TABLES.get(by, (None, ()))
-    if table is not None and _usage_fresh(con, table, start, end, at) and _policy_in_force(con, policy):
+    if (materialized and not per_hour and table is not None and _usage_fresh(con, table, start, end, at)
+            and _policy_in_force(con, policy)):
         # summed in SQL by attribution.sum_usage's exact rule (no polars, no analytics to import)
         query = _sql("usage_sums", table=table, keys=", ".join(f'"{k}"' for k in keys),
                      order=", ".join(f'"{k}" ASC NULLS LAST' for k in keys))
@@ -216,17 +223,19 @@ def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=No
         return Facts(Rows(rows, {**dict.fromkeys(keys, "String"), **USAGE_FIGURES}), MATERIALIZED, at)
     from gpuledger.analytics import queries
 
-    return Facts(queries.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at), COMPUTED, at)
+    frame = queries.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at, per_hour=per_hour)
+    return Facts(frame, COMPUTED, at)
 
 
 def utilization(con, *, start: datetime, end: datetime, by: str = "model", policy=None,
-                now: datetime | None = None) -> Facts:
+                now: datetime | None = None, materialized: bool = True) -> Facts:
     """Allocation % and active % of installed capacity per hour of [start, end), like
     queries.utilization_report. Materialized for ``by="model"`` (the pipeline's grain, rows as
     stored) when every day of the range is fresh as for usage; the other groupings are computed:
-    their sums over models would not be the range computation's digits."""
+    their sums over models would not be the range computation's digits (``materialized=False``:
+    always computed)."""
     at = now or data_now(con)
-    if by == "model" and _usage_fresh(con, "utilization_hourly", start, end, at) and _policy_in_force(con, policy):
+    if materialized and by == "model" and _usage_fresh(con, "utilization_hourly", start, end, at) and _policy_in_force(con, policy):
         rows = con.execute(_sql("utilization_by_model"), {"start": start, "end": end}).fetchall()
         return Facts(Rows(rows, UTILIZATION_COLUMNS), MATERIALIZED, at)
     from gpuledger.analytics import queries
@@ -245,7 +254,7 @@ def funding(con, *, policy, now: datetime | None = None) -> Facts:
 
 
 def findings(con, *, policy, now: datetime | None = None, include_exempt: bool = False,
-             exact_moment: bool = False) -> Facts:
+             exact_moment: bool = False, materialized: bool = True) -> Facts:
     """The squatting findings open at ``now``.
 
     Materialized: the squatting pipeline's latest evaluation at or before ``now``, when it is
@@ -260,9 +269,11 @@ def findings(con, *, policy, now: datetime | None = None, include_exempt: bool =
 
     ``exact_moment`` (enforcement): only an evaluation at ``now`` itself is fresh. A finding even
     minutes old could preempt a job that has been busy since; at the same moment the stored
-    findings are the computed ones (tests/pipelines/test_assets.py), so the plan is the same."""
+    findings are the computed ones (tests/pipelines/test_assets.py), so the plan is the same.
+
+    ``materialized=False``: always computed (the squatting pipeline, which stores the evaluation)."""
     at = now or data_now(con)
-    minutes = _sustained_minutes(con, policy)
+    minutes = _sustained_minutes(con, policy) if materialized else None
     if minutes is not None:
         evaluated = con.execute(_sql("latest_evaluation"), {"now": at}).fetchall()[0][0]
         window = timedelta(0) if exact_moment else timedelta(minutes=minutes / 2)
@@ -318,6 +329,33 @@ def waits(con, *, start: datetime, end: datetime, now: datetime | None = None, b
     table materializes it (a week of a 1,024-GPU cluster's jobs is one scan of ``jobs``)."""
     from gpuledger.analytics import queries
 
-    at = now or queries.waits_now(con)
+    at = now or waits_now(con)
     return Facts(queries.waits_report(con, start=start, end=end, now=at, by=by, every=every, projects=projects),
                  COMPUTED, at)
+
+
+def carbon(con, *, start: datetime, end: datetime, policy, now: datetime | None = None) -> Facts:
+    """Per project over [start, end): GPU-hours, GPU and facility kWh, kgCO2e and the GPU-hours
+    whose emissions are unknown (queries.carbon_report). Always computed: no table materializes it."""
+    from gpuledger.analytics import queries
+
+    at = now or data_now(con)
+    return Facts(queries.carbon_report(con, start=start, end=end, now=at, policy=_policy(policy)), COMPUTED, at)
+
+
+def chargeback(con, period: str, *, policy, level: str = "project", now: datetime | None = None) -> Facts:
+    """Chargeback lines of ``period`` (``2026-10``, ``2026-W41``, ``A..B``; queries.chargeback_report)
+    with ``policy``: not a statement (a closed month's stored lines are the ledger's:
+    gpuledger.reports.statement). Always computed."""
+    from gpuledger.analytics import queries
+
+    at = now or data_now(con)
+    return Facts(queries.chargeback_report(con, period, level=level, policy=_policy(policy), now=at), COMPUTED, at)
+
+
+def warehouse_summary(con) -> dict[str, object]:
+    """What the warehouse holds as of the data's now: devices, jobs, allocated GPU-hours, samples,
+    quarantine (queries.warehouse_summary)."""
+    from gpuledger.analytics import queries
+
+    return queries.warehouse_summary(con)

@@ -40,7 +40,7 @@ from gpuledger.config import Config, Policy
 from gpuledger.config_store import policy_in_force, stored_config
 from gpuledger.errors import RunError, UsageError
 from gpuledger.ledger import audit
-from gpuledger.rules.billing import billed_sql
+from gpuledger.rules.billing import billed_expr, billed_sql
 from gpuledger.rules.periods import PeriodError, month_bounds, next_month  # noqa: F401  (callers of the ledger)
 from gpuledger.sql import load_sql
 from gpuledger.warehouse.db import transaction
@@ -49,7 +49,6 @@ LEVELS = ("job", "project", "node")
 # Summed by corrections; every other column of a line is part of its identity.
 QUANTITIES = ("gpu_hours", "amount", "idle_amount_included", "amount_exact", "idle_amount_exact")
 EXACT = ("amount_exact", "idle_amount_exact")  # stored, never shown: what a correction's delta is taken from
-BILLED = ("charge", "idle")
 # Describe a line rather than identify it (as of when it was computed, derived from its kind).
 DESCRIPTIVE = ("billed_through", "provisional", "billed", "note", "revision", "correction_of")
 _LINE_COLUMNS_MISMATCH = load_sql(__package__, "line_columns_mismatch.sql")
@@ -494,8 +493,8 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
     for level, frame in deltas.items():
         template = fresh[level]
         billed_part = correction_lines(frame, template, described)
-        memo = _differences(effective[level].filter(~pl.col("line_kind").is_in(BILLED)),
-                            template.filter(~pl.col("line_kind").is_in(BILLED)))
+        memo = _differences(effective[level].filter(~billed_expr(has_corrections=False)),
+                            template.filter(~billed_expr(has_corrections=False)))
         out[level] = pl.concat([billed_part, memo], how="diagonal_relaxed").select(billed_part.columns)
     return out
 
@@ -509,9 +508,9 @@ def delta_leaves(job_fresh: pl.DataFrame, job_old: pl.DataFrame) -> pl.DataFrame
 
     keys = [k for k in _keys(job_fresh) if k in job_old.columns]
     zero = pl.lit(0).cast(RAW)
-    old = job_old.filter(pl.col("line_kind").is_in(BILLED)).select(
+    old = job_old.filter(billed_expr(has_corrections=False)).select(
         *keys, *[pl.col(q).alias(f"_old_{q}") for q in ("gpu_hours", "amount", "idle_amount_included", *EXACT)])
-    new = job_fresh.filter(pl.col("line_kind").is_in(BILLED))
+    new = job_fresh.filter(billed_expr(has_corrections=False))
     joined = new.join(old, on=keys, how="full", coalesce=True, nulls_equal=True).with_columns(
         _d_raw=pl.col("amount_exact").fill_null(zero) - pl.col("_old_amount_exact").fill_null(zero),
         _di_raw=pl.col("idle_amount_exact").fill_null(zero) - pl.col("_old_idle_amount_exact").fill_null(zero),

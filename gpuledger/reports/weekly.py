@@ -78,9 +78,7 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
     billed = lines.filter(is_billed(lines) & pl.col("currency").is_not_null()) \
         .with_columns(business_unit=unit_expr)
     # GPU-hours: allocated on charge lines, idle on the idle line (the org's): every row states its hours
-    hours = billed.group_by("business_unit", "currency").agg(
-        pl.col("gpu_hours").filter(pl.coalesce("correction_of", "line_kind").is_in(["charge", "idle"]))
-        .sum().round(6))
+    hours = billed.group_by("business_unit", "currency").agg(pl.col("gpu_hours").sum().round(6))
     # spend: the month statements' cents shared out to their weeks (so weeks add up to the month)
     spent = month_shares(con, start, end, policy=policy, now=now, unit_expr=unit_expr)
     spend = hours.join(spent, on=["business_unit", "currency"], how="full", coalesce=True).with_columns(

@@ -111,7 +111,7 @@ FACTS = "gpuledger.facts"
 DOMAIN = {"gpuledger.analytics", "gpuledger.ledger", "gpuledger.reports"}
 SURFACES = {"gpuledger.cli", "gpuledger.dashboards", "gpuledger.pipelines", "gpuledger.alerts", "gpuledger.enforce",
             "gpuledger.metrics"}
-# arrows known to point up and not yet gone (was: analytics.queries -> read_model.facts for data_now,
+# arrows known to point up and not yet gone (was: analytics.reports -> read_model.facts for data_now,
 # now in gpuledger.warehouse.clock below both; reports.weekly -> alerts.plan for the severity order,
 # now gpuledger.rules.severity; reports.delivery -> alerts.channels, now gpuledger.channels)
 KNOWN_UP: list[str] = []
@@ -220,6 +220,29 @@ def test_the_walk_counts_lazy_imports():
     node = ast.parse('x = lazy_import("gpuledger.facts")').body[0].value
     assert _lazy_target(node) == "gpuledger.facts"
     assert _lazy_target(ast.parse('lazy_import("polars")').body[0].value) is None
+
+
+QUERY_LAYER = "gpuledger.analytics.queries"
+
+
+def surfaces_on_the_query_layer() -> list[str]:
+    """Surface modules importing the analytics query layer (lazy edges included) instead of
+    reading through gpuledger.facts."""
+    return sorted(f"{m} -> {d}" for m, deps in imports_of("gpuledger").items() if _area(m) in SURFACES
+                  for d in deps if d == QUERY_LAYER or d.startswith(QUERY_LAYER + "."))
+
+
+def test_surfaces_read_through_facts_not_the_query_layer():
+    # was: the exporter recomputed (fairshare/budget/squatters_report), the CLI took data_now,
+    # funding_report and warehouse_summary there, the pipelines computed their snapshots there
+    assert surfaces_on_the_query_layer() == []
+
+
+def test_the_query_layer_finder_sees_a_lazy_edge(monkeypatch):
+    graph = {"gpuledger.cli.x": {("gpuledger.analytics.queries", ())}, "gpuledger.analytics.queries": set(),
+             "gpuledger.facts": {("gpuledger.analytics.queries", ())}}
+    monkeypatch.setattr(sys.modules[__name__], "module_imports", lambda: graph)
+    assert surfaces_on_the_query_layer() == ["gpuledger.cli.x -> gpuledger.analytics.queries"]
 
 
 def test_no_import_cycles_even_inside_functions():
