@@ -14,8 +14,13 @@ copied before each run (the cycle records its plan). Phases, one process, at the
 * gather — the Situation from the warehouse (facts as of now: fair share, funding, findings);
 * decide — the policy with every job observed (as ``enforce replay`` does: the simulator's jobs are
   not Kueue's, so the stand-in's view is timed but not joined);
-* write — the plan file (JSON);
-* record — the plan into the warehouse (enforcement_audit, warnings).
+* record — the plan into the warehouse (enforcement_audit, warnings);
+* write — the plan file (JSON), as ``enforce plan --out`` writes it (the pipelines only record);
+* next_* — the next cycle at the same instant: gather, decide and record again (only actions whose
+  reason changed are recorded: what a running deployment pays each cycle).
+
+Each phase in wall seconds and in this process's CPU seconds (user + system): on a shared machine
+the CPU figure is the steadier one. A cycle = observe + gather + decide + record.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import dataclasses
 import json
 import multiprocessing
+import os
 import resource
 import shutil
 import subprocess
@@ -139,50 +145,74 @@ def serve(listed: Path, kubeconfig: Path, ready, stop) -> None:
     standin.close()
 
 
+class Phases:
+    """Wall and CPU seconds (this process's user + system) of named phases."""
+
+    def __init__(self) -> None:
+        self.out: dict = {}
+
+    def __call__(self, name: str):
+        phases = self
+
+        class _Timed:
+            def __enter__(self):
+                self.t, self.cpu = time.perf_counter(), _cpu()
+
+            def __exit__(self, *exc):
+                phases.out[f"{name}_s"] = round(time.perf_counter() - self.t, 3)
+                phases.out[f"{name}_cpu_s"] = round(_cpu() - self.cpu, 3)
+
+        return _Timed()
+
+
+def decide(path: Path, cfg, now, timed: Phases, tag: str):
+    with timed(f"{tag}gather"), open_reader(path) as con:
+        situation = inputs.gather(con, cfg, now=now)
+    situation = dataclasses.replace(situation, observed_by="the warehouse (replay)",
+                                    jobs=[dataclasses.replace(j, observed={}) for j in situation.jobs])
+    with timed(f"{tag}decide"):
+        actions = policy.decide(situation, cfg.policy.enforcement.model_copy(update={"dry_run": True}))
+    with timed(f"{tag}record"), open_writer(path) as con:
+        audit.record_plan(con, actions, now=now)
+    return situation, actions
+
+
 def cycle(path: Path, plan_out: Path) -> dict:
-    times: dict = {}
-    t = time.perf_counter()
-    with open_reader(path) as con:
+    """The first cycle (every action recorded), then the next at the same instant (as a running
+    deployment pays: only actions whose reason changed are recorded)."""
+    timed = Phases()
+    with timed("config"), open_reader(path) as con:
         cfg = stored_config(con).config
         now = data_now(con)
-        times["config_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        situation = inputs.gather(con, cfg, now=now)
-    times["gather_s"] = time.perf_counter() - t
+    with open_reader(path) as con:
+        jobs = inputs.gather(con, cfg, now=now).jobs
     listed = path.parent / "workloads.json"
-    listed.write_text(json.dumps(workloads(situation.jobs)))
+    listed.write_text(json.dumps(workloads(jobs)))
     ctx = multiprocessing.get_context("spawn")  # the stand-in in its own process: no GIL shared with the client
     ready, stop = ctx.Queue(), ctx.Event()
     server = ctx.Process(target=serve, args=(listed, path.parent / "standin.kubeconfig", ready, stop))
     server.start()
     try:
         kubeconfig = ready.get(timeout=300)
-        t, cpu = time.perf_counter(), _cpu()
-        seen = KueueBackend(kubeconfig=str(kubeconfig), cluster="sim").observe()
-        times["observe_s"] = time.perf_counter() - t
-        client_cpu = _cpu() - cpu  # gpuledger's own share: the rest is the stand-in serving pages
+        with timed("observe"):  # wall: the stand-in's serving too; CPU: gpuledger's own
+            seen = KueueBackend(kubeconfig=str(kubeconfig), cluster="sim").observe()
     finally:
         stop.set()
         server.join(timeout=30)
-    situation = dataclasses.replace(situation, observed_by="the warehouse (replay)",
-                                    jobs=[dataclasses.replace(j, observed={}) for j in situation.jobs])
-    t = time.perf_counter()
-    actions = policy.decide(situation, cfg.policy.enforcement.model_copy(update={"dry_run": True}))
-    times["decide_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    plan_out.write_text(planfile.to_json(actions, plan_id=None, planned_at=now))
-    times["write_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    with open_writer(path) as con:
-        audit.record_plan(con, actions, now=now)
-    times["record_s"] = time.perf_counter() - t
-    times["cycle_s"] = sum(times.values())
-    times["observe_client_cpu_s"] = client_cpu
+    situation, actions = decide(path, cfg, now, timed, "")
+    with timed("write"):
+        plan_out.write_text(planfile.to_json(actions, plan_id=None, planned_at=now))
+    decide(path, cfg, now, timed, "next_")
+    out = timed.out
+    phases = ("observe", "gather", "decide", "record")
+    out["cycle_cpu_s"] = round(sum(out[f"{p}_cpu_s"] for p in phases), 3)
+    out["next_cycle_cpu_s"] = round(out["observe_cpu_s"] + sum(out[f"next_{p}_cpu_s"] for p in phases[1:]), 3)
     running = sum(j.running for j in situation.jobs)
-    times |= {"projects_ranked": situation.fs_projects, "jobs": len(situation.jobs), "running": running,
-              "waiting": len(situation.jobs) - running, "workloads_listed": len(seen), "actions": len(actions),
-              "now": now.isoformat(), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    return times
+    out |= {"projects_ranked": situation.fs_projects, "jobs": len(situation.jobs), "running": running,
+            "waiting": len(situation.jobs) - running, "workloads_listed": len(seen), "actions": len(actions),
+            "now": now.isoformat(), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "load_average": os.getloadavg()}
+    return out
 
 
 def main() -> None:

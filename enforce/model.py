@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from gpuledger.rules.clock import iso_z
 
@@ -63,7 +64,7 @@ class JobFacts:
     # identify it and that the decision relied on); None: not observed, so never preempted
     observed: dict | None = None
 
-    @property
+    @cached_property  # asked millions of times a cycle at Kueue's large shape
     def key(self) -> tuple[str, str]:
         return (self.cluster, self.job_id)
 
