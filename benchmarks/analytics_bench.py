@@ -14,7 +14,7 @@ and of the incremental update (``--incremental-repeat`` rounds of the update, de
 week's end and again at 23:35; their medians are reported too); the figures are the best round's (a warm process, as the
 pipelines and dashboards are), and the first round's totals are reported too (cold: polars and
 the allocator warming up). Wall time per step, and peak RSS per step (VmHWM, reset before it).
-The full recompute is what the pipelines' and dashboards' entry points (analytics/reports.py)
+The full recompute is what the pipelines' and dashboards' entry points (analytics/queries.py)
 do over the week, collected as they collect (analytics/collect.py).
 """
 

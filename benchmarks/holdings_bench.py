@@ -63,7 +63,8 @@ def build(folder: Path, gpus: int, days: float) -> Path:
     subprocess.run([str(BIN / "gpuledger"), "simulate", "warehouse", "--gpus", str(gpus), "--days", f"{days:g}",
                     "--seed", "1"], env=env, check=True, capture_output=True, text=True)
     import duckdb
-    from gpuledger.warehouse.read_model.facts import data_now
+
+    from gpuledger.facts import data_now
 
     with duckdb.connect(str(path)) as con:
         now = data_now(con)
@@ -82,8 +83,8 @@ def timed(fn, rounds: int) -> float:
 
 def measure(path: Path, rounds: int) -> dict:
     import duckdb
-    from gpuledger.warehouse.read_model.facts import data_now
 
+    from gpuledger.facts import data_now
     from gpuledger.ingest.holdings import store
 
     shipped = store._LINKS

@@ -158,7 +158,7 @@ def squatters_at(path: Path, policy, when: datetime) -> dict[str, dict]:
     """gpuledger's squatting rule at ``when`` (what `gpuledger report squatters --now` prints)."""
     import duckdb
 
-    from gpuledger.analytics.reports import squatters_report
+    from gpuledger.analytics.queries import squatters_report
 
     con = duckdb.connect(str(path), read_only=True)
     try:

@@ -28,9 +28,9 @@ BIN = Path(sys.executable).parent
 
 
 def _cases(warehouse: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
+    from gpuledger import facts
     from gpuledger import warehouse as wh
     from gpuledger.ledger.config_versions import stored_config
-    from gpuledger.warehouse.read_model import facts
 
     with wh.open_reader(warehouse) as con:
         now = facts.data_now(con)

@@ -51,7 +51,7 @@ def main(argv=None) -> None:
         parser.error(f"--period {args.period!r}: a month, YYYY-MM (e.g. 2026-11)")
     queries.warm_imports()
     from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.reports import data_now
+    from gpuledger.analytics.queries import data_now
     from gpuledger.config_store import policy_in_force
     from gpuledger.ledger.periods import statement_lines
     from gpuledger.reports import statement as s

@@ -1,5 +1,5 @@
 """`report weekly`'s squatting episodes (issue 21): the week judged from one read of its tables and
-only where a held GPU could be idle, against the plain replay (reports.squatters_report at every
+only where a held GPU could be idle, against the plain replay (queries.squatters_report at every
 30-min moment, the tables read each time), in one process, same warehouse, interleaved rounds.
 
     .venv/bin/gpuledger simulate warehouse --gpus 64 --days 7 --start 2026-11-02T00:00:00 --seed 42 -w W
@@ -26,8 +26,8 @@ def main() -> None:
     args = ap.parse_args()
     from gpuledger import warehouse
     from gpuledger.config_store import policy_in_force
-    from gpuledger.rules.periods import week_bounds
     from gpuledger.reports.weekly import week_episodes
+    from gpuledger.rules.periods import week_bounds
 
     start, end = week_bounds(args.week)
     cpu: dict[str, list[float]] = {"plain": [], "one-read": []}

@@ -23,6 +23,7 @@ from gpuledger import warehouse
 from gpuledger.rules import activity
 from gpuledger.rules.billing import billed
 from gpuledger.rules.periods import months_between  # noqa: F401  (the pages ask queries for it)
+from gpuledger.rules.severity import SEVERITY_RANK
 from gpuledger.sql import load_sql
 
 HOUR = timedelta(hours=1)
@@ -164,7 +165,7 @@ def config_in_force(path: str):
 def warehouse_state(path: str) -> WarehouseState:
     """The warehouse's state for the dashboards. A missing, unreadable or not yet analysed
     warehouse comes back with ``problem`` set to one sentence saying what to run."""
-    from gpuledger.warehouse.read_model.facts import data_now  # the read model's "now" (the CLI's too)
+    from gpuledger.facts import data_now  # the read model's "now" (the CLI's too)
 
     empty = {"data_now": None, "first_hour": None, "last_hour": None, "clusters": (), "parent_of": {},
              "kind_of": {}, "periods": (), "counts": {}}
@@ -345,12 +346,11 @@ def fairshare_latest(path: str, end: datetime) -> pl.DataFrame:
 
 
 def _facts_at_the_end(path: str, end: datetime, figure: str, empty_sql: str) -> pl.DataFrame:
-    """``figure`` (read_model.facts.fairshare / budget) as of the period's end, at most the data's
+    """``figure`` (facts.fairshare / budget) as of the period's end, at most the data's
     now: the materialized snapshot when it holds for that moment and was made after the config in
     force was loaded, else computed under that config — never a snapshot older than the data or
     the config. With the snapshot table's ``as_of`` and ``day`` beside (the pages' names)."""
-    from gpuledger.warehouse.read_model import facts
-
+    from gpuledger import facts
     from gpuledger.ledger.config_versions import config_in_force as in_force
 
     with warehouse.kept_reader(path) as con:
@@ -367,8 +367,8 @@ def delivery_balance(path: str, end: datetime) -> tuple[pl.DataFrame, bool, floa
     """The delivery balance per org node and settlement period up to the period's end, at most the
     data's now (`gpuledger report balance --history`'s answer under the config in force; empty
     without data), whether fair share is credited with it, and the period's length in days."""
+    from gpuledger import facts
     from gpuledger.ledger.config_versions import config_in_force as in_force
-    from gpuledger.warehouse.read_model import facts
 
     with warehouse.kept_reader(path) as con:
         policy = in_force(con, None, write=False).config.policy
@@ -439,8 +439,6 @@ def budget_history(path: str, node: str, period_start, end: datetime) -> pl.Data
 def squatting_open(path: str, clusters: tuple[str, ...]) -> pl.DataFrame:
     """Open findings of ``clusters`` (all when empty), worst first: the highest severity, then the
     longest idle."""
-    from gpuledger.alerts.plan import SEVERITY_RANK
-
     found = read(path, "squatting_open")
     if clusters:
         found = found.filter(pl.col("cluster").is_in(list(clusters)))
@@ -551,9 +549,9 @@ def priority_why(jobs: pl.DataFrame, budgets: pl.DataFrame, tree: pl.DataFrame) 
 # --- wait times, the scheduler's word (issue 38) ------------------------------------------------
 
 def waits(path: str, start: datetime, end: datetime, projects: tuple[str, ...], by: str = "project") -> pl.DataFrame:
-    """`gpuledger report waits`'s answer (read_model.facts.waits) for the jobs of ``projects`` (all
+    """`gpuledger report waits`'s answer (facts.waits) for the jobs of ``projects`` (all
     when empty) submitted in [start, end): seconds, as of the data's now."""
-    from gpuledger.warehouse.read_model import facts
+    from gpuledger import facts
 
     with warehouse.kept_reader(path) as con:
         return facts.waits(con, start=start, end=end, by=by, projects=projects).frame
@@ -629,7 +627,7 @@ class StatementView:
 # What building a statement imports (each module loads its own lazily, so the CLI starts fast):
 # the server imports them once, in the background, before the chargeback page asks (ui.warm_server).
 STATEMENT_MODULES = ("gpuledger.reports.statement", "gpuledger.reports.statement_view",
-                     "gpuledger.warehouse.read_model.statement_views", "gpuledger.reports.files", "gpuledger.analytics.reports",
+                     "gpuledger.facts.statement_views", "gpuledger.reports.files", "gpuledger.analytics.queries",
                      "gpuledger.analytics.chargeback", "gpuledger.analytics.load", "gpuledger.analytics.attribution",
                      "gpuledger.analytics.tree", "gpuledger.ledger.periods", "gpuledger.ledger.config_versions",
                      "gpuledger.config_store", "gpuledger.warehouse.clock", "gpuledger.analytics.carbon",
@@ -647,8 +645,7 @@ def statement(path: str, period: str, node: str | None) -> StatementView:
     """The finance statement of ``period`` (YYYY-MM) for the org or ``node``'s subtree: the
     chargeback pipeline's stored view while it is as new as the data (one row read), else built
     now; its files' bytes (``files``) are written when first asked for."""
-    from gpuledger.warehouse.read_model import statement_views
-
+    from gpuledger.facts import statement_views
     from gpuledger.reports.statement import build_statement, subtree
     from gpuledger.reports.statement_view import StatementSummary
 
@@ -668,12 +665,12 @@ def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple
     """Chargeback lines (project × model × tier, idle and memo lines) for any [start, end), by
     the ledger's chargeback with the warehouse's stored policy; ``projects``: only their lines
     (None: all, idle included). Not a statement: no files, nothing frozen."""
-    from gpuledger.analytics.reports import chargeback_report
+    from gpuledger import facts
     from gpuledger.config_store import policy_in_force
 
     with warehouse.kept_reader(path) as con:
-        lines = chargeback_report(con, f"{start.isoformat()}..{end.isoformat()}", level="project",
-                                  policy=policy_in_force(con))
+        lines = facts.chargeback(con, f"{start.isoformat()}..{end.isoformat()}", level="project",
+                                 policy=policy_in_force(con)).frame
     if projects is not None:
         lines = lines.filter(pl.col("project").is_in(list(projects)))
     return lines

@@ -111,7 +111,7 @@ def _guard(con, cfg: Config, at: datetime, actions: list[Action] = ()):
 
     funding: dict = {}
     if any(_serves_funded(a) for a in actions):  # read only when a preemption serves funded work
-        from gpuledger.warehouse.read_model import facts
+        from gpuledger import facts
 
         funding = {(r["cluster"], r["job_id"]): r
                    for r in facts.funding(con, policy=cfg.policy, now=at).frame.iter_rows(named=True)}

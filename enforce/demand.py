@@ -4,7 +4,7 @@ for GPUs the idle ones cannot give. Pure.
 Down the waiting list, highest priority first, each waiting job takes idle GPUs of its pools,
 then GPUs freed by victims chosen before it (``Capacity``); what it still misses is freed by
 victims (``victims``: least lost work, or lowest priority), chosen from the candidates below it
-(``demand_candidates``) that no rail holds back (``held_back``) — all of them or none."""
+(``candidates.Preemptible.below``) that no rail holds back (``hold_back``) — all of them or none."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuledger.enforce.bands import on_top, quick_band
+from gpuledger.enforce.candidates import Preemptible, whole_gpus
 from gpuledger.enforce.model import PREEMPT, WAITING, Action, JobFacts, Situation
-from gpuledger.enforce.rails import act, exemption, fmt, held_by_rails, lost_minutes, protected, stale
+from gpuledger.enforce.rails import act, fmt, lost_minutes
 
 Key = tuple[str, str]
 Pool = tuple[str, "str | None"]
@@ -41,7 +42,7 @@ def capacity(situation: Situation, already: set[Key]) -> Capacity:
     cap = Capacity(free=dict(situation.free_gpus), whole=whole)
     for job in situation.jobs:
         if job.key in already:
-            cap.freed[(job.cluster, job.gpu_model)] += job.gpus if whole is None or _whole(job) else 0.0
+            cap.freed[(job.cluster, job.gpu_model)] += job.gpus if whole is None or whole_gpus(job) else 0.0
             cap.taken.add(job.key)
     return cap
 
@@ -88,7 +89,7 @@ def take_idle(w: JobFacts, pools: list[Pool], cap: Capacity) -> float:
     """The GPUs ``w`` still misses once it took, pool by pool, the idle ones and those freed
     before it (taken out of ``cap``)."""
     need = w.gpus
-    whole = cap.whole is not None and _whole(w)
+    whole = cap.whole is not None and whole_gpus(w)
     for pool in pools:
         idle = min(cap.free.get(pool, 0.0), cap.whole.get(pool, 0.0)) if whole else cap.free.get(pool, 0.0)
         use = max(min(idle, need), 0.0)
@@ -102,76 +103,21 @@ def take_idle(w: JobFacts, pools: list[Pool], cap: Capacity) -> float:
     return need
 
 
-def preemptible_by_cluster(situation: Situation, policy) -> dict[str, list[JobFacts]]:
-    """The running jobs that may go for waiting work at all this cycle (not exempt, not
-    protected), per cluster, in the situation's order: each waiting job looks only at these (a
-    1,024-GPU week has ~27,000 waiting jobs; scanning every job for each was most of a cycle)."""
-    out: dict[str, list[JobFacts]] = {}
-    for j in situation.jobs:
-        if j.running and not exemption(j, policy) and not protected(j, situation.now):
-            out.setdefault(j.cluster, []).append(j)
-    return out
-
-
-def demand_candidates(w: JobFacts, situation: Situation, policy, targets, cap: Capacity,
-                      preemptible: dict[str, list[JobFacts]] | None = None) -> list[JobFacts]:
-    """Running jobs whose GPUs ``w`` can use and that may go for it: not chosen yet, below its
-    priority, not exempt, not protected, of whole GPUs when ``w`` needs whole ones.
-    ``preemptible``: preemptible_by_cluster's index of the cycle (made here when not given)."""
-    whole = cap.whole is not None and _whole(w)
-    if preemptible is None:
-        preemptible = preemptible_by_cluster(situation, policy)
-    rank = targets[w.key][0]
-    return [j for j in preemptible.get(w.cluster, ())
-            if j.key not in cap.taken and _serves(j, w) and targets[j.key][0] < rank and (not whole or _whole(j))]
-
-
-def held_back(candidates: list[JobFacts], words: str, situation: Situation, policy, notes, short: set[Key],
-              verdicts: dict | None = None) -> tuple[list[JobFacts], dict[Key, str]]:
-    """(the candidates that may go now, why each other one is held: stale job data, no live view,
-    the cool-down). A funded one whose preemption would lose more than ``max_lost_minutes`` of work
-    waits for its checkpoint. Each held job is noted once per cycle (``short``). ``verdicts``: the
-    cycle's memo of each job's (too costly, held why), which depend on the job alone."""
-    now = situation.now
-    verdicts = {} if verdicts is None else verdicts
-    for c in candidates:
-        if c.key not in verdicts:
-            verdicts[c.key] = (_too_costly(c, now, policy),
-                               stale(situation, policy, c.cluster, "jobs") or held_by_rails(c, situation, policy))
-    costly = {c.key for c in candidates if verdicts[c.key][0]}  # would throw away too much work
-    for c in candidates:
-        if c.key in costly and c.key not in short:
-            short.add(c.key)
-            notes[c.key].append(f"ranks below waiting {words}, but a "
-                                f"preemption now would lose {lost_minutes(c, now, policy):.0f} min of work "
-                                f"(more than max_lost_minutes {policy.max_lost_minutes:g})")
-    blocked = {}
-    for c in candidates:
-        why = verdicts[c.key][1]
-        if why and c.key not in costly:
-            blocked[c.key] = why
-            if c.key not in short:
-                short.add(c.key)
-                notes[c.key].append(f"ranks below waiting {words}, but {why}")
-    return [c for c in candidates if c.key not in costly and c.key not in blocked], blocked
-
-
-def unserved(w: JobFacts, need: float, candidates: list[JobFacts], blocked: dict[Key, str], words: str,
-             notes, short: set[Key]) -> None:
+def unserved(w: JobFacts, need: float, could_go: float | None, held: tuple[int, str | None],
+             fresh: list[JobFacts], words: str, notes) -> None:
     """Notes when nothing is preempted for ``w``: why, on ``w``, and on each candidate not noted yet
-    (the first, highest waiting job it ranks below)."""
-    if_all = sum(c.gpus for c in candidates)
-    why = (f"the {if_all:g} GPU(s) that could go would not free the {need:g} it needs"
-           if candidates else "no running job below it may be preempted for it")
-    if blocked:
-        why += f" ({len(blocked)} other job(s) held back: {next(iter(blocked.values()))})"
+    (``fresh``: the first, highest waiting job it ranks below). ``could_go``: the GPUs of the
+    candidates that may go (None: there are none); ``held``: how many others are held back, and why
+    the first of them is."""
+    why = (f"the {could_go:g} GPU(s) that could go would not free the {need:g} it needs"
+           if could_go is not None else "no running job below it may be preempted for it")
+    if held[0]:
+        why += f" ({held[0]} other job(s) held back: {held[1]})"
     notes[w.key].append(f"waits for {w.gpus:g} {w.gpu_model or 'GPU(s) of any model'} "
                         f"({need:g} not idle); nothing is preempted for it: {why}")
-    for c in candidates:
-        if c.key not in short:
-            short.add(c.key)
-            notes[c.key].append(f"ranks below waiting {words}, but preempting all {if_all:g} GPU(s) "
-                                f"that could go would not free the {need:g} it needs")
+    for c in fresh:
+        notes[c.key].append(f"ranks below waiting {words}, but preempting all {could_go or 0:g} GPU(s) "
+                            f"that could go would not free the {need:g} it needs")
 
 
 def take_freed(chosen: list[JobFacts], pools: list[Pool], need: float, cap: Capacity) -> None:
@@ -222,8 +168,7 @@ def demand_preemptions(situation: Situation, policy, targets, already: set[Key],
     cap = capacity(situation, already)
     running_pools = {(j.cluster, j.gpu_model) for j in situation.jobs}
     out: list[tuple[Action, JobFacts]] = []
-    short: set[Key] = set()
-    preemptible, verdicts = preemptible_by_cluster(situation, policy), {}
+    index = Preemptible(situation, policy, targets, cap.taken)
     for w in waiting_for_gpus(situation, policy, targets, notes):
         # a request without a GPU model (Slurm --gres=gpu:N, --gpus=N) may run on any model of its
         # cluster (and partition, when both are known): every such pool serves it
@@ -232,15 +177,20 @@ def demand_preemptions(situation: Situation, policy, targets, already: set[Key],
         if need <= 1e-9:
             continue
         words = f"{_waiting_words(w, policy)} {w.job_id}"
-        candidates, blocked = held_back(demand_candidates(w, situation, policy, targets, cap, preemptible), words,
-                                        situation, policy, notes, short, verdicts)
+        c, at = index.below(w, targets[w.key][0], whole_gpus=cap.whole is not None and whole_gpus(w))
+        at, n_held, first_held = index.hold_back(c, at, words, policy, notes)
         if policy.victim_fit == "within-need":  # a victim larger than the need leaves GPUs idle, held for its restart
-            candidates = [c for c in candidates if c.gpus <= need + 1e-9]
-        chosen = _victims(candidates, need, situation.now, policy, targets)
+            at = index.within(c, at, need)
+        if policy.victim_order == "priority":
+            chosen = _victims(index.jobs(c, at), need, situation.now, policy, targets)
+        else:  # the exact search looks at the cheapest MAX_EXACT_VICTIMS only
+            chosen = _victims(index.cheapest(c, at, MAX_EXACT_VICTIMS), need, situation.now, policy, targets)
         if not chosen:
-            unserved(w, need, candidates, blocked, words, notes, short)
+            unserved(w, need, index.gpus(c, at) if len(at) else None, (n_held, first_held),
+                     index.not_noted(c, at), words, notes)
             continue
         take_freed(chosen, pools, need, cap)
+        index.take(chosen)
         out += demand_actions(w, chosen, need, words, situation.now, policy, targets)
     return out
 
@@ -251,16 +201,6 @@ def _pools(w: JobFacts, known: set[tuple[str, str | None]]) -> list[tuple[str, s
     if w.gpu_model is not None:
         return [(w.cluster, w.gpu_model)]
     return sorted((k for k in known if k[0] == w.cluster), key=lambda k: (k[1] is not None, k[1] or ""))
-
-
-def _serves(victim: JobFacts, w: JobFacts) -> bool:
-    """Preempting ``victim`` frees GPUs ``w`` can use: same cluster, same model (any, when ``w``
-    names none), same partition when both are known."""
-    if victim.cluster != w.cluster:
-        return False
-    if w.gpu_model is not None and victim.gpu_model != w.gpu_model:
-        return False
-    return not (w.partition and victim.partition and w.partition != victim.partition)
 
 
 MAX_EXACT_VICTIMS = 18  # candidates searched exactly; beyond, the cheapest (loss per GPU) of them
@@ -287,6 +227,10 @@ def _victims(candidates: list[JobFacts], need: float, now: datetime, policy, tar
     suffix = [0.0] * (len(pool) + 1)
     for i in range(len(pool) - 1, -1, -1):
         suffix[i] = suffix[i + 1] + pool[i].gpus
+    # the pool is cheapest per GPU first, so whatever completes a partial set costs at least the
+    # GPUs still missing at pool[i]'s rate: a bound that cuts most of the search (a cycle at Kueue's
+    # large shape, issue 41); its margin (1e-6 > the key's rounding) never cuts a set as good as the best
+    per_gpu = [cost[c.key] / max(c.gpus, 1e-9) for c in pool]
 
     def search(i: int, chosen: list[JobFacts], got: float, loss: float) -> None:
         nonlocal best, best_set
@@ -299,6 +243,8 @@ def _victims(candidates: list[JobFacts], need: float, now: datetime, policy, tar
             return
         if i == len(pool) or got + suffix[i] < need - 1e-9 or (best is not None and loss > best[0] + 1e-9):
             return
+        if best is not None and loss + (need - got) * per_gpu[i] > best[0] + 1e-6:
+            return
         c = pool[i]
         chosen.append(c)
         search(i + 1, chosen, got + c.gpus, loss + cost[c.key])
@@ -307,20 +253,6 @@ def _victims(candidates: list[JobFacts], need: float, now: datetime, policy, tar
 
     search(0, [], 0.0, 0.0)
     return sorted(best_set, key=lambda j: (cost[j.key], j.key))
-
-
-def _too_costly(job: JobFacts, now: datetime, policy) -> bool:
-    """A funded job past its minimum runtime whose preemption now would lose more than
-    ``max_lost_minutes`` of work: it waits for its next checkpoint. Unfunded work runs on burst
-    and goes whenever funded work needs its GPUs."""
-    if policy.max_lost_minutes is None or not job.funded:
-        return False
-    return lost_minutes(job, now, policy) > policy.max_lost_minutes + 1e-9
-
-
-def _whole(job: JobFacts) -> bool:
-    """The job holds whole GPUs (1, 2, 8 ...), not slices or fractions of them."""
-    return job.gpus >= 1 - 1e-9 and abs(job.gpus - round(job.gpus)) < 1e-9
 
 
 def _waiting_words(w: JobFacts, policy) -> str:

@@ -14,9 +14,8 @@ from datetime import datetime, timedelta
 import duckdb
 from gpuledger.enforce import audit, team_store
 from gpuledger.enforce.model import Finding, JobFacts, Situation
-from gpuledger.warehouse.read_model import facts
 
-from gpuledger.analytics import reports
+from gpuledger import facts
 from gpuledger.analytics.fairshare import over_share_projects
 from gpuledger.analytics.squatting import LOOKBACK
 from gpuledger.config import Config
@@ -90,7 +89,7 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
         now=now, jobs=jobs, findings=findings, warnings=audit.load_warnings(con),
         history=audit.load_history(con), free_gpus=free, free_whole_gpus=whole, fs_projects=len(ranks),
         over_share=over_share_projects(tree),
-        data_as_of=reports.data_now(con, wall=now) if _has_data(con, now) else None,
+        data_as_of=facts.data_now(con, wall=now) if _has_data(con, now) else None,
         samples_as_of=samples_as_of, jobs_as_of=jobs_as_of,
         recent_preemptions=audit.recent_preemptions(con, since=now - timedelta(hours=1)),
         squatting_exempt={"namespaces": list(squat.exempt_namespaces), "kinds": list(squat.exempt_kinds),

@@ -5,8 +5,9 @@ Times are naive UTC datetimes; GPUs are whole-GPU equivalents (a 3g MIG slice is
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from gpuledger.rules.clock import iso_z
 
@@ -63,7 +64,7 @@ class JobFacts:
     # identify it and that the decision relied on); None: not observed, so never preempted
     observed: dict | None = None
 
-    @property
+    @cached_property  # asked millions of times a cycle at Kueue's large shape
     def key(self) -> tuple[str, str]:
         return (self.cluster, self.job_id)
 
@@ -173,10 +174,12 @@ class Action:
     action_id: str | None = None  # set when the plan is recorded
 
     def to_json(self) -> dict:
-        out = asdict(self)
-        for k, v in out.items():
-            if isinstance(v, datetime):
-                out[k] = iso_z(v)
+        """The fields as JSON values (times as ISO "Z" text); the dicts are copies, one level deep
+        (what they hold is plain: numbers, text, flat dicts of the live view)."""
+        out = {}
+        for k in self.__dataclass_fields__:
+            v = getattr(self, k)
+            out[k] = iso_z(v) if isinstance(v, datetime) else {**v} if isinstance(v, dict) else v
         return out
 
     @classmethod

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from gpuledger.enforce.model import PREEMPT, STOP, WARN, Action, Finding, JobFacts, Situation, Warning
 from gpuledger.enforce.rails import act, exemption, fmt, held_by_rails, protected, squatting_exemption, stale
 
-STAGES = ("warning", "second-warning", "preempt-eligible")
+from gpuledger.rules.severity import STAGES
+
 CAPPED_WARNING_WINDOW = timedelta(hours=24)
 
 Outcome = tuple[Action | None, str | None]

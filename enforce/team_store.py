@@ -197,7 +197,7 @@ def budget_weight(con, gpu_model: str | None) -> float:
 def binding_budget(con, cfg, project: str, now: datetime) -> tuple[str | None, float | None]:
     """(node, remaining normalised GPU-hours) of the budget on the project's path with the least
     left now (every budget on the path caps it); (None, None) without one."""
-    from gpuledger.warehouse.read_model import facts
+    from gpuledger import facts
 
     parent = dict(con.execute("SELECT node, parent FROM org_nodes").fetchall())
     path, node = [], project

@@ -47,8 +47,8 @@ class RunOnceResult:
 def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, instance: dg.DagsterInstance,
              squatting_evaluations: int = 6, on_step: Callable[[str], None] = lambda _: None) -> RunOnceResult:
     """Materialize everything once (see the module docstring); raises when a run fails."""
+    from gpuledger import facts
     from gpuledger import warehouse as wh
-    from gpuledger.analytics import reports
 
     store = Warehouse(path=str(Path(warehouse_path).absolute()))
     resources = {"warehouse": store,
@@ -86,7 +86,7 @@ def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, inst
     with wh.open_reader(warehouse_path) as con:
         first = con.execute("SELECT least((SELECT min(ts) FROM gpu_samples), (SELECT min(start_time) FROM jobs))"
                             ).fetchall()[0][0]
-        now = reports.data_now(con)
+        now = facts.data_now(con)
     if first is None:
         on_step("no samples or jobs in the warehouse yet: analytics skipped")
         return _count_rows(out, warehouse_path)

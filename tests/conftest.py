@@ -43,7 +43,7 @@ def example_config():
 RIG_FILES = {
     "slurm": ("tests/ingest/test_slurm.py", "tests/ingest/test_slurm_gpus.py", "tests/enforce/test_slurm.py",
               "tests/enforce/test_slurm_rig.py", "tests/enforce/test_team_slurm_rig.py"),
-    "dashboards": ("tests/dashboards/", "tests/bench/test_prometheus_bench.py"),
+    "dashboards": ("tests/dashboards/", "tests/bench/test_prometheus_bench.py", "tests/metrics/test_exporter_facts.py"),
 }
 
 

@@ -1,5 +1,5 @@
 """"Now" for the data, low in the warehouse so the analytics and the read model ask the same rule
-without importing each other: the newest moment the samples cover (a window aggregate reaches its
+without importing each other (and "now" for waits, ``waits_now``): the newest moment the samples cover (a window aggregate reaches its
 newest raw sample: ts + covered_ms, migration 021) or job event (submit, start, end) that is not in
 the future (a replayed or simulated week ends there); the wall clock when there is none."""
 
@@ -26,3 +26,11 @@ def data_now(con, *, wall: datetime | None = None) -> datetime:
                               {"wall": wall, "lo": sample_ts - LONGEST_COVERAGE}).fetchall()[0][0]
     newest = max((t for t in (covered, sample_ts, job_event) if t is not None), default=None)
     return newest if newest is not None else wall
+
+
+def waits_now(con) -> datetime:
+    """"Now" for waits: the data's now, or the last import when later — a job the scheduler still
+    listed as pending then was still waiting then (an idle queue has no newer job event). Naive UTC."""
+    newest = con.execute("SELECT max(updated_at) FROM jobs WHERE updated_at <= ?", [utc_now()]).fetchall()[0][0]
+    at = data_now(con)
+    return max(at, newest) if newest is not None else at

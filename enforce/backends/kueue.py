@@ -29,6 +29,7 @@ from gpuledger.enforce.backends.base import (
 )
 from gpuledger.enforce.model import ENDED, HELD, REQUEUE, RUNNING, WAITING, Action
 
+from gpuledger.ingest.jobs.k8s_lists import list_in_pages
 from gpuledger.rules.clock import iso_z, utc_now
 
 GROUP, VERSION, PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
@@ -61,13 +62,16 @@ class KueueBackend(Backend):
         self.timeout_s = timeout_s
 
     def _list(self, custom) -> dict:
-        """Every Workload (all namespaces, or only ``namespaces``), as one list object."""
+        """Every Workload (all namespaces, or only ``namespaces``), as one list object, read in
+        pages (a large cluster's Workloads are tens of thousands)."""
         if self.namespaces is None:
-            return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, _request_timeout=self.timeout_s)
+            items, _ = list_in_pages(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+                                     request_timeout=self.timeout_s)
+            return {"items": items}
         items = []
         for ns in self.namespaces:
-            items += custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
-                                                          _request_timeout=self.timeout_s).get("items") or []
+            items += list_in_pages(custom.list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL,
+                                   request_timeout=self.timeout_s)[0]
         return {"items": items}
 
     def _apis(self):

@@ -20,10 +20,10 @@ class CycleReport:
 
 def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     """Every alert the warehouse's state calls for at ``now`` (the data's "now")."""
+    from gpuledger import facts
     from gpuledger.alerts.plan import budget_alerts, digest_alerts, preemption_alerts, squatting_alerts
-    from gpuledger.warehouse.read_model import facts
 
-    # the findings as of `now` (read_model.facts.findings): the pipeline's latest evaluation at or
+    # the findings as of `now` (facts.findings): the pipeline's latest evaluation at or
     # before `now`, its episodes as they were then, when it is recent; otherwise the rules
     # evaluated at `now` (an `alerts run --now T` plans from the findings as of T, never later ones)
     found = facts.findings(con, policy=policy, now=now)
@@ -102,11 +102,11 @@ def run_alert_cycle(path, policy, *, now: datetime | None = None, clock: datetim
                     notifier_for=None, currency: str = "USD") -> CycleReport:
     """Plan at ``now`` (default: the data's newest time), enqueue, deliver at ``clock`` (default:
     the wall clock)."""
-    from gpuledger.alerts.channels import notifier_for as default_notifier
-    from gpuledger.analytics.reports import data_now
+    from gpuledger import facts
+    from gpuledger.channels import notifier_for as default_notifier
 
     with warehouse.open_reader(path) as con:
-        now = now or data_now(con)
+        now = now or facts.data_now(con)
         alerts = plan_alerts(con, policy, now=now, currency=currency)
     new = enqueue(path, alerts)
     report = deliver(path, notifier_for or default_notifier, now=clock, max_attempts=policy.alerts.max_attempts,

@@ -30,7 +30,7 @@ def secret() -> str | None:
     if os.environ.get(SECRET_ENV):
         value = os.environ[SECRET_ENV]
     else:
-        from gpuledger.alerts.channels import SECRETS_ENV
+        from gpuledger.channels import SECRETS_ENV
 
         path = os.environ.get(SECRETS_ENV)
         if not path:

@@ -49,7 +49,7 @@ class DeliveryReport:
 
 def enqueue(path, alerts: list[Alert]) -> int:
     """Write the alerts whose key is new; returns how many were new."""
-    from gpuledger.alerts.channels import plain_fields  # times as ISO-8601 UTC in the stored payload
+    from gpuledger.channels import plain_fields  # times as ISO-8601 UTC in the stored payload
     if not alerts:
         return 0
     unique = {a.key: a for a in alerts}
@@ -85,8 +85,8 @@ def backoff(attempt: int, base_seconds: float) -> timedelta:
 def deliver(path, notifier_for: Callable, *, now: datetime | None = None, max_attempts: int = 12,
             retry_base_seconds: float = 30, limit: int = 500) -> DeliveryReport:
     """Send what is due at ``now`` (wall clock, UTC; injected by tests). ``notifier_for(channel,
-    recipient)`` gives the notifier (gpuledger.alerts.channels.notifier_for)."""
-    from gpuledger.alerts.channels import DeliveryError, Message
+    recipient)`` gives the notifier (gpuledger.channels.notifier_for)."""
+    from gpuledger.channels import DeliveryError, Message
     from gpuledger.errors import RunError
 
     now = now or utc_now()

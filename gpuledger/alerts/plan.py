@@ -20,9 +20,7 @@ import polars as pl
 
 from gpuledger.alerts import links, owner
 from gpuledger.alerts.outbox import Alert
-
-SEVERITY_RANK = {"info": 0, "warning": 1, "second-warning": 2, "preempt-eligible": 3}
-
+from gpuledger.rules.severity import SEVERITY_RANK, stage_minutes
 
 
 def _s(n) -> str:
@@ -96,8 +94,7 @@ def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting
         idle_since = ep.get("idle_since")
         nxt = ""
         if squatting is not None and idle_since is not None:
-            second = idle_since + timedelta(minutes=squatting.second_warn_minutes)
-            preempt = idle_since + timedelta(minutes=squatting.preempt_minutes)
+            second, preempt = _stage_starts(idle_since, squatting)
             if severity == "warning":
                 nxt = f"second warning at {_ts(second)} UTC, eligible for preemption at {_ts(preempt)} UTC"
             elif severity == "second-warning":
@@ -155,12 +152,18 @@ def squatting_alerts(episodes: pl.DataFrame, policy, *, now: datetime, squatting
     return out
 
 
+def _stage_starts(idle_since: datetime, squatting) -> tuple[datetime, datetime]:
+    """When a finding idle since ``idle_since`` reaches its second warning and preemption."""
+    starts = stage_minutes(squatting)
+    return (idle_since + timedelta(minutes=starts["second-warning"]),
+            idle_since + timedelta(minutes=starts["preempt-eligible"]))
+
+
 def _owner_next(severity: str, squatting, idle_since) -> str:
     """What happens to the owner's job next, and when, in their words."""
     if squatting is None or idle_since is None:
         return ""
-    second = idle_since + timedelta(minutes=squatting.second_warn_minutes)
-    preempt = idle_since + timedelta(minutes=squatting.preempt_minutes)
+    second, preempt = _stage_starts(idle_since, squatting)
     if severity == "warning":
         return (f"if it stays idle, a second warning at {_ts(second)} UTC, and from {_ts(preempt)} UTC it may be "
                 "preempted (stopped, or requeued if it checkpoints) to give its GPUs to waiting work")
@@ -199,7 +202,7 @@ def digest_alerts(episodes: pl.DataFrame, policy, *, now: datetime) -> list[Aler
 
 def budget_alerts(burn: pl.DataFrame, policy, *, now: datetime) -> list[Alert]:
     """A node passing each threshold (% of its budget consumed) and a projected exhaustion before
-    its period ends. ``burn``: reports.budget_report rows (normalised GPU-hours). Only nodes with a
+    its period ends. ``burn``: queries.budget_report rows (normalised GPU-hours). Only nodes with a
     budget of their own: an ancestor whose budget is the sum of its descendants' would repeat
     their alerts (budget_own false)."""
     alerts = policy.alerts

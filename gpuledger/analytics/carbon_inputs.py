@@ -1,6 +1,6 @@
 """What analytics.carbon.with_carbon reads from the warehouse: the sites' PUE and constant
 intensity (the stored config's clusters) and the hourly grid-intensity series that `config load`
-stored (gpuledger.ledger.grid_intensity writes it). The query layer (analytics.reports) and the
+stored (gpuledger.ledger.grid_intensity writes it). The query layer (analytics.queries) and the
 statement both read here, below the ledger."""
 
 from __future__ import annotations

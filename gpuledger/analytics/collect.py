@@ -3,7 +3,7 @@
 The in-memory engine: the analytics' frames are at most a few hundred thousand rows (the rollup,
 allocation pieces, the samples of partial hours), where polars 2.1's default streaming engine
 costs about twice as much per plan (benchmarks/analytics_bench.py, BENCHMARKS.md "Analytics")
-and can sum in a different order on every run (see reports.usage_report).
+and can sum in a different order on every run (see queries.usage_report).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ import polars as pl
 from gpuledger.analytics.allocations import gpu_inventory
 from gpuledger.analytics.money import half_up_cents, price_as_of, to_raw
 from gpuledger.config import SquattingPolicy
+from gpuledger.rules.severity import severity_expr
 
 SQUATTING = "squatting"
 PARTIAL = "partial-idle"
@@ -203,10 +204,7 @@ def classify_jobs(per_job: pl.LazyFrame, *, now: datetime, policy: SquattingPoli
         )
         .with_columns(
             severity=pl.when(pl.col("finding") == PARTIAL).then(pl.lit("info"))
-            .when(pl.col("idle_minutes") >= policy.preempt_minutes).then(pl.lit("preempt-eligible"))
-            .when(pl.col("idle_minutes") >= policy.second_warn_minutes).then(pl.lit("second-warning"))
-            .when(pl.col("idle_minutes") >= policy.warn_minutes).then(pl.lit("warning"))
-            .otherwise(pl.lit("info"))
+            .otherwise(severity_expr(pl.col("idle_minutes"), policy))
         )
     )
 

@@ -2,7 +2,7 @@
 
 An *episode* is a job found idle from one evaluation (``first_seen``) until the first evaluation
 that no longer finds it (``resolved_at``). Given the episodes still open and the findings of a new
-evaluation at ``now`` (``squatting.squatting_findings`` / ``reports.squatters_report`` output):
+evaluation at ``now`` (``squatting.squatting_findings`` / ``queries.squatters_report`` output):
 
 * a finding for a job with no open episode opens one (event ``opened``);
 * a finding for a job with an open episode continues it (``last_seen`` = now, latest evidence),

@@ -1,5 +1,5 @@
 """Wait times from real job records, and why each wait happened. Pure polars: frames in, frames
-out, time injected (``now``), no warehouse (the loader is reports.waits_report).
+out, time injected (``now``), no warehouse (the loader is queries.waits_report).
 
 **A wait** is one waiting period of one job row (a requeued Slurm job's runs are rows of their own;
 Slurm resets Submit at the requeue): submit → start, in seconds. A job not started by ``now``
@@ -39,6 +39,7 @@ from datetime import datetime
 
 import polars as pl
 
+from gpuledger.analytics.pool_pressure import pressure
 from gpuledger.rules.job_class import wait_class_expr
 
 CAUSES = ("scheduler", "squatters", "budget", "fair-share", "pool-full", "none")
@@ -141,20 +142,16 @@ def wait_causes(waits: pl.DataFrame, *, now: datetime, others: pl.DataFrame, squ
               .join(unfunded.filter(pl.col("unfunded_reason").str.contains("budget")), on=["cluster", "job_id"])
               .group_by(keys).agg(pl.col("unfunded_reason").first()))
 
-    # pairs (waiting job, other started job) by range joins (IEJoin: two inequalities each), then
-    # the same cluster and pool: a cross join of every wait with every job costs seconds a week
+    # what the pool's other started jobs did during each wait, a pool at a time, counted over
+    # quadrants (analytics.pool_pressure): pairing every wait with every job ran out of memory at
+    # fleet size
     mine = w.select("_row", "cluster", "job_id", "gpu_model", "submit_time", "_end")
     theirs = others.select(pl.col("cluster").alias("_other_cluster"), pl.col("job_id").alias("_other"),
                            pl.col("gpu_model").alias("_other_model"), pl.col("gpus").cast(_S).alias("_other_gpus"),
                            pl.col("submit_time").alias("_other_submit"), pl.col("start_time").alias("_other_start"),
                            pl.col("end_time").fill_null(FOREVER).alias("_other_end"))
-    same = ((pl.col("_other_cluster") == pl.col("cluster")) & _same_pool("gpu_model", "_other_model")
-            & (pl.col("_other") != pl.col("job_id")))
-    # submitted after it, started before its wait ended (so after its submission too)
-    overtaken = (mine.join_where(theirs, pl.col("_other_submit") > pl.col("submit_time"),
-                                 pl.col("_other_start") < pl.col("_end"))
-                 .filter(same & (pl.col("_other_start") >= pl.col("submit_time")))
-                 .group_by(keys).agg(pl.len().alias("_overtaken")))
+    pressed = pool_pressure(mine, theirs)
+    overtaken = pressed.filter(pl.col("_overtaken").is_not_null()).select(*keys, "_overtaken")
 
     # the pool's GPUs held by started work at the job's submission, where its capacity is known
     room = pl.DataFrame(schema={"_row": pl.Int64, "_free": _S, "_capacity": _S})
@@ -167,13 +164,7 @@ def wait_causes(waits: pl.DataFrame, *, now: datetime, others: pl.DataFrame, squ
         capacity = seen
     if capacity.height:
         # held at its submission, or taken during its wait by work submitted no later than it
-        running = (mine.join_where(theirs, pl.col("_other_start") <= pl.col("submit_time"),
-                                   pl.col("_other_end") > pl.col("submit_time")).filter(same))
-        ahead = (mine.join_where(theirs, pl.col("_other_start") > pl.col("submit_time"),
-                                 pl.col("_other_start") < pl.col("_end"))
-                 .filter(same & (pl.col("_other_submit") <= pl.col("submit_time"))))
-        held = (pl.concat([running.select("_row", "_other_gpus"), ahead.select("_row", "_other_gpus")])
-                .group_by(keys).agg(pl.col("_other_gpus").sum().alias("_held")))
+        held = pressed.select(*keys, "_held")
         installed = (w.select("_row", "cluster", "gpu_model")
                      .join(capacity.rename({"gpu_model": "_cap_model", "gpus": "_cap_gpus"}), on="cluster")
                      .filter(_same_pool("gpu_model", "_cap_model"))
@@ -211,6 +202,19 @@ def wait_causes(waits: pl.DataFrame, *, now: datetime, others: pl.DataFrame, squ
         .otherwise(pl.format("every {} busy with work that came first", pool)),
     )
     return out.select(*waits.columns, "cause", "cause_detail", "scheduler_reason", "scheduler_message")
+
+
+def pool_pressure(mine: pl.DataFrame, theirs: pl.DataFrame) -> pl.DataFrame:
+    """pool_pressure.pressure a pool at a time: a wait's pool is its cluster's jobs of its GPU
+    model or of none named (all of its cluster when it names none)."""
+    parts = [pl.DataFrame(schema={"_row": pl.Int64, "_overtaken": pl.UInt32, "_held": _S})]
+    for (cluster,), in_cluster in mine.partition_by("cluster", as_dict=True).items():
+        of_cluster = theirs.filter(pl.col("_other_cluster") == cluster)
+        for (model,), waiting in in_cluster.partition_by("gpu_model", as_dict=True).items():
+            pool = of_cluster if model is None else of_cluster.filter(
+                pl.col("_other_model").is_null() | (pl.col("_other_model") == model))
+            parts.append(pressure(waiting, pool).cast({"_row": pl.Int64}))
+    return pl.concat(parts)
 
 
 def observed_capacity(others: pl.DataFrame) -> pl.DataFrame:

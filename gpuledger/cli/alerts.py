@@ -56,8 +56,8 @@ def run(
 @app.command("deliver")
 def deliver_due(warehouse_file: WarehouseOpt = None, config: ConfigOpt = None) -> None:
     """Send what is due in the outbox (nothing new is planned)."""
-    from gpuledger.alerts.channels import notifier_for
     from gpuledger.alerts.outbox import deliver
+    from gpuledger.channels import notifier_for
     from gpuledger.extras import require
 
     require("apprise")

@@ -54,9 +54,9 @@ OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value
 
 def _now(con, text: str | None) -> datetime:
     if text == "data":
-        from gpuledger.analytics import reports
+        from gpuledger import facts
 
-        return reports.data_now(con)
+        return facts.data_now(con)
     return utc_option(text, "--now") or utc_now()
 
 
@@ -387,11 +387,11 @@ def _replay_range(path: Path, lo: datetime | None, hi: datetime | None, step) ->
     with warehouse.open_writer(path):  # the schema up to date before the first read
         pass
     if lo is None or hi is None:
-        from gpuledger.analytics import reports
+        from gpuledger import facts
 
         with warehouse.open_reader(path) as con:
             first = con.execute("SELECT min(ts) FROM gpu_samples").fetchone()[0]
-            newest = reports.data_now(con)
+            newest = facts.data_now(con)
         if first is None and lo is None:
             raise UsageError("the warehouse holds no samples: give --start")
         lo = lo or first.replace(minute=0, second=0, microsecond=0) + step
@@ -468,9 +468,9 @@ class _ReplayTally:
 
 def _squatting_at(path: Path, config: Path | None, at: datetime) -> bool:
     """Whether any running job has a squatting finding at ``at``."""
-    from gpuledger.analytics import reports
+    from gpuledger import facts
 
     with warehouse.open_reader(path) as con:
         cfg = warehouse_config(con, config, write=False)
-        found = reports.squatters_report(con, policy=cfg.policy, now=at, include_exempt=True)
+        found = facts.findings(con, policy=cfg.policy, now=at, include_exempt=True, exact_moment=True).frame
     return found.filter(found["finding"] == "squatting").height > 0

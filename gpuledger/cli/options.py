@@ -181,9 +181,9 @@ def show_frame(frame, fmt: Format, out: Path | None, title: str, view, wide: boo
     """A command's table in the format asked: the terminal table (gpuledger/tables.py, or its plain
     text in ``out``), or csv / parquet / json of its columns (``--columns`` picks and orders them) on
     stdout or in ``out``; parquet needs ``out``. ``frame`` is a polars DataFrame or the read
-    model's rows (gpuledger.warehouse.read_model.rows: the terminal table needs no polars)."""
+    model's rows (gpuledger.facts.rows: the terminal table needs no polars)."""
     from gpuledger import tables
-    from gpuledger.warehouse.read_model.rows import as_polars
+    from gpuledger.facts.rows import as_polars
 
     names = tables.parse_columns(columns)
     if fmt is Format.table:

@@ -34,9 +34,9 @@ NowOpt = typer.Option(None, "--now", help="which jobs are queued as of this UTC 
 
 def _now(con, text: str | None, wall: datetime) -> datetime:
     if text == "data":
-        from gpuledger.analytics import reports
+        from gpuledger import facts
 
-        return reports.data_now(con)
+        return facts.data_now(con)
     return utc_option(text, "--now") or wall
 
 

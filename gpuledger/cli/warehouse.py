@@ -25,7 +25,7 @@ from gpuledger.errors import printable
 from gpuledger.lazy import lazy_import
 from gpuledger.tables import Column, View
 
-reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
+facts = lazy_import("gpuledger.facts")  # the summary computes with polars + DuckDB: loaded when it runs
 
 app = typer.Typer(help="The warehouse: migrate, summary, quarantine, disk use, prune, retire a GPU.",
                   no_args_is_help=True)
@@ -78,7 +78,7 @@ def summary(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: 
     import polars as pl
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
-        figures = reports.warehouse_summary(con)
+        figures = facts.warehouse_summary(con)
         disk = disk_use_frame(con)
     frame = pl.DataFrame({"figure": list(figures), "value": [tables.format_value(v) for v in figures.values()]})
     show_frame(frame, fmt, out, f"gpuledger warehouse {warehouse_path(warehouse_file)}", table_views.SUMMARY)

@@ -1,7 +1,7 @@
 """Closed periods: a month's chargeback statement, frozen once issued, changed only by corrections.
 
 * :func:`close_period` stores the month's lines at every level (job, project, node) exactly as
-  ``reports.chargeback_report`` produces them with the warehouse's current config, with a sha256
+  ``queries.chargeback_report`` produces them with the warehouse's current config, with a sha256
   over the lines, the config version, who and when (revision 0). A month that is not over cannot
   be closed; a closed one cannot be closed again.
 * :func:`correct_period` re-computes the month with today's config and data and stores only the
@@ -37,19 +37,18 @@ import duckdb
 import polars as pl
 
 from gpuledger.config import Config, Policy
+from gpuledger.config_store import policy_in_force, stored_config
 from gpuledger.errors import RunError, UsageError
 from gpuledger.ledger import audit
-from gpuledger.config_store import policy_in_force, stored_config
-from gpuledger.rules.billing import billed_sql
-from gpuledger.sql import load_sql
+from gpuledger.rules.billing import billed_expr, billed_sql
 from gpuledger.rules.periods import PeriodError, month_bounds, next_month  # noqa: F401  (callers of the ledger)
+from gpuledger.sql import load_sql
 from gpuledger.warehouse.db import transaction
 
 LEVELS = ("job", "project", "node")
 # Summed by corrections; every other column of a line is part of its identity.
 QUANTITIES = ("gpu_hours", "amount", "idle_amount_included", "amount_exact", "idle_amount_exact")
 EXACT = ("amount_exact", "idle_amount_exact")  # stored, never shown: what a correction's delta is taken from
-BILLED = ("charge", "idle")
 # Describe a line rather than identify it (as of when it was computed, derived from its kind).
 DESCRIPTIVE = ("billed_through", "provisional", "billed", "note", "revision", "correction_of")
 _LINE_COLUMNS_MISMATCH = load_sql(__package__, "line_columns_mismatch.sql")
@@ -339,7 +338,7 @@ def _issued(con, period: str) -> dict[int, dict[str, pl.DataFrame]]:
 
 def compute_lines(con, period: str, cfg: Config, *, now: datetime | None = None) -> dict[str, pl.DataFrame]:
     """The period's chargeback lines at every level with the warehouse's current reference data."""
-    from gpuledger.analytics.reports import chargeback_report
+    from gpuledger.analytics.queries import chargeback_report
 
     return {level: chargeback_report(con, period, level=level, policy=cfg.policy, now=now, exact=True)
             for level in LEVELS}
@@ -494,8 +493,8 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
     for level, frame in deltas.items():
         template = fresh[level]
         billed_part = correction_lines(frame, template, described)
-        memo = _differences(effective[level].filter(~pl.col("line_kind").is_in(BILLED)),
-                            template.filter(~pl.col("line_kind").is_in(BILLED)))
+        memo = _differences(effective[level].filter(~billed_expr(has_corrections=False)),
+                            template.filter(~billed_expr(has_corrections=False)))
         out[level] = pl.concat([billed_part, memo], how="diagonal_relaxed").select(billed_part.columns)
     return out
 
@@ -509,9 +508,9 @@ def delta_leaves(job_fresh: pl.DataFrame, job_old: pl.DataFrame) -> pl.DataFrame
 
     keys = [k for k in _keys(job_fresh) if k in job_old.columns]
     zero = pl.lit(0).cast(RAW)
-    old = job_old.filter(pl.col("line_kind").is_in(BILLED)).select(
+    old = job_old.filter(billed_expr(has_corrections=False)).select(
         *keys, *[pl.col(q).alias(f"_old_{q}") for q in ("gpu_hours", "amount", "idle_amount_included", *EXACT)])
-    new = job_fresh.filter(pl.col("line_kind").is_in(BILLED))
+    new = job_fresh.filter(billed_expr(has_corrections=False))
     joined = new.join(old, on=keys, how="full", coalesce=True, nulls_equal=True).with_columns(
         _d_raw=pl.col("amount_exact").fill_null(zero) - pl.col("_old_amount_exact").fill_null(zero),
         _di_raw=pl.col("idle_amount_exact").fill_null(zero) - pl.col("_old_idle_amount_exact").fill_null(zero),
@@ -658,7 +657,7 @@ def statement_lines(
     """The statement of ``period`` at ``level``: for a closed month the issued lines (revision 0)
     followed by every correction's credit / debit lines; otherwise computed now (revision NULL).
 
-    Columns: those of ``reports.chargeback_report`` plus ``revision`` (Int32) and ``correction_of``
+    Columns: those of ``queries.chargeback_report`` plus ``revision`` (Int32) and ``correction_of``
     (the line kind a credit / debit corrects). Summed per currency, ``amount`` is what is owed as
     of the latest revision. ``policy`` is used for open periods only; default the stored config's.
     """
@@ -675,7 +674,7 @@ def statement_lines(
         whole = pl.concat(parts, how="diagonal_relaxed")
         head = [c for c in whole.columns if c not in ("revision", "correction_of", *EXACT)]
         return whole.select(*head, "revision", "correction_of")
-    from gpuledger.analytics.reports import chargeback_report
+    from gpuledger.analytics.queries import chargeback_report
 
     policy = policy_in_force(con, policy)
     lines = chargeback_report(con, period, level=level, policy=policy, now=now)

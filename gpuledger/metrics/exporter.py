@@ -1,6 +1,7 @@
 """A prometheus_client collector over the warehouse: each scrape reads a short-lived reader
-connection (never blocks the writer) and the same analytics the CLI prints, cached for
-``cache_s`` so a fast scrape interval does not recompute them every second.
+connection (never blocks the writer) and the facts as of the data's now the CLI prints
+(gpuledger.facts: the materialized rows when they are fresh for that moment and the config in
+force, else computed), cached for ``cache_s`` so a fast scrape interval does not ask every second.
 
 Metrics (labels in braces). Prometheus names carry base units (``promtool check metrics``
 refuses ``_hours``), so GPU time is in GPU-seconds (GPU-hours × 3600; budgets in normalised
@@ -38,6 +39,8 @@ from calendar import timegm
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from gpuledger.rules.severity import STAGES
+
 SECONDS_PER_HOUR = 3600.0
 WAIT_WINDOW_DAYS = 7  # the wait gauge: jobs submitted in this many days before the data's now
 OUTBOX_STATUSES = ("failed", "pending", "sent")
@@ -48,29 +51,28 @@ def _unix(moment) -> float:
 
 
 def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[dict, float]]]]:
-    """(name, help, [(labels, value)]) for every metric, from the warehouse at ``path``."""
-    from gpuledger import warehouse
-    from gpuledger.analytics import reports
+    """(name, help, [(labels, value)]) for every metric, from the warehouse at ``path``, under
+    ``policy`` (default: the config in force, as `gpuledger report` reads it)."""
+    from gpuledger import facts, warehouse
     from gpuledger.config_store import policy_in_force
 
     with warehouse.open_reader(path) as con:
-        policy = policy_in_force(con, policy)
-        now = reports.data_now(con)
-        fs = reports.fairshare_report(con, policy=policy, as_of=now)
-        burn = reports.budget_report(con, policy=policy, as_of=now)
-        squat = reports.squatters_report(con, policy=policy, now=now)
+        # a callable: the stored config, whose materialized rows can answer (a given policy gets
+        # rows made under it only when it is the stored one: the facts' own rule)
+        asked = policy if policy is not None else (lambda: policy_in_force(con))
+        now = facts.data_now(con)
+        fs = facts.fairshare(con, policy=asked, as_of=now).frame
+        burn = facts.budget(con, policy=asked, as_of=now).frame
+        squat = facts.findings(con, policy=asked, now=now).frame
         outbox = con.execute("SELECT status, count(*) FROM alert_outbox GROUP BY status ORDER BY status").fetchall()
         applied = con.execute(
             "SELECT action, outcome, coalesce(cause, outcome), dry_run, count(*) FROM enforcement_audit "
             "WHERE phase = 'applied' GROUP BY ALL ORDER BY ALL").fetchall()
         month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        carbon = reports.carbon_report(con, start=month_start, end=now, now=now, policy=policy)
-        from gpuledger.analytics.waits import wait_summary
-
-        wait_now = reports.waits_now(con)
-        waits = wait_summary(reports.job_waits_report(con, start=wait_now - timedelta(days=WAIT_WINDOW_DAYS),
-                                                      end=wait_now + timedelta(microseconds=1), now=wait_now),
-                             by="project-class")
+        carbon = facts.carbon(con, start=month_start, end=now, now=now, policy=asked).frame
+        wait_now = facts.waits_now(con)
+        waits = facts.waits(con, start=wait_now - timedelta(days=WAIT_WINDOW_DAYS),
+                            end=wait_now + timedelta(microseconds=1), now=wait_now, by="project-class").frame
         projects = [n for (n,) in con.execute("SELECT node FROM org_nodes WHERE node NOT IN "
                                               "(SELECT parent FROM org_nodes WHERE parent IS NOT NULL) ORDER BY node")
                     .fetchall()]
@@ -85,7 +87,7 @@ def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[
     exhaustion = [({"node": r["node"]}, _unix(r["projected_exhaustion"])) for r in burn.iter_rows(named=True)
                   if r["projected_exhaustion"] is not None
                   and r["projected_exhaustion"] < datetime.combine(r["period_end"], datetime.min.time())]
-    by_sev = {s: 0 for s in ("warning", "second-warning", "preempt-eligible")}
+    by_sev = dict.fromkeys(STAGES, 0)
     wasted: dict[str, float] = {str(p): 0.0 for p in projects}
     for r in squat.iter_rows(named=True):
         by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + 1

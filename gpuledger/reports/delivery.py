@@ -1,6 +1,6 @@
 """E-mailing a statement to finance: the PDF, HTML, XLSX and CSV of the org's statement attached,
 its state, total and reconciliation (per currency and per GPU pool) in the body, through the finance channel (an apprise mailto URL from the
-environment, gpuledger.alerts.channels)."""
+environment, gpuledger.channels)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 def email_statement(policy, manifest: dict, out: Path, *, notifier=None) -> str:
     """Send the statement in ``out`` (described by ``manifest``); returns the channel's name."""
-    from gpuledger.alerts.channels import notifier_for
+    from gpuledger.channels import notifier_for
     from gpuledger.errors import UsageError
 
     channel = policy.reports.finance_channel

@@ -36,7 +36,7 @@ from pathlib import Path
 import polars as pl
 
 from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
-from gpuledger.rules.billing import billed_expr
+from gpuledger.rules.billing import BILLED_KINDS, billed_expr
 from gpuledger.rules.clock import iso_z
 
 FOCUS_VERSION = "1.2"
@@ -44,7 +44,6 @@ PRICING_CATEGORY = {"reserved": "Committed", "on-demand": "Standard", "spot": "D
 SERVICE_NAME = "GPU compute"
 SERVICE_CATEGORY, SERVICE_SUBCATEGORY = "Compute", "Other (Compute)"
 PRICING_UNIT = "GPU-Hours"
-MEMO_KINDS = ("over-allocated", "capacity-unknown", "unpriced")
 _MONEY = pl.Decimal(38, 2)
 _HOURS = pl.Decimal(38, 6)
 
@@ -117,8 +116,8 @@ def focus_rows(st: Statement) -> pl.DataFrame:
             "BilledCost": cost, "BillingAccountId": root, "BillingAccountName": root,
             "BillingCurrency": line["currency"], "BillingPeriodEnd": iso_z(st.period_end),
             "BillingPeriodStart": iso_z(st.period_start),
-            "CapacityReservationId": pool if base in ("charge", "idle") else None,
-            "CapacityReservationStatus": ("Unused" if base == "idle" else "Used") if pool and base in ("charge", "idle")
+            "CapacityReservationId": pool if base in BILLED_KINDS else None,
+            "CapacityReservationStatus": ("Unused" if base == "idle" else "Used") if pool and base in BILLED_KINDS
             else None,
             "ChargeCategory": "Usage", "ChargeClass": "Correction" if fixes else None,
             "ChargeDescription": _description(kind, fixes, project, model, tier, line["revision"], line["note"]),

@@ -32,6 +32,8 @@ import polars as pl
 
 from gpuledger.reports.statement import ORG_LINES, Statement
 from gpuledger.reports.table_files import html_rows
+from gpuledger.rules.billing import billed as is_billed
+from gpuledger.rules.billing import billed_kind
 from gpuledger.rules.money import cents, largest_remainder
 
 BASES = ("active", "energy")
@@ -88,8 +90,8 @@ def pool_money(st: Statement) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(charges, idle) as the statement bills them, corrections included: per business unit,
     project and pool the charged amount (``billed``), its allocated GPU-hours and the project's
     measured usage in the pool; per pool the idle amount and idle GPU-hours."""
-    lines = st.lines.with_columns(kind=pl.coalesce("correction_of", "line_kind"))
-    money = lines.filter(pl.col("kind").is_in(["charge", "idle"]) & pl.col("currency").is_not_null())
+    lines = st.lines.with_columns(kind=billed_kind())
+    money = lines.filter(is_billed(lines) & pl.col("currency").is_not_null())
     usage = st.usage.group_by("project", pl.col("model").alias("gpu_model"), "tier").agg(
         pl.col("gpu_hours_active", "gpu_hours_unknown", "gpu_hours_time_sliced", "gpu_hours_no_energy",
                "gpu_hours_mig", "energy_kwh").fill_null(0.0).sum())

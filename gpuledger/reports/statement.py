@@ -22,12 +22,13 @@ import polars as pl
 from gpuledger.analytics.carbon import carbon_sums, known_sum
 from gpuledger.errors import UsageError
 from gpuledger.ledger.periods import PeriodState
+from gpuledger.rules.billing import BILLED_KINDS, CORRECTION_KINDS, MEMO_KINDS, billed_expr, billed_kind
 from gpuledger.rules.billing import billed as is_billed
 
 ORG_LINES = "(org)"  # business_unit of idle and memo lines
 UNASSIGNED = "(unassigned)"  # business_unit of a project not in the org tree
-KIND_ORDER = {k: i for i, k in enumerate(("charge", "idle", "credit", "debit", "over-allocated",
-                                          "capacity-unknown", "unpriced"))}
+# a statement lists the billed lines, their corrections, then the memo lines
+KIND_ORDER = {k: i for i, k in enumerate((*BILLED_KINDS, *CORRECTION_KINDS, *MEMO_KINDS))}
 LINE_COLUMNS = ["period", "business_unit", "line_kind", "project", "gpu_model", "tier", "currency", "gpu_hours",
                 "gpu_hours_active", "gpu_hours_unknown", "efficiency_ratio", "energy_kwh", "energy_kwh_facility", "kg_co2e",
                 "gpu_hours_co2_unknown", "amount", "idle_amount_included", "billed", "revision",
@@ -286,7 +287,7 @@ def project_waits(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime
     """Per project: jobs submitted in [start, end) up to ``now``, how many still waited then, and
     their p50 / p90 wait (submit -> start; a job still waiting counts its wait so far) in whole
     seconds, half up (gpuledger report waits --by project: the same figures)."""
-    from gpuledger.analytics.reports import job_waits_report
+    from gpuledger.analytics.queries import job_waits_report
     from gpuledger.analytics.waits import wait_summary
 
     if now <= start:
@@ -311,7 +312,7 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
     energy basis counts those hours as without a reading."""
     from gpuledger.analytics.carbon import with_carbon
     from gpuledger.analytics.carbon_inputs import site_inputs
-    from gpuledger.analytics.reports import attribution
+    from gpuledger.analytics.queries import attribution
 
     # facility kWh and kgCO2e from the GPUs' own energy (MIG share, shared GPUs by fraction), each
     # hour at its site's PUE and grid intensity (analytics/carbon.py); collected once, read twice
@@ -570,7 +571,7 @@ def _computed(con, period: str, *, policy, now: datetime | None, lines: pl.DataF
     each site's sentence by cluster, to cut it to a node)."""
     from gpuledger.analytics.chargeback import statement_notes
     from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.reports import data_now
+    from gpuledger.analytics.queries import data_now
     from gpuledger.config_store import policy_in_force
     from gpuledger.ledger.periods import NO_DATA_NOTE, is_closed, no_data, period_state, statement_lines
     from gpuledger.rules.periods import month_bounds
@@ -672,11 +673,11 @@ def _reconciled(lines: pl.DataFrame, capacity: dict, pools: dict, *,
 
 def _reconcile_pools(lines: pl.DataFrame, capacity: dict[tuple, tuple[float, Decimal]], *,
                      issued: bool = False) -> list[PoolReconciliation]:
-    kind = pl.coalesce("correction_of", "line_kind")
+    kind = billed_kind()
     money = lines.filter(pl.col("currency").is_not_null() & pl.col("gpu_model").is_not_null())
     sums = {(c, m, t): (Decimal(b or 0), Decimal(o or 0), Decimal(u or 0)) for c, m, t, b, o, u in money.group_by(
         "currency", "gpu_model", "tier").agg(
-        pl.col("amount").filter(kind.is_in(["charge", "idle"])).sum().alias("billed"),
+        pl.col("amount").filter(billed_expr()).sum().alias("billed"),
         pl.col("amount").filter(kind == "over-allocated").sum().alias("over"),
         pl.col("amount").filter(kind == "capacity-unknown").sum().alias("unknown")).iter_rows()}
     cent = Decimal("0.01")

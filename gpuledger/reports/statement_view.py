@@ -1,7 +1,7 @@
 """What a reader is shown of a month's statement, without its files: the lines (with usage and
 efficiency beside them), what is owed, the state, the reconciliation sentences and the notes, and
 which files the statement has. Made from a built statement (``StatementSummary.of``) or read back
-from the warehouse (gpuledger.warehouse.read_model.statement_views, materialized by the chargeback
+from the warehouse (gpuledger.facts.statement_views, materialized by the chargeback
 pipeline), and cut to an org node's subtree (``for_node``) exactly as ``build_statement(node=)``
 cuts it: the node's projects' lines, the node as their business unit, no reconciliation (idle
 capacity is the org's), the same notes."""

@@ -1,5 +1,5 @@
 """The weekly summary per business unit: GPU-hours and spend of the ISO week (chargeback through
-``ledger.periods.statement_lines``), budget burn as of the week's end (``reports.budget_report``), and
+``ledger.periods.statement_lines``), budget burn as of the week's end (``queries.budget_report``), and
 the top squatters of the week (the materialized ``squatting_findings`` episodes seen in it,
 worst wasted GPU-hours first). Units: GPU-hours, budgets in normalised GPU-hours, money exact."""
 
@@ -19,6 +19,7 @@ from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
 from gpuledger.reports.table_files import html_rows, sha256_file, write_csv
 from gpuledger.rules.billing import billed as is_billed
 from gpuledger.rules.money import largest_remainder
+from gpuledger.rules.severity import SEVERITY_RANK
 
 WEEKLY_TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
@@ -55,7 +56,7 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
                  top: int | None = None) -> WeeklySummary:
     """The summary of ISO week ``week`` (YYYY-Www)."""
     from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.reports import budget_report, data_now
+    from gpuledger.analytics.queries import budget_report, data_now
     from gpuledger.config_store import policy_in_force
     from gpuledger.errors import UsageError
     from gpuledger.ledger.periods import statement_lines
@@ -77,9 +78,7 @@ def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now:
     billed = lines.filter(is_billed(lines) & pl.col("currency").is_not_null()) \
         .with_columns(business_unit=unit_expr)
     # GPU-hours: allocated on charge lines, idle on the idle line (the org's): every row states its hours
-    hours = billed.group_by("business_unit", "currency").agg(
-        pl.col("gpu_hours").filter(pl.coalesce("correction_of", "line_kind").is_in(["charge", "idle"]))
-        .sum().round(6))
+    hours = billed.group_by("business_unit", "currency").agg(pl.col("gpu_hours").sum().round(6))
     # spend: the month statements' cents shared out to their weeks (so weeks add up to the month)
     spent = month_shares(con, start, end, policy=policy, now=now, unit_expr=unit_expr)
     spend = hours.join(spent, on=["business_unit", "currency"], how="full", coalesce=True).with_columns(
@@ -132,7 +131,7 @@ def month_shares(con, start: datetime, end: datetime, *, policy, now: datetime, 
     statement it overlaps: a month's cents (its issued lines and corrections when closed) are split
     among the month's week parts by largest remainder of their exact amounts, so the weeks of a
     month add up to its statement to the cent, and a week crossing months is the sum of two parts."""
-    from gpuledger.analytics.reports import chargeback_report
+    from gpuledger.analytics.queries import chargeback_report
     from gpuledger.ledger.periods import month_bounds, next_month, statement_lines
 
     rows: dict[tuple[str, str], Decimal] = {}
@@ -207,7 +206,7 @@ def idle_candidate_moments(con: duckdb.DuckDBPyConnection, policy, *, start: dat
 
 class _WeekTables:
     """The week's jobs, allocations, inventory and rates, read once; :meth:`findings` at a moment
-    is reports.squatters_report's at that moment (the same tables cut as load_tables would cut
+    is queries.squatters_report's at that moment (the same tables cut as load_tables would cut
     them for [moment − lookback, moment + 1 s), the same evidence and rules), without reading the
     tables again for each of the week's 336 moments."""
 
@@ -225,7 +224,7 @@ class _WeekTables:
     def findings(self, moment: datetime) -> pl.DataFrame:
         from gpuledger.analytics.collect import ENGINE
         from gpuledger.analytics.load import load_device_activity
-        from gpuledger.analytics.reports import ordered
+        from gpuledger.analytics.queries import ordered
         from gpuledger.analytics.squatting import squatting_findings
 
         lo, hi = moment - self.LOOKBACK, moment + timedelta(seconds=1)
@@ -247,19 +246,18 @@ class _WeekTables:
 
 def week_episodes(con: duckdb.DuckDBPyConnection, policy, *, start: datetime, end: datetime,
                   step: timedelta = REPLAY_STEP, plain: bool = False) -> pl.DataFrame:
-    """Every squatting episode of [start, end): the idle-GPU rules (reports.squatters_report)
+    """Every squatting episode of [start, end): the idle-GPU rules (queries.squatters_report)
     evaluated every ``step`` through the window and the episodes advanced as the pipeline does
     (analytics.squatting_lifecycle), so the week's summary does not depend on which moments the
     pipeline happened to evaluate. Each episode with its worst severity and its largest wasted
     GPU-hours (idle minutes × idle GPUs, as of its last evaluation).
 
-    ``plain``: reports.squatters_report at every moment, reading the tables each time (the
+    ``plain``: queries.squatters_report at every moment, reading the tables each time (the
     reference the fast path is measured and checked against: benchmarks/weekly_bench.py)."""
-    from gpuledger.alerts.plan import SEVERITY_RANK
     from gpuledger.analytics.squatting_lifecycle import EPISODE, advance_lifecycle
 
     if plain:
-        from gpuledger.analytics.reports import squatters_report
+        from gpuledger.analytics.queries import squatters_report
 
         def findings_at(moment: datetime) -> pl.DataFrame:
             return squatters_report(con, policy=policy, now=moment)

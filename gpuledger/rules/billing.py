@@ -17,6 +17,7 @@ import polars as pl
 LINE_KINDS = ("charge", "idle", "over-allocated", "capacity-unknown", "unpriced")
 BILLED_KINDS = ("charge", "idle")  # the statement's total; the other kinds are memo lines
 CORRECTION_KINDS = ("credit", "debit")
+MEMO_KINDS = tuple(k for k in LINE_KINDS if k not in BILLED_KINDS)  # shown, never summed into a total
 
 
 def billed(frame: pl.DataFrame | pl.LazyFrame) -> pl.Expr:

@@ -34,6 +34,7 @@ from gpuledger.analytics.delivery_balance import credited_usage
 from gpuledger.config import Config
 from gpuledger.enforce.bands import QUICK_BASE
 from gpuledger.enforce.model import PREEMPT, WARN
+from gpuledger.rules.severity import STAGES
 from gpuledger.whatif import policies
 from gpuledger.whatif.inventory import EPS, PoolState, pool_label
 from gpuledger.whatif.model import (
@@ -547,7 +548,7 @@ class Simulation:
         for i, v in head_views.items():
             if (v.funded or _exempt(self.jobs[i], self.enforcement) or self._lane_now(i)) and self.jobs[i].pool in short:
                 best[self.jobs[i].pool] = max(best[self.jobs[i].pool], self._group_priority(self.static[i], i))
-        squatters = {(f.cluster, f.job_id) for f in findings if f.severity in policies.STAGE_ORDER}
+        squatters = {(f.cluster, f.job_id) for f in findings if f.severity in STAGES}
         chosen = []
         for i in sorted(self.running):
             j = self.jobs[i]

@@ -21,10 +21,9 @@ from gpuledger.config import Config
 from gpuledger.enforce.model import Finding, JobFacts, JobHistory, Situation, Warning
 from gpuledger.enforce.policy import decide, target_priorities
 from gpuledger.enforce.rails import quick_lane
+from gpuledger.rules.severity import severity_at
 from gpuledger.whatif.inventory import pool_label
 from gpuledger.whatif.model import SimJob
-
-STAGE_ORDER = ("warning", "second-warning", "preempt-eligible")
 
 
 def budget_weights(cfg: Config, at: datetime) -> dict[str, float]:
@@ -261,15 +260,7 @@ def squat_finding(
     minutes = (now_s - idle_since) / 60
     if minutes < squatting.sustained_minutes:
         return None
-    severity = (
-        "preempt-eligible"
-        if minutes >= squatting.preempt_minutes
-        else "second-warning"
-        if minutes >= squatting.second_warn_minutes
-        else "warning"
-        if minutes >= squatting.warn_minutes
-        else "info"
-    )
+    severity = severity_at(minutes, squatting)
     return Finding(
         cluster=job.cluster,
         job_id=job.job_id,

@@ -88,7 +88,7 @@ def test_alerts_reach_real_receivers_once_per_severity_and_survive_a_receiver_ou
     clock = wall_now()
     down = run_alert_cycle(warehouse_file, policy, now=T0 + timedelta(minutes=60), clock=clock)
     assert (down.new, down.delivery.sent, down.delivery.retried) == (3, 2, 1)
-    from gpuledger.alerts.channels import notifier_for
+    from gpuledger.channels import notifier_for
 
     # not due before its backoff (60 s) has passed
     assert deliver(warehouse_file, notifier_for, now=clock + timedelta(seconds=30)).sent == 0
@@ -157,7 +157,7 @@ def test_daily_digest_per_team_and_budget_thresholds():
 def test_a_slack_compatible_webhook_gets_text(receivers, monkeypatch):
     """apprise's mmost:// posts Slack's {"text": ...} shape to /hooks/<token> (Mattermost and
     Slack-compatible receivers take it)."""
-    from gpuledger.alerts.channels import notifier_for
+    from gpuledger.channels import notifier_for
 
     hook, _ = receivers
     monkeypatch.setenv("GPULEDGER_ALERT_ONCALL_SLACK_URL", f"mmost://127.0.0.1:{hook.port}/t0ken")
@@ -167,7 +167,7 @@ def test_a_slack_compatible_webhook_gets_text(receivers, monkeypatch):
 
 
 def test_a_channel_without_a_url_names_where_to_put_it(monkeypatch, tmp_path):
-    from gpuledger.alerts.channels import channel_url
+    from gpuledger.channels import channel_url
     from gpuledger.errors import RunError
 
     monkeypatch.delenv("GPULEDGER_ALERT_PAGER_URL", raising=False)
@@ -206,8 +206,8 @@ def test_alerts_cli_runs_a_cycle_and_lists_the_outbox(warehouse_file, receivers)
 
 def test_quiet_hours_defer_delivery_in_the_outbox(warehouse_file, receivers):
     """Raised at 23:30 inside quiet hours 22:00–07:00: the warning waits in the outbox until 07:00."""
-    from gpuledger.alerts.channels import notifier_for
     from gpuledger.alerts.outbox import enqueue
+    from gpuledger.channels import notifier_for
 
     hook, _ = receivers
     with warehouse.open_writer(warehouse_file):

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("apprise")
 
-from gpuledger.alerts.channels import AppriseNotifier, DeliveryError, JsonWebhook, SmtpNotifier, with_timeouts
+from gpuledger.channels import AppriseNotifier, DeliveryError, JsonWebhook, SmtpNotifier, with_timeouts
 from gpuledger.deadlines import CallDeadline
 from tests.helpers.hostile_servers import GREET_TRICKLE, SILENT, TRICKLE, HostileServer
 from tests.helpers.timing import LOAD_SLACK_S
@@ -47,7 +47,7 @@ def test_a_channel_urls_own_timeouts_win():
 
 
 def test_a_secrets_file_that_is_not_yaml_is_one_line_with_its_place(tmp_path, monkeypatch):
-    from gpuledger.alerts.channels import SECRETS_ENV, channel_url
+    from gpuledger.channels import SECRETS_ENV, channel_url
     from gpuledger.errors import RunError
 
     secrets = tmp_path / "secrets.yaml"
@@ -93,7 +93,7 @@ def test_the_delivery_line_is_ours_and_the_library_text_only_with_debug(kind, mo
 @pytest.mark.parametrize("answer,delivered", [(b'{"ok": false, "error": "channel_not_found"}', False),
                                               (b"ok", True), (b'{"ok": true}', True)])
 def test_a_slack_receiver_answering_ok_false_is_not_counted_as_sent(answer, delivered):
-    from gpuledger.alerts.channels import SlackWebhook
+    from gpuledger.channels import SlackWebhook
     from tests.helpers.hostile_servers import http_answer
 
     with HostileServer(lambda _l, _r: http_answer(answer.decode(), content_type="application/json")) as server:

@@ -59,7 +59,7 @@ def test_the_email_as_received_keeps_its_structure_and_the_webhook_gets_the_fiel
 
 
 def test_slack_gets_block_kit_with_the_same_fields(receivers, monkeypatch):
-    from gpuledger.alerts.channels import Message, notifier_for
+    from gpuledger.channels import Message, notifier_for
 
     hook, _ = receivers
     monkeypatch.setenv("GPULEDGER_ALERT_ONCALL_SLACK_URL", f"slack+http://127.0.0.1:{hook.port}/services/T/B/x")
@@ -98,7 +98,7 @@ def test_a_budget_alert_once_per_threshold_with_a_link(receivers):
             "running jobs are no longer funded: they queue below funded work") in hook80.body, hook80.body
     later = budget_alerts(burn.with_columns(consumed_gpu_hours=pl.lit(1020.0)), policy, now=datetime(2026, 10, 25))
     assert {a.key.split("|")[3] for a in later} == {"100"}
-    from gpuledger.alerts.channels import Message, notifier_for
+    from gpuledger.channels import Message, notifier_for
 
     a = next(x for x in later if x.channel == "oncall-mail")
     notifier_for(a.channel).deliver(Message(subject=a.subject, body=a.body, kind=a.kind, severity=a.severity,
@@ -112,7 +112,7 @@ def test_a_budget_alert_once_per_threshold_with_a_link(receivers):
 
 
 def test_a_receiver_that_is_down_is_a_delivery_error_naming_it():
-    from gpuledger.alerts.channels import DeliveryError, JsonWebhook, Message
+    from gpuledger.channels import DeliveryError, JsonWebhook, Message
 
     port = free_port()
     try:

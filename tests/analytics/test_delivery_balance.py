@@ -20,7 +20,7 @@ from gpuledger.analytics.delivery_balance import (
     period_start,
 )
 from gpuledger.analytics.fairshare import fair_share
-from gpuledger.analytics.reports import credited_node_usage
+from gpuledger.analytics.queries import credited_node_usage
 from gpuledger.analytics.usage import node_usage
 from gpuledger.config import Policy
 from tests.helpers.analytics_frames import allocations, at, gpus, jobs, org

@@ -14,7 +14,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 
 pytestmark = pytest.mark.slow
 WEEK_START = datetime(2026, 11, 1)
@@ -91,7 +91,7 @@ def test_planted_squatters_are_found_and_busy_jobs_are_not(week):
         # idle 4-12 h).
         now = WEEK_START + timedelta(hours=2)
         while now <= WEEK_END:
-            found = reports.squatters_report(con, now=now)
+            found = queries.squatters_report(con, now=now)
             for row in found.filter(found["finding"] == "squatting").iter_rows(named=True):
                 best = flagged.get(row["job_id"], "info")
                 flagged[row["job_id"]] = max(best, row["severity"], key=rank.get)
@@ -105,8 +105,8 @@ def test_planted_squatters_are_found_and_busy_jobs_are_not(week):
 
 def test_fair_share_and_budgets_cover_every_project(week, example_config):
     with warehouse.open_reader(week) as con:
-        tree = reports.fairshare_report(con)
-        burn = reports.budget_report(con)
+        tree = queries.fairshare_report(con)
+        burn = queries.budget_report(con)
     projects = set(example_config.projects())
     ranked = tree.filter(tree["fs_rank"].is_not_null())
     assert set(ranked["node"]) == projects
@@ -115,5 +115,5 @@ def test_fair_share_and_budgets_cover_every_project(week, example_config):
     assert burn["status"].is_in(["funded", "at-risk", "exhausted"]).all()
     # The planted end-of-week squatter is running at the data's "now".
     with warehouse.open_reader(week) as con:
-        live = reports.squatters_report(con)
+        live = queries.squatters_report(con)
     assert live.filter(live["finding"] == "squatting").height >= 1

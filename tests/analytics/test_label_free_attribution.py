@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.ingest.holdings.store import holdings_frame, link_holdings, write_holdings
 from gpuledger.ingest.metrics.scrape import ingest_pages
 
@@ -110,8 +110,8 @@ def _warehouse(path, devices, *, strip: bool, holdings: list[dict] | None, holdi
 
 def _figures(path):
     with warehouse.open_reader(path) as con:
-        usage = reports.usage_report(con, start=T0, end=NOW, by="job", now=NOW)
-        charge = reports.chargeback_report(con, "2026-11-02", level="job", now=NOW)
+        usage = queries.usage_report(con, start=T0, end=NOW, by="job", now=NOW)
+        charge = queries.chargeback_report(con, "2026-11-02", level="job", now=NOW)
         alloc = con.sql("SELECT a.job_id, g.gpu_uuid, g.mig_instance_id, a.start_time, a.end_time, "
                         "a.gpu_fraction FROM job_allocations a JOIN gpus g USING (gpu_id) "
                         "ORDER BY ALL").pl()

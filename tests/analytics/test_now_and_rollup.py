@@ -8,7 +8,7 @@ from datetime import datetime
 import polars as pl
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.analytics.attribution import rollup_usage
 from tests.helpers.analytics_frames import at, jobs, org
 
@@ -29,10 +29,10 @@ def test_now_is_the_newest_event_not_in_the_future(warehouse_file):
         ]))
         # The newest event at or before the wall clock is ok's end (19th 06:00); bad's start
         # (18th 09:00) is older and its end is in the future, so it does not count.
-        assert reports.data_now(con, wall=WALL) == datetime(2026, 11, 19, 6)
+        assert queries.data_now(con, wall=WALL) == datetime(2026, 11, 19, 6)
         # With nothing at all, "now" is the wall clock.
         con.execute("DELETE FROM jobs")
-        assert reports.data_now(con, wall=WALL) == WALL
+        assert queries.data_now(con, wall=WALL) == WALL
 
 
 TREE = org([("acme", None, 1), ("A", "acme", 1), ("a1", "A", 1), ("a2", "A", 1), ("b", "acme", 1)])
@@ -95,7 +95,7 @@ def test_usage_report_orders_ties_by_key(warehouse_file):
             {**_job("j2", datetime(2026, 11, 1)), "project": "zeta", "end_time": datetime(2026, 11, 1, 2)},
             {**_job("j1", datetime(2026, 11, 1)), "project": "alpha", "end_time": datetime(2026, 11, 1, 2)},
         ]))
-        out = reports.usage_report(con, start=datetime(2026, 11, 1), end=datetime(2026, 11, 2), by="project",
+        out = queries.usage_report(con, start=datetime(2026, 11, 1), end=datetime(2026, 11, 2), by="project",
                                    now=datetime(2026, 11, 2))
     assert out["project"].to_list() == ["alpha", "zeta"]
     assert out["gpu_hours_allocated"].to_list() == [2.0, 2.0]

@@ -204,3 +204,22 @@ def test_the_class_rule_and_its_polars_form_agree(kind, gpus, limit, work, expec
     frame = pl.DataFrame({"kind": [kind], "gpus": [float(gpus)], "time_limit_s": [limit], "work_s": [work]},
                          schema={"kind": pl.String, "gpus": pl.Float64, "time_limit_s": pl.Int64, "work_s": pl.Float64})
     assert frame.select(wait_class_expr()).item() == expected
+
+
+def test_pools_are_counted_apart_and_a_wait_naming_no_model_sees_its_whole_cluster():
+    # POOL on cluster c, its copy on cluster d (B200), and on c a wait naming no model ("any", 1 GPU,
+    # submitted at 7, started at 55): q4 (submitted at 40, started at 50) overtook it -> fair share;
+    # d's jobs never count for c's waits: d's q1 copy is overtaken by d's q2 alone. On c, "any" (it
+    # started at 55, after every other wait ended but q3's) overtook nobody; its GPU is one more
+    # seen held on c (capacity 8 H100 + 1 of no model = 9 for an H100 wait), so q4 at 40 — q1's 4
+    # and q2's 4 held, nothing submitted by 40 started in [40, 50) — finds 1 free for its 1 GPU:
+    # the scheduler's own delay, where POOL alone had it full
+    d = POOL.with_columns(cluster=pl.lit("d"), gpu_model=pl.lit("B200"), job_id=pl.col("job_id") + "-d")
+    anyone = jobs(("any", "a", 1, 7, 55, None)).with_columns(gpu_model=pl.lit(None, dtype=pl.String))
+    got = causes(pl.concat([POOL, d, anyone]))
+    assert got["any"] == ("fair-share", "1 later job(s) started first on GPU: ranked above it")
+    assert got["q1-d"] == ("fair-share", "1 later job(s) started first on B200: ranked above it")
+    alone = causes(POOL)
+    assert {k: got[k] for k in alone} == {
+        **alone, "q4": ("scheduler", "1.0 of 9.0 H100 GPUs were free for it: the scheduler's own delay")}
+    assert alone["q4"] == ("pool-full", "every H100 busy with work that came first")

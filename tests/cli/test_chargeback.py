@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.cli import app
 from gpuledger.errors import UsageError
 
@@ -66,7 +66,7 @@ def test_a_period_not_over_says_so_under_the_table(small):
 
 def test_retire_gpu_ends_its_capacity(small):
     def h100_idle(con):
-        lines = reports.chargeback_report(con, "2026-11-02", level="job", now=datetime(2026, 11, 3))
+        lines = queries.chargeback_report(con, "2026-11-02", level="job", now=datetime(2026, 11, 3))
         return lines.filter((pl.col("line_kind") == "idle") & (pl.col("gpu_model") == "H100")).row(0, named=True)
 
     # Last seen 12:00 + the 24 h grace: all of Nov 2 is capacity: 24 h, 1 held, 23 idle = 48.30.
@@ -76,7 +76,7 @@ def test_retire_gpu_ends_its_capacity(small):
     # Retired at 06:00: capacity 00:00-06:00, 6 h idle = 12.60; J's hour after it is over-allocated.
     with warehouse.open_reader(small) as con:
         assert (h100_idle(con)["gpu_hours"], h100_idle(con)["amount"]) == (pytest.approx(6), Decimal("12.60"))
-        lines = reports.chargeback_report(con, "2026-11-02", level="job", now=D(23))
+        lines = queries.chargeback_report(con, "2026-11-02", level="job", now=D(23))
         over = lines.filter(pl.col("line_kind") == "over-allocated").row(0, named=True)
         assert (over["gpu_hours"], over["amount"], over["note"]) == (pytest.approx(1), Decimal("2.10"), "jobs: J")
     _run("warehouse", "retire-gpu", "GPU-A", "--undo", "--warehouse", str(small))

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuledger import table_views, tables, warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.cli import app
 from gpuledger.config import load_config
 from gpuledger.simulator import build_cluster, to_epoch_s, write_simulation
@@ -44,7 +44,7 @@ def _policy():
 
 
 def _summary(con):
-    figures = reports.warehouse_summary(con)
+    figures = queries.warehouse_summary(con)
     return pl.DataFrame({"figure": list(figures), "value": [tables.format_value(v) for v in figures.values()]})
 
 
@@ -55,20 +55,20 @@ def _quarantine(con):
 
 # command line, the frame it shows (computed directly), the view it shows it with
 CASES = {
-    "fairshare": (["report", "fairshare"], lambda c: reports.fairshare_report(c, policy=_policy()), table_views.FAIRSHARE),
-    "budget": (["report", "budget"], lambda c: reports.budget_report(c), table_views.BUDGET),
-    "budget-jobs": (["report", "budget", "--jobs"], lambda c: reports.funding_report(c, policy=_policy()),
+    "fairshare": (["report", "fairshare"], lambda c: queries.fairshare_report(c, policy=_policy()), table_views.FAIRSHARE),
+    "budget": (["report", "budget"], lambda c: queries.budget_report(c), table_views.BUDGET),
+    "budget-jobs": (["report", "budget", "--jobs"], lambda c: queries.funding_report(c, policy=_policy()),
                     table_views.FUNDING),
-    "squatters": (["report", "squatters"], lambda c: reports.squatters_report(c, policy=_policy()), table_views.SQUATTERS),
+    "squatters": (["report", "squatters"], lambda c: queries.squatters_report(c, policy=_policy()), table_views.SQUATTERS),
     **{f"chargeback-{level}": (["report", "chargeback", "-p", "2026-11", "--level", level],
-                               lambda c, level=level: reports.chargeback_report(c, "2026-11", level=level,
+                               lambda c, level=level: queries.chargeback_report(c, "2026-11", level=level,
                                                                                 policy=_policy()),
                                table_views.CHARGEBACK) for level in ("project", "job", "node")},
     **{f"usage-{by}": (["report", "usage", "--start", S, "--end", E, "--by", by],
-                       lambda c, by=by: reports.usage_report(c, start=START, end=END, by=by), table_views.USAGE)
+                       lambda c, by=by: queries.usage_report(c, start=START, end=END, by=by), table_views.USAGE)
        for by in ("project", "job", "user", "node")},
     **{f"utilization-{by}": (["report", "utilization", "--start", S, "--end", E, "--by", by],
-                             lambda c, by=by: reports.utilization_report(c, start=START, end=END, by=by),
+                             lambda c, by=by: queries.utilization_report(c, start=START, end=END, by=by),
                              table_views.UTILIZATION) for by in ("model", "cluster", "fleet", "kind")},
     "summary": (["warehouse", "summary"], _summary, table_views.SUMMARY),
     "quarantine": (["warehouse", "quarantine"], _quarantine, table_views.QUARANTINE),
@@ -145,7 +145,7 @@ def test_fit_hides_default_columns_from_the_right_and_says_so():
 
 def test_wide_shows_every_column_of_the_report(sim_warehouse):
     with warehouse.open_reader(sim_warehouse) as con:
-        frame = reports.budget_report(con)
+        frame = queries.budget_report(con)
     narrow = _run(["report", "budget"], sim_warehouse, 80)
     wide = _run(["report", "budget", "--wide"], sim_warehouse, 80)
     # period dates and own-budget flags are --wide only
@@ -206,7 +206,7 @@ def test_full_key_order_breaks_every_tie():
     expected = [(1, "x", 5.0), (1, "y", 1.0), (1, "y", 2.0), (0, "z", 0.0)]
     for seed in range(5):
         shuffled = frame.sample(fraction=1.0, shuffle=True, seed=seed)
-        assert reports.ordered(shuffled, ["a"], [True]).rows() == expected
+        assert queries.ordered(shuffled, ["a"], [True]).rows() == expected
 
 
 def test_simulate_gpus_says_it_rounds_to_whole_nodes(tmp_path):
@@ -243,7 +243,7 @@ def test_extended_simulation_appends(tmp_path):
         still_open = con.execute("SELECT count(*) FROM job_allocations a JOIN jobs j USING (cluster, job_id) "
                                  "WHERE j.job_id IN (SELECT unnest(?)) AND (a.end_time IS NULL OR "
                                  "a.end_time > ?)", [sorted(ids_first), START + timedelta(hours=3)]).fetchall()
-        used = reports.usage_report(con, start=START, end=START + timedelta(hours=6), by="job")
+        used = queries.usage_report(con, start=START, end=START + timedelta(hours=6), by="job")
     assert stored == ids_first | ids_later and still_open == [(0,)]
     assert "(no job record)" not in used["project"].to_list()
     with_usage = set(used.filter(pl.col("gpu_hours_allocated") > 0)["job_id"])
@@ -255,8 +255,8 @@ def test_usage_by_node_adds_up_on_every_run(sim_warehouse):
     # polars' streaming engine once summed this plan differently each run; the org root must hold
     # exactly what the projects hold (all jobs of the simulation name a project of the tree)
     with warehouse.open_reader(sim_warehouse) as con:
-        runs = [reports.usage_report(con, start=START, end=END, by="node") for _ in range(3)]
-        projects = reports.usage_report(con, start=START, end=END, by="project")
+        runs = [queries.usage_report(con, start=START, end=END, by="node") for _ in range(3)]
+        projects = queries.usage_report(con, start=START, end=END, by="project")
     root = runs[0].filter(pl.col("node") == "acme").row(0, named=True)
     assert root["gpu_hours_active"] == pytest.approx(projects["gpu_hours_active"].sum(), abs=1e-9)
     assert root["gpu_hours_allocated"] == pytest.approx(projects["gpu_hours_allocated"].sum(), abs=1e-9)

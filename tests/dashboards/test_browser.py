@@ -139,7 +139,7 @@ def _cells(page) -> set[str]:
 
 
 def _open_jobs(rig, projects) -> set[str]:
-    from gpuledger.analytics.reports import data_now
+    from gpuledger.analytics.queries import data_now
 
     with warehouse.open_reader(rig.warehouse) as con:
         now = data_now(con)
@@ -318,8 +318,9 @@ def test_key_columns_are_visible_at_1400_px_without_scrolling(dashboard_warehous
 
 def _snapshot(rig):
     """The fair-share tree the page shows (as of the data's end, through the read model)."""
-    from gpuledger.analytics.reports import data_now
     from gpuledger.dashboards import queries
+
+    from gpuledger.analytics.queries import data_now
 
     with warehouse.open_reader(rig.warehouse) as con:
         end = data_now(con)

@@ -17,7 +17,7 @@ from gpuledger.dashboards import access, queries
 from streamlit.testing.v1 import AppTest
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries as query_layer
 from gpuledger.config import DashboardAccess
 from gpuledger.ledger.periods import statement_lines
 from tests.helpers.dashboard_rig import APP, LEADS, run_cli
@@ -100,8 +100,8 @@ def test_utilization_headline_equals_the_analytics(on_rig):
     # the default period: the data's first day to its "now" (2 simulated days, under the 7-day default)
     assert start == datetime(2026, 11, 1) and end == datetime(2026, 11, 3) and now <= end
     with warehouse.open_reader(on_rig.warehouse) as con:
-        by_model = reports.utilization_report(con, start=start, end=end, by="model", now=now)
-        by_kind = reports.utilization_report(con, start=start, end=end, by="kind", now=now)
+        by_model = query_layer.utilization_report(con, start=start, end=end, by="model", now=now)
+        by_kind = query_layer.utilization_report(con, start=start, end=end, by="kind", now=now)
     cap, alloc = by_model["gpu_hours_capacity"].sum(), by_model["gpu_hours_allocated"].sum()
     active = by_model["gpu_hours_active"].sum()
     shown = metrics(at)
@@ -126,7 +126,7 @@ def test_fair_share_tree_equals_the_analytics(on_rig):
     at = page(app(), "fair_share")
     _, _, now = window(at)
     with warehouse.open_reader(on_rig.warehouse) as con:
-        expected = reports.fairshare_report(con, as_of=now)
+        expected = query_layer.fairshare_report(con, as_of=now)
     tree = frame(at, 0)
     assert [n.strip("\u2003") for n in tree["node"]] == expected["node"].to_list()
     # programs have no rank: an empty cell (a number column with empty cells is shown as text)
@@ -139,7 +139,7 @@ def test_fair_share_tree_equals_the_analytics(on_rig):
     assert metrics(at)["GPU-hours in the window"] == f"{projects['gpu_hours_window'].sum():,.1f} GPU-h"
     # the delivery balance: `report balance`'s running period, node for node
     with warehouse.open_reader(on_rig.warehouse) as con:
-        balance = reports.balance_report(con, as_of=now)
+        balance = query_layer.balance_report(con, as_of=now)
     newest = balance.filter(pl.col("period_start") == pl.col("period_start").max())
     shown = frame(at, 1)
     assert shown["node"].to_list() == newest["node"].to_list()
@@ -157,7 +157,7 @@ def test_budgets_equal_the_analytics(on_rig):
     at = page(app(), "budgets")
     _, _, now = window(at)
     with warehouse.open_reader(on_rig.warehouse) as con:
-        expected = reports.budget_report(con, as_of=now)
+        expected = query_layer.budget_report(con, as_of=now)
     shown = metrics(at)
     for status, label in (("funded", "Funded"), ("at-risk", "At risk (exhausts before period end)"),
                           ("exhausted", "Exhausted")):
@@ -235,7 +235,7 @@ def test_chargeback_for_any_period_equals_the_ledger(on_rig):
     with warehouse.open_reader(on_rig.warehouse) as con:
         from gpuledger.ledger.config_versions import stored_config
 
-        lines = reports.chargeback_report(con, f"{start.isoformat()}..{end.isoformat()}",
+        lines = query_layer.chargeback_report(con, f"{start.isoformat()}..{end.isoformat()}",
                                           policy=stored_config(con).config.policy)
     total = sum((Decimal(a) for a, b in zip(lines["amount"], lines["billed"], strict=True) if b), Decimal(0))
     assert metrics(at)["Total"] == f"{total:,.2f} USD"
@@ -267,7 +267,7 @@ def test_squatters_equal_the_analytics_at_the_last_evaluation(on_rig):
     at = page(app(), "squatters")
     with warehouse.open_reader(on_rig.warehouse) as con:
         last = con.execute("SELECT max(evaluated_at) FROM squatting_evaluations").fetchall()[0][0]
-        expected = reports.squatters_report(con, now=last)
+        expected = query_layer.squatters_report(con, now=last)
     shown = metrics(at)
     assert shown["Open findings"] == counted(expected.height, "job")
     assert shown["Wasted"] == f"{expected['gpu_hours_idle'].sum():,.1f} GPU-h"
@@ -310,8 +310,8 @@ def test_a_lead_sees_their_team_and_not_another(on_rig, lead):
     # one of ours (both simulated clusters number from the same window start), never a job of theirs alone
     assert not (shown_jobs & _open_jobs(on_rig, others, now)) - _open_jobs(on_rig, mine, now)
     with warehouse.open_reader(on_rig.warehouse) as con:
-        budgets = reports.budget_report(con, as_of=now)
-        usage = reports.usage_report(con, start=start, end=end, by="project", now=now)
+        budgets = query_layer.budget_report(con, as_of=now)
+        usage = query_layer.usage_report(con, start=start, end=end, by="project", now=now)
     program = {"vision-lead@example.com": "vision", "llm-lead@example.com": "llm"}[lead]
     left = budgets.filter(pl.col("node") == program)["remaining_gpu_hours"].sum()
     idle = usage.filter(pl.col("project").is_in(list(mine)))["gpu_hours_idle"].sum()
@@ -329,7 +329,7 @@ def test_a_lead_sees_their_team_and_not_another(on_rig, lead):
     assert not set(frame(at, 0)["node"]) & others
     page(at, "fair_share")
     with warehouse.open_reader(on_rig.warehouse) as con:
-        assert frame(at, 0).height == reports.fairshare_report(con, as_of=now).height
+        assert frame(at, 0).height == query_layer.fairshare_report(con, as_of=now).height
 
 
 @pytest.mark.parametrize("email", ["finance@example.com", "admin@example.com"])
@@ -572,7 +572,7 @@ def check_queue_sentences(sentences: list[str], tree: pl.DataFrame) -> int:
 
 
 def test_every_queue_sentence_uses_the_share_and_usage_of_one_parent(dashboard_warehouse):
-    from gpuledger.analytics.reports import data_now
+    from gpuledger.analytics.queries import data_now
 
     path = str(dashboard_warehouse.warehouse)
     with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
@@ -597,7 +597,7 @@ def test_the_fair_share_page_and_the_cli_agree_right_after_config_load(dashboard
 
     import yaml
 
-    from gpuledger.warehouse.read_model.facts import data_now
+    from gpuledger.facts import data_now
     from tests.helpers.dashboard_rig import run_cli
 
     rig = dataclasses.replace(dashboard_warehouse, warehouse=tmp_path / "w.duckdb", config=tmp_path / "changed.yaml")
@@ -647,8 +647,8 @@ def test_my_team_and_fair_share_show_the_wait_times_the_cli_reports(on_rig, lead
     mine = LEADS[lead]
     shown = next(frame(at, i) for i in range(len(at.dataframe)) if "job_class" in frame(at, i).columns)
     with warehouse.open_reader(on_rig.warehouse) as con:
-        expected = reports.waits_report(con, start=start, end=end, by="project-class", projects=tuple(mine))
-        by_project = reports.waits_report(con, start=start, end=end, by="project")
+        expected = query_layer.waits_report(con, start=start, end=end, by="project-class", projects=tuple(mine))
+        by_project = query_layer.waits_report(con, start=start, end=end, by="project")
     assert expected.height and set(shown["project"]) == set(expected["project"]) <= set(mine)
     got = {(r["project"], r["job_class"]): (r["jobs"], r["wait_p50_s"], r["main_cause"]) for r in shown.iter_rows(named=True)}
     assert got == {(r["project"], r["job_class"]): (r["jobs"], r["wait_p50_s"], r["main_cause"])

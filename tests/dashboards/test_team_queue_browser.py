@@ -25,7 +25,7 @@ def _queue(path, projects):
     """The team's queued jobs as the section lists them (its order), at the data's now."""
     from gpuledger.enforce import team_store
 
-    from gpuledger.analytics.reports import data_now
+    from gpuledger.analytics.queries import data_now
 
     with warehouse.open_reader(path) as con:
         now = data_now(con)

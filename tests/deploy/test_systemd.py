@@ -57,7 +57,7 @@ def test_environment_file_names_what_the_code_reads():
         assert name in env and f"env: {name}" in instance
     from gpuledger.warehouse.paths import WAREHOUSE_ENV
 
-    from gpuledger.alerts.channels import SECRETS_ENV
+    from gpuledger.channels import SECRETS_ENV
     from gpuledger.config_files import CONFIG_ENV
 
     for name in (WAREHOUSE_ENV, CONFIG_ENV, SECRETS_ENV, "DAGSTER_HOME"):

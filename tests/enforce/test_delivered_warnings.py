@@ -28,7 +28,7 @@ def warn(job: str) -> Action:
 
 def test_only_delivered_warnings_start_the_clock(tmp_path, receivers):
     from gpuledger.alerts import outbox
-    from gpuledger.alerts.channels import notifier_for
+    from gpuledger.channels import notifier_for
 
     path = tmp_path / "w.duckdb"
     with warehouse.open_writer(path) as con:

@@ -18,7 +18,7 @@ from gpuledger.enforce.model import Action
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
-
+from gpuledger.ingest.jobs import k8s_lists
 from tests.helpers.configs import TWO_PROJECTS
 from tests.helpers.k8s_standin import KubeStandIn
 
@@ -267,7 +267,7 @@ def test_already_done_actions_are_not_performed_again(server, api):
     run = apply_actions([a], KueueBackend(api=api, cluster="k"), dry_run=False, already_done={a.action_id})
     assert run.results == [] and run.already_done == [a]
     # only prepare's list of workloads waiting for their requeue
-    assert calls(server) == [("GET", "/apis/kueue.x-k8s.io/v1beta2/workloads", {}, None)]
+    assert calls(server) == [("GET", "/apis/kueue.x-k8s.io/v1beta2/workloads", {"limit": "500"}, None)]  # read in pages
 
 
 def test_jobs_of_other_schedulers_are_skipped(api):
@@ -410,6 +410,19 @@ def test_observe_reads_checkpoint_labels_and_priority(server, api):
                                        "annotations": {}, "priority": 42}}
     pods = EvictionBackend(api=api, cluster="k").observe()
     assert pods["ml/p"]["labels"] == {"gpuledger.io/checkpointing": "true"} and pods["uid-p"] == pods["ml/p"]
+
+
+def test_observe_reads_every_page_of_a_large_workload_list(server, api, monkeypatch):
+    # 5 workloads in pages of 2: three GETs (the 2nd and 3rd with the continue token the stand-in
+    # gave: "2:<rv>", "4:<rv>"), all five seen
+    monkeypatch.setattr(k8s_lists, "PAGE_SIZE", 2)
+    for name in "abcde":
+        server.kueue_workloads[("ml", name)] = workload(name)
+    seen = KueueBackend(api=api, cluster="k").observe()
+    assert sorted(seen) == [f"ml/workload/{n}" for n in "abcde"]
+    gets = [query for method, path, query, _ in calls(server) if path.endswith("/workloads")]
+    assert [q.get("limit") for q in gets] == ["2", "2", "2"]
+    assert [q.get("continue", "").split(":")[0] for q in gets] == ["", "2", "4"]
 
 
 def test_cli_burst_preempted_for_waiting_funded_work_requeued_when_it_checkpoints(server, kueue_warehouse, tmp_path):

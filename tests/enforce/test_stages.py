@@ -9,8 +9,10 @@ from collections import defaultdict
 from decimal import Decimal
 
 from gpuledger.enforce import caps, demand, inputs, rails, squatters
+from gpuledger.enforce.candidates import Preemptible, preemptible_by_cluster
 from gpuledger.enforce.model import JobHistory, Warning
 from gpuledger.enforce.policy import explanations, priority_actions, target_priorities
+
 from gpuledger.config import Policy
 from tests.enforce.test_policy import CKPT, NOW, H, M, delivered, job, policy, situation, squat
 
@@ -165,47 +167,80 @@ def test_take_idle_for_whole_gpus_counts_only_wholly_idle_ones():
     assert (cap.free[("c", "H100")], cap.whole[("c", "H100")]) == (1.5, 0.0)
 
 
-def test_demand_candidates_below_the_waiting_job_and_preemptible():
+def test_candidates_below_the_waiting_job_and_preemptible():
     # w funded p1 waits (503000). lo unfunded p3 (101000): candidate; f funded p2 protected: no;
     # svc exempt kind: no; other model: no; taken already: no
     w = job("w", running=False, funded=True)
     jobs = [w, job("lo", "p3"), job("f", "p2", funded=True, protected_until=NOW + H), job("svc", "p3", kind="inference"),
             job("a100", "p3", gpu_model="A100"), job("gone", "p3")]
     s = situation(jobs)
-    cap = demand.Capacity(free={}, whole=None, taken={("c", "gone")})
-    got = demand.demand_candidates(w, s, policy(), target_priorities(s, policy()), cap)
-    assert [j.job_id for j in got] == ["lo"]
+    targets = target_priorities(s, policy())
+    index = Preemptible(s, policy(), targets, {("c", "gone")})
+    c, at = index.below(w, targets[w.key][0], whole_gpus=False)
+    assert [j.job_id for j in index.jobs(c, at)] == ["lo"]
+    # once taken (chosen for an earlier waiting job), lo is no candidate either
+    index.take([jobs[1]])
+    assert index.jobs(*index.below(w, targets[w.key][0], whole_gpus=False)) == []
+
+
+def test_candidates_of_a_model_less_request_and_a_partition():
+    # w asks 1 GPU of any model in partition gpu: lo (H100, gpu) and a100 (A100, no partition known)
+    # serve it, other (H100, partition debug) does not; far is on cluster d
+    w = dataclasses.replace(job("w", running=False, funded=True, gpus=1), gpu_model=None, partition="gpu")
+    far = dataclasses.replace(job("far", "p3"), cluster="d")
+    jobs = [w, dataclasses.replace(job("lo", "p3"), partition="gpu"), job("a100", "p3", gpu_model="A100"),
+            dataclasses.replace(job("other", "p3"), partition="debug"), far]
+    s = situation(jobs)
+    targets = target_priorities(s, policy())
+    index = Preemptible(s, policy(), targets, set())
+    assert [j.job_id for j in index.jobs(*index.below(w, targets[w.key][0], whole_gpus=False))] == ["lo", "a100"]
 
 
 def test_preemptible_index_keeps_only_jobs_that_may_ever_go_in_order():
     # of the running jobs, the exempt one (kind inference) and the protected one never go; the
-    # waiting one is not running; per cluster, in the situation's order (c: lo, a100; d: far).
-    # The candidates through the index are those found by scanning every job.
+    # waiting one is not running; per cluster, in the situation's order (c: lo, a100; d: far)
     w = job("w", running=False, funded=True)
     far = dataclasses.replace(job("far", "p3"), cluster="d")
     jobs = [w, job("lo", "p3"), job("f", "p2", funded=True, protected_until=NOW + H), job("svc", "p3", kind="inference"),
             far, job("a100", "p3", gpu_model="A100")]
     s = situation(jobs)
-    index = demand.preemptible_by_cluster(s, policy())
+    index = preemptible_by_cluster(s, policy())
     assert {c: [j.job_id for j in js] for c, js in index.items()} == {"c": ["lo", "a100"], "d": ["far"]}
-    cap, targets = demand.Capacity(free={}, whole=None), target_priorities(s, policy())
-    assert (demand.demand_candidates(w, s, policy(), targets, cap, index)
-            == demand.demand_candidates(w, s, policy(), targets, cap) == [jobs[1]])
 
 
 def test_held_back_costly_and_blocked_each_noted_once():
     # funded f ran 10 h 3 min, not resumable: losing 603 min > max_lost_minutes 5 -> costly;
-    # nolive has no live view -> blocked; ok goes. A second pass notes nothing new (short).
+    # nolive has no live view -> blocked; ok goes. A second pass notes nothing new.
+    w = job("w", running=False, funded=True)
     f = job("f", "p2", funded=True, start_time=NOW - 603 * M)
-    jobs = [f, job("nolive", "p3", observed=None), job("ok", "p3")]
-    s, n, short = situation(jobs), notes(), set()
-    left, blocked = demand.held_back(jobs, "funded job w", s, policy(), n, short)
-    assert [j.job_id for j in left] == ["ok"] and list(blocked) == [("c", "nolive")]
+    jobs = [w, f, job("nolive", "p3", observed=None), job("ok", "p3")]
+    s, n = situation(jobs), notes()
+    targets = target_priorities(s, policy())
+    index = Preemptible(s, policy(), targets, set())
+    c, at = index.below(w, targets[w.key][0], whole_gpus=False)
+    left, held, first = index.hold_back(c, at, "funded job w", policy(), n)
+    assert [j.job_id for j in index.jobs(c, left)] == ["ok"] and held == 1
+    assert first.startswith("slurm does not list this job now")
     assert n[("c", "f")] == [("ranks below waiting funded job w, but a preemption now would lose 603 min of work "
                              "(more than max_lost_minutes 5)")]
     assert n[("c", "nolive")][0].startswith("ranks below waiting funded job w, but slurm does not list this job now")
-    demand.held_back(jobs, "funded job w", s, policy(), n, short)
+    index.hold_back(c, at, "funded job w", policy(), n)
     assert len(n[("c", "f")]) == len(n[("c", "nolive")]) == 1
+
+
+def test_cheapest_by_lost_work_per_gpu_then_larger():
+    # a: 8 GPUs, 600 min -> 600/GPU-min per GPU; b: 1 GPU ran 60 min -> 60; c: 2 GPUs ran 60 min -> 60
+    # (ties on rate: the larger first); so c, b, a; cut at 2 -> c, b
+    w = job("w", running=False, funded=True)
+    jobs = [w, job("a", "p3"), job("b", "p3", gpus=1, start_time=NOW - 60 * M), job("c", "p3", gpus=2, start_time=NOW - 60 * M)]
+    s = situation(jobs)
+    targets = target_priorities(s, policy())
+    index = Preemptible(s, policy(), targets, set())
+    c, at = index.below(w, targets[w.key][0], whole_gpus=False)
+    assert [j.job_id for j in index.cheapest(c, at, 2)] == ["c", "b"]
+    # 8 + 1 + 2 GPUs could go; within a need of 2: b and c, in the situation's order
+    assert index.gpus(c, at) == 11.0
+    assert [j.job_id for j in index.jobs(c, index.within(c, at, 2.0))] == ["b", "c"]
 
 
 def test_take_freed_gives_the_waiting_job_what_it_needs():
@@ -228,14 +263,16 @@ def test_demand_actions_name_the_waiting_job_and_the_lost_work():
 
 
 def test_unserved_explains_on_the_waiting_job_and_its_candidates():
-    # 4 GPUs could go, 8 needed: nothing is preempted
+    # 4 GPUs could go, 8 needed: nothing is preempted; one other job held back
     w, c = job("w", running=False, funded=True), job("c4", "p3", gpus=4)
     n = notes()
-    demand.unserved(w, 8.0, [c], {}, "funded job w", n, set())
+    demand.unserved(w, 8.0, 4.0, (1, "its data is stale"), [c], "funded job w", n)
     assert n[("c", "w")] == [("waits for 8 H100 (8 not idle); nothing is preempted for it: the 4 GPU(s) that could "
-                             "go would not free the 8 it needs")]
+                             "go would not free the 8 it needs (1 other job(s) held back: its data is stale)")]
     assert n[("c", "c4")] == [("ranks below waiting funded job w, but preempting all 4 GPU(s) that could go would "
                               "not free the 8 it needs")]
+    demand.unserved(w, 8.0, None, (0, None), [], "funded job w", n)
+    assert n[("c", "w")][1].endswith("nothing is preempted for it: no running job below it may be preempted for it")
 
 
 def test_demand_preemptions_serve_the_first_waiting_job_from_the_cheapest_victim():

@@ -7,7 +7,7 @@ import datetime as dt
 import polars as pl
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.ingest.device_links import link_devices
 
 T0 = dt.datetime(2026, 11, 2, 10, 0)
@@ -107,11 +107,11 @@ def test_a_kubernetes_squatter_is_found_once_its_devices_are_linked(warehouse_fi
             _samples(ids["GPU-b"], 0, 179, pod="pretrain-0"),
         ]), "scrape")
     with warehouse.open_reader(warehouse_file) as con:
-        before = reports.squatters_report(con, now=NOW)
+        before = queries.squatters_report(con, now=NOW)
     with warehouse.open_writer(warehouse_file) as con:
         link_devices(con, start=T0, end=NOW)
     with warehouse.open_reader(warehouse_file) as con:
-        after = reports.squatters_report(con, now=NOW)
+        after = queries.squatters_report(con, now=NOW)
     # Without devices the job cannot be judged; with them: idle since 10:30 (start + 30 min grace),
     # 150 min at 13:00 >= 120 -> preempt-eligible, both GPUs idle.
     assert before.filter(pl.col("job_id") == "research/pretrain-0").is_empty()

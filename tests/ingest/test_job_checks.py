@@ -9,7 +9,7 @@ from datetime import datetime
 import polars as pl
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.config import Config
 from gpuledger.ingest.jobs.checks import JobLimits, job_limits, job_problem
 from gpuledger.ingest.jobs.jobs_csv import parse_jobs_csv
@@ -50,7 +50,7 @@ def test_csv_rows_that_would_poison_reports_are_quarantined(warehouse_file):
         parsed = parse_jobs_csv(CSV, "jobs.csv", set(CONFIG.projects()), now=NOW, limits=job_limits(con))
         warehouse.upsert(con, "jobs", parsed.jobs)
         warehouse.quarantine(con, parsed.rejected)
-        summary = reports.warehouse_summary(con)
+        summary = queries.warehouse_summary(con)
     reasons = {r.location.rsplit(":", 1)[1]: r.reason for r in parsed.rejected}
     # Lines: 2 ok, 3 old, 4 future, 5 skewed (5 min ahead: within the 10-min skew, lands), 6 huge,
     # 7 wide (17 GPUs, the cluster has 16), 8 model, 9 kind.

@@ -3,12 +3,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from gpuledger.warehouse.writes import table_counts
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
 from gpuledger.cli.ingest.jobs_csv import app
 from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, parse_jobs_csv
-from gpuledger.warehouse.writes import table_counts
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "jobs_malformed.csv"
 
@@ -82,7 +82,7 @@ def test_conflicting_duplicate_job_rows_quarantine_the_later_one():
 
 
 def test_summary_counts_imported_jobs_gpu_hours(tmp_path, warehouse_file):
-    from gpuledger.analytics.reports import warehouse_summary
+    from gpuledger.analytics.queries import warehouse_summary
 
     csv_file = tmp_path / "jobs.csv"
     shutil.copy(FIXTURE, csv_file)

@@ -30,7 +30,7 @@ from decimal import Decimal
 import polars as pl
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.config import ChargebackPolicy, TierRule
 from gpuledger.ingest.jobs.slurm import parse_sacct, write_batch
 from gpuledger.ingest.metrics.nvml import DeviceReading, readings_frames, write_readings
@@ -109,7 +109,7 @@ def test_a_day_with_reserved_on_demand_and_spot_lines_each_priced_right(warehous
                      "burst-1": "on-demand"}
     assert job_tiers == {"700": "spot", "701": None}
     with warehouse.open_reader(warehouse_file) as con:
-        lines = reports.chargeback_report(con, "2026-10-01", now=datetime(2026, 10, 2))
+        lines = queries.chargeback_report(con, "2026-10-01", now=datetime(2026, 10, 2))
     got = {(r["line_kind"], r["project"], r["tier"]): r["amount"]
            for r in lines.filter(pl.col("line_kind").is_in(["charge", "idle"])).iter_rows(named=True)}
     assert got == {

@@ -26,7 +26,7 @@ import requests
 from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.ingest.metrics.prometheus.aggregate import aggregate, chunk_windows
 from gpuledger.ingest.metrics.prometheus.backfill import backfill
 from gpuledger.ingest.metrics.prometheus.client import PrometheusError
@@ -91,7 +91,7 @@ def _figures(path) -> dict:
             "start_time": [START] * len(ids), "end_time": [END] * len(ids), "gpu_fraction": [1.0] * len(ids),
             "source": ["test"] * len(ids)}))
     with warehouse.open_reader(path) as con:
-        usage = reports.usage_report(con, start=START, end=END, by="job", now=END).row(0, named=True)
+        usage = queries.usage_report(con, start=START, end=END, by="job", now=END).row(0, named=True)
         rows, weight = con.execute("SELECT count(*), sum(coalesce(sample_n, 1)) FROM gpu_samples").fetchall()[0]
     return {**usage, "rows": rows, "weight": weight, "devices": len(ids)}
 
@@ -259,8 +259,8 @@ def test_aggregates_charge_running_jobs_the_raw_samples_gpu_hours_per_project(se
             aggregate(url, START, END, step_s=300, warehouse_path=path, cluster="sim", concurrency=3)
         _hold(path, RUNNING)
         with warehouse.open_reader(path) as con:
-            now = reports.data_now(con)
-            usage = reports.usage_report(con, start=START, end=END + timedelta(days=1), by="project")
+            now = queries.data_now(con)
+            usage = queries.usage_report(con, start=START, end=END + timedelta(days=1), by="project")
         assert now == END - timedelta(seconds=60), name  # not the last window's start (END - 5 min)
         figures[name] = {r["project"]: r for r in usage.iter_rows(named=True)}
         for project, hours in golden.items():

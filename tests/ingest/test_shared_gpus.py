@@ -20,11 +20,11 @@ import polars as pl
 import pytest
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
 from gpuledger.ingest.jobs.kubernetes import KubernetesIngest, api_client
-from gpuledger.ingest.metrics.pod_activity import per_pod_rows
 from gpuledger.ingest.metrics.exposition import parse_exposition
+from gpuledger.ingest.metrics.pod_activity import per_pod_rows
 from gpuledger.ingest.metrics.scrape import ingest_pages
 from tests.helpers.k8s_standin import KubeStandIn
 from tests.helpers.ledger_fixtures import load
@@ -84,7 +84,7 @@ def test_four_hami_pods_at_25_percent_add_up_to_one_gpu_hour_and_reconcile_with_
     with warehouse.open_reader(shared) as con:
         jobs = con.execute("SELECT scheduler_job, gpus, gpu_memory_mib FROM jobs ORDER BY 1").fetchall()
         allocs = con.execute("SELECT job_id, gpu_fraction FROM job_allocations ORDER BY 1").fetchall()
-        lines = reports.chargeback_report(con, f"{T10.isoformat()}..{T11.isoformat()}", now=T11)
+        lines = queries.chargeback_report(con, f"{T10.isoformat()}..{T11.isoformat()}", now=T11)
     # cores share the GPU; memory kept beside it, never charged
     assert jobs == [(f"ml-vision/hami-{p}", 0.25, 4000.0) for p in "abcd"]
     assert allocs == [(f"uid-hami-{p}", 0.25) for p in "abcd"]  # every pod of the shared device linked
@@ -98,7 +98,7 @@ def test_four_hami_pods_at_25_percent_add_up_to_one_gpu_hour_and_reconcile_with_
 
 def test_each_pod_gets_its_measured_active_gpu_hours_on_the_time_sliced_gpu(shared):
     with warehouse.open_reader(shared) as con:
-        usage = reports.usage_report(con, start=T10, end=T11, by="job", now=T11)
+        usage = queries.usage_report(con, start=T10, end=T11, by="job", now=T11)
     got = {r["job_id"]: r for r in usage.iter_rows(named=True)}
     for pod, active in (("a", 0.20), ("b", 0.10), ("c", 0.0), ("d", 0.25)):
         row = got[f"uid-hami-{pod}"]
@@ -134,7 +134,7 @@ def test_the_idle_pod_on_the_busy_shared_gpu_squats_and_its_neighbours_do_not(sh
     policy = Policy(squatting=SquattingPolicy(grace_minutes=0, sustained_minutes=30, warn_minutes=30,
                                               second_warn_minutes=40, preempt_minutes=50))
     with warehouse.open_reader(shared) as con:
-        found = reports.squatters_report(con, policy=policy, now=datetime(2026, 11, 29, 10, 59, 59))
+        found = queries.squatters_report(con, policy=policy, now=datetime(2026, 11, 29, 10, 59, 59))
     assert found["job_id"].to_list() == ["uid-hami-c"]
     row = found.row(0, named=True)
     assert row["activity_signal"] == "gpu_util_per_pod" and row["idle_since"] == T10

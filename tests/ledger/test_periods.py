@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.errors import RunError
 from gpuledger.ledger import periods
 from gpuledger.ledger.audit import audit_rows
@@ -64,7 +64,7 @@ def test_close_freezes_the_month_and_a_later_price_change_does_not_move_it(octob
     assert "price added: H100/reserved from 2026-10-06 2.50 USD" in result.changes
     with warehouse.open_reader(october) as con:
         issued = periods.statement_lines(con, "2026-10")
-        computed = reports.chargeback_report(con, "2026-10")
+        computed = queries.chargeback_report(con, "2026-10")
         # both versions are kept, with their own rate cards
         assert config_versions(con)["version"].to_list() == [1, 2]
         assert rate_card_version(con, 1).height == 4 and rate_card_version(con, 2).height == 6

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from tests.helpers.prometheus_rig import PrometheusRig, free_port, have_prometheus
 from tests.helpers.statement_fixtures import october
 
@@ -33,8 +33,8 @@ def _serve(path: Path, port: int) -> subprocess.Popen:
 def test_prometheus_scrapes_gpuledger_and_answers_with_the_analytics_values(warehouse_file, tmp_path):
     october(warehouse_file)
     with warehouse.open_reader(warehouse_file) as con:
-        fs = reports.fairshare_report(con)
-        burn = reports.budget_report(con)
+        fs = queries.fairshare_report(con)
+        burn = queries.budget_report(con)
     factor = {r["node"]: r["fairshare_factor"] for r in fs.iter_rows(named=True) if r["fairshare_factor"] is not None}
     port = free_port()
     server = _serve(warehouse_file, port)

@@ -35,7 +35,7 @@ from gpuledger.pipelines.defs.usage.checks import job_usage_no_negative_idle, pr
 from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries as query_layer
 from gpuledger.config import example_config_text, load_config, read_config_file
 from gpuledger.ledger.periods import statement_lines
 from gpuledger.simulator import build_cluster, fixed_clock, start_exporters
@@ -111,12 +111,12 @@ def test_daily_analytics_equal_the_reports_and_replace_their_partition(sim_wareh
 
     start, end = START, START + timedelta(days=1)
     with warehouse.open_reader(sim_warehouse) as con:
-        now = reports.data_now(con)
-        jobs = reports.usage_report(con, start=start, end=end, by="job", per_hour=True)
-        projects = reports.usage_report(con, start=start, end=end, by="project", per_hour=True)
-        utilization = reports.utilization_report(con, start=start, end=end, by="model")
-        fairshare = reports.fairshare_report(con, as_of=now).rename({"order": "queue_order"})
-        budgets = reports.budget_report(con, as_of=now)
+        now = query_layer.data_now(con)
+        jobs = query_layer.usage_report(con, start=start, end=end, by="job", per_hour=True)
+        projects = query_layer.usage_report(con, start=start, end=end, by="project", per_hour=True)
+        utilization = query_layer.utilization_report(con, start=start, end=end, by="model")
+        fairshare = query_layer.fairshare_report(con, as_of=now).rename({"order": "queue_order"})
+        budgets = query_layer.budget_report(con, as_of=now)
     assert jobs.height > 0 and jobs["gpu_hours_allocated"].sum() > 0
     same_rows(table(sim_warehouse, "usage_hourly_jobs"), jobs, ["hour", "cluster", "job_id"])
     same_rows(table(sim_warehouse, "usage_hourly_projects"), projects, ["hour", "project"])
@@ -169,7 +169,7 @@ def test_a_range_of_days_in_one_run_equals_the_days_one_by_one(tmp_path, config_
     for t in tables:
         assert_frame_equal(table(path, t).drop("materialized_at").sort(keys[t]), as_range[t])
     with warehouse.open_reader(path) as con:
-        first_day = reports.usage_report(con, start=datetime(2026, 10, 31), end=START, by="job", per_hour=True)
+        first_day = query_layer.usage_report(con, start=datetime(2026, 10, 31), end=START, by="job", per_hour=True)
     same_rows(table(path, "usage_hourly_jobs", "WHERE day = ?", ["2026-10-31"]), first_day,
               ["hour", "cluster", "job_id"])
 
@@ -206,7 +206,7 @@ def test_squatting_lifecycle_over_three_evaluations(sim_warehouse, sim):
     expected = {}
     with warehouse.open_reader(sim_warehouse) as con:
         for moment in moments:
-            expected[moment] = reports.squatters_report(con, now=moment)
+            expected[moment] = query_layer.squatters_report(con, now=moment)
     assert any(f.height for f in expected.values()), "the simulated cluster should have squatters"
     for moment in moments:
         materialize([squatting_findings], sim_warehouse, instance=instance,
@@ -407,15 +407,15 @@ def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialize
     facts.findings answers from the stored rows — with and without exempt jobs — exactly what the
     report computes at the same moment; enforcement's plan is the same either way."""
     from gpuledger.enforce import cycle
-    from gpuledger.warehouse.read_model import facts
 
+    from gpuledger import facts
     from gpuledger.ledger.config_versions import load_version
 
     moment = sim.start + timedelta(hours=6)
     path = tmp_path / "wh" / "gpuledger.duckdb"
     with warehouse.open_writer(path) as con:
         write_simulation(con, sim)
-        squatters = reports.squatters_report(con, now=moment)
+        squatters = query_layer.squatters_report(con, now=moment)
     assert squatters.height >= 2, "the simulated cluster should have squatters"
     kind = squatters["job_kind"][0]
     text = example_config_text().replace("exempt_kinds: []", f"exempt_kinds: [{kind}]", 1)
@@ -429,7 +429,7 @@ def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialize
     result = materialize([squatting_findings], path, config=config,
                          run_config={"ops": {"squatting_findings": {"config": {"as_of": moment.isoformat()}}}})
     computed_calls = []  # include_exempt of every squatters_report call from here on
-    real = reports.squatters_report
+    real = query_layer.squatters_report
 
     def computing(*args, **kwargs):
         computed_calls.append(kwargs.get("include_exempt"))
@@ -438,7 +438,7 @@ def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialize
     with warehouse.open_reader(path) as con:
         every = real(con, policy=cfg.policy, now=moment, include_exempt=True)
         plain = real(con, policy=cfg.policy, now=moment)
-        monkeypatch.setattr(reports, "squatters_report", computing)
+        monkeypatch.setattr(query_layer, "squatters_report", computing)
         served = {x: facts.findings(con, policy=cfg.policy, now=moment, include_exempt=x) for x in (False, True)}
         materialized_plan, _ = cycle.decide_at(con, cfg, moment)
     assert computed_calls == []  # enforcement's findings came from the stored rows
@@ -485,8 +485,8 @@ def test_the_chargeback_page_reads_the_statement_view_while_it_is_as_new_as_the_
 
     from gpuledger.dashboards import queries
     from gpuledger.warehouse.clock import data_now
-    from gpuledger.warehouse.read_model import statement_views
 
+    from gpuledger.facts import statement_views
     from gpuledger.ledger.periods import close_period
     from gpuledger.reports.files import write_statement_files
     from gpuledger.reports.statement import build_statement

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.config import read_config_file
 from gpuledger.simulator import build_cluster
 from gpuledger.simulator.to_warehouse import write_simulation
@@ -88,7 +88,7 @@ def test_two_runs_a_cli_import_and_readers_share_one_warehouse(tmp_path):
     assert reads[0] > 0
 
     with warehouse.open_reader(wh) as con:
-        expected = reports.usage_report(con, start=START, end=START + timedelta(days=1), by="job", per_hour=True)
+        expected = queries.usage_report(con, start=START, end=START + timedelta(days=1), by="job", per_hour=True)
         stored, distinct = con.execute(
             "SELECT count(*), count(DISTINCT (hour, cluster, job_id)) FROM usage_hourly_jobs").fetchone()
         extra = con.execute("SELECT job_id, count(*) FROM jobs WHERE cluster = 'other' GROUP BY job_id").fetchall()

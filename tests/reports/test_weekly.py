@@ -106,7 +106,7 @@ def test_the_week_is_judged_from_one_read_of_its_tables_and_its_idle_candidates(
     sm_active 0.5 all of Oct 1 (gamma-1): an active sample in every window, never a candidate."""
     from datetime import datetime, timedelta
 
-    from gpuledger.analytics.reports import squatters_report
+    from gpuledger.analytics.queries import squatters_report
     from gpuledger.config import Policy
     from gpuledger.reports.weekly import REPLAY_STEP, _WeekTables, idle_candidate_moments
 

@@ -2,7 +2,8 @@
 gpuledger above it; each package imports cleanly on its own in a fresh interpreter.
 
 A small AST walk over the source folders, every import counted (function-level ones too: a cycle
-hidden inside a function is still a cycle). grimp would be the library for it, but it finds a
+hidden inside a function is still a cycle; and ``lazy_import("gpuledger....")``, gpuledger/lazy.py,
+is an import like any other). grimp would be the library for it, but it finds a
 package's modules on disk under the package's folder and so misses the folders pyproject maps
 into ``gpuledger`` (``warehouse/``, ``enforce/``, ``pipelines/``, ``dashboards/``)."""
 
@@ -35,7 +36,9 @@ def module_imports() -> dict[str, set[tuple[str, tuple[str, ...]]]]:
             is_pkg = path.name == "__init__.py"
             found: set[tuple[str, tuple[str, ...]]] = set()
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Import):
+                if (lazy := _lazy_target(node)) is not None:
+                    found.add((lazy, ()))
+                elif isinstance(node, ast.Import):
                     found |= {(a.name, ()) for a in node.names if a.name.startswith("gpuledger")}
                 elif isinstance(node, ast.ImportFrom):
                     if node.level:
@@ -48,6 +51,15 @@ def module_imports() -> dict[str, set[tuple[str, tuple[str, ...]]]]:
                         found.add((target, tuple(a.name for a in node.names)))
             out[name] = found
     return out
+
+
+def _lazy_target(node: ast.AST) -> str | None:
+    """The module a ``lazy_import("gpuledger....")`` call loads (gpuledger/lazy.py), else None."""
+    if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
+        return None
+    func = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+    name = node.args[0].value
+    return name if func == "lazy_import" and isinstance(name, str) and name.startswith("gpuledger") else None
 
 
 def _resolved(target: str, modules: set[str]) -> str | None:
@@ -77,21 +89,31 @@ def imports_of(prefix: str) -> dict[str, set[str]]:
 # Low to high: a module may import its own layer and the layers below, never one above.
 LAYERS = [
     {"gpuledger", "gpuledger.errors", "gpuledger.lazy", "gpuledger.deadlines", "gpuledger.extras",
-     "gpuledger.config_files", "gpuledger.tables", "gpuledger.data",
+     "gpuledger.config_files", "gpuledger.tables", "gpuledger.table_views", "gpuledger.data",
      "gpuledger.stopping", "gpuledger.pipeline_jobs"},
     {"gpuledger.rules"},
     {"gpuledger.config", "gpuledger.sql"},
     {"gpuledger.config_store", "gpuledger.warehouse"},
     {"gpuledger.ingest"},
+    # where alerts and finance statements are delivered: below both alerts and reports, which share it
+    {"gpuledger.channels"},
     {"gpuledger.analytics"},
     {"gpuledger.ledger"},
-    {"gpuledger.reports", "gpuledger.alerts", "gpuledger.metrics", "gpuledger.enforce", "gpuledger.whatif",
-     "gpuledger.simulator", "gpuledger.table_views", "gpuledger.warehouse.read_model"},
+    {"gpuledger.reports", "gpuledger.simulator"},
+    # the facts as of T: the one way every surface reads fair share, budgets, usage, findings, statements
+    {"gpuledger.facts"},
+    # the surfaces, each reading through facts
+    {"gpuledger.enforce", "gpuledger.metrics"},
+    {"gpuledger.alerts", "gpuledger.whatif"},
     {"gpuledger.pipelines", "gpuledger.dashboards", "gpuledger.cli"},
 ]
-READ_MODEL = "gpuledger.warehouse.read_model"
+FACTS = "gpuledger.facts"
+DOMAIN = {"gpuledger.analytics", "gpuledger.ledger", "gpuledger.reports"}
+SURFACES = {"gpuledger.cli", "gpuledger.dashboards", "gpuledger.pipelines", "gpuledger.alerts", "gpuledger.enforce",
+            "gpuledger.metrics"}
 # arrows known to point up and not yet gone (was: analytics.reports -> read_model.facts for data_now,
-# now in gpuledger.warehouse.clock below both)
+# now in gpuledger.warehouse.clock below both; reports.weekly -> alerts.plan for the severity order,
+# now gpuledger.rules.severity; reports.delivery -> alerts.channels, now gpuledger.channels)
 KNOWN_UP: list[str] = []
 # cycles known and not yet gone (was: exposition <-> exposition_bulk, now one package,
 # gpuledger.ingest.metrics.exposition, whose modules import downwards only; reports.files ->
@@ -100,8 +122,6 @@ KNOWN_CYCLES: list[set[str]] = []
 
 
 def _area(module: str) -> str:
-    if module.startswith(READ_MODEL):  # the warehouse's read model computes from the analytics too
-        return READ_MODEL
     return ".".join(module.split(".")[:2])
 
 
@@ -115,7 +135,7 @@ def test_every_area_has_a_layer():
 
 
 def test_no_import_points_up_a_layer():
-    # was: analytics.reports -> ledger.periods (statement_report), ingest.tiers -> ledger.config_versions
+    # was: analytics.queries -> ledger.periods (statement_report), ingest.tiers -> ledger.config_versions
     up = sorted(f"{m} -> {d}" for m, deps in imports_of("gpuledger").items() for d in deps
                 if _layer(_area(d)) > _layer(_area(m)))
     assert [arrow for arrow in up if arrow not in KNOWN_UP] == []
@@ -165,8 +185,68 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return out
 
 
+def area_imports() -> dict[str, set[str]]:
+    """area -> the other areas its modules import (lazy edges included)."""
+    out: dict[str, set[str]] = {}
+    for m, deps in imports_of("gpuledger").items():
+        out.setdefault(_area(m), set()).update(_area(d) for d in deps)
+    return {area: deps - {area} for area, deps in out.items()}
+
+
+def test_no_cycle_between_areas():
+    # a circle at folder level hides inside one layer (was: reports -> alerts -> read_model -> reports,
+    # the three on one layer): the area graph itself must have none
+    assert _cycles(area_imports()) == []
+
+
+def test_facts_is_one_layer_between_the_domain_and_every_surface():
+    assert LAYERS[_layer(FACTS)] == {FACTS}
+    assert all(_layer(area) < _layer(FACTS) for area in DOMAIN)
+    assert all(_layer(area) > _layer(FACTS) for area in SURFACES)
+    # and the facts read the domain: nothing of a surface
+    assert area_imports()[FACTS] & SURFACES == set()
+
+
+def test_the_warehouse_depends_only_on_errors_rules_config_and_sql():
+    # storage only: the read model above it is gpuledger.facts (lazy is the import helper)
+    allowed = {"gpuledger.errors", "gpuledger.rules", "gpuledger.config", "gpuledger.sql", "gpuledger.lazy"}
+    assert area_imports()["gpuledger.warehouse"] - allowed == set()
+
+
+def test_the_walk_counts_lazy_imports():
+    # the report commands load the facts with lazy_import only (`gpuledger --help` needs no DuckDB)
+    assert "gpuledger.facts" in imports_of("gpuledger.cli.report")["gpuledger.cli.report"]
+    assert not any(t.startswith("gpuledger.facts") for t, names in module_imports()["gpuledger.cli.report"] if names)
+    node = ast.parse('x = lazy_import("gpuledger.facts")').body[0].value
+    assert _lazy_target(node) == "gpuledger.facts"
+    assert _lazy_target(ast.parse('lazy_import("polars")').body[0].value) is None
+
+
+QUERY_LAYER = "gpuledger.analytics.queries"
+
+
+def surfaces_on_the_query_layer() -> list[str]:
+    """Surface modules importing the analytics query layer (lazy edges included) instead of
+    reading through gpuledger.facts."""
+    return sorted(f"{m} -> {d}" for m, deps in imports_of("gpuledger").items() if _area(m) in SURFACES
+                  for d in deps if d == QUERY_LAYER or d.startswith(QUERY_LAYER + "."))
+
+
+def test_surfaces_read_through_facts_not_the_query_layer():
+    # was: the exporter recomputed (fairshare/budget/squatters_report), the CLI took data_now,
+    # funding_report and warehouse_summary there, the pipelines computed their snapshots there
+    assert surfaces_on_the_query_layer() == []
+
+
+def test_the_query_layer_finder_sees_a_lazy_edge(monkeypatch):
+    graph = {"gpuledger.cli.x": {("gpuledger.analytics.queries", ())}, "gpuledger.analytics.queries": set(),
+             "gpuledger.facts": {("gpuledger.analytics.queries", ())}}
+    monkeypatch.setattr(sys.modules[__name__], "module_imports", lambda: graph)
+    assert surfaces_on_the_query_layer() == ["gpuledger.cli.x -> gpuledger.analytics.queries"]
+
+
 def test_no_import_cycles_even_inside_functions():
-    # was: analytics.reports <-> ledger.periods, ingest.tiers <-> ledger.config_versions
+    # was: analytics.queries <-> ledger.periods, ingest.tiers <-> ledger.config_versions
     found = _cycles(imports_of("gpuledger"))
     assert [c for c in found if c not in KNOWN_CYCLES] == []
 

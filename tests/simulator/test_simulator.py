@@ -17,7 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuledger import warehouse
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
 from gpuledger.simulator import (
-    build_cluster, fixed_clock, metrics_page, raw_samples, start_exporters, write_openmetrics,
+    build_cluster,
+    fixed_clock,
+    metrics_page,
+    raw_samples,
+    start_exporters,
+    write_openmetrics,
     write_simulation,
 )
 from gpuledger.simulator.dirt import energy_reset_at
@@ -279,7 +284,7 @@ def test_cli_commands_have_help():
 def test_the_warehouse_names_the_seed_and_regime(written):
     """Every figure drawn from a simulated warehouse rests on its seed and demand regime: the
     summary says which (and a rerun of the window keeps one row)."""
-    from gpuledger.analytics.reports import warehouse_summary
+    from gpuledger.analytics.queries import warehouse_summary
 
     path, first, second = written
     with warehouse.open_reader(path) as con:

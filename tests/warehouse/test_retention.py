@@ -14,7 +14,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger.analytics import queries
 from gpuledger.simulator import build_cluster
 from gpuledger.simulator.to_warehouse import write_simulation
 
@@ -38,16 +38,16 @@ def _reports(con) -> dict[str, pl.DataFrame]:
     pruned = (START, START + timedelta(days=1, hours=12))
     across = (START + timedelta(days=1), NOW)
     return {
-        "usage by project": reports.usage_report(con, start=pruned[0], end=pruned[1], now=NOW),
-        "usage by job": reports.usage_report(con, start=pruned[0], end=pruned[1], by="job", now=NOW),
-        "usage per hour": reports.usage_report(con, start=pruned[0], end=pruned[1], per_hour=True, now=NOW),
-        "usage across the cutoff": reports.usage_report(con, start=across[0], end=across[1], by="job", now=NOW),
-        "utilization by model": reports.utilization_report(con, start=pruned[0], end=pruned[1], now=NOW),
-        "utilization by kind": reports.utilization_report(con, start=pruned[0], end=pruned[1], by="kind", now=NOW),
-        "chargeback": reports.chargeback_report(con, f"{START.date()}..{(START + timedelta(days=2)).date()}",
+        "usage by project": queries.usage_report(con, start=pruned[0], end=pruned[1], now=NOW),
+        "usage by job": queries.usage_report(con, start=pruned[0], end=pruned[1], by="job", now=NOW),
+        "usage per hour": queries.usage_report(con, start=pruned[0], end=pruned[1], per_hour=True, now=NOW),
+        "usage across the cutoff": queries.usage_report(con, start=across[0], end=across[1], by="job", now=NOW),
+        "utilization by model": queries.utilization_report(con, start=pruned[0], end=pruned[1], now=NOW),
+        "utilization by kind": queries.utilization_report(con, start=pruned[0], end=pruned[1], by="kind", now=NOW),
+        "chargeback": queries.chargeback_report(con, f"{START.date()}..{(START + timedelta(days=2)).date()}",
                                                 level="job", now=NOW),
-        "fair share": reports.fairshare_report(con, as_of=NOW),
-        "budget": reports.budget_report(con, as_of=NOW),
+        "fair share": queries.fairshare_report(con, as_of=NOW),
+        "budget": queries.budget_report(con, as_of=NOW),
     }
 
 

@@ -3,7 +3,7 @@ the finance files, statement and weekly (gpuledger/cli/report/files.py).
 
 Tables print to the terminal (gpuledger/tables.py: the default columns fit 80 columns, `--wide` shows
 all, `--columns a,b` picks); `--format csv|parquet|json --out FILE` writes them for other tools.
-Times are UTC; "now" defaults to the newest data in the warehouse (see reports.data_now).
+Times are UTC; "now" defaults to the newest data in the warehouse (see facts.data_now).
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ from gpuledger.cli.options import (
 from gpuledger.cli.report import files
 from gpuledger.lazy import lazy_import
 
-reports = lazy_import("gpuledger.analytics.reports")  # polars + DuckDB: loaded when a command runs
 # the read model: the materialized answer when it is fresh for the time asked, else computed
-facts = lazy_import("gpuledger.warehouse.read_model.facts")
+facts = lazy_import("gpuledger.facts")
 
 app = typer.Typer(help="Reports: usage, utilization, chargeback, fair share, budgets, squatters; finance "
                        "statement and weekly files.", no_args_is_help=True)
@@ -125,7 +124,7 @@ def utilization(
     lo, hi = utc_range(start, end)
     with _open(warehouse_file) as con:
         # Default: the last 24 whole hours before the newest data.
-        hi = hi or reports.data_now(con).replace(minute=0, second=0, microsecond=0)
+        hi = hi or facts.data_now(con).replace(minute=0, second=0, microsecond=0)
         lo = lo or hi - timedelta(days=1)
         check_range(lo, hi)  # a --start after the newest data, with no --end
         frame = facts.utilization(con, start=lo, end=hi, by=by).table  # materialized when fresh (by model)
@@ -186,7 +185,7 @@ def budget(
     with _open(warehouse_file) as con:
         cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
         if jobs:
-            frame = reports.funding_report(con, policy=cfg.policy, now=_time(now))
+            frame = facts.funding(con, policy=cfg.policy, now=_time(now)).frame
         else:
             frame = facts.budget(con, policy=lambda: cfg.policy, as_of=_time(now)).table  # materialized when fresh
     if jobs:
@@ -235,7 +234,7 @@ def waits(
     if period is not None and since is not None:
         raise typer.BadParameter("give --period or --since, not both", param_hint="--since")
     with _open(warehouse_file) as con:
-        at = _time(now) or reports.waits_now(con)
+        at = _time(now) or facts.waits_now(con)
         if period is not None:
             try:
                 lo, hi = period_bounds(period)

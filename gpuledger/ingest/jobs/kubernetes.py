@@ -19,7 +19,6 @@ failing the client's model deserialisation for the whole page. Mapping lives in 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -40,6 +39,7 @@ from gpuledger import warehouse
 from gpuledger.deadlines import KUBERNETES, CallDeadline, why_unreachable
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.jobs.checks import job_limits, screen_jobs
+from gpuledger.ingest.jobs.k8s_lists import HTTP_GONE, list_in_pages
 from gpuledger.ingest.jobs.k8s_mapping import (
     DEFAULT_OPTIONS,
     JobRecord,
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 
 QUARANTINE_SOURCE = "kubernetes"
 KUEUE_GROUP, KUEUE_VERSION, KUEUE_PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"  # v1beta1 is deprecated
-HTTP_GONE = 410
 
 JOB_SCHEMA: dict[str, pl.DataType] = {**JOB_CORE, **job_schema("priority_class", "scheduler_job", "gpu_memory_mib")}
 
@@ -208,31 +207,9 @@ class KubernetesIngest:
 
     # --- listing --------------------------------------------------------------------------
     def _list(self, call: Callable[..., Any], *args: Any) -> tuple[list[Any], str | None]:
-        """Every item of a paginated list and the list's resourceVersion. An expired continue token
-        (410) restarts the list, since pages from two snapshots would not be consistent."""
-        for _attempt in range(3):
-            items: list[Any] = []
-            token: str | None = None
-            version: str | None = None
-            try:
-                while True:
-                    kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False,
-                                              "_request_timeout": (self.deadline.connect_s, self.deadline.read_s)}
-                    if token:
-                        kwargs["_continue"] = token
-                    response = call(*args, **kwargs)
-                    body = json.loads(response.data)
-                    meta = body.get("metadata") or {}
-                    items.extend(body.get("items") or [])
-                    version = version or meta.get("resourceVersion")
-                    token = meta.get("continue")
-                    if not token:
-                        return items, version
-            except k8s.ApiException as exc:
-                if exc.status != HTTP_GONE or not token:
-                    raise
-                log.info("list continue token expired; listing again from the start")
-        raise RuntimeError("the API server expired the list three times running; is it overloaded?")
+        """Every item of a paginated list and the list's resourceVersion (k8s_lists.list_in_pages)."""
+        return list_in_pages(call, *args, page_size=self.page_size,
+                             request_timeout=(self.deadline.connect_s, self.deadline.read_s))
 
     def list_pods(self) -> tuple[list[Any], str | None]:
         return self._list(self.core.list_pod_for_all_namespaces)

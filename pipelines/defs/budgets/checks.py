@@ -3,7 +3,8 @@
 import dagster as dg
 from gpuledger.pipelines.defs.budgets.assets import budget_snapshots
 from gpuledger.pipelines.defs.resources import Warehouse
-from gpuledger.warehouse.read_model.materialize import sql
+
+from gpuledger.facts.materialize import sql
 
 PACKAGE = "gpuledger.pipelines.defs.budgets"
 

@@ -1,6 +1,6 @@
 """Monthly chargeback statements at project level, one month per partition, from the ledger's
 ``statement_lines`` (the one place statements are read: a closed month's issued lines and
-corrections, an open month computed by reports.chargeback_report). Issued on the 1st for the month
+corrections, an open month computed by queries.chargeback_report). Issued on the 1st for the month
 before (chargeback/schedules.py); rematerializing a month replaces its rows exactly. Read through
 ``gpuledger.ledger.periods.statement_lines``, as the finance statements and dashboards read it."""
 
@@ -8,7 +8,8 @@ import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import monthly_partitions, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
-from gpuledger.warehouse.read_model.materialize import replace_partition, stamped
+
+from gpuledger.facts.materialize import replace_partition, stamped
 
 
 @dg.asset(partitions_def=monthly_partitions, backfill_policy=single_run, deps=INGEST_DEPS, group_name="chargeback",
@@ -20,10 +21,10 @@ def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehous
     (table statement_views, read while as new as the data)."""
     import polars as pl
     from gpuledger.warehouse.clock import data_now
-    from gpuledger.warehouse.read_model import statement_views
 
     from gpuledger import warehouse as wh
     from gpuledger.config_store import policy_in_force
+    from gpuledger.facts import statement_views
     from gpuledger.ledger.periods import statement_lines
     from gpuledger.reports.statement import build_statement
     from gpuledger.reports.statement_view import StatementSummary

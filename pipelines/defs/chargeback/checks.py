@@ -7,9 +7,16 @@ no idle line is negative."""
 import dagster as dg
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.resources import Warehouse
-from gpuledger.warehouse.read_model.materialize import sql
+
+from gpuledger.rules.billing import billed_sql
+from gpuledger.sql import load_sql
 
 PACKAGE = "gpuledger.pipelines.defs.chargeback"
+
+
+def statement_totals() -> str:
+    """statement_totals.sql with the billed-line rule (gpuledger.rules.billing) filled in."""
+    return load_sql(PACKAGE, "statement_totals.sql", billed=billed_sql())
 
 
 @dg.asset_check(asset=chargeback_statements, description="Σ charges + idle = Σ capacity × price, per month "
@@ -17,11 +24,11 @@ PACKAGE = "gpuledger.pipelines.defs.chargeback"
 def chargeback_reconciles(warehouse: Warehouse) -> dg.AssetCheckResult:
     from gpuledger.analytics.chargeback import chargeback_totals
     from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.reports import data_now
+    from gpuledger.facts import data_now
 
     mismatches, checked = [], 0
     with warehouse.reader() as con:
-        stored = con.execute(sql(PACKAGE, "statement_totals")).fetchall()
+        stored = con.execute(statement_totals()).fetchall()
         now = data_now(con)
         capacity: dict = {}
         for period, start, end, currency, amount, _, beyond_capacity in stored:
@@ -42,7 +49,7 @@ def chargeback_reconciles(warehouse: Warehouse) -> dg.AssetCheckResult:
 @dg.asset_check(asset=chargeback_statements, description="no negative idle line in any stored month")
 def chargeback_no_negative_idle(warehouse: Warehouse) -> dg.AssetCheckResult:
     with warehouse.reader() as con:
-        stored = con.execute(sql(PACKAGE, "statement_totals")).fetchall()
+        stored = con.execute(statement_totals()).fetchall()
     negative = {f"{period} {currency}": int(n) for period, _, _, currency, _, n, _ in stored if n}
     return dg.AssetCheckResult(passed=not negative, severity=dg.AssetCheckSeverity.WARN,
                                metadata={"negative_idle_lines": str(negative) if negative else "none"})

@@ -33,13 +33,13 @@ def enforcement_plan(context: dg.AssetExecutionContext, config: EnforcementCycle
     enforcement_audit, phase planned; warnings in enforcement_warnings)."""
     from gpuledger.enforce import cycle
 
-    from gpuledger.analytics import reports
+    from gpuledger import facts
 
     cfg = gpuledger_config.load()
     with warehouse.writer():  # the schema up to date before reading
         pass
     with warehouse.reader() as con:
-        now = parse_iso(config.as_of) if config.as_of else reports.data_now(con)
+        now = parse_iso(config.as_of) if config.as_of else facts.data_now(con)
     observed = observed_by = observed_cluster = None
     rails = cfg.policy.enforcement
     if rails.pipeline_apply and rails.pipeline_backend:  # the live view every preemption needs

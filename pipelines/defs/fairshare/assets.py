@@ -1,19 +1,19 @@
-"""Fair-share snapshots: reports.fairshare_report as of each day's end (today: as of the data's
+"""Fair-share snapshots: the fair-share tree computed (facts.fairshare, never the stored rows) as of each day's end (today: as of the data's
 "now", replaced on every refresh until the day is over), kept per day for the dashboards' history."""
 
 import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import daily_partitions, partition_windows, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
-from gpuledger.warehouse.read_model.materialize import replace_partition, stamped
+
+from gpuledger import facts
+from gpuledger.facts.materialize import replace_partition, stamped
 
 
 def snapshot_time(con, start, end):
     """As of the partition's end, or the data's "now" when that is earlier; None when the data
     ends before the partition starts (nothing to snapshot yet)."""
-    from gpuledger.analytics import reports
-
-    now = reports.data_now(con)
+    now = facts.data_now(con)
     return None if now < start else min(end, now)
 
 
@@ -45,8 +45,6 @@ def fairshare_snapshots(context: dg.AssetExecutionContext, warehouse: Warehouse,
                         gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Per org node: shares, usage, level fair share, rank, fair-share factor, queue order,
     delivery and occupancy ratios (table fairshare_snapshots)."""
-    from gpuledger.analytics import reports
-
     policy = gpuledger_config.load().policy
     return materialize_snapshots(context, warehouse, "fairshare_snapshots", lambda con, as_of: (
-        reports.fairshare_report(con, policy=policy, as_of=as_of).rename({"order": "queue_order"})))
+        facts.fairshare(con, policy=policy, as_of=as_of, materialized=False).frame.rename({"order": "queue_order"})))

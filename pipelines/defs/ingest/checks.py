@@ -17,7 +17,8 @@ from gpuledger.pipelines.defs.ingest.assets import (
     slurm_jobs,
 )
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
-from gpuledger.warehouse.read_model.materialize import sql, utc_now
+
+from gpuledger.facts.materialize import sql, utc_now
 
 PACKAGE = "gpuledger.pipelines.defs.ingest"
 DUPLICATE_WINDOW_HOURS = 24

@@ -1,5 +1,5 @@
 """Squatting findings with their lifecycle. Each materialization evaluates the idle-GPU rules
-(reports.squatters_report) at one moment — the data's "now" unless ``as_of`` is given — and
+(facts.findings, computed) at one moment — the data's "now" unless ``as_of`` is given — and
 advances the episodes (gpuledger.analytics.squatting_lifecycle): opened, each severity change,
 resolved. Evaluations only move forward: one at or before the latest recorded changes nothing.
 
@@ -11,8 +11,9 @@ them materialized, and every reader of the episodes keeps seeing no exempt job."
 import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
-from gpuledger.warehouse.read_model.materialize import insert_frame, sql, utc_now
 
+from gpuledger import facts
+from gpuledger.facts.materialize import insert_frame, sql, utc_now
 from gpuledger.rules.clock import parse_iso
 
 PACKAGE = "gpuledger.pipelines.defs.squatting"
@@ -30,18 +31,17 @@ def squatting_findings(context: dg.AssetExecutionContext, config: SquattingEvalu
     import polars as pl
 
     from gpuledger import warehouse as wh
-    from gpuledger.analytics import reports
     from gpuledger.analytics.squatting_lifecycle import advance_lifecycle
 
     policy = gpuledger_config.load().policy
     with warehouse.reader() as con:
-        now = parse_iso(config.as_of) if config.as_of else reports.data_now(con)
+        now = parse_iso(config.as_of) if config.as_of else facts.data_now(con)
         last = con.execute(sql(PACKAGE, "last_evaluation")).fetchall()[0][0]
         if last is not None and now <= last:
             message = f"already evaluated at {last.isoformat()}; {now.isoformat()} changes nothing"
             context.log.info(message)
             return dg.MaterializeResult(metadata={"evaluated_at_utc": now.isoformat(), "skipped": message})
-        every = reports.squatters_report(con, policy=policy, now=now, include_exempt=True)
+        every = facts.findings(con, policy=policy, now=now, include_exempt=True, materialized=False).frame
         # the same rows and order as without include_exempt (a filter, then the report's sort)
         findings, exempt = every.filter(~every["exempt"]), every.filter(every["exempt"])
         open_episodes = con.sql(sql(PACKAGE, "open_episodes")).pl()

@@ -1,12 +1,14 @@
-"""Hourly usage and utilization, one UTC day per partition, from ``gpuledger.analytics.reports``
-(the same functions the CLI and dashboards call); each partition is replaced exactly. A run may
+"""Hourly usage and utilization, one UTC day per partition, computed through ``gpuledger.facts``
+(never the stored rows; the same functions the CLI and dashboards call); each partition is replaced exactly. A run may
 cover a range of days (single-run backfill): each day is computed and replaced on its own."""
 
 import dagster as dg
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import daily_partitions, partition_windows, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
-from gpuledger.warehouse.read_model.materialize import replace_partition, stamped
+
+from gpuledger import facts
+from gpuledger.facts.materialize import replace_partition, stamped
 
 GROUP = "usage"
 
@@ -30,11 +32,9 @@ def _materialize_days(context, warehouse: Warehouse, table: str, compute) -> dg.
 
 
 def _usage(context, warehouse: Warehouse, gpuledger_config: GpuledgerConfig, *, table: str, by: str):
-    from gpuledger.analytics import reports
-
     policy = gpuledger_config.load().policy
-    return _materialize_days(context, warehouse, table, lambda con, start, end: reports.usage_report(
-        con, start=start, end=end, by=by, policy=policy, per_hour=True))
+    return _materialize_days(context, warehouse, table, lambda con, start, end: facts.usage(
+        con, start=start, end=end, by=by, policy=policy, per_hour=True).frame)
 
 
 @dg.asset(partitions_def=daily_partitions, backfill_policy=single_run, deps=INGEST_DEPS, group_name=GROUP,
@@ -60,8 +60,6 @@ def utilization_hourly(context: dg.AssetExecutionContext, warehouse: Warehouse,
                        gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Allocation % and active % of installed capacity per cluster, GPU model and hour
     (table utilization_hourly)."""
-    from gpuledger.analytics import reports
-
     policy = gpuledger_config.load().policy
     return _materialize_days(context, warehouse, "utilization_hourly", lambda con, start, end: (
-        reports.utilization_report(con, start=start, end=end, by="model", policy=policy)))
+        facts.utilization(con, start=start, end=end, by="model", policy=policy, materialized=False).frame))

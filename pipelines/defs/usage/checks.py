@@ -3,8 +3,9 @@ negative value means activity above the allocation: a bad join or a double-count
 
 import dagster as dg
 from gpuledger.pipelines.defs.resources import Warehouse
-from gpuledger.warehouse.read_model.materialize import sql
 from gpuledger.pipelines.defs.usage.assets import job_usage_hourly, project_usage_hourly
+
+from gpuledger.facts.materialize import sql
 
 PACKAGE = "gpuledger.pipelines.defs.usage"
 

@@ -36,6 +36,9 @@ from gpuledger.analytics.utilization import utilization_by_kind, utilization_hou
 from gpuledger.config import Policy
 from gpuledger.sql import load_sql
 
+# "now" for the data and for waits: the warehouse's rules, here for the query layer's callers
+from gpuledger.warehouse.clock import data_now, waits_now  # noqa: F401
+
 DAY = timedelta(days=1)
 
 
@@ -53,13 +56,6 @@ def tree_position(org_nodes: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     nodes = [node for node, _ in Tree.from_frame(org_nodes).walk()]
     return pl.DataFrame({"node": nodes, "_tree_pos": list(range(len(nodes)))},
                         schema={"node": pl.String, "_tree_pos": pl.Int64})
-
-
-def data_now(con: duckdb.DuckDBPyConnection, *, wall: datetime | None = None) -> datetime:
-    """"Now" for the data (the warehouse's rule: gpuledger.warehouse.clock.data_now)."""
-    from gpuledger.warehouse.clock import data_now as newest
-
-    return newest(con, wall=wall)
 
 
 def warehouse_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
@@ -313,16 +309,6 @@ def utilization_report(
 def _table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
                             [table]).fetchall()[0][0])
-
-
-def waits_now(con: duckdb.DuckDBPyConnection) -> datetime:
-    """"Now" for waits: the data's now, or the last import when later — a job the scheduler still
-    listed as pending then was still waiting then (an idle queue has no newer job event)."""
-    from gpuledger.rules.clock import utc_now
-
-    newest = con.execute("SELECT max(updated_at) FROM jobs WHERE updated_at <= ?", [utc_now()]).fetchall()[0][0]
-    at = data_now(con)
-    return max(at, newest) if newest is not None else at
 
 
 def job_waits_report(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime,

@@ -3,8 +3,8 @@
 -- gpuledger.analytics.attribution.sum_usage, so the digits are the range computation's: each
 -- figure in whole nano-units (1e-9 GPU-hour / kWh, rounded half to even as polars rounds) summed
 -- as integers, energy NULL where no hour has any; efficiency = active ÷ (allocated − unknown),
--- NULL unless that is positive. Ordered as reports.usage_report: most allocated first, then by
--- the keys (NULLs last). tests/warehouse/test_read_model.py holds it to the computed answer exactly.
+-- NULL unless that is positive. Ordered as queries.usage_report: most allocated first, then by
+-- the keys (NULLs last). tests/facts/test_read_model.py holds it to the computed answer exactly.
 WITH nano AS (
     SELECT {{ keys }},
            CAST(round_even(gpu_hours_allocated * 1e9, 0) AS BIGINT) AS allocated,

@@ -19,7 +19,6 @@ from datetime import datetime
 
 import duckdb
 import polars as pl
-from gpuledger.warehouse.clock import data_now
 
 from gpuledger import warehouse
 from gpuledger.ledger.periods import PeriodState
@@ -28,6 +27,7 @@ from gpuledger.reports.statement_view import StatementSummary
 from gpuledger.rules.clock import utc_now
 from gpuledger.rules.periods import month_bounds
 from gpuledger.sql import load_sql
+from gpuledger.warehouse.clock import data_now
 
 
 def inputs_mark(con, period: str, now: datetime) -> str:

@@ -1,6 +1,7 @@
-"""Where alerts go: named channels whose URLs (apprise URLs, credentials included) come from the
-environment or a secrets file, never from the config in git; and the one small interface a
-notifier has.
+"""Where alerts and finance statements go: named channels whose URLs (apprise URLs, credentials
+included) come from the environment or a secrets file, never from the config in git; and the one
+small interface a notifier has. Below both gpuledger.alerts and gpuledger.reports (the statement's
+e-mail), which share it.
 
 * ``$GPULEDGER_ALERT_<NAME>_URL`` (NAME upper-cased, other characters as ``_``), else
 * ``$GPULEDGER_SECRETS_FILE``: YAML ``channels: {name: url}``.

@@ -1,6 +1,16 @@
-"""The facts as of T: fair share, budget burn, delivery balance, usage, funding and squatting findings, read from the materialized tables when
-they are fresh for T and computed (gpuledger.analytics.reports) otherwise. Every reader asks here
-(the CLI's read commands first), so a question has one answer whichever way it was reached.
+"""The facts as of T (gpuledger.facts): fair share, budget burn, delivery balance, usage, funding,
+squatting findings and wait times, read from the materialized tables (the read model, migration 009)
+when they are fresh for T and computed by the analytics query layer otherwise. Every surface (the
+CLI, dashboards, alerts, enforcement, the metrics exporter, the pipelines' consumers) asks here, so
+a question has one answer whichever way it was reached; ``Facts.source`` says which way it was.
+
+This area sits above analytics, the ledger and the finance reports and below every surface
+(tests/rules/test_layering.py). Beside this module:
+
+- ``materialize``: writing the read model (replace a partition exactly, stamp rows), for the Dagster
+  assets.
+- ``statement_views``: a month's statement as the chargeback pipeline stored it.
+- ``rows``: a materialized answer as query rows a terminal table prints without polars.
 
 Fresh means, for a snapshot table (fair share, budgets): rows whose ``as_of`` is exactly T,
 materialized after the config in force was loaded. For hourly usage: [start, end) on whole hours,
@@ -18,10 +28,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from gpuledger.warehouse.clock import data_now  # noqa: F401  ("now" for the data; facts.data_now for callers)
-from gpuledger.warehouse.read_model.rows import Rows, as_polars
-
+from gpuledger.facts.rows import Rows, as_polars
 from gpuledger.sql import load_sql
+
+# "now" for the data and for waits: facts.data_now / facts.waits_now for every surface
+from gpuledger.warehouse.clock import data_now, waits_now
 
 MATERIALIZED = "materialized"
 COMPUTED = "computed"
@@ -32,7 +43,7 @@ USAGE_TABLES = {"project": ("usage_hourly_projects", ("project",)),
                 "user": ("usage_hourly_jobs", ("user_name",))}
 DAY = timedelta(days=1)
 
-# the columns of reports.fairshare_report / budget_report, in their order, with their polars types
+# the columns of queries.fairshare_report / budget_report, in their order, with their polars types
 # (the tables add day, as_of and materialized_at; fair share stores `order` as queue_order)
 _F = "Float64"
 FAIRSHARE_COLUMNS = {"node": "String", "parent": "String", "depth": "Int32", "kind": "String", "shares_raw": _F,
@@ -44,16 +55,16 @@ BUDGET_COLUMNS = {"node": "String", "period_start": "Date", "period_end": "Date"
                   "budget_own": "Boolean", "consumed_gpu_hours": _F, "unweighted_gpu_hours": _F,
                   "unweighted_models": "String", "remaining_gpu_hours": _F, "burn_gpu_hours_per_day": _F,
                   "projected_exhaustion": "Datetime", "status": "String"}
-# reports.usage_report's figures after its key columns: the materialized sums (usage_sums.sql)
+# queries.usage_report's figures after its key columns: the materialized sums (usage_sums.sql)
 USAGE_FIGURES = {"gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
                  "gpu_hours_unknown": _F, "energy_kwh": _F, "efficiency_ratio": _F}
 USAGE_COLUMNS = {"project": "String", **USAGE_FIGURES}  # by="project"
-# reports.utilization_report(by="model")'s columns: the rows of utilization_hourly
+# queries.utilization_report(by="model")'s columns: the rows of utilization_hourly
 UTILIZATION_COLUMNS = {"cluster": "String", "model": "String", "hour": "Datetime", "gpu_hours_capacity": _F,
                        "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_unknown": _F,
                        "allocation_pct": _F, "active_pct": _F, "active_of_allocated_pct": _F}
 
-# reports.squatters_report's columns, in order: the stored findings also carry their episode's
+# queries.squatters_report's columns, in order: the stored findings also carry their episode's
 # lifecycle (first_seen, last_seen, resolved_at), and the exempt flags only with include_exempt
 SQUATTERS_COLUMNS = {"cluster": "String", "job_id": "String", "project": "String", "user_name": "String",
                      "namespace": "String", "job_kind": "String", "finding": "String", "severity": "String",
@@ -68,7 +79,7 @@ class Facts:
     """An answer, where it came from (``materialized`` or ``computed``) and the time it holds for.
 
     ``table`` is the answer as it came: the computed polars DataFrame, or the materialized rows
-    (read_model.rows.Rows: a terminal table prints them without polars). ``frame`` is always a
+    (facts.rows.Rows: a terminal table prints them without polars). ``frame`` is always a
     polars DataFrame (the rows converted on first use)."""
 
     table: object  # polars.DataFrame | Rows
@@ -145,39 +156,42 @@ def _snapshot(con, table: str, schema: dict, as_of: datetime, order: str, rename
     return Rows(rows, {renamed.get(c, c): t for c, t in schema.items()})
 
 
-def fairshare(con, *, policy, as_of: datetime | None = None) -> Facts:
+def fairshare(con, *, policy, as_of: datetime | None = None, materialized: bool = True) -> Facts:
     """The fair-share tree as of ``as_of`` (default: the data's now), shaped like
-    reports.fairshare_report (GPU-hours, ratios). ``policy``: a Policy, or a callable giving it
-    (called only when computed)."""
+    queries.fairshare_report (GPU-hours, ratios). ``policy``: a Policy, or a callable giving it
+    (called only when computed). ``materialized=False``: always computed (the pipeline that
+    writes the snapshot)."""
     at = as_of or data_now(con)
-    if _snapshot_fresh(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at) and _policy_in_force(con, policy):
+    if (materialized and _snapshot_fresh(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at)
+            and _policy_in_force(con, policy)):
         rows = _snapshot(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at, "queue_order", {"queue_order": "order"})
         return Facts(rows, MATERIALIZED, at)
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
-    return Facts(reports.fairshare_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
+    return Facts(queries.fairshare_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
 
-def budget(con, *, policy, as_of: datetime | None = None) -> Facts:
-    """Budget burn per org node as of ``as_of`` (normalised GPU-hours), like reports.budget_report."""
+def budget(con, *, policy, as_of: datetime | None = None, materialized: bool = True) -> Facts:
+    """Budget burn per org node as of ``as_of`` (normalised GPU-hours), like queries.budget_report
+    (``materialized=False``: always computed)."""
     at = as_of or data_now(con)
     # unweighted_gpu_hours: NULL in rows from before migration 016, 0.0 or more in the report
-    if (_snapshot_fresh(con, "budget_snapshots", BUDGET_COLUMNS, at, filled="unweighted_gpu_hours")
+    if (materialized and _snapshot_fresh(con, "budget_snapshots", BUDGET_COLUMNS, at, filled="unweighted_gpu_hours")
             and _policy_in_force(con, policy)):
         # the snapshot keeps the report's row order (tree position, period) as it was inserted
         return Facts(_snapshot(con, "budget_snapshots", BUDGET_COLUMNS, at, "rowid"), MATERIALIZED, at)
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
-    return Facts(reports.budget_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
+    return Facts(queries.budget_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
 
 def delivery_balance(con, *, policy, as_of: datetime | None = None) -> Facts:
     """The delivery balance per org node and settlement period up to ``as_of``
-    (reports.balance_report, GPU-hours). Always computed: it is a pass over a few windows of jobs."""
+    (queries.balance_report, GPU-hours). Always computed: it is a pass over a few windows of jobs."""
     at = as_of or data_now(con)
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
-    return Facts(reports.balance_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
+    return Facts(queries.balance_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
 
 def _usage_fresh(con, table: str, start: datetime, end: datetime, now: datetime) -> bool:
@@ -194,49 +208,53 @@ def _usage_fresh(con, table: str, start: datetime, end: datetime, now: datetime)
 
 
 def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=None,
-          now: datetime | None = None) -> Facts:
+          now: datetime | None = None, per_hour: bool = False, materialized: bool = True) -> Facts:
     """Allocated / active / idle / unknown GPU-hours, efficiency and energy (kWh) over [start, end)
-    by ``by``, like reports.usage_report."""
+    by ``by``, like queries.usage_report. ``per_hour`` (one row per key and UTC hour, what the
+    usage tables store) and ``materialized=False`` are always computed."""
     at = now or data_now(con)
     table, keys = USAGE_TABLES.get(by, (None, ()))
-    if table is not None and _usage_fresh(con, table, start, end, at) and _policy_in_force(con, policy):
+    if (materialized and not per_hour and table is not None and _usage_fresh(con, table, start, end, at)
+            and _policy_in_force(con, policy)):
         # summed in SQL by attribution.sum_usage's exact rule (no polars, no analytics to import)
         query = _sql("usage_sums", table=table, keys=", ".join(f'"{k}"' for k in keys),
                      order=", ".join(f'"{k}" ASC NULLS LAST' for k in keys))
         rows = con.execute(query, {"start": start, "end": end}).fetchall()
         return Facts(Rows(rows, {**dict.fromkeys(keys, "String"), **USAGE_FIGURES}), MATERIALIZED, at)
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
-    return Facts(reports.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at), COMPUTED, at)
+    frame = queries.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at, per_hour=per_hour)
+    return Facts(frame, COMPUTED, at)
 
 
 def utilization(con, *, start: datetime, end: datetime, by: str = "model", policy=None,
-                now: datetime | None = None) -> Facts:
+                now: datetime | None = None, materialized: bool = True) -> Facts:
     """Allocation % and active % of installed capacity per hour of [start, end), like
-    reports.utilization_report. Materialized for ``by="model"`` (the pipeline's grain, rows as
+    queries.utilization_report. Materialized for ``by="model"`` (the pipeline's grain, rows as
     stored) when every day of the range is fresh as for usage; the other groupings are computed:
-    their sums over models would not be the range computation's digits."""
+    their sums over models would not be the range computation's digits (``materialized=False``:
+    always computed)."""
     at = now or data_now(con)
-    if by == "model" and _usage_fresh(con, "utilization_hourly", start, end, at) and _policy_in_force(con, policy):
+    if materialized and by == "model" and _usage_fresh(con, "utilization_hourly", start, end, at) and _policy_in_force(con, policy):
         rows = con.execute(_sql("utilization_by_model"), {"start": start, "end": end}).fetchall()
         return Facts(Rows(rows, UTILIZATION_COLUMNS), MATERIALIZED, at)
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
-    frame = reports.utilization_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at)
+    frame = queries.utilization_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at)
     return Facts(frame, COMPUTED, at)
 
 
 def funding(con, *, policy, now: datetime | None = None) -> Facts:
-    """Per job not ended at ``now``: funded or not, why not, protected until (reports.funding_report).
+    """Per job not ended at ``now``: funded or not, why not, protected until (queries.funding_report).
     Always computed: no table materializes it."""
     at = now or data_now(con)
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
-    return Facts(reports.funding_report(con, policy=_policy(policy), now=at), COMPUTED, at)
+    return Facts(queries.funding_report(con, policy=_policy(policy), now=at), COMPUTED, at)
 
 
 def findings(con, *, policy, now: datetime | None = None, include_exempt: bool = False,
-             exact_moment: bool = False) -> Facts:
+             exact_moment: bool = False, materialized: bool = True) -> Facts:
     """The squatting findings open at ``now``.
 
     Materialized: the squatting pipeline's latest evaluation at or before ``now``, when it is
@@ -247,13 +265,15 @@ def findings(con, *, policy, now: datetime | None = None, include_exempt: bool =
     (squatting_exempt_findings, migration 018; ``exempt`` false / true and ``exempt_reason`` as in
     the report), or the answer is computed when that evaluation stored none (recorded before 018).
     Otherwise, and for squatting rules other than the stored config's, computed at ``now``:
-    reports.squatters_report rows.
+    queries.squatters_report rows.
 
     ``exact_moment`` (enforcement): only an evaluation at ``now`` itself is fresh. A finding even
     minutes old could preempt a job that has been busy since; at the same moment the stored
-    findings are the computed ones (tests/pipelines/test_assets.py), so the plan is the same."""
+    findings are the computed ones (tests/pipelines/test_assets.py), so the plan is the same.
+
+    ``materialized=False``: always computed (the squatting pipeline, which stores the evaluation)."""
     at = now or data_now(con)
-    minutes = _sustained_minutes(con, policy)
+    minutes = _sustained_minutes(con, policy) if materialized else None
     if minutes is not None:
         evaluated = con.execute(_sql("latest_evaluation"), {"now": at}).fetchall()[0][0]
         window = timedelta(0) if exact_moment else timedelta(minutes=minutes / 2)
@@ -264,14 +284,14 @@ def findings(con, *, policy, now: datetime | None = None, include_exempt: bool =
             if _exempt_stored(con, evaluated):
                 query = _sql("findings_with_exempt_as_of", episodes=episodes)
                 return Facts(Rows.from_cursor(con.execute(query, {"at": evaluated})), MATERIALIZED, evaluated)
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
-    return Facts(reports.squatters_report(con, policy=_policy(policy), now=at, include_exempt=include_exempt),
+    return Facts(queries.squatters_report(con, policy=_policy(policy), now=at, include_exempt=include_exempt),
                  COMPUTED, at)
 
 
 def squatters_table(found: Facts):
-    """Findings (``facts.findings``) as reports.squatters_report gives them: its columns in its
+    """Findings (``facts.findings``) as queries.squatters_report gives them: its columns in its
     order, ``exempt`` false where the stored rows carry no flag (the CLI's `report squatters`)."""
     if isinstance(found.table, Rows):
         return found.table.project(SQUATTERS_COLUMNS, fill={"exempt": False})
@@ -304,11 +324,38 @@ def finding_episodes(con, *, at: datetime):
 
 def waits(con, *, start: datetime, end: datetime, now: datetime | None = None, by: str = "project",
           every: str | None = None, projects: tuple[str, ...] = ()) -> Facts:
-    """Wait times of the jobs submitted in [start, end) as of ``now`` (reports.waits_report:
+    """Wait times of the jobs submitted in [start, end) as of ``now`` (queries.waits_report:
     seconds, per ``by``; ``by="job"``: every waiting period with its cause). Always computed: no
     table materializes it (a week of a 1,024-GPU cluster's jobs is one scan of ``jobs``)."""
-    from gpuledger.analytics import reports
+    from gpuledger.analytics import queries
 
-    at = now or reports.waits_now(con)
-    return Facts(reports.waits_report(con, start=start, end=end, now=at, by=by, every=every, projects=projects),
+    at = now or waits_now(con)
+    return Facts(queries.waits_report(con, start=start, end=end, now=at, by=by, every=every, projects=projects),
                  COMPUTED, at)
+
+
+def carbon(con, *, start: datetime, end: datetime, policy, now: datetime | None = None) -> Facts:
+    """Per project over [start, end): GPU-hours, GPU and facility kWh, kgCO2e and the GPU-hours
+    whose emissions are unknown (queries.carbon_report). Always computed: no table materializes it."""
+    from gpuledger.analytics import queries
+
+    at = now or data_now(con)
+    return Facts(queries.carbon_report(con, start=start, end=end, now=at, policy=_policy(policy)), COMPUTED, at)
+
+
+def chargeback(con, period: str, *, policy, level: str = "project", now: datetime | None = None) -> Facts:
+    """Chargeback lines of ``period`` (``2026-10``, ``2026-W41``, ``A..B``; queries.chargeback_report)
+    with ``policy``: not a statement (a closed month's stored lines are the ledger's:
+    gpuledger.reports.statement). Always computed."""
+    from gpuledger.analytics import queries
+
+    at = now or data_now(con)
+    return Facts(queries.chargeback_report(con, period, level=level, policy=_policy(policy), now=at), COMPUTED, at)
+
+
+def warehouse_summary(con) -> dict[str, object]:
+    """What the warehouse holds as of the data's now: devices, jobs, allocated GPU-hours, samples,
+    quarantine (queries.warehouse_summary)."""
+    from gpuledger.analytics import queries
+
+    return queries.warehouse_summary(con)

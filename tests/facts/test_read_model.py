@@ -1,7 +1,7 @@
-"""The read model's "facts as of T" (gpuledger/warehouse/read_model/facts.py): a materialized answer
+"""The read model's "facts as of T" (gpuledger/facts/__init__.py): a materialized answer
 is used only when it is fresh for T, and then it is the computed answer to the last digit.
 
-The tables are filled the way the Dagster assets fill them (read_model.materialize.replace_partition
+The tables are filled the way the Dagster assets fill them (facts.materialize.replace_partition
 of the same reports), without Dagster, over a small simulated warehouse (8 GPUs, 2 days)."""
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from datetime import datetime, timedelta
 import pytest
 from polars.testing import assert_frame_equal
 
-from gpuledger import warehouse
-from gpuledger.analytics import reports
+from gpuledger import facts, warehouse
+from gpuledger.analytics import queries
+from gpuledger.facts.materialize import replace_partition, stamped
 from gpuledger.ledger.config_versions import stored_config
-from gpuledger.warehouse.read_model import facts
-from gpuledger.warehouse.read_model.materialize import replace_partition, stamped
 
 DAY1, DAY2 = datetime(2026, 11, 1), datetime(2026, 11, 2)
 
@@ -46,7 +45,7 @@ def _policy(con):
 def _materialize_fairshare(path, as_of=None):
     with warehouse.open_writer(path) as con:
         policy, at = _policy(con), as_of or facts.data_now(con)
-        frame = reports.fairshare_report(con, policy=policy, as_of=at).rename({"order": "queue_order"})
+        frame = queries.fairshare_report(con, policy=policy, as_of=at).rename({"order": "queue_order"})
         replace_partition(con, "fairshare_snapshots", at.date(), stamped(frame, day=at.date(), as_of=at))
     return at
 
@@ -55,7 +54,7 @@ def _materialize_usage(path, days):
     with warehouse.open_writer(path) as con:
         policy = _policy(con)
         for day in days:
-            frame = reports.usage_report(con, start=day, end=day + timedelta(days=1), by="project", policy=policy,
+            frame = queries.usage_report(con, start=day, end=day + timedelta(days=1), by="project", policy=policy,
                                          per_hour=True)
             replace_partition(con, "usage_hourly_projects", day.date(), stamped(frame, day=day.date()))
 
@@ -65,7 +64,7 @@ def test_a_fresh_fairshare_snapshot_is_the_computed_answer(wh):
     at = _materialize_fairshare(wh)
     with warehouse.open_reader(wh) as con:
         got = facts.fairshare(con, policy=_policy(con))
-        computed = reports.fairshare_report(con, policy=_policy(con), as_of=at)
+        computed = queries.fairshare_report(con, policy=_policy(con), as_of=at)
         other = facts.fairshare(con, policy=_policy(con), as_of=at - timedelta(hours=1))
     assert got.source == facts.MATERIALIZED and got.as_of == at
     # fairshare_report's float sums are not bit-stable run to run (~6e-14 GPU-h apart on this data),
@@ -94,7 +93,7 @@ def test_usage_from_materialized_hours_equals_the_range_computation(wh):
         policy, now = _policy(con), facts.data_now(con)
         end = now.replace(minute=0, second=0, microsecond=0)  # whole hours, before the data's now
         got = facts.usage(con, start=DAY1, end=end, by="project", policy=policy)
-        computed = reports.usage_report(con, start=DAY1, end=end, by="project", policy=policy)
+        computed = queries.usage_report(con, start=DAY1, end=end, by="project", policy=policy)
         partial = facts.usage(con, start=DAY1 + timedelta(minutes=30), end=end, by="project", policy=policy)
         by_user = facts.usage(con, start=DAY1, end=end, by="user", policy=policy)
     assert got.source == facts.MATERIALIZED
@@ -114,9 +113,9 @@ def _materialize_jobs_and_utilization(path, days):
         policy = _policy(con)
         for day in days:
             end = day + timedelta(days=1)
-            jobs = reports.usage_report(con, start=day, end=end, by="job", policy=policy, per_hour=True)
+            jobs = queries.usage_report(con, start=day, end=end, by="job", policy=policy, per_hour=True)
             replace_partition(con, "usage_hourly_jobs", day.date(), stamped(jobs, day=day.date()))
-            used = reports.utilization_report(con, start=day, end=end, by="model", policy=policy)
+            used = queries.utilization_report(con, start=day, end=end, by="model", policy=policy)
             replace_partition(con, "utilization_hourly", day.date(), stamped(used, day=day.date()))
 
 
@@ -130,11 +129,11 @@ def test_usage_by_job_and_user_and_utilization_by_model_from_materialized_hours(
         for by in ("job", "user"):
             got = facts.usage(con, start=DAY1, end=end, by=by, policy=policy)
             assert got.source == facts.MATERIALIZED, by
-            computed = reports.usage_report(con, start=DAY1, end=end, by=by, policy=policy)
+            computed = queries.usage_report(con, start=DAY1, end=end, by=by, policy=policy)
             assert computed.height > 1
             assert_frame_equal(got.frame, computed, check_exact=True)
         got = facts.utilization(con, start=DAY1, end=end, by="model", policy=policy)
-        computed = reports.utilization_report(con, start=DAY1, end=end, by="model", policy=policy)
+        computed = queries.utilization_report(con, start=DAY1, end=end, by="model", policy=policy)
         fleet = facts.utilization(con, start=DAY1, end=end, by="fleet", policy=policy)
         running = facts.utilization(con, start=DAY1, end=end + timedelta(hours=1), by="model", policy=policy)
     assert got.source == facts.MATERIALIZED and computed.height > 24
@@ -154,7 +153,7 @@ def test_usage_with_a_day_not_materialized_is_computed(wh):
 def _materialize_budget(path):
     with warehouse.open_writer(path) as con:
         policy, at = _policy(con), facts.data_now(con)
-        frame = reports.budget_report(con, policy=policy, as_of=at)
+        frame = queries.budget_report(con, policy=policy, as_of=at)
         replace_partition(con, "budget_snapshots", at.date(), stamped(frame, day=at.date(), as_of=at))
     return at
 
@@ -165,7 +164,7 @@ def test_a_fresh_budget_snapshot_is_the_computed_answer(wh):
     at = _materialize_budget(wh)
     with warehouse.open_reader(wh) as con:
         got = facts.budget(con, policy=_policy(con))
-        computed = reports.budget_report(con, policy=_policy(con), as_of=at)
+        computed = queries.budget_report(con, policy=_policy(con), as_of=at)
     assert got.source == facts.MATERIALIZED and got.as_of == at
     assert got.frame.height == computed.height > 0
     assert_frame_equal(got.frame, computed, rel_tol=1e-12, abs_tol=1e-9)  # float sums: see the fair-share test
@@ -209,7 +208,7 @@ def test_a_stored_setting_from_its_json_is_the_validated_one(wh):
 
 
 # a read command in its own interpreter: what it imported (analytics.load: what computing loads;
-# analytics.reports itself is a lazy module, listed before it runs). stdout carries the table, so the probe
+# analytics.queries itself is a lazy module, listed before it runs). stdout carries the table, so the probe
 # prints on stderr's last line)
 _PROBE = ("import contextlib, io, json, sys\nfrom gpuledger.cli import main\nsys.argv = ['gpuledger', *sys.argv[1:]]\n"
           "with contextlib.redirect_stdout(io.StringIO()):\n    try:\n        main()\n    except SystemExit:\n"
@@ -276,7 +275,7 @@ def test_findings_come_from_a_recent_evaluation_else_are_computed(wh):
         late = facts.findings(con, policy=policy, now=at + half + timedelta(minutes=1))
         exempt = facts.findings(con, policy=policy, now=at, include_exempt=True)
         foreign = facts.findings(con, policy=other, now=at)
-        computed = reports.squatters_report(con, policy=policy, now=at + half + timedelta(minutes=1))
+        computed = queries.squatters_report(con, policy=policy, now=at + half + timedelta(minutes=1))
     assert served.source == facts.MATERIALIZED and served.as_of == at
     assert served.frame.select("cluster", "job_id", "severity").rows() == [("c1", "j1", "warning")]
     assert late.source == exempt.source == foreign.source == facts.COMPUTED
