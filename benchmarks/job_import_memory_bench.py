@@ -76,10 +76,11 @@ def write_sacct_json(path: Path, megabytes: int) -> int:
 
 def write_spool(folder: Path, files: int) -> int:
     """A prolog/epilog spool (deploy/slurm/) of ``files`` files: each job's start and end on one of
-    500 nodes, two GPUs each, all in the past; returns the holdings it describes."""
+    500 nodes, two GPUs each, all in the past (10 s apart: a million files span 58 days before
+    2026-11-18), no two jobs on one GPU at once; returns the holdings it describes."""
     folder.mkdir()
     for job in range(files // 2):
-        node, t0 = job % 500, 1_793_000_000 + job * 50
+        node, t0 = job % 500, 1_790_000_000 + job * 10
         head = f"format\tgpuledger-slurm-gpus/1\ncluster\tc1\nnode\tn{node}\njob_id\t{job}\n"
         gpus = "".join(f"gpu\t{i}\tGPU-{node:04d}-{i}\n" for i in (job % 4, job % 4 + 4))
         (folder / f"{job}.n{node}.{t0}.start").write_text(f"{head}event\tstart\ntime\t{t0}\n{gpus}")

@@ -169,3 +169,42 @@ def test_a_whatif_window_after_the_data_replays_nothing_and_says_so(tmp_path):
     line = _one_line(ran)
     assert "--start 2026-06-01T00:00Z .. --end 2026-06-03T00:00Z holds none of the warehouse's job records" in line
     assert "choose a window that overlaps them" in line
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_closed_month_keeps_its_bytes_after_a_share_change_and_an_edited_currency_is_one_line(tmp_path):
+    # issue 36's ledger class through the CLI: a closed month's workbook moved in a capacity cell's
+    # last digit after a share change (the manifest's sha256 with it), and a currency edited to EUR
+    # beside an issued line was shown by `period list` without a word
+    from tests.helpers.statement_fixtures import CONFIG, october
+
+    wh = tmp_path / "w.duckdb"
+    october(wh)
+    closed = _cli("period", "close", "2026-10", "-w", wh, cwd=tmp_path)
+    assert closed.returncode == 0, closed.stderr
+    wrote = _cli("report", "statement", "--period", "2026-10", "--out", tmp_path / "at-close", "-w", wh, cwd=tmp_path)
+    assert wrote.returncode == 0, wrote.stderr
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(CONFIG.replace("shares: 60", "shares: 35").replace("shares: 40", "shares: 65"))
+    loaded = _cli("config", "load", "-c", changed, "-w", wh, cwd=tmp_path)
+    assert loaded.returncode == 0, loaded.stderr
+    again = _cli("report", "statement", "--period", "2026-10", "--out", tmp_path / "after", "-w", wh, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    at_close, after = _files(tmp_path / "at-close"), _files(tmp_path / "after")
+    assert any(name.endswith(".xlsx") for name in at_close) and at_close == after  # every byte, manifest too
+    with duckdb.connect(str(wh)) as con:
+        con.execute("UPDATE statement_lines SET currency = 'EUR' WHERE period = '2026-10' AND level = 'project' "
+                    "AND line_no = 0")
+    counts = _rows(wh, "SELECT count(*), count(DISTINCT currency) FROM statement_lines")
+    for args in (("period", "list"), ("report", "statement", "--period", "2026-10", "--out", tmp_path / "tampered")):
+        ran = _cli(*args, "-w", wh, cwd=tmp_path)
+        assert ran.returncode == 1, (args, ran.stderr)
+        assert ("statement 2026-10 revision 0: the currency of project line 0 differs from its checksummed line; "
+                "the warehouse was altered outside gpuledger") in _one_line(ran), args
+        assert "EUR" not in ran.stdout
+    assert not (tmp_path / "tampered").exists() or _files(tmp_path / "tampered") == {}  # no file written
+    assert _rows(wh, "SELECT count(*), count(DISTINCT currency) FROM statement_lines") == counts

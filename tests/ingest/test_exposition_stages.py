@@ -98,9 +98,9 @@ def test_first_copies_within_a_page_only():
     assert first_copies(np.array([0, 0, 1]), np.array([0, 0, 0]), np.array([1, 1, 1]), 1).tolist() == [
         True, False, True]
     assert first_copies(np.array([0, 0]), np.array([0, 1]), np.array([1, 1]), 2) is None  # nothing repeats
-    layout = page_layout(np.array([0, 10]), np.array([0, 4, 10, 15]))
-    # global line 4 is page 1's line 2
-    assert repeat_rejects(np.array([4]), lambda i: ["a", "b", "c", "d\r"][i], layout) == [
+    # page 1's line 2 read back from the page's text, without its '\r'; page 0's last line (no newline)
+    assert repeat_rejects(np.array([1, 0]), np.array([2, 2]), ["a\nb", "c\r\nd\r\n"]) == [
+        (0, Reject(2, "b", "duplicate series in one scrape (the first copy is kept)")),
         (1, Reject(2, "d", "duplicate series in one scrape (the first copy is kept)"))]
 
 

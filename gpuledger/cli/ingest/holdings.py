@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -41,13 +42,7 @@ def slurm_gpus(
     """Record which GPU (index, UUID) each Slurm job held on each node, and let those holdings
     decide attribution over the labels on samples. Re-reading the same spool changes nothing;
     unreadable spool files go to quarantine (source slurm-gpus)."""
-    from gpuledger.ingest.holdings.checks import screen_holdings
-    from gpuledger.ingest.holdings.store import (
-        holdings_frame,
-        link_holdings,
-        partitioned_gpus,
-        write_holdings,
-    )
+    from gpuledger.ingest.holdings.screening import Scratch, SpoolScreen
 
     given = sum((spool is not None, scontrol_live, scontrol_file is not None))
     if given != 1:
@@ -57,45 +52,86 @@ def slurm_gpus(
         console.print("[red]--json goes with --scontrol (a --scontrol-file is read in either form)[/red]")
         raise typer.Exit(2)
     now = utc_now()
-    if spool is not None:
-        rows, bad, origin = _spool_holdings(spool, cluster)
-    else:
-        rows, bad, origin = _scontrol_holdings(cluster, now, live=scontrol_live, as_json=scontrol_json,
-                                               file=scontrol_file, tz=tz, scontrol=scontrol)
+    with Scratch() as scratch:
+        screen = SpoolScreen(scratch, source="slurm-gpus", now=now)  # one record at a time, in batches
+        if spool is not None:
+            origin = _spool_holdings(spool, cluster, scratch, screen)
+        else:
+            origin = _scontrol_holdings(cluster, now, screen, live=scontrol_live, as_json=scontrol_json,
+                                        file=scontrol_file, tz=tz, scontrol=scontrol)
+        landed = _land(screen, warehouse_file, now)
+    console.print(landed.line(origin, "slurm-gpus"), markup=False)
+
+
+@dataclass
+class _Landed:
+    holdings: int = 0
+    quarantined: int = 0
+    link: object = None  # store.LinkResult, once anything landed
+
+    def line(self, origin: str, source: str) -> str:
+        """The command's one summary line."""
+        line = f"{self.holdings} GPU holdings from {origin}"
+        if self.link is not None:
+            line += (f"; {self.link.linked} job x device intervals linked, {self.link.no_device} waiting for their "
+                     f"device, {self.link.no_job} for their job record; {self.link.disagreements} label disagreements")
+        if self.quarantined:
+            line += (f"; {self.quarantined} files or records quarantined "
+                     f"(`gpuledger warehouse quarantine --source {source}`)")
+        return line
+
+
+def _land(screen, warehouse_file, now: datetime, *, incremental: bool = False) -> _Landed:
+    """Write what ``screen`` (holdings.screening.SpoolScreen) lets through and quarantines, a batch
+    at a time, then link the holdings written; the warehouse is opened only now, after the read.
+    ``incremental``: link by each written cluster's holdings pass (store.holdings_pass, from its
+    checkpoint: a node spool re-reads every open holding each minute), else from the earliest
+    holding written."""
+    from gpuledger.ingest.holdings.store import (
+        LinkResult,
+        holdings_pass,
+        link_holdings,
+        partitioned_gpus,
+        write_holdings,
+    )
+
+    landed = _Landed()
+    since, clusters = None, set()
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
-        rows, refused = screen_holdings(rows, source="slurm-gpus", now=now,  # one record at a time
-                                        partitioned=partitioned_gpus(con))
-        bad = [*bad, *refused]
-        frame = holdings_frame(rows)
-        write_holdings(con, frame)
-        if bad:
-            warehouse.quarantine(con, bad)
-        since = frame["first_seen"].min() if not frame.is_empty() else None
-        result = link_holdings(con, since=since, now=now) if since is not None else None
-    line = f"{frame.height} GPU holdings from {origin}"
-    if result is not None:
-        line += (f"; {result.linked} job x device intervals linked, {result.no_device} waiting for their "
-                 f"device, {result.no_job} for their job record; {result.disagreements} label disagreements")
-    if bad:
-        line += f"; {len(bad)} files or records quarantined (`gpuledger warehouse quarantine --source slurm-gpus`)"
-    console.print(line, markup=False)
+        for frame, refused in screen.results(partitioned_gpus(con)):
+            if refused:
+                warehouse.quarantine(con, refused)
+                landed.quarantined += len(refused)
+            if not frame.is_empty():
+                write_holdings(con, frame)
+                landed.holdings += frame.height
+                clusters |= set(frame["cluster"])
+                first = frame["first_seen"].min()
+                since = first if since is None else min(since, first)
+        if incremental and clusters:
+            passes = [holdings_pass(con, cluster=c, now=now).links for c in sorted(clusters)]
+            landed.link = LinkResult(*(sum(getattr(r, f) for r in passes)
+                                       for f in ("linked", "no_device", "no_job", "disagreements")))
+        elif since is not None:
+            landed.link = link_holdings(con, since=since, now=now)
+    return landed
 
 
-def _spool_holdings(spool: Path, cluster: str | None) -> tuple[list, list, str]:
-    """(holdings, quarantined files, where from) of the prolog/epilog spool; not a folder: exit 2."""
-    from gpuledger.ingest.holdings.slurm_spool import read_spool
+def _spool_holdings(spool: Path, cluster: str | None, scratch, screen) -> str:
+    """Stream the prolog/epilog spool into ``screen``; returns where from. Not a folder: exit 2."""
+    from gpuledger.ingest.holdings.slurm_spool import stream_spool
 
     if not spool.is_dir():
         console.print(f"[red]--spool {spool}: not a directory (the prolog's GPULEDGER_GPU_SPOOL)[/red]")
         raise typer.Exit(2)
-    read = read_spool(spool, cluster=cluster)
-    return read.holdings, read.quarantined, f"{read.files} spool files in {spool}"
+    files = stream_spool(spool, cluster=cluster, scratch=scratch, holdings=screen.add, bad=screen.refuse)
+    return f"{files} spool files in {spool}"
 
 
-def _scontrol_holdings(cluster: str | None, now: datetime, *, live: bool, as_json: bool, file: Path | None,
-                       tz: str, scontrol: str) -> tuple[list, list, str]:
-    """(holdings, [], where from) of `scontrol show job` run here (``live``) or saved in ``file``,
-    text or JSON; scontrol failing is exit 1 live, 2 for a file."""
+def _scontrol_holdings(cluster: str | None, now: datetime, screen, *, live: bool, as_json: bool,
+                       file: Path | None, tz: str, scontrol: str) -> str:
+    """Hand the holdings of `scontrol show job` run here (``live``) or saved in ``file``, text or
+    JSON, to ``screen``; returns where from. scontrol failing is exit 1 live, 2 for a file."""
     from gpuledger.ingest.holdings.checks import WHERE
     from gpuledger.ingest.holdings.slurm_scontrol import ScontrolError, parse_json, parse_text, run_scontrol
 
@@ -119,7 +155,8 @@ def _scontrol_holdings(cluster: str | None, now: datetime, *, live: bool, as_jso
                     f"output ({printable(str(exc) or type(exc).__name__, 200)})", err=True, fg="red")
         raise typer.Exit(1 if live else 2) from None
     where = "scontrol" if live else str(file)
-    return [{**r, WHERE: f"{where} job {r['scheduler_job']}"} for r in rows], [], where
+    screen.add({**r, WHERE: f"{where} job {r['scheduler_job']}"} for r in rows)
+    return where
 
 
 @app.command("node-holdings")
@@ -134,16 +171,10 @@ def node_holdings(
 ) -> None:
     """Bring the holdings the Kubernetes node agents left in the shared spool into the warehouse
     (one file per node: the agents never open the warehouse, which has one writer) and let them
-    decide attribution (the incremental holdings pass of each cluster read, from its checkpoint). Re-reading changes nothing; unreadable files go to quarantine (source
-    node-holdings)."""
-    from gpuledger.ingest.holdings.checks import screen_holdings
-    from gpuledger.ingest.holdings.node_spool import QUARANTINE_SOURCE, read_node_spool
-    from gpuledger.ingest.holdings.store import (
-        holdings_frame,
-        holdings_pass,
-        partitioned_gpus,
-        write_holdings,
-    )
+    decide attribution (the incremental holdings pass of each cluster read, from its checkpoint).
+    Re-reading changes nothing; unreadable files go to quarantine (source node-holdings)."""
+    from gpuledger.ingest.holdings.node_spool import QUARANTINE_SOURCE, stream_node_spool
+    from gpuledger.ingest.holdings.screening import Scratch, SpoolScreen
     from gpuledger.rules.clock import parse_duration_s
     from gpuledger.stopping import StopSignals
 
@@ -161,29 +192,12 @@ def node_holdings(
             raise typer.BadParameter(f"{every!r} is under a second; give at least 1s", param_hint="--every")
 
     def once() -> None:
-        read = read_node_spool(spool)
         now = utc_now()
-        with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
-            kept, refused = screen_holdings(read.holdings, source=QUARANTINE_SOURCE, now=now,  # one record at a time
-                                            partitioned=partitioned_gpus(con))
-            read.quarantined.extend(refused)
-            frame = holdings_frame(kept)
-            write_holdings(con, frame)
-            if read.quarantined:
-                warehouse.quarantine(con, read.quarantined)
-            # the incremental pass of each cluster read (from its checkpoint: flat in history length;
-            # the pipelines' holdings_links runs the same)
-            passes = [holdings_pass(con, cluster=c, now=now).links for c in sorted(set(frame["cluster"]))]
-        line = f"{frame.height} GPU holdings from {read.files} node files in {spool}"
-        if passes:
-            line += (f"; {sum(r.linked for r in passes)} job x device intervals linked, "
-                     f"{sum(r.no_device for r in passes)} waiting for their device, "
-                     f"{sum(r.no_job for r in passes)} for their job record; "
-                     f"{sum(r.disagreements for r in passes)} label disagreements")
-        if read.quarantined:
-            line += (f"; {len(read.quarantined)} files or records quarantined "
-                     "(`gpuledger warehouse quarantine --source node-holdings`)")
-        console.print(line, markup=False)
+        with Scratch() as scratch:
+            screen = SpoolScreen(scratch, source=QUARANTINE_SOURCE, now=now)  # one record at a time, in batches
+            files = stream_node_spool(spool, holdings=screen.add, bad=screen.refuse)
+            landed = _land(screen, warehouse_file, now, incremental=True)  # the pipelines' holdings_links runs the same pass
+        console.print(landed.line(f"{files} node files in {spool}", "node-holdings"), markup=False)
 
     with StopSignals() as stop:
         while True:

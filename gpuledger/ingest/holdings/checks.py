@@ -25,6 +25,7 @@ MAX_GPU_INDEX = 65_535  # NVML indexes a node's GPUs from 0; a node has tens, ne
 MAX_MIG_INSTANCE = 255
 MAX_ID_LEN = 256
 _TEXT = ("cluster", "source", "scheduler_job", "host", "device_id")
+_OPTIONAL_TEXT = ("gpu_uuid", "pod_uid", "namespace", "pod", "container", "resource")  # None or a text
 
 
 def _device_problem(device_id: str) -> str | None:
@@ -42,6 +43,15 @@ def holding_problem(row: dict, *, now: datetime, max_future_s: float = DEFAULT_M
         value = row.get(column)
         if not isinstance(value, str) or not value.strip():
             return f"{column}: {value!r} is not a non-empty text"
+        problem = text_problem(column, value)
+        if problem:
+            return problem
+    for column in _OPTIONAL_TEXT:
+        value = row.get(column)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            return f"{column}: {value!r} is not a text"
         problem = text_problem(column, value)
         if problem:
             return problem
@@ -79,22 +89,49 @@ def holding_problem(row: dict, *, now: datetime, max_future_s: float = DEFAULT_M
     return None
 
 
-def _whole_gpu(row: dict, partitioned: frozenset[str] = frozenset()) -> str | None:
-    """The physical GPU a holding takes whole, or None (a MIG instance, a time-sliced replica, a
-    shared or fractional GPU: several holders at once are their point)."""
+def gpu_key(row: dict) -> str | None:
+    """The physical GPU a holding takes whole, as ``cluster/uuid`` or ``cluster/host/index N``, or
+    None (a MIG instance, a time-sliced replica, a shared or fractional GPU: several holders at once
+    are their point). A key the inventory knows MIG-partitioned (store.partitioned_gpus) is no whole
+    GPU either: the caller drops those (``_whole_gpu``)."""
     if row.get("mig_instance_id", -1) not in (-1, None) or parse_device(row["device_id"]).replica_of:
         return None
     resource = row.get("resource") or ""
     if row.get("share") not in (None, 1, 1.0) or "shard" in resource or "mps" in resource:
         return None
-    key = None
     if row.get("gpu_uuid"):
-        key = f"{row['cluster']}/{row['gpu_uuid']}"
-    elif row.get("gpu_index") is not None:  # no UUID (GKE's nvidia<N>, a Slurm index): the host's GPU N
-        key = f"{row['cluster']}/{row['host']}/index {row['gpu_index']}"
+        return f"{row['cluster']}/{row['gpu_uuid']}"
+    if row.get("gpu_index") is not None:  # no UUID (GKE's nvidia<N>, a Slurm index): the host's GPU N
+        return f"{row['cluster']}/{row['host']}/index {row['gpu_index']}"
+    return None
+
+
+def _whole_gpu(row: dict, partitioned: frozenset[str] = frozenset()) -> str | None:
     # a MIG-partitioned GPU named whole is an instance's parent (Slurm gives a MIG job its GPU's
     # index): several jobs on it at once are its instances (the link places each by dcgm's labels)
+    key = gpu_key(row)
     return None if key in partitioned else key
+
+
+def first_claim(holders: list[dict], row: dict) -> dict | None:
+    """The one-holder rule for ``row`` on a GPU ``holders`` (rows kept on it, in the order kept,
+    each first seen no later than ``row``) already hold: the first holder of another job whose time
+    overlaps ``row``'s, else None. Holders that ended before ``row`` began are dropped from
+    ``holders`` (no later row, first seen no earlier, can overlap them), so the list stays as short
+    as the GPU's concurrent holders."""
+    holders[:] = [h for h in holders if h["last_seen"] >= row["first_seen"]]
+    return next((h for h in holders if h["scheduler_job"] != row["scheduler_job"]
+                 and h["first_seen"] <= row["last_seen"] and row["first_seen"] <= h["last_seen"]), None)
+
+
+def claim_refused(row: dict, clash: dict, source: str) -> QuarantineRow:
+    """The quarantine row of ``row`` refused because ``clash`` holds its whole GPU at the same time."""
+    return QuarantineRow(
+        source, str(row.get(WHERE) or source), _raw(row),
+        f"GPU {row['gpu_uuid'] or row['device_id']} on {row['host']} is held by job {clash['scheduler_job']} from "
+        f"{clash['first_seen']:%Y-%m-%d %H:%M:%S} and by job {row['scheduler_job']} from "
+        f"{row['first_seen']:%Y-%m-%d %H:%M:%S} at once; a whole GPU serves one job, so the first is kept: "
+        "fix the device plugin or the spool writer that listed it twice")
 
 
 def _raw(row: dict) -> str:
@@ -110,7 +147,8 @@ def screen_holdings(rows: Iterable[dict], *, source: str, now: datetime,
     :data:`WHERE` (its file and record) and :data:`RAW` (its text), dropped from what lands. A
     whole GPU held by two jobs at overlapping times keeps the first holder (by first seen, then
     job) and refuses the others — unless the inventory knows it MIG-partitioned (``partitioned``:
-    store.partitioned_gpus)."""
+    store.partitioned_gpus). All in memory, for one poll's rows; a spool folder is screened in
+    bounded batches by :class:`~gpuledger.ingest.holdings.screening.SpoolScreen`, same rules."""
     good: list[dict] = []
     rejected: list[QuarantineRow] = []
     for row in rows:
@@ -123,18 +161,11 @@ def screen_holdings(rows: Iterable[dict], *, source: str, now: datetime,
     holders: dict[str, list[dict]] = {}
     for row in sorted(good, key=lambda r: (r["first_seen"], r["scheduler_job"], r["device_id"])):
         gpu = _whole_gpu(row, partitioned)
-        clash = next((h for h in holders.get(gpu, ()) if h["scheduler_job"] != row["scheduler_job"]
-                      and h["first_seen"] <= row["last_seen"] and row["first_seen"] <= h["last_seen"]), None) \
-            if gpu else None
+        clash = first_claim(holders.setdefault(gpu, []), row) if gpu else None
         if clash is not None:
-            rejected.append(QuarantineRow(
-                source, str(row.get(WHERE) or source), _raw(row),
-                f"GPU {row['gpu_uuid'] or row['device_id']} on {row['host']} is held by job {clash['scheduler_job']} from "
-                f"{clash['first_seen']:%Y-%m-%d %H:%M:%S} and by job {row['scheduler_job']} from "
-                f"{row['first_seen']:%Y-%m-%d %H:%M:%S} at once; a whole GPU serves one job, so the first is kept: "
-                "fix the device plugin or the spool writer that listed it twice"))
+            rejected.append(claim_refused(row, clash, source))
             continue
         if gpu:
-            holders.setdefault(gpu, []).append(row)
+            holders[gpu].append(row)
         kept.append(row)
     return [{k: v for k, v in r.items() if not k.startswith("_")} for r in kept], rejected

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -134,29 +135,37 @@ class NodeSpoolRead:
 
 
 def read_node_spool(spool: Path) -> NodeSpoolRead:
-    """Every holding in the spool's node files (temporary files, names starting with a dot, are
-    being written and are skipped). A file that cannot be read is one quarantine row; a record
-    that cannot be is one naming ``file:holdings[n]`` and the file's other records are kept (the
-    writer then screens each one: holdings/checks.py)."""
+    """Every holding in the spool's node files, in lists (:func:`stream_node_spool`'s, collected)."""
     out = NodeSpoolRead()
+    out.files = stream_node_spool(spool, holdings=out.holdings.extend, bad=out.quarantined.append)
+    return out
+
+
+def stream_node_spool(spool: Path, *, holdings: Callable[[list[dict]], None],
+                      bad: Callable[[QuarantineRow], None]) -> int:
+    """Hand over the holdings of the spool's node files one file at a time (temporary files, names
+    starting with a dot, are being written and are skipped); returns the files read. A file that
+    cannot be read is one quarantine row; a record that cannot be is one naming ``file:holdings[n]``
+    and the file's other records are kept (the writer then screens each one: holdings/checks.py)."""
+    files = 0
     for name in sorted(e.name for e in os.scandir(spool) if e.name.endswith(".json")):
         path = spool / name
         if path.name.startswith(".") or not path.is_file():
             continue
-        out.files += 1
+        files += 1
         unread: list = []
         try:
-            out.holdings.extend(_load(path, per_record=unread)["holdings"])
-            out.quarantined.extend(
-                QuarantineRow(source=QUARANTINE_SOURCE, location=f"{path}:holdings[{n}]",
-                              raw_text=json.dumps(row, sort_keys=True, default=str)[:4000],
-                              reason=printable(f"{path.name}: {why}")) for n, row, why in unread)
+            holdings(_load(path, per_record=unread)["holdings"])
+            for n, row, why in unread:
+                bad(QuarantineRow(source=QUARANTINE_SOURCE, location=f"{path}:holdings[{n}]",
+                                  raw_text=json.dumps(row, sort_keys=True, default=str)[:4000],
+                                  reason=printable(f"{path.name}: {why}")))
         except (ValueError, OSError, TypeError, UnicodeDecodeError, RecursionError) as exc:
             try:
                 with open(path, "rb") as fh:  # the file's head only: it may be huge
                     raw = fh.read(4000).decode("utf-8", errors="replace")
             except OSError as err:
                 raw = f"(unreadable: {err.strerror})"
-            out.quarantined.append(QuarantineRow(source=QUARANTINE_SOURCE, location=str(path), raw_text=raw,
-                                                 reason=printable(f"{path.name}: {exc}")))
-    return out
+            bad(QuarantineRow(source=QUARANTINE_SOURCE, location=str(path), raw_text=raw,
+                              reason=printable(f"{path.name}: {exc}")))
+    return files

@@ -10,13 +10,17 @@ the same rows, so ``ingest slurm-gpus`` may run as often as wanted. A file that 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import polars as pl
+
 from gpuledger.errors import printable
 from gpuledger.ingest.holdings.checks import WHERE
 from gpuledger.ingest.holdings.devices import parse_device
+from gpuledger.ingest.holdings.screening import BATCH, Scratch
 from gpuledger.ingest.metrics.dcgm_fields import canonical_host
 from gpuledger.warehouse import QuarantineRow
 
@@ -98,44 +102,94 @@ def _bad(path: Path, reason: str) -> QuarantineRow:
 
 
 def read_spool(spool: Path, *, cluster: str | None = None) -> SpoolRead:
-    """Every holding the spool directory's files describe (see the module doc). Each file is read
-    on its own and at most MAX_EVENT_BYTES of it; what is kept of it is its parsed event (a few
-    hundred bytes), so a folder of 100,000 files is read in bounded pieces."""
+    """Every holding the spool directory's files describe (see the module doc), in lists: for a
+    small spool and the tests. ``ingest slurm-gpus`` streams it (:func:`stream_spool`)."""
     out = SpoolRead()
-    events: list[_Event] = []
+    with Scratch() as scratch:
+        out.files = stream_spool(spool, cluster=cluster, scratch=scratch, holdings=out.holdings.extend,
+                                 bad=out.quarantined.append)
+    return out
+
+
+_EVENT_SCHEMA = {"seq": pl.Int64, "cluster": pl.String, "job": pl.String, "node": pl.String,
+                 "event_time": pl.Datetime("us"), "kind": pl.String, "path": pl.String,
+                 "gpus": pl.List(pl.Struct({"index": pl.Int64, "uuid": pl.String}))}
+
+
+def stream_spool(spool: Path, *, cluster: str | None, scratch: Scratch, holdings: Callable[[list[dict]], None],
+                 bad: Callable[[QuarantineRow], None], batch: int = BATCH) -> int:
+    """Read the spool's event files one at a time (at most MAX_EVENT_BYTES each) and hand over the
+    holdings they describe, ``batch`` at a time, to ``holdings``; a file that cannot be read, or an
+    end without its start, to ``bad``. The events are staged in ``scratch`` (a few hundred bytes
+    each) and paired in (cluster, job, node, time) order read back from it, so a folder of any size
+    is read in bounded memory. Returns the event files read."""
+    scratch.create("events", _EVENT_SCHEMA)
+    staged: list[tuple] = []
+
+    def stage() -> None:
+        frame = pl.DataFrame(staged, schema=_EVENT_SCHEMA, orient="row")
+        scratch.insert("events", frame)
+        staged.clear()
+
+    files = 0
     for name in sorted(entry.name for entry in os.scandir(spool)):
         path = spool / name
         if name.startswith(".") or path.suffix not in (".start", ".end") or not path.is_file():
             continue  # half-written (.incoming.*) or foreign files
-        out.files += 1
+        files += 1
         try:
-            events.append(_parse(path, cluster))
+            e = _parse(path, cluster)
         except (ValueError, OSError, OverflowError) as exc:  # Overflow: a time past year 9999
-            out.quarantined.append(_bad(path, f"{path.name}: {exc}"))
-    events.sort(key=lambda e: (e.cluster, e.job, e.node, e.at, e.kind != "start"))
-    open_runs: dict[tuple[str, str, str], _Event] = {}
-    closed: list[tuple[_Event, _Event | None]] = []
-    for e in events:
-        key = (e.cluster, e.job, e.node)
-        if e.kind == "start":
-            if key in open_runs:  # a start with no end before it: that run's end is unknown
-                closed.append((open_runs.pop(key), None))
-            open_runs[key] = e
-        elif key in open_runs:
-            closed.append((open_runs.pop(key), e))
-        else:
-            out.quarantined.append(_bad(e.path, f"{e.path.name}: an end for job {e.job} on {e.node} "
-                                                "without its start (was the prolog installed?)"))
-    closed.extend((start, None) for start in open_runs.values())
-    for start, end in closed:
-        for index, uuid in start.gpus:
-            dev = parse_device(uuid) if uuid else parse_device(str(index))
-            out.holdings.append({
-                "cluster": start.cluster, "source": SOURCE, "scheduler_job": start.job, "host": start.node,
-                "device_id": dev.device_id, "first_seen": start.at,
-                "last_seen": end.at if end else start.at, "ended": end is not None,
-                "gpu_uuid": dev.gpu_uuid, "mig_instance_id": dev.mig_instance_id,
-                "gpu_index": index if index is not None else dev.gpu_index,
-                "resource": "gres/gpu", WHERE: str(start.path) + (f" .. {end.path.name}" if end else ""),
-            })
+            bad(_bad(path, f"{path.name}: {exc}"))
+            continue
+        staged.append((files, e.cluster, e.job, e.node, e.at, e.kind, str(e.path),
+                       [{"index": i, "uuid": u} for i, u in e.gpus]))
+        if len(staged) >= batch:
+            stage()
+    stage()
+    out: list[dict] = []
+    key, start = None, None  # the run open on the (cluster, job, node) being read
+    for frame in scratch.batches("SELECT * FROM events ORDER BY cluster, job, node, event_time, kind <> 'start', seq",
+                                 size=batch):
+        for e in frame.iter_rows(named=True):
+            e_key = (e["cluster"], e["job"], e["node"])
+            if e_key != key:
+                if start is not None:  # the last run of the key before ended with no end event
+                    out += _holdings(start, None)
+                key, start = e_key, None
+            if e["kind"] == "start":
+                if start is not None:  # a start with no end before it: that run's end is unknown
+                    out += _holdings(start, None)
+                start = e
+            elif start is not None:
+                out += _holdings(start, e)
+                start = None
+            else:
+                bad(_bad(Path(e["path"]), f"{Path(e['path']).name}: an end for job {e['job']} on {e['node']} "
+                                          "without its start (was the prolog installed?)"))
+            if len(out) >= batch:
+                holdings(out)
+                out = []
+    if start is not None:
+        out += _holdings(start, None)
+    if out:
+        holdings(out)
+    scratch.drop("events")
+    return files
+
+
+def _holdings(start: dict, end: dict | None) -> list[dict]:
+    """The holdings of one run: each GPU its start event lists, from the start to the end (if any)."""
+    out = []
+    for gpu in start["gpus"]:
+        index, uuid = gpu["index"], gpu["uuid"]
+        dev = parse_device(uuid) if uuid else parse_device(str(index))
+        out.append({
+            "cluster": start["cluster"], "source": SOURCE, "scheduler_job": start["job"], "host": start["node"],
+            "device_id": dev.device_id, "first_seen": start["event_time"],
+            "last_seen": end["event_time"] if end else start["event_time"], "ended": end is not None,
+            "gpu_uuid": dev.gpu_uuid, "mig_instance_id": dev.mig_instance_id,
+            "gpu_index": index if index is not None else dev.gpu_index,
+            "resource": "gres/gpu", WHERE: start["path"] + (f" .. {Path(end['path']).name}" if end else ""),
+        })
     return out

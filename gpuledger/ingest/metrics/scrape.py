@@ -164,11 +164,12 @@ def fetch_target(
     return FetchResult(url, None, _now_ms(), attempt, f"{error} (gave up after {attempt} attempts)")
 
 
-# One exporter's page: ~25 kB per 8-GPU node (8,192 GPUs in one page: 33 MiB). A page is parsed whole
-# (its duplicate-series and one-UUID-two-hosts rules span the page), at about 4.5x its size (a
-# 33 MiB page of 8,192 GPUs, benchmarks/ingest_bench.py's exposition_batch, added ~150 MiB to the
-# process in ingest_page; issue 36), so the cap keeps a scrape within ~1 GiB: a larger answer is a
-# failed target, read no further than the cap.
+# One exporter's page: ~25 kB per 8-GPU node (8,192 GPUs in one page: 33 MiB). A page is held whole
+# while it is fetched, decoded and ingested (briefly twice while its bytes are decoded), and parsed
+# in pieces of 16 Mi characters (exposition.pieces; issue 36): a 134 MiB page's parse added 156 MiB
+# to the process, 233 MiB when it was parsed whole (BENCHMARKS "Exposition pages: peak memory"). The
+# cap keeps one scrape target's share of a round bounded: a larger answer is a failed target, read no
+# further than the cap.
 MAX_PAGE_BYTES = 128 * 2**20
 
 

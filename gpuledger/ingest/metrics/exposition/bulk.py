@@ -1,8 +1,9 @@
 """The bulk exposition parser: ``parse_exposition`` without per-line Python work.
 
 A dcgm-exporter page is ~276 bytes per sample, and per-line Python (split, find, float, a dict
-lookup) costs ~7 us a line: 0.14 M samples/s. Here the text is read as one byte array (an ASCII
-``str`` in place, not encoded):
+lookup) costs ~7 us a line: 0.14 M samples/s. Here the text is read as byte arrays (an ASCII
+``str`` in place, not encoded), in pieces of ~16 Mi characters cut before a newline (``pieces``:
+the parse's own working set is about twice what it reads at once), each piece so:
 
 1. One numpy scan (``scan``), in ~2 MB steps cut after a newline, finds every newline, ``{``, ``}`` and byte
    that sends a line the per-line way (non-ASCII, tab, ...); a line whose only marks are a ``{``
@@ -14,11 +15,14 @@ lookup) costs ~7 us a line: 0.14 M samples/s. Here the text is read as one byte 
    like Python's ``float``; tests hold the two equal).
 3. Each *distinct* label text (dcgm-exporter repeats a device's label set on every family, so
    distinct label texts ~ devices) is parsed with polars string expressions when it is simple (no
-   escapes, no spaces, short), else by ``parse_labels`` / ``normalize_labels`` in Python. A page
-   whose every label text is the last parse's (a scraper's next round) takes that numbering after
-   one comparison; label texts seen before come from a cache.
-4. Values are range-checked in numpy; the first copy of a (metric, series) is kept (looked for only
-   when some pair repeats).
+   escapes, no spaces, short), else by ``parse_labels`` / ``normalize_labels`` in Python. A piece
+   whose every label text is a recent piece's (a scraper's next round: pieces are cut at the same
+   lines) takes that numbering after one comparison; label texts seen before come from a cache.
+4. Values are range-checked in numpy.
+
+Then, over the compact rows every piece kept (page, line, metric, series, value, time), the series
+of all pieces are numbered as one and the first copy of a (metric, series) in a page is kept (looked
+for only when some pair repeats): a copy in another piece is refused as one in the same piece is.
 
 Every line the bulk path does not accept as plainly good (a comment aside) goes through
 ``lines.line_verdict``, the per-line rules, so errors keep their wording and line numbers. The
@@ -36,6 +40,7 @@ import polars as pl
 import pyarrow as pa
 
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
+from gpuledger.ingest.metrics.exposition import pieces
 from gpuledger.ingest.metrics.exposition.lines import (
     DEFAULT_MAX_FUTURE_S,
     K8S_SPELLINGS,
@@ -51,7 +56,8 @@ from gpuledger.ingest.metrics.exposition.lines import (
     parse_exposition_lines,
     parse_labels,
 )
-from gpuledger.ingest.metrics.exposition.scan import Text, name_views, page_bytes, read_lines
+from gpuledger.ingest.metrics.exposition.pieces import line_texts, piece_bytes, plan_pieces
+from gpuledger.ingest.metrics.exposition.scan import Text, name_views, read_lines
 from gpuledger.ingest.metrics.values import FIELD_CHECKS
 from gpuledger.rules.hosts import canonical_host_series
 
@@ -236,9 +242,21 @@ class _Series:
 
     def frame(self) -> pl.DataFrame:
         """The series_frame of every number handed out."""
-        frames = [f.select(SERIES_COLUMNS).cast(SERIES_SCHEMA) for f in self.frames]
-        series = pl.concat(frames) if frames else pl.DataFrame(schema=SERIES_SCHEMA)
-        return series.with_row_index("series").with_columns(pl.col("series").cast(pl.Int64))
+        return _series_frame(self.frames)
+
+    def keys(self) -> pl.Series:
+        """The canonical key of every number handed out, in number order: the bulk path's first
+        (numbered from 0 by ``add_frame`` or ``restore``), then the per-line path's."""
+        bulk = pl.concat(self.bulk_keys) if self.bulk_keys else pl.Series([], dtype=pl.String)
+        slow = sorted((n, k) for k, n in (self.number or {}).items() if n >= len(bulk))
+        return pl.concat([bulk, pl.Series([k for _, k in slow], dtype=pl.String)]) if slow else bulk
+
+
+def _series_frame(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """A series_frame of SERIES_COLUMNS rows in number order, given in parts."""
+    parts = [f.select(SERIES_COLUMNS).cast(SERIES_SCHEMA) for f in frames]
+    series = pl.concat(parts) if parts else pl.DataFrame(schema=SERIES_SCHEMA)
+    return series.with_row_index("series").with_columns(pl.col("series").cast(pl.Int64))
 
 
 def _owned(texts: pl.Series) -> pl.Series:
@@ -281,43 +299,103 @@ def parse_exposition_bulk(text: str, *, scrape_ms: int,
 
 def parse_pages_bulk(pages: list[tuple[str, int]], *,
                      max_future_s: float = DEFAULT_MAX_FUTURE_S) -> ParsedPages | None:
-    """Pages ``(text, scrape_ms)`` parsed in one bulk pass, each by its own rules (its line numbers,
-    its scrape time and future limit, duplicates within the page), the series numbered across all.
-    A scrape round of 1,280 node pages costs one pass, not 1,280. None when the text cannot be read
-    in bulk (lone surrogates, a 64-bit hash collision, 2 GB): parse each page line by line then.
+    """Pages ``(text, scrape_ms)`` parsed in bulk, each by its own rules (its line numbers, its
+    scrape time and future limit, duplicates within the page), the series numbered across all. A
+    scrape round of 1,280 node pages costs a few passes, not 1,280. None when the text cannot be read
+    in bulk (lone surrogates, a 64-bit hash collision): parse each page line by line then.
 
-    The stages, in order: scan the text (``scan.read_lines``), place each line in its page
+    The text is read in pieces (``pieces``: ~16 Mi characters cut before a newline, small pages
+    together, a large page in several), each by ``parse_piece``; what a piece keeps is compact rows
+    with its series numbered into the pages' one numbering (``_SeriesMerge``). The repeated-series
+    rule then runs over every piece's rows at once (``first_copies``), so a copy in another piece of
+    the page is refused as one in the same piece is."""
+    texts = [text for text, _ in pages]
+    page_ms = np.array([ms for _, ms in pages], dtype=np.int64)
+    merged = _SeriesMerge()
+    rows = _Rows()  # page, line_no, metric code, series, value, ts of the samples kept
+    rejects: list[tuple[int, Reject]] = []
+    unknown: Counter = Counter()
+    skipped = 0
+    lines = np.zeros(len(pages), dtype=np.int64)  # each page's lines read so far
+    for segments in plan_pieces(texts, pieces.PIECE_CHARS):
+        got = piece_bytes(texts, segments)
+        if got is None:
+            return None
+        seg_page = np.array([s.page for s in segments], dtype=np.int64)
+        piece = parse_piece(*got, page_ms[seg_page], max_future_s=max_future_s)
+        if piece is None:
+            return None
+        lines_before = lines[seg_page]  # each segment's page's lines in the pieces before
+        seg = piece.layout.page_of_line[piece.line_no - 1]  # each sample's segment
+        line_no = piece.line_no - np.take(piece.layout.page_first, seg) + np.take(lines_before, seg)
+        rows.append((np.take(seg_page, seg), line_no, piece.m_code, piece.s_no + merged.add(piece.series),
+                     piece.vals, piece.stamps))
+        for sg, r in piece.rejects:
+            before = int(lines_before[sg])
+            rejects.append((int(seg_page[sg]), Reject(r.line_no + before, r.raw_text, r.reason) if before else r))
+        np.add.at(lines, seg_page, piece.layout.page_lines)
+        unknown.update(piece.unknown)
+        skipped += piece.skipped
+    page, line_no, m_code, s_no, vals, stamps = rows.columns()
+    final, series = merged.numbering()
+    if final is not None:
+        s_no = np.take(final, s_no)
+    keep = first_copies(page, s_no, m_code, series.height)
+    if keep is not None:
+        rejects += repeat_rejects(page[~keep], line_no[~keep], texts)
+        page, line_no, m_code, s_no, vals, stamps = (a[keep] for a in (page, line_no, m_code, s_no, vals, stamps))
+    rejects.sort(key=lambda r: (r[0], r[1].line_no))
+    return ParsedPages(_points(page, line_no, m_code, s_no, vals, stamps), series, rejects, unknown,
+                       lines.tolist(), skipped)
+
+
+@dataclass
+class _Piece:
+    """What ``parse_piece`` read: the kept samples (line_no 1-based over the piece's lines, metric
+    code, series number in ``series``, value, ts in ms) before the repeated-series rule, the refused
+    lines ``(segment, Reject)`` numbered within their segment, and the segments' layout."""
+
+    line_no: np.ndarray
+    m_code: np.ndarray
+    s_no: np.ndarray
+    vals: np.ndarray
+    stamps: np.ndarray
+    series: _Series
+    layout: PageLayout
+    rejects: list[tuple[int, Reject]]
+    unknown: Counter
+    skipped: int
+
+
+def parse_piece(data: np.ndarray, seg_start: np.ndarray, seg_ms: np.ndarray, *,
+                max_future_s: float) -> _Piece | None:
+    """One piece of text (``data``: its bytes, segments joined by newlines; ``seg_start``: the byte
+    each segment starts at; ``seg_ms``: each segment's page's scrape time) read in bulk; None on a
+    64-bit hash collision or a piece of 2 GB.
+
+    The stages, in order: scan the text (``scan.read_lines``), place each line in its segment
     (``page_layout``), read the tails (``tail_values``), settle the lines of other families
     (``other_families``), number the label texts (``_number_label_texts``), pick the lines the bulk
-    path keeps (``fast_lines``), judge the rest by the per-line rules (``slow_verdicts``), merge the
-    two (``merge_slow``), drop repeated series (``first_copies``) and build the points frame."""
-    if not pages:
-        return ParsedPages(pl.DataFrame(schema={"page": pl.Int64, "line_no": pl.Int64, "metric": pl.String,
-                                                "series": pl.Int64, "value": pl.Float64, "ts": pl.Datetime("ms")}),
-                           _Series().frame(), [], Counter(), [], 0)
-    got = page_bytes(pages)
-    if got is None:
-        return None
-    data, page_start = got
+    path keeps (``fast_lines``), judge the rest by the per-line rules (``slow_verdicts``) and merge
+    the two (``merge_slow``)."""
     text = Text(data)
     buf = text.buf
     size = len(buf)
     if size >= 2**31:  # string views address the text with 32-bit offsets
         return None
-    page_ms = np.array([ms for _, ms in pages], dtype=np.int64)
     future_ms = int(max_future_s * 1000)
-    lines = read_lines(text)
+    lines = read_lines(text, int(seg_start[0]))
     starts, cand_idx = lines.starts, lines.cand
     n_lines = len(starts)
 
     def line_text(i: int) -> str:  # up to its newline (or the text's end)
         return buf[starts[i]:starts[i + 1] - 1 if i + 1 < n_lines else size].tobytes().decode("utf-8")
 
-    layout = page_layout(page_start, starts)
+    layout = page_layout(seg_start, starts)
     names, tails = text.column(lines.name_views), text.column(lines.tail_views)
     code, run = _metric_codes(names, lines.name_head)
-    cand_page = layout.page_of_line[cand_idx]
-    tail_ok, value, ts, has_ts = tail_values(tails, page_ms[cand_page])
+    cand_seg = layout.page_of_line[cand_idx]
+    tail_ok, value, ts, has_ts = tail_values(tails, seg_ms[cand_seg])
     unknown, skipped, settled_other = other_families(names, code, run, lines.name_head)
 
     series = _Series()
@@ -326,30 +404,55 @@ def parse_pages_bulk(pages: list[tuple[str, int]], *,
     if series_no is None:
         return None
     codes = np.maximum(code, 0)
-    fast = fast_lines(good, series_no, codes, value, has_ts, ts, page_ms[cand_page] + future_ms)
+    fast = fast_lines(good, series_no, codes, value, has_ts, ts, seg_ms[cand_seg] + future_ms)
 
     # the per-line rules for every other line that is not a comment or an empty line
     slow_idx = np.sort(np.concatenate((lines.other, cand_idx[~(fast | settled_other)])))
     rejects, slow_samples, slow_skipped, slow_unknown = slow_verdicts(
-        slow_idx, line_text, layout, page_ms, future_ms, max_future_s, series.key_of_text)
-    skipped += slow_skipped
+        slow_idx, line_text, layout, seg_ms, future_ms, max_future_s, series.key_of_text)
     unknown.update(slow_unknown)
 
     if fast.all():  # the usual page: no copies
         kept = (cand_idx[fast] + 1, codes, series_no, value, ts)
     else:
         kept = (cand_idx[fast] + 1, codes[fast], series_no[fast], value[fast], ts[fast])
-    line_no, m_code, s_no, vals, stamps = merge_slow(*kept, slow_samples)  # line_no: global, 1-based
-    page = layout.page_of_line[line_no - 1] if len(pages) > 1 else np.zeros(len(line_no), dtype=np.int64)
-    keep = first_copies(page, s_no, m_code, series.count)
-    if keep is not None:
-        rejects += repeat_rejects(line_no[~keep], line_text, layout)
-        line_no, m_code, s_no, vals, stamps, page = (
-            a[keep] for a in (line_no, m_code, s_no, vals, stamps, page))
-    rejects.sort(key=lambda r: (r[0], r[1].line_no))
-    page_line_no = line_no - layout.page_first[page] if len(pages) > 1 else line_no
-    return ParsedPages(_points(page, page_line_no, m_code, s_no, vals, stamps), series.frame(), rejects, unknown,
-                       layout.page_lines.tolist(), skipped)
+    line_no, m_code, s_no, vals, stamps = merge_slow(*kept, slow_samples)  # line_no: over the piece, 1-based
+    return _Piece(line_no, m_code, s_no, vals, stamps, series, layout, rejects, unknown, skipped + slow_skipped)
+
+
+class _SeriesMerge:
+    """The series of all pieces numbered as one: each piece's series are numbered on from the
+    pieces' before (``add``), then a label set met in several pieces takes the number of its first
+    (by canonical key, ``numbering``), in first-seen order. One pass at the end, not one per piece."""
+
+    def __init__(self) -> None:
+        self.keys: list[pl.Series] = []
+        self.frames: list[pl.DataFrame] = []
+        self.count = 0
+
+    def add(self, series: _Series) -> int:
+        """Take ``series``' numbers; returns the offset that makes them numbers of the merge."""
+        offset = self.count
+        self.keys.append(series.keys())
+        self.frames += series.frames
+        self.count += series.count
+        return offset
+
+    def numbering(self) -> tuple[np.ndarray | None, pl.DataFrame]:
+        """(each merged number's final number, None when every label set is in one piece only: the
+        numbers stand; the series_frame of the final numbers)."""
+        frame = _series_frame(self.frames)
+        if len(self.keys) < 2:
+            return None, frame
+        keys = pl.concat(self.keys)
+        first = (pl.DataFrame({"key": keys, "at": np.arange(len(keys))})
+                 .select(pl.col("at").first().over("key"))["at"].to_numpy())
+        is_first = first == np.arange(len(keys))
+        if is_first.all():
+            return None, frame
+        final = np.take(np.cumsum(is_first) - 1, first)
+        kept = frame.filter(pl.Series(is_first)).drop("series")
+        return final, kept.with_row_index("series").with_columns(pl.col("series").cast(pl.Int64))
 
 
 def series_numbers(text: Text, label_views: np.ndarray, good: np.ndarray, series: _Series) -> np.ndarray | None:
@@ -366,14 +469,43 @@ def series_numbers(text: Text, label_views: np.ndarray, good: np.ndarray, series
     return series_no
 
 
-def repeat_rejects(line_nos: np.ndarray, line_text, layout: PageLayout) -> list[tuple[int, Reject]]:
-    """(page, Reject) for each repeated sample's line (global, 1-based), in the page's numbering."""
+def repeat_rejects(page: np.ndarray, line_no: np.ndarray, texts: list[str]) -> list[tuple[int, Reject]]:
+    """(page, Reject) for each repeated sample: its page and line there (1-based), the line's text
+    read back from the page (``pieces.line_texts``: its piece is gone by now)."""
     out = []
-    for no in line_nos.tolist():
-        pg = int(layout.page_of_line[no - 1])
-        out.append((pg, Reject(no - int(layout.page_first[pg]), line_text(no - 1).removesuffix("\r"),
-                               "duplicate series in one scrape (the first copy is kept)")))
+    for pg in np.unique(page).tolist():
+        numbers = line_no[page == pg].tolist()
+        out += [(pg, Reject(no, raw, "duplicate series in one scrape (the first copy is kept)"))
+                for no, raw in zip(numbers, line_texts(texts[pg], numbers), strict=True)]
     return out
+
+
+class _Rows:
+    """The samples every piece kept (page, line_no, metric code, series, value, ts), appended piece
+    after piece into arrays that grow by doubling: a few large blocks, so the pieces' short-lived
+    arrays are not left scattered between small kept ones (which kept ~30 MiB more of a 125 MiB
+    page's parse resident)."""
+
+    _DTYPES = (np.int64, np.int64, np.int64, np.int64, np.float64, np.int64)
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.arrays = [np.empty(0, dtype=dtype) for dtype in self._DTYPES]
+
+    def append(self, columns: tuple[np.ndarray, ...]) -> None:
+        end = self.n + len(columns[0])
+        if end > len(self.arrays[0]):
+            room = max(end, 2 * len(self.arrays[0]), 1 << 16)
+            grown = [np.empty(room, dtype=a.dtype) for a in self.arrays]
+            for new, old in zip(grown, self.arrays, strict=True):
+                new[:self.n] = old[:self.n]
+            self.arrays = grown
+        for array, column in zip(self.arrays, columns, strict=True):
+            array[self.n:end] = column
+        self.n = end
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        return tuple(a[:self.n] for a in self.arrays)
 
 
 @dataclass(frozen=True)
@@ -537,10 +669,11 @@ class _Numbered:
 # The last few parses' numberings: a scraper reads the same exporters every round, and their pages
 # hold the same label texts in the same order (only the values change). When every line's label
 # text is one of these parses', one comparison replaces the hashing, the distinct texts and their
-# numbering; otherwise the per-text cache above serves the texts seen before. A few, not one: a
-# large cluster's round is written in several batches (scrape.BATCH_CHARS), each its own text.
-# ~7 MB each for a 10,240-GPU text.
-_RECENT = 4
+# numbering; otherwise the per-text cache above serves the texts seen before. Several, not one: a
+# round is parsed in pieces (``pieces``), and a large cluster's round written in several batches
+# (scrape.BATCH_CHARS). Kept while they hold at most _RECENT_LINES lines together (~48 bytes a
+# line: ~28 MB, four 10,240-GPU rounds of ~145,000 lines).
+_RECENT_LINES = 600_000
 _recent: tuple[_Numbered, ...] = ()
 
 
@@ -583,7 +716,13 @@ def _number_label_texts(labels: pl.Series, series: _Series) -> np.ndarray | None
     numbers.setflags(write=False)  # shared with later parses through _recent
     entry = _Numbered(sets["labels"].gather(text_no), numbers, tuple(series.frames),
                       tuple(series.bulk_keys), series.count)
-    _recent = (entry, *_recent[:_RECENT - 1])
+    kept, lines = [entry], len(numbers)
+    for older in _recent:
+        lines += len(older.numbers)
+        if lines > _RECENT_LINES:
+            break
+        kept.append(older)
+    _recent = tuple(kept)
     return numbers
 
 

@@ -3,7 +3,7 @@ columns point into the text's own buffer (Arrow string views: no byte copied). T
 (``bulk``) judges what this finds; nothing here knows DCGM.
 
 An ASCII ``str`` is read in place (CPython: ``PyUnicode_AsUTF8AndSize`` hands out the string's own
-storage), other text is encoded once; several pages become one buffer joined by newlines.
+storage), other text is encoded a piece at a time (``pieces``).
 """
 
 from __future__ import annotations
@@ -35,24 +35,22 @@ def ascii_in_place(text: str) -> ctypes.Array:
     return pinned
 
 
-def page_bytes(pages: list[tuple[str, int]]) -> tuple[object, np.ndarray] | None:
-    """The pages' UTF-8 bytes as one buffer (pages joined by a newline) and the offset each page starts
-    at; None when a page holds lone surrogates (only the per-line parser can name those lines)."""
-    in_place = _AS_UTF8 is not None
-    parts = []
-    for text, _ in pages:
-        if in_place and type(text) is str and text.isascii():
-            parts.append(np.frombuffer(ascii_in_place(text), dtype=np.uint8))
-        else:
-            try:
-                parts.append(np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
-            except UnicodeEncodeError:
-                return None
-    sizes = np.fromiter((len(p) + 1 for p in parts), dtype=np.int64, count=len(parts))
-    if len(parts) > 1:  # one copy into numpy's memory (huge pages: b"\n".join's 4 kB page faults cost 3x)
-        newline = np.full(1, 10, dtype=np.uint8)
-        parts = np.concatenate([x for part in parts for x in (part, newline)][:-1])
-    return parts[0] if isinstance(parts, list) else parts, np.concatenate(([0], np.cumsum(sizes)[:-1]))
+def in_place(text: str) -> bool:
+    """Whether ``text_bytes`` reads ``text`` in place: an ASCII ``str`` on CPython (``isascii`` reads
+    a flag: O(1))."""
+    return _AS_UTF8 is not None and type(text) is str and text.isascii()
+
+
+def text_bytes(text: str, start: int = 0, end: int | None = None) -> np.ndarray | None:
+    """Characters ``[start, end)`` of ``text`` as UTF-8 bytes: in place for an ASCII ``str``
+    (``ascii_in_place``: a view, no copy), else encoded (a copy of that part only); None when they
+    hold lone surrogates (only the per-line parser can name those lines)."""
+    if in_place(text):
+        return np.frombuffer(ascii_in_place(text), dtype=np.uint8)[start:end]
+    try:
+        return np.frombuffer(text[start:end].encode("utf-8"), dtype=np.uint8)
+    except UnicodeEncodeError:
+        return None
 
 
 _BYTE_MASK = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [2**64 - 1], dtype=np.uint64)
@@ -156,20 +154,21 @@ def after_newline(buf: np.ndarray, at: int) -> int:
     return len(buf)
 
 
-def read_lines(text: Text) -> Lines:
-    """One pass over the text in steps: in each, the marks (``\\n``, ``{``, ``}``, also ``|``, ``~``,
-    DEL, every non-ASCII byte and the control bytes below ``\\n``: a line with another mark than its
-    ``{`` and ``}`` goes the per-line way), then every whole line of the step read while its bytes
-    are in cache (on a 40 MB page a byte fetched later from memory costs ~8 ns a line)."""
+def read_lines(text: Text, start: int = 0) -> Lines:
+    """One pass over the text from byte ``start`` in steps: in each, the marks (``\\n``, ``{``, ``}``,
+    also ``|``, ``~``, DEL, every non-ASCII byte and the control bytes below ``\\n``: a line with
+    another mark than its ``{`` and ``}`` goes the per-line way), then every whole line of the step
+    read while its bytes are in cache (on a 40 MB page a byte fetched later from memory costs ~8 ns
+    a line). (The bytes before ``start`` only align the buffer: ``pieces.piece_bytes``.)"""
     buf = text.buf
     size = len(buf)
-    if size == 0:
+    if size == start:
         none = np.zeros(0, dtype=np.int64)
-        return Lines(np.zeros(1, np.int64), none, none, *(np.zeros((0, 2), np.uint64),) * 3,
+        return Lines(np.full(1, start, np.int64), none, none, *(np.zeros((0, 2), np.uint64),) * 3,
                       np.zeros(0, bool))
     shifted = np.empty(0, dtype=np.uint8)
     hit = np.empty(0, dtype=bool)
-    lo, line_no = 0, 0  # the step's first byte and first line
+    lo, line_no = start, 0  # the step's first byte and first line
     got: list[tuple] = []
     while lo < size:
         hi = after_newline(buf, lo + _STEP)  # a step holds whole lines
