@@ -127,14 +127,14 @@ def first_claim(holders: list[dict], row: dict) -> dict | None:
 def claim_refused(row: dict, clash: dict, source: str) -> QuarantineRow:
     """The quarantine row of ``row`` refused because ``clash`` holds its whole GPU at the same time."""
     return QuarantineRow(
-        source, str(row.get(WHERE) or source), _raw(row),
+        source, str(row.get(WHERE) or source), raw_text(row),
         f"GPU {row['gpu_uuid'] or row['device_id']} on {row['host']} is held by job {clash['scheduler_job']} from "
         f"{clash['first_seen']:%Y-%m-%d %H:%M:%S} and by job {row['scheduler_job']} from "
         f"{row['first_seen']:%Y-%m-%d %H:%M:%S} at once; a whole GPU serves one job, so the first is kept: "
         "fix the device plugin or the spool writer that listed it twice")
 
 
-def _raw(row: dict) -> str:
+def raw_text(row: dict) -> str:
     if row.get(RAW) is not None:
         return str(row[RAW])[:4000]
     return json.dumps({k: v for k, v in row.items() if not k.startswith("_")}, default=str, sort_keys=True)
@@ -154,7 +154,7 @@ def screen_holdings(rows: Iterable[dict], *, source: str, now: datetime,
     for row in rows:
         problem = holding_problem(row, now=now, max_future_s=max_future_s)
         if problem:
-            rejected.append(QuarantineRow(source, str(row.get(WHERE) or source), _raw(row), problem))
+            rejected.append(QuarantineRow(source, str(row.get(WHERE) or source), raw_text(row), problem))
         else:
             good.append(row)
     kept: list[dict] = []
