@@ -29,11 +29,12 @@ import pyarrow.parquet as pq
 from gpuledger.ingest.holdings.checks import (
     RAW,
     WHERE,
-    _raw,
     claim_refused,
     first_claim,
     gpu_key,
     holding_problem,
+    record_refused,
+    record_text,
 )
 from gpuledger.ingest.holdings.store import HOLDING_COLUMNS, holdings_frame
 from gpuledger.ingest.metrics.exposition import DEFAULT_MAX_FUTURE_S
@@ -125,7 +126,7 @@ class SpoolScreen:
         for row in rows:
             problem = holding_problem(row, now=self.now, max_future_s=self.max_future_s)
             if problem:
-                self.refuse(QuarantineRow(self.source, str(row.get(WHERE) or self.source), _raw(row), problem))
+                self.refuse(record_refused(row, problem, self.source))
                 continue
             self._held.append(row)
             if len(self._held) >= self.batch:
@@ -150,7 +151,7 @@ class SpoolScreen:
             seq=pl.Series(self._next_seq(len(rows)), dtype=pl.Int64),
             gpu_key=pl.Series([gpu_key(r) for r in rows], dtype=pl.String),
             where_=pl.Series([str(r.get(WHERE) or self.source) for r in rows], dtype=pl.String),
-            raw=pl.Series([_raw(r) for r in rows], dtype=pl.String))
+            raw=pl.Series([record_text(r) for r in rows], dtype=pl.String))
         self.scratch.insert("held", frame)
 
     def _stage_refused(self) -> None:
