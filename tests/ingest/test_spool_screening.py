@@ -114,6 +114,10 @@ def test_any_batch_size_screens_as_the_whole_list(seed):
         assert refused == want[1]
 
 
+def _run_key(row: dict) -> tuple:
+    return row["scheduler_job"], row["device_id"], row["first_seen"]
+
+
 def test_a_spool_read_in_small_batches_pairs_its_events_as_one_read(tmp_path, monkeypatch):
     """stream_spool stages the events and pairs them read back in order: batches of one event give
     the read of one batch (runs without an end, ends without a start, two runs of one job)."""
@@ -134,8 +138,7 @@ def test_a_spool_read_in_small_batches_pairs_its_events_as_one_read(tmp_path, mo
         with Scratch() as scratch:
             got.files = slurm_spool.stream_spool(spool, cluster=None, scratch=scratch, batch=batch,
                                                  holdings=got.holdings.extend, bad=got.quarantined.append)
-        key = lambda r: (r["scheduler_job"], r["device_id"], r["first_seen"])  # noqa: E731
-        assert sorted(got.holdings, key=key) == sorted(whole.holdings, key=key)
+        assert sorted(got.holdings, key=_run_key) == sorted(whole.holdings, key=_run_key)
         assert got.quarantined == whole.quarantined and got.files == whole.files == 6
     began = datetime(2026, 11, 30, 12)  # t
     runs = sorted((r["scheduler_job"], r["device_id"], (r["first_seen"] - began).seconds,
@@ -146,3 +149,21 @@ def test_a_spool_read_in_small_batches_pairs_its_events_as_one_read(tmp_path, mo
                     ("9", "GPU-c", 30, 30, False), ("9", "GPU-c", 40, 40, False)]
     [bad] = whole.quarantined
     assert "an end for job 8 on n2 without its start" in bad.reason
+
+
+def test_a_scratch_folder_that_fails_is_one_line_naming_it():
+    """The scratch folder removed (or its disk full) under a read: a RunError in one line naming
+    the folder and the fix (the CLI prints it, exit 1), not DuckDB's or Arrow's own words."""
+    import shutil
+
+    from gpuledger.errors import RunError
+
+    with Scratch() as scratch:
+        screen = SpoolScreen(scratch, source="slurm-gpus", now=NOW, batch=2)
+        screen.add([_holding("a", "GPU-1", T0, T0 + H), _holding("b", "GPU-2", T0, T0 + H)])
+        shutil.rmtree(scratch.root / "held")
+        with pytest.raises(RunError) as raised:
+            list(screen.results())
+        said = str(raised.value)
+        assert said.startswith(f"the spool read's scratch folder {scratch.root}: ") and "\n" not in said
+        assert "set TMPDIR to a folder with room" in said

@@ -124,17 +124,23 @@ def first_claim(holders: list[dict], row: dict) -> dict | None:
                  and h["first_seen"] <= row["last_seen"] and row["first_seen"] <= h["last_seen"]), None)
 
 
+def record_refused(row: dict, problem: str, source: str) -> QuarantineRow:
+    """The quarantine row of a holding a check refused: its file and record (:data:`WHERE`), its text."""
+    return QuarantineRow(source, str(row.get(WHERE) or source), record_text(row), problem)
+
+
 def claim_refused(row: dict, clash: dict, source: str) -> QuarantineRow:
     """The quarantine row of ``row`` refused because ``clash`` holds its whole GPU at the same time."""
-    return QuarantineRow(
-        source, str(row.get(WHERE) or source), raw_text(row),
+    return record_refused(
+        row,
         f"GPU {row['gpu_uuid'] or row['device_id']} on {row['host']} is held by job {clash['scheduler_job']} from "
         f"{clash['first_seen']:%Y-%m-%d %H:%M:%S} and by job {row['scheduler_job']} from "
         f"{row['first_seen']:%Y-%m-%d %H:%M:%S} at once; a whole GPU serves one job, so the first is kept: "
-        "fix the device plugin or the spool writer that listed it twice")
+        "fix the device plugin or the spool writer that listed it twice", source)
 
 
-def raw_text(row: dict) -> str:
+def record_text(row: dict) -> str:
+    """A holding's text for its quarantine row: as read (:data:`RAW`), else its fields as JSON."""
     if row.get(RAW) is not None:
         return str(row[RAW])[:4000]
     return json.dumps({k: v for k, v in row.items() if not k.startswith("_")}, default=str, sort_keys=True)
@@ -154,7 +160,7 @@ def screen_holdings(rows: Iterable[dict], *, source: str, now: datetime,
     for row in rows:
         problem = holding_problem(row, now=now, max_future_s=max_future_s)
         if problem:
-            rejected.append(QuarantineRow(source, str(row.get(WHERE) or source), raw_text(row), problem))
+            rejected.append(record_refused(row, problem, source))
         else:
             good.append(row)
     kept: list[dict] = []

@@ -19,13 +19,16 @@ import itertools
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gpuledger.errors import RunError
 from gpuledger.ingest.holdings.checks import (
     RAW,
     WHERE,
@@ -33,7 +36,8 @@ from gpuledger.ingest.holdings.checks import (
     first_claim,
     gpu_key,
     holding_problem,
-    raw_text,
+    record_refused,
+    record_text,
 )
 from gpuledger.ingest.holdings.store import HOLDING_COLUMNS, holdings_frame
 from gpuledger.ingest.metrics.exposition import DEFAULT_MAX_FUTURE_S
@@ -63,19 +67,33 @@ class Scratch:
     def run(self, sql: str, params: list | None = None) -> list[tuple]:
         """One statement, its answer fetched whole (DuckDB 2 refuses the next statement on a
         connection while one's answer is unfinished)."""
-        return self.con.execute(sql, params or []).fetchall()
+        with self.trouble():
+            return self.con.execute(sql, params or []).fetchall()
+
+    @contextmanager
+    def trouble(self) -> Iterator[None]:
+        """What fails in the scratch folder (its disk full, removed, unreadable) as one line naming
+        it, exit 1 (``RunError``); what the read wrote before is not written twice by a rerun."""
+        try:
+            yield
+        except (OSError, duckdb.Error, pl.exceptions.PolarsError, pa.ArrowException) as exc:
+            why = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise RunError(f"the spool read's scratch folder {self.root}: {why}; free space there or set TMPDIR "
+                           "to a folder with room, then rerun (holdings already written are not doubled)") from exc
 
     def create(self, table: str, schema: dict) -> None:
         """A table of a polars schema's columns and types, empty: a view of its folder's files."""
         folder = self.root / table
-        folder.mkdir()
-        pl.DataFrame(schema=schema).write_parquet(folder / f"{0:09d}.parquet")  # (the types, when nothing is staged)
+        with self.trouble():
+            folder.mkdir()
+            pl.DataFrame(schema=schema).write_parquet(folder / f"{0:09d}.parquet")  # (the types, if nothing staged)
         self.run(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{folder}/*.parquet')")
 
     def insert(self, table: str, frame: pl.DataFrame) -> None:
         """Stage ``frame``'s rows in ``table`` (one more file)."""
         if not frame.is_empty():
-            frame.write_parquet(self.root / table / f"{next(self._files) + 1:09d}.parquet")
+            with self.trouble():
+                frame.write_parquet(self.root / table / f"{next(self._files) + 1:09d}.parquet")
 
     def drop(self, table: str) -> None:
         self.run(f"DROP VIEW {table}")
@@ -88,10 +106,16 @@ class Scratch:
         answer = self.root / f"answer{next(self._files)}.parquet"
         self.run(f"COPY ({query}) TO '{answer}' (FORMAT parquet, ROW_GROUP_SIZE {size})")
         try:
-            for batch in pq.ParquetFile(answer).iter_batches(batch_size=size):
+            with self.trouble():
+                batches = pq.ParquetFile(answer).iter_batches(batch_size=size)
+            while True:
+                with self.trouble():
+                    batch = next(batches, None)
+                if batch is None:
+                    return
                 yield pl.from_arrow(batch)
         finally:
-            answer.unlink()
+            answer.unlink(missing_ok=True)
 
     def close(self) -> None:
         self.con.close()
@@ -125,7 +149,7 @@ class SpoolScreen:
         for row in rows:
             problem = holding_problem(row, now=self.now, max_future_s=self.max_future_s)
             if problem:
-                self.refuse(QuarantineRow(self.source, str(row.get(WHERE) or self.source), raw_text(row), problem))
+                self.refuse(record_refused(row, problem, self.source))
                 continue
             self._held.append(row)
             if len(self._held) >= self.batch:
@@ -150,7 +174,7 @@ class SpoolScreen:
             seq=pl.Series(self._next_seq(len(rows)), dtype=pl.Int64),
             gpu_key=pl.Series([gpu_key(r) for r in rows], dtype=pl.String),
             where_=pl.Series([str(r.get(WHERE) or self.source) for r in rows], dtype=pl.String),
-            raw=pl.Series([raw_text(r) for r in rows], dtype=pl.String))
+            raw=pl.Series([record_text(r) for r in rows], dtype=pl.String))
         self.scratch.insert("held", frame)
 
     def _stage_refused(self) -> None:

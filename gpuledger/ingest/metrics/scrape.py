@@ -166,10 +166,10 @@ def fetch_target(
 
 # One exporter's page: ~25 kB per 8-GPU node (8,192 GPUs in one page: 33 MiB). A page is held whole
 # while it is fetched, decoded and ingested (briefly twice while its bytes are decoded), and parsed
-# in pieces of 16 Mi characters (exposition.pieces; issue 36): a 134 MiB page's parse added 156 MiB
-# to the process, 233 MiB when it was parsed whole (BENCHMARKS "Exposition pages: peak memory"). The
-# cap keeps one scrape target's share of a round bounded: a larger answer is a failed target, read no
-# further than the cap.
+# in pieces of 16 Mi characters (exposition.pieces; issue 36): a 125.6 MiB page's parse adds ~165 MiB
+# to the process (~240 MiB parsed whole), its whole ingest ~300 MiB (BENCHMARKS "Exposition pages in
+# pieces"). The cap keeps one target's share of a round bounded: a larger answer is a failed target,
+# read no further than the cap.
 MAX_PAGE_BYTES = 128 * 2**20
 
 
