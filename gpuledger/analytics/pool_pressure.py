@@ -8,7 +8,7 @@ For each waiting row (its pool's submit time S and end of wait E) over the pool'
   submitted no later than it (submit <= S, S < start < E).
 
 Both are sums over a quadrant of (submit, start) or (start, end) points, answered offline in
-O((n + q) sqrt n) with numpy (``quadrant_sums``). The pairs a range join makes grow with waits x
+about q x sqrt(n) binary searches with numpy (``quadrant_sums``). The pairs a range join makes grow with waits x
 jobs: at 1,000 projects on 16,384 GPUs (96,000 jobs a day) they ran out of 23 GiB (issue 41).
 Times are integer microseconds, so "<" is "<= x - 1".
 """

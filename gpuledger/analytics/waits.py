@@ -51,7 +51,7 @@ EVERY = {"day": "1d", "week": "1w"}  # buckets by submission time (a week starts
 KEYS = {"project": ["project"], "user": ["project", "user_name"], "class": ["job_class"],
         "project-class": ["project", "job_class"], "job": ["cluster", "job_id"]}
 _S = pl.Float64
-FOREVER = datetime(9999, 12, 31)  # a job still holding its GPUs: held until then, for the range joins
+FOREVER = datetime(9999, 12, 31)  # a job still holding its GPUs: held until then (pool_pressure)
 
 JOB_WAIT_SCHEMA = {
     "cluster": pl.String, "job_id": pl.String, "scheduler_job": pl.String, "project": pl.String,
