@@ -40,9 +40,14 @@ class StoredConfig:
 
     @cached_property
     def config(self) -> Config:
+        """The validated config; each content is parsed once per process (a version never
+        changes): the CLI's read and the facts' "is this the policy in force" share one parse."""
         from gpuledger.config import parse_config_text
 
-        return parse_config_text(self.content_text, f"warehouse config version {self.version}")
+        if self.content_sha256 not in _CONFIG_BY_SHA:
+            _CONFIG_BY_SHA[self.content_sha256] = parse_config_text(
+                self.content_text, f"warehouse config version {self.version}")
+        return _CONFIG_BY_SHA[self.content_sha256]
 
     def setting(self, path: str):
         """One setting by its dotted path (``policy.usage.mode``), defaults included: from the
@@ -96,11 +101,7 @@ def stored_config_in_force(con: duckdb.DuckDBPyConnection) -> Config | None:
     """The current stored config, validated (ConfigError naming the version when it no longer
     does); None for a warehouse never given one."""
     stored = stored_config(con)
-    if stored is None:
-        return None
-    if stored.content_sha256 not in _CONFIG_BY_SHA:
-        _CONFIG_BY_SHA[stored.content_sha256] = stored.config
-    return _CONFIG_BY_SHA[stored.content_sha256]
+    return None if stored is None else stored.config
 
 
 def policy_in_force(con: duckdb.DuckDBPyConnection, policy: Policy | None = None) -> Policy:

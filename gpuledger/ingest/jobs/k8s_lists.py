@@ -9,9 +9,22 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 log = logging.getLogger(__name__)
 HTTP_GONE = 410
 PAGE_SIZE = 500
+
+
+def decode(data: bytes | str) -> Any:
+    """A page's JSON as the standard parser gives it, through orjson (a page of 500 Kueue Workloads
+    decodes several times faster: issue 41). The API's integers are int32 / int64 (its OpenAPI
+    formats), which orjson reads exactly; what orjson refuses and JSON allows (a lone surrogate
+    escape, 1e400) goes through the standard parser."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def list_in_pages(call: Callable[..., Any], *args: Any, page_size: int | None = None,
@@ -29,7 +42,7 @@ def list_in_pages(call: Callable[..., Any], *args: Any, page_size: int | None = 
                     kwargs["_request_timeout"] = request_timeout
                 if token:
                     kwargs["_continue"] = token
-                body = json.loads(call(*args, **kwargs).data)
+                body = decode(call(*args, **kwargs).data)
                 meta = body.get("metadata") or {}
                 items.extend(body.get("items") or [])
                 version = version or meta.get("resourceVersion")
