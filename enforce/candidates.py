@@ -58,11 +58,13 @@ class _Cluster:
         parts = sorted({j.partition for j in jobs if j.partition})
         self.part_code = {p: i for i, p in enumerate(parts)}
         self.part = np.array([self.part_code[j.partition] if j.partition else -1 for j in jobs], dtype=np.int64)
-        self.taken = np.array([j.key in taken for j in jobs], dtype=bool)
+        self.free = np.array([j.key not in taken for j in jobs], dtype=bool)  # not chosen yet
+        self._fits: dict[tuple, np.ndarray] = {}  # (model, partition, whole GPUs) -> who can serve it
         self.short = np.zeros(len(jobs), dtype=bool)  # noted once this cycle (held back, or could not serve)
         self.costly = np.array([too_costly(j, now, policy) for j in jobs], dtype=bool)
         self.why = [stale(situation, policy, j.cluster, "jobs") or held_by_rails(j, situation, policy) for j in jobs]
         self.held = np.array([w is not None for w in self.why], dtype=bool) & ~self.costly
+        self.kept = self.costly | self.held  # may not go now, whoever waits
         self.lost = [lost_minutes(j, now, policy) for j in jobs]
         self.cost = np.array([m * j.gpus for m, j in zip(self.lost, jobs, strict=True)], dtype=np.float64)
         self.cost_per_gpu = self.cost / np.maximum(self.gpus, TOL)
@@ -70,6 +72,22 @@ class _Cluster:
         self.key_order = np.empty(len(jobs), dtype=np.int64)
         self.key_order[order] = np.arange(len(jobs))
         self.at = {j.key: i for i, j in enumerate(jobs)}
+
+    def fits(self, model: str | None, partition: str | None, whole_gpus: bool) -> np.ndarray:
+        """Whose GPUs a request can use: same model (any, when it names none), same partition when
+        both are known, whole GPUs when it needs them. Asked per waiting job, the same few requests
+        over and over: each answered once a cycle."""
+        key = (model, partition, whole_gpus)
+        if key not in self._fits:
+            mask = np.ones(len(self.jobs), dtype=bool)
+            if model is not None:
+                mask &= self.model == self.model_code.get(model, -2)
+            if partition:
+                mask &= (self.part == -1) | (self.part == self.part_code.get(partition, -2))
+            if whole_gpus:
+                mask &= self.whole
+            self._fits[key] = mask
+        return self._fits[key]
 
 
 class Preemptible:
@@ -86,14 +104,7 @@ class Preemptible:
         c = self.clusters.get(w.cluster)
         if c is None:
             return None, np.empty(0, dtype=np.int64)
-        mask = (c.rank < rank) & ~c.taken
-        if w.gpu_model is not None:
-            mask &= c.model == c.model_code.get(w.gpu_model, -2)
-        if w.partition:
-            mask &= (c.part == -1) | (c.part == c.part_code.get(w.partition, -2))
-        if whole_gpus:
-            mask &= c.whole
-        return c, np.flatnonzero(mask)
+        return c, np.flatnonzero(c.fits(w.gpu_model, w.partition, whole_gpus) & c.free & (c.rank < rank))
 
     def hold_back(self, c: _Cluster | None, at: np.ndarray, words: str, policy, notes
                   ) -> tuple[np.ndarray, int, str | None]:
@@ -103,17 +114,16 @@ class Preemptible:
         cool-down. Each held job is noted once per cycle."""
         if c is None or not len(at):
             return at, 0, None
-        costly, held = at[c.costly[at]], at[c.held[at]]
-        for i in costly[~c.short[costly]]:
+        kept = c.kept[at]
+        for i in at[kept & ~c.short[at]]:  # costly and held are apart (held: not costly)
             c.short[i] = True
-            notes[c.jobs[i].key].append(f"ranks below waiting {words}, but a preemption now would lose "
-                                        f"{c.lost[i]:.0f} min of work (more than max_lost_minutes "
-                                        f"{policy.max_lost_minutes:g})")
-        for i in held[~c.short[held]]:
-            c.short[i] = True
-            notes[c.jobs[i].key].append(f"ranks below waiting {words}, but {c.why[i]}")
-        first = c.why[held[0]] if len(held) else None
-        return at[~c.costly[at] & ~c.held[at]], len(held), first
+            notes[c.jobs[i].key].append(
+                f"ranks below waiting {words}, but a preemption now would lose {c.lost[i]:.0f} min of work (more "
+                f"than max_lost_minutes {policy.max_lost_minutes:g})" if c.costly[i]
+                else f"ranks below waiting {words}, but {c.why[i]}")
+        held = c.held[at]
+        n_held = int(np.count_nonzero(held))
+        return at[~kept], n_held, c.why[at[np.argmax(held)]] if n_held else None
 
     @staticmethod
     def within(c: _Cluster | None, at: np.ndarray, need: float) -> np.ndarray:
@@ -150,4 +160,4 @@ class Preemptible:
         for j in chosen:
             c = self.clusters.get(j.cluster)
             if c is not None and j.key in c.at:
-                c.taken[c.at[j.key]] = True
+                c.free[c.at[j.key]] = False

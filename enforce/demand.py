@@ -211,6 +211,8 @@ def _victims(candidates: list[JobFacts], need: float, now: datetime, policy, tar
     minimises lost GPU-minutes (then GPUs freed beyond the need, then count); priority takes the
     lowest priority, most recently started first. Every victim is needed (none can be dropped);
     equal losses go to the lowest priorities."""
+    if not candidates:  # most waiting jobs at Kueue's large shape: nothing below them may go
+        return []
     if policy.victim_order == "priority":
         ordered = sorted(candidates, key=lambda j: (targets[j.key][0], -(j.start_time or now).timestamp(), j.key))
         chosen, got = [], 0.0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cached_property
 
 from gpuledger.rules.clock import iso_z
 
@@ -64,9 +63,10 @@ class JobFacts:
     # identify it and that the decision relied on); None: not observed, so never preempted
     observed: dict | None = None
 
-    @cached_property  # asked millions of times a cycle at Kueue's large shape
-    def key(self) -> tuple[str, str]:
-        return (self.cluster, self.job_id)
+    def __post_init__(self) -> None:
+        # (cluster, job_id), asked millions of times a cycle at Kueue's large shape: a plain
+        # attribute (Python 3.11's cached_property takes a lock on each first read)
+        object.__setattr__(self, "key", (self.cluster, self.job_id))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ Policy 1 (priority) orders by declared priority only and never preempts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from gpuledger.config import Config
@@ -220,17 +220,7 @@ def priorities(reps: dict[tuple, JobView], fs_projects: int, origin: datetime, p
     facts = []
     for i, v in enumerate(reps.values()):
         f = job_facts(v, origin, policy.checkpoint_label)
-        facts.append(
-            JobFacts(
-                **{
-                    **f.__dict__,
-                    "job_id": f"rep{i}",
-                    "running": False,
-                    "start_time": None,
-                    "protected_until": None,
-                }
-            )
-        )
+        facts.append(replace(f, job_id=f"rep{i}", running=False, start_time=None, protected_until=None))
     targets = target_priorities(Situation(now=origin, jobs=facts, fs_projects=fs_projects, over_share=over), policy)
     return {k: targets[(f.cluster, f.job_id)][0] for k, f in zip(reps, facts, strict=True)}
 
