@@ -24,6 +24,7 @@ from gpuledger.enforce.model import (
 )
 
 from gpuledger import warehouse
+from gpuledger.heap import collector_paused
 from gpuledger.rules.clock import utc_now
 from gpuledger.sql import load_sql
 
@@ -100,6 +101,7 @@ def _types():
     return (s, s, pa.int32(), s, ts, ts, s, s, s, s, s, s, pa.int64(), s, pa.bool_(), ts, ts, pa.bool_(), s, s, s, s, s, s)
 
 
+@collector_paused()
 def record_plan(con, actions: list[Action], *, now: datetime) -> str:
     """Audit rows for a planned cycle and the warnings it issues (a warning is a notification, so
     it is issued in dry run too: the warning history is what a later preemption relies on)."""

@@ -19,6 +19,7 @@ from gpuledger import facts
 from gpuledger.analytics.fairshare import over_share_projects
 from gpuledger.analytics.squatting import LOOKBACK
 from gpuledger.config import Config
+from gpuledger.heap import collector_paused
 from gpuledger.sql import load_sql
 
 _JOBS = load_sql(__package__, "running_and_queued_jobs.sql")
@@ -50,6 +51,7 @@ def snapshot(seen: dict, policy) -> dict:
     return out
 
 
+@collector_paused()
 def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
            observed: dict[str, dict] | None = None, observed_by: str | None = None,
            observed_cluster: str | None = None) -> Situation:

@@ -68,6 +68,8 @@ from gpuledger.enforce.rails import (  # noqa: F401  (the rules' public names, a
 from gpuledger.enforce.squatters import CAPPED_WARNING_WINDOW, STAGES, squatter_stage  # noqa: F401
 from gpuledger.enforce.team import lead_within, reorder
 
+from gpuledger.heap import collector_paused
+
 # a lead's hold / release goes with the priorities, before any warning or preemption
 ORDER = {SET_PRIORITY: 0, HOLD: 0, RELEASE: 0, WARN: 1, PREEMPT: 2, NONE: 3}
 
@@ -159,6 +161,7 @@ def _declared(job: JobFacts, situation: Situation) -> int | None:
     return job.declared_priority
 
 
+@collector_paused()
 def decide(situation: Situation, policy) -> list[Action]:
     """The cycle's actions, every job at least once (``none`` with why when nothing is done).
 

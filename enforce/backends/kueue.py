@@ -29,6 +29,7 @@ from gpuledger.enforce.backends.base import (
 )
 from gpuledger.enforce.model import ENDED, HELD, REQUEUE, RUNNING, WAITING, Action
 
+from gpuledger.heap import collector_paused
 from gpuledger.ingest.jobs.k8s_lists import list_in_pages
 from gpuledger.rules.clock import iso_z, utc_now
 
@@ -91,6 +92,7 @@ class KueueBackend(Backend):
             return f"not a Kueue Workload (source {action.source or 'unknown'}); use the backend of its scheduler"
         return None
 
+    @collector_paused()
     def observe(self) -> dict[str, dict]:
         custom, _ = self._apis()
         try:

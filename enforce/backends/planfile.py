@@ -13,6 +13,7 @@ from pathlib import Path
 from gpuledger.enforce.backends.base import DONE, DRY_RUN, Backend, Outcome
 from gpuledger.enforce.model import Action
 
+from gpuledger.heap import collector_paused
 from gpuledger.rules.clock import iso_z
 
 #: The fields every action carries in the JSON (issue 10 §3), then the rest.
@@ -28,6 +29,7 @@ def plan_document(actions: list[Action], *, plan_id: str | None, planned_at: dat
     return {"plan_id": plan_id, "planned_at": iso_z(planned_at), "actions": rows}
 
 
+@collector_paused()
 def to_json(actions: list[Action], *, plan_id: str | None, planned_at: datetime) -> str:
     """The plan document with one action per line (grep finds a job's; ``json.dumps`` with an indent
     takes the pure-Python encoder: 5 s for the 33,000 actions of a cycle at Kueue's large shape)."""

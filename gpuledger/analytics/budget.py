@@ -261,10 +261,26 @@ def job_funding(
     declare no minimum runtime one: the most specific matching rule (both named, then QOS, then
     partition). A job's own min_runtime_s (TimeMin, an annotation) always wins.
     """
-    jobs = _with_rule_minimum(jobs, min_runtime_rules)
-    tree = Tree.from_frame(org_nodes)
     b = burn.filter(pl.col("budget_own")).select("node", "remaining_gpu_hours").collect(engine=ENGINE)
-    return funding_status(jobs, budget_verdicts(tree, dict(b.iter_rows())), now=now, min_runtime_cap=min_runtime_cap)
+    return funding_from_remaining(jobs, dict(b.iter_rows()), org_nodes, now=now, min_runtime_cap=min_runtime_cap,
+                                  min_runtime_rules=min_runtime_rules)
+
+
+def funding_from_remaining(
+    jobs: pl.LazyFrame,
+    remaining: dict[str, float],
+    org_nodes: pl.LazyFrame | pl.DataFrame,
+    *,
+    now: datetime,
+    min_runtime_cap: timedelta = MIN_RUNTIME_CAP,
+    min_runtime_rules: Sequence[tuple[str | None, str | None, int]] = (),
+) -> pl.LazyFrame:
+    """job_funding from each node's own budget left (``remaining``: budget_burn's
+    remaining_gpu_hours of its ``budget_own`` rows), wherever that came from: the burn computed
+    here, or the budget snapshot the pipelines keep (facts.funding)."""
+    jobs = _with_rule_minimum(jobs, min_runtime_rules)
+    return funding_status(jobs, budget_verdicts(Tree.from_frame(org_nodes), remaining), now=now,
+                          min_runtime_cap=min_runtime_cap)
 
 
 def budget_verdicts(tree: Tree, remaining: dict[str, float]) -> pl.LazyFrame:

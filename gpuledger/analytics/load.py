@@ -44,6 +44,9 @@ def _frame(con: duckdb.DuckDBPyConnection, query: str, params: list | None = Non
     return con.sql(query, params=params or None).pl().lazy()
 
 
+_ORG_NODES = "SELECT node, parent, kind, shares, description FROM org_nodes"
+
+
 def load_tables(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -78,10 +81,19 @@ def load_tables(
             "AND coalesce(j.submit_time, j.start_time) < ? AND (j.end_time IS NULL OR j.end_time > ?))",
             [hi, lo, hi, lo],
         ),
-        org_nodes=_frame(con, "SELECT node, parent, kind, shares, description FROM org_nodes"),
+        org_nodes=_frame(con, _ORG_NODES),
         budgets=_frame(con, "SELECT * FROM budgets"),
         rate_card=_frame(con, "SELECT * FROM rate_card ORDER BY effective_from"),
     )
+
+
+def load_open_jobs(con: duckdb.DuckDBPyConnection, *, now: datetime, end: datetime
+                   ) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(jobs, org_nodes) as ``load_tables(end=end)`` gives them, less the jobs ended by ``now``:
+    what funding needs once the budgets' remaining is known (facts.funding)."""
+    jobs = _frame(con, "SELECT * FROM jobs WHERE coalesce(submit_time, start_time) < ? "
+                       "AND (end_time IS NULL OR end_time > ?)", [end, now])
+    return jobs, _frame(con, _ORG_NODES)
 
 
 def load_hourly(

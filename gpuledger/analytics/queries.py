@@ -17,7 +17,7 @@ from gpuledger.analytics.attribution import (
     partial_hour_keys,
     rollup_usage,
 )
-from gpuledger.analytics.budget import budget_burn, job_funding
+from gpuledger.analytics.budget import budget_burn, funding_from_remaining, job_funding
 from gpuledger.analytics.chargeback import chargeback_lines, period_bounds
 from gpuledger.analytics.collect import ENGINE
 from gpuledger.analytics.delivery_balance import credited_usage, credits, delivery_balance
@@ -26,6 +26,7 @@ from gpuledger.analytics.load import (
     Tables,
     load_device_activity,
     load_hourly,
+    load_open_jobs,
     load_samples_for_hours,
     load_tables,
 )
@@ -258,18 +259,26 @@ def budget_report(
 
 def funding_report(
     con: duckdb.DuckDBPyConnection, *, policy: Policy | None = None, now: datetime | None = None,
+    remaining: dict[str, float] | None = None,
 ) -> pl.DataFrame:
-    """Per running job: funded or not (and why), protected until when."""
+    """Per running job: funded or not (and why), protected until when. ``remaining``: each node's
+    own budget left at ``now`` (budget_burn's remaining_gpu_hours where budget_own) when the caller
+    has it (facts.funding, from the budget snapshot): then only the jobs not ended are read, not
+    every allocation of the budget periods."""
     policy = policy or Policy()
     now = now or data_now(con)
-    t = load_tables(con, end=now + DAY, samples=False)
-    burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card, as_of=now,
-                       default_tier=policy.chargeback.default_tier)
     rules = [(r.qos, r.partition, int(r.hours * 3600)) for r in policy.funding.slurm_min_runtime]
-    funding = job_funding(t.jobs, burn, t.org_nodes, now=now,
-                          min_runtime_cap=timedelta(hours=policy.funding.min_runtime_cap_hours),
-                          min_runtime_rules=rules).collect(engine=ENGINE)
-    return ordered(funding, ["cluster", "job_id"])
+    cap = timedelta(hours=policy.funding.min_runtime_cap_hours)
+    if remaining is None:
+        t = load_tables(con, end=now + DAY, samples=False)
+        burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card, as_of=now,
+                           default_tier=policy.chargeback.default_tier)
+        funding = job_funding(t.jobs, burn, t.org_nodes, now=now, min_runtime_cap=cap, min_runtime_rules=rules)
+    else:
+        jobs, org_nodes = load_open_jobs(con, now=now, end=now + DAY)
+        funding = funding_from_remaining(jobs, remaining, org_nodes, now=now, min_runtime_cap=cap,
+                                         min_runtime_rules=rules)
+    return ordered(funding.collect(engine=ENGINE), ["cluster", "job_id"])
 
 
 def squatters_report(

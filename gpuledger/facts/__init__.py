@@ -246,11 +246,16 @@ def utilization(con, *, start: datetime, end: datetime, by: str = "model", polic
 
 def funding(con, *, policy, now: datetime | None = None) -> Facts:
     """Per job not ended at ``now``: funded or not, why not, protected until (queries.funding_report).
-    Always computed: no table materializes it."""
+    Computed from the jobs (no table materializes it) and the budgets' remaining as :func:`budget`
+    answers it: the snapshot when fresh, so a cycle at Kueue's large shape does not recompute every
+    allocation of the month (issue 41)."""
     at = now or data_now(con)
     from gpuledger.analytics import queries
 
-    return Facts(queries.funding_report(con, policy=_policy(policy), now=at), COMPUTED, at)
+    spent = budget(con, policy=policy, as_of=at).table  # Rows or a polars DataFrame: columns by name
+    remaining = {node: left for node, own, left in zip(spent["node"], spent["budget_own"],
+                                                        spent["remaining_gpu_hours"], strict=True) if own}
+    return Facts(queries.funding_report(con, policy=_policy(policy), now=at, remaining=remaining), COMPUTED, at)
 
 
 def findings(con, *, policy, now: datetime | None = None, include_exempt: bool = False,

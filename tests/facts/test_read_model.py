@@ -170,6 +170,25 @@ def test_a_fresh_budget_snapshot_is_the_computed_answer(wh):
     assert_frame_equal(got.frame, computed, rel_tol=1e-12, abs_tol=1e-9)  # float sums: see the fair-share test
 
 
+def test_funding_takes_the_budgets_left_from_a_fresh_snapshot(wh):
+    # facts.funding reads each node's remaining from the budget snapshot (issue 41: no recompute of
+    # the month's allocations each cycle): the same frame as funding computed from scratch ...
+    at = _materialize_budget(wh)
+    with warehouse.open_reader(wh) as con:
+        got = facts.funding(con, policy=_policy(con), now=at).frame
+        computed = queries.funding_report(con, policy=_policy(con), now=at)
+    assert got.height == computed.height > 0 and got["funded"].any()
+    assert_frame_equal(got, computed)
+    # ... and the snapshot is what it read: a project whose stored budget is spent is unfunded
+    project = got.filter("funded")["project"][0]
+    with warehouse.open_writer(wh) as con:
+        con.execute("UPDATE budget_snapshots SET remaining_gpu_hours = -1 WHERE node = ? AND budget_own",
+                    [project]).fetchall()
+    with warehouse.open_reader(wh) as con:
+        spent = facts.funding(con, policy=_policy(con), now=at).frame.filter(project=project)
+    assert not spent["funded"].any() and set(spent["unfunded_reason"]) == {f"budget exhausted at {project}"}
+
+
 def test_budget_rows_from_before_migration_016_are_not_used(wh):
     # a row materialized before 016 has NULL unweighted_gpu_hours where the report says 0.0 or
     # more: serving it would print a blank figure, so the answer is computed

@@ -90,7 +90,7 @@ def imports_of(prefix: str) -> dict[str, set[str]]:
 LAYERS = [
     {"gpuledger", "gpuledger.errors", "gpuledger.lazy", "gpuledger.deadlines", "gpuledger.extras",
      "gpuledger.config_files", "gpuledger.tables", "gpuledger.table_views", "gpuledger.data",
-     "gpuledger.stopping", "gpuledger.pipeline_jobs"},
+     "gpuledger.stopping", "gpuledger.pipeline_jobs", "gpuledger.heap"},
     {"gpuledger.rules"},
     {"gpuledger.config", "gpuledger.sql"},
     {"gpuledger.config_store", "gpuledger.warehouse"},
