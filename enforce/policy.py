@@ -77,21 +77,22 @@ ORDER = {SET_PRIORITY: 0, HOLD: 0, RELEASE: 0, WARN: 1, PREEMPT: 2, NONE: 3}
 def target_priorities(situation: Situation, policy) -> dict[tuple[str, str], tuple[int, str]]:
     """(priority, explanation) per job; see the module docstring for the bands."""
     n = max(situation.fs_projects, 1)
-    declared: dict[str, list[int]] = defaultdict(list)
+    declared_of = {j.key: _declared(j, situation) for j in situation.jobs}
+    declared: dict[str, set[int]] = defaultdict(set)
     for job in situation.jobs:
-        d = _declared(job, situation)
+        d = declared_of[job.key]
         if d is not None:
-            declared[job.project].append(d)
-    order = {p: sorted(set(v)) for p, v in declared.items()}
+            declared[job.project].add(d)
+    order = {p: sorted(v) for p, v in declared.items()}
+    place = {p: {d: min(i, PROJECT_STEP - 1) for i, d in enumerate(v)} for p, v in order.items()}  # its rank
     quick = quick_jobs(situation, policy)
-    declared_within = {j.key: 0 if _declared(j, situation) is None
-                       else min(order[j.project].index(_declared(j, situation)), PROJECT_STEP - 1)
+    declared_within = {j.key: 0 if declared_of[j.key] is None else place[j.project][declared_of[j.key]]
                        for j in situation.jobs}
     # a team lead's order of its queued jobs takes the place of their declared priorities
     lead = lead_within(situation.jobs, situation.team_choices, declared_within)
     out = {}
     for job in situation.jobs:
-        d = _declared(job, situation)
+        d = declared_of[job.key]
         within = lead.get(job.key, declared_within[job.key])
         exempt = exemption(job, policy)
         rank = job.fs_rank if job.fs_rank is not None else n + 1
@@ -237,8 +238,9 @@ def explanations(jobs: list[JobFacts], actions: list[Action], notes, targets, po
     acted = {(a.cluster, a.job_id) for a in actions}
     out = []
     for job in jobs:
-        disruption = [n for n in notes[job.key] if not n.startswith("priority ")]
+        said = notes.get(job.key, ())
+        disruption = [n for n in said if not n.startswith("priority ")]
         if job.key not in acted or disruption:
-            words = "; ".join(notes[job.key] if job.key not in acted else disruption) or "nothing to do"
+            words = "; ".join(said if job.key not in acted else disruption) or "nothing to do"
             out.append(act(NONE, job, words, "nothing", policy, figures={"priority": targets[job.key][0]}))
     return out
