@@ -73,13 +73,18 @@ class _Cluster:
         self.key_order[order] = np.arange(len(jobs))
         self.at = {j.key: i for i, j in enumerate(jobs)}
 
+    def take(self, i: int) -> None:
+        """Job ``i`` is chosen: no later waiting job sees it."""
+        self.free[i] = False
+        self._fits.clear()  # answered while it was free
+
     def fits(self, model: str | None, partition: str | None, whole_gpus: bool) -> np.ndarray:
-        """Whose GPUs a request can use: same model (any, when it names none), same partition when
-        both are known, whole GPUs when it needs them. Asked per waiting job, the same few requests
-        over and over: each answered once a cycle."""
+        """Whose GPUs a request can use and are not taken: same model (any, when it names none),
+        same partition when both are known, whole GPUs when it needs them. Asked per waiting job,
+        the same few requests over and over: each answered once until a job is taken."""
         key = (model, partition, whole_gpus)
         if key not in self._fits:
-            mask = np.ones(len(self.jobs), dtype=bool)
+            mask = self.free.copy()
             if model is not None:
                 mask &= self.model == self.model_code.get(model, -2)
             if partition:
@@ -104,7 +109,7 @@ class Preemptible:
         c = self.clusters.get(w.cluster)
         if c is None:
             return None, np.empty(0, dtype=np.int64)
-        return c, np.flatnonzero(c.fits(w.gpu_model, w.partition, whole_gpus) & c.free & (c.rank < rank))
+        return c, np.flatnonzero(c.fits(w.gpu_model, w.partition, whole_gpus) & (c.rank < rank))
 
     def hold_back(self, c: _Cluster | None, at: np.ndarray, words: str, policy, notes
                   ) -> tuple[np.ndarray, int, str | None]:
@@ -160,4 +165,4 @@ class Preemptible:
         for j in chosen:
             c = self.clusters.get(j.cluster)
             if c is not None and j.key in c.at:
-                c.free[c.at[j.key]] = False
+                c.take(c.at[j.key])

@@ -181,6 +181,9 @@ def demand_preemptions(situation: Situation, policy, targets, already: set[Key],
         at, n_held, first_held = index.hold_back(c, at, words, policy, notes)
         if policy.victim_fit == "within-need":  # a victim larger than the need leaves GPUs idle, held for its restart
             at = index.within(c, at, need)
+        if not len(at):  # nothing below it may go: most waiting jobs at Kueue's large shape
+            unserved(w, need, None, (n_held, first_held), [], words, notes)
+            continue
         if policy.victim_order == "priority":
             chosen = _victims(index.jobs(c, at), need, situation.now, policy, targets)
         else:  # the exact search looks at the cheapest MAX_EXACT_VICTIMS only
