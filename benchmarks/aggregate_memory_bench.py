@@ -34,13 +34,14 @@ _ONE_CHUNK = ("import sys; import gpuledger.ingest.metrics.prometheus.aggregate 
 
 def _load(vm: VictoriaRig, gpus: int, hours: int) -> None:
     sim = build_cluster(seed=31, gpus=gpus, start=START, days=hours / 24, interval_s=60)
-    step = 6 if gpus <= 1024 else 1  # a few hours at a time: the text of a day of 512 GPUs is GBs
-    for hour in range(0, hours, step):
+    # a few hours at a time (the text of a day of 512 GPUs is GBs); ten minutes at fleet sizes
+    step = 6 * 3600 if gpus <= 1024 else 600
+    for at in range(0, hours * 3600, step):
         text = io.StringIO()
-        write_openmetrics(sim, text, sim.start_s + hour * 3600, sim.start_s + min(hour + step, hours) * 3600,
-                          blanks=False)
+        write_openmetrics(sim, text, sim.start_s + at, sim.start_s + min(at + step, hours * 3600), blanks=False)
         vm.import_prometheus_text(f"{line.rsplit(' ', 1)[0]} {line.rsplit(' ', 1)[1]}000\n"
                                   for line in text.getvalue().splitlines() if line and not line.startswith("#"))
+        del text
     vm.flush()
 
 
@@ -50,7 +51,9 @@ def _peak(vm: VictoriaRig, warehouse: Path, *, sized: bool, hours: int) -> tuple
     done = subprocess.run(["/usr/bin/time", "-v", sys.executable, *run, "ingest", "prometheus", "--url", vm.url,
                            "--start", START.isoformat(), "--end", (START + timedelta(hours=hours)).isoformat(),
                            "--aggregate", "5m", "-w", str(warehouse)], capture_output=True, text=True, cwd=ROOT,
-                          check=True)
+                          check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the aggregate ingest exited {done.returncode}: {done.stderr[-3000:]}")
     kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)[1])
     cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", done.stderr)[1]) for kind in ("User", "System"))
     summary = next(line for line in done.stderr.splitlines() if line.startswith("aggregate"))
