@@ -412,6 +412,7 @@ def test_each_cluster_is_asked_with_its_own_tenant(servers, tmp_path):
         gateway.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.prometheus
 @pytest.mark.parametrize("flags", [(), ("-search.maxSeries=2",)], ids=["series-listed", "series-capped"])
 def test_series_without_the_cluster_label_are_counted_and_named(tmp_path, flags):
