@@ -596,7 +596,7 @@ class StatementView:
     source: str  # "materialized" (the pipeline's statement_views) or "computed" (built for this view)
     path: str = field(repr=False, compare=False, default="")
     node: str | None = field(repr=False, compare=False, default=None)
-    statement: object = field(repr=False, compare=False, default=None)  # reports.statement.Statement, if built
+    statement: object = field(repr=False, compare=False, default=None)  # reports.statement.build.Statement, if built
 
     @classmethod
     def of(cls, summary, source: str, *, path: str, node: str | None, statement=None) -> StatementView:
@@ -612,8 +612,8 @@ class StatementView:
         """File name -> bytes, exactly what `gpuledger report statement` writes (the same writer,
         from a statement built now when the view was read from the pipeline's), made on first
         use: a download, not every page load (~0.3 CPU-s at 1,024 GPUs)."""
-        from gpuledger.reports.files import write_statement_files
-        from gpuledger.reports.statement import build_statement
+        from gpuledger.reports.statement.files import write_statement_files
+        from gpuledger.reports.statement.build import build_statement
 
         st = self.statement
         if st is None:
@@ -626,12 +626,12 @@ class StatementView:
 
 # What building a statement imports (each module loads its own lazily, so the CLI starts fast):
 # the server imports them once, in the background, before the chargeback page asks (ui.warm_server).
-STATEMENT_MODULES = ("gpuledger.reports.statement", "gpuledger.reports.statement_view",
-                     "gpuledger.facts.statement_views", "gpuledger.reports.files", "gpuledger.analytics.queries",
+STATEMENT_MODULES = ("gpuledger.reports.statement.build", "gpuledger.reports.statement.summary",
+                     "gpuledger.facts.statement_views", "gpuledger.reports.statement.files", "gpuledger.analytics.queries",
                      "gpuledger.analytics.chargeback", "gpuledger.analytics.load", "gpuledger.analytics.attribution",
                      "gpuledger.analytics.tree", "gpuledger.ledger.periods", "gpuledger.ledger.config_versions",
                      "gpuledger.config_store", "gpuledger.warehouse.clock", "gpuledger.analytics.carbon",
-                     "gpuledger.ledger.grid_intensity", "gpuledger.reports.focus")
+                     "gpuledger.ledger.grid_intensity", "gpuledger.reports.statement.focus")
 
 
 def warm_imports() -> None:
@@ -646,8 +646,8 @@ def statement(path: str, period: str, node: str | None) -> StatementView:
     chargeback pipeline's stored view while it is as new as the data (one row read), else built
     now; its files' bytes (``files``) are written when first asked for."""
     from gpuledger.facts import statement_views
-    from gpuledger.reports.statement import build_statement, subtree
-    from gpuledger.reports.statement_view import StatementSummary
+    from gpuledger.reports.statement.build import build_statement, subtree
+    from gpuledger.reports.statement.summary import StatementSummary
 
     with warehouse.kept_reader(path) as con:
         stored = statement_views.fresh(con, period)
@@ -677,8 +677,8 @@ def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple
 
 
 def file_slug(name: str) -> str:
-    """A scope or unit as the statement's file names spell it (reports.files.slug; loaded on use)."""
-    from gpuledger.reports.files import slug
+    """A scope or unit as the statement's file names spell it (reports.statement.files.slug; loaded on use)."""
+    from gpuledger.reports.statement.files import slug
 
     return slug(name)
 

@@ -45,7 +45,7 @@ def period_close(
     """Freeze a month's chargeback statement (every level, with a checksum, who and when). Reports
     of the month then read these lines; only `period correct` changes what it says."""
     from gpuledger import warehouse
-    from gpuledger.reports.closing import close
+    from gpuledger.reports.statement.closing import close
 
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         done = close(con, period, by=by, allow_provisional=provisional)
@@ -64,7 +64,7 @@ def period_correct(
     """Re-issue a closed month with today's config and data: the differences from what was issued
     become credit / debit lines of a new revision, with who, when and why."""
     from gpuledger import warehouse
-    from gpuledger.reports.closing import correct
+    from gpuledger.reports.statement.closing import correct
 
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         done = correct(con, period, reason=reason, by=by)

@@ -346,7 +346,7 @@ def carbon(con, *, start: datetime, end: datetime, policy, now: datetime | None 
 def chargeback(con, period: str, *, policy, level: str = "project", now: datetime | None = None) -> Facts:
     """Chargeback lines of ``period`` (``2026-10``, ``2026-W41``, ``A..B``; queries.chargeback_report)
     with ``policy``: not a statement (a closed month's stored lines are the ledger's:
-    gpuledger.reports.statement). Always computed."""
+    gpuledger.reports.statement.build). Always computed."""
     from gpuledger.analytics import queries
 
     at = now or data_now(con)

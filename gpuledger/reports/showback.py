@@ -30,7 +30,7 @@ from decimal import Decimal
 
 import polars as pl
 
-from gpuledger.reports.statement import ORG_LINES, Statement
+from gpuledger.reports.statement.build import ORG_LINES, Statement
 from gpuledger.reports.table_files import html_rows
 from gpuledger.rules.billing import billed as is_billed
 from gpuledger.rules.billing import billed_kind

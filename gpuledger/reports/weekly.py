@@ -15,7 +15,7 @@ import duckdb
 import polars as pl
 
 from gpuledger.analytics.squatting import LOOKBACK as SQUATTING_LOOKBACK
-from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
+from gpuledger.reports.statement.build import ORG_LINES, UNASSIGNED, business_units
 from gpuledger.reports.table_files import html_rows, sha256_file, write_csv
 from gpuledger.rules.billing import billed as is_billed
 from gpuledger.rules.money import largest_remainder

@@ -26,8 +26,8 @@ def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehous
     from gpuledger.config_store import policy_in_force
     from gpuledger.facts import statement_views
     from gpuledger.ledger.periods import statement_lines
-    from gpuledger.reports.statement import build_statement
-    from gpuledger.reports.statement_view import StatementSummary
+    from gpuledger.reports.statement.build import build_statement
+    from gpuledger.reports.statement.summary import StatementSummary
 
     cfg = gpuledger_config.load()
     metadata: dict = {"table": "chargeback_statements", "rows": 0, "rows_replaced": 0, "closed": []}

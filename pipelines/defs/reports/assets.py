@@ -30,9 +30,9 @@ def finance_statement_files(context: dg.AssetExecutionContext, config: Statement
                             gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """The month's finance statement for the org and every business unit, reconciled, with a
     manifest of SHA-256s."""
-    from gpuledger.reports.files import write_statement_set
-    from gpuledger.reports.pdf import chromium
-    from gpuledger.reports.statement import build_statement
+    from gpuledger.reports.statement.files import write_statement_set
+    from gpuledger.reports.statement.pdf import chromium
+    from gpuledger.reports.statement.build import build_statement
 
     period = context.partition_key[:7]
     policy = gpuledger_config.load().policy
@@ -42,7 +42,7 @@ def finance_statement_files(context: dg.AssetExecutionContext, config: Statement
     manifest = write_statement_set(st, out, pdf=chromium() is not None)  # the PDF where Chromium is installed
     emailed = None
     if config.email and policy.reports.finance_channel:
-        from gpuledger.reports.delivery import email_statement
+        from gpuledger.reports.statement.delivery import email_statement
 
         emailed = email_statement(policy, manifest, out)
     return dg.MaterializeResult(metadata={

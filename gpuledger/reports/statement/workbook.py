@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
+from gpuledger.reports.statement.build import ORG_LINES, UNASSIGNED, Statement
 from gpuledger.rules.billing import billed as is_billed
 
 HOUR_COLS = ("gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "energy_kwh", "energy_kwh_facility", "kg_co2e",

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
+from gpuledger.reports.statement.build import ORG_LINES, UNASSIGNED, Statement
 from gpuledger.rules.billing import BILLED_KINDS, billed_expr
 from gpuledger.rules.clock import iso_z
 

@@ -483,7 +483,7 @@ def build_statement(
     ``history=False`` leaves the month-over-month history empty (the dashboards' view has none).
     """
     from gpuledger.ledger.periods import is_closed
-    from gpuledger.reports import frozen_parts
+    from gpuledger.reports.statement import frozen_parts
     from gpuledger.rules.periods import month_bounds
 
     month_bounds(period)  # a usage error naming the form for anything but YYYY-MM
@@ -501,8 +501,8 @@ def freeze_statement(con: duckdb.DuckDBPyConnection, period: str, *, now: dateti
     """Store closed ``period``'s whole-org statement as of its latest revision (migration 028):
     computed once, here, from its issued lines and the data and config of this moment (``now``:
     the data's "now" its lines were computed at). Called in the transaction that issues the
-    revision (reports.closing), so a revision and its statement are stored together."""
-    from gpuledger.reports import frozen_parts
+    revision (reports.statement.closing), so a revision and its statement are stored together."""
+    from gpuledger.reports.statement import frozen_parts
 
     st, org_nodes, sites = _computed(con, period, policy=None, now=now, lines=None, history=True)
     facts = {

@@ -13,9 +13,9 @@ from pathlib import Path
 import polars as pl
 
 from gpuledger.reports.chart import stacked_bars
-from gpuledger.reports.statement import ORG_LINES, Statement
+from gpuledger.reports.statement.build import ORG_LINES, Statement
 from gpuledger.reports.table_files import html_rows, sha256_file, write_csv, write_parquet
-from gpuledger.reports.workbook import header, one_currency, unit_totals, write_xlsx
+from gpuledger.reports.statement.workbook import header, one_currency, unit_totals, write_xlsx
 from gpuledger.rules.billing import BILLED_KINDS, billed_kind
 
 MANIFEST = "manifest.json"
@@ -70,7 +70,7 @@ def render_html(st: Statement) -> str:
 
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True),
                       undefined=StrictUndefined, keep_trailing_newline=True)
-    template = env.from_string((resources.files("gpuledger.reports") / "statement.html.j2").read_text())
+    template = env.from_string((resources.files("gpuledger.reports.statement") / "statement.html.j2").read_text())
     totals = unit_totals(st)
     currencies = sorted(set(totals["currency"].to_list()))
     unit_rows = []
@@ -159,7 +159,7 @@ def write_html(st: Statement, path: Path) -> Path:
 
 def _statement_writers(st: Statement, stem: str) -> list[tuple[str, object]]:
     """(file name, writer of that file into a path) for each of the statement's files, in order."""
-    from gpuledger.reports.focus import write_focus
+    from gpuledger.reports.statement.focus import write_focus
 
     writers = [lambda p: write_csv(st.lines, p), lambda p: write_parquet(st.lines, p),
                lambda p: write_xlsx(st, p), lambda p: write_html(st, p), lambda p: write_focus(st, p),
@@ -175,7 +175,7 @@ def _statement_writers(st: Statement, stem: str) -> list[tuple[str, object]]:
 
 def file_names(stem: str, *, by_partition: bool, by_host: bool) -> list[str]:
     """The names of a statement's files, in order: lines as CSV, Parquet, XLSX, HTML and FOCUS
-    (reports/focus.py), energy and emissions per job, then GPU-hours by Slurm partition and by host where the statement has any."""
+    (reports/statement/focus.py), energy and emissions per job, then GPU-hours by Slurm partition and by host where the statement has any."""
     return [f"{stem}.csv", f"{stem}.parquet", f"{stem}.xlsx", f"{stem}.html", f"{stem}-focus.csv",
             f"{stem}-energy-by-job.csv",
             *([f"{stem}-by-partition.csv"] if by_partition else []), *([f"{stem}-by-host.csv"] if by_host else [])]
@@ -196,13 +196,13 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
                         showback: str | None = None, focus_only: bool = False) -> dict:
     """The statement's files in ``out`` (``statement-<period>-<scope>.*``), with ``per_unit`` each
     business unit's in ``out/units/<unit>/``, and ``out/manifest.json``. With ``pdf`` the HTML is
-    printed to ``statement-<period>-<scope>.pdf`` too (headless Chromium, reports/pdf.py; the
+    printed to ``statement-<period>-<scope>.pdf`` too (headless Chromium, reports/statement/pdf.py; the
     scope's statement only). ``focus_only``: the FOCUS file alone (``report statement --format
     focus``), with its manifest. Returns the manifest."""
     out.mkdir(parents=True, exist_ok=True)
     stem = f"statement-{st.period}-{slug(st.scope)}"
     if focus_only:
-        from gpuledger.reports.focus import write_focus
+        from gpuledger.reports.statement.focus import write_focus
 
         files = [write_focus(st, out / f"{stem}-focus.csv")]
         per_unit, pdf, showback = False, False, None
@@ -219,7 +219,7 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
         (out / f"{sb_stem}.html").write_text(render_showback_html(st, frame, showback))
         files.append(out / f"{sb_stem}.html")
     if pdf:
-        from gpuledger.reports.pdf import write_pdf
+        from gpuledger.reports.statement.pdf import write_pdf
 
         files.append(write_pdf(out / f"{stem}.html", out / f"{stem}.pdf", stamp=st.billed_through.replace(microsecond=0)))
     if per_unit:
