@@ -612,8 +612,8 @@ class StatementView:
         """File name -> bytes, exactly what `gpuledger report statement` writes (the same writer,
         from a statement built now when the view was read from the pipeline's), made on first
         use: a download, not every page load (~0.3 CPU-s at 1,024 GPUs)."""
-        from gpuledger.reports.statement.files import write_statement_files
         from gpuledger.reports.statement.build import build_statement
+        from gpuledger.reports.statement.files import write_statement_files
 
         st = self.statement
         if st is None:

@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from gpuledger import tables
 from gpuledger.cli.options import (
     ConfigOpt,
     Format,
@@ -20,6 +19,7 @@ from gpuledger.cli.options import (
     warehouse_config,
     warehouse_path,
 )
+from gpuledger.cli.views import tables
 
 app = typer.Typer(help="On-call and owner alerts through the warehouse outbox.", no_args_is_help=True)
 console = Console()

@@ -178,11 +178,11 @@ OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value
 
 def show_frame(frame, fmt: Format, out: Path | None, title: str, view, wide: bool = False,
                columns: str | None = None) -> None:
-    """A command's table in the format asked: the terminal table (gpuledger/tables.py, or its plain
+    """A command's table in the format asked: the terminal table (gpuledger/cli/views/tables.py, or its plain
     text in ``out``), or csv / parquet / json of its columns (``--columns`` picks and orders them) on
     stdout or in ``out``; parquet needs ``out``. ``frame`` is a polars DataFrame or the read
     model's rows (gpuledger.facts.rows: the terminal table needs no polars)."""
-    from gpuledger import tables
+    from gpuledger.cli.views import tables
     from gpuledger.facts.rows import as_polars
 
     names = tables.parse_columns(columns)

@@ -24,7 +24,7 @@ def print_rows(title: str, columns: list[str], rows, fmt: Format = Format.table,
     column identifies the row, the others may wrap at spaces), or csv / parquet / json of the text."""
     import polars as pl
 
-    from gpuledger import tables
+    from gpuledger.cli.views import tables
 
     text = [[tables.format_value(v) for v in row] for row in rows]
     frame = pl.DataFrame(text, schema=[(c, pl.String) for c in columns], orient="row")

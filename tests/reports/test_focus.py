@@ -22,8 +22,8 @@ import pytest
 
 from gpuledger import warehouse
 from gpuledger.ledger import periods
-from gpuledger.reports.statement.files import write_statement_set
 from gpuledger.reports.statement.build import build_statement
+from gpuledger.reports.statement.files import write_statement_set
 from tests.helpers.statement_fixtures import october
 
 D = Decimal

@@ -16,8 +16,8 @@ import pytest
 
 from gpuledger import warehouse
 from gpuledger.ledger import periods
-from gpuledger.reports.statement.files import write_statement_set
 from gpuledger.reports.statement.build import build_statement
+from gpuledger.reports.statement.files import write_statement_set
 from tests.helpers.alert_receivers import receivers_fixture  # noqa: F401
 from tests.helpers.statement_fixtures import october
 
@@ -422,8 +422,8 @@ def test_the_statement_shows_each_projects_p50_and_p90_wait(warehouse_file, tmp_
     23:00 and never started: at the month's end (Nov 1 00:00) 3,600 s so far, p50 = p90 = 3,600."""
     from datetime import timedelta
 
-    from gpuledger.reports.statement.files import render_html
     from gpuledger.reports.statement.build import build_statement
+    from gpuledger.reports.statement.files import render_html
 
     october(warehouse_file)
     day = datetime(2026, 10, 20)

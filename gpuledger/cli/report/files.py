@@ -60,8 +60,8 @@ def statement(
     from gpuledger.rules.periods import month_bounds
 
     require("openpyxl"), require("jinja2")
-    from gpuledger.reports.statement.files import write_statement_set
     from gpuledger.reports.statement.build import build_statement
+    from gpuledger.reports.statement.files import write_statement_set
 
     month_bounds(period)  # a usage error naming the form for anything but YYYY-MM
     if fmt not in ("all", "focus"):

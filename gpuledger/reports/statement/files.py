@@ -14,8 +14,8 @@ import polars as pl
 
 from gpuledger.reports.chart import stacked_bars
 from gpuledger.reports.statement.build import ORG_LINES, Statement
-from gpuledger.reports.table_files import html_rows, sha256_file, write_csv, write_parquet
 from gpuledger.reports.statement.workbook import header, one_currency, unit_totals, write_xlsx
+from gpuledger.reports.table_files import html_rows, sha256_file, write_csv, write_parquet
 from gpuledger.rules.billing import BILLED_KINDS, billed_kind
 
 MANIFEST = "manifest.json"

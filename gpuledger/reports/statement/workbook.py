@@ -146,10 +146,8 @@ class SheetWriter:
               filter_: bool = True, freeze: bool = False) -> tuple[int, int]:
         """A header row, its rows and total rows below (each total in its column); an auto-filter
         over the header and rows. Returns (header row, last row)."""
-        from openpyxl.styles import Font, PatternFill
+        from openpyxl.styles import Alignment, Font, PatternFill
         from openpyxl.utils import get_column_letter
-
-        from openpyxl.styles import Alignment
 
         head = self.row
         fill = PatternFill("solid", fgColor="F2F2F2")

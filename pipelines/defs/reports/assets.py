@@ -30,9 +30,9 @@ def finance_statement_files(context: dg.AssetExecutionContext, config: Statement
                             gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """The month's finance statement for the org and every business unit, reconciled, with a
     manifest of SHA-256s."""
+    from gpuledger.reports.statement.build import build_statement
     from gpuledger.reports.statement.files import write_statement_set
     from gpuledger.reports.statement.pdf import chromium
-    from gpuledger.reports.statement.build import build_statement
 
     period = context.partition_key[:7]
     policy = gpuledger_config.load().policy
