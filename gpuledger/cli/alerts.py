@@ -14,12 +14,12 @@ from gpuledger.cli.options import (
     FormatOpt,
     OutOpt,
     WarehouseOpt,
-    show_frame,
     utc_option,
     warehouse_config,
     warehouse_path,
 )
 from gpuledger.cli.views import tables
+from gpuledger.cli.views.show import show_frame
 
 app = typer.Typer(help="On-call and owner alerts through the warehouse outbox.", no_args_is_help=True)
 console = Console()

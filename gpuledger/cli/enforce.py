@@ -20,12 +20,12 @@ from gpuledger.cli.options import (
     FormatOpt,
     WarehouseOpt,
     out_file,
-    show_frame,
     utc_option,
     warehouse_config,
     warehouse_path,
 )
 from gpuledger.cli.views import tables
+from gpuledger.cli.views.show import show_frame
 from gpuledger.errors import UsageError
 from gpuledger.rules.clock import utc_now
 

@@ -10,29 +10,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from gpuledger.cli.options import Format, FormatOpt, OutOpt, WarehouseOpt, show_frame, warehouse_path
+from gpuledger.cli.options import Format, FormatOpt, OutOpt, WarehouseOpt, warehouse_path
+from gpuledger.cli.views.show import print_rows
 
 app = typer.Typer(help="Close a month's chargeback statement, list closed months, correct one.",
                   no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
 ByOpt = typer.Option(None, "--by", help="who acts, for the audit trail (default: the OS user)")
-
-
-def print_rows(title: str, columns: list[str], rows, fmt: Format = Format.table, out: Path | None = None) -> None:
-    """Rows through show_frame: the terminal table (fits the terminal, never cuts a value; the first
-    column identifies the row, the others may wrap at spaces), or csv / parquet / json of the text."""
-    import polars as pl
-
-    from gpuledger.cli.views import tables
-
-    text = [[tables.format_value(v) for v in row] for row in rows]
-    frame = pl.DataFrame(text, schema=[(c, pl.String) for c in columns], orient="row")
-    view = tables.View(columns=tuple(tables.Column(c, c, key=i == 0, wrap=i > 0) for i, c in enumerate(columns)))
-    if fmt is Format.table and out is None:
-        tables.print_table(frame, view, title=title, hint="a wider terminal or COLUMNS=200 shows them")
-    else:
-        show_frame(frame, fmt, out, title, view)
 
 
 @app.command("close")

@@ -17,11 +17,11 @@ from gpuledger.cli.options import (
     OutOpt,
     WarehouseOpt,
     existing_warehouse,
-    show_frame,
     warehouse_config,
     warehouse_path,
 )
 from gpuledger.cli.views import reports, tables
+from gpuledger.cli.views.show import show_frame
 from gpuledger.cli.views.tables import Column, View
 from gpuledger.errors import printable
 from gpuledger.lazy import lazy_import

@@ -18,11 +18,11 @@ from gpuledger.cli.options import (
     WarehouseOpt,
     check_range,
     out_file,
-    show_frame,
     utc_option,
     warehouse_config,
     warehouse_path,
 )
+from gpuledger.cli.views.show import show_frame
 from gpuledger.errors import UsageError
 
 app = typer.Typer(

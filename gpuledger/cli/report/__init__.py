@@ -23,7 +23,6 @@ from gpuledger.cli.options import (
     WarehouseOpt,
     check_range,
     read_config,
-    show_frame,
     utc_option,
     utc_range,
     warehouse_config,
@@ -31,6 +30,7 @@ from gpuledger.cli.options import (
 )
 from gpuledger.cli.report import files
 from gpuledger.cli.views import reports, tables
+from gpuledger.cli.views.show import show_frame
 from gpuledger.lazy import lazy_import
 
 # the read model: the materialized answer when it is fresh for the time asked, else computed
