@@ -11,6 +11,7 @@ import hashlib
 import json
 from datetime import datetime
 
+import pyarrow as pa
 from gpuledger.enforce.model import (
     HOLD,
     NONE,
@@ -82,7 +83,6 @@ def _insert(con, rows: list[list]) -> None:
     """Many audit rows at once (a cycle plans one per job: thousands), through Arrow, not row by row."""
     if not rows:
         return
-    import pyarrow as pa
 
     table = pa.Table.from_pylist([dict(zip(_COLUMNS, r, strict=True)) for r in rows],
                                  schema=pa.schema(list(zip(_COLUMNS, _types(), strict=True))))
@@ -94,8 +94,6 @@ def _insert(con, rows: list[list]) -> None:
 
 
 def _types():
-    import pyarrow as pa
-
     ts, s = pa.timestamp("us"), pa.string()
     return (s, s, pa.int32(), s, ts, ts, s, s, s, s, s, s, pa.int64(), s, pa.bool_(), ts, ts, pa.bool_(), s, s, s, s, s, s)
 

@@ -14,6 +14,7 @@ naming its version, never a silent fall back.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -21,6 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
+
+from gpuledger.config import parse_config_text, read_config_file
+from gpuledger.config_files import resolve_config_path
 
 if TYPE_CHECKING:  # pydantic's models: imported when a config is validated, not to read the table
     from gpuledger.config import Config, Policy
@@ -40,8 +44,6 @@ class StoredConfig:
 
     @cached_property
     def config(self) -> Config:
-        from gpuledger.config import parse_config_text
-
         return parse_config_text(self.content_text, f"warehouse config version {self.version}")
 
     def setting(self, path: str):
@@ -49,8 +51,6 @@ class StoredConfig:
         stored canonical JSON when the version has it (no validation: it was validated when
         loaded; a read that uses the policy validates it whole), else from the validated config."""
         if self.content_json is not None:
-            import json
-
             value = json.loads(self.content_json)
             try:
                 for key in path.split("."):
@@ -113,14 +113,11 @@ def policy_in_force(con: duckdb.DuckDBPyConnection, policy: Policy | None = None
     cfg = stored_config_in_force(con)
     if cfg is not None:
         return cfg.policy
-    from gpuledger.config_files import resolve_config_path
 
     return _file_policy(resolve_config_path(None))
 
 
 def _file_policy(path: Path) -> Policy:
-    from gpuledger.config import read_config_file
-
     key = (str(path), path.stat().st_mtime_ns if path.exists() else None)
     if key not in _POLICY_BY_FILE:  # scrape batches ask often: read each file version once
         _POLICY_BY_FILE[key] = read_config_file(path)[0].policy

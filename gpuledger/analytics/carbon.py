@@ -15,6 +15,7 @@ the figure is NULL — unknown, never 0 — and those GPU-hours are counted besi
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,8 +55,6 @@ def read_intensity_csv(path: Path, cluster: str) -> tuple[pl.DataFrame, list[Bad
     """An hourly grid-intensity series (columns ``hour``, ``kg_co2e_per_kwh``): the good rows
     (INTENSITY_SCHEMA) and each bad line with the field and the fix. A missing file or header is a
     ValueError naming it."""
-    import csv
-
     try:
         text = path.read_text()
     except OSError as exc:

@@ -135,6 +135,7 @@ def _policy_in_force(con, policy, part: str | None = None) -> bool:
     squatting rules, for findings). A callable (the CLI's stored config) or None is the stored one."""
     if policy is None or callable(policy):
         return True
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.config_store import stored_config_in_force
 
     stored = stored_config_in_force(con)
@@ -166,6 +167,7 @@ def fairshare(con, *, policy, as_of: datetime | None = None, materialized: bool 
             and _policy_in_force(con, policy)):
         rows = _snapshot(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at, "queue_order", {"queue_order": "order"})
         return Facts(rows, MATERIALIZED, at)
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     return Facts(queries.fairshare_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
@@ -180,6 +182,7 @@ def budget(con, *, policy, as_of: datetime | None = None, materialized: bool = T
             and _policy_in_force(con, policy)):
         # the snapshot keeps the report's row order (tree position, period) as it was inserted
         return Facts(_snapshot(con, "budget_snapshots", BUDGET_COLUMNS, at, "rowid"), MATERIALIZED, at)
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     return Facts(queries.budget_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
@@ -189,6 +192,7 @@ def delivery_balance(con, *, policy, as_of: datetime | None = None) -> Facts:
     """The delivery balance per org node and settlement period up to ``as_of``
     (queries.balance_report, GPU-hours). Always computed: it is a pass over a few windows of jobs."""
     at = as_of or data_now(con)
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     return Facts(queries.balance_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
@@ -221,6 +225,7 @@ def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=No
                      order=", ".join(f'"{k}" ASC NULLS LAST' for k in keys))
         rows = con.execute(query, {"start": start, "end": end}).fetchall()
         return Facts(Rows(rows, {**dict.fromkeys(keys, "String"), **USAGE_FIGURES}), MATERIALIZED, at)
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     frame = queries.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at, per_hour=per_hour)
@@ -238,6 +243,7 @@ def utilization(con, *, start: datetime, end: datetime, by: str = "model", polic
     if materialized and by == "model" and _usage_fresh(con, "utilization_hourly", start, end, at) and _policy_in_force(con, policy):
         rows = con.execute(_sql("utilization_by_model"), {"start": start, "end": end}).fetchall()
         return Facts(Rows(rows, UTILIZATION_COLUMNS), MATERIALIZED, at)
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     frame = queries.utilization_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at)
@@ -248,6 +254,7 @@ def funding(con, *, policy, now: datetime | None = None) -> Facts:
     """Per job not ended at ``now``: funded or not, why not, protected until (queries.funding_report).
     Always computed: no table materializes it."""
     at = now or data_now(con)
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     return Facts(queries.funding_report(con, policy=_policy(policy), now=at), COMPUTED, at)
@@ -284,6 +291,7 @@ def findings(con, *, policy, now: datetime | None = None, include_exempt: bool =
             if _exempt_stored(con, evaluated):
                 query = _sql("findings_with_exempt_as_of", episodes=episodes)
                 return Facts(Rows.from_cursor(con.execute(query, {"at": evaluated})), MATERIALIZED, evaluated)
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     return Facts(queries.squatters_report(con, policy=_policy(policy), now=at, include_exempt=include_exempt),
@@ -309,6 +317,7 @@ def _sustained_minutes(con, policy) -> float | None:
     ``policy`` (its squatting rules are the stored config's), else None. A callable policy (the
     CLI's stored config) is read from the stored setting: no config validation on the fast path."""
     if policy is None or callable(policy):
+        # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
         from gpuledger.config_store import stored_config
 
         stored = stored_config(con)
@@ -327,6 +336,7 @@ def waits(con, *, start: datetime, end: datetime, now: datetime | None = None, b
     """Wait times of the jobs submitted in [start, end) as of ``now`` (queries.waits_report:
     seconds, per ``by``; ``by="job"``: every waiting period with its cause). Always computed: no
     table materializes it (a week of a 1,024-GPU cluster's jobs is one scan of ``jobs``)."""
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     at = now or waits_now(con)
@@ -337,6 +347,7 @@ def waits(con, *, start: datetime, end: datetime, now: datetime | None = None, b
 def carbon(con, *, start: datetime, end: datetime, policy, now: datetime | None = None) -> Facts:
     """Per project over [start, end): GPU-hours, GPU and facility kWh, kgCO2e and the GPU-hours
     whose emissions are unknown (queries.carbon_report). Always computed: no table materializes it."""
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     at = now or data_now(con)
@@ -347,6 +358,7 @@ def chargeback(con, period: str, *, policy, level: str = "project", now: datetim
     """Chargeback lines of ``period`` (``2026-10``, ``2026-W41``, ``A..B``; queries.chargeback_report)
     with ``policy``: not a statement (a closed month's stored lines are the ledger's:
     gpuledger.reports.statement.build). Always computed."""
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     at = now or data_now(con)
@@ -356,6 +368,7 @@ def chargeback(con, period: str, *, policy, level: str = "project", now: datetim
 def warehouse_summary(con) -> dict[str, object]:
     """What the warehouse holds as of the data's now: devices, jobs, allocated GPU-hours, samples,
     quarantine (queries.warehouse_summary)."""
+    # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
     from gpuledger.analytics import queries
 
     return queries.warehouse_summary(con)

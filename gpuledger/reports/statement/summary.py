@@ -16,6 +16,7 @@ import polars as pl
 
 from gpuledger.ledger.periods import PeriodState
 from gpuledger.reports.statement.build import Statement, owed, sort_lines
+from gpuledger.reports.statement.files import file_names
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,4 @@ class StatementSummary:
 
     def file_names(self, stem: str) -> list[str]:
         """The names `gpuledger report statement` gives this statement's files."""
-        from gpuledger.reports.statement.files import file_names
-
         return file_names(stem, by_partition=self.by_partition, by_host=self.by_host)
