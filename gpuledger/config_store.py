@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from gpuledger.config import parse_config_text, read_config_file
 from gpuledger.config_files import resolve_config_path
 
 if TYPE_CHECKING:  # pydantic's models: imported when a config is validated, not to read the table
@@ -44,6 +43,9 @@ class StoredConfig:
 
     @cached_property
     def config(self) -> Config:
+        # lazy: reading the stored config needs no pydantic or polars; validating it does
+        from gpuledger.config import parse_config_text
+
         return parse_config_text(self.content_text, f"warehouse config version {self.version}")
 
     def setting(self, path: str):
@@ -118,6 +120,8 @@ def policy_in_force(con: duckdb.DuckDBPyConnection, policy: Policy | None = None
 
 
 def _file_policy(path: Path) -> Policy:
+    from gpuledger.config import read_config_file  # lazy: see StoredConfig.config
+
     key = (str(path), path.stat().st_mtime_ns if path.exists() else None)
     if key not in _POLICY_BY_FILE:  # scrape batches ask often: read each file version once
         _POLICY_BY_FILE[key] = read_config_file(path)[0].policy

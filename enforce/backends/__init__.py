@@ -3,11 +3,6 @@
 
 from __future__ import annotations
 
-from gpuledger.enforce.backends.kubernetes import EvictionBackend
-from gpuledger.enforce.backends.kueue import KueueBackend
-from gpuledger.enforce.backends.planfile import PlanFileBackend
-from gpuledger.enforce.backends.slurm import SlurmBackend
-
 from gpuledger.errors import UsageError
 
 NAMES = ("kueue", "kubernetes", "slurm", "plan-file")
@@ -16,11 +11,19 @@ NAMES = ("kueue", "kubernetes", "slurm", "plan-file")
 def get(name: str, **options):
     """The backend called ``name`` (kueue / kubernetes / slurm / plan-file)."""
     if name == "kueue":
+        # lazy: a backend's client loads only when it is chosen
+        from gpuledger.enforce.backends.kueue import KueueBackend
         return KueueBackend(**options)
     if name == "kubernetes":
+        # lazy: a backend's client loads only when it is chosen
+        from gpuledger.enforce.backends.kubernetes import EvictionBackend
         return EvictionBackend(**options)
     if name == "slurm":
+        # lazy: a backend's client loads only when it is chosen
+        from gpuledger.enforce.backends.slurm import SlurmBackend
         return SlurmBackend(**options)
     if name == "plan-file":
+        # lazy: a backend's client loads only when it is chosen
+        from gpuledger.enforce.backends.planfile import PlanFileBackend
         return PlanFileBackend(**options)
     raise UsageError(f"--backend {name!r}: choose one of {', '.join(NAMES)}")

@@ -83,8 +83,7 @@ class Rows:
 
     def to_polars(self):
         """The same table as a polars DataFrame of the schema's types (no pyarrow on the way)."""
-        # lazy: a materialized read needs no polars or DuckDB (BENCHMARKS.md "Read model and CLI latency")
-        import polars as pl
+        import polars as pl  # lazy: rows are read without polars; only this conversion needs it
 
         return pl.DataFrame(self._rows, schema={c: _polars_dtype(pl, t) for c, t in self._types.items()},
                             orient="row")

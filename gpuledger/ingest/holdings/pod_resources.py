@@ -31,7 +31,6 @@ import yaml
 
 from gpuledger.extras import require
 from gpuledger.ingest.holdings.devices import parse_device
-from gpuledger.ingest.holdings.podresources import api_pb2, api_pb2_grpc
 from gpuledger.rules.clock import utc_now
 
 SOURCE = "pod-resources"
@@ -47,6 +46,8 @@ class PodResourcesError(RuntimeError):
 def _stubs():
     require("grpc")  # MissingExtra names `pip install 'gpuledger[podresources]'`
     require("google.protobuf")
+    # lazy: optional extra gpuledger[podresources] (the generated stubs import grpc)
+    from gpuledger.ingest.holdings.podresources import api_pb2, api_pb2_grpc
 
     return api_pb2, api_pb2_grpc
 

@@ -620,9 +620,8 @@ def _computed(con, period: str, *, policy, now: datetime | None, lines: pl.DataF
     # the state's sentence replaces chargeback's provisional note (which says lines change: not
     # so once closed)
     st.notes = [st.status_sentence] + [n for n in notes if not n.startswith("provisional")]
-    if closed:
-        if not exact_stored(con, period):
-            st.notes.append(ROUNDED_FALLBACK_NOTE.format(period=period))
+    if closed and not exact_stored(con, period):
+        st.notes.append(ROUNDED_FALLBACK_NOTE.format(period=period))
     st.empty = no_data(con, period, lines)
     if st.empty:
         st.notes.insert(0, NO_DATA_NOTE.format(period=period))
