@@ -29,8 +29,6 @@ from gpuledger.rules.clock import utc_now
 from gpuledger.sql import load_sql
 
 DONE = "done"
-#: Outcomes after which an action is never performed again (idempotent apply).
-FINAL = ("done", "unchanged")  # skipped is not: another backend may act on it
 
 
 def _has_tables(con) -> bool:
@@ -128,6 +126,7 @@ def done_ids(con, action_ids: list[str]) -> set[str]:
     """Actions a non-dry-run apply already finished (never performed twice)."""
     if not action_ids or not _has_tables(con):
         return set()
+    # done and unchanged are final (never performed again); skipped is not: another backend may act on it
     rows = con.execute(
         "SELECT DISTINCT action_id FROM enforcement_audit WHERE phase = 'applied' AND NOT dry_run "
         "AND outcome IN ('done', 'unchanged') AND list_contains($ids, action_id)",

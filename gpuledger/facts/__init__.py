@@ -59,7 +59,6 @@ BUDGET_COLUMNS = {"node": "String", "period_start": "Date", "period_end": "Date"
 # queries.usage_report's figures after its key columns: the materialized sums (usage_sums.sql)
 USAGE_FIGURES = {"gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
                  "gpu_hours_unknown": _F, "energy_kwh": _F, "efficiency_ratio": _F}
-USAGE_COLUMNS = {"project": "String", **USAGE_FIGURES}  # by="project"
 # queries.utilization_report(by="model")'s columns: the rows of utilization_hourly
 UTILIZATION_COLUMNS = {"cluster": "String", "model": "String", "hour": "Datetime", "gpu_hours_capacity": _F,
                        "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_unknown": _F,

@@ -182,12 +182,6 @@ def file_names(stem: str, *, by_partition: bool, by_host: bool) -> list[str]:
             *([f"{stem}-by-partition.csv"] if by_partition else []), *([f"{stem}-by-host.csv"] if by_host else [])]
 
 
-def statement_file_names(st: Statement, stem: str) -> list[str]:
-    """The names :func:`write_statement_files` gives the statement's files, without writing them
-    (the dashboards name their download buttons before anyone asks for a file)."""
-    return [name for name, _ in _statement_writers(st, stem)]
-
-
 def write_statement_files(st: Statement, folder: Path, stem: str) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     return [write(folder / name) for name, write in _statement_writers(st, stem)]
