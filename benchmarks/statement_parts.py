@@ -1,5 +1,5 @@
 """Where the chargeback page's first load goes on the server (not a test): the month's finance
-statement (``reports.statement.build_statement``, what the page's figures come from) split into its
+statement (``reports.statement.build.build_statement``, what the page's figures come from) split into its
 parts, each the median of ``--runs`` calls after a warm-up, in one process; first the cold build (a
 fresh process after the statement's imports, as the dashboard server's first chargeback load).
 
@@ -54,7 +54,7 @@ def main(argv=None) -> None:
     from gpuledger.analytics.queries import data_now
     from gpuledger.config_store import policy_in_force
     from gpuledger.ledger.periods import statement_lines
-    from gpuledger.reports import statement as s
+    from gpuledger.reports.statement import build as s
     from gpuledger.rules.periods import month_bounds
 
     con = duckdb.connect(str(args.warehouse), read_only=True)

@@ -357,7 +357,7 @@ def svg(spec: str | dict) -> str:
     vl-convert (Vega-Lite and Vega in an embedded JavaScript engine, no browser): RENDER_PX wide, as
     tall as its plot area needs, its text measured in ``FONT``. The first call in a process starts
     the engine (~1 s): ``warm`` does it at server start."""
-    import vl_convert
+    import vl_convert  # lazy: optional extra gpuledger[dashboards]
 
     return vl_convert.vegalite_to_svg(spec)
 

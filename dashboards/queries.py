@@ -9,6 +9,9 @@ weights, ratios 0..1 unless a name ends in ``_pct`` (0..100), money as exact dec
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
 import re
 import tempfile
 import warnings
@@ -18,13 +21,21 @@ from functools import cache, cached_property
 from pathlib import Path
 
 import polars as pl
+from gpuledger.enforce import scheduler_view as view
+from gpuledger.enforce import team_store
 
-from gpuledger import warehouse
+from gpuledger import facts, warehouse
+from gpuledger.config import load_config
+from gpuledger.config_store import policy_in_force
+from gpuledger.facts import data_now
+from gpuledger.ledger.config_versions import config_in_force as in_force
 from gpuledger.rules import activity
 from gpuledger.rules.billing import billed
 from gpuledger.rules.periods import months_between  # noqa: F401  (the pages ask queries for it)
 from gpuledger.rules.severity import SEVERITY_RANK
 from gpuledger.sql import load_sql
+from gpuledger.whatif.compare import FORMAT, frames_from_json
+from gpuledger.whatif.outcome import TARGET_NOTE, frame_from_document
 
 HOUR = timedelta(hours=1)
 
@@ -150,9 +161,6 @@ def config_in_force(path: str):
     stored version (gpuledger.ledger.config_versions.config_in_force, the CLI's and the pipelines'
     answer); a warehouse not there yet, or never given a config, the file's
     ($GPULEDGER_CONFIG, ./gpuledger.yaml, the packaged example)."""
-    from gpuledger.config import load_config
-    from gpuledger.ledger.config_versions import config_in_force as in_force
-
     if Path(path).exists():
         try:
             with warehouse.kept_reader(path) as con:
@@ -165,8 +173,6 @@ def config_in_force(path: str):
 def warehouse_state(path: str) -> WarehouseState:
     """The warehouse's state for the dashboards. A missing, unreadable or not yet analysed
     warehouse comes back with ``problem`` set to one sentence saying what to run."""
-    from gpuledger.facts import data_now  # the read model's "now" (the CLI's too)
-
     empty = {"data_now": None, "first_hour": None, "last_hour": None, "clusters": (), "parent_of": {},
              "kind_of": {}, "periods": (), "counts": {}}
     if not Path(path).exists():
@@ -350,9 +356,6 @@ def _facts_at_the_end(path: str, end: datetime, figure: str, empty_sql: str) -> 
     now: the materialized snapshot when it holds for that moment and was made after the config in
     force was loaded, else computed under that config — never a snapshot older than the data or
     the config. With the snapshot table's ``as_of`` and ``day`` beside (the pages' names)."""
-    from gpuledger import facts
-    from gpuledger.ledger.config_versions import config_in_force as in_force
-
     with warehouse.kept_reader(path) as con:
         now = facts.data_now(con)
         if now is None:
@@ -367,9 +370,6 @@ def delivery_balance(path: str, end: datetime) -> tuple[pl.DataFrame, bool, floa
     """The delivery balance per org node and settlement period up to the period's end, at most the
     data's now (`gpuledger report balance --history`'s answer under the config in force; empty
     without data), whether fair share is credited with it, and the period's length in days."""
-    from gpuledger import facts
-    from gpuledger.ledger.config_versions import config_in_force as in_force
-
     with warehouse.kept_reader(path) as con:
         policy = in_force(con, None, write=False).config.policy
         credited, days = policy.usage.delivery_balance.credit_fair_share, policy.usage.window_days
@@ -551,8 +551,6 @@ def priority_why(jobs: pl.DataFrame, budgets: pl.DataFrame, tree: pl.DataFrame) 
 def waits(path: str, start: datetime, end: datetime, projects: tuple[str, ...], by: str = "project") -> pl.DataFrame:
     """`gpuledger report waits`'s answer (facts.waits) for the jobs of ``projects`` (all
     when empty) submitted in [start, end): seconds, as of the data's now."""
-    from gpuledger import facts
-
     with warehouse.kept_reader(path) as con:
         return facts.waits(con, start=start, end=end, by=by, projects=projects).frame
 
@@ -561,8 +559,6 @@ def scheduler_view(path: str, jobs: tuple[tuple[str, str], ...]) -> pl.DataFrame
     """Per (cluster, job_id): the scheduler's latest word (``scheduler_says``) and gpuledger's rank
     beside it, saying whether they agree (``versus``: enforce.scheduler_view.compare's sentence);
     empty cells where neither has spoken."""
-    from gpuledger.enforce import scheduler_view as view
-
     rows = []
     with warehouse.kept_reader(path) as con:
         for cluster, job_id in jobs:
@@ -596,7 +592,7 @@ class StatementView:
     source: str  # "materialized" (the pipeline's statement_views) or "computed" (built for this view)
     path: str = field(repr=False, compare=False, default="")
     node: str | None = field(repr=False, compare=False, default=None)
-    statement: object = field(repr=False, compare=False, default=None)  # reports.statement.Statement, if built
+    statement: object = field(repr=False, compare=False, default=None)  # reports.statement.build.Statement, if built
 
     @classmethod
     def of(cls, summary, source: str, *, path: str, node: str | None, statement=None) -> StatementView:
@@ -612,8 +608,11 @@ class StatementView:
         """File name -> bytes, exactly what `gpuledger report statement` writes (the same writer,
         from a statement built now when the view was read from the pipeline's), made on first
         use: a download, not every page load (~0.3 CPU-s at 1,024 GPUs)."""
-        from gpuledger.reports.files import write_statement_files
-        from gpuledger.reports.statement import build_statement
+        # lazy: warmed in the background (warm_imports): the first page does not wait on it
+        from gpuledger.reports.statement.build import build_statement
+
+        # lazy: warmed in the background (warm_imports): the first page does not wait on it
+        from gpuledger.reports.statement.files import write_statement_files
 
         st = self.statement
         if st is None:
@@ -626,17 +625,15 @@ class StatementView:
 
 # What building a statement imports (each module loads its own lazily, so the CLI starts fast):
 # the server imports them once, in the background, before the chargeback page asks (ui.warm_server).
-STATEMENT_MODULES = ("gpuledger.reports.statement", "gpuledger.reports.statement_view",
-                     "gpuledger.facts.statement_views", "gpuledger.reports.files", "gpuledger.analytics.queries",
+STATEMENT_MODULES = ("gpuledger.reports.statement.build", "gpuledger.reports.statement.summary",
+                     "gpuledger.facts.statement_views", "gpuledger.reports.statement.files", "gpuledger.analytics.queries",
                      "gpuledger.analytics.chargeback", "gpuledger.analytics.load", "gpuledger.analytics.attribution",
                      "gpuledger.analytics.tree", "gpuledger.ledger.periods", "gpuledger.ledger.config_versions",
                      "gpuledger.config_store", "gpuledger.warehouse.clock", "gpuledger.analytics.carbon",
-                     "gpuledger.ledger.grid_intensity", "gpuledger.reports.focus")
+                     "gpuledger.ledger.grid_intensity", "gpuledger.reports.statement.focus")
 
 
 def warm_imports() -> None:
-    import importlib
-
     for name in STATEMENT_MODULES:
         importlib.import_module(name)
 
@@ -645,9 +642,14 @@ def statement(path: str, period: str, node: str | None) -> StatementView:
     """The finance statement of ``period`` (YYYY-MM) for the org or ``node``'s subtree: the
     chargeback pipeline's stored view while it is as new as the data (one row read), else built
     now; its files' bytes (``files``) are written when first asked for."""
+    # lazy: warmed in the background (warm_imports): the first page does not wait on it
     from gpuledger.facts import statement_views
-    from gpuledger.reports.statement import build_statement, subtree
-    from gpuledger.reports.statement_view import StatementSummary
+
+    # lazy: warmed in the background (warm_imports): the first page does not wait on it
+    from gpuledger.reports.statement.build import build_statement, subtree
+
+    # lazy: warmed in the background (warm_imports): the first page does not wait on it
+    from gpuledger.reports.statement.summary import StatementSummary
 
     with warehouse.kept_reader(path) as con:
         stored = statement_views.fresh(con, period)
@@ -665,9 +667,6 @@ def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple
     """Chargeback lines (project × model × tier, idle and memo lines) for any [start, end), by
     the ledger's chargeback with the warehouse's stored policy; ``projects``: only their lines
     (None: all, idle included). Not a statement: no files, nothing frozen."""
-    from gpuledger import facts
-    from gpuledger.config_store import policy_in_force
-
     with warehouse.kept_reader(path) as con:
         lines = facts.chargeback(con, f"{start.isoformat()}..{end.isoformat()}", level="project",
                                  policy=policy_in_force(con)).frame
@@ -677,8 +676,9 @@ def chargeback_period(path: str, start: datetime, end: datetime, projects: tuple
 
 
 def file_slug(name: str) -> str:
-    """A scope or unit as the statement's file names spell it (reports.files.slug; loaded on use)."""
-    from gpuledger.reports.files import slug
+    """A scope or unit as the statement's file names spell it (reports.statement.files.slug; loaded on use)."""
+    # lazy: warmed in the background (warm_imports): the first page does not wait on it
+    from gpuledger.reports.statement.files import slug
 
     return slug(name)
 
@@ -711,17 +711,11 @@ WHATIF_COMMAND = "gpuledger whatif schedule --format json --out reports/whatif/s
 
 def whatif_dir() -> Path:
     """Where the page looks for result files: ``$GPULEDGER_WHATIF_DIR``, default reports/whatif/."""
-    import os
-
     return Path(os.environ.get("GPULEDGER_WHATIF_DIR") or "reports/whatif")
 
 
 def newest_whatif(folder: Path) -> Path | None:
     """The newest ``*.json`` in ``folder`` of format ``gpuledger.whatif.schedule/1``, or None."""
-    import json
-
-    from gpuledger.whatif.compare import FORMAT
-
     try:
         files = sorted(folder.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
     except OSError:
@@ -738,10 +732,6 @@ def newest_whatif(folder: Path) -> Path | None:
 def whatif_result(text: str) -> dict:
     """The frames of ``gpuledger.whatif.compare.frames_from_json`` plus ``titles`` (policy → title)
     and ``sweep_parameter`` / ``sweep_policy``; ValueError when the text is not such a file."""
-    import json
-
-    from gpuledger.whatif.compare import frames_from_json
-
     out = frames_from_json(text)
     doc = json.loads(text)
     out["titles"] = {p["policy"]: p.get("title") or p["policy"] for p in doc["policies"]}
@@ -757,7 +747,6 @@ def whatif_outcome(block: dict | None, titles: dict[str, str]) -> dict | None:
     cells ``median [min–max]``), ``seeds``, ``regime``."""
     if not block:
         return None
-    from gpuledger.whatif.outcome import TARGET_NOTE, frame_from_document
 
     table, policies, _ = frame_from_document(block, ranges=False)
     ranges, _, _ = frame_from_document(block)
@@ -794,8 +783,6 @@ def whatif_long(frames: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
 def team_queue(path: str, projects: tuple[str, ...], now: datetime) -> pl.DataFrame:
     """The team's jobs open at ``now`` with the lead's choices (enforce.team_store.queue): never
     cached, so a change shows on the rerun that made it."""
-    from gpuledger.enforce import team_store
-
     with warehouse.kept_reader(path) as con:
         if not _has_table(con, "team_choices"):
             return pl.DataFrame()

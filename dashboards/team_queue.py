@@ -11,6 +11,11 @@ from datetime import datetime
 import polars as pl
 import streamlit as st
 from gpuledger.dashboards import access, queries, ui
+from gpuledger.enforce import team_store as store
+
+from gpuledger import warehouse
+from gpuledger.errors import UsageError
+from gpuledger.rules.clock import utc_now
 
 MESSAGE = "team_queue_message"
 
@@ -83,8 +88,6 @@ def section(ctx: ui.Context, now: datetime, policy) -> None:
 
 
 def team_store():
-    from gpuledger.enforce import team_store as store
-
     return store
 
 
@@ -101,10 +104,6 @@ def _words(changes) -> str:
 def _write(ctx: ui.Context, change) -> None:
     """One short write: the change and its audit rows in one transaction; a refusal (over budget,
     not queued any more) is shown, never a traceback. Then the page runs again with the new state."""
-    from gpuledger import warehouse
-    from gpuledger.errors import UsageError
-    from gpuledger.rules.clock import utc_now
-
     try:
         with warehouse.open_writer(ctx.path) as con:
             st.session_state[MESSAGE] = ("ok", change(con, utc_now()))

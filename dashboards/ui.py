@@ -5,12 +5,15 @@ page that says what to run when there is nothing to show. Pages draw; they get d
 from __future__ import annotations
 
 import os
+import threading
+import time as clock
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 
 import polars as pl
 import streamlit as st
 from gpuledger.dashboards import access, charts, queries
+from gpuledger.warehouse import resolve_warehouse_path
 
 TTL_S = int(os.environ.get("GPULEDGER_DASHBOARD_TTL_S", "60"))
 CTX_KEY = "gpuledger_ctx"
@@ -86,8 +89,6 @@ class Context:
 
 
 def warehouse_path() -> str:
-    from gpuledger.warehouse import resolve_warehouse_path
-
     return str(resolve_warehouse_path(None))
 
 
@@ -127,6 +128,7 @@ def _browser_key() -> str | None:
     if not raw:
         return None
     try:
+        # lazy: optional: its absence is handled here
         from streamlit.web.server.starlette import starlette_app_utils
 
         token, _ = starlette_app_utils.decode_xsrf_token_string(raw)
@@ -139,7 +141,6 @@ def remember_link(url_path: str, params: dict) -> None:
     key = _browser_key()
     if key is None:
         return
-    import time as clock
 
     links = _pending_links()
     now = clock.monotonic()
@@ -155,7 +156,6 @@ def take_link() -> tuple[str, dict] | None:
     found = _pending_links().pop(key, None) if key else None
     if found is None:
         return None
-    import time as clock
 
     at, url_path, params = found
     return (url_path, params) if clock.monotonic() - at <= LINK_TTL_S else None
@@ -292,8 +292,6 @@ def warm_server() -> bool:
     drawing takes ~1 s; a chart asked for meanwhile waits for it), then import the code the
     finance statement is built with (~0.5 s of imports the chargeback page would otherwise wait
     on). Code only: no query runs and nothing is cached ahead of a reader."""
-    import threading
-
     def warm():
         charts.warm()
         queries.warm_imports()

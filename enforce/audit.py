@@ -11,6 +11,7 @@ import hashlib
 import json
 from datetime import datetime
 
+import polars as pl
 from gpuledger.enforce.model import (
     HOLD,
     NONE,
@@ -29,8 +30,6 @@ from gpuledger.rules.clock import utc_now
 from gpuledger.sql import load_sql
 
 DONE = "done"
-#: Outcomes after which an action is never performed again (idempotent apply).
-FINAL = ("done", "unchanged")  # skipped is not: another backend may act on it
 
 
 def _has_tables(con) -> bool:
@@ -86,9 +85,8 @@ def _insert(con, rows: list[list]) -> None:
     scans, not row by row. Not pyarrow's own conversion: its first one imports pandas (0.6 s)."""
     if not rows:
         return
-    import polars as pl
 
-    frame = pl.DataFrame(dict(zip(_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)), schema=_types(pl))
+    frame = pl.DataFrame(dict(zip(_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)), schema=_types())
     con.register("_audit_rows", frame)
     try:
         con.execute("INSERT OR IGNORE INTO enforcement_audit SELECT * FROM _audit_rows")
@@ -96,7 +94,7 @@ def _insert(con, rows: list[list]) -> None:
         con.unregister("_audit_rows")
 
 
-def _types(pl) -> dict:
+def _types() -> dict:
     ts, s = pl.Datetime("us"), pl.String
     types = (s, s, pl.Int32, s, ts, ts, s, s, s, s, s, s, pl.Int64, s, pl.Boolean, ts, ts, pl.Boolean, s, s, s, s, s, s)
     return dict(zip(_COLUMNS, types, strict=True))
@@ -133,6 +131,7 @@ def done_ids(con, action_ids: list[str]) -> set[str]:
     """Actions a non-dry-run apply already finished (never performed twice)."""
     if not action_ids or not _has_tables(con):
         return set()
+    # done and unchanged are final (never performed again); skipped is not: another backend may act on it
     rows = con.execute(
         "SELECT DISTINCT action_id FROM enforcement_audit WHERE phase = 'applied' AND NOT dry_run "
         "AND outcome IN ('done', 'unchanged') AND list_contains($ids, action_id)",

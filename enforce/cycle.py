@@ -12,6 +12,7 @@ from gpuledger.enforce import audit, inputs, policy
 from gpuledger.enforce.apply import ApplyRun, apply_actions
 from gpuledger.enforce.model import PREEMPT, WAITING, Action, Situation
 
+from gpuledger import facts
 from gpuledger.config import Config
 from gpuledger.ingest.scheduler_reasons import SLURM, SchedulerReason, record_reasons
 from gpuledger.rules.clock import utc_now
@@ -111,7 +112,6 @@ def _guard(con, cfg: Config, at: datetime, actions: list[Action] = ()):
 
     funding: dict = {}
     if any(_serves_funded(a) for a in actions):  # read only when a preemption serves funded work
-        from gpuledger import facts
 
         funding = {(r["cluster"], r["job_id"]): r
                    for r in facts.funding(con, policy=cfg.policy, now=at).frame.iter_rows(named=True)}

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 KEEP, RELEASE, EXEMPTION = "keep", "release", "exemption"
-CHOICES = (KEEP, RELEASE, EXEMPTION)
 GRANTED, REFUSED = "granted", "refused"
 WEEK = timedelta(days=7)
 

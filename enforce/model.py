@@ -16,7 +16,6 @@ PREEMPT = "preempt"
 NONE = "none"
 HOLD = "hold"  # a team lead holds a queued job (Slurm: scontrol hold; Kueue: spec.active=false)
 RELEASE = "release"  # ... and releases it again
-ACTIONS = (SET_PRIORITY, WARN, PREEMPT, HOLD, RELEASE, NONE)
 REQUEUE = "requeue"
 STOP = "stop"
 #: A live view's ``phase``, the same words for every scheduler (Slurm's JobState, a pod's phase, a

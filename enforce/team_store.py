@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuledger.enforce import keeps
 from gpuledger.enforce.keeps import GRANTED, KEEP, RELEASE, OwnerChoice
 from gpuledger.enforce.team import TeamChoice, fund_check, normalised_gpu_hours
 
-from gpuledger import warehouse
+from gpuledger import facts, warehouse
 from gpuledger.errors import UsageError
 from gpuledger.sql import load_sql
 
@@ -197,8 +197,6 @@ def budget_weight(con, gpu_model: str | None) -> float:
 def binding_budget(con, cfg, project: str, now: datetime) -> tuple[str | None, float | None]:
     """(node, remaining normalised GPU-hours) of the budget on the project's path with the least
     left now (every budget on the path caps it); (None, None) without one."""
-    from gpuledger import facts
-
     parent = dict(con.execute("SELECT node, parent FROM org_nodes").fetchall())
     path, node = [], project
     while node is not None and node not in path:
@@ -288,8 +286,6 @@ def owner_choice(con, cfg, *, cluster: str, job_id: str, user: str, identity: st
         if refusal:
             outcome, why = "refused", refusal
         else:
-            from datetime import timedelta
-
             until = now + timedelta(hours=float(hours))
             why = (f"kept until {until:%Y-%m-%d %H:%M} UTC: no squatting warning or preemption before then; "
                    f"counted against team {team or project}'s {allowance:g} h per rolling 7 days")

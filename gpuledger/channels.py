@@ -34,17 +34,31 @@ New fields may be added within a version; a field's meaning or type changes only
 from __future__ import annotations
 
 import contextlib
+import json
+import mimetypes
 import os
 import re
+import smtplib
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+from html import escape
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from gpuledger.deadlines import ALERTS, CallDeadline
+import requests
+import yaml
+
+from gpuledger.deadlines import ALERTS, CallDeadline, why_unreachable
 from gpuledger.errors import RunError, debug_wanted, printable
+from gpuledger.extras import require
+from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
 from gpuledger.rules.clock import iso_z
 
 SECRETS_ENV = "GPULEDGER_SECRETS_FILE"
@@ -61,8 +75,6 @@ def channel_url(name: str) -> str:
         return os.environ[env]
     secrets = os.environ.get(SECRETS_ENV)
     if secrets:
-        import yaml
-
         path = Path(secrets)
         try:
             data = yaml.safe_load(path.read_text()) or {}
@@ -142,8 +154,6 @@ class Message:
 
     def html(self) -> str:
         """The body as HTML: paragraphs, lists and links kept (escaped; no script, no remote part)."""
-        from html import escape
-
         out = [f"<h3>{escape(self.subject)}</h3>"]
         items: list[str] = []
 
@@ -238,9 +248,6 @@ def slack_fields(fields: dict) -> list[tuple[str, str]]:
 
 
 def plain_fields(fields: dict) -> dict:
-    from datetime import date, datetime
-    from decimal import Decimal
-
     def one(v):
         if isinstance(v, datetime):
             return iso_z(v)
@@ -279,8 +286,6 @@ class AppriseNotifier(_Sends):
     deadline: CallDeadline = ALERTS  # a receiver that never answers fails this try; the outbox retries
 
     def deliver(self, message: Message) -> None:
-        from gpuledger.extras import require
-
         apprise = require("apprise")
         ap = apprise.Apprise()
         if not ap.add(with_timeouts(self.url, self.deadline)):
@@ -328,8 +333,6 @@ class SlackWebhook(_Sends):
 def _slack_refusal(answer: bytes) -> str | None:
     """Why Slack refused a message it answered 200 for, else None. Incoming webhooks answer "ok";
     Slack's Web API and some relays answer HTTP 200 with {"ok": false, "error": "..."}."""
-    import json
-
     try:
         doc = json.loads(answer)
     except ValueError:
@@ -340,13 +343,6 @@ def _slack_refusal(answer: bytes) -> str | None:
 
 
 def _post(notifier, target: str, body: dict) -> bytes:
-    import time
-
-    import requests
-
-    from gpuledger.deadlines import why_unreachable
-    from gpuledger.ingest.http_get import OutOfTime, TooLarge, get_within
-
     limits = notifier.deadline
     try:  # the whole exchange within the deadline (total_s): a receiver that trickles its answer ends too
         status, _, answer = get_within(None, target, method="POST", json=body, deadline=limits,
@@ -374,11 +370,6 @@ class SmtpNotifier(_Sends):
     deadline: CallDeadline = ALERTS
 
     def deliver(self, message: Message) -> None:
-        import mimetypes
-        import smtplib
-        from email.message import EmailMessage
-        from email.utils import formatdate, make_msgid
-
         parts = urlsplit(self.url)
         query = dict(parse_qsl(parts.query))
         mode = query.get("mode") or ("ssl" if parts.scheme == "mailtos" else
@@ -441,10 +432,6 @@ class SmtpNotifier(_Sends):
 
 def _smtp_problem(exc: BaseException, wait_s: float) -> str:
     """A few words for an SMTP failure, never smtplib's own text (``wait_s``: the timeout in force)."""
-    import smtplib
-
-    from gpuledger.deadlines import why_unreachable
-
     if isinstance(exc, TimeoutError) or "timed out" in str(exc):  # smtplib wraps a timeout in a disconnect
         return f"no answer within {wait_s:g} s"
     if isinstance(exc, smtplib.SMTPAuthenticationError):
@@ -463,8 +450,6 @@ def _smtp_problem(exc: BaseException, wait_s: float) -> str:
 
 
 def _smtp_fix(exc: BaseException) -> str:
-    import smtplib
-
     if isinstance(exc, smtplib.SMTPAuthenticationError):
         return "check the user and password in the channel URL"
     if isinstance(exc, smtplib.SMTPRecipientsRefused | smtplib.SMTPSenderRefused):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import polars as pl
+import pycountry
 import yaml
 from pydantic import (
     AfterValidator,
@@ -34,6 +35,7 @@ from gpuledger.config_files import (  # noqa: F401  (re-exported: callers import
 )
 from gpuledger.errors import UsageError
 from gpuledger.rules.periods import month_bounds
+from gpuledger.rules.promql import check_selector
 from gpuledger.rules.severity import Stage
 
 Tier = Literal["reserved", "on-demand", "spot"]
@@ -53,7 +55,6 @@ def _iso_4217(code: str | None) -> str | None:
     """``code`` when it is an ISO 4217 currency (USD, EUR, JPY...), else a ValueError saying so."""
     if code is None:
         return None
-    import pycountry
 
     if code != code.upper() and pycountry.currencies.get(alpha_3=code.upper()) is not None:
         raise ValueError(f"{code!r}: write the ISO 4217 code in capitals, {code.upper()!r}")
@@ -407,8 +408,6 @@ class TsdbClusterSource(_Strict):
     @field_validator("selector")
     @classmethod
     def _matchers(cls, value):
-        from gpuledger.rules.promql import check_selector
-
         try:
             return None if value is None else check_selector(value, "selector")
         except UsageError as exc:

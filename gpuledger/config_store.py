@@ -14,6 +14,7 @@ naming its version, never a silent fall back.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
+
+from gpuledger.config_files import resolve_config_path
 
 if TYPE_CHECKING:  # pydantic's models: imported when a config is validated, not to read the table
     from gpuledger.config import Config, Policy
@@ -42,6 +45,7 @@ class StoredConfig:
     def config(self) -> Config:
         """The validated config; each content is parsed once per process (a version never
         changes): the CLI's read and the facts' "is this the policy in force" share one parse."""
+        # lazy: reading the stored config needs no pydantic or polars; validating it does
         from gpuledger.config import parse_config_text
 
         if self.content_sha256 not in _CONFIG_BY_SHA:
@@ -54,8 +58,6 @@ class StoredConfig:
         stored canonical JSON when the version has it (no validation: it was validated when
         loaded; a read that uses the policy validates it whole), else from the validated config."""
         if self.content_json is not None:
-            import json
-
             value = json.loads(self.content_json)
             try:
                 for key in path.split("."):
@@ -114,13 +116,12 @@ def policy_in_force(con: duckdb.DuckDBPyConnection, policy: Policy | None = None
     cfg = stored_config_in_force(con)
     if cfg is not None:
         return cfg.policy
-    from gpuledger.config_files import resolve_config_path
 
     return _file_policy(resolve_config_path(None))
 
 
 def _file_policy(path: Path) -> Policy:
-    from gpuledger.config import read_config_file
+    from gpuledger.config import read_config_file  # lazy: see StoredConfig.config
 
     key = (str(path), path.stat().st_mtime_ns if path.exists() else None)
     if key not in _POLICY_BY_FILE:  # scrape batches ask often: read each file version once

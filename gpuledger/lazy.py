@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from importlib import import_module
+from importlib.util import find_spec
 from types import ModuleType
 
 
@@ -28,9 +30,6 @@ def lazy_attributes(package: str, homes: dict[str, str], namespace: dict):
     """A module ``__getattr__`` (PEP 562) for ``package``: ``homes`` maps a public name to the
     submodule that defines it, imported on first use and kept in ``namespace`` (the package's
     ``globals()``); submodules themselves resolve as attributes too (``warehouse.writes.X``)."""
-    from importlib import import_module
-    from importlib.util import find_spec
-
     def __getattr__(name: str):
         home = homes.get(name)
         if home is None:

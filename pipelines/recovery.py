@@ -13,6 +13,8 @@ run-retry daemon relaunches it once (``dagster/max_retries`` one above its retry
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ class Recovered:
 def worker_pid(instance, run_id: str) -> int | None:
     """The run worker's PID from its engine events ("Started process for run (pid: N)"), or None
     (the worker never started)."""
-    import dagster as dg
+    import dagster as dg  # lazy: optional extra gpuledger[pipelines]
 
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT).records
     for record in reversed(records):
@@ -70,7 +72,7 @@ def worker_alive(pid: int, run_started: float) -> bool:
 def recover_dead_runs(instance, *, alive: Callable[[int, float], bool] = worker_alive,
                       log: Callable[[str], None] = print) -> list[Recovered]:
     """Fail (and mark for one retry) every in-flight run whose worker is gone. Returns them."""
-    import dagster as dg
+    import dagster as dg  # lazy: optional extra gpuledger[pipelines]
 
     in_flight = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.CANCELING]
     recovered = []
@@ -94,9 +96,6 @@ def recover_dead_runs(instance, *, alive: Callable[[int, float], bool] = worker_
 
 def daemon_argv(module: str = "gpuledger.pipelines.definitions") -> list[str]:
     """What the wrapper execs: ``dagster-daemon run -m MODULE`` from this environment's bin."""
-    import shutil
-    import sys
-
     exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)) or shutil.which("dagster-daemon")
     return [exe or "dagster-daemon", "run", "-m", module]
 

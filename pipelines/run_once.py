@@ -24,6 +24,8 @@ from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
 from gpuledger.pipelines.defs.usage.checks import job_usage_no_negative_idle, project_usage_no_negative_idle
 
+from gpuledger import facts
+from gpuledger import warehouse as wh
 from gpuledger.errors import debug_wanted
 
 TABLES = ("usage_hourly_jobs", "usage_hourly_projects", "utilization_hourly", "fairshare_snapshots",
@@ -47,9 +49,6 @@ class RunOnceResult:
 def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, instance: dg.DagsterInstance,
              squatting_evaluations: int = 6, on_step: Callable[[str], None] = lambda _: None) -> RunOnceResult:
     """Materialize everything once (see the module docstring); raises when a run fails."""
-    from gpuledger import facts
-    from gpuledger import warehouse as wh
-
     store = Warehouse(path=str(Path(warehouse_path).absolute()))
     resources = {"warehouse": store,
                  "gpuledger_config": GpuledgerConfig(path=str(Path(config_path).absolute()) if config_path else None,
@@ -111,8 +110,6 @@ def run_once(*, warehouse_path: str | Path, config_path: str | Path | None, inst
 
 
 def _count_rows(out: RunOnceResult, warehouse_path) -> RunOnceResult:
-    from gpuledger import warehouse as wh
-
     with wh.open_reader(warehouse_path) as con:
         out.rows = {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
     return out

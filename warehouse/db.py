@@ -18,9 +18,11 @@ reader/writer lock across processes (warehouse/access.py):
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import errno
+import json
 import os
 import re
 import struct
@@ -31,11 +33,15 @@ from importlib import resources
 from pathlib import Path
 
 import duckdb
-
 from gpuledger.warehouse import migration_backup
 from gpuledger.warehouse.access import WarehouseLocks
-from gpuledger.warehouse.paths import DEFAULT_WAREHOUSE, WAREHOUSE_ENV, resolve_warehouse_path  # noqa: F401
-from gpuledger.warehouse.paths import check_reader_path, check_writer_path
+from gpuledger.warehouse.paths import (  # noqa: F401
+    DEFAULT_WAREHOUSE,
+    WAREHOUSE_ENV,
+    check_reader_path,
+    check_writer_path,
+    resolve_warehouse_path,
+)
 
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -362,9 +368,6 @@ def writer_phases() -> list[tuple[str, float, float]]:
 def _dump_phases_at_exit(target: str) -> None:
     """$GPULEDGER_LOCK_TRACE=FILE: a process (a CLI command a benchmark runs) writes its writer
     phases to FILE as JSON when it exits, so where readers waited can be read from outside."""
-    import atexit
-    import json
-
     def dump() -> None:
         with contextlib.suppress(OSError):
             Path(target).write_text(json.dumps(writer_phases()))

@@ -28,7 +28,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 from gpuledger.warehouse.access import held_against
+from gpuledger.warehouse.db import open_reader, unreadable
+from gpuledger.warehouse.paths import check_reader_path, resolve_warehouse_path
 
 POLL_S = 0.05  # how soon the kept reader notices a waiting writer (one flock probe per poll)
 IDLE_S = 30.0  # unused this long, the file is let go (nothing is held by a quiet process)
@@ -64,8 +67,6 @@ class KeptReader:
         return self._gate_fd
 
     def _hold(self, handed: queue.Queue) -> None:
-        from gpuledger.warehouse.db import open_reader
-
         try:
             with open_reader(self.path) as con:
                 with self._guard:
@@ -117,13 +118,9 @@ class KeptReader:
     def reader(self) -> Iterator:
         con = self._take()
         if con is None:
-            from gpuledger.warehouse.db import open_reader
-
             with open_reader(self.path) as plain:
                 yield plain
             return
-        import duckdb
-        from gpuledger.warehouse.db import unreadable
 
         ident = threading.get_ident()
         cursor = None
@@ -162,8 +159,6 @@ _KEPT_GUARD = threading.Lock()
 def kept_reader(path=None) -> contextlib.AbstractContextManager:
     """``with kept_reader(path) as con:`` — like ``open_reader``, but the file stays open between
     calls of this process until a writer wants it (see the module's docstring)."""
-    from gpuledger.warehouse.paths import check_reader_path, resolve_warehouse_path
-
     resolved = resolve_warehouse_path(path)
     check_reader_path(resolved)
     key = os.path.realpath(resolved)

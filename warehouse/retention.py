@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import duckdb
-from gpuledger.warehouse.db import transaction
+from gpuledger.warehouse.db import transaction, yield_to_readers
 from gpuledger.warehouse.rollups import HOUR, final_before, refresh_gpu_hourly
 
 from gpuledger.rules.clock import utc_now
@@ -63,8 +63,6 @@ def prune_raw_samples(
     prune resumes and, on a connection from ``open_writer``, readers get a turn between hours
     (a day of 1,024 GPUs is ~3.5 M rows, ~10 s to delete). Idempotent: a second run with the same
     cutoff does nothing. ``keep_days`` > 0 (config ``policy.retention.raw_sample_days``)."""
-    from gpuledger.warehouse.db import yield_to_readers
-
     if keep_days <= 0:
         raise ValueError(f"keep_days must be positive, not {keep_days}")
     cutoff = retention_cutoff(con, keep_days, now=now)

@@ -3,22 +3,27 @@
 
 from __future__ import annotations
 
+from gpuledger.errors import UsageError
+
 NAMES = ("kueue", "kubernetes", "slurm", "plan-file")
 
 
 def get(name: str, **options):
     """The backend called ``name`` (kueue / kubernetes / slurm / plan-file)."""
     if name == "kueue":
+        # lazy: a backend's client loads only when it is chosen
         from gpuledger.enforce.backends.kueue import KueueBackend
         return KueueBackend(**options)
     if name == "kubernetes":
+        # lazy: a backend's client loads only when it is chosen
         from gpuledger.enforce.backends.kubernetes import EvictionBackend
         return EvictionBackend(**options)
     if name == "slurm":
+        # lazy: a backend's client loads only when it is chosen
         from gpuledger.enforce.backends.slurm import SlurmBackend
         return SlurmBackend(**options)
     if name == "plan-file":
+        # lazy: a backend's client loads only when it is chosen
         from gpuledger.enforce.backends.planfile import PlanFileBackend
         return PlanFileBackend(**options)
-    from gpuledger.errors import UsageError
     raise UsageError(f"--backend {name!r}: choose one of {', '.join(NAMES)}")

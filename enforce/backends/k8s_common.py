@@ -32,6 +32,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None):
     """The official client from a kubeconfig (else $KUBECONFIG / ~/.kube/config / in-cluster).
     An unusable credential (expired exec plugin, unreadable token) is a CredentialError."""
     client_modules()
+    # lazy: optional extra gpuledger[kubernetes]
     from gpuledger.ingest.jobs.kubernetes import api_client as make
 
     try:
@@ -58,7 +59,7 @@ def cluster_for(kubeconfig: str | None, context: str | None, cluster: str | None
 def current_context(kubeconfig: str | None) -> str | None:
     """The kubeconfig's current context name, or None (no kubeconfig: in-cluster)."""
     try:
-        from kubernetes.config import list_kube_config_contexts
+        from kubernetes.config import list_kube_config_contexts  # lazy: optional: its absence is handled here
 
         _, current = list_kube_config_contexts(config_file=str(kubeconfig) if kubeconfig else None)
         return current.get("name") if current else None

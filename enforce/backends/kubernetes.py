@@ -30,6 +30,8 @@ from gpuledger.enforce.backends.base import (
 )
 from gpuledger.enforce.model import ENDED, HELD, RUNNING, WAITING, Action
 
+from gpuledger.deadlines import CallDeadline, why_unreachable
+
 
 def pod_ref(action: Action) -> tuple[str, str] | None:
     """(namespace, pod name) from the row's ``scheduler_job`` (``<ns>/<pod>``; the job id may be the
@@ -107,8 +109,6 @@ class EvictionBackend(Backend):
         if k8s.is_api_exception(exc):
             k8s.raise_if_credential(exc, what)
         elif type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
-            from gpuledger.deadlines import CallDeadline, why_unreachable
-
             limit = CallDeadline(self.timeout_s, self.timeout_s, self.timeout_s)  # words, not urllib3's class names
             raise BackendUnavailable(f"{what}: cannot reach the Kubernetes API server within {self.timeout_s:g} s "
                                      f"({why_unreachable(exc, limit)}); check the kubeconfig's server") from None
@@ -186,8 +186,6 @@ class EvictionBackend(Backend):
                                    cause="changed")
                 return Outcome(ERROR, f"{action.action} failed", error=f"{status} {message}")
             if type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
-                from gpuledger.deadlines import CallDeadline, why_unreachable
-
                 why = why_unreachable(exc, CallDeadline(self.timeout_s, self.timeout_s, self.timeout_s))
                 raise BackendUnavailable(f"{action.action} {action.job_id}: cannot reach the Kubernetes API server "
                                          f"({why}); check the kubeconfig's server") from None

@@ -29,6 +29,7 @@ from gpuledger.enforce.backends.base import (
 )
 from gpuledger.enforce.model import ENDED, HELD, REQUEUE, RUNNING, WAITING, Action
 
+from gpuledger.deadlines import CallDeadline, why_unreachable
 from gpuledger.heap import collector_paused
 from gpuledger.ingest.jobs.k8s_lists import list_in_pages
 from gpuledger.rules.clock import iso_z, utc_now
@@ -252,8 +253,6 @@ class KueueBackend(Backend):
         if k8s.is_api_exception(exc):
             k8s.raise_if_credential(exc, what)
         elif type(exc).__module__.startswith("urllib3") or isinstance(exc, OSError):
-            from gpuledger.deadlines import CallDeadline, why_unreachable
-
             why = why_unreachable(exc, CallDeadline(self.timeout_s, self.timeout_s, self.timeout_s))
             raise BackendUnavailable(f"{what}: cannot reach the Kubernetes API server ({why}); "
                                      "check the kubeconfig's server and the network") from None

@@ -10,9 +10,11 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+import polars as pl
 from gpuledger.enforce.backends.base import DONE, DRY_RUN, Backend, Outcome
 from gpuledger.enforce.model import Action
 
+from gpuledger.errors import UsageError
 from gpuledger.heap import collector_paused
 from gpuledger.rules.clock import iso_z
 
@@ -42,8 +44,6 @@ def to_json(actions: list[Action], *, plan_id: str | None, planned_at: datetime)
 
 def read(path: Path) -> tuple[str | None, datetime | None, list[Action]]:
     """(plan_id, planned_at, actions) of a plan file; errors name the file and the fix."""
-    from gpuledger.errors import UsageError
-
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
@@ -71,8 +71,6 @@ def read(path: Path) -> tuple[str | None, datetime | None, list[Action]]:
 
 def frame(actions: list[Action]):
     """The plan as a polars frame for the terminal table."""
-    import polars as pl
-
     return pl.DataFrame(
         [{"action": a.action, "cluster": a.cluster, "job_id": a.job_id, "project": a.project,
           "priority": a.priority, "mode": a.mode, "funded": a.funded, "min_runtime_until": a.min_runtime_until,

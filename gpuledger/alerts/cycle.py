@@ -7,8 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpuledger import warehouse
+import polars as pl
+
+from gpuledger import facts, warehouse
+from gpuledger.alerts.links import secret
 from gpuledger.alerts.outbox import DeliveryReport, deliver, enqueue
+from gpuledger.alerts.plan import budget_alerts, digest_alerts, preemption_alerts, squatting_alerts
+from gpuledger.channels import notifier_for as default_notifier
+from gpuledger.enforce.team_store import load_owner_choices
+from gpuledger.sql import load_sql
 
 
 @dataclass
@@ -20,9 +27,6 @@ class CycleReport:
 
 def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     """Every alert the warehouse's state calls for at ``now`` (the data's "now")."""
-    from gpuledger import facts
-    from gpuledger.alerts.plan import budget_alerts, digest_alerts, preemption_alerts, squatting_alerts
-
     # the findings as of `now` (facts.findings): the pipeline's latest evaluation at or
     # before `now`, its episodes as they were then, when it is recent; otherwise the rules
     # evaluated at `now` (an `alerts run --now T` plans from the findings as of T, never later ones)
@@ -32,7 +36,6 @@ def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
     preempted = preempted_jobs(con, since=now - PREEMPTION_NOTICE_WINDOW)
     keys = [f"{c}/{j}" for c, j in open_now.select("cluster", "job_id").iter_rows()] if open_now.height else []
     identities = job_identities(con, keys + [f"{r['cluster']}/{r['job_id']}" for r in preempted])
-    from gpuledger.alerts.links import secret
 
     alerts = squatting_alerts(open_now, policy, now=now, squatting=policy.squatting,
                               enforcement=policy.enforcement, currency=currency,
@@ -48,12 +51,9 @@ def plan_alerts(con, policy, *, now: datetime, currency: str = "USD") -> list:
 def kept_out(con, findings, now: datetime):
     """The findings without the jobs their owners keep at ``now`` (a squatting alert's keep: no
     warning escalates while it lasts; enforce.team_store)."""
-    from gpuledger.enforce.team_store import load_owner_choices
-
     kept = {k for k, c in load_owner_choices(con, now).items() if c.kept_until is not None}
     if not kept or not findings.height:
         return findings
-    import polars as pl
 
     keys = pl.DataFrame(sorted(kept), schema={"cluster": pl.String, "job_id": pl.String}, orient="row")
     return findings.join(keys, on=["cluster", "job_id"], how="anti")
@@ -67,8 +67,6 @@ PREEMPTION_NOTICE_WINDOW = timedelta(days=2)
 def job_identities(con, keys: list[str]) -> dict[tuple[str, str], dict]:
     """(cluster, job_id) -> what people know the job by (name, scheduler id, models, hosts), for the
     ``keys`` ('cluster/job_id') an alert is about."""
-    from gpuledger.sql import load_sql
-
     if not keys:
         return {}
     cur = con.execute(load_sql(__package__, "job_identities.sql"), {"keys": sorted(set(keys))})
@@ -78,8 +76,6 @@ def job_identities(con, keys: list[str]) -> dict[tuple[str, str], dict]:
 
 def preempted_jobs(con, *, since: datetime) -> list[dict]:
     """Jobs gpuledger preempted for real since ``since`` (the audit's wall clock), with their owners."""
-    from gpuledger.sql import load_sql
-
     cur = con.execute(load_sql(__package__, "preempted_jobs.sql"), {"since": since})
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
@@ -102,9 +98,6 @@ def run_alert_cycle(path, policy, *, now: datetime | None = None, clock: datetim
                     notifier_for=None, currency: str = "USD") -> CycleReport:
     """Plan at ``now`` (default: the data's newest time), enqueue, deliver at ``clock`` (default:
     the wall clock)."""
-    from gpuledger import facts
-    from gpuledger.channels import notifier_for as default_notifier
-
     with warehouse.open_reader(path) as con:
         now = now or facts.data_now(con)
         alerts = plan_alerts(con, policy, now=now, currency=currency)

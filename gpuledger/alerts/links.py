@@ -13,6 +13,9 @@ import os
 from pathlib import Path
 from urllib.parse import urlencode
 
+import yaml
+
+from gpuledger.channels import SECRETS_ENV
 from gpuledger.errors import RunError
 
 SECRET_ENV = "GPULEDGER_LINK_SECRET"
@@ -30,12 +33,9 @@ def secret() -> str | None:
     if os.environ.get(SECRET_ENV):
         value = os.environ[SECRET_ENV]
     else:
-        from gpuledger.channels import SECRETS_ENV
-
         path = os.environ.get(SECRETS_ENV)
         if not path:
             return None
-        import yaml
 
         try:
             data = yaml.safe_load(Path(path).read_text()) or {}
@@ -51,7 +51,7 @@ def secret() -> str | None:
 
 
 def _serializer(key: str):
-    from itsdangerous import URLSafeTimedSerializer
+    from itsdangerous import URLSafeTimedSerializer  # lazy: optional extra gpuledger[alerts]
 
     return URLSafeTimedSerializer(key, salt=SALT)
 
@@ -63,7 +63,7 @@ def sign(choice: dict, key: str) -> str:
 
 def verify(token: str, key: str, max_age_s: float) -> dict:
     """The choice a token names, or BadLink saying why it cannot be honoured."""
-    from itsdangerous import BadSignature, SignatureExpired
+    from itsdangerous import BadSignature, SignatureExpired  # lazy: optional extra gpuledger[alerts]
 
     try:
         return _serializer(key).loads(token, max_age=max_age_s)

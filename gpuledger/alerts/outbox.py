@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpuledger import warehouse
+from gpuledger.channels import DeliveryError, Message, plain_fields
+from gpuledger.errors import RunError
 from gpuledger.rules.clock import utc_now
 
 LEASE = timedelta(minutes=5)
@@ -49,7 +51,6 @@ class DeliveryReport:
 
 def enqueue(path, alerts: list[Alert]) -> int:
     """Write the alerts whose key is new; returns how many were new."""
-    from gpuledger.channels import plain_fields  # times as ISO-8601 UTC in the stored payload
     if not alerts:
         return 0
     unique = {a.key: a for a in alerts}
@@ -86,9 +87,6 @@ def deliver(path, notifier_for: Callable, *, now: datetime | None = None, max_at
             retry_base_seconds: float = 30, limit: int = 500) -> DeliveryReport:
     """Send what is due at ``now`` (wall clock, UTC; injected by tests). ``notifier_for(channel,
     recipient)`` gives the notifier (gpuledger.channels.notifier_for)."""
-    from gpuledger.channels import DeliveryError, Message
-    from gpuledger.errors import RunError
-
     now = now or utc_now()
     report = DeliveryReport()
     for key, channel, recipient, subject, body, attempts, kind, severity, payload in _claim(path, now, limit):

@@ -16,6 +16,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from gpuledger import warehouse
 from gpuledger.alerts import links
+from gpuledger.alerts.outbox import Alert, enqueue
+from gpuledger.enforce.team_store import owner_choice
 from gpuledger.rules.clock import utc_now
 
 CHOICE_WORDS = {"keep": "keep it running for {hours:g} h (no warning or preemption meanwhile)",
@@ -32,8 +34,6 @@ def record(path, cfg, choice: dict, *, identity: str, now: datetime, token: str 
            ) -> tuple[str, str, datetime | None]:
     """Record ``choice`` ({cluster, job_id, user, choice, hours}) for its job: (outcome, why,
     kept until). An exemption asked for is also an alert to on-call (``policy.alerts.on_call``)."""
-    from gpuledger.enforce.team_store import owner_choice
-
     with warehouse.open_writer(path) as con:
         outcome, why, until = owner_choice(con, cfg, cluster=choice["cluster"], job_id=choice["job_id"],
                                            user=choice["user"], identity=identity, choice=choice["choice"],
@@ -44,8 +44,6 @@ def record(path, cfg, choice: dict, *, identity: str, now: datetime, token: str 
 
 
 def _tell_on_call(path, cfg, choice: dict, now: datetime) -> None:
-    from gpuledger.alerts.outbox import Alert, enqueue
-
     alerts = cfg.policy.alerts
     subject = f"exemption asked: job {choice['job_id']} on {choice['cluster']} by its owner {choice['user']}"
     body = (f"{choice['user']} asks for an exemption from idle-GPU enforcement for job {choice['job_id']} on "

@@ -59,15 +59,6 @@ def _reset_aware_increment(e: pl.Expr) -> pl.Expr:
     return counter_increment(e, e.shift(1)).slice(1).sum()
 
 
-# The shape of the warehouse table gpu_hourly (migration 004) and of hourly_rollup().
-HOURLY_COLS = [
-    "s_n",
-    *(f"s_{name}" for name, _ in SIGNALS),
-    *(f"s_n_{name}" for name, _ in SIGNALS),
-    "e_first", "e_last", "e_inside",
-]
-
-
 def sample_weight(gpu_samples: pl.LazyFrame) -> pl.Expr:
     """``_w``: how many raw samples each row stands for — ``sample_n`` of an aggregated row
     (``ingest prometheus --aggregate``), 1 for a raw sample (NULL, or a frame without the column)."""

@@ -15,6 +15,7 @@ the figure is NULL — unknown, never 0 — and those GPU-hours are counted besi
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,6 @@ import polars as pl
 
 INTENSITY_SCHEMA = {"cluster": pl.String, "hour": pl.Datetime("us"), "kg_co2e_per_kwh": pl.Float64}
 SITE_SCHEMA = {"cluster": pl.String, "pue": pl.Float64, "kg_co2e_per_kwh_constant": pl.Float64}
-CARBON_COLS = ["energy_kwh_facility", "kg_co2e", "gpu_hours_co2_unknown"]
 MAX_INTENSITY = 3.0  # kgCO2e/kWh: coal is ~1.0; more is a unit error (g/kWh written as kg)
 
 
@@ -54,8 +54,6 @@ def read_intensity_csv(path: Path, cluster: str) -> tuple[pl.DataFrame, list[Bad
     """An hourly grid-intensity series (columns ``hour``, ``kg_co2e_per_kwh``): the good rows
     (INTENSITY_SCHEMA) and each bad line with the field and the fix. A missing file or header is a
     ValueError naming it."""
-    import csv
-
     try:
         text = path.read_text()
     except OSError as exc:
@@ -129,14 +127,3 @@ def carbon_sums() -> list[pl.Expr]:
     (known parts; NULL when none known) and the GPU-hours whose kgCO2e is unknown."""
     return [known_sum("energy_kwh"), known_sum("energy_kwh_facility"), known_sum("kg_co2e"),
             pl.col("gpu_hours_co2_unknown").sum()]
-
-
-def unknown_text(value: float | None, unit: str, unknown_hours: float, digits: int = 3) -> str:
-    """A figure as a reader sees it: the number with its unit, "unknown" when there is none, and
-    the GPU-hours it leaves out when some have no energy reading."""
-    if value is None:
-        return "unknown"
-    text = f"{value:,.{digits}f} {unit}"
-    if unknown_hours > 1e-9:
-        text += f" (+ {unknown_hours:,.1f} GPU-h unknown)"
-    return text

@@ -23,11 +23,6 @@ from gpuledger.analytics.capacity import capacity_hourly
 from gpuledger.analytics.demand import demand_hourly
 from gpuledger.analytics.tree import Tree, rollup_to_nodes
 
-SSHARE_COLUMNS = [
-    "node", "parent", "depth", "kind", "shares_raw", "shares_norm", "share_global",
-    "usage_raw_gpu_hours", "usage_norm", "usage_effective", "level_fs", "fs_rank", "fairshare_factor",
-]
-
 
 def fair_share(
     org_nodes: pl.LazyFrame | pl.DataFrame,

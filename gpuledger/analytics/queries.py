@@ -18,6 +18,8 @@ from gpuledger.analytics.attribution import (
     rollup_usage,
 )
 from gpuledger.analytics.budget import budget_burn, funding_from_remaining, job_funding
+from gpuledger.analytics.carbon import carbon_sums, with_carbon
+from gpuledger.analytics.carbon_inputs import site_inputs
 from gpuledger.analytics.chargeback import chargeback_lines, period_bounds
 from gpuledger.analytics.collect import ENGINE
 from gpuledger.analytics.delivery_balance import credited_usage, credits, delivery_balance
@@ -34,6 +36,7 @@ from gpuledger.analytics.squatting import LOOKBACK, squatting_findings
 from gpuledger.analytics.tree import Tree
 from gpuledger.analytics.usage import node_usage
 from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
+from gpuledger.analytics.waits import job_waits, wait_causes, wait_summary
 from gpuledger.config import Policy
 from gpuledger.sql import load_sql
 
@@ -117,10 +120,6 @@ def carbon_report(
 ) -> pl.DataFrame:
     """Per project over [start, end): GPU-hours, GPU kWh, facility kWh, kgCO2e (NULL: unknown)
     and the GPU-hours whose kgCO2e is unknown (no reading, PUE or intensity) (analytics/carbon.py)."""
-    from gpuledger.analytics.carbon import carbon_sums, with_carbon
-    from gpuledger.analytics.carbon_inputs import site_inputs
-    from gpuledger.analytics.load import load_tables
-
     policy = policy or Policy()
     now = now or data_now(con)
     end = min(end, now)
@@ -325,8 +324,6 @@ def job_waits_report(con: duckdb.DuckDBPyConnection, *, start: datetime, end: da
     """Every waiting period of the jobs submitted in [start, end) (``projects``: only theirs),
     with its wait and time to first GPU (seconds, as of ``now``: jobs still waiting count with
     their wait so far) and its main cause (gpuledger.analytics.waits)."""
-    from gpuledger.analytics.waits import job_waits, wait_causes
-
     now = now or waits_now(con)
     reasons_table = "scheduler_reasons" if _table_exists(con, "scheduler_reasons") else \
         "(SELECT NULL::VARCHAR AS cluster, NULL::VARCHAR AS job_id, NULL::TIMESTAMP AS observed_at, " \
@@ -362,8 +359,6 @@ def waits_report(con: duckdb.DuckDBPyConnection, *, start: datetime, end: dateti
     """p50 / p90 / max wait and p50 / p90 time to first GPU (seconds) per ``by`` (project, user,
     class) and, with ``every`` (day / week), per bucket of submission time, with the causes
     counted; ``by="job"``: every waiting period (job_waits_report)."""
-    from gpuledger.analytics.waits import wait_summary
-
     waits = job_waits_report(con, start=start, end=end, now=now, projects=projects)
     if by == "job":
         return waits

@@ -8,18 +8,18 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from gpuledger import tables
 from gpuledger.cli.options import (
     ConfigOpt,
     Format,
     FormatOpt,
     OutOpt,
     WarehouseOpt,
-    show_frame,
     utc_option,
     warehouse_config,
     warehouse_path,
 )
+from gpuledger.cli.views import tables
+from gpuledger.cli.views.show import show_frame
 
 app = typer.Typer(help="On-call and owner alerts through the warehouse outbox.", no_args_is_help=True)
 console = Console()

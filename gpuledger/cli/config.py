@@ -20,7 +20,8 @@ from gpuledger.cli.options import (
     config_or_exit,
     warehouse_path,
 )
-from gpuledger.cli.period import ByOpt, print_rows
+from gpuledger.cli.period import ByOpt
+from gpuledger.cli.views.show import print_rows
 from gpuledger.config_files import example_config_text, resolve_config_path
 
 app = typer.Typer(help="Check or print the config file (org tree, budgets, rate card, policy); load it "
@@ -79,8 +80,8 @@ def config_versions(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehous
     """Every config the warehouse was loaded from: version, content hash, source, who, when."""
     from gpuledger import warehouse
     from gpuledger.config import MISSING_CURRENCY_DEFAULT
-    from gpuledger.ledger.config_versions import versions_without_currency
     from gpuledger.ledger.config_versions import config_versions as versions
+    from gpuledger.ledger.config_versions import versions_without_currency
 
     with warehouse.open_reader(warehouse_path(warehouse_file)) as con:
         frame = versions(con)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from gpuledger import tables, warehouse
+from gpuledger import warehouse
 from gpuledger.cli import options
 from gpuledger.cli.options import (
     ConfigOpt,
@@ -20,11 +20,12 @@ from gpuledger.cli.options import (
     FormatOpt,
     WarehouseOpt,
     out_file,
-    show_frame,
     utc_option,
     warehouse_config,
     warehouse_path,
 )
+from gpuledger.cli.views import tables
+from gpuledger.cli.views.show import show_frame
 from gpuledger.errors import UsageError
 from gpuledger.rules.clock import utc_now
 
@@ -88,8 +89,8 @@ def plan_cycle(path: Path, config: Path | None, now_text: str | None, *, record:
 
 def _print_plan(actions, plan_id, now, fmt: Format, out: Path | None, *, show_none: bool = True,
                 wide: bool = False, columns: str | None = None) -> None:
+    from gpuledger.cli.views.plan import PLAN
     from gpuledger.enforce.backends import planfile
-    from gpuledger.enforce.views import PLAN
 
     if fmt is Format.json:  # the plan file `enforce apply --plan` reads
         text = planfile.to_json(actions, plan_id=plan_id, planned_at=now)

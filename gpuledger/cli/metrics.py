@@ -26,9 +26,8 @@ def serve(
     from gpuledger.extras import require
 
     require("prometheus_client")
-    from gpuledger.metrics.exporter import serve as start
-
     from gpuledger.errors import UsageError
+    from gpuledger.metrics.exporter import serve as start
 
     path = warehouse_path(warehouse_file)
     if not path.is_file():  # a usage error, as for every other reader (exit 2)

@@ -176,39 +176,6 @@ OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value
                       help="file to write (table as plain text, csv, parquet, json); default stdout")
 
 
-def show_frame(frame, fmt: Format, out: Path | None, title: str, view, wide: bool = False,
-               columns: str | None = None) -> None:
-    """A command's table in the format asked: the terminal table (gpuledger/tables.py, or its plain
-    text in ``out``), or csv / parquet / json of its columns (``--columns`` picks and orders them) on
-    stdout or in ``out``; parquet needs ``out``. ``frame`` is a polars DataFrame or the read
-    model's rows (gpuledger.facts.rows: the terminal table needs no polars)."""
-    from gpuledger import tables
-    from gpuledger.facts.rows import as_polars
-
-    names = tables.parse_columns(columns)
-    if fmt is Format.table:
-        tables.print_table(frame, view, title=title, wide=wide, columns=names, out=out)
-        return
-    frame = as_polars(frame)
-    if names is not None:  # csv / parquet / json: the named columns, in that order
-        tables.check_columns(frame, names)
-        frame = frame.select(names)
-    if fmt is Format.parquet:
-        if out is None:
-            raise typer.BadParameter("parquet needs --out FILE")
-        frame.write_parquet(out)
-    elif fmt is Format.csv:
-        # 6 decimals (a GPU-hour to 3.6 ms): the last-bit noise of parallel float sums must not
-        # make two runs over the same data differ
-        text = frame.write_csv(float_precision=6)
-        out.write_text(text) if out else typer.echo(text, nl=False)
-    else:
-        text = frame.write_json()
-        out.write_text(text) if out else typer.echo(text)
-    if out:
-        typer.secho(f"wrote {frame.height} rows to {out}", dim=True)
-
-
 class LazyConsole:
     """rich's Console, made on the first print: a read command that prints only a table (most of
     them) never imports rich, ~13 ms of its start (BENCHMARKS.md "Read model and CLI latency")."""

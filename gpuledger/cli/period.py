@@ -10,29 +10,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from gpuledger.cli.options import Format, FormatOpt, OutOpt, WarehouseOpt, show_frame, warehouse_path
+from gpuledger.cli.options import Format, FormatOpt, OutOpt, WarehouseOpt, warehouse_path
+from gpuledger.cli.views.show import print_rows
 
 app = typer.Typer(help="Close a month's chargeback statement, list closed months, correct one.",
                   no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
 ByOpt = typer.Option(None, "--by", help="who acts, for the audit trail (default: the OS user)")
-
-
-def print_rows(title: str, columns: list[str], rows, fmt: Format = Format.table, out: Path | None = None) -> None:
-    """Rows through show_frame: the terminal table (fits the terminal, never cuts a value; the first
-    column identifies the row, the others may wrap at spaces), or csv / parquet / json of the text."""
-    import polars as pl
-
-    from gpuledger import tables
-
-    text = [[tables.format_value(v) for v in row] for row in rows]
-    frame = pl.DataFrame(text, schema=[(c, pl.String) for c in columns], orient="row")
-    view = tables.View(columns=tuple(tables.Column(c, c, key=i == 0, wrap=i > 0) for i, c in enumerate(columns)))
-    if fmt is Format.table and out is None:
-        tables.print_table(frame, view, title=title, hint="a wider terminal or COLUMNS=200 shows them")
-    else:
-        show_frame(frame, fmt, out, title, view)
 
 
 @app.command("close")
@@ -45,7 +30,7 @@ def period_close(
     """Freeze a month's chargeback statement (every level, with a checksum, who and when). Reports
     of the month then read these lines; only `period correct` changes what it says."""
     from gpuledger import warehouse
-    from gpuledger.reports.closing import close
+    from gpuledger.reports.statement.closing import close
 
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         done = close(con, period, by=by, allow_provisional=provisional)
@@ -64,7 +49,7 @@ def period_correct(
     """Re-issue a closed month with today's config and data: the differences from what was issued
     become credit / debit lines of a new revision, with who, when and why."""
     from gpuledger import warehouse
-    from gpuledger.reports.closing import correct
+    from gpuledger.reports.statement.closing import correct
 
     with warehouse.open_writer(warehouse_path(warehouse_file)) as con:
         done = correct(con, period, reason=reason, by=by)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gpuledger import table_views, tables, warehouse
+from gpuledger import warehouse
 from gpuledger.cli.options import (
     ConfigOpt,
     Format,
@@ -17,13 +17,14 @@ from gpuledger.cli.options import (
     OutOpt,
     WarehouseOpt,
     existing_warehouse,
-    show_frame,
     warehouse_config,
     warehouse_path,
 )
+from gpuledger.cli.views import reports, tables
+from gpuledger.cli.views.show import show_frame
+from gpuledger.cli.views.tables import Column, View
 from gpuledger.errors import printable
 from gpuledger.lazy import lazy_import
-from gpuledger.tables import Column, View
 
 facts = lazy_import("gpuledger.facts")  # the summary computes with polars + DuckDB: loaded when it runs
 
@@ -81,7 +82,7 @@ def summary(fmt: Format = FormatOpt, out: Path | None = OutOpt, warehouse_file: 
         figures = facts.warehouse_summary(con)
         disk = disk_use_frame(con)
     frame = pl.DataFrame({"figure": list(figures), "value": [tables.format_value(v) for v in figures.values()]})
-    show_frame(frame, fmt, out, f"gpuledger warehouse {warehouse_path(warehouse_file)}", table_views.SUMMARY)
+    show_frame(frame, fmt, out, f"gpuledger warehouse {warehouse_path(warehouse_file)}", reports.SUMMARY)
     if fmt is Format.table and out is None:
         tables.print_table(disk, DISK, title="disk use per table")
 
@@ -106,7 +107,7 @@ def quarantine_list(
     names = ("quarantined_at", "source", "location", "reason", "raw_text")
     # never raw bytes or control characters to the terminal
     frame = pl.DataFrame([[r[0], *(printable(str(v)) for v in r[1:])] for r in rows], schema=names, orient="row")
-    show_frame(frame, fmt, out, "quarantine (newest first)", table_views.QUARANTINE, wide, columns)
+    show_frame(frame, fmt, out, "quarantine (newest first)", reports.QUARANTINE, wide, columns)
 
 
 @app.command("disk")

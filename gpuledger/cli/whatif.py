@@ -18,11 +18,11 @@ from gpuledger.cli.options import (
     WarehouseOpt,
     check_range,
     out_file,
-    show_frame,
     utc_option,
     warehouse_config,
     warehouse_path,
 )
+from gpuledger.cli.views.show import show_frame
 from gpuledger.errors import UsageError
 
 app = typer.Typer(
@@ -375,9 +375,9 @@ def _outcome(per_seed, chosen, where, regime: str) -> dict:
 
 
 def _show_outcome(text: str, doc: dict, chosen, *, title: str, fmt: Format, out: Path | None) -> None:
-    from gpuledger import tables
+    from gpuledger.cli.views import tables
+    from gpuledger.cli.views.whatif import outcome_view
     from gpuledger.whatif import outcome
-    from gpuledger.whatif.views import outcome_view
 
     frame = outcome.table_frame(doc["rows"], chosen)
     if _emit(text, frame, fmt, out, title, outcome_view(chosen)):
@@ -421,8 +421,8 @@ def _show_schedule(text: str, frames: dict, rows, chosen, sweep_spec, sweep_poli
                    fmt: Format, out: Path | None, outcome_doc: dict | None = None) -> None:
     """The schedule what-if written (--format / --out / --json) or printed: the summary and the
     per-project delivery side by side, then the sweep's table."""
-    from gpuledger import tables
-    from gpuledger.whatif.views import projects_view, summary_view, sweep_view
+    from gpuledger.cli.views import tables
+    from gpuledger.cli.views.whatif import projects_view, summary_view, sweep_view
 
     sweep = None
     if rows:
@@ -435,8 +435,8 @@ def _show_schedule(text: str, frames: dict, rows, chosen, sweep_spec, sweep_poli
     tables.print_table(frames["summary"], summary_view(chosen), title=title)
     tables.print_table(frames["projects"], projects_view(chosen), title="delivered ÷ owed GPU-hours per project")
     if outcome_doc is not None:
+        from gpuledger.cli.views.whatif import outcome_view
         from gpuledger.whatif import outcome
-        from gpuledger.whatif.views import outcome_view
 
         tables.print_table(outcome.table_frame(outcome_doc["rows"], chosen), outcome_view(chosen),
                            title="outcome (Ai2's measures; --seeds N for min, median and max)")
@@ -480,9 +480,9 @@ def procurement(
 ) -> None:
     """Price the served demand under capacity mixes (on-demand; reserved + on-demand; reserved + spot
     for checkpointable training + on-demand) and the break-even month of owning the GPUs."""
+    from gpuledger.cli.views.whatif import mixes_frame, mixes_view
     from gpuledger.whatif import procurement as proc
     from gpuledger.whatif.engine import simulate
-    from gpuledger.whatif.views import mixes_frame, mixes_view
 
     _check_out(fmt, out)
     if policy not in POLICY_NAMES:
@@ -512,8 +512,8 @@ def procurement(
 
 def _show_procurement(frame, totals, even, title: str, *, has_hardware: bool) -> None:
     """The mixes per model and in all, then owning against renting (or why there is no break-even)."""
-    from gpuledger import tables
-    from gpuledger.whatif.views import break_even_view, mixes_view
+    from gpuledger.cli.views import tables
+    from gpuledger.cli.views.whatif import break_even_view, mixes_view
 
     tables.print_table(frame, mixes_view(), title=title)
     tables.print_table(totals, mixes_view(total=True), title="all models")

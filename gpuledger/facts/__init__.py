@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 
+from gpuledger.config_store import stored_config, stored_config_in_force
 from gpuledger.facts.rows import Rows, as_polars
 from gpuledger.sql import load_sql
 
@@ -58,7 +59,6 @@ BUDGET_COLUMNS = {"node": "String", "period_start": "Date", "period_end": "Date"
 # queries.usage_report's figures after its key columns: the materialized sums (usage_sums.sql)
 USAGE_FIGURES = {"gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_idle": _F,
                  "gpu_hours_unknown": _F, "energy_kwh": _F, "efficiency_ratio": _F}
-USAGE_COLUMNS = {"project": "String", **USAGE_FIGURES}  # by="project"
 # queries.utilization_report(by="model")'s columns: the rows of utilization_hourly
 UTILIZATION_COLUMNS = {"cluster": "String", "model": "String", "hour": "Datetime", "gpu_hours_capacity": _F,
                        "gpu_hours_allocated": _F, "gpu_hours_active": _F, "gpu_hours_unknown": _F,
@@ -135,8 +135,6 @@ def _policy_in_force(con, policy, part: str | None = None) -> bool:
     squatting rules, for findings). A callable (the CLI's stored config) or None is the stored one."""
     if policy is None or callable(policy):
         return True
-    from gpuledger.config_store import stored_config_in_force
-
     stored = stored_config_in_force(con)
     if stored is None:
         return False
@@ -166,7 +164,7 @@ def fairshare(con, *, policy, as_of: datetime | None = None, materialized: bool 
             and _policy_in_force(con, policy)):
         rows = _snapshot(con, "fairshare_snapshots", FAIRSHARE_COLUMNS, at, "queue_order", {"queue_order": "order"})
         return Facts(rows, MATERIALIZED, at)
-    from gpuledger.analytics import queries
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     return Facts(queries.fairshare_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
@@ -180,7 +178,7 @@ def budget(con, *, policy, as_of: datetime | None = None, materialized: bool = T
             and _policy_in_force(con, policy)):
         # the snapshot keeps the report's row order (tree position, period) as it was inserted
         return Facts(_snapshot(con, "budget_snapshots", BUDGET_COLUMNS, at, "rowid"), MATERIALIZED, at)
-    from gpuledger.analytics import queries
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     return Facts(queries.budget_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
@@ -189,7 +187,7 @@ def delivery_balance(con, *, policy, as_of: datetime | None = None) -> Facts:
     """The delivery balance per org node and settlement period up to ``as_of``
     (queries.balance_report, GPU-hours). Always computed: it is a pass over a few windows of jobs."""
     at = as_of or data_now(con)
-    from gpuledger.analytics import queries
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     return Facts(queries.balance_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
@@ -221,7 +219,7 @@ def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=No
                      order=", ".join(f'"{k}" ASC NULLS LAST' for k in keys))
         rows = con.execute(query, {"start": start, "end": end}).fetchall()
         return Facts(Rows(rows, {**dict.fromkeys(keys, "String"), **USAGE_FIGURES}), MATERIALIZED, at)
-    from gpuledger.analytics import queries
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     frame = queries.usage_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at, per_hour=per_hour)
     return Facts(frame, COMPUTED, at)
@@ -238,7 +236,7 @@ def utilization(con, *, start: datetime, end: datetime, by: str = "model", polic
     if materialized and by == "model" and _usage_fresh(con, "utilization_hourly", start, end, at) and _policy_in_force(con, policy):
         rows = con.execute(_sql("utilization_by_model"), {"start": start, "end": end}).fetchall()
         return Facts(Rows(rows, UTILIZATION_COLUMNS), MATERIALIZED, at)
-    from gpuledger.analytics import queries
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     frame = queries.utilization_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at)
     return Facts(frame, COMPUTED, at)
@@ -250,7 +248,7 @@ def funding(con, *, policy, now: datetime | None = None) -> Facts:
     answers it: the snapshot when fresh, so a cycle at Kueue's large shape does not recompute every
     allocation of the month (issue 41)."""
     at = now or data_now(con)
-    from gpuledger.analytics import queries
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     spent = budget(con, policy=policy, as_of=at).table  # Rows or a polars DataFrame: columns by name
     remaining = {node: left for node, own, left in zip(spent["node"], spent["budget_own"],
@@ -289,7 +287,7 @@ def findings(con, *, policy, now: datetime | None = None, include_exempt: bool =
             if _exempt_stored(con, evaluated):
                 query = _sql("findings_with_exempt_as_of", episodes=episodes)
                 return Facts(Rows.from_cursor(con.execute(query, {"at": evaluated})), MATERIALIZED, evaluated)
-    from gpuledger.analytics import queries
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     return Facts(queries.squatters_report(con, policy=_policy(policy), now=at, include_exempt=include_exempt),
                  COMPUTED, at)
@@ -314,8 +312,6 @@ def _sustained_minutes(con, policy) -> float | None:
     ``policy`` (its squatting rules are the stored config's), else None. A callable policy (the
     CLI's stored config) is read from the stored setting: no config validation on the fast path."""
     if policy is None or callable(policy):
-        from gpuledger.config_store import stored_config
-
         stored = stored_config(con)
         return None if stored is None else stored.setting("policy.squatting.sustained_minutes")
     return policy.squatting.sustained_minutes if _policy_in_force(con, policy, "squatting") else None
@@ -332,7 +328,7 @@ def waits(con, *, start: datetime, end: datetime, now: datetime | None = None, b
     """Wait times of the jobs submitted in [start, end) as of ``now`` (queries.waits_report:
     seconds, per ``by``; ``by="job"``: every waiting period with its cause). Always computed: no
     table materializes it (a week of a 1,024-GPU cluster's jobs is one scan of ``jobs``)."""
-    from gpuledger.analytics import queries
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     at = now or waits_now(con)
     return Facts(queries.waits_report(con, start=start, end=end, now=at, by=by, every=every, projects=projects),
@@ -342,7 +338,7 @@ def waits(con, *, start: datetime, end: datetime, now: datetime | None = None, b
 def carbon(con, *, start: datetime, end: datetime, policy, now: datetime | None = None) -> Facts:
     """Per project over [start, end): GPU-hours, GPU and facility kWh, kgCO2e and the GPU-hours
     whose emissions are unknown (queries.carbon_report). Always computed: no table materializes it."""
-    from gpuledger.analytics import queries
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     at = now or data_now(con)
     return Facts(queries.carbon_report(con, start=start, end=end, now=at, policy=_policy(policy)), COMPUTED, at)
@@ -351,8 +347,8 @@ def carbon(con, *, start: datetime, end: datetime, policy, now: datetime | None 
 def chargeback(con, period: str, *, policy, level: str = "project", now: datetime | None = None) -> Facts:
     """Chargeback lines of ``period`` (``2026-10``, ``2026-W41``, ``A..B``; queries.chargeback_report)
     with ``policy``: not a statement (a closed month's stored lines are the ledger's:
-    gpuledger.reports.statement). Always computed."""
-    from gpuledger.analytics import queries
+    gpuledger.reports.statement.build). Always computed."""
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     at = now or data_now(con)
     return Facts(queries.chargeback_report(con, period, level=level, policy=_policy(policy), now=at), COMPUTED, at)
@@ -361,6 +357,6 @@ def chargeback(con, period: str, *, policy, level: str = "project", now: datetim
 def warehouse_summary(con) -> dict[str, object]:
     """What the warehouse holds as of the data's now: devices, jobs, allocated GPU-hours, samples,
     quarantine (queries.warehouse_summary)."""
-    from gpuledger.analytics import queries
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     return queries.warehouse_summary(con)

@@ -1,5 +1,5 @@
 """A materialized answer as query rows with their column types: what a terminal table needs
-(gpuledger/tables.py reads ``columns``, ``height``, ``schema[name].is_float()`` / ``is_integer()``
+(gpuledger/cli/views/tables.py reads ``columns``, ``height``, ``schema[name].is_float()`` / ``is_integer()``
 and ``table[name].to_list()``), without importing polars — whose import costs more than the whole
 materialized query (BENCHMARKS.md "Read model and CLI latency"). ``to_polars`` gives the same
 table as a polars DataFrame, for csv / parquet / json and for every reader that computes on it."""
@@ -83,7 +83,7 @@ class Rows:
 
     def to_polars(self):
         """The same table as a polars DataFrame of the schema's types (no pyarrow on the way)."""
-        import polars as pl
+        import polars as pl  # lazy: rows are read without polars; only this conversion needs it
 
         return pl.DataFrame(self._rows, schema={c: _polars_dtype(pl, t) for c, t in self._types.items()},
                             orient="row")

@@ -1,4 +1,4 @@
-"""The chargeback page's statement view of a month (reports.statement_view.StatementSummary),
+"""The chargeback page's statement view of a month (reports.statement.summary.StatementSummary),
 materialized by the chargeback pipeline beside chargeback_statements (migration 019) and read
 back while it is as new as the data: built at the data's current "now" (or, for a month that has
 ended, at any "now" after its end: the whole month either way) from the same inputs
@@ -22,8 +22,8 @@ import polars as pl
 
 from gpuledger import warehouse
 from gpuledger.ledger.periods import PeriodState
-from gpuledger.reports.statement import LINE_COLUMNS
-from gpuledger.reports.statement_view import StatementSummary
+from gpuledger.reports.statement.build import LINE_COLUMNS
+from gpuledger.reports.statement.summary import StatementSummary
 from gpuledger.rules.clock import utc_now
 from gpuledger.rules.periods import month_bounds
 from gpuledger.sql import load_sql

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 import duckdb
 import polars as pl
 
+from gpuledger.ingest.holdings.store import link_holdings, record_disagreements
 from gpuledger.sql import load_sql
 from gpuledger.warehouse import transaction
 
@@ -47,8 +48,6 @@ def link_devices(con: duckdb.DuckDBPyConnection, *, start: datetime, end: dateti
         holdings = con.execute("SELECT count(*) FROM device_holdings WHERE last_seen >= $lo",
                                {"lo": start}).fetchall()[0][0]
         if holdings:
-            from gpuledger.ingest.holdings.store import link_holdings
-
             link_holdings(con, since=start, check=False)
         con.execute(_LINKS, {"lo": start, "hi": end}).fetchall()
         written = con.execute("SELECT count(*) FROM _device_links").fetchall()[0][0]
@@ -64,8 +63,6 @@ def link_devices(con: duckdb.DuckDBPyConnection, *, start: datetime, end: dateti
             con.execute(_FRACTIONS).fetchall()
         con.execute("DROP TABLE _device_links").fetchall()
         if holdings:
-            from gpuledger.ingest.holdings.store import record_disagreements
-
             record_disagreements(con, start=start, end=end)
     return written
 

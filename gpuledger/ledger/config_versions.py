@@ -35,7 +35,11 @@ from gpuledger.config import Config, names_currency, parse_config_text, read_con
 from gpuledger.config_files import packaged_example_path
 from gpuledger.config_store import StoredConfig, stored_config  # noqa: F401  (StoredConfig: this module's callers)
 from gpuledger.errors import UsageError
+from gpuledger.ingest.tiers import apply_tier_rules
 from gpuledger.ledger import audit
+from gpuledger.ledger.grid_intensity import replace_grid_intensity
+from gpuledger.ledger.periods import closed_periods
+from gpuledger.rules.periods import next_month
 from gpuledger.warehouse.db import transaction
 from gpuledger.warehouse.writes import replace_reference
 
@@ -218,14 +222,10 @@ def load_version(
     the current one. Replaces org_nodes / budgets / rate_card, keeps the version's rate card and
     budgets, re-applies the tier rules to every device, audits the load. Closed periods are not
     touched: their statements stay as issued (see :mod:`gpuledger.ledger.periods`)."""
-    from gpuledger.ingest.tiers import apply_tier_rules  # ingest imports the ledger: import here
-
     sha = fingerprint(cfg)
     now = now or audit.utc_now()
     who = audit.actor(by)
     with transaction(con):
-        from gpuledger.ledger.grid_intensity import replace_grid_intensity
-
         # the series lives in a file beside the config: read on every load, so a changed file
         # counts even when the config text does not
         grid_warnings = replace_grid_intensity(con, cfg, source=source)
@@ -264,8 +264,6 @@ def _periods_touched(con, old: Config | None, new: Config, now: datetime) -> tup
     still open that the change re-prices (said aloud, not silently)."""
     if old is None:
         return [], []
-    from gpuledger.ledger.periods import closed_periods  # periods imports this module
-    from gpuledger.rules.periods import next_month
 
     windows = repriced_windows(old, new)
     tiers_changed = (old.policy.chargeback.model_dump() != new.policy.chargeback.model_dump())

@@ -11,6 +11,8 @@ import duckdb
 import polars as pl
 
 from gpuledger.analytics.carbon import INTENSITY_SCHEMA, read_intensity_csv
+from gpuledger.config import ConfigError
+from gpuledger.warehouse.writes import QuarantineRow, quarantine
 
 SOURCE = "grid-intensity"
 
@@ -26,9 +28,6 @@ def intensity_path(csv: str, source: str | Path | None) -> Path:
 def replace_grid_intensity(con: duckdb.DuckDBPyConnection, cfg, *, source: str | Path | None) -> list[str]:
     """Make grid_intensity_hours exactly the config's CSV series; returns one warning per
     quarantined line. A file that cannot be read is a ConfigError naming it and the field."""
-    from gpuledger.config import ConfigError
-    from gpuledger.warehouse.writes import QuarantineRow, quarantine
-
     frames, warnings = [], []
     for name, site in sorted(cfg.clusters.items()):
         if site.grid_intensity is None or site.grid_intensity.csv is None:

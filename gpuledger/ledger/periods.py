@@ -36,11 +36,15 @@ from decimal import Decimal
 import duckdb
 import polars as pl
 
+from gpuledger.analytics.chargeback import IDLE, PAD, with_org_paths
+from gpuledger.analytics.load import load_tables
+from gpuledger.analytics.money import RAW, half_up_cents, round_tree
+from gpuledger.analytics.queries import chargeback_report
 from gpuledger.config import Config, Policy
 from gpuledger.config_store import policy_in_force, stored_config
 from gpuledger.errors import RunError, UsageError
 from gpuledger.ledger import audit
-from gpuledger.rules.billing import billed_expr, billed_sql
+from gpuledger.rules.billing import billed, billed_expr, billed_sql
 from gpuledger.rules.periods import PeriodError, month_bounds, next_month  # noqa: F401  (callers of the ledger)
 from gpuledger.sql import load_sql
 from gpuledger.warehouse.db import transaction
@@ -338,8 +342,6 @@ def _issued(con, period: str) -> dict[int, dict[str, pl.DataFrame]]:
 
 def compute_lines(con, period: str, cfg: Config, *, now: datetime | None = None) -> dict[str, pl.DataFrame]:
     """The period's chargeback lines at every level with the warehouse's current reference data."""
-    from gpuledger.analytics.queries import chargeback_report
-
     return {level: chargeback_report(con, period, level=level, policy=cfg.policy, now=now, exact=True)
             for level in LEVELS}
 
@@ -421,7 +423,6 @@ def _closed_message(con, period: str) -> str:
 def _totals(frame: pl.DataFrame) -> dict[str, str]:
     if frame.is_empty():
         return {}
-    from gpuledger.rules.billing import billed
 
     sums = frame.filter(billed(frame)).group_by("currency").agg(pl.col("amount").sum()).sort("currency")
     return {c: str(a) for c, a in sums.iter_rows()}
@@ -480,8 +481,6 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
     re-pricing one pool moves nothing in another; job, project and node corrections come from
     the one delta tree, so they add up to each other. Memo and unpriced lines (outside the total)
     keep the difference of their rounded lines."""
-    from gpuledger.analytics.load import load_tables
-
     start, end = month_bounds(period)
     org_nodes = load_tables(con, start=start, end=end, samples=False).org_nodes.collect()
     job_fresh = fresh["job"]
@@ -504,8 +503,6 @@ def _delta_corrections(con, period: str, effective: dict[str, pl.DataFrame],
 def delta_leaves(job_fresh: pl.DataFrame, job_old: pl.DataFrame) -> pl.DataFrame:
     """The billed job lines, fresh beside issued (``_old_*``; Σ over revisions), with the exact
     deltas ``_d_raw`` (amount), ``_di_raw`` (idle included), ``_d_hours`` and the GPU ``_pool``."""
-    from gpuledger.analytics.money import RAW
-
     keys = [k for k in _keys(job_fresh) if k in job_old.columns]
     zero = pl.lit(0).cast(RAW)
     old = job_old.filter(billed_expr(has_corrections=False)).select(
@@ -526,8 +523,6 @@ def pool_root_cents(joined: pl.DataFrame) -> pl.DataFrame:
     its new exact total half-up less the cents already issued; none in a pool where no exact
     amount moved (a month issued before pools were rounded first keeps its cents where nothing
     changed). The currency's correction is the sum of its pools'."""
-    from gpuledger.analytics.money import RAW, half_up_cents
-
     zero = pl.lit(0).cast(RAW)
 
     def root_of(exact: str, issued: str, delta: str) -> pl.Expr:
@@ -551,9 +546,6 @@ class DeltaTree:
 
 def delta_tree(joined: pl.DataFrame, org_nodes: pl.DataFrame) -> DeltaTree:
     """:func:`delta_leaves`' deltas rounded top-down from :func:`pool_root_cents`, pool first."""
-    from gpuledger.analytics.chargeback import with_org_paths
-    from gpuledger.analytics.money import round_tree
-
     root = pool_root_cents(joined)
     lf, depth = with_org_paths(joined.lazy(), org_nodes)
     path = ["_pool", *(f"p{i}" for i in range(1, depth + 1)), "_leaf"]
@@ -568,8 +560,6 @@ def delta_tree(joined: pl.DataFrame, org_nodes: pl.DataFrame) -> DeltaTree:
 def delta_levels(tree: DeltaTree) -> dict[str, pl.DataFrame]:
     """The delta tree read out per level: job (the leaves), project (above them) and node (each
     org node's parts in every pool summed)."""
-    from gpuledger.analytics.chargeback import IDLE, PAD
-
     levels, path = tree.levels, tree.path
     meta = tree.leaves.select(*path, "line_kind", "cluster", "job_id", "project", "user_name", "gpu_model", "tier")
     job = levels[-1].collect().join(meta, on=path, how="left", nulls_equal=True)
@@ -674,7 +664,6 @@ def statement_lines(
         whole = pl.concat(parts, how="diagonal_relaxed")
         head = [c for c in whole.columns if c not in ("revision", "correction_of", *EXACT)]
         return whole.select(*head, "revision", "correction_of")
-    from gpuledger.analytics.queries import chargeback_report
 
     policy = policy_in_force(con, policy)
     lines = chargeback_report(con, period, level=level, policy=policy, now=now)

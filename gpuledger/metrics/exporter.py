@@ -37,8 +37,13 @@ import threading
 import time
 from calendar import timegm
 from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from gpuledger import facts, warehouse
+from gpuledger.config_store import policy_in_force
+from gpuledger.errors import GpuledgerError, printable
+from gpuledger.metrics.pipeline_health import register_if_configured
 from gpuledger.rules.severity import STAGES
 
 SECONDS_PER_HOUR = 3600.0
@@ -53,9 +58,6 @@ def _unix(moment) -> float:
 def compute_figures(path: Path, policy=None) -> list[tuple[str, str, list[tuple[dict, float]]]]:
     """(name, help, [(labels, value)]) for every metric, from the warehouse at ``path``, under
     ``policy`` (default: the config in force, as `gpuledger report` reads it)."""
-    from gpuledger import facts, warehouse
-    from gpuledger.config_store import policy_in_force
-
     with warehouse.open_reader(path) as con:
         # a callable: the stored config, whose materialized rows can answer (a given policy gets
         # rows made under it only when it is the stored one: the facts' own rule)
@@ -144,6 +146,7 @@ class LedgerCollector:
             return self._figures
 
     def collect(self):
+        # lazy: optional extra gpuledger[alerts]
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         for name, doc, samples in self.figures():
@@ -161,8 +164,6 @@ LISTEN_BACKLOG = 1024  # a fleet's Prometheus replicas scrape at once; socketser
 
 def _reason(exc: BaseException) -> str:
     """One line for a refresh that failed: gpuledger's own message, else the exception's first line."""
-    from gpuledger.errors import GpuledgerError, printable
-
     names = {cls.__name__ for cls in type(exc).__mro__}
     text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
     if isinstance(exc, GpuledgerError) or "WarehouseError" in names:
@@ -217,11 +218,10 @@ class CachedExposition:
 
 def exposition_renderer(path: Path, *, policy=None):
     """A function computing the whole /metrics page (Prometheus text format) from the warehouse."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import CollectorRegistry, generate_latest  # lazy: optional extra gpuledger[alerts]
 
     registry = CollectorRegistry()
     registry.register(LedgerCollector(path, policy=policy, cache_s=0))
-    from gpuledger.metrics.pipeline_health import register_if_configured
 
     register_if_configured(registry)  # pipeline health from the Dagster instance, when there is one
     return lambda: generate_latest(registry)
@@ -231,9 +231,7 @@ def make_server(path: Path, *, port: int, host: str = DEFAULT_HOST, policy=None,
                 log=lambda line: None):
     """A threaded HTTP server answering GET /metrics from one :class:`CachedExposition`; not yet
     serving (``serve_forever`` in a thread). Raises OSError when it cannot listen."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from prometheus_client import CONTENT_TYPE_LATEST
+    from prometheus_client import CONTENT_TYPE_LATEST  # lazy: optional extra gpuledger[alerts]
 
     page = CachedExposition(exposition_renderer(path, policy=policy), cache_s=cache_s, log=log)
 

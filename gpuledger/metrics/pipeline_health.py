@@ -19,21 +19,23 @@ its first run. Read at most once per ``cache_s`` (a dozen small queries).
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
 
+from gpuledger.pipeline_jobs import MAX_RUNTIME_S
+
 
 def job_names() -> list[str]:
-    from gpuledger.pipeline_jobs import MAX_RUNTIME_S
-
     return sorted(MAX_RUNTIME_S)
 
 
 def compute_health(instance, now: float, jobs: list[str]) -> list[tuple[str, str, list[tuple[dict, float]]]]:
     """(name, help, [(labels, value)]) for each pipeline-health metric, from ``instance`` at ``now`` (Unix s)."""
-    import dagster as dg
+    import dagster as dg  # lazy: optional extra gpuledger[pipelines]
 
     def newest_end(job: str, status) -> float | None:
         records = instance.get_run_records(filters=dg.RunsFilter(job_name=job, statuses=[status]), limit=1)
@@ -87,7 +89,7 @@ class PipelineHealthCollector:
             return self._figures
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import GaugeMetricFamily  # lazy: optional extra gpuledger[alerts]
 
         for name, doc, samples in self.figures():
             labels = sorted({k for lab, _ in samples for k in lab})
@@ -98,9 +100,7 @@ class PipelineHealthCollector:
 
 
 def _instance_from_env():
-    import os
-
-    import dagster as dg
+    import dagster as dg  # lazy: optional extra gpuledger[pipelines]
 
     # libpq's connect timeout: an unreachable PostgreSQL reads as health_up 0 within seconds, instead
     # of holding the whole /metrics page until the kernel gives up on the connection
@@ -111,9 +111,6 @@ def _instance_from_env():
 def register_if_configured(registry) -> bool:
     """Add the collector when this process can see a Dagster instance ($DAGSTER_HOME and the
     pipelines extra); returns whether it did."""
-    import importlib.util
-    import os
-
     if not os.environ.get("DAGSTER_HOME") or importlib.util.find_spec("dagster") is None:
         return False
     registry.register(PipelineHealthCollector())

@@ -1,4 +1,5 @@
-"""Finance statements: a month's chargeback statement as finance reads it (CSV, Parquet, XLSX, a
-self-contained HTML page with charts, manifest.json), per business unit, reconciled to the cent and
-byte-identical when regenerated; the weekly summary; e-mail to finance. Lines come from the
-ledger through ``gpuledger.ledger.periods.statement_lines`` only (a closed month reads its frozen lines)."""
+"""Finance reports: the month's chargeback statement (``statement/``), the weekly summary per
+business unit (``weekly``) and the showback of activity beside the statement (``showback``); what
+they share: a table as a file (``table_files``) and deterministic SVG charts (``chart``, also
+drawn by ``gpuledger whatif``). Lines come from the ledger through
+``gpuledger.ledger.periods.statement_lines`` only (a closed month reads its frozen lines)."""

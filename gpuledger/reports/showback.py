@@ -30,7 +30,8 @@ from decimal import Decimal
 
 import polars as pl
 
-from gpuledger.reports.statement import ORG_LINES, Statement
+from gpuledger.errors import UsageError
+from gpuledger.reports.statement.build import ORG_LINES, Statement
 from gpuledger.reports.table_files import html_rows
 from gpuledger.rules.billing import billed as is_billed
 from gpuledger.rules.billing import billed_kind
@@ -58,8 +59,6 @@ def showback_lines(st: Statement, basis: str = "active") -> pl.DataFrame:
     showback, idle_redistributed (showback − billed), marked (what is marked: "time-sliced",
     "no activity signal" / "no energy reading", joined by "; "; empty when all measured)."""
     if basis not in BASES:
-        from gpuledger.errors import UsageError
-
         raise UsageError(f"--showback {basis!r}: choose one of {', '.join(BASES)}")
     charges, idle = pool_money(st)
     pools = sorted(set(charges.select(POOL).unique().iter_rows()) | set(idle.select(POOL).unique().iter_rows()),
@@ -212,7 +211,7 @@ HEADERS = {"business_unit": "Business unit", "project": "Project", "gpu_model": 
 
 def render_showback_html(st: Statement, frame: pl.DataFrame, basis: str) -> str:
     """The showback as a reader opens it: human headers with units, the per-pool sentences."""
-    from jinja2 import Environment, select_autoescape
+    from jinja2 import Environment, select_autoescape  # lazy: optional extra gpuledger[reports]
 
     cur = ", ".join(sorted(set(frame["currency"].drop_nulls().to_list()))) or "?"
     unit = MEASURE_UNIT[basis]

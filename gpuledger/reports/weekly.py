@@ -14,12 +14,22 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from gpuledger.analytics.collect import ENGINE
+from gpuledger.analytics.load import load_device_activity, load_tables
+from gpuledger.analytics.queries import budget_report, chargeback_report, data_now, ordered, squatters_report
 from gpuledger.analytics.squatting import LOOKBACK as SQUATTING_LOOKBACK
-from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, business_units
+from gpuledger.analytics.squatting import squatting_findings
+from gpuledger.analytics.squatting_lifecycle import EPISODE, advance_lifecycle
+from gpuledger.config_store import policy_in_force
+from gpuledger.errors import UsageError
+from gpuledger.ledger.periods import month_bounds, next_month, statement_lines
+from gpuledger.reports.statement.build import ORG_LINES, UNASSIGNED, business_units
 from gpuledger.reports.table_files import html_rows, sha256_file, write_csv
 from gpuledger.rules.billing import billed as is_billed
 from gpuledger.rules.money import largest_remainder
+from gpuledger.rules.periods import week_bounds
 from gpuledger.rules.severity import SEVERITY_RANK
+from gpuledger.sql import load_sql
 
 WEEKLY_TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
@@ -55,13 +65,6 @@ class WeeklySummary:
 def build_weekly(con: duckdb.DuckDBPyConnection, week: str, *, policy=None, now: datetime | None = None,
                  top: int | None = None) -> WeeklySummary:
     """The summary of ISO week ``week`` (YYYY-Www)."""
-    from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.queries import budget_report, data_now
-    from gpuledger.config_store import policy_in_force
-    from gpuledger.errors import UsageError
-    from gpuledger.ledger.periods import statement_lines
-    from gpuledger.rules.periods import week_bounds
-
     try:
         start, end = week_bounds(week)
     except UsageError as exc:
@@ -131,9 +134,6 @@ def month_shares(con, start: datetime, end: datetime, *, policy, now: datetime, 
     statement it overlaps: a month's cents (its issued lines and corrections when closed) are split
     among the month's week parts by largest remainder of their exact amounts, so the weeks of a
     month add up to its statement to the cent, and a week crossing months is the sum of two parts."""
-    from gpuledger.analytics.queries import chargeback_report
-    from gpuledger.ledger.periods import month_bounds, next_month, statement_lines
-
     rows: dict[tuple[str, str], Decimal] = {}
     month = datetime(start.year, start.month, 1)
     while month < end:
@@ -179,8 +179,6 @@ def idle_candidate_moments(con: duckdb.DuckDBPyConnection, policy, *, start: dat
     sample makes idle_since later than M − sustained; analytics/squatting.py). So where, for every
     signal, a device's samples in the window are absent or include an active one, it is not idle at
     M, whichever signal it is judged by; and only a device allocated at M is held."""
-    from gpuledger.sql import load_sql
-
     sustained = timedelta(minutes=policy.squatting.sustained_minutes)
     if policy.squatting.min_coverage_ratio <= 0 or sustained <= timedelta(0) or sustained % step:
         return None
@@ -213,20 +211,12 @@ class _WeekTables:
     LOOKBACK = SQUATTING_LOOKBACK  # squatters_report's default lookback
 
     def __init__(self, con, policy, *, start: datetime, end: datetime, step: timedelta):
-        from gpuledger.analytics.collect import ENGINE
-        from gpuledger.analytics.load import load_tables
-
         self.con, self.policy = con, policy
         t = load_tables(con, start=start + step - self.LOOKBACK, end=end + timedelta(seconds=1), samples=False)
         self.jobs, self.allocations = t.jobs.collect(engine=ENGINE), t.job_allocations.collect(engine=ENGINE)
         self.gpus, self.rate_card = t.gpus.collect(engine=ENGINE), t.rate_card.collect(engine=ENGINE)
 
     def findings(self, moment: datetime) -> pl.DataFrame:
-        from gpuledger.analytics.collect import ENGINE
-        from gpuledger.analytics.load import load_device_activity
-        from gpuledger.analytics.queries import ordered
-        from gpuledger.analytics.squatting import squatting_findings
-
         lo, hi = moment - self.LOOKBACK, moment + timedelta(seconds=1)
 
         def overlaps(frame: pl.DataFrame, begin: pl.Expr) -> pl.Expr:
@@ -254,11 +244,7 @@ def week_episodes(con: duckdb.DuckDBPyConnection, policy, *, start: datetime, en
 
     ``plain``: queries.squatters_report at every moment, reading the tables each time (the
     reference the fast path is measured and checked against: benchmarks/weekly_bench.py)."""
-    from gpuledger.analytics.squatting_lifecycle import EPISODE, advance_lifecycle
-
     if plain:
-        from gpuledger.analytics.queries import squatters_report
-
         def findings_at(moment: datetime) -> pl.DataFrame:
             return squatters_report(con, policy=policy, now=moment)
     else:
@@ -333,7 +319,7 @@ def _human(title: str, frame: pl.DataFrame, headers: dict[str, str], currency: s
 def write_weekly(ws: WeeklySummary, out: Path) -> dict:
     """weekly-<week>.csv (per business unit), weekly-<week>-squatters.csv, weekly-<week>.html and
     manifest.json in ``out``; deterministic like the statements."""
-    from jinja2 import Environment, select_autoescape
+    from jinja2 import Environment, select_autoescape  # lazy: optional extra gpuledger[reports]
 
 
     out.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ to their device, late samples arrive one write later and a copy of them once mor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -15,6 +16,8 @@ import polars as pl
 
 from gpuledger import warehouse
 from gpuledger.ingest.metrics import dcgm_fields as dcgm
+from gpuledger.ingest.tiers import apply_tier_rules, store_node_labels
+from gpuledger.ledger.config_versions import ensure_config
 from gpuledger.simulator import dirt
 from gpuledger.simulator.labels import job_labels, node_labels
 from gpuledger.simulator.scenario import SimCluster
@@ -148,8 +151,6 @@ def provenance_frame(sim: SimCluster) -> pl.DataFrame:
 
 def node_label_frame(sim: SimCluster) -> pl.DataFrame:
     """node_labels rows for the simulated nodes (as the Kubernetes ingest would store them)."""
-    import json
-
     labels = node_labels(sim)
     return pl.DataFrame({"cluster": [sim.cluster] * len(labels), "host": list(labels),
                          "labels_json": [json.dumps(v, sort_keys=True) for v in labels.values()],
@@ -198,9 +199,6 @@ def write_simulation(
 
     Returns the warehouse's row counts afterwards.
     """
-    from gpuledger.ingest.tiers import apply_tier_rules, store_node_labels
-    from gpuledger.ledger.config_versions import ensure_config
-
     # The warehouse's config must be the simulation's (stored when the warehouse has none): a
     # simulation never replaces a config behind the user's back.
     ensure_config(con, sim.config, source="(simulator)")

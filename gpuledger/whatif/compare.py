@@ -21,6 +21,9 @@ from collections.abc import Callable
 from dataclasses import asdict, fields
 from datetime import timedelta
 
+import polars as pl
+
+from gpuledger.reports.chart import stacked_bars
 from gpuledger.rules.clock import iso_z
 from gpuledger.whatif import metrics
 from gpuledger.whatif.engine import effective_policy, org_nodes_frame, simulate
@@ -91,8 +94,6 @@ def compare(
 def side_by_side(runs: list[tuple[dict, object]]) -> dict:
     """{"summary": metric × policy, "projects": project × policy delivery, "waits": class × policy}
     as polars DataFrames (the dashboard's frames)."""
-    import polars as pl
-
     names = [s["policy"] for s, _ in runs]
     summary = pl.DataFrame(
         {
@@ -252,8 +253,6 @@ def _plain(v):
 def frames_from_json(text: str) -> dict:
     """The dashboard's reader: the frames of :func:`side_by_side` (plus ``sweep`` when the file has
     one) from a file written by :func:`to_json`."""
-    import polars as pl
-
     doc = json.loads(text)
     if doc.get("format") != FORMAT:
         raise ValueError(f"not a what-if schedule file (format {doc.get('format')!r}, expected {FORMAT!r})")
@@ -270,8 +269,6 @@ __all__ = ["FORMAT", "asdict", "compare", "frames_from_json", "side_by_side", "s
 def sweep_chart(rows: list[dict], parameter: str, policy: str) -> str:
     """An SVG bar chart of a sweep: the worst project's and all projects' delivered ÷ owed per
     value (deterministic bytes, gpuledger.reports.chart)."""
-    from gpuledger.reports.chart import stacked_bars
-
     worst = stacked_bars(
         f"{parameter} sweep ({policy}): worst project delivered ÷ owed",
         [f"{parameter}={r['value']}" for r in rows],

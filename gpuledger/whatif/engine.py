@@ -30,7 +30,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
 
+import polars as pl
+
 from gpuledger.analytics.delivery_balance import credited_usage
+from gpuledger.analytics.fairshare import fair_share
+from gpuledger.analytics.tree import Tree
 from gpuledger.config import Config
 from gpuledger.enforce.bands import QUICK_BASE
 from gpuledger.enforce.model import PREEMPT, WARN
@@ -82,8 +86,6 @@ def effective_policy(cfg: Config, params: Params):
 def org_nodes_frame(cfg: Config, params: Params):
     frame = cfg.org_frame()
     if params.share_overrides:
-        import polars as pl
-
         known = set(frame["node"])
         for node, _ in params.share_overrides:
             if node not in known:
@@ -126,7 +128,6 @@ class Simulation:
         self.lane_running: dict[str, int] = defaultdict(int)  # project -> its lane jobs running
         usage_policy, self.cap_s, self.squatting = effective_policy(cfg, self.params)
         self.org_nodes = org_nodes_frame(cfg, self.params)
-        from gpuledger.analytics.tree import Tree
 
         self.tree = Tree.from_frame(self.org_nodes)
         self.jobs = list(trace.jobs)
@@ -628,10 +629,6 @@ def _pool_order(pool) -> tuple:
 
 def slot_caps(org_nodes, physical_gpus: int) -> dict[str, float]:
     """Project -> the GPUs it may hold under slot limits: its global share × the physical GPUs."""
-    import polars as pl
-
-    from gpuledger.analytics.fairshare import fair_share
-
     none = pl.LazyFrame({"node": [], "u": []}, schema={"node": pl.String, "u": pl.Float64})
     shares = fair_share(org_nodes, none, usage_col="u").select("node", "share_global", "fs_rank").collect()
     return {n: float(s) * physical_gpus for n, s, r in shares.iter_rows() if r is not None}

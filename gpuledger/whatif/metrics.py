@@ -25,8 +25,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import polars as pl
+
+from gpuledger.analytics import fairshare
+from gpuledger.analytics.allocations import DEFAULT_TIER
+from gpuledger.analytics.delivery_balance import end_balances
 from gpuledger.rules import job_class as job_class_rule
 from gpuledger.rules.job_class import DEBUG_MAX_GPUS, DEBUG_MAX_S, KIND_CLASSES, WAIT_CLASSES  # noqa: F401
+from gpuledger.warehouse.job_columns import job_schema
 from gpuledger.whatif.model import JobOutcome, RunResult, SimJob
 
 SMALL, MEDIUM, LARGE = "small", "medium", "large"
@@ -79,10 +85,6 @@ def squatted_gpu_hours(outcomes: list[JobOutcome], *, threshold: float, grace_s:
 
 def frames(result: RunResult):
     """(jobs, job_allocations, gpus) in the warehouse's shapes, for the analytics."""
-    import polars as pl
-
-    from gpuledger.warehouse.job_columns import job_schema
-
     origin = result.trace.origin
     at = lambda s: None if s is None else origin + timedelta(seconds=s)
     jobs, allocs = [], []
@@ -157,12 +159,6 @@ def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = No
     settled per ``settle`` (the usage window; None: the whole run is one period) — the stages of
     analytics.fairshare.delivery. ``periods``: also the settlement periods' totals (see
     :func:`settlement_periods`), as (frame, periods)."""
-    import polars as pl
-
-    from gpuledger.analytics import fairshare
-    from gpuledger.analytics.allocations import DEFAULT_TIER
-    from gpuledger.analytics.delivery_balance import end_balances
-
     jobs_f, alloc_f, gpus_f = frames(result)
     start = result.trace.origin
     end = start + timedelta(seconds=result.trace.horizon_s)
@@ -209,8 +205,6 @@ def settlement_periods(hourly, *, start, end, settle: timedelta | None) -> list[
     """Per settlement period (a usage window W from ``start``): installed capacity, Σ owed, Σ
     allocated (the occupied capacity) and Σ delivered GPU-hours. Delivered can never pass
     min(owed, allocated) in a period — the arithmetic ceiling of delivered ÷ owed that month."""
-    import polars as pl
-
     period_s = (end - start).total_seconds() if settle is None else settle.total_seconds()
     per = (
         hourly.with_columns(period=((pl.col("hour") - pl.lit(start)).dt.total_seconds() // period_s).cast(pl.Int64))
@@ -296,8 +290,6 @@ def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
 def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None = None) -> dict:
     """The figures of one run (see the module docstring), keyed with their units. ``settle``:
     the period delivery is settled over (engine.effective_policy's usage window)."""
-    import polars as pl
-
     trace = result.trace
     hours = trace.horizon_s / 3600
     capacity = trace.inventory.physical_gpus() * hours

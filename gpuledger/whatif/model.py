@@ -15,7 +15,6 @@ FAIR_SHARE = "fair-share"
 RECLAIM = "reclaim"
 QUICK = "quick-lane"
 POLICIES = (PRIORITY, FAIR_SHARE, RECLAIM)  # gpuledger's three (issue 13), the default run
-BASELINES = (PRIORITY, SLOT_LIMITS)  # what a cluster does without gpuledger (issue 34)
 ALL_POLICIES = (PRIORITY, SLOT_LIMITS, FAIR_SHARE, RECLAIM, QUICK)
 POLICY_TITLES = {
     PRIORITY: "1 priority",

@@ -15,6 +15,8 @@ from __future__ import annotations
 import statistics
 from typing import NamedTuple
 
+import polars as pl
+
 from gpuledger.whatif.metrics import WAIT_CLASSES
 from gpuledger.whatif.model import POLICY_TITLES
 
@@ -102,8 +104,6 @@ def table_frame(outcome_rows: list[dict], policies: tuple[str, ...], ranges: boo
     """The table as text cells: figure (unit) | target | one column per policy (``ranges`` false:
     medians alone). A figure this code knows takes its label and target from :data:`FIGURES` (a
     file keeps its numbers, the words follow the code); another keeps the file's."""
-    import polars as pl
-
     known = {f.key: f for f in FIGURES}
     return pl.DataFrame(
         {

@@ -17,11 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+import polars as pl
+
+from gpuledger.analytics.budget import job_funding
+from gpuledger.analytics.fairshare import fair_share, over_share_projects
+from gpuledger.analytics.tree import Tree
 from gpuledger.config import Config
 from gpuledger.enforce.model import Finding, JobFacts, JobHistory, Situation, Warning
 from gpuledger.enforce.policy import decide, target_priorities
 from gpuledger.enforce.rails import quick_lane
 from gpuledger.rules.severity import severity_at
+from gpuledger.warehouse.job_columns import job_schema
 from gpuledger.whatif.inventory import pool_label
 from gpuledger.whatif.model import SimJob
 
@@ -52,8 +58,6 @@ class Funding:
     _verdict: dict[str, tuple[bool, str | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from gpuledger.analytics.tree import Tree
-
         self.tree = Tree.from_frame(self.org_nodes)
         self.subtree = {
             n: [p for p in self.tree.leaves() if n in self.tree.ancestors(p)] for n in self.tree.parent
@@ -94,11 +98,6 @@ class Funding:
 
 
 def _job_funding_verdicts(projects, remaining, org_nodes, now, cap_s) -> dict[str, tuple[bool, str | None]]:
-    import polars as pl
-
-    from gpuledger.analytics.budget import job_funding
-    from gpuledger.warehouse.job_columns import job_schema
-
     burn = pl.LazyFrame(
         {
             "node": list(remaining),
@@ -128,10 +127,6 @@ def _job_funding_verdicts(projects, remaining, org_nodes, now, cap_s) -> dict[st
 def fs_ranks(org_nodes, usage: dict[str, float], tree=None) -> tuple[dict[str, int], int, frozenset[str]]:
     """Project -> fair-share rank (1 = served first), the number of ranked projects, and the
     projects over their share (enforce.inputs.over_share)."""
-    import polars as pl
-
-    from gpuledger.analytics.fairshare import fair_share, over_share_projects
-
     frame = pl.LazyFrame(
         {"node": list(usage), "u": list(usage.values())}, schema={"node": pl.String, "u": pl.Float64}
     )
@@ -143,10 +138,6 @@ def fs_ranks(org_nodes, usage: dict[str, float], tree=None) -> tuple[dict[str, i
 def entitled_gpus(org_nodes, tree, capacity_gpus: float) -> dict[str, float]:
     """Project -> the GPUs its global share promises of ``capacity_gpus`` (the rule of
     analytics.fairshare.entitled_hourly, per instant)."""
-    import polars as pl
-
-    from gpuledger.analytics.fairshare import fair_share
-
     none = pl.LazyFrame({"node": [], "u": []}, schema={"node": pl.String, "u": pl.Float64})
     ranked = fair_share(org_nodes, none, usage_col="u", tree=tree).collect()
     leaves = set(tree.leaves())

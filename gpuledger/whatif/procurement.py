@@ -24,6 +24,7 @@ demand repeated every 30-day month.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections import defaultdict
@@ -339,8 +340,6 @@ def to_json(
     """``gpuledger.whatif.procurement/1``: {"format", "start", "end", "policy", "spot_interruptions_per_hour",
     "checkpoint_interval_minutes", "mixes": [per model and mix], "totals": [per mix], "break_even": [...]};
     money as decimal strings, GPU-hours as numbers."""
-    import json
-
     def plain(d):
         return {k: (str(v) if isinstance(v, Decimal) else v) for k, v in d.items()}
 

@@ -12,7 +12,12 @@ import hashlib
 from datetime import datetime
 from pathlib import Path
 
+import gpuledger.simulator as sim
 from gpuledger import warehouse
+from gpuledger.config import load_config
+from gpuledger.ledger.config_versions import ensure_config
+from gpuledger.simulator.scenario import build_cluster
+from gpuledger.simulator.to_warehouse import write_simulation
 
 SIM_INTERVAL_S = 300  # the what-if reads hourly activity: 5-minute samples say as much as 30-s ones
 
@@ -20,8 +25,6 @@ SIM_INTERVAL_S = 300  # the what-if reads hourly activity: 5-minute samples say 
 def simulator_fingerprint(config=None) -> str:
     """Eight hex digits over the simulator's source (and the config it simulates): a cached
     warehouse of another generator or config is never taken for this one's."""
-    import gpuledger.simulator as sim
-
     digest = hashlib.sha1()
     for path in sorted(Path(sim.__file__).parent.rglob("*.py")):
         digest.update(path.name.encode())
@@ -35,10 +38,6 @@ def simulated_warehouse(folder: Path, *, gpus: int, days: float, seed: int, star
                         interval_s: int = SIM_INTERVAL_S, config=None) -> Path:
     """The simulated warehouse of (gpus, days, seed, start), built into ``folder`` unless a finished
     one is there (``.done`` beside it). Returns its path."""
-    from gpuledger.config import load_config
-    from gpuledger.simulator.scenario import build_cluster
-    from gpuledger.simulator.to_warehouse import write_simulation
-
     folder.mkdir(parents=True, exist_ok=True)
     cfg = config or load_config()
     name = f"sim-{simulator_fingerprint(cfg)}-g{gpus}-d{days:g}-s{seed}-{start:%Y%m%d}-i{interval_s}.duckdb"
@@ -52,8 +51,6 @@ def simulated_warehouse(folder: Path, *, gpus: int, days: float, seed: int, star
         path.unlink()
     sim = build_cluster(seed=seed, gpus=gpus, start=start, days=days, interval_s=interval_s, config=cfg, dirt=False)
     with warehouse.open_writer(path) as con:
-        from gpuledger.ledger.config_versions import ensure_config
-
         ensure_config(con, cfg)
         write_simulation(con, sim)
     done.write_text(f"seed {seed}, {gpus} GPUs, {days:g} days from {start:%Y-%m-%d}\n")

@@ -28,15 +28,19 @@ was already running then replays what was left of it (its runtime and activity f
 
 from __future__ import annotations
 
+import csv
 import random
 from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
+import yaml
+
 from gpuledger.errors import UsageError
 from gpuledger.rules import activity
 from gpuledger.rules.mig import find_profile, mig_fraction
+from gpuledger.rules.model_keys import gpu_model_key
 from gpuledger.sql import load_sql
 from gpuledger.whatif.inventory import Device, Inventory, pool_key
 from gpuledger.whatif.model import Params, SimJob, Trace
@@ -81,10 +85,6 @@ def inventory_from_warehouse(con, *, start: datetime, end: datetime) -> Inventor
 def inventory_from_file(path: Path) -> Inventory:
     """A YAML or CSV inventory: rows of cluster, model, count (physical GPUs), optional
     mig_profile (each GPU carved into instances of it) and tier."""
-    import csv
-
-    import yaml
-
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -394,6 +394,4 @@ def load_trace(
 
 
 def _model_key(gpu_model: str | None) -> str | None:
-    from gpuledger.rules.model_keys import gpu_model_key
-
     return gpu_model_key(gpu_model) if gpu_model else None

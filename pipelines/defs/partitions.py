@@ -19,6 +19,7 @@ import warnings
 from datetime import datetime
 
 import dagster as dg
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from gpuledger.rules.clock import naive_utc
 
@@ -73,6 +74,4 @@ def sync_clusters(instance: dg.DagsterInstance, names: list[str]) -> list[str]:
 def cluster_range_tags(keys: list[str]) -> dict[str, str]:
     """Run tags for one run over every cluster partition in ``keys`` (a range from the first to the
     last, as a single-run backfill of the UI launches it); {} for none."""
-    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-
     return {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]} if keys else {}

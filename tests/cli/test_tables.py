@@ -14,9 +14,10 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from gpuledger import table_views, tables, warehouse
+from gpuledger import warehouse
 from gpuledger.analytics import queries
 from gpuledger.cli import app
+from gpuledger.cli.views import reports, tables
 from gpuledger.config import load_config
 from gpuledger.simulator import build_cluster, to_epoch_s, write_simulation
 from gpuledger.simulator.workload import job_id_tag
@@ -55,23 +56,23 @@ def _quarantine(con):
 
 # command line, the frame it shows (computed directly), the view it shows it with
 CASES = {
-    "fairshare": (["report", "fairshare"], lambda c: queries.fairshare_report(c, policy=_policy()), table_views.FAIRSHARE),
-    "budget": (["report", "budget"], lambda c: queries.budget_report(c), table_views.BUDGET),
+    "fairshare": (["report", "fairshare"], lambda c: queries.fairshare_report(c, policy=_policy()), reports.FAIRSHARE),
+    "budget": (["report", "budget"], lambda c: queries.budget_report(c), reports.BUDGET),
     "budget-jobs": (["report", "budget", "--jobs"], lambda c: queries.funding_report(c, policy=_policy()),
-                    table_views.FUNDING),
-    "squatters": (["report", "squatters"], lambda c: queries.squatters_report(c, policy=_policy()), table_views.SQUATTERS),
+                    reports.FUNDING),
+    "squatters": (["report", "squatters"], lambda c: queries.squatters_report(c, policy=_policy()), reports.SQUATTERS),
     **{f"chargeback-{level}": (["report", "chargeback", "-p", "2026-11", "--level", level],
                                lambda c, level=level: queries.chargeback_report(c, "2026-11", level=level,
                                                                                 policy=_policy()),
-                               table_views.CHARGEBACK) for level in ("project", "job", "node")},
+                               reports.CHARGEBACK) for level in ("project", "job", "node")},
     **{f"usage-{by}": (["report", "usage", "--start", S, "--end", E, "--by", by],
-                       lambda c, by=by: queries.usage_report(c, start=START, end=END, by=by), table_views.USAGE)
+                       lambda c, by=by: queries.usage_report(c, start=START, end=END, by=by), reports.USAGE)
        for by in ("project", "job", "user", "node")},
     **{f"utilization-{by}": (["report", "utilization", "--start", S, "--end", E, "--by", by],
                              lambda c, by=by: queries.utilization_report(c, start=START, end=END, by=by),
-                             table_views.UTILIZATION) for by in ("model", "cluster", "fleet", "kind")},
-    "summary": (["warehouse", "summary"], _summary, table_views.SUMMARY),
-    "quarantine": (["warehouse", "quarantine"], _quarantine, table_views.QUARANTINE),
+                             reports.UTILIZATION) for by in ("model", "cluster", "fleet", "kind")},
+    "summary": (["warehouse", "summary"], _summary, reports.SUMMARY),
+    "quarantine": (["warehouse", "quarantine"], _quarantine, reports.QUARANTINE),
 }
 
 
@@ -153,7 +154,7 @@ def test_wide_shows_every_column_of_the_report(sim_warehouse):
     assert "2026-12-01" not in narrow and "2026-12-01" in wide
     assert "own" in wide and "budget_own: " not in wide
     for column in frame.columns:  # every column, also ones the view does not declare
-        spec = tables.resolve(frame, table_views.BUDGET, column)
+        spec = tables.resolve(frame, reports.BUDGET, column)
         for value in frame[column].to_list():
             assert tables.format_value(value, None if spec.kind == "text" else spec.kind, spec.decimals) in wide
 

@@ -190,7 +190,7 @@ def test_chargeback_total_equals_the_statement_and_files_equal_the_finance_set(o
     # site (PUE 1.2, 0.35 kgCO2e/kWh), so kgCO2e = facility kWh × 0.35 and facility = GPU kWh × 1.2
     energy = next(f for f in (frame(at, i) for i in range(len(at.dataframe))) if "kg_co2e" in f.columns)
     with warehouse.open_reader(on_rig.warehouse) as con:
-        from gpuledger.reports.statement import build_statement
+        from gpuledger.reports.statement.build import build_statement
 
         st_lines = build_statement(con, period, history=False).lines.filter(pl.col("line_kind") == "charge")
     for r in energy.iter_rows(named=True):

@@ -27,8 +27,8 @@ import polars as pl
 
 from gpuledger import warehouse
 from gpuledger.ledger import periods
-from gpuledger.reports.files import write_statement_set
-from gpuledger.reports.statement import build_statement
+from gpuledger.reports.statement.build import build_statement
+from gpuledger.reports.statement.files import write_statement_set
 from tests.helpers.ledger_fixtures import devices, job, load
 
 D = Decimal

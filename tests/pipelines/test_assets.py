@@ -489,9 +489,9 @@ def test_the_chargeback_page_reads_the_statement_view_while_it_is_as_new_as_the_
 
     from gpuledger.facts import statement_views
     from gpuledger.ledger.periods import close_period
-    from gpuledger.reports.files import write_statement_files
-    from gpuledger.reports.statement import build_statement
-    from gpuledger.reports.statement_view import StatementSummary
+    from gpuledger.reports.statement.build import build_statement
+    from gpuledger.reports.statement.files import write_statement_files
+    from gpuledger.reports.statement.summary import StatementSummary
 
     path = str(sim_warehouse)
     assert queries.statement(path, "2026-11", None).source == "computed"  # nothing materialized yet

@@ -27,8 +27,8 @@ import polars as pl
 import pytest
 
 from gpuledger import warehouse
-from gpuledger.reports.files import write_statement_set
-from gpuledger.reports.statement import build_statement
+from gpuledger.reports.statement.build import build_statement
+from gpuledger.reports.statement.files import write_statement_set
 from tests.helpers.ledger_fixtures import devices, job, load
 from tests.helpers.statement_fixtures import CONFIG
 

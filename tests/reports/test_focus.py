@@ -22,8 +22,8 @@ import pytest
 
 from gpuledger import warehouse
 from gpuledger.ledger import periods
-from gpuledger.reports.files import write_statement_set
-from gpuledger.reports.statement import build_statement
+from gpuledger.reports.statement.build import build_statement
+from gpuledger.reports.statement.files import write_statement_set
 from tests.helpers.statement_fixtures import october
 
 D = Decimal
@@ -186,7 +186,7 @@ def test_the_rules_catch_a_broken_file(month, tmp_path):
 def test_tiers_map_to_pricing_categories(month):
     from dataclasses import replace
 
-    from gpuledger.reports.focus import focus_rows
+    from gpuledger.reports.statement.focus import focus_rows
 
     with warehouse.open_reader(month) as con:
         st = build_statement(con, "2026-10")
@@ -245,7 +245,7 @@ def test_a_simulated_months_focus_file_passes_the_rules_and_sums_to_the_statemen
     """The simulator's November (two clusters, the dashboards' rig): every row conforms, one row per
     line, Σ BilledCost = the statement's total per currency to the cent, and every billed line's
     tier maps to its pricing category."""
-    from gpuledger.reports.focus import PRICING_CATEGORY
+    from gpuledger.reports.statement.focus import PRICING_CATEGORY
 
     with warehouse.open_reader(dashboard_warehouse.warehouse) as con:
         st = build_statement(con, "2026-11")

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from gpuledger import warehouse
-from gpuledger.reports.files import write_statement_set
-from gpuledger.reports.statement import build_statement
+from gpuledger.reports.statement.build import build_statement
+from gpuledger.reports.statement.files import write_statement_set
 from tests.helpers.statement_fixtures import october
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium: run scripts/install-test-deps.sh")

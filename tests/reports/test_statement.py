@@ -16,8 +16,8 @@ import pytest
 
 from gpuledger import warehouse
 from gpuledger.ledger import periods
-from gpuledger.reports.files import write_statement_set
-from gpuledger.reports.statement import build_statement
+from gpuledger.reports.statement.build import build_statement
+from gpuledger.reports.statement.files import write_statement_set
 from tests.helpers.alert_receivers import receivers_fixture  # noqa: F401
 from tests.helpers.statement_fixtures import october
 
@@ -334,7 +334,7 @@ def test_a_closed_months_files_do_not_change_after_a_share_inventory_price_or_tr
     # with other shares, a new October price, a site PUE and beta moved under research, and a fourth
     # H100 in the inventory for October (recomputed, capacity would be 3 × 744 h of H100), change none
     # of their bytes; the manifest written at the close still holds for every file
-    from gpuledger.reports import closing
+    from gpuledger.reports.statement import closing
     from tests.helpers.ledger_fixtures import devices, load
 
     with warehouse.open_writer(month) as con:
@@ -382,7 +382,7 @@ clusters:
 @pytest.mark.slow
 def test_a_closed_statement_as_stored_is_the_one_computed_at_the_close(month, tmp_path):
     # stored and read back, the statement writes the bytes the computed one does (a node's too)
-    from gpuledger.reports.statement import freeze_statement
+    from gpuledger.reports.statement.build import freeze_statement
 
     with warehouse.open_writer(month) as con:
         periods.close_period(con, "2026-10", by="finance", now=datetime(2026, 11, 5))  # nothing stored
@@ -399,7 +399,7 @@ def test_a_closed_statement_as_stored_is_the_one_computed_at_the_close(month, tm
 @pytest.mark.slow
 def test_a_correction_stores_the_statement_anew_and_an_edited_one_is_refused(month, tmp_path):
     from gpuledger.errors import RunError
-    from gpuledger.reports import closing
+    from gpuledger.reports.statement import closing
     from tests.helpers.ledger_fixtures import load
     from tests.helpers.statement_fixtures import CONFIG
 
@@ -428,8 +428,8 @@ def test_the_statement_shows_each_projects_p50_and_p90_wait(warehouse_file, tmp_
     23:00 and never started: at the month's end (Nov 1 00:00) 3,600 s so far, p50 = p90 = 3,600."""
     from datetime import timedelta
 
-    from gpuledger.reports.files import render_html
-    from gpuledger.reports.statement import build_statement
+    from gpuledger.reports.statement.build import build_statement
+    from gpuledger.reports.statement.files import render_html
 
     october(warehouse_file)
     day = datetime(2026, 10, 20)
@@ -451,14 +451,14 @@ def test_the_statement_shows_each_projects_p50_and_p90_wait(warehouse_file, tmp_
     assert st.for_unit("research").waits.height == 2 and st.for_unit("product").waits.height == 0
     from openpyxl import load_workbook
 
-    from gpuledger.reports.workbook import write_xlsx
+    from gpuledger.reports.statement.workbook import write_xlsx
 
     sheet = load_workbook(write_xlsx(st, tmp_path / "s.xlsx"))["Wait times"]
     cells = [[c for c in row if c is not None] for row in sheet.iter_rows(values_only=True)]
     assert ["Project", "Jobs submitted", "Still waiting", "Wait p50 (s)", "Wait p90 (s)"] in cells
     assert ["alpha", 3, 0, 120, 504] in cells and ["gamma", 1, 1, 3600, 3600] in cells
     # closed, the month keeps the waits of its close: a job of October ingested later moves nothing
-    from gpuledger.reports import closing
+    from gpuledger.reports.statement import closing
 
     with warehouse.open_writer(warehouse_file) as con:
         closing.close(con, "2026-10", by="finance", now=datetime(2026, 11, 5))

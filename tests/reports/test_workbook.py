@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from gpuledger import warehouse
-from gpuledger.reports.files import write_statement_set
-from gpuledger.reports.statement import build_statement
-from gpuledger.reports.workbook import shown
+from gpuledger.reports.statement.build import build_statement
+from gpuledger.reports.statement.files import write_statement_set
+from gpuledger.reports.statement.workbook import shown
 from tests.helpers.statement_fixtures import october
 
 D = Decimal

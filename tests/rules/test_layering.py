@@ -89,7 +89,7 @@ def imports_of(prefix: str) -> dict[str, set[str]]:
 # Low to high: a module may import its own layer and the layers below, never one above.
 LAYERS = [
     {"gpuledger", "gpuledger.errors", "gpuledger.lazy", "gpuledger.deadlines", "gpuledger.extras",
-     "gpuledger.config_files", "gpuledger.tables", "gpuledger.table_views", "gpuledger.data",
+     "gpuledger.config_files", "gpuledger.data",
      "gpuledger.stopping", "gpuledger.pipeline_jobs", "gpuledger.heap"},
     {"gpuledger.rules"},
     {"gpuledger.config", "gpuledger.sql"},

@@ -1,7 +1,7 @@
 """`gpuledger report ...`: usage, utilization, chargeback, fairshare, balance, budget, squatters (here) and
 the finance files, statement and weekly (gpuledger/cli/report/files.py).
 
-Tables print to the terminal (gpuledger/tables.py: the default columns fit 80 columns, `--wide` shows
+Tables print to the terminal (gpuledger/cli/views/tables.py: the default columns fit 80 columns, `--wide` shows
 all, `--columns a,b` picks); `--format csv|parquet|json --out FILE` writes them for other tools.
 Times are UTC; "now" defaults to the newest data in the warehouse (see facts.data_now).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from gpuledger import table_views, tables, warehouse
+from gpuledger import warehouse
 from gpuledger.cli.options import (
     ConfigOpt,
     Format,
@@ -23,13 +23,14 @@ from gpuledger.cli.options import (
     WarehouseOpt,
     check_range,
     read_config,
-    show_frame,
     utc_option,
     utc_range,
     warehouse_config,
     warehouse_path,
 )
 from gpuledger.cli.report import files
+from gpuledger.cli.views import reports, tables
+from gpuledger.cli.views.show import show_frame
 from gpuledger.lazy import lazy_import
 
 # the read model: the materialized answer when it is fresh for the time asked, else computed
@@ -37,7 +38,7 @@ facts = lazy_import("gpuledger.facts")
 
 app = typer.Typer(help="Reports: usage, utilization, chargeback, fair share, budgets, squatters; finance "
                        "statement and weekly files.", no_args_is_help=True)
-console = LazyConsole()  # tables print through gpuledger/tables.py; this is for lines beside them
+console = LazyConsole()  # tables print through gpuledger/cli/views/tables.py; this is for lines beside them
 
 
 WideOpt = tables.WideOpt
@@ -88,7 +89,7 @@ def chargeback(
         lines = statement_lines(con, period, level=level, policy=cfg.policy, now=_time(now))
         notes, warnings = statement_notes(lines)
         notes = state_notes(con, period, lines, notes)  # closed / provisional / corrected, as the files say
-    show_frame(lines, fmt, out, f"chargeback {period} by {level} (UTC)", table_views.CHARGEBACK, wide, columns)
+    show_frame(lines, fmt, out, f"chargeback {period} by {level} (UTC)", reports.CHARGEBACK, wide, columns)
     for note in notes:  # beside the table; on stderr when stdout carries csv / json
         console.print(note) if fmt is Format.table else typer.echo(note, err=True)
     for warning in warnings:
@@ -108,7 +109,7 @@ def usage(
     lo, hi = utc_range(start, end)
     with _open(warehouse_file) as con:
         frame = facts.usage(con, start=lo, end=hi, by=by).table  # materialized when fresh
-    show_frame(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
+    show_frame(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", reports.USAGE, wide, columns)
 
 
 @app.command("utilization")
@@ -128,7 +129,7 @@ def utilization(
         lo = lo or hi - timedelta(days=1)
         check_range(lo, hi)  # a --start after the newest data, with no --end
         frame = facts.utilization(con, start=lo, end=hi, by=by).table  # materialized when fresh (by model)
-    show_frame(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide, columns)
+    show_frame(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", reports.UTILIZATION, wide, columns)
 
 
 @app.command("fairshare")
@@ -143,7 +144,7 @@ def fairshare(
         cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
         frame = facts.fairshare(con, policy=lambda: cfg.policy, as_of=_time(now)).table  # materialized when fresh
         mode = cfg.setting("policy.usage.mode")
-    show_frame(frame, fmt, out, f"fair share ({mode} usage, GPU-hours)", table_views.FAIRSHARE, wide, columns)
+    show_frame(frame, fmt, out, f"fair share ({mode} usage, GPU-hours)", reports.FAIRSHARE, wide, columns)
 
 
 @app.command("balance")
@@ -170,7 +171,7 @@ def balance(
     days = cfg.policy.usage.window_days
     credit = "credited in fair share" if cfg.policy.usage.delivery_balance.credit_fair_share else "not credited in fair share"
     show_frame(frame, fmt, out, f"delivery balance per {days:g}-day settlement period (GPU-hours, UTC; {credit})",
-               table_views.BALANCE, wide, columns)
+               reports.BALANCE, wide, columns)
 
 
 @app.command("budget")
@@ -189,9 +190,9 @@ def budget(
         else:
             frame = facts.budget(con, policy=lambda: cfg.policy, as_of=_time(now)).table  # materialized when fresh
     if jobs:
-        show_frame(frame, fmt, out, "job funding (UTC)", table_views.FUNDING, wide, columns)
+        show_frame(frame, fmt, out, "job funding (UTC)", reports.FUNDING, wide, columns)
     else:
-        show_frame(frame, fmt, out, "budget burn (normalised GPU-hours, UTC)", table_views.BUDGET, wide, columns)
+        show_frame(frame, fmt, out, "budget burn (normalised GPU-hours, UTC)", reports.BUDGET, wide, columns)
 
 
 @app.command("squatters")
@@ -208,7 +209,7 @@ def squatters(
         # the squatting pipeline's latest evaluation when it is recent for --now, else computed
         found = facts.findings(con, policy=lambda: cfg.policy, now=_time(now), include_exempt=include_exempt)
         frame = facts.squatters_table(found)
-    show_frame(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)
+    show_frame(frame, fmt, out, "idle GPU findings (UTC)", reports.SQUATTERS, wide, columns)
 
 @app.command("waits")
 def waits(
@@ -246,7 +247,7 @@ def waits(
         frame = facts.waits(con, start=lo, end=hi, now=at, by=by, every=every, projects=tuple(project)).table
     what = "per job" if by == "job" else f"by {by}" + (f", per {every}" if every else "")
     title = f"wait times {what}, jobs submitted {lo:%Y-%m-%d %H:%M} .. {min(hi, at):%Y-%m-%d %H:%M} UTC (as of {at:%Y-%m-%d %H:%M})"
-    show_frame(frame, fmt, out, title, table_views.waits_view(by_job=by == "job", causes=cause), wide, columns)
+    show_frame(frame, fmt, out, title, reports.waits_view(by_job=by == "job", causes=cause), wide, columns)
 
 
 app.command("statement")(files.statement)

@@ -60,8 +60,8 @@ def statement(
     from gpuledger.rules.periods import month_bounds
 
     require("openpyxl"), require("jinja2")
-    from gpuledger.reports.files import write_statement_set
-    from gpuledger.reports.statement import build_statement
+    from gpuledger.reports.statement.build import build_statement
+    from gpuledger.reports.statement.files import write_statement_set
 
     month_bounds(period)  # a usage error naming the form for anything but YYYY-MM
     if fmt not in ("all", "focus"):
@@ -81,7 +81,7 @@ def statement(
                                    showback=showback, focus_only=focus)
     _say_written(st, manifest, period, out, showback)
     if email:
-        from gpuledger.reports.delivery import email_statement
+        from gpuledger.reports.statement.delivery import email_statement
 
         sent = email_statement(cfg.policy, manifest, out)
         console.print(f"e-mailed to finance channel {sent}")
@@ -100,7 +100,7 @@ def _want_pdf(pdf: bool | None) -> bool:
     """--pdf / --no-pdf, else a PDF when Chromium is installed (a warning saying how when not)."""
     if pdf is not None:
         return pdf
-    from gpuledger.reports.pdf import chromium
+    from gpuledger.reports.statement.pdf import chromium
 
     if chromium() is not None:
         return True

@@ -27,6 +27,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import yaml
+
+from gpuledger.extras import require
 from gpuledger.ingest.holdings.devices import parse_device
 from gpuledger.rules.clock import utc_now
 
@@ -41,10 +44,9 @@ class PodResourcesError(RuntimeError):
 
 
 def _stubs():
-    from gpuledger.extras import require
-
     require("grpc")  # MissingExtra names `pip install 'gpuledger[podresources]'`
     require("google.protobuf")
+    # lazy: optional extra gpuledger[podresources] (the generated stubs import grpc)
     from gpuledger.ingest.holdings.podresources import api_pb2, api_pb2_grpc
 
     return api_pb2, api_pb2_grpc
@@ -55,7 +57,7 @@ class PodResourcesClient:
 
     def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout_s: float = 10.0):
         self._pb, grpc_mod = _stubs()
-        import grpc
+        import grpc  # lazy: optional extra gpuledger[podresources]
 
         self._grpc = grpc
         # absolute: gRPC reads "unix://relative" as an authority and logs lines of resolver errors
@@ -127,8 +129,6 @@ def configured_replicas(text: str, source: str = "the device plugin config") -> 
     ConfigMap holds: ``sharing.timeSlicing.resources`` / ``sharing.mps.resources``, each ``name``
     and ``replicas``, renamed to ``<name>.shared`` by ``renameByDefault`` or to ``rename``).
     ValueError naming what is wrong."""
-    import yaml
-
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from gpuledger.config_store import policy_in_force, stored_config_in_force
 from gpuledger.errors import printable
 from gpuledger.rules.model_keys import KNOWN_MODELS
 from gpuledger.warehouse import QuarantineRow
@@ -51,8 +52,6 @@ class JobLimits:
 
 
 def _policy_limits(con, policy) -> tuple[float, timedelta]:
-    from gpuledger.config_store import policy_in_force
-
     jobs = getattr(policy_in_force(con, policy), "jobs", None)  # a stored config that no longer validates says so
     if jobs is None:
         return DEFAULT_MAX_GPUS_PER_JOB, DEFAULT_CLOCK_SKEW
@@ -71,7 +70,6 @@ def job_limits(con, policy=None) -> JobLimits:
     inventory = dict(con.execute(
         "SELECT cluster, count(DISTINCT gpu_uuid) FROM gpus GROUP BY cluster").fetchall())
     max_gpus, skew = _policy_limits(con, policy)
-    from gpuledger.config_store import stored_config_in_force
 
     cfg = stored_config_in_force(con)
     first_days = {name: datetime.combine(c.first_day, datetime.min.time())

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuledger import warehouse
+from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.jobs.checks import JobLimits
 from gpuledger.ingest.jobs.jobs_csv import CHUNK_ROWS, earlier_chunk_repeats, iter_jobs_csv, open_jobs_csv
+from gpuledger.ingest.tiers import apply_tier_rules
 from gpuledger.warehouse.db import WarehouseDiskFullError, disk_full
 
 
@@ -28,9 +30,6 @@ def import_jobs_csv(con, path: Path, projects: set[str], *, limits: JobLimits | 
     """Import ``path`` into ``jobs`` (bad rows quarantined with their line), ``chunk_rows`` at a
     time, all in one transaction; device links made per chunk, tier rules once. CsvHeaderError for a
     file that cannot be read at all (nothing written)."""
-    from gpuledger.ingest.device_links import link_devices_for_jobs
-    from gpuledger.ingest.tiers import apply_tier_rules
-
     out = CsvImport()
     with open_jobs_csv(path) as lines:
         try:

@@ -134,6 +134,7 @@ def as_dict(obj: Any) -> Any:
     if obj is None or isinstance(obj, Mapping):
         return obj
     if hasattr(obj, "to_dict") and hasattr(obj, "attribute_map"):
+        # lazy: optional extra gpuledger[kubernetes]
         from kubernetes.client import ApiClient  # only needed for model objects
 
         return ApiClient().sanitize_for_serialization(obj)
@@ -234,7 +235,7 @@ def _quantity(value: Any, path: str) -> Decimal:
         if isinstance(value, int | float):
             amount = Decimal(str(value))
         else:
-            from kubernetes.utils import parse_quantity
+            from kubernetes.utils import parse_quantity  # lazy: optional extra gpuledger[kubernetes]
 
             amount = parse_quantity(value)
     except (ValueError, InvalidOperation, TypeError):

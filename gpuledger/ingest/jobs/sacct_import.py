@@ -36,6 +36,7 @@ from gpuledger.ingest.jobs.slurm import (
     run_id,
     write_batch,
 )
+from gpuledger.ingest.tiers import apply_tier_rules
 from gpuledger.warehouse.db import WarehouseDiskFullError, disk_full
 
 _FIRST_SHOWN = 20  # rejects kept to print; the rest are counted (and in the quarantine table)
@@ -96,8 +97,6 @@ def text_batches(text: str, fmt: str, *, origin: str, cluster: str | None = None
 
 def import_batches(con, batches: Iterator[SlurmBatch], origin: str) -> SacctImport:
     """Write every batch (each its own transaction), then the tier rules for the clusters written."""
-    from gpuledger.ingest.tiers import apply_tier_rules
-
     out, clusters = SacctImport(), set()
     try:
         for batch in batches:

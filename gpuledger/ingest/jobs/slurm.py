@@ -41,12 +41,14 @@ from typing import BinaryIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
+import ijson
 import polars as pl
 
 from gpuledger.errors import printable
 from gpuledger.ingest.device_links import link_devices_for_jobs
 from gpuledger.ingest.jobs.checks import job_limits, screen_jobs, whole_number
 from gpuledger.ingest.scheduler_reasons import NO_REASON, SLURM, SchedulerReason, record_reasons
+from gpuledger.ingest.tiers import apply_tier_rules
 from gpuledger.rules.clock import naive_utc, utc_now
 from gpuledger.rules.mig import find_profile, mig_fraction
 from gpuledger.rules.model_keys import gpu_model_key
@@ -566,8 +568,6 @@ def iter_json(
     batch's jobs are held, never the document. Then a second pass reads the document's ``errors``
     (sacct's own, given as warnings on a last batch). SacctFormatError for a document that is not
     JSON (naming how many job records came before the fault) or has no ``jobs`` list."""
-    import ijson
-
     stamp = _now(now)
     jobs = ijson.items(source, "jobs.item", use_float=True)
     seen = 0
@@ -635,8 +635,6 @@ def _not_json(source: BinaryIO, origin: str, exc: Exception, seen: int) -> str:
 
 def _check_jobs_list(source: BinaryIO, origin: str) -> None:
     """A document that gave no job: fine when it has an empty ``jobs`` list, else not sacct's."""
-    import ijson
-
     source.seek(0)
     for prefix, event, _ in ijson.parse(source):
         if prefix == "jobs" and event == "start_array":
@@ -833,7 +831,6 @@ def write_batch(con: duckdb.DuckDBPyConnection, batch: SlurmBatch, *, tier_rules
     keep_earlier_runs(con, frame)
     offered = upsert(con, "jobs", frame)
     link_devices_for_jobs(con, frame)  # devices from the hpc_job labels on samples already stored
-    from gpuledger.ingest.tiers import apply_tier_rules
 
     for cluster in frame["cluster"].unique().to_list() if frame.height and tier_rules else []:
         apply_tier_rules(con, cluster=cluster)  # partition rules price the jobs without devices

@@ -27,6 +27,8 @@ from typing import Any
 import polars as pl
 
 from gpuledger import warehouse
+from gpuledger.ingest.metrics.plausible import split_implausible_times
+from gpuledger.ingest.tiers import apply_tier_rules
 from gpuledger.rules.clock import utc_now
 from gpuledger.rules.hosts import canonical_host
 from gpuledger.rules.mig import mig_fraction
@@ -80,7 +82,7 @@ def start(nvml: Any = None) -> Any:
     """``nvmlInit`` on the given module (default: ``pynvml``); NoDriverError names NVML's reason."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml as nvml  # lazy: optional: its absence is handled here
         except ImportError as exc:  # the nvidia-ml-py package itself is missing
             raise NoDriverError("the nvidia-ml-py package is not installed: "
                                 f"pip install 'gpuledger[agent]' ({exc})") from None
@@ -237,7 +239,6 @@ def write_readings(con, inventory: pl.DataFrame, samples: pl.DataFrame) -> int:
     allowed skew) are quarantined, as every DCGM source's are (plausible.py)."""
     if inventory.is_empty():
         return 0
-    from gpuledger.ingest.metrics.plausible import split_implausible_times
 
     samples, refused = split_implausible_times(samples, source=SOURCE, location=f"nvml {local_host()}")
     if refused:
@@ -248,7 +249,6 @@ def write_readings(con, inventory: pl.DataFrame, samples: pl.DataFrame) -> int:
         if inventory.is_empty():
             return 0
     ids = warehouse.register_gpus(con, inventory).select("gpu_uuid", "mig_instance_id", "gpu_id")
-    from gpuledger.ingest.tiers import apply_tier_rules
 
     for cluster in inventory["cluster"].unique().to_list():
         apply_tier_rules(con, cluster=cluster, jobs=False)  # pricing tier from the stored config's rules

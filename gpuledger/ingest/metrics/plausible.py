@@ -12,7 +12,9 @@ from datetime import datetime
 import polars as pl
 
 from gpuledger import warehouse
+from gpuledger.config_store import stored_config_in_force
 from gpuledger.ingest.jobs.checks import EARLIEST
+from gpuledger.ingest.metrics.dcgm_fields import canonical_host_expr
 from gpuledger.ingest.metrics.exposition import DEFAULT_MAX_FUTURE_S
 
 
@@ -57,8 +59,6 @@ class PlausibleWindow:
 def window_in_force(con, cluster: str) -> PlausibleWindow:
     """The window for ``cluster`` from the warehouse's stored config (``clusters.<name>.first_day``,
     ``policy.samples.clock_skew_seconds``), else 2000-01-01 and the default skew."""
-    from gpuledger.config_store import stored_config_in_force
-
     cfg = stored_config_in_force(con)
     if cfg is None:
         return PlausibleWindow(EARLIEST, "the earliest gpuledger accepts", DEFAULT_MAX_FUTURE_S)
@@ -131,8 +131,6 @@ def refuse_host_conflicts(points: pl.DataFrame, series: pl.DataFrame, *, source:
                           location: str) -> tuple[pl.DataFrame, list]:
     """The same rule on numbered series (``points`` metric, series, ts, value; ``series`` a
     ``series_frame`` whose hosts are not yet canonical), before copies are collapsed by device."""
-    from gpuledger.ingest.metrics.dcgm_fields import canonical_host_expr
-
     if points.is_empty() or series.is_empty():
         return points, []
     hosts = series.select("series", "gpu_uuid", canonical_host_expr("host"))
@@ -148,8 +146,6 @@ def refuse_host_conflicts_long(samples: pl.DataFrame, *, source: str,
                                location: str) -> tuple[pl.DataFrame, list]:
     """The same rule on one page's long samples (gpu_uuid, host as the exporter spelled it), before
     the wide pivot keeps one row per device and time and would drop a second host's without a word."""
-    from gpuledger.ingest.metrics.dcgm_fields import canonical_host_expr
-
     if samples.is_empty() or "host" not in samples.columns:
         return samples, []
     hosts = samples.select("gpu_uuid", canonical_host_expr("host").alias("_host"))

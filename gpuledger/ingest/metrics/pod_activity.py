@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from gpuledger.ingest.device_links import link_devices_for_samples
+
 # exported name -> (column, scale to the stored unit)
 PER_POD_FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL": ("gpu_util_ratio", 0.01),  # percent
@@ -103,7 +105,6 @@ def store_pod_rows(con, rows: pl.DataFrame, *, cluster: str) -> int:
             "AND g.mig_instance_id = coalesce(r.mig_instance_id, -1) ON CONFLICT DO NOTHING", [cluster]).fetchall()
     finally:
         con.unregister("_pod_rows")
-    from gpuledger.ingest.device_links import link_devices_for_samples
 
     link_devices_for_samples(con, rows)  # each pod of a shared device gets the device
     return rows.height

@@ -13,13 +13,13 @@ from gpuledger.pipelines.defs.ingest.schedules import in_flight
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.run_policy import job_tags
 
+from gpuledger.alerts.cycle import run_alert_cycle
+
 
 @dg.asset(group_name="alerts", kinds={"duckdb"}, deps=["squatting_findings", "budget_snapshots"])
 def alert_deliveries(context: dg.AssetExecutionContext, warehouse: Warehouse,
                      gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """The ``alert_outbox`` after one alert cycle: alerts planned, new, sent, retrying, failed."""
-    from gpuledger.alerts.cycle import run_alert_cycle
-
     cfg = gpuledger_config.load()
     if not (cfg.policy.alerts.on_call or cfg.policy.alerts.owner_channel):
         message = "skipped: policy.alerts names no on-call or owner channel: nothing to alert"

@@ -5,11 +5,19 @@ before (chargeback/schedules.py); rematerializing a month replaces its rows exac
 ``gpuledger.ledger.periods.statement_lines``, as the finance statements and dashboards read it."""
 
 import dagster as dg
+import polars as pl
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import monthly_partitions, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
+from gpuledger.warehouse.clock import data_now
 
+from gpuledger import warehouse as wh
+from gpuledger.config_store import policy_in_force
+from gpuledger.facts import statement_views
 from gpuledger.facts.materialize import replace_partition, stamped
+from gpuledger.ledger.periods import statement_lines
+from gpuledger.reports.statement.build import build_statement
+from gpuledger.reports.statement.summary import StatementSummary
 
 
 @dg.asset(partitions_def=monthly_partitions, backfill_policy=single_run, deps=INGEST_DEPS, group_name="chargeback",
@@ -19,16 +27,6 @@ def chargeback_statements(context: dg.AssetExecutionContext, warehouse: Warehous
     """Charge lines per project, GPU model and tier plus the idle line; Σ amount = Σ capacity ×
     price (table chargeback_statements); and the month's statement as the chargeback page shows it
     (table statement_views, read while as new as the data)."""
-    import polars as pl
-    from gpuledger.warehouse.clock import data_now
-
-    from gpuledger import warehouse as wh
-    from gpuledger.config_store import policy_in_force
-    from gpuledger.facts import statement_views
-    from gpuledger.ledger.periods import statement_lines
-    from gpuledger.reports.statement import build_statement
-    from gpuledger.reports.statement_view import StatementSummary
-
     cfg = gpuledger_config.load()
     metadata: dict = {"table": "chargeback_statements", "rows": 0, "rows_replaced": 0, "closed": []}
     for key in context.partition_keys:  # one month, or each month of a single-run backfill

@@ -8,6 +8,9 @@ import dagster as dg
 from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.resources import Warehouse
 
+from gpuledger.analytics.chargeback import chargeback_totals
+from gpuledger.analytics.load import load_tables
+from gpuledger.facts import data_now
 from gpuledger.rules.billing import billed_sql
 from gpuledger.sql import load_sql
 
@@ -22,10 +25,6 @@ def statement_totals() -> str:
 @dg.asset_check(asset=chargeback_statements, description="Σ charges + idle = Σ capacity × price, per month "
                 "and currency, to the cent")
 def chargeback_reconciles(warehouse: Warehouse) -> dg.AssetCheckResult:
-    from gpuledger.analytics.chargeback import chargeback_totals
-    from gpuledger.analytics.load import load_tables
-    from gpuledger.facts import data_now
-
     mismatches, checked = [], 0
     with warehouse.reader() as con:
         stored = con.execute(statement_totals()).fetchall()

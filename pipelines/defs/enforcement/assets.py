@@ -14,10 +14,13 @@
 
 
 import dagster as dg
+from gpuledger.enforce import audit, cycle
+from gpuledger.enforce import backends as registry
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
 
+from gpuledger import facts
 from gpuledger.rules.clock import parse_iso, utc_now
 
 
@@ -31,10 +34,6 @@ def enforcement_plan(context: dg.AssetExecutionContext, config: EnforcementCycle
                      gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """This cycle's set-priority / warn / preempt / none actions with their reasons (table
     enforcement_audit, phase planned; warnings in enforcement_warnings)."""
-    from gpuledger.enforce import cycle
-
-    from gpuledger import facts
-
     cfg = gpuledger_config.load()
     with warehouse.writer():  # the schema up to date before reading
         pass
@@ -64,8 +63,6 @@ def enforcement_actions(context: dg.AssetExecutionContext, warehouse: Warehouse,
                         gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """The newest plan applied through the configured backend (enforcement_audit, phase applied);
     does nothing unless policy.enforcement.pipeline_apply is true."""
-    from gpuledger.enforce import audit, cycle
-
     cfg = gpuledger_config.load()
     rails = cfg.policy.enforcement
     off = ("policy.enforcement.pipeline_apply is false" if not rails.pipeline_apply
@@ -101,8 +98,6 @@ def enforcement_actions(context: dg.AssetExecutionContext, warehouse: Warehouse,
 
 def _backend(cfg):
     """The configured backend (Kubernetes credentials from sources.kubernetes)."""
-    from gpuledger.enforce import backends as registry
-
     rails = cfg.policy.enforcement
     if rails.pipeline_backend in ("kueue", "kubernetes"):
         source = cfg.sources.first_kubernetes()  # a list of sources: the first one's cluster

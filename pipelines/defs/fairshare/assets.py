@@ -2,6 +2,7 @@
 "now", replaced on every refresh until the day is over), kept per day for the dashboards' history."""
 
 import dagster as dg
+import polars as pl
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.partitions import daily_partitions, partition_windows, single_run
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
@@ -20,8 +21,6 @@ def snapshot_time(con, start, end):
 def materialize_snapshots(context, warehouse: Warehouse, table: str, report) -> dg.MaterializeResult:
     """For each day of the run: ``report(con, as_of)`` as of the day's snapshot time, replacing
     the day's rows (no rows for a day the data has not reached)."""
-    import polars as pl
-
     rows = replaced = 0
     taken = []
     for _, start, end in partition_windows(context):

@@ -13,11 +13,25 @@ source failed named in the run's failure after the others were written.
 
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import dagster as dg
 from gpuledger.pipelines.defs.partitions import cluster_partitions, daily_partitions, single_run, window
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
+
+from gpuledger import warehouse as wh
+from gpuledger.ingest import SCRAPE_SERVICE_ENV
+from gpuledger.ingest.device_links import link_devices_for_jobs
+from gpuledger.ingest.holdings.store import holdings_pass
+from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
+from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
+from gpuledger.ingest.jobs.sacct_import import import_batches, open_export
+from gpuledger.ingest.jobs.slurm import LIVE_ORIGIN, parse_sacct, run_sacct, with_controller_reasons
+from gpuledger.ingest.metrics.prometheus.aggregate import aggregate_recent
+from gpuledger.ingest.metrics.prometheus.auth import auth_headers
+from gpuledger.ingest.metrics.prometheus.backfill import backfill
+from gpuledger.ingest.metrics.scrape import scrape
 
 GROUP = "ingest"
 
@@ -67,9 +81,6 @@ def dcgm_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
     the GPU inventory, device links, hourly rollup). A target that fails is quarantined and
     counted; the others are ingested. Skipped where $GPULEDGER_SCRAPE_SERVICE is set: there the
     `ingest scrape --every` service scrapes (one scraper per target)."""
-    from gpuledger.ingest import SCRAPE_SERVICE_ENV
-    from gpuledger.ingest.metrics.scrape import scrape
-
     if os.environ.get(SCRAPE_SERVICE_ENV, "") not in ("", "0"):
         message = (f"skipped: ${SCRAPE_SERVICE_ENV} says the scrape service (`gpuledger ingest scrape "
                    "--every`) scrapes sources.scrape beside this Dagster: one scraper per target")
@@ -96,9 +107,6 @@ def prometheus_samples(context: dg.AssetExecutionContext, warehouse: Warehouse,
                        gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """One UTC day of DCGM samples backfilled from the Prometheus in ``sources.prometheus`` into
     gpu_samples. Resumable (per-chunk checkpoints); rerunning a finished day changes nothing."""
-    from gpuledger.ingest.metrics.prometheus.auth import auth_headers
-    from gpuledger.ingest.metrics.prometheus.backfill import backfill
-
     source = gpuledger_config.load().sources.prometheus
     if source is None:
         return skipped(context, gpuledger_config, "prometheus")
@@ -154,7 +162,7 @@ def kubernetes_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
     """GPU pods and Kueue Workloads of each cluster of ``sources.kubernetes`` as job rows (one list
     pass per cluster; pods gone since the last pass are closed), as `gpuledger ingest kubernetes
     --once` does."""
-    from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
+    # lazy: optional extra gpuledger[kubernetes]
     from gpuledger.ingest.jobs.kubernetes import KubernetesIngest, api_client
 
     def one(cluster: str, source) -> dict:
@@ -177,11 +185,6 @@ def slurm_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
                gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Slurm accounting records holding or asking for GPUs, per cluster of ``sources.slurm``: a live
     ``sacct`` over the last ``lookback_hours``, or a saved export file (`gpuledger ingest slurm`)."""
-    from contextlib import nullcontext
-
-    from gpuledger.ingest.jobs.sacct_import import import_batches, open_export
-    from gpuledger.ingest.jobs.slurm import LIVE_ORIGIN, parse_sacct, run_sacct, with_controller_reasons
-
     def one(cluster: str, source) -> dict:
         if source.file:  # read a batch of jobs at a time (memory follows the batch, not the export)
             origin, opened = source.file, open_export(Path(source.file), cluster=source.cluster, tz=source.tz)
@@ -220,8 +223,6 @@ def prometheus_aggregates(context: dg.AssetExecutionContext, config: AggregateCo
     ingest prometheus --aggregate` stores them: each cluster by its selector and tenant
     (``clusters``, or ``cluster_label``), each UTC day from its own checkpoint. Skipped unless
     ``aggregate_s`` is set."""
-    from gpuledger.ingest.metrics.prometheus.aggregate import aggregate_recent
-
     source = gpuledger_config.load().sources.prometheus
     if source is None or source.aggregate_s is None:
         message = (f"skipped: the config {gpuledger_config.describe()} has no `sources.prometheus.aggregate_s` "
@@ -254,8 +255,6 @@ def holdings_links(context: dg.AssetExecutionContext, warehouse: Warehouse) -> d
     as job allocations, and the samples whose labels disagree counted — only the holdings seen since
     the cluster's checkpoint (ingest.holdings.store.holdings_pass), so a pass costs what changed
     lately, however long the history."""
-    from gpuledger.ingest.holdings.store import holdings_pass
-
     by_cluster = {}
     for cluster in context.partition_keys:
         with warehouse.writer() as con:
@@ -276,10 +275,6 @@ def csv_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
     """One job CSV file of the watched folder (``sources.jobs_csv``; the partition key is the
     file's path under the folder) imported into jobs; bad rows quarantined with their line numbers. Re-importing
     a file changes nothing; a changed file updates its jobs."""
-    from gpuledger import warehouse as wh
-    from gpuledger.ingest.device_links import link_devices_for_jobs
-    from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
-
     cfg = gpuledger_config.load()
     if cfg.sources.jobs_csv is None:
         return skipped(context, gpuledger_config, "jobs_csv")

@@ -12,6 +12,12 @@ from gpuledger.pipelines.defs.chargeback.assets import chargeback_statements
 from gpuledger.pipelines.defs.partitions import PARTITIONS_START, monthly_partitions
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 
+from gpuledger.reports.statement.build import build_statement
+from gpuledger.reports.statement.delivery import email_statement
+from gpuledger.reports.statement.files import write_statement_set
+from gpuledger.reports.statement.pdf import chromium
+from gpuledger.reports.weekly import build_weekly, write_weekly
+
 STATEMENTS_DIR_ENV = "GPULEDGER_STATEMENTS_DIR"
 weekly_partitions = dg.WeeklyPartitionsDefinition(start_date=PARTITIONS_START, timezone="UTC", day_offset=1)
 
@@ -30,10 +36,6 @@ def finance_statement_files(context: dg.AssetExecutionContext, config: Statement
                             gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """The month's finance statement for the org and every business unit, reconciled, with a
     manifest of SHA-256s."""
-    from gpuledger.reports.files import write_statement_set
-    from gpuledger.reports.pdf import chromium
-    from gpuledger.reports.statement import build_statement
-
     period = context.partition_key[:7]
     policy = gpuledger_config.load().policy
     out = statements_dir() / period
@@ -42,8 +44,6 @@ def finance_statement_files(context: dg.AssetExecutionContext, config: Statement
     manifest = write_statement_set(st, out, pdf=chromium() is not None)  # the PDF where Chromium is installed
     emailed = None
     if config.email and policy.reports.finance_channel:
-        from gpuledger.reports.delivery import email_statement
-
         emailed = email_statement(policy, manifest, out)
     return dg.MaterializeResult(metadata={
         "folder": str(out), "status": manifest["status"], "files": len(manifest["files"]),
@@ -55,8 +55,6 @@ def finance_statement_files(context: dg.AssetExecutionContext, config: Statement
 def weekly_summary_files(context: dg.AssetExecutionContext, warehouse: Warehouse,
                          gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """GPU-hours, spend, budget burn and top squatters per business unit for one ISO week."""
-    from gpuledger.reports.weekly import build_weekly, write_weekly
-
     start = context.partition_time_window.start
     week = f"{start.isocalendar().year}-W{start.isocalendar().week:02d}"
     out = statements_dir() / "weekly" / week

@@ -1,8 +1,9 @@
 """The daily prune of raw samples (``gpuledger warehouse prune`` on a schedule)."""
 
 import dagster as dg
-from gpuledger.pipelines.defs.run_policy import job_tags
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
+from gpuledger.pipelines.defs.run_policy import job_tags
+from gpuledger.warehouse.retention import prune_raw_samples
 
 
 @dg.asset(group_name="retention", kinds={"duckdb"})
@@ -11,8 +12,6 @@ def raw_sample_retention(context: dg.AssetExecutionContext, warehouse: Warehouse
     """Raw samples older than the retention (days, counted back from the newest sample) whose
     hourly rollup is complete are deleted, an hour per transaction, readers let in between hours;
     reports of those hours read the rollup and do not change (tests/warehouse/test_retention.py)."""
-    from gpuledger.warehouse.retention import prune_raw_samples
-
     keep_days = gpuledger_config.load().policy.retention.raw_sample_days
     with warehouse.writer() as con:
         stats = prune_raw_samples(con, keep_days=keep_days)

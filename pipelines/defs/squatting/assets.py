@@ -9,10 +9,13 @@ them materialized, and every reader of the episodes keeps seeing no exempt job."
 
 
 import dagster as dg
+import polars as pl
 from gpuledger.pipelines.defs.analytics_deps import INGEST_DEPS
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 
 from gpuledger import facts
+from gpuledger import warehouse as wh
+from gpuledger.analytics.squatting_lifecycle import advance_lifecycle
 from gpuledger.facts.materialize import insert_frame, sql, utc_now
 from gpuledger.rules.clock import parse_iso
 
@@ -28,11 +31,6 @@ def squatting_findings(context: dg.AssetExecutionContext, config: SquattingEvalu
                        gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Jobs holding idle GPUs: one row per episode (first_seen, last_seen, resolved_at, latest
     severity and evidence; table squatting_findings) and every change (squatting_finding_events)."""
-    import polars as pl
-
-    from gpuledger import warehouse as wh
-    from gpuledger.analytics.squatting_lifecycle import advance_lifecycle
-
     policy = gpuledger_config.load().policy
     with warehouse.reader() as con:
         now = parse_iso(config.as_of) if config.as_of else facts.data_now(con)

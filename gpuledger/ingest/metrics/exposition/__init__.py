@@ -29,6 +29,7 @@ over the plain label (the plain one then names the scrape target, not the GPU's 
 
 from __future__ import annotations
 
+from gpuledger.ingest.metrics.exposition.bulk import parse_exposition_bulk
 from gpuledger.ingest.metrics.exposition.lines import (
     DEFAULT_MAX_FUTURE_S,
     DEVICE_ATTRS,
@@ -79,8 +80,5 @@ def parse_exposition(
     small text (one 8-GPU node's page is ~25 kB) goes line by line, where that is quicker."""
     if len(text) < BULK_FROM_CHARS:  # one small page: the bulk path's fixed cost (~90 polars calls) is more
         return parse_exposition_lines(text, scrape_ms=scrape_ms, max_future_s=max_future_s)
-    from gpuledger.ingest.metrics.exposition.bulk import (
-        parse_exposition_bulk,  # (its ~0.1 s import only when needed)
-    )
 
     return parse_exposition_bulk(text, scrape_ms=scrape_ms, max_future_s=max_future_s)

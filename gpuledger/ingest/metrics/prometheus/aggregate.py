@@ -31,12 +31,20 @@ from gpuledger import warehouse
 from gpuledger.deadlines import PROMETHEUS, CallDeadline
 from gpuledger.errors import UsageError
 from gpuledger.ingest import DEFAULT_CLUSTER
-from gpuledger.ingest.metrics.prometheus.client import check_base_url, discover_metrics
+from gpuledger.ingest.metrics.prometheus.auth import auth_headers
+from gpuledger.ingest.metrics.prometheus.backfill import checkpoint_scope, epoch_seconds, read_checkpoint
+from gpuledger.ingest.metrics.prometheus.client import (
+    NotPrometheusAnswer,
+    check_base_url,
+    discover_metrics,
+    new_session,
+)
 from gpuledger.ingest.metrics.prometheus.decode import SOURCE
 from gpuledger.ingest.metrics.prometheus.tsdb_clusters import (
     TargetError,
     TsdbCluster,
     discover_clusters,
+    select_targets,
     unlabelled_devices,
 )
 from gpuledger.ingest.metrics.prometheus.windows import (
@@ -98,9 +106,6 @@ def aggregate(
     the next run); ``stats``: figures to add to (one run over several days); ``settle_s``: a window
     ending less than this long ago is left for a later run too (the TSDB may not answer for its
     last seconds yet: VictoriaMetrics' default -search.latencyOffset is 30 s, remote write lags)."""
-    from gpuledger.ingest.metrics.prometheus.backfill import checkpoint_scope, epoch_seconds
-    from gpuledger.ingest.metrics.prometheus.client import NotPrometheusAnswer, new_session
-
     url = check_base_url(url)
     if not MIN_STEP_S <= step_s <= MAX_STEP_S:
         raise UsageError(f"--aggregate {step_s}s: choose 1m to 5m (windows the dashboards and "
@@ -186,8 +191,6 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
     with its checkpoint; a rerun continues after the last one written. Chunks are sized from the
     series the TSDB's index holds for each day (or --chunk) ahead, so memory stays flat as the
     fleet grows."""
-    from gpuledger.ingest.metrics.prometheus.backfill import epoch_seconds, read_checkpoint
-
     with warehouse.open_writer(warehouse_path) as con:
         position = read_checkpoint(con, scope)
     first, end_s = span
@@ -237,10 +240,6 @@ def labelled_clusters(source, *, now: datetime | None = None, days: int = 2) -> 
     asks for). The pipelines make them cluster partitions; a source that names its ``clusters``
     (or has no label) gives []. Raises NotPrometheusAnswer / the client's errors when the TSDB
     cannot say."""
-    from gpuledger.ingest.metrics.prometheus.auth import auth_headers
-    from gpuledger.ingest.metrics.prometheus.backfill import epoch_seconds
-    from gpuledger.ingest.metrics.prometheus.client import new_session
-
     if source is None or source.clusters or not source.cluster_label:
         return []
     label = check_label(source.cluster_label, "sources.prometheus.cluster_label")
@@ -261,10 +260,6 @@ def aggregate_recent(source, cluster: str, *, warehouse_path=None, now: datetime
     ``gpuledger ingest prometheus --url URL --aggregate <aggregate_s>s --start DAY --end DAY+1
     --cluster CLUSTER`` asks it (the same ``aggregate`` call, the same checkpoints: either continues
     where the other stopped). Raises TargetError when the source does not hold ``cluster``."""
-    from gpuledger.ingest.metrics.prometheus.auth import auth_headers
-    from gpuledger.ingest.metrics.prometheus.backfill import epoch_seconds
-    from gpuledger.ingest.metrics.prometheus.tsdb_clusters import select_targets
-
     step_s = source.aggregate_s
     if step_s is None:
         raise UsageError("sources.prometheus.aggregate_s is not set: the pipelines backfill raw samples "

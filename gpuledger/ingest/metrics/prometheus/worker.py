@@ -15,11 +15,12 @@ import struct
 import sys
 import traceback
 
+from gpuledger.ingest.metrics.prometheus.chunk import chunk_in_worker
+
 
 def main() -> None:
     # Decoding builds many small objects and no cycles; the cyclic GC would only rescan them.
     gc.disable()
-    from gpuledger.ingest.metrics.prometheus.chunk import chunk_in_worker
 
     jobs, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the answer stream

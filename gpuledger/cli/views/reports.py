@@ -7,7 +7,7 @@ headers carry the units. A report column missing here still shows under ``--wide
 
 from __future__ import annotations
 
-from gpuledger.tables import Column, View
+from gpuledger.cli.views.tables import Column, View
 
 GPU_H = "GPU-h"  # allocated GPU-hours: one whole GPU held for one hour
 NORM_LEGEND = "nGPU-h = normalised GPU-hours (GPU-hours × the model's rate-card weight), the budget unit"

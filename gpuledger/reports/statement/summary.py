@@ -15,7 +15,8 @@ from decimal import Decimal
 import polars as pl
 
 from gpuledger.ledger.periods import PeriodState
-from gpuledger.reports.statement import Statement, owed, sort_lines
+from gpuledger.reports.statement.build import Statement, owed, sort_lines
+from gpuledger.reports.statement.files import file_names
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class StatementSummary:
     scope: str
     state: PeriodState
     billed_through: datetime
-    lines: pl.DataFrame  # reports.statement.LINE_COLUMNS, in the statement's order
+    lines: pl.DataFrame  # reports.statement.build.LINE_COLUMNS, in the statement's order
     reconciliation: tuple[tuple[str, bool], ...]  # (sentence, reconciles) per currency; org scope only
     notes: tuple[str, ...]  # the statement's notes, then its warnings
     by_partition: bool  # the statement has GPU-hours by Slurm partition (a by-partition file)
@@ -64,6 +65,4 @@ class StatementSummary:
 
     def file_names(self, stem: str) -> list[str]:
         """The names `gpuledger report statement` gives this statement's files."""
-        from gpuledger.reports.files import file_names
-
         return file_names(stem, by_partition=self.by_partition, by_host=self.by_host)

@@ -7,12 +7,12 @@ from __future__ import annotations
 from decimal import Decimal
 from pathlib import Path
 
+from gpuledger.channels import notifier_for
+from gpuledger.errors import UsageError
+
 
 def email_statement(policy, manifest: dict, out: Path, *, notifier=None) -> str:
     """Send the statement in ``out`` (described by ``manifest``); returns the channel's name."""
-    from gpuledger.channels import notifier_for
-    from gpuledger.errors import UsageError
-
     channel = policy.reports.finance_channel
     if notifier is None:
         if not channel:

@@ -1,7 +1,7 @@
 """Terminal tables: the one place every command that prints a table renders it.
 
 A table never cuts a number or a name. It shows a report's important columns by default (the
-`View` says which, see table_views.py) and every column with ``--wide`` or the ones named with
+`View` says which, see views/reports.py) and every column with ``--wide`` or the ones named with
 ``--columns``. It fits the terminal's width (``COLUMNS`` when set, else the terminal; piped
 without ``COLUMNS``: as wide as it needs): first by narrowing the gaps between columns, then by
 wrapping free-text columns, and only then by hiding default columns from the right, which a line

@@ -1,6 +1,6 @@
 """Closing and correcting a month as `gpuledger period close / correct` do it: the ledger issues
 the revision (ledger.periods) and, in the same transaction, the month's statement is stored as
-of that revision (reports.statement.freeze_statement), so its files are written from stored,
+of that revision (reports.statement.build.freeze_statement), so its files are written from stored,
 rounded values from then on. Here, above both, because the ledger may not import the reports."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import datetime
 import duckdb
 
 from gpuledger.ledger.periods import close_period, correct_period
-from gpuledger.reports.statement import freeze_statement
+from gpuledger.reports.statement.build import freeze_statement
 from gpuledger.warehouse.db import transaction
 
 

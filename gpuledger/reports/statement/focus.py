@@ -35,11 +35,10 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
+from gpuledger.reports.statement.build import ORG_LINES, UNASSIGNED, Statement
 from gpuledger.rules.billing import BILLED_KINDS, billed_expr
 from gpuledger.rules.clock import iso_z
 
-FOCUS_VERSION = "1.2"
 PRICING_CATEGORY = {"reserved": "Committed", "on-demand": "Standard", "spot": "Dynamic"}
 SERVICE_NAME = "GPU compute"
 SERVICE_CATEGORY, SERVICE_SUBCATEGORY = "Compute", "Other (Compute)"

@@ -1,8 +1,8 @@
-"""Terminal tables of `gpuledger whatif` (gpuledger.tables Views), and the procurement frames."""
+"""Terminal tables of `gpuledger whatif` (gpuledger.cli.views.tables Views), and the procurement frames."""
 
 from __future__ import annotations
 
-from gpuledger.tables import Column, View
+from gpuledger.cli.views.tables import Column, View
 from gpuledger.whatif.model import POLICY_TITLES
 from gpuledger.whatif.outcome import TARGET_NOTE
 

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import polars as pl
 
+from gpuledger.analytics.carbon import carbon_sums
 from gpuledger.reports.chart import stacked_bars
-from gpuledger.reports.statement import ORG_LINES, Statement
+from gpuledger.reports.showback import render_showback_html, showback_lines, showback_sentences
+from gpuledger.reports.statement.build import ORG_LINES, Statement
+from gpuledger.reports.statement.focus import write_focus
+from gpuledger.reports.statement.pdf import write_pdf
+from gpuledger.reports.statement.workbook import header, one_currency, unit_totals, write_xlsx
 from gpuledger.reports.table_files import html_rows, sha256_file, write_csv, write_parquet
-from gpuledger.reports.workbook import header, one_currency, unit_totals, write_xlsx
 from gpuledger.rules.billing import BILLED_KINDS, billed_kind
 
 MANIFEST = "manifest.json"
@@ -65,12 +69,13 @@ def _charts(st: Statement) -> tuple[str, str, str]:
 
 
 def render_html(st: Statement) -> str:
+    # lazy: optional extra gpuledger[reports]
     from jinja2 import Environment, StrictUndefined, select_autoescape
-    from markupsafe import Markup
+    from markupsafe import Markup  # lazy: optional extra gpuledger[reports]
 
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True),
                       undefined=StrictUndefined, keep_trailing_newline=True)
-    template = env.from_string((resources.files("gpuledger.reports") / "statement.html.j2").read_text())
+    template = env.from_string((resources.files("gpuledger.reports.statement") / "statement.html.j2").read_text())
     totals = unit_totals(st)
     currencies = sorted(set(totals["currency"].to_list()))
     unit_rows = []
@@ -116,8 +121,6 @@ def render_html(st: Statement) -> str:
 def _energy_rows(st: Statement) -> list[dict]:
     """The page's energy table: each business unit, its projects indented under it, the total;
     "unknown" where no figure is known (never 0)."""
-    from gpuledger.analytics.carbon import carbon_sums
-
     jobs = st.job_energy
 
     def row(name: str, frame: pl.DataFrame, total: bool = False) -> dict:
@@ -159,8 +162,6 @@ def write_html(st: Statement, path: Path) -> Path:
 
 def _statement_writers(st: Statement, stem: str) -> list[tuple[str, object]]:
     """(file name, writer of that file into a path) for each of the statement's files, in order."""
-    from gpuledger.reports.focus import write_focus
-
     writers = [lambda p: write_csv(st.lines, p), lambda p: write_parquet(st.lines, p),
                lambda p: write_xlsx(st, p), lambda p: write_html(st, p), lambda p: write_focus(st, p),
                lambda p: write_csv(st.job_energy, p)]
@@ -175,16 +176,10 @@ def _statement_writers(st: Statement, stem: str) -> list[tuple[str, object]]:
 
 def file_names(stem: str, *, by_partition: bool, by_host: bool) -> list[str]:
     """The names of a statement's files, in order: lines as CSV, Parquet, XLSX, HTML and FOCUS
-    (reports/focus.py), energy and emissions per job, then GPU-hours by Slurm partition and by host where the statement has any."""
+    (reports/statement/focus.py), energy and emissions per job, then GPU-hours by Slurm partition and by host where the statement has any."""
     return [f"{stem}.csv", f"{stem}.parquet", f"{stem}.xlsx", f"{stem}.html", f"{stem}-focus.csv",
             f"{stem}-energy-by-job.csv",
             *([f"{stem}-by-partition.csv"] if by_partition else []), *([f"{stem}-by-host.csv"] if by_host else [])]
-
-
-def statement_file_names(st: Statement, stem: str) -> list[str]:
-    """The names :func:`write_statement_files` gives the statement's files, without writing them
-    (the dashboards name their download buttons before anyone asks for a file)."""
-    return [name for name, _ in _statement_writers(st, stem)]
 
 
 def write_statement_files(st: Statement, folder: Path, stem: str) -> list[Path]:
@@ -196,21 +191,18 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
                         showback: str | None = None, focus_only: bool = False) -> dict:
     """The statement's files in ``out`` (``statement-<period>-<scope>.*``), with ``per_unit`` each
     business unit's in ``out/units/<unit>/``, and ``out/manifest.json``. With ``pdf`` the HTML is
-    printed to ``statement-<period>-<scope>.pdf`` too (headless Chromium, reports/pdf.py; the
+    printed to ``statement-<period>-<scope>.pdf`` too (headless Chromium, reports/statement/pdf.py; the
     scope's statement only). ``focus_only``: the FOCUS file alone (``report statement --format
     focus``), with its manifest. Returns the manifest."""
     out.mkdir(parents=True, exist_ok=True)
     stem = f"statement-{st.period}-{slug(st.scope)}"
     if focus_only:
-        from gpuledger.reports.focus import write_focus
-
         files = [write_focus(st, out / f"{stem}-focus.csv")]
         per_unit, pdf, showback = False, False, None
     else:
         files = write_statement_files(st, out, stem)
     shown: list[str] = []
     if showback:  # an extra view, never the ledger: the statement's files are unchanged
-        from gpuledger.reports.showback import render_showback_html, showback_lines, showback_sentences
 
         frame = showback_lines(st, showback)
         shown = showback_sentences(frame)
@@ -219,8 +211,6 @@ def write_statement_set(st: Statement, out: Path, *, per_unit: bool = True, pdf:
         (out / f"{sb_stem}.html").write_text(render_showback_html(st, frame, showback))
         files.append(out / f"{sb_stem}.html")
     if pdf:
-        from gpuledger.reports.pdf import write_pdf
-
         files.append(write_pdf(out / f"{stem}.html", out / f"{stem}.pdf", stamp=st.billed_through.replace(microsecond=0)))
     if per_unit:
         for unit in st.units:

@@ -2,7 +2,7 @@
 JSON and frames as Arrow IPC (every dtype comes back as written: Decimal(38, 2) amounts, rounded
 floats bit for bit), with a sha256 over all of it that is checked on every read.
 
-Only storage: ``reports.statement`` turns a statement into these parts and back
+Only storage: ``reports.statement.build`` turns a statement into these parts and back
 (``freeze_statement``, ``build_statement``), so this module knows nothing of a statement."""
 
 from __future__ import annotations

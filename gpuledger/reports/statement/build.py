@@ -12,18 +12,38 @@ belong to the whole org, not to a unit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 import duckdb
 import polars as pl
 
-from gpuledger.analytics.carbon import carbon_sums, known_sum
+from gpuledger.analytics.carbon import carbon_sums, known_sum, with_carbon
+from gpuledger.analytics.carbon_inputs import site_inputs
+from gpuledger.analytics.chargeback import chargeback_totals, statement_notes
+from gpuledger.analytics.load import load_tables
+from gpuledger.analytics.queries import attribution, data_now, job_waits_report
+from gpuledger.analytics.tree import Tree
+from gpuledger.analytics.waits import wait_summary
+from gpuledger.config_store import policy_in_force, stored_config, stored_config_in_force
 from gpuledger.errors import UsageError
-from gpuledger.ledger.periods import PeriodState
+from gpuledger.ledger.config_versions import rate_card_version
+from gpuledger.ledger.periods import (
+    NO_DATA_NOTE,
+    ROUNDED_FALLBACK_NOTE,
+    PeriodState,
+    exact_stored,
+    is_closed,
+    no_data,
+    period_state,
+    statement_lines,
+    verify_period,
+)
+from gpuledger.reports.statement import frozen_parts
 from gpuledger.rules.billing import BILLED_KINDS, CORRECTION_KINDS, MEMO_KINDS, billed_expr, billed_kind
 from gpuledger.rules.billing import billed as is_billed
+from gpuledger.rules.periods import month_bounds
 
 ORG_LINES = "(org)"  # business_unit of idle and memo lines
 UNASSIGNED = "(unassigned)"  # business_unit of a project not in the org tree
@@ -248,8 +268,6 @@ def owed(lines: pl.DataFrame) -> dict[str, Decimal]:
 def business_units(org_nodes: pl.DataFrame) -> tuple[str, dict[str, str], list[str]]:
     """(root name, node -> its business unit, units in tree order). A root with no children is its
     own and only unit; several roots are each a unit."""
-    from gpuledger.analytics.tree import Tree
-
     tree = Tree.from_frame(org_nodes)
     roots = sorted(tree.roots)
     if len(roots) == 1 and tree.children[roots[0]]:
@@ -267,8 +285,6 @@ def business_units(org_nodes: pl.DataFrame) -> tuple[str, dict[str, str], list[s
 
 
 def subtree(org_nodes: pl.DataFrame, node: str) -> set[str]:
-    from gpuledger.analytics.tree import Tree
-
     tree = Tree.from_frame(org_nodes)
     return {n for n in tree.parent if node in tree.ancestors(n)}
 
@@ -287,9 +303,6 @@ def project_waits(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime
     """Per project: jobs submitted in [start, end) up to ``now``, how many still waited then, and
     their p50 / p90 wait (submit -> start; a job still waiting counts its wait so far) in whole
     seconds, half up (gpuledger report waits --by project: the same figures)."""
-    from gpuledger.analytics.queries import job_waits_report
-    from gpuledger.analytics.waits import wait_summary
-
     if now <= start:
         return pl.DataFrame(schema=WAITS_SCHEMA)
     waits = wait_summary(job_waits_report(con, start=start, end=end, now=now), by="project")
@@ -310,10 +323,6 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
     others (not time-sliced; of them ``gpu_hours_mig`` on MIG slices). A time-sliced GPU's energy is split by allocation fraction and a MIG
     instance's is its GPU's split by compute slice: neither measures the holder, so showback's
     energy basis counts those hours as without a reading."""
-    from gpuledger.analytics.carbon import with_carbon
-    from gpuledger.analytics.carbon_inputs import site_inputs
-    from gpuledger.analytics.queries import attribution
-
     # facility kWh and kgCO2e from the GPUs' own energy (MIG share, shared GPUs by fraction), each
     # hour at its site's PUE and grid intensity (analytics/carbon.py); collected once, read twice
     used = with_carbon(attribution(con, t, start=start, end=end, now=now, policy=policy), *site_inputs(con, start, end)) \
@@ -349,8 +358,6 @@ def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> 
 
 def _site_sentences(con, clusters: list[str]) -> list[str]:
     """What each site's energy figures rest on, for the reader: "sim: PUE 1.2, grid 0.35 kgCO2e/kWh"."""
-    from gpuledger.config_store import stored_config_in_force
-
     cfg = stored_config_in_force(con)
     out = []
     for name in clusters:
@@ -384,8 +391,6 @@ def _grouped_usage(usage: pl.DataFrame, key: str, missing: str) -> pl.DataFrame:
 
 
 def _config_version(con, period: str, closed: bool) -> int | None:
-    from gpuledger.config_store import stored_config
-
     if closed:
         row = con.execute("SELECT config_version FROM statement_revisions WHERE period = ? "
                           "ORDER BY revision DESC LIMIT 1", [period]).fetchall()
@@ -398,9 +403,6 @@ def _capacity(con, t, *, start: datetime, end: datetime, config_version: int | N
               retire_grace: timedelta, by: tuple[str, ...] = ()) -> dict:
     """currency -> (capacity GPU-hours, Σ capacity × price) over [start, end), priced by the rate
     card the statement was priced with (a closed month: its latest revision's config version)."""
-    from gpuledger.analytics.chargeback import chargeback_totals
-    from gpuledger.ledger.config_versions import rate_card_version
-
     rate_card = t.rate_card
     if closed and config_version is not None:
         rate_card = rate_card_version(con, config_version).lazy()
@@ -420,9 +422,6 @@ def _history(con, period: str, start: datetime, policy, first_seen: datetime | N
     """Charge, idle and correction amounts and GPU-hours per month for this month and the two
     before it (months before the first device was seen are left out). ``current``: this month's
     statement lines, as the statement has them (not read again, and as of the statement's now)."""
-    from gpuledger.ledger.periods import statement_lines
-    from gpuledger.rules.periods import month_bounds
-
     months = []
     moment = start
     for _ in range(HISTORY_MONTHS):
@@ -482,10 +481,6 @@ def build_statement(
     ``lines``: that month's statement_lines at ``now``, when the caller has them (the pipeline);
     ``history=False`` leaves the month-over-month history empty (the dashboards' view has none).
     """
-    from gpuledger.ledger.periods import is_closed
-    from gpuledger.reports import frozen_parts
-    from gpuledger.rules.periods import month_bounds
-
     month_bounds(period)  # a usage error naming the form for anything but YYYY-MM
     parts = frozen_parts.latest(con, period) if is_closed(con, period) else None
     if parts is not None:
@@ -501,9 +496,7 @@ def freeze_statement(con: duckdb.DuckDBPyConnection, period: str, *, now: dateti
     """Store closed ``period``'s whole-org statement as of its latest revision (migration 028):
     computed once, here, from its issued lines and the data and config of this moment (``now``:
     the data's "now" its lines were computed at). Called in the transaction that issues the
-    revision (reports.closing), so a revision and its statement are stored together."""
-    from gpuledger.reports import frozen_parts
-
+    revision (reports.statement.closing), so a revision and its statement are stored together."""
     st, org_nodes, sites = _computed(con, period, policy=None, now=now, lines=None, history=True)
     facts = {
         "scope": st.scope, "units": st.units, "config_version": st.config_version,
@@ -528,9 +521,6 @@ def _capacity_of(reconciliation: list[Reconciliation]) -> dict[str, tuple[float,
 def _thawed(con, period: str, facts: dict, frames: dict[str, pl.DataFrame]) -> tuple[Statement, pl.DataFrame, dict]:
     """A closed month's statement from its stored parts (``freeze_statement``); its issued lines
     are checked against their checksum as on every read."""
-    from gpuledger.ledger.periods import period_state, verify_period
-    from gpuledger.rules.periods import month_bounds
-
     verify_period(con, period)
     start, end = month_bounds(period)
     st = Statement(
@@ -551,8 +541,6 @@ def _cut_to_node(st: Statement, node: str, org_nodes: pl.DataFrame, sites: dict[
     """The whole-org statement ``st`` cut to ``node``'s subtree: its projects' lines with the node
     as their business unit, their usage and energy, no reconciliation (idle capacity is the
     org's); history and notes as the org's."""
-    from dataclasses import replace
-
     names = set(org_nodes["node"].to_list())
     if node not in names:
         raise UsageError(f"--node {node!r}: not a node of the org tree; choose one of {', '.join(sorted(names))}")
@@ -569,13 +557,6 @@ def _computed(con, period: str, *, policy, now: datetime | None, lines: pl.DataF
               history: bool) -> tuple[Statement, pl.DataFrame, dict[str, str]]:
     """The whole org's statement computed from the lines, data and config (with the org tree and
     each site's sentence by cluster, to cut it to a node)."""
-    from gpuledger.analytics.chargeback import statement_notes
-    from gpuledger.analytics.load import load_tables
-    from gpuledger.analytics.queries import data_now
-    from gpuledger.config_store import policy_in_force
-    from gpuledger.ledger.periods import NO_DATA_NOTE, is_closed, no_data, period_state, statement_lines
-    from gpuledger.rules.periods import month_bounds
-
     start, end = month_bounds(period)
     policy = policy_in_force(con, policy)
     now = now or data_now(con)
@@ -639,11 +620,8 @@ def _computed(con, period: str, *, policy, now: datetime | None, lines: pl.DataF
     # the state's sentence replaces chargeback's provisional note (which says lines change: not
     # so once closed)
     st.notes = [st.status_sentence] + [n for n in notes if not n.startswith("provisional")]
-    if closed:
-        from gpuledger.ledger.periods import ROUNDED_FALLBACK_NOTE, exact_stored
-
-        if not exact_stored(con, period):
-            st.notes.append(ROUNDED_FALLBACK_NOTE.format(period=period))
+    if closed and not exact_stored(con, period):
+        st.notes.append(ROUNDED_FALLBACK_NOTE.format(period=period))
     st.empty = no_data(con, period, lines)
     if st.empty:
         st.notes.insert(0, NO_DATA_NOTE.format(period=period))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuledger.reports.statement import ORG_LINES, UNASSIGNED, Statement
+from gpuledger.reports.statement.build import ORG_LINES, UNASSIGNED, Statement
 from gpuledger.rules.billing import billed as is_billed
 
 HOUR_COLS = ("gpu_hours", "gpu_hours_active", "gpu_hours_unknown", "energy_kwh", "energy_kwh_facility", "kg_co2e",
@@ -108,7 +108,7 @@ class SheetWriter:
         self.widths: dict[int, int] = {}
 
     def put(self, row: int, col: int, cell: Cell, *, measure: bool = True, wrap: bool = False):
-        from openpyxl.styles import Alignment, Font
+        from openpyxl.styles import Alignment, Font  # lazy: optional extra gpuledger[reports]
 
         c = self.ws.cell(row=row, column=col, value=cell.value)
         if cell.number_format != "General":
@@ -129,7 +129,7 @@ class SheetWriter:
         return c
 
     def title(self, text: str) -> None:
-        from openpyxl.styles import Font
+        from openpyxl.styles import Font  # lazy: optional extra gpuledger[reports]
 
         self.ws.cell(row=self.row, column=1, value=text).font = Font(name=FONT, bold=True, size=TITLE_SIZE)
         self.row += 2
@@ -146,10 +146,8 @@ class SheetWriter:
               filter_: bool = True, freeze: bool = False) -> tuple[int, int]:
         """A header row, its rows and total rows below (each total in its column); an auto-filter
         over the header and rows. Returns (header row, last row)."""
-        from openpyxl.styles import Font, PatternFill
-        from openpyxl.utils import get_column_letter
-
-        from openpyxl.styles import Alignment
+        from openpyxl.styles import Alignment, Font, PatternFill  # lazy: optional extra gpuledger[reports]
+        from openpyxl.utils import get_column_letter  # lazy: optional extra gpuledger[reports]
 
         head = self.row
         fill = PatternFill("solid", fgColor="F2F2F2")
@@ -186,7 +184,8 @@ class SheetWriter:
         return head, r - 1
 
     def finish(self) -> None:
-        from openpyxl.utils import get_column_letter
+        from openpyxl.utils import get_column_letter  # lazy: optional extra gpuledger[reports]
+        # lazy: optional extra gpuledger[reports]
         from openpyxl.worksheet.properties import PageSetupProperties
 
         for col, width in self.widths.items():
@@ -347,7 +346,7 @@ STATE_FILL = {"closed": "E3F1DF", "corrected": "E3EBF7", "open": "EEEEEE", "prov
 
 def _mark_state(ws, st: Statement) -> None:
     """The Status value of a sheet's head in its state's colour, bold (not plain text)."""
-    from openpyxl.styles import Font, PatternFill
+    from openpyxl.styles import Font, PatternFill  # lazy: optional extra gpuledger[reports]
 
     for row in ws.iter_rows(min_col=1, max_col=2, max_row=12):
         if row[0].value == "Status":
@@ -367,8 +366,8 @@ def write_xlsx(st: Statement, path: Path) -> Path:
     """A Summary sheet (status, totals per business unit tied out to the org total, the
     reconciliation), one sheet per business unit with its lines and total, the org's idle and memo
     lines on their own sheet, GPU-hours by partition and by host."""
-    from openpyxl import Workbook
-    from openpyxl.writer.excel import ExcelWriter
+    from openpyxl import Workbook  # lazy: optional extra gpuledger[reports]
+    from openpyxl.writer.excel import ExcelWriter  # lazy: optional extra gpuledger[reports]
 
     wb = Workbook()
     stamp = st.billed_through.replace(microsecond=0)

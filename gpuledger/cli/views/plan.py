@@ -1,6 +1,6 @@
-"""How the plan shows in the terminal (gpuledger.tables)."""
+"""How the plan shows in the terminal (gpuledger.cli.views.tables)."""
 
-from gpuledger.tables import Column, View
+from gpuledger.cli.views.tables import Column, View
 
 PLAN = View(
     columns=(
