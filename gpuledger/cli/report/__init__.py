@@ -64,6 +64,17 @@ def _open(warehouse_file: Path | None):
     return warehouse.open_reader(warehouse_path(warehouse_file))
 
 
+def _computed(answer, what: str):
+    """``answer.table``, after a line on stderr when it was computed from the raw data: no
+    materialized rows answer ``what`` (not materialized yet, or not fresh for it), so it took the
+    slow path (issue 41: the user knows why they waited, and what keeps the answer fast)."""
+    if answer.source == facts.COMPUTED:
+        typer.echo(f"note: {what} computed from the raw data: the read model has no fresh rows for it "
+                   "(the pipelines keep them current: `gpuledger pipelines run-once`, or the Dagster schedules)",
+                   err=True)
+    return answer.table
+
+
 @app.command("chargeback")
 def chargeback(
     period: str = typer.Option(..., "--period", "-p", help="YYYY-MM, YYYY-MM-DD, YYYY-Www or START..END"),
@@ -107,7 +118,7 @@ def usage(
     """Allocated, active, idle and unknown GPU-hours, efficiency and energy (kWh)."""
     lo, hi = utc_range(start, end)
     with _open(warehouse_file) as con:
-        frame = facts.usage(con, start=lo, end=hi, by=by).table  # materialized when fresh
+        frame = _computed(facts.usage(con, start=lo, end=hi, by=by), f"usage by {by}")  # materialized when fresh
     show_frame(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
 
 
@@ -127,7 +138,8 @@ def utilization(
         hi = hi or facts.data_now(con).replace(minute=0, second=0, microsecond=0)
         lo = lo or hi - timedelta(days=1)
         check_range(lo, hi)  # a --start after the newest data, with no --end
-        frame = facts.utilization(con, start=lo, end=hi, by=by).table  # materialized when fresh (by model)
+        # materialized when fresh (by model, cluster or fleet)
+        frame = _computed(facts.utilization(con, start=lo, end=hi, by=by), f"utilization by {by}")
     show_frame(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide, columns)
 
 
@@ -141,7 +153,7 @@ def fairshare(
     delivery ratio (delivered ÷ owed GPU-hours) and occupancy over the usage window."""
     with _open(warehouse_file) as con:
         cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
-        frame = facts.fairshare(con, policy=lambda: cfg.policy, as_of=_time(now)).table  # materialized when fresh
+        frame = _computed(facts.fairshare(con, policy=lambda: cfg.policy, as_of=_time(now)), "fair share")
         mode = cfg.setting("policy.usage.mode")
     show_frame(frame, fmt, out, f"fair share ({mode} usage, GPU-hours)", table_views.FAIRSHARE, wide, columns)
 
@@ -187,7 +199,7 @@ def budget(
         if jobs:
             frame = facts.funding(con, policy=cfg.policy, now=_time(now)).frame
         else:
-            frame = facts.budget(con, policy=lambda: cfg.policy, as_of=_time(now)).table  # materialized when fresh
+            frame = _computed(facts.budget(con, policy=lambda: cfg.policy, as_of=_time(now)), "budget burn")
     if jobs:
         show_frame(frame, fmt, out, "job funding (UTC)", table_views.FUNDING, wide, columns)
     else:
@@ -207,6 +219,7 @@ def squatters(
         cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
         # the squatting pipeline's latest evaluation when it is recent for --now, else computed
         found = facts.findings(con, policy=lambda: cfg.policy, now=_time(now), include_exempt=include_exempt)
+        _computed(found, "idle GPU findings")
         frame = facts.squatters_table(found)
     show_frame(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)
 
