@@ -111,9 +111,9 @@ def render(results: dict) -> str:
                     for q in names for size in sorted(questions, key=int)
                     if (fig := questions[size].get(q) or {}).get("cli_s") is not None]
         if cli_rows:
-            lines += ["**Questions through the CLI as the user waits** (issue 41; medians of runs alternated with a "
-                      "bare `python -c \"import typer\"`, the floor; targets: CLI ≤ 3× the floor, PromQL ≥ 5× the "
-                      "CLI where PromQL takes longer than the floor)", ""]
+            lines += [("**Questions through the CLI as the user waits** (issue 41; medians of runs alternated with a "
+                       "bare `python -c \"import typer\"`, the floor; targets: CLI ≤ 3× the floor, PromQL ≥ 5× the "
+                       "CLI where PromQL takes longer than the floor)"), ""]
             lines += _table(["question", "GPUs", "CLI", "CLI CPU-s", "floor", "CLI ÷ floor", "PromQL", "PromQL ÷ CLI",
                              "≥ 5×", "answered from"], cli_rows)
         notes = []  # the bench's own words on tolerance and differences, once per distinct text
