@@ -20,7 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import duckdb
+from gpuledger.warehouse.engine import duckdb
 
 if TYPE_CHECKING:  # pydantic's models: imported when a config is validated, not to read the table
     from gpuledger.config import Config, Policy

@@ -30,10 +30,9 @@ from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
-import duckdb
-
 from gpuledger.warehouse import migration_backup
 from gpuledger.warehouse.access import WarehouseLocks
+from gpuledger.warehouse.engine import duckdb
 from gpuledger.warehouse.paths import DEFAULT_WAREHOUSE, WAREHOUSE_ENV, resolve_warehouse_path  # noqa: F401
 from gpuledger.warehouse.paths import check_reader_path, check_writer_path
 
