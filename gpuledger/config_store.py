@@ -69,8 +69,9 @@ class StoredConfig:
 
 
 def _has_table(con: duckdb.DuckDBPyConnection) -> bool:
+    # duckdb_tables(), not information_schema (~5 ms more a query, on every read command's path)
     return bool(con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'config_versions'"
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'config_versions'"
     ).fetchall()[0][0])
 
 
