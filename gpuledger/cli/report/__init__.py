@@ -64,15 +64,15 @@ def _open(warehouse_file: Path | None):
     return warehouse.open_reader(warehouse_path(warehouse_file))
 
 
-def _computed(answer, what: str):
-    """``answer.table``, after a line on stderr when it was computed from the raw data: no
+def _say_if_computed(answer, what: str) -> None:
+    """One line on stderr, after the table, when ``answer`` was computed from the raw data: no
     materialized rows answer ``what`` (not materialized yet, or not fresh for it), so it took the
-    slow path (issue 41: the user knows why they waited, and what keeps the answer fast)."""
+    slow path (issue 41: the user knows why they waited, and what keeps the answer fast). After the
+    table, so that a mistake in an output option stays a one-line error."""
     if answer.source == facts.COMPUTED:
         typer.echo(f"note: {what} computed from the raw data: the read model has no fresh rows for it "
                    "(the pipelines keep them current: `gpuledger pipelines run-once`, or the Dagster schedules)",
                    err=True)
-    return answer.table
 
 
 @app.command("chargeback")
@@ -118,8 +118,9 @@ def usage(
     """Allocated, active, idle and unknown GPU-hours, efficiency and energy (kWh)."""
     lo, hi = utc_range(start, end)
     with _open(warehouse_file) as con:
-        frame = _computed(facts.usage(con, start=lo, end=hi, by=by), f"usage by {by}")  # materialized when fresh
-    show_frame(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
+        answer = facts.usage(con, start=lo, end=hi, by=by)  # materialized when fresh
+    show_frame(answer.table, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", table_views.USAGE, wide, columns)
+    _say_if_computed(answer, f"usage by {by}")
 
 
 @app.command("utilization")
@@ -138,9 +139,10 @@ def utilization(
         hi = hi or facts.data_now(con).replace(minute=0, second=0, microsecond=0)
         lo = lo or hi - timedelta(days=1)
         check_range(lo, hi)  # a --start after the newest data, with no --end
-        # materialized when fresh (by model, cluster or fleet)
-        frame = _computed(facts.utilization(con, start=lo, end=hi, by=by), f"utilization by {by}")
-    show_frame(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide, columns)
+        answer = facts.utilization(con, start=lo, end=hi, by=by)  # materialized when fresh (by model, cluster, fleet)
+    show_frame(answer.table, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", table_views.UTILIZATION, wide,
+               columns)
+    _say_if_computed(answer, f"utilization by {by}")
 
 
 @app.command("fairshare")
@@ -153,9 +155,10 @@ def fairshare(
     delivery ratio (delivered ÷ owed GPU-hours) and occupancy over the usage window."""
     with _open(warehouse_file) as con:
         cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
-        frame = _computed(facts.fairshare(con, policy=lambda: cfg.policy, as_of=_time(now)), "fair share")
+        answer = facts.fairshare(con, policy=lambda: cfg.policy, as_of=_time(now))  # materialized when fresh
         mode = cfg.setting("policy.usage.mode")
-    show_frame(frame, fmt, out, f"fair share ({mode} usage, GPU-hours)", table_views.FAIRSHARE, wide, columns)
+    show_frame(answer.table, fmt, out, f"fair share ({mode} usage, GPU-hours)", table_views.FAIRSHARE, wide, columns)
+    _say_if_computed(answer, "fair share")
 
 
 @app.command("balance")
@@ -199,11 +202,13 @@ def budget(
         if jobs:
             frame = facts.funding(con, policy=cfg.policy, now=_time(now)).frame
         else:
-            frame = _computed(facts.budget(con, policy=lambda: cfg.policy, as_of=_time(now)), "budget burn")
+            answer = facts.budget(con, policy=lambda: cfg.policy, as_of=_time(now))  # materialized when fresh
     if jobs:
         show_frame(frame, fmt, out, "job funding (UTC)", table_views.FUNDING, wide, columns)
     else:
-        show_frame(frame, fmt, out, "budget burn (normalised GPU-hours, UTC)", table_views.BUDGET, wide, columns)
+        show_frame(answer.table, fmt, out, "budget burn (normalised GPU-hours, UTC)", table_views.BUDGET, wide,
+                   columns)
+        _say_if_computed(answer, "budget burn")
 
 
 @app.command("squatters")
@@ -219,9 +224,9 @@ def squatters(
         cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
         # the squatting pipeline's latest evaluation when it is recent for --now, else computed
         found = facts.findings(con, policy=lambda: cfg.policy, now=_time(now), include_exempt=include_exempt)
-        _computed(found, "idle GPU findings")
         frame = facts.squatters_table(found)
     show_frame(frame, fmt, out, "idle GPU findings (UTC)", table_views.SQUATTERS, wide, columns)
+    _say_if_computed(found, "idle GPU findings")
 
 @app.command("waits")
 def waits(
