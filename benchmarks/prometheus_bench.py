@@ -403,12 +403,21 @@ def why_idle_differs(path: Path, t: datetime, job_id: str, policy) -> str | None
     """The reason, read from the warehouse, when the two idle answers for a job at t differ for
     a cause PromQL cannot see: a device of the job without a sample in the 5 minutes before t
     (PromQL's lookback then reads the series as ended, while the scheduler says the job still
-    holds it), or under the stale-data guard's coverage (gpuledger declines to judge). None:
+    holds it), or under the stale-data guard's coverage (gpuledger declines to judge); at the edges
+    of a job's life: it ended within the 5 minutes before t (PromQL's lookback still returns its last
+    sample; blocks built by promtool carry no staleness marker), or its first sample came after
+    t − 90 min while its allocation started before (the ``offset 90m`` term, PromQL's stand-in for
+    grace + sustained, finds no series yet; gpuledger counts from the allocation's start). None:
     unexplained."""
     import duckdb
 
     con = duckdb.connect(str(path), read_only=True)
     try:
+        started, ended, running, first_sample = con.execute(
+            "SELECT min(a.start_time), max(a.end_time), bool_or(a.end_time IS NULL OR a.end_time > $t), "
+            "(SELECT min(s.ts) FROM gpu_samples s JOIN job_allocations b ON s.gpu_id = b.gpu_id "
+            " AND s.ts >= b.start_time AND s.ts >= $t - INTERVAL 3 HOUR AND s.ts < $t WHERE b.job_id = $job) "
+            "FROM job_allocations a WHERE a.job_id = $job", {"t": t, "job": job_id}).fetchall()[0]
         rows = con.execute(
             "SELECT a.gpu_id, count(s.ts) FILTER (WHERE s.ts >= $t - INTERVAL 5 MINUTE) AS last5, "
             "count(DISTINCT date_trunc('minute', s.ts)) AS minutes FROM job_allocations a "
@@ -419,6 +428,13 @@ def why_idle_differs(path: Path, t: datetime, job_id: str, policy) -> str | None
     finally:
         con.close()
     need = policy.squatting.min_coverage_ratio * policy.squatting.sustained_minutes
+    if not running and ended is not None and t - timedelta(minutes=5) < ended <= t:
+        return (f"the job ended {(t - ended).total_seconds():.0f} s before (PromQL's 5-min lookback still returns "
+                "its last sample: no staleness marker in promtool's blocks)")
+    offset = t - timedelta(minutes=90)  # PromQL asks at t - 1 ms: a sample at exactly t - 90 min is after it
+    if started is not None and started < offset and first_sample is not None and first_sample >= offset:
+        return (f"the job's first sample came {(first_sample - offset).total_seconds():.0f} s after t - 90 min "
+                f"(`offset 90m` finds no series yet; gpuledger counts grace + sustained from the start, {started})")
     if any(last5 == 0 for _, last5, _ in rows):
         return "scrape gap over the 5 min before (PromQL lookback: series reads as ended; the job still holds it)"
     if any(minutes < need for _, _, minutes in rows):
