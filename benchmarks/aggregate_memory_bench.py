@@ -32,42 +32,51 @@ _ONE_CHUNK = ("import sys; import gpuledger.ingest.metrics.prometheus.aggregate 
               "from gpuledger.cli import main; main()")
 
 
-def _load(vm: VictoriaRig, gpus: int) -> None:
-    sim = build_cluster(seed=31, gpus=gpus, start=START, days=1, interval_s=60)
-    for hour in range(0, 24, 6):  # a quarter day at a time: the text of a day of 512 GPUs is GBs
+def _load(vm: VictoriaRig, gpus: int, hours: int) -> None:
+    sim = build_cluster(seed=31, gpus=gpus, start=START, days=hours / 24, interval_s=60)
+    # a few hours at a time (the text of a day of 512 GPUs is GBs); ten minutes at fleet sizes
+    step = 6 * 3600 if gpus <= 1024 else 600
+    for at in range(0, hours * 3600, step):
         text = io.StringIO()
-        write_openmetrics(sim, text, sim.start_s + hour * 3600, sim.start_s + (hour + 6) * 3600, blanks=False)
+        write_openmetrics(sim, text, sim.start_s + at, sim.start_s + min(at + step, hours * 3600), blanks=False)
         vm.import_prometheus_text(f"{line.rsplit(' ', 1)[0]} {line.rsplit(' ', 1)[1]}000\n"
                                   for line in text.getvalue().splitlines() if line and not line.startswith("#"))
+        del text
     vm.flush()
 
 
-def _peak(vm: VictoriaRig, warehouse: Path, *, sized: bool) -> tuple[float, str]:
-    """(peak RSS MiB, the CLI's summary line) of one aggregate run of the day."""
+def _peak(vm: VictoriaRig, warehouse: Path, *, sized: bool, hours: int) -> tuple[float, float, str]:
+    """(peak RSS MiB, CPU-s, the CLI's summary line) of one aggregate run of the loaded hours."""
     run = ["-m", "gpuledger.cli"] if sized else ["-c", _ONE_CHUNK]
     done = subprocess.run(["/usr/bin/time", "-v", sys.executable, *run, "ingest", "prometheus", "--url", vm.url,
-                           "--start", START.isoformat(), "--end", (START + timedelta(days=1)).isoformat(),
+                           "--start", START.isoformat(), "--end", (START + timedelta(hours=hours)).isoformat(),
                            "--aggregate", "5m", "-w", str(warehouse)], capture_output=True, text=True, cwd=ROOT,
-                          check=True)
+                          check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the aggregate ingest exited {done.returncode}: {done.stderr[-3000:]}")
     kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)[1])
+    cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", done.stderr)[1]) for kind in ("User", "System"))
     summary = next(line for line in done.stderr.splitlines() if line.startswith("aggregate"))
-    return kib / 1024, summary
+    return kib / 1024, cpu, summary
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, nargs="+", default=[128, 512])
+    ap.add_argument("--hours", type=int, default=24, help="hours of samples loaded and ingested (default a day)")
+    ap.add_argument("--sized-only", action="store_true", help="skip the one-chunk run (at fleet sizes it is "
+                    "the memory the sizing exists to avoid)")
     args = ap.parse_args()
     for gpus in args.gpus:
         with tempfile.TemporaryDirectory() as work:
             vm = VictoriaRig(Path(work))
             try:
-                _load(vm, gpus)
-                for sized in (True, False):
-                    mib, summary = _peak(vm, Path(work) / f"{sized}.duckdb", sized=sized)
+                _load(vm, gpus, args.hours)
+                for sized in (True,) if args.sized_only else (True, False):
+                    mib, cpu, summary = _peak(vm, Path(work) / f"{sized}.duckdb", sized=sized, hours=args.hours)
                     chunking = re.search(r"\((.*?)\):", summary)[1]
-                    print(f"{gpus} GPUs, {'sized' if sized else 'one chunk'}: peak {mib:.0f} MiB ({chunking})",
-                          flush=True)
+                    print(f"{gpus} GPUs x {args.hours} h, {'sized' if sized else 'one chunk'}: peak {mib:.0f} MiB, "
+                          f"{cpu:.1f} CPU-s ({chunking}) | {summary}", flush=True)
             finally:
                 vm.stop()
 

@@ -20,7 +20,7 @@ else:
     os.environ["GPULEDGER_TEST_SIZE"] = ",".join(os.environ.get(n, "") for n in _SIZE)
 
 from gpuledger.config import load_config
-from tests.helpers.dashboard_rig import dashboard_warehouse  # noqa: F401 - one session fixture for both dashboard test files
+from tests.helpers.dashboard_rig import dashboard_warehouse, single_cluster_analysed  # noqa: F401 - session fixtures
 
 
 @pytest.fixture
@@ -42,8 +42,9 @@ def example_config():
 # attribute pytest 9 no longer reads.) A file missing here only starts its rig a second time.
 RIG_FILES = {
     "slurm": ("tests/ingest/test_slurm.py", "tests/ingest/test_slurm_gpus.py", "tests/enforce/test_slurm.py",
-              "tests/enforce/test_slurm_rig.py", "tests/enforce/test_team_slurm_rig.py"),
-    "dashboards": ("tests/dashboards/", "tests/bench/test_prometheus_bench.py", "tests/metrics/test_exporter_facts.py"),
+              "tests/enforce/test_slurm_rig.py", "tests/enforce/test_team_slurm_rig.py", "tests/enforce/test_waits_rig.py"),
+    "dashboards": ("tests/dashboards/", "tests/bench/test_prometheus_bench.py", "tests/metrics/test_exporter_facts.py",
+                   "tests/reports/test_focus.py"),
 }
 
 

@@ -13,6 +13,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from gpuledger.enforce import inputs, policy
 
 from gpuledger import warehouse
@@ -41,6 +42,7 @@ def _warehouse(warehouse_file, tmp_path):
     assert cli("config", "load", "--config", str(tmp_path / "c.yaml"), "-w", str(warehouse_file)).exit_code == 0
 
 
+@pytest.mark.slow
 def test_only_the_owner_keeps_within_the_bounds(warehouse_file, tmp_path):
     _warehouse(warehouse_file, tmp_path)
     w = ["-w", str(warehouse_file), "--now", AT]
@@ -60,6 +62,7 @@ def test_only_the_owner_keeps_within_the_bounds(warehouse_file, tmp_path):
     assert all(i.startswith("cli (OS user ") for _, i, _, _ in rows)
 
 
+@pytest.mark.slow
 def test_an_exemption_request_reaches_on_call_and_a_release_waits_for_the_live_view(warehouse_file, tmp_path):
     _warehouse(warehouse_file, tmp_path)
     w = ["-w", str(warehouse_file), "--now", AT]
@@ -82,6 +85,7 @@ def test_an_exemption_request_reaches_on_call_and_a_release_waits_for_the_live_v
     assert "its owner u asked to release it at 2026-10-05 10:05Z, but the plan was made without" in actions[-1].reason
 
 
+@pytest.mark.slow
 def test_a_programs_allowance_is_shared_by_its_projects(warehouse_file, tmp_path):
     october(warehouse_file)
     (tmp_path / "c.yaml").write_text(CONFIG + ALERTS + "    self_service: {team_allowance_hours: {research: 3}}\n")

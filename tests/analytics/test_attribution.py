@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.analytics_frames import allocations, at, every, gpus, jobs, org, samples
 from gpuledger.analytics.attribution import attribute_usage, rollup_usage
 from gpuledger.analytics.intervals import split_by_hour
+from tests.helpers.analytics_frames import allocations, at, every, gpus, jobs, org, samples
 
 MIN = timedelta(minutes=1)
 
@@ -156,6 +156,7 @@ def test_rollups_to_user_project_and_tree():
     st.lists(st.tuples(st.sampled_from([1, 2, 3]), st.integers(0, 400), st.floats(0, 1.5), st.booleans()),
              max_size=60),
 )
+@pytest.mark.slow
 def test_allocated_at_least_active(allocs, sample_rows):
     inv = gpus([{"gpu_id": 1}, {"gpu_id": 2, "mig": 0, "fraction": 2 / 7, "uuid": "M"}, {"gpu_id": 3}])
     al = allocations([(f"j{i}", g, at(0, s), at(0, s + d), f) for i, (s, d, g, f) in enumerate(allocs)])

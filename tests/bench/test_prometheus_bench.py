@@ -83,7 +83,7 @@ def test_the_cli_is_timed_against_the_floor_run_by_run_and_a_computed_answer_is_
 @pytest.mark.slow
 @pytest.mark.prometheus
 @pytest.mark.skipif(not have_prometheus(), reason="needs the Debian prometheus package (scripts/install-test-deps.sh)")
-def test_side_by_side_on_a_tiny_cluster_agrees(dashboard_warehouse, tmp_path):
+def test_side_by_side_on_a_tiny_cluster_agrees(single_cluster_analysed, tmp_path):
     """The dashboards' session warehouse (16 GPUs, 2 days, seed 3, simulated, run-once, an
     enforcement plan: shared, so this test adds only its own seconds) against a real Prometheus
     over the same samples: every question agrees."""
@@ -95,8 +95,8 @@ def test_side_by_side_on_a_tiny_cluster_agrees(dashboard_warehouse, tmp_path):
     source.mkdir()
     data.mkdir()
     # cluster `sim` only: the Prometheus side is that one simulated cluster rebuilt from its stored config
-    shutil.copyfile(dashboard_warehouse.single_cluster, source / "week16.duckdb")  # the simulator's stored config
-    shutil.copyfile(dashboard_warehouse.single_cluster, data / "week16-materialized.duckdb")  # already analysed
+    shutil.copyfile(single_cluster_analysed, source / "week16.duckdb")  # the simulator's stored config
+    shutil.copyfile(single_cluster_analysed, data / "week16-materialized.duckdb")  # already analysed
     (data / "week16-materialized.duckdb.done").write_text("{}")
     args = argparse.Namespace(source_dir=source, data_dir=data, days=2.0, seed=3, days_4096=None, repeats=1,
                               cli_repeats=0, idle_hours_back=None, rel_hours=0.01, abs_activity=0.005,

@@ -45,6 +45,7 @@ def _json(done: subprocess.CompletedProcess) -> list[dict]:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_the_history_carries_each_balance_into_the_next_period_and_nodes_sum_projects(wh):
     plain, _ = wh
     rows = _json(_cli("report", "balance", "--history", "--format", "json", "-w", str(plain)))
@@ -74,6 +75,7 @@ def test_the_history_carries_each_balance_into_the_next_period_and_nodes_sum_pro
     assert len(current) == len(by_node)
 
 
+@pytest.mark.slow
 def test_credit_ranks_fair_share_on_usage_less_the_open_balance(wh):
     plain, credit = wh
     plain_fs = {r["node"]: r for r in _json(_cli("report", "fairshare", "--format", "json", "-w", str(plain)))}
@@ -92,6 +94,7 @@ def test_credit_ranks_fair_share_on_usage_less_the_open_balance(wh):
     assert credited, "no project had an open balance: nothing was credited"
 
 
+@pytest.mark.slow
 def test_an_unknown_node_is_a_usage_error_naming_the_choices(wh):
     plain, _ = wh
     done = _cli("report", "balance", "--node", "nope", "-w", str(plain))

@@ -143,6 +143,7 @@ def test_fit_hides_default_columns_from_the_right_and_says_so():
     assert "hidden" not in asked and asked.splitlines()[-1].split() == ["6.0", "inference-serving"]
 
 
+@pytest.mark.slow
 def test_wide_shows_every_column_of_the_report(sim_warehouse):
     with warehouse.open_reader(sim_warehouse) as con:
         frame = queries.budget_report(con)

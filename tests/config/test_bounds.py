@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.configs import vision_nlp
 
 _config = vision_nlp  # vision (budgeted) and nlp; shares, hours and price varied per case
@@ -16,6 +18,7 @@ def _run(args, cwd):
                           timeout=120, check=False, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.slow
 def test_a_stored_version_without_currency_is_read_as_usd_and_said_so(tmp_path):
     """Versions stored before a file had to name its currency were accepted as USD: they stay in
     force as USD, `config versions` says which they are, and the same file with `currency: USD`

@@ -88,6 +88,7 @@ def test_import_without_config_keeps_the_stored_config_and_only_config_load_repl
         "config-load", "config-load"]
 
 
+@pytest.mark.slow
 def test_first_use_of_an_empty_warehouse_loads_the_example_and_says_so(tmp_path):
     (tmp_path / "jobs.csv").write_text(CSV.replace("zeta", "notebooks"))
     first = _run(tmp_path, "ingest", "jobs-csv", "jobs.csv")

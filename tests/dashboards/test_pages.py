@@ -94,6 +94,7 @@ def test_every_page_runs_in_local_mode_with_a_banner(on_rig):
         assert at.metric, f"{name} shows no headline figure"
 
 
+@pytest.mark.slow
 def test_utilization_headline_equals_the_analytics(on_rig):
     at = page(app(), "utilization")
     start, end, now = window(at)
@@ -122,6 +123,7 @@ def test_utilization_headline_equals_the_analytics(on_rig):
     assert charts_drawn(at) == 3 and not at.exception
 
 
+@pytest.mark.slow
 def test_fair_share_tree_equals_the_analytics(on_rig):
     at = page(app(), "fair_share")
     _, _, now = window(at)
@@ -153,6 +155,7 @@ def test_fair_share_tree_equals_the_analytics(on_rig):
         assert why.count("→ LF") == depth[project]
 
 
+@pytest.mark.slow
 def test_budgets_equal_the_analytics(on_rig):
     at = page(app(), "budgets")
     _, _, now = window(at)
@@ -227,6 +230,7 @@ def test_the_server_warms_every_module_the_statement_is_built_with(on_rig):
     assert out.stdout.strip() == "[]", out.stdout
 
 
+@pytest.mark.slow
 def test_chargeback_for_any_period_equals_the_ledger(on_rig):
     at = page(app(), "chargeback")
     at.radio(key="cb_mode").set_value("the sidebar's period (lines only)").run()
@@ -296,6 +300,7 @@ def _open_jobs(rig, projects, now) -> set[str]:
     return {r[0] for r in rows}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lead", sorted(LEADS))
 def test_a_lead_sees_their_team_and_not_another(on_rig, lead):
     at = page(app(lead.upper() if lead.startswith("llm") else lead), "my_team")  # e-mails match case-insensitively
@@ -332,6 +337,7 @@ def test_a_lead_sees_their_team_and_not_another(on_rig, lead):
         assert frame(at, 0).height == query_layer.fairshare_report(con, as_of=now).height
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("email", ["finance@example.com", "admin@example.com"])
 def test_finance_and_admins_see_everything(on_rig, email):
     at = page(app(email), "enforcement")
@@ -585,6 +591,7 @@ def test_every_queue_sentence_uses_the_share_and_usage_of_one_parent(dashboard_w
     assert (tree["usage_norm"] - tree["usage_effective"]).abs().max() > 0.05
 
 
+@pytest.mark.slow
 def test_the_fair_share_page_and_the_cli_agree_right_after_config_load(dashboard_warehouse, tmp_path):
     """`config load` moves research's shares from 60 to 20 (programs research / product / platform:
     60 / 30 / 10 of 100 -> 20 / 30 / 10 of 60), so research's share among its siblings goes from
@@ -636,6 +643,7 @@ def test_the_fair_share_page_and_the_cli_agree_right_after_config_load(dashboard
         next(r["remaining_gpu_hours"] for r in cli_budget if r["node"] == "llm-pretrain"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lead", sorted(LEADS))
 def test_my_team_and_fair_share_show_the_wait_times_the_cli_reports(on_rig, lead):
     """The lead's wait times (their projects only, per project and class) and the fair-share page's

@@ -11,6 +11,7 @@ import pytest
 from tests.helpers.dashboard_rig import BIN, free_port, wait_http
 
 
+@pytest.mark.slow
 def test_serve_warms_before_the_health_probe_answers_and_the_first_visit_draws(dashboard_warehouse, tmp_path):
     port = free_port()
     log = tmp_path / "serve.log"

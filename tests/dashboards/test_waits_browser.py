@@ -21,6 +21,7 @@ def _section(page, title: str):
     return heading
 
 
+@pytest.mark.slow
 def test_wait_sections_draw_in_chromium(dashboard_warehouse, browser, tmp_path):  # noqa: F811
     server = Server(dashboard_warehouse, tmp_path)
     SHOTS.mkdir(parents=True, exist_ok=True)

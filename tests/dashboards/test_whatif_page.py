@@ -102,6 +102,7 @@ def test_the_page_shows_the_files_figures(dashboard_warehouse, whatif_files, mon
     assert "delivered" in captions and "90th percentile" in captions
 
 
+@pytest.mark.slow
 def test_a_sweep_file_draws_the_sweep(dashboard_warehouse, whatif_files, monkeypatch):
     _, sweeps = whatif_files
     at = open_page(dashboard_warehouse, monkeypatch, sweeps)

@@ -26,6 +26,7 @@ def warn(job: str) -> Action:
                   stage="warning", idle_since=IDLE, source="kubernetes", scheduler_job=f"ml/{job}", dry_run=False)
 
 
+@pytest.mark.slow
 def test_only_delivered_warnings_start_the_clock(tmp_path, receivers):
     from gpuledger.alerts import outbox
     from gpuledger.channels import notifier_for

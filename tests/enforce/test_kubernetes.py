@@ -87,6 +87,7 @@ def calls(server, method=None):
 
 
 # --- Kueue ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_kueue_set_priority_patches_spec_priority_with_reason_and_event(server, api):
     server.kueue_workloads[("ml", "train-a")] = workload("train-a", priority=100)
     out = KueueBackend(api=api, cluster="k").set_priority(action("set-priority", "ml/workload/train-a", priority=503000,

@@ -154,6 +154,7 @@ def test_eviction_dry_run_lists_exactly_the_writes_the_real_run_sends(server, ap
                                                                    ["Warning", "GpuledgerPreempted"]]
 
 
+@pytest.mark.slow
 def test_the_owner_of_a_preempted_job_hears_why_once_by_real_email(server, tmp_path, receivers):
     """An unfunded pod of bob's is evicted for funded work (the real apply through the stand-in);
     the alert cycle mails bob once, through a real SMTP server: which job by name, why, the GPU-hours

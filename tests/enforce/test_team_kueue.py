@@ -38,6 +38,7 @@ def lead(action: str, name: str) -> Action:
                   reason=f"{action} by team vision's lead", rule="team-hold")
 
 
+@pytest.mark.slow
 def test_a_pending_workload_is_held_then_released(kueue):
     server, backend = kueue
     server.kueue_workloads[("ml", "w")] = workload("w")

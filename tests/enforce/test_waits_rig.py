@@ -10,11 +10,18 @@ import time
 from datetime import datetime
 
 import pytest
+from gpuledger.pipelines.defs.ingest.assets import slurm_jobs
 
 from gpuledger import warehouse as gpuledger_warehouse
-
-from tests.enforce.test_slurm_rig import fields, gl, ingest, sh, wait_for
-from tests.enforce.test_slurm_rig import warehouse  # noqa: F401 - the fixture, used by name
+from tests.enforce.test_slurm_rig import (
+    fields,
+    gl,
+    ingest,
+    sh,
+    wait_for,
+    warehouse,  # noqa: F401 - the fixture, used by name
+)
+from tests.pipelines.test_assets import ingest_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -100,3 +107,29 @@ def test_report_waits_gives_each_jobs_wait_exactly_and_slurms_reason(slurm, ware
     gl(slurm, "enforce", "plan", "--observe", "slurm", *w)
     told = gl(slurm, "enforce", "explain", held, *w).stdout
     assert "Slurm says `JobHeldAdmin`" in told and "earlier" in told and "Slurm said `JobHeldUser`" in told, told
+
+
+def test_the_pipelines_slurm_asset_keeps_the_controllers_reason_as_the_cli_does(slurm, warehouse, tmp_path,
+                                                                              monkeypatch):
+    """The Dagster `slurm_jobs` asset's live path (a `sources.slurm` without a file) reads squeue as
+    `ingest slurm --live` does: a job submitted on hold is pending with no eligible time, so sacct's
+    window does not list it and sacct would say Reason None; the controller says JobHeldUser."""
+    held = sbatch(slurm, "--gres=gpu:h100:1", "--account=proj-b", "--hold")
+    wait_for(slurm, held, lambda f: f.get("Reason") == "JobHeldUser", "JobHeldUser")
+    deadline = time.monotonic() + 60  # slurmdbd lags the controller: the asset's `sacct -j` needs the record
+    while held not in sh(slurm, "sacct", "-a", "-X", "-n", "-P", "-o", "JobID", "-j", held).split():
+        assert time.monotonic() < deadline, f"sacct never listed {held}"
+        time.sleep(0.3)
+    config = tmp_path / "live.yaml"  # the fixture's config (proj-a, proj-b) with the live Slurm source
+    config.write_text((tmp_path / "c.yaml").read_text()
+                      + "sources:\n  slurm:\n    lookback_hours: 1\n    cluster: gpuledger\n")
+    monkeypatch.setenv("SLURM_CONF", slurm["env"]["SLURM_CONF"])  # the asset runs sacct / squeue in-process
+    monkeypatch.setenv("TZ", "UTC")
+    ingest_run(warehouse, config, assets=[slurm_jobs])
+    with gpuledger_warehouse.open_reader(warehouse) as con:
+        job = con.execute("SELECT state, project FROM jobs WHERE cluster = 'gpuledger' AND job_id = ?",
+                          [held]).fetchone()
+        reasons = con.execute("SELECT reason FROM scheduler_reasons WHERE job_id = ?", [held]).fetchall()
+        every = con.execute("SELECT cluster, job_id, state, project FROM jobs ORDER BY job_id").fetchall()
+    assert job == ("PENDING", "proj-b"), (held, every)
+    assert ("JobHeldUser",) in reasons, reasons

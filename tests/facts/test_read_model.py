@@ -90,6 +90,7 @@ def test_a_config_loaded_after_the_snapshot_makes_it_stale(wh, tmp_path):
         assert facts.fairshare(con, policy=_policy(con)).source == facts.COMPUTED
 
 
+@pytest.mark.slow
 def test_usage_from_materialized_hours_equals_the_range_computation(wh):
     _materialize_usage(wh, [DAY1, DAY2])
     with warehouse.open_reader(wh) as con:
@@ -183,6 +184,7 @@ def test_budget_rows_from_before_migration_016_are_not_used(wh):
     assert got.source == facts.COMPUTED and got.frame["unweighted_gpu_hours"].null_count() == 0
 
 
+@pytest.mark.slow
 def test_the_cli_answers_the_same_from_the_snapshot(wh):
     def shown():
         done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "report", "fairshare", "--format", "csv",

@@ -19,13 +19,13 @@ def have_victoria_metrics() -> bool:
 class VictoriaRig(LocalServer):
     name = "victoria-metrics"
 
-    def __init__(self, workdir: Path, *, ready_timeout_s: float = 60.0):
+    def __init__(self, workdir: Path, *, ready_timeout_s: float = 60.0, flags: tuple[str, ...] = ()):
         self.workdir = Path(workdir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._start(["victoria-metrics", f"-httpListenAddr=127.0.0.1:{self.port}",
                      f"-storageDataPath={self.workdir / 'vm-data'}", "-retentionPeriod=100y",
-                     "-search.disableCache", "-search.latencyOffset=0s"],
+                     "-search.disableCache", "-search.latencyOffset=0s", *flags],
                     self.workdir / "victoria-metrics.log")
         self.wait_for(lambda: requests.get(f"{self.url}/health", timeout=1).status_code == 200,
                       ready_timeout_s, "victoria-metrics ready")

@@ -79,6 +79,7 @@ def tsdb():
     server.shutdown()
 
 
+@pytest.mark.slow
 def test_aggregates_quarantine_what_the_raw_backfill_does_and_nothing_past_the_range(tsdb, tmp_path):
     wh = tmp_path / "w.duckdb"
     # one 5-minute window: [START, START + 5 min), asked as the grid point START + 5 min

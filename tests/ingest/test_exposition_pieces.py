@@ -50,6 +50,7 @@ def test_plan_pieces_packs_small_pages_and_cuts_a_large_one_before_a_family():
     assert plan_pieces([], 3) == [] and plan_pieces([""], 3) == [[Segment(0, 0, 0)]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("piece", [1, 97, 3000])
 def test_any_piece_size_parses_as_the_reference(sim, monkeypatch, piece):
     monkeypatch.setattr(pieces, "PIECE_CHARS", piece)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
@@ -95,6 +96,7 @@ def test_each_clusters_pass_reads_only_what_was_seen_since_its_checkpoint(wareho
         ("east", "uid-old", gid["GPU-e1"], T0 + M, None, "pod-resources")]
 
 
+@pytest.mark.slow
 def test_link_devices_without_a_range_runs_the_pass_of_every_cluster(warehouse_file):
     _warehouse(warehouse_file)
     with warehouse.open_writer(warehouse_file) as con:

@@ -14,6 +14,7 @@ import pytest
 from tests.helpers.timing import LOAD_SLACK_S
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
 def test_a_watch_stops_on_a_signal_within_a_second_inside_a_silent_stream(tmp_path, signum, code):
     """The watch request waits up to --watch-timeout (300 s) for an event that never comes: only the

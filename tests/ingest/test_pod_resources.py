@@ -147,6 +147,7 @@ def test_polls_become_intervals_and_land_as_allocations(kubelet, warehouse_file)
                      ("uid-trainer-7", T0, m1, 1.0, "pod-resources")]
 
 
+@pytest.mark.slow
 def test_a_restarted_agent_extends_what_it_left_open(kubelet, warehouse_file):
     kubelet.pods, kubelet.devices = [TRAINER], ALLOCATABLE
     for minute in (0, 5):  # two runs of the agent, one poll each
@@ -256,6 +257,7 @@ def old_kubelet(tmp_path):
     server.stop(grace=None)
 
 
+@pytest.mark.slow
 def test_a_kubelet_without_get_allocatable_still_gives_holdings_from_list(old_kubelet, tmp_path):
     old_kubelet.pods = [TRAINER, SHARED_A]
     wh = tmp_path / "wh.duckdb"
@@ -284,6 +286,7 @@ sharing:
 """
 
 
+@pytest.mark.slow
 def test_without_get_allocatable_the_device_plugins_config_gives_the_replica_count(old_kubelet, tmp_path):
     # the plugin's config says 4 replicas of each nvidia.com/gpu: nb-a holds 2 of GPU-x1's 4
     # (0.25 each); the whole GPU-x0 is no replica (no share)

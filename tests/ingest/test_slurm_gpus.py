@@ -21,7 +21,6 @@ import pytest
 from gpuledger import warehouse
 from gpuledger.ingest.holdings.slurm_scontrol import parse_text
 from gpuledger.ingest.holdings.slurm_spool import read_spool
-
 from tests.ingest.test_slurm import _ingest_live, _slurm, _wait_for_states, slurm_rig  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -339,6 +338,7 @@ def test_scontrol_json_of_slurm_23_gives_each_nodes_indices():
     assert {r["cluster"] for r in rows} == {"hopper"}  # each job's own cluster field wins
 
 
+@pytest.mark.slow
 def test_scontrol_json_errors_are_one_clear_line(tmp_path):
     from gpuledger.ingest.holdings.slurm_scontrol import ScontrolError, parse_json
 

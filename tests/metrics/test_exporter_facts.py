@@ -23,6 +23,7 @@ def _rows(done) -> list[dict]:
     return answer["rows"] if isinstance(answer, dict) else answer
 
 
+@pytest.mark.slow
 def test_the_exporter_and_report_fairshare_agree_right_after_config_load(dashboard_warehouse, tmp_path):
     """`config load` moves research's shares from 60 to 20 (programs research / product / platform:
     60 / 30 / 10 of 100 -> 20 / 30 / 10 of 60), so research's share among its siblings goes from 0.6

@@ -35,6 +35,7 @@ def _by(figures):
     return {name: {tuple(sorted(labels.items())): value for labels, value in samples} for name, _, samples in figures}
 
 
+@pytest.mark.slow
 def test_last_success_and_failure_per_job_and_nothing_running():
     with dg.instance_for_test() as instance:
         first = ingest_job.execute_in_process(instance=instance)

@@ -13,6 +13,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 
 from gpuledger.metrics.exporter import CachedExposition, serve
@@ -60,6 +61,7 @@ def test_a_scrape_during_a_refresh_gets_the_previous_page_and_only_one_refresh_r
     assert page.refreshes == 2
 
 
+@pytest.mark.slow
 def test_a_warehouse_removed_under_the_exporter_answers_503_with_the_reason_and_logs_it_once(warehouse_file):
     october(warehouse_file)
     port = free_port()

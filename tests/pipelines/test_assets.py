@@ -480,6 +480,7 @@ def test_squatting_stores_exempt_findings_and_enforcement_reads_them_materialize
     assert len(materialized_plan) > 0
 
 
+@pytest.mark.slow
 def test_the_chargeback_page_reads_the_statement_view_while_it_is_as_new_as_the_data(sim_warehouse):
     # The chargeback asset stores the month's statement as the page shows it (statement_views);
     # the page's view read from it equals the statement built now, field by field, for the org and

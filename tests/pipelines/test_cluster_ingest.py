@@ -201,3 +201,38 @@ def _same_as_the_cli(tsdb, config, tmp_path, placed, start, end) -> None:
     by_cli = _state(cli)["samples"].drop("ingested_at", strict=False)
     assert by_cli.height > 0
     assert by_cli.equals(placed["samples"].drop("ingested_at", strict=False))
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_a_label_alone_makes_each_clusters_partition_from_the_tsdb(tsdb, tmp_path):
+    """`cluster_label: cluster` and no `clusters:` list: the tick asks the TSDB which values the
+    label takes on DCGM series (east, west), makes them the partitions, and the run stores each
+    cluster's windows under its name — as a config that names them does. A TSDB that cannot
+    answer leaves the partitions as they were."""
+    tsdb, now, start, end = tsdb
+    config = tmp_path / "gpuledger.yaml"
+    config.write_text(example_config_text().split("\nclusters:")[0] + (
+        "\nsources:\n"
+        f"  prometheus: {{url: '{tsdb.url}', aggregate_s: {WINDOW_S}, cluster_label: cluster}}\n"))
+    path = tmp_path / "wh.duckdb"
+    with dg.instance_for_test() as instance:
+        with dg.build_schedule_context(
+                instance=instance, scheduled_execution_time=now.replace(second=0, microsecond=0, tzinfo=UTC),
+                resources={"gpuledger_config": GpuledgerConfig(path=str(config))}) as context:
+            ingest_schedule(context)
+        assert instance.get_dynamic_partitions("clusters") == ["east", "west"]
+        run = ingest_run(path, config, assets=[prometheus_aggregates], instance=instance)
+        assert sorted(e.partition for e in run.asset_materializations_for_node(prometheus_aggregates.op.name)) == [
+            "east", "west"]
+        landed = _state(path)
+        assert {c: len(u) for c, u in landed["devices"].items()} == {"east": 4, "west": 4}
+
+        # the TSDB gone: the next tick keeps east and west (a warning in the tick's log)
+        down = tmp_path / "down.yaml"
+        down.write_text(config.read_text().replace(tsdb.url, "http://127.0.0.1:9"))
+        with dg.build_schedule_context(
+                instance=instance, scheduled_execution_time=now.replace(second=0, microsecond=0, tzinfo=UTC),
+                resources={"gpuledger_config": GpuledgerConfig(path=str(down))}) as context:
+            ingest_schedule(context)
+        assert instance.get_dynamic_partitions("clusters") == ["east", "west"]

@@ -11,12 +11,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from gpuledger.config import load_config
 from tests.helpers.dagster_rig import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_dev_config_has_this_month_budgets_and_the_receiver_channel(tmp_path):
     sim_start = "2026-10-31T22:00:00"  # a start in an earlier month than today
     subprocess.run([sys.executable, str(REPO / "scripts/dev_setup.py"), "--out", str(tmp_path), "--gpus", "16",

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import dagster as dg
 import duckdb
-
+import pytest
 from gpuledger.pipelines.defs.enforcement.assets import enforcement_actions, enforcement_plan
 
 from tests.pipelines.test_assets import config_file, materialize, metadata, sim, sim_warehouse  # noqa: F401
@@ -21,6 +21,7 @@ def rows(path, sql):
         return con.execute(sql).fetchall()
 
 
+@pytest.mark.slow
 def test_plan_is_recorded_and_apply_is_off_unless_configured(sim_warehouse, tmp_path, config_file):
     instance = dg.DagsterInstance.ephemeral()
     run_config = {"ops": {"enforcement_plan": {"config": {"as_of": AS_OF.isoformat()}}}}

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from dagster._core.events import EngineEventData
 from dagster._core.test_utils import create_run_for_test
 from gpuledger.pipelines import recovery
@@ -36,6 +37,7 @@ def test_a_pid_is_the_runs_worker_only_while_that_process_lives():
         later.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_dead_workers_runs_are_failed_and_marked_for_one_retry_live_ones_kept():
     lines = []
     with dg.instance_for_test() as instance:
@@ -65,6 +67,7 @@ def test_dead_workers_runs_are_failed_and_marked_for_one_retry_live_ones_kept():
     assert any("its worker never started" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_a_second_daemon_is_refused_while_one_holds_the_warehouse(tmp_path):
     """The lease: a second `gpuledger pipelines daemon` on the same warehouse exits 1 with one line
     naming the holder; the ordinal guard: replica 1 of the StatefulSet exits 1 before anything."""

@@ -8,6 +8,7 @@ import email
 from datetime import UTC, datetime
 
 import dagster as dg
+import pytest
 from gpuledger.pipelines.defs.alerts.assets import alert_deliveries, alerts_after_analytics_sensor, alerts_job
 from gpuledger.pipelines.defs.automation import squatting_job
 from gpuledger.pipelines.defs.reports.assets import finance_statement_files, weekly_summary_files
@@ -15,9 +16,9 @@ from gpuledger.pipelines.defs.reports.schedules import finance_statement_schedul
 from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 
 from gpuledger import warehouse
-from tests.helpers.statement_fixtures import CONFIG, october
-from tests.helpers.alert_receivers import receivers_fixture, wait_for  # noqa: F401  (the receivers fixture)
 from tests.alerts.test_alerts import ALERTS, _episode
+from tests.helpers.alert_receivers import receivers_fixture, wait_for  # noqa: F401  (the receivers fixture)
+from tests.helpers.statement_fixtures import CONFIG, october
 
 
 def _at(text: str) -> datetime:
@@ -42,6 +43,7 @@ def _resources(warehouse_file, tmp_path, extra: str = ""):
     return {"warehouse": Warehouse(path=str(warehouse_file)), "gpuledger_config": GpuledgerConfig(path=str(config))}
 
 
+@pytest.mark.slow
 def test_monthly_statement_asset_writes_the_same_bytes_and_mails_finance(warehouse_file, tmp_path, receivers,
                                                                          monkeypatch):
     _, mails = receivers
@@ -74,6 +76,7 @@ def test_monthly_statement_asset_writes_the_same_bytes_and_mails_finance(warehou
     assert (tmp_path / "statements" / "weekly" / "2026-W40" / "weekly-2026-W40.csv").exists()
 
 
+@pytest.mark.slow
 def test_alert_run_second_run_sends_nothing_new(warehouse_file, tmp_path, receivers):
     hook, mails = receivers
     october(warehouse_file)

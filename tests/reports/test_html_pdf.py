@@ -30,6 +30,7 @@ def statement(tmp_path_factory):
     return st, base
 
 
+@pytest.mark.slow
 def test_the_pdf_is_listed_in_the_manifest_and_byte_stable(statement):
     st, base = statement
     first = write_statement_set(st, base / "a", per_unit=False, pdf=True)
@@ -81,6 +82,7 @@ def _pages(pdf) -> list[str]:
                            text=True, check=True).stdout for n in range(1, count + 1)]
 
 
+@pytest.mark.slow
 def test_a_corrected_month_on_paper_says_why_who_and_when_and_every_page_what_it_is(tmp_path):
     """Closed by alice on Nov 5, corrected by bob on Nov 10 ("H100 price"): the PDF says both, who and
     when, and every page carries the statement, its state and page x of y; a final one no watermark."""

@@ -76,6 +76,7 @@ def test_a_month_closed_provisionally_says_so_in_every_file_and_the_terminal(mon
     assert "closed, provisional" in listed.output
 
 
+@pytest.mark.slow
 def test_an_open_and_a_closed_month_state_the_same_everywhere(month, tmp_path):
     out = tmp_path / "open"
     assert _cli("report", "statement", "--period", "2026-10", "--out", out, "--no-pdf", "--warehouse", month

@@ -36,6 +36,7 @@ from decimal import Decimal
 
 import numpy as np
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
@@ -58,6 +59,7 @@ def _rows(path) -> dict:
                                             r["marked"] or "") for r in sb.iter_rows(named=True)}
 
 
+@pytest.mark.slow
 def test_showback_reweights_by_activity_and_reconciles(warehouse_file, tmp_path):
     october(warehouse_file)
     out = tmp_path / "oct"
@@ -114,6 +116,7 @@ def _energy_day(path) -> None:
         _samples(con, ids["GPU-a"], "2026-10-01T10:00:00", 5, kwh_per_hour=2.0, sm=0.5, from_j=72_000_000.0)
 
 
+@pytest.mark.slow
 def test_showback_energy_basis_marks_time_sliced_and_unmeasured_hours(warehouse_file, tmp_path):
     _energy_day(warehouse_file)
     want_a100 = {("A100", "alpha"): (D("5.00"), D("5.00"), D("0.00"), "time-sliced"),

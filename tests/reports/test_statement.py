@@ -156,6 +156,7 @@ def test_regenerating_gives_byte_identical_files_and_a_closed_month_reads_its_fr
     assert (closed_a / "statement-2026-10-acme.csv").read_bytes() != (first / "statement-2026-10-acme.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_one_node_with_the_cli(month, tmp_path):
     from typer.testing import CliRunner
 
@@ -206,6 +207,7 @@ def test_html_statement_renders_in_headless_chromium(month, tmp_path):
     assert high - low > 100 and (colors is None or len(colors) > 10)  # not blank
 
 
+@pytest.mark.slow
 def test_a_corrected_month_states_its_corrections_and_still_reconciles(month, tmp_path):
     """Closed at 2.00 / 1.00 (3720.00), then re-priced from Oct 6 00:00 (120 h in) to H100 2.50,
     A100 0.80 and corrected. The whole month at the new rate card is its capacity × price:
@@ -325,6 +327,7 @@ def _manifest_holds(folder: Path, manifest: dict) -> None:
         assert (hashlib.sha256(data).hexdigest(), len(data)) == (f["sha256"], f["bytes"]), f["path"]
 
 
+@pytest.mark.slow
 def test_a_closed_months_files_do_not_change_after_a_share_inventory_price_or_tree_change(month, tmp_path):
     # issue 36: a closed month's files are written from what was stored at its close (lines, usage,
     # energy, business units, capacity, history, notes), never recomputed: a config loaded afterwards
@@ -376,6 +379,7 @@ clusters:
     assert _all_bytes(before) == _all_bytes(after) and _all_bytes(before_node) == _all_bytes(after_node)
 
 
+@pytest.mark.slow
 def test_a_closed_statement_as_stored_is_the_one_computed_at_the_close(month, tmp_path):
     # stored and read back, the statement writes the bytes the computed one does (a node's too)
     from gpuledger.reports.statement import freeze_statement
@@ -392,6 +396,7 @@ def test_a_closed_statement_as_stored_is_the_one_computed_at_the_close(month, tm
     assert _all_bytes(computed) == _all_bytes(stored) and _all_bytes(computed_node) == _all_bytes(stored_node)
 
 
+@pytest.mark.slow
 def test_a_correction_stores_the_statement_anew_and_an_edited_one_is_refused(month, tmp_path):
     from gpuledger.errors import RunError
     from gpuledger.reports import closing
@@ -416,6 +421,7 @@ def test_a_correction_stores_the_statement_anew_and_an_edited_one_is_refused(mon
         build_statement(con, "2026-10")
 
 
+@pytest.mark.slow
 def test_the_statement_shows_each_projects_p50_and_p90_wait(warehouse_file, tmp_path):
     """October's jobs with a submission (the fixture's own record none): alpha waits 60, 120 and
     600 s -> p50 120, p90 at 0.9 × 2 = 1.8: 120 + 0.8 × 480 = 504; gamma one job, submitted Oct 31

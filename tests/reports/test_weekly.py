@@ -21,6 +21,7 @@ from decimal import Decimal
 
 import numpy as np
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
 from gpuledger import warehouse
@@ -39,6 +40,7 @@ def _idle(con, uuid: str, start: str, hours: int) -> None:
         "sm_active_ratio": np.zeros(n)}), "test")
 
 
+@pytest.mark.slow
 def test_weekly_summary_lists_every_episode_and_idle_hours(warehouse_file, tmp_path):
     october(warehouse_file)
     with warehouse.open_writer(warehouse_file) as con:
@@ -64,6 +66,7 @@ def test_weekly_summary_lists_every_episode_and_idle_hours(warehouse_file, tmp_p
     assert "gpu_hours_idle" not in html and "budget_gpu_hours" not in html  # machine names stay in the CSV
 
 
+@pytest.mark.slow
 def test_the_weeks_of_a_month_add_up_to_its_statement_to_the_cent(warehouse_file):
     """October's weeks (Oct 1–5, 5–12, 12–19, 19–26, 26–Nov 1) share out October's statement cents
     by their exact amounts: they add up to it per business unit exactly (research 528.00, product

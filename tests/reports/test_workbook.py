@@ -128,6 +128,7 @@ def test_summary_ties_each_business_unit_out_to_the_org_total(statement_dir):
 
 @pytest.mark.skipif(shutil.which("soffice") is None or shutil.which("pdftotext") is None,
                     reason="LibreOffice / poppler: run scripts/install-test-deps.sh")
+@pytest.mark.slow
 def test_libreoffice_renders_every_amount_without_hashes(statement_dir, tmp_path):
     """Calc prints ### for a number wider than its column: the PDF it renders must show every
     amount and total as digits."""
@@ -145,6 +146,7 @@ def test_libreoffice_renders_every_amount_without_hashes(statement_dir, tmp_path
 
 @pytest.mark.skipif(shutil.which("soffice") is None or shutil.which("pdftotext") is None,
                     reason="LibreOffice / poppler: run scripts/install-test-deps.sh")
+@pytest.mark.slow
 def test_a_corrected_workbook_printed_by_calc_says_why_who_when_on_pages_that_say_what_they_are(tmp_path):
     """Closed by alice on Nov 5, corrected by bob on Nov 10 ("H100 price"): Calc's PDF of the
     workbook names both revisions, and every page its statement, state and page x of y."""

@@ -7,7 +7,10 @@ import signal
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_ctrl_c_during_simulate_is_exit_130_with_no_bar_left(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "gpuledger.cli", "simulate", "warehouse", "--gpus", "256",
                              "--days", "2", "-w", str(tmp_path / "w.duckdb")],

@@ -105,6 +105,7 @@ def idle_while_a_job_fits(sim) -> list[str]:
 
 # Every shape the simulator builds: one node (H100 only, no MIG, no time-slicing), 4 nodes (MIG
 # from 4 nodes), 8 nodes (a time-sliced node from 8), the demo's 256 and the benchmarks' 1,024.
+@pytest.mark.slow
 @pytest.mark.parametrize("gpus", [8, 32, 64, 256, 1024])
 def test_no_pool_idles_while_a_job_that_fits_it_waits(gpus):
     sim = build_cluster(seed=3, gpus=gpus, start=START, days=2, dirt=False)

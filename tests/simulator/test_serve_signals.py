@@ -15,6 +15,7 @@ import pytest
 from tests.helpers.timing import LOAD_SLACK_S
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
 def test_serve_stops_on_a_signal_within_a_second(tmp_path, signum, code):
     proc = subprocess.Popen([sys.executable, "-m", "gpuledger.cli", "simulate", "serve", "--gpus", "16",

@@ -86,6 +86,7 @@ def test_rerun_changes_no_row_counts(written):
     assert first["org_nodes"] > 5 and first["rate_card"] > 0
 
 
+@pytest.mark.slow
 def test_squatters_idle_with_memory_while_training_busy(sim, written):
     path, _, _ = written
     squatters = sim.workload.squatter_job_ids()

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gpuledger import warehouse
 
 GPULEDGER = Path(sys.executable).with_name("gpuledger")
@@ -20,6 +22,7 @@ def _shell(wh, *args, **kwargs):
                           text=True, timeout=120, **kwargs)
 
 
+@pytest.mark.slow
 def test_command_mode_reads_and_refuses_writes(tmp_path):
     wh = tmp_path / "gpuledger.duckdb"
     with warehouse.open_writer(wh) as con:
@@ -35,6 +38,7 @@ def test_command_mode_reads_and_refuses_writes(tmp_path):
         assert con.execute("SELECT count(*) FROM notes").fetchone()[0] == 3  # nothing lost
 
 
+@pytest.mark.slow
 def test_an_open_prompt_does_not_block_a_writer(tmp_path):
     wh = tmp_path / "gpuledger.duckdb"
     with warehouse.open_writer(wh) as con:

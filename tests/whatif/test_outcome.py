@@ -164,6 +164,7 @@ def test_figures_over_seeds_are_min_median_max():
 
 
 # --- the command over seeds -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_whatif_schedule_over_simulated_seeds(tmp_path):
     import json
 

@@ -50,7 +50,13 @@ def slurm(
     changes nothing, and a newer export updates a job's state and end time.
     """
     from gpuledger.ingest.jobs.sacct_import import import_batches, open_export
-    from gpuledger.ingest.jobs.slurm import LIVE_ORIGIN, SacctCallError, parse_sacct, run_sacct
+    from gpuledger.ingest.jobs.slurm import (
+        LIVE_ORIGIN,
+        SacctCallError,
+        parse_sacct,
+        run_sacct,
+        with_controller_reasons,
+    )
 
     if (file is None) == (not live):
         console.print("[red]give exactly one of --file F or --live[/red]")
@@ -65,7 +71,7 @@ def slurm(
                 raise typer.Exit(1 if isinstance(exc, SacctCallError) else 2) from None
             batch = parse_sacct(text, fmt=chosen, origin=origin, cluster=cluster, tz=tz)
             del text
-            _live_reasons(batch, chosen, start=start, end=end, tz=tz, sacct=sacct, cluster=cluster)
+            with_controller_reasons(batch, chosen, start=start, end=end, tz=tz, sacct=sacct, cluster=cluster)
             batches = iter([batch])
         else:  # a saved export, read a batch of jobs at a time (memory follows the batch)
             origin = str(file)
@@ -88,40 +94,6 @@ def slurm(
     if done.quarantined > len(done.first_rejected):
         console.print(f"  ... and {done.quarantined - len(done.first_rejected)} more: "
                       "`gpuledger warehouse quarantine --source slurm-sacct`")
-
-
-def _live_reasons(batch, chosen: str, *, start: str, end: str, tz: str, sacct: str, cluster: str | None) -> None:
-    """The controller's pending Reason on ``batch`` (sacct's stays None until the job's next event);
-    a warning on the batch when squeue cannot be read."""
-    import polars as pl
-
-    from gpuledger.ingest.jobs.slurm import (
-        LIVE_ORIGIN,
-        SacctCallError,
-        SacctFormatError,
-        parse_sacct,
-        parse_squeue_reasons,
-        run_sacct,
-        run_squeue,
-        unlisted_pending,
-        with_live_reasons,
-    )
-
-    squeue = str(Path(sacct).with_name("squeue")) if "/" in sacct else "squeue"
-    try:
-        live_reasons = parse_squeue_reasons(run_squeue(squeue=squeue))
-        missing = unlisted_pending(batch, live_reasons)
-        if missing:  # held / begin-time / dependency jobs: no window lists them, -j does
-            more = parse_sacct(run_sacct(chosen, start, end, tz=tz, sacct=sacct, jobs=missing), fmt=chosen,
-                               origin=LIVE_ORIGIN, cluster=cluster, tz=tz)
-            batch.jobs = pl.concat([batch.jobs, more.jobs], how="vertical_relaxed").unique(
-                ["cluster", "job_id"], keep="first", maintain_order=True)
-            batch.rejected.extend(more.rejected)
-            batch.records_read += more.records_read
-            batch.skipped_no_gpu += more.skipped_no_gpu
-        with_live_reasons(batch, live_reasons)
-    except (SacctCallError, SacctFormatError) as exc:
-        batch.warnings.append(f"pending jobs' Slurm reasons not read: {exc}")
 
 
 @contextmanager

@@ -756,6 +756,30 @@ def with_live_reasons(batch: SlurmBatch, reasons: dict[str, str]) -> SlurmBatch:
     return batch
 
 
+def with_controller_reasons(batch: SlurmBatch, fmt: str, *, start: str, end: str, tz: str, sacct: str,
+                            cluster: str | None) -> SlurmBatch:
+    """A live call's batch with the controller's pending reasons (sacct's stay None until the
+    job's next event) and the pending jobs no window lists (held, begin time, dependency: read by
+    ``sacct -j``). squeue is looked for beside ``sacct``. When squeue or that call cannot be read
+    the batch keeps sacct's reasons and carries a warning: a live import never fails for them."""
+    squeue = os.path.join(os.path.dirname(sacct), SQUEUE) if "/" in sacct else SQUEUE
+    try:
+        live_reasons = parse_squeue_reasons(run_squeue(squeue=squeue))
+        missing = unlisted_pending(batch, live_reasons)
+        if missing:
+            more = parse_sacct(run_sacct(fmt, start, end, tz=tz, sacct=sacct, jobs=missing), fmt=fmt,
+                               origin=LIVE_ORIGIN, cluster=cluster, tz=tz)
+            batch.jobs = pl.concat([batch.jobs, more.jobs], how="vertical_relaxed").unique(
+                ["cluster", "job_id"], keep="first", maintain_order=True)
+            batch.rejected.extend(more.rejected)
+            batch.records_read += more.records_read
+            batch.skipped_no_gpu += more.skipped_no_gpu
+        with_live_reasons(batch, live_reasons)
+    except (SacctCallError, SacctFormatError) as exc:
+        batch.warnings.append(f"pending jobs' Slurm reasons not read: {exc}")
+    return batch
+
+
 # --- warehouse ---------------------------------------------------------------------------------
 
 
@@ -834,5 +858,5 @@ __all__: Sequence[str] = (
     "SACCT_FIELDS", "SOURCE", "SacctCallError", "SacctFormatError", "SlurmBatch", "WriteResult",
     "detect_format", "iter_json", "iter_parsable", "merged", "parse_json", "parse_parsable", "parse_sacct",
     "parse_squeue_reasons", "parse_tres_gpus", "run_sacct", "run_squeue", "sacct_command", "unlisted_pending",
-    "with_live_reasons", "write_batch",
+    "with_controller_reasons", "with_live_reasons", "write_batch",
 )

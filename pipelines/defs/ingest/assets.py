@@ -179,17 +179,19 @@ def slurm_jobs(context: dg.AssetExecutionContext, warehouse: Warehouse,
     ``sacct`` over the last ``lookback_hours``, or a saved export file (`gpuledger ingest slurm`)."""
     from contextlib import nullcontext
 
-    from gpuledger.ingest.jobs.sacct_import import import_batches, open_export, text_batches
-    from gpuledger.ingest.jobs.slurm import LIVE_ORIGIN, run_sacct
+    from gpuledger.ingest.jobs.sacct_import import import_batches, open_export
+    from gpuledger.ingest.jobs.slurm import LIVE_ORIGIN, parse_sacct, run_sacct, with_controller_reasons
 
     def one(cluster: str, source) -> dict:
         if source.file:  # read a batch of jobs at a time (memory follows the batch, not the export)
             origin, opened = source.file, open_export(Path(source.file), cluster=source.cluster, tz=source.tz)
-        else:
-            minutes = max(1, round(source.lookback_hours * 60))  # sacct: now-<count>minutes
-            text = run_sacct("parsable", f"now-{minutes}minutes", "now", tz=source.tz, sacct=source.sacct)
-            origin = LIVE_ORIGIN
-            opened = nullcontext(text_batches(text, "parsable", origin=origin, cluster=source.cluster, tz=source.tz))
+        else:  # the lookback's window read whole, as `ingest slurm --live`: the controller's reasons joined on
+            start, origin = f"now-{max(1, round(source.lookback_hours * 60))}minutes", LIVE_ORIGIN  # sacct's form
+            text = run_sacct("parsable", start, "now", tz=source.tz, sacct=source.sacct)
+            batch = parse_sacct(text, fmt="parsable", origin=origin, cluster=source.cluster, tz=source.tz)
+            with_controller_reasons(batch, "parsable", start=start, end="now", tz=source.tz, sacct=source.sacct,
+                                    cluster=source.cluster)
+            opened = nullcontext(iter([batch]))
         with opened as batches, warehouse.writer() as con:
             result = import_batches(con, batches, origin)
         for warning in result.warnings:

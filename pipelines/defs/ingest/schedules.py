@@ -11,8 +11,9 @@ import os
 from datetime import timedelta
 
 import dagster as dg
+from gpuledger.ingest.metrics.prometheus.aggregate import labelled_clusters
 from gpuledger.pipelines.defs.ingest.assets import CLUSTER_ASSETS, INGEST_ASSETS, prometheus_samples
-from gpuledger.pipelines.defs.partitions import cluster_range_tags, sync_clusters
+from gpuledger.pipelines.defs.partitions import cluster_partitions, cluster_range_tags, sync_clusters
 from gpuledger.pipelines.defs.resources import GpuledgerConfig
 from gpuledger.pipelines.defs.run_policy import job_tags
 from gpuledger.pipelines.defs.squatting.assets import squatting_findings
@@ -42,10 +43,23 @@ def in_flight(context, job_name: str) -> int:
         dg.RunsFilter(job_name=job_name, statuses=_IN_FLIGHT), limit=1))
 
 
-def ingest_request(instance: dg.DagsterInstance, config: GpuledgerConfig, run_key: str | None) -> dg.RunRequest:
-    """One ingest run over every cluster the config in force names (the cluster partitions made
-    equal to them first); with none, the unpartitioned sources alone."""
-    clusters = sync_clusters(instance, config.load().pipeline_clusters())
+def ingest_request(instance: dg.DagsterInstance, config: GpuledgerConfig, run_key: str | None,
+                   log=None) -> dg.RunRequest:
+    """One ingest run over every cluster the config in force names, and those a TSDB told apart by
+    ``cluster_label`` alone holds (the cluster partitions made equal to them first); with none, the
+    unpartitioned sources alone."""
+    loaded = config.load()
+    names = loaded.pipeline_clusters()
+    source = loaded.sources.prometheus
+    if source is not None and source.aggregate_s is not None:
+        try:
+            names += [n for n in labelled_clusters(source) if n not in names]
+        except (OSError, ValueError, RuntimeError) as exc:  # the TSDB cannot say now: keep the partitions it gave
+            names += [n for n in instance.get_dynamic_partitions(cluster_partitions.name) if n not in names]
+            if log is not None:
+                log.warning(f"sources.prometheus.cluster_label: the TSDB's clusters not read ({exc}); "
+                            "the cluster partitions stay as they were")
+    clusters = sync_clusters(instance, names)
     if not clusters:
         selection = [a.key for a in [*INGEST_ASSETS, squatting_findings] if a not in CLUSTER_ASSETS]
         return dg.RunRequest(run_key=run_key, asset_selection=selection)
@@ -57,7 +71,8 @@ def ingest_request(instance: dg.DagsterInstance, config: GpuledgerConfig, run_ke
 def ingest_schedule(context: dg.ScheduleEvaluationContext, gpuledger_config: GpuledgerConfig):
     if in_flight(context, ingest_job.name):
         return dg.SkipReason("the previous ingest run is still going")
-    return ingest_request(context.instance, gpuledger_config, f"ingest@{context.scheduled_execution_time.isoformat()}")
+    return ingest_request(context.instance, gpuledger_config, f"ingest@{context.scheduled_execution_time.isoformat()}",
+                          log=context.log)
 
 
 @dg.schedule(name="prometheus_backfill_schedule", job=prometheus_backfill_job, cron_schedule="30 0 * * *",

@@ -231,6 +231,28 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
         a = b
 
 
+def labelled_clusters(source, *, now: datetime | None = None, days: int = 2) -> list[str]:
+    """The clusters a ``sources.prometheus`` told apart by ``cluster_label`` alone holds: every
+    value of the label on its DCGM series over the last ``days`` (what :func:`aggregate_recent`
+    asks for). The pipelines make them cluster partitions; a source that names its ``clusters``
+    (or has no label) gives []. Raises NotPrometheusAnswer / the client's errors when the TSDB
+    cannot say."""
+    from gpuledger.ingest.metrics.prometheus.auth import auth_headers
+    from gpuledger.ingest.metrics.prometheus.backfill import epoch_seconds
+    from gpuledger.ingest.metrics.prometheus.client import new_session
+
+    if source is None or source.clusters or not source.cluster_label:
+        return []
+    label = check_label(source.cluster_label, "sources.prometheus.cluster_label")
+    end_s = int(epoch_seconds(now or utc_now()))
+    kw = {"deadline": source.call_deadline(), "retries": 1, "backoff_s": 1.0}
+    session = new_session(False, auth_headers(source))
+    metrics = [m for m in discover_metrics(session, source.url, **kw) if window_function(m)]
+    if not metrics:
+        return []
+    return [t.name for t in discover_clusters(session, source.url, label, metrics, end_s - days * 86_400, end_s, kw)]
+
+
 def aggregate_recent(source, cluster: str, *, warehouse_path=None, now: datetime | None = None, days: int = 2,
                      until: float | None = None, concurrency: int = 4) -> AggregateStats:
     """One cluster of ``sources.prometheus`` (``source``, with ``aggregate_s``) as the pipelines'

@@ -218,3 +218,32 @@ def query_chunk_all(session, url: str, metrics: Sequence[str], a: int, b: int, s
             return None
         out[name].append(s)
     return out
+
+
+# VictoriaMetrics answers /api/v1/series with at most -search.maxSeries series (30,000 by default:
+# ~16,000 GPUs with their job copies) and refuses more with HTTP 422; Prometheus has no such cap
+SERIES_INDEX_REFUSED = (400, 422)
+
+
+def series_in_range(session, url: str, match: str, a: int, b: int, kw: dict) -> int:
+    """How many series matching ``match`` have samples in [a, b): from the series index
+    (``/api/v1/series``: no samples read); where the index refuses to list that many, counted on
+    the server (``count(count_over_time(MATCH[b - a]))`` at ``b``: one number comes back)."""
+    endpoint = f"{url.rstrip('/')}/api/v1/series"
+    params = {"match[]": match, "start": a, "end": b}
+    status, body = get_body(session, endpoint, params, **kw)
+    if status in SERIES_INDEX_REFUSED:
+        endpoint = f"{url.rstrip('/')}/api/v1/query"
+        params = {"query": f"count(count_over_time({match}[{max(1, b - a)}s]))", "time": b}
+        data = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
+        result = data.get("result") if isinstance(data, dict) else None
+        if data.get("resultType") != "vector" or not isinstance(result, list):
+            raise NotPrometheusAnswer(f"{endpoint}: a count of series is not a vector")
+        try:
+            return int(float(result[0]["value"][1])) if result else 0
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise NotPrometheusAnswer(f"{endpoint}: a count of series is not a number") from None
+    found = parse_json(endpoint, params, status, body)
+    if not isinstance(found, list):
+        raise NotPrometheusAnswer(f"{endpoint}: the series are not a list")
+    return len(found)

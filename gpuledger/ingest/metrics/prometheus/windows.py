@@ -39,6 +39,7 @@ from gpuledger.ingest.metrics.prometheus.client import (
     get_body,
     matrix_result,
     parse_json,
+    series_in_range,
 )
 from gpuledger.ingest.metrics.prometheus.decode import SOURCE, points_from_results, refuse_outside_range
 from gpuledger.ingest.metrics.prometheus.window_copies import COUNT, NEWEST, merge_copies
@@ -123,17 +124,10 @@ def _fetch_decoded(session, url: str, asked: dict[str, str], a: int, b: int, ste
 
 
 def count_series(session, url: str, metrics: Sequence[str], a: int, b: int, kw: dict, selector: str = "") -> int:
-    """How many series of the coverage family (one a device and job copy) [a, b) holds, from the
-    series index (``/api/v1/series``: no samples read): the most any chunk inside it can hold,
-    which its memory grows with."""
+    """How many series of the coverage family (one a device and job copy) [a, b) holds: the most
+    any chunk inside it can hold, which its memory grows with."""
     cover = coverage_metric([m for m in metrics if window_function(m)]) or metrics[0]
-    sel = f"{{{selector}}}" if selector else ""
-    endpoint = f"{url.rstrip('/')}/api/v1/series"
-    params = {"match[]": f"{cover}{sel}", "start": a, "end": b}
-    found = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
-    if not isinstance(found, list):
-        raise NotPrometheusAnswer(f"{endpoint}: the series are not a list")
-    return len(found)
+    return series_in_range(session, url, f"{cover}{{{selector}}}" if selector else cover, a, b, kw)
 
 
 def aggregate_chunk(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, *,
