@@ -104,6 +104,19 @@ def render(results: dict) -> str:
                              "–" if s is None else f"{s:,.1f}×", fig.get("agree")])
         lines += _table(["question", "GPUs", "gpuledger warm", "gpuledger CLI", "Prometheus", "Prometheus cold",
                          "speed-up", "agree"], rows)
+        cli_rows = [[q, f"{int(size):,}", fig.get("cli_s"), fig.get("floor_s"), f"{fig['cli_over_floor']:.2f}×",
+                     fig.get("cli_cpu_s"), fig.get("floor_cpu_s"), "–" if fig.get("cli_over_floor_cpu") is None
+                     else f"{fig['cli_over_floor_cpu']:.2f}×", fig.get("prometheus_s"), f"{fig['prometheus_over_cli']:.2f}×",
+                     "PromQL under the floor" if fig.get("cli_speedup_met") is None else fig.get("cli_speedup_met"),
+                     fig.get("cli_source")]
+                    for q in names for size in sorted(questions, key=int)
+                    if (fig := questions[size].get(q) or {}).get("cli_s") is not None]
+        if cli_rows:
+            lines += [("**Questions through the CLI as the user waits** (issue 41; medians of runs alternated with a "
+                       "bare `python -c \"import typer\"`, the floor; targets: CLI ≤ 3× the floor, PromQL ≥ 5× the "
+                       "CLI where PromQL takes longer than the floor)"), ""]
+            lines += _table(["question", "GPUs", "CLI", "floor", "CLI ÷ floor", "CLI CPU-s", "floor CPU-s",
+                             "CPU ratio", "PromQL", "PromQL ÷ CLI", "≥ 5×", "answered from"], cli_rows)
         notes = []  # the bench's own words on tolerance and differences, once per distinct text
         for q in names:
             for size in sorted(questions, key=int):

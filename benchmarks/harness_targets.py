@@ -4,6 +4,8 @@ A target whose figure is absent is listed as not measured (met: null), never as 
 from __future__ import annotations
 
 QUESTION_SPEEDUP = 20.0      # gpuledger's warm path >= 20x faster than Prometheus, answers agreeing
+CLI_OVER_FLOOR = 3.0         # issue 41: each question through the CLI <= 3x a bare `import typer`
+CLI_SPEEDUP = 5.0            # issue 41: and >= 5x faster than its PromQL, where that is over the floor
 FULL_LIMITS = {"1024": (1.0, 2 * 1024), "4096": (5.0, 8 * 1024)}   # seconds, MiB
 INCREMENTAL_LIMIT = {"1024": 0.1}                                  # seconds
 FULL_VS_SCAN_LIMIT = 20.0
@@ -39,6 +41,22 @@ def speedup(fig: dict) -> float | None:
     return _num(fig.get("ratio"))
 
 
+def cli_targets(question: str, size: str, fig: dict) -> list[dict]:
+    """Issue 41's two targets for one question through the CLI as the user waits (medians of runs
+    alternated with the floor): none when the CLI was not timed; the PromQL one only where the
+    PromQL takes longer than the floor (no process start can beat a quicker query)."""
+    cli, floor, prom = _num(fig.get("cli_s")), _num(fig.get("floor_s")), _num(fig.get("prometheus_s"))
+    if cli is None or not floor:
+        return []
+    at = f"{question} at {int(size):,} GPUs"
+    rows = [_at_most(f"CLI end to end, {at}: <= 3x a bare `import typer`", cli / floor, CLI_OVER_FLOOR, "x",
+                     f"questions/{size}")]
+    if prom is not None and prom > floor and cli:
+        rows.append(_at_least(f"CLI end to end, {at}: PromQL (over the floor) >= 5x the CLI", prom / cli,
+                              CLI_SPEEDUP, "x", f"questions/{size}"))
+    return rows
+
+
 def evaluate(results: dict) -> list[dict]:
     """One row per target and size: target, measured, limit, unit, met (true / false / null when not
     measured), factor (measured / limit: above 1 misses an "at most", below 1 an "at least")."""
@@ -55,6 +73,7 @@ def evaluate(results: dict) -> list[dict]:
             if row["met"] is not None and fig.get("agree") is not True:
                 row["met"] = False  # fast but disagreeing (or agreement unknown) is not met
             rows.append(row)
+            rows += cli_targets(question, size, fig)
     analytics = results.get("analytics") or {}
     for size, (seconds, mib) in FULL_LIMITS.items():
         fig = analytics.get(size, {})

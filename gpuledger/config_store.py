@@ -21,7 +21,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import duckdb
+from gpuledger.warehouse.engine import duckdb
 
 from gpuledger.config_files import resolve_config_path
 
@@ -76,8 +76,9 @@ class StoredConfig:
 
 
 def _has_table(con: duckdb.DuckDBPyConnection) -> bool:
+    # duckdb_tables(), not information_schema (~5 ms more a query, on every read command's path)
     return bool(con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'config_versions'"
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'config_versions'"
     ).fetchall()[0][0])
 
 

@@ -35,7 +35,7 @@ from gpuledger.analytics.load import (
 from gpuledger.analytics.squatting import LOOKBACK, squatting_findings
 from gpuledger.analytics.tree import Tree
 from gpuledger.analytics.usage import node_usage
-from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
+from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly, utilization_over_models
 from gpuledger.analytics.waits import job_waits, wait_causes, wait_summary
 from gpuledger.config import Policy
 from gpuledger.sql import load_sql
@@ -311,7 +311,10 @@ def utilization_report(
     keys = {"model": ("cluster", "model"), "cluster": ("cluster",), "fleet": ()}.get(by)
     if keys is None:
         raise ValueError(f"by={by!r}: choose model, cluster, fleet or kind")
-    return ordered(utilization_hourly(used, t.gpus, start=start, end=end, by=keys).collect(engine=ENGINE), ["hour", *keys])
+    hourly = utilization_hourly(used, t.gpus, start=start, end=end, by=("cluster", "model"))
+    if by != "model":  # summed over models as the stored days are (the same digits either way)
+        hourly = utilization_over_models(hourly, keys)
+    return ordered(hourly.collect(engine=ENGINE), ["hour", *keys])
 
 
 def _table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:

@@ -54,6 +54,32 @@ def utilization_hourly(
     )
 
 
+_NANO = 1e9  # figures summed over models in whole nano-units (1e-9 GPU-hour), as usage is
+
+
+def utilization_over_models(by_model: pl.LazyFrame, by: tuple[str, ...]) -> pl.LazyFrame:
+    """:func:`utilization_hourly` rows by ``("cluster", "model")`` summed over models per ``by``
+    (``("cluster",)``, or ``()`` for the whole fleet) and hour, percentages recomputed. Sums are
+    exact and order-free: each figure in whole nano-units summed as integers, the rule the
+    materialized rows are summed by (gpuledger/facts/utilization_sums.sql), so a range answered
+    from stored days gives these digits."""
+    figures = ["gpu_hours_capacity", *_SUMS]
+    return (
+        by_model.with_columns((pl.col(c) * _NANO).round(0).cast(pl.Int64).alias(c) for c in figures)
+        .group_by(*by, "hour").agg(pl.col(figures).sum())
+        .with_columns((pl.col(c).cast(pl.Decimal(38, 9)) / 1_000_000_000).cast(pl.Float64).alias(c)
+                      for c in figures)
+        .with_columns(_known=pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown"))
+        .with_columns(
+            allocation_pct=_pct("gpu_hours_allocated", "gpu_hours_capacity"),
+            active_pct=_pct("gpu_hours_active", "gpu_hours_capacity"),
+            active_of_allocated_pct=_pct("gpu_hours_active", "_known"),
+        )
+        .drop("_known")
+        .sort(*by, "hour")
+    )
+
+
 def utilization_by_kind(attribution: pl.LazyFrame, jobs: pl.LazyFrame, *, by: tuple[str, ...] = ()) -> pl.LazyFrame:
     """Per workload kind (jobs.kind; NULL → "unknown") and ``by`` keys: allocated, active and
     unknown GPU-hours, share_of_allocated_pct (of all allocated hours in the group), and

@@ -10,12 +10,15 @@ that replaced them, exit 2 (:func:`removed_name`)."""
 from __future__ import annotations
 
 from importlib import import_module
+from typing import TYPE_CHECKING
 
-import click
 import typer
 from typer.core import TyperGroup
 
 from gpuledger.cli.coercion import lighten
+
+if TYPE_CHECKING:
+    import click
 
 # name -> the line shown in `gpuledger --help` (each group's own help is in its module)
 GROUPS = {
@@ -57,7 +60,9 @@ def plain_help(command):
 
 def removed_name(old_path: str, new_path: str) -> click.Command:
     """A hidden command for a name that was deprecated and is gone: whatever it is given, one line
-    on stderr naming ``gpuledger NEW_PATH``, exit 2 (a usage error), nothing run."""
+    on stderr naming ``gpuledger NEW_PATH``, exit 2 (a usage error), nothing run. (click, beside
+    typer's own copy of it, loads only here: ~8 ms of every command's start otherwise.)"""
+    import click
 
     def callback(args=()):
         typer.secho(f"gpuledger {old_path} was removed (deprecated the release before): use `gpuledger {new_path}`",
@@ -67,6 +72,62 @@ def removed_name(old_path: str, new_path: str) -> click.Command:
     return click.Command(old_path.split()[-1], callback=callback, hidden=True, add_help_option=False,
                          params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
                          context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+
+
+class LazyCommands(dict):
+    """A group's commands by name, each built from its typer registration the first time it is
+    looked up (then kept): `gpuledger report fairshare` builds one command, not the group's ten —
+    typer reads every parameter of every function it builds (~1 ms each; issue 41: a read command
+    answers in a few times a bare `import typer`). Iterating the values or items builds them all."""
+
+    def __init__(self, infos: dict, build) -> None:
+        super().__init__(dict.fromkeys(infos))
+        self._infos, self._build = infos, build
+
+    def __getitem__(self, name: str):
+        command = super().__getitem__(name)
+        if command is None:
+            command = self._build(self._infos[name])
+            super().__setitem__(name, command)
+        return command
+
+    def get(self, name: str, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def values(self):
+        return [self[name] for name in self]
+
+    def items(self):
+        return [(name, self[name]) for name in self]
+
+
+def lazy_group(app: typer.Typer, ctx):
+    """``app`` as a click group whose commands (not its sub-groups) are built on first lookup, each
+    with plain help and the light coercion, as :func:`plain_help` / :func:`lighten` give a whole tree."""
+    import typer.main
+
+    infos = {info.name or typer.main.get_command_name(info.callback.__name__): info for info in app.registered_commands}
+    registered, app.registered_commands = app.registered_commands, []
+    try:
+        group = typer.main.get_group(app)  # its callback, options and sub-groups; no commands yet
+    finally:
+        app.registered_commands = registered
+    built = dict(group.commands)  # the sub-groups (`ingest agent`)
+    for sub in built.values():
+        lighten(plain_help(sub), ctx)
+
+    def build(info):
+        command = typer.main.get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                                   rich_markup_mode=app.rich_markup_mode)
+        return lighten(plain_help(command), ctx)
+
+    group.commands = LazyCommands(infos, build)
+    for name, sub in built.items():
+        dict.__setitem__(group.commands, name, sub)
+    return group
 
 
 class CommandTree(TyperGroup):
@@ -93,12 +154,10 @@ class CommandTree(TyperGroup):
         return self._loaded[name]
 
     def _build(self, ctx, name: str):
-        import typer.main
-
         if name in GROUPS:
-            group = typer.main.get_group(import_module(f"gpuledger.cli.{name}").app)
+            group = lazy_group(import_module(f"gpuledger.cli.{name}").app, ctx)
             group.name = name
-            return lighten(plain_help(group), ctx)  # str / bool / Path / choice options without pydantic
+            return lighten(plain_help(group), ctx, recursive=False)  # str / bool / Path / choice options without pydantic
         if name in ALIASES:
             return removed_name(name, " ".join(ALIASES[name]))
         if name in GROUP_ALIASES:

@@ -13,10 +13,11 @@ This area sits above analytics, the ledger and the finance reports and below eve
 - ``rows``: a materialized answer as query rows a terminal table prints without polars.
 
 Fresh means, for a snapshot table (fair share, budgets): rows whose ``as_of`` is exactly T,
-materialized after the config in force was loaded. For hourly usage: [start, end) on whole hours,
-every UTC day of it materialized after the day ended and after the config in force was loaded;
-the day still running is computed. Late data that does not move the data's "now" is seen at the
-next materialization, as on the dashboards.
+materialized after the config in force was loaded. For hourly usage and utilization: [start, end)
+on whole hours, every UTC day of it materialized after the config in force was loaded and computed
+at a data's now past the asked part of the day, or at the data's now itself (the running day,
+which the pipelines refresh: its hour in progress included). Late data that does not move the
+data's "now" is seen at the next materialization, as on the dashboards.
 
 The fast path imports DuckDB only (no polars, no analytics): a materialized answer for a week of
 1,024 GPUs costs one indexed query, and comes as rows a terminal table prints directly
@@ -193,16 +194,32 @@ def delivery_balance(con, *, policy, as_of: datetime | None = None) -> Facts:
 
 
 def _usage_fresh(con, table: str, start: datetime, end: datetime, now: datetime) -> bool:
+    """Whether ``table``'s stored days answer [start, end) on whole hours as computing it at ``now``
+    would: every UTC day of the range stored, after the config in force was loaded, and each day's
+    rows computed at a data's now (``covered_until``, migration 029) that had passed the asked part
+    of the day (a closed day computed after it ended), or that is still ``now`` (the running day,
+    refreshed by every run: its hour in progress is then the range computation's). Rows stored before
+    029 answer days that closed before ``now`` only."""
     whole_hours = all(t.minute == t.second == t.microsecond == 0 for t in (start, end))
-    if not whole_hours or end > now:
-        return False  # a partial hour or the hour still running: the materialized rows cannot say
+    if not whole_hours or end <= start:
+        return False  # a partial hour: the materialized rows cannot say
     first, stop = start.date(), (end - timedelta(microseconds=1)).date() + DAY
-    days = dict(con.execute(_sql("usage_days", table=table),
-                            {"first": first, "stop": stop}).fetchall())
+    days = {row[0]: row[1:] for row in con.execute(_sql("usage_days", table=table),
+                                                    {"first": first, "stop": stop}).fetchall()}
     loaded = _config_loaded_at(con)
-    wanted = [first + i * DAY for i in range((stop - first).days)]
-    return all(d in days and days[d] >= datetime(d.year, d.month, d.day) + DAY
-               and (loaded is None or days[d] >= loaded) for d in wanted)
+    for d in (first + i * DAY for i in range((stop - first).days)):
+        if d not in days:
+            return False
+        materialized, covered, unstamped = days[d]
+        day_end = datetime(d.year, d.month, d.day) + DAY
+        if loaded is not None and materialized < loaded:
+            return False
+        if unstamped:  # before migration 029: a closed day, materialized after it ended
+            if end > now or materialized < day_end:
+                return False
+        elif covered < min(end, day_end) and covered < now:
+            return False
+    return True
 
 
 def usage(con, *, start: datetime, end: datetime, by: str = "project", policy=None,
@@ -229,13 +246,20 @@ def utilization(con, *, start: datetime, end: datetime, by: str = "model", polic
                 now: datetime | None = None, materialized: bool = True) -> Facts:
     """Allocation % and active % of installed capacity per hour of [start, end), like
     queries.utilization_report. Materialized for ``by="model"`` (the pipeline's grain, rows as
-    stored) when every day of the range is fresh as for usage; the other groupings are computed:
-    their sums over models would not be the range computation's digits (``materialized=False``:
-    always computed)."""
+    stored) and ``"cluster"`` / ``"fleet"`` (those rows summed over models by the computation's own
+    exact rule) when every day of the range is fresh as for usage; ``"kind"`` is computed
+    (``materialized=False``: always computed)."""
     at = now or data_now(con)
-    if materialized and by == "model" and _usage_fresh(con, "utilization_hourly", start, end, at) and _policy_in_force(con, policy):
-        rows = con.execute(_sql("utilization_by_model"), {"start": start, "end": end}).fetchall()
-        return Facts(Rows(rows, UTILIZATION_COLUMNS), MATERIALIZED, at)
+    if (materialized and by in ("model", "cluster", "fleet") and _usage_fresh(con, "utilization_hourly", start, end, at)
+            and _policy_in_force(con, policy)):
+        if by == "model":
+            rows = con.execute(_sql("utilization_by_model"), {"start": start, "end": end}).fetchall()
+            return Facts(Rows(rows, UTILIZATION_COLUMNS), MATERIALIZED, at)
+        keys = "cluster, " if by == "cluster" else ""
+        rows = con.execute(_sql("utilization_sums", keys=keys), {"start": start, "end": end}).fetchall()
+        # the computation's columns: (cluster,) hour, figures
+        columns = {c: t for c, t in UTILIZATION_COLUMNS.items() if c != "model" and (by == "cluster" or c != "cluster")}
+        return Facts(Rows(rows, columns), MATERIALIZED, at)
     from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     frame = queries.utilization_report(con, start=start, end=end, by=by, policy=_policy(policy), now=at)

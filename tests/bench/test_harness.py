@@ -55,6 +55,17 @@ QUESTIONS = {
     "hourly_utilization": {"gpuledger_s": 0.1, "prometheus_s": 1.0, "ratio": 10.0, "agree": True},
     # 1.0 / 0.001 = 1,000x but the answers differ: missed
     "idle_pods": {"gpuledger_s": 0.001, "prometheus_s": 1.0, "ratio": 1000.0, "agree": False},
+    # through the CLI (issue 41): 0.15 / 0.05 = 3.0x the floor <= 3 (met); PromQL 0.5 > the floor,
+    # 0.5 / 0.15 = 3.33x < 5 (missed, factor 0.667)
+    "gpu_hours_by_project": {"gpuledger_s": 0.001, "prometheus_s": 0.5, "ratio": 500.0, "agree": True,
+                             "cli_s": 0.15, "cli_cpu_s": 0.1, "floor_s": 0.05, "floor_cpu_s": 0.04, "cli_over_floor": 3.0,
+                             "cli_over_floor_cpu": 2.5,
+                             "prometheus_over_cli": 0.5 / 0.15, "cli_speedup_met": False, "cli_source": "materialized"},
+    # 0.2 / 0.05 = 4x the floor (missed, factor 1.333); PromQL 0.01 under the floor: no speed-up target
+    "idle_60m": {"gpuledger_s": 0.001, "prometheus_s": 0.01, "ratio": 10.0, "agree": True,
+                 "cli_s": 0.2, "cli_cpu_s": 0.1, "floor_s": 0.05, "floor_cpu_s": 0.04, "cli_over_floor": 4.0,
+                 "cli_over_floor_cpu": 2.5,
+                 "prometheus_over_cli": 0.05, "cli_speedup_met": None, "cli_source": "materialized"},
 }
 PROMETHEUS = {"": {"datasets": {"256": {"samples": 1}, "1024": {"samples": 4}},
                    "questions": {"256": QUESTIONS, "1024": {"hourly_utilization": QUESTIONS["hourly_utilization"]}}}}
@@ -193,6 +204,13 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     assert t["measured"] == pytest.approx(10.0) and t["met"] is False and t["factor"] == pytest.approx(0.5)
     t = _target(results, "idle_pods at 256 GPUs")
     assert t["measured"] == pytest.approx(1000.0) and t["agree"] is False and t["met"] is False
+    t = _target(results, "CLI end to end, gpu_hours_by_project at 256 GPUs: <= 3x")
+    assert t["measured"] == pytest.approx(3.0) and t["met"] is True
+    t = _target(results, "CLI end to end, gpu_hours_by_project at 256 GPUs: PromQL")
+    assert t["measured"] == pytest.approx(10 / 3) and t["met"] is False and t["factor"] == pytest.approx(0.667)
+    t = _target(results, "CLI end to end, idle_60m at 256 GPUs: <= 3x")
+    assert t["measured"] == pytest.approx(4.0) and t["met"] is False and t["factor"] == pytest.approx(1.333)
+    assert not [t for t in results["targets"] if t["target"].startswith("CLI end to end, idle_60m at 256 GPUs: PromQL")]
     t = _target(results, "ingest >= 1 M")
     assert t["met"] is True and t["factor"] == pytest.approx(1.2)
     t = _target(results, "every dashboard page at 1,024 GPUs")  # the slowest: chargeback, 2.5 > 2 s
@@ -213,6 +231,7 @@ def test_full_run_results_targets_and_markdown(rig, capsys):
     assert tail == MD.split("<!-- make bench: end -->")[1]
     assert "old generated text" not in block
     assert "**missed**" in block and "| 1,024 | 1.25 | 1,800 |" in block and "50.0×" in block
+    assert "| idle_60m | 256 | 0.200 | 0.050 | 4.00× | 0.100 | 0.040 | 2.50× | 0.010 | 0.05× | PromQL under the floor | materialized |" in block
     assert runs["analytics 1024"]["command"] in block
     assert "analytics 4096: skipped" in block
     # an optional part's groups of figures side by side

@@ -61,6 +61,25 @@ def test_decay_matches_the_closed_form_and_compare_flags_a_difference():
     assert not cmp["agree"] and cmp["failing"] == ["b"]
 
 
+def test_the_cli_is_timed_against_the_floor_run_by_run_and_a_computed_answer_is_named():
+    # cli_timing alternates the command with a bare `import typer`, repeats times each; a run
+    # whose stderr carries the CLI's "computed" note marks the answer computed; a failing command
+    # raises with its stderr (a benchmark never times an error)
+    import cli_timing
+
+    quiet = cli_timing.against_floor([sys.executable, "-c", "pass"], repeats=3)
+    note = "import sys; sys.stderr.write('note: usage by project computed from the raw data: ...')"
+    noted = cli_timing.against_floor([sys.executable, "-c", note], repeats=2)
+    assert quiet["cli_runs"] == 3 and quiet["cli_source"] == "materialized"
+    assert noted["cli_runs"] == 2 and noted["cli_source"] == "computed"
+    for r in (quiet, noted):
+        assert r["cli_s"] > 0 and r["floor_s"] > 0 and r["cli_over_floor"] == r["cli_s"] / r["floor_s"]
+        assert r["cli_best_s"] <= r["cli_s"]
+    with pytest.raises(RuntimeError, match="exited 3: boom"):
+        cli_timing.against_floor([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"],
+                                 repeats=1)
+
+
 @pytest.mark.slow
 @pytest.mark.prometheus
 @pytest.mark.skipif(not have_prometheus(), reason="needs the Debian prometheus package (scripts/install-test-deps.sh)")

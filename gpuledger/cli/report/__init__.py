@@ -65,6 +65,17 @@ def _open(warehouse_file: Path | None):
     return warehouse.open_reader(warehouse_path(warehouse_file))
 
 
+def _say_if_computed(answer, what: str) -> None:
+    """One line on stderr, after the table, when ``answer`` was computed from the raw data: no
+    materialized rows answer ``what`` (not materialized yet, or not fresh for it), so it took the
+    slow path (issue 41: the user knows why they waited, and what keeps the answer fast). After the
+    table, so that a mistake in an output option stays a one-line error."""
+    if answer.source == facts.COMPUTED:
+        typer.echo(f"note: {what} computed from the raw data: the read model has no fresh rows for it "
+                   "(the pipelines keep them current: `gpuledger pipelines run-once`, or the Dagster schedules)",
+                   err=True)
+
+
 @app.command("chargeback")
 def chargeback(
     period: str = typer.Option(..., "--period", "-p", help="YYYY-MM, YYYY-MM-DD, YYYY-Www or START..END"),
@@ -108,8 +119,9 @@ def usage(
     """Allocated, active, idle and unknown GPU-hours, efficiency and energy (kWh)."""
     lo, hi = utc_range(start, end)
     with _open(warehouse_file) as con:
-        frame = facts.usage(con, start=lo, end=hi, by=by).table  # materialized when fresh
-    show_frame(frame, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", reports.USAGE, wide, columns)
+        answer = facts.usage(con, start=lo, end=hi, by=by)  # materialized when fresh
+    show_frame(answer.table, fmt, out, f"GPU usage by {by}, {start} .. {end} UTC", reports.USAGE, wide, columns)
+    _say_if_computed(answer, f"usage by {by}")
 
 
 @app.command("utilization")
@@ -128,8 +140,10 @@ def utilization(
         hi = hi or facts.data_now(con).replace(minute=0, second=0, microsecond=0)
         lo = lo or hi - timedelta(days=1)
         check_range(lo, hi)  # a --start after the newest data, with no --end
-        frame = facts.utilization(con, start=lo, end=hi, by=by).table  # materialized when fresh (by model)
-    show_frame(frame, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", reports.UTILIZATION, wide, columns)
+        answer = facts.utilization(con, start=lo, end=hi, by=by)  # materialized when fresh (by model, cluster, fleet)
+    show_frame(answer.table, fmt, out, f"utilization by {by}, {lo} .. {hi} UTC", reports.UTILIZATION, wide,
+               columns)
+    _say_if_computed(answer, f"utilization by {by}")
 
 
 @app.command("fairshare")
@@ -142,9 +156,10 @@ def fairshare(
     delivery ratio (delivered ÷ owed GPU-hours) and occupancy over the usage window."""
     with _open(warehouse_file) as con:
         cfg = read_config(con, config)  # the warehouse's config, validated when the answer is computed
-        frame = facts.fairshare(con, policy=lambda: cfg.policy, as_of=_time(now)).table  # materialized when fresh
+        answer = facts.fairshare(con, policy=lambda: cfg.policy, as_of=_time(now))  # materialized when fresh
         mode = cfg.setting("policy.usage.mode")
-    show_frame(frame, fmt, out, f"fair share ({mode} usage, GPU-hours)", reports.FAIRSHARE, wide, columns)
+    show_frame(answer.table, fmt, out, f"fair share ({mode} usage, GPU-hours)", reports.FAIRSHARE, wide, columns)
+    _say_if_computed(answer, "fair share")
 
 
 @app.command("balance")
@@ -188,11 +203,13 @@ def budget(
         if jobs:
             frame = facts.funding(con, policy=cfg.policy, now=_time(now)).frame
         else:
-            frame = facts.budget(con, policy=lambda: cfg.policy, as_of=_time(now)).table  # materialized when fresh
+            answer = facts.budget(con, policy=lambda: cfg.policy, as_of=_time(now))  # materialized when fresh
     if jobs:
         show_frame(frame, fmt, out, "job funding (UTC)", reports.FUNDING, wide, columns)
     else:
-        show_frame(frame, fmt, out, "budget burn (normalised GPU-hours, UTC)", reports.BUDGET, wide, columns)
+        show_frame(answer.table, fmt, out, "budget burn (normalised GPU-hours, UTC)", reports.BUDGET, wide,
+                   columns)
+        _say_if_computed(answer, "budget burn")
 
 
 @app.command("squatters")
@@ -210,6 +227,7 @@ def squatters(
         found = facts.findings(con, policy=lambda: cfg.policy, now=_time(now), include_exempt=include_exempt)
         frame = facts.squatters_table(found)
     show_frame(frame, fmt, out, "idle GPU findings (UTC)", reports.SQUATTERS, wide, columns)
+    _say_if_computed(found, "idle GPU findings")
 
 @app.command("waits")
 def waits(

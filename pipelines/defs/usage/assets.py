@@ -14,14 +14,18 @@ GROUP = "usage"
 
 
 def _materialize_days(context, warehouse: Warehouse, table: str, compute) -> dg.MaterializeResult:
-    """For each day of the run: ``compute(con, start, end)`` on a reader, then replace the day."""
+    """For each day of the run: ``compute(con, start, end)`` (a facts.Facts) on a reader, then replace
+    the day, its rows stamped with the data's now they were computed at (``covered_until``: the
+    running day's rows answer a range into its running hour only while that is still the now)."""
     totals = {"rows": 0, "rows_replaced": 0}
     sums: dict[str, float] = {}
     for _, start, end in partition_windows(context):
         with warehouse.reader() as con:
-            frame = compute(con, start, end)
+            answer = compute(con, start, end)
+        frame = answer.frame
         with warehouse.writer() as con:
-            deleted, inserted = replace_partition(con, table, start.date(), stamped(frame, day=start.date()))
+            deleted, inserted = replace_partition(con, table, start.date(),
+                                                  stamped(frame, day=start.date(), covered_until=answer.as_of))
         totals["rows"] += inserted
         totals["rows_replaced"] += deleted
         for column in ("gpu_hours_allocated", "gpu_hours_idle", "gpu_hours_capacity"):
@@ -34,7 +38,7 @@ def _materialize_days(context, warehouse: Warehouse, table: str, compute) -> dg.
 def _usage(context, warehouse: Warehouse, gpuledger_config: GpuledgerConfig, *, table: str, by: str):
     policy = gpuledger_config.load().policy
     return _materialize_days(context, warehouse, table, lambda con, start, end: facts.usage(
-        con, start=start, end=end, by=by, policy=policy, per_hour=True).frame)
+        con, start=start, end=end, by=by, policy=policy, per_hour=True))
 
 
 @dg.asset(partitions_def=daily_partitions, backfill_policy=single_run, deps=INGEST_DEPS, group_name=GROUP,
@@ -62,4 +66,4 @@ def utilization_hourly(context: dg.AssetExecutionContext, warehouse: Warehouse,
     (table utilization_hourly)."""
     policy = gpuledger_config.load().policy
     return _materialize_days(context, warehouse, "utilization_hourly", lambda con, start, end: (
-        facts.utilization(con, start=start, end=end, by="model", policy=policy, materialized=False).frame))
+        facts.utilization(con, start=start, end=end, by="model", policy=policy, materialized=False)))
