@@ -14,4 +14,29 @@ try:
 except ImportError:  # pragma: no cover - DuckDB < 1.4 keeps the extension at duckdb.duckdb
     import duckdb
 
+# The connection methods the package's Python layer adds (duckdb._relation.CONNECTION_METHODS in
+# DuckDB 2.0): until something imports the package, a connection has none of them. Each is a stub
+# that imports the package on first use (which sets the real method on the class) and calls it, so
+# `con.sql(...)` works on every path and the package still loads only where it is used.
+_PACKAGE_METHODS = ("from_arrow", "from_csv_auto", "from_df", "from_parquet", "from_query", "query", "read_csv",
+                    "read_json", "read_parquet", "sql", "table", "table_function", "to_arrow_reader",
+                    "to_arrow_table", "values", "view")
+
+
+def _through_package(name: str):
+    def method(self, *args, **kwargs):
+        import duckdb as package  # noqa: F401  # lazy: its import sets the real method on the class
+
+        if getattr(type(self), name) is method:  # this DuckDB's package does not add it
+            raise AttributeError(f"DuckDB's connection has no {name!r}")
+        return getattr(self, name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+for _name in _PACKAGE_METHODS:
+    if not hasattr(duckdb.DuckDBPyConnection, _name):
+        setattr(duckdb.DuckDBPyConnection, _name, _through_package(_name))
+
 __all__ = ["duckdb"]
