@@ -61,3 +61,12 @@ def pytest_xdist_make_scheduler(config, log):
             return path
 
     return RigScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test on the dashboards' rig is slow: the rig is a simulated warehouse two clusters wide,
+    analysed by the pipelines' run-once (~20 s of one worker before its first test, quiet), so
+    `make test-fast` leaves every user of it to `make test` rather than build it for a few."""
+    for item in items:
+        if "dashboard_warehouse" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

@@ -15,6 +15,9 @@ from gpuledger.deadlines import CallDeadline
 from tests.helpers.hostile_servers import GREET_TRICKLE, SILENT, TRICKLE, HostileServer
 from tests.helpers.timing import LOAD_SLACK_S
 
+# real servers and receivers held to wall-clock deadlines (seconds each): the full suite, not test-fast
+pytestmark = pytest.mark.slow
+
 QUICK = CallDeadline(connect_s=1, read_s=1, total_s=2)
 
 

@@ -374,6 +374,7 @@ def _dead(pid: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_a_part_past_its_timeout_is_killed_and_recorded(rig):
     pidfile = rig["log"] / "ingest.pid"
     (Path(rig["base"][1]) / "ingest_bench.py").write_text(SLOW.format(pidfile=str(pidfile)))

@@ -20,6 +20,9 @@ from gpuledger.errors import UsageError
 from gpuledger.ingest.metrics.prometheus.auth import auth_headers
 from tests.ingest.test_prometheus_aggregate import START, _TSDB, stand_in  # noqa: F401 - the fixture
 
+# a real stand-in server and the CLI in subprocesses (seconds each): the full suite, not test-fast
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 ORG = "currency: USD\norg: {name: acme}\n"
 

@@ -33,6 +33,9 @@ from tests.helpers.hostile_servers import (
 )
 from tests.helpers.timing import LOAD_SLACK_S
 
+# real servers and receivers held to wall-clock deadlines (seconds each): the full suite, not test-fast
+pytestmark = pytest.mark.slow
+
 QUICK = CallDeadline(connect_s=1.0, read_s=0.4, total_s=1.2)
 
 

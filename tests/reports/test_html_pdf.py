@@ -104,6 +104,7 @@ def test_a_corrected_month_on_paper_says_why_who_and_when_and_every_page_what_it
     assert st.state.mark is None and _watermark_pixels(pdf, tmp_path / "png") == [0] * len(pages)  # final
 
 
+@pytest.mark.slow
 def test_a_provisional_pdf_carries_its_watermark_on_every_page(statement, tmp_path_factory):
     """November of the fixture is open with data through Nov 3: provisional, so every page is marked."""
     st, base = statement
