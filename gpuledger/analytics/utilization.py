@@ -40,9 +40,16 @@ def utilization_hourly(
         attribution.filter((pl.col("hour") >= start.replace(minute=0, second=0, microsecond=0)) & (pl.col("hour") < end))
         .group_by(*by, "hour").agg(pl.col(_SUMS).sum())
     )
-    return (
+    return _with_percentages(
         cap.join(used, on=[*by, "hour"], how="full", coalesce=True)
-        .with_columns(pl.col("gpu_hours_capacity", *_SUMS).fill_null(0.0))
+        .with_columns(pl.col("gpu_hours_capacity", *_SUMS).fill_null(0.0)), by)
+
+
+def _with_percentages(hours: pl.LazyFrame, by) -> pl.LazyFrame:
+    """Hourly figures with their percentages (of capacity; active of the allocated hours whose
+    activity is known), sorted by ``by`` and hour."""
+    return (
+        hours
         .with_columns(_known=pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown"))
         .with_columns(
             allocation_pct=_pct("gpu_hours_allocated", "gpu_hours_capacity"),
@@ -64,20 +71,11 @@ def utilization_over_models(by_model: pl.LazyFrame, by: tuple[str, ...]) -> pl.L
     materialized rows are summed by (gpuledger/facts/utilization_sums.sql), so a range answered
     from stored days gives these digits."""
     figures = ["gpu_hours_capacity", *_SUMS]
-    return (
+    return _with_percentages(
         by_model.with_columns((pl.col(c) * _NANO).round(0).cast(pl.Int64).alias(c) for c in figures)
         .group_by(*by, "hour").agg(pl.col(figures).sum())
         .with_columns((pl.col(c).cast(pl.Decimal(38, 9)) / 1_000_000_000).cast(pl.Float64).alias(c)
-                      for c in figures)
-        .with_columns(_known=pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown"))
-        .with_columns(
-            allocation_pct=_pct("gpu_hours_allocated", "gpu_hours_capacity"),
-            active_pct=_pct("gpu_hours_active", "gpu_hours_capacity"),
-            active_of_allocated_pct=_pct("gpu_hours_active", "_known"),
-        )
-        .drop("_known")
-        .sort(*by, "hour")
-    )
+                      for c in figures), by)
 
 
 def utilization_by_kind(attribution: pl.LazyFrame, jobs: pl.LazyFrame, *, by: tuple[str, ...] = ()) -> pl.LazyFrame:
