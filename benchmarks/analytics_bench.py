@@ -237,9 +237,18 @@ def _copy_warehouse(src: Path, into: Path) -> Path:
     return dst
 
 
-def run(warehouse: Path, *, repeat: int = 2, incremental_repeat: int = 5) -> dict:
+def run(warehouse: Path, *, repeat: int = 2, incremental_repeat: int = 5, in_place: bool = False) -> dict:
+    """Measure ``warehouse``: on a copy in a temporary folder (deleted after), or with ``in_place``
+    on the file itself, which the updates then change (a warehouse too large to copy, e.g. 11 GiB
+    at 16,384 GPUs x 30 days: the samples after the mid-hour cut are gone afterwards)."""
     if not warehouse.exists():
         raise SystemExit(f"{warehouse}: no such warehouse (build it with `gpuledger simulate warehouse ...`)")
+    if in_place:
+        con = duckdb.connect(str(warehouse))
+        try:
+            return _measure(con, warehouse, repeat=repeat, incremental_repeat=incremental_repeat)
+        finally:
+            con.close()
     tmp = Path(tempfile.mkdtemp(prefix="analytics_bench_"))
     try:
         con = duckdb.connect(str(_copy_warehouse(warehouse, tmp)))
