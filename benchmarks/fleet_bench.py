@@ -40,11 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import analytics_bench  # noqa: E402
-
-from gpuledger.warehouse.db import apply_migrations, transaction  # noqa: E402
-from gpuledger.warehouse.rollups import refresh_gpu_hourly  # noqa: E402
-
+import analytics_bench
+from gpuledger.warehouse.db import apply_migrations, transaction
+from gpuledger.warehouse.rollups import refresh_gpu_hourly
 
 MARK_STEP = timedelta(days=1)  # rows marked (and their rollup rebuilt) a day per transaction: memory stays flat
 

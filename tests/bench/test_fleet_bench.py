@@ -8,13 +8,13 @@ import json
 from datetime import datetime, timedelta
 
 import pytest
+from gpuledger.warehouse.rollups import refresh_gpu_hourly, rollup_frame
 from polars.testing import assert_frame_equal
 
 from benchmarks import analytics_bench, fleet_bench
 from gpuledger import warehouse
 from gpuledger.simulator import build_cluster
 from gpuledger.simulator.to_warehouse import write_simulation
-from gpuledger.warehouse.rollups import refresh_gpu_hourly, rollup_frame
 
 START = datetime(2026, 11, 1)
 DAYS = 2.5  # two whole days and a half: the last step is a partial day
