@@ -88,6 +88,20 @@ def _activity(sim, job: np.ndarray, device: np.ndarray, ts: np.ndarray) -> np.nd
     return np.clip(act, 0.0, 1.0)
 
 
+def alloc_mean_activity(wl) -> np.ndarray:
+    """Mean activity ratio (behaviour's mean x the job's level) of each allocation segment, computed
+    once per workload: every chunk's energy counter needs it for every segment of the window, and
+    a Python lookup per segment per chunk made writing a month of 16,384 GPUs quadratic in its
+    length (1.4 M segments x 1,700 chunks)."""
+    key = (wl.alloc_job, wl.job_behaviour, wl.job_level)  # the arrays it is computed from, by identity
+    cached = wl.__dict__.get("_alloc_mean_activity")
+    if cached is None or any(a is not b for a, b in zip(cached[0], key, strict=True)):
+        jobs = wl.alloc_job
+        mean = np.vectorize(_MEAN_ACT.get, otypes=[float])(wl.job_behaviour[jobs]) * wl.job_level[jobs]
+        cached = wl.__dict__["_alloc_mean_activity"] = (key, mean)
+    return cached[1]
+
+
 def _energy_j(sim, phys: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """Energy counter (J) of physical GPUs at t: closed-form integral of each allocation's mean
     power over [counter origin, t], restarting from 0 at a driver reload."""
@@ -108,8 +122,7 @@ def _energy_j(sim, phys: np.ndarray, ts: np.ndarray) -> np.ndarray:
         keep = rows >= 0
         rows = rows[keep]
         s, e = wl.alloc_start[keep], wl.alloc_end[keep]
-        jobs = wl.alloc_job[keep]
-        mean = np.vectorize(_MEAN_ACT.get, otypes=[float])(wl.job_behaviour[jobs]) * wl.job_level[jobs]
+        mean = alloc_mean_activity(wl)[keep]
         w = ((hw.phys_tdp_w - hw.phys_idle_w)[seg_phys[keep]] * POWER_SPAN * mean
              * hw.dev_fraction[dev[keep]] * hw.lane_share[wl.alloc_lane[keep]])
         t0, t1 = ts.min(), ts.max()  # noqa: F841 (t0 documents the split)

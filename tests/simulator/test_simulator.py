@@ -295,3 +295,24 @@ def test_the_warehouse_names_the_seed_and_regime(written):
         assert con.execute("SELECT scope FROM ingest_checkpoints WHERE source = 'simulator'").fetchall() == [
             ("sim 2026-11-01T00:00..2026-11-02T00:00",)]
     assert first["ingest_checkpoints"] == second["ingest_checkpoints"] == 1
+
+
+def test_energy_from_the_cached_mean_activity_equals_the_per_chunk_lookup(sim, monkeypatch):
+    # The per-allocation mean activity is computed once per workload (it was looked up again for
+    # every allocation in every chunk: quadratic in the window at fleet sizes); the samples are the
+    # same to the bit, for all nodes and for a subset of them.
+    from gpuledger.simulator import signals
+
+    t0 = sim.start_s + 7 * 3600
+    nodes = np.array([0, 3])
+    cached = [raw_samples(sim, t0, t0 + 1800), raw_samples(sim, t0, t0 + 1800, nodes)]
+    assert signals.alloc_mean_activity(sim.workload) is signals.alloc_mean_activity(sim.workload)
+
+    def per_chunk(wl):
+        jobs = wl.alloc_job
+        return np.vectorize(signals._MEAN_ACT.get, otypes=[float])(wl.job_behaviour[jobs]) * wl.job_level[jobs]
+
+    monkeypatch.setattr(signals, "alloc_mean_activity", per_chunk)
+    for got, want in zip(cached, [raw_samples(sim, t0, t0 + 1800), raw_samples(sim, t0, t0 + 1800, nodes)], strict=True):
+        assert got["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].n_unique() > 10
+        assert_frame_equal(got, want)
