@@ -145,6 +145,20 @@ def _energy_j(sim, phys: np.ndarray, ts: np.ndarray) -> np.ndarray:
     return energy
 
 
+def first_lane_jobs(ljob: np.ndarray, rows: np.ndarray, n_rows: int) -> np.ndarray:
+    """Job index per (device row, t): that of the device's lowest lane running a job then (the first
+    lane wins the labels), -1 where none does. ``ljob`` (lanes x T) is each lane's job (-1 free),
+    ``rows`` each lane's device row, lanes in ascending order. One pass for all lanes (a loop over
+    lanes cost 19,000 numpy calls per chunk at 16,384 GPUs)."""
+    n_lanes, n_ts = ljob.shape
+    lane_k = np.where(ljob >= 0, np.arange(n_lanes)[:, None], n_lanes)
+    first = np.full((n_rows, n_ts), n_lanes)
+    np.minimum.at(first, rows, lane_k)
+    if n_lanes == 0:
+        return np.full((n_rows, n_ts), -1, dtype=np.int64)
+    return np.where(first < n_lanes, ljob[np.minimum(first, n_lanes - 1), np.arange(n_ts)[None, :]], -1)
+
+
 def raw_values(sim, ts: np.ndarray, nodes: np.ndarray | None = None) -> RawValues:
     """Exporter-unit values for every device of ``nodes`` (all when None) at epoch seconds ``ts``."""
     hw, wl = sim.hardware, sim.workload
@@ -170,11 +184,7 @@ def raw_values(sim, ts: np.ndarray, nodes: np.ndarray | None = None) -> RawValue
     tf = np.vectorize(lambda b: _TENSOR.get(b, 0.0), otypes=[float])(
         np.where(ljob >= 0, wl.job_behaviour[j], IDLE))
     np.maximum.at(tensor_frac, rows, tf)
-    job = np.full(shape, -1, dtype=np.int64)
-    # first lane wins the labels: walk lanes in reverse so the lowest lane writes last
-    for k in range(len(lanes) - 1, -1, -1):
-        take = ljob[k] >= 0
-        job[rows[k], take] = ljob[k, take]
+    job = first_lane_jobs(ljob, rows, len(devices))
 
     dev_col = devices[:, None]
     u = uniform(sim.seed, SALT["tensor"], dev_col, ts[None, :])

@@ -316,3 +316,28 @@ def test_energy_from_the_cached_mean_activity_equals_the_per_chunk_lookup(sim, m
     for got, want in zip(cached, [raw_samples(sim, t0, t0 + 1800), raw_samples(sim, t0, t0 + 1800, nodes)], strict=True):
         assert got["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].n_unique() > 10
         assert_frame_equal(got, want)
+
+
+def _first_lane_jobs_by_loop(ljob, rows, n_rows):
+    job = np.full((n_rows, ljob.shape[1]), -1, dtype=np.int64)
+    for k in range(len(ljob) - 1, -1, -1):  # the lowest lane writes last
+        take = ljob[k] >= 0
+        job[rows[k], take] = ljob[k, take]
+    return job
+
+
+def test_first_lane_jobs_equal_the_loop_over_lanes(sim):
+    # the lanes of the simulated inventory (time-sliced GPUs have several per device), random jobs
+    from gpuledger.simulator.signals import first_lane_jobs
+
+    hw = sim.hardware
+    rows = hw.lane_device.astype(np.int64)
+    assert len(rows) > len(np.unique(rows))  # some device has several lanes
+    rng = np.random.default_rng(3)
+    for free in (0.0, 0.5, 1.0):
+        ljob = np.where(rng.random((len(rows), 7)) < free, -1, rng.integers(0, 1000, (len(rows), 7)))
+        got = first_lane_jobs(ljob, rows, hw.n_devices)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, _first_lane_jobs_by_loop(ljob, rows, hw.n_devices))
+    empty = np.zeros((0, 7), dtype=np.int64)
+    np.testing.assert_array_equal(first_lane_jobs(empty, np.zeros(0, dtype=np.int64), 3), np.full((3, 7), -1))
