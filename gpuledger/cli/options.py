@@ -170,7 +170,6 @@ class Format(str, Enum):
     json = "json"
 
 
-# every command that prints a table takes these two (README "Tables")
 def _regime(value: str | None) -> str | None:
     """--regime: one of the simulator's demand regimes (checked before any work); None when not given."""
     from gpuledger.simulator.defaults import REGIME_NAMES
@@ -183,10 +182,12 @@ def _regime(value: str | None) -> str | None:
 
 RegimeOpt = typer.Option(
     None, "--regime", callback=_regime, show_default=False,
-    help="the simulated demand [default: ai2-backlog]: ai2-backlog (each team a standing backlog of ~2.5x its "
-         "share, mild seasons) "
-         "or ai2-seasonal (deadline, exploring, quiet and normal weeks in turn: teams lend and borrow; "
-         "README \"The simulator\")")
+    help="the simulated demand [default: ai2-backlog]: ai2-backlog (each team a standing backlog of "
+         "~2.5x its share, mild seasons) or ai2-seasonal (deadline, exploring, quiet and normal weeks in "
+         "turn: teams lend and borrow; README \"The simulator\")")
+
+
+# every command that prints a table takes these two (README "Tables")
 FormatOpt = typer.Option(Format.table, "--format", "-f", help="table (terminal), csv, parquet or json")
 OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value),
                       help="file to write (table as plain text, csv, parquet, json); default stdout")

@@ -315,8 +315,8 @@ def schedule(
              "idle": idle_threshold, "shares": share, "balance": delivery_balance}
     seed_list = [seed + k for k in range(seeds or 1)]
     if regime and not simulate_gpus:
-        raise typer.BadParameter("a demand regime is the simulator's: give it with --simulate-gpus (a --warehouse's "
-                                 "jobs are what they are)", param_hint="--regime")
+        raise typer.BadParameter("a demand regime is the simulator's: give it with --simulate-gpus "
+                                 "(a --warehouse's jobs are what they are)", param_hint="--regime")
     regime = regime or REGIME_NAMES[0]
     where = _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config, regime)
     per_seed: dict[int, dict[str, dict]] = {}
@@ -335,8 +335,8 @@ def schedule(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     provenance = (f"simulated: {simulate_gpus} GPUs, {days:g} days from {sim_start}, demand regime {regime}, "
-                  "one warehouse per seed" if simulate_gpus
-                  else f"{where[seed_list[0]].name}: one warehouse, each seed its draws of never-started jobs")
+                  "one warehouse per seed" if simulate_gpus else
+                  f"{where[seed_list[0]].name}: one warehouse, each seed its draws of never-started jobs")
     outcome_doc = _outcome(per_seed, chosen, where, provenance)
     if simulate_gpus:
         outcome_doc["demand_regime"] = regime
@@ -356,7 +356,8 @@ def schedule(
                    f"{trace.skipped[0][1]} (the JSON lists them)", err=True)
 
 
-def _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config, regime) -> dict[int, Path]:
+def _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config,
+                     regime) -> dict[int, Path]:
     """seed -> the warehouse it replays: the one of --warehouse, or a simulated one per seed."""
     if not simulate_gpus:
         return dict.fromkeys(seed_list, warehouse_path(path))
@@ -373,9 +374,10 @@ def _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, c
         raise UsageError(str(exc)) from None
     out = {}
     for s in seed_list:
-        typer.echo(f"seed {s}: simulated warehouse of {simulate_gpus} GPUs, {days:g} days, regime {regime} ...", err=True)
-        out[s] = simulated_warehouse(sim_dir or Path("data/whatif-seeds"), gpus=simulate_gpus, days=days, seed=s,
-                                     start=begin, config=cfg, regime=regime)
+        typer.echo(f"seed {s}: simulated warehouse of {simulate_gpus} GPUs, {days:g} days, regime {regime} ...",
+                   err=True)
+        out[s] = simulated_warehouse(sim_dir or Path("data/whatif-seeds"), gpus=simulate_gpus, days=days,
+                                     seed=s, start=begin, config=cfg, regime=regime)
     return out
 
 

@@ -194,7 +194,7 @@ def regime_named(name: str) -> Regime:
 
 class Demand:
     """The projects' users: what they submit at the start, at each top-up, and when a training
-    segment ends. Deterministic for (seed, hardware, config, window)."""
+    segment ends. Deterministic for (seed, hardware, config, window, regime)."""
 
     def __init__(self, cfg: Config, placer: pools.Placer, seed: int, rng: np.random.Generator,
                  start_s: int, end_s: int, regime: str = REGIME):

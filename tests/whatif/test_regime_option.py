@@ -23,18 +23,20 @@ from gpuledger.whatif.seeds import warehouse_name
 ], ids=["simulate", "whatif"])
 def test_a_wrong_regime_is_one_line_exit_2(tmp_path, args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")} | {"COLUMNS": "200"}
-    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, env=env)
+    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", *args], check=False, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert "--regime" in lines[0] and "'ai2-nope' is no demand regime; choose ai2-backlog or ai2-seasonal" in lines[0]
+    assert "--regime" in lines[0]
+    assert "'ai2-nope' is no demand regime; choose ai2-backlog or ai2-seasonal" in lines[0]
     assert list(tmp_path.iterdir()) == []  # refused before any work: no warehouse, no simulated seeds
 
 
 def test_a_regime_without_a_simulated_cluster_is_refused(tmp_path):
     """A --warehouse's jobs are what they were: a regime only means something with --simulate-gpus."""
-    done = CliRunner().invoke(app, ["whatif", "schedule", "--regime", "ai2-seasonal", "-w", str(tmp_path / "w.duckdb")])
+    done = CliRunner().invoke(app, ["whatif", "schedule", "--regime", "ai2-seasonal",
+                                    "-w", str(tmp_path / "w.duckdb")])
     assert done.exit_code == 2 and "give it with --simulate-gpus" in done.output
 
 
@@ -63,7 +65,8 @@ def test_whatif_over_seasonal_seeds_names_the_regime(tmp_path):
         path.rsplit("/", 1)[1] for path in doc["sources"].values())
     table = runner.invoke(app, args)  # the table's title names seeds and regime together
     assert table.exit_code == 0, table.output
-    assert "outcome over seeds 1..2" in table.output and "demand regime ai2-seasonal" in " ".join(table.output.split())
+    words = " ".join(table.output.split())
+    assert "outcome over seeds 1..2" in words and "demand regime ai2-seasonal" in words
     # the default regime's seeds are other warehouses beside them, and the document says so
     default = runner.invoke(app, [*base, "--format", "json"])
     assert default.exit_code == 0, default.output
