@@ -112,7 +112,7 @@ def seasonal_month():
     return build_cluster(seed=2, gpus=128, start=START, days=29, dirt=False, regime="ai2-seasonal")
 
 
-@pytest.mark.slow  # a simulated month: ~6 s on a quiet core
+@pytest.mark.slow  # a simulated month: 4-5 s on a quiet core, more on a busy one
 def test_quiet_weeks_lend_and_deadline_weeks_queue_for_more(seasonal_month):
     """The targets (demand.SEASONAL_FACTOR x BACKLOG_FACTOR 2.5, moved by the day's rhythm,
     0.85-1.15): a quiet week ~0.25x the team's share outstanding, a deadline week ~4x. A team's
