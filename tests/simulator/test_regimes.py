@@ -49,9 +49,9 @@ def test_the_regimes_are_the_ones_the_cli_offers():
 
 
 def test_the_default_regime_draws_the_jobs_it_drew_before():
-    """Seed 5, 64 GPUs, 2 days: the digest of the jobs the generator drew at commit 224b9ba (main
-    before the second regime; /tmp script: jobs_digest of build_cluster(seed=5, gpus=64,
-    start=2026-11-01, days=2, dirt=False), 619 jobs). Naming the default changes nothing; the
+    """Seed 5, 64 GPUs, 2 days: jobs_digest of build_cluster(seed=5, gpus=64, start=2026-11-01,
+    days=2, dirt=False) run at commit 224b9ba (main before the second regime): 619 jobs,
+    d80ee2c155de8614. Naming the default changes nothing; the
     seasonal regime draws other jobs (so the digest tells them apart). A deliberate change to the
     generator changes this digest too: take the new one from its commit, and say so there."""
     default = build_cluster(seed=5, gpus=64, start=START, days=2, dirt=False)
