@@ -449,3 +449,59 @@ def test_series_without_the_cluster_label_are_counted_and_named(tmp_path, flags)
     assert _devices_by_cluster(tmp_path / "w.duckdb") == {"east": [0, 1, 2, 3], "west": [4, 5]}
     assert (f"{len(unlabelled)} DCGM_FI_PROF_SM_ACTIVE series (one a device and job) carry no 'cluster' label: "
             "their GPUs were not stored") in done.stderr, done.stderr
+
+
+def test_shards_split_every_uuid_into_exactly_one_part():
+    # PromQL matches a regex against the whole value, and a missing label reads as "": each UUID
+    # (either case, any last character, none at all) falls in exactly one of the shards' parts.
+    from gpuledger.ingest.metrics.prometheus.aggregate import shard_count, shard_matchers
+
+    def matches(matcher: str, value: str) -> bool:
+        label, op, pattern = re.fullmatch(r'(\w+)(=~|!~)"(.*)"', matcher).groups()
+        assert label == "UUID"
+        return (re.fullmatch(pattern, value) is not None) == (op == "=~")
+
+    uuids = [f"GPU-{i:08x}-aaaa-bbbb-cccc-{i * 7919:012x}" for i in range(64)]
+    uuids += [u.upper() for u in uuids[:16]] + ["", "GPU-without-hex-end-z", "MIG-1234-5678-ef"]
+    for shards in (2, 4, 8, 16):
+        parts = shard_matchers(shards)
+        assert len(parts) == shards
+        for u in uuids:
+            assert sum(matches(m, u) for m in parts) == 1, (shards, u)
+    assert shard_matchers(1) == [""]
+    # SERIES_PER_SHARD = 4,000: 4,096 GPUs' 10,235 series in 4 shards (2,559 each on average),
+    # 16,384 GPUs' 42,003 in 16 (2,625); up to 4,000 series: unsharded
+    assert [shard_count(n) for n in (0, 4_000, 4_001, 8_001, 10_235, 42_003, 10**6)] == [1, 1, 2, 4, 4, 16, 16]
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_a_chunk_asked_in_shards_stores_the_unsharded_rows(servers, tmp_path, monkeypatch):
+    # A day of the 4 GPUs (each with its job copies): unsharded, then with every chunk asked in 16
+    # shards (SERIES_PER_SHARD = 1); the same rows, values and quarantine, each shard asked once a chunk.
+    import gpuledger.ingest.metrics.prometheus.aggregate as agg
+
+    _, vm = servers
+    day = (START + timedelta(days=2), START + timedelta(days=3))
+    whole = aggregate(vm.url, *day, step_s=300, warehouse_path=tmp_path / "whole.duckdb", cluster="sim")
+    asked: list[str] = []
+    inner = agg.aggregate_chunk
+
+    def spy(*args, selector="", **kw):
+        asked.append(selector)
+        return inner(*args, selector=selector, **kw)
+
+    monkeypatch.setattr(agg, "SERIES_PER_SHARD", 1)
+    monkeypatch.setattr(agg, "aggregate_chunk", spy)
+    sharded = aggregate(vm.url, *day, step_s=300, warehouse_path=tmp_path / "sharded.duckdb", cluster="sim")
+    assert whole.series > 16 and sharded.series == whole.series  # so 16 shards
+    assert len(asked) == 16 * sharded.chunks_done and len(set(asked)) == 16
+    assert (sharded.rows_new, sharded.quarantined) == (whole.rows_new, whole.quarantined)
+    assert 0 < whole.rows_new <= 4 * 288  # 288 windows a device, fewer where a scrape gap empties one
+
+    def rows(path):
+        with warehouse.open_reader(path) as con:
+            return con.sql("SELECT g.gpu_uuid, g.mig_instance_id, s.* EXCLUDE (gpu_id) FROM gpu_samples s "
+                           "JOIN gpus g USING (gpu_id)").pl().sort("gpu_uuid", "mig_instance_id", "ts")
+
+    assert_frame_equal(rows(tmp_path / "sharded.duckdb"), rows(tmp_path / "whole.duckdb"))

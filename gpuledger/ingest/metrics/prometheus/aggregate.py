@@ -64,6 +64,15 @@ MAX_CHUNK_S = 86_400  # at most a day per query, as OpenCost asks
 # TSDB's index holds for the day ahead (/api/v1/series) to this many series-windows: about 260 MiB
 # a chunk at any fleet size (16,384 GPUs: 2 windows, 10 minutes a chunk; 138 GPUs or fewer: a day).
 SERIES_WINDOWS_PER_CHUNK = 40_000
+# ... but a series costs ~15 KiB in a chunk however few windows it holds (each of the ~10 answers
+# carries its labels; four answers in flight): measured in-process, one-window chunks, peak RSS 359
+# MiB at 1,024 GPUs (2,568 series) and 477 MiB at 4,096 (10,235 series), so once one window of the
+# fleet is over the cap the peak grew with the fleet (16,384 GPUs, 42,003 series: 775 MiB). A chunk
+# of more series than this is asked in shards, a disjoint share of the series each (by the last
+# character of their UUID label: every copy of a device in one shard), one shard at a time: 4,096
+# GPUs in 4 shards peaked at 382 MiB (BENCHMARKS.md "Aggregate ingest memory").
+SERIES_PER_SHARD = 4_000
+_SHARD_CHARS = "0123456789abcdef"  # a UUID's last character (hex); anything else: the last shard
 MIN_STEP_S, MAX_STEP_S = 60, 300  # MAX_STEP_S bounds covered_ms: warehouse/clock.LONGEST_COVERAGE
 
 
@@ -183,6 +192,43 @@ def chunk_windows(series: int, cap_windows: int) -> int:
     return max(1, min(cap_windows, SERIES_WINDOWS_PER_CHUNK // max(series, 1)))
 
 
+def shard_count(series: int) -> int:
+    """Shards a chunk of ``series`` series is asked in: 1, 2, 4, 8 or 16, at most SERIES_PER_SHARD
+    series each where 16 allow it."""
+    shards = 1
+    while shards < len(_SHARD_CHARS) and series > shards * SERIES_PER_SHARD:
+        shards *= 2
+    return shards
+
+
+def shard_matchers(shards: int) -> list[str]:
+    """PromQL label matchers that split the series into ``shards`` disjoint parts covering them all:
+    part i holds the UUIDs ending in its share of the hex digits (either case); the last part also
+    every other UUID and the series without one (which the decoder then quarantines, as unsharded)."""
+    if shards <= 1:
+        return [""]
+    per = len(_SHARD_CHARS) // shards
+    parts = ["".join(dict.fromkeys(part + part.upper()))
+             for part in (_SHARD_CHARS[i * per:(i + 1) * per] for i in range(shards - 1))]
+    return [f'UUID=~".*[{part}]"' for part in parts] + [f'UUID!~".*[{"".join(parts)}]"']
+
+
+def _fetch_chunk(session, url: str, metrics: Sequence[str], a: int, b: int, step_s: int, *, series: int,
+                 kw: dict, pool: ThreadPoolExecutor, selector: str, concurrency: int) -> tuple[pl.DataFrame, list]:
+    """``aggregate_chunk`` of [a, b), asked shard by shard when the chunk holds more than
+    SERIES_PER_SHARD series (its memory then follows the shard, not the fleet); the shards' rows
+    together are the unsharded chunk's (a device's copies share their UUID, so its shard)."""
+    wides, rejects = [], []
+    for matcher in shard_matchers(shard_count(series)):
+        wide, refused = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
+                                        selector=",".join(x for x in (selector, matcher) if x),
+                                        concurrency=concurrency)
+        wides.append(wide)
+        rejects += refused
+    non_empty = [w for w in wides if not w.is_empty()] or wides[:1]
+    return (non_empty[0] if len(non_empty) == 1 else pl.concat(non_empty, how="diagonal_relaxed")), rejects
+
+
 def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[int, int], step_s: int,
                        cap_windows: int, target: TsdbCluster, scope: str, stats: AggregateStats, *,
                        warehouse_path, kw: dict, pool: ThreadPoolExecutor, on_chunk, concurrency: int,
@@ -213,8 +259,8 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
         b = min(a + windows * step_s, probed_until)
         stats.chunks_total = stats.chunks_done + 1 + -(-(end_s - b) // (windows * step_s))
         try:
-            wide, rejects = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
-                                   selector=target.selector, concurrency=concurrency)
+            wide, rejects = _fetch_chunk(session, url, metrics, a, b, step_s, series=stats.series, kw=kw,
+                                         pool=pool, selector=target.selector, concurrency=concurrency)
         except Exception as exc:
             if hasattr(exc, "undone_from"):
                 exc.undone_from = _iso(a)
