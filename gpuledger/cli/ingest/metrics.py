@@ -251,7 +251,7 @@ def _tsdb_clusters(url: str, cluster: str | None, label: str | None, config_file
 def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, warehouse_file, limits, progress, *,
                targets=(), label=None) -> None:
     from gpuledger.errors import UsageError
-    from gpuledger.ingest.metrics.prometheus.aggregate import SERIES_WINDOWS_PER_CHUNK, aggregate
+    from gpuledger.ingest.metrics.prometheus.aggregate import SERIES_WINDOWS_PER_CHUNK, aggregate, shard_count
 
     def on_chunk(end_s: int, total: int, stats) -> None:
         if progress == "lines":
@@ -272,6 +272,8 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
     clusters = ", ".join(f"{name} {rows:,}" for name, rows in stats.rows_by_cluster.items())
     chunking = (f", chunks of {stats.chunk_windows * step_s / 3600:.3g} h for {stats.series:,} series: at most "
                 f"{SERIES_WINDOWS_PER_CHUNK:,} series-windows, about 260 MiB, a chunk" if stats.chunk_windows else "")
+    if stats.chunk_windows and shard_count(stats.series) > 1:
+        chunking += f", asked in {shard_count(stats.series)} shards of the series"
     resumed = "; ".join(f"{name}: {'already done' if at == 'done' else 'continued from ' + at}"
                         for name, at in stats.resumed.items())
     console.print(f"aggregate {url} ({step_s} s windows{chunking}): {stats.chunks_done} chunks "
