@@ -192,16 +192,20 @@ def test_url_layouts_and_the_tenant_header_reach_the_server(stand_in, prefix, tm
 
 
 def test_chunks_are_sized_from_the_series_the_tsdb_holds(stand_in, tmp_path):
-    # The index holds 20,000 series for the hour asked (a 16,384-GPU fleet with job copies):
-    # 40,000 series-windows a chunk is 2 windows, so the hour is 6 chunks of 10 minutes.
+    # The index holds 20,000 series for the hour asked (an 8,192-GPU fleet with job copies): over
+    # 4 x 4,000 (SERIES_PER_SHARD), so 8 shards of 2,500; 40,000 series-windows a shard is 16
+    # windows, so the hour is one chunk (each shard asked once; the stand-in answers every shard
+    # with its one series, stored once: first value wins).
     _TSDB.prefix, _TSDB.series = "", 20_000
     assert chunk_windows(20_000, 288) == 2 and chunk_windows(16_384, 288) == 2 and chunk_windows(10**6, 288) == 1
     assert chunk_windows(8, 288) == 288 and chunk_windows(150, 288) == 266 and chunk_windows(150, 12) == 12
     ends = []
     stats = aggregate(stand_in, START, START + timedelta(hours=1), step_s=300, warehouse_path=tmp_path / "w.duckdb",
                       backoff_s=0.01, on_chunk=lambda b, total, s: ends.append((b - int(START.timestamp()), total)))
-    assert ends == [(600 * i, 6) for i in range(1, 7)]
-    assert (stats.chunks_done, stats.chunk_windows, stats.series) == (6, 2, 20_000)
+    assert ends == [(3600, 1)]
+    assert (stats.chunks_done, stats.chunk_windows, stats.series, stats.shards) == (1, 16, 20_000, 8)
+    asked = sum(path.endswith("/query_range") for path, _ in _TSDB.seen)
+    assert asked >= 8 and asked % 8 == 0  # each shard asked the same queries once
 
 
 def test_a_partial_answer_names_the_store_and_stores_nothing(stand_in, tmp_path):
@@ -497,7 +501,9 @@ def test_a_chunk_asked_in_shards_stores_the_unsharded_rows(servers, tmp_path, mo
     assert whole.series > 16 and sharded.series == whole.series  # so 16 shards
     assert len(asked) == 16 * sharded.chunks_done and len(set(asked)) == 16
     assert (sharded.rows_new, sharded.quarantined) == (whole.rows_new, whole.quarantined)
-    assert 0 < whole.rows_new <= 4 * 288  # 288 windows a device, fewer where a scrape gap empties one
+    # 8 devices (4 GPUs make one whole 8-GPU node) x 288 windows = 2,304, fewer where a scrape gap
+    # empties a window
+    assert 2_000 < whole.rows_new <= 8 * 288
 
     def rows(path):
         with warehouse.open_reader(path) as con:
