@@ -212,13 +212,22 @@ class QuickLane(_Strict):
     ``max_gpus`` and either its kind is one of ``kinds`` or its time limit (Slurm TimeLimit, a pod's
     activeDeadlineSeconds) is at most ``max_minutes`` — the limit is what keeps the lane honest: the
     scheduler ends the job there. Its project must have budget left, and at most
-    ``max_running_per_project`` of a project's lane jobs run at once (the rest keep their band)."""
+    ``max_running_per_project`` of a project's lane jobs run at once (the rest keep their band).
+
+    ``reserve_share``: the share of each pool's devices (rounded up) held for the lane and lent
+    while the lane does not need them — the scheduler's side of the lane, as a Kueue ClusterQueue
+    with its own nominal quota in the cohort (lendable; ``reclaimWithinCohort: Any``) or a Slurm
+    partition on those nodes with a higher PriorityTier over a scavenger partition
+    (PreemptMode=REQUEUE). Work started on the lent reserve runs there as burst (design.md: unfunded
+    work runs where GPUs would otherwise idle): when a lane job needs the device back it is
+    requeued at once, whatever its funding. 0 (the default): no reserve, the lane is a band only."""
 
     enabled: bool = False
     max_gpus: float = Field(default=1.0, gt=0)
     max_minutes: float = Field(default=30, gt=0)
     kinds: list[str] = Field(default_factory=lambda: ["debug"])
     max_running_per_project: int = Field(default=4, ge=1)
+    reserve_share: float = Field(default=0.0, ge=0, lt=0.5)
 
 
 class EnforcementPolicy(_Strict):

@@ -125,7 +125,7 @@ def _pairs(values: list[str] | None, option: str, cast=float) -> dict:
 
 
 def _params(cfg, *, seed, checkpoint, cycle=None, usage_mode=None, window=None, half_life=None, cap=None,
-            idle=None, shares=None, balance=None):
+            idle=None, shares=None, balance=None, lane_reserve=None):
     from gpuledger.whatif.model import Params
 
     w = cfg.policy.whatif
@@ -142,6 +142,7 @@ def _params(cfg, *, seed, checkpoint, cycle=None, usage_mode=None, window=None, 
         resumable_kinds=tuple(w.resumable_kinds),
         share_overrides=tuple(sorted(_pairs(shares, "--share").items())),
         delivery_balance=None if balance is None else float(balance),
+        lane_reserve_share=lane_reserve,
         seed=seed,
     )
 
@@ -260,12 +261,17 @@ def schedule(
         None, "--delivery-balance/--no-delivery-balance",
         help="rank fair share on usage less the delivery balance still owed, or not (default "
              "policy.usage.delivery_balance.credit_fair_share)"),
+    lane_reserve: float | None = typer.Option(
+        None, "--lane-reserve", min=0, max=0.49,
+        help="policy 4: share of each pool held for the quick lane and lent meanwhile (default "
+             "policy.enforcement.quick_lane.reserve_share)"),
     sweep: str | None = typer.Option(
         None,
         "--sweep",
         help="PARAMETER=V1,V2,...: one run per value, a table of the "
         "figures (window_days, half_life_days, min_runtime_cap_hours, "
-        "idle_threshold_ratio, checkpoint_interval_minutes, cycle_minutes, delivery_balance (0 or 1), shares)",
+        "idle_threshold_ratio, checkpoint_interval_minutes, cycle_minutes, delivery_balance (0 or 1), "
+        "lane_reserve_share, shares)",
     ),
     sweep_policy: str = typer.Option("reclaim", "--sweep-policy", help="the policy a sweep runs"),
     seed: int = typer.Option(1, "--seed", min=0, max=2**32 - 1,
@@ -309,7 +315,7 @@ def schedule(
         raise typer.BadParameter("a sweep replays one trace; leave out --seeds / --simulate-gpus", param_hint="--sweep")
     knobs = {"checkpoint": checkpoint_minutes, "cycle": cycle_minutes, "usage_mode": usage_mode,
              "window": window_days, "half_life": half_life_days, "cap": min_runtime_cap_hours,
-             "idle": idle_threshold, "shares": share, "balance": delivery_balance}
+             "idle": idle_threshold, "shares": share, "balance": delivery_balance, "lane_reserve": lane_reserve}
     seed_list = [seed + k for k in range(seeds or 1)]
     where = _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config)
     per_seed: dict[int, dict[str, dict]] = {}

@@ -61,6 +61,7 @@ SWEEPABLE = (
     "checkpoint_interval_minutes",
     "cycle_minutes",
     "delivery_balance",
+    "lane_reserve_share",
     "shares",
 )
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
@@ -118,6 +119,10 @@ class Simulation:
         # policy 4 turns the quick lane on (small short jobs first, a cycle on each arrival that finds
         # no GPU); every policy ranks its other jobs without it (self.ranking)
         lane = cfg.policy.enforcement.quick_lane
+        if self.params.lane_reserve_share is not None:
+            if not 0 <= self.params.lane_reserve_share < 0.5:
+                raise ValueError(f"lane reserve share {self.params.lane_reserve_share:g}: give 0 or more, under 0.5")
+            lane = lane.model_copy(update={"reserve_share": self.params.lane_reserve_share})
         self.lane = policy == QUICK
         self.enforcement = cfg.policy.enforcement.model_copy(
             update={"checkpoint_interval_minutes": self.params.checkpoint_interval_minutes,
@@ -185,6 +190,20 @@ class Simulation:
             )
             for j in self.jobs
         ]
+        # the lane's reserve (quick_lane.reserve_share, policy 4 only): per pool where lane jobs run,
+        # the last devices held for lane jobs and lent to other work meanwhile (self.borrowed)
+        self.reserve: dict[tuple, PoolState] = {}
+        self.reserve_devices: dict[tuple, list[int]] = {}
+        self.in_reserve: set[int] = set()  # running jobs placed on a reserve
+        if self.lane and lane.reserve_share > 0:
+            lane_pools = {self.jobs[i].pool for i, key in enumerate(self.static) if key[-1]}
+            for pool in sorted(lane_pools, key=_pool_order):
+                ids = self.pool_devices[pool]
+                k = min(len(ids), math.ceil(lane.reserve_share * len(ids) - EPS))
+                if k:
+                    self.pool_devices[pool], self.reserve_devices[pool] = ids[:-k], ids[-k:]
+                    self.pools[pool] = PoolState(ids[:-k])
+                    self.reserve[pool] = PoolState(ids[-k:])
         self.warnings: dict = {}
         self.preempt_count: dict[tuple[str, str], int] = {}
         self.applied: dict[str, int] = {}
@@ -311,8 +330,8 @@ class Simulation:
         j = self.jobs[idx]
         groups = self.waiting[j.pool]
         key = self.static[idx]
-        if key not in groups:
-            groups[key] = []
+        if not groups.get(key):  # a new group, or one emptied: the pool's cached bands leave it out
+            groups.setdefault(key, [])
             self.bands.pop(j.pool, None)
         bisect.insort(groups[key], (j.submit_s, j.job_id, idx))
         self._group_priority(key, idx)
@@ -355,6 +374,11 @@ class Simulation:
         the running jobs' ends (their runtimes are known here; a live scheduler uses time limits);
         a job behind it starts now only if it ends by then or fits in what the reservation leaves.
         The scheduler looks past at most ``backfill_depth`` jobs that cannot start."""
+        self._fill_regular(pool)
+        if pool in self.reserve:
+            self._fill_reserve(pool)
+
+    def _fill_regular(self, pool) -> None:
         state = self.pools.get(pool)
         if state is None or state.free_units <= EPS or not self.waiting.get(pool):
             return
@@ -392,6 +416,86 @@ class Simulation:
             if not lst:
                 self.bands.pop(pool, None)
 
+    def _fill_reserve(self, pool) -> None:
+        """The lane's reserve of ``pool``: waiting lane jobs first (they lead the queue: the lane's
+        band is its top), then other work in queue order, lent as burst — never an exempt job, which
+        could not be given back. The scheduler looks past at most ``backfill_depth`` that do not fit."""
+        state = self.reserve[pool]
+        for lane_pass in (True, False):
+            if state.free_units <= EPS or not self.waiting.get(pool):
+                return
+            placed, misses = [], 0
+            for entry, lst in (self._lane_waiting(pool) if lane_pass else self._queue(pool)):
+                idx = entry[2]
+                j = self.jobs[idx]
+                if not lane_pass and (self._lane_now(idx) or _exempt(j, self.enforcement)
+                                      or j.units * j.unit_size > state.size + EPS):
+                    continue  # a lane job (its own pass), one never lent to, or one the reserve can never hold
+                taken = state.take(j.units, j.unit_size)
+                if taken is None:
+                    misses += 1
+                    if misses > self.params.backfill_depth:
+                        break
+                    continue
+                placed.append((entry, lst))
+                self._start(idx, taken, reserve=True)
+                if state.free_units <= EPS:
+                    break
+            for entry, lst in placed:
+                lst.pop(bisect.bisect_left(lst, entry))
+                if not lst:
+                    self.bands.pop(pool, None)
+
+    def _lane_waiting(self, pool):
+        """Waiting lane jobs of ``pool`` in queue order: the lane's band sits below the exempt band
+        and above every other, so the walk stops at the first job below it."""
+        for entry, lst in self._queue(pool):
+            idx = entry[2]
+            if self._group_priority(self.static[idx], idx) < QUICK_BASE:
+                return
+            if self._lane_now(idx):
+                yield entry, lst
+
+    def _borrowed(self, idx: int) -> bool:
+        """Whether running job ``idx`` is on a lane reserve as a borrower (not a lane job)."""
+        return idx in self.in_reserve and not self._lane_job(idx)
+
+    def _lane_job(self, idx: int) -> bool:
+        return bool(self.static[idx][-1])
+
+    def _give_back_reserve(self, pool) -> None:
+        """Lane jobs of ``pool`` wait that neither its devices nor its reserve can take now: the
+        scheduler reclaims lent reserve devices (Kueue's reclaimWithinCohort, Slurm's partition
+        preemption), the borrower that loses least work first, until the first waiting lane job fits."""
+        state = self.reserve.get(pool)
+        if state is None:
+            return
+        while True:
+            waiting = next((e[2] for e, _ in self._lane_waiting(pool)), None)
+            if waiting is None:
+                return
+            j = self.jobs[waiting]
+            if self.pools[pool].fits(j.units, j.unit_size) or state.fits(j.units, j.unit_size):
+                self._fill(pool)
+                if waiting in self.running:
+                    continue
+                return
+            borrowers = [i for i in self.in_reserve if self.jobs[i].pool == pool and not self._lane_job(i)]
+            if not borrowers:
+                return
+            victim = min(borrowers, key=lambda i: (self._loss_if_stopped(i), self.jobs[i].job_id))
+            self.actions["preempt:lane-reserve"] += 1
+            self._preempt(victim, resumes=self.jobs[victim].resumable)
+
+    def _loss_if_stopped(self, idx: int) -> float:
+        """GPU-seconds of work a preemption of running ``idx`` throws away now."""
+        start, p0, _ = self.running[idx]
+        j = self.jobs[idx]
+        p1 = p0 + (self.now - start)
+        ckpt = max(1.0, self.params.checkpoint_interval_minutes * 60)
+        kept = (p1 // ckpt) * ckpt if j.resumable else 0.0
+        return j.gpus * (p1 - kept)
+
     def _at_cap(self, project: str) -> bool:
         return self.held[project] > 0 and self.held[project] >= self.slot_cap.get(project, 0.0) - EPS
 
@@ -413,9 +517,11 @@ class Simulation:
         return shadow, free - need
 
     # --- a job's life ------------------------------------------------------------------
-    def _start(self, idx: int, taken: list[int]) -> None:
+    def _start(self, idx: int, taken: list[int], reserve: bool = False) -> None:
         j = self.jobs[idx]
         self.running[idx] = (self.now, self.progress_s[idx], taken)
+        if reserve:
+            self.in_reserve.add(idx)
         o = self.out[idx]
         if o.first_start_s is None:
             o.first_start_s = self.now
@@ -426,19 +532,26 @@ class Simulation:
         self.gen[idx] += 1
         ends = self.now + max(1, round(j.work_s - self.progress_s[idx]))
         self._push(ends, FINISH, idx)
-        bisect.insort(self.ending[j.pool], (ends, j.job_id, idx))
+        if not reserve:  # the backfill's reservations count the pool's own devices only
+            bisect.insort(self.ending[j.pool], (ends, j.job_id, idx))
         self.ends_at[idx] = ends
 
     def _stop(self, idx: int, why: str) -> float:
         """End the job's current segment; its progress at the end (s)."""
         j = self.jobs[idx]
         start, p0, taken = self.running.pop(idx)
-        ending = self.ending[j.pool]
-        ending.pop(bisect.bisect_left(ending, (self.ends_at.pop(idx), j.job_id, idx)))
+        ends = self.ends_at.pop(idx)
+        reserve = idx in self.in_reserve
+        if reserve:
+            self.in_reserve.discard(idx)
+            devices, state = self.reserve_devices[j.pool], self.reserve[j.pool]
+        else:
+            ending = self.ending[j.pool]
+            ending.pop(bisect.bisect_left(ending, (ends, j.job_id, idx)))
+            devices, state = self.pool_devices[j.pool], self.pools[j.pool]
         p1 = p0 + (self.now - start)
-        devices = self.pool_devices[j.pool]
         self.out[idx].segments.append(Segment(start, self.now, tuple(devices[i] for i in taken), p0, p1, why))
-        self.pools[j.pool].give_back(taken, j.unit_size)
+        state.give_back(taken, j.unit_size)
         self.usage.release(j.project, j.gpus)
         self._count_lane(idx, -1)
         self.held[j.project] -= j.gpus
@@ -471,8 +584,10 @@ class Simulation:
         j = self.jobs[idx]
         ok, why = self.verdict.get(j.project, (False, "no budget"))
         eff = min(self._min_runtime(j), self.cap_s)
-        funded = ok and eff > 0
-        reason = None if funded else (why if not ok else "no minimum runtime declared")
+        funded = ok and eff > 0 and not self._borrowed(idx)
+        reason = None if funded else (
+            "burst on the quick lane's lent reserve" if self._borrowed(idx)
+            else why if not ok else "no minimum runtime declared")
         run = self.running.get(idx)
         start = run[0] if run else None
         return policies.JobView(
@@ -522,12 +637,19 @@ class Simulation:
                 if f is not None:
                     findings.append(f)
         self._decide(findings, sorted(self.waiting, key=_pool_order))
+        for pool in self.reserve:  # lane jobs that became lane work since (a project's count fell)
+            self._give_back_reserve(pool)
 
     def _arrival(self, idx: int) -> None:
         """A lane job found no GPU on arrival: gpuledger's cycle runs for its pool at once (live, a
         sensor on new pending lane jobs), with the ranks and verdicts of the last full cycle — the
-        scheduler preempting for it through enforce's rails, so it need not wait for the next cycle."""
-        self._decide([], [self.jobs[idx].pool])
+        scheduler preempting for it through enforce's rails, so it need not wait for the next cycle.
+        With a lane reserve, the scheduler first takes lent reserve devices back."""
+        pool = self.jobs[idx].pool
+        self._give_back_reserve(pool)
+        if idx in self.running:
+            return
+        self._decide([], [pool])
 
     def _decide(self, findings: list, pools: list) -> None:
         """enforce.policy.decide on the heads of ``pools``' queues, the squatters among ``findings``

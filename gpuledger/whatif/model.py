@@ -92,6 +92,7 @@ class Params:
     had to declare one), capped like the declared ones. ``delivery_balance``: 1 credits each
     project's usage with the delivery balance the run still owes it before ranking fair share, 0
     does not (None: the config's policy.usage.delivery_balance.credit_fair_share).
+    ``lane_reserve_share``: policy 4's reserve for the quick lane (config.QuickLane.reserve_share).
     """
 
     usage_mode: str | None = None  # decay / window; None: the config's
@@ -109,6 +110,9 @@ class Params:
     # rank fair share on usage less the delivery balance still owed (1) or not (0); None: the config's
     # policy.usage.delivery_balance.credit_fair_share
     delivery_balance: float | None = None
+    # policy 4's lane reserve: the share of each pool held for lane jobs and lent meanwhile; None:
+    # the config's policy.enforcement.quick_lane.reserve_share
+    lane_reserve_share: float | None = None
     seed: int = 1
 
     def with_(self, **changes) -> Params:

@@ -595,3 +595,62 @@ def test_the_tracked_delivery_balance_is_the_analytics_balance():
         assert r["delivery_ratio_carried"] == pytest.approx(1 - carried[r["project"]] / r["gpu_hours_owed"])
     # off, the engine keeps no balance
     assert Simulation(trace, cfg, FAIR_SHARE, Params(delivery_balance=0)).balance is None
+
+
+# --- a job joining a group of its kind that had emptied ------------------------------------------
+# 2 H100, policy 1 (no cycle). `a` (1 GPU, 100 s, priority 5) starts at 0; `big` (2 GPUs, 50 s,
+# priority 1) waits for both GPUs, so the pool's queue holds `big` alone. `b` (1 GPU, 10 s, priority
+# 5: a's group, empty since a started) arrives at 10 with one GPU free: it starts at once, 10 s of
+# work ending at 20 — before a frees its GPU at 100, so EASY backfill lets it pass `big`'s
+# reservation. (Before the fix the pool's cached queue left b's emptied group out: b started only
+# after `big`, at 150.)
+def test_a_job_joining_an_emptied_group_is_seen_at_once():
+    inv = Inventory.from_counts([{"model": "H100", "count": 2}])
+    jobs = (
+        job("a", "p", 0, 100, gpus=1, declared_priority=5),
+        job("big", "p", 0, 50, gpus=2, declared_priority=1),
+        job("b", "p", 10, 10, gpus=1, declared_priority=5),
+    )
+    r = simulate(Trace(ORIGIN, 10 * H, jobs, inv), config({"p": 1}, {"p": 1000}), PRIORITY)
+    assert [outcome(r, j).first_start_s for j in ("a", "b", "big")] == [0, 10, 100]
+
+
+# --- the quick lane's reserve, lent and taken back (policy 4, quick_lane.reserve_share) ---------------
+# 4 H100; a reserve share of 0.25 holds ceil(0.25 x 4) = 1 device, the pool's last (device 4).
+# `research` submits four 1-GPU evals at 0, each funded with its whole 10 h declared (protected):
+# e1-e3 take the pool's own three devices, e4 borrows the reserve (burst there). `dev`'s lane job
+# d1 (600 s, a 30-min limit) arrives at 1000 with every device busy: the scheduler takes the
+# reserve back — e4 does not checkpoint, so it is requeued from nothing, losing 1000 GPU-s — and
+# d1 starts at 1000 on device 4, ending at 1600, when e4 borrows the reserve again. Without the
+# reserve the four evals hold all four devices, protected, and d1 waits for the first to end
+# (36000). An exempt job is never lent the reserve: with e4 of an exempt kind it waits for a
+# device of its own (36000) and d1 finds the reserve free at 1000.
+def _reserve_trace(e4_kind="batch"):
+    inv = Inventory.from_counts([{"model": "H100", "count": 4}])
+    evals = tuple(job(f"e{i}", "research", 0, 10 * H, gpus=1, kind="batch", min_runtime_s=10 * H) for i in (1, 2, 3))
+    jobs = (*evals, job("e4", "research", 0, 10 * H, gpus=1, kind=e4_kind, min_runtime_s=10 * H),
+            job("d1", "dev", 1000, 600, gpus=1, kind="batch", time_limit_s=1800))
+    return Trace(ORIGIN, 48 * H, jobs, inv)
+
+
+def test_the_lane_reserve_is_lent_to_burst_work_and_taken_back_for_a_lane_job():
+    cfg = config({"research": 50, "dev": 50}, {"research": 1000, "dev": 1000})
+    r = simulate(_reserve_trace(), cfg, QUICK, Params(lane_reserve_share=0.25))
+    d1, e4 = outcome(r, "d1"), outcome(r, "e4")
+    assert (d1.first_start_s, d1.done_s, d1.segments[0].devices) == (1000, 1600, (4,))
+    assert [(s.start_s, s.end_s, s.devices, s.ended_by) for s in e4.segments[:1]] == [(0, 1000, (4,), "preempted")]
+    assert e4.segments[1].start_s == 1600 and e4.segments[1].progress_start_s == 0
+    assert e4.lost_gpu_hours == pytest.approx(1000 / 3600)
+    assert r.actions == {"preempt:lane-reserve": 1}
+    assert all(outcome(r, f"e{i}").preemptions == 0 for i in (1, 2, 3))  # protected on their own devices
+    # no reserve: d1 waits for a protected eval to end
+    assert outcome(simulate(_reserve_trace(), cfg, QUICK, Params(lane_reserve_share=0.0)), "d1").first_start_s == 36000
+    # an exempt job is never lent the reserve
+    exempt = config({"research": 50, "dev": 50}, {"research": 1000, "dev": 1000},
+                    enforcement={"exempt_kinds": ["inference"]})
+    r2 = simulate(_reserve_trace("inference"), exempt, QUICK, Params(lane_reserve_share=0.25))
+    assert [outcome(r2, j).first_start_s for j in ("e4", "d1")] == [36000, 1000]
+    assert outcome(r2, "e4").preemptions == 0
+    # policies other than 4 have no reserve: the same trace under reclaim keeps all four devices
+    r3 = simulate(_reserve_trace(), cfg, RECLAIM, Params(lane_reserve_share=0.25))
+    assert outcome(r3, "e4").segments[0].devices == (4,) and outcome(r3, "d1").first_start_s == 36000
