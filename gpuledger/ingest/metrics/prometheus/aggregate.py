@@ -62,7 +62,7 @@ MAX_CHUNK_S = 86_400  # at most a day per query, as OpenCost asks
 # GPUs x a day of 5-min windows, 150 series: 532 MiB peak RSS with 1-day chunks, 290 MiB with 2-h ones,
 # README "Window aggregates"), above ~300 MiB for the process. Chunks are sized from the series the
 # TSDB's index holds for the day ahead (/api/v1/series) to this many series-windows: about 260 MiB
-# a chunk at any fleet size (16,384 GPUs: 2 windows, 10 minutes a chunk; 138 GPUs or fewer: a day).
+# a chunk (a shard: below) at any fleet size (138 series or fewer: a day).
 SERIES_WINDOWS_PER_CHUNK = 40_000
 # ... but a series costs ~15 KiB in a chunk however few windows it holds (each of the ~10 answers
 # carries its labels; four answers in flight): measured in-process, one-window chunks, peak RSS 359
@@ -218,8 +218,8 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
                        cap_windows: int, target: TsdbCluster, scope: str, stats: AggregateStats, *,
                        warehouse_path, kw: dict, pool: ThreadPoolExecutor, on_chunk, concurrency: int,
                        until: float | None = None) -> None:
-    """One cluster's windows in ``span`` (epoch s, on the window grid), chunk by chunk, each written
-    with its checkpoint; a rerun continues after the last one written. Chunks are sized from the
+    """One cluster's windows in ``span`` (epoch s, on the window grid), chunk by chunk (shard by
+    shard), each chunk's last write with its checkpoint; a rerun continues after the last one. Chunks are sized from the
     series the TSDB's index holds for each day (or --chunk) ahead, so memory stays flat as the
     fleet grows."""
     with warehouse.open_writer(warehouse_path) as con:
