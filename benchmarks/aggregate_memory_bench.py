@@ -30,6 +30,7 @@ START = datetime(2026, 11, 20)
 _ONE_CHUNK = ("import sys; import gpuledger.ingest.metrics.prometheus.aggregate as a; "
               "a.SERIES_WINDOWS_PER_CHUNK = 10**9; sys.argv = ['gpuledger'] + sys.argv[1:]; "
               "from gpuledger.cli import main; main()")
+_UNSHARDED = _ONE_CHUNK.replace("SERIES_WINDOWS_PER_CHUNK", "SERIES_PER_SHARD")  # every series in one query
 
 
 def _load(vm: VictoriaRig, gpus: int, hours: int) -> None:
@@ -45,9 +46,9 @@ def _load(vm: VictoriaRig, gpus: int, hours: int) -> None:
     vm.flush()
 
 
-def _peak(vm: VictoriaRig, warehouse: Path, *, sized: bool, hours: int) -> tuple[float, float, str]:
+def _peak(vm: VictoriaRig, warehouse: Path, *, sized: bool, hours: int, sharded: bool = True) -> tuple[float, float, str]:
     """(peak RSS MiB, CPU-s, the CLI's summary line) of one aggregate run of the loaded hours."""
-    run = ["-m", "gpuledger.cli"] if sized else ["-c", _ONE_CHUNK]
+    run = (["-m", "gpuledger.cli"] if sharded else ["-c", _UNSHARDED]) if sized else ["-c", _ONE_CHUNK]
     done = subprocess.run(["/usr/bin/time", "-v", sys.executable, *run, "ingest", "prometheus", "--url", vm.url,
                            "--start", START.isoformat(), "--end", (START + timedelta(hours=hours)).isoformat(),
                            "--aggregate", "5m", "-w", str(warehouse)], capture_output=True, text=True, cwd=ROOT,
@@ -66,16 +67,21 @@ def main() -> None:
     ap.add_argument("--hours", type=int, default=24, help="hours of samples loaded and ingested (default a day)")
     ap.add_argument("--sized-only", action="store_true", help="skip the one-chunk run (at fleet sizes it is "
                     "the memory the sizing exists to avoid)")
+    ap.add_argument("--unsharded", action="store_true", help="also run with every series in one query "
+                    "(SERIES_PER_SHARD off: what a one-window chunk of a large fleet did before)")
     args = ap.parse_args()
+    runs = [("sized", True, True)] + ([("sized, unsharded", True, False)] if args.unsharded else []) + \
+        ([] if args.sized_only else [("one chunk", False, True)])
     for gpus in args.gpus:
         with tempfile.TemporaryDirectory() as work:
             vm = VictoriaRig(Path(work))
             try:
                 _load(vm, gpus, args.hours)
-                for sized in (True,) if args.sized_only else (True, False):
-                    mib, cpu, summary = _peak(vm, Path(work) / f"{sized}.duckdb", sized=sized, hours=args.hours)
+                for name, sized, sharded in runs:
+                    mib, cpu, summary = _peak(vm, Path(work) / f"{name}.duckdb", sized=sized, hours=args.hours,
+                                              sharded=sharded)
                     chunking = re.search(r"\((.*?)\):", summary)[1]
-                    print(f"{gpus} GPUs x {args.hours} h, {'sized' if sized else 'one chunk'}: peak {mib:.0f} MiB, "
+                    print(f"{gpus} GPUs x {args.hours} h, {name}: peak {mib:.0f} MiB, "
                           f"{cpu:.1f} CPU-s ({chunking}) | {summary}", flush=True)
             finally:
                 vm.stop()

@@ -283,8 +283,9 @@ def _fmt_measured(t: dict) -> str:
 
 def _fmt_limit(t: dict) -> str:
     v, unit = t["limit"], t["unit"]
-    if unit == "x":
-        return f"{'≥' if 'faster' in t['target'] else '≤'} {v:g}×"
+    if unit == "x":  # rows written before "at" existed: the direction from the target's words
+        least = t["at"] == "least" if "at" in t else "faster" in t["target"]
+        return f"{'≥' if least else '≤'} {v:g}×"
     if unit == "samples/s/core":
         return f"≥ {v / 1e6:g} M/s/core"
     if unit == "MiB":

@@ -20,14 +20,14 @@ def _num(value) -> float | None:
 
 def _at_most(target: str, measured, limit: float, unit: str, section: str) -> dict:
     m = _num(measured)
-    return {"target": target, "measured": m, "limit": limit, "unit": unit, "section": section,
+    return {"target": target, "measured": m, "limit": limit, "unit": unit, "section": section, "at": "most",
             "met": None if m is None else m <= limit,
             "factor": None if m is None or limit == 0 else round(m / limit, 3)}
 
 
 def _at_least(target: str, measured, limit: float, unit: str, section: str) -> dict:
     m = _num(measured)
-    return {"target": target, "measured": m, "limit": limit, "unit": unit, "section": section,
+    return {"target": target, "measured": m, "limit": limit, "unit": unit, "section": section, "at": "least",
             "met": None if m is None else m >= limit,
             "factor": None if m is None or limit == 0 else round(m / limit, 3)}
 

@@ -170,6 +170,23 @@ class Format(str, Enum):
     json = "json"
 
 
+def _regime(value: str | None) -> str | None:
+    """--regime: one of the simulator's demand regimes (checked before any work); None when not given."""
+    from gpuledger.simulator.defaults import REGIME_NAMES
+
+    if value is not None and value not in REGIME_NAMES:
+        raise typer.BadParameter(f"{value!r} is no demand regime; choose {' or '.join(REGIME_NAMES)}",
+                                 param_hint="--regime")
+    return value
+
+
+RegimeOpt = typer.Option(
+    None, "--regime", callback=_regime, show_default=False,
+    help="the simulated demand [default: ai2-backlog]: ai2-backlog (each team a standing backlog of "
+         "~2.5x its share, mild seasons) or ai2-seasonal (deadline, exploring, quiet and normal weeks in "
+         "turn: teams lend and borrow; README \"The simulator\")")
+
+
 # every command that prints a table takes these two (README "Tables")
 FormatOpt = typer.Option(Format.table, "--format", "-f", help="table (terminal), csv, parquet or json")
 OutOpt = typer.Option(None, "--out", "-o", callback=lambda value: out_file(value),

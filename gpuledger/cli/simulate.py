@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from gpuledger import warehouse
 from gpuledger.cli.options import (
     ConfigOpt,
+    RegimeOpt,
     WarehouseOpt,
     config_or_exit,
     out_file,
@@ -25,7 +26,7 @@ from gpuledger.cli.options import (
 )
 from gpuledger.errors import RunError, UsageError
 from gpuledger.rules.clock import parse_iso, utc_now
-from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START
+from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START, REGIME_NAMES
 from gpuledger.stopping import StopSignals
 
 app = typer.Typer(help="Simulate a GPU cluster deterministically from a seed (same seed => same data).",
@@ -71,6 +72,7 @@ def simulate_warehouse(
     interval: IntervalOpt = 30,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
     clean: CleanOpt = False,
+    regime: str | None = RegimeOpt,
     warehouse_file: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -87,7 +89,8 @@ def simulate_warehouse(
         cfg = warehouse_config(con, config, write=True)
     # The cluster is built outside the lock (seconds at 4,096 GPUs): readers are not kept waiting.
     sim = build_cluster(seed=seed, gpus=gpus, start=_parse_start(start, DEFAULT_START), days=days,
-                        interval_s=interval, cluster=cluster, config=cfg, dirt=not clean)
+                        interval_s=interval, cluster=cluster, config=cfg, dirt=not clean,
+                        regime=regime or REGIME_NAMES[0])
     with warehouse.open_writer(path) as con:
         with Progress(TextColumn("[bold]simulate[/] {task.description}"), BarColumn(),
                       TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),

@@ -15,6 +15,7 @@ from gpuledger.cli.options import (
     ConfigOpt,
     Format,
     OutOpt,
+    RegimeOpt,
     WarehouseOpt,
     check_range,
     out_file,
@@ -24,6 +25,7 @@ from gpuledger.cli.options import (
 )
 from gpuledger.cli.views.show import show_frame
 from gpuledger.errors import UsageError
+from gpuledger.simulator.defaults import REGIME_NAMES
 
 app = typer.Typer(
     help="What-if: replay job records under scheduling policies and capacity mixes.", no_args_is_help=True
@@ -290,6 +292,7 @@ def schedule(
     days: float = typer.Option(30.0, "--days", min=0.5, help="with --simulate-gpus: days simulated"),
     sim_start: str = typer.Option("2026-11-01", "--sim-start", help="with --simulate-gpus: the month's start, UTC"),
     sim_dir: Path | None = SimDirOpt,
+    regime: str | None = RegimeOpt,
     fmt: Format = WhatifFormatOpt,
     out: Path | None = OutOpt,
     _json: Path | None = JsonOpt,
@@ -317,7 +320,11 @@ def schedule(
              "window": window_days, "half_life": half_life_days, "cap": min_runtime_cap_hours,
              "idle": idle_threshold, "shares": share, "balance": delivery_balance, "lane_reserve": lane_reserve}
     seed_list = [seed + k for k in range(seeds or 1)]
-    where = _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config)
+    if regime and not simulate_gpus:
+        raise typer.BadParameter("a demand regime is the simulator's: give it with --simulate-gpus "
+                                 "(a --warehouse's jobs are what they are)", param_hint="--regime")
+    regime = regime or REGIME_NAMES[0]
+    where = _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config, regime)
     per_seed: dict[int, dict[str, dict]] = {}
     try:
         with _Bar(progress) as bar:
@@ -333,9 +340,12 @@ def schedule(
                                   progress=bar) if sweep_spec else None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    regime = (f"simulated: {simulate_gpus} GPUs, {days:g} days from {sim_start}, one warehouse per seed"
-              if simulate_gpus else f"{where[seed_list[0]].name}: one warehouse, each seed its draws of never-started jobs")
-    outcome_doc = _outcome(per_seed, chosen, where, regime)
+    provenance = (f"simulated: {simulate_gpus} GPUs, {days:g} days from {sim_start}, demand regime {regime}, "
+                  "one warehouse per seed" if simulate_gpus else
+                  f"{where[seed_list[0]].name}: one warehouse, each seed its draws of never-started jobs")
+    outcome_doc = _outcome(per_seed, chosen, where, provenance)
+    if simulate_gpus:
+        outcome_doc["demand_regime"] = regime
     text = compare.to_json(trace, params, runs, rows, sweep_parameter=sweep_spec[0] if sweep_spec else None,
                            sweep_policy=sweep_policy if sweep_spec else None, outcome=outcome_doc)
     _sweep_chart(chart, rows, sweep_spec, sweep_policy)
@@ -343,7 +353,7 @@ def schedule(
              f"{trace.inventory.physical_gpus()} GPUs")
     if len(seed_list) > 1:
         _show_outcome(text, outcome_doc, chosen, title=f"outcome over seeds {seed_list[0]}..{seed_list[-1]} "
-                      f"({regime}): median [min–max]", fmt=fmt, out=out)
+                      f"({provenance}): median [min–max]", fmt=fmt, out=out)
         return
     _show_schedule(text, compare.side_by_side(runs), rows, chosen, sweep_spec, sweep_policy, title,
                    fmt=fmt, out=out, outcome_doc=outcome_doc)
@@ -352,7 +362,8 @@ def schedule(
                    f"{trace.skipped[0][1]} (the JSON lists them)", err=True)
 
 
-def _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config) -> dict[int, Path]:
+def _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config,
+                     regime) -> dict[int, Path]:
     """seed -> the warehouse it replays: the one of --warehouse, or a simulated one per seed."""
     if not simulate_gpus:
         return dict.fromkeys(seed_list, warehouse_path(path))
@@ -369,8 +380,10 @@ def _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, c
         raise UsageError(str(exc)) from None
     out = {}
     for s in seed_list:
-        typer.echo(f"seed {s}: simulated warehouse of {simulate_gpus} GPUs, {days:g} days ...", err=True)
-        out[s] = simulated_warehouse(sim_dir or Path("data/whatif-seeds"), gpus=simulate_gpus, days=days, seed=s, start=begin, config=cfg)
+        typer.echo(f"seed {s}: simulated warehouse of {simulate_gpus} GPUs, {days:g} days, regime {regime} ...",
+                   err=True)
+        out[s] = simulated_warehouse(sim_dir or Path("data/whatif-seeds"), gpus=simulate_gpus, days=days,
+                                     seed=s, start=begin, config=cfg, regime=regime)
     return out
 
 

@@ -3,8 +3,10 @@
 Each project's users keep about ``BACKLOG_FACTOR`` times the project's share of the cluster's GPUs
 outstanding (running or queued). Every ``TOP_UP_S`` they look at their queue and submit more when
 it is short (closed loop: a project whose jobs start submits more; one whose queue is long waits).
-The target follows the day and the week (``rhythm``) and the project's season (``season``: a quiet
-week lends GPUs to the others, a deadline week wants more). What users submit, by project keyword
+The target follows the day and the week (``rhythm``) and the project's season (a quiet week lends
+GPUs to the others, a deadline week wants more), as the demand regime sets it (``REGIMES``:
+``ai2-backlog``, the default, draws mild seasons week by week; ``ai2-seasonal`` runs every team
+through a deadline cycle at its own phase). What users submit, by project keyword
 (``plan_for``): training chains (a long run in checkpointed segments, each resuming where the last
 stopped), fine-tunes, batch evals, short debug jobs, notebook sessions, inference replicas and MIG
 inference services sized to the MIG devices that exist. A share of notebook sessions (and a few
@@ -34,6 +36,7 @@ from gpuledger.config import Config
 from gpuledger.rules.mig import mig_fraction
 from gpuledger.simulator import pools
 from gpuledger.simulator.cluster import GPUS_PER_NODE
+from gpuledger.simulator.defaults import REGIME_NAMES
 from gpuledger.simulator.noise import SALT, uniform
 from gpuledger.simulator.specs import (
     BATCH,
@@ -49,16 +52,30 @@ from gpuledger.simulator.specs import (
     JobSpec,
 )
 
-REGIME = "ai2-backlog"  # the demand regime this module draws; figures name it beside the seed
+REGIME, SEASONAL = REGIME_NAMES  # the default (figures name the regime beside the seed), strong seasons
 BACKLOG_FACTOR = 2.5  # outstanding GPUs ÷ the project's share of GPUs (Ai2: 2-3x outstanding requests)
 TOP_UP_S = 600  # users look at their queue every 10 minutes
 MIN_RUNTIME_CAP_S = 8 * 3600
 WEEK_ORIGIN_S = 1_577_664_000  # Monday 2019-12-30 00:00 UTC: seasons are calendar weeks
+WEEK_S = 7 * 86400
 # Seasons per (project, calendar week): a quiet week wants less than its share (it lends), a
-# deadline week more. Chosen, not measured: about one project in seven quiet, one in five at a deadline.
-QUIET, NORMAL, DEADLINE = "quiet", "normal", "deadline"
+# deadline week more. Regime ai2-backlog, chosen, not measured: about one project in seven quiet,
+# one in five at a deadline, drawn week by week.
+QUIET, NORMAL, DEADLINE, EXPLORING = "quiet", "normal", "deadline", "exploring"
 SEASON_FACTOR = {QUIET: 0.3, NORMAL: 1.0, DEADLINE: 1.5}
 QUIET_BELOW, DEADLINE_FROM = 0.15, 0.8
+# Regime ai2-seasonal: Ai2's teams work to deadlines (its post: 18 % of delivered time beyond a
+# team's allocation, "feels like 30 % more compute" — GPUs that teams between deadlines did not use,
+# lent to those at one). Each project runs a four-week cycle: a deadline week, a week of write-up and
+# exploring at small scale (the deadline's queue drains), a quiet week, a normal week building up to
+# the next deadline. The projects, in an order drawn per seed, take phases 0, 1, 2, 3, 0, ... so
+# deadlines fall at different times and every week two or three teams of nine are quiet. A team's
+# multi-node training chains run on through its seasons (a pretraining run does not stop for a quiet
+# week; they hold ~60 % of a chain team's whole-GPU share); the season moves what its users submit
+# besides. Chosen, not measured (Ai2 publishes no per-team seasons): a quiet team's users keep ~0.25x
+# its share outstanding (0.1 x 2.5), a deadline team's ~4x; an exploring week ~1x, lending at night.
+SEASONAL_CYCLE = (DEADLINE, EXPLORING, QUIET, NORMAL)
+SEASONAL_FACTOR = {DEADLINE: 1.6, QUIET: 0.1, EXPLORING: 0.4, NORMAL: 1.0}
 # Squatting as a behaviour. Assumption, not a measurement: one notebook session in ten is left
 # idle with its memory held until its session limit (4-12 h), and one debug allocation in a
 # hundred (an `salloc` left open). Sources say idle-held GPUs are common but publish no share of
@@ -134,22 +151,58 @@ def rhythm(t: int) -> float:
     return float(day * (0.85 if weekday >= 5 else 1.0))
 
 
+def week_of(t: int) -> int:
+    """The calendar week (Monday 00:00 UTC to Monday) of epoch second ``t``, counted from WEEK_ORIGIN_S."""
+    return (t - WEEK_ORIGIN_S) // WEEK_S
+
+
 def season(seed: int, project: str, t: int) -> str:
-    """The project's season in the calendar week of ``t`` (quiet / normal / deadline)."""
-    week = (t - WEEK_ORIGIN_S) // (7 * 86400)
-    u = float(uniform(seed, SALT["season"], zlib.crc32(project.encode()), week))
+    """Regime ai2-backlog: the project's season in the calendar week of ``t`` (quiet / normal /
+    deadline), drawn per (project, week)."""
+    u = float(uniform(seed, SALT["season"], zlib.crc32(project.encode()), week_of(t)))
     return QUIET if u < QUIET_BELOW else DEADLINE if u >= DEADLINE_FROM else NORMAL
+
+
+def cycle_phases(seed: int, projects: list[str], length: int) -> dict[str, int]:
+    """Regime ai2-seasonal: each project's phase in the cycle of ``length`` weeks. The projects, in
+    an order drawn per seed, take phases 0, 1, ..., length - 1, 0, ... (deadlines at different times)."""
+    order = sorted(projects, key=lambda p: (float(uniform(seed, SALT["season"], zlib.crc32(p.encode()))), p))
+    return {p: k % length for k, p in enumerate(order)}
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A demand regime: how a project's season is set week by week, and the factor each season puts
+    on what its users keep outstanding. ``cycle`` empty: seasons drawn per (project, week) (season());
+    else the seasons in turn, one a calendar week, each project at its phase (cycle_phases())."""
+
+    name: str
+    factor: dict[str, float]
+    cycle: tuple[str, ...] = ()
+
+
+REGIMES = {r.name: r for r in (Regime(REGIME, SEASON_FACTOR), Regime(SEASONAL, SEASONAL_FACTOR, SEASONAL_CYCLE))}
+
+
+def regime_named(name: str) -> Regime:
+    """The regime called ``name``; a ValueError naming the choices for any other name."""
+    try:
+        return REGIMES[name]
+    except KeyError:
+        raise ValueError(f"no demand regime {name!r}: choose {' or '.join(REGIMES)} (the default {REGIME})") from None
 
 
 class Demand:
     """The projects' users: what they submit at the start, at each top-up, and when a training
-    segment ends. Deterministic for (seed, hardware, config, window)."""
+    segment ends. Deterministic for (seed, hardware, config, window, regime)."""
 
     def __init__(self, cfg: Config, placer: pools.Placer, seed: int, rng: np.random.Generator,
-                 start_s: int, end_s: int):
+                 start_s: int, end_s: int, regime: str = REGIME):
         self.seed, self.rng, self.start_s, self.end_s = seed, rng, start_s, end_s
+        self.regime = regime_named(regime)
         self.shares = global_shares(cfg)
         self.projects = sorted(self.shares)
+        self.phases = cycle_phases(seed, self.projects, len(self.regime.cycle)) if self.regime.cycle else {}
         self.plans = {p: plan_for(p) for p in self.projects}
         cap = placer.capacity
         self.whole_pools = sorted(p for p in cap if p.startswith("whole:"))
@@ -265,10 +318,17 @@ class Demand:
 
     # --- the closed loop ---
 
+    def season(self, project: str, t: int) -> str:
+        """The project's season in the calendar week of ``t``, as the regime sets it."""
+        cycle = self.regime.cycle
+        if not cycle:
+            return season(self.seed, project, t)
+        return cycle[(week_of(t) + self.phases[project]) % len(cycle)]
+
     def target_gpus(self, project: str, t: int) -> float:
         """GPUs the project's users want outstanding (running or queued) at ``t``."""
         return (self.shares[project] * self.capacity_gpus * BACKLOG_FACTOR * rhythm(t)
-                * SEASON_FACTOR[season(self.seed, project, t)])
+                * self.regime.factor[self.season(project, t)])
 
     def top_up(self, t: int, outstanding: dict[str, float], load: dict[str, int]) -> list[JobSpec]:
         """New jobs from every project whose outstanding GPUs are under its target at ``t``,

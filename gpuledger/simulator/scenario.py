@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from gpuledger.config import Config, load_config
 from gpuledger.simulator.cluster import Hardware, build_hardware
+from gpuledger.simulator.demand import REGIME, regime_named
 from gpuledger.simulator.workload import Workload, simulate_workload
 
 from gpuledger.simulator.defaults import DEFAULT_CLUSTER, DEFAULT_START  # noqa: F401, E402
@@ -57,15 +58,18 @@ def build_cluster(
     cluster: str = DEFAULT_CLUSTER,
     config: Config | None = None,
     dirt: bool = True,
+    regime: str = REGIME,
 ) -> SimCluster:
     """Build the deterministic cluster: ``gpus`` GPUs (8 per node), jobs for ``days`` from ``start``
-    (naive UTC), samples every ``interval_s`` seconds. Same arguments => same cluster."""
+    (naive UTC) drawn from the demand ``regime`` (demand.REGIMES), samples every ``interval_s``
+    seconds. Same arguments => same cluster."""
     if interval_s <= 0:
         raise ValueError(f"interval_s must be positive, not {interval_s}")
+    regime_named(regime)  # an unknown name fails before the hardware is built
     cfg = config or load_config()
     start_s = to_epoch_s(start)
     start_s -= start_s % interval_s
     end_s = start_s + int(days * 86400)
     hw = build_hardware(seed, gpus, cluster, start_s, end_s - start_s)
-    wl = simulate_workload(cfg, hw, seed, start_s, end_s)
+    wl = simulate_workload(cfg, hw, seed, start_s, end_s, regime)
     return SimCluster(seed, cluster, interval_s, start_s, end_s, dirt, cfg, hw, wl)

@@ -66,17 +66,19 @@ def job_id_tag(start_s: int) -> int:
     return (start_s - ID_ORIGIN_S) // 60
 
 
-def simulate_workload(cfg: Config, hw: Hardware, seed: int, start_s: int, end_s: int) -> Workload:
-    """Generate demand for [start_s, end_s) and schedule it; deterministic for a seed."""
+def simulate_workload(cfg: Config, hw: Hardware, seed: int, start_s: int, end_s: int,
+                      regime: str = REGIME) -> Workload:
+    """Generate demand of the named regime (demand.REGIMES) for [start_s, end_s) and schedule it;
+    deterministic for (seed, regime)."""
     rng = np.random.default_rng([seed, 7])
     placer = Placer(hw)
-    demand = Demand(cfg, placer, seed, rng, start_s, end_s)
+    demand = Demand(cfg, placer, seed, rng, start_s, end_s, regime)
     half_life_s = cfg.policy.usage.half_life_days * 86400
     done = scheduler.run(demand, placer, start_s=start_s, end_s=end_s, half_life_s=half_life_s)
-    return _assemble(hw, done.specs, done.started, rng, seed, start_s, end_s)
+    return _assemble(hw, done.specs, done.started, rng, seed, start_s, end_s, regime)
 
 
-def _assemble(hw, specs, started, rng, seed, start_s, end_s) -> Workload:
+def _assemble(hw, specs, started, rng, seed, start_s, end_s, regime) -> Workload:
     n = len(specs)
     job_start = np.full(n, -1, dtype=np.int64)
     lanes_l, jobs_l, s_l, e_l = [], [], [], []
@@ -146,4 +148,4 @@ def _assemble(hw, specs, started, rng, seed, start_s, end_s) -> Workload:
     return Workload(jobs=jobs, alloc_lane=alloc_lane, alloc_job=alloc_job, alloc_start=alloc_start,
                     alloc_end=alloc_end, job_behaviour=behaviour, job_start=job_start, job_level=level,
                     job_fb_ratio=fb, job_ckpt_period_s=ckpt, window_start_s=start_s, window_end_s=end_s,
-                    seed=seed)
+                    seed=seed, regime=regime)

@@ -16,6 +16,7 @@ import gpuledger.simulator as sim
 from gpuledger import warehouse
 from gpuledger.config import load_config
 from gpuledger.ledger.config_versions import ensure_config
+from gpuledger.simulator.demand import REGIME, regime_named
 from gpuledger.simulator.scenario import build_cluster
 from gpuledger.simulator.to_warehouse import write_simulation
 
@@ -34,13 +35,22 @@ def simulator_fingerprint(config=None) -> str:
     return digest.hexdigest()[:8]
 
 
+def warehouse_name(fingerprint: str, *, gpus: int, days: float, seed: int, start: datetime, interval_s: int,
+                   regime: str) -> str:
+    """The cached warehouse's file name: the simulator's fingerprint and every argument it was
+    built from, the demand regime first (a warehouse of one regime is never taken for another's)."""
+    return f"sim-{fingerprint}-{regime}-g{gpus}-d{days:g}-s{seed}-{start:%Y%m%d}-i{interval_s}.duckdb"
+
+
 def simulated_warehouse(folder: Path, *, gpus: int, days: float, seed: int, start: datetime,
-                        interval_s: int = SIM_INTERVAL_S, config=None) -> Path:
-    """The simulated warehouse of (gpus, days, seed, start), built into ``folder`` unless a finished
-    one is there (``.done`` beside it). Returns its path."""
+                        interval_s: int = SIM_INTERVAL_S, config=None, regime: str = REGIME) -> Path:
+    """The simulated warehouse of (gpus, days, seed, start, demand regime), built into ``folder``
+    unless a finished one is there (``.done`` beside it). Returns its path."""
+    regime_named(regime)  # an unknown name fails before anything is written
     folder.mkdir(parents=True, exist_ok=True)
     cfg = config or load_config()
-    name = f"sim-{simulator_fingerprint(cfg)}-g{gpus}-d{days:g}-s{seed}-{start:%Y%m%d}-i{interval_s}.duckdb"
+    name = warehouse_name(simulator_fingerprint(cfg), gpus=gpus, days=days, seed=seed, start=start,
+                          interval_s=interval_s, regime=regime)
     path = folder / name
     done = path.with_name(path.name + ".done")
     if path.exists() and done.exists():
@@ -49,9 +59,10 @@ def simulated_warehouse(folder: Path, *, gpus: int, days: float, seed: int, star
         return path
     if path.exists():  # an interrupted build: start again
         path.unlink()
-    sim = build_cluster(seed=seed, gpus=gpus, start=start, days=days, interval_s=interval_s, config=cfg, dirt=False)
+    sim = build_cluster(seed=seed, gpus=gpus, start=start, days=days, interval_s=interval_s, config=cfg, dirt=False,
+                        regime=regime)
     with warehouse.open_writer(path) as con:
         ensure_config(con, cfg)
         write_simulation(con, sim)
-    done.write_text(f"seed {seed}, {gpus} GPUs, {days:g} days from {start:%Y-%m-%d}\n")
+    done.write_text(f"seed {seed}, regime {regime}, {gpus} GPUs, {days:g} days from {start:%Y-%m-%d}\n")
     return path

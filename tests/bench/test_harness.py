@@ -316,6 +316,19 @@ def test_replace_block_needs_the_markers():
             replace_block(bad, "NEW")
 
 
+def test_a_targets_limit_shows_its_own_direction():
+    # "PromQL >= 5x the CLI" is an at-least target whose words never say "faster": its limit reads
+    # "≥ 5×" (it read "≤ 5×" when the sign came from the words); "CLI <= 3x the floor" reads "≤ 3×"
+    sys.path.insert(0, str(BENCH))
+    from harness_report import _fmt_limit
+    from harness_targets import cli_targets
+
+    rows = cli_targets("fairshare", "4096", {"cli_s": 0.4, "floor_s": 0.2, "prometheus_s": 3.0})
+    assert [(r["at"], _fmt_limit(r), r["met"]) for r in rows] == [("most", "≤ 3×", True), ("least", "≥ 5×", True)]
+    # a row from an older results.json, without "at": the words decide, as before
+    assert _fmt_limit({"limit": 20.0, "unit": "x", "target": "warm path >= 20x faster"}) == "≥ 20×"
+
+
 def _migrated(path: Path, skip_last: bool = False) -> None:
     import duckdb
     from gpuledger.warehouse.db import apply_migrations, migrations

@@ -192,16 +192,20 @@ def test_url_layouts_and_the_tenant_header_reach_the_server(stand_in, prefix, tm
 
 
 def test_chunks_are_sized_from_the_series_the_tsdb_holds(stand_in, tmp_path):
-    # The index holds 20,000 series for the hour asked (a 16,384-GPU fleet with job copies):
-    # 40,000 series-windows a chunk is 2 windows, so the hour is 6 chunks of 10 minutes.
+    # The index holds 20,000 series for the hour asked (an 8,192-GPU fleet with job copies): over
+    # 4 x 4,000 (SERIES_PER_SHARD), so 8 shards of 2,500; 40,000 series-windows a shard is 16
+    # windows, so the hour is one chunk (each shard asked once; the stand-in answers every shard
+    # with its one series, stored once: first value wins).
     _TSDB.prefix, _TSDB.series = "", 20_000
     assert chunk_windows(20_000, 288) == 2 and chunk_windows(16_384, 288) == 2 and chunk_windows(10**6, 288) == 1
     assert chunk_windows(8, 288) == 288 and chunk_windows(150, 288) == 266 and chunk_windows(150, 12) == 12
     ends = []
     stats = aggregate(stand_in, START, START + timedelta(hours=1), step_s=300, warehouse_path=tmp_path / "w.duckdb",
                       backoff_s=0.01, on_chunk=lambda b, total, s: ends.append((b - int(START.timestamp()), total)))
-    assert ends == [(600 * i, 6) for i in range(1, 7)]
-    assert (stats.chunks_done, stats.chunk_windows, stats.series) == (6, 2, 20_000)
+    assert ends == [(3600, 1)]
+    assert (stats.chunks_done, stats.chunk_windows, stats.series, stats.shards) == (1, 16, 20_000, 8)
+    asked = sum(path.endswith("/query_range") for path, _ in _TSDB.seen)
+    assert asked >= 8 and asked % 8 == 0  # each shard asked the same queries once
 
 
 def test_a_partial_answer_names_the_store_and_stores_nothing(stand_in, tmp_path):
@@ -449,3 +453,61 @@ def test_series_without_the_cluster_label_are_counted_and_named(tmp_path, flags)
     assert _devices_by_cluster(tmp_path / "w.duckdb") == {"east": [0, 1, 2, 3], "west": [4, 5]}
     assert (f"{len(unlabelled)} DCGM_FI_PROF_SM_ACTIVE series (one a device and job) carry no 'cluster' label: "
             "their GPUs were not stored") in done.stderr, done.stderr
+
+
+def test_shards_split_every_uuid_into_exactly_one_part():
+    # PromQL matches a regex against the whole value, and a missing label reads as "": each UUID
+    # (either case, any last character, none at all) falls in exactly one of the shards' parts.
+    from gpuledger.ingest.metrics.prometheus.aggregate import shard_count, shard_matchers
+
+    def matches(matcher: str, value: str) -> bool:
+        label, op, pattern = re.fullmatch(r'(\w+)(=~|!~)"(.*)"', matcher).groups()
+        assert label == "UUID"
+        return (re.fullmatch(pattern, value) is not None) == (op == "=~")
+
+    uuids = [f"GPU-{i:08x}-aaaa-bbbb-cccc-{i * 7919:012x}" for i in range(64)]
+    uuids += [u.upper() for u in uuids[:16]] + ["", "GPU-without-hex-end-z", "MIG-1234-5678-ef"]
+    for shards in (2, 4, 8, 16):
+        parts = shard_matchers(shards)
+        assert len(parts) == shards
+        for u in uuids:
+            assert sum(matches(m, u) for m in parts) == 1, (shards, u)
+    assert shard_matchers(1) == [""]
+    # SERIES_PER_SHARD = 4,000: 4,096 GPUs' 10,235 series in 4 shards (2,559 each on average),
+    # 16,384 GPUs' 42,003 in 16 (2,625); up to 4,000 series: unsharded
+    assert [shard_count(n) for n in (0, 4_000, 4_001, 8_001, 10_235, 42_003, 10**6)] == [1, 1, 2, 4, 4, 16, 16]
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_a_chunk_asked_in_shards_stores_the_unsharded_rows(servers, tmp_path, monkeypatch):
+    # A day of the 4 GPUs (each with its job copies): unsharded, then with every chunk asked in 16
+    # shards (SERIES_PER_SHARD = 1); the same rows, values and quarantine, each shard asked once a chunk.
+    import gpuledger.ingest.metrics.prometheus.aggregate as agg
+
+    _, vm = servers
+    day = (START + timedelta(days=2), START + timedelta(days=3))
+    whole = aggregate(vm.url, *day, step_s=300, warehouse_path=tmp_path / "whole.duckdb", cluster="sim")
+    asked: list[str] = []
+    inner = agg.aggregate_chunk
+
+    def spy(*args, selector="", **kw):
+        asked.append(selector)
+        return inner(*args, selector=selector, **kw)
+
+    monkeypatch.setattr(agg, "SERIES_PER_SHARD", 1)
+    monkeypatch.setattr(agg, "aggregate_chunk", spy)
+    sharded = aggregate(vm.url, *day, step_s=300, warehouse_path=tmp_path / "sharded.duckdb", cluster="sim")
+    assert whole.series > 16 and sharded.series == whole.series  # so 16 shards
+    assert len(asked) == 16 * sharded.chunks_done and len(set(asked)) == 16
+    assert (sharded.rows_new, sharded.quarantined) == (whole.rows_new, whole.quarantined)
+    # 8 devices (4 GPUs make one whole 8-GPU node) x 288 windows = 2,304, fewer where a scrape gap
+    # empties a window
+    assert 2_000 < whole.rows_new <= 8 * 288
+
+    def rows(path):
+        with warehouse.open_reader(path) as con:
+            return con.sql("SELECT g.gpu_uuid, g.mig_instance_id, s.* EXCLUDE (gpu_id) FROM gpu_samples s "
+                           "JOIN gpus g USING (gpu_id)").pl().sort("gpu_uuid", "mig_instance_id", "ts")
+
+    assert_frame_equal(rows(tmp_path / "sharded.duckdb"), rows(tmp_path / "whole.duckdb"))

@@ -22,6 +22,7 @@ import pytest
 
 from gpuledger.rules.mig import mig_fraction
 from gpuledger.simulator import build_cluster
+from gpuledger.simulator.defaults import REGIME_NAMES
 from gpuledger.simulator.demand import BACKLOG_FACTOR, global_shares
 from gpuledger.simulator.to_warehouse import allocations_frame, jobs_frame, node_label_frame
 
@@ -105,10 +106,12 @@ def idle_while_a_job_fits(sim) -> list[str]:
 
 # Every shape the simulator builds: one node (H100 only, no MIG, no time-slicing), 4 nodes (MIG
 # from 4 nodes), 8 nodes (a time-sliced node from 8), the demo's 256 and the benchmarks' 1,024.
+# Both demand regimes (demand.REGIMES): ai2-seasonal's seasons change on the first Monday.
 @pytest.mark.slow
+@pytest.mark.parametrize("regime", REGIME_NAMES)
 @pytest.mark.parametrize("gpus", [8, 32, 64, 256, 1024])
-def test_no_pool_idles_while_a_job_that_fits_it_waits(gpus):
-    sim = build_cluster(seed=3, gpus=gpus, start=START, days=2, dirt=False)
+def test_no_pool_idles_while_a_job_that_fits_it_waits(gpus, regime):
+    sim = build_cluster(seed=3, gpus=gpus, start=START, days=2, dirt=False, regime=regime)
     assert sim.workload.jobs["start_s"].is_null().any() or gpus <= 32, "a backlog should be waiting"
     assert idle_while_a_job_fits(sim) == []
 

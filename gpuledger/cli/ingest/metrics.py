@@ -263,15 +263,19 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
                           cluster=cluster, clusters=list(targets), cluster_label=label, concurrency=concurrency,
                           headers=headers, deadline=limits, on_chunk=on_chunk)
     except prom.PrometheusError as exc:
-        where = f"; nothing from {exc.undone_from} on was stored: rerun to continue" if exc.undone_from else ""
+        where = (f"; {'only some shards of the windows' if getattr(exc, 'partly_stored', False) else 'nothing'} "
+                 f"from {exc.undone_from} on {'were' if getattr(exc, 'partly_stored', False) else 'was'} stored: "
+                 "rerun to continue" if exc.undone_from else "")
         typer.secho(f"gpuledger: aggregate stopped: {exc}{where}", err=True, fg="red")
         raise typer.Exit(1) from None
     except UsageError as exc:
         typer.secho(f"gpuledger: {exc}", err=True, fg="red")
         raise typer.Exit(2) from None
     clusters = ", ".join(f"{name} {rows:,}" for name, rows in stats.rows_by_cluster.items())
-    chunking = (f", chunks of {stats.chunk_windows * step_s / 3600:.3g} h for {stats.series:,} series: at most "
-                f"{SERIES_WINDOWS_PER_CHUNK:,} series-windows, about 260 MiB, a chunk" if stats.chunk_windows else "")
+    shards = f" in {stats.shards} shards of the series" if stats.shards > 1 else ""
+    chunking = (f", chunks of {stats.chunk_windows * step_s / 3600:.3g} h for {stats.series:,} series{shards}: at most "
+                f"{SERIES_WINDOWS_PER_CHUNK:,} series-windows, about 260 MiB, a {'shard' if shards else 'chunk'}"
+                if stats.chunk_windows else "")
     resumed = "; ".join(f"{name}: {'already done' if at == 'done' else 'continued from ' + at}"
                         for name, at in stats.resumed.items())
     console.print(f"aggregate {url} ({step_s} s windows{chunking}): {stats.chunks_done} chunks "

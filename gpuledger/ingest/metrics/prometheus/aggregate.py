@@ -62,8 +62,17 @@ MAX_CHUNK_S = 86_400  # at most a day per query, as OpenCost asks
 # GPUs x a day of 5-min windows, 150 series: 532 MiB peak RSS with 1-day chunks, 290 MiB with 2-h ones,
 # README "Window aggregates"), above ~300 MiB for the process. Chunks are sized from the series the
 # TSDB's index holds for the day ahead (/api/v1/series) to this many series-windows: about 260 MiB
-# a chunk at any fleet size (16,384 GPUs: 2 windows, 10 minutes a chunk; 138 GPUs or fewer: a day).
+# a chunk (a shard: below) at any fleet size (138 series or fewer: a day).
 SERIES_WINDOWS_PER_CHUNK = 40_000
+# ... but a series costs ~15 KiB in a chunk however few windows it holds (each of the ~10 answers
+# carries its labels; four answers in flight): measured in-process, one-window chunks, peak RSS 359
+# MiB at 1,024 GPUs (2,568 series) and 477 MiB at 4,096 (10,235 series), so once one window of the
+# fleet was over the cap the peak grew with the fleet (16,384 GPUs, 42,003 series: 775 MiB). A fleet
+# of more series than this is asked in shards, a disjoint share of the series each (by the last
+# character of their UUID label: every copy of a device in one shard), one shard at a time, each
+# written as it comes; the window cap holds per shard (BENCHMARKS.md "Aggregate ingest memory").
+SERIES_PER_SHARD = 4_000
+_SHARD_CHARS = "0123456789abcdef"  # a UUID's last character (hex); anything else: the last shard
 MIN_STEP_S, MAX_STEP_S = 60, 300  # MAX_STEP_S bounds covered_ms: warehouse/clock.LONGEST_COVERAGE
 
 
@@ -77,6 +86,7 @@ class AggregateStats:
     rows_by_cluster: dict[str, int] = field(default_factory=dict)  # new rows per cluster stored
     resumed: dict[str, str] = field(default_factory=dict)  # cluster -> where a rerun continued ("done": nothing left)
     chunk_windows: int = 0  # windows per chunk (sized from the series count: the largest used)
+    shards: int = 1  # parts of the series each chunk was asked in (SERIES_PER_SHARD: the most used)
     series: int = 0  # series of the coverage family in the span last probed (what sized its chunks)
     unlabelled_series: int = 0  # with cluster_label: series of unlabelled_metric without the label
     unlabelled_metric: str = ""
@@ -183,12 +193,33 @@ def chunk_windows(series: int, cap_windows: int) -> int:
     return max(1, min(cap_windows, SERIES_WINDOWS_PER_CHUNK // max(series, 1)))
 
 
+def shard_count(series: int) -> int:
+    """Shards a chunk of ``series`` series is asked in: 1, 2, 4, 8 or 16, at most SERIES_PER_SHARD
+    series each where 16 allow it."""
+    shards = 1
+    while shards < len(_SHARD_CHARS) and series > shards * SERIES_PER_SHARD:
+        shards *= 2
+    return shards
+
+
+def shard_matchers(shards: int) -> list[str]:
+    """PromQL label matchers that split the series into ``shards`` disjoint parts covering them all:
+    part i holds the UUIDs ending in its share of the hex digits (either case); the last part also
+    every other UUID and the series without one (which the decoder then quarantines, as unsharded)."""
+    if shards <= 1:
+        return [""]
+    per = len(_SHARD_CHARS) // shards
+    parts = ["".join(dict.fromkeys(part + part.upper()))
+             for part in (_SHARD_CHARS[i * per:(i + 1) * per] for i in range(shards - 1))]
+    return [f'UUID=~".*[{part}]"' for part in parts] + [f'UUID!~".*[{"".join(parts)}]"']
+
+
 def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[int, int], step_s: int,
                        cap_windows: int, target: TsdbCluster, scope: str, stats: AggregateStats, *,
                        warehouse_path, kw: dict, pool: ThreadPoolExecutor, on_chunk, concurrency: int,
                        until: float | None = None) -> None:
-    """One cluster's windows in ``span`` (epoch s, on the window grid), chunk by chunk, each written
-    with its checkpoint; a rerun continues after the last one written. Chunks are sized from the
+    """One cluster's windows in ``span`` (epoch s, on the window grid), chunk by chunk (shard by
+    shard), each chunk's last write with its checkpoint; a rerun continues after the last one. Chunks are sized from the
     series the TSDB's index holds for each day (or --chunk) ahead, so memory stays flat as the
     fleet grows."""
     with warehouse.open_writer(warehouse_path) as con:
@@ -208,25 +239,37 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
         if a >= probed_until:  # the series of the next day (or --chunk): what its chunks may hold
             probed_until = min(end_s, a + cap_windows * step_s)
             stats.series = count_series(session, url, metrics, a, probed_until, kw, target.selector)
-        windows = chunk_windows(stats.series, cap_windows)
+        shards = shard_matchers(shard_count(stats.series))
+        windows = chunk_windows(-(-stats.series // len(shards)), cap_windows)  # the cap holds per shard
         stats.chunk_windows = max(stats.chunk_windows, windows)
+        stats.shards = max(stats.shards, len(shards))
         b = min(a + windows * step_s, probed_until)
         stats.chunks_total = stats.chunks_done + 1 + -(-(end_s - b) // (windows * step_s))
-        try:
-            wide, rejects = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
-                                   selector=target.selector, concurrency=concurrency)
-        except Exception as exc:
-            if hasattr(exc, "undone_from"):
-                exc.undone_from = _iso(a)
-            raise
-        with warehouse.open_writer(warehouse_path) as con, warehouse.transaction(con):
-            new = store_wide(con, wide, cluster=target.name, source=SOURCE, refused=rejects, location=url)
-            warehouse.quarantine(con, rejects)
-            warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
-                "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
-                "updated_at": [utc_now()]}))
+        # one shard at a time, each written as it comes (its memory, not the chunk's); the
+        # checkpoint with the last: a rerun asks the whole chunk again and stores only what is new
+        # (samples: first value wins; quarantine: the same raw text once)
+        new = refused = 0
+        for k, matcher in enumerate(shards):
+            try:
+                wide, rejects = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
+                                                selector=",".join(x for x in (target.selector, matcher) if x),
+                                                concurrency=concurrency)
+            except Exception as exc:
+                if hasattr(exc, "undone_from"):
+                    exc.undone_from = _iso(a)
+                    exc.partly_stored = k > 0  # earlier shards of the chunk were written
+                raise
+            with warehouse.open_writer(warehouse_path) as con, warehouse.transaction(con):
+                new += store_wide(con, wide, cluster=target.name, source=SOURCE, refused=rejects, location=url)
+                warehouse.quarantine(con, rejects)
+                if k == len(shards) - 1:
+                    warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
+                        "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
+                        "updated_at": [utc_now()]}))
+            refused += len(rejects)
+            del wide, rejects
         stats.rows_new += new
-        stats.quarantined += len(rejects)
+        stats.quarantined += refused
         stats.rows_by_cluster[target.name] += new
         stats.chunks_done += 1
         if on_chunk:
