@@ -28,6 +28,17 @@ def test_quadrant_sums_are_the_brute_force_sums(pts, qs):
     assert got.tolist() == want
 
 
+def test_quadrant_sums_at_thousands_of_points_with_fractional_weights():
+    # many levels of the block decomposition (5,000 points: 13 of them), ties in a and b, and
+    # fractional weights (MIG slices, shared GPUs), against numpy's direct masks per query
+    rng = np.random.default_rng(7)
+    a, b = rng.integers(0, 400, 5000), rng.integers(0, 400, 5000)
+    w = rng.choice([1 / 7, 0.5, 1.0, 8.0], 5000)
+    above, upto = rng.integers(-1, 401, 300), rng.integers(-1, 401, 300)
+    want = np.array([w[(a > x) & (b <= y)].sum() for x, y in zip(above, upto, strict=True)])
+    np.testing.assert_allclose(quadrant_sums(a, b, w, above, upto), want, rtol=1e-12, atol=1e-9)
+
+
 def _brute(waits, others):
     out = {}
     for row, s, e in waits:
