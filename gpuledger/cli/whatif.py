@@ -350,7 +350,8 @@ def schedule(
                            sweep_policy=sweep_policy if sweep_spec else None, outcome=outcome_doc)
     _sweep_chart(chart, rows, sweep_spec, sweep_policy)
     title = (f"what-if {lo:%Y-%m-%d %H:%M}Z .. {hi:%Y-%m-%d %H:%M}Z: {len(trace.jobs)} jobs on "
-             f"{trace.inventory.physical_gpus()} GPUs")
+             f"{trace.inventory.physical_gpus()} GPUs, trace seed {seed_list[0]}"
+             + (f", simulated, demand regime {regime}" if simulate_gpus else ""))
     if len(seed_list) > 1:
         _show_outcome(text, outcome_doc, chosen, title=f"outcome over seeds {seed_list[0]}..{seed_list[-1]} "
                       f"({provenance}): median [min–max]", fmt=fmt, out=out)

@@ -67,6 +67,10 @@ def test_whatif_over_seasonal_seeds_names_the_regime(tmp_path):
     assert table.exit_code == 0, table.output
     words = " ".join(table.output.split())
     assert "outcome over seeds 1..2" in words and "demand regime ai2-seasonal" in words
+    # one seed (the first one's warehouse, already built): its table names its seed and regime too
+    one = runner.invoke(app, [*(a for a in args if a not in ("--seeds", "2")), "--seed", "2"])
+    assert one.exit_code == 0, one.output
+    assert "trace seed 2, simulated, demand regime ai2-seasonal" in " ".join(one.output.split())
     # the default regime's seeds are other warehouses beside them, and the document says so
     default = runner.invoke(app, [*base, "--format", "json"])
     assert default.exit_code == 0, default.output
