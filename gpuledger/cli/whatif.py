@@ -461,7 +461,8 @@ def _show_schedule(text: str, frames: dict, rows, chosen, sweep_spec, sweep_poli
         tables.print_table(outcome.table_frame(outcome_doc["rows"], chosen), outcome_view(chosen),
                            title="outcome (Ai2's measures; --seeds N for min, median and max)")
     if sweep:
-        tables.print_table(sweep[0], sweep[1], title=sweep[2])
+        # the swept value as given (0.25, not a number cell's one decimal, 0.2); files keep the number
+        tables.print_table(sweep[0].with_columns(sweep[0]["value"].cast(str)), sweep[1], title=sweep[2])
 
 
 @app.command("procurement")

@@ -191,7 +191,7 @@ class Simulation:
             for j in self.jobs
         ]
         # the lane's reserve (quick_lane.reserve_share, policy 4 only): per pool where lane jobs run,
-        # the last devices held for lane jobs and lent to other work meanwhile (self.borrowed)
+        # the last devices held for lane jobs and lent to other work meanwhile (_borrowed)
         self.reserve: dict[tuple, PoolState] = {}
         self.reserve_devices: dict[tuple, list[int]] = {}
         self.in_reserve: set[int] = set()  # running jobs placed on a reserve
@@ -258,7 +258,7 @@ class Simulation:
                     self.balance.demand[self.jobs[idx].project] += self.jobs[idx].gpus
                 self._enqueue(idx)
                 self._fill(self.jobs[idx].pool)
-                if self.static[idx][-1] and idx not in self.running and self._in_lane(self.jobs[idx].project):
+                if idx not in self.running and self._lane_now(idx):
                     self._arrival(idx)
             else:
                 self._cycle()
@@ -313,11 +313,11 @@ class Simulation:
 
     def _lane_now(self, idx: int) -> bool:
         """Whether the waiting job ``idx`` is served in the quick lane now."""
-        return bool(self.static[idx][-1]) and self._in_lane(self.jobs[idx].project)
+        return self._lane_job(idx) and self._in_lane(self.jobs[idx].project)
 
     def _count_lane(self, idx: int, step: int) -> None:
         """A lane job starts (+1) or stops (-1): crossing the project's limit re-ranks the queues."""
-        if self.static[idx][-1]:
+        if self._lane_job(idx):
             project = self.jobs[idx].project
             before = self.lane_running[project] < self.lane_cap
             self.lane_running[project] += step
@@ -461,6 +461,7 @@ class Simulation:
         return idx in self.in_reserve and not self._lane_job(idx)
 
     def _lane_job(self, idx: int) -> bool:
+        """Whether ``idx`` is small and short enough for the lane (its project's standing aside)."""
         return bool(self.static[idx][-1])
 
     def _give_back_reserve(self, pool) -> None:
@@ -584,9 +585,10 @@ class Simulation:
         j = self.jobs[idx]
         ok, why = self.verdict.get(j.project, (False, "no budget"))
         eff = min(self._min_runtime(j), self.cap_s)
-        funded = ok and eff > 0 and not self._borrowed(idx)
+        borrowed = self._borrowed(idx)
+        funded = ok and eff > 0 and not borrowed
         reason = None if funded else (
-            "burst on the quick lane's lent reserve" if self._borrowed(idx)
+            "burst on the quick lane's lent reserve" if borrowed
             else why if not ok else "no minimum runtime declared")
         run = self.running.get(idx)
         start = run[0] if run else None

@@ -492,6 +492,16 @@ def test_whatif_commands_over_a_simulated_warehouse(tmp_path):
     )
     assert done.exit_code == 0, done.output
     assert "sweep idle_threshold_ratio (reclaim)" in done.output and svg.read_text().startswith("<svg")
+    # each row shows its value as given: 0.01, not a number cell's one decimal (it printed 0.0)
+    values = [line.split()[0] for line in done.output.splitlines() if line.split()[:1] in (["0.01"], ["0.2"])]
+    assert values == ["0.01", "0.2"]
+    bad = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--policies", "quick-lane",
+                              "--sweep", "lane_reserve_share=0.7", "--sweep-policy", "quick-lane", "--no-progress"])
+    # a UsageError: the installed CLI prints it as one line and exits 2 (the runner hands it back)
+    from gpuledger.errors import UsageError
+
+    assert isinstance(bad.exception, UsageError)
+    assert str(bad.exception) == "lane reserve share 0.7: give 0 or more, under 0.5"
     bad = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--policies", "lottery"])
     assert bad.exit_code == 2 and "lottery" in bad.output
     bad = runner.invoke(app, ["whatif", "schedule", "--warehouse", str(db), "--sweep", "colour=1,2"])
