@@ -11,14 +11,25 @@ so a file and its caller cannot drift apart silently.
 from __future__ import annotations
 
 import re
+import sys
 from functools import cache
-from importlib import resources
+from pathlib import Path
 
 _FRAGMENT = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
 @cache
 def _text(package: str, name: str) -> str:
+    # A package installed as files (a wheel, an editable install) is read from its folder:
+    # importlib.resources' first use imports its readers and zipfile, ~10 ms of every read
+    # command's start (issue 41); a package in a zip keeps going through importlib.resources.
+    spec = sys.modules[package].__spec__ if package in sys.modules else None
+    for folder in (spec and spec.submodule_search_locations) or ():
+        path = Path(folder, name)
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    from importlib import resources
+
     return (resources.files(package) / name).read_text(encoding="utf-8")
 
 
