@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
+from gpuledger.sql import package_folder
 from gpuledger.warehouse import migration_backup
 from gpuledger.warehouse.access import WarehouseLocks
 from gpuledger.warehouse.engine import duckdb
@@ -73,7 +74,9 @@ def migrations(*, text: bool = True) -> list[tuple[int, str, str]]:
     """(version, file name, SQL) for every migration shipped in warehouse/migrations, in order
     (``text=False``: SQL "" — a reader checks the versions only, without reading 30 files)."""
     found = []
-    for entry in resources.files("gpuledger.warehouse.migrations").iterdir():
+    package = "gpuledger.warehouse.migrations"
+    folder = package_folder(package)  # a zip's files through importlib.resources (slow to import)
+    for entry in (folder or resources.files(package)).iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
             found.append((int(match.group(1)), entry.name, entry.read_text() if text else ""))
