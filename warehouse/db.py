@@ -38,6 +38,7 @@ from gpuledger.warehouse.access import WarehouseLocks
 from gpuledger.warehouse.engine import duckdb
 from gpuledger.warehouse.paths import DEFAULT_WAREHOUSE, WAREHOUSE_ENV, resolve_warehouse_path  # noqa: F401
 from gpuledger.warehouse.paths import check_reader_path, check_writer_path
+from gpuledger.warehouse.snapshot import mark_reader
 
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -617,6 +618,7 @@ def open_reader(
                         f"warehouse {path} is at schema version {have} without migration(s) "
                         f"{', '.join(map(str, missing))}, this gpuledger needs {shipped[-1]}: "
                         "run `gpuledger warehouse migrate` (readers never change the file)")
+                mark_reader(con)  # at the shipped schema, unchanged while open: read the config once
                 with _reading(key):
                     yield con
             except duckdb.Error as exc:  # a damaged block can surface in any later query
