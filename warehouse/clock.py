@@ -28,6 +28,34 @@ def data_now(con, *, wall: datetime | None = None) -> datetime:
     return newest if newest is not None else wall
 
 
+def data_now_within(con, lo: datetime, hi: datetime, *, wall: datetime | None = None) -> bool:
+    """Whether ``lo <= data_now(con, wall=wall) <= hi``, read from the newest rows only: nothing
+    reaches past ``hi`` (the tables' statistics say so without reading a row group, when nothing
+    is that new), and a job event or a sample's coverage end reaches ``lo`` (jobs first: at fleet
+    scale an event a minute). :func:`data_now` reads the newest sample of every row group and every
+    job's times: ~10 ms at 4,096 GPUs over two days, ~30 ms over a week (issue 41), for a reader
+    that only asks whether the data is still near a moment it knows (the squatting pipeline's
+    latest evaluation). When no row reaches ``lo`` (older data, or none: "now" is then the wall
+    clock), it asks :func:`data_now`. Naive UTC."""
+    wall = wall or utc_now()
+    if _reaches(con, hi + RESOLUTION, wall):
+        return False
+    if _reaches(con, lo, wall):
+        return True
+    return lo <= data_now(con, wall=wall) <= hi
+
+
+RESOLUTION = timedelta(microseconds=1)  # DuckDB's TIMESTAMP: "after hi" is "at or after hi + 1 µs"
+
+
+def _reaches(con, t: datetime, wall: datetime) -> bool:
+    """Whether the data's now (not after ``wall``) is at or after ``t``."""
+    if con.execute(load_sql(__package__, "data_reaches_jobs.sql"), {"t": t, "wall": wall}).fetchall()[0][0]:
+        return True
+    return con.execute(load_sql(__package__, "data_reaches_samples.sql"),
+                       {"t": t, "rows_lo": t - LONGEST_COVERAGE, "wall": wall}).fetchall()[0][0]
+
+
 def waits_now(con) -> datetime:
     """"Now" for waits: the data's now, or the last import when later — a job the scheduler still
     listed as pending then was still waiting then (an idle queue has no newer job event). Naive UTC."""
