@@ -29,18 +29,19 @@ def data_now(con, *, wall: datetime | None = None) -> datetime:
 
 
 def data_now_within(con, lo: datetime, hi: datetime, *, wall: datetime | None = None) -> bool:
-    """Whether ``lo <= data_now(con, wall=wall) <= hi``, read from the newest rows only: nothing
-    reaches past ``hi`` (the tables' statistics say so without reading a row group, when nothing
-    is that new), and a job event or a sample's coverage end reaches ``lo`` (jobs first: at fleet
-    scale an event a minute). :func:`data_now` reads the newest sample of every row group and every
-    job's times: ~10 ms at 4,096 GPUs over two days, ~30 ms over a week (issue 41), for a reader
-    that only asks whether the data is still near a moment it knows (the squatting pipeline's
-    latest evaluation). When no row reaches ``lo`` (older data, or none: "now" is then the wall
-    clock), it asks :func:`data_now`. Naive UTC."""
+    """Whether ``lo <= data_now(con, wall=wall) <= hi``, read from the newest rows only: the newest
+    job event since ``lo``, whether a sample's coverage reaches past ``hi`` (when none is that new,
+    the table's statistics say so without reading a row group) and, when no job event reaches
+    ``lo``, whether a sample's does. :func:`data_now` reads the newest sample of every row group
+    and every job's times: ~10 ms at 4,096 GPUs over two days, ~30 ms over a week (issue 41), for a
+    reader that only asks whether the data is still near a moment it knows (the squatting
+    pipeline's latest evaluation). When nothing reaches ``lo`` (older data, or none: "now" is then
+    the wall clock), it asks :func:`data_now`. Naive UTC."""
     wall = wall or utc_now()
-    if _reaches(con, hi + RESOLUTION, wall):
+    job = con.execute(load_sql(__package__, "newest_job_event_since.sql"), {"t": lo, "wall": wall}).fetchall()[0][0]
+    if (job is not None and job > hi) or _samples_reach(con, hi + RESOLUTION, wall):
         return False
-    if _reaches(con, lo, wall):
+    if job is not None or _samples_reach(con, lo, wall):
         return True
     return lo <= data_now(con, wall=wall) <= hi
 
@@ -48,10 +49,8 @@ def data_now_within(con, lo: datetime, hi: datetime, *, wall: datetime | None = 
 RESOLUTION = timedelta(microseconds=1)  # DuckDB's TIMESTAMP: "after hi" is "at or after hi + 1 µs"
 
 
-def _reaches(con, t: datetime, wall: datetime) -> bool:
-    """Whether the data's now (not after ``wall``) is at or after ``t``."""
-    if con.execute(load_sql(__package__, "data_reaches_jobs.sql"), {"t": t, "wall": wall}).fetchall()[0][0]:
-        return True
+def _samples_reach(con, t: datetime, wall: datetime) -> bool:
+    """Whether a sample's coverage end, not after ``wall``, is at or after ``t``."""
     return con.execute(load_sql(__package__, "data_reaches_samples.sql"),
                        {"t": t, "rows_lo": t - LONGEST_COVERAGE, "wall": wall}).fetchall()[0][0]
 
