@@ -29,7 +29,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 
 from gpuledger.sql import package_folder
@@ -76,8 +75,12 @@ def migrations(*, text: bool = True) -> list[tuple[int, str, str]]:
     (``text=False``: SQL "" — a reader checks the versions only, without reading 30 files)."""
     found = []
     package = "gpuledger.warehouse.migrations"
-    folder = package_folder(package)  # a zip's files through importlib.resources (slow to import)
-    for entry in (folder or resources.files(package)).iterdir():
+    folder = package_folder(package)
+    if folder is None:  # a zip's files: importlib.resources, whose import costs every reader ~5 ms
+        from importlib import resources  # lazy: see above
+
+        folder = resources.files(package)
+    for entry in folder.iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
             found.append((int(match.group(1)), entry.name, entry.read_text() if text else ""))
