@@ -758,6 +758,13 @@ def slot_caps(org_nodes, physical_gpus: int) -> dict[str, float]:
     return {n: float(s) * physical_gpus for n, s, r in shares.iter_rows() if r is not None}
 
 
+def exempt_rule(cfg: Config):
+    """The predicate of exempt jobs under ``cfg`` (policy.enforcement's exempt kinds and
+    namespaces: on top, never preempted), for the figures that set exempt work apart."""
+    enforcement = cfg.policy.enforcement
+    return lambda job: _exempt(job, enforcement)
+
+
 def _exempt(job, enforcement) -> bool:
     return bool(
         (job.kind and job.kind in enforcement.exempt_kinds)
@@ -776,4 +783,4 @@ def simulate(
     return Simulation(trace, cfg, policy, params, progress).run()
 
 
-__all__ = ["FAIR_SHARE", "PRIORITY", "RECLAIM", "SLOT_LIMITS", "Simulation", "simulate"]
+__all__ = ["FAIR_SHARE", "PRIORITY", "RECLAIM", "SLOT_LIMITS", "Simulation", "exempt_rule", "simulate"]

@@ -11,7 +11,7 @@ import pytest
 from gpuledger.whatif import metrics, outcome
 from gpuledger.whatif.engine import simulate, slot_caps
 from gpuledger.whatif.inventory import Inventory
-from gpuledger.whatif.model import PRIORITY, RECLAIM, SLOT_LIMITS, Trace
+from gpuledger.whatif.model import PRIORITY, RECLAIM, SLOT_LIMITS, JobOutcome, Segment, Trace
 from tests.whatif.test_whatif import B200, ORIGIN, H, _squatter_trace, config, job, summary
 
 # --- two teams, four GPUs, caps at their share ------------------------------------------------------
@@ -142,6 +142,44 @@ def test_the_ceiling_is_owed_against_occupied_capacity_per_period():
         ("2026-11-02", 8.0, 6.0), ("2026-11-02", 4.0, 9.0)]
     assert metrics.ceiling_ratio(periods) == pytest.approx(10 / 12)
     assert metrics.ceiling_ratio([]) is None
+
+
+def test_the_ceiling_with_exempt_work_where_it_ran():
+    # one 2-hour period. Team x runs only exempt work: owed 1 + 1 = 2, holds 2.5 + 2.5 = 5 (all exempt);
+    # team y: owed 3 + 3 = 6, holds 1.5 + 1.5 = 3. Occupied 8 = owed 8, so the plain ceiling is 1.
+    # With x's exempt 5 GPU-h where they ran: x is delivered min(2, 5) = 2; y can be given at most
+    # the occupied hours exempt work left, 8 - 5 = 3, of its 6 -> deliverable 2 + 3 = 5 of 8 = 0.625;
+    # exempt above owed 5 - 2 = 3 GPU-h.
+    start = datetime(2026, 11, 2)
+    rows = [{"project": p, "hour": start + timedelta(hours=h), "gpu_hours_entitled": 5.0,
+             "gpu_hours_owed": owed, "gpu_hours_allocated": alloc}
+            for h in (0, 1) for p, owed, alloc in (("x", 1.0, 2.5), ("y", 3.0, 1.5))]
+    exempt = pl.DataFrame({"project": ["x"], "period": [0], "gpu_hours_exempt": [5.0]})
+    (period,) = metrics.settlement_periods(pl.DataFrame(rows), start=start, end=start + timedelta(hours=2),
+                                           settle=timedelta(hours=2), exempt=exempt)
+    assert (period["owed_gpu_hours"], period["allocated_gpu_hours"], period["exempt_gpu_hours"],
+            period["exempt_above_owed_gpu_hours"], period["deliverable_gpu_hours"]) == pytest.approx(
+        (8.0, 8.0, 5.0, 3.0, 5.0))
+    assert metrics.ceiling_ratio([period]) == pytest.approx(1.0)
+    assert metrics.ceiling_ratio([period], exempt_where_it_ran=True) == pytest.approx(5 / 8)
+    # without the split there is no such ceiling (None), not a made-up one
+    (plain,) = metrics.settlement_periods(pl.DataFrame(rows), start=start, end=start + timedelta(hours=2),
+                                          settle=timedelta(hours=2))
+    assert metrics.ceiling_ratio([plain], exempt_where_it_ran=True) is None
+
+
+def test_exempt_hours_are_split_at_the_settlement_edges():
+    # periods of 2 h (7,200 s). An exempt 2-GPU service held GPUs [3,000, 9,000) s: 4,200 s in period 0
+    # (2 x 4,200 / 3,600 = 2.333 GPU-h) and 1,800 s in period 1 (1.0 GPU-h); a batch job is not counted.
+    svc = job("svc", "x", 0, 6000, gpus=2, kind="inference")
+    other = job("b", "y", 0, 6000, gpus=1, kind="batch")
+    seg = lambda start, end: Segment(start, end, (0,), 0.0, float(end - start), "done")
+    outcomes = [JobOutcome(svc, [seg(3000, 9000)]), JobOutcome(other, [seg(0, 6000)])]
+    got = metrics.exempt_gpu_hours(outcomes, lambda j: j.kind == "inference", settle=timedelta(hours=2),
+                                   horizon_s=4 * 3600)
+    assert [(p, k) for p, k, _ in sorted(got.iter_rows())] == [("x", 0), ("x", 1)]
+    assert sorted(got["gpu_hours_exempt"].to_list(), reverse=True) == pytest.approx([7 / 3, 1.0])
+    assert metrics.exempt_gpu_hours(outcomes, None, settle=timedelta(hours=2), horizon_s=4 * 3600) is None
 
 
 def test_figures_over_seeds_are_min_median_max():
