@@ -111,8 +111,12 @@ class Simulation:
     ):
         if policy not in ALL_POLICIES:
             raise ValueError(f"policy {policy!r}: choose one of {', '.join(ALL_POLICIES)}")
-        self.trace, self.cfg, self.policy = trace, cfg, policy
         self.params = params or Params()
+        if self.params.budgets not in ("config", "fit"):
+            raise ValueError(f"budgets {self.params.budgets!r}: choose config or fit")
+        if self.params.budgets == "fit":  # the config's budgets scaled to this cluster's capacity
+            cfg = policies.fitted_budgets(cfg, trace.inventory, trace.origin)
+        self.trace, self.cfg, self.policy = trace, cfg, policy
         self.progress = progress
         # the replay's jobs checkpoint every params.checkpoint_interval_minutes: enforce's victim choice
         # weighs the work a preemption throws away by the same interval

@@ -11,7 +11,7 @@ import pytest
 from gpuledger.whatif import metrics, outcome
 from gpuledger.whatif.engine import simulate, slot_caps
 from gpuledger.whatif.inventory import Inventory
-from gpuledger.whatif.model import PRIORITY, RECLAIM, SLOT_LIMITS, JobOutcome, Segment, Trace
+from gpuledger.whatif.model import PRIORITY, RECLAIM, SLOT_LIMITS, JobOutcome, Params, Segment, Trace
 from tests.whatif.test_whatif import B200, ORIGIN, H, _squatter_trace, config, job, summary
 
 # --- two teams, four GPUs, caps at their share ------------------------------------------------------
@@ -239,3 +239,39 @@ def test_whatif_schedule_over_simulated_seeds(tmp_path):
     assert bad.exit_code == 2 and "a sweep replays one trace" in bad.output
     bad = runner.invoke(app, ["whatif", "schedule", "--simulate-gpus", "12", "--no-progress"])
     assert bad.exit_code == 2 and "multiple of 8" in bad.output
+
+
+def test_budgets_fitted_to_the_cluster_keep_their_proportions():
+    # 2 H100 (weight 1) + 1 B200 (weight 1.8) = 3.8 normalised GPU-h an hour; November has 720 h:
+    # 2,736 for the month. Top budgets: grp 400 (its children a 100 and b 300 sit under it) and c 100
+    # -> k = 2,736 / 500 = 5.472: grp 2,188.8 -> 2,189, a 547.2 -> 547, b 1,641.6 -> 1,642, c 547.2 -> 547.
+    # A December budget of 50 is scaled by December's own capacity: 3.8 x 744 h / 50 = 56.544 -> 2,827.2.
+    from gpuledger.config import Config
+    from gpuledger.whatif.policies import fitted_budgets
+
+    cfg = Config.model_validate({
+        "org": {"name": "org", "children": [
+            {"name": "grp", "shares": 1, "children": [{"name": "a", "shares": 1}, {"name": "b", "shares": 3}]},
+            {"name": "c", "shares": 1}]},
+        "budgets": [{"node": "grp", "period": "2026-11", "gpu_hours": 400},
+                    {"node": "a", "period": "2026-11", "gpu_hours": 100},
+                    {"node": "b", "period": "2026-11", "gpu_hours": 300},
+                    {"node": "c", "period": "2026-11", "gpu_hours": 100},
+                    {"node": "c", "period": "2026-12", "gpu_hours": 50}],
+        "rate_card": [{"gpu_model": "H100", "tier": "reserved", "price_per_gpu_hour": "2.10",
+                       "effective_from": "2026-01-01"},
+                      {"gpu_model": "B200", "tier": "reserved", "price_per_gpu_hour": "4.00",
+                       "effective_from": "2026-01-01", "budget_weight": 1.8}],
+    })
+    inv = Inventory.from_counts([{"model": "H100", "count": 2}, {"model": "B200", "count": 1}])
+    got = {(b.node, b.period): b.gpu_hours for b in fitted_budgets(cfg, inv, ORIGIN).budgets}
+    assert got == {("grp", "2026-11"): 2189, ("a", "2026-11"): 547, ("b", "2026-11"): 1642,
+                   ("c", "2026-11"): 547, ("c", "2026-12"): 2827}
+    # the config itself is left as it was
+    assert [int(b.gpu_hours) for b in cfg.budgets] == [400, 100, 300, 100, 50]
+
+
+def test_an_unknown_budgets_mode_is_refused():
+    trace, cfg = _two_teams()
+    with pytest.raises(ValueError, match="budgets 'half': choose config or fit"):
+        simulate(trace, cfg, PRIORITY, Params(budgets="half"))
