@@ -44,8 +44,9 @@ def allocated_pieces(
     alloc_fraction. With ``jobs``, jobs that have no device allocation count too (gpu_id NULL,
     see allocations.py).
     """
+    span = (start, now if end is None else min(end, now))  # what split_by_hour keeps: only these are joined
     return (
-        split_by_hour(allocation_intervals(job_allocations, gpus, jobs, default_tier=default_tier),
+        split_by_hour(allocation_intervals(job_allocations, gpus, jobs, default_tier=default_tier, span=span),
                       now=now, start=start, end=end)
         .with_columns(
             gpu_hours_allocated=pl.col("piece_s") / 3600.0 * pl.col("device_fraction") * pl.col("alloc_fraction")
