@@ -48,10 +48,13 @@ def allocated_pieces(
     return (
         split_by_hour(allocation_intervals(job_allocations, gpus, jobs, default_tier=default_tier, span=span),
                       now=now, start=start, end=end)
-        .with_columns(
-            gpu_hours_allocated=pl.col("piece_s") / 3600.0 * pl.col("device_fraction") * pl.col("alloc_fraction")
-        )
+        .with_columns(gpu_hours_allocated=allocated_hours())
     )
+
+
+def allocated_hours() -> pl.Expr:
+    """A piece's allocated GPU-hours: piece_s / 3600 × device_fraction × alloc_fraction."""
+    return pl.col("piece_s") / 3600.0 * pl.col("device_fraction") * pl.col("alloc_fraction")
 
 
 def _reset_aware_increment(e: pl.Expr) -> pl.Expr:
