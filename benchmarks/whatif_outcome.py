@@ -2,7 +2,9 @@
 `gpuledger whatif schedule --seeds N --simulate-gpus G --format json --out FILE`: the table (median
 [min–max] per policy), then per seed the settlement weeks of one policy — capacity, owed, occupied
 (allocated) and delivered GPU-hours, the ceiling min(owed, occupied) ÷ owed and the burst room
-(occupied − owed) ÷ occupied — the arithmetic that bounds delivered ÷ owed and burst that month.
+(occupied − owed) ÷ occupied — the arithmetic that bounds delivered ÷ owed and burst that month —
+and, where the file has them, exempt work's GPU-hours above its team's owed and the ceiling with
+exempt work where it ran (deliverable ÷ owed).
 
     .venv/bin/python benchmarks/whatif_outcome.py data/bench/outcome-256.json [--policy reclaim]
 """
@@ -34,16 +36,22 @@ def markdown(doc: dict, policy: str) -> str:
                "= (occupied − owed) ÷ occupied, the most burst a week can hold with every team delivered what it "
                "was owed):")
     lines += ["", heading, "",
-              "| seed | week from | capacity | owed | occupied | delivered | ceiling | burst room |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|"]
+              "| seed | week from | capacity | owed | occupied | delivered | ceiling | burst room "
+              "| exempt above owed | ceiling, exempt where it ran |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for seed, by_policy in block["settlement"].items():
         for w in by_policy.get(policy, []):
             owed = w["owed_gpu_hours"]
             occupied = w["allocated_gpu_hours"]
             ceiling = min(owed, occupied) / owed if owed else float("nan")
             room = max(0.0, occupied - owed) / occupied if occupied else float("nan")
+            above = w.get("exempt_above_owed_gpu_hours")
+            deliverable = w.get("deliverable_gpu_hours")
+            exempt_cells = ("- | -" if above is None or deliverable is None or not owed
+                            else f"{above:,.0f} | {deliverable / owed:.3f}")
             lines.append(f"| {seed} | {w['period_start']} | {w['capacity_gpu_hours']:,.0f} | {owed:,.0f} | "
-                         f"{occupied:,.0f} | {w['delivered_gpu_hours']:,.0f} | {ceiling:.3f} | {room:.3f} |")
+                         f"{occupied:,.0f} | {w['delivered_gpu_hours']:,.0f} | {ceiling:.3f} | {room:.3f} | "
+                         f"{exempt_cells} |")
     return "\n".join(lines) + "\n"
 
 

@@ -49,7 +49,9 @@ if ctx is not None:
         st.caption(f"{over}; {outcome['regime']}. Owed = a team's share of capacity capped hour by hour at its "
                    "demand; delivered = what it got up to that, settled per usage window; burst = allocated "
                    "GPU-hours above owed; ceiling = Σ min(owed, occupied) ÷ Σ owed per settlement week, the best "
-                   "any order of the same occupied GPU-hours could deliver. "
+                   "any order of the same occupied GPU-hours could deliver; with exempt work where it ran, the "
+                   "best the rest could (exempt work is on top and never preempted: its hours above its team's "
+                   "owed are no other team's). "
                    f"{outcome['target_note'][0].upper()}{outcome['target_note'][1:]}.")
     summary = frames["summary"]
     by_metric = {row["metric"]: row for row in summary.iter_rows(named=True)}

@@ -127,7 +127,7 @@ def _pairs(values: list[str] | None, option: str, cast=float) -> dict:
 
 
 def _params(cfg, *, seed, checkpoint, cycle=None, usage_mode=None, window=None, half_life=None, cap=None,
-            idle=None, shares=None, balance=None, lane_reserve=None):
+            idle=None, shares=None, balance=None, lane_reserve=None, budgets="config"):
     from gpuledger.whatif.model import Params
 
     w = cfg.policy.whatif
@@ -145,6 +145,7 @@ def _params(cfg, *, seed, checkpoint, cycle=None, usage_mode=None, window=None, 
         share_overrides=tuple(sorted(_pairs(shares, "--share").items())),
         delivery_balance=None if balance is None else float(balance),
         lane_reserve_share=lane_reserve,
+        budgets=budgets,
         seed=seed,
     )
 
@@ -267,6 +268,11 @@ def schedule(
         None, "--lane-reserve", min=0, max=0.49,
         help="policy 4: share of each pool held for the quick lane and lent meanwhile (default "
              "policy.enforcement.quick_lane.reserve_share)"),
+    budgets: str = typer.Option(
+        "config", "--budgets",
+        help="config: fund the config's budgets as written; fit: scale each period's budgets, in proportion, "
+             "to the replayed cluster's capacity (normalised GPU-hours) — a config written for another "
+             "cluster size funds a simulated one too little or never binds"),
     sweep: str | None = typer.Option(
         None,
         "--sweep",
@@ -313,12 +319,15 @@ def schedule(
 
     _check_out(fmt, out)
     chosen = _chosen_policies(policies, sweep_policy)
+    if budgets not in ("config", "fit"):
+        raise typer.BadParameter(f"{budgets!r}: choose config or fit", param_hint="--budgets")
     sweep_spec = _sweep_spec(sweep)
     if sweep_spec and (seeds or simulate_gpus):
         raise typer.BadParameter("a sweep replays one trace; leave out --seeds / --simulate-gpus", param_hint="--sweep")
     knobs = {"checkpoint": checkpoint_minutes, "cycle": cycle_minutes, "usage_mode": usage_mode,
              "window": window_days, "half_life": half_life_days, "cap": min_runtime_cap_hours,
-             "idle": idle_threshold, "shares": share, "balance": delivery_balance, "lane_reserve": lane_reserve}
+             "idle": idle_threshold, "shares": share, "balance": delivery_balance, "lane_reserve": lane_reserve,
+             "budgets": budgets}
     seed_list = [seed + k for k in range(seeds or 1)]
     if regime and not simulate_gpus:
         raise typer.BadParameter("a demand regime is the simulator's: give it with --simulate-gpus "

@@ -26,7 +26,7 @@ import polars as pl
 from gpuledger.reports.chart import stacked_bars
 from gpuledger.rules.clock import iso_z
 from gpuledger.whatif import metrics
-from gpuledger.whatif.engine import effective_policy, org_nodes_frame, simulate
+from gpuledger.whatif.engine import effective_policy, exempt_rule, org_nodes_frame, simulate
 from gpuledger.whatif.model import ALL_POLICIES, POLICY_TITLES, Params, Trace
 
 FORMAT = "gpuledger.whatif.schedule/1"
@@ -88,7 +88,7 @@ def compare(
     for policy in policies:
         tick = (lambda f, p=policy: progress(p, f)) if progress else None
         result = simulate(trace, cfg, policy, params, progress=tick)
-        out.append(metrics.summarize(result, org, squatting, settle))
+        out.append(metrics.summarize(result, org, squatting, settle, exempt=exempt_rule(cfg)))
     return out
 
 

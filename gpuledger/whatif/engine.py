@@ -111,8 +111,12 @@ class Simulation:
     ):
         if policy not in ALL_POLICIES:
             raise ValueError(f"policy {policy!r}: choose one of {', '.join(ALL_POLICIES)}")
-        self.trace, self.cfg, self.policy = trace, cfg, policy
         self.params = params or Params()
+        if self.params.budgets not in ("config", "fit"):
+            raise ValueError(f"budgets {self.params.budgets!r}: choose config or fit")
+        if self.params.budgets == "fit":  # the config's budgets scaled to this cluster's capacity
+            cfg = policies.fitted_budgets(cfg, trace.inventory, trace.origin)
+        self.trace, self.cfg, self.policy = trace, cfg, policy
         self.progress = progress
         # the replay's jobs checkpoint every params.checkpoint_interval_minutes: enforce's victim choice
         # weighs the work a preemption throws away by the same interval
@@ -758,6 +762,13 @@ def slot_caps(org_nodes, physical_gpus: int) -> dict[str, float]:
     return {n: float(s) * physical_gpus for n, s, r in shares.iter_rows() if r is not None}
 
 
+def exempt_rule(cfg: Config):
+    """The predicate of exempt jobs under ``cfg`` (policy.enforcement's exempt kinds and
+    namespaces: on top, never preempted), for the figures that set exempt work apart."""
+    enforcement = cfg.policy.enforcement
+    return lambda job: _exempt(job, enforcement)
+
+
 def _exempt(job, enforcement) -> bool:
     return bool(
         (job.kind and job.kind in enforcement.exempt_kinds)
@@ -776,4 +787,4 @@ def simulate(
     return Simulation(trace, cfg, policy, params, progress).run()
 
 
-__all__ = ["FAIR_SHARE", "PRIORITY", "RECLAIM", "SLOT_LIMITS", "Simulation", "simulate"]
+__all__ = ["FAIR_SHARE", "PRIORITY", "RECLAIM", "SLOT_LIMITS", "Simulation", "exempt_rule", "simulate"]

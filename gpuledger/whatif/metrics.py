@@ -154,11 +154,13 @@ def frames(result: RunResult):
     return jobs_f, alloc_f, gpus_f
 
 
-def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = None, *, periods: bool = False):
+def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = None, *, periods: bool = False,
+                     exempt=None):
     """Per project (leaves): owed, allocated, delivered GPU-hours and delivery_ratio, delivered
     settled per ``settle`` (the usage window; None: the whole run is one period) — the stages of
     analytics.fairshare.delivery. ``periods``: also the settlement periods' totals (see
-    :func:`settlement_periods`), as (frame, periods)."""
+    :func:`settlement_periods`; ``exempt``, a predicate on jobs: with exempt work's share), as
+    (frame, periods)."""
     jobs_f, alloc_f, gpus_f = frames(result)
     start = result.trace.origin
     end = start + timedelta(seconds=result.trace.horizon_s)
@@ -198,28 +200,54 @@ def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = No
     )
     if not periods:
         return deliv
-    return deliv, settlement_periods(hourly, start=start, end=end, settle=settle)
+    held = exempt_gpu_hours(result.outcomes, exempt, settle=settle, horizon_s=result.trace.horizon_s)
+    return deliv, settlement_periods(hourly, start=start, end=end, settle=settle, exempt=held)
 
 
-def settlement_periods(hourly, *, start, end, settle: timedelta | None) -> list[dict]:
+def settlement_periods(hourly, *, start, end, settle: timedelta | None, exempt=None) -> list[dict]:
     """Per settlement period (a usage window W from ``start``): installed capacity, Σ owed, Σ
     allocated (the occupied capacity) and Σ delivered GPU-hours. Delivered can never pass
-    min(owed, allocated) in a period — the arithmetic ceiling of delivered ÷ owed that month."""
+    min(owed, allocated) in a period — the arithmetic ceiling of delivered ÷ owed that month.
+
+    ``exempt`` (project, period, gpu_hours_exempt: :func:`exempt_gpu_hours`) adds what exempt work
+    (on top, never preempted: the site's rule, not the policy's choice) held: ``exempt_gpu_hours``,
+    ``exempt_above_owed_gpu_hours`` (Σ max(0, exempt − owed) per team) and
+    ``deliverable_gpu_hours``, the most any order of the rest of the occupied GPU-hours could
+    deliver with exempt work where it ran: Σ min(owed, exempt) + min(Σ max(0, owed − exempt),
+    occupied − Σ exempt) — see :func:`ceiling_ratio`."""
     period_s = (end - start).total_seconds() if settle is None else settle.total_seconds()
-    per = (
+    per_team = (
         hourly.with_columns(period=((pl.col("hour") - pl.lit(start)).dt.total_seconds() // period_s).cast(pl.Int64))
         .group_by("project", "period")
         .agg(pl.col("gpu_hours_entitled", "gpu_hours_owed", "gpu_hours_allocated").sum())
         .with_columns(delivered=pl.min_horizontal("gpu_hours_allocated", "gpu_hours_owed"))
-        .group_by("period")
+    )
+    extra = []
+    if exempt is not None:
+        # exempt GPU-hours are part of the team's allocation: clipped to it (the two sum hours alike)
+        per_team = per_team.join(exempt, on=["project", "period"], how="left").with_columns(
+            ex=pl.min_horizontal(pl.col("gpu_hours_exempt").fill_null(0.0), "gpu_hours_allocated"))
+        extra = [
+            pl.col("ex").sum().alias("exempt_gpu_hours"),
+            (pl.col("ex") - pl.col("gpu_hours_owed")).clip(lower_bound=0.0).sum().alias("exempt_above_owed_gpu_hours"),
+            pl.min_horizontal("ex", "gpu_hours_owed").sum().alias("_owed_met_by_exempt"),
+            (pl.col("gpu_hours_owed") - pl.col("ex")).clip(lower_bound=0.0).sum().alias("_owed_left"),
+        ]
+    per = (
+        per_team.group_by("period")
         .agg(
             capacity_gpu_hours=pl.col("gpu_hours_entitled").sum(),
             owed_gpu_hours=pl.col("gpu_hours_owed").sum(),
             allocated_gpu_hours=pl.col("gpu_hours_allocated").sum(),
             delivered_gpu_hours=pl.col("delivered").sum(),
+            *extra,
         )
         .sort("period")
     )
+    if exempt is not None:
+        per = per.with_columns(deliverable_gpu_hours=pl.col("_owed_met_by_exempt") + pl.min_horizontal(
+            "_owed_left", (pl.col("allocated_gpu_hours") - pl.col("exempt_gpu_hours")).clip(lower_bound=0.0)),
+        ).drop("_owed_met_by_exempt", "_owed_left")
     return [
         {"period_start": f"{start + timedelta(seconds=r['period'] * period_s):%Y-%m-%d}", **{
             k: float(v or 0.0) for k, v in r.items() if k != "period"}}
@@ -227,13 +255,42 @@ def settlement_periods(hourly, *, start, end, settle: timedelta | None) -> list[
     ]
 
 
-def ceiling_ratio(periods: list[dict]) -> float | None:
+def ceiling_ratio(periods: list[dict], *, exempt_where_it_ran: bool = False) -> float | None:
     """Σ min(owed, occupied) ÷ Σ owed over the settlement periods: the best delivered ÷ owed any
-    order of the same occupied GPU-hours could give."""
+    order of the same occupied GPU-hours could give. ``exempt_where_it_ran``: the best any order of
+    the occupied GPU-hours other than exempt work's could give (Σ deliverable ÷ Σ owed): exempt
+    work above its team's owed is hours no other team can be given (None without the exempt split)."""
     owed = sum(p["owed_gpu_hours"] for p in periods)
     if owed <= 1e-9:
         return None
+    if exempt_where_it_ran:
+        if any("deliverable_gpu_hours" not in p for p in periods):
+            return None
+        return sum(p["deliverable_gpu_hours"] for p in periods) / owed
     return sum(min(p["owed_gpu_hours"], p["allocated_gpu_hours"]) for p in periods) / owed
+
+
+def exempt_gpu_hours(outcomes: list[JobOutcome], exempt, *, settle: timedelta | None, horizon_s: int):
+    """(project, period, gpu_hours_exempt): GPU-hours the jobs ``exempt(job)`` holds true for held in
+    each settlement period (segments split at the periods' edges), or None without a predicate."""
+    if exempt is None:
+        return None
+    period_s = horizon_s if settle is None else int(settle.total_seconds())
+    held: dict[tuple[str, int], float] = {}
+    for o in outcomes:
+        if not exempt(o.job):
+            continue
+        for s in o.segments:
+            t = s.start_s
+            while t < s.end_s:
+                k = t // period_s
+                edge = min(s.end_s, (k + 1) * period_s)
+                held[(o.job.project, k)] = held.get((o.job.project, k), 0.0) + o.job.gpus * (edge - t) / 3600
+                t = edge
+    return pl.DataFrame(
+        {"project": [p for p, _ in held], "period": [k for _, k in held], "gpu_hours_exempt": list(held.values())},
+        schema={"project": pl.String, "period": pl.Int64, "gpu_hours_exempt": pl.Float64},
+    )
 
 
 # Job classes for waits by what the work is: one rule with the real-history waits
@@ -262,7 +319,8 @@ def reclaimed_gpu_hours(outcomes: list[JobOutcome], horizon_s: int) -> float:
 def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
     """Ai2's measures of one run: teams at >= 95 % of owed, burst (share of allocated GPU-hours
     above owed, settled per period), waits per job class in seconds, squatted GPU-hours
-    reclaimed, and the ceiling of delivered ÷ owed."""
+    reclaimed, and the ceilings of delivered ÷ owed (with exempt work where it ran, when the
+    periods carry its split)."""
     owed = deliv.filter(deliv["gpu_hours_owed"] > 1e-9)
     allocated = float(deliv["gpu_hours_allocated"].sum()) if deliv.height else 0.0
     delivered = float(deliv["gpu_hours_delivered"].sum()) if deliv.height else 0.0
@@ -272,6 +330,10 @@ def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
         "burst_ratio": (allocated - delivered) / allocated if allocated > 1e-9 else None,
         "reclaimed_gpu_hours": reclaimed_gpu_hours(result.outcomes, result.trace.horizon_s),
         "ceiling_delivery_ratio": ceiling_ratio(periods),
+        "ceiling_exempt_delivery_ratio": ceiling_ratio(periods, exempt_where_it_ran=True),
+        "exempt_above_owed_gpu_hours": (sum(p["exempt_above_owed_gpu_hours"] for p in periods)
+                                        if periods and all("exempt_above_owed_gpu_hours" in p for p in periods)
+                                        else None),
         "settlement": periods,
     }
     waits: dict[str, list[float]] = {c: [] for c in WAIT_CLASSES}
@@ -287,9 +349,10 @@ def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
     return out
 
 
-def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None = None) -> dict:
+def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None = None, exempt=None) -> dict:
     """The figures of one run (see the module docstring), keyed with their units. ``settle``:
-    the period delivery is settled over (engine.effective_policy's usage window)."""
+    the period delivery is settled over (engine.effective_policy's usage window); ``exempt``: the
+    predicate of exempt jobs (engine.exempt_rule), for the ceiling with exempt work where it ran."""
     trace = result.trace
     hours = trace.horizon_s / 3600
     capacity = trace.inventory.physical_gpus() * hours
@@ -312,7 +375,7 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
             first = o.first_start_s if o.first_start_s is not None else trace.horizon_s
             started[c] += o.first_start_s is not None
             waits[c].append(max(0, first - j.submit_s) / 3600)
-    deliv, periods = project_delivery(result, org_nodes, settle, periods=True)
+    deliv, periods = project_delivery(result, org_nodes, settle, periods=True, exempt=exempt)
     owed = deliv.filter(deliv["gpu_hours_owed"] > 1e-9)
     worst = owed.sort("delivery_ratio", "project").row(0, named=True) if owed.height else None
     worst_h = owed.sort("delivery_ratio_hourly", "project").row(0, named=True) if owed.height else None

@@ -93,6 +93,8 @@ class Params:
     project's usage with the delivery balance the run still owes it before ranking fair share, 0
     does not (None: the config's policy.usage.delivery_balance.credit_fair_share).
     ``lane_reserve_share``: policy 4's reserve for the quick lane (config.QuickLane.reserve_share).
+    ``budgets``: ``config`` funds the config's budgets as written; ``fit`` scales each period's
+    budgets to the replayed cluster's capacity, in proportion (policies.fitted_budgets).
     """
 
     usage_mode: str | None = None  # decay / window; None: the config's
@@ -113,6 +115,7 @@ class Params:
     # policy 4's lane reserve: the share of each pool held for lane jobs and lent meanwhile; None:
     # the config's policy.enforcement.quick_lane.reserve_share
     lane_reserve_share: float | None = None
+    budgets: str = "config"  # config / fit
     seed: int = 1
 
     def with_(self, **changes) -> Params:

@@ -52,6 +52,8 @@ FIGURES = (
     Figure("squatted_gpu_hours", "squatted GPU-h (idle past grace)", "gpu_hours"),
     Figure("reclaimed_gpu_hours", "squatted GPU-h reclaimed", "gpu_hours"),
     Figure("ceiling_delivery_ratio", "ceiling of delivered ÷ owed (owed vs occupied, per week)", "ratio"),
+    Figure("exempt_above_owed_gpu_hours", "exempt GPU-h above their team's owed (per week)", "gpu_hours"),
+    Figure("ceiling_exempt_delivery_ratio", "ceiling with exempt work where it ran (per week)", "ratio"),
 )
 
 

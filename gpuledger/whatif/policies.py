@@ -14,8 +14,10 @@ Policy 1 (priority) orders by declared priority only and never preempts.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 
 import polars as pl
 
@@ -41,6 +43,39 @@ def budget_weights(cfg: Config, at: datetime) -> dict[str, float]:
         if when <= at and (r.gpu_model not in out or out[r.gpu_model][0] <= when):
             out[r.gpu_model] = (when, r.budget_weight)
     return {m: w for m, (_, w) in out.items()}
+
+
+def fitted_budgets(cfg: Config, inventory, at: datetime) -> Config:
+    """``cfg`` with each period's budgets scaled, in proportion, so the top budgets of the period
+    (those with no budgeted ancestor) sum to the cluster's capacity over it in normalised GPU-hours
+    (Σ device fractions × budget weight × the period's hours): Ai2 budgets the capacity it has. A
+    config written for another cluster size funds a simulated one too little (its teams exhaust
+    their budgets mid-month: at 1,024 GPUs the example config's budgets are 0.55× the month) or
+    never binds (2.2× at 256 GPUs). Whole GPU-hours, half up."""
+    weights = budget_weights(cfg, at)
+    per_hour = sum(d.fraction * weights.get(d.pool[1], 1.0) for d in inventory.devices)
+    parent = dict(zip(*cfg.org_frame().select("node", "parent").to_dict(as_series=False).values(), strict=True))
+    periods: dict[tuple, list] = defaultdict(list)
+    for b in cfg.budgets:
+        periods[(b.start, b.end)].append(b)
+    scaled = []
+    for (start, end), budgets in periods.items():
+        budgeted = {b.node for b in budgets}
+
+        def top(node: str, budgeted=budgeted) -> bool:
+            up = parent.get(node)
+            while up is not None:
+                if up in budgeted:
+                    return False
+                up = parent.get(up)
+            return True
+
+        total = sum(b.gpu_hours for b in budgets if top(b.node))
+        hours = Decimal((end - start).days * 24)
+        k = Decimal(repr(per_hour)) * hours / total if total > 0 else Decimal(0)
+        scaled += [b.model_copy(update={"gpu_hours": (b.gpu_hours * k).quantize(Decimal(1), ROUND_HALF_UP)})
+                   for b in budgets]
+    return cfg.model_copy(update={"budgets": scaled})
 
 
 @dataclass

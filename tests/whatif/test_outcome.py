@@ -11,7 +11,7 @@ import pytest
 from gpuledger.whatif import metrics, outcome
 from gpuledger.whatif.engine import simulate, slot_caps
 from gpuledger.whatif.inventory import Inventory
-from gpuledger.whatif.model import PRIORITY, RECLAIM, SLOT_LIMITS, Trace
+from gpuledger.whatif.model import PRIORITY, RECLAIM, SLOT_LIMITS, JobOutcome, Params, Segment, Trace
 from tests.whatif.test_whatif import B200, ORIGIN, H, _squatter_trace, config, job, summary
 
 # --- two teams, four GPUs, caps at their share ------------------------------------------------------
@@ -144,6 +144,44 @@ def test_the_ceiling_is_owed_against_occupied_capacity_per_period():
     assert metrics.ceiling_ratio([]) is None
 
 
+def test_the_ceiling_with_exempt_work_where_it_ran():
+    # one 2-hour period. Team x runs only exempt work: owed 1 + 1 = 2, holds 2.5 + 2.5 = 5 (all exempt);
+    # team y: owed 3 + 3 = 6, holds 1.5 + 1.5 = 3. Occupied 8 = owed 8, so the plain ceiling is 1.
+    # With x's exempt 5 GPU-h where they ran: x is delivered min(2, 5) = 2; y can be given at most
+    # the occupied hours exempt work left, 8 - 5 = 3, of its 6 -> deliverable 2 + 3 = 5 of 8 = 0.625;
+    # exempt above owed 5 - 2 = 3 GPU-h.
+    start = datetime(2026, 11, 2)
+    rows = [{"project": p, "hour": start + timedelta(hours=h), "gpu_hours_entitled": 5.0,
+             "gpu_hours_owed": owed, "gpu_hours_allocated": alloc}
+            for h in (0, 1) for p, owed, alloc in (("x", 1.0, 2.5), ("y", 3.0, 1.5))]
+    exempt = pl.DataFrame({"project": ["x"], "period": [0], "gpu_hours_exempt": [5.0]})
+    (period,) = metrics.settlement_periods(pl.DataFrame(rows), start=start, end=start + timedelta(hours=2),
+                                           settle=timedelta(hours=2), exempt=exempt)
+    assert (period["owed_gpu_hours"], period["allocated_gpu_hours"], period["exempt_gpu_hours"],
+            period["exempt_above_owed_gpu_hours"], period["deliverable_gpu_hours"]) == pytest.approx(
+        (8.0, 8.0, 5.0, 3.0, 5.0))
+    assert metrics.ceiling_ratio([period]) == pytest.approx(1.0)
+    assert metrics.ceiling_ratio([period], exempt_where_it_ran=True) == pytest.approx(5 / 8)
+    # without the split there is no such ceiling (None), not a made-up one
+    (plain,) = metrics.settlement_periods(pl.DataFrame(rows), start=start, end=start + timedelta(hours=2),
+                                          settle=timedelta(hours=2))
+    assert metrics.ceiling_ratio([plain], exempt_where_it_ran=True) is None
+
+
+def test_exempt_hours_are_split_at_the_settlement_edges():
+    # periods of 2 h (7,200 s). An exempt 2-GPU service held GPUs [3,000, 9,000) s: 4,200 s in period 0
+    # (2 x 4,200 / 3,600 = 2.333 GPU-h) and 1,800 s in period 1 (1.0 GPU-h); a batch job is not counted.
+    svc = job("svc", "x", 0, 6000, gpus=2, kind="inference")
+    other = job("b", "y", 0, 6000, gpus=1, kind="batch")
+    seg = lambda start, end: Segment(start, end, (0,), 0.0, float(end - start), "done")
+    outcomes = [JobOutcome(svc, [seg(3000, 9000)]), JobOutcome(other, [seg(0, 6000)])]
+    got = metrics.exempt_gpu_hours(outcomes, lambda j: j.kind == "inference", settle=timedelta(hours=2),
+                                   horizon_s=4 * 3600)
+    assert [(p, k) for p, k, _ in sorted(got.iter_rows())] == [("x", 0), ("x", 1)]
+    assert sorted(got["gpu_hours_exempt"].to_list(), reverse=True) == pytest.approx([7 / 3, 1.0])
+    assert metrics.exempt_gpu_hours(outcomes, None, settle=timedelta(hours=2), horizon_s=4 * 3600) is None
+
+
 def test_figures_over_seeds_are_min_median_max():
     # three seeds' figures: delivery 0.9, 1.0, 0.95 -> min 0.9, median 0.95, max 1.0
     runs = {1: {PRIORITY: {"delivery_ratio": 0.9}}, 2: {PRIORITY: {"delivery_ratio": 1.0}},
@@ -201,3 +239,39 @@ def test_whatif_schedule_over_simulated_seeds(tmp_path):
     assert bad.exit_code == 2 and "a sweep replays one trace" in bad.output
     bad = runner.invoke(app, ["whatif", "schedule", "--simulate-gpus", "12", "--no-progress"])
     assert bad.exit_code == 2 and "multiple of 8" in bad.output
+
+
+def test_budgets_fitted_to_the_cluster_keep_their_proportions():
+    # 2 H100 (weight 1) + 1 B200 (weight 1.8) = 3.8 normalised GPU-h an hour; November has 720 h:
+    # 2,736 for the month. Top budgets: grp 400 (its children a 100 and b 300 sit under it) and c 100
+    # -> k = 2,736 / 500 = 5.472: grp 2,188.8 -> 2,189, a 547.2 -> 547, b 1,641.6 -> 1,642, c 547.2 -> 547.
+    # A December budget of 50 is scaled by December's own capacity: 3.8 x 744 h / 50 = 56.544 -> 2,827.2.
+    from gpuledger.config import Config
+    from gpuledger.whatif.policies import fitted_budgets
+
+    cfg = Config.model_validate({
+        "org": {"name": "org", "children": [
+            {"name": "grp", "shares": 1, "children": [{"name": "a", "shares": 1}, {"name": "b", "shares": 3}]},
+            {"name": "c", "shares": 1}]},
+        "budgets": [{"node": "grp", "period": "2026-11", "gpu_hours": 400},
+                    {"node": "a", "period": "2026-11", "gpu_hours": 100},
+                    {"node": "b", "period": "2026-11", "gpu_hours": 300},
+                    {"node": "c", "period": "2026-11", "gpu_hours": 100},
+                    {"node": "c", "period": "2026-12", "gpu_hours": 50}],
+        "rate_card": [{"gpu_model": "H100", "tier": "reserved", "price_per_gpu_hour": "2.10",
+                       "effective_from": "2026-01-01"},
+                      {"gpu_model": "B200", "tier": "reserved", "price_per_gpu_hour": "4.00",
+                       "effective_from": "2026-01-01", "budget_weight": 1.8}],
+    })
+    inv = Inventory.from_counts([{"model": "H100", "count": 2}, {"model": "B200", "count": 1}])
+    got = {(b.node, b.period): b.gpu_hours for b in fitted_budgets(cfg, inv, ORIGIN).budgets}
+    assert got == {("grp", "2026-11"): 2189, ("a", "2026-11"): 547, ("b", "2026-11"): 1642,
+                   ("c", "2026-11"): 547, ("c", "2026-12"): 2827}
+    # the config itself is left as it was
+    assert [int(b.gpu_hours) for b in cfg.budgets] == [400, 100, 300, 100, 50]
+
+
+def test_an_unknown_budgets_mode_is_refused():
+    trace, cfg = _two_teams()
+    with pytest.raises(ValueError, match="budgets 'half': choose config or fit"):
+        simulate(trace, cfg, PRIORITY, Params(budgets="half"))

@@ -77,3 +77,24 @@ def test_whatif_over_seasonal_seeds_names_the_regime(tmp_path):
     block = json.loads(default.stdout)["outcome"]
     assert block["demand_regime"] == "ai2-backlog" and "demand regime ai2-backlog" in block["regime"]
     assert not set(block["sources"].values()) & set(doc["sources"].values())
+
+
+def test_a_wrong_budgets_mode_is_one_line_exit_2(tmp_path):
+    done = CliRunner().invoke(app, ["whatif", "schedule", "--budgets", "half", "-w", str(tmp_path / "w.duckdb")])
+    assert done.exit_code == 2
+    assert "'half': choose config or fit" in done.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_fitted_budgets_are_the_runs_parameter(tmp_path):
+    # 8 simulated GPUs for a day: the example config's budgets (405,500 GPU-h in November) never bind
+    # on 8 GPUs, fitted ones are the cluster's month; the run records which it replayed
+    base = ["whatif", "schedule", "--simulate-gpus", "8", "--days", "1", "--policies", "fair-share",
+            "--sim-dir", str(tmp_path / "sims"), "--no-progress", "--format", "json"]
+    got = {}
+    for mode in ("config", "fit"):
+        done = CliRunner().invoke(app, [*base, "--budgets", mode])
+        assert done.exit_code == 0, done.output
+        got[mode] = json.loads(done.stdout)
+    assert (got["config"]["params"]["budgets"], got["fit"]["params"]["budgets"]) == ("config", "fit")

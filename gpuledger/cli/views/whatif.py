@@ -40,8 +40,9 @@ def outcome_view(policies: tuple[str, ...]) -> View:
                 (
                     "median [min–max] over the seeds; owed = share of capacity capped hour by hour at demand, "
                     "delivered settled per usage window; burst = allocated GPU-h above owed ÷ allocated; "
-                    "ceiling = Σ min(owed, occupied) ÷ Σ owed per settlement week; a job never started counts "
-                    "its wait so far"
+                    "ceiling = Σ min(owed, occupied) ÷ Σ owed per settlement week; with exempt work where it "
+                    "ran: the best the occupied GPU-h left beside exempt work (on top, never preempted) could "
+                    "deliver; a job never started counts its wait so far"
                 ),
             ),
             ("target", TARGET_NOTE),
