@@ -68,11 +68,23 @@ def materialized(n: int, source_dir: Path, out_dir: Path) -> tuple[Path, dict]:
     meta = {}
     for step in (["pipelines", "run-once"], ["enforce", "plan"]):
         began = time.monotonic()
-        subprocess.run(["nice", "-n", "10", str(BIN / "gpuledger"), *step], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run_step(step, env, Path(f"{dst}.{'-'.join(step)}.log"))
         meta[f"{'_'.join(step).replace('-', '_')}_s"] = round(time.monotonic() - began, 1)
     done.write_text(json.dumps(meta))
     return dst, meta
+
+
+def run_step(step: list[str], env: dict, log_file: Path) -> None:
+    """``gpuledger STEP`` (niced) with its output kept in ``log_file``: a step that fails exits the
+    bench with its last lines and the file's name (a failed `pipelines run-once` at 4,096 GPUs was
+    once lost with its output)."""
+    with open(log_file, "w") as out:
+        done = subprocess.run(["nice", "-n", "10", str(BIN / "gpuledger"), *step], env=env, check=False,
+                              stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-20:])
+        raise SystemExit(f"`gpuledger {' '.join(step)}` exited {done.returncode}; its output is in "
+                         f"{log_file}, ending:\n{tail}")
 
 
 def _env(warehouse_file: Path, dagster_home: Path) -> dict:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuledger.warehouse.engine import duckdb
+from gpuledger.warehouse.snapshot import reader_memo
 
 from gpuledger.config_files import resolve_config_path
 
@@ -83,9 +84,17 @@ def _has_table(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def stored_config(con: duckdb.DuckDBPyConnection, version: int | None = None) -> StoredConfig | None:
-    """The latest config version (or ``version``); None for a warehouse never given a config."""
-    if not _has_table(con):
-        return None
+    """The latest config version (or ``version``); None for a warehouse never given a config.
+    Read once per open_reader connection (gpuledger.warehouse.snapshot), whose file has the table."""
+    memo = reader_memo(con)
+    if memo is None:
+        return _read_stored(con, version) if _has_table(con) else None
+    if ("stored_config", version) not in memo:
+        memo["stored_config", version] = _read_stored(con, version)
+    return memo["stored_config", version]
+
+
+def _read_stored(con: duckdb.DuckDBPyConnection, version: int | None) -> StoredConfig | None:
     cursor = con.execute(  # every column: content_json is there only from migration 017 on
         "SELECT * FROM config_versions WHERE ? IS NULL OR version = ? ORDER BY version DESC LIMIT 1",
         [version, version],

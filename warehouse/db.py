@@ -29,14 +29,15 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 
+from gpuledger.sql import package_folder
 from gpuledger.warehouse import migration_backup
 from gpuledger.warehouse.access import WarehouseLocks
 from gpuledger.warehouse.engine import duckdb
 from gpuledger.warehouse.paths import DEFAULT_WAREHOUSE, WAREHOUSE_ENV, resolve_warehouse_path  # noqa: F401
 from gpuledger.warehouse.paths import check_reader_path, check_writer_path
+from gpuledger.warehouse.snapshot import mark_reader
 
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -73,7 +74,13 @@ def migrations(*, text: bool = True) -> list[tuple[int, str, str]]:
     """(version, file name, SQL) for every migration shipped in warehouse/migrations, in order
     (``text=False``: SQL "" — a reader checks the versions only, without reading 30 files)."""
     found = []
-    for entry in resources.files("gpuledger.warehouse.migrations").iterdir():
+    package = "gpuledger.warehouse.migrations"
+    folder = package_folder(package)
+    if folder is None:  # a zip's files: importlib.resources, whose import costs every reader ~5 ms
+        from importlib import resources  # lazy: see above
+
+        folder = resources.files(package)
+    for entry in folder.iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
             found.append((int(match.group(1)), entry.name, entry.read_text() if text else ""))
@@ -614,6 +621,7 @@ def open_reader(
                         f"warehouse {path} is at schema version {have} without migration(s) "
                         f"{', '.join(map(str, missing))}, this gpuledger needs {shipped[-1]}: "
                         "run `gpuledger warehouse migrate` (readers never change the file)")
+                mark_reader(con)  # at the shipped schema, unchanged while open: read the config once
                 with _reading(key):
                     yield con
             except duckdb.Error as exc:  # a damaged block can surface in any later query

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -108,6 +107,8 @@ def out_file(path: Path | None, option: str = "--out") -> Path | None:
         if path.is_char_device() or path.is_fifo():  # /dev/stdout, a pipe: fine to write to
             return path
         raise typer.BadParameter(f"{path} is not a regular file", param_hint=option)
+    import tempfile  # only for an output file: its import (random, shutil) costs every command ~2 ms
+
     try:  # a real probe: os.access says yes to root on a read-only mount
         with tempfile.TemporaryFile(dir=parent):
             pass

@@ -50,11 +50,13 @@ GROUP_ALIASES = {"import": {"jobs": ("ingest", "jobs-csv")}}
 
 
 def plain_help(command):
-    """``command`` and everything under it with click's plain help (typer's rich mode off)."""
+    """``command`` and everything under it with click's plain help (typer's rich mode off). A
+    group's commands not built yet (LazyCommands) are left so: each gets it when built."""
     if hasattr(command, "rich_markup_mode"):
         command.rich_markup_mode = None
-    for sub in getattr(command, "commands", {}).values():
-        plain_help(sub)
+    for sub in dict.values(getattr(command, "commands", {})):  # dict's own: builds nothing
+        if sub is not None:
+            plain_help(sub)
     return command
 
 

@@ -34,7 +34,8 @@ from gpuledger.facts.rows import Rows, as_polars
 from gpuledger.sql import load_sql
 
 # "now" for the data and for waits: facts.data_now / facts.waits_now for every surface
-from gpuledger.warehouse.clock import data_now, waits_now
+from gpuledger.rules.clock import utc_now
+from gpuledger.warehouse.clock import data_now, data_now_within, waits_now
 
 MATERIALIZED = "materialized"
 COMPUTED = "computed"
@@ -298,19 +299,47 @@ def findings(con, *, policy, now: datetime | None = None, include_exempt: bool =
     minutes old could preempt a job that has been busy since; at the same moment the stored
     findings are the computed ones (tests/pipelines/test_assets.py), so the plan is the same.
 
-    ``materialized=False``: always computed (the squatting pipeline, which stores the evaluation)."""
-    at = now or data_now(con)
+    ``materialized=False``: always computed (the squatting pipeline, which stores the evaluation).
+
+    Without ``now``, whether the latest evaluation is still recent is asked of the rows near it
+    (clock.data_now_within) before the data's now itself is read: the same answer, without reading
+    the newest sample of every row group (issue 41)."""
+    at, wall = now, utc_now()
     minutes = _sustained_minutes(con, policy) if materialized else None
     if minutes is not None:
-        evaluated = con.execute(_sql("latest_evaluation"), {"now": at}).fetchall()[0][0]
         window = timedelta(0) if exact_moment else timedelta(minutes=minutes / 2)
-        if evaluated is not None and at - evaluated <= window:
-            episodes = _sql("episodes_as_of")
-            if not include_exempt:
-                return Facts(Rows.from_cursor(con.execute(episodes, {"at": evaluated})), MATERIALIZED, evaluated)
-            if _exempt_stored(con, evaluated):
-                query = _sql("findings_with_exempt_as_of", episodes=episodes)
-                return Facts(Rows.from_cursor(con.execute(query, {"at": evaluated})), MATERIALIZED, evaluated)
+        if at is None:
+            # the latest evaluation not after the wall clock is the latest not after the data's
+            # now (never after the wall clock) when the data's now is at or after it
+            evaluated = _latest_evaluation(con, wall)
+            if evaluated is None or not data_now_within(con, evaluated, evaluated + window, wall=wall):
+                at = data_now(con, wall=wall)
+        if at is not None:
+            evaluated = _latest_evaluation(con, at)
+            evaluated = evaluated if evaluated is not None and at - evaluated <= window else None
+        found = None if evaluated is None else _stored_findings(con, evaluated, include_exempt)
+        if found is not None:
+            return found
+    return _computed_findings(con, policy, at or data_now(con, wall=wall), include_exempt)
+
+
+def _latest_evaluation(con, at: datetime) -> datetime | None:
+    return con.execute(_sql("latest_evaluation"), {"now": at}).fetchall()[0][0]
+
+
+def _stored_findings(con, evaluated: datetime, include_exempt: bool) -> Facts | None:
+    """Evaluation ``evaluated``'s findings as stored, or None when its exempt ones, asked for,
+    were not stored (recorded before migration 018)."""
+    episodes = _sql("episodes_as_of")
+    if not include_exempt:
+        return Facts(Rows.from_cursor(con.execute(episodes, {"at": evaluated})), MATERIALIZED, evaluated)
+    if _exempt_stored(con, evaluated):
+        query = _sql("findings_with_exempt_as_of", episodes=episodes)
+        return Facts(Rows.from_cursor(con.execute(query, {"at": evaluated})), MATERIALIZED, evaluated)
+    return None
+
+
+def _computed_findings(con, policy, at: datetime, include_exempt: bool) -> Facts:
     from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
 
     return Facts(queries.squatters_report(con, policy=_policy(policy), now=at, include_exempt=include_exempt),

@@ -5,6 +5,7 @@ simulated cluster against a real Prometheus (skipped without the Debian promethe
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -112,3 +113,16 @@ def test_side_by_side_on_a_tiny_cluster_agrees(single_cluster_analysed, tmp_path
     assert questions["gpu_hours_by_project"]["compared"] >= 3
     assert questions["hourly_utilization"]["compared"] == 48
     assert sum(i["jobs_prometheus"] for i in questions["idle_60m"]["instants"]) > 0  # squatters were compared
+
+
+def test_a_failing_materialization_step_keeps_its_output(tmp_path):
+    """A step of the materialized copy that fails (here a command gpuledger does not have, exit 2)
+    stops the bench naming its log file and quoting its last lines; the file keeps the whole output."""
+    import prometheus_bench as pb
+
+    log = tmp_path / "week16-materialized.duckdb.pipelines-nonesuch.log"
+    with pytest.raises(SystemExit) as stopped:
+        pb.run_step(["pipelines", "nonesuch"], {**os.environ, "NO_COLOR": "1"}, log)
+    message = str(stopped.value)
+    assert "`gpuledger pipelines nonesuch` exited 2" in message and str(log) in message
+    assert "nonesuch" in log.read_text() and log.read_text().splitlines()[-1] in message

@@ -104,3 +104,21 @@ def test_a_stored_config_that_no_longer_validates_is_named_not_swallowed(user_wa
         assert stored_config(con).version == 1
         with pytest.raises(ConfigError, match="warehouse config version 1"):
             job_limits(con)
+
+
+def test_a_reader_reads_the_stored_config_once_a_writer_every_time(user_warehouse):
+    # issue 41: `report squatters` read it twice (the command's config, then the findings' rules),
+    # each time behind a duckdb_tables() probe. A reader's file cannot change while it is open
+    # (writers wait for it), so its first read stands; a writer's connection sees each new version.
+    with warehouse.open_reader(user_warehouse) as con:
+        first = stored_config(con)
+        assert first.version == 1 and first.loaded_by == "alice"
+        assert stored_config(con) is first  # the same object: read once
+        assert stored_config(con, 1) == first and stored_config(con, 2) is None
+    text = example_config_text()
+    with warehouse.open_writer(user_warehouse) as con:
+        assert stored_config(con).version == 1
+        load_version(con, parse_config_text(text), text=text, source="/etc/gpuledger/new.yaml", by="bob")
+        assert stored_config(con).loaded_by == "bob"  # not a memo of the first read
+    with warehouse.open_reader(user_warehouse) as con:  # a new reader: the new version
+        assert (stored_config(con).version, stored_config(con).loaded_by) == (2, "bob")

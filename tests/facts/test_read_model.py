@@ -304,6 +304,39 @@ def test_findings_come_from_a_recent_evaluation_else_are_computed(wh):
     assert_frame_equal(late.frame, computed)
 
 
+def test_findings_without_a_time_take_the_evaluation_the_data_now_makes_recent(wh):
+    # issue 41: without --now, whether the latest evaluation is recent is asked of the rows near it
+    # (clock.data_now_within), not of the data's now D: the same answer as asking at D. Evaluations
+    # at D - half (recent: at the window's edge), then one a minute after D (ahead of the data, as
+    # an explicit as_of can be): the latest not after D is still D - half. Then D - half - 1 min
+    # alone: computed. Then D itself: materialized at D.
+    with warehouse.open_reader(wh) as con:
+        d, policy = facts.data_now(con), _policy(con)
+    half = timedelta(minutes=policy.squatting.sustained_minutes / 2)
+
+    def both():
+        with warehouse.open_reader(wh) as con:
+            return facts.findings(con, policy=lambda: policy), facts.findings(con, policy=lambda: policy, now=d)
+
+    with warehouse.open_writer(wh) as con:
+        _store_one_finding(con, d - half)
+        con.execute("INSERT INTO squatting_evaluations VALUES ($at, 0, $at)", {"at": d + timedelta(minutes=1)}).fetchall()
+    fast, at_d = both()
+    assert (fast.source, fast.as_of) == (at_d.source, at_d.as_of) == (facts.MATERIALIZED, d - half)
+    assert fast.frame.rows() == at_d.frame.rows() and fast.frame.height == 1
+    with warehouse.open_writer(wh) as con:
+        con.execute("DELETE FROM squatting_evaluations").fetchall()
+        con.execute("DELETE FROM squatting_findings").fetchall()
+        _store_one_finding(con, d - half - timedelta(minutes=1))
+    fast, at_d = both()
+    assert fast.source == at_d.source == facts.COMPUTED and fast.as_of == at_d.as_of == d
+    assert_frame_equal(fast.frame, at_d.frame)
+    with warehouse.open_writer(wh) as con:
+        _store_one_finding(con, d)
+    fast, at_d = both()
+    assert (fast.source, fast.as_of) == (at_d.source, at_d.as_of) == (facts.MATERIALIZED, d)
+
+
 def test_exempt_findings_come_from_the_same_evaluation_when_it_stored_them(wh):
     # evaluation T (migration 018 on) stored one open episode (c1/j1) and one exempt finding
     # (c1/j0, kind inference exempt); include_exempt answers both from T, in (cluster, job_id)

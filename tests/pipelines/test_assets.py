@@ -34,7 +34,7 @@ from gpuledger.pipelines.defs.squatting.assets import squatting_findings
 from gpuledger.pipelines.defs.usage.checks import job_usage_no_negative_idle, project_usage_no_negative_idle
 from polars.testing import assert_frame_equal
 
-from gpuledger import warehouse
+from gpuledger import facts, warehouse
 from gpuledger.analytics import queries as query_layer
 from gpuledger.config import example_config_text, load_config, read_config_file
 from gpuledger.ledger.periods import statement_lines
@@ -235,6 +235,14 @@ def test_squatting_lifecycle_over_three_evaluations(sim_warehouse, sim):
         was = now_found
     assert set(events.select("cluster", "job_id", "event", "event_time").rows()) == replay
     assert episodes.select("cluster", "job_id", "first_seen").is_unique().all()
+    # read back at each evaluation (the read model's episodes as of it, the open episodes' events
+    # only: issue 41), each finding with the kind and severity it had then
+    with warehouse.open_reader(sim_warehouse) as con:
+        for moment in moments:
+            read = facts.findings(con, policy=load_config(None).policy, now=moment, exact_moment=True)
+            assert read.source == facts.MATERIALIZED
+            assert sorted(read.frame.select("cluster", "job_id", "finding", "severity").rows()) == sorted(
+                expected[moment].select("cluster", "job_id", "finding", "severity").rows())
 
     before = (episodes.height, events.height)
     repeat = materialize([squatting_findings], sim_warehouse, instance=instance,
