@@ -11,6 +11,8 @@ chargeback, delivery and utilization all count the same GPU-hours.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import polars as pl
 
 DEVICE = "device"
@@ -37,18 +39,42 @@ def gpu_inventory(gpus: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+Span = tuple[datetime | None, datetime]  # [lo, hi): lo None = from the beginning
+
+
+def overlapping(frame: pl.LazyFrame, span: Span | None) -> pl.LazyFrame:
+    """The rows of ``frame`` whose [start_time, end_time) (NULL end: still held) can overlap
+    ``span``: every row ``intervals.split_by_hour`` keeps for a clip to it (a NULL start_time is
+    kept too: the clip reads it as the span's start). Filtering first keeps the joins below to
+    what the span holds: an update of one hour does not join the whole window's allocations."""
+    if span is None:
+        return frame
+    lo, hi = span
+    keep = pl.col("start_time").is_null() | (pl.col("start_time") < hi)
+    if lo is not None:
+        keep &= pl.col("end_time").is_null() | (pl.col("end_time") > lo)
+    return frame.filter(keep)
+
+
 def job_level_allocations(
-    jobs: pl.LazyFrame, job_allocations: pl.LazyFrame, *, default_tier: str = DEFAULT_TIER
+    jobs: pl.LazyFrame, job_allocations: pl.LazyFrame, *, default_tier: str = DEFAULT_TIER,
+    span: Span | None = None,
 ) -> pl.LazyFrame:
-    """Jobs that started, hold gpus > 0 and have no ``job_allocations`` row, as allocation rows.
+    """Jobs that started, hold gpus > 0 and have no ``job_allocations`` row, as allocation rows
+    (with ``span``: only the jobs that can overlap it, :func:`overlapping`).
 
     Columns as :func:`allocation_intervals`: gpu_id NULL, alloc_fraction = jobs.gpus (GPUs),
     model = jobs.gpu_model, tier = ``default_tier``, device_fraction 1.0, is_mig false,
     allocation_level "job".
     """
-    with_devices = job_allocations.select("cluster", "job_id").unique()
+    started = overlapping(jobs.filter(pl.col("start_time").is_not_null() & (pl.col("gpus").fill_null(0.0) > 0)),
+                          span)
+    # Any allocation row of the job, whenever it was, makes it device-level: the candidates'
+    # rows are found by a semi join (hashing the few candidates, not every allocation's key).
+    with_devices = job_allocations.select("cluster", "job_id").join(
+        started.select("cluster", "job_id"), on=["cluster", "job_id"], how="semi")
     return (
-        jobs.filter(pl.col("start_time").is_not_null() & (pl.col("gpus").fill_null(0.0) > 0))
+        started
         .join(with_devices, on=["cluster", "job_id"], how="anti")
         .select(
             "cluster", "job_id",
@@ -76,8 +102,10 @@ def allocation_intervals(
     jobs: pl.LazyFrame | None = None,
     *,
     default_tier: str = DEFAULT_TIER,
+    span: Span | None = None,
 ) -> pl.LazyFrame:
-    """Every allocation interval: device-level rows, then (with ``jobs``) the job-level ones.
+    """Every allocation interval: device-level rows, then (with ``jobs``) the job-level ones;
+    with ``span`` only those that can overlap it (:func:`overlapping`).
 
     Columns: cluster, job_id, gpu_id (NULL for job level), start_time, end_time (NULL = still
     held), alloc_fraction (share of the device held; job level: GPUs held), gpu_uuid, host,
@@ -87,7 +115,7 @@ def allocation_intervals(
     """
     inv = gpu_inventory(gpus).drop("cluster")
     device = (
-        job_allocations.select(
+        overlapping(job_allocations, span).select(
             "cluster", "job_id", pl.col("gpu_id").cast(pl.Int32),
             pl.col("start_time").cast(pl.Datetime("us")), pl.col("end_time").cast(pl.Datetime("us")),
             pl.col("gpu_fraction").fill_null(1.0).cast(pl.Float64).alias("alloc_fraction"),
@@ -98,5 +126,5 @@ def allocation_intervals(
     )
     if jobs is None:
         return device
-    job_level = job_level_allocations(jobs, job_allocations, default_tier=default_tier)
+    job_level = job_level_allocations(jobs, job_allocations, default_tier=default_tier, span=span)
     return pl.concat([device, job_level.select(device.collect_schema().names())], how="vertical_relaxed")

@@ -66,6 +66,18 @@ def split_by_hour(
     )
 
 
+def clip_pieces(pieces: pl.LazyFrame, start: datetime) -> pl.LazyFrame:
+    """:func:`split_by_hour` output clipped to begin at ``start``: what the same split with this
+    later ``start`` gives, by the same arithmetic (pieces before it dropped, the one across it
+    begun there and its ``piece_s`` recomputed), without cutting the intervals again."""
+    return (
+        pieces.filter(pl.col("piece_end") > pl.lit(start))
+        .with_columns(piece_start=pl.max_horizontal(pl.col("piece_start"), pl.lit(start)))
+        .with_columns(piece_s=(pl.col("piece_end") - pl.col("piece_start")).dt.total_microseconds() / _US_PER_S)
+        .filter(pl.col("piece_s") > 0)
+    )
+
+
 def hour_grid(start: datetime, end: datetime, every: timedelta = HOUR) -> pl.LazyFrame:
     """One row per bucket overlapping [start, end): ``hour``, ``piece_start``, ``piece_end``, ``piece_s``."""
     base = pl.LazyFrame({"start_time": [start], "end_time": [end]})

@@ -13,7 +13,9 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from gpuledger.analytics.allocations import DEFAULT_TIER
-from gpuledger.analytics.attribution import allocated_pieces
+from gpuledger.analytics.attribution import allocated_hours, allocated_pieces
+from gpuledger.analytics.collect import ENGINE
+from gpuledger.analytics.intervals import clip_pieces
 from gpuledger.analytics.tree import rollup_to_nodes
 
 DEFAULT_WINDOW = timedelta(days=7)
@@ -47,10 +49,15 @@ def project_usage(
     """
     horizon_start = None if decay_horizon is None else as_of - decay_horizon
     pieces = allocated_pieces(job_allocations, gpus, now=as_of, start=horizon_start, end=as_of, jobs=jobs,
-                              default_tier=default_tier)
-    # Cut at the window start itself, which need not be an hour boundary.
-    win = allocated_pieces(job_allocations, gpus, now=as_of, start=as_of - window, end=as_of, jobs=jobs,
-                           default_tier=default_tier)
+                              default_tier=default_tier).collect(engine=ENGINE).lazy()
+    # Cut at the window start itself, which need not be an hour boundary: the decay's pieces
+    # clipped there when they reach back that far (one cut of the allocations, not two).
+    win_start = as_of - window
+    if horizon_start is None or horizon_start <= win_start:
+        win = clip_pieces(pieces, win_start).with_columns(gpu_hours_allocated=allocated_hours())
+    else:
+        win = allocated_pieces(job_allocations, gpus, now=as_of, start=win_start, end=as_of, jobs=jobs,
+                               default_tier=default_tier)
     projects = jobs.select("cluster", "job_id", "project")
     decayed = (
         pieces.with_columns(w=decay_weight(as_of, half_life))

@@ -273,7 +273,19 @@ def _store_revision(
          json.dumps(columns)],
     )
     if rows:
-        con.executemany("INSERT INTO statement_lines VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        # One INSERT from a registered frame: executemany ran one statement per line (a 16,384-GPU
+        # month's close sat there for minutes). The amount travels as its text, cast by DuckDB as
+        # it cast the bound Decimal.
+        lines = pl.DataFrame([(*r[:6], None if r[6] is None else str(r[6]), r[7]) for r in rows], orient="row",
+                             schema={"period": pl.String, "revision": pl.Int32, "level": pl.String,
+                                     "line_no": pl.Int32, "line_kind": pl.String, "currency": pl.String,
+                                     "amount": pl.String, "line_json": pl.String})
+        con.register("_statement_lines_in", lines.to_arrow())
+        try:
+            con.execute("INSERT INTO statement_lines SELECT period, revision, level, line_no, line_kind, currency, "
+                        "CAST(amount AS DECIMAL(38, 2)), line_json FROM _statement_lines_in")
+        finally:
+            con.unregister("_statement_lines_in")
     return sha
 
 

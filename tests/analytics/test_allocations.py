@@ -260,3 +260,33 @@ def test_simulator_keeps_the_rollup_fresh(tmp_path):
 def test_duckdb_version_supports_the_rollup_sql():
     # arg_min ... FILTER and SEMI JOIN are used by rollup._ROLLUP_SELECT.
     assert duckdb.sql("SELECT arg_min(x, x) FILTER (WHERE x > 1) FROM range(5) t(x)").fetchall() == [(2,)]
+
+
+def test_an_hours_pieces_never_join_allocations_outside_the_hour():
+    # Issue 41: the 5-minute update cuts the touched hour (start=10:00, now=10:35) from the frames
+    # it holds for the whole window. Rows outside the hour must be dropped before any join, or the
+    # update's cost grows with the window's allocations instead of the hour's. The rows outside
+    # carry a gpu_id that does not fit INTEGER: casting it for the inventory join raises, so the
+    # hour's cut fails if it reads them at all.
+    hour, now = at(10), at(10, 35)
+    rows = [("A", 1, at(9, 30), at(10, 20)),   # in the hour: 10:00-10:20 on GPU 1
+            ("B", 2, at(10, 5), None),         # in the hour, still held: 10:05-10:35 on GPU 2
+            ("old", 2**40, at(1), at(2)),      # ended before the hour: never read
+            ("J", 2**40, at(2), at(3))]        # J's only device row, before the hour
+    allocs = pl.LazyFrame(
+        {"cluster": ["c1"] * 4, "job_id": [r[0] for r in rows], "gpu_id": [r[1] for r in rows],
+         "start_time": [r[2] for r in rows], "end_time": [r[3] for r in rows], "gpu_fraction": [1.0] * 4},
+        schema_overrides={"gpu_id": pl.Int64, "start_time": pl.Datetime("us"), "end_time": pl.Datetime("us")})
+    # J runs through the hour but holds its device rows elsewhere: device-level, no piece here
+    # (its rows outside the hour still count for that, by key). K has no device row at all: a
+    # job-level piece 10:00-10:35 of 2 GPUs = 1.1667 GPU-hours. "early" ended before the hour.
+    jb = jobs([{"job_id": "J", "project": "p", "start": at(2), "end": None},
+               {"job_id": "K", "project": "p", "gpus": 2, "start": at(8), "end": None},
+               {"job_id": "early", "project": "p", "gpus": 2, "start": at(1), "end": at(2)}])
+    inv = gpus([{"gpu_id": 1}, {"gpu_id": 2}])
+    with pytest.raises(pl.exceptions.InvalidOperationError):  # the poison works: a whole-window cut reads them
+        allocated_pieces(allocs, inv, now=now, start=at(0), jobs=jb).collect()
+    got = allocated_pieces(allocs, inv, now=now, start=hour, jobs=jb).collect().sort("job_id")
+    assert got.select("job_id", "gpu_id", "piece_start", "piece_end").rows() == [
+        ("A", 1, at(10), at(10, 20)), ("B", 2, at(10, 5), now), ("K", None, at(10), now)]
+    assert got["gpu_hours_allocated"].to_list() == pytest.approx([20 / 60, 30 / 60, 2 * 35 / 60])

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuledger.analytics.attribution import attribute_usage, rollup_usage
-from gpuledger.analytics.intervals import split_by_hour
+from gpuledger.analytics.intervals import clip_pieces, split_by_hour
 from tests.helpers.analytics_frames import allocations, at, every, gpus, jobs, org, samples
 
 MIN = timedelta(minutes=1)
@@ -72,6 +72,18 @@ def test_split_by_hour_cuts_at_hours_and_now():
     # 10:30-11:00 (1800 s), 11:00-12:00 (3600 s), 12:00-12:15 (900 s)
     assert df["hour"].to_list() == [at(10), at(11), at(12)]
     assert df["piece_s"].to_list() == [1800.0, 3600.0, 900.0]
+
+
+def test_clip_pieces_gives_the_split_from_the_later_start():
+    # usage's 7-day window is its decay's pieces clipped (one cut): equal, to the bit, to cutting
+    # again from the window start. 10:30 -> 13:05 (still held at now 13:05) and 09:00 -> 11:40,
+    # clipped at 11:20 (not on the hour): 11:20-12:00 (2400 s), 12:00-13:00, 13:00-13:05 for the
+    # first; 11:20-11:40 (1200 s) for the second; the 10:xx pieces dropped.
+    lf = pl.LazyFrame({"start_time": [at(10, 30), at(9)], "end_time": [None, at(11, 40)]}, schema={
+        "start_time": pl.Datetime("us"), "end_time": pl.Datetime("us")})
+    clipped = clip_pieces(split_by_hour(lf, now=at(13, 5)), at(11, 20)).collect()
+    assert clipped.equals(split_by_hour(lf, now=at(13, 5), start=at(11, 20)).collect())
+    assert clipped["piece_s"].to_list() == [2400.0, 3600.0, 300.0, 1200.0]
 
 
 def test_whole_gpu_uses_sm_active_only_inside_the_allocation():
