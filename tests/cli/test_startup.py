@@ -14,8 +14,7 @@ HEAVY = ("polars", "duckdb", "numpy", "pyarrow", "kubernetes", "dagster", "strea
 
 # Runs every command's --help in ONE interpreter per command path (a fresh one each, so one
 # command's imports cannot hide another's) and prints the heavy modules it loaded.
-PROBE = """
-import contextlib, io, json, sys
+RUN_HELP = """
 from gpuledger.cli import main
 sys.argv = ["gpuledger", *{path!r}, "--help"]
 with contextlib.redirect_stdout(io.StringIO()):
@@ -23,6 +22,10 @@ with contextlib.redirect_stdout(io.StringIO()):
         main()
     except SystemExit:
         pass
+"""
+PROBE = """
+import contextlib, io, json, sys
+""" + RUN_HELP + """
 print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))
 """
 
@@ -63,13 +66,7 @@ def counted(info, **kwargs):
     built.append(info.name or typer.main.get_command_name(info.callback.__name__))
     return real(info, **kwargs)
 typer.main.get_command_from_info = counted
-from gpuledger.cli import main
-sys.argv = ["gpuledger", *{path!r}, "--help"]
-with contextlib.redirect_stdout(io.StringIO()):
-    try:
-        main()
-    except SystemExit:
-        pass
+""" + RUN_HELP + """
 print(json.dumps(built))
 """
 
