@@ -23,6 +23,8 @@ def merged(docs: list[dict]) -> dict:
     per_seed, sources, regimes, policies = {}, {}, set(), None
     for doc in docs:
         block = doc["outcome"]
+        if len(block["seeds"]) != 1:
+            raise SystemExit(f"a file of seeds {block['seeds']}: merge single-seed files (--seed S --seeds 1)")
         (seed,) = block["seeds"]
         if seed in per_seed:
             raise SystemExit(f"seed {seed} is given twice")
@@ -48,8 +50,9 @@ def main() -> None:
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    args.out.write_text(json.dumps(merged([json.loads(p.read_text()) for p in args.results]), indent=1))
-    print(f"wrote {args.out}: seeds {json.loads(args.out.read_text())['outcome']['seeds']}")
+    doc = merged([json.loads(p.read_text()) for p in args.results])
+    args.out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {args.out}: seeds {doc['outcome']['seeds']}")
 
 
 if __name__ == "__main__":

@@ -319,8 +319,10 @@ def schedule(
 
     _check_out(fmt, out)
     chosen = _chosen_policies(policies, sweep_policy)
-    if budgets not in ("config", "fit"):
-        raise typer.BadParameter(f"{budgets!r}: choose config or fit", param_hint="--budgets")
+    from gpuledger.whatif.model import BUDGET_MODES
+
+    if budgets not in BUDGET_MODES:
+        raise typer.BadParameter(f"{budgets!r}: choose {' or '.join(BUDGET_MODES)}", param_hint="--budgets")
     sweep_spec = _sweep_spec(sweep)
     if sweep_spec and (seeds or simulate_gpus):
         raise typer.BadParameter("a sweep replays one trace; leave out --seeds / --simulate-gpus", param_hint="--sweep")

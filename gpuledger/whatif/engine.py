@@ -44,6 +44,7 @@ from gpuledger.whatif import policies
 from gpuledger.whatif.inventory import EPS, PoolState, pool_label
 from gpuledger.whatif.model import (
     ALL_POLICIES,
+    BUDGET_MODES,
     FAIR_SHARE,
     PRIORITY,
     QUICK,
@@ -112,8 +113,8 @@ class Simulation:
         if policy not in ALL_POLICIES:
             raise ValueError(f"policy {policy!r}: choose one of {', '.join(ALL_POLICIES)}")
         self.params = params or Params()
-        if self.params.budgets not in ("config", "fit"):
-            raise ValueError(f"budgets {self.params.budgets!r}: choose config or fit")
+        if self.params.budgets not in BUDGET_MODES:
+            raise ValueError(f"budgets {self.params.budgets!r}: choose {' or '.join(BUDGET_MODES)}")
         if self.params.budgets == "fit":  # the config's budgets scaled to this cluster's capacity
             cfg = policies.fitted_budgets(cfg, trace.inventory, trace.origin)
         self.trace, self.cfg, self.policy = trace, cfg, policy

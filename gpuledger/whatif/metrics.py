@@ -264,10 +264,16 @@ def ceiling_ratio(periods: list[dict], *, exempt_where_it_ran: bool = False) -> 
     if owed <= 1e-9:
         return None
     if exempt_where_it_ran:
-        if any("deliverable_gpu_hours" not in p for p in periods):
-            return None
-        return sum(p["deliverable_gpu_hours"] for p in periods) / owed
+        deliverable = period_sum(periods, "deliverable_gpu_hours")
+        return None if deliverable is None else deliverable / owed
     return sum(min(p["owed_gpu_hours"], p["allocated_gpu_hours"]) for p in periods) / owed
+
+
+def period_sum(periods: list[dict], key: str) -> float | None:
+    """Σ ``key`` over the settlement periods, or None when a period lacks it (no exempt split)."""
+    if not periods or any(key not in p for p in periods):
+        return None
+    return sum(p[key] for p in periods)
 
 
 def exempt_gpu_hours(outcomes: list[JobOutcome], exempt, *, settle: timedelta | None, horizon_s: int):
@@ -331,9 +337,7 @@ def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
         "reclaimed_gpu_hours": reclaimed_gpu_hours(result.outcomes, result.trace.horizon_s),
         "ceiling_delivery_ratio": ceiling_ratio(periods),
         "ceiling_exempt_delivery_ratio": ceiling_ratio(periods, exempt_where_it_ran=True),
-        "exempt_above_owed_gpu_hours": (sum(p["exempt_above_owed_gpu_hours"] for p in periods)
-                                        if periods and all("exempt_above_owed_gpu_hours" in p for p in periods)
-                                        else None),
+        "exempt_above_owed_gpu_hours": period_sum(periods, "exempt_above_owed_gpu_hours"),
         "settlement": periods,
     }
     waits: dict[str, list[float]] = {c: [] for c in WAIT_CLASSES}

@@ -16,6 +16,7 @@ RECLAIM = "reclaim"
 QUICK = "quick-lane"
 POLICIES = (PRIORITY, FAIR_SHARE, RECLAIM)  # gpuledger's three (issue 13), the default run
 ALL_POLICIES = (PRIORITY, SLOT_LIMITS, FAIR_SHARE, RECLAIM, QUICK)
+BUDGET_MODES = ("config", "fit")  # Params.budgets: as written, or scaled to the replayed cluster
 POLICY_TITLES = {
     PRIORITY: "1 priority",
     SLOT_LIMITS: "0 team slot limits",

@@ -41,6 +41,8 @@ def test_single_seed_files_merge_into_the_seeds_outcome(tmp_path):
     assert merged["settlement"] == both["outcome"]["settlement"]
     # the two seeds differ somewhere, so the merge is not one seed's figures twice
     assert one["outcome"]["rows"] != two["outcome"]["rows"]
+    with pytest.raises(SystemExit, match=r"a file of seeds \[1, 2\]: merge single-seed files"):
+        whatif_merge_seeds.merged([one, both])
     with pytest.raises(SystemExit, match="seed 1 is given twice"):
         whatif_merge_seeds.merged([one, one])
     other = _run(tmp_path, "--seed", "3", "--seeds", "1", "--policies", "priority")
