@@ -16,6 +16,7 @@ from gpuledger.analytics.attribution import (
     attribute_usage,
     partial_hour_keys,
     rollup_usage,
+    sum_usage,
 )
 from gpuledger.analytics.budget import budget_burn, funding_from_remaining, job_funding
 from gpuledger.analytics.carbon import carbon_sums, with_carbon
@@ -102,6 +103,30 @@ def attribution(
                            pod_samples=load_pod_samples(con, start=start, end=end))
 
 
+def utc_days(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+    """[start, end) cut at UTC midnights: the pipelines' partitions (one UTC day each)."""
+    cuts, lo = [], start
+    while lo < end:
+        hi = min(end, lo.replace(hour=0, minute=0, second=0, microsecond=0) + DAY)
+        cuts.append((lo, hi))
+        lo = hi
+    return cuts
+
+
+def attribution_by_day(
+    con: duckdb.DuckDBPyConnection, t: Tables, *, start: datetime, end: datetime, now: datetime,
+    policy: Policy, reduce, spans: list[tuple[datetime, datetime]] | None = None,
+) -> list:
+    """``reduce(day_attribution, day_start, day_end)`` for each UTC day of [start, end), collected
+    day by day, as the pipelines materialize usage: attribution's job x GPU x hour pieces and the
+    partial hours' samples cost ~50 KiB per GPU-day, so a month at once outgrows the machine
+    (issue 41) while one day's stay flat. A piece never spans an hour, nor a day, so each day's
+    pieces are the range's pieces of that day (tests/analytics/test_by_day.py). ``spans``: another
+    cut of [start, end) (the tests compare cuts)."""
+    return [reduce(attribution(con, t, start=lo, end=hi, now=now, policy=policy), lo, hi)
+            for lo, hi in (utc_days(start, end) if spans is None else spans)]
+
+
 def load_pod_samples(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> pl.LazyFrame | None:
     """Pods' own utilization on shared GPUs in [start, end) (``pod_gpu_samples``, migration 025);
     None when there is none (or the table is not there yet)."""
@@ -172,10 +197,20 @@ def usage_report(
     policy = policy or Policy()
     now = now or data_now(con)
     t = load_tables(con, start=start, end=end, samples=False)
-    used = attribution(con, t, start=start, end=end, now=now, policy=policy)
-    # in-memory engine: polars 2.1's streaming engine (the default) sums this plan, which reads
-    # the lazy attribution in two branches, differently on every run (../shared/notes/tables.md)
-    out = rollup_usage(used, t.jobs, by=by, org_nodes=t.org_nodes, per_hour=per_hour).collect(engine="in-memory")
+
+    def rollup(used: pl.LazyFrame, *_) -> pl.DataFrame:
+        # in-memory engine: polars 2.1's streaming engine (the default) sums this plan, which reads
+        # the lazy attribution in two branches, differently on every run (../shared/notes/tables.md)
+        return rollup_usage(used, t.jobs, by=by, org_nodes=t.org_nodes, per_hour=per_hour).collect(engine="in-memory")
+
+    # a day at a time (a month at once holds ~50 KiB per GPU-day); the days' sums added by
+    # rollup_usage's own exact rule (whole nano-units), so the digits are the range's
+    days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=rollup) \
+        or [rollup(attribution(con, t, start=start, end=end, now=now, policy=policy))]  # an empty range
+    out = pl.concat(days)
+    if not per_hour and len(days) > 1:
+        keys = [c for c in out.columns if c not in USAGE_COLS and c != "efficiency_ratio"]
+        out = sum_usage(out.lazy(), keys).select(out.columns).collect(engine="in-memory")
     # Ties broken by the row's keys, so the same data always prints in the same order.
     keys = [c for c in out.columns if c not in USAGE_COLS and c not in ("efficiency_ratio", "hour")]
     if per_hour:
@@ -305,13 +340,20 @@ def utilization_report(
     policy = policy or Policy()
     now = now or data_now(con)
     t = load_tables(con, start=start, end=end, samples=False)
-    used = attribution(con, t, start=start, end=end, now=now, policy=policy)
-    if by == "kind":
+    if by == "kind":  # sums over the whole range in floats: not cut by day (their order would move digits)
+        used = attribution(con, t, start=start, end=end, now=now, policy=policy)
         return ordered(utilization_by_kind(used, t.jobs).collect(engine=ENGINE), ["kind"])
     keys = {"model": ("cluster", "model"), "cluster": ("cluster",), "fleet": ()}.get(by)
     if keys is None:
         raise ValueError(f"by={by!r}: choose model, cluster, fleet or kind")
-    hourly = utilization_hourly(used, t.gpus, start=start, end=end, by=("cluster", "model"))
+
+    def per_hour(used: pl.LazyFrame, lo: datetime, hi: datetime) -> pl.DataFrame:
+        return utilization_hourly(used, t.gpus, start=lo, end=hi, by=("cluster", "model")).collect(engine=ENGINE)
+
+    # hour rows, a day at a time as the pipeline stores them (attribution_by_day)
+    days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=per_hour) \
+        or [per_hour(attribution(con, t, start=start, end=end, now=now, policy=policy), start, end)]
+    hourly = pl.concat(days).lazy()
     if by != "model":  # summed over models as the stored days are (the same digits either way)
         hourly = utilization_over_models(hourly, keys)
     return ordered(hourly.collect(engine=ENGINE), ["hour", *keys])

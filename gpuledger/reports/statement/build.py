@@ -23,7 +23,7 @@ from gpuledger.analytics.carbon import carbon_sums, known_sum, with_carbon
 from gpuledger.analytics.carbon_inputs import site_inputs
 from gpuledger.analytics.chargeback import chargeback_totals, statement_notes
 from gpuledger.analytics.load import load_tables
-from gpuledger.analytics.queries import attribution, data_now, job_waits_report
+from gpuledger.analytics.queries import attribution_by_day, data_now, job_waits_report
 from gpuledger.analytics.tree import Tree
 from gpuledger.analytics.waits import wait_summary
 from gpuledger.config_store import policy_in_force, stored_config, stored_config_in_force
@@ -316,44 +316,69 @@ JOB_ENERGY_SCHEMA = {"cluster": pl.String, "job_id": pl.String, "project": pl.St
                      "gpu_hours_co2_unknown": pl.Float64}
 
 
-def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _usage(con, t, *, start: datetime, end: datetime, now: datetime, policy,
+           spans: list[tuple[datetime, datetime]] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per allocation piece's (project, model, tier, partition, host, MIG profile): allocated, active and
     unknown GPU-hours; of the unknown, those on time-sliced GPUs (``gpu_hours_time_sliced``);
     ``energy_kwh`` of the hours with a reading of their own and ``gpu_hours_no_energy`` for the
     others (not time-sliced; of them ``gpu_hours_mig`` on MIG slices). A time-sliced GPU's energy is split by allocation fraction and a MIG
     instance's is its GPU's split by compute slice: neither measures the holder, so showback's
-    energy basis counts those hours as without a reading."""
-    # facility kWh and kgCO2e from the GPUs' own energy (MIG share, shared GPUs by fraction), each
-    # hour at its site's PUE and grid intensity (analytics/carbon.py); collected once, read twice
-    used = with_carbon(attribution(con, t, start=start, end=end, now=now, policy=policy), *site_inputs(con, start, end)) \
-        .with_columns(energy_kwh_gpu=pl.col("energy_kwh")).collect(engine="in-memory").lazy()
+    energy basis counts those hours as without a reading.
+
+    Attributed a UTC day at a time (queries.attribution_by_day; ``spans``: other cuts of [start,
+    end), for the tests), each day summed by the keys and the days' sums added: a month at once
+    held ~50 KiB per GPU-day (12 GiB at 16,384 GPUs x 15 days, issue 41)."""
     jobs = t.jobs.select("cluster", "job_id", "project", "partition").unique(["cluster", "job_id"])
     hosts = t.gpus.select(pl.col("gpu_id").cast(pl.Int32), "host", "mig_profile")
-    alloc, sliced = pl.col("gpu_hours_allocated"), pl.col("gpu_hours_time_sliced").fill_null(0.0)
-    own = (alloc - sliced).clip(lower_bound=0.0)
-    reading = pl.col("energy_kwh").is_not_null() & ~pl.col("is_mig").fill_null(False)
-    return (
-        used.join(jobs, on=["cluster", "job_id"], how="left")
-        .join(hosts, on="gpu_id", how="left")
-        .with_columns(
-            gpu_hours_time_sliced=sliced,
-            gpu_hours_no_energy=pl.when(reading).then(0.0).otherwise(own),
-            gpu_hours_mig=pl.when(pl.col("is_mig").fill_null(False)).then(own).otherwise(0.0),
-            energy_kwh=pl.when(reading & (alloc > 0)).then(pl.col("energy_kwh") * own / alloc).otherwise(0.0))
-        .group_by("project", "model", "tier", "partition", "host", "mig_profile")
-        .agg(pl.col("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown", "gpu_hours_time_sliced",
-                    "gpu_hours_no_energy", "gpu_hours_mig", "energy_kwh").sum(),
-             known_sum("energy_kwh_gpu"), known_sum("energy_kwh_facility"), known_sum("kg_co2e"),
-             pl.col("gpu_hours_co2_unknown").sum())
-        # in-memory engine: the streaming one sums in a different order on every run (notes/tables.md)
-        .collect(engine="in-memory")
-    ), (
-        used.join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
-        .group_by("cluster", "job_id", "project")
-        .agg(pl.col("gpu_hours_allocated").sum().alias("gpu_hours"), *carbon_sums())
-        .collect(engine="in-memory").select(list(JOB_ENERGY_SCHEMA)).cast(JOB_ENERGY_SCHEMA)
-        .sort("project", "cluster", "job_id", nulls_last=True)
-    )
+
+    def day(attributed: pl.LazyFrame, lo: datetime, hi: datetime) -> tuple[pl.DataFrame, pl.DataFrame]:
+        # facility kWh and kgCO2e from the GPUs' own energy (MIG share, shared GPUs by fraction), each
+        # hour at its site's PUE and grid intensity (analytics/carbon.py); collected once, read twice
+        used = with_carbon(attributed, *site_inputs(con, lo, hi)) \
+            .with_columns(energy_kwh_gpu=pl.col("energy_kwh")).collect(engine="in-memory").lazy()
+        alloc, sliced = pl.col("gpu_hours_allocated"), pl.col("gpu_hours_time_sliced").fill_null(0.0)
+        own = (alloc - sliced).clip(lower_bound=0.0)
+        reading = pl.col("energy_kwh").is_not_null() & ~pl.col("is_mig").fill_null(False)
+        return (
+            used.join(jobs, on=["cluster", "job_id"], how="left")
+            .join(hosts, on="gpu_id", how="left")
+            .with_columns(
+                gpu_hours_time_sliced=sliced,
+                gpu_hours_no_energy=pl.when(reading).then(0.0).otherwise(own),
+                gpu_hours_mig=pl.when(pl.col("is_mig").fill_null(False)).then(own).otherwise(0.0),
+                energy_kwh=pl.when(reading & (alloc > 0)).then(pl.col("energy_kwh") * own / alloc).otherwise(0.0))
+            .group_by(*_USAGE_KEYS).agg(pl.col(*_USAGE_SUMS).sum(), *(known_sum(c) for c in _USAGE_KNOWN),
+                                        pl.col("gpu_hours_co2_unknown").sum())
+            # in-memory engine: the streaming one sums in a different order on every run (notes/tables.md)
+            .collect(engine="in-memory")
+        ), (
+            used.join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
+            .group_by(*_JOB_KEYS).agg(pl.col("gpu_hours_allocated").sum().alias("gpu_hours"), *carbon_sums())
+            .collect(engine="in-memory")
+        )
+
+    days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=day, spans=spans)
+    usage = _add_days([u for u, _ in days], _USAGE_KEYS, [*_USAGE_SUMS, "gpu_hours_co2_unknown"], _USAGE_KNOWN)
+    job_energy = _add_days([j for _, j in days], _JOB_KEYS, ["gpu_hours", "gpu_hours_co2_unknown"],
+                           ("energy_kwh", "energy_kwh_facility", "kg_co2e"))  # carbon_sums' known ones
+    return (usage.select(list(USAGE_SCHEMA)).cast(USAGE_SCHEMA),
+            job_energy.select(list(JOB_ENERGY_SCHEMA)).cast(JOB_ENERGY_SCHEMA)
+            .sort("project", "cluster", "job_id", nulls_last=True))
+
+
+_USAGE_KEYS = ("project", "model", "tier", "partition", "host", "mig_profile")
+_USAGE_SUMS = ("gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown", "gpu_hours_time_sliced",
+               "gpu_hours_no_energy", "gpu_hours_mig", "energy_kwh")
+_USAGE_KNOWN = ("energy_kwh_gpu", "energy_kwh_facility", "kg_co2e")  # NULL where no hour knows it
+_JOB_KEYS = ("cluster", "job_id", "project")
+
+
+def _add_days(frames: list[pl.DataFrame], keys, sums, known) -> pl.DataFrame:
+    """The days' sums by ``keys`` added: ``sums`` plainly, ``known`` NULL where no day knows them."""
+    if len(frames) == 1:
+        return frames[0]
+    return (pl.concat(frames).lazy().group_by(*keys).agg(pl.col(*sums).sum(), *(known_sum(c) for c in known))
+            .collect(engine="in-memory"))
 
 
 def _site_sentences(con, clusters: list[str]) -> list[str]:
