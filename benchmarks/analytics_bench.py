@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -44,7 +45,7 @@ from gpuledger.warehouse.db import apply_migrations
 from gpuledger.warehouse.rollups import refresh_gpu_hourly
 from gpuledger.warehouse.writes import write_samples
 
-from gpuledger.analytics.attribution import allocated_pieces, attribute_usage, partial_hour_keys
+from gpuledger.analytics.attribution import allocated_pieces, partial_hour_keys
 from gpuledger.analytics.budget import budget_burn, job_funding
 from gpuledger.analytics.chargeback import chargeback_lines
 from gpuledger.analytics.collect import collect
@@ -52,13 +53,13 @@ from gpuledger.analytics.fairshare import delivery, fair_share
 from gpuledger.analytics.load import (
     ATTRIBUTION_SAMPLE_COLS,
     load_device_activity,
-    load_hourly,
-    load_samples_for_hours,
     load_tables,
 )
+from gpuledger.analytics.queries import attribution, attribution_by_day, utc_days
 from gpuledger.analytics.squatting import squatting_findings
 from gpuledger.analytics.usage import node_usage
 from gpuledger.analytics.utilization import utilization_hourly
+from gpuledger.config_store import policy_in_force
 
 DEFAULT_WAREHOUSE = Path("data/bench/week1024.duckdb")
 SIX_HOURS = timedelta(hours=6)
@@ -107,22 +108,28 @@ class Timer:
 
 
 def full_recompute(con, tm: Timer, *, start: datetime, now: datetime) -> dict:
-    """Every analytic over [start, now): reports.py's reads, then the pure functions."""
+    """Every analytic over [start, now) as the product computes it: attribution and utilization a
+    UTC day at a time (queries.attribution_by_day: the pipelines' daily partitions,
+    pipelines/defs/usage), the window-wide steps (usage decay, delivery, budget burn, squatting,
+    chargeback) over the window as their reports compute them; reports.py's reads, then the pure
+    functions."""
     end = now
+    policy = policy_in_force(con)
 
     def tables():
         t = load_tables(con, start=start, end=end, samples=False)
-        return t, collect(t.jobs).lazy(), collect(t.job_allocations).lazy(), collect(t.gpus).lazy()
+        t = replace(t, jobs=collect(t.jobs).lazy(), job_allocations=collect(t.job_allocations).lazy(),
+                    gpus=collect(t.gpus).lazy())
+        return t, t.jobs, t.job_allocations, t.gpus
 
     t, jobs, allocs, gpus = tm.step("load jobs, allocations, inventory, tree", tables)
-    hourly = tm.step("load gpu_hourly rollup", lambda: collect(load_hourly(con, start=start, end=end)).lazy())
-    pieces = tm.step("allocation pieces (job x GPU x hour)", lambda: collect(allocated_pieces(
-        allocs, gpus, now=now, start=start, end=end, jobs=jobs)))
-    partial = tm.step("load samples of partial hours", lambda: collect(
-        load_samples_for_hours(con, partial_hour_keys(pieces.lazy()))).lazy())
-    att = tm.step("attribution (job x GPU x hour)", lambda: collect(attribute_usage(
-        allocs, gpus, partial, now=now, start=start, end=end, jobs=jobs, hourly=hourly, pieces=pieces)))
-    tm.step("utilization by hour", lambda: collect(utilization_hourly(att.lazy(), gpus, start=start, end=end)))
+
+    def utilization_of(used, lo, hi):
+        return collect(utilization_hourly(collect(used).lazy(), gpus, start=lo, end=hi)).height
+
+    days = utc_days(start, end)
+    tm.step(f"attribution (job x GPU x hour) + utilization by hour, a UTC day at a time ({len(days)} days)",
+            lambda: attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=utilization_of))
     use = tm.step("usage: window + decay", lambda: collect(node_usage(allocs, gpus, jobs, t.org_nodes, as_of=now)))
     tm.step("fair share", lambda: collect(fair_share(t.org_nodes, use.lazy())))
     tm.step("delivery", lambda: collect(delivery(jobs, allocs, gpus, t.org_nodes, start=start, end=end, now=now)))
@@ -135,7 +142,7 @@ def full_recompute(con, tm: Timer, *, start: datetime, now: datetime) -> dict:
         jobs, allocs, gpus, evidence, t.rate_card, now=now)))
     tm.step("chargeback (the week, job lines)", lambda: collect(chargeback_lines(
         allocs, gpus, jobs, t.rate_card, start=start, end=end, now=now)))
-    return {"tables": t, "jobs": jobs, "allocs": allocs, "gpus": gpus}
+    return {"tables": t, "jobs": jobs, "allocs": allocs, "gpus": gpus, "policy": policy}
 
 
 def incremental(con, tm: Timer, ctx: dict, *, now: datetime) -> int:
@@ -153,12 +160,8 @@ def incremental(con, tm: Timer, ctx: dict, *, now: datetime) -> int:
     hour = lo.replace(minute=0, second=0, microsecond=0)
     jobs, allocs, gpus, t = ctx["jobs"], ctx["allocs"], ctx["gpus"], ctx["tables"]
 
-    def attribution_of_touched_hour():
-        hourly = load_hourly(con, start=hour, end=now)
-        pieces = collect(allocated_pieces(allocs, gpus, now=now, start=hour, end=now, jobs=jobs))
-        partial = load_samples_for_hours(con, partial_hour_keys(pieces.lazy()))
-        att = collect(attribute_usage(allocs, gpus, partial, now=now, start=hour, end=now, jobs=jobs,
-                                      hourly=hourly, pieces=pieces))
+    def attribution_of_touched_hour():  # the running day's partition, its touched hour only
+        att = collect(attribution(con, t, start=hour, end=now, now=now, policy=ctx["policy"]))
         return collect(utilization_hourly(att.lazy(), gpus, start=hour, end=now))
 
     tm.step("attribution + utilization (touched hour)", attribution_of_touched_hour)
