@@ -15,7 +15,9 @@ week's end and again at 23:35; their medians are reported too); the figures are 
 pipelines and dashboards are), and the first round's totals are reported too (cold: polars and
 the allocator warming up). Wall time per step, and peak RSS per step (VmHWM, reset before it).
 The full recompute is what the pipelines' and dashboards' entry points (analytics/queries.py)
-do over the week, collected as they collect (analytics/collect.py).
+do over the week, collected as they collect (analytics/collect.py): attribution and utilization a
+UTC day at a time as the pipelines materialize them (queries.attribution_by_day; issue 41: the
+whole window at once held ~50 KiB per GPU-day), the window-wide steps over the window.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ from gpuledger.analytics.tree import rollup_to_nodes
 
 DEFAULT_WINDOW = timedelta(days=7)
 DEFAULT_HALF_LIFE = timedelta(days=7)
+_PIECE_COLUMNS = ["cluster", "job_id", "piece_start", "piece_end", "piece_s", "device_fraction", "alloc_fraction",
+                  "gpu_hours_allocated"]
 
 
 def decay_weight(as_of: datetime, half_life: timedelta) -> pl.Expr:
@@ -48,8 +50,10 @@ def project_usage(
     Jobs without device allocations count by their jobs.gpus (allocations.py).
     """
     horizon_start = None if decay_horizon is None else as_of - decay_horizon
+    # only what the decay and the window read: the pieces' other columns (host, UUID, model, ...)
+    # doubled what a month of them held (issue 41)
     pieces = allocated_pieces(job_allocations, gpus, now=as_of, start=horizon_start, end=as_of, jobs=jobs,
-                              default_tier=default_tier).collect(engine=ENGINE).lazy()
+                              default_tier=default_tier).select(_PIECE_COLUMNS).collect(engine=ENGINE).lazy()
     # Cut at the window start itself, which need not be an hour boundary: the decay's pieces
     # clipped there when they reach back that far (one cut of the allocations, not two).
     win_start = as_of - window

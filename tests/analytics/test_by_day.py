@@ -1,6 +1,6 @@
 """A range attributed a UTC day at a time (queries.attribution_by_day, issue 41: a month at once
 held ~50 KiB per GPU-day) gives the range's answers: usage to the last digit (its sums are exact: whole nano-units),
-utilization's hour rows and the statement's usage within float rounding (their float sums differ in
+utilization's hour rows, carbon and the statement's usage within float rounding (their float sums differ in
 the last bit between two runs of the whole range too: polars sums in parallel) and the statement's
 the same once rounded as it prints them.
 
@@ -101,3 +101,21 @@ def test_the_statements_usage_built_by_day_is_the_one_built_whole(wh):
         assert_frame_equal(a, b, check_exact=False, rel_tol=1e-12, abs_tol=1e-9)  # float sums in another order
         hours = [c for c in a.columns if a[c].dtype == pl.Float64]
         assert_frame_equal(a.with_columns(pl.col(hours).round(6)), b.with_columns(pl.col(hours).round(6)))
+
+
+def test_carbon_by_day_is_the_ranges(wh):
+    from gpuledger.analytics.carbon import carbon_sums, with_carbon
+    from gpuledger.analytics.carbon_inputs import site_inputs
+
+    with warehouse.open_reader(wh) as con:
+        now = queries.data_now(con)
+        t, policy, used = _whole(con, now)
+        jobs = t.jobs.select("cluster", "job_id", "project").unique(["cluster", "job_id"])
+        whole = (with_carbon(used, *site_inputs(con, START, END)).join(jobs, on=["cluster", "job_id"], how="left")
+                 .with_columns(pl.col("project").fill_null("(no job record)"))
+                 .group_by("project").agg(pl.col("gpu_hours_allocated").sum().alias("gpu_hours"), *carbon_sums())
+                 .sort("project").collect(engine="in-memory"))
+        by_day = queries.carbon_report(con, start=START, end=END, now=now, policy=policy)
+    assert by_day.height == whole.height > 0 and by_day["gpu_hours"].sum() > 0
+    # NULL where no day knew it, as where no hour did; the float sums in another order
+    assert_frame_equal(by_day, whole, check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
