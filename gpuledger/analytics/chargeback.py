@@ -123,7 +123,31 @@ def chargeback_lines(
 
     Columns and the invariant: the module notes.
     """
-    _check_options(level=level, idle_cost=idle_cost, org_nodes=org_nodes)
+    return chargeback_lines_at(job_allocations, gpus, jobs, rate_card, levels=(level,), start=start, end=end, now=now,
+                               org_nodes=org_nodes, idle_cost=idle_cost, default_tier=default_tier,
+                               retire_grace=retire_grace, exact=exact)[level]
+
+
+def chargeback_lines_at(
+    job_allocations: pl.LazyFrame,
+    gpus: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    rate_card: pl.LazyFrame,
+    *,
+    levels: tuple[str, ...],
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    org_nodes: pl.LazyFrame | pl.DataFrame | None = None,
+    idle_cost: str = "line",
+    default_tier: str = DEFAULT_TIER,
+    retire_grace: timedelta = DEFAULT_RETIRE_GRACE,
+    exact: bool = False,
+) -> dict[str, pl.LazyFrame]:
+    """:func:`chargeback_lines` at each of ``levels`` from one pricing and one rounding: the lines
+    of every level are cut from the same trees (a period's close stores all three; issue 41)."""
+    for level in levels:
+        _check_options(level=level, idle_cost=idle_cost, org_nodes=org_nodes)
     billed_end = min(end, max(now, start))
     cap, pieces, prices = priced_pieces(job_allocations, gpus, jobs, rate_card, start=start, end=end, now=now,
                                         billed_end=billed_end, default_tier=default_tier, retire_grace=retire_grace)
@@ -138,11 +162,16 @@ def chargeback_lines(
     memo = rounded_memo(over, cap_unknown)
     unpriced = unpriced_by_project(unpriced, billed.job_meta)
     over_unpriced = over.filter(pl.col("currency").is_null())  # over-allocated in hours without a rate
-    if level == "node":
-        frames = node_level_lines(billed, memo, over_unpriced, unpriced, org_nodes)
-    else:
-        frames = (job_level_lines if level == "job" else project_level_lines)(billed, memo, over_unpriced, unpriced)
-    return shaped_lines(frames, LEVEL_KEYS[level], start=start, end=end, now=now, billed_end=billed_end, exact=exact)
+    out = {}
+    for level in levels:
+        if level == "node":
+            frames = node_level_lines(billed, memo, over_unpriced, unpriced, org_nodes)
+        else:
+            frames = (job_level_lines if level == "job" else project_level_lines)(billed, memo, over_unpriced,
+                                                                                  unpriced)
+        out[level] = shaped_lines(frames, LEVEL_KEYS[level], start=start, end=end, now=now, billed_end=billed_end,
+                                  exact=exact)
+    return out
 
 
 LEVEL_KEYS = {"job": ["cluster", "job_id", "project", "user_name"], "project": ["project"], "node": ["node"]}

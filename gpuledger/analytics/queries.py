@@ -21,7 +21,7 @@ from gpuledger.analytics.attribution import (
 from gpuledger.analytics.budget import budget_burn, funding_from_remaining, job_funding
 from gpuledger.analytics.carbon import carbon_sums, with_carbon
 from gpuledger.analytics.carbon_inputs import site_inputs
-from gpuledger.analytics.chargeback import chargeback_lines, period_bounds
+from gpuledger.analytics.chargeback import chargeback_lines_at, period_bounds
 from gpuledger.analytics.collect import ENGINE
 from gpuledger.analytics.delivery_balance import credited_usage, credits, delivery_balance
 from gpuledger.analytics.fairshare import delivery, fair_share
@@ -180,18 +180,32 @@ def chargeback_report(
     up to ``now``. See chargeback.statement_notes for what to tell the reader. ``exact``: also
     the unrounded amounts (chargeback_lines).
     """
+    return chargeback_reports(con, period, levels=(level,), policy=policy, now=now, exact=exact)[level]
+
+
+def chargeback_reports(
+    con: duckdb.DuckDBPyConnection, period: str, *, levels: tuple[str, ...], policy: Policy | None = None,
+    now: datetime | None = None, exact: bool = False,
+) -> dict[str, pl.DataFrame]:
+    """:func:`chargeback_report` at each of ``levels``, priced and rounded once and collected together
+    (polars shares the plans' common part): a period's close asks all three (issue 41: it priced
+    the month three times)."""
     policy = policy or Policy()
     start, end = period_bounds(period)
     now = now or data_now(con)
     t = load_tables(con, start=start, end=end, samples=False)
-    lines = chargeback_lines(
-        t.job_allocations, t.gpus, t.jobs, t.rate_card, start=start, end=end, now=now, level=level,
+    lines = chargeback_lines_at(
+        t.job_allocations, t.gpus, t.jobs, t.rate_card, levels=levels, start=start, end=end, now=now,
         org_nodes=t.org_nodes, idle_cost=policy.chargeback.idle_cost,
         default_tier=policy.chargeback.default_tier,
         retire_grace=timedelta(hours=policy.chargeback.retire_after_hours), exact=exact,
-    ).collect(engine=ENGINE)
-    named = lines.rename({"gpu_hours_allocated": "gpu_hours"})
-    return named.select(pl.lit(period).alias("period"), *named.columns)
+    )
+    frames = pl.collect_all([lines[level] for level in levels], engine=ENGINE)
+    out = {}
+    for level, frame in zip(levels, frames, strict=True):
+        named = frame.rename({"gpu_hours_allocated": "gpu_hours"})
+        out[level] = named.select(pl.lit(period).alias("period"), *named.columns)
+    return out
 
 
 def usage_report(

@@ -39,7 +39,7 @@ import polars as pl
 from gpuledger.analytics.chargeback import IDLE, PAD, with_org_paths
 from gpuledger.analytics.load import load_tables
 from gpuledger.analytics.money import RAW, half_up_cents, round_tree
-from gpuledger.analytics.queries import chargeback_report
+from gpuledger.analytics.queries import chargeback_report, chargeback_reports
 from gpuledger.config import Config, Policy
 from gpuledger.config_store import policy_in_force, stored_config
 from gpuledger.errors import RunError, UsageError
@@ -354,8 +354,7 @@ def _issued(con, period: str) -> dict[int, dict[str, pl.DataFrame]]:
 
 def compute_lines(con, period: str, cfg: Config, *, now: datetime | None = None) -> dict[str, pl.DataFrame]:
     """The period's chargeback lines at every level with the warehouse's current reference data."""
-    return {level: chargeback_report(con, period, level=level, policy=cfg.policy, now=now, exact=True)
-            for level in LEVELS}
+    return chargeback_reports(con, period, levels=LEVELS, policy=cfg.policy, now=now, exact=True)
 
 
 def _current_config(con) -> tuple[Config, int | None]:

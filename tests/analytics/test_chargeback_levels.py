@@ -126,3 +126,16 @@ def test_shaped_lines_order_columns_and_period():
     assert out["amount_exact"].to_list() == [D(2), D(1), D(3), None]
     assert out.columns[:7] == ["period_start", "period_end", "billed_through", "provisional", "line_kind", "billed",
                                "node"]
+
+
+def test_the_levels_priced_once_are_each_level_priced_alone():
+    # a period's close asks all three levels of one pricing (chargeback_lines_at, issue 41): the
+    # same lines, to the last digit, as each level asked on its own (J, K, L, idle, over, unpriced)
+    args = {"start": START, "end": END, "now": END, "org_nodes": TREE, "default_tier": "reserved", "exact": True}
+    together = cb.chargeback_lines_at(ALLOC, INV, JOBS, RATES, levels=("job", "project", "node"), **args)
+    for level, lines in together.items():
+        alone = cb.chargeback_lines(ALLOC, INV, JOBS, RATES, level=level, **args).collect()
+        both = lines.collect()
+        assert both.height == alone.height > 0
+        assert both.equals(alone), level
+    assert sum(together["project"].collect().filter(pl.col("billed"))["amount"]) == D("97.00")
