@@ -182,7 +182,10 @@ def scan_floor(con, *, start: datetime, now: datetime) -> tuple[float, str]:
     scans (the rows are located once, outside the timing, into a temp table of their values)."""
     t = load_tables(con, start=start, end=now, samples=False)
     jobs, allocs, gpus = (collect(f).lazy() for f in (t.jobs, t.job_allocations, t.gpus))
-    keys = collect(partial_hour_keys(allocated_pieces(allocs, gpus, now=now, start=start, end=now, jobs=jobs)))
+    # the partial GPU-hours' keys a day at a time, as the recompute cuts them (the window's pieces at
+    # once would hold more than the recompute itself: issue 41)
+    keys = pl.concat([collect(partial_hour_keys(allocated_pieces(allocs, gpus, now=now, start=lo, end=hi, jobs=jobs)))
+                      for lo, hi in utc_days(start, now)])
     values = [c.strip() for c in ATTRIBUTION_SAMPLE_COLS.split(",") if c.strip() not in ("gpu_id", "ts")]
     con.register("_floor_keys", keys.select(pl.col("gpu_id").cast(pl.Int32),
                                             pl.col("hour").cast(pl.Datetime("us"))).to_arrow())
