@@ -4,6 +4,10 @@ that finished is kept when a later one does not): the outcome block over all of 
 `--seeds N` would have written it (outcome.document on each file's per-policy summaries).
 
     .venv/bin/python benchmarks/whatif_merge_seeds.py m1024-s1.json m1024-s2.json ... --out m1024.json
+
+``--policies a,b`` keeps only those policies of each file, so a seed run with every policy merges
+with seeds run with fewer (the baselines do not read budgets, so e.g. `--budgets fit` runs of the
+managed policies alone need no second run of them).
 """
 
 from __future__ import annotations
@@ -19,7 +23,20 @@ sys.path.insert(0, str(ROOT))
 from gpuledger.whatif import outcome
 
 
-def merged(docs: list[dict]) -> dict:
+def kept(doc: dict, policies: tuple[str, ...]) -> dict:
+    """``doc`` with only ``policies`` (in that order); a file without one of them is refused."""
+    have = {p["policy"]: p for p in doc["policies"]}
+    (seed,) = doc["outcome"]["seeds"] or [None]
+    if missing := [p for p in policies if p not in have]:
+        raise SystemExit(f"seed {seed} did not run {', '.join(missing)}")
+    block = dict(doc["outcome"], settlement={s: {p: per[p] for p in policies}
+                                             for s, per in doc["outcome"]["settlement"].items()})
+    return dict(doc, policies=[have[p] for p in policies], outcome=block)
+
+
+def merged(docs: list[dict], policies: tuple[str, ...] | None = None) -> dict:
+    if policies:
+        docs = [kept(doc, policies) for doc in docs]
     per_seed, sources, regimes, policies = {}, {}, set(), None
     for doc in docs:
         block = doc["outcome"]
@@ -49,8 +66,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--policies", default=None, help="keep only these policies of each file, comma-separated")
     args = ap.parse_args()
-    doc = merged([json.loads(p.read_text()) for p in args.results])
+    keep = tuple(p.strip() for p in args.policies.split(",") if p.strip()) if args.policies else None
+    doc = merged([json.loads(p.read_text()) for p in args.results], keep)
     args.out.write_text(json.dumps(doc, indent=1))
     print(f"wrote {args.out}: seeds {doc['outcome']['seeds']}")
 

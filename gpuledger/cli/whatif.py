@@ -268,11 +268,12 @@ def schedule(
         None, "--lane-reserve", min=0, max=0.49,
         help="policy 4: share of each pool held for the quick lane and lent meanwhile (default "
              "policy.enforcement.quick_lane.reserve_share)"),
-    budgets: str = typer.Option(
-        "config", "--budgets",
+    budgets: str | None = typer.Option(
+        None, "--budgets",
         help="config: fund the config's budgets as written; fit: scale each period's budgets, in proportion, "
              "to the replayed cluster's capacity (normalised GPU-hours) — a config written for another "
-             "cluster size funds a simulated one too little or never binds"),
+             "cluster size funds a simulated one too little or never binds [default: fit with "
+             "--simulate-gpus, else config]"),
     sweep: str | None = typer.Option(
         None,
         "--sweep",
@@ -319,8 +320,10 @@ def schedule(
 
     _check_out(fmt, out)
     chosen = _chosen_policies(policies, sweep_policy)
-    from gpuledger.whatif.model import BUDGET_MODES
+    from gpuledger.whatif.model import BUDGET_MODES, BUDGETS_SAY
 
+    if budgets is None:  # a cluster simulated for the replay is budgeted as Ai2 budgets: the capacity it has
+        budgets = "fit" if simulate_gpus else "config"
     if budgets not in BUDGET_MODES:
         raise typer.BadParameter(f"{budgets!r}: choose {' or '.join(BUDGET_MODES)}", param_hint="--budgets")
     sweep_spec = _sweep_spec(sweep)
@@ -352,7 +355,7 @@ def schedule(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     provenance = (f"simulated: {simulate_gpus} GPUs, {days:g} days from {sim_start}, demand regime {regime}, "
-                  "one warehouse per seed" if simulate_gpus else
+                  f"{BUDGETS_SAY[budgets]}, one warehouse per seed" if simulate_gpus else
                   f"{where[seed_list[0]].name}: one warehouse, each seed its draws of never-started jobs")
     outcome_doc = _outcome(per_seed, chosen, where, provenance)
     if simulate_gpus:
@@ -362,7 +365,7 @@ def schedule(
     _sweep_chart(chart, rows, sweep_spec, sweep_policy)
     title = (f"what-if {lo:%Y-%m-%d %H:%M}Z .. {hi:%Y-%m-%d %H:%M}Z: {len(trace.jobs)} jobs on "
              f"{trace.inventory.physical_gpus()} GPUs, trace seed {seed_list[0]}"
-             + (f", simulated, demand regime {regime}" if simulate_gpus else ""))
+             + (f", simulated, demand regime {regime}" if simulate_gpus else "") + f", {BUDGETS_SAY[budgets]}")
     if len(seed_list) > 1:
         _show_outcome(text, outcome_doc, chosen, title=f"outcome over seeds {seed_list[0]}..{seed_list[-1]} "
                       f"({provenance}): median [min–max]", fmt=fmt, out=out)

@@ -17,6 +17,7 @@ QUICK = "quick-lane"
 POLICIES = (PRIORITY, FAIR_SHARE, RECLAIM)  # gpuledger's three (issue 13), the default run
 ALL_POLICIES = (PRIORITY, SLOT_LIMITS, FAIR_SHARE, RECLAIM, QUICK)
 BUDGET_MODES = ("config", "fit")  # Params.budgets: as written, or scaled to the replayed cluster
+BUDGETS_SAY = {"config": "budgets as the config writes them", "fit": "budgets fitted to the cluster"}  # in titles
 POLICY_TITLES = {
     PRIORITY: "1 priority",
     SLOT_LIMITS: "0 team slot limits",

@@ -47,13 +47,16 @@ def budget_weights(cfg: Config, at: datetime) -> dict[str, float]:
 
 def fitted_budgets(cfg: Config, inventory, at: datetime) -> Config:
     """``cfg`` with each period's budgets scaled, in proportion, so the top budgets of the period
-    (those with no budgeted ancestor) sum to the cluster's capacity over it in normalised GPU-hours
-    (Σ device fractions × budget weight × the period's hours): Ai2 budgets the capacity it has. A
-    config written for another cluster size funds a simulated one too little (its teams exhaust
-    their budgets mid-month: at 1,024 GPUs the example config's budgets are 0.55× the month) or
-    never binds (2.2× at 256 GPUs). Whole GPU-hours, half up."""
+    (those with no budgeted ancestor) sum to the cluster's capacity over it at the dearest model's
+    budget weight (Σ device fractions × the period's hours × the cluster's highest weight): the
+    example config's own rule at any size — each team's budget funds its share on any model of the
+    cluster, so a team within its share stays funded all period and one that bursts runs dry. A
+    config written for another cluster size funds a simulated one too little (at 1,024 GPUs the
+    example's budgets, written for 256, leave every team unfunded from mid-month) or too much.
+    Whole GPU-hours, half up."""
     weights = budget_weights(cfg, at)
-    per_hour = sum(d.fraction * weights.get(d.pool[1], 1.0) for d in inventory.devices)
+    dearest = max((weights.get(d.pool[1], 1.0) for d in inventory.devices), default=1.0)
+    per_hour = sum(d.fraction for d in inventory.devices) * dearest
     parent = dict(zip(*cfg.org_frame().select("node", "parent").to_dict(as_series=False).values(), strict=True))
     periods: dict[tuple, list] = defaultdict(list)
     for b in cfg.budgets:

@@ -48,3 +48,9 @@ def test_single_seed_files_merge_into_the_seeds_outcome(tmp_path):
     other = _run(tmp_path, "--seed", "3", "--seeds", "1", "--policies", "priority")
     with pytest.raises(SystemExit, match="merge runs of the same policies"):
         whatif_merge_seeds.merged([one, other])
+    # kept to the policies they share, they merge: seed 1's priority column beside seed 3's
+    shared = whatif_merge_seeds.merged([one, other], ("priority",))["outcome"]
+    assert shared["seeds"] == [1, 3] and set(shared["settlement"]["1"]) == {"priority"}
+    assert all(set(r) - {"figure", "label", "kind", "target"} == {"priority"} for r in shared["rows"])
+    with pytest.raises(SystemExit, match="seed 3 did not run quick-lane"):
+        whatif_merge_seeds.merged([one, other], ("priority", "quick-lane"))

@@ -242,10 +242,11 @@ def test_whatif_schedule_over_simulated_seeds(tmp_path):
 
 
 def test_budgets_fitted_to_the_cluster_keep_their_proportions():
-    # 2 H100 (weight 1) + 1 B200 (weight 1.8) = 3.8 normalised GPU-h an hour; November has 720 h:
-    # 2,736 for the month. Top budgets: grp 400 (its children a 100 and b 300 sit under it) and c 100
-    # -> k = 2,736 / 500 = 5.472: grp 2,188.8 -> 2,189, a 547.2 -> 547, b 1,641.6 -> 1,642, c 547.2 -> 547.
-    # A December budget of 50 is scaled by December's own capacity: 3.8 x 744 h / 50 = 56.544 -> 2,827.2.
+    # 2 H100 (weight 1) + 1 B200 (weight 1.8): 3 GPUs at the dearest weight, 1.8 = 5.4 normalised
+    # GPU-h an hour (each team's share funded on any model); November has 720 h: 3,888 for the month.
+    # Top budgets: grp 400 (its children a 100 and b 300 sit under it) and c 100 -> k = 3,888 / 500
+    # = 7.776: grp 3,110.4 -> 3,110, a 777.6 -> 778, b 2,332.8 -> 2,333, c 777.6 -> 778.
+    # A December budget of 50 is scaled by December's own capacity: 5.4 x 744 h = 4,017.6 -> 4,018.
     from gpuledger.config import Config
     from gpuledger.whatif.policies import fitted_budgets
 
@@ -265,8 +266,8 @@ def test_budgets_fitted_to_the_cluster_keep_their_proportions():
     })
     inv = Inventory.from_counts([{"model": "H100", "count": 2}, {"model": "B200", "count": 1}])
     got = {(b.node, b.period): b.gpu_hours for b in fitted_budgets(cfg, inv, ORIGIN).budgets}
-    assert got == {("grp", "2026-11"): 2189, ("a", "2026-11"): 547, ("b", "2026-11"): 1642,
-                   ("c", "2026-11"): 547, ("c", "2026-12"): 2827}
+    assert got == {("grp", "2026-11"): 3110, ("a", "2026-11"): 778, ("b", "2026-11"): 2333,
+                   ("c", "2026-11"): 778, ("c", "2026-12"): 4018}
     # the config itself is left as it was
     assert [int(b.gpu_hours) for b in cfg.budgets] == [400, 100, 300, 100, 50]
 

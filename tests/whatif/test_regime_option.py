@@ -59,7 +59,7 @@ def test_whatif_over_seasonal_seeds_names_the_regime(tmp_path):
     doc = json.loads(done.stdout)["outcome"]
     assert doc["demand_regime"] == "ai2-seasonal"
     assert doc["regime"] == ("simulated: 8 GPUs, 1 days from 2026-11-01, demand regime ai2-seasonal, "
-                             "one warehouse per seed")
+                             "budgets fitted to the cluster, one warehouse per seed")
     assert all("-ai2-seasonal-" in path for path in doc["sources"].values())
     assert sorted(p.name for p in (tmp_path / "sims").glob("*.duckdb")) == sorted(
         path.rsplit("/", 1)[1] for path in doc["sources"].values())
@@ -70,7 +70,8 @@ def test_whatif_over_seasonal_seeds_names_the_regime(tmp_path):
     # one seed (the first one's warehouse, already built): its table names its seed and regime too
     one = runner.invoke(app, [*(a for a in args if a not in ("--seeds", "2")), "--seed", "2"])
     assert one.exit_code == 0, one.output
-    assert "trace seed 2, simulated, demand regime ai2-seasonal" in " ".join(one.output.split())
+    assert ("trace seed 2, simulated, demand regime ai2-seasonal, budgets fitted to the cluster"
+            in " ".join(one.output.split()))
     # the default regime's seeds are other warehouses beside them, and the document says so
     default = runner.invoke(app, [*base, "--format", "json"])
     assert default.exit_code == 0, default.output
@@ -98,3 +99,12 @@ def test_fitted_budgets_are_the_runs_parameter(tmp_path):
         assert done.exit_code == 0, done.output
         got[mode] = json.loads(done.stdout)
     assert (got["config"]["params"]["budgets"], got["fit"]["params"]["budgets"]) == ("config", "fit")
+    # left out: a cluster simulated for the replay is fitted, a warehouse's own history keeps its budgets
+    simulated = CliRunner().invoke(app, base)
+    assert simulated.exit_code == 0, simulated.output
+    assert json.loads(simulated.stdout)["params"]["budgets"] == "fit"
+    (built,) = (tmp_path / "sims").glob("*.duckdb")
+    recorded = CliRunner().invoke(app, ["whatif", "schedule", "-w", str(built), "--policies", "fair-share",
+                                        "--no-progress", "--format", "json"])
+    assert recorded.exit_code == 0, recorded.output
+    assert json.loads(recorded.stdout)["params"]["budgets"] == "config"
