@@ -36,7 +36,12 @@ from gpuledger.analytics.load import (
 from gpuledger.analytics.squatting import LOOKBACK, squatting_findings
 from gpuledger.analytics.tree import Tree
 from gpuledger.analytics.usage import node_usage
-from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly, utilization_over_models
+from gpuledger.analytics.utilization import (
+    USED_SUMS,
+    utilization_by_kind,
+    utilization_hourly,
+    utilization_over_models,
+)
 from gpuledger.analytics.waits import job_waits, wait_causes, wait_summary
 from gpuledger.config import Policy
 from gpuledger.sql import load_sql
@@ -360,9 +365,13 @@ def utilization_report(
     policy = policy or Policy()
     now = now or data_now(con)
     t = load_tables(con, start=start, end=end, samples=False)
-    if by == "kind":  # sums over the whole range in floats: not cut by day (their order would move digits)
-        used = attribution(con, t, start=start, end=end, now=now, policy=policy)
-        return ordered(utilization_by_kind(used, t.jobs).collect(engine=ENGINE), ["kind"])
+    if by == "kind":  # each day's job sums (attribution_by_day), summed per kind over the days
+        def per_job(used: pl.LazyFrame, *_) -> pl.DataFrame:
+            return used.group_by("cluster", "job_id").agg(pl.col(USED_SUMS).sum()).collect(engine=ENGINE)
+
+        jobs_days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=per_job) \
+            or [per_job(attribution(con, t, start=start, end=end, now=now, policy=policy))]
+        return ordered(utilization_by_kind(pl.concat(jobs_days).lazy(), t.jobs).collect(engine=ENGINE), ["kind"])
     keys = {"model": ("cluster", "model"), "cluster": ("cluster",), "fleet": ()}.get(by)
     if keys is None:
         raise ValueError(f"by={by!r}: choose model, cluster, fleet or kind")

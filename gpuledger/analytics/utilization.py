@@ -13,7 +13,7 @@ import polars as pl
 
 from gpuledger.analytics.capacity import capacity_hourly
 
-_SUMS = ["gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown"]
+USED_SUMS = ["gpu_hours_allocated", "gpu_hours_active", "gpu_hours_unknown"]
 
 
 def _pct(num: str, den: str) -> pl.Expr:
@@ -38,11 +38,11 @@ def utilization_hourly(
     cap = capacity_hourly(gpus, start=start, end=end, by=by).select(*by, "hour", "gpu_hours_capacity")
     used = (
         attribution.filter((pl.col("hour") >= start.replace(minute=0, second=0, microsecond=0)) & (pl.col("hour") < end))
-        .group_by(*by, "hour").agg(pl.col(_SUMS).sum())
+        .group_by(*by, "hour").agg(pl.col(USED_SUMS).sum())
     )
     return _with_percentages(
         cap.join(used, on=[*by, "hour"], how="full", coalesce=True)
-        .with_columns(pl.col("gpu_hours_capacity", *_SUMS).fill_null(0.0)), by)
+        .with_columns(pl.col("gpu_hours_capacity", *USED_SUMS).fill_null(0.0)), by)
 
 
 def _with_percentages(hours: pl.LazyFrame, by) -> pl.LazyFrame:
@@ -70,7 +70,7 @@ def utilization_over_models(by_model: pl.LazyFrame, by: tuple[str, ...]) -> pl.L
     exact and order-free: each figure in whole nano-units summed as integers, the rule the
     materialized rows are summed by (gpuledger/facts/utilization_sums.sql), so a range answered
     from stored days gives these digits."""
-    figures = ["gpu_hours_capacity", *_SUMS]
+    figures = ["gpu_hours_capacity", *USED_SUMS]
     return _with_percentages(
         by_model.with_columns((pl.col(c) * _NANO).round(0).cast(pl.Int64).alias(c) for c in figures)
         .group_by(*by, "hour").agg(pl.col(figures).sum())
@@ -86,7 +86,7 @@ def utilization_by_kind(attribution: pl.LazyFrame, jobs: pl.LazyFrame, *, by: tu
     out = (
         attribution.join(kinds, on=["cluster", "job_id"], how="left")
         .with_columns(pl.col("kind").fill_null("unknown"))
-        .group_by(*by, "kind").agg(pl.col(_SUMS).sum())
+        .group_by(*by, "kind").agg(pl.col(USED_SUMS).sum())
         .with_columns(_known=pl.col("gpu_hours_allocated") - pl.col("gpu_hours_unknown"),
                       _total=pl.col("gpu_hours_allocated").sum().over(list(by)) if by
                       else pl.col("gpu_hours_allocated").sum())

@@ -1,6 +1,6 @@
 """A range attributed a UTC day at a time (queries.attribution_by_day, issue 41: a month at once
 held ~50 KiB per GPU-day) gives the range's answers: usage to the last digit (its sums are exact: whole nano-units),
-utilization's hour rows, carbon and the statement's usage within float rounding (their float sums differ in
+utilization (by hour and by kind), carbon and the statement's usage within float rounding (their float sums differ in
 the last bit between two runs of the whole range too: polars sums in parallel) and the statement's
 the same once rounded as it prints them.
 
@@ -21,7 +21,7 @@ from gpuledger import warehouse
 from gpuledger.analytics import queries
 from gpuledger.analytics.attribution import rollup_usage
 from gpuledger.analytics.load import load_tables
-from gpuledger.analytics.utilization import utilization_hourly
+from gpuledger.analytics.utilization import utilization_by_kind, utilization_hourly
 from gpuledger.ledger.config_versions import stored_config
 from gpuledger.reports.statement import build
 
@@ -86,6 +86,16 @@ def test_utilization_by_day_is_the_ranges(wh):
     # an hour's float sum: the whole range's differs from itself by up to 2e-15 between runs
     assert_frame_equal(_sorted(by_day), _sorted(whole.select(by_day.columns)), check_exact=False,
                        rel_tol=1e-12, abs_tol=1e-12)
+
+
+def test_utilization_by_kind_by_day_is_the_ranges(wh):
+    with warehouse.open_reader(wh) as con:
+        now = queries.data_now(con)
+        t, policy, used = _whole(con, now)
+        whole = utilization_by_kind(used, t.jobs).collect().sort("kind")
+        by_day = queries.utilization_report(con, start=START, end=END, by="kind", policy=policy, now=now)
+    assert by_day.height == whole.height > 0 and by_day["gpu_hours_allocated"].sum() > 0
+    assert_frame_equal(by_day, whole, check_exact=False, rel_tol=1e-12, abs_tol=1e-9)  # float sums reordered
 
 
 def test_the_statements_usage_built_by_day_is_the_one_built_whole(wh):
