@@ -5,9 +5,9 @@ that finished is kept when a later one does not): the outcome block over all of 
 
     .venv/bin/python benchmarks/whatif_merge_seeds.py m1024-s1.json m1024-s2.json ... --out m1024.json
 
-``--policies a,b`` keeps only those policies of each file, so a seed run with every policy merges
-with seeds run with fewer (the baselines do not read budgets, so e.g. `--budgets fit` runs of the
-managed policies alone need no second run of them).
+A seed's files of different policies are joined first (e.g. the baselines and the managed
+policies run as two processes), if they come from the same run options. ``--policies a,b`` keeps
+only those policies of each file, so a seed run with every policy merges with seeds run with fewer.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpuledger.whatif import outcome
+from gpuledger.whatif.model import ALL_POLICIES
 
 
 def kept(doc: dict, policies: tuple[str, ...]) -> dict:
@@ -34,17 +35,40 @@ def kept(doc: dict, policies: tuple[str, ...]) -> dict:
     return dict(doc, policies=[have[p] for p in policies], outcome=block)
 
 
-def merged(docs: list[dict], policies: tuple[str, ...] | None = None) -> dict:
-    if policies:
-        docs = [kept(doc, policies) for doc in docs]
-    per_seed, sources, regimes, policies = {}, {}, set(), None
+def combined(docs: list[dict]) -> list[dict]:
+    """One file per seed: a seed's files of different policies (e.g. the baselines run apart from
+    the managed policies) joined, in ALL_POLICIES' order; the same policy twice is refused."""
+    by_seed: dict[int, dict] = {}
     for doc in docs:
         block = doc["outcome"]
         if len(block["seeds"]) != 1:
             raise SystemExit(f"a file of seeds {block['seeds']}: merge single-seed files (--seed S --seeds 1)")
         (seed,) = block["seeds"]
-        if seed in per_seed:
+        if seed not in by_seed:
+            by_seed[seed] = doc
+            continue
+        first = by_seed[seed]
+        names = {p["policy"] for p in first["policies"]}
+        if names & {p["policy"] for p in doc["policies"]} or block["sources"] != first["outcome"]["sources"]:
             raise SystemExit(f"seed {seed} is given twice")
+        if block["regime"] != first["outcome"]["regime"]:
+            raise SystemExit(f"the files come from different runs: {sorted({block['regime'], first['outcome']['regime']})}")
+        both = {p["policy"]: p for p in [*first["policies"], *doc["policies"]]}
+        order = [name for name in ALL_POLICIES if name in both]
+        settle = {**first["outcome"]["settlement"][str(seed)], **block["settlement"][str(seed)]}
+        by_seed[seed] = dict(first, policies=[both[name] for name in order],
+                             outcome=dict(first["outcome"], settlement={str(seed): {n: settle[n] for n in order}}))
+    return list(by_seed.values())
+
+
+def merged(docs: list[dict], policies: tuple[str, ...] | None = None) -> dict:
+    docs = combined(docs)
+    if policies:
+        docs = [kept(doc, policies) for doc in docs]
+    per_seed, sources, regimes, policies = {}, {}, set(), None
+    for doc in docs:
+        block = doc["outcome"]
+        (seed,) = block["seeds"]
         names = tuple(p["policy"] for p in doc["policies"])
         if policies is not None and names != policies:
             raise SystemExit(f"seed {seed} ran {names}, the others {policies}: merge runs of the same policies")

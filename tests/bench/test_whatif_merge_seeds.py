@@ -48,6 +48,12 @@ def test_single_seed_files_merge_into_the_seeds_outcome(tmp_path):
     other = _run(tmp_path, "--seed", "3", "--seeds", "1", "--policies", "priority")
     with pytest.raises(SystemExit, match="merge runs of the same policies"):
         whatif_merge_seeds.merged([one, other])
+    # one seed's policies run as two processes join into the file one process writes
+    apart = [_run(tmp_path, "--seed", "1", "--seeds", "1", "--policies", name) for name in ("quick-lane", "priority")]
+    joined = whatif_merge_seeds.merged(apart)
+    assert [p["policy"] for p in joined["policies"]] == ["priority", "quick-lane"]
+    assert joined["outcome"]["rows"] == whatif_merge_seeds.merged([one])["outcome"]["rows"]
+    assert joined["outcome"]["settlement"] == one["outcome"]["settlement"]
     # kept to the policies they share, they merge: seed 1's priority column beside seed 3's
     shared = whatif_merge_seeds.merged([one, other], ("priority",))["outcome"]
     assert shared["seeds"] == [1, 3] and set(shared["settlement"]["1"]) == {"priority"}
