@@ -134,9 +134,16 @@ def problems(kind: str, data: dict) -> list[str]:
 
 # --- the plan ---------------------------------------------------------------------------------
 
-def plan(ctx: Context, only: list[str], sizes: list[int]) -> list[Part]:
+def plan(ctx: Context, only: list[str], sizes: list[int], build_failed: dict[int, str] | None = None) -> list[Part]:
     """The parts to run, in order: ingest, analytics per size, the Prometheus comparison (it may
-    leave the materialized warehouse the dashboards read), dashboards, then the optional ones."""
+    leave the materialized warehouse the dashboards read), dashboards, then the optional ones.
+    ``build_failed``: size -> why its week's build failed (harness_datasets), said in the skip."""
+    build_failed = build_failed or {}
+
+    def missing(n: int) -> str:
+        why = build_failed.get(n)
+        return f"its week's build failed: {why}" if why else f"{rel(dataset(ctx, n), ctx.root)}.done missing (dataset not built)"
+
     s = ctx.scripts_dir
     parts: list[Part] = []
     ready = [n for n in sizes if dataset_ready(ctx, n)]
@@ -149,13 +156,14 @@ def plan(ctx: Context, only: list[str], sizes: list[int]) -> list[Part]:
                 parts.append(Part(
                     f"analytics {n}", kind, s / "analytics_bench.py",
                     ["--warehouse", rel(dataset(ctx, n), ctx.root)], _store_analytics(n),
-                    skip=None if n in ready else f"{rel(dataset(ctx, n), ctx.root)}.done missing (dataset not built)"))
+                    skip=None if n in ready else missing(n)))
         elif kind == "prometheus":
             gpus_args = [a for n in ready for a in ("--gpus", str(n))]
             part = Part("prometheus", kind, s / "prometheus_bench.py", gpus_args, _store_prometheus,
                         skip=None if ready else "no dataset of the asked sizes is built")
             if not_ready:
-                part.notes.append("sizes skipped, dataset not built: " + ", ".join(map(str, not_ready)))
+                part.notes.append("sizes skipped, dataset not built: " + ", ".join(
+                    f"{n} ({build_failed[n]})" if n in build_failed else str(n) for n in not_ready))
             parts.append(part)
         elif kind == "dashboard":
             n = ctx.dashboard_gpus

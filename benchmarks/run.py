@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from harness import PARTS, SIZES, Context, header, merge_runs, parse_part_args, plan, run_part
+from harness_datasets import build_command, build_missing, to_build
 from harness_report import render, replace_block
 from harness_targets import evaluate
 
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per part before it is killed")
     ap.add_argument("--render-only", action="store_true", help="only regenerate BENCHMARKS.md from results.json")
     ap.add_argument("--dry-run", action="store_true", help="print the parts and their commands; run nothing")
+    ap.add_argument("--no-build", action="store_true",
+                    help="skip the sizes whose week (data/bench/weekN.duckdb) is not built, instead of building it")
     args = ap.parse_args(argv)
     try:  # the environment's defaults, checked like the options
         if args.sizes is None:
@@ -106,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                   timeout_s=args.timeout, dashboard_gpus=args.dashboard_gpus,
                   echo=lambda line: print(line, flush=True))
     if args.dry_run:
+        for n in [] if args.no_build else to_build(ctx, args.only, args.sizes):
+            print(f"dataset {n}: " + shlex.join(os.path.relpath(c, ROOT) if "/" in c else c for c in build_command(ctx, n)))
         for part in plan(ctx, args.only, args.sizes):
             line = part.skip and f"skipped: {part.skip}" or shlex.join(
                 [os.path.relpath(ctx.python, ROOT), os.path.relpath(part.script, ROOT), *part.args, "--json", "OUT"])
@@ -117,13 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     m = results["machine"]
     print(f"make bench: sizes {args.sizes}, parts {args.only}; {m['cores']} cores, {m['memory_gib']} GiB, "
           f"commit {results['commit']}", flush=True)
+    build_failed = {} if args.no_build else build_missing(ctx, args.only, args.sizes)
     new_runs = []
-    for part in plan(ctx, args.only, args.sizes):
+    for part in plan(ctx, args.only, args.sizes, build_failed):
         new_runs.append(run_part(ctx, part, results))
         results["runs"] = merge_runs(results.get("runs") or [], new_runs[-1:])
-        write_outputs(results, args.results, args.benchmarks_md)  # after every part: a crash keeps the rest
+        if new_runs[-1]["status"] != "skipped":  # a run that measured nothing does not become "the last run"
+            write_outputs(results, args.results, args.benchmarks_md)  # after every part: a crash keeps the rest
     failed = [r["name"] for r in new_runs if r["status"] == "failed"]
     skipped = [r["name"] for r in new_runs if r["status"] == "skipped"]
+    if len(skipped) == len(new_runs):
+        print("\nnothing was measured (every part skipped): results and BENCHMARKS.md left as they were", flush=True)
+        return 0
     met = [t for t in results["targets"] if t["met"]]
     print(f"\nwrote {os.path.relpath(args.results, ROOT)} and {os.path.relpath(args.benchmarks_md, ROOT)}: "
           f"{len(new_runs) - len(failed) - len(skipped)} parts ok, failed: {failed or 'none'}, skipped: "

@@ -123,8 +123,11 @@ def rig(tmp_path):
     (data / "week4096.duckdb.tmp").write_bytes(b"half")
     gpuledger = tmp_path / "gpuledger"
     # the stand-in CLI logs its calls; `whatif schedule ... --out FILE` writes FILE
+    # `simulate warehouse ... --warehouse FILE` writes FILE, or fails when FAKE_FAIL=simulate
     gpuledger.write_text(f'#!/bin/sh\necho "$GPULEDGER_WAREHOUSE $*" >> {log}/gpuledger.log\n'
-                         'if [ "$1" = whatif ]; then for last; do :; done; echo "{{}}" > "$last"; fi\n')
+                         'if [ "$1" = whatif ]; then for last; do :; done; echo "{{}}" > "$last"; fi\n'
+                         'if [ "$1" = simulate ]; then [ "$FAKE_FAIL" = simulate ] && { echo "disk full" >&2; exit 4; }\n'
+                         '  for last; do :; done; echo "simulated" > "$last"; fi\n')
     gpuledger.chmod(gpuledger.stat().st_mode | stat.S_IEXEC)
     md = tmp_path / "BENCHMARKS.md"
     md.write_text(MD)
@@ -418,3 +421,38 @@ def test_ctrl_c_stops_the_running_script_too(rig, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         rig["run"].main([*rig["base"], "--only", "ingest"])
     assert _dead(int(pidfile.read_text()))
+
+
+def test_a_missing_week_is_built_before_the_parts_that_read_it(rig, capsys, monkeypatch):
+    run, data = rig["run"], rig["data"]
+    (data / "week4096.duckdb.tmp").unlink()  # the build that was in progress is gone: nothing of 4,096 exists
+    script = Path(rig["base"][1]) / "analytics_bench.py"
+    script.write_text(FAKE.format(name="analytics_bench", log=str(rig["log"]),
+                                  data={"week4096": {**ANALYTICS["week1024"], "gpus": 4096}}))
+    # a dry run names the build and builds nothing
+    assert run.main([*rig["base"], "--sizes", "4096", "--only", "analytics", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "dataset 4096: " in out and "simulate warehouse --gpus 4096 --days 7 --start 2026-11-01T00:00:00" in out
+    assert not (data / "week4096.duckdb").exists() and not (rig["log"] / "gpuledger.log").exists()
+    # a build that fails: the part is skipped with the build's own last words, nothing half-built left
+    monkeypatch.setenv("FAKE_FAIL", "simulate")
+    assert run.main([*rig["base"], "--sizes", "4096", "--only", "analytics"]) == 0
+    assert "nothing was measured" in capsys.readouterr().out
+    assert sorted(p.name for p in data.glob("week4096*")) == []
+    assert not rig["results"].exists()  # a run that measured nothing writes nothing
+    # built: written beside its name, moved into place (the writer's side files of the .tmp gone), marked
+    # done, then measured
+    (data / "week4096.duckdb.tmp.gate").write_text("a side file the real writer leaves")
+    monkeypatch.delenv("FAKE_FAIL")
+    assert run.main([*rig["base"], "--sizes", "4096", "--only", "analytics"]) == 0
+    assert sorted(p.name for p in data.glob("week4096*")) == ["week4096.duckdb", "week4096.duckdb.done"]
+    assert (data / "week4096.duckdb").read_text() == "simulated\n"
+    runs = {r["name"]: r for r in json.loads(rig["results"].read_text())["runs"]}
+    assert runs["analytics 4096"]["status"] == "ok"
+    assert _args(rig, "analytics_bench")[-1][:2] == ["--warehouse", str(data / "week4096.duckdb")]
+    calls = (rig["log"] / "gpuledger.log").read_text().splitlines()
+    assert len(calls) == 2 and all(" simulate warehouse --gpus 4096 " in c for c in calls)
+    # built once: the next run finds it done and builds nothing
+    assert run.main([*rig["base"], "--sizes", "4096", "--only", "analytics", "--no-build"]) == 0
+    assert run.main([*rig["base"], "--sizes", "4096", "--only", "analytics"]) == 0
+    assert len((rig["log"] / "gpuledger.log").read_text().splitlines()) == 2
