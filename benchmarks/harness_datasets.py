@@ -39,7 +39,7 @@ def build(ctx: Context, gpus: int) -> str | None:
     ctx.data_dir.mkdir(parents=True, exist_ok=True)
     cmd = build_command(ctx, gpus)
     ctx.echo(f"== dataset {gpus} GPUs: {' '.join(rel(c, ctx.root) if '/' in c else c for c in cmd)} "
-             "(a week of 30-s samples: seconds at 256 GPUs, ~40 min at 4,096 on 2 cores)")
+             "(a week of 30-s samples: ~2 min at 256 GPUs, ~40 min at 4,096 on 2 cores)")
     tail: collections.deque[str] = collections.deque(maxlen=1)
     with subprocess.Popen(cmd, cwd=ctx.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env={**os.environ, "GPULEDGER_WAREHOUSE": str(tmp)}) as proc:
