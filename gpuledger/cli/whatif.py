@@ -271,9 +271,9 @@ def schedule(
     budgets: str | None = typer.Option(
         None, "--budgets",
         help="config: fund the config's budgets as written; fit: scale each period's budgets, in proportion, "
-             "to the replayed cluster's capacity (normalised GPU-hours) — a config written for another "
-             "cluster size funds a simulated one too little or never binds [default: fit with "
-             "--simulate-gpus, else config]"),
+             "to the replayed cluster (they sum to its capacity at its dearest model's budget weight: each "
+             "team's share funded on any model) — a config written for another cluster size funds a simulated "
+             "one too little or too much [default: fit with --simulate-gpus, else config]"),
     sweep: str | None = typer.Option(
         None,
         "--sweep",
