@@ -134,10 +134,12 @@ def problems(kind: str, data: dict) -> list[str]:
 
 # --- the plan ---------------------------------------------------------------------------------
 
-def plan(ctx: Context, only: list[str], sizes: list[int], build_failed: dict[int, str] | None = None) -> list[Part]:
+def plan(ctx: Context, only: list[str], sizes: list[int], build_failed: dict[int, str] | None = None,
+         building: list[int] = ()) -> list[Part]:
     """The parts to run, in order: ingest, analytics per size, the Prometheus comparison (it may
     leave the materialized warehouse the dashboards read), dashboards, then the optional ones.
-    ``build_failed``: size -> why its week's build failed (harness_datasets), said in the skip."""
+    ``build_failed``: size -> why its week's build failed (harness_datasets), said in the skip;
+    ``building``: sizes a dry run would build first (planned as built)."""
     build_failed = build_failed or {}
 
     def missing(n: int) -> str:
@@ -146,7 +148,7 @@ def plan(ctx: Context, only: list[str], sizes: list[int], build_failed: dict[int
 
     s = ctx.scripts_dir
     parts: list[Part] = []
-    ready = [n for n in sizes if dataset_ready(ctx, n)]
+    ready = [n for n in sizes if dataset_ready(ctx, n) or n in building]
     not_ready = [n for n in sizes if n not in ready]
     for kind in [k for k in PARTS if k in only]:
         if kind == "ingest":

@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from harness import PARTS, SIZES, Context, header, merge_runs, parse_part_args, plan, run_part
-from harness_datasets import build_command, build_missing, to_build
+from harness_datasets import build_command, build_missing, shown, to_build
 from harness_report import render, replace_block
 from harness_targets import evaluate
 
@@ -109,9 +109,10 @@ def main(argv: list[str] | None = None) -> int:
                   timeout_s=args.timeout, dashboard_gpus=args.dashboard_gpus,
                   echo=lambda line: print(line, flush=True))
     if args.dry_run:
-        for n in [] if args.no_build else to_build(ctx, args.only, args.sizes):
-            print(f"dataset {n}: " + shlex.join(os.path.relpath(c, ROOT) if "/" in c else c for c in build_command(ctx, n)))
-        for part in plan(ctx, args.only, args.sizes):
+        building = [] if args.no_build else to_build(ctx, args.only, args.sizes)
+        for n in building:
+            print(f"dataset {n}: {shown(ctx, build_command(ctx, n))}")
+        for part in plan(ctx, args.only, args.sizes, building=building):
             line = part.skip and f"skipped: {part.skip}" or shlex.join(
                 [os.path.relpath(ctx.python, ROOT), os.path.relpath(part.script, ROOT), *part.args, "--json", "OUT"])
             print(f"{part.name}: {line}" + ("  (+ the warehouse it reads, chosen when it runs)" if part.prepare else ""))

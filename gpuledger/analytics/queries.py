@@ -127,9 +127,10 @@ def attribution_by_day(
     partial hours' samples cost ~50 KiB per GPU-day, so a month at once outgrows the machine
     (issue 41) while one day's stay flat. A piece never spans an hour, nor a day, so each day's
     pieces are the range's pieces of that day (tests/analytics/test_by_day.py). ``spans``: another
-    cut of [start, end) (the tests compare cuts)."""
-    return [reduce(attribution(con, t, start=lo, end=hi, now=now, policy=policy), lo, hi)
-            for lo, hi in (utc_days(start, end) if spans is None else spans)]
+    cut of [start, end) (the tests compare cuts). An empty range is one (empty) span, so there is
+    always at least one answer, with its schema."""
+    cuts = (utc_days(start, end) if spans is None else spans) or [(start, end)]
+    return [reduce(attribution(con, t, start=lo, end=hi, now=now, policy=policy), lo, hi) for lo, hi in cuts]
 
 
 def load_pod_samples(con: duckdb.DuckDBPyConnection, *, start: datetime, end: datetime) -> pl.LazyFrame | None:
@@ -230,8 +231,7 @@ def usage_report(
 
     # a day at a time (a month at once holds ~50 KiB per GPU-day); the days' sums added by
     # rollup_usage's own exact rule (whole nano-units), so the digits are the range's
-    days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=rollup) \
-        or [rollup(attribution(con, t, start=start, end=end, now=now, policy=policy))]  # an empty range
+    days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=rollup)
     out = pl.concat(days)
     if not per_hour and len(days) > 1:
         keys = [c for c in out.columns if c not in USAGE_COLS and c != "efficiency_ratio"]
@@ -369,8 +369,7 @@ def utilization_report(
         def per_job(used: pl.LazyFrame, *_) -> pl.DataFrame:
             return used.group_by("cluster", "job_id").agg(pl.col(USED_SUMS).sum()).collect(engine=ENGINE)
 
-        jobs_days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=per_job) \
-            or [per_job(attribution(con, t, start=start, end=end, now=now, policy=policy))]
+        jobs_days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=per_job)
         return ordered(utilization_by_kind(pl.concat(jobs_days).lazy(), t.jobs).collect(engine=ENGINE), ["kind"])
     keys = {"model": ("cluster", "model"), "cluster": ("cluster",), "fleet": ()}.get(by)
     if keys is None:
@@ -380,8 +379,7 @@ def utilization_report(
         return utilization_hourly(used, t.gpus, start=lo, end=hi, by=("cluster", "model")).collect(engine=ENGINE)
 
     # hour rows, a day at a time as the pipeline stores them (attribution_by_day)
-    days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=per_hour) \
-        or [per_hour(attribution(con, t, start=start, end=end, now=now, policy=policy), start, end)]
+    days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=per_hour)
     hourly = pl.concat(days).lazy()
     if by != "model":  # summed over models as the stored days are (the same digits either way)
         hourly = utilization_over_models(hourly, keys)

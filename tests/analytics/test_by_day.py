@@ -88,6 +88,20 @@ def test_utilization_by_day_is_the_ranges(wh):
                        rel_tol=1e-12, abs_tol=1e-12)
 
 
+def test_an_empty_range_answers_with_no_rows_and_its_columns(wh):
+    # no UTC day in [END, END): one empty span, so every report still has its columns (not an error)
+    with warehouse.open_reader(wh) as con:
+        now = queries.data_now(con)
+        policy = stored_config(con).config.policy
+        full = queries.usage_report(con, start=START, end=END, by="project", policy=policy, now=now)
+        empty = queries.usage_report(con, start=END, end=END, by="project", policy=policy, now=now)
+        assert empty.height == 0 and empty.columns == full.columns
+        for by in ("model", "kind"):
+            full = queries.utilization_report(con, start=START, end=END, by=by, policy=policy, now=now)
+            empty = queries.utilization_report(con, start=END, end=END, by=by, policy=policy, now=now)
+            assert empty.height == 0 and empty.columns == full.columns, by
+
+
 def test_utilization_by_kind_by_day_is_the_ranges(wh):
     with warehouse.open_reader(wh) as con:
         now = queries.data_now(con)

@@ -433,6 +433,7 @@ def test_a_missing_week_is_built_before_the_parts_that_read_it(rig, capsys, monk
     assert run.main([*rig["base"], "--sizes", "4096", "--only", "analytics", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "dataset 4096: " in out and "simulate warehouse --gpus 4096 --days 7 --start 2026-11-01T00:00:00" in out
+    assert "analytics 4096: " in out and "analytics 4096: skipped" not in out  # planned as built
     assert not (data / "week4096.duckdb").exists() and not (rig["log"] / "gpuledger.log").exists()
     # a build that fails: the part is skipped with the build's own last words, nothing half-built left
     monkeypatch.setenv("FAKE_FAIL", "simulate")
