@@ -60,7 +60,7 @@ def test_a_killed_daemons_run_is_failed_and_retried_when_it_restarts(tmp_path):
             deadline = time.monotonic() + 480
             location, repository = gql.location(deadline)
             for schedule in [s for s in gql.schedules(location, repository) if s != "ingest_schedule"]:
-                gql.stop_schedule(location, repository, schedule)  # only ingest ticks (as test_dagster_postgres)
+                gql.stop_schedule(location, repository, schedule, deadline)  # only ingest ticks (as test_dagster_postgres)
             until(deadline, "runs of the other schedules to finish",
                   lambda: not [r for r in gql.unfinished_runs() if r[0] != "ingest_job"], 1.0)
 

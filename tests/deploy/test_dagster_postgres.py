@@ -64,7 +64,7 @@ def test_production_instance_survives_a_daemon_crash(tmp_path):
             others = [s for s in gql.schedules(location, repository) if s != "ingest_schedule"]
             assert "enforcement_plan_schedule" in others and "ingest_schedule" not in others, others
             for schedule in others:
-                gql.stop_schedule(location, repository, schedule)
+                gql.stop_schedule(location, repository, schedule, deadline)
             until(deadline, "runs of the other schedules to finish",
                   lambda: not [r for r in gql.unfinished_runs() if r[0] != "ingest_job"], 1.0)
 

@@ -126,13 +126,24 @@ class GraphQL:
         selector = {"repositoryLocationName": location, "repositoryName": repository}
         return [s["name"] for s in self(SCHEDULES, selector=selector)["repositoryOrError"]["schedules"]]
 
-    def stop_schedule(self, location: str, repository: str, schedule: str) -> None:
-        """Stop ``schedule`` (as the UI's toggle does): it launches nothing more."""
+    def stop_schedule(self, location: str, repository: str, schedule: str, deadline: float) -> None:
+        """Stop ``schedule`` (as the UI's toggle does): it launches nothing more.
+
+        A schedule running by default has no stored state until the daemon first evaluates it;
+        Dagster's stop reads the state, then inserts a STOPPED one, so a daemon storing its state
+        between the two makes the insert a duplicate key and the mutation a 500 (seen in CI on
+        PostgreSQL). As a user would click again, the stop is retried on the state now stored."""
         selector = {"repositoryLocationName": location, "repositoryName": repository, "scheduleName": schedule}
-        state = self(SCHEDULE_ID, selector=selector)["scheduleOrError"]["scheduleState"]
-        if state["status"] == "RUNNING":
-            stopped = self(STOP_SCHEDULE, id=state["id"])["stopRunningSchedule"]
-            assert stopped["scheduleState"]["status"] == "STOPPED", stopped
+
+        def stopped() -> bool:
+            state = self(SCHEDULE_ID, selector=selector)["scheduleOrError"]["scheduleState"]
+            if state["status"] != "RUNNING":
+                return True
+            result = self(STOP_SCHEDULE, id=state["id"])["stopRunningSchedule"]
+            assert result["scheduleState"]["status"] == "STOPPED", result
+            return True
+
+        until(deadline, f"{schedule} to stop", stopped, 1.0)
 
     def unfinished_runs(self, statuses: list[str] | None = None) -> list[tuple[str, str]]:
         """(job, run id) of every run not finished (or in ``statuses``), of any job."""
