@@ -35,6 +35,7 @@ from gpuledger.sql import package_folder
 from gpuledger.warehouse import migration_backup
 from gpuledger.warehouse.access import WarehouseLocks
 from gpuledger.warehouse.engine import duckdb
+from gpuledger.warehouse.memory import MemoryLimitError, memory_limit
 from gpuledger.warehouse.paths import DEFAULT_WAREHOUSE, WAREHOUSE_ENV, resolve_warehouse_path  # noqa: F401
 from gpuledger.warehouse.paths import check_reader_path, check_writer_path
 from gpuledger.warehouse.snapshot import mark_reader
@@ -275,10 +276,16 @@ def _connect(path: Path, *, read_only: bool, deadline: float) -> duckdb.DuckDBPy
         raise WarehouseCorruptError(
             f"warehouse {path} is damaged ({cut}): restore it from a backup, or move it aside and "
             f"re-ingest ({_REINGEST})")
+    try:
+        limit = memory_limit()
+    except MemoryLimitError as exc:
+        raise WarehouseError(str(exc)) from None
     while True:
         try:
             con = duckdb.connect(str(path), read_only=read_only)
             con.execute("SET TimeZone = 'UTC'")
+            if limit is not None:  # DuckDB's cache bounded beside polars (warehouse/memory.py)
+                con.execute(f"SET memory_limit = '{limit}'")
             return con
         except duckdb.Error as exc:
             if _LOCK_CONFLICT not in str(exc):

@@ -11,14 +11,14 @@ blamed or credited for the first half hour.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import polars as pl
 
 from gpuledger.analytics.allocations import DEFAULT_TIER, allocation_intervals
 from gpuledger.analytics.collect import ENGINE
 from gpuledger.analytics.energy import counter_increment
-from gpuledger.analytics.intervals import split_by_hour
+from gpuledger.analytics.intervals import HOUR, split_by_hour
 from gpuledger.analytics.tree import rollup_to_nodes
 from gpuledger.rules.activity import SIGNALS, best_of_sums
 
@@ -35,6 +35,7 @@ def allocated_pieces(
     end: datetime | None = None,
     jobs: pl.LazyFrame | None = None,
     default_tier: str = DEFAULT_TIER,
+    every: timedelta = HOUR,
 ) -> pl.LazyFrame:
     """Allocations cut into hourly pieces, clipped to [start, end) and to ``now`` (open ends).
 
@@ -42,12 +43,13 @@ def allocated_pieces(
     ``piece_end``, ``piece_s`` (seconds), the device's ``model``/``tier``/``device_fraction``,
     ``allocation_level`` and ``gpu_hours_allocated`` = piece_s / 3600 × device_fraction ×
     alloc_fraction. With ``jobs``, jobs that have no device allocation count too (gpu_id NULL,
-    see allocations.py).
+    see allocations.py). ``every``: another piece length (usage cuts by day: it joins no hourly
+    samples), the column is still named ``hour`` (the piece's bucket start).
     """
     span = (start, now if end is None else min(end, now))  # what split_by_hour keeps: only these are joined
     return (
         split_by_hour(allocation_intervals(job_allocations, gpus, jobs, default_tier=default_tier, span=span),
-                      now=now, start=start, end=end)
+                      now=now, start=start, end=end, every=every)
         .with_columns(gpu_hours_allocated=allocated_hours())
     )
 

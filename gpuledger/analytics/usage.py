@@ -20,6 +20,7 @@ from gpuledger.analytics.tree import rollup_to_nodes
 
 DEFAULT_WINDOW = timedelta(days=7)
 DEFAULT_HALF_LIFE = timedelta(days=7)
+USAGE_PIECE = timedelta(days=1)
 _PIECE_COLUMNS = ["cluster", "job_id", "piece_start", "piece_end", "piece_s", "device_fraction", "alloc_fraction",
                   "gpu_hours_allocated"]
 
@@ -51,9 +52,12 @@ def project_usage(
     """
     horizon_start = None if decay_horizon is None else as_of - decay_horizon
     # only what the decay and the window read: the pieces' other columns (host, UUID, model, ...)
-    # doubled what a month of them held (issue 41)
+    # doubled what a month of them held (issue 41). Pieces a UTC day long, not an hour: usage joins
+    # no hourly samples and the decay's weight is integrated exactly over any piece, so the sums are
+    # the hourly pieces' (to float rounding) from a fraction of the rows (fair share reads 70 days).
     pieces = allocated_pieces(job_allocations, gpus, now=as_of, start=horizon_start, end=as_of, jobs=jobs,
-                              default_tier=default_tier).select(_PIECE_COLUMNS).collect(engine=ENGINE).lazy()
+                              default_tier=default_tier, every=USAGE_PIECE).select(_PIECE_COLUMNS)
+    pieces = pieces.collect(engine=ENGINE).lazy()
     # Cut at the window start itself, which need not be an hour boundary: the decay's pieces
     # clipped there when they reach back that far (one cut of the allocations, not two).
     win_start = as_of - window
@@ -61,7 +65,7 @@ def project_usage(
         win = clip_pieces(pieces, win_start).with_columns(gpu_hours_allocated=allocated_hours())
     else:
         win = allocated_pieces(job_allocations, gpus, now=as_of, start=win_start, end=as_of, jobs=jobs,
-                               default_tier=default_tier)
+                               default_tier=default_tier, every=USAGE_PIECE)
     projects = jobs.select("cluster", "job_id", "project")
     decayed = (
         pieces.with_columns(w=decay_weight(as_of, half_life))

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuledger.analytics.fairshare import fair_share, delivery
-from gpuledger.analytics.usage import node_usage, project_usage
+from gpuledger.analytics.attribution import allocated_pieces
+from gpuledger.analytics.intervals import clip_pieces
+from gpuledger.analytics.usage import USAGE_PIECE, decay_weight, node_usage, project_usage
 from tests.helpers.analytics_frames import allocations, at, gpus, jobs, org
 
 DAY = timedelta(days=1)
@@ -227,3 +229,45 @@ def test_project_tied_with_an_account_goes_first_and_shares_the_rank():
     # first and x gets rank 3.
     assert ranks == {"x": 1, "y1": 1, "y2": 1}
     assert df.sort("order")["node"].to_list() == ["acme", "x", "Y", "y1", "y2"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 20 * 24 * 60), st.integers(1, 90 * 60), st.sampled_from(["p", "q"]),
+                       st.booleans()), min_size=1, max_size=8),
+    st.integers(0, 59),
+    st.sampled_from([None, 3, 9]),
+)
+def test_usage_from_day_pieces_is_the_hourly_pieces_usage(allocs, as_of_minute, horizon_days):
+    # Fair share reads 70 days of usage; cut by the hour a month at 16,384 GPUs held ~13 GiB of
+    # pieces (issue 41), so usage cuts by UTC day. Reference here: the hourly pieces summed by hand
+    # (window = the pieces clipped at as_of - 7 d; decay = Σ GPU-h x the piece's mean weight), on
+    # allocations that start at any minute, cross midnights and may still be running at as_of.
+    inv = gpus([{"gpu_id": g} for g in (1, 2)])
+    al = allocations([(f"j{i}", 1 + i % 2, at(0, m), None if running else at(0, m + d))
+                      for i, (m, d, _, running) in enumerate(allocs)])
+    jb = jobs([{"job_id": f"j{i}", "project": p} for i, (_, _, p, _) in enumerate(allocs)])
+    as_of = at(15 * 24, as_of_minute)
+    horizon = None if horizon_days is None else timedelta(days=horizon_days)
+    got = {r["project"]: r for r in project_usage(al, inv, jb, as_of=as_of, decay_horizon=horizon).collect().to_dicts()}
+
+    hourly = allocated_pieces(al, inv, now=as_of, start=None if horizon is None else as_of - horizon, end=as_of,
+                              jobs=jb).join(jb.select("job_id", "project"), on="job_id")
+    decayed = hourly.group_by("project").agg((pl.col("gpu_hours_allocated") * decay_weight(as_of, 7 * DAY)).sum())
+    window = (clip_pieces(allocated_pieces(al, inv, now=as_of, end=as_of, jobs=jb), as_of - 7 * DAY)
+              .join(jb.select("job_id", "project"), on="job_id")
+              .group_by("project").agg((pl.col("piece_s") / 3600.0).sum()))
+    want_decayed = dict(decayed.collect().iter_rows())
+    want_window = dict(window.collect().iter_rows())
+    for project in set(want_decayed) | set(want_window):
+        assert got[project]["gpu_hours_decayed"] == pytest.approx(want_decayed.get(project, 0.0), rel=1e-9, abs=1e-9)
+        assert got[project]["gpu_hours_window"] == pytest.approx(want_window.get(project, 0.0), rel=1e-9, abs=1e-9)
+
+
+def test_a_usage_piece_is_a_utc_day_not_an_hour():
+    # 01:30 on day 0 to 02:00 on day 2 (48.5 h): three pieces (22.5 h, 24 h, 2 h), not 49 hourly ones.
+    inv = gpus([{"gpu_id": 1}])
+    al = allocations([("j", 1, at(1, 30), at(50))])
+    day_pieces = allocated_pieces(al, inv, now=at(100), every=USAGE_PIECE).collect()
+    assert day_pieces["piece_s"].to_list() == [22.5 * 3600, 24 * 3600, 2 * 3600]
+    assert allocated_pieces(al, inv, now=at(100)).collect().height == 49
