@@ -5,7 +5,7 @@ from __future__ import annotations
 
 QUESTION_SPEEDUP = 20.0      # gpuledger's warm path >= 20x faster than Prometheus, answers agreeing
 CLI_OVER_FLOOR = 3.0         # issue 41: each question through the CLI <= 3x a bare `import typer`
-CLI_SPEEDUP = 5.0            # issue 41: and >= 5x faster than its PromQL, where that is over the floor
+CLI_SPEEDUP = 5.0            # issue 41: and >= 5x faster than its PromQL, where any process start can be
 FULL_LIMITS = {"1024": (1.0, 2 * 1024), "4096": (5.0, 8 * 1024)}   # seconds, MiB
 INCREMENTAL_LIMIT = {"1024": 0.1}                                  # seconds
 FULL_VS_SCAN_LIMIT = 20.0
@@ -41,18 +41,27 @@ def speedup(fig: dict) -> float | None:
     return _num(fig.get("ratio"))
 
 
+def speedup_reachable(prometheus_s: float, floor_s: float) -> bool:
+    """Whether "PromQL >= 5x the CLI" can be met at all: the CLI is a process start, never quicker than
+    the floor (a bare `import typer`), so 5x needs the PromQL above 5x the floor. Issue 41 exempts a
+    PromQL under the floor (idle_60m's 12 ms at 256 GPUs); one between the floor and 5x it would ask
+    for a CLI answering before its own process has started just the same (session 18's decision:
+    such a row is "unreachable", judged by the <= 3x-floor target alone)."""
+    return prometheus_s > CLI_SPEEDUP * floor_s
+
+
 def cli_targets(question: str, size: str, fig: dict) -> list[dict]:
     """Issue 41's two targets for one question through the CLI as the user waits (medians of runs
     alternated with the floor): none when the CLI was not timed; the PromQL one only where the
-    PromQL takes longer than the floor (no process start can beat a quicker query)."""
+    PromQL takes longer than 5x the floor (:func:`speedup_reachable`)."""
     cli, floor, prom = _num(fig.get("cli_s")), _num(fig.get("floor_s")), _num(fig.get("prometheus_s"))
     if cli is None or not floor:
         return []
     at = f"{question} at {int(size):,} GPUs"
     rows = [_at_most(f"CLI end to end, {at}: <= 3x a bare `import typer`", cli / floor, CLI_OVER_FLOOR, "x",
                      f"questions/{size}")]
-    if prom is not None and prom > floor and cli:
-        rows.append(_at_least(f"CLI end to end, {at}: PromQL (over the floor) >= 5x the CLI", prom / cli,
+    if prom is not None and speedup_reachable(prom, floor) and cli:
+        rows.append(_at_least(f"CLI end to end, {at}: PromQL (over 5x the floor) >= 5x the CLI", prom / cli,
                               CLI_SPEEDUP, "x", f"questions/{size}"))
     return rows
 
