@@ -1,10 +1,10 @@
 """How much memory DuckDB's buffer manager may hold in a gpuledger process.
 
-DuckDB's own default is 80 % of the machine's RAM for its buffer manager alone, and a long reader
-(the dashboards, the exporter, a Dagster run) keeps the blocks it has read cached up to that limit
+DuckDB's own default is 80 % of the machine's RAM (of a cgroup v2 container's limit since DuckDB
+1.3; cgroup v1 limits it has read wrongly) for its buffer manager alone, and a long reader (the
+dashboards, the exporter, a Dagster run) keeps the blocks it has read cached up to that limit
 (issue 41: +7.5 KiB per GPU-day of history read). In gpuledger polars works beside DuckDB in the same
-process, and in a container the limit that counts is the cgroup's, not the machine's: 80 % of RAM
-plus polars' frames is how a pod is OOM-killed. So every warehouse connection sets ``memory_limit``:
+process: 80 % for DuckDB plus polars' frames is how a pod is OOM-killed. So every warehouse connection sets ``memory_limit``:
 by default half of what the process may use (the smaller of RAM and the cgroup's limit), the other
 half left to polars and Python; ``GPULEDGER_DUCKDB_MEMORY_LIMIT`` sets it (a DuckDB size such as
 ``4GiB`` / ``512MB``, or a percentage such as ``30%`` of what the process may use). Over its limit
