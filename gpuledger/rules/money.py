@@ -15,17 +15,34 @@ RAW = pl.Decimal(38, 12)  # an exact amount before rounding (12 places)
 CENTS = pl.Decimal(38, 2)
 
 
+# Raw amounts are exact to their 12th place per line (GPU-hours are floats cast to RAW, a third of
+# an hour is 0.333333333333), so a pool's sum of thirds whose exact total is a half cent can land
+# 1e-12 below it (hypothesis found 0.926666666667 + 0.598333333333 = 1.524999999... for an exact
+# 1.525). Amounts are rounded to GUARD places first: within 5e-11 of a half cent is the half cent.
+# Real amounts (seconds x 6-place prices x MIG sevenths) are multiples of ~4e-11, so no amount that
+# is not a half cent is taken for one at this guard.
+GUARD = Decimal("1e-10")
+_GUARD_UNITS = 10**8  # GUARD in cents
+
+
 def cents(value: Decimal) -> Decimal:
-    """``value`` rounded to the cent, half away from zero (2.005 -> 2.01, -2.005 -> -2.01)."""
-    return value.quantize(CENT, rounding=ROUND_HALF_UP)
+    """``value`` rounded to the cent, half away from zero (2.005 -> 2.01, -2.005 -> -2.01), after
+    rounding to ``GUARD`` places (0.004999999999 is half a cent)."""
+    return value.quantize(GUARD, rounding=ROUND_HALF_UP).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def half_up_int_cents(expr: pl.Expr) -> pl.Expr:
-    """Integer cents of a Decimal amount, half away from zero (0.005 -> 1, -0.005 -> -1)."""
+    """Integer cents of a Decimal amount, half away from zero (0.005 -> 1, -0.005 -> -1), after
+    rounding to ``GUARD`` places (as :func:`cents`)."""
     half = pl.lit(Decimal("0.5")).cast(RAW)
-    in_cents = expr.cast(RAW) * 100
-    return (pl.when(in_cents >= 0).then((in_cents + half).floor()).otherwise(-((-in_cents + half).floor()))
-            .cast(pl.Int128))
+    in_units = expr.cast(RAW) * 100 * _GUARD_UNITS  # in GUARD units, 12 places still
+
+    def away_from_zero(units: pl.Expr) -> pl.Expr:  # units >= 0: to whole GUARD units, then to cents
+        whole = (units + half).floor().cast(pl.Int128)
+        return (whole + _GUARD_UNITS // 2) // _GUARD_UNITS
+
+    negative = pl.lit(0, pl.Int128) - away_from_zero(-in_units)  # (polars has no neg for Int128)
+    return pl.when(in_units >= 0).then(away_from_zero(in_units)).otherwise(negative).cast(pl.Int128)
 
 
 def half_up_cents(expr: pl.Expr) -> pl.Expr:
