@@ -89,9 +89,7 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     squat = policy.squatting
     behind = None
     if policy.enforcement.spare_behind_owed:  # the running settlement period's delivery, as reports settle it
-        from gpuledger.analytics import queries  # lazy: polars only when the rule is on
-
-        behind = queries.behind_owed_projects(con, policy=policy, as_of=now)
+        behind = facts.behind_owed(con, policy=policy, as_of=now)
     return Situation(
         now=now, jobs=jobs, findings=findings, warnings=audit.load_warnings(con),
         history=audit.load_history(con), free_gpus=free, free_whole_gpus=whole, fs_projects=len(ranks),
