@@ -13,7 +13,14 @@ from collections.abc import Iterable
 
 import numpy as np
 from gpuledger.enforce.model import JobFacts, Situation
-from gpuledger.enforce.rails import exemption, held_by_rails, lost_minutes, protected, stale
+from gpuledger.enforce.rails import (
+    exemption,
+    held_by_rails,
+    lost_minutes,
+    protected,
+    spared_behind_owed,
+    stale,
+)
 
 Key = tuple[str, str]
 TOL = 1e-9
@@ -62,7 +69,8 @@ class _Cluster:
         self._fits: dict[tuple, np.ndarray] = {}  # (model, partition, whole GPUs) -> who can serve it
         self.short = np.zeros(len(jobs), dtype=bool)  # noted once this cycle (held back, or could not serve)
         self.costly = np.array([too_costly(j, now, policy) for j in jobs], dtype=bool)
-        self.why = [stale(situation, policy, j.cluster, "jobs") or held_by_rails(j, situation, policy) for j in jobs]
+        self.why = [stale(situation, policy, j.cluster, "jobs") or held_by_rails(j, situation, policy)
+                    or spared_behind_owed(j, situation, policy) for j in jobs]
         self.held = np.array([w is not None for w in self.why], dtype=bool) & ~self.costly
         self.kept = self.costly | self.held  # may not go now, whoever waits
         self.lost = [lost_minutes(j, now, policy) for j in jobs]
@@ -115,8 +123,9 @@ class Preemptible:
                   ) -> tuple[np.ndarray, int, str | None]:
         """(the positions that may go now, how many others are held back, why the first of those
         is). A funded one whose preemption would lose more than ``max_lost_minutes`` of work waits
-        for its checkpoint; the others are held by the stale-data guard, the live view or the
-        cool-down. Each held job is noted once per cycle."""
+        for its checkpoint; the others are held by the stale-data guard, the live view, the
+        cool-down or, one that cannot checkpoint, its project's being behind what it is owed
+        (``spare_behind_owed``). Each held job is noted once per cycle."""
         if c is None or not len(at):
             return at, 0, None
         kept = c.kept[at]

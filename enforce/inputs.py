@@ -87,10 +87,13 @@ def gather(con: duckdb.DuckDBPyConnection, cfg: Config, *, now: datetime,
     whole = {(c, m): float(f) for c, m, f in con.execute(_FREE_WHOLE, {"now": now}).fetchall()}
     samples_as_of, jobs_as_of = freshness(con, now)
     squat = policy.squatting
+    behind = None
+    if policy.enforcement.spare_behind_owed:  # the running settlement period's delivery, as reports settle it
+        behind = facts.behind_owed(con, policy=policy, as_of=now)
     return Situation(
         now=now, jobs=jobs, findings=findings, warnings=audit.load_warnings(con),
         history=audit.load_history(con), free_gpus=free, free_whole_gpus=whole, fs_projects=len(ranks),
-        over_share=over_share_projects(tree),
+        over_share=over_share_projects(tree), behind_owed=behind,
         data_as_of=facts.data_now(con, wall=now) if _has_data(con, now) else None,
         samples_as_of=samples_as_of, jobs_as_of=jobs_as_of,
         recent_preemptions=audit.recent_preemptions(con, since=now - timedelta(hours=1)),

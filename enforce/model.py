@@ -121,6 +121,10 @@ class Situation:
     # (cluster, model) -> GPUs with nothing on them; None: unknown (free_gpus serves whole-GPU jobs too)
     free_whole_gpus: dict[tuple[str, str | None], float] | None = None
     fs_projects: int = 0  # projects ranked by fair share (N)
+    # projects delivered less than they are owed so far in the running settlement period
+    # (analytics.fairshare.delivery's rule); None: not known. policy.enforcement.spare_behind_owed
+    # spares their running jobs that cannot checkpoint from demand preemption (rails.spared_behind_owed)
+    behind_owed: frozenset[str] | None = None
     # projects whose share of all usage exceeds their global share (sshare's EffectvUsage > NormShares
     # at the root): their exempt jobs queue by fair share instead of on top (exempt_queue)
     over_share: frozenset[str] = frozenset()

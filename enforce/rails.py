@@ -78,6 +78,21 @@ def protected(job: JobFacts, now: datetime) -> bool:
     return bool(job.funded and job.protected_until is not None and now < job.protected_until)
 
 
+def spared_behind_owed(job: JobFacts, situation: Situation, policy) -> str | None:
+    """Why demand preemption spares the job (``policy.spare_behind_owed``), or None: it cannot
+    checkpoint (not :func:`resumable`, so a preemption throws away all its work) and its project
+    is behind what it is owed in the running settlement period — delivered so far < owed so far,
+    the rule of analytics.fairshare.delivery (owed = min(entitled, demand) hour by hour, delivered =
+    min(allocated, owed) per period), given as ``situation.behind_owed``. Squatter reclaim is
+    not held by it: an idle session is reclaimed whatever its project is owed."""
+    if not getattr(policy, "spare_behind_owed", False) or situation.behind_owed is None:
+        return None
+    if job.project not in situation.behind_owed or resumable(job, policy):
+        return None
+    return (f"its project {job.project} is behind what it is owed this settlement period and the job "
+            "cannot checkpoint (policy.enforcement.spare_behind_owed): it is spared")
+
+
 def lost_minutes(job: JobFacts, now: datetime, policy) -> float:
     """Minutes of work a preemption now throws away: a resumable job loses what it did since its
     last checkpoint (every ``checkpoint_interval_minutes`` since it started), any other job all of

@@ -264,6 +264,10 @@ class EnforcementPolicy(_Strict):
     checkpoint_interval_minutes: float = Field(default=60, gt=0)  # a resumable job checkpoints this often
     max_lost_minutes: float | None = Field(default=5, ge=0)  # a funded victim loses at most this much work (None: any)
     victim_fit: Literal["any", "within-need"] = "within-need"  # within-need: no victim larger than the GPUs still missing
+    # demand preemption spares a running job that cannot checkpoint while its project is behind what
+    # it is owed in the running settlement period (delivered < owed so far, analytics.fairshare.delivery;
+    # squatter reclaim still applies; measured in BENCHMARKS.md, issue 34)
+    spare_behind_owed: bool = False
     quick_lane: QuickLane = Field(default_factory=QuickLane)  # small short jobs first (off by default)
     slurm_qos_funded: str | None = None  # also set this QOS on funded pending Slurm jobs (Nice always)
     slurm_qos_unfunded: str | None = None

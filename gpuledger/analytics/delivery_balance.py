@@ -152,6 +152,16 @@ def credits(balance: pl.DataFrame, projects) -> dict[str, float]:
             for r in newest.iter_rows(named=True) if r["node"] in wanted}
 
 
+def behind_owed(balance: pl.DataFrame, projects) -> frozenset[str]:
+    """The projects of ``projects`` delivered less than they are owed so far in the newest period of
+    :func:`delivery_balance`'s frame (the running settlement period): allocated < owed, i.e.
+    delivered = min(allocated, owed) < owed (policy.enforcement.spare_behind_owed)."""
+    newest = balance.filter(pl.col("period_start") == pl.col("period_start").max())
+    wanted = set(projects)
+    return frozenset(r["node"] for r in newest.iter_rows(named=True)
+                     if r["node"] in wanted and r["gpu_hours_allocated"] < r["gpu_hours_owed"] - 1e-9)
+
+
 def credited_usage(usage: dict[str, float], credit: dict[str, float]) -> dict[str, float]:
     """Per project: usage - credit, at least 0 (GPU-hours, the usage's own mode)."""
     return {p: max(0.0, u - credit.get(p, 0.0)) for p, u in usage.items()}

@@ -23,7 +23,7 @@ from gpuledger.analytics.carbon import carbon_sums, with_carbon
 from gpuledger.analytics.carbon_inputs import site_inputs
 from gpuledger.analytics.chargeback import chargeback_lines_at, period_bounds
 from gpuledger.analytics.collect import ENGINE
-from gpuledger.analytics.delivery_balance import credited_usage, credits, delivery_balance
+from gpuledger.analytics.delivery_balance import behind_owed, credited_usage, credits, delivery_balance
 from gpuledger.analytics.fairshare import delivery, fair_share
 from gpuledger.analytics.load import (
     Tables,
@@ -287,6 +287,16 @@ def balance_report(
                              default_tier=policy.chargeback.default_tier).collect(engine=ENGINE)
     placed = frame.join(tree_position(t.org_nodes), on="node", how="left")
     return ordered(placed, ["_tree_pos", "period_start"]).drop("_tree_pos")
+
+
+def behind_owed_projects(con: duckdb.DuckDBPyConnection, *, policy: Policy, as_of: datetime) -> frozenset[str]:
+    """The projects delivered less than they are owed so far in the settlement period running at
+    ``as_of`` (analytics.delivery_balance.behind_owed; policy.enforcement.spare_behind_owed)."""
+    window = timedelta(days=policy.usage.window_days)
+    t = load_tables(con, start=as_of - 2 * window, end=as_of, samples=False)
+    frame = delivery_balance(t.jobs, t.job_allocations, t.gpus, t.org_nodes, as_of=as_of, period=window,
+                             history_periods=1, default_tier=policy.chargeback.default_tier).collect(engine=ENGINE)
+    return behind_owed(frame, Tree.from_frame(t.org_nodes).leaves())
 
 
 def credited_node_usage(t, usage: pl.LazyFrame, usage_col: str, *, as_of: datetime, window: timedelta,

@@ -127,7 +127,7 @@ def _pairs(values: list[str] | None, option: str, cast=float) -> dict:
 
 
 def _params(cfg, *, seed, checkpoint, cycle=None, usage_mode=None, window=None, half_life=None, cap=None,
-            idle=None, shares=None, balance=None, lane_reserve=None, budgets="config"):
+            idle=None, shares=None, balance=None, lane_reserve=None, budgets="config", spare=None):
     from gpuledger.whatif.model import Params
 
     w = cfg.policy.whatif
@@ -145,6 +145,7 @@ def _params(cfg, *, seed, checkpoint, cycle=None, usage_mode=None, window=None, 
         share_overrides=tuple(sorted(_pairs(shares, "--share").items())),
         delivery_balance=None if balance is None else float(balance),
         lane_reserve_share=lane_reserve,
+        spare_behind_owed=spare,
         budgets=budgets,
         seed=seed,
     )
@@ -268,6 +269,10 @@ def schedule(
         None, "--lane-reserve", min=0, max=0.49,
         help="policy 4: share of each pool held for the quick lane and lent meanwhile (default "
              "policy.enforcement.quick_lane.reserve_share)"),
+    spare_behind_owed: bool | None = typer.Option(
+        None, "--spare-behind-owed/--no-spare-behind-owed",
+        help="demand preemption spares running jobs that cannot checkpoint of projects behind what they are "
+             "owed this settlement period, or not (default policy.enforcement.spare_behind_owed)"),
     budgets: str | None = typer.Option(
         None, "--budgets",
         help="config: fund the config's budgets as written; fit: scale each period's budgets, in proportion, "
@@ -332,7 +337,7 @@ def schedule(
     knobs = {"checkpoint": checkpoint_minutes, "cycle": cycle_minutes, "usage_mode": usage_mode,
              "window": window_days, "half_life": half_life_days, "cap": min_runtime_cap_hours,
              "idle": idle_threshold, "shares": share, "balance": delivery_balance, "lane_reserve": lane_reserve,
-             "budgets": budgets}
+             "budgets": budgets, "spare": spare_behind_owed}
     seed_list = [seed + k for k in range(seeds or 1)]
     if regime and not simulate_gpus:
         raise typer.BadParameter("a demand regime is the simulator's: give it with --simulate-gpus "

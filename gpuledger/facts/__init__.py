@@ -194,6 +194,14 @@ def delivery_balance(con, *, policy, as_of: datetime | None = None) -> Facts:
     return Facts(queries.balance_report(con, policy=_policy(policy), as_of=at), COMPUTED, at)
 
 
+def behind_owed(con, *, policy, as_of: datetime) -> frozenset[str]:
+    """The projects delivered less than they are owed so far in the settlement period running at
+    ``as_of`` (queries.behind_owed_projects; policy.enforcement.spare_behind_owed). Always computed."""
+    from gpuledger.analytics import queries  # lazy: the fast path imports no polars (above)
+
+    return queries.behind_owed_projects(con, policy=_policy(policy), as_of=as_of)
+
+
 def _usage_fresh(con, table: str, start: datetime, end: datetime, now: datetime) -> bool:
     """Whether ``table``'s stored days answer [start, end) on whole hours as computing it at ``now``
     would: every UTC day of the range stored, after the config in force was loaded, and each day's

@@ -129,9 +129,13 @@ class Simulation:
                 raise ValueError(f"lane reserve share {self.params.lane_reserve_share:g}: give 0 or more, under 0.5")
             lane = lane.model_copy(update={"reserve_share": self.params.lane_reserve_share})
         self.lane = policy == QUICK
+        # policy.enforcement.spare_behind_owed (rails.spared_behind_owed), the run's override applied
+        spare = self.params.spare_behind_owed
+        self.spare = cfg.policy.enforcement.spare_behind_owed if spare is None else bool(spare)
         self.enforcement = cfg.policy.enforcement.model_copy(
             update={"checkpoint_interval_minutes": self.params.checkpoint_interval_minutes,
-                    "quick_lane": lane.model_copy(update={"enabled": self.lane})}
+                    "quick_lane": lane.model_copy(update={"enabled": self.lane}),
+                    "spare_behind_owed": self.spare}
         )
         self.ranking = self.enforcement.model_copy(update={"quick_lane": lane.model_copy(update={"enabled": False})})
         self.lane_cap = lane.max_running_per_project
@@ -163,13 +167,15 @@ class Simulation:
             window_s=usage_policy.window_days * 86400,
             half_life_s=usage_policy.half_life_days * 86400,
         )
-        # policy.usage.delivery_balance: fair share ranked on usage less what the run still owes
+        # policy.usage.delivery_balance: fair share ranked on usage less what the run still owes; the
+        # same tracker says which projects are behind what they are owed this settlement period
+        # (policy.enforcement.spare_behind_owed)
         credit = self.params.delivery_balance
-        credit = cfg.policy.usage.delivery_balance.credit_fair_share if credit is None else bool(credit)
+        self.credit = cfg.policy.usage.delivery_balance.credit_fair_share if credit is None else bool(credit)
         self.balance = (
             BalanceTracker(policies.entitled_gpus(self.org_nodes, self.tree, trace.inventory.capacity_gpus()),
                            self.usage.rate, period_s=usage_policy.window_days * 86400)
-            if credit else None
+            if self.credit or self.spare else None
         )
         self.weights = policies.budget_weights(cfg, trace.origin)
         self.funding = policies.Funding(cfg, trace.origin, self.org_nodes, self.cap_s, projects)
@@ -584,6 +590,8 @@ class Simulation:
     def _reclaim(self, idx: int) -> None:
         self._stop(idx, "squatter-reclaimed")
         self.out[idx].reclaimed = True
+        if self.balance is not None:  # it does not come back: its project no longer wants its GPUs
+            self.balance.demand[self.jobs[idx].project] -= self.jobs[idx].gpus
 
     # --- the enforcement cycle (policies 2 and 3) ------------------------------------------
     def _view(self, idx: int) -> policies.JobView:
@@ -615,7 +623,7 @@ class Simulation:
         t = self.now
         self.verdict = self.funding.verdicts(t)
         used = self.usage.usage()
-        if self.balance is not None:
+        if self.credit:
             used = credited_usage(used, self.balance.credit())
         self.ranks, self.fs_projects, self.over = policies.fs_ranks(self.org_nodes, used, self.tree)
         # enforce's priority per kind of job present (policies.priorities): same value for the same key
@@ -714,6 +722,7 @@ class Simulation:
             fs_projects=self.fs_projects,
             policy=self.enforcement,
             over=self.over,
+            behind=self._behind_owed(),
         )
         self.decide_calls += 1
         now = self.trace.origin + timedelta(seconds=t)
@@ -734,6 +743,14 @@ class Simulation:
                 else:
                     self._preempt(idx, resumes=a.mode == "requeue")
         self._fill_all()
+
+    def _behind_owed(self) -> frozenset[str] | None:
+        """The projects delivered less than they are owed so far in the running settlement period
+        (allocated < owed; BalanceTracker), when policy.enforcement.spare_behind_owed is on."""
+        if not self.spare:
+            return None
+        b = self.balance
+        return frozenset(p for p, owed in b.owed.items() if b.allocated.get(p, 0.0) < owed - 1e-9)
 
     def _fill_project(self, project: str) -> None:
         """Fill the pools where ``project`` has waiting jobs (slot limits: its cap has room)."""

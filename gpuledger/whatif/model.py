@@ -95,6 +95,8 @@ class Params:
     project's usage with the delivery balance the run still owes it before ranking fair share, 0
     does not (None: the config's policy.usage.delivery_balance.credit_fair_share).
     ``lane_reserve_share``: policy 4's reserve for the quick lane (config.QuickLane.reserve_share).
+    ``spare_behind_owed``: demand preemption spares a running job that cannot checkpoint while its
+    project is behind what it is owed in the running settlement period (config.EnforcementPolicy).
     ``budgets``: ``config`` funds the config's budgets as written; ``fit`` scales each period's
     budgets to the replayed cluster's capacity, in proportion (policies.fitted_budgets).
     """
@@ -117,6 +119,10 @@ class Params:
     # policy 4's lane reserve: the share of each pool held for lane jobs and lent meanwhile; None:
     # the config's policy.enforcement.quick_lane.reserve_share
     lane_reserve_share: float | None = None
+    # demand preemption spares running jobs that cannot checkpoint of projects behind what they are
+    # owed this settlement period (True) or not (False); None: the config's
+    # policy.enforcement.spare_behind_owed
+    spare_behind_owed: bool | None = None
     budgets: str = "config"  # config / fit
     seed: int = 1
 

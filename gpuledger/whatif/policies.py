@@ -307,8 +307,10 @@ def cycle_actions(
     fs_projects: int,
     policy,
     over: frozenset[str] = frozenset(),
+    behind: frozenset[str] | None = None,
 ) -> list:
-    """enforce.policy.decide on the simulated situation; its Actions as they are."""
+    """enforce.policy.decide on the simulated situation; its Actions as they are. ``behind``: the
+    projects behind what they are owed this settlement period (Situation.behind_owed)."""
     now = origin + timedelta(seconds=now_s)
     facts = [job_facts(v, origin, policy.checkpoint_label) for v in views]
     history = {
@@ -325,6 +327,7 @@ def cycle_actions(
         free_whole_gpus=free_whole,
         fs_projects=fs_projects,
         over_share=over,
+        behind_owed=behind,
         data_as_of=now,
         observed_by="the simulator",
     )

@@ -111,3 +111,29 @@ def test_a_tsdb_windows_data_is_as_new_as_its_coverage(tmp_path):
     with warehouse.open_reader(path) as con:
         samples, _ = freshness(con, NOW)
     assert samples == {"agg": NOW - timedelta(minutes=5, seconds=10), "raw": NOW - timedelta(minutes=10), "late": NOW}
+
+
+def test_spare_behind_owed_reads_the_running_weeks_delivery(tmp_path):
+    # 8 H100 installed; funded-proj and free-proj share them 1:1 (entitled 4 each). From NOW − 2 h
+    # funded-proj's 8-GPU job runs and free-proj's 8-GPU job waits. In the week running at NOW
+    # (Monday 2026-11-16 on): free-proj owed min(4, 8) × 2 h = 8 GPU-h, allocated 0 -> behind;
+    # funded-proj owed 8, allocated 8 × 2 = 16 -> not behind. With the setting off nothing is read.
+    path = tmp_path / "w.duckdb"
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    assert _cli("config", "load", "--config", str(tmp_path / "c.yaml"), "-w", str(path)).exit_code == 0
+    with warehouse.open_writer(path) as con:
+        for gid in range(1, 9):
+            con.execute("INSERT INTO gpus (gpu_id, cluster, gpu_uuid, mig_instance_id, host, model, gpu_fraction) "
+                        "VALUES (?, 'k', ?, -1, 'n1', 'H100', 1.0)", [gid, f"GPU-{gid}"])
+        for job_id, project, start, state in (("run", "funded-proj", NOW - 2 * H, "RUNNING"),
+                                              ("wait", "free-proj", None, "PENDING")):
+            con.execute("INSERT INTO jobs (cluster, job_id, project, name, namespace, kind, gpu_model, gpus, "
+                        "min_runtime_s, submit_time, start_time, state, priority, source, updated_at) VALUES "
+                        "('k', ?, ?, ?, 'ml', 'interactive', 'H100', 8, 3600, ?, ?, ?, 10, 'kubernetes', ?)",
+                        [job_id, project, job_id, NOW - 2 * H, start, state, NOW])
+    cfg = parse_config_text(CONFIG)
+    on = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={
+        "enforcement": cfg.policy.enforcement.model_copy(update={"spare_behind_owed": True})})})
+    with warehouse.open_reader(path) as con:
+        assert gather(con, on, now=NOW).behind_owed == frozenset({"free-proj"})
+        assert gather(con, cfg, now=NOW).behind_owed is None

@@ -664,3 +664,42 @@ def test_the_lane_reserve_is_lent_to_burst_work_and_taken_back_for_a_lane_job():
     # policies other than 4 have no reserve: the same trace under reclaim keeps all four devices
     r3 = simulate(_reserve_trace(), cfg, RECLAIM, Params(lane_reserve_share=0.25))
     assert outcome(r3, "e4").segments[0].devices == (4,) and outcome(r3, "d1").first_start_s == 36000
+
+
+# --- a session behind what its project is owed is spared (policy.enforcement.spare_behind_owed) ---
+# 4 H100; `nb` and `paid` 50 % each (entitled 2 GPUs each); only `paid` has a budget, so nb's session
+# runs unfunded ("no budget": max_lost_minutes does not keep it) and ranks below any funded job.
+# paid's 4-GPU training starts at 0 and ends at 7200. nb's 4-GPU interactive session (no checkpoint,
+# 2 h of work) is submitted at 60 and waits to 7200: nb is owed min(2, 4) = 2 GPUs an instant from
+# 60 and allocated nothing, then 4 from 7200. Behind (allocated < owed) while 4(t − 7200) < 2(t − 60),
+# i.e. until t = 14340. paid's funded 4-GPU job of 1 h arrives at 9000.
+# Off (today): the cycle at 9000 preempts the session for it (unfunded-burst, stopped: 1800 s × 4
+# GPUs = 2 GPU-h lost); paid's job runs 9000–12600; the session starts over at 12600 and is done at
+# 12600 + 7200 = 19800. On: at 9000 nb is behind (allocated 4 × 0.5 h = 2 GPU-h < owed 2 × 8940/3600
+# = 4.97), and at every cycle to 13500 (7.0 < 7.47): the session is spared and done at 14400 (its
+# finish comes before that instant's cycle); paid's job starts then and is done at 18000.
+@pytest.mark.parametrize("spare", [False, True])
+def test_a_session_behind_what_its_project_is_owed_keeps_running(spare):
+    inv = Inventory.from_counts([{"model": "H100", "count": 4}])
+    jobs = (
+        job("paid-a", "paid", 0, 2 * H, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
+        job("nb-sess", "nb", 60, 2 * H, kind="interactive", min_runtime_s=H, activity=(1.0,)),
+        job("paid-b", "paid", 9000, H, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
+    )
+    trace = Trace(ORIGIN, 24 * H, jobs, inv)
+    cfg = config({"nb": 50, "paid": 50}, {"paid": 1000}, enforcement={"spare_behind_owed": spare})
+    r = simulate(trace, cfg, FAIR_SHARE)
+    sess, b = outcome(r, "nb-sess"), outcome(r, "paid-b")
+    if spare:
+        assert [(s.start_s, s.end_s, s.ended_by) for s in sess.segments] == [(7200, 14400, "done")]
+        assert (b.first_start_s, b.done_s) == (14400, 18000)
+        assert sess.preemptions == 0 and r.actions.get("preempt:unfunded-burst", 0) == 0
+    else:
+        assert [(s.start_s, s.end_s, s.ended_by) for s in sess.segments] == [
+            (7200, 9000, "preempted"), (12600, 19800, "done")]
+        assert (b.first_start_s, b.done_s) == (9000, 12600)
+        assert sess.lost_gpu_hours == pytest.approx(2.0) and r.actions == {"preempt:unfunded-burst": 1}
+    # the run's override says the same as the config (Params.spare_behind_owed, --spare-behind-owed)
+    flipped = simulate(trace, config({"nb": 50, "paid": 50}, {"paid": 1000}), FAIR_SHARE,
+                       Params(spare_behind_owed=spare))
+    assert [s.end_s for s in outcome(flipped, "nb-sess").segments] == [s.end_s for s in sess.segments]
