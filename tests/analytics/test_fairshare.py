@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuledger.analytics.fairshare import fair_share, delivery
 from gpuledger.analytics.attribution import allocated_pieces
+from gpuledger.analytics.fairshare import delivery, fair_share
 from gpuledger.analytics.intervals import clip_pieces
 from gpuledger.analytics.usage import USAGE_PIECE, decay_weight, node_usage, project_usage
 from tests.helpers.analytics_frames import allocations, at, gpus, jobs, org

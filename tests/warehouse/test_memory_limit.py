@@ -6,9 +6,9 @@ The /proc and cgroup files here are laid out as Linux writes them (v2: ``0::/pat
 from __future__ import annotations
 
 import pytest
+from gpuledger.warehouse.memory import MEMORY_LIMIT_ENV, MemoryLimitError, memory_limit, usable_bytes
 
 from gpuledger import warehouse
-from gpuledger.warehouse.memory import MEMORY_LIMIT_ENV, MemoryLimitError, memory_limit, usable_bytes
 
 GIB = 2**30
 
@@ -64,6 +64,6 @@ def test_every_warehouse_connection_carries_the_limit_and_a_bad_one_is_one_clear
     with warehouse.open_reader(path) as con:
         assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "200.0 MiB"
     monkeypatch.setenv(MEMORY_LIMIT_ENV, "lots")
-    with pytest.raises(warehouse.WarehouseError, match="GPULEDGER_DUCKDB_MEMORY_LIMIT='lots': give a size"):
-        with warehouse.open_reader(path):
-            pass
+    with pytest.raises(warehouse.WarehouseError, match="GPULEDGER_DUCKDB_MEMORY_LIMIT='lots': give a size"), \
+            warehouse.open_reader(path):
+        pass
