@@ -128,6 +128,15 @@ class Preemptible:
             mask &= c.project != c.project_code.get(w.project, -1)
         return c, np.flatnonzero(mask)
 
+    def own_project_below(self, w: JobFacts, rank: int, *, whole_gpus: bool) -> int:
+        """How many running jobs of ``w``'s own project :meth:`below` leaves out for it (they would
+        serve it otherwise; ``policy.spare_own_project``): 0 when the rule is off."""
+        c = self.clusters.get(w.cluster)
+        if c is None or not self.own_project_spared:
+            return 0
+        mask = c.fits(w.gpu_model, w.partition, whole_gpus) & (c.rank < rank)
+        return int(np.count_nonzero(mask & (c.project == c.project_code.get(w.project, -1))))
+
     def hold_back(self, c: _Cluster | None, at: np.ndarray, words: str, policy, notes
                   ) -> tuple[np.ndarray, int, str | None]:
         """(the positions that may go now, how many others are held back, why the first of those

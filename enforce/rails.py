@@ -109,6 +109,12 @@ def own_project_spared(job: JobFacts, waiting: JobFacts, policy) -> bool:
     return spares_own_project(policy) and job.project == waiting.project
 
 
+def own_project_words(waiting: JobFacts) -> str:
+    """Why a job :func:`own_project_spared` is not taken, in a waiting job's note."""
+    return (f"of project {waiting.project}, as the waiting job is: the project's allocation is the same "
+            "either way (policy.enforcement.spare_own_project)")
+
+
 def lost_minutes(job: JobFacts, now: datetime, policy) -> float:
     """Minutes of work a preemption now throws away: a resumable job loses what it did since its
     last checkpoint (every ``checkpoint_interval_minutes`` since it started), any other job all of

@@ -61,6 +61,7 @@ def test_a_funded_job_does_not_displace_its_own_projects_session():
     actions = decide(situation([own, WANT]), ON)
     assert preempted(actions) == []
     assert "no running job below it may be preempted" in none_reason(actions, "want")
+    assert "1 other job(s) held back: of project p1, as the waiting job is" in none_reason(actions, "want")
     off = decide(situation([own, WANT]), OFF)
     assert preempted(off) == ["own"] and next(a for a in off if a.action == "preempt").mode == "stop"
 
