@@ -19,6 +19,7 @@ from gpuledger.enforce.rails import (
     lost_minutes,
     protected,
     spared_behind_owed,
+    spares_own_project,
     stale,
 )
 
@@ -65,6 +66,9 @@ class _Cluster:
         parts = sorted({j.partition for j in jobs if j.partition})
         self.part_code = {p: i for i, p in enumerate(parts)}
         self.part = np.array([self.part_code[j.partition] if j.partition else -1 for j in jobs], dtype=np.int64)
+        projects = sorted({j.project for j in jobs})
+        self.project_code = {p: i for i, p in enumerate(projects)}
+        self.project = np.array([self.project_code[j.project] for j in jobs], dtype=np.int64)
         self.free = np.array([j.key not in taken for j in jobs], dtype=bool)  # not chosen yet
         self._fits: dict[tuple, np.ndarray] = {}  # (model, partition, whole GPUs) -> who can serve it
         self.short = np.zeros(len(jobs), dtype=bool)  # noted once this cycle (held back, or could not serve)
@@ -109,15 +113,29 @@ class Preemptible:
     def __init__(self, situation: Situation, policy, targets, taken: set[Key]) -> None:
         self.clusters = {c: _Cluster(js, situation, policy, targets, taken)
                          for c, js in preemptible_by_cluster(situation, policy).items()}
+        self.own_project_spared = spares_own_project(policy)  # rails.own_project_spared, as a mask
 
     def below(self, w: JobFacts, rank: int, *, whole_gpus: bool) -> tuple[_Cluster | None, np.ndarray]:
         """Running jobs whose GPUs ``w`` can use and that may go for it: not chosen yet, below
         ``rank``, of whole GPUs when ``whole_gpus``; same model (any, when ``w`` names none), same
-        partition when both are known. In the situation's order."""
+        partition when both are known; of another project than ``w``'s when
+        ``policy.spare_own_project`` (rails.own_project_spared). In the situation's order."""
         c = self.clusters.get(w.cluster)
         if c is None:
             return None, np.empty(0, dtype=np.int64)
-        return c, np.flatnonzero(c.fits(w.gpu_model, w.partition, whole_gpus) & (c.rank < rank))
+        mask = c.fits(w.gpu_model, w.partition, whole_gpus) & (c.rank < rank)
+        if self.own_project_spared:
+            mask &= c.project != c.project_code.get(w.project, -1)
+        return c, np.flatnonzero(mask)
+
+    def own_project_below(self, w: JobFacts, rank: int, *, whole_gpus: bool) -> int:
+        """How many running jobs of ``w``'s own project :meth:`below` leaves out for it (they would
+        serve it otherwise; ``policy.spare_own_project``): 0 when the rule is off."""
+        c = self.clusters.get(w.cluster)
+        if c is None or not self.own_project_spared:
+            return 0
+        mask = c.fits(w.gpu_model, w.partition, whole_gpus) & (c.rank < rank)
+        return int(np.count_nonzero(mask & (c.project == c.project_code.get(w.project, -1))))
 
     def hold_back(self, c: _Cluster | None, at: np.ndarray, words: str, policy, notes
                   ) -> tuple[np.ndarray, int, str | None]:

@@ -15,7 +15,7 @@ from datetime import datetime
 from gpuledger.enforce.bands import on_top, quick_band
 from gpuledger.enforce.candidates import Preemptible, whole_gpus
 from gpuledger.enforce.model import PREEMPT, WAITING, Action, JobFacts, Situation
-from gpuledger.enforce.rails import act, fmt, lost_minutes
+from gpuledger.enforce.rails import act, fmt, lost_minutes, own_project_words
 
 Key = tuple[str, str]
 Pool = tuple[str, "str | None"]
@@ -177,25 +177,35 @@ def demand_preemptions(situation: Situation, policy, targets, already: set[Key],
         if need <= 1e-9:
             continue
         words = f"{_waiting_words(w, policy)} {w.job_id}"
-        c, at = index.below(w, targets[w.key][0], whole_gpus=cap.whole is not None and whole_gpus(w))
+        whole = cap.whole is not None and whole_gpus(w)
+        c, at = index.below(w, targets[w.key][0], whole_gpus=whole)
         at, n_held, first_held = index.hold_back(c, at, words, policy, notes)
         if policy.victim_fit == "within-need":  # a victim larger than the need leaves GPUs idle, held for its restart
             at = index.within(c, at, need)
         if not len(at):  # nothing below it may go: most waiting jobs at Kueue's large shape
-            unserved(w, need, None, (n_held, first_held), [], words, notes)
+            unserved(w, need, None, _held_back(index, w, targets, whole, n_held, first_held), [], words, notes)
             continue
         if policy.victim_order == "priority":
             chosen = _victims(index.jobs(c, at), need, situation.now, policy, targets)
         else:  # the exact search looks at the cheapest MAX_EXACT_VICTIMS only
             chosen = _victims(index.cheapest(c, at, MAX_EXACT_VICTIMS), need, situation.now, policy, targets)
         if not chosen:
-            unserved(w, need, index.gpus(c, at) if len(at) else None, (n_held, first_held),
+            unserved(w, need, index.gpus(c, at) if len(at) else None,
+                     _held_back(index, w, targets, whole, n_held, first_held),
                      index.not_noted(c, at), words, notes)
             continue
         take_freed(chosen, pools, need, cap)
         index.take(chosen)
         out += demand_actions(w, chosen, need, words, situation.now, policy, targets)
     return out
+
+
+def _held_back(index: Preemptible, w: JobFacts, targets, whole: bool, n_held: int, first_held: str | None
+               ) -> tuple[int, str | None]:
+    """The held-back count and first reason of an unserved ``w``, with its own project's jobs that
+    ``spare_own_project`` left out (rails.own_project_spared) counted as held back."""
+    own = index.own_project_below(w, targets[w.key][0], whole_gpus=whole)
+    return (n_held + own, first_held or own_project_words(w)) if own else (n_held, first_held)
 
 
 def _pools(w: JobFacts, known: set[tuple[str, str | None]]) -> list[tuple[str, str | None]]:

@@ -93,6 +93,28 @@ def spared_behind_owed(job: JobFacts, situation: Situation, policy) -> str | Non
             "cannot checkpoint (policy.enforcement.spare_behind_owed): it is spared")
 
 
+def spares_own_project(policy) -> bool:
+    """``policy.spare_own_project``: demand preemption never takes a running job of the waiting
+    job's own project (:func:`own_project_spared`)."""
+    return bool(getattr(policy, "spare_own_project", False))
+
+
+def own_project_spared(job: JobFacts, waiting: JobFacts, policy) -> bool:
+    """Whether demand preemption may not take ``job`` for ``waiting`` (``policy.spare_own_project``):
+    they are of the same project. The project's allocation is the same either way — its GPUs go
+    from one of its jobs to another — so the preemption would only throw away the running job's work
+    (all of it, for a session that cannot checkpoint) and queue its demand again, which raises what
+    the project is owed (min(entitled, demand)) and not what it is delivered. The waiting job looks
+    for room among other projects' jobs below it, or waits. Squatter reclaim is not held by it."""
+    return spares_own_project(policy) and job.project == waiting.project
+
+
+def own_project_words(waiting: JobFacts) -> str:
+    """Why a job :func:`own_project_spared` is not taken, in a waiting job's note."""
+    return (f"of project {waiting.project}, as the waiting job is: the project's allocation is the same "
+            "either way (policy.enforcement.spare_own_project)")
+
+
 def lost_minutes(job: JobFacts, now: datetime, policy) -> float:
     """Minutes of work a preemption now throws away: a resumable job loses what it did since its
     last checkpoint (every ``checkpoint_interval_minutes`` since it started), any other job all of

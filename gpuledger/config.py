@@ -268,6 +268,10 @@ class EnforcementPolicy(_Strict):
     # it is owed in the running settlement period (delivered < owed so far, analytics.fairshare.delivery;
     # squatter reclaim still applies; measured in BENCHMARKS.md, issue 34)
     spare_behind_owed: bool = False
+    # demand preemption never takes a running job of the waiting job's own project: the project's
+    # allocation is the same either way, the preemption only throws the running job's work away and
+    # queues its demand again (rails.own_project_spared; measured in BENCHMARKS.md, issue 34)
+    spare_own_project: bool = False
     quick_lane: QuickLane = Field(default_factory=QuickLane)  # small short jobs first (off by default)
     slurm_qos_funded: str | None = None  # also set this QOS on funded pending Slurm jobs (Nice always)
     slurm_qos_unfunded: str | None = None

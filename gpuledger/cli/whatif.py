@@ -127,7 +127,8 @@ def _pairs(values: list[str] | None, option: str, cast=float) -> dict:
 
 
 def _params(cfg, *, seed, checkpoint, cycle=None, usage_mode=None, window=None, half_life=None, cap=None,
-            idle=None, shares=None, balance=None, lane_reserve=None, budgets="config", spare=None):
+            idle=None, shares=None, balance=None, lane_reserve=None, budgets="config", spare=None,
+            own=None):
     from gpuledger.whatif.model import Params
 
     w = cfg.policy.whatif
@@ -146,6 +147,7 @@ def _params(cfg, *, seed, checkpoint, cycle=None, usage_mode=None, window=None, 
         delivery_balance=None if balance is None else float(balance),
         lane_reserve_share=lane_reserve,
         spare_behind_owed=spare,
+        spare_own_project=own,
         budgets=budgets,
         seed=seed,
     )
@@ -273,6 +275,10 @@ def schedule(
         None, "--spare-behind-owed/--no-spare-behind-owed",
         help="demand preemption spares running jobs that cannot checkpoint of projects behind what they are "
              "owed this settlement period, or not (default policy.enforcement.spare_behind_owed)"),
+    spare_own_project: bool | None = typer.Option(
+        None, "--spare-own-project/--no-spare-own-project",
+        help="demand preemption never takes a running job of the waiting job's own project, or may "
+             "(default policy.enforcement.spare_own_project)"),
     budgets: str | None = typer.Option(
         None, "--budgets",
         help="config: fund the config's budgets as written; fit: scale each period's budgets, in proportion, "
@@ -337,7 +343,8 @@ def schedule(
     knobs = {"checkpoint": checkpoint_minutes, "cycle": cycle_minutes, "usage_mode": usage_mode,
              "window": window_days, "half_life": half_life_days, "cap": min_runtime_cap_hours,
              "idle": idle_threshold, "shares": share, "balance": delivery_balance, "lane_reserve": lane_reserve,
-             "budgets": budgets, "spare": spare_behind_owed}
+             "budgets": budgets, "spare": spare_behind_owed,
+             "own": spare_own_project}
     seed_list = [seed + k for k in range(seeds or 1)]
     if regime and not simulate_gpus:
         raise typer.BadParameter("a demand regime is the simulator's: give it with --simulate-gpus "

@@ -132,10 +132,13 @@ class Simulation:
         # policy.enforcement.spare_behind_owed (rails.spared_behind_owed), the run's override applied
         spare = self.params.spare_behind_owed
         self.spare = cfg.policy.enforcement.spare_behind_owed if spare is None else bool(spare)
+        # policy.enforcement.spare_own_project (rails.own_project_spared), the run's override applied
+        own = self.params.spare_own_project
+        own = cfg.policy.enforcement.spare_own_project if own is None else bool(own)
         self.enforcement = cfg.policy.enforcement.model_copy(
             update={"checkpoint_interval_minutes": self.params.checkpoint_interval_minutes,
                     "quick_lane": lane.model_copy(update={"enabled": self.lane}),
-                    "spare_behind_owed": self.spare}
+                    "spare_behind_owed": self.spare, "spare_own_project": own}
         )
         self.ranking = self.enforcement.model_copy(update={"quick_lane": lane.model_copy(update={"enabled": False})})
         self.lane_cap = lane.max_running_per_project

@@ -97,6 +97,8 @@ class Params:
     ``lane_reserve_share``: policy 4's reserve for the quick lane (config.QuickLane.reserve_share).
     ``spare_behind_owed``: demand preemption spares a running job that cannot checkpoint while its
     project is behind what it is owed in the running settlement period (config.EnforcementPolicy).
+    ``spare_own_project``: demand preemption never takes a running job of the waiting job's own
+    project (config.EnforcementPolicy, rails.own_project_spared).
     ``budgets``: ``config`` funds the config's budgets as written; ``fit`` scales each period's
     budgets to the replayed cluster's capacity, in proportion (policies.fitted_budgets).
     """
@@ -123,6 +125,9 @@ class Params:
     # owed this settlement period (True) or not (False); None: the config's
     # policy.enforcement.spare_behind_owed
     spare_behind_owed: bool | None = None
+    # demand preemption never takes a running job of the waiting job's own project (True) or may
+    # (False); None: the config's policy.enforcement.spare_own_project
+    spare_own_project: bool | None = None
     budgets: str = "config"  # config / fit
     seed: int = 1
 

@@ -703,3 +703,37 @@ def test_a_session_behind_what_its_project_is_owed_keeps_running(spare):
     flipped = simulate(trace, config({"nb": 50, "paid": 50}, {"paid": 1000}), FAIR_SHARE,
                        Params(spare_behind_owed=spare))
     assert [s.end_s for s in outcome(flipped, "nb-sess").segments] == [s.end_s for s in sess.segments]
+
+
+# --- a funded job does not displace its own project's session (policy.enforcement.spare_own_project) ---
+# 4 H100, one project `nb` with a budget. nb's 4-GPU interactive session (2 h of work, no checkpoint)
+# declares no minimum runtime, so it runs unfunded ("no minimum runtime declared") and ranks below
+# any funded job; it starts at 0 on the idle pool. nb's funded 4-GPU training (1 h, minimum runtime
+# 1 h) arrives at 1800.
+# Off (today): the cycle at 1800 preempts the session for it (unfunded-burst, stopped: 1800 s × 4
+# GPUs = 2 GPU-h lost); the training runs 1800–5400; the session starts over at 5400 and is done at
+# 5400 + 7200 = 12600. nb holds the 4 GPUs throughout either way. On: nothing is preempted; the
+# session is done at 7200, the training starts then and is done at 10800 — both done sooner, no work lost.
+@pytest.mark.parametrize("own", [False, True])
+def test_a_funded_job_does_not_displace_its_own_projects_session(own):
+    inv = Inventory.from_counts([{"model": "H100", "count": 4}])
+    jobs = (
+        job("nb-sess", "nb", 0, 2 * H, kind="interactive", activity=(1.0,)),
+        job("nb-train", "nb", 1800, H, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
+    )
+    trace = Trace(ORIGIN, 24 * H, jobs, inv)
+    cfg = config({"nb": 100}, {"nb": 1000}, enforcement={"spare_own_project": own})
+    r = simulate(trace, cfg, FAIR_SHARE)
+    sess, train = outcome(r, "nb-sess"), outcome(r, "nb-train")
+    if own:
+        assert [(s.start_s, s.end_s, s.ended_by) for s in sess.segments] == [(0, 7200, "done")]
+        assert (train.first_start_s, train.done_s) == (7200, 10800)
+        assert sess.preemptions == 0 and r.actions.get("preempt:unfunded-burst", 0) == 0
+    else:
+        assert [(s.start_s, s.end_s, s.ended_by) for s in sess.segments] == [
+            (0, 1800, "preempted"), (5400, 12600, "done")]
+        assert (train.first_start_s, train.done_s) == (1800, 5400)
+        assert sess.lost_gpu_hours == pytest.approx(2.0) and r.actions == {"preempt:unfunded-burst": 1}
+    # the run's override says the same as the config (Params.spare_own_project, --spare-own-project)
+    flipped = simulate(trace, config({"nb": 100}, {"nb": 1000}), FAIR_SHARE, Params(spare_own_project=own))
+    assert [s.end_s for s in outcome(flipped, "nb-sess").segments] == [s.end_s for s in sess.segments]
