@@ -11,31 +11,22 @@ H100s. Priorities (enforce/policy.py, N = 3): the waiting job 500,000 + 3,000, t
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import polars as pl
-from gpuledger.enforce.model import Finding, JobFacts, Situation, Warning
+from gpuledger.enforce.model import Finding, Situation, Warning
 from gpuledger.enforce.policy import decide
 from gpuledger.enforce.rails import spared_behind_owed
 
 from gpuledger.analytics.delivery_balance import behind_owed
 from gpuledger.config import EnforcementPolicy
+from tests.helpers.enforce_scene import NOW, M, job, waiting_funded_p1
 
-NOW = datetime(2026, 11, 7, 12, 0)
-H, M = timedelta(hours=1), timedelta(minutes=1)
 ON, OFF = EnforcementPolicy(spare_behind_owed=True), EnforcementPolicy()
 CKPT = {"gpuledger.io/checkpointing": "true"}
 
 
-def job(job_id, project="p3", *, running=True, funded=False, gpus=8.0, **kw) -> JobFacts:
-    kw.setdefault("start_time", NOW - 10 * H if running else None)
-    kw.setdefault("observed", {"state": "RUNNING" if running else "PENDING"})
-    return JobFacts(cluster="c", job_id=job_id, project=project, running=running, gpus=gpus, gpu_model="H100",
-                    funded=funded, fs_rank={"p1": 1, "p2": 2, "p3": 3}[project],
-                    unfunded_reason=None if funded else "no budget", **kw)
-
-
-WANT = job("want", "p1", running=False, funded=True, submit_time=NOW - 30 * M)
+WANT = waiting_funded_p1()
 
 
 def situation(jobs, behind, **kw) -> Situation:

@@ -12,28 +12,22 @@ both below it, so without the rule either is a victim that frees the 8.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
 from gpuledger.enforce.model import Finding, JobFacts, Situation, Warning
 from gpuledger.enforce.policy import decide
 from gpuledger.enforce.rails import own_project_spared
 
 from gpuledger.config import EnforcementPolicy
+from tests.helpers.enforce_scene import NOW, H, M, waiting_funded_p1
+from tests.helpers.enforce_scene import job as scene_job
 
-NOW = datetime(2026, 11, 7, 12, 0)
-H, M = timedelta(hours=1), timedelta(minutes=1)
 ON, OFF = EnforcementPolicy(spare_own_project=True), EnforcementPolicy()
 
 
-def job(job_id, project="p3", *, running=True, funded=False, gpus=8.0, **kw) -> JobFacts:
-    kw.setdefault("start_time", NOW - 10 * H if running else None)
-    kw.setdefault("observed", {"state": "RUNNING" if running else "PENDING"})
-    return JobFacts(cluster="c", job_id=job_id, project=project, running=running, gpus=gpus, gpu_model="H100",
-                    funded=funded, fs_rank={"p1": 1, "p2": 2, "p3": 3}[project],
-                    unfunded_reason=None if funded else "no minimum runtime declared", **kw)
+def job(job_id, project="p3", **kw) -> JobFacts:
+    return scene_job(job_id, project, **{"unfunded_reason": "no minimum runtime declared", **kw})
 
 
-WANT = job("want", "p1", running=False, funded=True, submit_time=NOW - 30 * M)
+WANT = waiting_funded_p1()
 
 
 def situation(jobs, **kw) -> Situation:
