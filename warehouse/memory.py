@@ -4,8 +4,8 @@ DuckDB's own default is 80 % of the machine's RAM (of a cgroup v2 container's li
 1.3; cgroup v1 limits it has read wrongly) for its buffer manager alone, and a long reader (the
 dashboards, the exporter, a Dagster run) keeps the blocks it has read cached up to that limit
 (issue 41: +7.5 KiB per GPU-day of history read). In gpuledger polars works beside DuckDB in the same
-process: 80 % for DuckDB plus polars' frames is how a pod is OOM-killed. So every warehouse connection sets ``memory_limit``:
-by default half of what the process may use (the smaller of RAM and the cgroup's limit), the other
+process: 80 % for DuckDB plus polars' frames is how a pod is OOM-killed. So every warehouse
+connection sets ``memory_limit``: by default half of what the process may use (the smaller of RAM and the cgroup's limit), the other
 half left to polars and Python; ``GPULEDGER_DUCKDB_MEMORY_LIMIT`` sets it (a DuckDB size such as
 ``4GiB`` / ``512MB``, or a percentage such as ``30%`` of what the process may use). Over its limit
 DuckDB spills to its temporary directory instead of growing.
@@ -13,6 +13,7 @@ DuckDB spills to its temporary directory instead of growing.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -66,7 +67,14 @@ def usable_bytes(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/c
     return min(found) if found else None
 
 
-def memory_limit(environ=os.environ, usable=usable_bytes) -> str | None:
+@functools.cache
+def _usable_here() -> int | None:
+    """:func:`usable_bytes` of this process, read once: RAM and cgroup limits do not change while
+    it runs, and every warehouse connection asks."""
+    return usable_bytes()
+
+
+def memory_limit(environ=os.environ, usable=_usable_here) -> str | None:
     """The ``memory_limit`` to SET (a DuckDB size), or None to keep DuckDB's default (nothing
     readable to take a share of)."""
     given = environ.get(MEMORY_LIMIT_ENV, "").strip() or DEFAULT_SHARE
