@@ -23,7 +23,7 @@ Two parts in one run:
    takes its start-up plus its measured body. The scrape service writes every 60 s, its phase against
    the cron swept in 5-s steps. A sample counts as showing in a report once the report's figures are
    computed from data that holds it: fair share, budget and usage are computed at the data's "now"
-   whenever no snapshot is materialized at exactly that moment (warehouse/read_model/facts.py), so
+   whenever no snapshot is materialized at exactly that moment (gpuledger/facts/__init__.py), so
    they hold a sample once it is committed, plus the report's own time; squatters reads the squatting
    pipeline's latest evaluation while it is recent, so a sample shows once an evaluation that started
    after its commit has finished. The fleet path: a sample in the TSDB waits for its window to end
@@ -89,7 +89,7 @@ def build(folder: Path, gpus: int, days: float) -> Path:
     subprocess.run([str(BIN / "gpuledger"), "simulate", "warehouse", "--gpus", str(gpus), "--days", f"{days:g}",
                     "--interval", "60", "--seed", "1"], env=env, check=True, capture_output=True, text=True)
     import duckdb
-    from gpuledger.warehouse.read_model.facts import data_now
+    from gpuledger.warehouse.clock import data_now
     from holdings_bench import HOLDINGS
 
     with duckdb.connect(str(path)) as con:
@@ -127,7 +127,7 @@ def measure(path: Path, gpus: int, rounds: int) -> dict[str, list[float]]:
     from gpuledger.pipelines.defs.ingest.schedules import ingest_request
     from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
     from gpuledger.pipelines.defs.squatting.assets import squatting_findings
-    from gpuledger.warehouse.read_model.facts import data_now
+    from gpuledger.warehouse.clock import data_now
 
     from gpuledger import warehouse
     from gpuledger.ingest.metrics.scrape import scrape
