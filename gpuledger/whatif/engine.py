@@ -11,7 +11,9 @@ priority enforce sets (funded above unfunded, fair-share rank, declared priority
 project), then submission. A preempted job goes back to the queue with its submission time (as
 Slurm requeues); one that resumes has lost the work since its last checkpoint (every
 ``checkpoint_interval_minutes`` of its own runtime), one that does not starts over. A squatter
-reclaimed by policy 3 is stopped: its owner had left it idle, and it does not come back.
+reclaimed by policy 3 is stopped: its owner had left it idle, and it does not come back; so is a job
+preempted for waiting work that cannot checkpoint and was idle through the last squatting grace of
+its run (its owner had left it too: ``JobOutcome.abandoned``).
 
 Slot limits (Ai2's old caps): each project holds at most its global share of the physical GPUs
 (whole-GPU equivalents, all pools together); a job that would take its project past the cap
@@ -588,7 +590,22 @@ class Simulation:
         o.lost_active_gpu_hours += j.gpus * j.active_seconds(p_new, p1) / 3600
         self.progress_s[idx] = p_new
         self.preempt_count[(j.cluster, j.job_id)] = self.preempt_count.get((j.cluster, j.job_id), 0) + 1
+        if not resumes and self._left_idle(idx, p1):
+            # its owner had left it idle, as a reclaimed squatter's: nobody is there to submit it again
+            o.abandoned = True
+            if self.balance is not None:
+                self.balance.demand[j.project] -= j.gpus
+            return
         self._enqueue(idx)
+
+    def _left_idle(self, idx: int, p1: float) -> bool:
+        """Whether the job's owner had left it: its GPUs were idle (activity under the squatting
+        threshold) through the last squatting grace (30 min by default) of the run just stopped. A
+        session nobody touched for that long is not one its user is there to submit again."""
+        grace = max(1.0, self.squatting.grace_minutes * 60)
+        if p1 < grace:
+            return False
+        return self.jobs[idx].active_seconds(p1 - grace, p1) < self.squatting.idle_threshold_ratio * grace
 
     def _reclaim(self, idx: int) -> None:
         self._stop(idx, "squatter-reclaimed")

@@ -102,7 +102,7 @@ def frames(result: RunResult):
                 j.min_runtime_s,
                 at(j.submit_s),
                 at(o.first_start_s),
-                at(ended) if (o.done_s is not None or o.reclaimed) else None,
+                at(ended) if (o.done_s is not None or o.reclaimed or o.abandoned) else None,
                 "whatif",
             )
         )
@@ -363,7 +363,7 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
     allocated = active = lost = lost_active = 0.0
     waits: dict[str, list[float]] = {SMALL: [], MEDIUM: [], LARGE: []}
     started = {SMALL: 0, MEDIUM: 0, LARGE: 0}
-    preemptions = done = reclaimed = 0
+    preemptions = done = reclaimed = abandoned = 0
     for o in result.outcomes:
         j = o.job
         for s in o.segments:
@@ -374,6 +374,7 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
         preemptions += o.preemptions
         done += o.done_s is not None
         reclaimed += o.reclaimed
+        abandoned += o.abandoned
         c = job_class(j)
         if j.submit_s < trace.horizon_s:
             first = o.first_start_s if o.first_start_s is not None else trace.horizon_s
@@ -414,6 +415,8 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
             result.outcomes, threshold=squatting.idle_threshold_ratio, grace_s=squatting.grace_minutes * 60
         ),
         "squatters_reclaimed": reclaimed,
+        # preempted for waiting work while idle all along: their owners had left them (engine._left_idle)
+        "idle_jobs_not_resubmitted": abandoned,
         "jobs_done": done,
         "jobs": len(result.outcomes),
     }

@@ -170,6 +170,7 @@ class JobOutcome:
     lost_gpu_hours: float = 0.0  # allocated GPU-hours of work thrown away by preemptions
     lost_active_gpu_hours: float = 0.0
     reclaimed: bool = False  # stopped as a squatter
+    abandoned: bool = False  # preempted for waiting work while idle since it started: not resubmitted
     warnings: int = 0
 
 

@@ -737,3 +737,43 @@ def test_a_funded_job_does_not_displace_its_own_projects_session(own):
     # the run's override says the same as the config (Params.spare_own_project, --spare-own-project)
     flipped = simulate(trace, config({"nb": 100}, {"nb": 1000}), FAIR_SHARE, Params(spare_own_project=own))
     assert [s.end_s for s in outcome(flipped, "nb-sess").segments] == [s.end_s for s in sess.segments]
+
+
+# --- a session left idle is not resubmitted after a demand preemption -------------------------------
+# 4 H100; `nb` has no budget, so its 4-GPU interactive session (10 h limit, no checkpoint) runs
+# unfunded from 0 and ranks below any funded job; `paid`'s funded 4-GPU job of 1 h arrives at
+# `arrives`, and the cycle of that instant preempts the session for it (unfunded-burst). Policy 2:
+# no squatter reclaim, so only the demand preemption stops the session. Its owner had left it when
+# its GPUs were idle (activity under 0.01) through the last squatting grace (1800 s) of its run.
+# - idle throughout, preempted at 3600: 1800–3600 idle: not submitted again (one segment, abandoned);
+#   paid's job runs 3600–7200.
+# - idle, preempted at 900, inside the grace: nothing says its owner left; it goes back to the
+#   queue, starts over when paid's job ends at 900 + 3600 = 4500 and runs its 10 h: done at 40500.
+# - busy (activity 1.0), preempted at 3600: back to the queue, starts over at 7200, done at 43200.
+# - used in its first hour (0.5), idle after it: preempted at 5400, 3600–5400 was idle: abandoned;
+#   preempted at 4500, 2700–4500 holds 900 s at 0.5 = 450 active s ≥ 0.01 × 1800 = 18: its owner
+#   may be there; back to the queue, starts over at 4500 + 3600 = 8100, done at 8100 + 36000 = 44100.
+@pytest.mark.parametrize("activity, arrives, segments", [
+    ((0.0,), 3600, [(0, 3600, "preempted")]),
+    ((0.0,), 900, [(0, 900, "preempted"), (4500, 40500, "done")]),
+    ((1.0,), 3600, [(0, 3600, "preempted"), (7200, 43200, "done")]),
+    ((0.5, 0.0), 5400, [(0, 5400, "preempted")]),
+    ((0.5, 0.0), 4500, [(0, 4500, "preempted"), (8100, 44100, "done")]),
+])
+def test_a_session_left_idle_is_not_resubmitted(activity, arrives, segments):
+    inv = Inventory.from_counts([{"model": "H100", "count": 4}])
+    jobs = (
+        job("nb-sess", "nb", 0, 10 * H, kind="interactive", activity=activity),
+        job("paid-a", "paid", arrives, H, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
+    )
+    trace = Trace(ORIGIN, 24 * H, jobs, inv)
+    cfg = config({"nb": 50, "paid": 50}, {"paid": 100})
+    r = simulate(trace, cfg, FAIR_SHARE)
+    sess, paid = outcome(r, "nb-sess"), outcome(r, "paid-a")
+    assert (paid.first_start_s, paid.done_s) == (arrives, arrives + H)
+    assert [(s.start_s, s.end_s, s.ended_by) for s in sess.segments] == segments
+    assert r.actions == {"preempt:unfunded-burst": 1}
+    gone = len(segments) == 1
+    assert sess.abandoned is gone and sess.preemptions == 1
+    s, _ = summary(r, cfg)
+    assert s["idle_jobs_not_resubmitted"] == int(gone)
