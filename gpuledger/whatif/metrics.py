@@ -18,7 +18,9 @@
 * Ai2's measures (issue 34, :func:`outcome_figures`): teams at ≥ 0.95 of owed, burst (allocated
   GPU-hours above owed ÷ allocated), waits in seconds per job class by what the work is
   (:func:`wait_class`), GPU-hours reclaimed from squatters, and per settlement period capacity,
-  owed, occupied and delivered GPU-hours with the ceiling of delivered ÷ owed they allow.
+  owed, occupied and delivered GPU-hours with the ceiling of delivered ÷ owed they allow; and
+  each team's own ceiling on the pools its jobs asked for (:mod:`gpuledger.whatif.team_ceiling`,
+  ``ceiling_ratio_pools`` per project, the lowest as ``worst_team_ceiling``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gpuledger.analytics.delivery_balance import end_balances
 from gpuledger.rules import job_class as job_class_rule
 from gpuledger.rules.job_class import DEBUG_MAX_GPUS, DEBUG_MAX_S, KIND_CLASSES, WAIT_CLASSES  # noqa: F401
 from gpuledger.warehouse.job_columns import job_schema
+from gpuledger.whatif import team_ceiling
 from gpuledger.whatif.model import JobOutcome, RunResult, SimJob
 
 SMALL, MEDIUM, LARGE = "small", "medium", "large"
@@ -201,6 +204,10 @@ def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = No
     if not periods:
         return deliv
     held = exempt_gpu_hours(result.outcomes, exempt, settle=settle, horizon_s=result.trace.horizon_s)
+    period_s = int((settle or (end - start)).total_seconds())
+    ceilings = team_ceiling.team_ceilings(
+        hourly, team_ceiling.reachable_gpu_hours(result, exempt, period_s=period_s), start=start, period_s=period_s)
+    deliv = deliv.join(ceilings, on="project", how="left")
     return deliv, settlement_periods(hourly, start=start, end=end, settle=settle, exempt=held)
 
 
@@ -340,6 +347,11 @@ def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
         "exempt_above_owed_gpu_hours": period_sum(periods, "exempt_above_owed_gpu_hours"),
         "settlement": periods,
     }
+    if "ceiling_ratio_pools" in owed.columns and owed.height:
+        # each team's own bound on its pools (team_ceiling): which teams no order could bring to 0.95
+        reach = owed["ceiling_ratio_pools"].drop_nulls()
+        out["worst_team_ceiling"] = float(reach.min()) if reach.len() else None
+        out["teams_reachable_95"] = int((reach >= TEAM_TARGET_RATIO - 1e-9).sum())
     waits: dict[str, list[float]] = {c: [] for c in WAIT_CLASSES}
     horizon = result.trace.horizon_s
     for o in result.outcomes:

@@ -54,6 +54,8 @@ FIGURES = (
     Figure("ceiling_delivery_ratio", "ceiling of delivered ÷ owed (owed vs occupied, per week)", "ratio"),
     Figure("exempt_above_owed_gpu_hours", "exempt GPU-h above their team's owed (per week)", "gpu_hours"),
     Figure("ceiling_exempt_delivery_ratio", "ceiling with exempt work where it ran (per week)", "ratio"),
+    Figure("teams_reachable_95", "teams whose own ceiling reaches 0.95 (their pools, per week)", "count"),
+    Figure("worst_team_ceiling", "worst team's own ceiling (its pools, exempt work where it ran, per week)", "ratio"),
 )
 
 

@@ -777,3 +777,39 @@ def test_a_session_left_idle_is_not_resubmitted(activity, arrives, segments):
     assert sess.abandoned is gone and sess.preemptions == 1
     s, _ = summary(r, cfg)
     assert s["idle_jobs_not_resubmitted"] == int(gone)
+
+
+# --- each team's own ceiling on the pools its jobs asked for (whatif.team_ceiling) ----------------
+# 4 H100 and 4 B200, 24 h; `nb` and `other` 50 % each: entitled 4 GPUs an hour each. `other` runs an
+# exempt 2-GPU inference service on the B200s all day (submissions at one instant arrive in job-id
+# order: `a-serve` takes its B200s first)
+# and four 1-GPU jobs on the H100s; `nb` asks for four 1-GPU B200 sessions at 0, all longer than the day. Demand: nb 4, other 2 + 4 = 6 GPUs every
+# hour, so both are owed 4 × 24 = 96 GPU-h. nb can hold at most min(4, 4 − 2 of other's exempt) = 2
+# B200s at any instant: reachable 2 × 24 = 48 GPU-h, ceiling 48 / 96 = 0.5 — no policy could bring it
+# to 0.95. other: B200 min(2, 4) (its own exempt work is its demand) + H100 min(4, 4) = 6 GPUs,
+# 144 GPU-h ≥ 96: ceiling 1.0. One settlement period (the 7-day window is longer than the run).
+# Without the exempt split, nb's B200 room is all 4 GPUs: ceiling 1.0.
+def test_each_teams_own_ceiling_counts_only_its_pools_less_other_teams_exempt_work():
+    from gpuledger.whatif.engine import exempt_rule
+
+    inv = Inventory.from_counts([{"model": "H100", "count": 4}, {"model": "B200", "count": 4}])
+    jobs = (
+        job("a-serve", "other", 0, 48 * H, gpus=2, pool=B200, kind="inference"),
+        *(job(f"o{i}", "other", 0, 48 * H, gpus=1, kind="training") for i in range(4)),
+        *(job(f"nb{i}", "nb", 0, 48 * H, gpus=1, pool=B200, kind="interactive") for i in range(4)),
+    )
+    cfg = config({"nb": 50, "other": 50}, {}, enforcement={"exempt_kinds": ["inference"]})
+    r = simulate(Trace(ORIGIN, 24 * H, jobs, inv), cfg, PRIORITY)
+    org, squatting = org_nodes_frame(cfg, r.params), effective_policy(cfg, r.params)[2]
+    s, per_project = metrics.summarize(r, org, squatting, exempt=exempt_rule(cfg))
+    rows = {row["project"]: row for row in per_project.iter_rows(named=True)}
+    assert rows["nb"]["gpu_hours_owed"] == pytest.approx(96.0) and rows["other"]["gpu_hours_owed"] == pytest.approx(96.0)
+    assert rows["nb"]["ceiling_ratio_pools"] == pytest.approx(0.5)
+    assert rows["other"]["ceiling_ratio_pools"] == pytest.approx(1.0)
+    assert s["worst_team_ceiling"] == pytest.approx(0.5) and s["teams_reachable_95"] == 1
+    # what nb was delivered (2 B200s: the exempt service holds the other 2) is its ceiling
+    assert rows["nb"]["delivery_ratio"] == pytest.approx(0.5)
+    s_plain, per_plain = metrics.summarize(r, org, squatting)
+    assert {row["project"]: row["ceiling_ratio_pools"] for row in per_plain.iter_rows(named=True)} == {
+        "nb": pytest.approx(1.0), "other": pytest.approx(1.0)}
+    assert s_plain["teams_reachable_95"] == 2
