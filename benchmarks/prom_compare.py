@@ -119,6 +119,14 @@ class Prometheus:
         return self._get("/api/v1/query_range", {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
                                                  "step": str(step_s)})
 
+    def series(self, match: str, start: float, end: float) -> list[dict]:
+        """The label sets of the series ``match`` selects that have samples in [start, end]."""
+        body = requests.get(f"{self.url}/api/v1/series", params={"match[]": match, "start": f"{start:.3f}",
+                                                                  "end": f"{end:.3f}"}, timeout=900).json()
+        if body.get("status") != "success":
+            raise RuntimeError(f"Prometheus /api/v1/series {match}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]  # a list of label sets (no "result" level, unlike /query)
+
     def series_count(self) -> int:
         head = requests.get(f"{self.url}/api/v1/status/tsdb", timeout=60).json()["data"]["headStats"]["numSeries"]
         found = self._get("/api/v1/query", {"query": f"count(count_over_time({METRIC}[3650d]))"})

@@ -288,7 +288,8 @@ def run_dataset(n: int, args) -> tuple[dict, dict]:
             theirs_raw = pc.idle_per_job(idle, held, exempt)
             theirs = {pod_job.get(k, k): v for k, v in theirs_raw.items()}
             ours = squatters_at(wh, policy, t)
-            per_instant.append(_idle_compare(t, ours, theirs, lambda t, job: why_idle_differs(wh, t, job, policy)))
+            per_instant.append(_idle_compare(t, ours, theirs, lambda t, job: why_idle_differs(
+                wh, t, job, policy, relabelled=lambda uuids, t: relabelled_series(prom, uuids, t))))
         open_now, gl_s = warm(lambda: q.squatting_open(path, ()))
         cli_s = cli("report", "squatters")
         current = {r["job_id"]: r["gpus_idle"] for r in open_now.iter_rows(named=True)}
@@ -412,19 +413,25 @@ def _entry(gl, cli, prom, cold, cmp: dict, promql: str, tolerance: str, why: str
             "compared": len(cmp["rows"]), "worst_rows": worst}
 
 
-def why_idle_differs(path: Path, t: datetime, job_id: str, policy) -> str | None:
+def why_idle_differs(path: Path, t: datetime, job_id: str, policy, relabelled=None) -> str | None:
     """The reason, read from the warehouse, when the two idle answers for a job at t differ for
     a cause PromQL cannot see: a device of the job without a sample in the 5 minutes before t
     (PromQL's lookback then reads the series as ended, while the scheduler says the job still
-    holds it), or under the stale-data guard's coverage (gpuledger declines to judge); at the edges
-    of a job's life: it ended within the 5 minutes before t (PromQL's lookback still returns its last
-    sample; blocks built by promtool carry no staleness marker), or its first sample came after
-    t − 90 min while its allocation started before (the ``offset 90m`` term, PromQL's stand-in for
-    grace + sustained, finds no series yet; gpuledger counts from the allocation's start). None:
-    unexplained."""
+    holds it), or under the stale-data guard's coverage (gpuledger declines to judge: its own
+    evidence, analytics.load.load_device_activity, covers less than min_coverage_ratio of the
+    sustained window); at the edges of a job's life: it ended within the 5 minutes before t
+    (PromQL's lookback still returns its last sample; blocks built by promtool carry no staleness
+    marker), or its first sample came after t − 90 min while its allocation started before, or no
+    sample fell in the 5 minutes before t − 90 min (either way the ``offset 90m`` term, PromQL's
+    stand-in for grace + sustained, finds no series; gpuledger counts from the allocation's start).
+    ``relabelled(uuids, t)``: a reason when the exporter's labels of those devices changed within
+    [t − 90 min, t] (PromQL's ``and`` matches on every label, so the series at t and at t − 90 min
+    are two; gpuledger keys samples by device). None: unexplained."""
     import duckdb
+    from gpuledger.analytics.load import load_device_activity
 
     con = duckdb.connect(str(path), read_only=True)
+    offset = t - timedelta(minutes=90)  # PromQL asks at t - 1 ms: a sample at exactly t - 90 min is after it
     try:
         started, ended, running, first_sample = con.execute(
             "SELECT min(a.start_time), max(a.end_time), bool_or(a.end_time IS NULL OR a.end_time > $t), "
@@ -433,25 +440,55 @@ def why_idle_differs(path: Path, t: datetime, job_id: str, policy) -> str | None
             "FROM job_allocations a WHERE a.job_id = $job", {"t": t, "job": job_id}).fetchall()[0]
         rows = con.execute(
             "SELECT a.gpu_id, count(s.ts) FILTER (WHERE s.ts >= $t - INTERVAL 5 MINUTE) AS last5, "
-            "count(DISTINCT date_trunc('minute', s.ts)) AS minutes FROM job_allocations a "
-            "LEFT JOIN gpu_samples s ON s.gpu_id = a.gpu_id AND s.ts >= $t - INTERVAL 60 MINUTE AND s.ts < $t "
+            "count(s.ts) FILTER (WHERE s.ts >= $o - INTERVAL 5 MINUTE AND s.ts < $o) AS at_offset, "
+            "any_value(g.gpu_uuid) AS uuid, any_value(g.mig_instance_id) AS instance "
+            "FROM job_allocations a JOIN gpus g ON g.gpu_id = a.gpu_id "
+            "LEFT JOIN gpu_samples s ON s.gpu_id = a.gpu_id AND s.ts >= $o - INTERVAL 5 MINUTE AND s.ts < $t "
             "AND s.sm_active_ratio IS NOT NULL WHERE a.job_id = $job AND a.start_time <= $t "
             "AND coalesce(a.end_time, $t + INTERVAL 1 SECOND) > $t GROUP BY 1",
-            {"t": t, "job": job_id}).fetchall()
+            {"t": t, "o": offset, "job": job_id}).fetchall()
+        frames = [con.sql(sql, params={"j": job_id}).pl().lazy() for sql in (
+            "SELECT * FROM jobs WHERE job_id = $j", "SELECT * FROM job_allocations WHERE job_id = $j",
+            "SELECT * FROM gpus WHERE gpu_id IN (SELECT gpu_id FROM job_allocations WHERE job_id = $j)")]
+        covered = load_device_activity(con, *frames, now=t, policy=policy.squatting).collect()["covered_minutes"]
     finally:
         con.close()
     need = policy.squatting.min_coverage_ratio * policy.squatting.sustained_minutes
     if not running and ended is not None and t - timedelta(minutes=5) < ended <= t:
         return (f"the job ended {(t - ended).total_seconds():.0f} s before (PromQL's 5-min lookback still returns "
                 "its last sample: no staleness marker in promtool's blocks)")
-    offset = t - timedelta(minutes=90)  # PromQL asks at t - 1 ms: a sample at exactly t - 90 min is after it
     if started is not None and started < offset and first_sample is not None and first_sample >= offset:
         return (f"the job's first sample came {(first_sample - offset).total_seconds():.0f} s after t - 90 min "
                 f"(`offset 90m` finds no series yet; gpuledger counts grace + sustained from the start, {started})")
-    if any(last5 == 0 for _, last5, _ in rows):
+    if any(last5 == 0 for _, last5, _, _, _ in rows):
         return "scrape gap over the 5 min before (PromQL lookback: series reads as ended; the job still holds it)"
-    if any(minutes < need for _, _, minutes in rows):
-        return f"< {need:g} of 60 minutes covered (gpuledger's stale-data guard: no judgement)"
+    if started is not None and started < offset - timedelta(minutes=5) and any(n == 0 for _, _, n, _, _ in rows):
+        return ("scrape gap over the 5 min before t - 90 min (`offset 90m` finds no series; gpuledger counts "
+                "grace + sustained from the allocation's start)")
+    if len(covered) < len(rows) or any(c < need for c in covered):
+        low = min(covered, default=0.0) if len(covered) == len(rows) else 0.0
+        return f"{low:g} < {need:g} of 60 minutes covered (gpuledger's stale-data guard: no judgement)"
+    if relabelled is not None and (why := relabelled(sorted({(u, i) for *_, u, i in rows}), t)):
+        return why
+    return None
+
+
+def relabelled_series(prom, devices: list[tuple[str, int]], t: datetime) -> str | None:
+    """Why PromQL's idle rule loses a device whose exporter labels changed within [t − 90 min, t]:
+    more than one label set for one device ((UUID, MIG instance id or -1) as the warehouse names it)
+    and pod. None when none did."""
+    for uuid, instance in devices:
+        sets: dict[str | None, set] = {}
+        for labels in prom.series(f'{pc.METRIC}{{UUID="{uuid}"}}', pc.epoch(t - timedelta(minutes=95)), pc.epoch(t)):
+            if instance is not None and instance >= 0 and labels.get("GPU_I_ID") != str(instance):
+                continue  # another MIG instance of the same GPU
+            sets.setdefault(labels.get("pod"), set()).add(tuple(sorted(labels.items())))
+        for pod, found in sets.items():
+            if len(found) > 1:
+                named = [dict(labels) for labels in found]
+                names = sorted(k for k in set().union(*named) if len({n.get(k) for n in named}) > 1)
+                return (f"the exporter's labels of {uuid} (pod {pod}) changed within the window ({', '.join(names)}): "
+                        "PromQL's `and` matches on every label, so its series at t and at t - 90 min are two")
     return None
 
 

@@ -126,3 +126,69 @@ def test_a_failing_materialization_step_keeps_its_output(tmp_path):
     message = str(stopped.value)
     assert "`gpuledger pipelines nonesuch` exited 2" in message and str(log) in message
     assert "nonesuch" in log.read_text() and log.read_text().splitlines()[-1] in message
+
+
+# --- why the idle answers differ, read from the warehouse (why_idle_differs) -------------------------
+# At t = 11:59:30 (the bench asks on the 30-s ticks), three idle jobs, each holding one H100 since
+# 09:00 with a sample every 30 s (activity 0) except where stated. PromQL's rule asks `offset 90m` at
+# 10:29:30 with a 5-min lookback, so [10:24:30, 10:29:30) must hold a sample; gpuledger's stale-data
+# guard needs 0.8 × 60 = 48 of the sustained hour's minutes covered (a sample covers up to the
+# device's 30-s interval).
+# - `gap90`: no sample in [10:24, 10:30): `offset 90m` finds no series (explained).
+# - `thin`: no sample in [11:20, 11:33): the gap from 11:19:30 to 11:33:00 leaves 13 of the hour
+#   uncovered, 47 < 48: gpuledger does not judge. Clock minutes holding a sample in [10:59:30,
+#   11:59:30) are 1 + 20 + 27 = 48 — the count the harness used before, which left it unexplained.
+# - `fine`: every sample there: nothing in the warehouse explains a difference; a stand-in for
+#   Prometheus's series whose labels changed within the window (Hostname -> hostname) does.
+def _idle_warehouse(path: Path) -> None:
+    from gpuledger import warehouse
+
+    t0 = datetime(2026, 11, 1, 9)
+    gaps = {"gap90": (t0 + timedelta(minutes=84), t0 + timedelta(minutes=90)),
+            "thin": (t0 + timedelta(minutes=140), t0 + timedelta(minutes=153)), "fine": None}
+    with warehouse.open_writer(path) as con:
+        for gpu_id, (job, gap) in enumerate(gaps.items(), start=1):
+            con.execute("INSERT INTO gpus (gpu_id, cluster, gpu_uuid, host, model) VALUES (?, 'sim', ?, 'n1', 'H100')",
+                        [gpu_id, f"GPU-{job}"])
+            con.execute("INSERT INTO jobs (cluster, job_id, project, gpus, start_time, source, updated_at) "
+                        "VALUES ('sim', ?, 'p', 1, ?, 'test', ?)", [job, t0, t0])
+            con.execute("INSERT INTO job_allocations (cluster, job_id, gpu_id, start_time) VALUES ('sim', ?, ?, ?)",
+                        [job, gpu_id, t0])
+            ticks = [t0 + timedelta(seconds=30 * i) for i in range(6 * 120)]
+            rows = [(gpu_id, ts, 0.0, 2**30, "test") for ts in ticks if not (gap and gap[0] <= ts < gap[1])]
+            con.executemany("INSERT INTO gpu_samples (gpu_id, ts, sm_active_ratio, fb_used_bytes, source) "
+                            "VALUES (?, ?, ?, ?, ?)", rows)
+
+
+class _Series:
+    """Stands in for prom_compare.Prometheus.series: the label sets a device's series had."""
+
+    def __init__(self, label_sets: list[dict]):
+        self.label_sets = label_sets
+
+    def series(self, match: str, start: float, end: float) -> list[dict]:
+        return [labels for labels in self.label_sets if f'UUID="{labels["UUID"]}"' in match]
+
+
+def test_why_idle_answers_differ_is_read_as_gpuledger_judges(tmp_path, example_config):
+    import prometheus_bench as pb
+
+    path = tmp_path / "w.duckdb"
+    _idle_warehouse(path)
+    t = datetime(2026, 11, 1, 11, 59, 30)
+    policy = example_config.policy
+    assert "before t - 90 min" in pb.why_idle_differs(path, t, "gap90", policy)
+    assert pb.why_idle_differs(path, t, "thin", policy).startswith("47 < 48 of 60 minutes covered")
+    assert pb.why_idle_differs(path, t, "fine", policy) is None
+    before = {"UUID": "GPU-fine", "pod": "nb-1", "Hostname": "n1"}
+    after = {"UUID": "GPU-fine", "pod": "nb-1", "hostname": "n1.cluster.local"}
+    other_pod = {"UUID": "GPU-fine", "pod": "nb-0", "Hostname": "n1"}
+    relabelled = _Series([before, after])
+    why = pb.why_idle_differs(path, t, "fine", policy, relabelled=lambda d, at: pb.relabelled_series(relabelled, d, at))
+    assert why.startswith("the exporter's labels of GPU-fine (pod nb-1) changed within the window (Hostname, hostname)")
+    # one label set per pod (two pods on the device in turn) is no relabelling
+    assert pb.relabelled_series(_Series([before, other_pod]), [("GPU-fine", -1)], t) is None
+    # another MIG instance of the same GPU relabelled: not this device's series
+    mig = [{**before, "GPU_I_ID": "3"}, {**after, "GPU_I_ID": "3"}]
+    assert pb.relabelled_series(_Series(mig), [("GPU-fine", 4)], t) is None
+    assert pb.relabelled_series(_Series(mig), [("GPU-fine", 3)], t) is not None
