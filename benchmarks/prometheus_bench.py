@@ -289,7 +289,7 @@ def run_dataset(n: int, args) -> tuple[dict, dict]:
             theirs = {pod_job.get(k, k): v for k, v in theirs_raw.items()}
             ours = squatters_at(wh, policy, t)
             per_instant.append(_idle_compare(t, ours, theirs, lambda t, job: why_idle_differs(
-                wh, t, job, policy, relabelled=lambda uuids, t: relabelled_series(prom, uuids, t))))
+                wh, t, job, policy, relabelled=lambda devices, t: relabelled_series(prom, devices, t))))
         open_now, gl_s = warm(lambda: q.squatting_open(path, ()))
         cli_s = cli("report", "squatters")
         current = {r["job_id"]: r["gpus_idle"] for r in open_now.iter_rows(named=True)}
@@ -424,9 +424,10 @@ def why_idle_differs(path: Path, t: datetime, job_id: str, policy, relabelled=No
     marker), or its first sample came after t − 90 min while its allocation started before, or no
     sample fell in the 5 minutes before t − 90 min (either way the ``offset 90m`` term, PromQL's
     stand-in for grace + sustained, finds no series; gpuledger counts from the allocation's start).
-    ``relabelled(uuids, t)``: a reason when the exporter's labels of those devices changed within
-    [t − 90 min, t] (PromQL's ``and`` matches on every label, so the series at t and at t − 90 min
-    are two; gpuledger keys samples by device). None: unexplained."""
+    ``relabelled(devices, t)`` (devices: (UUID, MIG instance id) pairs): a reason when the exporter's
+    labels of those devices changed within [t − 90 min, t] (PromQL's ``and`` matches on every label,
+    so the series at t and at t − 90 min are two; gpuledger keys samples by device). None:
+    unexplained."""
     import duckdb
     from gpuledger.analytics.load import load_device_activity
 

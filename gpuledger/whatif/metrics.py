@@ -93,7 +93,6 @@ def frames(result: RunResult):
     jobs, allocs = [], []
     for o in result.outcomes:
         j = o.job
-        ended = o.segments[-1].end_s if o.segments and o.segments[-1].ended_by != "horizon" else None
         jobs.append(
             (
                 j.cluster,
@@ -105,7 +104,7 @@ def frames(result: RunResult):
                 j.min_runtime_s,
                 at(j.submit_s),
                 at(o.first_start_s),
-                at(ended) if (o.done_s is not None or o.reclaimed or o.abandoned) else None,
+                at(o.stopped_s),
                 "whatif",
             )
         )
@@ -205,10 +204,15 @@ def project_delivery(result: RunResult, org_nodes, settle: timedelta | None = No
         return deliv
     held = exempt_gpu_hours(result.outcomes, exempt, settle=settle, horizon_s=result.trace.horizon_s)
     period_s = int((settle or (end - start)).total_seconds())
-    ceilings = team_ceiling.team_ceilings(
-        hourly, team_ceiling.reachable_gpu_hours(result, exempt, period_s=period_s), start=start, period_s=period_s)
+    owed = hourly.group_by("project", _period(start, period_s)).agg(pl.col("gpu_hours_owed").sum())
+    ceilings = team_ceiling.team_ceilings(owed, team_ceiling.reachable_gpu_hours(result, exempt, period_s=period_s))
     deliv = deliv.join(ceilings, on="project", how="left")
     return deliv, settlement_periods(hourly, start=start, end=end, settle=settle, exempt=held)
+
+
+def _period(start, period_s: float) -> pl.Expr:
+    """``period``: the settlement period an hourly row falls in (whole periods of ``period_s`` from ``start``)."""
+    return ((pl.col("hour") - pl.lit(start)).dt.total_seconds() // period_s).cast(pl.Int64).alias("period")
 
 
 def settlement_periods(hourly, *, start, end, settle: timedelta | None, exempt=None) -> list[dict]:
@@ -224,8 +228,7 @@ def settlement_periods(hourly, *, start, end, settle: timedelta | None, exempt=N
     occupied − Σ exempt) — see :func:`ceiling_ratio`."""
     period_s = (end - start).total_seconds() if settle is None else settle.total_seconds()
     per_team = (
-        hourly.with_columns(period=((pl.col("hour") - pl.lit(start)).dt.total_seconds() // period_s).cast(pl.Int64))
-        .group_by("project", "period")
+        hourly.group_by("project", _period(start, period_s))
         .agg(pl.col("gpu_hours_entitled", "gpu_hours_owed", "gpu_hours_allocated").sum())
         .with_columns(delivered=pl.min_horizontal("gpu_hours_allocated", "gpu_hours_owed"))
     )
@@ -427,7 +430,7 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
             result.outcomes, threshold=squatting.idle_threshold_ratio, grace_s=squatting.grace_minutes * 60
         ),
         "squatters_reclaimed": reclaimed,
-        # preempted for waiting work while idle all along: their owners had left them (engine._left_idle)
+        # preempted for waiting work while idle through their last grace: their owners had left them (engine._left_idle)
         "idle_jobs_not_resubmitted": abandoned,
         "jobs_done": done,
         "jobs": len(result.outcomes),

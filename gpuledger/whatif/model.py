@@ -170,8 +170,17 @@ class JobOutcome:
     lost_gpu_hours: float = 0.0  # allocated GPU-hours of work thrown away by preemptions
     lost_active_gpu_hours: float = 0.0
     reclaimed: bool = False  # stopped as a squatter
-    abandoned: bool = False  # preempted for waiting work while idle since it started: not resubmitted
+    abandoned: bool = False  # preempted for waiting work, idle through its last grace: not resubmitted
     warnings: int = 0
+
+    @property
+    def stopped_s(self) -> int | None:
+        """When the job stopped wanting GPUs: its last segment's end once it is done, reclaimed or
+        not resubmitted; None while it runs or waits at the run's end."""
+        if (self.done_s is not None or self.reclaimed or self.abandoned) and self.segments \
+                and self.segments[-1].ended_by != "horizon":
+            return self.segments[-1].end_s
+        return None
 
 
 @dataclass

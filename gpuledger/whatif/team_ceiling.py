@@ -23,14 +23,6 @@ from gpuledger.whatif.model import RunResult
 EPS = 1e-9
 
 
-def _job_end(outcome, horizon_s: int) -> int:
-    """When the job stops being demand: its last segment's end once it is done, reclaimed or not
-    resubmitted (as metrics.frames ends it), else the run's end."""
-    if (outcome.done_s is not None or outcome.reclaimed or outcome.abandoned) and outcome.segments:
-        return min(outcome.segments[-1].end_s, horizon_s)
-    return horizon_s
-
-
 def reachable_gpu_hours(result: RunResult, exempt, *, period_s: int) -> dict[tuple[str, int], float]:
     """(project, period) -> GPU-hours the team could have held on its pools in that settlement
     period (periods of ``period_s`` from the run's origin): ∫ Σ_pools min(its demand in the pool,
@@ -43,7 +35,7 @@ def reachable_gpu_hours(result: RunResult, exempt, *, period_s: int) -> dict[tup
         j = o.job
         if j.submit_s >= horizon:
             continue
-        end = _job_end(o, horizon)
+        end = horizon if o.stopped_s is None else min(o.stopped_s, horizon)
         if end > j.submit_s:
             events[j.pool] += [(j.submit_s, j.project, j.gpus, 0.0), (end, j.project, -j.gpus, 0.0)]
         if exempt is not None and exempt(j):
@@ -89,15 +81,9 @@ def _accrue(out, demand, held_exempt, exempt_total: float, cap: float, t0: int, 
         t = edge
 
 
-def team_ceilings(hourly: pl.DataFrame, reachable: dict[tuple[str, int], float], *, start, period_s: int) -> pl.DataFrame:
+def team_ceilings(owed: pl.DataFrame, reachable: dict[tuple[str, int], float]) -> pl.DataFrame:
     """(project, ceiling_ratio_pools): Σ min(owed, reachable) ÷ Σ owed per team over the settlement
-    periods, from the run's hourly owed GPU-hours (fairshare.owed_hourly's frame); None for a team
-    owed nothing."""
-    owed = (
-        hourly.with_columns(period=((pl.col("hour") - pl.lit(start)).dt.total_seconds() // period_s).cast(pl.Int64))
-        .group_by("project", "period")
-        .agg(pl.col("gpu_hours_owed").sum())
-    )
+    periods, from the owed GPU-hours per (project, period); None for a team owed nothing."""
     reach = pl.DataFrame(
         {"project": [p for p, _ in reachable], "period": [k for _, k in reachable],
          "gpu_hours_reachable": list(reachable.values())},
