@@ -11,6 +11,7 @@ import time
 import pytest
 from gpuledger.enforce.apply import apply_actions
 from gpuledger.enforce.backends.slurm import SlurmBackend, nice_for
+from gpuledger.enforce.inputs import IDENTITY
 from gpuledger.enforce.model import Action
 
 from tests.ingest.test_slurm import slurm_rig  # noqa: F401 - a fixture used by name
@@ -49,6 +50,13 @@ def wait_for(rig, job_id: str, check, what: str, deadline_s: float = 60.0) -> di
 def submit(rig, *extra: str) -> str:
     return sh(rig, "sbatch", "--parsable", "--output=/dev/null", "--gres=gpu:h100:8", "--account=proj-a",
               *extra, "--wrap", "sleep 600").split(";")[0]
+
+
+def planned(view: dict) -> dict:
+    """What a plan records of a live view (enforce.inputs.snapshot): its identity fields only. The
+    rest of the view moves on its own - a job just started shows Reason=Prolog until the rig's
+    prolog (PrologFlags=Alloc) ends, then Reason=None - and is no reason to refuse."""
+    return {k: view[k] for k in IDENTITY if view.get(k) is not None}
 
 
 def action(kind: str, job_id: str, **kw) -> Action:
@@ -94,7 +102,7 @@ def test_nice_and_qos_show_in_scontrol_and_sprio(slurm_rig, jobs):
 def test_requeue_returns_the_job_to_pending_with_one_restart(slurm_rig, jobs):
     running, _ = jobs
     backend = SlurmBackend(env=slurm_rig["env"])
-    run = apply_actions([action("preempt", running, mode="requeue", observed=backend.observe()[running])], backend,
+    run = apply_actions([action("preempt", running, mode="requeue", observed=planned(backend.observe()[running]))], backend,
                         dry_run=False)
     assert [(o.outcome, o.detail) for _, o in run.results] == [
         ("done", f"job {running} requeued; ran: scontrol requeue {running}")]
@@ -107,9 +115,10 @@ def test_cancel_removes_the_job_from_the_queue(slurm_rig, jobs):
     backend = SlurmBackend(env=slurm_rig["env"])
     seen = backend.observe()
     # only a running job holds GPUs a preemption frees: the pending one is left alone, with why
-    run = apply_actions([action("preempt", pending, mode="stop", observed=seen[pending]),
-                         action("preempt", running, mode="stop", observed=seen[running])], backend, dry_run=False)
-    assert [(o.outcome, o.cause) for _, o in run.results] == [("skipped", "not-holding"), ("done", None)]
+    run = apply_actions([action("preempt", pending, mode="stop", observed=planned(seen[pending])),
+                         action("preempt", running, mode="stop", observed=planned(seen[running]))], backend, dry_run=False)
+    assert [(o.outcome, o.cause) for _, o in run.results] == [("skipped", "not-holding"), ("done", None)], \
+        [o.detail for _, o in run.results]
     assert "holds no GPUs now (PENDING" in run.results[0][1].detail
     deadline = time.monotonic() + 60
     while sh(slurm_rig, "squeue", "-h", "-j", running, "-o", "%i %T") and time.monotonic() < deadline:
@@ -133,7 +142,7 @@ def test_dry_run_runs_no_command_that_acts(slurm_rig, jobs):
     running, _ = jobs
     backend = SlurmBackend(env=slurm_rig["env"], scancel="/nonexistent/scancel")
     seen = backend.observe()[running]
-    run = apply_actions([action("preempt", running, mode="stop", observed=seen)], backend, dry_run=True)
+    run = apply_actions([action("preempt", running, mode="stop", observed=planned(seen))], backend, dry_run=True)
     assert [(o.outcome, o.detail) for _, o in run.results] == [("dry-run", f"would run: /nonexistent/scancel {running}")]
     assert job_fields(slurm_rig, running)["JobState"] == "RUNNING"
     # planned without a live view: refused, in the dry run as in the real one
