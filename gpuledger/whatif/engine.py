@@ -44,6 +44,7 @@ from gpuledger.enforce.model import PREEMPT, WARN
 from gpuledger.rules.severity import STAGES
 from gpuledger.whatif import policies
 from gpuledger.whatif.inventory import EPS, PoolState, pool_label
+from gpuledger.whatif.metrics import wait_class
 from gpuledger.whatif.model import (
     ALL_POLICIES,
     BUDGET_MODES,
@@ -220,6 +221,7 @@ class Simulation:
                     self.pool_devices[pool], self.reserve_devices[pool] = ids[:-k], ids[-k:]
                     self.pools[pool] = PoolState(ids[:-k])
                     self.reserve[pool] = PoolState(ids[-k:])
+        self.debug = [wait_class(j) == "debug" for j in self.jobs]  # whose forced wait is measured
         self.warnings: dict = {}
         self.preempt_count: dict[tuple[str, str], int] = {}
         self.applied: dict[str, int] = {}
@@ -276,6 +278,8 @@ class Simulation:
                 self._fill(self.jobs[idx].pool)
                 if idx not in self.running and self._lane_now(idx):
                     self._arrival(idx)
+                if self.debug[idx]:
+                    self.out[idx].forced_wait_s = 0 if idx in self.running else self._forced_wait(idx)
             else:
                 self._cycle()
                 if t + step < horizon:
@@ -634,6 +638,31 @@ class Simulation:
             protected_until_s=start + eff if (funded and start is not None) else None,
             fs_rank=self.ranks.get(j.project),
         )
+
+    def _forced_wait(self, idx: int) -> int:
+        """Seconds from now that the rules alone keep waiting job ``idx`` from starting: no device
+        of its pool (nor of the lane's reserve) is free, and every job holding one is work no rule
+        lets a cycle preempt — exempt work, or funded work inside its minimum runtime — so nothing
+        can start it before the first of them ends or leaves its protection. A lower bound on its
+        wait under any order of the queue (another waiting job may take that device first); 0 when
+        a device was free or a job that may be preempted held one (the rails on lost work and
+        victim size are left out, so the bound stays below what they allow). Protection is taken
+        as the last cycle's budget verdicts give it: a budget that runs dry before the bound ends
+        could lift it sooner."""
+        j = self.jobs[idx]
+        if any(s is not None and s.fits(j.units, j.unit_size) for s in (self.pools.get(j.pool), self.reserve.get(j.pool))):
+            return 0
+        holders = [r for _, _, r in self.ending[j.pool]] + [r for r in self.in_reserve if self.jobs[r].pool == j.pool]
+        release = None
+        for r in holders:
+            ends = self.ends_at[r]
+            if not _exempt(self.jobs[r], self.enforcement):
+                until = self._view(r).protected_until_s
+                if until is None or until <= self.now:
+                    return 0  # unfunded, or past its minimum runtime: a cycle may take it
+                ends = min(ends, until)
+            release = ends if release is None else min(release, ends)
+        return 0 if release is None else max(0, release - self.now)
 
     def _min_runtime(self, j) -> int:
         """The job's declared minimum runtime (s), or the what-if default for jobs that declare none."""

@@ -20,7 +20,9 @@
   (:func:`wait_class`), GPU-hours reclaimed from squatters, and per settlement period capacity,
   owed, occupied and delivered GPU-hours with the ceiling of delivered ÷ owed they allow; and
   each team's own ceiling on the pools its jobs asked for (:mod:`gpuledger.whatif.team_ceiling`,
-  ``ceiling_ratio_pools`` per project, the lowest as ``worst_team_ceiling``).
+  ``ceiling_ratio_pools`` per project, the lowest as ``worst_team_ceiling``); and the debug jobs'
+  wait p90 the rules force (``wait_p90_seconds_debug_forced``: at its submission every device of
+  the job's pool is held by exempt work or funded work inside its minimum runtime; engine._forced_wait).
 """
 
 from __future__ import annotations
@@ -365,6 +367,12 @@ def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
         out[f"wait_p50_seconds_{c}"] = _quantile(waits[c], 0.5)
         out[f"wait_p90_seconds_{c}"] = _quantile(waits[c], 0.9)
         out[f"jobs_{c}"] = len(waits[c])
+    # the part of debug jobs' waits the rules force (engine._forced_wait): the p90 no order of the
+    # queue can go below without holding devices idle for them
+    forced = [float(o.forced_wait_s) for o in result.outcomes
+              if o.forced_wait_s is not None and o.job.submit_s < horizon]
+    out["wait_p90_seconds_debug_forced"] = _quantile(forced, 0.9)
+    out["jobs_debug_forced"] = sum(1 for f in forced if f > 0)
     return out
 
 

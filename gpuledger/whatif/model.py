@@ -172,6 +172,9 @@ class JobOutcome:
     reclaimed: bool = False  # stopped as a squatter
     abandoned: bool = False  # preempted for waiting work, idle through its last grace: not resubmitted
     warnings: int = 0
+    # debug jobs: seconds from submission the rules alone kept it waiting (engine._forced_wait), a
+    # lower bound on its wait; None for other jobs
+    forced_wait_s: int | None = None
 
     @property
     def stopped_s(self) -> int | None:

@@ -47,6 +47,9 @@ FIGURES = (
         for c in WAIT_CLASSES
         for q in (50, 90)
     ),
+    Figure("wait_p90_seconds_debug_forced", "debug p90 wait the rules force (pool held by exempt or protected work)",
+           "seconds"),
+    Figure("jobs_debug_forced", "debug jobs that found their pool so held", "count"),
     Figure("preemptions", "preemptions", "count"),
     Figure("lost_gpu_hours", "GPU-h lost to preemptions", "gpu_hours"),
     Figure("squatted_gpu_hours", "squatted GPU-h (idle past grace)", "gpu_hours"),

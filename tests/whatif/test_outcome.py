@@ -235,6 +235,22 @@ def test_whatif_schedule_over_simulated_seeds(tmp_path):
     block = json.loads(one.stdout)["outcome"]
     assert block["seeds"] == [1, 2] and set(block["sources"].values()) == {doc["sources"]["1"]}
     assert "each seed its draws" in block["regime"]
+    # the wait the rules force on a debug job is a bound below its wait, in every policy; at 8 GPUs
+    # every debug job of seed 1 finds its pool held by exempt or protected work under the managed policies
+    from pathlib import Path
+
+    from gpuledger.cli.whatif import _load
+    from gpuledger.whatif.engine import simulate
+
+    cfg, params, trace, _, _ = _load(Path(doc["sources"]["1"]), None, None, None, None, seed=1, checkpoint=None,
+                                     budgets="fit")
+    for policy in doc["policies"]:
+        run = simulate(trace, cfg, policy, params)
+        debug = [o for o in run.outcomes if o.forced_wait_s is not None and o.job.submit_s < trace.horizon_s]
+        waits = [(o.first_start_s if o.first_start_s is not None else trace.horizon_s) - o.job.submit_s for o in debug]
+        assert debug and all(o.forced_wait_s <= w for o, w in zip(debug, waits, strict=True)), policy
+        assert policy != "quick-lane" or any(o.forced_wait_s > 0 for o in debug)
+    assert rows["wait_p90_seconds_debug_forced"]["quick-lane"]["max"] > 0
     bad = runner.invoke(app, args[:-3] + ["--sweep", "cycle_minutes=5,15"])
     assert bad.exit_code == 2 and "a sweep replays one trace" in bad.output
     bad = runner.invoke(app, ["whatif", "schedule", "--simulate-gpus", "12", "--no-progress"])

@@ -813,3 +813,31 @@ def test_each_teams_own_ceiling_counts_only_its_pools_less_other_teams_exempt_wo
     assert {row["project"]: row["ceiling_ratio_pools"] for row in per_plain.iter_rows(named=True)} == {
         "nb": pytest.approx(1.0), "other": pytest.approx(1.0)}
     assert s_plain["teams_reachable_95"] == 2
+
+
+# --- the part of a debug job's wait the rules force (engine._forced_wait) ------------------------------
+# 2 H100. `prod` runs an exempt inference service on one from 0 for 2 h (ends 7200); `research` runs
+# eval-b on the other from 0 for 10 h, funded with a 1 h minimum runtime (protected until 3600; it does
+# not checkpoint, so past it a preemption would throw away > max_lost_minutes (5) of work and none
+# comes). `dev` submits two debug jobs (1 GPU, 600 s of work, a 30-min limit): d1 at 600 finds both
+# GPUs held by work no rule preempts — the service until its end at 7200, eval-b until its protection
+# ends at 3600 — so no order could start it before 3600: forced 3600 − 600 = 3000 s. d2 at 4000 finds
+# eval-b past its minimum runtime (a cycle may take it, whatever the lost-work rail then says): forced 0.
+# What happens (quick-lane): d1 starts when the service ends, 7200 (wait 6600 ≥ 3000), d2 when d1
+# ends, 7800 (wait 3800). The p90 of [0, 3000] (linear between order statistics): 0 + 0.9 × 3000 = 2700.
+def test_the_wait_the_rules_force_on_a_debug_job_is_a_bound_below_its_wait():
+    inv = Inventory.from_counts([{"model": "H100", "count": 2}])
+    jobs = (
+        job("serve", "prod", 0, 2 * H, gpus=1, kind="inference"),
+        job("eval-b", "research", 0, 10 * H, gpus=1, kind="batch", min_runtime_s=H),
+        job("d1", "dev", 600, 600, gpus=1, kind="batch", time_limit_s=1800, min_runtime_s=600),
+        job("d2", "dev", 4000, 600, gpus=1, kind="batch", time_limit_s=1800, min_runtime_s=600),
+    )
+    cfg = config({"prod": 20, "research": 40, "dev": 40}, {"prod": 1000, "research": 1000, "dev": 1000},
+                 enforcement={"exempt_kinds": ["inference"]})
+    r = simulate(Trace(ORIGIN, 24 * H, jobs, inv), cfg, QUICK)
+    got = {o.job.job_id: (o.forced_wait_s, o.first_start_s) for o in r.outcomes}
+    assert got == {"serve": (None, 0), "eval-b": (None, 0), "d1": (3000, 7200), "d2": (0, 7800)}
+    s, _ = summary(r, cfg)
+    assert s["wait_p90_seconds_debug_forced"] == pytest.approx(2700.0) and s["jobs_debug_forced"] == 1
+    assert s["wait_p90_seconds_debug"] == pytest.approx(3800 + 0.9 * (6600 - 3800))
