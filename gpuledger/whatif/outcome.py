@@ -42,14 +42,13 @@ FIGURES = (
     Figure("worst_delivery_ratio_carried", "worst team, shortfalls carried", "ratio"),
     Figure("occupancy_ratio", "occupancy (allocated ÷ installed)", "ratio", "≥ 0.97"),  # and ≥ the baselines'
     Figure("burst_ratio", "burst: GPU-h above owed ÷ allocated", "ratio", "≥ 0.15"),  # slot limits ~0
-    *(
-        Figure(f"wait_p{q}_seconds_{c}", f"wait p{q} {c} jobs", "seconds", "≤ 60 s" if (q, c) == (90, "debug") else "")
-        for c in WAIT_CLASSES
-        for q in (50, 90)
-    ),
-    Figure("wait_p90_seconds_debug_forced", "debug p90 wait the rules force (pool held by exempt or protected work)",
-           "seconds"),
-    Figure("jobs_debug_forced", "debug jobs that found their pool so held", "count"),
+    Figure("wait_p50_seconds_debug", "wait p50 debug jobs", "seconds"),
+    Figure("wait_p90_seconds_debug", "wait p90 debug jobs", "seconds", "≤ 60 s"),
+    # the bound below debug jobs' waits (metrics: a pool wholly held by exempt or protected work)
+    Figure("wait_p90_seconds_debug_forced", "debug p90 wait the rules force", "seconds"),
+    Figure("jobs_debug_forced", "debug jobs held by the rules on arrival", "count"),
+    *(Figure(f"wait_p{q}_seconds_{c}", f"wait p{q} {c} jobs", "seconds") for c in WAIT_CLASSES if c != "debug"
+      for q in (50, 90)),
     Figure("preemptions", "preemptions", "count"),
     Figure("lost_gpu_hours", "GPU-h lost to preemptions", "gpu_hours"),
     Figure("squatted_gpu_hours", "squatted GPU-h (idle past grace)", "gpu_hours"),
