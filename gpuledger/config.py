@@ -220,7 +220,10 @@ class QuickLane(_Strict):
     partition on those nodes with a higher PriorityTier over a scavenger partition
     (PreemptMode=REQUEUE). Work started on the lent reserve runs there as burst (design.md: unfunded
     work runs where GPUs would otherwise idle): when a lane job needs the device back it is
-    requeued at once, whatever its funding. 0 (the default): no reserve, the lane is a band only."""
+    requeued at once, whatever its funding. 0 (the default): no reserve, the lane is a band only.
+    ``reserve_pools``: which of the lane's pools hold a reserve — ``all``, or ``mig``: only pools of
+    MIG instances, where exempt services and sessions inside their minimum runtime can hold every
+    slice a debug job could use (BENCHMARKS.md, issue 34, session 20)."""
 
     enabled: bool = False
     max_gpus: float = Field(default=1.0, gt=0)
@@ -228,6 +231,7 @@ class QuickLane(_Strict):
     kinds: list[str] = Field(default_factory=lambda: ["debug"])
     max_running_per_project: int = Field(default=4, ge=1)
     reserve_share: float = Field(default=0.0, ge=0, lt=0.5)
+    reserve_pools: Literal["all", "mig"] = "all"
 
 
 class EnforcementPolicy(_Strict):

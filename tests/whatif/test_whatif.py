@@ -666,6 +666,31 @@ def test_the_lane_reserve_is_lent_to_burst_work_and_taken_back_for_a_lane_job():
     assert outcome(r3, "e4").segments[0].devices == (4,) and outcome(r3, "d1").first_start_s == 36000
 
 
+# reserve_pools: mig keeps the reserve on pools of MIG instances only. 4 whole H100 and one H100 cut
+# into seven 1g.10gb slices; a lane job in each pool. A 0.25 share holds ceil(0.25 x 4) = 1 whole GPU and
+# ceil(0.25 x 7) = 2 slices with `all`, only the 2 slices with `mig`: then the whole-GPU d1 of
+# _reserve_trace finds no reserve and waits for a protected eval to end (36000), as with no reserve.
+def test_a_reserve_on_mig_pools_only_leaves_whole_gpu_pools_whole():
+    mig = ("sim", "H100", "1g.10gb")
+    inv = Inventory.from_counts([{"model": "H100", "count": 4}, {"model": "H100", "count": 1, "mig_profile": "1g.10gb"}])
+    jobs = (job("d-whole", "dev", 1000, 600, gpus=1, kind="batch", time_limit_s=1800),
+            SimJob(job_id="d-slice", project="dev", submit_s=1000, work_s=600, pool=mig, units=1, unit_size=1.0,
+                   gpus=1 / 7, kind="batch", time_limit_s=1800))
+    cfg = config({"research": 50, "dev": 50}, {"research": 1000, "dev": 1000})
+
+    def reserved(pools):
+        lane = cfg.policy.enforcement.quick_lane.model_copy(update={"reserve_pools": pools})
+        enf = cfg.policy.enforcement.model_copy(update={"quick_lane": lane})
+        c = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"enforcement": enf})})
+        sim = Simulation(Trace(ORIGIN, 48 * H, jobs, inv), c, QUICK, Params(lane_reserve_share=0.25))
+        return {pool[2]: len(ids) for pool, ids in sim.reserve_devices.items()}, c
+
+    assert reserved("all")[0] == {None: 1, "1g.10gb": 2}
+    got, mig_only = reserved("mig")
+    assert got == {"1g.10gb": 2}
+    assert outcome(simulate(_reserve_trace(), mig_only, QUICK, Params(lane_reserve_share=0.25)), "d1").first_start_s == 36000
+
+
 # --- a session behind what its project is owed is spared (policy.enforcement.spare_behind_owed) ---
 # 4 H100; `nb` and `paid` 50 % each (entitled 2 GPUs each); only `paid` has a budget, so nb's session
 # runs unfunded ("no budget": max_lost_minutes does not keep it) and ranks below any funded job.
