@@ -207,8 +207,9 @@ class Simulation:
             )
             for j in self.jobs
         ]
-        # the lane's reserve (quick_lane.reserve_share, policy 4 only): per pool where lane jobs run (of MIG
-        # instances only with reserve_pools: mig), the last devices held for lane jobs and lent to other work meanwhile (_borrowed)
+        # the lane's reserve (quick_lane.reserve_share, policy 4 only): per pool where lane jobs run
+        # (of MIG instances only with reserve_pools: mig), the last devices held for lane jobs and
+        # lent to other work meanwhile (_borrowed)
         self.reserve: dict[tuple, PoolState] = {}
         self.reserve_devices: dict[tuple, list[int]] = {}
         self.in_reserve: set[int] = set()  # running jobs placed on a reserve
@@ -651,9 +652,11 @@ class Simulation:
         as the last cycle's budget verdicts give it: a budget that runs dry before the bound ends
         could lift it sooner."""
         j = self.jobs[idx]
-        if any(s is not None and s.fits(j.units, j.unit_size) for s in (self.pools.get(j.pool), self.reserve.get(j.pool))):
+        states = (self.pools.get(j.pool), self.reserve.get(j.pool))
+        if any(s is not None and s.fits(j.units, j.unit_size) for s in states):
             return 0
-        holders = [r for _, _, r in self.ending[j.pool]] + [r for r in self.in_reserve if self.jobs[r].pool == j.pool]
+        holders = [r for _, _, r in self.ending[j.pool]]
+        holders += [r for r in self.in_reserve if self.jobs[r].pool == j.pool]
         release = None
         for r in holders:
             ends = self.ends_at[r]

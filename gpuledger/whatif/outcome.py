@@ -3,7 +3,8 @@ seeds — each seed its own trace (a simulated warehouse, or the draws of one wa
 jobs) — as min, median and max of every figure.
 
 Figures: aggregate delivered ÷ owed, teams at ≥ 0.95 of owed, the worst team, occupancy, burst
-(share of allocated GPU-hours above owed), waits p50 / p90 per job class in seconds, preemptions
+(share of allocated GPU-hours above owed), waits p50 / p90 per job class in seconds (and the debug
+jobs' p90 the rules force, the bound below theirs), preemptions
 and the GPU-hours they threw away, squatted and reclaimed GPU-hours, and the ceiling of delivered ÷
 owed (owed against occupied capacity per settlement period). Targets are issue 34's (Ai2's result).
 Pure: summaries (metrics.summarize) in, rows out. TARGET_NOTE says the targets' conditions the

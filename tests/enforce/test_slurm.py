@@ -102,8 +102,8 @@ def test_nice_and_qos_show_in_scontrol_and_sprio(slurm_rig, jobs):
 def test_requeue_returns_the_job_to_pending_with_one_restart(slurm_rig, jobs):
     running, _ = jobs
     backend = SlurmBackend(env=slurm_rig["env"])
-    run = apply_actions([action("preempt", running, mode="requeue", observed=planned(backend.observe()[running]))], backend,
-                        dry_run=False)
+    seen = planned(backend.observe()[running])
+    run = apply_actions([action("preempt", running, mode="requeue", observed=seen)], backend, dry_run=False)
     assert [(o.outcome, o.detail) for _, o in run.results] == [
         ("done", f"job {running} requeued; ran: scontrol requeue {running}")]
     fields = wait_for(slurm_rig, running, lambda f: f.get("JobState") == "PENDING", "PENDING")
@@ -115,8 +115,9 @@ def test_cancel_removes_the_job_from_the_queue(slurm_rig, jobs):
     backend = SlurmBackend(env=slurm_rig["env"])
     seen = backend.observe()
     # only a running job holds GPUs a preemption frees: the pending one is left alone, with why
-    run = apply_actions([action("preempt", pending, mode="stop", observed=planned(seen[pending])),
-                         action("preempt", running, mode="stop", observed=planned(seen[running]))], backend, dry_run=False)
+    plan = [action("preempt", pending, mode="stop", observed=planned(seen[pending])),
+            action("preempt", running, mode="stop", observed=planned(seen[running]))]
+    run = apply_actions(plan, backend, dry_run=False)
     assert [(o.outcome, o.cause) for _, o in run.results] == [("skipped", "not-holding"), ("done", None)], \
         [o.detail for _, o in run.results]
     assert "holds no GPUs now (PENDING" in run.results[0][1].detail

@@ -672,7 +672,8 @@ def test_the_lane_reserve_is_lent_to_burst_work_and_taken_back_for_a_lane_job():
 # _reserve_trace finds no reserve and waits for a protected eval to end (36000), as with no reserve.
 def test_a_reserve_on_mig_pools_only_leaves_whole_gpu_pools_whole():
     mig = ("sim", "H100", "1g.10gb")
-    inv = Inventory.from_counts([{"model": "H100", "count": 4}, {"model": "H100", "count": 1, "mig_profile": "1g.10gb"}])
+    inv = Inventory.from_counts([{"model": "H100", "count": 4},
+                                 {"model": "H100", "count": 1, "mig_profile": "1g.10gb"}])
     jobs = (job("d-whole", "dev", 1000, 600, gpus=1, kind="batch", time_limit_s=1800),
             SimJob(job_id="d-slice", project="dev", submit_s=1000, work_s=600, pool=mig, units=1, unit_size=1.0,
                    gpus=1 / 7, kind="batch", time_limit_s=1800))
@@ -688,7 +689,8 @@ def test_a_reserve_on_mig_pools_only_leaves_whole_gpu_pools_whole():
     assert reserved("all")[0] == {None: 1, "1g.10gb": 2}
     got, mig_only = reserved("mig")
     assert got == {"1g.10gb": 2}
-    assert outcome(simulate(_reserve_trace(), mig_only, QUICK, Params(lane_reserve_share=0.25)), "d1").first_start_s == 36000
+    d1 = outcome(simulate(_reserve_trace(), mig_only, QUICK, Params(lane_reserve_share=0.25)), "d1")
+    assert d1.first_start_s == 36000
 
 
 # --- a session behind what its project is owed is spared (policy.enforcement.spare_behind_owed) ---
