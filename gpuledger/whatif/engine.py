@@ -208,17 +208,18 @@ class Simulation:
             for j in self.jobs
         ]
         # the lane's reserve (quick_lane.reserve_share, policy 4 only): per pool where lane jobs run
-        # (of MIG instances only with reserve_pools: mig), the last devices held for lane jobs and
+        # (on whole GPUs reserve_share_whole where set), the last devices held for lane jobs and
         # lent to other work meanwhile (_borrowed)
         self.reserve: dict[tuple, PoolState] = {}
         self.reserve_devices: dict[tuple, list[int]] = {}
         self.in_reserve: set[int] = set()  # running jobs placed on a reserve
-        if self.lane and lane.reserve_share > 0:
-            lane_pools = {self.jobs[i].pool for i, key in enumerate(self.static) if key[-1]
-                          and (lane.reserve_pools == "all" or self.jobs[i].pool[2] is not None)}
+        if self.lane:
+            whole = lane.reserve_share if lane.reserve_share_whole is None else lane.reserve_share_whole
+            lane_pools = {self.jobs[i].pool for i, key in enumerate(self.static) if key[-1]}
             for pool in sorted(lane_pools, key=_pool_order):
                 ids = self.pool_devices[pool]
-                k = min(len(ids), math.ceil(lane.reserve_share * len(ids) - EPS))
+                share = lane.reserve_share if pool[2] is not None else whole  # pool[2]: a MIG profile
+                k = min(len(ids), math.ceil(share * len(ids) - EPS))
                 if k:
                     self.pool_devices[pool], self.reserve_devices[pool] = ids[:-k], ids[-k:]
                     self.pools[pool] = PoolState(ids[:-k])

@@ -666,31 +666,39 @@ def test_the_lane_reserve_is_lent_to_burst_work_and_taken_back_for_a_lane_job():
     assert outcome(r3, "e4").segments[0].devices == (4,) and outcome(r3, "d1").first_start_s == 36000
 
 
-# reserve_pools: mig keeps the reserve on pools of MIG instances only. 4 whole H100 and one H100 cut
-# into seven 1g.10gb slices; a lane job in each pool. A 0.25 share holds ceil(0.25 x 4) = 1 whole GPU and
-# ceil(0.25 x 7) = 2 slices with `all`, only the 2 slices with `mig`: then the whole-GPU d1 of
-# _reserve_trace finds no reserve and waits for a protected eval to end (36000), as with no reserve.
-def test_a_reserve_on_mig_pools_only_leaves_whole_gpu_pools_whole():
+# reserve_share_whole sets the share on pools of whole GPUs apart from the MIG pools'. 8 whole H100 and
+# one H100 cut into seven 1g.10gb slices; a lane job in each pool. reserve_share 0.25 alone holds
+# ceil(0.25 x 8) = 2 whole GPUs and ceil(0.25 x 7) = 2 slices; with reserve_share_whole 0.1: ceil(0.8) =
+# 1 whole GPU, the slices unchanged; with 0: the slices only. Then the whole-GPU d1 of _reserve_trace
+# finds no reserve and waits for a protected eval to end (36000), as with no reserve at all.
+def test_a_reserve_share_of_its_own_on_whole_gpu_pools():
     mig = ("sim", "H100", "1g.10gb")
-    inv = Inventory.from_counts([{"model": "H100", "count": 4},
+    inv = Inventory.from_counts([{"model": "H100", "count": 8},
                                  {"model": "H100", "count": 1, "mig_profile": "1g.10gb"}])
     jobs = (job("d-whole", "dev", 1000, 600, gpus=1, kind="batch", time_limit_s=1800),
             SimJob(job_id="d-slice", project="dev", submit_s=1000, work_s=600, pool=mig, units=1, unit_size=1.0,
                    gpus=1 / 7, kind="batch", time_limit_s=1800))
     cfg = config({"research": 50, "dev": 50}, {"research": 1000, "dev": 1000})
 
-    def reserved(pools):
-        lane = cfg.policy.enforcement.quick_lane.model_copy(update={"reserve_pools": pools})
+    def reserved(whole):
+        lane = cfg.policy.enforcement.quick_lane.model_copy(update={"reserve_share_whole": whole})
         enf = cfg.policy.enforcement.model_copy(update={"quick_lane": lane})
         c = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"enforcement": enf})})
         sim = Simulation(Trace(ORIGIN, 48 * H, jobs, inv), c, QUICK, Params(lane_reserve_share=0.25))
         return {pool[2]: len(ids) for pool, ids in sim.reserve_devices.items()}, c
 
-    assert reserved("all")[0] == {None: 1, "1g.10gb": 2}
-    got, mig_only = reserved("mig")
+    assert reserved(None)[0] == {None: 2, "1g.10gb": 2}
+    assert reserved(0.1)[0] == {None: 1, "1g.10gb": 2}
+    got, mig_only = reserved(0.0)
     assert got == {"1g.10gb": 2}
     d1 = outcome(simulate(_reserve_trace(), mig_only, QUICK, Params(lane_reserve_share=0.25)), "d1")
     assert d1.first_start_s == 36000
+    # a whole-GPU reserve alone (reserve_share 0): the slices keep none
+    lane = cfg.policy.enforcement.quick_lane.model_copy(update={"reserve_share_whole": 0.1})
+    enf = cfg.policy.enforcement.model_copy(update={"quick_lane": lane})
+    c = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"enforcement": enf})})
+    sim = Simulation(Trace(ORIGIN, 48 * H, jobs, inv), c, QUICK, Params())
+    assert {pool[2]: len(ids) for pool, ids in sim.reserve_devices.items()} == {None: 1}
 
 
 # --- a session behind what its project is owed is spared (policy.enforcement.spare_behind_owed) ---
