@@ -3,7 +3,8 @@
 The cached simulated months are named by the simulator's fingerprint, which covers the whole config
 (`whatif/seeds.simulator_fingerprint`), so `whatif schedule -c CONFIG` with another lane builds every
 month again (~10 min a seed at 1,024 GPUs). The lane does not change what is simulated, only how it
-is replayed: this script sets `policy.enforcement.quick_lane` on the config the replay is given, and
+is replayed: this script sets `policy.enforcement.quick_lane` on the config the replays are given (the
+outcome's provenance names it), and
 passes every other argument to `gpuledger` unchanged. Same figures as `-c` with those settings (checked
 on seed 1 at 1,024 GPUs, BENCHMARKS.md session 21).
 
@@ -31,22 +32,23 @@ def main(argv: list[str]) -> None:
                                   ("max_running_per_project", args.max_running_per_project)) if v is not None}
 
     from gpuledger.cli import app
+    from gpuledger.cli import whatif as whatif_cli
     from gpuledger.config import QuickLane
-    from gpuledger.whatif import engine
 
     try:
         QuickLane.model_validate({**QuickLane().model_dump(), **settings})
     except ValueError as exc:  # pydantic's ValidationError: name the setting, no traceback
         parser.error(" ".join(line.strip() for line in str(exc).splitlines()[1:3]))
-    replay = engine.Simulation.__init__
+    load = whatif_cli._load
 
-    def with_lane(self, trace, cfg, policy, *a, **k):
+    def with_lane(*a, **k):  # the config every replay of the run is given (and its provenance names)
+        cfg, *others = load(*a, **k)
         enforcement = cfg.policy.enforcement
-        lane = QuickLane.model_validate({**enforcement.quick_lane.model_dump(), **settings})  # validated
+        lane = QuickLane.model_validate({**enforcement.quick_lane.model_dump(), **settings})
         policy_cfg = cfg.policy.model_copy(update={"enforcement": enforcement.model_copy(update={"quick_lane": lane})})
-        replay(self, trace, cfg.model_copy(update={"policy": policy_cfg}), policy, *a, **k)
+        return (cfg.model_copy(update={"policy": policy_cfg}), *others)
 
-    engine.Simulation.__init__ = with_lane
+    whatif_cli._load = with_lane
     print(f"quick_lane for this replay: {settings}", file=sys.stderr)
     app(rest, prog_name="gpuledger")
 

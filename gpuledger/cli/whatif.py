@@ -369,6 +369,7 @@ def schedule(
     provenance = (f"simulated: {simulate_gpus} GPUs, {days:g} days from {sim_start}, demand regime {regime}, "
                   f"{BUDGETS_SAY[budgets]}, one warehouse per seed" if simulate_gpus else
                   f"{where[seed_list[0]].name}: one warehouse, each seed its draws of never-started jobs")
+    provenance += _lane_said(cfg, params, chosen)
     outcome_doc = _outcome(per_seed, chosen, where, provenance)
     if simulate_gpus:
         outcome_doc["demand_regime"] = regime
@@ -387,6 +388,21 @@ def schedule(
     if trace.skipped:
         typer.echo(f"{len(trace.skipped)} job(s) could not be replayed, e.g. {trace.skipped[0][0]}: "
                    f"{trace.skipped[0][1]} (the JSON lists them)", err=True)
+
+
+def _lane_said(cfg, params, chosen) -> str:
+    """Policy 4's quick lane as the replay ran it (its reserve and limit move the waits and the
+    preemptions a lot: BENCHMARKS.md issue 34), for the outcome's provenance; "" without policy 4."""
+    from gpuledger.whatif.model import QUICK
+
+    if QUICK not in chosen:
+        return ""
+    lane = cfg.policy.enforcement.quick_lane
+    share = lane.reserve_share if params.lane_reserve_share is None else params.lane_reserve_share
+    whole = share if lane.reserve_share_whole is None else lane.reserve_share_whole
+    reserve = (f"reserve {share:g} of each pool" if whole == share else
+               f"reserve {share:g} of MIG pools, {whole:g} of whole-GPU pools") if share or whole else "no reserve"
+    return f"; quick lane: {reserve}, at most {lane.max_running_per_project} lane jobs per project"
 
 
 def _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config,

@@ -202,6 +202,26 @@ def test_figures_over_seeds_are_min_median_max():
 
 
 # --- the command over seeds -----------------------------------------------------------------------
+def test_the_outcome_names_the_quick_lane_it_was_replayed_with(example_config):
+    # the example config's lane: no reserve, at most 4 lane jobs per project (QuickLane's defaults);
+    # --lane-reserve 0.05 alone reserves 0.05 of every pool; reserve_share_whole 0.003 beside it splits
+    # the wording; without policy 4 nothing is said
+    from gpuledger.cli.whatif import _lane_said
+    from gpuledger.whatif.model import Params
+
+    lane = example_config.policy.enforcement.quick_lane
+    assert _lane_said(example_config, Params(), ["priority", "quick-lane"]) == \
+        "; quick lane: no reserve, at most 4 lane jobs per project"
+    assert _lane_said(example_config, Params(lane_reserve_share=0.05), ["quick-lane"]) == \
+        "; quick lane: reserve 0.05 of each pool, at most 4 lane jobs per project"
+    split = lane.model_copy(update={"reserve_share": 0.05, "reserve_share_whole": 0.003, "max_running_per_project": 16})
+    enf = example_config.policy.enforcement.model_copy(update={"quick_lane": split})
+    cfg = example_config.model_copy(update={"policy": example_config.policy.model_copy(update={"enforcement": enf})})
+    assert _lane_said(cfg, Params(), ["quick-lane"]) == \
+        "; quick lane: reserve 0.05 of MIG pools, 0.003 of whole-GPU pools, at most 16 lane jobs per project"
+    assert _lane_said(cfg, Params(), ["priority", "fair-share"]) == ""
+
+
 @pytest.mark.slow
 def test_whatif_schedule_over_simulated_seeds(tmp_path):
     import json
@@ -234,7 +254,8 @@ def test_whatif_schedule_over_simulated_seeds(tmp_path):
     assert one.exit_code == 0, one.output
     block = json.loads(one.stdout)["outcome"]
     assert block["seeds"] == [1, 2] and set(block["sources"].values()) == {doc["sources"]["1"]}
-    assert "each seed its draws" in block["regime"]
+    assert "each seed its draws" in block["regime"] and "quick lane" not in block["regime"]  # no policy 4
+    assert doc["regime"].endswith("; quick lane: no reserve, at most 4 lane jobs per project")
     # the wait the rules force on a debug job is a bound below its wait, in every policy; under
     # quick-lane some debug job of seed 1 finds its pool held by exempt or protected work (so the
     # bound is checked where it is above 0)
