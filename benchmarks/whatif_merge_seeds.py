@@ -20,8 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpuledger.cli.whatif import LANE_SAID
 from gpuledger.whatif import outcome
-from gpuledger.whatif.model import ALL_POLICIES
+from gpuledger.whatif.model import ALL_POLICIES, QUICK
 
 
 def kept(doc: dict, policies: tuple[str, ...]) -> dict:
@@ -51,13 +52,16 @@ def combined(docs: list[dict]) -> list[dict]:
         names = {p["policy"] for p in first["policies"]}
         if names & {p["policy"] for p in doc["policies"]} or block["sources"] != first["outcome"]["sources"]:
             raise SystemExit(f"seed {seed} is given twice")
-        if block["regime"] != first["outcome"]["regime"]:
-            raise SystemExit(f"the files come from different runs: {sorted({block['regime'], first['outcome']['regime']})}")
+        # only the file that ran policy 4 names its lane (LANE_SAID ...): the rest of the provenance must agree
+        regimes = (block["regime"], first["outcome"]["regime"])
+        if len({r.split(LANE_SAID)[0] for r in regimes}) != 1:
+            raise SystemExit(f"the files come from different runs: {sorted(set(regimes))}")
         both = {p["policy"]: p for p in [*first["policies"], *doc["policies"]]}
         order = [name for name in ALL_POLICIES if name in both]
         settle = {**first["outcome"]["settlement"][str(seed)], **block["settlement"][str(seed)]}
         by_seed[seed] = dict(first, policies=[both[name] for name in order],
-                             outcome=dict(first["outcome"], settlement={str(seed): {n: settle[n] for n in order}}))
+                             outcome=dict(first["outcome"], regime=max(regimes, key=len),
+                                          settlement={str(seed): {n: settle[n] for n in order}}))
     return list(by_seed.values())
 
 
@@ -77,10 +81,13 @@ def merged(docs: list[dict], policies: tuple[str, ...] | None = None) -> dict:
                           for p in doc["policies"]}
         sources[seed] = block["sources"][str(seed)]
         regimes.add(block["regime"])
-    if len(regimes) != 1:
+    # the provenance must agree, policy 4's lane (LANE_SAID ...) where it ran, and is said once
+    lanes = {r for r in regimes if LANE_SAID in r} if QUICK in policies else set()
+    if len({r.split(LANE_SAID)[0] for r in regimes}) != 1 or len(lanes) > 1:
         raise SystemExit(f"the files come from different runs: {sorted(regimes)}")
     out = dict(docs[0])
-    out["outcome"] = outcome.document(per_seed, policies, sources=sources, regime=regimes.pop())
+    regime = lanes.pop() if lanes else regimes.pop().split(LANE_SAID)[0]
+    out["outcome"] = outcome.document(per_seed, policies, sources=sources, regime=regime)
     if "demand_regime" in docs[0]["outcome"]:
         out["outcome"]["demand_regime"] = docs[0]["outcome"]["demand_regime"]
     return out

@@ -390,6 +390,9 @@ def schedule(
                    f"{trace.skipped[0][1]} (the JSON lists them)", err=True)
 
 
+LANE_SAID = "; quick lane: "  # where the provenance names policy 4's lane (benchmarks/whatif_merge_seeds.py)
+
+
 def _lane_said(cfg, params, chosen) -> str:
     """Policy 4's quick lane as the replay ran it (its reserve and limit move the waits and the
     preemptions a lot: BENCHMARKS.md issue 34), for the outcome's provenance; "" without policy 4."""
@@ -402,7 +405,7 @@ def _lane_said(cfg, params, chosen) -> str:
     whole = share if lane.reserve_share_whole is None else lane.reserve_share_whole
     reserve = (f"reserve {share:g} of each pool" if whole == share else
                f"reserve {share:g} of MIG pools, {whole:g} of whole-GPU pools") if share or whole else "no reserve"
-    return f"; quick lane: {reserve}, at most {lane.max_running_per_project} lane jobs per project"
+    return f"{LANE_SAID}{reserve}, at most {lane.max_running_per_project} lane jobs per project"
 
 
 def _seed_warehouses(seed_list, path, simulate_gpus, days, sim_start, sim_dir, config,

@@ -54,9 +54,19 @@ def test_single_seed_files_merge_into_the_seeds_outcome(tmp_path):
     assert [p["policy"] for p in joined["policies"]] == ["priority", "quick-lane"]
     assert joined["outcome"]["rows"] == whatif_merge_seeds.merged([one])["outcome"]["rows"]
     assert joined["outcome"]["settlement"] == one["outcome"]["settlement"]
+    # only the quick-lane file names the lane (the defaults: no reserve, 4 per project); the join keeps it
+    assert "quick lane" in apart[0]["outcome"]["regime"] and "quick lane" not in apart[1]["outcome"]["regime"]
+    assert joined["outcome"]["regime"] == one["outcome"]["regime"]
+    assert joined["outcome"]["regime"].endswith("quick lane: no reserve, at most 4 lane jobs per project")
+    # policy 4 replayed with another lane is another run: refused, whichever file it comes in
+    reserved = _run(tmp_path, "--seed", "2", "--seeds", "1", "--lane-reserve", "0.2")
+    assert reserved["outcome"]["regime"].endswith("quick lane: reserve 0.2 of each pool, at most 4 lane jobs per project")
+    with pytest.raises(SystemExit, match="the files come from different runs"):
+        whatif_merge_seeds.merged([one, reserved])
     # kept to the policies they share, they merge: seed 1's priority column beside seed 3's
     shared = whatif_merge_seeds.merged([one, other], ("priority",))["outcome"]
     assert shared["seeds"] == [1, 3] and set(shared["settlement"]["1"]) == {"priority"}
+    assert shared["regime"] == other["outcome"]["regime"]  # without policy 4 its lane is not said
     assert all(set(r) - {"figure", "label", "kind", "target"} == {"priority"} for r in shared["rows"])
     with pytest.raises(SystemExit, match="seed 3 did not run quick-lane"):
         whatif_merge_seeds.merged([one, other], ("priority", "quick-lane"))
