@@ -4,9 +4,8 @@ The cached simulated months are named by the simulator's fingerprint, which cove
 (`whatif/seeds.simulator_fingerprint`), so `whatif schedule -c CONFIG` with another lane builds every
 month again (~10 min a seed at 1,024 GPUs). The lane does not change what is simulated, only how it
 is replayed: this script sets `policy.enforcement.quick_lane` on the config the replays are given (the
-outcome's provenance names it), and
-passes every other argument to `gpuledger` unchanged. Same figures as `-c` with those settings (checked
-on seed 1 at 1,024 GPUs, BENCHMARKS.md session 21).
+outcome's provenance names it) and passes every other argument to `gpuledger` unchanged. It reproduced
+every figure of the session-21 sweep on the seeds checked (BENCHMARKS.md, issue 34, session 21).
 
     .venv/bin/python benchmarks/whatif_lane.py --reserve-share 0.05 --reserve-share-whole 0.003 \\
         --max-running-per-project 16 -- whatif schedule --simulate-gpus 1024 --days 30 --seed 1 \\

@@ -236,6 +236,10 @@ class QuickLane(_Strict):
     reserve_share: float = Field(default=0.0, ge=0, lt=0.5)
     reserve_share_whole: float | None = Field(default=None, ge=0, lt=0.5)
 
+    def reserve_for(self, mig: bool) -> float:
+        """The reserve's share of a pool of MIG instances (``mig``) or of whole GPUs."""
+        return self.reserve_share if mig or self.reserve_share_whole is None else self.reserve_share_whole
+
 
 class EnforcementPolicy(_Strict):
     """The safety rails of gpuledger.enforce (README "Enforcement")."""

@@ -396,13 +396,13 @@ LANE_SAID = "; quick lane: "  # where the provenance names policy 4's lane (benc
 def _lane_said(cfg, params, chosen) -> str:
     """Policy 4's quick lane as the replay ran it (its reserve and limit move the waits and the
     preemptions a lot: BENCHMARKS.md issue 34), for the outcome's provenance; "" without policy 4."""
+    from gpuledger.whatif.engine import replayed_lane
     from gpuledger.whatif.model import QUICK
 
     if QUICK not in chosen:
         return ""
-    lane = cfg.policy.enforcement.quick_lane
-    share = lane.reserve_share if params.lane_reserve_share is None else params.lane_reserve_share
-    whole = share if lane.reserve_share_whole is None else lane.reserve_share_whole
+    lane = replayed_lane(cfg, params)
+    share, whole = lane.reserve_for(mig=True), lane.reserve_for(mig=False)
     reserve = (f"reserve {share:g} of each pool" if whole == share else
                f"reserve {share:g} of MIG pools, {whole:g} of whole-GPU pools") if share or whole else "no reserve"
     return f"{LANE_SAID}{reserve}, at most {lane.max_running_per_project} lane jobs per project"

@@ -38,7 +38,7 @@ import polars as pl
 from gpuledger.analytics.delivery_balance import credited_usage
 from gpuledger.analytics.fairshare import fair_share
 from gpuledger.analytics.tree import Tree
-from gpuledger.config import Config
+from gpuledger.config import Config, QuickLane
 from gpuledger.enforce.bands import QUICK_BASE
 from gpuledger.enforce.model import PREEMPT, WARN
 from gpuledger.rules.severity import STAGES
@@ -104,6 +104,16 @@ def org_nodes_frame(cfg: Config, params: Params):
     return frame
 
 
+def replayed_lane(cfg: Config, params: Params) -> QuickLane:
+    """The config's quick lane with the run's override of its reserve (--lane-reserve) applied."""
+    lane = cfg.policy.enforcement.quick_lane
+    if params.lane_reserve_share is None:
+        return lane
+    if not 0 <= params.lane_reserve_share < 0.5:
+        raise ValueError(f"lane reserve share {params.lane_reserve_share:g}: give 0 or more, under 0.5")
+    return lane.model_copy(update={"reserve_share": params.lane_reserve_share})
+
+
 class Simulation:
     def __init__(
         self,
@@ -126,11 +136,7 @@ class Simulation:
         # weighs the work a preemption throws away by the same interval
         # policy 4 turns the quick lane on (small short jobs first, a cycle on each arrival that finds
         # no GPU); every policy ranks its other jobs without it (self.ranking)
-        lane = cfg.policy.enforcement.quick_lane
-        if self.params.lane_reserve_share is not None:
-            if not 0 <= self.params.lane_reserve_share < 0.5:
-                raise ValueError(f"lane reserve share {self.params.lane_reserve_share:g}: give 0 or more, under 0.5")
-            lane = lane.model_copy(update={"reserve_share": self.params.lane_reserve_share})
+        lane = replayed_lane(cfg, self.params)
         self.lane = policy == QUICK
         # policy.enforcement.spare_behind_owed (rails.spared_behind_owed), the run's override applied
         spare = self.params.spare_behind_owed
@@ -214,11 +220,10 @@ class Simulation:
         self.reserve_devices: dict[tuple, list[int]] = {}
         self.in_reserve: set[int] = set()  # running jobs placed on a reserve
         if self.lane:
-            whole = lane.reserve_share if lane.reserve_share_whole is None else lane.reserve_share_whole
             lane_pools = {self.jobs[i].pool for i, key in enumerate(self.static) if key[-1]}
             for pool in sorted(lane_pools, key=_pool_order):
                 ids = self.pool_devices[pool]
-                share = lane.reserve_share if pool[2] is not None else whole  # pool[2]: a MIG profile
+                share = lane.reserve_for(mig=pool[2] is not None)  # pool[2]: a MIG profile
                 k = min(len(ids), math.ceil(share * len(ids) - EPS))
                 if k:
                     self.pool_devices[pool], self.reserve_devices[pool] = ids[:-k], ids[-k:]
