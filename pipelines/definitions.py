@@ -5,6 +5,12 @@ domain (ingest, usage, fairshare, budgets, squatting, chargeback; enforcement, r
 later) keeps its assets, checks, schedules and sensors side by side; the package is walked and
 every definition found is collected, so a new domain folder needs no edit here. Resources are built
 once, from the environment (defs/resources.py).
+
+Every job runs its steps in the run's own process (``in_process_executor``). Dagster's default, a
+process per step, loads Dagster and this code location again for each asset and check (~3-5 CPU-s
+each): the 5-minute analytics run of 8 steps took 44.7 CPU-s that way and 8.5 CPU-s in one process,
+on a 16-GPU warehouse (BENCHMARKS.md "Pipelines: one process per run"). The steps gain nothing from
+running apart: every write waits for the one writer (warehouse/access.py) in any case.
 """
 
 import warnings
@@ -21,4 +27,5 @@ def defs() -> dg.Definitions:
     # mapping breaks (see pyproject.toml [tool.dg]). The warning would print on every code load.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.PreviewWarning)
-        return dg.load_definitions_from_package_module(defs_package, resources=resources_from_env())
+        return dg.load_definitions_from_package_module(defs_package, resources=resources_from_env(),
+                                                       executor=dg.in_process_executor)

@@ -22,8 +22,7 @@ analytics_job = dg.define_asset_job(
     "analytics_job", tags=job_tags("analytics_job"), selection=DAILY_ANALYTICS,
     description="Usage, utilization, fair-share and budget snapshots of one day.")
 squatting_job = dg.define_asset_job(
-    "squatting_job", tags=job_tags("squatting_job"), selection=[squatting_findings],
-    executor_def=dg.in_process_executor)  # one step: no process per step
+    "squatting_job", tags=job_tags("squatting_job"), selection=[squatting_findings])
 
 
 def days_to_refresh(context: dg.ScheduleEvaluationContext) -> list[str]:

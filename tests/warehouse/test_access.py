@@ -46,7 +46,7 @@ def _count(path) -> int:
 
 @pytest.mark.slow
 def test_a_writer_and_a_reader_in_two_processes_queue_and_every_row_lands_once(warehouse_file):
-    """Dagster's multiprocess executor runs an asset and its check in separate processes: here a
+    """Two Dagster runs, the scrape service and a CLI command are separate processes: here a
     writer process (several writer sessions) and a reader process on one file, neither failing."""
     _migrated(warehouse_file)
     batches, rows = 8, 20_000

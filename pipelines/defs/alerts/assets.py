@@ -36,8 +36,7 @@ def alert_deliveries(context: dg.AssetExecutionContext, warehouse: Warehouse,
                                           "retrying": d.retried, "failed": d.failed})
 
 
-alerts_job = dg.define_asset_job("alerts_job", selection=[alert_deliveries], tags=job_tags("alerts_job"),
-                                 executor_def=dg.in_process_executor)  # one step: no process per step
+alerts_job = dg.define_asset_job("alerts_job", selection=[alert_deliveries], tags=job_tags("alerts_job"))
 
 
 @dg.run_status_sensor(name="alerts_after_analytics_sensor", run_status=dg.DagsterRunStatus.SUCCESS,

@@ -23,14 +23,12 @@ INGEST_CRON = os.environ.get(INGEST_CRON_ENV, "* * * * *")
 _IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
               dg.DagsterRunStatus.STARTED]
 
-# In one process: a round every minute cannot afford a fresh interpreter per step (seconds each
-# on a small machine); the steps are short and write through the same writer lock anyway. The
+# Its steps run in the run's process, as every job's (pipelines/definitions.py). The
 # squatting evaluation closes each run, at the data the run (or the scrape service) just landed: the
 # squatters report holds a sample a minute or two after its scrape, not after the next five-minute
 # tick and the runs queued at it (BENCHMARKS.md "Freshness from scrape to every report").
 ingest_job = dg.define_asset_job(
     "ingest_job", tags=job_tags("ingest_job"), selection=[*INGEST_ASSETS, squatting_findings],
-    executor_def=dg.in_process_executor,
     description="Reference tables, one DCGM scrape round; per cluster: Kubernetes, Slurm, the TSDB's window "
                 "aggregates, the holdings pass; then the squatting evaluation.")
 prometheus_backfill_job = dg.define_asset_job(

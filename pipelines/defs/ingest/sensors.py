@@ -13,9 +13,8 @@ from gpuledger.pipelines.defs.ingest.assets import csv_jobs, job_csv_partitions
 from gpuledger.pipelines.defs.resources import GpuledgerConfig
 from gpuledger.pipelines.defs.run_policy import job_tags
 
-# one file per run, in one process (a short import; a fresh interpreter per step costs seconds)
-csv_jobs_job = dg.define_asset_job("csv_jobs_job", selection=[csv_jobs],
-                                  tags=job_tags("csv_jobs_job"), executor_def=dg.in_process_executor)
+# one file per run (its steps in the run's process, as every job's: pipelines/definitions.py)
+csv_jobs_job = dg.define_asset_job("csv_jobs_job", selection=[csv_jobs], tags=job_tags("csv_jobs_job"))
 
 
 def folder_signatures(folder: Path, pattern: str) -> dict[str, str]:

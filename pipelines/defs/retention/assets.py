@@ -24,8 +24,7 @@ def raw_sample_retention(context: dg.AssetExecutionContext, warehouse: Warehouse
 
 
 retention_job = dg.define_asset_job(
-    "retention_job", tags=job_tags("retention_job"), selection=[raw_sample_retention],
-    executor_def=dg.in_process_executor)
+    "retention_job", tags=job_tags("retention_job"), selection=[raw_sample_retention])
 
 
 @dg.schedule(name="retention_schedule", job=retention_job, cron_schedule="15 2 * * *", execution_timezone="UTC",
