@@ -8,8 +8,8 @@ once, from the environment (defs/resources.py).
 
 Every job runs its steps in the run's own process (``in_process_executor``). Dagster's default, a
 process per step, loads Dagster and this code location again for each asset and check (~3-5 CPU-s
-each): the 5-minute analytics run of 8 steps took 44.7 CPU-s that way and 8.5 CPU-s in one process,
-on a 16-GPU warehouse (BENCHMARKS.md "Pipelines: one process per run"). The steps gain nothing from
+each): the 5-minute analytics run of 8 steps took 36-46 CPU-s that way and 7-10 CPU-s in one process,
+at 16 and 256 GPUs (BENCHMARKS.md "Pipelines: one process per run"). The steps gain nothing from
 running apart: every write waits for the one writer (warehouse/access.py) in any case.
 """
 

@@ -70,3 +70,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "dashboard_warehouse" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+
+
+# GPULEDGER_TEST_CPU_LOG=FILE: one JSON line per test — the CPU-seconds of the test's process and of
+# the child processes it reaped (servers a session fixture keeps count when they are reaped, daemons
+# never), and its wall seconds — to see where the suite's time goes (it is CPU-bound on two cores:
+# BENCHMARKS.md "Foundation"). Summed per file: `python scripts/suite_cpu.py FILE`.
+_CPU_LOG = os.environ.get("GPULEDGER_TEST_CPU_LOG")
+if _CPU_LOG:
+    import json
+    import resource
+    import time
+
+    def _cpu_now() -> tuple[float, float]:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        (own, children), began = _cpu_now(), time.perf_counter()
+        yield
+        (own_after, children_after), wall = _cpu_now(), time.perf_counter() - began
+        with open(_CPU_LOG, "a", encoding="utf-8") as log:  # one short append per test: workers interleave lines
+            log.write(json.dumps({"test": item.nodeid, "own_cpu_s": round(own_after - own, 3),
+                                  "children_cpu_s": round(children_after - children, 3),
+                                  "wall_s": round(wall, 3)}) + "\n")

@@ -49,6 +49,9 @@ def test_definitions_load_and_validate():
     assert ingest.tags["dagster/priority"] == "10" and "dagster/priority" not in defs.resolve_job_def(
         "analytics_job").tags
     assert set(defs.resources) >= {"warehouse", "gpuledger_config"}
+    # every job runs its steps in the run's process (pipelines/definitions.py): none sets its own executor
+    executors = {job.name: job.executor_def.name for job in defs.resolve_all_job_defs()}
+    assert set(executors.values()) == {"in_process"}, executors
 
 
 def test_job_csv_sensor_cursor(tmp_path):

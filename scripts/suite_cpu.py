@@ -1,0 +1,40 @@
+"""Where the test suite's time goes: the per-test lines of GPULEDGER_TEST_CPU_LOG (tests/conftest.py)
+summed per test file, largest CPU first.
+
+    GPULEDGER_TEST_CPU_LOG=/tmp/cpu.jsonl make test
+    .venv/bin/python scripts/suite_cpu.py /tmp/cpu.jsonl [--top 40]
+
+CPU-s = the test process's own plus the child processes it reaped; wall-s is summed over the
+file's tests (both workers' files together make the run's wall time times two)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("log")
+    parser.add_argument("--top", type=int, default=40)
+    args = parser.parse_args()
+    files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
+    with open(args.log, encoding="utf-8") as lines:
+        for line in lines:
+            row = json.loads(line)
+            total = files[row["test"].split("::", 1)[0]]
+            total[0] += row["own_cpu_s"]
+            total[1] += row["children_cpu_s"]
+            total[2] += row["wall_s"]
+            total[3] += 1
+    own, children, wall = (sum(t[i] for t in files.values()) for i in range(3))
+    print(f"{sum(int(t[3]) for t in files.values())} tests in {len(files)} files: CPU {own + children:,.0f} s "
+          f"(own {own:,.0f}, children {children:,.0f}), wall {wall:,.0f} s summed")
+    print(f"{'CPU-s':>8} {'own':>7} {'children':>8} {'wall-s':>7} {'tests':>5}  file")
+    for name, (o, c, w, n) in sorted(files.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[:args.top]:
+        print(f"{o + c:8.1f} {o:7.1f} {c:8.1f} {w:7.1f} {int(n):5d}  {name}")
+
+
+if __name__ == "__main__":
+    main()
