@@ -10,9 +10,10 @@ here; tests/rules/test_kernel_copies.py fails on a copy written by hand elsewher
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
-import polars as pl
+if TYPE_CHECKING:  # the config imports this module: `config check` need not load polars
+    import polars as pl
 
 # the stages enforcement warns, escalates and preempts at (the alerts' minimum / urgent severities)
 Stage = Literal["warning", "second-warning", "preempt-eligible"]
@@ -36,6 +37,8 @@ def severity_at(idle_minutes: float, squatting) -> str:
 
 def severity_expr(idle_minutes: pl.Expr, squatting) -> pl.Expr:
     """:func:`severity_at` over a column of idle minutes (polars)."""
+    import polars as pl  # lazy: the config imports this module, and `config check` needs no polars
+
     expr = pl
     for stage, start in reversed(stage_minutes(squatting).items()):
         expr = expr.when(idle_minutes >= start).then(pl.lit(stage))

@@ -78,3 +78,32 @@ def test_a_command_builds_itself_not_its_group(path):
     out = subprocess.run([sys.executable, "-c", BUILT.format(path=path)], capture_output=True, text=True,
                          check=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == [path[-1]]
+
+
+CHECK = """
+import contextlib, io, json, sys
+from gpuledger.cli import main
+sys.argv = ["gpuledger", "config", "check", "-c", {config!r}]
+out, code = io.StringIO(), None
+with contextlib.redirect_stdout(out):
+    try:
+        main()
+    except SystemExit as exit:
+        code = exit.code
+print(json.dumps([code, sorted(m for m in {heavy!r} if m in sys.modules), out.getvalue()]))
+"""
+
+
+def test_config_check_validates_without_polars_or_duckdb(tmp_path):
+    # `config check` is pydantic on a YAML file: the frames the config can build (org, budgets, rate
+    # card) and the squatting ladder's polars expression load polars only when used (median 0.49 s a check
+    # here instead of 0.67 s, BENCHMARKS.md "CLI start-up")
+    from gpuledger.config import example_config_text
+
+    config = tmp_path / "gpuledger.yaml"
+    config.write_text(example_config_text())
+    out = subprocess.run([sys.executable, "-c", CHECK.format(config=str(config), heavy=HEAVY)],
+                         capture_output=True, text=True, check=True).stdout
+    code, heavy, said = json.loads(out.strip().splitlines()[-1])
+    assert code in (0, None) and ": ok" in said, (code, said)
+    assert not {"polars", "duckdb", "numpy", "pyarrow"} & set(heavy), heavy
