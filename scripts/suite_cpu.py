@@ -20,14 +20,19 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=40)
     args = parser.parse_args()
     files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
-    with open(args.log, encoding="utf-8") as lines:
-        for line in lines:
-            row = json.loads(line)
-            total = files[row["test"].split("::", 1)[0]]
-            total[0] += row["own_cpu_s"]
-            total[1] += row["children_cpu_s"]
-            total[2] += row["wall_s"]
-            total[3] += 1
+    try:
+        with open(args.log, encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                row = json.loads(line)
+                total = files[row["test"].split("::", 1)[0]]
+                total[0] += row["own_cpu_s"]
+                total[1] += row["children_cpu_s"]
+                total[2] += row["wall_s"]
+                total[3] += 1
+    except OSError as exc:
+        parser.error(f"{args.log}: {exc.strerror or exc}; give the file GPULEDGER_TEST_CPU_LOG named")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        parser.error(f"{args.log}:{number}: not a line of GPULEDGER_TEST_CPU_LOG (tests/conftest.py)")
     own, children, wall = (sum(t[i] for t in files.values()) for i in range(3))
     print(f"{sum(int(t[3]) for t in files.values())} tests in {len(files)} files: CPU {own + children:,.0f} s "
           f"(own {own:,.0f}, children {children:,.0f}), wall {wall:,.0f} s summed")
