@@ -45,6 +45,7 @@ RIG_FILES = {
               "tests/enforce/test_slurm_rig.py", "tests/enforce/test_team_slurm_rig.py", "tests/enforce/test_waits_rig.py"),
     "dashboards": ("tests/dashboards/", "tests/bench/test_prometheus_bench.py", "tests/metrics/test_exporter_facts.py",
                    "tests/reports/test_focus.py"),
+    "image": ("tests/deploy/test_image_build.py", "tests/deploy/test_image.py"),  # one build: tests/deploy/conftest.py
 }
 
 

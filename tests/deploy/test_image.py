@@ -1,19 +1,21 @@
-"""The image and the manifests, run as far as this machine allows (no container runtime here):
+"""The image and the manifests, run as far as this machine allows (no kubelet, no container runtime
+daemon): every container of the rendered Kubernetes base runs in the image that
+tests/deploy/test_image_build.py builds (`buildah run`, chroot isolation, as the image's user 10001)
+as written — its command (or the image's `gpuledger` entry point) and args, its env names and
+values — with its volumes bound at their paths onto a temporary folder (the ConfigMap's keys as
+files there), its ports mapped onto free ones (chroot isolation shares the host's network: both
+test workers share its loopback), the PostgreSQL Secret onto a real PostgreSQL and the in-cluster API
+server onto the local stand-in: the init container migrates and exits 0, the long-running containers
+start and their probes (HTTP from the host, exec in the image) answer, the enforcer's dry run exits 0.
 
-* the wheel with exactly the Containerfile's extras installs into a fresh virtual environment
-  (binary wheels only, as the image's build stage does) and its dependencies are consistent;
-* every container of the rendered Kubernetes base runs from that environment as written — its
-  command (or the image's `gpuledger` entry point) and args, its env names and values, its ports —
-  with the volume and config paths mapped onto a temporary folder, the ports onto free ones, the
-  PostgreSQL Secret onto a real PostgreSQL, and the in-cluster API server onto the local stand-in:
-  the init container migrates and exits 0, the long-running containers start and their probes
-  answer, the enforcer's dry run exits 0."""
+`Pod` runs the same containers from a local environment instead (tests/deploy/test_kubernetes.py's
+node agent, whose gRPC socket a chroot cannot reach as written)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,49 +24,13 @@ import requests
 
 from tests.deploy.test_kubernetes import BASE, KUBECTL, one, render
 from tests.helpers import dagster_rig as rig
+from tests.helpers import image_rig
 from tests.helpers.k8s_standin import KubeStandIn
 from tests.helpers.postgres_rig import PostgresRig, have_postgres
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(KUBECTL is None or not have_postgres(), reason="needs kubectl and PostgreSQL")]
-
-
-def image_extras() -> str:
-    """The extras the Containerfile installs (its ARG EXTRAS)."""
-    found = re.search(r"^ARG EXTRAS=(\S+)$", (REPO / "Containerfile").read_text(), re.MULTILINE)
-    assert found, "Containerfile: no ARG EXTRAS="
-    return found.group(1)
-
-
-@pytest.fixture(scope="module")
-def image_env(tmp_path_factory) -> Path:
-    """A fresh venv holding the wheel + the image's extras; returns its bin folder."""
-    work = tmp_path_factory.mktemp("image")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"),
-                            str(REPO)], capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stderr[-3000:]
-    wheel = next((work / "dist").glob("gpuledger-*.whl"))
-    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=300)
-    bin_dir = work / "venv" / "bin"
-    # --no-compile: what is tested is the resolution and the commands, not the .pyc files (the image
-    # compiles them); it saves ~40 of pip's ~110 CPU-s here, a module is compiled when first imported
-    done = subprocess.run([str(bin_dir / "pip"), "install", "-q", "--no-compile", "--only-binary=:all:",
-                           f"{wheel}[{image_extras()}]"], capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return bin_dir
-
-
-def test_the_wheel_with_the_image_extras_installs_consistently(image_env):
-    check = subprocess.run([str(image_env / "pip"), "check"], capture_output=True, text=True, timeout=300)
-    assert check.returncode == 0, check.stdout + check.stderr
-    # the image's roles import; the GPU node's NVML extra is not in it
-    probe = ("import gpuledger.pipelines.definitions, gpuledger.dashboards, dagster_postgres, kubernetes, "
-             "streamlit, apprise, prometheus_client, openpyxl\n"
-             "import importlib.util as u; print(u.find_spec('pynvml') is None)")
-    out = subprocess.run([str(image_env / "python"), "-c", probe], capture_output=True, text=True, timeout=300,
-                         cwd="/")
-    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-3000:]
 
 
 class Pod:
@@ -156,20 +122,77 @@ class Pod:
         return done.returncode == 0
 
 
-def test_every_container_runs_as_written_and_its_probes_answer(image_env, tmp_path):
+class ImagePod(Pod):
+    """The containers run in the image: the places (/var/lib/gpuledger, /etc/gpuledger, /tmp: the
+    pod's volumes) are folders under ``root`` bound at their own paths, so commands, args, env
+    values and exec probes run exactly as written but for the ports, which map to free ones."""
+
+    def __init__(self, root: Path, container_name: str, config: dict[str, str],
+                 secrets: dict[str, dict[str, str]], extra_env: dict[str, str]):
+        super().__init__(root, Path("/opt/gpuledger/bin"), config, secrets, extra_env)
+        self.container = container_name
+
+    def _ports(self, text: str) -> str:
+        for port, local in self.ports.items():
+            text = text.replace(f"127.0.0.1:{port}/", f"127.0.0.1:{local}/")
+        return text
+
+    def env(self, container: dict) -> dict[str, str]:
+        # HOSTNAME: what the container runtime sets, the StatefulSet pod's name (ordinal 0); PATH and
+        # the rest: the image's own
+        env = {"HOSTNAME": "gpuledger-0", **self.extra_env}
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = item["value"]
+            else:
+                ref = item["valueFrom"]["secretKeyRef"]
+                env[item["name"]] = self.secrets[ref["name"]][ref["key"]]
+        return env
+
+    def in_image(self, container: dict, argv: list[str]) -> list[str]:
+        """``argv`` run in the image with ``container``'s env, the pod's volumes and working folder."""
+        for folder in [self.root, *self.root.rglob("*")]:  # the volumes are the image user's (fsGroup)
+            os.chown(folder, 10001, 10001)
+        return image_rig.run_argv(self.container, argv, env=self.env(container),
+                                  volumes={local: inside for inside, local in self.places.items()},
+                                  workdir=container.get("workingDir", "/var/lib/gpuledger"))
+
+    def start(self, container: dict, log: Path) -> subprocess.Popen:
+        self.mount(container)
+        command = container.get("command") or ["gpuledger"]  # the image's ENTRYPOINT
+        ports = {str(p["containerPort"]): str(self.port(p["containerPort"])) for p in container.get("ports", [])}
+        raw = container.get("args", [])
+        if "-p" in raw:  # a server on the pod's loopback only (no containerPort): its port too
+            ports[raw[raw.index("-p") + 1]] = str(self.port(int(raw[raw.index("-p") + 1])))
+        out = open(log, "w")  # noqa: SIM115 - the child keeps it
+        proc = subprocess.Popen(self.in_image(container, [*command, *(ports.get(a, a) for a in raw)]),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        self.procs.append(proc)
+        return proc
+
+    def probe(self, container: dict, probe: dict) -> bool:
+        if "httpGet" in probe:
+            return super().probe(container, probe)
+        argv = [self._ports(a) for a in probe["exec"]["command"]]
+        done = subprocess.run(self.in_image(container, argv), capture_output=True, timeout=120)
+        return done.returncode == 0
+
+
+def test_every_container_runs_as_written_and_its_probes_answer(container, tmp_path):
     objects = render(BASE)
     config = one(objects, "ConfigMap")["data"]
     spec = one(objects, "StatefulSet", "gpuledger")["spec"]["template"]["spec"]
     enforcer = one(objects, "CronJob", "gpuledger-enforcer")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     api = KubeStandIn().start()
     with PostgresRig() as pg:
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         secrets = {"gpuledger-postgres": {"host": pg.env["DAGSTER_PG_HOST"], "port": pg.env["DAGSTER_PG_PORT"],
                                           "database": pg.env["DAGSTER_PG_DB"], "username": pg.env["DAGSTER_PG_USER"],
                                           "password": pg.env["DAGSTER_PG_PASSWORD"]}}
         # the in-cluster API server is the local stand-in (the pod would use its ServiceAccount)
-        pod = Pod(tmp_path / "pod", image_env, config, secrets,
-                  {"KUBECONFIG": str(kubeconfig), "DAGSTER_DISABLE_TELEMETRY": "1"})
+        pod = ImagePod(tmp_path / "pod", container, config, secrets,
+                       {"KUBECONFIG": "/etc/gpuledger/kubeconfig", "DAGSTER_DISABLE_TELEMETRY": "1"})
+        api.write_kubeconfig(Path(pod.path("/etc/gpuledger/kubeconfig")))
         logs = tmp_path / "logs"
         logs.mkdir()
         try:
@@ -178,11 +201,11 @@ def test_every_container_runs_as_written_and_its_probes_answer(image_env, tmp_pa
                 assert proc.wait(timeout=300) == 0, (logs / f"{init['name']}.log").read_text()
             running = {c["name"]: (c, pod.start(c, logs / f"{c['name']}.log")) for c in spec["containers"]}
             deadline = time.monotonic() + 480
-            for name, (container, proc) in running.items():
+            for name, (written, proc) in running.items():
                 for kind in ("readinessProbe", "livenessProbe"):
-                    if kind in container:
+                    if kind in written:
                         rig.until(deadline, f"{name}'s {kind}",
-                                  lambda c=container, k=kind, p=proc, n=name: (p.poll() is None or pytest.fail(
+                                  lambda c=written, k=kind, p=proc, n=name: (p.poll() is None or pytest.fail(
                                       f"{n} exited: {(logs / f'{n}.log').read_text()[-3000:]}"))
                                   and pod.probe(c, c[k]), 3.0)
             # the scrape service has no port: it runs round after round (its target is unreachable

@@ -1,15 +1,18 @@
 """The image itself, built and run in `make test` without a container daemon (issue 35):
-scripts/build-image.sh builds the Containerfile with buildah (vfs storage, chroot isolation) on a
-base made here with debootstrap when no registry base can be pulled (cached in .cache/image/, so
-a second run reuses it), the host's CA bundle handed in as a build secret only when the package
-index needs it; then, as the image's user 10001 (`buildah run --isolation chroot --user
-10001:10001`): it migrates a warehouse, loads the Dagster definitions, serves /metrics (fetched
-from inside the container), imports every extra the image installs; and the final image holds no
-copy of the proxy's CA. The build records the resolved versions (equal to constraints.txt's pins)
-and the image digest in build/image/.
+scripts/build-image.sh builds the Containerfile with buildah (overlay storage where the kernel lets
+it mount one, else vfs; chroot isolation) on a base made here with debootstrap when no registry base
+can be pulled (cached in .cache/image/, so a second run reuses it), the host's CA bundle handed in
+as a build secret only when the package index needs it; then, as the image's user 10001 (`buildah
+run --isolation chroot --user 10001:10001`): it migrates a warehouse, loads the Dagster definitions,
+serves /metrics (fetched from inside the container), imports every extra the image installs, its
+dependencies are consistent (`pip check`); and the final image holds no copy of the proxy's CA.
+The build records the resolved versions (equal to constraints.txt's pins), the storage driver and
+the image digest in build/image/.
 
-Slow: a first build is ~8.5 min here (debootstrap ~3 min, then ~5.5 min of pip downloads and vfs
-copies); with the base cached ~5.5 min."""
+The `image` and `container` fixtures are tests/deploy/conftest.py's, shared with test_image.py
+(which runs every container of the manifests in it). Slow: a build with the base cached took 192 s
+and 189 CPU-s here with overlay storage (vfs: 268 s, 266 CPU-s, and ~57 CPU-s more to make each
+working container); debootstrap of the base adds ~1 min the first time."""
 
 from __future__ import annotations
 
@@ -24,49 +27,11 @@ import pytest
 from gpuledger.warehouse.db import migrations
 
 from gpuledger.extras import EXTRAS
-from tests.deploy.test_image import image_extras
+from tests.helpers.image_rig import RECORDS, REPO, buildah, image_extras, run_as_10001
 
-REPO = Path(__file__).resolve().parents[2]
-CACHE = REPO / ".cache/image"
-RECORDS = REPO / "build/image"
-TAG = "localhost/gpuledger:test"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700),  # a first build: ~8.5 min here
               pytest.mark.skipif(shutil.which("buildah") is None, reason="needs buildah (make test-deps)")]
-
-
-def buildah(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    argv = ["buildah", "--root", str(CACHE / "storage/root"), "--runroot", str(CACHE / "storage/run"),
-            "--storage-driver", "vfs", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def image() -> str:
-    # GPULEDGER_IMAGE_REUSE=1: test the image the last run built (while editing these tests)
-    if os.environ.get("GPULEDGER_IMAGE_REUSE") and buildah("inspect", "--type", "image", TAG).returncode == 0:
-        return TAG
-    done = subprocess.run(["bash", str(REPO / "scripts/build-image.sh"), TAG], capture_output=True, text=True,
-                          timeout=2400)
-    assert done.returncode == 0, done.stderr.strip().splitlines()[-1:]
-    return TAG
-
-
-@pytest.fixture(scope="module")
-def container(image):
-    made = buildah("from", image)
-    assert made.returncode == 0, made.stderr
-    name = made.stdout.strip().splitlines()[-1]
-    yield name
-    buildah("rm", name)
-
-
-def run_as_10001(container: str, *argv: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
-    opts = [f"--env={k}={v}" for k, v in (env or {}).items()]
-    done = buildah("run", "--isolation", "chroot", "--user", "10001:10001", *opts, container, "--", *argv,
-                   timeout=timeout)
-    assert done.returncode == 0, f"{argv}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
-    return done.stdout
 
 
 def test_it_runs_as_10001_and_migrates_a_warehouse(container):
@@ -128,6 +93,12 @@ def test_every_extra_the_image_installs_imports(container):
     assert "agent" not in extras
     missing = run_as_10001(container, "python", "-c", "import importlib.util as u; print(u.find_spec('pynvml'))")
     assert missing.strip() == "None"
+
+
+def test_the_images_dependencies_are_consistent(container):
+    # what pip installed in the build stage (constraints.txt's pins) satisfies every requirement
+    out = run_as_10001(container, "pip", "check", env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert "No broken requirements found" in out, out
 
 
 def _pem_blocks(text: str) -> set[str]:
