@@ -18,7 +18,7 @@ from gpuledger.analytics.attribution import (
     rollup_usage,
     sum_usage,
 )
-from gpuledger.analytics.budget import budget_burn, funding_from_remaining, job_funding
+from gpuledger.analytics.budget import budget_burn, funding_from_remaining, job_funding, own_budgets
 from gpuledger.analytics.carbon import carbon_sums, with_carbon
 from gpuledger.analytics.carbon_inputs import site_inputs
 from gpuledger.analytics.chargeback import chargeback_lines_at, period_bounds
@@ -313,13 +313,25 @@ def credited_node_usage(t, usage: pl.LazyFrame, usage_col: str, *, as_of: dateti
                         schema={"node": pl.String, usage_col: pl.Float64})
 
 
+def budget_tables(con: duckdb.DuckDBPyConnection, *, as_of: datetime) -> Tables:
+    """The tables budget_burn reads at ``as_of``: jobs and allocations from the start of the earliest
+    budget period containing it (nothing before counts), so the burn reads the same rows however
+    long the history kept (from ``as_of`` when no period contains it: the jobs running then, for
+    funding)."""
+    budgets = con.sql("SELECT * FROM budgets").pl().lazy()
+    starts = [datetime.combine(b["period_start"], datetime.min.time())
+              for b in own_budgets(budgets, as_of=as_of).values()]
+    start = min([*starts, as_of])
+    return load_tables(con, start=start, end=as_of + DAY, samples=False)
+
+
 def budget_report(
     con: duckdb.DuckDBPyConnection, *, policy: Policy | None = None, as_of: datetime | None = None,
 ) -> pl.DataFrame:
     """Budget burn per org node for the periods containing ``as_of`` (normalised GPU-hours)."""
     policy = policy or Policy()
     as_of = as_of or data_now(con)
-    t = load_tables(con, end=as_of + DAY, samples=False)
+    t = budget_tables(con, as_of=as_of)
     burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card,
                        as_of=as_of, default_tier=policy.chargeback.default_tier).collect(engine=ENGINE)
     placed = burn.join(tree_position(t.org_nodes), on="node", how="left")
@@ -339,7 +351,7 @@ def funding_report(
     rules = [(r.qos, r.partition, int(r.hours * 3600)) for r in policy.funding.slurm_min_runtime]
     cap = timedelta(hours=policy.funding.min_runtime_cap_hours)
     if remaining is None:
-        t = load_tables(con, end=now + DAY, samples=False)
+        t = budget_tables(con, as_of=now)
         burn = budget_burn(t.job_allocations, t.gpus, t.jobs, t.org_nodes, t.budgets, t.rate_card, as_of=now,
                            default_tier=policy.chargeback.default_tier)
         funding = job_funding(t.jobs, burn, t.org_nodes, now=now, min_runtime_cap=cap, min_runtime_rules=rules)
