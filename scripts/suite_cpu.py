@@ -5,7 +5,9 @@ summed per test file, largest CPU first.
     .venv/bin/python scripts/suite_cpu.py /tmp/cpu.jsonl [--top 40]
 
 CPU-s = the test process's own plus the child processes it reaped; wall-s is summed over the
-file's tests (both workers' files together make the run's wall time times two)."""
+file's tests (both workers' files together make the run's wall time times two). Where the log
+names each test's worker and end (since session 23), it also says when each worker finished its
+last test: the time after the first worker went idle is the run's tail, spent on one core."""
 
 from __future__ import annotations
 
@@ -20,10 +22,16 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=40)
     args = parser.parse_args()
     files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
+    workers: dict[str, list[float]] = {}  # worker -> [first start, last end, last file]
     try:
         with open(args.log, encoding="utf-8") as lines:
             for number, line in enumerate(lines, 1):
                 row = json.loads(line)
+                if "ended_at" in row:
+                    span = workers.setdefault(row["worker"], [row["ended_at"] - row["wall_s"], 0.0, ""])
+                    span[0] = min(span[0], row["ended_at"] - row["wall_s"])
+                    if row["ended_at"] >= span[1]:
+                        span[1], span[2] = row["ended_at"], row["test"].split("::", 1)[0]
                 total = files[row["test"].split("::", 1)[0]]
                 total[0] += row["own_cpu_s"]
                 total[1] += row["children_cpu_s"]
@@ -39,6 +47,12 @@ def main() -> None:
     print(f"{'CPU-s':>8} {'own':>7} {'children':>8} {'wall-s':>7} {'tests':>5}  file")
     for name, (o, c, w, n) in sorted(files.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[:args.top]:
         print(f"{o + c:8.1f} {o:7.1f} {c:8.1f} {w:7.1f} {int(n):5d}  {name}")
+    if workers:
+        began = min(s[0] for s in workers.values())
+        print("workers (s from the first test's start): " + "; ".join(
+            f"{w} done at {s[1] - began:,.0f} (last: {s[2]})" for w, s in sorted(workers.items())))
+        ends = sorted(s[1] for s in workers.values())
+        print(f"tail: {ends[-1] - ends[0]:,.0f} s with fewer workers than the run started")
 
 
 if __name__ == "__main__":

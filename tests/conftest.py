@@ -75,7 +75,7 @@ def pytest_collection_modifyitems(config, items):
 
 # GPULEDGER_TEST_CPU_LOG=FILE: one JSON line per test — the CPU-seconds of the test's process and of
 # the child processes it reaped (servers a session fixture keeps count when they are reaped, daemons
-# never), and its wall seconds — to see where the suite's time goes (it is CPU-bound on two cores:
+# never), its wall seconds, its xdist worker and when it ended — to see where the suite's time goes (it is CPU-bound on two cores:
 # BENCHMARKS.md "Foundation"). Summed per file: `python scripts/suite_cpu.py FILE`.
 _CPU_LOG = os.environ.get("GPULEDGER_TEST_CPU_LOG")
 if _CPU_LOG:
@@ -95,4 +95,5 @@ if _CPU_LOG:
         with open(_CPU_LOG, "a", encoding="utf-8") as log:  # one short append per test: workers interleave lines
             log.write(json.dumps({"test": item.nodeid, "own_cpu_s": round(own_after - own, 3),
                                   "children_cpu_s": round(children_after - children, 3),
-                                  "wall_s": round(wall, 3)}) + "\n")
+                                  "wall_s": round(wall, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                                  "ended_at": round(time.time(), 1)}) + "\n")
