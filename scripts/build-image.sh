@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Build the gpuledger image without a container daemon: buildah, chroot isolation (what `make test`
 # runs: tests/deploy/test_image_build.py). Storage and the locally made base live in .cache/image/
-# (git-ignored), so a second run reuses the base. The storage driver is overlay where the kernel
-# lets this user mount one (a layer or a container is then a mount, not a copy: `buildah from` of
-# the image takes 0.4 CPU-s instead of ~57 with vfs, the build ~190 CPU-s instead of ~330), else
-# vfs; GPULEDGER_IMAGE_STORAGE=overlay|vfs chooses. A cache keeps the driver it was made with
+# (git-ignored), so a second run reuses the base. The storage driver is overlay where buildah can
+# mount an overlay container in the cache (a layer or a container is then a mount, not a copy:
+# `buildah from` of the image takes 0.7 CPU-s instead of ~57 with vfs, the build ~190 CPU-s instead
+# of ~266), else vfs; GPULEDGER_IMAGE_STORAGE=overlay|vfs chooses. A cache keeps the driver it was made with
 # (.cache/image/storage/driver): a storage root cannot change driver.
 #
 #   bash scripts/build-image.sh [TAG]        default TAG: localhost/gpuledger:dev
@@ -32,15 +32,18 @@ log=$cache/build.log
 fail() { echo "build-image: $*" >&2; exit 1; }
 command -v buildah >/dev/null || fail "buildah is not installed (make test-deps installs it)"
 
-# 0. the storage driver: the cache's own; else the one asked for; else overlay if one mounts here
+# 0. the storage driver: the cache's own; else the one asked for; else overlay if buildah can mount
+# an overlay container here (tried in a throwaway storage root: a root cannot change driver after)
 overlay_mounts() {
-  local d
+  local d ok=1 ctr
   d=$(mktemp -d "$cache/overlay-probe.XXXXXX") || return 1
-  mkdir -p "$d/lower" "$d/upper" "$d/work" "$d/merged"
-  if mount -t overlay overlay -o "lowerdir=$d/lower,upperdir=$d/upper,workdir=$d/work" "$d/merged" 2>/dev/null; then
-    umount "$d/merged"; rm -rf "$d"; return 0
+  local P=(buildah --root "$d/root" --runroot "$d/run" --storage-driver overlay)
+  if ctr=$("${P[@]}" from scratch 2>/dev/null) && "${P[@]}" mount "$ctr" >/dev/null 2>&1; then
+    ok=0
   fi
-  rm -rf "$d"; return 1
+  [ -n "${ctr:-}" ] && "${P[@]}" rm "$ctr" >/dev/null 2>&1
+  rm -rf "$d" 2>/dev/null
+  return $ok
 }
 mkdir -p "$cache/storage"
 recorded=""

@@ -20,7 +20,7 @@ command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
 # on a free port; the package's own cluster is not used)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 # the image is built and smoke-tested without a container daemon (tests/deploy/test_image_build.py):
-# buildah (overlay storage where it mounts, else vfs; chroot isolation) on a base debootstrap makes
+# buildah (overlay storage where it can mount one, else vfs; chroot isolation) on a base debootstrap makes
 # when no registry base can be pulled
 command -v buildah >/dev/null 2>&1 || need+=(buildah)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)

@@ -52,7 +52,8 @@ def main() -> None:
         print("workers (s from the first test's start): " + "; ".join(
             f"{w} done at {s[1] - began:,.0f} (last: {s[2]})" for w, s in sorted(workers.items())))
         ends = sorted(s[1] for s in workers.values())
-        print(f"tail: {ends[-1] - ends[0]:,.0f} s with fewer workers than the run started")
+        if len(ends) > 1:
+            print(f"tail: {ends[-1] - ends[0]:,.0f} s with fewer workers than the run started")
 
 
 if __name__ == "__main__":

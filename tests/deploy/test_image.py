@@ -149,10 +149,13 @@ class ImagePod(Pod):
                 env[item["name"]] = self.secrets[ref["name"]][ref["key"]]
         return env
 
+    def mount(self, container: dict) -> None:
+        super().mount(container)
+        for path in [self.root, *self.root.rglob("*")]:  # the volumes are the image user's (fsGroup)
+            os.chown(path, 10001, 10001)
+
     def in_image(self, container: dict, argv: list[str]) -> list[str]:
         """``argv`` run in the image with ``container``'s env, the pod's volumes and working folder."""
-        for folder in [self.root, *self.root.rglob("*")]:  # the volumes are the image user's (fsGroup)
-            os.chown(folder, 10001, 10001)
         return image_rig.run_argv(self.container, argv, env=self.env(container),
                                   volumes={local: inside for inside, local in self.places.items()},
                                   workdir=container.get("workingDir", "/var/lib/gpuledger"))

@@ -1,7 +1,7 @@
 """The image itself, built and run in `make test` without a container daemon (issue 35):
-scripts/build-image.sh builds the Containerfile with buildah (overlay storage where the kernel lets
-it mount one, else vfs; chroot isolation) on a base made here with debootstrap when no registry base
-can be pulled (cached in .cache/image/, so a second run reuses it), the host's CA bundle handed in
+scripts/build-image.sh builds the Containerfile with buildah (overlay storage where buildah can mount
+an overlay container in its cache, else vfs; chroot isolation) on a base made here with debootstrap
+when no registry base can be pulled (cached in .cache/image/, so a second run reuses it), the host's CA bundle handed in
 as a build secret only when the package index needs it; then, as the image's user 10001 (`buildah
 run --isolation chroot --user 10001:10001`): it migrates a warehouse, loads the Dagster definitions,
 serves /metrics (fetched from inside the container), imports every extra the image installs, its

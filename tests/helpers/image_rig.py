@@ -27,8 +27,8 @@ def image_extras() -> str:
 
 
 def storage_driver() -> str:
-    """The driver scripts/build-image.sh chose for this cache (overlay where the kernel lets it
-    mount one, else vfs); a cache from before it recorded one is vfs."""
+    """The driver scripts/build-image.sh chose for this cache (overlay where buildah could mount an
+    overlay container there, else vfs); a cache from before it recorded one is vfs."""
     recorded = CACHE / "storage/driver"
     return recorded.read_text().strip() if recorded.is_file() else "vfs"
 
