@@ -4,8 +4,8 @@
 # (git-ignored), so a second run reuses the base. The storage driver is overlay where buildah can
 # mount an overlay container in the cache (a layer or a container is then a mount, not a copy:
 # `buildah from` of the image takes 0.7 CPU-s instead of ~57 with vfs, the build ~190 CPU-s instead
-# of ~266), else vfs; GPULEDGER_IMAGE_STORAGE=overlay|vfs chooses. A cache keeps the driver it was made with
-# (.cache/image/storage/driver): a storage root cannot change driver.
+# of ~266), else vfs; GPULEDGER_IMAGE_STORAGE=overlay|vfs chooses. A cache keeps the driver it was
+# made with (.cache/image/storage/driver): a storage root cannot change driver.
 #
 #   bash scripts/build-image.sh [TAG]        default TAG: localhost/gpuledger:dev
 #

@@ -66,41 +66,57 @@ class Pod:
     def port(self, container_port: int) -> int:
         return self.ports.setdefault(container_port, rig.free_port())
 
+    def exe(self, name: str) -> str:
+        """A command's program: the environment's own, else the system's (sh, python)."""
+        return str(self.bin / name) if (self.bin / name).exists() else name
+
+    def arg(self, text: str) -> str:
+        """An argument or env value as the process sees it: its path mapped into ``root``."""
+        return self.path(text)
+
     def argv(self, container: dict) -> list[str]:
         command = container.get("command") or ["gpuledger"]  # the image's ENTRYPOINT
         ports = {str(p["containerPort"]): str(self.port(p["containerPort"])) for p in container.get("ports", [])}
         raw = container.get("args", [])
         if "-p" in raw:  # a server on the pod's loopback only (no containerPort): its port too
             ports[raw[raw.index("-p") + 1]] = str(self.port(int(raw[raw.index("-p") + 1])))
-        args = [ports.get(a, self.path(a)) for a in raw]
-        return [str(self.bin / command[0]), *command[1:], *args]
+        args = [ports.get(a, self.arg(a)) for a in raw]
+        return [self.exe(command[0]), *command[1:], *args]
+
+    def mapped_ports(self, text: str) -> str:
+        """Loopback ports inside a shell or Python one-liner (an exec probe)."""
+        for port, local in self.ports.items():
+            text = text.replace(f"127.0.0.1:{port}/", f"127.0.0.1:{local}/")
+        return text
 
     def mapped(self, text: str) -> str:
         """Paths and loopback ports inside a shell or Python one-liner (an exec probe)."""
         places = "|".join(re.escape(prefix) for prefix in self.places)  # one pass: a mapped path is not mapped again
-        text = re.sub(rf"(?<![\w/])({places})(?=[/\s\"']|$)", lambda m: str(self.places[m.group(1)]), text)
-        for port, local in self.ports.items():
-            text = text.replace(f"127.0.0.1:{port}/", f"127.0.0.1:{local}/")
-        return text
+        return self.mapped_ports(
+            re.sub(rf"(?<![\w/])({places})(?=[/\s\"']|$)", lambda m: str(self.places[m.group(1)]), text))
 
     def env(self, container: dict) -> dict[str, str]:
         # HOSTNAME: what the container runtime sets, the StatefulSet pod's name (ordinal 0)
         env = {"PATH": f"{self.bin}:/usr/bin:/bin", "LANG": "C.UTF-8", "HOSTNAME": "gpuledger-0", **self.extra_env}
         for item in container.get("env", []):
             if "value" in item:
-                env[item["name"]] = self.path(item["value"])
+                env[item["name"]] = self.arg(item["value"])
             else:
                 ref = item["valueFrom"]["secretKeyRef"]
                 env[item["name"]] = self.secrets[ref["name"]][ref["key"]]
         return env
 
-    def start(self, container: dict, log: Path) -> subprocess.Popen:
-        self.mount(container)
+    def process(self, container: dict, argv: list[str]) -> tuple[list[str], dict[str, str] | None, Path | None]:
+        """How ``argv`` of ``container`` is run here: (command line, environment, working folder)."""
         cwd = Path(self.path(container.get("workingDir", "/var/lib/gpuledger")))
         cwd.mkdir(parents=True, exist_ok=True)
+        return argv, self.env(container), cwd
+
+    def start(self, container: dict, log: Path) -> subprocess.Popen:
+        self.mount(container)
+        argv, env, cwd = self.process(container, self.argv(container))
         out = open(log, "w")  # noqa: SIM115 - the child keeps it
-        proc = subprocess.Popen(self.argv(container), env=self.env(container), cwd=cwd, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         self.procs.append(proc)
         return proc
@@ -115,10 +131,8 @@ class Pod:
             except requests.RequestException:
                 return False
         exe, *rest = probe["exec"]["command"]
-        exe = str(self.bin / exe) if (self.bin / exe).exists() else exe  # sh, python: the image's PATH
-        done = subprocess.run([exe, *(self.mapped(a) for a in rest)],
-                              env=self.env(container), capture_output=True, timeout=120,
-                              cwd=self.path("/var/lib/gpuledger"))
+        argv, env, cwd = self.process(container, [self.exe(exe), *(self.mapped(a) for a in rest)])
+        done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=120)
         return done.returncode == 0
 
 
@@ -132,54 +146,29 @@ class ImagePod(Pod):
         super().__init__(root, Path("/opt/gpuledger/bin"), config, secrets, extra_env)
         self.container = container_name
 
-    def _ports(self, text: str) -> str:
-        for port, local in self.ports.items():
-            text = text.replace(f"127.0.0.1:{port}/", f"127.0.0.1:{local}/")
+    def exe(self, name: str) -> str:
+        return name  # the image's PATH finds it
+
+    def arg(self, text: str) -> str:
         return text
 
+    def mapped(self, text: str) -> str:
+        return self.mapped_ports(text)
+
     def env(self, container: dict) -> dict[str, str]:
-        # HOSTNAME: what the container runtime sets, the StatefulSet pod's name (ordinal 0); PATH and
-        # the rest: the image's own
-        env = {"HOSTNAME": "gpuledger-0", **self.extra_env}
-        for item in container.get("env", []):
-            if "value" in item:
-                env[item["name"]] = item["value"]
-            else:
-                ref = item["valueFrom"]["secretKeyRef"]
-                env[item["name"]] = self.secrets[ref["name"]][ref["key"]]
-        return env
+        return {k: v for k, v in super().env(container).items() if k != "PATH"}  # the image's own PATH
 
     def mount(self, container: dict) -> None:
         super().mount(container)
         for path in [self.root, *self.root.rglob("*")]:  # the volumes are the image user's (fsGroup)
             os.chown(path, 10001, 10001)
 
-    def in_image(self, container: dict, argv: list[str]) -> list[str]:
-        """``argv`` run in the image with ``container``'s env, the pod's volumes and working folder."""
+    def process(self, container: dict, argv: list[str]) -> tuple[list[str], dict[str, str] | None, Path | None]:
+        """``argv`` run in the image (`buildah run`) with ``container``'s env, the pod's volumes and
+        working folder; buildah itself runs in this process's environment."""
         return image_rig.run_argv(self.container, argv, env=self.env(container),
                                   volumes={local: inside for inside, local in self.places.items()},
-                                  workdir=container.get("workingDir", "/var/lib/gpuledger"))
-
-    def start(self, container: dict, log: Path) -> subprocess.Popen:
-        self.mount(container)
-        command = container.get("command") or ["gpuledger"]  # the image's ENTRYPOINT
-        ports = {str(p["containerPort"]): str(self.port(p["containerPort"])) for p in container.get("ports", [])}
-        raw = container.get("args", [])
-        if "-p" in raw:  # a server on the pod's loopback only (no containerPort): its port too
-            ports[raw[raw.index("-p") + 1]] = str(self.port(int(raw[raw.index("-p") + 1])))
-        out = open(log, "w")  # noqa: SIM115 - the child keeps it
-        proc = subprocess.Popen(self.in_image(container, [*command, *(ports.get(a, a) for a in raw)]),
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        out.close()
-        self.procs.append(proc)
-        return proc
-
-    def probe(self, container: dict, probe: dict) -> bool:
-        if "httpGet" in probe:
-            return super().probe(container, probe)
-        argv = [self._ports(a) for a in probe["exec"]["command"]]
-        done = subprocess.run(self.in_image(container, argv), capture_output=True, timeout=120)
-        return done.returncode == 0
+                                  workdir=container.get("workingDir", "/var/lib/gpuledger")), None, None
 
 
 def test_every_container_runs_as_written_and_its_probes_answer(container, tmp_path):

@@ -1,13 +1,13 @@
 """The image itself, built and run in `make test` without a container daemon (issue 35):
-scripts/build-image.sh builds the Containerfile with buildah (overlay storage where buildah can mount
-an overlay container in its cache, else vfs; chroot isolation) on a base made here with debootstrap
-when no registry base can be pulled (cached in .cache/image/, so a second run reuses it), the host's CA bundle handed in
-as a build secret only when the package index needs it; then, as the image's user 10001 (`buildah
-run --isolation chroot --user 10001:10001`): it migrates a warehouse, loads the Dagster definitions,
-serves /metrics (fetched from inside the container), imports every extra the image installs, its
-dependencies are consistent (`pip check`); and the final image holds no copy of the proxy's CA.
-The build records the resolved versions (equal to constraints.txt's pins), the storage driver and
-the image digest in build/image/.
+scripts/build-image.sh builds the Containerfile with buildah (overlay storage where buildah can
+mount an overlay container in its cache, else vfs; chroot isolation) on a base made here with
+debootstrap when no registry base can be pulled (cached in .cache/image/, so a second run reuses
+it), the host's CA bundle handed in as a build secret only when the package index needs it; then, as
+the image's user 10001 (`buildah run --isolation chroot --user 10001:10001`): it migrates a
+warehouse, loads the Dagster definitions, serves /metrics (fetched from inside the container),
+imports every extra the image installs, its dependencies are consistent (`pip check`); and the final
+image holds no copy of the proxy's CA. The build records the resolved versions (equal to
+constraints.txt's pins), the storage driver and the image digest in build/image/.
 
 The `image` and `container` fixtures are tests/deploy/conftest.py's, shared with test_image.py
 (which runs every container of the manifests in it). Slow: a build with the base cached took 192 s
@@ -153,3 +153,26 @@ def test_an_unreachable_package_index_fails_the_build_at_once_in_one_line(tmp_pa
     assert lines[0].startswith("build-image: cannot reach the package index https://127.0.0.1:9/simple (")
     assert "set PIP_INDEX_URL to a mirror" in lines[0]
     assert buildah("inspect", "--type", "image", "localhost/gpuledger:never").returncode != 0
+
+
+def test_a_storage_driver_asked_wrongly_is_one_line_before_any_build(tmp_path):
+    def build(cache: Path, storage: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(REPO / "scripts/build-image.sh"), "localhost/gpuledger:never"],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "GPULEDGER_IMAGE_CACHE": str(cache), "GPULEDGER_IMAGE_STORAGE": storage,
+                                   "GPULEDGER_IMAGE_RECORDS": str(tmp_path / "records")})
+
+    # a driver buildah has no use for here
+    done = build(tmp_path / "new", "btrfs")
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "build-image: GPULEDGER_IMAGE_STORAGE=btrfs: choose overlay or vfs"]
+    # a cache made with one driver, asked for the other: its storage root cannot change
+    (tmp_path / "old/storage").mkdir(parents=True)
+    (tmp_path / "old/storage/driver").write_text("vfs\n")
+    done = build(tmp_path / "old", "overlay")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("build-image: GPULEDGER_IMAGE_STORAGE=overlay, but ") and "holds vfs storage" in lines[0]
+    assert f"remove {tmp_path / 'old'}/storage or set GPULEDGER_IMAGE_CACHE" in lines[0]
+    assert (tmp_path / "old/storage/driver").read_text() == "vfs\n"  # the cache is left as it was
+    assert not (tmp_path / "records").exists() or not any((tmp_path / "records").iterdir())

@@ -1,9 +1,10 @@
 """The gpuledger image, built once per test session and run without a container daemon: buildah with
 its storage under .cache/image/ (git-ignored; overlay or vfs, as scripts/build-image.sh chose) and
 chroot isolation, which shares the host's network, so a server started in the container answers on
-the host's loopback and the host's PostgreSQL and API stand-in answer in there. tests/deploy/conftest.py makes the `image` and `container` fixtures of
-tests/deploy/test_image_build.py (the image itself) and test_image.py (every container of the
-manifests, run in it); tests/conftest.py keeps both files on one worker, so the image is built once."""
+the host's loopback and the host's PostgreSQL and API stand-in answer in there.
+tests/deploy/conftest.py makes the `image` and `container` fixtures of test_image_build.py (the image
+itself) and test_image.py (every container of the manifests, run in it); tests/conftest.py keeps
+both files on one worker, so the image is built once."""
 
 from __future__ import annotations
 
