@@ -94,6 +94,26 @@ def recover_dead_runs(instance, *, alive: Callable[[int, float], bool] = worker_
     return recovered
 
 
+def instance_error(exc: BaseException, home: str) -> str | None:
+    """One line for a Dagster instance whose database cannot be opened (PostgreSQL unreachable,
+    refused, or its schema half made), saying what to do; None for any other error."""
+    import sqlalchemy.exc
+
+    try:
+        from dagster_postgres.utils import DagsterPostgresException  # its retries given up
+    except ImportError:  # pragma: no cover - dagster-postgres comes with the pipelines extra
+        DagsterPostgresException = sqlalchemy.exc.SQLAlchemyError
+    if not isinstance(exc, (sqlalchemy.exc.SQLAlchemyError, DagsterPostgresException)):
+        return None
+    cause = exc.__cause__ if isinstance(exc, DagsterPostgresException) and exc.__cause__ else exc
+    first = (str(getattr(cause, "orig", None) or cause).strip().splitlines() or [""])[0]
+    return (f"the Dagster instance (DAGSTER_HOME={home}) could not open its database: {type(cause).__name__}: "
+            f"{first}. Its schema is made by `dagster instance migrate` before the daemon and the webserver "
+            "start (the pod's dagster-instance init container; gpuledger-migrate.service): run it once, then "
+            "start the daemon again; if the database is unreachable, check DAGSTER_PG_HOST, DAGSTER_PG_PORT "
+            "and the credentials")
+
+
 def daemon_argv(module: str = "gpuledger.pipelines.definitions") -> list[str]:
     """What the wrapper execs: ``dagster-daemon run -m MODULE`` from this environment's bin."""
     exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)) or shutil.which("dagster-daemon")

@@ -5,6 +5,7 @@ the command then names the extra to install)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Annotated
@@ -81,6 +82,17 @@ def daemon_command(
     except writer_guard.WriterRefused as exc:
         console.print(f"gpuledger pipelines daemon: {exc}", style="red", markup=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
-    with dg.DagsterInstance.get() as instance:
+    logging.disable(logging.WARNING)  # dagster-postgres's "Retrying failed database creation" lines
+    try:
+        instance = dg.DagsterInstance.get()
+    except Exception as exc:  # the instance's database errors become one line; anything else stays
+        line = recovery.instance_error(exc, os.environ["DAGSTER_HOME"])
+        if line is None:
+            raise
+        console.print(f"gpuledger pipelines daemon: {line}", style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    finally:
+        logging.disable(logging.NOTSET)
+    with instance:
         recovery.recover_dead_runs(instance, log=lambda line: console.print(line, markup=False, soft_wrap=True))
     recovery.exec_daemon(recovery.daemon_argv(module))

@@ -143,6 +143,9 @@ def test_one_writer_guarded_and_its_volume_kept(default):
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["GPULEDGER_STATEFULSET"] == "gpuledger", container["name"]
     assert spec["initContainers"][0]["args"] == ["warehouse", "migrate"]
+    # then Dagster's schema, by one process with the daemon's PostgreSQL secrets
+    assert spec["initContainers"][1]["command"] == ["dagster", "instance", "migrate"]
+    assert spec["initContainers"][1]["env"] == daemon["env"]
     # nothing the workload renders owns the namespace: uninstalling keeps it and the claim
     assert not [o for o in default if o["kind"] == "Namespace"]
     assert {o["metadata"].get("namespace") for o in default if o["kind"] not in ("ClusterRole", "ClusterRoleBinding")} \
@@ -224,7 +227,9 @@ def test_values_reach_the_objects():
                      "kueue.priorityClasses.enabled=true", "kueue.priorityClasses.funded=400000")
     images = {c["image"] for o in objects if o["kind"] in ("StatefulSet", "CronJob")
               for c in (o["spec"]["template"]["spec"] if o["kind"] == "StatefulSet"
-                        else o["spec"]["jobTemplate"]["spec"]["template"]["spec"])["containers"]}
+                        else o["spec"]["jobTemplate"]["spec"]["template"]["spec"]).get("initContainers", [])
+              + (o["spec"]["template"]["spec"] if o["kind"] == "StatefulSet"
+                 else o["spec"]["jobTemplate"]["spec"]["template"]["spec"])["containers"]}
     assert images == {f"ghcr.io/gpuledger/gpuledger@{digest}"}
     claim = _writer(objects)["spec"]["volumeClaimTemplates"][0]["spec"]
     assert claim["storageClassName"] == "fast-ssd" and claim["resources"]["requests"]["storage"] == "200Gi"

@@ -188,9 +188,13 @@ def test_every_container_runs_as_written_and_its_probes_answer(container, tmp_pa
         logs = tmp_path / "logs"
         logs.mkdir()
         try:
+            assert [c["name"] for c in spec["initContainers"]] == ["migrate", "dagster-instance"]
             for init in spec["initContainers"]:
                 proc = pod.start(init, logs / f"{init['name']}.log")
                 assert proc.wait(timeout=300) == 0, (logs / f"{init['name']}.log").read_text()
+            # Dagster's schema is made before its daemon and webserver start together (both creating
+            # it on an empty database failed one of them: "type asset_keys already exists")
+            assert {"runs", "event_logs", "jobs", "asset_keys"} <= pg.tables(), pg.tables()
             running = {c["name"]: (c, pod.start(c, logs / f"{c['name']}.log")) for c in spec["containers"]}
             deadline = time.monotonic() + 480
             for name, (written, proc) in running.items():

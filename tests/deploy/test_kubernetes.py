@@ -110,7 +110,15 @@ def test_one_writer_pod_holds_the_warehouse_volume(base):
     # every container of the pod mounts the one volume: flock serializes them on this kernel
     for container in spec["initContainers"] + spec["containers"]:
         assert any(m["name"] == "data" for m in container["volumeMounts"]), container["name"]
-    assert spec["initContainers"][0]["args"] == ["warehouse", "migrate"]  # migrations by one process
+    # migrations by one process each, before the containers start: the warehouse, then Dagster's
+    # schema in PostgreSQL (the daemon and the webserver creating it at once collide)
+    migrate, instance = spec["initContainers"]
+    assert migrate["args"] == ["warehouse", "migrate"]
+    assert instance["command"] == ["dagster", "instance", "migrate"]
+    daemon = next(c for c in spec["containers"] if c["name"] == "dagster-daemon")
+    assert instance["env"] == daemon["env"]  # the same DAGSTER_HOME and DAGSTER_PG_* secrets
+    assert {"DAGSTER_HOME", "DAGSTER_PG_HOST", "DAGSTER_PG_PASSWORD"} <= {e["name"] for e in instance["env"]}
+    assert instance["volumeMounts"] == daemon["volumeMounts"]  # dagster.yaml in DAGSTER_HOME
     # the enforcer, another pod, mounts the same claim only on the writer's node
     enforcer = one(base, "CronJob", "gpuledger-enforcer")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert enforcer["volumes"][0]["persistentVolumeClaim"]["claimName"] == "data-gpuledger-0"
@@ -274,8 +282,8 @@ def test_the_node_agent_and_the_writers_reader_run_as_written(overlay, tmp_path)
         assert agent.wait(timeout=120) == 0, (tmp_path / "agent.log").read_text()
         assert "2 polls" in (tmp_path / "agent.log").read_text()
         assert pod.probe(agents, agents["livenessProbe"])  # its node's spool file is fresh
-        for init in writer["initContainers"]:  # the schema first, as the pod does
-            assert pod.start(init, tmp_path / "migrate.log").wait(timeout=120) == 0
+        migrate = next(c for c in writer["initContainers"] if c["name"] == "migrate")
+        assert pod.start(migrate, tmp_path / "migrate.log").wait(timeout=120) == 0  # the schema first
         loop = pod.start(reader, tmp_path / "reader.log")  # --every 60s: its first read is at once
         deadline = time.monotonic() + 90
         while "node files" not in (tmp_path / "reader.log").read_text() and time.monotonic() < deadline:

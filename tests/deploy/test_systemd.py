@@ -18,12 +18,11 @@ BIN = Path(sys.executable).parent
 ANALYZE = shutil.which("systemd-analyze")
 
 
-def exec_starts() -> dict[str, list[str]]:
-    out = {}
-    for unit in sorted(UNITS.glob("*.service")):
-        line = next(x for x in unit.read_text().splitlines() if x.startswith("ExecStart="))
-        out[unit.name] = line.removeprefix("ExecStart=").split()
-    return out
+def exec_starts() -> dict[str, list[list[str]]]:
+    """Each unit's ExecStart lines, in order (a oneshot runs several)."""
+    return {unit.name: [x.removeprefix("ExecStart=").split() for x in unit.read_text().splitlines()
+                        if x.startswith("ExecStart=")]
+            for unit in sorted(UNITS.glob("*.service"))}
 
 
 @pytest.mark.skipif(ANALYZE is None, reason="no systemd-analyze on this machine")
@@ -41,12 +40,17 @@ def test_every_exec_start_is_an_installed_command_that_parses(tmp_path):
     assert set(starts) == {"gpuledger-migrate.service", "gpuledger-dagster-daemon.service",
                            "gpuledger-dagster-webserver.service", "gpuledger-scrape.service",
                            "gpuledger-dashboards.service", "gpuledger-metrics.service"}
-    for unit, argv in starts.items():
-        assert argv[0].startswith("/opt/gpuledger/bin/"), unit
-        local = [str(BIN / Path(argv[0]).name), *argv[1:]]
-        # the same options with --help: typer / click parse every option given before answering
-        done = subprocess.run([*local, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        assert done.returncode == 0, f"{unit}: {done.stderr[-2000:]}"
+    # the warehouse, then Dagster's schema, each by one process before the daemon and webserver
+    assert starts["gpuledger-migrate.service"] == [["/opt/gpuledger/bin/gpuledger", "warehouse", "migrate"],
+                                                   ["/opt/gpuledger/bin/dagster", "instance", "migrate"]]
+    assert all(len(lines) == 1 for unit, lines in starts.items() if unit != "gpuledger-migrate.service")
+    for unit, lines in starts.items():
+        for argv in lines:
+            assert argv[0].startswith("/opt/gpuledger/bin/"), unit
+            local = [str(BIN / Path(argv[0]).name), *argv[1:]]
+            # the same options with --help: typer / click parse every option given before answering
+            done = subprocess.run([*local, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+            assert done.returncode == 0, f"{unit}: {done.stderr[-2000:]}"
 
 
 def test_environment_file_names_what_the_code_reads():

@@ -74,6 +74,19 @@ class PostgresRig:
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv[:2])} failed: {done.stderr[-2000:]}")
 
+    def sql(self, statement: str) -> str:
+        """``statement`` run by psql in the database; its unaligned output."""
+        done = subprocess.run([str(pg_bindir() / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", USER,
+                               "-d", DB, "-At", "-v", "ON_ERROR_STOP=1", "-c", statement],
+                              capture_output=True, text=True, user=self.user, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"psql failed: {done.stderr[-2000:]}")
+        return done.stdout
+
+    def tables(self) -> set[str]:
+        """The tables of the database's public schema."""
+        return set(self.sql("select tablename from pg_tables where schemaname = 'public'").split())
+
     @property
     def env(self) -> dict[str, str]:
         """What deploy/kubernetes/base/dagster.yaml reads."""

@@ -6,6 +6,7 @@ The whole daemon, killed and restarted on PostgreSQL: tests/deploy/test_daemon_r
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +17,10 @@ import pytest
 from dagster._core.events import EngineEventData
 from dagster._core.test_utils import create_run_for_test
 from gpuledger.pipelines import recovery
+
+from tests.helpers.postgres_rig import PostgresRig, have_postgres
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _dead_pid() -> int:
@@ -89,3 +94,25 @@ def test_a_second_daemon_is_refused_while_one_holds_the_warehouse(tmp_path):
                              timeout=120, env={**env, "GPULEDGER_STATEFULSET": "gpuledger", "HOSTNAME": "gpuledger-1"})
     assert replica.returncode == 1
     assert "ordinal 1 of the StatefulSet gpuledger" in replica.stdout + replica.stderr
+
+
+@pytest.mark.skipif(not have_postgres(), reason="needs PostgreSQL (scripts/install-test-deps.sh)")
+def test_a_daemon_whose_database_cannot_be_opened_says_what_to_do_in_one_line(tmp_path):
+    """Dagster's schema half made by another process (as when a daemon and a webserver create it
+    at once on an empty database: a row type `asset_keys` exists, its table not): exit 1, one line
+    naming the error and the fix, not an internal error and not dagster-postgres's retry chatter.
+    (A database nobody listens on gives the same line with "OperationalError: ... Connection
+    refused", after dagster-postgres's 14 s of retries: not run here.)"""
+    home = tmp_path / "dagster"
+    home.mkdir()
+    shutil.copy(REPO / "deploy/kubernetes/base/dagster.yaml", home / "dagster.yaml")
+    with PostgresRig() as pg:
+        pg.sql("create type asset_keys as (x integer)")  # what the other creator left
+        env = {**os.environ, **pg.env, "DAGSTER_HOME": str(home), "GPULEDGER_WAREHOUSE": str(tmp_path / "w.duckdb")}
+        env.pop("GPULEDGER_STATEFULSET", None)
+        done = subprocess.run([str(Path(sys.executable).parent / "gpuledger"), "pipelines", "daemon"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 1, lines
+    assert len(lines) == 1 and lines[0].startswith("gpuledger pipelines daemon: the Dagster instance"), lines
+    assert '"asset_keys" already exists' in lines[0] and "`dagster instance migrate`" in lines[0], lines
