@@ -55,6 +55,7 @@ def test_a_killed_daemons_run_is_failed_and_retried_when_it_restarts(tmp_path):
         for name in ("GPULEDGER_CONFIG", "GPULEDGER_INGEST_MAX_RUNTIME_S", "GPULEDGER_STATEFULSET"):
             env.pop(name, None)
         log = tmp_path / "dagster.log"
+        rig.migrate_instance(env, log)
         web = rig.webserver(env, port, log)
         daemon = wrapper(env, log)
         gql = GraphQL(port)

@@ -53,6 +53,7 @@ def test_production_instance_survives_a_daemon_crash(tmp_path):
                "GPULEDGER_INGEST_MAX_RUNTIME_S": str(STUCK_MAX_RUNTIME_S)}
         env.pop("GPULEDGER_CONFIG", None)
         log = tmp_path / "dagster.log"
+        rig.migrate_instance(env, log)
         web = rig.webserver(env, port, log)
         daemon = rig.daemon(env, log)
         gql = GraphQL(port)

@@ -175,6 +175,16 @@ def start(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
         out.close()
 
 
+def migrate_instance(env: dict, log: Path) -> None:
+    """Dagster's schema made by one process first, as the deployments do (the StatefulSet's
+    dagster-instance init container, gpuledger-migrate.service): a webserver and a daemon making it
+    at once on an empty PostgreSQL collide ("type asset_keys already exists")."""
+    with open(log, "a") as out:
+        done = subprocess.run([str(BIN / "dagster"), "instance", "migrate"], cwd=REPO, env=env, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=300)
+    assert done.returncode == 0, log.read_text()[-3000:]
+
+
 def webserver(env: dict, port: int, log: Path) -> subprocess.Popen:
     return start([str(BIN / "dagster-webserver"), "-m", LOCATION_MODULE, "-h", "127.0.0.1", "-p", str(port)],
                  env, log)
