@@ -25,6 +25,7 @@ from gpuledger.enforce import scheduler_view as view
 from gpuledger.enforce import team_store
 
 from gpuledger import facts, warehouse
+from gpuledger.analytics.budget_outlook import with_outlook
 from gpuledger.config import load_config
 from gpuledger.config_store import policy_in_force
 from gpuledger.facts import data_now
@@ -425,9 +426,13 @@ def queue_reasons(tree: pl.DataFrame) -> pl.DataFrame:
 
 def budgets_latest(path: str, end: datetime) -> pl.DataFrame:
     """Budget burn per node and budget period as of the period's end (`gpuledger report budget`'s
-    answer, through the read model: _facts_at_the_end), by node and period start."""
+    answer, through the read model: _facts_at_the_end, with its runs_out and left_at_period_end),
+    by node and period start."""
     burn = _facts_at_the_end(path, end, "budget", "budgets_latest")
-    return burn.sort("node", "period_start") if burn.height else burn
+    if not burn.height:
+        return burn
+    # runs_out / left_at_period_end: as `gpuledger report budget` shows them (analytics.budget_outlook)
+    return with_outlook(burn, as_of=burn["as_of"][0]).sort("node", "period_start")
 
 
 def budget_history(path: str, node: str, period_start, end: datetime) -> pl.DataFrame:

@@ -33,7 +33,8 @@ if ctx is not None:
     ui.table(shown, {
         "node": "org node", "period_start": st.column_config.DateColumn("period from"),
         "period_end": st.column_config.DateColumn("period to"), "status": "status",
-        "remaining_gpu_hours": ui.norm_h("remaining"), "projected_exhaustion": ui.utc_col("runs out"),
+        "remaining_gpu_hours": ui.norm_h("remaining"), "runs_out": ui.utc_col("runs out"),
+        "left_at_period_end": ui.norm_h("left at period end"),
         "burn_gpu_hours_per_day": ui.number_col("burn (norm. GPU-h/day)"), "budget_gpu_hours": ui.norm_h("budget"),
         "consumed_gpu_hours": ui.norm_h("consumed"),
         "budget_own": st.column_config.CheckboxColumn("own budget")}, key="budget_table", download="budgets",
@@ -54,10 +55,11 @@ if ctx is not None:
             projection = pl.concat([projection, pl.DataFrame({"as_of": [end_at], "remaining_gpu_hours": [max(left, 0.0)]})])
         ui.chart(charts.burn_down(history, projection, float(row["budget_gpu_hours"]),
                                   f"{choice}: remaining budget"))
-        ex = row["projected_exhaustion"]
+        ex = row["runs_out"]
         st.caption(f"Solid: remaining budget at each daily snapshot; dashed: the 7-day burn rate carried forward "
-                   f"({'runs out ' + f'{ex:%Y-%m-%d}' if ex else 'never runs out at this rate'}; period ends "
-                   f"{row['period_end']:%Y-%m-%d}).")
+                   f"({'runs out ' + f'{ex:%Y-%m-%d}' if ex else 'lasts the period at this rate'}; period ends "
+                   f"{row['period_end']:%Y-%m-%d} with {row['left_at_period_end']:,.1f} normalised GPU-h left "
+                   "at this rate).")
         st.markdown(
             f"**When {choice} runs out:** its jobs become *unfunded*. They keep running while GPUs would "
             "otherwise idle, but they lose the protection of their minimum runtime, enforcement lowers their "

@@ -101,7 +101,8 @@ if ctx is not None:
 
     st.subheader("Budget")
     ui.table(mine, {"node": "org node", "status": "status", "remaining_gpu_hours": ui.norm_h("left"),
-                    "projected_exhaustion": ui.utc_col("runs out", "YYYY-MM-DD"),
+                    "runs_out": ui.utc_col("runs out", "YYYY-MM-DD"),
+                    "left_at_period_end": ui.norm_h("left at period end"),
                     "burn_gpu_hours_per_day": ui.number_col("burn (norm. GPU-h/day)"),
                     "budget_gpu_hours": ui.norm_h("budget"), "consumed_gpu_hours": ui.norm_h("consumed")},
              key="team_budget")

@@ -68,6 +68,10 @@ class Rows:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def rows(self) -> list[tuple]:
+        """The rows, tuples in ``columns`` order."""
+        return list(self._rows)
+
     def __getitem__(self, name: str) -> Column:
         at = self.columns.index(name)
         return Column(row[at] for row in self._rows)

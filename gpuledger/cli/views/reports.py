@@ -50,15 +50,19 @@ BUDGET = View(
         Column("period_end", "period end\n(exclusive)", "date", default=False),
         _h("budget_gpu_hours", "budget\nnGPU-h"),
         Column("budget_own", "own\nbudget", "bool", default=False),
-        _h("consumed_gpu_hours", "consumed\nnGPU-h"),
+        _h("consumed_gpu_hours", "consumed\nnGPU-h", default=False),  # budget - remaining; 80 columns
         _h("remaining_gpu_hours", "remaining\nnGPU-h"),
         _h("burn_gpu_hours_per_day", "burn\nnGPU-h/d"),
         _h("unweighted_gpu_hours", f"unweighted\n{GPU_H}", default=False),
         Column("unweighted_models", "unweighted\nmodels", default=False),
-        Column("projected_exhaustion", "exhausts\n(UTC)", "date"),
+        Column("projected_exhaustion", "exhausts at\nthis rate (UTC)", "date", default=False),
+        Column("runs_out", "runs out\n(UTC)", "date"),
+        _h("left_at_period_end", "left at\nperiod end"),
         Column("status", "status"),
     ),
     notes=(("", NORM_LEGEND), ("budget_own", OWN_LEGEND),
+           ("runs_out", ("runs out: at the 7-day burn rate, before its period ends (blank: it lasts the period); "
+                         "left at period end: what that rate leaves unspent")),
            ("unweighted_gpu_hours", "unweighted: GPU-hours of models the rate card has no weight for, counted at 1")),
 )
 
