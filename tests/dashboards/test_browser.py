@@ -68,14 +68,24 @@ def not_blank(png: bytes) -> tuple[int, float]:
     return len(set(pixels)), sum(p != background for p in pixels) / len(pixels)
 
 
-def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser, tmp_path):
-    # /what-if reads reports/whatif/*.json under the server's folder (GPULEDGER_WHATIF_DIR's default)
-    (tmp_path / "reports" / "whatif").mkdir(parents=True)
-    run_cli(dashboard_warehouse, "whatif", "schedule", "--format", "json", "--out", str(tmp_path / "reports" / "whatif" / "schedule.json"),
-            "--no-progress")
-    server = Server(dashboard_warehouse, tmp_path)
+@pytest.fixture(scope="module")
+def local_server(dashboard_warehouse, tmp_path_factory):
+    """One local-mode server (no sign-in) for the tests that only read pages: a Streamlit start and
+    its first page loads paid once. /what-if reads reports/whatif/*.json under the server's folder
+    (GPULEDGER_WHATIF_DIR's default)."""
+    folder = tmp_path_factory.mktemp("local-server")
+    (folder / "reports" / "whatif").mkdir(parents=True)
+    run_cli(dashboard_warehouse, "whatif", "schedule", "--format", "json",
+            "--out", str(folder / "reports" / "whatif" / "schedule.json"), "--no-progress")
+    server = Server(dashboard_warehouse, folder)
+    yield server
+    server.stop()
+
+
+def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser, local_server, tmp_path):
+    server = local_server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
         for path, title in PAGES.items():
             page.goto(f"{server.url}/{path}")
             settled(page)
@@ -105,7 +115,7 @@ def test_every_page_in_chromium_draws_without_error(dashboard_warehouse, browser
             page.wait_for_selector("[data-testid=glChart] svg.marks", timeout=60_000)
             assert page.locator("[data-testid=stVegaLiteChart]").count() == 0
     finally:
-        server.stop()
+        page.close()
 
 
 def _provider(tmp_path: Path) -> tuple[subprocess.Popen, str]:
@@ -303,12 +313,12 @@ KEY_COLUMNS = {
 }
 
 
-def test_key_columns_are_visible_at_1400_px_without_scrolling(dashboard_warehouse, browser, tmp_path):
+def test_key_columns_are_visible_at_1400_px_without_scrolling(dashboard_warehouse, browser, local_server):
     """The data grid draws only the columns in view (its accessible table lists just those): each
     page has a table showing all of its key columns at 1,400 px before any sideways scroll."""
-    server = Server(dashboard_warehouse, tmp_path)
+    server = local_server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
         for path, wanted in KEY_COLUMNS.items():
             page.goto(f"{server.url}/{path}")
             settled(page)
@@ -325,7 +335,7 @@ def test_key_columns_are_visible_at_1400_px_without_scrolling(dashboard_warehous
                 drawn = [t for t in _cells(page) if " vs usage " in t]
                 assert drawn and check_queue_sentences(drawn, _snapshot(dashboard_warehouse)) >= len(drawn)
     finally:
-        server.stop()
+        page.close()
 
 
 def _snapshot(rig):
