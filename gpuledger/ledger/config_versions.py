@@ -366,7 +366,7 @@ def ensure_config(con: duckdb.DuckDBPyConnection, cfg: Config, *, source: str | 
     current = stored_config(con)
     if current is None:
         return load_version(con, cfg, source=source, by=by).version
-    if current.content_sha256 != fingerprint(cfg):
+    if not same_content(current, fingerprint(cfg)):
         raise ConfigMismatch(
             f"this config differs from the warehouse's {current.describe()}; load it first with "
             "`gpuledger config load --config FILE` (it prints what changes)"

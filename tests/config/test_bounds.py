@@ -49,7 +49,7 @@ def test_a_version_hashed_by_an_older_release_is_the_same_content_after_an_upgra
     the stored text is read again, so the same file is neither refused as different nor stored twice."""
     from gpuledger import warehouse
     from gpuledger.config import parse_config_text
-    from gpuledger.ledger.config_versions import config_in_force, load_version
+    from gpuledger.ledger.config_versions import config_in_force, ensure_config, load_version
 
     text = _config(price='"2.50"')
     path = tmp_path / "gpuledger.yaml"
@@ -60,3 +60,5 @@ def test_a_version_hashed_by_an_older_release_is_the_same_content_after_an_upgra
         con.execute("UPDATE config_versions SET content_sha256 = repeat('0', 64)")  # as the older release hashed it
         assert config_in_force(con, path, write=False).version == 1  # not refused as "differs"
         assert load_version(con, parse_config_text(text), text=text, source=str(path)).added is False
+        # nor by the simulator's writer (`simulate warehouse`, `make demo` again after an upgrade)
+        assert ensure_config(con, parse_config_text(text)) == 1
