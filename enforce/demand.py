@@ -15,7 +15,7 @@ from datetime import datetime
 from gpuledger.enforce.bands import on_top, quick_band
 from gpuledger.enforce.candidates import Preemptible, whole_gpus
 from gpuledger.enforce.model import PREEMPT, WAITING, Action, JobFacts, Situation
-from gpuledger.enforce.rails import act, fmt, lost_minutes, own_project_words
+from gpuledger.enforce.rails import act, fmt, gpus, lost_minutes, own_project_words
 
 Key = tuple[str, str]
 Pool = tuple[str, "str | None"]
@@ -109,15 +109,15 @@ def unserved(w: JobFacts, need: float, could_go: float | None, held: tuple[int, 
     (``fresh``: the first, highest waiting job it ranks below). ``could_go``: the GPUs of the
     candidates that may go (None: there are none); ``held``: how many others are held back, and why
     the first of them is."""
-    why = (f"the {could_go:g} GPU(s) that could go would not free the {need:g} it needs"
+    why = (f"the {gpus(could_go)} GPU(s) that could go would not free the {gpus(need)} it needs"
            if could_go is not None else "no running job below it may be preempted for it")
     if held[0]:
         why += f" ({held[0]} other job(s) held back: {held[1]})"
-    notes[w.key].append(f"waits for {w.gpus:g} {w.gpu_model or 'GPU(s) of any model'} "
-                        f"({need:g} not idle); nothing is preempted for it: {why}")
+    notes[w.key].append(f"waits for {gpus(w.gpus)} {w.gpu_model or 'GPU(s) of any model'} "
+                        f"({gpus(need)} not idle); nothing is preempted for it: {why}")
     for c in fresh:
-        notes[c.key].append(f"ranks below waiting {words}, but preempting all {could_go or 0:g} GPU(s) "
-                            f"that could go would not free the {need:g} it needs")
+        notes[c.key].append(f"ranks below waiting {words}, but preempting all {gpus(could_go or 0)} GPU(s) "
+                            f"that could go would not free the {gpus(need)} it needs")
 
 
 def take_freed(chosen: list[JobFacts], pools: list[Pool], need: float, cap: Capacity) -> None:
@@ -143,9 +143,9 @@ def demand_actions(w: JobFacts, chosen: list[JobFacts], missing: float, words: s
                                              f"(protected until {fmt(c.protected_until)})")
         else:
             rule, why = "unfunded-burst", f"unfunded ({c.unfunded_reason or 'not funded'}), running on burst"
-        reason = (f"{why}; holds {c.gpus:g} {c.gpu_model or ''} GPU(s) that {words} "
+        reason = (f"{why}; holds {gpus(c.gpus)} {c.gpu_model or ''} GPU(s) that {words} "
                   f"(project {w.project}, priority {w_priority}) is waiting for "
-                  f"(needs {w.gpus:g}, {w.gpus - missing:g} idle); "
+                  f"(needs {gpus(w.gpus)}, {gpus(w.gpus - missing)} idle); "
                   f"this job's priority is {targets[c.key][0]}")
         out.append((act(PREEMPT, c, reason, rule, policy, serves=serving(w, words),
                         figures={"priority": targets[c.key][0], "waiting_job": w.job_id,

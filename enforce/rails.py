@@ -15,6 +15,12 @@ def fmt(t: datetime | None) -> str:
     return "-" if t is None else f"{t:%Y-%m-%d %H:%M}Z"
 
 
+def gpus(x: float) -> str:
+    """A GPU count as people read it: to 3 decimals (a MIG slice of 1/7 is 0.143), float sums'
+    noise gone (2/7 - 2/7 left as 2.8e-14 reads 0; -0.0 reads 0)."""
+    return f"{round(x, 3) + 0.0:g}"
+
+
 def exemption(job: JobFacts, policy) -> str | None:
     """Why the job may never be preempted (and sits on top), or None."""
     if job.namespace and job.namespace in policy.exempt_namespaces:
@@ -49,7 +55,7 @@ def quick_lane(job: JobFacts, policy) -> str | None:
         short = f"time limit {job.time_limit_s // 60} min"
     else:
         return None
-    return f"quick lane: {job.gpus:g} GPU, {short} (at most {lane.max_gpus:g} GPU, {lane.max_minutes:g} min)"
+    return f"quick lane: {gpus(job.gpus)} GPU, {short} (at most {gpus(lane.max_gpus)} GPU, {lane.max_minutes:g} min)"
 
 
 def squatting_exemption(job: JobFacts, situation: Situation) -> str | None:

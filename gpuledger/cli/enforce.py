@@ -355,7 +355,8 @@ def replay(
     """What the policy would have done over past data, cycle by cycle, as a dry run: the warnings it
     issues are kept in memory (so a squatter's warning is followed by its preemption) and nothing is
     recorded or sent. Prints each squatter's warn and preempt the first cycle it is planned, then a
-    summary. Past data does not react to the plans: a preempted job stays in it."""
+    summary. Past data does not react to the plans: a preempted job stays in it, so after its first
+    preemption nothing more is printed for it (the plan had stopped it)."""
     from datetime import timedelta
 
     from gpuledger.cli.options import check_range
@@ -433,6 +434,7 @@ class _ReplayTally:
         self.show_all = show_all
         self.cycles = self.planned = 0
         self.seen: set[tuple] = set()
+        self.stopped: set[tuple] = set()  # jobs whose preemption was printed: the plan stopped them
         self.warned, self.preempted, self.squatters, self.demand, self.exempt_running = (set() for _ in range(5))
 
     def record(self, at: datetime, situation, actions, rails) -> None:
@@ -450,9 +452,11 @@ class _ReplayTally:
                 self.demand.add(key)
                 if not self.show_all and key not in self.squatters:
                     continue
-            if (*key, a.action, a.stage, a.rule) in self.seen:
+            if (*key, a.action, a.stage, a.rule) in self.seen or key in self.stopped:
                 continue
             self.seen.add((*key, a.action, a.stage, a.rule))
+            if a.action == "preempt":
+                self.stopped.add(key)
             what = a.action + (f" ({a.mode})" if a.mode else f" ({a.stage})" if a.stage else "")
             typer.echo(f"{at:%Y-%m-%d %H:%M}Z  {what:<24} {a.cluster}/{a.job_id} {names.get(key) or ''} "
                        f"[{a.project}, {a.kind}]: {a.reason}")

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 from gpuledger.enforce.model import Finding, JobFacts, JobHistory, Situation, Warning
 from gpuledger.enforce.policy import decide
+from gpuledger.enforce import rails
 
 from gpuledger.config import EnforcementPolicy
 
@@ -239,6 +240,18 @@ def test_unfunded_burst_is_preempted_only_when_funded_work_waits_for_its_gpus():
     (pre,) = by_job(actions, "preempt")["burst"]
     assert pre.rule == "unfunded-burst" and pre.figures["waiting_job"] == "want"
     assert "holds 8 H100 GPU(s) that funded job want (project p3, priority 501000)" in pre.reason
+
+
+def test_gpu_counts_in_reasons_read_as_people_write_them():
+    # a MIG 2g.20gb slice is 2/7 of an H100: 0.285714... shows as 0.286; what float sums leave of
+    # "nothing" (2/7 - (1/7 + 1/7) = 2.8e-14 here, or -0.0) shows as 0; whole counts stay whole
+    assert rails.gpus(2 / 7) == "0.286" and rails.gpus(1 / 7) == "0.143"
+    assert rails.gpus(2 / 7 - (1 / 7 + 1 / 7)) == "0" and rails.gpus(-0.0) == "0"
+    assert rails.gpus(8) == "8" and rails.gpus(0.5) == "0.5"
+    burst = job("burst", "p1", gpus=2 / 7)
+    waiting = job("want", "p3", running=False, funded=True, gpus=2 / 7, submit_time=NOW - H)
+    (pre,) = by_job(decide(situation([burst, waiting]), policy()), "preempt")["burst"]
+    assert "holds 0.286 H100 GPU(s) that funded job want" in pre.reason and "(needs 0.286, 0 idle)" in pre.reason
 
 
 def test_idle_gpus_serve_waiting_work_before_any_preemption():
