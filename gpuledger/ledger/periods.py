@@ -192,13 +192,15 @@ NO_DATA_NOTE = ("no data: no GPU sample and no job allocated in {period}; any id
 
 def state_notes(con: duckdb.DuckDBPyConnection, period: str, lines: pl.DataFrame, notes: list[str]) -> list[str]:
     """``notes`` (chargeback.statement_notes) with the month's state stated first, as every
-    statement file states it; chargeback's "lines change as data arrives" only for an open month.
-    Periods other than a calendar month are never closed: their notes stand."""
+    statement file states it. The state's sentence says what chargeback's "provisional" note says
+    (data through when, capacity billed to it, lines change as data arrives; or, closed, that they
+    do not), so that note is not repeated under it. Periods other than a calendar month are never
+    closed: their notes stand."""
     if not re.fullmatch(r"\d{4}-\d{2}", period.strip()):
         return notes
     _, end = month_bounds(period.strip())
     state = period_state(con, period.strip(), lines)
-    kept = [n for n in notes if not (state.closed and n.startswith("provisional"))]
+    kept = [n for n in notes if not n.startswith("provisional")]
     head = [f"period {period.strip()}: {state.sentence(end)}"]
     if no_data(con, period.strip(), lines):
         head.append(NO_DATA_NOTE.format(period=period.strip()))

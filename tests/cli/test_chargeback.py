@@ -60,8 +60,15 @@ def test_unpriced_hours_warn_on_stderr_in_one_line(small):
 
 def test_a_period_not_over_says_so_under_the_table(small):
     result = _run("report", "chargeback", "--period", "2026-11", "--now", "2026-11-02T12:00", "--warehouse", str(small))
-    assert "provisional: the period runs to 2026-12-01 00:00 UTC and the data to 2026-11-02 12:00" in " ".join(
-        result.stdout.split())
+    said = " ".join(result.stdout.split())
+    assert ("period 2026-11: provisional (open, not yet closed): data through 2026-11-02 12:00 UTC of a month "
+            "ending 2026-12-01 00:00 UTC") in said
+    assert said.count("lines change as data arrives") == 1  # said once, not again by chargeback's own note
+    # a range that is no calendar month has no state of its own: chargeback's note says it
+    days = _run("report", "chargeback", "--period", "2026-11-01..2026-11-05", "--now", "2026-11-02T12:00",
+                "--warehouse", str(small))
+    assert "provisional: the period runs to 2026-11-05 00:00 UTC and the data to 2026-11-02 12:00" in " ".join(
+        days.stdout.split())
 
 
 def test_retire_gpu_ends_its_capacity(small):
