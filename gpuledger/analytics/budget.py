@@ -14,16 +14,18 @@ added twice.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 
 import polars as pl
 
 from gpuledger.analytics.allocations import DEFAULT_TIER
 from gpuledger.analytics.attribution import allocated_pieces
 from gpuledger.analytics.collect import ENGINE
+from gpuledger.analytics.intervals import HOUR
 from gpuledger.analytics.tree import Tree, closure
 
 BURN_WINDOW = timedelta(days=7)
+DAY = timedelta(days=1)
 MIN_RUNTIME_CAP = timedelta(hours=8)
 
 
@@ -79,7 +81,7 @@ def budget_burn(
         return _without_consumption(nodes.lazy())
     start = datetime.combine(nodes["period_start"].min(), datetime.min.time())
     use = project_hourly_use(job_allocations, gpus, jobs, rate_card, start=start, as_of=as_of,
-                             default_tier=default_tier)
+                             default_tier=default_tier, every=piece_length(rate_card, start=start, as_of=as_of))
     consumed = consumed_per_node(nodes.lazy(), clo, use, burn_start=as_of - burn_window)
     return burn_status(nodes.lazy(), consumed, as_of=as_of, burn_window=burn_window)
 
@@ -140,14 +142,28 @@ def _without_consumption(nodes: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def piece_length(rate_card: pl.LazyFrame, *, start: datetime, as_of: datetime) -> timedelta:
+    """How long budget burn's pieces may be and stay exact: a UTC day when every rate-card weight
+    that takes effect inside (start, as_of) does so at midnight (a piece is weighed as of its start,
+    and no weight changes inside a day), else an hour (weights as of each hour, as always). Budget
+    periods start and end at midnight, and the burn window's start is weighed by each piece's
+    overlap, which is exact for any length: a piece is one allocation held the same all along. Day
+    pieces read a month at 4,096 GPUs in a third of the time (BENCHMARKS.md, issue 41)."""
+    changes = (rate_card.select(pl.col("effective_from").cast(pl.Datetime("us")))
+               .filter((pl.col("effective_from") > start) & (pl.col("effective_from") < as_of))
+               .collect(engine=ENGINE)["effective_from"].to_list())
+    return DAY if all(t.time() == time(0) for t in changes) else HOUR
+
+
 def project_hourly_use(job_allocations: pl.LazyFrame, gpus: pl.LazyFrame, jobs: pl.LazyFrame,
                        rate_card: pl.LazyFrame, *, start: datetime, as_of: datetime,
-                       default_tier: str) -> pl.LazyFrame:
-    """Per project and hourly piece in [start, as_of): gpu_hours_normalized, and the allocated
-    GPU-hours the rate card could not weigh (``_unweighted``) with their models (``_models``)."""
+                       default_tier: str, every: timedelta = HOUR) -> pl.LazyFrame:
+    """Per project and piece (an hour, or ``every``: :func:`piece_length`) in [start, as_of):
+    gpu_hours_normalized, and the allocated GPU-hours the rate card could not weigh
+    (``_unweighted``) with their models (``_models``)."""
     pieces = weighted_pieces(
         allocated_pieces(job_allocations, gpus, now=as_of, start=start, end=as_of, jobs=jobs,
-                         default_tier=default_tier), rate_card
+                         default_tier=default_tier, every=every), rate_card
     ).join(jobs.select("cluster", "job_id", "project"), on=["cluster", "job_id"], how="left")
     return pieces.group_by("project", "piece_start", "piece_end").agg(
         pl.col("gpu_hours_normalized").sum(),
@@ -166,7 +182,8 @@ def consumed_per_node(nodes: pl.LazyFrame, clo: pl.LazyFrame, use: pl.LazyFrame,
         .filter(pl.col("piece_start") >= _DAY_START)
         .filter(pl.col("piece_start") < pl.col("period_end").cast(pl.Datetime("us")))
     )
-    # Pieces are hour-grained; the burn window start may cut one, so weight by the overlap.
+    # A piece (an hour or a day) is one allocation held the same all along: the burn window's start
+    # may cut one, and weighting it by the overlap is exact.
     overlap = (
         (pl.col("piece_end") - pl.max_horizontal(pl.col("piece_start"), pl.lit(burn_start), _DAY_START))
         .dt.total_microseconds().clip(lower_bound=0)
