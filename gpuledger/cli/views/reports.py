@@ -120,7 +120,10 @@ SQUATTERS = View(
         Column("exempt", "exempt", "bool", default=False),
         Column("exempt_reason", "exempt because", default=False),
     ),
-    notes=(("fb_used_bytes_idle", "memory = GPU memory held on the idle GPUs, GiB = 2^30 bytes"),),
+    notes=(("gpus_idle", "GPUs count devices: a MIG slice or a shared GPU is one"),
+           ("gpu_hours_idle", ("wasted GPU-h = idle hours × each device's share of a GPU "
+                               "(a 1g.10gb MIG slice is 1/7)")),
+           ("fb_used_bytes_idle", "memory = GPU memory held on the idle GPUs, GiB = 2^30 bytes")),
 )
 
 _CHARGE_TAIL = (
