@@ -25,10 +25,9 @@ from gpuledger.enforce import scheduler_view as view
 from gpuledger.enforce import team_store
 
 from gpuledger import facts, warehouse
-from gpuledger.analytics.budget_outlook import with_outlook
 from gpuledger.config import load_config
 from gpuledger.config_store import policy_in_force
-from gpuledger.facts import data_now
+from gpuledger.facts import data_now, with_outlook
 from gpuledger.ledger.config_versions import config_in_force as in_force
 from gpuledger.rules import activity
 from gpuledger.rules.billing import billed
@@ -431,7 +430,7 @@ def budgets_latest(path: str, end: datetime) -> pl.DataFrame:
     burn = _facts_at_the_end(path, end, "budget", "budgets_latest")
     if not burn.height:
         return burn
-    # runs_out / left_at_period_end: as `gpuledger report budget` shows them (analytics.budget_outlook)
+    # runs_out / left_at_period_end: as `gpuledger report budget` shows them (facts.budget_outlook)
     return with_outlook(burn, as_of=burn["as_of"][0]).sort("node", "period_start")
 
 

@@ -97,7 +97,7 @@ def recover_dead_runs(instance, *, alive: Callable[[int, float], bool] = worker_
 def instance_error(exc: BaseException, home: str) -> str | None:
     """One line for a Dagster instance whose database cannot be opened (PostgreSQL unreachable,
     refused, or its schema half made), saying what to do; None for any other error."""
-    import sqlalchemy.exc
+    import sqlalchemy.exc  # lazy: Dagster's dependency (gpuledger[pipelines]), as dagster below
 
     try:
         from dagster_postgres.utils import DagsterPostgresException  # its retries given up

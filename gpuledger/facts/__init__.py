@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 
 from gpuledger.config_store import stored_config, stored_config_in_force
+from gpuledger.facts.budget_outlook import with_outlook  # noqa: F401 - the readers' budget columns, for the CLI
 from gpuledger.facts.rows import Rows, as_polars
 from gpuledger.sql import load_sql
 

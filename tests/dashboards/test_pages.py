@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from gpuledger import warehouse
 from gpuledger.analytics import queries as query_layer
-from gpuledger.analytics.budget_outlook import with_outlook
+from gpuledger.facts.budget_outlook import with_outlook
 from gpuledger.config import DashboardAccess
 from gpuledger.ledger.periods import statement_lines
 from tests.helpers.dashboard_rig import APP, LEADS, run_cli
@@ -171,7 +171,7 @@ def test_budgets_equal_the_analytics(on_rig):
     assert table["node"].to_list() == want["node"].to_list()
     for got, w in zip(table["consumed_gpu_hours"], want["consumed_gpu_hours"], strict=True):
         assert got == pytest.approx(float(w), abs=1e-9)
-    # runs out only inside the period; what the burn rate leaves at its end (analytics.budget_outlook)
+    # runs out only inside the period; what the burn rate leaves at its end (facts.budget_outlook)
     outlook = with_outlook(want, as_of=now)
     assert table["runs_out"].to_list() == outlook["runs_out"].to_list()
     assert table["left_at_period_end"].to_list() == pytest.approx(outlook["left_at_period_end"].to_list(), abs=1e-6)

@@ -207,9 +207,7 @@ def budget(
     if jobs:
         show_frame(frame, fmt, out, "job funding (UTC)", reports.FUNDING, wide, columns)
     else:
-        from gpuledger.analytics.budget_outlook import with_outlook
-
-        show_frame(with_outlook(answer.table, as_of=answer.as_of), fmt, out,
+        show_frame(facts.with_outlook(answer.table, as_of=answer.as_of), fmt, out,
                    f"budget burn as of {answer.as_of:%Y-%m-%d %H:%M} (normalised GPU-hours, UTC)", reports.BUDGET,
                    wide, columns)
         _say_if_computed(answer, "budget burn")

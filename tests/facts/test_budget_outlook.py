@@ -1,4 +1,4 @@
-"""A budget as a reader plans with it (analytics.budget_outlook): the projected exhaustion shown only
+"""A budget as a reader plans with it (facts.budget_outlook): the projected exhaustion shown only
 inside the period, and what the burn rate leaves at the period's end. Hand-derived: November's
 period [2026-11-01, 2026-12-01), as of 2026-11-21 00:00, so 10 days are left."""
 
@@ -9,7 +9,7 @@ from datetime import date, datetime, timedelta
 import polars as pl
 import pytest
 
-from gpuledger.analytics.budget_outlook import with_outlook
+from gpuledger.facts.budget_outlook import with_outlook
 from gpuledger.facts.rows import Rows
 
 AS_OF = datetime(2026, 11, 21)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from datetime import date, datetime, time
 
+from gpuledger.facts.rows import Rows
+
 OUTLOOK = {"runs_out": "Datetime", "left_at_period_end": "Float64"}
 
 
@@ -46,13 +48,11 @@ def with_outlook(table, *, as_of: datetime):
                    strict=True))
     at = cols.index("projected_exhaustion") + 1
     order = [*cols[:at], *OUTLOOK, *cols[at:]]
-    from gpuledger.facts.rows import Rows
-
     if isinstance(table, Rows):
         types = {c: table.schema[c].name for c in cols}
         rows = [(*row[:at], *extra, *row[at:]) for row, extra in zip(table.rows(), out, strict=True)]
         return Rows(rows, {c: OUTLOOK.get(c) or types[c] for c in order})
-    import polars as pl  # a DataFrame came: polars is loaded already
+    import polars as pl  # lazy: materialized Rows are printed without polars; a DataFrame came, so it is loaded
 
     return table.with_columns(
         pl.Series("runs_out", [o[0] for o in out], dtype=pl.Datetime("us")),
