@@ -47,12 +47,11 @@ if ctx is not None:
         row = with_budget.filter(pl.col("node") == choice).row(0, named=True)
         history = ui.budget_history(ctx.path, choice, row["period_start"], ctx.end)
         projection = pl.DataFrame({"as_of": [row["as_of"]], "remaining_gpu_hours": [row["remaining_gpu_hours"]]})
-        period_end = datetime.combine(row["period_end"], time())
-        if row["projected_exhaustion"] is not None or row["burn_gpu_hours_per_day"]:
-            # drawn to exhaustion or to the period's end, whichever comes first
-            end_at = min(row["projected_exhaustion"] or period_end, period_end)
-            left = row["remaining_gpu_hours"] - (row["burn_gpu_hours_per_day"] or 0) * (end_at - row["as_of"]).total_seconds() / 86400
-            projection = pl.concat([projection, pl.DataFrame({"as_of": [end_at], "remaining_gpu_hours": [max(left, 0.0)]})])
+        if row["burn_gpu_hours_per_day"]:
+            # drawn to where it runs out inside the period (0 left), else to the period's end (what is left then)
+            end_at = row["runs_out"] or datetime.combine(row["period_end"], time())
+            projection = pl.concat([projection, pl.DataFrame({"as_of": [end_at],
+                                                              "remaining_gpu_hours": [row["left_at_period_end"]]})])
         ui.chart(charts.burn_down(history, projection, float(row["budget_gpu_hours"]),
                                   f"{choice}: remaining budget"))
         ex = row["runs_out"]

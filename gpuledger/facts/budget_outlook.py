@@ -40,21 +40,21 @@ def with_outlook(table, *, as_of: datetime):
     ``left_at_period_end`` after ``projected_exhaustion``, as of ``as_of`` (or the row's own
     ``as_of`` where the table has one: a daily snapshot)."""
     cols = table.columns
-    own = table["as_of"].to_list() if "as_of" in cols else [as_of] * table.height
-    ends, left = table["period_end"].to_list(), table["remaining_gpu_hours"].to_list()
-    burns, projected = table["burn_gpu_hours_per_day"].to_list(), table["projected_exhaustion"].to_list()
-    out = list(zip([runs_out(p, e) for p, e in zip(projected, ends, strict=True)],
-                   [left_at_period_end(r, b, e, a) for r, b, e, a in zip(left, burns, ends, own, strict=True)],
-                   strict=True))
+    moments = table["as_of"].to_list() if "as_of" in cols else [as_of] * table.height
+    ends = table["period_end"].to_list()
+    out = runs, left = (
+        [runs_out(p, e) for p, e in zip(table["projected_exhaustion"].to_list(), ends, strict=True)],
+        [left_at_period_end(r, b, e, a) for r, b, e, a in zip(table["remaining_gpu_hours"].to_list(),
+                                                            table["burn_gpu_hours_per_day"].to_list(), ends, moments,
+                                                            strict=True)],
+    )
     at = cols.index("projected_exhaustion") + 1
     order = [*cols[:at], *OUTLOOK, *cols[at:]]
     if isinstance(table, Rows):
         types = {c: table.schema[c].name for c in cols}
-        rows = [(*row[:at], *extra, *row[at:]) for row, extra in zip(table.rows(), out, strict=True)]
+        rows = [(*row[:at], *extra, *row[at:]) for row, extra in zip(table.rows(), zip(*out, strict=True), strict=True)]
         return Rows(rows, {c: OUTLOOK.get(c) or types[c] for c in order})
     import polars as pl  # lazy: materialized Rows are printed without polars; a DataFrame came, so it is loaded
 
-    return table.with_columns(
-        pl.Series("runs_out", [o[0] for o in out], dtype=pl.Datetime("us")),
-        pl.Series("left_at_period_end", [o[1] for o in out], dtype=pl.Float64),
-    ).select(order)
+    return table.with_columns(pl.Series("runs_out", runs, dtype=pl.Datetime("us")),
+                              pl.Series("left_at_period_end", left, dtype=pl.Float64)).select(order)

@@ -4,6 +4,8 @@ period [2026-11-01, 2026-12-01), as of 2026-11-21 00:00, so 10 days are left."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import date, datetime, timedelta
 
 import polars as pl
@@ -48,6 +50,14 @@ def test_materialized_rows_get_the_same_outlook_without_polars():
     rows = with_outlook(_rows(), as_of=AS_OF)
     assert isinstance(rows, Rows)
     assert rows.to_polars().equals(with_outlook(_rows().to_polars(), as_of=AS_OF))
+    # the CLI's materialized path: Rows in, Rows out, and polars never loaded on the way
+    probe = ("import sys; from datetime import date, datetime; from gpuledger.facts import with_outlook, Rows; "
+             "r = Rows([('n', date(2026, 12, 1), 100.0, 5.0, datetime(2026, 12, 11), 'funded')], "
+             f"{SCHEMA!r}); out = with_outlook(r, as_of=datetime(2026, 11, 21)); "
+             "print(out['left_at_period_end'].to_list(), 'polars' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[50.0]", "False"]  # 100 - 5 x 10 days, as test 1 derives
 
 
 def test_a_snapshot_row_is_read_as_of_its_own_moment():
