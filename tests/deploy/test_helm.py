@@ -225,11 +225,9 @@ def test_values_reach_the_objects():
                      "metrics.serviceMonitor.additionalLabels.release=kube-prometheus-stack",
                      "metrics.prometheusRule.enabled=true", "metrics.prometheusRule.additionalLabels.release=kps",
                      "kueue.priorityClasses.enabled=true", "kueue.priorityClasses.funded=400000")
-    images = {c["image"] for o in objects if o["kind"] in ("StatefulSet", "CronJob")
-              for c in (o["spec"]["template"]["spec"] if o["kind"] == "StatefulSet"
-                        else o["spec"]["jobTemplate"]["spec"]["template"]["spec"]).get("initContainers", [])
-              + (o["spec"]["template"]["spec"] if o["kind"] == "StatefulSet"
-                 else o["spec"]["jobTemplate"]["spec"]["template"]["spec"])["containers"]}
+    pods = [o["spec"]["template"]["spec"] if o["kind"] == "StatefulSet" else o["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+            for o in objects if o["kind"] in ("StatefulSet", "CronJob")]
+    images = {c["image"] for pod in pods for c in pod.get("initContainers", []) + pod["containers"]}
     assert images == {f"ghcr.io/gpuledger/gpuledger@{digest}"}
     claim = _writer(objects)["spec"]["volumeClaimTemplates"][0]["spec"]
     assert claim["storageClassName"] == "fast-ssd" and claim["resources"]["requests"]["storage"] == "200Gi"
