@@ -24,6 +24,12 @@ KIND_CLASSES = {
 WAIT_CLASSES = ("debug", "interactive", "batch", "training", "inference", "other")
 DEBUG_MAX_GPUS = 1.0  # a debug job: at most one GPU ...
 DEBUG_MAX_S = 1800  # ... for at most 30 min (its declared limit, else its work)
+# A person opening a notebook session waits this long for it to start, then gives up: the session is
+# cancelled without a start (zero-to-jupyterhub's singleuser.startTimeout default, 300 s). The
+# simulated cluster's users (simulator/scheduler.py) and the what-if's replay (whatif/engine.py)
+# both apply it to sessions (wait class interactive), so a replay drops what its policy does not
+# start in time, as the recorded cluster did.
+SESSION_PATIENCE_S = 300
 _EPS = 1e-9
 
 
@@ -36,6 +42,11 @@ def wait_class(kind: str | None, gpus: float, time_limit_s: float | None, work_s
             and short is not None and short <= DEBUG_MAX_S):
         return "debug"
     return cls
+
+
+def patience_s(kind: str | None) -> int | None:
+    """Seconds a job of ``kind`` waits to start before its user gives up (None: it waits on)."""
+    return SESSION_PATIENCE_S if KIND_CLASSES.get((kind or "").lower()) == "interactive" else None
 
 
 def wait_class_expr(kind: str = "kind", gpus: str = "gpus", time_limit_s: str = "time_limit_s",

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuledger.config import Config
+from gpuledger.rules import job_class
 from gpuledger.rules.mig import mig_fraction
 from gpuledger.simulator import pools
 from gpuledger.simulator.cluster import GPUS_PER_NODE
@@ -89,6 +90,12 @@ SEASONAL_FACTOR = {DEADLINE: 1.6, QUIET: 0.1, EXPLORING: 0.4, NORMAL: 1.0}
 SQUAT_SHARE_SESSIONS = 0.10
 SQUAT_SHARE_DEBUG = 0.01
 DEBUG_TIME_LIMIT_S = 1800  # debug jobs are submitted with a 30-min limit (a debug partition's MaxTime)
+# A notebook team's users open sessions worth its share of the cluster at the day's rhythm (so it
+# lends its GPUs at night and in quiet weeks and wants more at a deadline), and keep a short queue
+# of debug jobs besides (0.05 x BACKLOG_FACTOR x its share outstanding: one or two at 256 GPUs).
+# Chosen, not measured.
+SESSION_OFFER = 0.7
+SESSION_TEAM_BACKLOG = 0.05
 PLANTED_SQUATTERS = 4  # ground truth for tests and demos at any size (Demand._planted_squatters)
 FAIL_SHARE = {"fine-tune": 0.05, "batch": 0.08}
 # Inflated priorities: share of jobs that say high / normal / low.
@@ -103,6 +110,12 @@ class Plan:
     chains: bool
     mig_services: bool
     mix: dict[str, float]
+    # Notebook sessions are not a backlog: users open them when they sit down and give up on one
+    # that has not started in SESSION_PATIENCE_S. ``sessions``: the GPUs they open, as a share of
+    # the project's share of the cluster (x the day's rhythm and the season), arriving apart from
+    # the closed loop; ``backlog``: the factor on the loop's target for the rest of the mix.
+    sessions: float = 0.0
+    backlog: float = 1.0
 
 
 _PLANS = (
@@ -112,7 +125,8 @@ _PLANS = (
     (("eval", "ci", "test"), Plan(False, False, {"batch": 0.7, "debug": 0.3})),
     (("serving", "inference", "serve"), Plan(False, True, {"inference": 0.85, "debug": 0.15})),
     (("ranking", "search", "recsys"), Plan(False, False, {"inference": 0.45, "batch": 0.35, "debug": 0.2})),
-    (("notebook", "interactive", "dev"), Plan(False, False, {"interactive": 0.8, "debug": 0.2})),
+    (("notebook", "interactive", "dev"), Plan(False, False, {"debug": 1.0}, sessions=SESSION_OFFER,
+                                              backlog=SESSION_TEAM_BACKLOG)),
 )
 _DEFAULT_PLAN = Plan(True, False, {"fine-tune": 0.35, "batch": 0.35, "debug": 0.3})
 
@@ -212,6 +226,7 @@ class Demand:
         self.has_shared = pools.SHARED in cap
         self.capacity = cap
         self.serial = 0
+        self.session_credit: dict[str, float] = {}  # GPU-seconds of sessions owed to the next top-up
 
     @staticmethod
     def gpus_per_lane(pool: str) -> float:
@@ -254,7 +269,8 @@ class Demand:
             if k == PLANTED_SQUATTERS - 1 and span > 6 * 3600:
                 submit = self.end_s - 4 * 3600
             user = self._users(project)[k % 4]
-            spec = JobSpec(project, user, "", "interactive", SQUAT, pool, count, 0, submit, PRIORITY_HIGH, 0, "k8s")
+            # an allocation left open (a pod or an salloc), not a session: it waits for its GPUs
+            spec = JobSpec(project, user, "", "batch", SQUAT, pool, count, 0, submit, PRIORITY_HIGH, 0, "k8s")
             out.append(self._squatter(spec, self._next()))
         return out
 
@@ -327,8 +343,29 @@ class Demand:
 
     def target_gpus(self, project: str, t: int) -> float:
         """GPUs the project's users want outstanding (running or queued) at ``t``."""
-        return (self.shares[project] * self.capacity_gpus * BACKLOG_FACTOR * rhythm(t)
-                * self.regime.factor[self.season(project, t)])
+        return (self.shares[project] * self.capacity_gpus * BACKLOG_FACTOR * self.plans[project].backlog
+                * rhythm(t) * self.regime.factor[self.season(project, t)])
+
+    def sessions(self, t: int, load: dict[str, int], open_sessions: dict[str, int]) -> list[JobSpec]:
+        """Notebook sessions opened over the next ``TOP_UP_S``, outside the loop: per project, GPU-
+        seconds worth its plan's ``sessions`` x share x rhythm x season, carried over between top-
+        ups (a session counts its GPUs x duration). ``load`` and ``open_sessions`` (sessions running
+        or waiting per pool) are updated."""
+        out = []
+        for project in self.projects:
+            offer = self.plans[project].sessions
+            if not offer:
+                continue
+            self.session_credit[project] = self.session_credit.get(project, 0.0) + (
+                offer * self.shares[project] * self.capacity_gpus * rhythm(t)
+                * self.regime.factor[self.season(project, t)] * TOP_UP_S)
+            while self.session_credit[project] > 0:
+                spec = self._session(project, t + int(self.rng.integers(1, TOP_UP_S)), load, open_sessions)
+                self.session_credit[project] -= spec.gpus * spec.duration_s
+                load[spec.pool] = load.get(spec.pool, 0) + spec.count
+                open_sessions[spec.pool] = open_sessions.get(spec.pool, 0) + spec.count
+                out.append(spec)
+        return sorted(out, key=lambda spec: spec.submit_s)
 
     def top_up(self, t: int, outstanding: dict[str, float], load: dict[str, int]) -> list[JobSpec]:
         """New jobs from every project whose outstanding GPUs are under its target at ``t``,
@@ -391,21 +428,37 @@ class Demand:
                            submit, PRIORITY_HIGH, dur, "k8s", debug=True, time_limit_s=DEBUG_TIME_LIMIT_S)
             if rng.random() < SQUAT_SHARE_DEBUG and spec.pool != pools.SHARED:
                 return self._squatter(spec, k)
-        else:  # interactive: a notebook session; its user is at the keyboard for all of it
-            dur = int(rng.uniform(0.5, 6) * 3600)
-            spec = JobSpec(project, user, f"nb-{user}-{k}", "interactive", INTERACTIVE, self._choose(anywhere, load, drawn=0),
-                           1, dur, submit, priority, dur, "k8s")
-            if rng.random() < SQUAT_SHARE_SESSIONS and spec.pool != pools.SHARED:
-                return self._squatter(spec, k)
+        else:
+            raise ValueError(f"no job template {template!r}")
         if rng.random() < FAIL_SHARE.get(template, 0.0):
             spec.behaviour, spec.duration_s, spec.name = FAILING, int(rng.uniform(60, 600)), spec.name + "-fail"
         spec.gpus = spec.count * self.gpus_per_lane(spec.pool)
         return spec
 
+    def _session(self, project: str, submit: int, load: dict[str, int], sessions: dict[str, int]) -> JobSpec:
+        """A notebook session (its user at the keyboard for all of it), on the pool with the fewest
+        sessions open for its size (``sessions``: lanes per pool; the policy starts a session
+        before its team's other work, so other sessions are what it waits behind); one in ``1 / SQUAT_SHARE_SESSIONS`` is left idle (a squatter)."""
+        rng = self.rng
+        user = self._users(project)[int(rng.random() * 4)]
+        priority, k = self._priority(), self._next()
+        anywhere = self.whole_pools + self.session_pools + ([pools.SHARED] if self.has_shared else [])
+        dur = int(rng.uniform(0.5, 6) * 3600)
+        small = [p for p in anywhere if p not in self.whole_pools and load.get(p, 0) < self.capacity[p]]
+        pool = (min(small, key=lambda p: (load.get(p, 0) / self.capacity[p], self.rng.random())) if small else
+                min(self.whole_pools, key=lambda p: (sessions.get(p, 0) / self.capacity[p], self.rng.random())))
+        spec = JobSpec(project, user, f"nb-{user}-{k}", "interactive", INTERACTIVE, pool,
+                       1, dur, submit, priority, dur, "k8s")
+        spec.patience_s = job_class.patience_s(spec.kind)
+        if rng.random() < SQUAT_SHARE_SESSIONS and spec.pool != pools.SHARED:
+            return self._squatter(spec, k)
+        spec.gpus = spec.count * self.gpus_per_lane(spec.pool)
+        return spec
+
     def _squatter(self, spec: JobSpec, k: int) -> JobSpec:
-        """The session (or allocation) left idle, memory held, until its 4-12 h limit; it declares
+        """The session (or allocation: kind batch) left idle, memory held, until its 4-12 h limit; it declares
         no minimum runtime (never funded, never protected)."""
-        spec.name, spec.kind, spec.behaviour = f"squat-{spec.project}-{k}", "interactive", SQUAT
+        spec.name, spec.behaviour = f"squat-{spec.project}-{k}", SQUAT  # its kind stays: a session, or a debug allocation
         spec.duration_s, spec.min_runtime_s, spec.debug = int(self.rng.uniform(4, 12) * 3600), 0, False
         spec.time_limit_s = spec.duration_s  # the session limit it runs into
         spec.gpus = spec.count * self.gpus_per_lane(spec.pool)

@@ -7,7 +7,8 @@ global share, usage decayed with the config's half-life, as the fair-share rank 
 and within a project debug jobs first, then submission order. A job that does not fit is passed
 over (backfill) and a pool is filled until nothing waiting fits, so no pool keeps free lanes
 while a job that fits them waits, and a job that cannot be placed never holds up another pool.
-Declared priorities (inflated, demand.py) are recorded but not obeyed. A training chain's next
+Declared priorities (inflated, demand.py) are recorded but not obeyed. A notebook session not
+started ``SESSION_PATIENCE_S`` after it was opened is given up (gpuledger.rules.job_class). A training chain's next
 segment takes the nodes its previous segment left, at the same instant (it resumes from its
 checkpoint). Users top up their queues every ``demand.TOP_UP_S`` (closed loop).
 """
@@ -24,7 +25,7 @@ from gpuledger.simulator.specs import JobSpec
 
 STARVED = 0.5  # a small job's project this far behind a whole-node job's takes a free node first
 TAU_H = 4.0  # running GPUs count as this many hours of usage: one pass never hands a pool to one project
-_END, _SUBMIT, _TOP_UP = 0, 1, 2  # at one instant: free lanes first, then new jobs, then the users look
+_END, _SUBMIT, _TOP_UP, _GIVE_UP = 0, 1, 2, 3  # at one instant: free lanes first, then new jobs, then the users look
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Schedule:
 
     specs: list[JobSpec]
     started: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
+    abandoned: dict[int, int] = field(default_factory=dict)  # index -> when its user gave up (never started)
 
 
 class _FairShare:
@@ -66,6 +68,7 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
     fair = _FairShare(demand.shares, half_life_s, start_s)
     outstanding = dict.fromkeys(demand.projects, 0.0)
     load: dict[str, int] = {}  # lanes running or queued per pool: where users see room
+    open_sessions: dict[str, int] = {}  # lanes of sessions running or waiting per pool
     # pool -> project -> lanes wanted -> heap of (not debug, submit, index)
     queues: dict[str, dict[str, dict[int, list[tuple[int, int, int]]]]] = {}
     events: list[tuple[int, int, int, int]] = []  # (time, order, sequence, job index or -1)
@@ -80,6 +83,18 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
         specs.append(spec)
         load[spec.pool] = load.get(spec.pool, 0) + spec.count
         push(spec.submit_s, _SUBMIT, len(specs) - 1)
+        if spec.patience_s is not None:
+            push(spec.submit_s + spec.patience_s, _GIVE_UP, len(specs) - 1)
+
+    def give_up(idx: int, t: int) -> None:
+        """A session not started by ``t``: its user gave up; out of its queue, never started."""
+        spec = specs[idx]
+        heap = queues[spec.pool][spec.project][spec.count]
+        heap.remove(next(e for e in heap if e[2] == idx))
+        heapq.heapify(heap)
+        load[spec.pool] -= spec.count
+        open_sessions[spec.pool] -= spec.count
+        sched.abandoned[idx] = t
 
     def start(idx: int, t: int, lanes: list[int]) -> None:
         spec = specs[idx]
@@ -137,6 +152,7 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
         t = events[0][0]
         fair.advance(t)
         dirty: set[str] = set()
+        giving_up: list[int] = []  # after this instant's placements: a session placed now was in time
         while events and events[0][0] == t:
             _, order, _, idx = heapq.heappop(events)
             if order == _END:
@@ -145,7 +161,10 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
                 placer.give_back(lanes)
                 load[spec.pool] -= spec.count
                 fair.running[spec.project] -= spec.gpus
-                outstanding[spec.project] -= spec.gpus
+                if spec.patience_s is None:
+                    outstanding[spec.project] -= spec.gpus
+                else:  # a session: opened outside the loop (demand.sessions)
+                    open_sessions[spec.pool] -= spec.count
                 dirty.add(spec.pool)
                 if spec.chain >= 0:  # the next segment resumes on the nodes just left
                     nxt = demand.next_segment(spec, t)
@@ -162,13 +181,19 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
             elif order == _SUBMIT:
                 spec = specs[idx]
                 heapq.heappush(queues.setdefault(spec.pool, {}).setdefault(spec.project, {})
-                               .setdefault(spec.count, []), (0 if spec.debug else 1, spec.submit_s, idx))
+                               .setdefault(spec.count, []), (0 if spec.debug or spec.patience_s is not None else 1,
+                                                              spec.submit_s, idx))
                 dirty.add(spec.pool)
+            elif order == _GIVE_UP:
+                giving_up.append(idx)
             else:
                 seen = dict(load)
-                for spec in demand.top_up(t, outstanding, seen):
+                for spec in demand.top_up(t, outstanding, seen) + demand.sessions(t, seen, open_sessions):
                     if spec.submit_s < end_s:
                         submit(spec)
         for pool in sorted(dirty):
             fill(pool, t)
+        for idx in giving_up:
+            if idx not in sched.started:
+                give_up(idx, t)
     return sched

@@ -36,6 +36,7 @@ class JobSpec:
     gpus: float = 1.0  # whole-GPU equivalents: count x the lane's fraction of a GPU
     debug: bool = False  # a short debug job: its project's own queue starts it first
     time_limit_s: int | None = None  # the limit it was submitted with (debug jobs: DEBUG_TIME_LIMIT_S)
+    patience_s: int | None = None  # not started this long after submission: given up (a session)
 
     def __post_init__(self) -> None:
         if self.time_limit_s is None:  # asked at submission: a job that then fails keeps it

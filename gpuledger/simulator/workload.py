@@ -1,7 +1,8 @@
 """The job stream and its placement on the simulated cluster: demand.py's users submit, scheduler.py
 places (a queue per pool, fair-share order, full backfill), and the result is assembled here into
 job rows and lane allocations. Times are epoch seconds (UTC). Ground truth for tests and demos:
-squatters are named ``squat-...``, failing jobs end in state FAILED within minutes, and
+squatters are named ``squat-...``, failing jobs end in state FAILED within minutes, sessions
+not started in time end CANCELLED without a start (gpuledger.rules.job_class), and
 ``behaviour`` says what each job did. Every job records the partition (pool) it asked for.
 """
 
@@ -75,10 +76,10 @@ def simulate_workload(cfg: Config, hw: Hardware, seed: int, start_s: int, end_s:
     demand = Demand(cfg, placer, seed, rng, start_s, end_s, regime)
     half_life_s = cfg.policy.usage.half_life_days * 86400
     done = scheduler.run(demand, placer, start_s=start_s, end_s=end_s, half_life_s=half_life_s)
-    return _assemble(hw, done.specs, done.started, rng, seed, start_s, end_s, regime)
+    return _assemble(hw, done.specs, done.started, done.abandoned, rng, seed, start_s, end_s, regime)
 
 
-def _assemble(hw, specs, started, rng, seed, start_s, end_s, regime) -> Workload:
+def _assemble(hw, specs, started, abandoned, rng, seed, start_s, end_s, regime) -> Workload:
     n = len(specs)
     job_start = np.full(n, -1, dtype=np.int64)
     lanes_l, jobs_l, s_l, e_l = [], [], [], []
@@ -124,7 +125,9 @@ def _assemble(hw, specs, started, rng, seed, start_s, end_s, regime) -> Workload
         s = int(job_start[idx])
         gpus = float(gpus_of[idx]) if s >= 0 else spec.gpus
         end = s + spec.duration_s if s >= 0 else None
-        if s < 0:
+        if s < 0 and idx in abandoned:  # a session its user gave up on: cancelled in the queue
+            state, end = "CANCELLED", abandoned[idx]
+        elif s < 0:
             state = "PENDING"
         elif end >= end_s:
             state, end = "RUNNING", None

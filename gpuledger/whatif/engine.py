@@ -41,6 +41,7 @@ from gpuledger.analytics.tree import Tree
 from gpuledger.config import Config, QuickLane
 from gpuledger.enforce.bands import QUICK_BASE
 from gpuledger.enforce.model import PREEMPT, WARN
+from gpuledger.rules import job_class
 from gpuledger.rules.severity import STAGES
 from gpuledger.whatif import policies
 from gpuledger.whatif.inventory import EPS, PoolState, pool_label
@@ -61,7 +62,7 @@ from gpuledger.whatif.model import (
 )
 from gpuledger.whatif.usage import BalanceTracker, UsageTracker
 
-FINISH, SUBMIT, CYCLE = 0, 1, 2
+FINISH, SUBMIT, CYCLE, GIVE_UP = 0, 1, 2, 3  # at one instant: a session placed then was in time
 
 
 def effective_policy(cfg: Config, params: Params):
@@ -288,6 +289,12 @@ class Simulation:
                     self._arrival(idx)
                 if self.debug[idx]:
                     self.out[idx].forced_wait_s = 0 if idx in self.running else self._forced_wait(idx)
+                patience = job_class.patience_s(self.jobs[idx].kind)
+                if patience is not None and idx not in self.running:
+                    self._push(t + patience, GIVE_UP, idx)
+            elif kind == GIVE_UP:
+                if self.out[idx].first_start_s is None:
+                    self._give_up(idx, t)
             else:
                 self._cycle()
                 if t + step < horizon:
@@ -363,6 +370,18 @@ class Simulation:
             self.bands.pop(j.pool, None)
         bisect.insort(groups[key], (j.submit_s, j.job_id, idx))
         self._group_priority(key, idx)
+
+    def _give_up(self, idx: int, t: int) -> None:
+        """A session not started within its patience: its user gave up. It leaves its queue and
+        its project's demand, and never runs (as the recorded cluster's sessions did)."""
+        j = self.jobs[idx]
+        entries = self.waiting[j.pool][self.static[idx]]
+        entries.remove((j.submit_s, j.job_id, idx))
+        if not entries:
+            self.bands.pop(j.pool, None)
+        if self.balance is not None:
+            self.balance.demand[j.project] -= j.gpus
+        self.out[idx].given_up_s = t
 
     def _queue(self, pool):
         """Waiting jobs of ``pool`` in queue order: (entry, group list), lazily."""

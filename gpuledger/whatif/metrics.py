@@ -11,7 +11,9 @@
 * useful GPU-hours — active GPU-hours (allocated × activity ratio) of work that was kept: the
   active part of work thrown away by preemptions is left out;
 * waits — first start − submission, hours, p50 / p90 per job class; a job never started counts
-  with its wait so far (a lower bound), so starving work is not hidden;
+  with its wait so far (a lower bound), so starving work is not hidden; a session its user gave
+  up on (not started in its patience, gpuledger.rules.job_class) with that patience, and counted
+  in ``sessions_given_up``;
 * preemptions, and the allocated GPU-hours of work they threw away;
 * squatted GPU-hours — allocated GPU-hours of jobs whose GPUs were all idle (activity under the
   idle threshold) past the start-up grace;
@@ -361,8 +363,10 @@ def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
     horizon = result.trace.horizon_s
     for o in result.outcomes:
         if o.job.submit_s < horizon:
-            first = o.first_start_s if o.first_start_s is not None else horizon
+            first = (o.first_start_s if o.first_start_s is not None
+                     else o.given_up_s if o.given_up_s is not None else horizon)  # given up: waited its patience
             waits[wait_class(o.job)].append(float(max(0, first - o.job.submit_s)))
+    out["sessions_given_up"] = sum(1 for o in result.outcomes if o.given_up_s is not None)
     for c in WAIT_CLASSES:
         out[f"wait_p50_seconds_{c}"] = _quantile(waits[c], 0.5)
         out[f"wait_p90_seconds_{c}"] = _quantile(waits[c], 0.9)
@@ -400,7 +404,8 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
         abandoned += o.abandoned
         c = job_class(j)
         if j.submit_s < trace.horizon_s:
-            first = o.first_start_s if o.first_start_s is not None else trace.horizon_s
+            first = (o.first_start_s if o.first_start_s is not None
+                     else o.given_up_s if o.given_up_s is not None else trace.horizon_s)
             started[c] += o.first_start_s is not None
             waits[c].append(max(0, first - j.submit_s) / 3600)
     deliv, periods = project_delivery(result, org_nodes, settle, periods=True, exempt=exempt)

@@ -175,11 +175,16 @@ class JobOutcome:
     # debug jobs: seconds from submission the rules alone kept it waiting (engine._forced_wait), a
     # lower bound on its wait; None for other jobs
     forced_wait_s: int | None = None
+    # a session not started within its patience (gpuledger.rules.job_class.SESSION_PATIENCE_S):
+    # when its user gave up; it never runs
+    given_up_s: int | None = None
 
     @property
     def stopped_s(self) -> int | None:
         """When the job stopped wanting GPUs: its last segment's end once it is done, reclaimed or
-        not resubmitted; None while it runs or waits at the run's end."""
+        not resubmitted, or when its user gave up waiting; None while it runs or waits at the run's end."""
+        if self.given_up_s is not None:
+            return self.given_up_s
         if (self.done_s is not None or self.reclaimed or self.abandoned) and self.segments \
                 and self.segments[-1].ended_by != "horizon":
             return self.segments[-1].end_s

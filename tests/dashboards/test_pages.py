@@ -260,8 +260,11 @@ def test_a_findings_history_shows_its_events_alerts_and_enforcement(on_rig):
                                    "ORDER BY job_id DESC LIMIT 1").fetchall()[0]
         events = con.execute("SELECT count(*) FROM squatting_finding_events WHERE cluster = ? AND job_id = ?",
                              [cluster, job]).fetchall()[0][0]
+        # the job of this cluster: the rig's two clusters were simulated from one start, so their
+        # Kubernetes job ids can be the same
         alerts = con.execute("SELECT count(*) FROM alert_outbox WHERE kind = 'squatting' AND "
-                             "json_extract_string(payload_json, '$.job_id') = ?", [job]).fetchall()[0][0]
+                             "json_extract_string(payload_json, '$.job_id') = ? AND "
+                             "json_extract_string(payload_json, '$.cluster') = ?", [job, cluster]).fetchall()[0][0]
         actions = con.execute("SELECT count(*) FROM enforcement_audit WHERE cluster = ? AND job_id = ?",
                               [cluster, job]).fetchall()[0][0]
     assert events and alerts, "the rig's squatter should have lifecycle events and an alert in the outbox"

@@ -76,6 +76,7 @@ def idle_while_a_job_fits(sim) -> list[str]:
     jobs = rows["jobs"]
     submit = jobs["submit_time"].dt.epoch("s").to_numpy()
     start = jobs["start_time"].dt.epoch("s").fill_null(2**62).to_numpy()
+    gone = jobs["end_time"].dt.epoch("s").fill_null(2**62).to_numpy()  # a session given up waits no more
     partition = jobs["partition"].to_numpy()
     wanted = np.array([lanes_wanted(p, g) for p, g in zip(partition, jobs["gpus"], strict=True)])
     whole_hosts: dict[str, list[np.ndarray]] = {}
@@ -88,7 +89,7 @@ def idle_while_a_job_fits(sim) -> list[str]:
         live = (a_start <= t) & (a_end > t)
         held = np.bincount(a_gpu[live], weights=a_frac[live], minlength=gpus.height)
         free_device = held < 1e-9
-        waiting = np.flatnonzero((submit <= t - CYCLE_S) & (start > t))
+        waiting = np.flatnonzero((submit <= t - CYCLE_S) & (start > t) & (gone > t))
         for j in waiting:
             pool, n = partition[j], wanted[j]
             if pool.startswith("gpu-"):

@@ -16,8 +16,8 @@ from tests.whatif.test_whatif import B200, ORIGIN, H, _squatter_trace, config, j
 
 # --- two teams, four GPUs, caps at their share ------------------------------------------------------
 # Shares a:1, b:1 -> each team may hold 0.5 x 4 = 2 GPUs under slot limits. Submitted: a1, a2, a3
-# (a, 1 GPU, 1 h, interactive sessions) and b1 (b, 1 GPU, 2 h, batch) at 0; big (a, 3 GPUs, 1 h, training)
-# at 60 s. Horizon 4 h; the whole run is one settlement period.
+# (a, 1 GPU, 1 h, batch: not sessions, whose users give up after 300 s) and b1 (b, 1 GPU, 2 h,
+# batch) at 0; big (a, 3 GPUs, 1 h, training) at 60 s. Horizon 4 h; the whole run is one settlement period.
 #
 # Slot limits: at 0 a1, a2 start (a holds 2: its cap), a3 waits on the cap, b1 starts; one GPU idles.
 # At 3,600 a1 ends (a holds 1): a3 fits the cap (1 + 1 = 2) and starts; a2 ends: big needs 3 on top
@@ -37,9 +37,9 @@ from tests.whatif.test_whatif import B200, ORIGIN, H, _squatter_trace, config, j
 def _two_teams() -> tuple[Trace, object]:
     inv = Inventory.from_counts([{"model": "H100", "count": 4}])
     jobs = (
-        job("a1", "a", 0, H, gpus=1, kind="interactive"),
-        job("a2", "a", 0, H, gpus=1, kind="interactive"),
-        job("a3", "a", 0, H, gpus=1, kind="interactive"),
+        job("a1", "a", 0, H, gpus=1, kind="batch"),
+        job("a2", "a", 0, H, gpus=1, kind="batch"),
+        job("a3", "a", 0, H, gpus=1, kind="batch"),
         job("b1", "b", 0, 2 * H, gpus=1, kind="batch"),
         job("big", "a", 60, H, gpus=3, kind="training"),
     )
@@ -89,14 +89,13 @@ def test_the_outcome_figures_of_both_baselines():
         assert s["occupancy_ratio"] == pytest.approx(0.5)
     assert s_slot["burst_ratio"] == pytest.approx(0.0)
     assert s_prio["burst_ratio"] == pytest.approx(2 / 8)
-    # interactive waits (a1-a3): slot limits 0, 0, 3,600 s -> p50 0, p90 at 0.9 x 2 = 1.8 between the
-    # 2nd and 3rd: 0 + 0.8 x 3,600 = 2,880 s; priority all 0. Training (big): 7,140 s / 3,540 s.
-    assert (s_slot["wait_p50_seconds_interactive"], s_slot["wait_p90_seconds_interactive"]) == pytest.approx(
-        (0.0, 2880.0))
-    assert (s_prio["wait_p50_seconds_interactive"], s_prio["wait_p90_seconds_interactive"]) == pytest.approx(
-        (0.0, 0.0))
+    # batch waits (a1-a3, 1 GPU of 1 h: over the debug class's 30 min; b1): slot limits 0, 0, 0, 3,600 s
+    # (a3) -> p50 0, p90 at 0.9 x 3 = 2.7 between the 3rd and 4th: 0 + 0.7 x 3,600 = 2,520 s;
+    # priority all 0. Training (big): 7,140 s / 3,540 s.
+    assert (s_slot["wait_p50_seconds_batch"], s_slot["wait_p90_seconds_batch"]) == pytest.approx((0.0, 2520.0))
+    assert (s_prio["wait_p50_seconds_batch"], s_prio["wait_p90_seconds_batch"]) == pytest.approx((0.0, 0.0))
     assert (s_slot["wait_p90_seconds_training"], s_prio["wait_p90_seconds_training"]) == (7140.0, 3540.0)
-    assert (s_slot["jobs_interactive"], s_slot["jobs_batch"], s_slot["jobs_debug"]) == (3, 1, 0)
+    assert (s_slot["jobs_interactive"], s_slot["jobs_batch"], s_slot["jobs_debug"]) == (0, 4, 0)
     assert s_slot["wait_p90_seconds_inference"] is None
     # one settlement period: capacity 16, owed 8 (slot) / 6 (priority), occupied 8 -> ceiling 1
     (period,) = s_prio["settlement"]

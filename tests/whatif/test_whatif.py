@@ -701,24 +701,24 @@ def test_a_reserve_share_of_its_own_on_whole_gpu_pools():
     assert {pool[2]: len(ids) for pool, ids in sim.reserve_devices.items()} == {None: 1}
 
 
-# --- a session behind what its project is owed is spared (policy.enforcement.spare_behind_owed) ---
-# 4 H100; `nb` and `paid` 50 % each (entitled 2 GPUs each); only `paid` has a budget, so nb's session
+# --- work behind what its project is owed is spared (policy.enforcement.spare_behind_owed) -------
+# 4 H100; `nb` and `paid` 50 % each (entitled 2 GPUs each); only `paid` has a budget, so nb's eval
 # runs unfunded ("no budget": max_lost_minutes does not keep it) and ranks below any funded job.
-# paid's 4-GPU training starts at 0 and ends at 7200. nb's 4-GPU interactive session (no checkpoint,
-# 2 h of work) is submitted at 60 and waits to 7200: nb is owed min(2, 4) = 2 GPUs an instant from
-# 60 and allocated nothing, then 4 from 7200. Behind (allocated < owed) while 4(t − 7200) < 2(t − 60),
+# paid's 4-GPU training starts at 0 and ends at 7200. nb's 4-GPU batch eval (no checkpoint, 2 h of
+# work; not a session, whose user would give up after 300 s) is submitted at 60 and waits to 7200:
+# nb is owed min(2, 4) = 2 GPUs an instant from 60 and allocated nothing, then 4 from 7200. Behind (allocated < owed) while 4(t − 7200) < 2(t − 60),
 # i.e. until t = 14340. paid's funded 4-GPU job of 1 h arrives at 9000.
-# Off (today): the cycle at 9000 preempts the session for it (unfunded-burst, stopped: 1800 s × 4
-# GPUs = 2 GPU-h lost); paid's job runs 9000–12600; the session starts over at 12600 and is done at
+# Off (today): the cycle at 9000 preempts the eval for it (unfunded-burst, stopped: 1800 s × 4
+# GPUs = 2 GPU-h lost); paid's job runs 9000–12600; the eval starts over at 12600 and is done at
 # 12600 + 7200 = 19800. On: at 9000 nb is behind (allocated 4 × 0.5 h = 2 GPU-h < owed 2 × 8940/3600
-# = 4.97), and at every cycle to 13500 (7.0 < 7.47): the session is spared and done at 14400 (its
+# = 4.97), and at every cycle to 13500 (7.0 < 7.47): the eval is spared and done at 14400 (its
 # finish comes before that instant's cycle); paid's job starts then and is done at 18000.
 @pytest.mark.parametrize("spare", [False, True])
-def test_a_session_behind_what_its_project_is_owed_keeps_running(spare):
+def test_work_behind_what_its_project_is_owed_keeps_running(spare):
     inv = Inventory.from_counts([{"model": "H100", "count": 4}])
     jobs = (
         job("paid-a", "paid", 0, 2 * H, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
-        job("nb-sess", "nb", 60, 2 * H, kind="interactive", min_runtime_s=H, activity=(1.0,)),
+        job("nb-sess", "nb", 60, 2 * H, kind="batch", min_runtime_s=H, activity=(1.0,)),
         job("paid-b", "paid", 9000, H, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
     )
     trace = Trace(ORIGIN, 24 * H, jobs, inv)
@@ -818,7 +818,8 @@ def test_a_session_left_idle_is_not_resubmitted(activity, arrives, segments):
 # 4 H100 and 4 B200, 24 h; `nb` and `other` 50 % each: entitled 4 GPUs an hour each. `other` runs an
 # exempt 2-GPU inference service on the B200s all day (submissions at one instant arrive in job-id
 # order: `a-serve` takes its B200s first)
-# and four 1-GPU jobs on the H100s; `nb` asks for four 1-GPU B200 sessions at 0, all longer than the day. Demand: nb 4, other 2 + 4 = 6 GPUs every
+# and four 1-GPU jobs on the H100s; `nb` asks for four 1-GPU B200 batch jobs at 0 (not sessions: they
+# wait all day), all longer than the day. Demand: nb 4, other 2 + 4 = 6 GPUs every
 # hour, so both are owed 4 × 24 = 96 GPU-h. nb can hold at most min(4, 4 − 2 of other's exempt) = 2
 # B200s at any instant: reachable 2 × 24 = 48 GPU-h, ceiling 48 / 96 = 0.5 — no policy could bring it
 # to 0.95. other: B200 min(2, 4) (its own exempt work is its demand) + H100 min(4, 4) = 6 GPUs,
@@ -831,7 +832,7 @@ def test_each_teams_own_ceiling_counts_only_its_pools_less_other_teams_exempt_wo
     jobs = (
         job("a-serve", "other", 0, 48 * H, gpus=2, pool=B200, kind="inference"),
         *(job(f"o{i}", "other", 0, 48 * H, gpus=1, kind="training") for i in range(4)),
-        *(job(f"nb{i}", "nb", 0, 48 * H, gpus=1, pool=B200, kind="interactive") for i in range(4)),
+        *(job(f"nb{i}", "nb", 0, 48 * H, gpus=1, pool=B200, kind="batch") for i in range(4)),
     )
     cfg = config({"nb": 50, "other": 50}, {}, enforcement={"exempt_kinds": ["inference"]})
     r = simulate(Trace(ORIGIN, 24 * H, jobs, inv), cfg, PRIORITY)
@@ -876,3 +877,29 @@ def test_the_wait_the_rules_force_on_a_debug_job_is_a_bound_below_its_wait():
     s, _ = summary(r, cfg)
     assert s["wait_p90_seconds_debug_forced"] == pytest.approx(2700.0) and s["jobs_debug_forced"] == 1
     assert s["wait_p90_seconds_debug"] == pytest.approx(3800 + 0.9 * (6600 - 3800))
+
+
+# --- a session not started in its patience is given up (gpuledger.rules.job_class) ---------------
+# 1 H100. `train` (budget, minimum runtime 2 h: protected all its run) holds it 0-7200. A session
+# opened at 600 cannot start (nothing may preempt a job inside its minimum runtime): its user gives
+# up at 600 + 300 = 900; it never runs, waited 300 s, and leaves nb's demand then. A second session
+# opened at 7000 starts when the training ends, at 7200 (waited 200 s < 300) and runs 1 h. The same
+# under every policy: patience is the user's, not the policy's.
+@pytest.mark.parametrize("policy", [PRIORITY, SLOT_LIMITS, FAIR_SHARE, RECLAIM, QUICK])
+def test_a_session_not_started_in_time_is_given_up(policy):
+    inv = Inventory.from_counts([{"model": "H100", "count": 1}])
+    jobs = (
+        job("train", "paid", 0, 2 * H, gpus=1, kind="training", min_runtime_s=2 * H, activity=(1.0,)),
+        job("nb-late", "nb", 600, H, gpus=1, kind="interactive", activity=(0.5,)),
+        job("nb-in-time", "nb", 7000, H, gpus=1, kind="interactive", activity=(0.5,)),
+    )
+    trace = Trace(ORIGIN, 24 * H, jobs, inv)
+    cfg = config({"nb": 50, "paid": 50}, {"paid": 1000, "nb": 1000})
+    r = simulate(trace, cfg, policy)
+    late, in_time = outcome(r, "nb-late"), outcome(r, "nb-in-time")
+    assert (late.given_up_s, late.first_start_s, late.segments, late.stopped_s) == (900, None, [], 900)
+    assert (in_time.given_up_s, in_time.first_start_s, in_time.done_s) == (None, 7200, 7200 + H)
+    figures, _ = summary(r, cfg)
+    assert figures["sessions_given_up"] == 1
+    # waits of the two sessions: 300 s (given up) and 200 s -> p50 of [200, 300] = 250
+    assert figures["wait_p50_seconds_interactive"] == pytest.approx(250)

@@ -103,8 +103,10 @@ def test_a_trace_is_the_same_whatever_exempt_kinds_says_and_replays_by_hand(tmp_
     # Replayed under fair share (inference exempt). At 0 the submissions come in id order: eval fits
     # the free GPU of c and starts (0-1,800 s); svc starts on d (0-28,800 s). At 1,800 b has usage
     # (eval, svc) and a none: ran first, 1,800-9,000 (protected its whole 2 h). Then b's funded ft
-    # 9,000-10,800 and the unfunded nb (no minimum runtime) 10,800-14,400. No preemption.
+    # 9,000-10,800. The session nb (a notebook) is not placed by 300 s: its user gives up then
+    # (gpuledger.rules.job_class.SESSION_PATIENCE_S) and it never runs. No preemption.
     r = simulate(trace, _with_exempt(cfg, ["inference"]), FAIR_SHARE)
     got = {o.job.job_id: (o.first_start_s, o.done_s, o.preemptions) for o in r.outcomes}
     assert got == {"eval": (0, 1800, 0), "ran": (1800, 9000, 0), "ft": (9000, 10800, 0),
-                   "nb": (10800, 14400, 0), "svc": (0, 28800, 0)}
+                   "nb": (None, None, 0), "svc": (0, 28800, 0)}
+    assert {o.job.job_id: o.given_up_s for o in r.outcomes}["nb"] == 300
