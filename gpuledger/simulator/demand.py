@@ -225,6 +225,7 @@ class Demand:
         self.session_pools = self._session_pools(cap)
         self.has_shared = pools.SHARED in cap
         self.capacity = cap
+        self.placer = placer  # what is free now: users see free GPUs before they submit (_choose)
         self.serial = 0
         self.session_credit: dict[str, float] = {}  # GPU-seconds of sessions owed to the next top-up
 
@@ -383,15 +384,18 @@ class Demand:
                 out.append(spec)
         return out
 
-    def _choose(self, candidates: list[str], load: dict[str, int], *, drawn: int = 2) -> str:
-        """Where a user submits: of ``drawn`` pools drawn by size (lanes), the one with the least
-        running and queued work for its size. Users look at the queues (sinfo, the Kueue
-        dashboard) before they submit; the rest of the pick is habit. One-GPU work, which runs
-        anywhere, looks at every pool (``drawn=0``)."""
+    def _choose(self, candidates: list[str], load: dict[str, int], count: int, *, drawn: int = 2) -> str:
+        """Where a user submits a job of ``count`` lanes: of ``drawn`` pools drawn by size (lanes),
+        one where a job of fewer than 8 GPUs fits now (free GPUs on a node: the scheduler backfills
+        it there whatever waits for whole nodes), else the one with the least running and queued
+        work for its size. Users look at the queues and free GPUs (sinfo, the Kueue dashboard)
+        before they submit; the rest of the pick is habit. One-GPU work, which runs anywhere, looks
+        at every pool (``drawn=0``)."""
         if drawn:
             sizes = [self.capacity[p] for p in candidates]
             candidates = [self._pick(candidates, sizes) for _ in range(drawn)]
-        return min(candidates, key=lambda p: (load.get(p, 0) / self.capacity[p], self.rng.random()))
+        fits = (lambda p: self.placer.fits(p, count)) if count < GPUS_PER_NODE else (lambda p: False)
+        return min(candidates, key=lambda p: (not fits(p), load.get(p, 0) / self.capacity[p], self.rng.random()))
 
     def _pick(self, items: list, weights: list[float]):
         """One of ``items`` drawn with probability in proportion to ``weights``."""
@@ -408,23 +412,25 @@ class Demand:
         priority = self._priority()
         k = self._next()
         anywhere = self.whole_pools + self.session_pools + ([pools.SHARED] if self.has_shared else [])
-        whole = self._choose(self.whole_pools, load) if template in ("fine-tune", "batch", "inference") else ""
+        count = (GPUS_PER_NODE if template == "fine-tune" or rng.random() < 0.25 else 1) \
+            if template in ("fine-tune", "batch", "inference") else 1
+        whole = self._choose(self.whole_pools, load, count) if template in ("fine-tune", "batch", "inference") else ""
         if template == "fine-tune":
             dur = int(rng.uniform(1.5, 10) * 3600)
-            spec = JobSpec(project, user, f"{project}-ft-{k}", "fine-tune", FINE_TUNE, whole, GPUS_PER_NODE, dur,
+            spec = JobSpec(project, user, f"{project}-ft-{k}", "fine-tune", FINE_TUNE, whole, count, dur,
                            submit, priority, min(dur, 2 * 3600), "slurm")
         elif template == "batch":
             dur = int(rng.uniform(0.3, 1.8) * 3600)
             # no checkpoints: preempted, it starts over, so it declares its whole runtime
             spec = JobSpec(project, user, f"{project}-eval-{k}", "batch", BATCH, whole,
-                           GPUS_PER_NODE if rng.random() < 0.25 else 1, dur, submit, priority, dur, "k8s")
+                           count, dur, submit, priority, dur, "k8s")
         elif template == "inference":
             spec = JobSpec(project, user, f"{project}-serve-{k}", "inference", INFERENCE, whole,
-                           GPUS_PER_NODE if rng.random() < 0.25 else 1, int(rng.uniform(4, 24) * 3600), submit, priority,
+                           count, int(rng.uniform(4, 24) * 3600), submit, priority,
                            MIN_RUNTIME_CAP_S, "k8s")
         elif template == "debug":
             dur = int(rng.uniform(3, 25) * 60)
-            spec = JobSpec(project, user, f"dbg-{user}-{k}", "batch", BATCH, self._choose(anywhere, load, drawn=0), 1, dur,
+            spec = JobSpec(project, user, f"dbg-{user}-{k}", "batch", BATCH, self._choose(anywhere, load, 1, drawn=0), 1, dur,
                            submit, PRIORITY_HIGH, dur, "k8s", debug=True, time_limit_s=DEBUG_TIME_LIMIT_S)
             if rng.random() < SQUAT_SHARE_DEBUG and spec.pool != pools.SHARED:
                 return self._squatter(spec, k)
