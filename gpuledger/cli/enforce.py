@@ -435,7 +435,12 @@ class _ReplayTally:
         self.cycles = self.planned = 0
         self.seen: set[tuple] = set()
         self.stopped: set[tuple] = set()  # jobs whose preemption was printed: the plan stopped them
-        self.warned, self.preempted, self.squatters, self.demand, self.exempt_running = (set() for _ in range(5))
+        self.warned, self.squatters, self.exempt_running = set(), set(), set()
+        # each job preempted, by what it was when the plan stopped it: a squatter then, or other work
+        # (a job preempted for waiting funded work that the recorded history shows squatting only
+        # later is other work; nothing after its preemption is counted or printed)
+        self.preempted_squatting: set[tuple] = set()
+        self.preempted_other: set[tuple] = set()
 
     def record(self, at: datetime, situation, actions, rails) -> None:
         from gpuledger.enforce.policy import exemption
@@ -447,12 +452,16 @@ class _ReplayTally:
             key = (a.cluster, a.job_id)
             if a.action not in ("warn", "preempt"):
                 continue
-            (self.warned if a.action == "warn" else self.preempted).add(key)
-            if a.action == "preempt" and a.rule != "squatter":
-                self.demand.add(key)
-                if not self.show_all and key not in self.squatters:
+            if key in self.stopped:  # the plan stopped it: what the recorded job did after is not replayed
+                continue
+            if a.action == "warn":
+                self.warned.add(key)
+            else:  # its first preemption: by what it was then (a squatter, or other work)
+                (self.preempted_squatting if key in self.squatters else self.preempted_other).add(key)
+                if a.rule != "squatter" and not self.show_all and key not in self.squatters:
+                    self.stopped.add(key)  # stopped for waiting funded work, not a squatter: --all prints it
                     continue
-            if (*key, a.action, a.stage, a.rule) in self.seen or key in self.stopped:
+            if (*key, a.action, a.stage, a.rule) in self.seen:
                 continue
             self.seen.add((*key, a.action, a.stage, a.rule))
             if a.action == "preempt":
@@ -464,11 +473,11 @@ class _ReplayTally:
     def summary(self, lo: datetime, every: str) -> str:
         exempt = self.exempt_running
         return (f"{self.cycles} cycles from {lo:%Y-%m-%d %H:%M}Z every {every}, {self.planned} planned: "
-                f"{len(self.warned)} job(s) warned, {len(self.preempted & self.squatters)} squatter(s) preempted, "
-                f"{len(self.demand - self.squatters)} other job(s) preempted for waiting funded work"
+                f"{len(self.warned)} job(s) warned, {len(self.preempted_squatting)} squatter(s) preempted, "
+                f"{len(self.preempted_other)} other job(s) preempted for waiting funded work"
                 f"{'' if self.show_all else ' (--all lists them)'}; {len(exempt)} exempt job(s) running "
                 f"(production inference and exempt namespaces/labels): warned {len(exempt & self.warned)}, "
-                f"preempted {len(exempt & self.preempted)}")
+                f"preempted {len(exempt & (self.preempted_squatting | self.preempted_other))}")
 
 
 def _squatting_at(path: Path, config: Path | None, at: datetime) -> bool:
