@@ -270,8 +270,11 @@ class Demand:
             if k == PLANTED_SQUATTERS - 1 and span > 6 * 3600:
                 submit = self.end_s - 4 * 3600
             user = self._users(project)[k % 4]
-            # an allocation left open (a pod or an salloc), not a session: it waits for its GPUs
-            spec = JobSpec(project, user, "", "batch", SQUAT, pool, count, 0, submit, PRIORITY_HIGH, 0, "k8s")
+            # an interactive allocation left open (a session, an salloc): ground truth that must
+            # run, so its user opens it when its GPUs are free (opens_when_free) and it starts at
+            # once, within any patience; a replay gives it the patience of its kind
+            spec = JobSpec(project, user, "", "interactive", SQUAT, pool, count, 0, submit, PRIORITY_HIGH, 0, "k8s",
+                           opens_when_free=True)
             out.append(self._squatter(spec, self._next()))
         return out
 
@@ -462,7 +465,7 @@ class Demand:
         return spec
 
     def _squatter(self, spec: JobSpec, k: int) -> JobSpec:
-        """The session (or allocation: kind batch) left idle, memory held, until its 4-12 h limit; it declares
+        """The session (or debug allocation: kind batch) left idle, memory held, until its 4-12 h limit; it declares
         no minimum runtime (never funded, never protected)."""
         spec.name, spec.behaviour = f"squat-{spec.project}-{k}", SQUAT  # its kind stays: a session, or a debug allocation
         spec.duration_s, spec.min_runtime_s, spec.debug = int(self.rng.uniform(4, 12) * 3600), 0, False

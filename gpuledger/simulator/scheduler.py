@@ -8,7 +8,8 @@ and within a project debug jobs first, then submission order. A job that does no
 over (backfill) and a pool is filled until nothing waiting fits, so no pool keeps free lanes
 while a job that fits them waits, and a job that cannot be placed never holds up another pool.
 Declared priorities (inflated, demand.py) are recorded but not obeyed. A notebook session not
-started ``SESSION_PATIENCE_S`` after it was opened is given up (gpuledger.rules.job_class). A training chain's next
+started ``SESSION_PATIENCE_S`` after it was opened is given up (gpuledger.rules.job_class); a
+planted squatter is opened at the first instant its pool has room, before the queue. A training chain's next
 segment takes the nodes its previous segment left, at the same instant (it resumes from its
 checkpoint). Users top up their queues every ``demand.TOP_UP_S`` (closed loop).
 """
@@ -69,6 +70,7 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
     outstanding = dict.fromkeys(demand.projects, 0.0)
     load: dict[str, int] = {}  # lanes running or queued per pool: where users see room
     open_sessions: dict[str, int] = {}  # lanes of sessions running or waiting per pool
+    opening: dict[str, list[int]] = {}  # pool -> planted squatters due, to start when it has room
     # pool -> project -> lanes wanted -> heap of (not debug, submit, index)
     queues: dict[str, dict[str, dict[int, list[tuple[int, int, int]]]]] = {}
     events: list[tuple[int, int, int, int]] = []  # (time, order, sequence, job index or -1)
@@ -124,6 +126,13 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
         far more (its fair-share key under ``STARVED`` times the whole-node job's) — and only then
         to smaller jobs. Else small jobs would break every node as it frees and whole-node jobs
         would seldom start. No free lane is ever held back."""
+        for idx in list(opening.get(pool, ())):  # planted squatters first: opened when there is room
+            spec = specs[idx]
+            lanes = placer.take(pool, spec.count)
+            if lanes is not None:
+                opening[pool].remove(idx)
+                spec.submit_s = t  # the user opened it now, seeing the GPUs free
+                start(idx, t, lanes)
         by_project = queues.get(pool)
         whole = pool.startswith("whole:")
         while by_project and placer.free_total.get(pool, 0) > 0:
@@ -178,6 +187,9 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
                         specs.pop()
                         load[nxt.pool] -= nxt.count
                         submit(nxt)
+            elif order == _SUBMIT and specs[idx].opens_when_free:
+                opening.setdefault(specs[idx].pool, []).append(idx)
+                dirty.add(specs[idx].pool)
             elif order == _SUBMIT:
                 spec = specs[idx]
                 heapq.heappush(queues.setdefault(spec.pool, {}).setdefault(spec.project, {})

@@ -37,6 +37,9 @@ class JobSpec:
     debug: bool = False  # a short debug job: its project's own queue starts it first
     time_limit_s: int | None = None  # the limit it was submitted with (debug jobs: DEBUG_TIME_LIMIT_S)
     patience_s: int | None = None  # not started this long after submission: given up (a session)
+    # a planted squatter (ground truth that must run): opened at the first instant its pool has room
+    # from submit_s on, before the queue; its submission is recorded then (scheduler.py)
+    opens_when_free: bool = False
 
     def __post_init__(self) -> None:
         if self.time_limit_s is None:  # asked at submission: a job that then fails keeps it

@@ -372,8 +372,9 @@ class Simulation:
         self._group_priority(key, idx)
 
     def _give_up(self, idx: int, t: int) -> None:
-        """A session not started within its patience: its user gave up. It leaves its queue and
-        its project's demand, and never runs (as the recorded cluster's sessions did)."""
+        """A session not started within its patience of its submission: its user gave up. It
+        leaves its queue and its project's demand, and never runs (as the recorded cluster's
+        sessions did). A session preempted later goes back to the queue as any job does."""
         j = self.jobs[idx]
         entries = self.waiting[j.pool][self.static[idx]]
         entries.remove((j.submit_s, j.job_id, idx))
@@ -691,7 +692,8 @@ class Simulation:
                     return 0  # unfunded, or past its minimum runtime: a cycle may take it
                 ends = min(ends, until)
             release = ends if release is None else min(release, ends)
-        return 0 if release is None else max(0, release - self.now)
+        # within the run: its waits are measured to the horizon (a job still waiting there counts that)
+        return 0 if release is None else max(0, min(release, self.trace.horizon_s) - self.now)
 
     def _min_runtime(self, j) -> int:
         """The job's declared minimum runtime (s), or the what-if default for jobs that declare none."""

@@ -175,8 +175,8 @@ class JobOutcome:
     # debug jobs: seconds from submission the rules alone kept it waiting (engine._forced_wait), a
     # lower bound on its wait; None for other jobs
     forced_wait_s: int | None = None
-    # a session not started within its patience (gpuledger.rules.job_class.SESSION_PATIENCE_S):
-    # when its user gave up; it never runs
+    # a session not started within its patience (gpuledger.rules.job_class.SESSION_PATIENCE_S) of
+    # its submission: when its user gave up; it never runs
     given_up_s: int | None = None
 
     @property
