@@ -224,6 +224,8 @@ class Demand:
         self.capacity_gpus = sum(c * self.gpus_per_lane(p) for p, c in cap.items())
         self.session_pools = self._session_pools(cap)
         self.has_shared = pools.SHARED in cap
+        # the slices and shared GPUs a session or debug job may take (besides any whole GPU)
+        self.small_pools = self.session_pools + ([pools.SHARED] if self.has_shared else [])
         self.capacity = cap
         self.placer = placer  # what is free now: users see free GPUs before they submit (_choose)
         self.serial = 0
@@ -414,7 +416,6 @@ class Demand:
         user = self._users(project)[int(rng.random() * 4)]
         priority = self._priority()
         k = self._next()
-        anywhere = self.whole_pools + self.session_pools + ([pools.SHARED] if self.has_shared else [])
         count = (GPUS_PER_NODE if template == "fine-tune" or rng.random() < 0.25 else 1) \
             if template in ("fine-tune", "batch", "inference") else 1
         whole = self._choose(self.whole_pools, load, count) if template in ("fine-tune", "batch", "inference") else ""
@@ -433,7 +434,7 @@ class Demand:
                            MIN_RUNTIME_CAP_S, "k8s")
         elif template == "debug":
             dur = int(rng.uniform(3, 25) * 60)
-            spec = JobSpec(project, user, f"dbg-{user}-{k}", "batch", BATCH, self._choose(anywhere, load, 1, drawn=0), 1, dur,
+            spec = JobSpec(project, user, f"dbg-{user}-{k}", "batch", BATCH, self._choose(self.whole_pools + self.small_pools, load, 1, drawn=0), 1, dur,
                            submit, PRIORITY_HIGH, dur, "k8s", debug=True, time_limit_s=DEBUG_TIME_LIMIT_S)
             if rng.random() < SQUAT_SHARE_DEBUG and spec.pool != pools.SHARED:
                 return self._squatter(spec, k)
@@ -451,9 +452,8 @@ class Demand:
         rng = self.rng
         user = self._users(project)[int(rng.random() * 4)]
         priority, k = self._priority(), self._next()
-        anywhere = self.whole_pools + self.session_pools + ([pools.SHARED] if self.has_shared else [])
         dur = int(rng.uniform(0.5, 6) * 3600)
-        small = [p for p in anywhere if p not in self.whole_pools and load.get(p, 0) < self.capacity[p]]
+        small = [p for p in self.small_pools if load.get(p, 0) < self.capacity[p]]
         pool = (min(small, key=lambda p: (load.get(p, 0) / self.capacity[p], self.rng.random())) if small else
                 min(self.whole_pools, key=lambda p: (sessions.get(p, 0) / self.capacity[p], self.rng.random())))
         spec = JobSpec(project, user, f"nb-{user}-{k}", "interactive", INTERACTIVE, pool,

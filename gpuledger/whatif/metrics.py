@@ -68,6 +68,13 @@ def _quantile(values: list[float], q: float) -> float | None:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
+def waited_s(o: JobOutcome, horizon: int) -> int:
+    """Seconds from submission to first start; a job never started to when its user gave up (a
+    session: its patience), else to the run's end (a lower bound)."""
+    end = o.first_start_s if o.first_start_s is not None else o.given_up_s if o.given_up_s is not None else horizon
+    return max(0, end - o.job.submit_s)
+
+
 def idle_seconds(job: SimJob, p0: float, p1: float, threshold: float) -> float:
     """Seconds of progress [p0, p1) with activity under ``threshold``."""
     total, t = 0.0, p0
@@ -363,9 +370,7 @@ def outcome_figures(result: RunResult, deliv, periods: list[dict]) -> dict:
     horizon = result.trace.horizon_s
     for o in result.outcomes:
         if o.job.submit_s < horizon:
-            first = (o.first_start_s if o.first_start_s is not None
-                     else o.given_up_s if o.given_up_s is not None else horizon)  # given up: waited its patience
-            waits[wait_class(o.job)].append(float(max(0, first - o.job.submit_s)))
+            waits[wait_class(o.job)].append(float(waited_s(o, horizon)))
     out["sessions_given_up"] = sum(1 for o in result.outcomes if o.given_up_s is not None)
     for c in WAIT_CLASSES:
         out[f"wait_p50_seconds_{c}"] = _quantile(waits[c], 0.5)
@@ -404,10 +409,8 @@ def summarize(result: RunResult, org_nodes, squatting, settle: timedelta | None 
         abandoned += o.abandoned
         c = job_class(j)
         if j.submit_s < trace.horizon_s:
-            first = (o.first_start_s if o.first_start_s is not None
-                     else o.given_up_s if o.given_up_s is not None else trace.horizon_s)
             started[c] += o.first_start_s is not None
-            waits[c].append(max(0, first - j.submit_s) / 3600)
+            waits[c].append(waited_s(o, trace.horizon_s) / 3600)
     deliv, periods = project_delivery(result, org_nodes, settle, periods=True, exempt=exempt)
     owed = deliv.filter(deliv["gpu_hours_owed"] > 1e-9)
     worst = owed.sort("delivery_ratio", "project").row(0, named=True) if owed.height else None

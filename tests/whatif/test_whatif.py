@@ -718,13 +718,13 @@ def test_work_behind_what_its_project_is_owed_keeps_running(spare):
     inv = Inventory.from_counts([{"model": "H100", "count": 4}])
     jobs = (
         job("paid-a", "paid", 0, 2 * H, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
-        job("nb-sess", "nb", 60, 2 * H, kind="batch", min_runtime_s=H, activity=(1.0,)),
+        job("nb-eval", "nb", 60, 2 * H, kind="batch", min_runtime_s=H, activity=(1.0,)),
         job("paid-b", "paid", 9000, H, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
     )
     trace = Trace(ORIGIN, 24 * H, jobs, inv)
     cfg = config({"nb": 50, "paid": 50}, {"paid": 1000}, enforcement={"spare_behind_owed": spare})
     r = simulate(trace, cfg, FAIR_SHARE)
-    sess, b = outcome(r, "nb-sess"), outcome(r, "paid-b")
+    sess, b = outcome(r, "nb-eval"), outcome(r, "paid-b")
     if spare:
         assert [(s.start_s, s.end_s, s.ended_by) for s in sess.segments] == [(7200, 14400, "done")]
         assert (b.first_start_s, b.done_s) == (14400, 18000)
@@ -737,7 +737,7 @@ def test_work_behind_what_its_project_is_owed_keeps_running(spare):
     # the run's override says the same as the config (Params.spare_behind_owed, --spare-behind-owed)
     flipped = simulate(trace, config({"nb": 50, "paid": 50}, {"paid": 1000}), FAIR_SHARE,
                        Params(spare_behind_owed=spare))
-    assert [s.end_s for s in outcome(flipped, "nb-sess").segments] == [s.end_s for s in sess.segments]
+    assert [s.end_s for s in outcome(flipped, "nb-eval").segments] == [s.end_s for s in sess.segments]
 
 
 # --- a funded job does not displace its own project's session (policy.enforcement.spare_own_project) ---
