@@ -511,3 +511,61 @@ def test_a_chunk_asked_in_shards_stores_the_unsharded_rows(servers, tmp_path, mo
                            "JOIN gpus g USING (gpu_id)").pl().sort("gpu_uuid", "mig_instance_id", "ts")
 
     assert_frame_equal(rows(tmp_path / "sharded.duckdb"), rows(tmp_path / "whole.duckdb"))
+
+
+def _samples(path) -> pl.DataFrame:
+    """Every stored row by GPU UUID and moment, with what it stands for and how far it reaches."""
+    with warehouse.open_reader(path) as con:
+        return con.sql("SELECT g.gpu_uuid, s.ts, s.sm_active_ratio, s.energy_total_j, s.fb_used_bytes, s.sample_n, "
+                       "s.covered_ms, s.pod FROM gpu_samples s JOIN gpus g USING (gpu_id) ORDER BY 1, 2").pl()
+
+
+def _still_filling(path) -> list[tuple[str, str]]:
+    with warehouse.open_reader(path) as con:
+        return con.execute("SELECT scope, position FROM ingest_checkpoints WHERE scope LIKE 'window still filling%' "
+                           "ORDER BY 1").fetchall()
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_the_window_still_filling_is_stored_as_far_as_it_has_come_then_anew(servers, tmp_path):
+    prom, vm = servers
+    # One day of the week, asked three times as the pipelines ask it, by a wall clock set to:
+    #   12:02:30 — the 12:00 window has the samples of 12:00, 12:01 and 12:02 (a 60-s scrape);
+    #   12:04:10 — the same window, now with 12:03 and 12:04 too;
+    #   the next day 00:10 — the whole day has ended.
+    # With settle 0 the TSDB is asked up to the wall clock itself. The rows stored at each moment must
+    # be what the raw samples up to that moment make (the raw backfill cut there), and after the last
+    # run exactly what one run over the ended day stores: the 12:00 window replaced, not kept first.
+    day = START + timedelta(days=1)
+    clocks = [day + timedelta(hours=12, minutes=2, seconds=30), day + timedelta(hours=12, minutes=4, seconds=10)]
+    for name, url in (("prometheus", prom.url), ("victoria-metrics", vm.url)):
+        path = tmp_path / f"{name}.duckdb"
+        for k, now in enumerate(clocks):
+            stats = aggregate(url, day, day + timedelta(days=1), step_s=300, warehouse_path=path, cluster="sim",
+                              now=now, concurrency=3)
+            window = day + timedelta(hours=12)
+            assert stats.filling == f"[{window.isoformat()}Z, {now.isoformat()}Z)", name
+            assert _still_filling(path) == [("window still filling: cluster=sim", f"{window.isoformat()}Z")]
+            raw = tmp_path / f"raw-{name}-{k}.duckdb"
+            backfill(prom.url, day, now, step_s=INTERVAL_S, chunk_s=24 * 3600, warehouse_path=raw, cluster="sim",
+                     workers=1, processes=False)
+            # "now" for the data is the newest raw sample (12:02 / 12:04), not the window's start
+            with warehouse.open_reader(path) as con, warehouse.open_reader(raw) as raw_con:
+                assert queries.data_now(con) == queries.data_now(raw_con) == now.replace(second=0), name
+            # one row per device at 12:00, standing for 3 then 5 samples (the 8 GPUs are on one node
+            # scraped every 60 s; no scrape gap at that hour, checked by the raw rows themselves)
+            filling = _samples(path).filter(pl.col("ts") == window)
+            assert filling.height == 8 and filling["sample_n"].to_list() == [3 + 2 * k] * 8, (name, filling)
+            assert filling["covered_ms"].to_list() == [(2 + 2 * k) * 60_000] * 8, name
+            hourly = _hourly(path)
+            assert_frame_equal(hourly, _hourly(raw), check_exact=False, abs_tol=1e-9)
+            assert hourly["hour"].max() == window, name
+        whole = aggregate(url, day, day + timedelta(days=1), step_s=300, warehouse_path=path, cluster="sim",
+                          now=day + timedelta(days=1, minutes=10), concurrency=3)
+        assert whole.filling == "" and whole.resumed == {"sim": f"{(day + timedelta(hours=12)).isoformat()}Z"}, name
+        assert _still_filling(path) == [], name  # the window is whole: nothing left to store anew
+        once = tmp_path / f"once-{name}.duckdb"
+        aggregate(url, day, day + timedelta(days=1), step_s=300, warehouse_path=once, cluster="sim", concurrency=3)
+        assert_frame_equal(_samples(path), _samples(once))
+        assert_frame_equal(_hourly(path), _hourly(once), check_exact=False, abs_tol=1e-9)

@@ -283,6 +283,9 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
                   f"{f' (by cluster: {clusters})' if len(stats.rows_by_cluster) > 1 or label else ''}, "
                   f"{stats.quarantined} quarantined; "
                   f"metrics: {', '.join(stats.metrics)}", markup=False, soft_wrap=True)
+    if stats.filling:
+        console.print(f"the window still filling, {stats.filling}, was stored as far as it has come: the next run "
+                      "stores it anew", markup=False, soft_wrap=True)
     if stats.unlabelled_series:
         console.print(f"{stats.unlabelled_series} {stats.unlabelled_metric} series (one a device and job) carry no "
                       f"{label!r} label: their GPUs were not stored (give them a cluster: "

@@ -1,7 +1,11 @@
 """Writing cleaned DCGM samples (from ``exposition_parser.long_to_wide``) into the warehouse:
-devices registered on (cluster, UUID, GPU_I_ID), samples on (gpu_id, ts), first value wins."""
+devices registered on (cluster, UUID, GPU_I_ID), samples on (gpu_id, ts), first value wins — but
+for a window aggregate stored while its window was still filling, which the next run replaces
+(:func:`forget_window`)."""
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
 
 import polars as pl
 
@@ -54,6 +58,29 @@ def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str, refused: l
     if new:
         link_devices_for_samples(con, samples)  # pods / Slurm jobs named by the labels get devices
     return new
+
+
+def forget_window(con, wide: pl.DataFrame, *, cluster: str, at: datetime) -> int:
+    """Delete the stored window aggregates stamped ``at`` (naive UTC) of the devices ``wide`` holds
+    a row for at that moment, and bring their hour's ``gpu_hourly`` back to the rows left, so that
+    :func:`store_wide` of ``wide`` stores the window anew: a window stored while still filling is
+    replaced by what a later run saw of it (prometheus/aggregate.py). Raw samples (``sample_n``
+    NULL) are never deleted. Runs inside the caller's transaction. Returns the rows deleted."""
+    devices = wide.filter(pl.col("ts") == at).select("gpu_uuid", "mig_instance_id").unique()
+    if devices.is_empty():
+        return 0
+    con.register("_window_again", devices.to_arrow())
+    try:
+        gone = con.execute(
+            "DELETE FROM gpu_samples s USING _window_again r, gpus g"
+            " WHERE g.cluster = $cluster AND g.gpu_uuid = r.gpu_uuid AND g.mig_instance_id = r.mig_instance_id"
+            " AND s.gpu_id = g.gpu_id AND s.ts = $at AND s.sample_n IS NOT NULL",
+            {"cluster": cluster, "at": at}).fetchall()[0][0]
+    finally:
+        con.unregister("_window_again")
+    if gone:
+        warehouse.refresh_gpu_hourly(con, at, at + timedelta(microseconds=1))
+    return gone
 
 
 _KEYS = ["cluster", "gpu_uuid", "mig_instance_id"]

@@ -11,8 +11,12 @@ One TSDB may hold several clusters (``tsdb_clusters``): each is asked with its o
 and tenant, stored under its own name and checkpointed on its own.
 
 Queries run per chunk of at most a day, the chunk's queries ``concurrency`` at a time; each chunk is
-written with its checkpoint (resumable). Windows that end after the wall clock are still filling:
-they are left for a later run. Any answer with ``warnings`` (a Thanos store or a Mimir querier that
+written with its checkpoint (resumable). The window still filling at the wall clock (less ``settle_s``)
+is stored as far as it has come — its row stamped at the window's start like any other, its
+``covered_ms`` saying how far its samples reach — so the data's "now" is the newest settled sample,
+not the last whole window's end (issue 41: freshness with 5-minute windows). The warehouse records
+that window per cluster (``ingest_checkpoints``, scope ``window still filling: cluster=NAME``), and
+the next run starts there and stores it anew — the one place a stored sample row is replaced. Any answer with ``warnings`` (a Thanos store or a Mimir querier that
 did not answer, a partial response) is an error naming them, and the chunk stays undone: never a
 silent hole.
 """
@@ -23,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
@@ -53,7 +57,7 @@ from gpuledger.ingest.metrics.prometheus.windows import (
     coverage_metric,
     window_function,
 )
-from gpuledger.ingest.metrics.writes import store_wide
+from gpuledger.ingest.metrics.writes import forget_window, store_wide
 from gpuledger.rules.clock import epoch_iso_z, utc_now
 from gpuledger.rules.promql import check_label
 
@@ -91,6 +95,7 @@ class AggregateStats:
     unlabelled_series: int = 0  # with cluster_label: series of unlabelled_metric without the label
     unlabelled_metric: str = ""
     left_for_later: bool = False  # ``until`` came before every chunk was done: the next run continues
+    filling: str = ""  # "[start, end)" of the window stored while still filling, as far as it had come
 
 
 def _iso(epoch_s: float) -> str:
@@ -104,6 +109,7 @@ def aggregate(
     deadline: CallDeadline = PROMETHEUS, retries: int = 3, backoff_s: float = 1.0,
     on_chunk: Callable[[int, int, AggregateStats], None] | None = None, headers: dict[str, str] | None = None,
     until: float | None = None, stats: AggregateStats | None = None, settle_s: int = 0,
+    now: datetime | None = None,
 ) -> AggregateStats:
     """Pull ``step``-window aggregates of [start, end) (naive UTC; windows ending after the wall
     clock are left for a later run) into the warehouse; resumes after the last chunk done.
@@ -115,7 +121,9 @@ def aggregate(
     ``time.monotonic()`` after which no further chunk is started (the rest is left, checkpointed, for
     the next run); ``stats``: figures to add to (one run over several days); ``settle_s``: a window
     ending less than this long ago is left for a later run too (the TSDB may not answer for its
-    last seconds yet: VictoriaMetrics' default -search.latencyOffset is 30 s, remote write lags)."""
+    last seconds yet: VictoriaMetrics' default -search.latencyOffset is 30 s, remote write lags), and
+    the window still filling is asked up to ``settle_s`` before the wall clock; ``now``: the wall
+    clock (naive UTC; default the real one)."""
     url = check_base_url(url)
     if not MIN_STEP_S <= step_s <= MAX_STEP_S:
         raise UsageError(f"--aggregate {step_s}s: choose 1m to 5m (windows the dashboards and "
@@ -123,12 +131,16 @@ def aggregate(
     start_s, end_s = int(epoch_seconds(start)), int(epoch_seconds(end))
     if end_s <= start_s:
         raise UsageError(f"--end {_iso(end_s)} must be after --start {_iso(start_s)}")
-    end_s = min(end_s, int(epoch_seconds(utc_now())) - max(0, settle_s))  # a window ending later is still filling
+    settled_s = int(epoch_seconds(now or utc_now())) - max(0, settle_s)
+    cut_by_clock = end_s > settled_s  # the range reaches the window still filling
+    end_s = min(end_s, settled_s)
     if end_s <= start_s:
-        raise UsageError(f"--start {_iso(start_s)} is in the future: no window has ended yet")
+        raise UsageError(f"--start {_iso(start_s)} is in the future: no window has begun yet")
     first = -(-start_s // step_s) * step_s
-    end_s = first + (end_s - first) // step_s * step_s  # whole windows only
-    if end_s <= first:
+    whole_end = first + max(0, end_s - first) // step_s * step_s  # whole windows
+    filling = (whole_end, end_s) if cut_by_clock and end_s > whole_end else None
+    end_s = whole_end
+    if end_s <= first and filling is None:
         raise UsageError(f"[{_iso(start_s)}, {_iso(end_s)}) holds no whole {step_s // 60}-minute window yet: "
                          "give an earlier --start or a later --end")
     cap_windows = max(1, min(chunk_s, MAX_CHUNK_S) // step_s)
@@ -177,7 +189,7 @@ def aggregate(
             scope = base_scope + (_cluster_scope(target) if shared else "")
             _aggregate_cluster(session, url, metrics, (first, end_s), step_s, cap_windows, target, scope, stats,
                                warehouse_path=warehouse_path, kw=kw, pool=pool, on_chunk=on_chunk,
-                               concurrency=concurrency, until=until)
+                               concurrency=concurrency, until=until, filling=filling)
     return stats
 
 
@@ -214,24 +226,40 @@ def shard_matchers(shards: int) -> list[str]:
     return [f'UUID=~".*[{part}]"' for part in parts] + [f'UUID!~".*[{"".join(parts)}]"']
 
 
+def filling_scope(cluster: str) -> str:
+    """The ingest_checkpoints scope recording a cluster's window stored while still filling (its
+    start): any run storing that cluster's windows starts there and stores it anew."""
+    return f"window still filling: cluster={cluster}"
+
+
 def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[int, int], step_s: int,
                        cap_windows: int, target: TsdbCluster, scope: str, stats: AggregateStats, *,
                        warehouse_path, kw: dict, pool: ThreadPoolExecutor, on_chunk, concurrency: int,
-                       until: float | None = None) -> None:
+                       until: float | None = None, filling: tuple[int, int] | None = None) -> None:
     """One cluster's windows in ``span`` (epoch s, on the window grid), chunk by chunk (shard by
     shard), each chunk's last write with its checkpoint; a rerun continues after the last one. Chunks are sized from the
     series the TSDB's index holds for each day (or --chunk) ahead, so memory stays flat as the
-    fleet grows."""
+    fleet grows. ``filling``: [start, settled end) of the window still filling, stored after the
+    whole windows and recorded as such (no checkpoint moves past it)."""
     with warehouse.open_writer(warehouse_path) as con:
         position = read_checkpoint(con, scope)
+        stored_filling = read_checkpoint(con, filling_scope(target.name))
     first, end_s = span
     a = first
     if position:  # on the window grid (a position of an older run may not be: the next grid point)
         done_s = int(epoch_seconds(datetime.fromisoformat(position)))
         a = max(first, first + -(-(done_s - first) // step_s) * step_s)
+    again_s = None  # the window stored while still filling, when this run's whole windows hold it
+    if stored_filling:  # (by this run's range or another's): ask it again
+        again_s = int(epoch_seconds(datetime.fromisoformat(stored_filling)))
+        again_s = again_s if first <= again_s < end_s else None
+        a = min(a, again_s) if again_s is not None else a
+    if position or stored_filling:
         stats.resumed[target.name] = _iso(a) if a < end_s else "done"
     stats.rows_by_cluster.setdefault(target.name, 0)
     probed_until = a
+    shards = [""]
+    anew = True  # the run's first window may have been stored while filling (or by a run cut off between shards)
     while a < end_s:
         if until is not None and time.monotonic() >= until:
             stats.left_for_later = True
@@ -245,36 +273,76 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
         stats.shards = max(stats.shards, len(shards))
         b = min(a + windows * step_s, probed_until)
         stats.chunks_total = stats.chunks_done + 1 + -(-(end_s - b) // (windows * step_s))
-        # one shard at a time, each written as it comes (its memory, not the chunk's); the
-        # checkpoint with the last: a rerun asks the whole chunk again and stores only what is new
-        # (samples: first value wins; quarantine: the same raw text once)
-        new = refused = 0
-        for k, matcher in enumerate(shards):
-            try:
-                wide, rejects = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
-                                                selector=",".join(x for x in (target.selector, matcher) if x),
-                                                concurrency=concurrency)
-            except Exception as exc:
-                if hasattr(exc, "undone_from"):
-                    exc.undone_from = _iso(a)
-                    exc.partly_stored = k > 0  # earlier shards of the chunk were written
-                raise
-            with warehouse.open_writer(warehouse_path) as con, warehouse.transaction(con):
-                new += store_wide(con, wide, cluster=target.name, source=SOURCE, refused=rejects, location=url)
-                warehouse.quarantine(con, rejects)
-                if k == len(shards) - 1:
-                    warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
-                        "source": [SOURCE], "scope": [scope], "position": [_iso(b)],
-                        "updated_at": [utc_now()]}))
-            refused += len(rejects)
-            del wide, rejects
-        stats.rows_new += new
-        stats.quarantined += refused
-        stats.rows_by_cluster[target.name] += new
+        done = b >= end_s and filling is None and again_s is not None  # the window recorded filling is whole now
+        _store_windows(session, url, metrics, (a, b), step_s, target, stats, shards, warehouse_path=warehouse_path,
+                       kw=kw, pool=pool, concurrency=concurrency, anew=a if anew else None,
+                       checkpoint=(scope, b), forget_filling=done)
+        anew = False
         stats.chunks_done += 1
         if on_chunk:
             on_chunk(b, stats.chunks_total, stats)
         a = b
+    if filling is None:
+        return
+    if until is not None and time.monotonic() >= until:
+        stats.left_for_later = True
+        return
+    f_start, f_end = filling
+    if anew:  # no whole window asked: the shards sized from the series of the filling window
+        stats.series = count_series(session, url, metrics, f_start, f_end, kw, target.selector)
+        shards = shard_matchers(shard_count(stats.series))
+        stats.shards = max(stats.shards, len(shards))
+    _store_windows(session, url, metrics, filling, f_end - f_start, target, stats, shards,
+                   warehouse_path=warehouse_path, kw=kw, pool=pool, concurrency=concurrency, anew=f_start,
+                   record_filling=f_start)
+    stats.filling = f"[{_iso(f_start)}, {_iso(f_end)})"
+
+
+def _store_windows(session, url: str, metrics: Sequence[str], span: tuple[int, int], step_s: int,
+                   target: TsdbCluster, stats: AggregateStats, shards: list[str], *, warehouse_path, kw: dict,
+                   pool: ThreadPoolExecutor, concurrency: int, anew: int | None,
+                   checkpoint: tuple[str, int] | None = None, forget_filling: bool = False,
+                   record_filling: int | None = None) -> None:
+    """The ``step_s`` windows of ``span`` asked one shard at a time, each written as it comes (its
+    memory, not the chunk's); the checkpoint with the last shard: a rerun asks the whole chunk
+    again and stores only what is new (samples: first value wins; quarantine: the same raw text
+    once), except the window starting at ``anew``, whose stored rows the answer replaces. The
+    window still filling is recorded with the first shard (``record_filling``, its start), so a run
+    cut off between shards still asks it again."""
+    a, b = span
+    new = refused = 0
+    for k, matcher in enumerate(shards):
+        try:
+            wide, rejects = aggregate_chunk(session, url, metrics, a, b, step_s, kw=kw, pool=pool,
+                                            selector=",".join(x for x in (target.selector, matcher) if x),
+                                            concurrency=concurrency)
+        except Exception as exc:
+            if hasattr(exc, "undone_from"):
+                exc.undone_from = _iso(a)
+                exc.partly_stored = k > 0  # earlier shards of the chunk were written
+            raise
+        with warehouse.open_writer(warehouse_path) as con, warehouse.transaction(con):
+            if anew is not None:
+                forget_window(con, wide, cluster=target.name, at=datetime.fromtimestamp(anew, UTC).replace(tzinfo=None))
+            new += store_wide(con, wide, cluster=target.name, source=SOURCE, refused=rejects, location=url)
+            warehouse.quarantine(con, rejects)
+            if record_filling is not None and k == 0:
+                _set_checkpoint(con, filling_scope(target.name), record_filling)
+            if k == len(shards) - 1 and checkpoint is not None:
+                _set_checkpoint(con, *checkpoint)
+            if k == len(shards) - 1 and forget_filling:
+                con.execute("DELETE FROM ingest_checkpoints WHERE source = ? AND scope = ?",
+                            [SOURCE, filling_scope(target.name)]).fetchall()
+        refused += len(rejects)
+        del wide, rejects
+    stats.rows_new += new
+    stats.quarantined += refused
+    stats.rows_by_cluster[target.name] += new
+
+
+def _set_checkpoint(con, scope: str, position_s: int) -> None:
+    warehouse.upsert(con, "ingest_checkpoints", pl.DataFrame({
+        "source": [SOURCE], "scope": [scope], "position": [_iso(position_s)], "updated_at": [utc_now()]}))
 
 
 def labelled_clusters(source, *, now: datetime | None = None, days: int = 2) -> list[str]:
@@ -299,7 +367,8 @@ def aggregate_recent(source, cluster: str, *, warehouse_path=None, now: datetime
                      until: float | None = None, concurrency: int = 4) -> AggregateStats:
     """One cluster of ``sources.prometheus`` (``source``, with ``aggregate_s``) as the pipelines'
     ``prometheus_aggregates`` runs it: the windows of the last ``days`` UTC days (today's included)
-    that have ended at least ``settle_s`` ago and are not stored yet, each day asked as
+    that have ended at least ``settle_s`` ago and are not stored yet, and the window still filling
+    as far as ``settle_s`` ago, each day asked as
     ``gpuledger ingest prometheus --url URL --aggregate <aggregate_s>s --start DAY --end DAY+1
     --cluster CLUSTER`` asks it (the same ``aggregate`` call, the same checkpoints: either continues
     where the other stopped). Raises TargetError when the source does not hold ``cluster``."""
@@ -313,16 +382,16 @@ def aggregate_recent(source, cluster: str, *, warehouse_path=None, now: datetime
     targets, label = select_targets(source, cluster=cluster, label=None)
     now = now or utc_now()
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    ended = (int(epoch_seconds(now)) - source.settle_s) // step_s * step_s  # the newest window's end that is settled
+    settled = int(epoch_seconds(now)) - source.settle_s  # the newest moment the TSDB answers for
     stats = AggregateStats()
     for back in range(max(1, days) - 1, -1, -1):
         day = today - timedelta(days=back)
-        if int(epoch_seconds(day)) >= ended:  # no window of the day has ended yet
+        if int(epoch_seconds(day)) >= settled:  # nothing of the day is settled yet
             continue
         aggregate(source.url, day, day + timedelta(days=1), step_s=step_s, warehouse_path=warehouse_path,
                   cluster=cluster, clusters=targets, cluster_label=label, concurrency=concurrency,
                   deadline=source.call_deadline(), headers=auth_headers(source), until=until, stats=stats,
-                  settle_s=source.settle_s)
+                  settle_s=source.settle_s, now=now)
         if stats.left_for_later:
             break
     return stats
