@@ -569,3 +569,33 @@ def test_the_window_still_filling_is_stored_as_far_as_it_has_come_then_anew(serv
         aggregate(url, day, day + timedelta(days=1), step_s=300, warehouse_path=once, cluster="sim", concurrency=3)
         assert_frame_equal(_samples(path), _samples(once))
         assert_frame_equal(_hourly(path), _hourly(once), check_exact=False, abs_tol=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_chunks_of_one_window_store_what_a_days_chunk_stores(servers, tmp_path):
+    # The pipelines' pass asks a window or two (`aggregate_recent` every minute). Six hours of the
+    # week in chunks of one window must store the same rows as the span in one chunk, and the hourly
+    # rollup the raw samples' exactly: where a pod's series ends and the next begins inside a window,
+    # the runs add up only if the chunk knows how many samples a whole window holds (windows.py asks
+    # the count for the hour before the chunk; without it a whole day in one-window chunks left 29
+    # of its 192 GPU-hours a sample short).
+    prom, vm = servers
+    start = START + timedelta(days=1, hours=6)
+    end = start + timedelta(hours=6)
+    raw = tmp_path / "raw.duckdb"
+    backfill(prom.url, start, end, step_s=INTERVAL_S, chunk_s=24 * 3600, warehouse_path=raw, cluster="sim",
+             workers=1, processes=False)
+    with warehouse.open_reader(raw) as con:  # the case itself: windows where a device's pod changes
+        changes = con.execute("SELECT count(*) FROM (SELECT gpu_id, time_bucket(INTERVAL 5 MINUTE, ts) "
+                              "FROM gpu_samples GROUP BY ALL HAVING count(DISTINCT pod) > 1)").fetchall()[0][0]
+    assert changes > 0
+    for name, url in (("prometheus", prom.url), ("victoria-metrics", vm.url)):
+        by_window, by_span = tmp_path / f"{name}-1.duckdb", tmp_path / f"{name}-72.duckdb"
+        stats = aggregate(url, start, end, step_s=300, chunk_s=300, warehouse_path=by_window, cluster="sim",
+                          concurrency=3)
+        assert stats.chunks_done == 72, name
+        aggregate(url, start, end, step_s=300, warehouse_path=by_span, cluster="sim", concurrency=3)
+        assert_frame_equal(_samples(by_window), _samples(by_span))
+        assert _hourly(by_window).height == 8 * 6
+        assert_frame_equal(_hourly(by_window), _hourly(raw), check_exact=False, abs_tol=1e-9)

@@ -68,3 +68,21 @@ def test_a_job_ending_beside_one_running_on_counts_the_longer_run_once():
                                             ({"hpc_job": "2"}, 0.5, 3, 120, 800.0)))
     assert (values[SM], values[ENERGY], cell["sample_n"]) == (0.5, 900.0, 5)
     assert labels["hpc_job"] == "1"
+
+
+def test_a_chunk_of_one_window_knows_a_full_window_from_the_count_before_it():
+    # The pipelines ask a window or two a pass. The same pod change as above — 3 samples then 2 —
+    # in a chunk holding this window alone: by itself it cannot tell runs one after another (3 + 2
+    # <= a full window) from copies side by side (each a full window), and counts the larger run
+    # only, 3. With the count asked before the chunk (windows.CONTEXT_WINDOWS: this device had 5
+    # samples in a window), 3 + 2 = 5 <= 5: the runs add up, as in a day's chunk.
+    points, series = _window(({"pod": "old"}, 0.0, 3, 120, 1000.0), ({"pod": "new"}, 0.1, 2, 240, 2000.0))
+    window = pl.col("ts") == datetime.fromtimestamp(T, UTC).replace(tzinfo=None)
+    alone = points.filter(window)
+    _, cell = merge_copies(alone, series, {SM: "avg", ENERGY: "last"}, 300)
+    assert cell["sample_n"].to_list() == [3]
+    whole = pl.DataFrame({"gpu_uuid": ["GPU-a"], "mig_instance_id": [-1], "full": [5.0]},
+                         schema_overrides={"mig_instance_id": series.schema["mig_instance_id"]})
+    merged, cell = merge_copies(alone, series, {SM: "avg", ENERGY: "last"}, 300, whole=whole)
+    assert cell.select("sample_n", "covered_ms").row(0) == (5, 240_000)
+    assert dict(merged.select("metric", "value").iter_rows())[SM] == pytest.approx(0.04)

@@ -34,12 +34,14 @@ _CELL = [*_DEV, "ts"]
 
 
 def merge_copies(points: pl.DataFrame, series: pl.DataFrame, kinds: dict[str, str],
-                 step_s: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+                 step_s: int, whole: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``points`` (metric, series, ts = window start, value; the COUNT and NEWEST answers among
     them, NEWEST in epoch seconds) and their ``series`` frame → (points with one series per
     device and window, the families' values merged; per device and window ``sample_n`` and
     ``covered_ms``: milliseconds from the window's start to its newest sample, NULL when unknown
-    or outside the window). ``kinds``: family → ``avg``, ``max`` or ``last``."""
+    or outside the window). ``kinds``: family → ``avg``, ``max`` or ``last``. ``whole``: per device
+    (gpu_uuid, mig_instance_id, ``full``) the most samples one of its series had in a window before
+    the chunk, so a chunk of few windows still knows a full window."""
     prio = (series.sort([*_DEV, *JOB_ORDER], nulls_last=True, maintain_order=True)
             .with_row_index("_prio").select("series", pl.col("_prio").cast(pl.Int64), *_DEV))
     start_ms = pl.col("ts").dt.epoch("ms")
@@ -53,6 +55,9 @@ def merge_copies(points: pl.DataFrame, series: pl.DataFrame, kinds: dict[str, st
             .with_columns(newest=pl.when((pl.col("newest") >= start_ms) & (pl.col("newest") < start_ms + step_s * 1000))
                           .then(pl.col("newest")))
             .with_columns(_full=pl.col("c").max().over(_DEV)))
+    if whole is not None and not whole.is_empty():
+        runs = (runs.join(whole.select(*_DEV, pl.col("full").cast(pl.Float64)), on=_DEV, how="left", nulls_equal=True)
+                .with_columns(_full=pl.max_horizontal("_full", "full")).drop("full"))
     in_cell = pl.len().over(_CELL)
     one_after_another = ((in_cell > 1) & (pl.col("newest").n_unique().over(_CELL) == in_cell)
                          & pl.col("newest").is_not_null().all().over(_CELL)
