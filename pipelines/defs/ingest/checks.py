@@ -53,8 +53,9 @@ def _freshness(asset, *, source_key: str, max_age: timedelta, samples: str | Non
 dcgm_samples_fresh = _freshness(dcgm_samples, source_key="scrape", max_age=timedelta(minutes=5), samples="scrape")
 prometheus_samples_fresh = _freshness(prometheus_samples, source_key="prometheus", max_age=timedelta(days=2),
                                       samples="prometheus", applies=lambda s: s is not None and s.aggregate_s is None)
-# a window is stamped at its start and stored once it has ended: the newest is two windows old at most,
-# plus the minute between ingest runs
+# a window reaches its newest sample (ts + covered_ms), the window still filling included: its newest
+# sample is settle_s plus the minute between ingest runs old; 15 minutes leave room for a TSDB that
+# answers late
 prometheus_aggregates_fresh = _freshness(prometheus_aggregates, source_key="prometheus", max_age=timedelta(minutes=15),
                                          samples="prometheus",
                                          applies=lambda s: s is not None and s.aggregate_s is not None)
