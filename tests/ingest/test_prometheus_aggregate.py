@@ -599,3 +599,61 @@ def test_chunks_of_one_window_store_what_a_days_chunk_stores(servers, tmp_path):
         assert_frame_equal(_samples(by_window), _samples(by_span))
         assert _hourly(by_window).height == 8 * 6
         assert_frame_equal(_hourly(by_window), _hourly(raw), check_exact=False, abs_tol=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_the_cli_names_the_window_still_filling_at_the_wall_clock(tmp_path):
+    # Samples up to the wall clock (and past it, as a clock-skewed exporter's), in a real
+    # VictoriaMetrics; the command as an operator runs it (its default --settle 60s: the TSDB is
+    # asked up to a minute ago), twice: each run stores the window then filling as far as it has
+    # settled and says so, and the second stores it anew (one row a device).
+    if not have_victoria_metrics():
+        pytest.skip("needs Debian's victoria-metrics (scripts/install-test-deps.sh)")
+    now = datetime.utcnow()  # noqa: DTZ003
+    start = (now - timedelta(minutes=20)).replace(second=0, microsecond=0)
+    sim = build_cluster(seed=5, gpus=GPUS, start=start, days=30 / 1440, interval_s=15)
+    text = io.StringIO()
+    write_openmetrics(sim, text, sim.start_s, sim.end_s, blanks=False)
+    vm = VictoriaRig(tmp_path)
+    try:
+        vm.import_prometheus_text(f"{line.rsplit(' ', 1)[0]} {line.rsplit(' ', 1)[1]}000\n"
+                                  for line in text.getvalue().splitlines() if line and not line.startswith("#"))
+        vm.flush()
+        path = tmp_path / "w.duckdb"
+        args = ("ingest", "prometheus", "--url", vm.url, "--start", start.isoformat(), "--end",
+                (start + timedelta(days=1)).isoformat(), "--aggregate", "5m", "--cluster", "sim", "-w", str(path))
+        for run in range(2):
+            done, settled = _run_off_the_window_grid(args)
+            said = re.search(r"(\d+) of the rows are the window still filling, \[(\S+)Z, (\S+)Z\), stored as far as "
+                             r"it has come: the next run stores it anew", done.stderr)
+            assert said, done.stderr
+            rows, window, reach = int(said[1]), datetime.fromisoformat(said[2]), datetime.fromisoformat(said[3])
+            assert window == settled.replace(minute=settled.minute // 5 * 5, second=0, microsecond=0) < reach <= settled
+            with warehouse.open_reader(path) as con:
+                devices = con.execute("SELECT count(*) FROM gpus").fetchall()[0][0]
+                at = con.execute("SELECT count(*), count(DISTINCT gpu_id), max(covered_ms) FROM gpu_samples "
+                                 "WHERE ts = ?", [window]).fetchall()[0]
+                assert rows == at[0] == at[1] == devices == 8 and at[2] is not None  # the simulated node's 8 GPUs
+                assert window <= queries.data_now(con) <= reach
+            if run:
+                assert ("sim: whole windows already done" in done.stderr
+                        or f"sim: continued from {window - timedelta(minutes=5):%Y-%m-%dT%H:%M:%S}Z" in done.stderr
+                        ), done.stderr
+    finally:
+        vm.stop()
+
+
+def _run_off_the_window_grid(args) -> tuple[subprocess.CompletedProcess, datetime]:
+    """The command run where the moment it asks up to (the wall clock less its 60-s settle) stays
+    inside one 5-minute window, a second clear of its start, for the whole run (a run at a window's
+    first second has no window filling); at most three tries. Returns the run and the latest
+    moment it could have asked up to."""
+    for _ in range(3):
+        before = datetime.utcnow() - timedelta(seconds=60)  # noqa: DTZ003
+        done = _cli(*args)
+        after = datetime.utcnow() - timedelta(seconds=60)  # noqa: DTZ003
+        assert done.returncode == 0, done.stderr
+        if before.minute // 5 == after.minute // 5 and before.hour == after.hour and (before.minute % 5, before.second) > (0, 0):
+            return done, after
+    raise AssertionError("three runs straddled a window's start")

@@ -147,6 +147,7 @@ def prometheus_cmd(
     deadline: Annotated[float | None, typer.Option("--deadline", help="seconds one query may take in all, retries included (default: sources.prometheus.deadline_s when --url is that server, else {0:g})".format(deadlines.PROMETHEUS.total_s))] = None,
     aggregate: Annotated[str | None, typer.Option("--aggregate", help="store one row per GPU and window of this size (1m-5m: averages, peak memory, sample counts) instead of raw samples; chunks sized from the TSDB's series count (about 260 MiB each at any fleet size), at most --chunk (default and most: 1d)")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="--aggregate: queries in flight at once", min=1, max=32)] = 4,
+    settle: Annotated[str | None, typer.Option("--settle", help="--aggregate: ask the TSDB only up to this long before the wall clock, e.g. 60s (it may not answer for its newest seconds yet: VictoriaMetrics' -search.latencyOffset is 30 s); default: sources.prometheus.settle_s when --url is that server, else 60s; 0s for a Prometheus")] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", envvar="GPULEDGER_PROMETHEUS_TENANT", help="Mimir / Cortex tenant (X-Scope-OrgID header; default: sources.prometheus.tenant when --url is that server; a cluster's own tenant in sources.prometheus.clusters wins for its queries)")] = None,
     cluster_label: Annotated[str | None, typer.Option("--cluster-label", help="--aggregate from a TSDB holding several clusters: the label naming each series' cluster (e.g. cluster); every value it takes is stored as its own cluster (default: sources.prometheus.cluster_label when --url is that server; sources.prometheus.clusters gives each cluster a selector and a tenant)")] = None,
     bearer_token_file: Annotated[str | None, typer.Option("--bearer-token-file", envvar="GPULEDGER_PROMETHEUS_BEARER_TOKEN_FILE", help="a file holding the bearer token (or the token in env GPULEDGER_PROMETHEUS_BEARER_TOKEN; default: sources.prometheus's bearer_token_file / bearer_token_env when --url is that server)")] = None,
@@ -164,7 +165,7 @@ def prometheus_cmd(
         targets, label = _tsdb_clusters(url, cluster, cluster_label, config_file)
         _aggregate(url, t0, t1, _duration(aggregate, "--aggregate"), _duration(chunk or "1d", "--chunk"),
                    concurrency, headers, cluster or DEFAULT_CLUSTER, warehouse_file, limits, progress,
-                   targets=targets, label=label)
+                   targets=targets, label=label, settle_s=_settle(url, settle, config_file))
         return
     if cluster_label is not None:
         raise typer.BadParameter("works with --aggregate only: the raw backfill stores every series under one "
@@ -208,6 +209,19 @@ def prometheus_cmd(
                   f"{', '.join(stats.metrics) or 'none found'}")
 
 
+def _settle(url: str, settle: str | None, config_file) -> int:
+    """--settle, else sources.prometheus.settle_s when it names this server, else 60 s."""
+    if settle is not None:
+        try:
+            return parse_duration_s(settle)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--settle") from None
+    from gpuledger.ingest.metrics.prometheus.auth import source_for
+
+    source = source_for(url, config_or_exit(config_file))
+    return source.settle_s if source is not None else 60
+
+
 def _prometheus_deadline(url: str, config_file, connect_s: float | None, read_s: float | None,
                          total_s: float | None) -> deadlines.CallDeadline:
     """The options, else sources.prometheus's timeouts when it names this server, else the defaults."""
@@ -249,7 +263,7 @@ def _tsdb_clusters(url: str, cluster: str | None, label: str | None, config_file
 
 
 def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, warehouse_file, limits, progress, *,
-               targets=(), label=None) -> None:
+               targets=(), label=None, settle_s: int = 60) -> None:
     from gpuledger.errors import UsageError
     from gpuledger.ingest.metrics.prometheus.aggregate import SERIES_WINDOWS_PER_CHUNK, aggregate
 
@@ -261,7 +275,7 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
     try:
         stats = aggregate(url, t0, t1, step_s=step_s, chunk_s=chunk_s, warehouse_path=warehouse_path(warehouse_file),
                           cluster=cluster, clusters=list(targets), cluster_label=label, concurrency=concurrency,
-                          headers=headers, deadline=limits, on_chunk=on_chunk)
+                          headers=headers, deadline=limits, on_chunk=on_chunk, settle_s=settle_s)
     except prom.PrometheusError as exc:
         where = (f"; {'only some shards of the windows' if getattr(exc, 'partly_stored', False) else 'nothing'} "
                  f"from {exc.undone_from} on {'were' if getattr(exc, 'partly_stored', False) else 'was'} stored: "
@@ -276,7 +290,8 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
     chunking = (f", chunks of {stats.chunk_windows * step_s / 3600:.3g} h for {stats.series:,} series{shards}: at most "
                 f"{SERIES_WINDOWS_PER_CHUNK:,} series-windows, about 260 MiB, a {'shard' if shards else 'chunk'}"
                 if stats.chunk_windows else "")
-    resumed = "; ".join(f"{name}: {'already done' if at == 'done' else 'continued from ' + at}"
+    done = "whole windows already done" if stats.filling else "already done"
+    resumed = "; ".join(f"{name}: {done if at == 'done' else 'continued from ' + at}"
                         for name, at in stats.resumed.items())
     console.print(f"aggregate {url} ({step_s} s windows{chunking}): {stats.chunks_done} chunks "
                   f"ingested{f' ({resumed})' if resumed else ''}, {stats.rows_new} new rows"
@@ -284,8 +299,8 @@ def _aggregate(url, t0, t1, step_s, chunk_s, concurrency, headers, cluster, ware
                   f"{stats.quarantined} quarantined; "
                   f"metrics: {', '.join(stats.metrics)}", markup=False, soft_wrap=True)
     if stats.filling:
-        console.print(f"the window still filling, {stats.filling}, was stored as far as it has come: the next run "
-                      "stores it anew", markup=False, soft_wrap=True)
+        console.print(f"{stats.rows_filling} of the rows are the window still filling, {stats.filling}, stored as far "
+                      "as it has come: the next run stores it anew", markup=False, soft_wrap=True)
     if stats.unlabelled_series:
         console.print(f"{stats.unlabelled_series} {stats.unlabelled_metric} series (one a device and job) carry no "
                       f"{label!r} label: their GPUs were not stored (give them a cluster: "

@@ -96,6 +96,7 @@ class AggregateStats:
     unlabelled_metric: str = ""
     left_for_later: bool = False  # ``until`` came before every chunk was done: the next run continues
     filling: str = ""  # "[start, end)" of the window stored while still filling, as far as it had come
+    rows_filling: int = 0  # of rows_new, that window's (stored anew at every run until it has ended)
 
 
 def _iso(epoch_s: float) -> str:
@@ -292,9 +293,11 @@ def _aggregate_cluster(session, url: str, metrics: Sequence[str], span: tuple[in
         stats.series = count_series(session, url, metrics, f_start, f_end, kw, target.selector)
         shards = shard_matchers(shard_count(stats.series))
         stats.shards = max(stats.shards, len(shards))
+    before = stats.rows_new
     _store_windows(session, url, metrics, filling, f_end - f_start, target, stats, shards,
                    warehouse_path=warehouse_path, kw=kw, pool=pool, concurrency=concurrency, anew=f_start,
                    record_filling=f_start)
+    stats.rows_filling += stats.rows_new - before
     stats.filling = f"[{_iso(f_start)}, {_iso(f_end)})"
 
 
