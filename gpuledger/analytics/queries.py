@@ -398,7 +398,10 @@ def utilization_report(
         raise ValueError(f"by={by!r}: choose model, cluster, fleet or kind")
 
     def per_hour(used: pl.LazyFrame, lo: datetime, hi: datetime) -> pl.DataFrame:
-        return utilization_hourly(used, t.gpus, start=lo, end=hi, by=("cluster", "model")).collect(engine=ENGINE)
+        # capacity up to the data's now: an hour not yet come (or its part) is not idle capacity
+        # (a range asked into the future showed it at 0 % allocated, the running hour too low)
+        until = max(lo, min(hi, now))
+        return utilization_hourly(used, t.gpus, start=lo, end=until, by=("cluster", "model")).collect(engine=ENGINE)
 
     # hour rows, a day at a time as the pipeline stores them (attribution_by_day)
     days = attribution_by_day(con, t, start=start, end=end, now=now, policy=policy, reduce=per_hour)
