@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from gpuledger.stopping import StopSignals
 
 
 def readable(body: dict, received: datetime) -> str:
@@ -47,11 +50,14 @@ def main() -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    print(f"alert receiver on http://127.0.0.1:{args.port}/alerts, writing {args.out}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+    # SIGTERM / SIGINT handled, not left to their dispositions: a parent that ignores SIGTERM (as a
+    # test worker once did) passes the ignore on, and the receiver outlived `make dev`'s stop
+    with StopSignals() as stop:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        print(f"alert receiver on http://127.0.0.1:{args.port}/alerts, writing {args.out}", flush=True)
+        stop.event.wait()
+        server.shutdown()
+    raise SystemExit(stop.exit_code)
 
 
 if __name__ == "__main__":
