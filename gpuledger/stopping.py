@@ -1,6 +1,8 @@
 """Long-running commands (``simulate serve``, ``ingest scrape`` with many rounds, watches) stop on
 SIGINT and SIGTERM within a second, between writes, never in the middle of one: the signals set an
-event the command's waits watch, instead of raising wherever the main thread happens to be.
+event the command's waits watch, instead of raising wherever the main thread happens to be. They
+do whatever the process inherited: a parent that ignored or blocked SIGTERM passes that on across
+exec, and the handlers and the unblocking here undo it.
 
 Exit codes: Ctrl-C (SIGINT) 130, as a shell expects; SIGTERM is a service manager asking for a
 clean stop (systemd, Kubernetes), so 0.
@@ -57,6 +59,9 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._previous[signum] = signal.signal(signum, self._handle)
+            # a handler is not enough where the signals arrive blocked: a process inherits its
+            # parent's mask across exec (a test worker's child outlived SIGTERM so)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
         return self
 
     def __exit__(self, *exc) -> None:

@@ -37,16 +37,19 @@ def test_dev_config_has_this_month_budgets_and_the_receiver_channel(tmp_path):
     assert (tmp_path / "incoming" / "simulated-jobs.csv").stat().st_size > 0
 
 
-def test_receiver_writes_each_alert_readably(tmp_path):
+@pytest.mark.parametrize("inherited", ["signal.signal(signal.SIGTERM, signal.SIG_IGN)",
+                                       "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})"],
+                         ids=["sigterm-ignored", "sigterm-blocked"])
+def test_receiver_writes_each_alert_readably(tmp_path, inherited):
     import apprise
 
     port = free_port()
     out = tmp_path / "alerts.txt"
-    # started with SIGTERM ignored, as a parent that ignores it passes it on (a test worker of this
-    # suite did: the receiver then outlived SIGTERM and this test waited 60 s for it each run)
+    # started with SIGTERM ignored or blocked, as a parent passes either on across exec (a test
+    # worker of this suite did: the receiver then outlived SIGTERM and this test waited 60 s each run)
     argv = [sys.executable, str(REPO / "scripts/dev_alert_receiver.py"), "--port", str(port), "--out", str(out)]
-    ignoring = f"import os, signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); os.execv({argv[0]!r}, {argv!r})"
-    receiver = subprocess.Popen([sys.executable, "-c", ignoring], stdout=subprocess.PIPE, text=True,
+    start = f"import os, signal; {inherited}; os.execv({argv[0]!r}, {argv!r})"
+    receiver = subprocess.Popen([sys.executable, "-c", start], stdout=subprocess.PIPE, text=True,
                                 env=os.environ.copy())
     try:
         assert "alert receiver on" in receiver.stdout.readline()  # listening
