@@ -464,10 +464,11 @@ class PrometheusSource(_Strict):
     cluster_label: str | None = Field(default=None, pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     clusters: dict[str, TsdbClusterSource] = Field(default_factory=dict)
     # The pipelines' fleet path (`prometheus_aggregates`): one row per GPU and window of this many
-    # seconds (`ingest prometheus --aggregate`, 60-300), pulled as windows end, per cluster. None:
+    # seconds (`ingest prometheus --aggregate`, 60-300), per cluster, the window still filling stored
+    # as far as it has come and again at the next run. None:
     # the pipelines backfill raw samples by day (`prometheus_samples`) instead.
     aggregate_s: int | None = Field(default=None, ge=60, le=300)
-    # ...each window once it ended this long ago: the TSDB answers for its last seconds by then
+    # ...asked up to this long before the wall clock: the TSDB answers for its last seconds by then
     # (VictoriaMetrics' -search.latencyOffset is 30 s by default; remote write and Thanos lag too)
     settle_s: int = Field(default=60, ge=0, le=3600)
 

@@ -219,7 +219,7 @@ class AggregateConfig(dg.Config):
 def prometheus_aggregates(context: dg.AssetExecutionContext, config: AggregateConfig, warehouse: Warehouse,
                           gpuledger_config: GpuledgerConfig) -> dg.MaterializeResult:
     """Window aggregates of each cluster's DCGM series in the TSDB of ``sources.prometheus`` (the
-    fleet path: one row per GPU and ``aggregate_s`` window, pulled as windows end), as `gpuledger
+    fleet path: one row per GPU and ``aggregate_s`` window, the window still filling as far as it has come), as `gpuledger
     ingest prometheus --aggregate` stores them: each cluster by its selector and tenant
     (``clusters``, or ``cluster_label``), each UTC day from its own checkpoint. Skipped unless
     ``aggregate_s`` is set."""
