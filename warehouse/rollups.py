@@ -105,12 +105,19 @@ def gpu_hourly_kept(con: duckdb.DuckDBPyConnection, start: datetime, end: dateti
                     "WHERE NOT fold", span).fetchall()
     yield
     if folded < groups:
-        lo, hi = con.execute("SELECT min(hour), max(hour) FROM _hourly_redo").fetchall()[0]
-        con.execute("DELETE FROM gpu_hourly h USING _hourly_redo r "
-                    "WHERE h.gpu_id = r.gpu_id AND h.hour = r.hour").fetchall()
-        con.execute(f"INSERT INTO gpu_hourly SELECT r.* FROM ({_ROLLUP_SELECT}) r SEMI JOIN _hourly_redo "
-                    "USING (gpu_id, hour)", {"lo": lo, "hi": hi + HOUR}).fetchall()
+        rebuild_device_hours(con, "_hourly_redo")
         con.execute("DROP TABLE _hourly_redo").fetchall()
+
+
+def rebuild_device_hours(con: duckdb.DuckDBPyConnection, pairs: str) -> None:
+    """Aggregate each (gpu_id, hour) the relation named ``pairs`` lists again from ``gpu_samples``
+    into ``gpu_hourly``, in the caller's transaction: those device-hours only, not the whole hours."""
+    lo, hi = con.execute(f"SELECT min(hour), max(hour) FROM {pairs}").fetchall()[0]
+    if lo is None:
+        return
+    con.execute(f"DELETE FROM gpu_hourly h USING {pairs} r WHERE h.gpu_id = r.gpu_id AND h.hour = r.hour").fetchall()
+    con.execute(f"INSERT INTO gpu_hourly SELECT r.* FROM ({_ROLLUP_SELECT}) r SEMI JOIN {pairs} USING (gpu_id, hour)",
+                {"lo": lo, "hi": hi + HOUR}).fetchall()
 
 
 def rollup_frame(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> pl.LazyFrame:

@@ -5,7 +5,7 @@ for a window aggregate stored while its window was still filling, which the next
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import polars as pl
 
@@ -62,24 +62,32 @@ def store_wide(con, wide: pl.DataFrame, *, cluster: str, source: str, refused: l
 
 def forget_window(con, wide: pl.DataFrame, *, cluster: str, at: datetime) -> int:
     """Delete the stored window aggregates stamped ``at`` (naive UTC) of the devices ``wide`` holds
-    a row for at that moment, and bring their hour's ``gpu_hourly`` back to the rows left, so that
-    :func:`store_wide` of ``wide`` stores the window anew: a window stored while still filling is
-    replaced by what a later run saw of it (prometheus/aggregate.py). Raw samples (``sample_n``
-    NULL) are never deleted. Runs inside the caller's transaction. Returns the rows deleted."""
+    a row for at that moment, and bring those devices' hour of ``gpu_hourly`` back to the rows
+    left, so that :func:`store_wide` of ``wide`` stores the window anew: a window stored while still
+    filling is replaced by what a later run saw of it (prometheus/aggregate.py). Raw samples
+    (``sample_n`` NULL) are never deleted. Runs inside the caller's transaction. Returns the rows
+    deleted."""
     devices = wide.filter(pl.col("ts") == at).select("gpu_uuid", "mig_instance_id").unique()
     if devices.is_empty():
         return 0
     con.register("_window_again", devices.to_arrow())
     try:
-        gone = con.execute(
-            "DELETE FROM gpu_samples s USING _window_again r, gpus g"
-            " WHERE g.cluster = $cluster AND g.gpu_uuid = r.gpu_uuid AND g.mig_instance_id = r.mig_instance_id"
-            " AND s.gpu_id = g.gpu_id AND s.ts = $at AND s.sample_n IS NOT NULL",
-            {"cluster": cluster, "at": at}).fetchall()[0][0]
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _window_rows AS SELECT s.gpu_id, date_trunc('hour', s.ts) AS hour"
+            " FROM gpu_samples s JOIN gpus g USING (gpu_id) JOIN _window_again r"
+            " ON g.gpu_uuid = r.gpu_uuid AND g.mig_instance_id = r.mig_instance_id"
+            " WHERE g.cluster = $cluster AND s.ts = $at AND s.sample_n IS NOT NULL",
+            {"cluster": cluster, "at": at}).fetchall()
     finally:
         con.unregister("_window_again")
-    if gone:
-        warehouse.refresh_gpu_hourly(con, at, at + timedelta(microseconds=1))
+    try:
+        gone = con.execute("SELECT count(*) FROM _window_rows").fetchall()[0][0]
+        if gone:
+            con.execute("DELETE FROM gpu_samples s USING _window_rows w WHERE s.gpu_id = w.gpu_id AND s.ts = $at",
+                        {"at": at}).fetchall()
+            warehouse.rebuild_device_hours(con, "_window_rows")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _window_rows").fetchall()
     return gone
 
 

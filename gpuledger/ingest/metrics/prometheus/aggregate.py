@@ -112,19 +112,19 @@ def aggregate(
     until: float | None = None, stats: AggregateStats | None = None, settle_s: int = 0,
     now: datetime | None = None,
 ) -> AggregateStats:
-    """Pull ``step``-window aggregates of [start, end) (naive UTC; windows ending after the wall
-    clock are left for a later run) into the warehouse; resumes after the last chunk done.
+    """Pull ``step``-window aggregates of [start, end) (naive UTC) into the warehouse, the window
+    still filling at the wall clock as far as it has settled (stored anew by the next run); resumes
+    after the last chunk done.
 
     Which clusters: ``clusters`` (each its selector and tenant), else with ``cluster_label`` one per
     value that label takes on the DCGM series in the range, else every series under ``cluster``.
     ``headers``: tenant / bearer token (auth.auth_headers); ``tenant`` alone: Mimir / Cortex
     ``X-Scope-OrgID``; a cluster's own tenant replaces either for its queries. ``until``: a
     ``time.monotonic()`` after which no further chunk is started (the rest is left, checkpointed, for
-    the next run); ``stats``: figures to add to (one run over several days); ``settle_s``: a window
-    ending less than this long ago is left for a later run too (the TSDB may not answer for its
-    last seconds yet: VictoriaMetrics' default -search.latencyOffset is 30 s, remote write lags), and
-    the window still filling is asked up to ``settle_s`` before the wall clock; ``now``: the wall
-    clock (naive UTC; default the real one)."""
+    the next run); ``stats``: figures to add to (one run over several days); ``settle_s``: the TSDB
+    is asked only up to this long before the wall clock (it may not answer for its last seconds yet:
+    VictoriaMetrics' default -search.latencyOffset is 30 s, remote write lags), so a window ending
+    later is stored as one still filling; ``now``: the wall clock (naive UTC; default the real one)."""
     url = check_base_url(url)
     if not MIN_STEP_S <= step_s <= MAX_STEP_S:
         raise UsageError(f"--aggregate {step_s}s: choose 1m to 5m (windows the dashboards and "
