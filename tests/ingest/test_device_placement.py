@@ -193,3 +193,61 @@ def test_a_slurm_job_on_a_mig_instance_is_charged_for_the_instance_not_the_gpu(t
         alloc = con.execute("SELECT job_id, gpu_id, start_time, end_time FROM job_allocations ORDER BY ALL").fetchall()
     # each job on its own instance for its 10 minutes; the whole GPU row (GI -1) charged to no one
     assert alloc == [("4242", gid[7], T0, T0 + 10 * M), ("4243", gid[8], T0, T0 + 10 * M)]
+
+
+def test_a_slurm_job_on_an_unlabelled_mig_instance_is_never_charged_the_whole_gpu(tmp_path, warehouse_file):
+    # As above, but dcgm-exporter runs without its HPC job mapping: no sample names job 4242 or 4243,
+    # so which instance each holds cannot be told. Before, both holdings fell to the parent's
+    # whole-GPU row (GI -1, which dcgm-exporter reports beside the instances): each job charged a whole
+    # A100 for its 10 minutes, 2 x 1 x 10/60 = 0.333 GPU-h for 2 x 1/7 x 10/60 = 0.0476 held.
+    # Now neither is placed, the summary says why, and each job counts its own record's 1/7 GPU.
+    # Job 4244 holds the same GPU at 11:00, after the instances were destroyed (only the whole GPU
+    # reports then): it is the whole GPU, placed.
+    from gpuledger.analytics.queries import usage_report
+    from gpuledger.ingest.holdings.slurm_spool import read_spool
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    start = int(T0.replace(tzinfo=dt.UTC).timestamp())
+    for job, at in (("4242", start), ("4243", start), ("4244", start + 3600)):
+        (spool / f"{job}.s1.{at}.start").write_text(
+            "format\tgpuledger-slurm-gpus/1\nevent\tstart\n"
+            f"job_id\t{job}\ncluster\thpc\nnode\ts1\ntime\t{at}\ngpu\t0\tGPU-p\n")
+        (spool / f"{job}.s1.{at + 600}.end").write_text(
+            "format\tgpuledger-slurm-gpus/1\nevent\tend\n"
+            f"job_id\t{job}\ncluster\thpc\nnode\ts1\ntime\t{at + 600}\n")
+    assert len(read_spool(spool).holdings) == 3
+    with warehouse.open_writer(warehouse_file) as con:
+        ids = warehouse.register_gpus(con, pl.DataFrame({
+            "cluster": ["hpc"] * 3, "gpu_uuid": ["GPU-p"] * 3, "mig_instance_id": [-1, 7, 8],
+            "host": ["s1"] * 3, "gpu_index": [0, 0, 0], "model": ["A100"] * 3,
+            "mig_profile": [None, "1g.10gb", "1g.10gb"]}))
+        gid = dict(zip(ids["mig_instance_id"], ids["gpu_id"], strict=True))
+        rows = [{"gpu_id": gid[gi], "ts": T0 + k * M, "sm_active_ratio": 0.5} for gi in (-1, 7, 8) for k in range(10)]
+        rows += [{"gpu_id": gid[-1], "ts": T0 + 60 * M + k * M, "sm_active_ratio": 0.5} for k in range(10)]
+        warehouse.write_samples(con, pl.DataFrame(rows), "scrape")
+        warehouse.upsert(con, "jobs", pl.DataFrame([
+            {"cluster": "hpc", "job_id": job, "project": "p", "gpu_model": "A100", "gpus": 1 / 7,
+             "start_time": T0, "end_time": T0 + 10 * M, "state": "COMPLETED", "source": "slurm", "updated_at": T0}
+            for job in ("4242", "4243")]
+            + [{"cluster": "hpc", "job_id": "4244", "project": "q", "gpu_model": "A100", "gpus": 1.0,
+                "start_time": T0 + 60 * M, "end_time": T0 + 70 * M, "state": "COMPLETED", "source": "slurm",
+                "updated_at": T0}]))
+        # what an earlier pass (before the instances reported) wrote: the whole GPU for job 4242
+        warehouse.upsert(con, "job_allocations", pl.DataFrame([
+            {"cluster": "hpc", "job_id": "4242", "gpu_id": gid[-1], "start_time": T0, "end_time": T0 + 10 * M,
+             "gpu_fraction": 1.0, "source": "slurm-prolog"}]))
+    done = subprocess.run([sys.executable, "-m", "gpuledger.cli", "ingest", "slurm-gpus", "--spool", str(spool),
+                           "-w", str(warehouse_file)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "1 job x device intervals linked, 0 waiting for their device" in said, said
+    assert ("2 Slurm holdings of a MIG-partitioned GPU not placed: no instance of it is labelled with their job"
+            in said), said
+    with warehouse.open_reader(warehouse_file) as con:
+        alloc = con.execute("SELECT job_id, gpu_id, start_time, end_time FROM job_allocations").fetchall()
+        usage = usage_report(con, start=T0, end=T0 + 120 * M, by="project")
+    assert alloc == [("4244", gid[-1], T0 + 60 * M, T0 + 70 * M)]
+    # 2 jobs x 1/7 GPU x 10/60 h = 1/21 = 0.047619 GPU-h (the whole GPU twice would be 1/3)
+    assert usage.filter(pl.col("project") == "p")["gpu_hours_allocated"].item() == pytest.approx(1 / 21)
+    assert usage.filter(pl.col("project") == "q")["gpu_hours_allocated"].item() == pytest.approx(10 / 60)

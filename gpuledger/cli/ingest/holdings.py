@@ -73,8 +73,7 @@ class _Landed:
         """The command's one summary line."""
         line = f"{self.holdings} GPU holdings from {origin}"
         if self.link is not None:
-            line += (f"; {self.link.linked} job x device intervals linked, {self.link.no_device} waiting for their "
-                     f"device, {self.link.no_job} for their job record; {self.link.disagreements} label disagreements")
+            line += f"; {self.link.said()}"
         if self.quarantined:
             line += (f"; {self.quarantined} files or records quarantined "
                      f"(`gpuledger warehouse quarantine --source {source}`)")
@@ -110,8 +109,7 @@ def _land(screen, warehouse_file, now: datetime, *, incremental: bool = False) -
                 since = first if since is None else min(since, first)
         if incremental and clusters:
             passes = [holdings_pass(con, cluster=c, now=now).links for c in sorted(clusters)]
-            landed.link = LinkResult(*(sum(getattr(r, f) for r in passes)
-                                       for f in ("linked", "no_device", "no_job", "disagreements")))
+            landed.link = LinkResult.total(passes)
         elif since is not None:
             landed.link = link_holdings(con, since=since, now=now)
     return landed

@@ -52,6 +52,4 @@ def link_devices_command(
             console.print(f"cluster {r.cluster}: no device holdings", markup=False)
             continue
         console.print(f"cluster {r.cluster}: {r.holdings} holdings seen since {r.since:%Y-%m-%d %H:%M:%S} UTC; "
-                      f"{r.links.linked} job x device intervals linked, {r.links.no_device} waiting for their "
-                      f"device, {r.links.no_job} for their job record; {r.links.disagreements} label "
-                      f"disagreements; checkpoint {r.position:%Y-%m-%d %H:%M:%S} UTC", markup=False)
+                      f"{r.links.said()}; checkpoint {r.position:%Y-%m-%d %H:%M:%S} UTC", markup=False)

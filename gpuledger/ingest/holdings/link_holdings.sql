@@ -66,10 +66,23 @@ slurm_mig AS (
                   WHERE s.gpu_id = m.gpu_id AND s.ts BETWEEN m.first_seen AND m.last_seen
                     AND s.hpc_job = m.scheduler_job)
 ),
+-- ... and where none is labelled so, the holding is not the whole GPU either while any instance of it
+-- reported (the parent charged 7x, once per job on it): it waits unplaced, counted, and its job is
+-- charged by its own record's GPUs (sacct's MIG type) until the labels come.
+mig_unlabelled AS (
+    SELECT DISTINCT m.cluster, m.source, m.scheduler_job, m.host, m.device_id, m.first_seen
+    FROM (SELECT * FROM mig_of_uuid UNION ALL SELECT * FROM mig_of_index) m
+    WHERE EXISTS (SELECT 1 FROM gpu_samples s
+                  WHERE s.gpu_id = m.gpu_id AND s.ts BETWEEN m.first_seen AND m.last_seen)
+),
 device AS (
-    SELECT h.*, coalesce(m.gpu_id, u.gpu_id, i.gpu_id, l.gpu_id) AS gpu_id
+    SELECT h.*,
+           CASE WHEN m.gpu_id IS NULL AND p.host IS NOT NULL THEN NULL
+                ELSE coalesce(m.gpu_id, u.gpu_id, i.gpu_id, l.gpu_id) END AS gpu_id,
+           m.gpu_id IS NULL AND p.host IS NOT NULL AS mig_unplaced
     FROM h
     LEFT JOIN slurm_mig m USING (cluster, source, scheduler_job, host, device_id, first_seen)
+    LEFT JOIN mig_unlabelled p USING (cluster, source, scheduler_job, host, device_id, first_seen)
     LEFT JOIN by_uuid u USING (cluster, source, scheduler_job, host, device_id, first_seen)
     LEFT JOIN by_index i USING (cluster, source, scheduler_job, host, device_id, first_seen)
     LEFT JOIN by_label l USING (cluster, source, scheduler_job, host, device_id, first_seen)
@@ -97,7 +110,7 @@ run AS (
     FROM (SELECT * FROM by_pod UNION ALL SELECT * FROM by_name)
     GROUP BY ALL
 )
-SELECT d.cluster, d.source, d.scheduler_job, d.host, d.device_id, d.first_seen, d.gpu_id,
+SELECT d.cluster, d.source, d.scheduler_job, d.host, d.device_id, d.first_seen, d.gpu_id, d.mig_unplaced,
        r.job_id, d.first_seen AS start_time,
        CASE WHEN d.ended THEN d.last_seen ELSE r.job_end END AS end_time,
        coalesce(d.share, 1.0) AS gpu_fraction

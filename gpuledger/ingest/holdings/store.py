@@ -16,7 +16,7 @@ samples is kept once in ``attribution_disagreements`` and summed per device and 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
 import duckdb
@@ -82,6 +82,21 @@ class LinkResult:
     no_device: int       # holdings whose device the inventory does not know (yet)
     no_job: int          # holdings whose job has no jobs row (yet)
     disagreements: int   # samples whose labels the scheduler side contradicts
+    mig_unplaced: int = 0  # Slurm holdings of a MIG-partitioned GPU no instance is labelled with (yet)
+
+    @classmethod
+    def total(cls, results) -> LinkResult:
+        return cls(*(sum(getattr(r, f.name) for r in results) for f in fields(cls)))
+
+    def said(self) -> str:
+        """What a pass did, as the commands' summary lines say it."""
+        line = (f"{self.linked} job x device intervals linked, {self.no_device} waiting for their device, "
+                f"{self.no_job} for their job record; {self.disagreements} label disagreements")
+        if self.mig_unplaced:
+            line += (f"; {self.mig_unplaced} Slurm holdings of a MIG-partitioned GPU not placed: no instance "
+                     "of it is labelled with their job, so each job counts its own record's GPUs (sacct's MIG "
+                     "type) until dcgm-exporter's HPC job mapping labels one")
+        return line
 
 
 def partitioned_gpus(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
@@ -105,9 +120,16 @@ def link_holdings(con: duckdb.DuckDBPyConnection, *, since: datetime | None = No
     """
     with transaction(con):
         con.execute(_LINKS, {"since": since, "cluster": cluster}).fetchall()
-        no_device, no_job = con.execute(
-            "SELECT count(*) FILTER (WHERE gpu_id IS NULL), "
-            "count(*) FILTER (WHERE gpu_id IS NOT NULL AND job_id IS NULL) FROM _holding_links").fetchall()[0]
+        no_device, no_job, mig_unplaced = con.execute(
+            "SELECT count(*) FILTER (WHERE gpu_id IS NULL AND NOT mig_unplaced), "
+            "count(*) FILTER (WHERE gpu_id IS NOT NULL AND job_id IS NULL), "
+            "count(*) FILTER (WHERE mig_unplaced) FROM _holding_links").fetchall()[0]
+        if mig_unplaced:  # whole-GPU rows an earlier pass wrote for such a job go: its record's GPUs count
+            con.execute(
+                "DELETE FROM job_allocations a USING (SELECT cluster, job_id FROM _holding_links "
+                "WHERE job_id IS NOT NULL GROUP BY ALL HAVING bool_and(mig_unplaced)) u "
+                "WHERE a.cluster = u.cluster AND a.job_id = u.job_id AND a.source IN (SELECT unnest($sources))",
+                {"sources": list(SOURCES)}).fetchall()
         con.execute("DELETE FROM _holding_links WHERE gpu_id IS NULL OR job_id IS NULL").fetchall()
         # One witness per job: the prolog saw the allocation itself, a poll only its running part.
         con.execute("DELETE FROM _holding_links p USING (SELECT DISTINCT cluster, job_id FROM _holding_links "
@@ -133,7 +155,8 @@ def link_holdings(con: duckdb.DuckDBPyConnection, *, since: datetime | None = No
             lo = span[0] if check_from is None else max(span[0], check_from)
             if newest is not None and lo <= min(hi, newest):
                 found = record_disagreements(con, start=lo, end=min(hi, newest) + _TICK, cluster=cluster)
-    return LinkResult(linked=linked, no_device=no_device, no_job=no_job, disagreements=found)
+    return LinkResult(linked=linked, no_device=no_device, no_job=no_job, disagreements=found,
+                      mig_unplaced=mig_unplaced)
 
 
 _TICK = timedelta(microseconds=1)

@@ -261,11 +261,11 @@ def holdings_links(context: dg.AssetExecutionContext, warehouse: Warehouse) -> d
             r = holdings_pass(con, cluster=cluster)
         by_cluster[cluster] = {
             "holdings": r.holdings, "linked": r.links.linked, "no_device": r.links.no_device,
-            "no_job": r.links.no_job, "disagreements": r.links.disagreements,
+            "no_job": r.links.no_job, "disagreements": r.links.disagreements, "mig_unplaced": r.links.mig_unplaced,
             "since_utc": r.since.isoformat() if r.since else "no holdings",
             "checkpoint_utc": r.position.isoformat() if r.position else "none"}
     totals = {k: sum(f[k] for f in by_cluster.values()) for k in ("holdings", "linked", "no_device", "no_job",
-                                                                  "disagreements")}
+                                                                  "disagreements", "mig_unplaced")}
     return dg.MaterializeResult(metadata={**totals, "rows_quarantined": 0, "by_cluster": by_cluster})
 
 
