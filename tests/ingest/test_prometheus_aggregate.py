@@ -418,6 +418,24 @@ def test_each_cluster_is_asked_with_its_own_tenant(servers, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.prometheus
+def test_each_cluster_is_asked_with_its_own_selector(servers, tmp_path):
+    # Clusters whose names are not label values: "prod" is east's GPUs 0 and 1 only (two matchers),
+    # "lab" every west series; GPUs 2 and 3 of east belong to neither and land nowhere.
+    _, vm = servers
+    config = tmp_path / "gpuledger.yaml"
+    config.write_text("currency: USD\norg: {name: acme}\nsources:\n  prometheus:\n"
+                      f"    url: {vm.url}\n    clusters:\n"
+                      "      prod: {selector: 'cluster=\"east\", gpu=~\"0|1\"'}\n"
+                      "      lab: {selector: 'cluster=~\"w.*\"'}\n")
+    day = (START + timedelta(days=1)).isoformat()
+    done = _cli("ingest", "prometheus", "--url", vm.url, "--start", START.isoformat(), "--end", day,
+                "--aggregate", "5m", "--config", str(config), "-w", str(tmp_path / "w.duckdb"))
+    assert done.returncode == 0, done.stderr
+    assert _devices_by_cluster(tmp_path / "w.duckdb") == {"lab": [4, 5, 6, 7], "prod": [0, 1]}
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
 @pytest.mark.parametrize("flags", [(), ("-search.maxSeries=2",)], ids=["series-listed", "series-capped"])
 def test_series_without_the_cluster_label_are_counted_and_named(tmp_path, flags):
     """``series-capped``: VictoriaMetrics refuses /api/v1/series beyond -search.maxSeries (30,000 by
