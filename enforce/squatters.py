@@ -132,7 +132,7 @@ def squatter_preemption(job: JobFacts, finding: Finding, warned: list[Warning], 
     held = stale(situation, policy, job.cluster, "samples") or held_by_rails(job, situation, policy)
     if held:
         return None, f"would be preempted as a squatter, but {held}"
-    reason = (f"squatting: all {finding.gpus_idle} GPU(s) idle for {finding.idle_minutes:.0f} min "
+    reason = (f"squatting: all {finding.gpus_idle} GPU(s) idle for {_at_least(finding)}{finding.idle_minutes:.0f} min "
               f"({finding.gpu_hours_idle:.1f} idle GPU-hours"
               f"{f', {finding.idle_cost} {finding.currency}' if finding.idle_cost else ''}); "
               f"warned at {fmt(earliest)}")
@@ -144,8 +144,15 @@ def _when(warned, stage):
     return min(w.warned_at for w in warned if w.stage == stage)
 
 
+def _at_least(f: Finding) -> str:
+    """A finding idle for the whole evidence lookback (6 h) was idle longer than its figures say:
+    how long is not known, so its minutes and idle_since are a floor ("at least", "or earlier")."""
+    return "at least " if f.capped else ""
+
+
 def warn_words(f: Finding, stage: str) -> str:
-    return (f"{stage}: all {f.gpus_idle} GPU(s) idle since {fmt(f.idle_since)} ({f.idle_minutes:.0f} min, "
+    since = f"{fmt(f.idle_since)} or earlier" if f.capped else fmt(f.idle_since)
+    return (f"{stage}: all {f.gpus_idle} GPU(s) idle since {since} ({_at_least(f)}{f.idle_minutes:.0f} min, "
             f"{f.gpu_hours_idle:.1f} idle GPU-hours{f', {f.idle_cost} {f.currency}' if f.idle_cost else ''})")
 
 

@@ -39,11 +39,10 @@ import polars as pl
 from gpuledger.analytics.allocations import gpu_inventory
 from gpuledger.analytics.money import half_up_cents, price_as_of, to_raw
 from gpuledger.config import SquattingPolicy
-from gpuledger.rules.severity import severity_expr
+from gpuledger.rules.severity import LOOKBACK, severity_expr
 
 SQUATTING = "squatting"
 PARTIAL = "partial-idle"
-LOOKBACK = timedelta(hours=6)
 PER_DEVICE = ["cluster", "job_id", "gpu_id"]
 #: The evidence per held device that load_device_activity returns and squatting_findings judges.
 ACTIVITY_COLUMNS = {

@@ -369,8 +369,10 @@ def replay(
         raise UsageError(f"--every {every!r}: give a positive interval such as 15m")
     path = warehouse_path(warehouse_file)
     lo, hi = _replay_range(path, lo, hi, step)
+    from gpuledger.enforce.replay import ReplayMemory
+
     tally = _ReplayTally(show_all=show_all)
-    memory: dict = {}  # (cluster, job_id) -> [Warning]: this replay's own warning history
+    memory = ReplayMemory()  # this replay's own warnings and preemptions
     at = lo
     while at <= hi:
         tally.cycles += 1
@@ -402,27 +404,19 @@ def _replay_range(path: Path, lo: datetime | None, hi: datetime | None, step) ->
     return lo, hi
 
 
-def _replay_cycle(path: Path, config: Path | None, at: datetime, memory: dict):
-    """One replayed cycle at ``at``: the situation the warehouse gives and the policy's dry-run
-    actions; each warning planned is remembered in ``memory`` as delivered."""
-    import dataclasses
-
+def _replay_cycle(path: Path, config: Path | None, at: datetime, memory):
+    """One replayed cycle at ``at``: the situation the warehouse gives, as if the earlier cycles'
+    plans had been carried out (enforce/replay.ReplayMemory), and the policy's dry-run actions,
+    remembered in ``memory``."""
     from gpuledger.enforce import inputs, policy
-    from gpuledger.enforce.model import Warning
 
     with warehouse.open_reader(path) as con:
         cfg = warehouse_config(con, config, write=False)
         # a what-if over recorded data: the warehouse stands for the scheduler's view (modes follow
-        # the recorded facts; a real run reads labels and the Requeue flag live), and each warning
-        # counts as delivered when planned
-        gathered = inputs.gather(con, cfg, now=at)
-        situation = dataclasses.replace(gathered, warnings=memory, history={},
-                                        observed_by="the warehouse (replay)",
-                                        jobs=[dataclasses.replace(j, observed={}) for j in gathered.jobs])
+        # the recorded facts; a real run reads labels and the Requeue flag live)
+        situation = memory.situation(inputs.gather(con, cfg, now=at), observed_by="the warehouse (replay)")
     actions = policy.decide(situation, cfg.policy.enforcement.model_copy(update={"dry_run": True}))
-    for a in actions:
-        if a.action == "warn" and a.idle_since is not None:
-            memory.setdefault((a.cluster, a.job_id), []).append(Warning(a.idle_since, a.stage, at, at))
+    memory.carried_out(actions, at)
     return situation, actions, cfg.policy.enforcement
 
 

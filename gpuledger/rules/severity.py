@@ -10,10 +10,15 @@ here; tests/rules/test_kernel_copies.py fails on a copy written by hand elsewher
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:  # the config imports this module: `config check` need not load polars
     import polars as pl
+
+# how far back a finding's evidence reaches: a device idle all that time is idle at least this long
+# (its idle minutes and idle_since are then a floor, not the stretch's true length)
+LOOKBACK = timedelta(hours=6)
 
 # the stages enforcement warns, escalates and preempts at (the alerts' minimum / urgent severities)
 Stage = Literal["warning", "second-warning", "preempt-eligible"]

@@ -147,6 +147,12 @@ def test_warning_counts_when_the_idle_stretch_outlasts_the_lookback():
     capped = Finding(**{**squat("sq", 360, "preempt-eligible").__dict__, "capped": True})
     actions = decide(situation([job("sq")], findings=[capped], warnings=warned), policy())
     assert "preempt" in kinds(actions, "sq")
+    # how long beyond the 6 h is not known: the reason says the floor, not "360 min" as if exact
+    (pre,) = [a for a in actions if a.action == "preempt"]
+    assert "all 8 GPU(s) idle for at least 360 min (48.0 idle GPU-hours" in pre.reason, pre.reason
+    # never warned: the warning names the lookback's start as a floor too (06:00 = 12:00 - 6 h)
+    (warn,) = [a for a in decide(situation([job("sq")], findings=[capped]), policy()) if a.action == "warn"]
+    assert "idle since 2026-11-07 06:00Z or earlier (at least 360 min, 48.0 idle GPU-hours" in warn.reason
     # not capped: a stretch that began 6 h ago is a new one, the older warning does not count
     fresh = squat("sq", 360, "preempt-eligible")
     assert "preempt" not in kinds(decide(situation([job("sq")], findings=[fresh], warnings=warned), policy()), "sq")

@@ -1,6 +1,6 @@
 """The rules kernel is used, not copied (issue 40): the one "now" (gpuledger.rules.clock.utc_now), the
 one ISO-8601 writer (iso_z / iso_z_us / epoch_iso_z), the one squatting lookback
-(analytics.squatting.LOOKBACK), the billed-line rule (gpuledger.rules.billing, in polars and in SQL)
+(rules.severity.LOOKBACK), the billed-line rule (gpuledger.rules.billing, in polars and in SQL)
 and the squatting severity ladder (gpuledger.rules.severity: the order of the severities and the
 idle minutes each starts at) are written by hand nowhere else in the product's code (Python and
 SQL; the migrations are history and are not read)."""
@@ -16,7 +16,7 @@ FOLDERS = ("gpuledger", "warehouse", "enforce", "pipelines", "dashboards")
 COPIES = {
     "now": (re.compile(r"datetime\.now\((?:UTC|timezone\.utc|tz=UTC)\)\.replace\(tzinfo=None\)"), "gpuledger/rules/clock.py"),
     "ISO Z time": (re.compile(r"%Y-%m-%dT%H:%M:%S(?:\.%f)?Z"), "gpuledger/rules/clock.py"),
-    "squatting lookback": (re.compile(r"timedelta\(hours=6\)"), "gpuledger/analytics/squatting.py"),
+    "squatting lookback": (re.compile(r"timedelta\(hours=6\)"), "gpuledger/rules/severity.py"),
     # the billed kinds listed by hand (polars / Python), or the memo kinds a SQL filter inverts
     "billed lines": (re.compile(r"""[\[(]\s*["']charge["'],\s*["']idle["']\s*[\])]"""
                                 r"""|["']over-allocated["'],\s*["']capacity-unknown["'],\s*["']unpriced["']"""),

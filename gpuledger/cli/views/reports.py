@@ -8,6 +8,7 @@ headers carry the units. A report column missing here still shows under ``--wide
 from __future__ import annotations
 
 from gpuledger.cli.views.tables import Column, View
+from gpuledger.rules.severity import LOOKBACK
 
 GPU_H = "GPU-h"  # allocated GPU-hours: one whole GPU held for one hour
 NORM_LEGEND = "nGPU-h = normalised GPU-hours (GPU-hours × the model's rate-card weight), the budget unit"
@@ -123,6 +124,8 @@ SQUATTERS = View(
     notes=(("gpus_idle", "GPUs count devices: a MIG slice or a shared GPU is one"),
            ("gpu_hours_idle", ("wasted GPU-h = idle hours × each device's share of a GPU "
                                "(a 1g.10gb MIG slice is 1/7)")),
+           ("idle_minutes", (f"idle min are counted within the evidence's last {LOOKBACK.total_seconds() / 3600:g} h: "
+                             f"{LOOKBACK.total_seconds() / 60:.0f} means idle at least that long")),
            ("fb_used_bytes_idle", "memory = GPU memory held on the idle GPUs, GiB = 2^30 bytes")),
 )
 
