@@ -188,6 +188,8 @@ def test_a_closed_month_keeps_its_bytes_after_a_share_change_and_an_edited_curre
     assert closed.returncode == 0, closed.stderr
     wrote = _cli("report", "statement", "--period", "2026-10", "--out", tmp_path / "at-close", "-w", wh, cwd=tmp_path)
     assert wrote.returncode == 0, wrote.stderr
+    said = " ".join((wrote.stdout + wrote.stderr).split())
+    assert "statement 2026-10 of acme: closed" in said and "files in" in said, said
     changed = tmp_path / "changed.yaml"
     changed.write_text(CONFIG.replace("shares: 60", "shares: 35").replace("shares: 40", "shares: 65"))
     loaded = _cli("config", "load", "-c", changed, "-w", wh, cwd=tmp_path)

@@ -111,7 +111,7 @@ def _want_pdf(pdf: bool | None) -> bool:
 
 def _say_written(st, manifest: dict, period: str, out: Path, showback: str | None) -> None:
     """What was written, the month's state, its reconciliation per pool and the warnings."""
-    console.print(f"statement {period} ({st.scope}, {st.status}): {len(manifest['files'])} files in {out}")
+    console.print(f"statement {period} of {st.scope}: {st.status}; {len(manifest['files'])} files in {out}")
     console.print(st.status_sentence)
     if st.empty:
         console.print(f"no data: the statement of {period} has no line")
