@@ -92,3 +92,25 @@ def test_retire_gpu_ends_its_capacity(small):
     # An unknown UUID is the user's mistake (the entry point turns it into one line, exit 2).
     result = CliRunner().invoke(app, ["warehouse", "retire-gpu", "GPU-X", "--warehouse", str(small)])
     assert isinstance(result.exception, UsageError) and "no GPU with UUID 'GPU-X'" in str(result.exception)
+
+
+def test_node_lines_list_each_parent_above_its_children(tmp_path):
+    # statement_fixtures' October: acme -> research (alpha, gamma), product (beta). Charges by hand:
+    # alpha 10 d x 24 h x 2.00 = 480.00, gamma 24 h x 2.00 = 48.00, beta 10 d x 24 h x 1.00 = 240.00;
+    # research 528.00, product 240.00, acme 768.00. By name the lines read acme, alpha, beta, gamma,
+    # product, research: parents and leaves interleaved. The tree walked depth-first, children by
+    # name (as `report budget` lists it): acme, product, beta, research, alpha, gamma.
+    import csv
+    import io
+
+    from tests.helpers.statement_fixtures import october
+
+    wh = tmp_path / "w.duckdb"
+    october(wh)
+    done = CliRunner().invoke(app, ["report", "chargeback", "--period", "2026-10", "--level", "node",
+                                    "--format", "csv", "-w", str(wh)])
+    assert done.exit_code == 0, done.output
+    rows = [r for r in csv.DictReader(io.StringIO(done.stdout)) if r.get("line_kind") == "charge"]
+    assert [(r["node"], r["amount"]) for r in rows] == [
+        ("acme", "768.00"), ("product", "240.00"), ("beta", "240.00"), ("research", "528.00"),
+        ("alpha", "480.00"), ("gamma", "48.00")]
