@@ -148,6 +148,22 @@ def test_a_whole_gpu_by_index_claimed_by_two_pods_keeps_the_first(warehouse_file
     assert screen_holdings(shared, source="pod-resources", now=T0)[1] == []
 
 
+def _prolog_spool(tmp_path, jobs):
+    """The spool the Slurm prolog / epilog write on node s1 (deploy/slurm/gpuledger-holdings.sh):
+    each (job, start) given GPU index 0, whose UUID nvidia-smi names GPU-p, for 10 minutes."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    for job, when in jobs:
+        at = int(when.replace(tzinfo=dt.UTC).timestamp())
+        (spool / f"{job}.s1.{at}.start").write_text(
+            "format\tgpuledger-slurm-gpus/1\nevent\tstart\n"
+            f"job_id\t{job}\ncluster\thpc\nnode\ts1\ntime\t{at}\ngpu\t0\tGPU-p\n")
+        (spool / f"{job}.s1.{at + 600}.end").write_text(
+            "format\tgpuledger-slurm-gpus/1\nevent\tend\n"
+            f"job_id\t{job}\ncluster\thpc\nnode\ts1\ntime\t{at + 600}\n")
+    return spool
+
+
 def test_a_slurm_job_on_a_mig_instance_is_charged_for_the_instance_not_the_gpu(tmp_path, warehouse_file):
     # The prolog records what Slurm gave job 4242 on node s1: GPU index 0, and nvidia-smi's UUID for
     # index 0 — the parent GPU-p, split into 1g.10gb instances GI 7 and GI 8 (dcgm-exporter reports the
@@ -155,16 +171,7 @@ def test_a_slurm_job_on_a_mig_instance_is_charged_for_the_instance_not_the_gpu(t
     # other instance. dcgm-exporter's HPC job mapping labels GI 7 with 4242 and GI 8 with 4243.
     from gpuledger.ingest.holdings.slurm_spool import read_spool
 
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    start = int(T0.replace(tzinfo=dt.UTC).timestamp())
-    for job in ("4242", "4243"):
-        (spool / f"{job}.s1.{start}.start").write_text(
-            "format\tgpuledger-slurm-gpus/1\nevent\tstart\n"
-            f"job_id\t{job}\ncluster\thpc\nnode\ts1\ntime\t{start}\ngpu\t0\tGPU-p\n")
-        (spool / f"{job}.s1.{start + 600}.end").write_text(
-            "format\tgpuledger-slurm-gpus/1\nevent\tend\n"
-            f"job_id\t{job}\ncluster\thpc\nnode\ts1\ntime\t{start + 600}\n")
+    spool = _prolog_spool(tmp_path, [("4242", T0), ("4243", T0)])
     read = read_spool(spool)
     assert read.quarantined == [] and len(read.holdings) == 2
     with warehouse.open_writer(warehouse_file) as con:
@@ -206,16 +213,7 @@ def test_a_slurm_job_on_an_unlabelled_mig_instance_is_never_charged_the_whole_gp
     from gpuledger.analytics.queries import usage_report
     from gpuledger.ingest.holdings.slurm_spool import read_spool
 
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    start = int(T0.replace(tzinfo=dt.UTC).timestamp())
-    for job, at in (("4242", start), ("4243", start), ("4244", start + 3600)):
-        (spool / f"{job}.s1.{at}.start").write_text(
-            "format\tgpuledger-slurm-gpus/1\nevent\tstart\n"
-            f"job_id\t{job}\ncluster\thpc\nnode\ts1\ntime\t{at}\ngpu\t0\tGPU-p\n")
-        (spool / f"{job}.s1.{at + 600}.end").write_text(
-            "format\tgpuledger-slurm-gpus/1\nevent\tend\n"
-            f"job_id\t{job}\ncluster\thpc\nnode\ts1\ntime\t{at + 600}\n")
+    spool = _prolog_spool(tmp_path, [("4242", T0), ("4243", T0), ("4244", T0 + 60 * M)])
     assert len(read_spool(spool).holdings) == 3
     with warehouse.open_writer(warehouse_file) as con:
         ids = warehouse.register_gpus(con, pl.DataFrame({
