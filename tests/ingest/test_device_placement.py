@@ -148,6 +148,16 @@ def test_a_whole_gpu_by_index_claimed_by_two_pods_keeps_the_first(warehouse_file
     assert screen_holdings(shared, source="pod-resources", now=T0)[1] == []
 
 
+def _split_a100(con) -> dict[int, int]:
+    """Node s1's GPU index 0 (GPU-p, an A100) as the inventory knows it split into two 1g.10gb
+    instances, GI 7 and 8, beside its whole-GPU row (GI -1): GI -> gpu_id."""
+    ids = warehouse.register_gpus(con, pl.DataFrame({
+        "cluster": ["hpc"] * 3, "gpu_uuid": ["GPU-p"] * 3, "mig_instance_id": [-1, 7, 8],
+        "host": ["s1"] * 3, "gpu_index": [0, 0, 0], "model": ["A100"] * 3,
+        "mig_profile": [None, "1g.10gb", "1g.10gb"]}))
+    return dict(zip(ids["mig_instance_id"], ids["gpu_id"], strict=True))
+
+
 def _prolog_spool(tmp_path, jobs):
     """The spool the Slurm prolog / epilog write on node s1 (deploy/slurm/gpuledger-holdings.sh):
     each (job, start) given GPU index 0, whose UUID nvidia-smi names GPU-p, for 10 minutes."""
@@ -175,11 +185,7 @@ def test_a_slurm_job_on_a_mig_instance_is_charged_for_the_instance_not_the_gpu(t
     read = read_spool(spool)
     assert read.quarantined == [] and len(read.holdings) == 2
     with warehouse.open_writer(warehouse_file) as con:
-        ids = warehouse.register_gpus(con, pl.DataFrame({
-            "cluster": ["hpc"] * 3, "gpu_uuid": ["GPU-p"] * 3, "mig_instance_id": [-1, 7, 8],
-            "host": ["s1"] * 3, "gpu_index": [0, 0, 0], "model": ["A100"] * 3,
-            "mig_profile": [None, "1g.10gb", "1g.10gb"]}))
-        gid = dict(zip(ids["mig_instance_id"], ids["gpu_id"], strict=True))
+        gid = _split_a100(con)
         rows = [{"gpu_id": gid[gi], "ts": T0 + k * M, "sm_active_ratio": 0.5, "hpc_job": job}
                 for gi, job in ((7, "4242"), (8, "4243")) for k in range(10)]
         warehouse.write_samples(con, pl.DataFrame(rows), "scrape")
@@ -216,11 +222,7 @@ def test_a_slurm_job_on_an_unlabelled_mig_instance_is_never_charged_the_whole_gp
     spool = _prolog_spool(tmp_path, [("4242", T0), ("4243", T0), ("4244", T0 + 60 * M)])
     assert len(read_spool(spool).holdings) == 3
     with warehouse.open_writer(warehouse_file) as con:
-        ids = warehouse.register_gpus(con, pl.DataFrame({
-            "cluster": ["hpc"] * 3, "gpu_uuid": ["GPU-p"] * 3, "mig_instance_id": [-1, 7, 8],
-            "host": ["s1"] * 3, "gpu_index": [0, 0, 0], "model": ["A100"] * 3,
-            "mig_profile": [None, "1g.10gb", "1g.10gb"]}))
-        gid = dict(zip(ids["mig_instance_id"], ids["gpu_id"], strict=True))
+        gid = _split_a100(con)
         rows = [{"gpu_id": gid[gi], "ts": T0 + k * M, "sm_active_ratio": 0.5} for gi in (-1, 7, 8) for k in range(10)]
         rows += [{"gpu_id": gid[-1], "ts": T0 + 60 * M + k * M, "sm_active_ratio": 0.5} for k in range(10)]
         warehouse.write_samples(con, pl.DataFrame(rows), "scrape")
