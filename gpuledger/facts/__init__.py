@@ -416,6 +416,20 @@ def chargeback(con, period: str, *, policy, level: str = "project", now: datetim
     return Facts(queries.chargeback_report(con, period, level=level, policy=_policy(policy), now=at), COMPUTED, at)
 
 
+def in_tree_order(con, lines):
+    """Node-level lines (a ``node`` and a ``line_kind`` column, e.g. chargeback's) with each line
+    kind's nodes in the org tree's depth-first order (queries.tree_position: each parent above its
+    children, as `report budget` lists them), not by name, where parents and leaves interleave."""
+    import polars as pl  # lazy: the fast path imports no polars (above)
+
+    from gpuledger.analytics import queries  # lazy: as above
+
+    pos = queries.tree_position(con.sql("SELECT * FROM org_nodes").pl())
+    return (lines.with_row_index("_i").join(pos, on="node", how="left")
+            .with_columns(_kind=pl.col("_i").min().over("line_kind"))
+            .sort("_kind", "_tree_pos", "_i", nulls_last=True).drop("_i", "_kind", "_tree_pos"))
+
+
 def warehouse_summary(con) -> dict[str, object]:
     """What the warehouse holds as of the data's now: devices, jobs, allocated GPU-hours, samples,
     quarantine (queries.warehouse_summary)."""

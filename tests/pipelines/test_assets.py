@@ -270,7 +270,8 @@ def test_ingest_assets_skip_sources_the_config_leaves_out(tmp_path):
     for asset in (dcgm_samples, kubernetes_jobs, slurm_jobs, prometheus_aggregates):
         assert "has no `sources." in metadata(result, asset)["skipped"]
     assert metadata(result, holdings_links)["by_cluster"] == {"sim": {
-        "holdings": 0, "linked": 0, "no_device": 0, "no_job": 0, "disagreements": 0, "since_utc": "no holdings",
+        "holdings": 0, "linked": 0, "no_device": 0, "no_job": 0, "disagreements": 0, "mig_unplaced": 0,
+        "since_utc": "no holdings",
         "checkpoint_utc": "none"}}
     assert all(e.passed for e in result.get_asset_check_evaluations())
     backfill = materialize([prometheus_samples], path, partition_key=DAY)

@@ -99,7 +99,7 @@ def chargeback(
         # A closed month reads its issued lines and corrections (gpuledger.ledger.periods).
         lines = statement_lines(con, period, level=level, policy=cfg.policy, now=_time(now))
         if level == "node":  # each parent above its children, as `report budget` lists the tree
-            lines = _in_tree_order(con, lines)
+            lines = facts.in_tree_order(con, lines)
         notes, warnings = statement_notes(lines)
         notes = state_notes(con, period, lines, notes)  # closed / provisional / corrected, as the files say
     show_frame(lines, fmt, out, f"chargeback {period} by {level} (UTC)", reports.CHARGEBACK, wide, columns)
@@ -107,19 +107,6 @@ def chargeback(
         console.print(note) if fmt is Format.table else typer.echo(note, err=True)
     for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
-
-
-def _in_tree_order(con, lines):
-    """Node-level chargeback lines with each line kind's nodes in the org tree's depth-first order
-    (analytics.queries.tree_position), not by name: by name, parents and leaves interleave."""
-    import polars as pl
-
-    from gpuledger.analytics.queries import tree_position
-
-    pos = tree_position(con.sql("SELECT * FROM org_nodes").pl())
-    return (lines.with_row_index("_i").join(pos, on="node", how="left")
-            .with_columns(_kind=pl.col("_i").min().over("line_kind"))
-            .sort("_kind", "_tree_pos", "_i", nulls_last=True).drop("_i", "_kind", "_tree_pos"))
 
 
 @app.command("usage")
