@@ -49,11 +49,42 @@ RIG_FILES = {
 }
 
 
+# The scopes that take a worker longest (wall seconds in a fresh clone's `make test`, session 28:
+# dashboards ~330, image ~250, dagster_postgres 157, slurm ~160, prometheus_aggregate 103, ...),
+# handed out first, longest first. xdist orders scopes by their number of tests, which sent the
+# one-test files of 50-160 s last: the run ended on one of them with the other worker idle (121 s
+# of tail). A scope missing here only goes in xdist's order.
+LONGEST_FIRST = ("dashboards", "image", "slurm", "tests/deploy/test_dagster_postgres.py",
+                 "tests/ingest/test_prometheus_aggregate.py", "tests/cli/test_readme_commands.py",
+                 "tests/warehouse/test_full_disk.py", "tests/pipelines/test_dev.py",
+                 "tests/deploy/test_daemon_recovery.py", "tests/reports/test_statement.py",
+                 "tests/pipelines/test_assets.py", "tests/cli/test_hostile_corpus.py",
+                 "tests/analytics/test_end_to_end.py", "tests/cli/test_errors.py", "tests/enforce/test_demo.py")
+
+
+class _LongestFirst(dict):
+    """xdist's work queue (scope -> its tests), handing out the LONGEST_FIRST scopes first: xdist
+    takes the next unit with ``popitem(last=False)``."""
+
+    def popitem(self, last: bool = True):
+        if not last:
+            for scope in LONGEST_FIRST:
+                if scope in self:
+                    return scope, self.pop(scope)
+            first = next(iter(self))
+            return first, self.pop(first)
+        return super().popitem()
+
+
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent from a venv without it
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadFileScheduling
 
     class RigScheduling(LoadFileScheduling):
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self.workqueue = _LongestFirst()
+
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             for rig, paths in RIG_FILES.items():
