@@ -13,6 +13,7 @@ from datetime import datetime, time, timedelta
 import polars as pl
 import streamlit as st
 from gpuledger.dashboards import access, charts, queries
+from gpuledger.rules.severity import LOOKBACK
 from gpuledger.warehouse import resolve_warehouse_path
 
 TTL_S = int(os.environ.get("GPULEDGER_DASHBOARD_TTL_S", "60"))
@@ -420,6 +421,18 @@ def wait_columns(by: str) -> dict:
                 help="each wait's main cause: scheduler (its own reason or delay), squatters (idle jobs held its "
                      "pool's GPUs), budget (unfunded, later work started first), fair-share (later work ranked "
                      "above it started first), pool-full (every GPU of the kind busy with earlier work), none")}
+
+
+def capped_idle_note(idle_minutes: pl.Series) -> str | None:
+    """What a squatting table must say when a finding was idle for the whole evidence window
+    (rules.severity.LOOKBACK): its minutes are a floor, not the stretch's length. None when none was."""
+    window = LOOKBACK.total_seconds() / 60
+    capped = int((idle_minutes >= window - 1).sum())  # to the minute, as enforcement counts it
+    if not capped:
+        return None
+    return (f"Idle since and idle (min) are counted within the evidence's last {window / 60:g} h: "
+            f"{count(capped, 'finding')} at {window:,.0f} min {'was' if capped == 1 else 'were'} idle at least "
+            "that long, since that time or earlier.")
 
 
 def count(n: int | float, noun: str, plural: str | None = None) -> str:

@@ -37,6 +37,8 @@ if ctx is not None:
         "memory_gib": ui.number_col("memory held (GiB)", "%,.1f"), "finding": "finding",
         "activity_signal": "activity signal", "job_id": "job id", "cluster": "cluster"},
         key="sq_findings", download="squatters")
+    if note := ui.capped_idle_note(findings["idle_minutes"]):
+        st.caption(note)
     st.subheader("A finding's history")
     keys = [f"{r['cluster']}/{r['job_id']}" for r in findings.iter_rows(named=True)]
     # alerts link here as /squatters?cluster=C&job=J

@@ -289,6 +289,12 @@ def test_squatters_equal_the_analytics_at_the_last_evaluation(on_rig):
     assert expected.height > 0, "the simulated week should hold a squatter"
     assert shown["Wasted cost"] == f"{Decimal(expected['idle_cost'].sum()):,.2f} USD"
     assert set(frame(at, 0)["job_id"]) == set(expected["job_id"])
+    # a finding idle for the whole 6-h evidence window is a floor: the page says so when one is shown
+    capped = expected.filter(pl.col("idle_minutes") >= 359).height
+    said = " ".join(c.value for c in at.caption)
+    assert ("idle at least that long" in said) == (capped > 0), said
+    if capped:
+        assert f"last 6 h: {counted(capped, 'finding')} at 360 min" in said, said
 
 
 def test_enforcement_lists_every_audit_row(on_rig):
