@@ -13,8 +13,9 @@ from datetime import datetime, time, timedelta
 import polars as pl
 import streamlit as st
 from gpuledger.dashboards import access, charts, queries
-from gpuledger.rules.severity import LOOKBACK
 from gpuledger.warehouse import resolve_warehouse_path
+
+from gpuledger.rules.severity import LOOKBACK
 
 TTL_S = int(os.environ.get("GPULEDGER_DASHBOARD_TTL_S", "60"))
 CTX_KEY = "gpuledger_ctx"
