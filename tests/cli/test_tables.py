@@ -202,6 +202,13 @@ def test_csv_rows_in_one_order(sim_warehouse, args):
     assert first == second and first.count("\n") > 2
 
 
+def test_the_funding_table_says_what_protected_until_means(sim_warehouse):
+    # an expired protection still shows its time (when it ended): the legend says so
+    out = " ".join(_run(["report", "budget", "--jobs"], sim_warehouse, width=100).split())
+    assert ("protected until = its start + its minimum runtime (capped): no preemption before it; a time already "
+            "past: protection over; blank: not running, or unfunded") in out, out[-600:]
+
+
 def test_full_key_order_breaks_every_tie():
     # b ties on "a"; the rest of the row decides, whatever order the rows came in
     frame = pl.DataFrame({"a": [1, 1, 1, 0], "b": ["y", "x", "y", "z"], "c": [2.0, 5.0, 1.0, 0.0]})

@@ -97,6 +97,8 @@ FUNDING = View(
         Column("min_runtime_s_effective", "min runtime\n(s)", "int", default=False),
         Column("unfunded_reason", "why unfunded", wrap=True),
     ),
+    notes=(("protected_until", ("protected until = its start + its minimum runtime (capped): no preemption before "
+                                "it; a time already past: protection over; blank: not running, or unfunded")),),
 )
 
 SQUATTERS = View(
