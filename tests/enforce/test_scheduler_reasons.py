@@ -212,3 +212,11 @@ def test_report_waits_by_user_per_week_as_csv(path):
         "bucket,project,user_name,jobs,still_waiting,wait_p50_s,wait_p90_s,wait_max_s,main_cause",
         "2026-11-16T00:00:00.000000,free-proj,bob,1,1,3600.000000,3600.000000,3600.000000,fair-share",
         "2026-11-16T00:00:00.000000,funded-proj,ann,2,0,1200.000000,1680.000000,1800.000000,scheduler"]
+    # the table's legend names only the columns shown: "1st GPU" is a --wide column
+    table = cli("report", "waits", "--by", "user", "--since", "2026-11-20T00:00:00", "--now", AT, "-w", str(path))
+    wide = cli("report", "waits", "--by", "user", "--since", "2026-11-20T00:00:00", "--now", AT, "--wide",
+               "-w", str(path))
+    assert table.exit_code == 0 and wide.exit_code == 0, table.output + wide.output
+    said, said_wide = " ".join(table.output.split()), " ".join(wide.output.split())
+    assert "s = seconds, submit → start" in said and "1st GPU" not in said, said
+    assert "1st GPU = a job's first submission → its first start" in said_wide, said_wide

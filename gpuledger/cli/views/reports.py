@@ -213,8 +213,8 @@ QUARANTINE = View(
 )
 
 
-WAIT_NOTE = ("s = seconds, submit → start; still waiting = counted with its wait so far; 1st GPU = a job's first "
-             "submission → its first start (all runs of a requeued job)")
+WAIT_NOTE = "s = seconds, submit → start; still waiting = counted with its wait so far"
+FIRST_GPU_NOTE = "1st GPU = a job's first submission → its first start (all runs of a requeued job)"
 CAUSE_NOTE = ("cause: scheduler = the scheduler's own reason or delay, squatters = idle jobs held GPUs of its pool, "
               "budget = unfunded for want of budget, fair-share = later work ranked above it started first, "
               "pool-full = every GPU of the kind asked busy with work that came first, none = started when submitted")
@@ -234,7 +234,7 @@ def waits_view(*, by_job: bool, causes: bool) -> View:
             Column("cause", "cause", wrap="hyphen"), Column("cause_detail", "why", wrap=True, default=causes),
             Column("scheduler_reason", "scheduler\nsays"),
             Column("scheduler_message", "scheduler's\nmessage", wrap=True, default=False),
-        ), notes=(("wait_s", WAIT_NOTE), ("cause", CAUSE_NOTE)))
+        ), notes=(("wait_s", WAIT_NOTE), ("first_gpu_s", FIRST_GPU_NOTE), ("cause", CAUSE_NOTE)))
     return View(columns=(
         Column("bucket", "from\n(UTC)", "datetime", key=True), Column("project", "project", key=True),
         Column("user_name", "user", key=True), Column("job_class", "class", key=True),
@@ -242,4 +242,4 @@ def waits_view(*, by_job: bool, causes: bool) -> View:
         s("wait_p50_s", "wait p50\n(s)"), s("wait_p90_s", "wait p90\n(s)"), s("wait_max_s", "wait max\n(s)"),
         s("first_gpu_p50_s", "1st GPU\np50 (s)", default=False), s("first_gpu_p90_s", "1st GPU\np90 (s)", default=False),
         Column("main_cause", "main\ncause", wrap="hyphen"), Column("causes", "causes (jobs)", wrap=True, default=causes),
-    ), notes=(("wait_p50_s", WAIT_NOTE), ("main_cause", CAUSE_NOTE)))
+    ), notes=(("wait_p50_s", WAIT_NOTE), ("first_gpu_p50_s", FIRST_GPU_NOTE), ("main_cause", CAUSE_NOTE)))
