@@ -15,7 +15,7 @@ import streamlit as st
 from gpuledger.dashboards import access, charts, queries
 from gpuledger.warehouse import resolve_warehouse_path
 
-from gpuledger.rules.severity import LOOKBACK
+from gpuledger.rules.severity import LOOKBACK, idle_capped
 
 TTL_S = int(os.environ.get("GPULEDGER_DASHBOARD_TTL_S", "60"))
 CTX_KEY = "gpuledger_ctx"
@@ -428,7 +428,7 @@ def capped_idle_note(idle_minutes: pl.Series) -> str | None:
     """What a squatting table must say when a finding was idle for the whole evidence window
     (rules.severity.LOOKBACK): its minutes are a floor, not the stretch's length. None when none was."""
     window = LOOKBACK.total_seconds() / 60
-    capped = int((idle_minutes >= window - 1).sum())  # to the minute, as enforcement counts it
+    capped = int(idle_capped(idle_minutes).sum())  # as enforcement counts a finding capped
     if not capped:
         return None
     return (f"Idle since and idle (min) are counted within the evidence's last {window / 60:g} h: "

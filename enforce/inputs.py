@@ -17,9 +17,9 @@ from gpuledger.enforce.model import Finding, JobFacts, Situation
 
 from gpuledger import facts
 from gpuledger.analytics.fairshare import over_share_projects
-from gpuledger.analytics.squatting import LOOKBACK
 from gpuledger.config import Config
 from gpuledger.heap import collector_paused
+from gpuledger.rules.severity import idle_capped
 from gpuledger.sql import load_sql
 
 _JOBS = load_sql(__package__, "running_and_queued_jobs.sql")
@@ -133,7 +133,7 @@ def finding_from_row(r: dict) -> Finding:
                    idle_since=r["idle_since"], idle_minutes=float(r["idle_minutes"]), gpus_idle=int(r["gpus_idle"]),
                    gpus_total=int(r["gpus_total"]), gpu_hours_idle=float(r["gpu_hours_idle"] or 0),
                    idle_cost=None if r["idle_cost"] is None else str(r["idle_cost"]), currency=r["currency"],
-                   capped=float(r["idle_minutes"]) >= LOOKBACK.total_seconds() / 60 - 1)
+                   capped=bool(idle_capped(float(r["idle_minutes"]))))
 
 
 def job_facts(r: dict, fund: dict, observed: dict[str, dict] | None, policy, ranks: dict[str, int],

@@ -20,6 +20,12 @@ if TYPE_CHECKING:  # the config imports this module: `config check` need not loa
 # (its idle minutes and idle_since are then a floor, not the stretch's true length)
 LOOKBACK = timedelta(hours=6)
 
+
+def idle_capped(idle_minutes):
+    """Whether a finding idle ``idle_minutes`` (a number, or a polars Series / expression) was idle
+    for the whole LOOKBACK, to the minute: its idle minutes and idle_since are then a floor."""
+    return idle_minutes >= LOOKBACK.total_seconds() / 60 - 1
+
 # the stages enforcement warns, escalates and preempts at (the alerts' minimum / urgent severities)
 Stage = Literal["warning", "second-warning", "preempt-eligible"]
 STAGES: tuple[str, ...] = get_args(Stage)

@@ -11,6 +11,7 @@ holdings pass) are partitioned by cluster (``cluster_partitions``); a run may ho
 source failed named in the run's failure after the others were written.
 """
 
+import dataclasses
 import os
 import time
 from contextlib import nullcontext
@@ -23,7 +24,7 @@ from gpuledger.pipelines.defs.resources import GpuledgerConfig, Warehouse
 from gpuledger import warehouse as wh
 from gpuledger.ingest import SCRAPE_SERVICE_ENV
 from gpuledger.ingest.device_links import link_devices_for_jobs
-from gpuledger.ingest.holdings.store import holdings_pass
+from gpuledger.ingest.holdings.store import LinkResult, holdings_pass
 from gpuledger.ingest.jobs.jobs_csv import CsvHeaderError, read_jobs_csv
 from gpuledger.ingest.jobs.k8s_mapping import MappingOptions
 from gpuledger.ingest.jobs.sacct_import import import_batches, open_export
@@ -260,12 +261,11 @@ def holdings_links(context: dg.AssetExecutionContext, warehouse: Warehouse) -> d
         with warehouse.writer() as con:
             r = holdings_pass(con, cluster=cluster)
         by_cluster[cluster] = {
-            "holdings": r.holdings, "linked": r.links.linked, "no_device": r.links.no_device,
-            "no_job": r.links.no_job, "disagreements": r.links.disagreements, "mig_unplaced": r.links.mig_unplaced,
+            "holdings": r.holdings, **dataclasses.asdict(r.links),  # linked, no_device, ... (store.LinkResult)
             "since_utc": r.since.isoformat() if r.since else "no holdings",
             "checkpoint_utc": r.position.isoformat() if r.position else "none"}
-    totals = {k: sum(f[k] for f in by_cluster.values()) for k in ("holdings", "linked", "no_device", "no_job",
-                                                                  "disagreements", "mig_unplaced")}
+    counted = ["holdings", *(f.name for f in dataclasses.fields(LinkResult))]
+    totals = {k: sum(f[k] for f in by_cluster.values()) for k in counted}
     return dg.MaterializeResult(metadata={**totals, "rows_quarantined": 0, "by_cluster": by_cluster})
 
 
