@@ -8,8 +8,10 @@ GPUs to the others, a deadline week wants more), as the demand regime sets it (`
 ``ai2-backlog``, the default, draws mild seasons week by week; ``ai2-seasonal`` runs every team
 through a deadline cycle at its own phase). What users submit, by project keyword
 (``plan_for``): training chains (a long run in checkpointed segments, each resuming where the last
-stopped), fine-tunes, batch evals, short debug jobs, notebook sessions, inference replicas and MIG
-inference services sized to the MIG devices that exist. A share of notebook sessions (and a few
+stopped), fine-tunes, batch evals, short debug jobs, notebook sessions, production inference
+replicas and MIG inference services sized to the MIG devices that exist. Sessions and production
+replicas are not a backlog: sessions are opened at the day's rhythm and given up when they do not
+start; replicas follow traffic (``Demand.serving_gpus``). A share of notebook sessions (and a few
 debug allocations) is left idle holding its GPUs: the squatters, named ``squat-...``.
 
 Training and fine-tunes checkpoint (every 30-60 min: signals.py draws the dips) and can be
@@ -96,6 +98,16 @@ DEBUG_TIME_LIMIT_S = 1800  # debug jobs are submitted with a 30-min limit (a deb
 # Chosen, not measured.
 SESSION_OFFER = 0.7
 SESSION_TEAM_BACKLOG = 0.05
+# Production inference sized to traffic (issue 34: a standing backlog of exempt replicas at 2.5x
+# its share kept serving's replicas waiting hours, and what started ran above the team's share,
+# never preempted, taking the hours other teams were owed). A serving team's replicas take 0.7 of
+# its share x the day's rhythm (0.8 at the afternoon peak; it lends the rest, more at night and at
+# weekends); a ranking team serves its models with 0.4 of its share x the rhythm and runs
+# evaluations besides. Its engineers keep a short queue of debug jobs (as a notebook team's).
+# Chosen, not measured.
+SERVING_OFFER = 0.7
+RANKING_SERVING = 0.4
+SERVING_TEAM_BACKLOG = 0.02
 PLANTED_SQUATTERS = 4  # ground truth for tests and demos at any size (Demand._planted_squatters)
 FAIL_SHARE = {"fine-tune": 0.05, "batch": 0.08}
 # Inflated priorities: share of jobs that say high / normal / low.
@@ -116,6 +128,10 @@ class Plan:
     # the closed loop; ``backlog``: the factor on the loop's target for the rest of the mix.
     sessions: float = 0.0
     backlog: float = 1.0
+    # Production inference is not a backlog either: its replicas follow traffic. ``serving``: the
+    # GPUs its replicas (MIG services included) take, as a share of the project's share of the
+    # cluster, x the day's rhythm (traffic keeps no research seasons); the loop tops them up to it.
+    serving: float = 0.0
 
 
 _PLANS = (
@@ -123,8 +139,9 @@ _PLANS = (
     (("posttrain", "finetune", "fine-tune", "rl"), Plan(True, False, {"fine-tune": 0.4, "batch": 0.3, "debug": 0.3})),
     (("gen", "train"), Plan(True, False, {"fine-tune": 0.35, "batch": 0.3, "debug": 0.35})),
     (("eval", "ci", "test"), Plan(False, False, {"batch": 0.7, "debug": 0.3})),
-    (("serving", "inference", "serve"), Plan(False, True, {"inference": 0.85, "debug": 0.15})),
-    (("ranking", "search", "recsys"), Plan(False, False, {"inference": 0.45, "batch": 0.35, "debug": 0.2})),
+    (("serving", "inference", "serve"), Plan(False, True, {"debug": 1.0}, backlog=SERVING_TEAM_BACKLOG,
+                                             serving=SERVING_OFFER)),
+    (("ranking", "search", "recsys"), Plan(False, False, {"batch": 0.6, "debug": 0.4}, serving=RANKING_SERVING)),
     (("notebook", "interactive", "dev"), Plan(False, False, {"debug": 1.0}, sessions=SESSION_OFFER,
                                               backlog=SESSION_TEAM_BACKLOG)),
 )
@@ -352,6 +369,15 @@ class Demand:
         return (self.shares[project] * self.capacity_gpus * BACKLOG_FACTOR * self.plans[project].backlog
                 * rhythm(t) * self.regime.factor[self.season(project, t)])
 
+    def serving_gpus(self, project: str, t: int) -> float:
+        """GPUs the project's production replicas take at ``t``: they follow traffic."""
+        return self.shares[project] * self.capacity_gpus * self.plans[project].serving * rhythm(t)
+
+    @staticmethod
+    def serves(spec: JobSpec) -> bool:
+        """Whether ``spec`` is a production replica (counted against serving_gpus, not the backlog)."""
+        return spec.behaviour == INFERENCE
+
     def sessions(self, t: int, load: dict[str, int], open_sessions: dict[str, int]) -> list[JobSpec]:
         """Notebook sessions opened over the next ``TOP_UP_S``, outside the loop: per project, GPU-
         seconds worth its plan's ``sessions`` x share x rhythm x season, carried over between top-
@@ -373,20 +399,24 @@ class Demand:
                 out.append(spec)
         return sorted(out, key=lambda spec: spec.submit_s)
 
-    def top_up(self, t: int, outstanding: dict[str, float], load: dict[str, int]) -> list[JobSpec]:
-        """New jobs from every project whose outstanding GPUs are under its target at ``t``,
-        submitted over the next ``TOP_UP_S``. ``outstanding`` (GPUs per project) and ``load``
-        (lanes running or queued per pool) are updated."""
+    def top_up(self, t: int, outstanding: dict[str, float], load: dict[str, int],
+               serving: dict[str, float] | None = None) -> list[JobSpec]:
+        """New jobs from every project whose outstanding GPUs are under its target at ``t``, and
+        production replicas where they are under traffic's (``serving``: replicas' GPUs per
+        project), submitted over the next ``TOP_UP_S``. ``outstanding`` (GPUs per project, replicas
+        apart), ``serving`` and ``load`` (lanes running or queued per pool) are updated."""
         out = []
+        serving = {} if serving is None else serving
         for project in self.projects:
-            want = self.target_gpus(project, t)
-            for _ in range(1000):  # a bound, never reached: a job is at least a MIG slice
-                if outstanding.get(project, 0.0) >= want:
-                    break
-                spec = self._job(project, t + int(self.rng.integers(1, TOP_UP_S)), load)
-                outstanding[project] = outstanding.get(project, 0.0) + spec.gpus
-                load[spec.pool] = load.get(spec.pool, 0) + spec.count
-                out.append(spec)
+            for kept, want, template in ((serving, self.serving_gpus(project, t), "inference"),
+                                         (outstanding, self.target_gpus(project, t), None)):
+                for _ in range(1000):  # a bound, never reached: a job is at least a MIG slice
+                    if kept.get(project, 0.0) >= want:
+                        break
+                    spec = self._job(project, t + int(self.rng.integers(1, TOP_UP_S)), load, template)
+                    kept[project] = kept.get(project, 0.0) + spec.gpus
+                    load[spec.pool] = load.get(spec.pool, 0) + spec.count
+                    out.append(spec)
         return out
 
     def _choose(self, candidates: list[str], load: dict[str, int], count: int, *, drawn: int = 2) -> str:
@@ -408,11 +438,13 @@ class Demand:
         return items[min(bisect.bisect_right(list(itertools.accumulate(weights)), self.rng.random() * total),
                          len(items) - 1)]
 
-    def _job(self, project: str, submit: int, load: dict[str, int]) -> JobSpec:
+    def _job(self, project: str, submit: int, load: dict[str, int], template: str | None = None) -> JobSpec:
+        """A job of the project's mix (``template`` None: drawn by its weights), or of ``template``."""
         rng = self.rng
-        mix = self.plans[project].mix
-        names = sorted(mix)
-        template = self._pick(names, [mix[n] for n in names])
+        if template is None:
+            mix = self.plans[project].mix
+            names = sorted(mix)
+            template = self._pick(names, [mix[n] for n in names])
         user = self._users(project)[int(rng.random() * 4)]
         priority = self._priority()
         k = self._next()

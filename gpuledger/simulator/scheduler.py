@@ -4,14 +4,15 @@ The cluster runs under gpuledger's policy: at every event (a job ends, jobs are 
 pool that changed is filled. Among the jobs waiting for that pool that fit now, the job of the
 project with the lowest fair-share key goes first — (decayed usage + running GPUs × ``TAU_H``) ÷
 global share, usage decayed with the config's half-life, as the fair-share rank orders projects —
-and within a project debug jobs first, then submission order. A job that does not fit is passed
+and within a project debug jobs, sessions and production replicas first, then submission order. A job that does not fit is passed
 over (backfill) and a pool is filled until nothing waiting fits, so no pool keeps free lanes
 while a job that fits them waits, and a job that cannot be placed never holds up another pool.
 Declared priorities (inflated, demand.py) are recorded but not obeyed. A notebook session not
 started ``SESSION_PATIENCE_S`` after it was opened is given up (gpuledger.rules.job_class); a
 planted squatter is opened at the first instant its pool has room, before the queue. A training chain's next
 segment takes the nodes its previous segment left, at the same instant (it resumes from its
-checkpoint). Users top up their queues every ``demand.TOP_UP_S`` (closed loop).
+checkpoint). Users top up their queues every ``demand.TOP_UP_S`` (closed loop), and production
+replicas to traffic (``Demand.serving_gpus``).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
     sched = Schedule(specs=[])
     specs = sched.specs
     fair = _FairShare(demand.shares, half_life_s, start_s)
-    outstanding = dict.fromkeys(demand.projects, 0.0)
+    outstanding = dict.fromkeys(demand.projects, 0.0)  # GPUs running or queued of the closed loop
+    serving = dict.fromkeys(demand.projects, 0.0)  # GPUs of production replicas (they follow traffic)
     load: dict[str, int] = {}  # lanes running or queued per pool: where users see room
     open_sessions: dict[str, int] = {}  # lanes of sessions running or waiting per pool
     opening: dict[str, list[int]] = {}  # pool -> planted squatters due, to start when it has room
@@ -87,6 +89,10 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
         push(spec.submit_s, _SUBMIT, len(specs) - 1)
         if spec.patience_s is not None:
             push(spec.submit_s + spec.patience_s, _GIVE_UP, len(specs) - 1)
+
+    def first_in_project(spec: JobSpec) -> bool:
+        """Debug jobs, sessions and production replicas start before the rest of their project's work."""
+        return spec.debug or spec.patience_s is not None or demand.serves(spec)
 
     def give_up(idx: int, t: int) -> None:
         """A session not started by ``t``: its user gave up; out of its queue, never started."""
@@ -153,7 +159,7 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
             start(idx, t, placer.take(pool, count))
 
     for spec in demand.initial():
-        outstanding[spec.project] += spec.gpus
+        (serving if demand.serves(spec) else outstanding)[spec.project] += spec.gpus
         submit(spec)
     for t in range(start_s, end_s, TOP_UP_S):
         push(t, _TOP_UP, -1)
@@ -170,7 +176,9 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
                 placer.give_back(lanes)
                 load[spec.pool] -= spec.count
                 fair.running[spec.project] -= spec.gpus
-                if spec.patience_s is None:
+                if demand.serves(spec):
+                    serving[spec.project] -= spec.gpus
+                elif spec.patience_s is None:
                     outstanding[spec.project] -= spec.gpus
                 else:  # a session: opened outside the loop (demand.sessions)
                     open_sessions[spec.pool] -= spec.count
@@ -193,14 +201,14 @@ def run(demand: Demand, placer: Placer, *, start_s: int, end_s: int, half_life_s
             elif order == _SUBMIT:
                 spec = specs[idx]
                 heapq.heappush(queues.setdefault(spec.pool, {}).setdefault(spec.project, {})
-                               .setdefault(spec.count, []), (0 if spec.debug or spec.patience_s is not None else 1,
+                               .setdefault(spec.count, []), (0 if first_in_project(spec) else 1,
                                                               spec.submit_s, idx))
                 dirty.add(spec.pool)
             elif order == _GIVE_UP:
                 giving_up.append(idx)
             else:
                 seen = dict(load)
-                for spec in demand.top_up(t, outstanding, seen) + demand.sessions(t, seen, open_sessions):
+                for spec in demand.top_up(t, outstanding, seen, serving) + demand.sessions(t, seen, open_sessions):
                     if spec.submit_s < end_s:
                         submit(spec)
         for pool in sorted(dirty):

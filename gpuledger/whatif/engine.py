@@ -10,7 +10,8 @@ submission; policies 2 and 3, the
 priority enforce sets (funded above unfunded, fair-share rank, declared priority inside the
 project), then submission. A preempted job goes back to the queue with its submission time (as
 Slurm requeues); one that resumes has lost the work since its last checkpoint (every
-``checkpoint_interval_minutes`` of its own runtime), one that does not starts over. A squatter
+``checkpoint_interval_minutes`` of its own runtime), one that does not starts over; a notebook
+session's user gives it up if it has not restarted within its patience. A squatter
 reclaimed by policy 3 is stopped: its owner had left it idle, and it does not come back; so is a job
 preempted for waiting work that cannot checkpoint and was idle through the last squatting grace of
 its run (its owner had left it too: ``JobOutcome.abandoned``).
@@ -170,6 +171,7 @@ class Simulation:
         self.ends_at: dict[int, int] = {}
         self.running: dict[int, tuple[int, float, list[int]]] = {}  # idx -> (seg start, progress, device idx)
         self.progress_s = [0.0] * len(self.jobs)
+        self.patience_until: dict[int, int] = {}  # a waiting session -> when its user gives up (GIVE_UP)
         self.gen = [0] * len(self.jobs)
         self.events: list[tuple] = []
         self.seq = 0
@@ -289,11 +291,10 @@ class Simulation:
                     self._arrival(idx)
                 if self.debug[idx]:
                     self.out[idx].forced_wait_s = 0 if idx in self.running else self._forced_wait(idx)
-                patience = job_class.patience_s(self.jobs[idx].kind)
-                if patience is not None and idx not in self.running:
-                    self._push(t + patience, GIVE_UP, idx)
+                if idx not in self.running:
+                    self._wait_with_patience(idx, t)
             elif kind == GIVE_UP:
-                if self.out[idx].first_start_s is None:
+                if self.patience_until.get(idx) == t and idx not in self.running:
                     self._give_up(idx, t)
             else:
                 self._cycle()
@@ -371,10 +372,19 @@ class Simulation:
         bisect.insort(groups[key], (j.submit_s, j.job_id, idx))
         self._group_priority(key, idx)
 
+    def _wait_with_patience(self, idx: int, t: int) -> None:
+        """A session waiting from ``t`` (submitted, or preempted and back in its queue): its user
+        gives up if it has not started within its patience (no other job has one)."""
+        patience = job_class.patience_s(self.jobs[idx].kind)
+        if patience is not None:
+            self.patience_until[idx] = t + patience
+            self._push(t + patience, GIVE_UP, idx)
+
     def _give_up(self, idx: int, t: int) -> None:
-        """A session not started within its patience of its submission: its user gave up. It
-        leaves its queue and its project's demand, and never runs (as the recorded cluster's
-        sessions did). A session preempted later goes back to the queue as any job does."""
+        """A session not started within its patience of its submission, or not restarted within it
+        after a preemption: its user gave up. It leaves its queue and its project's demand, and
+        never runs (again), as the recorded cluster's sessions did (a session's user does not
+        wait days for a notebook the cluster stopped)."""
         j = self.jobs[idx]
         entries = self.waiting[j.pool][self.static[idx]]
         entries.remove((j.submit_s, j.job_id, idx))
@@ -629,6 +639,7 @@ class Simulation:
                 self.balance.demand[j.project] -= j.gpus
             return
         self._enqueue(idx)
+        self._wait_with_patience(idx, self.now)
 
     def _left_idle(self, idx: int, p1: float) -> bool:
         """Whether the job's owner had left it: its GPUs were idle (activity under the squatting

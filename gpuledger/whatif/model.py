@@ -176,7 +176,8 @@ class JobOutcome:
     # lower bound on its wait; None for other jobs
     forced_wait_s: int | None = None
     # a session not started within its patience (gpuledger.rules.job_class.SESSION_PATIENCE_S) of
-    # its submission: when its user gave up; it never runs
+    # its submission, or not restarted within it after a preemption: when its user gave up; it
+    # never runs (again)
     given_up_s: int | None = None
 
     @property

@@ -51,7 +51,7 @@ FIGURES = (
     Figure("jobs_debug_forced", "debug jobs held by the rules on arrival", "count"),
     *(Figure(f"wait_p{q}_seconds_{c}", f"wait p{q} {c} jobs", "seconds") for c in WAIT_CLASSES if c != "debug"
       for q in (50, 90)),
-    Figure("sessions_given_up", f"sessions given up (not started in {SESSION_PATIENCE_S} s)", "count"),
+    Figure("sessions_given_up", f"sessions given up (not started, or restarted, in {SESSION_PATIENCE_S} s)", "count"),
     Figure("preemptions", "preemptions", "count"),
     Figure("lost_gpu_hours", "GPU-h lost to preemptions", "gpu_hours"),
     Figure("squatted_gpu_hours", "squatted GPU-h (idle past grace)", "gpu_hours"),

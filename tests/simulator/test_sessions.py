@@ -5,7 +5,7 @@ allocations_frame) and, for what the users offer, on demand.Demand itself."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 import polars as pl
@@ -33,7 +33,11 @@ def test_a_session_starts_within_its_patience_or_is_given_up(demo_shape):
     alloc = allocations_frame(sim, np.arange(sim.hardware.devices.height, dtype=np.int64))
     sessions = jobs.filter(pl.col("kind") == "interactive")
     started = sessions.filter(pl.col("start_time").is_not_null())
-    given_up = sessions.filter(pl.col("start_time").is_null())
+    # a session opened in the window's last 300 s and not started yet is still waiting (PENDING)
+    patience_left = pl.col("submit_time") > datetime.fromtimestamp(sim.end_s - SESSION_PATIENCE_S, UTC).replace(tzinfo=None)
+    waiting = sessions.filter(pl.col("start_time").is_null() & patience_left)
+    assert set(waiting["state"]) <= {"PENDING"}
+    given_up = sessions.filter(pl.col("start_time").is_null() & ~patience_left)
     assert started.height and given_up.height, "both outcomes should occur in two busy days"
     waited = (started["start_time"] - started["submit_time"]).dt.total_seconds()
     assert int(waited.max()) <= SESSION_PATIENCE_S

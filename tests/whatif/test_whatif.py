@@ -746,9 +746,9 @@ def test_work_behind_what_its_project_is_owed_keeps_running(spare):
 # any funded job; it starts at 0 on the idle pool. nb's funded 4-GPU training (1 h, minimum runtime
 # 1 h) arrives at 1800.
 # Off (today): the cycle at 1800 preempts the session for it (unfunded-burst, stopped: 1800 s × 4
-# GPUs = 2 GPU-h lost); the training runs 1800–5400; the session starts over at 5400 and is done at
-# 5400 + 7200 = 12600. nb holds the 4 GPUs throughout either way. On: nothing is preempted; the
-# session is done at 7200, the training starts then and is done at 10800 — both done sooner, no work lost.
+# GPUs = 2 GPU-h lost); the training runs 1800–5400; the session, back in the queue, is not restarted
+# within its user's patience (300 s): given up at 2100, never done. On: nothing is preempted; the
+# session is done at 7200, the training starts then and is done at 10800 — the session done, no work lost.
 @pytest.mark.parametrize("own", [False, True])
 def test_a_funded_job_does_not_displace_its_own_projects_session(own):
     inv = Inventory.from_counts([{"model": "H100", "count": 4}])
@@ -765,8 +765,8 @@ def test_a_funded_job_does_not_displace_its_own_projects_session(own):
         assert (train.first_start_s, train.done_s) == (7200, 10800)
         assert sess.preemptions == 0 and r.actions.get("preempt:unfunded-burst", 0) == 0
     else:
-        assert [(s.start_s, s.end_s, s.ended_by) for s in sess.segments] == [
-            (0, 1800, "preempted"), (5400, 12600, "done")]
+        assert [(s.start_s, s.end_s, s.ended_by) for s in sess.segments] == [(0, 1800, "preempted")]
+        assert (sess.given_up_s, sess.stopped_s, sess.done_s) == (2100, 2100, None)
         assert (train.first_start_s, train.done_s) == (1800, 5400)
         assert sess.lost_gpu_hours == pytest.approx(2.0) and r.actions == {"preempt:unfunded-burst": 1}
     # the run's override says the same as the config (Params.spare_own_project, --spare-own-project)
@@ -788,6 +788,10 @@ def test_a_funded_job_does_not_displace_its_own_projects_session(own):
 # - used in its first hour (0.5), idle after it: preempted at 5400, 3600–5400 was idle: abandoned;
 #   preempted at 4500, 2700–4500 holds 900 s at 0.5 = 450 active s ≥ 0.01 × 1800 = 18: its owner
 #   may be there; back to the queue, starts over at 4500 + 3600 = 8100, done at 8100 + 36000 = 44100.
+# That is an allocation's (kind batch: an salloc, as the simulator records debug allocations). A
+# notebook session back in the queue is given up when it has not restarted within its user's
+# patience (300 s; paid's job holds the GPUs an hour): at arrives + 300, after its one segment.
+@pytest.mark.parametrize("kind", ["batch", "interactive"])
 @pytest.mark.parametrize("activity, arrives, segments", [
     ((0.0,), 3600, [(0, 3600, "preempted")]),
     ((0.0,), 900, [(0, 900, "preempted"), (4500, 40500, "done")]),
@@ -795,10 +799,14 @@ def test_a_funded_job_does_not_displace_its_own_projects_session(own):
     ((0.5, 0.0), 5400, [(0, 5400, "preempted")]),
     ((0.5, 0.0), 4500, [(0, 4500, "preempted"), (8100, 44100, "done")]),
 ])
-def test_a_session_left_idle_is_not_resubmitted(activity, arrives, segments):
+def test_a_session_left_idle_is_not_resubmitted(activity, arrives, segments, kind):
+    gone = len(segments) == 1
+    given_up = None
+    if kind == "interactive" and not gone:
+        segments, given_up = segments[:1], arrives + 300
     inv = Inventory.from_counts([{"model": "H100", "count": 4}])
     jobs = (
-        job("nb-sess", "nb", 0, 10 * H, kind="interactive", activity=activity),
+        job("nb-sess", "nb", 0, 10 * H, kind=kind, activity=activity),
         job("paid-a", "paid", arrives, H, kind="training", min_runtime_s=H, resumable=True, activity=(1.0,)),
     )
     trace = Trace(ORIGIN, 24 * H, jobs, inv)
@@ -808,10 +816,10 @@ def test_a_session_left_idle_is_not_resubmitted(activity, arrives, segments):
     assert (paid.first_start_s, paid.done_s) == (arrives, arrives + H)
     assert [(s.start_s, s.end_s, s.ended_by) for s in sess.segments] == segments
     assert r.actions == {"preempt:unfunded-burst": 1}
-    gone = len(segments) == 1
-    assert sess.abandoned is gone and sess.preemptions == 1
+    assert sess.abandoned is gone and sess.preemptions == 1 and sess.given_up_s == given_up
     s, _ = summary(r, cfg)
     assert s["idle_jobs_not_resubmitted"] == int(gone)
+    assert s["sessions_given_up"] == int(given_up is not None)
 
 
 # --- each team's own ceiling on the pools its jobs asked for (whatif.team_ceiling) ----------------
@@ -903,3 +911,28 @@ def test_a_session_not_started_in_time_is_given_up(policy):
     assert figures["sessions_given_up"] == 1
     # waits of the two sessions: 300 s (given up) and 200 s -> p50 of [200, 300] = 250
     assert figures["wait_p50_seconds_interactive"] == pytest.approx(250)
+
+
+# --- a preempted session restarted within its patience runs on (engine._wait_with_patience) -------
+# 1 H100. nb's session (no budget: unfunded, 10 h of work, busy, no checkpoint) runs from 0; paid's
+# funded job (1 GPU, `work` s, minimum runtime = its work) arrives at 3600 and the cycle then
+# preempts the session for it. work 200: paid runs 3600–3800, the session, back in the queue, starts
+# over at 3800, 200 s after its preemption (< 300 s patience): done at 3800 + 36000 = 39800, not given
+# up. work 400: paid holds the GPU until 4000; the session's user gives up at 3600 + 300 = 3900.
+@pytest.mark.parametrize("work, segments, given_up", [
+    (200, [(0, 3600, "preempted"), (3800, 39800, "done")], None),
+    (400, [(0, 3600, "preempted")], 3900),
+])
+def test_a_preempted_session_restarted_within_its_patience_runs_on(work, segments, given_up):
+    inv = Inventory.from_counts([{"model": "H100", "count": 1}])
+    jobs = (
+        job("nb-sess", "nb", 0, 10 * H, gpus=1, kind="interactive", activity=(1.0,)),
+        job("paid-a", "paid", 3600, work, gpus=1, kind="training", min_runtime_s=work, resumable=True,
+            activity=(1.0,)),
+    )
+    cfg = config({"nb": 50, "paid": 50}, {"paid": 100})
+    r = simulate(Trace(ORIGIN, 24 * H, jobs, inv), cfg, FAIR_SHARE)
+    sess = outcome(r, "nb-sess")
+    assert [(s.start_s, s.end_s, s.ended_by) for s in sess.segments] == segments
+    assert (sess.preemptions, sess.given_up_s) == (1, given_up)
+    assert outcome(r, "paid-a").done_s == 3600 + work
