@@ -60,7 +60,7 @@ demo: install
 	$(BIN)/gpuledger enforce plan --now data --format json --out reports/enforcement-plan.json
 	$(BIN)/gpuledger report statement --period 2026-11 --out reports/statement-2026-11
 	$(BIN)/gpuledger pipelines run-once
-# the scheduling what-if of the whole simulated week (about 7,400 jobs on 256 GPUs, policies 1/2/3: a few
+# the scheduling what-if of the whole simulated week (about 12,200 jobs on 256 GPUs, policies 1/2/3: a few
 # seconds) for the dashboards' /what-if page
 	mkdir -p $(GPULEDGER_WHATIF_DIR)
 	$(BIN)/gpuledger whatif schedule --no-progress --format json --out $(GPULEDGER_WHATIF_DIR)/schedule.json
