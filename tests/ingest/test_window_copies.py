@@ -86,3 +86,26 @@ def test_a_chunk_of_one_window_knows_a_full_window_from_the_count_before_it():
     merged, cell = merge_copies(alone, series, {SM: "avg", ENERGY: "last"}, 300, whole=whole)
     assert cell.select("sample_n", "covered_ms").row(0) == (5, 240_000)
     assert dict(merged.select("metric", "value").iter_rows())[SM] == pytest.approx(0.04)
+
+
+def test_a_device_that_changed_pods_in_every_window_takes_a_full_window_from_its_host():
+    # The same pod change (3 samples then 2) in a chunk of this window alone, on a device whose pod
+    # changed in every window of the hour before too: its own most in one series' window is 4
+    # (whole: full 4), so by itself 3 + 2 = 5 > 4 reads as copies side by side (3 counted). Its host's
+    # other GPU, scraped by the same exporter, had 5 in this window: a full window is 5, and the runs
+    # add up to 5.
+    other = {**GPU, "gpu": "1", "UUID": "GPU-b"}
+    answer = {SM: [], ENERGY: [], COUNT: [], NEWEST: []}
+    for metric, sm, n, newest, energy in (({**GPU, "pod": "old"}, 0.0, 3, 120, 1000.0),
+                                          ({**GPU, "pod": "new"}, 0.1, 2, 240, 2000.0),
+                                          (other, 0.5, 5, 240, 500.0)):
+        for name, value in ((SM, sm), (ENERGY, energy), (COUNT, n), (NEWEST, T + newest)):
+            answer[name].append({"metric": metric, "values": [[T + 300, str(value)]]})
+    points, series, rejects = points_from_results(answer, url="http://tsdb")
+    assert rejects == []
+    points = points.with_columns(pl.col("ts") - pl.duration(seconds=300))
+    whole = pl.DataFrame({"gpu_uuid": ["GPU-a"], "mig_instance_id": [-1], "full": [4.0]},
+                         schema_overrides={"mig_instance_id": series.schema["mig_instance_id"]})
+    merged, cell = merge_copies(points, series, {SM: "avg", ENERGY: "last"}, 300, whole=whole)
+    by_gpu = dict(cell.select("gpu_uuid", "sample_n").iter_rows())
+    assert by_gpu == {"GPU-a": 5, "GPU-b": 5}

@@ -228,13 +228,15 @@ SERIES_INDEX_REFUSED = (400, 422)
 def series_in_range(session, url: str, match: str, a: int, b: int, kw: dict) -> int:
     """How many series matching ``match`` have samples in [a, b): from the series index
     (``/api/v1/series``: no samples read); where the index refuses to list that many, counted on
-    the server (``count(count_over_time(MATCH[b - a]))`` at ``b``: one number comes back)."""
+    the server (``count(count_over_time(MATCH[b - a]))`` at ``b`` less a millisecond: one number
+    comes back; a range selector is open on the left, so at ``b`` it would miss a series whose only
+    sample is at ``a`` and count one whose only sample is at ``b``)."""
     endpoint = f"{url.rstrip('/')}/api/v1/series"
     params = {"match[]": match, "start": a, "end": b}
     status, body = get_body(session, endpoint, params, **kw)
     if status in SERIES_INDEX_REFUSED:
         endpoint = f"{url.rstrip('/')}/api/v1/query"
-        params = {"query": f"count(count_over_time({match}[{max(1, b - a)}s]))", "time": b}
+        params = {"query": f"count(count_over_time({match}[{max(1, b - a)}s]))", "time": f"{b - 0.001:.3f}"}
         data = parse_json(endpoint, params, *get_body(session, endpoint, params, **kw))
         result = data.get("result") if isinstance(data, dict) else None
         if data.get("resultType") != "vector" or not isinstance(result, list):

@@ -11,7 +11,8 @@ one window:
 
 The raw path keeps one reading per device and moment (the best copy); here, per device and window:
 copies whose newest samples differ and whose counts together fit in one full window (the most
-samples the device has in any window of the chunk) are taken for runs one after another and added
+samples one series of the device's host has in any window of the chunk or the hour before it) are
+taken for runs one after another and added
 up — their sums and counts, so the window stands for every raw sample of each; otherwise they are
 copies side by side and the one with the most samples stands for the window (ties: the newest, then
 the best copy as the raw path ranks them). A run that overlaps another in part (a Slurm job that
@@ -43,7 +44,7 @@ def merge_copies(points: pl.DataFrame, series: pl.DataFrame, kinds: dict[str, st
     (gpu_uuid, mig_instance_id, ``full``) the most samples one of its series had in a window before
     the chunk, so a chunk of few windows still knows a full window."""
     prio = (series.sort([*_DEV, *JOB_ORDER], nulls_last=True, maintain_order=True)
-            .with_row_index("_prio").select("series", pl.col("_prio").cast(pl.Int64), *_DEV))
+            .with_row_index("_prio").select("series", pl.col("_prio").cast(pl.Int64), *_DEV, "host"))
     start_ms = pl.col("ts").dt.epoch("ms")
     runs = (points.filter(~pl.col("metric").is_in([COUNT, NEWEST])).select("series", "ts").unique()
             .join(points.filter(pl.col("metric") == COUNT).select("series", "ts", c=pl.col("value").round(0)),
@@ -58,6 +59,9 @@ def merge_copies(points: pl.DataFrame, series: pl.DataFrame, kinds: dict[str, st
     if whole is not None and not whole.is_empty():
         runs = (runs.join(whole.select(*_DEV, pl.col("full").cast(pl.Float64)), on=_DEV, how="left", nulls_equal=True)
                 .with_columns(_full=pl.max_horizontal("_full", "full")).drop("full"))
+    # one exporter scrapes a host's devices at one interval: a full window is the most any of them
+    # had (a device whose pod changed in every window of the chunk and its context has none whole)
+    runs = runs.with_columns(_full=pl.col("_full").max().over("host"))
     in_cell = pl.len().over(_CELL)
     one_after_another = ((in_cell > 1) & (pl.col("newest").n_unique().over(_CELL) == in_cell)
                          & pl.col("newest").is_not_null().all().over(_CELL)
