@@ -106,6 +106,6 @@ def test_a_device_that_changed_pods_in_every_window_takes_a_full_window_from_its
     points = points.with_columns(pl.col("ts") - pl.duration(seconds=300))
     whole = pl.DataFrame({"gpu_uuid": ["GPU-a"], "mig_instance_id": [-1], "full": [4.0]},
                          schema_overrides={"mig_instance_id": series.schema["mig_instance_id"]})
-    merged, cell = merge_copies(points, series, {SM: "avg", ENERGY: "last"}, 300, whole=whole)
+    _, cell = merge_copies(points, series, {SM: "avg", ENERGY: "last"}, 300, whole=whole)
     by_gpu = dict(cell.select("gpu_uuid", "sample_n").iter_rows())
     assert by_gpu == {"GPU-a": 5, "GPU-b": 5}
