@@ -43,7 +43,8 @@ test-fast: install
 
 demo: install
 	@echo "a week of a busy 256-GPU cluster scheduled under gpuledger's policy (fair share, a queue per GPU pool):"
-	@echo "each team keeps ~2.5x its share of GPUs asked for (Ai2's regime; seed 42, regime ai2-backlog)"
+	@echo "each research team keeps ~2.5x its share of GPUs asked for (Ai2's regime; seed 42, regime ai2-backlog);"
+	@echo "production inference replicas follow traffic (0.7x the serving team's share through the day)"
 	$(BIN)/gpuledger simulate warehouse --gpus 256 --days 7 --seed 42
 	$(BIN)/gpuledger warehouse summary
 	$(BIN)/gpuledger report fairshare
