@@ -171,7 +171,7 @@ class Simulation:
         self.ends_at: dict[int, int] = {}
         self.running: dict[int, tuple[int, float, list[int]]] = {}  # idx -> (seg start, progress, device idx)
         self.progress_s = [0.0] * len(self.jobs)
-        self.patience_until: dict[int, int] = {}  # a waiting session -> when its user gives up (GIVE_UP)
+        self.patience_until: dict[int, int] = {}  # a session waiting now -> when its user gives up (GIVE_UP)
         self.gen = [0] * len(self.jobs)
         self.events: list[tuple] = []
         self.seq = 0
@@ -294,7 +294,7 @@ class Simulation:
                 if idx not in self.running:
                     self._wait_with_patience(idx, t)
             elif kind == GIVE_UP:
-                if self.patience_until.get(idx) == t and idx not in self.running:
+                if self.patience_until.get(idx) == t:  # still waiting since that wait began
                     self._give_up(idx, t)
             else:
                 self._cycle()
@@ -393,6 +393,7 @@ class Simulation:
         if self.balance is not None:
             self.balance.demand[j.project] -= j.gpus
         self.out[idx].given_up_s = t
+        del self.patience_until[idx]
 
     def _queue(self, pool):
         """Waiting jobs of ``pool`` in queue order: (entry, group list), lazily."""
@@ -579,6 +580,7 @@ class Simulation:
     def _start(self, idx: int, taken: list[int], reserve: bool = False) -> None:
         j = self.jobs[idx]
         self.running[idx] = (self.now, self.progress_s[idx], taken)
+        self.patience_until.pop(idx, None)  # a session started in time: no give-up is due
         if reserve:
             self.in_reserve.add(idx)
         o = self.out[idx]

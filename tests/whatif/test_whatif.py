@@ -919,14 +919,19 @@ def test_a_session_not_started_in_time_is_given_up(policy):
 # preempts the session for it. work 200: paid runs 3600–3800, the session, back in the queue, starts
 # over at 3800, 200 s after its preemption (< 300 s patience): done at 3800 + 36000 = 39800, not given
 # up. work 400: paid holds the GPU until 4000; the session's user gives up at 3600 + 300 = 3900.
-@pytest.mark.parametrize("work, segments, given_up", [
-    (200, [(0, 3600, "preempted"), (3800, 39800, "done")], None),
-    (400, [(0, 3600, "preempted")], 3900),
+# A short session (200 s of work from 3500) preempted at 3600 and restarted at 3800 is done at 4000,
+# before its patience would have run out (3900 < 4000 here: it is running then); one of 50 s from
+# 3590, restarted at 3800, is done at 3850, and the give-up due at 3900 finds it done, not waiting.
+@pytest.mark.parametrize("submit, session_work, work, segments, given_up", [
+    (0, 10 * H, 200, [(0, 3600, "preempted"), (3800, 39800, "done")], None),
+    (0, 10 * H, 400, [(0, 3600, "preempted")], 3900),
+    (3500, 200, 200, [(3500, 3600, "preempted"), (3800, 4000, "done")], None),
+    (3590, 50, 200, [(3590, 3600, "preempted"), (3800, 3850, "done")], None),
 ])
-def test_a_preempted_session_restarted_within_its_patience_runs_on(work, segments, given_up):
+def test_a_preempted_session_restarted_within_its_patience_runs_on(submit, session_work, work, segments, given_up):
     inv = Inventory.from_counts([{"model": "H100", "count": 1}])
     jobs = (
-        job("nb-sess", "nb", 0, 10 * H, gpus=1, kind="interactive", activity=(1.0,)),
+        job("nb-sess", "nb", submit, session_work, gpus=1, kind="interactive", activity=(1.0,)),
         job("paid-a", "paid", 3600, work, gpus=1, kind="training", min_runtime_s=work, resumable=True,
             activity=(1.0,)),
     )
