@@ -400,13 +400,12 @@ class Demand:
         return sorted(out, key=lambda spec: spec.submit_s)
 
     def top_up(self, t: int, outstanding: dict[str, float], load: dict[str, int],
-               serving: dict[str, float] | None = None) -> list[JobSpec]:
+               serving: dict[str, float]) -> list[JobSpec]:
         """New jobs from every project whose outstanding GPUs are under its target at ``t``, and
         production replicas where they are under traffic's (``serving``: replicas' GPUs per
         project), submitted over the next ``TOP_UP_S``. ``outstanding`` (GPUs per project, replicas
         apart), ``serving`` and ``load`` (lanes running or queued per pool) are updated."""
         out = []
-        serving = {} if serving is None else serving
         for project in self.projects:
             for kept, want, template in ((serving, self.serving_gpus(project, t), "inference"),
                                          (outstanding, self.target_gpus(project, t), None)):
